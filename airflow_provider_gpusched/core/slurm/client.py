@@ -1,0 +1,370 @@
+"""SlurmClient: submit, track, cancel and read the output of Slurm jobs through the CLI.
+
+Tracking many jobs is cheap: :meth:`SlurmClient.statuses` asks ``squeue`` about all of them in one
+call; only jobs that left the queue (or just finished) are looked up in the completion record, again
+in one call (``sacct`` with slurmdbd, or the ``jobcomp/filetxt`` file, read incrementally).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.slurm.job import COMMENT_PREFIX, SlurmJobSpec
+from airflow_provider_gpusched.core.slurm.runner import (
+    CommandRunner,
+    SlurmCommandError,
+    SlurmUnavailableError,
+)
+from airflow_provider_gpusched.core.slurm.states import (
+    JobPhase,
+    JobStatus,
+    aggregate_array,
+    classify_state,
+    normalize_state,
+    parse_exit_code,
+)
+
+log = logging.getLogger(__name__)
+
+# squeue --Format fields, each followed by "|" (Name last: it may itself contain "|")
+_SQUEUE_FIELDS = ("JobID", "ArrayJobID", "ArrayTaskID", "State", "Reason", "RestartCnt", "Partition",
+                  "NodeList", "Name")
+SQUEUE_FORMAT = ",".join(f"{f}:|" for f in _SQUEUE_FIELDS)
+_SACCT_FIELDS = ("JobIDRaw", "JobID", "State", "ExitCode", "Partition", "NodeList", "JobName")
+_JOBCOMP_KEY = re.compile(r"(?:^| )([A-Za-z][A-Za-z0-9_]*)=")
+_INVALID_JOB_ID = "invalid job id specified"
+
+
+@dataclass
+class SubmittedJob:
+    job_id: str
+    cluster: str | None = None
+    script_path: str | None = None
+
+
+@dataclass
+class AccountingInfo:
+    """How this cluster keeps records of finished jobs (read once from ``scontrol show config``)."""
+
+    storage_type: str = ""
+    jobcomp_type: str = ""
+    jobcomp_loc: str = ""
+    min_job_age: int = 300
+
+    @property
+    def has_sacct(self) -> bool:
+        return bool(self.storage_type) and not self.storage_type.endswith("/none")
+
+    @property
+    def has_jobcomp_file(self) -> bool:
+        return self.jobcomp_type.endswith("/filetxt") and bool(self.jobcomp_loc)
+
+
+@dataclass
+class SlurmClient:
+    runner: CommandRunner = field(default_factory=CommandRunner)
+    script_dir: str | None = None  # where submitted scripts are kept (local runs); default: a temp dir
+
+    _accounting: AccountingInfo | None = field(default=None, init=False, repr=False)
+    _jobcomp_offset: int = field(default=0, init=False, repr=False)
+    _jobcomp_records: dict[str, dict[str, str]] = field(default_factory=dict, init=False, repr=False)
+
+    # -- submission -------------------------------------------------------------------------------
+    def submit(self, spec: SlurmJobSpec) -> SubmittedJob:
+        """``sbatch --parsable [options] script``; returns the job id. Errors name sbatch's reason."""
+        script = spec.render_script()
+        argv = ["sbatch", *spec.sbatch_argv()]
+        script_path = None
+        if self.runner.target == "local":
+            directory = self.script_dir or os.path.join(tempfile.gettempdir(), "gpusched-sbatch")
+            os.makedirs(directory, exist_ok=True)
+            fd, script_path = tempfile.mkstemp(prefix="job-", suffix=".sh", dir=directory)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(script)
+            os.chmod(script_path, 0o755)
+            result = self._run_sbatch([*argv, script_path], None)
+        else:  # through ssh: the script goes to sbatch's standard input
+            result = self._run_sbatch(argv, script)
+        text = result.stdout.strip().splitlines()
+        if not text:
+            raise SlurmCommandError(argv, 0, f"sbatch printed no job id: {result.stderr.strip()}")
+        job_id, _, cluster = text[-1].strip().partition(";")
+        if not job_id.isdigit():
+            raise SlurmCommandError(argv, 0, f"sbatch printed {text[-1]!r}, expected a job id")
+        return SubmittedJob(job_id=job_id, cluster=cluster or None, script_path=script_path)
+
+    def _run_sbatch(self, argv: list[str], script: str | None):
+        try:
+            return self.runner.run(argv, input=script)
+        except SlurmUnavailableError:
+            raise
+        except SlurmCommandError as exc:
+            reason = exc.stderr.replace("sbatch: error: ", "").strip()
+            raise SlurmCommandError(argv, exc.returncode, f"Slurm rejected the job: {reason} "
+                                    f"(sbatch options: {' '.join(argv[1:])})") from exc
+
+    # -- status -----------------------------------------------------------------------------------
+    def accounting(self) -> AccountingInfo:
+        if self._accounting is None:
+            out = self.runner.run(["scontrol", "show", "config"]).stdout
+            conf = {}
+            for line in out.splitlines():
+                key, sep, value = line.partition("=")
+                if sep:
+                    conf[key.strip()] = value.strip()
+            age = re.match(r"\d+", conf.get("MinJobAge", "300"))
+            self._accounting = AccountingInfo(
+                storage_type=conf.get("AccountingStorageType", ""),
+                jobcomp_type=conf.get("JobCompType", ""),
+                jobcomp_loc=conf.get("JobCompLoc", ""),
+                min_job_age=int(age.group()) if age else 300,
+            )
+        return self._accounting
+
+    def squeue(self, job_ids: Iterable[str]) -> list[JobStatus]:
+        """One ``squeue`` call for all ``job_ids`` (array jobs expand to one entry per task)."""
+        ids = sorted({str(j).split("_")[0] for j in job_ids})
+        if not ids:
+            return []
+        argv = ["squeue", "-h", "-r", "-t", "all", "-j", ",".join(ids), "-O", SQUEUE_FORMAT]
+        result = self.runner.run(argv, check=False)
+        if result.returncode != 0:
+            if _INVALID_JOB_ID in result.stderr.lower():
+                return []  # none of them is known any more
+            self.runner.run(argv)  # raises the right error (transient or not)
+        statuses = []
+        for line in result.stdout.splitlines():
+            if not line.strip():
+                continue
+            parts = line.rstrip("\n")
+            parts = parts[:-1] if parts.endswith("|") else parts
+            cols = parts.split("|", len(_SQUEUE_FIELDS) - 1)
+            if len(cols) < len(_SQUEUE_FIELDS):
+                log.warning("ignoring unexpected squeue line %r", line)
+                continue
+            raw_id, array_id, task_id, state, reason, restarts, partition, nodes, name = cols
+            is_array = task_id not in ("N/A", "", "(null)")
+            state = normalize_state(state)
+            statuses.append(JobStatus(
+                job_id=f"{array_id}_{task_id}" if is_array else raw_id,
+                phase=classify_state(state), state=state, reason=reason,
+                restarts=int(restarts) if restarts.isdigit() else 0,
+                partition=partition, nodes=nodes, name=name,
+                array_job_id=array_id if is_array else None,
+                array_task_id=task_id if is_array else None, source="squeue",
+            ))
+        return statuses
+
+    def completion_records(self, job_ids: Iterable[str]) -> dict[str, JobStatus]:
+        """Final states of jobs, keyed like :meth:`squeue` keys them (``ID`` or ``ARRAYID_TASK``)."""
+        ids = sorted({str(j).split("_")[0] for j in job_ids})
+        if not ids:
+            return {}
+        acct = self.accounting()
+        if acct.has_sacct:
+            return self._sacct(ids)
+        if acct.has_jobcomp_file:
+            return self._jobcomp(ids)
+        return {}
+
+    def _sacct(self, ids: list[str]) -> dict[str, JobStatus]:
+        argv = ["sacct", "-P", "-n", "-X", "-j", ",".join(ids), "-o", ",".join(_SACCT_FIELDS)]
+        out = self.runner.run(argv).stdout
+        records: dict[str, JobStatus] = {}
+        for line in out.splitlines():
+            cols = line.split("|", len(_SACCT_FIELDS) - 1)
+            if len(cols) < len(_SACCT_FIELDS):
+                continue
+            raw_id, job_id, state, exit_code, partition, nodes, name = cols
+            array_id, _, task = job_id.partition("_")
+            code, sig = parse_exit_code(exit_code)
+            state = normalize_state(state)
+            records[job_id] = JobStatus(job_id=job_id, phase=classify_state(state), state=state,
+                                        exit_code=code, signal=sig, partition=partition, nodes=nodes,
+                                        name=name, array_job_id=array_id if task else None,
+                                        array_task_id=task or None, source="sacct")
+        return records
+
+    def _read_jobcomp(self) -> None:
+        path = self.accounting().jobcomp_loc
+        if self.runner.target == "local":
+            try:
+                size = os.path.getsize(path)
+            except OSError:
+                return
+            if size < self._jobcomp_offset:  # the file was rotated
+                self._jobcomp_offset = 0
+            with open(path, "rb") as fh:
+                fh.seek(self._jobcomp_offset)
+                data = fh.read()
+        else:
+            data = self.runner.run(["tail", "-c", f"+{self._jobcomp_offset + 1}", "--", path]).stdout.encode()
+        complete = data[: data.rfind(b"\n") + 1]  # a half-written last line is read next time
+        self._jobcomp_offset += len(complete)
+        for line in complete.decode(errors="replace").splitlines():
+            record = parse_jobcomp_line(line)
+            if "JobId" in record:
+                if record.get("ArrayJobId") and record.get("ArrayTaskId"):
+                    key = f"{record['ArrayJobId']}_{record['ArrayTaskId']}"
+                else:
+                    key = record["JobId"]
+                self._jobcomp_records[key] = record  # later runs of a requeued job win
+
+    def _jobcomp(self, ids: list[str]) -> dict[str, JobStatus]:
+        self._read_jobcomp()
+        wanted = set(ids)
+        records = {}
+        for key, rec in self._jobcomp_records.items():
+            if key.split("_")[0] not in wanted:
+                continue
+            code, sig = parse_exit_code(rec.get("ExitCode"))
+            state = normalize_state(rec.get("JobState", ""))
+            array_id, _, task = key.partition("_")
+            records[key] = JobStatus(job_id=key, phase=classify_state(state), state=state, exit_code=code,
+                                     signal=sig, partition=rec.get("Partition", ""),
+                                     nodes=rec.get("NodeList", ""), name=rec.get("Name", ""),
+                                     array_job_id=array_id if task else None, array_task_id=task or None,
+                                     source="jobcomp")
+        return records
+
+    def _scontrol_exit_code(self, job_id: str) -> tuple[int | None, int | None]:
+        result = self.runner.run(["scontrol", "-o", "show", "job", job_id], check=False)
+        match = re.search(r"(?:^| )ExitCode=(\S+)", result.stdout)
+        return parse_exit_code(match.group(1)) if match else (None, None)
+
+    def statuses(self, job_ids: Sequence[str],
+                 array_sizes: Mapping[str, int] | None = None) -> dict[str, JobStatus]:
+        """The status of every job in ``job_ids``: one ``squeue`` call, plus one completion-record
+        lookup only when some job has finished or left the queue. Array jobs (ids in ``array_sizes``,
+        or any id whose tasks show up) get one aggregated status with the tasks in ``.tasks``."""
+        array_sizes = dict(array_sizes or {})
+        wanted = [str(j) for j in job_ids]
+        live = self.squeue(wanted)
+        by_id: dict[str, JobStatus] = {s.job_id: s for s in live}
+        finished = {s.job_id for s in live if s.is_terminal}
+        groups: dict[str, dict[str, JobStatus]] = {}
+        for s in live:
+            if s.array_job_id:
+                groups.setdefault(s.array_job_id, {})[s.job_id] = s
+        missing = [j for j in wanted if j not in by_id and j not in groups]
+        need_record = finished | set(missing) | {j for j in wanted if j in groups and any(
+            t.is_terminal for t in groups[j].values())}
+        if need_record:
+            records = self.completion_records(need_record)
+            for key, rec in records.items():
+                current = by_id.get(key)
+                if current is not None and not current.is_terminal:
+                    continue  # requeued: the old run's record is history
+                if current is not None:
+                    rec.restarts = current.restarts
+                by_id[key] = rec
+                if rec.array_job_id:
+                    groups.setdefault(rec.array_job_id, {})[key] = rec
+            for key in finished:  # finished in squeue but no record (no accounting): ask scontrol
+                status = by_id[key]
+                if status.source == "squeue" and status.exit_code is None:
+                    status.exit_code, status.signal = self._scontrol_exit_code(key)
+        result: dict[str, JobStatus] = {}
+        for job_id in wanted:
+            if job_id in groups or job_id in array_sizes:
+                result[job_id] = aggregate_array(job_id, groups.get(job_id, {}), array_sizes.get(job_id))
+            elif job_id in by_id:
+                result[job_id] = by_id[job_id]
+            else:
+                result[job_id] = JobStatus(job_id=job_id, phase=JobPhase.NOT_FOUND, state="NOT_FOUND",
+                                           source="none")
+        return result
+
+    def status(self, job_id: str, array_size: int | None = None) -> JobStatus:
+        return self.statuses([job_id], {job_id: array_size} if array_size else None)[job_id]
+
+    # -- lookup, cancel, output ---------------------------------------------------------------------
+    def find_live_jobs(self, comment_prefix: str) -> list[tuple[str, str]]:
+        """Unfinished jobs of this user whose comment starts with ``comment_prefix``: ``[(id, comment)]``."""
+        argv = ["squeue", "--me", "-h", "-t", "PENDING,RUNNING,CONFIGURING,COMPLETING,SUSPENDED,REQUEUED,"
+                "REQUEUE_HOLD,REQUEUE_FED,RESV_DEL_HOLD,SPECIAL_EXIT,STOPPED,SIGNALING,STAGE_OUT,RESIZING",
+                "-O", "JobID:|,ArrayJobID:|,ArrayTaskID:|,Comment:|"]
+        found: dict[str, str] = {}
+        for line in self.runner.run(argv).stdout.splitlines():
+            cols = line.rstrip("|").split("|", 3)
+            if len(cols) == 4 and cols[3].startswith(comment_prefix):
+                master = cols[1] if cols[2] not in ("N/A", "") else cols[0]
+                found.setdefault(master, cols[3])
+        return sorted(found.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0)
+
+    def cancel(self, job_ids: Iterable[str], signal: str | None = None) -> None:
+        """``scancel [--signal=SIG --full] ids`` (unknown ids are not an error)."""
+        ids = [str(j) for j in job_ids]
+        if not ids:
+            return
+        argv = ["scancel"]
+        if signal:
+            if not re.match(r"^[A-Z0-9]+$", str(signal)):
+                raise InvalidArgumentError("signal", signal, "a signal name or number such as 'TERM', 'USR1', '15'")
+            argv += [f"--signal={signal}", "--full"]
+        self.runner.run([*argv, *ids])
+
+    def tail(self, path: str, lines: int = 50) -> str:
+        """The last ``lines`` lines of a job's output file ('' if it does not exist yet)."""
+        if not path:
+            return ""
+        if self.runner.target == "local":
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(0, os.SEEK_END)
+                    size = fh.tell()
+                    fh.seek(max(0, size - 256 * 1024))
+                    data = fh.read().decode(errors="replace")
+            except OSError:
+                return ""
+            return "\n".join(data.splitlines()[-lines:])
+        result = self.runner.run(["tail", "-n", str(lines), "--", path], check=False)
+        return result.stdout.rstrip("\n") if result.returncode == 0 else ""
+
+    def wait(self, job_id: str, *, poll_interval: float = 5.0, timeout: float | None = None,
+             array_size: int | None = None, on_change=None) -> JobStatus:
+        """Block until the job finishes (a simple loop for scripts and the blocking operator mode).
+        Slurm being unreachable for a while is retried, never reported as the job failing."""
+        deadline = time.monotonic() + timeout if timeout else None
+        last: JobStatus | None = None
+        backoff = poll_interval
+        while True:
+            try:
+                status = self.status(job_id, array_size)
+                backoff = poll_interval
+            except SlurmUnavailableError as exc:
+                log.warning("Slurm unreachable (%s); retrying in %.0fs", exc, backoff)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 60.0)
+                continue
+            if on_change and (last is None or (status.state, status.restarts) != (last.state, last.restarts)):
+                on_change(status, last)
+            last = status
+            if status.is_terminal:
+                return status
+            if deadline and time.monotonic() > deadline:
+                raise TimeoutError(f"job {job_id} did not finish within {timeout}s (now {status.describe()})")
+            time.sleep(poll_interval)
+
+
+def parse_jobcomp_line(line: str) -> dict[str, str]:
+    """A ``jobcomp/filetxt`` line (``JobId=5 Name=my job JobState=COMPLETED ...``) as a dict.
+    Values may contain spaces; a new field starts at `` Key=``."""
+    matches = list(_JOBCOMP_KEY.finditer(line.strip()))
+    record = {}
+    text = line.strip()
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
+        record[m.group(1)] = text[m.end():end]
+    return record
+
+
+def comment_is_ours(comment: str) -> bool:
+    return comment.startswith(COMMENT_PREFIX)

@@ -1,0 +1,191 @@
+"""What to submit: :class:`SlurmJobSpec` turns resources and a command into an sbatch script and argv.
+
+Every user value reaches sbatch as its own argument (``--job-name=my job``), and the command in the
+script is quoted with :func:`shlex.join`, so spaces, quotes and ``;`` are passed on verbatim. A command
+given as one string is a shell command line on purpose (like ``bash_command``); give a list for argv.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field, fields
+from datetime import timedelta
+from typing import Mapping, Sequence
+
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.units import parse_bytes, slurm_time_limit
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ARRAY_RE = re.compile(r"^(\d+(-\d+(:\d+)?)?)(,\d+(-\d+(:\d+)?)?)*(%\d+)?$")
+_GRES_RE = re.compile(r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*$")
+COMMENT_PREFIX = "gpusched:"
+
+
+@dataclass
+class SlurmJobSpec:
+    """A batch job. ``command`` (argv list, or a shell command string) or ``script`` (a whole script body)."""
+
+    command: Sequence[str] | str | None = None
+    script: str | None = None
+    job_name: str | None = None
+    partition: str | None = None
+    qos: str | None = None
+    account: str | None = None
+    gpus: int | None = None
+    gres: str | None = None
+    cpus_per_task: int | None = None
+    mem: int | str | None = None
+    time_limit: int | str | timedelta | None = None
+    array: str | None = None
+    nice: int | None = None
+    requeue: bool | None = None
+    open_mode: str | None = "append"
+    output: str | None = None
+    error: str | None = None
+    working_dir: str | None = None
+    environment: Mapping[str, str] = field(default_factory=dict)
+    setup: Sequence[str] = field(default_factory=tuple)
+    sbatch_args: Sequence[str] = field(default_factory=tuple)
+    comment: str | None = None
+    shell: str = "/bin/bash"
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # -- validation -------------------------------------------------------------------------------
+    def validate(self) -> None:
+        if (self.command is None) == (self.script is None):
+            raise InvalidArgumentError("command/script", (self.command, self.script),
+                                       "exactly one of command (argv list or shell string) or script")
+        if isinstance(self.command, (list, tuple)):
+            if not self.command or not all(isinstance(a, (str, int, float)) for a in self.command):
+                raise InvalidArgumentError("command", self.command, "a non-empty list of strings")
+        elif self.command is not None and (not isinstance(self.command, str) or not self.command.strip()):
+            raise InvalidArgumentError("command", self.command, "a non-empty shell command string or argv list")
+        for name in ("gpus", "cpus_per_task"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise InvalidArgumentError(name, value, "a non-negative integer")
+        if self.nice is not None and (isinstance(self.nice, bool) or not isinstance(self.nice, int)):
+            raise InvalidArgumentError("nice", self.nice, "an integer")
+        if self.gres is not None and not _GRES_RE.match(self.gres):
+            raise InvalidArgumentError("gres", self.gres, "a Slurm GRES list such as 'gpu:2' or 'gpu:a100:1'")
+        if self.gres and self.gpus:
+            raise InvalidArgumentError("gpus/gres", (self.gpus, self.gres), "either gpus or gres, not both")
+        if self.array is not None and not _ARRAY_RE.match(str(self.array)):
+            raise InvalidArgumentError("array", self.array, "a Slurm array spec such as '0-9', '1,3,5', '0-15:4%2'")
+        if self.open_mode not in (None, "append", "truncate"):
+            raise InvalidArgumentError("open_mode", self.open_mode, "'append', 'truncate' or None")
+        for key in self.environment:
+            if not _ENV_NAME.match(str(key)):
+                raise InvalidArgumentError(f"environment[{key!r}]", key, "an environment variable name")
+        if isinstance(self.setup, str):
+            self.setup = [self.setup]
+        if isinstance(self.sbatch_args, str):
+            raise InvalidArgumentError("sbatch_args", self.sbatch_args,
+                                       "a list of arguments such as ['--exclusive', '--constraint=a100']")
+        for arg in self.sbatch_args:
+            if not str(arg).startswith("-"):
+                raise InvalidArgumentError("sbatch_args", arg, "options starting with '-' (one list item each)")
+        # normalise the values sbatch needs in its own syntax (and fail early on bad ones)
+        if self.mem is not None:
+            self._mem_mb = max(1, -(-parse_bytes(self.mem, argument="mem") // 1024**2))
+        if self.time_limit is not None:
+            self._time = slurm_time_limit(self.time_limit)
+
+    # -- rendering --------------------------------------------------------------------------------
+    def sbatch_argv(self) -> list[str]:
+        """The sbatch options, one argument each (no shell involved)."""
+        args = ["--parsable"]
+        if self.job_name:
+            args.append(f"--job-name={self.job_name}")
+        for opt in ("partition", "qos", "account"):
+            value = getattr(self, opt)
+            if value:
+                args.append(f"--{opt}={value}")
+        if self.gpus:
+            args.append(f"--gres=gpu:{self.gpus}")
+        if self.gres:
+            args.append(f"--gres={self.gres}")
+        if self.cpus_per_task:
+            args.append(f"--cpus-per-task={self.cpus_per_task}")
+        if self.mem is not None:
+            args.append(f"--mem={self._mem_mb}M")
+        if self.time_limit is not None:
+            args.append(f"--time={self._time}")
+        if self.array is not None:
+            args.append(f"--array={self.array}")
+        if self.nice is not None:
+            args.append(f"--nice={self.nice}")
+        if self.requeue is True:
+            args.append("--requeue")
+        elif self.requeue is False:
+            args.append("--no-requeue")
+        if self.open_mode:
+            args.append(f"--open-mode={self.open_mode}")
+        if self.output:
+            args.append(f"--output={self.output}")
+        if self.error:
+            args.append(f"--error={self.error}")
+        if self.working_dir:
+            args.append(f"--chdir={self.working_dir}")
+        if self.comment:
+            args.append(f"--comment={self.comment}")
+        args.extend(str(a) for a in self.sbatch_args)
+        return args
+
+    def render_script(self) -> str:
+        lines = [f"#!{self.shell}", "# generated by airflow-provider-gpusched"]
+        if self.script is not None:
+            body = self.script
+            if body.startswith("#!"):  # the user's own shebang wins
+                lines = [body.splitlines()[0], lines[1]]
+                body = "\n".join(body.splitlines()[1:])
+        for key, value in self.environment.items():
+            lines.append(f"export {key}={shlex.quote(str(value))}")
+        lines.extend(str(s) for s in self.setup)
+        if self.script is not None:
+            lines.append(body)
+        elif isinstance(self.command, str):
+            lines.append(self.command)
+        else:
+            lines.append(shlex.join(str(a) for a in self.command))
+        return "\n".join(lines) + "\n"
+
+    def with_defaults(self, **defaults) -> SlurmJobSpec:
+        """A copy where unset fields take ``defaults`` (a connection's partition, account...)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        for key, value in defaults.items():
+            if key == "sbatch_args":
+                values[key] = [*value, *values[key]]
+            elif values.get(key) in (None, "", (), []):
+                values[key] = value
+        return SlurmJobSpec(**values)
+
+
+def parse_array_indices(array: str) -> list[int]:
+    """The task ids of an array spec: ``'0-6:2,9%2'`` -> ``[0, 2, 4, 6, 9]``."""
+    if not _ARRAY_RE.match(str(array)):
+        raise InvalidArgumentError("array", array, "a Slurm array spec such as '0-9', '1,3,5', '0-15:4%2'")
+    body = str(array).split("%")[0]
+    ids: set[int] = set()
+    for part in body.split(","):
+        rng, _, step = part.partition(":")
+        lo, _, hi = rng.partition("-")
+        start, end = int(lo), int(hi) if hi else int(lo)
+        ids.update(range(start, end + 1, int(step) if step else 1))
+    return sorted(ids)
+
+
+def job_comment(key: str, try_number: int | None = None) -> str:
+    """The ``--comment`` that marks a job as submitted for a given task instance (see :func:`task_key`)."""
+    return f"{COMMENT_PREFIX}{key}" + (f":try={try_number}" if try_number is not None else "")
+
+
+def task_key(dag_id: str, run_id: str, task_id: str, map_index: int | None = -1) -> str:
+    """A short, stable key for one task instance (all tries), safe inside a Slurm comment."""
+    import hashlib
+
+    raw = "\x1f".join([dag_id, run_id, task_id, str(-1 if map_index is None else map_index)])
+    return hashlib.sha256(raw.encode()).hexdigest()[:24]

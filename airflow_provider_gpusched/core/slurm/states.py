@@ -1,0 +1,179 @@
+"""The Slurm job state model: every state Slurm reports, classified.
+
+Slurm reports states as words (``RUNNING``, ``CANCELLED by 0``, ``OUT_OF_MEMORY``...). This module
+maps each one to a :class:`JobPhase`: not finished (pending or running) or finished with an outcome.
+``PREEMPTED`` is final only when the job was not requeued: a requeued job reappears as ``PENDING``
+with a higher restart count and is still waited for.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class JobPhase(str, enum.Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    PREEMPTED = "preempted"
+    OUT_OF_MEMORY = "out_of_memory"
+    NODE_FAIL = "node_fail"
+    BOOT_FAIL = "boot_fail"
+    DEADLINE = "deadline"
+    REVOKED = "revoked"
+    #: Slurm knows nothing about the job (it left the queue and no completion record was found).
+    NOT_FOUND = "not_found"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self not in (JobPhase.PENDING, JobPhase.RUNNING, JobPhase.NOT_FOUND)
+
+    @property
+    def is_success(self) -> bool:
+        return self is JobPhase.SUCCEEDED
+
+
+#: Slurm states of jobs that have not started running yet (or wait to run again).
+PENDING_STATES = frozenset(
+    {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SPECIAL_EXIT",
+     "RESV_DEL_HOLD", "SUSPENDED", "STOPPED", "RESIZING"}
+)
+#: Slurm states of jobs that are running or finishing.
+RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "SIGNALING", "STAGE_OUT"})
+#: Slurm's final states and what they mean here.
+TERMINAL_STATES = {
+    "COMPLETED": JobPhase.SUCCEEDED,
+    "FAILED": JobPhase.FAILED,
+    "CANCELLED": JobPhase.CANCELLED,
+    "TIMEOUT": JobPhase.TIMEOUT,
+    "PREEMPTED": JobPhase.PREEMPTED,
+    "OUT_OF_MEMORY": JobPhase.OUT_OF_MEMORY,
+    "NODE_FAIL": JobPhase.NODE_FAIL,
+    "BOOT_FAIL": JobPhase.BOOT_FAIL,
+    "DEADLINE": JobPhase.DEADLINE,
+    "REVOKED": JobPhase.REVOKED,
+}
+# squeue's and sacct's short codes, for output that uses %t instead of %T
+_SHORT = {
+    "PD": "PENDING", "R": "RUNNING", "CG": "COMPLETING", "CF": "CONFIGURING", "CD": "COMPLETED",
+    "F": "FAILED", "CA": "CANCELLED", "TO": "TIMEOUT", "PR": "PREEMPTED", "OOM": "OUT_OF_MEMORY",
+    "NF": "NODE_FAIL", "BF": "BOOT_FAIL", "DL": "DEADLINE", "RV": "REVOKED", "S": "SUSPENDED",
+    "ST": "STOPPED", "SI": "SIGNALING", "SO": "STAGE_OUT", "RS": "RESIZING", "RQ": "REQUEUED",
+    "RH": "REQUEUE_HOLD", "RF": "REQUEUE_FED", "SE": "SPECIAL_EXIT", "RD": "RESV_DEL_HOLD",
+}
+
+
+def normalize_state(raw: str) -> str:
+    """``'CANCELLED by 0'`` -> ``'CANCELLED'``, ``'CD'`` -> ``'COMPLETED'``, ``'RUNNING+'`` -> ``'RUNNING'``."""
+    word = (raw or "").strip().split(" ")[0].rstrip("+*").upper()
+    return _SHORT.get(word, word)
+
+
+def classify_state(raw: str) -> JobPhase:
+    """The phase of a Slurm state string. Unknown words count as pending, never as a failure:
+    a newer Slurm with a new state must not fail tasks whose jobs are fine."""
+    state = normalize_state(raw)
+    if state in TERMINAL_STATES:
+        return TERMINAL_STATES[state]
+    if state in RUNNING_STATES:
+        return JobPhase.RUNNING
+    return JobPhase.PENDING
+
+
+def parse_exit_code(text: str | None) -> tuple[int | None, int | None]:
+    """Slurm's ``EXIT:SIGNAL`` (``'3:0'``, ``'0:15'``) -> ``(3, None)``, ``(0, 15)``. Empty -> ``(None, None)``."""
+    if not text:
+        return None, None
+    text = text.strip()
+    if not text or text in ("N/A", "(null)"):
+        return None, None
+    code, _, sig = text.partition(":")
+    try:
+        exit_code = int(code)
+    except ValueError:
+        return None, None
+    try:
+        signal = int(sig) if sig else 0
+    except ValueError:
+        signal = 0
+    return exit_code, (signal or None)
+
+
+@dataclass
+class JobStatus:
+    """What Slurm says about one job (or one task of an array job)."""
+
+    job_id: str
+    phase: JobPhase
+    state: str = ""  # Slurm's own word, normalised
+    reason: str = ""
+    exit_code: int | None = None
+    signal: int | None = None
+    restarts: int = 0
+    name: str = ""
+    partition: str = ""
+    nodes: str = ""
+    array_job_id: str | None = None
+    array_task_id: str | None = None
+    source: str = ""  # squeue, sacct, jobcomp, scontrol
+    tasks: dict[str, JobStatus] = field(default_factory=dict)  # array tasks, keyed "ID_TASK"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.phase.is_terminal
+
+    def describe(self) -> str:
+        text = f"job {self.job_id} {self.state or self.phase.value}"
+        if self.exit_code is not None:
+            text += f" (exit code {self.exit_code}"
+            text += f", signal {self.signal})" if self.signal else ")"
+        if self.reason and self.reason not in ("None", "(null)"):
+            text += f" [{self.reason}]"
+        if self.restarts:
+            text += f", requeued {self.restarts}x"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["phase"] = self.phase.value
+        data["tasks"] = {k: v.to_dict() for k, v in self.tasks.items()}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobStatus:
+        data = dict(data)
+        data["phase"] = JobPhase(data["phase"])
+        data["tasks"] = {k: cls.from_dict(v) for k, v in (data.get("tasks") or {}).items()}
+        return cls(**data)
+
+
+def aggregate_array(job_id: str, tasks: dict[str, JobStatus], expected: int | None = None) -> JobStatus:
+    """One status for an array job: running while any task is unfinished; then succeeded only if every
+    task succeeded, else the outcome of the first task that did not (by task id)."""
+    restarts = max((t.restarts for t in tasks.values()), default=0)
+    unfinished = [t for t in tasks.values() if not t.is_terminal]
+    missing = expected is not None and len(tasks) < expected
+    if unfinished or missing or not tasks:
+        phase = JobPhase.RUNNING if any(t.phase is JobPhase.RUNNING for t in unfinished) else JobPhase.PENDING
+        if not tasks:
+            phase = JobPhase.NOT_FOUND
+        return JobStatus(job_id=job_id, phase=phase, state=phase.value.upper(), restarts=restarts,
+                         tasks=tasks, source="array")
+
+    def task_order(key: str) -> tuple[int, str]:
+        tail = key.rsplit("_", 1)[-1]
+        return (int(tail), key) if tail.isdigit() else (1 << 30, key)
+
+    failed = [tasks[k] for k in sorted(tasks, key=task_order) if not tasks[k].phase.is_success]
+    if not failed:
+        return JobStatus(job_id=job_id, phase=JobPhase.SUCCEEDED, state="COMPLETED", exit_code=0,
+                         restarts=restarts, tasks=tasks, source="array")
+    first = failed[0]
+    return JobStatus(job_id=job_id, phase=first.phase, state=first.state, exit_code=first.exit_code,
+                     signal=first.signal, restarts=restarts, tasks=tasks, source="array",
+                     reason=f"{len(failed)} of {len(tasks)} array tasks did not succeed")

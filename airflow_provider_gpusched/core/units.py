@@ -1,0 +1,87 @@
+"""Parsing of memory sizes and durations written by people ("2.5GB", "1200MiB", "01:30:00")."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1024, "kb": 1000, "kib": 1024,
+    "m": 1024**2, "mb": 1000**2, "mib": 1024**2,
+    "g": 1024**3, "gb": 1000**3, "gib": 1024**3,
+    "t": 1024**4, "tb": 1000**4, "tib": 1024**4,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-zA-Z]*)\s*$")
+_SIZE_EXPECTED = "a byte count (int) or a size such as '2.5GB', '1200MiB', '24G' (units B, K/KiB, KB, M/MiB, MB, G/GiB, GB, T/TiB, TB)"
+
+
+def parse_bytes(value: int | float | str, *, argument: str = "size") -> int:
+    """Return a size in bytes.
+
+    Integers are bytes. Strings take a decimal number and a unit: ``KB/MB/GB/TB`` are powers
+    of 1000, ``KiB/MiB/GiB/TiB`` and the single letters ``K/M/G/T`` (as Slurm and nvidia-smi
+    write them) are powers of 1024. Raises :class:`InvalidArgumentError` naming ``argument``.
+    """
+    if isinstance(value, bool):
+        raise InvalidArgumentError(argument, value, _SIZE_EXPECTED)
+    if isinstance(value, (int, float)):
+        if value < 0 or value != value:  # negative or NaN
+            raise InvalidArgumentError(argument, value, "a non-negative size")
+        return int(value)
+    if not isinstance(value, str):
+        raise InvalidArgumentError(argument, value, _SIZE_EXPECTED)
+    match = _SIZE_RE.match(value)
+    if not match or match.group(2).lower() not in _SIZE_UNITS:
+        raise InvalidArgumentError(argument, value, _SIZE_EXPECTED)
+    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
+
+
+def format_bytes(n: int) -> str:
+    """Human-readable size in binary units, e.g. ``24.0GiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n /= 1024
+    return f"{n:.1f}TiB"
+
+
+_SLURM_TIME_RE = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+_TIME_EXPECTED = "minutes (int), a timedelta, or a Slurm time such as '90', '01:30:00', '2-00:00:00'"
+
+
+def slurm_time_limit(value: int | timedelta | str, *, argument: str = "time_limit") -> str:
+    """Normalise a time limit to Slurm's ``[D-]HH:MM:SS`` form (Slurm rounds up to whole minutes)."""
+    if isinstance(value, bool):
+        raise InvalidArgumentError(argument, value, _TIME_EXPECTED)
+    if isinstance(value, int):
+        seconds = value * 60
+    elif isinstance(value, timedelta):
+        seconds = int(value.total_seconds())
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.upper() in ("UNLIMITED", "INFINITE"):
+            return "UNLIMITED"
+        m = _SLURM_TIME_RE.match(text)
+        if not m:
+            raise InvalidArgumentError(argument, value, _TIME_EXPECTED)
+        days, a, b, c = (int(x) if x is not None else None for x in m.groups())
+        days = days or 0
+        if b is None and c is None:  # "MM" or "D-HH"
+            seconds = days * 86400 + (a * 3600 if m.group(1) else a * 60)
+        elif c is None:  # "MM:SS" or "D-HH:MM"
+            seconds = days * 86400 + (a * 3600 + b * 60 if m.group(1) else a * 60 + b)
+        else:  # "HH:MM:SS" / "D-HH:MM:SS"
+            seconds = days * 86400 + a * 3600 + b * 60 + c
+    else:
+        raise InvalidArgumentError(argument, value, _TIME_EXPECTED)
+    if seconds <= 0:
+        raise InvalidArgumentError(argument, value, "a positive duration")
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    body = f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{days}-{body}" if days else body

@@ -1,0 +1,41 @@
+"""``@task.slurm``: run the decorated function as a Slurm job (function-level scheduling).
+
+    @task.slurm(gpus=1, cpus_per_task=4, partition="gpu", setup=["source /shared/envs/pt2.sh"])
+    def evaluate(subnet: list[int]) -> float:
+        ...
+
+Arguments are those of :class:`~airflow_provider_gpusched.operators.slurm.SlurmPythonOperator`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from airflow.sdk.bases.decorator import DecoratedOperator, TaskDecorator, task_decorator_factory
+
+from airflow_provider_gpusched.operators.slurm import SlurmPythonOperator
+
+
+class _SlurmDecoratedOperator(DecoratedOperator, SlurmPythonOperator):
+    custom_operator_name = "@task.slurm"
+    template_fields: Sequence[str] = SlurmPythonOperator.template_fields
+
+    def __init__(self, *, python_callable: Callable, op_args=None, op_kwargs=None, **kwargs: Any) -> None:
+        super().__init__(
+            python_callable=python_callable,
+            op_args=op_args,
+            op_kwargs=op_kwargs,
+            kwargs_to_upstream={"python_callable": python_callable, "op_args": op_args, "op_kwargs": op_kwargs},
+            **kwargs,
+        )
+
+
+def slurm_task(python_callable: Callable | None = None, multiple_outputs: bool | None = None,
+               **kwargs: Any) -> TaskDecorator:
+    """Wrap a function into a :class:`SlurmPythonOperator` (``@task.slurm``)."""
+    return task_decorator_factory(
+        python_callable=python_callable,
+        multiple_outputs=multiple_outputs,
+        decorated_operator_class=_SlurmDecoratedOperator,
+        **kwargs,
+    )

@@ -1,0 +1,102 @@
+"""SlurmHook: a :class:`~airflow_provider_gpusched.core.slurm.SlurmClient` built from an Airflow connection.
+
+Connection (type ``slurm``): *host* is an optional login host (commands then run through
+``ssh [login@]host --``; empty means "Slurm's CLI is on this machine"), *login*/*port* are for ssh, and
+the extra fields give defaults for every job (partition, account, qos, sbatch options) plus a
+``slurm_conf`` path. Without a connection named ``slurm_default`` the hook uses the local CLI.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from airflow.sdk import BaseHook
+
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.slurm import (
+    CommandRunner,
+    SlurmClient,
+    SlurmJobSpec,
+    SSHCommandRunner,
+    runner_from_description,
+)
+
+
+class SlurmHook(BaseHook):
+    conn_name_attr = "slurm_conn_id"
+    default_conn_name = "slurm_default"
+    conn_type = "slurm"
+    hook_name = "Slurm"
+
+    def __init__(self, slurm_conn_id: str = default_conn_name, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.slurm_conn_id = slurm_conn_id
+        self._client: SlurmClient | None = None
+        self._extras: dict[str, Any] | None = None
+        self._runner_description: dict | None = None
+
+    def _load(self) -> None:
+        if self._extras is not None:
+            return
+        try:
+            conn = self.get_connection(self.slurm_conn_id)
+        except Exception as exc:  # noqa: BLE001 - AirflowNotFoundException, without importing airflow internals
+            if self.slurm_conn_id != self.default_conn_name or "isn't defined" not in str(exc):
+                raise
+            self.log.info("No connection %r: running Slurm commands on this host", self.slurm_conn_id)
+            self._extras = {}
+            self._runner_description = CommandRunner().describe()
+            return
+        extras = dict(conn.extra_dejson or {})
+        # the UI stores conn-fields as extra__slurm__<name> in some versions; accept both spellings
+        for key in list(extras):
+            if key.startswith("extra__slurm__"):
+                extras.setdefault(key[len("extra__slurm__"):], extras.pop(key))
+        self._extras = extras
+        slurm_conf = extras.get("slurm_conf") or None
+        if conn.host:
+            ssh_options = shlex.split(extras.get("ssh_options") or "")
+            self._runner_description = SSHCommandRunner(
+                slurm_conf=slurm_conf, host=conn.host, user=conn.login or None, port=conn.port or None,
+                ssh_options=ssh_options).describe()
+        else:
+            self._runner_description = CommandRunner(slurm_conf=slurm_conf).describe()
+
+    @property
+    def runner_description(self) -> dict:
+        """How to reach Slurm, as plain data (triggers carry it instead of looking up the connection)."""
+        self._load()
+        assert self._runner_description is not None
+        return dict(self._runner_description)
+
+    def get_conn(self) -> SlurmClient:
+        if self._client is None:
+            self._client = SlurmClient(runner_from_description(self.runner_description))
+        return self._client
+
+    def job_defaults(self) -> dict[str, Any]:
+        """Defaults the connection gives every job (explicit operator arguments win)."""
+        self._load()
+        assert self._extras is not None
+        defaults: dict[str, Any] = {}
+        for key in ("partition", "account", "qos"):
+            if self._extras.get(key):
+                defaults[key] = str(self._extras[key])
+        options = self._extras.get("sbatch_options")
+        if options:
+            if not isinstance(options, str):
+                raise InvalidArgumentError(f"connection {self.slurm_conn_id!r} extra 'sbatch_options'",
+                                           options, "a string of sbatch options")
+            defaults["sbatch_args"] = shlex.split(options)
+        return defaults
+
+    def apply_defaults(self, spec: SlurmJobSpec) -> SlurmJobSpec:
+        return spec.with_defaults(**self.job_defaults())
+
+    def test_connection(self) -> tuple[bool, str]:
+        try:
+            out = self.get_conn().runner.run(["sinfo", "-h", "-o", "%P %a %D %G"]).stdout
+        except Exception as exc:  # noqa: BLE001
+            return False, str(exc)
+        return True, "sinfo: " + "; ".join(out.split("\n")[:5])

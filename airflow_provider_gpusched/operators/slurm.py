@@ -1,0 +1,371 @@
+"""Operators that run work as Slurm jobs.
+
+* :class:`SlurmJobOperator`: a command (argv list or shell string) or a script, with resources.
+* :class:`SlurmPythonOperator`: a Python callable as a Slurm job (seed pavi's function-level
+  scheduling); its return value is the task's XCom, its exception (with traceback) fails the task.
+
+Both defer to :class:`~airflow_provider_gpusched.triggers.slurm.SlurmJobTrigger` by default (a blocking
+mode exists too), push the job id as XCom ``slurm_job_id`` at once, and never submit a second job for
+the same task instance while an earlier try's job is still alive: they find it by its ``--comment``
+(keyed to dag/run/task/map index) and re-attach.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from datetime import timedelta
+from typing import Any, Callable, Collection, Mapping, Sequence
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_provider_gpusched import settings
+from airflow_provider_gpusched.core import pyfunc
+from airflow_provider_gpusched.core.slurm import (
+    JobStatus,
+    JobTracker,
+    SlurmCommandError,
+    SlurmJobSpec,
+    SlurmUnavailableError,
+    job_comment,
+    parse_array_indices,
+    task_key,
+)
+from airflow_provider_gpusched.hooks.slurm import SlurmHook
+from airflow_provider_gpusched.triggers.slurm import SlurmJobTrigger
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def _safe(part: str) -> str:
+    return _SAFE.sub("_", part).strip("._") or "_"
+
+
+class SlurmJobFailed(AirflowException):
+    """The Slurm job ended in a state other than COMPLETED."""
+
+    def __init__(self, message: str, status: dict | None = None):
+        super().__init__(message)
+        self.status = status or {}
+
+
+class SlurmJobOperator(BaseOperator):
+    """Submit a Slurm batch job and wait for it.
+
+    :param command: argv list (passed verbatim) or a shell command line (a string). Templated.
+    :param script: a whole batch script body instead of ``command``. Templated.
+    :param job_name: Slurm job name (default ``<dag_id>.<task_id>``).
+    :param partition, qos, account: Slurm placement (defaults from the connection).
+    :param gpus: GPUs per job (``--gres=gpu:N``); or ``gres`` for a raw GRES string such as ``gpu:a100:2``.
+    :param cpus_per_task, mem, time_limit: resources (``mem`` accepts ``'16G'``, ``'2.5GB'``; ``time_limit``
+        minutes, a timedelta or ``'HH:MM:SS'``).
+    :param array: job array spec (``'0-9%2'``): the task succeeds when every array task succeeds.
+    :param nice, requeue, open_mode: scheduling knobs (``open_mode='append'`` by default so a requeued job
+        keeps its earlier output).
+    :param output_path, error_path: output files (``%j``, ``%A``, ``%a`` allowed); default under ``[gpusched] slurm_output_dir``.
+    :param environment: variables exported in the job script. ``setup``: lines run before the command
+        (for example ``source /shared/envs/pt2.sh``). ``sbatch_args``: extra sbatch options.
+    :param deferrable: wait in the triggerer (default ``[gpusched] default_deferrable``) or in the worker.
+    :param poll_interval: seconds between status checks (default ``[gpusched] slurm_poll_interval``).
+    :param cancel_on_kill: cancel the job when the task is killed (default True).
+    """
+
+    template_fields: Sequence[str] = (
+        "command", "script", "job_name", "partition", "qos", "account", "environment", "setup",
+        "sbatch_args", "output_path", "error_path", "working_dir", "array",
+    )
+    template_fields_renderers = {"script": "bash", "command": "py", "environment": "json"}
+    ui_color = "#dbe9f6"
+
+    def __init__(
+        self,
+        *,
+        command: Sequence[str] | str | None = None,
+        script: str | None = None,
+        job_name: str | None = None,
+        partition: str | None = None,
+        qos: str | None = None,
+        account: str | None = None,
+        gpus: int | None = None,
+        gres: str | None = None,
+        cpus_per_task: int | None = None,
+        mem: int | str | None = None,
+        time_limit: int | str | timedelta | None = None,
+        array: str | None = None,
+        nice: int | None = None,
+        requeue: bool | None = None,
+        open_mode: str | None = "append",
+        output_path: str | None = None,
+        error_path: str | None = None,
+        working_dir: str | None = None,
+        environment: Mapping[str, str] | None = None,
+        setup: Sequence[str] | str | None = None,
+        sbatch_args: Sequence[str] | None = None,
+        slurm_conn_id: str = SlurmHook.default_conn_name,
+        deferrable: bool | None = None,
+        poll_interval: float | None = None,
+        cancel_on_kill: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.command = command
+        self.script = script
+        self.job_name = job_name
+        self.partition = partition
+        self.qos = qos
+        self.account = account
+        self.gpus = gpus
+        self.gres = gres
+        self.cpus_per_task = cpus_per_task
+        self.mem = mem
+        self.time_limit = time_limit
+        self.array = array
+        self.nice = nice
+        self.requeue = requeue
+        self.open_mode = open_mode
+        self.output_path = output_path
+        self.error_path = error_path
+        self.working_dir = working_dir
+        self.environment = dict(environment or {})
+        self.setup = [setup] if isinstance(setup, str) else list(setup or [])
+        self.sbatch_args = list(sbatch_args or [])
+        self.slurm_conn_id = slurm_conn_id
+        self.deferrable = settings.default_deferrable() if deferrable is None else deferrable
+        self.poll_interval = poll_interval
+        self.cancel_on_kill = cancel_on_kill
+        self._job_id: str | None = None
+        if type(self) is SlurmJobOperator:
+            # fail at DAG parse time, naming the argument, rather than when the task runs
+            self._validate_static()
+
+    # -- building the job ------------------------------------------------------------------------------
+    def _validate_static(self) -> None:
+        if (command := self.command) is None and self.script is None:
+            raise AirflowException(f"{self.task_id}: give either command (argv list or shell string) or script")
+        SlurmJobSpec(command=command if self.script is None else None, script=self.script,
+                     gpus=self.gpus, gres=self.gres, cpus_per_task=self.cpus_per_task, mem=self.mem,
+                     time_limit=self.time_limit, nice=self.nice, open_mode=self.open_mode,
+                     environment=self.environment, sbatch_args=self.sbatch_args,
+                     array=self.array if self.array and "{{" not in str(self.array) else None)
+
+    def _task_dir(self, context) -> str:
+        ti = context["ti"]
+        name = ti.task_id + (f".{ti.map_index}" if ti.map_index is not None and ti.map_index >= 0 else "")
+        return os.path.join(settings.slurm_output_dir(), _safe(ti.dag_id), _safe(ti.run_id), _safe(name))
+
+    def _command(self, context) -> Sequence[str] | str | None:
+        return self.command
+
+    def build_spec(self, context, comment: str) -> SlurmJobSpec:
+        ti = context["ti"]
+        task_dir = self._task_dir(context)
+        os.makedirs(task_dir, exist_ok=True)
+        output = self.output_path or os.path.join(task_dir, "%A_%a.out" if self.array else "%j.out")
+        command = self._command(context)
+        return SlurmJobSpec(
+            command=command if self.script is None else None, script=self.script,
+            job_name=self.job_name or f"{ti.dag_id}.{ti.task_id}", partition=self.partition, qos=self.qos,
+            account=self.account, gpus=self.gpus, gres=self.gres, cpus_per_task=self.cpus_per_task,
+            mem=self.mem, time_limit=self.time_limit, array=self.array, nice=self.nice,
+            requeue=self.requeue, open_mode=self.open_mode, output=output, error=self.error_path,
+            working_dir=self.working_dir, environment=self.environment, setup=self.setup,
+            sbatch_args=self.sbatch_args, comment=comment,
+        )
+
+    # -- running -----------------------------------------------------------------------------------------
+    def execute(self, context) -> Any:
+        hook = SlurmHook(self.slurm_conn_id)
+        client = hook.get_conn()
+        ti = context["ti"]
+        key = task_key(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
+        live = self._find_live(client, key)
+        if live:
+            job_id, comment = live[0]
+            self.log.info("Re-attaching to Slurm job %s (%s), still alive from an earlier try; not "
+                          "submitting a duplicate", job_id, comment)
+            output_path = self._output_of_live_job(context)
+        else:
+            spec = hook.apply_defaults(self.build_spec(context, job_comment(key, ti.try_number)))
+            job_id = self._submit(client, spec, key)
+            output_path = spec.output
+            self.log.info("Submitted Slurm job %s (sbatch %s)", job_id, " ".join(spec.sbatch_argv()))
+        self._job_id = job_id
+        output_path = (output_path or "").replace("%j", job_id).replace("%A", job_id)
+        ti.xcom_push(key="slurm_job_id", value=job_id)
+        ti.xcom_push(key="slurm_output", value=output_path)
+        array_size = len(parse_array_indices(self.array)) if self.array else None
+        poll = self.poll_interval or settings.poll_interval()
+        if self.deferrable:
+            self.defer(
+                trigger=SlurmJobTrigger(job_id=job_id, runner=hook.runner_description, poll_interval=poll,
+                                        array_size=array_size, not_found_timeout=settings.not_found_timeout(),
+                                        cancel_on_kill=self.cancel_on_kill, output_path=output_path),
+                method_name="execute_complete",
+            )
+        tracker = JobTracker(job_id, not_found_timeout=settings.not_found_timeout())
+        backoff = poll
+        while not tracker.done:
+            try:
+                status = client.status(job_id, array_size)
+                backoff = poll
+            except SlurmUnavailableError as exc:
+                self.log.warning("Slurm unreachable (%s); retrying in %.0fs", exc, backoff)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 60.0)
+                continue
+            for line in tracker.update(status):
+                self.log.info("%s", line)
+            if not tracker.done:
+                time.sleep(poll)
+        final = tracker.final_status()
+        return self._finish(context, final.to_dict(), output_path, tracker.preemptions,
+                            final.reason if tracker.lost else None)
+
+    def _find_live(self, client, key: str) -> list[tuple[str, str]]:
+        for attempt in range(5):
+            try:
+                return client.find_live_jobs(job_comment(key))
+            except SlurmUnavailableError as exc:
+                self.log.warning("Slurm unreachable while looking for earlier jobs (%s); retrying", exc)
+                time.sleep(min(2 ** attempt, 30))
+        return client.find_live_jobs(job_comment(key))
+
+    def _submit(self, client, spec: SlurmJobSpec, key: str) -> str:
+        """sbatch, retried while Slurm is unreachable; before each retry, check whether the earlier
+        attempt got through after all (the comment finds it), so a retry never duplicates the job."""
+        for attempt in range(6):
+            try:
+                return client.submit(spec).job_id
+            except SlurmUnavailableError as exc:
+                self.log.warning("sbatch could not reach Slurm (%s); retrying", exc)
+                time.sleep(min(2 ** attempt, 30))
+                live = self._find_live(client, key)
+                if live:
+                    return live[0][0]
+            except SlurmCommandError as exc:
+                raise AirflowException(f"{self.task_id}: {exc}") from exc
+        return client.submit(spec).job_id
+
+    def _output_of_live_job(self, context) -> str:
+        return self.output_path or os.path.join(self._task_dir(context), "%A_%a.out" if self.array else "%j.out")
+
+    def execute_complete(self, context, event: dict[str, Any]) -> Any:
+        self._job_id = event.get("job_id")
+        return self._finish(context, event.get("job"), event.get("output_path", ""), event.get("preemptions", 0),
+                            None if event.get("job") else event.get("message"))
+
+    def _finish(self, context, job: dict | None, output_path: str, preemptions: int,
+                problem: str | None) -> Any:
+        client = SlurmHook(self.slurm_conn_id).get_conn()
+        if job is None:
+            raise SlurmJobFailed(f"Slurm job {self._job_id or '?'}: {problem}")
+        status = JobStatus.from_dict(job)
+        self._job_id = status.job_id
+        tail_lines = settings.output_tail_lines()
+        failed_task = next((t for t in status.tasks.values() if not t.phase.is_success), None)
+        tail_path = output_path
+        if status.tasks:
+            task_id = (failed_task or next(iter(status.tasks.values()))).array_task_id or ""
+            tail_path = output_path.replace("%a", task_id)
+        tail = client.tail(tail_path, tail_lines) if tail_path else ""
+        if preemptions:
+            self.log.info("Slurm job %s was preempted and requeued %d time(s) before finishing",
+                          status.job_id, preemptions)
+        if status.tasks:
+            for key in sorted(status.tasks, key=lambda k: int(k.rsplit("_", 1)[-1]) if k.rsplit("_", 1)[-1].isdigit() else 0):
+                self.log.info("  array task %s", status.tasks[key].describe())
+        if tail:
+            self.log.info("Last lines of %s:\n%s", tail_path, tail)
+        if problem or not status.phase.is_success:
+            message = f"Slurm {status.describe()}" if not problem else f"Slurm job {status.job_id}: {problem}"
+            if tail:
+                message += f"\n--- last lines of {tail_path} ---\n{tail}"
+            raise SlurmJobFailed(message, status.to_dict())
+        return self.result_value(context, status, output_path, preemptions)
+
+    def result_value(self, context, status: JobStatus, output_path: str, preemptions: int) -> Any:
+        result = {
+            "job_id": status.job_id, "state": status.state, "exit_code": status.exit_code,
+            "output_path": output_path, "nodes": status.nodes, "partition": status.partition,
+            "preemptions": preemptions,
+        }
+        if status.tasks:
+            result["array_tasks"] = {k: {"state": t.state, "exit_code": t.exit_code} for k, t in status.tasks.items()}
+        return result
+
+    def on_kill(self) -> None:
+        if self._job_id and self.cancel_on_kill:
+            self.log.info("Task killed: cancelling Slurm job %s", self._job_id)
+            SlurmHook(self.slurm_conn_id).get_conn().cancel([self._job_id])
+
+
+class SlurmPythonOperator(SlurmJobOperator):
+    """Run ``python_callable(*op_args, **op_kwargs)`` as a Slurm job; its return value becomes the XCom.
+
+    The callable is pickled (by value when it lives in a DAG file) into the task's directory under
+    ``[gpusched] slurm_output_dir``, which must be visible from the compute nodes; the job runs
+    ``python -m airflow_provider_gpusched.core.pyfunc DIR`` with ``python`` (default: this interpreter,
+    so the job sees the same packages). Resources as for :class:`SlurmJobOperator`; ``setup`` lines
+    (``source /path/env.sh``) run first.
+    """
+
+    template_fields: Sequence[str] = (*SlurmJobOperator.template_fields, "op_args", "op_kwargs")
+
+    def __init__(self, *, python_callable: Callable, op_args: Collection[Any] | None = None,
+                 op_kwargs: Mapping[str, Any] | None = None, python: str | None = None, **kwargs: Any) -> None:
+        if not callable(python_callable):
+            raise AirflowException(f"python_callable must be callable, got {python_callable!r}")
+        super().__init__(**kwargs)
+        self.python_callable = python_callable
+        self.op_args = list(op_args or [])
+        self.op_kwargs = dict(op_kwargs or {})
+        self.python = python or sys.executable
+
+    def _call_dir(self, context) -> str:
+        return os.path.join(self._task_dir(context), "call")
+
+    def call_arguments(self, context) -> tuple[list, dict]:
+        """``op_args`` and ``op_kwargs``, plus the context values the callable names as parameters
+        (``ds``, ``run_id``, ``params``...) when they can travel to the job."""
+        import cloudpickle
+
+        from airflow.sdk.bases.decorator import determine_kwargs
+
+        kwargs = dict(determine_kwargs(self.python_callable, self.op_args, {**context, **self.op_kwargs}))
+        for name in list(kwargs):
+            if name in self.op_kwargs:
+                continue
+            try:
+                cloudpickle.dumps(kwargs[name])
+            except Exception:  # noqa: BLE001 - live objects (ti, dag_run) stay behind
+                self.log.warning("context value %r cannot be sent to the Slurm job; passing None", name)
+                kwargs[name] = None
+        return list(self.op_args), kwargs
+
+    def _command(self, context) -> list[str]:
+        args, kwargs = self.call_arguments(context)
+        pyfunc.write_call(self._call_dir(context), self.python_callable, tuple(args), kwargs)
+        return [self.python, "-m", "airflow_provider_gpusched.core.pyfunc", self._call_dir(context)]
+
+    def _finish(self, context, job, output_path, preemptions, problem):
+        try:
+            return super()._finish(context, job, output_path, preemptions, problem)
+        except SlurmJobFailed as exc:
+            outcome = pyfunc.read_outcome(self._call_dir(context))
+            if outcome.error is not None:
+                self.log.error("The callable raised in Slurm job %s:\n%s", self._job_id,
+                               outcome.error.remote_traceback)
+                raise SlurmJobFailed(f"{self.python_callable.__name__} raised {outcome.error} in Slurm job "
+                                     f"{self._job_id}\n--- remote traceback ---\n"
+                                     f"{outcome.error.remote_traceback}", exc.status) from None
+            raise
+
+    def result_value(self, context, status, output_path, preemptions):
+        outcome = pyfunc.read_outcome(self._call_dir(context))
+        if not outcome.finished:
+            raise SlurmJobFailed(f"Slurm job {status.job_id} completed but left no result in "
+                                 f"{self._call_dir(context)} (is that directory shared with the compute nodes?)")
+        return outcome.value

@@ -1,0 +1,96 @@
+"""Provider metadata read by Airflow's ProvidersManager (entry point ``apache_airflow_provider``).
+
+Importing this module must stay cheap: it imports nothing from Airflow or the rest of the package.
+"""
+
+from __future__ import annotations
+
+from airflow_provider_gpusched import __version__
+
+PACKAGE = "airflow_provider_gpusched"
+
+
+def get_provider_info() -> dict:
+    return {
+        "package-name": "airflow-provider-gpusched",
+        "name": "GPU scheduling (local GPUs and Slurm)",
+        "description": "Schedule GPU work for ML research from Airflow: Slurm jobs (deferrable), "
+                       "Python callables as Slurm jobs, sweeps and idle-time filling.",
+        "versions": [__version__],
+        "integrations": [
+            {"integration-name": "Slurm", "external-doc-url": "https://slurm.schedmd.com/", "tags": ["software"]},
+        ],
+        "hooks": [{"integration-name": "Slurm", "python-modules": [f"{PACKAGE}.hooks.slurm"]}],
+        "operators": [{"integration-name": "Slurm", "python-modules": [f"{PACKAGE}.operators.slurm"]}],
+        "sensors": [{"integration-name": "Slurm", "python-modules": [f"{PACKAGE}.sensors.slurm"]}],
+        "triggers": [{"integration-name": "Slurm", "python-modules": [f"{PACKAGE}.triggers.slurm"]}],
+        "task-decorators": [
+            {"class-name": f"{PACKAGE}.decorators.slurm.slurm_task", "name": "slurm"},
+        ],
+        "connection-types": [
+            {
+                "hook-class-name": f"{PACKAGE}.hooks.slurm.SlurmHook",
+                "hook-name": "Slurm",
+                "connection-type": "slurm",
+                "conn-fields": {
+                    "partition": {"label": "Default partition", "schema": {"type": ["string", "null"]}},
+                    "account": {"label": "Default account", "schema": {"type": ["string", "null"]}},
+                    "qos": {"label": "Default QOS", "schema": {"type": ["string", "null"]}},
+                    "sbatch_options": {
+                        "label": "Default sbatch options",
+                        "schema": {"type": ["string", "null"]},
+                        "description": "Extra sbatch options for every job, e.g. --exclusive --constraint=a100",
+                    },
+                    "slurm_conf": {
+                        "label": "SLURM_CONF path",
+                        "schema": {"type": ["string", "null"]},
+                        "description": "slurm.conf to use when it is not in the default place",
+                    },
+                    "ssh_options": {
+                        "label": "Extra ssh options",
+                        "schema": {"type": ["string", "null"]},
+                        "description": "Used only with a login host, e.g. -i /keys/id_ed25519",
+                    },
+                },
+                "ui-field-behaviour": {
+                    "hidden-fields": ["schema", "password", "extra"],
+                    "relabeling": {"host": "Login host (empty: run Slurm commands here)",
+                                   "login": "SSH user", "port": "SSH port"},
+                    "placeholders": {"host": "login.cluster.example.org", "login": "your-user", "port": "22",
+                                     "partition": "gpu", "sbatch_options": "--exclusive"},
+                },
+            }
+        ],
+        "config": {
+            "gpusched": {
+                "description": "Settings of airflow-provider-gpusched.",
+                "options": {
+                    "slurm_poll_interval": {
+                        "description": "Seconds between two squeue calls of the shared Slurm poller "
+                                       "(one call covers every job the triggerer tracks).",
+                        "version_added": "0.1.0", "type": "float", "example": "10", "default": "10",
+                    },
+                    "slurm_not_found_timeout": {
+                        "description": "Seconds a tracked job may be unknown to squeue and the completion "
+                                       "record before its task fails.",
+                        "version_added": "0.1.0", "type": "float", "example": "300", "default": "300",
+                    },
+                    "slurm_output_dir": {
+                        "description": "Directory for job output files and Python-callable payloads "
+                                       "(must be on a file system the compute nodes share). "
+                                       "Empty: <AIRFLOW_HOME>/gpusched/slurm.",
+                        "version_added": "0.1.0", "type": "string", "example": "/shared/airflow/slurm",
+                        "default": "",
+                    },
+                    "default_deferrable": {
+                        "description": "Whether Slurm operators and sensors defer by default.",
+                        "version_added": "0.1.0", "type": "boolean", "example": "True", "default": "True",
+                    },
+                    "output_tail_lines": {
+                        "description": "Lines of a job's output quoted in the task log when it finishes.",
+                        "version_added": "0.1.0", "type": "integer", "example": "40", "default": "40",
+                    },
+                },
+            }
+        },
+    }
