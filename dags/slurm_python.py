@@ -42,4 +42,4 @@ def slurm_python():
     best(evaluate.expand(subnet=[[1, 2, 3], [3, 2, 1], [2, 2, 2]]))
 
 
-slurm_python()
+slurm_python_dag = slurm_python()

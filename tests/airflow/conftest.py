@@ -1,0 +1,55 @@
+import importlib.util
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def load_dag_file(path: Path):
+    """Import a DAG file the way Airflow does: under a name no other process can import."""
+    name = f"unusual_prefix_test_{path.stem}_{uuid.uuid4().hex[:6]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def the_dag(path: Path):
+    """The one DAG defined in a DAG file."""
+    from airflow.sdk import DAG
+
+    module = load_dag_file(path)
+    dags = {id(v): v for v in vars(module).values() if isinstance(v, DAG)}
+    assert len(dags) == 1, f"{path} defines {len(dags)} DAGs"
+    return next(iter(dags.values()))
+
+
+def dag_run_results(dag_run):
+    """{task_id or (task_id, map_index): {key: value}} and {same: state} for a finished dag.test() run."""
+    from sqlalchemy import select
+
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    xcoms: dict = {}
+    states: dict = {}
+    with create_session() as session:
+        rows = session.execute(
+            select(XComModel.task_id, XComModel.map_index, XComModel.key, XComModel.value).where(
+                XComModel.dag_id == dag_run.dag_id, XComModel.run_id == dag_run.run_id)).all()
+        for task_id, map_index, key, value in rows:
+            xcoms.setdefault(task_id if map_index < 0 else (task_id, map_index), {})[key] = value
+        for ti in dag_run.get_task_instances(session=session):
+            states[ti.task_id if ti.map_index < 0 else (ti.task_id, ti.map_index)] = (ti.state, ti.try_number)
+    return xcoms, states
+
+
+@pytest.fixture
+def run_dag(airflow_db, slurm_cluster):
+    def run(dag):
+        dag_run = dag.test()
+        xcoms, states = dag_run_results(dag_run)
+        return dag_run.state, xcoms, states
+    return run

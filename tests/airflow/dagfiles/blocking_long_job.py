@@ -1,0 +1,20 @@
+"""A blocking-mode Slurm task whose job runs for minutes (for the kill tests). JOB_NAME comes from the env."""
+
+import os
+from datetime import timedelta
+
+import pendulum
+
+from airflow.sdk import DAG
+
+from airflow_provider_gpusched.operators.slurm import SlurmJobOperator
+
+with DAG(dag_id="test_blocking_long_job", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")) as dag:
+    SlurmJobOperator(
+        task_id="long",
+        command="sleep 300",
+        job_name=os.environ.get("GPUSCHED_TEST_JOB_NAME", "long"),
+        deferrable=False,
+        poll_interval=0.5,
+        execution_timeout=timedelta(seconds=float(os.environ.get("GPUSCHED_TEST_TIMEOUT", "600"))),
+    )

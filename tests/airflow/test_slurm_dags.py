@@ -1,0 +1,198 @@
+"""Slurm operators, trigger, sensor and decorator in real DAGs run with dag.test() against real Slurm."""
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+import pytest
+
+from airflow_provider_gpusched.core.slurm import CommandRunner, JobPhase, SlurmClient, SlurmJobSpec
+from airflow_provider_gpusched.core.slurm.job import job_comment, task_key
+from airflow_provider_gpusched.triggers.slurm import SlurmJobTrigger
+
+from .conftest import REPO, the_dag
+
+
+def dagfile(name):
+    return the_dag(REPO / "tests" / "airflow" / "dagfiles" / f"{name}.py")
+
+pytestmark = [pytest.mark.airflow, pytest.mark.slurm]
+
+
+@pytest.fixture
+def slurm(slurm_cluster):
+    return SlurmClient(CommandRunner(slurm_conf=slurm_cluster))
+
+
+def jobs_named(slurm, name):
+    out = slurm.runner.run(["squeue", "-h", "-t", "all", "-n", name, "-o", "%i|%T"], check=False).stdout
+    return [line.split("|") for line in out.split()]
+
+
+def test_example_command_dag(run_dag):
+    dag = the_dag(REPO / "dags" / "slurm_command.py")
+    state, xcoms, states = run_dag(dag)
+    assert state == "success", states
+    train = xcoms["train"]["return_value"]
+    assert train["state"] == "COMPLETED" and train["exit_code"] == 0
+    assert xcoms["train"]["slurm_job_id"] == train["job_id"]
+    text = open(train["output_path"]).read()
+    assert "args ['--lr', '3e-4', '--note', 'a b; c']" in text  # verbatim through Airflow and sbatch
+    assert len(text.split("GPUs ")[1].strip().split(",")) == 2
+    report = open(xcoms["report"]["return_value"]["output_path"]).read()
+    assert f"train output was {train['output_path']}" in report  # templated from the upstream XCom
+
+
+def test_example_array_dag(run_dag):
+    dag = the_dag(REPO / "dags" / "slurm_array.py")
+    state, xcoms, _ = run_dag(dag)
+    assert state == "success"
+    result = xcoms["seeds"]["return_value"]
+    assert len(result["array_tasks"]) == 4
+    assert {t["state"] for t in result["array_tasks"].values()} == {"COMPLETED"}
+
+
+def test_example_python_dag(run_dag):
+    dag = the_dag(REPO / "dags" / "slurm_python.py")
+    state, xcoms, states = run_dag(dag)
+    assert state == "success", states
+    scores = {tuple(v["return_value"]["subnet"]): v["return_value"]["score"] for k, v in xcoms.items()
+              if isinstance(k, tuple) and k[0] == "evaluate"}
+    assert scores == {(1, 2, 3): 4.6667, (3, 2, 1): 3.3333, (2, 2, 2): 4.0}
+    assert xcoms["best"]["return_value"]["subnet"] == [1, 2, 3]
+    assert all(v["return_value"]["gpus"] is not None for k, v in xcoms.items() if isinstance(k, tuple))
+
+
+def test_failed_job_fails_the_task_with_exit_code_and_output(run_dag, capfd):
+    state, xcoms, states = run_dag(dagfile("t_fail"))
+    assert state == "failed"
+    assert states["fails"][0] == "failed"
+    logged = capfd.readouterr()
+    text = logged.out + logged.err
+    assert "exit code 3" in text
+    assert "CUDA error: boom" in text and "loading data" in text
+
+
+def test_python_exception_surfaces_with_traceback(run_dag, capfd):
+    state, _, _ = run_dag(dagfile("t_pyexc"))
+    assert state == "failed"
+    text = "".join(capfd.readouterr())
+    assert "ValueError: bad value 7" in text
+    assert "inner_helper" in text  # the remote traceback, not just the message
+
+
+def test_retry_reattaches_instead_of_resubmitting(run_dag, slurm, monkeypatch):
+    name = f"reattach-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("GPUSCHED_TEST_JOB_NAME", name)
+    state, xcoms, states = run_dag(dagfile("t_reattach"))
+    assert state == "success", states
+    assert states["job"] == ("success", 2)
+    jobs = jobs_named(slurm, name)
+    assert len(jobs) == 1, f"expected one Slurm job for two tries, got {jobs}"
+    assert xcoms["job"]["return_value"]["job_id"] == jobs[0][0]
+
+
+def test_idle_job_preempted_requeued_and_task_succeeds(run_dag, slurm, monkeypatch):
+    name = f"idle-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("GPUSCHED_TEST_JOB_NAME", name)
+
+    def preempt_then_release():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            jobs = jobs_named(slurm, name)
+            if jobs and jobs[0][1] == "RUNNING":
+                break
+            time.sleep(0.3)
+        else:
+            return
+        job_id = jobs[0][0]
+        normal = slurm.submit(SlurmJobSpec(command="sleep 1", partition="batch", gpus=4, output="/dev/null"))
+        slurm.wait(normal.job_id, poll_interval=0.5, timeout=60)
+        while time.monotonic() < deadline + 60:  # Slurm holds requeued jobs ~2 min: release it now
+            done = slurm.runner.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=False)
+            if done.returncode == 0:
+                return
+            time.sleep(0.5)
+
+    helper = threading.Thread(target=preempt_then_release, daemon=True)
+    helper.start()
+    state, xcoms, states = run_dag(dagfile("t_idle"))
+    helper.join(timeout=5)
+    assert state == "success", states
+    result = xcoms["fill"]["return_value"]
+    assert result["preemptions"] >= 1
+    assert open(result["output_path"]).read().count("run") == 2
+
+
+def test_sensor_waits_for_an_existing_job_deferrable_and_poking(run_dag, slurm, tmp_path, monkeypatch):
+    ok = slurm.submit(SlurmJobSpec(command="sleep 2", output=str(tmp_path / "s-%j.out"))).job_id
+    bad = slurm.submit(SlurmJobSpec(command="sleep 1; exit 5", output=str(tmp_path / "s-%j.out"))).job_id
+    monkeypatch.setenv("GPUSCHED_TEST_OK_JOB", ok)
+    monkeypatch.setenv("GPUSCHED_TEST_BAD_JOB", bad)
+    state, xcoms, states = run_dag(dagfile("t_sensor"))
+    assert states["deferred_ok"][0] == "success" and states["poke_ok"][0] == "success"
+    assert xcoms["deferred_ok"]["return_value"]["state"] == "COMPLETED"
+    assert states["deferred_bad"][0] == "failed"
+    assert state == "failed"
+
+
+def test_trigger_on_kill_cancels_the_job(slurm, slurm_cluster, tmp_path):
+    job = slurm.submit(SlurmJobSpec(command="sleep 300", output=str(tmp_path / "k-%j.out"))).job_id
+    trigger = SlurmJobTrigger(job_id=job, runner=CommandRunner(slurm_conf=slurm_cluster).describe(), poll_interval=0.5)
+
+    async def main():
+        run = asyncio.create_task(anext(trigger.run()))
+        await asyncio.sleep(2)
+        run.cancel()  # what the triggerer does when the user marks the task failed...
+        await trigger.on_kill()  # ...followed by on_kill
+
+    asyncio.run(main())
+    assert slurm.wait(job, poll_interval=0.5, timeout=60).phase is JobPhase.CANCELLED
+
+
+def test_trigger_round_trips_through_serialize():
+    trigger = SlurmJobTrigger(job_id="12", runner={"slurm_conf": "/x", "timeout": 60.0}, poll_interval=3,
+                              array_size=4, output_path="/o/%a.out")
+    path, kwargs = trigger.serialize()
+    assert path == "airflow_provider_gpusched.triggers.slurm.SlurmJobTrigger"
+    assert SlurmJobTrigger(**kwargs).serialize() == (path, kwargs)
+
+
+def test_execution_timeout_kills_the_blocking_task_and_cancels_the_job(run_dag, slurm, monkeypatch):
+    name = f"timeout-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("GPUSCHED_TEST_JOB_NAME", name)
+    monkeypatch.setenv("GPUSCHED_TEST_TIMEOUT", "6")
+    state, _, _ = run_dag(dagfile("blocking_long_job"))
+    assert state == "failed"
+    (job_id, job_state), = jobs_named(slurm, name)
+    assert slurm.wait(job_id, poll_interval=0.5, timeout=60).phase is JobPhase.CANCELLED
+
+
+def test_sigterm_to_the_task_process_cancels_the_job(airflow_db, slurm, slurm_cluster):
+    name = f"sigterm-{uuid.uuid4().hex[:8]}"
+    code = ("import sys; sys.path.insert(0, %r); from tests.airflow.conftest import the_dag; "
+            "from pathlib import Path; the_dag(Path(%r)).test()"
+            % (str(REPO), str(REPO / "tests" / "airflow" / "dagfiles" / "blocking_long_job.py")))
+    env = {**os.environ, "GPUSCHED_TEST_JOB_NAME": name, "SLURM_CONF": slurm_cluster}
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not any(s == "RUNNING" for _, s in jobs_named(slurm, name)):
+            time.sleep(0.5)
+        (job_id, job_state), = jobs_named(slurm, name)
+        assert job_state == "RUNNING"
+        proc.send_signal(signal.SIGTERM)
+        assert slurm.wait(job_id, poll_interval=0.5, timeout=60).phase is JobPhase.CANCELLED
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_key_for_reattach_covers_map_index_not_try():
+    assert job_comment(task_key("d", "r", "t", 3), 1).rsplit(":", 1)[0] == \
+        job_comment(task_key("d", "r", "t", 3), 2).rsplit(":", 1)[0]

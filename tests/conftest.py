@@ -1,0 +1,91 @@
+"""Shared test setup.
+
+* Airflow gets a fresh AIRFLOW_HOME (SQLite metadata DB) in a temporary directory, set before any
+  test module imports Airflow.
+* The ``slurm_cluster`` fixture gives a real single-node Slurm cluster: the one named by
+  ``SLURM_CONF`` if it answers, otherwise one started with ``scripts/slurm-cluster.sh up`` (root
+  only) and stopped again at the end. In CI (``CI=true``) a cluster that does not come up fails the
+  tests that need it instead of skipping them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+_AIRFLOW_HOME = tempfile.mkdtemp(prefix="gpusched-test-airflow-")
+os.environ["AIRFLOW_HOME"] = _AIRFLOW_HOME
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+# dag.test() runs only DAGs found in the DAGs folder: the examples and the tests' own DAG files
+_DAGS = os.path.join(_AIRFLOW_HOME, "dags")
+os.makedirs(_DAGS)
+for _src in [*(REPO / "dags").glob("*.py"), *(REPO / "tests" / "airflow" / "dagfiles").glob("*.py")]:
+    shutil.copy(_src, _DAGS)
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = _DAGS
+os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
+os.environ["AIRFLOW__GPUSCHED__SLURM_OUTPUT_DIR"] = os.path.join(_AIRFLOW_HOME, "slurm-out")
+os.environ.setdefault("AIRFLOW__GPUSCHED__SLURM_POLL_INTERVAL", "1")
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)
+
+
+def _sinfo_ok(env: dict) -> bool:
+    try:
+        out = subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True, timeout=10)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and any(s in out.stdout for s in ("idle", "mixed", "alloc"))
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """SLURM_CONF of a running single-node cluster with 4 GPUs and partitions batch/idle."""
+    env = dict(os.environ)
+    if env.get("SLURM_CONF") and _sinfo_ok(env):
+        yield env["SLURM_CONF"]
+        return
+    script = REPO / "scripts" / "slurm-cluster.sh"
+    conf = REPO / ".slurm" / "etc" / "slurm.conf"
+    if conf.exists() and _sinfo_ok({**env, "SLURM_CONF": str(conf)}):
+        os.environ["SLURM_CONF"] = str(conf)  # already up (e.g. scripts/test.sh started it): leave it up
+        yield str(conf)
+        return
+    problem = None
+    started = False
+    if os.geteuid() != 0:
+        problem = "the test cluster needs root (or set SLURM_CONF to a running cluster)"
+    else:
+        proc = subprocess.run(["bash", str(script), "up"], capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0:
+            problem = f"scripts/slurm-cluster.sh up failed:\n{proc.stdout}\n{proc.stderr}"
+        else:
+            started = True
+    if problem:
+        if IN_CI:
+            pytest.fail(f"Slurm test cluster unavailable in CI: {problem}")
+        pytest.skip(f"Slurm test cluster unavailable: {problem}")
+    os.environ["SLURM_CONF"] = str(conf)
+    try:
+        yield str(conf)
+    finally:
+        if started and not os.environ.get("GPUSCHED_KEEP_CLUSTER"):
+            subprocess.run(["bash", str(script), "down"], capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def airflow_db():
+    """An initialised SQLite metadata DB in the temporary AIRFLOW_HOME."""
+    proc = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return _AIRFLOW_HOME

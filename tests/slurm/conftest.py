@@ -1,0 +1,37 @@
+import os
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_gpusched.core.slurm import CommandRunner, SlurmClient
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def client(slurm_cluster, tmp_path):
+    return SlurmClient(CommandRunner(slurm_conf=slurm_cluster), script_dir=str(tmp_path / "scripts"))
+
+
+@pytest.fixture
+def out(tmp_path):
+    """A fresh output path pattern for one job."""
+    return lambda name="job": str(tmp_path / f"{name}-{uuid.uuid4().hex[:6]}-%j.out")
+
+
+def scontrol(conf, *args):
+    return subprocess.run(["scontrol", *args], env={**os.environ, "SLURM_CONF": conf}, capture_output=True,
+                          text=True, check=False)
+
+
+def wait_until(predicate, timeout=60.0, interval=0.5, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
