@@ -1,0 +1,49 @@
+# Sourced by scripts/demo.sh and scripts/test.sh: make this checkout runnable on a fresh Debian machine.
+#  - system packages: python3-venv, Slurm (slurm-wlm) and munge, installed with apt-get when missing
+#    (needs root; as another user, install them yourself first)
+#  - .venv with this package and its test extras, pinned by constraints/airflow-3.3.2.txt
+# Re-running is cheap: nothing is reinstalled unless pyproject.toml or the constraints changed.
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="${PYTHON:-python3}"
+CONSTRAINTS="$REPO/constraints/airflow-3.3.2.txt"
+
+say() { echo "[gpusched] $*" >&2; }
+
+apt_install() {
+  if [ "$(id -u)" != 0 ]; then
+    say "missing system packages: $*; install them (as root: apt-get install -y $*) and re-run"
+    exit 2
+  fi
+  say "apt-get install $*"
+  export DEBIAN_FRONTEND=noninteractive
+  if [ -z "${GPUSCHED_APT_UPDATED:-}" ]; then apt-get update -q >/dev/null; export GPUSCHED_APT_UPDATED=1; fi
+  apt-get install -y -q --no-install-recommends "$@" >/dev/null
+}
+
+need=()
+command -v "$PY" >/dev/null || need+=(python3)
+if command -v "$PY" >/dev/null && ! "$PY" -c "import ensurepip, venv" >/dev/null 2>&1; then need+=(python3-venv); fi
+command -v slurmctld >/dev/null || need+=(slurm-wlm)
+command -v munged >/dev/null || need+=(munge)
+[ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
+
+if [ ! -x "$REPO/.venv/bin/python" ]; then
+  say "creating .venv"
+  "$PY" -m venv "$REPO/.venv"
+fi
+stamp="$REPO/.venv/.gpusched-installed"
+want="$(cat "$REPO/pyproject.toml" "$CONSTRAINTS" | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  say "installing airflow-provider-gpusched and Apache Airflow 3.3.2 into .venv (a few minutes the first time)"
+  log="$REPO/.venv/pip-install.log"
+  if ! { "$REPO/.venv/bin/python" -m pip install --disable-pip-version-check --upgrade pip \
+         && "$REPO/.venv/bin/python" -m pip install --disable-pip-version-check -c "$CONSTRAINTS" -e "$REPO[test]"; \
+       } >"$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    say "pip install failed; full log in $log"
+    exit 1
+  fi
+  echo "$want" >"$stamp"
+fi
+export PATH="$REPO/.venv/bin:$PATH"

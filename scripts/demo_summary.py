@@ -1,0 +1,36 @@
+"""Print what the latest run of a DAG did: task states, Slurm job ids, results and job output."""
+
+import sys
+
+from sqlalchemy import select
+
+from airflow.models.dagrun import DagRun
+from airflow.models.xcom import XComModel
+from airflow.utils.session import create_session
+
+dag_id = sys.argv[1]
+with create_session() as session:
+    run = session.scalars(select(DagRun).where(DagRun.dag_id == dag_id).order_by(DagRun.id.desc())).first()
+    if run is None:
+        sys.exit(f"no run of {dag_id} found")
+    print(f"run {run.run_id}: {run.state}")
+    for ti in sorted(run.get_task_instances(session=session), key=lambda t: (t.task_id, t.map_index)):
+        label = ti.task_id + (f"[{ti.map_index}]" if ti.map_index >= 0 else "")
+        values = dict(session.execute(select(XComModel.key, XComModel.value).where(
+            XComModel.dag_id == dag_id, XComModel.run_id == run.run_id, XComModel.task_id == ti.task_id,
+            XComModel.map_index == ti.map_index)).all())
+        print(f"  {label:<14} {ti.state:<8} slurm job {values.get('slurm_job_id', '-')}")
+        result = values.get("return_value")
+        if isinstance(result, dict) and "output_path" in result:
+            print(f"      result: state={result['state']} exit={result['exit_code']} nodes={result['nodes']}"
+                  f" preemptions={result['preemptions']}")
+            path = result["output_path"]
+            try:
+                lines = open(path).read().strip().splitlines()[-3:]
+                for line in lines:
+                    print(f"      | {line}")
+            except OSError:
+                pass
+        elif result is not None:
+            print(f"      result: {result}")
+    sys.exit(0 if run.state == "success" else 1)
