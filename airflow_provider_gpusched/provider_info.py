@@ -41,6 +41,12 @@ def get_provider_info() -> dict:
                         "schema": {"type": ["string", "null"]},
                         "description": "Extra sbatch options for every job, e.g. --exclusive --constraint=a100",
                     },
+                    "idle_partition": {
+                        "label": "Partition for idle-class jobs",
+                        "schema": {"type": ["string", "null"], "default": "idle"},
+                        "description": "Preemptible partition (PreemptMode=REQUEUE) that job_class='idle' uses",
+                    },
+                    "idle_qos": {"label": "QOS for idle-class jobs", "schema": {"type": ["string", "null"]}},
                     "slurm_conf": {
                         "label": "SLURM_CONF path",
                         "schema": {"type": ["string", "null"]},

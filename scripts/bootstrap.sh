@@ -1,5 +1,6 @@
 # Sourced by scripts/demo.sh and scripts/test.sh: make this checkout runnable on a fresh Debian machine.
-#  - system packages: python3-venv, Slurm (slurm-wlm) and munge, installed with apt-get when missing
+#  - system packages: python3-venv, Slurm (slurm-wlm) and munge (and, for the tests, openssh), installed
+#    with apt-get when missing
 #    (needs root; as another user, install them yourself first)
 #  - .venv with this package and its test extras, pinned by constraints/airflow-3.3.2.txt
 # Re-running is cheap: nothing is reinstalled unless pyproject.toml or the constraints changed.
@@ -26,6 +27,10 @@ command -v "$PY" >/dev/null || need+=(python3)
 if command -v "$PY" >/dev/null && ! "$PY" -c "import ensurepip, venv" >/dev/null 2>&1; then need+=(python3-venv); fi
 command -v slurmctld >/dev/null || need+=(slurm-wlm)
 command -v munged >/dev/null || need+=(munge)
+if [ -n "${GPUSCHED_NEED_SSHD:-}" ]; then  # the tests drive Slurm through a real ssh login host too
+  [ -x /usr/sbin/sshd ] || need+=(openssh-server)
+  command -v ssh >/dev/null || need+=(openssh-client)
+fi
 [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
 
 if [ ! -x "$REPO/.venv/bin/python" ]; then

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -89,3 +91,39 @@ def airflow_db():
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return _AIRFLOW_HOME
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def login_host(tmp_path_factory):
+    """(port, ssh options) of an sshd on 127.0.0.1 that accepts a fresh key for root."""
+    if not os.path.exists("/usr/sbin/sshd") or not shutil.which("ssh") or os.geteuid() != 0:
+        if IN_CI:
+            pytest.fail("sshd/ssh not installed or not root (scripts/test.sh installs openssh-server)")
+        pytest.skip("needs root, sshd and ssh")
+    d = tmp_path_factory.mktemp("sshd")
+    for key in ("hostkey", "clientkey"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / key)], check=True)
+    shutil.copy(d / "clientkey.pub", d / "authorized_keys")
+    os.makedirs("/run/sshd", exist_ok=True)
+    port = free_port()
+    proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", "/dev/null", "-h", str(d / "hostkey"), "-p", str(port),
+                             "-o", "ListenAddress=127.0.0.1", "-o", f"AuthorizedKeysFile={d / 'authorized_keys'}",
+                             "-o", "PermitRootLogin=prohibit-password", "-o", "StrictModes=no", "-o", "UsePAM=no",
+                             "-o", f"PidFile={d / 'sshd.pid'}"], stderr=subprocess.DEVNULL)
+    options = ["-i", str(d / "clientkey"), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+               "-o", "LogLevel=ERROR"]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.1)
+    yield port, options
+    proc.terminate()
+    proc.wait(timeout=10)

@@ -14,6 +14,7 @@ from typing import Any
 from airflow.sdk import BaseHook
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.job_classes import slurm_class_settings
 from airflow_provider_gpusched.core.slurm import (
     CommandRunner,
     SlurmClient,
@@ -91,8 +92,16 @@ class SlurmHook(BaseHook):
             defaults["sbatch_args"] = shlex.split(options)
         return defaults
 
-    def apply_defaults(self, spec: SlurmJobSpec) -> SlurmJobSpec:
-        return spec.with_defaults(**self.job_defaults())
+    def class_settings(self, job_class: str) -> dict[str, Any]:
+        """What ``job_class`` means on this cluster (connection extras ``idle_partition``/``idle_qos``)."""
+        self._load()
+        assert self._extras is not None
+        overrides = {"idle": {"partition": self._extras.get("idle_partition"), "qos": self._extras.get("idle_qos")}}
+        return slurm_class_settings(job_class, overrides)
+
+    def apply_defaults(self, spec: SlurmJobSpec, job_class: str = "normal") -> SlurmJobSpec:
+        """Explicit job settings win over the job class, which wins over the connection's defaults."""
+        return spec.with_defaults(**self.class_settings(job_class)).with_defaults(**self.job_defaults())
 
     def test_connection(self) -> tuple[bool, str]:
         try:

@@ -24,6 +24,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.core import pyfunc
+from airflow_provider_gpusched.core.job_classes import check_job_class
 from airflow_provider_gpusched.core.slurm import (
     JobStatus,
     JobTracker,
@@ -71,6 +72,8 @@ class SlurmJobOperator(BaseOperator):
     :param deferrable: wait in the triggerer (default ``[gpusched] default_deferrable``) or in the worker.
     :param poll_interval: seconds between status checks (default ``[gpusched] slurm_poll_interval``).
     :param cancel_on_kill: cancel the job when the task is killed (default True).
+    :param job_class: ``"normal"`` (default) or ``"idle"``: fill-in work that goes to the preemptible
+        partition with requeue (connection extras ``idle_partition`` / ``idle_qos`` change where).
     """
 
     template_fields: Sequence[str] = (
@@ -108,9 +111,11 @@ class SlurmJobOperator(BaseOperator):
         deferrable: bool | None = None,
         poll_interval: float | None = None,
         cancel_on_kill: bool = True,
+        job_class: str = "normal",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.job_class = check_job_class(job_class)
         self.command = command
         self.script = script
         self.job_name = job_name
@@ -188,7 +193,7 @@ class SlurmJobOperator(BaseOperator):
                           "submitting a duplicate", job_id, comment)
             output_path = self._output_of_live_job(context)
         else:
-            spec = hook.apply_defaults(self.build_spec(context, job_comment(key, ti.try_number)))
+            spec = hook.apply_defaults(self.build_spec(context, job_comment(key, ti.try_number)), self.job_class)
             job_id = self._submit(client, spec, key)
             output_path = spec.output
             self.log.info("Submitted Slurm job %s (sbatch %s)", job_id, " ".join(spec.sbatch_argv()))

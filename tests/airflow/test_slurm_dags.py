@@ -196,3 +196,18 @@ def test_sigterm_to_the_task_process_cancels_the_job(airflow_db, slurm, slurm_cl
 def test_key_for_reattach_covers_map_index_not_try():
     assert job_comment(task_key("d", "r", "t", 3), 1).rsplit(":", 1)[0] == \
         job_comment(task_key("d", "r", "t", 3), 2).rsplit(":", 1)[0]
+
+
+def test_job_through_an_ssh_login_host_connection(run_dag, login_host, slurm_cluster, monkeypatch):
+    import json
+
+    port, options = login_host
+    monkeypatch.setenv("AIRFLOW_CONN_SLURM_SSH", json.dumps({
+        "conn_type": "slurm", "host": "127.0.0.1", "login": "root", "port": port,
+        "extra": {"ssh_options": " ".join(options), "slurm_conf": slurm_cluster, "partition": "batch",
+                  "sbatch_options": "--nice=5"}}))
+    state, xcoms, states = run_dag(dagfile("t_ssh"))
+    assert state == "success", states
+    result = xcoms["remote"]["return_value"]
+    assert result["partition"] == "batch"
+    assert open(result["output_path"]).read().strip() == "['a b', 'x;y', \"it's\"]"

@@ -184,3 +184,22 @@ def test_status_round_trips_through_dict():
     st = aggregate_array("5", {"5_0": JobStatus(job_id="5_0", phase=JobPhase.FAILED, state="FAILED", exit_code=2)}, 1)
     again = JobStatus.from_dict(st.to_dict())
     assert again == st
+
+
+def test_job_classes():
+    from airflow_provider_gpusched.core.job_classes import slurm_class_settings
+
+    assert slurm_class_settings("normal") == {}
+    assert slurm_class_settings("idle") == {"partition": "idle", "requeue": True}
+    assert slurm_class_settings("idle", {"idle": {"partition": "scavenger", "qos": None}}) == {
+        "partition": "scavenger", "requeue": True}
+    with pytest.raises(InvalidArgumentError, match="job_class"):
+        slurm_class_settings("background")
+
+
+def test_explicit_settings_beat_the_class_which_beats_connection_defaults():
+    from airflow_provider_gpusched.core.job_classes import slurm_class_settings
+
+    spec = SlurmJobSpec(command="x", requeue=False)
+    merged = spec.with_defaults(**slurm_class_settings("idle")).with_defaults(partition="batch", account="lab")
+    assert (merged.partition, merged.requeue, merged.account) == ("idle", False, "lab")
