@@ -1,0 +1,188 @@
+"""What GPUs this host has and how busy they are: NVML through ``nvidia-ml-py``, or a *simulated*
+inventory from configuration (``"4x24GiB"``) where no GPU exists — for tests and demos, and reported as
+simulated everywhere it appears.
+
+Device indices are NVML's, which follow PCI bus order; children get ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so
+CUDA numbers the devices the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Protocol
+
+from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.units import parse_bytes
+
+SIMULATE_ENV = "GPUSCHED_SIMULATE_GPUS"
+
+
+class GPUInventoryError(GpuschedError):
+    """No usable GPU inventory: no NVML and no simulation configured, or NVML failed."""
+
+
+@dataclass
+class GPUProcess:
+    pid: int
+    used_memory: int | None  # bytes; None when the driver does not say
+
+
+@dataclass
+class GPUInfo:
+    index: int
+    uuid: str
+    name: str
+    memory_total: int
+    memory_used: int
+    utilization: int | None = None  # percent, None if unknown
+    processes: list[GPUProcess] = field(default_factory=list)
+    simulated: bool = False
+
+    @property
+    def memory_free(self) -> int:
+        return max(0, self.memory_total - self.memory_used)
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["memory_free"] = self.memory_free
+        return data
+
+
+class GPUInventory(Protocol):
+    source: str  # "nvml" or "simulated"
+
+    def gpus(self) -> list[GPUInfo]: ...
+
+
+class NVMLInventory:
+    """GPUs through NVML. Raises :class:`GPUInventoryError` if NVML cannot be initialised."""
+
+    source = "nvml"
+    _lock = threading.Lock()
+    _initialised = False
+
+    def __init__(self) -> None:
+        try:
+            import pynvml
+        except ImportError as exc:  # pragma: no cover - nvidia-ml-py is a dependency
+            raise GPUInventoryError("nvidia-ml-py is not installed") from exc
+        self._nvml = pynvml
+        with self._lock:
+            if not NVMLInventory._initialised:
+                try:
+                    pynvml.nvmlInit()
+                except pynvml.NVMLError as exc:
+                    raise GPUInventoryError(f"NVML is not available ({exc})") from exc
+                NVMLInventory._initialised = True
+
+    def driver_version(self) -> str:
+        version = self._nvml.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else str(version)
+
+    def gpus(self) -> list[GPUInfo]:
+        nv = self._nvml
+        result = []
+        for index in range(nv.nvmlDeviceGetCount()):
+            handle = nv.nvmlDeviceGetHandleByIndex(index)
+            mem = nv.nvmlDeviceGetMemoryInfo(handle)
+            try:
+                util = int(nv.nvmlDeviceGetUtilizationRates(handle).gpu)
+            except nv.NVMLError:
+                util = None
+            processes = []
+            for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+                try:
+                    for proc in getattr(nv, getter)(handle):
+                        used = getattr(proc, "usedGpuMemory", None)
+                        processes.append(GPUProcess(int(proc.pid), int(used) if used is not None else None))
+                except nv.NVMLError:
+                    pass
+            uuid = nv.nvmlDeviceGetUUID(handle)
+            name = nv.nvmlDeviceGetName(handle)
+            result.append(GPUInfo(
+                index=index, uuid=uuid.decode() if isinstance(uuid, bytes) else uuid,
+                name=name.decode() if isinstance(name, bytes) else name,
+                memory_total=int(mem.total), memory_used=int(mem.used), utilization=util,
+                processes=processes,
+            ))
+        return result
+
+
+_SIM_RE = re.compile(r"^\s*(\d+)\s*[xX]\s*(.+?)\s*$")
+
+
+def parse_simulation_spec(spec: str) -> list[int]:
+    """``"4x24GiB"`` -> four 24 GiB GPUs; ``"24GiB,80GiB"`` -> two GPUs of those sizes."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise InvalidArgumentError("simulate_gpus", spec, "a spec such as '4x24GiB' or '24GiB,24GiB,80GiB'")
+    sizes: list[int] = []
+    for part in spec.split(","):
+        m = _SIM_RE.match(part)
+        count, size = (int(m.group(1)), m.group(2)) if m else (1, part)
+        if count < 1:
+            raise InvalidArgumentError("simulate_gpus", spec, "at least one GPU")
+        sizes += [parse_bytes(size, argument="simulate_gpus")] * count
+    return sizes
+
+
+class SimulatedInventory:
+    """GPUs that do not exist, for tests and demos on machines without one.
+
+    Every GPU reports ``simulated=True`` and a UUID starting ``GPU-SIMULATED-``. Memory in use is 0
+    unless a *usage file* says otherwise: ``{"0": {"memory_used": "6GiB", "utilization": 80,
+    "pids": [1234]}}`` simulates a colleague's process on GPU 0 (what NVML would report).
+    """
+
+    source = "simulated"
+
+    def __init__(self, spec: str, usage_file: str | None = None, name: str = "Simulated GPU") -> None:
+        self.spec = spec
+        self.sizes = parse_simulation_spec(spec)
+        self.usage_file = usage_file
+        self.name = name
+
+    def _usage(self) -> dict:
+        if not self.usage_file or not os.path.exists(self.usage_file):
+            return {}
+        try:
+            with open(self.usage_file) as fh:
+                return json.load(fh)
+        except (OSError, ValueError) as exc:
+            raise GPUInventoryError(f"{self.usage_file}: not a valid simulated-usage JSON file ({exc})") from exc
+
+    def gpus(self) -> list[GPUInfo]:
+        usage = self._usage()
+        result = []
+        for index, total in enumerate(self.sizes):
+            u = usage.get(str(index), {})
+            used = parse_bytes(u.get("memory_used", 0), argument=f"{self.usage_file}[{index}].memory_used")
+            procs = [GPUProcess(int(p), None) for p in u.get("pids", [])]
+            result.append(GPUInfo(index=index, uuid=f"GPU-SIMULATED-{index:04d}", name=f"{self.name} {index}",
+                                  memory_total=total, memory_used=min(used, total),
+                                  utilization=u.get("utilization", 0), processes=procs, simulated=True))
+        return result
+
+
+def get_inventory(simulate: str | None = None, usage_file: str | None = None,
+                  prefer_simulated: bool = False) -> GPUInventory:
+    """NVML where it works; else the simulated inventory ``simulate`` (or ``$GPUSCHED_SIMULATE_GPUS``);
+    else a clear error. ``prefer_simulated`` uses the simulation even where NVML works (tests)."""
+    simulate = simulate or os.environ.get(SIMULATE_ENV) or None
+    if simulate and prefer_simulated:
+        return SimulatedInventory(simulate, usage_file)
+    try:
+        inventory = NVMLInventory()
+        if inventory.gpus():
+            return inventory
+        reason = "NVML found no GPU"
+    except GPUInventoryError as exc:
+        reason = str(exc)
+    if simulate:
+        return SimulatedInventory(simulate, usage_file)
+    raise GPUInventoryError(
+        f"No GPU inventory: {reason}, and no simulated inventory is configured. On a machine without "
+        f"NVIDIA GPUs set {SIMULATE_ENV}=4x24GiB (or [gpusched] simulate_gpus) to use simulated GPUs.")

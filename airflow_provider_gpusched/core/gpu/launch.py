@@ -1,0 +1,147 @@
+"""Starting a GPU child process and stopping all of it.
+
+The child runs in its own process group (``start_new_session``) with ``CUDA_VISIBLE_DEVICES`` set to its
+lease's GPUs, a working directory, and its output (stdout and stderr together) written to a log file and
+passed line by line to a callback (the Airflow task log). Stopping sends SIGTERM to the group and to
+every descendant, waits ``grace`` seconds, then SIGKILLs what is left: no orphan keeps GPU memory.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import threading
+import time
+from typing import Callable, Mapping, Sequence
+
+from airflow_provider_gpusched.core.gpu.leases import Lease
+
+#: Framework settings that make packing several processes on one GPU work (each only where unset).
+SHARED_GPU_ENV = {
+    "XLA_PYTHON_CLIENT_PREALLOCATE": "false",  # JAX would take 75% of the GPU at start
+    "TF_FORCE_GPU_ALLOW_GROWTH": "true",       # TensorFlow would take all of it
+}
+
+
+def gpu_environment(lease: Lease, gpu_totals: Mapping[int, int], base: Mapping[str, str] | None = None,
+                    extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env.update({str(k): str(v) for k, v in (extra or {}).items()})
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA numbers GPUs like NVML
+    env["CUDA_VISIBLE_DEVICES"] = lease.cuda_visible_devices
+    env["GPUSCHED_LEASE_ID"] = lease.lease_id
+    env["GPUSCHED_GPU_UUIDS"] = ",".join(lease.uuids)
+    if lease.simulated:
+        env["GPUSCHED_GPUS_SIMULATED"] = "1"
+    if not lease.whole:
+        per_gpu = next(iter(lease.memory.values()))
+        env["GPUSCHED_GPU_MEMORY_BYTES"] = str(per_gpu)
+        total = min(gpu_totals.get(i, per_gpu) for i in lease.gpus)
+        # for torch.cuda.set_per_process_memory_fraction(float(os.environ["GPUSCHED_GPU_MEMORY_FRACTION"]))
+        env["GPUSCHED_GPU_MEMORY_FRACTION"] = f"{min(1.0, per_gpu / total):.4f}"
+        for key, value in SHARED_GPU_ENV.items():
+            env.setdefault(key, value)
+    return env
+
+
+class GPUChild:
+    """One running child. ``argv`` is run as is; a shell command needs ``shell=True`` said explicitly."""
+
+    def __init__(self, argv: Sequence[str] | str, *, env: Mapping[str, str], cwd: str | None, log_path: str,
+                 lease: Lease | None = None, shell: bool = False,
+                 on_line: Callable[[str], None] | None = None, tail_lines: int = 200) -> None:
+        if shell:
+            if not isinstance(argv, str):
+                raise TypeError("shell=True takes one command string")
+            argv = ["/bin/bash", "-c", argv]
+        elif isinstance(argv, str):
+            raise TypeError("a command string needs shell=True; give an argv list to run a program directly")
+        self.argv = [str(a) for a in argv]
+        self.env = dict(env)
+        self.cwd = cwd
+        self.log_path = log_path
+        self.lease = lease
+        self.on_line = on_line
+        self.tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
+        self.proc: subprocess.Popen | None = None
+        self._reader: threading.Thread | None = None
+        self.started_at = 0.0
+        self.stopped_by_us = False
+
+    def start(self) -> GPUChild:
+        os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
+        if self.cwd:
+            os.makedirs(self.cwd, exist_ok=True)
+        pass_fds = (self.lease.fd,) if self.lease is not None and self.lease.fd is not None else ()
+        self.started_at = time.monotonic()
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=self.env, cwd=self.cwd, start_new_session=True, pass_fds=pass_fds)
+        self._reader = threading.Thread(target=self._read, name=f"gpu-child-{self.proc.pid}", daemon=True)
+        self._reader.start()
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        with open(self.log_path, "ab") as log:
+            for raw in iter(self.proc.stdout.readline, b""):
+                log.write(raw)
+                log.flush()
+                line = raw.decode(errors="replace").rstrip("\n")
+                self.tail.append(line)
+                if self.on_line:
+                    try:
+                        self.on_line(line)
+                    except Exception:  # noqa: BLE001 - logging must never kill the reader
+                        pass
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """The exit status (negative: killed by that signal), or None if still running after ``timeout``."""
+        assert self.proc is not None
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        if self._reader:
+            self._reader.join(timeout=5)
+        return code
+
+    def descendants(self) -> list[int]:
+        try:
+            import psutil
+
+            return [c.pid for c in psutil.Process(self.pid).children(recursive=True)]
+        except Exception:  # noqa: BLE001 - the child is gone
+            return []
+
+    def stop(self, grace: float = 10.0) -> int | None:
+        """SIGTERM the whole process group and every descendant; SIGKILL after ``grace`` seconds."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.stopped_by_us = True
+        family = self.descendants()
+        self._signal_all(signal.SIGTERM, family)
+        code = self.wait(timeout=grace)
+        family = set(family) | set(self.descendants())
+        self._signal_all(signal.SIGKILL, family)
+        if code is None:
+            code = self.wait(timeout=10)
+        return code
+
+    def _signal_all(self, sig: int, pids) -> None:
+        assert self.proc is not None
+        try:
+            os.killpg(self.proc.pid, sig)  # the child's process group (its pid), even if the child itself is gone
+        except (ProcessLookupError, PermissionError):
+            pass
+        for pid in pids:  # descendants that left the group (setsid, double fork)
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass

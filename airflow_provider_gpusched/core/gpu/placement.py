@@ -1,0 +1,169 @@
+"""Where a GPU request fits: a pure function of the inventory and the live leases.
+
+Accounting on each GPU::
+
+    available = total - reserved by leases - used by foreign processes - margin
+
+*Reservations count before the child allocates anything*, so two requests admitted one after the
+other never both count the same free memory (the race that sampling free memory has). *Foreign*
+processes are those on the GPU that no lease holder (or its descendants) owns: a colleague's notebook.
+
+Policy:
+
+* a **memory request** (``gpu_memory=...``, a shared GPU) goes to the GPU where it fits most tightly
+  (best fit), so small trials pack together and large GPUs stay free for large requests; ties go to
+  the GPU with fewer foreign processes, then the lower index;
+* a **whole-GPU request** takes GPUs with no lease at all, preferring fewest foreign processes, then
+  most free memory, then the lower index; ``max_foreign_processes`` can exclude busy GPUs;
+* ``gpus=N`` takes N distinct GPUs by the same order; ``devices=[...]`` restricts the candidates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
+from airflow_provider_gpusched.core.units import format_bytes, parse_bytes
+
+
+@dataclass
+class GPURequest:
+    """What a task needs: ``gpus`` whole GPUs, or ``gpu_memory`` on each of ``gpus`` shared GPUs."""
+
+    gpus: int = 1
+    gpu_memory: int | str | None = None
+    devices: Sequence[int] | None = None
+    memory_margin: int | str = 0
+    max_foreign_processes: int | None = None
+    min_free_ram: int | str | None = None
+    max_cpu_percent: float | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
+            raise InvalidArgumentError("gpus", self.gpus, "a whole number of GPUs >= 1")
+        if self.gpu_memory is not None:
+            self.gpu_memory = parse_bytes(self.gpu_memory, argument="gpu_memory")
+            if self.gpu_memory <= 0:
+                raise InvalidArgumentError("gpu_memory", self.gpu_memory, "a positive size such as '10GiB'")
+        self.memory_margin = parse_bytes(self.memory_margin, argument="memory_margin")
+        if self.min_free_ram is not None:
+            self.min_free_ram = parse_bytes(self.min_free_ram, argument="min_free_ram")
+        if self.devices is not None:
+            devices = list(self.devices)
+            if not devices or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices):
+                raise InvalidArgumentError("devices", self.devices, "a non-empty list of GPU indices such as [0, 2]")
+            if len(set(devices)) != len(devices):
+                raise InvalidArgumentError("devices", self.devices, "distinct GPU indices")
+            self.devices = devices
+        if self.max_cpu_percent is not None and not 0 < float(self.max_cpu_percent) <= 100:
+            raise InvalidArgumentError("max_cpu_percent", self.max_cpu_percent, "a percentage in (0, 100]")
+
+    @property
+    def whole(self) -> bool:
+        return self.gpu_memory is None
+
+    def describe(self) -> str:
+        what = f"{self.gpus} whole GPU{'s' if self.gpus > 1 else ''}" if self.whole else \
+            f"{format_bytes(self.gpu_memory)} on {self.gpus} GPU{'s' if self.gpus > 1 else ''}"
+        if self.devices is not None:
+            what += f" among {self.devices}"
+        return what
+
+    def check_possible(self, gpus: Sequence[GPUInfo]) -> None:
+        """Raise if no amount of waiting can satisfy the request on this inventory."""
+        indices = {g.index for g in gpus}
+        if self.devices is not None:
+            unknown = [d for d in self.devices if d not in indices]
+            if unknown:
+                raise InvalidArgumentError("devices", self.devices, f"indices of this host's GPUs {sorted(indices)}")
+        candidates = [g for g in gpus if self.devices is None or g.index in self.devices]
+        if self.gpus > len(candidates):
+            raise InvalidArgumentError("gpus", self.gpus, f"at most {len(candidates)} (GPUs available to this "
+                                       f"request: {[g.index for g in candidates]})")
+        if not self.whole:
+            sizes = sorted((g.memory_total - self.memory_margin for g in candidates), reverse=True)
+            if sizes[self.gpus - 1] < self.gpu_memory:
+                raise InvalidArgumentError("gpu_memory", format_bytes(self.gpu_memory),
+                                           f"at most {format_bytes(sizes[self.gpus - 1])} (the "
+                                           f"{'largest GPU' if self.gpus == 1 else f'{self.gpus} largest GPUs'} "
+                                           f"minus the margin)")
+
+
+@dataclass
+class GPUUsage:
+    """One GPU as the allocator sees it."""
+
+    gpu: GPUInfo
+    reserved: int = 0
+    leases: int = 0
+    whole_taken: bool = False
+    foreign_processes: int = 0
+    foreign_used: int = 0
+
+    def available(self, margin: int = 0) -> int:
+        return self.gpu.memory_total - self.reserved - self.foreign_used - margin
+
+
+@dataclass
+class LeaseView:
+    """What placement needs to know about a live lease."""
+
+    memory: dict[int, int]
+    whole: bool
+    pids: set[int] = field(default_factory=set)
+
+
+def gpu_usage(gpus: Iterable[GPUInfo], leases: Iterable[LeaseView]) -> dict[int, GPUUsage]:
+    leases = list(leases)
+    ours: set[int] = set().union(*(lease.pids for lease in leases)) if leases else set()
+    usage = {g.index: GPUUsage(g) for g in gpus}
+    for lease in leases:
+        for index, reserved in lease.memory.items():
+            if index in usage:
+                usage[index].reserved += reserved
+                usage[index].leases += 1
+                usage[index].whole_taken |= lease.whole
+    for u in usage.values():
+        foreign = [p for p in u.gpu.processes if p.pid not in ours]
+        mine = [p for p in u.gpu.processes if p.pid in ours]
+        u.foreign_processes = len(foreign)
+        if u.gpu.processes and all(p.used_memory is not None for p in u.gpu.processes):
+            u.foreign_used = sum(p.used_memory for p in foreign)
+        else:  # no per-process figures: what is in use beyond our reservations is someone else's
+            our_used = sum(p.used_memory or 0 for p in mine) or min(u.gpu.memory_used, u.reserved)
+            u.foreign_used = max(0, u.gpu.memory_used - our_used)
+    return usage
+
+
+@dataclass
+class Placement:
+    indices: list[int]
+    memory: dict[int, int]  # bytes reserved on each chosen GPU
+    whole: bool
+
+
+def place(request: GPURequest, usage: dict[int, GPUUsage]) -> tuple[Placement | None, str]:
+    """Choose GPUs for ``request`` or say why it does not fit now."""
+    candidates = [u for i, u in sorted(usage.items()) if request.devices is None or i in request.devices]
+    margin = int(request.memory_margin)
+    if request.whole:
+        free = [u for u in candidates if u.leases == 0 and
+                (request.max_foreign_processes is None or u.foreign_processes <= request.max_foreign_processes)]
+        free.sort(key=lambda u: (u.foreign_processes, -u.available(margin), u.gpu.index))
+        if len(free) < request.gpus:
+            busy = ", ".join(f"GPU {u.gpu.index}: {u.leases} lease(s), {u.foreign_processes} foreign process(es)"
+                             for u in candidates if u not in free)
+            return None, f"needs {request.gpus} GPU(s) without leases, {len(free)} free ({busy})"
+        chosen = free[: request.gpus]
+        return Placement([u.gpu.index for u in chosen], {u.gpu.index: u.gpu.memory_total for u in chosen}, True), ""
+    need = int(request.gpu_memory)
+    fits = [u for u in candidates if not u.whole_taken and u.available(margin) >= need]
+    fits.sort(key=lambda u: (u.available(margin) - need, u.foreign_processes, u.gpu.index))
+    if len(fits) < request.gpus:
+        state = ", ".join(f"GPU {u.gpu.index}: {format_bytes(max(0, u.available(margin)))} available"
+                          + (" (whole-GPU lease)" if u.whole_taken else "") for u in candidates)
+        return None, f"needs {format_bytes(need)} on {request.gpus} GPU(s); {state}"
+    chosen = fits[: request.gpus]
+    return Placement(sorted(u.gpu.index for u in chosen), {u.gpu.index: need for u in chosen}, False), ""

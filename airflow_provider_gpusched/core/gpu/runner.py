@@ -1,0 +1,203 @@
+"""Running one piece of work on leased GPUs, with out-of-memory retry.
+
+:func:`run_attempt` runs one child on one lease and reports what happened. :class:`GPUWorkRunner`
+strings attempts together: acquire, run, release; on a GPU OOM escalate the reservation
+(:class:`~airflow_provider_gpusched.core.gpu.oom.OOMRetryPolicy`) and go again. The Airflow operator
+uses :func:`run_attempt` and :meth:`OOMRetryPolicy.escalate` directly, so that it can defer while it
+waits for GPUs; scripts and the benchmark use :class:`GPUWorkRunner`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Mapping, Sequence
+
+from airflow_provider_gpusched.core import pyfunc
+from airflow_provider_gpusched.core.errors import GpuschedError
+from airflow_provider_gpusched.core.gpu.inventory import GPUInventory
+from airflow_provider_gpusched.core.gpu.launch import GPUChild, gpu_environment
+from airflow_provider_gpusched.core.gpu.leases import Lease, LeaseManager
+from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy, find_oom
+from airflow_provider_gpusched.core.gpu.placement import GPURequest
+from airflow_provider_gpusched.core.units import format_bytes
+
+
+@dataclass
+class Work:
+    """What to run: ``argv`` (a list, run directly), ``shell_command`` (a string, run by bash: explicit),
+    or ``call_dir`` (a Python call written with :func:`airflow_provider_gpusched.core.pyfunc.write_call`)."""
+
+    argv: Sequence[str] | None = None
+    shell_command: str | None = None
+    call_dir: str | None = None
+    python: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+
+    def __post_init__(self) -> None:
+        given = [x for x in (self.argv, self.shell_command, self.call_dir) if x is not None]
+        if len(given) != 1:
+            raise GpuschedError("give exactly one of argv (list), shell_command (string) or a Python callable")
+        if self.argv is not None and (isinstance(self.argv, str) or not self.argv):
+            raise GpuschedError("argv must be a non-empty list; for a shell command line use shell_command "
+                                "(or bash_command on the operator)")
+
+    def child_argv(self) -> tuple[list[str] | str, bool]:
+        if self.shell_command is not None:
+            return self.shell_command, True
+        if self.call_dir is not None:
+            import sys
+
+            return [self.python or sys.executable, "-m", "airflow_provider_gpusched.core.pyfunc", self.call_dir], False
+        return [str(a) for a in self.argv], False
+
+
+@dataclass
+class Attempt:
+    number: int
+    request: str
+    gpus: list[int]
+    exit_code: int | None
+    oom: str | None
+    seconds: float
+    stopped: bool = False
+
+
+@dataclass
+class AttemptOutcome:
+    attempt: Attempt
+    lease: Lease
+    tail: list[str]
+
+
+def gpu_descriptions(lease: Lease, inventory: GPUInventory) -> list[dict]:
+    names = {g.index: g.name for g in inventory.gpus()}
+    return [{"index": i, "uuid": u, "name": names.get(i, ""), "simulated": lease.simulated,
+             "memory_reserved": lease.memory.get(i)} for i, u in zip(lease.gpus, lease.uuids)]
+
+
+def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int, request: GPURequest,
+                log_path: str, on_line: Callable[[str], None] | None = None,
+                started: Callable[[GPUChild], None] | None = None, grace: float = 10.0,
+                stop_event: threading.Event | None = None, timeout: float | None = None) -> AttemptOutcome:
+    """Run ``work`` once on ``lease`` (the caller releases the lease)."""
+    totals = {g.index: g.memory_total for g in manager.inventory.gpus()}
+    env = gpu_environment(lease, totals, extra=work.env)
+    argv, shell = work.child_argv()
+    child = GPUChild(argv, env=env, cwd=work.cwd, log_path=log_path, lease=lease, shell=shell, on_line=on_line)
+    child.start()
+    manager.record_child(lease, child.pid)
+    if started:
+        started(child)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    code = None
+    try:
+        while code is None:
+            code = child.wait(timeout=0.2)
+            if code is None and ((stop_event is not None and stop_event.is_set())
+                                 or (deadline is not None and time.monotonic() > deadline)):
+                code = child.stop(grace)
+    finally:
+        if code is None or child.proc.poll() is None:
+            code = child.stop(grace)
+    oom = find_oom(child.tail) if code != 0 and not child.stopped_by_us else None
+    attempt = Attempt(number=number, request=request.describe(), gpus=list(lease.gpus), exit_code=code, oom=oom,
+                      seconds=round(time.monotonic() - child.started_at, 3), stopped=child.stopped_by_us)
+    return AttemptOutcome(attempt, lease, list(child.tail))
+
+
+class GPUWorkFailed(GpuschedError):
+    def __init__(self, message: str, attempts: list[Attempt], tail: list[str], oom: bool):
+        super().__init__(message)
+        self.attempts = attempts
+        self.tail = tail
+        self.oom = oom
+
+
+@dataclass
+class RunResult:
+    exit_code: int
+    gpus: list[dict]
+    attempts: list[Attempt]
+    log_path: str
+    value: object = None
+
+    @property
+    def oom_retries(self) -> int:
+        return sum(1 for a in self.attempts if a.oom)
+
+    def to_dict(self) -> dict:
+        return {"exit_code": self.exit_code, "gpus": self.gpus, "log_path": self.log_path,
+                "oom_retries": self.oom_retries, "attempts": [asdict(a) for a in self.attempts]}
+
+
+def failure_message(outcome: AttemptOutcome, attempts: list[Attempt]) -> str:
+    a = outcome.attempt
+    tail = "\n".join(outcome.tail[-20:])
+    what = f"GPU out of memory ({a.oom})" if a.oom else f"exit code {a.exit_code}"
+    if a.oom and len(attempts) > 1:
+        what += f" after {len(attempts)} attempts ({', '.join(x.request for x in attempts)})"
+    return f"work on GPU(s) {a.gpus} failed: {what}\n--- last lines of output ---\n{tail}"
+
+
+class GPUWorkRunner:
+    """Acquire, run, release, and retry GPU OOMs with a bigger reservation (blocking)."""
+
+    def __init__(self, manager: LeaseManager, *, oom_policy: OOMRetryPolicy | None = None, owner: str = "",
+                 job_class: str = "normal", priority: int = 0, grace: float = 10.0, poll_interval: float = 0.5,
+                 on_line: Callable[[str], None] | None = None, on_event: Callable[[str], None] | None = None) -> None:
+        self.manager = manager
+        self.oom_policy = oom_policy or OOMRetryPolicy()
+        self.owner = owner or f"pid {os.getpid()}"
+        self.job_class = job_class
+        self.priority = priority
+        self.grace = grace
+        self.poll_interval = poll_interval
+        self.on_line = on_line
+        self.on_event = on_event or (lambda message: None)
+        self.stop_event = threading.Event()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def run(self, request: GPURequest, work: Work, log_path: str, *, acquire_timeout: float | None = None) -> RunResult:
+        self.manager.check_possible(request)
+        sizes = [g.memory_total for g in self.manager.inventory.gpus()]
+        attempts: list[Attempt] = []
+        ooms = 0
+        while True:
+            lease = self.manager.acquire(request, self.owner, timeout=acquire_timeout, poll_interval=self.poll_interval,
+                                         job_class=self.job_class, priority=self.priority,
+                                         on_wait=lambda why: self.on_event(f"waiting for GPUs: {why}"))
+            try:
+                self.on_event(f"attempt {len(attempts) + 1}: {request.describe()} on GPU(s) {lease.gpus} "
+                              f"(CUDA_VISIBLE_DEVICES={lease.cuda_visible_devices})")
+                outcome = run_attempt(self.manager, lease, work, number=len(attempts) + 1, request=request,
+                                      log_path=log_path, on_line=self.on_line, grace=self.grace,
+                                      stop_event=self.stop_event)
+                gpus = gpu_descriptions(lease, self.manager.inventory)
+            finally:
+                self.manager.release(lease)
+            attempts.append(outcome.attempt)
+            if outcome.attempt.exit_code == 0:
+                value = None
+                if work.call_dir:
+                    result = pyfunc.read_outcome(work.call_dir)
+                    value = result.value
+                return RunResult(0, gpus, attempts, log_path, value)
+            if outcome.attempt.oom and not self.stop_event.is_set():
+                ooms += 1
+                bigger = self.oom_policy.escalate(request, ooms, sizes)
+                if bigger is not None:
+                    self.on_event(f"GPU out of memory with {request.describe()} ({outcome.attempt.oom}); "
+                                  f"retrying with {bigger.describe()}")
+                    request = bigger
+                    continue
+            raise GPUWorkFailed(failure_message(outcome, attempts), attempts, outcome.tail, bool(outcome.attempt.oom))
+
+
+def describe_memory(n: int | None) -> str:
+    return "whole GPU" if n is None else format_bytes(n)
