@@ -1,0 +1,161 @@
+"""Launching children on leased (simulated) GPUs, stopping them, and OOM retry."""
+
+import os
+import sys
+import textwrap
+import threading
+import time
+
+import psutil
+import pytest
+
+from airflow_provider_gpusched.core.gpu.launch import GPUChild, gpu_environment
+from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy, find_oom
+from airflow_provider_gpusched.core.gpu.placement import GPURequest
+from airflow_provider_gpusched.core.gpu.runner import GPUWorkFailed, GPUWorkRunner, Work
+from airflow_provider_gpusched.core.pyfunc import write_call
+
+GiB = 1024**3
+NEEDS_MEMORY = textwrap.dedent("""
+    import os, sys
+    need = float(sys.argv[1]) * 2**30
+    have = float(os.environ.get("GPUSCHED_GPU_MEMORY_BYTES", "inf"))
+    print("CVD", os.environ["CUDA_VISIBLE_DEVICES"], "have", have)
+    if have < need:
+        sys.stderr.write("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 8.00 GiB total)\\n")
+        sys.exit(1)
+    print("trained")
+""")
+
+
+@pytest.fixture
+def program(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text(NEEDS_MEMORY)
+    return str(path)
+
+
+def test_multi_gpu_request_sees_two_distinct_gpus(manager, tmp_path):
+    lines = []
+    runner = GPUWorkRunner(manager, on_line=lines.append)
+    result = runner.run(GPURequest(gpus=2), Work(argv=[sys.executable, "-c",
+                        "import os; print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['CUDA_DEVICE_ORDER'])"]),
+                        str(tmp_path / "log"))
+    visible, order = lines[0].split()
+    assert len(set(visible.split(","))) == 2 and order == "PCI_BUS_ID"
+    assert [g["index"] for g in result.gpus] == [int(x) for x in visible.split(",")]
+    assert all(g["uuid"].startswith("GPU-SIMULATED-") and g["simulated"] for g in result.gpus)
+    assert manager.leases() == []
+
+
+def test_shared_gpu_children_get_memory_hints(manager, tmp_path):
+    lease, _ = manager.try_acquire(GPURequest(gpu_memory="6GiB"), "t")
+    env = gpu_environment(lease, {0: 24 * GiB}, base={})
+    assert env["GPUSCHED_GPU_MEMORY_BYTES"] == str(6 * GiB)
+    assert env["GPUSCHED_GPU_MEMORY_FRACTION"] == "0.2500"
+    assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false" and env["GPUSCHED_GPUS_SIMULATED"] == "1"
+
+
+def test_oom_is_retried_with_a_bigger_reservation(manager, program, tmp_path):
+    events = []
+    runner = GPUWorkRunner(manager, oom_policy=OOMRetryPolicy(retries=2, factor=1.5), on_event=events.append)
+    result = runner.run(GPURequest(gpu_memory="4GiB"), Work(argv=[sys.executable, program, "5"]),
+                        str(tmp_path / "log"))
+    assert result.exit_code == 0 and result.oom_retries == 1
+    assert [a.request for a in result.attempts] == ["4.0GiB on 1 GPU", "6.0GiB on 1 GPU"]
+    assert any("retrying with 6.0GiB" in e for e in events)
+    assert "trained" in open(result.log_path).read()
+
+
+def test_oom_escalates_to_a_whole_gpu_last(manager, program, tmp_path):
+    runner = GPUWorkRunner(manager, oom_policy=OOMRetryPolicy(retries=2, factor=1.5))
+    result = runner.run(GPURequest(gpu_memory="4GiB"), Work(argv=[sys.executable, program, "20"]), str(tmp_path / "l"))
+    assert [a.request for a in result.attempts] == ["4.0GiB on 1 GPU", "6.0GiB on 1 GPU", "1 whole GPU"]
+
+
+def test_oom_beyond_the_limit_and_ordinary_failures_are_not_retried(manager, program, tmp_path):
+    runner = GPUWorkRunner(manager, oom_policy=OOMRetryPolicy(retries=1, factor=1.5))
+    with pytest.raises(GPUWorkFailed) as err:
+        runner.run(GPURequest(gpu_memory="4GiB"), Work(shell_command="echo oops >&2; exit 3"), str(tmp_path / "a"))
+    assert len(err.value.attempts) == 1 and not err.value.oom and "exit code 3" in str(err.value)
+    assert "oops" in str(err.value)
+    # a program that needs more than a whole (simulated) GPU would allow: OOM every time
+    script = tmp_path / "always.py"
+    script.write_text("import sys; sys.exit('torch.cuda.OutOfMemoryError: CUDA out of memory')")
+    with pytest.raises(GPUWorkFailed) as err:
+        runner.run(GPURequest(gpu_memory="4GiB"), Work(argv=[sys.executable, str(script)]), str(tmp_path / "b"))
+    assert err.value.oom and len(err.value.attempts) == 2
+    assert "GPU out of memory" in str(err.value)
+
+
+@pytest.mark.parametrize("line", [
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB",
+    "torch.cuda.OutOfMemoryError: CUDA out of memory.",
+    "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape",
+    "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.2GiB.",
+    "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+    "cudaErrorMemoryAllocation: out of memory",
+])
+def test_oom_messages_of_each_framework(line):
+    assert find_oom(["step 1", line, "bye"]) == line
+
+
+@pytest.mark.parametrize("line", ["MemoryError", "Killed", "RuntimeError: shape mismatch", "loss=0.3 memory 10GiB"])
+def test_other_failures_are_not_oom(line):
+    assert find_oom([line]) is None
+
+
+def test_oom_policy_validation():
+    from airflow_provider_gpusched.core.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="oom_factor"):
+        OOMRetryPolicy(factor=1.0)
+    with pytest.raises(InvalidArgumentError, match="oom_retries"):
+        OOMRetryPolicy(retries=-1)
+
+
+def test_stop_kills_grandchildren_and_escapees(tmp_path):
+    script = tmp_path / "spawn.sh"
+    script.write_text("sleep 300 &\necho $! > " + str(tmp_path / "grandchild") + "\n"
+                      "setsid sleep 301 &\necho $! > " + str(tmp_path / "escapee") + "\n"
+                      "trap '' TERM\nwait\n")  # the child itself ignores SIGTERM: SIGKILL after the grace
+    child = GPUChild(["bash", str(script)], env=dict(os.environ), cwd=None, log_path=str(tmp_path / "log")).start()
+    deadline = time.time() + 10
+    while not (tmp_path / "escapee").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)
+    pids = [child.pid, int((tmp_path / "grandchild").read_text()), int((tmp_path / "escapee").read_text())]
+    assert all(psutil.pid_exists(p) for p in pids)
+    started = time.time()
+    code = child.stop(grace=1.0)
+    assert code is not None and time.time() - started < 8
+    time.sleep(0.2)
+    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert alive == []
+
+
+def test_stop_event_stops_the_run_and_frees_the_gpu(manager, tmp_path):
+    runner = GPUWorkRunner(manager, grace=1.0)
+    threading.Timer(1.0, runner.stop).start()
+    with pytest.raises(GPUWorkFailed):
+        runner.run(GPURequest(gpus=4), Work(argv=["sleep", "300"]), str(tmp_path / "log"))
+    assert manager.leases() == []
+
+
+def test_python_callable_runs_on_the_gpu_and_returns_its_value(manager, tmp_path):
+    def train(lr, epochs=1):
+        import os
+        return {"lr": lr, "epochs": epochs, "gpus": os.environ["CUDA_VISIBLE_DEVICES"]}
+
+    call_dir = str(tmp_path / "call")
+    write_call(call_dir, train, (0.1,), {"epochs": 3})
+    result = GPUWorkRunner(manager).run(GPURequest(gpu_memory="1GiB"), Work(call_dir=call_dir), str(tmp_path / "log"))
+    assert result.value == {"lr": 0.1, "epochs": 3, "gpus": "0"}
+
+
+def test_string_commands_need_shell_said_explicitly(tmp_path):
+    with pytest.raises(TypeError, match="shell=True"):
+        GPUChild("echo hi; rm -rf /", env={}, cwd=None, log_path=str(tmp_path / "l"))
+    from airflow_provider_gpusched.core.errors import GpuschedError
+    with pytest.raises(GpuschedError, match="shell_command"):
+        Work(argv="echo hi")

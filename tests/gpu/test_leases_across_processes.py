@@ -1,0 +1,119 @@
+"""Leases between real processes: races, SIGKILL, and a lease kept alive by its GPU child."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
+from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+from airflow_provider_gpusched.core.gpu.placement import GPURequest
+
+GiB = 1024**3
+HOLDER = """
+import json, sys, time
+from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
+from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+from airflow_provider_gpusched.core.gpu.placement import GPURequest
+state, memory, hold, out = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+m = LeaseManager(SimulatedInventory("4x24GiB"), state)
+req = GPURequest(gpu_memory=None if memory == "whole" else memory)
+lease = m.acquire(req, "racer", poll_interval=0.01)
+start = time.time()
+print("held", lease.gpus, flush=True)
+time.sleep(hold)
+end = time.time()
+with open(out, "a") as fh:
+    fh.write(json.dumps({"gpus": lease.gpus, "memory": list(lease.memory.values()), "whole": lease.whole,
+                         "start": start, "end": end}) + "\\n")
+m.release(lease)
+"""
+
+
+def _spawn(state, memory, hold, out):
+    return subprocess.Popen([sys.executable, "-c", HOLDER, state, memory, str(hold), out],
+                            stdout=subprocess.PIPE, text=True)
+
+
+def test_twenty_processes_racing_never_exceed_capacity(state_dir, tmp_path):
+    out = str(tmp_path / "holds.jsonl")
+    sizes = ["8GiB", "10GiB", "whole", "6GiB"]
+    procs = [_spawn(state_dir, sizes[i % 4], 0.3, out) for i in range(20)]
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    holds = [json.loads(line) for line in open(out)]
+    assert len(holds) == 20
+    events = sorted([(h["start"], 1, h) for h in holds] + [(h["end"], -1, h) for h in holds], key=lambda e: (e[0], e[1]))
+    reserved = {i: 0 for i in range(4)}
+    whole = {i: 0 for i in range(4)}
+    holders = {i: 0 for i in range(4)}
+    for _, sign, h in events:
+        for gpu, mem in zip(h["gpus"], h["memory"]):
+            reserved[gpu] += sign * mem
+            holders[gpu] += sign
+            whole[gpu] += sign * h["whole"]
+            assert reserved[gpu] <= 24 * GiB, f"GPU {gpu} oversubscribed"
+            assert not (whole[gpu] and holders[gpu] > 1), f"GPU {gpu} shared while leased whole"
+
+
+def test_sigkill_of_a_holder_frees_its_lease(state_dir, tmp_path, manager):
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER.replace("req = GPURequest(gpu_memory=None if memory == \"whole\" else memory)",
+                                                                   "req = GPURequest(gpus=4)"),
+                               state_dir, "whole", "300", str(tmp_path / "x")], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().startswith("held [0, 1, 2, 3]")
+    assert manager.try_acquire(GPURequest(gpus=1), "me")[0] is None
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=10)
+    lease, why = manager.try_acquire(GPURequest(gpus=4), "me")
+    assert lease is not None, why
+    assert len(manager.leases()) == 1  # the dead holder's files were cleaned up
+
+
+def test_lease_lives_while_the_gpu_child_lives(state_dir, tmp_path, manager):
+    """The task process dies (SIGKILL) but its GPU child runs on: the GPU must stay leased."""
+    script = f"""
+import sys, time
+from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
+from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+from airflow_provider_gpusched.core.gpu.placement import GPURequest
+from airflow_provider_gpusched.core.gpu.launch import GPUChild, gpu_environment
+m = LeaseManager(SimulatedInventory("4x24GiB"), {state_dir!r})
+lease = m.acquire(GPURequest(gpus=4), "task")
+child = GPUChild(["sleep", "300"], env=gpu_environment(lease, {{}}), cwd=None, log_path={str(tmp_path / 'c.log')!r},
+                 lease=lease).start()
+m.record_child(lease, child.pid)
+print(child.pid, flush=True)
+time.sleep(300)
+"""
+    task = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    child_pid = int(task.stdout.readline())
+    task.send_signal(signal.SIGKILL)
+    task.wait(timeout=10)
+    time.sleep(0.2)
+    assert manager.try_acquire(GPURequest(gpus=1), "me")[0] is None, "GPU handed out while the child uses it"
+    os.killpg(child_pid, signal.SIGKILL)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        lease, _ = manager.try_acquire(GPURequest(gpus=4), "me")
+        if lease:
+            break
+        time.sleep(0.1)
+    assert lease is not None
+
+
+def test_leases_record_owner_pid_and_class(manager):
+    lease, _ = manager.try_acquire(GPURequest(gpu_memory="2GiB"), "dag.task[3]", job_class="idle", priority=5)
+    (seen,) = manager.leases()
+    assert (seen.owner, seen.pid, seen.job_class, seen.priority) == ("dag.task[3]", os.getpid(), "idle", 5)
+    assert seen.memory == {0: 2 * GiB} and seen.simulated
+    manager.release(lease)
+    assert manager.leases() == []
+
+
+def test_manager_on_a_fresh_inventory_object_sees_the_same_leases(state_dir):
+    a = LeaseManager(SimulatedInventory("4x24GiB"), state_dir)
+    b = LeaseManager(SimulatedInventory("4x24GiB"), state_dir)
+    a.try_acquire(GPURequest(gpus=3), "a")
+    assert b.try_acquire(GPURequest(gpus=2), "b")[0] is None
