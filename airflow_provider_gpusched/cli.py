@@ -33,9 +33,59 @@ def _slurm_tail(args) -> int:
     return 0
 
 
+def _gpus(args) -> int:
+    import os
+    import time
+
+    from airflow_provider_gpusched.core.gpu.inventory import get_inventory
+    from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+    from airflow_provider_gpusched.core.gpu.placement import gpu_usage
+    from airflow_provider_gpusched.core.units import format_bytes
+
+    simulate = args.simulate or os.environ.get("AIRFLOW__GPUSCHED__SIMULATE_GPUS") or None
+    state_dir = args.state_dir or os.environ.get("AIRFLOW__GPUSCHED__GPU_STATE_DIR") or None
+    manager = LeaseManager(get_inventory(simulate), state_dir)
+    gpus, leases = manager.snapshot()
+    usage = gpu_usage(gpus, [lease.view() for lease in leases])
+    if args.json:
+        print(json.dumps({"source": manager.inventory.source, "state_dir": manager.state_dir,
+                          "gpus": [{**g.to_dict(), "reserved": usage[g.index].reserved,
+                                    "available": usage[g.index].available(),
+                                    "foreign_processes": usage[g.index].foreign_processes} for g in gpus],
+                          "leases": [lease.to_dict() for lease in leases]}, indent=2))
+        return 0
+    simulated = manager.inventory.source == "simulated"
+    print(f"GPUs ({'SIMULATED: no GPU found through NVML' if simulated else 'NVML'}), leases in {manager.state_dir}")
+    print(f"{'GPU':>3}  {'name':<24} {'total':>9} {'used':>9} {'reserved':>9} {'available':>9} {'util':>5} "
+          f"{'foreign':>7}  uuid")
+    for g in gpus:
+        u = usage[g.index]
+        util = "-" if g.utilization is None else f"{g.utilization}%"
+        print(f"{g.index:>3}  {g.name[:24]:<24} {format_bytes(g.memory_total):>9} {format_bytes(g.memory_used):>9} "
+              f"{format_bytes(u.reserved):>9} {format_bytes(max(0, u.available())):>9} {util:>5} "
+              f"{u.foreign_processes:>7}  {g.uuid}")
+    print()
+    if not leases:
+        print("no leases")
+        return 0
+    print(f"{'lease':<16} {'GPUs':<8} {'memory':<12} {'class':<7} {'prio':>4} {'pid':>7} {'age':>7}  owner")
+    now = time.time()
+    for lease in leases:
+        memory = "whole" if lease.whole else format_bytes(next(iter(lease.memory.values())))
+        print(f"{lease.lease_id:<16} {','.join(map(str, lease.gpus)):<8} {memory:<12} {lease.job_class:<7} "
+              f"{lease.priority:>4} {lease.pid:>7} {now - lease.created:>6.0f}s  {lease.owner}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpusched", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("gpus", help="this host's GPUs and who holds them (leases)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--simulate", help="simulated inventory where NVML finds no GPU, e.g. 4x24GiB "
+                                      "(default: $GPUSCHED_SIMULATE_GPUS)")
+    p.add_argument("--state-dir", help="lease directory (default: $GPUSCHED_STATE_DIR or <tmp>/gpusched-leases)")
+    p.set_defaults(func=_gpus)
     slurm = sub.add_parser("slurm", help="Slurm jobs").add_subparsers(dest="slurm_command", required=True)
     p = slurm.add_parser("status", help="state, exit code and restarts of jobs (one squeue call)")
     p.add_argument("job_ids", nargs="+")

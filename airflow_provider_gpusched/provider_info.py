@@ -19,13 +19,28 @@ def get_provider_info() -> dict:
         "versions": [__version__],
         "integrations": [
             {"integration-name": "Slurm", "external-doc-url": "https://slurm.schedmd.com/", "tags": ["software"]},
+            {"integration-name": "Local GPUs", "external-doc-url": "https://developer.nvidia.com/management-library-nvml",
+             "tags": ["software"]},
         ],
-        "hooks": [{"integration-name": "Slurm", "python-modules": [f"{PACKAGE}.hooks.slurm"]}],
-        "operators": [{"integration-name": "Slurm", "python-modules": [f"{PACKAGE}.operators.slurm"]}],
-        "sensors": [{"integration-name": "Slurm", "python-modules": [f"{PACKAGE}.sensors.slurm"]}],
-        "triggers": [{"integration-name": "Slurm", "python-modules": [f"{PACKAGE}.triggers.slurm"]}],
+        "hooks": [
+            {"integration-name": "Slurm", "python-modules": [f"{PACKAGE}.hooks.slurm"]},
+            {"integration-name": "Local GPUs", "python-modules": [f"{PACKAGE}.hooks.local_gpu"]},
+        ],
+        "operators": [
+            {"integration-name": "Slurm", "python-modules": [f"{PACKAGE}.operators.slurm"]},
+            {"integration-name": "Local GPUs", "python-modules": [f"{PACKAGE}.operators.local_gpu"]},
+        ],
+        "sensors": [
+            {"integration-name": "Slurm", "python-modules": [f"{PACKAGE}.sensors.slurm"]},
+            {"integration-name": "Local GPUs", "python-modules": [f"{PACKAGE}.sensors.local_gpu"]},
+        ],
+        "triggers": [
+            {"integration-name": "Slurm", "python-modules": [f"{PACKAGE}.triggers.slurm"]},
+            {"integration-name": "Local GPUs", "python-modules": [f"{PACKAGE}.triggers.local_gpu"]},
+        ],
         "task-decorators": [
             {"class-name": f"{PACKAGE}.decorators.slurm.slurm_task", "name": "slurm"},
+            {"class-name": f"{PACKAGE}.decorators.local_gpu.local_gpu_task", "name": "local_gpu"},
         ],
         "connection-types": [
             {
@@ -91,6 +106,28 @@ def get_provider_info() -> dict:
                     "default_deferrable": {
                         "description": "Whether Slurm operators and sensors defer by default.",
                         "version_added": "0.1.0", "type": "boolean", "example": "True", "default": "True",
+                    },
+                    "simulate_gpus": {
+                        "description": "Simulated GPU inventory used where NVML finds no GPU, e.g. 4x24GiB "
+                                       "(tests and demos on CPU-only machines; reported as simulated). "
+                                       "Empty: no simulation, a clear error without GPUs.",
+                        "version_added": "0.1.0", "type": "string", "example": "4x24GiB", "default": "",
+                    },
+                    "gpu_state_dir": {
+                        "description": "Directory of the host's GPU lease files, shared by every Airflow "
+                                       "process on the host. Empty: <tmp>/gpusched-leases.",
+                        "version_added": "0.1.0", "type": "string", "example": "/var/lib/gpusched",
+                        "default": "",
+                    },
+                    "gpu_poll_interval": {
+                        "description": "Seconds between checks while a task waits (deferred) for GPUs.",
+                        "version_added": "0.1.0", "type": "float", "example": "5", "default": "5",
+                    },
+                    "local_run_dir": {
+                        "description": "Per-run working directories and logs of local GPU tasks. "
+                                       "Empty: <AIRFLOW_HOME>/gpusched/local.",
+                        "version_added": "0.1.0", "type": "string", "example": "/scratch/airflow-runs",
+                        "default": "",
                     },
                     "output_tail_lines": {
                         "description": "Lines of a job's output quoted in the task log when it finishes.",

@@ -34,6 +34,11 @@ os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = _DAGS
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
 os.environ["AIRFLOW__GPUSCHED__SLURM_OUTPUT_DIR"] = os.path.join(_AIRFLOW_HOME, "slurm-out")
 os.environ.setdefault("AIRFLOW__GPUSCHED__SLURM_POLL_INTERVAL", "1")
+# no GPU on CI machines: Airflow tests use a SIMULATED 4 x 24 GiB inventory and their own lease directory
+os.environ["AIRFLOW__GPUSCHED__SIMULATE_GPUS"] = "4x24GiB"
+os.environ["AIRFLOW__GPUSCHED__GPU_STATE_DIR"] = os.path.join(_AIRFLOW_HOME, "gpu-leases")
+os.environ["AIRFLOW__GPUSCHED__LOCAL_RUN_DIR"] = os.path.join(_AIRFLOW_HOME, "local-runs")
+os.environ["AIRFLOW__GPUSCHED__GPU_POLL_INTERVAL"] = "0.5"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 

@@ -23,6 +23,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_gpusched import settings
+from airflow_provider_gpusched.callables import callable_arguments
 from airflow_provider_gpusched.core import pyfunc
 from airflow_provider_gpusched.core.job_classes import check_job_class
 from airflow_provider_gpusched.core.slurm import (
@@ -333,22 +334,7 @@ class SlurmPythonOperator(SlurmJobOperator):
         return os.path.join(self._task_dir(context), "call")
 
     def call_arguments(self, context) -> tuple[list, dict]:
-        """``op_args`` and ``op_kwargs``, plus the context values the callable names as parameters
-        (``ds``, ``run_id``, ``params``...) when they can travel to the job."""
-        import cloudpickle
-
-        from airflow.sdk.bases.decorator import determine_kwargs
-
-        kwargs = dict(determine_kwargs(self.python_callable, self.op_args, {**context, **self.op_kwargs}))
-        for name in list(kwargs):
-            if name in self.op_kwargs:
-                continue
-            try:
-                cloudpickle.dumps(kwargs[name])
-            except Exception:  # noqa: BLE001 - live objects (ti, dag_run) stay behind
-                self.log.warning("context value %r cannot be sent to the Slurm job; passing None", name)
-                kwargs[name] = None
-        return list(self.op_args), kwargs
+        return callable_arguments(self.python_callable, self.op_args, self.op_kwargs, context, self.log)
 
     def _command(self, context) -> list[str]:
         args, kwargs = self.call_arguments(context)

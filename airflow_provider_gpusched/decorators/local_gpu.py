@@ -1,0 +1,36 @@
+"""``@task.local_gpu``: run the decorated function on this host's GPUs.
+
+    @task.local_gpu(gpu_memory="6GiB", oom_retries=2)
+    def train(lr: float) -> float:
+        ...
+
+Arguments are those of :class:`~airflow_provider_gpusched.operators.local_gpu.LocalGPUOperator`. The
+return value is the task's XCom; XCom ``gpus_used`` lists the GPUs (index, UUID) it ran on.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from airflow.sdk.bases.decorator import DecoratedOperator, TaskDecorator, task_decorator_factory
+
+from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
+
+
+class _LocalGPUDecoratedOperator(DecoratedOperator, LocalGPUOperator):
+    custom_operator_name = "@task.local_gpu"
+    template_fields: Sequence[str] = LocalGPUOperator.template_fields
+
+    def __init__(self, *, python_callable: Callable, op_args=None, op_kwargs=None, **kwargs: Any) -> None:
+        super().__init__(
+            python_callable=python_callable, op_args=op_args, op_kwargs=op_kwargs,
+            kwargs_to_upstream={"python_callable": python_callable, "op_args": op_args, "op_kwargs": op_kwargs},
+            **kwargs,
+        )
+
+
+def local_gpu_task(python_callable: Callable | None = None, multiple_outputs: bool | None = None,
+                   **kwargs: Any) -> TaskDecorator:
+    """Wrap a function into a :class:`LocalGPUOperator` (``@task.local_gpu``)."""
+    return task_decorator_factory(python_callable=python_callable, multiple_outputs=multiple_outputs,
+                                  decorated_operator_class=_LocalGPUDecoratedOperator, **kwargs)

@@ -1,0 +1,32 @@
+"""Local-GPU test DAGs (simulated GPUs)."""
+
+import os
+from datetime import timedelta
+
+import pendulum
+
+from airflow.sdk import DAG, task
+
+from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
+
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+
+with DAG(dag_id="t_local_whole_host", schedule=None, start_date=START) as whole_host:
+    # waits (deferred) while the test holds every GPU, then runs on all four
+    LocalGPUOperator(task_id="all_gpus", gpus=4, poll_interval=0.5,
+                     command=["python3", "-c", "import os; print('CVD', os.environ['CUDA_VISIBLE_DEVICES'])"])
+
+with DAG(dag_id="t_local_kill", schedule=None, start_date=START) as kill:
+    LocalGPUOperator(task_id="spawner", gpus=1, grace_period=1, execution_timeout=timedelta(seconds=4),
+                     bash_command=f"sleep 300 & echo $! > {os.environ.get('GPUSCHED_TEST_PIDFILE', '/dev/null')}; wait")
+
+with DAG(dag_id="t_local_errors", schedule=None, start_date=START) as errors:
+    LocalGPUOperator(task_id="too_many", gpus=5, command=["true"])
+
+    @task.local_gpu(gpu_memory="1GiB")
+    def raises():
+        def deep():
+            raise KeyError("missing-column")
+        deep()
+
+    raises()
