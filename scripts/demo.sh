@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The demo: the Slurm example DAGs end to end on the project's own single-node Slurm cluster, with
-# `airflow dags test` on SQLite in an isolated AIRFLOW_HOME (.airflow-demo/ in this checkout).
+# The demo: the example DAGs end to end with `airflow dags test` on SQLite in an isolated AIRFLOW_HOME
+# (.airflow-demo/ in this checkout): the Slurm ones on the project's own single-node Slurm cluster, the
+# local-GPU one on this machine's GPUs (simulated ones where NVML finds none).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
 cd "$REPO"
@@ -15,10 +16,15 @@ export SLURM_CONF="$REPO/.slurm/etc/slurm.conf"
 export AIRFLOW_HOME="$REPO/.airflow-demo"
 export AIRFLOW__CORE__DAGS_FOLDER="$REPO/dags" AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__GPUSCHED__SLURM_POLL_INTERVAL="${AIRFLOW__GPUSCHED__SLURM_POLL_INTERVAL:-1}"
+# no NVIDIA GPU here? the local-GPU example then runs on SIMULATED GPUs (and says so)
+if ! python -c "import pynvml; pynvml.nvmlInit()" >/dev/null 2>&1; then
+  export AIRFLOW__GPUSCHED__SIMULATE_GPUS="${AIRFLOW__GPUSCHED__SIMULATE_GPUS:-4x24GiB}"
+fi
+export AIRFLOW__GPUSCHED__GPU_STATE_DIR="${AIRFLOW__GPUSCHED__GPU_STATE_DIR:-$AIRFLOW_HOME/gpu-leases}"
 mkdir -p "$AIRFLOW_HOME"
 airflow db migrate >"$AIRFLOW_HOME/db-migrate.log" 2>&1 || { tail -20 "$AIRFLOW_HOME/db-migrate.log"; exit 1; }
 status=0
-for dag in gpusched_slurm_command gpusched_slurm_array gpusched_slurm_python; do
+for dag in gpusched_slurm_command gpusched_slurm_array gpusched_slurm_python gpusched_local_gpu_trials; do
   echo "=== airflow dags test $dag   (full log: .airflow-demo/$dag.log)"
   if ! airflow dags test "$dag" >"$AIRFLOW_HOME/$dag.log" 2>&1; then status=1; fi
   python scripts/demo_summary.py "$dag" || status=1

@@ -19,7 +19,8 @@ with create_session() as session:
         values = dict(session.execute(select(XComModel.key, XComModel.value).where(
             XComModel.dag_id == dag_id, XComModel.run_id == run.run_id, XComModel.task_id == ti.task_id,
             XComModel.map_index == ti.map_index)).all())
-        print(f"  {label:<14} {ti.state:<8} slurm job {values.get('slurm_job_id', '-')}")
+        job = f"slurm job {values['slurm_job_id']}" if values.get("slurm_job_id") else ""
+        print(f"  {label:<14} {ti.state:<8} {job}".rstrip())
         result = values.get("return_value")
         if isinstance(result, dict) and "output_path" in result:
             print(f"      result: state={result['state']} exit={result['exit_code']} nodes={result['nodes']}"
@@ -31,6 +32,13 @@ with create_session() as session:
                     print(f"      | {line}")
             except OSError:
                 pass
+        elif isinstance(result, dict) and "gpus" in result and "exit_code" in result:
+            gpus = ", ".join(f"{g['index']} ({g['uuid']})" for g in result["gpus"])
+            print(f"      result: exit={result['exit_code']} GPUs {gpus} oom_retries={result['oom_retries']}"
+                  + (" [SIMULATED GPUs]" if result.get("simulated") else ""))
         elif result is not None:
             print(f"      result: {result}")
+        if values.get("gpus_used"):
+            print(f"      ran on GPU(s) {', '.join(str(g['index']) for g in values['gpus_used'])}"
+                  + (" [SIMULATED]" if values["gpus_used"][0].get("simulated") else ""))
     sys.exit(0 if run.state == "success" else 1)

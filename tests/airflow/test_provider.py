@@ -33,6 +33,8 @@ def test_providers_list_and_hooks_show_the_provider(airflow_db):
     assert "airflow-provider-gpusched" in _airflow("providers", "list")
     hooks = _airflow("providers", "hooks")
     assert "airflow_provider_gpusched.hooks.slurm.SlurmHook" in hooks
+    assert "airflow_provider_gpusched.operators.local_gpu" in _airflow("providers", "get", "airflow-provider-gpusched",
+                                                                       "--full", "-o", "json")
 
 
 def test_connection_form_fields_and_triggers_are_declared(airflow_db):
@@ -51,7 +53,10 @@ def test_task_slurm_decorator_is_available():
 
     from airflow_provider_gpusched.decorators.slurm import slurm_task
 
+    from airflow_provider_gpusched.decorators.local_gpu import local_gpu_task
+
     assert task.slurm is slurm_task
+    assert task.local_gpu is local_gpu_task
 
 
 def test_config_section_is_readable(airflow_db):

@@ -68,8 +68,10 @@ class Lease:
         data["memory"] = {int(k): int(v) for k, v in data["memory"].items()}
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
-    def view(self) -> LeaseView:
-        return LeaseView(memory=self.memory, whole=self.whole, pids=_family({self.pid, *self.child_pids}))
+    def view(self, with_pids: bool = True) -> LeaseView:
+        """What placement needs; ``with_pids`` walks the process tree (only needed when GPUs list processes)."""
+        pids = _family({self.pid, *self.child_pids}) if with_pids else set()
+        return LeaseView(memory=self.memory, whole=self.whole, pids=pids)
 
 
 def _family(pids: set[int]) -> set[int]:
@@ -150,6 +152,11 @@ class LeaseManager:
             leases.append(lease)
         return leases
 
+    @staticmethod
+    def _views(gpus: list[GPUInfo], leases: list[Lease]) -> list[LeaseView]:
+        with_pids = any(g.processes for g in gpus)  # who is foreign matters only if GPUs list processes
+        return [lease.view(with_pids) for lease in leases]
+
     # -- public API -----------------------------------------------------------------------------------
     def leases(self) -> list[Lease]:
         with self._allocation_lock():
@@ -165,8 +172,8 @@ class LeaseManager:
     def why_not(self, request: GPURequest) -> str:
         """'' if the request could be placed now, else the reason."""
         with self._allocation_lock():
-            placement, reason = place(request, gpu_usage(self.inventory.gpus(),
-                                                         [lease.view() for lease in self._live_leases()]))
+            gpus = self.inventory.gpus()
+            placement, reason = place(request, gpu_usage(gpus, self._views(gpus, self._live_leases())))
         return reason if placement is None else (self.host_check(request) or "")
 
     def try_acquire(self, request: GPURequest, owner: str, *, job_class: str = "normal",
@@ -175,7 +182,7 @@ class LeaseManager:
         with self._allocation_lock():
             gpus = self.inventory.gpus()
             request.check_possible(gpus)
-            placement, reason = place(request, gpu_usage(gpus, [lease.view() for lease in self._live_leases()]))
+            placement, reason = place(request, gpu_usage(gpus, self._views(gpus, self._live_leases())))
             if placement is None:
                 return None, reason
             host_problem = self.host_check(request)
