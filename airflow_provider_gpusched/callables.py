@@ -11,7 +11,6 @@ def callable_arguments(func: Callable, op_args: Sequence[Any], op_kwargs: Mappin
     """``op_args`` and ``op_kwargs``, plus the context values ``func`` names as parameters (``ds``,
     ``run_id``, ``params``...) when they can be pickled; live objects (``ti``, ``dag_run``) become None."""
     import cloudpickle
-
     from airflow.sdk.bases.decorator import determine_kwargs
 
     kwargs = dict(determine_kwargs(func, op_args, {**context, **op_kwargs}))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 from airflow.sdk import conf
 
@@ -25,12 +26,17 @@ def output_tail_lines() -> int:
     return conf.getint(SECTION, "output_tail_lines", fallback=40)
 
 
-def slurm_output_dir() -> str:
-    configured = conf.get(SECTION, "slurm_output_dir", fallback="") or ""
+def _directory(option: str, default_leaf: str) -> str:
+    """``[gpusched] option``, or ``<AIRFLOW_HOME>/gpusched/<default_leaf>`` when it is empty."""
+    configured = conf.get(SECTION, option, fallback="") or ""
     if configured:
         return os.path.expanduser(configured)
     home = os.environ.get("AIRFLOW_HOME") or conf.get("core", "airflow_home", fallback="") or "~/airflow"
-    return os.path.join(os.path.expanduser(home), "gpusched", "slurm")
+    return os.path.join(os.path.expanduser(home), "gpusched", default_leaf)
+
+
+def slurm_output_dir() -> str:
+    return _directory("slurm_output_dir", "slurm")
 
 
 def simulate_gpus() -> str:
@@ -47,8 +53,14 @@ def gpu_poll_interval() -> float:
 
 
 def local_run_dir() -> str:
-    configured = conf.get(SECTION, "local_run_dir", fallback="") or ""
-    if configured:
-        return os.path.expanduser(configured)
-    home = os.environ.get("AIRFLOW_HOME") or conf.get("core", "airflow_home", fallback="") or "~/airflow"
-    return os.path.join(os.path.expanduser(home), "gpusched", "local")
+    return _directory("local_run_dir", "local")
+
+
+def task_directory(root: str, ti, *extra: str) -> str:
+    """``root/<dag>/<run>/<task>[.<map index>]/<extra...>`` with every part made safe for a path."""
+    name = ti.task_id + (f".{ti.map_index}" if ti.map_index is not None and ti.map_index >= 0 else "")
+    parts = [ti.dag_id, ti.run_id, name, *extra]
+    return os.path.join(root, *(_UNSAFE.sub("_", p).strip("._") or "_" for p in parts))
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")

@@ -52,3 +52,14 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" >"$stamp"
 fi
 export PATH="$REPO/.venv/bin:$PATH"
+
+# Start the project's single-node Slurm cluster unless it is already up, stop it on exit if we started it.
+use_test_cluster() {
+  GPUSCHED_STARTED_CLUSTER=""
+  if ! SLURM_CONF="$REPO/.slurm/etc/slurm.conf" sinfo -h >/dev/null 2>&1; then
+    bash "$REPO/scripts/slurm-cluster.sh" up
+    GPUSCHED_STARTED_CLUSTER=1
+  fi
+  trap '[ -z "$GPUSCHED_STARTED_CLUSTER" ] || bash "$REPO/scripts/slurm-cluster.sh" down' EXIT
+  export SLURM_CONF="$REPO/.slurm/etc/slurm.conf"
+}

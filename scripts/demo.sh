@@ -5,14 +5,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
 cd "$REPO"
-started=""
-if ! SLURM_CONF="$REPO/.slurm/etc/slurm.conf" sinfo -h >/dev/null 2>&1; then
-  bash scripts/slurm-cluster.sh up
-  started=1
-fi
-cleanup() { [ -z "$started" ] || bash "$REPO/scripts/slurm-cluster.sh" down; }
-trap cleanup EXIT
-export SLURM_CONF="$REPO/.slurm/etc/slurm.conf"
+use_test_cluster
 export AIRFLOW_HOME="$REPO/.airflow-demo"
 export AIRFLOW__CORE__DAGS_FOLDER="$REPO/dags" AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__GPUSCHED__SLURM_POLL_INTERVAL="${AIRFLOW__GPUSCHED__SLURM_POLL_INTERVAL:-1}"

@@ -4,12 +4,5 @@
 set -euo pipefail
 GPUSCHED_NEED_SSHD=1 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
 cd "$REPO"
-started=""
-if ! SLURM_CONF="$REPO/.slurm/etc/slurm.conf" sinfo -h >/dev/null 2>&1; then
-  bash scripts/slurm-cluster.sh up
-  started=1
-fi
-cleanup() { [ -z "$started" ] || bash "$REPO/scripts/slurm-cluster.sh" down; }
-trap cleanup EXIT
-export SLURM_CONF="$REPO/.slurm/etc/slurm.conf"
+use_test_cluster
 python -m pytest "$@"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import threading
 from typing import Any, Callable, Collection, Mapping, Sequence
 
@@ -19,7 +18,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.callables import callable_arguments
 from airflow_provider_gpusched.core import pyfunc
-from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.inventory import GPUInventoryError
 from airflow_provider_gpusched.core.gpu.launch import GPUChild
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
@@ -28,8 +27,6 @@ from airflow_provider_gpusched.core.gpu.runner import Work, failure_message, gpu
 from airflow_provider_gpusched.core.job_classes import check_job_class
 from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
 from airflow_provider_gpusched.triggers.local_gpu import GPUAvailableTrigger
-
-_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 class LocalGPUOperator(BaseOperator):
@@ -119,9 +116,7 @@ class LocalGPUOperator(BaseOperator):
     # -- helpers -------------------------------------------------------------------------------------
     def _run_dir(self, context) -> str:
         ti = context["ti"]
-        name = ti.task_id + (f".{ti.map_index}" if ti.map_index is not None and ti.map_index >= 0 else "")
-        parts = [ti.dag_id, ti.run_id, name, f"try-{ti.try_number}"]
-        return os.path.join(settings.local_run_dir(), *(_SAFE.sub("_", p).strip("._") or "_" for p in parts))
+        return settings.task_directory(settings.local_run_dir(), ti, f"try-{ti.try_number}")
 
     def _owner(self, context) -> str:
         ti = context["ti"]

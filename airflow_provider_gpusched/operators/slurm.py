@@ -13,7 +13,6 @@ the same task instance while an earlier try's job is still alive: they find it b
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 from datetime import timedelta
@@ -38,12 +37,6 @@ from airflow_provider_gpusched.core.slurm import (
 )
 from airflow_provider_gpusched.hooks.slurm import SlurmHook
 from airflow_provider_gpusched.triggers.slurm import SlurmJobTrigger
-
-_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
-
-
-def _safe(part: str) -> str:
-    return _SAFE.sub("_", part).strip("._") or "_"
 
 
 class SlurmJobFailed(AirflowException):
@@ -158,9 +151,7 @@ class SlurmJobOperator(BaseOperator):
                      array=self.array if self.array and "{{" not in str(self.array) else None)
 
     def _task_dir(self, context) -> str:
-        ti = context["ti"]
-        name = ti.task_id + (f".{ti.map_index}" if ti.map_index is not None and ti.map_index >= 0 else "")
-        return os.path.join(settings.slurm_output_dir(), _safe(ti.dag_id), _safe(ti.run_id), _safe(name))
+        return settings.task_directory(settings.slurm_output_dir(), context["ti"])
 
     def _command(self, context) -> Sequence[str] | str | None:
         return self.command

@@ -92,3 +92,18 @@ def test_operator_rejects_bad_arguments_at_parse_time():
     with pytest.raises(AirflowException, match="exactly one"):
         LocalGPUOperator(task_id="z")
     assert LocalGPUOperator(task_id="w", command=["true"], gpus=3).pool_slots == 3
+
+
+def test_gpu_available_sensor_waits_for_free_gpus(run):
+    manager = shared_manager()
+    held = [manager.try_acquire(GPURequest(gpus=1), f"other {i}")[0] for i in range(3)]  # one GPU left
+    filler, _ = manager.try_acquire(GPURequest(gpu_memory="10GiB"), "filler")  # ...and it is partly used
+    timers = [threading.Timer(1.5, manager.release, args=[lease]) for lease in [*held, filler]]
+    for t in timers:
+        t.start()
+    started = time.monotonic()
+    state, _, states = run(load_dag_file(REPO / "tests" / "airflow" / "dagfiles" / "t_local_gpu.py").sensor)
+    for t in timers:
+        t.join()
+    assert state == "success", states
+    assert time.monotonic() - started >= 1.5

@@ -30,3 +30,9 @@ with DAG(dag_id="t_local_errors", schedule=None, start_date=START) as errors:
         deep()
 
     raises()
+
+from airflow_provider_gpusched.sensors.local_gpu import GPUAvailableSensor  # noqa: E402
+
+with DAG(dag_id="t_local_sensor", schedule=None, start_date=START) as sensor:
+    GPUAvailableSensor(task_id="deferred", gpus=2, poke_interval=0.5)
+    GPUAvailableSensor(task_id="poking", gpu_memory="20GiB", deferrable=False, poke_interval=0.5)
