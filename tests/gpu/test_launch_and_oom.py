@@ -159,3 +159,29 @@ def test_string_commands_need_shell_said_explicitly(tmp_path):
     from airflow_provider_gpusched.core.errors import GpuschedError
     with pytest.raises(GpuschedError, match="shell_command"):
         Work(argv="echo hi")
+
+
+def test_oom_recognised_from_gpu_memory_evidence_without_a_message(tmp_path):
+    """The child dies without printing an OOM message, but the GPU's process list shows it at its
+    reservation (as NVML would): that counts as an OOM and is retried bigger."""
+    from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
+    from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+
+    usage = tmp_path / "usage.json"
+    script = tmp_path / "silent.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, os, sys, time
+        have = int(os.environ["GPUSCHED_GPU_MEMORY_BYTES"])
+        gpu = os.environ["CUDA_VISIBLE_DEVICES"]
+        with open({str(usage)!r}, "w") as fh:  # what NVML would report for this process
+            json.dump({{gpu: {{"memory_used": have, "processes": [{{"pid": os.getpid(), "used_memory": have}}]}}}}, fh)
+        time.sleep(0.5)
+        if have < 5 * 2**30:
+            sys.exit(1)   # died silently
+        print("ok")
+    """))
+    manager = LeaseManager(SimulatedInventory("4x24GiB", usage_file=str(usage)), str(tmp_path / "leases"))
+    runner = GPUWorkRunner(manager, sample_interval=0.1)
+    result = runner.run(GPURequest(gpu_memory="4GiB"), Work(argv=[sys.executable, str(script)]), str(tmp_path / "log"))
+    assert result.oom_retries == 1
+    assert "GPU memory evidence" in result.attempts[0].oom

@@ -134,7 +134,8 @@ class SimulatedInventory:
 
     Every GPU reports ``simulated=True`` and a UUID starting ``GPU-SIMULATED-``. Memory in use is 0
     unless a *usage file* says otherwise: ``{"0": {"memory_used": "6GiB", "utilization": 80,
-    "pids": [1234]}}`` simulates a colleague's process on GPU 0 (what NVML would report).
+    "pids": [1234]}}`` simulates a colleague's process on GPU 0 (what NVML would report);
+    ``"processes": [{"pid": 1234, "used_memory": "6GiB"}]`` gives per-process figures.
     """
 
     source = "simulated"
@@ -161,6 +162,8 @@ class SimulatedInventory:
             u = usage.get(str(index), {})
             used = parse_bytes(u.get("memory_used", 0), argument=f"{self.usage_file}[{index}].memory_used")
             procs = [GPUProcess(int(p), None) for p in u.get("pids", [])]
+            procs += [GPUProcess(int(p["pid"]), parse_bytes(p["used_memory"], argument=f"{self.usage_file}[{index}]"))
+                      for p in u.get("processes", [])]
             result.append(GPUInfo(index=index, uuid=f"GPU-SIMULATED-{index:04d}", name=f"{self.name} {index}",
                                   memory_total=total, memory_used=min(used, total),
                                   utilization=u.get("utilization", 0), processes=procs, simulated=True))

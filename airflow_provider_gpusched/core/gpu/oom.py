@@ -38,6 +38,18 @@ def find_oom(lines: Iterable[str]) -> str | None:
     return None
 
 
+def memory_evidence(peaks: dict[int, int], reserved: dict[int, int], threshold: float = 0.95) -> str | None:
+    """NVML evidence of an OOM: the child's processes reached ``threshold`` of the reservation on a GPU."""
+    for index, peak in sorted(peaks.items()):
+        limit = reserved.get(index)
+        if limit and peak >= threshold * limit:
+            from airflow_provider_gpusched.core.units import format_bytes
+
+            return (f"GPU memory evidence: the job's processes used {format_bytes(peak)} of the "
+                    f"{format_bytes(limit)} reserved on GPU {index}")
+    return None
+
+
 @dataclass
 class OOMRetryPolicy:
     """Retry a GPU OOM ``retries`` times: each time reserve ``factor`` x more memory, and the last time

@@ -20,7 +20,7 @@ from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.gpu.inventory import GPUInventory
 from airflow_provider_gpusched.core.gpu.launch import GPUChild, gpu_environment
 from airflow_provider_gpusched.core.gpu.leases import Lease, LeaseManager
-from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy, find_oom
+from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy, find_oom, memory_evidence
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.units import format_bytes
 
@@ -79,17 +79,55 @@ def gpu_descriptions(lease: Lease, inventory: GPUInventory) -> list[dict]:
              "memory_reserved": lease.memory.get(i)} for i, u in zip(lease.gpus, lease.uuids)]
 
 
+class MemorySampler:
+    """Peak GPU memory of a child's process tree, per GPU of its lease, from the inventory's process list
+    (NVML's per-process figures; a simulated usage file's in tests). Sampled every ``interval`` seconds."""
+
+    def __init__(self, inventory: GPUInventory, lease: Lease, child: GPUChild, interval: float = 1.0) -> None:
+        self.inventory, self.lease, self.child, self.interval = inventory, lease, child, interval
+        self.peaks: dict[int, int] = {}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name=f"gpu-mem-{child.pid}")
+
+    def start(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def sample(self) -> None:
+        family = {self.child.pid, *self.child.descendants()}
+        try:
+            gpus = self.inventory.gpus()
+        except Exception:  # noqa: BLE001 - sampling is best effort
+            return
+        for g in gpus:
+            if g.index in self.lease.gpus:
+                used = sum(p.used_memory or 0 for p in g.processes if p.pid in family)
+                self.peaks[g.index] = max(self.peaks.get(g.index, 0), used)
+
+    def _loop(self) -> None:
+        while not self._done.wait(self.interval):
+            self.sample()
+
+    def stop(self) -> dict[int, int]:
+        self._done.set()
+        self._thread.join(timeout=5)
+        return self.peaks
+
+
 def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int, request: GPURequest,
                 log_path: str, on_line: Callable[[str], None] | None = None,
                 started: Callable[[GPUChild], None] | None = None, grace: float = 10.0,
-                stop_event: threading.Event | None = None, timeout: float | None = None) -> AttemptOutcome:
-    """Run ``work`` once on ``lease`` (the caller releases the lease)."""
+                stop_event: threading.Event | None = None, timeout: float | None = None,
+                sample_interval: float = 1.0) -> AttemptOutcome:
+    """Run ``work`` once on ``lease`` (the caller releases the lease). A failure counts as a GPU OOM when
+    the output says so, or when the child's GPU memory reached its reservation (NVML evidence)."""
     totals = {g.index: g.memory_total for g in manager.inventory.gpus()}
     env = gpu_environment(lease, totals, extra=work.env)
     argv, shell = work.child_argv()
     child = GPUChild(argv, env=env, cwd=work.cwd, log_path=log_path, lease=lease, shell=shell, on_line=on_line)
     child.start()
     manager.record_child(lease, child.pid)
+    sampler = MemorySampler(manager.inventory, lease, child, sample_interval).start() if not lease.whole else None
     if started:
         started(child)
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -103,7 +141,10 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
     finally:
         if code is None or child.proc.poll() is None:
             code = child.stop(grace)
-    oom = find_oom(child.tail) if code != 0 and not child.stopped_by_us else None
+    peaks = sampler.stop() if sampler else {}
+    oom = None
+    if code != 0 and not child.stopped_by_us:
+        oom = find_oom(child.tail) or memory_evidence(peaks, lease.memory)
     attempt = Attempt(number=number, request=request.describe(), gpus=list(lease.gpus), exit_code=code, oom=oom,
                       seconds=round(time.monotonic() - child.started_at, 3), stopped=child.stopped_by_us)
     return AttemptOutcome(attempt, lease, list(child.tail))
@@ -148,7 +189,7 @@ class GPUWorkRunner:
 
     def __init__(self, manager: LeaseManager, *, oom_policy: OOMRetryPolicy | None = None, owner: str = "",
                  job_class: str = "normal", priority: int = 0, grace: float = 10.0, poll_interval: float = 0.5,
-                 on_line: Callable[[str], None] | None = None, on_event: Callable[[str], None] | None = None) -> None:
+                 sample_interval: float = 1.0, on_line: Callable[[str], None] | None = None, on_event: Callable[[str], None] | None = None) -> None:
         self.manager = manager
         self.oom_policy = oom_policy or OOMRetryPolicy()
         self.owner = owner or f"pid {os.getpid()}"
@@ -156,6 +197,7 @@ class GPUWorkRunner:
         self.priority = priority
         self.grace = grace
         self.poll_interval = poll_interval
+        self.sample_interval = sample_interval
         self.on_line = on_line
         self.on_event = on_event or (lambda message: None)
         self.stop_event = threading.Event()
@@ -177,7 +219,7 @@ class GPUWorkRunner:
                               f"(CUDA_VISIBLE_DEVICES={lease.cuda_visible_devices})")
                 outcome = run_attempt(self.manager, lease, work, number=len(attempts) + 1, request=request,
                                       log_path=log_path, on_line=self.on_line, grace=self.grace,
-                                      stop_event=self.stop_event)
+                                      stop_event=self.stop_event, sample_interval=self.sample_interval)
                 gpus = gpu_descriptions(lease, self.manager.inventory)
             finally:
                 self.manager.release(lease)
