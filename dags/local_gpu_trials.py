@@ -11,7 +11,6 @@ GPUs are then simulated and every log line and result says so.
 from __future__ import annotations
 
 import pendulum
-
 from airflow.sdk import dag, task
 
 from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pendulum
-
 from airflow.sdk import DAG
 
 from airflow_provider_gpusched.operators.slurm import SlurmJobOperator

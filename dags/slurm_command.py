@@ -7,7 +7,6 @@ argv form passes every argument verbatim; the script form is a shell script on p
 from __future__ import annotations
 
 import pendulum
-
 from airflow.sdk import DAG
 
 from airflow_provider_gpusched.operators.slurm import SlurmJobOperator

@@ -7,7 +7,6 @@ an exception in the job would fail the task with the remote traceback in the log
 from __future__ import annotations
 
 import pendulum
-
 from airflow.sdk import dag, task
 
 

@@ -2,11 +2,10 @@
 
 import sys
 
-from sqlalchemy import select
-
 from airflow.models.dagrun import DagRun
 from airflow.models.xcom import XComModel
 from airflow.utils.session import create_session
+from sqlalchemy import select
 
 dag_id = sys.argv[1]
 with create_session() as session:

@@ -28,10 +28,9 @@ def the_dag(path: Path):
 
 def dag_run_results(dag_run):
     """{task_id or (task_id, map_index): {key: value}} and {same: state} for a finished dag.test() run."""
-    from sqlalchemy import select
-
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
+    from sqlalchemy import select
 
     xcoms: dict = {}
     states: dict = {}

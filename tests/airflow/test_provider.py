@@ -51,9 +51,8 @@ def test_connection_form_fields_and_triggers_are_declared(airflow_db):
 def test_task_slurm_decorator_is_available():
     from airflow.sdk import task
 
-    from airflow_provider_gpusched.decorators.slurm import slurm_task
-
     from airflow_provider_gpusched.decorators.local_gpu import local_gpu_task
+    from airflow_provider_gpusched.decorators.slurm import slurm_task
 
     assert task.slurm is slurm_task
     assert task.local_gpu is local_gpu_task

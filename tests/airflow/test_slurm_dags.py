@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 import uuid
+
 import pytest
 
 from airflow_provider_gpusched.core.slurm import CommandRunner, JobPhase, SlurmClient, SlurmJobSpec

@@ -1,5 +1,4 @@
 import pendulum
-
 from airflow.sdk import DAG
 
 from airflow_provider_gpusched.operators.slurm import SlurmJobOperator

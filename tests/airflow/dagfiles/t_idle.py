@@ -1,7 +1,6 @@
 import os
 
 import pendulum
-
 from airflow.sdk import DAG
 
 from airflow_provider_gpusched.operators.slurm import SlurmJobOperator

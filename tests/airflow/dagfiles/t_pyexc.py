@@ -1,5 +1,4 @@
 import pendulum
-
 from airflow.sdk import DAG, task
 
 with DAG(dag_id="t_pyexc", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")) as dag:

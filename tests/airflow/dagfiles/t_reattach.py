@@ -4,7 +4,6 @@ import os
 from datetime import timedelta
 
 import pendulum
-
 from airflow.sdk import DAG
 
 from airflow_provider_gpusched.operators.slurm import SlurmJobOperator
