@@ -1,0 +1,1 @@
+"""Sweeps: parameter spaces, grid/random expansion and trial identity (pure Python, no Airflow)."""
