@@ -12,6 +12,7 @@ import shlex
 from typing import Any
 
 from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.job_classes import slurm_class_settings
@@ -42,8 +43,8 @@ class SlurmHook(BaseHook):
             return
         try:
             conn = self.get_connection(self.slurm_conn_id)
-        except Exception as exc:  # noqa: BLE001 - AirflowNotFoundException, without importing airflow internals
-            if self.slurm_conn_id != self.default_conn_name or "isn't defined" not in str(exc):
+        except AirflowNotFoundException:
+            if self.slurm_conn_id != self.default_conn_name:
                 raise
             self.log.info("No connection %r: running Slurm commands on this host", self.slurm_conn_id)
             self._extras = {}

@@ -24,10 +24,10 @@ from airflow.sdk.exceptions import AirflowException
 from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.callables import callable_arguments
 from airflow_provider_gpusched.core import pyfunc
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.job_classes import check_job_class
 from airflow_provider_gpusched.core.slurm import (
     JobStatus,
-    JobTracker,
     SlurmCommandError,
     SlurmJobSpec,
     SlurmUnavailableError,
@@ -35,6 +35,7 @@ from airflow_provider_gpusched.core.slurm import (
     parse_array_indices,
     task_key,
 )
+from airflow_provider_gpusched.core.slurm.states import array_task_order
 from airflow_provider_gpusched.hooks.slurm import SlurmHook
 from airflow_provider_gpusched.triggers.slurm import SlurmJobTrigger
 
@@ -142,13 +143,16 @@ class SlurmJobOperator(BaseOperator):
 
     # -- building the job ------------------------------------------------------------------------------
     def _validate_static(self) -> None:
-        if (command := self.command) is None and self.script is None:
+        if self.command is None and self.script is None:
             raise AirflowException(f"{self.task_id}: give either command (argv list or shell string) or script")
-        SlurmJobSpec(command=command if self.script is None else None, script=self.script,
-                     gpus=self.gpus, gres=self.gres, cpus_per_task=self.cpus_per_task, mem=self.mem,
-                     time_limit=self.time_limit, nice=self.nice, open_mode=self.open_mode,
-                     environment=self.environment, sbatch_args=self.sbatch_args,
-                     array=self.array if self.array and "{{" not in str(self.array) else None)
+        try:
+            SlurmJobSpec(command=self.command if self.script is None else None, script=self.script,
+                         gpus=self.gpus, gres=self.gres, cpus_per_task=self.cpus_per_task, mem=self.mem,
+                         time_limit=self.time_limit, nice=self.nice, open_mode=self.open_mode,
+                         environment=self.environment, sbatch_args=self.sbatch_args,
+                         array=self.array if self.array and "{{" not in str(self.array) else None)
+        except InvalidArgumentError as exc:
+            raise AirflowException(f"{self.task_id}: {exc}") from exc
 
     def _task_dir(self, context) -> str:
         return settings.task_directory(settings.slurm_output_dir(), context["ti"])
@@ -158,9 +162,8 @@ class SlurmJobOperator(BaseOperator):
 
     def build_spec(self, context, comment: str) -> SlurmJobSpec:
         ti = context["ti"]
-        task_dir = self._task_dir(context)
-        os.makedirs(task_dir, exist_ok=True)
-        output = self.output_path or os.path.join(task_dir, "%A_%a.out" if self.array else "%j.out")
+        os.makedirs(self._task_dir(context), exist_ok=True)
+        output = self._output_pattern(context)
         command = self._command(context)
         return SlurmJobSpec(
             command=command if self.script is None else None, script=self.script,
@@ -183,7 +186,7 @@ class SlurmJobOperator(BaseOperator):
             job_id, comment = live[0]
             self.log.info("Re-attaching to Slurm job %s (%s), still alive from an earlier try; not "
                           "submitting a duplicate", job_id, comment)
-            output_path = self._output_of_live_job(context)
+            output_path = self._output_pattern(context)
         else:
             spec = hook.apply_defaults(self.build_spec(context, job_comment(key, ti.try_number)), self.job_class)
             job_id = self._submit(client, spec, key)
@@ -202,21 +205,9 @@ class SlurmJobOperator(BaseOperator):
                                         cancel_on_kill=self.cancel_on_kill, output_path=output_path),
                 method_name="execute_complete",
             )
-        tracker = JobTracker(job_id, not_found_timeout=settings.not_found_timeout())
-        backoff = poll
-        while not tracker.done:
-            try:
-                status = client.status(job_id, array_size)
-                backoff = poll
-            except SlurmUnavailableError as exc:
-                self.log.warning("Slurm unreachable (%s); retrying in %.0fs", exc, backoff)
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 60.0)
-                continue
-            for line in tracker.update(status):
-                self.log.info("%s", line)
-            if not tracker.done:
-                time.sleep(poll)
+        tracker = client.follow(job_id, poll_interval=poll, array_size=array_size,
+                                not_found_timeout=settings.not_found_timeout(),
+                                on_line=lambda line: self.log.info("%s", line))
         final = tracker.final_status()
         return self._finish(context, final.to_dict(), output_path, tracker.preemptions,
                             final.reason if tracker.lost else None)
@@ -246,7 +237,9 @@ class SlurmJobOperator(BaseOperator):
                 raise AirflowException(f"{self.task_id}: {exc}") from exc
         return client.submit(spec).job_id
 
-    def _output_of_live_job(self, context) -> str:
+    def _output_pattern(self, context) -> str:
+        """The job's output file, with Slurm's ``%j`` / ``%A_%a`` (the same for every try, so a
+        re-attached job's output is found too)."""
         return self.output_path or os.path.join(self._task_dir(context), "%A_%a.out" if self.array else "%j.out")
 
     def execute_complete(self, context, event: dict[str, Any]) -> Any:
@@ -272,7 +265,7 @@ class SlurmJobOperator(BaseOperator):
             self.log.info("Slurm job %s was preempted and requeued %d time(s) before finishing",
                           status.job_id, preemptions)
         if status.tasks:
-            for key in sorted(status.tasks, key=lambda k: int(k.rsplit("_", 1)[-1]) if k.rsplit("_", 1)[-1].isdigit() else 0):
+            for key in sorted(status.tasks, key=array_task_order):
                 self.log.info("  array task %s", status.tasks[key].describe())
         if tail:
             self.log.info("Last lines of %s:\n%s", tail_path, tail)

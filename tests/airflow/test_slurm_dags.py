@@ -212,3 +212,14 @@ def test_job_through_an_ssh_login_host_connection(run_dag, login_host, slurm_clu
     result = xcoms["remote"]["return_value"]
     assert result["partition"] == "batch"
     assert open(result["output_path"]).read().strip() == "['a b', 'x;y', \"it's\"]"
+
+
+def test_bad_operator_arguments_fail_at_parse_time_naming_task_and_argument():
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_provider_gpusched.operators.slurm import SlurmJobOperator
+
+    with pytest.raises(AirflowException, match=r"^train: mem: expected"):
+        SlurmJobOperator(task_id="train", command=["python", "t.py"], mem="lots")
+    with pytest.raises(AirflowException, match=r"^train: sbatch_args"):
+        SlurmJobOperator(task_id="train", command=["python", "t.py"], sbatch_args=["exclusive"])

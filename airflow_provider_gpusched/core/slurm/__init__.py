@@ -9,8 +9,8 @@ from airflow_provider_gpusched.core.slurm.runner import (
     SSHCommandRunner,
     runner_from_description,
 )
-from airflow_provider_gpusched.core.slurm.states import JobPhase, JobStatus, classify_state
-from airflow_provider_gpusched.core.slurm.tracking import JobTracker, PollProblem, SharedJobPoller
+from airflow_provider_gpusched.core.slurm.states import JobPhase, JobStatus, JobTracker, classify_state
+from airflow_provider_gpusched.core.slurm.tracking import PollProblem, SharedJobPoller
 
 __all__ = [
     "CommandRunner", "JobPhase", "JobStatus", "JobTracker", "PollProblem", "SSHCommandRunner",

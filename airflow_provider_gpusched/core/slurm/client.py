@@ -13,10 +13,10 @@ import re
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
-from airflow_provider_gpusched.core.slurm.job import COMMENT_PREFIX, SlurmJobSpec
+from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec
 from airflow_provider_gpusched.core.slurm.runner import (
     CommandRunner,
     SlurmCommandError,
@@ -25,6 +25,7 @@ from airflow_provider_gpusched.core.slurm.runner import (
 from airflow_provider_gpusched.core.slurm.states import (
     JobPhase,
     JobStatus,
+    JobTracker,
     aggregate_array,
     classify_state,
     normalize_state,
@@ -328,12 +329,14 @@ class SlurmClient:
         result = self.runner.run(["tail", "-n", str(lines), "--", path], check=False)
         return result.stdout.rstrip("\n") if result.returncode == 0 else ""
 
-    def wait(self, job_id: str, *, poll_interval: float = 5.0, timeout: float | None = None,
-             array_size: int | None = None, on_change=None) -> JobStatus:
-        """Block until the job finishes (a simple loop for scripts and the blocking operator mode).
-        Slurm being unreachable for a while is retried, never reported as the job failing."""
+    def follow(self, job_id: str, *, poll_interval: float = 5.0, timeout: float | None = None,
+               array_size: int | None = None, not_found_timeout: float = 300.0,
+               on_line: Callable[[str], None] | None = None) -> JobTracker:
+        """Block until the job finishes (scripts, the blocking operator mode); return its tracker.
+        State changes and requeues go to ``on_line``. Slurm being unreachable is retried with backoff
+        (up to 60 s), never reported as the job failing."""
+        tracker = JobTracker(job_id, not_found_timeout=not_found_timeout)
         deadline = time.monotonic() + timeout if timeout else None
-        last: JobStatus | None = None
         backoff = poll_interval
         while True:
             try:
@@ -344,14 +347,18 @@ class SlurmClient:
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 60.0)
                 continue
-            if on_change and (last is None or (status.state, status.restarts) != (last.state, last.restarts)):
-                on_change(status, last)
-            last = status
-            if status.is_terminal:
-                return status
+            for line in tracker.update(status):
+                if on_line:
+                    on_line(line)
+            if tracker.done:
+                return tracker
             if deadline and time.monotonic() > deadline:
                 raise TimeoutError(f"job {job_id} did not finish within {timeout}s (now {status.describe()})")
             time.sleep(poll_interval)
+
+    def wait(self, job_id: str, **kwargs) -> JobStatus:
+        """:meth:`follow`, returning the final status."""
+        return self.follow(job_id, **kwargs).final_status()
 
 
 def parse_jobcomp_line(line: str) -> dict[str, str]:
@@ -364,7 +371,3 @@ def parse_jobcomp_line(line: str) -> dict[str, str]:
         end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
         record[m.group(1)] = text[m.end():end]
     return record
-
-
-def comment_is_ours(comment: str) -> bool:
-    return comment.startswith(COMMENT_PREFIX)

@@ -7,6 +7,7 @@ given as one string is a shell command line on purpose (like ``bash_command``); 
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 from dataclasses import dataclass, field, fields
@@ -185,7 +186,5 @@ def job_comment(key: str, try_number: int | None = None) -> str:
 
 def task_key(dag_id: str, run_id: str, task_id: str, map_index: int | None = -1) -> str:
     """A short, stable key for one task instance (all tries), safe inside a Slurm comment."""
-    import hashlib
-
     raw = "\x1f".join([dag_id, run_id, task_id, str(-1 if map_index is None else map_index)])
     return hashlib.sha256(raw.encode()).hexdigest()[:24]

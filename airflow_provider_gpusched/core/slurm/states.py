@@ -3,14 +3,16 @@
 Slurm reports states as words (``RUNNING``, ``CANCELLED by 0``, ``OUT_OF_MEMORY``...). This module
 maps each one to a :class:`JobPhase`: not finished (pending or running) or finished with an outcome.
 ``PREEMPTED`` is final only when the job was not requeued: a requeued job reappears as ``PENDING``
-with a higher restart count and is still waited for.
+with a higher restart count and is still waited for. :class:`JobTracker` follows one job's statuses over
+time (state changes, requeues, a job that vanished) for every way of waiting: blocking, sensor, trigger.
 """
 
 from __future__ import annotations
 
 import enum
+import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 
 class JobPhase(str, enum.Enum):
@@ -152,6 +154,12 @@ class JobStatus:
         return cls(**data)
 
 
+def array_task_order(key: str) -> tuple[int, str]:
+    """Sort key for array task keys ``ID_TASK``: by task number."""
+    tail = key.rsplit("_", 1)[-1]
+    return (int(tail), key) if tail.isdigit() else (1 << 30, key)
+
+
 def aggregate_array(job_id: str, tasks: dict[str, JobStatus], expected: int | None = None) -> JobStatus:
     """One status for an array job: running while any task is unfinished; then succeeded only if every
     task succeeded, else the outcome of the first task that did not (by task id)."""
@@ -165,11 +173,7 @@ def aggregate_array(job_id: str, tasks: dict[str, JobStatus], expected: int | No
         return JobStatus(job_id=job_id, phase=phase, state=phase.value.upper(), restarts=restarts,
                          tasks=tasks, source="array")
 
-    def task_order(key: str) -> tuple[int, str]:
-        tail = key.rsplit("_", 1)[-1]
-        return (int(tail), key) if tail.isdigit() else (1 << 30, key)
-
-    failed = [tasks[k] for k in sorted(tasks, key=task_order) if not tasks[k].phase.is_success]
+    failed = [tasks[k] for k in sorted(tasks, key=array_task_order) if not tasks[k].phase.is_success]
     if not failed:
         return JobStatus(job_id=job_id, phase=JobPhase.SUCCEEDED, state="COMPLETED", exit_code=0,
                          restarts=restarts, tasks=tasks, source="array")
@@ -177,3 +181,55 @@ def aggregate_array(job_id: str, tasks: dict[str, JobStatus], expected: int | No
     return JobStatus(job_id=job_id, phase=first.phase, state=first.state, exit_code=first.exit_code,
                      signal=first.signal, restarts=restarts, tasks=tasks, source="array",
                      reason=f"{len(failed)} of {len(tasks)} array tasks did not succeed")
+
+
+@dataclass
+class JobTracker:
+    """What happened to one job so far. Feed it statuses with :meth:`update`."""
+
+    job_id: str
+    not_found_timeout: float = 300.0
+    clock: Callable[[], float] = time.monotonic
+    last: JobStatus | None = None
+    preemptions: int = 0
+    events: list[str] = field(default_factory=list)
+    _not_found_since: float | None = None
+
+    def update(self, status: JobStatus) -> list[str]:
+        """Record a status; return the log lines it causes (state changes, requeues)."""
+        lines: list[str] = []
+        prev = self.last
+        if status.phase is JobPhase.NOT_FOUND:
+            if self._not_found_since is None:
+                self._not_found_since = self.clock()
+                lines.append(f"job {self.job_id} is not known to squeue or the completion record; "
+                             f"waiting up to {self.not_found_timeout:.0f}s for it to show up")
+            self.events.extend(lines)
+            return lines  # keep the last known status
+        else:
+            self._not_found_since = None
+        if prev is not None and status.restarts > prev.restarts:
+            self.preemptions += status.restarts - prev.restarts
+            lines.append(f"job {self.job_id} was preempted/requeued (restart {status.restarts}); "
+                         f"still waiting for it to complete")
+        if prev is None or (status.state, status.reason) != (prev.state, prev.reason):
+            lines.append(f"{status.describe()}")
+        self.last = status
+        self.events.extend(lines)
+        return lines
+
+    @property
+    def lost(self) -> bool:
+        return (self._not_found_since is not None
+                and self.clock() - self._not_found_since > self.not_found_timeout)
+
+    @property
+    def done(self) -> bool:
+        return self.lost or (self.last is not None and self.last.is_terminal)
+
+    def final_status(self) -> JobStatus:
+        if self.lost:
+            return JobStatus(job_id=self.job_id, phase=JobPhase.NOT_FOUND, state="NOT_FOUND",
+                             reason="the job disappeared from squeue and no completion record was found")
+        assert self.last is not None
+        return self.last

@@ -1,76 +1,23 @@
-"""Following jobs to the end: one tracker per job, one shared poller per cluster and event loop.
+"""One shared poller per cluster and event loop.
 
-:class:`JobTracker` turns successive statuses into log lines (state changes, preemptions) and decides
-when waiting is over. :class:`SharedJobPoller` lets any number of asyncio waiters (Airflow triggers in
-one triggerer process) share a single ``squeue`` call per poll interval. Slurm being unreachable is
-retried with backoff and never reported as a job failure.
+:class:`SharedJobPoller` lets any number of asyncio waiters (Airflow triggers in one triggerer process)
+share a single ``squeue`` call per poll interval; each waiter feeds what it gets to its own
+:class:`~airflow_provider_gpusched.core.slurm.states.JobTracker`. Slurm being unreachable is retried with
+backoff and reported as a :class:`PollProblem`, never as a job failure.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import AsyncIterator, Callable, ClassVar
 
 from airflow_provider_gpusched.core.slurm.client import SlurmClient
 from airflow_provider_gpusched.core.slurm.runner import SlurmUnavailableError
-from airflow_provider_gpusched.core.slurm.states import JobPhase, JobStatus
+from airflow_provider_gpusched.core.slurm.states import JobStatus
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class JobTracker:
-    """What happened to one job so far. Feed it statuses with :meth:`update`."""
-
-    job_id: str
-    not_found_timeout: float = 300.0
-    clock: Callable[[], float] = time.monotonic
-    last: JobStatus | None = None
-    preemptions: int = 0
-    events: list[str] = field(default_factory=list)
-    _not_found_since: float | None = None
-
-    def update(self, status: JobStatus) -> list[str]:
-        """Record a status; return the log lines it causes (state changes, requeues)."""
-        lines: list[str] = []
-        prev = self.last
-        if status.phase is JobPhase.NOT_FOUND:
-            if self._not_found_since is None:
-                self._not_found_since = self.clock()
-                lines.append(f"job {self.job_id} is not known to squeue or the completion record; "
-                             f"waiting up to {self.not_found_timeout:.0f}s for it to show up")
-            self.events.extend(lines)
-            return lines  # keep the last known status
-        else:
-            self._not_found_since = None
-        if prev is not None and status.restarts > prev.restarts:
-            self.preemptions += status.restarts - prev.restarts
-            lines.append(f"job {self.job_id} was preempted/requeued (restart {status.restarts}); "
-                         f"still waiting for it to complete")
-        if prev is None or (status.state, status.reason) != (prev.state, prev.reason):
-            lines.append(f"{status.describe()}")
-        self.last = status
-        self.events.extend(lines)
-        return lines
-
-    @property
-    def lost(self) -> bool:
-        return (self._not_found_since is not None
-                and self.clock() - self._not_found_since > self.not_found_timeout)
-
-    @property
-    def done(self) -> bool:
-        return self.lost or (self.last is not None and self.last.is_terminal)
-
-    def final_status(self) -> JobStatus:
-        if self.lost:
-            return JobStatus(job_id=self.job_id, phase=JobPhase.NOT_FOUND, state="NOT_FOUND",
-                             reason="the job disappeared from squeue and no completion record was found")
-        assert self.last is not None
-        return self.last
 
 
 @dataclass
@@ -114,10 +61,6 @@ class SharedJobPoller:
             poller = cls(make_client(), key)
             cls._registry[reg_key] = poller
         return poller
-
-    @classmethod
-    def active(cls) -> list[SharedJobPoller]:
-        return list(cls._registry.values())
 
     async def watch(self, job_id: str, *, poll_interval: float = 10.0,
                     array_size: int | None = None) -> AsyncIterator[JobStatus | PollProblem]:
