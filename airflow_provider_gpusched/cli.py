@@ -48,14 +48,16 @@ def _gpus(args) -> int:
     gpus, leases = manager.snapshot()
     usage = gpu_usage(gpus, [lease.view() for lease in leases])
     if args.json:
-        print(json.dumps({"source": manager.inventory.source, "state_dir": manager.state_dir,
+        driver = manager.inventory.driver_version() if manager.inventory.source == "nvml" else None
+        print(json.dumps({"source": manager.inventory.source, "driver": driver, "state_dir": manager.state_dir,
                           "gpus": [{**g.to_dict(), "reserved": usage[g.index].reserved,
                                     "available": usage[g.index].available(),
                                     "foreign_processes": usage[g.index].foreign_processes} for g in gpus],
                           "leases": [lease.to_dict() for lease in leases]}, indent=2))
         return 0
     simulated = manager.inventory.source == "simulated"
-    print(f"GPUs ({'SIMULATED: no GPU found through NVML' if simulated else 'NVML'}), leases in {manager.state_dir}")
+    source = "SIMULATED: no GPU found through NVML" if simulated else f"NVML, driver {manager.inventory.driver_version()}"
+    print(f"GPUs ({source}), leases in {manager.state_dir}")
     print(f"{'GPU':>3}  {'name':<24} {'total':>9} {'used':>9} {'reserved':>9} {'available':>9} {'util':>5} "
           f"{'foreign':>7}  uuid")
     for g in gpus:

@@ -18,12 +18,18 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.callables import callable_arguments
 from airflow_provider_gpusched.core import pyfunc
-from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.inventory import GPUInventoryError
 from airflow_provider_gpusched.core.gpu.launch import GPUChild
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
-from airflow_provider_gpusched.core.gpu.runner import Work, failure_message, gpu_descriptions, run_attempt
+from airflow_provider_gpusched.core.gpu.runner import (
+    Work,
+    failure_message,
+    gpu_descriptions,
+    run_attempt,
+    work_value,
+)
 from airflow_provider_gpusched.core.job_classes import check_job_class
 from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
 from airflow_provider_gpusched.triggers.local_gpu import GPUAvailableTrigger
@@ -181,7 +187,8 @@ class LocalGPUOperator(BaseOperator):
             where = ", ".join(f"{g['index']} ({g['uuid']}{', SIMULATED' if g['simulated'] else ''})" for g in gpus)
             self.log.info("Attempt %d: %s on GPU %s, CUDA_VISIBLE_DEVICES=%s; log %s", len(attempts) + 1,
                           request.describe(), where, lease.cuda_visible_devices, log_path)
-            outcome = run_attempt(manager, lease, self._work(context), number=len(attempts) + 1, request=request,
+            work = self._work(context)
+            outcome = run_attempt(manager, lease, work, number=len(attempts) + 1, request=request,
                                   log_path=log_path, on_line=lambda line: self.log.info("%s", line),
                                   started=self._started, grace=self.grace_period, stop_event=self._stop)
         finally:
@@ -189,7 +196,15 @@ class LocalGPUOperator(BaseOperator):
             manager.release(lease)
         attempts = [*attempts, dataclasses.asdict(outcome.attempt)]
         if outcome.attempt.exit_code == 0:
-            return self._success(context, gpus, attempts, log_path)
+            context["ti"].xcom_push(key="gpus_used", value=gpus)
+            try:
+                value = work_value(work)
+            except GpuschedError as exc:
+                raise AirflowException(f"{self.task_id}: {exc}") from exc
+            if self.python_callable is not None:
+                return value
+            return {"exit_code": 0, "gpus": gpus, "log_path": log_path, "simulated": any(g["simulated"] for g in gpus),
+                    "oom_retries": sum(1 for a in attempts if a["oom"]), "attempts": attempts}
         if outcome.attempt.oom and not self._stop.is_set():
             ooms = sum(1 for a in attempts if a["oom"])
             bigger = self.oom_policy.escalate(request, ooms, [g.memory_total for g in manager.inventory.gpus()])
@@ -197,31 +212,9 @@ class LocalGPUOperator(BaseOperator):
                 self.log.warning("GPU out of memory with %s (%s): retrying with %s", request.describe(),
                                  outcome.attempt.oom, bigger.describe())
                 return self._run(context, bigger, attempts)
-        error = self._callable_error(context)
-        message = failure_message(outcome, [outcome.attempt])
-        if error is not None:
-            self.log.error("The callable raised:\n%s", error.remote_traceback)
-            message = f"{error} on GPU(s) {outcome.attempt.gpus}\n--- remote traceback ---\n{error.remote_traceback}"
-        elif outcome.attempt.oom:
-            message = (f"GPU out of memory after {len(attempts)} attempt(s) "
-                       f"({', '.join(a['request'] for a in attempts)}): {outcome.attempt.oom}")
+        message = failure_message(outcome, [a["request"] for a in attempts], work)
+        self.log.error("%s", message)
         raise AirflowException(f"{self.task_id}: {message}")
-
-    def _callable_error(self, context):
-        if self.python_callable is None:
-            return None
-        return pyfunc.read_outcome(os.path.join(self._run_dir(context), "call")).error
-
-    def _success(self, context, gpus: list[dict], attempts: list[dict], log_path: str) -> Any:
-        ti = context["ti"]
-        ti.xcom_push(key="gpus_used", value=gpus)
-        if self.python_callable is not None:
-            outcome = pyfunc.read_outcome(os.path.join(self._run_dir(context), "call"))
-            if not outcome.finished:
-                raise AirflowException(f"{self.task_id}: the callable exited 0 but left no result")
-            return outcome.value
-        return {"exit_code": 0, "gpus": gpus, "log_path": log_path, "simulated": any(g["simulated"] for g in gpus),
-                "oom_retries": sum(1 for a in attempts if a["oom"]), "attempts": attempts}
 
     def _started(self, child: GPUChild) -> None:
         self._child = child

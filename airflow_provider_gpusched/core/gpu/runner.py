@@ -22,7 +22,6 @@ from airflow_provider_gpusched.core.gpu.launch import GPUChild, gpu_environment
 from airflow_provider_gpusched.core.gpu.leases import Lease, LeaseManager
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy, find_oom, memory_evidence
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
-from airflow_provider_gpusched.core.units import format_bytes
 
 
 @dataclass
@@ -175,13 +174,30 @@ class RunResult:
                 "oom_retries": self.oom_retries, "attempts": [asdict(a) for a in self.attempts]}
 
 
-def failure_message(outcome: AttemptOutcome, attempts: list[Attempt]) -> str:
+def failure_message(outcome: AttemptOutcome, requests: list[str], work: Work) -> str:
+    """Why the work failed, for people: the callable's exception with its traceback, or the GPU OOM and
+    every reservation tried (``requests``), or the exit code; then the last lines of output."""
     a = outcome.attempt
+    if work.call_dir:
+        error = pyfunc.read_outcome(work.call_dir).error
+        if error is not None:
+            return f"{error} on GPU(s) {a.gpus}\n--- remote traceback ---\n{error.remote_traceback}"
+    if a.oom:
+        what = f"GPU out of memory after {len(requests)} attempt(s) ({', '.join(requests)}): {a.oom}"
+    else:
+        what = f"exit code {a.exit_code}"
     tail = "\n".join(outcome.tail[-20:])
-    what = f"GPU out of memory ({a.oom})" if a.oom else f"exit code {a.exit_code}"
-    if a.oom and len(attempts) > 1:
-        what += f" after {len(attempts)} attempts ({', '.join(x.request for x in attempts)})"
     return f"work on GPU(s) {a.gpus} failed: {what}\n--- last lines of output ---\n{tail}"
+
+
+def work_value(work: Work) -> object:
+    """What a successful attempt produced: the callable's return value (None for programs)."""
+    if not work.call_dir:
+        return None
+    outcome = pyfunc.read_outcome(work.call_dir)
+    if not outcome.finished:
+        raise GpuschedError(f"the callable exited 0 but left no result in {work.call_dir}")
+    return outcome.value
 
 
 class GPUWorkRunner:
@@ -225,11 +241,7 @@ class GPUWorkRunner:
                 self.manager.release(lease)
             attempts.append(outcome.attempt)
             if outcome.attempt.exit_code == 0:
-                value = None
-                if work.call_dir:
-                    result = pyfunc.read_outcome(work.call_dir)
-                    value = result.value
-                return RunResult(0, gpus, attempts, log_path, value)
+                return RunResult(0, gpus, attempts, log_path, work_value(work))
             if outcome.attempt.oom and not self.stop_event.is_set():
                 ooms += 1
                 bigger = self.oom_policy.escalate(request, ooms, sizes)
@@ -238,8 +250,5 @@ class GPUWorkRunner:
                                   f"retrying with {bigger.describe()}")
                     request = bigger
                     continue
-            raise GPUWorkFailed(failure_message(outcome, attempts), attempts, outcome.tail, bool(outcome.attempt.oom))
-
-
-def describe_memory(n: int | None) -> str:
-    return "whole GPU" if n is None else format_bytes(n)
+            raise GPUWorkFailed(failure_message(outcome, [a.request for a in attempts], work), attempts, outcome.tail,
+                                bool(outcome.attempt.oom))
