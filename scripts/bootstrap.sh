@@ -1,6 +1,6 @@
 # Sourced by scripts/demo.sh and scripts/test.sh: make this checkout runnable on a fresh Debian machine.
-#  - system packages: python3-venv, Slurm (slurm-wlm) and munge (and, for the tests, openssh), installed
-#    with apt-get when missing
+#  - system packages: python3-venv (and, for the tests, openssh), installed with apt-get when missing;
+#    Slurm and munge are installed by scripts/slurm-cluster.sh, which use_test_cluster calls
 #    (needs root; as another user, install them yourself first)
 #  - .venv with this package and its test extras, pinned by constraints/airflow-3.3.2.txt
 # Re-running is cheap: nothing is reinstalled unless pyproject.toml or the constraints changed.
@@ -25,8 +25,6 @@ apt_install() {
 need=()
 command -v "$PY" >/dev/null || need+=(python3)
 if command -v "$PY" >/dev/null && ! "$PY" -c "import ensurepip, venv" >/dev/null 2>&1; then need+=(python3-venv); fi
-command -v slurmctld >/dev/null || need+=(slurm-wlm)
-command -v munged >/dev/null || need+=(munge)
 if [ -n "${GPUSCHED_NEED_SSHD:-}" ]; then  # the tests drive Slurm through a real ssh login host too
   [ -x /usr/sbin/sshd ] || need+=(openssh-server)
   command -v ssh >/dev/null || need+=(openssh-client)
