@@ -89,10 +89,6 @@ def _family(pids: set[int]) -> set[int]:
     return family
 
 
-class NoPlacement(Exception):
-    """Internal: the request does not fit right now (``reason`` says why)."""
-
-
 class LeaseManager:
     """Allocates GPUs of ``inventory`` to requests, across all processes that share ``state_dir``."""
 
