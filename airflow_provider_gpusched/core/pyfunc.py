@@ -49,28 +49,32 @@ def _importable_elsewhere(module_name: str) -> bool:
     return spec is not None and spec.origin is not None and "site-packages" in (spec.origin or "")
 
 
-def write_call(run_dir: str, func: Callable, args: tuple = (), kwargs: dict | None = None) -> str:
-    """Pickle ``func(*args, **kwargs)`` into ``run_dir``; return the path of the call file."""
+def dumps(func: Callable, obj: Any) -> bytes:
+    """cloudpickle ``obj`` (which holds ``func``), taking ``func``'s module by value when it cannot be
+    imported elsewhere (a DAG file), so its closures and module-level helpers travel with it."""
     import cloudpickle
 
+    module = sys.modules.get(getattr(func, "__module__", "") or "")
+    by_value = module is not None and not _importable_elsewhere(module.__name__) and module.__name__ != "builtins"
+    if by_value:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        return cloudpickle.dumps(obj)
+    finally:
+        if by_value:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+def write_call(run_dir: str, func: Callable, args: tuple = (), kwargs: dict | None = None) -> str:
+    """Pickle ``func(*args, **kwargs)`` into ``run_dir``; return the path of the call file."""
     os.makedirs(run_dir, exist_ok=True)
     for name in (RESULT_FILE, ERROR_FILE):
         try:
             os.remove(os.path.join(run_dir, name))
         except FileNotFoundError:
             pass
-    module = sys.modules.get(getattr(func, "__module__", "") or "")
-    by_value = module is not None and not _importable_elsewhere(module.__name__) and module.__name__ != "builtins"
-    if by_value:
-        cloudpickle.register_pickle_by_value(module)
-    try:
-        payload = cloudpickle.dumps({
-            "func": func, "args": tuple(args), "kwargs": dict(kwargs or {}),
-            "python": list(sys.version_info[:2]),
-        })
-    finally:
-        if by_value:
-            cloudpickle.unregister_pickle_by_value(module)
+    payload = dumps(func, {"func": func, "args": tuple(args), "kwargs": dict(kwargs or {}),
+                           "python": list(sys.version_info[:2])})
     path = os.path.join(run_dir, CALL_FILE)
     with open(path, "wb") as fh:
         fh.write(payload)

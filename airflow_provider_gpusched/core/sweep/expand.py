@@ -13,7 +13,6 @@ is safe on any file system (no ``/``, no ``..``).
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import random
 import re
@@ -21,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
-from airflow_provider_gpusched.core.sweep.spaces import Choice, LogUniform, QUniform, RandInt, Uniform
+from airflow_provider_gpusched.core.sweep.spaces import Choice, Conditional, LogUniform, QUniform, RandInt, Uniform
 
 SPACES = (Choice, Uniform, LogUniform, RandInt, QUniform)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]+")
@@ -35,7 +34,10 @@ def trial_id(params: Mapping[str, Any], code_version: str | None = None) -> str:
 
 
 def _value_text(value: Any, maxlen: int) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    if isinstance(value, float):
+        text = f"{value:.6g}"
+    else:
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
     return text[:maxlen]
 
 
@@ -63,6 +65,57 @@ class Trial:
         return safe_name(self.label, self.trial_id)
 
 
+def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict:
+    """Nested plain mappings become dotted keys (``{"policy": {"lr": x}}`` -> ``{"policy.lr": x}``), so a
+    space can mirror the structure of a training config (DI-toolkit). Search spaces and values stay as they are."""
+    flat: dict = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value and not isinstance(value, SPACES + (Conditional,)):
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def nested(params: Mapping[str, Any]) -> dict:
+    """The inverse of :func:`flatten`: dotted keys back into nested dicts (what a trial's code receives)."""
+    out: dict = {}
+    for key, value in params.items():
+        parts = key.split(".")
+        node = out
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = node[part] = {}
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+def make_trial(params: Mapping[str, Any], varying: Sequence[str], code_version: str | None, index: int) -> Trial:
+    params = dict(params)
+    return Trial(params, trial_id(params, code_version), trial_label(params, varying), index)
+
+
+def _check_condition(where: str, key: str, dim: Conditional, known: Sequence[str]) -> None:
+    for ckey in dim.keys:
+        if ckey not in known:
+            raise InvalidArgumentError(f"{where}.{key}.when", ckey,
+                                       f"a parameter defined before {key!r} (one of {sorted(known)})")
+
+
+def _dim_values(where: str, value: Any, grid_steps: int | None) -> list:
+    if isinstance(value, SPACES):
+        try:
+            return value.grid(grid_steps)
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(where, value, exc.expected) from None
+    if isinstance(value, (list, tuple)) and value:
+        return list(value)
+    raise InvalidArgumentError(where, value, "a non-empty list of values or a search space (choice, uniform, ...)")
+
+
 @dataclass
 class GridSweep:
     """``global_config`` + ``test_config`` (GPU Task Scheduler) expanded into trials."""
@@ -73,67 +126,113 @@ class GridSweep:
     code_version: str | None = None
     where: str = "sweep"  # for error messages: a file name, or "sweep"
 
-    def trials(self) -> list[Trial]:
+    def blocks(self) -> list[dict]:
         if not isinstance(self.global_config, Mapping):
             raise InvalidArgumentError(f"{self.where}: global_config", self.global_config, "a mapping of fixed values")
-        if isinstance(self.test_config, Mapping) or not isinstance(self.test_config, Sequence):
+        if isinstance(self.test_config, (Mapping, str)) or not isinstance(self.test_config, Sequence):
             raise InvalidArgumentError(f"{self.where}: test_config", self.test_config, "a list of mappings")
-        trials: list[Trial] = []
-        seen: set[str] = set()
-        varying: list[str] = []
+        blocks = []
         for i, block in enumerate(self.test_config):
             if not isinstance(block, Mapping):
                 raise InvalidArgumentError(f"{self.where}: test_config[{i}]", block, "a mapping of value lists")
-            for key in block:
-                if key not in varying:
-                    varying.append(key)
-        for i, block in enumerate(self.test_config):
-            keys = list(block)
-            values = [self._values(f"test_config[{i}].{k}", block[k]) for k in keys]
-            for combo in itertools.product(*values):
-                params = {**self.global_config, **dict(zip(keys, combo))}
-                tid = trial_id(params, self.code_version)
-                if tid in seen:
-                    continue
-                seen.add(tid)
-                trials.append(Trial(params, tid, trial_label(params, varying), len(trials)))
+            blocks.append(flatten(block))
+        return blocks
+
+    def varying(self) -> list[str]:
+        keys: list[str] = []
+        for block in self.blocks():
+            keys.extend(k for k in block if k not in keys)
+        return keys
+
+    def size_upper_bound(self) -> int:
+        """Trials before conditions and duplicate removal (cheap: nothing is expanded)."""
+        total = 0
+        for i, block in enumerate(self.blocks()):
+            n = 1
+            for key, dim in block.items():
+                inner = dim.dim if isinstance(dim, Conditional) else dim
+                n *= len(_dim_values(f"{self.where}: test_config[{i}].{key}", inner, self.grid_steps))
+            total += n
+        return total
+
+    def trials(self) -> list[Trial]:
+        blocks = self.blocks()
+        base = flatten(self.global_config)
+        varying = self.varying()
+        trials: list[Trial] = []
+        seen: set[str] = set()
+        for i, block in enumerate(blocks):
+            partials: list[dict] = [dict(base)]
+            for key, dim in block.items():
+                path = f"{self.where}: test_config[{i}].{key}"
+                if isinstance(dim, Conditional):
+                    _check_condition(f"{self.where}: test_config[{i}]", key, dim, [*base, *list(block)[:list(block).index(key)]])
+                    values = _dim_values(path, dim.dim, self.grid_steps)
+                    partials = [q for p in partials for q in ([{**p, key: v} for v in values] if dim.holds(p) else [p])]
+                else:
+                    values = _dim_values(path, dim, self.grid_steps)
+                    partials = [{**p, key: v} for p in partials for v in values]
+            for params in partials:
+                trial = make_trial(params, varying, self.code_version, len(trials))
+                if trial.trial_id not in seen:
+                    seen.add(trial.trial_id)
+                    trials.append(trial)
         return trials
 
-    def _values(self, path: str, value: Any) -> list:
-        if isinstance(value, SPACES):
-            try:
-                return value.grid(self.grid_steps)
-            except InvalidArgumentError as exc:
-                raise InvalidArgumentError(f"{self.where}: {path}", value, exc.expected) from None
-        if isinstance(value, (list, tuple)) and value:
-            return list(value)
-        raise InvalidArgumentError(f"{self.where}: {path}", value,
-                                   "a non-empty list of values or a search space (choice, uniform, ...)")
+
+def sample_params(space: Mapping[str, Any], rng: random.Random, fixed: Mapping[str, Any] | None = None) -> dict:
+    """One draw from a (flattened) space: spaces sampled, lists are choices, scalars fixed, conditional
+    parameters only where their condition holds."""
+    params = dict(fixed or {})
+    for key, dim in space.items():
+        if isinstance(dim, Conditional):
+            if not dim.holds(params):
+                continue
+            dim = dim.dim
+        if isinstance(dim, SPACES):
+            params[key] = dim.sample(rng)
+        elif isinstance(dim, (list, tuple)):
+            params[key] = rng.choice(list(dim))
+        else:
+            params[key] = dim
+    return params
+
+
+def check_space(space: Mapping[str, Any], where: str = "space", fixed: Mapping[str, Any] | None = None) -> dict:
+    if not isinstance(space, Mapping) or not space:
+        raise InvalidArgumentError(where, space, "a non-empty mapping of parameter -> search space or value list")
+    flat = flatten(space)
+    known = list(flatten(fixed or {}))
+    for key, dim in flat.items():
+        if isinstance(dim, Conditional):
+            _check_condition(where, key, dim, known)
+            inner = dim.dim
+        else:
+            inner = dim
+        if isinstance(inner, (list, tuple)) and not inner:
+            raise InvalidArgumentError(f"{where}.{key}", inner, "a non-empty list of values")
+        known.append(key)
+    return flat
 
 
 def random_trials(space: Mapping[str, Any], count: int, seed: int, *, fixed: Mapping[str, Any] | None = None,
-                  code_version: str | None = None, max_tries: int | None = None) -> list[Trial]:
+                  code_version: str | None = None, max_tries: int | None = None, where: str = "space") -> list[Trial]:
     """``count`` distinct trials sampled from ``space`` (values: search spaces, lists = choice, scalars fixed)
     with a seeded generator: the same seed gives the same trials in every process."""
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise InvalidArgumentError("count", count, "an integer >= 1")
+    flat = check_space(space, where, fixed)
+    base = flatten(fixed or {})
     rng = random.Random(seed)
     trials: list[Trial] = []
     seen: set[str] = set()
     tries = 0
     limit = max_tries or count * 50
+    varying = list(flat)
     while len(trials) < count and tries < limit:
         tries += 1
-        params = dict(fixed or {})
-        for key, dim in space.items():
-            if isinstance(dim, SPACES):
-                params[key] = dim.sample(rng)
-            elif isinstance(dim, (list, tuple)):
-                params[key] = rng.choice(list(dim))
-            else:
-                params[key] = dim
-        tid = trial_id(params, code_version)
-        if tid not in seen:
-            seen.add(tid)
-            trials.append(Trial(params, tid, trial_label(params, list(space)), len(trials)))
+        trial = make_trial(sample_params(flat, rng, base), varying, code_version, len(trials))
+        if trial.trial_id not in seen:
+            seen.add(trial.trial_id)
+            trials.append(trial)
     return trials

@@ -159,3 +159,29 @@ def randint(low: int, high: int) -> RandInt:
 
 def quniform(low: float, high: float, q: float) -> QUniform:
     return QUniform(low, high, q)
+
+
+@dataclass(frozen=True)
+class Conditional:
+    """A parameter that exists only when earlier parameters have given values:
+    ``when({"optimizer": "sgd"}, uniform(0.8, 0.99))`` — ``momentum`` only for SGD trials. Condition values
+    may be a single value or a list of allowed values. The dimension is a search space or a value list."""
+
+    condition: tuple  # ((key, (allowed, ...)), ...)
+    dim: Any
+
+    def holds(self, params: dict) -> bool:
+        return all(key in params and params[key] in allowed for key, allowed in self.condition)
+
+    @property
+    def keys(self) -> list[str]:
+        return [key for key, _ in self.condition]
+
+
+def when(condition: dict, dim: Any) -> Conditional:
+    if not isinstance(condition, dict) or not condition:
+        raise InvalidArgumentError("when", condition, "a mapping such as {'optimizer': 'sgd'}")
+    if isinstance(dim, Conditional):
+        raise InvalidArgumentError("when", dim, "a search space or a list of values (not another when)")
+    normalised = tuple((str(k), tuple(v) if isinstance(v, (list, tuple)) else (v,)) for k, v in condition.items())
+    return Conditional(normalised, dim)

@@ -1,0 +1,96 @@
+"""What a sweep optimises, and the leaderboard.
+
+A trial's result is what it wrote to ``result.json`` in its folder, or what its Python callable returned
+(a dict, or a bare number). The objective names a metric in it — a key, or a dotted path such as
+``eval.accuracy`` — and whether to ``maximize`` or ``minimize`` it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
+
+MODES = ("maximize", "minimize")
+
+
+@dataclass(frozen=True)
+class Objective:
+    metric: str
+    mode: str = "maximize"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.metric, str) or not self.metric:
+            raise InvalidArgumentError("objective.metric", self.metric, "the name of a metric in the trial result")
+        if self.mode not in MODES:
+            raise InvalidArgumentError("objective.mode", self.mode, "'maximize' or 'minimize'")
+
+    @property
+    def maximize(self) -> bool:
+        return self.mode == "maximize"
+
+    def score(self, result: Any) -> float | None:
+        """The metric's value in ``result``, or None when it is missing or not a finite number."""
+        value = result
+        if isinstance(result, Mapping):
+            value = result.get(self.metric) if self.metric in result else _dig(result, self.metric)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return None
+        return float(value)
+
+    def better(self, a: float, b: float) -> bool:
+        return a > b if self.maximize else a < b
+
+    def sort_key(self, score: float) -> float:
+        return -score if self.maximize else score
+
+    def to_dict(self) -> dict:
+        return {"metric": self.metric, "mode": self.mode}
+
+
+def _dig(result: Mapping, path: str) -> Any:
+    node: Any = result
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def leaderboard(records: Iterable[Mapping], objective: Objective, top_n: int = 10) -> list[dict]:
+    """The ``top_n`` succeeded records with a score, best first (ties keep trial order)."""
+    scored = []
+    for record in records:
+        if record.get("state") != "succeeded":
+            continue
+        score = objective.score(record.get("result"))
+        if score is not None:
+            scored.append({**record, "score": score})
+    scored.sort(key=lambda r: (objective.sort_key(r["score"]), r.get("index", 0)))
+    return [{"rank": i + 1, **r} for i, r in enumerate(scored[:top_n])]
+
+
+def format_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
+    """A plain text table (monospace, no dependencies)."""
+    text = [[str(c) for c in header]] + [[_cell(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in text) for i in range(len(header))]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    out = [line, "| " + " | ".join(c.ljust(w) for c, w in zip(text[0], widths)) + " |", line.replace("-", "=")]
+    out += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in text[1:]]
+    out.append(line)
+    return "\n".join(out)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def format_leaderboard(board: Sequence[Mapping], objective: Objective) -> str:
+    if not board:
+        return f"no succeeded trial reported {objective.metric!r}"
+    rows = [(r["rank"], r["score"], r["label"] or r["trial_id"], r["trial_id"]) for r in board]
+    return format_table(rows, ["rank", f"{objective.metric} ({objective.mode})", "parameters", "trial"])

@@ -1,0 +1,218 @@
+"""Searches that run in rounds: ask a batch of trials, evaluate them, tell the scores, repeat.
+
+* :class:`OptunaSearch` — Optuna's TPE (or random) sampler; the study lives in a journal file under the
+  sweep's folder, so a re-run of the DAG resumes it instead of starting over (``pip install
+  airflow-provider-gpusched[optuna]``).
+* :class:`EvolutionSearch` — NAS evolution as in seed 000's ``EvolutionModelSearcher``: a pool of
+  candidate architectures (one choice per position), the top-k kept over all rounds, the next pool made by
+  mutation (each position re-drawn with ``mutate_prob``) and crossover (each position from one of two
+  parents), filled up at random; candidates that break a constraint (e.g. ``flops <= 600`` computed by a
+  user function) are never proposed.
+
+``ask(round)`` is idempotent: a round's proposals are stored, so asking again (a retried task, a
+re-run DAG) gives the same trials. ``tell(round, ...)`` ignores trials already told.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any, Mapping, Sequence
+
+from airflow_provider_gpusched.core.errors import GpuschedError
+from airflow_provider_gpusched.core.sweep import spaces
+from airflow_provider_gpusched.core.sweep.expand import flatten, nested, trial_id
+from airflow_provider_gpusched.core.sweep.spec import SweepSpec
+from airflow_provider_gpusched.core.sweep.store import read_json, write_json
+
+
+class RoundSearch:
+    def __init__(self, spec: SweepSpec, state_dir: str) -> None:
+        self.spec = spec
+        self.state_dir = state_dir
+        self.fixed = flatten(spec.global_config)
+        self.space = flatten(spec.space)
+        os.makedirs(state_dir, exist_ok=True)
+
+    def _round_path(self, round_no: int) -> str:
+        return os.path.join(self.state_dir, f"round-{round_no:03d}.json")
+
+    def ask(self, round_no: int) -> list[dict]:
+        """This round's trial parameters (flat, with the fixed values), the same on every call."""
+        stored = read_json(self._round_path(round_no))
+        if isinstance(stored, dict) and "proposals" in stored:
+            return [p["params"] for p in stored["proposals"]]
+        proposals = self._propose(round_no)
+        write_json(self._round_path(round_no), {"round": round_no, "proposals": proposals, "told": []})
+        return [p["params"] for p in proposals]
+
+    def tell(self, round_no: int, outcomes: Sequence[tuple[Mapping[str, Any], float | None]]) -> int:
+        """Record scores (None = failed). Returns how many were new."""
+        stored = read_json(self._round_path(round_no))
+        if not isinstance(stored, dict) or "proposals" not in stored:
+            raise GpuschedError(f"round {round_no} was never asked ({self._round_path(round_no)} is missing)")
+        told = set(stored.get("told", []))
+        by_key = {_key(p["params"]): p for p in stored["proposals"]}
+        new = 0
+        for params, score in outcomes:
+            key = _key(params)
+            if key in told or key not in by_key:
+                continue
+            self._record(by_key[key], dict(params), score)
+            told.add(key)
+            new += 1
+        stored["told"] = sorted(told)
+        write_json(self._round_path(round_no), stored)
+        return new
+
+    # subclasses
+    def _propose(self, round_no: int) -> list[dict]:
+        raise NotImplementedError
+
+    def _record(self, proposal: dict, params: dict, score: float | None) -> None:
+        raise NotImplementedError
+
+
+def _key(params: Mapping[str, Any]) -> str:
+    return trial_id(dict(params))
+
+
+class EvolutionSearch(RoundSearch):
+    def __init__(self, spec: SweepSpec, state_dir: str) -> None:
+        super().__init__(spec, state_dir)
+        self.settings = spec.evolution
+        self.choices = {k: list(v.values if isinstance(v, spaces.Choice) else v) for k, v in self.space.items()}
+        self.maximize = spec.objective.maximize
+        self.history_path = os.path.join(state_dir, "evolution.json")
+
+    def history(self) -> list[dict]:
+        data = read_json(self.history_path)
+        return data.get("evaluated", []) if isinstance(data, dict) else []
+
+    def top_k(self) -> list[dict]:
+        scored = [h for h in self.history() if h.get("score") is not None]
+        scored.sort(key=lambda h: -h["score"] if self.maximize else h["score"])
+        return scored[:self.settings.candidate_top_k]
+
+    def feasible(self, params: Mapping[str, Any]) -> bool:
+        constraints = self.settings.constraints
+        if not constraints:
+            return True
+        measured = self.settings.measure(nested(params)) or {}
+        for key, limit in constraints.items():
+            if key not in measured:
+                raise GpuschedError(f"evolution.measure returned no {key!r} (it returned {sorted(measured)}); "
+                                    f"constraints name {sorted(constraints)}")
+            if measured[key] > limit:
+                return False
+        return True
+
+    def _propose(self, round_no: int) -> list[dict]:
+        s = self.settings
+        rng = random.Random(f"{self.spec.seed}:{round_no}")
+        seen = {_key(h["params"]) for h in self.history()}
+        out: list[dict] = []
+
+        def add(make, origin: str) -> bool:
+            for _ in range(100):
+                params = {**self.fixed, **make()}
+                key = _key(params)
+                if key not in seen and self.feasible(params):
+                    seen.add(key)
+                    out.append({"params": params, "origin": origin})
+                    return True
+            return False
+
+        def random_candidate() -> dict:
+            return {k: rng.choice(v) for k, v in self.choices.items()}
+
+        top = [h["params"] for h in self.top_k()] if round_no > 0 else []
+        if top:
+            budget = s.candidate_pool_size
+            for _ in range(min(s.num_mutation, budget)):
+                add(lambda: {k: rng.choice(self.choices[k]) if rng.random() < s.mutate_prob else p[k]
+                             for p in [rng.choice(top)] for k in self.choices}, "mutation")
+            for _ in range(min(s.num_crossover, budget - len(out))):
+                add(lambda: {k: rng.choice((a[k], b[k])) for a, b in [(rng.choice(top), rng.choice(top))]
+                             for k in self.choices}, "crossover")
+        while len(out) < s.candidate_pool_size:
+            if not add(random_candidate, "random"):
+                break
+        if not out:
+            raise GpuschedError("evolution: no candidate satisfies the constraints "
+                                f"{self.settings.constraints} (100 random draws tried)")
+        return out
+
+    def _record(self, proposal: dict, params: dict, score: float | None) -> None:
+        data = read_json(self.history_path)
+        data = data if isinstance(data, dict) else {"evaluated": []}
+        data["evaluated"].append({"params": params, "score": score, "origin": proposal.get("origin")})
+        write_json(self.history_path, data)
+
+
+class OptunaSearch(RoundSearch):
+    def __init__(self, spec: SweepSpec, state_dir: str) -> None:
+        super().__init__(spec, state_dir)
+        try:
+            import optuna
+        except ImportError:
+            raise GpuschedError("search: optuna needs Optuna: pip install 'airflow-provider-gpusched[optuna]'") from None
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.optuna = optuna
+        storage = JournalStorage(JournalFileBackend(os.path.join(state_dir, "optuna.journal")))
+        sampler = (optuna.samplers.TPESampler(seed=spec.seed, n_startup_trials=spec.per_round)
+                   if spec.sampler == "tpe" else optuna.samplers.RandomSampler(seed=spec.seed))
+        self.study = optuna.create_study(study_name=spec.name, storage=storage, sampler=sampler, load_if_exists=True,
+                                         direction="maximize" if spec.objective.maximize else "minimize")
+
+    def _suggest(self, trial) -> dict:
+        params = dict(self.fixed)
+        for key, dim in self.space.items():
+            if isinstance(dim, spaces.Conditional):
+                if not dim.holds(params):
+                    continue
+                dim = dim.dim
+            if isinstance(dim, (list, tuple)):
+                dim = spaces.Choice(tuple(dim))
+            if isinstance(dim, spaces.Choice):
+                params[key] = trial.suggest_categorical(key, list(dim.values))
+            elif isinstance(dim, spaces.Uniform):
+                params[key] = trial.suggest_float(key, dim.low, dim.high)
+            elif isinstance(dim, spaces.LogUniform):
+                params[key] = trial.suggest_float(key, dim.low, dim.high, log=True)
+            elif isinstance(dim, spaces.RandInt):
+                params[key] = trial.suggest_int(key, dim.low, dim.high)
+            elif isinstance(dim, spaces.QUniform):
+                params[key] = trial.suggest_float(key, dim.low, dim.high, step=dim.q)
+            else:
+                params[key] = dim
+        return params
+
+    def _propose(self, round_no: int) -> list[dict]:
+        out = []
+        for _ in range(self.spec.per_round):
+            trial = self.study.ask()
+            trial.set_user_attr("round", round_no)
+            out.append({"params": self._suggest(trial), "number": trial.number})
+        return out
+
+    def _record(self, proposal: dict, params: dict, score: float | None) -> None:
+        trial = next((t for t in self.study.get_trials(deepcopy=False) if t.number == proposal["number"]), None)
+        if trial is None or trial.state != self.optuna.trial.TrialState.RUNNING:
+            return
+        if score is None:
+            self.study.tell(proposal["number"], state=self.optuna.trial.TrialState.FAIL)
+        else:
+            self.study.tell(proposal["number"], score)
+
+
+def make_search(spec: SweepSpec, state_dir: str) -> RoundSearch:
+    if spec.search == "evolution":
+        return EvolutionSearch(spec, state_dir)
+    if spec.search == "optuna":
+        return OptunaSearch(spec, state_dir)
+    raise GpuschedError(f"search {spec.search!r} does not run in rounds")
+

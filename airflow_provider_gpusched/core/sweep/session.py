@@ -1,0 +1,138 @@
+"""One sweep on disk, from plan to leaderboard: what the Airflow task group and ``gpusched sweep`` call.
+
+* :meth:`SweepSession.prepare` — expand (or, for searches in rounds, ask the round's trials), skip trials
+  that already succeeded (unless ``force_rerun``), write the manifest the trial runner reads.
+* :meth:`SweepSession.finish_round` — tell a round's scores to the search.
+* :meth:`SweepSession.collect` — read every trial's state and result, count them (DI-toolkit's status table),
+  rank them by the objective, write ``summary.json``, ``leaderboard.json`` and ``best.json``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from airflow_provider_gpusched.core.errors import GpuschedError
+from airflow_provider_gpusched.core.sweep.expand import Trial, make_trial, nested
+from airflow_provider_gpusched.core.sweep.objective import format_leaderboard, leaderboard
+from airflow_provider_gpusched.core.sweep.search import make_search
+from airflow_provider_gpusched.core.sweep.spec import SweepSpec, default_results_root
+from airflow_provider_gpusched.core.sweep.store import TrialStore, format_counts, state_counts
+from airflow_provider_gpusched.core.sweep.trial_run import CALLABLE_FILE, Manifest, save_callable, write_manifest
+
+ONE_SHOT_MANIFEST = "manifest.json"
+
+
+def round_manifest(round_no: int) -> str:
+    return os.path.join("rounds", f"round-{round_no:03d}.manifest.json")
+
+
+class SweepSession:
+    def __init__(self, spec: SweepSpec, results_root: str | None = None) -> None:
+        self.spec = spec
+        self.store = TrialStore(results_root or spec.results_root or default_results_root(), spec.name)
+
+    # -- planning --------------------------------------------------------------------------------------
+    def _target(self) -> dict:
+        if self.spec.python_callable is not None:
+            save_callable(self.store.dir, self.spec.python_callable)
+            return {"callable": CALLABLE_FILE}
+        return {"command": list(self.spec.command)}
+
+    def round_trials(self, round_no: int) -> list[Trial]:
+        params = make_search(self.spec, self.store.path("search")).ask(round_no)
+        varying = self.spec.varying()
+        first = round_no * 100000
+        trials, seen = [], set()
+        for i, p in enumerate(params):
+            trial = make_trial(p, varying, self.spec.code_version, first + i)
+            if trial.trial_id not in seen:
+                seen.add(trial.trial_id)
+                trials.append(trial)
+        return trials
+
+    def prepare(self, round_no: int | None = None, chunk_size: int | None = None) -> Manifest:
+        """Write the manifest of this run (or of round ``round_no``) and return it."""
+        if self.spec.in_rounds and round_no is None:
+            raise GpuschedError(f"sweep {self.spec.name}: search {self.spec.search} runs in rounds; give round_no")
+        trials = self.spec.trials() if round_no is None else self.round_trials(round_no)
+        pending, skipped = self.store.plan(trials, self.spec.force_rerun)
+        name = ONE_SHOT_MANIFEST if round_no is None else round_manifest(round_no)
+        objective = self.spec.objective.to_dict() if self.spec.objective else None
+        path = write_manifest(self.store, name, trials=trials, pending=pending, target=self._target(),
+                              objective=objective, env=self.spec.resources.env, chunk_size=chunk_size,
+                              extra={"skipped": [t.trial_id for t in skipped], "round": round_no,
+                                     "varying": self.spec.varying()})
+        return Manifest(path)
+
+    def finish_round(self, round_no: int) -> dict:
+        manifest = Manifest(self.store.path(round_manifest(round_no)))
+        objective = self.spec.objective
+        outcomes = []
+        for record in self.store.records(manifest.trials):
+            score = objective.score(record["result"]) if record["state"] == "succeeded" else None
+            outcomes.append((manifest.trial(record["trial_id"]).params, score))
+        told = make_search(self.spec, self.store.path("search")).tell(round_no, outcomes)
+        scores = [s for _, s in outcomes if s is not None]
+        best = (max if objective.maximize else min)(scores) if scores else None
+        return {"round": round_no, "trials": len(outcomes), "told": told, "scored": len(scores), "round_best": best}
+
+    # -- results ---------------------------------------------------------------------------------------
+    def manifests(self) -> list[Manifest]:
+        if not self.spec.in_rounds:
+            path = self.store.path(ONE_SHOT_MANIFEST)
+            return [Manifest(path)] if os.path.exists(path) else []
+        out = []
+        for r in range(self.spec.rounds or 0):
+            path = self.store.path(round_manifest(r))
+            if os.path.exists(path):
+                out.append(Manifest(path))
+        return out
+
+    def collect(self) -> dict[str, Any]:
+        manifests = self.manifests()
+        if not manifests:
+            raise GpuschedError(f"sweep {self.spec.name}: nothing was planned in {self.store.dir}")
+        trials: dict[str, Trial] = {}
+        skipped: set[str] = set()
+        for manifest in manifests:
+            for trial in manifest.trials:
+                trials.setdefault(trial.trial_id, trial)
+            skipped.update(manifest.data.get("skipped", []))
+        records = self.store.records(trials.values())
+        table = state_counts(records, skipped)
+        summary: dict[str, Any] = {"sweep": self.spec.name, "folder": self.store.dir, "search": self.spec.search,
+                                   "counts": {k: len(v) for k, v in table.items()}}
+        self.store.write("summary.json", {**summary, "table": table, "records": records})
+        text = format_counts(table)
+        if self.spec.objective is not None:
+            board = leaderboard(records, self.spec.objective, self.spec.top_n)
+            self.store.write("leaderboard.json", {"objective": self.spec.objective.to_dict(), "leaderboard": board})
+            summary["leaderboard"] = [{k: r[k] for k in ("rank", "score", "label", "trial_id", "params")}
+                                      for r in board]
+            summary["best"] = summary["leaderboard"][0] if board else None
+            if board:
+                self.store.write("best.json", {"objective": self.spec.objective.to_dict(), **summary["best"],
+                                               "result": board[0]["result"], "folder": board[0]["folder"]})
+            text += "\n" + format_leaderboard(board, self.spec.objective)
+        failed = [r for r in records if r["state"] == "failed"]
+        if failed:
+            text += "\nfailed trials:\n" + "\n".join(f"  {r['index']} {r['label'] or r['trial_id']}: {r['error']}"
+                                                     for r in failed[:20])
+        summary["text"] = text
+        return summary
+
+    def preview(self) -> dict[str, Any]:
+        """The trials a run would have, with their current state, without running or writing anything."""
+        if self.spec.in_rounds:
+            rows = [{"round": r, "trials": self.spec.per_round or self.spec.evolution.candidate_pool_size}
+                    for r in range(self.spec.rounds)]
+            return {"sweep": self.spec.name, "search": self.spec.search, "rounds": rows,
+                    "trials": sum(r["trials"] for r in rows), "folder": self.store.dir}
+        trials = self.spec.trials()
+        states = {t.trial_id: self.store.state(t) for t in trials}
+        would_run = sum(1 for t in trials if self.spec.force_rerun or states[t.trial_id] != "succeeded")
+        return {"sweep": self.spec.name, "search": self.spec.search, "folder": self.store.dir, "trials": len(trials),
+                "would_run": would_run, "would_skip": len(trials) - would_run,
+                "table": [{"index": t.index, "trial_id": t.trial_id, "state": states[t.trial_id], "label": t.label,
+                           "params": nested(t.params)} for t in trials]}

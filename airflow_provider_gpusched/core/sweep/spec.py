@@ -1,0 +1,389 @@
+"""A sweep specification: what to try, how to run a trial, what to optimise — in Python or YAML.
+
+Python::
+
+    SweepSpec(name="gan", global_config={"num_epoch": 200},
+              test_config=[{"method": ["GAN", "ALI"]}, {"method": ["WGAN"], "num_zmode": [1, 2]}],
+              command=["python", "train.py", "--method", "{method}", "--out", "{trial_dir}"],
+              objective=Objective("inception_score", "maximize"))
+
+YAML (the same keys; search spaces as one-key mappings, ``when`` for conditional parameters)::
+
+    name: hpo
+    search: random            # grid (default) | random | optuna | evolution
+    count: 20
+    space:
+      lr: {loguniform: [1.0e-5, 1.0e-1]}
+      optimizer: [sgd, adam]
+      momentum: {uniform: [0.8, 0.99], when: {optimizer: sgd}}
+    command: [python, train.py, --lr, "{lr}"]
+    objective: {metric: accuracy, mode: maximize}
+    resources: {gpus: 1, gpu_memory: 6GiB, partition: batch, setup: [source /shared/env.sh], job_class: idle}
+
+Every error names the file and the key path (``sweeps/hpo.yaml: space.lr: expected ...``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Mapping, Sequence
+
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.job_classes import JOB_CLASSES
+from airflow_provider_gpusched.core.sweep import spaces
+from airflow_provider_gpusched.core.sweep.expand import GridSweep, Trial, check_space, flatten, random_trials
+from airflow_provider_gpusched.core.sweep.objective import Objective
+from airflow_provider_gpusched.core.sweep.store import check_sweep_name
+
+SEARCHES = ("grid", "random", "optuna", "evolution")
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)\}")
+TRIAL_FIELDS = ("trial_dir", "trial_id", "label")  # placeholders every command may use besides parameters
+
+
+@dataclass
+class TrialResources:
+    """Per-trial resources (seed 000's ``function_resource``): used by the local and the Slurm backend."""
+
+    gpus: int = 1
+    gpu_memory: int | str | None = None
+    cpus: int | None = None
+    mem: int | str | None = None
+    partition: str | None = None
+    qos: str | None = None
+    time_limit: int | str | None = None
+    setup: list[str] = field(default_factory=list)
+    job_class: str = "normal"
+    priority: int = 0
+    env: dict[str, str] = field(default_factory=dict)
+
+    def check(self, where: str) -> None:
+        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 0:
+            raise InvalidArgumentError(f"{where}.gpus", self.gpus, "an integer >= 0")
+        if self.cpus is not None and (isinstance(self.cpus, bool) or not isinstance(self.cpus, int) or self.cpus < 1):
+            raise InvalidArgumentError(f"{where}.cpus", self.cpus, "an integer >= 1")
+        if self.job_class not in JOB_CLASSES:
+            raise InvalidArgumentError(f"{where}.job_class", self.job_class, f"one of {list(JOB_CLASSES)}")
+        if isinstance(self.setup, str):
+            self.setup = [self.setup]
+        if not isinstance(self.setup, list) or not all(isinstance(s, str) for s in self.setup):
+            raise InvalidArgumentError(f"{where}.setup", self.setup, "a list of shell lines")
+        if not isinstance(self.env, Mapping):
+            raise InvalidArgumentError(f"{where}.env", self.env, "a mapping of environment variables")
+        self.env = {str(k): str(v) for k, v in self.env.items()}
+
+
+@dataclass
+class EvolutionSettings:
+    """Seed 000's ``EvolutionModelSearcher`` fields."""
+
+    candidate_pool_size: int = 10
+    candidate_top_k: int = 3
+    num_mutation: int = 5
+    num_crossover: int = 5
+    mutate_prob: float = 0.1
+    max_epoch: int = 5
+    constraints: dict[str, float] = field(default_factory=dict)
+    measure: Callable[[dict], Mapping[str, float]] | None = None
+
+    def check(self, where: str) -> None:
+        for name in ("candidate_pool_size", "candidate_top_k", "max_epoch"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArgumentError(f"{where}.{name}", value, "an integer >= 1")
+        for name in ("num_mutation", "num_crossover"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidArgumentError(f"{where}.{name}", value, "an integer >= 0")
+        if self.candidate_top_k > self.candidate_pool_size:
+            raise InvalidArgumentError(f"{where}.candidate_top_k", self.candidate_top_k,
+                                       f"at most candidate_pool_size ({self.candidate_pool_size})")
+        if isinstance(self.mutate_prob, bool) or not isinstance(self.mutate_prob, (int, float)) \
+                or not 0 <= self.mutate_prob <= 1:
+            raise InvalidArgumentError(f"{where}.mutate_prob", self.mutate_prob, "a probability between 0 and 1")
+        if not isinstance(self.constraints, Mapping):
+            raise InvalidArgumentError(f"{where}.constraints", self.constraints, "a mapping such as {flops: 600}")
+        for key, limit in self.constraints.items():
+            if isinstance(limit, bool) or not isinstance(limit, (int, float)):
+                raise InvalidArgumentError(f"{where}.constraints.{key}", limit, "a number (an upper bound)")
+        if self.constraints and self.measure is None:
+            raise InvalidArgumentError(f"{where}.measure", None,
+                                       "a function params -> {constraint name: value} when constraints are given")
+        if self.measure is not None and not callable(self.measure):
+            raise InvalidArgumentError(f"{where}.measure", self.measure, "a callable")
+
+
+@dataclass
+class SweepSpec:
+    name: str
+    search: str = "grid"
+    global_config: Mapping[str, Any] = field(default_factory=dict)
+    test_config: Sequence[Mapping[str, Any]] = field(default_factory=lambda: [{}])
+    space: Mapping[str, Any] = field(default_factory=dict)
+    count: int | None = None
+    rounds: int | None = None
+    per_round: int | None = None
+    seed: int = 0
+    grid_steps: int | None = None
+    code_version: str | None = None
+    command: Sequence[str] | None = None
+    python_callable: Callable | None = None
+    objective: Objective | None = None
+    results_root: str | None = None
+    force_rerun: bool = False
+    top_n: int = 10
+    sampler: str = "tpe"
+    resources: TrialResources = field(default_factory=TrialResources)
+    evolution: EvolutionSettings | None = None
+    where: str = "sweep"
+
+    def __post_init__(self) -> None:
+        w = self.where
+        check_sweep_name(self.name, f"{w}: name")
+        if self.search not in SEARCHES:
+            raise InvalidArgumentError(f"{w}: search", self.search, f"one of {list(SEARCHES)}")
+        if isinstance(self.objective, Mapping):
+            self.objective = _objective(self.objective, f"{w}: objective")
+        if isinstance(self.resources, Mapping):
+            self.resources = _build(TrialResources, self.resources, f"{w}: resources")
+        self.resources.check(f"{w}: resources")
+        if (self.command is None) == (self.python_callable is None):
+            raise InvalidArgumentError(f"{w}: command", self.command,
+                                       "exactly one of command (an argv list) or python_callable")
+        if self.command is not None:
+            if isinstance(self.command, str) or not isinstance(self.command, Sequence) or not self.command:
+                raise InvalidArgumentError(f"{w}: command", self.command,
+                                           "a non-empty argv list such as [python, train.py, --lr, '{lr}']")
+            self.command = [str(a) for a in self.command]
+        if self.python_callable is not None and not callable(self.python_callable):
+            raise InvalidArgumentError(f"{w}: python_callable", self.python_callable, "a callable")
+        for name in ("count", "rounds", "per_round", "top_n"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise InvalidArgumentError(f"{w}: {name}", value, "an integer >= 1")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise InvalidArgumentError(f"{w}: seed", self.seed, "an integer")
+        if self.search == "grid":
+            GridSweep(self.global_config, self.test_config, self.grid_steps, self.code_version, w).blocks()
+        else:
+            check_space(self.space, f"{w}: space", self.global_config)
+        if self.search == "random" and self.count is None:
+            raise InvalidArgumentError(f"{w}: count", None, "the number of random trials (search: random)")
+        if self.search == "optuna":
+            if self.objective is None:
+                raise InvalidArgumentError(f"{w}: objective", None, "a metric to optimise (search: optuna)")
+            if self.sampler not in ("tpe", "random"):
+                raise InvalidArgumentError(f"{w}: sampler", self.sampler, "'tpe' or 'random'")
+            self.rounds = self.rounds or 3
+            self.per_round = self.per_round or 4
+        if self.search == "evolution":
+            if self.objective is None:
+                raise InvalidArgumentError(f"{w}: objective", None, "a score to optimise (search: evolution)")
+            if isinstance(self.evolution, Mapping):
+                self.evolution = _build(EvolutionSettings, self.evolution, f"{w}: evolution")
+            self.evolution = self.evolution or EvolutionSettings()
+            self.evolution.check(f"{w}: evolution")
+            for key, dim in flatten(self.space).items():
+                if not isinstance(dim, (list, tuple, spaces.Choice)):
+                    raise InvalidArgumentError(f"{w}: space.{key}", dim, "a list of choices (evolution searches "
+                                                                         "over discrete choices per position)")
+            self.rounds = self.evolution.max_epoch
+        if self.command is not None:
+            known = set(self.parameter_names()) | set(TRIAL_FIELDS)
+            for arg in self.command:
+                for name in _PLACEHOLDER.findall(arg):
+                    if name not in known:
+                        raise InvalidArgumentError(f"{w}: command", arg,
+                                                   f"placeholders naming a parameter or one of {list(TRIAL_FIELDS)}; "
+                                                   f"{{{name}}} is neither (parameters: {sorted(self.parameter_names())})")
+
+    # -- what the spec means --------------------------------------------------------------------------
+    @property
+    def in_rounds(self) -> bool:
+        return self.search in ("optuna", "evolution")
+
+    def parameter_names(self) -> list[str]:
+        names = list(flatten(self.global_config))
+        if self.search == "grid":
+            names += [k for k in GridSweep(self.global_config, self.test_config, where=self.where).varying()
+                      if k not in names]
+        else:
+            names += [k for k in flatten(self.space) if k not in names]
+        return names
+
+    def trials(self) -> list[Trial]:
+        """Every trial of a one-shot (grid or random) sweep, in order, duplicates removed."""
+        if self.search == "grid":
+            return GridSweep(self.global_config, self.test_config, self.grid_steps, self.code_version,
+                             self.where).trials()
+        if self.search == "random":
+            return random_trials(self.space, self.count, self.seed, fixed=self.global_config,
+                                 code_version=self.code_version, where=f"{self.where}: space")
+        raise InvalidArgumentError(f"{self.where}: search", self.search,
+                                   "'grid' or 'random' here; optuna and evolution sweeps make trials round by round")
+
+    def varying(self) -> list[str]:
+        if self.search == "grid":
+            return GridSweep(self.global_config, self.test_config, where=self.where).varying()
+        return list(flatten(self.space))
+
+    # -- loading -------------------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "sweep") -> SweepSpec:
+        if not isinstance(data, Mapping):
+            raise InvalidArgumentError(where, data, "a mapping with name, command and a search space")
+        allowed = {f.name for f in fields(cls)} - {"where", "python_callable"} | {"callable"}
+        unknown = [k for k in data if k not in allowed]
+        if unknown:
+            raise InvalidArgumentError(f"{where}: {unknown[0]}", data[unknown[0]],
+                                       f"a known key (one of {sorted(allowed)})")
+        kwargs = dict(data)
+        if "callable" in kwargs:
+            kwargs["python_callable"] = import_callable(kwargs.pop("callable"), f"{where}: callable")
+        if "test_config" in kwargs and isinstance(kwargs["test_config"], list):
+            kwargs["test_config"] = [
+                {k: parse_dim(v, f"{where}: test_config[{i}].{k}") for k, v in block.items()}
+                if isinstance(block, Mapping) else block for i, block in enumerate(kwargs["test_config"])]
+        if "space" in kwargs and isinstance(kwargs["space"], Mapping):
+            kwargs["space"] = {k: parse_dim(v, f"{where}: space.{k}") for k, v in kwargs["space"].items()}
+        if isinstance(kwargs.get("evolution"), Mapping) and isinstance(kwargs["evolution"].get("measure"), str):
+            kwargs["evolution"] = {**kwargs["evolution"], "measure": import_callable(
+                kwargs["evolution"]["measure"], f"{where}: evolution.measure")}
+        return cls(**kwargs, where=where)
+
+    @classmethod
+    def from_yaml(cls, path: str) -> SweepSpec:
+        import yaml
+
+        try:
+            with open(path) as fh:
+                data = yaml.safe_load(fh)
+        except FileNotFoundError:
+            raise InvalidArgumentError("sweep spec", path, "an existing YAML file") from None
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise InvalidArgumentError(f"{path}:{at}", getattr(exc, "problem", str(exc)), "valid YAML") from None
+        return cls.from_dict(data, where=path)
+
+
+def _objective(data: Mapping, where: str) -> Objective:
+    unknown = [k for k in data if k not in ("metric", "mode")]
+    if unknown:
+        raise InvalidArgumentError(f"{where}.{unknown[0]}", data[unknown[0]], "only metric and mode")
+    try:
+        return Objective(data.get("metric"), data.get("mode", "maximize"))
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"{where}.{exc.argument.split('.')[-1]}", exc.value, exc.expected) from None
+
+
+def _build(kind: type, data: Mapping, where: str) -> Any:
+    names = {f.name for f in fields(kind)}
+    data = dict(data)
+    if kind is TrialResources:  # seed 000 spellings
+        for seed_name, ours in (("num_gpus", "gpus"), ("num_cpus", "cpus"), ("source", "setup")):
+            if seed_name in data and ours not in data:
+                data[ours] = data.pop(seed_name)
+        if "normal" in data and "job_class" not in data:
+            normal = data.pop("normal")
+            if not isinstance(normal, bool):
+                raise InvalidArgumentError(f"{where}.normal", normal, "true or false")
+            data["job_class"] = "normal" if normal else "idle"
+    unknown = [k for k in data if k not in names]
+    if unknown:
+        raise InvalidArgumentError(f"{where}.{unknown[0]}", data[unknown[0]], f"a known key (one of {sorted(names)})")
+    return kind(**data)
+
+
+_SPACE_MAKERS = {"choice": 1, "uniform": 2, "loguniform": 2, "randint": 2, "quniform": 3}
+
+
+def parse_dim(value: Any, where: str) -> Any:
+    """YAML form of a dimension: a list of values, ``{uniform: [lo, hi]}`` and friends, ``{values: [...]}``,
+    each optionally with ``when: {param: value-or-list}``; a nested plain mapping stays nested."""
+    if isinstance(value, (spaces.Choice, spaces.Uniform, spaces.LogUniform, spaces.RandInt, spaces.QUniform,
+                          spaces.Conditional)):
+        return value
+    if not isinstance(value, Mapping):
+        return value
+    kinds = [k for k in value if k in _SPACE_MAKERS or k == "values"]
+    if not kinds:
+        if "when" in value:
+            raise InvalidArgumentError(f"{where}.when", value["when"], "a search space or values next to when")
+        return {k: parse_dim(v, f"{where}.{k}") for k, v in value.items()}
+    extra = [k for k in value if k not in (*kinds, "when")]
+    if len(kinds) > 1 or extra:
+        raise InvalidArgumentError(where, dict(value), "one space (choice/uniform/loguniform/randint/quniform/values) "
+                                                       "and optionally when")
+    kind = kinds[0]
+    args = value[kind]
+    try:
+        if kind in ("values", "choice"):
+            if not isinstance(args, list) or not args:
+                raise InvalidArgumentError(kind, args, "a non-empty list of values")
+            dim: Any = list(args) if kind == "values" else spaces.choice(args)
+        else:
+            if not isinstance(args, list) or len(args) != _SPACE_MAKERS[kind]:
+                raise InvalidArgumentError(kind, args, f"a list of {_SPACE_MAKERS[kind]} numbers")
+            dim = getattr(spaces, kind)(*args)
+        if "when" in value:
+            dim = spaces.when(value["when"], dim)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(where, exc.value, exc.expected) from None
+    return dim
+
+
+def import_callable(target: Any, where: str) -> Callable:
+    if not isinstance(target, str) or ":" not in target:
+        raise InvalidArgumentError(where, target, "'package.module:function'")
+    module_name, _, attr = target.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise InvalidArgumentError(where, target, f"an importable function ({type(exc).__name__}: {exc})") from None
+    if not callable(obj):
+        raise InvalidArgumentError(where, target, "a callable")
+    return obj
+
+
+def format_command(command: Sequence[str], params: Mapping[str, Any], trial_dir: str, trial: Trial) -> list[str]:
+    """Fill ``{param}`` placeholders (dotted names allowed) in each argv element. Values are put in as text,
+    each argument stays one argument (no shell): spaces, quotes and ``;`` arrive verbatim. ``{{``/``}}``
+    give literal braces."""
+    fill = {**{k: v for k, v in params.items()}, "trial_dir": trial_dir, "trial_id": trial.trial_id,
+            "label": trial.label}
+
+    def one(arg: str) -> str:
+        parts = re.split(r"(\{\{|\}\})", arg)
+        out = []
+        for part in parts:
+            if part == "{{":
+                out.append("{")
+            elif part == "}}":
+                out.append("}")
+            else:
+                out.append(_PLACEHOLDER.sub(lambda m: _fill(fill, m.group(1), arg, trial), part))
+        return "".join(out)
+
+    return [one(a) for a in command]
+
+
+def _fill(fill: Mapping[str, Any], name: str, arg: str, trial: Trial) -> str:
+    if name not in fill:
+        raise InvalidArgumentError("command", arg, f"parameters trial {trial.label or trial.trial_id} has; "
+                                                   f"it has no {name!r} (a conditional parameter?)")
+    return _text(fill[name])
+
+
+def _text(value: Any) -> str:
+    import json
+
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def default_results_root() -> str:
+    return os.path.expanduser(os.environ.get("GPUSCHED_SWEEP_ROOT") or "~/gpusched-sweeps")

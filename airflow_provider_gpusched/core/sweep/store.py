@@ -1,0 +1,171 @@
+"""Where a sweep's trials live on disk, and what state each is in.
+
+Layout under the results root (a shared file system when trials run on Slurm nodes)::
+
+    <root>/<sweep>/manifest.json            what to run: target, objective, the trials of this run
+    <root>/<sweep>/trials/<folder>/         one per trial (folder = label + id, safe for any value)
+        params.json   the parameters (nested as the spec wrote them)
+        status.json   {"state": "running"|"succeeded"|"failed", times, host, exit code, error}
+        result.json   the metrics the trial wrote (or its callable returned)
+        output.log    the trial's output
+    <root>/<sweep>/summary.json, leaderboard.json, best.json
+
+A trial whose status is ``succeeded`` is skipped by the next run of the sweep unless ``force_rerun``;
+failed, interrupted (``running``) and new trials run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+from typing import Any, Iterable, Mapping, Sequence
+
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.sweep.expand import Trial, nested
+
+STATES = ("defined", "waiting", "running", "succeeded", "failed", "skipped")
+_SWEEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def check_sweep_name(name: Any, where: str = "name") -> str:
+    if not isinstance(name, str) or not _SWEEP_NAME.match(name) or ".." in name:
+        raise InvalidArgumentError(where, name, "a sweep name of letters, digits, '_', '-', '.' (no '/', no '..')")
+    return name
+
+
+def write_json(path: str, data: Any) -> None:
+    """Write atomically (a reader never sees half a file)."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as fh:
+        json.dump(data, fh, indent=1, default=str)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: str) -> Any:
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        return None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return {"_unreadable": f"{path}: {exc}"}
+
+
+class TrialStore:
+    def __init__(self, root: str, sweep: str) -> None:
+        self.root = os.path.abspath(os.path.expanduser(root))
+        self.sweep = check_sweep_name(sweep)
+        self.dir = os.path.join(self.root, self.sweep)
+
+    # -- paths -----------------------------------------------------------------------------------------
+    def path(self, name: str) -> str:
+        return os.path.join(self.dir, name)
+
+    def trial_dir(self, trial: Trial) -> str:
+        path = os.path.join(self.dir, "trials", trial.folder)
+        assert os.path.dirname(path) == os.path.join(self.dir, "trials")  # folder names never contain "/"
+        return path
+
+    # -- per-trial state -------------------------------------------------------------------------------
+    def status(self, trial: Trial) -> dict | None:
+        return read_json(os.path.join(self.trial_dir(trial), "status.json"))
+
+    def state(self, trial: Trial) -> str:
+        status = self.status(trial)
+        state = status.get("state") if isinstance(status, dict) else None
+        return state if state in ("running", "succeeded", "failed") else "waiting"
+
+    def result(self, trial: Trial) -> Any:
+        return read_json(os.path.join(self.trial_dir(trial), "result.json"))
+
+    def prepare(self, trial: Trial) -> str:
+        folder = self.trial_dir(trial)
+        os.makedirs(folder, exist_ok=True)
+        write_json(os.path.join(folder, "params.json"), nested(trial.params))
+        return folder
+
+    def mark_running(self, trial: Trial, **extra: Any) -> str:
+        folder = self.prepare(trial)
+        for stale in ("result.json",):
+            try:
+                os.remove(os.path.join(folder, stale))
+            except FileNotFoundError:
+                pass
+        previous = self.status(trial) or {}
+        write_json(os.path.join(folder, "status.json"), {
+            "state": "running", "trial_id": trial.trial_id, "label": trial.label, "started": time.time(),
+            "host": socket.gethostname(), "pid": os.getpid(),
+            "attempts": int(previous.get("attempts", 0) or 0) + 1 if isinstance(previous, dict) else 1, **extra})
+        return folder
+
+    def mark_finished(self, trial: Trial, *, ok: bool, result: Any = None, exit_code: int | None = None,
+                      error: str | None = None) -> dict:
+        folder = self.prepare(trial)
+        if result is not None:
+            write_json(os.path.join(folder, "result.json"), result)
+        status = self.status(trial) or {}
+        if not isinstance(status, dict) or "_unreadable" in status:
+            status = {}
+        ended = time.time()
+        status.update({"state": "succeeded" if ok else "failed", "trial_id": trial.trial_id, "label": trial.label,
+                       "ended": ended, "exit_code": exit_code, "error": error})
+        status["seconds"] = round(ended - status["started"], 3) if "started" in status else None
+        write_json(os.path.join(folder, "status.json"), status)
+        return status
+
+    # -- the sweep as a whole --------------------------------------------------------------------------
+    def plan(self, trials: Sequence[Trial], force_rerun: bool = False) -> tuple[list[Trial], list[Trial]]:
+        """(to run, skipped): succeeded trials are skipped unless ``force_rerun``."""
+        if force_rerun:
+            return list(trials), []
+        run, skipped = [], []
+        for trial in trials:
+            (skipped if self.state(trial) == "succeeded" else run).append(trial)
+        return run, skipped
+
+    def records(self, trials: Iterable[Trial]) -> list[dict]:
+        out = []
+        for trial in trials:
+            status = self.status(trial) or {}
+            out.append({"index": trial.index, "trial_id": trial.trial_id, "label": trial.label,
+                        "params": nested(trial.params), "state": self.state(trial),
+                        "result": self.result(trial), "seconds": status.get("seconds"),
+                        "error": status.get("error"), "folder": self.trial_dir(trial)})
+        return out
+
+    def write(self, name: str, data: Any) -> str:
+        path = self.path(name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_json(path, data)
+        return path
+
+    def read(self, name: str) -> Any:
+        return read_json(self.path(name))
+
+
+def state_counts(records: Sequence[Mapping], skipped_ids: Iterable[str] = ()) -> dict[str, list[int]]:
+    """DI-toolkit's status table: trial indices per state. ``skipped`` = succeeded in an earlier run and not
+    run again; they also count as succeeded."""
+    skipped = set(skipped_ids)
+    table: dict[str, list[int]] = {state: [] for state in STATES}
+    for record in records:
+        table["defined"].append(record["index"])
+        table[record["state"]].append(record["index"])
+        if record["trial_id"] in skipped:
+            table["skipped"].append(record["index"])
+    return table
+
+
+def format_counts(table: Mapping[str, Sequence[int]], show_indices: int = 40) -> str:
+    from airflow_provider_gpusched.core.sweep.objective import format_table
+
+    rows = []
+    for state in STATES:
+        indices = list(table.get(state, []))
+        shown = ", ".join(map(str, indices[:show_indices])) + (", ..." if len(indices) > show_indices else "")
+        rows.append((state, len(indices), f"[{shown}]"))
+    return format_table(rows, ["status", "count", "trials"])

@@ -1,0 +1,209 @@
+"""Running one trial of a sweep, wherever it runs (a local GPU child, a Slurm job or array task).
+
+The Airflow side writes a *manifest* (the target, the objective, the trials of this run) under the sweep's
+results folder; each trial then runs as::
+
+    python -m airflow_provider_gpusched.core.sweep.trial_run MANIFEST TRIAL_ID [LABEL]
+    python -m airflow_provider_gpusched.core.sweep.trial_run MANIFEST --chunk K   # Slurm array task
+                                                      (trial K * chunk_size + $SLURM_ARRAY_TASK_ID)
+
+which marks the trial running, runs the command (argv with ``{param}`` placeholders filled, in the trial
+folder, environment ``GPUSCHED_TRIAL_DIR``/``_ID``/``_PARAMS``) or calls the Python callable with
+``(params, trial_dir)``, records the result and the final state, and exits with the trial's exit code.
+The trailing LABEL is ignored; it makes process lists and Airflow's mapped-task labels readable.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import subprocess
+import sys
+import traceback
+from typing import Any, Callable, Mapping, Sequence
+
+from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.sweep.expand import Trial, nested
+from airflow_provider_gpusched.core.sweep.spec import format_command
+from airflow_provider_gpusched.core.sweep.store import TrialStore, read_json, write_json
+
+CALLABLE_FILE = "callable.pkl"
+EXIT_USAGE = 2
+
+
+def manifest_trial(data: Mapping) -> Trial:
+    return Trial(dict(data["params"]), data["trial_id"], data["label"], data["index"])
+
+
+def trial_record(trial: Trial) -> dict:
+    return {"trial_id": trial.trial_id, "label": trial.label, "index": trial.index, "params": trial.params}
+
+
+def save_callable(folder: str, func: Callable) -> str:
+    """Pickle a trial callable by value when its module is not importable elsewhere (a DAG file)."""
+    from airflow_provider_gpusched.core import pyfunc
+
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, CALLABLE_FILE)
+    with open(path + ".tmp", "wb") as fh:
+        fh.write(pyfunc.dumps(func, func))
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def write_manifest(store: TrialStore, name: str, *, trials: Sequence[Trial], pending: Sequence[Trial],
+                   target: Mapping, objective: Mapping | None, env: Mapping[str, str] | None = None,
+                   chunk_size: int | None = None, extra: Mapping | None = None) -> str:
+    """``trials``: every trial of this run; ``pending``: those to run now (the others were done before)."""
+    data = {"sweep": store.sweep, "root": store.root, "target": dict(target), "objective": objective,
+            "env": dict(env or {}), "chunk_size": chunk_size, "trials": [trial_record(t) for t in trials],
+            "pending": [t.trial_id for t in pending], **dict(extra or {})}
+    return store.write(name, data)
+
+
+class Manifest:
+    def __init__(self, path: str) -> None:
+        data = read_json(path)
+        if not isinstance(data, dict) or "_unreadable" in data or "trials" not in data:
+            raise InvalidArgumentError("manifest", path, "a sweep manifest written by the sweep's expand task")
+        self.path = os.path.abspath(path)
+        self.data = data
+        self.store = TrialStore(data["root"], data["sweep"])
+        self.trials = [manifest_trial(t) for t in data["trials"]]
+        self._by_id = {t.trial_id: t for t in self.trials}
+        self.pending = [self._by_id[i] for i in data.get("pending", [])]
+
+    def trial(self, trial_id: str) -> Trial:
+        try:
+            return self._by_id[trial_id]
+        except KeyError:
+            raise InvalidArgumentError("trial_id", trial_id, f"a trial of {self.path}") from None
+
+    def chunk(self, k: int) -> list[Trial]:
+        size = self.data.get("chunk_size") or len(self.pending) or 1
+        return self.pending[k * size:(k + 1) * size]
+
+    def chunk_count(self) -> int:
+        size = self.data.get("chunk_size") or len(self.pending) or 1
+        return -(-len(self.pending) // size)
+
+    def load_callable(self) -> Callable:
+        import cloudpickle
+
+        with open(os.path.join(self.store.dir, self.data["target"]["callable"]), "rb") as fh:
+            return cloudpickle.load(fh)
+
+
+def trial_environment(trial: Trial, folder: str, sweep: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    return {**dict(extra or {}), "GPUSCHED_SWEEP": sweep, "GPUSCHED_TRIAL_ID": trial.trial_id,
+            "GPUSCHED_TRIAL_DIR": folder, "GPUSCHED_TRIAL_LABEL": trial.label,
+            "GPUSCHED_TRIAL_PARAMS": json.dumps(nested(trial.params), default=str)}
+
+
+def call_trial(func: Callable, params: dict, folder: str) -> Any:
+    """``func(params, trial_dir)``; ``func(params)`` when it takes one argument."""
+    try:
+        positional = [p for p in inspect.signature(func).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
+    except (TypeError, ValueError):
+        positional = [None, None]
+    if len(positional) >= 2 or any(p is not None and p.kind == p.VAR_POSITIONAL for p in positional):
+        return func(params, folder)
+    return func(params)
+
+
+def result_document(value: Any, objective: Mapping | None) -> Any:
+    """A callable's return value as stored: dicts as they are, a bare number under the objective's metric."""
+    if value is None or isinstance(value, Mapping):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return {(objective or {}).get("metric") or "value": value}
+    return {"value": value}
+
+
+def run_trial(manifest: Manifest, trial: Trial, *, out=None) -> int:
+    """Run ``trial`` here and now; record its state and result; return its exit code."""
+    out = out or sys.stdout
+    store = manifest.store
+    folder = store.mark_running(trial)
+    env = trial_environment(trial, folder, store.sweep, manifest.data.get("env"))
+    target = manifest.data["target"]
+    print(f"[gpusched] trial {trial.index} {trial.label or trial.trial_id} (id {trial.trial_id}) in {folder}",
+          file=out, flush=True)
+    if "callable" in target:
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            value = call_trial(manifest.load_callable(), nested(trial.params), folder)
+        except BaseException as exc:  # noqa: BLE001 - the trial's own failure, recorded and reported
+            text = traceback.format_exc()
+            print(text, file=sys.stderr, flush=True)
+            store.mark_finished(trial, ok=False, exit_code=1, error=f"{type(exc).__name__}: {exc}")
+            return 1
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        result = result_document(value, manifest.data.get("objective"))
+        store.mark_finished(trial, ok=True, result=result if result is not None else store.result(trial), exit_code=0)
+        print(f"[gpusched] trial {trial.trial_id} succeeded: {json.dumps(result, default=str)[:500]}", file=out,
+              flush=True)
+        return 0
+    argv = format_command(target["command"], trial.params, folder, trial)
+    try:
+        code = _run_command(argv, folder, {**os.environ, **env}, os.path.join(folder, "output.log"), out)
+    except OSError as exc:
+        store.mark_finished(trial, ok=False, exit_code=127, error=f"cannot run {argv[0]!r}: {exc}")
+        print(f"[gpusched] cannot run {argv[0]!r}: {exc}", file=out, flush=True)
+        return 127
+    result = store.result(trial)
+    error = None if code == 0 else f"exit code {code}"
+    store.mark_finished(trial, ok=code == 0, result=None, exit_code=code, error=error)
+    print(f"[gpusched] trial {trial.trial_id} {'succeeded' if code == 0 else 'failed (' + error + ')'}"
+          + (f": {json.dumps(result, default=str)[:500]}" if result is not None else ""), file=out, flush=True)
+    return code
+
+
+def _run_command(argv: list[str], cwd: str, env: Mapping[str, str], log_path: str, out) -> int:
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            log.write(raw)
+            out.write(raw.decode(errors="replace"))
+        out.flush()
+        return proc.wait()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if len(args) >= 3 and args[1] == "--chunk":
+            manifest = Manifest(args[0])
+            task = os.environ.get("SLURM_ARRAY_TASK_ID")
+            if task is None or not task.isdigit():
+                raise GpuschedError("--chunk needs SLURM_ARRAY_TASK_ID (run it as a Slurm array task)")
+            chunk = manifest.chunk(int(args[2]))
+            if int(task) >= len(chunk):
+                raise GpuschedError(f"array task {task} is beyond chunk {args[2]} ({len(chunk)} trials)")
+            trial = chunk[int(task)]
+        elif len(args) >= 2:
+            manifest = Manifest(args[0])
+            trial = manifest.trial(args[1])
+        else:
+            print(__doc__, file=sys.stderr)
+            return EXIT_USAGE
+    except GpuschedError as exc:
+        print(f"gpusched trial_run: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return run_trial(manifest, trial)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["Manifest", "run_trial", "write_manifest", "save_callable", "write_json"]
