@@ -79,6 +79,32 @@ def _gpus(args) -> int:
     return 0
 
 
+def _sweep_preview(args) -> int:
+    from airflow_provider_gpusched.core.sweep.objective import format_table
+    from airflow_provider_gpusched.core.sweep.session import SweepSession
+    from airflow_provider_gpusched.core.sweep.spec import SweepSpec
+
+    spec = SweepSpec.from_yaml(args.spec)
+    if args.force_rerun:
+        spec.force_rerun = True
+    preview = SweepSession(spec, args.results_root).preview()
+    if args.json:
+        print(json.dumps(preview, indent=2, default=str))
+        return 0
+    print(f"sweep {preview['sweep']} ({preview['search']}): {preview['trials']} trials; results in {preview['folder']}")
+    if spec.in_rounds:
+        print(format_table([(r["round"], r["trials"]) for r in preview["rounds"]], ["round", "trials"]))
+        print("trials of later rounds depend on earlier scores: nothing more to show before running")
+        return 0
+    print(f"would run {preview['would_run']}, skip {preview['would_skip']} (already succeeded"
+          f"{'; --force-rerun runs them again' if not spec.force_rerun else ''})")
+    rows = [(t["index"], t["trial_id"], t["state"], t["label"] or "-") for t in preview["table"][:args.limit]]
+    print(format_table(rows, ["#", "trial", "state", "parameters"]))
+    if len(preview["table"]) > args.limit:
+        print(f"... {len(preview['table']) - args.limit} more (--limit N, or --json for all)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpusched", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -101,6 +127,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path")
     p.add_argument("-n", "--lines", type=int, default=40)
     p.set_defaults(func=_slurm_tail)
+    sweep = sub.add_parser("sweep", help="sweep specs").add_subparsers(dest="sweep_command", required=True)
+    p = sweep.add_parser("preview", help="dry run: the trials a YAML sweep spec defines, their count and state")
+    p.add_argument("spec", help="a YAML sweep spec")
+    p.add_argument("--results-root", help="where the sweep keeps results (default: the spec's results_root, "
+                                          "$AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT or $AIRFLOW_HOME/gpusched/sweeps)")
+    p.add_argument("--force-rerun", action="store_true", help="count succeeded trials as to-run")
+    p.add_argument("--limit", type=int, default=50, help="rows of the table to print (default 50)")
+    p.add_argument("--json", action="store_true", help="every trial, machine-readable")
+    p.set_defaults(func=_sweep_preview)
     return parser
 
 

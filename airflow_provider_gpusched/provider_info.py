@@ -129,6 +129,11 @@ def get_provider_info() -> dict:
                         "version_added": "0.1.0", "type": "string", "example": "/scratch/airflow-runs",
                         "default": "",
                     },
+                    "sweep_results_root": {
+                        "description": "Where sweeps keep trial folders, manifests, leaderboards (a shared file "
+                                       "system when trials run on Slurm nodes). Empty: <AIRFLOW_HOME>/gpusched/sweeps.",
+                        "version_added": "0.2.0", "type": "string", "example": "/shared/sweeps", "default": "",
+                    },
                     "output_tail_lines": {
                         "description": "Lines of a job's output quoted in the task log when it finishes.",
                         "version_added": "0.1.0", "type": "integer", "example": "40", "default": "40",

@@ -64,3 +64,8 @@ def task_directory(root: str, ti, *extra: str) -> str:
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def sweep_results_root() -> str:
+    """Where sweeps keep their trial folders (``[gpusched] sweep_results_root``)."""
+    return _directory("sweep_results_root", "sweeps")

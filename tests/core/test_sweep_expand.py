@@ -102,3 +102,38 @@ def test_folder_names_cannot_escape_the_results_root(value):
     assert "/" not in folder and "\x00" not in folder and folder not in (".", "..") and not folder.startswith(".")
     assert folder.endswith(trial.trial_id[:8])
     assert safe_name("", trial.trial_id) == trial.trial_id
+
+
+def test_conditional_parameter_exists_only_for_its_condition():
+    from airflow_provider_gpusched.core.sweep.spaces import when
+
+    trials = GridSweep({}, [{"optimizer": ["sgd", "adam"], "momentum": when({"optimizer": "sgd"}, [0.8, 0.9]),
+                             "lr": [0.1]}]).trials()
+    assert [t.params for t in trials] == [
+        {"optimizer": "sgd", "momentum": 0.8, "lr": 0.1},
+        {"optimizer": "sgd", "momentum": 0.9, "lr": 0.1},
+        {"optimizer": "adam", "lr": 0.1},
+    ]
+    sampled = random_trials({"optimizer": ["sgd", "adam"], "momentum": when({"optimizer": ["sgd"]}, uniform(0.5, 1))},
+                            30, seed=3)
+    assert all(("momentum" in t.params) == (t.params["optimizer"] == "sgd") for t in sampled)
+    assert {t.params["optimizer"] for t in sampled} == {"sgd", "adam"}
+
+
+def test_condition_on_an_unknown_or_later_parameter_is_an_error():
+    from airflow_provider_gpusched.core.sweep.spaces import when
+
+    with pytest.raises(InvalidArgumentError, match=r"test_config\[0\]\.momentum\.when"):
+        GridSweep({}, [{"momentum": when({"optimizer": "sgd"}, [0.9]), "optimizer": ["sgd"]}]).trials()
+
+
+def test_nested_spaces_are_flattened_for_labels_and_nested_again_for_the_trial():
+    from airflow_provider_gpusched.core.sweep.expand import nested
+
+    (a, b) = GridSweep({"policy": {"gamma": 0.99}}, [{"policy": {"lr": [1, 2]}}]).trials()
+    assert a.params == {"policy.gamma": 0.99, "policy.lr": 1} and a.label == "policy.lr=1"
+    assert nested(b.params) == {"policy": {"gamma": 0.99, "lr": 2}}
+
+
+def test_grid_points_have_no_float_noise():
+    assert loguniform(1e-3, 1e-1).grid(3) == [0.001, 0.01, 0.1]

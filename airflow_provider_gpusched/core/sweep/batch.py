@@ -2,17 +2,17 @@
 
 Airflow maps at most ``max_map_length`` items per task and its scheduler slows down long before that, so
 a large or short-trial sweep runs as a few *runner* tasks, each taking a chunk of the manifest's pending
-trials. A runner keeps up to ``parallel`` trials in flight; every trial still gets its own GPU lease (so
-runners of other DAGs, and other sweeps, share GPUs fairly through the lease files), its own process
-(the trial runner, which records state and result), and OOM escalation.
+trials. A runner keeps up to ``parallel`` GPU leases busy (leases are shared with every other task on the
+host through the lease files); each lease runs the trial runner — which records state and result — for a
+small group of trials, and OOM escalation still applies per trial.
 """
 
 from __future__ import annotations
 
 import os
-import queue
 import sys
 import threading
+from collections import deque
 from typing import Callable, Sequence
 
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
@@ -29,6 +29,13 @@ def trial_argv(manifest: Manifest, trial: Trial, python: str | None = None) -> l
             trial.trial_id, trial.label or trial.trial_id]
 
 
+def group_argv(manifest: Manifest, group: Sequence[Trial], python: str | None = None) -> list[str]:
+    if len(group) == 1:
+        return trial_argv(manifest, group[0], python)
+    return [python or sys.executable, "-m", "airflow_provider_gpusched.core.sweep.trial_run", manifest.path,
+            "--ids", ",".join(t.trial_id for t in group)]
+
+
 def default_parallel(manager: LeaseManager, request: GPURequest) -> int:
     """How many trials of this request fit on the host at once (at least 1)."""
     gpus = manager.inventory.gpus()
@@ -39,49 +46,79 @@ def default_parallel(manager: LeaseManager, request: GPURequest) -> int:
 
 
 def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseManager, request: GPURequest, *,
-                    parallel: int | None = None, owner: str = "", job_class: str = "normal", priority: int = 0,
-                    oom_policy: OOMRetryPolicy | None = None, on_event: Callable[[str], None] | None = None,
+                    parallel: int | None = None, trials_per_process: int = 8, owner: str = "",
+                    job_class: str = "normal", priority: int = 0, oom_policy: OOMRetryPolicy | None = None,
+                    on_event: Callable[[str], None] | None = None,
                     stop_event: threading.Event | None = None) -> dict[str, list[str]]:
-    """Run ``trials`` with up to ``parallel`` at a time; returns trial ids by outcome (succeeded/failed)."""
+    """Run ``trials`` with up to ``parallel`` leases at a time; returns trial ids by final state.
+
+    Each lease runs a small group of trials in one process (``trials_per_process``, fewer near the end so
+    the slots finish together): tiny trials then cost one process start per group, not per trial. When a
+    group's process fails, its unfinished trials — and, after a GPU OOM, its failed ones — run again one
+    per process, where OOM escalation applies to each alone.
+    """
     on_event = on_event or (lambda message: None)
-    parallel = parallel or default_parallel(manager, request)
-    todo: queue.Queue[Trial] = queue.Queue()
-    for trial in trials:
-        todo.put(trial)
-    outcome: dict[str, list[str]] = {"succeeded": [], "failed": []}
+    parallel = max(1, min(parallel or default_parallel(manager, request), max(1, len(trials))))
+    todo: deque[tuple[Trial, ...]] = deque((t,) for t in trials)
     lock = threading.Lock()
     runners: list[GPUWorkRunner] = []
     logs = os.path.join(manifest.store.dir, "logs")
     os.makedirs(logs, exist_ok=True)
+    store = manifest.store
+    finished: dict[str, str] = {}
+
+    def take() -> tuple[Trial, ...] | None:
+        with lock:
+            if not todo:
+                return None
+            first = todo.popleft()
+            if len(first) > 1 or first[0].trial_id in retried:
+                return first
+            size = max(1, min(trials_per_process, -(-len(todo) // parallel)))
+            group = [first[0]]
+            while todo and len(group) < size and todo[0][0].trial_id not in retried:
+                group.append(todo.popleft()[0])
+            return tuple(group)
+
+    retried: set[str] = set()
 
     def worker() -> None:
         runner = GPUWorkRunner(manager, oom_policy=oom_policy, owner=owner, job_class=job_class, priority=priority,
                                poll_interval=0.05, sample_interval=5.0)
         if stop_event is not None:
-            runner.stop_event = stop_event  # stops the trial in flight too
+            runner.stop_event = stop_event  # stops the trials in flight too
         with lock:
             runners.append(runner)
         while not (stop_event and stop_event.is_set()):
-            try:
-                trial = todo.get_nowait()
-            except queue.Empty:
+            group = take()
+            if group is None:
                 return
-            work = Work(argv=trial_argv(manifest, trial))
+            oom = False
             try:
-                result = runner.run(request, work, os.path.join(logs, f"{trial.trial_id}.log"))
-                ok = result.exit_code == 0
+                runner.run(request, Work(argv=group_argv(manifest, group)),
+                           os.path.join(logs, f"{group[0].trial_id}.log"))
             except GPUWorkFailed as exc:
-                ok = False
-                if exc.oom:
-                    manifest.store.mark_finished(trial, ok=False, exit_code=None, error=str(exc).splitlines()[0])
+                oom = exc.oom
+                if oom and len(group) == 1:
+                    store.mark_finished(group[0], ok=False, exit_code=None, error=str(exc).splitlines()[0])
+            again = []
+            for trial in group:
+                state = store.state(trial)
+                if len(group) > 1 and (state in ("waiting", "running") or (state == "failed" and oom)):
+                    again.append(trial)
+                    continue
+                with lock:
+                    finished[trial.trial_id] = "succeeded" if state == "succeeded" else "failed"
             with lock:
-                outcome["succeeded" if ok else "failed"].append(trial.trial_id)
-                done = len(outcome["succeeded"]) + len(outcome["failed"])
-            if done % max(1, len(trials) // 20) == 0 or not ok:
-                on_event(f"{done}/{len(trials)} trials done ({len(outcome['failed'])} failed)"
-                         + ("" if ok else f"; {trial.label or trial.trial_id} failed"))
+                for trial in again:
+                    retried.add(trial.trial_id)
+                    todo.append((trial,))
+                done = len(finished)
+                failed = sum(1 for v in finished.values() if v == "failed")
+            if done and (done % max(1, len(trials) // 20) < len(group) or failed):
+                on_event(f"{done}/{len(trials)} trials done ({failed} failed)")
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(parallel, max(1, len(trials))))]
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(parallel)]
     for t in threads:
         t.start()
     try:
@@ -90,4 +127,8 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
     finally:
         for runner in runners:
             runner.stop()
+    outcome: dict[str, list[str]] = {"succeeded": [], "failed": []}
+    for trial in trials:
+        if trial.trial_id in finished:
+            outcome[finished[trial.trial_id]].append(trial.trial_id)
     return outcome

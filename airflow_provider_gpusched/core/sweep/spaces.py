@@ -27,6 +27,11 @@ def _linspace(low: float, high: float, steps: int) -> list[float]:
     return [low + (high - low) * i / (steps - 1) for i in range(steps)]
 
 
+def _clean(x: float) -> float:
+    """Grid points without float noise (``0.010000000000000004`` -> ``0.01``): 12 significant digits."""
+    return float(f"{x:.12g}")
+
+
 @dataclass(frozen=True)
 class Choice:
     values: tuple
@@ -54,7 +59,7 @@ class Uniform:
             raise InvalidArgumentError("uniform", (self.low, self.high), "low < high")
 
     def grid(self, steps: int | None = None) -> list[float]:
-        return _linspace(self.low, self.high, _steps(steps, self))
+        return [_clean(x) for x in _linspace(self.low, self.high, _steps(steps, self))]
 
     def sample(self, rng: random.Random) -> float:
         return rng.uniform(self.low, self.high)
@@ -71,7 +76,7 @@ class LogUniform:
             raise InvalidArgumentError("loguniform", (self.low, self.high), "0 < low < high")
 
     def grid(self, steps: int | None = None) -> list[float]:
-        return [math.exp(x) for x in _linspace(math.log(self.low), math.log(self.high), _steps(steps, self))]
+        return [_clean(math.exp(x)) for x in _linspace(math.log(self.low), math.log(self.high), _steps(steps, self))]
 
     def sample(self, rng: random.Random) -> float:
         return math.exp(rng.uniform(math.log(self.low), math.log(self.high)))

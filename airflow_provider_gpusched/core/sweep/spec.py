@@ -193,7 +193,7 @@ class SweepSpec:
         if self.command is not None:
             known = set(self.parameter_names()) | set(TRIAL_FIELDS)
             for arg in self.command:
-                for name in _PLACEHOLDER.findall(arg):
+                for name in _PLACEHOLDER.findall(re.sub(r"\{\{|\}\}", "", arg)):
                     if name not in known:
                         raise InvalidArgumentError(f"{w}: command", arg,
                                                    f"placeholders naming a parameter or one of {list(TRIAL_FIELDS)}; "
@@ -386,4 +386,9 @@ def _text(value: Any) -> str:
 
 
 def default_results_root() -> str:
-    return os.path.expanduser(os.environ.get("GPUSCHED_SWEEP_ROOT") or "~/gpusched-sweeps")
+    """Outside Airflow (the CLI, scripts): ``$AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT``, else
+    ``<AIRFLOW_HOME>/gpusched/sweeps`` — the same default the Airflow side uses."""
+    configured = os.environ.get("AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT")
+    if configured:
+        return os.path.expanduser(configured)
+    return os.path.join(os.path.expanduser(os.environ.get("AIRFLOW_HOME") or "~/airflow"), "gpusched", "sweeps")

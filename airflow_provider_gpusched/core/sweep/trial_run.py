@@ -6,6 +6,7 @@ results folder; each trial then runs as::
     python -m airflow_provider_gpusched.core.sweep.trial_run MANIFEST TRIAL_ID [LABEL]
     python -m airflow_provider_gpusched.core.sweep.trial_run MANIFEST --chunk K   # Slurm array task
                                                       (trial K * chunk_size + $SLURM_ARRAY_TASK_ID)
+    python -m airflow_provider_gpusched.core.sweep.trial_run MANIFEST --ids ID,ID,...  # one after another
 
 which marks the trial running, runs the command (argv with ``{param}`` placeholders filled, in the trial
 folder, environment ``GPUSCHED_TRIAL_DIR``/``_ID``/``_PARAMS``) or calls the Python callable with
@@ -167,6 +168,16 @@ def run_trial(manifest: Manifest, trial: Trial, *, out=None) -> int:
     return code
 
 
+def run_group(manifest: Manifest, trials: Sequence[Trial]) -> int:
+    """Several trials one after another in this process (batched mode: saves a process start per trial).
+    Returns 0 when every trial succeeded, else the last failing trial's exit code."""
+    code = 0
+    for trial in trials:
+        rc = run_trial(manifest, trial)
+        code = rc if rc != 0 else code
+    return code
+
+
 def _run_command(argv: list[str], cwd: str, env: Mapping[str, str], log_path: str, out) -> int:
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -190,6 +201,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if int(task) >= len(chunk):
                 raise GpuschedError(f"array task {task} is beyond chunk {args[2]} ({len(chunk)} trials)")
             trial = chunk[int(task)]
+        elif len(args) == 3 and args[1] == "--ids":
+            manifest = Manifest(args[0])
+            trials = [manifest.trial(i) for i in args[2].split(",") if i]
+            return run_group(manifest, trials)
         elif len(args) >= 2:
             manifest = Manifest(args[0])
             trial = manifest.trial(args[1])

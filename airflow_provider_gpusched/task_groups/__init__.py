@@ -1,0 +1,1 @@
+"""Task-group factories: sweeps, HPO and NAS rounds as Airflow task groups."""

@@ -1,0 +1,178 @@
+"""Running sweeps without Airflow: trial runner, skip-completed/force_rerun, state counts, leaderboard,
+batched mode on SIMULATED GPUs, and the searches in rounds (evolution, optuna) with resume."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
+from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+from airflow_provider_gpusched.core.gpu.placement import GPURequest
+from airflow_provider_gpusched.core.sweep import EvolutionSettings, Objective, SweepSpec, uniform
+from airflow_provider_gpusched.core.sweep.batch import run_local_batch
+from airflow_provider_gpusched.core.sweep.session import SweepSession
+from airflow_provider_gpusched.core.sweep.trial_run import run_trial
+
+WRITE_RESULT = ("import json, os, sys; p = json.loads(os.environ['GPUSCHED_TRIAL_PARAMS']); "
+                "open('argv.json', 'w').write(json.dumps(sys.argv[1:])); "
+                "sys.exit(3) if p['x'] == 3 else json.dump({'loss': (p['x'] - 2) ** 2}, open('result.json', 'w'))")
+
+
+def command_spec(root, **kw):
+    return SweepSpec(name="cmd", test_config=[{"x": [1, 2, 3, 4], "tag": ["a b;c"]}],
+                     command=[sys.executable, "-c", WRITE_RESULT, "{x}", "{tag}"],
+                     objective=Objective("loss", "minimize"), results_root=str(root), **kw)
+
+
+def run_cli(manifest, trial):
+    return subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.core.sweep.trial_run", manifest.path,
+                           trial.trial_id, trial.label], capture_output=True, text=True)
+
+
+def test_trials_run_record_results_and_rank_by_the_objective(tmp_path):
+    session = SweepSession(command_spec(tmp_path))
+    manifest = session.prepare()
+    codes = [run_cli(manifest, t).returncode for t in manifest.pending]  # another process: ids must agree
+    assert codes == [0, 0, 3, 0]
+    folder = session.store.trial_dir(manifest.trials[0])
+    assert json.load(open(os.path.join(folder, "argv.json"))) == ["1", "a b;c"]
+    assert json.load(open(os.path.join(folder, "params.json"))) == {"x": 1, "tag": "a b;c"}
+    summary = session.collect()
+    assert summary["counts"] == {"defined": 4, "waiting": 0, "running": 0, "succeeded": 3, "failed": 1, "skipped": 0}
+    assert [r["params"]["x"] for r in summary["leaderboard"]] == [2, 1, 4]
+    assert summary["best"]["score"] == 0.0
+    assert json.load(open(tmp_path / "cmd" / "best.json"))["params"] == {"x": 2, "tag": "a b;c"}
+    assert "x=3,tag=a b;c: exit code 3" in summary["text"]
+
+
+def test_rerun_skips_succeeded_and_reruns_failed_unless_force_rerun(tmp_path):
+    session = SweepSession(command_spec(tmp_path))
+    manifest = session.prepare()
+    for t in manifest.pending:
+        run_trial(manifest, t, out=open(os.devnull, "w"))
+    again = session.prepare()
+    assert [t.params["x"] for t in again.pending] == [3]  # only the failed one
+    assert len(again.data["skipped"]) == 3
+    counts = session.collect()["counts"]
+    assert counts["skipped"] == 3 and counts["failed"] == 1
+    forced = SweepSession(command_spec(tmp_path, force_rerun=True)).prepare()
+    assert len(forced.pending) == 4 and forced.data["skipped"] == []
+    preview = session.preview()
+    assert (preview["would_run"], preview["would_skip"]) == (1, 3)
+
+
+def test_callable_trials_return_values_and_exceptions(tmp_path):
+    def trial(params, trial_dir):
+        if params["x"] > 0.9:
+            raise ValueError("diverged")
+        open(os.path.join(trial_dir, "ckpt"), "w").write("x")
+        return params["x"]
+
+    spec = SweepSpec(name="fn", search="random", space={"x": uniform(0, 1)}, count=20, seed=2,
+                     python_callable=trial, objective=Objective("acc"), results_root=str(tmp_path))
+    session = SweepSession(spec)
+    manifest = session.prepare()
+    for t in manifest.pending:
+        run_trial(manifest, t, out=open(os.devnull, "w"))
+    summary = session.collect()
+    bad = [t for t in manifest.trials if t.params["x"] > 0.9]
+    assert summary["counts"]["failed"] == len(bad) and summary["counts"]["succeeded"] == 20 - len(bad)
+    assert summary["best"]["score"] == max(t.params["x"] for t in manifest.trials if t.params["x"] <= 0.9)
+    assert session.store.status(bad[0])["error"] == "ValueError: diverged"
+
+
+def test_trial_folders_stay_under_the_results_root(tmp_path):
+    spec = SweepSpec(name="evil", test_config=[{"name": ["../../x", "/etc", ".."]}], command=["true"],
+                     results_root=str(tmp_path / "root"))
+    session = SweepSession(spec)
+    for trial in spec.trials():
+        folder = session.store.prepare(trial)
+        assert os.path.realpath(folder).startswith(str(tmp_path / "root" / "evil" / "trials") + os.sep)
+
+
+def test_batched_mode_runs_a_few_thousand_tiny_trials_on_simulated_gpus(tmp_path):
+    spec = SweepSpec(name="many", search="random", space={"x": uniform(0, 1)}, count=2000, seed=0,
+                     python_callable=lambda p: {"y": p["x"]}, objective=Objective("y"), results_root=str(tmp_path))
+    session = SweepSession(spec)
+    manifest = session.prepare(chunk_size=1000)
+    assert manifest.chunk_count() == 2
+    manager = LeaseManager(SimulatedInventory("4x24GiB"), str(tmp_path / "leases"))
+    done = {"succeeded": 0, "failed": 0}
+    for k in range(2):
+        outcome = run_local_batch(manifest, manifest.chunk(k), manager, GPURequest(gpu_memory="4GiB"), parallel=4)
+        for key in done:
+            done[key] += len(outcome[key])
+    assert done == {"succeeded": 2000, "failed": 0}
+    assert manager.leases() == []
+    summary = session.collect()
+    assert summary["counts"]["succeeded"] == 2000
+    assert summary["best"]["score"] == max(t.params["x"] for t in manifest.trials)
+
+
+def test_batched_group_with_a_failing_trial_keeps_the_others(tmp_path):
+    session = SweepSession(command_spec(tmp_path))
+    manifest = session.prepare()
+    manager = LeaseManager(SimulatedInventory("1x24GiB"), str(tmp_path / "leases"))
+    outcome = run_local_batch(manifest, manifest.pending, manager, GPURequest(gpus=1), parallel=1,
+                              trials_per_process=4)
+    assert len(outcome["succeeded"]) == 3 and len(outcome["failed"]) == 1
+    assert session.collect()["counts"]["succeeded"] == 3
+
+
+def nas_spec(root, **kw):
+    def measure(p):
+        return {"flops": sum(p.values())}
+
+    return SweepSpec(name="nas", search="evolution", space={f"op{i}": [1, 2, 3, 4, 5] for i in range(6)},
+                     python_callable=lambda p: {"acc": sum(v if v != 5 else 0 for v in p.values())},
+                     objective=Objective("acc"), results_root=str(root), seed=kw.pop("seed", 0),
+                     evolution=EvolutionSettings(candidate_pool_size=8, candidate_top_k=3, num_mutation=4,
+                                                 num_crossover=4, mutate_prob=0.3, max_epoch=6,
+                                                 constraints={"flops": 22}, measure=measure), **kw)
+
+
+def run_rounds(session, rounds):
+    bests = []
+    for r in rounds:
+        manifest = session.prepare(round_no=r)
+        for t in manifest.pending:
+            run_trial(manifest, t, out=open(os.devnull, "w"))
+        session.finish_round(r)
+        bests.append(session.collect()["best"]["score"])
+    return bests
+
+
+def test_evolution_improves_over_rounds_within_the_constraint(tmp_path):
+    session = SweepSession(nas_spec(tmp_path))
+    bests = run_rounds(session, range(6))
+    assert bests == sorted(bests) and bests[-1] > bests[0]
+    assert bests[-1] >= 20 and bests[-1] - bests[0] >= 3, bests  # optimum under flops <= 22 is 22
+    for record in json.load(open(tmp_path / "nas" / "summary.json"))["records"]:
+        assert sum(record["params"].values()) <= 22
+    # asking a round again (a retried task, a re-run) gives the same candidates
+    assert session.round_trials(2) == session.round_trials(2)
+
+
+def test_optuna_study_resumes_from_the_results_folder(tmp_path):
+    pytest.importorskip("optuna")
+
+    def spec():
+        return SweepSpec(name="opt", search="optuna", space={"x": uniform(-4, 4)}, rounds=4, per_round=5, seed=3,
+                         python_callable=lambda p: {"y": -(p["x"] - 1) ** 2}, objective=Objective("y"),
+                         results_root=str(tmp_path))
+
+    run_rounds(SweepSession(spec()), range(2))
+    first_two = [t.params for r in range(2) for t in SweepSession(spec()).round_trials(r)]
+    bests = run_rounds(SweepSession(spec()), range(2, 4))  # a new process would see exactly this state
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    study = optuna.load_study(study_name="opt", storage=JournalStorage(JournalFileBackend(
+        str(tmp_path / "opt" / "search" / "optuna.journal"))))
+    assert len(study.trials) == 20 and all(t.state.name == "COMPLETE" for t in study.trials)
+    assert [t.params for r in range(2) for t in SweepSession(spec()).round_trials(r)] == first_two
+    assert bests[-1] > -0.5
