@@ -5,7 +5,7 @@ task group that evaluates ``candidate_pool_size`` candidates in parallel on loca
 ``candidate_top_k`` over all rounds breed the next pool by mutation (each position re-drawn with
 ``mutate_prob``) and crossover, and only candidates within the FLOPs budget (a user function) are ever
 proposed. After ``max_epoch`` rounds the best subnet is published: XCom, ``best.json`` in the results
-folder, and the Airflow Asset ``gpusched-sweep-nas_evolution``.
+folder, and the Airflow Asset ``file://<results root>/nas_evolution/best.json``.
 
 The evaluation is a toy "accuracy" that finishes instantly; replace ``evaluate_subnet`` with yours (for
 example loading the supernet checkpoint and evaluating the subnet on a validation set).

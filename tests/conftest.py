@@ -30,6 +30,7 @@ _DAGS = os.path.join(_AIRFLOW_HOME, "dags")
 os.makedirs(_DAGS)
 for _src in [*(REPO / "dags").glob("*.py"), *(REPO / "tests" / "airflow" / "dagfiles").glob("*.py")]:
     shutil.copy(_src, _DAGS)
+shutil.copytree(REPO / "dags" / "sweeps", os.path.join(_DAGS, "sweeps"))  # YAML specs the loader DAG reads
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = _DAGS
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
 os.environ["AIRFLOW__GPUSCHED__SLURM_OUTPUT_DIR"] = os.path.join(_AIRFLOW_HOME, "slurm-out")

@@ -102,7 +102,8 @@ def sweep_task_group(
         chunk_size = max(1, min(500, -(-size // 2)))
     stage = _Stage(spec, session, backend, batched, chunk_size, parallel, python or sys.executable, slurm_conn_id,
                    max_array_parallel, poll_interval, dict(trial_kwargs or {}), trials_per_process)
-    asset = Asset(uri=f"file://{os.path.join(session.store.dir, 'best.json')}", name=f"gpusched-sweep-{spec.name}") \
+    # named by its URI: the same sweep name under another results root is another asset
+    asset = Asset(uri=f"file://{os.path.join(session.store.dir, 'best.json')}") \
         if publish_asset and spec.objective is not None else None
 
     with TaskGroup(group_id=group_id or spec.name, tooltip=f"{spec.search} sweep {spec.name}") as group:

@@ -1,7 +1,6 @@
 """Sweep task groups through dag.test() on SIMULATED GPUs (local backend) and the real Slurm test cluster."""
 
 import json
-import os
 
 import pytest
 
@@ -39,3 +38,105 @@ def test_grid_sweep_example_runs_the_four_seed_trials_and_ranks_them(run, sweeps
     assert summary["counts"]["succeeded"] == 4 and summary["counts"]["skipped"] == 0
     out = capfd.readouterr().out
     assert "inception_score (maximize)" in out
+
+
+def map_labels(dag_run, task_id):
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.execute(select(TaskInstance.map_index, TaskInstance.rendered_map_index).where(
+            TaskInstance.dag_id == dag_run.dag_id, TaskInstance.run_id == dag_run.run_id,
+            TaskInstance.task_id == task_id)).all()
+    return dict(rows)
+
+
+def test_trials_are_labelled_and_a_rerun_skips_what_succeeded(airflow_db, sweeps_root):
+    dag = the_dag(REPO / "dags" / "sweep_grid.py")
+    first = dag.test()
+    assert first.state == "success"
+    assert sorted(map_labels(first, "gan_grid.trial").values()) == [
+        "method=ALI,num_packing=1,num_zmode=1", "method=GAN,num_packing=1,num_zmode=1",
+        "method=WGAN,num_packing=3,num_zmode=1", "method=WGAN,num_packing=3,num_zmode=2"]
+    second = dag.test()
+    xcoms, states = dag_run_results(second)
+    assert second.state == "success", states
+    assert not [k for k in states if isinstance(k, tuple) and k[0] == "gan_grid.trial"]  # nothing left to run
+    summary = xcoms["gan_grid.collect"]["return_value"]
+    assert summary["counts"]["skipped"] == 4 and summary["counts"]["succeeded"] == 4
+    assert xcoms["gan_grid.leaderboard"]["return_value"]["score"] == pytest.approx(7.7)
+
+
+def test_hpo_example_random_and_optuna(run, sweeps_root):
+    state, xcoms, states = run(the_dag(REPO / "dags" / "sweep_hpo.py"))
+    assert state == "success", states
+    assert len([k for k in states if isinstance(k, tuple) and k[0] == "hpo_random.trial"]) == 12
+    for r in range(3):
+        assert len([k for k in states if isinstance(k, tuple) and k[0] == f"hpo_optuna.round_{r}.trial"]) == 4
+        assert xcoms[f"hpo_optuna.round_{r}.tell"]["return_value"]["scored"] == 4
+    random_best = xcoms["hpo_random.leaderboard"]["return_value"]
+    optuna_best = xcoms["hpo_optuna.leaderboard"]["return_value"]
+    assert 0 < random_best["score"] < 0.95 and 0 < optuna_best["score"] < 0.95
+    assert (sweeps_root / "hpo_optuna" / "search" / "optuna.journal").stat().st_size > 0
+    for record in json.loads((sweeps_root / "hpo_random" / "summary.json").read_text())["records"]:
+        assert ("momentum" in record["params"]) == (record["params"]["optimizer"] == "sgd")
+
+
+def test_nas_example_improves_and_publishes_the_best_subnet(run, sweeps_root):
+    state, xcoms, states = run(the_dag(REPO / "dags" / "nas_evolution.py"))
+    assert state == "success", states
+    round_bests = [xcoms[f"nas_evolution.round_{r}.tell"]["return_value"]["round_best"] for r in range(4)]
+    best = xcoms["nas_evolution.leaderboard"]["return_value"]
+    assert best["score"] == max(round_bests) and max(round_bests[1:]) > round_bests[0]
+    published = json.loads((sweeps_root / "nas_evolution" / "best.json").read_text())
+    assert published["trial_id"] == best["trial_id"] and published["result"]["flops"] <= 600
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    uri = f"file://{sweeps_root}/nas_evolution/best.json"
+    with create_session() as session:
+        asset = session.query(AssetModel).filter(AssetModel.uri == uri).one()
+        assert session.query(AssetEvent).filter(AssetEvent.asset_id == asset.id).count() == 1
+
+
+def test_yaml_loader_dag(run, sweeps_root):
+    state, xcoms, states = run(the_dag(REPO / "dags" / "sweeps_from_yaml.py"))
+    assert state == "success", states
+    best = xcoms["lr_schedule.leaderboard"]["return_value"]
+    assert best["label"] == "schedule=cosine,lr=0.01" and best["score"] == 0.0
+
+
+def test_batched_local_mode_runs_hundreds_of_trials_in_two_runner_tasks(run, sweeps_root):
+    from .conftest import load_dag_file
+
+    state, xcoms, states = run(load_dag_file(REPO / "tests" / "airflow" / "dagfiles" / "t_sweeps.py").batched_local)
+    assert state == "success", states
+    runners = sorted(k for k in states if isinstance(k, tuple) and k[0] == "batched_local.run_batch")
+    assert len(runners) == 2
+    assert sum(xcoms[k]["return_value"]["succeeded"] for k in runners) == 600
+    summary = xcoms["batched_local.collect"]["return_value"]
+    assert summary["counts"]["succeeded"] == 600
+    assert xcoms["batched_local.leaderboard"]["return_value"]["score"] == pytest.approx(1.0, abs=1e-3)
+
+
+@pytest.mark.slurm
+def test_slurm_mapped_and_array_sweeps(airflow_db, sweeps_root, slurm_cluster):
+    from .conftest import load_dag_file
+
+    module = load_dag_file(REPO / "tests" / "airflow" / "dagfiles" / "t_sweeps.py")
+    run = module.slurm_mapped.test()
+    xcoms, states = dag_run_results(run)
+    assert run.state == "success", states
+    assert xcoms["slurm_mapped.leaderboard"]["return_value"]["score"] == 6.0
+    assert sorted(map_labels(run, "slurm_mapped.trial").values()) == [
+        "x=1,note=it's a; b", "x=2,note=it's a; b", "x=3,note=it's a; b"]
+    result = json.loads(next((sweeps_root / "slurm_mapped" / "trials").glob("x=1*")).joinpath("result.json").read_text())
+    assert result["cuda"] is not None  # Slurm gave the job a GPU (gres)
+
+    run = module.slurm_arrays.test()
+    xcoms, states = dag_run_results(run)
+    assert run.state == "success", states
+    arrays = sorted(k for k in states if isinstance(k, tuple) and k[0] == "slurm_arrays.trial_array")
+    assert len(arrays) == 2
+    assert xcoms["slurm_arrays.collect"]["return_value"]["counts"]["succeeded"] == 30

@@ -1,0 +1,37 @@
+"""Sweep task groups for the tests: batched local mode, Slurm mapped and Slurm job arrays."""
+
+import sys
+
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_provider_gpusched.core.sweep import Objective, SweepSpec, TrialResources, uniform
+from airflow_provider_gpusched.task_groups.sweep import sweep_task_group
+
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+
+
+def score(params):
+    return {"y": round(1 - (params["x"] - 0.3) ** 2, 6)}
+
+
+with DAG("t_sweep_batched_local", schedule=None, start_date=START) as batched_local:
+    sweep_task_group(SweepSpec(name="batched_local", search="random", space={"x": uniform(0, 1)}, count=600, seed=5,
+                               python_callable=score, objective=Objective("y"),
+                               resources=TrialResources(gpu_memory="4GiB")),
+                     backend="local", max_mapped_trials=256, chunk_size=300)
+
+WRITE = ("import json, os, sys; json.dump({'y': float(sys.argv[1]) * 2, 'cuda': os.environ.get('CUDA_VISIBLE_DEVICES')},"
+         " open(os.path.join(sys.argv[2], 'result.json'), 'w'))")
+
+with DAG("t_sweep_slurm_mapped", schedule=None, start_date=START) as slurm_mapped:
+    sweep_task_group(SweepSpec(name="slurm_mapped", test_config=[{"x": [1, 2, 3], "note": ["it's a; b"]}],
+                               command=[sys.executable, "-c", WRITE, "{x}", "{trial_dir}", "{note}"],
+                               objective=Objective("y"), resources=TrialResources(gpus=1, cpus=1, partition="batch")),
+                     backend="slurm", poll_interval=1)
+
+with DAG("t_sweep_slurm_arrays", schedule=None, start_date=START) as slurm_arrays:
+    sweep_task_group(SweepSpec(name="slurm_arrays", search="random", space={"x": uniform(0, 1)}, count=30, seed=1,
+                               python_callable=score, objective=Objective("y"),
+                               resources=TrialResources(gpus=0, cpus=1, time_limit=5)),
+                     backend="slurm", batching="batched", chunk_size=15, max_array_parallel=8, poll_interval=1)
