@@ -105,6 +105,24 @@ def _sweep_preview(args) -> int:
     return 0
 
 
+def _sweep_results(args) -> int:
+    from airflow_provider_gpusched.core.sweep.objective import Objective, format_leaderboard
+    from airflow_provider_gpusched.core.sweep.store import format_counts, read_json
+
+    summary = read_json(f"{args.folder}/summary.json")
+    if not isinstance(summary, dict) or "table" not in summary:
+        raise GpuschedError(f"{args.folder}: no summary.json (has the sweep's collect task run?)")
+    board = read_json(f"{args.folder}/leaderboard.json")
+    if args.json:
+        print(json.dumps({"counts": summary["counts"], "leaderboard": (board or {}).get("leaderboard")}, indent=2))
+        return 0
+    print(f"sweep {summary['sweep']} ({summary['search']}) in {summary['folder']}")
+    print(format_counts(summary["table"]))
+    if isinstance(board, dict):
+        print(format_leaderboard(board["leaderboard"], Objective(**board["objective"])))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpusched", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -136,6 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=50, help="rows of the table to print (default 50)")
     p.add_argument("--json", action="store_true", help="every trial, machine-readable")
     p.set_defaults(func=_sweep_preview)
+    p = sweep.add_parser("results", help="status table and leaderboard of a sweep that ran")
+    p.add_argument("folder", help="the sweep's folder (<results root>/<sweep name>)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_sweep_results)
     return parser
 
 

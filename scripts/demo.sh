@@ -14,9 +14,16 @@ if ! python -c "import pynvml; pynvml.nvmlInit()" >/dev/null 2>&1; then
   export AIRFLOW__GPUSCHED__SIMULATE_GPUS="${AIRFLOW__GPUSCHED__SIMULATE_GPUS:-4x24GiB}"
 fi
 export AIRFLOW__GPUSCHED__GPU_STATE_DIR="${AIRFLOW__GPUSCHED__GPU_STATE_DIR:-$AIRFLOW_HOME/gpu-leases}"
+export AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT="${AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT:-$AIRFLOW_HOME/sweeps}"
 mkdir -p "$AIRFLOW_HOME"
 airflow db migrate >"$AIRFLOW_HOME/db-migrate.log" 2>&1 || { tail -20 "$AIRFLOW_HOME/db-migrate.log"; exit 1; }
 status=0
+# The grid sweep first: 4 trials on (simulated) GPUs, then its status table and leaderboard. Trials that
+# succeeded in an earlier demo run are skipped (delete .airflow-demo/sweeps to start over).
+echo "=== airflow dags test gpusched_sweep_grid   (full log: .airflow-demo/gpusched_sweep_grid.log)"
+if ! airflow dags test gpusched_sweep_grid >"$AIRFLOW_HOME/gpusched_sweep_grid.log" 2>&1; then status=1; fi
+python scripts/demo_summary.py gpusched_sweep_grid || status=1
+gpusched sweep results "$AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT/gan_grid" || status=1
 for dag in gpusched_slurm_command gpusched_slurm_array gpusched_slurm_python gpusched_local_gpu_trials; do
   echo "=== airflow dags test $dag   (full log: .airflow-demo/$dag.log)"
   if ! airflow dags test "$dag" >"$AIRFLOW_HOME/$dag.log" 2>&1; then status=1; fi

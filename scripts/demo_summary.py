@@ -14,7 +14,7 @@ with create_session() as session:
         sys.exit(f"no run of {dag_id} found")
     print(f"run {run.run_id}: {run.state}")
     for ti in sorted(run.get_task_instances(session=session), key=lambda t: (t.task_id, t.map_index)):
-        label = ti.task_id + (f"[{ti.map_index}]" if ti.map_index >= 0 else "")
+        label = ti.task_id + (f"[{ti.rendered_map_index or ti.map_index}]" if ti.map_index >= 0 else "")
         values = dict(session.execute(select(XComModel.key, XComModel.value).where(
             XComModel.dag_id == dag_id, XComModel.run_id == run.run_id, XComModel.task_id == ti.task_id,
             XComModel.map_index == ti.map_index)).all())
@@ -36,7 +36,8 @@ with create_session() as session:
             print(f"      result: exit={result['exit_code']} GPUs {gpus} oom_retries={result['oom_retries']}"
                   + (" [SIMULATED GPUs]" if result.get("simulated") else ""))
         elif result is not None:
-            print(f"      result: {result}")
+            text = str(result)
+            print(f"      result: {text[:150]}" + (" ..." if len(text) > 150 else ""))
         if values.get("gpus_used"):
             print(f"      ran on GPU(s) {', '.join(str(g['index']) for g in values['gpus_used'])}"
                   + (" [SIMULATED]" if values["gpus_used"][0].get("simulated") else ""))
