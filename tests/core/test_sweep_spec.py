@@ -89,3 +89,34 @@ def test_exactly_one_target_and_objective_needed_for_optuna():
         SweepSpec(name="x", search="optuna", space={"x": uniform(0, 1)}, command=["a"])
     assert SweepSpec(name="x", search="optuna", space={"x": uniform(0, 1)}, command=["a"],
                      objective=Objective("y")).rounds == 3
+
+
+def test_preview_cli_prints_trials_and_bad_specs_give_one_line(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from airflow_provider_gpusched.cli import main  # noqa: F401 - the entry point exists
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", "sweep", *args],
+                              capture_output=True, text=True)
+
+    good = write(tmp_path, """
+        name: gan
+        global_config: {num_run: 5}
+        test_config:
+          - {method: [GAN, ALI], num_zmode: [1]}
+          - {method: [WGAN], num_zmode: [1, 2]}
+        command: [python, train.py, "{method}"]
+    """)
+    out = cli("preview", good, "--results-root", str(tmp_path / "r"))
+    assert out.returncode == 0 and "gan (grid): 4 trials" in out.stdout and "method=WGAN,num_zmode=2" in out.stdout
+    data = json.loads(cli("preview", good, "--json", "--results-root", str(tmp_path / "r")).stdout)
+    assert data["trials"] == 4 and data["would_run"] == 4
+    bad = write(tmp_path, "name: x\ncommand: [a]\ntest_config: [{lr: {uniform: [1]}}]\n", "bad.yaml")
+    out = cli("preview", bad)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().count("\n") == 0 and "bad.yaml: test_config[0].lr" in out.stderr
+    missing = cli("results", str(tmp_path / "nowhere"))
+    assert missing.returncode == 2 and "no summary.json" in missing.stderr
