@@ -45,10 +45,13 @@ def dag_run_results(dag_run):
     return xcoms, states
 
 
+def run_and_collect(dag):
+    """dag.test() and what came of it: (run state, xcoms, task states)."""
+    dag_run = dag.test()
+    xcoms, states = dag_run_results(dag_run)
+    return dag_run.state, xcoms, states
+
+
 @pytest.fixture
 def run_dag(airflow_db, slurm_cluster):
-    def run(dag):
-        dag_run = dag.test()
-        xcoms, states = dag_run_results(dag_run)
-        return dag_run.state, xcoms, states
-    return run
+    return run_and_collect

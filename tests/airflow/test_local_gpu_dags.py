@@ -18,13 +18,9 @@ pytestmark = pytest.mark.airflow
 
 @pytest.fixture
 def run(airflow_db):
-    from .conftest import dag_run_results
+    from .conftest import run_and_collect
 
-    def go(dag):
-        dag_run = dag.test()
-        xcoms, states = dag_run_results(dag_run)
-        return dag_run.state, xcoms, states
-    return go
+    return run_and_collect
 
 
 def shared_manager():

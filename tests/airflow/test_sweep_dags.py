@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from .conftest import REPO, dag_run_results, the_dag
+from .conftest import REPO, dag_run_results, run_and_collect, the_dag
 
 pytestmark = pytest.mark.airflow
 
@@ -18,11 +18,7 @@ def sweeps_root(tmp_path, monkeypatch):
 
 @pytest.fixture
 def run(airflow_db, sweeps_root):
-    def go(dag):
-        dag_run = dag.test()
-        xcoms, states = dag_run_results(dag_run)
-        return dag_run.state, xcoms, states
-    return go
+    return run_and_collect
 
 
 def test_grid_sweep_example_runs_the_four_seed_trials_and_ranks_them(run, sweeps_root, capfd):
