@@ -66,6 +66,7 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
     os.makedirs(logs, exist_ok=True)
     store = manifest.store
     finished: dict[str, str] = {}
+    retried: set[str] = set()  # trials that run alone after their group failed
 
     def take() -> tuple[Trial, ...] | None:
         with lock:
@@ -79,8 +80,6 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
             while todo and len(group) < size and todo[0][0].trial_id not in retried:
                 group.append(todo.popleft()[0])
             return tuple(group)
-
-    retried: set[str] = set()
 
     def worker() -> None:
         runner = GPUWorkRunner(manager, oom_policy=oom_policy, owner=owner, job_class=job_class, priority=priority,

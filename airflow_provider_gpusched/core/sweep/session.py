@@ -42,7 +42,8 @@ class SweepSession:
     def round_trials(self, round_no: int) -> list[Trial]:
         params = make_search(self.spec, self.store.path("search")).ask(round_no)
         varying = self.spec.varying()
-        first = round_no * 100000
+        per_round = self.spec.per_round or self.spec.evolution.candidate_pool_size
+        first = round_no * per_round  # trial numbers run on across rounds: 0..7 in round 0, 8..15 in round 1
         trials, seen = [], set()
         for i, p in enumerate(params):
             trial = make_trial(p, varying, self.spec.code_version, first + i)

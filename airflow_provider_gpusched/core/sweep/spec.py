@@ -26,6 +26,7 @@ Every error names the file and the key path (``sweeps/hpo.yaml: space.lr: expect
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import re
 from dataclasses import dataclass, field, fields
@@ -380,8 +381,6 @@ def _fill(fill: Mapping[str, Any], name: str, arg: str, trial: Trial) -> str:
 
 
 def _text(value: Any) -> str:
-    import json
-
     return value if isinstance(value, str) else json.dumps(value)
 
 

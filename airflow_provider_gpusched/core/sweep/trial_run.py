@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested
 from airflow_provider_gpusched.core.sweep.spec import format_command
-from airflow_provider_gpusched.core.sweep.store import TrialStore, read_json, write_json
+from airflow_provider_gpusched.core.sweep.store import TrialStore, read_json
 
 CALLABLE_FILE = "callable.pkl"
 EXIT_USAGE = 2
@@ -220,5 +220,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 if __name__ == "__main__":
     sys.exit(main())
 
-
-__all__ = ["Manifest", "run_trial", "write_manifest", "save_callable", "write_json"]
