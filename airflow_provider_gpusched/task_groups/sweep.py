@@ -26,7 +26,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
-from airflow_provider_gpusched.core.sweep.batch import run_local_batch, trial_argv
+from airflow_provider_gpusched.core.sweep.batch import run_local_batch, runner_argv, trial_argv
 from airflow_provider_gpusched.core.sweep.session import SweepSession
 from airflow_provider_gpusched.core.sweep.spec import SweepSpec
 from airflow_provider_gpusched.core.sweep.trial_run import Manifest
@@ -44,17 +44,6 @@ def load_spec(spec: SweepSpec | Mapping | str) -> SweepSpec:
         return SweepSpec.from_dict(spec)
     except InvalidArgumentError as exc:
         raise AirflowException(f"sweep spec: {exc}") from exc
-
-
-def planned_size(spec: SweepSpec) -> int:
-    """Trials one stage maps over, known without expanding (parse time stays flat for huge grids)."""
-    if spec.in_rounds:
-        return spec.per_round or spec.evolution.candidate_pool_size
-    if spec.search == "random":
-        return spec.count
-    from airflow_provider_gpusched.core.sweep.expand import GridSweep
-
-    return GridSweep(spec.global_config, spec.test_config, spec.grid_steps, where=spec.where).size_upper_bound()
 
 
 def sweep_task_group(
@@ -96,7 +85,7 @@ def sweep_task_group(
         raise AirflowException(f"sweep {spec.name}: batching must be one of {BATCHING}, got {batching!r}")
     root = results_root or spec.results_root or settings.sweep_results_root()
     session = SweepSession(spec, root)
-    size = planned_size(spec)
+    size = spec.stage_size()
     batched = batching == "batched" or (batching == "auto" and size > max_mapped_trials)
     if batched and chunk_size is None:
         chunk_size = max(1, min(500, -(-size // 2)))
@@ -190,8 +179,7 @@ class _Stage:
             for k in range(chunks):
                 n = len(manifest.chunk(k))
                 limit = f"%{max_array_parallel}" if max_array_parallel else ""
-                items.append({"command": [python, "-m", "airflow_provider_gpusched.core.sweep.trial_run",
-                                          manifest.path, "--chunk", str(k)],
+                items.append({"command": runner_argv(manifest, "--chunk", str(k), python=python),
                               "array": f"0-{n - 1}{limit}"})
             return items
 

@@ -23,17 +23,20 @@ from airflow_provider_gpusched.core.sweep.expand import Trial
 from airflow_provider_gpusched.core.sweep.trial_run import Manifest
 
 
+def runner_argv(manifest: Manifest, *args: str, python: str | None = None) -> list[str]:
+    """The trial runner's command line for ``manifest`` (see :mod:`..trial_run` for the arguments)."""
+    return [python or sys.executable, "-m", "airflow_provider_gpusched.core.sweep.trial_run", manifest.path, *args]
+
+
 def trial_argv(manifest: Manifest, trial: Trial, python: str | None = None) -> list[str]:
     """The command that runs one trial of ``manifest`` (on a local GPU child or a Slurm node)."""
-    return [python or sys.executable, "-m", "airflow_provider_gpusched.core.sweep.trial_run", manifest.path,
-            trial.trial_id, trial.label or trial.trial_id]
+    return runner_argv(manifest, trial.trial_id, trial.label or trial.trial_id, python=python)
 
 
 def group_argv(manifest: Manifest, group: Sequence[Trial], python: str | None = None) -> list[str]:
     if len(group) == 1:
         return trial_argv(manifest, group[0], python)
-    return [python or sys.executable, "-m", "airflow_provider_gpusched.core.sweep.trial_run", manifest.path,
-            "--ids", ",".join(t.trial_id for t in group)]
+    return runner_argv(manifest, "--ids", ",".join(t.trial_id for t in group), python=python)
 
 
 def default_parallel(manager: LeaseManager, request: GPURequest) -> int:

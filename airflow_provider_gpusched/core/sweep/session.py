@@ -42,8 +42,7 @@ class SweepSession:
     def round_trials(self, round_no: int) -> list[Trial]:
         params = make_search(self.spec, self.store.path("search")).ask(round_no)
         varying = self.spec.varying()
-        per_round = self.spec.per_round or self.spec.evolution.candidate_pool_size
-        first = round_no * per_round  # trial numbers run on across rounds: 0..7 in round 0, 8..15 in round 1
+        first = round_no * self.spec.per_round  # trial numbers run on across rounds: 0..7 in round 0, 8..15 in round 1
         trials, seen = [], set()
         for i, p in enumerate(params):
             trial = make_trial(p, varying, self.spec.code_version, first + i)
@@ -126,7 +125,7 @@ class SweepSession:
     def preview(self) -> dict[str, Any]:
         """The trials a run would have, with their current state, without running or writing anything."""
         if self.spec.in_rounds:
-            rows = [{"round": r, "trials": self.spec.per_round or self.spec.evolution.candidate_pool_size}
+            rows = [{"round": r, "trials": self.spec.per_round}
                     for r in range(self.spec.rounds)]
             return {"sweep": self.spec.name, "search": self.spec.search, "rounds": rows,
                     "trials": sum(r["trials"] for r in rows), "folder": self.store.dir}

@@ -191,6 +191,7 @@ class SweepSpec:
                     raise InvalidArgumentError(f"{w}: space.{key}", dim, "a list of choices (evolution searches "
                                                                          "over discrete choices per position)")
             self.rounds = self.evolution.max_epoch
+            self.per_round = self.evolution.candidate_pool_size
         if self.command is not None:
             known = set(self.parameter_names()) | set(TRIAL_FIELDS)
             for arg in self.command:
@@ -213,6 +214,16 @@ class SweepSpec:
         else:
             names += [k for k in flatten(self.space) if k not in names]
         return names
+
+    def stage_size(self) -> int:
+        """Trials one stage maps over (a round, or the whole one-shot sweep), known without expanding, so a
+        DAG file's parse time stays flat for huge grids (an upper bound for grids: conditions and duplicates
+        can only remove trials)."""
+        if self.in_rounds:
+            return self.per_round
+        if self.search == "random":
+            return self.count
+        return GridSweep(self.global_config, self.test_config, self.grid_steps, where=self.where).size_upper_bound()
 
     def trials(self) -> list[Trial]:
         """Every trial of a one-shot (grid or random) sweep, in order, duplicates removed."""
