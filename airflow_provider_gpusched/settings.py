@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 
@@ -69,3 +70,16 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 def sweep_results_root() -> str:
     """Where sweeps keep their trial folders (``[gpusched] sweep_results_root``)."""
     return _directory("sweep_results_root", "sweeps")
+
+
+def job_class_mapping():
+    """The job-class mapping (``[gpusched] job_classes``: a YAML/JSON file path or inline text; empty:
+    the built-in defaults). Parsed once per distinct value."""
+    return _mapping_for(conf.get(SECTION, "job_classes", fallback="") or "")
+
+
+@functools.lru_cache(maxsize=8)
+def _mapping_for(value: str):
+    from airflow_provider_gpusched.core.job_classes import JobClassMapping
+
+    return JobClassMapping.load(value)

@@ -14,6 +14,7 @@ from typing import Any
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.job_classes import slurm_class_settings
 from airflow_provider_gpusched.core.slurm import (
@@ -93,16 +94,18 @@ class SlurmHook(BaseHook):
             defaults["sbatch_args"] = shlex.split(options)
         return defaults
 
-    def class_settings(self, job_class: str) -> dict[str, Any]:
-        """What ``job_class`` means on this cluster (connection extras ``idle_partition``/``idle_qos``)."""
+    def class_settings(self, job_class: str, priority: int = 0) -> dict[str, Any]:
+        """What ``job_class`` means on this cluster: the ``[gpusched] job_classes`` mapping, with the
+        connection extras ``idle_partition``/``idle_qos`` on top for the idle class."""
         self._load()
         assert self._extras is not None
-        overrides = {"idle": {"partition": self._extras.get("idle_partition"), "qos": self._extras.get("idle_qos")}}
-        return slurm_class_settings(job_class, overrides)
+        overrides = {"partition": self._extras.get("idle_partition"), "qos": self._extras.get("idle_qos")} \
+            if job_class == "idle" else {}
+        return slurm_class_settings(job_class, settings.job_class_mapping(), priority, overrides)
 
-    def apply_defaults(self, spec: SlurmJobSpec, job_class: str = "normal") -> SlurmJobSpec:
+    def apply_defaults(self, spec: SlurmJobSpec, job_class: str = "normal", priority: int = 0) -> SlurmJobSpec:
         """Explicit job settings win over the job class, which wins over the connection's defaults."""
-        return spec.with_defaults(**self.class_settings(job_class)).with_defaults(**self.job_defaults())
+        return spec.with_defaults(**self.class_settings(job_class, priority)).with_defaults(**self.job_defaults())
 
     def test_connection(self) -> tuple[bool, str]:
         try:

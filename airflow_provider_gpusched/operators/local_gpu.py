@@ -30,8 +30,8 @@ from airflow_provider_gpusched.core.gpu.runner import (
     run_attempt,
     work_value,
 )
-from airflow_provider_gpusched.core.job_classes import check_job_class
 from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
+from airflow_provider_gpusched.operators.job_class import apply_job_class
 from airflow_provider_gpusched.triggers.local_gpu import GPUAvailableTrigger
 
 
@@ -52,8 +52,9 @@ class LocalGPUOperator(BaseOperator):
     :param grace_period: seconds between SIGTERM and SIGKILL when the task is stopped.
     :param wait_mode: ``"defer"`` (default: wait in the triggerer), ``"reschedule"`` (free the slot and
         try again later; for several GPU hosts) or ``"block"`` (wait in the worker).
-    :param job_class, priority: recorded on the lease (idle-class work yields to normal work).
-    ``pool_slots`` defaults to the number of GPUs.
+    :param job_class, priority: ``"normal"`` (default) or ``"idle"``, and a whole-number priority. The
+        ``[gpusched] job_classes`` mapping turns them into the Airflow pool, ``pool_slots`` (one per GPU by
+        default) and ``priority_weight``; an idle lease is preemptible (see docs/idle-filling.md).
     """
 
     template_fields: Sequence[str] = ("command", "bash_command", "env", "cwd", "op_args", "op_kwargs")
@@ -86,7 +87,7 @@ class LocalGPUOperator(BaseOperator):
         priority: int = 0,
         **kwargs: Any,
     ) -> None:
-        kwargs.setdefault("pool_slots", gpus if isinstance(gpus, int) and gpus > 0 else 1)
+        job_class, priority = apply_job_class(kwargs, job_class, priority, gpus)
         super().__init__(**kwargs)
         given = [x for x in (command, bash_command, python_callable) if x is not None]
         if len(given) != 1:
@@ -107,7 +108,6 @@ class LocalGPUOperator(BaseOperator):
                                       max_foreign_processes=max_foreign_processes, min_free_ram=min_free_ram,
                                       max_cpu_percent=max_cpu_percent)
             self.oom_policy = OOMRetryPolicy(retries=oom_retries, factor=oom_factor)
-            self.job_class = check_job_class(job_class)
         except InvalidArgumentError as exc:
             raise AirflowException(f"{self.task_id}: {exc}") from exc
         self.env = dict(env or {})
@@ -115,6 +115,7 @@ class LocalGPUOperator(BaseOperator):
         self.grace_period = grace_period
         self.wait_mode = wait_mode
         self.poll_interval = poll_interval
+        self.job_class = job_class
         self.priority = priority
         self._child: GPUChild | None = None
         self._stop = threading.Event()

@@ -25,7 +25,6 @@ from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.callables import callable_arguments
 from airflow_provider_gpusched.core import pyfunc
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
-from airflow_provider_gpusched.core.job_classes import check_job_class
 from airflow_provider_gpusched.core.slurm import (
     JobStatus,
     SlurmCommandError,
@@ -37,6 +36,7 @@ from airflow_provider_gpusched.core.slurm import (
 )
 from airflow_provider_gpusched.core.slurm.states import array_task_order
 from airflow_provider_gpusched.hooks.slurm import SlurmHook
+from airflow_provider_gpusched.operators.job_class import apply_job_class
 from airflow_provider_gpusched.triggers.slurm import SlurmJobTrigger
 
 
@@ -67,8 +67,10 @@ class SlurmJobOperator(BaseOperator):
     :param deferrable: wait in the triggerer (default ``[gpusched] default_deferrable``) or in the worker.
     :param poll_interval: seconds between status checks (default ``[gpusched] slurm_poll_interval``).
     :param cancel_on_kill: cancel the job when the task is killed (default True).
-    :param job_class: ``"normal"`` (default) or ``"idle"``: fill-in work that goes to the preemptible
-        partition with requeue (connection extras ``idle_partition`` / ``idle_qos`` change where).
+    :param job_class, priority: ``"normal"`` (default) or ``"idle"`` (fill-in work), and a whole-number
+        priority. The ``[gpusched] job_classes`` mapping turns them into the Airflow pool, slots and weight
+        and the Slurm partition/QOS/nice/requeue (idle: the preemptible ``idle`` partition with requeue;
+        connection extras ``idle_partition`` / ``idle_qos`` change where). Explicit arguments win.
     """
 
     template_fields: Sequence[str] = (
@@ -107,10 +109,11 @@ class SlurmJobOperator(BaseOperator):
         poll_interval: float | None = None,
         cancel_on_kill: bool = True,
         job_class: str = "normal",
+        priority: int = 0,
         **kwargs: Any,
     ) -> None:
+        self.job_class, self.priority = apply_job_class(kwargs, job_class, priority, gpus)
         super().__init__(**kwargs)
-        self.job_class = check_job_class(job_class)
         self.command = command
         self.script = script
         self.job_name = job_name
@@ -188,7 +191,8 @@ class SlurmJobOperator(BaseOperator):
                           "submitting a duplicate", job_id, comment)
             output_path = self._output_pattern(context)
         else:
-            spec = hook.apply_defaults(self.build_spec(context, job_comment(key, ti.try_number)), self.job_class)
+            spec = hook.apply_defaults(self.build_spec(context, job_comment(key, ti.try_number)), self.job_class,
+                                      self.priority)
             job_id = self._submit(client, spec, key)
             output_path = spec.output
             self.log.info("Submitted Slurm job %s (sbatch %s)", job_id, " ".join(spec.sbatch_argv()))

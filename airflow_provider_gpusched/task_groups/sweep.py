@@ -192,9 +192,18 @@ class _Stage:
             run = self._trial_operator("trial_array", "chunk {{ task.command[-1] }}").expand_kwargs(planned)
         return planned, run
 
+    def _class_kwargs(self, **kwargs):
+        """Mapped tasks take pool and weight from their partial arguments (the operator's ``__init__`` runs
+        only when a task instance runs), so the job class is applied here."""
+        from airflow_provider_gpusched.operators.job_class import apply_job_class
+
+        r = self.spec.resources
+        apply_job_class(kwargs, r.job_class, r.priority, r.gpus)
+        return kwargs
+
     def _trial_operator(self, task_id: str, label_template: str):
         r = self.spec.resources
-        common = dict(task_id=task_id, map_index_template=label_template, **self.trial_kwargs)
+        common = self._class_kwargs(task_id=task_id, map_index_template=label_template, **self.trial_kwargs)
         if self.backend == "local":
             from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
 
@@ -205,14 +214,14 @@ class _Stage:
 
         return SlurmJobOperator.partial(gpus=r.gpus or None, cpus_per_task=r.cpus, mem=r.mem, partition=r.partition,
                                         qos=r.qos, time_limit=r.time_limit, setup=r.setup or None,
-                                        job_class=r.job_class, environment=r.env or None,
+                                        job_class=r.job_class, priority=r.priority, environment=r.env or None,
                                         slurm_conn_id=self.slurm_conn_id, poll_interval=self.poll_interval,
                                         job_name=f"sweep.{self.spec.name}", **common)
 
     def _local_runner(self, round_no: int | None):
         session, spec, parallel, per_process = self.session, self.spec, self.parallel, self.trials_per_process
 
-        @task(task_id="run_batch", map_index_template="chunk {{ chunk }}", **self.trial_kwargs)
+        @task(**self._class_kwargs(task_id="run_batch", map_index_template="chunk {{ chunk }}", **self.trial_kwargs))
         def run_batch(chunk: int) -> dict:
             from airflow.sdk import get_current_context
 

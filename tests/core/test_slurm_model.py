@@ -186,17 +186,6 @@ def test_status_round_trips_through_dict():
     assert again == st
 
 
-def test_job_classes():
-    from airflow_provider_gpusched.core.job_classes import slurm_class_settings
-
-    assert slurm_class_settings("normal") == {}
-    assert slurm_class_settings("idle") == {"partition": "idle", "requeue": True}
-    assert slurm_class_settings("idle", {"idle": {"partition": "scavenger", "qos": None}}) == {
-        "partition": "scavenger", "requeue": True}
-    with pytest.raises(InvalidArgumentError, match="job_class"):
-        slurm_class_settings("background")
-
-
 def test_explicit_settings_beat_the_class_which_beats_connection_defaults():
     from airflow_provider_gpusched.core.job_classes import slurm_class_settings
 

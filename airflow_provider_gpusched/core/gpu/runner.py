@@ -22,6 +22,7 @@ from airflow_provider_gpusched.core.gpu.launch import GPUChild, gpu_environment
 from airflow_provider_gpusched.core.gpu.leases import Lease, LeaseManager
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy, find_oom, memory_evidence
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
+from airflow_provider_gpusched.core.gpu.preemption import PreemptionHistory, newest_checkpoint
 
 
 @dataclass
@@ -35,6 +36,9 @@ class Work:
     python: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: str | None = None
+    #: kept across relaunches; the child finds it in ``$GPUSCHED_CHECKPOINT_DIR``. Work lost to a
+    #: preemption is counted from the newest file written here.
+    checkpoint_dir: str | None = None
 
     def __post_init__(self) -> None:
         given = [x for x in (self.argv, self.shell_command, self.call_dir) if x is not None]
@@ -63,6 +67,9 @@ class Attempt:
     oom: str | None
     seconds: float
     stopped: bool = False
+    preempted: str | None = None  # why the attempt was stopped to give its GPUs back
+    gpu_seconds: float = 0.0
+    lost_gpu_seconds: float = 0.0
 
 
 @dataclass
@@ -117,11 +124,21 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
                 log_path: str, on_line: Callable[[str], None] | None = None,
                 started: Callable[[GPUChild], None] | None = None, grace: float = 10.0,
                 stop_event: threading.Event | None = None, timeout: float | None = None,
-                sample_interval: float = 1.0) -> AttemptOutcome:
+                sample_interval: float = 1.0, yield_interval: float = 1.0,
+                extra_env: Mapping[str, str] | None = None) -> AttemptOutcome:
     """Run ``work`` once on ``lease`` (the caller releases the lease). A failure counts as a GPU OOM when
-    the output says so, or when the child's GPU memory reached its reservation (NVML evidence)."""
+    the output says so, or when the child's GPU memory reached its reservation (NVML evidence).
+
+    Every ``yield_interval`` seconds :meth:`LeaseManager.yield_reason` is asked whether the lease must
+    give its GPUs back (a normal task preempts it, foreign work appeared); if so the child is stopped
+    (SIGTERM, ``grace`` seconds to checkpoint, SIGKILL) and the attempt is marked ``preempted``."""
     totals = {g.index: g.memory_total for g in manager.inventory.gpus()}
-    env = gpu_environment(lease, totals, extra=work.env)
+    env_extra = dict(work.env)
+    if work.checkpoint_dir:
+        os.makedirs(work.checkpoint_dir, exist_ok=True)
+        env_extra["GPUSCHED_CHECKPOINT_DIR"] = work.checkpoint_dir
+    env_extra.update(extra_env or {})
+    env = gpu_environment(lease, totals, extra=env_extra)
     argv, shell = work.child_argv()
     child = GPUChild(argv, env=env, cwd=work.cwd, log_path=log_path, lease=lease, shell=shell, on_line=on_line)
     child.start()
@@ -130,22 +147,43 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
     if started:
         started(child)
     deadline = None if timeout is None else time.monotonic() + timeout
+    started_wall = time.time()
+    next_yield_check = time.monotonic() + yield_interval
     code = None
+    preempted = None
     try:
         while code is None:
             code = child.wait(timeout=0.2)
-            if code is None and ((stop_event is not None and stop_event.is_set())
-                                 or (deadline is not None and time.monotonic() > deadline)):
+            if code is not None:
+                break
+            if (stop_event is not None and stop_event.is_set()) or (deadline is not None and time.monotonic() > deadline):
                 code = child.stop(grace)
+            elif time.monotonic() >= next_yield_check:
+                next_yield_check = time.monotonic() + yield_interval
+                reason = manager.yield_reason(lease)
+                if reason:
+                    preempted = reason
+                    code = child.stop(manager.classes[lease.job_class].local.grace_period)
     finally:
         if code is None or child.proc.poll() is None:
             code = child.stop(grace)
     peaks = sampler.stop() if sampler else {}
+    if preempted and not child.stopped_by_us:
+        preempted = None  # it finished on its own just before we signalled it
     oom = None
     if code != 0 and not child.stopped_by_us:
         oom = find_oom(child.tail) or memory_evidence(peaks, lease.memory)
+    seconds = round(time.monotonic() - child.started_at, 3)
+    lost = 0.0
+    if preempted:
+        checkpoint = newest_checkpoint(work.checkpoint_dir, started_wall)
+        lost = round(len(lease.gpus) * (time.time() - (checkpoint or started_wall)), 3)
     attempt = Attempt(number=number, request=request.describe(), gpus=list(lease.gpus), exit_code=code, oom=oom,
-                      seconds=round(time.monotonic() - child.started_at, 3), stopped=child.stopped_by_us)
+                      seconds=seconds, stopped=child.stopped_by_us, preempted=preempted,
+                      gpu_seconds=round(len(lease.gpus) * seconds, 3), lost_gpu_seconds=lost)
+    manager.account({"owner": lease.owner, "job_class": lease.job_class, "gpus": list(lease.gpus),
+                     "seconds": seconds, "gpu_seconds": attempt.gpu_seconds, "preempted": preempted,
+                     "lost_gpu_seconds": lost, "exit_code": code, "simulated": lease.simulated})
     return AttemptOutcome(attempt, lease, list(child.tail))
 
 
@@ -164,6 +202,7 @@ class RunResult:
     attempts: list[Attempt]
     log_path: str
     value: object = None
+    history: PreemptionHistory = field(default_factory=PreemptionHistory)
 
     @property
     def oom_retries(self) -> int:
@@ -171,7 +210,8 @@ class RunResult:
 
     def to_dict(self) -> dict:
         return {"exit_code": self.exit_code, "gpus": self.gpus, "log_path": self.log_path,
-                "oom_retries": self.oom_retries, "attempts": [asdict(a) for a in self.attempts]}
+                "oom_retries": self.oom_retries, "attempts": [asdict(a) for a in self.attempts],
+                "gpu_time": self.history.to_dict()}
 
 
 def failure_message(outcome: AttemptOutcome, requests: list[str], work: Work) -> str:
@@ -205,7 +245,8 @@ class GPUWorkRunner:
 
     def __init__(self, manager: LeaseManager, *, oom_policy: OOMRetryPolicy | None = None, owner: str = "",
                  job_class: str = "normal", priority: int = 0, grace: float = 10.0, poll_interval: float = 0.5,
-                 sample_interval: float = 1.0, on_line: Callable[[str], None] | None = None, on_event: Callable[[str], None] | None = None) -> None:
+                 sample_interval: float = 1.0, yield_interval: float = 1.0, on_line: Callable[[str], None] | None = None,
+                 on_event: Callable[[str], None] | None = None) -> None:
         self.manager = manager
         self.oom_policy = oom_policy or OOMRetryPolicy()
         self.owner = owner or f"pid {os.getpid()}"
@@ -214,6 +255,7 @@ class GPUWorkRunner:
         self.grace = grace
         self.poll_interval = poll_interval
         self.sample_interval = sample_interval
+        self.yield_interval = yield_interval
         self.on_line = on_line
         self.on_event = on_event or (lambda message: None)
         self.stop_event = threading.Event()
@@ -224,31 +266,53 @@ class GPUWorkRunner:
     def run(self, request: GPURequest, work: Work, log_path: str, *, acquire_timeout: float | None = None) -> RunResult:
         self.manager.check_possible(request)
         sizes = [g.memory_total for g in self.manager.inventory.gpus()]
+        policy = self.manager.classes[self.job_class].local
         attempts: list[Attempt] = []
+        history = PreemptionHistory()
         ooms = 0
         while True:
             lease = self.manager.acquire(request, self.owner, timeout=acquire_timeout, poll_interval=self.poll_interval,
                                          job_class=self.job_class, priority=self.priority,
+                                         preemptible=history.preemptible(policy),
                                          on_wait=lambda why: self.on_event(f"waiting for GPUs: {why}"))
             try:
                 self.on_event(f"attempt {len(attempts) + 1}: {request.describe()} on GPU(s) {lease.gpus} "
                               f"(CUDA_VISIBLE_DEVICES={lease.cuda_visible_devices})")
                 outcome = run_attempt(self.manager, lease, work, number=len(attempts) + 1, request=request,
                                       log_path=log_path, on_line=self.on_line, grace=self.grace,
-                                      stop_event=self.stop_event, sample_interval=self.sample_interval)
+                                      stop_event=self.stop_event, sample_interval=self.sample_interval,
+                                      yield_interval=self.yield_interval,
+                                      extra_env=relaunch_env(history))
                 gpus = gpu_descriptions(lease, self.manager.inventory)
             finally:
                 self.manager.release(lease)
-            attempts.append(outcome.attempt)
-            if outcome.attempt.exit_code == 0:
-                return RunResult(0, gpus, attempts, log_path, work_value(work))
-            if outcome.attempt.oom and not self.stop_event.is_set():
+            a = outcome.attempt
+            attempts.append(a)
+            line = history.record(gpus=len(a.gpus), seconds=a.seconds, preempted=a.preempted,
+                                  lost_seconds=a.lost_gpu_seconds / max(1, len(a.gpus)))
+            if a.preempted and not self.stop_event.is_set():
+                wait = policy.backoff_for(history.preemptions)
+                self.on_event(f"{line}; relaunching after {wait:.1f}s"
+                              + ("" if history.preemptible(policy) else " (not preemptible any more)"))
+                if self.stop_event.wait(wait):
+                    raise GPUWorkFailed("stopped while waiting to relaunch after a preemption", attempts,
+                                        outcome.tail, False)
+                continue
+            if a.exit_code == 0:
+                self.on_event(history.summary(self.job_class))
+                return RunResult(0, gpus, attempts, log_path, work_value(work), history)
+            if a.oom and not self.stop_event.is_set():
                 ooms += 1
                 bigger = self.oom_policy.escalate(request, ooms, sizes)
                 if bigger is not None:
-                    self.on_event(f"GPU out of memory with {request.describe()} ({outcome.attempt.oom}); "
+                    self.on_event(f"GPU out of memory with {request.describe()} ({a.oom}); "
                                   f"retrying with {bigger.describe()}")
                     request = bigger
                     continue
-            raise GPUWorkFailed(failure_message(outcome, [a.request for a in attempts], work), attempts, outcome.tail,
-                                bool(outcome.attempt.oom))
+            raise GPUWorkFailed(failure_message(outcome, [x.request for x in attempts], work), attempts, outcome.tail,
+                                bool(a.oom))
+
+
+def relaunch_env(history: PreemptionHistory) -> dict[str, str]:
+    """What a relaunched child is told: how often it was preempted (resume from its checkpoint if > 0)."""
+    return {"GPUSCHED_PREEMPTIONS": str(history.preemptions)}

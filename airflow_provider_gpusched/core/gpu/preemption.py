@@ -1,0 +1,184 @@
+"""Idle-time filling on local GPUs: which idle leases to preempt, when a GPU counts as idle, and what
+fill-in work cost and lost.
+
+* :func:`choose_victims` — the fewest preemptible leases whose removal lets a normal request fit
+  (lowest priority first, then the youngest: least work lost).
+* :class:`GPUActivity` — per GPU, when work we do not know about (a colleague's process, or utilisation
+  on a GPU without any lease) was last seen; idle work starts only on GPUs quiet for ``idle_for`` seconds.
+* :class:`PreemptionHistory` — one task's preemptions, GPU-seconds used and GPU-seconds lost (the time
+  since its last checkpoint when it was stopped), carried across relaunches (and Airflow deferrals).
+* :func:`append_accounting` / :func:`accounting_totals` — the host's ledger (``accounting.jsonl`` in the
+  lease state directory): one line per attempt, summed per class by ``gpusched gpus usage``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterable, Sequence
+
+from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
+from airflow_provider_gpusched.core.gpu.placement import GPURequest, GPUUsage, LeaseView, gpu_usage, place
+from airflow_provider_gpusched.core.job_classes import LocalClassPolicy
+
+ACCOUNTING_FILE = "accounting.jsonl"
+ACTIVITY_FILE = "activity.json"
+
+
+def choose_victims(request: GPURequest, gpus: Sequence[GPUInfo], views: dict[str, LeaseView],
+                   candidates: Sequence[tuple[str, int, float]]) -> list[str] | None:
+    """Lease ids to preempt so that ``request`` fits, or None if preempting every candidate would not do.
+
+    ``views``: every live lease by id; ``candidates``: ``(lease id, priority, started)`` of the leases
+    that may be preempted now. Greedy by (priority, youngest first), then pruned to a minimal set."""
+    order = sorted(candidates, key=lambda c: (c[1], -c[2], c[0]))
+    chosen: list[str] = []
+
+    def fits(removed: Iterable[str]) -> bool:
+        gone = set(removed)
+        rest = [v for lid, v in views.items() if lid not in gone]
+        return place(request, gpu_usage(gpus, rest))[0] is not None
+
+    for lease_id, _, _ in order:
+        chosen.append(lease_id)
+        if fits(chosen):
+            break
+    else:
+        return None
+    for lease_id in list(reversed(chosen)):  # drop any that the request does not actually need
+        trial = [x for x in chosen if x != lease_id]
+        if trial and fits(trial):
+            chosen = trial
+    return chosen
+
+
+def gpu_is_busy(usage: GPUUsage, policy: LocalClassPolicy) -> str:
+    """'' if nothing we do not know about is using the GPU, else what is."""
+    from airflow_provider_gpusched.core.units import format_bytes
+
+    if usage.foreign_used > policy.max_foreign_memory:
+        return (f"GPU {usage.gpu.index}: {usage.foreign_processes or 'unknown'} foreign process(es) use "
+                f"{format_bytes(usage.foreign_used)}")
+    util = usage.gpu.utilization
+    if usage.leases == 0 and util is not None and util > policy.max_utilization:
+        return f"GPU {usage.gpu.index}: {util}% utilisation with no lease on it"
+    return ""
+
+
+class GPUActivity:
+    """When each GPU was last busy with foreign work (a JSON file, updated under the allocation lock)."""
+
+    def __init__(self, state_dir: str, clock: Callable[[], float] = time.time) -> None:
+        self.path = os.path.join(state_dir, ACTIVITY_FILE)
+        self.clock = clock
+
+    def update(self, usage: dict[int, GPUUsage], policy: LocalClassPolicy) -> dict[int, float]:
+        """Record what is busy now; return, per GPU, since when it has been quiet."""
+        now = self.clock()
+        try:
+            with open(self.path) as fh:
+                data = {int(k): float(v) for k, v in json.load(fh).items()}
+        except (OSError, ValueError, TypeError, AttributeError):
+            data = {}
+        changed = False
+        for index, u in usage.items():
+            if index not in data or gpu_is_busy(u, policy):
+                data[index] = now
+                changed = True
+        if changed:
+            tmp = self.path + f".{os.getpid()}.tmp"
+            with open(tmp, "w") as fh:
+                json.dump({str(k): v for k, v in data.items()}, fh)
+            os.replace(tmp, self.path)
+        return data
+
+
+def newest_checkpoint(directory: str | None, since: float) -> float | None:
+    """The wall time of the newest file written under ``directory`` after ``since``, if any."""
+    if not directory or not os.path.isdir(directory):
+        return None
+    newest = None
+    for root, _, files in os.walk(directory):
+        for name in files:
+            with contextlib.suppress(OSError):
+                mtime = os.stat(os.path.join(root, name)).st_mtime
+                if mtime >= since and (newest is None or mtime > newest):
+                    newest = mtime
+    return newest
+
+
+@dataclass
+class PreemptionHistory:
+    """One task's life as fill-in work, across relaunches."""
+
+    preemptions: int = 0
+    gpu_seconds: float = 0.0
+    lost_gpu_seconds: float = 0.0
+    events: list[str] = field(default_factory=list)
+
+    def preemptible(self, policy: LocalClassPolicy) -> bool:
+        """Whether the next lease may be preempted (not after ``max_preemptions``)."""
+        return policy.preemptible and self.preemptions < policy.max_preemptions
+
+    def record(self, *, gpus: int, seconds: float, preempted: str | None, lost_seconds: float = 0.0,
+               when: float | None = None) -> str:
+        """Add one attempt; return the log line for a preemption ('' otherwise)."""
+        self.gpu_seconds += gpus * seconds
+        if not preempted:
+            return ""
+        self.preemptions += 1
+        self.lost_gpu_seconds += gpus * lost_seconds
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(when or time.time()))
+        line = (f"preempted at {stamp} after {seconds:.1f}s ({preempted}); {gpus * lost_seconds:.1f} GPU-s since "
+                f"the last checkpoint lost; preemption {self.preemptions}")
+        self.events.append(line)
+        return line
+
+    def summary(self, job_class: str) -> str:
+        text = f"GPU time ({job_class} class): {self.gpu_seconds:.1f} GPU-s used"
+        if self.preemptions:
+            text += f", {self.lost_gpu_seconds:.1f} GPU-s lost to {self.preemptions} preemption(s)"
+        return text
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> PreemptionHistory:
+        return cls(**data) if data else cls()
+
+
+def append_accounting(state_dir: str, record: dict) -> None:
+    """One line per attempt; O_APPEND writes of one short line do not interleave."""
+    line = (json.dumps(record, sort_keys=True) + "\n").encode()
+    fd = os.open(os.path.join(state_dir, ACCOUNTING_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def accounting_records(state_dir: str) -> list[dict]:
+    path = os.path.join(state_dir, ACCOUNTING_FILE)
+    records = []
+    with contextlib.suppress(FileNotFoundError), open(path) as fh:
+        for line in fh:
+            with contextlib.suppress(ValueError):
+                records.append(json.loads(line))
+    return records
+
+
+def accounting_totals(records: Iterable[dict]) -> dict[str, dict[str, float]]:
+    """Per class: attempts, GPU-seconds used, GPU-seconds lost, preemptions."""
+    totals: dict[str, dict[str, float]] = {}
+    for r in records:
+        t = totals.setdefault(r.get("job_class", "normal"),
+                              {"attempts": 0, "gpu_seconds": 0.0, "lost_gpu_seconds": 0.0, "preemptions": 0})
+        t["attempts"] += 1
+        t["gpu_seconds"] += float(r.get("gpu_seconds", 0))
+        t["lost_gpu_seconds"] += float(r.get("lost_gpu_seconds", 0))
+        t["preemptions"] += 1 if r.get("preempted") else 0
+    return totals

@@ -1,0 +1,29 @@
+"""Applying the job-class mapping to an operator's Airflow settings (pool, slots, weight, queue)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_provider_gpusched import settings
+from airflow_provider_gpusched.core.errors import GpuschedError
+from airflow_provider_gpusched.core.job_classes import check_job_class, check_priority
+
+
+def apply_job_class(kwargs: dict[str, Any], job_class: str, priority: int, gpus: Any) -> tuple[str, int]:
+    """Fill ``kwargs`` (BaseOperator arguments) with what ``job_class``/``priority`` mean; arguments the
+    DAG author gave (directly or through ``default_args``) win. Returns the checked class and priority."""
+    where = kwargs.get("task_id", "?")
+    try:
+        job_class = check_job_class(job_class)
+        priority = check_priority(priority)
+        mapping = settings.job_class_mapping()
+    except GpuschedError as exc:
+        raise AirflowException(f"{where}: {exc}") from exc
+    n = gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 else 1
+    for key, value in mapping[job_class].airflow_settings(priority, n).items():
+        if key == "weight_rule" and "priority_weight" in kwargs:
+            continue  # an explicit weight keeps Airflow's rule unless that is given too
+        kwargs.setdefault(key, value)
+    return job_class, priority

@@ -1,0 +1,241 @@
+"""Idle-time filling on (SIMULATED) local GPUs: normal work preempts idle leases, idle work relaunches
+from its checkpoint, minimum runtime / maximum preemptions / idle thresholds are honoured, and GPU time
+is accounted. Real processes, real signals; only the GPUs are simulated."""
+
+import json
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
+from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+from airflow_provider_gpusched.core.gpu.placement import GPURequest, LeaseView
+from airflow_provider_gpusched.core.gpu.preemption import accounting_records, accounting_totals, choose_victims
+from airflow_provider_gpusched.core.gpu.runner import GPUWorkRunner, Work
+from airflow_provider_gpusched.core.job_classes import JobClassMapping
+
+#: A checkpointing job: 0.1 s steps, checkpoint every 5 steps and on SIGTERM, resumes from the checkpoint.
+TRAINER = textwrap.dedent("""
+    import os, pathlib, signal, sys, time
+    total = int(sys.argv[1])
+    ck = pathlib.Path(os.environ["GPUSCHED_CHECKPOINT_DIR"]) / "step"
+    step = int(ck.read_text()) if ck.exists() else 0
+    print("start at step", step, "after", os.environ["GPUSCHED_PREEMPTIONS"], "preemption(s)", flush=True)
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+    while step < total and not stop:
+        time.sleep(0.1)
+        step += 1
+        if step % 5 == 0:
+            ck.write_text(str(step))
+    ck.write_text(str(step))
+    print("stopped" if stop else "done", "at step", step, flush=True)
+    sys.exit(143 if stop else 0)
+""")
+
+
+def classes(**local):
+    base = {"idle_for": 0, "min_runtime": 0, "grace_period": 3, "backoff": 0.2, "max_backoff": 1}
+    return JobClassMapping.from_dict({"idle": {"local": {**base, **local}}}, "test classes")
+
+
+def make_manager(state_dir, usage_file=None, **local):
+    return LeaseManager(SimulatedInventory("4x24GiB", usage_file), state_dir, classes=classes(**local))
+
+
+def trainer_work(tmp_path, name, steps):
+    script = tmp_path / "trainer.py"
+    script.write_text(TRAINER)
+    return Work(argv=[sys.executable, str(script), str(steps)], cwd=str(tmp_path / name),
+                checkpoint_dir=str(tmp_path / name / "ckpt"))
+
+
+class Background:
+    """Runs a GPUWorkRunner in a thread and keeps its result or error."""
+
+    def __init__(self, runner, request, work, log):
+        self.runner, self.events, self.result, self.error = runner, [], None, None
+        runner.on_event = self.events.append
+        self.thread = threading.Thread(target=self._run, args=(request, work, log), daemon=True)
+        self.thread.start()
+
+    def _run(self, request, work, log):
+        try:
+            self.result = self.runner.run(request, work, log)
+        except Exception as exc:  # noqa: BLE001
+            self.error = exc
+
+    def join(self, timeout=60):
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"still running; events: {self.events}"
+        if self.error:
+            raise self.error
+        return self.result
+
+
+def wait_for_lease(manager, job_class, timeout=20):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        held = [lease for lease in manager.leases() if lease.job_class == job_class]
+        if held:
+            return held
+        time.sleep(0.05)
+    raise AssertionError(f"no {job_class} lease within {timeout}s")
+
+
+def idle_runner(manager):
+    return GPUWorkRunner(manager, owner="idle-fill", job_class="idle", poll_interval=0.1, yield_interval=0.2)
+
+
+def test_normal_work_preempts_idle_within_grace_and_idle_resumes_from_checkpoint(tmp_path, state_dir):
+    manager = make_manager(state_dir)
+    idle = Background(idle_runner(manager), GPURequest(gpus=4), trainer_work(tmp_path, "idle", 40), str(tmp_path / "idle.log"))
+    wait_for_lease(manager, "idle")
+    time.sleep(1.0)  # ~10 steps done, a checkpoint at step 10
+    asked = time.monotonic()
+    lease = manager.acquire(GPURequest(gpus=4), "train-main", poll_interval=0.1, timeout=30)
+    waited = time.monotonic() - asked
+    assert lease.gpus == [0, 1, 2, 3] and not lease.preemptible
+    assert waited < 3 + 1.5, f"normal work waited {waited:.1f}s; the grace period is 3s"
+    manager.release(lease)
+    result = idle.join()
+    assert result.exit_code == 0
+    assert result.history.preemptions == 1 and result.attempts[0].preempted == "preempted for train-main"
+    assert [a.exit_code for a in result.attempts] == [143, 0]  # the trainer checkpointed on SIGTERM
+    log = (tmp_path / "idle.log").read_text()
+    assert "start at step 0 after 0 preemption(s)" in log
+    resumed = [line for line in log.splitlines() if line.startswith("start at step") and "after 1" in line]
+    assert resumed and int(resumed[0].split()[3]) >= 5, log  # resumed from its checkpoint, not from 0
+    # GPU time: 4 GPUs for each attempt; lost is the time since the last checkpoint (< 1 s of 5-step chunks)
+    h = result.history
+    assert h.gpu_seconds == pytest.approx(4 * sum(a.seconds for a in result.attempts), rel=1e-6)
+    assert 0 < h.lost_gpu_seconds <= 4 * 0.8
+    assert any("preempted at" in e and "relaunching after 0.2s" in e for e in idle.events)
+    totals = accounting_totals(accounting_records(state_dir))
+    assert totals["idle"]["preemptions"] == 1 and totals["idle"]["attempts"] == 2
+    assert totals["idle"]["lost_gpu_seconds"] == pytest.approx(h.lost_gpu_seconds)
+
+
+def test_work_without_checkpoints_loses_the_whole_attempt(tmp_path, state_dir):
+    manager = make_manager(state_dir)
+    work = Work(argv=[sys.executable, "-c", "import time; time.sleep(60)"], cwd=str(tmp_path / "w"),
+                checkpoint_dir=str(tmp_path / "w" / "ckpt"))
+    idle = Background(idle_runner(manager), GPURequest(gpus=2), work, str(tmp_path / "idle.log"))
+    wait_for_lease(manager, "idle")
+    time.sleep(0.5)
+    lease = manager.acquire(GPURequest(gpus=4), "urgent", poll_interval=0.1, timeout=30)
+    idle.runner.stop()  # end the test: no relaunch
+    with pytest.raises(Exception, match="stopped while waiting to relaunch"):
+        idle.join()
+    manager.release(lease)
+    record = [r for r in accounting_records(state_dir) if r["job_class"] == "idle"][0]
+    assert record["preempted"] == "preempted for urgent"
+    assert record["lost_gpu_seconds"] == pytest.approx(record["gpu_seconds"], abs=2 * 0.3)  # SIGTERM kills sleep at once
+
+
+def test_minimum_runtime_delays_preemption(tmp_path, state_dir):
+    manager = make_manager(state_dir, min_runtime=2.0)
+    idle = Background(idle_runner(manager), GPURequest(gpus=4), trainer_work(tmp_path, "idle", 30), str(tmp_path / "i.log"))
+    held = wait_for_lease(manager, "idle")[0]
+    lease, why = manager.try_acquire(GPURequest(gpus=1), "main")
+    assert lease is None and "become preemptible after their minimum runtime" in why and held.lease_id in why
+    lease = manager.acquire(GPURequest(gpus=1), "main", poll_interval=0.1, timeout=30)
+    assert time.time() - held.created >= 2.0  # not before the minimum runtime
+    manager.release(lease)
+    assert idle.join().history.preemptions == 1
+
+
+def test_after_max_preemptions_idle_work_finishes(tmp_path, state_dir):
+    manager = make_manager(state_dir, max_preemptions=1)
+    idle = Background(idle_runner(manager), GPURequest(gpus=4), trainer_work(tmp_path, "idle", 30), str(tmp_path / "i.log"))
+    wait_for_lease(manager, "idle")
+    lease = manager.acquire(GPURequest(gpus=4), "first", poll_interval=0.1, timeout=30)
+    manager.release(lease)
+    relaunched = None
+    deadline = time.monotonic() + 20
+    while relaunched is None and time.monotonic() < deadline:  # the relaunch is not preemptible
+        relaunched = next((x for x in manager.leases() if x.job_class == "idle"), None)
+        time.sleep(0.05)
+    assert relaunched is not None and not relaunched.preemptible
+    lease, why = manager.try_acquire(GPURequest(gpus=4), "second")
+    assert lease is None and "preempting" not in why
+    result = idle.join()
+    assert result.history.preemptions == 1 and result.exit_code == 0
+    assert any("not preemptible any more" in e for e in idle.events)
+
+
+def test_waiting_normal_work_keeps_new_idle_work_off(state_dir):
+    manager = make_manager(state_dir)
+    normal, _ = manager.try_acquire(GPURequest(gpus=4), "main")
+    assert manager.try_acquire(GPURequest(gpus=1), "other-main")[0] is None  # now other-main waits
+    lease, why = manager.try_acquire(GPURequest(gpus=1), "filler", job_class="idle")
+    manager.release(normal)
+    assert lease is None
+    lease, why = manager.try_acquire(GPURequest(gpus=1), "filler", job_class="idle")
+    assert lease is None and "normal work is waiting for GPUs (other-main)" in why
+    got, _ = manager.try_acquire(GPURequest(gpus=1), "other-main")  # taking its GPU clears the mark
+    lease, why = manager.try_acquire(GPURequest(gpus=1), "filler", job_class="idle")
+    assert got is not None and lease is not None and lease.preemptible, why
+
+
+def write_usage(path, usage):
+    path.write_text(json.dumps(usage))
+
+
+def test_foreign_process_keeps_idle_work_off_its_gpu(tmp_path, state_dir):
+    usage = tmp_path / "usage.json"
+    write_usage(usage, {"0": {"memory_used": "8GiB", "processes": [{"pid": 999999, "used_memory": "8GiB"}]},
+                        "2": {"utilization": 90}})
+    manager = make_manager(state_dir, usage_file=str(usage))
+    leases = [manager.try_acquire(GPURequest(gpus=1), f"idle-{i}", job_class="idle")[0] for i in range(3)]
+    assert sorted(x.gpus[0] for x in leases if x) == [1, 3]  # 0 has a colleague's process, 2 is busy
+    lease, why = manager.try_acquire(GPURequest(gpus=1), "idle-x", job_class="idle")
+    assert lease is None and "GPU 0: 1 foreign process(es) use 8.0GiB" in why and "GPU 2: 90% utilisation" in why
+    normal, _ = manager.try_acquire(GPURequest(gpus=1, memory_margin=0), "main")
+    assert normal is not None  # normal work is not held back by the idle thresholds
+
+
+def test_idle_work_waits_for_gpus_quiet_long_enough(tmp_path, state_dir):
+    usage = tmp_path / "usage.json"
+    write_usage(usage, {"0": {"memory_used": "8GiB", "processes": [{"pid": 999999, "used_memory": "8GiB"}]}})
+    manager = make_manager(state_dir, usage_file=str(usage), idle_for=1.5)
+    lease, why = manager.try_acquire(GPURequest(gpus=1, devices=[0]), "idle", job_class="idle")
+    assert lease is None and "foreign process" in why
+    write_usage(usage, {})  # the colleague's job ended
+    lease, why = manager.try_acquire(GPURequest(gpus=1, devices=[0]), "idle", job_class="idle")
+    assert lease is None and "quiet for 0s of the 2s" in why
+    time.sleep(1.6)
+    lease, why = manager.try_acquire(GPURequest(gpus=1, devices=[0]), "idle", job_class="idle")
+    assert lease is not None, why
+
+
+def test_idle_work_yields_when_a_foreign_process_appears(tmp_path, state_dir):
+    usage = tmp_path / "usage.json"
+    write_usage(usage, {})
+    manager = make_manager(state_dir, usage_file=str(usage), max_preemptions=1)
+    idle = Background(idle_runner(manager), GPURequest(gpus=1, devices=[1]), trainer_work(tmp_path, "idle", 25),
+                      str(tmp_path / "i.log"))
+    wait_for_lease(manager, "idle")
+    time.sleep(0.3)
+    write_usage(usage, {"1": {"memory_used": "4GiB", "processes": [{"pid": 999999, "used_memory": "4GiB"}]}})
+    deadline = time.monotonic() + 10
+    while not any("preempted at" in e for e in idle.events) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    write_usage(usage, {})
+    result = idle.join()
+    assert result.attempts[0].preempted.startswith("foreign work appeared (GPU 1: 1 foreign process(es) use 4.0GiB")
+    assert result.exit_code == 0 and result.history.preemptions == 1
+
+
+def test_choose_victims_takes_the_fewest_lowest_priority_youngest():
+    gpus = SimulatedInventory("4x24GiB").gpus()
+    views = {"a": LeaseView({0: gpus[0].memory_total}, True), "b": LeaseView({1: gpus[1].memory_total}, True),
+             "c": LeaseView({2: gpus[2].memory_total}, True), "d": LeaseView({3: 10 * 2**30}, False)}
+    cands = [("a", 0, 100.0), ("b", 0, 200.0), ("c", 5, 300.0), ("d", 0, 50.0)]
+    assert choose_victims(GPURequest(gpus=1), gpus, views, cands) == ["b"]  # youngest of the lowest priority
+    assert sorted(choose_victims(GPURequest(gpus=2), gpus, views, cands)) == ["a", "b"]
+    assert choose_victims(GPURequest(gpu_memory="20GiB"), gpus, views, cands) == ["b"]
+    assert choose_victims(GPURequest(gpus=4), gpus, views, cands[:3]) is None  # d is not a candidate
