@@ -34,5 +34,5 @@ class LocalGPUHook(BaseHook):
             inventory = get_inventory(self.simulate or None)
             if inventory.source == "simulated":
                 self.log.info("Using SIMULATED GPUs (%s): no GPU found through NVML", self.simulate)
-            self._manager = LeaseManager(inventory, self.state_dir)
+            self._manager = LeaseManager(inventory, self.state_dir, classes=settings.job_class_mapping())
         return self._manager

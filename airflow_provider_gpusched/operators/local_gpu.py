@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+import time
 from typing import Any, Callable, Collection, Mapping, Sequence
 
 from airflow.sdk import BaseOperator
@@ -23,10 +24,12 @@ from airflow_provider_gpusched.core.gpu.inventory import GPUInventoryError
 from airflow_provider_gpusched.core.gpu.launch import GPUChild
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
+from airflow_provider_gpusched.core.gpu.preemption import PreemptionHistory
 from airflow_provider_gpusched.core.gpu.runner import (
     Work,
     failure_message,
     gpu_descriptions,
+    relaunch_env,
     run_attempt,
     work_value,
 )
@@ -133,27 +136,50 @@ class LocalGPUOperator(BaseOperator):
     def call_arguments(self, context) -> tuple[list, dict]:
         return callable_arguments(self.python_callable, self.op_args, self.op_kwargs, context, self.log)
 
-    def _work(self, context) -> Work:
+    def _work(self, context, attempts: list[dict]) -> Work:
         run_dir = self._run_dir(context)
         cwd = self.cwd or os.path.join(run_dir, "work")
+        checkpoints = os.path.join(run_dir, "checkpoint")  # kept across relaunches within this try
         if self.python_callable is not None:
             call_dir = os.path.join(run_dir, "call")
             args, kwargs = self.call_arguments(context)
             pyfunc.write_call(call_dir, self.python_callable, tuple(args), kwargs)  # also clears old outcomes
-            return Work(call_dir=call_dir, env=self.env, cwd=cwd)
+            return Work(call_dir=call_dir, env=self.env, cwd=cwd, checkpoint_dir=checkpoints)
         if self.bash_command is not None:
-            return Work(shell_command=self.bash_command, env=self.env, cwd=cwd)
-        return Work(argv=self.command, env=self.env, cwd=cwd)
+            return Work(shell_command=self.bash_command, env=self.env, cwd=cwd, checkpoint_dir=checkpoints)
+        return Work(argv=self.command, env=self.env, cwd=cwd, checkpoint_dir=checkpoints)
 
     # -- execution -------------------------------------------------------------------------------------
     def execute(self, context) -> Any:
-        return self._run(context, self.request, [])
+        return self._run(context, self.request, [], PreemptionHistory())
 
     def resume(self, context, event: dict[str, Any]) -> Any:
         state = event["payload"]
-        return self._run(context, GPURequest(**state["request"]), state["attempts"])
+        return self._run(context, GPURequest(**state["request"]), state["attempts"],
+                         PreemptionHistory.from_dict(state.get("history")))
 
-    def _run(self, context, request: GPURequest, attempts: list[dict]) -> Any:
+    def _wait_for_gpus(self, manager, hook, request: GPURequest, attempts: list[dict], history: PreemptionHistory,
+                       owner: str, why: str, not_before: float | None = None) -> None:
+        """Defer (or reschedule) until the request may fit; returns only in blocking mode, after a poll."""
+        interval = self.poll_interval or settings.gpu_poll_interval()
+        if self.wait_mode == "defer":
+            self.defer(trigger=GPUAvailableTrigger(
+                request=dataclasses.asdict(request), simulate=hook.simulate or None, state_dir=manager.state_dir,
+                poll_interval=interval, owner=owner, job_class=self.job_class, not_before=not_before,
+                payload={"request": dataclasses.asdict(request), "attempts": attempts, "history": history.to_dict()}),
+                method_name="resume")
+        if self.wait_mode == "reschedule" and not attempts:  # before the first attempt nothing is lost
+            from datetime import timedelta
+
+            from airflow.sdk import timezone
+            from airflow.sdk.exceptions import AirflowRescheduleException
+
+            raise AirflowRescheduleException(timezone.utcnow() + timedelta(seconds=interval))
+        delay = max(interval, (not_before or 0) - time.time())
+        if self._stop.wait(delay):
+            raise AirflowException(f"{self.task_id}: stopped while waiting for GPUs ({why})")
+
+    def _run(self, context, request: GPURequest, attempts: list[dict], history: PreemptionHistory) -> Any:
         hook = LocalGPUHook()
         try:
             manager = hook.get_conn()
@@ -161,43 +187,47 @@ class LocalGPUOperator(BaseOperator):
         except (GPUInventoryError, InvalidArgumentError) as exc:
             raise AirflowFailException(f"{self.task_id}: {exc}") from exc  # retrying cannot help
         owner = self._owner(context)
+        policy = manager.classes[self.job_class].local
         while True:
-            lease, why = manager.try_acquire(request, owner, job_class=self.job_class, priority=self.priority)
+            lease, why = manager.try_acquire(request, owner, job_class=self.job_class, priority=self.priority,
+                                             preemptible=history.preemptible(policy))
             if lease is not None:
                 break
             self.log.info("GPUs busy for %s: %s", request.describe(), why)
-            if self.wait_mode == "defer":
-                self.defer(trigger=GPUAvailableTrigger(
-                    request=dataclasses.asdict(request), simulate=hook.simulate or None, state_dir=manager.state_dir,
-                    poll_interval=self.poll_interval or settings.gpu_poll_interval(),
-                    payload={"request": dataclasses.asdict(request), "attempts": attempts}),
-                    method_name="resume")
-            if self.wait_mode == "reschedule":
-                from datetime import timedelta
-
-                from airflow.sdk import timezone
-                from airflow.sdk.exceptions import AirflowRescheduleException
-
-                raise AirflowRescheduleException(timezone.utcnow() + timedelta(
-                    seconds=self.poll_interval or settings.gpu_poll_interval()))
-            self._stop.wait(self.poll_interval or settings.gpu_poll_interval())
+            self._wait_for_gpus(manager, hook, request, attempts, history, owner, why)
         run_dir = self._run_dir(context)
         log_path = os.path.join(run_dir, "output.log")
         try:
             gpus = gpu_descriptions(lease, manager.inventory)
             where = ", ".join(f"{g['index']} ({g['uuid']}{', SIMULATED' if g['simulated'] else ''})" for g in gpus)
-            self.log.info("Attempt %d: %s on GPU %s, CUDA_VISIBLE_DEVICES=%s; log %s", len(attempts) + 1,
-                          request.describe(), where, lease.cuda_visible_devices, log_path)
-            work = self._work(context)
+            self.log.info("Attempt %d: %s on GPU %s, CUDA_VISIBLE_DEVICES=%s, %s class%s; log %s", len(attempts) + 1,
+                          request.describe(), where, lease.cuda_visible_devices, self.job_class,
+                          " (preemptible)" if lease.preemptible else "", log_path)
+            work = self._work(context, attempts)
             outcome = run_attempt(manager, lease, work, number=len(attempts) + 1, request=request,
                                   log_path=log_path, on_line=lambda line: self.log.info("%s", line),
-                                  started=self._started, grace=self.grace_period, stop_event=self._stop)
+                                  started=self._started, grace=self.grace_period, stop_event=self._stop,
+                                  extra_env=relaunch_env(history))
         finally:
             self._child = None
             manager.release(lease)
-        attempts = [*attempts, dataclasses.asdict(outcome.attempt)]
-        if outcome.attempt.exit_code == 0:
-            context["ti"].xcom_push(key="gpus_used", value=gpus)
+        a = outcome.attempt
+        attempts = [*attempts, dataclasses.asdict(a)]
+        line = history.record(gpus=len(a.gpus), seconds=a.seconds, preempted=a.preempted,
+                              lost_seconds=a.lost_gpu_seconds / max(1, len(a.gpus)))
+        if a.preempted and not self._stop.is_set():
+            backoff = policy.backoff_for(history.preemptions)
+            self.log.warning("%s; relaunching after %.0fs (no Airflow retry used)%s", line, backoff,
+                             "" if history.preemptible(policy) else "; the next run is not preemptible "
+                             f"(max_preemptions={policy.max_preemptions})")
+            self._wait_for_gpus(manager, hook, request, attempts, history, owner, "backoff after a preemption",
+                                not_before=time.time() + backoff)
+            return self._run(context, request, attempts, history)
+        if a.exit_code == 0:
+            self.log.info("%s", history.summary(self.job_class))
+            ti = context["ti"]
+            ti.xcom_push(key="gpus_used", value=gpus)
+            ti.xcom_push(key="gpu_time", value={"job_class": self.job_class, **history.to_dict()})
             try:
                 value = work_value(work)
             except GpuschedError as exc:
@@ -205,15 +235,16 @@ class LocalGPUOperator(BaseOperator):
             if self.python_callable is not None:
                 return value
             return {"exit_code": 0, "gpus": gpus, "log_path": log_path, "simulated": any(g["simulated"] for g in gpus),
-                    "oom_retries": sum(1 for a in attempts if a["oom"]), "attempts": attempts}
-        if outcome.attempt.oom and not self._stop.is_set():
-            ooms = sum(1 for a in attempts if a["oom"])
+                    "oom_retries": sum(1 for x in attempts if x["oom"]), "attempts": attempts,
+                    "gpu_time": history.to_dict()}
+        if a.oom and not self._stop.is_set():
+            ooms = sum(1 for x in attempts if x["oom"])
             bigger = self.oom_policy.escalate(request, ooms, [g.memory_total for g in manager.inventory.gpus()])
             if bigger is not None:
                 self.log.warning("GPU out of memory with %s (%s): retrying with %s", request.describe(),
-                                 outcome.attempt.oom, bigger.describe())
-                return self._run(context, bigger, attempts)
-        message = failure_message(outcome, [a["request"] for a in attempts], work)
+                                 a.oom, bigger.describe())
+                return self._run(context, bigger, attempts, history)
+        message = failure_message(outcome, [x["request"] for x in attempts], work)
         self.log.error("%s", message)
         raise AirflowException(f"{self.task_id}: {message}")
 

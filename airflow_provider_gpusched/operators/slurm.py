@@ -140,6 +140,7 @@ class SlurmJobOperator(BaseOperator):
         self.poll_interval = poll_interval
         self.cancel_on_kill = cancel_on_kill
         self._job_id: str | None = None
+        self._preemption_events: list[str] = []  # when Slurm preempted and requeued the job (for the log)
         if type(self) is SlurmJobOperator:
             # fail at DAG parse time, naming the argument, rather than when the task runs
             self._validate_static()
@@ -213,6 +214,7 @@ class SlurmJobOperator(BaseOperator):
                                 not_found_timeout=settings.not_found_timeout(),
                                 on_line=lambda line: self.log.info("%s", line))
         final = tracker.final_status()
+        self._preemption_events = tracker.preemption_events
         return self._finish(context, final.to_dict(), output_path, tracker.preemptions,
                             final.reason if tracker.lost else None)
 
@@ -248,6 +250,7 @@ class SlurmJobOperator(BaseOperator):
 
     def execute_complete(self, context, event: dict[str, Any]) -> Any:
         self._job_id = event.get("job_id")
+        self._preemption_events = event.get("preemption_events", [])
         return self._finish(context, event.get("job"), event.get("output_path", ""), event.get("preemptions", 0),
                             None if event.get("job") else event.get("message"))
 
@@ -266,8 +269,8 @@ class SlurmJobOperator(BaseOperator):
             tail_path = output_path.replace("%a", task_id)
         tail = client.tail(tail_path, tail_lines) if tail_path else ""
         if preemptions:
-            self.log.info("Slurm job %s was preempted and requeued %d time(s) before finishing",
-                          status.job_id, preemptions)
+            self.log.warning("Slurm job %s was preempted and requeued %d time(s) before finishing:\n  %s",
+                             status.job_id, preemptions, "\n  ".join(self._preemption_events))
         if status.tasks:
             for key in sorted(status.tasks, key=array_task_order):
                 self.log.info("  array task %s", status.tasks[key].describe())
@@ -284,7 +287,7 @@ class SlurmJobOperator(BaseOperator):
         result = {
             "job_id": status.job_id, "state": status.state, "exit_code": status.exit_code,
             "output_path": output_path, "nodes": status.nodes, "partition": status.partition,
-            "preemptions": preemptions,
+            "preemptions": preemptions, "preemption_events": list(self._preemption_events),
         }
         if status.tasks:
             result["array_tasks"] = {k: {"state": t.state, "exit_code": t.exit_code} for k, t in status.tasks.items()}

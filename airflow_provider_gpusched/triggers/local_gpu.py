@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, AsyncIterator
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.core.gpu.inventory import get_inventory
-from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+from airflow_provider_gpusched.core.gpu.leases import LeaseManager, reason_kind
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 
 
@@ -20,8 +22,12 @@ class GPUAvailableTrigger(BaseTrigger):
     """
 
     def __init__(self, request: dict, simulate: str | None = None, state_dir: str | None = None,
-                 poll_interval: float = 5.0, payload: dict | None = None) -> None:
+                 poll_interval: float = 5.0, payload: dict | None = None, owner: str = "",
+                 job_class: str = "normal", not_before: float | None = None) -> None:
         super().__init__()
+        self.owner = owner
+        self.job_class = job_class
+        self.not_before = not_before
         self.request = dict(request)
         self.simulate = simulate
         self.state_dir = state_dir
@@ -31,18 +37,23 @@ class GPUAvailableTrigger(BaseTrigger):
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}",
                 {"request": self.request, "simulate": self.simulate, "state_dir": self.state_dir,
-                 "poll_interval": self.poll_interval, "payload": self.payload})
+                 "poll_interval": self.poll_interval, "payload": self.payload, "owner": self.owner,
+                 "job_class": self.job_class, "not_before": self.not_before})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        manager = LeaseManager(get_inventory(self.simulate or None), self.state_dir)
+        manager = LeaseManager(get_inventory(self.simulate or None), self.state_dir,
+                               classes=settings.job_class_mapping())
         request = GPURequest(**self.request)
+        if self.not_before is not None and self.not_before > time.time():
+            self.log.info("Relaunching after a preemption: backing off %.0fs", self.not_before - time.time())
+            await asyncio.sleep(self.not_before - time.time())
         last = None
-        while True:
-            why = await asyncio.to_thread(manager.why_not, request)
+        while True:  # a normal request that does not fit asks idle leases to yield (see LeaseManager)
+            why = await asyncio.to_thread(manager.why_not, request, self.owner, job_class=self.job_class)
             if not why:
                 yield TriggerEvent({"status": "available", "payload": self.payload})
                 return
-            if why != last:
+            if reason_kind(why) != last:
                 self.log.info("Waiting for %s: %s", request.describe(), why)
-                last = why
+                last = reason_kind(why)
             await asyncio.sleep(self.poll_interval)

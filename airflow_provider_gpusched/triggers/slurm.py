@@ -85,6 +85,7 @@ class SlurmJobTrigger(BaseTrigger):
                     "output_path": self.output_path,
                     "job": final.to_dict(),
                     "preemptions": tracker.preemptions,
+                    "preemption_events": tracker.preemption_events,
                     "events": tracker.events,
                     "message": final.describe() if not tracker.lost else final.reason,
                 })

@@ -55,3 +55,42 @@ def run_and_collect(dag):
 @pytest.fixture
 def run_dag(airflow_db, slurm_cluster):
     return run_and_collect
+
+
+@pytest.fixture
+def slurm(slurm_cluster):
+    """A client of the test cluster (for what the tests do next to the DAGs)."""
+    from airflow_provider_gpusched.core.slurm import CommandRunner, SlurmClient
+
+    return SlurmClient(CommandRunner(slurm_conf=slurm_cluster))
+
+
+def jobs_named(slurm, name):
+    """[[job id, state], ...] of the jobs called ``name`` (any state)."""
+    out = slurm.runner.run(["squeue", "-h", "-t", "all", "-n", name, "-o", "%i|%T"], check=False).stdout
+    return [line.split("|") for line in out.split()]
+
+
+def run_in_subprocess(path: Path, dag_id: str, timeout: float = 240) -> dict:
+    """dag.test() of ``dag_id`` from ``path`` in another process (a second worker: two DAG runs at once),
+    with this process's environment. Returns {"state", "xcoms", "states"} (task keys as strings)."""
+    import json
+    import subprocess
+    import sys
+
+    script = f"""
+import json, sys
+sys.path.insert(0, {str(REPO)!r})
+from tests.airflow.conftest import load_dag_file, dag_run_results
+from airflow.sdk import DAG
+module = load_dag_file(__import__("pathlib").Path({str(path)!r}))
+dag = next(v for v in vars(module).values() if isinstance(v, DAG) and v.dag_id == {dag_id!r})
+run = dag.test()
+xcoms, states = dag_run_results(run)
+print("RESULT " + json.dumps({{"state": run.state, "xcoms": {{str(k): v for k, v in xcoms.items()}},
+                              "states": {{str(k): v for k, v in states.items()}}}}, default=str))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line, f"dag {dag_id} in a subprocess gave no result (rc {out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    return json.loads(line[len("RESULT "):])

@@ -5,33 +5,22 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 
 import pytest
 
-from airflow_provider_gpusched.core.slurm import CommandRunner, JobPhase, SlurmClient, SlurmJobSpec
+from airflow_provider_gpusched.core.slurm import CommandRunner, JobPhase, SlurmJobSpec
 from airflow_provider_gpusched.core.slurm.job import job_comment, task_key
 from airflow_provider_gpusched.triggers.slurm import SlurmJobTrigger
 
-from .conftest import REPO, the_dag
+from .conftest import REPO, jobs_named, the_dag
 
 
 def dagfile(name):
     return the_dag(REPO / "tests" / "airflow" / "dagfiles" / f"{name}.py")
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slurm]
-
-
-@pytest.fixture
-def slurm(slurm_cluster):
-    return SlurmClient(CommandRunner(slurm_conf=slurm_cluster))
-
-
-def jobs_named(slurm, name):
-    out = slurm.runner.run(["squeue", "-h", "-t", "all", "-n", name, "-o", "%i|%T"], check=False).stdout
-    return [line.split("|") for line in out.split()]
 
 
 def test_example_command_dag(run_dag):
@@ -95,38 +84,6 @@ def test_retry_reattaches_instead_of_resubmitting(run_dag, slurm, monkeypatch):
     jobs = jobs_named(slurm, name)
     assert len(jobs) == 1, f"expected one Slurm job for two tries, got {jobs}"
     assert xcoms["job"]["return_value"]["job_id"] == jobs[0][0]
-
-
-def test_idle_job_preempted_requeued_and_task_succeeds(run_dag, slurm, monkeypatch):
-    name = f"idle-{uuid.uuid4().hex[:8]}"
-    monkeypatch.setenv("GPUSCHED_TEST_JOB_NAME", name)
-
-    def preempt_then_release():
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            jobs = jobs_named(slurm, name)
-            if jobs and jobs[0][1] == "RUNNING":
-                break
-            time.sleep(0.3)
-        else:
-            return
-        job_id = jobs[0][0]
-        normal = slurm.submit(SlurmJobSpec(command="sleep 1", partition="batch", gpus=4, output="/dev/null"))
-        slurm.wait(normal.job_id, poll_interval=0.5, timeout=60)
-        while time.monotonic() < deadline + 60:  # Slurm holds requeued jobs ~2 min: release it now
-            done = slurm.runner.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=False)
-            if done.returncode == 0:
-                return
-            time.sleep(0.5)
-
-    helper = threading.Thread(target=preempt_then_release, daemon=True)
-    helper.start()
-    state, xcoms, states = run_dag(dagfile("t_idle"))
-    helper.join(timeout=5)
-    assert state == "success", states
-    result = xcoms["fill"]["return_value"]
-    assert result["preemptions"] >= 1
-    assert open(result["output_path"]).read().count("run") == 2
 
 
 def test_sensor_waits_for_an_existing_job_deferrable_and_poking(run_dag, slurm, tmp_path, monkeypatch):

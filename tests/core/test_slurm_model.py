@@ -148,7 +148,8 @@ def test_tracker_follows_requeue_and_logs_changes():
     assert tracker.update(_status("PENDING")) == ["job 7 PENDING"]
     tracker.update(_status("RUNNING"))
     lines = tracker.update(_status("PENDING", restarts=1, reason="BeginTime"))
-    assert any("preempted/requeued (restart 1)" in line for line in lines)
+    assert any("preempted/requeued (restart 1, seen " in line for line in lines)
+    assert tracker.preemption_events == [line for line in lines if "preempted" in line]
     assert not tracker.done
     tracker.update(_status("RUNNING", restarts=1))
     tracker.update(_status("COMPLETED", restarts=1, exit_code=0))

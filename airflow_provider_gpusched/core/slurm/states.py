@@ -193,6 +193,8 @@ class JobTracker:
     last: JobStatus | None = None
     preemptions: int = 0
     events: list[str] = field(default_factory=list)
+    preemption_events: list[str] = field(default_factory=list)
+    wall_clock: Callable[[], float] = time.time
     _not_found_since: float | None = None
 
     def update(self, status: JobStatus) -> list[str]:
@@ -210,8 +212,11 @@ class JobTracker:
             self._not_found_since = None
         if prev is not None and status.restarts > prev.restarts:
             self.preemptions += status.restarts - prev.restarts
-            lines.append(f"job {self.job_id} was preempted/requeued (restart {status.restarts}); "
-                         f"still waiting for it to complete")
+            seen = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.wall_clock()))
+            line = (f"job {self.job_id} was preempted/requeued (restart {status.restarts}, seen {seen}); "
+                    f"still waiting for it to complete")
+            self.preemption_events.append(line)
+            lines.append(line)
         if prev is None or (status.state, status.reason) != (prev.state, prev.reason):
             lines.append(f"{status.describe()}")
         self.last = status

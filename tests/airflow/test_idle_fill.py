@@ -1,0 +1,90 @@
+"""Idle-time filling through Airflow: a normal task takes the GPUs of a running idle-class task, both
+tasks succeed, and the idle task says when and how often it was preempted. Two DAG runs at once: the
+idle one in this process, the normal one in a second process (a second worker).
+
+Local GPUs are SIMULATED (4 x 24 GiB); the Slurm test uses the project's real single-node cluster."""
+
+import json
+import threading
+import time
+
+import pytest
+
+from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
+from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+
+from .conftest import REPO, jobs_named, load_dag_file, run_and_collect, run_in_subprocess
+
+pytestmark = pytest.mark.airflow
+
+DAGFILE = REPO / "tests" / "airflow" / "dagfiles" / "t_idle_fill.py"
+FAST_CLASSES = json.dumps({"idle": {"local": {"idle_for": 0, "min_runtime": 0, "grace_period": 3,
+                                              "backoff": 0.5, "max_backoff": 1}}})
+
+
+def test_local_normal_task_preempts_idle_task_and_both_succeed(airflow_db, monkeypatch):
+    import os
+
+    monkeypatch.setenv("AIRFLOW__GPUSCHED__JOB_CLASSES", FAST_CLASSES)
+    manager = LeaseManager(SimulatedInventory("4x24GiB"), os.environ["AIRFLOW__GPUSCHED__GPU_STATE_DIR"])
+    normal: dict = {}
+
+    def run_normal_when_idle_holds_the_gpus():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if any(lease.job_class == "idle" for lease in manager.leases()):
+                break
+            time.sleep(0.1)
+        else:
+            return
+        normal.update(run_in_subprocess(DAGFILE, "t_local_normal"))
+
+    # the second process needs a few seconds to start Airflow: the idle task (15 s of work) is running by then
+    helper = threading.Thread(target=run_normal_when_idle_holds_the_gpus, daemon=True)
+    helper.start()
+    state, xcoms, states = run_and_collect(load_dag_file(DAGFILE).local_idle)
+    helper.join(timeout=240)
+    assert normal.get("state") == "success", normal
+    assert state == "success", states
+    assert states["fill"] == ("success", 1)  # relaunched within the same try: no Airflow retry used
+    gpu_time = xcoms["fill"]["gpu_time"]
+    assert gpu_time["job_class"] == "idle" and gpu_time["preemptions"] == 1
+    assert "preempted for t_local_normal.urgent" in gpu_time["events"][0]
+    assert gpu_time["gpu_seconds"] > gpu_time["lost_gpu_seconds"] > 0
+    attempts = xcoms["fill"]["return_value"]["attempts"]
+    assert [a["exit_code"] for a in attempts] == [143, 0] and attempts[0]["preempted"]
+    assert manager.leases() == []
+
+
+@pytest.mark.slurm
+def test_slurm_normal_task_preempts_idle_task_requeued_and_both_succeed(run_dag, slurm, monkeypatch):
+    import uuid
+
+    name = f"idle-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("GPUSCHED_TEST_JOB_NAME", name)
+    normal: dict = {}
+
+    def run_normal_then_release_the_requeued_job():
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not (jobs_named(slurm, name) and jobs_named(slurm, name)[0][1] == "RUNNING"):
+            time.sleep(0.3)
+        job_id = jobs_named(slurm, name)[0][0]
+        normal.update(run_in_subprocess(DAGFILE, "t_slurm_normal"))
+        while time.monotonic() < deadline + 90:  # Slurm holds a requeued job ~2 min: start it now
+            state = dict(jobs_named(slurm, name)).get(job_id)
+            if state != "PENDING":
+                return
+            if slurm.runner.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=False).returncode == 0:
+                return
+            time.sleep(0.5)
+
+    helper = threading.Thread(target=run_normal_then_release_the_requeued_job, daemon=True)
+    helper.start()
+    state, xcoms, states = run_dag(load_dag_file(DAGFILE).slurm_idle)
+    helper.join(timeout=240)
+    assert normal.get("state") == "success", normal
+    assert state == "success", states
+    result = xcoms["fill"]["return_value"]
+    assert result["partition"] == "idle" and result["preemptions"] >= 1
+    assert "preempted/requeued (restart 1, seen " in result["preemption_events"][0]
+    assert open(result["output_path"]).read().count("run") == 2  # ran, was preempted, ran again
