@@ -40,12 +40,18 @@ def _gpus(args) -> int:
     from airflow_provider_gpusched.core.gpu.inventory import get_inventory
     from airflow_provider_gpusched.core.gpu.leases import LeaseManager
     from airflow_provider_gpusched.core.gpu.placement import gpu_usage
+    from airflow_provider_gpusched.core.gpu.preemption import accounting_records, accounting_totals
     from airflow_provider_gpusched.core.units import format_bytes
 
     simulate = args.simulate or os.environ.get("AIRFLOW__GPUSCHED__SIMULATE_GPUS") or None
     state_dir = args.state_dir or os.environ.get("AIRFLOW__GPUSCHED__GPU_STATE_DIR") or None
     manager = LeaseManager(get_inventory(simulate), state_dir)
     gpus, leases = manager.snapshot()
+    yielding = {lease.lease_id: _read_json_file(os.path.join(manager.state_dir, lease.lease_id + ".preempt"))
+                for lease in leases}
+    yielding = {k: v for k, v in yielding.items() if v}
+    waiting = manager.waiting()
+    totals = accounting_totals(accounting_records(manager.state_dir))
     usage = gpu_usage(gpus, [lease.view() for lease in leases])
     if args.json:
         driver = manager.inventory.driver_version() if manager.inventory.source == "nvml" else None
@@ -53,7 +59,9 @@ def _gpus(args) -> int:
                           "gpus": [{**g.to_dict(), "reserved": usage[g.index].reserved,
                                     "available": usage[g.index].available(),
                                     "foreign_processes": usage[g.index].foreign_processes} for g in gpus],
-                          "leases": [lease.to_dict() for lease in leases]}, indent=2))
+                          "leases": [{**lease.to_dict(), "yield_requested": yielding.get(lease.lease_id)}
+                                     for lease in leases],
+                          "waiting": waiting, "gpu_time": totals}, indent=2))
         return 0
     simulated = manager.inventory.source == "simulated"
     source = "SIMULATED: no GPU found through NVML" if simulated else f"NVML, driver {manager.inventory.driver_version()}"
@@ -67,16 +75,37 @@ def _gpus(args) -> int:
               f"{format_bytes(u.reserved):>9} {format_bytes(max(0, u.available())):>9} {util:>5} "
               f"{u.foreign_processes:>7}  {g.uuid}")
     print()
+    now = time.time()
     if not leases:
         print("no leases")
-        return 0
-    print(f"{'lease':<16} {'GPUs':<8} {'memory':<12} {'class':<7} {'prio':>4} {'pid':>7} {'age':>7}  owner")
-    now = time.time()
-    for lease in leases:
-        memory = "whole" if lease.whole else format_bytes(next(iter(lease.memory.values())))
-        print(f"{lease.lease_id:<16} {','.join(map(str, lease.gpus)):<8} {memory:<12} {lease.job_class:<7} "
-              f"{lease.priority:>4} {lease.pid:>7} {now - lease.created:>6.0f}s  {lease.owner}")
+    else:
+        print(f"{'lease':<16} {'GPUs':<8} {'memory':<12} {'class':<7} {'prio':>4} {'pid':>7} {'age':>7}  owner")
+        for lease in leases:
+            memory = "whole" if lease.whole else format_bytes(next(iter(lease.memory.values())))
+            state = ""
+            if lease.lease_id in yielding:
+                state = f"  [yielding to {yielding[lease.lease_id].get('by', '?')}]"
+            elif lease.preemptible:
+                state = "  [preemptible]"
+            print(f"{lease.lease_id:<16} {','.join(map(str, lease.gpus)):<8} {memory:<12} {lease.job_class:<7} "
+                  f"{lease.priority:>4} {lease.pid:>7} {now - lease.created:>6.0f}s  {lease.owner}{state}")
+    for mark in waiting:
+        print(f"waiting (normal class, idle work held back): {mark.get('owner', '?')}")
+    if totals:
+        print()
+        print("GPU time on this host (from the ledger):")
+        for job_class, t in sorted(totals.items()):
+            print(f"  {job_class:<7} {t['gpu_seconds']:>10.1f} GPU-s used in {t['attempts']} attempt(s), "
+                  f"{t['lost_gpu_seconds']:.1f} GPU-s lost to {t['preemptions']} preemption(s)")
     return 0
+
+
+def _read_json_file(path: str) -> dict | None:
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
 
 
 def _sweep_preview(args) -> int:
@@ -123,6 +152,24 @@ def _sweep_results(args) -> int:
     return 0
 
 
+def _pools_sync(args) -> int:
+    from airflow_provider_gpusched.pools import desired_pools, sync_pools
+
+    rows = sync_pools(desired_pools(args.backend, args.slurm_conn_id), dry_run=args.dry_run)
+    if args.json:
+        print(json.dumps({"dry_run": args.dry_run, "pools": rows}, indent=2))
+        return 0
+    if not rows:
+        print("the job-class mapping names no pools: nothing to do")
+        return 0
+    verb = {"create": "would create", "update": "would update"} if args.dry_run else {"create": "created", "update": "updated"}
+    for r in rows:
+        what = verb.get(r["action"], "unchanged")
+        was = f" (was {r['was']})" if r["action"] == "update" else ""
+        print(f"{r['pool']}: {what}, {r['slots']} slots{was}, for {', '.join(r['classes'])}-class work")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpusched", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -158,6 +205,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("folder", help="the sweep's folder (<results root>/<sweep name>)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_sweep_results)
+    pools = sub.add_parser("pools", help="Airflow pools of the job classes").add_subparsers(dest="pools_command",
+                                                                                           required=True)
+    p = pools.add_parser("sync", help="create or update the pools that [gpusched] job_classes names "
+                                      "(one slot per GPU); idempotent")
+    p.add_argument("--backend", choices=["local", "slurm"], default="local",
+                   help="count this host's GPUs (local, default) or the classes' Slurm partitions' GPUs")
+    p.add_argument("--slurm-conn-id", help="Slurm connection for --backend slurm (default slurm_default)")
+    p.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_pools_sync)
     return parser
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.units import parse_bytes
@@ -139,6 +139,17 @@ class JobClassMapping:
             if cls.airflow.pool:
                 pools.setdefault(cls.airflow.pool, []).append(name)
         return pools
+
+    def pool_plan(self, gpus_for_class: Callable[[JobClass], int]) -> dict[str, dict[str, Any]]:
+        """The Airflow pools this mapping names: ``{pool: {"slots", "description", "classes"}}``, with
+        one slot per GPU that the classes using it can run on (``gpus_for_class``: from the GPU inventory,
+        or the class's Slurm partition)."""
+        plan: dict[str, dict[str, Any]] = {}
+        for pool, names in self.pools().items():
+            slots = max(gpus_for_class(self.classes[n]) for n in names)
+            plan[pool] = {"slots": max(1, slots), "classes": names,
+                          "description": f"gpusched: {', '.join(names)}-class GPU work, one slot per GPU"}
+        return plan
 
     def to_dict(self) -> dict[str, Any]:
         return {name: {"airflow": asdict(c.airflow), "slurm": asdict(c.slurm), "local": asdict(c.local)}

@@ -22,8 +22,9 @@ def apply_job_class(kwargs: dict[str, Any], job_class: str, priority: int, gpus:
     except GpuschedError as exc:
         raise AirflowException(f"{where}: {exc}") from exc
     n = gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 else 1
+    explicit_weight = "priority_weight" in kwargs
     for key, value in mapping[job_class].airflow_settings(priority, n).items():
-        if key == "weight_rule" and "priority_weight" in kwargs:
+        if key == "weight_rule" and explicit_weight:
             continue  # an explicit weight keeps Airflow's rule unless that is given too
         kwargs.setdefault(key, value)
     return job_class, priority

@@ -61,3 +61,56 @@ def test_task_slurm_decorator_is_available():
 def test_config_section_is_readable(airflow_db):
     out = _airflow("config", "get-value", "gpusched", "slurm_poll_interval")
     assert out.strip() == "1"  # tests set AIRFLOW__GPUSCHED__SLURM_POLL_INTERVAL=1
+
+
+def test_pools_sync_creates_the_mapped_pools_and_is_idempotent(airflow_db, monkeypatch):
+    """`gpusched pools sync`: the pools the job-class mapping names, one slot per (SIMULATED) GPU."""
+    import json
+
+    from airflow.models.pool import Pool
+
+    from airflow_provider_gpusched.cli import main
+
+    def sync(*extra):
+        import contextlib
+        import io
+
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            assert main(["pools", "sync", "--json", *extra]) == 0
+        return {r["pool"]: r for r in json.loads(buf.getvalue())["pools"]}
+
+    monkeypatch.setenv("AIRFLOW__GPUSCHED__JOB_CLASSES",
+                       json.dumps({"normal": {"airflow": {"pool": "gpu_main"}}, "idle": {"airflow": {"pool": "gpu_fill"}}}))
+    for name in ("gpu_main", "gpu_fill"):
+        Pool.delete_pool(name) if Pool.get_pool(name) else None
+    dry = sync("--dry-run")
+    assert {k: (v["action"], v["slots"]) for k, v in dry.items()} == {"gpu_fill": ("create", 4), "gpu_main": ("create", 4)}
+    assert Pool.get_pool("gpu_fill") is None  # a dry run changes nothing
+    first = sync()
+    assert {k: v["action"] for k, v in first.items()} == {"gpu_fill": "create", "gpu_main": "create"}
+    assert Pool.get_pool("gpu_fill").slots == 4 and Pool.get_pool("gpu_fill").include_deferred is False
+    assert {k: v["action"] for k, v in sync().items()} == {"gpu_fill": "unchanged", "gpu_main": "unchanged"}
+    Pool.create_or_update_pool("gpu_fill", 1, "hand-edited", include_deferred=False)
+    again = sync()
+    assert again["gpu_fill"]["action"] == "update" and again["gpu_fill"]["was"] == 1
+    assert Pool.get_pool("gpu_fill").slots == 4
+
+
+def test_job_class_sets_pool_weight_and_slurm_settings_on_operators(airflow_db):
+    from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
+    from airflow_provider_gpusched.operators.slurm import SlurmJobOperator
+
+    idle = LocalGPUOperator(task_id="fill", job_class="idle", priority=2, gpus=2, command=["true"])
+    assert (idle.pool, idle.pool_slots, idle.priority_weight, idle.weight_rule) == ("gpusched_idle", 2, 3, "absolute")
+    normal = LocalGPUOperator(task_id="main", command=["true"])
+    assert (normal.pool, normal.pool_slots, normal.priority_weight) == ("default_pool", 1, 100)
+    mine = LocalGPUOperator(task_id="mine", job_class="idle", pool="my_pool", priority_weight=7, command=["true"])
+    assert (mine.pool, mine.priority_weight) == ("my_pool", 7)  # explicit arguments win
+    slurm = SlurmJobOperator(task_id="s", job_class="idle", gpus=4, command="true")
+    assert (slurm.pool, slurm.pool_slots, slurm.priority_weight) == ("gpusched_idle", 4, 1)
+    import pytest
+    from airflow.sdk.exceptions import AirflowException
+
+    with pytest.raises(AirflowException, match=r"bad: priority: expected a whole number"):
+        LocalGPUOperator(task_id="bad", priority="high", command=["true"])

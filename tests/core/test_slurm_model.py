@@ -193,3 +193,12 @@ def test_explicit_settings_beat_the_class_which_beats_connection_defaults():
     spec = SlurmJobSpec(command="x", requeue=False)
     merged = spec.with_defaults(**slurm_class_settings("idle")).with_defaults(partition="batch", account="lab")
     assert (merged.partition, merged.requeue, merged.account) == ("idle", False, "lab")
+
+
+def test_gres_gpu_count():
+    from airflow_provider_gpusched.core.slurm.client import gres_gpu_count
+
+    assert gres_gpu_count("gpu:4") == 4
+    assert gres_gpu_count("gpu:a100:8(S:0-1)") == 8
+    assert gres_gpu_count("gpu:2,shard:8") == 2
+    assert gres_gpu_count("(null)") == 0

@@ -34,3 +34,22 @@ def test_gpus_without_nvml_or_simulation_is_a_clear_error(state_dir):
     out = gpusched("gpus", "--state-dir", state_dir)
     assert out.returncode == 2
     assert "gpusched: error: No GPU inventory" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_gpus_shows_preemptible_yielding_waiting_and_gpu_time(manager, state_dir):
+    idle, _ = manager.try_acquire(GPURequest(gpus=4), "nas.search[0]", job_class="idle")
+    assert manager.try_acquire(GPURequest(gpus=2), "train.main")[0] is None  # asks the idle lease to yield
+    manager.account({"owner": "nas.search[0]", "job_class": "idle", "gpu_seconds": 400.0, "preempted": "x",
+                     "lost_gpu_seconds": 12.5})
+    manager.account({"owner": "train.main", "job_class": "normal", "gpu_seconds": 80.0, "preempted": None})
+    out = gpusched("gpus", "--simulate", "4x24GiB", "--state-dir", state_dir)
+    assert out.returncode == 0, out.stderr
+    assert "nas.search[0]  [yielding to train.main]" in out.stdout
+    assert "waiting (normal class, idle work held back): train.main" in out.stdout
+    assert "idle         400.0 GPU-s used in 1 attempt(s), 12.5 GPU-s lost to 1 preemption(s)" in out.stdout
+    assert "normal        80.0 GPU-s used in 1 attempt(s), 0.0 GPU-s lost to 0 preemption(s)" in out.stdout
+    data = json.loads(gpusched("gpus", "--json", "--simulate", "4x24GiB", "--state-dir", state_dir).stdout)
+    assert data["leases"][0]["preemptible"] is True and data["leases"][0]["yield_requested"]["by"] == "train.main"
+    assert data["gpu_time"]["idle"]["lost_gpu_seconds"] == 12.5
+    assert [w["owner"] for w in data["waiting"]] == ["train.main"]
+    manager.release(idle)

@@ -118,3 +118,8 @@ def test_many_jobs_cost_one_squeue_call(client, out):
     statuses = client.statuses(jobs)
     assert client.runner.calls["squeue"] - before == 1
     assert set(statuses) == set(jobs)
+
+
+def test_partition_gpus_counts_gres_of_the_partition(client):
+    assert client.partition_gpus("idle") == 4 and client.partition_gpus("batch") == 4
+    assert client.partition_gpus() == 4  # the default partition

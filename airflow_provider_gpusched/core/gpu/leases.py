@@ -222,7 +222,7 @@ class LeaseManager:
         quiet_since = self.activity.update(usage, idle_policy)
         policy = self.classes[job_class].local
         if policy.preemptible:  # fill-in work: never ahead of waiting normal work, only on quiet GPUs
-            waiting = [w for w in self._waiting() if w.get("owner") != owner]
+            waiting = [w for w in self.waiting() if w.get("owner") != owner]
             if waiting:
                 return None, f"normal work is waiting for GPUs ({waiting[0].get('owner', '?')})", gpus, leases
             now = time.time()
@@ -271,8 +271,8 @@ class LeaseManager:
         with contextlib.suppress(FileNotFoundError):
             os.remove(self._waiting_path(owner))
 
-    def _waiting(self) -> list[dict]:
-        """Normal requests waiting now (expired marks are removed)."""
+    def waiting(self) -> list[dict]:
+        """Normal requests waiting now: ``[{"owner", "until"}]`` (expired marks are removed)."""
         marks = []
         for name in os.listdir(self.state_dir):
             if not (name.startswith("waiting-") and name.endswith(".json")):

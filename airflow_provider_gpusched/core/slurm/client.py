@@ -312,6 +312,20 @@ class SlurmClient:
             argv += [f"--signal={signal}", "--full"]
         self.runner.run([*argv, *ids])
 
+    def partition_gpus(self, partition: str | None = None) -> int:
+        """GPUs in ``partition`` (the default partition if None): nodes x GPUs in each node's gres."""
+        argv = ["sinfo", "-h", "-o", "%D|%G|%P"] + (["-p", partition] if partition else [])
+        out = self.runner.run(argv).stdout
+        total = 0
+        for line in out.splitlines():
+            cols = line.strip().split("|")
+            if len(cols) != 3 or (partition is None and not cols[2].endswith("*")):
+                continue
+            total += int(cols[0]) * gres_gpu_count(cols[1])
+        if not out.strip():
+            raise InvalidArgumentError("partition", partition, "a partition sinfo knows")
+        return total
+
     def tail(self, path: str, lines: int = 50) -> str:
         """The last ``lines`` lines of a job's output file ('' if it does not exist yet)."""
         if not path:
@@ -359,6 +373,16 @@ class SlurmClient:
     def wait(self, job_id: str, **kwargs) -> JobStatus:
         """:meth:`follow`, returning the final status."""
         return self.follow(job_id, **kwargs).final_status()
+
+
+def gres_gpu_count(gres: str) -> int:
+    """GPUs in a node's gres string: ``gpu:4``, ``gpu:a100:8(S:0-1)``, ``gpu:2,shard:8`` -> 4, 8, 2."""
+    total = 0
+    for item in re.sub(r"\([^)]*\)", "", gres or "").split(","):
+        parts = item.strip().split(":")
+        if parts[0] == "gpu" and len(parts) >= 2 and parts[-1].isdigit():
+            total += int(parts[-1])
+    return total
 
 
 def parse_jobcomp_line(line: str) -> dict[str, str]:

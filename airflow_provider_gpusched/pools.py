@@ -1,0 +1,57 @@
+"""Creating the Airflow pools that the job-class mapping names (``gpusched pools sync``).
+
+Slots: one per GPU the pool's classes can use — this host's GPU inventory (NVML, or the configured
+simulation) for local work, the class's Slurm partition for Slurm work. Uses Airflow's own pool API
+(``Pool.create_or_update_pool``, what ``airflow pools set`` uses), so it runs where the Airflow metadata
+database is reachable. Idempotent: pools already right are left alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_provider_gpusched import settings
+from airflow_provider_gpusched.core.job_classes import JobClass
+
+
+def desired_pools(backend: str = "local", slurm_conn_id: str | None = None) -> dict[str, dict[str, Any]]:
+    mapping = settings.job_class_mapping()
+    if backend == "local":
+        from airflow_provider_gpusched.core.gpu.inventory import get_inventory
+
+        count = len(get_inventory(settings.simulate_gpus() or None).gpus())
+        return mapping.pool_plan(lambda cls: count)
+    from airflow_provider_gpusched.hooks.slurm import SlurmHook
+
+    hook = SlurmHook(slurm_conn_id or SlurmHook.default_conn_name)
+    client = hook.get_conn()
+
+    def partition_gpus(cls: JobClass) -> int:
+        partition = hook.class_settings(cls.name).get("partition") or hook.job_defaults().get("partition")
+        return client.partition_gpus(partition)
+
+    return mapping.pool_plan(partition_gpus)
+
+
+def sync_pools(plan: dict[str, dict[str, Any]], dry_run: bool = False) -> list[dict[str, Any]]:
+    """Create or update each pool of ``plan``; one row per pool with what was (or would be) done."""
+    from airflow.models.pool import Pool
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    rows = []
+    with create_session() as session:
+        for name, want in sorted(plan.items()):
+            pool = session.scalar(select(Pool).filter_by(pool=name))
+            if pool is None:
+                action = "create"
+            elif pool.slots != want["slots"] or (pool.description or "") != want["description"]:
+                action = "update"
+            else:
+                action = "unchanged"
+            rows.append({"pool": name, "slots": want["slots"], "was": None if pool is None else pool.slots,
+                         "classes": want["classes"], "action": action})
+            if action != "unchanged" and not dry_run:
+                Pool.create_or_update_pool(name, want["slots"], want["description"], include_deferred=False,
+                                           session=session)
+    return rows
