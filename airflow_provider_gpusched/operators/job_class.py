@@ -28,3 +28,22 @@ def apply_job_class(kwargs: dict[str, Any], job_class: str, priority: int, gpus:
             continue  # an explicit weight keeps Airflow's rule unless that is given too
         kwargs.setdefault(key, value)
     return job_class, priority
+
+
+class JobClassPartial:
+    """``Operator.partial(...)`` that applies the job class to the partial arguments: a mapped task takes
+    its pool and weight from them when it is scheduled (the operator's ``__init__`` runs only later,
+    when a task instance runs)."""
+
+    def __get__(self, obj, cls):
+        from airflow.sdk import BaseOperator
+
+        inner = BaseOperator.__dict__["partial"].__get__(obj, cls)
+        if obj is not None:
+            return inner  # Airflow's guard: .partial on a task object is an error
+
+        def partial(**kwargs):
+            apply_job_class(kwargs, kwargs.get("job_class", "normal"), kwargs.get("priority", 0), kwargs.get("gpus", 1))
+            return inner(**kwargs)
+
+        return partial

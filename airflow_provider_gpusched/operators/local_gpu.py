@@ -34,7 +34,7 @@ from airflow_provider_gpusched.core.gpu.runner import (
     work_value,
 )
 from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
-from airflow_provider_gpusched.operators.job_class import apply_job_class
+from airflow_provider_gpusched.operators.job_class import JobClassPartial, apply_job_class
 from airflow_provider_gpusched.triggers.local_gpu import GPUAvailableTrigger
 
 
@@ -63,6 +63,7 @@ class LocalGPUOperator(BaseOperator):
     template_fields: Sequence[str] = ("command", "bash_command", "env", "cwd", "op_args", "op_kwargs")
     template_fields_renderers = {"bash_command": "bash", "env": "json"}
     ui_color = "#d5f5e3"
+    partial = JobClassPartial()  # mapped tasks get the class's pool and weight too
 
     def __init__(
         self,

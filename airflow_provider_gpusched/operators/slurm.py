@@ -36,7 +36,7 @@ from airflow_provider_gpusched.core.slurm import (
 )
 from airflow_provider_gpusched.core.slurm.states import array_task_order
 from airflow_provider_gpusched.hooks.slurm import SlurmHook
-from airflow_provider_gpusched.operators.job_class import apply_job_class
+from airflow_provider_gpusched.operators.job_class import JobClassPartial, apply_job_class
 from airflow_provider_gpusched.triggers.slurm import SlurmJobTrigger
 
 
@@ -79,6 +79,7 @@ class SlurmJobOperator(BaseOperator):
     )
     template_fields_renderers = {"script": "bash", "command": "py", "environment": "json"}
     ui_color = "#dbe9f6"
+    partial = JobClassPartial()  # mapped tasks get the class's pool and weight too
 
     def __init__(
         self,

@@ -193,8 +193,8 @@ class _Stage:
         return planned, run
 
     def _class_kwargs(self, **kwargs):
-        """Mapped tasks take pool and weight from their partial arguments (the operator's ``__init__`` runs
-        only when a task instance runs), so the job class is applied here."""
+        """The job class's pool and weight for the batch-runner task (the operators' ``partial`` applies
+        them to mapped trials by itself)."""
         from airflow_provider_gpusched.operators.job_class import apply_job_class
 
         r = self.spec.resources
@@ -203,7 +203,7 @@ class _Stage:
 
     def _trial_operator(self, task_id: str, label_template: str):
         r = self.spec.resources
-        common = self._class_kwargs(task_id=task_id, map_index_template=label_template, **self.trial_kwargs)
+        common = dict(task_id=task_id, map_index_template=label_template, **self.trial_kwargs)
         if self.backend == "local":
             from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
 

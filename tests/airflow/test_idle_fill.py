@@ -88,3 +88,22 @@ def test_slurm_normal_task_preempts_idle_task_requeued_and_both_succeed(run_dag,
     assert result["partition"] == "idle" and result["preemptions"] >= 1
     assert "preempted/requeued (restart 1, seen " in result["preemption_events"][0]
     assert open(result["output_path"]).read().count("run") == 2  # ran, was preempted, ran again
+
+
+def test_example_idle_fill_dag(airflow_db, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__GPUSCHED__JOB_CLASSES", FAST_CLASSES)
+    module = load_dag_file(REPO / "dags" / "idle_fill.py")
+    from airflow.sdk import DAG
+
+    dags = {v.dag_id: v for v in vars(module).values() if isinstance(v, DAG)}
+    fill = dags["gpusched_idle_fill"]
+    run = fill.test(run_conf={"fillers": 2, "evaluations": 3, "seconds_each": 0.2})
+    from .conftest import dag_run_results
+
+    xcoms, states = dag_run_results(run)
+    assert run.state == "success", states
+    report = xcoms["report"]["return_value"]
+    assert report["gpu_seconds"] >= 2 * 3 * 0.2 and report["preemptions"] == 0 and report["best"]["score"] > 0
+    assert fill.task_dict["search"].pool == "gpusched_idle"
+    state, _, states = run_and_collect(dags["gpusched_train_main"])
+    assert state == "success", states

@@ -114,3 +114,16 @@ def test_job_class_sets_pool_weight_and_slurm_settings_on_operators(airflow_db):
 
     with pytest.raises(AirflowException, match=r"bad: priority: expected a whole number"):
         LocalGPUOperator(task_id="bad", priority="high", command=["true"])
+
+
+def test_mapped_operators_get_the_job_class_pool_and_weight():
+    from airflow.sdk import DAG
+
+    from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
+    from airflow_provider_gpusched.operators.slurm import SlurmJobOperator
+
+    with DAG("t_mapped_classes", schedule=None):
+        fill = LocalGPUOperator.partial(task_id="fill", job_class="idle", gpus=2).expand(command=[["true"]])
+        main = SlurmJobOperator.partial(task_id="main", priority=5).expand(command=["true"])
+    assert (fill.pool, fill.pool_slots, fill.priority_weight, fill.weight_rule) == ("gpusched_idle", 2, 1, "absolute")
+    assert (main.pool, main.priority_weight) == ("default_pool", 105)
