@@ -134,6 +134,16 @@ def get_provider_info() -> dict:
                                        "system when trials run on Slurm nodes). Empty: <AIRFLOW_HOME>/gpusched/sweeps.",
                         "version_added": "0.2.0", "type": "string", "example": "/shared/sweeps", "default": "",
                     },
+                    "job_classes": {
+                        "description": "The job-class mapping: a YAML/JSON file path or inline YAML/JSON. It turns "
+                                       "job_class (normal/idle) and priority into the Airflow pool, pool_slots and "
+                                       "priority_weight, the Slurm partition/qos/nice/requeue, and the local-GPU "
+                                       "preemption policy (grace_period, min_runtime, max_preemptions, backoff, "
+                                       "idle_for, max_utilization, max_foreign_memory). Empty: built-in defaults "
+                                       "(docs/idle-filling.md).",
+                        "version_added": "0.3.0", "type": "string", "example": "/etc/airflow/gpusched-classes.yaml",
+                        "default": "",
+                    },
                     "output_tail_lines": {
                         "description": "Lines of a job's output quoted in the task log when it finishes.",
                         "version_added": "0.1.0", "type": "integer", "example": "40", "default": "40",

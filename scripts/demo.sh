@@ -18,6 +18,8 @@ export AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT="${AIRFLOW__GPUSCHED__SWEEP_RESULTS
 mkdir -p "$AIRFLOW_HOME"
 airflow db migrate >"$AIRFLOW_HOME/db-migrate.log" 2>&1 || { tail -20 "$AIRFLOW_HOME/db-migrate.log"; exit 1; }
 status=0
+# the Airflow pools the job classes use (idle work: pool gpusched_idle, one slot per GPU)
+gpusched pools sync || status=1
 # The grid sweep first: 4 trials on (simulated) GPUs, then its status table and leaderboard. Trials that
 # succeeded in an earlier demo run are skipped (delete .airflow-demo/sweeps to start over).
 echo "=== airflow dags test gpusched_sweep_grid   (full log: .airflow-demo/gpusched_sweep_grid.log)"

@@ -221,7 +221,7 @@ class LeaseManager:
         idle_policy = self.classes["idle"].local
         quiet_since = self.activity.update(usage, idle_policy)
         policy = self.classes[job_class].local
-        if policy.preemptible:  # fill-in work: never ahead of waiting normal work, only on quiet GPUs
+        if job_class == "idle":  # fill-in work: never ahead of waiting normal work, only on quiet GPUs
             waiting = [w for w in self.waiting() if w.get("owner") != owner]
             if waiting:
                 return None, f"normal work is waiting for GPUs ({waiting[0].get('owner', '?')})", gpus, leases
