@@ -4,9 +4,9 @@ is accounted. Real processes, real signals; only the GPUs are simulated."""
 
 import json
 import sys
-import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -17,24 +17,7 @@ from airflow_provider_gpusched.core.gpu.preemption import accounting_records, ac
 from airflow_provider_gpusched.core.gpu.runner import GPUWorkRunner, Work
 from airflow_provider_gpusched.core.job_classes import JobClassMapping
 
-#: A checkpointing job: 0.1 s steps, checkpoint every 5 steps and on SIGTERM, resumes from the checkpoint.
-TRAINER = textwrap.dedent("""
-    import os, pathlib, signal, sys, time
-    total = int(sys.argv[1])
-    ck = pathlib.Path(os.environ["GPUSCHED_CHECKPOINT_DIR"]) / "step"
-    step = int(ck.read_text()) if ck.exists() else 0
-    print("start at step", step, "after", os.environ["GPUSCHED_PREEMPTIONS"], "preemption(s)", flush=True)
-    stop = []
-    signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
-    while step < total and not stop:
-        time.sleep(0.1)
-        step += 1
-        if step % 5 == 0:
-            ck.write_text(str(step))
-    ck.write_text(str(step))
-    print("stopped" if stop else "done", "at step", step, flush=True)
-    sys.exit(143 if stop else 0)
-""")
+TRAINER = Path(__file__).resolve().parents[1] / "checkpointing_trainer.py"
 
 
 def classes(**local):
@@ -47,9 +30,7 @@ def make_manager(state_dir, usage_file=None, **local):
 
 
 def trainer_work(tmp_path, name, steps):
-    script = tmp_path / "trainer.py"
-    script.write_text(TRAINER)
-    return Work(argv=[sys.executable, str(script), str(steps)], cwd=str(tmp_path / name),
+    return Work(argv=[sys.executable, str(TRAINER), str(steps)], cwd=str(tmp_path / name),
                 checkpoint_dir=str(tmp_path / name / "ckpt"))
 
 

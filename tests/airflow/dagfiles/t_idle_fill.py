@@ -11,27 +11,12 @@ from airflow_provider_gpusched.operators.slurm import SlurmJobOperator
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 
-#: 0.1 s steps; checkpoint every 5 steps and on SIGTERM; resume from the checkpoint.
-TRAINER = """
-import os, pathlib, signal, sys, time
-ck = pathlib.Path(os.environ["GPUSCHED_CHECKPOINT_DIR"]) / "step"
-step = int(ck.read_text()) if ck.exists() else 0
-print("start at step", step, "preemptions", os.environ["GPUSCHED_PREEMPTIONS"], flush=True)
-stop = []
-signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
-while step < 150 and not stop:
-    time.sleep(0.1)
-    step += 1
-    if step % 5 == 0:
-        ck.write_text(str(step))
-ck.write_text(str(step))
-print("stopped" if stop else "done", "at step", step, flush=True)
-sys.exit(143 if stop else 0)
-"""
+#: tests/checkpointing_trainer.py (the DAG file is copied into the test DAGs folder)
+TRAINER = os.environ.get("GPUSCHED_TEST_TRAINER", "checkpointing_trainer.py")
 
 with DAG(dag_id="t_local_idle", schedule=None, start_date=START) as local_idle:
     LocalGPUOperator(task_id="fill", job_class="idle", gpus=4, poll_interval=0.3,
-                     command=[sys.executable, "-c", TRAINER])
+                     command=[sys.executable, TRAINER, "150"])
 
 with DAG(dag_id="t_local_normal", schedule=None, start_date=START) as local_normal:
     LocalGPUOperator(task_id="urgent", gpus=4, poll_interval=0.3, command=["sleep", "1"])

@@ -1,0 +1,434 @@
+"""The optimal pipeline partition: minimise the bottleneck stage time (docs/partition.md has the model).
+
+Search over the bottleneck value X (the optimum is one of the finitely many stage compute times or
+link times), with an exact feasibility check for each X:
+
+* **relaxed check** (host counts ignored): can layers 1..L be covered by stages of compute time <= X that
+  fit in memory, with links <= X between consecutive stages? A reachability pass over (layer, type).
+  Binary search with it gives a lower bound.
+* **exact check**: the same pass carrying, per (layer, type of the last stage), the *Pareto-minimal*
+  vectors of hosts used per type (a vector that uses at least as many hosts of every type as another is
+  dominated and dropped), pruned by the stages still needed. Types with at least as many hosts as
+  layers cannot run out and get no dimension. Galloping search upward from the lower bound: the
+  optimum is usually at or just above it.
+
+The reference enumerates every combination of per-type host counts for every layer; this explores only
+what is reachable and not dominated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from airflow_provider_gpusched.core.partition.problem import MiB, Problem
+
+
+@dataclass
+class Stage:
+    host: str
+    device_type: str
+    first: int
+    last: int
+    compute_s: float
+    comm_s: float           # sending the last layer's output to the next stage (0 for the last stage)
+    memory_bytes: float     # weights + buffers, as the fit rule counts them
+    memory_limit_bytes: float
+
+    @property
+    def time_s(self) -> float:
+        return max(self.compute_s, self.comm_s)
+
+    def to_dict(self) -> dict:
+        return {"host": self.host, "device_type": self.device_type, "layers": [self.first, self.last],
+                "compute_s": self.compute_s, "comm_s": self.comm_s, "time_s": self.time_s,
+                "memory_bytes": self.memory_bytes, "memory_limit_bytes": self.memory_limit_bytes}
+
+
+@dataclass
+class Schedule:
+    stages: list[Stage] = field(default_factory=list)
+    checks: int = 0  # feasibility checks the search made
+
+    @property
+    def feasible(self) -> bool:
+        return bool(self.stages)
+
+    @property
+    def bottleneck_s(self) -> float | None:
+        return max(s.time_s for s in self.stages) if self.stages else None
+
+    @property
+    def bottleneck_stage(self) -> int | None:
+        if not self.stages:
+            return None
+        return max(range(len(self.stages)), key=lambda i: self.stages[i].time_s)
+
+    def as_yaml_list(self) -> list[dict[str, list[int]]]:
+        return [{s.host: [s.first, s.last]} for s in self.stages]
+
+
+class _Model:
+    """Stage and link costs as arrays (types with at least one host only)."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.p = problem
+        self.types = [t for t in problem.types if t.hosts]
+        L, T = problem.layers, len(self.types)
+        self.L, self.T = L, T
+        self.counts = np.array([len(t.hosts) for t in self.types], dtype=np.int64)
+        out = np.array(problem.out_bytes, dtype=float)
+        ins = np.concatenate([[problem.in_bytes_first], out[:-1]]) if L else np.zeros(0)
+        mem_prefix = np.concatenate([[0.0], np.cumsum(problem.mem_mb)])
+        first = np.arange(1, L + 1)
+        # memory of stage l..r (index [l-1, r-1]): weights + in-buffers (not for stage 1) + out-buffers + working
+        weights = (mem_prefix[None, 1:] - mem_prefix[:-1, None]) * MiB
+        in_part = ins * (1 + np.where(first > 1, problem.buffers_in, 0))
+        out_part = out * (problem.buffers_out + 1)
+        self.stage_memory = weights + in_part[:, None] + out_part[None, :]
+        upper = np.triu(np.ones((L, L), dtype=bool))
+        self.comp = np.empty((T, L, L))
+        self.fit = np.empty((T, L, L), dtype=bool)
+        for k, t in enumerate(self.types):
+            prefix = np.concatenate([[0.0], np.cumsum(t.time_s)])
+            self.comp[k] = prefix[None, 1:] - prefix[:-1, None]
+            self.fit[k] = upper & (self.stage_memory < t.mem_mb * MiB)
+        bw = np.array([t.bytes_per_second for t in self.types])
+        self.link_bw = np.minimum(bw[:, None], bw[None, :])  # the slower end sets the speed
+        # comm[j-1, a, b]: sending out(j) from a stage on type a to one on type b
+        self.comm = out[:, None, None] / self.link_bw[None, :, :] if T else np.zeros((L, 0, 0))
+
+    def candidates(self) -> np.ndarray:
+        values = [self.comp[self.fit]]
+        if self.L > 1:
+            values.append(self.comm[:-1].ravel())
+        return np.unique(np.concatenate(values)) if values else np.zeros(0)
+
+    def allowed(self, x: float) -> list[list[np.ndarray]]:
+        """allowed[k][l-1]: last layers r (1-based) of stages starting at l on type k within x."""
+        ok = self.fit & (self.comp <= x)
+        return [[np.nonzero(ok[k, l])[0] + 1 for l in range(self.L)] for k in range(self.T)]
+
+    def relaxed_feasible(self, x: float) -> bool:
+        """Ignoring host counts: can the layers be covered within x?"""
+        L, T = self.L, self.T
+        ok = self.fit & (self.comp <= x)
+        link_ok = self.comm <= x
+        reach = np.zeros((L + 1, T), dtype=bool)  # reach[i, k]: layers 1..i covered, last stage on type k
+        for k in range(T):
+            reach[1:, k] |= ok[k, 0]
+        for i in range(1, L):
+            sources = reach[i]
+            if not sources.any():
+                continue
+            for k in range(T):
+                if (sources & link_ok[i - 1, :, k]).any():
+                    reach[i + 1:, k] |= ok[k, i, i:]
+        return bool(reach[L].any())
+
+    def min_stages_from(self, x: float) -> np.ndarray:
+        """Fewest stages that can cover layers i+1..L within x (counts and links ignored): a pruning bound."""
+        L = self.L
+        ok_any = (self.fit & (self.comp <= x)).any(axis=0)
+        best = np.full(L + 1, np.inf)
+        best[L] = 0
+        for i in range(L - 1, -1, -1):
+            ends = np.nonzero(ok_any[i])[0] + 1
+            if len(ends):
+                best[i] = 1 + best[ends].min()
+        return best
+
+    #: host-count grids up to this many cells are searched densely (every reachable count vector as a
+    #: boolean cell, whole-grid numpy operations); larger ones by Pareto frontiers
+    dense_cells = 200_000
+
+    def exact(self, x: float) -> list[tuple[int, int, int]] | None:
+        limited = [k for k in range(self.T) if self.counts[k] < self.L]
+        cells = int(np.prod([int(self.counts[k]) + 1 for k in limited])) if limited else 1
+        return self.exact_dense(x, limited) if cells <= self.dense_cells else self.exact_pareto(x)
+
+    def exact_dense(self, x: float, limited: list[int]) -> list[tuple[int, int, int]] | None:
+        """Reachability over (layers done, type of the last stage, hosts used per limited type)."""
+        L, T = self.L, self.T
+        allowed = self.allowed(x)
+        link_ok = self.comm <= x
+        shape = tuple(int(self.counts[k]) + 1 for k in limited)
+        axis = {k: a for a, k in enumerate(limited)}
+        reach = np.zeros((L + 1, T) + shape, dtype=bool)
+        origin = np.zeros(shape, dtype=bool)
+        origin[(0,) * len(shape)] = True
+        for i in range(L):
+            alive = reach[i].reshape(T, -1).any(axis=1) if i else None
+            if i and not alive.any():
+                continue
+            for k2 in range(T):
+                ends = allowed[k2][i]
+                if not len(ends):
+                    continue
+                if i == 0:
+                    src = origin
+                else:
+                    mask = link_ok[i - 1, :, k2] & alive
+                    if not mask.any():
+                        continue
+                    src = reach[i, mask].any(axis=0)
+                if k2 in axis:  # one more host of type k2
+                    a = axis[k2]
+                    moved = np.zeros_like(src)
+                    cut = [slice(None)] * len(shape)
+                    cut[a] = slice(1, None)
+                    keep = [slice(None)] * len(shape)
+                    keep[a] = slice(None, -1)
+                    moved[tuple(cut)] = src[tuple(keep)]
+                    src = moved
+                reach[ends, k2] |= src
+            if reach[L].any():
+                break
+        if not reach[L].any():
+            return None
+        # walk back: find a predecessor state for each stage
+        k, cell = next((k, np.unravel_index(int(np.argmax(reach[L, k])), shape)) for k in range(T) if reach[L, k].any())
+        stages, end = [], L
+        while True:
+            prev = list(cell)
+            if k in axis:
+                prev[axis[k]] -= 1
+            prev = tuple(prev)
+            if end in allowed[k][0] and not any(prev):
+                stages.append((k, 1, end))
+                break
+            for i in range(end - 1, 0, -1):
+                if end not in allowed[k][i]:
+                    continue
+                sources = [k0 for k0 in range(T) if link_ok[i - 1, k0, k] and reach[(i, k0) + prev]]
+                if sources:
+                    stages.append((k, i + 1, end))
+                    k, cell, end = sources[0], prev, i
+                    break
+            else:  # pragma: no cover - reach says a predecessor exists
+                raise AssertionError("no predecessor found")
+        return stages[::-1]
+
+    def exact_pareto(self, x: float) -> list[tuple[int, int, int]] | None:
+        """A schedule within x respecting host counts: [(type index, first, last)], or None."""
+        L, T = self.L, self.T
+        allowed = self.allowed(x)
+        link_ok = self.comm <= x
+        limited = [k for k in range(T) if self.counts[k] < L]  # others cannot run out
+        dim = {k: d for d, k in enumerate(limited)}
+        caps = self.counts[limited]
+        spare_unlimited = len(limited) < T
+        need = self.min_stages_from(x)
+        if not np.isfinite(need[0]):
+            return None
+        # frontier[i][k]: (vectors (m x d), parents (m x 3): source layer, source type, source row)
+        frontier: list[dict[int, tuple[np.ndarray, np.ndarray]]] = [dict() for _ in range(L + 1)]
+        pending: list[dict[int, list]] = [dict() for _ in range(L + 1)]
+        d = len(limited)
+        start = (np.zeros((1, d), dtype=np.int64), np.full((1, 3), -1, dtype=np.int64))
+        for i in range(L):
+            if i > 0:
+                for k, parts in pending[i].items():
+                    frontier[i][k] = _pareto(parts, caps, need[i], spare_unlimited)
+                pending[i] = {}
+                if not frontier[i]:
+                    continue
+            if i > 0:
+                # source types whose links at this boundary allow the same next types act alike: merge them
+                groups: dict[bytes, list[int]] = {}
+                for k in frontier[i]:
+                    groups.setdefault(link_ok[i - 1, k].tobytes(), []).append(k)
+                merged = []
+                for ks in groups.values():
+                    parts = [(frontier[i][k][0], np.column_stack([np.full(len(frontier[i][k][0]), i),
+                                                                  np.full(len(frontier[i][k][0]), k),
+                                                                  np.arange(len(frontier[i][k][0]))]))
+                             for k in ks]
+                    vectors, parents = parts[0] if len(parts) == 1 else _pareto(parts, caps, 0, True)
+                    merged.append((link_ok[i - 1, ks[0]], vectors, parents))
+            for k2 in range(T):
+                ends = allowed[k2][i]
+                if not len(ends):
+                    continue
+                if i == 0:
+                    vectors, parents = start
+                else:
+                    pieces = [(v, p) for row, v, p in merged if row[k2]]
+                    if not pieces:
+                        continue
+                    vectors, parents = pieces[0] if len(pieces) == 1 else _pareto(pieces, caps, 0, True)
+                if k2 in dim:
+                    keep = vectors[:, dim[k2]] < caps[dim[k2]]
+                    vectors, parents = vectors[keep], parents[keep]
+                    if not len(vectors):
+                        continue
+                    vectors = vectors.copy()
+                    vectors[:, dim[k2]] += 1
+                for r in ends:
+                    pending[r].setdefault(k2, []).append((vectors, parents))
+            if pending[L]:
+                break
+        if not pending[L]:
+            return None
+        k, parts = next(iter(pending[L].items()))
+        _, parents = parts[0]
+        stages = []
+        end, row_parent = L, parents[0]
+        kind = k
+        while True:
+            src_i = int(row_parent[0])
+            first = 1 if src_i < 0 else src_i + 1
+            stages.append((kind, first, end))
+            if src_i < 0:
+                break
+            _, par = frontier[src_i][int(row_parent[1])]
+            end, kind, row_parent = src_i, int(row_parent[1]), par[int(row_parent[2])]
+        return stages[::-1]
+
+
+def _pareto(parts: list[tuple[np.ndarray, np.ndarray]], caps: np.ndarray, need: float,
+            spare_unlimited: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The Pareto-minimal vectors of ``parts`` (with their parents), minus those that cannot finish."""
+    vectors = np.concatenate([v for v, _ in parts]) if len(parts) > 1 else parts[0][0]
+    parents = np.concatenate([p for _, p in parts]) if len(parts) > 1 else parts[0][1]
+    if vectors.shape[1] == 0:
+        return vectors[:1], parents[:1]
+    if not spare_unlimited:
+        keep = (caps[None, :] - vectors).sum(axis=1) >= need
+        vectors, parents = vectors[keep], parents[keep]
+    if len(vectors) <= 1:
+        return vectors, parents
+    # distinct vectors: one int64 key each (counts are small), sorted by key
+    keys = vectors @ (np.int64(int(caps.max()) + 1) ** np.arange(vectors.shape[1], dtype=np.int64))
+    _, index = np.unique(keys, return_index=True)
+    vectors, parents = vectors[index], parents[index]
+    if len(vectors) == 1:
+        return vectors, parents
+    # sweep in order of total: a vector can only be dominated by one with a smaller or equal total
+    order = np.argsort(vectors.sum(axis=1), kind="stable")
+    vectors, parents = vectors[order], parents[order]
+    kept: list[np.ndarray] = []
+    frontier = vectors[:0]
+    block = 256
+    for lo in range(0, len(vectors), block):
+        b = vectors[lo:lo + block]
+        alive = ~np.all(frontier[None, :, :] <= b[:, None, :], axis=2).any(axis=1) if len(frontier) else \
+            np.ones(len(b), dtype=bool)
+        inner = np.all(b[None, :, :] <= b[:, None, :], axis=2)  # inner[j, i]: b[i] <= b[j]
+        np.fill_diagonal(inner, False)
+        alive &= ~inner.any(axis=1)
+        idx = np.nonzero(alive)[0] + lo
+        if len(idx):
+            kept.append(idx)
+            frontier = vectors[np.concatenate(kept)]
+    index = np.concatenate(kept)
+    return vectors[index], parents[index]
+
+
+def partition(problem: Problem) -> Schedule:
+    """The schedule with the smallest bottleneck (empty when no schedule is feasible)."""
+    model = _Model(problem)
+    if problem.layers == 0 or model.T == 0:
+        return Schedule()
+    values = model.candidates()
+    if not len(values) or not model.relaxed_feasible(values[-1]):
+        return Schedule(checks=1)
+    lo, hi = 0, len(values) - 1  # relaxed: values[hi] feasible; find the first feasible
+    checks = 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        checks += 1
+        if model.relaxed_feasible(values[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    # exact: gallop up from the relaxed bound, then bisect; a schedule found within values[i] has a
+    # bottleneck that may be lower still, which moves the upper end down at once
+    def attempt(index: int):
+        nonlocal checks
+        checks += 1
+        result = model.exact(values[index])
+        if result is None:
+            return None, index
+        return result, int(np.searchsorted(values, _bottleneck(model, result), side="left"))
+
+    found, hi = None, None
+    step, index, last_bad = 1, lo, lo - 1
+    while index < len(values):
+        found, hi = attempt(index)
+        if found is not None:
+            break
+        last_bad = index
+        if index == len(values) - 1:
+            break
+        index = min(len(values) - 1, index + step)
+        step *= 2
+    if found is None:
+        return Schedule(checks=checks)
+    lo = last_bad + 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        result, at = attempt(mid)
+        if result is not None:
+            found, hi = result, at
+        else:
+            lo = mid + 1
+    return _stages(model, found, checks)
+
+
+def _bottleneck(model: _Model, found: list[tuple[int, int, int]]) -> float:
+    worst = 0.0
+    for n, (k, first, last) in enumerate(found):
+        worst = max(worst, float(model.comp[k, first - 1, last - 1]))
+        if n + 1 < len(found):
+            worst = max(worst, float(model.comm[last - 1, k, found[n + 1][0]]))
+    return worst
+
+
+def _stages(model: _Model, found: list[tuple[int, int, int]], checks: int) -> Schedule:
+    used = [0] * model.T
+    stages = []
+    for n, (k, first, last) in enumerate(found):
+        t = model.types[k]
+        host = t.hosts[used[k]]
+        used[k] += 1
+        comm = 0.0
+        if n + 1 < len(found):
+            comm = float(model.comm[last - 1, k, found[n + 1][0]])
+        stages.append(Stage(host=host, device_type=t.name, first=first, last=last,
+                            compute_s=float(model.comp[k, first - 1, last - 1]), comm_s=comm,
+                            memory_bytes=float(model.stage_memory[first - 1, last - 1]),
+                            memory_limit_bytes=t.mem_mb * MiB))
+    return Schedule(stages, checks)
+
+
+def check_schedule(problem: Problem, assignment: list[tuple[str, int, int]]) -> float:
+    """Validate a schedule given as [(host, first, last)] and return its bottleneck; raise ValueError if it
+    is not contiguous, reuses a host, uses an unknown host or does not fit in memory."""
+    model = _Model(problem)
+    host_type = {h: k for k, t in enumerate(model.types) for h in t.hosts}
+    if not assignment:
+        raise ValueError("empty schedule")
+    expected_first, seen, worst = 1, set(), 0.0
+    for n, (host, first, last) in enumerate(assignment):
+        if host not in host_type:
+            raise ValueError(f"unknown host {host!r}")
+        if host in seen:
+            raise ValueError(f"host {host!r} used twice")
+        seen.add(host)
+        if first != expected_first or last < first:
+            raise ValueError(f"stage {n + 1} covers [{first}, {last}], expected to start at {expected_first}")
+        k = host_type[host]
+        if not model.fit[k, first - 1, last - 1]:
+            raise ValueError(f"stage {n + 1} on {host} does not fit in memory")
+        worst = max(worst, float(model.comp[k, first - 1, last - 1]))
+        if n + 1 < len(assignment):
+            worst = max(worst, float(model.comm[last - 1, k, host_type[assignment[n + 1][0]]]))
+        expected_first = last + 1
+    if expected_first != problem.layers + 1:
+        raise ValueError(f"layers {expected_first}..{problem.layers} are not covered")
+    return worst
+
+
+__all__ = ["Schedule", "Stage", "check_schedule", "partition"]
