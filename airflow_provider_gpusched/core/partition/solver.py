@@ -106,9 +106,9 @@ class _Model:
         return np.unique(np.concatenate(values)) if values else np.zeros(0)
 
     def allowed(self, x: float) -> list[list[np.ndarray]]:
-        """allowed[k][l-1]: last layers r (1-based) of stages starting at l on type k within x."""
+        """allowed[k][s]: last layers r (1-based) of stages starting at layer s+1 on type k within x."""
         ok = self.fit & (self.comp <= x)
-        return [[np.nonzero(ok[k, l])[0] + 1 for l in range(self.L)] for k in range(self.T)]
+        return [[np.nonzero(ok[k, start])[0] + 1 for start in range(self.L)] for k in range(self.T)]
 
     def relaxed_feasible(self, x: float) -> bool:
         """Ignoring host counts: can the layers be covered within x?"""
