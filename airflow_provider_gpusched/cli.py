@@ -170,6 +170,22 @@ def _pools_sync(args) -> int:
     return 0
 
 
+def _partition(args) -> int:
+    from airflow_provider_gpusched.core.partition import load_problem, partition
+    from airflow_provider_gpusched.core.partition.report import explain_table, schedule_json, schedule_yaml
+
+    problem = load_problem(args.models, args.device_types, args.devices, model=args.model, dtype=args.dtype,
+                           batch_size=args.batch_size, buffers_in=args.buffers_in, buffers_out=args.buffers_out)
+    schedule = partition(problem)
+    if args.json:
+        print(json.dumps(schedule_json(problem, schedule), indent=2))
+        return 0
+    print(schedule_yaml(schedule))
+    if args.explain:
+        print("\n".join("# " + line for line in explain_table(problem, schedule).splitlines()))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpusched", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -215,6 +231,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_pools_sync)
+    p = sub.add_parser("partition", help="split a model's layers into pipeline stages on heterogeneous hosts "
+                                         "(sched-pipeline compatible, optimal bottleneck)",
+                       description="Prints the schedule as YAML (- HOST: [first, last] per stage, [] when no "
+                                   "schedule fits). Exit codes: 0 schedule printed (also []), 2 bad input, "
+                                   "3 an input file is missing or unreadable.")
+    p.add_argument("-d", "--dtype", default="torch.float32",
+                   help="torch.float32 (default), torch.float16 or torch.bfloat16")
+    p.add_argument("-b", "--batch-size", type=int, default=8, help="microbatch size (default 8)")
+    p.add_argument("-i", "--buffers-in", type=int, default=2, help="receive buffers (default 2)")
+    p.add_argument("-o", "--buffers-out", type=int, default=2, help="send buffers (default 2)")
+    p.add_argument("-m", "--model", default="google/vit-base-patch16-224",
+                   help="model name in the models file (default google/vit-base-patch16-224)")
+    p.add_argument("-M", "--models", default="models.yml", help="models file (default models.yml)")
+    p.add_argument("-T", "--device-types", default="device_types.yml",
+                   help="device types file (default device_types.yml)")
+    p.add_argument("-D", "--devices", default="devices.yml", help="devices file (default devices.yml)")
+    p.add_argument("--json", action="store_true", help="schedule with per-stage times, memory and the bottleneck")
+    p.add_argument("--explain", action="store_true", help="also a per-stage table (as YAML comments), "
+                                                         "the bottleneck marked")
+    p.set_defaults(func=_partition)
     return parser
 
 
@@ -224,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except GpuschedError as exc:
         print(f"gpusched: error: {exc}", file=sys.stderr)
-        return 2
+        return getattr(exc, "exit_code", 2)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,48 @@
+"""How a schedule is shown: sched-pipeline's YAML list, JSON with per-stage figures, an explanation table."""
+
+from __future__ import annotations
+
+from airflow_provider_gpusched.core.partition.problem import Problem
+from airflow_provider_gpusched.core.partition.solver import Schedule
+
+
+def schedule_yaml(schedule: Schedule) -> str:
+    """``- HOST: [first, last]`` per stage in stage order (sched-pipeline's format); ``[]`` if infeasible."""
+    import yaml
+
+    if not schedule.feasible:
+        return "[]"
+    lines = []
+    for s in schedule.stages:
+        host = yaml.safe_dump(s.host, default_style=None).strip().removesuffix("\n...").strip()
+        lines.append(f"- {host}: [{s.first}, {s.last}]")
+    return "\n".join(lines)
+
+
+def schedule_json(problem: Problem, schedule: Schedule) -> dict:
+    return {
+        "model": problem.model, "dtype": problem.dtype, "batch_size": problem.batch_size,
+        "buffers_in": problem.buffers_in, "buffers_out": problem.buffers_out, "layers": problem.layers,
+        "feasible": schedule.feasible, "bottleneck_s": schedule.bottleneck_s,
+        "bottleneck_stage": None if schedule.bottleneck_stage is None else schedule.bottleneck_stage + 1,
+        "stages": [s.to_dict() for s in schedule.stages],
+        "skipped_device_types": problem.skipped_types,
+    }
+
+
+def explain_table(problem: Problem, schedule: Schedule) -> str:
+    if not schedule.feasible:
+        why = "; ".join(f"{k}: {v}" for k, v in problem.skipped_types.items())
+        return (f"no feasible schedule for {problem.model} ({problem.layers} layers)"
+                + (f"; device types without a profile: {why}" if why else ""))
+    from airflow_provider_gpusched.core.sweep.objective import format_table
+
+    mib = 1024 * 1024
+    worst = schedule.bottleneck_stage
+    rows = [(n + 1, s.host, s.device_type, f"{s.first}-{s.last}", f"{s.compute_s:.6f}", f"{s.comm_s:.6f}",
+             f"{s.memory_bytes / mib:.1f}/{s.memory_limit_bytes / mib:.0f}", "<- bottleneck" if n == worst else "")
+            for n, s in enumerate(schedule.stages)]
+    table = format_table(rows, ["stage", "host", "type", "layers", "compute s", "send s", "memory MiB", ""])
+    return (f"{problem.model}, {problem.dtype}, batch {problem.batch_size}, buffers in/out "
+            f"{problem.buffers_in}/{problem.buffers_out}: bottleneck {schedule.bottleneck_s:.6f} s "
+            f"(stage {worst + 1}, {1 / schedule.bottleneck_s:.3f} microbatches/s)\n{table}")

@@ -1,0 +1,182 @@
+"""The pipeline partitioner against every case in ../shared/pipeline-partition (optimal bottleneck,
+feasibility, valid schedules), the seed's example, hand-made edge cases and bad input."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from airflow_provider_gpusched.core.partition import PartitionInputError, check_schedule, load_problem, partition
+from airflow_provider_gpusched.core.partition.report import schedule_yaml
+
+from tests.data.pipeline_partition import materialize
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "dags" / "partition"
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """../shared/pipeline-partition, from the copy vendored in tests/data."""
+    return materialize(tmp_path_factory.mktemp("pipeline-partition"))
+
+
+def load(folder: Path, args: dict):
+    return load_problem(str(folder / "models.yml"), str(folder / "device_types.yml"), str(folder / "devices.yml"),
+                        model=args["model"], batch_size=args["batch_size"], buffers_in=args["buffers_in"],
+                        buffers_out=args["buffers_out"], dtype=args.get("dtype", "torch.float32"))
+
+
+def assert_optimal(problem, schedule, feasible: bool, bottleneck: float | None, where: str):
+    assert schedule.feasible == feasible, where
+    if feasible:
+        assert abs(schedule.bottleneck_s - bottleneck) <= 1e-9 * bottleneck, (where, schedule.bottleneck_s, bottleneck)
+        recomputed = check_schedule(problem, [(s.host, s.first, s.last) for s in schedule.stages])
+        assert recomputed == pytest.approx(schedule.bottleneck_s, rel=1e-12)
+
+
+def test_every_small_case_is_optimal_and_valid(shared):
+    cases = sorted((shared / "cases").glob("c*"))
+    assert len(cases) == 998
+    for folder in cases:
+        expected = json.loads((folder / "expected.json").read_text())
+        problem = load(folder, expected["args"])
+        assert_optimal(problem, partition(problem), expected["feasible"], expected.get("bottleneck_s"), folder.name)
+
+
+def test_every_scaling_case_is_optimal_and_valid(shared):
+    for ref in json.loads((shared / "scaling" / "reference.json").read_text()):
+        problem = load(shared / "scaling" / ref["case"], ref["args"])
+        assert_optimal(problem, partition(problem), True, ref["bottleneck_s"], ref["case"])
+
+
+def test_seed_example_beats_the_defective_reference(shared):
+    args = {"model": "google/vit-base-patch16-224", "batch_size": 8, "buffers_in": 2, "buffers_out": 2}
+    problem = load(EXAMPLES, args)
+    schedule = partition(problem)
+    assert schedule.bottleneck_s == pytest.approx(1.5399, abs=5e-5)  # SPEC: true optimum 1.5399 s
+    upstream = yaml.safe_load((shared / "examples" / "upstream-output_vit-base-patch16-224.yml").read_text())
+    upstream_true = check_schedule(problem, [(h, *r) for stage in upstream for h, r in stage.items()])
+    assert schedule.bottleneck_s < upstream_true  # the reference's schedule, costed correctly, is worse
+    for model in ("google/vit-large-patch16-224",):
+        expected = yaml.safe_load((shared / "examples" / f"expected_{model.split('/')[1]}.yml").read_text())
+        problem = load(EXAMPLES, {**args, "model": model})
+        best = check_schedule(problem, [(h, *r) for stage in expected for h, r in stage.items()])
+        assert_optimal(problem, partition(problem), True, best, model)
+    assert schedule_yaml(partition(load(EXAMPLES, {**args, "model": "DummyModel"}))) == "[]"
+
+
+def write_inputs(tmp_path, *, layers=3, mem=(10.0, 10.0, 10.0), params_out=(100, 200, 300), types=None, devices=None):
+    types = types if types is not None else {
+        "fast": {"bw_Mbps": 1000, "mem_MB": 100, "model_profiles": {"m": [
+            {"batch_size": 8, "dtype": "torch.float32", "time_s": [1.0] * layers}]}},
+        "bare": {"bw_Mbps": 1000, "mem_MB": 100, "model_profiles": None},
+    }
+    devices = devices if devices is not None else {"fast": ["f0", "f1", "f2"], "bare": ["b0"]}
+    (tmp_path / "models.yml").write_text(yaml.safe_dump({"m": {
+        "layers": layers, "mem_MB": list(mem), "parameters_in": 50, "parameters_out": list(params_out)}}))
+    (tmp_path / "device_types.yml").write_text(yaml.safe_dump(types))
+    (tmp_path / "devices.yml").write_text(yaml.safe_dump(devices))
+    return tmp_path
+
+
+def problem_in(folder, **kw):
+    args = {"model": "m", "batch_size": 8, "buffers_in": 2, "buffers_out": 2, **kw}
+    return load(folder, args)
+
+
+def test_one_layer(tmp_path):
+    p = problem_in(write_inputs(tmp_path, layers=1, mem=[5.0], params_out=[10]))
+    s = partition(p)
+    assert [(x.host, x.first, x.last) for x in s.stages] == [("f0", 1, 1)] and s.bottleneck_s == 1.0
+
+
+def test_no_devices_and_a_type_without_profile(tmp_path):
+    p = problem_in(write_inputs(tmp_path, devices={"fast": [], "bare": ["b0"]}))
+    assert p.skipped_types == {"bare": "no m profile for torch.float32, batch size 8"}
+    assert not partition(p).feasible and schedule_yaml(partition(p)) == "[]"
+    p = problem_in(write_inputs(tmp_path, devices={}))
+    assert not partition(p).feasible
+
+
+def test_parameters_out_shorter_than_layers_is_cycled(tmp_path):
+    p = problem_in(write_inputs(tmp_path, layers=5, mem=[1.0] * 5, params_out=[100, 7]))
+    assert p.out_bytes == [4 * 8 * v for v in (100, 7, 100, 7, 100)]
+    assert partition(p).feasible
+
+
+def test_half_precision_halves_the_activation_bytes(tmp_path):
+    folder = write_inputs(tmp_path)
+    types = yaml.safe_load((folder / "device_types.yml").read_text())
+    types["fast"]["model_profiles"]["m"].append({"batch_size": 8, "dtype": "torch.bfloat16", "time_s": [0.5] * 3})
+    (folder / "device_types.yml").write_text(yaml.safe_dump(types))
+    p32, p16 = problem_in(folder), problem_in(folder, dtype="torch.bfloat16")
+    assert p16.out_bytes == [b / 2 for b in p32.out_bytes]
+    assert partition(p16).bottleneck_s == 0.5
+
+
+def test_memory_limit_is_strict_and_forces_more_stages(tmp_path):
+    # each layer 40 MB: two layers (80 MB + buffers) do not fit in 100 MB, one does
+    p = problem_in(write_inputs(tmp_path, mem=[40.0, 40.0, 40.0]))
+    s = partition(p)
+    assert [(x.first, x.last) for x in s.stages] == [(1, 1), (2, 2), (3, 3)]
+    assert all(x.memory_bytes < x.memory_limit_bytes for x in s.stages)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda f: (f / "devices.yml").unlink(), "devices.yml: devices file not found"),
+    (lambda f: (f / "models.yml").write_text("m: {layers: 3, mem_MB: [1, 2], parameters_in: 5, parameters_out: [1]}"),
+     "models.yml: m.mem_MB: expected 3 entries \\(layers\\), got 2"),
+    (lambda f: (f / "models.yml").write_text("m: {layers: 2, mem_MB: [1, 2], parameters_in: 5, parameters_out: [1, 2, 3]}"),
+     "models.yml: m.parameters_out: expected at most 2 entries \\(layers\\), got 3"),
+    (lambda f: (f / "models.yml").write_text("m: {layers: 2, mem_MB: [1, -2], parameters_in: 5, parameters_out: [1]}"),
+     r"models.yml: m.mem_MB\[1\]: expected a number >= 0, got -2"),
+    (lambda f: (f / "device_types.yml").write_text(
+        "bare: {bw_Mbps: 1, mem_MB: 1}\nfast: {bw_Mbps: 0, mem_MB: 100, model_profiles: {m: [{batch_size: 8, dtype: torch.float32, time_s: [1, 1, 1]}]}}"),
+     r"device_types.yml: fast.bw_Mbps: expected a number > 0, got 0"),
+    (lambda f: (f / "device_types.yml").write_text(
+        "bare: {bw_Mbps: 1, mem_MB: 1}\nfast: {bw_Mbps: 10, mem_MB: 100, model_profiles: {m: [{batch_size: 8, dtype: torch.float32, time_s: [1]}]}}"),
+     r"fast.model_profiles.m\[0\].time_s: expected 3 entries \(layers\), got 1"),
+    (lambda f: (f / "models.yml").write_text("m: [unclosed"), "models.yml: not valid YAML"),
+    (lambda f: (f / "devices.yml").write_text("ghost: [g0]"), "devices.yml: ghost: device type not in .*device_types.yml"),
+])
+def test_bad_input_names_file_and_key(tmp_path, change, message):
+    folder = write_inputs(tmp_path)
+    change(folder)
+    with pytest.raises(PartitionInputError, match=message):
+        problem_in(folder)
+
+
+def test_bad_arguments(tmp_path):
+    folder = write_inputs(tmp_path)
+    with pytest.raises(PartitionInputError, match="unknown model 'x' \\(models in the file: m\\)"):
+        problem_in(folder, model="x")
+    with pytest.raises(PartitionInputError, match="dtype: 'torch.int8' is not supported"):
+        problem_in(folder, dtype="torch.int8")
+    with pytest.raises(PartitionInputError, match=r"batch size \(-b\): expected a whole number > 0, got 0"):
+        problem_in(folder, batch_size=0)
+
+
+def gpusched(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=120)
+
+
+def test_cli_defaults_output_format_json_explain_and_exit_codes(tmp_path):
+    out = gpusched("partition", cwd=EXAMPLES)  # the reference's default files and model
+    assert out.returncode == 0, out.stderr
+    stages = yaml.safe_load(out.stdout)
+    assert out.stdout.splitlines()[0] == "- mb-0: [1, 5]" and len(stages) == 8
+    data = json.loads(gpusched("partition", "--json", "-m", "google/vit-large-patch16-224", cwd=EXAMPLES).stdout)
+    assert data["feasible"] and data["stages"][data["bottleneck_stage"] - 1]["time_s"] == data["bottleneck_s"]
+    explained = gpusched("partition", "--explain", "-b", "8", "-i", "2", "-o", "2", cwd=EXAMPLES).stdout
+    assert "<- bottleneck" in explained and yaml.safe_load(explained) == stages  # the table is YAML comments
+    assert gpusched("partition", "-m", "DummyModel", cwd=EXAMPLES).stdout.strip() == "[]"
+    missing = gpusched("partition", cwd=tmp_path)
+    assert missing.returncode == 3 and missing.stderr.strip() == "gpusched: error: models.yml: models file not found"
+    bad = gpusched("partition", "-m", "nope", cwd=EXAMPLES)
+    assert bad.returncode == 2 and "unknown model 'nope'" in bad.stderr and "Traceback" not in bad.stderr
+    assert gpusched("partition", "-b", "-3", cwd=EXAMPLES).returncode == 2
