@@ -11,7 +11,6 @@ import yaml
 
 from airflow_provider_gpusched.core.partition import PartitionInputError, check_schedule, load_problem, partition
 from airflow_provider_gpusched.core.partition.report import schedule_yaml
-
 from tests.data.pipeline_partition import materialize
 
 REPO = Path(__file__).resolve().parents[2]
