@@ -127,3 +127,23 @@ def test_mapped_operators_get_the_job_class_pool_and_weight():
         main = SlurmJobOperator.partial(task_id="main", priority=5).expand(command=["true"])
     assert (fill.pool, fill.pool_slots, fill.priority_weight, fill.weight_rule) == ("gpusched_idle", 2, 1, "absolute")
     assert (main.pool, main.priority_weight) == ("default_pool", 105)
+
+
+def test_pipeline_partition_example_dag_launches_one_task_per_stage(airflow_db):
+    from .conftest import REPO, run_and_collect, the_dag
+
+    state, xcoms, states = run_and_collect(the_dag(REPO / "dags" / "pipeline_partition.py"))
+    assert state == "success", states
+    result = xcoms["partition"]["return_value"]
+    assert result["feasible"] and abs(result["bottleneck_s"] - 1.5399) < 5e-5
+    stages = sorted(k[1] for k in states if isinstance(k, tuple) and k[0] == "stage")
+    assert stages == list(range(len(result["stages"]))) == list(range(8))
+    assert all(states[("stage", i)][0] == "success" for i in stages)
+
+
+def test_pipeline_partition_operator_bad_input_fails_without_retry(airflow_db, capfd):
+    from .conftest import REPO, run_and_collect, the_dag
+
+    state, _, states = run_and_collect(the_dag(REPO / "tests" / "airflow" / "dagfiles" / "t_partition.py"))
+    assert state == "failed" and states["partition"] == ("failed", 1)
+    assert "partition: /nonexistent/models.yml: models file not found" in "".join(capfd.readouterr())

@@ -112,6 +112,36 @@ class _Model:
 
     def relaxed_feasible(self, x: float) -> bool:
         """Ignoring host counts: can the layers be covered within x?"""
+        return bool(self._relaxed_reach(x)[self.L].any())
+
+    def relaxed_schedule(self, x: float) -> list[tuple[int, int, int]] | None:
+        """A schedule within x found ignoring host counts (long stages, types with hosts to spare
+        preferred), if it happens to respect the counts: then no exact search is needed."""
+        L, T = self.L, self.T
+        reach = self._relaxed_reach(x)
+        if not reach[L].any():
+            return None
+        ok = self.fit & (self.comp <= x)
+        link_ok = self.comm <= x
+        left = self.counts.copy()
+        stages, end = [], L
+        k = max((k for k in range(T) if reach[L, k]), key=lambda k: left[k])
+        while True:
+            left[k] -= 1
+            if ok[k, 0, end - 1]:
+                stages.append((k, 1, end))
+                break
+            for i in range(1, end):  # the longest stage that an earlier reachable state can precede
+                if not ok[k, i, end - 1]:
+                    continue
+                sources = [k0 for k0 in range(T) if reach[i, k0] and link_ok[i - 1, k0, k]]
+                if sources:
+                    stages.append((k, i + 1, end))
+                    end, k = i, max(sources, key=lambda k0: left[k0])
+                    break
+        return stages[::-1] if (left >= 0).all() else None
+
+    def _relaxed_reach(self, x: float) -> np.ndarray:
         L, T = self.L, self.T
         ok = self.fit & (self.comp <= x)
         link_ok = self.comm <= x
@@ -125,7 +155,7 @@ class _Model:
             for k in range(T):
                 if (sources & link_ok[i - 1, :, k]).any():
                     reach[i + 1:, k] |= ok[k, i, i:]
-        return bool(reach[L].any())
+        return reach
 
     def min_stages_from(self, x: float) -> np.ndarray:
         """Fewest stages that can cover layers i+1..L within x (counts and links ignored): a pruning bound."""
@@ -343,6 +373,10 @@ def partition(problem: Problem) -> Schedule:
             hi = mid
         else:
             lo = mid + 1
+    checks += 1
+    easy = model.relaxed_schedule(values[lo])
+    if easy is not None:  # the lower bound is reached with the hosts there are: optimal
+        return _stages(model, easy, checks)
     # exact: gallop up from the relaxed bound, then bisect; a schedule found within values[i] has a
     # bottleneck that may be lower still, which moves the upper end down at once
     def attempt(index: int):

@@ -1,0 +1,126 @@
+"""Benchmark: the pipeline partitioner on the 24 scaling instances, next to the reference C++ tool's figures
+(``scaling/reference.json``: wall time and peak RSS on a 2-core machine), plus a generated 200-layer,
+8-type, 256-host instance the reference cannot finish.
+
+Each instance runs in a fresh Python process: the time is ``partition()`` alone (inputs already loaded),
+the memory is the process's peak RSS (Python, numpy and the inputs included) and, separately, the peak
+of what the solver allocated (tracemalloc, numpy arrays included).
+
+    .venv/bin/python bench/partition.py [--data DIR] [--cases L96_T4_D64 ...] [--big-timeout 120]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+CHILD = r"""
+import json, resource, sys, time, tracemalloc
+from airflow_provider_gpusched.core.partition import load_problem, partition
+folder, args = sys.argv[1], json.loads(sys.argv[2])
+problem = load_problem(f"{folder}/models.yml", f"{folder}/device_types.yml", f"{folder}/devices.yml", **args)
+start = time.perf_counter()
+schedule = partition(problem)
+seconds = time.perf_counter() - start
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+tracemalloc.start()
+partition(problem)
+traced = tracemalloc.get_traced_memory()[1] / 2**20
+print(json.dumps({"seconds": seconds, "rss_mb": rss, "solver_mb": traced, "bottleneck_s": schedule.bottleneck_s,
+                  "stages": len(schedule.stages), "checks": schedule.checks}))
+"""
+
+
+def run_case(folder: Path, args: dict, timeout: float) -> dict | None:
+    try:
+        out = subprocess.run([sys.executable, "-c", CHILD, str(folder), json.dumps(args)], capture_output=True,
+                             text=True, timeout=timeout, cwd=REPO)
+    except subprocess.TimeoutExpired:
+        return None
+    if out.returncode != 0:
+        raise SystemExit(f"{folder}: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def make_big_instance(scaling: Path, dest: Path, layers: int = 200, types: int = 8, hosts: int = 256) -> dict:
+    """200 layers cycled from ViT-Large's profile, 8 types derived from the 4 scaling types (each also as a
+    variant with 1.3x time, 0.75x memory, half the bandwidth), 256 hosts (32 per type)."""
+    import yaml
+
+    base = scaling / "L96_T4_D64"
+    models = yaml.safe_load((base / "models.yml").read_text())
+    device_types = yaml.safe_load((base / "device_types.yml").read_text())
+    name, model = next(iter(models.items()))
+    n = model["layers"]
+    big_model = {"layers": layers, "mem_MB": [model["mem_MB"][i % n] for i in range(layers)],
+                 "parameters_in": model["parameters_in"],
+                 "parameters_out": [model["parameters_out"][i % n] for i in range(layers)]}
+    new_types, new_devices = {}, {}
+    for k, (tname, t) in enumerate(list(device_types.items())[: types // 2]):
+        profile = next(p for p in t["model_profiles"][name])
+        times = [profile["time_s"][i % n] for i in range(layers)]
+        for variant, (tf, mf, bf) in enumerate([(1.0, 1.0, 1.0), (1.3, 0.75, 0.5)]):
+            vname = f"{tname}-v{variant}"
+            new_types[vname] = {"bw_Mbps": t["bw_Mbps"] * bf, "mem_MB": t["mem_MB"] * mf, "model_profiles": {name: [
+                {**profile, "time_s": [x * tf for x in times]}]}}
+            new_devices[vname] = [f"h{k}{variant}-{i}" for i in range(hosts // types)]
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "models.yml").write_text(yaml.safe_dump({name: big_model}))
+    (dest / "device_types.yml").write_text(yaml.safe_dump(new_types))
+    (dest / "devices.yml").write_text(yaml.safe_dump(new_devices))
+    return {"model": name, "batch_size": profile["batch_size"], "buffers_in": 2, "buffers_out": 2}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", help="pipeline-partition folder (default: ../shared/pipeline-partition, "
+                                       "else the copy vendored in tests/data)")
+    parser.add_argument("--cases", nargs="*", help="scaling cases to run (default: all)")
+    parser.add_argument("--timeout", type=float, default=60, help="seconds per scaling case")
+    parser.add_argument("--big-timeout", type=float, default=120, help="seconds for the 200x8x256 instance")
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="gpusched-partition-bench-"))
+    data = Path(args.data) if args.data else REPO.parent / "shared" / "pipeline-partition"
+    if not (data / "scaling" / "reference.json").exists():
+        sys.path.insert(0, str(REPO))
+        from tests.data.pipeline_partition import materialize
+
+        data = materialize(tmp / "data")
+    references = json.loads((data / "scaling" / "reference.json").read_text())
+    print(f"pipeline partitioner, {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
+    print(f"{'case':<12} {'time':>8} {'ref time':>9} {'speed-up':>9} {'peak RSS':>9} {'solver':>8} {'ref RSS':>8} "
+          f"{'checks':>6}  bottleneck")
+    worst_time = worst_rss = 0.0
+    for ref in references:
+        if args.cases and ref["case"] not in args.cases:
+            continue
+        r = run_case(data / "scaling" / ref["case"], ref["args"], args.timeout)
+        if r is None:
+            print(f"{ref['case']:<12} timed out after {args.timeout:.0f}s")
+            continue
+        ok = abs(r["bottleneck_s"] - ref["bottleneck_s"]) <= 1e-9 * ref["bottleneck_s"]
+        worst_time, worst_rss = max(worst_time, r["seconds"]), max(worst_rss, r["rss_mb"])
+        print(f"{ref['case']:<12} {r['seconds']:>7.3f}s {ref['reference_wall_s']:>8.2f}s "
+              f"{ref['reference_wall_s'] / r['seconds']:>8.1f}x {r['rss_mb']:>7.0f}MB {r['solver_mb']:>6.1f}MB "
+              f"{ref['reference_peak_rss_MB']:>6.0f}MB {r['checks']:>6}  {r['bottleneck_s']:.9f}"
+              f"{'' if ok else '  MISMATCH (expected ' + str(ref['bottleneck_s']) + ')'}", flush=True)
+    print(f"slowest {worst_time:.3f}s, largest peak RSS {worst_rss:.0f}MB")
+    big_args = make_big_instance(data / "scaling", tmp / "big")
+    r = run_case(tmp / "big", big_args, args.big_timeout)
+    if r is None:
+        print(f"L200_T8_D256 did not finish within {args.big_timeout:.0f}s")
+    else:
+        print(f"L200_T8_D256 {r['seconds']:>7.3f}s peak RSS {r['rss_mb']:.0f}MB, solver {r['solver_mb']:.1f}MB, "
+              f"{r['checks']} checks, {r['stages']} stages, bottleneck {r['bottleneck_s']:.6f}s")
+
+
+if __name__ == "__main__":
+    main()
