@@ -444,7 +444,7 @@ def check_schedule(problem: Problem, assignment: list[tuple[str, int, int]]) -> 
     host_type = {h: k for k, t in enumerate(model.types) for h in t.hosts}
     if not assignment:
         raise ValueError("empty schedule")
-    expected_first, seen, worst = 1, set(), 0.0
+    expected_first, seen, found = 1, set(), []
     for n, (host, first, last) in enumerate(assignment):
         if host not in host_type:
             raise ValueError(f"unknown host {host!r}")
@@ -453,16 +453,13 @@ def check_schedule(problem: Problem, assignment: list[tuple[str, int, int]]) -> 
         seen.add(host)
         if first != expected_first or last < first:
             raise ValueError(f"stage {n + 1} covers [{first}, {last}], expected to start at {expected_first}")
-        k = host_type[host]
-        if not model.fit[k, first - 1, last - 1]:
+        if not model.fit[host_type[host], first - 1, last - 1]:
             raise ValueError(f"stage {n + 1} on {host} does not fit in memory")
-        worst = max(worst, float(model.comp[k, first - 1, last - 1]))
-        if n + 1 < len(assignment):
-            worst = max(worst, float(model.comm[last - 1, k, host_type[assignment[n + 1][0]]]))
+        found.append((host_type[host], first, last))
         expected_first = last + 1
     if expected_first != problem.layers + 1:
         raise ValueError(f"layers {expected_first}..{problem.layers} are not covered")
-    return worst
+    return _bottleneck(model, found)
 
 
 __all__ = ["Schedule", "Stage", "check_schedule", "partition"]
