@@ -15,12 +15,13 @@ def get_provider_info() -> dict:
         "package-name": "airflow-provider-gpusched",
         "name": "GPU scheduling (local GPUs and Slurm)",
         "description": "Schedule GPU work for ML research from Airflow: Slurm jobs (deferrable), "
-                       "Python callables as Slurm jobs, sweeps and idle-time filling.",
+                       "Python callables as Slurm jobs, sweeps, idle-time filling and pipeline partitioning.",
         "versions": [__version__],
         "integrations": [
             {"integration-name": "Slurm", "external-doc-url": "https://slurm.schedmd.com/", "tags": ["software"]},
             {"integration-name": "Local GPUs", "external-doc-url": "https://developer.nvidia.com/management-library-nvml",
              "tags": ["software"]},
+            {"integration-name": "Pipeline partitioning", "tags": ["software"]},
         ],
         "hooks": [
             {"integration-name": "Slurm", "python-modules": [f"{PACKAGE}.hooks.slurm"]},
@@ -29,6 +30,7 @@ def get_provider_info() -> dict:
         "operators": [
             {"integration-name": "Slurm", "python-modules": [f"{PACKAGE}.operators.slurm"]},
             {"integration-name": "Local GPUs", "python-modules": [f"{PACKAGE}.operators.local_gpu"]},
+            {"integration-name": "Pipeline partitioning", "python-modules": [f"{PACKAGE}.operators.partition"]},
         ],
         "sensors": [
             {"integration-name": "Slurm", "python-modules": [f"{PACKAGE}.sensors.slurm"]},
