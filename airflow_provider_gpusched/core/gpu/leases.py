@@ -192,14 +192,14 @@ class LeaseManager:
         """'' if the request could be placed now, else the reason. A normal request that does not fit
         still marks itself waiting and asks idle leases to yield (as :meth:`try_acquire` does)."""
         with self._allocation_lock():
-            placement, reason, _, _ = self._decide(request, owner, job_class)
+            placement, reason, _ = self._decide(request, owner, job_class)
         return reason if placement is None else (self.host_check(request) or "")
 
     def try_acquire(self, request: GPURequest, owner: str, *, job_class: str = "normal",
                     priority: int = 0, preemptible: bool | None = None) -> tuple[Lease | None, str]:
         """Take a lease now, or return ``(None, reason)``. ``preemptible`` defaults to the class's policy."""
         with self._allocation_lock():
-            placement, reason, gpus, _ = self._decide(request, owner, job_class)
+            placement, reason, gpus = self._decide(request, owner, job_class)
             if placement is None:
                 return None, reason
             host_problem = self.host_check(request)
@@ -211,8 +211,9 @@ class LeaseManager:
             self._clear_waiting(owner)
             return lease, ""
 
-    def _decide(self, request: GPURequest, owner: str, job_class: str):
-        """Placement (or the reason there is none) under the job-class rules; holds the allocation lock."""
+    def _decide(self, request: GPURequest, owner: str, job_class: str) -> tuple[Placement | None, str, list[GPUInfo]]:
+        """Placement (or the reason there is none) and the GPUs seen, under the job-class rules (the caller
+        holds the allocation lock)."""
         gpus = self.inventory.gpus()
         request.check_possible(gpus)
         leases = self._live_leases()
@@ -224,7 +225,7 @@ class LeaseManager:
         if job_class == "idle":  # fill-in work: never ahead of waiting normal work, only on quiet GPUs
             waiting = [w for w in self.waiting() if w.get("owner") != owner]
             if waiting:
-                return None, f"normal work is waiting for GPUs ({waiting[0].get('owner', '?')})", gpus, leases
+                return None, f"normal work is waiting for GPUs ({waiting[0].get('owner', '?')})", gpus
             now = time.time()
             noisy = {i: gpu_is_busy(u, policy) or
                      (f"GPU {i}: quiet for {now - quiet_since.get(i, now):.0f}s of the {policy.idle_for:.0f}s "
@@ -233,12 +234,12 @@ class LeaseManager:
             placement, reason = place(request, {i: u for i, u in usage.items() if not noisy[i]})
             if placement is None:
                 busy = "; ".join(why for why in noisy.values() if why)
-                return None, (reason + (f"; not idle: {busy}" if busy else "")), gpus, leases
-            return placement, "", gpus, leases
+                return None, (reason + (f"; not idle: {busy}" if busy else "")), gpus
+            return placement, "", gpus
         placement, reason = place(request, usage)
         if placement is None and owner:
             reason += self._preempt_for(request, owner, gpus, leases, views)
-        return placement, reason, gpus, leases
+        return placement, reason, gpus
 
     def _preempt_for(self, request: GPURequest, owner: str, gpus: list[GPUInfo], leases: list[Lease],
                      views: dict[str, LeaseView]) -> str:
