@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 
 from airflow.sdk.bases.decorator import DecoratedOperator, TaskDecorator, task_decorator_factory
 
+from airflow_provider_gpusched.operators.job_class import apply_job_class
 from airflow_provider_gpusched.operators.slurm import SlurmPythonOperator
 
 
@@ -33,6 +34,8 @@ class _SlurmDecoratedOperator(DecoratedOperator, SlurmPythonOperator):
 def slurm_task(python_callable: Callable | None = None, multiple_outputs: bool | None = None,
                **kwargs: Any) -> TaskDecorator:
     """Wrap a function into a :class:`SlurmPythonOperator` (``@task.slurm``)."""
+    # mapped tasks (.expand) take pool and weight from these arguments: apply the job class here
+    apply_job_class(kwargs, kwargs.get("job_class", "normal"), kwargs.get("priority", 0), kwargs.get("gpus", 1))
     return task_decorator_factory(
         python_callable=python_callable,
         multiple_outputs=multiple_outputs,

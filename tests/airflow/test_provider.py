@@ -122,11 +122,25 @@ def test_mapped_operators_get_the_job_class_pool_and_weight():
     from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
     from airflow_provider_gpusched.operators.slurm import SlurmJobOperator
 
+    from airflow.sdk import task
+
     with DAG("t_mapped_classes", schedule=None):
         fill = LocalGPUOperator.partial(task_id="fill", job_class="idle", gpus=2).expand(command=[["true"]])
         main = SlurmJobOperator.partial(task_id="main", priority=5).expand(command=["true"])
+
+        @task.local_gpu(job_class="idle", priority=2)
+        def search(seed: int) -> int:
+            return seed
+
+        @task.slurm(job_class="idle", gpus=4)
+        def evaluate(seed: int) -> int:
+            return seed
+
+        decorated, remote = search.expand(seed=[1, 2]).operator, evaluate.expand(seed=[1]).operator
     assert (fill.pool, fill.pool_slots, fill.priority_weight, fill.weight_rule) == ("gpusched_idle", 2, 1, "absolute")
     assert (main.pool, main.priority_weight) == ("default_pool", 105)
+    assert (decorated.pool, decorated.priority_weight, decorated.weight_rule) == ("gpusched_idle", 3, "absolute")
+    assert (remote.pool, remote.pool_slots) == ("gpusched_idle", 4)
 
 
 def test_pipeline_partition_example_dag_launches_one_task_per_stage(airflow_db):
