@@ -2,9 +2,10 @@
 optimal bottleneck, then launch one task per pipeline stage, each told its host and layer range.
 
 The inputs are sched-pipeline's three files (dags/partition/): models (layers, memory, activations),
-device types (per-layer times, memory, bandwidth) and devices (hosts of each type). Here each stage runs on
-this machine's GPUs (simulated where none exist) as a stand-in; on a cluster use ``SlurmJobOperator`` with
-``sbatch_args=["--nodelist", host]`` for the same stage list.
+device types (per-layer times, memory, bandwidth) and devices (hosts of each type). Two DAGs:
+``gpusched_pipeline_partition`` runs each stage on this machine's GPUs (simulated where none exist) as a
+stand-in; ``gpusched_pipeline_partition_slurm`` submits one Slurm job per stage (``pin_hosts`` adds
+``--nodelist HOST``, for clusters whose node names are the hosts in devices.yml).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from airflow.sdk import Param, dag, task
 
 from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
 from airflow_provider_gpusched.operators.partition import PipelinePartitionOperator
+from airflow_provider_gpusched.operators.slurm import SlurmJobOperator
 
 INPUTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "partition")
 
@@ -23,38 +25,62 @@ STAGE = """
 import os
 print(f"stage {os.environ['GPUSCHED_STAGE']} of {os.environ['GPUSCHED_STAGES']} on host "
       f"{os.environ['GPUSCHED_STAGE_HOST']}: layers {os.environ['GPUSCHED_STAGE_FIRST']}..{os.environ['GPUSCHED_STAGE_LAST']}"
-      f" (CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']})")
+      f" (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '-')})")
 """
 
 
-@dag(
-    dag_id="gpusched_pipeline_partition",
-    schedule=None,
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    tags=["gpusched", "pipeline", "example"],
-    doc_md=__doc__,
-    params={"model": Param("google/vit-base-patch16-224", type="string",
-                           enum=["google/vit-base-patch16-224", "google/vit-large-patch16-224"])},
-)
-def pipeline_partition():
-    schedule = PipelinePartitionOperator(
-        task_id="partition", model="{{ params.model }}",
-        models_file=os.path.join(INPUTS, "models.yml"), device_types_file=os.path.join(INPUTS, "device_types.yml"),
-        devices_file=os.path.join(INPUTS, "devices.yml"))
-
-    @task
-    def stage_envs(result: dict) -> list[dict]:
-        n = len(result["stages"])
-        return [{"GPUSCHED_STAGE": str(i + 1), "GPUSCHED_STAGES": str(n), "GPUSCHED_STAGE_HOST": s["host"],
-                 "GPUSCHED_STAGE_FIRST": str(s["layers"][0]), "GPUSCHED_STAGE_LAST": str(s["layers"][1])}
-                for i, s in enumerate(result["stages"])]
-
-    LocalGPUOperator.partial(
-        task_id="stage", gpu_memory="2GiB", command=["python3", "-c", STAGE],
-        map_index_template="stage {{ task.env['GPUSCHED_STAGE'] }} on {{ task.env['GPUSCHED_STAGE_HOST'] }}: "
-                           "layers {{ task.env['GPUSCHED_STAGE_FIRST'] }}-{{ task.env['GPUSCHED_STAGE_LAST'] }}",
-    ).expand(env=stage_envs(schedule.output))
+def stage_label(field: str) -> str:
+    """The mapped stage task's label in the UI: "stage 3 on rcc-1: layers 13-19"."""
+    env = f"task.{field}"
+    return (f"stage {{{{ {env}['GPUSCHED_STAGE'] }}}} on {{{{ {env}['GPUSCHED_STAGE_HOST'] }}}}: "
+            f"layers {{{{ {env}['GPUSCHED_STAGE_FIRST'] }}}}-{{{{ {env}['GPUSCHED_STAGE_LAST'] }}}}")
 
 
-pipeline_partition_dag = pipeline_partition()
+def pipeline_partition(backend: str):
+    @dag(
+        dag_id="gpusched_pipeline_partition" + ("" if backend == "local" else "_slurm"),
+        schedule=None,
+        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+        catchup=False,
+        tags=["gpusched", "pipeline", "example", backend],
+        doc_md=__doc__,
+        params={"model": Param("google/vit-base-patch16-224", type="string",
+                               enum=["google/vit-base-patch16-224", "google/vit-large-patch16-224"]),
+                "pin_hosts": Param(False, type="boolean",
+                                   description="Slurm: run each stage on its host (--nodelist); the seed's hosts "
+                                               "must then be Slurm nodes")},
+    )
+    def pipeline():
+        schedule = PipelinePartitionOperator(
+            task_id="partition", model="{{ params.model }}",
+            models_file=os.path.join(INPUTS, "models.yml"),
+            device_types_file=os.path.join(INPUTS, "device_types.yml"),
+            devices_file=os.path.join(INPUTS, "devices.yml"))
+
+        @task
+        def stage_arguments(result: dict, params=None) -> list[dict]:
+            n = len(result["stages"])
+            stages = []
+            for i, s in enumerate(result["stages"]):
+                env = {"GPUSCHED_STAGE": str(i + 1), "GPUSCHED_STAGES": str(n), "GPUSCHED_STAGE_HOST": s["host"],
+                       "GPUSCHED_STAGE_FIRST": str(s["layers"][0]), "GPUSCHED_STAGE_LAST": str(s["layers"][1])}
+                if backend == "local":
+                    stages.append({"env": env})
+                else:
+                    pin = ["--nodelist", s["host"]] if params and params.get("pin_hosts") else []
+                    stages.append({"environment": env, "sbatch_args": pin})
+            return stages
+
+        if backend == "local":
+            stage = LocalGPUOperator.partial(task_id="stage", gpu_memory="2GiB", command=["python3", "-c", STAGE],
+                                             map_index_template=stage_label("env"))
+        else:
+            stage = SlurmJobOperator.partial(task_id="stage", command=["python3", "-c", STAGE], gpus=1,
+                                             job_name="pipeline-stage", map_index_template=stage_label("environment"))
+        stage.expand_kwargs(stage_arguments(schedule.output))
+
+    return pipeline()
+
+
+pipeline_partition_dag = pipeline_partition("local")
+pipeline_partition_slurm_dag = pipeline_partition("slurm")

@@ -117,12 +117,10 @@ def test_job_class_sets_pool_weight_and_slurm_settings_on_operators(airflow_db):
 
 
 def test_mapped_operators_get_the_job_class_pool_and_weight():
-    from airflow.sdk import DAG
+    from airflow.sdk import DAG, task
 
     from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
     from airflow_provider_gpusched.operators.slurm import SlurmJobOperator
-
-    from airflow.sdk import task
 
     with DAG("t_mapped_classes", schedule=None):
         fill = LocalGPUOperator.partial(task_id="fill", job_class="idle", gpus=2).expand(command=[["true"]])
@@ -144,9 +142,9 @@ def test_mapped_operators_get_the_job_class_pool_and_weight():
 
 
 def test_pipeline_partition_example_dag_launches_one_task_per_stage(airflow_db):
-    from .conftest import REPO, run_and_collect, the_dag
+    from .conftest import REPO, load_dag_file, run_and_collect
 
-    state, xcoms, states = run_and_collect(the_dag(REPO / "dags" / "pipeline_partition.py"))
+    state, xcoms, states = run_and_collect(load_dag_file(REPO / "dags" / "pipeline_partition.py").pipeline_partition_dag)
     assert state == "success", states
     result = xcoms["partition"]["return_value"]
     assert result["feasible"] and abs(result["bottleneck_s"] - 1.5399) < 5e-5

@@ -180,3 +180,18 @@ def test_bad_operator_arguments_fail_at_parse_time_naming_task_and_argument():
         SlurmJobOperator(task_id="train", command=["python", "t.py"], mem="lots")
     with pytest.raises(AirflowException, match=r"^train: sbatch_args"):
         SlurmJobOperator(task_id="train", command=["python", "t.py"], sbatch_args=["exclusive"])
+
+
+def test_pipeline_partition_example_on_slurm_one_job_per_stage(run_dag, slurm):
+    from .conftest import load_dag_file
+
+    dag = load_dag_file(REPO / "dags" / "pipeline_partition.py").pipeline_partition_slurm_dag
+    state, xcoms, states = run_dag(dag)
+    assert state == "success", states
+    stages = xcoms["partition"]["return_value"]["stages"]
+    for i, stage in enumerate(stages):
+        result = xcoms[("stage", i)]["return_value"]
+        output = open(result["output_path"]).read()
+        first, last = stage["layers"]
+        assert f"stage {i + 1} of {len(stages)} on host {stage['host']}: layers {first}..{last}" in output
+    assert len({xcoms[("stage", i)]["return_value"]["job_id"] for i in range(len(stages))}) == len(stages) == 8
