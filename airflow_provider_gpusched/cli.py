@@ -47,8 +47,7 @@ def _gpus(args) -> int:
     state_dir = args.state_dir or os.environ.get("AIRFLOW__GPUSCHED__GPU_STATE_DIR") or None
     manager = LeaseManager(get_inventory(simulate), state_dir)
     gpus, leases = manager.snapshot()
-    yielding = {lease.lease_id: _read_json_file(os.path.join(manager.state_dir, lease.lease_id + ".preempt"))
-                for lease in leases}
+    yielding = {lease.lease_id: manager.yield_request(lease.lease_id) for lease in leases}
     yielding = {k: v for k, v in yielding.items() if v}
     waiting = manager.waiting()
     totals = accounting_totals(accounting_records(manager.state_dir))
@@ -98,14 +97,6 @@ def _gpus(args) -> int:
             print(f"  {job_class:<7} {t['gpu_seconds']:>10.1f} GPU-s used in {t['attempts']} attempt(s), "
                   f"{t['lost_gpu_seconds']:.1f} GPU-s lost to {t['preemptions']} preemption(s)")
     return 0
-
-
-def _read_json_file(path: str) -> dict | None:
-    try:
-        with open(path) as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return None
 
 
 def _sweep_preview(args) -> int:

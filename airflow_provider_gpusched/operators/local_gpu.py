@@ -214,8 +214,7 @@ class LocalGPUOperator(BaseOperator):
             manager.release(lease)
         a = outcome.attempt
         attempts = [*attempts, dataclasses.asdict(a)]
-        line = history.record(gpus=len(a.gpus), seconds=a.seconds, preempted=a.preempted,
-                              lost_seconds=a.lost_gpu_seconds / max(1, len(a.gpus)))
+        line = history.record(a)
         if a.preempted and not self._stop.is_set():
             backoff = policy.backoff_for(history.preemptions)
             self.log.warning("%s; relaunching after %.0fs (no Airflow retry used)%s", line, backoff,

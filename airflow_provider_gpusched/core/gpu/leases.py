@@ -291,14 +291,20 @@ class LeaseManager:
             marks.append(mark)
         return marks
 
+    def yield_request(self, lease_id: str) -> dict | None:
+        """``{"by": owner, "at": time}`` if a normal request asked this lease to yield, else None."""
+        try:
+            with open(os.path.join(self.state_dir, lease_id + ".preempt")) as fh:
+                return json.load(fh)
+        except (OSError, ValueError):
+            return None
+
     def yield_reason(self, lease: Lease) -> str:
         """'' while ``lease`` may keep running; else why its holder must stop now: a normal request asked
         for its GPUs, or (preemptible leases) foreign work appeared on them."""
-        try:
-            with open(os.path.join(self.state_dir, lease.lease_id + ".preempt")) as fh:
-                return f"preempted for {json.load(fh).get('by', 'normal work')}"
-        except (OSError, ValueError):
-            pass
+        asked = self.yield_request(lease.lease_id)
+        if asked is not None:
+            return f"preempted for {asked.get('by', 'normal work')}"
         if not lease.preemptible:
             return ""
         policy = self.classes[lease.job_class].local

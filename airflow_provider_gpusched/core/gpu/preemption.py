@@ -18,11 +18,12 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
 from airflow_provider_gpusched.core.gpu.placement import GPURequest, GPUUsage, LeaseView, gpu_usage, place
 from airflow_provider_gpusched.core.job_classes import LocalClassPolicy
+from airflow_provider_gpusched.core.units import format_bytes
 
 ACCOUNTING_FILE = "accounting.jsonl"
 ACTIVITY_FILE = "activity.json"
@@ -57,8 +58,6 @@ def choose_victims(request: GPURequest, gpus: Sequence[GPUInfo], views: dict[str
 
 def gpu_is_busy(usage: GPUUsage, policy: LocalClassPolicy) -> str:
     """'' if nothing we do not know about is using the GPU, else what is."""
-    from airflow_provider_gpusched.core.units import format_bytes
-
     if usage.foreign_used > policy.max_foreign_memory:
         return (f"GPU {usage.gpu.index}: {usage.foreign_processes or 'unknown'} foreign process(es) use "
                 f"{format_bytes(usage.foreign_used)}")
@@ -123,17 +122,17 @@ class PreemptionHistory:
         """Whether the next lease may be preempted (not after ``max_preemptions``)."""
         return policy.preemptible and self.preemptions < policy.max_preemptions
 
-    def record(self, *, gpus: int, seconds: float, preempted: str | None, lost_seconds: float = 0.0,
-               when: float | None = None) -> str:
-        """Add one attempt; return the log line for a preemption ('' otherwise)."""
-        self.gpu_seconds += gpus * seconds
-        if not preempted:
+    def record(self, attempt: Any) -> str:
+        """Add one :class:`~airflow_provider_gpusched.core.gpu.runner.Attempt` (its ``seconds``,
+        ``gpu_seconds``, ``lost_gpu_seconds``, ``preempted``); return the log line for a preemption ('' otherwise)."""
+        self.gpu_seconds += attempt.gpu_seconds
+        if not attempt.preempted:
             return ""
         self.preemptions += 1
-        self.lost_gpu_seconds += gpus * lost_seconds
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(when or time.time()))
-        line = (f"preempted at {stamp} after {seconds:.1f}s ({preempted}); {gpus * lost_seconds:.1f} GPU-s since "
-                f"the last checkpoint lost; preemption {self.preemptions}")
+        self.lost_gpu_seconds += attempt.lost_gpu_seconds
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime())
+        line = (f"preempted at {stamp} after {attempt.seconds:.1f}s ({attempt.preempted}); "
+                f"{attempt.lost_gpu_seconds:.1f} GPU-s since the last checkpoint lost; preemption {self.preemptions}")
         self.events.append(line)
         return line
 

@@ -288,8 +288,7 @@ class GPUWorkRunner:
                 self.manager.release(lease)
             a = outcome.attempt
             attempts.append(a)
-            line = history.record(gpus=len(a.gpus), seconds=a.seconds, preempted=a.preempted,
-                                  lost_seconds=a.lost_gpu_seconds / max(1, len(a.gpus)))
+            line = history.record(a)
             if a.preempted and not self.stop_event.is_set():
                 wait = policy.backoff_for(history.preemptions)
                 self.on_event(f"{line}; relaunching after {wait:.1f}s"
