@@ -52,6 +52,21 @@ def test_every_scaling_case_is_optimal_and_valid(shared):
         assert_optimal(problem, partition(problem), True, ref["bottleneck_s"], ref["case"])
 
 
+def test_pareto_search_agrees_where_the_dense_grid_would_be_used(shared, monkeypatch):
+    """Large host-count spaces use Pareto frontiers instead of the dense grid; force them on these cases."""
+    from airflow_provider_gpusched.core.partition import solver
+
+    monkeypatch.setattr(solver._Model, "dense_cells", 0)
+    for folder in sorted((shared / "cases").glob("c*"))[::5]:
+        expected = json.loads((folder / "expected.json").read_text())
+        problem = load(folder, expected["args"])
+        assert_optimal(problem, partition(problem), expected["feasible"], expected.get("bottleneck_s"), folder.name)
+    for ref in json.loads((shared / "scaling" / "reference.json").read_text()):
+        if ref["case"] in ("L48_T3_D16", "L96_T4_D16"):
+            problem = load(shared / "scaling" / ref["case"], ref["args"])
+            assert_optimal(problem, partition(problem), True, ref["bottleneck_s"], ref["case"])
+
+
 def test_seed_example_beats_the_defective_reference(shared):
     args = {"model": "google/vit-base-patch16-224", "batch_size": 8, "buffers_in": 2, "buffers_out": 2}
     problem = load(EXAMPLES, args)

@@ -174,9 +174,11 @@ class _Model:
     dense_cells = 200_000
 
     def exact(self, x: float) -> list[tuple[int, int, int]] | None:
+        """A schedule within x respecting host counts, [(type index, first, last)], or None. Only types
+        with fewer hosts than layers can run out, so only they are counted."""
         limited = [k for k in range(self.T) if self.counts[k] < self.L]
         cells = int(np.prod([int(self.counts[k]) + 1 for k in limited])) if limited else 1
-        return self.exact_dense(x, limited) if cells <= self.dense_cells else self.exact_pareto(x)
+        return self.exact_dense(x, limited) if cells <= self.dense_cells else self.exact_pareto(x, limited)
 
     def exact_dense(self, x: float, limited: list[int]) -> list[tuple[int, int, int]] | None:
         """Reachability over (layers done, type of the last stage, hosts used per limited type)."""
@@ -240,12 +242,11 @@ class _Model:
                 raise AssertionError("no predecessor found")
         return stages[::-1]
 
-    def exact_pareto(self, x: float) -> list[tuple[int, int, int]] | None:
-        """A schedule within x respecting host counts: [(type index, first, last)], or None."""
+    def exact_pareto(self, x: float, limited: list[int]) -> list[tuple[int, int, int]] | None:
+        """Pareto frontiers of hosts used per limited type, over (layers done, type of the last stage)."""
         L, T = self.L, self.T
         allowed = self.allowed(x)
         link_ok = self.comm <= x
-        limited = [k for k in range(T) if self.counts[k] < L]  # others cannot run out
         dim = {k: d for d, k in enumerate(limited)}
         caps = self.counts[limited]
         spare_unlimited = len(limited) < T
@@ -264,7 +265,6 @@ class _Model:
                 pending[i] = {}
                 if not frontier[i]:
                     continue
-            if i > 0:
                 # source types whose links at this boundary allow the same next types act alike: merge them
                 groups: dict[bytes, list[int]] = {}
                 for k in frontier[i]:
@@ -275,7 +275,7 @@ class _Model:
                                                                   np.full(len(frontier[i][k][0]), k),
                                                                   np.arange(len(frontier[i][k][0]))]))
                              for k in ks]
-                    vectors, parents = parts[0] if len(parts) == 1 else _pareto(parts, caps, 0, True)
+                    vectors, parents = parts[0] if len(parts) == 1 else _pareto(parts, caps)
                     merged.append((link_ok[i - 1, ks[0]], vectors, parents))
             for k2 in range(T):
                 ends = allowed[k2][i]
@@ -287,7 +287,7 @@ class _Model:
                     pieces = [(v, p) for row, v, p in merged if row[k2]]
                     if not pieces:
                         continue
-                    vectors, parents = pieces[0] if len(pieces) == 1 else _pareto(pieces, caps, 0, True)
+                    vectors, parents = pieces[0] if len(pieces) == 1 else _pareto(pieces, caps)
                 if k2 in dim:
                     keep = vectors[:, dim[k2]] < caps[dim[k2]]
                     vectors, parents = vectors[keep], parents[keep]
@@ -317,9 +317,10 @@ class _Model:
         return stages[::-1]
 
 
-def _pareto(parts: list[tuple[np.ndarray, np.ndarray]], caps: np.ndarray, need: float,
-            spare_unlimited: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The Pareto-minimal vectors of ``parts`` (with their parents), minus those that cannot finish."""
+def _pareto(parts: list[tuple[np.ndarray, np.ndarray]], caps: np.ndarray, need: float = 0.0,
+            spare_unlimited: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """The Pareto-minimal vectors of ``parts`` (with their parents); with ``need`` (stages still needed)
+    and no unlimited type to spare, also without those whose remaining hosts cannot finish."""
     vectors = np.concatenate([v for v, _ in parts]) if len(parts) > 1 else parts[0][0]
     parents = np.concatenate([p for _, p in parts]) if len(parts) > 1 else parts[0][1]
     if vectors.shape[1] == 0:
