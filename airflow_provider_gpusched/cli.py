@@ -60,7 +60,8 @@ def _gpus(args) -> int:
                                     "foreign_processes": usage[g.index].foreign_processes} for g in gpus],
                           "leases": [{**lease.to_dict(), "yield_requested": yielding.get(lease.lease_id)}
                                      for lease in leases],
-                          "waiting": waiting, "gpu_time": totals}, indent=2))
+                          "waiting": waiting, "gpu_time": totals,
+                          "unreadable": [{"file": f, "problem": why} for f, why in manager.unreadable]}, indent=2))
         return 0
     simulated = manager.inventory.source == "simulated"
     source = "SIMULATED: no GPU found through NVML" if simulated else f"NVML, driver {manager.inventory.driver_version()}"
@@ -90,6 +91,8 @@ def _gpus(args) -> int:
                   f"{lease.priority:>4} {lease.pid:>7} {now - lease.created:>6.0f}s  {lease.owner}{state}")
     for mark in waiting:
         print(f"waiting (normal class, idle work held back): {mark.get('owner', '?')}")
+    for path, why in manager.unreadable:
+        print(f"UNREADABLE lease file of a live holder (its GPUs count as taken): {why}")
     if totals:
         print()
         print("GPU time on this host (from the ledger):")

@@ -117,9 +117,16 @@ def get_provider_info() -> dict:
                     },
                     "gpu_state_dir": {
                         "description": "Directory of the host's GPU lease files, shared by every Airflow "
-                                       "process on the host. Empty: <tmp>/gpusched-leases.",
+                                       "process of this user on the host; created 0700 and refused when another "
+                                       "user owns it or it is writable by others. Empty: <tmp>/gpusched-<uid>.",
                         "version_added": "0.1.0", "type": "string", "example": "/var/lib/gpusched",
                         "default": "",
+                    },
+                    "gpu_state_dir_shared": {
+                        "description": "The lease directory is a group directory that several Unix users "
+                                       "share on purpose (install -d -m 2770 -g GROUP DIR): accept it "
+                                       "group-writable and owned by another member or root. Never world-writable.",
+                        "version_added": "0.1.0", "type": "boolean", "example": "True", "default": "False",
                     },
                     "gpu_poll_interval": {
                         "description": "Seconds between checks while a task waits (deferred) for GPUs.",

@@ -34,5 +34,6 @@ class LocalGPUHook(BaseHook):
             inventory = get_inventory(self.simulate or None)
             if inventory.source == "simulated":
                 self.log.info("Using SIMULATED GPUs (%s): no GPU found through NVML", self.simulate)
-            self._manager = LeaseManager(inventory, self.state_dir, classes=settings.job_class_mapping())
+            self._manager = LeaseManager(inventory, self.state_dir, classes=settings.job_class_mapping(),
+                                         shared=settings.gpu_state_dir_shared())
         return self._manager

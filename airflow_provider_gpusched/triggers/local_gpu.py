@@ -42,7 +42,7 @@ class GPUAvailableTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         manager = LeaseManager(get_inventory(self.simulate or None), self.state_dir,
-                               classes=settings.job_class_mapping())
+                               classes=settings.job_class_mapping(), shared=settings.gpu_state_dir_shared())
         request = GPURequest(**self.request)
         if self.not_before is not None and self.not_before > time.time():
             self.log.info("Relaunching after a preemption: backing off %.0fs", self.not_before - time.time())

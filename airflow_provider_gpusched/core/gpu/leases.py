@@ -23,15 +23,15 @@ import contextlib
 import errno
 import fcntl
 import hashlib
-import json
 import os
 import re
 import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
+from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo, GPUInventory
 from airflow_provider_gpusched.core.gpu.placement import GPURequest, LeaseView, Placement, gpu_usage, place
 from airflow_provider_gpusched.core.gpu.preemption import (
@@ -41,12 +41,26 @@ from airflow_provider_gpusched.core.gpu.preemption import (
     gpu_is_busy,
 )
 from airflow_provider_gpusched.core.job_classes import JobClassMapping
+from airflow_provider_gpusched.core.safe_files import (
+    BadRecordError,
+    ensure_private_dir,
+    open_regular,
+    read_json_record,
+    write_json_atomic,
+)
 
 STATE_DIR_ENV = "GPUSCHED_STATE_DIR"
+SHARED_ENV = "GPUSCHED_STATE_DIR_SHARED"
 
 
 def default_state_dir() -> str:
-    return os.environ.get(STATE_DIR_ENV) or os.path.join(tempfile.gettempdir(), "gpusched-leases")
+    """``$GPUSCHED_STATE_DIR``, else a directory of this user's own (``<tmp>/gpusched-<uid>``): a fixed name
+    in a world-writable place could be created first by another user."""
+    return os.environ.get(STATE_DIR_ENV) or os.path.join(tempfile.gettempdir(), f"gpusched-{os.geteuid()}")
+
+
+def shared_from_env() -> bool:
+    return os.environ.get(SHARED_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 @dataclass
@@ -65,6 +79,7 @@ class Lease:
     preemptible: bool = False
     min_runtime: float = 0.0
     child_pids: list[int] = field(default_factory=list)
+    unreadable: str = ""  # why the lease file could not be read (its GPUs then count as taken)
     fd: int | None = field(default=None, repr=False, compare=False)
     path: str | None = field(default=None, repr=False, compare=False)
 
@@ -80,15 +95,61 @@ class Lease:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict) -> Lease:
-        data = dict(data)
-        data["memory"] = {int(k): int(v) for k, v in data["memory"].items()}
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+    def from_dict(cls, data: Any, source: str = "lease") -> Lease:
+        """A lease read back from disk, every field checked: :class:`BadRecordError` names the file and key."""
+        if not isinstance(data, dict):
+            raise BadRecordError(f"{source}: expected a JSON object, got {type(data).__name__}")
+
+        def bad(key: str, expected: str) -> BadRecordError:
+            return BadRecordError(f"{source}: key {key!r}: expected {expected}, got {data.get(key)!r:.80}")
+
+        for key, check, expected in _LEASE_FIELDS:
+            if key in data and not check(data[key]):
+                raise bad(key, expected)
+            if key not in data and key in _REQUIRED:
+                raise BadRecordError(f"{source}: key {key!r} is missing")
+        memory = data["memory"]
+        if not all(isinstance(k, str) and k.isdigit() and _is_int(v) and v >= 0 for k, v in memory.items()):
+            raise bad("memory", "an object of GPU index -> reserved bytes")
+        values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k not in ("fd", "path")}
+        values["memory"] = {int(k): int(v) for k, v in memory.items()}
+        return cls(**values)
 
     def view(self, with_pids: bool = True) -> LeaseView:
         """What placement needs; ``with_pids`` walks the process tree (only needed when GPUs list processes)."""
         pids = _family({self.pid, *self.child_pids}) if with_pids else set()
         return LeaseView(memory=self.memory, whole=self.whole, pids=pids)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def _int_list(value: Any) -> bool:
+    return isinstance(value, list) and all(_is_int(v) and v >= 0 for v in value)
+
+
+_LEASE_FIELDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("lease_id", lambda v: isinstance(v, str) and bool(re.fullmatch(r"[0-9a-f]{16}", v)), "16 hex digits"),
+    ("gpus", _int_list, "a list of GPU indices"),
+    ("uuids", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of GPU UUIDs"),
+    ("memory", lambda v: isinstance(v, dict), "an object of GPU index -> reserved bytes"),
+    ("whole", lambda v: isinstance(v, bool), "true or false"),
+    ("owner", lambda v: isinstance(v, str), "a string"),
+    ("pid", lambda v: _is_int(v) and v > 0, "a process id"),
+    ("job_class", lambda v: isinstance(v, str), "a job class name"),
+    ("priority", _is_int, "a whole number"),
+    ("created", _is_number, "a time stamp"),
+    ("simulated", lambda v: isinstance(v, bool), "true or false"),
+    ("preemptible", lambda v: isinstance(v, bool), "true or false"),
+    ("min_runtime", _is_number, "seconds"),
+    ("child_pids", _int_list, "a list of process ids"),
+)
+_REQUIRED = frozenset({"lease_id", "gpus", "uuids", "memory", "whole", "owner", "pid"})
 
 
 def _family(pids: set[int]) -> set[int]:
@@ -114,20 +175,24 @@ class LeaseManager:
 
     def __init__(self, inventory: GPUInventory, state_dir: str | None = None,
                  host_check: Callable[[GPURequest], str] | None = None,
-                 classes: JobClassMapping | None = None) -> None:
+                 classes: JobClassMapping | None = None, shared: bool | None = None) -> None:
+        """``shared``: the state directory is a group directory set up on purpose for several users
+        (default ``$GPUSCHED_STATE_DIR_SHARED``); otherwise it must be this user's own."""
         self.inventory = inventory
-        self.state_dir = state_dir or default_state_dir()
+        self.shared = shared_from_env() if shared is None else shared
+        self.state_dir = ensure_private_dir(state_dir or default_state_dir(), shared=self.shared,
+                                            what="GPU lease directory")
+        self.file_mode = 0o660 if self.shared else 0o600
         self.host_check = host_check or check_host_limits
         self.classes = classes or JobClassMapping()
-        self.activity = GPUActivity(self.state_dir)
-        os.makedirs(self.state_dir, exist_ok=True)
-        with contextlib.suppress(PermissionError):
-            os.chmod(self.state_dir, 0o1777)  # several users' Airflow instances share one box's GPUs
+        self.activity = GPUActivity(self.state_dir, file_mode=self.file_mode)
+        #: lease files of live holders that could not be read (their GPUs count as taken): ``[(file, why)]``
+        self.unreadable: list[tuple[str, str]] = []
 
     # -- locking -----------------------------------------------------------------------------------
     @contextlib.contextmanager
     def _allocation_lock(self) -> Iterator[None]:
-        fd = os.open(os.path.join(self.state_dir, "alloc.lock"), os.O_CREAT | os.O_RDWR, 0o666)
+        fd = open_regular(os.path.join(self.state_dir, "alloc.lock"), os.O_CREAT | os.O_RDWR, self.file_mode)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -136,8 +201,10 @@ class LeaseManager:
 
     def _is_held(self, lock_path: str) -> bool:
         try:
-            fd = os.open(lock_path, os.O_RDWR)
+            fd = open_regular(lock_path, os.O_RDWR)
         except FileNotFoundError:
+            return False
+        except (OSError, GpuschedError):  # a link or something else planted there: not a holder's lock
             return False
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -149,9 +216,12 @@ class LeaseManager:
             os.close(fd)
         return False
 
-    def _live_leases(self) -> list[Lease]:
-        """Leases whose holder is alive; the others are removed (must hold the allocation lock)."""
+    def _live_leases(self, gpus: list[GPUInfo] | None = None) -> list[Lease]:
+        """Leases whose holder is alive; the others are removed (must hold the allocation lock). A live
+        holder's lease file that cannot be read never counts as free capacity: it is returned as an
+        ``unreadable`` lease holding the GPUs it names (all GPUs when it names none) whole."""
         leases = []
+        unreadable = []
         for name in sorted(os.listdir(self.state_dir)):
             if not _LEASE_FILE.match(name):  # not waiting-*.json, activity.json, ...
                 continue
@@ -159,16 +229,25 @@ class LeaseManager:
             lock_path = path[:-5] + ".lock"
             if not self._is_held(lock_path):
                 for p in (path, lock_path, path[:-5] + ".preempt"):
-                    with contextlib.suppress(FileNotFoundError):
+                    with contextlib.suppress(FileNotFoundError, IsADirectoryError):
                         os.remove(p)
                 continue
+            data: Any = None
             try:
-                with open(path) as fh:
-                    lease = Lease.from_dict(json.load(fh))
-            except (OSError, ValueError, TypeError, KeyError):
+                data = read_json_record(path)
+                lease = Lease.from_dict(data, source=path)
+                if lease.lease_id != name[:-5]:
+                    raise BadRecordError(f"{path}: key 'lease_id': {lease.lease_id!r} does not match the file name")
+            except FileNotFoundError:
                 continue
+            except BadRecordError as exc:
+                if gpus is None:
+                    gpus = self.inventory.gpus()
+                lease = _unreadable_lease(name[:-5], data, gpus, str(exc))
+                unreadable.append((path, str(exc)))
             lease.path = path
             leases.append(lease)
+        self.unreadable = unreadable
         return leases
 
     @staticmethod
@@ -183,7 +262,8 @@ class LeaseManager:
 
     def snapshot(self) -> tuple[list[GPUInfo], list[Lease]]:
         with self._allocation_lock():
-            return self.inventory.gpus(), self._live_leases()
+            gpus = self.inventory.gpus()
+            return gpus, self._live_leases(gpus)
 
     def check_possible(self, request: GPURequest) -> None:
         request.check_possible(self.inventory.gpus())
@@ -216,7 +296,7 @@ class LeaseManager:
         holds the allocation lock)."""
         gpus = self.inventory.gpus()
         request.check_possible(gpus)
-        leases = self._live_leases()
+        leases = self._live_leases(gpus)
         views = dict(zip((lease.lease_id for lease in leases), self._views(gpus, leases)))
         usage = gpu_usage(gpus, views.values())
         idle_policy = self.classes["idle"].local
@@ -237,6 +317,9 @@ class LeaseManager:
                 return None, (reason + (f"; not idle: {busy}" if busy else "")), gpus
             return placement, "", gpus
         placement, reason = place(request, usage)
+        if placement is None and self.unreadable:
+            reason += "; unreadable lease file(s) of live holders count as taken: " + \
+                "; ".join(why for _, why in self.unreadable)
         if placement is None and owner:
             reason += self._preempt_for(request, owner, gpus, leases, views)
         return placement, reason, gpus
@@ -246,7 +329,7 @@ class LeaseManager:
         """Mark ``owner`` waiting and ask the fewest eligible idle leases to yield; the reason's tail."""
         self._mark_waiting(owner)
         now = time.time()
-        preemptible = [lease for lease in leases if lease.preemptible]
+        preemptible = [lease for lease in leases if lease.preemptible and not lease.unreadable]
         if not preemptible:
             return ""
         eligible = [(lease.lease_id, lease.priority, lease.created) for lease in preemptible
@@ -255,8 +338,8 @@ class LeaseManager:
         if victims:
             for lease_id in victims:
                 path = os.path.join(self.state_dir, lease_id + ".preempt")
-                if not os.path.exists(path):
-                    _write_json(path, {"by": owner, "at": now})
+                if not os.path.lexists(path):
+                    write_json_atomic(path, {"by": owner, "at": now}, self.file_mode)
             return f"; preempting idle lease(s) {', '.join(victims)}"
         young = [f"{lease.lease_id} in {lease.min_runtime - (now - lease.created):.0f}s" for lease in preemptible
                  if now - lease.created < lease.min_runtime]
@@ -266,7 +349,8 @@ class LeaseManager:
         return os.path.join(self.state_dir, f"waiting-{hashlib.sha1(owner.encode()).hexdigest()[:16]}.json")
 
     def _mark_waiting(self, owner: str) -> None:
-        _write_json(self._waiting_path(owner), {"owner": owner, "until": time.time() + self.waiting_ttl})
+        write_json_atomic(self._waiting_path(owner), {"owner": owner, "until": time.time() + self.waiting_ttl},
+                          self.file_mode)
 
     def _clear_waiting(self, owner: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -280,11 +364,15 @@ class LeaseManager:
                 continue
             path = os.path.join(self.state_dir, name)
             try:
-                with open(path) as fh:
-                    mark = json.load(fh)
-            except (OSError, ValueError):
+                mark = read_json_record(path)
+            except (OSError, BadRecordError):
+                mark = None
+            if not (isinstance(mark, dict) and isinstance(mark.get("owner"), str)
+                    and _is_number(mark.get("until"))):
+                with contextlib.suppress(OSError):  # a mark we cannot read holds nothing back
+                    os.remove(path)
                 continue
-            if float(mark.get("until", 0)) < time.time():
+            if float(mark["until"]) < time.time():
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(path)
                 continue
@@ -294,10 +382,12 @@ class LeaseManager:
     def yield_request(self, lease_id: str) -> dict | None:
         """``{"by": owner, "at": time}`` if a normal request asked this lease to yield, else None."""
         try:
-            with open(os.path.join(self.state_dir, lease_id + ".preempt")) as fh:
-                return json.load(fh)
-        except (OSError, ValueError):
+            asked = read_json_record(os.path.join(self.state_dir, lease_id + ".preempt"))
+        except (OSError, BadRecordError):
             return None
+        if not isinstance(asked, dict):
+            return {"by": "an unreadable yield request"}
+        return {"by": str(asked.get("by", "normal work")), "at": asked.get("at")}
 
     def yield_reason(self, lease: Lease) -> str:
         """'' while ``lease`` may keep running; else why its holder must stop now: a normal request asked
@@ -310,7 +400,7 @@ class LeaseManager:
         policy = self.classes[lease.job_class].local
         with self._allocation_lock():
             gpus = self.inventory.gpus()
-            leases = self._live_leases()
+            leases = self._live_leases(gpus)
             usage = gpu_usage(gpus, self._views(gpus, leases))
         for index in lease.gpus:
             busy = gpu_is_busy(usage[index], policy) if index in usage else ""
@@ -320,7 +410,7 @@ class LeaseManager:
 
     def account(self, record: dict) -> None:
         """Add one attempt to the host's GPU-time ledger."""
-        append_accounting(self.state_dir, {"time": time.time(), **record})
+        append_accounting(self.state_dir, {"time": time.time(), **record}, self.file_mode)
 
     def acquire(self, request: GPURequest, owner: str, *, timeout: float | None = None, poll_interval: float = 1.0,
                 job_class: str = "normal", priority: int = 0, preemptible: bool | None = None,
@@ -351,7 +441,8 @@ class LeaseManager:
             min_runtime=min_runtime,
         )
         base = os.path.join(self.state_dir, lease.lease_id)
-        fd = os.open(base + ".lock", os.O_CREAT | os.O_RDWR, 0o666)
+        fd = os.open(base + ".lock", os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, self.file_mode)
+        os.fchmod(fd, self.file_mode)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         lease.fd, lease.path = fd, base + ".json"
         self._save(lease)
@@ -359,10 +450,9 @@ class LeaseManager:
 
     def _save(self, lease: Lease) -> None:
         assert lease.path
-        tmp = lease.path + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(lease.to_dict(), fh)
-        os.replace(tmp, lease.path)
+        data = lease.to_dict()
+        data.pop("unreadable", None)
+        write_json_atomic(lease.path, data, self.file_mode)
 
     def record_child(self, lease: Lease, pid: int) -> None:
         """Remember the GPU child's pid: its processes on the GPU are ours, not foreign."""
@@ -389,11 +479,15 @@ def reason_kind(reason: str) -> str:
     return re.sub(r"\d+(\.\d+)?", "#", reason)
 
 
-def _write_json(path: str, data: dict) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as fh:
-        json.dump(data, fh)
-    os.replace(tmp, path)
+def _unreadable_lease(lease_id: str, data: Any, gpus: list[GPUInfo], why: str) -> Lease:
+    """A stand-in for a live holder's lease file that cannot be read: it holds whole the GPUs the file names,
+    or every GPU when it names none we know, so nothing is handed out twice."""
+    known = {g.index: g for g in gpus}
+    named = data.get("gpus") if isinstance(data, dict) else None
+    held = sorted(set(named) & set(known)) if _int_list(named) and set(named) & set(known) else sorted(known)
+    return Lease(lease_id=lease_id, gpus=held, uuids=[known[i].uuid for i in held],
+                 memory={i: known[i].memory_total for i in held}, whole=True,
+                 owner=f"? (unreadable lease file: {why})", pid=0, unreadable=why)
 
 
 def check_host_limits(request: GPURequest) -> str:

@@ -23,6 +23,14 @@ from typing import Any, Callable, Iterable, Sequence
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
 from airflow_provider_gpusched.core.gpu.placement import GPURequest, GPUUsage, LeaseView, gpu_usage, place
 from airflow_provider_gpusched.core.job_classes import LocalClassPolicy
+from airflow_provider_gpusched.core.safe_files import (
+    BadRecordError,
+    UnsafePathError,
+    append_line,
+    open_regular,
+    read_json_record,
+    write_json_atomic,
+)
 from airflow_provider_gpusched.core.units import format_bytes
 
 ACCOUNTING_FILE = "accounting.jsonl"
@@ -70,17 +78,17 @@ def gpu_is_busy(usage: GPUUsage, policy: LocalClassPolicy) -> str:
 class GPUActivity:
     """When each GPU was last busy with foreign work (a JSON file, updated under the allocation lock)."""
 
-    def __init__(self, state_dir: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, state_dir: str, clock: Callable[[], float] = time.time, file_mode: int = 0o600) -> None:
         self.path = os.path.join(state_dir, ACTIVITY_FILE)
         self.clock = clock
+        self.file_mode = file_mode
 
     def update(self, usage: dict[int, GPUUsage], policy: LocalClassPolicy) -> dict[int, float]:
         """Record what is busy now; return, per GPU, since when it has been quiet."""
         now = self.clock()
-        try:
-            with open(self.path) as fh:
-                data = {int(k): float(v) for k, v in json.load(fh).items()}
-        except (OSError, ValueError, TypeError, AttributeError):
+        try:  # an unreadable file only means "busy until now": idle work waits, nothing is handed out twice
+            data = {int(k): float(v) for k, v in read_json_record(self.path).items()}
+        except (OSError, BadRecordError, ValueError, TypeError, AttributeError):
             data = {}
         changed = False
         for index, u in usage.items():
@@ -88,10 +96,7 @@ class GPUActivity:
                 data[index] = now
                 changed = True
         if changed:
-            tmp = self.path + f".{os.getpid()}.tmp"
-            with open(tmp, "w") as fh:
-                json.dump({str(k): v for k, v in data.items()}, fh)
-            os.replace(tmp, self.path)
+            write_json_atomic(self.path, {str(k): v for k, v in data.items()}, self.file_mode)
         return data
 
 
@@ -150,23 +155,32 @@ class PreemptionHistory:
         return cls(**data) if data else cls()
 
 
-def append_accounting(state_dir: str, record: dict) -> None:
-    """One line per attempt; O_APPEND writes of one short line do not interleave."""
-    line = (json.dumps(record, sort_keys=True) + "\n").encode()
-    fd = os.open(os.path.join(state_dir, ACCOUNTING_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
+def append_accounting(state_dir: str, record: dict, file_mode: int = 0o600) -> None:
+    """One line per attempt; O_APPEND writes of one short line do not interleave; never through a link."""
+    append_line(os.path.join(state_dir, ACCOUNTING_FILE), json.dumps(record, sort_keys=True) + "\n", file_mode)
+
+
+_ACCOUNTING_NUMBERS = ("gpu_seconds", "lost_gpu_seconds")
 
 
 def accounting_records(state_dir: str) -> list[dict]:
+    """The ledger's records; lines that are not a record of the right shape are left out."""
     path = os.path.join(state_dir, ACCOUNTING_FILE)
     records = []
-    with contextlib.suppress(FileNotFoundError), open(path) as fh:
+    try:
+        fd = open_regular(path, os.O_RDONLY)
+    except (FileNotFoundError, OSError, UnsafePathError):
+        return records
+    with os.fdopen(fd, errors="replace") as fh:
         for line in fh:
-            with contextlib.suppress(ValueError):
-                records.append(json.loads(line))
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if (isinstance(record, dict) and isinstance(record.get("job_class", "normal"), str)
+                    and all(isinstance(record.get(k, 0), (int, float)) and not isinstance(record.get(k, 0), bool)
+                            for k in _ACCOUNTING_NUMBERS)):
+                records.append(record)
     return records
 
 

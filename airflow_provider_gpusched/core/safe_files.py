@@ -1,0 +1,151 @@
+"""Files on a host shared by several Unix users: directories only we (or a trusted group) can write,
+and opens that never follow a symbolic link or block on a FIFO planted by someone else.
+
+* :func:`ensure_private_dir` — create a state directory safely, or check an existing one: a real
+  directory (not a link), not writable by every user, and owned by this user — unless the operator set
+  it up on purpose as a *shared group directory* (``shared=True``: owned by us, root or a group we are
+  in, group-writable, not world-writable).
+* :func:`open_regular` / :func:`read_json_record` / :func:`write_json_atomic` / :func:`append_line` —
+  ``O_NOFOLLOW`` everywhere, ``O_EXCL`` where a file is created, regular files only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import grp
+import json
+import os
+import pwd
+import stat
+import uuid
+from typing import Any
+
+from airflow_provider_gpusched.core.errors import GpuschedError
+
+
+class UnsafePathError(GpuschedError):
+    """A directory or file that another user could control; the message says which and what to do."""
+
+
+def _user(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _group(gid: int) -> str:
+    try:
+        return f"{grp.getgrgid(gid).gr_name} (gid {gid})"
+    except KeyError:
+        return f"gid {gid}"
+
+
+def ensure_private_dir(path: str, *, shared: bool = False, what: str = "state directory") -> str:
+    """Create ``path`` (mode 0700, or 2770 when ``shared``) if it is missing, then check that nobody
+    else can replace what is in it. Raises :class:`UnsafePathError` naming the path and the fix."""
+    path = os.path.abspath(os.path.expanduser(path))
+    parent = os.path.dirname(path)
+    if not os.path.isdir(parent):
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+    try:
+        os.mkdir(path, 0o2770 if shared else 0o700)
+        if shared:
+            os.chmod(path, 0o2770)  # mkdir's mode is cut by the umask
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePathError(f"{what} {path} is a symbolic link (to {os.readlink(path)!r}); refusing to use it: "
+                              f"another user may have planted it. Remove it, or configure a directory of your own")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafePathError(f"{what} {path} exists and is not a directory")
+    uid = os.geteuid()
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & stat.S_IWOTH:
+        raise UnsafePathError(
+            f"{what} {path} is writable by every user (mode {mode:04o}): anyone could replace or delete its files. "
+            f"Use a private directory (chmod 700), or a shared group directory: install -d -m 2770 -g GROUP {path} "
+            f"and set [gpusched] gpu_state_dir_shared = True")
+    if shared:
+        if st.st_uid not in (uid, 0) and st.st_gid not in {os.getegid(), *os.getgroups()}:
+            raise UnsafePathError(f"shared {what} {path} belongs to {_user(st.st_uid)} and group {_group(st.st_gid)}, "
+                                  f"and this user is neither its owner nor in its group")
+        return path
+    if st.st_uid != uid:
+        raise UnsafePathError(
+            f"{what} {path} is owned by {_user(st.st_uid)}, not by this user ({_user(uid)}): another user may have "
+            f"created it first. Remove it, configure a directory of your own, or (a shared group directory set up "
+            f"on purpose) set [gpusched] gpu_state_dir_shared = True")
+    if mode & stat.S_IWGRP:
+        raise UnsafePathError(
+            f"{what} {path} is group-writable (mode {mode:04o}); if that is a shared group directory on purpose, "
+            f"set [gpusched] gpu_state_dir_shared = True (or GPUSCHED_STATE_DIR_SHARED=1), else chmod 700 it")
+    return path
+
+
+def open_regular(path: str, flags: int, mode: int = 0o600) -> int:
+    """``os.open`` that never follows a symbolic link and accepts only a regular file (no FIFO, device)."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePathError(f"{path} is not a regular file")
+        if flags & os.O_CREAT and st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != mode:
+            os.fchmod(fd, mode)  # the mode given to open is cut by the umask
+        if flags & (os.O_WRONLY | os.O_RDWR) == 0:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+class BadRecordError(GpuschedError):
+    """A file in a state directory that cannot be read as the record it should be."""
+
+
+def read_json_record(path: str, max_bytes: int = 1 << 20) -> Any:
+    """The JSON in ``path`` (``FileNotFoundError`` if it is gone); :class:`BadRecordError` naming the
+    file when it is a link, not a regular file, too big, or not JSON."""
+    try:
+        fd = open_regular(path, os.O_RDONLY)
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise BadRecordError(f"{path}: cannot be read safely ({exc.strerror or exc})") from None
+    except UnsafePathError as exc:
+        raise BadRecordError(str(exc)) from None
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise BadRecordError(f"{path}: larger than {max_bytes} bytes")
+    try:
+        return json.loads(data.decode())
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise BadRecordError(f"{path}: not valid JSON ({exc})") from None
+
+
+def write_json_atomic(path: str, data: Any, mode: int = 0o600) -> None:
+    """Write through a new, uniquely named file (``O_EXCL``) renamed over ``path``: a reader never sees half
+    a record, and a link planted at either name is never written through."""
+    tmp = f"{path}.{uuid.uuid4().hex[:12]}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        os.fchmod(fd, mode)  # not cut by the umask (a shared group directory wants 0660)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+
+
+def append_line(path: str, line: str, mode: int = 0o600) -> None:
+    """Append one line (``O_APPEND``: short lines of several writers do not interleave)."""
+    fd = open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
