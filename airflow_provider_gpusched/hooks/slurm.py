@@ -8,6 +8,7 @@ the extra fields give defaults for every job (partition, account, qos, sbatch op
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import Any
 
@@ -51,7 +52,7 @@ class SlurmHook(BaseHook):
             self._extras = {}
             self._runner_description = CommandRunner().describe()
             return
-        extras = dict(conn.extra_dejson or {})
+        extras = self._extras_of(conn)
         # the UI stores conn-fields as extra__slurm__<name> in some versions; accept both spellings
         for key in list(extras):
             if key.startswith("extra__slurm__"):
@@ -59,12 +60,36 @@ class SlurmHook(BaseHook):
         self._extras = extras
         slurm_conf = extras.get("slurm_conf") or None
         if conn.host:
-            ssh_options = shlex.split(extras.get("ssh_options") or "")
-            self._runner_description = SSHCommandRunner(
-                slurm_conf=slurm_conf, host=conn.host, user=conn.login or None, port=conn.port or None,
-                ssh_options=ssh_options).describe()
+            options = extras.get("ssh_options") or ""
+            if not isinstance(options, str):
+                raise InvalidArgumentError(f"connection {self.slurm_conn_id!r} extra 'ssh_options'", options,
+                                           "a string of ssh options")
+            try:
+                runner = SSHCommandRunner(slurm_conf=slurm_conf, host=conn.host, user=conn.login or None,
+                                          port=conn.port or None, ssh_options=shlex.split(options))
+            except InvalidArgumentError as exc:
+                raise InvalidArgumentError(f"connection {self.slurm_conn_id!r} {exc.argument}", exc.value,
+                                           exc.expected) from None
+            self._runner_description = runner.describe()
         else:
             self._runner_description = CommandRunner(slurm_conf=slurm_conf).describe()
+
+    def _extras_of(self, conn) -> dict[str, Any]:
+        """The connection's extra as a dict; bad JSON is an error naming the connection (Airflow's own
+        ``extra_dejson`` would log it and carry on without the connection's defaults)."""
+        raw = conn.extra
+        if raw in (None, ""):
+            return {}
+        if isinstance(raw, dict):
+            return dict(raw)
+        try:
+            extras = json.loads(raw)
+        except ValueError as exc:
+            raise InvalidArgumentError(f"connection {self.slurm_conn_id!r} extra", raw,
+                                       f"a JSON object ({exc})") from None
+        if not isinstance(extras, dict):
+            raise InvalidArgumentError(f"connection {self.slurm_conn_id!r} extra", raw, "a JSON object")
+        return extras
 
     @property
     def runner_description(self) -> dict:

@@ -159,3 +159,31 @@ def test_pipeline_partition_operator_bad_input_fails_without_retry(airflow_db, c
     state, _, states = run_and_collect(the_dag(REPO / "tests" / "airflow" / "dagfiles" / "t_partition.py"))
     assert state == "failed" and states["partition"] == ("failed", 1)
     assert "partition: /nonexistent/models.yml: models file not found" in "".join(capfd.readouterr())
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ('{"partition": "gpu",', "extra: expected a JSON object"),
+    ('["partition"]', "extra: expected a JSON object"),
+])
+def test_connection_extra_that_is_not_a_json_object_names_the_connection(airflow_db, monkeypatch, extra, expected):
+    import json
+
+    from airflow_provider_gpusched.core.errors import InvalidArgumentError
+    from airflow_provider_gpusched.hooks.slurm import SlurmHook
+
+    monkeypatch.setenv("AIRFLOW_CONN_SLURM_BADEXTRA", json.dumps({"conn_type": "slurm", "extra": extra}))
+    with pytest.raises(InvalidArgumentError) as err:
+        SlurmHook("slurm_badextra").job_defaults()
+    assert "connection 'slurm_badextra'" in str(err.value) and expected in str(err.value)
+
+
+def test_connection_host_that_would_be_an_ssh_option_is_refused(airflow_db, monkeypatch):
+    import json
+
+    from airflow_provider_gpusched.core.errors import InvalidArgumentError
+    from airflow_provider_gpusched.hooks.slurm import SlurmHook
+
+    monkeypatch.setenv("AIRFLOW_CONN_SLURM_EVIL", json.dumps({"conn_type": "slurm",
+                                                              "host": "-oProxyCommand=touch /tmp/pwned"}))
+    with pytest.raises(InvalidArgumentError, match="connection 'slurm_evil' host"):
+        SlurmHook("slurm_evil").get_conn()

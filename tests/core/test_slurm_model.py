@@ -127,8 +127,9 @@ def test_task_key_is_stable_and_distinct():
 def test_ssh_runner_quotes_each_argument():
     runner = SSHCommandRunner(host="login1", user="ann", port=2222, ssh_options=["-i", "/k"], slurm_conf="/a b/slurm.conf")
     argv = runner.wrap(["sbatch", "--job-name=a b;c", "it's"])
-    assert argv[:argv.index("--")] == ["ssh", "-o", "BatchMode=yes", "-i", "/k", "-p", "2222", "ann@login1"]
-    remote = argv[argv.index("--") + 1:]
+    assert argv[:argv.index("--")] == ["ssh", "-o", "BatchMode=yes", "-i", "/k", "-p", "2222"]
+    assert argv[argv.index("--") + 1] == "ann@login1"  # after "--": never an option
+    remote = argv[argv.index("--") + 2:]
     assert remote == ["env", "'SLURM_CONF=/a b/slurm.conf'", "sbatch", "'--job-name=a b;c'", "'it'\"'\"'s'"]
 
 

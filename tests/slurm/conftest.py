@@ -12,8 +12,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def client(slurm_cluster, tmp_path):
-    return SlurmClient(CommandRunner(slurm_conf=slurm_cluster), script_dir=str(tmp_path / "scripts"))
+def client(slurm_cluster):
+    return SlurmClient(CommandRunner(slurm_conf=slurm_cluster))
 
 
 @pytest.fixture

@@ -40,6 +40,7 @@ def test_cancel(client, out):
     client.cancel([job.job_id])
     status = client.wait(job.job_id, poll_interval=0.5, timeout=60)
     assert status.phase is JobPhase.CANCELLED
+    assert "cancelled" in status.describe() and "exit code 0" not in status.describe()
     client.cancel(["999999"])  # unknown ids are not an error
 
 
@@ -47,7 +48,8 @@ def test_time_limit(client, out):
     job = client.submit(SlurmJobSpec(command="sleep 600", time_limit=1, output=out()))
     status = client.wait(job.job_id, poll_interval=2, timeout=200)
     assert status.phase is JobPhase.TIMEOUT
-    assert status.describe().startswith(f"job {job.job_id} TIMEOUT")
+    assert status.describe().startswith(f"job {job.job_id} TIMEOUT (reached its time limit")
+    assert "exit code 0" not in status.describe()
 
 
 def test_array_with_per_task_states(client, tmp_path):

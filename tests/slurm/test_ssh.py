@@ -23,7 +23,6 @@ def test_submit_track_tail_and_cancel_through_ssh(ssh_client, tmp_path):
     job = ssh_client.submit(SlurmJobSpec(
         command=["python3", "-c", "import sys, json; print(json.dumps(sys.argv[1:])); sys.exit(3)", *args],
         job_name="over ssh; echo pwned", environment={"NOTE": "it's a 'test'; ok"}, output=out))
-    assert job.script_path is None  # the script went to sbatch's stdin on the login host
     status = ssh_client.wait(job.job_id, poll_interval=0.5, timeout=60)
     assert (status.phase, status.exit_code, status.name) == (JobPhase.FAILED, 3, "over ssh; echo pwned")
     import json

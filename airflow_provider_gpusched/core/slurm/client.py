@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
@@ -43,11 +42,23 @@ _JOBCOMP_KEY = re.compile(r"(?:^| )([A-Za-z][A-Za-z0-9_]*)=")
 _INVALID_JOB_ID = "invalid job id specified"
 
 
+_JOB_ID = re.compile(r"^\d+(_\d+)?$")
+
+
+def check_job_ids(job_ids: Iterable[str], argument: str = "job_ids") -> list[str]:
+    """Job ids as Slurm commands take them: ``123`` or an array task ``123_4``. Anything else (``--me``,
+    ``-oX``, ``1;rm``) is refused, so a value can never become an option of scancel/squeue/scontrol."""
+    ids = [str(j) for j in job_ids]
+    for job_id in ids:
+        if not _JOB_ID.match(job_id):
+            raise InvalidArgumentError(argument, job_id, "a Slurm job id such as 123 or an array task such as 123_4")
+    return ids
+
+
 @dataclass
 class SubmittedJob:
     job_id: str
     cluster: str | None = None
-    script_path: str | None = None
 
 
 @dataclass
@@ -71,7 +82,6 @@ class AccountingInfo:
 @dataclass
 class SlurmClient:
     runner: CommandRunner = field(default_factory=CommandRunner)
-    script_dir: str | None = None  # where submitted scripts are kept (local runs); default: a temp dir
 
     _accounting: AccountingInfo | None = field(default=None, init=False, repr=False)
     _jobcomp_offset: int = field(default=0, init=False, repr=False)
@@ -79,27 +89,41 @@ class SlurmClient:
 
     # -- submission -------------------------------------------------------------------------------
     def submit(self, spec: SlurmJobSpec) -> SubmittedJob:
-        """``sbatch --parsable [options] script``; returns the job id. Errors name sbatch's reason."""
+        """``sbatch --parsable [options]`` with the script on standard input; returns the job id.
+
+        The script never touches a file system: no path another user could create or replace between
+        writing and submitting, and its ``environment`` values (API keys) are in no file to read or leave
+        behind. Errors name sbatch's reason."""
+        if self.runner.target == "local":
+            self._check_paths(spec)
         script = spec.render_script()
         argv = ["sbatch", *spec.sbatch_argv()]
-        script_path = None
-        if self.runner.target == "local":
-            directory = self.script_dir or os.path.join(tempfile.gettempdir(), "gpusched-sbatch")
-            os.makedirs(directory, exist_ok=True)
-            fd, script_path = tempfile.mkstemp(prefix="job-", suffix=".sh", dir=directory)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(script)
-            os.chmod(script_path, 0o755)
-            result = self._run_sbatch([*argv, script_path], None)
-        else:  # through ssh: the script goes to sbatch's standard input
-            result = self._run_sbatch(argv, script)
+        result = self._run_sbatch(argv, script)
         text = result.stdout.strip().splitlines()
         if not text:
             raise SlurmCommandError(argv, 0, f"sbatch printed no job id: {result.stderr.strip()}")
         job_id, _, cluster = text[-1].strip().partition(";")
         if not job_id.isdigit():
             raise SlurmCommandError(argv, 0, f"sbatch printed {text[-1]!r}, expected a job id")
-        return SubmittedJob(job_id=job_id, cluster=cluster or None, script_path=script_path)
+        return SubmittedJob(job_id=job_id, cluster=cluster or None)
+
+    @staticmethod
+    def _check_paths(spec: SlurmJobSpec) -> None:
+        """Fail before submitting when the output/error file's directory or the working directory is
+        missing (Slurm would start the job, fail to open the file and report only "exit code 0")."""
+        base = spec.working_dir or os.getcwd()
+        if spec.working_dir and "%" not in spec.working_dir and not os.path.isdir(spec.working_dir):
+            raise InvalidArgumentError("working_dir", spec.working_dir, "an existing directory")
+        for name, path in (("output_path", spec.output), ("error_path", spec.error)):
+            if not path:
+                continue
+            directory = os.path.dirname(os.path.join(base, path)) or base
+            if "%" in directory:
+                continue  # Slurm fills it in per job; nothing to check here
+            if not os.path.isdir(directory):
+                raise InvalidArgumentError(name, path, f"a file in an existing directory ({directory} does not exist)")
+            if not os.access(directory, os.W_OK | os.X_OK):
+                raise InvalidArgumentError(name, path, f"a file in a directory this user can write ({directory})")
 
     def _run_sbatch(self, argv: list[str], script: str | None):
         try:
@@ -131,7 +155,7 @@ class SlurmClient:
 
     def squeue(self, job_ids: Iterable[str]) -> list[JobStatus]:
         """One ``squeue`` call for all ``job_ids`` (array jobs expand to one entry per task)."""
-        ids = sorted({str(j).split("_")[0] for j in job_ids})
+        ids = sorted({j.split("_")[0] for j in check_job_ids(job_ids)})
         if not ids:
             return []
         argv = ["squeue", "-h", "-r", "-t", "all", "-j", ",".join(ids), "-O", SQUEUE_FORMAT]
@@ -165,7 +189,7 @@ class SlurmClient:
 
     def completion_records(self, job_ids: Iterable[str]) -> dict[str, JobStatus]:
         """Final states of jobs, keyed like :meth:`squeue` keys them (``ID`` or ``ARRAYID_TASK``)."""
-        ids = sorted({str(j).split("_")[0] for j in job_ids})
+        ids = sorted({j.split("_")[0] for j in check_job_ids(job_ids)})
         if not ids:
             return {}
         acct = self.accounting()
@@ -209,8 +233,11 @@ class SlurmClient:
             data = self.runner.run(["tail", "-c", f"+{self._jobcomp_offset + 1}", "--", path]).stdout.encode()
         complete = data[: data.rfind(b"\n") + 1]  # a half-written last line is read next time
         self._jobcomp_offset += len(complete)
-        for line in complete.decode(errors="replace").splitlines():
+        for line in jobcomp_records(complete.decode(errors="replace")):
             record = parse_jobcomp_line(line)
+            if "JobId" not in record or not record.get("JobState"):
+                log.warning("ignoring a completion record without a job id or state: %r", line[:300])
+                continue
             if "JobId" in record:
                 if record.get("ArrayJobId") and record.get("ArrayTaskId"):
                     key = f"{record['ArrayJobId']}_{record['ArrayTaskId']}"
@@ -236,7 +263,7 @@ class SlurmClient:
         return records
 
     def _scontrol_exit_code(self, job_id: str) -> tuple[int | None, int | None]:
-        result = self.runner.run(["scontrol", "-o", "show", "job", job_id], check=False)
+        result = self.runner.run(["scontrol", "-o", "show", "job", check_job_ids([job_id])[0]], check=False)
         match = re.search(r"(?:^| )ExitCode=(\S+)", result.stdout)
         return parse_exit_code(match.group(1)) if match else (None, None)
 
@@ -246,7 +273,7 @@ class SlurmClient:
         lookup only when some job has finished or left the queue. Array jobs (ids in ``array_sizes``,
         or any id whose tasks show up) get one aggregated status with the tasks in ``.tasks``."""
         array_sizes = dict(array_sizes or {})
-        wanted = [str(j) for j in job_ids]
+        wanted = check_job_ids(job_ids)
         live = self.squeue(wanted)
         by_id: dict[str, JobStatus] = {s.job_id: s for s in live}
         finished = {s.job_id for s in live if s.is_terminal}
@@ -302,7 +329,7 @@ class SlurmClient:
 
     def cancel(self, job_ids: Iterable[str], signal: str | None = None) -> None:
         """``scancel [--signal=SIG --full] ids`` (unknown ids are not an error)."""
-        ids = [str(j) for j in job_ids]
+        ids = check_job_ids(job_ids)
         if not ids:
             return
         argv = ["scancel"]
@@ -310,7 +337,7 @@ class SlurmClient:
             if not re.match(r"^[A-Z0-9]+$", str(signal)):
                 raise InvalidArgumentError("signal", signal, "a signal name or number such as 'TERM', 'USR1', '15'")
             argv += [f"--signal={signal}", "--full"]
-        self.runner.run([*argv, *ids])
+        self.runner.run([*argv, "--", *ids])
 
     def partition_gpus(self, partition: str | None = None) -> int:
         """GPUs in ``partition`` (the default partition if None): nodes x GPUs in each node's gres."""
@@ -383,6 +410,18 @@ def gres_gpu_count(gres: str) -> int:
         if parts[0] == "gpu" and len(parts) >= 2 and parts[-1].isdigit():
             total += int(parts[-1])
     return total
+
+
+def jobcomp_records(text: str) -> list[str]:
+    """The records of a ``jobcomp/filetxt`` chunk: a record starts with ``JobId=``; a line that does not is
+    the rest of the one before (a job name with a newline in it), joined back with the newline."""
+    records: list[str] = []
+    for line in text.split("\n"):
+        if line.startswith("JobId=") or not records:
+            records.append(line)
+        else:
+            records[-1] += "\n" + line
+    return [r for r in records if r.strip()]
 
 
 def parse_jobcomp_line(line: str) -> dict[str, str]:

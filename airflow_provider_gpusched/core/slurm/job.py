@@ -20,7 +20,11 @@ from airflow_provider_gpusched.core.units import parse_bytes, slurm_time_limit
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ARRAY_RE = re.compile(r"^(\d+(-\d+(:\d+)?)?)(,\d+(-\d+(:\d+)?)?)*(%\d+)?$")
 _GRES_RE = re.compile(r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 COMMENT_PREFIX = "gpusched:"
+#: values that become sbatch options or Slurm records: no control characters (a newline in a job name
+#: splits Slurm's completion record, and the job would look unfinished forever)
+_OPTION_FIELDS = ("job_name", "partition", "qos", "account", "output", "error", "working_dir", "comment", "shell")
 
 
 @dataclass
@@ -56,6 +60,12 @@ class SlurmJobSpec:
 
     # -- validation -------------------------------------------------------------------------------
     def validate(self) -> None:
+        for name in _OPTION_FIELDS:
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise InvalidArgumentError(name, value, "a string")
+            if value and _CONTROL.search(value):
+                raise InvalidArgumentError(name, value, "a value without control characters (newline, tab, ...)")
         if (self.command is None) == (self.script is None):
             raise InvalidArgumentError("command/script", (self.command, self.script),
                                        "exactly one of command (argv list or shell string) or script")
@@ -64,10 +74,10 @@ class SlurmJobSpec:
                 raise InvalidArgumentError("command", self.command, "a non-empty list of strings")
         elif self.command is not None and (not isinstance(self.command, str) or not self.command.strip()):
             raise InvalidArgumentError("command", self.command, "a non-empty shell command string or argv list")
-        for name in ("gpus", "cpus_per_task"):
+        for name, least in (("gpus", 0), ("cpus_per_task", 1)):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise InvalidArgumentError(name, value, "a non-negative integer")
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+                raise InvalidArgumentError(name, value, f"a whole number >= {least}")
         if self.nice is not None and (isinstance(self.nice, bool) or not isinstance(self.nice, int)):
             raise InvalidArgumentError("nice", self.nice, "an integer")
         if self.gres is not None and not _GRES_RE.match(self.gres):
@@ -89,6 +99,14 @@ class SlurmJobSpec:
         for arg in self.sbatch_args:
             if not str(arg).startswith("-"):
                 raise InvalidArgumentError("sbatch_args", arg, "options starting with '-' (one list item each)")
+            if _CONTROL.search(str(arg)):
+                raise InvalidArgumentError("sbatch_args", arg, "options without control characters")
+        for key, value in self.environment.items():
+            if "\x00" in str(value):
+                raise InvalidArgumentError(f"environment[{key!r}]", value, "a value without NUL characters")
+        texts = [self.command] if isinstance(self.command, str) else list(self.command or [])
+        if any("\x00" in str(t) for t in [*texts, self.script or "", *map(str, self.setup)]):
+            raise InvalidArgumentError("command/script/setup", "...", "text without NUL characters")
         # normalise the values sbatch needs in its own syntax (and fail early on bad ones)
         if self.mem is not None:
             self._mem_mb = max(1, -(-parse_bytes(self.mem, argument="mem") // 1024**2))

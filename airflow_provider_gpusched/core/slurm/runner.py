@@ -8,6 +8,7 @@ side joins the arguments with spaces and hands them to a shell, so each argument
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import threading
@@ -15,7 +16,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from airflow_provider_gpusched.core.errors import GpuschedError
+from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+
+_HOST = re.compile(r"^[A-Za-z0-9_\[][A-Za-z0-9_.:\[\]%-]*$")
+_USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 # Messages that mean "slurmctld (or the login host) is unreachable right now", not "your job is bad".
 _TRANSIENT_MARKERS = (
@@ -119,12 +123,26 @@ class CommandRunner:
 
 @dataclass
 class SSHCommandRunner(CommandRunner):
-    """Runs Slurm commands on a login host: ``ssh [options] [-p port] [user@]host -- 'argv'...``."""
+    """Runs Slurm commands on a login host: ``ssh [options] [-p port] -- [user@]host 'argv'...``."""
 
     host: str = ""
     user: str | None = None
     port: int | None = None
     ssh_options: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # a host such as "-oProxyCommand=..." would be an ssh option that runs a local command
+        if not isinstance(self.host, str) or not _HOST.match(self.host):
+            raise InvalidArgumentError("host", self.host, "a host name or address (letters, digits, '.', '-', "
+                                       "':', '_'; not starting with '-')")
+        if self.user is not None and (not isinstance(self.user, str) or not _USER.match(self.user)):
+            raise InvalidArgumentError("login", self.user, "a user name (letters, digits, '_', '.', '-'; not "
+                                       "starting with '-')")
+        if self.port is not None:
+            if isinstance(self.port, bool) or not isinstance(self.port, int) or not 0 < self.port < 65536:
+                raise InvalidArgumentError("port", self.port, "a TCP port 1-65535")
+        if isinstance(self.ssh_options, str) or not all(isinstance(o, str) for o in self.ssh_options):
+            raise InvalidArgumentError("ssh_options", self.ssh_options, "a list of ssh arguments")
 
     @property
     def target(self) -> str:
@@ -137,7 +155,7 @@ class SSHCommandRunner(CommandRunner):
         remote = [shlex.quote(str(a)) for a in argv]
         if self.slurm_conf:
             remote = ["env", shlex.quote(f"SLURM_CONF={self.slurm_conf}"), *remote]
-        return [*cmd, self.target, "--", *remote]
+        return [*cmd, "--", self.target, *remote]  # "--": the destination is never read as an option
 
     def env(self) -> dict[str, str]:
         return dict(os.environ)

@@ -131,9 +131,14 @@ class JobStatus:
 
     def describe(self) -> str:
         text = f"job {self.job_id} {self.state or self.phase.value}"
-        if self.exit_code is not None:
-            text += f" (exit code {self.exit_code}"
-            text += f", signal {self.signal})" if self.signal else ")"
+        meaning = _MEANING.get(self.phase)
+        if self.signal:
+            text += f" (exit code {self.exit_code}, {signal_name(self.signal)})" if self.exit_code else \
+                f" ({meaning + '; ' if meaning else ''}{signal_name(self.signal)})"
+        elif meaning and not self.exit_code:
+            text += f" ({meaning})"  # Slurm's records say 0:0 here: an exit code 0 would mislead
+        elif self.exit_code is not None:
+            text += f" (exit code {self.exit_code})"
         if self.reason and self.reason not in ("None", "(null)"):
             text += f" [{self.reason}]"
         if self.restarts:
@@ -152,6 +157,29 @@ class JobStatus:
         data["phase"] = JobPhase(data["phase"])
         data["tasks"] = {k: cls.from_dict(v) for k, v in (data.get("tasks") or {}).items()}
         return cls(**data)
+
+
+#: what a final state means, said instead of a misleading "exit code 0" (Slurm records 0:0 for these)
+_MEANING = {
+    JobPhase.TIMEOUT: "reached its time limit",
+    JobPhase.CANCELLED: "cancelled (scancel, an administrator, or Slurm)",
+    JobPhase.PREEMPTED: "preempted and not requeued",
+    JobPhase.NODE_FAIL: "its node failed",
+    JobPhase.BOOT_FAIL: "its node failed to boot",
+    JobPhase.DEADLINE: "missed its deadline",
+    JobPhase.OUT_OF_MEMORY: "ran out of memory",
+    JobPhase.REVOKED: "revoked (federation)",
+}
+
+
+def signal_name(number: int) -> str:
+    """``15`` -> ``'signal 15 (SIGTERM)'``; numbers without a name stay numbers."""
+    import signal as _signal
+
+    try:
+        return f"signal {number} ({_signal.Signals(number).name})"
+    except ValueError:
+        return f"signal {number}"
 
 
 def array_task_order(key: str) -> tuple[int, str]:
