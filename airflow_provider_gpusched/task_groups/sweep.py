@@ -104,7 +104,11 @@ def sweep_task_group(
 
                     @task(task_id="tell", trigger_rule="all_done")
                     def tell(round_no: int = r) -> dict:
-                        outcome = session.finish_round(round_no)
+                        from airflow.sdk import get_current_context
+
+                        run_id = get_current_context()["run_id"]
+                        session.settle(round_no, run_id, print)
+                        outcome = session.finish_round(round_no, run_id)
                         print(f"round {round_no}: {outcome['scored']}/{outcome['trials']} trials scored, "
                               f"round best {outcome['round_best']}")
                         return outcome
@@ -120,9 +124,30 @@ def sweep_task_group(
 
         @task(task_id="collect", trigger_rule="all_done")
         def collect() -> dict:
-            summary = session.collect()
+            from airflow.sdk import get_current_context
+
+            run_id = get_current_context()["run_id"]
+            if not spec.in_rounds:
+                session.settle(None, run_id, print)
+            summary = session.collect(run_id)
             print(summary.pop("text"))
             return summary
+
+        @task(task_id="check_trials")
+        def check_trials(summary: dict) -> dict:
+            """The run is green only when at most ``max_failed_trials`` trials failed or were invalid."""
+            counts = summary["counts"]
+            bad = counts.get("failed", 0) + counts.get("invalid", 0)
+            allowed = spec.max_failed_trials
+            if allowed is not None and bad > allowed:
+                lines = [f"  {p['index']} {p['label'] or p['trial_id']} [{p['state']}]: {p['error']}"
+                         for p in summary.get("problems", [])[:20]]
+                raise AirflowFailException(
+                    f"sweep {spec.name}: {bad} of {counts['defined']} trials failed or gave an invalid result "
+                    f"(max_failed_trials={allowed}):\n" + "\n".join(lines))
+            print(f"sweep {spec.name}: {counts.get('succeeded', 0)} succeeded, {bad} failed or invalid "
+                  f"(allowed: {'any' if allowed is None else allowed})")
+            return counts
 
         @task(task_id="leaderboard", outlets=[asset] if asset else [])
         def leaderboard(summary: dict) -> dict | None:
@@ -140,6 +165,7 @@ def sweep_task_group(
         summary = collect()
         last >> summary
         leaderboard(summary)
+        check_trials(summary)
     return group
 
 
@@ -162,8 +188,11 @@ class _Stage:
 
         @task(task_id="plan")
         def plan() -> list:
+            from airflow.sdk import get_current_context
+
             try:
-                manifest = session.prepare(round_no, chunk_size if batched else None)
+                manifest = session.prepare(round_no, chunk_size if batched else None,
+                                           run=get_current_context()["run_id"])
             except GpuschedError as exc:
                 raise AirflowFailException(f"sweep {session.spec.name}: {exc}") from exc
             skipped = len(manifest.data["skipped"])
@@ -205,14 +234,14 @@ class _Stage:
         r = self.spec.resources
         common = dict(task_id=task_id, map_index_template=label_template, **self.trial_kwargs)
         if self.backend == "local":
-            from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
+            from airflow_provider_gpusched.task_groups.trial_operators import SweepTrialGPUOperator
 
-            return LocalGPUOperator.partial(gpus=max(1, r.gpus), gpu_memory=r.gpu_memory, job_class=r.job_class,
+            return SweepTrialGPUOperator.partial(gpus=max(1, r.gpus), gpu_memory=r.gpu_memory, job_class=r.job_class,
                                             priority=r.priority, env=r.env or None,
                                             poll_interval=self.poll_interval, **common)
-        from airflow_provider_gpusched.operators.slurm import SlurmJobOperator
+        from airflow_provider_gpusched.task_groups.trial_operators import SweepTrialSlurmOperator
 
-        return SlurmJobOperator.partial(gpus=r.gpus or None, cpus_per_task=r.cpus, mem=r.mem, partition=r.partition,
+        return SweepTrialSlurmOperator.partial(gpus=r.gpus or None, cpus_per_task=r.cpus, mem=r.mem, partition=r.partition,
                                         qos=r.qos, time_limit=r.time_limit, setup=r.setup or None,
                                         job_class=r.job_class, priority=r.priority, environment=r.env or None,
                                         slurm_conn_id=self.slurm_conn_id, poll_interval=self.poll_interval,
@@ -226,13 +255,12 @@ class _Stage:
             from airflow.sdk import get_current_context
 
             from airflow_provider_gpusched.core.gpu.placement import GPURequest
-            from airflow_provider_gpusched.core.sweep.session import ONE_SHOT_MANIFEST, round_manifest
+            from airflow_provider_gpusched.core.sweep.session import manifest_name
             from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
 
             context = get_current_context()
             context["chunk"] = chunk
-            name = ONE_SHOT_MANIFEST if round_no is None else round_manifest(round_no)
-            manifest = Manifest(session.store.path(name))
+            manifest = Manifest(session.store.path(manifest_name(round_no, context["run_id"])))
             trials = manifest.chunk(chunk)
             r = spec.resources
             request = GPURequest(gpus=max(1, r.gpus), gpu_memory=r.gpu_memory)

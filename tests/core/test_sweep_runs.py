@@ -41,11 +41,11 @@ def test_trials_run_record_results_and_rank_by_the_objective(tmp_path):
     assert json.load(open(os.path.join(folder, "argv.json"))) == ["1", "a b;c"]
     assert json.load(open(os.path.join(folder, "params.json"))) == {"x": 1, "tag": "a b;c"}
     summary = session.collect()
-    assert summary["counts"] == {"defined": 4, "waiting": 0, "running": 0, "succeeded": 3, "failed": 1, "skipped": 0}
+    assert summary["counts"] == {"defined": 4, "waiting": 0, "running": 0, "succeeded": 3, "failed": 1, "invalid": 0, "skipped": 0}
     assert [r["params"]["x"] for r in summary["leaderboard"]] == [2, 1, 4]
     assert summary["best"]["score"] == 0.0
     assert json.load(open(tmp_path / "cmd" / "best.json"))["params"] == {"x": 2, "tag": "a b;c"}
-    assert "x=3,tag=a b;c: exit code 3" in summary["text"]
+    assert "x=3,tag=a b;c [failed]: exit code 3" in summary["text"]
 
 
 def test_rerun_skips_succeeded_and_reruns_failed_unless_force_rerun(tmp_path):

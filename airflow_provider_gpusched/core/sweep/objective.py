@@ -8,6 +8,7 @@ A trial's result is what it wrote to ``result.json`` in its folder, or what its 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -39,6 +40,22 @@ class Objective:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             return None
         return float(value)
+
+    def problem(self, result: Any) -> str:
+        """'' when :meth:`score` finds a finite number in ``result``, else what is wrong (for the trial's status)."""
+        if not isinstance(result, Mapping):
+            if isinstance(result, (int, float)) and not isinstance(result, bool):
+                return "" if math.isfinite(result) else f"{self.metric} = {result!r} is not a finite number"
+            return f"the result is {type(result).__name__}, not a JSON object with {self.metric!r}"
+        value = result.get(self.metric) if self.metric in result else _dig(result, self.metric)
+        if value is None and self.metric not in result:
+            keys = ", ".join(sorted(map(str, result))[:10]) or "none"
+            return f"the result has no {self.metric!r} (its keys: {keys})"
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"{self.metric} = {value!r:.80} is not a number"
+        if not math.isfinite(value):
+            return f"{self.metric} = {value!r} is not a finite number"
+        return ""
 
     def better(self, a: float, b: float) -> bool:
         return a > b if self.maximize else a < b
@@ -86,7 +103,15 @@ def format_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
 def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
-    return str(value)
+    return printable(str(value))
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def printable(text: str) -> str:
+    """Control characters shown escaped (``\\n``), so a newline in a label cannot break a table row."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
 
 
 def format_leaderboard(board: Sequence[Mapping], objective: Objective) -> str:

@@ -9,22 +9,36 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
+import time
 from typing import Any
 
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.sweep.expand import Trial, make_trial, nested
-from airflow_provider_gpusched.core.sweep.objective import format_leaderboard, leaderboard
+from airflow_provider_gpusched.core.sweep.objective import format_leaderboard, leaderboard, printable
 from airflow_provider_gpusched.core.sweep.search import make_search
 from airflow_provider_gpusched.core.sweep.spec import SweepSpec, default_results_root
 from airflow_provider_gpusched.core.sweep.store import TrialStore, format_counts, state_counts
 from airflow_provider_gpusched.core.sweep.trial_run import CALLABLE_FILE, Manifest, save_callable, write_manifest
 
 ONE_SHOT_MANIFEST = "manifest.json"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 def round_manifest(round_no: int) -> str:
     return os.path.join("rounds", f"round-{round_no:03d}.manifest.json")
+
+
+def manifest_name(round_no: int | None = None, run: str | None = None) -> str:
+    """Where the manifest of a stage lives under the sweep folder: one per DAG run (``runs/<run>/...``) so
+    two runs of one sweep never read each other's plan; without a run, the sweep's own (scripts, the CLI)."""
+    name = ONE_SHOT_MANIFEST if round_no is None else round_manifest(round_no)
+    if not run:
+        return name
+    safe = _UNSAFE.sub("_", run).strip("._")[:120] or "_"
+    return os.path.join("runs", f"{safe}-{hashlib.sha1(run.encode()).hexdigest()[:8]}", name)
 
 
 class SweepSession:
@@ -51,22 +65,25 @@ class SweepSession:
                 trials.append(trial)
         return trials
 
-    def prepare(self, round_no: int | None = None, chunk_size: int | None = None) -> Manifest:
-        """Write the manifest of this run (or of round ``round_no``) and return it."""
+    def prepare(self, round_no: int | None = None, chunk_size: int | None = None, run: str | None = None) -> Manifest:
+        """Write the manifest of this run (or of round ``round_no``) and return it. ``run``: the DAG run
+        (trials record which run ran them; two runs of the sweep share trials, never a manifest)."""
         if self.spec.in_rounds and round_no is None:
             raise GpuschedError(f"sweep {self.spec.name}: search {self.spec.search} runs in rounds; give round_no")
         trials = self.spec.trials() if round_no is None else self.round_trials(round_no)
         pending, skipped = self.store.plan(trials, self.spec.force_rerun)
-        name = ONE_SHOT_MANIFEST if round_no is None else round_manifest(round_no)
+        name = manifest_name(round_no, run)
         objective = self.spec.objective.to_dict() if self.spec.objective else None
         path = write_manifest(self.store, name, trials=trials, pending=pending, target=self._target(),
                               objective=objective, env=self.spec.resources.env, chunk_size=chunk_size,
                               extra={"skipped": [t.trial_id for t in skipped], "round": round_no,
-                                     "varying": self.spec.varying()})
+                                     "varying": self.spec.varying(), "run": run, "planned_at": time.time(),
+                                     "force_rerun": bool(self.spec.force_rerun),
+                                     "on_invalid_result": self.spec.on_invalid_result})
         return Manifest(path)
 
-    def finish_round(self, round_no: int) -> dict:
-        manifest = Manifest(self.store.path(round_manifest(round_no)))
+    def finish_round(self, round_no: int, run: str | None = None) -> dict:
+        manifest = Manifest(self.store.path(manifest_name(round_no, run)))
         objective = self.spec.objective
         outcomes = []
         for record in self.store.records(manifest.trials):
@@ -77,20 +94,40 @@ class SweepSession:
         best = (max if objective.maximize else min)(scores) if scores else None
         return {"round": round_no, "trials": len(outcomes), "told": told, "scored": len(scores), "round_best": best}
 
+    def settle(self, round_no: int | None, run: str | None, log=lambda line: None) -> int:
+        """After a stage's trial tasks all ended: a trial of this run's plan that is still ``waiting`` (its task
+        failed before the trial started, e.g. the operator could not be built) or ``running`` with nobody
+        holding its claim (its runner died) is marked ``failed`` with that reason. Returns how many."""
+        path = self.store.path(manifest_name(round_no, run))
+        if not os.path.exists(path):
+            return 0
+        manifest = Manifest(path)
+        marked = 0
+        for trial in manifest.pending:
+            state = self.store.state(trial)
+            if state not in ("waiting", "running") or self.store.claim_holder(trial) is not None:
+                continue
+            why = ("its task ended before the trial started (see the trial task's log)" if state == "waiting"
+                   else "its runner stopped before recording an outcome (killed, or its job/process died)")
+            self.store.mark_finished(trial, ok=False, exit_code=None, error=why)
+            log(f"trial {trial.index} {printable(trial.label or trial.trial_id)} marked failed: {why}")
+            marked += 1
+        return marked
+
     # -- results ---------------------------------------------------------------------------------------
-    def manifests(self) -> list[Manifest]:
-        if not self.spec.in_rounds:
-            path = self.store.path(ONE_SHOT_MANIFEST)
-            return [Manifest(path)] if os.path.exists(path) else []
+    def manifests(self, run: str | None = None) -> list[Manifest]:
+        stages = [None] if not self.spec.in_rounds else list(range(self.spec.rounds or 0))
         out = []
-        for r in range(self.spec.rounds or 0):
-            path = self.store.path(round_manifest(r))
+        for r in stages:
+            path = self.store.path(manifest_name(r, run))
             if os.path.exists(path):
                 out.append(Manifest(path))
         return out
 
-    def collect(self) -> dict[str, Any]:
-        manifests = self.manifests()
+    def collect(self, run: str | None = None) -> dict[str, Any]:
+        """Count, rank and write the summary of the trials of ``run``'s plan — with every trial's state as it
+        is on disk now, whichever DAG run finished it."""
+        manifests = self.manifests(run)
         if not manifests:
             raise GpuschedError(f"sweep {self.spec.name}: nothing was planned in {self.store.dir}")
         trials: dict[str, Trial] = {}
@@ -115,10 +152,12 @@ class SweepSession:
                 self.store.write("best.json", {"objective": self.spec.objective.to_dict(), **summary["best"],
                                                "result": board[0]["result"], "folder": board[0]["folder"]})
             text += "\n" + format_leaderboard(board, self.spec.objective)
-        failed = [r for r in records if r["state"] == "failed"]
+        failed = [r for r in records if r["state"] in ("failed", "invalid")]
         if failed:
-            text += "\nfailed trials:\n" + "\n".join(f"  {r['index']} {r['label'] or r['trial_id']}: {r['error']}"
-                                                     for r in failed[:20])
+            text += "\nfailed or invalid trials:\n" + "\n".join(
+                f"  {r['index']} {printable(r['label'] or r['trial_id'])} [{r['state']}]: {printable(str(r['error']))}"
+                for r in failed[:20])
+        summary["problems"] = [{k: r[k] for k in ("index", "trial_id", "label", "state", "error")} for r in failed]
         summary["text"] = text
         return summary
 

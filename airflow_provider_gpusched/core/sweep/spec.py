@@ -138,6 +138,10 @@ class SweepSpec:
     sampler: str = "tpe"
     resources: TrialResources = field(default_factory=TrialResources)
     evolution: EvolutionSettings | None = None
+    #: a trial that ran but whose result cannot be scored: "fail" its task, or only "record" it as invalid
+    on_invalid_result: str = "fail"
+    #: failed + invalid trials a run may have and still succeed (None: any number)
+    max_failed_trials: int | None = 0
     where: str = "sweep"
 
     def __post_init__(self) -> None:
@@ -166,6 +170,12 @@ class SweepSpec:
                 raise InvalidArgumentError(f"{w}: {name}", value, "an integer >= 1")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise InvalidArgumentError(f"{w}: seed", self.seed, "an integer")
+        if self.on_invalid_result not in ("fail", "record"):
+            raise InvalidArgumentError(f"{w}: on_invalid_result", self.on_invalid_result, "'fail' or 'record'")
+        if self.max_failed_trials is not None and (isinstance(self.max_failed_trials, bool) or not isinstance(
+                self.max_failed_trials, int) or self.max_failed_trials < 0):
+            raise InvalidArgumentError(f"{w}: max_failed_trials", self.max_failed_trials,
+                                       "a whole number >= 0, or null for any number")
         if self.search == "grid":
             GridSweep(self.global_config, self.test_config, self.grid_steps, self.code_version, w).blocks()
         else:

@@ -5,17 +5,23 @@ Layout under the results root (a shared file system when trials run on Slurm nod
     <root>/<sweep>/manifest.json            what to run: target, objective, the trials of this run
     <root>/<sweep>/trials/<folder>/         one per trial (folder = label + id, safe for any value)
         params.json   the parameters (nested as the spec wrote them)
-        status.json   {"state": "running"|"succeeded"|"failed", times, host, exit code, error}
+        status.json   {"state": "running"|"succeeded"|"failed"|"invalid", times, host, run, exit code, error}
         result.json   the metrics the trial wrote (or its callable returned)
         output.log    the trial's output
+        claim.lock    flock'ed by the process running the trial: one runner at a time, whichever DAG run
     <root>/<sweep>/summary.json, leaderboard.json, best.json
 
 A trial whose status is ``succeeded`` is skipped by the next run of the sweep unless ``force_rerun``;
-failed, interrupted (``running``) and new trials run.
+failed, ``invalid`` (it ran, but its result is unusable: not JSON, no objective, NaN), interrupted
+(``running``) and new trials run. Two DAG runs of one sweep never run a trial twice: the runner holds the
+trial's claim (an exclusive ``flock``, released by the kernel if it dies), a second runner waits for it and
+takes over its outcome.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -26,7 +32,9 @@ from typing import Any, Iterable, Mapping, Sequence
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested
 
-STATES = ("defined", "waiting", "running", "succeeded", "failed", "skipped")
+STATES = ("defined", "waiting", "running", "succeeded", "failed", "invalid", "skipped")
+FINAL_STATES = ("succeeded", "failed", "invalid")
+CLAIM_FILE = "claim.lock"
 _SWEEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -77,10 +85,19 @@ class TrialStore:
     def state(self, trial: Trial) -> str:
         status = self.status(trial)
         state = status.get("state") if isinstance(status, dict) else None
-        return state if state in ("running", "succeeded", "failed") else "waiting"
+        return state if state in ("running", *FINAL_STATES) else "waiting"
 
     def result(self, trial: Trial) -> Any:
         return read_json(os.path.join(self.trial_dir(trial), "result.json"))
+
+    def write_result(self, trial: Trial, result: Any) -> None:
+        """Store a callable's return value as the trial's ``result.json`` (strict JSON: NaN is refused)."""
+        text = json.dumps(result, allow_nan=False)
+        path = os.path.join(self.trial_dir(trial), "result.json")
+        tmp = f"{path}.tmp.{os.getpid()}"
+        with open(tmp, "w") as fh:
+            fh.write(text + "\n")
+        os.replace(tmp, path)
 
     def prepare(self, trial: Trial) -> str:
         folder = self.trial_dir(trial)
@@ -103,7 +120,7 @@ class TrialStore:
         return folder
 
     def mark_finished(self, trial: Trial, *, ok: bool, result: Any = None, exit_code: int | None = None,
-                      error: str | None = None) -> dict:
+                      error: str | None = None, state: str | None = None) -> dict:
         folder = self.prepare(trial)
         if result is not None:
             write_json(os.path.join(folder, "result.json"), result)
@@ -111,11 +128,50 @@ class TrialStore:
         if not isinstance(status, dict) or "_unreadable" in status:
             status = {}
         ended = time.time()
-        status.update({"state": "succeeded" if ok else "failed", "trial_id": trial.trial_id, "label": trial.label,
+        status.update({"state": state or ("succeeded" if ok else "failed"), "trial_id": trial.trial_id, "label": trial.label,
                        "ended": ended, "exit_code": exit_code, "error": error})
         status["seconds"] = round(ended - status["started"], 3) if "started" in status else None
         write_json(os.path.join(folder, "status.json"), status)
         return status
+
+    # -- one runner per trial -------------------------------------------------------------------------
+    def claim(self, trial: Trial, holder: Mapping[str, Any], *, wait: bool) -> TrialClaim | None:
+        """Take the trial's claim (an exclusive ``flock`` on ``claim.lock``, released by the kernel when the
+        holder dies). ``wait=False``: None when another process holds it; ``wait=True``: block until free."""
+        folder = self.prepare(trial)
+        path = os.path.join(folder, CLAIM_FILE)
+        fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(dict(holder), default=str).encode(), 0)
+        return TrialClaim(fd, path)
+
+    def claim_holder(self, trial: Trial) -> dict | None:
+        """Who runs the trial now (``{"host", "pid", "run", "since"}``), or None when nobody does."""
+        path = os.path.join(self.trial_dir(trial), CLAIM_FILE)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                try:
+                    holder = json.loads(os.pread(fd, 65536, 0) or b"{}")
+                except ValueError:
+                    holder = None
+                return holder if isinstance(holder, dict) else {}
+            return None
+        finally:
+            os.close(fd)
 
     # -- the sweep as a whole --------------------------------------------------------------------------
     def plan(self, trials: Sequence[Trial], force_rerun: bool = False) -> tuple[list[Trial], list[Trial]]:
@@ -145,6 +201,26 @@ class TrialStore:
 
     def read(self, name: str) -> Any:
         return read_json(self.path(name))
+
+
+class TrialClaim:
+    """A held trial claim; :meth:`release` (or the process ending) frees it."""
+
+    def __init__(self, fd: int, path: str) -> None:
+        self.fd, self.path = fd, path
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+
+
+def describe_holder(holder: Mapping[str, Any] | None) -> str:
+    if not holder:
+        return "another process"
+    where = f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}"
+    return f"DAG run {holder['run']} ({where})" if holder.get("run") else where
 
 
 def state_counts(records: Sequence[Mapping], skipped_ids: Iterable[str] = ()) -> dict[str, list[int]]:

@@ -19,18 +19,22 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 import traceback
 from typing import Any, Callable, Mapping, Sequence
 
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested
 from airflow_provider_gpusched.core.sweep.spec import format_command
-from airflow_provider_gpusched.core.sweep.store import TrialStore, read_json
+from airflow_provider_gpusched.core.sweep.store import TrialStore, describe_holder, read_json
 
 CALLABLE_FILE = "callable.pkl"
 EXIT_USAGE = 2
+EXIT_INVALID_RESULT = 3  # the trial ran, but its result is unusable (on_invalid_result: fail)
+INVALID_RESULT_POLICIES = ("fail", "record")
 
 
 def manifest_trial(data: Mapping) -> Trial:
@@ -123,11 +127,88 @@ def result_document(value: Any, objective: Mapping | None) -> Any:
     return {"value": value}
 
 
+def result_problem(result: Any, objective: Mapping | None) -> str:
+    """'' when ``result`` gives the objective a finite number (or there is no objective), else why not."""
+    if isinstance(result, Mapping) and "_unreadable" in result:
+        return f"result.json is not valid JSON ({result['_unreadable']})"
+    if not objective:
+        return ""
+    from airflow_provider_gpusched.core.sweep.objective import Objective
+
+    metric = objective.get("metric")
+    if result is None:
+        return f"the trial wrote no result.json (the objective needs {metric!r})"
+    return Objective(metric, objective.get("mode", "maximize")).problem(result)
+
+
+def _finished_elsewhere(manifest: Manifest, trial: Trial) -> tuple[str, int] | None:
+    """Once we hold the claim: (state, exit code) when this trial must not run again here — it succeeded
+    (and this run does not force a re-run, or another run re-ran it after this run was planned), or another
+    run finished it while this one waited."""
+    status = manifest.store.status(trial)
+    if not isinstance(status, dict) or status.get("state") not in ("succeeded", "failed", "invalid"):
+        return None
+    run = manifest.data.get("run")
+    by_other = bool(status.get("run")) and status.get("run") != run
+    after_plan = float(status.get("ended") or 0) >= float(manifest.data.get("planned_at") or 0)
+    if status["state"] == "succeeded" and (not manifest.data.get("force_rerun") or after_plan):
+        return "succeeded", 0
+    if by_other and after_plan:
+        return status["state"], int(status.get("exit_code") or 1) if status["state"] != "invalid" else \
+            (EXIT_INVALID_RESULT if manifest.data.get("on_invalid_result", "fail") == "fail" else 0)
+    return None
+
+
 def run_trial(manifest: Manifest, trial: Trial, *, out=None) -> int:
-    """Run ``trial`` here and now; record its state and result; return its exit code."""
+    """Run ``trial`` here and now; record its state and result; return its exit code.
+
+    Only one process runs a trial at a time, whichever DAG run it belongs to: the runner takes the trial's
+    claim first; when another run holds it, this one waits and then takes over that run's outcome."""
     out = out or sys.stdout
     store = manifest.store
-    folder = store.mark_running(trial)
+    holder = {"host": socket.gethostname(), "pid": os.getpid(), "run": manifest.data.get("run"),
+              "since": time.time()}
+    claim = store.claim(trial, holder, wait=False)
+    if claim is None:
+        print(f"[gpusched] trial {trial.index} {trial.label or trial.trial_id} is being run by "
+              f"{describe_holder(store.claim_holder(trial))}; waiting for it instead of running it twice",
+              file=out, flush=True)
+        claim = store.claim(trial, holder, wait=True)
+    try:
+        done = _finished_elsewhere(manifest, trial)
+        if done is not None:
+            status = store.status(trial) or {}
+            who = f"DAG run {status['run']}" if status.get("run") and status.get("run") != holder["run"] \
+                else "an earlier run"
+            print(f"[gpusched] trial {trial.index} {trial.label or trial.trial_id} already {done[0]} "
+                  f"(by {who}); not running it again", file=out, flush=True)
+            return done[1]
+        return _run_claimed(manifest, trial, out)
+    finally:
+        claim.release()
+
+
+def _finish_ok(manifest: Manifest, trial: Trial, result: Any, out) -> int:
+    """Record a trial whose command/callable succeeded: ``succeeded``, or ``invalid`` when its result
+    cannot be scored (the trial task then fails unless ``on_invalid_result: record``)."""
+    store = manifest.store
+    problem = result_problem(result, manifest.data.get("objective"))
+    if problem:
+        fail = manifest.data.get("on_invalid_result", "fail") == "fail"
+        code = EXIT_INVALID_RESULT if fail else 0
+        store.mark_finished(trial, ok=False, state="invalid", exit_code=code, error=f"invalid result: {problem}")
+        print(f"[gpusched] trial {trial.trial_id} ran but its result is invalid: {problem}"
+              + ("" if fail else " (recorded; on_invalid_result: record)"), file=out, flush=True)
+        return code
+    store.mark_finished(trial, ok=True, result=None, exit_code=0)
+    print(f"[gpusched] trial {trial.trial_id} succeeded"
+          + (f": {json.dumps(result, default=str)[:500]}" if result is not None else ""), file=out, flush=True)
+    return 0
+
+
+def _run_claimed(manifest: Manifest, trial: Trial, out) -> int:
+    store = manifest.store
+    folder = store.mark_running(trial, run=manifest.data.get("run"))
     env = trial_environment(trial, folder, store.sweep, manifest.data.get("env"))
     target = manifest.data["target"]
     print(f"[gpusched] trial {trial.index} {trial.label or trial.trial_id} (id {trial.trial_id}) in {folder}",
@@ -149,10 +230,12 @@ def run_trial(manifest: Manifest, trial: Trial, *, out=None) -> int:
                 else:
                     os.environ[k] = v
         result = result_document(value, manifest.data.get("objective"))
-        store.mark_finished(trial, ok=True, result=result if result is not None else store.result(trial), exit_code=0)
-        print(f"[gpusched] trial {trial.trial_id} succeeded: {json.dumps(result, default=str)[:500]}", file=out,
-              flush=True)
-        return 0
+        if result is not None:
+            try:
+                store.write_result(trial, result)
+            except (TypeError, ValueError) as exc:
+                result = {"_unreadable": f"the callable returned a value that is not JSON: {exc}"}
+        return _finish_ok(manifest, trial, result if result is not None else store.result(trial), out)
     argv = format_command(target["command"], trial.params, folder, trial)
     try:
         code = _run_command(argv, folder, {**os.environ, **env}, os.path.join(folder, "output.log"), out)
@@ -161,11 +244,47 @@ def run_trial(manifest: Manifest, trial: Trial, *, out=None) -> int:
         print(f"[gpusched] cannot run {argv[0]!r}: {exc}", file=out, flush=True)
         return 127
     result = store.result(trial)
-    error = None if code == 0 else f"exit code {code}"
-    store.mark_finished(trial, ok=code == 0, result=None, exit_code=code, error=error)
-    print(f"[gpusched] trial {trial.trial_id} {'succeeded' if code == 0 else 'failed (' + error + ')'}"
-          + (f": {json.dumps(result, default=str)[:500]}" if result is not None else ""), file=out, flush=True)
+    if code == 0:
+        return _finish_ok(manifest, trial, result, out)
+    store.mark_finished(trial, ok=False, result=None, exit_code=code, error=f"exit code {code}")
+    print(f"[gpusched] trial {trial.trial_id} failed (exit code {code})", file=out, flush=True)
     return code
+
+
+def trials_of_command(argv: Sequence[str]) -> tuple[Manifest, list[Trial]] | None:
+    """The manifest and trials a trial-runner command line runs (None when ``argv`` is not one)."""
+    argv = [str(a) for a in argv or []]
+    module = "airflow_provider_gpusched.core.sweep.trial_run"
+    if module not in argv or len(argv) < argv.index(module) + 3:
+        return None
+    args = argv[argv.index(module) + 1:]
+    try:
+        manifest = Manifest(args[0])
+        if args[1] == "--chunk":
+            return manifest, manifest.chunk(int(args[2]))
+        if args[1] == "--ids":
+            return manifest, [manifest.trial(i) for i in args[2].split(",") if i]
+        return manifest, [manifest.trial(args[1])]
+    except (GpuschedError, ValueError, IndexError):
+        return None
+
+
+def mark_unfinished(argv: Sequence[str], reason: str) -> list[str]:
+    """After the task running ``argv`` failed: mark its trials that have no outcome (never started, or their
+    runner died) ``failed`` with ``reason``; trials another process is running now are left alone."""
+    found = trials_of_command(argv)
+    if found is None:
+        return []
+    manifest, trials = found
+    lines = []
+    for trial in trials:
+        if manifest.store.state(trial) in ("succeeded", "failed", "invalid"):
+            continue
+        if manifest.store.claim_holder(trial) is not None:
+            continue
+        manifest.store.mark_finished(trial, ok=False, exit_code=None, error=reason)
+        lines.append(f"trial {trial.index} {trial.label or trial.trial_id} marked failed: {reason}")
+    return lines
 
 
 def run_group(manifest: Manifest, trials: Sequence[Trial]) -> int:
