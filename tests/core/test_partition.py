@@ -156,6 +156,8 @@ def test_memory_limit_is_strict_and_forces_more_stages(tmp_path):
      r"fast.model_profiles.m\[0\].time_s: expected 3 entries \(layers\), got 1"),
     (lambda f: (f / "models.yml").write_text("m: [unclosed"), "models.yml: not valid YAML"),
     (lambda f: (f / "devices.yml").write_text("ghost: [g0]"), "devices.yml: ghost: device type not in .*device_types.yml"),
+    (lambda f: (f / "devices.yml").write_text('fast: ["evil\\nhost"]'),
+     r"devices.yml: fast: host 'evil\\nhost': expected a host name without control characters"),
 ])
 def test_bad_input_names_file_and_key(tmp_path, change, message):
     folder = write_inputs(tmp_path)
@@ -194,3 +196,14 @@ def test_cli_defaults_output_format_json_explain_and_exit_codes(tmp_path):
     bad = gpusched("partition", "-m", "nope", cwd=EXAMPLES)
     assert bad.returncode == 2 and "unknown model 'nope'" in bad.stderr and "Traceback" not in bad.stderr
     assert gpusched("partition", "-b", "-3", cwd=EXAMPLES).returncode == 2
+
+
+def test_host_names_yaml_would_misread_are_quoted_on_one_line(tmp_path):
+    from airflow_provider_gpusched.core.partition.report import schedule_yaml
+
+    hosts = ["a: b", "# not a comment", "123", "- dash", "yes"]
+    p = problem_in(write_inputs(tmp_path, mem=[1.0] * 3, devices={"fast": hosts}))
+    text = schedule_yaml(partition(p))
+    parsed = yaml.safe_load(text)
+    assert len(text.splitlines()) == len(parsed)
+    assert all(isinstance(next(iter(stage)), str) and next(iter(stage)) in hosts for stage in parsed)

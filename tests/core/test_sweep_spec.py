@@ -1,5 +1,7 @@
 """Sweep specs from Python and YAML: validation errors name the file and key path."""
 
+import json
+import re
 import textwrap
 
 import pytest
@@ -120,3 +122,67 @@ def test_preview_cli_prints_trials_and_bad_specs_give_one_line(tmp_path):
     assert out.stderr.strip().count("\n") == 0 and "bad.yaml: test_config[0].lr" in out.stderr
     missing = cli("results", str(tmp_path / "nowhere"))
     assert missing.returncode == 2 and "no summary.json" in missing.stderr
+
+
+# -- careless input: every mistake is refused when the spec is read, naming the key ----------------------------
+BAD_SPECS = [
+    # (extra YAML, the key the error names, a phrase of what was expected)
+    ("test_config: [{a: {uniform: [0, 1]}, b: {uniform: [0, 1]}}]\ngrid_steps: 4000", "test_config",
+     "at most max_trials=100,000"),
+    ("test_config: [{a: {uniform: [0, 1]}}]\ngrid_steps: 1000000000", "grid_steps", "from 1 to 10,000,000"),
+    ("test_config: [{a: {uniform: [0, 1]}}]\ngrid_steps: 0", "grid_steps", "from 1 to"),
+    ("search: random\ncount: 10000000\nspace: {a: [1, 2]}", "count", "at most the 2 distinct points"),
+    ("search: random\ncount: 3\nspace: {a: [1, 2]}", "count", "at most the 2 distinct points"),
+    ("resources: {gpu_memory: lots}", "resources.gpu_memory", "a byte count"),
+    ("resources: {gpu_memory: -1GiB}", "resources.gpu_memory", "a byte count"),
+    ("resources: {gpu_memory: 0}", "resources.gpu_memory", "a positive size"),
+    ("resources: {mem: 12 parsecs}", "resources.mem", "a byte count"),
+    ("resources: {time_limit: soon}", "resources.time_limit", "minutes"),
+    ("resources: {partition: 'a b'}", "resources.partition", "a Slurm name"),
+    ("resources: {env: {A: [1]}}", "resources.env.A", "a string or number"),
+    ("force_rerun: 'no'", "force_rerun", "true or false"),
+    ("results_root: 5", "results_root", "a directory path"),
+    ("test_config: [{lr: [.nan, 0.1]}]", "test_config[0].lr[0]", "finite number"),
+    ("global_config: {scale: .inf}", "global_config.scale", "finite number"),
+    ("search: random\ncount: 2\nspace: {lr: {uniform: [0, .inf]}}", "space.lr", "finite number"),
+    ("test_config: []", "test_config", "non-empty list"),
+    ("max_trials: 0", "max_trials", "an integer >= 1"),
+    ("name_override", None, None),  # placeholder replaced below
+]
+BAD_SPECS[-1] = (f"name: {'x' * 101}", "name", "at most 100 characters")
+BAD_COMMANDS = [("[python, {a: 1}]", "command[1]"), ("[python, true]", "command[1]"), ("[python, null]", "command[1]"),
+                ("[python, [1, 2]]", "command[1]")]
+
+
+@pytest.mark.parametrize("extra, key, expected", BAD_SPECS)
+def test_careless_specs_are_refused_at_parse_naming_the_key(tmp_path, extra, key, expected):
+    import time
+
+    base = {"name": "careless", "command": ["python", "train.py"]}
+    text = "\n".join(f"{k}: {json.dumps(v)}" for k, v in base.items() if not extra.startswith(f"{k}:")) + "\n" + extra
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    started = time.monotonic()
+    with pytest.raises(InvalidArgumentError) as err:
+        SweepSpec.from_yaml(str(path))
+    assert time.monotonic() - started < 5  # counted, never expanded
+    message = str(err.value)
+    assert message.startswith(f"{path}: {key}"), message
+    assert expected in message, message
+
+
+@pytest.mark.parametrize("command, key", BAD_COMMANDS)
+def test_non_scalar_command_items_are_refused(tmp_path, command, key):
+    path = tmp_path / "spec.yaml"
+    path.write_text(f"name: c\ncommand: {command}\n")
+    with pytest.raises(InvalidArgumentError, match=re.escape(f"{path}: {key}")):
+        SweepSpec.from_yaml(str(path))
+
+
+def test_a_big_grid_runs_when_max_trials_is_raised_on_purpose(tmp_path, monkeypatch):
+    spec = SweepSpec(name="big", test_config=[{"a": list(range(400)), "b": list(range(300))}],
+                     command=["true"], max_trials=200_000)
+    assert spec.stage_size() == 120_000
+    monkeypatch.setenv("GPUSCHED_MAX_TRIALS", "1000")
+    with pytest.raises(InvalidArgumentError, match="max_trials=1,000"):
+        SweepSpec(name="big", test_config=[{"a": list(range(400)), "b": list(range(300))}], command=["true"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,6 +144,9 @@ def load_problem(models_file: str = "models.yml", device_types_file: str = "devi
     seen_hosts: dict[str, str] = {}
     for name, hosts in devices.items():
         for h in hosts or []:
+            if re.search(r"[\x00-\x1f\x7f]", str(h)) or not str(h).strip():
+                raise PartitionInputError(f"{devices_file}: {name}: host {h!r}: expected a host name without "
+                                          f"control characters (newline, tab, ...)")
             if str(h) in seen_hosts:
                 raise PartitionInputError(f"{devices_file}: host {h!r} is listed twice ({seen_hosts[str(h)]}, {name})")
             seen_hosts[str(h)] = name

@@ -8,6 +8,8 @@ from airflow_provider_gpusched.core.partition.solver import Schedule
 
 def schedule_yaml(schedule: Schedule) -> str:
     """``- HOST: [first, last]`` per stage in stage order (sched-pipeline's format); ``[]`` if infeasible."""
+    import json
+
     import yaml
 
     if not schedule.feasible:
@@ -15,6 +17,8 @@ def schedule_yaml(schedule: Schedule) -> str:
     lines = []
     for s in schedule.stages:
         host = yaml.safe_dump(s.host, default_style=None).strip().removesuffix("\n...").strip()
+        if "\n" in host:  # a name YAML would fold over lines: JSON's quoting is YAML too, and one line
+            host = json.dumps(s.host)
         lines.append(f"- {host}: [{s.first}, {s.last}]")
     return "\n".join(lines)
 

@@ -105,6 +105,31 @@ def _check_condition(where: str, key: str, dim: Conditional, known: Sequence[str
                                        f"a parameter defined before {key!r} (one of {sorted(known)})")
 
 
+def _dim_count(where: str, value: Any, grid_steps: int | None) -> int:
+    """How many values :func:`_dim_values` gives, without making them."""
+    if isinstance(value, SPACES):
+        try:
+            return value.count(grid_steps)
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(where, value, exc.expected) from None
+    if isinstance(value, (list, tuple)) and value:
+        return len(value)
+    raise InvalidArgumentError(where, value, "a non-empty list of values or a search space (choice, uniform, ...)")
+
+
+def finite_space_size(flat: Mapping[str, Any]) -> int | None:
+    """An upper bound on the distinct points of a (flattened) random-search space; None when a dimension is
+    continuous (uniform, loguniform: as many points as draws)."""
+    total = 1
+    for dim in flat.values():
+        inner = dim.dim if isinstance(dim, Conditional) else dim
+        if isinstance(inner, (Uniform, LogUniform)):
+            return None
+        n = inner.count() if isinstance(inner, SPACES) else len(inner) if isinstance(inner, (list, tuple)) else 1
+        total *= n + (1 if isinstance(dim, Conditional) else 0)  # a conditional may also be absent
+    return total
+
+
 def _dim_values(where: str, value: Any, grid_steps: int | None) -> list:
     if isinstance(value, SPACES):
         try:
@@ -151,7 +176,7 @@ class GridSweep:
             n = 1
             for key, dim in block.items():
                 inner = dim.dim if isinstance(dim, Conditional) else dim
-                n *= len(_dim_values(f"{self.where}: test_config[{i}].{key}", inner, self.grid_steps))
+                n *= _dim_count(f"{self.where}: test_config[{i}].{key}", inner, self.grid_steps)
             total += n
         return total
 
@@ -223,16 +248,28 @@ def random_trials(space: Mapping[str, Any], count: int, seed: int, *, fixed: Map
         raise InvalidArgumentError("count", count, "an integer >= 1")
     flat = check_space(space, where, fixed)
     base = flatten(fixed or {})
+    size = finite_space_size(flat)
+    if size is not None and count > size:
+        raise InvalidArgumentError(f"{where.rsplit(':', 1)[0]}: count" if ":" in where else "count", count,
+                                   f"at most the {size:,} distinct points of this space (use search: grid to try "
+                                   f"them all)")
     rng = random.Random(seed)
     trials: list[Trial] = []
     seen: set[str] = set()
     tries = 0
     limit = max_tries or count * 50
+    since_new = 0  # a space with fewer distinct points than it seems (conditions) ends the search here
     varying = list(flat)
-    while len(trials) < count and tries < limit:
+    while len(trials) < count and tries < limit and since_new < max(1000, 20 * len(trials)):
         tries += 1
+        since_new += 1
         trial = make_trial(sample_params(flat, rng, base), varying, code_version, len(trials))
         if trial.trial_id not in seen:
             seen.add(trial.trial_id)
             trials.append(trial)
+            since_new = 0
+    if len(trials) < count:
+        raise InvalidArgumentError(f"{where.rsplit(':', 1)[0]}: count" if ":" in where else "count", count,
+                                   f"at most the {len(trials):,} distinct trials found in this space after "
+                                   f"{tries:,} draws")
     return trials

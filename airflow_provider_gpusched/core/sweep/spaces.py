@@ -16,8 +16,8 @@ from airflow_provider_gpusched.core.errors import InvalidArgumentError
 
 
 def _number(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise InvalidArgumentError(name, value, "a number")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidArgumentError(name, value, "a finite number")
     return float(value)
 
 
@@ -44,6 +44,9 @@ class Choice:
     def grid(self, steps: int | None = None) -> list:
         return list(self.values)
 
+    def count(self, steps: int | None = None) -> int:
+        return len(self.values)
+
     def sample(self, rng: random.Random) -> Any:
         return rng.choice(self.values)
 
@@ -61,6 +64,9 @@ class Uniform:
     def grid(self, steps: int | None = None) -> list[float]:
         return [_clean(x) for x in _linspace(self.low, self.high, _steps(steps, self))]
 
+    def count(self, steps: int | None = None) -> int:
+        return _steps(steps, self)
+
     def sample(self, rng: random.Random) -> float:
         return rng.uniform(self.low, self.high)
 
@@ -77,6 +83,9 @@ class LogUniform:
 
     def grid(self, steps: int | None = None) -> list[float]:
         return [_clean(math.exp(x)) for x in _linspace(math.log(self.low), math.log(self.high), _steps(steps, self))]
+
+    def count(self, steps: int | None = None) -> int:
+        return _steps(steps, self)
 
     def sample(self, rng: random.Random) -> float:
         return math.exp(rng.uniform(math.log(self.low), math.log(self.high)))
@@ -98,6 +107,10 @@ class RandInt:
             return list(range(self.low, self.high + 1))
         return sorted({round(x) for x in _linspace(self.low, self.high, steps)})
 
+    def count(self, steps: int | None = None) -> int:
+        n = self.high - self.low + 1
+        return n if steps is None else min(n, _steps(steps, self))
+
     def sample(self, rng: random.Random) -> int:
         return rng.randint(self.low, self.high)
 
@@ -115,10 +128,20 @@ class QUniform:
         if not low < high or q <= 0:
             raise InvalidArgumentError("quniform", (self.low, self.high, self.q), "low < high and q > 0")
 
+    def _range(self) -> tuple[int, int]:
+        return math.ceil(self.low / self.q - 1e-9), math.floor(self.high / self.q + 1e-9)
+
     def _points(self) -> list[float]:
-        first = math.ceil(self.low / self.q - 1e-9)
-        last = math.floor(self.high / self.q + 1e-9)
+        first, last = self._range()
+        if last - first + 1 > MAX_POINTS:
+            raise InvalidArgumentError("quniform", (self.low, self.high, self.q),
+                                       f"at most {MAX_POINTS:,} multiples of q between low and high")
         return [_tidy(k * self.q) for k in range(first, last + 1)]
+
+    def count(self, steps: int | None = None) -> int:
+        first, last = self._range()
+        n = max(0, last - first + 1)
+        return n if steps is None else min(n, _steps(steps, self))
 
     def grid(self, steps: int | None = None) -> list[float]:
         points = self._points()
@@ -127,7 +150,8 @@ class QUniform:
         return [points[round(i * (len(points) - 1) / (steps - 1))] for i in range(steps)] if steps > 1 else points[:1]
 
     def sample(self, rng: random.Random) -> float:
-        return rng.choice(self._points())
+        first, last = self._range()
+        return _tidy(rng.randint(first, last) * self.q)
 
 
 def _tidy(x: float) -> float | int:
@@ -135,11 +159,15 @@ def _tidy(x: float) -> float | int:
     return int(r) if float(r).is_integer() else r
 
 
+#: the most grid points one dimension may have (a grid of more is never what anyone meant)
+MAX_POINTS = 10_000_000
+
+
 def _steps(steps: int | None, space: Any) -> int:
     if steps is None:
         raise InvalidArgumentError("grid_steps", None, f"a number of grid points for the continuous {space!r}")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise InvalidArgumentError("grid_steps", steps, "an integer >= 1")
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_POINTS:
+        raise InvalidArgumentError("grid_steps", steps, f"an integer from 1 to {MAX_POINTS:,}")
     return steps
 
 

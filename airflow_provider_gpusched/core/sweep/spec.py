@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field, fields
@@ -35,12 +36,24 @@ from typing import Any, Callable, Mapping, Sequence
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.job_classes import JOB_CLASSES
 from airflow_provider_gpusched.core.sweep import spaces
-from airflow_provider_gpusched.core.sweep.expand import GridSweep, Trial, check_space, flatten, random_trials
+from airflow_provider_gpusched.core.sweep.expand import (
+    GridSweep,
+    Trial,
+    check_space,
+    finite_space_size,
+    flatten,
+    random_trials,
+)
 from airflow_provider_gpusched.core.sweep.objective import Objective
 from airflow_provider_gpusched.core.sweep.store import check_sweep_name
+from airflow_provider_gpusched.core.units import parse_bytes, slurm_time_limit
 
 SEARCHES = ("grid", "random", "optuna", "evolution")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)\}")
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+#: the most trials one stage of a sweep may have unless the spec raises ``max_trials`` (or
+#: ``$GPUSCHED_MAX_TRIALS``): counted before anything is expanded
+DEFAULT_MAX_TRIALS = 100_000
 TRIAL_FIELDS = ("trial_dir", "trial_id", "label")  # placeholders every command may use besides parameters
 
 
@@ -63,6 +76,18 @@ class TrialResources:
     def check(self, where: str) -> None:
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 0:
             raise InvalidArgumentError(f"{where}.gpus", self.gpus, "an integer >= 0")
+        for name in ("gpu_memory", "mem"):  # "lots", "-1GiB", 0: refused here, not when a trial runs
+            value = getattr(self, name)
+            if value is not None and parse_bytes(value, argument=f"{where}.{name}") <= 0:
+                raise InvalidArgumentError(f"{where}.{name}", value, "a positive size such as '6GiB'")
+        if self.time_limit is not None:
+            slurm_time_limit(self.time_limit, argument=f"{where}.time_limit")
+        for name in ("partition", "qos"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not _NAME_RE.match(value)):
+                raise InvalidArgumentError(f"{where}.{name}", value, "a Slurm name (letters, digits, '_', '-', '.')")
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise InvalidArgumentError(f"{where}.priority", self.priority, "a whole number")
         if self.cpus is not None and (isinstance(self.cpus, bool) or not isinstance(self.cpus, int) or self.cpus < 1):
             raise InvalidArgumentError(f"{where}.cpus", self.cpus, "an integer >= 1")
         if self.job_class not in JOB_CLASSES:
@@ -73,6 +98,11 @@ class TrialResources:
             raise InvalidArgumentError(f"{where}.setup", self.setup, "a list of shell lines")
         if not isinstance(self.env, Mapping):
             raise InvalidArgumentError(f"{where}.env", self.env, "a mapping of environment variables")
+        for key, value in self.env.items():
+            if not isinstance(key, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                raise InvalidArgumentError(f"{where}.env", key, "environment variable names")
+            if not isinstance(value, (str, int, float)) or isinstance(value, bool) or "\x00" in str(value):
+                raise InvalidArgumentError(f"{where}.env.{key}", value, "a string or number")
         self.env = {str(k): str(v) for k, v in self.env.items()}
 
 
@@ -140,6 +170,8 @@ class SweepSpec:
     evolution: EvolutionSettings | None = None
     #: a trial that ran but whose result cannot be scored: "fail" its task, or only "record" it as invalid
     on_invalid_result: str = "fail"
+    #: refuse a stage of more trials than this (counted before expanding); default $GPUSCHED_MAX_TRIALS or 100,000
+    max_trials: int | None = None
     #: failed + invalid trials a run may have and still succeed (None: any number)
     max_failed_trials: int | None = 0
     where: str = "sweep"
@@ -149,6 +181,26 @@ class SweepSpec:
         check_sweep_name(self.name, f"{w}: name")
         if self.search not in SEARCHES:
             raise InvalidArgumentError(f"{w}: search", self.search, f"one of {list(SEARCHES)}")
+        if not isinstance(self.force_rerun, bool):  # YAML 'no' in quotes is a string, and would be true
+            raise InvalidArgumentError(f"{w}: force_rerun", self.force_rerun, "true or false")
+        if self.results_root is not None and (not isinstance(self.results_root, str) or not self.results_root
+                                              or "\x00" in self.results_root):
+            raise InvalidArgumentError(f"{w}: results_root", self.results_root, "a directory path")
+        if self.code_version is not None and not isinstance(self.code_version, str):
+            raise InvalidArgumentError(f"{w}: code_version", self.code_version, "a string")
+        if self.grid_steps is not None and (isinstance(self.grid_steps, bool) or not isinstance(self.grid_steps, int)
+                                            or not 1 <= self.grid_steps <= spaces.MAX_POINTS):
+            raise InvalidArgumentError(f"{w}: grid_steps", self.grid_steps, f"an integer from 1 to {spaces.MAX_POINTS:,}")
+        if self.max_trials is None:
+            self.max_trials = _env_max_trials(w)
+        if isinstance(self.max_trials, bool) or not isinstance(self.max_trials, int) or self.max_trials < 1:
+            raise InvalidArgumentError(f"{w}: max_trials", self.max_trials, "an integer >= 1")
+        for key, value in (("global_config", self.global_config), ("test_config", self.test_config),
+                           ("space", self.space)):
+            _check_finite(value, f"{w}: {key}")
+        if isinstance(self.test_config, Sequence) and not isinstance(self.test_config, str) and not self.test_config:
+            raise InvalidArgumentError(f"{w}: test_config", self.test_config,
+                                       "a non-empty list of mappings (leave it out for one trial of global_config)")
         if isinstance(self.objective, Mapping):
             self.objective = _objective(self.objective, f"{w}: objective")
         if isinstance(self.resources, Mapping):
@@ -161,6 +213,10 @@ class SweepSpec:
             if isinstance(self.command, str) or not isinstance(self.command, Sequence) or not self.command:
                 raise InvalidArgumentError(f"{w}: command", self.command,
                                            "a non-empty argv list such as [python, train.py, --lr, '{lr}']")
+            for i, arg in enumerate(self.command):
+                if isinstance(arg, bool) or not isinstance(arg, (str, int, float)) or "\x00" in str(arg):
+                    raise InvalidArgumentError(f"{w}: command[{i}]", arg, "a string or number (quote true/false/"
+                                                                          "null and lists in YAML)")
             self.command = [str(a) for a in self.command]
         if self.python_callable is not None and not callable(self.python_callable):
             raise InvalidArgumentError(f"{w}: python_callable", self.python_callable, "a callable")
@@ -182,6 +238,11 @@ class SweepSpec:
             check_space(self.space, f"{w}: space", self.global_config)
         if self.search == "random" and self.count is None:
             raise InvalidArgumentError(f"{w}: count", None, "the number of random trials (search: random)")
+        if self.search == "random":
+            size = finite_space_size(flatten(self.space))
+            if size is not None and self.count > size:
+                raise InvalidArgumentError(f"{w}: count", self.count, f"at most the {size:,} distinct points of this "
+                                                                      f"space (use search: grid to try them all)")
         if self.search == "optuna":
             if self.objective is None:
                 raise InvalidArgumentError(f"{w}: objective", None, "a metric to optimise (search: optuna)")
@@ -202,6 +263,13 @@ class SweepSpec:
                                                                          "over discrete choices per position)")
             self.rounds = self.evolution.max_epoch
             self.per_round = self.evolution.candidate_pool_size
+        size = self.stage_size()
+        if size > self.max_trials:
+            key = "per_round" if self.in_rounds else "count" if self.search == "random" else \
+                "test_config" if self.search == "grid" else "space"
+            raise InvalidArgumentError(
+                f"{w}: {key}", f"{size:,} trials", f"at most max_trials={self.max_trials:,} trials per stage: split the "
+                f"sweep, lower grid_steps/count, or raise max_trials (in the spec, or $GPUSCHED_MAX_TRIALS) to run it")
         if self.command is not None:
             known = set(self.parameter_names()) | set(TRIAL_FIELDS)
             for arg in self.command:
@@ -289,6 +357,30 @@ class SweepSpec:
             at = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
             raise InvalidArgumentError(f"{path}:{at}", getattr(exc, "problem", str(exc)), "valid YAML") from None
         return cls.from_dict(data, where=path)
+
+
+def _env_max_trials(where: str) -> int:
+    raw = os.environ.get("GPUSCHED_MAX_TRIALS", "")
+    if not raw:
+        return DEFAULT_MAX_TRIALS
+    if not raw.isdigit() or int(raw) < 1:
+        raise InvalidArgumentError(f"{where}: $GPUSCHED_MAX_TRIALS", raw, "an integer >= 1")
+    return int(raw)
+
+
+def _check_finite(value: Any, where: str, depth: int = 0) -> None:
+    """NaN and infinities are refused wherever a parameter value can be written (they break ids, JSON and
+    comparisons)."""
+    if depth > 50:
+        raise InvalidArgumentError(where, "...", "values nested less than 50 levels deep")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidArgumentError(where, value, "a finite number (not NaN or infinity)")
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _check_finite(v, f"{where}.{k}", depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_finite(v, f"{where}[{i}]", depth + 1)
 
 
 def _objective(data: Mapping, where: str) -> Objective:

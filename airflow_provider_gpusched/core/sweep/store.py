@@ -38,9 +38,16 @@ CLAIM_FILE = "claim.lock"
 _SWEEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
+#: a sweep's name is its task group id: Airflow task ids (group.round_N.trial...) must stay within 250 chars
+MAX_SWEEP_NAME = 100
+
+
 def check_sweep_name(name: Any, where: str = "name") -> str:
     if not isinstance(name, str) or not _SWEEP_NAME.match(name) or ".." in name:
         raise InvalidArgumentError(where, name, "a sweep name of letters, digits, '_', '-', '.' (no '/', no '..')")
+    if len(name) > MAX_SWEEP_NAME:
+        raise InvalidArgumentError(where, f"{name[:40]}... ({len(name)} characters)",
+                                   f"at most {MAX_SWEEP_NAME} characters (it becomes the Airflow task group id)")
     return name
 
 
