@@ -29,8 +29,26 @@ def _slurm_cancel(args) -> int:
 
 
 def _slurm_tail(args) -> int:
+    import os
+
+    if os.path.isdir(args.path):
+        raise GpuschedError(f"{args.path}: is a directory, not a job output file")
+    if not os.path.exists(args.path):
+        raise GpuschedError(f"{args.path}: no such file (has the job started? Slurm creates it when it starts)")
+    if not os.access(args.path, os.R_OK):
+        raise GpuschedError(f"{args.path}: not readable by this user")
     print(SlurmClient(CommandRunner()).tail(args.path, args.lines))
     return 0
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
 
 
 def _gpus(args) -> int:
@@ -45,6 +63,9 @@ def _gpus(args) -> int:
 
     simulate = args.simulate or os.environ.get("AIRFLOW__GPUSCHED__SIMULATE_GPUS") or None
     state_dir = args.state_dir or os.environ.get("AIRFLOW__GPUSCHED__GPU_STATE_DIR") or None
+    if args.state_dir and not os.path.isdir(args.state_dir):
+        what = "is not a directory" if os.path.exists(args.state_dir) else "does not exist (nothing has run here yet?)"
+        raise GpuschedError(f"--state-dir {args.state_dir}: {what}")
     manager = LeaseManager(get_inventory(simulate), state_dir)
     gpus, leases = manager.snapshot()
     yielding = {lease.lease_id: manager.yield_request(lease.lease_id) for lease in leases}
@@ -129,17 +150,30 @@ def _sweep_preview(args) -> int:
 
 
 def _sweep_results(args) -> int:
+    import os
+
     from airflow_provider_gpusched.core.sweep.objective import Objective, format_leaderboard
     from airflow_provider_gpusched.core.sweep.store import format_counts, read_json
 
-    summary = read_json(f"{args.folder}/summary.json")
-    if not isinstance(summary, dict) or "table" not in summary:
-        raise GpuschedError(f"{args.folder}: no summary.json (has the sweep's collect task run?)")
-    board = read_json(f"{args.folder}/leaderboard.json")
+    if not os.path.isdir(args.folder):
+        raise GpuschedError(f"{args.folder}: no such sweep folder (expected <results root>/<sweep name>)")
+    path = os.path.join(args.folder, "summary.json")
+    summary = read_json(path)
+    if summary is None:
+        raise GpuschedError(f"{path}: missing (has the sweep's collect task run?)")
+    if not isinstance(summary, dict) or "_unreadable" in summary:
+        raise GpuschedError(f"{path}: malformed: {summary.get('_unreadable') if isinstance(summary, dict) else 'not an object'}")
+    if not isinstance(summary.get("table"), dict) or not isinstance(summary.get("counts"), dict):
+        raise GpuschedError(f"{path}: malformed: expected the keys 'table' and 'counts' written by collect")
+    board = read_json(os.path.join(args.folder, "leaderboard.json"))
+    if board is not None and (not isinstance(board, dict) or not isinstance(board.get("leaderboard"), list)
+                              or not isinstance(board.get("objective"), dict)):
+        raise GpuschedError(f"{os.path.join(args.folder, 'leaderboard.json')}: malformed: expected 'objective' "
+                            f"and 'leaderboard' written by collect")
     if args.json:
         print(json.dumps({"counts": summary["counts"], "leaderboard": (board or {}).get("leaderboard")}, indent=2))
         return 0
-    print(f"sweep {summary['sweep']} ({summary['search']}) in {summary['folder']}")
+    print(f"sweep {summary.get('sweep', '?')} ({summary.get('search', '?')}) in {summary.get('folder', args.folder)}")
     print(format_counts(summary["table"]))
     if isinstance(board, dict):
         print(format_leaderboard(board["leaderboard"], Objective(**board["objective"])))
@@ -147,9 +181,22 @@ def _sweep_results(args) -> int:
 
 
 def _pools_sync(args) -> int:
+    from airflow.sdk.exceptions import AirflowNotFoundException
+    from sqlalchemy.exc import SQLAlchemyError
+
     from airflow_provider_gpusched.pools import desired_pools, sync_pools
 
-    rows = sync_pools(desired_pools(args.backend, args.slurm_conn_id), dry_run=args.dry_run)
+    try:
+        plan = desired_pools(args.backend, args.slurm_conn_id)
+    except AirflowNotFoundException:
+        raise GpuschedError(f"--slurm-conn-id {args.slurm_conn_id}: no such Airflow connection "
+                            f"(airflow connections list)") from None
+    try:
+        rows = sync_pools(plan, dry_run=args.dry_run)
+    except SQLAlchemyError as exc:
+        first = str(exc).splitlines()[0][:300]
+        raise GpuschedError(f"cannot use the Airflow metadata database ({first}); is AIRFLOW_HOME / "
+                            f"sql_alchemy_conn right, and has 'airflow db migrate' run?") from None
     if args.json:
         print(json.dumps({"dry_run": args.dry_run, "pools": rows}, indent=2))
         return 0
@@ -187,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--simulate", help="simulated inventory where NVML finds no GPU, e.g. 4x24GiB "
                                       "(default: $GPUSCHED_SIMULATE_GPUS)")
-    p.add_argument("--state-dir", help="lease directory (default: $GPUSCHED_STATE_DIR or <tmp>/gpusched-leases)")
+    p.add_argument("--state-dir", help="lease directory (default: $GPUSCHED_STATE_DIR or <tmp>/gpusched-<uid>)")
     p.set_defaults(func=_gpus)
     slurm = sub.add_parser("slurm", help="Slurm jobs").add_subparsers(dest="slurm_command", required=True)
     p = slurm.add_parser("status", help="state, exit code and restarts of jobs (one squeue call)")
@@ -200,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_slurm_cancel)
     p = slurm.add_parser("tail", help="last lines of a job output file")
     p.add_argument("path")
-    p.add_argument("-n", "--lines", type=int, default=40)
+    p.add_argument("-n", "--lines", type=_positive_int, default=40, help="lines to show (>= 1, default 40)")
     p.set_defaults(func=_slurm_tail)
     sweep = sub.add_parser("sweep", help="sweep specs").add_subparsers(dest="sweep_command", required=True)
     p = sweep.add_parser("preview", help="dry run: the trials a YAML sweep spec defines, their count and state")
@@ -208,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results-root", help="where the sweep keeps results (default: the spec's results_root, "
                                           "$AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT or $AIRFLOW_HOME/gpusched/sweeps)")
     p.add_argument("--force-rerun", action="store_true", help="count succeeded trials as to-run")
-    p.add_argument("--limit", type=int, default=50, help="rows of the table to print (default 50)")
+    p.add_argument("--limit", type=_positive_int, default=50, help="rows of the table to print (default 50)")
     p.add_argument("--json", action="store_true", help="every trial, machine-readable")
     p.set_defaults(func=_sweep_preview)
     p = sweep.add_parser("results", help="status table and leaderboard of a sweep that ran")
@@ -249,12 +296,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import os
+
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()
+        return code
     except GpuschedError as exc:
         print(f"gpusched: error: {exc}", file=sys.stderr)
         return getattr(exc, "exit_code", 2)
+    except BrokenPipeError:  # `gpusched ... | head`: the reader has gone; not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as exc:  # a file or directory the user named: say which and why, no traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"gpusched: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -187,3 +187,20 @@ def test_connection_host_that_would_be_an_ssh_option_is_refused(airflow_db, monk
                                                               "host": "-oProxyCommand=touch /tmp/pwned"}))
     with pytest.raises(InvalidArgumentError, match="connection 'slurm_evil' host"):
         SlurmHook("slurm_evil").get_conn()
+
+
+def test_pools_sync_with_an_unknown_connection_or_no_database_is_a_clear_error(airflow_db, tmp_path):
+    import os
+
+    cli = [sys.executable, "-m", "airflow_provider_gpusched.cli", "pools", "sync"]
+    proc = subprocess.run([*cli, "--backend", "slurm", "--slurm-conn-id", "nosuch"], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "--slurm-conn-id nosuch: no such Airflow connection" in proc.stderr
+    empty_home = tmp_path / "no-db-home"
+    empty_home.mkdir()
+    env = {**os.environ, "AIRFLOW_HOME": str(empty_home),
+           "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{empty_home}/airflow.db"}
+    proc = subprocess.run(cli, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "cannot use the Airflow metadata database" in proc.stderr and "airflow db migrate" in proc.stderr

@@ -163,7 +163,7 @@ class SlurmClient:
         if result.returncode != 0:
             if _INVALID_JOB_ID in result.stderr.lower():
                 return []  # none of them is known any more
-            self.runner.run(argv)  # raises the right error (transient or not)
+            result.check()  # raises the right error (transient or not)
         statuses = []
         for line in result.stdout.splitlines():
             if not line.strip():

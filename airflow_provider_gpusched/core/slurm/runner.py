@@ -59,6 +59,16 @@ class CommandResult:
     returncode: int
     stdout: str
     stderr: str
+    via_ssh: bool = False
+
+    def check(self) -> CommandResult:
+        """Raise the right error for a failed command — without running it again (an unreachable controller
+        would make a second call wait out the whole timeout once more)."""
+        if self.returncode != 0:
+            if is_transient_failure(self.returncode, self.stderr, via_ssh=self.via_ssh):
+                raise SlurmUnavailableError(self.argv, self.returncode, self.stderr, self.stdout)
+            raise SlurmCommandError(self.argv, self.returncode, self.stderr, self.stdout)
+        return self
 
 
 def is_transient_failure(returncode: int, stderr: str, *, via_ssh: bool = False) -> bool:
@@ -109,11 +119,9 @@ class CommandRunner:
                                     f"on this host (or set a login host on the connection)?") from exc
         except subprocess.TimeoutExpired as exc:
             raise SlurmUnavailableError(argv, -1, f"timed out after {exc.timeout:.0f}s") from exc
-        result = CommandResult(argv, proc.returncode, proc.stdout, proc.stderr)
-        if check and proc.returncode != 0:
-            if is_transient_failure(proc.returncode, proc.stderr, via_ssh=via_ssh):
-                raise SlurmUnavailableError(argv, proc.returncode, proc.stderr, proc.stdout)
-            raise SlurmCommandError(argv, proc.returncode, proc.stderr, proc.stdout)
+        result = CommandResult(argv, proc.returncode, proc.stdout, proc.stderr, via_ssh)
+        if check:
+            result.check()
         return result
 
     def describe(self) -> dict:

@@ -352,6 +352,10 @@ class SweepSpec:
                 data = yaml.safe_load(fh)
         except FileNotFoundError:
             raise InvalidArgumentError("sweep spec", path, "an existing YAML file") from None
+        except IsADirectoryError:
+            raise InvalidArgumentError("sweep spec", path, "a YAML file, not a directory") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidArgumentError("sweep spec", path, f"a readable YAML file ({exc})") from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             at = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""

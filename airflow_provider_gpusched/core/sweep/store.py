@@ -72,7 +72,12 @@ def read_json(path: str) -> Any:
 
 class TrialStore:
     def __init__(self, root: str, sweep: str) -> None:
+        if not isinstance(root, str) or not root:
+            raise InvalidArgumentError("results_root", root, "a directory path")
         self.root = os.path.abspath(os.path.expanduser(root))
+        for path in (self.root, os.path.join(self.root, sweep if isinstance(sweep, str) else "")):
+            if os.path.exists(path) and not os.path.isdir(path):
+                raise InvalidArgumentError("results_root", root, f"a directory ({path} is a file)")
         self.sweep = check_sweep_name(sweep)
         self.dir = os.path.join(self.root, self.sweep)
 

@@ -1,0 +1,126 @@
+"""The ``gpusched`` command line given careless input: one clear line on stderr and a non-zero exit, never a
+traceback; `| head` is not an error; an unreachable controller costs one Slurm call, not two."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REPO
+
+
+def gpusched(*args, env_extra=None, timeout=120, **kw):
+    env = {**os.environ, **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", *args], capture_output=True,
+                          text=True, env=env, timeout=timeout, cwd=REPO, **kw)
+
+
+def clear_error(proc, *phrases):
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("gpusched: error: "), proc.stderr
+    for phrase in phrases:
+        assert phrase in proc.stderr, proc.stderr
+
+
+def test_gpus_state_dir_that_is_a_file_or_missing(tmp_path):
+    clear_error(gpusched("gpus", "--simulate", "2x8GiB", "--state-dir", "/etc/passwd"), "/etc/passwd",
+                "not a directory")
+    clear_error(gpusched("gpus", "--simulate", "2x8GiB", "--state-dir", str(tmp_path / "nosuch")), "does not exist")
+
+
+def test_gpus_refuses_a_world_writable_state_dir(tmp_path):
+    d = tmp_path / "open"
+    d.mkdir()
+    os.chmod(d, 0o777)
+    clear_error(gpusched("gpus", "--simulate", "2x8GiB", "--state-dir", str(d)), "writable by every user")
+
+
+def test_sweep_preview_of_a_directory_and_results_root_that_is_a_file(tmp_path):
+    clear_error(gpusched("sweep", "preview", str(tmp_path)), "a YAML file, not a directory")
+    spec = REPO / "dags" / "sweeps" / "lr_schedule.yaml"
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    clear_error(gpusched("sweep", "preview", str(spec), "--results-root", str(afile)), "results_root",
+                "is a file")
+    bad = gpusched("sweep", "preview", str(spec), "--limit", "0")
+    assert bad.returncode == 2 and "expected a whole number >= 1" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("content, phrase", [
+    (None, "summary.json: missing"),
+    ("{not json", "summary.json: malformed"),
+    ("[1, 2]", "summary.json: malformed"),
+    ('{"counts": {}}', "malformed: expected the keys 'table' and 'counts'"),
+])
+def test_sweep_results_says_missing_or_malformed(tmp_path, content, phrase):
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    if content is not None:
+        (folder / "summary.json").write_text(content)
+    clear_error(gpusched("sweep", "results", str(folder)), phrase)
+
+
+def test_sweep_results_of_a_missing_folder(tmp_path):
+    clear_error(gpusched("sweep", "results", str(tmp_path / "nosuch")), "no such sweep folder")
+
+
+def test_sweep_results_into_a_closed_pipe_is_not_an_error(tmp_path):
+    from airflow_provider_gpusched.core.sweep import Objective, SweepSpec
+    from airflow_provider_gpusched.core.sweep.session import SweepSession
+
+    spec = SweepSpec(name="many", test_config=[{"x": list(range(3000))}], command=["true"],
+                     objective=Objective("y"), results_root=str(tmp_path))
+    session = SweepSession(spec)
+    session.prepare()
+    session.collect()
+    head = subprocess.Popen(["head", "-n", "1"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    cli = subprocess.Popen([sys.executable, "-m", "airflow_provider_gpusched.cli", "sweep", "results",
+                            str(tmp_path / "many")], stdout=head.stdin, stderr=subprocess.PIPE, cwd=REPO)
+    head.stdin.close()
+    _, err = cli.communicate(timeout=60)
+    head.wait(timeout=60)
+    assert cli.returncode == 0 and b"Traceback" not in err and b"BrokenPipe" not in err, err
+
+
+@pytest.mark.parametrize("args, phrase", [
+    (["-n", "0"], "expected a whole number >= 1"),
+    (["-n", "-3"], "expected a whole number >= 1"),
+])
+def test_slurm_tail_line_counts(tmp_path, args, phrase):
+    f = tmp_path / "out"
+    f.write_text("a\nb\n")
+    proc = gpusched("slurm", "tail", str(f), *args)
+    assert proc.returncode == 2 and phrase in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_slurm_tail_of_a_missing_file_or_a_directory(tmp_path):
+    clear_error(gpusched("slurm", "tail", str(tmp_path / "nosuch.out")), "no such file")
+    clear_error(gpusched("slurm", "tail", str(tmp_path)), "is a directory")
+    f = tmp_path / "job.out"
+    f.write_text("".join(f"line {i}\n" for i in range(10)))
+    assert gpusched("slurm", "tail", str(f), "-n", "2").stdout.split("\n")[:2] == ["line 8", "line 9"]
+
+
+def test_slurm_commands_refuse_option_like_ids():
+    clear_error(gpusched("slurm", "cancel", "--", "--me"), "job_ids", "a Slurm job id")
+    clear_error(gpusched("slurm", "status", "1;true"), "a Slurm job id")
+
+
+@pytest.mark.slurm
+def test_unreachable_controller_costs_one_call_and_says_so(slurm_cluster, tmp_path):
+    conf = tmp_path / "slurm.conf"
+    lines = [line for line in open(slurm_cluster).read().splitlines()
+             if not line.startswith(("SlurmctldPort", "MessageTimeout"))]
+    conf.write_text("\n".join([*lines, "SlurmctldPort=6999", "MessageTimeout=3"]) + "\n")  # nothing listens there
+    env = {"SLURM_CONF": str(conf)}
+    started = time.monotonic()
+    subprocess.run(["squeue", "-h", "-j", "1"], env={**os.environ, **env}, capture_output=True)
+    one_call = time.monotonic() - started
+    started = time.monotonic()
+    proc = gpusched("slurm", "status", "1", env_extra=env)
+    took = time.monotonic() - started
+    clear_error(proc, "Unable to contact slurm controller")
+    assert took < one_call * 1.5 + 3, (took, one_call)
