@@ -34,10 +34,15 @@ from airflow_provider_gpusched.core.slurm import (
     parse_array_indices,
     task_key,
 )
+from airflow_provider_gpusched.core.slurm.job import parse_job_comment, task_family_key, work_key
 from airflow_provider_gpusched.core.slurm.states import array_task_order
 from airflow_provider_gpusched.hooks.slurm import SlurmHook
 from airflow_provider_gpusched.operators.job_class import JobClassPartial, apply_job_class
 from airflow_provider_gpusched.triggers.slurm import SlurmJobTrigger
+
+#: task states of a run whose job is still wanted: its own task is (or will be again) waiting for it
+_LIVE_TI_STATES = frozenset({"running", "deferred", "queued", "scheduled", "up_for_retry", "up_for_reschedule",
+                             "restarting"})
 
 
 class SlurmJobFailed(AirflowException):
@@ -193,11 +198,18 @@ class SlurmJobOperator(BaseOperator):
                           "submitting a duplicate", job_id, comment)
             output_path = self._output_pattern(context)
         else:
-            spec = hook.apply_defaults(self.build_spec(context, job_comment(key, ti.try_number)), self.job_class,
-                                      self.priority)
-            job_id = self._submit(client, spec, key)
-            output_path = spec.output
-            self.log.info("Submitted Slurm job %s (sbatch %s)", job_id, " ".join(spec.sbatch_argv()))
+            family = task_family_key(ti.dag_id, ti.task_id, ti.map_index)
+            spec = hook.apply_defaults(self.build_spec(context, job_comment(key)), self.job_class, self.priority)
+            work = self.work_key(context, spec)
+            spec.comment = job_comment(key, ti.try_number, task=family, work=work, run=ti.run_id)
+            adopted = self._handle_orphans(client, context, key, family, work)
+            if adopted is not None:
+                job_id = adopted
+                output_path = client.output_path(job_id) or self._output_pattern(context)
+            else:
+                job_id = self._submit(client, spec, key)
+                output_path = spec.output
+                self.log.info("Submitted Slurm job %s (sbatch %s)", job_id, " ".join(spec.sbatch_argv()))
         self._job_id = job_id
         output_path = (output_path or "").replace("%j", job_id).replace("%A", job_id)
         ti.xcom_push(key="slurm_job_id", value=job_id)
@@ -218,6 +230,58 @@ class SlurmJobOperator(BaseOperator):
         self._preemption_events = tracker.preemption_events
         return self._finish(context, final.to_dict(), output_path, tracker.preemptions,
                             final.reason if tracker.lost else None)
+
+    def work_key(self, context, spec: SlurmJobSpec) -> str:
+        """What makes two submissions the same work: the script and the resources (not name, output, comment)."""
+        skip = ("--comment=", "--output=", "--error=", "--job-name=")
+        return work_key(spec.render_script(), *(a for a in spec.sbatch_argv() if not a.startswith(skip)))
+
+    def _handle_orphans(self, client, context, key: str, family: str, work: str) -> str | None:
+        """Jobs this task left running in *other* DAG runs whose task is no longer alive (its worker was killed):
+        re-attach to one doing the same work (returns its id), cancel the others. Jobs of runs whose task
+        still runs, or whose state cannot be read, are left alone. Every decision is logged."""
+        ti = context["ti"]
+        try:
+            jobs = client.find_live_jobs(job_comment(""))  # every live job this provider submitted for this user
+        except (SlurmUnavailableError, SlurmCommandError) as exc:
+            self.log.warning("Could not look for jobs left by earlier DAG runs (%s); submitting", exc)
+            return None
+        adopted = None
+        for job_id, comment in jobs:
+            info = parse_job_comment(comment)
+            if info.get("task") != family or info.get("key") == key or not info.get("run"):
+                continue
+            run = info["run"]
+            state = self._task_state_in_run(ti, run)
+            if state is None or state in _LIVE_TI_STATES:
+                self.log.info("Slurm job %s belongs to this task in DAG run %s, whose task is %s: leaving it", job_id,
+                              run, state or "of unknown state")
+                continue
+            if adopted is None and info.get("work") == work:
+                adopted = job_id
+                self.log.warning("Re-attaching to Slurm job %s, left running by DAG run %s (its task is %s: its "
+                                 "worker died); it does the same work, so no second job is submitted", job_id, run,
+                                 state)
+                continue
+            client.cancel([job_id])
+            self.log.warning("Cancelled orphaned Slurm job %s of DAG run %s: its task is %s, so nothing waits for "
+                             "it any more (a killed worker leaves its job running)", job_id, run, state)
+        return adopted
+
+    @staticmethod
+    def _task_state_in_run(ti, run_id: str) -> str | None:
+        """This task's state in another DAG run ('absent' when that run has no such task instance), None if
+        Airflow cannot tell."""
+        try:
+            states = ti.get_task_states(dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[run_id],
+                                        map_index=ti.map_index if ti.map_index is not None and ti.map_index >= 0
+                                        else None)
+        except Exception:  # noqa: BLE001 - an older API or no API server: say so, never guess
+            return None
+        mine = (states or {}).get(run_id) or {}
+        name = ti.task_id if ti.map_index is None or ti.map_index < 0 else f"{ti.task_id}_{ti.map_index}"
+        state = mine.get(name)
+        return str(state.value if hasattr(state, "value") else state) if state is not None else "absent"
 
     def _find_live(self, client, key: str) -> list[tuple[str, str]]:
         for attempt in range(5):

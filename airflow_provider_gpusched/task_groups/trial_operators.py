@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_provider_gpusched.core.sweep.trial_run import mark_unfinished
+from airflow_provider_gpusched.core.slurm.job import work_key
+from airflow_provider_gpusched.core.sweep.trial_run import mark_unfinished, trials_of_command
 from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
 from airflow_provider_gpusched.operators.slurm import SlurmJobOperator
 
@@ -35,3 +36,15 @@ class SweepTrialGPUOperator(_RecordsTrialFailures, LocalGPUOperator):
 class SweepTrialSlurmOperator(_RecordsTrialFailures, SlurmJobOperator):
     def execute_complete(self, context, event: dict[str, Any]) -> Any:
         return self._recording(super().execute_complete, context, event)
+
+    def work_key(self, context, spec) -> str:
+        """A trial is the same work in every DAG run (each run has its own manifest path in the command):
+        the sweep folder, the trials and the resources. A job an earlier, killed run left running is
+        re-attached to instead of running the trial a second time."""
+        found = trials_of_command(self.command)
+        if found is None:
+            return super().work_key(context, spec)
+        manifest, trials = found
+        skip = ("--comment=", "--output=", "--error=", "--job-name=")
+        return work_key(manifest.store.dir, *sorted(t.trial_id for t in trials),
+                        *(a for a in spec.sbatch_argv() if not a.startswith(skip)))

@@ -97,3 +97,24 @@ def test_trial_whose_task_failed_before_it_started_is_failed_with_the_reason(swe
         assert trial_state == "failed" and "gpu_memory" in error and "24.0GiB" in error, (label, error)
     counts = xcoms["never_started.collect"]["return_value"]["counts"]
     assert counts["failed"] == 2 and counts["waiting"] == 0
+
+
+def test_a_slurm_trial_is_the_same_work_in_every_run(tmp_path):
+    """Each run has its own manifest, so the trial commands differ; the work (sweep folder, trial, resources) not."""
+    import sys
+
+    from airflow_provider_gpusched.core.slurm import SlurmJobSpec
+    from airflow_provider_gpusched.core.sweep import Objective, SweepSpec
+    from airflow_provider_gpusched.core.sweep.batch import trial_argv
+    from airflow_provider_gpusched.core.sweep.session import SweepSession
+    from airflow_provider_gpusched.task_groups.trial_operators import SweepTrialSlurmOperator
+
+    session = SweepSession(SweepSpec(name="w", test_config=[{"x": [1, 2]}], command=["true", "{x}"],
+                                     objective=Objective("y"), results_root=str(tmp_path)))
+    a, b = session.prepare(run="run-a"), session.prepare(run="run-b")
+    keys = {}
+    for name, manifest, trial in (("a1", a, a.pending[0]), ("b1", b, b.pending[0]), ("a2", a, a.pending[1])):
+        argv = trial_argv(manifest, trial, sys.executable)
+        op = SweepTrialSlurmOperator(task_id=f"t_{name}", command=argv, gpus=1)
+        keys[name] = op.work_key({}, SlurmJobSpec(command=argv, gpus=1))
+    assert keys["a1"] == keys["b1"] != keys["a2"]

@@ -327,6 +327,12 @@ class SlurmClient:
                 found.setdefault(master, cols[3])
         return sorted(found.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0)
 
+    def output_path(self, job_id: str) -> str | None:
+        """Where a (pending or running) job writes its output, from ``scontrol show job`` (None if unknown)."""
+        result = self.runner.run(["scontrol", "-o", "show", "job", check_job_ids([job_id])[0]], check=False)
+        match = re.search(r"(?:^| )StdOut=(\S+)", result.stdout)
+        return match.group(1) if match and result.returncode == 0 else None
+
     def cancel(self, job_ids: Iterable[str], signal: str | None = None) -> None:
         """``scancel [--signal=SIG --full] ids`` (unknown ids are not an error)."""
         ids = check_job_ids(job_ids)

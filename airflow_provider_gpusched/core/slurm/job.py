@@ -7,6 +7,7 @@ given as one string is a shell command line on purpose (like ``bash_command``); 
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 import shlex
@@ -197,9 +198,52 @@ def parse_array_indices(array: str) -> list[int]:
     return sorted(ids)
 
 
-def job_comment(key: str, try_number: int | None = None) -> str:
-    """The ``--comment`` that marks a job as submitted for a given task instance (see :func:`task_key`)."""
-    return f"{COMMENT_PREFIX}{key}" + (f":try={try_number}" if try_number is not None else "")
+def job_comment(key: str, try_number: int | None = None, *, task: str | None = None, work: str | None = None,
+                run: str | None = None) -> str:
+    """The ``--comment`` that marks a job as submitted for a given task instance (see :func:`task_key`):
+    ``gpusched:KEY[:task=T][:work=W][:run=R]:try=N``. ``task`` (:func:`task_family_key`) finds the same
+    task's jobs in other DAG runs, ``work`` (:func:`work_key`) tells whether such a job does the same work,
+    ``run`` is the DAG run (base64url) whose task state says whether anyone still waits for it."""
+    parts = [f"{COMMENT_PREFIX}{key}"]
+    if task:
+        parts.append(f"task={task}")
+    if work:
+        parts.append(f"work={work}")
+    if run:
+        parts.append("run=" + base64.urlsafe_b64encode(run.encode()).decode().rstrip("="))
+    if try_number is not None:
+        parts.append(f"try={try_number}")
+    return ":".join(parts)
+
+
+def parse_job_comment(comment: str) -> dict[str, str]:
+    """The fields of a :func:`job_comment` (``key``, and ``task``, ``work``, ``run``, ``try`` where present);
+    ``{}`` for a comment this provider did not write."""
+    if not comment.startswith(COMMENT_PREFIX):
+        return {}
+    key, *rest = comment[len(COMMENT_PREFIX):].split(":")
+    fields_ = {"key": key}
+    for part in rest:
+        name, sep, value = part.partition("=")
+        if sep:
+            fields_[name] = value
+    if "run" in fields_:
+        try:
+            fields_["run"] = base64.urlsafe_b64decode(fields_["run"] + "=" * (-len(fields_["run"]) % 4)).decode()
+        except (ValueError, UnicodeDecodeError):
+            del fields_["run"]
+    return fields_
+
+
+def task_family_key(dag_id: str, task_id: str, map_index: int | None = -1) -> str:
+    """The same task (and map index) in every DAG run: how a new run finds jobs an earlier run left behind."""
+    raw = "\x1f".join([dag_id, task_id, str(-1 if map_index is None else map_index)])
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def work_key(*parts: str) -> str:
+    """A short hash of what a job does (its script and resources, or a sweep's trials): equal keys, same work."""
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
 
 
 def task_key(dag_id: str, run_id: str, task_id: str, map_index: int | None = -1) -> str:
