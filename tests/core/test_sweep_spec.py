@@ -121,7 +121,7 @@ def test_preview_cli_prints_trials_and_bad_specs_give_one_line(tmp_path):
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().count("\n") == 0 and "bad.yaml: test_config[0].lr" in out.stderr
     missing = cli("results", str(tmp_path / "nowhere"))
-    assert missing.returncode == 2 and "no summary.json" in missing.stderr
+    assert missing.returncode == 2 and "no such sweep folder" in missing.stderr
 
 
 # -- careless input: every mistake is refused when the spec is read, naming the key ----------------------------
