@@ -63,10 +63,11 @@ def _gpus(args) -> int:
 
     simulate = args.simulate or os.environ.get("AIRFLOW__GPUSCHED__SIMULATE_GPUS") or None
     state_dir = args.state_dir or os.environ.get("AIRFLOW__GPUSCHED__GPU_STATE_DIR") or None
+    inventory = get_inventory(simulate)
     if args.state_dir and not os.path.isdir(args.state_dir):
         what = "is not a directory" if os.path.exists(args.state_dir) else "does not exist (nothing has run here yet?)"
         raise GpuschedError(f"--state-dir {args.state_dir}: {what}")
-    manager = LeaseManager(get_inventory(simulate), state_dir)
+    manager = LeaseManager(inventory, state_dir)
     gpus, leases = manager.snapshot()
     yielding = {lease.lease_id: manager.yield_request(lease.lease_id) for lease in leases}
     yielding = {k: v for k, v in yielding.items() if v}

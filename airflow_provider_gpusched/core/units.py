@@ -29,15 +29,18 @@ def parse_bytes(value: int | float | str, *, argument: str = "size") -> int:
     if isinstance(value, bool):
         raise InvalidArgumentError(argument, value, _SIZE_EXPECTED)
     if isinstance(value, (int, float)):
-        if value < 0 or value != value:  # negative or NaN
-            raise InvalidArgumentError(argument, value, "a non-negative size")
+        if value < 0 or value != value or value == float("inf"):  # negative, NaN or infinite
+            raise InvalidArgumentError(argument, value, "a non-negative, finite size")
         return int(value)
     if not isinstance(value, str):
         raise InvalidArgumentError(argument, value, _SIZE_EXPECTED)
     match = _SIZE_RE.match(value)
     if not match or match.group(2).lower() not in _SIZE_UNITS:
         raise InvalidArgumentError(argument, value, _SIZE_EXPECTED)
-    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
+    size = float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
+    if size == float("inf"):
+        raise InvalidArgumentError(argument, value, "a finite size")
+    return int(size)
 
 
 def format_bytes(n: int) -> str:

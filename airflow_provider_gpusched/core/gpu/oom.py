@@ -61,7 +61,7 @@ class OOMRetryPolicy:
     def __post_init__(self) -> None:
         if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
             raise InvalidArgumentError("oom_retries", self.retries, "an integer >= 0")
-        if not self.factor > 1:
+        if isinstance(self.factor, bool) or not isinstance(self.factor, (int, float)) or not 1 < self.factor < 1e6:
             raise InvalidArgumentError("oom_factor", self.factor, "a number > 1")
 
     def escalate(self, request: GPURequest, oom_failures: int, gpu_sizes: Sequence[int]) -> GPURequest | None:

@@ -51,14 +51,20 @@ class GPURequest:
         if self.min_free_ram is not None:
             self.min_free_ram = parse_bytes(self.min_free_ram, argument="min_free_ram")
         if self.devices is not None:
+            if not isinstance(self.devices, (list, tuple)):
+                raise InvalidArgumentError("devices", self.devices, "a non-empty list of GPU indices such as [0, 2]")
             devices = list(self.devices)
             if not devices or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices):
                 raise InvalidArgumentError("devices", self.devices, "a non-empty list of GPU indices such as [0, 2]")
             if len(set(devices)) != len(devices):
                 raise InvalidArgumentError("devices", self.devices, "distinct GPU indices")
             self.devices = devices
-        if self.max_cpu_percent is not None and not 0 < float(self.max_cpu_percent) <= 100:
+        if self.max_cpu_percent is not None and (isinstance(self.max_cpu_percent, bool) or not isinstance(
+                self.max_cpu_percent, (int, float)) or not 0 < self.max_cpu_percent <= 100):
             raise InvalidArgumentError("max_cpu_percent", self.max_cpu_percent, "a percentage in (0, 100]")
+        if self.max_foreign_processes is not None and (isinstance(self.max_foreign_processes, bool) or not isinstance(
+                self.max_foreign_processes, int) or self.max_foreign_processes < 0):
+            raise InvalidArgumentError("max_foreign_processes", self.max_foreign_processes, "a whole number >= 0")
 
     @property
     def whole(self) -> bool:

@@ -97,7 +97,8 @@ class _Model:
         bw = np.array([t.bytes_per_second for t in self.types])
         self.link_bw = np.minimum(bw[:, None], bw[None, :])  # the slower end sets the speed
         # comm[j-1, a, b]: sending out(j) from a stage on type a to one on type b
-        self.comm = out[:, None, None] / self.link_bw[None, :, :] if T else np.zeros((L, 0, 0))
+        with np.errstate(over="ignore"):  # a vanishing bandwidth makes that link infinitely slow: inf is right
+            self.comm = out[:, None, None] / self.link_bw[None, :, :] if T else np.zeros((L, 0, 0))
 
     def candidates(self) -> np.ndarray:
         values = [self.comp[self.fit]]

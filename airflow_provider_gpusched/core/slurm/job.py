@@ -61,6 +61,24 @@ class SlurmJobSpec:
 
     # -- validation -------------------------------------------------------------------------------
     def validate(self) -> None:
+        if self.environment is None:
+            self.environment = {}
+        if not isinstance(self.environment, Mapping):
+            raise InvalidArgumentError("environment", self.environment, "a mapping of variable name -> value")
+        if self.setup is None:
+            self.setup = ()
+        if isinstance(self.setup, str):
+            self.setup = [self.setup]
+        if not isinstance(self.setup, (list, tuple)) or not all(isinstance(x, str) for x in self.setup):
+            raise InvalidArgumentError("setup", self.setup, "a list of shell lines")
+        if self.sbatch_args is None:
+            self.sbatch_args = ()
+        if not isinstance(self.sbatch_args, (list, tuple, str)):
+            raise InvalidArgumentError("sbatch_args", self.sbatch_args, "a list of sbatch options")
+        for name in ("gres", "array"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise InvalidArgumentError(name, value, "a string")
         for name in _OPTION_FIELDS:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):

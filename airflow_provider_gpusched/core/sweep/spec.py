@@ -181,6 +181,23 @@ class SweepSpec:
         check_sweep_name(self.name, f"{w}: name")
         if self.search not in SEARCHES:
             raise InvalidArgumentError(f"{w}: search", self.search, f"one of {list(SEARCHES)}")
+        if self.global_config is None:
+            self.global_config = {}
+        if not isinstance(self.global_config, Mapping):
+            raise InvalidArgumentError(f"{w}: global_config", self.global_config, "a mapping of fixed values")
+        if self.space is None:
+            self.space = {}
+        if not isinstance(self.space, Mapping):
+            raise InvalidArgumentError(f"{w}: space", self.space, "a mapping of parameter -> search space")
+        if self.objective is not None and not isinstance(self.objective, (Objective, Mapping)):
+            raise InvalidArgumentError(f"{w}: objective", self.objective, "a mapping such as {metric: acc, mode: "
+                                                                          "maximize}")
+        if not isinstance(self.resources, (TrialResources, Mapping)):
+            raise InvalidArgumentError(f"{w}: resources", self.resources, "a mapping such as {gpus: 1}")
+        if self.evolution is not None and not isinstance(self.evolution, (EvolutionSettings, Mapping)):
+            raise InvalidArgumentError(f"{w}: evolution", self.evolution, "a mapping of evolution settings")
+        if not isinstance(self.sampler, str):
+            raise InvalidArgumentError(f"{w}: sampler", self.sampler, "'tpe' or 'random'")
         if not isinstance(self.force_rerun, bool):  # YAML 'no' in quotes is a string, and would be true
             raise InvalidArgumentError(f"{w}: force_rerun", self.force_rerun, "true or false")
         if self.results_root is not None and (not isinstance(self.results_root, str) or not self.results_root
@@ -325,6 +342,8 @@ class SweepSpec:
         if not isinstance(data, Mapping):
             raise InvalidArgumentError(where, data, "a mapping with name, command and a search space")
         allowed = {f.name for f in fields(cls)} - {"where", "python_callable"} | {"callable"}
+        if "name" not in data:
+            raise InvalidArgumentError(f"{where}: name", None, "a sweep name (the key is missing)")
         unknown = [k for k in data if k not in allowed]
         if unknown:
             raise InvalidArgumentError(f"{where}: {unknown[0]}", data[unknown[0]],

@@ -1,0 +1,252 @@
+"""Fuzzing what users write: sweep specs (Python dicts and YAML text), pipeline-partition inputs and the
+arguments operators validate with (``SlurmJobSpec``, ``GPURequest``). For every generated input: a valid
+result, or the project's own error with a message naming a key — never another exception, never more than
+a few seconds. Counts are printed at the end (``pytest -s``) and recorded in the issue notes."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections import Counter
+
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.gpu.placement import GPURequest
+from airflow_provider_gpusched.core.partition import load_problem, partition
+from airflow_provider_gpusched.core.partition.problem import PartitionInputError
+from airflow_provider_gpusched.core.slurm import SlurmJobSpec
+from airflow_provider_gpusched.core.sweep import SweepSpec
+
+COUNTS: Counter = Counter()
+FUZZ = settings(max_examples=int(os.environ.get("GPUSCHED_FUZZ_EXAMPLES", "300")), deadline=None,
+                suppress_health_check=list(HealthCheck),
+                derandomize=not os.environ.get("GPUSCHED_FUZZ_RANDOM"), database=None)
+SECONDS = 5.0  # per input
+
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12), st.sampled_from(["", "-1GiB", "lots", "6GiB", "0", "no", "{x}", "{trial_dir}", "a\nb",
+                                           "--me", "-oProxyCommand=x", "1e400", ".nan", "x" * 300]))
+values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                        st.dictionaries(st.text(max_size=6), inner, max_size=4)),
+                      max_leaves=12)
+
+dims = st.one_of(
+    st.lists(scalars, min_size=0, max_size=5),
+    st.builds(lambda k, a: {k: a}, st.sampled_from(["uniform", "loguniform", "randint", "quniform", "choice", "values"]),
+              st.lists(st.one_of(st.integers(-10**9, 10**9), st.floats(allow_nan=True, allow_infinity=True)),
+                       max_size=4)),
+    values)
+SPEC_KEYS = ["name", "search", "global_config", "test_config", "space", "count", "rounds", "per_round", "seed",
+             "grid_steps", "code_version", "command", "objective", "results_root", "force_rerun", "top_n", "sampler",
+             "resources", "evolution", "on_invalid_result", "max_failed_trials", "max_trials", "bogus"]
+
+
+@st.composite
+def sweep_dicts(draw):
+    """A valid grid or random spec, then 0-3 of its keys replaced by anything (so both outcomes are common)."""
+    good_dim = st.one_of(st.lists(st.one_of(st.integers(0, 9), st.floats(0, 1), st.text(max_size=4)),
+                                  min_size=1, max_size=4, unique_by=str),
+                         st.builds(lambda lo, w: {"uniform": [lo, lo + w]}, st.floats(-5, 5), st.floats(0.1, 5)),
+                         st.builds(lambda lo, w: {"randint": [lo, lo + w]}, st.integers(-5, 5), st.integers(0, 9)))
+    space = draw(st.dictionaries(st.sampled_from(["x", "y", "lr"]), good_dim, min_size=1, max_size=3))
+    spec = {"name": "fz", "command": ["python", "train.py", "{trial_dir}"], "objective": {"metric": "acc"}}
+    if draw(st.booleans()):
+        spec.update(search="grid", test_config=[space], grid_steps=draw(st.integers(1, 5)))
+    else:
+        spec.update(search="random", space=space, count=draw(st.integers(1, 5)))
+    for key in draw(st.lists(st.sampled_from(SPEC_KEYS), max_size=3)):
+        if key == "test_config":
+            spec[key] = draw(st.one_of(st.lists(st.dictionaries(st.sampled_from(["x", "y"]), dims, max_size=2),
+                                                max_size=2), values))
+        elif key == "space":
+            spec[key] = draw(st.one_of(st.dictionaries(st.sampled_from(["x", "y"]), dims, max_size=2), values))
+        elif key == "resources":
+            spec[key] = draw(st.one_of(st.fixed_dictionaries({}, optional={
+                k: scalars for k in ("gpus", "gpu_memory", "cpus", "mem", "partition", "time_limit", "job_class",
+                                     "priority", "env", "setup")}), values))
+        else:
+            spec[key] = draw(st.one_of(scalars, values, st.integers(0, 10**9)))
+    return spec
+
+
+def _expect_clear(call, error_type=GpuschedError, names_key=None):
+    started = time.monotonic()
+    try:
+        result = call()
+    except error_type as exc:
+        message = str(exc)
+        assert message and "Traceback" not in message
+        if names_key is not None:
+            assert names_key(message), message
+        COUNTS[f"{call.__name__}: clear error"] += 1
+        result = None
+    COUNTS[f"{call.__name__}: inputs"] += 1
+    assert time.monotonic() - started < SECONDS, "took too long"
+    return result
+
+
+def _names_a_spec_key(message: str) -> bool:
+    """``sweep: <key...>: expected ...`` or ``<file>: <key>: ...``."""
+    head = message.split(": expected")[0]
+    return ":" in head or head.startswith(("sweep", "count", "grid_steps", "sweep spec"))
+
+
+@FUZZ
+@given(sweep_dicts())
+def test_fuzz_sweep_specs_from_python(data):
+    def sweep_from_dict():
+        spec = SweepSpec.from_dict(data)
+        assert spec.stage_size() <= spec.max_trials
+        if spec.search in ("grid", "random") and spec.stage_size() <= 2000:
+            trials = spec.trials()
+            assert len({t.trial_id for t in trials}) == len(trials)
+            for t in trials:
+                assert all(not (isinstance(v, float) and not math.isfinite(v)) for v in t.params.values())
+        return spec
+
+    _expect_clear(sweep_from_dict, InvalidArgumentError, _names_a_spec_key)
+
+
+VALID_YAML = """name: fz
+search: random
+count: 4
+space:
+  lr: {loguniform: [1.0e-5, 1.0e-1]}
+  optimizer: [sgd, adam]
+  momentum: {uniform: [0.8, 0.99], when: {optimizer: sgd}}
+command: [python, train.py, --lr, "{lr}"]
+objective: {metric: accuracy, mode: maximize}
+resources: {gpus: 1, gpu_memory: 6GiB}
+"""
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.integers(0, len(VALID_YAML)), st.integers(0, 6),
+                          st.text(alphabet=" \n\t:{}[]-,'\"#&*!|>%@`0123456789.eE+abcnx", max_size=6)), max_size=4))
+def test_fuzz_sweep_specs_from_yaml_text(tmp_path_factory, edits):
+    text = VALID_YAML
+    for at, cut, insert in edits:
+        text = text[:at] + insert + text[at + cut:]
+    path = tmp_path_factory.mktemp("fz") / "spec.yaml"
+    path.write_text(text)
+
+    def sweep_from_yaml():
+        spec = SweepSpec.from_yaml(str(path))
+        if spec.search in ("grid", "random") and spec.stage_size() <= 2000:
+            spec.trials()
+        return spec
+
+    _expect_clear(sweep_from_yaml, InvalidArgumentError, lambda m: m.startswith(str(path)) or m.startswith("sweep spec"))
+
+
+numbers = st.one_of(st.floats(min_value=-1e3, max_value=1e6), st.sampled_from([math.nan, math.inf, -math.inf]),
+                    st.integers(-5, 10**6), st.text(max_size=3), st.none())
+
+
+@st.composite
+def partition_inputs(draw):
+    """Valid sched-pipeline inputs (3-8 layers, 1-3 device types, unique hosts), then 0-2 parts replaced."""
+    n = draw(st.integers(1, 8))
+    positive = st.floats(0.01, 100)
+    model = {"layers": n, "mem_MB": draw(st.lists(positive, min_size=n, max_size=n)),
+             "parameters_in": draw(st.integers(1, 10**6)),
+             "parameters_out": draw(st.lists(st.integers(1, 10**6), min_size=1, max_size=n))}
+    types, devices, host = {}, {}, 0
+    for name in draw(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3, unique=True)):
+        types[name] = {"bw_Mbps": draw(st.floats(1, 10**4)), "mem_MB": draw(st.floats(50, 10**4)),
+                       "model_profiles": {"m": [{"batch_size": 8, "dtype": "torch.float32",
+                                                 "time_s": draw(st.lists(positive, min_size=n, max_size=n))}]}}
+        k = draw(st.integers(0, 3))
+        devices[name] = [f"h{host + i}" for i in range(k)]
+        host += k
+    docs = {"models": {"m": model}, "types": types, "devices": devices}
+    for _ in range(draw(st.integers(0, 2))):
+        which = draw(st.sampled_from(["model", "type", "devices", "whole"]))
+        if which == "model":
+            model[draw(st.sampled_from(list(model)))] = draw(st.one_of(numbers, st.lists(numbers, max_size=n + 1)))
+        elif which == "type":
+            t = types[draw(st.sampled_from(list(types)))]
+            key = draw(st.sampled_from(["bw_Mbps", "mem_MB", "model_profiles"]))
+            t[key] = draw(st.one_of(numbers, values))
+        elif which == "devices":
+            devices[draw(st.sampled_from(list(devices)))] = draw(st.one_of(
+                st.lists(st.one_of(st.text(max_size=6), st.integers(0, 9), st.just("evil\nhost"), st.just("h0")),
+                         max_size=4), values))
+        else:
+            docs[draw(st.sampled_from(list(docs)))] = draw(values)
+    dtype = draw(st.sampled_from(["torch.float32", "torch.float32", "torch.float16", "float64"]))
+    batch = draw(st.sampled_from([8, 8, 8, 4, -1]))
+    return docs["models"], docs["types"], docs["devices"], dtype, batch
+
+
+@FUZZ
+@given(partition_inputs())
+def test_fuzz_partition_inputs(tmp_path_factory, inputs):
+    models, types, devices, dtype, batch = inputs
+    folder = tmp_path_factory.mktemp("pp")
+    for name, doc in (("models.yml", models), ("device_types.yml", types), ("devices.yml", devices)):
+        (folder / name).write_text(yaml.safe_dump(doc))
+
+    def partition_files():
+        problem = load_problem(str(folder / "models.yml"), str(folder / "device_types.yml"),
+                               str(folder / "devices.yml"), model="m", dtype=dtype, batch_size=batch)
+        schedule = partition(problem)
+        if schedule.feasible:
+            assert schedule.stages[0].first == 1 and schedule.stages[-1].last == problem.layers
+        return schedule
+
+    _expect_clear(partition_files, PartitionInputError,
+                  lambda m: m.startswith((str(folder), "dtype", "batch_size", "model")) or ":" in m)
+
+
+SPEC_ARGS = {
+    "command": st.one_of(st.lists(scalars, max_size=3), scalars),
+    "job_name": scalars, "partition": scalars, "qos": scalars, "account": scalars, "gpus": scalars,
+    "gres": scalars, "cpus_per_task": scalars, "mem": scalars, "time_limit": scalars, "array": scalars,
+    "nice": scalars, "output": scalars, "error": scalars, "working_dir": scalars, "comment": scalars,
+    "environment": st.dictionaries(st.text(max_size=5), scalars, max_size=2),
+    "sbatch_args": st.one_of(st.lists(scalars, max_size=2), scalars), "open_mode": scalars,
+}
+
+
+@FUZZ
+@given(st.fixed_dictionaries({}, optional=SPEC_ARGS))
+def test_fuzz_slurm_job_arguments(kwargs):
+    kwargs.setdefault("command", "true")
+
+    def slurm_job_spec():
+        spec = SlurmJobSpec(**kwargs)
+        argv = spec.sbatch_argv()
+        assert all(isinstance(a, str) and "\n" not in a and "\x00" not in a for a in argv)
+        assert spec.render_script().startswith("#!")
+        return spec
+
+    _expect_clear(slurm_job_spec, InvalidArgumentError, lambda m: ": expected" in m)
+
+
+@FUZZ
+@given(st.fixed_dictionaries({}, optional={k: scalars for k in ("gpus", "gpu_memory", "memory_margin",
+                                                                  "max_foreign_processes", "min_free_ram",
+                                                                  "max_cpu_percent")} | {
+    "devices": st.one_of(st.lists(scalars, max_size=3), scalars)}))
+def test_fuzz_gpu_requests(kwargs):
+    def gpu_request():
+        return GPURequest(**kwargs)
+
+    _expect_clear(gpu_request, InvalidArgumentError, lambda m: ": expected" in m)
+
+
+def test_fuzz_counts_are_reported():
+    """Runs last in this module: the counts the closing note records."""
+    if COUNTS:
+        print("\nfuzz counts: " + ", ".join(f"{k}={v}" for k, v in sorted(COUNTS.items())))
+    tried = sum(v for k, v in COUNTS.items() if k.endswith(": inputs"))
+    assert tried == 0 or tried >= 5 * 10  # every fuzz test above ran many inputs
+    for kind in ("sweep_from_dict", "sweep_from_yaml", "partition_files", "slurm_job_spec", "gpu_request"):
+        inputs, errors = COUNTS[f"{kind}: inputs"], COUNTS[f"{kind}: clear error"]
+        assert inputs == 0 or 0 < errors < inputs, f"{kind}: the fuzzer should reach both outcomes ({COUNTS})"
