@@ -10,6 +10,7 @@ the same Python minor version, cloudpickle and this package installed.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -76,7 +77,10 @@ def write_call(run_dir: str, func: Callable, args: tuple = (), kwargs: dict | No
     payload = dumps(func, {"func": func, "args": tuple(args), "kwargs": dict(kwargs or {}),
                            "python": list(sys.version_info[:2])})
     path = os.path.join(run_dir, CALL_FILE)
-    with open(path, "wb") as fh:
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)  # a new file, private to this user: the call's arguments may hold secrets
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
         fh.write(payload)
     return path
 

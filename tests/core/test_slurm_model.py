@@ -203,3 +203,24 @@ def test_gres_gpu_count():
     assert gres_gpu_count("gpu:a100:8(S:0-1)") == 8
     assert gres_gpu_count("gpu:2,shard:8") == 2
     assert gres_gpu_count("(null)") == 0
+
+
+def test_an_unreadable_state_is_never_pending():
+    from airflow_provider_gpusched.core.slurm.states import JobPhase, classify_state
+
+    assert classify_state("") is JobPhase.NOT_FOUND and classify_state("  ") is JobPhase.NOT_FOUND
+    assert classify_state("SOME_NEW_STATE") is JobPhase.PENDING  # a newer Slurm's word: wait, never fail
+
+
+def test_pickled_calls_are_private(tmp_path):
+    import os
+    import stat
+
+    from airflow_provider_gpusched.core import pyfunc
+
+    path = pyfunc.write_call(str(tmp_path / "call"), max, (1, 2))
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    os.remove(path)
+    os.symlink(tmp_path / "elsewhere", path)  # a link planted at the name is replaced, never written through
+    pyfunc.write_call(str(tmp_path / "call"), max, (1, 2))
+    assert not os.path.islink(path) and not (tmp_path / "elsewhere").exists()

@@ -78,8 +78,11 @@ def normalize_state(raw: str) -> str:
 
 def classify_state(raw: str) -> JobPhase:
     """The phase of a Slurm state string. Unknown words count as pending, never as a failure:
-    a newer Slurm with a new state must not fail tasks whose jobs are fine."""
+    a newer Slurm with a new state must not fail tasks whose jobs are fine. An empty state is not a state:
+    NOT_FOUND, which the tracker gives up on after ``not_found_timeout`` with a clear message."""
     state = normalize_state(raw)
+    if not state:  # nothing readable (a record that failed to parse): never "pending" forever
+        return JobPhase.NOT_FOUND
     if state in TERMINAL_STATES:
         return TERMINAL_STATES[state]
     if state in RUNNING_STATES:
