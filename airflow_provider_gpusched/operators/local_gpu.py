@@ -34,6 +34,7 @@ from airflow_provider_gpusched.core.gpu.runner import (
     work_value,
 )
 from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
+from airflow_provider_gpusched.operators.arguments import check_argument_types
 from airflow_provider_gpusched.operators.job_class import JobClassPartial, apply_job_class
 from airflow_provider_gpusched.triggers.local_gpu import GPUAvailableTrigger
 
@@ -97,21 +98,17 @@ class LocalGPUOperator(BaseOperator):
         if len(given) != 1:
             raise AirflowException(f"{self.task_id}: give exactly one of command (argv list), bash_command "
                                    f"(shell string) or python_callable")
-        for name, value, types, expected in (
-                ("command", command, (list, tuple), "an argv list such as ['python', 'train.py']"),
-                ("bash_command", bash_command, (str,), "a shell command line"),
-                ("env", env, (Mapping,), "a mapping of variable name -> value"),
-                ("cwd", cwd, (str,), "a directory path"),
-                ("op_args", op_args, (list, tuple), "a list of positional arguments"),
-                ("op_kwargs", op_kwargs, (Mapping,), "a mapping of keyword arguments"),
-                ("grace_period", grace_period, (int, float), "seconds (a number >= 0)"),
-                ("poll_interval", poll_interval, (int, float), "seconds (a number > 0)")):
-            if value is not None and (not isinstance(value, types) or isinstance(value, bool) or (
-                    name in ("grace_period", "poll_interval") and not (value > 0 or (name == "grace_period"
-                                                                                       and value == 0)))):
-                if name == "command" and isinstance(value, str):
-                    break  # the message below says what to use instead
-                raise AirflowException(f"{self.task_id}: {name}: expected {expected}, got {value!r:.80}")
+        check_argument_types(self.task_id, (
+            ("command", command, (list, tuple, str), "an argv list such as ['python', 'train.py']"),
+            ("bash_command", bash_command, (str,), "a shell command line"),
+            ("env", env, (Mapping,), "a mapping of variable name -> value"),
+            ("cwd", cwd, (str,), "a directory path"),
+            ("op_args", op_args, (list, tuple), "a list of positional arguments"),
+            ("op_kwargs", op_kwargs, (Mapping,), "a mapping of keyword arguments"),
+            ("grace_period", grace_period, (int, float), "seconds (a number >= 0)"),
+            ("poll_interval", poll_interval, (int, float), "seconds (a number > 0)")), positive=["poll_interval"])
+        if grace_period is None or grace_period < 0:
+            raise AirflowException(f"{self.task_id}: grace_period: expected seconds (a number >= 0), got {grace_period}")
         if isinstance(command, str):
             raise AirflowException(f"{self.task_id}: command must be an argv list such as ['python', 'train.py']; "
                                    f"use bash_command for a shell command line")

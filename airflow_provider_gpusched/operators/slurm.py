@@ -37,6 +37,7 @@ from airflow_provider_gpusched.core.slurm import (
 from airflow_provider_gpusched.core.slurm.job import parse_job_comment, task_family_key, work_key
 from airflow_provider_gpusched.core.slurm.states import array_task_order
 from airflow_provider_gpusched.hooks.slurm import SlurmHook
+from airflow_provider_gpusched.operators.arguments import check_argument_types
 from airflow_provider_gpusched.operators.job_class import JobClassPartial, apply_job_class
 from airflow_provider_gpusched.triggers.slurm import SlurmJobTrigger
 
@@ -120,17 +121,14 @@ class SlurmJobOperator(BaseOperator):
     ) -> None:
         self.job_class, self.priority = apply_job_class(kwargs, job_class, priority, gpus)
         super().__init__(**kwargs)
-        for name, value, types, expected in (
-                ("environment", environment, (Mapping,), "a mapping of variable name -> value"),
-                ("setup", setup, (str, list, tuple), "a shell line or a list of them"),
-                ("sbatch_args", sbatch_args, (list, tuple), "a list of sbatch options"),
-                ("poll_interval", poll_interval, (int, float), "seconds (a number > 0)"),
-                ("deferrable", deferrable, (bool,), "True or False"),
-                ("requeue", requeue, (bool,), "True, False or None"),
-                ("cancel_on_kill", cancel_on_kill, (bool,), "True or False")):
-            if value is not None and (not isinstance(value, types) or (
-                    name == "poll_interval" and (isinstance(value, bool) or not value > 0))):
-                raise AirflowException(f"{self.task_id}: {name}: expected {expected}, got {value!r:.80}")
+        check_argument_types(self.task_id, (
+            ("environment", environment, (Mapping,), "a mapping of variable name -> value"),
+            ("setup", setup, (str, list, tuple), "a shell line or a list of them"),
+            ("sbatch_args", sbatch_args, (list, tuple), "a list of sbatch options"),
+            ("poll_interval", poll_interval, (int, float), "seconds (a number > 0)"),
+            ("deferrable", deferrable, (bool,), "True or False"),
+            ("requeue", requeue, (bool,), "True, False or None"),
+            ("cancel_on_kill", cancel_on_kill, (bool,), "True or False")), positive=["poll_interval"])
         self.command = command
         self.script = script
         self.job_name = job_name

@@ -107,14 +107,7 @@ def _check_condition(where: str, key: str, dim: Conditional, known: Sequence[str
 
 def _dim_count(where: str, value: Any, grid_steps: int | None) -> int:
     """How many values :func:`_dim_values` gives, without making them."""
-    if isinstance(value, SPACES):
-        try:
-            return value.count(grid_steps)
-        except InvalidArgumentError as exc:
-            raise InvalidArgumentError(where, value, exc.expected) from None
-    if isinstance(value, (list, tuple)) and value:
-        return len(value)
-    raise InvalidArgumentError(where, value, "a non-empty list of values or a search space (choice, uniform, ...)")
+    return _dimension(where, value, grid_steps, "count")
 
 
 def finite_space_size(flat: Mapping[str, Any]) -> int | None:
@@ -131,13 +124,18 @@ def finite_space_size(flat: Mapping[str, Any]) -> int | None:
 
 
 def _dim_values(where: str, value: Any, grid_steps: int | None) -> list:
+    return _dimension(where, value, grid_steps, "grid")
+
+
+def _dimension(where: str, value: Any, grid_steps: int | None, what: str) -> Any:
+    """A grid dimension's values (``what="grid"``) or their number (``"count"``); errors name ``where``."""
     if isinstance(value, SPACES):
         try:
-            return value.grid(grid_steps)
+            return getattr(value, what)(grid_steps)
         except InvalidArgumentError as exc:
             raise InvalidArgumentError(where, value, exc.expected) from None
     if isinstance(value, (list, tuple)) and value:
-        return list(value)
+        return list(value) if what == "grid" else len(value)
     raise InvalidArgumentError(where, value, "a non-empty list of values or a search space (choice, uniform, ...)")
 
 
