@@ -224,3 +224,15 @@ def test_pickled_calls_are_private(tmp_path):
     os.symlink(tmp_path / "elsewhere", path)  # a link planted at the name is replaced, never written through
     pyfunc.write_call(str(tmp_path / "call"), max, (1, 2))
     assert not os.path.islink(path) and not (tmp_path / "elsewhere").exists()
+
+
+def test_job_comment_round_trips_its_fields():
+    from airflow_provider_gpusched.core.slurm.job import job_comment, parse_job_comment, task_family_key
+
+    run = "manual__2026-11-22T13:53:01.778689+00:00"
+    comment = job_comment("k" * 24, 3, task=task_family_key("d", "t"), work="w" * 16, run=run)
+    assert " " not in comment and "\n" not in comment
+    assert parse_job_comment(comment) == {"key": "k" * 24, "task": task_family_key("d", "t"), "work": "w" * 16,
+                                          "run": run, "try": "3"}
+    assert parse_job_comment("someone else's comment") == {}
+    assert "run=" not in job_comment("k", 1, run="r" * 400)  # too long for a comment: left out

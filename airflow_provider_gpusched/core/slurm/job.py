@@ -227,8 +227,9 @@ def job_comment(key: str, try_number: int | None = None, *, task: str | None = N
         parts.append(f"task={task}")
     if work:
         parts.append(f"work={work}")
-    if run:
-        parts.append("run=" + base64.urlsafe_b64encode(run.encode()).decode().rstrip("="))
+    encoded = base64.urlsafe_b64encode(run.encode()).decode().rstrip("=") if run else ""
+    if encoded and len(encoded) <= 400:  # keep comments short; such a run's orphans are simply not detected
+        parts.append("run=" + encoded)
     if try_number is not None:
         parts.append(f"try={try_number}")
     return ":".join(parts)
