@@ -18,9 +18,24 @@ from .conftest import wait_until
 pytestmark = pytest.mark.slurm
 
 
-def _files_containing(root, needle):
+def _slurm_spool_dirs():
+    """Slurm keeps every job's script and environment in its own state and spool directories (root-owned,
+    private to the daemons): that copy is Slurm's, not a file this provider left behind."""
+    conf = os.environ.get("SLURM_CONF", "")
+    dirs = []
+    if conf and os.path.exists(conf):
+        with open(conf) as fh:
+            for line in fh:
+                key, _, value = line.strip().partition("=")
+                if key in ("StateSaveLocation", "SlurmdSpoolDir") and value:
+                    dirs.append(os.path.realpath(value))
+    return dirs
+
+
+def _files_containing(roots, needle, skip=()):
     hits = []
-    for base, _, files in os.walk(root):
+    for base, subdirs, files in (step for root in roots for step in os.walk(root)):
+        subdirs[:] = [d for d in subdirs if os.path.realpath(os.path.join(base, d)) not in skip]
         for name in files:
             path = os.path.join(base, name)
             try:
@@ -46,8 +61,12 @@ def test_job_script_never_goes_through_a_path_another_user_controls(client, tmp_
     status = client.wait(job.job_id, poll_interval=0.5, timeout=60)
     assert status.phase is JobPhase.SUCCEEDED
     assert f"ran ours: {len(secret)} chars" in client.tail(str(out).replace("%j", job.job_id))
-    # the secret is in no file left behind under the temp directory or the checkout
-    assert _files_containing(tempfile.gettempdir(), secret.encode()) == []
+    # the secret is in no file left behind under the temp directory (a checkout there holds Slurm's spool)
+    spool = _slurm_spool_dirs()
+    assert spool, "SLURM_CONF names no StateSaveLocation/SlurmdSpoolDir"
+    for path in _files_containing(spool, secret.encode()):  # Slurm's own copy: private to its user
+        assert os.stat(path).st_mode & 0o077 == 0, f"{path} is readable by others"
+    assert _files_containing([tempfile.gettempdir()], secret.encode(), skip=set(spool)) == []
 
 
 def test_cancel_refuses_option_like_and_malformed_ids(client, out):
