@@ -105,7 +105,9 @@ def _gpus(args) -> int:
         for lease in leases:
             memory = "whole" if lease.whole else format_bytes(next(iter(lease.memory.values())))
             state = ""
-            if lease.lease_id in yielding:
+            if lease.orphaned_at:
+                state = f"  [ORPHAN: its worker died; stopping it since {now - lease.orphaned_at:.0f}s]"
+            elif lease.lease_id in yielding:
                 state = f"  [yielding to {yielding[lease.lease_id].get('by', '?')}]"
             elif lease.preemptible:
                 state = "  [preemptible]"

@@ -141,10 +141,14 @@ class LocalGPUOperator(BaseOperator):
         ti = context["ti"]
         return settings.task_directory(settings.local_run_dir(), ti, f"try-{ti.try_number}")
 
-    def _owner(self, context) -> str:
+    def _task_key(self, context) -> str:
+        """The task instance, whatever the try: two tries of it never hold GPUs at once."""
         ti = context["ti"]
         return f"{ti.dag_id}.{ti.task_id}" + (f"[{ti.map_index}]" if ti.map_index is not None and ti.map_index >= 0 else "") \
-            + f" ({ti.run_id}, try {ti.try_number})"
+            + f" ({ti.run_id})"
+
+    def _owner(self, context) -> str:
+        return self._task_key(context)[:-1] + f", try {context['ti'].try_number})"
 
     def call_arguments(self, context) -> tuple[list, dict]:
         return callable_arguments(self.python_callable, self.op_args, self.op_kwargs, context, self.log)
@@ -172,13 +176,14 @@ class LocalGPUOperator(BaseOperator):
                          PreemptionHistory.from_dict(state.get("history")))
 
     def _wait_for_gpus(self, manager, hook, request: GPURequest, attempts: list[dict], history: PreemptionHistory,
-                       owner: str, why: str, not_before: float | None = None) -> None:
+                       owner: str, why: str, not_before: float | None = None, task_key: str = "") -> None:
         """Defer (or reschedule) until the request may fit; returns only in blocking mode, after a poll."""
         interval = self.poll_interval or settings.gpu_poll_interval()
         if self.wait_mode == "defer":
             self.defer(trigger=GPUAvailableTrigger(
                 request=dataclasses.asdict(request), simulate=hook.simulate or None, state_dir=manager.state_dir,
                 poll_interval=interval, owner=owner, job_class=self.job_class, not_before=not_before,
+                task_key=task_key,
                 payload={"request": dataclasses.asdict(request), "attempts": attempts, "history": history.to_dict()}),
                 method_name="resume")
         if self.wait_mode == "reschedule" and not attempts:  # before the first attempt nothing is lost
@@ -199,15 +204,16 @@ class LocalGPUOperator(BaseOperator):
             manager.check_possible(request)
         except (GPUInventoryError, InvalidArgumentError) as exc:
             raise AirflowFailException(f"{self.task_id}: {exc}") from exc  # retrying cannot help
-        owner = self._owner(context)
+        owner, task_key = self._owner(context), self._task_key(context)
         policy = manager.classes[self.job_class].local
         while True:
             lease, why = manager.try_acquire(request, owner, job_class=self.job_class, priority=self.priority,
-                                             preemptible=history.preemptible(policy))
+                                             preemptible=history.preemptible(policy), task_key=task_key,
+                                             grace=self.grace_period)
             if lease is not None:
                 break
             self.log.info("GPUs busy for %s: %s", request.describe(), why)
-            self._wait_for_gpus(manager, hook, request, attempts, history, owner, why)
+            self._wait_for_gpus(manager, hook, request, attempts, history, owner, why, task_key=task_key)
         run_dir = self._run_dir(context)
         log_path = os.path.join(run_dir, "output.log")
         try:
@@ -233,7 +239,7 @@ class LocalGPUOperator(BaseOperator):
                              "" if history.preemptible(policy) else "; the next run is not preemptible "
                              f"(max_preemptions={policy.max_preemptions})")
             self._wait_for_gpus(manager, hook, request, attempts, history, owner, "backoff after a preemption",
-                                not_before=time.time() + backoff)
+                                not_before=time.time() + backoff, task_key=task_key)
             return self._run(context, request, attempts, history)
         if a.exit_code == 0:
             self.log.info("%s", history.summary(self.job_class))

@@ -23,8 +23,9 @@ class GPUAvailableTrigger(BaseTrigger):
 
     def __init__(self, request: dict, simulate: str | None = None, state_dir: str | None = None,
                  poll_interval: float = 5.0, payload: dict | None = None, owner: str = "",
-                 job_class: str = "normal", not_before: float | None = None) -> None:
+                 job_class: str = "normal", not_before: float | None = None, task_key: str = "") -> None:
         super().__init__()
+        self.task_key = task_key
         self.owner = owner
         self.job_class = job_class
         self.not_before = not_before
@@ -38,7 +39,7 @@ class GPUAvailableTrigger(BaseTrigger):
         return (f"{type(self).__module__}.{type(self).__qualname__}",
                 {"request": self.request, "simulate": self.simulate, "state_dir": self.state_dir,
                  "poll_interval": self.poll_interval, "payload": self.payload, "owner": self.owner,
-                 "job_class": self.job_class, "not_before": self.not_before})
+                 "job_class": self.job_class, "not_before": self.not_before, "task_key": self.task_key})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         manager = LeaseManager(get_inventory(self.simulate or None), self.state_dir,
@@ -49,7 +50,8 @@ class GPUAvailableTrigger(BaseTrigger):
             await asyncio.sleep(self.not_before - time.time())
         last = None
         while True:  # a normal request that does not fit asks idle leases to yield (see LeaseManager)
-            why = await asyncio.to_thread(manager.why_not, request, self.owner, job_class=self.job_class)
+            why = await asyncio.to_thread(manager.why_not, request, self.owner, job_class=self.job_class,
+                                          task_key=self.task_key)
             if not why:
                 yield TriggerEvent({"status": "available", "payload": self.payload})
                 return

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import psutil
+
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
@@ -117,3 +119,57 @@ def test_manager_on_a_fresh_inventory_object_sees_the_same_leases(state_dir):
     b = LeaseManager(SimulatedInventory("4x24GiB"), state_dir)
     a.try_acquire(GPURequest(gpus=3), "a")
     assert b.try_acquire(GPURequest(gpus=2), "b")[0] is None
+
+
+ORPHANED_HOLDER = """
+import sys, time
+from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
+from airflow_provider_gpusched.core.gpu.launch import GPUChild
+from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+from airflow_provider_gpusched.core.gpu.placement import GPURequest
+state, out = sys.argv[1], sys.argv[2]
+m = LeaseManager(SimulatedInventory("4x24GiB"), state)
+lease, why = m.try_acquire(GPURequest(gpus=2), "dag.train (run1, try 1)", task_key="dag.train (run1)", grace=1.5)
+# a child that ignores SIGTERM (a trainer stuck in a CUDA call): only SIGKILL ends it
+child = GPUChild(["bash", "-c", "trap '' TERM; while true; do sleep 0.1; done"], env={}, cwd=None,
+                 log_path=out, lease=lease).start()
+m.record_child(lease, child.pid)
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_dead_workers_child_is_stopped_and_its_retry_waits_for_it(state_dir, tmp_path):
+    """The worker (lease holder) is SIGKILLed while its GPU child runs: the child keeps the GPUs only until the
+    next look at the leases stops it (SIGTERM, then SIGKILL after the lease's grace period); a second try of the
+    same task gets no GPUs while the first copy lives, other work does."""
+    holder = subprocess.Popen([sys.executable, "-c", ORPHANED_HOLDER, state_dir, str(tmp_path / "child.log")],
+                              stdout=subprocess.PIPE, text=True)
+    child_pid = int(holder.stdout.readline())
+    holder.kill()
+    holder.wait(timeout=10)
+    m = LeaseManager(SimulatedInventory("4x24GiB"), state_dir)
+    retry = GPURequest(gpus=1)
+    lease, why = m.try_acquire(retry, "dag.train (run1, try 2)", task_key="dag.train (run1)")
+    assert lease is None and "another try of this task still holds lease" in why and "is gone" in why
+    [orphan] = m.leases()
+    assert orphan.orphaned_at and orphan.child_pids == [child_pid] and orphan.gpus == [0, 1]
+    os.kill(child_pid, 0)  # it ignores SIGTERM: still alive within the grace period
+    other, _ = m.try_acquire(retry, "dag.other (run1, try 1)", task_key="dag.other (run1)")
+    assert other is not None and other.gpus == [2]  # the orphan's GPUs stay taken until it is gone
+    m.release(other)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        lease, why = m.try_acquire(retry, "dag.train (run1, try 2)", task_key="dag.train (run1)")
+        if lease is not None:
+            break
+        time.sleep(0.2)
+    assert lease is not None, why
+    assert lease.gpus == [0]
+    try:
+        alive = psutil.Process(child_pid).status() != psutil.STATUS_ZOMBIE  # unreaped where PID 1 does not reap
+    except psutil.NoSuchProcess:
+        alive = False
+    assert not alive
+    assert not os.path.exists(os.path.join(state_dir, orphan.lease_id + ".orphan"))
+    m.release(lease)

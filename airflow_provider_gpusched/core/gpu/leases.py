@@ -5,7 +5,11 @@ the holder keeps an exclusive ``flock`` for as long as it lives. The kernel drop
 process holding the file descriptor exits — also on SIGKILL — so a dead holder's lease is recognised
 (the lock can be taken) and removed by the next process that looks, with no cleanup daemon. The launcher
 passes the descriptor to the GPU child as well: the lease lasts while the task *or* its child lives, so
-a crashed Airflow worker does not hand out a GPU that its orphaned child still uses.
+a crashed Airflow worker does not hand out a GPU that its orphaned child still uses. Such an orphan (its
+holder is dead, its child alive) is stopped by the next process that looks at the leases: SIGTERM to the
+child's process group, SIGKILL after the lease's grace period; nobody is left to collect its result.
+A lease may name the task it runs for (``task_key``): another try of the same task waits until it is gone,
+so a retry never runs next to a surviving first copy.
 
 Every allocation decision happens under one more ``flock`` (``alloc.lock``), so concurrent requests
 are serialised and reservations are recorded before anyone starts a child.
@@ -25,6 +29,7 @@ import fcntl
 import hashlib
 import os
 import re
+import signal
 import tempfile
 import time
 import uuid
@@ -79,6 +84,10 @@ class Lease:
     preemptible: bool = False
     min_runtime: float = 0.0
     child_pids: list[int] = field(default_factory=list)
+    task_key: str = ""       # the task (not the try) this lease runs for: one copy per task at a time
+    pid_started: float = 0.0  # the holder's start time: a reused pid is not mistaken for the holder
+    grace: float = 10.0       # seconds between SIGTERM and SIGKILL when its child is stopped
+    orphaned_at: float = 0.0  # when its holder was found dead with the child still running (not stored)
     unreadable: str = ""  # why the lease file could not be read (its GPUs then count as taken)
     fd: int | None = field(default=None, repr=False, compare=False)
     path: str | None = field(default=None, repr=False, compare=False)
@@ -111,7 +120,8 @@ class Lease:
         memory = data["memory"]
         if not all(isinstance(k, str) and k.isdigit() and _is_int(v) and v >= 0 for k, v in memory.items()):
             raise bad("memory", "an object of GPU index -> reserved bytes")
-        values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k not in ("fd", "path")}
+        values = {k: v for k, v in data.items()
+                  if k in cls.__dataclass_fields__ and k not in ("fd", "path", "orphaned_at", "unreadable")}
         values["memory"] = {int(k): int(v) for k, v in memory.items()}
         return cls(**values)
 
@@ -148,8 +158,37 @@ _LEASE_FIELDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("preemptible", lambda v: isinstance(v, bool), "true or false"),
     ("min_runtime", _is_number, "seconds"),
     ("child_pids", _int_list, "a list of process ids"),
+    ("task_key", lambda v: isinstance(v, str), "a string"),
+    ("pid_started", _is_number, "a time stamp"),
+    ("grace", lambda v: _is_number(v) and v >= 0, "seconds (>= 0)"),
 )
 _REQUIRED = frozenset({"lease_id", "gpus", "uuids", "memory", "whole", "owner", "pid"})
+
+
+def _started_at(pid: int) -> float:
+    """The start time of process ``pid`` (0.0 when it does not exist)."""
+    try:
+        import psutil
+
+        return psutil.Process(pid).create_time()
+    except Exception:  # noqa: BLE001 - gone, or no psutil
+        return 0.0
+
+
+def _holder_alive(lease: Lease) -> bool:
+    """Whether the process that took ``lease`` still runs (the same process, not a later one with its pid)."""
+    started = _started_at(lease.pid)
+    if not started:
+        return False
+    return not lease.pid_started or abs(started - lease.pid_started) < 1.0
+
+
+def _signal_family(pids: list[int], sig: int) -> None:
+    """``sig`` to each child's process group (the launcher starts each in its own) and all descendants."""
+    for pid in _family(set(pids)):
+        for kill in (os.killpg, os.kill):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                kill(pid, sig)
 
 
 def _family(pids: set[int]) -> set[int]:
@@ -228,7 +267,7 @@ class LeaseManager:
             path = os.path.join(self.state_dir, name)
             lock_path = path[:-5] + ".lock"
             if not self._is_held(lock_path):
-                for p in (path, lock_path, path[:-5] + ".preempt"):
+                for p in (path, lock_path, path[:-5] + ".preempt", path[:-5] + ".orphan"):
                     with contextlib.suppress(FileNotFoundError, IsADirectoryError):
                         os.remove(p)
                 continue
@@ -246,9 +285,30 @@ class LeaseManager:
                 lease = _unreadable_lease(name[:-5], data, gpus, str(exc))
                 unreadable.append((path, str(exc)))
             lease.path = path
+            if not lease.unreadable and lease.child_pids and not _holder_alive(lease):
+                self._stop_orphan(lease)
             leases.append(lease)
         self.unreadable = unreadable
         return leases
+
+    def _stop_orphan(self, lease: Lease) -> None:
+        """The holder of ``lease`` is dead, its child still runs (the lock is held): stop the child — SIGTERM
+        now, SIGKILL once the lease's grace period has passed. The lease keeps its GPUs until the child is gone
+        (the kernel then drops the lock and the next look removes the lease)."""
+        mark = os.path.join(self.state_dir, lease.lease_id + ".orphan")
+        try:
+            since = read_json_record(mark)
+            since = float(since["at"]) if isinstance(since, dict) and _is_number(since.get("at")) else None
+        except (OSError, BadRecordError):
+            since = None
+        now = time.time()
+        if since is None:
+            write_json_atomic(mark, {"at": now, "pids": lease.child_pids}, self.file_mode)
+            _signal_family(lease.child_pids, signal.SIGTERM)
+            since = now
+        elif now - since >= lease.grace:
+            _signal_family(lease.child_pids, signal.SIGKILL)
+        lease.orphaned_at = since
 
     @staticmethod
     def _views(gpus: list[GPUInfo], leases: list[Lease]) -> list[LeaseView]:
@@ -268,18 +328,20 @@ class LeaseManager:
     def check_possible(self, request: GPURequest) -> None:
         request.check_possible(self.inventory.gpus())
 
-    def why_not(self, request: GPURequest, owner: str = "", *, job_class: str = "normal") -> str:
+    def why_not(self, request: GPURequest, owner: str = "", *, job_class: str = "normal", task_key: str = "") -> str:
         """'' if the request could be placed now, else the reason. A normal request that does not fit
         still marks itself waiting and asks idle leases to yield (as :meth:`try_acquire` does)."""
         with self._allocation_lock():
-            placement, reason, _ = self._decide(request, owner, job_class)
+            placement, reason, _ = self._decide(request, owner, job_class, task_key)
         return reason if placement is None else (self.host_check(request) or "")
 
     def try_acquire(self, request: GPURequest, owner: str, *, job_class: str = "normal",
-                    priority: int = 0, preemptible: bool | None = None) -> tuple[Lease | None, str]:
-        """Take a lease now, or return ``(None, reason)``. ``preemptible`` defaults to the class's policy."""
+                    priority: int = 0, preemptible: bool | None = None, task_key: str = "",
+                    grace: float = 10.0) -> tuple[Lease | None, str]:
+        """Take a lease now, or return ``(None, reason)``. ``preemptible`` defaults to the class's policy.
+        ``task_key`` names the task (not the try): while another try's lease for it lives, none is given."""
         with self._allocation_lock():
-            placement, reason, gpus = self._decide(request, owner, job_class)
+            placement, reason, gpus = self._decide(request, owner, job_class, task_key)
             if placement is None:
                 return None, reason
             host_problem = self.host_check(request)
@@ -287,16 +349,25 @@ class LeaseManager:
                 return None, host_problem
             policy = self.classes[job_class].local
             lease = self._write(placement, gpus, owner, job_class, priority,
-                                policy.preemptible if preemptible is None else preemptible, policy.min_runtime)
+                                policy.preemptible if preemptible is None else preemptible, policy.min_runtime,
+                                task_key=task_key, grace=grace)
             self._clear_waiting(owner)
             return lease, ""
 
-    def _decide(self, request: GPURequest, owner: str, job_class: str) -> tuple[Placement | None, str, list[GPUInfo]]:
+    def _decide(self, request: GPURequest, owner: str, job_class: str,
+                task_key: str = "") -> tuple[Placement | None, str, list[GPUInfo]]:
         """Placement (or the reason there is none) and the GPUs seen, under the job-class rules (the caller
         holds the allocation lock)."""
         gpus = self.inventory.gpus()
         request.check_possible(gpus)
         leases = self._live_leases(gpus)
+        earlier = [lease for lease in leases if task_key and lease.task_key == task_key and lease.owner != owner]
+        if earlier:
+            lease = earlier[0]
+            state = (f"its worker (pid {lease.pid}) is gone; stopping its process group {lease.child_pids}"
+                     if lease.orphaned_at else f"pid {lease.pid} still runs it")
+            return None, (f"another try of this task still holds lease {lease.lease_id} on GPU "
+                          f"{lease.cuda_visible_devices} ({lease.owner}; {state})"), gpus
         views = dict(zip((lease.lease_id for lease in leases), self._views(gpus, leases)))
         usage = gpu_usage(gpus, views.values())
         idle_policy = self.classes["idle"].local
@@ -431,14 +502,14 @@ class LeaseManager:
             time.sleep(poll_interval)
 
     def _write(self, placement: Placement, gpus: list[GPUInfo], owner: str, job_class: str, priority: int,
-               preemptible: bool = False, min_runtime: float = 0.0) -> Lease:
+               preemptible: bool = False, min_runtime: float = 0.0, task_key: str = "", grace: float = 10.0) -> Lease:
         by_index = {g.index: g for g in gpus}
         lease = Lease(
             lease_id=uuid.uuid4().hex[:16], gpus=placement.indices,
             uuids=[by_index[i].uuid for i in placement.indices], memory=placement.memory,
             whole=placement.whole, owner=owner, pid=os.getpid(), job_class=job_class, priority=priority,
             simulated=any(by_index[i].simulated for i in placement.indices), preemptible=preemptible,
-            min_runtime=min_runtime,
+            min_runtime=min_runtime, task_key=task_key, pid_started=_started_at(os.getpid()), grace=float(grace),
         )
         base = os.path.join(self.state_dir, lease.lease_id)
         fd = os.open(base + ".lock", os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, self.file_mode)
@@ -452,6 +523,7 @@ class LeaseManager:
         assert lease.path
         data = lease.to_dict()
         data.pop("unreadable", None)
+        data.pop("orphaned_at", None)
         write_json_atomic(lease.path, data, self.file_mode)
 
     def record_child(self, lease: Lease, pid: int) -> None:
@@ -462,7 +534,7 @@ class LeaseManager:
     def release(self, lease: Lease) -> None:
         with self._allocation_lock():
             base = os.path.join(self.state_dir, lease.lease_id)
-            for p in (base + ".json", base + ".lock", base + ".preempt"):
+            for p in (base + ".json", base + ".lock", base + ".preempt", base + ".orphan"):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(p)
         if lease.fd is not None:
