@@ -39,7 +39,7 @@ def test_local_normal_task_preempts_idle_task_and_both_succeed(airflow_db, monke
             return
         normal.update(run_in_subprocess(DAGFILE, "t_local_normal"))
 
-    # the second process needs a few seconds to start Airflow: the idle task (15 s of work) is running by then
+    # the idle task works until it is preempted (up to 120 s): however long the second process takes to start
     helper = threading.Thread(target=run_normal_when_idle_holds_the_gpus, daemon=True)
     helper.start()
     state, xcoms, states = run_and_collect(load_dag_file(DAGFILE).local_idle)

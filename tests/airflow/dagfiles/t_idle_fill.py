@@ -16,7 +16,8 @@ TRAINER = os.environ.get("GPUSCHED_TEST_TRAINER", "checkpointing_trainer.py")
 
 with DAG(dag_id="t_local_idle", schedule=None, start_date=START) as local_idle:
     LocalGPUOperator(task_id="fill", job_class="idle", gpus=4, poll_interval=0.3,
-                     command=[sys.executable, TRAINER, "150"])
+                     # up to 120 s until preempted (the normal task's process needs ~10 s to start), then 15 s
+                     command=[sys.executable, TRAINER, "150", "1200"])
 
 with DAG(dag_id="t_local_normal", schedule=None, start_date=START) as local_normal:
     LocalGPUOperator(task_id="urgent", gpus=4, poll_interval=0.3, command=["sleep", "1"])
