@@ -1,0 +1,137 @@
+"""A deployment started by scripts/stack.sh, driven the way a user's tooling would: the script for up/down/kill/
+start, the REST API (``/api/v2``, a JWT from ``/auth/token``) for everything else. Used by the end-to-end tests
+(tests/stack) and by bench/stack_makespan.py; needs no pytest."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class StackConfig:
+    """Where a stack lives: its directory, ports, a second DAG folder and extra ``export`` lines."""
+
+    directory: Path
+    port: int
+    pg_port: int
+    extra_dags: Path | None = None
+    env_lines: str = ""
+
+    def run(self, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+        """``scripts/stack.sh ARGS`` for this stack (the caller's Airflow settings left out)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW") and k != "GPUSCHED_STATE_DIR"}
+        env.update({"GPUSCHED_STACK_DIR": str(self.directory), "GPUSCHED_STACK_PORT": str(self.port),
+                    "GPUSCHED_STACK_PG_PORT": str(self.pg_port), "GPUSCHED_STACK_ENV": self.env_lines})
+        if self.extra_dags:
+            env["GPUSCHED_STACK_EXTRA_DAGS"] = str(self.extra_dags)
+        out = subprocess.run(["bash", str(REPO / "scripts" / "stack.sh"), *args], env=env, capture_output=True,
+                             text=True, timeout=timeout)
+        if check and out.returncode != 0:
+            raise AssertionError(f"scripts/stack.sh {' '.join(args)} failed ({out.returncode}):\n"
+                                 f"{out.stdout}\n{out.stderr}")
+        return out
+
+    def running(self) -> bool:
+        return self.run("status", check=False).returncode == 0
+
+    def pid(self, component: str) -> int:
+        return int((self.directory / "pids" / f"{component}.pid").read_text())
+
+
+class Stack:
+    """The running deployment: its REST API with a token, and its directories."""
+
+    def __init__(self, config: StackConfig):
+        self.config = config
+        self.dir = config.directory
+        self.url = f"http://127.0.0.1:{config.port}"
+        self.lease_dir = self.dir / "gpu-leases"
+        self.extra_dags = config.extra_dags
+        password = (self.dir / "admin-password").read_text().strip()
+        token = httpx.post(f"{self.url}/auth/token", json={"username": "admin", "password": password},
+                           timeout=30).json()["access_token"]
+        self.http = httpx.Client(base_url=f"{self.url}/api/v2", headers={"Authorization": f"Bearer {token}"},
+                                 timeout=60)
+
+    def get(self, path: str, **params) -> dict:
+        response = self.http.get(path, params=params)
+        assert response.status_code == 200, f"GET {path}: {response.status_code} {response.text[:500]}"
+        return response.json()
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.http.get(f"/dags/{dag_id}").status_code == 200:
+                return
+            time.sleep(1)
+        errors = self.get("/importErrors")
+        raise AssertionError(f"DAG {dag_id} not parsed within {timeout}s; import errors: {errors}")
+
+    def trigger(self, dag_id: str, **conf) -> str:
+        self.wait_for_dag(dag_id)
+        response = self.http.patch(f"/dags/{dag_id}", json={"is_paused": False})  # DAGs start paused
+        assert response.status_code == 200, response.text
+        run_id = f"e2e-{uuid.uuid4().hex[:8]}"
+        response = self.http.post(f"/dags/{dag_id}/dagRuns", json={"dag_run_id": run_id, "logical_date": None,
+                                                                    "conf": conf})
+        assert response.status_code == 200, f"trigger {dag_id}: {response.status_code} {response.text[:500]}"
+        return run_id
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
+        """Every task instance of the run (the API gives at most 100 a page)."""
+        tis: list[dict] = []
+        while True:
+            page = self.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", limit=100, offset=len(tis))
+            tis += page["task_instances"]
+            if not page["task_instances"] or len(tis) >= page["total_entries"]:
+                return tis
+
+    def run(self, dag_id: str, run_id: str) -> dict:
+        return self.get(f"/dags/{dag_id}/dagRuns/{run_id}")
+
+    def run_state(self, dag_id: str, run_id: str) -> str:
+        return self.run(dag_id, run_id)["state"]
+
+    def wait_run(self, dag_id: str, run_id: str, timeout: float = 300, during=None) -> str:
+        """Wait until the run ends; ``during()`` is called every second meanwhile (for invariants)."""
+        deadline = time.monotonic() + timeout
+        state = "?"
+        while time.monotonic() < deadline:
+            state = self.run_state(dag_id, run_id)
+            if state in ("success", "failed"):
+                return state
+            if during:
+                during()
+            time.sleep(1)
+        tis = [(t["task_id"], t.get("map_index"), t["state"]) for t in self.task_instances(dag_id, run_id)]
+        raise AssertionError(f"{dag_id} {run_id} still {state} after {timeout}s: {tis}")
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value", map_index: int = -1):
+        return self.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}",
+                        map_index=map_index, deserialize=True)["value"]
+
+    def ensure_pool(self, name: str, slots: int) -> None:
+        response = self.http.patch(f"/pools/{name}", json={"name": name, "slots": slots, "include_deferred": False})
+        if response.status_code == 404:
+            response = self.http.post("/pools", json={"name": name, "slots": slots, "include_deferred": False})
+        assert response.status_code in (200, 201), response.text
+
+    def restart(self, component: str, signal: str = "KILL") -> None:
+        self.config.run("kill", component, signal)
+        time.sleep(1)
+        self.config.run("start", component)
+
+
+def read_records(out: Path) -> list[dict]:
+    """The JSON records the test trials wrote (tests/stack/dagfiles/e2e_common.py)."""
+    return [json.loads(path.read_text()) for path in sorted(out.glob("*.json"))]

@@ -1,0 +1,13 @@
+"""End-to-end: many deferred Slurm tasks at once (one triggerer, one shared squeue per poll)."""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_provider_gpusched.operators.slurm import SlurmJobOperator
+
+with DAG("e2e_slurm_many", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False,
+         params={"count": 200}):
+    SlurmJobOperator.partial(task_id="job", poll_interval=2, retries=0, deferrable=True).expand(
+        command=[["sh", "-c", f"echo job {i}; sleep 1"] for i in range(200)])

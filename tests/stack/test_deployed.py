@@ -1,0 +1,243 @@
+"""The provider as deployed: real scheduler (LocalExecutor), triggerer, dag-processor and api-server on PostgreSQL,
+many tasks at once, driven through the REST API. Every claim is checked from real timestamps: the GPU children's
+own records (tests/stack/dagfiles/e2e_common.py), task instances, the lease ledger and Slurm's RPC counters."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
+from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+from airflow_provider_gpusched.core.gpu.placement import GPURequest
+from tests.stack.client import read_records
+
+GiB = 1024**3
+pytestmark = pytest.mark.stack
+
+
+def wait_until(predicate, timeout: float, what: str, interval: float = 1.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def max_overlap(intervals: list[tuple[float, float]]) -> int:
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+    now = best = 0
+    for _, step in events:
+        now += step
+        best = max(best, now)
+    return best
+
+
+def started(ti: dict) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(ti["start_date"].replace("Z", "+00:00")).timestamp()
+
+
+def test_sixteen_trials_pack_four_to_a_gpu_across_worker_processes(stack, out_dir):
+    run = stack.trigger("e2e_packing", out=str(out_dir), seconds=30)
+    assert stack.wait_run("e2e_packing", run, timeout=480) == "success"
+    records = {r["name"]: r for r in read_records(out_dir)}
+    assert len(records) == 16 and {r["how"] for r in records.values()} == {"finished"}
+    overlap = max_overlap([(r["start"], r["end"]) for r in records.values()])
+    print(f"packing: {overlap} of 16 trials ran at the same time")
+    assert overlap >= 12
+    # no GPU ever above its 24 GiB: replay every start and end
+    events = sorted([(r["start"], 1, r) for r in records.values()] + [(r["end"], -1, r) for r in records.values()],
+                    key=lambda e: (e[0], e[1]))
+    reserved: dict[str, int] = {}
+    for _, sign, r in events:
+        assert r["memory"] == 6 * GiB and "," not in r["cuda"]
+        reserved[r["cuda"]] = reserved.get(r["cuda"], 0) + sign * r["memory"]
+        assert reserved[r["cuda"]] <= 24 * GiB, f"GPU {r['cuda']} over its memory"
+    # each trial saw the CUDA_VISIBLE_DEVICES of its own lease (the task's result names the lease's GPUs)
+    for i in range(16):
+        result = stack.xcom("e2e_packing", run, "trial", map_index=i)
+        assert ",".join(str(g["index"]) for g in result["gpus"]) == records[f"pack{i:02d}"]["cuda"]
+        assert all(g["simulated"] for g in result["gpus"])
+
+
+def test_idle_fillers_yield_to_normal_work_and_finish_without_airflow_retries(stack, out_dir):
+    pool = stack.get("/pools/gpusched_idle")
+    assert pool["slots"] == 4  # gpusched pools sync: one slot per (simulated) GPU
+    fill = stack.trigger("e2e_idle_fillers", out=str(out_dir), seconds=20)
+    peak = {"running": 0}
+
+    def pool_within_slots():
+        p = stack.get("/pools/gpusched_idle")
+        peak["running"] = max(peak["running"], p["running_slots"])
+        assert p["running_slots"] <= p["slots"], p
+
+    wait_until(lambda: pool_within_slots() or sum(r["how"] == "running" for r in read_records(out_dir)) == 4, 300,
+               "4 fillers holding every GPU")
+    normal = stack.trigger("e2e_normal", out=str(out_dir), seconds=4)
+    assert stack.wait_run("e2e_normal", normal, timeout=300, during=pool_within_slots) == "success"
+    assert stack.wait_run("e2e_idle_fillers", fill, timeout=420, during=pool_within_slots) == "success"
+    records = read_records(out_dir)
+    [main] = [r for r in records if r["name"] == "normal"]
+    [main_ti] = stack.task_instances("e2e_normal", normal)
+    delay = main["start"] - started(main_ti)
+    print(f"idle filling: normal work started its GPU child {delay:.1f}s after its task started "
+          f"(fillers' grace period 3s); idle pool peak {peak['running']} of 4 slots")
+    assert delay < 25
+    fillers = [r for r in records if r["name"].startswith("filler")]
+    stopped = [r for r in fillers if r["how"] == "terminated"]
+    assert stopped, "no filler was preempted"
+    for r in fillers:  # nothing idle ran on the GPUs while normal work held them
+        assert r["end"] <= main["start"] + 0.5 or r["start"] >= main["end"] - 0.5, r
+    by_name: dict[str, list[dict]] = {}
+    for r in sorted(fillers, key=lambda r: r["start"]):
+        by_name.setdefault(r["name"], []).append(r)
+    assert set(by_name) == {f"filler{i}" for i in range(6)}
+    for name, attempts in by_name.items():
+        assert attempts[-1]["how"] == "finished"
+        for before, after in zip(attempts, attempts[1:]):  # relaunched after a preemption, from its checkpoint
+            assert before["how"] == "terminated" and after["preemptions"] >= 1 and after["resumed_at"] > 0
+    tis = stack.task_instances("e2e_idle_fillers", fill)
+    assert all(ti["state"] == "success" and ti["try_number"] == 1 for ti in tis), "an Airflow retry was used"
+    # the GPU-time ledger adds up: per filler, the attempts recorded equal the children's own run time
+    ledger = [json.loads(line) for line in (stack.lease_dir / "accounting.jsonl").read_text().splitlines()]
+    for ti in tis:
+        owner = f"e2e_idle_fillers.filler[{ti['map_index']}] ({fill}, try 1)"
+        mine = [x for x in ledger if x["owner"] == owner]
+        name = f"filler{ti['map_index']}"
+        lived = sum(r["end"] - r["start"] for r in by_name[name])
+        assert len(mine) == len(by_name[name]), (owner, mine)
+        assert abs(sum(x["gpu_seconds"] for x in mine) - lived) < 2.0 * len(mine), (mine, lived)
+        gpu_time = stack.xcom("e2e_idle_fillers", fill, "filler", key="gpu_time", map_index=ti["map_index"])
+        assert gpu_time["preemptions"] == len(mine) - 1
+        assert abs(gpu_time["gpu_seconds"] - sum(x["gpu_seconds"] for x in mine)) < 0.01
+
+
+def test_higher_priority_weight_starts_first_when_slots_are_short(stack, out_dir):
+    stack.ensure_pool("e2e_one_slot", 1)
+    run = stack.trigger("e2e_priority", out=str(out_dir), seconds=1)
+    assert stack.wait_run("e2e_priority", run, timeout=300) == "success"
+    tis = sorted(stack.task_instances("e2e_priority", run), key=started)
+    assert [ti["task_id"] for ti in tis] == ["p50", "p40", "p30", "p20", "p10", "p00"]
+    assert [ti["priority_weight"] for ti in tis] == [150, 140, 130, 120, 110, 100]
+
+
+def _sdiag_counts() -> dict[str, int]:
+    out = subprocess.run(["sdiag"], capture_output=True, text=True, check=True).stdout
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^\s+(\w+)\s+\(\s*\d+\)\s+count:(\d+)", out, re.M)}
+
+
+def _slurm_node() -> str:
+    return subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, check=True).stdout.split()[0]
+
+
+def test_two_hundred_deferred_slurm_tasks_one_squeue_per_poll_and_restarts(stack, out_dir):
+    """200 SlurmJobOperator tasks deferred in one triggerer (the node drained, so every job pends), plus a local-GPU
+    task deferred behind a process outside Airflow that holds every GPU; the triggerer and then the scheduler are
+    SIGKILLed (their whole process groups) and started again meanwhile. One squeue per poll interval, every job
+    submitted once, every task ends in success in its first try."""
+    node = _slurm_node()
+    subprocess.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=e2e: jobs pend"], check=True)
+    submitted_before = _sdiag_counts().get("REQUEST_SUBMIT_BATCH_JOB", 0)
+    holder = LeaseManager(SimulatedInventory("4x24GiB"), str(stack.lease_dir))
+    lease, why = holder.try_acquire(GPURequest(gpus=4), "e2e test: another user's job")
+    assert lease is not None, why
+    released_at = None
+    try:
+        many = stack.trigger("e2e_slurm_many")
+        t0 = time.monotonic()
+
+        def deferred() -> int:
+            return sum(ti["state"] == "deferred" for ti in stack.task_instances("e2e_slurm_many", many))
+
+        wait_until(lambda: deferred() == 200, 900, "200 deferred Slurm tasks", interval=3)
+        print(f"200 Slurm tasks submitted and deferred in {time.monotonic() - t0:.0f}s")
+        waiter = stack.trigger("e2e_gpu_waiter", out=str(out_dir), seconds=2)
+        wait_until(lambda: stack.task_instances("e2e_gpu_waiter", waiter)[0]["state"] == "deferred", 120,
+                   "the local-GPU task deferred behind the holder")
+        # one shared poll: count the controller's job-info RPCs over a quiet window (poll interval 2 s)
+        before, t1 = _sdiag_counts(), time.monotonic()
+        time.sleep(20)
+        after, window = _sdiag_counts(), time.monotonic() - t1
+        calls = sum(after.get(k, 0) - before.get(k, 0) for k in ("REQUEST_JOB_INFO", "REQUEST_JOB_INFO_SINGLE"))
+        print(f"{calls} squeue calls in {window:.0f}s for 200 deferred tasks (poll interval 2s)")
+        assert window / 2 - 3 <= calls <= window / 2 + 3
+        stack.restart("triggerer")
+        stack.restart("scheduler")
+        assert deferred() == 200  # nothing was failed or resubmitted by the restarts
+        assert stack.task_instances("e2e_gpu_waiter", waiter)[0]["state"] == "deferred"
+        assert not read_records(out_dir)  # the GPUs are still taken: the waiter has not run
+    finally:
+        subprocess.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=True)
+        released_at = time.time()
+        holder.release(lease)
+    assert stack.wait_run("e2e_slurm_many", many, timeout=600) == "success"
+    assert stack.wait_run("e2e_gpu_waiter", waiter, timeout=300) == "success"
+    tis = stack.task_instances("e2e_slurm_many", many)
+    assert len(tis) == 200 and all(ti["state"] == "success" and ti["try_number"] == 1 for ti in tis)
+    assert stack.task_instances("e2e_gpu_waiter", waiter)[0]["try_number"] == 1
+    assert _sdiag_counts()["REQUEST_SUBMIT_BATCH_JOB"] - submitted_before == 200  # no job submitted twice
+    [record] = read_records(out_dir)
+    assert record["name"] == "waiter" and record["start"] >= released_at  # waited for the GPUs, then ran
+
+
+def test_a_killed_worker_leaves_no_second_copy_running(stack, out_dir):
+    """SIGKILL the task process of a running local-GPU task: its GPU child is stopped, and the retry starts its own
+    child only after the first one is gone."""
+    run = stack.trigger("e2e_worker_kill", out=str(out_dir), seconds=20)
+    wait_until(lambda: any(r["name"] == "victim" for r in read_records(out_dir)), 240, "the GPU child running")
+
+    def holder() -> int:
+        for path in stack.lease_dir.glob("*.json"):
+            if re.fullmatch(r"[0-9a-f]{16}\.json", path.name):
+                lease = json.loads(path.read_text())
+                if lease["owner"].startswith("e2e_worker_kill.train"):
+                    return lease["pid"]
+        return 0
+
+    os.kill(wait_until(holder, 60, "the lease of the running task"), signal.SIGKILL)
+    assert stack.wait_run("e2e_worker_kill", run, timeout=360) == "success"
+    first, second = sorted((r for r in read_records(out_dir) if r["name"] == "victim"), key=lambda r: r["start"])
+    assert first["how"] == "terminated" and second["how"] == "finished"
+    assert second["start"] >= first["end"], "the retry ran next to the first copy"
+    [ti] = stack.task_instances("e2e_worker_kill", run)
+    assert ti["try_number"] == 2
+
+
+BROKEN_SWEEP = '''
+import pendulum
+from airflow.sdk import DAG
+from airflow_provider_gpusched.task_groups.sweep import sweep_task_group
+
+with DAG("e2e_broken_sweep", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
+    sweep_task_group({"name": "broken", "command": ["python3", "train.py"], "test_config": [{"lr": [0.1]}],
+                      "max_trials": "many"})
+'''
+
+
+def test_a_broken_sweep_file_is_an_import_error_naming_the_key_and_the_rest_keeps_running(stack, out_dir):
+    bad = Path(stack.extra_dags) / "e2e_broken_sweep.py"
+    bad.write_text(BROKEN_SWEEP)
+    try:
+        def error() -> str:
+            for e in stack.get("/importErrors")["import_errors"]:
+                if e["filename"].endswith("e2e_broken_sweep.py"):
+                    return e["stack_trace"]
+            return ""
+
+        message = wait_until(error, 120, "the import error of e2e_broken_sweep.py")
+        assert "max_trials" in message, message
+        run = stack.trigger("e2e_normal", out=str(out_dir), seconds=1)
+        assert stack.wait_run("e2e_normal", run, timeout=240) == "success"
+    finally:
+        bad.unlink()
