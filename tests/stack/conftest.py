@@ -42,7 +42,7 @@ def stack(slurm_cluster):
         yield Stack(CONFIG)
     finally:
         if started and not os.environ.get("GPUSCHED_E2E_KEEP"):
-            CONFIG.run("down", check=False)
+            CONFIG.run("destroy", check=False)  # its database and directory too
 
 
 @pytest.fixture
