@@ -132,6 +132,12 @@ def get_provider_info() -> dict:
                         "description": "Seconds between checks while a task waits (deferred) for GPUs.",
                         "version_added": "0.1.0", "type": "float", "example": "5", "default": "5",
                     },
+                    "min_deferral": {
+                        "description": "Seconds a deferred task (waiting for GPUs or a Slurm job) stays deferred "
+                                       "at least: an event sooner after the deferral can make Airflow 3.3 fail "
+                                       "the task (apache/airflow#72716). 0 turns the floor off.",
+                        "version_added": "0.1.0", "type": "float", "example": "10", "default": "10",
+                    },
                     "local_run_dir": {
                         "description": "Per-run working directories and logs of local GPU tasks. "
                                        "Empty: <AIRFLOW_HOME>/gpusched/local.",

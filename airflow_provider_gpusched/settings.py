@@ -62,6 +62,11 @@ def gpu_poll_interval() -> float:
     return conf.getfloat(SECTION, "gpu_poll_interval", fallback=5.0)
 
 
+def min_deferral() -> float:
+    """Seconds a deferred task stays deferred at least (see triggers/deferral.py)."""
+    return max(0.0, conf.getfloat(SECTION, "min_deferral", fallback=10.0))
+
+
 def local_run_dir() -> str:
     return _directory("local_run_dir", "local")
 

@@ -40,6 +40,9 @@ os.environ["AIRFLOW__GPUSCHED__SIMULATE_GPUS"] = "4x24GiB"
 os.environ["AIRFLOW__GPUSCHED__GPU_STATE_DIR"] = os.path.join(_AIRFLOW_HOME, "gpu-leases")
 os.environ["AIRFLOW__GPUSCHED__LOCAL_RUN_DIR"] = os.path.join(_AIRFLOW_HOME, "local-runs")
 os.environ["AIRFLOW__GPUSCHED__GPU_POLL_INTERVAL"] = "0.5"
+# dag.test() runs triggers in its own process, one task at a time: the race min_deferral guards against (a
+# deployed scheduler, triggers/deferral.py) cannot happen there. The stack tier runs with the default floor.
+os.environ["AIRFLOW__GPUSCHED__MIN_DEFERRAL"] = "0"
 os.environ["GPUSCHED_TEST_TRAINER"] = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpointing_trainer.py")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 

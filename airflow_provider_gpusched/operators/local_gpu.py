@@ -135,6 +135,7 @@ class LocalGPUOperator(BaseOperator):
         self.priority = priority
         self._child: GPUChild | None = None
         self._stop = threading.Event()
+        self._yield_deadline: float | None = None  # how long to wait here for idle work to yield
 
     # -- helpers -------------------------------------------------------------------------------------
     def _run_dir(self, context) -> str:
@@ -183,7 +184,7 @@ class LocalGPUOperator(BaseOperator):
             self.defer(trigger=GPUAvailableTrigger(
                 request=dataclasses.asdict(request), simulate=hook.simulate or None, state_dir=manager.state_dir,
                 poll_interval=interval, owner=owner, job_class=self.job_class, not_before=not_before,
-                task_key=task_key,
+                task_key=task_key, fire_after=time.time() + settings.min_deferral(),
                 payload={"request": dataclasses.asdict(request), "attempts": attempts, "history": history.to_dict()}),
                 method_name="resume")
         if self.wait_mode == "reschedule" and not attempts:  # before the first attempt nothing is lost
@@ -196,6 +197,21 @@ class LocalGPUOperator(BaseOperator):
         delay = max(interval, (not_before or 0) - time.time())
         if self._stop.wait(delay):
             raise AirflowException(f"{self.task_id}: stopped while waiting for GPUs ({why})")
+
+    def _wait_for_yield(self, manager, owner: str, why: str) -> bool:
+        """Idle work was asked to give up the GPUs for this request: it goes within its grace period, so wait
+        here (a deferral would cost a task restart and could fire too soon for Airflow, see
+        triggers/deferral.py). True to look again; False once nothing yields or the wait took too long."""
+        if self.wait_mode == "reschedule" or not manager.yields_asked_by(owner):
+            return False
+        if self._yield_deadline is None:
+            self._yield_deadline = time.monotonic() + manager.classes["idle"].local.grace_period + 10
+            self.log.info("Idle work is yielding its GPUs to this task; waiting for it: %s", why)
+        if time.monotonic() > self._yield_deadline:
+            return False
+        if self._stop.wait(0.5):
+            raise AirflowException(f"{self.task_id}: stopped while idle work was yielding its GPUs")
+        return True
 
     def _run(self, context, request: GPURequest, attempts: list[dict], history: PreemptionHistory) -> Any:
         hook = LocalGPUHook()
@@ -212,6 +228,8 @@ class LocalGPUOperator(BaseOperator):
                                              grace=self.grace_period)
             if lease is not None:
                 break
+            if self._wait_for_yield(manager, owner, why):
+                continue
             self.log.info("GPUs busy for %s: %s", request.describe(), why)
             self._wait_for_gpus(manager, hook, request, attempts, history, owner, why, task_key=task_key)
         run_dir = self._run_dir(context)

@@ -229,7 +229,8 @@ class SlurmJobOperator(BaseOperator):
             self.defer(
                 trigger=SlurmJobTrigger(job_id=job_id, runner=hook.runner_description, poll_interval=poll,
                                         array_size=array_size, not_found_timeout=settings.not_found_timeout(),
-                                        cancel_on_kill=self.cancel_on_kill, output_path=output_path),
+                                        cancel_on_kill=self.cancel_on_kill, output_path=output_path,
+                                        fire_after=time.time() + settings.min_deferral()),
                 method_name="execute_complete",
             )
         tracker = client.follow(job_id, poll_interval=poll, array_size=array_size,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any, Sequence
 
 from airflow.sdk import BaseSensorOperator
@@ -32,7 +33,8 @@ class GPUAvailableSensor(BaseSensorOperator):
         hook = LocalGPUHook()
         self.defer(trigger=GPUAvailableTrigger(request=dataclasses.asdict(self.request), simulate=hook.simulate or None,
                                                state_dir=hook.get_conn().state_dir,
-                                               poll_interval=self.poke_interval or settings.gpu_poll_interval()),
+                                               poll_interval=self.poke_interval or settings.gpu_poll_interval(),
+                                               fire_after=time.time() + settings.min_deferral()),
                    method_name="execute_complete", timeout=self.execution_timeout)
 
     def poke(self, context) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, Sequence
 
 from airflow.sdk import BaseSensorOperator
@@ -42,7 +43,8 @@ class SlurmJobSensor(BaseSensorOperator):
             trigger=SlurmJobTrigger(job_id=str(self.job_id), runner=hook.runner_description,
                                     poll_interval=self.poll_interval or settings.poll_interval(),
                                     not_found_timeout=settings.not_found_timeout(),
-                                    cancel_on_kill=self.cancel_on_kill),
+                                    cancel_on_kill=self.cancel_on_kill,
+                                    fire_after=time.time() + settings.min_deferral()),
             method_name="execute_complete",
             timeout=self.execution_timeout,
         )

@@ -12,6 +12,7 @@ from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.core.gpu.inventory import get_inventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager, reason_kind
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
+from airflow_provider_gpusched.triggers.deferral import hold_until
 
 
 class GPUAvailableTrigger(BaseTrigger):
@@ -23,8 +24,10 @@ class GPUAvailableTrigger(BaseTrigger):
 
     def __init__(self, request: dict, simulate: str | None = None, state_dir: str | None = None,
                  poll_interval: float = 5.0, payload: dict | None = None, owner: str = "",
-                 job_class: str = "normal", not_before: float | None = None, task_key: str = "") -> None:
+                 job_class: str = "normal", not_before: float | None = None, task_key: str = "",
+                 fire_after: float | None = None) -> None:
         super().__init__()
+        self.fire_after = fire_after
         self.task_key = task_key
         self.owner = owner
         self.job_class = job_class
@@ -39,7 +42,8 @@ class GPUAvailableTrigger(BaseTrigger):
         return (f"{type(self).__module__}.{type(self).__qualname__}",
                 {"request": self.request, "simulate": self.simulate, "state_dir": self.state_dir,
                  "poll_interval": self.poll_interval, "payload": self.payload, "owner": self.owner,
-                 "job_class": self.job_class, "not_before": self.not_before, "task_key": self.task_key})
+                 "job_class": self.job_class, "not_before": self.not_before, "task_key": self.task_key,
+                 "fire_after": self.fire_after})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         manager = LeaseManager(get_inventory(self.simulate or None), self.state_dir,
@@ -52,6 +56,9 @@ class GPUAvailableTrigger(BaseTrigger):
         while True:  # a normal request that does not fit asks idle leases to yield (see LeaseManager)
             why = await asyncio.to_thread(manager.why_not, request, self.owner, job_class=self.job_class,
                                           task_key=self.task_key)
+            if not why and self.fire_after is not None and self.fire_after > time.time():
+                await hold_until(self.fire_after)  # then look again: the GPUs may have gone meanwhile
+                continue
             if not why:
                 yield TriggerEvent({"status": "available", "payload": self.payload})
                 return

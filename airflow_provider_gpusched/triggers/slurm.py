@@ -21,6 +21,7 @@ from airflow_provider_gpusched.core.slurm import (
     SlurmClient,
     runner_from_description,
 )
+from airflow_provider_gpusched.triggers.deferral import hold_until
 
 
 class SlurmJobTrigger(BaseTrigger):
@@ -33,8 +34,10 @@ class SlurmJobTrigger(BaseTrigger):
         not_found_timeout: float = 300.0,
         cancel_on_kill: bool = True,
         output_path: str = "",
+        fire_after: float | None = None,
     ) -> None:
         super().__init__()
+        self.fire_after = fire_after
         self.job_id = str(job_id)
         self.runner = dict(runner)
         self.poll_interval = float(poll_interval)
@@ -54,6 +57,7 @@ class SlurmJobTrigger(BaseTrigger):
                 "not_found_timeout": self.not_found_timeout,
                 "cancel_on_kill": self.cancel_on_kill,
                 "output_path": self.output_path,
+                "fire_after": self.fire_after,
             },
         )
 
@@ -71,6 +75,7 @@ class SlurmJobTrigger(BaseTrigger):
                 if update.transient or update.consecutive_failures < poller.max_permanent_failures:
                     self.log.warning("Slurm status unavailable (%s); will retry", update.message)
                     continue
+                await hold_until(self.fire_after)
                 yield TriggerEvent({"status": "error", "job_id": self.job_id, "output_path": self.output_path,
                                     "message": f"cannot query Slurm: {update.message}",
                                     "preemptions": tracker.preemptions, "events": tracker.events})
@@ -79,6 +84,7 @@ class SlurmJobTrigger(BaseTrigger):
                 self.log.info("%s", line)
             if tracker.done:
                 final = tracker.final_status()
+                await hold_until(self.fire_after)
                 yield TriggerEvent({
                     "status": "success" if final.phase.is_success else "error",
                     "job_id": self.job_id,

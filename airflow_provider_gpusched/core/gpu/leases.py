@@ -460,6 +460,17 @@ class LeaseManager:
             return {"by": "an unreadable yield request"}
         return {"by": str(asked.get("by", "normal work")), "at": asked.get("at")}
 
+    def yields_asked_by(self, owner: str) -> list[str]:
+        """The leases that ``owner`` (a waiting normal request) has asked to yield and that still hold GPUs."""
+        asked = []
+        for name in os.listdir(self.state_dir):
+            if name.endswith(".preempt") and _LEASE_FILE.match(name[:-8] + ".json"):
+                request = self.yield_request(name[:-8])
+                if request and request.get("by") == owner and os.path.exists(
+                        os.path.join(self.state_dir, name[:-8] + ".json")):
+                    asked.append(name[:-8])
+        return sorted(asked)
+
     def yield_reason(self, lease: Lease) -> str:
         """'' while ``lease`` may keep running; else why its holder must stop now: a normal request asked
         for its GPUs, or (preemptible leases) foreign work appeared on them."""
