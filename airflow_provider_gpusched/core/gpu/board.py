@@ -1,0 +1,144 @@
+"""The GPU board: per host and GPU, what is leased by which task and class, what is free, who is yielding, what
+normal work waits, and GPU time per class over a window — built from records, not from this host's files.
+
+The api-server that shows the board usually runs on another machine than the GPU workers, so each local-GPU task
+*publishes* what the board needs through Airflow (its XCom): its host's inventory and its lease while it holds one
+(:func:`lease_record`), and its GPU time when it ends. The board reads those records back; every one is validated
+(:func:`read_lease_record`) and a bad one is reported, never trusted."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable
+
+from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
+from airflow_provider_gpusched.core.gpu.preemption import accounting_totals
+from airflow_provider_gpusched.core.safe_files import BadRecordError
+
+WINDOWS = {"hour": 3600.0, "day": 86400.0}
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+
+
+@dataclass
+class BoardGPU:
+    index: int
+    uuid: str
+    name: str
+    memory_total: int
+    simulated: bool
+
+
+@dataclass
+class BoardLease:
+    """One task's lease as it published it."""
+
+    host: str
+    lease_id: str
+    gpus: list[int]
+    memory: dict[int, int]
+    whole: bool
+    job_class: str
+    started: float
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int = -1
+    priority: int = 0
+    yielding_to: str = ""  # the normal work this (idle) lease was asked to yield to
+    inventory: list[BoardGPU] = field(default_factory=list)
+
+
+def lease_record(host: str, lease_view: dict, gpus: Iterable[GPUInfo], *, dag_id: str, run_id: str, task_id: str,
+                 map_index: int = -1, yielding_to: str = "") -> dict:
+    """The record a task publishes while it holds a lease (``lease_view``: the lease's own fields)."""
+    return {
+        "host": host, "lease_id": lease_view["lease_id"], "gpus": list(lease_view["gpus"]),
+        "memory": {str(k): int(v) for k, v in lease_view["memory"].items()}, "whole": bool(lease_view["whole"]),
+        "job_class": lease_view.get("job_class", "normal"), "priority": int(lease_view.get("priority", 0)),
+        "started": float(lease_view.get("created", time.time())), "dag_id": dag_id, "run_id": run_id,
+        "task_id": task_id, "map_index": map_index, "yielding_to": yielding_to,
+        "inventory": [{"index": g.index, "uuid": g.uuid, "name": g.name, "memory_total": g.memory_total,
+                       "simulated": g.simulated} for g in gpus],
+    }
+
+
+def read_lease_record(data: Any, source: str) -> BoardLease:
+    """A published lease record, checked field by field; :class:`BadRecordError` names ``source`` and the key."""
+    def bad(key: str, expected: str) -> BadRecordError:
+        return BadRecordError(f"{source}: key {key!r}: expected {expected}")
+
+    if not isinstance(data, dict):
+        raise BadRecordError(f"{source}: expected a JSON object, got {type(data).__name__}")
+    for key in ("host", "lease_id", "job_class", "dag_id", "run_id", "task_id"):
+        if not isinstance(data.get(key), str) or not data[key] or len(data[key]) > 500:
+            raise bad(key, "a non-empty string")
+    gpus = data.get("gpus")
+    if not isinstance(gpus, list) or not gpus or not all(_int(i) and 0 <= i < 1024 for i in gpus):
+        raise bad("gpus", "a non-empty list of GPU indices")
+    memory = data.get("memory")
+    if not isinstance(memory, dict) or not all(isinstance(k, str) and k.isdigit() and _int(v) and v >= 0
+                                               for k, v in memory.items()):
+        raise bad("memory", "an object of GPU index -> reserved bytes")
+    if not isinstance(data.get("whole"), bool):
+        raise bad("whole", "true or false")
+    if not _num(data.get("started")):
+        raise bad("started", "a time stamp")
+    for key, check, expected in (("map_index", _int, "an integer"), ("priority", _int, "an integer"),
+                                 ("yielding_to", lambda v: isinstance(v, str), "a string")):
+        if key in data and not check(data[key]):
+            raise bad(key, expected)
+    inventory = []
+    for i, g in enumerate(data.get("inventory") or []):
+        if not (isinstance(g, dict) and _int(g.get("index")) and isinstance(g.get("uuid"), str)
+                and isinstance(g.get("name"), str) and _int(g.get("memory_total")) and g["memory_total"] >= 0
+                and isinstance(g.get("simulated"), bool)):
+            raise bad(f"inventory[{i}]", "an object with index, uuid, name, memory_total and simulated")
+        inventory.append(BoardGPU(g["index"], g["uuid"], g["name"], g["memory_total"], g["simulated"]))
+    return BoardLease(host=data["host"], lease_id=data["lease_id"], gpus=list(gpus),
+                      memory={int(k): v for k, v in memory.items()}, whole=data["whole"], job_class=data["job_class"],
+                      started=float(data["started"]), dag_id=data["dag_id"], run_id=data["run_id"],
+                      task_id=data["task_id"], map_index=data.get("map_index", -1), priority=data.get("priority", 0),
+                      yielding_to=data.get("yielding_to", ""), inventory=inventory)
+
+
+def build_board(leases: Iterable[BoardLease], *, waiting: Iterable[dict] = (), ledger: Iterable[dict] = (),
+                problems: Iterable[str] = (), now: float | None = None) -> dict:
+    """The board as JSON-ready data: hosts (sorted) with their GPUs, each GPU's leases and memory leased/free;
+    the normal work waiting; GPU time per class over the last hour and day (``ledger``: accounting records with
+    ``time``, ``job_class``, ``gpu_seconds``, ``lost_gpu_seconds``, ``preempted``); records that were refused."""
+    now = time.time() if now is None else now
+    hosts: dict[str, dict[int, dict]] = {}
+    for lease in leases:
+        gpus = hosts.setdefault(lease.host, {})
+        for g in lease.inventory:  # the newest record's inventory wins; a GPU no record names is unknown
+            gpus.setdefault(g.index, {**asdict(g), "memory_leased": 0, "whole_taken": False, "leases": []})
+        for index in lease.gpus:
+            gpu = gpus.setdefault(index, {"index": index, "uuid": "", "name": "(not reported)", "memory_total": 0,
+                                          "simulated": False, "memory_leased": 0, "whole_taken": False, "leases": []})
+            gpu["memory_leased"] += lease.memory.get(index, 0)
+            gpu["whole_taken"] |= lease.whole
+            gpu["leases"].append({
+                "lease_id": lease.lease_id, "dag_id": lease.dag_id, "run_id": lease.run_id, "task_id": lease.task_id,
+                "map_index": lease.map_index, "job_class": lease.job_class, "priority": lease.priority,
+                "started": lease.started, "seconds": max(0.0, now - lease.started), "whole": lease.whole,
+                "memory": lease.memory.get(index, 0), "yielding_to": lease.yielding_to})
+    board_hosts = []
+    for host in sorted(hosts):
+        gpus = [hosts[host][i] for i in sorted(hosts[host])]
+        for gpu in gpus:
+            gpu["memory_free"] = 0 if gpu["whole_taken"] else max(0, gpu["memory_total"] - gpu["memory_leased"])
+            gpu["leases"].sort(key=lambda lease: lease["started"])
+        board_hosts.append({"host": host, "simulated": any(g["simulated"] for g in gpus), "gpus": gpus})
+    ledger = [r for r in ledger if _num(r.get("time"))]
+    gpu_time = {name: accounting_totals(r for r in ledger if r["time"] >= now - seconds)
+                for name, seconds in WINDOWS.items()}
+    return {"generated": now, "hosts": board_hosts, "waiting": list(waiting), "gpu_time": gpu_time,
+            "problems": list(problems)}

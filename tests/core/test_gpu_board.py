@@ -1,0 +1,67 @@
+"""The GPU board from published lease records (core/gpu/board.py): what the UI shows per host and GPU."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from airflow_provider_gpusched.core.gpu.board import build_board, lease_record, read_lease_record
+from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
+from airflow_provider_gpusched.core.safe_files import BadRecordError
+
+GiB = 1024**3
+
+
+def _record(host: str, lease_id: str, gpus: list[int], memory: int | None, job_class: str = "normal", **kw) -> dict:
+    view = {"lease_id": lease_id, "gpus": gpus, "whole": memory is None, "job_class": job_class, "priority": 0,
+            "created": 1000.0, "memory": {i: (memory if memory is not None else 24 * GiB) for i in gpus}}
+    return lease_record(host, view, SimulatedInventory("4x24GiB").gpus(), dag_id="d", run_id="r",
+                        task_id=f"t_{lease_id}", **kw)
+
+
+def test_two_hosts_leases_memory_and_yielding():
+    records = [_record("gpu-a", "a1", [0], 6 * GiB), _record("gpu-a", "a2", [0], 6 * GiB),
+               _record("gpu-a", "a3", [1, 2], None, "idle", yielding_to="d.train (r, try 1)"),
+               _record("gpu-b", "b1", [3], None, map_index=7)]
+    board = build_board([read_lease_record(r, f"record {i}") for i, r in enumerate(records)],
+                        waiting=[{"owner": "d.train (r, try 1)", "until": 2000.0}], now=1060.0)
+    assert [h["host"] for h in board["hosts"]] == ["gpu-a", "gpu-b"]
+    a = {g["index"]: g for g in board["hosts"][0]["gpus"]}
+    assert board["hosts"][0]["simulated"] and sorted(a) == [0, 1, 2, 3]
+    assert a[0]["memory_leased"] == 12 * GiB and a[0]["memory_free"] == 12 * GiB and len(a[0]["leases"]) == 2
+    assert a[1]["memory_free"] == 0 and a[1]["leases"][0]["yielding_to"] == "d.train (r, try 1)"
+    assert a[1]["leases"][0]["job_class"] == "idle" and a[1]["leases"][0]["seconds"] == 60.0
+    assert a[3]["leases"] == [] and a[3]["memory_free"] == 24 * GiB
+    b = {g["index"]: g for g in board["hosts"][1]["gpus"]}
+    assert b[3]["leases"][0]["map_index"] == 7 and b[3]["leases"][0]["task_id"] == "t_b1"
+    assert board["waiting"][0]["owner"] == "d.train (r, try 1)"
+
+
+def test_gpu_time_per_class_over_the_last_hour_and_day():
+    now = 100_000.0
+    ledger = [{"time": now - 60, "job_class": "idle", "gpu_seconds": 30.0, "lost_gpu_seconds": 1.0, "preempted": True},
+              {"time": now - 7200, "job_class": "idle", "gpu_seconds": 50.0, "lost_gpu_seconds": 0.0},
+              {"time": now - 600, "job_class": "normal", "gpu_seconds": 20.0, "lost_gpu_seconds": 0.0},
+              {"time": now - 200_000, "job_class": "normal", "gpu_seconds": 99.0},
+              {"time": "yesterday", "job_class": "normal", "gpu_seconds": 5.0}]
+    gpu_time = build_board([], ledger=ledger, now=now)["gpu_time"]
+    assert gpu_time["hour"]["idle"]["gpu_seconds"] == 30.0 and gpu_time["hour"]["idle"]["preemptions"] == 1
+    assert gpu_time["hour"]["normal"]["gpu_seconds"] == 20.0
+    assert gpu_time["day"]["idle"]["gpu_seconds"] == 80.0 and gpu_time["day"]["normal"]["gpu_seconds"] == 20.0
+
+
+@pytest.mark.parametrize(("change", "key"), [
+    ({"host": ""}, "host"), ({"gpus": []}, "gpus"), ({"gpus": [True]}, "gpus"), ({"memory": {"0": -1}}, "memory"),
+    ({"memory": []}, "memory"), ({"whole": "yes"}, "whole"), ({"started": float("nan")}, "started"),
+    ({"map_index": "7"}, "map_index"), ({"inventory": [{"index": 0}]}, "inventory[0]"), ({"dag_id": None}, "dag_id"),
+])
+def test_a_bad_record_is_refused_naming_the_key(change, key):
+    record = {**_record("gpu-a", "a1", [0], GiB), **change}
+    with pytest.raises(BadRecordError, match=re.escape(f"xcom of d.t_a1: key '{key}'")):
+        read_lease_record(record, "xcom of d.t_a1")
+
+
+def test_a_record_that_is_not_an_object_is_refused():
+    with pytest.raises(BadRecordError, match="expected a JSON object"):
+        read_lease_record(["gpu-a"], "xcom")
