@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import threading
 import time
 from typing import Any, Callable, Collection, Mapping, Sequence
@@ -20,6 +21,7 @@ from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.callables import callable_arguments
 from airflow_provider_gpusched.core import pyfunc
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.gpu.board import LEASE_XCOM, lease_record
 from airflow_provider_gpusched.core.gpu.inventory import GPUInventoryError
 from airflow_provider_gpusched.core.gpu.launch import GPUChild
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
@@ -240,6 +242,7 @@ class LocalGPUOperator(BaseOperator):
             self.log.info("Attempt %d: %s on GPU %s, CUDA_VISIBLE_DEVICES=%s, %s class%s; log %s", len(attempts) + 1,
                           request.describe(), where, lease.cuda_visible_devices, self.job_class,
                           " (preemptible)" if lease.preemptible else "", log_path)
+            self._publish_lease(context, lease, manager)
             work = self._work(context, attempts)
             outcome = run_attempt(manager, lease, work, number=len(attempts) + 1, request=request,
                                   log_path=log_path, on_line=lambda line: self.log.info("%s", line),
@@ -283,6 +286,14 @@ class LocalGPUOperator(BaseOperator):
         message = failure_message(outcome, [x["request"] for x in attempts], work)
         self.log.error("%s", message)
         raise AirflowException(f"{self.task_id}: {message}")
+
+    def _publish_lease(self, context, lease, manager) -> None:
+        """Tell the UI's GPU board (which may run on another host) what this try holds: XCom ``gpusched_lease``."""
+        ti = context["ti"]
+        map_index = ti.map_index if ti.map_index is not None else -1
+        ti.xcom_push(key=LEASE_XCOM, value=lease_record(
+            socket.gethostname(), dataclasses.asdict(lease), manager.inventory.gpus(), dag_id=ti.dag_id,
+            run_id=ti.run_id, task_id=ti.task_id, map_index=map_index))
 
     def _started(self, child: GPUChild) -> None:
         self._child = child

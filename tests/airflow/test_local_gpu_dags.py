@@ -1,12 +1,14 @@
 """LocalGPUOperator, @task.local_gpu and GPUAvailableSensor through dag.test() on SIMULATED GPUs."""
 
 import os
+import socket
 import threading
 import time
 
 import psutil
 import pytest
 
+from airflow_provider_gpusched.core.gpu.board import LEASE_XCOM, build_board, read_lease_record
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
@@ -41,6 +43,14 @@ def test_example_local_gpu_dag(run):
     assert [a["request"] for a in oom["attempts"]] == ["4.0GiB on 1 GPU", "6.0GiB on 1 GPU"]
     assert xcoms["best"]["return_value"]["lr"] == 0.01
     assert shared_manager().leases() == []
+    # each try published its lease for the UI's GPU board (the api-server may be on another host)
+    records = [read_lease_record(v[LEASE_XCOM], str(k)) for k, v in xcoms.items() if LEASE_XCOM in v]
+    assert sorted(r.map_index for r in records if r.task_id == "trial") == [0, 1, 2, 3]
+    assert {r.dag_id for r in records} == {"gpusched_local_gpu_trials"}
+    board = build_board(records)
+    assert [h["host"] for h in board["hosts"]] == [socket.gethostname()] and board["hosts"][0]["simulated"]
+    trial0 = next(r for r in records if r.task_id == "trial" and r.map_index == 0)
+    assert trial0.gpus == [g["index"] for g in gpus] and trial0.job_class == "normal"
 
 
 def test_task_defers_while_gpus_are_busy_then_runs(run):

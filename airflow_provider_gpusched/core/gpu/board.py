@@ -17,6 +17,8 @@ from airflow_provider_gpusched.core.gpu.preemption import accounting_totals
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 
 WINDOWS = {"hour": 3600.0, "day": 86400.0}
+#: the XCom key under which a local-GPU task publishes its lease record
+LEASE_XCOM = "gpusched_lease"
 
 
 def _int(v: Any) -> bool:
