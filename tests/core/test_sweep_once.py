@@ -59,7 +59,9 @@ def test_a_killed_runner_frees_the_claim_and_the_trial_runs_again(tmp_path):
     trial = manifest.pending[0]
     proc = runner(manifest, trial)
     deadline = time.monotonic() + 30
-    while session.store.claim_holder(trial) is None and time.monotonic() < deadline:
+    # kill it once the trial runs (the claim is taken first, the state written after it: wait for both)
+    while not (session.store.claim_holder(trial) is not None and session.store.state(trial) == "running") \
+            and time.monotonic() < deadline:
         time.sleep(0.05)
     proc.kill()
     proc.wait()
