@@ -1,6 +1,5 @@
 import os
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
@@ -27,11 +26,3 @@ def scontrol(conf, *args):
                           text=True, check=False)
 
 
-def wait_until(predicate, timeout=60.0, interval=0.5, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

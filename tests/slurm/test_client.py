@@ -6,8 +6,9 @@ import subprocess
 import pytest
 
 from airflow_provider_gpusched.core.slurm import JobPhase, SlurmCommandError, SlurmJobSpec
+from tests.polling import wait_until
 
-from .conftest import REPO, scontrol, wait_until
+from .conftest import REPO, scontrol
 
 pytestmark = pytest.mark.slurm
 

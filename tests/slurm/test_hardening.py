@@ -12,8 +12,7 @@ from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.slurm import JobPhase, SlurmJobSpec, SSHCommandRunner
 from airflow_provider_gpusched.core.slurm.client import jobcomp_records, parse_jobcomp_line
 from airflow_provider_gpusched.core.slurm.states import JobStatus
-
-from .conftest import wait_until
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.slurm
 

@@ -3,9 +3,9 @@
 import pytest
 
 from airflow_provider_gpusched.core.slurm import JobPhase, SlurmClient, SlurmJobSpec, SSHCommandRunner
+from tests.polling import wait_until
 
 from ..conftest import free_port
-from .conftest import wait_until
 
 pytestmark = pytest.mark.slurm
 

@@ -17,20 +17,11 @@ import pytest
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
+from tests.polling import wait_until
 from tests.stack.client import read_records
 
 GiB = 1024**3
 pytestmark = pytest.mark.stack
-
-
-def wait_until(predicate, timeout: float, what: str, interval: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def max_overlap(intervals: list[tuple[float, float]]) -> int:
