@@ -23,6 +23,11 @@ def get_provider_info() -> dict:
              "tags": ["software"]},
             {"integration-name": "Pipeline partitioning", "tags": ["software"]},
         ],
+        "extra-links": [
+            f"{PACKAGE}.links.SlurmJobLink",
+            f"{PACKAGE}.links.GPULeaseLink",
+            f"{PACKAGE}.links.SweepLeaderboardLink",
+        ],
         "hooks": [
             {"integration-name": "Slurm", "python-modules": [f"{PACKAGE}.hooks.slurm"]},
             {"integration-name": "Local GPUs", "python-modules": [f"{PACKAGE}.hooks.local_gpu"]},
@@ -160,8 +165,16 @@ def get_provider_info() -> dict:
                         "default": "",
                     },
                     "output_tail_lines": {
-                        "description": "Lines of a job's output quoted in the task log when it finishes.",
+                        "description": "Lines of a job's output quoted in the task log when it finishes, and "
+                                       "shown on the UI's Slurm job page.",
                         "version_added": "0.1.0", "type": "integer", "example": "40", "default": "40",
+                    },
+                    "ui_live_slurm": {
+                        "description": "Whether the api-server may refresh a running Slurm job's state on the "
+                                       "UI's Slurm job page through its own local Slurm commands (one shared "
+                                       "poll per 10 s for all open pages; only for jobs submitted through the "
+                                       "local Slurm CLI). Off: the page shows what the task recorded.",
+                        "version_added": "0.1.0", "type": "boolean", "example": "True", "default": "True",
                     },
                 },
             }

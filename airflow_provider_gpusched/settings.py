@@ -27,6 +27,10 @@ def output_tail_lines() -> int:
     return conf.getint(SECTION, "output_tail_lines", fallback=40)
 
 
+def ui_live_slurm() -> bool:
+    return conf.getboolean(SECTION, "ui_live_slurm", fallback=True)
+
+
 def _directory(option: str, default_leaf: str) -> str:
     """``[gpusched] option``, or ``<AIRFLOW_HOME>/gpusched/<default_leaf>`` when it is empty."""
     configured = conf.get(SECTION, option, fallback="") or ""

@@ -1,5 +1,5 @@
 # Sourced by scripts/demo.sh and scripts/test.sh: make this checkout runnable on a fresh Debian machine.
-#  - system packages: python3-venv (and, for the tests, openssh), installed with apt-get when missing;
+#  - system packages: python3-venv (and, for the tests, openssh and chromium), installed with apt-get when missing;
 #    Slurm and munge are installed by scripts/slurm-cluster.sh, which use_test_cluster calls
 #    (needs root; as another user, install them yourself first)
 #  - .venv with this package and its test extras, pinned by constraints/airflow-3.3.2.txt
@@ -28,6 +28,7 @@ if command -v "$PY" >/dev/null && ! "$PY" -c "import ensurepip, venv" >/dev/null
 if [ -n "${GPUSCHED_NEED_SSHD:-}" ]; then  # the tests drive Slurm through a real ssh login host too
   [ -x /usr/sbin/sshd ] || need+=(openssh-server)
   command -v ssh >/dev/null || need+=(openssh-client)
+  [ -x /usr/bin/chromium ] || need+=(chromium)  # the UI tests drive Debian's headless Chromium (Playwright)
 fi
 [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
 

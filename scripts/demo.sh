@@ -32,4 +32,13 @@ for dag in gpusched_slurm_command gpusched_slurm_array gpusched_slurm_python gpu
   if ! airflow dags test "$dag" >"$AIRFLOW_HOME/$dag.log" 2>&1; then status=1; fi
   python scripts/demo_summary.py "$dag" || status=1
 done
+cat <<EOT
+
+=== The same runs in the Airflow UI: start an api-server on this demo's database
+    AIRFLOW_HOME=$AIRFLOW_HOME .venv/bin/airflow api-server -p 8080   (or: bash scripts/stack.sh up)
+  GPU board      http://localhost:8080/plugin/gpusched-gpus
+  Sweeps         http://localhost:8080/dags/gpusched_sweep_grid/plugin/gpusched-sweeps
+  Slurm job      http://localhost:8080/dags/gpusched_slurm_array/runs/<run id>/tasks/seeds/plugin/gpusched-slurm-job
+  (pages and what they show: docs/ui.md)
+EOT
 exit $status

@@ -21,7 +21,7 @@ from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.callables import callable_arguments
 from airflow_provider_gpusched.core import pyfunc
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
-from airflow_provider_gpusched.core.gpu.board import LEASE_XCOM, lease_record
+from airflow_provider_gpusched.core.gpu.board import GPU_TIME_XCOM, LEASE_XCOM, WAIT_XCOM, lease_record, wait_record
 from airflow_provider_gpusched.core.gpu.inventory import GPUInventoryError
 from airflow_provider_gpusched.core.gpu.launch import GPUChild
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
@@ -36,6 +36,7 @@ from airflow_provider_gpusched.core.gpu.runner import (
     work_value,
 )
 from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
+from airflow_provider_gpusched.links import GPULeaseLink, publish_links
 from airflow_provider_gpusched.operators.arguments import check_argument_types
 from airflow_provider_gpusched.operators.job_class import JobClassPartial, apply_job_class
 from airflow_provider_gpusched.triggers.local_gpu import GPUAvailableTrigger
@@ -66,6 +67,7 @@ class LocalGPUOperator(BaseOperator):
     template_fields: Sequence[str] = ("command", "bash_command", "env", "cwd", "op_args", "op_kwargs")
     template_fields_renderers = {"bash_command": "bash", "env": "json"}
     ui_color = "#d5f5e3"
+    operator_extra_links = (GPULeaseLink(),)
     partial = JobClassPartial()  # mapped tasks get the class's pool and weight too
 
     def __init__(
@@ -138,6 +140,7 @@ class LocalGPUOperator(BaseOperator):
         self._child: GPUChild | None = None
         self._stop = threading.Event()
         self._yield_deadline: float | None = None  # how long to wait here for idle work to yield
+        self._waiting_since: float | None = None  # when this try began waiting for GPUs (published to the board)
 
     # -- helpers -------------------------------------------------------------------------------------
     def _run_dir(self, context) -> str:
@@ -171,10 +174,12 @@ class LocalGPUOperator(BaseOperator):
 
     # -- execution -------------------------------------------------------------------------------------
     def execute(self, context) -> Any:
+        publish_links(self, context)
         return self._run(context, self.request, [], PreemptionHistory())
 
     def resume(self, context, event: dict[str, Any]) -> Any:
         state = event["payload"]
+        self._waiting_since = state.get("waiting_since")
         return self._run(context, GPURequest(**state["request"]), state["attempts"],
                          PreemptionHistory.from_dict(state.get("history")))
 
@@ -187,7 +192,8 @@ class LocalGPUOperator(BaseOperator):
                 request=dataclasses.asdict(request), simulate=hook.simulate or None, state_dir=manager.state_dir,
                 poll_interval=interval, owner=owner, job_class=self.job_class, not_before=not_before,
                 task_key=task_key, fire_after=time.time() + settings.min_deferral(),
-                payload={"request": dataclasses.asdict(request), "attempts": attempts, "history": history.to_dict()}),
+                payload={"request": dataclasses.asdict(request), "attempts": attempts, "history": history.to_dict(),
+                         "waiting_since": self._waiting_since}),
                 method_name="resume")
         if self.wait_mode == "reschedule" and not attempts:  # before the first attempt nothing is lost
             from datetime import timedelta
@@ -233,6 +239,7 @@ class LocalGPUOperator(BaseOperator):
             if self._wait_for_yield(manager, owner, why):
                 continue
             self.log.info("GPUs busy for %s: %s", request.describe(), why)
+            self._publish_wait(context, manager, request, why)
             self._wait_for_gpus(manager, hook, request, attempts, history, owner, why, task_key=task_key)
         run_dir = self._run_dir(context)
         log_path = os.path.join(run_dir, "output.log")
@@ -262,11 +269,13 @@ class LocalGPUOperator(BaseOperator):
             self._wait_for_gpus(manager, hook, request, attempts, history, owner, "backoff after a preemption",
                                 not_before=time.time() + backoff, task_key=task_key)
             return self._run(context, request, attempts, history)
+        self._waiting_since = None
         if a.exit_code == 0:
             self.log.info("%s", history.summary(self.job_class))
             ti = context["ti"]
             ti.xcom_push(key="gpus_used", value=gpus)
-            ti.xcom_push(key="gpu_time", value={"job_class": self.job_class, **history.to_dict()})
+            ti.xcom_push(key=GPU_TIME_XCOM, value={"job_class": self.job_class, "time": time.time(),
+                                                   **history.to_dict()})
             try:
                 value = work_value(work)
             except GpuschedError as exc:
@@ -285,6 +294,8 @@ class LocalGPUOperator(BaseOperator):
                 return self._run(context, bigger, attempts, history)
         message = failure_message(outcome, [x["request"] for x in attempts], work)
         self.log.error("%s", message)
+        context["ti"].xcom_push(key=GPU_TIME_XCOM, value={"job_class": self.job_class, "time": time.time(),
+                                                          **history.to_dict()})
         raise AirflowException(f"{self.task_id}: {message}")
 
     def _publish_lease(self, context, lease, manager) -> None:
@@ -294,6 +305,17 @@ class LocalGPUOperator(BaseOperator):
         ti.xcom_push(key=LEASE_XCOM, value=lease_record(
             socket.gethostname(), dataclasses.asdict(lease), manager.inventory.gpus(), dag_id=ti.dag_id,
             run_id=ti.run_id, task_id=ti.task_id, map_index=map_index))
+
+    def _publish_wait(self, context, manager, request: GPURequest, why: str) -> None:
+        """Tell the GPU board this try waits for GPUs (XCom ``gpusched_wait``), once per wait."""
+        if self._waiting_since is not None:
+            return
+        self._waiting_since = time.time()
+        ti = context["ti"]
+        ti.xcom_push(key=WAIT_XCOM, value=wait_record(
+            socket.gethostname(), request.describe(), self.job_class, self.priority, why, self._waiting_since,
+            dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id,
+            map_index=ti.map_index if ti.map_index is not None else -1))
 
     def _started(self, child: GPUChild) -> None:
         self._child = child

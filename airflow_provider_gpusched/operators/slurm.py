@@ -35,8 +35,10 @@ from airflow_provider_gpusched.core.slurm import (
     task_key,
 )
 from airflow_provider_gpusched.core.slurm.job import parse_job_comment, task_family_key, work_key
+from airflow_provider_gpusched.core.slurm.job_view import SLURM_JOB_XCOM, job_record
 from airflow_provider_gpusched.core.slurm.states import array_task_order
 from airflow_provider_gpusched.hooks.slurm import SlurmHook
+from airflow_provider_gpusched.links import SlurmJobLink, publish_links
 from airflow_provider_gpusched.operators.arguments import check_argument_types
 from airflow_provider_gpusched.operators.job_class import JobClassPartial, apply_job_class
 from airflow_provider_gpusched.triggers.slurm import SlurmJobTrigger
@@ -85,6 +87,7 @@ class SlurmJobOperator(BaseOperator):
     )
     template_fields_renderers = {"script": "bash", "command": "py", "environment": "json"}
     ui_color = "#dbe9f6"
+    operator_extra_links = (SlurmJobLink(),)
     partial = JobClassPartial()  # mapped tasks get the class's pool and weight too
 
     def __init__(
@@ -223,6 +226,9 @@ class SlurmJobOperator(BaseOperator):
         output_path = (output_path or "").replace("%j", job_id).replace("%A", job_id)
         ti.xcom_push(key="slurm_job_id", value=job_id)
         ti.xcom_push(key="slurm_output", value=output_path)
+        ti.xcom_push(key=SLURM_JOB_XCOM, value=job_record(job_id, output_path=output_path, array=self.array,
+                                                          runner=hook.runner_description))
+        publish_links(self, context)
         array_size = len(parse_array_indices(self.array)) if self.array else None
         poll = self.poll_interval or settings.poll_interval()
         if self.deferrable:
@@ -351,12 +357,29 @@ class SlurmJobOperator(BaseOperator):
                 self.log.info("  array task %s", status.tasks[key].describe())
         if tail:
             self.log.info("Last lines of %s:\n%s", tail_path, tail)
+        self._publish_final(context, status, output_path, preemptions, tail, tail_path, problem)
         if problem or not status.phase.is_success:
             message = f"Slurm {status.describe()}" if not problem else f"Slurm job {status.job_id}: {problem}"
             if tail:
                 message += f"\n--- last lines of {tail_path} ---\n{tail}"
             raise SlurmJobFailed(message, status.to_dict())
         return self.result_value(context, status, output_path, preemptions)
+
+    def _publish_final(self, context, status: JobStatus, output_path: str, preemptions: int, tail: str,
+                       tail_path: str, problem: str | None) -> None:
+        """The job's final record for the UI's Slurm job view (XCom ``gpusched_slurm_job``)."""
+        ti = context["ti"]
+        try:
+            submitted = (ti.xcom_pull(task_ids=ti.task_id, key=SLURM_JOB_XCOM, map_indexes=ti.map_index)
+                         or {}).get("submitted")
+            record = job_record(status.job_id, output_path=output_path, array=self.array,
+                                runner=SlurmHook(self.slurm_conn_id).runner_description, submitted=submitted,
+                                status=status, preemptions=preemptions,
+                                preemption_events=list(self._preemption_events), tail=tail, tail_path=tail_path,
+                                problem=problem)
+            ti.xcom_push(key=SLURM_JOB_XCOM, value=record)
+        except Exception as exc:  # noqa: BLE001 - the job's outcome matters more than its page
+            self.log.warning("Could not publish the Slurm job record for the UI: %s", exc)
 
     def result_value(self, context, status: JobStatus, output_path: str, preemptions: int) -> Any:
         result = {

@@ -30,6 +30,7 @@ from airflow_provider_gpusched.core.sweep.batch import run_local_batch, runner_a
 from airflow_provider_gpusched.core.sweep.session import SweepSession
 from airflow_provider_gpusched.core.sweep.spec import SweepSpec
 from airflow_provider_gpusched.core.sweep.trial_run import Manifest
+from airflow_provider_gpusched.core.sweep.view import OUTCOMES_XCOM, PLAN_XCOM, outcome_records, plan_record
 
 BACKENDS = ("local", "slurm")
 BATCHING = ("auto", "mapped", "batched")
@@ -169,6 +170,20 @@ def sweep_task_group(
     return group
 
 
+def _publish_plan(session: SweepSession, manifest: Manifest, round_no: int | None, backend: str, batched: bool,
+                  context) -> None:
+    """The stage's plan for the UI's sweep view (XCom ``gpusched_sweep_plan``)."""
+    ti = context["ti"]
+    group = ti.task_id.rsplit(".", 1)[0]
+    trial_task = f"{group}.{'trial' if not batched else 'run_batch' if backend == 'local' else 'trial_array'}"
+    skipped_ids = set(manifest.data["skipped"])
+    spec = session.spec
+    ti.xcom_push(key=PLAN_XCOM, value=plan_record(
+        spec.name, spec.search, round_no, spec.objective, backend, trial_task,
+        manifest.data.get("chunk_size") if batched else None, manifest.trials, manifest.pending, session.store,
+        [t for t in manifest.trials if t.trial_id in skipped_ids], context["run_id"]))
+
+
 class _Stage:
     """plan -> run trials, in mapped or batched form, on one backend."""
 
@@ -196,6 +211,7 @@ class _Stage:
             except GpuschedError as exc:
                 raise AirflowFailException(f"sweep {session.spec.name}: {exc}") from exc
             skipped = len(manifest.data["skipped"])
+            _publish_plan(session, manifest, round_no, backend, batched, get_current_context())
             print(f"sweep {session.spec.name}{'' if round_no is None else f' round {round_no}'}: "
                   f"{len(manifest.trials)} trials, {len(manifest.pending)} to run, {skipped} already succeeded "
                   f"(skipped{'' if not session.spec.force_rerun else '; force_rerun'}); manifest {manifest.path}")
@@ -232,7 +248,8 @@ class _Stage:
 
     def _trial_operator(self, task_id: str, label_template: str):
         r = self.spec.resources
-        common = dict(task_id=task_id, map_index_template=label_template, **self.trial_kwargs)
+        common = dict(task_id=task_id, map_index_template=label_template, sweep_name=self.spec.name,
+                      **self.trial_kwargs)
         if self.backend == "local":
             from airflow_provider_gpusched.task_groups.trial_operators import SweepTrialGPUOperator
 
@@ -271,6 +288,7 @@ class _Stage:
                                       trials_per_process=per_process,
                                       owner=f"{ti.dag_id}.{ti.task_id}[{chunk}] ({ti.run_id})",
                                       job_class=r.job_class, priority=r.priority, on_event=print)
+            ti.xcom_push(key=OUTCOMES_XCOM, value=outcome_records(session.store, trials))
             counts = {k: len(v) for k, v in outcome.items()}
             print(f"chunk {chunk}: {counts['succeeded']} succeeded, {counts['failed']} failed")
             if counts["failed"] and not counts["succeeded"]:

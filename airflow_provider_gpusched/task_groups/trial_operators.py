@@ -1,6 +1,8 @@
-"""The operators a sweep's mapped trials run as: the local-GPU and Slurm operators, plus one duty — when the
+"""The operators a sweep's mapped trials run as: the local-GPU and Slurm operators, plus two duties — when the
 task fails before its trial could record an outcome (no GPU fits, sbatch refused the job, the job died before
-the trial runner started), the trial is marked ``failed`` with that reason instead of staying ``waiting``."""
+the trial runner started), the trial is marked ``failed`` with that reason instead of staying ``waiting``; and
+when the task ends, its trials' outcomes are published (XCom ``gpusched_trial_outcomes``) for the UI's sweep
+view, which may run where the results folder is not visible."""
 
 from __future__ import annotations
 
@@ -8,32 +10,59 @@ from typing import Any
 
 from airflow_provider_gpusched.core.slurm.job import work_key
 from airflow_provider_gpusched.core.sweep.trial_run import mark_unfinished, trials_of_command
+from airflow_provider_gpusched.core.sweep.view import OUTCOMES_XCOM, outcome_records
+from airflow_provider_gpusched.links import SweepLeaderboardLink
 from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
 from airflow_provider_gpusched.operators.slurm import SlurmJobOperator
 
 
 class _RecordsTrialFailures:
     command: Any
+    operator_extra_links: tuple = ()
 
-    def _recording(self, method, *args) -> Any:
+    def _recording(self, method, context, *args) -> Any:
         try:
-            return method(*args)
+            value = method(context, *args)
         except Exception as exc:  # TaskDeferred is a BaseException: deferring passes through
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             for line in mark_unfinished(self.command, f"the trial's task failed: {first}"):
                 self.log.warning("%s", line)
+            self._publish_outcomes(context)
             raise
+        self._publish_outcomes(context)
+        return value
 
-    def execute(self, context) -> Any:
+    def _publish_outcomes(self, context) -> None:
+        try:
+            found = trials_of_command(self.command)
+            if found is not None:
+                manifest, trials = found
+                context["ti"].xcom_push(key=OUTCOMES_XCOM, value=outcome_records(manifest.store, trials))
+        except Exception as exc:  # noqa: BLE001 - the trial's outcome is on disk either way
+            self.log.warning("Could not publish the trial outcomes for the UI: %s", exc)
+
+    def execute(self, context) -> Any:  # the operator publishes its extra links (these included) itself
         return self._recording(super().execute, context)  # type: ignore[misc]
 
 
 class SweepTrialGPUOperator(_RecordsTrialFailures, LocalGPUOperator):
+    operator_extra_links = (*LocalGPUOperator.operator_extra_links, SweepLeaderboardLink())
+
+    def __init__(self, *, sweep_name: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.sweep_name = sweep_name  # for the "Sweep leaderboard" link
+
     def resume(self, context, event: dict[str, Any]) -> Any:
         return self._recording(super().resume, context, event)
 
 
 class SweepTrialSlurmOperator(_RecordsTrialFailures, SlurmJobOperator):
+    operator_extra_links = (*SlurmJobOperator.operator_extra_links, SweepLeaderboardLink())
+
+    def __init__(self, *, sweep_name: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.sweep_name = sweep_name  # for the "Sweep leaderboard" link
+
     def execute_complete(self, context, event: dict[str, Any]) -> Any:
         return self._recording(super().execute_complete, context, event)
 

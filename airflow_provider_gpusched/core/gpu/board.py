@@ -17,8 +17,10 @@ from airflow_provider_gpusched.core.gpu.preemption import accounting_totals
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 
 WINDOWS = {"hour": 3600.0, "day": 86400.0}
-#: the XCom key under which a local-GPU task publishes its lease record
+#: the XCom keys under which a local-GPU task publishes its lease, that it waits for GPUs, and its GPU time
 LEASE_XCOM = "gpusched_lease"
+WAIT_XCOM = "gpusched_wait"
+GPU_TIME_XCOM = "gpu_time"
 
 
 def _int(v: Any) -> bool:
@@ -111,6 +113,45 @@ def read_lease_record(data: Any, source: str) -> BoardLease:
                       yielding_to=data.get("yielding_to", ""), inventory=inventory)
 
 
+def wait_record(host: str, request: str, job_class: str, priority: int, why: str, since: float, *, dag_id: str,
+                run_id: str, task_id: str, map_index: int = -1) -> dict:
+    """The record a task publishes when it starts waiting for GPUs (``request``: what it asks for, in words)."""
+    return {"host": host, "request": request, "job_class": job_class, "priority": int(priority), "why": why[:500],
+            "since": float(since), "dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index}
+
+
+def read_wait_record(data: Any, source: str) -> dict:
+    if not isinstance(data, dict):
+        raise BadRecordError(f"{source}: expected a JSON object, got {type(data).__name__}")
+    for key in ("host", "request", "job_class", "dag_id", "run_id", "task_id"):
+        if not isinstance(data.get(key), str) or not data[key] or len(data[key]) > 500:
+            raise BadRecordError(f"{source}: key {key!r}: expected a non-empty string")
+    if not _num(data.get("since")):
+        raise BadRecordError(f"{source}: key 'since': expected a time stamp")
+    for key in ("priority", "map_index"):
+        if not _int(data.get(key)):
+            raise BadRecordError(f"{source}: key {key!r}: expected an integer")
+    if not isinstance(data.get("why", ""), str):
+        raise BadRecordError(f"{source}: key 'why': expected a string")
+    return data
+
+
+def read_gpu_time_record(data: Any, source: str, ended: float | None = None) -> dict:
+    """A task's published GPU time as a ledger record (``time``: when the task ended)."""
+    if not isinstance(data, dict) or not isinstance(data.get("job_class"), str):
+        raise BadRecordError(f"{source}: expected an object with a job_class")
+    for key in ("gpu_seconds", "lost_gpu_seconds"):
+        if not _num(data.get(key, 0)) or data.get(key, 0) < 0:
+            raise BadRecordError(f"{source}: key {key!r}: expected a non-negative number")
+    if not _int(data.get("preemptions", 0)):
+        raise BadRecordError(f"{source}: key 'preemptions': expected an integer")
+    when = data.get("time", ended)
+    if not _num(when):
+        raise BadRecordError(f"{source}: key 'time': expected a time stamp")
+    return {"time": float(when), "job_class": data["job_class"], "gpu_seconds": float(data.get("gpu_seconds", 0)),
+            "lost_gpu_seconds": float(data.get("lost_gpu_seconds", 0)), "preemptions": data.get("preemptions", 0)}
+
+
 def build_board(leases: Iterable[BoardLease], *, waiting: Iterable[dict] = (), ledger: Iterable[dict] = (),
                 problems: Iterable[str] = (), now: float | None = None) -> dict:
     """The board as JSON-ready data: hosts (sorted) with their GPUs, each GPU's leases and memory leased/free;
@@ -118,7 +159,8 @@ def build_board(leases: Iterable[BoardLease], *, waiting: Iterable[dict] = (), l
     ``time``, ``job_class``, ``gpu_seconds``, ``lost_gpu_seconds``, ``preempted``); records that were refused."""
     now = time.time() if now is None else now
     hosts: dict[str, dict[int, dict]] = {}
-    for lease in leases:
+    leases_seen = list(leases)
+    for lease in leases_seen:
         gpus = hosts.setdefault(lease.host, {})
         for g in lease.inventory:  # the newest record's inventory wins; a GPU no record names is unknown
             gpus.setdefault(g.index, {**asdict(g), "memory_leased": 0, "whole_taken": False, "leases": []})
@@ -140,7 +182,15 @@ def build_board(leases: Iterable[BoardLease], *, waiting: Iterable[dict] = (), l
             gpu["leases"].sort(key=lambda lease: lease["started"])
         board_hosts.append({"host": host, "simulated": any(g["simulated"] for g in gpus), "gpus": gpus})
     ledger = [r for r in ledger if _num(r.get("time"))]
-    gpu_time = {name: accounting_totals(r for r in ledger if r["time"] >= now - seconds)
-                for name, seconds in WINDOWS.items()}
+    gpu_time = {}
+    for name, seconds in WINDOWS.items():
+        totals = accounting_totals(r for r in ledger if r["time"] >= now - seconds)
+        for lease in leases_seen:  # work still running counts with its time inside the window so far
+            t = totals.setdefault(lease.job_class, {"attempts": 0, "gpu_seconds": 0.0, "lost_gpu_seconds": 0.0,
+                                                    "preemptions": 0})
+            t["gpu_seconds"] += max(0.0, min(now - lease.started, seconds)) * len(lease.gpus)
+            t.setdefault("running", 0)
+            t["running"] += 1
+        gpu_time[name] = totals
     return {"generated": now, "hosts": board_hosts, "waiting": list(waiting), "gpu_time": gpu_time,
             "problems": list(problems)}

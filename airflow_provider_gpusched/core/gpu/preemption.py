@@ -193,5 +193,5 @@ def accounting_totals(records: Iterable[dict]) -> dict[str, dict[str, float]]:
         t["attempts"] += 1
         t["gpu_seconds"] += float(r.get("gpu_seconds", 0))
         t["lost_gpu_seconds"] += float(r.get("lost_gpu_seconds", 0))
-        t["preemptions"] += 1 if r.get("preempted") else 0
+        t["preemptions"] += int(r["preemptions"]) if "preemptions" in r else (1 if r.get("preempted") else 0)
     return totals

@@ -28,6 +28,7 @@ from airflow_provider_gpusched.core.slurm.states import (
     aggregate_array,
     classify_state,
     normalize_state,
+    parse_duration,
     parse_exit_code,
 )
 
@@ -35,9 +36,9 @@ log = logging.getLogger(__name__)
 
 # squeue --Format fields, each followed by "|" (Name last: it may itself contain "|")
 _SQUEUE_FIELDS = ("JobID", "ArrayJobID", "ArrayTaskID", "State", "Reason", "RestartCnt", "Partition",
-                  "NodeList", "Name")
+                  "NodeList", "TimeUsed", "Name")
 SQUEUE_FORMAT = ",".join(f"{f}:|" for f in _SQUEUE_FIELDS)
-_SACCT_FIELDS = ("JobIDRaw", "JobID", "State", "ExitCode", "Partition", "NodeList", "JobName")
+_SACCT_FIELDS = ("JobIDRaw", "JobID", "State", "ExitCode", "Partition", "NodeList", "ElapsedRaw", "JobName")
 _JOBCOMP_KEY = re.compile(r"(?:^| )([A-Za-z][A-Za-z0-9_]*)=")
 _INVALID_JOB_ID = "invalid job id specified"
 
@@ -174,14 +175,14 @@ class SlurmClient:
             if len(cols) < len(_SQUEUE_FIELDS):
                 log.warning("ignoring unexpected squeue line %r", line)
                 continue
-            raw_id, array_id, task_id, state, reason, restarts, partition, nodes, name = cols
+            raw_id, array_id, task_id, state, reason, restarts, partition, nodes, used, name = cols
             is_array = task_id not in ("N/A", "", "(null)")
             state = normalize_state(state)
             statuses.append(JobStatus(
                 job_id=f"{array_id}_{task_id}" if is_array else raw_id,
                 phase=classify_state(state), state=state, reason=reason,
                 restarts=int(restarts) if restarts.isdigit() else 0,
-                partition=partition, nodes=nodes, name=name,
+                partition=partition, nodes=nodes, name=name, elapsed=parse_duration(used),
                 array_job_id=array_id if is_array else None,
                 array_task_id=task_id if is_array else None, source="squeue",
             ))
@@ -207,14 +208,15 @@ class SlurmClient:
             cols = line.split("|", len(_SACCT_FIELDS) - 1)
             if len(cols) < len(_SACCT_FIELDS):
                 continue
-            raw_id, job_id, state, exit_code, partition, nodes, name = cols
+            raw_id, job_id, state, exit_code, partition, nodes, elapsed, name = cols
             array_id, _, task = job_id.partition("_")
             code, sig = parse_exit_code(exit_code)
             state = normalize_state(state)
             records[job_id] = JobStatus(job_id=job_id, phase=classify_state(state), state=state,
                                         exit_code=code, signal=sig, partition=partition, nodes=nodes,
                                         name=name, array_job_id=array_id if task else None,
-                                        array_task_id=task or None, source="sacct")
+                                        array_task_id=task or None, source="sacct",
+                                        elapsed=float(elapsed) if elapsed.isdigit() else None)
         return records
 
     def _read_jobcomp(self) -> None:
@@ -259,7 +261,7 @@ class SlurmClient:
                                      signal=sig, partition=rec.get("Partition", ""),
                                      nodes=rec.get("NodeList", ""), name=rec.get("Name", ""),
                                      array_job_id=array_id if task else None, array_task_id=task or None,
-                                     source="jobcomp")
+                                     source="jobcomp", elapsed=jobcomp_elapsed(rec))
         return records
 
     def _scontrol_exit_code(self, job_id: str) -> tuple[int | None, int | None]:
@@ -416,6 +418,19 @@ def gres_gpu_count(gres: str) -> int:
         if parts[0] == "gpu" and len(parts) >= 2 and parts[-1].isdigit():
             total += int(parts[-1])
     return total
+
+
+def jobcomp_elapsed(record: Mapping[str, str]) -> float | None:
+    """Seconds between a completion record's ``StartTime`` and ``EndTime`` (ISO times; None if either is
+    missing or unreadable, e.g. ``Unknown`` for a job cancelled while pending)."""
+    from datetime import datetime
+
+    try:
+        start = datetime.fromisoformat(record.get("StartTime", ""))
+        end = datetime.fromisoformat(record.get("EndTime", ""))
+    except ValueError:
+        return None
+    return max(0.0, (end - start).total_seconds())
 
 
 def jobcomp_records(text: str) -> list[str]:

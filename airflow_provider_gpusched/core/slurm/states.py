@@ -109,6 +109,27 @@ def parse_exit_code(text: str | None) -> tuple[int | None, int | None]:
     return exit_code, (signal or None)
 
 
+def parse_duration(text: str | None) -> float | None:
+    """Slurm's durations (``TimeUsed``, ``Elapsed``): ``SS``, ``MM:SS``, ``HH:MM:SS``, ``D-HH[:MM[:SS]]``;
+    None for anything else (``INVALID``, ``N/A``, empty)."""
+    text = (text or "").strip()
+    days = 0
+    if "-" in text:
+        head, _, text = text.partition("-")
+        if not head.isdigit():
+            return None
+        days = int(head)
+    parts = text.split(":") if text else []
+    if not parts or len(parts) > 3 or not all(p.isdigit() for p in parts):
+        return None
+    if days and len(parts) < 3:
+        parts = parts + ["0"] * (3 - len(parts))  # D-HH or D-HH:MM
+    seconds = 0
+    for p in parts:
+        seconds = seconds * 60 + int(p)
+    return float(days * 86400 + seconds)
+
+
 @dataclass
 class JobStatus:
     """What Slurm says about one job (or one task of an array job)."""
@@ -126,6 +147,7 @@ class JobStatus:
     array_job_id: str | None = None
     array_task_id: str | None = None
     source: str = ""  # squeue, sacct, jobcomp, scontrol
+    elapsed: float | None = None  # seconds the job has run (its last run, when requeued)
     tasks: dict[str, JobStatus] = field(default_factory=dict)  # array tasks, keyed "ID_TASK"
 
     @property
@@ -195,6 +217,7 @@ def aggregate_array(job_id: str, tasks: dict[str, JobStatus], expected: int | No
     """One status for an array job: running while any task is unfinished; then succeeded only if every
     task succeeded, else the outcome of the first task that did not (by task id)."""
     restarts = max((t.restarts for t in tasks.values()), default=0)
+    elapsed = max((t.elapsed for t in tasks.values() if t.elapsed is not None), default=None)  # the longest task
     unfinished = [t for t in tasks.values() if not t.is_terminal]
     missing = expected is not None and len(tasks) < expected
     if unfinished or missing or not tasks:
@@ -202,15 +225,15 @@ def aggregate_array(job_id: str, tasks: dict[str, JobStatus], expected: int | No
         if not tasks:
             phase = JobPhase.NOT_FOUND
         return JobStatus(job_id=job_id, phase=phase, state=phase.value.upper(), restarts=restarts,
-                         tasks=tasks, source="array")
+                         tasks=tasks, source="array", elapsed=elapsed)
 
     failed = [tasks[k] for k in sorted(tasks, key=array_task_order) if not tasks[k].phase.is_success]
     if not failed:
         return JobStatus(job_id=job_id, phase=JobPhase.SUCCEEDED, state="COMPLETED", exit_code=0,
-                         restarts=restarts, tasks=tasks, source="array")
+                         restarts=restarts, tasks=tasks, source="array", elapsed=elapsed)
     first = failed[0]
     return JobStatus(job_id=job_id, phase=first.phase, state=first.state, exit_code=first.exit_code,
-                     signal=first.signal, restarts=restarts, tasks=tasks, source="array",
+                     signal=first.signal, restarts=restarts, tasks=tasks, source="array", elapsed=elapsed,
                      reason=f"{len(failed)} of {len(tasks)} array tasks did not succeed")
 
 

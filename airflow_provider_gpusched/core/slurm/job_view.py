@@ -1,0 +1,169 @@
+"""What the UI's Slurm job view shows: the record a Slurm task publishes through Airflow (XCom
+:data:`SLURM_JOB_XCOM`) when it submits its job and again when the job ends, optionally refreshed by a live,
+shared and cached status poll (:class:`CachedStatuses`) where the api-server can reach Slurm.
+
+The record says only *where* the job runs (``via``: ``local`` or ``user@host``), never how to run a command there:
+anyone allowed to write XCom could forge a record, so the api-server polls only through its own local Slurm
+configuration, with the job id checked to be digits. Fields are checked when read back (:func:`read_job_record`)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any, Callable, Mapping
+
+from airflow_provider_gpusched.core.safe_files import BadRecordError
+from airflow_provider_gpusched.core.slurm.states import JobStatus, array_task_order
+
+SLURM_JOB_XCOM = "gpusched_slurm_job"
+
+
+def via(runner_description: Mapping[str, Any]) -> str:
+    """Where a runner sends Slurm commands, for people: ``local`` or ``[user@]host[:port]``."""
+    host = runner_description.get("host")
+    if not host:
+        return "local"
+    user, port = runner_description.get("user"), runner_description.get("port")
+    return f"{user + '@' if user else ''}{host}{f':{port}' if port else ''}"
+
+
+def job_record(job_id: str, *, output_path: str, runner: Mapping[str, Any], array: str | None = None,
+               submitted: float | None = None, status: JobStatus | None = None, preemptions: int = 0,
+               preemption_events: list[str] | None = None, tail: str = "", tail_path: str = "",
+               problem: str | None = None) -> dict:
+    """The record published at submission (``status`` None) and when the job ended (``final``)."""
+    record: dict[str, Any] = {
+        "job_id": str(job_id), "output_path": output_path, "via": via(runner), "array": array or "",
+        "submitted": submitted if submitted is not None else time.time(), "final": status is not None or bool(problem),
+        "status": status.to_dict() if status is not None else None, "preemptions": int(preemptions),
+        "preemption_events": list(preemption_events or [])[-20:], "tail": tail[-20000:], "tail_path": tail_path,
+        "problem": problem or "",
+    }
+    return record
+
+
+def read_job_record(data: Any, source: str) -> dict:
+    def bad(key: str, expected: str) -> BadRecordError:
+        return BadRecordError(f"{source}: key {key!r}: expected {expected}")
+
+    if not isinstance(data, dict):
+        raise BadRecordError(f"{source}: expected a JSON object, got {type(data).__name__}")
+    job_id = data.get("job_id")
+    if not isinstance(job_id, str) or not job_id.replace("_", "").isdigit():
+        raise bad("job_id", "a Slurm job id")
+    for key in ("output_path", "array", "tail", "tail_path", "problem"):
+        if not isinstance(data.get(key, ""), str):
+            raise bad(key, "a string")
+    if not isinstance(data.get("via"), str):
+        raise bad("via", "a string")
+    if not isinstance(data.get("final"), bool):
+        raise bad("final", "true or false")
+    status = data.get("status")
+    if status is not None:
+        try:
+            data = {**data, "status": JobStatus.from_dict(status).to_dict()}
+        except (TypeError, ValueError, KeyError):
+            raise bad("status", "a job status as JobStatus.to_dict() writes it") from None
+    return data
+
+
+def job_view(record: Mapping[str, Any], live: JobStatus | None = None, tails: Mapping[str, str] | None = None) -> dict:
+    """JSON for the page: the newest status (live if given and the record is not final), one row per array task,
+    and output tails (``tails``: array task id or "" -> text; falls back to the recorded tail)."""
+    status = record.get("status")
+    source = "recorded at the end of the job" if status else "recorded at submission"
+    if live is not None and not record.get("final"):
+        status, source = live.to_dict(), f"live ({live.source}, cached)"
+    view: dict[str, Any] = {"job_id": record["job_id"], "output_path": record["output_path"], "array": record["array"],
+                            "via": record["via"],
+                            "submitted": record.get("submitted"), "final": record["final"], "source": source,
+                            "preemptions": record.get("preemptions", 0),
+                            "preemption_events": record.get("preemption_events", []),
+                            "problem": record.get("problem", "")}
+    if status is None:
+        view.update(state="SUBMITTED", phase="pending", exit_code=None, nodes="", partition="", requeues=0,
+                    elapsed=None, reason="", tasks=[])
+    else:
+        tasks = status.get("tasks") or {}
+        # an array's own status has no node or partition: its tasks have
+        nodes = status.get("nodes") or ",".join(sorted({t.get("nodes") for t in tasks.values() if t.get("nodes")}))
+        partition = status.get("partition") or ",".join(sorted({t.get("partition") for t in tasks.values()
+                                                                 if t.get("partition")}))
+        view.update(state=status.get("state") or status.get("phase", "").upper(), phase=status.get("phase"),
+                    exit_code=status.get("exit_code"), signal=status.get("signal"), nodes=nodes,
+                    partition=partition,
+                    requeues=max(int(status.get("restarts") or 0), int(record.get("preemptions") or 0)),
+                    elapsed=status.get("elapsed"), reason=status.get("reason", ""),
+                    tasks=[{"key": k, "task": tasks[k].get("array_task_id"), "state": tasks[k].get("state"),
+                            "exit_code": tasks[k].get("exit_code"), "nodes": tasks[k].get("nodes", ""),
+                            "elapsed": tasks[k].get("elapsed"), "requeues": tasks[k].get("restarts", 0)}
+                           for k in sorted(tasks, key=array_task_order)])
+    tails = dict(tails or {})
+    if not tails and record.get("tail"):
+        tails = {"": record["tail"]}
+    view["tails"] = tails
+    view["tail_path"] = record.get("tail_path", "")
+    return view
+
+
+def read_tail(path: str, root: str, lines: int = 40, limit: int = 256 * 1024) -> str | None:
+    """The last ``lines`` lines of ``path`` if it is a regular file under ``root`` (symlinks are not followed,
+    ``..`` cannot leave the root); None when it is outside the root, missing or unreadable."""
+    if not path or not root:
+        return None
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    if os.path.commonpath([real_root, real]) != real_root or real != os.path.abspath(path):
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        import stat
+
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        start = max(0, st.st_size - limit)
+        data = os.pread(fd, limit, start)
+    finally:
+        os.close(fd)
+    text = data.decode(errors="replace")
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class CachedStatuses:
+    """Live job statuses for the UI: every job id asked for within ``ttl`` seconds is answered from one poll per
+    cluster (``statuses(job_ids)`` of a client), however many pages are open — never a Slurm call per view."""
+
+    def __init__(self, ttl: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl, self.clock = ttl, clock
+        self._lock = threading.Lock()
+        self._known: dict[str, dict[str, tuple[float, JobStatus | None]]] = {}  # cluster -> id -> (polled, status)
+        self._asked: dict[str, dict[str, float]] = {}  # cluster -> id -> when a page last asked for it
+        self.polls = 0
+
+    def get(self, cluster: str, job_id: str, client_factory: Callable[[], Any]) -> JobStatus | None:
+        with self._lock:
+            jobs = self._known.setdefault(cluster, {})
+            asked = self._asked.setdefault(cluster, {})
+            now = self.clock()
+            asked[job_id] = now
+            hit = jobs.get(job_id)
+            if hit is not None and now - hit[0] < self.ttl:
+                return hit[1]
+            # one poll for this job and every other job of the cluster somebody looked at recently
+            wanted = sorted(j for j, t in asked.items() if now - t < 10 * self.ttl)
+            self.polls += 1
+            try:
+                found = client_factory().statuses(wanted)
+            except Exception:  # noqa: BLE001 - Slurm unreachable from here: the page shows the record
+                found = {}
+            for j in wanted:
+                jobs[j] = (now, found.get(j))
+            for j in [j for j, t in asked.items() if now - t > 10 * self.ttl]:
+                del asked[j]
+                jobs.pop(j, None)
+            return jobs[job_id][1]

@@ -1,0 +1,197 @@
+"""What the UI's sweep view shows, built from records a sweep publishes through Airflow (not from the results
+folder, which the api-server may not see).
+
+* The ``plan`` task publishes a :func:`plan_record` (XCom :data:`PLAN_XCOM`): the trials of the stage with their
+  parameters, which are pending (in map/chunk order: pending trial ``i`` runs in map index ``i``, or in chunk
+  ``i // chunk_size``), and the outcomes of trials skipped because they succeeded before.
+* Each trial task publishes :func:`outcome_records` of the trials it ran (XCom :data:`OUTCOMES_XCOM`) when it ends.
+* :func:`build_sweep_view` puts them together with the state Airflow has for each trial task: status counts
+  (defined, waiting, running, succeeded, failed, invalid, skipped), the leaderboard, the best trial and the
+  points the plots draw. A trial without an outcome yet takes its state from its task instance.
+
+Every record read back is checked (:func:`read_plan_record`, :func:`read_outcome_records`); a bad one is
+reported by :class:`BadRecordError` naming the source and the key."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping, Sequence
+
+from airflow_provider_gpusched.core.safe_files import BadRecordError
+from airflow_provider_gpusched.core.sweep.expand import Trial, nested
+from airflow_provider_gpusched.core.sweep.objective import Objective, leaderboard
+from airflow_provider_gpusched.core.sweep.store import FINAL_STATES, STATES, TrialStore
+
+PLAN_XCOM = "gpusched_sweep_plan"
+OUTCOMES_XCOM = "gpusched_trial_outcomes"
+#: trials a plan record lists with their parameters; a bigger stage is published without the rest's parameters
+MAX_PUBLISHED_TRIALS = 5000
+#: Airflow task-instance states, as the sweep view counts a trial that has no outcome yet
+_TI_AS_TRIAL = {"running": "running", "success": "succeeded", "failed": "failed", "upstream_failed": "failed",
+                "removed": "failed", "skipped": "failed"}
+
+
+def plan_record(sweep: str, search: str, round_no: int | None, objective: Objective | None, backend: str,
+                trial_task: str, chunk_size: int | None, trials: Sequence[Trial], pending: Sequence[Trial],
+                store: TrialStore, skipped: Sequence[Trial], run: str) -> dict:
+    """The record the ``plan`` task publishes (``trial_task``: the full task id that runs the pending trials)."""
+    return {
+        "sweep": sweep, "search": search, "round": round_no, "backend": backend, "trial_task": trial_task,
+        "chunk_size": chunk_size, "run": run, "objective": objective.to_dict() if objective else None,
+        "defined": len(trials),
+        "trials": [{"index": t.index, "trial_id": t.trial_id, "label": t.label, "params": nested(t.params)}
+                   for t in trials[:MAX_PUBLISHED_TRIALS]],
+        "pending": [t.trial_id for t in pending],
+        "skipped": [{"trial_id": t.trial_id, "result": store.result(t)} for t in skipped[:MAX_PUBLISHED_TRIALS]],
+    }
+
+
+def outcome_records(store: TrialStore, trials: Iterable[Trial]) -> list[dict]:
+    """The outcome of each trial as its status file says now (what a trial task publishes when it ends)."""
+    out = []
+    for record in store.records(trials):
+        out.append({"trial_id": record["trial_id"], "state": record["state"], "result": record["result"],
+                    "seconds": record["seconds"], "error": record["error"]})
+    return out
+
+
+def _str(v: Any, limit: int = 1000) -> bool:
+    return isinstance(v, str) and len(v) <= limit
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def read_plan_record(data: Any, source: str) -> dict:
+    def bad(key: str, expected: str) -> BadRecordError:
+        return BadRecordError(f"{source}: key {key!r}: expected {expected}")
+
+    if not isinstance(data, dict):
+        raise BadRecordError(f"{source}: expected a JSON object, got {type(data).__name__}")
+    for key in ("sweep", "search", "backend", "trial_task", "run"):
+        if not _str(data.get(key)) or not data[key]:
+            raise bad(key, "a non-empty string")
+    if data.get("round") is not None and not _int(data["round"]):
+        raise bad("round", "an integer or null")
+    if data.get("chunk_size") is not None and not (_int(data["chunk_size"]) and data["chunk_size"] > 0):
+        raise bad("chunk_size", "a positive integer or null")
+    objective = data.get("objective")
+    if objective is not None:
+        try:
+            Objective(**objective) if isinstance(objective, dict) else Objective(None)  # type: ignore[arg-type]
+        except Exception:  # noqa: BLE001 - any malformed objective is refused the same way
+            raise bad("objective", "{'metric': name, 'mode': 'maximize'|'minimize'} or null") from None
+    if not _int(data.get("defined")) or data["defined"] < 0:
+        raise bad("defined", "a count")
+    trials = data.get("trials")
+    if not isinstance(trials, list):
+        raise bad("trials", "a list")
+    for i, t in enumerate(trials):
+        if not (isinstance(t, dict) and _int(t.get("index")) and _str(t.get("trial_id")) and _str(t.get("label"))
+                and isinstance(t.get("params"), dict)):
+            raise bad(f"trials[{i}]", "an object with index, trial_id, label and params")
+    if not isinstance(data.get("pending"), list) or not all(_str(p) for p in data["pending"]):
+        raise bad("pending", "a list of trial ids")
+    skipped = data.get("skipped")
+    if not isinstance(skipped, list) or not all(isinstance(s, dict) and _str(s.get("trial_id")) for s in skipped):
+        raise bad("skipped", "a list of {'trial_id', 'result'}")
+    return data
+
+
+def read_outcome_records(data: Any, source: str) -> list[dict]:
+    if not isinstance(data, list):
+        raise BadRecordError(f"{source}: expected a list of trial outcomes, got {type(data).__name__}")
+    for i, o in enumerate(data):
+        if not (isinstance(o, dict) and _str(o.get("trial_id")) and o.get("state") in STATES):
+            raise BadRecordError(f"{source}: item {i}: expected an object with trial_id and a state of {STATES}")
+        if o.get("seconds") is not None and not isinstance(o["seconds"], (int, float)):
+            raise BadRecordError(f"{source}: item {i}: key 'seconds': expected a number or null")
+    return data
+
+
+def _task_of(plan: Mapping, position: int) -> tuple[str, int]:
+    """The task instance (task id, map index) that runs the plan's pending trial number ``position``."""
+    size = plan.get("chunk_size")
+    return plan["trial_task"], (position // size if size else position)
+
+
+def _numeric_params(params: Mapping, prefix: str = "") -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_numeric_params(value, f"{name}."))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            out[name] = float(value)
+    return out
+
+
+def build_sweep_view(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
+                     ti_states: Mapping[tuple[str, int], str | None], top_n: int = 20) -> dict:
+    """One sweep's view in one DAG run: ``plans`` (its stages' plan records, rounds in order), ``outcomes``
+    (trial id -> published outcome), ``ti_states`` ((task id, map index) -> Airflow state)."""
+    first = plans[0]
+    objective = Objective(**first["objective"]) if first.get("objective") else None
+    trials: dict[str, dict] = {}
+    for plan in plans:
+        skipped = {s["trial_id"]: s for s in plan["skipped"]}
+        position = {trial_id: i for i, trial_id in enumerate(plan["pending"])}
+        for t in plan["trials"]:
+            row = {"index": t["index"], "trial_id": t["trial_id"], "label": t["label"], "params": t["params"],
+                   "round": plan.get("round"), "task_id": None, "map_index": None, "result": None,
+                   "seconds": None, "error": None, "skipped": False}
+            if t["trial_id"] in skipped:
+                row.update(state="succeeded", skipped=True, result=skipped[t["trial_id"]].get("result"))
+            elif t["trial_id"] in position:
+                row["task_id"], row["map_index"] = _task_of(plan, position[t["trial_id"]])
+                outcome = outcomes.get(t["trial_id"])
+                if outcome is not None and outcome["state"] in FINAL_STATES:
+                    row.update(state=outcome["state"], result=outcome.get("result"), seconds=outcome.get("seconds"),
+                               error=outcome.get("error"))
+                else:
+                    ti_state = ti_states.get((row["task_id"], row["map_index"]))
+                    row["state"] = _TI_AS_TRIAL.get(str(ti_state), "waiting")
+                    if row["state"] == "succeeded":  # its task ended without publishing: say so, never guess
+                        row.update(state="failed", error="its task succeeded but published no outcome")
+                    elif row["state"] == "failed":
+                        row["error"] = f"its task is {ti_state} and published no outcome (see the task's log)"
+            else:
+                row["state"] = "waiting"
+            trials.setdefault(t["trial_id"], row)
+    rows = sorted(trials.values(), key=lambda r: r["index"])
+    counts = {state: 0 for state in STATES}
+    counts["defined"] = sum(p["defined"] for p in plans) if len(plans) == 1 else len(rows)
+    for r in rows:
+        counts[r["state"]] += 1
+        counts["skipped"] += r["skipped"]
+    if len(plans) == 1 and first["defined"] > len(rows):  # parameters not published for the rest
+        counts["waiting"] += first["defined"] - len(rows)
+    view: dict[str, Any] = {
+        "sweep": first["sweep"], "search": first["search"], "backend": first["backend"], "run": first["run"],
+        "objective": objective.to_dict() if objective else None, "counts": counts,
+        "rounds": len(plans) if first.get("round") is not None else None,
+        "truncated": max(0, first["defined"] - len(first["trials"])),
+        "problems": [{k: r[k] for k in ("index", "label", "state", "error", "task_id", "map_index")}
+                     for r in rows if r["state"] in ("failed", "invalid")][:50],
+    }
+    if objective is None:
+        view.update(leaderboard=[], best=None, points=[], numeric_params=[])
+        return view
+    board = leaderboard(rows, objective, top_n)
+    view["leaderboard"] = [{k: r[k] for k in ("rank", "score", "index", "label", "trial_id", "params", "round",
+                                              "task_id", "map_index", "seconds", "skipped")} for r in board]
+    view["best"] = view["leaderboard"][0] if board else None
+    points, values = [], {}
+    for r in rows:
+        score = objective.score(r["result"]) if r["state"] == "succeeded" else None
+        if score is None:
+            continue
+        numeric = _numeric_params(r["params"])
+        for name, value in numeric.items():
+            values.setdefault(name, set()).add(value)
+        points.append({"index": r["index"], "round": r["round"], "score": score, "label": r["label"],
+                       "params": numeric})
+    view["points"] = points
+    view["numeric_params"] = sorted(n for n, seen in values.items() if len(seen) > 1)  # a constant plots nothing
+    return view

@@ -1,0 +1,171 @@
+"""The UI plugin's JSON API inside Airflow's real FastAPI app (in process), after real DAG runs (dag.test on SQLite,
+real Slurm, simulated GPUs): what each endpoint returns, and Airflow's auth in front of it (401, 403 per DAG)."""
+
+import json
+
+import pytest
+
+from .conftest import REPO, run_and_collect
+
+pytestmark = [pytest.mark.airflow, pytest.mark.slurm]
+
+USERS = {"admin": "admin", "viewer": "viewer", "outsider": "outsider"}
+
+
+def dags():
+    from .conftest import load_dag_file
+
+    module = load_dag_file(REPO / "tests" / "airflow" / "dagfiles" / "t_ui.py")
+    return module.private, module.public
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, slurm_cluster):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    private, public = dags()
+    return {"private": run_and_collect(private), "public": run_and_collect(public)}
+
+
+@pytest.fixture(scope="module")
+def client(runs, tmp_path_factory):
+    import os
+
+    from fastapi.testclient import TestClient
+
+    passwords = tmp_path_factory.mktemp("auth") / "passwords.json"
+    passwords.write_text(json.dumps(USERS))
+    env = {"AIRFLOW__CORE__AUTH_MANAGER": "tests.airflow.ui_auth.PerDagAuthManager",
+           "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer,outsider:viewer",
+           "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+           "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+           "AIRFLOW__API_AUTH__JWT_SECRET": "test-secret-for-the-ui-api-tests"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    from airflow.api_fastapi.app import create_app
+
+    try:
+        with TestClient(create_app()) as c:
+            yield c
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def token(client, user):
+    r = client.post("/auth/token", json={"username": user, "password": USERS[user]})
+    assert r.status_code in (200, 201), r.text
+    return {"Authorization": f"Bearer {r.json()['access_token']}"}
+
+
+def test_every_endpoint_needs_a_login(client, runs):
+    run_id = runs["private"][2] and "x"
+    for path in ("/gpusched/api/gpus", "/gpusched/api/dags/ui_private_mixed/sweeps",
+                 f"/gpusched/api/dags/ui_open_job/runs/{run_id}/tasks/job/slurm"):
+        assert client.get(path).status_code == 401, path
+        # a forged token is refused too (Airflow answers 403 for a token it cannot decode)
+        assert client.get(path, headers={"Authorization": "Bearer not-a-token"}).status_code in (401, 403), path
+
+
+def test_a_user_without_access_to_a_dag_gets_403_for_its_sweeps_and_jobs(client, runs):
+    outsider = token(client, "outsider")
+    run_id = _run_id("ui_private_mixed")
+    assert client.get("/gpusched/api/dags/ui_private_mixed/sweeps", headers=outsider).status_code == 403
+    r = client.get(f"/gpusched/api/dags/ui_private_mixed/runs/{run_id}/tasks/array/slurm", headers=outsider)
+    assert r.status_code == 403
+    # the same user reads a DAG it may read, and the board
+    open_run = _run_id("ui_open_job")
+    assert client.get(f"/gpusched/api/dags/ui_open_job/runs/{open_run}/tasks/job/slurm",
+                      headers=outsider).status_code == 200
+    assert client.get("/gpusched/api/gpus", headers=outsider).status_code == 200
+
+
+def _run_id(dag_id):
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        return session.execute(select(DagRun.run_id).where(DagRun.dag_id == dag_id)
+                               .order_by(DagRun.run_after.desc())).scalars().first()
+
+
+def test_sweep_view_counts_ranks_and_links_each_trial(client, runs):
+    state, _xcoms, states = runs["private"]
+    assert states[("ui_grid.trial", 0)][0] is not None
+    r = client.get("/gpusched/api/dags/ui_private_mixed/sweeps", headers=token(client, "viewer"))
+    assert r.status_code == 200, r.text
+    data = r.json()
+    assert data["run_id"] == _run_id("ui_private_mixed") and data["runs"] == [data["run_id"]]
+    (sweep,) = data["sweeps"]
+    assert sweep["sweep"] == "ui_grid" and sweep["objective"] == {"metric": "acc", "mode": "maximize"}
+    counts = sweep["counts"]
+    assert counts["defined"] == 6 and counts["succeeded"] == 4 and counts["failed"] == 2, counts
+    assert counts["waiting"] == counts["running"] == counts["skipped"] == 0
+    board = sweep["leaderboard"]
+    assert [row["params"] for row in board[:2]] == [{"lr": 0.01, "depth": 2}, {"lr": 0.001, "depth": 2}]
+    assert board[0]["score"] == pytest.approx(0.98) and sweep["best"]["trial_id"] == board[0]["trial_id"]
+    assert board[0]["task_id"] == "ui_grid.trial" and board[0]["map_index"] >= 0  # links to its task instance
+    assert {p["error"] is not None for p in sweep["problems"]} == {True}
+    assert all("diverged" in p["error"] or "failed" in p["error"] for p in sweep["problems"]), sweep["problems"]
+    assert sorted(sweep["numeric_params"]) == ["depth", "lr"] and len(sweep["points"]) == 4
+
+
+def test_slurm_job_view_of_an_array_job(client, runs):
+    run_id = _run_id("ui_private_mixed")
+    r = client.get(f"/gpusched/api/dags/ui_private_mixed/runs/{run_id}/tasks/array/slurm",
+                   headers=token(client, "admin"))
+    assert r.status_code == 200, r.text
+    job = r.json()
+    assert job["final"] and job["state"] == "COMPLETED" and job["exit_code"] == 0 and job["array"] == "0-2"
+    assert [t["task"] for t in job["tasks"]] == ["0", "1", "2"]
+    assert {t["state"] for t in job["tasks"]} == {"COMPLETED"} and all(t["nodes"] for t in job["tasks"])
+    assert all(t["elapsed"] is not None for t in job["tasks"])
+    assert {k: v.strip() for k, v in job["tails"].items()} == {str(i): f"array task {i} done" for i in range(3)}
+    assert job["task_state"] == "success" and job["via"] == "local"
+
+
+def test_slurm_job_view_of_a_failed_job_has_exit_code_and_output_tail(client, runs):
+    run_id = _run_id("ui_open_job")
+    r = client.get(f"/gpusched/api/dags/ui_open_job/runs/{run_id}/tasks/job/slurm", headers=token(client, "viewer"))
+    job = r.json()
+    assert job["state"] == "FAILED" and job["exit_code"] == 3 and job["task_state"] == "failed"
+    assert job["nodes"] and job["partition"] == "batch" and job["elapsed"] is not None
+    assert job["tails"][""].splitlines() == ["line one", "line two; with a quote \""]
+    missing = client.get(f"/gpusched/api/dags/ui_open_job/runs/{run_id}/tasks/nothing/slurm",
+                         headers=token(client, "viewer"))
+    assert missing.status_code == 404 and "no Slurm job recorded" in missing.json()["detail"]
+
+
+def test_gpu_board_after_the_runs_shows_gpu_time_by_class_and_no_lease(client, runs):
+    r = client.get("/gpusched/api/gpus", headers=token(client, "viewer"))
+    board = r.json()
+    assert board["hosts"] == [] and board["waiting"] == [] and board["problems"] == []  # nothing runs now
+    day = board["gpu_time"]["day"]
+    assert day["idle"]["attempts"] == 1 and day["idle"]["gpu_seconds"] > 0  # gpu_work, idle class
+    assert day["normal"]["attempts"] == 6  # the six sweep trials, failed ones included
+
+
+def test_the_page_bundle_is_served(client):
+    r = client.get("/gpusched/static/gpusched.js")
+    assert r.status_code == 200 and "javascript" in r.headers["content-type"]
+    for name in ("GPU board", "GPUs", "Sweeps", "Slurm job"):
+        assert f'globalThis["{name}"]' in r.text
+
+
+def test_the_plugin_registers_pages_and_its_app():
+    from airflow_provider_gpusched.plugins import GpuschedPlugin
+
+    plugin = GpuschedPlugin()
+    routes = {(a["destination"], a["url_route"]) for a in plugin.react_apps}
+    assert routes == {("nav", "gpusched-gpus"), ("dashboard", "gpusched-gpu-summary"), ("dag", "gpusched-sweeps"),
+                      ("task_instance", "gpusched-slurm-job")}
+    assert all(a["bundle_url"].startswith("/gpusched/static/gpusched.js?v=") for a in plugin.react_apps)
+    assert plugin.fastapi_apps[0]["url_prefix"] == "/gpusched"

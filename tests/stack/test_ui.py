@@ -1,0 +1,103 @@
+"""The UI plugin's pages in a real browser (Debian's headless Chromium driven by Playwright) against the deployed
+api-server: log in through the login form, open each page while real work runs, assert what it shows, and save
+screenshots (test-artifacts/ui/, or $GPUSCHED_ARTIFACTS/ui) for people to look at."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.polling import wait_until
+from tests.stack.client import REPO
+
+pytestmark = pytest.mark.stack
+
+CHROMIUM = "/usr/bin/chromium"
+SHOTS = Path(os.environ.get("GPUSCHED_ARTIFACTS", REPO / "test-artifacts")) / "ui"
+
+
+@pytest.fixture(scope="module")
+def browser_page(stack):
+    if not os.path.exists(CHROMIUM) or shutil.which("chromium") is None:
+        pytest.fail("chromium is not installed (scripts/test.sh installs Debian's package)")
+    from playwright.sync_api import sync_playwright
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    password = (stack.dir / "admin-password").read_text().strip()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{stack.url}/auth/login", wait_until="networkidle")
+        page.fill("input[name=username]", "admin")
+        page.fill("input[name=password]", password)
+        page.keyboard.press("Enter")
+        page.wait_for_url(lambda url: "/auth/login" not in url, timeout=60_000)
+        yield page
+        browser.close()
+
+
+def shot(page, name: str) -> None:
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def test_gpu_board_shows_the_leases_of_running_tasks(stack, browser_page, out_dir):
+    page = browser_page
+    run_id = stack.trigger("e2e_packing", out=str(out_dir), seconds=45)
+    wait_until(lambda: sum(ti["state"] == "running" for ti in stack.task_instances("e2e_packing", run_id)) >= 4,
+               timeout=120, what="4 packing trials running")
+    page.goto(f"{stack.url}/plugin/gpusched-gpus", wait_until="networkidle")
+    page.wait_for_selector("[data-testid=lease]", timeout=60_000)
+    board = page.locator("[data-testid=gpu-board]")
+    shot(page, "gpu-board")
+    assert "SIMULATED GPUs" in board.inner_text()  # no NVML here: said plainly
+    leases = page.locator("[data-testid=lease]")
+    assert leases.count() >= 4
+    text = board.inner_text()
+    assert "e2e_packing › trial[" in text and "GPU time by class" in text
+    link = leases.first.locator("a").get_attribute("href")
+    assert link.startswith("/dags/e2e_packing/runs/") and "/tasks/trial/mapped/" in link
+    page.goto(f"{stack.url}/", wait_until="networkidle")
+    summary = page.wait_for_selector("[data-testid=gpu-summary]", timeout=60_000)
+    assert "in use on 1 host(s)" in summary.inner_text()
+    shot(page, "dashboard")
+    stack.wait_run("e2e_packing", run_id, timeout=300)
+
+
+def test_sweeps_tab_shows_counts_leaderboard_and_plots_of_a_finished_sweep(stack, browser_page):
+    page = browser_page
+    stack.wait_for_dag("gpusched_sweep_grid")
+    run_id = stack.trigger("gpusched_sweep_grid")
+    assert stack.wait_run("gpusched_sweep_grid", run_id, timeout=300) == "success"
+    page.goto(f"{stack.url}/dags/gpusched_sweep_grid/plugin/gpusched-sweeps?run_id={run_id}",
+              wait_until="networkidle")
+    page.wait_for_selector("[data-testid=leaderboard] tbody tr", timeout=60_000)
+    counts = page.locator("[data-testid=counts]").inner_text()
+    assert "defined 4" in counts and "succeeded 4" in counts and "failed 0" in counts
+    rows = page.locator("[data-testid=leaderboard] tbody tr")
+    assert rows.count() == 4
+    first = rows.first.inner_text()
+    assert "7.7" in first and "WGAN" in first  # WGAN, packing 3, zmode 1: 7.0 + 0.9 - 0.2
+    assert page.locator("[data-testid=plot-progress] circle").count() == 4
+    assert page.locator("[data-testid=best]").inner_text().startswith("Best: inception_score = 7.7")
+    shot(page, "sweeps")
+
+
+def test_slurm_job_tab_shows_array_tasks_state_and_output(stack, browser_page):
+    page = browser_page
+    stack.wait_for_dag("gpusched_slurm_array")
+    run_id = stack.trigger("gpusched_slurm_array")
+    assert stack.wait_run("gpusched_slurm_array", run_id, timeout=300) == "success"
+    page.goto(f"{stack.url}/dags/gpusched_slurm_array/runs/{run_id}/tasks/seeds/plugin/gpusched-slurm-job",
+              wait_until="networkidle")
+    page.wait_for_selector("[data-field=state]", timeout=60_000)
+    assert page.locator("[data-field=state]").inner_text().startswith("COMPLETED")
+    assert page.locator("[data-field=node]").inner_text() != "–"
+    assert page.locator("[data-testid=array-tasks] tbody tr").count() == 4
+    assert page.locator("[data-testid=output-tail]").inner_text().startswith("seed 0 on GPU")
+    page.select_option("[data-testid=tail-task]", "3")
+    assert page.locator("[data-testid=output-tail]").inner_text().startswith("seed 3 on GPU")
+    shot(page, "slurm-job")
