@@ -1,0 +1,152 @@
+"""The core of the UI's views, without Airflow: Slurm durations, the Slurm job view and its cached live poll,
+output tails bounded to a root, the sweep view from plan/outcome records and task states, running leases in GPU
+time."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from airflow_provider_gpusched.core.gpu.board import build_board, read_gpu_time_record, read_lease_record
+from airflow_provider_gpusched.core.safe_files import BadRecordError
+from airflow_provider_gpusched.core.slurm.client import jobcomp_elapsed
+from airflow_provider_gpusched.core.slurm.job_view import (
+    CachedStatuses,
+    job_record,
+    job_view,
+    read_job_record,
+    read_tail,
+)
+from airflow_provider_gpusched.core.slurm.states import JobPhase, JobStatus, aggregate_array, parse_duration
+from airflow_provider_gpusched.core.sweep.view import build_sweep_view, read_outcome_records, read_plan_record
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("0:05", 5.0), ("2:03", 123.0), ("1:02:03", 3723.0), ("1-02:03:04", 93784.0), ("2-03", 2 * 86400 + 3 * 3600.0),
+    ("7", 7.0), ("INVALID", None), ("", None), ("N/A", None), ("1:2:3:4", None), ("x-01:00", None),
+])
+def test_slurm_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+def test_completion_record_elapsed_and_an_array_takes_its_longest_task():
+    assert jobcomp_elapsed({"StartTime": "2026-11-22T22:37:58", "EndTime": "2026-11-22T22:38:00"}) == 2.0
+    assert jobcomp_elapsed({"StartTime": "Unknown", "EndTime": "2026-11-22T22:38:00"}) is None
+    tasks = {f"9_{i}": JobStatus(f"9_{i}", JobPhase.SUCCEEDED, "COMPLETED", exit_code=0, elapsed=float(i), nodes="n1")
+             for i in range(3)}
+    assert aggregate_array("9", tasks, 3).elapsed == 2.0
+
+
+def test_job_view_from_records_and_live_state():
+    submitted = job_record("41", output_path="/o/41.out", runner={"host": "login", "user": "me", "port": 22},
+                           submitted=10.0)
+    assert submitted["via"] == "me@login:22" and "runner" not in submitted and not submitted["final"]
+    view = job_view(read_job_record(submitted, "x"))
+    assert view["state"] == "SUBMITTED" and view["tails"] == {} and view["source"] == "recorded at submission"
+    live = JobStatus("41", JobPhase.RUNNING, "RUNNING", nodes="n3", partition="gpu", restarts=1, elapsed=65.0,
+                     source="squeue")
+    view = job_view(submitted, live)
+    assert (view["state"], view["nodes"], view["requeues"], view["elapsed"]) == ("RUNNING", "n3", 1, 65.0)
+    tasks = {f"41_{i}": JobStatus(f"41_{i}", JobPhase.SUCCEEDED, "COMPLETED", exit_code=0, nodes=f"n{i}",
+                                  partition="gpu", array_task_id=str(i)) for i in (1, 0)}
+    final = job_record("41", output_path="/o/41_%a.out", runner={}, array="0-1", status=aggregate_array("41", tasks, 2),
+                       tail="ok\n", tail_path="/o/41_0.out")
+    view = job_view(read_job_record(final, "x"), live)  # a final record wins over a stale live state
+    assert view["state"] == "COMPLETED" and view["nodes"] == "n0,n1" and view["partition"] == "gpu"
+    assert [t["task"] for t in view["tasks"]] == ["0", "1"] and view["tails"] == {"": "ok\n"}
+
+
+@pytest.mark.parametrize(("change", "key"), [({"job_id": "1; rm"}, "job_id"), ({"via": 3}, "via"),
+                                              ({"final": "yes"}, "final"), ({"status": {"phase": "?"}}, "status")])
+def test_a_bad_job_record_is_refused_naming_the_key(change, key):
+    with pytest.raises(BadRecordError, match=f"'{key}'"):
+        read_job_record({**job_record("5", output_path="", runner={}), **change}, "XCom of t")
+
+
+def test_tails_are_read_only_under_the_root(tmp_path):
+    root = tmp_path / "out"
+    root.mkdir()
+    (root / "1.out").write_text("".join(f"line {i}\n" for i in range(100)))
+    (tmp_path / "secret").write_text("password\n")
+    os.symlink(tmp_path / "secret", root / "link.out")
+    assert read_tail(str(root / "1.out"), str(root), 3) == "line 97\nline 98\nline 99"
+    assert read_tail(str(tmp_path / "secret"), str(root)) is None
+    assert read_tail(str(root / ".." / "secret"), str(root)) is None
+    assert read_tail(str(root / "link.out"), str(root)) is None
+    assert read_tail(str(root / "missing.out"), str(root)) is None
+
+
+def test_live_states_come_from_one_cached_poll_per_cluster():
+    now = [0.0]
+    asked = []
+
+    class Client:
+        def statuses(self, ids):
+            asked.append(list(ids))
+            return {i: JobStatus(i, JobPhase.RUNNING, "RUNNING") for i in ids}
+
+    cache = CachedStatuses(ttl=10, clock=lambda: now[0])
+    for _page in range(5):  # five open pages of job 1
+        assert cache.get("c", "1", Client).state == "RUNNING"
+    now[0] = 1
+    cache.get("c", "2", Client)
+    assert asked == [["1"], ["1", "2"]]  # job 2's poll refreshed job 1 too
+    now[0] = 5
+    cache.get("c", "1", Client)
+    assert len(asked) == 2
+    now[0] = 300  # nobody asked for job 2 since: it is dropped
+    cache.get("c", "1", Client)
+    assert asked[-1] == ["1"] and cache.polls == 3
+
+
+def plan(**change):
+    record = {"sweep": "s", "search": "grid", "round": None, "backend": "local", "trial_task": "s.trial",
+              "chunk_size": None, "run": "r1", "objective": {"metric": "acc", "mode": "maximize"}, "defined": 5,
+              "trials": [{"index": i, "trial_id": f"t{i}", "label": f"x={i}", "params": {"x": i, "opt": {"lr": i / 10}}}
+                         for i in range(5)],
+              "pending": ["t1", "t2", "t3", "t4"], "skipped": [{"trial_id": "t0", "result": {"acc": 0.5}}]}
+    return read_plan_record({**record, **change}, "plan")
+
+
+def test_sweep_view_counts_and_ranks_from_outcomes_and_task_states():
+    outcomes = {o["trial_id"]: o for o in read_outcome_records([
+        {"trial_id": "t1", "state": "succeeded", "result": {"acc": 0.9}, "seconds": 2.0, "error": None},
+        {"trial_id": "t2", "state": "invalid", "result": {"acc": None}, "seconds": 1.0, "error": "acc is None"},
+    ], "outcomes")}
+    states = {("s.trial", 1): "success", ("s.trial", 2): "running", ("s.trial", 3): "deferred"}  # t2, t3, t4
+    view = build_sweep_view([plan()], outcomes, states)
+    c = view["counts"]
+    assert (c["defined"], c["succeeded"], c["skipped"], c["invalid"], c["running"], c["waiting"]) == (5, 2, 1, 1, 1, 1)
+    assert [(r["trial_id"], r["task_id"], r["map_index"]) for r in view["leaderboard"]] == [
+        ("t1", "s.trial", 0), ("t0", None, None)]  # the skipped trial ran in an earlier run: no task here
+    assert view["best"]["score"] == 0.9 and view["numeric_params"] == ["opt.lr", "x"]
+    assert [p["state"] for p in view["problems"]] == ["invalid"]
+
+
+def test_batched_trials_map_to_their_chunk_and_a_silent_failed_task_says_so():
+    view = build_sweep_view([plan(chunk_size=2, trial_task="s.run_batch")], {}, {("s.run_batch", 0): "running",
+                                                                                 ("s.run_batch", 1): "failed"})
+    rows = {p["index"]: p for p in view["problems"]}
+    assert view["counts"]["running"] == 2 and set(rows) == {3, 4}
+    assert rows[3]["map_index"] == 1 and "published no outcome" in rows[3]["error"]
+
+
+@pytest.mark.parametrize(("change", "key"), [({"trial_task": ""}, "trial_task"), ({"chunk_size": 0}, "chunk_size"),
+                                              ({"objective": {"metric": "a", "mode": "up"}}, "objective"),
+                                              ({"trials": [{"index": "0"}]}, "trials[0]"), ({"pending": [1]}, "pending")])
+def test_a_bad_plan_record_is_refused_naming_the_key(change, key):
+    with pytest.raises(BadRecordError, match=re.escape(f"'{key}'")):
+        plan(**change)
+
+
+def test_running_leases_count_in_gpu_time_and_published_gpu_time_is_checked():
+    lease = read_lease_record({"host": "h", "lease_id": "l", "gpus": [0, 1], "memory": {}, "whole": True,
+                               "job_class": "idle", "started": 900.0, "dag_id": "d", "run_id": "r", "task_id": "t"}, "x")
+    board = build_board([lease], ledger=[read_gpu_time_record({"job_class": "idle", "gpu_seconds": 7.0,
+                                                                "preemptions": 2}, "y", ended=950.0)], now=1000.0)
+    idle = board["gpu_time"]["hour"]["idle"]
+    assert idle["gpu_seconds"] == 7.0 + 2 * 100.0 and idle["running"] == 1 and idle["preemptions"] == 2
+    with pytest.raises(BadRecordError, match="gpu_seconds"):
+        read_gpu_time_record({"job_class": "idle", "gpu_seconds": -1}, "y", ended=1.0)
