@@ -42,6 +42,11 @@ from airflow_provider_gpusched.operators.job_class import JobClassPartial, apply
 from airflow_provider_gpusched.triggers.local_gpu import GPUAvailableTrigger
 
 
+def _worker_host(ti) -> str:
+    """The host as Airflow names it for this task instance (``[core] hostname_callable``), as the UI shows it."""
+    return getattr(ti, "hostname", None) or socket.gethostname()
+
+
 class LocalGPUOperator(BaseOperator):
     """Run work on local GPUs.
 
@@ -303,7 +308,7 @@ class LocalGPUOperator(BaseOperator):
         ti = context["ti"]
         map_index = ti.map_index if ti.map_index is not None else -1
         ti.xcom_push(key=LEASE_XCOM, value=lease_record(
-            socket.gethostname(), dataclasses.asdict(lease), manager.inventory.gpus(), dag_id=ti.dag_id,
+            _worker_host(ti), dataclasses.asdict(lease), manager.inventory.gpus(), dag_id=ti.dag_id,
             run_id=ti.run_id, task_id=ti.task_id, map_index=map_index))
 
     def _publish_wait(self, context, manager, request: GPURequest, why: str) -> None:
@@ -313,7 +318,7 @@ class LocalGPUOperator(BaseOperator):
         self._waiting_since = time.time()
         ti = context["ti"]
         ti.xcom_push(key=WAIT_XCOM, value=wait_record(
-            socket.gethostname(), request.describe(), self.job_class, self.priority, why, self._waiting_since,
+            _worker_host(ti), request.describe(), self.job_class, self.priority, why, self._waiting_since,
             dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id,
             map_index=ti.map_index if ti.map_index is not None else -1))
 

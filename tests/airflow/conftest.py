@@ -71,10 +71,10 @@ def jobs_named(slurm, name):
     return [line.split("|") for line in out.split()]
 
 
-def run_in_subprocess(path: Path, dag_id: str, timeout: float = 240) -> dict:
-    """dag.test() of ``dag_id`` from ``path`` in another process (a second worker: two DAG runs at once),
-    with this process's environment. Returns {"state", "xcoms", "states"} (task keys as strings)."""
-    import json
+def dag_test_process(path: Path, dag_id: str, env: dict | None = None):
+    """Start dag.test() of ``dag_id`` from ``path`` in another process (a second worker, or with ``env``: another
+    simulated host), with this process's environment plus ``env``. Its stdout ends with a ``RESULT {json}`` line."""
+    import os
     import subprocess
     import sys
 
@@ -90,7 +90,21 @@ xcoms, states = dag_run_results(run)
 print("RESULT " + json.dumps({{"state": run.state, "xcoms": {{str(k): v for k, v in xcoms.items()}},
                               "states": {{str(k): v for k, v in states.items()}}}}, default=str))
 """
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout, cwd=REPO)
-    line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
-    assert line, f"dag {dag_id} in a subprocess gave no result (rc {out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO, env={**os.environ, **(env or {})})
+
+
+def process_result(proc, dag_id: str, timeout: float = 240) -> dict:
+    """{"state", "xcoms", "states"} (task keys as strings) of a :func:`dag_test_process`."""
+    import json
+
+    stdout, stderr = proc.communicate(timeout=timeout)
+    line = next((x for x in stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line, f"dag {dag_id} in a subprocess gave no result (rc {proc.returncode}):\n{stdout[-3000:]}\n{stderr[-3000:]}"
     return json.loads(line[len("RESULT "):])
+
+
+def run_in_subprocess(path: Path, dag_id: str, timeout: float = 240) -> dict:
+    """dag.test() of ``dag_id`` from ``path`` in another process (a second worker: two DAG runs at once),
+    with this process's environment. Returns {"state", "xcoms", "states"} (task keys as strings)."""
+    return process_result(dag_test_process(path, dag_id), dag_id, timeout)

@@ -188,3 +188,80 @@ def test_the_plugin_registers_pages_and_its_app():
                       ("task_instance", "gpusched-slurm-job")}
     assert all(a["bundle_url"].startswith("/gpusched/static/gpusched.js?v=") for a in plugin.react_apps)
     assert plugin.fastapi_apps[0]["url_prefix"] == "/gpusched"
+
+
+def test_gpu_board_of_two_hosts_while_work_runs_waits_and_is_hidden_from_who_may_not_read_it(client, runs, tmp_path):
+    """Two simulated GPU hosts (their own host name, inventory and lease directory; no shared files): the board,
+    read only from what their tasks published, shows both, a task waiting on host A, and the "GPU lease" link is
+    there while the task runs."""
+    from tests.polling import wait_until
+
+    from .conftest import dag_test_process, process_result
+
+    path = REPO / "tests" / "airflow" / "dagfiles" / "t_ui_hosts.py"
+    release = tmp_path / "release"
+
+    def host(name, gpus):
+        leases = tmp_path / f"leases-{name}"
+        leases.mkdir(mode=0o700)
+        return {"AIRFLOW__CORE__HOSTNAME_CALLABLE": f"tests.airflow.hosts.gpu_host_{name}",
+                "AIRFLOW__GPUSCHED__GPU_STATE_DIR": str(leases), "AIRFLOW__GPUSCHED__SIMULATE_GPUS": gpus,
+                "UI_RELEASE": str(release)}
+
+    a, b = host("a", "1x24GiB"), host("b", "2x24GiB")
+    procs = {"ui_private_hold": dag_test_process(path, "ui_private_hold", a),
+             "ui_open_hold": dag_test_process(path, "ui_open_hold", b)}
+    admin, outsider = token(client, "admin"), token(client, "outsider")
+
+    def ours(board):
+        return {h["host"]: h for h in board["hosts"] if h["host"].startswith("gpu-host-")}
+
+    try:
+        wait_until(lambda: len(ours(client.get("/gpusched/api/gpus", headers=admin).json())) == 2, timeout=120,
+                   what="leases on both simulated hosts")
+        procs["ui_private_waiter"] = dag_test_process(path, "ui_private_waiter", a)
+        wait_until(lambda: any(w["host"] == "gpu-host-a" for w in
+                               client.get("/gpusched/api/gpus", headers=admin).json()["waiting"]),
+                   timeout=120, what="the waiter on host A")
+        board = client.get("/gpusched/api/gpus", headers=admin).json()
+        hosts = ours(board)
+        assert [len(hosts[h]["gpus"]) for h in ("gpu-host-a", "gpu-host-b")] == [1, 2]
+        assert hosts["gpu-host-a"]["simulated"] and hosts["gpu-host-b"]["simulated"]
+        (gpu_a,) = hosts["gpu-host-a"]["gpus"]
+        (lease_a,) = gpu_a["leases"]
+        assert (lease_a["dag_id"], lease_a["task_id"], lease_a["job_class"], lease_a["whole"]) == \
+            ("ui_private_hold", "hold", "idle", True) and gpu_a["memory_free"] == 0
+        lease_b = next(g for g in hosts["gpu-host-b"]["gpus"] if g["leases"])["leases"][0]
+        assert lease_b["dag_id"] == "ui_open_hold" and lease_b["memory"] == 10 * 2**30
+        (waiter,) = [w for w in board["waiting"] if w["host"] == "gpu-host-a"]
+        assert (waiter["dag_id"], waiter["task_id"], waiter["job_class"]) == ("ui_private_waiter", "queued", "normal")
+        assert waiter["why"] and waiter["request"]
+        # who may not read a DAG sees that its GPU is taken, not by what
+        hidden = ours(client.get("/gpusched/api/gpus", headers=outsider).json())
+        (lease_seen,) = hidden["gpu-host-a"]["gpus"][0]["leases"]
+        assert lease_seen["dag_id"] == "(a DAG you cannot see)" and lease_seen["task_id"] == lease_seen["run_id"] == ""
+        assert next(g for g in hidden["gpu-host-b"]["gpus"] if g["leases"])["leases"][0]["task_id"] == "hold"
+        # the extra link is there while the task runs
+        link = _running_xcom("ui_open_hold", "hold", "_link_GPULeaseLink")
+        assert link.startswith("/plugin/gpusched-gpus?dag_id=ui_open_hold&run_id=") and "task_id=hold" in link
+    finally:
+        release.write_text("go")
+        results = {dag_id: process_result(proc, dag_id) for dag_id, proc in procs.items()}
+    assert {dag_id: r["state"] for dag_id, r in results.items()} == dict.fromkeys(procs, "success")
+
+
+def _running_xcom(dag_id, task_id, key):
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import and_, select
+
+    with create_session() as session:
+        value, state = session.execute(
+            select(XComModel.value, TaskInstance.state)
+            .join(TaskInstance, and_(TaskInstance.dag_id == XComModel.dag_id, TaskInstance.run_id == XComModel.run_id,
+                                     TaskInstance.task_id == XComModel.task_id))
+            .where(XComModel.dag_id == dag_id, XComModel.task_id == task_id, XComModel.key == key)
+            .order_by(TaskInstance.start_date.desc())).first()
+    assert state == "running"
+    return XComModel.deserialize_value(type("Row", (), {"value": value})())
