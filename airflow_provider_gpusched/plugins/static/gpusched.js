@@ -161,7 +161,7 @@ function GpuSummary() {
   const busy = gpus.filter((g) => g.leases.length).length;
   return h("div", { style: { ...S.card, fontSize: "14px" }, "data-testid": "gpu-summary" },
     h("b", null, "GPUs "), data.hosts.some((x) => x.simulated) ? badge("simulated", "#c92a2a") : null,
-    h("span", null, `${busy} in use on ${data.hosts.length} host(s) · ${data.waiting.length} task(s) waiting · `),
+    h("span", null, `${busy} of ${gpus.length} in use on ${data.hosts.length} host(s) · ${data.waiting.length} task(s) waiting · `),
     h("a", { href: `${UI}/plugin/gpusched-gpus`, style: S.a }, "GPU board"));
 }
 
