@@ -51,7 +51,8 @@ def test_gpu_board_shows_the_leases_of_running_tasks(stack, browser_page, out_di
     wait_until(lambda: sum(ti["state"] == "running" for ti in stack.task_instances("e2e_packing", run_id)) >= 4,
                timeout=120, what="4 packing trials running")
     page.goto(f"{stack.url}/plugin/gpusched-gpus", wait_until="networkidle")
-    page.wait_for_selector("[data-testid=lease]", timeout=60_000)
+    # running tasks publish their leases one by one; the page refreshes every 5 s
+    page.wait_for_function("document.querySelectorAll('[data-testid=lease]').length >= 4", timeout=60_000)
     board = page.locator("[data-testid=gpu-board]")
     shot(page, "gpu-board")
     assert "SIMULATED GPUs" in board.inner_text()  # no NVML here: said plainly
