@@ -21,7 +21,7 @@ def bundle_url() -> str:
     prefix, versioned against stale caches."""
     from urllib.parse import urlsplit
 
-    from airflow.configuration import conf
+    from airflow.sdk import conf
 
     prefix = urlsplit(conf.get("api", "base_url", fallback="") or "").path.rstrip("/")
     return f"{prefix}{URL_PREFIX}/static/gpusched.js?v={__version__}"

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import socket
+import time
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow.api_fastapi.app import get_auth_manager
@@ -29,6 +31,7 @@ from airflow_provider_gpusched.core.gpu.board import (
     GPU_TIME_XCOM,
     LEASE_XCOM,
     WAIT_XCOM,
+    WINDOWS,
     build_board,
     read_gpu_time_record,
     read_lease_record,
@@ -91,9 +94,6 @@ def _xcoms(session, key: str, *, dag_id: str | None = None, run_id: str | None =
 def gpu_board(user, session) -> dict[str, Any]:
     """Leases of running tasks, tasks waiting for GPUs, GPU time of tasks that ended in the last day; tasks of
     DAGs the user cannot read are shown without their names."""
-    import time
-    from datetime import datetime, timedelta, timezone
-
     readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session)
 
     def hide(record: Any, dag_id: str) -> None:
@@ -133,7 +133,7 @@ def gpu_board(user, session) -> dict[str, Any]:
         waiting.append(record)
     waiting.sort(key=lambda r: (-r["priority"], r["since"]))
     ledger = []
-    since = datetime.now(timezone.utc) - timedelta(days=1)
+    since = datetime.now(timezone.utc) - timedelta(seconds=max(WINDOWS.values()))  # the board's longest window
     for value, dag_id, run_id, task_id, map_index, _state, end in _xcoms(session, GPU_TIME_XCOM):
         if end is None or end < since:
             continue

@@ -18,7 +18,6 @@ from airflow_provider_gpusched.operators.slurm import SlurmJobOperator
 
 class _RecordsTrialFailures:
     command: Any
-    operator_extra_links: tuple = ()
 
     def _recording(self, method, context, *args) -> Any:
         try:

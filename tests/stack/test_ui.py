@@ -40,6 +40,20 @@ def browser_page(stack):
         browser.close()
 
 
+def finished_run(stack, dag_id: str) -> str:
+    """Trigger ``dag_id`` and wait until its run succeeded; its run id."""
+    stack.wait_for_dag(dag_id)
+    run_id = stack.trigger(dag_id)
+    assert stack.wait_run(dag_id, run_id, timeout=300) == "success"
+    return run_id
+
+
+def open_page(stack, page, path: str, ready: str) -> None:
+    """Open a UI page and wait until the plugin has rendered ``ready`` (a CSS selector)."""
+    page.goto(f"{stack.url}{path}", wait_until="networkidle")
+    page.wait_for_selector(ready, timeout=60_000)
+
+
 def shot(page, name: str) -> None:
     page.wait_for_timeout(500)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
@@ -50,7 +64,7 @@ def test_gpu_board_shows_the_leases_of_running_tasks(stack, browser_page, out_di
     run_id = stack.trigger("e2e_packing", out=str(out_dir), seconds=45)
     wait_until(lambda: sum(ti["state"] == "running" for ti in stack.task_instances("e2e_packing", run_id)) >= 4,
                timeout=120, what="4 packing trials running")
-    page.goto(f"{stack.url}/plugin/gpusched-gpus", wait_until="networkidle")
+    open_page(stack, page, "/plugin/gpusched-gpus", "[data-testid=gpu-board]")
     # running tasks publish their leases one by one; the page refreshes every 5 s
     page.wait_for_function("document.querySelectorAll('[data-testid=lease]').length >= 4", timeout=60_000)
     board = page.locator("[data-testid=gpu-board]")
@@ -62,21 +76,17 @@ def test_gpu_board_shows_the_leases_of_running_tasks(stack, browser_page, out_di
     assert "e2e_packing › trial[" in text and "GPU time by class" in text
     link = leases.first.locator("a").get_attribute("href")
     assert link.startswith("/dags/e2e_packing/runs/") and "/tasks/trial/mapped/" in link
-    page.goto(f"{stack.url}/", wait_until="networkidle")
-    summary = page.wait_for_selector("[data-testid=gpu-summary]", timeout=60_000)
-    assert re.search(r"\d of 4 in use on 1 host\(s\)", summary.inner_text())
+    open_page(stack, page, "/", "[data-testid=gpu-summary]")
+    assert re.search(r"\d of 4 in use on 1 host\(s\)", page.locator("[data-testid=gpu-summary]").inner_text())
     shot(page, "dashboard")
     stack.wait_run("e2e_packing", run_id, timeout=300)
 
 
 def test_sweeps_tab_shows_counts_leaderboard_and_plots_of_a_finished_sweep(stack, browser_page):
     page = browser_page
-    stack.wait_for_dag("gpusched_sweep_grid")
-    run_id = stack.trigger("gpusched_sweep_grid")
-    assert stack.wait_run("gpusched_sweep_grid", run_id, timeout=300) == "success"
-    page.goto(f"{stack.url}/dags/gpusched_sweep_grid/plugin/gpusched-sweeps?run_id={run_id}",
-              wait_until="networkidle")
-    page.wait_for_selector("[data-testid=leaderboard] tbody tr", timeout=60_000)
+    run_id = finished_run(stack, "gpusched_sweep_grid")
+    open_page(stack, page, f"/dags/gpusched_sweep_grid/plugin/gpusched-sweeps?run_id={run_id}",
+              "[data-testid=leaderboard] tbody tr")
     counts = page.locator("[data-testid=counts]").inner_text()
     assert "defined 4" in counts and "succeeded 4" in counts and "failed 0" in counts
     rows = page.locator("[data-testid=leaderboard] tbody tr")
@@ -90,12 +100,9 @@ def test_sweeps_tab_shows_counts_leaderboard_and_plots_of_a_finished_sweep(stack
 
 def test_slurm_job_tab_shows_array_tasks_state_and_output(stack, browser_page):
     page = browser_page
-    stack.wait_for_dag("gpusched_slurm_array")
-    run_id = stack.trigger("gpusched_slurm_array")
-    assert stack.wait_run("gpusched_slurm_array", run_id, timeout=300) == "success"
-    page.goto(f"{stack.url}/dags/gpusched_slurm_array/runs/{run_id}/tasks/seeds/plugin/gpusched-slurm-job",
-              wait_until="networkidle")
-    page.wait_for_selector("[data-field=state]", timeout=60_000)
+    run_id = finished_run(stack, "gpusched_slurm_array")
+    open_page(stack, page, f"/dags/gpusched_slurm_array/runs/{run_id}/tasks/seeds/plugin/gpusched-slurm-job",
+              "[data-field=state]")
     assert page.locator("[data-field=state]").inner_text().startswith("COMPLETED")
     assert page.locator("[data-field=node]").inner_text() != "–"
     assert page.locator("[data-testid=array-tasks] tbody tr").count() == 4

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested
 from airflow_provider_gpusched.core.sweep.objective import Objective, leaderboard
@@ -79,8 +80,8 @@ def read_plan_record(data: Any, source: str) -> dict:
     objective = data.get("objective")
     if objective is not None:
         try:
-            Objective(**objective) if isinstance(objective, dict) else Objective(None)  # type: ignore[arg-type]
-        except Exception:  # noqa: BLE001 - any malformed objective is refused the same way
+            Objective(**objective)
+        except (TypeError, InvalidArgumentError):  # not a dict, unknown keys, or bad values
             raise bad("objective", "{'metric': name, 'mode': 'maximize'|'minimize'} or null") from None
     if not _int(data.get("defined")) or data["defined"] < 0:
         raise bad("defined", "a count")

@@ -232,7 +232,7 @@ function SweepCard({ sweep, dagId, focus }) {
       sweep.leaderboard.length === 0 ? h("div", { style: S.muted }, "No trial has a score yet.") :
         h(Table, { testid: "leaderboard", head: ["rank", obj.metric, "trial", "parameters", "time", ""],
           rows: sweep.leaderboard.map((r) => ({ cells: [`${r.rank}`, `${r.score}`, `${r.index} ${r.label}`,
-            h("code", { style: { fontSize: "12px" } }, JSON.stringify(r.params)), dur(r.seconds),
+            h("code", { style: { fontSize: "12px", wordBreak: "break-word" } }, JSON.stringify(r.params)), dur(r.seconds),
             r.task_id ? h("a", { href: tiHref(dagId, sweep.run, r.task_id, r.map_index), style: S.a }, "task")
               : h("span", { style: S.muted }, "earlier run")] })) })) : null,
     sweep.truncated ? h("div", { style: S.muted }, `${sweep.truncated} trials are not listed (too many to publish).`) : null,
