@@ -152,7 +152,7 @@ def get_provider_info() -> dict:
                     "sweep_results_root": {
                         "description": "Where sweeps keep trial folders, manifests, leaderboards (a shared file "
                                        "system when trials run on Slurm nodes). Empty: <AIRFLOW_HOME>/gpusched/sweeps.",
-                        "version_added": "0.2.0", "type": "string", "example": "/shared/sweeps", "default": "",
+                        "version_added": "0.1.0", "type": "string", "example": "/shared/sweeps", "default": "",
                     },
                     "job_classes": {
                         "description": "The job-class mapping: a YAML/JSON file path or inline YAML/JSON. It turns "
@@ -161,7 +161,7 @@ def get_provider_info() -> dict:
                                        "preemption policy (grace_period, min_runtime, max_preemptions, backoff, "
                                        "idle_for, max_utilization, max_foreign_memory). Empty: built-in defaults "
                                        "(docs/idle-filling.md).",
-                        "version_added": "0.3.0", "type": "string", "example": "/etc/airflow/gpusched-classes.yaml",
+                        "version_added": "0.1.0", "type": "string", "example": "/etc/airflow/gpusched-classes.yaml",
                         "default": "",
                     },
                     "output_tail_lines": {

@@ -29,6 +29,17 @@ def test_provider_info_matches_airflow_schema():
     assert set(info["config"]["gpusched"]["options"]) >= {"slurm_poll_interval", "slurm_output_dir"}
 
 
+def test_one_version_number_everywhere():
+    """__version__ is the package's version (pyproject reads it), the provider info's newest version, and every
+    option was added in a version the provider info lists."""
+    from airflow_provider_gpusched import __version__
+
+    info = get_provider_info()
+    assert info["versions"][0] == __version__
+    for name, option in info["config"]["gpusched"]["options"].items():
+        assert option["version_added"] in info["versions"], name
+
+
 def test_providers_list_and_hooks_show_the_provider(airflow_db):
     assert "airflow-provider-gpusched" in _airflow("providers", "list")
     hooks = _airflow("providers", "hooks")
