@@ -46,6 +46,13 @@ os.environ["AIRFLOW__GPUSCHED__MIN_DEFERRAL"] = "0"
 os.environ["GPUSCHED_TEST_TRAINER"] = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpointing_trainer.py")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
+if os.environ.get("GPUSCHED_EXPECT_INSTALLED"):  # scripts/test-compat.sh: test the installed wheel, not a checkout
+    import airflow_provider_gpusched
+
+    if "site-packages" not in Path(airflow_provider_gpusched.__file__).parts:
+        raise RuntimeError(f"GPUSCHED_EXPECT_INSTALLED is set but airflow_provider_gpusched was imported from "
+                           f"{airflow_provider_gpusched.__file__}, not from an installed wheel")
+
 
 def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)
