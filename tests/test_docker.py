@@ -59,7 +59,8 @@ def _config(tmp_path, *files, **overrides) -> dict:
     return json.loads(proc.stdout)
 
 
-@pytest.mark.parametrize("dockerfile", ["Dockerfile", "slurm/Dockerfile"])
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "slurm/Dockerfile", "smoke/airflow-base.Dockerfile",
+                                        "smoke/postgres.Dockerfile"])
 def test_hadolint_passes(dockerfile):
     proc = subprocess.run([_tool("hadolint"), str(DOCKER / dockerfile)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,0 +1,86 @@
+"""What goes to PyPI: `python -m build` makes a wheel and an sdist that `twine check` accepts; the sdist carries
+LICENSE and what it takes to run the tests; metadata has what a provider on PyPI has."""
+
+import subprocess
+import sys
+import tarfile
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+import pytest
+
+import airflow_provider_gpusched
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dist")
+    proc = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(REPO)], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    wheels, sdists = list(out.glob("*.whl")), list(out.glob("*.tar.gz"))
+    assert len(wheels) == 1 and len(sdists) == 1, list(out.iterdir())
+    return wheels[0], sdists[0]
+
+
+def test_twine_accepts_both(dist):
+    proc = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", *map(str, dist)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("PASSED") == 2, proc.stdout
+
+
+def test_the_wheel_has_the_license_the_ui_bundle_and_the_entry_points(dist):
+    wheel, _ = dist
+    version = airflow_provider_gpusched.__version__
+    assert wheel.name == f"airflow_provider_gpusched-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        info = f"airflow_provider_gpusched-{version}.dist-info"
+        assert f"{info}/licenses/LICENSE" in names
+        assert "airflow_provider_gpusched/plugins/static/gpusched.js" in names
+        assert not [n for n in names if n.startswith(("tests/", "dags/", "docker/"))]
+        entry_points = zf.read(f"{info}/entry_points.txt").decode()
+        meta = Parser().parsestr(zf.read(f"{info}/METADATA").decode())
+    assert "provider_info = airflow_provider_gpusched.provider_info:get_provider_info" in entry_points
+    assert "gpusched = airflow_provider_gpusched.plugins:GpuschedPlugin" in entry_points
+    assert meta["License-Expression"] == "Apache-2.0"
+    classifiers = meta.get_all("Classifier")
+    for c in ("Framework :: Apache Airflow", "Framework :: Apache Airflow :: Provider", "Development Status :: 4 - Beta",
+              "Programming Language :: Python :: 3.11"):
+        assert c in classifiers
+    assert {u.split(",")[0] for u in meta.get_all("Project-URL")} >= {"Homepage", "Documentation", "Source", "Issues"}
+    assert meta["Keywords"] and "slurm" in meta["Keywords"]
+    requires = meta.get_all("Requires-Dist")
+    assert any(r.startswith("apache-airflow<4,>=3.3.2") or r.startswith("apache-airflow>=3.3.2,<4") for r in requires), \
+        requires
+    assert any(r.startswith("asyncpg") and 'extra == "postgres"' in r for r in requires), requires
+
+
+def test_the_sdist_carries_license_tests_examples_and_docker(dist):
+    _, sdist = dist
+    with tarfile.open(sdist) as tf:
+        names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
+    for path in ("LICENSE", "README.md", "pyproject.toml", "tests/conftest.py", "tests/airflow/test_import_smoke.py",
+                 "dags/slurm_command.py", "scripts/slurm-cluster.sh", "scripts/test-compat.sh", "docker/compose.yaml",
+                 "constraints/airflow-3.3.2.txt", "airflow_provider_gpusched/plugins/static/gpusched.js"):
+        assert path in names, path
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+
+
+def test_python_classifiers_are_the_versions_docs_compatibility_says_were_tested():
+    """Classifiers list only the Python versions the compatibility matrix records as tested."""
+    import re
+
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = {c.rsplit(" ", 1)[1] for c in project["classifiers"] if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)}
+    matrix = (REPO / "docs" / "compatibility.md").read_text()
+    tested = set(re.findall(r"^\| (?:3\.\d+\.\d+) \| (3\.\d+) \|.*\| passed", matrix, re.M))
+    assert declared and declared == tested, (declared, tested)
+    floor = re.search(r"apache-airflow>=([\d.]+)", " ".join(project["dependencies"])).group(1)
+    assert re.search(rf"^\| {re.escape(floor)} \| 3\.\d+ \|.*\| passed", matrix, re.M), f"floor {floor} not tested"
