@@ -21,20 +21,21 @@ from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.callables import callable_arguments
 from airflow_provider_gpusched.core import pyfunc
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.gpu.attempts import (
+    Action,
+    RunResult,
+    WorkProgress,
+    attempt_banner,
+    decide,
+    gpu_descriptions,
+    work_value,
+)
 from airflow_provider_gpusched.core.gpu.board import GPU_TIME_XCOM, LEASE_XCOM, WAIT_XCOM, lease_record, wait_record
 from airflow_provider_gpusched.core.gpu.inventory import GPUInventoryError
 from airflow_provider_gpusched.core.gpu.launch import GPUChild
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
-from airflow_provider_gpusched.core.gpu.preemption import PreemptionHistory
-from airflow_provider_gpusched.core.gpu.runner import (
-    Work,
-    failure_message,
-    gpu_descriptions,
-    relaunch_env,
-    run_attempt,
-    work_value,
-)
+from airflow_provider_gpusched.core.gpu.runner import Work, run_attempt
 from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
 from airflow_provider_gpusched.links import GPULeaseLink, publish_links
 from airflow_provider_gpusched.operators.arguments import check_argument_types
@@ -164,7 +165,7 @@ class LocalGPUOperator(BaseOperator):
     def call_arguments(self, context) -> tuple[list, dict]:
         return callable_arguments(self.python_callable, self.op_args, self.op_kwargs, context, self.log)
 
-    def _work(self, context, attempts: list[dict]) -> Work:
+    def _work(self, context) -> Work:
         run_dir = self._run_dir(context)
         cwd = self.cwd or os.path.join(run_dir, "work")
         checkpoints = os.path.join(run_dir, "checkpoint")  # kept across relaunches within this try
@@ -180,27 +181,26 @@ class LocalGPUOperator(BaseOperator):
     # -- execution -------------------------------------------------------------------------------------
     def execute(self, context) -> Any:
         publish_links(self, context)
-        return self._run(context, self.request, [], PreemptionHistory())
+        return self._run(context, WorkProgress(self.request))
 
     def resume(self, context, event: dict[str, Any]) -> Any:
         state = event["payload"]
         self._waiting_since = state.get("waiting_since")
-        return self._run(context, GPURequest(**state["request"]), state["attempts"],
-                         PreemptionHistory.from_dict(state.get("history")))
+        return self._run(context, WorkProgress.from_dict(state))
 
-    def _wait_for_gpus(self, manager, hook, request: GPURequest, attempts: list[dict], history: PreemptionHistory,
-                       owner: str, why: str, not_before: float | None = None, task_key: str = "") -> None:
+    def _wait_for_gpus(self, manager, hook, progress: WorkProgress, owner: str, why: str,
+                       not_before: float | None = None, task_key: str = "") -> None:
         """Defer (or reschedule) until the request may fit; returns only in blocking mode, after a poll."""
         interval = self.poll_interval or settings.gpu_poll_interval()
         if self.wait_mode == "defer":
+            request = dataclasses.asdict(progress.request)
             self.defer(trigger=GPUAvailableTrigger(
-                request=dataclasses.asdict(request), simulate=hook.simulate or None, state_dir=manager.state_dir,
+                request=request, simulate=hook.simulate or None, state_dir=manager.state_dir,
                 poll_interval=interval, owner=owner, job_class=self.job_class, not_before=not_before,
                 task_key=task_key, fire_after=time.time() + settings.min_deferral(),
-                payload={"request": dataclasses.asdict(request), "attempts": attempts, "history": history.to_dict(),
-                         "waiting_since": self._waiting_since}),
+                payload={**progress.to_dict(), "waiting_since": self._waiting_since}),
                 method_name="resume")
-        if self.wait_mode == "reschedule" and not attempts:  # before the first attempt nothing is lost
+        if self.wait_mode == "reschedule" and not progress.attempts:  # before the first attempt nothing is lost
             from datetime import timedelta
 
             from airflow.sdk import timezone
@@ -226,82 +226,78 @@ class LocalGPUOperator(BaseOperator):
             raise AirflowException(f"{self.task_id}: stopped while idle work was yielding its GPUs")
         return True
 
-    def _run(self, context, request: GPURequest, attempts: list[dict], history: PreemptionHistory) -> Any:
+    def _run(self, context, progress: WorkProgress) -> Any:
+        """The attempt loop (:func:`~airflow_provider_gpusched.core.gpu.attempts.decide` chooses each next
+        step); this operator adds only how to wait: defer, reschedule or block."""
         hook = LocalGPUHook()
         try:
             manager = hook.get_conn()
-            manager.check_possible(request)
+            manager.check_possible(progress.request)
         except (GPUInventoryError, InvalidArgumentError) as exc:
             raise AirflowFailException(f"{self.task_id}: {exc}") from exc  # retrying cannot help
         owner, task_key = self._owner(context), self._task_key(context)
         policy = manager.classes[self.job_class].local
+        sizes = [g.memory_total for g in manager.inventory.gpus()]
         while True:
-            lease, why = manager.try_acquire(request, owner, job_class=self.job_class, priority=self.priority,
-                                             preemptible=history.preemptible(policy), task_key=task_key,
+            lease = self._acquire(context, manager, hook, progress, owner, task_key)
+            log_path = os.path.join(self._run_dir(context), "output.log")
+            try:
+                gpus = gpu_descriptions(lease, manager.inventory)
+                self.log.info("%s; log %s", attempt_banner(progress.next_number, progress.request, lease, gpus,
+                                                           self.job_class), log_path)
+                self._publish_lease(context, lease, manager)
+                work = self._work(context)
+                outcome = run_attempt(manager, lease, work, number=progress.next_number, request=progress.request,
+                                      log_path=log_path, on_line=lambda line: self.log.info("%s", line),
+                                      started=self._started, grace=self.grace_period, stop_event=self._stop,
+                                      extra_env=progress.relaunch_env())
+            finally:
+                self._child = None
+                manager.release(lease)
+            step = decide(progress, outcome, job_class=self.job_class, policy=policy, oom_policy=self.oom_policy,
+                          gpu_sizes=sizes, stopping=self._stop.is_set(), work=work)
+            if step.action is Action.RELAUNCH:
+                self.log.warning("%s; no Airflow retry used", step.message)
+                self._wait_for_gpus(manager, hook, progress, owner, "backoff after a preemption",
+                                    not_before=time.time() + step.wait, task_key=task_key)
+                continue
+            self._waiting_since = None
+            if step.action is Action.RETRY_BIGGER:
+                self.log.warning("%s", step.message)
+                continue
+            self._publish_gpu_time(context, progress)
+            if step.action is Action.SUCCEEDED:
+                self.log.info("%s", step.message)
+                context["ti"].xcom_push(key="gpus_used", value=gpus)
+                try:
+                    value = work_value(work)
+                except GpuschedError as exc:
+                    raise AirflowException(f"{self.task_id}: {exc}") from exc
+                if self.python_callable is not None:
+                    return value
+                return RunResult(0, gpus, progress.attempts, log_path, value, progress.history).to_dict()
+            self.log.error("%s", step.message)
+            raise AirflowException(f"{self.task_id}: {step.message}")
+
+    def _acquire(self, context, manager, hook, progress: WorkProgress, owner: str, task_key: str):
+        """A lease for ``progress.request``, waiting (deferring, rescheduling or blocking) while GPUs are busy."""
+        policy = manager.classes[self.job_class].local
+        while True:
+            lease, why = manager.try_acquire(progress.request, owner, job_class=self.job_class, priority=self.priority,
+                                             preemptible=progress.history.preemptible(policy), task_key=task_key,
                                              grace=self.grace_period)
             if lease is not None:
-                break
+                return lease
             if self._wait_for_yield(manager, owner, why):
                 continue
-            self.log.info("GPUs busy for %s: %s", request.describe(), why)
-            self._publish_wait(context, manager, request, why)
-            self._wait_for_gpus(manager, hook, request, attempts, history, owner, why, task_key=task_key)
-        run_dir = self._run_dir(context)
-        log_path = os.path.join(run_dir, "output.log")
-        try:
-            gpus = gpu_descriptions(lease, manager.inventory)
-            where = ", ".join(f"{g['index']} ({g['uuid']}{', SIMULATED' if g['simulated'] else ''})" for g in gpus)
-            self.log.info("Attempt %d: %s on GPU %s, CUDA_VISIBLE_DEVICES=%s, %s class%s; log %s", len(attempts) + 1,
-                          request.describe(), where, lease.cuda_visible_devices, self.job_class,
-                          " (preemptible)" if lease.preemptible else "", log_path)
-            self._publish_lease(context, lease, manager)
-            work = self._work(context, attempts)
-            outcome = run_attempt(manager, lease, work, number=len(attempts) + 1, request=request,
-                                  log_path=log_path, on_line=lambda line: self.log.info("%s", line),
-                                  started=self._started, grace=self.grace_period, stop_event=self._stop,
-                                  extra_env=relaunch_env(history))
-        finally:
-            self._child = None
-            manager.release(lease)
-        a = outcome.attempt
-        attempts = [*attempts, dataclasses.asdict(a)]
-        line = history.record(a)
-        if a.preempted and not self._stop.is_set():
-            backoff = policy.backoff_for(history.preemptions)
-            self.log.warning("%s; relaunching after %.0fs (no Airflow retry used)%s", line, backoff,
-                             "" if history.preemptible(policy) else "; the next run is not preemptible "
-                             f"(max_preemptions={policy.max_preemptions})")
-            self._wait_for_gpus(manager, hook, request, attempts, history, owner, "backoff after a preemption",
-                                not_before=time.time() + backoff, task_key=task_key)
-            return self._run(context, request, attempts, history)
-        self._waiting_since = None
-        if a.exit_code == 0:
-            self.log.info("%s", history.summary(self.job_class))
-            ti = context["ti"]
-            ti.xcom_push(key="gpus_used", value=gpus)
-            ti.xcom_push(key=GPU_TIME_XCOM, value={"job_class": self.job_class, "time": time.time(),
-                                                   **history.to_dict()})
-            try:
-                value = work_value(work)
-            except GpuschedError as exc:
-                raise AirflowException(f"{self.task_id}: {exc}") from exc
-            if self.python_callable is not None:
-                return value
-            return {"exit_code": 0, "gpus": gpus, "log_path": log_path, "simulated": any(g["simulated"] for g in gpus),
-                    "oom_retries": sum(1 for x in attempts if x["oom"]), "attempts": attempts,
-                    "gpu_time": history.to_dict()}
-        if a.oom and not self._stop.is_set():
-            ooms = sum(1 for x in attempts if x["oom"])
-            bigger = self.oom_policy.escalate(request, ooms, [g.memory_total for g in manager.inventory.gpus()])
-            if bigger is not None:
-                self.log.warning("GPU out of memory with %s (%s): retrying with %s", request.describe(),
-                                 a.oom, bigger.describe())
-                return self._run(context, bigger, attempts, history)
-        message = failure_message(outcome, [x["request"] for x in attempts], work)
-        self.log.error("%s", message)
+            self.log.info("GPUs busy for %s: %s", progress.request.describe(), why)
+            self._publish_wait(context, manager, progress.request, why)
+            self._wait_for_gpus(manager, hook, progress, owner, why, task_key=task_key)
+
+    def _publish_gpu_time(self, context, progress: WorkProgress) -> None:
+        """GPU time used and lost by this try, for the board's per-class totals (XCom ``gpu_time``)."""
         context["ti"].xcom_push(key=GPU_TIME_XCOM, value={"job_class": self.job_class, "time": time.time(),
-                                                          **history.to_dict()})
-        raise AirflowException(f"{self.task_id}: {message}")
+                                                          **progress.history.to_dict()})
 
     def _publish_lease(self, context, lease, manager) -> None:
         """Tell the UI's GPU board (which may run on another host) what this try holds: XCom ``gpusched_lease``."""

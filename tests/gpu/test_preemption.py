@@ -145,7 +145,7 @@ def test_after_max_preemptions_idle_work_finishes(tmp_path, state_dir):
     assert lease is None and "preempting" not in why
     result = idle.join()
     assert result.history.preemptions == 1 and result.exit_code == 0
-    assert any("not preemptible any more" in e for e in idle.events)
+    assert any("the next run is not preemptible" in e for e in idle.events)
 
 
 def test_waiting_normal_work_keeps_new_idle_work_off(state_dir):

@@ -1,10 +1,10 @@
 """Running one piece of work on leased GPUs, with out-of-memory retry.
 
 :func:`run_attempt` runs one child on one lease and reports what happened. :class:`GPUWorkRunner`
-strings attempts together: acquire, run, release; on a GPU OOM escalate the reservation
-(:class:`~airflow_provider_gpusched.core.gpu.oom.OOMRetryPolicy`) and go again. The Airflow operator
-uses :func:`run_attempt` and :meth:`OOMRetryPolicy.escalate` directly, so that it can defer while it
-waits for GPUs; scripts and the benchmark use :class:`GPUWorkRunner`.
+strings attempts together, blocking: acquire, run, release, then
+:func:`~airflow_provider_gpusched.core.gpu.attempts.decide` (relaunch, retry bigger, succeed or fail).
+The Airflow operator runs the same loop with :func:`run_attempt` and ``decide``, but defers while it
+waits for GPUs; scripts, batched sweep trials and the benchmarks use :class:`GPUWorkRunner`.
 """
 
 from __future__ import annotations
@@ -12,17 +12,27 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from airflow_provider_gpusched.core import pyfunc
 from airflow_provider_gpusched.core.errors import GpuschedError
+from airflow_provider_gpusched.core.gpu.attempts import (
+    Action,
+    Attempt,
+    AttemptOutcome,
+    RunResult,
+    WorkProgress,
+    attempt_banner,
+    decide,
+    gpu_descriptions,
+    work_value,
+)
 from airflow_provider_gpusched.core.gpu.inventory import GPUInventory
 from airflow_provider_gpusched.core.gpu.launch import GPUChild, gpu_environment
 from airflow_provider_gpusched.core.gpu.leases import Lease, LeaseManager
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy, find_oom, memory_evidence
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
-from airflow_provider_gpusched.core.gpu.preemption import PreemptionHistory, newest_checkpoint
+from airflow_provider_gpusched.core.gpu.preemption import newest_checkpoint
 
 
 @dataclass
@@ -56,33 +66,6 @@ class Work:
 
             return [self.python or sys.executable, "-m", "airflow_provider_gpusched.core.pyfunc", self.call_dir], False
         return [str(a) for a in self.argv], False
-
-
-@dataclass
-class Attempt:
-    number: int
-    request: str
-    gpus: list[int]
-    exit_code: int | None
-    oom: str | None
-    seconds: float
-    stopped: bool = False
-    preempted: str | None = None  # why the attempt was stopped to give its GPUs back
-    gpu_seconds: float = 0.0
-    lost_gpu_seconds: float = 0.0
-
-
-@dataclass
-class AttemptOutcome:
-    attempt: Attempt
-    lease: Lease
-    tail: list[str]
-
-
-def gpu_descriptions(lease: Lease, inventory: GPUInventory) -> list[dict]:
-    names = {g.index: g.name for g in inventory.gpus()}
-    return [{"index": i, "uuid": u, "name": names.get(i, ""), "simulated": lease.simulated,
-             "memory_reserved": lease.memory.get(i)} for i, u in zip(lease.gpus, lease.uuids)]
 
 
 class MemorySampler:
@@ -195,51 +178,6 @@ class GPUWorkFailed(GpuschedError):
         self.oom = oom
 
 
-@dataclass
-class RunResult:
-    exit_code: int
-    gpus: list[dict]
-    attempts: list[Attempt]
-    log_path: str
-    value: object = None
-    history: PreemptionHistory = field(default_factory=PreemptionHistory)
-
-    @property
-    def oom_retries(self) -> int:
-        return sum(1 for a in self.attempts if a.oom)
-
-    def to_dict(self) -> dict:
-        return {"exit_code": self.exit_code, "gpus": self.gpus, "log_path": self.log_path,
-                "oom_retries": self.oom_retries, "attempts": [asdict(a) for a in self.attempts],
-                "gpu_time": self.history.to_dict()}
-
-
-def failure_message(outcome: AttemptOutcome, requests: list[str], work: Work) -> str:
-    """Why the work failed, for people: the callable's exception with its traceback, or the GPU OOM and
-    every reservation tried (``requests``), or the exit code; then the last lines of output."""
-    a = outcome.attempt
-    if work.call_dir:
-        error = pyfunc.read_outcome(work.call_dir).error
-        if error is not None:
-            return f"{error} on GPU(s) {a.gpus}\n--- remote traceback ---\n{error.remote_traceback}"
-    if a.oom:
-        what = f"GPU out of memory after {len(requests)} attempt(s) ({', '.join(requests)}): {a.oom}"
-    else:
-        what = f"exit code {a.exit_code}"
-    tail = "\n".join(outcome.tail[-20:])
-    return f"work on GPU(s) {a.gpus} failed: {what}\n--- last lines of output ---\n{tail}"
-
-
-def work_value(work: Work) -> object:
-    """What a successful attempt produced: the callable's return value (None for programs)."""
-    if not work.call_dir:
-        return None
-    outcome = pyfunc.read_outcome(work.call_dir)
-    if not outcome.finished:
-        raise GpuschedError(f"the callable exited 0 but left no result in {work.call_dir}")
-    return outcome.value
-
-
 class GPUWorkRunner:
     """Acquire, run, release, and retry GPU OOMs with a bigger reservation (blocking)."""
 
@@ -267,51 +205,29 @@ class GPUWorkRunner:
         self.manager.check_possible(request)
         sizes = [g.memory_total for g in self.manager.inventory.gpus()]
         policy = self.manager.classes[self.job_class].local
-        attempts: list[Attempt] = []
-        history = PreemptionHistory()
-        ooms = 0
+        progress = WorkProgress(request)
         while True:
-            lease = self.manager.acquire(request, self.owner, timeout=acquire_timeout, poll_interval=self.poll_interval,
-                                         job_class=self.job_class, priority=self.priority,
-                                         preemptible=history.preemptible(policy),
+            lease = self.manager.acquire(progress.request, self.owner, timeout=acquire_timeout,
+                                         poll_interval=self.poll_interval, job_class=self.job_class,
+                                         priority=self.priority, preemptible=progress.history.preemptible(policy),
                                          on_wait=lambda why: self.on_event(f"waiting for GPUs: {why}"))
             try:
-                self.on_event(f"attempt {len(attempts) + 1}: {request.describe()} on GPU(s) {lease.gpus} "
-                              f"(CUDA_VISIBLE_DEVICES={lease.cuda_visible_devices})")
-                outcome = run_attempt(self.manager, lease, work, number=len(attempts) + 1, request=request,
+                gpus = gpu_descriptions(lease, self.manager.inventory)
+                self.on_event(attempt_banner(progress.next_number, progress.request, lease, gpus, self.job_class))
+                outcome = run_attempt(self.manager, lease, work, number=progress.next_number, request=progress.request,
                                       log_path=log_path, on_line=self.on_line, grace=self.grace,
                                       stop_event=self.stop_event, sample_interval=self.sample_interval,
-                                      yield_interval=self.yield_interval,
-                                      extra_env=relaunch_env(history))
-                gpus = gpu_descriptions(lease, self.manager.inventory)
+                                      yield_interval=self.yield_interval, extra_env=progress.relaunch_env())
             finally:
                 self.manager.release(lease)
-            a = outcome.attempt
-            attempts.append(a)
-            line = history.record(a)
-            if a.preempted and not self.stop_event.is_set():
-                wait = policy.backoff_for(history.preemptions)
-                self.on_event(f"{line}; relaunching after {wait:.1f}s"
-                              + ("" if history.preemptible(policy) else " (not preemptible any more)"))
-                if self.stop_event.wait(wait):
-                    raise GPUWorkFailed("stopped while waiting to relaunch after a preemption", attempts,
+            step = decide(progress, outcome, job_class=self.job_class, policy=policy, oom_policy=self.oom_policy,
+                          gpu_sizes=sizes, stopping=self.stop_event.is_set(), work=work)
+            self.on_event(step.message)
+            if step.action is Action.RELAUNCH:
+                if self.stop_event.wait(step.wait):
+                    raise GPUWorkFailed("stopped while waiting to relaunch after a preemption", progress.attempts,
                                         outcome.tail, False)
-                continue
-            if a.exit_code == 0:
-                self.on_event(history.summary(self.job_class))
-                return RunResult(0, gpus, attempts, log_path, work_value(work), history)
-            if a.oom and not self.stop_event.is_set():
-                ooms += 1
-                bigger = self.oom_policy.escalate(request, ooms, sizes)
-                if bigger is not None:
-                    self.on_event(f"GPU out of memory with {request.describe()} ({a.oom}); "
-                                  f"retrying with {bigger.describe()}")
-                    request = bigger
-                    continue
-            raise GPUWorkFailed(failure_message(outcome, [x.request for x in attempts], work), attempts, outcome.tail,
-                                bool(a.oom))
-
-
-def relaunch_env(history: PreemptionHistory) -> dict[str, str]:
-    """What a relaunched child is told: how often it was preempted (resume from its checkpoint if > 0)."""
-    return {"GPUSCHED_PREEMPTIONS": str(history.preemptions)}
+            elif step.action is Action.SUCCEEDED:
+                return RunResult(0, gpus, progress.attempts, log_path, work_value(work), progress.history)
+            elif step.action is Action.FAILED:
+                raise GPUWorkFailed(step.message, progress.attempts, outcome.tail, bool(outcome.attempt.oom))
