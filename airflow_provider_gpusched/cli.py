@@ -55,10 +55,10 @@ def _gpus(args) -> int:
     import os
     import time
 
+    from airflow_provider_gpusched.core.gpu.accounting import accounting_totals
     from airflow_provider_gpusched.core.gpu.inventory import get_inventory
     from airflow_provider_gpusched.core.gpu.leases import LeaseManager
     from airflow_provider_gpusched.core.gpu.placement import gpu_usage
-    from airflow_provider_gpusched.core.gpu.preemption import accounting_records, accounting_totals
     from airflow_provider_gpusched.core.units import format_bytes
 
     simulate = args.simulate or os.environ.get("AIRFLOW__GPUSCHED__SIMULATE_GPUS") or None
@@ -69,10 +69,10 @@ def _gpus(args) -> int:
         raise GpuschedError(f"--state-dir {args.state_dir}: {what}")
     manager = LeaseManager(inventory, state_dir)
     gpus, leases = manager.snapshot()
-    yielding = {lease.lease_id: manager.yield_request(lease.lease_id) for lease in leases}
+    yielding = {lease.lease_id: manager.yields.request_for(lease.lease_id) for lease in leases}
     yielding = {k: v for k, v in yielding.items() if v}
-    waiting = manager.waiting()
-    totals = accounting_totals(accounting_records(manager.state_dir))
+    waiting = manager.yields.waiting()
+    totals = accounting_totals(manager.ledger.records())
     usage = gpu_usage(gpus, [lease.view() for lease in leases])
     if args.json:
         driver = manager.inventory.driver_version() if manager.inventory.source == "nvml" else None

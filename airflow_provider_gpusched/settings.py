@@ -57,7 +57,7 @@ def gpu_state_dir_shared() -> bool:
     """The lease directory is a group directory several users share on purpose (see docs/local-gpus.md)."""
     if conf.has_option(SECTION, "gpu_state_dir_shared"):
         return conf.getboolean(SECTION, "gpu_state_dir_shared", fallback=False)
-    from airflow_provider_gpusched.core.gpu.leases import shared_from_env
+    from airflow_provider_gpusched.core.gpu.lease_store import shared_from_env
 
     return shared_from_env()
 

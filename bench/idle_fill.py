@@ -32,7 +32,6 @@ import time
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
-from airflow_provider_gpusched.core.gpu.preemption import accounting_records
 from airflow_provider_gpusched.core.gpu.runner import GPUWorkFailed, GPUWorkRunner, Work
 from airflow_provider_gpusched.core.job_classes import JobClassMapping
 
@@ -119,7 +118,7 @@ def run(mode: str, jobs, seconds: float, fillers: int, filler_steps: int) -> dic
         stop.set()
         for t in threads[len(jobs):]:
             t.join(timeout=10)
-        records = accounting_records(manager.state_dir)
+        records = manager.ledger.records()
     held = sum(r["gpu_seconds"] for r in records)
     lost = sum(r["lost_gpu_seconds"] for r in records)
     capacity = GPUS * elapsed

@@ -37,8 +37,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from local_gpu_launcher import run_layout  # noqa: E402
 
+from airflow_provider_gpusched.core.gpu.accounting import GPUTimeLedger  # noqa: E402
 from airflow_provider_gpusched.core.gpu.placement import GPURequest  # noqa: E402
-from airflow_provider_gpusched.core.gpu.preemption import accounting_records  # noqa: E402
 from tests.stack.client import Stack, StackConfig  # noqa: E402
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
@@ -140,7 +140,7 @@ def idle_filling(stack: Stack) -> dict:
     tis = stack.task_instances("bench_fillers", fill)
     window = max(timestamp(t["end_date"]) for t in tis) - min(timestamp(t["start_date"]) for t in tis)
     start = min(timestamp(t["start_date"]) for t in tis)
-    records = [r for r in accounting_records(str(stack.lease_dir)) if r.get("time", 0) >= t0]
+    records = [r for r in GPUTimeLedger(str(stack.lease_dir)).records() if r.get("time", 0) >= t0]
     used = sum(r.get("gpu_seconds", 0) for r in records if r.get("time", 0) >= start)
     return {"empty": empty, "busy": busy, "utilisation": used / (SLOTS * window), "window": window,
             "preemptions": sum(1 for r in records if r.get("preempted")),

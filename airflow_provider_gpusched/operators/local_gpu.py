@@ -215,10 +215,13 @@ class LocalGPUOperator(BaseOperator):
         """Idle work was asked to give up the GPUs for this request: it goes within its grace period, so wait
         here (a deferral would cost a task restart and could fire too soon for Airflow, see
         triggers/deferral.py). True to look again; False once nothing yields or the wait took too long."""
-        if self.wait_mode == "reschedule" or not manager.yields_asked_by(owner):
+        if self.wait_mode == "reschedule":
+            return False
+        yielding = manager.yielding_to(owner)
+        if not yielding:
             return False
         if self._yield_deadline is None:
-            self._yield_deadline = time.monotonic() + manager.classes["idle"].local.grace_period + 10
+            self._yield_deadline = time.monotonic() + manager.yield_grace(yielding) + 10
             self.log.info("Idle work is yielding its GPUs to this task; waiting for it: %s", why)
         if time.monotonic() > self._yield_deadline:
             return False

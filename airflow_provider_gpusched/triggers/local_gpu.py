@@ -54,7 +54,7 @@ class GPUAvailableTrigger(BaseTrigger):
             await asyncio.sleep(self.not_before - time.time())
         last = None
         while True:  # a normal request that does not fit asks idle leases to yield (see LeaseManager)
-            why = await asyncio.to_thread(manager.why_not, request, self.owner, job_class=self.job_class,
+            why = await asyncio.to_thread(manager.hold_place, request, self.owner, job_class=self.job_class,
                                           task_key=self.task_key)
             if not why and self.fire_after is not None and self.fire_after > time.time():
                 await hold_until(self.fire_after)  # then look again: the GPUs may have gone meanwhile

@@ -9,7 +9,7 @@ from airflow_provider_gpusched.core.gpu.attempts import (
     WorkProgress,
     decide,
 )
-from airflow_provider_gpusched.core.gpu.leases import Lease
+from airflow_provider_gpusched.core.gpu.lease_store import Lease
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.gpu.runner import Work

@@ -39,9 +39,9 @@ def test_gpus_without_nvml_or_simulation_is_a_clear_error(state_dir):
 def test_gpus_shows_preemptible_yielding_waiting_and_gpu_time(manager, state_dir):
     idle, _ = manager.try_acquire(GPURequest(gpus=4), "nas.search[0]", job_class="idle")
     assert manager.try_acquire(GPURequest(gpus=2), "train.main")[0] is None  # asks the idle lease to yield
-    manager.account({"owner": "nas.search[0]", "job_class": "idle", "gpu_seconds": 400.0, "preempted": "x",
+    manager.ledger.append({"owner": "nas.search[0]", "job_class": "idle", "gpu_seconds": 400.0, "preempted": "x",
                      "lost_gpu_seconds": 12.5})
-    manager.account({"owner": "train.main", "job_class": "normal", "gpu_seconds": 80.0, "preempted": None})
+    manager.ledger.append({"owner": "train.main", "job_class": "normal", "gpu_seconds": 80.0, "preempted": None})
     out = gpusched("gpus", "--simulate", "4x24GiB", "--state-dir", state_dir)
     assert out.returncode == 0, out.stderr
     assert "nas.search[0]  [yielding to train.main]" in out.stdout

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_gpusched.core.gpu.accounting import GPUTimeLedger, accounting_totals
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.placement import GPURequest, LeaseView
-from airflow_provider_gpusched.core.gpu.preemption import accounting_records, accounting_totals, choose_victims
 from airflow_provider_gpusched.core.gpu.runner import GPUWorkRunner, Work
+from airflow_provider_gpusched.core.gpu.yielding import choose_victims
 from airflow_provider_gpusched.core.job_classes import JobClassMapping
 
 TRAINER = Path(__file__).resolve().parents[1] / "checkpointing_trainer.py"
@@ -95,7 +96,7 @@ def test_normal_work_preempts_idle_within_grace_and_idle_resumes_from_checkpoint
     assert h.gpu_seconds == pytest.approx(4 * sum(a.seconds for a in result.attempts), rel=1e-6)
     assert 0 < h.lost_gpu_seconds <= 4 * 0.8
     assert any("preempted at" in e and "relaunching after 0.2s" in e for e in idle.events)
-    totals = accounting_totals(accounting_records(state_dir))
+    totals = accounting_totals(GPUTimeLedger(state_dir).records())
     assert totals["idle"]["preemptions"] == 1 and totals["idle"]["attempts"] == 2
     assert totals["idle"]["lost_gpu_seconds"] == pytest.approx(h.lost_gpu_seconds)
 
@@ -112,7 +113,7 @@ def test_work_without_checkpoints_loses_the_whole_attempt(tmp_path, state_dir):
     with pytest.raises(Exception, match="stopped while waiting to relaunch"):
         idle.join()
     manager.release(lease)
-    record = [r for r in accounting_records(state_dir) if r["job_class"] == "idle"][0]
+    record = [r for r in GPUTimeLedger(state_dir).records() if r["job_class"] == "idle"][0]
     assert record["preempted"] == "preempted for urgent"
     assert record["lost_gpu_seconds"] == pytest.approx(record["gpu_seconds"], abs=2 * 0.3)  # SIGTERM kills sleep at once
 
@@ -220,3 +221,42 @@ def test_choose_victims_takes_the_fewest_lowest_priority_youngest():
     assert sorted(choose_victims(GPURequest(gpus=2), gpus, views, cands)) == ["a", "b"]
     assert choose_victims(GPURequest(gpu_memory="20GiB"), gpus, views, cands) == ["b"]
     assert choose_victims(GPURequest(gpus=4), gpus, views, cands[:3]) is None  # d is not a candidate
+
+
+def _files(state_dir):
+    import os
+
+    return {name: os.stat(os.path.join(state_dir, name)).st_mtime_ns for name in os.listdir(state_dir)}
+
+
+def test_why_not_only_looks_and_hold_place_claims(state_dir):
+    """A question writes nothing; a waiting task's poll marks it waiting and asks the idle lease to yield."""
+    manager = make_manager(state_dir)
+    idle, _ = manager.try_acquire(GPURequest(gpus=4), "idle-fill", job_class="idle")
+    before = _files(state_dir)
+    why = manager.why_not(GPURequest(gpus=2), "urgent", task_key="t.urgent")
+    assert "GPU" in why and "preempting" not in why
+    assert _files(state_dir) == before and manager.yields.waiting() == []
+    assert manager.yielding_to("urgent") == []
+    why = manager.hold_place(GPURequest(gpus=2), "urgent", task_key="t.urgent")
+    assert f"preempting idle lease(s) {idle.lease_id}" in why
+    assert [w["owner"] for w in manager.yields.waiting()] == ["urgent"]
+    assert [lease.lease_id for lease in manager.yielding_to("urgent")] == [idle.lease_id]
+    assert manager.yield_grace(manager.yielding_to("urgent")) == 3  # the idle class's grace_period
+    assert manager.yield_reason(idle) == "preempted for urgent"
+    manager.release(idle)
+
+
+def test_fill_in_rules_follow_the_class_policy_not_its_name(state_dir):
+    """An 'idle' class configured as not preemptible is ordinary work: it does not wait behind waiting normal
+    work or for quiet GPUs, and normal work cannot preempt it."""
+    manager = make_manager(state_dir, preemptible=False, idle_for=3600)
+    manager.yields.mark_waiting("someone else")
+    lease, why = manager.try_acquire(GPURequest(gpus=4), "filler", job_class="idle")
+    assert lease is not None and not lease.preemptible, why
+    why = manager.hold_place(GPURequest(gpus=1), "urgent")
+    assert "preempting" not in why and manager.yielding_to("urgent") == []
+    manager.release(lease)
+    fill_in = make_manager(state_dir, idle_for=3600)  # the default: preemptible, waits for quiet GPUs
+    lease, why = fill_in.try_acquire(GPURequest(gpus=1), "filler", job_class="idle")
+    assert lease is None and "normal work is waiting" in why

@@ -8,7 +8,8 @@ import stat
 import pytest
 
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
-from airflow_provider_gpusched.core.gpu.leases import LeaseManager, default_state_dir
+from airflow_provider_gpusched.core.gpu.lease_store import default_state_dir
+from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.safe_files import UnsafePathError
 from tests.gpu.test_cli import gpusched
@@ -80,7 +81,7 @@ def test_files_are_private_and_links_in_the_directory_are_never_written_through(
     victim.write_text("untouched\n")
     os.symlink(victim, os.path.join(m.state_dir, "accounting.jsonl"))
     with pytest.raises(OSError):
-        m.account({"job_class": "normal", "gpu_seconds": 1.0})
+        m.ledger.append({"job_class": "normal", "gpu_seconds": 1.0})
     os.remove(os.path.join(m.state_dir, "alloc.lock"))
     os.symlink(victim, os.path.join(m.state_dir, "alloc.lock"))
     with pytest.raises(OSError):
@@ -134,14 +135,14 @@ def test_bad_waiting_marks_and_yield_requests_do_not_crash(tmp_path):
                           ("activity.json", '{"0": "x"}')):
         with open(os.path.join(m.state_dir, name), "w") as fh:
             fh.write(content)
-    assert m.waiting() == []
+    assert m.yields.waiting() == []
     lease, _ = m.try_acquire(GPURequest(), "a")
     with open(os.path.join(m.state_dir, lease.lease_id + ".preempt"), "w") as fh:
         fh.write("not json")
-    assert m.yield_request(lease.lease_id) is None
+    assert m.yields.request_for(lease.lease_id) is None
     with open(os.path.join(m.state_dir, "accounting.jsonl"), "w") as fh:
         fh.write('{"job_class": "normal", "gpu_seconds": "lots"}\nnot json\n[]\n'
                  '{"job_class": "idle", "gpu_seconds": 2.5}\n')
-    from airflow_provider_gpusched.core.gpu.preemption import accounting_records, accounting_totals
-    assert accounting_totals(accounting_records(m.state_dir))["idle"]["gpu_seconds"] == 2.5
+    from airflow_provider_gpusched.core.gpu.accounting import accounting_totals
+    assert accounting_totals(m.ledger.records())["idle"]["gpu_seconds"] == 2.5
     m.release(lease)

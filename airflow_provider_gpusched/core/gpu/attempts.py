@@ -21,11 +21,11 @@ from typing import Any, Sequence
 
 from airflow_provider_gpusched.core import pyfunc
 from airflow_provider_gpusched.core.errors import GpuschedError
+from airflow_provider_gpusched.core.gpu.accounting import PreemptionHistory
 from airflow_provider_gpusched.core.gpu.inventory import GPUInventory
-from airflow_provider_gpusched.core.gpu.leases import Lease
+from airflow_provider_gpusched.core.gpu.lease_store import Lease
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
-from airflow_provider_gpusched.core.gpu.preemption import PreemptionHistory
 from airflow_provider_gpusched.core.job_classes import LocalClassPolicy
 
 

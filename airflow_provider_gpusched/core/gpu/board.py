@@ -12,8 +12,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
+from airflow_provider_gpusched.core.gpu.accounting import accounting_totals
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
-from airflow_provider_gpusched.core.gpu.preemption import accounting_totals
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 
 WINDOWS = {"hour": 3600.0, "day": 86400.0}

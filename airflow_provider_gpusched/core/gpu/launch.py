@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Callable, Mapping, Sequence
 
-from airflow_provider_gpusched.core.gpu.leases import Lease
+from airflow_provider_gpusched.core.gpu.lease_store import Lease
 
 #: Framework settings that make packing several processes on one GPU work (each only where unset).
 SHARED_GPU_ENV = {

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from airflow_provider_gpusched.core.errors import GpuschedError
+from airflow_provider_gpusched.core.gpu.accounting import newest_checkpoint
 from airflow_provider_gpusched.core.gpu.attempts import (
     Action,
     Attempt,
@@ -29,10 +30,10 @@ from airflow_provider_gpusched.core.gpu.attempts import (
 )
 from airflow_provider_gpusched.core.gpu.inventory import GPUInventory
 from airflow_provider_gpusched.core.gpu.launch import GPUChild, gpu_environment
-from airflow_provider_gpusched.core.gpu.leases import Lease, LeaseManager
+from airflow_provider_gpusched.core.gpu.lease_store import Lease
+from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy, find_oom, memory_evidence
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
-from airflow_provider_gpusched.core.gpu.preemption import newest_checkpoint
 
 
 @dataclass
@@ -164,7 +165,7 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
     attempt = Attempt(number=number, request=request.describe(), gpus=list(lease.gpus), exit_code=code, oom=oom,
                       seconds=seconds, stopped=child.stopped_by_us, preempted=preempted,
                       gpu_seconds=round(len(lease.gpus) * seconds, 3), lost_gpu_seconds=lost)
-    manager.account({"owner": lease.owner, "job_class": lease.job_class, "gpus": list(lease.gpus),
+    manager.ledger.append({"owner": lease.owner, "job_class": lease.job_class, "gpus": list(lease.gpus),
                      "seconds": seconds, "gpu_seconds": attempt.gpu_seconds, "preempted": preempted,
                      "lost_gpu_seconds": lost, "exit_code": code, "simulated": lease.simulated})
     return AttemptOutcome(attempt, lease, list(child.tail))

@@ -1,0 +1,357 @@
+"""GPU lease files shared by every process on a host, safe against crashes.
+
+A lease is two files in the state directory: ``<id>.json`` (what it holds) and ``<id>.lock``, on which
+the holder keeps an exclusive ``flock`` for as long as it lives. The kernel drops that lock when the last
+process holding the file descriptor exits — also on SIGKILL — so a dead holder's lease is recognised
+(the lock can be taken) and removed by the next process that looks, with no cleanup daemon. The launcher
+passes the descriptor to the GPU child as well: the lease lasts while the task *or* its child lives, so
+a crashed Airflow worker does not hand out a GPU that its orphaned child still uses. Such an orphan (its
+holder is dead, its child alive) is stopped by the next process that tidies the leases: SIGTERM to the
+child's process group, SIGKILL after the lease's grace period; nobody is left to collect its result.
+
+:class:`LeaseStore` is that directory: the allocation lock (``alloc.lock``, under which every allocation
+decision happens), the live leases, writing and releasing them. Who gets which GPUs is decided in
+:mod:`~airflow_provider_gpusched.core.gpu.leases`; idle work giving GPUs back in
+:mod:`~airflow_provider_gpusched.core.gpu.yielding`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import re
+import signal
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterator
+
+from airflow_provider_gpusched.core.errors import GpuschedError
+from airflow_provider_gpusched.core.gpu.inventory import GPUInfo, GPUInventory
+from airflow_provider_gpusched.core.gpu.placement import LeaseView, Placement
+from airflow_provider_gpusched.core.safe_files import (
+    BadRecordError,
+    ensure_private_dir,
+    is_number,
+    open_regular,
+    read_json_record,
+    write_json_atomic,
+)
+
+STATE_DIR_ENV = "GPUSCHED_STATE_DIR"
+SHARED_ENV = "GPUSCHED_STATE_DIR_SHARED"
+
+
+def default_state_dir() -> str:
+    """``$GPUSCHED_STATE_DIR``, else a directory of this user's own (``<tmp>/gpusched-<uid>``): a fixed name
+    in a world-writable place could be created first by another user."""
+    return os.environ.get(STATE_DIR_ENV) or os.path.join(tempfile.gettempdir(), f"gpusched-{os.geteuid()}")
+
+
+def shared_from_env() -> bool:
+    return os.environ.get(SHARED_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass
+class Lease:
+    lease_id: str
+    gpus: list[int]
+    uuids: list[str]
+    memory: dict[int, int]
+    whole: bool
+    owner: str
+    pid: int
+    job_class: str = "normal"
+    priority: int = 0
+    created: float = field(default_factory=time.time)
+    simulated: bool = False
+    preemptible: bool = False
+    min_runtime: float = 0.0
+    child_pids: list[int] = field(default_factory=list)
+    task_key: str = ""       # the task (not the try) this lease runs for: one copy per task at a time
+    pid_started: float = 0.0  # the holder's start time: a reused pid is not mistaken for the holder
+    grace: float = 10.0       # seconds between SIGTERM and SIGKILL when its child is stopped
+    orphaned_at: float = 0.0  # when its holder was found dead with the child still running (not stored)
+    unreadable: str = ""  # why the lease file could not be read (its GPUs then count as taken)
+    fd: int | None = field(default=None, repr=False, compare=False)
+    path: str | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def cuda_visible_devices(self) -> str:
+        return ",".join(str(i) for i in self.gpus)
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data.pop("fd")
+        data.pop("path")
+        data["memory"] = {str(k): v for k, v in self.memory.items()}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "lease") -> Lease:
+        """A lease read back from disk, every field checked: :class:`BadRecordError` names the file and key."""
+        if not isinstance(data, dict):
+            raise BadRecordError(f"{source}: expected a JSON object, got {type(data).__name__}")
+
+        def bad(key: str, expected: str) -> BadRecordError:
+            return BadRecordError(f"{source}: key {key!r}: expected {expected}, got {data.get(key)!r:.80}")
+
+        for key, check, expected in _LEASE_FIELDS:
+            if key in data and not check(data[key]):
+                raise bad(key, expected)
+            if key not in data and key in _REQUIRED:
+                raise BadRecordError(f"{source}: key {key!r} is missing")
+        memory = data["memory"]
+        if not all(isinstance(k, str) and k.isdigit() and _is_int(v) and v >= 0 for k, v in memory.items()):
+            raise bad("memory", "an object of GPU index -> reserved bytes")
+        values = {k: v for k, v in data.items()
+                  if k in cls.__dataclass_fields__ and k not in ("fd", "path", "orphaned_at", "unreadable")}
+        values["memory"] = {int(k): int(v) for k, v in memory.items()}
+        return cls(**values)
+
+    def view(self, with_pids: bool = True) -> LeaseView:
+        """What placement needs; ``with_pids`` walks the process tree (only needed when GPUs list processes)."""
+        pids = _family({self.pid, *self.child_pids}) if with_pids else set()
+        return LeaseView(memory=self.memory, whole=self.whole, pids=pids)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int_list(value: Any) -> bool:
+    return isinstance(value, list) and all(_is_int(v) and v >= 0 for v in value)
+
+
+_LEASE_FIELDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("lease_id", lambda v: isinstance(v, str) and bool(re.fullmatch(r"[0-9a-f]{16}", v)), "16 hex digits"),
+    ("gpus", _int_list, "a list of GPU indices"),
+    ("uuids", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of GPU UUIDs"),
+    ("memory", lambda v: isinstance(v, dict), "an object of GPU index -> reserved bytes"),
+    ("whole", lambda v: isinstance(v, bool), "true or false"),
+    ("owner", lambda v: isinstance(v, str), "a string"),
+    ("pid", lambda v: _is_int(v) and v > 0, "a process id"),
+    ("job_class", lambda v: isinstance(v, str), "a job class name"),
+    ("priority", _is_int, "a whole number"),
+    ("created", is_number, "a time stamp"),
+    ("simulated", lambda v: isinstance(v, bool), "true or false"),
+    ("preemptible", lambda v: isinstance(v, bool), "true or false"),
+    ("min_runtime", is_number, "seconds"),
+    ("child_pids", _int_list, "a list of process ids"),
+    ("task_key", lambda v: isinstance(v, str), "a string"),
+    ("pid_started", is_number, "a time stamp"),
+    ("grace", lambda v: is_number(v) and v >= 0, "seconds (>= 0)"),
+)
+_REQUIRED = frozenset({"lease_id", "gpus", "uuids", "memory", "whole", "owner", "pid"})
+
+
+def _started_at(pid: int) -> float:
+    """The start time of process ``pid`` (0.0 when it does not exist)."""
+    try:
+        import psutil
+
+        return psutil.Process(pid).create_time()
+    except Exception:  # noqa: BLE001 - gone, or no psutil
+        return 0.0
+
+
+def _holder_alive(lease: Lease) -> bool:
+    """Whether the process that took ``lease`` still runs (the same process, not a later one with its pid)."""
+    started = _started_at(lease.pid)
+    if not started:
+        return False
+    return not lease.pid_started or abs(started - lease.pid_started) < 1.0
+
+
+def _signal_family(pids: list[int], sig: int) -> None:
+    """``sig`` to each child's process group (the launcher starts each in its own) and all descendants."""
+    for pid in _family(set(pids)):
+        for kill in (os.killpg, os.kill):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                kill(pid, sig)
+
+
+def _family(pids: set[int]) -> set[int]:
+    """The pids and all their descendants (the processes that belong to a lease)."""
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover
+        return set(pids)
+    family = set(pids)
+    for pid in pids:
+        try:
+            family.update(c.pid for c in psutil.Process(pid).children(recursive=True))
+        except psutil.Error:
+            pass
+    return family
+
+
+
+LEASE_FILE = re.compile(r"^[0-9a-f]{16}\.json$")
+
+
+class LeaseStore:
+    """The lease files in ``state_dir`` (this user's own, or a group directory set up for several users
+    when ``shared``)."""
+
+    def __init__(self, inventory: GPUInventory, state_dir: str | None = None, shared: bool | None = None) -> None:
+        self.inventory = inventory
+        self.shared = shared_from_env() if shared is None else shared
+        self.state_dir = ensure_private_dir(state_dir or default_state_dir(), shared=self.shared,
+                                            what="GPU lease directory")
+        self.file_mode = 0o660 if self.shared else 0o600
+        #: lease files of live holders that could not be read (their GPUs count as taken): ``[(file, why)]``
+        self.unreadable: list[tuple[str, str]] = []
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.state_dir, name)
+
+    @contextlib.contextmanager
+    def allocation_lock(self) -> Iterator[None]:
+        fd = open_regular(self.path("alloc.lock"), os.O_CREAT | os.O_RDWR, self.file_mode)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    @staticmethod
+    def _is_held(lock_path: str) -> bool:
+        try:
+            fd = open_regular(lock_path, os.O_RDWR)
+        except FileNotFoundError:
+            return False
+        except (OSError, GpuschedError):  # a link or something else planted there: not a holder's lock
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return True
+            raise
+        finally:
+            os.close(fd)
+        return False
+
+    def exists(self, lease_id: str) -> bool:
+        return os.path.exists(self.path(lease_id + ".json"))
+
+    def live(self, gpus: list[GPUInfo] | None = None, *, tidy: bool = True) -> list[Lease]:
+        """Leases whose holder is alive (the caller holds the allocation lock). With ``tidy`` the dead ones'
+        files are removed and orphaned children are stopped; without it nothing is written or signalled. A
+        live holder's lease file that cannot be read never counts as free capacity: it is returned as an
+        ``unreadable`` lease holding the GPUs it names (all GPUs when it names none) whole."""
+        leases = []
+        unreadable = []
+        for name in sorted(os.listdir(self.state_dir)):
+            if not LEASE_FILE.match(name):  # not waiting-*.json, activity.json, ...
+                continue
+            path = self.path(name)
+            lock_path = path[:-5] + ".lock"
+            if not self._is_held(lock_path):
+                if tidy:
+                    for p in (path, lock_path, path[:-5] + ".preempt", path[:-5] + ".orphan"):
+                        with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                            os.remove(p)
+                continue
+            data: Any = None
+            try:
+                data = read_json_record(path)
+                lease = Lease.from_dict(data, source=path)
+                if lease.lease_id != name[:-5]:
+                    raise BadRecordError(f"{path}: key 'lease_id': {lease.lease_id!r} does not match the file name")
+            except FileNotFoundError:
+                continue
+            except BadRecordError as exc:
+                if gpus is None:
+                    gpus = self.inventory.gpus()
+                lease = _unreadable_lease(name[:-5], data, gpus, str(exc))
+                unreadable.append((path, str(exc)))
+            lease.path = path
+            if tidy and not lease.unreadable and lease.child_pids and not _holder_alive(lease):
+                self._stop_orphan(lease)
+            leases.append(lease)
+        self.unreadable = unreadable
+        return leases
+
+    def _stop_orphan(self, lease: Lease) -> None:
+        """The holder of ``lease`` is dead, its child still runs (the lock is held): stop the child — SIGTERM
+        now, SIGKILL once the lease's grace period has passed. The lease keeps its GPUs until the child is gone
+        (the kernel then drops the lock and the next look removes the lease)."""
+        mark = self.path(lease.lease_id + ".orphan")
+        try:
+            since = read_json_record(mark)
+            since = float(since["at"]) if isinstance(since, dict) and is_number(since.get("at")) else None
+        except (OSError, BadRecordError):
+            since = None
+        now = time.time()
+        if since is None:
+            write_json_atomic(mark, {"at": now, "pids": lease.child_pids}, self.file_mode)
+            _signal_family(lease.child_pids, signal.SIGTERM)
+            since = now
+        elif now - since >= lease.grace:
+            _signal_family(lease.child_pids, signal.SIGKILL)
+        lease.orphaned_at = since
+
+    def write(self, placement: Placement, gpus: list[GPUInfo], owner: str, job_class: str, priority: int,
+              preemptible: bool = False, min_runtime: float = 0.0, task_key: str = "", grace: float = 10.0) -> Lease:
+        """A new lease for ``placement``, held by this process (the caller holds the allocation lock)."""
+        by_index = {g.index: g for g in gpus}
+        lease = Lease(
+            lease_id=uuid.uuid4().hex[:16], gpus=placement.indices,
+            uuids=[by_index[i].uuid for i in placement.indices], memory=placement.memory,
+            whole=placement.whole, owner=owner, pid=os.getpid(), job_class=job_class, priority=priority,
+            simulated=any(by_index[i].simulated for i in placement.indices), preemptible=preemptible,
+            min_runtime=min_runtime, task_key=task_key, pid_started=_started_at(os.getpid()), grace=float(grace),
+        )
+        base = self.path(lease.lease_id)
+        fd = os.open(base + ".lock", os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, self.file_mode)
+        os.fchmod(fd, self.file_mode)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lease.fd, lease.path = fd, base + ".json"
+        self.save(lease)
+        return lease
+
+    def save(self, lease: Lease) -> None:
+        assert lease.path
+        data = lease.to_dict()
+        data.pop("unreadable", None)
+        data.pop("orphaned_at", None)
+        write_json_atomic(lease.path, data, self.file_mode)
+
+    def record_child(self, lease: Lease, pid: int) -> None:
+        """Remember the GPU child's pid: its processes on the GPU are ours, not foreign."""
+        lease.child_pids.append(pid)
+        self.save(lease)
+
+    def release(self, lease: Lease) -> None:
+        with self.allocation_lock():
+            base = self.path(lease.lease_id)
+            for p in (base + ".json", base + ".lock", base + ".preempt", base + ".orphan"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(p)
+        if lease.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(lease.fd)
+            lease.fd = None
+
+    @staticmethod
+    def views(gpus: list[GPUInfo], leases: list[Lease]) -> list[LeaseView]:
+        with_pids = any(g.processes for g in gpus)  # who is foreign matters only if GPUs list processes
+        return [lease.view(with_pids) for lease in leases]
+
+
+def _unreadable_lease(lease_id: str, data: Any, gpus: list[GPUInfo], why: str) -> Lease:
+    """A stand-in for a live holder's lease file that cannot be read: it holds whole the GPUs the file names,
+    or every GPU when it names none we know, so nothing is handed out twice."""
+    known = {g.index: g for g in gpus}
+    named = data.get("gpus") if isinstance(data, dict) else None
+    held = sorted(set(named) & set(known)) if _int_list(named) and set(named) & set(known) else sorted(known)
+    return Lease(lease_id=lease_id, gpus=held, uuids=[known[i].uuid for i in held],
+                 memory={i: known[i].memory_total for i in held}, whole=True,
+                 owner=f"? (unreadable lease file: {why})", pid=0, unreadable=why)
+
+
