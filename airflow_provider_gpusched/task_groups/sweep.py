@@ -18,7 +18,6 @@ records its state and result in the results folder, so a re-run skips what alrea
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any, Mapping
 
 from airflow.sdk import Asset, TaskGroup, task
@@ -26,14 +25,13 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
-from airflow_provider_gpusched.core.sweep.batch import run_local_batch, runner_argv, trial_argv
+from airflow_provider_gpusched.core.slurm.job import array_range
+from airflow_provider_gpusched.core.sweep.batch import run_local_batch
 from airflow_provider_gpusched.core.sweep.session import SweepSession
 from airflow_provider_gpusched.core.sweep.spec import SweepSpec
-from airflow_provider_gpusched.core.sweep.trial_run import Manifest
+from airflow_provider_gpusched.core.sweep.trial_run import Manifest, chunk_argv, trial_argv
 from airflow_provider_gpusched.core.sweep.view import OUTCOMES_XCOM, PLAN_XCOM, outcome_records, plan_record
-
-BACKENDS = ("local", "slurm")
-BATCHING = ("auto", "mapped", "batched")
+from airflow_provider_gpusched.task_groups.execution import SweepExecution
 
 
 def load_spec(spec: SweepSpec | Mapping | str) -> SweepSpec:
@@ -50,48 +48,30 @@ def load_spec(spec: SweepSpec | Mapping | str) -> SweepSpec:
 def sweep_task_group(
     spec: SweepSpec | Mapping | str,
     *,
-    backend: str = "local",
+    execution: SweepExecution | None = None,
     group_id: str | None = None,
     results_root: str | None = None,
-    batching: str = "auto",
-    max_mapped_trials: int = 256,
-    chunk_size: int | None = None,
-    parallel: int | None = None,
-    trials_per_process: int = 8,
-    python: str | None = None,
-    slurm_conn_id: str = "slurm_default",
-    max_array_parallel: int | None = None,
-    poll_interval: float | None = None,
     publish_asset: bool = True,
-    trial_kwargs: Mapping[str, Any] | None = None,
+    **options: Any,
 ) -> TaskGroup:
-    """Build the task group of ``spec`` in the DAG being defined.
+    """Build the task group of ``spec`` (a :class:`SweepSpec`, its dict, or a YAML path) in the DAG being defined.
 
-    :param backend: ``"local"`` (this host's GPUs) or ``"slurm"``.
-    :param batching: ``"mapped"`` (a task per trial), ``"batched"`` (runner tasks or job arrays over chunks)
-        or ``"auto"``: batched when a stage has more than ``max_mapped_trials`` trials.
-    :param chunk_size: trials per runner task / job array (default: 500, or fewer so there are >= 2 chunks).
-    :param parallel: local batched mode: leases in flight per runner (default: what fits on the GPUs).
-    :param trials_per_process: local batched mode: trials run one after another in one process under one
-        lease (saves a Python start per trial for short trials).
-    :param python: interpreter that runs the trial runner (default: this one; on Slurm nodes it must have
-        this package installed and see the results folder).
-    :param trial_kwargs: extra arguments for the trial operator (``LocalGPUOperator``/``SlurmJobOperator``),
-        e.g. ``retries`` or ``execution_timeout``.
+    :param execution: how the trials run (:class:`~airflow_provider_gpusched.task_groups.execution.SweepExecution`:
+        backend, batching, chunking, the trial operator's arguments); or give its fields as keyword
+        ``options`` (``backend="slurm"``, ``poll_interval=1``...).
+    :param group_id: the task group's id (default: the sweep's name).
+    :param results_root: where the sweep folder goes (default: the spec's, else ``[gpusched] sweep_results_root``).
+    :param publish_asset: update an Airflow Asset (the sweep's ``best.json``) when the leaderboard is written.
     """
     spec = load_spec(spec)
-    if backend not in BACKENDS:
-        raise AirflowException(f"sweep {spec.name}: backend must be one of {BACKENDS}, got {backend!r}")
-    if batching not in BATCHING:
-        raise AirflowException(f"sweep {spec.name}: batching must be one of {BATCHING}, got {batching!r}")
+    try:
+        execution = SweepExecution.from_options(execution, options)
+    except AirflowException as exc:
+        raise AirflowException(f"sweep {spec.name}: {exc}") from exc
     root = results_root or spec.results_root or settings.sweep_results_root()
     session = SweepSession(spec, root)
     size = spec.stage_size()
-    batched = batching == "batched" or (batching == "auto" and size > max_mapped_trials)
-    if batched and chunk_size is None:
-        chunk_size = max(1, min(500, -(-size // 2)))
-    stage = _Stage(spec, session, backend, batched, chunk_size, parallel, python or sys.executable, slurm_conn_id,
-                   max_array_parallel, poll_interval, dict(trial_kwargs or {}), trials_per_process)
+    stage = _Stage(session, execution, execution.batched(size), execution.chunk_size_for(size))
     # named by its URI: the same sweep name under another results root is another asset
     asset = Asset(uri=f"file://{os.path.join(session.store.dir, 'best.json')}") \
         if publish_asset and spec.objective is not None else None
@@ -187,19 +167,14 @@ def _publish_plan(session: SweepSession, manifest: Manifest, round_no: int | Non
 class _Stage:
     """plan -> run trials, in mapped or batched form, on one backend."""
 
-    def __init__(self, spec: SweepSpec, session: SweepSession, backend: str, batched: bool, chunk_size: int | None,
-                 parallel: int | None, python: str, slurm_conn_id: str, max_array_parallel: int | None,
-                 poll_interval: float | None, trial_kwargs: dict, trials_per_process: int = 8) -> None:
-        self.spec, self.session, self.backend, self.batched = spec, session, backend, batched
-        self.chunk_size, self.parallel, self.python = chunk_size, parallel, python
-        self.slurm_conn_id, self.max_array_parallel = slurm_conn_id, max_array_parallel
-        self.poll_interval, self.trial_kwargs = poll_interval, trial_kwargs
-        self.trials_per_process = trials_per_process
+    def __init__(self, session: SweepSession, execution: SweepExecution, batched: bool, chunk_size: int) -> None:
+        self.spec, self.session, self.execution = session.spec, session, execution
+        self.backend, self.batched, self.chunk_size = execution.backend, batched, chunk_size
 
     def build(self, round_no: int | None = None):
-        session, python = self.session, self.python
+        session, python = self.session, self.execution.interpreter
         batched, backend, chunk_size = self.batched, self.backend, self.chunk_size
-        max_array_parallel = self.max_array_parallel
+        max_array_parallel = self.execution.max_array_parallel
 
         @task(task_id="plan")
         def plan() -> list:
@@ -220,13 +195,8 @@ class _Stage:
             chunks = manifest.chunk_count()
             if backend == "local":
                 return list(range(chunks))
-            items = []
-            for k in range(chunks):
-                n = len(manifest.chunk(k))
-                limit = f"%{max_array_parallel}" if max_array_parallel else ""
-                items.append({"command": runner_argv(manifest, "--chunk", str(k), python=python),
-                              "array": f"0-{n - 1}{limit}"})
-            return items
+            return [{"command": chunk_argv(manifest, k, python),
+                     "array": array_range(len(manifest.chunk(k)), max_array_parallel)} for k in range(chunks)]
 
         planned = plan()
         if not batched:
@@ -247,40 +217,37 @@ class _Stage:
         return kwargs
 
     def _trial_operator(self, task_id: str, label_template: str):
-        r = self.spec.resources
+        r, ex = self.spec.resources, self.execution
         common = dict(task_id=task_id, map_index_template=label_template, sweep_name=self.spec.name,
-                      **self.trial_kwargs)
+                      poll_interval=ex.poll_interval, **ex.trial_kwargs)
         if self.backend == "local":
             from airflow_provider_gpusched.task_groups.trial_operators import SweepTrialGPUOperator
 
-            return SweepTrialGPUOperator.partial(gpus=max(1, r.gpus), gpu_memory=r.gpu_memory, job_class=r.job_class,
-                                            priority=r.priority, env=r.env or None,
-                                            poll_interval=self.poll_interval, **common)
+            return SweepTrialGPUOperator.partial(**r.local_gpu_arguments(), **common)
         from airflow_provider_gpusched.task_groups.trial_operators import SweepTrialSlurmOperator
 
-        return SweepTrialSlurmOperator.partial(gpus=r.gpus or None, cpus_per_task=r.cpus, mem=r.mem, partition=r.partition,
-                                        qos=r.qos, time_limit=r.time_limit, setup=r.setup or None,
-                                        job_class=r.job_class, priority=r.priority, environment=r.env or None,
-                                        slurm_conn_id=self.slurm_conn_id, poll_interval=self.poll_interval,
-                                        job_name=f"sweep.{self.spec.name}", **common)
+        return SweepTrialSlurmOperator.partial(**r.slurm_arguments(), slurm_conn_id=ex.slurm_conn_id,
+                                               job_name=f"sweep.{self.spec.name}", **common)
 
     def _local_runner(self, round_no: int | None):
-        session, spec, parallel, per_process = self.session, self.spec, self.parallel, self.trials_per_process
+        session, spec = self.session, self.spec
+        parallel, per_process = self.execution.parallel, self.execution.trials_per_process
 
-        @task(**self._class_kwargs(task_id="run_batch", map_index_template="chunk {{ chunk }}", **self.trial_kwargs))
+        @task(**self._class_kwargs(task_id="run_batch", map_index_template="chunk {{ chunk }}",
+                                   **self.execution.trial_kwargs))
         def run_batch(chunk: int) -> dict:
             from airflow.sdk import get_current_context
 
             from airflow_provider_gpusched.core.gpu.placement import GPURequest
-            from airflow_provider_gpusched.core.sweep.session import manifest_name
             from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
 
             context = get_current_context()
             context["chunk"] = chunk
-            manifest = Manifest(session.store.path(manifest_name(round_no, context["run_id"])))
+            manifest = session.manifest(round_no, context["run_id"])
             trials = manifest.chunk(chunk)
             r = spec.resources
-            request = GPURequest(gpus=max(1, r.gpus), gpu_memory=r.gpu_memory)
+            wanted = r.local_gpu_arguments()
+            request = GPURequest(gpus=wanted["gpus"], gpu_memory=wanted["gpu_memory"])
             manager = LocalGPUHook().get_conn()
             ti = context["ti"]
             print(f"chunk {chunk}: {len(trials)} trials on {manager.inventory.source} GPUs")

@@ -105,8 +105,8 @@ def test_a_slurm_trial_is_the_same_work_in_every_run(tmp_path):
 
     from airflow_provider_gpusched.core.slurm import SlurmJobSpec
     from airflow_provider_gpusched.core.sweep import Objective, SweepSpec
-    from airflow_provider_gpusched.core.sweep.batch import trial_argv
     from airflow_provider_gpusched.core.sweep.session import SweepSession
+    from airflow_provider_gpusched.core.sweep.trial_run import trial_argv
     from airflow_provider_gpusched.task_groups.trial_operators import SweepTrialSlurmOperator
 
     session = SweepSession(SweepSpec(name="w", test_config=[{"x": [1, 2]}], command=["true", "{x}"],

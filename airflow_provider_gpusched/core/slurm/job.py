@@ -202,6 +202,16 @@ class SlurmJobSpec:
         return SlurmJobSpec(**values)
 
 
+def array_range(count: int, max_parallel: int | None = None) -> str:
+    """The array spec for tasks ``0..count-1``, at most ``max_parallel`` at once: ``array_range(5, 2)`` -> ``'0-4%2'``."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise InvalidArgumentError("array size", count, "a whole number >= 1")
+    if max_parallel is not None and (isinstance(max_parallel, bool) or not isinstance(max_parallel, int)
+                                     or max_parallel < 1):
+        raise InvalidArgumentError("max_array_parallel", max_parallel, "a whole number >= 1")
+    return f"0-{count - 1}" + (f"%{max_parallel}" if max_parallel else "")
+
+
 def parse_array_indices(array: str) -> list[int]:
     """The task ids of an array spec: ``'0-6:2,9%2'`` -> ``[0, 2, 4, 6, 9]``."""
     if not _ARRAY_RE.match(str(array)):

@@ -10,7 +10,6 @@ small group of trials, and OOM escalation still applies per trial.
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from collections import deque
 from typing import Callable, Sequence
@@ -20,23 +19,7 @@ from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.gpu.runner import GPUWorkFailed, GPUWorkRunner, Work
 from airflow_provider_gpusched.core.sweep.expand import Trial
-from airflow_provider_gpusched.core.sweep.trial_run import Manifest
-
-
-def runner_argv(manifest: Manifest, *args: str, python: str | None = None) -> list[str]:
-    """The trial runner's command line for ``manifest`` (see :mod:`..trial_run` for the arguments)."""
-    return [python or sys.executable, "-m", "airflow_provider_gpusched.core.sweep.trial_run", manifest.path, *args]
-
-
-def trial_argv(manifest: Manifest, trial: Trial, python: str | None = None) -> list[str]:
-    """The command that runs one trial of ``manifest`` (on a local GPU child or a Slurm node)."""
-    return runner_argv(manifest, trial.trial_id, trial.label or trial.trial_id, python=python)
-
-
-def group_argv(manifest: Manifest, group: Sequence[Trial], python: str | None = None) -> list[str]:
-    if len(group) == 1:
-        return trial_argv(manifest, group[0], python)
-    return runner_argv(manifest, "--ids", ",".join(t.trial_id for t in group), python=python)
+from airflow_provider_gpusched.core.sweep.trial_run import Manifest, group_argv
 
 
 def default_parallel(manager: LeaseManager, request: GPURequest) -> int:

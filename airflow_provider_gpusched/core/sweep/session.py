@@ -27,14 +27,10 @@ ONE_SHOT_MANIFEST = "manifest.json"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
-def round_manifest(round_no: int) -> str:
-    return os.path.join("rounds", f"round-{round_no:03d}.manifest.json")
-
-
 def manifest_name(round_no: int | None = None, run: str | None = None) -> str:
     """Where the manifest of a stage lives under the sweep folder: one per DAG run (``runs/<run>/...``) so
     two runs of one sweep never read each other's plan; without a run, the sweep's own (scripts, the CLI)."""
-    name = ONE_SHOT_MANIFEST if round_no is None else round_manifest(round_no)
+    name = ONE_SHOT_MANIFEST if round_no is None else os.path.join("rounds", f"round-{round_no:03d}.manifest.json")
     if not run:
         return name
     safe = _UNSAFE.sub("_", run).strip("._")[:120] or "_"
@@ -45,6 +41,14 @@ class SweepSession:
     def __init__(self, spec: SweepSpec, results_root: str | None = None) -> None:
         self.spec = spec
         self.store = TrialStore(results_root or spec.results_root or default_results_root(), spec.name)
+
+    def manifest_path(self, round_no: int | None = None, run: str | None = None) -> str:
+        """The manifest of a stage (``round_no``, or the one-shot stage) of a DAG run (see :func:`manifest_name`)."""
+        return self.store.path(manifest_name(round_no, run))
+
+    def manifest(self, round_no: int | None = None, run: str | None = None) -> Manifest:
+        """The manifest :meth:`prepare` wrote for that stage and run."""
+        return Manifest(self.manifest_path(round_no, run))
 
     # -- planning --------------------------------------------------------------------------------------
     def _target(self) -> dict:
@@ -83,7 +87,7 @@ class SweepSession:
         return Manifest(path)
 
     def finish_round(self, round_no: int, run: str | None = None) -> dict:
-        manifest = Manifest(self.store.path(manifest_name(round_no, run)))
+        manifest = self.manifest(round_no, run)
         objective = self.spec.objective
         outcomes = []
         for record in self.store.records(manifest.trials):
@@ -98,7 +102,7 @@ class SweepSession:
         """After a stage's trial tasks all ended: a trial of this run's plan that is still ``waiting`` (its task
         failed before the trial started, e.g. the operator could not be built) or ``running`` with nobody
         holding its claim (its runner died) is marked ``failed`` with that reason. Returns how many."""
-        path = self.store.path(manifest_name(round_no, run))
+        path = self.manifest_path(round_no, run)
         if not os.path.exists(path):
             return 0
         manifest = Manifest(path)
@@ -119,7 +123,7 @@ class SweepSession:
         stages = [None] if not self.spec.in_rounds else list(range(self.spec.rounds or 0))
         out = []
         for r in stages:
-            path = self.store.path(manifest_name(r, run))
+            path = self.manifest_path(r, run)
             if os.path.exists(path):
                 out.append(Manifest(path))
         return out

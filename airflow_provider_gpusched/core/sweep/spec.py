@@ -105,6 +105,17 @@ class TrialResources:
                 raise InvalidArgumentError(f"{where}.env.{key}", value, "a string or number")
         self.env = {str(k): str(v) for k, v in self.env.items()}
 
+    def local_gpu_arguments(self) -> dict[str, Any]:
+        """What a trial on local GPUs asks for (``LocalGPUOperator`` arguments): at least one GPU."""
+        return {"gpus": max(1, self.gpus), "gpu_memory": self.gpu_memory, "job_class": self.job_class,
+                "priority": self.priority, "env": self.env or None}
+
+    def slurm_arguments(self) -> dict[str, Any]:
+        """What a trial on Slurm asks for (``SlurmJobOperator`` arguments); unset ones are left to Slurm."""
+        return {"gpus": self.gpus or None, "cpus_per_task": self.cpus, "mem": self.mem, "partition": self.partition,
+                "qos": self.qos, "time_limit": self.time_limit, "setup": self.setup or None,
+                "job_class": self.job_class, "priority": self.priority, "environment": self.env or None}
+
 
 @dataclass
 class EvolutionSettings:

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
@@ -251,21 +252,87 @@ def _run_claimed(manifest: Manifest, trial: Trial, out) -> int:
     return code
 
 
+# -- the trial runner's command line: built and parsed here, nowhere else --------------------------------
+RUNNER_MODULE = "airflow_provider_gpusched.core.sweep.trial_run"
+
+
+def runner_argv(manifest: Manifest, *args: str, python: str | None = None) -> list[str]:
+    """The trial runner's command line for ``manifest`` (the forms in this module's docstring)."""
+    return [python or sys.executable, "-m", RUNNER_MODULE, manifest.path, *args]
+
+
+def trial_argv(manifest: Manifest, trial: Trial, python: str | None = None) -> list[str]:
+    """The command that runs one trial of ``manifest`` (on a local GPU child or a Slurm node)."""
+    return runner_argv(manifest, trial.trial_id, trial.label or trial.trial_id, python=python)
+
+
+def group_argv(manifest: Manifest, group: Sequence[Trial], python: str | None = None) -> list[str]:
+    """Several trials one after another in one process (batched local mode)."""
+    if len(group) == 1:
+        return trial_argv(manifest, group[0], python)
+    return runner_argv(manifest, "--ids", ",".join(t.trial_id for t in group), python=python)
+
+
+def chunk_argv(manifest: Manifest, chunk: int, python: str | None = None) -> list[str]:
+    """A Slurm array over chunk ``chunk``: array task ``$SLURM_ARRAY_TASK_ID`` runs that trial of the chunk."""
+    return runner_argv(manifest, "--chunk", str(chunk), python=python)
+
+
+@dataclass(frozen=True)
+class RunnerCommand:
+    """A parsed trial-runner command line: the manifest and one of trial id, ids or chunk."""
+
+    manifest: str
+    trial_id: str | None = None
+    ids: tuple[str, ...] = ()
+    chunk: int | None = None
+
+    def trials(self, manifest: Manifest, array_task: str | None = None) -> list[Trial]:
+        """The trials it runs (a chunk: the one for ``array_task``, or the whole chunk when None)."""
+        if self.chunk is not None:
+            trials = manifest.chunk(self.chunk)
+            if array_task is None:
+                return trials
+            if not array_task.isdigit():
+                raise GpuschedError("--chunk needs SLURM_ARRAY_TASK_ID (run it as a Slurm array task)")
+            if int(array_task) >= len(trials):
+                raise GpuschedError(f"array task {array_task} is beyond chunk {self.chunk} ({len(trials)} trials)")
+            return [trials[int(array_task)]]
+        if self.ids:
+            return [manifest.trial(i) for i in self.ids]
+        return [manifest.trial(self.trial_id or "")]
+
+
+def parse_runner_args(args: Sequence[str]) -> RunnerCommand:
+    """The arguments after ``-m RUNNER_MODULE``; :class:`InvalidArgumentError` for anything else."""
+    args = [str(a) for a in args]
+    usage = "MANIFEST TRIAL_ID [LABEL], MANIFEST --ids ID,ID,... or MANIFEST --chunk K"
+    if len(args) < 2:
+        raise InvalidArgumentError("trial runner arguments", " ".join(args), usage)
+    if args[1] == "--chunk":
+        if len(args) != 3 or not args[2].isdigit():
+            raise InvalidArgumentError("--chunk", " ".join(args[2:]), "one chunk number")
+        return RunnerCommand(args[0], chunk=int(args[2]))
+    if args[1] == "--ids":
+        ids = tuple(i for i in (args[2].split(",") if len(args) == 3 else []) if i)
+        if not ids:
+            raise InvalidArgumentError("--ids", " ".join(args[2:]), "comma-separated trial ids")
+        return RunnerCommand(args[0], ids=ids)
+    if len(args) > 3:
+        raise InvalidArgumentError("trial runner arguments", " ".join(args), usage)
+    return RunnerCommand(args[0], trial_id=args[1])
+
+
 def trials_of_command(argv: Sequence[str]) -> tuple[Manifest, list[Trial]] | None:
     """The manifest and trials a trial-runner command line runs (None when ``argv`` is not one)."""
     argv = [str(a) for a in argv or []]
-    module = "airflow_provider_gpusched.core.sweep.trial_run"
-    if module not in argv or len(argv) < argv.index(module) + 3:
+    if RUNNER_MODULE not in argv:
         return None
-    args = argv[argv.index(module) + 1:]
     try:
-        manifest = Manifest(args[0])
-        if args[1] == "--chunk":
-            return manifest, manifest.chunk(int(args[2]))
-        if args[1] == "--ids":
-            return manifest, [manifest.trial(i) for i in args[2].split(",") if i]
-        return manifest, [manifest.trial(args[1])]
-    except (GpuschedError, ValueError, IndexError):
+        command = parse_runner_args(argv[argv.index(RUNNER_MODULE) + 1:])
+        manifest = Manifest(command.manifest)
+        return manifest, command.trials(manifest)
+    except GpuschedError:
         return None
 
 
@@ -310,30 +377,20 @@ def _run_command(argv: list[str], cwd: str, env: Mapping[str, str], log_path: st
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) < 2:
+        print(__doc__, file=sys.stderr)
+        return EXIT_USAGE
     try:
-        if len(args) >= 3 and args[1] == "--chunk":
-            manifest = Manifest(args[0])
-            task = os.environ.get("SLURM_ARRAY_TASK_ID")
-            if task is None or not task.isdigit():
-                raise GpuschedError("--chunk needs SLURM_ARRAY_TASK_ID (run it as a Slurm array task)")
-            chunk = manifest.chunk(int(args[2]))
-            if int(task) >= len(chunk):
-                raise GpuschedError(f"array task {task} is beyond chunk {args[2]} ({len(chunk)} trials)")
-            trial = chunk[int(task)]
-        elif len(args) == 3 and args[1] == "--ids":
-            manifest = Manifest(args[0])
-            trials = [manifest.trial(i) for i in args[2].split(",") if i]
-            return run_group(manifest, trials)
-        elif len(args) >= 2:
-            manifest = Manifest(args[0])
-            trial = manifest.trial(args[1])
-        else:
-            print(__doc__, file=sys.stderr)
-            return EXIT_USAGE
+        command = parse_runner_args(args)
+        manifest = Manifest(command.manifest)
+        array_task = os.environ.get("SLURM_ARRAY_TASK_ID", "") if command.chunk is not None else None
+        trials = command.trials(manifest, array_task)
     except GpuschedError as exc:
         print(f"gpusched trial_run: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    return run_trial(manifest, trial)
+    if command.ids:
+        return run_group(manifest, trials)
+    return run_trial(manifest, trials[0])
 
 
 if __name__ == "__main__":

@@ -1,0 +1,82 @@
+"""The sweep trial contract: the trial runner's command lines are built and parsed in one module, the session
+names manifests, and the array spec and per-backend resource arguments come from the core."""
+
+import pytest
+
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec, array_range, parse_array_indices
+from airflow_provider_gpusched.core.sweep import SweepSpec
+from airflow_provider_gpusched.core.sweep.session import SweepSession
+from airflow_provider_gpusched.core.sweep.spec import TrialResources
+from airflow_provider_gpusched.core.sweep.trial_run import (
+    RUNNER_MODULE,
+    chunk_argv,
+    group_argv,
+    main,
+    parse_runner_args,
+    trial_argv,
+    trials_of_command,
+)
+
+
+@pytest.fixture
+def manifest(tmp_path):
+    spec = SweepSpec(name="contract", test_config=[{"x": [1, 2, 3, 4, 5]}], command=["true", "{x}"])
+    return SweepSession(spec, str(tmp_path)).prepare(chunk_size=2, run="manual__2026-11-23T00:00:00+00:00")
+
+
+def test_every_command_form_parses_back_to_its_trials(manifest):
+    t = manifest.trials
+    for argv, expected in ((trial_argv(manifest, t[3], "py"), [t[3]]),
+                           (group_argv(manifest, t[:3], "py"), t[:3]),
+                           (group_argv(manifest, t[4:], "py"), [t[4]]),
+                           (chunk_argv(manifest, 1, "py"), t[2:4])):
+        assert argv[:3] == ["py", "-m", RUNNER_MODULE]
+        found = trials_of_command(argv)
+        assert found is not None and found[0].path == manifest.path and found[1] == expected, argv
+
+
+def test_the_session_names_the_manifest_of_each_run(manifest, tmp_path):
+    session = SweepSession(SweepSpec(name="contract", test_config=[{"x": [1]}], command=["true"]), str(tmp_path))
+    assert session.manifest_path(run="manual__2026-11-23T00:00:00+00:00") == manifest.path
+    assert session.manifest(run="manual__2026-11-23T00:00:00+00:00").trials == manifest.trials
+    assert session.manifest_path(run="other") != manifest.path
+    assert session.manifest_path(2, "r").endswith("round-002.manifest.json")
+
+
+@pytest.mark.parametrize("args, problem", [
+    (["m.json", "--chunk"], "--chunk"), (["m.json", "--chunk", "x"], "--chunk"), (["m.json", "--ids", ""], "--ids"),
+    (["m.json", "id", "label", "extra"], "trial runner arguments"), (["m.json"], "trial runner arguments")])
+def test_bad_runner_arguments_are_named(args, problem):
+    with pytest.raises(InvalidArgumentError, match=problem):
+        parse_runner_args(args)
+    assert trials_of_command(["py", "-m", RUNNER_MODULE, *args]) is None
+
+
+def test_an_array_task_outside_its_chunk_is_a_usage_error(manifest, monkeypatch, capsys):
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "2")
+    assert main([manifest.path, "--chunk", "0"]) == 2
+    assert "beyond chunk 0 (2 trials)" in capsys.readouterr().err
+    monkeypatch.delenv("SLURM_ARRAY_TASK_ID")
+    assert main([manifest.path, "--chunk", "0"]) == 2
+    assert "needs SLURM_ARRAY_TASK_ID" in capsys.readouterr().err
+
+
+def test_array_range_is_a_valid_slurm_array():
+    assert array_range(5) == "0-4" and array_range(5, 2) == "0-4%2" and array_range(1) == "0-0"
+    assert parse_array_indices(array_range(7, 3)) == list(range(7))
+    SlurmJobSpec(command=["true"], array=array_range(30, 4))  # accepted by the job spec's own check
+    for bad in ((0, None), (3, 0), (True, None)):
+        with pytest.raises(InvalidArgumentError):
+            array_range(*bad)
+
+
+def test_trial_resources_become_each_backends_arguments():
+    r = TrialResources(gpus=0, gpu_memory="6GiB", cpus=4, mem="8GiB", partition="batch", time_limit="1:00:00",
+                       setup=["module load cuda"], job_class="idle", priority=3, env={"A": "1"})
+    r.check("resources")
+    assert r.local_gpu_arguments() == {"gpus": 1, "gpu_memory": "6GiB", "job_class": "idle", "priority": 3,
+                                       "env": {"A": "1"}}
+    assert r.slurm_arguments() == {"gpus": None, "cpus_per_task": 4, "mem": "8GiB", "partition": "batch", "qos": None,
+                                   "time_limit": "1:00:00", "setup": ["module load cuda"], "job_class": "idle",
+                                   "priority": 3, "environment": {"A": "1"}}
