@@ -127,9 +127,9 @@ def _gpus(args) -> int:
 
 
 def _sweep_preview(args) -> int:
-    from airflow_provider_gpusched.core.sweep.objective import format_table
     from airflow_provider_gpusched.core.sweep.session import SweepSession
     from airflow_provider_gpusched.core.sweep.spec import SweepSpec
+    from airflow_provider_gpusched.core.text import format_table
 
     spec = SweepSpec.from_yaml(args.spec)
     if args.force_rerun:

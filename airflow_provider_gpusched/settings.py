@@ -8,71 +8,79 @@ import re
 
 from airflow.sdk import conf
 
-SECTION = "gpusched"
+from airflow_provider_gpusched.core.options import BY_NAME, SECTION, default_directory
+
+_GETTERS = {"float": conf.getfloat, "integer": conf.getint, "boolean": conf.getboolean, "string": conf.get}
+
+
+def _value(name: str):
+    """``[gpusched] name`` as its declared type, with the declared default (core/options.py) as fallback."""
+    option = BY_NAME[name]
+    return _GETTERS[option.type](SECTION, name, fallback=option.default)
 
 
 def poll_interval() -> float:
-    return conf.getfloat(SECTION, "slurm_poll_interval", fallback=10.0)
+    return _value("slurm_poll_interval")
 
 
 def not_found_timeout() -> float:
-    return conf.getfloat(SECTION, "slurm_not_found_timeout", fallback=300.0)
+    return _value("slurm_not_found_timeout")
 
 
 def default_deferrable() -> bool:
-    return conf.getboolean(SECTION, "default_deferrable", fallback=True)
+    return _value("default_deferrable")
 
 
 def output_tail_lines() -> int:
-    return conf.getint(SECTION, "output_tail_lines", fallback=40)
+    return _value("output_tail_lines")
 
 
 def ui_live_slurm() -> bool:
-    return conf.getboolean(SECTION, "ui_live_slurm", fallback=True)
+    return _value("ui_live_slurm")
 
 
-def _directory(option: str, default_leaf: str) -> str:
-    """``[gpusched] option``, or ``<AIRFLOW_HOME>/gpusched/<default_leaf>`` when it is empty."""
-    configured = conf.get(SECTION, option, fallback="") or ""
+def _directory(name: str) -> str:
+    """``[gpusched] name``, or ``<AIRFLOW_HOME>/gpusched/<leaf>`` when it is empty."""
+    configured = _value(name) or ""
     if configured:
         return os.path.expanduser(configured)
-    home = os.environ.get("AIRFLOW_HOME") or conf.get("core", "airflow_home", fallback="") or "~/airflow"
-    return os.path.join(os.path.expanduser(home), "gpusched", default_leaf)
+    home = os.environ.get("AIRFLOW_HOME") or conf.get("core", "airflow_home", fallback="") or None
+    return default_directory(name, home)
 
 
 def slurm_output_dir() -> str:
-    return _directory("slurm_output_dir", "slurm")
+    return _directory("slurm_output_dir")
 
 
 def simulate_gpus() -> str:
     """A simulated inventory spec such as ``4x24GiB`` (used only where NVML finds no GPU)."""
-    return conf.get(SECTION, "simulate_gpus", fallback="") or os.environ.get("GPUSCHED_SIMULATE_GPUS", "")
+    return _value("simulate_gpus") or os.environ.get("GPUSCHED_SIMULATE_GPUS", "")
 
 
 def gpu_state_dir() -> str | None:
-    return conf.get(SECTION, "gpu_state_dir", fallback="") or None
+    return _value("gpu_state_dir") or None
 
 
 def gpu_state_dir_shared() -> bool:
     """The lease directory is a group directory several users share on purpose (see docs/local-gpus.md)."""
     if conf.has_option(SECTION, "gpu_state_dir_shared"):
-        return conf.getboolean(SECTION, "gpu_state_dir_shared", fallback=False)
+        return _value("gpu_state_dir_shared")
     from airflow_provider_gpusched.core.gpu.lease_store import shared_from_env
 
     return shared_from_env()
 
 
 def gpu_poll_interval() -> float:
-    return conf.getfloat(SECTION, "gpu_poll_interval", fallback=5.0)
+    return _value("gpu_poll_interval")
 
 
 def min_deferral() -> float:
     """Seconds a deferred task stays deferred at least (see triggers/deferral.py)."""
-    return max(0.0, conf.getfloat(SECTION, "min_deferral", fallback=10.0))
+    return max(0.0, _value("min_deferral"))
 
 
 def local_run_dir() -> str:
-    return _directory("local_run_dir", "local")
+    return _directory("local_run_dir")
 
 
 def task_directory(root: str, ti, *extra: str) -> str:
@@ -87,13 +95,13 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 def sweep_results_root() -> str:
     """Where sweeps keep their trial folders (``[gpusched] sweep_results_root``)."""
-    return _directory("sweep_results_root", "sweeps")
+    return _directory("sweep_results_root")
 
 
 def job_class_mapping():
     """The job-class mapping (``[gpusched] job_classes``: a YAML/JSON file path or inline text; empty:
     the built-in defaults). Parsed once per distinct value."""
-    return _mapping_for(conf.get(SECTION, "job_classes", fallback="") or "")
+    return _mapping_for(_value("job_classes") or "")
 
 
 @functools.lru_cache(maxsize=8)

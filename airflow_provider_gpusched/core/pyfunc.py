@@ -19,6 +19,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from airflow_provider_gpusched.core.safe_files import write_atomic, write_json_atomic
+
 CALL_FILE = "call.pkl"
 RESULT_FILE = "result.pkl"
 ERROR_FILE = "error.json"
@@ -106,8 +108,7 @@ def run_call(run_dir: str) -> int:
     import pickle
 
     def fail(exc_type: str, message: str, tb: str) -> int:
-        with open(os.path.join(run_dir, ERROR_FILE), "w") as fh:
-            json.dump({"type": exc_type, "message": message, "traceback": tb}, fh)
+        write_json_atomic(os.path.join(run_dir, ERROR_FILE), {"type": exc_type, "message": message, "traceback": tb})
         sys.stderr.write(tb)
         return 1
 
@@ -130,10 +131,7 @@ def run_call(run_dir: str) -> int:
         data = pickle.dumps(value)
     except Exception as exc:  # noqa: BLE001
         return fail(type(exc).__name__, f"the return value could not be pickled: {exc}", traceback.format_exc())
-    tmp = os.path.join(run_dir, RESULT_FILE + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, os.path.join(run_dir, RESULT_FILE))
+    write_atomic(os.path.join(run_dir, RESULT_FILE), data)
     return 0
 
 

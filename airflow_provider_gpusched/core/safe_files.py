@@ -131,20 +131,31 @@ def read_json_record(path: str, max_bytes: int = 1 << 20) -> Any:
         raise BadRecordError(f"{path}: not valid JSON ({exc})") from None
 
 
-def write_json_atomic(path: str, data: Any, mode: int = 0o600) -> None:
+def write_atomic(path: str, data: bytes | str, mode: int | None = 0o600) -> None:
     """Write through a new, uniquely named file (``O_EXCL``) renamed over ``path``: a reader never sees half
-    a record, and a link planted at either name is never written through."""
+    a file, and a link planted at either name is never written through. ``mode`` is set exactly (not cut by
+    the umask: a shared group directory wants 0660); None: what the umask leaves of 0666."""
     tmp = f"{path}.{uuid.uuid4().hex[:12]}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o666 if mode is None else mode)
     try:
-        os.fchmod(fd, mode)  # not cut by the umask (a shared group directory wants 0660)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh)
+        if mode is not None:
+            os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data.encode() if isinstance(data, str) else data)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.remove(tmp)
         raise
+
+
+def write_json_atomic(path: str, data: Any, mode: int | None = 0o600, *, indent: int | None = None,
+                      default: Any = None, allow_nan: bool = True) -> None:
+    """``data`` as JSON through :func:`write_atomic`; a value JSON cannot hold raises before anything is
+    written (``TypeError``/``ValueError``)."""
+    text = json.dumps(data, indent=indent, default=default, allow_nan=allow_nan)
+    write_atomic(path, text + "\n", mode)
 
 
 def append_line(path: str, line: str, mode: int = 0o600) -> None:

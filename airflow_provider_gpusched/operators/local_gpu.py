@@ -21,15 +21,7 @@ from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.callables import callable_arguments
 from airflow_provider_gpusched.core import pyfunc
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
-from airflow_provider_gpusched.core.gpu.attempts import (
-    Action,
-    RunResult,
-    WorkProgress,
-    attempt_banner,
-    decide,
-    gpu_descriptions,
-    work_value,
-)
+from airflow_provider_gpusched.core.gpu import attempts
 from airflow_provider_gpusched.core.gpu.board import GPU_TIME_XCOM, LEASE_XCOM, WAIT_XCOM, lease_record, wait_record
 from airflow_provider_gpusched.core.gpu.inventory import GPUInventoryError
 from airflow_provider_gpusched.core.gpu.launch import GPUChild
@@ -181,14 +173,14 @@ class LocalGPUOperator(BaseOperator):
     # -- execution -------------------------------------------------------------------------------------
     def execute(self, context) -> Any:
         publish_links(self, context)
-        return self._run(context, WorkProgress(self.request))
+        return self._run(context, attempts.WorkProgress(self.request))
 
     def resume(self, context, event: dict[str, Any]) -> Any:
         state = event["payload"]
         self._waiting_since = state.get("waiting_since")
-        return self._run(context, WorkProgress.from_dict(state))
+        return self._run(context, attempts.WorkProgress.from_dict(state))
 
-    def _wait_for_gpus(self, manager, hook, progress: WorkProgress, owner: str, why: str,
+    def _wait_for_gpus(self, manager, hook, progress: attempts.WorkProgress, owner: str, why: str,
                        not_before: float | None = None, task_key: str = "") -> None:
         """Defer (or reschedule) until the request may fit; returns only in blocking mode, after a poll."""
         interval = self.poll_interval or settings.gpu_poll_interval()
@@ -229,7 +221,7 @@ class LocalGPUOperator(BaseOperator):
             raise AirflowException(f"{self.task_id}: stopped while idle work was yielding its GPUs")
         return True
 
-    def _run(self, context, progress: WorkProgress) -> Any:
+    def _run(self, context, progress: attempts.WorkProgress) -> Any:
         """The attempt loop (:func:`~airflow_provider_gpusched.core.gpu.attempts.decide` chooses each next
         step); this operator adds only how to wait: defer, reschedule or block."""
         hook = LocalGPUHook()
@@ -245,9 +237,9 @@ class LocalGPUOperator(BaseOperator):
             lease = self._acquire(context, manager, hook, progress, owner, task_key)
             log_path = os.path.join(self._run_dir(context), "output.log")
             try:
-                gpus = gpu_descriptions(lease, manager.inventory)
-                self.log.info("%s; log %s", attempt_banner(progress.next_number, progress.request, lease, gpus,
-                                                           self.job_class), log_path)
+                gpus = attempts.gpu_descriptions(lease, manager.inventory)
+                banner = attempts.attempt_banner(progress.next_number, progress.request, lease, gpus, self.job_class)
+                self.log.info("%s; log %s", banner, log_path)
                 self._publish_lease(context, lease, manager)
                 work = self._work(context)
                 outcome = run_attempt(manager, lease, work, number=progress.next_number, request=progress.request,
@@ -257,32 +249,32 @@ class LocalGPUOperator(BaseOperator):
             finally:
                 self._child = None
                 manager.release(lease)
-            step = decide(progress, outcome, job_class=self.job_class, policy=policy, oom_policy=self.oom_policy,
-                          gpu_sizes=sizes, stopping=self._stop.is_set(), work=work)
-            if step.action is Action.RELAUNCH:
+            step = attempts.decide(progress, outcome, job_class=self.job_class, policy=policy,
+                                   oom_policy=self.oom_policy, gpu_sizes=sizes, stopping=self._stop.is_set(), work=work)
+            if step.action is attempts.Action.RELAUNCH:
                 self.log.warning("%s; no Airflow retry used", step.message)
                 self._wait_for_gpus(manager, hook, progress, owner, "backoff after a preemption",
                                     not_before=time.time() + step.wait, task_key=task_key)
                 continue
             self._waiting_since = None
-            if step.action is Action.RETRY_BIGGER:
+            if step.action is attempts.Action.RETRY_BIGGER:
                 self.log.warning("%s", step.message)
                 continue
             self._publish_gpu_time(context, progress)
-            if step.action is Action.SUCCEEDED:
+            if step.action is attempts.Action.SUCCEEDED:
                 self.log.info("%s", step.message)
                 context["ti"].xcom_push(key="gpus_used", value=gpus)
                 try:
-                    value = work_value(work)
+                    value = attempts.work_value(work)
                 except GpuschedError as exc:
                     raise AirflowException(f"{self.task_id}: {exc}") from exc
                 if self.python_callable is not None:
                     return value
-                return RunResult(0, gpus, progress.attempts, log_path, value, progress.history).to_dict()
+                return attempts.RunResult(0, gpus, progress.attempts, log_path, value, progress.history).to_dict()
             self.log.error("%s", step.message)
             raise AirflowException(f"{self.task_id}: {step.message}")
 
-    def _acquire(self, context, manager, hook, progress: WorkProgress, owner: str, task_key: str):
+    def _acquire(self, context, manager, hook, progress: attempts.WorkProgress, owner: str, task_key: str):
         """A lease for ``progress.request``, waiting (deferring, rescheduling or blocking) while GPUs are busy."""
         policy = manager.classes[self.job_class].local
         while True:
@@ -297,7 +289,7 @@ class LocalGPUOperator(BaseOperator):
             self._publish_wait(context, manager, progress.request, why)
             self._wait_for_gpus(manager, hook, progress, owner, why, task_key=task_key)
 
-    def _publish_gpu_time(self, context, progress: WorkProgress) -> None:
+    def _publish_gpu_time(self, context, progress: attempts.WorkProgress) -> None:
         """GPU time used and lost by this try, for the board's per-class totals (XCom ``gpu_time``)."""
         context["ti"].xcom_push(key=GPU_TIME_XCOM, value={"job_class": self.job_class, "time": time.time(),
                                                           **progress.history.to_dict()})

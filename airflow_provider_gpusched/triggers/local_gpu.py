@@ -9,6 +9,7 @@ from typing import Any, AsyncIterator
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_gpusched import settings
+from airflow_provider_gpusched.core import options
 from airflow_provider_gpusched.core.gpu.inventory import get_inventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager, reason_kind
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
@@ -23,7 +24,8 @@ class GPUAvailableTrigger(BaseTrigger):
     """
 
     def __init__(self, request: dict, simulate: str | None = None, state_dir: str | None = None,
-                 poll_interval: float = 5.0, payload: dict | None = None, owner: str = "",
+                 poll_interval: float = options.default("gpu_poll_interval"), payload: dict | None = None,
+                 owner: str = "",
                  job_class: str = "normal", not_before: float | None = None, task_key: str = "",
                  fire_after: float | None = None) -> None:
         super().__init__()

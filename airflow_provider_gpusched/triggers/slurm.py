@@ -14,6 +14,7 @@ from typing import Any, AsyncIterator
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_provider_gpusched.core import options
 from airflow_provider_gpusched.core.slurm import (
     JobTracker,
     PollProblem,
@@ -29,9 +30,9 @@ class SlurmJobTrigger(BaseTrigger):
         self,
         job_id: str,
         runner: dict,
-        poll_interval: float = 10.0,
+        poll_interval: float = options.default("slurm_poll_interval"),
         array_size: int | None = None,
-        not_found_timeout: float = 300.0,
+        not_found_timeout: float = options.default("slurm_not_found_timeout"),
         cancel_on_kill: bool = True,
         output_path: str = "",
         fire_after: float | None = None,

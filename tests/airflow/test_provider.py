@@ -74,6 +74,37 @@ def test_config_section_is_readable(airflow_db):
     assert out.strip() == "1"  # tests set AIRFLOW__GPUSCHED__SLURM_POLL_INTERVAL=1
 
 
+def test_one_table_of_settings(monkeypatch):
+    """Provider info, the settings' fallbacks and the triggers' defaults all come from core/options.py."""
+    import inspect
+
+    from airflow_provider_gpusched import settings
+    from airflow_provider_gpusched.core import options
+    from airflow_provider_gpusched.triggers.local_gpu import GPUAvailableTrigger
+    from airflow_provider_gpusched.triggers.slurm import SlurmJobTrigger
+
+    assert get_provider_info()["config"] == options.provider_config()
+    declared = get_provider_info()["config"]["gpusched"]["options"]
+    assert sorted(declared) == sorted(options.BY_NAME)
+    for name in options.BY_NAME:
+        monkeypatch.delenv(options.ENV_PREFIX + name.upper(), raising=False)
+    monkeypatch.delenv("GPUSCHED_SIMULATE_GPUS", raising=False)
+    getters = {"slurm_poll_interval": settings.poll_interval, "slurm_not_found_timeout": settings.not_found_timeout,
+               "default_deferrable": settings.default_deferrable, "output_tail_lines": settings.output_tail_lines,
+               "ui_live_slurm": settings.ui_live_slurm, "gpu_poll_interval": settings.gpu_poll_interval,
+               "min_deferral": settings.min_deferral, "simulate_gpus": settings.simulate_gpus}
+    for name, getter in getters.items():
+        assert getter() == options.default(name), name
+    home = str(settings.sweep_results_root()).rsplit("/gpusched/", 1)[0]
+    for name, getter in (("slurm_output_dir", settings.slurm_output_dir), ("local_run_dir", settings.local_run_dir),
+                         ("sweep_results_root", settings.sweep_results_root)):
+        assert getter() == options.default_directory(name, home), name
+    for trigger, name, option in ((SlurmJobTrigger, "poll_interval", "slurm_poll_interval"),
+                                  (SlurmJobTrigger, "not_found_timeout", "slurm_not_found_timeout"),
+                                  (GPUAvailableTrigger, "poll_interval", "gpu_poll_interval")):
+        assert inspect.signature(trigger.__init__).parameters[name].default == options.default(option)
+
+
 def test_pools_sync_creates_the_mapped_pools_and_is_idempotent(airflow_db, monkeypatch):
     """`gpusched pools sync`: the pools the job-class mapping names, one slot per (SIMULATED) GPU."""
     import json

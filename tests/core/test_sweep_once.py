@@ -9,9 +9,9 @@ import time
 import pytest
 
 from airflow_provider_gpusched.core.sweep import Objective, SweepSpec
-from airflow_provider_gpusched.core.sweep.objective import format_table
 from airflow_provider_gpusched.core.sweep.session import SweepSession
 from airflow_provider_gpusched.core.sweep.trial_run import mark_unfinished, result_problem
+from airflow_provider_gpusched.core.text import format_table
 
 SLOW = ("import json, os, sys, time; open('../../executions.log', 'a').write(sys.argv[1] + chr(10)); "
         "time.sleep(float(sys.argv[2])); json.dump({'y': float(sys.argv[1])}, open('result.json', 'w'))")

@@ -39,7 +39,7 @@ def explain_table(problem: Problem, schedule: Schedule) -> str:
         why = "; ".join(f"{k}: {v}" for k, v in problem.skipped_types.items())
         return (f"no feasible schedule for {problem.model} ({problem.layers} layers)"
                 + (f"; device types without a profile: {why}" if why else ""))
-    from airflow_provider_gpusched.core.sweep.objective import format_table
+    from airflow_provider_gpusched.core.text import format_table
 
     mib = 1024 * 1024
     worst = schedule.bottleneck_stage

@@ -8,11 +8,11 @@ A trial's result is what it wrote to ``result.json`` in its folder, or what its 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.text import format_table
 
 MODES = ("maximize", "minimize")
 
@@ -87,31 +87,6 @@ def leaderboard(records: Iterable[Mapping], objective: Objective, top_n: int = 1
             scored.append({**record, "score": score})
     scored.sort(key=lambda r: (objective.sort_key(r["score"]), r.get("index", 0)))
     return [{"rank": i + 1, **r} for i, r in enumerate(scored[:top_n])]
-
-
-def format_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
-    """A plain text table (monospace, no dependencies)."""
-    text = [[str(c) for c in header]] + [[_cell(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in text) for i in range(len(header))]
-    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
-    out = [line, "| " + " | ".join(c.ljust(w) for c, w in zip(text[0], widths)) + " |", line.replace("-", "=")]
-    out += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in text[1:]]
-    out.append(line)
-    return "\n".join(out)
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return printable(str(value))
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def printable(text: str) -> str:
-    """Control characters shown escaped (``\\n``), so a newline in a label cannot break a table row."""
-    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
 
 
 def format_leaderboard(board: Sequence[Mapping], objective: Objective) -> str:

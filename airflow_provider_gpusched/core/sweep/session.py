@@ -17,11 +17,12 @@ from typing import Any
 
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.sweep.expand import Trial, make_trial, nested
-from airflow_provider_gpusched.core.sweep.objective import format_leaderboard, leaderboard, printable
+from airflow_provider_gpusched.core.sweep.objective import format_leaderboard, leaderboard
 from airflow_provider_gpusched.core.sweep.search import make_search
 from airflow_provider_gpusched.core.sweep.spec import SweepSpec, default_results_root
 from airflow_provider_gpusched.core.sweep.store import TrialStore, format_counts, state_counts
 from airflow_provider_gpusched.core.sweep.trial_run import CALLABLE_FILE, Manifest, save_callable, write_manifest
+from airflow_provider_gpusched.core.text import printable
 
 ONE_SHOT_MANIFEST = "manifest.json"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")

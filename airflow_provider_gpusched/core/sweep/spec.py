@@ -533,8 +533,7 @@ def _text(value: Any) -> str:
 
 def default_results_root() -> str:
     """Outside Airflow (the CLI, scripts): ``$AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT``, else
-    ``<AIRFLOW_HOME>/gpusched/sweeps`` — the same default the Airflow side uses."""
-    configured = os.environ.get("AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT")
-    if configured:
-        return os.path.expanduser(configured)
-    return os.path.join(os.path.expanduser(os.environ.get("AIRFLOW_HOME") or "~/airflow"), "gpusched", "sweeps")
+    ``<AIRFLOW_HOME>/gpusched/sweeps`` — the same default the Airflow side uses (core/options.py)."""
+    from airflow_provider_gpusched.core.options import directory_outside_airflow
+
+    return directory_outside_airflow("sweep_results_root")

@@ -30,6 +30,7 @@ import time
 from typing import Any, Iterable, Mapping, Sequence
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.safe_files import write_json_atomic
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested
 
 STATES = ("defined", "waiting", "running", "succeeded", "failed", "invalid", "skipped")
@@ -52,12 +53,8 @@ def check_sweep_name(name: Any, where: str = "name") -> str:
 
 
 def write_json(path: str, data: Any) -> None:
-    """Write atomically (a reader never sees half a file)."""
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as fh:
-        json.dump(data, fh, indent=1, default=str)
-        fh.write("\n")
-    os.replace(tmp, path)
+    """A results file (readable as the umask allows, for the user's own tools), written atomically."""
+    write_json_atomic(path, data, None, indent=1, default=str)
 
 
 def read_json(path: str) -> Any:
@@ -104,12 +101,7 @@ class TrialStore:
 
     def write_result(self, trial: Trial, result: Any) -> None:
         """Store a callable's return value as the trial's ``result.json`` (strict JSON: NaN is refused)."""
-        text = json.dumps(result, allow_nan=False)
-        path = os.path.join(self.trial_dir(trial), "result.json")
-        tmp = f"{path}.tmp.{os.getpid()}"
-        with open(tmp, "w") as fh:
-            fh.write(text + "\n")
-        os.replace(tmp, path)
+        write_json_atomic(os.path.join(self.trial_dir(trial), "result.json"), result, None, allow_nan=False)
 
     def prepare(self, trial: Trial) -> str:
         folder = self.trial_dir(trial)
@@ -249,7 +241,7 @@ def state_counts(records: Sequence[Mapping], skipped_ids: Iterable[str] = ()) ->
 
 
 def format_counts(table: Mapping[str, Sequence[int]], show_indices: int = 40) -> str:
-    from airflow_provider_gpusched.core.sweep.objective import format_table
+    from airflow_provider_gpusched.core.text import format_table
 
     rows = []
     for state in STATES:

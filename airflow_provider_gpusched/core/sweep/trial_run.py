@@ -49,12 +49,11 @@ def trial_record(trial: Trial) -> dict:
 def save_callable(folder: str, func: Callable) -> str:
     """Pickle a trial callable by value when its module is not importable elsewhere (a DAG file)."""
     from airflow_provider_gpusched.core import pyfunc
+    from airflow_provider_gpusched.core.safe_files import write_atomic
 
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, CALLABLE_FILE)
-    with open(path + ".tmp", "wb") as fh:
-        fh.write(pyfunc.dumps(func, func))
-    os.replace(path + ".tmp", path)
+    write_atomic(path, pyfunc.dumps(func, func), None)
     return path
 
 

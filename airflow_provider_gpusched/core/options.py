@@ -1,0 +1,106 @@
+"""Every ``[gpusched]`` option, defined once: its type, default and description.
+
+The provider info (the options Airflow lists and documents), ``settings.py`` (what the Airflow side reads,
+with these defaults as fallbacks), the triggers' constructor defaults and the core's own defaults outside
+Airflow (the ``gpusched`` command, scripts) all read this table. No Airflow import: provider info must stay
+cheap to import, and the core is used without Airflow.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+SECTION = "gpusched"
+ENV_PREFIX = f"AIRFLOW__{SECTION.upper()}__"
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    type: str             # "float", "integer", "boolean" or "string", as provider info spells them
+    default: Any          # the Python value; for a directory, "" means <AIRFLOW_HOME>/gpusched/<directory_leaf>
+    description: str
+    example: str
+    version_added: str = "0.1.0"
+    directory_leaf: str | None = None
+
+    def provider_info(self) -> dict[str, str]:
+        default = ("True" if self.default else "False") if self.type == "boolean" else \
+            f"{self.default:g}" if self.type == "float" else str(self.default)
+        return {"description": self.description, "version_added": self.version_added, "type": self.type,
+                "example": self.example, "default": default}
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("slurm_poll_interval", "float", 10.0,
+           "Seconds between two squeue calls of the shared Slurm poller (one call covers every job the "
+           "triggerer tracks).", "10"),
+    Option("slurm_not_found_timeout", "float", 300.0,
+           "Seconds a tracked job may be unknown to squeue and the completion record before its task fails.", "300"),
+    Option("slurm_output_dir", "string", "",
+           "Directory for job output files and Python-callable payloads (must be on a file system the compute "
+           "nodes share). Empty: <AIRFLOW_HOME>/gpusched/slurm.", "/shared/airflow/slurm", directory_leaf="slurm"),
+    Option("default_deferrable", "boolean", True, "Whether Slurm operators and sensors defer by default.", "True"),
+    Option("simulate_gpus", "string", "",
+           "Simulated GPU inventory used where NVML finds no GPU, e.g. 4x24GiB (tests and demos on CPU-only "
+           "machines; reported as simulated). Empty: no simulation, a clear error without GPUs.", "4x24GiB"),
+    Option("gpu_state_dir", "string", "",
+           "Directory of the host's GPU lease files, shared by every Airflow process of this user on the host; "
+           "created 0700 and refused when another user owns it or it is writable by others. Empty: "
+           "<tmp>/gpusched-<uid>.", "/var/lib/gpusched"),
+    Option("gpu_state_dir_shared", "boolean", False,
+           "The lease directory is a group directory that several Unix users share on purpose (install -d -m "
+           "2770 -g GROUP DIR): accept it group-writable and owned by another member or root. Never "
+           "world-writable.", "True"),
+    Option("gpu_poll_interval", "float", 5.0, "Seconds between checks while a task waits (deferred) for GPUs.", "5"),
+    Option("min_deferral", "float", 10.0,
+           "Seconds a deferred task (waiting for GPUs or a Slurm job) stays deferred at least: an event sooner "
+           "after the deferral can make Airflow 3.3 fail the task (apache/airflow#72716). 0 turns the floor off.",
+           "10"),
+    Option("local_run_dir", "string", "",
+           "Per-run working directories and logs of local GPU tasks. Empty: <AIRFLOW_HOME>/gpusched/local.",
+           "/scratch/airflow-runs", directory_leaf="local"),
+    Option("sweep_results_root", "string", "",
+           "Where sweeps keep trial folders, manifests, leaderboards (a shared file system when trials run on "
+           "Slurm nodes). Empty: <AIRFLOW_HOME>/gpusched/sweeps.", "/shared/sweeps", directory_leaf="sweeps"),
+    Option("job_classes", "string", "",
+           "The job-class mapping: a YAML/JSON file path or inline YAML/JSON. It turns job_class (normal/idle) "
+           "and priority into the Airflow pool, pool_slots and priority_weight, the Slurm "
+           "partition/qos/nice/requeue, and the local-GPU preemption policy (grace_period, min_runtime, "
+           "max_preemptions, backoff, idle_for, max_utilization, max_foreign_memory). Empty: built-in defaults "
+           "(docs/idle-filling.md).", "/etc/airflow/gpusched-classes.yaml"),
+    Option("output_tail_lines", "integer", 40,
+           "Lines of a job's output quoted in the task log when it finishes, and shown on the UI's Slurm job "
+           "page.", "40"),
+    Option("ui_live_slurm", "boolean", True,
+           "Whether the api-server may refresh a running Slurm job's state on the UI's Slurm job page through its "
+           "own local Slurm commands (one shared poll per 10 s for all open pages; only for jobs submitted "
+           "through the local Slurm CLI). Off: the page shows what the task recorded.", "True"),
+)
+BY_NAME = {o.name: o for o in OPTIONS}
+
+
+def default(name: str) -> Any:
+    """The default of option ``name`` (a KeyError names an option that does not exist)."""
+    return BY_NAME[name].default
+
+
+def default_directory(name: str, airflow_home: str | None = None) -> str:
+    """Where a directory option points when it is empty: ``<AIRFLOW_HOME>/gpusched/<leaf>``."""
+    home = airflow_home or os.environ.get("AIRFLOW_HOME") or "~/airflow"
+    return os.path.join(os.path.expanduser(home), "gpusched", BY_NAME[name].directory_leaf or name)
+
+
+def directory_outside_airflow(name: str) -> str:
+    """A directory option as the core sees it without Airflow's config: ``$AIRFLOW__GPUSCHED__<NAME>``,
+    else the default under ``$AIRFLOW_HOME``."""
+    configured = os.environ.get(ENV_PREFIX + name.upper())
+    return os.path.expanduser(configured) if configured else default_directory(name)
+
+
+def provider_config() -> dict[str, Any]:
+    """The ``config`` section of the provider info."""
+    return {SECTION: {"description": "Settings of airflow-provider-gpusched.",
+                      "options": {o.name: o.provider_info() for o in OPTIONS}}}

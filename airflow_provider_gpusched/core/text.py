@@ -1,0 +1,31 @@
+"""Text for people: plain tables and printable values (used by the sweep leaderboard, the partition report
+and the ``gpusched`` command)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def printable(text: str) -> str:
+    """Control characters shown escaped (``\\n``), so a newline in a label cannot break a table row."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return printable(str(value))
+
+
+def format_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
+    """A plain text table (monospace, no dependencies)."""
+    text = [[str(c) for c in header]] + [[_cell(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in text) for i in range(len(header))]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    out = [line, "| " + " | ".join(c.ljust(w) for c, w in zip(text[0], widths)) + " |", line.replace("-", "=")]
+    out += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in text[1:]]
+    out.append(line)
+    return "\n".join(out)
