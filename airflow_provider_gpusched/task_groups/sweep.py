@@ -77,77 +77,93 @@ def sweep_task_group(
         if publish_asset and spec.objective is not None else None
 
     with TaskGroup(group_id=group_id or spec.name, tooltip=f"{spec.search} sweep {spec.name}") as group:
-        if spec.in_rounds:
-            previous = None
-            for r in range(spec.rounds):
-                with TaskGroup(group_id=f"round_{r}", tooltip=f"round {r + 1} of {spec.rounds}"):
-                    plan, run = stage.build(round_no=r)
-
-                    @task(task_id="tell", trigger_rule="all_done")
-                    def tell(round_no: int = r) -> dict:
-                        from airflow.sdk import get_current_context
-
-                        run_id = get_current_context()["run_id"]
-                        session.settle(round_no, run_id, print)
-                        outcome = session.finish_round(round_no, run_id)
-                        print(f"round {round_no}: {outcome['scored']}/{outcome['trials']} trials scored, "
-                              f"round best {outcome['round_best']}")
-                        return outcome
-
-                    told = tell()
-                    run >> told
-                if previous is not None:
-                    previous >> plan
-                previous = told
-            last = previous
-        else:
-            _plan, last = stage.build()
-
-        @task(task_id="collect", trigger_rule="all_done")
-        def collect() -> dict:
-            from airflow.sdk import get_current_context
-
-            run_id = get_current_context()["run_id"]
-            if not spec.in_rounds:
-                session.settle(None, run_id, print)
-            summary = session.collect(run_id)
-            print(summary.pop("text"))
-            return summary
-
-        @task(task_id="check_trials")
-        def check_trials(summary: dict) -> dict:
-            """The run is green only when at most ``max_failed_trials`` trials failed or were invalid."""
-            counts = summary["counts"]
-            bad = counts.get("failed", 0) + counts.get("invalid", 0)
-            allowed = spec.max_failed_trials
-            if allowed is not None and bad > allowed:
-                lines = [f"  {p['index']} {p['label'] or p['trial_id']} [{p['state']}]: {p['error']}"
-                         for p in summary.get("problems", [])[:20]]
-                raise AirflowFailException(
-                    f"sweep {spec.name}: {bad} of {counts['defined']} trials failed or gave an invalid result "
-                    f"(max_failed_trials={allowed}):\n" + "\n".join(lines))
-            print(f"sweep {spec.name}: {counts.get('succeeded', 0)} succeeded, {bad} failed or invalid "
-                  f"(allowed: {'any' if allowed is None else allowed})")
-            return counts
-
-        @task(task_id="leaderboard", outlets=[asset] if asset else [])
-        def leaderboard(summary: dict) -> dict | None:
-            if spec.objective is None:
-                print(f"no objective: {summary['counts']['succeeded']} trials succeeded; results in {summary['folder']}")
-                return None
-            best = summary.get("best")
-            if best is None:
-                raise AirflowFailException(f"sweep {spec.name}: no trial succeeded with a {spec.objective.metric!r} "
-                                           f"in its result (see {summary['folder']}/summary.json)")
-            print(f"best {spec.objective.metric} = {best['score']:.6g}: {best['label']} "
-                  f"(trial {best['trial_id']}; {os.path.join(summary['folder'], 'best.json')})")
-            return best
-
-        summary = collect()
+        last = _rounds(stage) if spec.in_rounds else stage.build()[1]
+        summary = _collect(session)
         last >> summary
-        leaderboard(summary)
-        check_trials(summary)
+        _leaderboard(spec, asset)(summary)
+        _check_trials(spec)(summary)
     return group
+
+
+def _rounds(stage: _Stage):
+    """``round_0`` ... ``round_<n-1>``: plan, trials, tell; each round after the previous one's tell."""
+    session, spec = stage.session, stage.spec
+    previous = None
+    for r in range(spec.rounds):
+        with TaskGroup(group_id=f"round_{r}", tooltip=f"round {r + 1} of {spec.rounds}"):
+            plan, run = stage.build(round_no=r)
+
+            @task(task_id="tell", trigger_rule="all_done")
+            def tell(round_no: int = r) -> dict:
+                from airflow.sdk import get_current_context
+
+                run_id = get_current_context()["run_id"]
+                session.settle(round_no, run_id, print)
+                outcome = session.finish_round(round_no, run_id)
+                print(f"round {round_no}: {outcome['scored']}/{outcome['trials']} trials scored, "
+                      f"round best {outcome['round_best']}")
+                return outcome
+
+            told = tell()
+            run >> told
+        if previous is not None:
+            previous >> plan
+        previous = told
+    return previous
+
+
+def _collect(session: SweepSession):
+    spec = session.spec
+
+    @task(task_id="collect", trigger_rule="all_done")
+    def collect() -> dict:
+        from airflow.sdk import get_current_context
+
+        run_id = get_current_context()["run_id"]
+        if not spec.in_rounds:
+            session.settle(None, run_id, print)
+        summary = session.collect(run_id)
+        print(summary.pop("text"))
+        return summary
+
+    return collect()
+
+
+def _check_trials(spec: SweepSpec):
+    @task(task_id="check_trials")
+    def check_trials(summary: dict) -> dict:
+        """The run is green only when at most ``max_failed_trials`` trials failed or were invalid."""
+        counts = summary["counts"]
+        bad = counts.get("failed", 0) + counts.get("invalid", 0)
+        allowed = spec.max_failed_trials
+        if allowed is not None and bad > allowed:
+            lines = [f"  {p['index']} {p['label'] or p['trial_id']} [{p['state']}]: {p['error']}"
+                     for p in summary.get("problems", [])[:20]]
+            raise AirflowFailException(
+                f"sweep {spec.name}: {bad} of {counts['defined']} trials failed or gave an invalid result "
+                f"(max_failed_trials={allowed}):\n" + "\n".join(lines))
+        print(f"sweep {spec.name}: {counts.get('succeeded', 0)} succeeded, {bad} failed or invalid "
+              f"(allowed: {'any' if allowed is None else allowed})")
+        return counts
+
+    return check_trials
+
+
+def _leaderboard(spec: SweepSpec, asset: Asset | None):
+    @task(task_id="leaderboard", outlets=[asset] if asset else [])
+    def leaderboard(summary: dict) -> dict | None:
+        if spec.objective is None:
+            print(f"no objective: {summary['counts']['succeeded']} trials succeeded; results in {summary['folder']}")
+            return None
+        best = summary.get("best")
+        if best is None:
+            raise AirflowFailException(f"sweep {spec.name}: no trial succeeded with a {spec.objective.metric!r} "
+                                       f"in its result (see {summary['folder']}/summary.json)")
+        print(f"best {spec.objective.metric} = {best['score']:.6g}: {best['label']} "
+              f"(trial {best['trial_id']}; {os.path.join(summary['folder'], 'best.json')})")
+        return best
+
+    return leaderboard
 
 
 def _publish_plan(session: SweepSession, manifest: Manifest, round_no: int | None, backend: str, batched: bool,
