@@ -8,6 +8,8 @@ from airflow_provider_gpusched.core.sweep import SweepSpec
 from airflow_provider_gpusched.task_groups.execution import SweepExecution
 from airflow_provider_gpusched.task_groups.sweep import sweep_task_group
 
+pytestmark = pytest.mark.airflow
+
 
 def spec(n):
     return SweepSpec(name="exec", test_config=[{"x": list(range(n))}], command=["true", "{x}"])

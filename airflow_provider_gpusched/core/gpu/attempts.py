@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from airflow_provider_gpusched.core import pyfunc
 from airflow_provider_gpusched.core.errors import GpuschedError
@@ -27,6 +27,9 @@ from airflow_provider_gpusched.core.gpu.lease_store import Lease
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.job_classes import LocalClassPolicy
+
+if TYPE_CHECKING:  # runner.py imports this module
+    from airflow_provider_gpusched.core.gpu.runner import Work
 
 
 @dataclass
@@ -99,10 +102,9 @@ class NextStep:
 
 
 def decide(progress: WorkProgress, outcome: AttemptOutcome, *, job_class: str, policy: LocalClassPolicy,
-           oom_policy: OOMRetryPolicy, gpu_sizes: Sequence[int], stopping: bool, work: Any) -> NextStep:
+           oom_policy: OOMRetryPolicy, gpu_sizes: Sequence[int], stopping: bool, work: Work) -> NextStep:
     """Record ``outcome`` in ``progress`` and say what comes next. ``stopping``: the caller is being
-    stopped (a killed task), so nothing is relaunched or retried. ``work``: the
-    :class:`~airflow_provider_gpusched.core.gpu.runner.Work` (for the failure message)."""
+    stopped (a killed task), so nothing is relaunched or retried. ``work``: what ran (for the failure message)."""
     a = outcome.attempt
     progress.attempts.append(a)
     history = progress.history
@@ -124,7 +126,7 @@ def decide(progress: WorkProgress, outcome: AttemptOutcome, *, job_class: str, p
     return NextStep(Action.FAILED, failure_message(outcome, [x.request for x in progress.attempts], work))
 
 
-def failure_message(outcome: AttemptOutcome, requests: list[str], work: Any) -> str:
+def failure_message(outcome: AttemptOutcome, requests: list[str], work: Work) -> str:
     """Why the work failed, for people: the callable's exception with its traceback, or the GPU OOM and
     every reservation tried (``requests``), or the exit code; then the last lines of output."""
     a = outcome.attempt
@@ -175,7 +177,7 @@ class RunResult:
                 "attempts": [asdict(a) for a in self.attempts], "gpu_time": self.history.to_dict()}
 
 
-def work_value(work: Any) -> object:
+def work_value(work: Work) -> object:
     """What a successful attempt produced: the callable's return value (None for programs)."""
     if not work.call_dir:
         return None

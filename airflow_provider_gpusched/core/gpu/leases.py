@@ -52,12 +52,23 @@ class LeaseManager:
         (default ``$GPUSCHED_STATE_DIR_SHARED``); otherwise it must be this user's own."""
         self.inventory = inventory
         self.store = LeaseStore(inventory, state_dir, shared)
-        self.state_dir, self.shared, self.file_mode = self.store.state_dir, self.store.shared, self.store.file_mode
         self.host_check = host_check or check_host_limits
         self.classes = classes or JobClassMapping()
         self.activity = GPUActivity(self.state_dir, file_mode=self.file_mode)
         self.yields = YieldMarks(self.state_dir, self.file_mode)
         self.ledger = GPUTimeLedger(self.state_dir, self.file_mode)
+
+    @property
+    def state_dir(self) -> str:
+        return self.store.state_dir
+
+    @property
+    def shared(self) -> bool:
+        return self.store.shared
+
+    @property
+    def file_mode(self) -> int:
+        return self.store.file_mode
 
     @property
     def unreadable(self) -> list[tuple[str, str]]:
