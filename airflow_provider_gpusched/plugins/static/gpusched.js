@@ -176,12 +176,16 @@ function Scatter({ points, line, xLabel, yLabel, width = 420, height = 240, test
   const X = (x) => pad.l + ((x - x0) / (x1 - x0)) * (width - pad.l - pad.r);
   const Y = (y) => height - pad.b - ((y - y0) / (y1 - y0)) * (height - pad.t - pad.b);
   const fmt = (v) => (Math.abs(v) >= 1000 || (Math.abs(v) < 0.01 && v !== 0) ? v.toExponential(1) : +v.toFixed(3));
-  const ticks = (a, b) => [a, a + (b - a) / 2, b];
+  // ends and middle; on an axis of whole numbers (trial index, num_zmode) the middle is a whole number too
+  const ticks = (a, b, whole) => {
+    const mid = whole ? Math.round((a + b) / 2) : a + (b - a) / 2;
+    return mid > a && mid < b ? [a, mid, b] : [a, b];
+  };
   return h("svg", { width, height, "data-testid": testid, role: "img", "aria-label": `${yLabel} against ${xLabel}`,
                     style: { overflow: "visible", margin: "4px 12px 4px 0" } },
     h("line", { x1: pad.l, y1: height - pad.b, x2: width - pad.r, y2: height - pad.b, stroke: "currentColor", opacity: 0.4 }),
     h("line", { x1: pad.l, y1: pad.t, x2: pad.l, y2: height - pad.b, stroke: "currentColor", opacity: 0.4 }),
-    ticks(x0, x1).map((t, i) => h("text", { key: `x${i}`, x: X(t), y: height - pad.b + 14, fontSize: 10,
+    ticks(x0, x1, xs.every(Number.isInteger)).map((t, i) => h("text", { key: `x${i}`, x: X(t), y: height - pad.b + 14, fontSize: 10,
                                              textAnchor: "middle", fill: "currentColor" }, fmt(t))),
     ticks(y0, y1).map((t, i) => h("text", { key: `y${i}`, x: pad.l - 4, y: Y(t) + 3, fontSize: 10, textAnchor: "end",
                                              fill: "currentColor" }, fmt(t))),
