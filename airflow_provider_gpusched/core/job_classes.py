@@ -65,7 +65,10 @@ class SlurmClassSettings:
 
 @dataclass(frozen=True)
 class LocalClassPolicy:
-    """How a class behaves on local GPUs. Only preemptible classes use the timing fields."""
+    """How a class behaves on local GPUs. ``fill_in``: the class only fills idle GPUs (never starts while
+    normal work waits, only on GPUs quiet for ``idle_for``); ``preemptible``: its leases give their GPUs back
+    to normal work (the timing fields). A fill-in class that is not preemptible is a polite filler: it waits
+    its turn but, once started, finishes."""
 
     preemptible: bool = False
     grace_period: float = 30.0      # seconds between SIGTERM (checkpoint now) and SIGKILL
@@ -76,6 +79,7 @@ class LocalClassPolicy:
     idle_for: float = 60.0          # a GPU must have been free of foreign work this long before idle work starts
     max_utilization: int = 10       # percent: above this (with no lease of ours on it) a GPU counts as busy
     max_foreign_memory: int = 512 * 1024 ** 2  # bytes used by processes we do not know: above it, busy
+    fill_in: bool = False           # only on idle GPUs, never ahead of waiting normal work
 
     def backoff_for(self, preemptions: int) -> float:
         """Seconds to wait before relaunching after the ``preemptions``-th preemption."""
@@ -115,7 +119,7 @@ DEFAULT_CLASSES: dict[str, JobClass] = {
     "normal": JobClass("normal", AirflowClassSettings(priority_weight=100),
                        SlurmClassSettings(), LocalClassPolicy(preemptible=False)),
     "idle": JobClass("idle", AirflowClassSettings(pool="gpusched_idle", priority_weight=1),
-                     SlurmClassSettings(partition="idle", requeue=True, nice=100), LocalClassPolicy(preemptible=True)),
+                     SlurmClassSettings(partition="idle", requeue=True, nice=100), LocalClassPolicy(fill_in=True, preemptible=True)),
 }
 
 _SECTIONS = {"airflow": AirflowClassSettings, "slurm": SlurmClassSettings, "local": LocalClassPolicy}
@@ -222,7 +226,7 @@ def _update(settings: Any, values: Mapping[str, Any], where: str) -> Any:
             elif key == "pool_slots":
                 if value != "gpus" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                     raise ValueError("'gpus' or a whole number >= 1")
-            elif isinstance(current, bool) or key in ("preemptible", "requeue"):
+            elif isinstance(current, bool) or key in ("fill_in", "preemptible", "requeue"):
                 if value is not None and not isinstance(value, bool):
                     raise ValueError("true or false")
             elif isinstance(current, int) and not isinstance(current, bool):

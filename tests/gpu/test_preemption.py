@@ -248,15 +248,24 @@ def test_why_not_only_looks_and_hold_place_claims(state_dir):
 
 
 def test_fill_in_rules_follow_the_class_policy_not_its_name(state_dir):
-    """An 'idle' class configured as not preemptible is ordinary work: it does not wait behind waiting normal
-    work or for quiet GPUs, and normal work cannot preempt it."""
-    manager = make_manager(state_dir, preemptible=False, idle_for=3600)
+    """The rules come from the policy's fill_in and preemptible, not from the name 'idle'. fill_in off: ordinary
+    work (no waiting behind normal work, no quiet-GPU rule). preemptible off, fill_in on: a polite filler that
+    waits its turn but is never asked to yield."""
+    manager = make_manager(state_dir, fill_in=False, preemptible=False, idle_for=3600)
     manager.yields.mark_waiting("someone else")
     lease, why = manager.try_acquire(GPURequest(gpus=4), "filler", job_class="idle")
     assert lease is not None and not lease.preemptible, why
-    why = manager.hold_place(GPURequest(gpus=1), "urgent")
-    assert "preempting" not in why and manager.yielding_to("urgent") == []
     manager.release(lease)
-    fill_in = make_manager(state_dir, idle_for=3600)  # the default: preemptible, waits for quiet GPUs
-    lease, why = fill_in.try_acquire(GPURequest(gpus=1), "filler", job_class="idle")
+    polite = make_manager(state_dir, preemptible=False)  # fill_in stays on (the idle class's default)
+    lease, why = polite.try_acquire(GPURequest(gpus=1), "filler", job_class="idle")
     assert lease is None and "normal work is waiting" in why
+    polite.yields.clear_waiting("someone else")
+    lease, why = polite.try_acquire(GPURequest(gpus=4), "filler", job_class="idle")
+    assert lease is not None and not lease.preemptible, why
+    why = polite.hold_place(GPURequest(gpus=1), "urgent")
+    assert "preempting" not in why and polite.yielding_to("urgent") == []
+    polite.release(lease)
+    polite.yields.clear_waiting("urgent")
+    quiet = make_manager(state_dir, idle_for=3600)
+    lease, why = quiet.try_acquire(GPURequest(gpus=1), "filler", job_class="idle")
+    assert lease is None and "idle work waits for" in why

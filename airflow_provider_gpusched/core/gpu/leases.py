@@ -4,7 +4,7 @@
 :class:`~airflow_provider_gpusched.core.gpu.lease_store.LeaseStore`, foreign work) under the allocation
 lock and places a request, or says why not. A lease may name the task it runs for (``task_key``):
 another try of the same task waits until it is gone, so a retry never runs next to a surviving first
-copy. Fill-in classes (those whose local policy is ``preemptible``, ``idle`` by default) never start ahead
+copy. Fill-in classes (local policy ``fill_in``; ``idle`` by default) never start ahead
 of waiting normal work and only on GPUs quiet for their ``idle_for``; a normal request that does not fit
 holds its place and asks fill-in leases to yield (:mod:`~airflow_provider_gpusched.core.gpu.yielding`).
 GPU time goes to the host's ledger (:mod:`~airflow_provider_gpusched.core.gpu.accounting`).
@@ -103,10 +103,10 @@ class LeaseManager:
                                 f"{lease.cuda_visible_devices} ({lease.owner}; {state})"), gpus)
         views = dict(zip((lease.lease_id for lease in leases), self.store.views(gpus, leases)))
         usage = gpu_usage(gpus, views.values())
-        fill_in = [c.local for c in self.classes.classes.values() if c.local.preemptible]
+        fill_in = [c.local for c in self.classes.classes.values() if c.local.fill_in]
         quiet_since = self.activity.quiet_since(usage, fill_in, record=write) if fill_in else {}
         policy = self.classes[job_class].local
-        if policy.preemptible:  # fill-in work: never ahead of waiting normal work, only on quiet GPUs
+        if policy.fill_in:  # never ahead of waiting normal work, only on quiet GPUs
             waiting = [w for w in self.yields.waiting(prune=write) if w.get("owner") != owner]
             if waiting:
                 return _Look(None, f"normal work is waiting for GPUs ({waiting[0].get('owner', '?')})", gpus)
