@@ -7,11 +7,19 @@ import json
 import sys
 
 from airflow_provider_gpusched.core.errors import GpuschedError
-from airflow_provider_gpusched.core.slurm import CommandRunner, SlurmClient
+
+# Each subcommand imports what it uses, inside its function: `gpusched partition` must not pay for the
+# Slurm client (asyncio) or the sweep package, nor `gpusched slurm status` for numpy.
+
+
+def _slurm_client():
+    from airflow_provider_gpusched.core.slurm import CommandRunner, SlurmClient
+
+    return SlurmClient(CommandRunner())
 
 
 def _slurm_status(args) -> int:
-    client = SlurmClient(CommandRunner())
+    client = _slurm_client()
     statuses = client.statuses(args.job_ids)
     if args.json:
         print(json.dumps({k: v.to_dict() for k, v in statuses.items()}, indent=2))
@@ -24,7 +32,7 @@ def _slurm_status(args) -> int:
 
 
 def _slurm_cancel(args) -> int:
-    SlurmClient(CommandRunner()).cancel(args.job_ids, signal=args.signal)
+    _slurm_client().cancel(args.job_ids, signal=args.signal)
     return 0
 
 
@@ -37,7 +45,7 @@ def _slurm_tail(args) -> int:
         raise GpuschedError(f"{args.path}: no such file (has the job started? Slurm creates it when it starts)")
     if not os.access(args.path, os.R_OK):
         raise GpuschedError(f"{args.path}: not readable by this user")
-    print(SlurmClient(CommandRunner()).tail(args.path, args.lines))
+    print(_slurm_client().tail(args.path, args.lines))
     return 0
 
 

@@ -7,6 +7,9 @@ the memory is the process's peak RSS (Python, numpy and the inputs included) and
 of what the solver allocated (tracemalloc, numpy arrays included).
 
     .venv/bin/python bench/partition.py [--data DIR] [--cases L96_T4_D64 ...] [--big-timeout 120]
+
+Then ``gpusched partition`` on L96_T4_D64 as a whole process (interpreter start, imports, reading the YAML,
+solving, printing), next to the interpreter's own start-up with and without numpy.
 """
 
 from __future__ import annotations
@@ -79,6 +82,27 @@ def make_big_instance(scaling: Path, dest: Path, layers: int = 200, types: int =
     return {"model": name, "batch_size": profile["batch_size"], "buffers_in": 2, "buffers_out": 2}
 
 
+def whole_process(folder: Path, args: dict, runs: int = 5) -> dict[str, float]:
+    """Median wall time of `gpusched partition` as a whole process on one case, next to the floor of the
+    same interpreter: starting it bare and starting it to import numpy."""
+    import statistics
+    import time
+
+    cli = [sys.executable, "-m", "airflow_provider_gpusched.cli", "partition", "-m", args["model"],
+           "-b", str(args["batch_size"]), "-i", str(args["buffers_in"]), "-o", str(args["buffers_out"])]
+    commands = {"gpusched partition": cli, "python (bare)": [sys.executable, "-c", "pass"],
+                "python + import numpy": [sys.executable, "-c", "import numpy"]}
+    figures = {}
+    for name, command in commands.items():
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            subprocess.run(command, cwd=folder, check=True, capture_output=True)
+            times.append(time.perf_counter() - start)
+        figures[name] = statistics.median(times)
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", help="pipeline-partition folder (default: ../shared/pipeline-partition, "
@@ -113,6 +137,9 @@ def main() -> None:
               f"{ref['reference_peak_rss_MB']:>6.0f}MB {r['checks']:>6}  {r['bottleneck_s']:.9f}"
               f"{'' if ok else '  MISMATCH (expected ' + str(ref['bottleneck_s']) + ')'}", flush=True)
     print(f"slowest {worst_time:.3f}s, largest peak RSS {worst_rss:.0f}MB")
+    case = next(ref for ref in references if ref["case"] == "L96_T4_D64")
+    figures = whole_process(data / "scaling" / "L96_T4_D64", case["args"])
+    print("whole process on L96_T4_D64 (median of 5): " + ", ".join(f"{k} {v:.3f}s" for k, v in figures.items()))
     big_args = make_big_instance(data / "scaling", tmp / "big")
     r = run_case(tmp / "big", big_args, args.big_timeout)
     if r is None:

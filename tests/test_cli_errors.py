@@ -1,6 +1,7 @@
 """The ``gpusched`` command line given careless input: one clear line on stderr and a non-zero exit, never a
 traceback; `| head` is not an error; an unreachable controller costs one Slurm call, not two."""
 
+import json
 import os
 import subprocess
 import sys
@@ -124,3 +125,40 @@ def test_unreachable_controller_costs_one_call_and_says_so(slurm_cluster, tmp_pa
     took = time.monotonic() - started
     clear_error(proc, "Unable to contact slurm controller")
     assert took < one_call * 1.5 + 3, (took, one_call)
+
+
+IMPORTS_AFTER = r"""
+import json, sys
+from airflow_provider_gpusched.cli import main
+loaded_by_import = sorted(sys.modules)
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print(json.dumps({"import": loaded_by_import, "run": sorted(sys.modules)}))
+"""
+
+
+def _modules_loaded(*args, cwd=REPO):
+    proc = subprocess.run([sys.executable, "-c", IMPORTS_AFTER, *args], capture_output=True, text=True,
+                          timeout=120, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_each_subcommand_imports_only_what_it_uses():
+    """`gpusched partition` pays for numpy and the partitioner, not for the Slurm client (asyncio) or the sweep
+    package; the command line itself imports none of them."""
+    heavy = ("numpy", "yaml", "asyncio", "airflow_provider_gpusched.core.slurm", "airflow_provider_gpusched.core.sweep",
+             "airflow_provider_gpusched.core.partition", "airflow")
+    seen = _modules_loaded("partition", "--help")
+    assert not [m for m in seen["import"] if m in heavy or m.startswith(tuple(h + "." for h in heavy))]
+    seen = _modules_loaded("partition", "-m", "google/vit-base-patch16-224", cwd=REPO / "dags" / "partition")
+    loaded = set(seen["run"])
+    assert "airflow_provider_gpusched.core.partition.solver" in loaded
+    assert not loaded & {"asyncio", "airflow_provider_gpusched.core.slurm", "airflow_provider_gpusched.core.sweep",
+                         "airflow"}, sorted(loaded & {"asyncio", "airflow"})
+    seen = _modules_loaded("sweep", "preview", str(REPO / "dags" / "sweeps" / "lr_schedule.yaml"))
+    loaded = set(seen["run"])
+    assert "airflow_provider_gpusched.core.sweep.spec" in loaded
+    assert not loaded & {"numpy", "airflow_provider_gpusched.core.partition", "airflow_provider_gpusched.core.slurm"}

@@ -205,9 +205,9 @@ class JobClassMapping:
         else:
             source = "[gpusched] job_classes"
         try:
-            import yaml
+            from airflow_provider_gpusched.core.yaml_loader import safe_load
 
-            data = yaml.safe_load(value)
+            data = safe_load(value)
         except Exception as exc:  # noqa: BLE001 - yaml's errors carry line/column
             raise JobClassConfigError(f"{source}: not valid YAML/JSON ({exc})".replace("\n", " ")) from exc
         return cls.from_dict(data, source)

@@ -60,13 +60,13 @@ class Problem:
 
 
 def _load_yaml(path: str, what: str) -> Any:
-    import yaml
+    from airflow_provider_gpusched.core.yaml_loader import safe_load
 
     if not os.path.exists(path):
         raise PartitionInputError(f"{path}: {what} file not found", exit_code=3)
     try:
         with open(path) as fh:
-            return yaml.safe_load(fh)
+            return safe_load(fh)
     except OSError as exc:
         raise PartitionInputError(f"{path}: cannot read the {what} file ({exc.strerror})", exit_code=3) from None
     except Exception as exc:  # noqa: BLE001 - yaml errors carry line/column

@@ -18,6 +18,7 @@ what is reachable and not dominated.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -106,14 +107,21 @@ class _Model:
             values.append(self.comm[:-1].ravel())
         return np.unique(np.concatenate(values)) if values else np.zeros(0)
 
-    def allowed(self, x: float) -> list[list[np.ndarray]]:
-        """allowed[k][s]: last layers r (1-based) of stages starting at layer s+1 on type k within x."""
+    def _end_bits(self, x: float) -> list[list[int]]:
+        """bits[k][s]: a bitset with bit r set for each last layer r (1-based) of a stage that starts at
+        layer s+1 on type k and fits within x."""
         ok = self.fit & (self.comp <= x)
-        return [[np.nonzero(ok[k, start])[0] + 1 for start in range(self.L)] for k in range(self.T)]
+        packed = np.packbits(ok, axis=2, bitorder="little")
+        return [[int.from_bytes(packed[k, s].tobytes(), "little") << 1 for s in range(self.L)]
+                for k in range(self.T)]
+
+    def allowed(self, x: float) -> list[list[list[int]]]:
+        """allowed[k][s]: last layers r (1-based) of stages starting at layer s+1 on type k within x."""
+        return [[_bit_positions(bits) for bits in per_start] for per_start in self._end_bits(x)]
 
     def relaxed_feasible(self, x: float) -> bool:
         """Ignoring host counts: can the layers be covered within x?"""
-        return bool(self._relaxed_reach(x)[self.L].any())
+        return any(bits >> self.L & 1 for bits in self._relaxed_reach_bits(x))
 
     def relaxed_schedule(self, x: float) -> list[tuple[int, int, int]] | None:
         """A schedule within x found ignoring host counts (long stages, types with hosts to spare
@@ -143,19 +151,26 @@ class _Model:
         return stages[::-1] if (left >= 0).all() else None
 
     def _relaxed_reach(self, x: float) -> np.ndarray:
+        """reach[i, k]: layers 1..i can be covered within x (host counts ignored), the last stage on type k."""
+        bits = self._relaxed_reach_bits(x)
+        return np.array([[bits[k] >> i & 1 for k in range(self.T)] for i in range(self.L + 1)],
+                        dtype=bool).reshape(self.L + 1, self.T)
+
+    def _relaxed_reach_bits(self, x: float) -> list[int]:
+        """Per type k, a bitset of the i such that layers 1..i can be covered within x with the last
+        stage on type k (host counts ignored)."""
         L, T = self.L, self.T
-        ok = self.fit & (self.comp <= x)
-        link_ok = self.comm <= x
-        reach = np.zeros((L + 1, T), dtype=bool)  # reach[i, k]: layers 1..i covered, last stage on type k
-        for k in range(T):
-            reach[1:, k] |= ok[k, 0]
+        ends = self._end_bits(x)
+        link_ok = (self.comm <= x).tolist()
+        reach = [ends[k][0] for k in range(T)]
         for i in range(1, L):
-            sources = reach[i]
-            if not sources.any():
+            sources = [k0 for k0 in range(T) if reach[k0] >> i & 1]
+            if not sources:
                 continue
+            links = link_ok[i - 1]
             for k in range(T):
-                if (sources & link_ok[i - 1, :, k]).any():
-                    reach[i + 1:, k] |= ok[k, i, i:]
+                if ends[k][i] and any(links[k0][k] for k0 in sources):
+                    reach[k] |= ends[k][i]
         return reach
 
     def min_stages_from(self, x: float) -> np.ndarray:
@@ -182,59 +197,59 @@ class _Model:
         return self.exact_dense(x, limited) if cells <= self.dense_cells else self.exact_pareto(x, limited)
 
     def exact_dense(self, x: float, limited: list[int]) -> list[tuple[int, int, int]] | None:
-        """Reachability over (layers done, type of the last stage, hosts used per limited type)."""
+        """Reachability over (layers done, type of the last stage, hosts used per limited type). Each
+        (layers done, type) holds the reachable host-count vectors as one bitset (a Python int, bit n for the
+        vector whose C-order index in the count grid is n): one more host of type k is a shift by that axis's
+        stride, with the vectors already at k's count masked off first."""
         L, T = self.L, self.T
         allowed = self.allowed(x)
-        link_ok = self.comm <= x
+        link_ok = (self.comm <= x).tolist()
         shape = tuple(int(self.counts[k]) + 1 for k in limited)
         axis = {k: a for a, k in enumerate(limited)}
-        reach = np.zeros((L + 1, T) + shape, dtype=bool)
-        origin = np.zeros(shape, dtype=bool)
-        origin[(0,) * len(shape)] = True
+        strides, below_cap = _count_grid(shape)
+        reach = [[0] * T for _ in range(L + 1)]
         for i in range(L):
-            alive = reach[i].reshape(T, -1).any(axis=1) if i else None
-            if i and not alive.any():
+            row = reach[i]
+            if i and not any(row):
                 continue
+            merged: dict[tuple[bool, ...], int] = {}  # the OR of the sources, once per source set
             for k2 in range(T):
                 ends = allowed[k2][i]
                 if not len(ends):
                     continue
                 if i == 0:
-                    src = origin
+                    src = 1  # no hosts used yet
                 else:
-                    mask = link_ok[i - 1, :, k2] & alive
-                    if not mask.any():
+                    key = tuple(bool(row[k0]) and link_ok[i - 1][k0][k2] for k0 in range(T))
+                    if key not in merged:
+                        merged[key] = _or_all(row[k0] for k0 in range(T) if key[k0])
+                    src = merged[key]
+                    if not src:
                         continue
-                    src = reach[i, mask].any(axis=0)
                 if k2 in axis:  # one more host of type k2
                     a = axis[k2]
-                    moved = np.zeros_like(src)
-                    cut = [slice(None)] * len(shape)
-                    cut[a] = slice(1, None)
-                    keep = [slice(None)] * len(shape)
-                    keep[a] = slice(None, -1)
-                    moved[tuple(cut)] = src[tuple(keep)]
-                    src = moved
-                reach[ends, k2] |= src
-            if reach[L].any():
+                    src = (src & below_cap[a]) << strides[a]
+                    if not src:
+                        continue
+                for end in ends:
+                    reach[end][k2] |= src
+            if any(reach[L]):
                 break
-        if not reach[L].any():
+        if not any(reach[L]):
             return None
         # walk back: find a predecessor state for each stage
-        k, cell = next((k, np.unravel_index(int(np.argmax(reach[L, k])), shape)) for k in range(T) if reach[L, k].any())
+        k = next(k for k in range(T) if reach[L][k])
+        cell = (reach[L][k] & -reach[L][k]).bit_length() - 1  # the lowest reachable count vector
         stages, end = [], L
         while True:
-            prev = list(cell)
-            if k in axis:
-                prev[axis[k]] -= 1
-            prev = tuple(prev)
-            if end in allowed[k][0] and not any(prev):
+            prev = cell - strides[axis[k]] if k in axis else cell
+            if end in allowed[k][0] and prev == 0:
                 stages.append((k, 1, end))
                 break
             for i in range(end - 1, 0, -1):
                 if end not in allowed[k][i]:
                     continue
-                sources = [k0 for k0 in range(T) if link_ok[i - 1, k0, k] and reach[(i, k0) + prev]]
+                sources = [k0 for k0 in range(T) if link_ok[i - 1][k0][k] and (reach[i][k0] >> prev) & 1]
                 if sources:
                     stages.append((k, i + 1, end))
                     k, cell, end = sources[0], prev, i
@@ -411,6 +426,35 @@ def partition(problem: Problem) -> Schedule:
         else:
             lo = mid + 1
     return _stages(model, found, checks)
+
+
+@functools.lru_cache(maxsize=16)
+def _count_grid(shape: tuple[int, ...]) -> tuple[list[int], list[int]]:
+    """For a count grid of this shape: each axis's stride in C order, and per axis the bitset of the
+    vectors whose count on that axis is below its maximum (those that may take one more host)."""
+    strides = [int(np.prod(shape[a + 1:], dtype=np.int64)) for a in range(len(shape))]
+    index = np.indices(shape).reshape(len(shape), -1) if shape else np.zeros((0, 1), dtype=int)
+    below = []
+    for a, size in enumerate(shape):
+        bits = np.packbits(index[a] < size - 1, bitorder="little")
+        below.append(int.from_bytes(bits.tobytes(), "little"))
+    return strides, below
+
+
+def _bit_positions(bits: int) -> list[int]:
+    positions = []
+    while bits:
+        low = bits & -bits
+        positions.append(low.bit_length() - 1)
+        bits ^= low
+    return positions
+
+
+def _or_all(values) -> int:
+    result = 0
+    for value in values:
+        result |= value
+    return result
 
 
 def _bottleneck(model: _Model, found: list[tuple[int, int, int]]) -> float:

@@ -377,9 +377,11 @@ class SweepSpec:
     def from_yaml(cls, path: str) -> SweepSpec:
         import yaml
 
+        from airflow_provider_gpusched.core.yaml_loader import safe_load
+
         try:
             with open(path) as fh:
-                data = yaml.safe_load(fh)
+                data = safe_load(fh)
         except FileNotFoundError:
             raise InvalidArgumentError("sweep spec", path, "an existing YAML file") from None
         except IsADirectoryError:
