@@ -65,6 +65,7 @@ def _gpus(args) -> int:
 
     from airflow_provider_gpusched.core.gpu.accounting import accounting_totals
     from airflow_provider_gpusched.core.gpu.inventory import get_inventory
+    from airflow_provider_gpusched.core.gpu.lease_store import LeaseStore
     from airflow_provider_gpusched.core.gpu.leases import LeaseManager
     from airflow_provider_gpusched.core.gpu.placement import gpu_usage
     from airflow_provider_gpusched.core.units import format_bytes
@@ -81,7 +82,7 @@ def _gpus(args) -> int:
     yielding = {k: v for k, v in yielding.items() if v}
     waiting = manager.yields.waiting()
     totals = accounting_totals(manager.ledger.records())
-    usage = gpu_usage(gpus, [lease.view() for lease in leases])
+    usage = gpu_usage(gpus, LeaseStore.views(gpus, leases))
     if args.json:
         driver = manager.inventory.driver_version() if manager.inventory.source == "nvml" else None
         print(json.dumps({"source": manager.inventory.source, "driver": driver, "state_dir": manager.state_dir,

@@ -113,6 +113,20 @@ def is_number(value: Any) -> bool:
 def read_json_record(path: str, max_bytes: int = 1 << 20) -> Any:
     """The JSON in ``path`` (``FileNotFoundError`` if it is gone); :class:`BadRecordError` naming the
     file when it is a link, not a regular file, too big, or not JSON."""
+    return parse_json_record(path, read_record_bytes(path, max_bytes))
+
+
+def parse_json_record(path: str, data: bytes) -> Any:
+    """The JSON in ``data`` read from ``path``; :class:`BadRecordError` naming the file if it is not JSON."""
+    try:
+        return json.loads(data.decode())
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise BadRecordError(f"{path}: not valid JSON ({exc})") from None
+
+
+def read_record_bytes(path: str, max_bytes: int = 1 << 20) -> bytes:
+    """The bytes of the regular file ``path`` (``FileNotFoundError`` if it is gone); :class:`BadRecordError`
+    naming the file when it is a link, not a regular file, or too big."""
     try:
         fd = open_regular(path, os.O_RDONLY)
     except OSError as exc:
@@ -121,14 +135,20 @@ def read_json_record(path: str, max_bytes: int = 1 << 20) -> Any:
         raise BadRecordError(f"{path}: cannot be read safely ({exc.strerror or exc})") from None
     except UnsafePathError as exc:
         raise BadRecordError(str(exc)) from None
-    with os.fdopen(fd, "rb") as fh:
-        data = fh.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise BadRecordError(f"{path}: larger than {max_bytes} bytes")
     try:
-        return json.loads(data.decode())
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise BadRecordError(f"{path}: not valid JSON ({exc})") from None
+        size = os.fstat(fd).st_size  # a read sized to the file, not a max_bytes buffer for a small record
+        parts, total = [], 0
+        while total <= max_bytes:
+            part = os.read(fd, min(max_bytes + 1 - total, max(size + 1 - total, 4096)))
+            if not part:
+                break
+            parts.append(part)
+            total += len(part)
+    finally:
+        os.close(fd)
+    if total > max_bytes:
+        raise BadRecordError(f"{path}: larger than {max_bytes} bytes")
+    return b"".join(parts)
 
 
 def write_atomic(path: str, data: bytes | str, mode: int | None = 0o600) -> None:

@@ -56,6 +56,7 @@ class GPUAvailableTrigger(BaseTrigger):
             await asyncio.sleep(self.not_before - time.time())
         last = None
         while True:  # a normal request that does not fit asks idle leases to yield (see LeaseManager)
+            seen = manager.store.release_count()
             why = await asyncio.to_thread(manager.hold_place, request, self.owner, job_class=self.job_class,
                                           task_key=self.task_key)
             if not why and self.fire_after is not None and self.fire_after > time.time():
@@ -67,4 +68,14 @@ class GPUAvailableTrigger(BaseTrigger):
             if reason_kind(why) != last:
                 self.log.info("Waiting for %s: %s", request.describe(), why)
                 last = reason_kind(why)
-            await asyncio.sleep(self.poll_interval)
+            await _release_or_timeout(manager, seen, self.poll_interval)
+
+
+async def _release_or_timeout(manager: LeaseManager, seen: int, timeout: float, check_every: float = 0.1) -> None:
+    """Sleep ``timeout`` seconds, or less: until a lease is released after the count ``seen`` (checked
+    every 100 ms with one read of the releases counter, without the allocation lock)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        await asyncio.sleep(min(check_every, max(0.0, deadline - time.monotonic())))
+        if manager.store.release_count() != seen:
+            return

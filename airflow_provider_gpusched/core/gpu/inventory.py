@@ -54,6 +54,8 @@ class GPUInfo:
 
 class GPUInventory(Protocol):
     source: str  # "nvml" or "simulated"
+    #: whether ``gpus()`` lists each process's memory (what OOM evidence is sampled from)
+    reports_processes: bool
 
     def gpus(self) -> list[GPUInfo]: ...
 
@@ -62,6 +64,7 @@ class NVMLInventory:
     """GPUs through NVML. Raises :class:`GPUInventoryError` if NVML cannot be initialised."""
 
     source = "nvml"
+    reports_processes = True
     _lock = threading.Lock()
     _initialised = False
 
@@ -145,6 +148,11 @@ class SimulatedInventory:
         self.sizes = parse_simulation_spec(spec)
         self.usage_file = usage_file
         self.name = name
+
+    @property
+    def reports_processes(self) -> bool:
+        """Only a usage file gives simulated GPUs processes; without one there is nothing to sample."""
+        return bool(self.usage_file)
 
     def _usage(self) -> dict:
         if not self.usage_file or not os.path.exists(self.usage_file):

@@ -9,7 +9,9 @@ every descendant, waits ``grace`` seconds, then SIGKILLs what is left: no orphan
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
+import select
 import signal
 import subprocess
 import threading
@@ -69,6 +71,7 @@ class GPUChild:
         self._reader: threading.Thread | None = None
         self.started_at = 0.0
         self.stopped_by_us = False
+        self._pidfd: int | None = None
 
     def start(self) -> GPUChild:
         os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
@@ -102,15 +105,55 @@ class GPUChild:
                         pass
 
     def wait(self, timeout: float | None = None) -> int | None:
-        """The exit status (negative: killed by that signal), or None if still running after ``timeout``."""
+        """The exit status (negative: killed by that signal), or None if still running after ``timeout``.
+
+        With a timeout, the exit is seen at once through a pidfd (Linux 5.3+) rather than by
+        ``Popen.wait``'s sleep-and-poll loop, which notices an exit up to 50 ms late."""
         assert self.proc is not None
+        if timeout is not None and self.proc.returncode is None and not self._exited_within(timeout):
+            return None
         try:
             code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             return None
+        self._close_pidfd()
         if self._reader:
             self._reader.join(timeout=5)
         return code
+
+    def _exited_within(self, timeout: float) -> bool:
+        """False if the child surely still runs after ``timeout`` s; True if it exited (or if this cannot
+        be told without ``Popen.wait``)."""
+        if self._pidfd is None:
+            try:
+                self._pidfd = os.pidfd_open(self.pid)
+            except (AttributeError, OSError):  # no pidfd here, or the child is already reaped
+                self._pidfd = -1
+        if self._pidfd < 0:
+            return True
+        ready, _, _ = select.select([self._pidfd], [], [], max(0.0, timeout))
+        return bool(ready)
+
+    def _close_pidfd(self) -> None:
+        if self._pidfd is not None and self._pidfd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._pidfd)
+            self._pidfd = -2  # closed: Popen.wait from now on (the child is reaped anyway)
+
+    def owns(self, pid: int) -> bool:
+        """Whether ``pid`` is the child or one of its descendants. The child leads its own session, so a
+        descendant normally shares it (one getsid call); only a process that left the session (setsid) is
+        looked up by its ancestors."""
+        if pid == self.pid:
+            return True
+        try:
+            if os.getsid(pid) == self.pid:
+                return True
+            import psutil
+
+            return any(parent.pid == self.pid for parent in psutil.Process(pid).parents())
+        except Exception:  # noqa: BLE001 - gone, or not ours to inspect
+            return False
 
     def descendants(self) -> list[int]:
         try:

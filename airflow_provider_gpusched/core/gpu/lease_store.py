@@ -23,11 +23,13 @@ import fcntl
 import os
 import re
 import signal
+import stat
 import tempfile
+import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping
 
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo, GPUInventory
@@ -83,10 +85,17 @@ class Lease:
     def cuda_visible_devices(self) -> str:
         return ",".join(str(i) for i in self.gpus)
 
+    def copy(self) -> Lease:
+        """An independent copy (its lists and mapping too), without the holder's lock fd."""
+        twin = object.__new__(Lease)
+        twin.__dict__.update(self.__dict__)
+        twin.gpus, twin.uuids, twin.child_pids = list(self.gpus), list(self.uuids), list(self.child_pids)
+        twin.memory, twin.fd = dict(self.memory), None
+        return twin
+
     def to_dict(self) -> dict:
-        data = asdict(self)
-        data.pop("fd")
-        data.pop("path")
+        data = {name: getattr(self, name) for name in _STORED_FIELDS}
+        data["gpus"], data["uuids"], data["child_pids"] = list(self.gpus), list(self.uuids), list(self.child_pids)
         data["memory"] = {str(k): v for k, v in self.memory.items()}
         return data
 
@@ -112,10 +121,16 @@ class Lease:
         values["memory"] = {int(k): int(v) for k, v in memory.items()}
         return cls(**values)
 
-    def view(self, with_pids: bool = True) -> LeaseView:
-        """What placement needs; ``with_pids`` walks the process tree (only needed when GPUs list processes)."""
-        pids = _family({self.pid, *self.child_pids}) if with_pids else set()
+    def view(self, kin: Mapping[int, set[int]] | None = None) -> LeaseView:
+        """What placement needs. ``kin`` maps each process the GPUs list to itself, its session and its
+        ancestors (:func:`gpu_process_kin`); the lease's processes are those related to its holder or
+        children. Without ``kin`` (GPUs that list no processes) none are named."""
+        roots = {self.pid, *self.child_pids}
+        pids = {pid for pid, related in (kin or {}).items() if related & roots}
         return LeaseView(memory=self.memory, whole=self.whole, pids=pids)
+
+
+_STORED_FIELDS = tuple(name for name in Lease.__dataclass_fields__ if name not in ("fd", "path"))
 
 
 def _is_int(value: Any) -> bool:
@@ -158,12 +173,43 @@ def _started_at(pid: int) -> float:
         return 0.0
 
 
+_own_start: tuple[int, float] = (0, 0.0)
+
+
+def _own_started_at() -> float:
+    """This process's start time, asked once per process (a forked child asks again)."""
+    global _own_start
+    pid = os.getpid()
+    if _own_start[0] != pid:
+        _own_start = (pid, _started_at(pid))
+    return _own_start[1]
+
+
 def _holder_alive(lease: Lease) -> bool:
     """Whether the process that took ``lease`` still runs (the same process, not a later one with its pid)."""
     started = _started_at(lease.pid)
     if not started:
         return False
     return not lease.pid_started or abs(started - lease.pid_started) < 1.0
+
+
+def gpu_process_kin(gpus: list[GPUInfo]) -> dict[int, set[int]]:
+    """For each process the GPUs list: itself, its session leader and its ancestors. A lease owns a GPU
+    process when its holder or a child is among them (children lead their own sessions, so a descendant
+    is usually matched by ``getsid`` alone). This looks at the few processes on the GPUs, never walks the
+    process trees of the leases."""
+    kin: dict[int, set[int]] = {}
+    for pid in {p.pid for g in gpus for p in g.processes}:
+        related = {pid}
+        try:
+            related.add(os.getsid(pid))
+            import psutil
+
+            related.update(parent.pid for parent in psutil.Process(pid).parents())
+        except Exception:  # noqa: BLE001 - gone or not ours to inspect: only itself
+            pass
+        kin[pid] = related
+    return kin
 
 
 def _signal_family(pids: list[int], sig: int) -> None:
@@ -192,6 +238,18 @@ def _family(pids: set[int]) -> set[int]:
 
 LEASE_FILE = re.compile(r"^[0-9a-f]{16}\.json$")
 
+#: the count of releases in a state directory, 20 ASCII digits, rewritten under the allocation lock
+RELEASES_FILE = "releases"
+_local_wakers: dict[str, threading.Condition] = {}
+_local_wakers_lock = threading.Lock()
+
+
+def _local_waker(state_dir: str) -> threading.Condition:
+    """Waiters in this process sleep on this condition; a release here wakes them at once. Waiters in
+    other processes see the releases file change."""
+    with _local_wakers_lock:
+        return _local_wakers.setdefault(os.path.realpath(state_dir), threading.Condition())
+
 
 class LeaseStore:
     """The lease files in ``state_dir`` (this user's own, or a group directory set up for several users
@@ -205,9 +263,16 @@ class LeaseStore:
         self.file_mode = 0o660 if self.shared else 0o600
         #: lease files of live holders that could not be read (their GPUs count as taken): ``[(file, why)]``
         self.unreadable: list[tuple[str, str]] = []
+        # lease files already read and checked, by name: (inode, size, mtime, ctime), the lease. Holders
+        # replace a lease file by renaming a new one over it (a new inode), so a file whose identity and
+        # times are unchanged holds the record already checked; any change is read and checked again.
+        self._checked: dict[str, tuple[tuple[int, int, int, int], Lease]] = {}
+        self._releases_fd: int | None = None
+        # when each lease's holder was last found alive (monotonic): checked at most once a second
+        self._holder_seen: dict[str, float] = {}
 
     def path(self, name: str) -> str:
-        return os.path.join(self.state_dir, name)
+        return f"{self.state_dir}/{name}"  # names are fixed or validated, never absolute
 
     @contextlib.contextmanager
     def allocation_lock(self) -> Iterator[None]:
@@ -257,25 +322,57 @@ class LeaseStore:
                         with contextlib.suppress(FileNotFoundError, IsADirectoryError):
                             os.remove(p)
                 continue
-            data: Any = None
             try:
-                data = read_json_record(path)
-                lease = Lease.from_dict(data, source=path)
-                if lease.lease_id != name[:-5]:
-                    raise BadRecordError(f"{path}: key 'lease_id': {lease.lease_id!r} does not match the file name")
+                lease = self._read_checked(name)
             except FileNotFoundError:
                 continue
             except BadRecordError as exc:
                 if gpus is None:
                     gpus = self.inventory.gpus()
-                lease = _unreadable_lease(name[:-5], data, gpus, str(exc))
+                lease = _unreadable_lease(name[:-5], getattr(exc, "record", None), gpus, str(exc))
                 unreadable.append((path, str(exc)))
             lease.path = path
-            if tidy and not lease.unreadable and lease.child_pids and not _holder_alive(lease):
+            if tidy and not lease.unreadable and lease.child_pids and not self._holder_alive(lease):
                 self._stop_orphan(lease)
             leases.append(lease)
         self.unreadable = unreadable
+        live = {lease.lease_id + ".json" for lease in leases}
+        for gone in set(self._checked) - live:
+            del self._checked[gone]
+        for gone in set(self._holder_seen) - {name[:-5] for name in live}:
+            del self._holder_seen[gone]
         return leases
+
+    def _read_checked(self, name: str) -> Lease:
+        """The lease in file ``name``, checked (:meth:`Lease.from_dict`); a copy of the one already checked
+        when the file is the same file as then. Raises FileNotFoundError or BadRecordError."""
+        path = self.path(name)
+        st = os.stat(path, follow_symlinks=False)
+        key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        cached = self._checked.get(name)
+        if cached is not None and cached[0] == key and stat.S_ISREG(st.st_mode):
+            return cached[1].copy()
+        data = read_json_record(path)
+        try:
+            lease = Lease.from_dict(data, source=path)
+            if lease.lease_id != name[:-5]:
+                raise BadRecordError(f"{path}: key 'lease_id': {lease.lease_id!r} does not match the file name")
+        except BadRecordError as exc:
+            exc.record = data  # what GPUs it names still counts
+            raise
+        self._checked[name] = (key, lease.copy())
+        return lease
+
+    def _holder_alive(self, lease: Lease) -> bool:
+        """:func:`_holder_alive`, asked at most once a second per lease while the answer is yes (an orphan
+        is then found within a second, and a waiter's failed attempt does not look at every holder)."""
+        now = time.monotonic()
+        if now - self._holder_seen.get(lease.lease_id, -10.0) < 1.0:
+            return True
+        alive = _holder_alive(lease)
+        if alive:
+            self._holder_seen[lease.lease_id] = now
+        return alive
 
     def _stop_orphan(self, lease: Lease) -> None:
         """The holder of ``lease`` is dead, its child still runs (the lock is held): stop the child — SIGTERM
@@ -305,7 +402,7 @@ class LeaseStore:
             uuids=[by_index[i].uuid for i in placement.indices], memory=placement.memory,
             whole=placement.whole, owner=owner, pid=os.getpid(), job_class=job_class, priority=priority,
             simulated=any(by_index[i].simulated for i in placement.indices), preemptible=preemptible,
-            min_runtime=min_runtime, task_key=task_key, pid_started=_started_at(os.getpid()), grace=float(grace),
+            min_runtime=min_runtime, task_key=task_key, pid_started=_own_started_at(), grace=float(grace),
         )
         base = self.path(lease.lease_id)
         fd = os.open(base + ".lock", os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, self.file_mode)
@@ -333,15 +430,69 @@ class LeaseStore:
             for p in (base + ".json", base + ".lock", base + ".preempt", base + ".orphan"):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(p)
+            self._count_release()
         if lease.fd is not None:
             with contextlib.suppress(OSError):
                 os.close(lease.fd)
             lease.fd = None
 
+    # -- waking waiters -------------------------------------------------------------------------------
+    def release_count(self) -> int:
+        """How many leases have been released here (read without the allocation lock; -1 if the counter
+        file is unreadable or not 20 digits, which a waiter then treats as no news)."""
+        if self._releases_fd is None:  # kept open: the counter is rewritten in place, one pread per look
+            try:
+                self._releases_fd = open_regular(self.path(RELEASES_FILE), os.O_RDONLY)
+            except FileNotFoundError:
+                return 0
+            except (OSError, GpuschedError):
+                return -1
+        try:
+            raw = os.pread(self._releases_fd, 32, 0)
+        except OSError:
+            return -1
+        return int(raw) if len(raw) == 20 and raw.isdigit() else -1
+
+    def __del__(self) -> None:
+        if getattr(self, "_releases_fd", None) is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._releases_fd)
+
+    def _count_release(self) -> None:
+        """One more release (the caller holds the allocation lock); wakes this process's waiters."""
+        try:
+            fd = open_regular(self.path(RELEASES_FILE), os.O_CREAT | os.O_RDWR, self.file_mode)
+        except (OSError, GpuschedError):
+            return  # waiters fall back to their poll interval
+        try:
+            raw = os.pread(fd, 32, 0)
+            count = int(raw) if len(raw) == 20 and raw.isdigit() else 0
+            os.pwrite(fd, b"%020d" % ((count + 1) % 10**20), 0)
+        finally:
+            os.close(fd)
+        waker = _local_waker(self.state_dir)
+        with waker:
+            waker.notify_all()
+
+    def wait_for_release(self, seen: int, timeout: float, check_interval: float = 0.02) -> bool:
+        """Sleep until a lease is released after the count ``seen`` (:meth:`release_count`, read before the
+        attempt that failed), at most ``timeout`` seconds. A release in this process wakes the waiter at
+        once; one in another process within ``check_interval`` (a 20-byte read, no lock)."""
+        deadline = time.monotonic() + timeout
+        waker = _local_waker(self.state_dir)
+        with waker:
+            while True:
+                if self.release_count() != seen:
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                waker.wait(min(check_interval, left))
+
     @staticmethod
     def views(gpus: list[GPUInfo], leases: list[Lease]) -> list[LeaseView]:
-        with_pids = any(g.processes for g in gpus)  # who is foreign matters only if GPUs list processes
-        return [lease.view(with_pids) for lease in leases]
+        kin = gpu_process_kin(gpus)  # empty unless the GPUs list processes
+        return [lease.view(kin) for lease in leases]
 
 
 def _unreadable_lease(lease_id: str, data: Any, gpus: list[GPUInfo], why: str) -> Lease:

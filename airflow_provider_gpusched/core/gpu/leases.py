@@ -17,6 +17,7 @@ mark the request waiting and ask for yields.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -40,6 +41,27 @@ class _Look:
     leases: list[Lease] = field(default_factory=list)
     views: dict[str, LeaseView] = field(default_factory=dict)
     may_preempt: bool = False  # a normal request that does not fit: fill-in leases may be asked to yield
+
+
+class _SameRequests:
+    """The waiters in this process with one request (state directory, request, class, priority,
+    preemptibility). Woken by a release, they try in turn; once one of them has failed since that
+    release, the others do not try again until the next release or their poll interval: 16 identical
+    waiters cost one or two attempts per release, not 16 (each holds the allocation lock for a while)."""
+
+    _all: dict[tuple, _SameRequests] = {}
+    _all_lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self.turn = threading.Lock()
+        self.failed_at: int | None = None  # the release count at which the last attempt failed
+
+    @classmethod
+    def of(cls, state_dir: str, request: GPURequest, job_class: str, priority: int,
+           preemptible: bool | None) -> _SameRequests:
+        key = (state_dir, repr(request), job_class, priority, preemptible)
+        with cls._all_lock:
+            return cls._all.setdefault(key, cls())
 
 
 class LeaseManager:
@@ -169,12 +191,26 @@ class LeaseManager:
     def acquire(self, request: GPURequest, owner: str, *, timeout: float | None = None, poll_interval: float = 1.0,
                 job_class: str = "normal", priority: int = 0, preemptible: bool | None = None,
                 on_wait: Callable[[str], None] | None = None) -> Lease:
-        """Wait until the request fits and take the lease. Raises TimeoutError after ``timeout`` s."""
+        """Wait until the request fits and take the lease. Raises TimeoutError after ``timeout`` s.
+
+        Between attempts the waiter sleeps until a lease is released (woken at once in this process, within
+        20 ms from another), or ``poll_interval`` seconds at most: what frees GPUs without a release (a
+        holder that died, a GPU that went quiet for fill-in work) is seen at the next poll."""
         deadline = None if timeout is None else time.monotonic() + timeout
         last_reason = None
+        woken = False
+        reason = ""
+        same = _SameRequests.of(self.store.state_dir, request, job_class, priority, preemptible)
         while True:
-            lease, reason = self.try_acquire(request, owner, job_class=job_class, priority=priority,
-                                             preemptible=preemptible)
+            with same.turn:
+                seen = self.store.release_count()
+                if woken and same.failed_at == seen:
+                    lease = None  # an identical request here already tried after this release, and failed
+                else:
+                    lease, reason = self.try_acquire(request, owner, job_class=job_class, priority=priority,
+                                                     preemptible=preemptible)
+                    if lease is None:
+                        same.failed_at = seen
             if lease is not None:
                 return lease
             if on_wait and reason_kind(reason) != last_reason:
@@ -182,7 +218,8 @@ class LeaseManager:
             last_reason = reason_kind(reason)
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"no GPUs for {request.describe()} within {timeout}s: {reason}")
-            time.sleep(poll_interval)
+            wait = poll_interval if deadline is None else min(poll_interval, max(0.0, deadline - time.monotonic()))
+            woken = self.store.wait_for_release(seen, wait)
 
     def record_child(self, lease: Lease, pid: int) -> None:
         self.store.record_child(lease, pid)

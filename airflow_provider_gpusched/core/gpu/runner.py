@@ -10,6 +10,7 @@ waits for GPUs; scripts, batched sweep trials and the benchmarks use :class:`GPU
 from __future__ import annotations
 
 import os
+import random
 import threading
 import time
 from dataclasses import dataclass, field
@@ -71,31 +72,50 @@ class Work:
 
 class MemorySampler:
     """Peak GPU memory of a child's process tree, per GPU of its lease, from the inventory's process list
-    (NVML's per-process figures; a simulated usage file's in tests). Sampled every ``interval`` seconds."""
+    (NVML's per-process figures; a simulated usage file's in tests).
+
+    Sampled about every ``interval`` seconds, jittered (x0.5 to x1.5) so that samplers of trials started
+    together, and the trials' own once-a-second work, do not fall on the same instant. A sample asks the
+    inventory once and checks only the few pids it lists on the lease's GPUs (one ``getsid`` each, the
+    answer remembered), never walking the process tree."""
 
     def __init__(self, inventory: GPUInventory, lease: Lease, child: GPUChild, interval: float = 1.0) -> None:
         self.inventory, self.lease, self.child, self.interval = inventory, lease, child, interval
         self.peaks: dict[int, int] = {}
+        self.samples = 0
+        self._ours: dict[int, bool] = {}
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name=f"gpu-mem-{child.pid}")
+
+    @staticmethod
+    def useful(inventory: GPUInventory, lease: Lease) -> bool:
+        """Sampling helps where the inventory lists processes and the lease is a share of a GPU (a whole-GPU
+        lease gets no memory cap to run into)."""
+        return not lease.whole and getattr(inventory, "reports_processes", True)
 
     def start(self) -> MemorySampler:
         self._thread.start()
         return self
 
+    def _is_ours(self, pid: int) -> bool:
+        if pid not in self._ours:
+            self._ours[pid] = self.child.owns(pid)
+        return self._ours[pid]
+
     def sample(self) -> None:
-        family = {self.child.pid, *self.child.descendants()}
         try:
             gpus = self.inventory.gpus()
         except Exception:  # noqa: BLE001 - sampling is best effort
             return
+        self.samples += 1
         for g in gpus:
             if g.index in self.lease.gpus:
-                used = sum(p.used_memory or 0 for p in g.processes if p.pid in family)
+                used = sum(p.used_memory or 0 for p in g.processes if self._is_ours(p.pid))
                 self.peaks[g.index] = max(self.peaks.get(g.index, 0), used)
 
     def _loop(self) -> None:
-        while not self._done.wait(self.interval):
+        jitter = random.Random()
+        while not self._done.wait(self.interval * jitter.uniform(0.5, 1.5)):
             self.sample()
 
     def stop(self) -> dict[int, int]:
@@ -127,7 +147,8 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
     child = GPUChild(argv, env=env, cwd=work.cwd, log_path=log_path, lease=lease, shell=shell, on_line=on_line)
     child.start()
     manager.record_child(lease, child.pid)
-    sampler = MemorySampler(manager.inventory, lease, child, sample_interval).start() if not lease.whole else None
+    sampler = (MemorySampler(manager.inventory, lease, child, sample_interval).start()
+               if MemorySampler.useful(manager.inventory, lease) else None)
     if started:
         started(child)
     deadline = None if timeout is None else time.monotonic() + timeout

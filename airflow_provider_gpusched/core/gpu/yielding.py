@@ -81,15 +81,24 @@ class YieldMarks:
     def __init__(self, state_dir: str, file_mode: int = 0o600) -> None:
         self.state_dir = state_dir
         self.file_mode = file_mode
+        self._marked_until: dict[str, float] = {}  # owner -> "until" of the mark this object last wrote
 
     def _waiting_path(self, owner: str) -> str:
         return os.path.join(self.state_dir, f"waiting-{hashlib.sha1(owner.encode()).hexdigest()[:16]}.json")
 
     def mark_waiting(self, owner: str) -> None:
-        write_json_atomic(self._waiting_path(owner), {"owner": owner, "until": time.time() + self.waiting_ttl},
-                          self.file_mode)
+        """Mark ``owner`` waiting for ``waiting_ttl`` seconds. A mark this object wrote that still has more
+        than half its time left, and is still there, is kept as it is (a waiter retries after every release)."""
+        now = time.time()
+        path = self._waiting_path(owner)
+        if self._marked_until.get(owner, 0.0) - now > self.waiting_ttl / 2 and os.path.exists(path):
+            return
+        until = now + self.waiting_ttl
+        write_json_atomic(path, {"owner": owner, "until": until}, self.file_mode)
+        self._marked_until[owner] = until
 
     def clear_waiting(self, owner: str) -> None:
+        self._marked_until.pop(owner, None)
         with contextlib.suppress(FileNotFoundError):
             os.remove(self._waiting_path(owner))
 
