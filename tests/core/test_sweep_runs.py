@@ -176,3 +176,30 @@ def test_optuna_study_resumes_from_the_results_folder(tmp_path):
     assert len(study.trials) == 20 and all(t.state.name == "COMPLETE" for t in study.trials)
     assert [t.params for r in range(2) for t in SweepSession(spec()).round_trials(r)] == first_two
     assert bests[-1] > -0.5
+
+
+def test_one_session_asks_and_tells_like_a_fresh_session_per_call(tmp_path):
+    """A session keeps its Optuna study (loaded from the journal once); what it proposes and records is what
+    a fresh session per prepare/finish (a new process per Airflow task) would, and telling a round again
+    (a retried task) records nothing twice."""
+    pytest.importorskip("optuna")
+
+    def spec(name):
+        return SweepSpec(name=name, search="optuna", space={"x": uniform(-4, 4)}, rounds=3, per_round=4, seed=7,
+                         python_callable=lambda p: {"y": -(p["x"] - 1) ** 2}, objective=Objective("y"),
+                         results_root=str(tmp_path))
+
+    kept = SweepSession(spec("kept"))
+    kept_bests = run_rounds(kept, range(3))
+    assert kept.search is kept.search
+    fresh_bests = []
+    for r in range(3):
+        manifest = SweepSession(spec("fresh")).prepare(round_no=r)
+        for t in manifest.pending:
+            run_trial(manifest, t, out=open(os.devnull, "w"))
+        SweepSession(spec("fresh")).finish_round(r)
+        fresh_bests.append(SweepSession(spec("fresh")).collect()["best"]["score"])
+    assert [t.params for r in range(3) for t in kept.round_trials(r)] == \
+        [t.params for r in range(3) for t in SweepSession(spec("fresh")).round_trials(r)]
+    assert kept_bests == fresh_bests
+    assert kept.finish_round(2)["told"] == 0

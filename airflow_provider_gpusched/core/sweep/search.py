@@ -163,10 +163,17 @@ class OptunaSearch(RoundSearch):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.optuna = optuna
         storage = JournalStorage(JournalFileBackend(os.path.join(state_dir, "optuna.journal")))
-        sampler = (optuna.samplers.TPESampler(seed=spec.seed, n_startup_trials=spec.per_round)
-                   if spec.sampler == "tpe" else optuna.samplers.RandomSampler(seed=spec.seed))
-        self.study = optuna.create_study(study_name=spec.name, storage=storage, sampler=sampler, load_if_exists=True,
+        self.study = optuna.create_study(study_name=spec.name, storage=storage, sampler=self._sampler(0),
+                                         load_if_exists=True,
                                          direction="maximize" if spec.objective.maximize else "minimize")
+
+    def _sampler(self, round_no: int):
+        """A sampler seeded for this round (from the sweep's seed): a round's proposals depend on the
+        history and the seed only, not on whether earlier rounds were asked in this process."""
+        seed = None if self.spec.seed is None else self.spec.seed * 1_000_003 + round_no
+        if self.spec.sampler == "tpe":
+            return self.optuna.samplers.TPESampler(seed=seed, n_startup_trials=self.spec.per_round)
+        return self.optuna.samplers.RandomSampler(seed=seed)
 
     def _suggest(self, trial) -> dict:
         params = dict(self.fixed)
@@ -192,6 +199,7 @@ class OptunaSearch(RoundSearch):
         return params
 
     def _propose(self, round_no: int) -> list[dict]:
+        self.study.sampler = self._sampler(round_no)
         out = []
         for _ in range(self.spec.per_round):
             trial = self.study.ask()
@@ -199,10 +207,15 @@ class OptunaSearch(RoundSearch):
             out.append({"params": self._suggest(trial), "number": trial.number})
         return out
 
+    def tell(self, round_no: int, outcomes: Sequence[tuple[Mapping[str, Any], float | None]]) -> int:
+        running = self.optuna.trial.TrialState.RUNNING
+        self._running = {t.number for t in self.study.get_trials(deepcopy=False, states=(running,))}
+        return super().tell(round_no, outcomes)
+
     def _record(self, proposal: dict, params: dict, score: float | None) -> None:
-        trial = next((t for t in self.study.get_trials(deepcopy=False) if t.number == proposal["number"]), None)
-        if trial is None or trial.state != self.optuna.trial.TrialState.RUNNING:
+        if proposal["number"] not in self._running:  # told already (a retried task), or failed by Optuna
             return
+        self._running.discard(proposal["number"])
         if score is None:
             self.study.tell(proposal["number"], state=self.optuna.trial.TrialState.FAIL)
         else:

@@ -18,7 +18,7 @@ from typing import Any
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.sweep.expand import Trial, make_trial, nested
 from airflow_provider_gpusched.core.sweep.objective import format_leaderboard, leaderboard
-from airflow_provider_gpusched.core.sweep.search import make_search
+from airflow_provider_gpusched.core.sweep.search import RoundSearch, make_search
 from airflow_provider_gpusched.core.sweep.spec import SweepSpec, default_results_root
 from airflow_provider_gpusched.core.sweep.store import TrialStore, format_counts, state_counts
 from airflow_provider_gpusched.core.sweep.trial_run import CALLABLE_FILE, Manifest, save_callable, write_manifest
@@ -42,6 +42,15 @@ class SweepSession:
     def __init__(self, spec: SweepSpec, results_root: str | None = None) -> None:
         self.spec = spec
         self.store = TrialStore(results_root or spec.results_root or default_results_root(), spec.name)
+        self._search: RoundSearch | None = None
+
+    @property
+    def search(self) -> RoundSearch:
+        """The sweep's search, made once per session: an Optuna study is loaded from its journal once,
+        and later asks and tells read only what was appended since."""
+        if self._search is None:
+            self._search = make_search(self.spec, self.store.path("search"))
+        return self._search
 
     def manifest_path(self, round_no: int | None = None, run: str | None = None) -> str:
         """The manifest of a stage (``round_no``, or the one-shot stage) of a DAG run (see :func:`manifest_name`)."""
@@ -59,7 +68,7 @@ class SweepSession:
         return {"command": list(self.spec.command)}
 
     def round_trials(self, round_no: int) -> list[Trial]:
-        params = make_search(self.spec, self.store.path("search")).ask(round_no)
+        params = self.search.ask(round_no)
         varying = self.spec.varying()
         first = round_no * self.spec.per_round  # trial numbers run on across rounds: 0..7 in round 0, 8..15 in round 1
         trials, seen = [], set()
@@ -94,7 +103,7 @@ class SweepSession:
         for record in self.store.records(manifest.trials):
             score = objective.score(record["result"]) if record["state"] == "succeeded" else None
             outcomes.append((manifest.trial(record["trial_id"]).params, score))
-        told = make_search(self.spec, self.store.path("search")).tell(round_no, outcomes)
+        told = self.search.tell(round_no, outcomes)
         scores = [s for _, s in outcomes if s is not None]
         best = (max if objective.maximize else min)(scores) if scores else None
         return {"round": round_no, "trials": len(outcomes), "told": told, "scored": len(scores), "round_best": best}
