@@ -17,7 +17,6 @@ import json
 import os
 import pwd
 import stat
-import uuid
 from typing import Any
 
 from airflow_provider_gpusched.core.errors import GpuschedError
@@ -155,7 +154,7 @@ def write_atomic(path: str, data: bytes | str, mode: int | None = 0o600) -> None
     """Write through a new, uniquely named file (``O_EXCL``) renamed over ``path``: a reader never sees half
     a file, and a link planted at either name is never written through. ``mode`` is set exactly (not cut by
     the umask: a shared group directory wants 0660); None: what the umask leaves of 0666."""
-    tmp = f"{path}.{uuid.uuid4().hex[:12]}.tmp"
+    tmp = f"{path}.{os.urandom(6).hex()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o666 if mode is None else mode)
     try:

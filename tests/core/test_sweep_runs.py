@@ -203,3 +203,53 @@ def test_one_session_asks_and_tells_like_a_fresh_session_per_call(tmp_path):
         [t.params for r in range(3) for t in SweepSession(spec("fresh")).round_trials(r)]
     assert kept_bests == fresh_bests
     assert kept.finish_round(2)["told"] == 0
+
+
+def test_each_batch_process_reads_only_its_own_trials(tmp_path, monkeypatch):
+    """A group's process gets a manifest of its few trials (the plan's settings, its trials and nothing
+    else), written next to the plan and removed once the group has run; its state and results land in the
+    same trial folders as with the full manifest."""
+    from airflow_provider_gpusched.core.sweep import batch
+
+    spec = SweepSpec(name="slices", search="random", space={"x": uniform(0, 1)}, count=40, seed=1,
+                     python_callable=lambda p: {"y": p["x"]}, objective=Objective("y"), results_root=str(tmp_path))
+    session = SweepSession(spec)
+    manifest = session.prepare(run="run 1")
+    seen = []
+    real_argv = batch.group_argv
+
+    def spying_argv(sliced, group, python=None):
+        data = json.load(open(sliced.path))
+        seen.append((sliced.path, [t["trial_id"] for t in data["trials"]], data))
+        return real_argv(sliced, group, python)
+
+    monkeypatch.setattr(batch, "group_argv", spying_argv)
+    manager = LeaseManager(SimulatedInventory("1x24GiB"), str(tmp_path / "leases"))
+    outcome = run_local_batch(manifest, manifest.pending, manager, GPURequest(gpu_memory="4GiB"), parallel=2,
+                              trials_per_process=8)
+    assert len(outcome["succeeded"]) == 40
+    assert sorted(i for _, ids, _ in seen for i in ids) == sorted(t.trial_id for t in manifest.pending)
+    for path, ids, data in seen:
+        assert path != manifest.path and not os.path.exists(path)  # removed after the group ran
+        assert data["pending"] == ids and len(ids) <= 8
+        assert data["run"] == "run 1" and data["target"] == manifest.data["target"]
+        assert data["group_of"] == manifest.path
+    assert [len(ids) for _, ids, _ in seen] == [8] * 5  # tiny trials: full groups to the end
+    assert session.collect(run="run 1")["counts"]["succeeded"] == 40
+
+
+def test_the_last_groups_shrink_only_for_long_trials(tmp_path, monkeypatch):
+    from airflow_provider_gpusched.core.sweep import batch
+
+    spec = SweepSpec(name="tail", search="random", space={"x": uniform(0, 1)}, count=24, seed=2,
+                     python_callable=lambda p: {"y": p["x"]}, objective=Objective("y"), results_root=str(tmp_path))
+    manifest = SweepSession(spec).prepare()
+    sizes = []
+    real_argv = batch.group_argv
+    monkeypatch.setattr(batch, "group_argv", lambda m, g, python=None: sizes.append(len(g)) or real_argv(m, g))
+    monkeypatch.setattr(batch, "SHRINK_TAIL_ABOVE", 0.0)  # every trial counts as long
+    manager = LeaseManager(SimulatedInventory("1x24GiB"), str(tmp_path / "leases"))
+    outcome = run_local_batch(manifest, manifest.pending, manager, GPURequest(gpu_memory="4GiB"), parallel=2,
+                              trials_per_process=8)
+    assert len(outcome["succeeded"]) == 24
+    assert sizes[0] == 8 and min(sizes) < 8 and sum(sizes) == 24  # smaller groups once the tail is near

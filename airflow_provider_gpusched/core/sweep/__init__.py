@@ -1,9 +1,34 @@
 """Sweeps: parameter spaces, grid/random expansion, searches in rounds (optuna, evolution), trial identity,
-results and leaderboards (pure Python, no Airflow)."""
+results and leaderboards (pure Python, no Airflow).
 
-from airflow_provider_gpusched.core.sweep.objective import Objective
-from airflow_provider_gpusched.core.sweep.spaces import choice, loguniform, quniform, randint, uniform, when
-from airflow_provider_gpusched.core.sweep.spec import EvolutionSettings, SweepSpec, TrialResources
+The names below are loaded on first use: a trial-runner process (``python -m ...sweep.trial_run``) imports
+this package too, and should not pay for the spec and job-class modules it never uses."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "Objective": "objective",
+    "SweepSpec": "spec", "TrialResources": "spec", "EvolutionSettings": "spec",
+    "choice": "spaces", "uniform": "spaces", "loguniform": "spaces", "randint": "spaces", "quniform": "spaces",
+    "when": "spaces",
+}
 
 __all__ = ["Objective", "SweepSpec", "TrialResources", "EvolutionSettings", "choice", "uniform", "loguniform",
            "randint", "quniform", "when"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.sweep.objective import Objective
+    from airflow_provider_gpusched.core.sweep.spaces import choice, loguniform, quniform, randint, uniform, when
+    from airflow_provider_gpusched.core.sweep.spec import EvolutionSettings, SweepSpec, TrialResources

@@ -9,8 +9,10 @@ small group of trials, and OOM escalation still applies per trial.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+import time
 from collections import deque
 from typing import Callable, Sequence
 
@@ -19,7 +21,10 @@ from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.gpu.runner import GPUWorkFailed, GPUWorkRunner, Work
 from airflow_provider_gpusched.core.sweep.expand import Trial
-from airflow_provider_gpusched.core.sweep.trial_run import Manifest, group_argv
+from airflow_provider_gpusched.core.sweep.trial_run import Manifest, group_argv, write_group_manifest
+
+#: seconds per trial (a group's wall time over its trials) from which the last groups are made smaller
+SHRINK_TAIL_ABOVE = 1.0
 
 
 def default_parallel(manager: LeaseManager, request: GPURequest) -> int:
@@ -38,8 +43,9 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
                     stop_event: threading.Event | None = None) -> dict[str, list[str]]:
     """Run ``trials`` with up to ``parallel`` leases at a time; returns trial ids by final state.
 
-    Each lease runs a small group of trials in one process (``trials_per_process``, fewer near the end so
-    the slots finish together): tiny trials then cost one process start per group, not per trial. When a
+    Each lease runs a small group of trials in one process (``trials_per_process``; once trials are seen to
+    take a second or more, fewer near the end so the slots finish together): tiny trials then cost one
+    process start per group, not per trial. When a
     group's process fails, its unfinished trials — and, after a GPU OOM, its failed ones — run again one
     per process, where OOM escalation applies to each alone.
     """
@@ -53,6 +59,7 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
     store = manifest.store
     finished: dict[str, str] = {}
     retried: set[str] = set()  # trials that run alone after their group failed
+    ran = {"seconds": 0.0, "trials": 0}  # wall time of the groups so far, and their trials
 
     def take() -> tuple[Trial, ...] | None:
         with lock:
@@ -61,7 +68,11 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
             first = todo.popleft()
             if len(first) > 1 or first[0].trial_id in retried:
                 return first
-            size = max(1, min(trials_per_process, -(-len(todo) // parallel)))
+            size = trials_per_process
+            if ran["trials"] and ran["seconds"] / ran["trials"] >= SHRINK_TAIL_ABOVE:
+                # long trials: smaller groups near the end, so the slots finish together; short ones are
+                # cheaper run in full groups than in the extra processes that smaller groups would start
+                size = max(1, min(trials_per_process, -(-len(todo) // parallel)))
             group = [first[0]]
             while todo and len(group) < size and todo[0][0].trial_id not in retried:
                 group.append(todo.popleft()[0])
@@ -79,13 +90,21 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
             if group is None:
                 return
             oom = False
+            started = time.monotonic()
+            sliced = write_group_manifest(manifest, group)
             try:
-                runner.run(request, Work(argv=group_argv(manifest, group)),
+                runner.run(request, Work(argv=group_argv(sliced, group)),
                            os.path.join(logs, f"{group[0].trial_id}.log"))
             except GPUWorkFailed as exc:
                 oom = exc.oom
                 if oom and len(group) == 1:
                     store.mark_finished(group[0], ok=False, exit_code=None, error=str(exc).splitlines()[0])
+            finally:
+                with contextlib.suppress(OSError):
+                    os.remove(sliced.path)
+                with lock:
+                    ran["seconds"] += time.monotonic() - started
+                    ran["trials"] += len(group)
             again = []
             for trial in group:
                 state = store.state(trial)

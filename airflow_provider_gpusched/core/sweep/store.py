@@ -25,7 +25,6 @@ import fcntl
 import json
 import os
 import re
-import socket
 import time
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -104,9 +103,13 @@ class TrialStore:
         write_json_atomic(os.path.join(self.trial_dir(trial), "result.json"), result, None, allow_nan=False)
 
     def prepare(self, trial: Trial) -> str:
+        """The trial's folder, with its ``params.json`` (written once: the folder is named by the trial id,
+        a hash of the parameters, so they never change)."""
         folder = self.trial_dir(trial)
-        os.makedirs(folder, exist_ok=True)
-        write_json(os.path.join(folder, "params.json"), nested(trial.params))
+        params = os.path.join(folder, "params.json")
+        if not os.path.isfile(params):
+            os.makedirs(folder, exist_ok=True)
+            write_json(params, nested(trial.params))
         return folder
 
     def mark_running(self, trial: Trial, **extra: Any) -> str:
@@ -119,7 +122,7 @@ class TrialStore:
         previous = self.status(trial) or {}
         write_json(os.path.join(folder, "status.json"), {
             "state": "running", "trial_id": trial.trial_id, "label": trial.label, "started": time.time(),
-            "host": socket.gethostname(), "pid": os.getpid(),
+            "host": os.uname().nodename, "pid": os.getpid(),
             "attempts": int(previous.get("attempts", 0) or 0) + 1 if isinstance(previous, dict) else 1, **extra})
         return folder
 

@@ -16,20 +16,15 @@ The trailing LABEL is ignored; it makes process lists and Airflow's mapped-task 
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
-import socket
-import subprocess
 import sys
 import time
-import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested
-from airflow_provider_gpusched.core.sweep.spec import format_command
 from airflow_provider_gpusched.core.sweep.store import TrialStore, describe_holder, read_json
 
 CALLABLE_FILE = "callable.pkl"
@@ -68,8 +63,9 @@ def write_manifest(store: TrialStore, name: str, *, trials: Sequence[Trial], pen
 
 
 class Manifest:
-    def __init__(self, path: str) -> None:
-        data = read_json(path)
+    def __init__(self, path: str, data: Any = None) -> None:
+        """The manifest in ``path`` (``data``: its content, when the caller just wrote it)."""
+        data = read_json(path) if data is None else data
         if not isinstance(data, dict) or "_unreadable" in data or "trials" not in data:
             raise InvalidArgumentError("manifest", path, "a sweep manifest written by the sweep's expand task")
         self.path = os.path.abspath(path)
@@ -78,6 +74,7 @@ class Manifest:
         self.trials = [manifest_trial(t) for t in data["trials"]]
         self._by_id = {t.trial_id: t for t in self.trials}
         self.pending = [self._by_id[i] for i in data.get("pending", [])]
+        self._callable: Callable | None = None
 
     def trial(self, trial_id: str) -> Trial:
         try:
@@ -94,10 +91,14 @@ class Manifest:
         return -(-len(self.pending) // size)
 
     def load_callable(self) -> Callable:
-        import cloudpickle
+        """The sweep's callable, unpickled once per manifest object (a group runs several trials with it)."""
+        if self._callable is None:
+            import pickle  # cloudpickle writes it; reading needs only pickle, which imports cloudpickle's
+            # helpers itself when the callable was pickled by value (a lambda, a closure), not by reference
 
-        with open(os.path.join(self.store.dir, self.data["target"]["callable"]), "rb") as fh:
-            return cloudpickle.load(fh)
+            with open(os.path.join(self.store.dir, self.data["target"]["callable"]), "rb") as fh:
+                self._callable = pickle.load(fh)  # noqa: S301 - the sweep's own file, in its private folder
+        return self._callable
 
 
 def trial_environment(trial: Trial, folder: str, sweep: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -109,6 +110,8 @@ def trial_environment(trial: Trial, folder: str, sweep: str, extra: Mapping[str,
 def call_trial(func: Callable, params: dict, folder: str) -> Any:
     """``func(params, trial_dir)``; ``func(params)`` when it takes one argument."""
     try:
+        import inspect
+
         positional = [p for p in inspect.signature(func).parameters.values()
                       if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
     except (TypeError, ValueError):
@@ -166,7 +169,7 @@ def run_trial(manifest: Manifest, trial: Trial, *, out=None) -> int:
     claim first; when another run holds it, this one waits and then takes over that run's outcome."""
     out = out or sys.stdout
     store = manifest.store
-    holder = {"host": socket.gethostname(), "pid": os.getpid(), "run": manifest.data.get("run"),
+    holder = {"host": os.uname().nodename, "pid": os.getpid(), "run": manifest.data.get("run"),
               "since": time.time()}
     claim = store.claim(trial, holder, wait=False)
     if claim is None:
@@ -219,6 +222,8 @@ def _run_claimed(manifest: Manifest, trial: Trial, out) -> int:
         try:
             value = call_trial(manifest.load_callable(), nested(trial.params), folder)
         except BaseException as exc:  # noqa: BLE001 - the trial's own failure, recorded and reported
+            import traceback
+
             text = traceback.format_exc()
             print(text, file=sys.stderr, flush=True)
             store.mark_finished(trial, ok=False, exit_code=1, error=f"{type(exc).__name__}: {exc}")
@@ -236,6 +241,8 @@ def _run_claimed(manifest: Manifest, trial: Trial, out) -> int:
             except (TypeError, ValueError) as exc:
                 result = {"_unreadable": f"the callable returned a value that is not JSON: {exc}"}
         return _finish_ok(manifest, trial, result if result is not None else store.result(trial), out)
+    from airflow_provider_gpusched.core.sweep.spec import format_command  # only command targets need the spec
+
     argv = format_command(target["command"], trial.params, folder, trial)
     try:
         code = _run_command(argv, folder, {**os.environ, **env}, os.path.join(folder, "output.log"), out)
@@ -263,6 +270,18 @@ def runner_argv(manifest: Manifest, *args: str, python: str | None = None) -> li
 def trial_argv(manifest: Manifest, trial: Trial, python: str | None = None) -> list[str]:
     """The command that runs one trial of ``manifest`` (on a local GPU child or a Slurm node)."""
     return runner_argv(manifest, trial.trial_id, trial.label or trial.trial_id, python=python)
+
+
+def write_group_manifest(manifest: Manifest, group: Sequence[Trial]) -> Manifest:
+    """A manifest of only ``group``, with ``manifest``'s settings (target, objective, run, ...): the process
+    that runs a group in batched mode reads its few trials, not the whole plan of thousands. The caller
+    removes it (``os.remove(sliced.path)``) once the group has run."""
+    data = {key: value for key, value in manifest.data.items() if key not in ("trials", "pending")}
+    data.update(trials=[trial_record(t) for t in group], pending=[t.trial_id for t in group],
+                group_of=manifest.path)
+    stem = os.path.splitext(os.path.basename(manifest.path))[0]
+    name = os.path.join("groups", f"{stem}-{group[0].trial_id[:16]}-{len(group)}-{os.getpid()}.json")
+    return Manifest(manifest.store.write(name, data), data)
 
 
 def group_argv(manifest: Manifest, group: Sequence[Trial], python: str | None = None) -> list[str]:
@@ -364,6 +383,8 @@ def run_group(manifest: Manifest, trials: Sequence[Trial]) -> int:
 
 
 def _run_command(argv: list[str], cwd: str, env: Mapping[str, str], log_path: str, out) -> int:
+    import subprocess
+
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         assert proc.stdout is not None
