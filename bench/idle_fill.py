@@ -14,7 +14,7 @@ Reported: GPU utilisation (GPU-seconds held / GPU-seconds available), useful uti
 to preemption), the normal jobs' wait from arrival to start (mean, p95, max), GPU-seconds lost to
 preemption and the number of preemptions.
 
-    .venv/bin/python bench/idle_fill.py [--seconds 60] [--rate 0.25] [--seed 7]
+    .venv/bin/python bench/idle_fill.py [--seconds 60] [--rate 0.25] [--seeds 7,8,9] [--modes ...]
 """
 
 from __future__ import annotations
@@ -139,22 +139,41 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=60.0, help="length of each run")
     parser.add_argument("--rate", type=float, default=0.25, help="normal jobs per second")
-    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--seeds", default="7", help="comma-separated arrival seeds, one set of runs each "
+                                                        "(the added wait is then also given over all of them)")
+    parser.add_argument("--modes", default="normal-only,fill-preemptive,fill-no-preempt",
+                        help="comma-separated; normal-only always runs first (the baseline)")
     parser.add_argument("--filler-seconds", type=float, default=8.0, help="work per filler unit")
     args = parser.parse_args()
-    jobs = arrivals(args.seconds, args.rate, args.seed)
+    modes = ["normal-only"] + [m for m in args.modes.split(",") if m and m != "normal-only"]
+    added_by_mode: dict[str, list[list[float]]] = {m: [] for m in modes[1:]}
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        run_seed(args, seed, modes, added_by_mode)
+    if len(args.seeds.split(",")) > 1:
+        print("\nadded wait over all seeds (each normal job's wait minus its normal-only wait):")
+        for mode, per_seed in added_by_mode.items():
+            pooled = sorted(a for added in per_seed for a in added)
+            p = lambda q: pooled[min(len(pooled) - 1, int(q * len(pooled)))]  # noqa: E731
+            print(f"  {mode:<17} per-seed max {', '.join(f'{max(a):.2f}' for a in per_seed)} s; all {len(pooled)} "
+                  f"jobs: median {p(0.5):.2f} s, p90 {p(0.9):.2f} s, p95 {p(0.95):.2f} s, max {pooled[-1]:.2f} s")
+
+
+def run_seed(args, seed: int, modes: list[str], added_by_mode: dict[str, list[list[float]]]) -> None:
+    jobs = arrivals(args.seconds, args.rate, seed)
     print(f"idle-fill benchmark on {GPUS} SIMULATED GPUs, {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} CPUs, python {platform.python_version()}; {len(jobs)} normal jobs over "
-          f"{args.seconds:.0f}s (seed {args.seed}), {GPUS} fillers of {args.filler_seconds:.0f}s units")
+          f"{args.seconds:.0f}s (seed {seed}), {GPUS} fillers of {args.filler_seconds:.0f}s units")
     print("wait = a normal job's arrival to its start; added = its wait minus its wait in the normal-only run "
           "(the delay idle work causes)")
     print(f"{'mode':<17} {'util':>6} {'useful':>7} {'normal GPU-s':>12} {'idle GPU-s':>10} {'wait mean':>9} "
           f"{'p95':>6} {'max':>6} {'added mean':>10} {'max':>6} {'lost GPU-s':>10} {'preempt':>7}")
     baseline: dict[int, float] = {}
-    for mode in ("normal-only", "fill-preemptive", "fill-no-preempt"):
+    for mode in modes:
         r = run(mode, jobs, args.seconds, GPUS, int(args.filler_seconds * 10))
         baseline = baseline or r["waits"]
         added = [r["waits"][i] - baseline[i] for i in r["waits"]]
+        if mode in added_by_mode:
+            added_by_mode[mode].append(added)
         print(f"{mode:<17} {r['utilisation']:>6.1%} {r['useful_utilisation']:>7.1%} {r['normal_gpu_s']:>12.1f} "
               f"{r['idle_gpu_s']:>10.1f} {r['wait_mean_s']:>8.2f}s {r['wait_p95_s']:>5.2f}s {r['wait_max_s']:>5.2f}s "
               f"{statistics.mean(added):>9.2f}s {max(added):>5.2f}s {r['lost_gpu_s']:>10.1f} {r['preemptions']:>7}",
