@@ -110,7 +110,9 @@ def test_work_without_checkpoints_loses_the_whole_attempt(tmp_path, state_dir):
     time.sleep(0.5)
     lease = manager.acquire(GPURequest(gpus=4), "urgent", poll_interval=0.1, timeout=30)
     idle.runner.stop()  # end the test: no relaunch
-    with pytest.raises(Exception, match="stopped while waiting to relaunch"):
+    # a release wakes "urgent" at once, so the stop may reach the idle runner before it decides to relaunch
+    # (then the preempted attempt is its last) or while it waits to relaunch: either way it is not relaunched
+    with pytest.raises(Exception, match="stopped while waiting to relaunch|failed: exit code -15"):
         idle.join()
     manager.release(lease)
     record = [r for r in GPUTimeLedger(state_dir).records() if r["job_class"] == "idle"][0]
