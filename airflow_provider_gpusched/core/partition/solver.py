@@ -18,12 +18,16 @@ what is reachable and not dominated.
 
 from __future__ import annotations
 
+import bisect
 import functools
+import math
 from dataclasses import dataclass, field
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from airflow_provider_gpusched.core.partition.problem import MiB, Problem
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass
@@ -71,49 +75,90 @@ class Schedule:
 
 
 class _Model:
-    """Stage and link costs as arrays (types with at least one host only)."""
+    """Stage and link costs (types with at least one host only), in plain Python: numpy is imported only
+    by the Pareto path, for host-count grids too large to search densely."""
 
     def __init__(self, problem: Problem) -> None:
         self.p = problem
         self.types = [t for t in problem.types if t.hosts]
         L, T = problem.layers, len(self.types)
         self.L, self.T = L, T
-        self.counts = np.array([len(t.hosts) for t in self.types], dtype=np.int64)
-        out = np.array(problem.out_bytes, dtype=float)
-        ins = np.concatenate([[problem.in_bytes_first], out[:-1]]) if L else np.zeros(0)
-        mem_prefix = np.concatenate([[0.0], np.cumsum(problem.mem_mb)])
-        first = np.arange(1, L + 1)
-        # memory of stage l..r (index [l-1, r-1]): weights + in-buffers (not for stage 1) + out-buffers + working
-        weights = (mem_prefix[None, 1:] - mem_prefix[:-1, None]) * MiB
-        in_part = ins * (1 + np.where(first > 1, problem.buffers_in, 0))
-        out_part = out * (problem.buffers_out + 1)
-        self.stage_memory = weights + in_part[:, None] + out_part[None, :]
-        upper = np.triu(np.ones((L, L), dtype=bool))
-        self.comp = np.empty((T, L, L))
-        self.fit = np.empty((T, L, L), dtype=bool)
-        for k, t in enumerate(self.types):
-            prefix = np.concatenate([[0.0], np.cumsum(t.time_s)])
-            self.comp[k] = prefix[None, 1:] - prefix[:-1, None]
-            self.fit[k] = upper & (self.stage_memory < t.mem_mb * MiB)
-        bw = np.array([t.bytes_per_second for t in self.types])
-        self.link_bw = np.minimum(bw[:, None], bw[None, :])  # the slower end sets the speed
-        # comm[j-1, a, b]: sending out(j) from a stage on type a to one on type b
-        with np.errstate(over="ignore"):  # a vanishing bandwidth makes that link infinitely slow: inf is right
-            self.comm = out[:, None, None] / self.link_bw[None, :, :] if T else np.zeros((L, 0, 0))
+        self.counts = [len(t.hosts) for t in self.types]
+        out = [float(v) for v in problem.out_bytes]
+        ins = ([float(problem.in_bytes_first)] + out[:-1]) if L else []
+        self._mem_prefix = _prefix_sums(problem.mem_mb)
+        # memory of stage s+1..r+1: weights + in-buffers (not for stage 1) + out-buffers + working
+        self._in_part = [ins[s] * (1 + (problem.buffers_in if s > 0 else 0)) for s in range(L)]
+        self._out_part = [o * (problem.buffers_out + 1) for o in out]
+        self._time_prefix = [_prefix_sums(t.time_s) for t in self.types]
+        bw = [t.bytes_per_second for t in self.types]
+        self.link_bw = [[min(a, b) for b in bw] for a in bw]  # the slower end sets the speed
+        # comm[j-1][a][b]: sending out(j) from a stage on type a to one on type b (a vanishing bandwidth
+        # makes that link infinitely slow: inf is right)
+        self.comm = [[[o / b if b else math.inf for b in row] for row in self.link_bw] for o in out]
+        # fit_bits[k][s]: bit r+1 set for each stage s+1..r+1 that fits in type k's memory; the distinct
+        # compute times of the stages that fit are the bottleneck candidates (with the link times)
+        self._stage_times: set[float] = set()
+        self.fit_bits = []
+        mem_prefix, in_part, out_part = self._mem_prefix, self._in_part, self._out_part
+        for t, prefix in zip(self.types, self._time_prefix):
+            limit = t.mem_mb * MiB
+            per_start = []
+            for s in range(L):
+                bits, base, first_bytes, base_time = 0, mem_prefix[s], in_part[s], prefix[s]
+                for r in range(s, L):  # the same sum, in the same order, as stage_memory()
+                    without_out = (mem_prefix[r + 1] - base) * MiB + first_bytes
+                    if without_out >= limit:  # sizes are >= 0: no longer stage from s fits either
+                        break
+                    if without_out + out_part[r] < limit:
+                        bits |= 1 << (r + 1)
+                        self._stage_times.add(prefix[r + 1] - base_time)
+                per_start.append(bits)
+            self.fit_bits.append(per_start)
 
-    def candidates(self) -> np.ndarray:
-        values = [self.comp[self.fit]]
-        if self.L > 1:
-            values.append(self.comm[:-1].ravel())
-        return np.unique(np.concatenate(values)) if values else np.zeros(0)
+    def stage_memory(self, s: int, r: int) -> float:
+        """Bytes a stage of layers s+1..r+1 needs, as the fit rule counts them."""
+        weights = (self._mem_prefix[r + 1] - self._mem_prefix[s]) * MiB
+        return weights + self._in_part[s] + self._out_part[r]
+
+    def comp(self, k: int, s: int, r: int) -> float:
+        """Compute time of layers s+1..r+1 on type k."""
+        prefix = self._time_prefix[k]
+        return prefix[r + 1] - prefix[s]
+
+    def fits(self, k: int, s: int, r: int) -> bool:
+        return bool(self.fit_bits[k][s] >> (r + 1) & 1)
+
+    def candidates(self) -> list[float]:
+        values = set(self._stage_times)
+        for row in self.comm[:-1]:
+            for per_source in row:
+                values.update(per_source)
+        return sorted(values)
+
+    def _link_ok(self, x: float) -> list[list[list[bool]]]:
+        return [[[c <= x for c in per_source] for per_source in row] for row in self.comm]
 
     def _end_bits(self, x: float) -> list[list[int]]:
         """bits[k][s]: a bitset with bit r set for each last layer r (1-based) of a stage that starts at
-        layer s+1 on type k and fits within x."""
-        ok = self.fit & (self.comp <= x)
-        packed = np.packbits(ok, axis=2, bitorder="little")
-        return [[int.from_bytes(packed[k, s].tobytes(), "little") << 1 for s in range(self.L)]
-                for k in range(self.T)]
+        layer s+1 on type k and fits within x. Compute times grow with the stage (times are >= 0), so the
+        stages within x are a prefix of the ends, and that prefix's end never moves back as the start moves
+        on: one pass per type."""
+        L = self.L
+        bits = []
+        for k in range(self.T):
+            prefix, fit = self._time_prefix[k], self.fit_bits[k]
+            per_start = []
+            stop = 1  # the first end e (1-based) with prefix[e] - prefix[s] > x
+            for s in range(L):
+                base = prefix[s]
+                if stop <= s:
+                    stop = s + 1
+                while stop <= L and prefix[stop] - base <= x:
+                    stop += 1
+                per_start.append(fit[s] & ((1 << stop) - 1))
+            bits.append(per_start)
+        return bits
 
     def allowed(self, x: float) -> list[list[list[int]]]:
         """allowed[k][s]: last layers r (1-based) of stages starting at layer s+1 on type k within x."""
@@ -127,73 +172,69 @@ class _Model:
         """A schedule within x found ignoring host counts (long stages, types with hosts to spare
         preferred), if it happens to respect the counts: then no exact search is needed."""
         L, T = self.L, self.T
-        reach = self._relaxed_reach(x)
-        if not reach[L].any():
+        ends = self._end_bits(x)
+        reach = self._relaxed_reach_bits(x, ends)
+        if not any(reach[k] >> L & 1 for k in range(T)):
             return None
-        ok = self.fit & (self.comp <= x)
-        link_ok = self.comm <= x
-        left = self.counts.copy()
+        link_ok = self._link_ok(x)
+        left = list(self.counts)
         stages, end = [], L
-        k = max((k for k in range(T) if reach[L, k]), key=lambda k: left[k])
+        k = max((k for k in range(T) if reach[k] >> L & 1), key=lambda k: left[k])
         while True:
             left[k] -= 1
-            if ok[k, 0, end - 1]:
+            if ends[k][0] >> end & 1:
                 stages.append((k, 1, end))
                 break
             for i in range(1, end):  # the longest stage that an earlier reachable state can precede
-                if not ok[k, i, end - 1]:
+                if not ends[k][i] >> end & 1:
                     continue
-                sources = [k0 for k0 in range(T) if reach[i, k0] and link_ok[i - 1, k0, k]]
+                sources = [k0 for k0 in range(T) if reach[k0] >> i & 1 and link_ok[i - 1][k0][k]]
                 if sources:
                     stages.append((k, i + 1, end))
                     end, k = i, max(sources, key=lambda k0: left[k0])
                     break
-        return stages[::-1] if (left >= 0).all() else None
+        return stages[::-1] if min(left) >= 0 else None
 
-    def _relaxed_reach(self, x: float) -> np.ndarray:
-        """reach[i, k]: layers 1..i can be covered within x (host counts ignored), the last stage on type k."""
-        bits = self._relaxed_reach_bits(x)
-        return np.array([[bits[k] >> i & 1 for k in range(self.T)] for i in range(self.L + 1)],
-                        dtype=bool).reshape(self.L + 1, self.T)
-
-    def _relaxed_reach_bits(self, x: float) -> list[int]:
+    def _relaxed_reach_bits(self, x: float, ends: list[list[int]] | None = None) -> list[int]:
         """Per type k, a bitset of the i such that layers 1..i can be covered within x with the last
         stage on type k (host counts ignored)."""
         L, T = self.L, self.T
-        ends = self._end_bits(x)
-        link_ok = (self.comm <= x).tolist()
+        if ends is None:
+            ends = self._end_bits(x)
+        comm = self.comm
         reach = [ends[k][0] for k in range(T)]
         for i in range(1, L):
             sources = [k0 for k0 in range(T) if reach[k0] >> i & 1]
             if not sources:
                 continue
-            links = link_ok[i - 1]
+            links = comm[i - 1]
             for k in range(T):
-                if ends[k][i] and any(links[k0][k] for k0 in sources):
+                if ends[k][i] and any(links[k0][k] <= x for k0 in sources):
                     reach[k] |= ends[k][i]
         return reach
 
-    def min_stages_from(self, x: float) -> np.ndarray:
+    def min_stages_from(self, x: float, ends: list[list[int]] | None = None) -> list[float]:
         """Fewest stages that can cover layers i+1..L within x (counts and links ignored): a pruning bound."""
         L = self.L
-        ok_any = (self.fit & (self.comp <= x)).any(axis=0)
-        best = np.full(L + 1, np.inf)
+        if ends is None:
+            ends = self._end_bits(x)
+        best = [math.inf] * (L + 1)
         best[L] = 0
         for i in range(L - 1, -1, -1):
-            ends = np.nonzero(ok_any[i])[0] + 1
-            if len(ends):
-                best[i] = 1 + best[ends].min()
+            positions = _bit_positions(_or_all(ends[k][i] for k in range(self.T)))
+            if positions:
+                best[i] = 1 + min(best[e] for e in positions)
         return best
 
     #: host-count grids up to this many cells are searched densely (every reachable count vector as a
-    #: boolean cell, whole-grid numpy operations); larger ones by Pareto frontiers
+    #: bit of one Python int per state); larger ones by Pareto frontiers (numpy)
     dense_cells = 200_000
 
     def exact(self, x: float) -> list[tuple[int, int, int]] | None:
         """A schedule within x respecting host counts, [(type index, first, last)], or None. Only types
         with fewer hosts than layers can run out, so only they are counted."""
         limited = [k for k in range(self.T) if self.counts[k] < self.L]
-        cells = int(np.prod([int(self.counts[k]) + 1 for k in limited])) if limited else 1
+        cells = math.prod(self.counts[k] + 1 for k in limited)
         return self.exact_dense(x, limited) if cells <= self.dense_cells else self.exact_pareto(x, limited)
 
     def exact_dense(self, x: float, limited: list[int]) -> list[tuple[int, int, int]] | None:
@@ -202,36 +243,39 @@ class _Model:
         vector whose C-order index in the count grid is n): one more host of type k is a shift by that axis's
         stride, with the vectors already at k's count masked off first."""
         L, T = self.L, self.T
-        allowed = self.allowed(x)
-        link_ok = (self.comm <= x).tolist()
-        shape = tuple(int(self.counts[k]) + 1 for k in limited)
+        end_bits = self._end_bits(x)
+        comm = self.comm
+        shape = tuple(self.counts[k] + 1 for k in limited)
         axis = {k: a for a, k in enumerate(limited)}
         strides, below_cap = _count_grid(shape)
         reach = [[0] * T for _ in range(L + 1)]
         for i in range(L):
             row = reach[i]
-            if i and not any(row):
-                continue
-            merged: dict[tuple[bool, ...], int] = {}  # the OR of the sources, once per source set
+            if i:
+                sources = [k0 for k0 in range(T) if row[k0]]
+                if not sources:
+                    continue
+                links = comm[i - 1]
+            merged: dict[tuple[int, ...], int] = {}  # the OR of the sources, once per source set
             for k2 in range(T):
-                ends = allowed[k2][i]
-                if not len(ends):
+                ends = end_bits[k2][i]
+                if not ends:
                     continue
                 if i == 0:
                     src = 1  # no hosts used yet
                 else:
-                    key = tuple(bool(row[k0]) and link_ok[i - 1][k0][k2] for k0 in range(T))
-                    if key not in merged:
-                        merged[key] = _or_all(row[k0] for k0 in range(T) if key[k0])
-                    src = merged[key]
-                    if not src:
+                    key = tuple(k0 for k0 in sources if links[k0][k2] <= x)
+                    if not key:
                         continue
+                    src = merged.get(key)
+                    if src is None:
+                        src = merged[key] = _or_all(row[k0] for k0 in key)
                 if k2 in axis:  # one more host of type k2
                     a = axis[k2]
                     src = (src & below_cap[a]) << strides[a]
                     if not src:
                         continue
-                for end in ends:
+                for end in _bit_positions(ends):
                     reach[end][k2] |= src
             if any(reach[L]):
                 break
@@ -243,13 +287,13 @@ class _Model:
         stages, end = [], L
         while True:
             prev = cell - strides[axis[k]] if k in axis else cell
-            if end in allowed[k][0] and prev == 0:
+            if end_bits[k][0] >> end & 1 and prev == 0:
                 stages.append((k, 1, end))
                 break
             for i in range(end - 1, 0, -1):
-                if end not in allowed[k][i]:
+                if not end_bits[k][i] >> end & 1:
                     continue
-                sources = [k0 for k0 in range(T) if link_ok[i - 1][k0][k] and (reach[i][k0] >> prev) & 1]
+                sources = [k0 for k0 in range(T) if comm[i - 1][k0][k] <= x and (reach[i][k0] >> prev) & 1]
                 if sources:
                     stages.append((k, i + 1, end))
                     k, cell, end = sources[0], prev, i
@@ -260,15 +304,17 @@ class _Model:
 
     def exact_pareto(self, x: float, limited: list[int]) -> list[tuple[int, int, int]] | None:
         """Pareto frontiers of hosts used per limited type, over (layers done, type of the last stage)."""
+        import numpy as np
+
         L, T = self.L, self.T
-        allowed = self.allowed(x)
-        link_ok = self.comm <= x
-        dim = {k: d for d, k in enumerate(limited)}
-        caps = self.counts[limited]
-        spare_unlimited = len(limited) < T
         need = self.min_stages_from(x)
-        if not np.isfinite(need[0]):
+        if not math.isfinite(need[0]):
             return None
+        allowed = self.allowed(x)
+        link_ok = np.array(self._link_ok(x), dtype=bool).reshape(L, T, T)
+        dim = {k: d for d, k in enumerate(limited)}
+        caps = np.array([self.counts[k] for k in limited], dtype=np.int64)
+        spare_unlimited = len(limited) < T
         # frontier[i][k]: (vectors (m x d), parents (m x 3): source layer, source type, source row)
         frontier: list[dict[int, tuple[np.ndarray, np.ndarray]]] = [dict() for _ in range(L + 1)]
         pending: list[dict[int, list]] = [dict() for _ in range(L + 1)]
@@ -337,6 +383,8 @@ def _pareto(parts: list[tuple[np.ndarray, np.ndarray]], caps: np.ndarray, need: 
             spare_unlimited: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """The Pareto-minimal vectors of ``parts`` (with their parents); with ``need`` (stages still needed)
     and no unlimited type to spare, also without those whose remaining hosts cannot finish."""
+    import numpy as np
+
     vectors = np.concatenate([v for v, _ in parts]) if len(parts) > 1 else parts[0][0]
     parents = np.concatenate([p for _, p in parts]) if len(parts) > 1 else parts[0][1]
     if vectors.shape[1] == 0:
@@ -379,7 +427,7 @@ def partition(problem: Problem) -> Schedule:
     if problem.layers == 0 or model.T == 0:
         return Schedule()
     values = model.candidates()
-    if not len(values) or not model.relaxed_feasible(values[-1]):
+    if not values or not model.relaxed_feasible(values[-1]):
         return Schedule(checks=1)
     lo, hi = 0, len(values) - 1  # relaxed: values[hi] feasible; find the first feasible
     checks = 1
@@ -402,7 +450,7 @@ def partition(problem: Problem) -> Schedule:
         result = model.exact(values[index])
         if result is None:
             return None, index
-        return result, int(np.searchsorted(values, _bottleneck(model, result), side="left"))
+        return result, bisect.bisect_left(values, _bottleneck(model, result))
 
     found, hi = None, None
     step, index, last_bad = 1, lo, lo - 1
@@ -432,13 +480,35 @@ def partition(problem: Problem) -> Schedule:
 def _count_grid(shape: tuple[int, ...]) -> tuple[list[int], list[int]]:
     """For a count grid of this shape: each axis's stride in C order, and per axis the bitset of the
     vectors whose count on that axis is below its maximum (those that may take one more host)."""
-    strides = [int(np.prod(shape[a + 1:], dtype=np.int64)) for a in range(len(shape))]
-    index = np.indices(shape).reshape(len(shape), -1) if shape else np.zeros((0, 1), dtype=int)
+    strides = [math.prod(shape[a + 1:]) for a in range(len(shape))]
+    total = math.prod(shape)
     below = []
-    for a, size in enumerate(shape):
-        bits = np.packbits(index[a] < size - 1, bitorder="little")
-        below.append(int.from_bytes(bits.tobytes(), "little"))
+    for size, stride in zip(shape, strides):
+        # in every run of size * stride vectors, the first (size - 1) * stride are below the maximum
+        period = size * stride
+        below.append(_repeat((1 << ((size - 1) * stride)) - 1, period, total // period))
     return strides, below
+
+
+def _repeat(block: int, period: int, times: int) -> int:
+    """``block`` placed ``times`` times, ``period`` bits apart (by doubling)."""
+    result, offset, piece, width = 0, 0, block, period
+    while times:
+        if times & 1:
+            result |= piece << offset
+            offset += width
+        piece |= piece << width
+        width *= 2
+        times >>= 1
+    return result
+
+
+def _prefix_sums(values) -> list[float]:
+    sums, total = [0.0], 0.0
+    for value in values:
+        total += value
+        sums.append(total)
+    return sums
 
 
 def _bit_positions(bits: int) -> list[int]:
@@ -460,9 +530,9 @@ def _or_all(values) -> int:
 def _bottleneck(model: _Model, found: list[tuple[int, int, int]]) -> float:
     worst = 0.0
     for n, (k, first, last) in enumerate(found):
-        worst = max(worst, float(model.comp[k, first - 1, last - 1]))
+        worst = max(worst, model.comp(k, first - 1, last - 1))
         if n + 1 < len(found):
-            worst = max(worst, float(model.comm[last - 1, k, found[n + 1][0]]))
+            worst = max(worst, model.comm[last - 1][k][found[n + 1][0]])
     return worst
 
 
@@ -475,10 +545,10 @@ def _stages(model: _Model, found: list[tuple[int, int, int]], checks: int) -> Sc
         used[k] += 1
         comm = 0.0
         if n + 1 < len(found):
-            comm = float(model.comm[last - 1, k, found[n + 1][0]])
+            comm = model.comm[last - 1][k][found[n + 1][0]]
         stages.append(Stage(host=host, device_type=t.name, first=first, last=last,
-                            compute_s=float(model.comp[k, first - 1, last - 1]), comm_s=comm,
-                            memory_bytes=float(model.stage_memory[first - 1, last - 1]),
+                            compute_s=model.comp(k, first - 1, last - 1), comm_s=comm,
+                            memory_bytes=model.stage_memory(first - 1, last - 1),
                             memory_limit_bytes=t.mem_mb * MiB))
     return Schedule(stages, checks)
 
@@ -499,7 +569,7 @@ def check_schedule(problem: Problem, assignment: list[tuple[str, int, int]]) -> 
         seen.add(host)
         if first != expected_first or last < first:
             raise ValueError(f"stage {n + 1} covers [{first}, {last}], expected to start at {expected_first}")
-        if not model.fit[host_type[host], first - 1, last - 1]:
+        if not model.fits(host_type[host], first - 1, last - 1):
             raise ValueError(f"stage {n + 1} on {host} does not fit in memory")
         found.append((host_type[host], first, last))
         expected_first = last + 1
