@@ -152,8 +152,13 @@ def _sweep_preview(args) -> int:
         print(format_table([(r["round"], r["trials"]) for r in preview["rounds"]], ["round", "trials"]))
         print("trials of later rounds depend on earlier scores: nothing more to show before running")
         return 0
-    print(f"would run {preview['would_run']}, skip {preview['would_skip']} (already succeeded"
-          f"{'; --force-rerun runs them again' if not spec.force_rerun else ''})")
+    if preview["would_skip"]:
+        print(f"would run {preview['would_run']}, skip {preview['would_skip']} (already succeeded; "
+              f"--force-rerun runs them again)")
+    elif spec.force_rerun:
+        print(f"would run {preview['would_run']} (--force-rerun: trials that already succeeded run again)")
+    else:
+        print(f"would run {preview['would_run']}; none has succeeded yet, nothing to skip")
     rows = [(t["index"], t["trial_id"], t["state"], t["label"] or "-") for t in preview["table"][:args.limit]]
     print(format_table(rows, ["#", "trial", "state", "parameters"]))
     if len(preview["table"]) > args.limit:

@@ -130,6 +130,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="parses per case (median reported)")
     parser.add_argument("--skip-parse", action="store_true", help="only the batched-mode throughput")
     args = parser.parse_args()
+    # Children cache bytecode as an installed package has it: with PYTHONDONTWRITEBYTECODE (set on some
+    # machines) an editable checkout recompiles every module of ours in every group process, a cost users'
+    # installs do not have (the pool's workers compile this file alike).
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
     print(f"# sweep scale benchmark, {time.strftime('%Y-%m-%d')} on {platform.node()} ({os.cpu_count()} cores), "
           f"Python {platform.python_version()}")
     print(f"{'DAG file':<26} {'tasks':>5} {'DagBag parse s':>14} {'serialise s':>11} {'total s':>8}")

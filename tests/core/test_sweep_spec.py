@@ -114,6 +114,9 @@ def test_preview_cli_prints_trials_and_bad_specs_give_one_line(tmp_path):
     """)
     out = cli("preview", good, "--results-root", str(tmp_path / "r"))
     assert out.returncode == 0 and "gan (grid): 4 trials" in out.stdout and "method=WGAN,num_zmode=2" in out.stdout
+    assert "would run 4; none has succeeded yet" in out.stdout and "skip 0" not in out.stdout
+    out = cli("preview", good, "--results-root", str(tmp_path / "r"), "--force-rerun")
+    assert "would run 4 (--force-rerun" in out.stdout and "skip" not in out.stdout
     data = json.loads(cli("preview", good, "--json", "--results-root", str(tmp_path / "r")).stdout)
     assert data["trials"] == 4 and data["would_run"] == 4
     bad = write(tmp_path, "name: x\ncommand: [a]\ntest_config: [{lr: {uniform: [1]}}]\n", "bad.yaml")
