@@ -150,6 +150,9 @@ def _sweep_preview(args) -> int:
     print(f"sweep {preview['sweep']} ({preview['search']}): {preview['trials']} trials; results in {preview['folder']}")
     if spec.in_rounds:
         print(format_table([(r["round"], r["trials"]) for r in preview["rounds"]], ["round", "trials"]))
+        if preview.get("space_size") is not None:
+            print(f"the space holds {preview['space_size']:,} distinct points, and the search runs each at most "
+                  f"once")
         print("trials of later rounds depend on earlier scores: nothing more to show before running")
         return 0
     if preview["would_skip"]:

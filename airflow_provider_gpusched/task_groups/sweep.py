@@ -206,6 +206,9 @@ class _Stage:
             print(f"sweep {session.spec.name}{'' if round_no is None else f' round {round_no}'}: "
                   f"{len(manifest.trials)} trials, {len(manifest.pending)} to run, {skipped} already succeeded "
                   f"(skipped{'' if not session.spec.force_rerun else '; force_rerun'}); manifest {manifest.path}")
+            if round_no is not None and not manifest.trials:
+                print(f"sweep {session.spec.name}: every candidate of the space has been evaluated; "
+                      f"round {round_no} has nothing left to try (the search is complete)")
             if not batched:
                 return [trial_argv(manifest, t, python) for t in manifest.pending]
             chunks = manifest.chunk_count()

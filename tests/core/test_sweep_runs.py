@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
@@ -253,3 +254,70 @@ def test_the_last_groups_shrink_only_for_long_trials(tmp_path, monkeypatch):
                               trials_per_process=8)
     assert len(outcome["succeeded"]) == 24
     assert sizes[0] == 8 and min(sizes) < 8 and sum(sizes) == 24  # smaller groups once the tail is near
+
+
+def test_evolution_on_a_small_space_ends_once_every_candidate_is_evaluated(tmp_path):
+    """pavi's settings (pool 10, top 3, 5 mutations, 5 crossovers, 5 epochs) on a 3x3 space: the first round
+    takes 9 candidates at most, later rounds take what is left, then propose nothing; no round fails and
+    the best is the space's best."""
+    spec = SweepSpec(name="tiny", search="evolution", space={"a": [1, 2, 3], "b": [1, 2, 3]},
+                     evolution={"candidate_pool_size": 10, "candidate_top_k": 3, "num_mutation": 5,
+                                "num_crossover": 5, "mutate_prob": 0.5, "max_epoch": 5},
+                     python_callable=lambda p: {"score": p["a"] * 10 + p["b"]}, objective=Objective("score"),
+                     results_root=str(tmp_path), seed=1)
+    session = SweepSession(spec)
+    sizes = []
+    for r in range(5):
+        sizes.append(len(session.round_trials(r)))
+        manifest = session.prepare(round_no=r)
+        for t in manifest.pending:
+            run_trial(manifest, t, out=open(os.devnull, "w"))
+        session.finish_round(r)
+    assert sizes[0] == 9 and sizes[1:] == [0, 0, 0, 0], sizes
+    summary = session.collect()
+    assert summary["counts"]["succeeded"] == 9 and summary["best"]["score"] == 33
+
+
+def test_evolution_fills_a_round_from_what_is_left_and_says_when_nothing_fits(tmp_path):
+    spec = SweepSpec(name="left", search="evolution", space={"a": list(range(5)), "b": list(range(4))},
+                     evolution={"candidate_pool_size": 6, "candidate_top_k": 2, "num_mutation": 3,
+                                "num_crossover": 3, "mutate_prob": 0.0, "max_epoch": 5},
+                     python_callable=lambda p: {"score": p["a"] + p["b"]}, objective=Objective("score"),
+                     results_root=str(tmp_path), seed=2)
+    session = SweepSession(spec)
+    seen = set()
+    for r in range(5):
+        trials = session.round_trials(r)
+        ids = {t.trial_id for t in trials}
+        assert not ids & seen  # nothing is evaluated twice
+        seen |= ids
+        manifest = session.prepare(round_no=r)
+        for t in manifest.pending:
+            run_trial(manifest, t, out=open(os.devnull, "w"))
+        session.finish_round(r)
+    assert len(seen) == 20  # 6 + 6 + 6 + 2: mutation without mutate_prob repeats parents, the rest is filled
+
+    def measure(params):
+        return {"flops": 100}
+
+    impossible = SweepSpec(name="none", search="evolution", space={"a": [1, 2], "b": [1, 2]},
+                           evolution={"constraints": {"flops": 10}, "measure": measure, "candidate_top_k": 2,
+                                      "candidate_pool_size": 4},
+                           python_callable=lambda p: {"score": 1}, objective=Objective("score"),
+                           results_root=str(tmp_path))
+    with pytest.raises(GpuschedError, match=r"none of the 4 candidates of the space satisfies the constraints "
+                                            r"\{'flops': 10\}"):
+        SweepSession(impossible).round_trials(0)
+
+
+def test_preview_of_rounds_claims_no_more_trials_than_the_space_holds(tmp_path):
+    spec = SweepSpec(name="tiny", search="evolution", space={"a": [1, 2, 3], "b": [1, 2, 3]},
+                     evolution={"candidate_pool_size": 4, "candidate_top_k": 2, "max_epoch": 5},
+                     python_callable=lambda p: {"score": 1}, objective=Objective("score"), results_root=str(tmp_path))
+    preview = SweepSession(spec).preview()
+    assert [r["trials"] for r in preview["rounds"]] == [4, 4, 1, 0, 0]
+    assert preview["trials"] == 9 and preview["space_size"] == 9
+    spec = SweepSpec(name="cont", search="evolution", space={"a": list(range(100))},
+                     evolution={"candidate_pool_size": 4, "candidate_top_k": 2, "max_epoch": 3},
+                     python_callable=lambda p: {"score": 1}, objective=Objective("score"), results_root=str(tmp_path))
+    assert SweepSession(spec).preview()["trials"] == 12

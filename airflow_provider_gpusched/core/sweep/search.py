@@ -7,7 +7,9 @@
   candidate architectures (one choice per position), the top-k kept over all rounds, the next pool made by
   mutation (each position re-drawn with ``mutate_prob``) and crossover (each position from one of two
   parents), filled up at random; candidates that break a constraint (e.g. ``flops <= 600`` computed by a
-  user function) are never proposed.
+  user function) are never proposed, nor are candidates already evaluated. In a small space (up to 100,000
+  candidates) the pool is filled from what is left when random draws keep repeating; once every feasible
+  candidate has been evaluated a round proposes nothing and the search ends (the best stays the best).
 
 ``ask(round)`` is idempotent: a round's proposals are stored, so asking again (a retried task, a
 re-run DAG) gives the same trials. ``tell(round, ...)`` ignores trials already told.
@@ -77,6 +79,10 @@ def _key(params: Mapping[str, Any]) -> str:
     return trial_id(dict(params))
 
 
+#: spaces of up to this many candidates are enumerated once random draws keep finding evaluated ones
+ENUMERATE_UP_TO = 100_000
+
+
 class EvolutionSearch(RoundSearch):
     def __init__(self, spec: SweepSpec, state_dir: str) -> None:
         super().__init__(spec, state_dir)
@@ -138,10 +144,35 @@ class EvolutionSearch(RoundSearch):
         while len(out) < s.candidate_pool_size:
             if not add(random_candidate, "random"):
                 break
+        if len(out) < s.candidate_pool_size and self.space_size() <= ENUMERATE_UP_TO:
+            # random draws keep hitting candidates already evaluated: in a small space, take what is left
+            import itertools
+
+            rest = [dict(zip(self.choices, values)) for values in itertools.product(*self.choices.values())]
+            rng.shuffle(rest)
+            for candidate in rest:
+                if len(out) >= s.candidate_pool_size:
+                    break
+                params = {**self.fixed, **candidate}
+                key = _key(params)
+                if key not in seen and self.feasible(params):
+                    seen.add(key)
+                    out.append({"params": params, "origin": "remaining"})
         if not out:
-            raise GpuschedError("evolution: no candidate satisfies the constraints "
-                                f"{self.settings.constraints} (100 random draws tried)")
+            if self.space_size() > ENUMERATE_UP_TO:
+                raise GpuschedError("evolution: none of 100 random draws gave a candidate not yet evaluated that "
+                                    f"satisfies the constraints {dict(s.constraints)}")
+            if not self.history():
+                raise GpuschedError(f"evolution: none of the {self.space_size():,} candidates of the space "
+                                    f"satisfies the constraints {dict(s.constraints)}")
+            return []  # every feasible candidate has been evaluated: the search is complete
         return out
+
+    def space_size(self) -> int:
+        size = 1
+        for values in self.choices.values():
+            size *= len(values)
+        return size
 
     def _record(self, proposal: dict, params: dict, score: float | None) -> None:
         data = read_json(self.history_path)
@@ -172,7 +203,10 @@ class OptunaSearch(RoundSearch):
         history and the seed only, not on whether earlier rounds were asked in this process."""
         seed = None if self.spec.seed is None else self.spec.seed * 1_000_003 + round_no
         if self.spec.sampler == "tpe":
-            return self.optuna.samplers.TPESampler(seed=seed, n_startup_trials=self.spec.per_round)
+            # constant liar: the trials asked earlier in this round count as bad while they run, so one
+            # round does not pile onto one point
+            return self.optuna.samplers.TPESampler(seed=seed, n_startup_trials=self.spec.per_round,
+                                                   constant_liar=True)
         return self.optuna.samplers.RandomSampler(seed=seed)
 
     def _suggest(self, trial) -> dict:

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from airflow_provider_gpusched.core.errors import GpuschedError
-from airflow_provider_gpusched.core.sweep.expand import Trial, make_trial, nested
+from airflow_provider_gpusched.core.sweep.expand import Trial, finite_space_size, flatten, make_trial, nested
 from airflow_provider_gpusched.core.sweep.objective import format_leaderboard, leaderboard
 from airflow_provider_gpusched.core.sweep.search import RoundSearch, make_search
 from airflow_provider_gpusched.core.sweep.spec import SweepSpec, default_results_root
@@ -178,10 +178,16 @@ class SweepSession:
     def preview(self) -> dict[str, Any]:
         """The trials a run would have, with their current state, without running or writing anything."""
         if self.spec.in_rounds:
-            rows = [{"round": r, "trials": self.spec.per_round}
-                    for r in range(self.spec.rounds)]
+            # a finite space caps the trials: no round proposes a point already evaluated
+            left = finite_space_size(flatten(self.spec.space))
+            rows = []
+            for r in range(self.spec.rounds):
+                n = self.spec.per_round if left is None else min(self.spec.per_round, left)
+                rows.append({"round": r, "trials": n})
+                left = None if left is None else left - n
             return {"sweep": self.spec.name, "search": self.spec.search, "rounds": rows,
-                    "trials": sum(r["trials"] for r in rows), "folder": self.store.dir}
+                    "trials": sum(r["trials"] for r in rows), "folder": self.store.dir,
+                    "space_size": finite_space_size(flatten(self.spec.space))}
         trials = self.spec.trials()
         states = {t.trial_id: self.store.state(t) for t in trials}
         would_run = sum(1 for t in trials if self.spec.force_rerun or states[t.trial_id] != "succeeded")
