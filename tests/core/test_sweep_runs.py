@@ -321,3 +321,31 @@ def test_preview_of_rounds_claims_no_more_trials_than_the_space_holds(tmp_path):
                      evolution={"candidate_pool_size": 4, "candidate_top_k": 2, "max_epoch": 3},
                      python_callable=lambda p: {"score": 1}, objective=Objective("score"), results_root=str(tmp_path))
     assert SweepSession(spec).preview()["trials"] == 12
+
+
+def test_optuna_rounds_propose_distinct_new_points_and_leave_nothing_running(tmp_path):
+    pytest.importorskip("optuna")
+    import optuna
+
+    def spec(name, space, rounds):
+        return SweepSpec(name=name, search="optuna", space=space, rounds=rounds, per_round=8, seed=5,
+                         python_callable=lambda p: {"y": -(p["a"] - 1) ** 2}, objective=Objective("y"),
+                         results_root=str(tmp_path))
+
+    session = SweepSession(spec("fifty", {"a": list(range(10)), "b": list(range(5))}, 4))
+    ids = []
+    for r in range(4):
+        trials = session.round_trials(r)
+        assert len(trials) == 8, (r, [t.params for t in trials])  # a round does not pile onto one point
+        ids += [t.trial_id for t in trials]
+        run_rounds(session, [r])
+    assert len(set(ids)) == 32  # and no round repeats an earlier one
+
+    session = SweepSession(spec("ten", {"a": list(range(10))}, 3))
+    sizes = []
+    for r in range(3):
+        sizes.append(len(session.round_trials(r)))
+        run_rounds(session, [r])
+    assert sizes == [8, 2, 0]
+    assert not session.search.study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+    assert session.collect()["best"]["score"] == 0

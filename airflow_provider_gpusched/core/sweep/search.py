@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.sweep import spaces
-from airflow_provider_gpusched.core.sweep.expand import flatten, nested, trial_id
+from airflow_provider_gpusched.core.sweep.expand import finite_space_size, flatten, nested, trial_id
 from airflow_provider_gpusched.core.sweep.spec import SweepSpec
 from airflow_provider_gpusched.core.sweep.store import read_json, write_json
 
@@ -233,12 +233,31 @@ class OptunaSearch(RoundSearch):
         return params
 
     def _propose(self, round_no: int) -> list[dict]:
+        """``per_round`` distinct points not evaluated before. A repeat is not left running in the study (the
+        constant liar would count it for good): it is told as pruned with a ``duplicate`` mark, which TPE
+        takes as a poor result there and moves away from, and the sampler is asked again (at most 10 asks
+        per trial wanted). A finite space may run out: then the round has fewer trials, or none."""
         self.study.sampler = self._sampler(round_no)
-        out = []
-        for _ in range(self.spec.per_round):
+        states = self.optuna.trial.TrialState
+        finished = (states.COMPLETE, states.FAIL, states.PRUNED)
+        evaluated = {_key({**self.fixed, **t.params}) for t in self.study.get_trials(deepcopy=False, states=finished)
+                     if "duplicate" not in t.user_attrs}
+        size = finite_space_size(self.space)
+        out: list[dict] = []
+        taken: set[str] = set()
+        for _ in range(10 * self.spec.per_round):
+            if len(out) == self.spec.per_round or (size is not None and len(evaluated | taken) >= size):
+                break
             trial = self.study.ask()
             trial.set_user_attr("round", round_no)
-            out.append({"params": self._suggest(trial), "number": trial.number})
+            params = self._suggest(trial)
+            key = _key(params)
+            if key in evaluated or key in taken:
+                trial.set_user_attr("duplicate", True)
+                self.study.tell(trial.number, state=self.optuna.trial.TrialState.PRUNED)
+            else:
+                taken.add(key)
+                out.append({"params": params, "number": trial.number})
         return out
 
     def tell(self, round_no: int, outcomes: Sequence[tuple[Mapping[str, Any], float | None]]) -> int:
