@@ -349,3 +349,44 @@ def test_optuna_rounds_propose_distinct_new_points_and_leave_nothing_running(tmp
     assert sizes == [8, 2, 0]
     assert not session.search.study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
     assert session.collect()["best"]["score"] == 0
+
+
+def noisy_trial(params):
+    print(f"training with x={params['x']}")
+    if params["x"] == 2:
+        raise RuntimeError("diverged")
+    return {"loss": params["x"]}
+
+
+def test_a_trial_status_records_its_gpus_slurm_job_and_log(tmp_path, monkeypatch):
+    """GPU Task Scheduler's scheduler log (start, end and worker GPU per test) and per-folder log file:
+    status.json names the GPUs (CUDA_VISIBLE_DEVICES as given), the Slurm job and the log, and a callable's
+    printed output and traceback land in that log as they do for commands."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    monkeypatch.setenv("SLURM_JOB_ID", "4711")
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "4700")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "11")
+    spec = SweepSpec(name="logs", test_config=[{"x": [1, 2]}], python_callable=noisy_trial,
+                     objective=Objective("loss", "minimize"), results_root=str(tmp_path))
+    session = SweepSession(spec)
+    manifest = session.prepare()
+    for t in manifest.pending:
+        run_trial(manifest, t, out=open(os.devnull, "w"))
+    session.collect()
+    records = {r["params"]["x"]: r for r in json.load(open(tmp_path / "logs" / "summary.json"))["records"]}
+    for x, record in records.items():
+        status = json.load(open(os.path.join(record["folder"], "status.json")))
+        assert status["gpus"] == record["gpus"] == "2,3" and status["slurm_job"] == record["slurm_job"] == "4700_11"
+        assert record["log"] == os.path.join(record["folder"], "output.log") and record["host"]
+        assert f"training with x={x}" in open(record["log"]).read()
+    assert "RuntimeError: diverged" in open(records[2]["log"]).read() and records[2]["state"] == "failed"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"):
+        monkeypatch.delenv(name)
+    session = SweepSession(command_spec(tmp_path))
+    manifest = session.prepare()
+    run_trial(manifest, manifest.pending[0], out=open(os.devnull, "w"))
+    session.collect()
+    record = json.load(open(tmp_path / "cmd" / "summary.json"))["records"][0]
+    assert record["gpus"] is None and record["slurm_job"] is None
+    assert record["log"].endswith("output.log") and os.path.exists(record["log"])

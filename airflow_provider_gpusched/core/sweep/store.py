@@ -5,9 +5,10 @@ Layout under the results root (a shared file system when trials run on Slurm nod
     <root>/<sweep>/manifest.json            what to run: target, objective, the trials of this run
     <root>/<sweep>/trials/<folder>/         one per trial (folder = label + id, safe for any value)
         params.json   the parameters (nested as the spec wrote them)
-        status.json   {"state": "running"|"succeeded"|"failed"|"invalid", times, host, run, exit code, error}
+        status.json   {"state": "running"|"succeeded"|"failed"|"invalid", times, host, GPUs (CUDA_VISIBLE_DEVICES),
+                      Slurm job, log path, run, exit code, error}
         result.json   the metrics the trial wrote (or its callable returned)
-        output.log    the trial's output
+        output.log    the trial's output (a command's stdout and stderr; what a callable prints)
         claim.lock    flock'ed by the process running the trial: one runner at a time, whichever DAG run
     <root>/<sweep>/summary.json, leaderboard.json, best.json
 
@@ -122,7 +123,7 @@ class TrialStore:
         previous = self.status(trial) or {}
         write_json(os.path.join(folder, "status.json"), {
             "state": "running", "trial_id": trial.trial_id, "label": trial.label, "started": time.time(),
-            "host": os.uname().nodename, "pid": os.getpid(),
+            "host": os.uname().nodename, "pid": os.getpid(), **where_running(),
             "attempts": int(previous.get("attempts", 0) or 0) + 1 if isinstance(previous, dict) else 1, **extra})
         return folder
 
@@ -197,7 +198,8 @@ class TrialStore:
             out.append({"index": trial.index, "trial_id": trial.trial_id, "label": trial.label,
                         "params": nested(trial.params), "state": self.state(trial),
                         "result": self.result(trial), "seconds": status.get("seconds"),
-                        "error": status.get("error"), "folder": self.trial_dir(trial)})
+                        "error": status.get("error"), "folder": self.trial_dir(trial),
+                        **{k: status.get(k) for k in ("host", "gpus", "slurm_job", "log")}})
         return out
 
     def write(self, name: str, data: Any) -> str:
@@ -208,6 +210,16 @@ class TrialStore:
 
     def read(self, name: str) -> Any:
         return read_json(self.path(name))
+
+
+def where_running() -> dict[str, str | None]:
+    """The GPUs this process was given (``CUDA_VISIBLE_DEVICES`` as set by the local-GPU launcher or Slurm)
+    and its Slurm job (``<array job>_<task>`` for an array task), for a trial's status."""
+    env = os.environ
+    job = env.get("SLURM_JOB_ID")
+    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+        job = f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+    return {"gpus": env.get("CUDA_VISIBLE_DEVICES"), "slurm_job": job}
 
 
 class TrialClaim:

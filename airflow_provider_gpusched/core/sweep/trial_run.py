@@ -211,7 +211,8 @@ def _finish_ok(manifest: Manifest, trial: Trial, result: Any, out) -> int:
 
 def _run_claimed(manifest: Manifest, trial: Trial, out) -> int:
     store = manifest.store
-    folder = store.mark_running(trial, run=manifest.data.get("run"))
+    log_path = os.path.join(store.trial_dir(trial), "output.log")
+    folder = store.mark_running(trial, run=manifest.data.get("run"), log=log_path)
     env = trial_environment(trial, folder, store.sweep, manifest.data.get("env"))
     target = manifest.data["target"]
     print(f"[gpusched] trial {trial.index} {trial.label or trial.trial_id} (id {trial.trial_id}) in {folder}",
@@ -220,12 +221,15 @@ def _run_claimed(manifest: Manifest, trial: Trial, out) -> int:
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         try:
-            value = call_trial(manifest.load_callable(), nested(trial.params), folder)
+            with _output_copied_to(log_path):
+                value = call_trial(manifest.load_callable(), nested(trial.params), folder)
         except BaseException as exc:  # noqa: BLE001 - the trial's own failure, recorded and reported
             import traceback
 
             text = traceback.format_exc()
             print(text, file=sys.stderr, flush=True)
+            with open(log_path, "a", encoding="utf-8", errors="replace") as log:
+                log.write(text)
             store.mark_finished(trial, ok=False, exit_code=1, error=f"{type(exc).__name__}: {exc}")
             return 1
         finally:
@@ -245,7 +249,7 @@ def _run_claimed(manifest: Manifest, trial: Trial, out) -> int:
 
     argv = format_command(target["command"], trial.params, folder, trial)
     try:
-        code = _run_command(argv, folder, {**os.environ, **env}, os.path.join(folder, "output.log"), out)
+        code = _run_command(argv, folder, {**os.environ, **env}, log_path, out)
     except OSError as exc:
         store.mark_finished(trial, ok=False, exit_code=127, error=f"cannot run {argv[0]!r}: {exc}")
         print(f"[gpusched] cannot run {argv[0]!r}: {exc}", file=out, flush=True)
@@ -380,6 +384,41 @@ def run_group(manifest: Manifest, trials: Sequence[Trial]) -> int:
         rc = run_trial(manifest, trial)
         code = rc if rc != 0 else code
     return code
+
+
+class _Tee:
+    """Writes to a stream and to the trial's log file."""
+
+    def __init__(self, stream, log) -> None:
+        self.stream, self.log = stream, log
+
+    def write(self, text: str) -> int:
+        self.log.write(text)
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.log.flush()
+        self.stream.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+
+class _output_copied_to:
+    """While a callable trial runs, what it prints through Python's ``sys.stdout``/``sys.stderr`` also goes
+    to its ``output.log`` (the runner's own output, the task log or Slurm output file, still gets it)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __enter__(self) -> None:
+        self.log = open(self.path, "a", encoding="utf-8", errors="replace")
+        self.saved = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = _Tee(sys.stdout, self.log), _Tee(sys.stderr, self.log)
+
+    def __exit__(self, *exc) -> None:
+        sys.stdout, sys.stderr = self.saved
+        self.log.close()
 
 
 def _run_command(argv: list[str], cwd: str, env: Mapping[str, str], log_path: str, out) -> int:
