@@ -380,6 +380,7 @@ def test_a_trial_status_records_its_gpus_slurm_job_and_log(tmp_path, monkeypatch
         assert record["log"] == os.path.join(record["folder"], "output.log") and record["host"]
         assert f"training with x={x}" in open(record["log"]).read()
     assert "RuntimeError: diverged" in open(records[2]["log"]).read() and records[2]["state"] == "failed"
+    assert f"[failed]: RuntimeError: diverged (log: {records[2]['log']})" in session.collect()["text"]
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"):
         monkeypatch.delenv(name)

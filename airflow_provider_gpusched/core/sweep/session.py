@@ -170,6 +170,7 @@ class SweepSession:
         if failed:
             text += "\nfailed or invalid trials:\n" + "\n".join(
                 f"  {r['index']} {printable(r['label'] or r['trial_id'])} [{r['state']}]: {printable(str(r['error']))}"
+                + (f" (log: {printable(r['log'])})" if r.get("log") else "")
                 for r in failed[:20])
         summary["problems"] = [{k: r[k] for k in ("index", "trial_id", "label", "state", "error")} for r in failed]
         summary["text"] = text
