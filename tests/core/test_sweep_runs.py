@@ -391,3 +391,53 @@ def test_a_trial_status_records_its_gpus_slurm_job_and_log(tmp_path, monkeypatch
     record = json.load(open(tmp_path / "cmd" / "summary.json"))["records"][0]
     assert record["gpus"] is None and record["slurm_job"] is None
     assert record["log"].endswith("output.log") and os.path.exists(record["log"])
+
+
+WRITE_PICKLE = ("import os, pickle, sys, numpy; p = __import__('json').loads(os.environ['GPUSCHED_TRIAL_PARAMS']); "
+                "os.makedirs('hpo', exist_ok=True); "
+                "pickle.dump({'eval_value': numpy.float64(p['x'] * 10), 'steps': numpy.int64(5)}, "
+                "open('hpo/result.pkl', 'wb'))")
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (os.system, ("touch ran-code",))
+
+
+def test_di_toolkit_result_pkl_and_r_objective(tmp_path):
+    """DI-toolkit's trials pickle their metrics to hpo/result.pkl and the search maximizes R['eval_value']:
+    both work as they are; a pickle that would run code is not loaded, and the trial is invalid, saying why."""
+    spec_file = tmp_path / "ditk.yaml"
+    spec_file.write_text(json.dumps({
+        "name": "ditk", "test_config": [{"x": [1, 2, 3]}], "objective": "maximize R['eval_value']",
+        "command": [sys.executable, "-c", WRITE_PICKLE], "results_root": str(tmp_path)}))
+    spec = SweepSpec.from_yaml(str(spec_file))
+    assert spec.objective == Objective("eval_value", "maximize")
+    session = SweepSession(spec)
+    manifest = session.prepare()
+    for t in manifest.pending:
+        assert run_trial(manifest, t, out=open(os.devnull, "w")) == 0
+    summary = session.collect()
+    assert summary["best"]["score"] == 30.0 and summary["counts"]["succeeded"] == 3
+    assert session.store.result(manifest.trials[0]) == {"eval_value": 10.0, "steps": 5}
+
+    import pickle
+
+    evil = SweepSpec(name="evil", test_config=[{"x": [1]}], objective=Objective("R['eval_value']"),
+                     command=[sys.executable, "-c", "import sys; open('result.pkl', 'wb').write(bytes.fromhex(sys.argv[1]))",
+                              pickle.dumps(_RunsCode()).hex()], results_root=str(tmp_path))
+    session = SweepSession(evil)
+    manifest = session.prepare()
+    run_trial(manifest, manifest.pending[0], out=open(os.devnull, "w"))
+    status = session.store.status(manifest.pending[0])
+    assert status["state"] == "invalid" and "only dicts, lists, numbers, strings" in status["error"], status
+    assert not os.path.exists(os.path.join(session.store.trial_dir(manifest.pending[0]), "ran-code"))
+
+
+def test_objective_text_forms_and_their_errors():
+    assert Objective.parse("minimize loss") == Objective("loss", "minimize")
+    assert Objective.parse("maximize R['eval']['value']").metric == "eval.value"
+    with pytest.raises(Exception, match="'maximize METRIC' or 'minimize METRIC'"):
+        Objective.parse("maximise acc")
+    with pytest.raises(Exception, match=r"R\['key'\]"):
+        Objective("R[eval]")

@@ -1,13 +1,15 @@
 """What a sweep optimises, and the leaderboard.
 
-A trial's result is what it wrote to ``result.json`` in its folder, or what its Python callable returned
-(a dict, or a bare number). The objective names a metric in it — a key, or a dotted path such as
-``eval.accuracy`` — and whether to ``maximize`` or ``minimize`` it.
+A trial's result is what it wrote to ``result.json`` in its folder (or DI-toolkit's ``result.pkl``), or what
+its Python callable returned (a dict, or a bare number). The objective names a metric in it — a key, a
+dotted path such as ``eval.accuracy``, or DI-toolkit's ``R['eval']['accuracy']`` — and whether to
+``maximize`` or ``minimize`` it (``Objective.parse("maximize R['eval_value']")`` reads DI-toolkit's text).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -25,8 +27,22 @@ class Objective:
     def __post_init__(self) -> None:
         if not isinstance(self.metric, str) or not self.metric:
             raise InvalidArgumentError("objective.metric", self.metric, "the name of a metric in the trial result")
+        if self.metric.lstrip().startswith("R["):  # DI-toolkit's R['eval_value'] / R['eval']['value']
+            object.__setattr__(self, "metric", _r_path(self.metric))
         if self.mode not in MODES:
             raise InvalidArgumentError("objective.mode", self.mode, "'maximize' or 'minimize'")
+
+    @classmethod
+    def parse(cls, text: Any, where: str = "objective") -> Objective:
+        """DI-toolkit's form as text: ``maximize R['eval_value']``, ``minimize loss``."""
+        parts = text.split(None, 1) if isinstance(text, str) else []
+        if len(parts) != 2 or parts[0] not in MODES:
+            raise InvalidArgumentError(where, text, "'maximize METRIC' or 'minimize METRIC' (METRIC: a key, a dotted "
+                                                    "path, or R['key']), or a mapping {metric: ..., mode: ...}")
+        try:
+            return cls(parts[1].strip(), parts[0])
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(where, text, exc.expected) from None
 
     @property
     def maximize(self) -> bool:
@@ -65,6 +81,24 @@ class Objective:
 
     def to_dict(self) -> dict:
         return {"metric": self.metric, "mode": self.mode}
+
+
+_R_KEY = re.compile(r"""\[\s*(?:'([^'\]]+)'|"([^"\]]+)")\s*\]""")
+
+
+def _r_path(text: str) -> str:
+    """``R['eval']['value']`` -> ``eval.value``."""
+    rest = text.strip()[1:]
+    keys = []
+    while rest:
+        match = _R_KEY.match(rest)
+        if not match:
+            raise InvalidArgumentError("objective.metric", text, "R['key'] or R['key']['inner'] (DI-toolkit's form)")
+        keys.append(match.group(1) or match.group(2))
+        rest = rest[match.end():].lstrip()
+    if not keys:
+        raise InvalidArgumentError("objective.metric", text, "R['key'] or R['key']['inner'] (DI-toolkit's form)")
+    return ".".join(keys)
 
 
 def _dig(result: Mapping, path: str) -> Any:

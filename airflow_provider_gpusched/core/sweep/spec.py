@@ -200,9 +200,11 @@ class SweepSpec:
             self.space = {}
         if not isinstance(self.space, Mapping):
             raise InvalidArgumentError(f"{w}: space", self.space, "a mapping of parameter -> search space")
+        if isinstance(self.objective, str):
+            self.objective = Objective.parse(self.objective, f"{w}: objective")
         if self.objective is not None and not isinstance(self.objective, (Objective, Mapping)):
             raise InvalidArgumentError(f"{w}: objective", self.objective, "a mapping such as {metric: acc, mode: "
-                                                                          "maximize}")
+                                                                          "maximize}, or 'maximize acc'")
         if not isinstance(self.resources, (TrialResources, Mapping)):
             raise InvalidArgumentError(f"{w}: resources", self.resources, "a mapping such as {gpus: 1}")
         if self.evolution is not None and not isinstance(self.evolution, (EvolutionSettings, Mapping)):

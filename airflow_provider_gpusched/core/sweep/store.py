@@ -7,7 +7,8 @@ Layout under the results root (a shared file system when trials run on Slurm nod
         params.json   the parameters (nested as the spec wrote them)
         status.json   {"state": "running"|"succeeded"|"failed"|"invalid", times, host, GPUs (CUDA_VISIBLE_DEVICES),
                       Slurm job, log path, run, exit code, error}
-        result.json   the metrics the trial wrote (or its callable returned)
+        result.json   the metrics the trial wrote (or its callable returned); without it, result.pkl
+                      (DI-toolkit's pickled dict, also in hpo/) is read, plain values only
         output.log    the trial's output (a command's stdout and stderr; what a callable prints)
         claim.lock    flock'ed by the process running the trial: one runner at a time, whichever DAG run
     <root>/<sweep>/summary.json, leaderboard.json, best.json
@@ -67,6 +68,47 @@ def read_json(path: str) -> Any:
         return {"_unreadable": f"{path}: {exc}"}
 
 
+#: what a ``result.pkl`` may hold: plain values and numpy scalars, nothing that runs code when loaded
+_PICKLE_ALLOWED = {("builtins", n) for n in ("dict", "list", "tuple", "set", "frozenset", "int", "float", "str",
+                                              "bool", "complex")} | {("collections", "OrderedDict")} | {
+    (m, n) for m in ("numpy.core.multiarray", "numpy._core.multiarray") for n in ("scalar",)} | {("numpy", "dtype")}
+MAX_PICKLED_RESULT = 16 * 2**20
+
+
+def read_pickled_result(path: str) -> Any:
+    """A DI-toolkit ``result.pkl`` as plain JSON values; a file that holds anything but plain values (which
+    could run code when unpickled) is not loaded: the result is then marked unreadable, saying why."""
+    import pickle
+
+    class PlainValues(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            if (module, name) not in _PICKLE_ALLOWED:
+                raise pickle.UnpicklingError(f"it holds a {module}.{name}; only dicts, lists, numbers, strings "
+                                             f"and numpy scalars are read")
+            return super().find_class(module, name)
+
+    try:
+        if os.path.getsize(path) > MAX_PICKLED_RESULT:
+            return {"_unreadable": f"{path}: larger than {MAX_PICKLED_RESULT // 2**20} MiB"}
+        with open(path, "rb") as fh:
+            value = PlainValues(fh).load()
+    except (OSError, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError) as exc:
+        return {"_unreadable": f"{path}: {exc}"}
+    return _plain(value)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):  # a numpy scalar
+        return value.item()
+    if isinstance(value, complex):
+        return str(value)
+    return value
+
+
 class TrialStore:
     def __init__(self, root: str, sweep: str) -> None:
         if not isinstance(root, str) or not root:
@@ -97,7 +139,14 @@ class TrialStore:
         return state if state in ("running", *FINAL_STATES) else "waiting"
 
     def result(self, trial: Trial) -> Any:
-        return read_json(os.path.join(self.trial_dir(trial), "result.json"))
+        """``result.json``; without it, DI-toolkit's ``result.pkl`` (in the folder or its ``hpo/``)."""
+        folder = self.trial_dir(trial)
+        result = read_json(os.path.join(folder, "result.json"))
+        if result is None:
+            for path in (os.path.join(folder, "result.pkl"), os.path.join(folder, "hpo", "result.pkl")):
+                if os.path.isfile(path):
+                    return read_pickled_result(path)
+        return result
 
     def write_result(self, trial: Trial, result: Any) -> None:
         """Store a callable's return value as the trial's ``result.json`` (strict JSON: NaN is refused)."""
