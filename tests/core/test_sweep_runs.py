@@ -441,3 +441,55 @@ def test_objective_text_forms_and_their_errors():
         Objective.parse("maximise acc")
     with pytest.raises(Exception, match=r"R\['key'\]"):
         Objective("R[eval]")
+
+
+READ_CONFIG = ("import os, sys, json, runpy; cfg = runpy.run_path(sys.argv[1])['main_config']; "
+               "assert os.environ['GPUSCHED_TRIAL_CONFIG'] == sys.argv[1]; "
+               "json.dump({'eval_value': cfg['policy']['discount_factor'] * 100, 'name': cfg['exp_name']}, "
+               "open('result.json', 'w'))")
+
+
+def test_a_config_template_is_rendered_into_each_trial(tmp_path):
+    """DI-toolkit passes parameters by rendering the task's config file per trial: {{ name }} placeholders
+    become literals of the file's language, the copy lands in the trial folder, the command gets its path."""
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "dqn_config.py").write_text(
+        "main_config = dict(\n    exp_name={{ exp }},\n    policy=dict(discount_factor={{ policy.discount_factor }}),\n)\n")
+    (tmp_path / "spec.yaml").write_text(json.dumps({
+        "name": "tmpl", "global_config": {"exp": "it's \"quoted\"; {x}"},
+        "test_config": [{"policy": {"discount_factor": [0.95, 0.99]}}],
+        "config_template": "cfg/dqn_config.py",  # relative to the spec file
+        "command": [sys.executable, "-c", READ_CONFIG, "{config}"], "objective": "maximize R['eval_value']",
+        "results_root": str(tmp_path / "results")}))
+    spec = SweepSpec.from_yaml(str(tmp_path / "spec.yaml"))
+    session = SweepSession(spec)
+    manifest = session.prepare()
+    for t in manifest.pending:
+        assert run_trial(manifest, t, out=open(os.devnull, "w")) == 0
+    summary = session.collect()
+    assert summary["best"]["score"] == 99.0
+    folder = session.store.trial_dir(manifest.trials[0])
+    rendered = open(os.path.join(folder, "dqn_config.py")).read()
+    assert "discount_factor=0.95" in rendered and 'exp_name=\'it\\\'s "quoted"; {x}\'' in rendered, rendered
+    assert os.stat(os.path.join(folder, "dqn_config.py")).st_mode & 0o077 == 0
+    assert session.store.result(manifest.trials[0])["name"] == 'it\'s "quoted"; {x}'
+
+    (tmp_path / "cfg" / "bad.yaml").write_text("lr: {{ learning_rate }}\n")
+    with pytest.raises(Exception, match=r"config_template: expected placeholders naming a parameter.*bad.yaml: \{\{ learning_rate \}\}"):
+        SweepSpec(name="bad", test_config=[{"lr": [1]}], command=["true"], config_template=str(tmp_path / "cfg" / "bad.yaml"))
+    with pytest.raises(Exception, match="an existing config template file"):
+        SweepSpec(name="bad", command=["true"], config_template=str(tmp_path / "nope.py"))
+    with pytest.raises(Exception, match=r"\{config\} is neither"):
+        SweepSpec(name="bad", command=["run", "{config}"])
+
+
+def test_config_values_are_written_in_the_files_language(tmp_path):
+    from airflow_provider_gpusched.core.sweep.spec import ConfigTemplate
+
+    values = {"a": "x y", "b": [1, 2.5], "c": True, "d": None}
+    text = "{{ a }} {{ b }} {{c}} {{ d }}"
+    assert ConfigTemplate("c.py", text).render(values) == "'x y' [1, 2.5] True None"
+    assert ConfigTemplate("c.yaml", text).render(values) == '"x y" [1, 2.5] true null'
+    assert ConfigTemplate("c.txt", text).render(values) == "x y [1, 2.5] true null"
+    with pytest.raises(Exception, match="a parameter this trial has"):
+        ConfigTemplate("c.py", "{{ e }}").render(values)

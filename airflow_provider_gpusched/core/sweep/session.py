@@ -62,10 +62,12 @@ class SweepSession:
 
     # -- planning --------------------------------------------------------------------------------------
     def _target(self) -> dict:
+        template = self.spec._template
+        extra = {"config_template": {"name": template.name, "text": template.text}} if template else {}
         if self.spec.python_callable is not None:
             save_callable(self.store.dir, self.spec.python_callable)
-            return {"callable": CALLABLE_FILE}
-        return {"command": list(self.spec.command)}
+            return {"callable": CALLABLE_FILE, **extra}
+        return {"command": list(self.spec.command), **extra}
 
     def round_trials(self, round_no: int) -> list[Trial]:
         params = self.search.ask(round_no)

@@ -185,6 +185,9 @@ class SweepSpec:
     max_trials: int | None = None
     #: failed + invalid trials a run may have and still succeed (None: any number)
     max_failed_trials: int | None = 0
+    #: DI-toolkit's way of passing parameters: a config file with ``{{ param }}`` placeholders, rendered into
+    #: each trial's folder (commands get its path as ``{config}``, every trial as $GPUSCHED_TRIAL_CONFIG)
+    config_template: str | None = None
     where: str = "sweep"
 
     def __post_init__(self) -> None:
@@ -300,8 +303,17 @@ class SweepSpec:
             raise InvalidArgumentError(
                 f"{w}: {key}", f"{size:,} trials", f"at most max_trials={self.max_trials:,} trials per stage: split the "
                 f"sweep, lower grid_steps/count, or raise max_trials (in the spec, or $GPUSCHED_MAX_TRIALS) to run it")
-        if self.command is not None:
+        self._template: ConfigTemplate | None = None
+        if self.config_template is not None:
+            self._template = ConfigTemplate.read(self.config_template, f"{w}: config_template")
             known = set(self.parameter_names()) | set(TRIAL_FIELDS)
+            unknown = [n for n in self._template.names if n not in known]
+            if unknown:
+                raise InvalidArgumentError(f"{w}: config_template", f"{self.config_template}: {{{{ {unknown[0]} }}}}",
+                                           f"placeholders naming a parameter or one of {list(TRIAL_FIELDS)} "
+                                           f"(parameters: {sorted(self.parameter_names())})")
+        if self.command is not None:
+            known = set(self.parameter_names()) | set(TRIAL_FIELDS) | ({"config"} if self._template else set())
             for arg in self.command:
                 for name in _PLACEHOLDER.findall(re.sub(r"\{\{|\}\}", "", arg)):
                     if name not in known:
@@ -394,6 +406,10 @@ class SweepSpec:
             mark = getattr(exc, "problem_mark", None)
             at = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
             raise InvalidArgumentError(f"{path}:{at}", getattr(exc, "problem", str(exc)), "valid YAML") from None
+        if isinstance(data, Mapping) and isinstance(data.get("config_template"), str):
+            # a relative template path is relative to the spec file, wherever the command is run from
+            data = {**data, "config_template": os.path.join(os.path.dirname(os.path.abspath(path)),
+                                                            os.path.expanduser(data["config_template"]))}
         return cls.from_dict(data, where=path)
 
 
@@ -502,12 +518,59 @@ def import_callable(target: Any, where: str) -> Callable:
     return obj
 
 
-def format_command(command: Sequence[str], params: Mapping[str, Any], trial_dir: str, trial: Trial) -> list[str]:
+_TEMPLATE_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\}\}")
+MAX_CONFIG_TEMPLATE = 1 << 20
+
+
+class ConfigTemplate:
+    """A config file with ``{{ param }}`` placeholders (dotted names allowed), rendered per trial. Values are
+    written as literals of the file's language: Python literals in ``.py`` files, JSON in ``.json``,
+    ``.yaml`` and ``.yml`` (a JSON value is valid YAML), plain text elsewhere."""
+
+    def __init__(self, name: str, text: str) -> None:
+        self.name, self.text = name, text
+        self.names = sorted(set(_TEMPLATE_PLACEHOLDER.findall(text)))
+
+    @classmethod
+    def read(cls, path: Any, where: str) -> ConfigTemplate:
+        if not isinstance(path, str) or not path:
+            raise InvalidArgumentError(where, path, "the path of a config template file")
+        try:
+            if os.path.getsize(path) > MAX_CONFIG_TEMPLATE:
+                raise InvalidArgumentError(where, path, "a config template of at most 1 MiB")
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+        except FileNotFoundError:
+            raise InvalidArgumentError(where, path, "an existing config template file") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidArgumentError(where, path, f"a readable UTF-8 text file ({exc})") from None
+        return cls(os.path.basename(path), text)
+
+    def render(self, values: Mapping[str, Any]) -> str:
+        kind = os.path.splitext(self.name)[1].lower()
+
+        def literal(match: re.Match) -> str:
+            name = match.group(1)
+            if name not in values:
+                raise InvalidArgumentError("config_template", f"{self.name}: {{{{ {name} }}}}",
+                                           f"a parameter this trial has (it has {sorted(values)}; a conditional one?)")
+            value = values[name]
+            if kind == ".py":
+                return repr(value)
+            if kind in (".json", ".yaml", ".yml"):
+                return json.dumps(value)
+            return _text(value)
+
+        return _TEMPLATE_PLACEHOLDER.sub(literal, self.text)
+
+
+def format_command(command: Sequence[str], params: Mapping[str, Any], trial_dir: str, trial: Trial,
+                   config: str | None = None) -> list[str]:
     """Fill ``{param}`` placeholders (dotted names allowed) in each argv element. Values are put in as text,
     each argument stays one argument (no shell): spaces, quotes and ``;`` arrive verbatim. ``{{``/``}}``
     give literal braces."""
     fill = {**{k: v for k, v in params.items()}, "trial_dir": trial_dir, "trial_id": trial.trial_id,
-            "label": trial.label}
+            "label": trial.label, **({"config": config} if config else {})}
 
     def one(arg: str) -> str:
         parts = re.split(r"(\{\{|\}\})", arg)

@@ -215,6 +215,15 @@ def _run_claimed(manifest: Manifest, trial: Trial, out) -> int:
     folder = store.mark_running(trial, run=manifest.data.get("run"), log=log_path)
     env = trial_environment(trial, folder, store.sweep, manifest.data.get("env"))
     target = manifest.data["target"]
+    config = None
+    if target.get("config_template"):
+        try:
+            config = render_config(target["config_template"], trial, folder)
+        except (ValueError, OSError) as exc:  # InvalidArgumentError is a ValueError: a placeholder it lacks
+            store.mark_finished(trial, ok=False, exit_code=2, error=f"config_template: {exc}")
+            print(f"[gpusched] trial {trial.trial_id}: config_template: {exc}", file=out, flush=True)
+            return 2
+        env["GPUSCHED_TRIAL_CONFIG"] = config
     print(f"[gpusched] trial {trial.index} {trial.label or trial.trial_id} (id {trial.trial_id}) in {folder}",
           file=out, flush=True)
     if "callable" in target:
@@ -247,7 +256,7 @@ def _run_claimed(manifest: Manifest, trial: Trial, out) -> int:
         return _finish_ok(manifest, trial, result if result is not None else store.result(trial), out)
     from airflow_provider_gpusched.core.sweep.spec import format_command  # only command targets need the spec
 
-    argv = format_command(target["command"], trial.params, folder, trial)
+    argv = format_command(target["command"], trial.params, folder, trial, config)
     try:
         code = _run_command(argv, folder, {**os.environ, **env}, log_path, out)
     except OSError as exc:
@@ -384,6 +393,20 @@ def run_group(manifest: Manifest, trials: Sequence[Trial]) -> int:
         rc = run_trial(manifest, trial)
         code = rc if rc != 0 else code
     return code
+
+
+def render_config(template: Mapping[str, str], trial: Trial, folder: str) -> str:
+    """Write the trial's copy of the sweep's config template into its folder (private to the user: a config
+    may hold credentials); returns its path."""
+    from airflow_provider_gpusched.core.safe_files import write_atomic
+    from airflow_provider_gpusched.core.sweep.spec import ConfigTemplate
+
+    name = os.path.basename(str(template["name"]))
+    values = {**trial.params, "trial_dir": folder, "trial_id": trial.trial_id, "label": trial.label}
+    text = ConfigTemplate(name, str(template["text"])).render(values)
+    path = os.path.join(folder, name)
+    write_atomic(path, text.encode("utf-8"), 0o600)
+    return path
 
 
 class _Tee:
