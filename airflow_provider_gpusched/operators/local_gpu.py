@@ -51,6 +51,8 @@ class LocalGPUOperator(BaseOperator):
     :param gpu_memory: memory to reserve on each GPU (``"10GiB"``): the GPU may be shared (packing).
     :param devices: restrict to these GPU indices.
     :param memory_margin, max_foreign_processes, min_free_ram, max_cpu_percent: admission limits.
+    :param host_memory: host RAM this task reserves while it runs (``'16GiB'``): admitted only while the
+        reservations of all live leases on this host fit its budget ($GPUSCHED_HOST_MEMORY, else 90% of RAM).
     :param oom_retries, oom_factor: GPU OOM retries, each reserving ``oom_factor`` x more, the last a
         whole GPU. Other failures go to Airflow's ``retries``.
     :param env: extra environment (templated); ``cwd``: working directory (default: a per-run directory).
@@ -83,6 +85,7 @@ class LocalGPUOperator(BaseOperator):
         max_foreign_processes: int | None = None,
         min_free_ram: int | str | None = None,
         max_cpu_percent: float | None = None,
+        host_memory: int | str | None = None,
         oom_retries: int = 2,
         oom_factor: float = 1.5,
         env: Mapping[str, str] | None = None,
@@ -124,7 +127,7 @@ class LocalGPUOperator(BaseOperator):
         try:
             self.request = GPURequest(gpus=gpus, gpu_memory=gpu_memory, devices=devices, memory_margin=memory_margin,
                                       max_foreign_processes=max_foreign_processes, min_free_ram=min_free_ram,
-                                      max_cpu_percent=max_cpu_percent)
+                                      max_cpu_percent=max_cpu_percent, host_memory=host_memory)
             self.oom_policy = OOMRetryPolicy(retries=oom_retries, factor=oom_factor)
         except InvalidArgumentError as exc:
             raise AirflowException(f"{self.task_id}: {exc}") from exc

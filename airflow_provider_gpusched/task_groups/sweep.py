@@ -266,7 +266,8 @@ class _Stage:
             trials = manifest.chunk(chunk)
             r = spec.resources
             wanted = r.local_gpu_arguments()
-            request = GPURequest(gpus=wanted["gpus"], gpu_memory=wanted["gpu_memory"])
+            request = GPURequest(gpus=wanted["gpus"], gpu_memory=wanted["gpu_memory"],
+                                 host_memory=wanted["host_memory"])
             manager = LocalGPUHook().get_conn()
             ti = context["ti"]
             print(f"chunk {chunk}: {len(trials)} trials on {manager.inventory.source} GPUs")

@@ -22,7 +22,7 @@ SLURM_ARGS = ["command", "script", "job_name", "partition", "qos", "account", "g
               "time_limit", "array", "nice", "requeue", "open_mode", "output_path", "error_path", "working_dir",
               "environment", "setup", "sbatch_args", "deferrable", "poll_interval", "job_class", "priority"]
 LOCAL_ARGS = ["command", "bash_command", "gpus", "gpu_memory", "devices", "memory_margin", "max_foreign_processes",
-              "min_free_ram", "max_cpu_percent", "oom_retries", "oom_factor", "env", "cwd", "grace_period",
+              "min_free_ram", "max_cpu_percent", "host_memory", "oom_retries", "oom_factor", "env", "cwd", "grace_period",
               "wait_mode", "poll_interval", "job_class", "priority"]
 
 

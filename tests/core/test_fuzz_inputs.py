@@ -232,7 +232,7 @@ def test_fuzz_slurm_job_arguments(kwargs):
 @FUZZ
 @given(st.fixed_dictionaries({}, optional={k: scalars for k in ("gpus", "gpu_memory", "memory_margin",
                                                                   "max_foreign_processes", "min_free_ram",
-                                                                  "max_cpu_percent")} | {
+                                                                  "max_cpu_percent", "host_memory")} | {
     "devices": st.one_of(st.lists(scalars, max_size=3), scalars)}))
 def test_fuzz_gpu_requests(kwargs):
     def gpu_request():

@@ -173,3 +173,64 @@ def test_a_dead_workers_child_is_stopped_and_its_retry_waits_for_it(state_dir, t
     assert not alive
     assert not os.path.exists(os.path.join(state_dir, orphan.lease_id + ".orphan"))
     m.release(lease)
+
+
+RAM_HOLDER = """
+import json, os, sys, time
+from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
+from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+from airflow_provider_gpusched.core.gpu.placement import GPURequest
+state, ram, out = sys.argv[1], sys.argv[2], sys.argv[3]
+m = LeaseManager(SimulatedInventory("4x24GiB"), state, host_memory="40GiB")
+lease = m.acquire(GPURequest(gpu_memory="1GiB", host_memory=ram), "ram", poll_interval=0.01)
+start = time.time()
+time.sleep(0.2)
+with open(out, "a") as fh:
+    fh.write(json.dumps({"ram": lease.host_memory, "start": start, "end": time.time()}) + "\\n")
+m.release(lease)
+"""
+
+
+def test_host_ram_is_a_reservation_processes_racing_never_exceed_the_budget(state_dir, tmp_path):
+    """fedflow sampled free RAM, so two tasks admitted together both counted the same RAM. A request's
+    host_memory is reserved in its lease under the allocation lock: 12 processes asking 16 GiB (plenty of GPU
+    memory for all) on a 40 GiB budget never hold more than 2 at once, and all run."""
+    out = str(tmp_path / "ram.jsonl")
+    procs = [subprocess.Popen([sys.executable, "-c", RAM_HOLDER, state_dir, "16GiB", out]) for _ in range(12)]
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    holds = [json.loads(line) for line in open(out)]
+    assert len(holds) == 12 and all(h["ram"] == 16 * GiB for h in holds)
+    events = sorted([(h["start"], 1) for h in holds] + [(h["end"], -1) for h in holds], key=lambda e: (e[0], e[1]))
+    running = peak = 0
+    for _, sign in events:
+        running += sign
+        peak = max(peak, running)
+    assert peak == 2, peak
+
+
+def test_host_ram_reservations_say_why_and_refuse_the_impossible(state_dir):
+    import pytest
+
+    from airflow_provider_gpusched.core.errors import InvalidArgumentError
+
+    m = LeaseManager(SimulatedInventory("2x24GiB"), state_dir, host_memory="32GiB")
+    first, _ = m.try_acquire(GPURequest(gpu_memory="2GiB", host_memory="24GiB"), "a")
+    assert first is not None and first.host_memory == 24 * GiB
+    again = LeaseManager(SimulatedInventory("2x24GiB"), state_dir, host_memory="32GiB")  # another process's view
+    assert again.leases()[0].host_memory == 24 * GiB  # stored in the lease file, read back checked
+    lease, reason = again.try_acquire(GPURequest(gpu_memory="2GiB", host_memory="10GiB"), "b")
+    assert lease is None and reason == ("host RAM: 24.0GiB of the 32.0GiB budget is reserved by 1 lease(s); "
+                                        "the request wants 10.0GiB")
+    assert again.why_not(GPURequest(gpu_memory="2GiB", host_memory="10GiB"), "b") == reason
+    small, _ = again.try_acquire(GPURequest(gpu_memory="2GiB", host_memory="8GiB"), "c")
+    assert small is not None  # 24 + 8 fits exactly
+    no_ram, _ = again.try_acquire(GPURequest(gpu_memory="2GiB"), "d")
+    assert no_ram is not None and no_ram.host_memory == 0  # a request without host_memory reserves none
+    m.release(first)
+    lease, reason = again.try_acquire(GPURequest(gpu_memory="2GiB", host_memory="10GiB"), "b")
+    assert lease is not None, reason
+    with pytest.raises(InvalidArgumentError, match="host_memory: expected at most this host's budget"):
+        again.try_acquire(GPURequest(gpu_memory="2GiB", host_memory="64GiB"), "e")
+    with pytest.raises(InvalidArgumentError, match="host_memory: expected a positive size"):
+        GPURequest(host_memory=0)

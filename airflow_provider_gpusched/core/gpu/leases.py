@@ -16,12 +16,14 @@ mark the request waiting and ask for yields.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.accounting import GPUTimeLedger
 from airflow_provider_gpusched.core.gpu.activity import GPUActivity, gpu_is_busy
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo, GPUInventory
@@ -29,6 +31,7 @@ from airflow_provider_gpusched.core.gpu.lease_store import Lease, LeaseStore
 from airflow_provider_gpusched.core.gpu.placement import GPURequest, LeaseView, Placement, gpu_usage, place
 from airflow_provider_gpusched.core.gpu.yielding import YieldMarks, plan_preemption
 from airflow_provider_gpusched.core.job_classes import JobClassMapping
+from airflow_provider_gpusched.core.units import format_bytes, parse_bytes
 
 
 @dataclass
@@ -69,10 +72,14 @@ class LeaseManager:
 
     def __init__(self, inventory: GPUInventory, state_dir: str | None = None,
                  host_check: Callable[[GPURequest], str] | None = None,
-                 classes: JobClassMapping | None = None, shared: bool | None = None) -> None:
+                 classes: JobClassMapping | None = None, shared: bool | None = None,
+                 host_memory: int | str | None = None) -> None:
         """``shared``: the state directory is a group directory set up on purpose for several users
-        (default ``$GPUSCHED_STATE_DIR_SHARED``); otherwise it must be this user's own."""
+        (default ``$GPUSCHED_STATE_DIR_SHARED``); otherwise it must be this user's own. ``host_memory``: the
+        host RAM that requests' ``host_memory`` reservations share (default ``$GPUSCHED_HOST_MEMORY``, else
+        90% of the host's RAM)."""
         self.inventory = inventory
+        self._host_memory = host_memory
         self.store = LeaseStore(inventory, state_dir, shared)
         self.host_check = host_check or check_host_limits
         self.classes = classes or JobClassMapping()
@@ -109,6 +116,14 @@ class LeaseManager:
 
     def check_possible(self, request: GPURequest) -> None:
         request.check_possible(self.inventory.gpus())
+        self._check_host_memory_possible(request)
+
+    def _check_host_memory_possible(self, request: GPURequest) -> None:
+        if request.host_memory and request.host_memory > self.host_memory_budget():
+            raise InvalidArgumentError("host_memory", format_bytes(request.host_memory),
+                                       f"at most this host's budget for reservations, "
+                                       f"{format_bytes(self.host_memory_budget())} ($GPUSCHED_HOST_MEMORY, else 90% "
+                                       f"of its RAM)")
 
     def _look(self, request: GPURequest, owner: str, job_class: str, task_key: str, *, write: bool) -> _Look:
         """Placement (or the reason there is none) under the job-class rules; the caller holds the
@@ -157,7 +172,10 @@ class LeaseManager:
         """'' if the request could be placed now, else the reason. Only looks: nothing is written."""
         with self.store.allocation_lock():
             look = self._look(request, owner, job_class, task_key, write=False)
-        return look.reason if look.placement is None else (self.host_check(request) or "")
+            if look.placement is None:
+                return look.reason
+            ram = self.host_memory_problem(request, look.leases)
+        return ram or self.host_check(request) or ""
 
     def hold_place(self, request: GPURequest, owner: str, *, job_class: str = "normal", task_key: str = "") -> str:
         """:meth:`why_not` for a request that waits (a deferred task's poll): a normal request that does
@@ -166,7 +184,38 @@ class LeaseManager:
             look = self._look(request, owner, job_class, task_key, write=True)
             if look.placement is None:
                 return look.reason + (self._hold_place(request, owner, look) if look.may_preempt else "")
-        return self.host_check(request) or ""
+            ram = self.host_memory_problem(request, look.leases)
+        return ram or self.host_check(request) or ""
+
+    def host_memory_budget(self) -> int:
+        """The host RAM that ``host_memory`` reservations share."""
+        if self._host_memory is None:
+            raw = os.environ.get("GPUSCHED_HOST_MEMORY", "")
+            if raw:
+                self._host_memory = parse_bytes(raw, argument="$GPUSCHED_HOST_MEMORY")
+            else:
+                import psutil
+
+                self._host_memory = int(psutil.virtual_memory().total * 0.9)
+        elif isinstance(self._host_memory, str):
+            self._host_memory = parse_bytes(self._host_memory, argument="host_memory")
+        return int(self._host_memory)
+
+    def host_memory_problem(self, request: GPURequest, leases: list[Lease] | None = None) -> str:
+        """'' when the request's host RAM fits beside what live leases reserved (the caller holds the
+        allocation lock, so no two requests count the same RAM), else why not."""
+        if not request.host_memory:
+            return ""
+        self._check_host_memory_possible(request)
+        if leases is None:
+            leases = self.store.live(tidy=False)
+        reserved = sum(lease.host_memory for lease in leases)
+        budget = self.host_memory_budget()
+        if reserved + request.host_memory <= budget:
+            return ""
+        holders = sum(1 for lease in leases if lease.host_memory)
+        return (f"host RAM: {format_bytes(reserved)} of the {format_bytes(budget)} budget is reserved by {holders} "
+                f"lease(s); the request wants {format_bytes(request.host_memory)}")
 
     # -- taking and giving back -----------------------------------------------------------------------
     def try_acquire(self, request: GPURequest, owner: str, *, job_class: str = "normal",
@@ -178,13 +227,13 @@ class LeaseManager:
             look = self._look(request, owner, job_class, task_key, write=True)
             if look.placement is None:
                 return None, look.reason + (self._hold_place(request, owner, look) if look.may_preempt else "")
-            host_problem = self.host_check(request)
+            host_problem = self.host_memory_problem(request, look.leases) or self.host_check(request)
             if host_problem:
                 return None, host_problem
             policy = self.classes[job_class].local
             lease = self.store.write(look.placement, look.gpus, owner, job_class, priority,
                                      policy.preemptible if preemptible is None else preemptible, policy.min_runtime,
-                                     task_key=task_key, grace=grace)
+                                     task_key=task_key, grace=grace, host_memory=request.host_memory or 0)
             self.yields.clear_waiting(owner)
             return lease, ""
 
@@ -270,8 +319,6 @@ def check_host_limits(request: GPURequest) -> str:
     if request.min_free_ram is None and request.max_cpu_percent is None:
         return ""
     import psutil
-
-    from airflow_provider_gpusched.core.units import format_bytes
 
     if request.min_free_ram is not None:
         available = psutil.virtual_memory().available

@@ -39,6 +39,9 @@ class GPURequest:
     max_foreign_processes: int | None = None
     min_free_ram: int | str | None = None
     max_cpu_percent: float | None = None
+    #: host RAM this task reserves while it runs (fedflow's estimate_memory), counted against the host's
+    #: budget with every other lease's reservation: two tasks never both count the same free RAM
+    host_memory: int | str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
@@ -50,6 +53,10 @@ class GPURequest:
         self.memory_margin = parse_bytes(self.memory_margin, argument="memory_margin")
         if self.min_free_ram is not None:
             self.min_free_ram = parse_bytes(self.min_free_ram, argument="min_free_ram")
+        if self.host_memory is not None:
+            self.host_memory = parse_bytes(self.host_memory, argument="host_memory")
+            if self.host_memory <= 0:
+                raise InvalidArgumentError("host_memory", self.host_memory, "a positive size such as '16GiB'")
         if self.devices is not None:
             if not isinstance(self.devices, (list, tuple)):
                 raise InvalidArgumentError("devices", self.devices, "a non-empty list of GPU indices such as [0, 2]")
@@ -75,6 +82,8 @@ class GPURequest:
             f"{format_bytes(self.gpu_memory)} on {self.gpus} GPU{'s' if self.gpus > 1 else ''}"
         if self.devices is not None:
             what += f" among {self.devices}"
+        if self.host_memory:
+            what += f" and {format_bytes(self.host_memory)} of host RAM"
         return what
 
     def check_possible(self, gpus: Sequence[GPUInfo]) -> None:

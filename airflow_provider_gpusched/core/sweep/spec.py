@@ -106,9 +106,10 @@ class TrialResources:
         self.env = {str(k): str(v) for k, v in self.env.items()}
 
     def local_gpu_arguments(self) -> dict[str, Any]:
-        """What a trial on local GPUs asks for (``LocalGPUOperator`` arguments): at least one GPU."""
-        return {"gpus": max(1, self.gpus), "gpu_memory": self.gpu_memory, "job_class": self.job_class,
-                "priority": self.priority, "env": self.env or None}
+        """What a trial on local GPUs asks for (``LocalGPUOperator`` arguments): at least one GPU; ``mem``
+        (Slurm's --mem) is the host RAM it reserves."""
+        return {"gpus": max(1, self.gpus), "gpu_memory": self.gpu_memory, "host_memory": self.mem,
+                "job_class": self.job_class, "priority": self.priority, "env": self.env or None}
 
     def slurm_arguments(self) -> dict[str, Any]:
         """What a trial on Slurm asks for (``SlurmJobOperator`` arguments); unset ones are left to Slurm."""
