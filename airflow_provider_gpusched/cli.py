@@ -197,7 +197,48 @@ def _sweep_results(args) -> int:
     print(format_counts(summary["table"]))
     if isinstance(board, dict):
         print(format_leaderboard(board["leaderboard"], Objective(**board["objective"])))
+    progress = _latest_reports(args.folder, summary.get("records"))
+    if progress:
+        print(progress)
     return 0
+
+
+def _latest_reports(folder: str, records, limit: int = 20) -> str:
+    """The last intermediate report of each trial that made any, read now from its folder (running trials
+    first): live progress, not as of the last collect."""
+    import os
+
+    from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports
+    from airflow_provider_gpusched.core.text import format_table, printable
+
+    if not isinstance(records, list):
+        return ""
+    rows, problems = [], []
+    for record in records:
+        if not isinstance(record, dict) or not isinstance(record.get("folder"), str):
+            continue
+        # only a folder of this sweep: the record came from disk
+        trial_dir = os.path.join(folder, "trials", os.path.basename(record["folder"]))
+        found, bad = read_reports(os.path.join(trial_dir, REPORTS_FILE))
+        problems += bad
+        if not found:
+            continue
+        last = found[-1]
+        metrics = ", ".join(f"{k}={v:.6g}" if isinstance(v, (int, float)) else f"{k}={v}"
+                            for k, v in list(last["metrics"].items())[:6])
+        rows.append((record.get("state") != "running", record.get("index", "?"),
+                     printable(str(record.get("label") or record.get("trial_id", "?")))[:40],
+                     record.get("state", "?"), last["step"], metrics, last.get("checkpoint", "")))
+    if not rows and not problems:
+        return ""
+    rows.sort(key=lambda r: (r[0], r[1] if isinstance(r[1], int) else 0))
+    text = f"latest reports ({len(rows)} trials; state as of the last collect):\n"
+    text += format_table([r[1:] for r in rows[:limit]], ["#", "trial", "state", "step", "metrics", "checkpoint"])
+    if len(rows) > limit:
+        text += f"\n... {len(rows) - limit} more"
+    if problems:
+        text += "\nlines that are not reports:\n" + "\n".join(f"  {printable(p)}" for p in problems[:10])
+    return text
 
 
 def _pools_sync(args) -> int:

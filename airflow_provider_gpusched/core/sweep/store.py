@@ -10,6 +10,8 @@ Layout under the results root (a shared file system when trials run on Slurm nod
         result.json   the metrics the trial wrote (or its callable returned); without it, result.pkl
                       (DI-toolkit's pickled dict, also in hpo/) is read, plain values only
         output.log    the trial's output (a command's stdout and stderr; what a callable prints)
+        reports.jsonl its intermediate reports, one line each (core/sweep/reports.py); a re-run moves the
+                      previous attempt's to reports.previous.jsonl
         claim.lock    flock'ed by the process running the trial: one runner at a time, whichever DAG run
     <root>/<sweep>/summary.json, leaderboard.json, best.json
 
@@ -33,6 +35,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.safe_files import write_json_atomic
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested
+from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports, summarise
 
 STATES = ("defined", "waiting", "running", "succeeded", "failed", "invalid", "skipped")
 FINAL_STATES = ("succeeded", "failed", "invalid")
@@ -148,6 +151,15 @@ class TrialStore:
                     return read_pickled_result(path)
         return result
 
+    def reports(self, trial: Trial) -> dict | None:
+        """A summary of the trial's intermediate reports (count, last step and metrics, last checkpoint,
+        problems of lines that are not reports), or None when it reported nothing."""
+        found, problems = read_reports(os.path.join(self.trial_dir(trial), REPORTS_FILE))
+        summary = summarise(found)
+        if problems:
+            summary = {**(summary or {"count": 0}), "problems": problems[:5]}
+        return summary
+
     def write_result(self, trial: Trial, result: Any) -> None:
         """Store a callable's return value as the trial's ``result.json`` (strict JSON: NaN is refused)."""
         write_json_atomic(os.path.join(self.trial_dir(trial), "result.json"), result, None, allow_nan=False)
@@ -164,11 +176,12 @@ class TrialStore:
 
     def mark_running(self, trial: Trial, **extra: Any) -> str:
         folder = self.prepare(trial)
-        for stale in ("result.json",):
-            try:
-                os.remove(os.path.join(folder, stale))
-            except FileNotFoundError:
-                pass
+        try:
+            os.remove(os.path.join(folder, "result.json"))
+        except FileNotFoundError:
+            pass
+        with contextlib.suppress(FileNotFoundError):  # an earlier attempt's curve is kept beside, not mixed in
+            os.replace(os.path.join(folder, REPORTS_FILE), os.path.join(folder, "reports.previous.jsonl"))
         previous = self.status(trial) or {}
         write_json(os.path.join(folder, "status.json"), {
             "state": "running", "trial_id": trial.trial_id, "label": trial.label, "started": time.time(),
@@ -248,7 +261,8 @@ class TrialStore:
                         "params": nested(trial.params), "state": self.state(trial),
                         "result": self.result(trial), "seconds": status.get("seconds"),
                         "error": status.get("error"), "folder": self.trial_dir(trial),
-                        **{k: status.get(k) for k in ("host", "gpus", "slurm_job", "log")}})
+                        **{k: status.get(k) for k in ("host", "gpus", "slurm_job", "log")},
+                        "reports": self.reports(trial)})
         return out
 
     def write(self, name: str, data: Any) -> str:

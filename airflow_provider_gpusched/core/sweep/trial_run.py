@@ -104,6 +104,7 @@ class Manifest:
 def trial_environment(trial: Trial, folder: str, sweep: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return {**dict(extra or {}), "GPUSCHED_SWEEP": sweep, "GPUSCHED_TRIAL_ID": trial.trial_id,
             "GPUSCHED_TRIAL_DIR": folder, "GPUSCHED_TRIAL_LABEL": trial.label,
+            "GPUSCHED_REPORT_FILE": os.path.join(folder, "reports.jsonl"),
             "GPUSCHED_TRIAL_PARAMS": json.dumps(nested(trial.params), default=str)}
 
 

@@ -1,0 +1,152 @@
+"""Intermediate reports: what a trial says while it runs (step, metrics, an optional checkpoint path).
+
+A trial appends one line per report to ``$GPUSCHED_REPORT_FILE`` (``reports.jsonl`` in its folder), so any
+language can report, and a crash loses at most the line being written:
+
+* a JSON object: ``{"step": 3, "loss": 0.25, "checkpoint": "ckpt/3.pt"}`` (or the metrics under ``"metrics"``);
+* or ``key=value`` words: ``step=3 loss=0.25 checkpoint=ckpt/3.pt`` (``echo ... >> "$GPUSCHED_REPORT_FILE"``).
+
+Python trials call :func:`report` (``from airflow_provider_gpusched.trial import report``), which writes the
+JSON form with one ``write`` to a file opened for appending. Outside a sweep (no ``$GPUSCHED_REPORT_FILE``) it
+does nothing, so the same code runs on its own.
+
+:func:`read_reports` reads a file back: a last line without its newline (being written, or cut by a crash) is
+left out; any other line that is not a report is named in ``problems``, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import Any
+
+REPORT_ENV = "GPUSCHED_REPORT_FILE"
+REPORTS_FILE = "reports.jsonl"
+MAX_REPORTS_BYTES = 64 * 2**20  # a trial's reports read back at most (the newest are kept when larger)
+
+_steps: dict[str, int] = {}  # per report file: the next step when report() is given none
+
+
+def report(step: int | None = None, *, checkpoint: str | None = None, **metrics: float) -> dict:
+    """Record this trial's metrics at ``step`` (default: one more than the last step reported from this
+    process). Values must be numbers; NaN and infinities are written as ``null`` (a diverged loss is
+    recorded, not refused). Returns the record written."""
+    if step is None:
+        step = _steps.get(os.environ.get(REPORT_ENV, ""), 0)
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise TypeError(f"report(step=...): expected a whole number >= 0, got {step!r}")
+    if not metrics:
+        raise TypeError("report(): give at least one metric, e.g. report(step=3, loss=0.25)")
+    clean: dict[str, float | None] = {}
+    for name, value in metrics.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if hasattr(value, "item"):  # a numpy or torch scalar
+                value = value.item()
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"report({name}=...): expected a number, got {type(value).__name__}")
+        clean[name] = value if math.isfinite(value) else None
+    if checkpoint is not None and not isinstance(checkpoint, (str, os.PathLike)):
+        raise TypeError(f"report(checkpoint=...): expected a path, got {type(checkpoint).__name__}")
+    record: dict[str, Any] = {"step": step, "time": round(time.time(), 3), "metrics": clean}
+    if checkpoint is not None:
+        record["checkpoint"] = os.fspath(checkpoint)
+    path = os.environ.get(REPORT_ENV)
+    if path:
+        line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+        _steps[path] = step + 1
+    return record
+
+
+def parse_report_line(line: str) -> dict:
+    """One report line as ``{"step", "metrics", "checkpoint"?, "time"?}``; ValueError says what is wrong."""
+    text = line.strip()
+    if text.startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not valid JSON ({exc.msg})") from None
+        if not isinstance(data, dict):
+            raise ValueError("expected a JSON object")
+        metrics = data.get("metrics")
+        if metrics is None:
+            metrics = {k: v for k, v in data.items() if k not in ("step", "time", "checkpoint")}
+        step, checkpoint, stamp = data.get("step"), data.get("checkpoint"), data.get("time")
+    else:
+        metrics, step, checkpoint, stamp = {}, None, None, None
+        for word in text.split():
+            key, sep, value = word.partition("=")
+            if not sep or not key:
+                raise ValueError(f"expected key=value words, got {word!r}")
+            if key == "step":
+                step = int(value) if value.isdigit() else value
+            elif key == "checkpoint":
+                checkpoint = value
+            else:
+                try:
+                    metrics[key] = float(value)
+                except ValueError:
+                    raise ValueError(f"{key}={value!r} is not a number") from None
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step: expected a whole number >= 0, got {step!r}")
+    if not isinstance(metrics, dict) or not metrics:
+        raise ValueError("no metrics")
+    for key, value in metrics.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"metric {key!r}: expected a number or null, got {value!r:.40}")
+    record: dict[str, Any] = {"step": step, "metrics": {str(k): (v if v is None or math.isfinite(v) else None)
+                                                        for k, v in metrics.items()}}
+    if checkpoint is not None:
+        record["checkpoint"] = str(checkpoint)
+    if isinstance(stamp, (int, float)) and not isinstance(stamp, bool):
+        record["time"] = stamp
+    return record
+
+
+def read_reports(path: str) -> tuple[list[dict], list[str]]:
+    """The reports in ``path`` in the order written, and the problems (``path:line: why``) of lines that are
+    not reports. A missing file has none."""
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            skipped = max(0, size - MAX_REPORTS_BYTES)
+            if skipped:
+                fh.seek(skipped)
+            data = fh.read()
+    except FileNotFoundError:
+        return [], []
+    except OSError as exc:
+        return [], [f"{path}: cannot read ({exc.strerror})"]
+    lines = data.split(b"\n")
+    if skipped:
+        lines = lines[1:]  # the first line was cut by the seek
+    lines = lines[:-1]  # after the last newline: empty, or a line still being written
+    reports, problems = [], []
+    if skipped:
+        problems.append(f"{path}: only the newest {MAX_REPORTS_BYTES // 2**20} MiB were read")
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            reports.append(parse_report_line(raw.decode("utf-8")))
+        except (ValueError, UnicodeDecodeError) as exc:
+            problems.append(f"{path}:{number}: {exc}")
+    return reports, problems
+
+
+def summarise(reports: list[dict]) -> dict | None:
+    """What a results table shows of a trial's reports: how many, the last step and its metrics."""
+    if not reports:
+        return None
+    last = reports[-1]
+    out = {"count": len(reports), "last_step": last["step"], "last": last["metrics"]}
+    checkpoints = [r["checkpoint"] for r in reports if "checkpoint" in r]
+    if checkpoints:
+        out["checkpoint"] = checkpoints[-1]
+    return out
