@@ -142,7 +142,8 @@ def _check_trials(spec: SweepSpec):
             raise AirflowFailException(
                 f"sweep {spec.name}: {bad} of {counts['defined']} trials failed or gave an invalid result "
                 f"(max_failed_trials={allowed}):\n" + "\n".join(lines))
-        print(f"sweep {spec.name}: {counts.get('succeeded', 0)} succeeded, {bad} failed or invalid "
+        pruned = f", {counts['pruned']} pruned (stopped early)" if counts.get("pruned") else ""
+        print(f"sweep {spec.name}: {counts.get('succeeded', 0)} succeeded{pruned}, {bad} failed or invalid "
               f"(allowed: {'any' if allowed is None else allowed})")
         return counts
 
@@ -277,8 +278,9 @@ class _Stage:
                                       job_class=r.job_class, priority=r.priority, on_event=print)
             ti.xcom_push(key=OUTCOMES_XCOM, value=outcome_records(session.store, trials))
             counts = {k: len(v) for k, v in outcome.items()}
-            print(f"chunk {chunk}: {counts['succeeded']} succeeded, {counts['failed']} failed")
-            if counts["failed"] and not counts["succeeded"]:
+            print(f"chunk {chunk}: {counts['succeeded']} succeeded, {counts['pruned']} pruned, "
+                  f"{counts['failed']} failed")
+            if counts["failed"] and not counts["succeeded"] and not counts["pruned"]:
                 raise AirflowException(f"chunk {chunk}: every trial failed (see {session.store.dir}/logs)")
             return counts
 

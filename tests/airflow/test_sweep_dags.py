@@ -136,3 +136,20 @@ def test_slurm_mapped_and_array_sweeps(airflow_db, sweeps_root, slurm_cluster):
     arrays = sorted(k for k in states if isinstance(k, tuple) and k[0] == "slurm_arrays.trial_array")
     assert len(arrays) == 2
     assert xcoms["slurm_arrays.collect"]["return_value"]["counts"]["succeeded"] == 30
+
+
+def test_a_pruned_trial_ends_its_task_green_and_is_counted(run, sweeps_root):
+    """On local GPUs through Airflow: the bad trial is stopped at step 1 by median stopping, its task
+    succeeds (no retry, no failed run), and collect counts it as pruned, not failed."""
+    from .conftest import load_dag_file
+
+    state, xcoms, states = run(load_dag_file(REPO / "tests" / "airflow" / "dagfiles" / "t_sweeps.py").pruned_local)
+    assert state == "success", states
+    trials = sorted(k for k in states if isinstance(k, tuple) and k[0] == "pruned_local.trial")
+    assert [states[k] for k in trials] == [("success", 1)] * 3  # one try each: a pruned trial is not retried
+    summary = xcoms["pruned_local.collect"]["return_value"]
+    assert summary["counts"]["pruned"] == 1 and summary["counts"]["succeeded"] == 2 and summary["counts"]["failed"] == 0
+    record = [r for r in json.load(open(sweeps_root / "pruned_local" / "summary.json"))["records"]
+              if r["params"]["q"] == 5.0][0]
+    assert record["state"] == "pruned" and record["reports"]["last_step"] == 1
+    assert "median stopping at step 1" in record["error"]

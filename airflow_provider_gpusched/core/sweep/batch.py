@@ -112,7 +112,7 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
                     again.append(trial)
                     continue
                 with lock:
-                    finished[trial.trial_id] = "succeeded" if state == "succeeded" else "failed"
+                    finished[trial.trial_id] = state if state in ("succeeded", "pruned") else "failed"
             with lock:
                 for trial in again:
                     retried.add(trial.trial_id)
@@ -131,7 +131,7 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
     finally:
         for runner in runners:
             runner.stop()
-    outcome: dict[str, list[str]] = {"succeeded": [], "failed": []}
+    outcome: dict[str, list[str]] = {"succeeded": [], "pruned": [], "failed": []}
     for trial in trials:
         if trial.trial_id in finished:
             outcome[finished[trial.trial_id]].append(trial.trial_id)

@@ -8,7 +8,8 @@ language can report, and a crash loses at most the line being written:
 
 Python trials call :func:`report` (``from airflow_provider_gpusched.trial import report``), which writes the
 JSON form with one ``write`` to a file opened for appending. Outside a sweep (no ``$GPUSCHED_REPORT_FILE``) it
-does nothing, so the same code runs on its own.
+does nothing, so the same code runs on its own. In a sweep with a pruning rule (core/sweep/pruning.py) it
+raises ``TrialPruned`` when the rule stops the trial; a command trial is stopped by its runner instead.
 
 :func:`read_reports` reads a file back: a last line without its newline (being written, or cut by a crash) is
 left out; any other line that is not a report is named in ``problems``, never silently dropped.
@@ -61,7 +62,27 @@ def report(step: int | None = None, *, checkpoint: str | None = None, **metrics:
         finally:
             os.close(fd)
         _steps[path] = step + 1
+        _prune_check()
     return record
+
+
+_sweep_reports: dict[str, Any] = {}  # per sweep folder: its SweepReports (files re-read only when changed)
+
+
+def _prune_check() -> None:
+    """In a trial of a sweep with a pruning rule: raise TrialPruned when the rule stops this trial."""
+    if "GPUSCHED_PRUNING" not in os.environ:
+        return
+    from airflow_provider_gpusched.core.sweep.pruning import SweepReports, TrialPruned, rule_from_env
+
+    found = rule_from_env()
+    if found is None:
+        return
+    rule, sweep_dir, name = found
+    reports = _sweep_reports.setdefault(sweep_dir, SweepReports(sweep_dir))
+    why = reports.judge(rule, name)
+    if why:
+        raise TrialPruned(why)
 
 
 def parse_report_line(line: str) -> dict:

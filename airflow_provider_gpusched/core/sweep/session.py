@@ -20,7 +20,7 @@ from airflow_provider_gpusched.core.sweep.expand import Trial, finite_space_size
 from airflow_provider_gpusched.core.sweep.objective import format_leaderboard, leaderboard
 from airflow_provider_gpusched.core.sweep.search import RoundSearch, make_search
 from airflow_provider_gpusched.core.sweep.spec import SweepSpec, default_results_root
-from airflow_provider_gpusched.core.sweep.store import TrialStore, format_counts, state_counts
+from airflow_provider_gpusched.core.sweep.store import DONE_STATES, TrialStore, format_counts, state_counts
 from airflow_provider_gpusched.core.sweep.trial_run import CALLABLE_FILE, Manifest, save_callable, write_manifest
 from airflow_provider_gpusched.core.text import printable
 
@@ -95,7 +95,8 @@ class SweepSession:
                               extra={"skipped": [t.trial_id for t in skipped], "round": round_no,
                                      "varying": self.spec.varying(), "run": run, "planned_at": time.time(),
                                      "force_rerun": bool(self.spec.force_rerun),
-                                     "on_invalid_result": self.spec.on_invalid_result})
+                                     "on_invalid_result": self.spec.on_invalid_result,
+                                     "pruning": self.spec.pruning.to_dict() if self.spec.pruning else None})
         return Manifest(path)
 
     def finish_round(self, round_no: int, run: str | None = None) -> dict:
@@ -193,7 +194,7 @@ class SweepSession:
                     "space_size": finite_space_size(flatten(self.spec.space))}
         trials = self.spec.trials()
         states = {t.trial_id: self.store.state(t) for t in trials}
-        would_run = sum(1 for t in trials if self.spec.force_rerun or states[t.trial_id] != "succeeded")
+        would_run = sum(1 for t in trials if self.spec.force_rerun or states[t.trial_id] not in DONE_STATES)
         return {"sweep": self.spec.name, "search": self.spec.search, "folder": self.store.dir, "trials": len(trials),
                 "would_run": would_run, "would_skip": len(trials) - would_run,
                 "table": [{"index": t.index, "trial_id": t.trial_id, "state": states[t.trial_id], "label": t.label,

@@ -45,6 +45,7 @@ from airflow_provider_gpusched.core.sweep.expand import (
     random_trials,
 )
 from airflow_provider_gpusched.core.sweep.objective import Objective
+from airflow_provider_gpusched.core.sweep.pruning import PruningRule
 from airflow_provider_gpusched.core.sweep.store import check_sweep_name
 from airflow_provider_gpusched.core.units import parse_bytes, slurm_time_limit
 
@@ -189,6 +190,8 @@ class SweepSpec:
     #: DI-toolkit's way of passing parameters: a config file with ``{{ param }}`` placeholders, rendered into
     #: each trial's folder (commands get its path as ``{config}``, every trial as $GPUSCHED_TRIAL_CONFIG)
     config_template: str | None = None
+    #: stop trials early from their intermediate reports: core/sweep/pruning.py (``{rule: median}``, ``asha``)
+    pruning: PruningRule | None = None
     where: str = "sweep"
 
     def __post_init__(self) -> None:
@@ -240,6 +243,21 @@ class SweepSpec:
         if isinstance(self.resources, Mapping):
             self.resources = _build(TrialResources, self.resources, f"{w}: resources")
         self.resources.check(f"{w}: resources")
+        if isinstance(self.pruning, str):
+            self.pruning = {"rule": self.pruning}
+        if isinstance(self.pruning, Mapping):
+            self.pruning = _build(PruningRule, self.pruning, f"{w}: pruning")
+        if self.pruning is not None:
+            if not isinstance(self.pruning, PruningRule):
+                raise InvalidArgumentError(f"{w}: pruning", self.pruning, "a rule such as {rule: median} or "
+                                                                          "{rule: asha, reduction_factor: 3}")
+            self.pruning.check(f"{w}: pruning")
+            if self.objective is None and (self.pruning.metric is None or self.pruning.mode is None):
+                raise InvalidArgumentError(f"{w}: pruning", self.pruning.rule, "an objective (or pruning.metric "
+                                                                               "and pruning.mode) to judge trials by")
+            if self.objective is not None:
+                self.pruning.metric = self.pruning.metric or self.objective.metric
+                self.pruning.mode = self.pruning.mode or self.objective.mode
         if (self.command is None) == (self.python_callable is None):
             raise InvalidArgumentError(f"{w}: command", self.command,
                                        "exactly one of command (an argv list) or python_callable")

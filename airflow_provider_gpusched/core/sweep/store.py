@@ -5,7 +5,7 @@ Layout under the results root (a shared file system when trials run on Slurm nod
     <root>/<sweep>/manifest.json            what to run: target, objective, the trials of this run
     <root>/<sweep>/trials/<folder>/         one per trial (folder = label + id, safe for any value)
         params.json   the parameters (nested as the spec wrote them)
-        status.json   {"state": "running"|"succeeded"|"failed"|"invalid", times, host, GPUs (CUDA_VISIBLE_DEVICES),
+        status.json   {"state": "running"|"succeeded"|"failed"|"invalid"|"pruned", times, host, GPUs (CUDA_VISIBLE_DEVICES),
                       Slurm job, log path, run, exit code, error}
         result.json   the metrics the trial wrote (or its callable returned); without it, result.pkl
                       (DI-toolkit's pickled dict, also in hpo/) is read, plain values only
@@ -15,7 +15,8 @@ Layout under the results root (a shared file system when trials run on Slurm nod
         claim.lock    flock'ed by the process running the trial: one runner at a time, whichever DAG run
     <root>/<sweep>/summary.json, leaderboard.json, best.json
 
-A trial whose status is ``succeeded`` is skipped by the next run of the sweep unless ``force_rerun``;
+A trial whose status is ``succeeded`` or ``pruned`` (stopped early by the sweep's pruning rule) is skipped by
+the next run of the sweep unless ``force_rerun``;
 failed, ``invalid`` (it ran, but its result is unusable: not JSON, no objective, NaN), interrupted
 (``running``) and new trials run. Two DAG runs of one sweep never run a trial twice: the runner holds the
 trial's claim (an exclusive ``flock``, released by the kernel if it dies), a second runner waits for it and
@@ -37,8 +38,9 @@ from airflow_provider_gpusched.core.safe_files import write_json_atomic
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested
 from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports, summarise
 
-STATES = ("defined", "waiting", "running", "succeeded", "failed", "invalid", "skipped")
-FINAL_STATES = ("succeeded", "failed", "invalid")
+STATES = ("defined", "waiting", "running", "succeeded", "failed", "invalid", "pruned", "skipped")
+FINAL_STATES = ("succeeded", "failed", "invalid", "pruned")
+DONE_STATES = ("succeeded", "pruned")  # not run again by a later run of the sweep (unless force_rerun)
 CLAIM_FILE = "claim.lock"
 _SWEEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -245,12 +247,12 @@ class TrialStore:
 
     # -- the sweep as a whole --------------------------------------------------------------------------
     def plan(self, trials: Sequence[Trial], force_rerun: bool = False) -> tuple[list[Trial], list[Trial]]:
-        """(to run, skipped): succeeded trials are skipped unless ``force_rerun``."""
+        """(to run, skipped): succeeded and pruned trials are skipped unless ``force_rerun``."""
         if force_rerun:
             return list(trials), []
         run, skipped = [], []
         for trial in trials:
-            (skipped if self.state(trial) == "succeeded" else run).append(trial)
+            (skipped if self.state(trial) in DONE_STATES else run).append(trial)
         return run, skipped
 
     def records(self, trials: Iterable[Trial]) -> list[dict]:
@@ -306,8 +308,8 @@ def describe_holder(holder: Mapping[str, Any] | None) -> str:
 
 
 def state_counts(records: Sequence[Mapping], skipped_ids: Iterable[str] = ()) -> dict[str, list[int]]:
-    """DI-toolkit's status table: trial indices per state. ``skipped`` = succeeded in an earlier run and not
-    run again; they also count as succeeded."""
+    """DI-toolkit's status table: trial indices per state. ``skipped`` = succeeded (or pruned) in an earlier
+    run and not run again; they also count in that state."""
     skipped = set(skipped_ids)
     table: dict[str, list[int]] = {state: [] for state in STATES}
     for record in records:

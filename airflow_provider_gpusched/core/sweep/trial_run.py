@@ -150,13 +150,13 @@ def _finished_elsewhere(manifest: Manifest, trial: Trial) -> tuple[str, int] | N
     (and this run does not force a re-run, or another run re-ran it after this run was planned), or another
     run finished it while this one waited."""
     status = manifest.store.status(trial)
-    if not isinstance(status, dict) or status.get("state") not in ("succeeded", "failed", "invalid"):
+    if not isinstance(status, dict) or status.get("state") not in ("succeeded", "failed", "invalid", "pruned"):
         return None
     run = manifest.data.get("run")
     by_other = bool(status.get("run")) and status.get("run") != run
     after_plan = float(status.get("ended") or 0) >= float(manifest.data.get("planned_at") or 0)
-    if status["state"] == "succeeded" and (not manifest.data.get("force_rerun") or after_plan):
-        return "succeeded", 0
+    if status["state"] in ("succeeded", "pruned") and (not manifest.data.get("force_rerun") or after_plan):
+        return status["state"], 0
     if by_other and after_plan:
         return status["state"], int(status.get("exit_code") or 1) if status["state"] != "invalid" else \
             (EXIT_INVALID_RESULT if manifest.data.get("on_invalid_result", "fail") == "fail" else 0)
@@ -225,6 +225,9 @@ def _run_claimed(manifest: Manifest, trial: Trial, out) -> int:
             print(f"[gpusched] trial {trial.trial_id}: config_template: {exc}", file=out, flush=True)
             return 2
         env["GPUSCHED_TRIAL_CONFIG"] = config
+    pruning = manifest.data.get("pruning")
+    if pruning:
+        env["GPUSCHED_PRUNING"] = json.dumps(pruning)
     print(f"[gpusched] trial {trial.index} {trial.label or trial.trial_id} (id {trial.trial_id}) in {folder}",
           file=out, flush=True)
     if "callable" in target:
@@ -234,6 +237,11 @@ def _run_claimed(manifest: Manifest, trial: Trial, out) -> int:
             with _output_copied_to(log_path):
                 value = call_trial(manifest.load_callable(), nested(trial.params), folder)
         except BaseException as exc:  # noqa: BLE001 - the trial's own failure, recorded and reported
+            if pruning:
+                from airflow_provider_gpusched.core.sweep.pruning import TrialPruned
+
+                if isinstance(exc, TrialPruned):
+                    return _pruned(store, trial, str(exc), out)
             import traceback
 
             text = traceback.format_exc()
@@ -258,12 +266,15 @@ def _run_claimed(manifest: Manifest, trial: Trial, out) -> int:
     from airflow_provider_gpusched.core.sweep.spec import format_command  # only command targets need the spec
 
     argv = format_command(target["command"], trial.params, folder, trial, config)
+    stop = _pruning_watch(pruning, store.dir, folder) if pruning else None
     try:
-        code = _run_command(argv, folder, {**os.environ, **env}, log_path, out)
+        code, pruned = _run_command(argv, folder, {**os.environ, **env}, log_path, out, stop)
     except OSError as exc:
         store.mark_finished(trial, ok=False, exit_code=127, error=f"cannot run {argv[0]!r}: {exc}")
         print(f"[gpusched] cannot run {argv[0]!r}: {exc}", file=out, flush=True)
         return 127
+    if pruned:
+        return _pruned(store, trial, pruned, out)
     result = store.result(trial)
     if code == 0:
         return _finish_ok(manifest, trial, result, out)
@@ -445,17 +456,83 @@ class _output_copied_to:
         self.log.close()
 
 
-def _run_command(argv: list[str], cwd: str, env: Mapping[str, str], log_path: str, out) -> int:
-    import subprocess
+#: how often a command trial's reports are judged by the pruning rule, and how long a stopped trial gets
+#: between SIGTERM and SIGKILL
+PRUNE_CHECK_SECONDS = 0.5
+PRUNE_GRACE_SECONDS = 10.0
 
+
+def _pruning_watch(pruning: Mapping, sweep_dir: str, folder: str) -> Callable[[], str]:
+    """For a command trial: a check, called while it runs, that says why the rule stops it ('' = go on);
+    it judges again only when the trial's reports file grew."""
+    from airflow_provider_gpusched.core.sweep.pruning import PruningRule, SweepReports
+
+    rule, reports, name = PruningRule(**pruning), SweepReports(sweep_dir), os.path.basename(folder)
+    path, seen, judged = os.path.join(folder, "reports.jsonl"), [-1], [-1]
+
+    def check() -> str:
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            return ""
+        if size == seen[0]:
+            return ""
+        seen[0] = size
+        why = reports.judge(rule, name, judged[0])  # every rung reached since the last check
+        judged[0] = reports.last_step(name)
+        return why
+
+    return check
+
+
+def _pruned(store: TrialStore, trial: Trial, why: str, out) -> int:
+    """A trial the pruning rule stopped: ``pruned``, not failed; its task succeeds (no retry)."""
+    store.mark_finished(trial, ok=False, state="pruned", error=why)
+    print(f"[gpusched] trial {trial.trial_id} pruned: {why}", file=out, flush=True)
+    return 0
+
+
+def _run_command(argv: list[str], cwd: str, env: Mapping[str, str], log_path: str, out,
+                 stop: Callable[[], str] | None = None) -> tuple[int, str]:
+    """Run the command with its output to the log and ``out``; with ``stop``, ask it every
+    PRUNE_CHECK_SECONDS while the command runs and, when it gives a reason, stop the command (SIGTERM, then
+    SIGKILL after PRUNE_GRACE_SECONDS). Returns (exit code, why it was stopped or '')."""
+    import subprocess
+    import threading
+
+    stopped = [""]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         assert proc.stdout is not None
+
+        def watch() -> None:
+            while proc.poll() is None:
+                try:
+                    why = stop()
+                except Exception as exc:  # noqa: BLE001 - a rule that cannot judge never kills the trial
+                    print(f"[gpusched] pruning check failed ({exc}); the trial goes on", file=out, flush=True)
+                    return
+                if why:
+                    stopped[0] = why
+                    proc.terminate()
+                    try:
+                        proc.wait(PRUNE_GRACE_SECONDS)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                    return
+                time.sleep(PRUNE_CHECK_SECONDS)
+
+        watcher = threading.Thread(target=watch, daemon=True) if stop else None
+        if watcher:
+            watcher.start()
         for raw in proc.stdout:
             log.write(raw)
             out.write(raw.decode(errors="replace"))
         out.flush()
-        return proc.wait()
+        code = proc.wait()
+        if watcher:
+            watcher.join(PRUNE_GRACE_SECONDS + 1)
+        return code, stopped[0]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,7 +6,7 @@ folder, which the api-server may not see).
   ``i // chunk_size``), and the outcomes of trials skipped because they succeeded before.
 * Each trial task publishes :func:`outcome_records` of the trials it ran (XCom :data:`OUTCOMES_XCOM`) when it ends.
 * :func:`build_sweep_view` puts them together with the state Airflow has for each trial task: status counts
-  (defined, waiting, running, succeeded, failed, invalid, skipped), the leaderboard, the best trial and the
+  (defined, waiting, running, succeeded, failed, invalid, pruned, skipped), the leaderboard, the best trial and the
   points the plots draw. A trial without an outcome yet takes its state from its task instance.
 
 Every record read back is checked (:func:`read_plan_record`, :func:`read_outcome_records`); a bad one is

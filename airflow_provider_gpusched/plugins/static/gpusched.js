@@ -12,6 +12,7 @@ const UI = HERE.replace(/\/gpusched\/static\/gpusched\.js$/, "");
 const COLORS = {
   idle: "#8e6ccf", normal: "#2b7bd6", high: "#d9822b", succeeded: "#2f9e44", failed: "#e03131",
   invalid: "#c2255c", running: "#1c7ed6", waiting: "#868e96", skipped: "#74b816", defined: "#495057",
+  pruned: "#f08c00",
 };
 const S = {
   page: { padding: "12px 16px", fontSize: "14px", lineHeight: 1.45, maxWidth: "1400px" },
@@ -218,7 +219,7 @@ function SweepCard({ sweep, dagId, focus }) {
         (sweep.rounds ? ` · ${sweep.rounds} round(s) so far` : "") +
         (obj ? ` · ${obj.mode} ${obj.metric}` : " · no objective"))),
     h("div", { style: { margin: "6px 0" }, "data-testid": "counts" },
-      ["defined", "waiting", "running", "succeeded", "failed", "invalid", "skipped"].map((k) =>
+      ["defined", "waiting", "running", "succeeded", "failed", "invalid", "pruned", "skipped"].map((k) =>
         h("span", { key: k, "data-count": k }, badge(`${k} ${counts[k] || 0}`, COLORS[k])))),
     sweep.best ? h("div", { "data-testid": "best", style: { margin: "6px 0" } }, "Best: ",
       h("b", null, `${obj.metric} = ${sweep.best.score}`), ` — trial ${sweep.best.index} ${sweep.best.label} `,

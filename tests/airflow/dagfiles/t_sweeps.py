@@ -35,3 +35,18 @@ with DAG("t_sweep_slurm_arrays", schedule=None, start_date=START) as slurm_array
                                python_callable=score, objective=Objective("y"),
                                resources=TrialResources(gpus=0, cpus=1, time_limit=5)),
                      backend="slurm", batching="batched", chunk_size=15, max_array_parallel=8, poll_interval=1)
+
+
+def learn(params):
+    from airflow_provider_gpusched.trial import report
+
+    for step in range(4):
+        report(step=step, loss=params["q"] + 1.0 / (step + 1))
+    return {"loss": params["q"]}
+
+
+with DAG("t_sweep_pruned_local", schedule=None, start_date=START) as pruned_local:
+    sweep_task_group(SweepSpec(name="pruned_local", test_config=[{"q": [0.1, 0.2, 5.0]}], python_callable=learn,
+                               objective=Objective("loss", "minimize"), resources=TrialResources(gpu_memory="4GiB"),
+                               pruning={"rule": "median", "min_trials": 2, "warmup_steps": 1}),
+                     backend="local")

@@ -1,0 +1,175 @@
+"""Early stopping of running trials from their intermediate reports (core/sweep/reports.py).
+
+Two built-in rules, each judging a trial's latest report against the reports of the sweep's other trials:
+
+* ``median`` (Optuna's ``MedianPruner``, Vizier's median stopping): after ``warmup_steps``, stop a trial whose
+  best value so far is worse than the median of the other trials' values at the same step (each peer's
+  latest value at or before that step, among peers that reached it), once ``min_trials`` peers have.
+* ``asha`` (asynchronous successive halving, as Ray Tune's ASHA stops trials): rungs at ``min_steps *
+  reduction_factor**k`` steps; when a trial first reports at or past a rung, it stops if its value is below
+  the top ``1/reduction_factor`` of the values other trials recorded at that rung (nothing recorded yet: it
+  goes on).
+
+The metric is the sweep objective's (or ``metric``), in its direction. A stopped trial ends ``pruned``: its
+own state, never retried and never ``failed``; its GPU is given back when it ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, Sequence
+
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports
+
+RULES = ("median", "asha")
+PRUNING_ENV = "GPUSCHED_PRUNING"  # the rule (JSON) a trial's report() applies; set by the trial runner
+
+
+class TrialPruned(Exception):
+    """Raised by ``report()`` in a callable trial that the sweep's pruning rule stops; the runner records the
+    trial as ``pruned`` (a command trial is stopped by its runner instead)."""
+
+
+@dataclass
+class PruningRule:
+    rule: str = "median"
+    metric: str | None = None      # default: the objective's metric
+    mode: str | None = None        # default: the objective's mode
+    warmup_steps: int = 0          # median: judge no step before this
+    min_trials: int = 3            # median: peers that must have reached the step
+    min_steps: int = 1             # asha: the first rung
+    reduction_factor: int = 3      # asha: keep the top 1/reduction_factor at each rung
+
+    def check(self, where: str) -> None:
+        if self.rule not in RULES:
+            raise InvalidArgumentError(f"{where}.rule", self.rule, f"one of {list(RULES)}")
+        if self.metric is not None and (not isinstance(self.metric, str) or not self.metric):
+            raise InvalidArgumentError(f"{where}.metric", self.metric, "a metric name the trials report")
+        if self.mode not in (None, "maximize", "minimize"):
+            raise InvalidArgumentError(f"{where}.mode", self.mode, "'maximize' or 'minimize'")
+        for name, low in (("warmup_steps", 0), ("min_trials", 1), ("min_steps", 1), ("reduction_factor", 2)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise InvalidArgumentError(f"{where}.{name}", value, f"a whole number >= {low}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def rungs(self, up_to: int) -> list[int]:
+        out, rung = [], self.min_steps
+        while rung <= up_to:
+            out.append(rung)
+            rung *= self.reduction_factor
+        return out
+
+
+def _value(report: Mapping, metric: str) -> float | None:
+    value: Any = report["metrics"].get(metric)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def judge(rule: PruningRule, own: Sequence[Mapping], peers: Sequence[Sequence[Mapping]],
+          judged_up_to: int | None = None) -> str:
+    """'' when the trial whose reports are ``own`` goes on, else why it stops. ``rule`` has its metric and
+    mode filled in. ``judged_up_to``: the last step already judged (default: the step before the latest
+    report): ASHA judges each rung once, when the trial first reports at or past it."""
+    metric, better_high = rule.metric, rule.mode == "maximize"
+    scored = [(r["step"], v) for r in own if (v := _value(r, metric)) is not None]
+    if not scored:
+        return ""
+    step, current = scored[-1]
+    worse = (lambda a, b: a < b) if better_high else (lambda a, b: a > b)
+    if rule.rule == "median":
+        if step < rule.warmup_steps:
+            return ""
+        best = (max if better_high else min)(v for _, v in scored)
+        values = []
+        for reports in peers:
+            before = [(r["step"], v) for r in reports if (v := _value(r, metric)) is not None]
+            if before and before[-1][0] >= step:  # it reached this step
+                values.append([v for s, v in before if s <= step][-1] if before[0][0] <= step else before[0][1])
+        if len(values) < rule.min_trials:
+            return ""
+        values.sort()
+        mid = len(values) // 2
+        median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+        if worse(best, median):
+            return (f"median stopping at step {step}: best {metric} {best:.6g} is worse than the median "
+                    f"{median:.6g} of {len(values)} other trials")
+        return ""
+    # asha: each rung this trial reached since the last judgement, with its value when it reached it
+    if judged_up_to is None:
+        judged_up_to = scored[-2][0] if len(scored) > 1 else -1
+    for rung in rule.rungs(step):
+        if any(s >= rung for s, _ in scored if s <= judged_up_to):
+            continue  # judged before
+        at_rung = next(v for s, v in scored if s >= rung)
+        recorded = []
+        for reports in peers:
+            at = [v for r in reports if r["step"] >= rung and (v := _value(r, metric)) is not None]
+            if at:
+                recorded.append(at[0])  # the peer's value when it reached the rung
+        if not recorded:
+            continue
+        recorded.sort(reverse=better_high)  # best first
+        cutoff = recorded[max(1, len(recorded) // rule.reduction_factor) - 1]
+        if worse(at_rung, cutoff):
+            return (f"ASHA at rung {rung} (step {step}): {metric} {at_rung:.6g} is outside the top "
+                    f"1/{rule.reduction_factor} of {len(recorded)} other trials (cutoff {cutoff:.6g})")
+    return ""
+
+
+class SweepReports:
+    """The reports of all trials of a sweep folder, re-read only when a file changed (a report decision
+    reads every peer's file)."""
+
+    def __init__(self, sweep_dir: str) -> None:
+        self.trials_dir = os.path.join(sweep_dir, "trials")
+        self._cache: dict[str, tuple[tuple[int, int], list[dict]]] = {}
+
+    def all(self) -> dict[str, list[dict]]:
+        out = {}
+        try:
+            names = os.listdir(self.trials_dir)
+        except FileNotFoundError:
+            return out
+        for name in names:
+            path = os.path.join(self.trials_dir, name, REPORTS_FILE)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            key = (st.st_size, st.st_mtime_ns)
+            cached = self._cache.get(path)
+            if cached is None or cached[0] != key:
+                cached = (key, read_reports(path)[0])
+                self._cache[path] = cached
+            out[name] = cached[1]
+        return out
+
+    def judge(self, rule: PruningRule, folder_name: str, judged_up_to: int | None = None) -> str:
+        everything = self.all()
+        own = everything.pop(folder_name, [])
+        return judge(rule, own, list(everything.values()), judged_up_to)
+
+    def last_step(self, folder_name: str) -> int:
+        own = self.all().get(folder_name) or []
+        return own[-1]["step"] if own else -1
+
+
+def rule_from_env() -> tuple[PruningRule, str, str] | None:
+    """In a trial process: (the rule, the sweep folder, this trial's folder name) when the sweep prunes."""
+    raw = os.environ.get(PRUNING_ENV)
+    trial_dir = os.environ.get("GPUSCHED_TRIAL_DIR")
+    if not raw or not trial_dir:
+        return None
+    try:
+        rule = PruningRule(**json.loads(raw))
+        rule.check(PRUNING_ENV)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"${PRUNING_ENV}", raw[:200], f"a pruning rule as JSON ({exc})") from None
+    trial_dir = os.path.abspath(trial_dir)
+    return rule, os.path.dirname(os.path.dirname(trial_dir)), os.path.basename(trial_dir)
