@@ -6,9 +6,9 @@ Two built-in rules, each judging a trial's latest report against the reports of 
   best value so far is worse than the median of the other trials' values at the same step (each peer's
   latest value at or before that step, among peers that reached it), once ``min_trials`` peers have.
 * ``asha`` (asynchronous successive halving, as Ray Tune's ASHA stops trials): rungs at ``min_steps *
-  reduction_factor**k`` steps; when a trial first reports at or past a rung, it stops if its value is below
-  the top ``1/reduction_factor`` of the values other trials recorded at that rung (nothing recorded yet: it
-  goes on).
+  reduction_factor**k`` steps; when a trial first reports at or past a rung, it stops if its value is worse
+  than the cutoff of the top ``1/reduction_factor`` of the values other trials recorded at that rung
+  (interpolated between neighbours, as a percentile; nothing recorded yet: it goes on).
 
 The metric is the sweep objective's (or ``metric``), in its direction. A stopped trial ends ``pruned``: its
 own state, never retried and never ``failed``; its GPU is given back when it ends.
@@ -114,12 +114,21 @@ def judge(rule: PruningRule, own: Sequence[Mapping], peers: Sequence[Sequence[Ma
                 recorded.append(at[0])  # the peer's value when it reached the rung
         if not recorded:
             continue
-        recorded.sort(reverse=better_high)  # best first
-        cutoff = recorded[max(1, len(recorded) // rule.reduction_factor) - 1]
+        cutoff = _top_fraction_cutoff(recorded, 1 / rule.reduction_factor, better_high)
         if worse(at_rung, cutoff):
             return (f"ASHA at rung {rung} (step {step}): {metric} {at_rung:.6g} is outside the top "
                     f"1/{rule.reduction_factor} of {len(recorded)} other trials (cutoff {cutoff:.6g})")
     return ""
+
+
+def _top_fraction_cutoff(values: list[float], fraction: float, better_high: bool) -> float:
+    """The value that the best ``fraction`` of ``values`` reach, interpolated between neighbours (as
+    numpy's percentile does; Ray Tune's ASHA cuts the same way): one value is its own cutoff."""
+    ordered = sorted(values, reverse=better_high)  # best first
+    position = fraction * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 class SweepReports:
