@@ -234,3 +234,22 @@ def test_host_ram_reservations_say_why_and_refuse_the_impossible(state_dir):
         again.try_acquire(GPURequest(gpu_memory="2GiB", host_memory="64GiB"), "e")
     with pytest.raises(InvalidArgumentError, match="host_memory: expected a positive size"):
         GPURequest(host_memory=0)
+
+
+def test_cpu_and_free_ram_admission_say_why(state_dir):
+    """fedflow's sampled host limits, kept for what no lease records (other users' programs): a busy CPU
+    or too little free RAM holds a request back, naming the figure."""
+    m = LeaseManager(SimulatedInventory("1x24GiB"), state_dir)
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)
+        lease, reason = m.try_acquire(GPURequest(gpu_memory="1GiB", max_cpu_percent=1), "cpu")
+        assert lease is None and "host CPU utilisation" in reason and "above max_cpu_percent=1" in reason
+    finally:
+        busy.kill()
+        busy.wait()
+    lease, reason = m.try_acquire(GPURequest(gpu_memory="1GiB", max_cpu_percent=100), "cpu")
+    assert lease is not None, reason
+    huge = psutil.virtual_memory().total * 2
+    lease2, reason = m.try_acquire(GPURequest(gpu_memory="1GiB", min_free_ram=huge), "ram")
+    assert lease2 is None and reason.startswith("host has ") and "RAM free, the request wants" in reason
