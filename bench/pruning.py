@@ -8,7 +8,7 @@ sweep runs ``--trials`` trials of the same seeded random search, ``--parallel`` 
 stopping, ASHA. Printed per mode: trial-seconds spent (the sum of the trials' own run times: the GPU time a
 sweep would hold), steps run, trials pruned, the best final loss reached and the wall time.
 
-    .venv/bin/python bench/pruning.py [--trials 32] [--steps 27] [--step-seconds 0.02] [--parallel 4]
+    .venv/bin/python bench/pruning.py [--trials 32] [--steps 27] [--step-seconds 0.05] [--parallel 4]
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=32)
     parser.add_argument("--steps", type=int, default=27)
-    parser.add_argument("--step-seconds", type=float, default=0.02)
+    parser.add_argument("--step-seconds", type=float, default=0.05)
     parser.add_argument("--parallel", type=int, default=4)
     args = parser.parse_args()
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # children start from cached bytecode, as an install does
