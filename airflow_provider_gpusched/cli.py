@@ -208,7 +208,7 @@ def _latest_reports(folder: str, records, limit: int = 20) -> str:
     first): live progress, not as of the last collect."""
     import os
 
-    from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports
+    from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports, summarise
     from airflow_provider_gpusched.core.text import format_table, printable
 
     if not isinstance(records, list):
@@ -221,14 +221,14 @@ def _latest_reports(folder: str, records, limit: int = 20) -> str:
         trial_dir = os.path.join(folder, "trials", os.path.basename(record["folder"]))
         found, bad = read_reports(os.path.join(trial_dir, REPORTS_FILE))
         problems += bad
-        if not found:
+        latest = summarise(found)
+        if latest is None:
             continue
-        last = found[-1]
         metrics = ", ".join(f"{k}={v:.6g}" if isinstance(v, (int, float)) else f"{k}={v}"
-                            for k, v in list(last["metrics"].items())[:6])
+                            for k, v in list(latest["last"].items())[:6])
         rows.append((record.get("state") != "running", record.get("index", "?"),
                      printable(str(record.get("label") or record.get("trial_id", "?")))[:40],
-                     record.get("state", "?"), last["step"], metrics, last.get("checkpoint", "")))
+                     record.get("state", "?"), latest["last_step"], metrics, latest.get("checkpoint", "")))
     if not rows and not problems:
         return ""
     rows.sort(key=lambda r: (r[0], r[1] if isinstance(r[1], int) else 0))

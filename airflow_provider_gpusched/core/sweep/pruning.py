@@ -88,9 +88,10 @@ def judge(rule: PruningRule, own: Sequence[Mapping], peers: Sequence[Sequence[Ma
         best = (max if better_high else min)(v for _, v in scored)
         values = []
         for reports in peers:
-            before = [(r["step"], v) for r in reports if (v := _value(r, metric)) is not None]
-            if before and before[-1][0] >= step:  # it reached this step
-                values.append([v for s, v in before if s <= step][-1] if before[0][0] <= step else before[0][1])
+            peer = [(r["step"], v) for r in reports if (v := _value(r, metric)) is not None]
+            if peer and peer[-1][0] >= step:  # it reached this step: its latest value at or before it
+                upto = [v for s, v in peer if s <= step]
+                values.append(upto[-1] if upto else peer[0][1])
         if len(values) < rule.min_trials:
             return ""
         values.sort()
@@ -165,8 +166,9 @@ class SweepReports:
         return judge(rule, own, list(everything.values()), judged_up_to)
 
     def last_step(self, folder_name: str) -> int:
-        own = self.all().get(folder_name) or []
-        return own[-1]["step"] if own else -1
+        """The last step in this trial's reports as last read (by :meth:`judge`): no second read."""
+        cached = self._cache.get(os.path.join(self.trials_dir, folder_name, REPORTS_FILE))
+        return cached[1][-1]["step"] if cached and cached[1] else -1
 
 
 def rule_from_env() -> tuple[PruningRule, str, str] | None:

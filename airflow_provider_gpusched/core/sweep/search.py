@@ -169,10 +169,7 @@ class EvolutionSearch(RoundSearch):
         return out
 
     def space_size(self) -> int:
-        size = 1
-        for values in self.choices.values():
-            size *= len(values)
-        return size
+        return finite_space_size(self.space) or 0  # evolution spaces are lists of choices: always finite
 
     def _record(self, proposal: dict, params: dict, score: float | None) -> None:
         data = read_json(self.history_path)

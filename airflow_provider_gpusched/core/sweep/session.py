@@ -183,7 +183,7 @@ class SweepSession:
         """The trials a run would have, with their current state, without running or writing anything."""
         if self.spec.in_rounds:
             # a finite space caps the trials: no round proposes a point already evaluated
-            left = finite_space_size(flatten(self.spec.space))
+            size = left = finite_space_size(flatten(self.spec.space))
             rows = []
             for r in range(self.spec.rounds):
                 n = self.spec.per_round if left is None else min(self.spec.per_round, left)
@@ -191,7 +191,7 @@ class SweepSession:
                 left = None if left is None else left - n
             return {"sweep": self.spec.name, "search": self.spec.search, "rounds": rows,
                     "trials": sum(r["trials"] for r in rows), "folder": self.store.dir,
-                    "space_size": finite_space_size(flatten(self.spec.space))}
+                    "space_size": size}
         trials = self.spec.trials()
         states = {t.trial_id: self.store.state(t) for t in trials}
         would_run = sum(1 for t in trials if self.spec.force_rerun or states[t.trial_id] not in DONE_STATES)

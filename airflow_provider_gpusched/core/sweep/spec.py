@@ -583,13 +583,18 @@ class ConfigTemplate:
         return _TEMPLATE_PLACEHOLDER.sub(literal, self.text)
 
 
+def placeholder_values(params: Mapping[str, Any], trial_dir: str, trial: Trial) -> dict[str, Any]:
+    """What ``{name}`` in a command and ``{{ name }}`` in a config template may name: the parameters (dotted
+    names) and :data:`TRIAL_FIELDS`."""
+    return {**params, "trial_dir": trial_dir, "trial_id": trial.trial_id, "label": trial.label}
+
+
 def format_command(command: Sequence[str], params: Mapping[str, Any], trial_dir: str, trial: Trial,
                    config: str | None = None) -> list[str]:
     """Fill ``{param}`` placeholders (dotted names allowed) in each argv element. Values are put in as text,
     each argument stays one argument (no shell): spaces, quotes and ``;`` arrive verbatim. ``{{``/``}}``
     give literal braces."""
-    fill = {**{k: v for k, v in params.items()}, "trial_dir": trial_dir, "trial_id": trial.trial_id,
-            "label": trial.label, **({"config": config} if config else {})}
+    fill = {**placeholder_values(params, trial_dir, trial), **({"config": config} if config else {})}
 
     def one(arg: str) -> str:
         parts = re.split(r"(\{\{|\}\})", arg)

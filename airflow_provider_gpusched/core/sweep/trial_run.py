@@ -16,6 +16,7 @@ The trailing LABEL is ignored; it makes process lists and Airflow's mapped-task 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -411,11 +412,10 @@ def render_config(template: Mapping[str, str], trial: Trial, folder: str) -> str
     """Write the trial's copy of the sweep's config template into its folder (private to the user: a config
     may hold credentials); returns its path."""
     from airflow_provider_gpusched.core.safe_files import write_atomic
-    from airflow_provider_gpusched.core.sweep.spec import ConfigTemplate
+    from airflow_provider_gpusched.core.sweep.spec import ConfigTemplate, placeholder_values
 
     name = os.path.basename(str(template["name"]))
-    values = {**trial.params, "trial_dir": folder, "trial_id": trial.trial_id, "label": trial.label}
-    text = ConfigTemplate(name, str(template["text"])).render(values)
+    text = ConfigTemplate(name, str(template["text"])).render(placeholder_values(trial.params, folder, trial))
     path = os.path.join(folder, name)
     write_atomic(path, text.encode("utf-8"), 0o600)
     return path
@@ -439,21 +439,17 @@ class _Tee:
         return getattr(self.stream, name)
 
 
-class _output_copied_to:
+@contextlib.contextmanager
+def _output_copied_to(path: str):
     """While a callable trial runs, what it prints through Python's ``sys.stdout``/``sys.stderr`` also goes
     to its ``output.log`` (the runner's own output, the task log or Slurm output file, still gets it)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def __enter__(self) -> None:
-        self.log = open(self.path, "a", encoding="utf-8", errors="replace")
-        self.saved = sys.stdout, sys.stderr
-        sys.stdout, sys.stderr = _Tee(sys.stdout, self.log), _Tee(sys.stderr, self.log)
-
-    def __exit__(self, *exc) -> None:
-        sys.stdout, sys.stderr = self.saved
-        self.log.close()
+    saved = sys.stdout, sys.stderr
+    with open(path, "a", encoding="utf-8", errors="replace") as log:
+        sys.stdout, sys.stderr = _Tee(sys.stdout, log), _Tee(sys.stderr, log)
+        try:
+            yield
+        finally:
+            sys.stdout, sys.stderr = saved
 
 
 #: how often a command trial's reports are judged by the pruning rule, and how long a stopped trial gets
