@@ -139,14 +139,18 @@ def test_slurm_mapped_and_array_sweeps(airflow_db, sweeps_root, slurm_cluster):
 
 
 def test_a_pruned_trial_ends_its_task_green_and_is_counted(run, sweeps_root):
-    """On local GPUs through Airflow: the bad trial is stopped at step 1 by median stopping, its task
-    succeeds (no retry, no failed run), and collect counts it as pruned, not failed."""
+    """On local GPUs through Airflow: the bad trial is stopped at step 1 by median stopping against the two
+    peers of an earlier run, its task succeeds (no retry, no failed run), and collect counts it as pruned, not
+    failed."""
     from .conftest import load_dag_file
 
-    state, xcoms, states = run(load_dag_file(REPO / "tests" / "airflow" / "dagfiles" / "t_sweeps.py").pruned_local)
+    dags = load_dag_file(REPO / "tests" / "airflow" / "dagfiles" / "t_sweeps.py")
+    state, _, states = run(dags.pruned_local_peers)
+    assert state == "success", states
+    state, xcoms, states = run(dags.pruned_local)
     assert state == "success", states
     trials = sorted(k for k in states if isinstance(k, tuple) and k[0] == "pruned_local.trial")
-    assert [states[k] for k in trials] == [("success", 1)] * 3  # one try each: a pruned trial is not retried
+    assert [states[k] for k in trials] == [("success", 1)]  # only the new trial runs; one try: not retried
     summary = xcoms["pruned_local.collect"]["return_value"]
     assert summary["counts"]["pruned"] == 1 and summary["counts"]["succeeded"] == 2 and summary["counts"]["failed"] == 0
     record = [r for r in json.load(open(sweeps_root / "pruned_local" / "summary.json"))["records"]

@@ -45,8 +45,18 @@ def learn(params):
     return {"loss": params["q"]}
 
 
+def pruned_sweep(values):
+    return sweep_task_group(SweepSpec(name="pruned_local", test_config=[{"q": values}], python_callable=learn,
+                                      objective=Objective("loss", "minimize"),
+                                      resources=TrialResources(gpu_memory="4GiB"),
+                                      pruning={"rule": "median", "min_trials": 2, "warmup_steps": 1}),
+                            backend="local")
+
+
+# dag.test() runs mapped tasks in no fixed order, so the two good peers get a run of their own first; the
+# second DAG is the same sweep with the bad value added: it skips the peers and judges the bad trial against them.
+with DAG("t_sweep_pruned_local_peers", schedule=None, start_date=START) as pruned_local_peers:
+    pruned_sweep([0.1, 0.2])
+
 with DAG("t_sweep_pruned_local", schedule=None, start_date=START) as pruned_local:
-    sweep_task_group(SweepSpec(name="pruned_local", test_config=[{"q": [0.1, 0.2, 5.0]}], python_callable=learn,
-                               objective=Objective("loss", "minimize"), resources=TrialResources(gpu_memory="4GiB"),
-                               pruning={"rule": "median", "min_trials": 2, "warmup_steps": 1}),
-                     backend="local")
+    pruned_sweep([0.1, 0.2, 5.0])
