@@ -158,10 +158,15 @@ def _leaderboard(spec: SweepSpec, asset: Asset | None):
             return None
         best = summary.get("best")
         if best is None:
-            raise AirflowFailException(f"sweep {spec.name}: no trial succeeded with a {spec.objective.metric!r} "
-                                       f"in its result (see {summary['folder']}/summary.json)")
-        print(f"best {spec.objective.metric} = {best['score']:.6g}: {best['label']} "
+            raise AirflowFailException(f"sweep {spec.name}: no trial succeeded with "
+                                       f"{' and '.join(map(repr, spec.objective.metrics))} in its result "
+                                       f"(see {summary['folder']}/summary.json)")
+        print(f"best {spec.objective.score_label} = {best['score']:.6g}: {best['label']} "
               f"(trial {best['trial_id']}; {os.path.join(summary['folder'], 'best.json')})")
+        if summary.get("pareto_front") is not None:
+            print(f"Pareto front ({spec.objective.describe()}): {len(summary['pareto_front'])} trial(s):")
+            for row in summary["pareto_front"][:20]:
+                print("  " + ", ".join(f"{m} {v:.6g}" for m, v in row["values"].items()) + f": {row['label']}")
         return best
 
     return leaderboard

@@ -79,6 +79,27 @@ def test_hpo_example_random_and_optuna(run, sweeps_root):
         assert ("momentum" in record["params"]) == (record["params"]["optimizer"] == "sgd")
 
 
+def test_pareto_example_runs_a_two_objective_optuna_study_and_publishes_its_front(run, sweeps_root, capfd):
+    state, xcoms, states = run(the_dag(REPO / "dags" / "sweep_pareto.py"))
+    assert state == "success", states
+    assert len([k for k in states if isinstance(k, tuple) and k[0].startswith("pareto_size.round_")
+                and k[0].endswith(".trial")]) == 18
+    summary = xcoms["pareto_size.collect"]["return_value"]
+    front = summary["pareto_front"]
+    assert len(front) >= 2
+    for a in front:  # no member of the front is beaten on both metrics by another trial
+        for b in front:
+            assert not (b["values"]["val_accuracy"] >= a["values"]["val_accuracy"]
+                        and b["values"]["latency_ms"] <= a["values"]["latency_ms"] and a != b
+                        and b["values"] != a["values"])
+    best = xcoms["pareto_size.leaderboard"]["return_value"]
+    assert best["front"] == 1 and best["values"] == front[0]["values"]  # the most accurate of the front
+    written = json.loads((sweeps_root / "pareto_size" / "pareto.json").read_text())
+    assert [r["trial_id"] for r in written["front"]] == [r["trial_id"] for r in front]
+    out = capfd.readouterr().out
+    assert f"Pareto front (maximize val_accuracy, minimize latency_ms): {len(front)} trial(s)" in out
+
+
 def test_nas_example_improves_and_publishes_the_best_subnet(run, sweeps_root):
     state, xcoms, states = run(the_dag(REPO / "dags" / "nas_evolution.py"))
     assert state == "success", states

@@ -105,7 +105,8 @@ def test_sweep_view_counts_ranks_and_links_each_trial(client, runs):
     data = r.json()
     assert data["run_id"] == _run_id("ui_private_mixed") and data["runs"] == [data["run_id"]]
     (sweep,) = data["sweeps"]
-    assert sweep["sweep"] == "ui_grid" and sweep["objective"] == {"metric": "acc", "mode": "maximize"}
+    assert sweep["sweep"] == "ui_grid" and {k: sweep["objective"][k] for k in ("metric", "mode", "describe", "several")} == {
+        "metric": "acc", "mode": "maximize", "describe": "maximize acc", "several": False}
     counts = sweep["counts"]
     assert counts["defined"] == 6 and counts["succeeded"] == 4 and counts["failed"] == 2, counts
     assert counts["waiting"] == counts["running"] == counts["skipped"] == 0

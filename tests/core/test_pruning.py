@@ -68,8 +68,96 @@ def test_bad_trials_end_pruned_and_are_not_run_again(tmp_path):
     assert again.pending == [] and len(again.data["skipped"]) == 5  # pruned ones are done, like succeeded ones
     with pytest.raises(Exception, match="pruning: expected an objective"):
         SweepSpec(name="x", test_config=[{"a": [1]}], command=["true"], pruning="median")
-    with pytest.raises(Exception, match=r"pruning.rule: expected one of \['median', 'asha'\]"):
+    with pytest.raises(Exception, match=r"pruning.rule: expected one of \['median', 'asha', 'optuna'\]"):
         SweepSpec(name="x", test_config=[{"a": [1]}], command=["true"], objective=Objective("l"), pruning="hyperband")
+
+
+def test_optuna_pruners_judge_from_the_reports_of_the_other_trials():
+    pytest.importorskip("optuna")
+    from airflow_provider_gpusched.core.sweep.pruning import judge_with_optuna
+
+    median = PruningRule("optuna", metric="loss", mode="minimize", pruner="median",
+                         options={"n_startup_trials": 2, "n_warmup_steps": 1})
+    median.check("pruning")
+    done = [("succeeded", curve([1.0, 0.5, 0.4])), ("succeeded", curve([1.0, 0.6, 0.5]))]
+    assert judge_with_optuna(median, curve([2.0]), done) == ""  # warm-up
+    why = judge_with_optuna(median, curve([2.0, 0.9]), done)
+    assert why.startswith("Optuna's MedianPruner at step 1: loss 0.9 (2 other trials with reports)")
+    assert judge_with_optuna(median, curve([2.0, 0.5]), done) == ""
+    # Optuna's median counts COMPLETE trials only: running or pruned peers do not start it
+    assert judge_with_optuna(median, curve([2.0, 0.9]), [("running", c) for _, c in done]) == ""
+    assert judge_with_optuna(median, curve([2.0, 0.9]), done[:1] + [("pruned", curve([1.0, 0.2]))]) == ""
+    # successive halving counts every trial that reached the rung, running ones too
+    halving = PruningRule("optuna", metric="loss", mode="minimize", pruner="successive_halving",
+                          options={"min_resource": 1, "reduction_factor": 2})
+    halving.check("pruning")
+    running = [("running", curve([1.0, v])) for v in (0.3, 0.4, 0.8, 0.9)]
+    assert "SuccessiveHalvingPruner at step 1" in judge_with_optuna(halving, curve([1.0, 0.85]), running)
+    assert judge_with_optuna(halving, curve([1.0, 0.35]), running) == ""
+    # threshold needs no peers; a maximised metric is judged in its direction
+    threshold = PruningRule("optuna", metric="acc", mode="maximize", pruner="threshold", options={"lower": 0.5})
+    threshold.check("pruning")
+    acc = [{"step": 0, "metrics": {"acc": 0.4}}]
+    assert "ThresholdPruner" in judge_with_optuna(threshold, acc, [])
+    patient = PruningRule("optuna", metric="loss", mode="minimize", pruner="patient", options={"patience": 1})
+    patient.check("pruning")
+    assert judge_with_optuna(patient, curve([1.0, 0.9]), []) == ""  # still improving
+    assert "PatientPruner" in judge_with_optuna(patient, curve([1.0, 0.9, 0.95, 0.96]), [])  # 2 steps without
+    # patient around another pruner: that one decides once patience ran out
+    wrapped = PruningRule("optuna", metric="loss", mode="minimize", pruner="patient",
+                          options={"patience": 1, "wrapped": {"pruner": "threshold", "options": {"upper": 10}}})
+    wrapped.check("pruning")
+    assert judge_with_optuna(wrapped, curve([1.0, 0.9, 0.95, 0.96]), []) == ""  # under the threshold's 10
+
+
+@pytest.mark.parametrize(("pruning", "argument", "expected"), [
+    ({"rule": "optuna"}, "pruning.pruner", "one of ['median', 'percentile'"),
+    ({"rule": "optuna", "pruner": "hyperband"}, "pruning.pruner", "one of ['median'"),
+    ({"rule": "optuna", "pruner": "median", "options": {"n_startup": 2}}, "pruning.options",
+     "arguments of optuna.pruners.MedianPruner"),
+    ({"rule": "optuna", "pruner": "percentile", "options": {"percentile": 150}}, "pruning.options", "PercentilePruner"),
+    ({"rule": "median", "pruner": "median"}, "pruning.pruner", "only with rule: optuna"),
+])
+def test_optuna_pruner_settings_are_checked_when_the_spec_is_made(pruning, argument, expected):
+    pytest.importorskip("optuna")
+    from airflow_provider_gpusched.core.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError) as err:
+        SweepSpec(name="x", test_config=[{"a": [1]}], command=["true"], objective=Objective("l"), pruning=pruning)
+    assert err.value.argument.endswith(argument) and expected in err.value.expected
+
+
+def test_an_optuna_sweep_prunes_with_optunas_pruner_and_tells_the_study_pruned_with_the_curve(tmp_path):
+    optuna = pytest.importorskip("optuna")
+    from airflow_provider_gpusched.core.sweep import choice
+
+    spec = SweepSpec(name="op", search="optuna", space={"quality": choice([0.1, 0.2, 0.3, 5.0, 6.0, 7.0])},
+                     rounds=2, per_round=3, seed=4, python_callable=learn, objective=Objective("loss", "minimize"),
+                     results_root=str(tmp_path),
+                     pruning={"rule": "optuna", "pruner": "median",
+                              "options": {"n_startup_trials": 1, "n_warmup_steps": 1}})
+    session = SweepSession(spec)
+    for r in range(2):
+        manifest = session.prepare(round_no=r)
+        for t in manifest.pending:
+            run_trial(manifest, t, out=open(os.devnull, "w"))
+        session.finish_round(r)
+    summary = session.collect()
+    records = json.load(open(tmp_path / "op" / "summary.json"))["records"]
+    pruned = [r for r in records if r["state"] == "pruned"]
+    # Optuna's median: worse than the median of the completed trials at the same step (after 1 completed)
+    assert len(pruned) >= 3 and all("Optuna's MedianPruner at step 1" in r["error"] for r in pruned)
+    assert summary["best"]["params"]["quality"] == 0.1 and summary["counts"]["failed"] == 0
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    study = optuna.load_study(study_name="op", storage=JournalStorage(JournalFileBackend(
+        str(tmp_path / "op" / "search" / "optuna.journal"))))
+    told = [t for t in study.trials if t.state.name == "PRUNED" and "duplicate" not in t.user_attrs]
+    assert len(told) == len(pruned)
+    for t in told:  # the curve it reported up to where it was stopped, as intermediate values
+        assert t.intermediate_values == {0: pytest.approx(t.params["quality"] + 1),
+                                         1: pytest.approx(t.params["quality"] + 0.5)}
 
 
 SLOW_COMMAND = ("import json, os, sys, time\n"

@@ -125,6 +125,23 @@ def test_sweep_view_counts_and_ranks_from_outcomes_and_task_states():
     assert [p["state"] for p in view["problems"]] == ["invalid"]
 
 
+def test_a_two_metric_sweep_view_shows_fronts_values_and_the_points_on_the_front():
+    objective = {"metric": ["acc", "ms"], "mode": ["maximize", "minimize"]}
+    outcomes = {o["trial_id"]: o for o in read_outcome_records([
+        {"trial_id": f"t{i}", "state": "succeeded", "result": {"acc": acc, "ms": ms}, "seconds": 1.0, "error": None}
+        for i, (acc, ms) in [(1, (0.9, 9)), (2, (0.8, 4)), (3, (0.7, 5)), (4, (0.95, 20))]], "outcomes")}
+    view = build_sweep_view([plan(objective=objective, skipped=[{"trial_id": "t0", "result": {"acc": 0.5}}])],
+                            outcomes, {})
+    assert view["objective"]["describe"] == "maximize acc, minimize ms" and view["objective"]["several"]
+    assert [(r["trial_id"], r["front"], r["values"]) for r in view["leaderboard"]] == [
+        ("t4", 1, {"acc": 0.95, "ms": 20.0}), ("t1", 1, {"acc": 0.9, "ms": 9.0}), ("t2", 1, {"acc": 0.8, "ms": 4.0}),
+        ("t3", 2, {"acc": 0.7, "ms": 5.0})]  # t0's result has no 'ms': not ranked
+    assert {p["index"]: p["front"] for p in view["points"]} == {1: True, 2: True, 3: False, 4: True}
+    weighted = build_sweep_view([plan(objective={**objective, "weights": [1, 0.01]})], outcomes, {})
+    assert weighted["objective"]["score_label"] == "weighted sum (+1*acc -0.01*ms)"
+    assert [r["trial_id"] for r in weighted["leaderboard"]] == ["t1", "t2", "t4", "t3"]  # 0.81, 0.76, 0.75, 0.65
+
+
 def test_batched_trials_map_to_their_chunk_and_a_silent_failed_task_says_so():
     view = build_sweep_view([plan(chunk_size=2, trial_task="s.run_batch")], {}, {("s.run_batch", 0): "running",
                                                                                  ("s.run_batch", 1): "failed"})

@@ -98,6 +98,29 @@ def test_sweeps_tab_shows_counts_leaderboard_and_plots_of_a_finished_sweep(stack
     shot(page, "sweeps")
 
 
+def test_sweeps_tab_shows_the_pareto_front_of_a_two_objective_sweep(stack, browser_page):
+    page = browser_page
+    run_id = finished_run(stack, "gpusched_sweep_pareto")
+    open_page(stack, page, f"/dags/gpusched_sweep_pareto/plugin/gpusched-sweeps?run_id={run_id}",
+              "[data-testid=leaderboard] tbody tr")
+    card = page.locator("[data-testid=sweep-pareto_size]")
+    assert "maximize val_accuracy, minimize latency_ms" in card.inner_text()
+    assert "defined 18" in page.locator("[data-testid=counts]").inner_text()
+    head = page.locator("[data-testid=leaderboard] thead").inner_text()
+    assert "front" in head and "val_accuracy" in head and "latency_ms" in head
+    first = page.locator("[data-testid=leaderboard] tbody tr").first.inner_text().split("\t")
+    assert first[:2] == ["1", "1"]  # rank 1 is on front 1
+    # the plot of latency against accuracy: every scored trial, the front drawn as a line through its points
+    assert page.locator("[data-testid=plot-pareto] circle").count() == 18
+    assert page.locator("[data-testid=plot-pareto] polyline").count() == 1
+    best = page.locator("[data-testid=best]").inner_text()
+    assert best.startswith("Best: val_accuracy = ") and "(Pareto front, best val_accuracy)" in best
+    shot(page, "sweeps-pareto")
+    page.locator("[data-testid=leaderboard]").scroll_into_view_if_needed()
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(SHOTS / "sweeps-pareto-leaderboard.png"))
+
+
 def test_slurm_job_tab_shows_array_tasks_state_and_output(stack, browser_page):
     page = browser_page
     run_id = finished_run(stack, "gpusched_slurm_array")

@@ -4,6 +4,10 @@ A trial's result is what it wrote to ``result.json`` in its folder (or DI-toolki
 its Python callable returned (a dict, or a bare number). The objective names a metric in it — a key, a
 dotted path such as ``eval.accuracy``, or DI-toolkit's ``R['eval']['accuracy']`` — and whether to
 ``maximize`` or ``minimize`` it (``Objective.parse("maximize R['eval_value']")`` reads DI-toolkit's text).
+
+Several metrics (``Objective(["accuracy", "latency_ms"], ["maximize", "minimize"])``, or the text
+``"maximize accuracy, minimize latency_ms"``) are ranked by Pareto front (:func:`pareto_fronts`), or by a
+weighted sum where ``weights`` are given.
 """
 
 from __future__ import annotations
@@ -21,56 +25,148 @@ MODES = ("maximize", "minimize")
 
 @dataclass(frozen=True)
 class Objective:
-    metric: str
-    mode: str = "maximize"
+    """One metric and its direction, or several (``metric`` and ``mode`` as lists of equal length).
+
+    With several metrics the leaderboard ranks by Pareto front (front 1: no other trial is at least as good
+    in every metric and better in one), then by the first metric within a front. ``weights`` (one per
+    metric, >= 0) add a scalarisation: the weighted sum of the metrics, each signed by its direction
+    (``maximize`` counts up, ``minimize`` counts down), is then the score the leaderboard ranks by and the
+    best trial is the one with the highest sum; the front is still shown.
+    """
+
+    metric: str | Sequence[str]
+    mode: str | Sequence[str] = "maximize"
+    weights: Sequence[float] | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.metric, str) or not self.metric:
-            raise InvalidArgumentError("objective.metric", self.metric, "the name of a metric in the trial result")
-        if self.metric.lstrip().startswith("R["):  # DI-toolkit's R['eval_value'] / R['eval']['value']
-            object.__setattr__(self, "metric", _r_path(self.metric))
-        if self.mode not in MODES:
-            raise InvalidArgumentError("objective.mode", self.mode, "'maximize' or 'minimize'")
+        several = not isinstance(self.metric, str)
+        metrics = list(self.metric) if several and isinstance(self.metric, Sequence) else [self.metric]
+        if several and (not isinstance(self.metric, Sequence) or len(metrics) < 2):
+            raise InvalidArgumentError("objective.metric", self.metric, "the name of a metric in the trial result, "
+                                       "or a list of two or more names")
+        modes = ([self.mode] * len(metrics) if isinstance(self.mode, str)
+                 else list(self.mode) if isinstance(self.mode, Sequence) else [self.mode])
+        if len(modes) != len(metrics):
+            raise InvalidArgumentError("objective.mode", self.mode, f"one mode per metric ({len(metrics)})")
+        for i, name in enumerate(metrics):
+            if not isinstance(name, str) or not name:
+                raise InvalidArgumentError("objective.metric", name, "the name of a metric in the trial result")
+            if name.lstrip().startswith("R["):  # DI-toolkit's R['eval_value'] / R['eval']['value']
+                metrics[i] = _r_path(name)
+        for mode in modes:
+            if mode not in MODES:
+                raise InvalidArgumentError("objective.mode", mode, "'maximize' or 'minimize'")
+        if len(set(metrics)) != len(metrics):
+            raise InvalidArgumentError("objective.metric", self.metric, "distinct metric names")
+        weights = self.weights
+        if weights is not None:
+            if not several:
+                raise InvalidArgumentError("objective.weights", weights, "weights only with several metrics")
+            if isinstance(weights, Mapping):  # {metric: weight}
+                unknown = [k for k in weights if k not in metrics]
+                if unknown:
+                    raise InvalidArgumentError(f"objective.weights.{unknown[0]}", weights[unknown[0]],
+                                               f"a weight for one of the metrics {metrics}")
+                weights = [weights.get(m, 0.0) for m in metrics]
+            if (isinstance(weights, str) or not isinstance(weights, Sequence) or len(weights) != len(metrics)
+                    or not all(isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w)
+                               and w >= 0 for w in weights) or not any(weights)):
+                raise InvalidArgumentError("objective.weights", self.weights,
+                                           f"{len(metrics)} numbers >= 0, not all 0 (one per metric, in order)")
+            object.__setattr__(self, "weights", tuple(float(w) for w in weights))
+        object.__setattr__(self, "metric", tuple(metrics) if several else metrics[0])
+        object.__setattr__(self, "mode", tuple(modes) if several else modes[0])
 
     @classmethod
     def parse(cls, text: Any, where: str = "objective") -> Objective:
-        """DI-toolkit's form as text: ``maximize R['eval_value']``, ``minimize loss``."""
-        parts = text.split(None, 1) if isinstance(text, str) else []
-        if len(parts) != 2 or parts[0] not in MODES:
+        """DI-toolkit's form as text: ``maximize R['eval_value']``, ``minimize loss``; several metrics
+        separated by commas: ``maximize accuracy, minimize latency_ms``."""
+        items = [part.strip().split(None, 1) for part in text.split(",")] if isinstance(text, str) else [[]]
+        if not all(len(parts) == 2 and parts[0] in MODES for parts in items):
             raise InvalidArgumentError(where, text, "'maximize METRIC' or 'minimize METRIC' (METRIC: a key, a dotted "
-                                                    "path, or R['key']), or a mapping {metric: ..., mode: ...}")
+                                                    "path, or R['key']), several separated by commas, or a mapping "
+                                                    "{metric: ..., mode: ...}")
         try:
-            return cls(parts[1].strip(), parts[0])
+            if len(items) == 1:
+                return cls(items[0][1].strip(), items[0][0])
+            return cls([parts[1].strip() for parts in items], [parts[0] for parts in items])
         except InvalidArgumentError as exc:
             raise InvalidArgumentError(where, text, exc.expected) from None
 
+    # -- the metrics -----------------------------------------------------------------------------------
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return self.metric if isinstance(self.metric, tuple) else (self.metric,)
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return self.mode if isinstance(self.mode, tuple) else (self.mode,)
+
+    @property
+    def several(self) -> bool:
+        return isinstance(self.metric, tuple)
+
+    @property
+    def primary(self) -> Objective:
+        """The first metric alone: what a single-metric rule (pruning) judges by unless told otherwise."""
+        return Objective(self.metrics[0], self.modes[0])
+
+    # -- the score: what the leaderboard ranks by ------------------------------------------------------
     @property
     def maximize(self) -> bool:
-        return self.mode == "maximize"
+        """Whether a higher :meth:`score` is better."""
+        return True if self.weights else self.modes[0] == "maximize"
+
+    @property
+    def score_label(self) -> str:
+        """What :meth:`score` is, for headings."""
+        if self.weights:
+            return "weighted sum (" + " ".join(
+                f"{'+' if mode == 'maximize' else '-'}{w:g}*{m}" for m, mode, w in zip(self.metrics, self.modes,
+                                                                                    self.weights)) + ")"
+        return self.metrics[0]
+
+    def values(self, result: Any) -> tuple[float, ...] | None:
+        """Each metric's value in ``result``, or None when one is missing or not a finite number."""
+        out = []
+        for metric in self.metrics:
+            value = result
+            if isinstance(result, Mapping):
+                value = result.get(metric) if metric in result else _dig(result, metric)
+            elif self.several:
+                return None
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                return None
+            out.append(float(value))
+        return tuple(out)
 
     def score(self, result: Any) -> float | None:
-        """The metric's value in ``result``, or None when it is missing or not a finite number."""
-        value = result
-        if isinstance(result, Mapping):
-            value = result.get(self.metric) if self.metric in result else _dig(result, self.metric)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        """The number the leaderboard ranks by: the metric's value; with several metrics the weighted sum
+        (with weights) or the first metric (ranked within its Pareto front). None when a metric is missing
+        or not a finite number."""
+        values = self.values(result)
+        if values is None:
             return None
-        return float(value)
+        if self.weights:
+            return sum(w * (v if mode == "maximize" else -v) for v, mode, w in zip(values, self.modes, self.weights))
+        return values[0]
 
     def problem(self, result: Any) -> str:
-        """'' when :meth:`score` finds a finite number in ``result``, else what is wrong (for the trial's status)."""
-        if not isinstance(result, Mapping):
-            if isinstance(result, (int, float)) and not isinstance(result, bool):
-                return "" if math.isfinite(result) else f"{self.metric} = {result!r} is not a finite number"
-            return f"the result is {type(result).__name__}, not a JSON object with {self.metric!r}"
-        value = result.get(self.metric) if self.metric in result else _dig(result, self.metric)
-        if value is None and self.metric not in result:
-            keys = ", ".join(sorted(map(str, result))[:10]) or "none"
-            return f"the result has no {self.metric!r} (its keys: {keys})"
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"{self.metric} = {value!r:.80} is not a number"
-        if not math.isfinite(value):
-            return f"{self.metric} = {value!r} is not a finite number"
+        """'' when :meth:`values` finds a finite number for every metric in ``result``, else what is wrong
+        (for the trial's status)."""
+        for metric in self.metrics:
+            if not isinstance(result, Mapping):
+                if isinstance(result, (int, float)) and not isinstance(result, bool) and not self.several:
+                    return "" if math.isfinite(result) else f"{metric} = {result!r} is not a finite number"
+                return f"the result is {type(result).__name__}, not a JSON object with {metric!r}"
+            value = result.get(metric) if metric in result else _dig(result, metric)
+            if value is None and metric not in result:
+                keys = ", ".join(sorted(map(str, result))[:10]) or "none"
+                return f"the result has no {metric!r} (its keys: {keys})"
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return f"{metric} = {value!r:.80} is not a number"
+            if not math.isfinite(value):
+                return f"{metric} = {value!r} is not a finite number"
         return ""
 
     def better(self, a: float, b: float) -> bool:
@@ -80,7 +176,59 @@ class Objective:
         return -score if self.maximize else score
 
     def to_dict(self) -> dict:
-        return {"metric": self.metric, "mode": self.mode}
+        if not self.several:
+            return {"metric": self.metric, "mode": self.mode}
+        out: dict = {"metric": list(self.metric), "mode": list(self.mode)}
+        if self.weights:
+            out["weights"] = list(self.weights)
+        return out
+
+    def describe(self) -> str:
+        return ", ".join(f"{mode} {metric}" for metric, mode in zip(self.metrics, self.modes))
+
+
+def pareto_fronts(points: Sequence[Sequence[float]], modes: Sequence[str], enough: int | None = None) -> list[list[int]]:
+    """Non-dominated sorting: the indices of ``points`` by front (front 0 first), each front in input order.
+    ``enough``: stop once the fronts found hold at least that many points (a leaderboard needs its top only).
+
+    Each front is peeled in O(n * |front| * m): points sorted best-first on every metric in turn can only be
+    dominated by points before them, so the front grows and never has to drop a member."""
+    signs = [1.0 if mode == "maximize" else -1.0 for mode in modes]
+    oriented = [tuple(s * v for s, v in zip(signs, p)) for p in points]
+    left = sorted(range(len(points)), key=lambda i: tuple(-v for v in oriented[i]))
+    fronts: list[list[int]] = []
+    found = 0
+    while left and (enough is None or found < enough):
+        front: list[int] = []
+        rest: list[int] = []
+        for i in left:
+            p = oriented[i]
+            if any(all(a >= b for a, b in zip(oriented[j], p)) and oriented[j] != p for j in front):
+                rest.append(i)
+            else:
+                front.append(i)
+        fronts.append(sorted(front))
+        found += len(front)
+        left = rest
+    return fronts
+
+
+def crowding_distances(points: Sequence[Sequence[float]]) -> list[float]:
+    """NSGA-II's crowding distance of each point within its front: the ends of every metric are infinite,
+    the others the sum over metrics of the normalised gap between their neighbours."""
+    n = len(points)
+    if n <= 2:
+        return [math.inf] * n
+    out = [0.0] * n
+    for m in range(len(points[0])):
+        order = sorted(range(n), key=lambda i: points[i][m])
+        low, high = points[order[0]][m], points[order[-1]][m]
+        out[order[0]] = out[order[-1]] = math.inf
+        if high == low:
+            continue
+        for k in range(1, n - 1):
+            out[order[k]] += (points[order[k + 1]][m] - points[order[k - 1]][m]) / (high - low)
+    return out
 
 
 _R_KEY = re.compile(r"""\[\s*(?:'([^'\]]+)'|"([^"\]]+)")\s*\]""")
@@ -111,20 +259,57 @@ def _dig(result: Mapping, path: str) -> Any:
 
 
 def leaderboard(records: Iterable[Mapping], objective: Objective, top_n: int = 10) -> list[dict]:
-    """The ``top_n`` succeeded records with a score, best first (ties keep trial order)."""
+    """The ``top_n`` succeeded records with a score, best first (ties keep trial order). With several
+    metrics each row also has ``values`` (metric -> value) and ``front`` (1 = on the Pareto front; fronts
+    are numbered until they hold ``top_n`` trials, later ones are None); without weights rows are ranked by
+    front, then by the first metric, and with weights by the weighted sum."""
     scored = []
     for record in records:
         if record.get("state") != "succeeded":
             continue
-        score = objective.score(record.get("result"))
-        if score is not None:
-            scored.append({**record, "score": score})
-    scored.sort(key=lambda r: (objective.sort_key(r["score"]), r.get("index", 0)))
+        values = objective.values(record.get("result"))
+        if values is not None:
+            scored.append({**record, "score": objective.score(record.get("result")), "_values": values})
+    if objective.several:
+        fronts = pareto_fronts([r["_values"] for r in scored], objective.modes, enough=top_n)
+        front_of = {i: f + 1 for f, members in enumerate(fronts) for i in members}
+        for i, r in enumerate(scored):
+            r["front"] = front_of.get(i)
+            r["values"] = dict(zip(objective.metrics, r["_values"]))
+        if not objective.weights:
+            scored = [r for r in scored if r["front"] is not None]
+    for r in scored:
+        del r["_values"]
+    first = (lambda r: r["front"]) if objective.several and not objective.weights else (lambda r: 0)
+    scored.sort(key=lambda r: (first(r), objective.sort_key(r["score"]), r.get("index", 0)))
     return [{"rank": i + 1, **r} for i, r in enumerate(scored[:top_n])]
+
+
+def pareto_front(records: Iterable[Mapping], objective: Objective) -> list[dict]:
+    """Every succeeded record on the Pareto front of a multi-metric objective, best first metric first,
+    each with ``values`` (metric -> value)."""
+    scored = [(r, v) for r in records if r.get("state") == "succeeded"
+              for v in [objective.values(r.get("result"))] if v is not None]
+    fronts = pareto_fronts([v for _, v in scored], objective.modes, enough=1)
+    rows = [{**scored[i][0], "values": dict(zip(objective.metrics, scored[i][1]))} for i in (fronts[0] if fronts else [])]
+    first, mode = objective.metrics[0], objective.modes[0]
+    rows.sort(key=lambda r: (-r["values"][first] if mode == "maximize" else r["values"][first], r.get("index", 0)))
+    return rows
 
 
 def format_leaderboard(board: Sequence[Mapping], objective: Objective) -> str:
     if not board:
-        return f"no succeeded trial reported {objective.metric!r}"
-    rows = [(r["rank"], r["score"], r["label"] or r["trial_id"], r["trial_id"]) for r in board]
-    return format_table(rows, ["rank", f"{objective.metric} ({objective.mode})", "parameters", "trial"])
+        return f"no succeeded trial reported {' and '.join(map(repr, objective.metrics))}"
+    if not objective.several:
+        rows = [(r["rank"], r["score"], r["label"] or r["trial_id"], r["trial_id"]) for r in board]
+        return format_table(rows, ["rank", f"{objective.metric} ({objective.mode})", "parameters", "trial"])
+    head = ["rank", "front"] + [f"{m} ({mode[:3]})" for m, mode in zip(objective.metrics, objective.modes)]
+    if objective.weights:
+        head.append("weighted sum")
+    rows = []
+    for r in board:
+        row = [r["rank"], r.get("front")] + [(r.get("values") or {}).get(m) for m in objective.metrics]
+        if objective.weights:
+            row.append(round(r["score"], 6))
+        rows.append(tuple(row + [r["label"] or r["trial_id"], r["trial_id"]]))
+    return format_table(rows, head + ["parameters", "trial"])

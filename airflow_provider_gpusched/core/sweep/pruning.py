@@ -10,6 +10,11 @@ Two built-in rules, each judging a trial's latest report against the reports of 
   than the cutoff of the top ``1/reduction_factor`` of the values other trials recorded at that rung
   (interpolated between neighbours, as a percentile; nothing recorded yet: it goes on).
 
+and Optuna's own pruners (``rule: optuna``, ``pruner``: ``median``, ``percentile``, ``successive_halving``,
+``threshold`` or ``patient``, with ``options`` passed to its constructor), which judge the trial in an
+in-memory study rebuilt from the sweep's reports: each other trial with reports is COMPLETE (it succeeded),
+PRUNED, or RUNNING, with its reports as intermediate values. Any search can use them, Optuna's or not.
+
 The metric is the sweep objective's (or ``metric``), in its direction. A stopped trial ends ``pruned``: its
 own state, never retried and never ``failed``; its GPU is given back when it ends.
 """
@@ -23,8 +28,14 @@ from typing import Any, Mapping, Sequence
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports
+from airflow_provider_gpusched.core.sweep.store import read_json
 
-RULES = ("median", "asha")
+RULES = ("median", "asha", "optuna")
+#: Optuna's pruners that judge from intermediate values alone (Hyperband's brackets hang on a study's trial
+#: numbers, which a study rebuilt from the reports cannot keep stable; Wilcoxon needs scipy)
+OPTUNA_PRUNERS = {"median": "MedianPruner", "percentile": "PercentilePruner",
+                  "successive_halving": "SuccessiveHalvingPruner", "threshold": "ThresholdPruner",
+                  "patient": "PatientPruner"}
 PRUNING_ENV = "GPUSCHED_PRUNING"  # the rule (JSON) a trial's report() applies; set by the trial runner
 
 
@@ -42,6 +53,8 @@ class PruningRule:
     min_trials: int = 3            # median: peers that must have reached the step
     min_steps: int = 1             # asha: the first rung
     reduction_factor: int = 3      # asha: keep the top 1/reduction_factor at each rung
+    pruner: str | None = None      # optuna: which of Optuna's pruners
+    options: dict | None = None    # optuna: keyword arguments of its constructor (patient: also "wrapped")
 
     def check(self, where: str) -> None:
         if self.rule not in RULES:
@@ -54,6 +67,22 @@ class PruningRule:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise InvalidArgumentError(f"{where}.{name}", value, f"a whole number >= {low}")
+        if self.rule != "optuna":
+            if self.pruner is not None or self.options is not None:
+                raise InvalidArgumentError(f"{where}.pruner", self.pruner, "pruner and options only with rule: optuna")
+            return
+        if self.pruner not in OPTUNA_PRUNERS:
+            raise InvalidArgumentError(f"{where}.pruner", self.pruner, f"one of {list(OPTUNA_PRUNERS)}")
+        if self.options is not None and not (isinstance(self.options, Mapping)
+                                             and all(isinstance(k, str) for k in self.options)):
+            raise InvalidArgumentError(f"{where}.options", self.options, "a mapping of the pruner's arguments")
+        self.options = dict(self.options or {})
+        if self.pruner == "successive_halving" and (isinstance(self.options.get("min_resource"), bool) or not isinstance(
+                self.options.get("min_resource"), int)):
+            raise InvalidArgumentError(f"{where}.options.min_resource", self.options.get("min_resource"),
+                                       "a whole number of steps (the rungs are rebuilt from the reports; 'auto' "
+                                       "is not supported)")
+        make_optuna_pruner(self, where)  # its arguments are checked now, not in the middle of a trial
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -69,6 +98,93 @@ class PruningRule:
 def _value(report: Mapping, metric: str) -> float | None:
     value: Any = report["metrics"].get(metric)
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def make_optuna_pruner(rule: PruningRule, where: str = "pruning"):
+    try:
+        import optuna
+    except ImportError:
+        raise InvalidArgumentError(f"{where}.rule", "optuna", "Optuna installed for Optuna's pruners: pip install "
+                                                              "'airflow-provider-gpusched[optuna]'") from None
+    options = dict(rule.options or {})
+    import warnings
+
+    try:
+        if rule.pruner == "patient":
+            warnings.filterwarnings("ignore", "PatientPruner is experimental", optuna.exceptions.ExperimentalWarning)
+            wrapped = options.pop("wrapped", None)
+            inner = None
+            if wrapped is not None:
+                if not isinstance(wrapped, Mapping) or wrapped.get("pruner") not in OPTUNA_PRUNERS or \
+                        wrapped.get("pruner") == "patient":
+                    raise InvalidArgumentError(f"{where}.options.wrapped", wrapped, "{pruner: median, options: {...}}")
+                inner = getattr(optuna.pruners, OPTUNA_PRUNERS[wrapped["pruner"]])(**dict(wrapped.get("options") or {}))
+            return optuna.pruners.PatientPruner(inner, **options)
+        return getattr(optuna.pruners, OPTUNA_PRUNERS[rule.pruner])(**options)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"{where}.options", rule.options, f"arguments of optuna.pruners."
+                                                                    f"{OPTUNA_PRUNERS[rule.pruner]} ({exc})") from None
+
+
+def judge_with_optuna(rule: PruningRule, own: Sequence[Mapping], peers: Sequence[tuple[str, Sequence[Mapping]]],
+                      pruner: Any = None) -> str:
+    """Optuna's pruner on an in-memory study of the peers (state, reports) and this trial (RUNNING)."""
+    import optuna
+
+    states = optuna.trial.TrialState
+    metric = rule.metric
+    pruner = pruner or make_optuna_pruner(rule)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction=rule.mode, pruner=pruner)
+
+    def curve(reports: Sequence[Mapping]) -> dict[int, float]:
+        return {r["step"]: v for r in reports if (v := _value(r, metric)) is not None}
+
+    rungs = _halving_rungs(rule) if rule.pruner == "successive_halving" else None
+    for state, reports in peers:
+        values = curve(reports)
+        if not values:
+            continue
+        last = values[max(values)]
+        # successive halving compares values recorded at each rung (system attributes Optuna's pruner writes
+        # as it judges): rebuilt here from each peer's curve, its value when it first reached the rung
+        attrs = {} if rungs is None else {f"completed_rung_{k}": values[min(s for s in values if s >= step)]
+                                          for k, step in enumerate(rungs(max(values)))}
+        if state == "succeeded":
+            study.add_trial(optuna.trial.create_trial(state=states.COMPLETE, value=last, intermediate_values=values,
+                                                      system_attrs=attrs))
+        elif state == "pruned":
+            study.add_trial(optuna.trial.create_trial(state=states.PRUNED, intermediate_values=values,
+                                                      system_attrs=attrs))
+        elif state in ("running", "waiting"):
+            study.add_trial(optuna.trial.create_trial(state=states.RUNNING, intermediate_values=values,
+                                                      system_attrs=attrs))
+    values = curve(own)
+    if not values:
+        return ""
+    study.add_trial(optuna.trial.create_trial(state=states.RUNNING, intermediate_values=values))
+    trial = study.get_trials(deepcopy=False)[-1]
+    if not pruner.prune(study, trial):
+        return ""
+    step = max(values)
+    return (f"Optuna's {type(pruner).__name__} at step {step}: {metric} {values[step]:.6g} "
+            f"({len(study.trials) - 1} other trials with reports)")
+
+
+def _halving_rungs(rule: PruningRule):
+    """Optuna's successive halving rungs: step ``min_resource * reduction_factor**(min_early_stopping_rate + k)``."""
+    options = rule.options or {}
+    first, factor = options["min_resource"], options.get("reduction_factor", 4)
+    rate = options.get("min_early_stopping_rate", 0)
+
+    def up_to(last_step: int) -> list[int]:
+        out, k = [], 0
+        while first * factor ** (rate + k) <= last_step:
+            out.append(first * factor ** (rate + k))
+            k += 1
+        return out
+
+    return up_to
 
 
 def judge(rule: PruningRule, own: Sequence[Mapping], peers: Sequence[Sequence[Mapping]],
@@ -139,6 +255,8 @@ class SweepReports:
     def __init__(self, sweep_dir: str) -> None:
         self.trials_dir = os.path.join(sweep_dir, "trials")
         self._cache: dict[str, tuple[tuple[int, int], list[dict]]] = {}
+        self._states: dict[str, tuple[tuple[int, int], str]] = {}
+        self._pruner: Any = None  # rule optuna: one pruner object for the trial's life
 
     def all(self) -> dict[str, list[dict]]:
         out = {}
@@ -163,7 +281,28 @@ class SweepReports:
     def judge(self, rule: PruningRule, folder_name: str, judged_up_to: int | None = None) -> str:
         everything = self.all()
         own = everything.pop(folder_name, [])
+        if rule.rule == "optuna":
+            if self._pruner is None:
+                self._pruner = make_optuna_pruner(rule)
+            peers = [(self._state(name), reports) for name, reports in everything.items()]
+            return judge_with_optuna(rule, own, peers, self._pruner)
         return judge(rule, own, list(everything.values()), judged_up_to)
+
+    def _state(self, folder_name: str) -> str:
+        """A peer's state from its status.json (re-read only when it changed); '' when unreadable."""
+        path = os.path.join(self.trials_dir, folder_name, "status.json")
+        try:
+            st = os.stat(path)
+        except OSError:
+            return ""
+        key = (st.st_size, st.st_mtime_ns)
+        cached = self._states.get(path)
+        if cached is None or cached[0] != key:
+            data = read_json(path)
+            state = data.get("state") if isinstance(data, dict) else None
+            cached = (key, state if isinstance(state, str) else "")
+            self._states[path] = cached
+        return cached[1]
 
     def last_step(self, folder_name: str) -> int:
         """The last step in this trial's reports as last read (by :meth:`judge`): no second read."""

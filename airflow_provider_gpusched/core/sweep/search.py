@@ -11,6 +11,10 @@
   candidates) the pool is filled from what is left when random draws keep repeating; once every feasible
   candidate has been evaluated a round proposes nothing and the search ends (the best stays the best).
 
+With several metrics Optuna runs a multi-objective study (TPE, or NSGA-II with ``sampler: nsga2``) unless
+the objective has weights (then it optimises the weighted sum), and evolution keeps its top-k by Pareto
+front and, within the last front that fits, by crowding distance (NSGA-II's selection).
+
 ``ask(round)`` is idempotent: a round's proposals are stored, so asking again (a retried task, a
 re-run DAG) gives the same trials. ``tell(round, ...)`` ignores trials already told.
 """
@@ -24,6 +28,7 @@ from typing import Any, Mapping, Sequence
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.sweep import spaces
 from airflow_provider_gpusched.core.sweep.expand import finite_space_size, flatten, nested, trial_id
+from airflow_provider_gpusched.core.sweep.objective import crowding_distances, pareto_fronts
 from airflow_provider_gpusched.core.sweep.spec import SweepSpec
 from airflow_provider_gpusched.core.sweep.store import read_json, write_json
 
@@ -48,19 +53,22 @@ class RoundSearch:
         write_json(self._round_path(round_no), {"round": round_no, "proposals": proposals, "told": []})
         return [p["params"] for p in proposals]
 
-    def tell(self, round_no: int, outcomes: Sequence[tuple[Mapping[str, Any], float | None]]) -> int:
-        """Record scores (None = failed). Returns how many were new."""
+    def tell(self, round_no: int, outcomes: Sequence[tuple]) -> int:
+        """Record each trial's outcome: ``(params, values)`` with its metric values in the objective's order
+        (None = failed or no score), or ``(params, None, curve)`` for a pruned trial with its reports of the
+        pruning metric as ``[(step, value), ...]``. Returns how many were new."""
         stored = read_json(self._round_path(round_no))
         if not isinstance(stored, dict) or "proposals" not in stored:
             raise GpuschedError(f"round {round_no} was never asked ({self._round_path(round_no)} is missing)")
         told = set(stored.get("told", []))
         by_key = {_key(p["params"]): p for p in stored["proposals"]}
         new = 0
-        for params, score in outcomes:
+        for params, values, *pruned in outcomes:
             key = _key(params)
             if key in told or key not in by_key:
                 continue
-            self._record(by_key[key], dict(params), score)
+            self._record(by_key[key], dict(params), None if values is None else tuple(values),
+                         pruned[0] if pruned else None)
             told.add(key)
             new += 1
         stored["told"] = sorted(told)
@@ -71,8 +79,13 @@ class RoundSearch:
     def _propose(self, round_no: int) -> list[dict]:
         raise NotImplementedError
 
-    def _record(self, proposal: dict, params: dict, score: float | None) -> None:
+    def _record(self, proposal: dict, params: dict, values: tuple[float, ...] | None,
+                pruned: Sequence[tuple[int, float]] | None = None) -> None:
         raise NotImplementedError
+
+    def _score(self, values: Sequence[float]) -> float:
+        """The objective's score (a single metric, or the weighted sum) of a trial's metric values."""
+        return self.spec.objective.score(dict(zip(self.spec.objective.metrics, values)))
 
 
 def _key(params: Mapping[str, Any]) -> str:
@@ -88,7 +101,7 @@ class EvolutionSearch(RoundSearch):
         super().__init__(spec, state_dir)
         self.settings = spec.evolution
         self.choices = {k: list(v.values if isinstance(v, spaces.Choice) else v) for k, v in self.space.items()}
-        self.maximize = spec.objective.maximize
+        self.objective = spec.objective
         self.history_path = os.path.join(state_dir, "evolution.json")
 
     def history(self) -> list[dict]:
@@ -96,9 +109,25 @@ class EvolutionSearch(RoundSearch):
         return data.get("evaluated", []) if isinstance(data, dict) else []
 
     def top_k(self) -> list[dict]:
+        """The parents: the best ``candidate_top_k`` evaluated so far, by score; with several metrics and no
+        weights, by Pareto front, the last front that does not fit whole taken by crowding distance."""
+        k = self.settings.candidate_top_k
+        objective = self.objective
+        if objective.several and not objective.weights:
+            scored = [h for h in self.history() if isinstance(h.get("values"), list)
+                      and len(h["values"]) == len(objective.metrics)]
+            chosen: list[dict] = []
+            for front in pareto_fronts([h["values"] for h in scored], objective.modes, enough=k):
+                members = [scored[i] for i in front]
+                if len(chosen) + len(members) > k:
+                    distance = crowding_distances([h["values"] for h in members])
+                    order = sorted(range(len(members)), key=lambda i: -distance[i])
+                    members = [members[i] for i in order[:k - len(chosen)]]
+                chosen.extend(members)
+            return chosen
         scored = [h for h in self.history() if h.get("score") is not None]
-        scored.sort(key=lambda h: -h["score"] if self.maximize else h["score"])
-        return scored[:self.settings.candidate_top_k]
+        scored.sort(key=lambda h: objective.sort_key(h["score"]))
+        return scored[:k]
 
     def feasible(self, params: Mapping[str, Any]) -> bool:
         constraints = self.settings.constraints
@@ -171,10 +200,13 @@ class EvolutionSearch(RoundSearch):
     def space_size(self) -> int:
         return finite_space_size(self.space) or 0  # evolution spaces are lists of choices: always finite
 
-    def _record(self, proposal: dict, params: dict, score: float | None) -> None:
+    def _record(self, proposal: dict, params: dict, values: tuple[float, ...] | None,
+                pruned: Sequence[tuple[int, float]] | None = None) -> None:
         data = read_json(self.history_path)
         data = data if isinstance(data, dict) else {"evaluated": []}
-        data["evaluated"].append({"params": params, "score": score, "origin": proposal.get("origin")})
+        data["evaluated"].append({"params": params, "score": None if values is None else self._score(values),
+                                  "values": None if values is None else list(values),
+                                  "origin": proposal.get("origin")})
         write_json(self.history_path, data)
 
 
@@ -190,20 +222,38 @@ class OptunaSearch(RoundSearch):
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.optuna = optuna
-        storage = JournalStorage(JournalFileBackend(os.path.join(state_dir, "optuna.journal")))
-        self.study = optuna.create_study(study_name=spec.name, storage=storage, sampler=self._sampler(0),
-                                         load_if_exists=True,
-                                         direction="maximize" if spec.objective.maximize else "minimize")
+        storage = self.storage = JournalStorage(JournalFileBackend(os.path.join(state_dir, "optuna.journal")))
+        objective = spec.objective
+        #: several metrics without weights: a multi-objective study; else one value (the metric, or the weighted sum)
+        self.multi = objective.several and not objective.weights
+        directions = (list(objective.modes) if self.multi
+                      else ["maximize" if objective.maximize else "minimize"])
+        try:
+            self.study = optuna.create_study(study_name=spec.name, storage=storage, sampler=self._sampler(0),
+                                             load_if_exists=True, directions=directions)
+        except ValueError as exc:  # the journal holds a study with other directions
+            raise GpuschedError(f"sweep {spec.name}: the Optuna study in {state_dir} does not match the objective "
+                                f"({objective.describe()}): {exc}; use a new sweep name or delete the folder") from None
+        if list(self.study.directions) != [getattr(optuna.study.StudyDirection, d.upper()) for d in directions]:
+            raise GpuschedError(f"sweep {spec.name}: the Optuna study in {state_dir} was made for other directions "
+                                f"({[d.name.lower() for d in self.study.directions]}) than the objective "
+                                f"({objective.describe()}); use a new sweep name or delete the folder")
 
     def _sampler(self, round_no: int):
         """A sampler seeded for this round (from the sweep's seed): a round's proposals depend on the
         history and the seed only, not on whether earlier rounds were asked in this process."""
         seed = None if self.spec.seed is None else self.spec.seed * 1_000_003 + round_no
+        if self.spec.sampler == "nsga2":
+            return self.optuna.samplers.NSGAIISampler(seed=seed, population_size=max(2, self.spec.per_round))
         if self.spec.sampler == "tpe":
             # constant liar: the trials asked earlier in this round count as bad while they run, so one
             # round does not pile onto one point
-            return self.optuna.samplers.TPESampler(seed=seed, n_startup_trials=self.spec.per_round,
-                                                   constant_liar=True)
+            import warnings
+
+            with warnings.catch_warnings():  # Optuna 4.0 marks constant_liar experimental
+                warnings.simplefilter("ignore", self.optuna.exceptions.ExperimentalWarning)
+                return self.optuna.samplers.TPESampler(seed=seed, n_startup_trials=self.spec.per_round,
+                                                       constant_liar=True)
         return self.optuna.samplers.RandomSampler(seed=seed)
 
     def _suggest(self, trial) -> dict:
@@ -262,14 +312,26 @@ class OptunaSearch(RoundSearch):
         self._running = {t.number for t in self.study.get_trials(deepcopy=False, states=(running,))}
         return super().tell(round_no, outcomes)
 
-    def _record(self, proposal: dict, params: dict, score: float | None) -> None:
+    def _record(self, proposal: dict, params: dict, values: tuple[float, ...] | None,
+                pruned: Sequence[tuple[int, float]] | None = None) -> None:
         if proposal["number"] not in self._running:  # told already (a retried task), or failed by Optuna
             return
         self._running.discard(proposal["number"])
-        if score is None:
+        if pruned is not None:
+            # PRUNED with its curve as intermediate values: TPE ranks a pruned trial by its last one
+            objective, rule = self.spec.objective, self.spec.pruning
+            # the curve is in the study's terms only when the pruning metric is its one objective
+            if pruned and not objective.several and rule is not None and rule.metric == objective.metric:
+                trial_id = self.storage.get_trial_id_from_study_id_trial_number(
+                    self.storage.get_study_id_from_name(self.spec.name), proposal["number"])
+                trial = self.optuna.trial.Trial(self.study, trial_id)
+                for step, value in pruned:
+                    trial.report(value, step)
+            self.study.tell(proposal["number"], state=self.optuna.trial.TrialState.PRUNED)
+        elif values is None:
             self.study.tell(proposal["number"], state=self.optuna.trial.TrialState.FAIL)
         else:
-            self.study.tell(proposal["number"], score)
+            self.study.tell(proposal["number"], list(values) if self.multi else self._score(values))
 
 
 def make_search(spec: SweepSpec, state_dir: str) -> RoundSearch:

@@ -17,7 +17,8 @@ from typing import Any
 
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.sweep.expand import Trial, finite_space_size, flatten, make_trial, nested
-from airflow_provider_gpusched.core.sweep.objective import format_leaderboard, leaderboard
+from airflow_provider_gpusched.core.sweep.objective import format_leaderboard, leaderboard, pareto_front
+from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports
 from airflow_provider_gpusched.core.sweep.search import RoundSearch, make_search
 from airflow_provider_gpusched.core.sweep.spec import SweepSpec, default_results_root
 from airflow_provider_gpusched.core.sweep.store import DONE_STATES, TrialStore, format_counts, state_counts
@@ -103,11 +104,22 @@ class SweepSession:
         manifest = self.manifest(round_no, run)
         objective = self.spec.objective
         outcomes = []
+        scores = []
+        metric = self.spec.pruning.metric if self.spec.pruning else objective.primary.metric
         for record in self.store.records(manifest.trials):
-            score = objective.score(record["result"]) if record["state"] == "succeeded" else None
-            outcomes.append((manifest.trial(record["trial_id"]).params, score))
+            values = objective.values(record["result"]) if record["state"] == "succeeded" else None
+            trial = manifest.trial(record["trial_id"])
+            if record["state"] == "pruned":  # the search hears it was pruned, with its curve
+                found, _ = read_reports(os.path.join(record["folder"], REPORTS_FILE))
+                curve = [(r["step"], float(r["metrics"][metric])) for r in found
+                         if isinstance(r["metrics"].get(metric), (int, float))
+                         and not isinstance(r["metrics"][metric], bool)]
+                outcomes.append((trial.params, None, curve))
+            else:
+                outcomes.append((trial.params, values))
+            if values is not None:
+                scores.append(objective.score(record["result"]))
         told = self.search.tell(round_no, outcomes)
-        scores = [s for _, s in outcomes if s is not None]
         best = (max if objective.maximize else min)(scores) if scores else None
         return {"round": round_no, "trials": len(outcomes), "told": told, "scored": len(scores), "round_best": best}
 
@@ -162,8 +174,14 @@ class SweepSession:
         if self.spec.objective is not None:
             board = leaderboard(records, self.spec.objective, self.spec.top_n)
             self.store.write("leaderboard.json", {"objective": self.spec.objective.to_dict(), "leaderboard": board})
-            summary["leaderboard"] = [{k: r[k] for k in ("rank", "score", "label", "trial_id", "params")}
-                                      for r in board]
+            summary["leaderboard"] = [{k: r[k] for k in ("rank", "score", "label", "trial_id", "params", "front",
+                                                         "values") if k in r} for r in board]
+            if self.spec.objective.several:
+                front = pareto_front(records, self.spec.objective)
+                summary["pareto_front"] = [{k: r[k] for k in ("label", "trial_id", "params", "values")} for r in front]
+                self.store.write("pareto.json", {"objective": self.spec.objective.to_dict(),
+                                                 "front": [{k: r[k] for k in ("index", "label", "trial_id", "params",
+                                                                              "values", "folder")} for r in front]})
             summary["best"] = summary["leaderboard"][0] if board else None
             if board:
                 self.store.write("best.json", {"objective": self.spec.objective.to_dict(), **summary["best"],

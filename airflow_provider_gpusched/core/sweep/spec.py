@@ -217,7 +217,7 @@ class SweepSpec:
         if self.evolution is not None and not isinstance(self.evolution, (EvolutionSettings, Mapping)):
             raise InvalidArgumentError(f"{w}: evolution", self.evolution, "a mapping of evolution settings")
         if not isinstance(self.sampler, str):
-            raise InvalidArgumentError(f"{w}: sampler", self.sampler, "'tpe' or 'random'")
+            raise InvalidArgumentError(f"{w}: sampler", self.sampler, "'tpe', 'random' or 'nsga2'")
         if not isinstance(self.force_rerun, bool):  # YAML 'no' in quotes is a string, and would be true
             raise InvalidArgumentError(f"{w}: force_rerun", self.force_rerun, "true or false")
         if self.results_root is not None and (not isinstance(self.results_root, str) or not self.results_root
@@ -256,8 +256,11 @@ class SweepSpec:
                 raise InvalidArgumentError(f"{w}: pruning", self.pruning.rule, "an objective (or pruning.metric "
                                                                                "and pruning.mode) to judge trials by")
             if self.objective is not None:
-                self.pruning.metric = self.pruning.metric or self.objective.metric
-                self.pruning.mode = self.pruning.mode or self.objective.mode
+                # several metrics: the rule judges the first unless pruning.metric names another
+                primary = self.objective.primary
+                self.pruning.metric = self.pruning.metric or primary.metric
+                self.pruning.mode = self.pruning.mode or (
+                    dict(zip(self.objective.metrics, self.objective.modes)).get(self.pruning.metric, primary.mode))
         if (self.command is None) == (self.python_callable is None):
             raise InvalidArgumentError(f"{w}: command", self.command,
                                        "exactly one of command (an argv list) or python_callable")
@@ -298,8 +301,8 @@ class SweepSpec:
         if self.search == "optuna":
             if self.objective is None:
                 raise InvalidArgumentError(f"{w}: objective", None, "a metric to optimise (search: optuna)")
-            if self.sampler not in ("tpe", "random"):
-                raise InvalidArgumentError(f"{w}: sampler", self.sampler, "'tpe' or 'random'")
+            if self.sampler not in ("tpe", "random", "nsga2"):
+                raise InvalidArgumentError(f"{w}: sampler", self.sampler, "'tpe', 'random' or 'nsga2'")
             self.rounds = self.rounds or 3
             self.per_round = self.per_round or 4
         if self.search == "evolution":
@@ -457,11 +460,11 @@ def _check_finite(value: Any, where: str, depth: int = 0) -> None:
 
 
 def _objective(data: Mapping, where: str) -> Objective:
-    unknown = [k for k in data if k not in ("metric", "mode")]
+    unknown = [k for k in data if k not in ("metric", "mode", "weights")]
     if unknown:
-        raise InvalidArgumentError(f"{where}.{unknown[0]}", data[unknown[0]], "only metric and mode")
+        raise InvalidArgumentError(f"{where}.{unknown[0]}", data[unknown[0]], "only metric, mode and weights")
     try:
-        return Objective(data.get("metric"), data.get("mode", "maximize"))
+        return Objective(data.get("metric"), data.get("mode", "maximize"), data.get("weights"))
     except InvalidArgumentError as exc:
         raise InvalidArgumentError(f"{where}.{exc.argument.split('.')[-1]}", exc.value, exc.expected) from None
 

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested
-from airflow_provider_gpusched.core.sweep.objective import Objective, leaderboard
+from airflow_provider_gpusched.core.sweep.objective import Objective, leaderboard, pareto_fronts
 from airflow_provider_gpusched.core.sweep.store import FINAL_STATES, STATES, TrialStore
 
 PLAN_XCOM = "gpusched_sweep_plan"
@@ -82,7 +82,8 @@ def read_plan_record(data: Any, source: str) -> dict:
         try:
             Objective(**objective)
         except (TypeError, InvalidArgumentError):  # not a dict, unknown keys, or bad values
-            raise bad("objective", "{'metric': name, 'mode': 'maximize'|'minimize'} or null") from None
+            raise bad("objective", "{'metric': name(s), 'mode': 'maximize'|'minimize' (one per metric), "
+                                   "'weights': optional} or null") from None
     if not _int(data.get("defined")) or data["defined"] < 0:
         raise bad("defined", "a count")
     trials = data.get("trials")
@@ -128,6 +129,12 @@ def _numeric_params(params: Mapping, prefix: str = "") -> dict[str, float]:
     return out
 
 
+def _objective_view(objective: Objective) -> dict:
+    return {**objective.to_dict(), "metrics": list(objective.metrics), "modes": list(objective.modes),
+            "several": objective.several, "describe": objective.describe(), "score_label": objective.score_label,
+            "maximize": objective.maximize}
+
+
 def build_sweep_view(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
                      ti_states: Mapping[tuple[str, int], str | None], top_n: int = 20) -> dict:
     """One sweep's view in one DAG run: ``plans`` (its stages' plan records, rounds in order), ``outcomes``
@@ -170,7 +177,7 @@ def build_sweep_view(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
         counts["waiting"] += first["defined"] - len(rows)
     view: dict[str, Any] = {
         "sweep": first["sweep"], "search": first["search"], "backend": first["backend"], "run": first["run"],
-        "objective": objective.to_dict() if objective else None, "counts": counts,
+        "objective": _objective_view(objective) if objective else None, "counts": counts,
         "rounds": len(plans) if first.get("round") is not None else None,
         "truncated": max(0, first["defined"] - len(first["trials"])),
         "problems": [{k: r[k] for k in ("index", "label", "state", "error", "task_id", "map_index")}
@@ -181,18 +188,26 @@ def build_sweep_view(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
         return view
     board = leaderboard(rows, objective, top_n)
     view["leaderboard"] = [{k: r[k] for k in ("rank", "score", "index", "label", "trial_id", "params", "round",
-                                              "task_id", "map_index", "seconds", "skipped")} for r in board]
+                                              "task_id", "map_index", "seconds", "skipped", "front", "values")
+                            if k in r} for r in board]
     view["best"] = view["leaderboard"][0] if board else None
     points, values = [], {}
     for r in rows:
-        score = objective.score(r["result"]) if r["state"] == "succeeded" else None
-        if score is None:
+        metrics = objective.values(r["result"]) if r["state"] == "succeeded" else None
+        if metrics is None:
             continue
         numeric = _numeric_params(r["params"])
         for name, value in numeric.items():
             values.setdefault(name, set()).add(value)
-        points.append({"index": r["index"], "round": r["round"], "score": score, "label": r["label"],
-                       "params": numeric})
+        point = {"index": r["index"], "round": r["round"], "score": objective.score(r["result"]), "label": r["label"],
+                 "params": numeric}
+        if objective.several:
+            point["values"] = list(metrics)
+        points.append(point)
+    if objective.several and points:  # mark the Pareto front for the plot of the first two metrics
+        on_front = set(pareto_fronts([p["values"] for p in points], objective.modes, enough=1)[0])
+        for i, point in enumerate(points):
+            point["front"] = i in on_front
     view["points"] = points
     view["numeric_params"] = sorted(n for n, seen in values.items() if len(seen) > 1)  # a constant plots nothing
     return view

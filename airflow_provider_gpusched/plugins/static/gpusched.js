@@ -176,7 +176,7 @@ function Scatter({ points, line, xLabel, yLabel, width = 420, height = 240, test
   if (y0 === y1) { y0 -= 1; y1 += 1; }
   const X = (x) => pad.l + ((x - x0) / (x1 - x0)) * (width - pad.l - pad.r);
   const Y = (y) => height - pad.b - ((y - y0) / (y1 - y0)) * (height - pad.t - pad.b);
-  const fmt = (v) => (Math.abs(v) >= 1000 || (Math.abs(v) < 0.01 && v !== 0) ? v.toExponential(1) : +v.toFixed(3));
+  const fmt = (v) => (Math.abs(v) >= 1000 || (Math.abs(v) < 0.01 && v !== 0) ? v.toExponential(1) : +v.toPrecision(3));
   // ends and middle; on an axis of whole numbers (trial index, num_zmode) the middle is a whole number too
   const ticks = (a, b, whole) => {
     const mid = whole ? Math.round((a + b) / 2) : a + (b - a) / 2;
@@ -204,7 +204,9 @@ const ROUND_COLORS = ["#2b7bd6", "#2f9e44", "#8e6ccf", "#d9480f", "#0c8599", "#e
 
 function SweepCard({ sweep, dagId, focus }) {
   const obj = sweep.objective;
-  const better = obj && obj.mode === "maximize" ? (a, b) => a > b : (a, b) => a < b;
+  const better = obj && obj.maximize ? (a, b) => a > b : (a, b) => a < b;
+  const several = obj && obj.several;
+  const fmtv = (v) => (typeof v === "number" ? `${+v.toPrecision(6)}` : "–");
   const pts = [...sweep.points].sort((a, b) => a.index - b.index);
   let best = null;
   const line = pts.map((p) => { if (best === null || better(p.score, best)) best = p.score; return { x: p.index, y: best }; });
@@ -217,29 +219,39 @@ function SweepCard({ sweep, dagId, focus }) {
     h("div", { style: { fontSize: "16px", fontWeight: 600 } }, `Sweep ${sweep.sweep} `,
       h("span", { style: S.muted }, `${sweep.search} search on ${sweep.backend}` +
         (sweep.rounds ? ` · ${sweep.rounds} round(s) so far` : "") +
-        (obj ? ` · ${obj.mode} ${obj.metric}` : " · no objective"))),
+        (obj ? ` · ${obj.describe}` : " · no objective") + (obj && obj.weights ? ` · ranked by ${obj.score_label}` : ""))),
     h("div", { style: { margin: "6px 0" }, "data-testid": "counts" },
       ["defined", "waiting", "running", "succeeded", "failed", "invalid", "pruned", "skipped"].map((k) =>
         h("span", { key: k, "data-count": k }, badge(`${k} ${counts[k] || 0}`, COLORS[k])))),
     sweep.best ? h("div", { "data-testid": "best", style: { margin: "6px 0" } }, "Best: ",
-      h("b", null, `${obj.metric} = ${sweep.best.score}`), ` — trial ${sweep.best.index} ${sweep.best.label} `,
+      h("b", null, several && !obj.weights
+        ? obj.metrics.map((m) => `${m} = ${fmtv((sweep.best.values || {})[m])}`).join(", ") + " (Pareto front, best " + obj.metrics[0] + ")"
+        : `${obj.score_label} = ${fmtv(sweep.best.score)}`), ` — trial ${sweep.best.index} ${sweep.best.label} `,
       sweep.best.task_id ? h("a", { href: tiHref(dagId, sweep.run, sweep.best.task_id, sweep.best.map_index), style: S.a },
         "task instance") : h("span", { style: S.muted }, "(succeeded in an earlier run)")) : null,
     scatter.length ? h("div", { style: { display: "flex", flexWrap: "wrap" }, "data-testid": "plots" },
-      h("div", null, h("div", { style: S.muted }, `${obj.metric} by trial (orange line: best so far; colour: round)`),
-        h(Scatter, { points: scatter, line, xLabel: "trial", yLabel: obj.metric, testid: "plot-progress" })),
+      several ? h("div", null, h("div", { style: S.muted }, `${obj.metrics[1]} against ${obj.metrics[0]} (orange: the Pareto front)`),
+        h(Scatter, { points: pts.map((p) => ({ x: p.values[0], y: p.values[1], best: p.front,
+          title: `trial ${p.index} ${p.label}: ${obj.metrics[0]} ${fmtv(p.values[0])}, ${obj.metrics[1]} ${fmtv(p.values[1])}` })),
+          line: pts.filter((p) => p.front).map((p) => ({ x: p.values[0], y: p.values[1] })).sort((a, b) => a.x - b.x || a.y - b.y),
+          xLabel: obj.metrics[0], yLabel: obj.metrics[1], testid: "plot-pareto" })) : null,
+      h("div", null, h("div", { style: S.muted }, `${obj.score_label} by trial (orange line: best so far; colour: round)`),
+        h(Scatter, { points: scatter, line, xLabel: "trial", yLabel: obj.score_label, testid: "plot-progress" })),
       sweep.numeric_params.map((name) => h("div", { key: name },
-        h("div", { style: S.muted }, `${obj.metric} against ${name}`),
+        h("div", { style: S.muted }, `${obj.score_label} against ${name}`),
         h(Scatter, { points: pts.filter((p) => name in p.params).map((p) => ({ x: p.params[name], y: p.score,
           best: p.index === bestIndex, title: `trial ${p.index} ${p.label}: ${p.score}` })),
-          xLabel: name, yLabel: obj.metric, width: 300, height: 200, testid: `plot-${name}` })))) : null,
+          xLabel: name, yLabel: obj.score_label, width: 300, height: 200, testid: `plot-${name}` })))) : null,
     obj ? h("div", null, h("div", { style: { fontWeight: 600, marginTop: "6px" } }, "Leaderboard"),
       sweep.leaderboard.length === 0 ? h("div", { style: S.muted }, "No trial has a score yet.") :
-        h(Table, { testid: "leaderboard", head: ["rank", obj.metric, "trial", "parameters", "time", ""],
-          rows: sweep.leaderboard.map((r) => ({ cells: [`${r.rank}`, `${r.score}`, `${r.index} ${r.label}`,
+        h(Table, { testid: "leaderboard", head: ["rank"].concat(several ? ["front", ...obj.metrics] : [],
+            several && !obj.weights ? [] : [obj.score_label], ["trial", "parameters", "time", ""]),
+          rows: sweep.leaderboard.map((r) => ({ cells: [`${r.rank}`].concat(
+            several ? [r.front ? `${r.front}` : "–", ...obj.metrics.map((m) => fmtv((r.values || {})[m]))] : [],
+            several && !obj.weights ? [] : [`${r.score}`], [`${r.index} ${r.label}`,
             h("code", { style: { fontSize: "12px", wordBreak: "break-word" } }, JSON.stringify(r.params)), dur(r.seconds),
             r.task_id ? h("a", { href: tiHref(dagId, sweep.run, r.task_id, r.map_index), style: S.a }, "task")
-              : h("span", { style: S.muted }, "earlier run")] })) })) : null,
+              : h("span", { style: S.muted }, "earlier run")]) })) })) : null,
     sweep.truncated ? h("div", { style: S.muted }, `${sweep.truncated} trials are not listed (too many to publish).`) : null,
     sweep.problems.length ? h("div", null, h("div", { style: { fontWeight: 600, marginTop: "6px" } }, "Failed or invalid"),
       h(Table, { testid: "problems", head: ["trial", "state", "error", ""], rows: sweep.problems.map((p) => ({
