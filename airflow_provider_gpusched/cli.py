@@ -144,6 +144,12 @@ def _sweep_preview(args) -> int:
     if args.force_rerun:
         spec.force_rerun = True
     preview = SweepSession(spec, args.results_root).preview()
+    if args.labels:  # GPU Task Scheduler's "all test instances in a string"
+        if spec.in_rounds:
+            raise GpuschedError(f"{args.spec}: search {spec.search} makes its trials round by round: no labels "
+                                f"before it runs")
+        print(spec.label_format.instance_separator.join(t["label"] for t in preview["table"]))
+        return 0
     if args.json:
         print(json.dumps(preview, indent=2, default=str))
         return 0
@@ -318,6 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force-rerun", action="store_true", help="count succeeded trials as to-run")
     p.add_argument("--limit", type=_positive_int, default=50, help="rows of the table to print (default 50)")
     p.add_argument("--json", action="store_true", help="every trial, machine-readable")
+    p.add_argument("--labels", action="store_true", help="only the trial labels, joined by label_format.instance_separator "
+                                                       "(GPU Task Scheduler's test_config_string_inst_separator, default +)")
     p.set_defaults(func=_sweep_preview)
     p = sweep.add_parser("results", help="status table and leaderboard of a sweep that ran")
     p.add_argument("folder", help="the sweep's folder (<results root>/<sweep name>)")

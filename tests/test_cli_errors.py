@@ -167,3 +167,15 @@ def test_each_subcommand_imports_only_what_it_uses():
     loaded = set(seen["run"])
     assert "airflow_provider_gpusched.core.sweep.spec" in loaded
     assert not loaded & {"numpy", "airflow_provider_gpusched.core.partition", "airflow_provider_gpusched.core.slurm"}
+
+
+def test_sweep_preview_labels_lists_every_trial_in_one_string(tmp_path):
+    out = gpusched("sweep", "preview", str(REPO / "dags" / "sweeps" / "gpu_task_scheduler.yaml"), "--labels",
+                   "--results-root", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ("method-GAN,num_packing-1,num_zmode-1+method-ALI,num_packing-1,num_zmode-1+"
+                                  "method-WGAN,num_packing-3,num_zmode-1+method-WGAN,num_packing-3,num_zmode-2")
+    spec = tmp_path / "rounds.yaml"
+    spec.write_text("name: r\nsearch: optuna\nspace: {x: {uniform: [0, 1]}}\ncommand: [x]\nobjective: maximize y\n")
+    out = gpusched("sweep", "preview", str(spec), "--labels", "--results-root", str(tmp_path))
+    assert out.returncode != 0 and "makes its trials round by round: no labels before it runs" in out.stderr

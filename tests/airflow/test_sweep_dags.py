@@ -117,11 +117,24 @@ def test_nas_example_improves_and_publishes_the_best_subnet(run, sweeps_root):
         assert session.query(AssetEvent).filter(AssetEvent.asset_id == asset.id).count() == 1
 
 
-def test_yaml_loader_dag(run, sweeps_root):
-    state, xcoms, states = run(the_dag(REPO / "dags" / "sweeps_from_yaml.py"))
+def test_yaml_loader_dags(run, sweeps_root):
+    from .conftest import load_dag_file
+
+    module = load_dag_file(REPO / "dags" / "sweeps_from_yaml.py")
+    state, xcoms, states = run(module.sweep_lr_schedule_dag)
     assert state == "success", states
     best = xcoms["lr_schedule.leaderboard"]["return_value"]
     assert best["label"] == "schedule=cosine,lr=0.01" and best["score"] == 0.0
+    # GPU Task Scheduler's config as it is: its GPU list, its folder names
+    state, xcoms, states = run(module.sweep_gan_seed_dag)
+    assert state == "success", states
+    best = xcoms["gan_seed.leaderboard"]["return_value"]
+    assert best["label"] == "method-WGAN,num_packing-3,num_zmode-1" and best["score"] == pytest.approx(7.7)
+    folders = sorted(p.name.rsplit(".", 1)[0] for p in (sweeps_root / "gan_seed" / "trials").iterdir())
+    assert folders == ["method-ALI,num_packing-1,num_zmode-1", "method-GAN,num_packing-1,num_zmode-1",
+                       "method-WGAN,num_packing-3,num_zmode-1", "method-WGAN,num_packing-3,num_zmode-2"]
+    records = json.loads((sweeps_root / "gan_seed" / "summary.json").read_text())["records"]
+    assert {r["result"]["gpu"] for r in records} <= {"0", "1"} and {r["gpus"] for r in records} <= {"0", "1"}
 
 
 def test_batched_local_mode_runs_hundreds_of_trials_in_two_runner_tasks(run, sweeps_root):

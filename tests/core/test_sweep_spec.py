@@ -189,3 +189,50 @@ def test_a_big_grid_runs_when_max_trials_is_raised_on_purpose(tmp_path, monkeypa
     monkeypatch.setenv("GPUSCHED_MAX_TRIALS", "1000")
     with pytest.raises(InvalidArgumentError, match="max_trials=1,000"):
         SweepSpec(name="big", test_config=[{"a": list(range(400)), "b": list(range(300))}], command=["true"])
+
+
+def test_gpu_task_schedulers_scheduler_config_is_read_as_it_is(tmp_path):
+    from airflow_provider_gpusched.core.sweep.expand import LabelFormat
+
+    spec = SweepSpec.from_dict({
+        "name": "seed", "command": ["true"], "test_config": [{"method": ["GAN", "WGAN-GP-with-a-long-name"]}],
+        "scheduler_config": {"gpu": [["0", "1"], ["2", "3"]], "result_root_folder": str(tmp_path / "r"),
+                             "force_rerun": True, "test_config_string_indicator": "-",
+                             "test_config_string_separator": "__", "config_string_value_maxlen": 8,
+                             "test_config_string_inst_separator": " + ", "log_file": "worker.log"}})
+    assert (spec.resources.gpus, spec.resources.devices) == (2, [0, 1, 2, 3])
+    assert spec.resources.local_gpu_arguments()["devices"] == [0, 1, 2, 3]
+    assert spec.results_root == str(tmp_path / "r") and spec.force_rerun is True
+    assert spec.label_format == LabelFormat("-", "__", 8, " + ")
+    assert [t.label for t in spec.trials()] == ["method-GAN", "method-WGAN-GP-"]
+    assert [t.folder.rsplit(".", 1)[0] for t in spec.trials()] == ["method-GAN", "method-WGAN-GP-"]
+    # the label format never changes a trial's id (only its label and folder name)
+    plain = SweepSpec(name="seed", command=["true"], test_config=[{"method": ["GAN", "WGAN-GP-with-a-long-name"]}])
+    assert [t.trial_id for t in plain.trials()] == [t.trial_id for t in spec.trials()]
+    assert plain.trials()[1].label == "method=WGAN-GP-with-a-long-name"
+
+
+@pytest.mark.parametrize(("block", "argument", "expected"), [
+    ({"gpu": ["0", ["1", "2"]]}, "scheduler_config.gpu", "groups of one size"),
+    ({"gpu": ["0", "0"]}, "scheduler_config.gpu", "each GPU id once"),
+    ({"gpu": ["zero"]}, "scheduler_config.gpu", "GPU ids such as"),
+    ({"gpu": []}, "scheduler_config.gpu", "GPU ids such as"),
+    ({"gpus": ["0"]}, "scheduler_config.gpus", "a GPU Task Scheduler key"),
+    ({"test_config_string_indicator": "/"}, "label_format.indicator", "no '/'"),
+    ({"config_string_value_maxlen": 0}, "label_format.value_maxlen", "from 1 to 200"),
+    ({"force_rerun": True, "_twice": True}, "scheduler_config.force_rerun", "one place"),
+])
+def test_a_bad_scheduler_config_names_its_key(block, argument, expected):
+    data = {"name": "seed", "command": ["true"], "scheduler_config": {k: v for k, v in block.items() if k != "_twice"}}
+    if "_twice" in block:
+        data["force_rerun"] = False
+    with pytest.raises(InvalidArgumentError) as err:
+        SweepSpec.from_dict(data)
+    assert err.value.argument.endswith(argument) and expected in err.value.expected, (err.value.argument, err.value)
+
+
+def test_resources_devices_are_checked():
+    with pytest.raises(InvalidArgumentError, match="at least gpus=2"):
+        SweepSpec(name="d", command=["true"], resources={"gpus": 2, "devices": [1]})
+    with pytest.raises(InvalidArgumentError, match="distinct GPU indices"):
+        SweepSpec(name="d", command=["true"], resources={"devices": [1, 1]})

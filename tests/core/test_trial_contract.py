@@ -76,7 +76,7 @@ def test_trial_resources_become_each_backends_arguments():
                        setup=["module load cuda"], job_class="idle", priority=3, env={"A": "1"})
     r.check("resources")
     assert r.local_gpu_arguments() == {"gpus": 1, "gpu_memory": "6GiB", "host_memory": "8GiB", "job_class": "idle", "priority": 3,
-                                       "env": {"A": "1"}}
+                                       "env": {"A": "1"}, "devices": None}
     assert r.slurm_arguments() == {"gpus": None, "cpus_per_task": 4, "mem": "8GiB", "partition": "batch", "qos": None,
                                    "time_limit": "1:00:00", "setup": ["module load cuda"], "job_class": "idle",
                                    "priority": 3, "environment": {"A": "1"}}

@@ -41,9 +41,43 @@ def _value_text(value: Any, maxlen: int) -> str:
     return text[:maxlen]
 
 
-def trial_label(params: Mapping[str, Any], keys: Sequence[str] | None = None, value_maxlen: int = 30) -> str:
-    keys = list(params) if keys is None else [k for k in keys if k in params]
-    return ",".join(f"{k}={_value_text(params[k], value_maxlen)}" for k in keys)
+@dataclass(frozen=True)
+class LabelFormat:
+    """How a trial's label (and so its result folder) is spelled: GPU Task Scheduler's
+    ``key1<indicator>value1<separator>key2<indicator>value2``, each value cut to ``value_maxlen`` characters
+    (its ``test_config_string_indicator``, ``test_config_string_separator``, ``config_string_value_maxlen``
+    and ``test_config_string_inst_separator``; our defaults are ``=`` and ``,``, its are ``-`` and ``,``)."""
+
+    indicator: str = "="
+    separator: str = ","
+    value_maxlen: int = 30
+    #: between trials when all labels are listed as one string (``gpusched sweep preview --labels``)
+    instance_separator: str = "+"
+
+    def check(self, where: str) -> None:
+        if not isinstance(self.instance_separator, str) or not 1 <= len(self.instance_separator) <= 10 or \
+                "\x00" in self.instance_separator:
+            raise InvalidArgumentError(f"{where}.instance_separator", self.instance_separator, "1 to 10 characters")
+        for name in ("indicator", "separator"):  # these go into folder names
+            value = getattr(self, name)
+            if not isinstance(value, str) or not 1 <= len(value) <= 5 or any(c in value for c in "/\\\x00\n\r\t "):
+                raise InvalidArgumentError(f"{where}.{name}", value, "1 to 5 characters, no '/', '\\', space or "
+                                                                     "control character")
+        if isinstance(self.value_maxlen, bool) or not isinstance(self.value_maxlen, int) or \
+                not 1 <= self.value_maxlen <= 200:
+            raise InvalidArgumentError(f"{where}.value_maxlen", self.value_maxlen, "a whole number from 1 to 200")
+
+    def label(self, params: Mapping[str, Any], keys: Sequence[str] | None = None) -> str:
+        keys = list(params) if keys is None else [k for k in keys if k in params]
+        return self.separator.join(f"{k}{self.indicator}{_value_text(params[k], self.value_maxlen)}" for k in keys)
+
+
+DEFAULT_LABELS = LabelFormat()
+
+
+def trial_label(params: Mapping[str, Any], keys: Sequence[str] | None = None,
+                label_format: LabelFormat = DEFAULT_LABELS) -> str:
+    return label_format.label(params, keys)
 
 
 def safe_name(label: str, tid: str, maxlen: int = 120) -> str:
@@ -93,9 +127,10 @@ def nested(params: Mapping[str, Any]) -> dict:
     return out
 
 
-def make_trial(params: Mapping[str, Any], varying: Sequence[str], code_version: str | None, index: int) -> Trial:
+def make_trial(params: Mapping[str, Any], varying: Sequence[str], code_version: str | None, index: int,
+               label_format: LabelFormat = DEFAULT_LABELS) -> Trial:
     params = dict(params)
-    return Trial(params, trial_id(params, code_version), trial_label(params, varying), index)
+    return Trial(params, trial_id(params, code_version), label_format.label(params, varying), index)
 
 
 def _check_condition(where: str, key: str, dim: Conditional, known: Sequence[str]) -> None:
@@ -148,6 +183,7 @@ class GridSweep:
     grid_steps: int | None = None
     code_version: str | None = None
     where: str = "sweep"  # for error messages: a file name, or "sweep"
+    label_format: LabelFormat = DEFAULT_LABELS
 
     def blocks(self) -> list[dict]:
         if not isinstance(self.global_config, Mapping):
@@ -196,7 +232,7 @@ class GridSweep:
                     values = _dim_values(path, dim, self.grid_steps)
                     partials = [{**p, key: v} for p in partials for v in values]
             for params in partials:
-                trial = make_trial(params, varying, self.code_version, len(trials))
+                trial = make_trial(params, varying, self.code_version, len(trials), self.label_format)
                 if trial.trial_id not in seen:
                     seen.add(trial.trial_id)
                     trials.append(trial)
@@ -239,7 +275,8 @@ def check_space(space: Mapping[str, Any], where: str = "space", fixed: Mapping[s
 
 
 def random_trials(space: Mapping[str, Any], count: int, seed: int, *, fixed: Mapping[str, Any] | None = None,
-                  code_version: str | None = None, max_tries: int | None = None, where: str = "space") -> list[Trial]:
+                  code_version: str | None = None, max_tries: int | None = None, where: str = "space",
+                  label_format: LabelFormat = DEFAULT_LABELS) -> list[Trial]:
     """``count`` distinct trials sampled from ``space`` (values: search spaces, lists = choice, scalars fixed)
     with a seeded generator: the same seed gives the same trials in every process."""
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
@@ -261,7 +298,7 @@ def random_trials(space: Mapping[str, Any], count: int, seed: int, *, fixed: Map
     while len(trials) < count and tries < limit and since_new < max(1000, 20 * len(trials)):
         tries += 1
         since_new += 1
-        trial = make_trial(sample_params(flat, rng, base), varying, code_version, len(trials))
+        trial = make_trial(sample_params(flat, rng, base), varying, code_version, len(trials), label_format)
         if trial.trial_id not in seen:
             seen.add(trial.trial_id)
             trials.append(trial)

@@ -76,7 +76,7 @@ class SweepSession:
         first = round_no * self.spec.per_round  # trial numbers run on across rounds: 0..7 in round 0, 8..15 in round 1
         trials, seen = [], set()
         for i, p in enumerate(params):
-            trial = make_trial(p, varying, self.spec.code_version, first + i)
+            trial = make_trial(p, varying, self.spec.code_version, first + i, self.spec.label_format)
             if trial.trial_id not in seen:
                 seen.add(trial.trial_id)
                 trials.append(trial)

@@ -37,7 +37,9 @@ from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.job_classes import JOB_CLASSES
 from airflow_provider_gpusched.core.sweep import spaces
 from airflow_provider_gpusched.core.sweep.expand import (
+    DEFAULT_LABELS,
     GridSweep,
+    LabelFormat,
     Trial,
     check_space,
     finite_space_size,
@@ -73,6 +75,8 @@ class TrialResources:
     job_class: str = "normal"
     priority: int = 0
     env: dict[str, str] = field(default_factory=dict)
+    #: local GPUs: the GPU indices trials may use (GPU Task Scheduler's ``gpu`` list); None: any
+    devices: list[int] | None = None
 
     def check(self, where: str) -> None:
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 0:
@@ -105,12 +109,22 @@ class TrialResources:
             if not isinstance(value, (str, int, float)) or isinstance(value, bool) or "\x00" in str(value):
                 raise InvalidArgumentError(f"{where}.env.{key}", value, "a string or number")
         self.env = {str(k): str(v) for k, v in self.env.items()}
+        if self.devices is not None:
+            if (isinstance(self.devices, (str, bytes)) or not isinstance(self.devices, Sequence) or not self.devices
+                    or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in self.devices)
+                    or len(set(self.devices)) != len(self.devices)):
+                raise InvalidArgumentError(f"{where}.devices", self.devices, "a list of distinct GPU indices such as "
+                                                                             "[0, 2]")
+            if len(self.devices) < max(1, self.gpus):
+                raise InvalidArgumentError(f"{where}.devices", self.devices, f"at least gpus={self.gpus} indices")
+            self.devices = list(self.devices)
 
     def local_gpu_arguments(self) -> dict[str, Any]:
         """What a trial on local GPUs asks for (``LocalGPUOperator`` arguments): at least one GPU; ``mem``
         (Slurm's --mem) is the host RAM it reserves."""
         return {"gpus": max(1, self.gpus), "gpu_memory": self.gpu_memory, "host_memory": self.mem,
-                "job_class": self.job_class, "priority": self.priority, "env": self.env or None}
+                "job_class": self.job_class, "priority": self.priority, "env": self.env or None,
+                "devices": self.devices}
 
     def slurm_arguments(self) -> dict[str, Any]:
         """What a trial on Slurm asks for (``SlurmJobOperator`` arguments); unset ones are left to Slurm."""
@@ -192,6 +206,8 @@ class SweepSpec:
     config_template: str | None = None
     #: stop trials early from their intermediate reports: core/sweep/pruning.py (``{rule: median}``, ``asha``)
     pruning: PruningRule | None = None
+    #: how labels and result folders are spelled (GPU Task Scheduler's indicator, separator, value length)
+    label_format: LabelFormat | None = None
     where: str = "sweep"
 
     def __post_init__(self) -> None:
@@ -242,6 +258,14 @@ class SweepSpec:
             self.objective = _objective(self.objective, f"{w}: objective")
         if isinstance(self.resources, Mapping):
             self.resources = _build(TrialResources, self.resources, f"{w}: resources")
+        if self.label_format is None:
+            self.label_format = DEFAULT_LABELS
+        if isinstance(self.label_format, Mapping):
+            self.label_format = _build(LabelFormat, self.label_format, f"{w}: label_format")
+        if not isinstance(self.label_format, LabelFormat):
+            raise InvalidArgumentError(f"{w}: label_format", self.label_format,
+                                       "a mapping such as {indicator: '-', separator: ',', value_maxlen: 30}")
+        self.label_format.check(f"{w}: label_format")
         self.resources.check(f"{w}: resources")
         if isinstance(self.pruning, str):
             self.pruning = {"rule": self.pruning}
@@ -371,10 +395,11 @@ class SweepSpec:
         """Every trial of a one-shot (grid or random) sweep, in order, duplicates removed."""
         if self.search == "grid":
             return GridSweep(self.global_config, self.test_config, self.grid_steps, self.code_version,
-                             self.where).trials()
+                             self.where, self.label_format).trials()
         if self.search == "random":
             return random_trials(self.space, self.count, self.seed, fixed=self.global_config,
-                                 code_version=self.code_version, where=f"{self.where}: space")
+                                 code_version=self.code_version, where=f"{self.where}: space",
+                                 label_format=self.label_format)
         raise InvalidArgumentError(f"{self.where}: search", self.search,
                                    "'grid' or 'random' here; optuna and evolution sweeps make trials round by round")
 
@@ -388,7 +413,7 @@ class SweepSpec:
     def from_dict(cls, data: Any, where: str = "sweep") -> SweepSpec:
         if not isinstance(data, Mapping):
             raise InvalidArgumentError(where, data, "a mapping with name, command and a search space")
-        allowed = {f.name for f in fields(cls)} - {"where", "python_callable"} | {"callable"}
+        allowed = {f.name for f in fields(cls)} - {"where", "python_callable"} | {"callable", "scheduler_config"}
         if "name" not in data:
             raise InvalidArgumentError(f"{where}: name", None, "a sweep name (the key is missing)")
         unknown = [k for k in data if k not in allowed]
@@ -396,6 +421,8 @@ class SweepSpec:
             raise InvalidArgumentError(f"{where}: {unknown[0]}", data[unknown[0]],
                                        f"a known key (one of {sorted(allowed)})")
         kwargs = dict(data)
+        if "scheduler_config" in kwargs:
+            kwargs = _scheduler_config(kwargs, where)
         if "callable" in kwargs:
             kwargs["python_callable"] = import_callable(kwargs.pop("callable"), f"{where}: callable")
         if "test_config" in kwargs and isinstance(kwargs["test_config"], list):
@@ -433,6 +460,78 @@ class SweepSpec:
             data = {**data, "config_template": os.path.join(os.path.dirname(os.path.abspath(path)),
                                                             os.path.expanduser(data["config_template"]))}
         return cls.from_dict(data, where=path)
+
+
+#: GPU Task Scheduler's scheduler_config keys, and where each goes
+SCHEDULER_CONFIG = {"gpu": "resources.devices", "result_root_folder": "results_root", "force_rerun": "force_rerun",
+                    "test_config_string_indicator": "label_format.indicator",
+                    "test_config_string_separator": "label_format.separator",
+                    "config_string_value_maxlen": "label_format.value_maxlen",
+                    "test_config_string_inst_separator": "label_format.instance_separator"}
+
+
+def _scheduler_config(data: Mapping, where: str) -> dict:
+    """GPU Task Scheduler's ``scheduler_config`` block as our keys (a key given both ways is an error). Its
+    ``gpu`` list (``["0", "1"]``, or groups ``[["0", "1"], ["2", "3"]]``) becomes ``resources.devices`` and
+    ``resources.gpus`` (each group's size; trials may take any free GPUs of the list, not only a listed group).
+    ``temp_folder``, ``log_file`` and ``scheduler_log_file_path`` are accepted and have no use here: each
+    trial's folder holds its ``output.log`` and ``status.json``."""
+    block = data["scheduler_config"]
+    w = f"{where}: scheduler_config"
+    if not isinstance(block, Mapping):
+        raise InvalidArgumentError(w, block, "a mapping (GPU Task Scheduler's scheduler_config)")
+    out = {k: v for k, v in data.items() if k != "scheduler_config"}
+    ignored = ("temp_folder", "log_file", "scheduler_log_file_path")
+    unknown = [k for k in block if k not in SCHEDULER_CONFIG and k not in ignored]
+    if unknown:
+        raise InvalidArgumentError(f"{w}.{unknown[0]}", block[unknown[0]],
+                                   f"a GPU Task Scheduler key (one of {sorted([*SCHEDULER_CONFIG, *ignored])})")
+    for key, value in block.items():
+        if key in ignored:
+            continue
+        target = SCHEDULER_CONFIG[key]
+        if key == "gpu":
+            value = _gpu_groups(value, f"{w}.gpu")
+        head, _, leaf = target.partition(".")
+        if not leaf:
+            if head in out:
+                raise InvalidArgumentError(f"{w}.{key}", value, f"one place: {head} is given too")
+            out[head] = value
+            continue
+        section = out.get(head) or {}
+        if not isinstance(section, Mapping):
+            raise InvalidArgumentError(f"{where}: {head}", section, "a mapping")
+        section = dict(section)
+        if key == "gpu":
+            gpus, devices = value
+            if "devices" in section:
+                raise InvalidArgumentError(f"{w}.gpu", block[key], "one place: resources.devices is given too")
+            section.setdefault("gpus", gpus)
+            section["devices"] = devices
+        else:
+            if leaf in section:
+                raise InvalidArgumentError(f"{w}.{key}", value, f"one place: {target} is given too")
+            section[leaf] = value
+        out[head] = section
+    return out
+
+
+def _gpu_groups(value: Any, where: str) -> tuple[int, list[int]]:
+    groups = [g if isinstance(g, (list, tuple)) else [g] for g in value] \
+        if isinstance(value, (list, tuple)) and value else None
+    try:
+        indices = [[int(str(d), 10) for d in g] for g in groups] if groups else None
+    except ValueError:
+        indices = None
+    if not indices or any(not g or min(g) < 0 for g in indices):
+        raise InvalidArgumentError(where, value, "GPU ids such as ['0', '1'] or groups such as [['0', '1'], ['2', '3']]")
+    sizes = {len(g) for g in indices}
+    if len(sizes) != 1:
+        raise InvalidArgumentError(where, value, "groups of one size (run trials of other sizes as another sweep)")
+    flat = [d for g in indices for d in g]
+    if len(set(flat)) != len(flat):
+        raise InvalidArgumentError(where, value, "each GPU id once")
+    return sizes.pop(), flat
 
 
 def _env_max_trials(where: str) -> int:
