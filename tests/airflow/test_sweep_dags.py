@@ -172,6 +172,27 @@ def test_slurm_mapped_and_array_sweeps(airflow_db, sweeps_root, slurm_cluster):
     assert xcoms["slurm_arrays.collect"]["return_value"]["counts"]["succeeded"] == 30
 
 
+@pytest.mark.slurm
+def test_a_command_trial_on_slurm_is_pruned_by_the_runner_in_its_job(airflow_db, sweeps_root, slurm_cluster):
+    """The same rule on the Slurm cluster: the trial runner inside the bad trial's Slurm job reads its report
+    lines, stops the command at step 1 or 2 (it would have run 30 s), and the job and its task end green."""
+    from .conftest import load_dag_file
+
+    module = load_dag_file(REPO / "tests" / "airflow" / "dagfiles" / "t_sweeps.py")
+    run = module.pruned_slurm_peers.test()
+    assert run.state == "success", dag_run_results(run)[1]
+    run = module.pruned_slurm.test()
+    xcoms, states = dag_run_results(run)
+    assert run.state == "success", states
+    trials = sorted(k for k in states if isinstance(k, tuple) and k[0] == "pruned_slurm.trial")
+    assert [states[k] for k in trials] == [("success", 1)]
+    assert xcoms["pruned_slurm.collect"]["return_value"]["counts"]["pruned"] == 1
+    record = [r for r in json.load(open(sweeps_root / "pruned_slurm" / "summary.json"))["records"]
+              if r["params"]["q"] == 5.0][0]
+    assert record["state"] == "pruned" and 1 <= record["reports"]["last_step"] <= 3, record
+    assert record["slurm_job"] and record["seconds"] < 20, record  # stopped, not run for 30 s
+
+
 def test_a_pruned_trial_ends_its_task_green_and_is_counted(run, sweeps_root):
     """On local GPUs through Airflow: the bad trial is stopped at step 1 by median stopping against the two
     peers of an earlier run, its task succeeds (no retry, no failed run), and collect counts it as pruned, not

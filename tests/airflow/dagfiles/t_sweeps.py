@@ -60,3 +60,29 @@ with DAG("t_sweep_pruned_local_peers", schedule=None, start_date=START) as prune
 
 with DAG("t_sweep_pruned_local", schedule=None, start_date=START) as pruned_local:
     pruned_sweep([0.1, 0.2, 5.0])
+
+
+# A command trial on Slurm that reports a line per step; the bad one (q > 1) would run 30 s. The runner inside
+# its Slurm job judges the lines and stops it.
+REPORTING = ("import json, os, sys, time\n"
+             "q = float(sys.argv[1])\n"
+             "for step in range(60 if q > 1 else 3):\n"
+             "    open(os.environ['GPUSCHED_REPORT_FILE'], 'a').write('step=%d loss=%s\\n' % (step, q + 1 / (step + 1)))\n"
+             "    time.sleep(0.5 if q > 1 else 0.05)\n"
+             "json.dump(dict(loss=q), open('result.json', 'w'))\n")
+
+
+def pruned_slurm_sweep(values):
+    return sweep_task_group(SweepSpec(name="pruned_slurm", test_config=[{"q": values}],
+                                      command=[sys.executable, "-c", REPORTING, "{q}"],
+                                      objective=Objective("loss", "minimize"),
+                                      resources=TrialResources(gpus=0, cpus=1, time_limit=5),
+                                      pruning={"rule": "median", "min_trials": 2, "warmup_steps": 1}),
+                            backend="slurm", poll_interval=1)
+
+
+with DAG("t_sweep_pruned_slurm_peers", schedule=None, start_date=START) as pruned_slurm_peers:
+    pruned_slurm_sweep([0.1, 0.2])
+
+with DAG("t_sweep_pruned_slurm", schedule=None, start_date=START) as pruned_slurm:
+    pruned_slurm_sweep([0.1, 0.2, 5.0])
