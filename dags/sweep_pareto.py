@@ -25,12 +25,17 @@ from airflow_provider_gpusched.task_groups.sweep import sweep_task_group
 
 def train(params: dict) -> dict:
     """Toy model: accuracy grows with width and depth (with diminishing returns) and peaks at lr=1e-3;
-    latency grows with both."""
+    latency grows with both. It reports its validation accuracy after each of 10 epochs (the Sweeps tab
+    draws these curves; a pruning rule would judge them)."""
     import math
+
+    from airflow_provider_gpusched.trial import report
 
     capacity = math.log2(params["width"]) * params["depth"]
     lr_term = (math.log10(params["lr"]) + 3) ** 2
     accuracy = 0.97 - 0.6 / (1 + 0.08 * capacity) - 0.05 * lr_term
+    for epoch in range(1, 11):
+        report(step=epoch, val_accuracy=round(accuracy * (1 - 0.6 ** epoch), 5))
     latency = 0.4 + params["depth"] * params["width"] / 256 * (1.5 if params["activation"] == "gelu" else 1.0)
     return {"val_accuracy": round(accuracy, 5), "latency_ms": round(latency, 3)}
 

@@ -100,6 +100,16 @@ def open_regular(path: str, flags: int, mode: int = 0o600) -> int:
     return fd
 
 
+def is_under(path: str, root: str) -> bool:
+    """Whether ``path`` lies under ``root`` with no symbolic link on the way (``..`` cannot leave the root):
+    what a reader checks before opening a path that a record (an XCom, a status file) named."""
+    if not path or not root:
+        return False
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    return os.path.commonpath([real_root, real]) == real_root and real == os.path.abspath(path)
+
+
 class BadRecordError(GpuschedError):
     """A file in a state directory that cannot be read as the record it should be."""
 

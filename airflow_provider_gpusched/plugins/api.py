@@ -36,7 +36,7 @@ from airflow_provider_gpusched.core.gpu.board import (
     read_lease_record,
     read_wait_record,
 )
-from airflow_provider_gpusched.core.safe_files import BadRecordError
+from airflow_provider_gpusched.core.safe_files import BadRecordError, is_under
 from airflow_provider_gpusched.core.slurm.job_view import (
     SLURM_JOB_XCOM,
     CachedStatuses,
@@ -44,12 +44,14 @@ from airflow_provider_gpusched.core.slurm.job_view import (
     read_job_record,
     read_tail,
 )
+from airflow_provider_gpusched.core.sweep.reports import read_reports
 from airflow_provider_gpusched.core.sweep.view import (
     OUTCOMES_XCOM,
     PLAN_XCOM,
     build_sweep_view,
     read_outcome_records,
     read_plan_record,
+    report_paths,
 )
 
 STATIC_DIR = os.path.join(os.path.dirname(__file__), "static")
@@ -178,9 +180,19 @@ def sweeps(dag_id: str, run_id: str | None, session) -> dict[str, Any]:
         .where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id,
                TaskInstance.task_id.in_(trial_tasks))).all()} if trial_tasks else {}
     views = []
+    root = settings.sweep_results_root()
     for group, group_plans in sorted(plans.items()):
         group_plans.sort(key=lambda p: -1 if p.get("round") is None else p["round"])
-        view = build_sweep_view(group_plans, outcomes, states)
+        paths = report_paths(group_plans)
+
+        def read(trial_id: str, paths=paths) -> list[dict] | None:
+            # only under [gpusched] sweep_results_root: a published record cannot make us read elsewhere
+            return read_reports(paths[trial_id], root)[0] if trial_id in paths else None
+
+        view = build_sweep_view(group_plans, outcomes, states, reports=read)
+        if paths and not any(is_under(p, root) for p in list(paths.values())[:1]):
+            view["reports_note"] = (f"reports are read from [gpusched] sweep_results_root ({root}) only; this sweep "
+                                    f"keeps them elsewhere")
         view["group"] = group
         views.append(view)
     return {"dag_id": dag_id, "run_id": run_id, "runs": runs, "sweeps": views, "problems": problems}

@@ -94,6 +94,8 @@ def test_pareto_example_runs_a_two_objective_optuna_study_and_publishes_its_fron
                         and b["values"] != a["values"])
     best = xcoms["pareto_size.leaderboard"]["return_value"]
     assert best["front"] == 1 and best["values"] == front[0]["values"]  # the most accurate of the front
+    records = json.loads((sweeps_root / "pareto_size" / "summary.json").read_text())["records"]
+    assert all(r["reports"]["count"] == 10 and r["reports"]["last_step"] == 10 for r in records)
     written = json.loads((sweeps_root / "pareto_size" / "pareto.json").read_text())
     assert [r["trial_id"] for r in written["front"]] == [r["trial_id"] for r in front]
     out = capfd.readouterr().out

@@ -142,6 +142,46 @@ def test_a_two_metric_sweep_view_shows_fronts_values_and_the_points_on_the_front
     assert [r["trial_id"] for r in weighted["leaderboard"]] == ["t1", "t2", "t4", "t3"]  # 0.81, 0.76, 0.75, 0.65
 
 
+def test_the_view_draws_report_curves_running_trials_first_and_lists_their_latest_report(tmp_path):
+    from airflow_provider_gpusched.core.sweep.reports import read_reports
+    from airflow_provider_gpusched.core.sweep.view import MAX_CURVE_POINTS, report_paths
+
+    record = plan(folder=str(tmp_path / "s"), curve_metric="loss")
+    paths = report_paths([record])
+    assert paths["t1"] == str(tmp_path / "s" / "trials" / "x=1.t1" / "reports.jsonl")
+    curves = {"t1": [{"step": s, "metrics": {"loss": 1 / (s + 1)}} for s in range(500)],
+              "t2": [{"step": 0, "metrics": {"loss": 2.0}}, {"step": 1, "metrics": {"loss": None, "acc": 1}},
+                     {"step": 2, "metrics": {"loss": 1.5}, "checkpoint": "ckpt/2.pt"}],
+              "t3": []}
+    asked = []
+
+    def read(trial_id):
+        asked.append(trial_id)
+        return curves.get(trial_id)
+
+    states = {("s.trial", 0): "success", ("s.trial", 1): "running", ("s.trial", 2): "running"}
+    outcomes = {"t1": {"trial_id": "t1", "state": "succeeded", "result": {"acc": 0.9}, "seconds": 1, "error": None}}
+    view = build_sweep_view([record], outcomes, states, reports=read)
+    assert view["curve_metric"] == "loss"
+    assert [(c["index"], c["state"]) for c in view["curves"]] == [(2, "running"), (1, "succeeded")]
+    assert asked[:2] == ["t2", "t3"]  # running trials are read first
+    assert view["curves"][0]["points"] == [[0, 2.0], [2, 1.5]]  # a missing value is no point
+    long = view["curves"][1]["points"]
+    assert len(long) == MAX_CURVE_POINTS and long[0] == [0, 1.0] and long[-1] == [499, 1 / 500]
+    assert view["latest_reports"] == [{"index": 2, "label": "x=2", "step": 2, "metrics": {"loss": 1.5},
+                                       "checkpoint": "ckpt/2.pt", "task_id": "s.trial", "map_index": 1}]
+    # without a reader (or an old plan without a folder) there are no curves
+    assert build_sweep_view([plan()], outcomes, states)["curves"] == []
+    # the reader refuses a path outside the root, and a symbolic link inside it
+    (tmp_path / "s" / "trials" / "x=1.t1").mkdir(parents=True)
+    (tmp_path / "secret").write_text('{"step": 0, "loss": 1}\n')
+    (tmp_path / "s" / "trials" / "x=1.t1" / "reports.jsonl").symlink_to(tmp_path / "secret")
+    assert read_reports(paths["t1"], str(tmp_path / "s"))[0] == []
+    assert read_reports(str(tmp_path / "secret"), str(tmp_path / "s")) == ([], [f"{tmp_path / 'secret'}: not under "
+                                                                              f"{tmp_path / 's'}"])
+    assert read_reports(str(tmp_path / "secret"), str(tmp_path))[0] == [{"step": 0, "metrics": {"loss": 1}}]
+
+
 def test_batched_trials_map_to_their_chunk_and_a_silent_failed_task_says_so():
     view = build_sweep_view([plan(chunk_size=2, trial_task="s.run_batch")], {}, {("s.run_batch", 0): "running",
                                                                                  ("s.run_batch", 1): "failed"})

@@ -115,7 +115,13 @@ def test_sweeps_tab_shows_the_pareto_front_of_a_two_objective_sweep(stack, brows
     assert page.locator("[data-testid=plot-pareto] polyline").count() == 1
     best = page.locator("[data-testid=best]").inner_text()
     assert best.startswith("Best: val_accuracy = ") and "(Pareto front, best val_accuracy)" in best
+    # every trial reported 10 epochs: one curve each, read by the api-server from the results folder
+    assert page.locator("[data-testid=plot-reports] g[data-state=succeeded] polyline").count() == 18
+    assert "val_accuracy by step" in page.locator("[data-testid=reports]").inner_text()
     shot(page, "sweeps-pareto")
+    page.locator("[data-testid=reports]").scroll_into_view_if_needed()
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(SHOTS / "sweeps-reports.png"))
     page.locator("[data-testid=leaderboard]").scroll_into_view_if_needed()
     page.wait_for_timeout(300)
     page.screenshot(path=str(SHOTS / "sweeps-pareto-leaderboard.png"))

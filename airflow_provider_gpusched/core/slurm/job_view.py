@@ -110,11 +110,9 @@ def job_view(record: Mapping[str, Any], live: JobStatus | None = None, tails: Ma
 def read_tail(path: str, root: str, lines: int = 40, limit: int = 256 * 1024) -> str | None:
     """The last ``lines`` lines of ``path`` if it is a regular file under ``root`` (symlinks are not followed,
     ``..`` cannot leave the root); None when it is outside the root, missing or unreadable."""
-    if not path or not root:
-        return None
-    real_root = os.path.realpath(root)
-    real = os.path.realpath(path)
-    if os.path.commonpath([real_root, real]) != real_root or real != os.path.abspath(path):
+    from airflow_provider_gpusched.core.safe_files import is_under
+
+    if not is_under(path, root):
         return None
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))

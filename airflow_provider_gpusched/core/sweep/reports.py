@@ -23,6 +23,8 @@ import os
 import time
 from typing import Any
 
+from airflow_provider_gpusched.core.errors import GpuschedError
+
 REPORT_ENV = "GPUSCHED_REPORT_FILE"
 REPORTS_FILE = "reports.jsonl"
 MAX_REPORTS_BYTES = 64 * 2**20  # a trial's reports read back at most (the newest are kept when larger)
@@ -130,11 +132,26 @@ def parse_report_line(line: str) -> dict:
     return record
 
 
-def read_reports(path: str) -> tuple[list[dict], list[str]]:
+def read_reports(path: str, root: str | None = None) -> tuple[list[dict], list[str]]:
     """The reports in ``path`` in the order written, and the problems (``path:line: why``) of lines that are
-    not reports. A missing file has none."""
+    not reports. A missing file has none. ``root``: read only a regular file under it, reached without a
+    symbolic link (the UI reads paths built from published records)."""
+    if root is not None:
+        from airflow_provider_gpusched.core.safe_files import is_under, open_regular
+
+        if not is_under(path, root):
+            return [], [f"{path}: not under {root}"]
+        try:
+            fd = open_regular(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return [], []
+        except (OSError, GpuschedError) as exc:
+            return [], [f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})"]
+        opened = os.fdopen(fd, "rb")
+    else:
+        opened = None
     try:
-        with open(path, "rb") as fh:
+        with opened or open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
             skipped = max(0, size - MAX_REPORTS_BYTES)
             if skipped:

@@ -15,12 +15,14 @@ reported by :class:`BadRecordError` naming the source and the key."""
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, Sequence
+import os
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.safe_files import BadRecordError
-from airflow_provider_gpusched.core.sweep.expand import Trial, nested
+from airflow_provider_gpusched.core.sweep.expand import Trial, nested, safe_name
 from airflow_provider_gpusched.core.sweep.objective import Objective, leaderboard, pareto_fronts
+from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE
 from airflow_provider_gpusched.core.sweep.store import FINAL_STATES, STATES, TrialStore
 
 PLAN_XCOM = "gpusched_sweep_plan"
@@ -34,11 +36,13 @@ _TI_AS_TRIAL = {"running": "running", "success": "succeeded", "failed": "failed"
 
 def plan_record(sweep: str, search: str, round_no: int | None, objective: Objective | None, backend: str,
                 trial_task: str, chunk_size: int | None, trials: Sequence[Trial], pending: Sequence[Trial],
-                store: TrialStore, skipped: Sequence[Trial], run: str) -> dict:
-    """The record the ``plan`` task publishes (``trial_task``: the full task id that runs the pending trials)."""
+                store: TrialStore, skipped: Sequence[Trial], run: str, curve_metric: str | None = None) -> dict:
+    """The record the ``plan`` task publishes (``trial_task``: the full task id that runs the pending trials;
+    ``curve_metric``: the reported metric the UI draws by step, the pruning rule's or the objective's first)."""
     return {
         "sweep": sweep, "search": search, "round": round_no, "backend": backend, "trial_task": trial_task,
         "chunk_size": chunk_size, "run": run, "objective": objective.to_dict() if objective else None,
+        "folder": store.dir, "curve_metric": curve_metric,
         "defined": len(trials),
         "trials": [{"index": t.index, "trial_id": t.trial_id, "label": t.label, "params": nested(t.params)}
                    for t in trials[:MAX_PUBLISHED_TRIALS]],
@@ -86,6 +90,9 @@ def read_plan_record(data: Any, source: str) -> dict:
                                    "'weights': optional} or null") from None
     if not _int(data.get("defined")) or data["defined"] < 0:
         raise bad("defined", "a count")
+    for key in ("folder", "curve_metric"):  # absent in plans published before reports were drawn
+        if data.get(key) is not None and (not _str(data[key], 4096) or not data[key]):
+            raise bad(key, "a non-empty string or null")
     trials = data.get("trials")
     if not isinstance(trials, list):
         raise bad("trials", "a list")
@@ -135,10 +142,54 @@ def _objective_view(objective: Objective) -> dict:
             "maximize": objective.maximize}
 
 
+#: report curves drawn per sweep, points kept per curve (the newest and an even spread of the rest), and
+#: trials whose reports are looked at per view (running ones first)
+MAX_CURVES, MAX_CURVE_POINTS, MAX_REPORT_READS = 60, 120, 300
+
+
+def report_paths(plans: Sequence[Mapping]) -> dict[str, str]:
+    """trial id -> the path of its reports file, for the trials of ``plans`` (which name their folder)."""
+    out = {}
+    for plan in plans:
+        if not plan.get("folder"):
+            continue
+        for t in plan["trials"]:
+            out.setdefault(t["trial_id"], os.path.join(plan["folder"], "trials", safe_name(t["label"], t["trial_id"]),
+                                                       REPORTS_FILE))
+    return out
+
+
+def _curves(rows: Sequence[Mapping], read: Callable[[str], Sequence[Mapping] | None], metric: str) -> dict:
+    """The curves of ``metric`` by step (running trials first, then by index) and each running trial's
+    latest report; ``read(trial_id)`` gives a trial's reports (None: not readable), asked lazily."""
+    curves, latest = [], []
+    order = sorted(rows, key=lambda r: (r["state"] != "running", r["index"]))
+    for r in order[:MAX_REPORT_READS]:
+        if len(curves) >= MAX_CURVES:
+            break
+        found = read(r["trial_id"]) or []
+        points = [[x["step"], float(v)] for x in found if isinstance(x.get("step"), int)
+                  for v in [x["metrics"].get(metric)] if isinstance(v, (int, float)) and not isinstance(v, bool)
+                  and math.isfinite(v)]
+        if r["state"] == "running" and found:
+            last = found[-1]
+            latest.append({"index": r["index"], "label": r["label"], "step": last.get("step"),
+                           "metrics": last["metrics"], "checkpoint": last.get("checkpoint"),
+                           "task_id": r["task_id"], "map_index": r["map_index"]})
+        if points:
+            if len(points) > MAX_CURVE_POINTS:
+                stride = len(points) / (MAX_CURVE_POINTS - 1)
+                points = [points[int(i * stride)] for i in range(MAX_CURVE_POINTS - 1)] + [points[-1]]
+            curves.append({"index": r["index"], "label": r["label"], "state": r["state"], "points": points})
+    return {"curve_metric": metric, "curves": curves, "latest_reports": latest[:MAX_CURVES]}
+
+
 def build_sweep_view(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
-                     ti_states: Mapping[tuple[str, int], str | None], top_n: int = 20) -> dict:
+                     ti_states: Mapping[tuple[str, int], str | None], top_n: int = 20,
+                     reports: Callable[[str], Sequence[Mapping] | None] | None = None) -> dict:
     """One sweep's view in one DAG run: ``plans`` (its stages' plan records, rounds in order), ``outcomes``
-    (trial id -> published outcome), ``ti_states`` ((task id, map index) -> Airflow state)."""
+    (trial id -> published outcome), ``ti_states`` ((task id, map index) -> Airflow state), ``reports``
+    (trial id -> its intermediate reports where the caller can read them, asked lazily: drawn by step)."""
     first = plans[0]
     objective = Objective(**first["objective"]) if first.get("objective") else None
     trials: dict[str, dict] = {}
@@ -183,6 +234,9 @@ def build_sweep_view(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
         "problems": [{k: r[k] for k in ("index", "label", "state", "error", "task_id", "map_index")}
                      for r in rows if r["state"] in ("failed", "invalid")][:50],
     }
+    metric = first.get("curve_metric")
+    view.update(_curves(rows, reports, metric) if reports is not None and metric
+                else {"curve_metric": metric, "curves": [], "latest_reports": []})
     if objective is None:
         view.update(leaderboard=[], best=None, points=[], numeric_params=[])
         return view

@@ -200,6 +200,38 @@ function Scatter({ points, line, xLabel, yLabel, width = 420, height = 240, test
       h("title", null, p.title))));
 }
 
+// intermediate reports: one line per trial, coloured by its state (running trials drawn last, on top)
+function Curves({ curves, metric, width = 560, height = 260, testid }) {
+  const pad = { l: 56, r: 10, t: 10, b: 34 };
+  const all = curves.flatMap((c) => c.points);
+  if (!all.length) return null;
+  let [x0, x1] = [Math.min(...all.map((p) => p[0])), Math.max(...all.map((p) => p[0]))];
+  let [y0, y1] = [Math.min(...all.map((p) => p[1])), Math.max(...all.map((p) => p[1]))];
+  if (x0 === x1) { x0 -= 1; x1 += 1; }
+  if (y0 === y1) { y0 -= 1; y1 += 1; }
+  const X = (x) => pad.l + ((x - x0) / (x1 - x0)) * (width - pad.l - pad.r);
+  const Y = (y) => height - pad.b - ((y - y0) / (y1 - y0)) * (height - pad.t - pad.b);
+  const fmt = (v) => (Math.abs(v) >= 1000 || (Math.abs(v) < 0.01 && v !== 0) ? v.toExponential(1) : +v.toPrecision(3));
+  const drawn = [...curves].sort((a, b) => (a.state === "running") - (b.state === "running"));
+  return h("svg", { width, height, "data-testid": testid, role: "img", "aria-label": `${metric} by step`,
+                    style: { overflow: "visible", margin: "4px 12px 4px 0" } },
+    h("line", { x1: pad.l, y1: height - pad.b, x2: width - pad.r, y2: height - pad.b, stroke: "currentColor", opacity: 0.4 }),
+    h("line", { x1: pad.l, y1: pad.t, x2: pad.l, y2: height - pad.b, stroke: "currentColor", opacity: 0.4 }),
+    [x0, x1].map((t, i) => h("text", { key: `x${i}`, x: X(t), y: height - pad.b + 14, fontSize: 10, textAnchor: "middle",
+                                       fill: "currentColor" }, fmt(t))),
+    [y0, y1].map((t, i) => h("text", { key: `y${i}`, x: pad.l - 4, y: Y(t) + 3, fontSize: 10, textAnchor: "end",
+                                       fill: "currentColor" }, fmt(t))),
+    h("text", { x: (pad.l + width - pad.r) / 2, y: height - 4, fontSize: 11, textAnchor: "middle", fill: "currentColor" }, "step"),
+    h("text", { x: 12, y: (pad.t + height - pad.b) / 2, fontSize: 11, textAnchor: "middle", fill: "currentColor",
+                transform: `rotate(-90 12 ${(pad.t + height - pad.b) / 2})` }, metric),
+    drawn.map((c) => h("g", { key: c.index, "data-state": c.state },
+      h("title", null, `trial ${c.index} ${c.label} (${c.state}): ${metric} ${fmt(c.points[c.points.length - 1][1])} at step ${c.points[c.points.length - 1][0]}`),
+      c.points.length > 1 ? h("polyline", { fill: "none", stroke: COLORS[c.state] || "#868e96", strokeWidth: c.state === "running" ? 2 : 1.2,
+        opacity: c.state === "running" ? 0.95 : 0.6, points: c.points.map((p) => `${X(p[0])},${Y(p[1])}`).join(" ") }) : null,
+      h("circle", { cx: X(c.points[c.points.length - 1][0]), cy: Y(c.points[c.points.length - 1][1]), r: 2.5,
+                    fill: COLORS[c.state] || "#868e96" }))));
+}
+
 const ROUND_COLORS = ["#2b7bd6", "#2f9e44", "#8e6ccf", "#d9480f", "#0c8599", "#e64980", "#5c940d", "#495057"];
 
 function SweepCard({ sweep, dagId, focus }) {
@@ -252,6 +284,17 @@ function SweepCard({ sweep, dagId, focus }) {
             h("code", { style: { fontSize: "12px", wordBreak: "break-word" } }, JSON.stringify(r.params)), dur(r.seconds),
             r.task_id ? h("a", { href: tiHref(dagId, sweep.run, r.task_id, r.map_index), style: S.a }, "task")
               : h("span", { style: S.muted }, "earlier run")]) })) })) : null,
+    sweep.curves && sweep.curves.length ? h("div", { "data-testid": "reports" },
+      h("div", { style: { fontWeight: 600, marginTop: "6px" } }, "Intermediate reports"),
+      h("div", { style: S.muted }, `${sweep.curve_metric} by step, one line per trial (colour: state; ` +
+        `${sweep.curves.length} trial(s) with reports)`),
+      h(Curves, { curves: sweep.curves, metric: sweep.curve_metric, testid: "plot-reports" }),
+      sweep.latest_reports.length ? h(Table, { testid: "latest-reports", head: ["running trial", "step", "latest metrics", "checkpoint", ""],
+        rows: sweep.latest_reports.map((r) => ({ cells: [`${r.index} ${r.label}`, `${r.step}`,
+          Object.entries(r.metrics).map(([k, v]) => `${k} ${typeof v === "number" ? +v.toPrecision(6) : v}`).join(", "),
+          r.checkpoint || "", r.task_id ? h("a", { href: tiHref(dagId, sweep.run, r.task_id, r.map_index), style: S.a }, "task") : ""] })) })
+        : null) : null,
+    sweep.reports_note ? h("div", { style: S.muted }, sweep.reports_note) : null,
     sweep.truncated ? h("div", { style: S.muted }, `${sweep.truncated} trials are not listed (too many to publish).`) : null,
     sweep.problems.length ? h("div", null, h("div", { style: { fontWeight: 600, marginTop: "6px" } }, "Failed or invalid"),
       h(Table, { testid: "problems", head: ["trial", "state", "error", ""], rows: sweep.problems.map((p) => ({
