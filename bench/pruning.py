@@ -5,7 +5,7 @@ Each trial is a Python callable that "trains" for ``--steps`` steps: every step 
 whose floor and speed depend on the trial's learning rate (too small: slow; too large: a high floor). The
 sweep runs ``--trials`` trials of the same seeded random search, ``--parallel`` trial processes at a time
 (each through the real trial runner, as a sweep's trial tasks do), once per mode: no pruning, median
-stopping, ASHA. Printed per mode: trial-seconds spent (the sum of the trials' own run times: the GPU time a
+stopping, ASHA, and Optuna's MedianPruner and SuccessiveHalvingPruner (rule ``optuna``). Printed per mode: trial-seconds spent (the sum of the trials' own run times: the GPU time a
 sweep would hold), steps run, trials pruned, the best final loss reached and the wall time.
 
     .venv/bin/python bench/pruning.py [--trials 32] [--steps 27] [--step-seconds 0.05] [--parallel 4]
@@ -52,7 +52,12 @@ def run_mode(root: str, mode: str, args) -> dict:
     from airflow_provider_gpusched.core.sweep.trial_run import trial_argv
 
     pruning = {"none": None, "median": {"rule": "median", "warmup_steps": 3, "min_trials": 4},
-               "asha": {"rule": "asha", "min_steps": 1, "reduction_factor": 3}}[mode]
+               "asha": {"rule": "asha", "min_steps": 1, "reduction_factor": 3},
+               "asha-grace3": {"rule": "asha", "min_steps": 3, "reduction_factor": 3},
+               "optuna-median": {"rule": "optuna", "pruner": "median",
+                                 "options": {"n_startup_trials": 4, "n_warmup_steps": 3}},
+               "optuna-halving": {"rule": "optuna", "pruner": "successive_halving",
+                                  "options": {"min_resource": 1, "reduction_factor": 3}}}[mode]
     spec = SweepSpec(name=f"curves_{mode}", search="random", count=args.trials, seed=11,
                      space={"lr": loguniform(1e-5, 1e-0)},
                      global_config={"steps": args.steps, "step_seconds": args.step_seconds, "seed": 3},
@@ -81,18 +86,20 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=27)
     parser.add_argument("--step-seconds", type=float, default=0.05)
     parser.add_argument("--parallel", type=int, default=4)
+    parser.add_argument("--modes", default="none,median,asha,asha-grace3,optuna-median,optuna-halving",
+                        help="comma-separated: none, median, asha, asha-grace3, optuna-median, optuna-halving")
     args = parser.parse_args()
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # children start from cached bytecode, as an install does
     print(f"# pruning benchmark, {time.strftime('%Y-%m-%d')} on {platform.node()} ({os.cpu_count()} cores), "
           f"Python {platform.python_version()}: {args.trials} trials x {args.steps} steps of {args.step_seconds}s, "
           f"{args.parallel} at a time")
-    print(f"{'pruning':<8} {'trial-s':>8} {'steps':>6} {'pruned':>6} {'best loss':>10} {'wall s':>7}")
+    print(f"{'pruning':<14} {'trial-s':>8} {'steps':>6} {'pruned':>6} {'best loss':>10} {'wall s':>7}")
     rows = []
     with tempfile.TemporaryDirectory() as root:
-        for mode in ("none", "median", "asha"):
+        for mode in args.modes.split(","):
             row = run_mode(root, mode, args)
             rows.append(row)
-            print(f"{row['mode']:<8} {row['trial_s']:>8.1f} {row['steps']:>6} {row['pruned']:>6} "
+            print(f"{row['mode']:<14} {row['trial_s']:>8.1f} {row['steps']:>6} {row['pruned']:>6} "
                   f"{row['best']:>10.4f} {row['wall_s']:>7.1f}", flush=True)
     base = rows[0]
     for row in rows[1:]:

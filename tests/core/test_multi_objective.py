@@ -54,6 +54,17 @@ def test_pareto_fronts_match_the_definition_on_random_points_with_ties(metrics):
         assert sum(map(len, some)) >= min(5, len(points)) and sum(map(len, some[:-1])) < 5
 
 
+def test_large_fronts_of_three_metrics_are_checked_with_numpy_and_match_the_definition():
+    rng = random.Random(7)
+    modes = ["maximize", "minimize", "maximize"]
+    # points on a plane (a + c - b = 9: no point dominates another) with some repeated: one front of hundreds
+    points = [(a, a + c - 9, c) for a, c in [(rng.randint(0, 60), rng.randint(0, 60)) for _ in range(300)]]
+    points += [(rng.randint(0, 60), rng.randint(100, 200), rng.randint(0, 60)) for _ in range(100)]  # some behind
+    fronts = pareto_fronts(points, modes)
+    assert len(fronts[0]) > 64  # past NUMPY_FRONT
+    assert fronts == brute_force_fronts(points, modes)
+
+
 def test_crowding_distance_keeps_the_ends_and_prefers_the_sparse_middle():
     points = [(0, 10), (1, 9), (1.2, 8.8), (5, 5), (10, 0)]
     d = crowding_distances(points)

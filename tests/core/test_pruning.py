@@ -35,10 +35,10 @@ def test_asha_rule():
     assert rule.rungs(10) == [1, 2, 4, 8]
     peers = [curve([1.0, 0.3, 0.2]), curve([1.0, 0.4, 0.3]), curve([1.0, 0.8, 0.7]), curve([1.0, 0.9, 0.8])]
     assert judge(rule, curve([1.0]), peers) == ""  # step 0: no rung yet
-    why = judge(rule, curve([1.0, 0.7]), peers)  # rung 1: the top half of 0.3, 0.4, 0.8, 0.9 cuts at 0.6
-    assert "ASHA at rung 1" in why and "cutoff 0.6" in why
-    assert judge(rule, curve([1.0, 0.5]), peers) == ""
-    assert "cutoff 0.3" in judge(rule, curve([1.0, 0.5]), peers[:1])  # one peer: it must do as well
+    why = judge(rule, curve([1.0, 0.85]), peers)  # rung 1: the top half of 0.3, 0.4, 0.8, 0.85 (its own), 0.9
+    assert "ASHA at rung 1" in why and "cutoff 0.8" in why
+    assert judge(rule, curve([1.0, 0.75]), peers) == ""  # 0.75 is the middle of 0.3, 0.4, 0.75, 0.8, 0.9
+    assert "cutoff 0.4" in judge(rule, curve([1.0, 0.5]), peers[:1])  # one peer: halfway between it and its own
     assert judge(rule, curve([1.0, 0.35, 0.3]), peers) == ""  # step 2 is rung 2: judged once, 0.3 <= 0.3
     assert judge(rule, curve([1.0, 0.35]), []) == ""  # nothing recorded at the rung: go on
 

@@ -191,26 +191,69 @@ def pareto_fronts(points: Sequence[Sequence[float]], modes: Sequence[str], enoug
     """Non-dominated sorting: the indices of ``points`` by front (front 0 first), each front in input order.
     ``enough``: stop once the fronts found hold at least that many points (a leaderboard needs its top only).
 
-    Each front is peeled in O(n * |front| * m): points sorted best-first on every metric in turn can only be
-    dominated by points before them, so the front grows and never has to drop a member."""
+    Points sorted best-first on every metric in turn can only be dominated by points before them, so a front
+    grows and never has to drop a member: with two metrics each front is peeled in one pass (O(n) after one
+    sort), with more in O(n * |front| * m) (numpy checks a point against the whole front at once)."""
     signs = [1.0 if mode == "maximize" else -1.0 for mode in modes]
     oriented = [tuple(s * v for s, v in zip(signs, p)) for p in points]
     left = sorted(range(len(points)), key=lambda i: tuple(-v for v in oriented[i]))
     fronts: list[list[int]] = []
     found = 0
+    two = len(signs) == 2
     while left and (enough is None or found < enough):
         front: list[int] = []
         rest: list[int] = []
-        for i in left:
-            p = oriented[i]
-            if any(all(a >= b for a, b in zip(oriented[j], p)) and oriented[j] != p for j in front):
-                rest.append(i)
-            else:
-                front.append(i)
+        if two:
+            # two metrics, best first on the first: a point is dominated exactly when an earlier one is better
+            # on the second, or as good on it with a better first metric: one pass, O(n) per front
+            best_b = first_a = -math.inf
+            for i in left:
+                a, b = oriented[i]
+                if b < best_b or (b == best_b and first_a > a):
+                    rest.append(i)
+                else:
+                    front.append(i)
+                    if b > best_b:
+                        best_b, first_a = b, a
+            fronts.append(sorted(front))
+            found += len(front)
+            left = rest
+            continue
+        _peel(oriented, left, front, rest)
         fronts.append(sorted(front))
         found += len(front)
         left = rest
     return fronts
+
+
+#: a front of three or more metrics larger than this is checked with numpy (a point against the whole front
+#: in one array operation); smaller ones in plain Python, which is faster there
+NUMPY_FRONT = 64
+
+
+def _peel(oriented: Sequence[tuple[float, ...]], left: Sequence[int], front: list[int], rest: list[int]) -> None:
+    """One front of three or more metrics: ``left`` (sorted best-first) split into ``front`` and ``rest``."""
+    members, count, np = None, 0, None  # numpy is imported once the front is large
+    for i in left:
+        p = oriented[i]
+        if members is None:
+            dominated = any(all(a >= b for a, b in zip(oriented[j], p)) and oriented[j] != p for j in front)
+        else:
+            found, q = members[:count], np.asarray(p)
+            dominated = bool(np.any(np.all(found >= q, axis=1) & np.any(found > q, axis=1)))
+        if dominated:
+            rest.append(i)
+            continue
+        front.append(i)
+        if members is not None:
+            members[count] = p
+            count += 1
+        elif len(front) > NUMPY_FRONT:
+            import numpy as np
+
+            members = np.empty((len(left), len(p)))
+            members[:len(front)] = [oriented[j] for j in front]
+            count = len(front)
 
 
 def crowding_distances(points: Sequence[Sequence[float]]) -> list[float]:

@@ -69,6 +69,7 @@ def report(step: int | None = None, *, checkpoint: str | None = None, **metrics:
 
 
 _sweep_reports: dict[str, Any] = {}  # per sweep folder: its SweepReports (files re-read only when changed)
+_rules: dict[tuple, Any] = {}  # ($GPUSCHED_PRUNING, $GPUSCHED_TRIAL_DIR) -> (rule, sweep folder, trial folder)
 
 
 def _prune_check() -> None:
@@ -77,7 +78,10 @@ def _prune_check() -> None:
         return
     from airflow_provider_gpusched.core.sweep.pruning import SweepReports, TrialPruned, rule_from_env
 
-    found = rule_from_env()
+    key = (os.environ["GPUSCHED_PRUNING"], os.environ.get("GPUSCHED_TRIAL_DIR"))
+    found = _rules.get(key)
+    if found is None:  # read (and checked) once per rule and trial, not on every report
+        found = _rules.setdefault(key, rule_from_env())
     if found is None:
         return
     rule, sweep_dir, name = found
