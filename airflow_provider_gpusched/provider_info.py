@@ -46,6 +46,10 @@ def get_provider_info() -> dict:
             {"integration-name": "Slurm", "python-modules": [f"{PACKAGE}.triggers.slurm"]},
             {"integration-name": "Local GPUs", "python-modules": [f"{PACKAGE}.triggers.local_gpu"]},
         ],
+        "notifications": [
+            f"{PACKAGE}.notifications.notifiers.EmailNotifier",
+            f"{PACKAGE}.notifications.notifiers.WebhookNotifier",
+        ],
         "task-decorators": [
             {"class-name": f"{PACKAGE}.decorators.slurm.slurm_task", "name": "slurm"},
             {"class-name": f"{PACKAGE}.decorators.local_gpu.local_gpu_task", "name": "local_gpu"},

@@ -18,7 +18,7 @@ records its state and result in the results folder, so a re-run skips what alrea
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from airflow.sdk import Asset, TaskGroup, task
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -52,6 +52,7 @@ def sweep_task_group(
     group_id: str | None = None,
     results_root: str | None = None,
     publish_asset: bool = True,
+    notify: Sequence[Any] | None = None,
     **options: Any,
 ) -> TaskGroup:
     """Build the task group of ``spec`` (a :class:`SweepSpec`, its dict, or a YAML path) in the DAG being defined.
@@ -62,6 +63,9 @@ def sweep_task_group(
     :param group_id: the task group's id (default: the sweep's name).
     :param results_root: where the sweep folder goes (default: the spec's, else ``[gpusched] sweep_results_root``).
     :param publish_asset: update an Airflow Asset (the sweep's ``best.json``) when the leaderboard is written.
+    :param notify: notifiers told when the sweep ends (``check_trials`` succeeded or failed, or ``collect``
+        failed): ``EmailNotifier`` / ``WebhookNotifier`` (airflow_provider_gpusched.notifications) send the
+        sweep's end report; any other Airflow ``BaseNotifier`` gets the task's context as usual.
     """
     spec = load_spec(spec)
     try:
@@ -75,14 +79,38 @@ def sweep_task_group(
     # named by its URI: the same sweep name under another results root is another asset
     asset = Asset(uri=f"file://{os.path.join(session.store.dir, 'best.json')}") \
         if publish_asset and spec.objective is not None else None
+    notifiers = _bind_notifiers(notify, session)
 
     with TaskGroup(group_id=group_id or spec.name, tooltip=f"{spec.search} sweep {spec.name}") as group:
         last = _rounds(stage) if spec.in_rounds else stage.build()[1]
-        summary = _collect(session)
+        summary = _collect(session, notifiers)
         last >> summary
         _leaderboard(spec, asset)(summary)
-        _check_trials(spec)(summary)
+        _check_trials(spec, notifiers)(summary)
     return group
+
+
+def _bind_notifiers(notify: Sequence[Any] | None, session: SweepSession) -> list:
+    """Each notifier, bound to this sweep's folder where it is one of ours."""
+    from airflow.sdk import BaseNotifier
+
+    from airflow_provider_gpusched.notifications import GpuschedNotifier
+
+    if notify is None:
+        return []
+    if isinstance(notify, BaseNotifier) or callable(notify):
+        notify = [notify]
+    out = []
+    for i, n in enumerate(notify):
+        if isinstance(n, GpuschedNotifier):
+            r = session.spec.resources
+            out.append(n.for_sweep(session.store.dir, job_class=r.job_class, gpus_per_trial=max(1, r.gpus)))
+        elif isinstance(n, BaseNotifier) or callable(n):
+            out.append(n)
+        else:
+            raise AirflowException(f"sweep {session.spec.name}: notify[{i}]: expected a notifier (EmailNotifier, "
+                                   f"WebhookNotifier or another BaseNotifier), got {type(n).__name__}")
+    return out
 
 
 def _rounds(stage: _Stage):
@@ -112,10 +140,10 @@ def _rounds(stage: _Stage):
     return previous
 
 
-def _collect(session: SweepSession):
+def _collect(session: SweepSession, notifiers: Sequence[Any] = ()):
     spec = session.spec
 
-    @task(task_id="collect", trigger_rule="all_done")
+    @task(task_id="collect", trigger_rule="all_done", on_failure_callback=list(notifiers) or None)
     def collect() -> dict:
         from airflow.sdk import get_current_context
 
@@ -129,8 +157,9 @@ def _collect(session: SweepSession):
     return collect()
 
 
-def _check_trials(spec: SweepSpec):
-    @task(task_id="check_trials")
+def _check_trials(spec: SweepSpec, notifiers: Sequence[Any] = ()):
+    @task(task_id="check_trials", on_success_callback=list(notifiers) or None,
+          on_failure_callback=list(notifiers) or None)
     def check_trials(summary: dict) -> dict:
         """The run is green only when at most ``max_failed_trials`` trials failed or were invalid."""
         counts = summary["counts"]

@@ -59,6 +59,9 @@ def test_everything_the_provider_info_names_exists():
             importlib.import_module(module)
     for entry in info.get("task-decorators", []):
         assert callable(_resolve(entry["class-name"]))
+    from airflow.sdk import BaseNotifier
+
+    assert info["notifications"] and all(issubclass(_resolve(n), BaseNotifier) for n in info["notifications"])
 
 
 def test_airflow_lists_the_hooks_without_an_import_error(airflow_db):

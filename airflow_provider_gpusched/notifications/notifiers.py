@@ -1,0 +1,217 @@
+"""Notifiers for sweeps and GPU/Slurm tasks, as Airflow ``BaseNotifier`` subclasses.
+
+What they say (:class:`GpuschedNotifier`):
+
+* bound to a sweep (``sweep_task_group(spec, notify=[...])`` binds them, or ``sweep_folder=``): the sweep's
+  end report (core/sweep/end_report.py) — counts, the leaderboard's top, the best trial, failures with the last
+  lines of their output, GPU time by class;
+* otherwise, in a task's ``on_failure_callback`` (or any callback): an alert about that task — DAG, run, task,
+  map index, try, the error, and the last lines of its job's output (a Slurm job's, as its operator recorded
+  it; a local GPU task's ``output.log``).
+
+How they deliver it: :class:`EmailNotifier` (Airflow's SMTP provider, an ``smtp`` connection) and
+:class:`WebhookNotifier` (a JSON POST: Slack's ``{"text"}``, Teams', WeChat Work robot's markdown, or a generic
+document with the whole report).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from airflow.sdk import BaseHook, BaseNotifier
+
+from airflow_provider_gpusched import settings
+from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.text import printable
+
+#: lines of a failed task's output in an alert
+ALERT_TAIL_LINES = 20
+
+
+@dataclass
+class Message:
+    subject: str
+    text: str
+    markdown: str
+    html: str
+    payload: dict = field(default_factory=dict)  # the machine-readable document (generic webhook)
+
+
+class GpuschedNotifier(BaseNotifier):
+    """The message; subclasses deliver it (:meth:`deliver`)."""
+
+    template_fields: Sequence[str] = ()
+
+    def __init__(self, *, sweep_folder: str | None = None, top_n: int = 5, job_class: str = "normal",
+                 gpus_per_trial: int = 1, tail_lines: int = ALERT_TAIL_LINES) -> None:
+        super().__init__()
+        if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1:
+            raise InvalidArgumentError("top_n", top_n, "a whole number >= 1")
+        self.sweep_folder = sweep_folder
+        self.top_n, self.job_class, self.gpus_per_trial, self.tail_lines = top_n, job_class, gpus_per_trial, tail_lines
+
+    def for_sweep(self, folder: str, *, job_class: str = "normal", gpus_per_trial: int = 1) -> GpuschedNotifier:
+        """A copy bound to the sweep in ``folder`` (what ``sweep_task_group(notify=...)`` attaches)."""
+        bound = copy.copy(self)
+        bound.sweep_folder, bound.job_class, bound.gpus_per_trial = folder, job_class, gpus_per_trial
+        return bound
+
+    # -- the message -----------------------------------------------------------------------------------
+    def message(self, context) -> Message:
+        if self.sweep_folder:
+            return self._sweep_message(context)
+        return self._task_message(context)
+
+    def _sweep_message(self, context) -> Message:
+        from airflow_provider_gpusched.core.sweep.end_report import build_end_report
+
+        run = getattr(context.get("dag_run"), "run_id", None) or context.get("run_id")
+        report = build_end_report(self.sweep_folder, top_n=self.top_n, job_class=self.job_class,
+                                  gpus_per_trial=self.gpus_per_trial, run=run)
+        return Message(report.subject, report.text(), report.markdown(), report.html(),
+                       {"kind": "sweep", **report.to_dict()})
+
+    def _task_message(self, context) -> Message:
+        import html
+
+        ti = context["ti"]
+        where = f"{ti.dag_id}.{ti.task_id}" + (f"[{ti.map_index}]" if getattr(ti, "map_index", -1) >= 0 else "")
+        state = "failed" if context.get("exception") is not None else str(getattr(ti, "state", "") or "ended")
+        error = context.get("exception")
+        tail, source = self._output_tail(ti)
+        subject = f"[gpusched] {where} {state} (run {ti.run_id}, try {ti.try_number})"
+        text = [subject, ""]
+        if error is not None:
+            text.append(f"error: {printable(str(error))[:2000]}")
+        if tail:
+            text += ["", f"last lines of {source}:", *tail.splitlines()]
+        body = "\n".join(text) + "\n"
+        markdown = f"**{subject}**\n\n" + (f"error: `{printable(str(error))[:2000]}`\n" if error is not None else "") \
+            + (f"\nlast lines of `{source}`:\n```\n{tail.replace('```', chr(39) * 3)}\n```\n" if tail else "")
+        html_body = f"<h3>{html.escape(subject)}</h3>" + (f"<p>error: {html.escape(str(error))}</p>" if error else "") \
+            + (f"<p>last lines of <code>{html.escape(source)}</code>:</p><pre>{html.escape(tail)}</pre>" if tail else "")
+        return Message(subject, body, markdown, html_body,
+                       {"kind": "task", "subject": subject, "dag_id": ti.dag_id, "run_id": ti.run_id,
+                        "task_id": ti.task_id, "map_index": getattr(ti, "map_index", -1), "try_number": ti.try_number,
+                        "state": state, "error": None if error is None else str(error), "tail": tail,
+                        "tail_source": source})
+
+    def _output_tail(self, ti) -> tuple[str, str]:
+        """The task's job output: a Slurm job's tail as its operator recorded it when the job ended, else the
+        local GPU task's output.log (read only under the local run directory)."""
+        from airflow_provider_gpusched.core.slurm.job_view import SLURM_JOB_XCOM, read_tail
+
+        try:
+            record = ti.xcom_pull(task_ids=ti.task_id, key=SLURM_JOB_XCOM, map_indexes=ti.map_index)
+        except Exception:  # noqa: BLE001 - an alert goes out without the tail rather than not at all
+            record = None
+        if isinstance(record, dict) and isinstance(record.get("tail"), str) and record["tail"]:
+            lines = record["tail"].splitlines()[-self.tail_lines:]
+            return "\n".join(lines), f"Slurm job {record.get('job_id')} ({record.get('tail_path') or 'output'})"
+        root = settings.local_run_dir()
+        path = os.path.join(settings.task_directory(root, ti, f"try-{ti.try_number}"), "output.log")
+        tail = read_tail(path, root, self.tail_lines)
+        return (tail, path) if tail else ("", "")
+
+    # -- delivery --------------------------------------------------------------------------------------
+    def notify(self, context) -> None:
+        self.deliver(self.message(context))
+
+    def deliver(self, message: Message) -> None:
+        raise NotImplementedError
+
+
+class EmailNotifier(GpuschedNotifier):
+    """E-mail through Airflow's SMTP provider (an ``smtp`` connection: host, port, login; ``from_email`` or
+    the connection's). The body is HTML with the plain-text report alongside."""
+
+    template_fields: Sequence[str] = ("to", "from_email", "subject_prefix")
+
+    def __init__(self, *, to: str | Sequence[str], smtp_conn_id: str = "smtp_default", from_email: str | None = None,
+                 subject_prefix: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not to or (not isinstance(to, str) and not all(isinstance(t, str) and t for t in to)):
+            raise InvalidArgumentError("to", to, "an e-mail address or a list of them")
+        self.to, self.smtp_conn_id, self.from_email, self.subject_prefix = to, smtp_conn_id, from_email, subject_prefix
+
+    def deliver(self, message: Message) -> None:
+        try:
+            from airflow.providers.smtp.hooks.smtp import SmtpHook
+        except ImportError:
+            raise GpuschedError("EmailNotifier needs Airflow's SMTP provider: pip install "
+                                "apache-airflow-providers-smtp") from None
+        with SmtpHook(smtp_conn_id=self.smtp_conn_id) as hook:
+            hook.send_email_smtp(to=self.to, subject=f"{self.subject_prefix}{message.subject}",
+                                 html_content=message.html + f"<hr><pre>{_escape(message.text)}</pre>",
+                                 from_email=self.from_email)
+
+
+def _escape(text: str) -> str:
+    import html
+
+    return html.escape(text)
+
+
+#: how each webhook style wraps the message
+STYLES = ("generic", "slack", "teams", "wechat")
+
+
+class WebhookNotifier(GpuschedNotifier):
+    """A JSON POST to a webhook. The URL is a secret: give it as a connection (``webhook_conn_id``: its host
+    holds the whole URL, or its extra ``{"url": ...}``) rather than in the DAG file; ``url=`` works too.
+
+    ``style``: ``slack`` (``{"text": markdown}``), ``teams`` (``{"text": markdown}``), ``wechat`` (WeChat Work
+    robot: ``{"msgtype": "markdown", "markdown": {"content": ...}}``) or ``generic`` (``{"subject", "text",
+    "markdown", "report"}``: the whole report as data)."""
+
+    template_fields: Sequence[str] = ()
+
+    def __init__(self, *, url: str | None = None, webhook_conn_id: str | None = None, style: str = "generic",
+                 timeout: float = 10.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if (url is None) == (webhook_conn_id is None):
+            raise InvalidArgumentError("url", url, "exactly one of url or webhook_conn_id")
+        if url is not None and not (isinstance(url, str) and url.startswith(("http://", "https://"))):
+            raise InvalidArgumentError("url", "<hidden>", "an http:// or https:// URL")
+        if style not in STYLES:
+            raise InvalidArgumentError("style", style, f"one of {list(STYLES)}")
+        self.url, self.webhook_conn_id, self.style, self.timeout = url, webhook_conn_id, style, timeout
+
+    def _url(self) -> str:
+        if self.url:
+            return self.url
+        conn = BaseHook.get_connection(self.webhook_conn_id)
+        extra = conn.extra_dejson if isinstance(conn.extra_dejson, dict) else {}
+        url = extra.get("url") or conn.host or ""
+        if not url.startswith(("http://", "https://")):
+            raise GpuschedError(f"connection {self.webhook_conn_id!r}: expected the webhook URL in its host or in "
+                                f"its extra as {{\"url\": \"https://...\"}}")
+        return url
+
+    def body(self, message: Message) -> dict:
+        if self.style in ("slack", "teams"):
+            return {"text": message.markdown}
+        if self.style == "wechat":
+            return {"msgtype": "markdown", "markdown": {"content": message.markdown[:4000]}}
+        return {"subject": message.subject, "text": message.text, "markdown": message.markdown,
+                "report": message.payload}
+
+    def deliver(self, message: Message) -> None:
+        data = json.dumps(self.body(message), default=str).encode()
+        request = urllib.request.Request(self._url(), data=data, method="POST",
+                                         headers={"Content-Type": "application/json; charset=utf-8",
+                                                  "User-Agent": "airflow-provider-gpusched"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 - http(s) only
+                response.read(65536)
+        except urllib.error.HTTPError as exc:
+            # the URL holds the webhook's secret: never in the message
+            raise GpuschedError(f"webhook ({self.style}) answered HTTP {exc.code} {exc.reason}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise GpuschedError(f"webhook ({self.style}) not reachable: {getattr(exc, 'reason', exc)}") from None

@@ -1,0 +1,39 @@
+"""Notifiers in DAGs: a sweep that reports when it ends (e-mail and a Slack-style webhook), and a local GPU
+task that alerts with its output when it fails. The servers' addresses come from the test's environment."""
+
+import os
+import sys
+
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_provider_gpusched.core.sweep import Objective, SweepSpec, TrialResources
+from airflow_provider_gpusched.notifications import EmailNotifier, WebhookNotifier
+from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
+from airflow_provider_gpusched.task_groups.sweep import sweep_task_group
+
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+HOOK = os.environ.get("GPUSCHED_TEST_WEBHOOK", "http://127.0.0.1:9/none")
+
+
+def train(params):
+    if params["lr"] == 0.3:
+        print("epoch 1: loss nan")
+        raise FloatingPointError("diverged at lr=0.3")
+    return {"acc": round(1 - params["lr"], 3)}
+
+
+with DAG("t_notify_sweep", schedule=None, start_date=START) as sweep_dag:
+    sweep_task_group(SweepSpec(name="notified", test_config=[{"lr": [0.01, 0.1, 0.3]}], python_callable=train,
+                               objective=Objective("acc"), resources=TrialResources(gpu_memory="2GiB"),
+                               max_failed_trials=1),
+                     backend="local",
+                     notify=[EmailNotifier(to=["lab@example.org"], smtp_conn_id="gpusched_test_smtp",
+                                           from_email="gpusched@example.org"),
+                             WebhookNotifier(url=f"{HOOK}/slack", style="slack")])
+
+with DAG("t_notify_failure", schedule=None, start_date=START) as failure_dag:
+    LocalGPUOperator(task_id="train", gpus=1, retries=0,
+                     command=[sys.executable, "-c", "import sys; print('step 1 ok'); print('CUDA error: an illegal "
+                                                    "memory access'); sys.exit(2)"],
+                     on_failure_callback=WebhookNotifier(webhook_conn_id="gpusched_test_hook", style="generic"))

@@ -1,0 +1,95 @@
+"""Notifiers through Airflow (dag.test()): a sweep's end report by e-mail to a real local SMTP server
+(aiosmtpd) and to a real local HTTP server as a Slack-style webhook; a failed local GPU task's alert with its
+output tail through a webhook connection."""
+
+import json
+import socket
+import threading
+from email import message_from_bytes
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from .conftest import REPO, load_dag_file, run_and_collect
+
+pytestmark = pytest.mark.airflow
+
+
+@pytest.fixture
+def webhook():
+    received = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's name
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append((self.path, self.headers["Content-Type"], json.loads(body)))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", received
+    server.shutdown()
+
+
+@pytest.fixture
+def smtp_server():
+    from aiosmtpd.controller import Controller
+
+    class Inbox:
+        def __init__(self):
+            self.messages = []
+
+        async def handle_DATA(self, server, session, envelope):  # noqa: N802 - aiosmtpd's name
+            self.messages.append((envelope.mail_from, list(envelope.rcpt_tos), envelope.content))
+            return "250 OK"
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    inbox = Inbox()
+    controller = Controller(inbox, hostname="127.0.0.1", port=port)
+    controller.start()
+    yield port, inbox.messages
+    controller.stop()
+
+
+def test_a_sweep_mails_and_posts_its_end_report(airflow_db, tmp_path, monkeypatch, webhook, smtp_server):
+    url, posted = webhook
+    port, inbox = smtp_server
+    monkeypatch.setenv("AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT", str(tmp_path / "sweeps"))
+    monkeypatch.setenv("GPUSCHED_TEST_WEBHOOK", url)
+    monkeypatch.setenv("AIRFLOW_CONN_GPUSCHED_TEST_SMTP", json.dumps({
+        "conn_type": "smtp", "host": "127.0.0.1", "port": port,
+        "extra": {"disable_ssl": True, "disable_tls": True}}))
+    state, _, states = run_and_collect(load_dag_file(REPO / "tests" / "airflow" / "dagfiles" / "t_notify.py").sweep_dag)
+    assert state == "success", states
+    (mail_from, to, content), = inbox
+    mail = message_from_bytes(content)
+    assert mail_from == "gpusched@example.org" and to == ["lab@example.org"]
+    assert mail["Subject"] == ("[gpusched] sweep notified finished with failures: 2 succeeded, 1 failed; "
+                               "best acc 0.99")
+    body = "\n".join(p.get_payload(decode=True).decode() for p in mail.walk() if p.get_content_type() == "text/html")
+    assert "<td>lr=0.01</td>" in body and "diverged at lr=0.3" in body and "epoch 1: loss nan" in body
+    (path, kind, doc), = posted
+    assert path == "/slack" and kind.startswith("application/json")
+    assert doc["text"].startswith("**[gpusched] sweep notified finished with failures") and "| 1 | 0.99 |" in doc["text"]
+
+
+def test_a_failed_gpu_task_alerts_with_its_output_tail(airflow_db, tmp_path, monkeypatch, webhook):
+    url, posted = webhook
+    monkeypatch.setenv("AIRFLOW_CONN_GPUSCHED_TEST_HOOK", json.dumps({"conn_type": "http",
+                                                                      "extra": {"url": f"{url}/alerts"}}))
+    state, _, states = run_and_collect(load_dag_file(REPO / "tests" / "airflow" / "dagfiles" /
+                                                     "t_notify.py").failure_dag)
+    assert state == "failed" and states["train"][0] == "failed"
+    (path, _, doc), = posted
+    report = doc["report"]
+    assert path == "/alerts" and report["kind"] == "task" and report["task_id"] == "train"
+    assert report["state"] == "failed" and "exit" in report["error"].lower()
+    assert report["tail"].splitlines()[-2:] == ["step 1 ok", "CUDA error: an illegal memory access"]
+    assert doc["subject"].startswith("[gpusched] t_notify_failure.train failed (run ")
