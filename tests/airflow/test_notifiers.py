@@ -93,3 +93,17 @@ def test_a_failed_gpu_task_alerts_with_its_output_tail(airflow_db, tmp_path, mon
     assert report["state"] == "failed" and "exit" in report["error"].lower()
     assert report["tail"].splitlines()[-2:] == ["step 1 ok", "CUDA error: an illegal memory access"]
     assert doc["subject"].startswith("[gpusched] t_notify_failure.train failed (run ")
+
+
+@pytest.mark.slurm
+def test_a_failed_slurm_job_alerts_with_the_tail_its_operator_recorded(airflow_db, slurm_cluster, monkeypatch,
+                                                                       webhook):
+    url, posted = webhook
+    monkeypatch.setenv("GPUSCHED_TEST_WEBHOOK", url)
+    state, _, states = run_and_collect(load_dag_file(REPO / "tests" / "airflow" / "dagfiles" /
+                                                     "t_notify.py").slurm_failure_dag)
+    assert state == "failed" and states["job"][0] == "failed"
+    (path, _, doc), = posted
+    report = doc["report"]
+    assert path == "/slurm" and report["kind"] == "task" and report["tail_source"].startswith("Slurm job ")
+    assert "loading data" in report["tail"] and "RuntimeError: CUDA out of memory" in report["tail"]

@@ -37,3 +37,10 @@ with DAG("t_notify_failure", schedule=None, start_date=START) as failure_dag:
                      command=[sys.executable, "-c", "import sys; print('step 1 ok'); print('CUDA error: an illegal "
                                                     "memory access'); sys.exit(2)"],
                      on_failure_callback=WebhookNotifier(webhook_conn_id="gpusched_test_hook", style="generic"))
+
+with DAG("t_notify_slurm_failure", schedule=None, start_date=START) as slurm_failure_dag:
+    from airflow_provider_gpusched.operators.slurm import SlurmJobOperator
+
+    SlurmJobOperator(task_id="job", partition="batch", poll_interval=1, retries=0,
+                     command=["bash", "-c", "echo 'loading data'; echo 'RuntimeError: CUDA out of memory' >&2; exit 4"],
+                     on_failure_callback=WebhookNotifier(url=f"{HOOK}/slurm", style="generic"))
