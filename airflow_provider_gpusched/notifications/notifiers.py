@@ -17,6 +17,7 @@ document with the whole report).
 from __future__ import annotations
 
 import copy
+import html
 import json
 import os
 import urllib.error
@@ -78,8 +79,6 @@ class GpuschedNotifier(BaseNotifier):
                        {"kind": "sweep", **report.to_dict()})
 
     def _task_message(self, context) -> Message:
-        import html
-
         ti = context["ti"]
         where = f"{ti.dag_id}.{ti.task_id}" + (f"[{ti.map_index}]" if getattr(ti, "map_index", -1) >= 0 else "")
         state = "failed" if context.get("exception") is not None else str(getattr(ti, "state", "") or "ended")
@@ -148,14 +147,8 @@ class EmailNotifier(GpuschedNotifier):
                                 "apache-airflow-providers-smtp") from None
         with SmtpHook(smtp_conn_id=self.smtp_conn_id) as hook:
             hook.send_email_smtp(to=self.to, subject=f"{self.subject_prefix}{message.subject}",
-                                 html_content=message.html + f"<hr><pre>{_escape(message.text)}</pre>",
+                                 html_content=message.html + f"<hr><pre>{html.escape(message.text)}</pre>",
                                  from_email=self.from_email)
-
-
-def _escape(text: str) -> str:
-    import html
-
-    return html.escape(text)
 
 
 #: how each webhook style wraps the message

@@ -11,9 +11,10 @@ from __future__ import annotations
 import html
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from airflow_provider_gpusched.core.errors import GpuschedError
+from airflow_provider_gpusched.core.safe_files import is_number
 from airflow_provider_gpusched.core.slurm.job_view import read_tail
 from airflow_provider_gpusched.core.sweep.objective import Objective
 from airflow_provider_gpusched.core.sweep.store import STATES, read_json
@@ -84,7 +85,7 @@ class SweepEndReport:
 
     def markdown(self) -> str:
         lines = [f"**{_md(self.subject)}**", "", f"Results: `{self.folder}`" + (f" (DAG run `{self.run}`)" if self.run else ""),
-                 "", "| " + " | ".join(STATE for STATE in self.counts if self.counts[STATE]) + " |",
+                 "", "| " + " | ".join(state for state, n in self.counts.items() if n) + " |",
                  "|" + "---|" * sum(1 for v in self.counts.values() if v),
                  "| " + " | ".join(str(v) for v in self.counts.values() if v) + " |"]
         if self.top:
@@ -176,8 +177,7 @@ def build_end_report(folder: str, *, top_n: int = 5, job_class: str = "normal", 
         failures.append({"index": r.get("index"), "label": str(r.get("label") or r.get("trial_id")),
                          "state": r["state"], "error": r.get("error"), "log": log, "tail": tail})
     gpu_seconds: dict[str, float] = {}
-    used = sum(float(r["seconds"]) * _gpu_count(r, gpus_per_trial) for r in records
-               if isinstance(r.get("seconds"), (int, float)) and not isinstance(r.get("seconds"), bool))
+    used = sum(float(r["seconds"]) * _gpu_count(r, gpus_per_trial) for r in records if is_number(r.get("seconds")))
     if used:
         gpu_seconds[job_class] = round(used, 1)
     return SweepEndReport(sweep=str(summary.get("sweep") or os.path.basename(folder)), folder=folder, counts=counts,
@@ -191,5 +191,3 @@ def format_for(kind: str, report: SweepEndReport) -> str:
         raise GpuschedError(f"report format {kind!r}: expected 'text', 'markdown' or 'html'")
     return getattr(report, kind)()
 
-
-__all__: Sequence[str] = ("SweepEndReport", "build_end_report", "format_for")

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from airflow_provider_gpusched.core.errors import GpuschedError
+from airflow_provider_gpusched.core.safe_files import is_number
 from airflow_provider_gpusched.core.sweep.expand import Trial, finite_space_size, flatten, make_trial, nested
 from airflow_provider_gpusched.core.sweep.objective import format_leaderboard, leaderboard, pareto_front
 from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports
@@ -111,9 +112,7 @@ class SweepSession:
             trial = manifest.trial(record["trial_id"])
             if record["state"] == "pruned":  # the search hears it was pruned, with its curve
                 found, _ = read_reports(os.path.join(record["folder"], REPORTS_FILE))
-                curve = [(r["step"], float(r["metrics"][metric])) for r in found
-                         if isinstance(r["metrics"].get(metric), (int, float))
-                         and not isinstance(r["metrics"][metric], bool)]
+                curve = [(r["step"], float(r["metrics"][metric])) for r in found if is_number(r["metrics"].get(metric))]
                 outcomes.append((trial.params, None, curve))
             else:
                 outcomes.append((trial.params, values))

@@ -19,7 +19,7 @@ import os
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
-from airflow_provider_gpusched.core.safe_files import BadRecordError
+from airflow_provider_gpusched.core.safe_files import BadRecordError, is_number
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested, safe_name
 from airflow_provider_gpusched.core.sweep.objective import Objective, leaderboard, pareto_fronts
 from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE
@@ -169,8 +169,7 @@ def _curves(rows: Sequence[Mapping], read: Callable[[str], Sequence[Mapping] | N
             break
         found = read(r["trial_id"]) or []
         points = [[x["step"], float(v)] for x in found if isinstance(x.get("step"), int)
-                  for v in [x["metrics"].get(metric)] if isinstance(v, (int, float)) and not isinstance(v, bool)
-                  and math.isfinite(v)]
+                  for v in [x["metrics"].get(metric)] if is_number(v) and math.isfinite(v)]
         if r["state"] == "running" and found:
             last = found[-1]
             latest.append({"index": r["index"], "label": r["label"], "step": last.get("step"),
