@@ -106,7 +106,7 @@ class SweepSession:
         objective = self.spec.objective
         outcomes = []
         scores = []
-        metric = self.spec.pruning.metric if self.spec.pruning else objective.primary.metric
+        metric = self.spec.report_metric
         for record in self.store.records(manifest.trials):
             values = objective.values(record["result"]) if record["state"] == "succeeded" else None
             trial = manifest.trial(record["trial_id"])

@@ -403,6 +403,14 @@ class SweepSpec:
         raise InvalidArgumentError(f"{self.where}: search", self.search,
                                    "'grid' or 'random' here; optuna and evolution sweeps make trials round by round")
 
+    @property
+    def report_metric(self) -> str | None:
+        """The reported metric that judges and draws a trial's curve: the pruning rule's, else the objective's
+        first (None without either)."""
+        if self.pruning is not None:
+            return self.pruning.metric
+        return self.objective.primary.metric if self.objective is not None else None
+
     def varying(self) -> list[str]:
         if self.search == "grid":
             return GridSweep(self.global_config, self.test_config, where=self.where).varying()
