@@ -59,8 +59,26 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _gpus(args) -> int:
+def _simulate_option(args) -> str | None:
+    """The simulated inventory: ``--simulate``, else ``AIRFLOW__GPUSCHED__SIMULATE_GPUS`` (``get_inventory``
+    itself falls back to ``GPUSCHED_SIMULATE_GPUS``)."""
     import os
+
+    return args.simulate or os.environ.get("AIRFLOW__GPUSCHED__SIMULATE_GPUS") or None
+
+
+def _state_dir_option(args) -> str | None:
+    """The lease directory: ``--state-dir`` (which must exist), else ``AIRFLOW__GPUSCHED__GPU_STATE_DIR``
+    (``LeaseManager`` itself falls back to ``GPUSCHED_STATE_DIR``, then ``<tmp>/gpusched-<uid>``)."""
+    import os
+
+    if args.state_dir and not os.path.isdir(args.state_dir):
+        what = "is not a directory" if os.path.exists(args.state_dir) else "does not exist (nothing has run here yet?)"
+        raise GpuschedError(f"--state-dir {args.state_dir}: {what}")
+    return args.state_dir or os.environ.get("AIRFLOW__GPUSCHED__GPU_STATE_DIR") or None
+
+
+def _gpus(args) -> int:
     import time
 
     from airflow_provider_gpusched.core.gpu.accounting import accounting_totals
@@ -70,13 +88,8 @@ def _gpus(args) -> int:
     from airflow_provider_gpusched.core.gpu.placement import gpu_usage
     from airflow_provider_gpusched.core.units import format_bytes
 
-    simulate = args.simulate or os.environ.get("AIRFLOW__GPUSCHED__SIMULATE_GPUS") or None
-    state_dir = args.state_dir or os.environ.get("AIRFLOW__GPUSCHED__GPU_STATE_DIR") or None
-    inventory = get_inventory(simulate)
-    if args.state_dir and not os.path.isdir(args.state_dir):
-        what = "is not a directory" if os.path.exists(args.state_dir) else "does not exist (nothing has run here yet?)"
-        raise GpuschedError(f"--state-dir {args.state_dir}: {what}")
-    manager = LeaseManager(inventory, state_dir)
+    inventory = get_inventory(_simulate_option(args))
+    manager = LeaseManager(inventory, _state_dir_option(args))
     gpus, leases = manager.snapshot()
     yielding = {lease.lease_id: manager.yields.request_for(lease.lease_id) for lease in leases}
     yielding = {k: v for k, v in yielding.items() if v}
@@ -341,6 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_pools_sync)
+    from airflow_provider_gpusched.cli_queue import add_queue_parser
+
+    add_queue_parser(sub)
     p = sub.add_parser("partition", help="split a model's layers into pipeline stages on heterogeneous hosts "
                                          "(sched-pipeline compatible, optimal bottleneck)",
                        description="Prints the schedule as YAML (- HOST: [first, last] per stage, [] when no "

@@ -28,10 +28,12 @@ from airflow_provider_gpusched.core.gpu.launch import GPUChild
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.gpu.runner import Work, run_attempt
+from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
 from airflow_provider_gpusched.links import GPULeaseLink, publish_links
 from airflow_provider_gpusched.operators.arguments import check_argument_types
 from airflow_provider_gpusched.operators.job_class import JobClassPartial, apply_job_class
+from airflow_provider_gpusched.operators.queue_stops import refuse_if_stopped, work_tag
 from airflow_provider_gpusched.triggers.local_gpu import GPUAvailableTrigger
 
 
@@ -154,6 +156,10 @@ class LocalGPUOperator(BaseOperator):
         return f"{ti.dag_id}.{ti.task_id}" + (f"[{ti.map_index}]" if ti.map_index is not None and ti.map_index >= 0 else "") \
             + f" ({ti.run_id})"
 
+    def work_tag(self, context) -> WorkTag:
+        """Which DAG run, task and sweep this work is for, as its lease records it (``gpusched queue``)."""
+        return work_tag(context, self.job_class)
+
     def _owner(self, context) -> str:
         return self._task_key(context)[:-1] + f", try {context['ti'].try_number})"
 
@@ -275,15 +281,19 @@ class LocalGPUOperator(BaseOperator):
                     return value
                 return attempts.RunResult(0, gpus, progress.attempts, log_path, value, progress.history).to_dict()
             self.log.error("%s", step.message)
+            if step.action is attempts.Action.HALTED:
+                raise AirflowFailException(f"{self.task_id}: {step.message}")  # no retry: someone stopped it
             raise AirflowException(f"{self.task_id}: {step.message}")
 
     def _acquire(self, context, manager, hook, progress: attempts.WorkProgress, owner: str, task_key: str):
         """A lease for ``progress.request``, waiting (deferring, rescheduling or blocking) while GPUs are busy."""
         policy = manager.classes[self.job_class].local
+        tag = self.work_tag(context)
         while True:
+            refuse_if_stopped(self.task_id, tag, manager.state_dir)
             lease, why = manager.try_acquire(progress.request, owner, job_class=self.job_class, priority=self.priority,
                                              preemptible=progress.history.preemptible(policy), task_key=task_key,
-                                             grace=self.grace_period)
+                                             grace=self.grace_period, work=tag)
             if lease is not None:
                 return lease
             if self._wait_for_yield(manager, owner, why):

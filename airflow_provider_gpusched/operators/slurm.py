@@ -19,12 +19,13 @@ from datetime import timedelta
 from typing import Any, Callable, Collection, Mapping, Sequence
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.callables import callable_arguments
 from airflow_provider_gpusched.core import pyfunc
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.queue import read_slurm_stop_mark
 from airflow_provider_gpusched.core.slurm import (
     JobStatus,
     SlurmCommandError,
@@ -37,10 +38,12 @@ from airflow_provider_gpusched.core.slurm import (
 from airflow_provider_gpusched.core.slurm.job import parse_job_comment, task_family_key, work_key
 from airflow_provider_gpusched.core.slurm.job_view import SLURM_JOB_XCOM, job_record
 from airflow_provider_gpusched.core.slurm.states import array_task_order
+from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.hooks.slurm import SlurmHook
 from airflow_provider_gpusched.links import SlurmJobLink, publish_links
 from airflow_provider_gpusched.operators.arguments import check_argument_types
 from airflow_provider_gpusched.operators.job_class import JobClassPartial, apply_job_class
+from airflow_provider_gpusched.operators.queue_stops import refuse_if_stopped, work_tag
 from airflow_provider_gpusched.triggers.slurm import SlurmJobTrigger
 
 #: task states of a run whose job is still wanted: its own task is (or will be again) waiting for it
@@ -210,10 +213,12 @@ class SlurmJobOperator(BaseOperator):
                           "submitting a duplicate", job_id, comment)
             output_path = self._output_pattern(context)
         else:
+            tag = self.work_tag(context)
+            refuse_if_stopped(self.task_id, tag)
             family = task_family_key(ti.dag_id, ti.task_id, ti.map_index)
             spec = hook.apply_defaults(self.build_spec(context, job_comment(key)), self.job_class, self.priority)
             work = self.work_key(context, spec)
-            spec.comment = job_comment(key, ti.try_number, task=family, work=work, run=ti.run_id)
+            spec.comment = job_comment(key, ti.try_number, task=family, work=work, run=ti.run_id, tag=tag)
             adopted = self._handle_orphans(client, context, key, family, work)
             if adopted is not None:
                 job_id = adopted
@@ -246,6 +251,10 @@ class SlurmJobOperator(BaseOperator):
         self._preemption_events = tracker.preemption_events
         return self._finish(context, final.to_dict(), output_path, tracker.preemptions,
                             final.reason if tracker.lost else None)
+
+    def work_tag(self, context) -> WorkTag:
+        """Which DAG run, task and sweep this job is for, as its comment records it (``gpusched queue``)."""
+        return work_tag(context, self.job_class)
 
     def work_key(self, context, spec: SlurmJobSpec) -> str:
         """What makes two submissions the same work: the script and the resources (not name, output, comment)."""
@@ -358,6 +367,10 @@ class SlurmJobOperator(BaseOperator):
         if tail:
             self.log.info("Last lines of %s:\n%s", tail_path, tail)
         self._publish_final(context, status, output_path, preemptions, tail, tail_path, problem)
+        stopped = read_slurm_stop_mark(output_path, status.job_id) if not status.phase.is_success else None
+        if stopped is not None:
+            raise AirflowFailException(f"Slurm job {status.job_id} {stopped.describe()}; Slurm says "
+                                       f"{status.describe()}")  # no retry: someone stopped it
         if problem or not status.phase.is_success:
             message = f"Slurm {status.describe()}" if not problem else f"Slurm job {status.job_id}: {problem}"
             if tail:

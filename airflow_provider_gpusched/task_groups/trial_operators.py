@@ -6,11 +6,13 @@ view, which may run where the results folder is not visible."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from airflow_provider_gpusched.core.slurm.job import work_key
 from airflow_provider_gpusched.core.sweep.trial_run import mark_unfinished, trials_of_command
 from airflow_provider_gpusched.core.sweep.view import OUTCOMES_XCOM, outcome_records
+from airflow_provider_gpusched.core.work_tag import MAX_FIELD, WorkTag
 from airflow_provider_gpusched.links import SweepLeaderboardLink
 from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
 from airflow_provider_gpusched.operators.slurm import SlurmJobOperator
@@ -39,6 +41,14 @@ class _RecordsTrialFailures:
                 context["ti"].xcom_push(key=OUTCOMES_XCOM, value=outcome_records(manifest.store, trials))
         except Exception as exc:  # noqa: BLE001 - the trial's outcome is on disk either way
             self.log.warning("Could not publish the trial outcomes for the UI: %s", exc)
+
+    def work_tag(self, context) -> WorkTag:
+        """The task's tag plus its sweep and its trials' labels (``gpusched queue list --sweep``)."""
+        tag = super().work_tag(context)  # type: ignore[misc]
+        found = trials_of_command(self.command)
+        labels = "+".join(t.label or t.trial_id for t in found[1]) if found else ""
+        return dataclasses.replace(tag, sweep=str(getattr(self, "sweep_name", ""))[:MAX_FIELD],
+                                   trial=labels[:MAX_FIELD])
 
     def execute(self, context) -> Any:  # the operator publishes its extra links (these included) itself
         return self._recording(super().execute, context)  # type: ignore[misc]

@@ -44,6 +44,7 @@ class Attempt:
     seconds: float
     stopped: bool = False
     preempted: str | None = None  # why the attempt was stopped to give its GPUs back
+    halted: str | None = None     # who stopped it for good (gpusched queue stop), when and why
     gpu_seconds: float = 0.0
     lost_gpu_seconds: float = 0.0
 
@@ -92,6 +93,7 @@ class Action(enum.Enum):
     RETRY_BIGGER = "retry_bigger"  # GPU OOM: run again with the bigger ``progress.request`` now
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    HALTED = "halted"              # stopped for good by `gpusched queue stop`: fail, and retrying cannot help
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,8 @@ def decide(progress: WorkProgress, outcome: AttemptOutcome, *, job_class: str, p
     progress.attempts.append(a)
     history = progress.history
     line = history.record(a)
+    if a.halted:
+        return NextStep(Action.HALTED, f"work on GPU(s) {a.gpus} {a.halted}")
     if a.preempted and not stopping:
         wait = policy.backoff_for(history.preemptions)
         last = ("" if history.preemptible(policy)

@@ -42,6 +42,7 @@ from airflow_provider_gpusched.core.safe_files import (
     read_json_record,
     write_json_atomic,
 )
+from airflow_provider_gpusched.core.work_tag import WorkTag
 
 STATE_DIR_ENV = "GPUSCHED_STATE_DIR"
 SHARED_ENV = "GPUSCHED_STATE_DIR_SHARED"
@@ -77,6 +78,7 @@ class Lease:
     pid_started: float = 0.0  # the holder's start time: a reused pid is not mistaken for the holder
     grace: float = 10.0       # seconds between SIGTERM and SIGKILL when its child is stopped
     host_memory: int = 0      # bytes of host RAM reserved (0: none asked)
+    work: dict = field(default_factory=dict)  # the WorkTag (DAG, run, task, map index, sweep) it runs for
     orphaned_at: float = 0.0  # when its holder was found dead with the child still running (not stored)
     unreadable: str = ""  # why the lease file could not be read (its GPUs then count as taken)
     fd: int | None = field(default=None, repr=False, compare=False)
@@ -91,13 +93,14 @@ class Lease:
         twin = object.__new__(Lease)
         twin.__dict__.update(self.__dict__)
         twin.gpus, twin.uuids, twin.child_pids = list(self.gpus), list(self.uuids), list(self.child_pids)
-        twin.memory, twin.fd = dict(self.memory), None
+        twin.memory, twin.work, twin.fd = dict(self.memory), dict(self.work), None
         return twin
 
     def to_dict(self) -> dict:
         data = {name: getattr(self, name) for name in _STORED_FIELDS}
         data["gpus"], data["uuids"], data["child_pids"] = list(self.gpus), list(self.uuids), list(self.child_pids)
         data["memory"] = {str(k): v for k, v in self.memory.items()}
+        data["work"] = dict(self.work)
         return data
 
     @classmethod
@@ -120,7 +123,14 @@ class Lease:
         values = {k: v for k, v in data.items()
                   if k in cls.__dataclass_fields__ and k not in ("fd", "path", "orphaned_at", "unreadable")}
         values["memory"] = {int(k): int(v) for k, v in memory.items()}
+        if "work" in data:
+            values["work"] = WorkTag.from_dict(data["work"], f"{source}: key 'work'").to_dict()
         return cls(**values)
+
+    @property
+    def tag(self) -> WorkTag:
+        """What the lease runs for (an empty tag for leases taken outside Airflow, or by an older version)."""
+        return WorkTag.from_dict(self.work) if self.work else WorkTag(job_class=self.job_class)
 
     def view(self, kin: Mapping[int, set[int]] | None = None) -> LeaseView:
         """What placement needs. ``kin`` maps each process the GPUs list to itself, its session and its
@@ -161,6 +171,7 @@ _LEASE_FIELDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("pid_started", is_number, "a time stamp"),
     ("grace", lambda v: is_number(v) and v >= 0, "seconds (>= 0)"),
     ("host_memory", lambda v: _is_int(v) and v >= 0, "bytes of host RAM (>= 0)"),
+    ("work", lambda v: isinstance(v, dict), "an object naming the DAG run and task"),
 )
 _REQUIRED = frozenset({"lease_id", "gpus", "uuids", "memory", "whole", "owner", "pid"})
 
@@ -222,6 +233,13 @@ def _signal_family(pids: list[int], sig: int) -> None:
                 kill(pid, sig)
 
 
+def kill_family(pids: list[int]) -> int:
+    """SIGKILL the children ``pids``, their process groups and descendants; how many processes were alive."""
+    family = {pid for pid in _family(set(pids)) if _started_at(pid)}
+    _signal_family(list(family), signal.SIGKILL)
+    return len(family)
+
+
 def _family(pids: set[int]) -> set[int]:
     """The pids and all their descendants (the processes that belong to a lease)."""
     try:
@@ -239,6 +257,8 @@ def _family(pids: set[int]) -> set[int]:
 
 
 LEASE_FILE = re.compile(r"^[0-9a-f]{16}\.json$")
+#: files next to a lease that go with it: a yield request, an orphan's stop mark, a `gpusched queue stop` request
+SIDE_FILES = (".preempt", ".orphan", ".stop")
 
 #: the count of releases in a state directory, 20 ASCII digits, rewritten under the allocation lock
 RELEASES_FILE = "releases"
@@ -320,7 +340,7 @@ class LeaseStore:
             lock_path = path[:-5] + ".lock"
             if not self._is_held(lock_path):
                 if tidy:
-                    for p in (path, lock_path, path[:-5] + ".preempt", path[:-5] + ".orphan"):
+                    for p in (path, lock_path, *(path[:-5] + side for side in SIDE_FILES)):
                         with contextlib.suppress(FileNotFoundError, IsADirectoryError):
                             os.remove(p)
                 continue
@@ -397,7 +417,7 @@ class LeaseStore:
 
     def write(self, placement: Placement, gpus: list[GPUInfo], owner: str, job_class: str, priority: int,
               preemptible: bool = False, min_runtime: float = 0.0, task_key: str = "", grace: float = 10.0,
-              host_memory: int = 0) -> Lease:
+              host_memory: int = 0, work: WorkTag | None = None) -> Lease:
         """A new lease for ``placement``, held by this process (the caller holds the allocation lock)."""
         by_index = {g.index: g for g in gpus}
         lease = Lease(
@@ -406,7 +426,7 @@ class LeaseStore:
             whole=placement.whole, owner=owner, pid=os.getpid(), job_class=job_class, priority=priority,
             simulated=any(by_index[i].simulated for i in placement.indices), preemptible=preemptible,
             min_runtime=min_runtime, task_key=task_key, pid_started=_own_started_at(), grace=float(grace),
-            host_memory=int(host_memory),
+            host_memory=int(host_memory), work=work.to_dict() if work is not None else {},
         )
         base = self.path(lease.lease_id)
         fd = os.open(base + ".lock", os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, self.file_mode)
@@ -431,7 +451,7 @@ class LeaseStore:
     def release(self, lease: Lease) -> None:
         with self.allocation_lock():
             base = self.path(lease.lease_id)
-            for p in (base + ".json", base + ".lock", base + ".preempt", base + ".orphan"):
+            for p in (base + ".json", base + ".lock", *(base + side for side in SIDE_FILES)):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(p)
             self._count_release()
@@ -439,6 +459,22 @@ class LeaseStore:
             with contextlib.suppress(OSError):
                 os.close(lease.fd)
             lease.fd = None
+
+    # -- stop requests (gpusched queue stop) ------------------------------------------------------------
+    def request_stop(self, lease_id: str, record: dict) -> None:
+        """Ask the holder of ``lease_id`` to stop its work for good (``record``: who, why, when)."""
+        if not LEASE_FILE.match(lease_id + ".json"):
+            raise GpuschedError(f"lease id {lease_id!r}: expected 16 hex digits")
+        write_json_atomic(self.path(lease_id + ".stop"), record, self.file_mode)
+
+    def stop_request(self, lease_id: str) -> Any:
+        """The stop request for ``lease_id`` as stored (None when there is none; the caller checks it)."""
+        try:
+            return read_json_record(self.path(lease_id + ".stop"))
+        except FileNotFoundError:
+            return None
+        except (OSError, BadRecordError) as exc:
+            return {"_unreadable": str(exc)}
 
     # -- waking waiters -------------------------------------------------------------------------------
     def release_count(self) -> int:

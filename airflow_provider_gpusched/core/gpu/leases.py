@@ -31,7 +31,9 @@ from airflow_provider_gpusched.core.gpu.lease_store import Lease, LeaseStore
 from airflow_provider_gpusched.core.gpu.placement import GPURequest, LeaseView, Placement, gpu_usage, place
 from airflow_provider_gpusched.core.gpu.yielding import YieldMarks, plan_preemption
 from airflow_provider_gpusched.core.job_classes import JobClassMapping
+from airflow_provider_gpusched.core.safe_files import BadRecordError
 from airflow_provider_gpusched.core.units import format_bytes, parse_bytes
+from airflow_provider_gpusched.core.work_tag import WorkTag
 
 
 @dataclass
@@ -220,9 +222,10 @@ class LeaseManager:
     # -- taking and giving back -----------------------------------------------------------------------
     def try_acquire(self, request: GPURequest, owner: str, *, job_class: str = "normal",
                     priority: int = 0, preemptible: bool | None = None, task_key: str = "",
-                    grace: float = 10.0) -> tuple[Lease | None, str]:
+                    grace: float = 10.0, work: WorkTag | None = None) -> tuple[Lease | None, str]:
         """Take a lease now, or return ``(None, reason)``. ``preemptible`` defaults to the class's policy.
-        ``task_key`` names the task (not the try): while another try's lease for it lives, none is given."""
+        ``task_key`` names the task (not the try): while another try's lease for it lives, none is given.
+        ``work`` says which DAG run, task and sweep the lease runs for (``gpusched queue``)."""
         with self.store.allocation_lock():
             look = self._look(request, owner, job_class, task_key, write=True)
             if look.placement is None:
@@ -233,7 +236,8 @@ class LeaseManager:
             policy = self.classes[job_class].local
             lease = self.store.write(look.placement, look.gpus, owner, job_class, priority,
                                      policy.preemptible if preemptible is None else preemptible, policy.min_runtime,
-                                     task_key=task_key, grace=grace, host_memory=request.host_memory or 0)
+                                     task_key=task_key, grace=grace, host_memory=request.host_memory or 0,
+                                     work=work)
             self.yields.clear_waiting(owner)
             return lease, ""
 
@@ -275,6 +279,20 @@ class LeaseManager:
 
     def release(self, lease: Lease) -> None:
         self.store.release(lease)
+
+    # -- stopping for good (gpusched queue stop) -------------------------------------------------------
+    def stop_reason(self, lease: Lease) -> str:
+        """'' unless someone asked (``gpusched queue stop``) that the work on ``lease`` stop for good; then
+        who, when and why, for the task's failure message."""
+        from airflow_provider_gpusched.core.queue import StopRequest
+
+        record = self.store.stop_request(lease.lease_id)
+        if record is None:
+            return ""
+        try:
+            return StopRequest.from_record(record, self.store.path(lease.lease_id + ".stop")).describe()
+        except BadRecordError as exc:
+            return f"stopped by a stop request that cannot be read ({exc})"
 
     # -- yielding -------------------------------------------------------------------------------------
     def yield_reason(self, lease: Lease) -> str:

@@ -156,6 +156,7 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
     next_yield_check = time.monotonic() + yield_interval
     code = None
     preempted = None
+    halted = ""
     try:
         while code is None:
             code = child.wait(timeout=0.2)
@@ -165,6 +166,10 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
                 code = child.stop(grace)
             elif time.monotonic() >= next_yield_check:
                 next_yield_check = time.monotonic() + yield_interval
+                halted = manager.stop_reason(lease)
+                if halted:
+                    code = child.stop(grace)
+                    break
                 reason = manager.yield_reason(lease)
                 if reason:
                     preempted = reason
@@ -173,8 +178,8 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
         if code is None or child.proc.poll() is None:
             code = child.stop(grace)
     peaks = sampler.stop() if sampler else {}
-    if preempted and not child.stopped_by_us:
-        preempted = None  # it finished on its own just before we signalled it
+    if (preempted or halted) and not child.stopped_by_us:
+        preempted = halted = None  # it finished on its own just before we signalled it
     oom = None
     if code != 0 and not child.stopped_by_us:
         oom = find_oom(child.tail) or memory_evidence(peaks, lease.memory)
@@ -184,7 +189,7 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
         checkpoint = newest_checkpoint(work.checkpoint_dir, started_wall)
         lost = round(len(lease.gpus) * (time.time() - (checkpoint or started_wall)), 3)
     attempt = Attempt(number=number, request=request.describe(), gpus=list(lease.gpus), exit_code=code, oom=oom,
-                      seconds=seconds, stopped=child.stopped_by_us, preempted=preempted,
+                      seconds=seconds, stopped=child.stopped_by_us, preempted=preempted, halted=halted or None,
                       gpu_seconds=round(len(lease.gpus) * seconds, 3), lost_gpu_seconds=lost)
     manager.ledger.append({"owner": lease.owner, "job_class": lease.job_class, "gpus": list(lease.gpus),
                      "seconds": seconds, "gpu_seconds": attempt.gpu_seconds, "preempted": preempted,
@@ -251,5 +256,5 @@ class GPUWorkRunner:
                                         outcome.tail, False)
             elif step.action is Action.SUCCEEDED:
                 return RunResult(0, gpus, progress.attempts, log_path, work_value(work), progress.history)
-            elif step.action is Action.FAILED:
+            elif step.action in (Action.FAILED, Action.HALTED):
                 raise GPUWorkFailed(step.message, progress.attempts, outcome.tail, bool(outcome.attempt.oom))

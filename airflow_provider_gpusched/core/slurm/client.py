@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
-from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec
+from airflow_provider_gpusched.core.slurm.job import COMMENT_PREFIX, SlurmJobSpec, parse_job_comment
 from airflow_provider_gpusched.core.slurm.runner import (
     CommandRunner,
     SlurmCommandError,
@@ -41,6 +41,9 @@ SQUEUE_FORMAT = ",".join(f"{f}:|" for f in _SQUEUE_FIELDS)
 _SACCT_FIELDS = ("JobIDRaw", "JobID", "State", "ExitCode", "Partition", "NodeList", "ElapsedRaw", "JobName")
 _JOBCOMP_KEY = re.compile(r"(?:^| )([A-Za-z][A-Za-z0-9_]*)=")
 _INVALID_JOB_ID = "invalid job id specified"
+#: every state of a job that has not finished (squeue -t)
+_LIVE_STATES = ("PENDING,RUNNING,CONFIGURING,COMPLETING,SUSPENDED,REQUEUED,REQUEUE_HOLD,REQUEUE_FED,RESV_DEL_HOLD,"
+                "SPECIAL_EXIT,STOPPED,SIGNALING,STAGE_OUT,RESIZING")
 
 
 _JOB_ID = re.compile(r"^\d+(_\d+)?$")
@@ -318,9 +321,7 @@ class SlurmClient:
     # -- lookup, cancel, output ---------------------------------------------------------------------
     def find_live_jobs(self, comment_prefix: str) -> list[tuple[str, str]]:
         """Unfinished jobs of this user whose comment starts with ``comment_prefix``: ``[(id, comment)]``."""
-        argv = ["squeue", "--me", "-h", "-t", "PENDING,RUNNING,CONFIGURING,COMPLETING,SUSPENDED,REQUEUED,"
-                "REQUEUE_HOLD,REQUEUE_FED,RESV_DEL_HOLD,SPECIAL_EXIT,STOPPED,SIGNALING,STAGE_OUT,RESIZING",
-                "-O", "JobID:|,ArrayJobID:|,ArrayTaskID:|,Comment:|"]
+        argv = ["squeue", "--me", "-h", "-t", _LIVE_STATES, "-O", "JobID:|,ArrayJobID:|,ArrayTaskID:|,Comment:|"]
         found: dict[str, str] = {}
         for line in self.runner.run(argv).stdout.splitlines():
             cols = line.rstrip("|").split("|", 3)
@@ -328,6 +329,29 @@ class SlurmClient:
                 master = cols[1] if cols[2] not in ("N/A", "") else cols[0]
                 found.setdefault(master, cols[3])
         return sorted(found.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0)
+
+    def provider_jobs(self) -> list[dict]:
+        """This user's unfinished jobs that this provider submitted (their comment starts with ``gpusched:``),
+        in one ``squeue`` call: ``job_id`` (``ARRAY_TASK`` for a started array task), ``state``, ``reason``,
+        ``restarts``, ``partition``, ``nodes``, ``elapsed``, ``output`` (the ``--output`` pattern), ``comment``,
+        ``name``."""
+        fields = ("JobID", "ArrayJobID", "ArrayTaskID", "State", "Reason", "RestartCnt", "Partition", "NodeList",
+                  "TimeUsed", "STDOUT", "Comment", "Name")
+        argv = ["squeue", "--me", "-h", "-t", _LIVE_STATES, "-O", ",".join(f"{f}:|" for f in fields)]
+        jobs = []
+        for line in self.runner.run(argv).stdout.splitlines():
+            cols = line.rstrip("\n")
+            cols = (cols[:-1] if cols.endswith("|") else cols).split("|", len(fields) - 1)
+            if len(cols) != len(fields) or not cols[10].startswith(COMMENT_PREFIX):
+                continue
+            raw_id, array_id, task_id, state, reason, restarts, partition, nodes, used, output, comment, name = cols
+            is_array = task_id not in ("N/A", "", "(null)")
+            jobs.append({"job_id": f"{array_id}_{task_id}" if is_array else raw_id, "state": normalize_state(state),
+                         "reason": reason, "restarts": int(restarts) if restarts.isdigit() else 0,
+                         "partition": partition, "nodes": "" if nodes in ("", "(null)") else nodes,
+                         "elapsed": parse_duration(used), "output": output, "comment": comment,
+                         "fields": parse_job_comment(comment), "name": name})
+        return jobs
 
     def output_path(self, job_id: str) -> str | None:
         """Where a (pending or running) job writes its output, from ``scontrol show job`` (None if unknown)."""

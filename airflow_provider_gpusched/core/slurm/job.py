@@ -17,12 +17,15 @@ from typing import Mapping, Sequence
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.units import parse_bytes, slurm_time_limit
+from airflow_provider_gpusched.core.work_tag import WorkTag
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ARRAY_RE = re.compile(r"^(\d+(-\d+(:\d+)?)?)(,\d+(-\d+(:\d+)?)?)*(%\d+)?$")
 _GRES_RE = re.compile(r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 COMMENT_PREFIX = "gpusched:"
+#: sbatch refuses a comment of more than about 1,020 characters ("parameter too long", Slurm 22.05)
+MAX_COMMENT = 1000
 #: values that become sbatch options or Slurm records: no control characters (a newline in a job name
 #: splits Slurm's completion record, and the job would look unfinished forever)
 _OPTION_FIELDS = ("job_name", "partition", "qos", "account", "output", "error", "working_dir", "comment", "shell")
@@ -227,11 +230,12 @@ def parse_array_indices(array: str) -> list[int]:
 
 
 def job_comment(key: str, try_number: int | None = None, *, task: str | None = None, work: str | None = None,
-                run: str | None = None) -> str:
+                run: str | None = None, tag: WorkTag | None = None) -> str:
     """The ``--comment`` that marks a job as submitted for a given task instance (see :func:`task_key`):
     ``gpusched:KEY[:task=T][:work=W][:run=R]:try=N``. ``task`` (:func:`task_family_key`) finds the same
     task's jobs in other DAG runs, ``work`` (:func:`work_key`) tells whether such a job does the same work,
-    ``run`` is the DAG run (base64url) whose task state says whether anyone still waits for it."""
+    ``run`` is the DAG run (base64url) whose task state says whether anyone still waits for it; ``tag`` adds
+    the DAG, task, map index, sweep and class for ``gpusched queue`` (:meth:`WorkTag.comment_fields`)."""
     parts = [f"{COMMENT_PREFIX}{key}"]
     if task:
         parts.append(f"task={task}")
@@ -242,6 +246,9 @@ def job_comment(key: str, try_number: int | None = None, *, task: str | None = N
         parts.append("run=" + encoded)
     if try_number is not None:
         parts.append(f"try={try_number}")
+    for extra in tag.comment_fields() if tag is not None else ():
+        if sum(len(p) + 1 for p in parts) + len(extra) <= MAX_COMMENT:  # what does not fit is left out
+            parts.append(extra)
     return ":".join(parts)
 
 

@@ -1,0 +1,365 @@
+"""``gpusched queue list | stop | health``: the provider's running work on this host and its Slurm cluster.
+
+Slurm is reached through ``--slurm-conn-id`` (an Airflow connection: local CLI or an ssh login host), else the
+local ``squeue`` when it is on the PATH; the lease directory and the simulated inventory come from the same
+options and environment as ``gpusched gpus``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+from airflow_provider_gpusched.core.errors import GpuschedError
+
+
+def _slurm(args) -> tuple[object | None, str, str]:
+    """``(client, how it is reached, why there is none)``."""
+    if getattr(args, "no_slurm", False):
+        return None, "", "Slurm not looked at (--no-slurm)"
+    if args.slurm_conn_id:
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        from airflow_provider_gpusched.hooks.slurm import SlurmHook
+
+        try:
+            hook = SlurmHook(args.slurm_conn_id)
+            runner = hook.runner_description
+        except AirflowNotFoundException:
+            raise GpuschedError(f"--slurm-conn-id {args.slurm_conn_id}: no such Airflow connection "
+                                f"(airflow connections list)") from None
+        how = f"connection {args.slurm_conn_id!r} ({runner.get('kind', 'local')}"
+        how += f", {runner['host']})" if runner.get("host") else ")"
+        return hook.get_conn(), how, ""
+    if shutil.which("squeue"):
+        from airflow_provider_gpusched.core.slurm import CommandRunner, SlurmClient
+
+        return SlurmClient(CommandRunner()), "the local Slurm commands", ""
+    return None, "", "Slurm not looked at: no squeue on the PATH (--slurm-conn-id ID to use a connection)"
+
+
+def _leases(args) -> tuple[object | None, str]:
+    """``(lease manager, why there is none)``."""
+    if getattr(args, "no_local", False):
+        return None, "local GPUs not looked at (--no-local)"
+    from airflow_provider_gpusched.cli import _simulate_option, _state_dir_option
+    from airflow_provider_gpusched.core.gpu.inventory import GPUInventoryError, get_inventory
+    from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+
+    try:
+        return LeaseManager(get_inventory(_simulate_option(args)), _state_dir_option(args)), ""
+    except GPUInventoryError as exc:
+        return None, f"local GPUs not looked at: {exc}"
+
+
+def _orders(args):
+    """The stop orders of this host: in its lease directory, whether or not its leases are looked at."""
+    from airflow_provider_gpusched.cli import _state_dir_option
+    from airflow_provider_gpusched.core.gpu.lease_store import default_state_dir, shared_from_env
+    from airflow_provider_gpusched.core.queue import StopOrders
+    from airflow_provider_gpusched.core.safe_files import ensure_private_dir
+
+    shared = shared_from_env() or os.environ.get("AIRFLOW__GPUSCHED__GPU_STATE_DIR_SHARED", "").lower() in (
+        "1", "true", "yes", "on")
+    state_dir = ensure_private_dir(_state_dir_option(args) or default_state_dir(), shared=shared,
+                                   what="GPU lease directory")
+    return StopOrders(state_dir, 0o660 if shared else 0o600)
+
+
+def _selector(args):
+    from airflow_provider_gpusched.core.queue import Selector
+
+    return Selector(dag_id=args.dag or "", run_id=args.run or "", task_id=args.task or "", sweep=args.sweep or "",
+                    job_class=args.job_class or "", states=tuple(getattr(args, "state", None) or ()),
+                    ids=tuple(getattr(args, "ids", None) or ()))
+
+
+def _listing(args):
+    from airflow_provider_gpusched.core.queue import list_work
+
+    client, how, no_slurm = _slurm(args)
+    manager, no_local = _leases(args)
+    listing = list_work(client=client, manager=manager, orders=_orders(args))
+    listing.problems[:0] = [p for p in (no_slurm, no_local) if p]
+    return listing, client, manager, how
+
+
+def _elapsed(seconds) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def _table(entries) -> str:
+    from airflow_provider_gpusched.core.text import format_table
+
+    rows = []
+    for e in entries:
+        what = e.tag.task or (f"({e.job_name})" if e.job_name else "-")
+        sweep = e.tag.sweep + (f": {e.tag.trial}" if e.tag.trial else "") if e.tag.sweep else ""
+        rows.append((e.backend, e.id, e.state + (f" ({e.reason})" if e.reason else ""), _elapsed(e.elapsed),
+                     "-" if e.requeues is None else e.requeues, e.where, e.job_class or "-", what,
+                     e.tag.run_id or "-", sweep[:60] or "-"))
+    return format_table(rows, ["backend", "id", "state", "elapsed", "requeues", "where", "class", "task", "run",
+                               "sweep"])
+
+
+def queue_list(args) -> int:
+    selector = _selector(args)
+    count = 0
+    while True:
+        listing, _, _, how = _listing(args)
+        entries = [e for e in listing.entries if selector.matches(e)]
+        if args.json:
+            print(json.dumps({"time": time.time(), "slurm": how or None, "selector": selector.describe(),
+                              "entries": [e.to_dict() for e in entries], "problems": listing.problems,
+                              "stop_orders": [o.describe() for o in listing.orders]}, indent=2))
+        else:
+            if args.watch and sys.stdout.isatty():
+                print("\033[H\033[2J", end="")
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            print(f"{stamp}  {len(entries)} of {len(listing.entries)} running ({selector.describe()})"
+                  + (f"; Slurm through {how}" if how else ""))
+            if entries:
+                print(_table(entries))
+            for order in listing.orders:
+                print(f"stop order in force: {order.describe()}")
+            for problem in listing.problems:
+                print(f"note: {problem}")
+        sys.stdout.flush()
+        count += 1
+        if not args.watch or (args.count and count >= args.count):
+            return 0
+        try:
+            time.sleep(args.watch)
+        except KeyboardInterrupt:
+            return 0
+
+
+def queue_stop(args) -> int:
+    from airflow_provider_gpusched.core.queue import DEFAULT_HOLD, StopRequest, stop_work
+
+    selector = _selector(args)
+    if selector.empty and not args.all:
+        raise GpuschedError("say what to stop: job or lease ids, --dag, --run, --task, --sweep or --class "
+                            "(or --all for everything this provider runs)")
+    if args.all and not selector.empty:
+        raise GpuschedError("--all stops everything: give it alone, without ids or --dag/--run/--task/--sweep/--class")
+    request = StopRequest.now(args.reason)
+    hold = DEFAULT_HOLD if args.hold is None else args.hold
+    order_path = ""
+    if not args.dry_run and hold > 0 and selector.by_tag:  # first, so that no task of it starts while we look
+        order_path = _orders(args).place(selector, request, hold)
+    listing, client, manager, _ = _listing(args)
+    entries = [e for e in listing.entries if selector.matches(e)]
+    outcomes = stop_work(entries, request, client=client, manager=manager, dry_run=args.dry_run, wait=args.wait)
+    if not args.dry_run:  # a task that looked for stop orders just before ours was placed may have launched since
+        seen = {e.id for e in entries}
+        late = [e for e in _listing(args)[0].entries if selector.matches(e) and e.id not in seen]
+        entries += late
+        outcomes += stop_work(late, request, client=client, manager=manager, wait=args.wait) if late else []
+    missing = [i for i in selector.ids if not any(i in (e.id, e.stop_id) for e in entries)]
+    bad = [o for o in outcomes if o.action in ("failed", "still running")]
+    if args.json:
+        print(json.dumps({"selector": selector.describe(), "dry_run": args.dry_run,
+                          "stopped": [o.to_dict() for o in outcomes], "not_found": missing,
+                          "stop_order": order_path or None, "problems": listing.problems}, indent=2))
+    else:
+        verb = "would stop" if args.dry_run else "stopping"
+        print(f"{verb} {len(entries)} ({selector.describe()})")
+        for o in outcomes:
+            print(f"  {o.entry.describe()}: {o.action}" + (f" ({o.detail})" if o.detail else ""))
+        for i in missing:
+            print(f"  {i}: not running (no such Slurm job of this provider's, nor lease)")
+        if order_path:
+            print(f"stop order for {hold:.0f}s: tasks of {selector.describe()} that start on this host now fail "
+                  f"at once ({order_path}; `gpusched queue stop --lift` ends it)")
+        for problem in listing.problems:
+            print(f"note: {problem}")
+    return 1 if bad or (missing and not entries) else 0
+
+
+def queue_lift(args) -> int:
+    selector = _selector(args)
+    removed = _orders(args).lift(None if selector.empty else selector)
+    print(f"lifted {removed} stop order(s)")
+    return 0
+
+
+# -- health ---------------------------------------------------------------------------------------------------
+def _airflow_checks(args, slurm_client) -> list:
+    """Pools against the job-class mapping, and the triggerer's heartbeat, through Airflow's metadata
+    database (where this host reaches it)."""
+    from airflow_provider_gpusched.core.health import FAIL, OK, SKIP, WARN, Check
+
+    checks = []
+    try:
+        from airflow_provider_gpusched.pools import desired_pools, sync_pools
+
+        backend = "slurm" if args.pools_backend == "slurm" else "local"
+        rows = sync_pools(desired_pools(backend, args.slurm_conn_id), dry_run=True)
+        wrong = [r for r in rows if r["action"] != "unchanged"]
+        if not rows:
+            checks.append(Check("airflow pools", OK, "the job-class mapping names no pools"))
+        elif wrong:
+            found = ["missing" if r["was"] is None else f"{r['was']} slots" for r in wrong]
+            checks.append(Check("airflow pools", FAIL, "; ".join(
+                f"{r['pool']}: {have}, the job classes want {r['slots']}" for r, have in zip(wrong, found))
+                + " (gpusched pools sync fixes it)"))
+        else:
+            checks.append(Check("airflow pools", OK, ", ".join(f"{r['pool']} ({r['slots']} slots)" for r in rows)))
+    except Exception as exc:  # noqa: BLE001 - the check reports what went wrong
+        checks.append(Check("airflow pools", SKIP if "database" in str(exc).lower() else FAIL,
+                            f"cannot check: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}"))
+    argv = [sys.executable, "-m", "airflow", "jobs", "check", "--job-type", "TriggererJob"]
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+        text = (result.stdout + result.stderr).strip().splitlines()
+        last = text[-1][:200] if text else ""
+        checks.append(Check("triggerer alive", OK if result.returncode == 0 else FAIL,
+                            last if result.returncode == 0 else f"{last} (deferred tasks wait for ever without a "
+                                                                f"triggerer: airflow triggerer)"))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        checks.append(Check("triggerer alive", WARN, f"airflow jobs check: {exc}"))
+    return checks
+
+
+def queue_health(args) -> int:
+    from airflow_provider_gpusched.core.health import (
+        FAIL,
+        SKIP,
+        Check,
+        check_gpus,
+        check_lease_dir,
+        check_slurm,
+        check_stop_orders,
+        check_writable,
+    )
+
+    checks: list[Check] = []
+    client, how, no_slurm = _slurm(args)
+    use_airflow = not args.no_airflow
+    if use_airflow:
+        from airflow_provider_gpusched import settings
+
+        mapping = settings.job_class_mapping()
+    else:
+        from airflow_provider_gpusched.core.job_classes import JobClassMapping
+
+        mapping = JobClassMapping.load(os.environ.get("AIRFLOW__GPUSCHED__JOB_CLASSES"))
+    if client is None:
+        checks.append(Check("slurm reachable", SKIP, no_slurm))
+    else:
+        from airflow_provider_gpusched.core.job_classes import slurm_class_settings
+
+        if args.slurm_conn_id:
+            from airflow_provider_gpusched.hooks.slurm import SlurmHook
+
+            hook = SlurmHook(args.slurm_conn_id)
+            classes = {c: hook.class_settings(c) for c in ("normal", "idle")}
+        else:
+            classes = {c: slurm_class_settings(c, mapping) for c in ("normal", "idle")}
+        checks += check_slurm(client, classes, how)
+    from airflow_provider_gpusched.cli import _simulate_option, _state_dir_option
+
+    state_dir = _state_dir_option(args)
+    gpu_check, inventory = check_gpus(_simulate_option(args))
+    checks.append(gpu_check)
+    if inventory is not None:
+        lease_checks = check_lease_dir(inventory, state_dir, None)
+        checks += lease_checks
+        from airflow_provider_gpusched.core.gpu.lease_store import default_state_dir
+
+        if not any(c.failed for c in lease_checks):
+            checks.append(check_stop_orders(state_dir or default_state_dir()))
+    if use_airflow:
+        from airflow_provider_gpusched import settings
+
+        for name, path in (("sweep results root", settings.sweep_results_root()),
+                           ("slurm output dir", settings.slurm_output_dir()),
+                           ("local run dir", settings.local_run_dir())):
+            checks.append(check_writable(name, path))
+        checks += _airflow_checks(args, client)
+    failed = [c for c in checks if c.status == FAIL]
+    if args.json:
+        print(json.dumps({"healthy": not failed, "checks": [c.to_dict() for c in checks]}, indent=2))
+    else:
+        for c in checks:
+            print(c.line())
+        print(f"{len(checks) - len(failed)} of {len(checks)} checks passed or warned; {len(failed)} failed"
+              if failed else f"healthy: {len(checks)} checks, none failed")
+    return 1 if failed else 0
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds (a number >= 0), got {text!r}") from None
+    if value < 0 or value != value:
+        raise argparse.ArgumentTypeError(f"expected seconds (a number >= 0), got {text!r}")
+    return value
+
+
+def add_queue_parser(sub) -> None:
+    queue = sub.add_parser("queue", help="what the provider runs (Slurm jobs, local GPU leases): list, stop, health")
+    commands = queue.add_subparsers(dest="queue_command", required=True)
+
+    def common(p, selectors: bool = True) -> None:
+        p.add_argument("--slurm-conn-id", help="reach Slurm through this Airflow connection (default: the local "
+                                               "squeue when it is on the PATH)")
+        p.add_argument("--no-slurm", action="store_true", help="leave Slurm out")
+        p.add_argument("--no-local", action="store_true", help="leave this host's GPU leases out")
+        p.add_argument("--simulate", help="simulated inventory where NVML finds no GPU (as for gpusched gpus)")
+        p.add_argument("--state-dir", help="lease directory (default: $GPUSCHED_STATE_DIR or <tmp>/gpusched-<uid>)")
+        if selectors:
+            p.add_argument("--dag", help="only this DAG's work")
+            p.add_argument("--run", help="only this DAG run's work (its run id)")
+            p.add_argument("--task", help="only this task's work (task id, every map index)")
+            p.add_argument("--sweep", help="only this sweep's trials (the sweep's name)")
+            p.add_argument("--class", dest="job_class", choices=["normal", "idle"], help="only this job class")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = commands.add_parser("list", help="everything this provider launched that has not finished")
+    common(p)
+    p.add_argument("--state", action="append", help="only work in this state (RUNNING, PENDING, running, "
+                                                    "stopping, ...); repeat for several")
+    p.add_argument("--watch", type=_non_negative, metavar="SECONDS", help="refresh every SECONDS until Ctrl-C")
+    p.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)  # refreshes before --watch ends (tests)
+    p.set_defaults(func=queue_list)
+
+    p = commands.add_parser("stop", help="stop work: cancel its Slurm jobs, stop its local GPU processes (SIGTERM, "
+                                         "grace period, SIGKILL); its Airflow tasks fail saying who stopped them")
+    p.add_argument("ids", nargs="*", help="Slurm job ids or lease ids (gpusched queue list shows them)")
+    common(p)
+    p.add_argument("--all", action="store_true", help="everything this provider runs here")
+    p.add_argument("--reason", default="", help="said in the stopped tasks' failure message")
+    p.add_argument("--dry-run", action="store_true", help="list what would be stopped, stop nothing")
+    p.add_argument("--hold", type=_non_negative, help="seconds for which tasks of the same --dag/--run/--task/"
+                                                      "--sweep/--class fail at once instead of starting "
+                                                      "(default 600; 0: no stop order)")
+    p.add_argument("--wait", type=_non_negative, default=30.0, help="seconds past the grace period to wait for "
+                                                                    "local work to stop before killing it (default 30)")
+    p.set_defaults(func=queue_stop)
+
+    p = commands.add_parser("lift", help="end stop orders (all, or those of the given --dag/--run/--task/--sweep/"
+                                         "--class)")
+    common(p)
+    p.set_defaults(func=queue_lift)
+
+    p = commands.add_parser("health", help="check the setup: Slurm, partitions, QOS, preemption, GPUs, lease "
+                                           "directory, folders, Airflow pools, triggerer; exit 1 on a failure")
+    common(p, selectors=False)
+    p.add_argument("--no-airflow", action="store_true", help="leave out the checks that need Airflow's "
+                                                             "configuration and database")
+    p.add_argument("--pools-backend", choices=["local", "slurm"], default="local",
+                   help="count pool slots as gpusched pools sync --backend does (default local)")
+    p.set_defaults(func=queue_health)

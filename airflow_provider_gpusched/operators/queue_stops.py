@@ -1,0 +1,29 @@
+"""What every launching operator does for ``gpusched queue``: tag its work with its task instance, and refuse
+to start work that a stop order (``gpusched queue stop``) covers."""
+
+from __future__ import annotations
+
+import os
+
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_provider_gpusched import settings
+from airflow_provider_gpusched.core.gpu.lease_store import default_state_dir
+from airflow_provider_gpusched.core.queue import StopOrders
+from airflow_provider_gpusched.core.work_tag import WorkTag
+
+
+def work_tag(context, job_class: str, *, sweep: str = "", trial: str = "") -> WorkTag:
+    return WorkTag.of_task(context["ti"], sweep=sweep, trial=trial, job_class=job_class)
+
+
+def refuse_if_stopped(task_id: str, tag: WorkTag, state_dir: str | None = None) -> None:
+    """Fail the task (no retry) when a stop order in this host's lease directory covers ``tag``. A directory
+    that does not exist yet holds no orders (it is not created here)."""
+    state_dir = state_dir or settings.gpu_state_dir() or default_state_dir()
+    if not os.path.isdir(state_dir):
+        return
+    order = StopOrders(state_dir).order_for(tag)
+    if order is not None:
+        raise AirflowFailException(f"{task_id}: not started: {order.request.describe()} (a stop order for "
+                                   f"{order.selection}, in force for {order.seconds_left():.0f}s more)")

@@ -1,0 +1,118 @@
+"""`gpusched queue list / stop` in the middle of running sweeps: real DAGs through dag.test(), simulated GPUs
+(the Airflow tier's 4 x 24 GiB) and the real Slurm test cluster; the CLI runs as a separate process."""
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+from .conftest import REPO, load_dag_file, run_and_collect
+
+pytestmark = pytest.mark.airflow
+
+DAGFILE = REPO / "tests" / "airflow" / "dagfiles" / "t_queue.py"
+
+
+def gpusched(*args, timeout=120):
+    result = subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", "queue", *args],
+                            capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    return result
+
+
+class StopWhenRunning(threading.Thread):
+    """Waits until `gpusched queue list --json` shows the sweep's work running, lists it, then stops the sweep
+    with the real CLI; keeps what both printed."""
+
+    def __init__(self, sweep, want, extra=()):
+        super().__init__(daemon=True)
+        self.sweep, self.want, self.extra = sweep, want, list(extra)
+        self.listed = self.stop = None
+        self.stopped_at = None
+
+    def run(self):
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline:
+            out = gpusched("list", "--sweep", self.sweep, "--json", *self.extra)
+            entries = json.loads(out.stdout)["entries"] if out.returncode == 0 else []
+            if any(e["state"] in self.want for e in entries):
+                self.listed = entries
+                break
+            time.sleep(0.5)
+        else:
+            return
+        time.sleep(1)  # let the trial print its first line
+        self.stop = gpusched("stop", "--sweep", self.sweep, "--reason", "GPU 0 is needed; it's urgent", "--json",
+                             *self.extra)
+        self.stopped_at = time.monotonic()
+
+
+def test_stop_a_running_local_sweep(airflow_db, monkeypatch, capfd):
+    sweep = f"q{uuid.uuid4().hex[:6]}"
+    monkeypatch.setenv("GPUSCHED_TEST_SWEEP", sweep)
+    dag = load_dag_file(DAGFILE).local
+    stopper = StopWhenRunning(f"{sweep}_local", {"running"}, ["--no-slurm"])
+    stopper.start()
+    started = time.monotonic()
+    state, xcoms, states = run_and_collect(dag)
+    took = time.monotonic() - started
+    stopper.join(5)
+    assert stopper.listed, "the running trial never showed in gpusched queue list"
+    [entry] = stopper.listed
+    assert entry["backend"] == "local" and entry["tag"]["dag_id"] == "t_queue_local"
+    assert entry["tag"]["sweep"] == f"{sweep}_local" and entry["tag"]["trial"] in ("x=1", "x=2", "x=3")
+    assert entry["tag"]["task_id"] == f"{sweep}_local.trial" and entry["tag"]["map_index"] >= 0
+    stop = json.loads(stopper.stop.stdout)
+    assert stopper.stop.returncode == 0, stopper.stop.stderr
+    assert [s["action"] for s in stop["stopped"]] == ["stopped"], stop
+    assert stop["stop_order"], "a stop by sweep leaves an order for its trials that have not started"
+    # every trial task failed once (no retry), the stopped one saying who stopped it, the others not started
+    trials = {k: v for k, v in states.items() if isinstance(k, tuple)}
+    assert len(trials) == 3 and all(s == ("failed", 1) for s in trials.values()), states
+    assert state == "failed"
+    marked = [line for line in capfd.readouterr().out.splitlines() if "marked failed: the trial's task failed" in line]
+    assert len(marked) == 3, marked
+    halted = [line for line in marked if "work on GPU(s)" in line]
+    assert len(halted) == 1 and "stopped by `gpusched queue stop`" in halted[0], marked
+    assert "GPU 0 is needed; it's urgent" in halted[0]
+    assert sum("not started: stopped by `gpusched queue stop`" in line for line in marked) == 2, marked
+    assert took < 55, f"the sweep took {took:.0f}s: the stop did not end it (a trial runs 60 s)"
+    # nothing of it still runs, and the trials say why they failed
+    left = json.loads(gpusched("list", "--sweep", f"{sweep}_local", "--json", "--no-slurm").stdout)
+    assert left["entries"] == []
+    outcomes = [o for v in xcoms.values() for o in (v.get("gpusched_trial_outcomes") or [])]
+    assert outcomes and all(o["state"] == "failed" and "gpusched queue stop" in o["error"] for o in outcomes), outcomes
+    assert gpusched("lift", "--sweep", f"{sweep}_local").stdout.strip() == "lifted 1 stop order(s)"
+
+
+@pytest.mark.slurm
+def test_stop_a_running_slurm_sweep(run_dag, slurm, monkeypatch, capfd):
+    sweep = f"q{uuid.uuid4().hex[:6]}"
+    monkeypatch.setenv("GPUSCHED_TEST_SWEEP", sweep)
+    dag = load_dag_file(DAGFILE).slurm
+    stopper = StopWhenRunning(f"{sweep}_slurm", {"RUNNING"}, ["--no-local"])
+    stopper.start()
+    started = time.monotonic()
+    state, xcoms, states = run_dag(dag)
+    took = time.monotonic() - started
+    stopper.join(5)
+    assert stopper.listed, "the sweep's Slurm job never showed in gpusched queue list"
+    for entry in stopper.listed:
+        assert entry["backend"] == "slurm" and entry["tag"]["dag_id"] == "t_queue_slurm"
+        assert entry["tag"]["sweep"] == f"{sweep}_slurm" and entry["tag"]["run_id"]
+        assert entry["job_name"] == f"sweep.{sweep}_slurm" and entry["output"]
+    stop = json.loads(stopper.stop.stdout)
+    assert stopper.stop.returncode == 0, stopper.stop.stderr
+    assert stop["stopped"] and all(s["action"] == "cancelled" for s in stop["stopped"]), stop
+    cancelled = {s["id"] for s in stop["stopped"]}
+    for job_id in cancelled:
+        assert slurm.status(job_id).state == "CANCELLED"
+    trials = {k: v for k, v in states.items() if isinstance(k, tuple)}
+    assert len(trials) == 2 and all(s == ("failed", 1) for s in trials.values()), states
+    out = capfd.readouterr().out
+    assert "stopped by `gpusched queue stop`" in out and "Slurm says" in out
+    assert took < 55, f"the sweep took {took:.0f}s: the stop did not end it"
+    gpusched("lift", "--sweep", f"{sweep}_slurm")
