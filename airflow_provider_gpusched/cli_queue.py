@@ -195,13 +195,17 @@ def queue_lift(args) -> int:
 
 
 # -- health ---------------------------------------------------------------------------------------------------
-def _airflow_checks(args, slurm_client) -> list:
+def _airflow_checks(args, simulate: str | None) -> list:
     """Pools against the job-class mapping, and the triggerer's heartbeat, through Airflow's metadata
     database (where this host reaches it)."""
     from airflow_provider_gpusched.core.health import FAIL, OK, SKIP, WARN, Check
 
     checks = []
+    if simulate:  # what --simulate says counts for the pools' slots too
+        os.environ["GPUSCHED_SIMULATE_GPUS"] = simulate
     try:
+        from sqlalchemy.exc import SQLAlchemyError
+
         from airflow_provider_gpusched.pools import desired_pools, sync_pools
 
         backend = "slurm" if args.pools_backend == "slurm" else "local"
@@ -216,19 +220,28 @@ def _airflow_checks(args, slurm_client) -> list:
                 + " (gpusched pools sync fixes it)"))
         else:
             checks.append(Check("airflow pools", OK, ", ".join(f"{r['pool']} ({r['slots']} slots)" for r in rows)))
+    except SQLAlchemyError as exc:
+        return [Check("airflow pools", SKIP, f"the Airflow metadata database is not reachable from here "
+                                             f"({str(exc).splitlines()[0][:160]})"),
+                Check("triggerer alive", SKIP, "the Airflow metadata database is not reachable from here")]
     except Exception as exc:  # noqa: BLE001 - the check reports what went wrong
-        checks.append(Check("airflow pools", SKIP if "database" in str(exc).lower() else FAIL,
-                            f"cannot check: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}"))
+        checks.append(Check("airflow pools", FAIL, f"cannot check: {str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}"))
+    # Airflow's own check: a TriggererJob whose heartbeat is recent (`airflow jobs check`, exit 0 / 1)
     argv = [sys.executable, "-m", "airflow", "jobs", "check", "--job-type", "TriggererJob"]
     try:
         result = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-        text = (result.stdout + result.stderr).strip().splitlines()
-        last = text[-1][:200] if text else ""
-        checks.append(Check("triggerer alive", OK if result.returncode == 0 else FAIL,
-                            last if result.returncode == 0 else f"{last} (deferred tasks wait for ever without a "
-                                                                f"triggerer: airflow triggerer)"))
     except (OSError, subprocess.TimeoutExpired) as exc:
         checks.append(Check("triggerer alive", WARN, f"airflow jobs check: {exc}"))
+        return checks
+    text = (result.stdout + result.stderr).strip()
+    last = text.splitlines()[-1][:200] if text else ""
+    if result.returncode == 0:
+        checks.append(Check("triggerer alive", OK, f"airflow jobs check: {last}"))
+    elif "No alive jobs found" in text:
+        checks.append(Check("triggerer alive", FAIL, "no triggerer with a recent heartbeat: deferred tasks (Slurm "
+                                                     "jobs, GPU waits) never resume (start one: airflow triggerer)"))
+    else:
+        checks.append(Check("triggerer alive", WARN, f"airflow jobs check could not tell: {last}"))
     return checks
 
 
@@ -287,7 +300,7 @@ def queue_health(args) -> int:
                            ("slurm output dir", settings.slurm_output_dir()),
                            ("local run dir", settings.local_run_dir())):
             checks.append(check_writable(name, path))
-        checks += _airflow_checks(args, client)
+        checks += _airflow_checks(args, _simulate_option(args))
     failed = [c for c in checks if c.status == FAIL]
     if args.json:
         print(json.dumps({"healthy": not failed, "checks": [c.to_dict() for c in checks]}, indent=2))

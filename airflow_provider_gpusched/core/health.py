@@ -11,7 +11,6 @@ import os
 import re
 import stat
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
@@ -48,10 +47,12 @@ def check_slurm(client: Any, classes: Mapping[str, Mapping[str, Any]], where: st
     except (SlurmUnavailableError, SlurmCommandError, OSError) as exc:
         return [Check("slurm reachable", FAIL, f"{where}: {exc}")]
     partitions: dict[str, str] = {}
+    default = ""
     for line in out.splitlines():
         cols = line.strip().split("|")
         if len(cols) == 4:
             partitions[cols[0].rstrip("*")] = cols[1]
+            default = cols[0].rstrip("*") if cols[0].endswith("*") else default
     checks = [Check("slurm reachable", OK, f"{where}: partitions {', '.join(sorted(partitions)) or 'none'}")]
     for job_class, values in sorted(classes.items()):
         partition = values.get("partition")
@@ -65,7 +66,11 @@ def check_slurm(client: Any, classes: Mapping[str, Mapping[str, Any]], where: st
         else:
             checks.append(Check(f"{job_class} class partition", OK, f"{partition!r} is up"))
     checks += _check_qos(client, classes)
-    checks.append(_check_preemption(client, classes))
+    missing = [v["partition"] for v in classes.values() if v.get("partition") and v["partition"] not in partitions]
+    if missing:
+        checks.append(Check("idle work preemptible", SKIP, f"not checked: partition(s) {', '.join(missing)} missing"))
+    else:
+        checks.append(_check_preemption(client, classes, default))
     return checks
 
 
@@ -89,15 +94,16 @@ def _scontrol_fields(text: str) -> dict[str, str]:
     return dict(re.findall(r"(?:^| )([A-Za-z]+)=(\S*)", text))
 
 
-def _check_preemption(client: Any, classes: Mapping[str, Mapping[str, Any]]) -> Check:
+def _check_preemption(client: Any, classes: Mapping[str, Mapping[str, Any]], default: str) -> Check:
     name = "idle work preemptible"
     idle = (classes.get("idle") or {}).get("partition")
-    normal = (classes.get("normal") or {}).get("partition")
+    normal = (classes.get("normal") or {}).get("partition") or default
     if not idle:
         return Check(name, WARN, "the idle class names no partition: idle jobs queue with normal ones and "
                                  "cannot be preempted by partition priority")
     try:
-        config = _scontrol_fields(client.runner.run(["scontrol", "show", "config"]).stdout.replace(" = ", "="))
+        config = dict(re.findall(r"^(\w+)\s*=\s*(\S*)", client.runner.run(["scontrol", "show", "config"]).stdout,
+                                 re.MULTILINE))
         idle_part = _scontrol_fields(client.runner.run(["scontrol", "-o", "show", "partition", idle]).stdout)
         normal_part = (_scontrol_fields(client.runner.run(["scontrol", "-o", "show", "partition", normal]).stdout)
                        if normal else {})
@@ -204,5 +210,3 @@ def check_stop_orders(state_dir: str) -> Check:
                                       + "; ".join(order.describe() for order in active)[:400])
 
 
-def since(stamp: float) -> str:
-    return f"{max(0.0, time.time() - stamp):.0f}s ago"

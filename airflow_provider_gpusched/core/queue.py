@@ -312,10 +312,12 @@ class StopOrders:
         return path
 
     def lift(self, selector: Selector | None = None) -> int:
-        """Remove the orders for ``selector`` (all orders when None); how many were removed."""
+        """Remove the orders that name every field ``selector`` gives, with the same values (all orders when
+        None: ``--run R`` lifts an order for ``--dag D --run R`` too); how many were removed."""
         removed = 0
+        wanted = selector.by_tag.items() if selector is not None else ()
         for order_path, order in self._read():
-            if selector is None or (order is not None and order.selector == selector.by_tag):
+            if selector is None or (order is not None and all(order.selector.get(k) == v for k, v in wanted)):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(order_path)
                     removed += 1

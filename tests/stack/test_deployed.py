@@ -232,3 +232,51 @@ def test_a_broken_sweep_file_is_an_import_error_naming_the_key_and_the_rest_keep
         assert stack.wait_run("e2e_normal", run, timeout=240) == "success"
     finally:
         bad.unlink()
+
+
+def gpusched_on_stack(stack, *args: str) -> subprocess.CompletedProcess:
+    """The `gpusched` command as an operator runs it on the deployment's host: with its env.sh."""
+    return subprocess.run(["bash", "-c", 'source "$1/env.sh" && shift && exec gpusched "$@"', "_", str(stack.dir),
+                           *args], capture_output=True, text=True, timeout=180)
+
+
+def test_queue_stop_ends_a_running_dag_run_without_retries(stack, out_dir):
+    """4 trials run on the 4 GPUs and 4 wait (deferred); one `gpusched queue stop --run` ends all 8 as failed on
+    their first try (retries=2 is not used), the running children SIGTERMed through their task's own loop."""
+    run = stack.trigger("e2e_queue_stop", out=str(out_dir), seconds=120)
+    listing: dict = {}
+
+    def four_running():
+        out = gpusched_on_stack(stack, "queue", "list", "--run", run, "--json")
+        listing.update(json.loads(out.stdout) if out.returncode == 0 else {})
+        return len([e for e in listing.get("entries", []) if e["state"] == "running"]) == 4
+
+    wait_until(four_running, timeout=240, what="4 trials running")
+    assert {e["tag"]["dag_id"] for e in listing["entries"]} == {"e2e_queue_stop"}
+    assert sorted(e["tag"]["map_index"] for e in listing["entries"])[:1] != [-1]
+    started = time.monotonic()
+    stop = gpusched_on_stack(stack, "queue", "stop", "--dag", "e2e_queue_stop", "--run", run, "--reason",
+                             "e2e: make room", "--json")
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    result = json.loads(stop.stdout)
+    assert [s["action"] for s in result["stopped"]] == ["stopped"] * 4, result
+    assert stack.wait_run("e2e_queue_stop", run, timeout=180) == "failed"
+    took = time.monotonic() - started
+    tis = stack.task_instances("e2e_queue_stop", run)
+    assert len(tis) == 8 and {(t["state"], t["try_number"]) for t in tis} == {("failed", 1)}, \
+        [(t["map_index"], t["state"], t["try_number"]) for t in tis]
+    records = read_records(out_dir)
+    assert len(records) == 4 and {r["how"] for r in records} == {"terminated"}  # the 4 waiting never started
+    print(f"queue stop: 8 task instances failed {took:.1f}s after the stop")
+    assert took < 90
+    assert gpusched_on_stack(stack, "queue", "list", "--run", run, "--json").stdout.count('"backend"') == 0
+    assert gpusched_on_stack(stack, "queue", "lift", "--run", run).stdout.strip() == "lifted 1 stop order(s)"
+
+
+def test_queue_health_of_the_deployment(stack):
+    out = gpusched_on_stack(stack, "queue", "health")
+    print(out.stdout)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for line in ("[  ok] slurm reachable", "[warn] GPU inventory: SIMULATED: 4 GPU(s)", "[  ok] lease directory",
+                 "[  ok] airflow pools: gpusched_idle (4 slots)", "[  ok] triggerer alive"):
+        assert line in out.stdout

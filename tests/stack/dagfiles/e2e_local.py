@@ -48,3 +48,9 @@ with DAG("e2e_worker_kill", schedule=None, start_date=START, catchup=False, para
 # defers while another process holds the GPUs (the test holds them itself, as another user's job would)
 with DAG("e2e_gpu_waiter", schedule=None, start_date=START, catchup=False, params={"out": "", "seconds": 2}):
     LocalGPUOperator(task_id="wait_then_run", gpus=2, env=OUT, poll_interval=1, command=trial("waiter"))
+
+with DAG("e2e_queue_stop", schedule=None, start_date=START, catchup=False, params={"out": "", "seconds": 120}):
+    # 8 whole-GPU trials on 4 GPUs: 4 run, 4 wait (deferred) for GPUs; `gpusched queue stop --run` ends them all,
+    # and no retry starts them again
+    LocalGPUOperator.partial(task_id="trial", gpus=1, env=OUT, poll_interval=1, grace_period=3, retries=2,
+                             retry_delay=timedelta(seconds=1)).expand(command=[trial(f"stop{i}") for i in range(8)])
