@@ -56,11 +56,16 @@ class GpuschedNotifier(BaseNotifier):
             raise InvalidArgumentError("top_n", top_n, "a whole number >= 1")
         self.sweep_folder = sweep_folder
         self.top_n, self.job_class, self.gpus_per_trial, self.tail_lines = top_n, job_class, gpus_per_trial, tail_lines
+        self.round_no: int | None = None
+        self.rounds: int | None = None
 
-    def for_sweep(self, folder: str, *, job_class: str = "normal", gpus_per_trial: int = 1) -> GpuschedNotifier:
-        """A copy bound to the sweep in ``folder`` (what ``sweep_task_group(notify=...)`` attaches)."""
+    def for_sweep(self, folder: str, *, job_class: str = "normal", gpus_per_trial: int = 1,
+                  round_no: int | None = None, rounds: int | None = None) -> GpuschedNotifier:
+        """A copy bound to the sweep in ``folder`` (what ``sweep_task_group(notify=...)`` attaches); with
+        ``round_no``, to the end of that round of ``rounds`` (``notify_rounds=True``)."""
         bound = copy.copy(self)
         bound.sweep_folder, bound.job_class, bound.gpus_per_trial = folder, job_class, gpus_per_trial
+        bound.round_no, bound.rounds = round_no, rounds
         return bound
 
     # -- the message -----------------------------------------------------------------------------------
@@ -74,7 +79,8 @@ class GpuschedNotifier(BaseNotifier):
 
         run = getattr(context.get("dag_run"), "run_id", None) or context.get("run_id")
         report = build_end_report(self.sweep_folder, top_n=self.top_n, job_class=self.job_class,
-                                  gpus_per_trial=self.gpus_per_trial, run=run)
+                                  gpus_per_trial=self.gpus_per_trial, run=run, round_no=self.round_no,
+                                  rounds=self.rounds)
         return Message(report.subject, report.text(), report.markdown(), report.html(),
                        {"kind": "sweep", **report.to_dict()})
 

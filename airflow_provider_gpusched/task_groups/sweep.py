@@ -53,6 +53,7 @@ def sweep_task_group(
     results_root: str | None = None,
     publish_asset: bool = True,
     notify: Sequence[Any] | None = None,
+    notify_rounds: bool = False,
     **options: Any,
 ) -> TaskGroup:
     """Build the task group of ``spec`` (a :class:`SweepSpec`, its dict, or a YAML path) in the DAG being defined.
@@ -66,6 +67,8 @@ def sweep_task_group(
     :param notify: notifiers told when the sweep ends (``check_trials`` succeeded or failed, or ``collect``
         failed): ``EmailNotifier`` / ``WebhookNotifier`` (airflow_provider_gpusched.notifications) send the
         sweep's end report; any other Airflow ``BaseNotifier`` gets the task's context as usual.
+    :param notify_rounds: searches in rounds (optuna, evolution): the ``notify`` notifiers also report at the end
+        of every round (the counts and leaderboard so far; ``collect`` then runs after each round's ``tell``).
     """
     spec = load_spec(spec)
     try:
@@ -80,9 +83,12 @@ def sweep_task_group(
     asset = Asset(uri=f"file://{os.path.join(session.store.dir, 'best.json')}") \
         if publish_asset and spec.objective is not None else None
     notifiers = _bind_notifiers(notify, session)
+    if notify_rounds and not spec.in_rounds:
+        raise AirflowException(f"sweep {spec.name}: notify_rounds=True, but search {spec.search!r} does not run "
+                               f"in rounds (optuna and evolution do)")
 
     with TaskGroup(group_id=group_id or spec.name, tooltip=f"{spec.search} sweep {spec.name}") as group:
-        last = _rounds(stage) if spec.in_rounds else stage.build()[1]
+        last = _rounds(stage, notify if notify_rounds else None) if spec.in_rounds else stage.build()[1]
         summary = _collect(session, notifiers)
         last >> summary
         _leaderboard(spec, asset)(summary)
@@ -90,8 +96,8 @@ def sweep_task_group(
     return group
 
 
-def _bind_notifiers(notify: Sequence[Any] | None, session: SweepSession) -> list:
-    """Each notifier, bound to this sweep's folder where it is one of ours."""
+def _bind_notifiers(notify: Sequence[Any] | None, session: SweepSession, round_no: int | None = None) -> list:
+    """Each notifier, bound to this sweep's folder (and round) where it is one of ours."""
     from airflow.sdk import BaseNotifier
 
     from airflow_provider_gpusched.notifications import GpuschedNotifier
@@ -104,7 +110,8 @@ def _bind_notifiers(notify: Sequence[Any] | None, session: SweepSession) -> list
     for i, n in enumerate(notify):
         if isinstance(n, GpuschedNotifier):
             r = session.spec.resources
-            out.append(n.for_sweep(session.store.dir, job_class=r.job_class, gpus_per_trial=max(1, r.gpus)))
+            out.append(n.for_sweep(session.store.dir, job_class=r.job_class, gpus_per_trial=max(1, r.gpus),
+                                   round_no=round_no, rounds=session.spec.rounds if round_no is not None else None))
         elif isinstance(n, BaseNotifier) or callable(n):
             out.append(n)
         else:
@@ -113,16 +120,18 @@ def _bind_notifiers(notify: Sequence[Any] | None, session: SweepSession) -> list
     return out
 
 
-def _rounds(stage: _Stage):
-    """``round_0`` ... ``round_<n-1>``: plan, trials, tell; each round after the previous one's tell."""
+def _rounds(stage: _Stage, notify: Sequence[Any] | None = None):
+    """``round_0`` ... ``round_<n-1>``: plan, trials, tell; each round after the previous one's tell. With
+    ``notify``, each tell also writes the summary so far and tells the notifiers (bound to its round)."""
     session, spec = stage.session, stage.spec
     previous = None
     for r in range(spec.rounds):
         with TaskGroup(group_id=f"round_{r}", tooltip=f"round {r + 1} of {spec.rounds}"):
             plan, run = stage.build(round_no=r)
+            told_to = _bind_notifiers(notify, session, round_no=r) if notify is not None else []
 
-            @task(task_id="tell", trigger_rule="all_done")
-            def tell(round_no: int = r) -> dict:
+            @task(task_id="tell", trigger_rule="all_done", on_success_callback=told_to or None)
+            def tell(round_no: int = r, report: bool = bool(told_to)) -> dict:
                 from airflow.sdk import get_current_context
 
                 run_id = get_current_context()["run_id"]
@@ -130,6 +139,8 @@ def _rounds(stage: _Stage):
                 outcome = session.finish_round(round_no, run_id)
                 print(f"round {round_no}: {outcome['scored']}/{outcome['trials']} trials scored, "
                       f"round best {outcome['round_best']}")
+                if report:  # the round's report reads the summary: bring it up to this round
+                    session.collect(run_id)
                 return outcome
 
             told = tell()

@@ -107,3 +107,32 @@ def test_a_failed_slurm_job_alerts_with_the_tail_its_operator_recorded(airflow_d
     report = doc["report"]
     assert path == "/slurm" and report["kind"] == "task" and report["tail_source"].startswith("Slurm job ")
     assert "loading data" in report["tail"] and "RuntimeError: CUDA out of memory" in report["tail"]
+
+
+def test_a_search_in_rounds_reports_each_round_and_the_end(airflow_db, tmp_path, monkeypatch, webhook):
+    url, posted = webhook
+    monkeypatch.setenv("AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT", str(tmp_path / "sweeps"))
+    monkeypatch.setenv("GPUSCHED_TEST_WEBHOOK", url)
+    state, _, states = run_and_collect(load_dag_file(REPO / "tests" / "airflow" / "dagfiles" /
+                                                     "t_notify.py").rounds_dag)
+    assert state == "success", states
+    docs = [doc for path, _, doc in posted if path == "/rounds"]
+    assert [d["report"]["round"] for d in docs] == [0, 1, None]  # round 1, round 2, then the sweep's end
+    first, second, end = (d["report"] for d in docs)
+    assert first["subject"].startswith("[gpusched] sweep notified_rounds round 1 of 2: so far 3 succeeded; best acc ")
+    assert second["counts"]["succeeded"] > first["counts"]["succeeded"]  # the counts so far grow round by round
+    assert end["subject"].startswith("[gpusched] sweep notified_rounds finished: ")
+    assert end["top"][0]["score"] >= second["top"][0]["score"] >= first["top"][0]["score"]
+
+
+def test_notify_rounds_needs_a_search_in_rounds():
+    import pendulum
+    from airflow.sdk import DAG
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_provider_gpusched.core.sweep import SweepSpec
+    from airflow_provider_gpusched.task_groups.sweep import sweep_task_group
+
+    with pytest.raises(AirflowException, match="search 'grid' does not run in rounds"):
+        with DAG("t_rounds_refused", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
+            sweep_task_group(SweepSpec(name="g", test_config=[{"a": [1]}], command=["true"]), notify_rounds=True)

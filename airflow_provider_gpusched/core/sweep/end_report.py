@@ -35,6 +35,8 @@ class SweepEndReport:
     failures: list[dict] = field(default_factory=list)
     gpu_seconds: dict[str, float] = field(default_factory=dict)
     run: str | None = None
+    round_no: int | None = None   # a report at the end of this round (0-based) of a search in rounds
+    rounds: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -47,6 +49,8 @@ class SweepEndReport:
         best = ""
         if self.top:
             best = f"; best {self.objective.score_label} {self.top[0]['score']:.6g}"
+        if self.round_no is not None:
+            return f"[gpusched] sweep {self.sweep} round {self.round_no + 1} of {self.rounds}: so far {done}{best}"
         return f"[gpusched] sweep {self.sweep} {'finished' if self.ok else 'finished with failures'}: {done}{best}"
 
     def _rows(self) -> tuple[list[str], list[list[str]]]:
@@ -122,7 +126,8 @@ class SweepEndReport:
         return "\n".join(parts) + "\n"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"sweep": self.sweep, "folder": self.folder, "run": self.run, "ok": self.ok, "subject": self.subject,
+        return {"sweep": self.sweep, "folder": self.folder, "run": self.run, "round": self.round_no,
+                "rounds": self.rounds, "ok": self.ok, "subject": self.subject,
                 "counts": self.counts, "objective": self.objective.to_dict() if self.objective else None,
                 "top": [{k: r.get(k) for k in ("rank", "score", "label", "trial_id", "params", "front", "values")}
                         for r in self.top],
@@ -147,7 +152,8 @@ def _gpu_count(record: Mapping, default: int) -> int:
 
 
 def build_end_report(folder: str, *, top_n: int = 5, job_class: str = "normal", gpus_per_trial: int = 1,
-                     run: str | None = None, tail_lines: int = TAIL_LINES) -> SweepEndReport:
+                     run: str | None = None, tail_lines: int = TAIL_LINES, round_no: int | None = None,
+                     rounds: int | None = None) -> SweepEndReport:
     """The report of the sweep in ``folder`` as ``collect`` left it. ``job_class`` and ``gpus_per_trial``
     (the spec's resources) count GPU time where a trial's status does not name its GPUs (Slurm)."""
     summary = read_json(os.path.join(folder, "summary.json"))
@@ -182,7 +188,7 @@ def build_end_report(folder: str, *, top_n: int = 5, job_class: str = "normal", 
         gpu_seconds[job_class] = round(used, 1)
     return SweepEndReport(sweep=str(summary.get("sweep") or os.path.basename(folder)), folder=folder, counts=counts,
                           objective=objective, top=top, pareto_front=front, failures=failures,
-                          gpu_seconds=gpu_seconds, run=run)
+                          gpu_seconds=gpu_seconds, run=run, round_no=round_no, rounds=rounds)
 
 
 def format_for(kind: str, report: SweepEndReport) -> str:

@@ -44,3 +44,19 @@ with DAG("t_notify_slurm_failure", schedule=None, start_date=START) as slurm_fai
     SlurmJobOperator(task_id="job", partition="batch", poll_interval=1, retries=0,
                      command=["bash", "-c", "echo 'loading data'; echo 'RuntimeError: CUDA out of memory' >&2; exit 4"],
                      on_failure_callback=WebhookNotifier(url=f"{HOOK}/slurm", style="generic"))
+
+
+def score(subnet):
+    return {"acc": round(sum(b["kernel"] * b["expand"] for b in subnet.values()) / 100, 4)}
+
+
+with DAG("t_notify_rounds", schedule=None, start_date=START) as rounds_dag:
+    from airflow_provider_gpusched.core.sweep import EvolutionSettings
+
+    sweep_task_group(SweepSpec(name="notified_rounds", search="evolution", seed=1, python_callable=score,
+                               space={f"b{i}": {"kernel": [3, 5], "expand": [3, 6]} for i in range(2)},
+                               objective=Objective("acc"), resources=TrialResources(gpu_memory="2GiB"),
+                               evolution=EvolutionSettings(candidate_pool_size=3, candidate_top_k=2, num_mutation=2,
+                                                           num_crossover=1, max_epoch=2)),
+                     backend="local", notify=[WebhookNotifier(url=f"{HOOK}/rounds", style="generic")],
+                     notify_rounds=True)
