@@ -42,6 +42,10 @@ ORDER_PREFIX = "stop-order-"
 DEFAULT_HOLD = 600.0
 
 
+class WorkHalted(GpuschedError):
+    """Work stopped for good by ``gpusched queue stop`` (or not started under a stop order): no retry helps."""
+
+
 def _who() -> str:
     try:
         user = getpass.getuser()

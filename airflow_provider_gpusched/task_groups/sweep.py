@@ -25,12 +25,14 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.queue import WorkHalted
 from airflow_provider_gpusched.core.slurm.job import array_range
 from airflow_provider_gpusched.core.sweep.batch import run_local_batch
 from airflow_provider_gpusched.core.sweep.session import SweepSession
 from airflow_provider_gpusched.core.sweep.spec import SweepSpec
 from airflow_provider_gpusched.core.sweep.trial_run import Manifest, chunk_argv, trial_argv
 from airflow_provider_gpusched.core.sweep.view import OUTCOMES_XCOM, PLAN_XCOM, outcome_records, plan_record
+from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.task_groups.execution import SweepExecution
 
 
@@ -318,10 +320,15 @@ class _Stage:
             manager = LocalGPUHook().get_conn()
             ti = context["ti"]
             print(f"chunk {chunk}: {len(trials)} trials on {manager.inventory.source} GPUs")
-            outcome = run_local_batch(manifest, trials, manager, request, parallel=parallel,
-                                      trials_per_process=per_process,
-                                      owner=f"{ti.dag_id}.{ti.task_id}[{chunk}] ({ti.run_id})",
-                                      job_class=r.job_class, priority=r.priority, on_event=print)
+            tag = WorkTag.of_task(ti, sweep=spec.name, trial=f"chunk {chunk}", job_class=r.job_class)
+            try:
+                outcome = run_local_batch(manifest, trials, manager, request, parallel=parallel,
+                                          trials_per_process=per_process,
+                                          owner=f"{ti.dag_id}.{ti.task_id}[{chunk}] ({ti.run_id})",
+                                          job_class=r.job_class, priority=r.priority, on_event=print, work=tag)
+            except WorkHalted as exc:  # no retry: someone stopped it
+                ti.xcom_push(key=OUTCOMES_XCOM, value=outcome_records(session.store, trials))
+                raise AirflowFailException(f"chunk {chunk}: {exc}") from exc
             ti.xcom_push(key=OUTCOMES_XCOM, value=outcome_records(session.store, trials))
             counts = {k: len(v) for k, v in outcome.items()}
             print(f"chunk {chunk}: {counts['succeeded']} succeeded, {counts['pruned']} pruned, "

@@ -116,3 +116,26 @@ def test_stop_a_running_slurm_sweep(run_dag, slurm, monkeypatch, capfd):
     assert "stopped by `gpusched queue stop`" in out and "Slurm says" in out
     assert took < 55, f"the sweep took {took:.0f}s: the stop did not end it"
     gpusched("lift", "--sweep", f"{sweep}_slurm")
+
+
+def test_stop_a_batched_local_sweep(airflow_db, monkeypatch, capfd):
+    """Batched mode: one runner task holds several leases; stopping the sweep stops every group in flight, fails
+    the task without retry and marks the trials that never ran failed too (they are not re-run one by one)."""
+    sweep = f"q{uuid.uuid4().hex[:6]}"
+    monkeypatch.setenv("GPUSCHED_TEST_SWEEP", sweep)
+    stopper = StopWhenRunning(f"{sweep}_batched", {"running"}, ["--no-slurm"])
+    stopper.start()
+    started = time.monotonic()
+    state, xcoms, states = run_and_collect(load_dag_file(DAGFILE).batched)
+    took = time.monotonic() - started
+    stopper.join(5)
+    assert stopper.listed and {e["tag"]["trial"] for e in stopper.listed} == {"chunk 0"}
+    assert all(e["tag"]["task_id"] == f"{sweep}_batched.run_batch" for e in stopper.listed)
+    stop = json.loads(stopper.stop.stdout)
+    assert stop["stopped"] and {s["action"] for s in stop["stopped"]} == {"stopped"}, stop
+    assert states[(f"{sweep}_batched.run_batch", 0)] == ("failed", 1), states
+    outcomes = xcoms[(f"{sweep}_batched.run_batch", 0)]["gpusched_trial_outcomes"]
+    assert len(outcomes) == 6 and all(o["state"] == "failed" and "gpusched queue stop" in o["error"]
+                                      for o in outcomes), outcomes
+    assert took < 55, f"the sweep took {took:.0f}s: the stop did not end it"
+    gpusched("lift", "--sweep", f"{sweep}_batched")

@@ -243,7 +243,7 @@ class LeaseManager:
 
     def acquire(self, request: GPURequest, owner: str, *, timeout: float | None = None, poll_interval: float = 1.0,
                 job_class: str = "normal", priority: int = 0, preemptible: bool | None = None,
-                on_wait: Callable[[str], None] | None = None) -> Lease:
+                on_wait: Callable[[str], None] | None = None, work: WorkTag | None = None) -> Lease:
         """Wait until the request fits and take the lease. Raises TimeoutError after ``timeout`` s.
 
         Between attempts the waiter sleeps until a lease is released (woken at once in this process, within
@@ -261,7 +261,7 @@ class LeaseManager:
                     lease = None  # an identical request here already tried after this release, and failed
                 else:
                     lease, reason = self.try_acquire(request, owner, job_class=job_class, priority=priority,
-                                                     preemptible=preemptible)
+                                                     preemptible=preemptible, work=work)
                     if lease is None:
                         same.failed_at = seen
             if lease is not None:

@@ -35,6 +35,7 @@ from airflow_provider_gpusched.core.gpu.lease_store import Lease
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy, find_oom, memory_evidence
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
+from airflow_provider_gpusched.core.work_tag import WorkTag
 
 
 @dataclass
@@ -198,11 +199,12 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
 
 
 class GPUWorkFailed(GpuschedError):
-    def __init__(self, message: str, attempts: list[Attempt], tail: list[str], oom: bool):
+    def __init__(self, message: str, attempts: list[Attempt], tail: list[str], oom: bool, halted: bool = False):
         super().__init__(message)
         self.attempts = attempts
         self.tail = tail
         self.oom = oom
+        self.halted = halted  # stopped for good by `gpusched queue stop`: nothing may run it again
 
 
 class GPUWorkRunner:
@@ -211,8 +213,9 @@ class GPUWorkRunner:
     def __init__(self, manager: LeaseManager, *, oom_policy: OOMRetryPolicy | None = None, owner: str = "",
                  job_class: str = "normal", priority: int = 0, grace: float = 10.0, poll_interval: float = 0.5,
                  sample_interval: float = 1.0, yield_interval: float = 1.0, on_line: Callable[[str], None] | None = None,
-                 on_event: Callable[[str], None] | None = None) -> None:
+                 on_event: Callable[[str], None] | None = None, work: WorkTag | None = None) -> None:
         self.manager = manager
+        self.work = work  # which task the leases run for (gpusched queue)
         self.oom_policy = oom_policy or OOMRetryPolicy()
         self.owner = owner or f"pid {os.getpid()}"
         self.job_class = job_class
@@ -237,7 +240,8 @@ class GPUWorkRunner:
             lease = self.manager.acquire(progress.request, self.owner, timeout=acquire_timeout,
                                          poll_interval=self.poll_interval, job_class=self.job_class,
                                          priority=self.priority, preemptible=progress.history.preemptible(policy),
-                                         on_wait=lambda why: self.on_event(f"waiting for GPUs: {why}"))
+                                         on_wait=lambda why: self.on_event(f"waiting for GPUs: {why}"),
+                                         work=self.work)
             try:
                 gpus = gpu_descriptions(lease, self.manager.inventory)
                 self.on_event(attempt_banner(progress.next_number, progress.request, lease, gpus, self.job_class))
@@ -257,4 +261,5 @@ class GPUWorkRunner:
             elif step.action is Action.SUCCEEDED:
                 return RunResult(0, gpus, progress.attempts, log_path, work_value(work), progress.history)
             elif step.action in (Action.FAILED, Action.HALTED):
-                raise GPUWorkFailed(step.message, progress.attempts, outcome.tail, bool(outcome.attempt.oom))
+                raise GPUWorkFailed(step.message, progress.attempts, outcome.tail, bool(outcome.attempt.oom),
+                                    halted=step.action is Action.HALTED)

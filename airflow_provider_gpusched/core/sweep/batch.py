@@ -20,8 +20,10 @@ from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.gpu.runner import GPUWorkFailed, GPUWorkRunner, Work
+from airflow_provider_gpusched.core.queue import StopOrders, WorkHalted
 from airflow_provider_gpusched.core.sweep.expand import Trial
 from airflow_provider_gpusched.core.sweep.trial_run import Manifest, group_argv, write_group_manifest
+from airflow_provider_gpusched.core.work_tag import WorkTag
 
 #: seconds per trial (a group's wall time over its trials) from which the last groups are made smaller
 SHRINK_TAIL_ABOVE = 1.0
@@ -40,7 +42,7 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
                     parallel: int | None = None, trials_per_process: int = 8, owner: str = "",
                     job_class: str = "normal", priority: int = 0, oom_policy: OOMRetryPolicy | None = None,
                     on_event: Callable[[str], None] | None = None,
-                    stop_event: threading.Event | None = None) -> dict[str, list[str]]:
+                    stop_event: threading.Event | None = None, work: WorkTag | None = None) -> dict[str, list[str]]:
     """Run ``trials`` with up to ``parallel`` leases at a time; returns trial ids by final state.
 
     Each lease runs a small group of trials in one process (``trials_per_process``; once trials are seen to
@@ -48,6 +50,10 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
     process start per group, not per trial. When a
     group's process fails, its unfinished trials — and, after a GPU OOM, its failed ones — run again one
     per process, where OOM escalation applies to each alone.
+
+    ``work`` tags the leases with the task (``gpusched queue``). When ``gpusched queue stop`` stops one of them,
+    or a stop order covers ``work`` before a group starts, every group in flight is stopped, the trials without
+    an outcome are marked failed with the stop's message, and :class:`WorkHalted` is raised.
     """
     on_event = on_event or (lambda message: None)
     parallel = max(1, min(parallel or default_parallel(manager, request), max(1, len(trials))))
@@ -60,6 +66,14 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
     finished: dict[str, str] = {}
     retried: set[str] = set()  # trials that run alone after their group failed
     ran = {"seconds": 0.0, "trials": 0}  # wall time of the groups so far, and their trials
+    stop = stop_event or threading.Event()
+    halted: list[str] = []
+    orders = StopOrders(manager.state_dir) if work is not None else None
+
+    def halt(message: str) -> None:
+        with lock:
+            halted.append(message)
+        stop.set()  # every runner shares it: their children get SIGTERM, the grace period, SIGKILL
 
     def take() -> tuple[Trial, ...] | None:
         with lock:
@@ -80,12 +94,15 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
 
     def worker() -> None:
         runner = GPUWorkRunner(manager, oom_policy=oom_policy, owner=owner, job_class=job_class, priority=priority,
-                               poll_interval=0.05, sample_interval=5.0)
-        if stop_event is not None:
-            runner.stop_event = stop_event  # stops the trials in flight too
+                               poll_interval=0.05, sample_interval=5.0, work=work)
+        runner.stop_event = stop  # stops the trials in flight too
         with lock:
             runners.append(runner)
-        while not (stop_event and stop_event.is_set()):
+        while not stop.is_set():
+            order = orders.order_for(work) if orders is not None and work is not None else None
+            if order is not None:
+                halt(f"not started: {order.request.describe()} (a stop order for {order.selection})")
+                return
             group = take()
             if group is None:
                 return
@@ -96,6 +113,9 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
                 runner.run(request, Work(argv=group_argv(sliced, group)),
                            os.path.join(logs, f"{group[0].trial_id}.log"))
             except GPUWorkFailed as exc:
+                if exc.halted:
+                    halt(str(exc).splitlines()[0])
+                    return
                 oom = exc.oom
                 if oom and len(group) == 1:
                     store.mark_finished(group[0], ok=False, exit_code=None, error=str(exc).splitlines()[0])
@@ -131,6 +151,11 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
     finally:
         for runner in runners:
             runner.stop()
+    if halted:
+        for trial in trials:
+            if trial.trial_id not in finished and store.state(trial) in ("waiting", "running"):
+                store.mark_finished(trial, ok=False, exit_code=None, error=halted[0])
+        raise WorkHalted(halted[0])
     outcome: dict[str, list[str]] = {"succeeded": [], "pruned": [], "failed": []}
     for trial in trials:
         if trial.trial_id in finished:
