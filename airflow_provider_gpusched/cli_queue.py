@@ -33,8 +33,8 @@ def _slurm(args) -> tuple[object | None, str, str]:
         except AirflowNotFoundException:
             raise GpuschedError(f"--slurm-conn-id {args.slurm_conn_id}: no such Airflow connection "
                                 f"(airflow connections list)") from None
-        how = f"connection {args.slurm_conn_id!r} ({runner.get('kind', 'local')}"
-        how += f", {runner['host']})" if runner.get("host") else ")"
+        how = f"connection {args.slurm_conn_id!r} " + (f"(ssh to {runner['host']})" if runner.get("host")
+                                                      else "(local Slurm commands)")
         return hook.get_conn(), how, ""
     if shutil.which("squeue"):
         from airflow_provider_gpusched.core.slurm import CommandRunner, SlurmClient

@@ -2,6 +2,7 @@
 (the Airflow tier's 4 x 24 GiB) and the real Slurm test cluster; the CLI runs as a separate process."""
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -139,3 +140,36 @@ def test_stop_a_batched_local_sweep(airflow_db, monkeypatch, capfd):
                                       for o in outcomes), outcomes
     assert took < 55, f"the sweep took {took:.0f}s: the stop did not end it"
     gpusched("lift", "--sweep", f"{sweep}_batched")
+
+
+@pytest.mark.slurm
+def test_list_and_health_through_an_ssh_login_host_connection(airflow_db, login_host, slurm, slurm_cluster, tmp_path):
+    """`--slurm-conn-id`: the same Airflow connection the operators use (here ssh to a login host)."""
+    from airflow_provider_gpusched.core.slurm import SlurmJobSpec
+    from airflow_provider_gpusched.core.slurm.job import job_comment
+    from airflow_provider_gpusched.core.work_tag import WorkTag
+
+    port, options = login_host
+    conn = json.dumps({"conn_type": "slurm", "host": "127.0.0.1", "login": "root", "port": port,
+                       "extra": {"ssh_options": " ".join(options), "slurm_conf": slurm_cluster}})
+    dag_id = f"remote_{uuid.uuid4().hex[:6]}"
+    tag = WorkTag(dag_id=dag_id, run_id="r1", task_id="train", job_class="normal")
+    job = slurm.submit(SlurmJobSpec(command="sleep 60", comment=job_comment("k" * 24, 1, run="r1", tag=tag),
+                                    output=str(tmp_path / "%j.out")))
+    env = {**os.environ, "AIRFLOW_CONN_SLURM_SSH": conn}
+    try:
+        out = subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", "queue", "list", "--slurm-conn-id",
+                              "slurm_ssh", "--no-local", "--dag", dag_id, "--json"], capture_output=True,
+                             text=True, env=env, cwd=REPO, timeout=120)
+        listing = json.loads(out.stdout)
+        assert listing["slurm"] == "connection 'slurm_ssh' (ssh to 127.0.0.1)"
+        assert [(e["id"], e["tag"]["task_id"]) for e in listing["entries"]] == [(job.job_id, "train")]
+        out = subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", "queue", "health", "--slurm-conn-id",
+                              "slurm_ssh", "--no-airflow", "--simulate", "1x8GiB", "--state-dir", str(tmp_path)],
+                             capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+        assert "[  ok] slurm reachable: connection 'slurm_ssh' (ssh to 127.0.0.1)" in out.stdout, out.stdout + out.stderr
+        out = subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", "queue", "list", "--slurm-conn-id",
+                              "nope"], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+        assert out.returncode == 2 and "--slurm-conn-id nope: no such Airflow connection" in out.stderr
+    finally:
+        slurm.cancel([job.job_id])
