@@ -51,21 +51,28 @@ class StopWhenRunning(threading.Thread):
         self.stopped_at = time.monotonic()
 
 
-def test_stop_a_running_local_sweep(airflow_db, monkeypatch, capfd):
-    sweep = f"q{uuid.uuid4().hex[:6]}"
-    monkeypatch.setenv("GPUSCHED_TEST_SWEEP", sweep)
-    dag = load_dag_file(DAGFILE).local
-    stopper = StopWhenRunning(f"{sweep}_local", {"running"}, ["--no-slurm"])
+def run_and_stop(monkeypatch, kind, want, extra):
+    """dag.test() of t_queue's ``kind`` DAG under a fresh sweep name while a :class:`StopWhenRunning` stops it:
+    (sweep name, run state, xcoms, task states, seconds the run took, the stopper)."""
+    sweep = f"q{uuid.uuid4().hex[:6]}_{kind}"
+    monkeypatch.setenv("GPUSCHED_TEST_SWEEP", sweep[:-len(kind) - 1])
+    dag = getattr(load_dag_file(DAGFILE), kind)
+    stopper = StopWhenRunning(sweep, want, extra)
     stopper.start()
     started = time.monotonic()
     state, xcoms, states = run_and_collect(dag)
     took = time.monotonic() - started
     stopper.join(5)
-    assert stopper.listed, "the running trial never showed in gpusched queue list"
+    assert stopper.listed, f"the {kind} sweep's work never showed in gpusched queue list"
+    return sweep, state, xcoms, states, took, stopper
+
+
+def test_stop_a_running_local_sweep(airflow_db, monkeypatch, capfd):
+    sweep, state, xcoms, states, took, stopper = run_and_stop(monkeypatch, "local", {"running"}, ["--no-slurm"])
     [entry] = stopper.listed
     assert entry["backend"] == "local" and entry["tag"]["dag_id"] == "t_queue_local"
-    assert entry["tag"]["sweep"] == f"{sweep}_local" and entry["tag"]["trial"] in ("x=1", "x=2", "x=3")
-    assert entry["tag"]["task_id"] == f"{sweep}_local.trial" and entry["tag"]["map_index"] >= 0
+    assert entry["tag"]["sweep"] == sweep and entry["tag"]["trial"] in ("x=1", "x=2", "x=3")
+    assert entry["tag"]["task_id"] == f"{sweep}.trial" and entry["tag"]["map_index"] >= 0
     stop = json.loads(stopper.stop.stdout)
     assert stopper.stop.returncode == 0, stopper.stop.stderr
     assert [s["action"] for s in stop["stopped"]] == ["stopped"], stop
@@ -82,29 +89,20 @@ def test_stop_a_running_local_sweep(airflow_db, monkeypatch, capfd):
     assert sum("not started: stopped by `gpusched queue stop`" in line for line in marked) == 2, marked
     assert took < 55, f"the sweep took {took:.0f}s: the stop did not end it (a trial runs 60 s)"
     # nothing of it still runs, and the trials say why they failed
-    left = json.loads(gpusched("list", "--sweep", f"{sweep}_local", "--json", "--no-slurm").stdout)
+    left = json.loads(gpusched("list", "--sweep", sweep, "--json", "--no-slurm").stdout)
     assert left["entries"] == []
     outcomes = [o for v in xcoms.values() for o in (v.get("gpusched_trial_outcomes") or [])]
     assert outcomes and all(o["state"] == "failed" and "gpusched queue stop" in o["error"] for o in outcomes), outcomes
-    assert gpusched("lift", "--sweep", f"{sweep}_local").stdout.strip() == "lifted 1 stop order(s)"
+    assert gpusched("lift", "--sweep", sweep).stdout.strip() == "lifted 1 stop order(s)"
 
 
 @pytest.mark.slurm
 def test_stop_a_running_slurm_sweep(run_dag, slurm, monkeypatch, capfd):
-    sweep = f"q{uuid.uuid4().hex[:6]}"
-    monkeypatch.setenv("GPUSCHED_TEST_SWEEP", sweep)
-    dag = load_dag_file(DAGFILE).slurm
-    stopper = StopWhenRunning(f"{sweep}_slurm", {"RUNNING"}, ["--no-local"])
-    stopper.start()
-    started = time.monotonic()
-    state, xcoms, states = run_dag(dag)
-    took = time.monotonic() - started
-    stopper.join(5)
-    assert stopper.listed, "the sweep's Slurm job never showed in gpusched queue list"
+    sweep, state, xcoms, states, took, stopper = run_and_stop(monkeypatch, "slurm", {"RUNNING"}, ["--no-local"])
     for entry in stopper.listed:
         assert entry["backend"] == "slurm" and entry["tag"]["dag_id"] == "t_queue_slurm"
-        assert entry["tag"]["sweep"] == f"{sweep}_slurm" and entry["tag"]["run_id"]
-        assert entry["job_name"] == f"sweep.{sweep}_slurm" and entry["output"]
+        assert entry["tag"]["sweep"] == sweep and entry["tag"]["run_id"]
+        assert entry["job_name"] == f"sweep.{sweep}" and entry["output"]
     stop = json.loads(stopper.stop.stdout)
     assert stopper.stop.returncode == 0, stopper.stop.stderr
     assert stop["stopped"] and all(s["action"] == "cancelled" for s in stop["stopped"]), stop
@@ -116,30 +114,23 @@ def test_stop_a_running_slurm_sweep(run_dag, slurm, monkeypatch, capfd):
     out = capfd.readouterr().out
     assert "stopped by `gpusched queue stop`" in out and "Slurm says" in out
     assert took < 55, f"the sweep took {took:.0f}s: the stop did not end it"
-    gpusched("lift", "--sweep", f"{sweep}_slurm")
+    gpusched("lift", "--sweep", sweep)
 
 
 def test_stop_a_batched_local_sweep(airflow_db, monkeypatch, capfd):
     """Batched mode: one runner task holds several leases; stopping the sweep stops every group in flight, fails
     the task without retry and marks the trials that never ran failed too (they are not re-run one by one)."""
-    sweep = f"q{uuid.uuid4().hex[:6]}"
-    monkeypatch.setenv("GPUSCHED_TEST_SWEEP", sweep)
-    stopper = StopWhenRunning(f"{sweep}_batched", {"running"}, ["--no-slurm"])
-    stopper.start()
-    started = time.monotonic()
-    state, xcoms, states = run_and_collect(load_dag_file(DAGFILE).batched)
-    took = time.monotonic() - started
-    stopper.join(5)
+    sweep, state, xcoms, states, took, stopper = run_and_stop(monkeypatch, "batched", {"running"}, ["--no-slurm"])
     assert stopper.listed and {e["tag"]["trial"] for e in stopper.listed} == {"chunk 0"}
-    assert all(e["tag"]["task_id"] == f"{sweep}_batched.run_batch" for e in stopper.listed)
+    assert all(e["tag"]["task_id"] == f"{sweep}.run_batch" for e in stopper.listed)
     stop = json.loads(stopper.stop.stdout)
     assert stop["stopped"] and {s["action"] for s in stop["stopped"]} == {"stopped"}, stop
-    assert states[(f"{sweep}_batched.run_batch", 0)] == ("failed", 1), states
-    outcomes = xcoms[(f"{sweep}_batched.run_batch", 0)]["gpusched_trial_outcomes"]
+    assert states[(f"{sweep}.run_batch", 0)] == ("failed", 1), states
+    outcomes = xcoms[(f"{sweep}.run_batch", 0)]["gpusched_trial_outcomes"]
     assert len(outcomes) == 6 and all(o["state"] == "failed" and "gpusched queue stop" in o["error"]
                                       for o in outcomes), outcomes
     assert took < 55, f"the sweep took {took:.0f}s: the stop did not end it"
-    gpusched("lift", "--sweep", f"{sweep}_batched")
+    gpusched("lift", "--sweep", sweep)
 
 
 @pytest.mark.slurm
