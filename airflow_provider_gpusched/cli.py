@@ -78,6 +78,17 @@ def _state_dir_option(args) -> str | None:
     return args.state_dir or os.environ.get("AIRFLOW__GPUSCHED__GPU_STATE_DIR") or None
 
 
+def _shared_option() -> bool:
+    """Whether the lease directory is a group directory shared on purpose: ``GPUSCHED_STATE_DIR_SHARED`` or
+    ``AIRFLOW__GPUSCHED__GPU_STATE_DIR_SHARED`` (the CLI reads the environment, not Airflow's configuration)."""
+    import os
+
+    from airflow_provider_gpusched.core.gpu.lease_store import shared_from_env
+
+    return shared_from_env() or os.environ.get("AIRFLOW__GPUSCHED__GPU_STATE_DIR_SHARED", "").strip().lower() in (
+        "1", "true", "yes", "on")
+
+
 def _gpus(args) -> int:
     import time
 
@@ -89,7 +100,7 @@ def _gpus(args) -> int:
     from airflow_provider_gpusched.core.units import format_bytes
 
     inventory = get_inventory(_simulate_option(args))
-    manager = LeaseManager(inventory, _state_dir_option(args))
+    manager = LeaseManager(inventory, _state_dir_option(args), shared=_shared_option())
     gpus, leases = manager.snapshot()
     yielding = {lease.lease_id: manager.yields.request_for(lease.lease_id) for lease in leases}
     yielding = {k: v for k, v in yielding.items() if v}

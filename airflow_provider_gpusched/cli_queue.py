@@ -47,25 +47,25 @@ def _leases(args) -> tuple[object | None, str]:
     """``(lease manager, why there is none)``."""
     if getattr(args, "no_local", False):
         return None, "local GPUs not looked at (--no-local)"
-    from airflow_provider_gpusched.cli import _simulate_option, _state_dir_option
+    from airflow_provider_gpusched.cli import _shared_option, _simulate_option, _state_dir_option
     from airflow_provider_gpusched.core.gpu.inventory import GPUInventoryError, get_inventory
     from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 
     try:
-        return LeaseManager(get_inventory(_simulate_option(args)), _state_dir_option(args)), ""
+        return LeaseManager(get_inventory(_simulate_option(args)), _state_dir_option(args),
+                            shared=_shared_option()), ""
     except GPUInventoryError as exc:
         return None, f"local GPUs not looked at: {exc}"
 
 
 def _orders(args):
     """The stop orders of this host: in its lease directory, whether or not its leases are looked at."""
-    from airflow_provider_gpusched.cli import _state_dir_option
-    from airflow_provider_gpusched.core.gpu.lease_store import default_state_dir, shared_from_env
+    from airflow_provider_gpusched.cli import _shared_option, _state_dir_option
+    from airflow_provider_gpusched.core.gpu.lease_store import default_state_dir
     from airflow_provider_gpusched.core.queue import StopOrders
     from airflow_provider_gpusched.core.safe_files import ensure_private_dir
 
-    shared = shared_from_env() or os.environ.get("AIRFLOW__GPUSCHED__GPU_STATE_DIR_SHARED", "").lower() in (
-        "1", "true", "yes", "on")
+    shared = _shared_option()
     state_dir = ensure_private_dir(_state_dir_option(args) or default_state_dir(), shared=shared,
                                    what="GPU lease directory")
     return StopOrders(state_dir, 0o660 if shared else 0o600)
@@ -181,7 +181,7 @@ def queue_stop(args) -> int:
             print(f"  {i}: not running (no such Slurm job of this provider's, nor lease)")
         if order_path:
             print(f"stop order for {hold:.0f}s: tasks of {selector.describe()} that start on this host now fail "
-                  f"at once ({order_path}; `gpusched queue stop --lift` ends it)")
+                  f"at once ({order_path}; `gpusched queue lift` ends it)")
         for problem in listing.problems:
             print(f"note: {problem}")
     return 1 if bad or (missing and not entries) else 0
@@ -201,15 +201,13 @@ def _airflow_checks(args, simulate: str | None) -> list:
     from airflow_provider_gpusched.core.health import FAIL, OK, SKIP, WARN, Check
 
     checks = []
-    if simulate:  # what --simulate says counts for the pools' slots too
-        os.environ["GPUSCHED_SIMULATE_GPUS"] = simulate
     try:
         from sqlalchemy.exc import SQLAlchemyError
 
         from airflow_provider_gpusched.pools import desired_pools, sync_pools
 
         backend = "slurm" if args.pools_backend == "slurm" else "local"
-        rows = sync_pools(desired_pools(backend, args.slurm_conn_id), dry_run=True)
+        rows = sync_pools(desired_pools(backend, args.slurm_conn_id, simulate=simulate), dry_run=True)
         wrong = [r for r in rows if r["action"] != "unchanged"]
         if not rows:
             checks.append(Check("airflow pools", OK, "the job-class mapping names no pools"))
@@ -281,13 +279,13 @@ def queue_health(args) -> int:
         else:
             classes = {c: slurm_class_settings(c, mapping) for c in ("normal", "idle")}
         checks += check_slurm(client, classes, how)
-    from airflow_provider_gpusched.cli import _simulate_option, _state_dir_option
+    from airflow_provider_gpusched.cli import _shared_option, _simulate_option, _state_dir_option
 
     state_dir = _state_dir_option(args)
     gpu_check, inventory = check_gpus(_simulate_option(args))
     checks.append(gpu_check)
     if inventory is not None:
-        lease_checks = check_lease_dir(inventory, state_dir, None)
+        lease_checks = check_lease_dir(inventory, state_dir, _shared_option())
         checks += lease_checks
         from airflow_provider_gpusched.core.gpu.lease_store import default_state_dir
 

@@ -14,12 +14,14 @@ from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.core.job_classes import JobClass
 
 
-def desired_pools(backend: str = "local", slurm_conn_id: str | None = None) -> dict[str, dict[str, Any]]:
+def desired_pools(backend: str = "local", slurm_conn_id: str | None = None,
+                  simulate: str | None = None) -> dict[str, dict[str, Any]]:
+    """The pools the job-class mapping wants; ``simulate`` overrides ``[gpusched] simulate_gpus`` (local)."""
     mapping = settings.job_class_mapping()
     if backend == "local":
         from airflow_provider_gpusched.core.gpu.inventory import get_inventory
 
-        count = len(get_inventory(settings.simulate_gpus() or None).gpus())
+        count = len(get_inventory(simulate or settings.simulate_gpus() or None).gpus())
         return mapping.pool_plan(lambda cls: count)
     from airflow_provider_gpusched.hooks.slurm import SlurmHook
 

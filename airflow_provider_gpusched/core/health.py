@@ -167,7 +167,7 @@ def check_lease_dir(inventory: Any, state_dir: str | None, shared: bool | None) 
         live = store.live(tidy=False)
     stale = sorted(files - {lease.lease_id for lease in live})
     orphans = [lease for lease in live if lease.child_pids and not lease.unreadable
-               and not store._holder_alive(lease)]
+               and not store.holder_alive(lease)]
     checks.append(Check("stale leases", WARN if stale else OK,
                         f"{len(stale)} lease file(s) of dead processes ({', '.join(stale[:5])}): they hold no GPU and "
                         f"go at the next allocation" if stale else "none"))

@@ -36,6 +36,9 @@ from airflow_provider_gpusched.core.safe_files import (
 )
 from airflow_provider_gpusched.core.work_tag import MAX_FIELD, WorkTag
 
+# The Slurm errors are imported where Slurm is used: the local-GPU path (leases read stop requests through this
+# module) must not pay for the Slurm package, which brings asyncio.
+
 #: a Slurm job's stop mark, next to its output file: ``gpusched-stop-<job id>.json``
 SLURM_STOP_MARK = "gpusched-stop-{job_id}.json"
 ORDER_PREFIX = "stop-order-"
@@ -170,8 +173,6 @@ def local_entries(manager: Any) -> list[QueueEntry]:
     entries = []
     for lease in manager.leases():
         tag = lease.tag
-        if not tag.job_class:
-            tag = WorkTag(**{**tag.to_dict(), "job_class": lease.job_class})
         stop = manager.store.stop_request(lease.lease_id)
         asked = manager.yields.request_for(lease.lease_id)
         if lease.unreadable:
@@ -291,6 +292,11 @@ class StopOrder:
 
     def describe(self) -> str:
         return f"{self.selection}: {self.request.describe()} (for {self.seconds_left():.0f}s more)"
+
+    def refusal(self) -> str:
+        """Why a task it covers does not start (its failure message)."""
+        return (f"not started: {self.request.describe()} (a stop order for {self.selection}, in force for "
+                f"{self.seconds_left():.0f}s more)")
 
 
 class StopOrders:

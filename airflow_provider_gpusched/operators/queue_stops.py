@@ -25,5 +25,4 @@ def refuse_if_stopped(task_id: str, tag: WorkTag, state_dir: str | None = None) 
         return
     order = StopOrders(state_dir).order_for(tag)
     if order is not None:
-        raise AirflowFailException(f"{task_id}: not started: {order.request.describe()} (a stop order for "
-                                   f"{order.selection}, in force for {order.seconds_left():.0f}s more)")
+        raise AirflowFailException(f"{task_id}: {order.refusal()}")

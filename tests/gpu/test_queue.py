@@ -176,3 +176,18 @@ def test_health_checks_the_lease_directory(state_dir, tmp_path):
         os.chmod(tmp_path, 0o700)
     out = gpusched("queue", "health", "--no-slurm", "--no-airflow", "--state-dir", str(tmp_path))
     assert out.returncode == 1 and "[FAIL] GPU inventory: No GPU inventory" in out.stdout
+
+
+def test_health_names_stale_leases_of_dead_holders(state_dir, tmp_path):
+    """A holder that died without releasing leaves its lease file; health warns about it (and changes nothing)."""
+    died = subprocess.run([sys.executable, "-c", HOLDER.split("request = GPURequest")[0].replace(
+        "if hang:", "import os; os._exit(0)\nif hang:"), state_dir, "dead", "run", str(tmp_path / "x.log")])
+    assert died.returncode == 0
+    out = gpusched("queue", "health", "--no-slurm", "--no-airflow", "--simulate", "4x24GiB", "--state-dir",
+                   state_dir, "--json")
+    checks = {c["name"]: c for c in json.loads(out.stdout)["checks"]}
+    assert checks["stale leases"]["status"] == "warn" and "1 lease file(s) of dead processes" in \
+        checks["stale leases"]["detail"], checks
+    assert checks["orphaned GPU processes"]["status"] == "ok"
+    assert out.returncode == 0  # a warning, not a failure
+    assert any(name.endswith(".json") and len(name) == 21 for name in os.listdir(state_dir))  # left as it was

@@ -18,6 +18,7 @@ decision happens), the live leases, writing and releasing them. Who gets which G
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import os
@@ -129,8 +130,9 @@ class Lease:
 
     @property
     def tag(self) -> WorkTag:
-        """What the lease runs for (an empty tag for leases taken outside Airflow, or by an older version)."""
-        return WorkTag.from_dict(self.work) if self.work else WorkTag(job_class=self.job_class)
+        """What the lease runs for (only its class for leases taken outside Airflow, or by an older version)."""
+        tag = WorkTag.from_dict(self.work) if self.work else WorkTag()
+        return tag if tag.job_class else dataclasses.replace(tag, job_class=self.job_class)
 
     def view(self, kin: Mapping[int, set[int]] | None = None) -> LeaseView:
         """What placement needs. ``kin`` maps each process the GPUs list to itself, its session and its
@@ -354,7 +356,7 @@ class LeaseStore:
                 lease = _unreadable_lease(name[:-5], getattr(exc, "record", None), gpus, str(exc))
                 unreadable.append((path, str(exc)))
             lease.path = path
-            if tidy and not lease.unreadable and lease.child_pids and not self._holder_alive(lease):
+            if tidy and not lease.unreadable and lease.child_pids and not self.holder_alive(lease):
                 self._stop_orphan(lease)
             leases.append(lease)
         self.unreadable = unreadable
@@ -385,7 +387,7 @@ class LeaseStore:
         self._checked[name] = (key, lease.copy())
         return lease
 
-    def _holder_alive(self, lease: Lease) -> bool:
+    def holder_alive(self, lease: Lease) -> bool:
         """:func:`_holder_alive`, asked at most once a second per lease while the answer is yes (an orphan
         is then found within a second, and a waiter's failed attempt does not look at every holder)."""
         now = time.monotonic()

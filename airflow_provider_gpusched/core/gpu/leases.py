@@ -31,6 +31,7 @@ from airflow_provider_gpusched.core.gpu.lease_store import Lease, LeaseStore
 from airflow_provider_gpusched.core.gpu.placement import GPURequest, LeaseView, Placement, gpu_usage, place
 from airflow_provider_gpusched.core.gpu.yielding import YieldMarks, plan_preemption
 from airflow_provider_gpusched.core.job_classes import JobClassMapping
+from airflow_provider_gpusched.core.queue import StopRequest
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 from airflow_provider_gpusched.core.units import format_bytes, parse_bytes
 from airflow_provider_gpusched.core.work_tag import WorkTag
@@ -284,8 +285,6 @@ class LeaseManager:
     def stop_reason(self, lease: Lease) -> str:
         """'' unless someone asked (``gpusched queue stop``) that the work on ``lease`` stop for good; then
         who, when and why, for the task's failure message."""
-        from airflow_provider_gpusched.core.queue import StopRequest
-
         record = self.store.stop_request(lease.lease_id)
         if record is None:
             return ""

@@ -101,7 +101,7 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
         while not stop.is_set():
             order = orders.order_for(work) if orders is not None and work is not None else None
             if order is not None:
-                halt(f"not started: {order.request.describe()} (a stop order for {order.selection})")
+                halt(order.refusal())
                 return
             group = take()
             if group is None:
