@@ -191,3 +191,52 @@ def test_health_names_stale_leases_of_dead_holders(state_dir, tmp_path):
     assert checks["orphaned GPU processes"]["status"] == "ok"
     assert out.returncode == 0  # a warning, not a failure
     assert any(name.endswith(".json") and len(name) == 21 for name in os.listdir(state_dir))  # left as it was
+
+
+def test_a_stop_of_one_batched_group_records_every_trial_in_flight_as_stopped(manager, state_dir, tmp_path):
+    """Batched mode: `gpusched queue stop` may reach one group's lease before another's (the stop command asks
+    each holder in turn, and each looks once a second). The first halt stops every group in flight through the
+    runner's shared stop; the trials of the other groups must still read "stopped by ...", not "its runner
+    stopped before recording an outcome" (issue 29: the trial starting when the stop arrived)."""
+    import threading
+
+    from airflow_provider_gpusched.core.queue import StopRequest, WorkHalted
+    from airflow_provider_gpusched.core.sweep import Objective, SweepSpec
+    from airflow_provider_gpusched.core.sweep.batch import run_local_batch
+    from airflow_provider_gpusched.core.sweep.session import SweepSession
+
+    spec = SweepSpec(name="halt", test_config=[{"x": [1, 2]}], objective=Objective("y"),
+                     command=[sys.executable, "-c", "import time; time.sleep(60)", "{x}"],
+                     results_root=str(tmp_path / "results"))
+    session = SweepSession(spec)
+    manifest = session.prepare()
+    tag = WorkTag(dag_id="d", run_id="r", task_id="halt.run_batch", sweep="halt", job_class="normal")
+    raised = []
+
+    def run():
+        try:
+            run_local_batch(manifest, manifest.pending, manager, GPURequest(gpu_memory="4GiB"), parallel=2,
+                            trials_per_process=1, work=tag)
+        except WorkHalted as exc:
+            raised.append(exc)
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        leases = [lease for lease in manager.leases() if lease.child_pids]
+        if len(leases) == 2 and all(session.store.state(t) == "running" for t in manifest.pending):
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the two groups never ran")
+    request = StopRequest.now("only the first lease is asked")
+    manager.store.request_stop(leases[0].lease_id, request.to_dict())  # the other group hears it from the runner
+    runner.join(30)
+    assert not runner.is_alive(), "the batch did not stop"
+    assert raised and "stopped by `gpusched queue stop`" in str(raised[0])
+    for trial in manifest.pending:
+        status = session.store.status(trial)
+        assert status["state"] == "failed", status
+        assert "stopped by `gpusched queue stop`" in status["error"] and "only the first lease" in status["error"], status
+    assert not manager.leases()

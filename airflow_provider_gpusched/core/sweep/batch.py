@@ -128,6 +128,10 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
             again = []
             for trial in group:
                 state = store.state(trial)
+                if state in ("waiting", "running") and halted:
+                    # another group's lease was stopped and the shared stop ended this one before its trial
+                    # recorded an outcome: the halt below marks it with who stopped it, not as a dead runner
+                    continue
                 if len(group) > 1 and (state in ("waiting", "running") or (state == "failed" and oom)):
                     again.append(trial)
                     continue
