@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from dataclasses import asdict
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -23,7 +24,7 @@ from airflow.models import DagRun, TaskInstance  # the api-server's ORM models: 
 from airflow.models.xcom import XComModel
 from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.staticfiles import StaticFiles
-from sqlalchemy import and_, select
+from sqlalchemy import and_, func, select
 
 from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.core.gpu.board import (
@@ -31,6 +32,8 @@ from airflow_provider_gpusched.core.gpu.board import (
     LEASE_XCOM,
     WAIT_XCOM,
     WINDOWS,
+    BoardGPU,
+    KnownHost,
     build_board,
     read_gpu_time_record,
     read_lease_record,
@@ -44,7 +47,7 @@ from airflow_provider_gpusched.core.slurm.job_view import (
     read_job_record,
     read_tail,
 )
-from airflow_provider_gpusched.core.sweep.reports import read_reports
+from airflow_provider_gpusched.core.sweep.reports import reports_of_run
 from airflow_provider_gpusched.core.sweep.view import (
     OUTCOMES_XCOM,
     PLAN_XCOM,
@@ -52,11 +55,15 @@ from airflow_provider_gpusched.core.sweep.view import (
     read_outcome_records,
     read_plan_record,
     report_paths,
+    report_runs,
 )
 
 STATIC_DIR = os.path.join(os.path.dirname(__file__), "static")
 _WAITING_STATES = ("deferred", "running", "up_for_reschedule", "scheduled", "queued")
 _live_statuses = CachedStatuses()
+#: how long the api-server's own GPU inventory is reused between board refreshes
+OWN_INVENTORY_SECONDS = 30.0
+_own_inventory: dict[str, Any] = {"at": 0.0, "host": None}
 
 
 def _value(raw: Any) -> Any:
@@ -142,9 +149,100 @@ def gpu_board(user, session) -> dict[str, Any]:
             ledger.append(read_gpu_time_record(value, f"XCom {GPU_TIME_XCOM} of {dag_id}.{task_id}", end.timestamp()))
         except BadRecordError as exc:
             bad(exc, dag_id)
-    board = build_board(leases, waiting=waiting, ledger=ledger, problems=problems, now=time.time())
+    known = _known_hosts(session, since, problems)
+    board = build_board(leases, waiting=waiting, ledger=ledger, problems=problems, now=time.time(), known_hosts=known)
     board["api_server_host"] = socket.gethostname()
     return board
+
+
+def _airflow_hostname() -> str:
+    """This host as Airflow names task instances' hosts (``[core] hostname_callable``), so that its GPUs and the
+    leases its tasks publish land on one row."""
+    try:
+        from airflow.utils.net import get_hostname
+
+        return get_hostname()
+    except Exception:  # noqa: BLE001 - a misconfigured callable: the plain host name
+        return socket.getfqdn()
+
+
+def own_host() -> KnownHost | None:
+    """The api-server's own host when it is a GPU host (NVML finds GPUs, or [gpusched] simulate_gpus is set):
+    listed on the board with its GPUs even when nothing runs. Read at most every OWN_INVENTORY_SECONDS."""
+    now = time.monotonic()
+    if now - _own_inventory["at"] < OWN_INVENTORY_SECONDS:
+        return _own_inventory["host"]
+    from airflow_provider_gpusched.core.gpu.inventory import GPUInventoryError, get_inventory
+
+    host = None
+    try:
+        inventory = get_inventory(settings.simulate_gpus() or None)
+        gpus = [BoardGPU(g.index, g.uuid, g.name, g.memory_total, g.simulated) for g in inventory.gpus()]
+        if gpus:
+            host = KnownHost(_airflow_hostname(), gpus, "the api-server's own host")
+    except (GPUInventoryError, OSError):
+        host = None
+    _own_inventory.update(at=now, host=host)
+    return host
+
+
+def _known_hosts(session, since: datetime, problems: list[str]) -> list[KnownHost]:
+    """Hosts to list with their GPUs though no lease runs there: this api-server's (if a GPU host), and each host
+    whose tasks published a lease in the last day (its newest record's inventory; one query per host)."""
+    known = [h for h in [own_host()] if h is not None]
+    newest = (select(TaskInstance.hostname, func.max(TaskInstance.end_date))
+              .join(XComModel, and_(TaskInstance.dag_id == XComModel.dag_id, TaskInstance.run_id == XComModel.run_id,
+                                    TaskInstance.task_id == XComModel.task_id,
+                                    TaskInstance.map_index == XComModel.map_index))
+              .where(XComModel.key == LEASE_XCOM, TaskInstance.end_date >= since)
+              .group_by(TaskInstance.hostname).limit(100))
+    for hostname, ended in session.execute(newest).all():
+        if not hostname or ended is None:
+            continue
+        value = session.execute(
+            select(XComModel.value)
+            .join(TaskInstance, and_(TaskInstance.dag_id == XComModel.dag_id, TaskInstance.run_id == XComModel.run_id,
+                                     TaskInstance.task_id == XComModel.task_id,
+                                     TaskInstance.map_index == XComModel.map_index))
+            .where(XComModel.key == LEASE_XCOM, TaskInstance.hostname == hostname, TaskInstance.end_date == ended)
+            .limit(1)).scalar()
+        try:
+            lease = read_lease_record(_value(value), f"XCom {LEASE_XCOM} of a task on {hostname}")
+        except BadRecordError as exc:
+            problems.append(str(exc))
+            continue
+        if lease.inventory:
+            known.append(KnownHost(lease.host, lease.inventory,
+                                   f"a task ended there at {ended.strftime('%Y-%m-%d %H:%M:%S UTC')}"))
+    return known
+
+
+def task_lease(dag_id: str, run_id: str, task_id: str, map_index: int, session) -> dict[str, Any]:
+    """One task instance's GPU lease as it published it (running or ended), its wait and GPU time, and when and
+    where the task ran: what the "GPU lease" link shows once the task's lease is no longer on the board."""
+    ti = session.execute(select(TaskInstance.state, TaskInstance.start_date, TaskInstance.end_date,
+                                TaskInstance.hostname, TaskInstance.try_number)
+                         .where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id,
+                                TaskInstance.task_id == task_id, TaskInstance.map_index == map_index)).first()
+    if ti is None:
+        raise HTTPException(404, f"no task instance {task_id} (map index {map_index}) in run {run_id} of {dag_id}")
+    state, start, end, hostname, try_number = ti
+    out: dict[str, Any] = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index,
+                           "task_state": str(state.value if hasattr(state, "value") else state),
+                           "start_date": start.timestamp() if start else None,
+                           "end_date": end.timestamp() if end else None, "hostname": hostname or "",
+                           "try_number": try_number, "lease": None, "wait": None, "gpu_time": None, "problems": []}
+    where = f"{dag_id}.{task_id}[{map_index}] ({run_id})"
+    readers = {LEASE_XCOM: lambda v, src: asdict(read_lease_record(v, src)),
+               WAIT_XCOM: read_wait_record,
+               GPU_TIME_XCOM: lambda v, src: read_gpu_time_record(v, src, end.timestamp() if end else time.time())}
+    for key, field in ((LEASE_XCOM, "lease"), (WAIT_XCOM, "wait"), (GPU_TIME_XCOM, "gpu_time")):
+        for value, *_rest in _xcoms(session, key, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index):
+            try:
+                out[field] = readers[key](value, f"XCom {key} of {where}")
+            except BadRecordError as exc:
+                out["problems"].append(str(exc))
+    return out
 
 
 def sweeps(dag_id: str, run_id: str | None, session) -> dict[str, Any]:
@@ -183,13 +281,24 @@ def sweeps(dag_id: str, run_id: str | None, session) -> dict[str, Any]:
     root = settings.sweep_results_root()
     for group, group_plans in sorted(plans.items()):
         group_plans.sort(key=lambda p: -1 if p.get("round") is None else p["round"])
-        paths = report_paths(group_plans)
+        paths, curve_runs = report_paths(group_plans), report_runs(group_plans, run_id)
+        replaced: list[str] = []
 
-        def read(trial_id: str, paths=paths) -> list[dict] | None:
-            # only under [gpusched] sweep_results_root: a published record cannot make us read elsewhere
-            return read_reports(paths[trial_id], root)[0] if trial_id in paths else None
+        def read(trial_id: str, paths=paths, curve_runs=curve_runs, replaced=replaced) -> list[dict] | None:
+            # only under [gpusched] sweep_results_root: a published record cannot make us read elsewhere; and
+            # only this run's curve (or, for a trial it skipped, the curve of the run that did it): a trial that a
+            # later run ran again keeps this run's aside, or has none
+            if trial_id not in paths:
+                return None
+            found, why = reports_of_run(paths[trial_id], curve_runs[trial_id], root)
+            if found is None and why.startswith("ran again"):
+                replaced.append(trial_id)
+            return found
 
         view = build_sweep_view(group_plans, outcomes, states, reports=read)
+        if replaced:
+            view["reports_note"] = (f"{len(replaced)} trial(s) ran again in a later DAG run; their curves of this "
+                                    f"run are not kept, so they are not drawn")
         if paths and not any(is_under(p, root) for p in list(paths.values())[:1]):
             view["reports_note"] = (f"reports are read from [gpusched] sweep_results_root ({root}) only; this sweep "
                                     f"keeps them elsewhere")
@@ -201,7 +310,13 @@ def sweeps(dag_id: str, run_id: str | None, session) -> dict[str, Any]:
 def slurm_job(dag_id: str, run_id: str, task_id: str, map_index: int, session) -> dict[str, Any]:
     rows = list(_xcoms(session, SLURM_JOB_XCOM, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index))
     if not rows:
-        raise HTTPException(404, f"task {task_id} (map index {map_index}) of run {run_id} has no Slurm job recorded")
+        # the tab is on every task instance (Airflow has no per-operator tabs): a task without a Slurm job gets a
+        # plain answer, with its local GPU lease where it had one
+        lease = list(_xcoms(session, LEASE_XCOM, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index))
+        return {"found": False, "dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index,
+                "local_gpus": bool(lease),
+                "message": (f"task {task_id} (map index {map_index}) of run {run_id} has no Slurm job recorded"
+                            + ("; it ran on local GPUs (see its GPU lease)" if lease else ""))}
     value, *_ignored, state, _end = rows[0]
     try:
         record = read_job_record(value, f"XCom {SLURM_JOB_XCOM} of {task_id}")
@@ -229,6 +344,7 @@ def slurm_job(dag_id: str, run_id: str, task_id: str, map_index: int, session) -
     else:
         view["tail_source"] = "recorded when the job ended" if view["tails"] else "not available yet"
     view["task_state"] = str(state.value if hasattr(state, "value") else state)
+    view["found"] = True
     return view
 
 
@@ -249,6 +365,12 @@ def create_app() -> FastAPI:
     def get_slurm_job(dag_id: str, run_id: str, task_id: str, session: SessionDep,
                       map_index: int = Query(-1, ge=-1)) -> dict:
         return slurm_job(dag_id, run_id, task_id, map_index, session)
+
+    @app.get("/api/dags/{dag_id}/runs/{run_id}/tasks/{task_id}/lease",
+             dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.XCOM))])
+    def get_task_lease(dag_id: str, run_id: str, task_id: str, session: SessionDep,
+                       map_index: int = Query(-1, ge=-1)) -> dict:
+        return task_lease(dag_id, run_id, task_id, map_index, session)
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

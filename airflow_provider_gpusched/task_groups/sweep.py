@@ -226,7 +226,7 @@ def _publish_plan(session: SweepSession, manifest: Manifest, round_no: int | Non
         spec.name, spec.search, round_no, spec.objective, backend, trial_task,
         manifest.data.get("chunk_size") if batched else None, manifest.trials, manifest.pending, session.store,
         [t for t in manifest.trials if t.trial_id in skipped_ids], context["run_id"],
-        spec.report_metric))
+        spec.report_metric, spec.log_scaled_params))
 
 
 class _Stage:

@@ -2,6 +2,7 @@
 real Slurm, simulated GPUs): what each endpoint returns, and Airflow's auth in front of it (401, 403 per DAG)."""
 
 import json
+import re
 
 import pytest
 
@@ -142,7 +143,50 @@ def test_slurm_job_view_of_a_failed_job_has_exit_code_and_output_tail(client, ru
     assert job["tails"][""].splitlines() == ["line one", "line two; with a quote \""]
     missing = client.get(f"/gpusched/api/dags/ui_open_job/runs/{run_id}/tasks/nothing/slurm",
                          headers=token(client, "viewer"))
-    assert missing.status_code == 404 and "no Slurm job recorded" in missing.json()["detail"]
+    assert missing.status_code == 200 and missing.json()["found"] is False and not missing.json()["local_gpus"]
+    assert "no Slurm job recorded" in missing.json()["message"] and job["found"] is True
+
+
+def test_the_slurm_job_tab_of_a_local_gpu_task_is_a_plain_answer_not_an_error(client, runs):
+    """The "Slurm job" tab is on every task instance: a local-GPU task gets 200 and where to look instead."""
+    run_id = _run_id("ui_private_mixed")
+    r = client.get(f"/gpusched/api/dags/ui_private_mixed/runs/{run_id}/tasks/gpu_work/slurm",
+                   headers=token(client, "admin"))
+    assert r.status_code == 200, r.text
+    assert r.json()["found"] is False and r.json()["local_gpus"] is True
+    assert "it ran on local GPUs" in r.json()["message"]
+
+
+def test_a_finished_tasks_lease_says_where_and_when_it_ran(client, runs):
+    """What the "GPU lease" link of a finished task shows: its lease as published, its GPU time, the task's dates."""
+    run_id = _run_id("ui_private_mixed")
+    path = f"/gpusched/api/dags/ui_private_mixed/runs/{run_id}/tasks/gpu_work/lease"
+    r = client.get(path, headers=token(client, "admin"))
+    assert r.status_code == 200, r.text
+    info = r.json()
+    assert info["task_state"] == "success" and info["end_date"] >= info["start_date"] > 0
+    lease = info["lease"]
+    assert lease["dag_id"] == "ui_private_mixed" and lease["job_class"] == "idle" and lease["whole"]
+    assert len(lease["gpus"]) == 1 and lease["host"] and len(lease["inventory"]) == 4
+    assert info["gpu_time"]["job_class"] == "idle" and info["gpu_time"]["gpu_seconds"] > 0 and info["problems"] == []
+    assert client.get(path, headers=token(client, "outsider")).status_code == 403
+    missing = client.get(f"/gpusched/api/dags/ui_private_mixed/runs/{run_id}/tasks/nope/lease",
+                         headers=token(client, "admin"))
+    assert missing.status_code == 404 and "no task instance nope" in missing.json()["detail"]
+
+
+def test_an_idle_board_lists_the_api_servers_own_gpus_and_hosts_seen_lately(client, runs):
+    """No lease runs in these (finished) runs, yet the board lists this host's 4 simulated GPUs, all free: it is
+    the api-server's own host (a GPU host here) and its tasks ended there lately."""
+    from airflow.utils.net import get_hostname
+
+    board = client.get("/gpusched/api/gpus", headers=token(client, "viewer")).json()
+    (host,) = [h for h in board["hosts"] if h["host"] == get_hostname()]
+    assert [g["index"] for g in host["gpus"]] == [0, 1, 2, 3] and host["simulated"]
+    assert all(g["memory_total"] == 24 * 2**30 for g in host["gpus"])
+    idle = [g for g in host["gpus"] if not g["leases"]]
+    assert idle and all(g["memory_free"] == g["memory_total"] for g in idle)
+    assert host["seen"] in ("the api-server's own host", "running work")
 
 
 def test_gpu_board_after_the_runs_shows_gpu_time_by_class_and_no_lease(client, runs):
@@ -237,6 +281,10 @@ def test_gpu_board_of_two_hosts_while_work_runs_waits_and_is_hidden_from_who_may
         (waiter,) = [w for w in board["waiting"] if w["host"] == "gpu-host-a"]
         assert (waiter["dag_id"], waiter["task_id"], waiter["job_class"]) == ("ui_private_waiter", "queued", "normal")
         assert waiter["why"] and waiter["request"]
+        # readable: the first clause as the reason, lease ids named by the task holding them
+        shown = " ".join([waiter["reason"], *waiter["details"], *board["waiting_shared"]])
+        assert waiter["reason"].startswith("needs 1 GPU(s)") and not re.search(r"\b[0-9a-f]{16}\b", shown), waiter
+        assert "ui_private_hold › hold" in shown or "lease" not in waiter["why"], waiter
         # who may not read a DAG sees that its GPU is taken, not by what
         hidden = ours(client.get("/gpusched/api/gpus", headers=outsider).json())
         (lease_seen,) = hidden["gpu-host-a"]["gpus"][0]["leases"]

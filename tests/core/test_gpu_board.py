@@ -65,3 +65,40 @@ def test_a_bad_record_is_refused_naming_the_key(change, key):
 def test_a_record_that_is_not_an_object_is_refused():
     with pytest.raises(BadRecordError, match="expected a JSON object"):
         read_lease_record(["gpu-a"], "xcom")
+
+
+def test_hosts_known_without_a_running_lease_are_listed_with_their_gpus_free():
+    """An idle host (the api-server's own, or one whose tasks ended lately) is on the board: not "0 of 0 GPUs"."""
+    from airflow_provider_gpusched.core.gpu.board import BoardGPU, KnownHost
+
+    gpus = [BoardGPU(g.index, g.uuid, g.name, g.memory_total, g.simulated) for g in SimulatedInventory("4x24GiB").gpus()]
+    busy = read_lease_record(_record("gpu-a", "a1", [0], 6 * GiB), "record")
+    board = build_board([busy], known_hosts=[KnownHost("gpu-a", gpus, "the api-server's own host"),
+                                             KnownHost("gpu-b", gpus[:2], "a task ended there at 2026-11-25 10:00:00 UTC")])
+    hosts = {h["host"]: h for h in board["hosts"]}
+    assert hosts["gpu-a"]["seen"] == "running work" and len(hosts["gpu-a"]["gpus"]) == 4
+    assert hosts["gpu-a"]["gpus"][0]["memory_free"] == 18 * GiB and hosts["gpu-a"]["gpus"][1]["memory_free"] == 24 * GiB
+    assert hosts["gpu-b"]["seen"].startswith("a task ended there") and hosts["gpu-b"]["simulated"]
+    assert [(g["index"], g["leases"], g["memory_free"]) for g in hosts["gpu-b"]["gpus"]] == [(0, [], 24 * GiB),
+                                                                                            (1, [], 24 * GiB)]
+    assert build_board([], known_hosts=[])["hosts"] == []
+
+
+def test_wait_reasons_name_the_tasks_holding_leases_and_say_shared_details_once():
+    from airflow_provider_gpusched.core.gpu.board import explain_wait
+
+    idle = read_lease_record(_record("gpu-a", "0123456789abcdef", [0], None, "idle", map_index=2), "record")
+    state = "GPU 0: 1 lease(s), 0 foreign process(es), GPU 1: 1 lease(s), 0 foreign process(es)"
+    why = f"needs 1 GPU(s) without leases, 0 free; {state}; preempting idle lease(s) 0123456789abcdef, fedcba9876543210"
+    waits = [{"dag_id": "d", "task_id": f"w{i}", "why": why, "since": 1.0, "priority": 0} for i in range(3)]
+    waits.append({"dag_id": "d", "task_id": "w3", "why": f"needs 4 GPU(s) without leases, 0 free; {state}", "since": 1.0,
+                  "priority": 0})
+    board = build_board([idle], waiting=waits)
+    assert board["waiting_shared"] == [state]  # the GPUs' state, said once for every waiting task
+    first = board["waiting"][0]
+    assert first["reason"] == "needs 1 GPU(s) without leases, 0 free" and first["why"] == why  # the raw text is kept
+    assert first["details"] == ["preempting idle lease(s) d › t_0123456789abcdef[2], lease fedcba98"]
+    assert board["waiting"][3]["details"] == []
+    assert explain_wait("", {}) == {"reason": "no reason recorded", "details": []}
+    alone = build_board([], waiting=[waits[3]])
+    assert alone["waiting_shared"] == [] and alone["waiting"][0]["details"] == [state]

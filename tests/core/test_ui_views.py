@@ -207,3 +207,74 @@ def test_running_leases_count_in_gpu_time_and_published_gpu_time_is_checked():
     assert idle["gpu_seconds"] == 7.0 + 2 * 100.0 and idle["running"] == 1 and idle["preemptions"] == 2
     with pytest.raises(BadRecordError, match="gpu_seconds"):
         read_gpu_time_record({"job_class": "idle", "gpu_seconds": -1}, "y", ended=1.0)
+
+
+def test_a_rerun_shows_skipped_trials_as_they_ended_and_lists_pruned_ones_with_their_step():
+    """Issue 29: a re-run skipped 1 succeeded and 1 pruned trial; the view counts them as such (not 2 succeeded),
+    draws the pruned trial's curve as pruned, and lists it with the step it stopped at and why."""
+    skipped = [{"trial_id": "t0", "result": {"acc": 0.5}, "state": "succeeded", "run": "r0"},
+               {"trial_id": "t1", "result": None, "state": "pruned", "error": "median stopping at step 3: ...",
+                "step": 3, "run": "r0"}]
+    record = plan(pending=["t2", "t3", "t4"], skipped=skipped, curve_metric="acc", folder="/results/s")
+    outcomes = {"t2": {"trial_id": "t2", "state": "pruned", "result": None, "seconds": 1, "error": "ASHA at step 1",
+                       "step": 1}}
+    curves = {t: [{"step": 0, "metrics": {"acc": 0.1}}, {"step": 1, "metrics": {"acc": 0.2}}] for t in ("t0", "t1", "t2")}
+    view = build_sweep_view([record], outcomes, {}, reports=curves.get)
+    c = view["counts"]
+    assert (c["succeeded"], c["pruned"], c["skipped"], c["waiting"]) == (1, 2, 2, 2), c
+    assert {x["index"]: x["state"] for x in view["curves"]} == {0: "succeeded", 1: "pruned", 2: "pruned"}
+    assert [(p["index"], p["step"], p["skipped"], p["task_id"]) for p in view["pruned"]] == [
+        (1, 3, True, None), (2, 1, False, "s.trial")]
+    assert view["pruned"][0]["error"].startswith("median stopping at step 3")
+    assert [r["trial_id"] for r in view["leaderboard"]] == ["t0"]  # a pruned trial is never ranked
+    # the curve each trial draws: this run's, or for a skipped trial the run that did it
+    from airflow_provider_gpusched.core.sweep.view import report_runs
+
+    assert report_runs([record], "r1") == {"t0": "r0", "t1": "r0", "t2": "r1", "t3": "r1", "t4": "r1"}
+    with pytest.raises(BadRecordError, match=re.escape("'skipped[0].state'")):
+        plan(skipped=[{"trial_id": "t0", "result": None, "state": "failed"}])
+    with pytest.raises(BadRecordError, match="key 'step'"):
+        read_outcome_records([{"trial_id": "t1", "state": "pruned", "step": "3"}], "outcomes")
+
+
+def test_parameter_scales_and_categorical_parameters_for_the_plots():
+    """lr from a loguniform space is drawn on a log axis; a grid list spanning 100x or more is too; strings get a
+    plot of their own (one strip per value); a constant gets none."""
+    trials = [{"index": i, "trial_id": f"t{i}", "label": f"t{i}", "params": p} for i, p in enumerate([
+        {"lr": 1e-4, "wd": 0.1, "grid_lr": 0.1, "opt": "sgd", "flag": True, "width": 64, "fixed": "a"},
+        {"lr": 3e-3, "wd": 0.2, "grid_lr": 0.01, "opt": "adam", "flag": False, "width": 128, "fixed": "a"},
+        {"lr": 1e-2, "wd": 0.3, "grid_lr": 0.001, "opt": "sgd", "flag": True, "width": 256, "fixed": "a"}])]
+    record = plan(trials=trials, pending=["t0", "t1", "t2"], skipped=[], defined=3, log_params=["lr"])
+    outcomes = {f"t{i}": {"trial_id": f"t{i}", "state": "succeeded", "result": {"acc": i / 10}, "seconds": 1,
+                          "error": None} for i in range(3)}
+    view = build_sweep_view([record], outcomes, {})
+    assert view["param_scales"] == {"grid_lr": "log", "lr": "log", "wd": "linear", "width": "linear"}
+    assert view["categorical_params"] == {"flag": ["false", "true"], "opt": ["adam", "sgd"]}
+    assert view["points"][1]["categories"] == {"opt": "adam", "flag": "false", "fixed": "a"}
+    with pytest.raises(BadRecordError, match="'log_params'"):
+        plan(log_params="lr")
+
+
+def test_a_runs_curve_is_its_own_after_a_later_run_ran_the_trial_again(tmp_path):
+    """reports.jsonl belongs to the run in status.json; the run before keeps its curve in reports.previous.jsonl;
+    any older run gets no curve (never a later run's)."""
+    from airflow_provider_gpusched.core.sweep import Objective, SweepSpec
+    from airflow_provider_gpusched.core.sweep.reports import reports_of_run
+    from airflow_provider_gpusched.core.sweep.session import SweepSession
+
+    session = SweepSession(SweepSpec(name="curves", test_config=[{"x": [1]}], python_callable=lambda p: {"y": 1},
+                                     objective=Objective("y"), results_root=str(tmp_path)))
+    (trial,) = session.spec.trials()
+    store = session.store
+    path = os.path.join(store.trial_dir(trial), "reports.jsonl")
+    for run, steps in (("run A", 3), ("run B", 5)):
+        store.mark_running(trial, run=run)
+        with open(path, "a") as fh:
+            fh.writelines(f'{{"step": {s}, "loss": {s}}}\n' for s in range(steps))
+        store.mark_finished(trial, ok=True)
+    assert store.status(trial)["previous_run"] == "run A"
+    assert len(reports_of_run(path, "run B", str(tmp_path))[0]) == 5
+    assert len(reports_of_run(path, "run A", str(tmp_path))[0]) == 3
+    assert reports_of_run(path, "run 0", str(tmp_path)) == (None, "ran again in DAG run run B; the curve of this run "
+                                                                  "is not kept")
+    assert reports_of_run(path, "run B", str(tmp_path / "elsewhere"))[0] is None  # only under the root

@@ -97,7 +97,9 @@ def test_idle_fillers_yield_to_normal_work_and_finish_without_airflow_retries(st
     for name, attempts in by_name.items():
         assert attempts[-1]["how"] == "finished"
         for before, after in zip(attempts, attempts[1:]):  # relaunched after a preemption, from its checkpoint
-            assert before["how"] == "terminated" and after["preemptions"] >= 1 and after["resumed_at"] > 0
+            # (a filler preempted within its first second has written none yet: it starts again from 0)
+            assert before["how"] == "terminated" and after["preemptions"] >= 1
+            assert after["resumed_at"] == before["checkpointed"], (before, after)
     tis = stack.task_instances("e2e_idle_fillers", fill)
     assert all(ti["state"] == "success" and ti["try_number"] == 1 for ti in tis), "an Airflow retry was used"
     # the GPU-time ledger adds up: per filler, the attempts recorded equal the children's own run time

@@ -59,6 +59,41 @@ def shot(page, name: str) -> None:
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
+#: for every plot of a page: tick labels and axis titles that leave the picture or overlap one another
+PLOT_GEOMETRY = """() => [...document.querySelectorAll('svg[data-testid^=plot-]')].map((svg) => {
+  const r = svg.getBoundingClientRect();
+  const boxes = [...svg.querySelectorAll('text')].map((t) => [t.textContent, t.getBoundingClientRect()]);
+  const outside = boxes.filter(([, b]) => b.left < r.left - 0.5 || b.right > r.right + 0.5 || b.top < r.top - 0.5
+                                          || b.bottom > r.bottom + 0.5).map(([text]) => text);
+  const overlapping = [];
+  for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+    const [a, b] = [boxes[i][1], boxes[j][1]];
+    if (a.left < b.right - 0.5 && b.left < a.right - 0.5 && a.top < b.bottom - 0.5 && b.top < a.bottom - 0.5)
+      overlapping.push(`${boxes[i][0]} / ${boxes[j][0]}`);
+  }
+  return { plot: svg.dataset.testid, outside, overlapping };
+})"""
+
+
+def assert_plots_readable(page) -> None:
+    plots = page.evaluate(PLOT_GEOMETRY)
+    assert plots, "no plot on the page"
+    bad = [p for p in plots if p["outside"] or p["overlapping"]]
+    assert not bad, bad
+
+
+def test_an_idle_board_lists_every_gpu_of_the_host(stack, browser_page):
+    """The api-server's host is a GPU host (simulated here): its GPUs are on the board and in the dashboard
+    summary before any task holds a lease, not "0 of 0 in use on 0 host(s)"."""
+    page = browser_page
+    open_page(stack, page, "/plugin/gpusched-gpus", "[data-testid=gpus] tbody tr")
+    assert page.locator("[data-testid=gpus] tbody tr").count() == 4
+    seen = page.locator("[data-testid=host-seen]").first.inner_text()
+    assert "of 4 GPU(s) leased" in seen and "known from" in seen
+    open_page(stack, page, "/", "[data-testid=gpu-summary]")
+    assert re.search(r"\d of 4 in use on 1 host\(s\)", page.locator("[data-testid=gpu-summary]").inner_text())
+
+
 def test_gpu_board_shows_the_leases_of_running_tasks(stack, browser_page, out_dir):
     page = browser_page
     run_id = stack.trigger("e2e_packing", out=str(out_dir), seconds=45)
@@ -80,6 +115,26 @@ def test_gpu_board_shows_the_leases_of_running_tasks(stack, browser_page, out_di
     assert re.search(r"\d of 4 in use on 1 host\(s\)", page.locator("[data-testid=gpu-summary]").inner_text())
     shot(page, "dashboard")
     stack.wait_run("e2e_packing", run_id, timeout=300)
+    # the "GPU lease" link of a finished task: the board says the lease ended, where and when it ran
+    open_page(stack, page, f"/plugin/gpusched-gpus?dag_id=e2e_packing&run_id={run_id}&task_id=trial&map_index=3",
+              "[data-testid=task-lease] b")
+    ended = page.locator("[data-testid=task-lease]").inner_text()
+    assert "e2e_packing › trial[3]" in ended and "This task's lease has ended" in ended, ended
+    assert re.search(r"ran on host \S+, GPU \d \(6\.0 GiB of 24\.0 GiB\)", ended) and "task success" in ended, ended
+    shot(page, "gpu-board-ended-lease")
+
+
+def test_the_slurm_job_tab_of_a_local_gpu_task_says_it_ran_on_local_gpus(stack, browser_page, out_dir):
+    page = browser_page
+    run_id = stack.trigger("e2e_normal", out=str(out_dir), seconds=1)
+    assert stack.wait_run("e2e_normal", run_id, timeout=300) == "success"
+    open_page(stack, page, f"/dags/e2e_normal/runs/{run_id}/tasks/train/plugin/gpusched-slurm-job",
+              "[data-testid=no-slurm-job]")
+    text = page.locator("[data-testid=slurm-job]").inner_text()
+    assert "ran on local GPUs, not through Slurm" in text and "404" not in text
+    assert page.locator("[role=alert]").count() == 0  # no red error box
+    assert "gpusched-gpus?dag_id=e2e_normal" in page.locator("[data-testid=no-slurm-job] a").get_attribute("href")
+    shot(page, "slurm-job-local-task")
 
 
 def test_sweeps_tab_shows_counts_leaderboard_and_plots_of_a_finished_sweep(stack, browser_page):
@@ -95,11 +150,15 @@ def test_sweeps_tab_shows_counts_leaderboard_and_plots_of_a_finished_sweep(stack
     assert "7.7" in first and "WGAN" in first  # WGAN, packing 3, zmode 1: 7.0 + 0.9 - 0.2
     assert page.locator("[data-testid=plot-progress] circle").count() == 4
     assert page.locator("[data-testid=best]").inner_text().startswith("Best: inception_score = 7.7")
+    # categorical parameters (the GAN's name) get a plot too; every plot's labels are readable
+    assert page.locator("[data-testid^=plot-] circle").count() > 4
+    assert_plots_readable(page)
     shot(page, "sweeps")
 
 
 def test_sweeps_tab_shows_the_pareto_front_of_a_two_objective_sweep(stack, browser_page):
     page = browser_page
+    page.set_viewport_size({"width": 1280, "height": 1000})  # a laptop's width: the leaderboard must not wrap
     run_id = finished_run(stack, "gpusched_sweep_pareto")
     open_page(stack, page, f"/dags/gpusched_sweep_pareto/plugin/gpusched-sweeps?run_id={run_id}",
               "[data-testid=leaderboard] tbody tr")
@@ -118,6 +177,22 @@ def test_sweeps_tab_shows_the_pareto_front_of_a_two_objective_sweep(stack, brows
     # every trial reported 10 epochs: one curve each, read by the api-server from the results folder
     assert page.locator("[data-testid=plot-reports] g[data-state=succeeded] polyline").count() == 18
     assert "val_accuracy by step" in page.locator("[data-testid=reports]").inner_text()
+    assert "succeeded" in page.locator("[data-testid=legend-reports]").inner_text()
+    assert "round 0" in page.locator("[data-testid=legend-progress]").inner_text()  # colour = round, said
+    # lr is loguniform: a log axis with decade ticks; activation (relu/gelu) is categorical: a plot of its own
+    assert page.locator("[data-testid=plot-lr]").get_attribute("data-xscale") == "log"
+    ticks = page.locator("[data-testid=plot-lr] text[data-tick=x]").all_inner_texts()
+    assert ticks[0] == "1e-4" and ticks[-1] == "0.01", ticks
+    assert page.locator("[data-testid=plot-activation] text[data-tick=x]").all_inner_texts() == ["gelu", "relu"]
+    assert page.locator("[data-testid=plot-activation] circle").count() == 18
+    assert_plots_readable(page)
+    # one column per parameter, values with 4 significant digits: a leaderboard row is one line high
+    head = page.locator("[data-testid=leaderboard] thead").inner_text()
+    assert all(name in head for name in ("width", "depth", "lr", "activation")) and "parameters" not in head
+    body = page.locator("[data-testid=leaderboard] tbody").inner_text()
+    assert "{" not in body and not re.search(r"\d\.\d{6,}", body), body[:500]
+    heights = page.eval_on_selector_all("[data-testid=leaderboard] tbody tr", "rows => rows.map(r => r.offsetHeight)")
+    assert max(heights) <= 40, heights
     shot(page, "sweeps-pareto")
     page.locator("[data-testid=reports]").scroll_into_view_if_needed()
     page.wait_for_timeout(300)
@@ -125,6 +200,42 @@ def test_sweeps_tab_shows_the_pareto_front_of_a_two_objective_sweep(stack, brows
     page.locator("[data-testid=leaderboard]").scroll_into_view_if_needed()
     page.wait_for_timeout(300)
     page.screenshot(path=str(SHOTS / "sweeps-pareto-leaderboard.png"))
+    page.set_viewport_size({"width": 1400, "height": 1000})
+
+
+def _curve_lengths(page) -> list[int]:
+    return page.eval_on_selector_all("[data-testid=plot-reports] polyline",
+                                     "ls => ls.map(l => l.getAttribute('points').trim().split(' ').length)")
+
+
+def test_sweeps_tab_of_a_rerun_and_of_an_older_run_after_a_forced_rerun(stack, browser_page):
+    """A re-run skips the trials done before and shows them as they ended (3 succeeded, 3 pruned, curves in their
+    colours, the pruned ones listed with step and reason); after another DAG forced the same sweep to run again
+    (5 steps instead of 3), the older runs still draw their own curves."""
+    page = browser_page
+    first = finished_run(stack, "e2e_sweep_rerun")
+    second = finished_run(stack, "e2e_sweep_rerun")
+    open_page(stack, page, f"/dags/e2e_sweep_rerun/plugin/gpusched-sweeps?run_id={second}",
+              "[data-testid=plot-reports] polyline")
+    counts = page.locator("[data-testid=counts]").inner_text()
+    assert "succeeded 3" in counts and "pruned 3" in counts and "6 from earlier runs" in counts, counts
+    assert page.locator("[data-testid=plot-reports] g[data-state=pruned]").count() == 3
+    assert page.locator("[data-testid=plot-reports] g[data-state=succeeded]").count() == 3
+    legend = page.locator("[data-testid=legend-reports]").inner_text()
+    assert "pruned" in legend and "succeeded" in legend
+    pruned = page.locator("[data-testid=pruned] tbody tr").all_inner_texts()
+    assert len(pruned) == 3 and all("\t2\t" in row and "the test's rule" in row for row in pruned), pruned
+    assert sorted(_curve_lengths(page)) == [2, 2, 2, 3, 3, 3]
+    shot(page, "sweeps-rerun")
+    forced = finished_run(stack, "e2e_sweep_rerun_forced")
+    open_page(stack, page, f"/dags/e2e_sweep_rerun_forced/plugin/gpusched-sweeps?run_id={forced}",
+              "[data-testid=plot-reports] polyline")
+    assert sorted(_curve_lengths(page)) == [2, 2, 2, 5, 5, 5]
+    for older in (first, second):  # each older run: its own 3-step curves, not the forced run's 5-step ones
+        open_page(stack, page, f"/dags/e2e_sweep_rerun/plugin/gpusched-sweeps?run_id={older}",
+                  "[data-testid=plot-reports] polyline")
+        assert sorted(_curve_lengths(page)) == [2, 2, 2, 3, 3, 3], older
+        assert page.locator("[data-testid=plot-reports] g[data-state=pruned]").count() == 3
 
 
 def test_slurm_job_tab_shows_array_tasks_state_and_output(stack, browser_page):

@@ -8,6 +8,7 @@ The api-server that shows the board usually runs on another machine than the GPU
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
@@ -113,6 +114,27 @@ def read_lease_record(data: Any, source: str) -> BoardLease:
                       yielding_to=data.get("yielding_to", ""), inventory=inventory)
 
 
+@dataclass
+class KnownHost:
+    """A GPU host the board lists even when no task holds a lease on it: the api-server's own host (its inventory
+    read now) or a host whose tasks published their inventory lately (``seen``: how the board knows it)."""
+
+    host: str
+    inventory: list[BoardGPU]
+    seen: str
+
+
+_LEASE_ID = re.compile(r"\b[0-9a-f]{16}\b")
+
+
+def explain_wait(why: str, names: dict[str, str]) -> dict:
+    """A wait reason as the board shows it: the first clause as ``reason``, the others as ``details``, and each
+    lease id replaced by the task that holds it (``names``: lease id -> task), else ``lease <first 8 digits>``."""
+    text = _LEASE_ID.sub(lambda m: names.get(m.group(0), f"lease {m.group(0)[:8]}"), why or "")
+    parts = [part.strip() for part in text.split("; ") if part.strip()]
+    return {"reason": parts[0] if parts else "no reason recorded", "details": parts[1:]}
+
+
 def wait_record(host: str, request: str, job_class: str, priority: int, why: str, since: float, *, dag_id: str,
                 run_id: str, task_id: str, map_index: int = -1) -> dict:
     """The record a task publishes when it starts waiting for GPUs (``request``: what it asks for, in words)."""
@@ -152,15 +174,25 @@ def read_gpu_time_record(data: Any, source: str, ended: float | None = None) -> 
             "lost_gpu_seconds": float(data.get("lost_gpu_seconds", 0)), "preemptions": data.get("preemptions", 0)}
 
 
+def _task_name(dag_id: str, task_id: str, map_index: int) -> str:
+    if not task_id:
+        return dag_id or "(a DAG you cannot see)"
+    return f"{dag_id} › {task_id}" + (f"[{map_index}]" if map_index >= 0 else "")
+
+
 def build_board(leases: Iterable[BoardLease], *, waiting: Iterable[dict] = (), ledger: Iterable[dict] = (),
-                problems: Iterable[str] = (), now: float | None = None) -> dict:
-    """The board as JSON-ready data: hosts (sorted) with their GPUs, each GPU's leases and memory leased/free;
-    the normal work waiting; GPU time per class over the last hour and day (``ledger``: accounting records with
+                problems: Iterable[str] = (), now: float | None = None, known_hosts: Iterable[KnownHost] = ()) -> dict:
+    """The board as JSON-ready data: hosts (sorted) with their GPUs, each GPU's leases and memory leased/free
+    (``known_hosts`` are listed too, their GPUs free unless a lease says otherwise); the work waiting, each
+    reason split by :func:`explain_wait` and the details every waiting task shares said once
+    (``waiting_shared``); GPU time per class over the last hour and day (``ledger``: accounting records with
     ``time``, ``job_class``, ``gpu_seconds``, ``lost_gpu_seconds``, ``preempted``); records that were refused."""
     now = time.time() if now is None else now
     hosts: dict[str, dict[int, dict]] = {}
+    seen: dict[str, str] = {}
     leases_seen = list(leases)
     for lease in leases_seen:
+        seen[lease.host] = "running work"
         gpus = hosts.setdefault(lease.host, {})
         for g in lease.inventory:  # the newest record's inventory wins; a GPU no record names is unknown
             gpus.setdefault(g.index, {**asdict(g), "memory_leased": 0, "whole_taken": False, "leases": []})
@@ -174,13 +206,28 @@ def build_board(leases: Iterable[BoardLease], *, waiting: Iterable[dict] = (), l
                 "map_index": lease.map_index, "job_class": lease.job_class, "priority": lease.priority,
                 "started": lease.started, "seconds": max(0.0, now - lease.started), "whole": lease.whole,
                 "memory": lease.memory.get(index, 0), "yielding_to": lease.yielding_to})
+    for known in known_hosts:
+        gpus = hosts.setdefault(known.host, {})
+        seen.setdefault(known.host, known.seen)
+        for g in known.inventory:
+            gpus.setdefault(g.index, {**asdict(g), "memory_leased": 0, "whole_taken": False, "leases": []})
     board_hosts = []
     for host in sorted(hosts):
         gpus = [hosts[host][i] for i in sorted(hosts[host])]
         for gpu in gpus:
             gpu["memory_free"] = 0 if gpu["whole_taken"] else max(0, gpu["memory_total"] - gpu["memory_leased"])
             gpu["leases"].sort(key=lambda lease: lease["started"])
-        board_hosts.append({"host": host, "simulated": any(g["simulated"] for g in gpus), "gpus": gpus})
+        board_hosts.append({"host": host, "simulated": any(g["simulated"] for g in gpus), "gpus": gpus,
+                            "seen": seen[host]})
+    names = {lease.lease_id: _task_name(lease.dag_id, lease.task_id, lease.map_index) for lease in leases_seen}
+    waits = []
+    for record in waiting:
+        waits.append({**record, **explain_wait(record.get("why", ""), names)})
+    shared: list[str] = []
+    if len(waits) > 1:  # what every waiting task says alike (the state of the GPUs) is said once, above them
+        shared = [d for d in waits[0]["details"] if all(d in w["details"] for w in waits[1:])]
+        for w in waits:
+            w["details"] = [d for d in w["details"] if d not in shared]
     ledger = [r for r in ledger if _num(r.get("time"))]
     gpu_time = {}
     for name, seconds in WINDOWS.items():
@@ -192,5 +239,5 @@ def build_board(leases: Iterable[BoardLease], *, waiting: Iterable[dict] = (), l
             t.setdefault("running", 0)
             t["running"] += 1
         gpu_time[name] = totals
-    return {"generated": now, "hosts": board_hosts, "waiting": list(waiting), "gpu_time": gpu_time,
-            "problems": list(problems)}
+    return {"generated": now, "hosts": board_hosts, "waiting": waits, "waiting_shared": shared,
+            "gpu_time": gpu_time, "problems": list(problems)}

@@ -27,6 +27,9 @@ from airflow_provider_gpusched.core.errors import GpuschedError
 
 REPORT_ENV = "GPUSCHED_REPORT_FILE"
 REPORTS_FILE = "reports.jsonl"
+#: the curve of the attempt before the current one, kept aside when a trial starts again (``previous_run`` in its
+#: status says which DAG run it belongs to)
+PREVIOUS_REPORTS_FILE = "reports.previous.jsonl"
 MAX_REPORTS_BYTES = 64 * 2**20  # a trial's reports read back at most (the newest are kept when larger)
 
 _steps: dict[str, int] = {}  # per report file: the next step when report() is given none
@@ -192,3 +195,28 @@ def summarise(reports: list[dict]) -> dict | None:
     if checkpoints:
         out["checkpoint"] = checkpoints[-1]
     return out
+
+
+def reports_of_run(path: str, run: str, root: str) -> tuple[list[dict] | None, str]:
+    """The reports that DAG run ``run`` recorded in ``path`` (a trial's ``reports.jsonl`` under ``root``), and
+    a note. The trial's ``status.json`` beside says which run its current file belongs to (``run``) and which
+    run the kept-aside one belongs to (``previous_run``): a run that the trial ran in again later sees its own
+    curve from ``reports.previous.jsonl``, or none (``None`` and why), never a later run's. A status file
+    without a run (written before runs were recorded, or by a run outside Airflow) leaves the current file."""
+    from airflow_provider_gpusched.core.safe_files import BadRecordError, is_under, read_json_record
+
+    folder = os.path.dirname(path)
+    status_path = os.path.join(folder, "status.json")
+    if not is_under(status_path, root):
+        return None, f"{status_path}: not under {root}"
+    try:
+        status = read_json_record(status_path, 1 << 16)
+    except FileNotFoundError:
+        return read_reports(path, root)[0], ""
+    except (OSError, BadRecordError) as exc:
+        return None, f"{status_path}: {exc}"
+    if not isinstance(status, dict) or not isinstance(status.get("run"), str) or status["run"] == run:
+        return read_reports(path, root)[0], ""
+    if status.get("previous_run") == run:
+        return read_reports(os.path.join(folder, PREVIOUS_REPORTS_FILE), root)[0], ""
+    return None, f"ran again in DAG run {status['run']}; the curve of this run is not kept"

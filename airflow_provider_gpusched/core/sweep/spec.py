@@ -411,6 +411,18 @@ class SweepSpec:
             return self.pruning.metric
         return self.objective.primary.metric if self.objective is not None else None
 
+    @property
+    def log_scaled_params(self) -> list[str]:
+        """Parameters whose space is ``loguniform``: the UI draws them on a log axis."""
+        if not self.space:
+            return []
+        out = []
+        for name, dim in flatten(self.space).items():
+            dim = dim.dim if isinstance(dim, spaces.Conditional) else dim
+            if isinstance(dim, spaces.LogUniform):
+                out.append(name)
+        return sorted(out)
+
     def varying(self) -> list[str]:
         if self.search == "grid":
             return GridSweep(self.global_config, self.test_config, where=self.where).varying()

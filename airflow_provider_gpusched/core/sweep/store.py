@@ -36,7 +36,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.safe_files import write_json_atomic
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested
-from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports, summarise
+from airflow_provider_gpusched.core.sweep.reports import PREVIOUS_REPORTS_FILE, REPORTS_FILE, read_reports, summarise
 
 STATES = ("defined", "waiting", "running", "succeeded", "failed", "invalid", "pruned", "skipped")
 FINAL_STATES = ("succeeded", "failed", "invalid", "pruned")
@@ -183,12 +183,16 @@ class TrialStore:
         except FileNotFoundError:
             pass
         with contextlib.suppress(FileNotFoundError):  # an earlier attempt's curve is kept beside, not mixed in
-            os.replace(os.path.join(folder, REPORTS_FILE), os.path.join(folder, "reports.previous.jsonl"))
+            os.replace(os.path.join(folder, REPORTS_FILE), os.path.join(folder, PREVIOUS_REPORTS_FILE))
         previous = self.status(trial) or {}
+        if not isinstance(previous, dict):
+            previous = {}
+        # which DAG run the kept-aside curve (reports.previous.jsonl) belongs to: the UI draws a run's own curves
+        previous_run = previous.get("run") if isinstance(previous.get("run"), str) else None
         write_json(os.path.join(folder, "status.json"), {
             "state": "running", "trial_id": trial.trial_id, "label": trial.label, "started": time.time(),
             "host": os.uname().nodename, "pid": os.getpid(), **where_running(),
-            "attempts": int(previous.get("attempts", 0) or 0) + 1 if isinstance(previous, dict) else 1, **extra})
+            "attempts": int(previous.get("attempts", 0) or 0) + 1, "previous_run": previous_run, **extra})
         return folder
 
     def mark_finished(self, trial: Trial, *, ok: bool, result: Any = None, exit_code: int | None = None,

@@ -14,6 +14,7 @@ reported by :class:`BadRecordError` naming the source and the key."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -36,27 +37,52 @@ _TI_AS_TRIAL = {"running": "running", "success": "succeeded", "failed": "failed"
 
 def plan_record(sweep: str, search: str, round_no: int | None, objective: Objective | None, backend: str,
                 trial_task: str, chunk_size: int | None, trials: Sequence[Trial], pending: Sequence[Trial],
-                store: TrialStore, skipped: Sequence[Trial], run: str, curve_metric: str | None = None) -> dict:
+                store: TrialStore, skipped: Sequence[Trial], run: str, curve_metric: str | None = None,
+                log_params: Sequence[str] = ()) -> dict:
     """The record the ``plan`` task publishes (``trial_task``: the full task id that runs the pending trials;
-    ``curve_metric``: the reported metric the UI draws by step, the pruning rule's or the objective's first)."""
+    ``curve_metric``: the reported metric the UI draws by step, the pruning rule's or the objective's first;
+    ``log_params``: parameters drawn on a log scale, e.g. from ``loguniform``). A skipped trial carries the
+    state it ended in before (succeeded or pruned) and, when pruned, why."""
     return {
         "sweep": sweep, "search": search, "round": round_no, "backend": backend, "trial_task": trial_task,
         "chunk_size": chunk_size, "run": run, "objective": objective.to_dict() if objective else None,
-        "folder": store.dir, "curve_metric": curve_metric,
+        "folder": store.dir, "curve_metric": curve_metric, "log_params": sorted(log_params),
         "defined": len(trials),
         "trials": [{"index": t.index, "trial_id": t.trial_id, "label": t.label, "params": nested(t.params)}
                    for t in trials[:MAX_PUBLISHED_TRIALS]],
         "pending": [t.trial_id for t in pending],
-        "skipped": [{"trial_id": t.trial_id, "result": store.result(t)} for t in skipped[:MAX_PUBLISHED_TRIALS]],
+        "skipped": [_skipped_record(store, t) for t in skipped[:MAX_PUBLISHED_TRIALS]],
     }
 
 
+def _skipped_record(store: TrialStore, trial: Trial) -> dict:
+    status = store.status(trial)
+    status = status if isinstance(status, dict) else {}
+    state = store.state(trial)
+    out = {"trial_id": trial.trial_id, "result": store.result(trial),
+           "state": state if state in ("succeeded", "pruned") else "succeeded"}
+    if isinstance(status.get("run"), str):  # the DAG run whose curve and result this run carries over
+        out["run"] = status["run"][:1000]
+    if state == "pruned":
+        out["error"] = str(status.get("error") or "")[:1000]
+        out["step"] = _last_step(store, trial)
+    return out
+
+
+def _last_step(store: TrialStore, trial: Trial) -> int | None:
+    summary = store.reports(trial)
+    step = summary.get("last_step") if summary else None
+    return step if _int(step) else None
+
+
 def outcome_records(store: TrialStore, trials: Iterable[Trial]) -> list[dict]:
-    """The outcome of each trial as its status file says now (what a trial task publishes when it ends)."""
+    """The outcome of each trial as its status file says now (what a trial task publishes when it ends), with
+    the last step it reported (where a pruned trial was stopped)."""
     out = []
     for record in store.records(trials):
+        step = (record.get("reports") or {}).get("last_step")
         out.append({"trial_id": record["trial_id"], "state": record["state"], "result": record["result"],
-                    "seconds": record["seconds"], "error": record["error"]})
+                    "seconds": record["seconds"], "error": record["error"], "step": step if _int(step) else None})
     return out
 
 
@@ -105,6 +131,18 @@ def read_plan_record(data: Any, source: str) -> dict:
     skipped = data.get("skipped")
     if not isinstance(skipped, list) or not all(isinstance(s, dict) and _str(s.get("trial_id")) for s in skipped):
         raise bad("skipped", "a list of {'trial_id', 'result'}")
+    for i, s in enumerate(skipped):  # state, error and step: absent in plans published before they were
+        if s.get("state", "succeeded") not in ("succeeded", "pruned"):
+            raise bad(f"skipped[{i}].state", "'succeeded' or 'pruned'")
+        if s.get("error") is not None and not _str(s["error"]):
+            raise bad(f"skipped[{i}].error", "a string or null")
+        if s.get("step") is not None and not _int(s["step"]):
+            raise bad(f"skipped[{i}].step", "an integer or null")
+        if s.get("run") is not None and not _str(s["run"]):
+            raise bad(f"skipped[{i}].run", "a string or null")
+    log_params = data.get("log_params", [])
+    if not isinstance(log_params, list) or not all(_str(n, 200) for n in log_params):
+        raise bad("log_params", "a list of parameter names")
     return data
 
 
@@ -116,6 +154,8 @@ def read_outcome_records(data: Any, source: str) -> list[dict]:
             raise BadRecordError(f"{source}: item {i}: expected an object with trial_id and a state of {STATES}")
         if o.get("seconds") is not None and not isinstance(o["seconds"], (int, float)):
             raise BadRecordError(f"{source}: item {i}: key 'seconds': expected a number or null")
+        if o.get("step") is not None and not _int(o["step"]):
+            raise BadRecordError(f"{source}: item {i}: key 'step': expected an integer or null")
     return data
 
 
@@ -125,15 +165,43 @@ def _task_of(plan: Mapping, position: int) -> tuple[str, int]:
     return plan["trial_task"], (position // size if size else position)
 
 
-def _numeric_params(params: Mapping, prefix: str = "") -> dict[str, float]:
-    out: dict[str, float] = {}
+def _leaves(params: Mapping, prefix: str = "") -> Iterable[tuple[str, Any]]:
+    """(dotted name, value) of each parameter, nested mappings walked into."""
     for key, value in params.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
-            out.update(_numeric_params(value, f"{name}."))
-        elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            out[name] = float(value)
-    return out
+            yield from _leaves(value, f"{name}.")
+        else:
+            yield name, value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _numeric_params(params: Mapping) -> dict[str, float]:
+    return {name: float(v) for name, v in _leaves(params) if _is_number(v) and math.isfinite(v)}
+
+
+def _categorical_params(params: Mapping) -> dict[str, str]:
+    """Parameters that are not numbers (strings, booleans, null, lists), as the labels a plot groups by."""
+    return {name: (v if isinstance(v, str) else json.dumps(v, default=str))[:60]
+            for name, v in _leaves(params) if not _is_number(v)}
+
+
+#: a categorical parameter with more distinct values than this gets no plot (it would be unreadable)
+MAX_CATEGORIES = 30
+#: a numeric parameter whose positive values span at least this ratio is drawn on a log axis when its space does
+#: not say (grid lists such as lr: [0.1, 0.01, 0.001])
+LOG_AXIS_RATIO = 100.0
+
+
+def _scale(name: str, seen: set[float], declared_log: set[str]) -> str:
+    if name in declared_log:
+        return "log"
+    if len(seen) >= 3 and min(seen) > 0 and max(seen) / min(seen) >= LOG_AXIS_RATIO:
+        return "log"
+    return "linear"
 
 
 def _objective_view(objective: Objective) -> dict:
@@ -156,6 +224,17 @@ def report_paths(plans: Sequence[Mapping]) -> dict[str, str]:
         for t in plan["trials"]:
             out.setdefault(t["trial_id"], os.path.join(plan["folder"], "trials", safe_name(t["label"], t["trial_id"]),
                                                        REPORTS_FILE))
+    return out
+
+
+def report_runs(plans: Sequence[Mapping], run: str) -> dict[str, str]:
+    """trial id -> the DAG run whose curve the view of ``run`` draws: ``run`` itself, or for a trial it skipped
+    (done before), the run that did it."""
+    out = {}
+    for plan in plans:
+        before = {s["trial_id"]: s.get("run") for s in plan["skipped"]}
+        for t in plan["trials"]:
+            out.setdefault(t["trial_id"], before.get(t["trial_id"]) or run)
     return out
 
 
@@ -198,15 +277,17 @@ def build_sweep_view(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
         for t in plan["trials"]:
             row = {"index": t["index"], "trial_id": t["trial_id"], "label": t["label"], "params": t["params"],
                    "round": plan.get("round"), "task_id": None, "map_index": None, "result": None,
-                   "seconds": None, "error": None, "skipped": False}
+                   "seconds": None, "error": None, "skipped": False, "step": None}
             if t["trial_id"] in skipped:
-                row.update(state="succeeded", skipped=True, result=skipped[t["trial_id"]].get("result"))
+                before = skipped[t["trial_id"]]
+                row.update(state=before.get("state", "succeeded"), skipped=True, result=before.get("result"),
+                           error=before.get("error"), step=before.get("step"))
             elif t["trial_id"] in position:
                 row["task_id"], row["map_index"] = _task_of(plan, position[t["trial_id"]])
                 outcome = outcomes.get(t["trial_id"])
                 if outcome is not None and outcome["state"] in FINAL_STATES:
                     row.update(state=outcome["state"], result=outcome.get("result"), seconds=outcome.get("seconds"),
-                               error=outcome.get("error"))
+                               error=outcome.get("error"), step=outcome.get("step"))
                 else:
                     ti_state = ti_states.get((row["task_id"], row["map_index"]))
                     row["state"] = _TI_AS_TRIAL.get(str(ti_state), "waiting")
@@ -232,19 +313,23 @@ def build_sweep_view(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
         "truncated": max(0, first["defined"] - len(first["trials"])),
         "problems": [{k: r[k] for k in ("index", "label", "state", "error", "task_id", "map_index")}
                      for r in rows if r["state"] in ("failed", "invalid")][:50],
+        # pruned trials with the step they were stopped at and the rule's reason, as `gpusched sweep results`
+        "pruned": [{**{k: r[k] for k in ("index", "label", "error", "task_id", "map_index", "skipped")},
+                    "step": r.get("step")} for r in rows if r["state"] == "pruned"][:50],
     }
     metric = first.get("curve_metric")
     view.update(_curves(rows, reports, metric) if reports is not None and metric
                 else {"curve_metric": metric, "curves": [], "latest_reports": []})
     if objective is None:
-        view.update(leaderboard=[], best=None, points=[], numeric_params=[])
+        view.update(leaderboard=[], best=None, points=[], numeric_params=[], categorical_params={},
+                    param_scales={})
         return view
     board = leaderboard(rows, objective, top_n)
     view["leaderboard"] = [{k: r[k] for k in ("rank", "score", "index", "label", "trial_id", "params", "round",
                                               "task_id", "map_index", "seconds", "skipped", "front", "values")
                             if k in r} for r in board]
     view["best"] = view["leaderboard"][0] if board else None
-    points, values = [], {}
+    points, values, categories = [], {}, {}
     for r in rows:
         metrics = objective.values(r["result"]) if r["state"] == "succeeded" else None
         if metrics is None:
@@ -252,8 +337,11 @@ def build_sweep_view(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
         numeric = _numeric_params(r["params"])
         for name, value in numeric.items():
             values.setdefault(name, set()).add(value)
+        labels = _categorical_params(r["params"])
+        for name, value in labels.items():
+            categories.setdefault(name, set()).add(value)
         point = {"index": r["index"], "round": r["round"], "score": objective.score(r["result"]), "label": r["label"],
-                 "params": numeric}
+                 "params": numeric, "categories": labels}
         if objective.several:
             point["values"] = list(metrics)
         points.append(point)
@@ -263,4 +351,9 @@ def build_sweep_view(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
             point["front"] = i in on_front
     view["points"] = points
     view["numeric_params"] = sorted(n for n, seen in values.items() if len(seen) > 1)  # a constant plots nothing
+    declared_log = {n for p in plans for n in p.get("log_params") or []}
+    view["param_scales"] = {n: _scale(n, values[n], declared_log) for n in view["numeric_params"]}
+    # categorical parameters (optimizer, activation...): one strip of scores per value, values sorted
+    view["categorical_params"] = {n: sorted(seen) for n, seen in sorted(categories.items())
+                                  if 1 < len(seen) <= MAX_CATEGORIES}
     return view

@@ -37,6 +37,7 @@ function badge(text, color, title) {
 function useJson(url, everyMs) {
   const [state, setState] = useState({ data: null, error: null, loading: true });
   useEffect(() => {
+    if (!url) return undefined;
     let alive = true;
     const load = () => fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
       .then(async (r) => {
@@ -116,11 +117,15 @@ function GpuBoard() {
     h("div", { style: S.muted }, `Leases of running tasks as they published them; refreshes every 5 s · `,
       `updated ${new Date(data.generated * 1000).toLocaleTimeString()} · api-server ${data.api_server_host}`),
     errorBox(error),
-    data.hosts.length === 0 ? h("div", { style: S.card, "data-testid": "no-leases" },
-      "No task holds a GPU lease now.") : null,
+    mark ? h(TaskLease, { mark, board: data }) : null,
+    data.hosts.length === 0 ? h("div", { style: S.card, "data-testid": "no-hosts" },
+      "No GPU host is known yet: no task published a lease in the last day, and this api-server's host has no GPU " +
+      "(set [gpusched] simulate_gpus on a machine without NVIDIA GPUs).") : null,
     data.hosts.map((host) => h("div", { key: host.host, style: S.card, "data-testid": `host-${host.host}` },
       h("div", { style: { fontWeight: 600, marginBottom: "6px" } }, `Host ${host.host} `,
-        host.simulated ? badge("simulated", "#c92a2a") : badge("NVML", "#2f9e44")),
+        host.simulated ? badge("simulated", "#c92a2a") : badge("NVML", "#2f9e44"),
+        h("span", { style: { ...S.muted, fontWeight: 400 }, "data-testid": "host-seen" },
+          ` ${host.gpus.filter((g) => g.leases.length).length} of ${host.gpus.length} GPU(s) leased · known from ${host.seen}`)),
       h(Table, { testid: "gpus", head: ["GPU", "model", "memory", "free", "leases"],
         rows: host.gpus.map((g) => ({ cells: [
           `${g.index}`, h("span", { title: g.uuid }, g.name + (g.simulated ? " (simulated)" : "")),
@@ -137,10 +142,13 @@ function GpuBoard() {
               h("span", { style: S.muted }, `to ${l.yielding_to}`)) : null)),
         ] })) }))),
     h("h2", { style: S.h2 }, `Waiting for GPUs (${data.waiting.length})`),
+    data.waiting_shared && data.waiting_shared.length ? h("div", { style: S.muted, "data-testid": "waiting-shared" },
+      "All of them see: ", data.waiting_shared.join("; ")) : null,
     data.waiting.length === 0 ? h("div", { style: S.muted }, "Nothing waits for a GPU.") :
       h(Table, { testid: "waiting", head: ["class", "priority", "task", "asks for", "host", "waiting", "why"],
         rows: data.waiting.map((w) => ({ cells: [badge(w.job_class, COLORS[w.job_class]), `${w.priority}`,
-          tiLink(w), w.request, w.host, dur(data.generated - w.since), h("span", { style: S.muted }, w.why)] })) }),
+          tiLink(w), w.request, w.host, dur(data.generated - w.since), h("div", { title: w.why, "data-testid": "wait-why" },
+            h("div", null, w.reason), (w.details || []).map((d, i) => h("div", { key: i, style: S.muted }, d)))] })) }),
     h("h2", { style: S.h2 }, "GPU time by class"),
     classes.length === 0 ? h("div", { style: S.muted }, "No GPU work in the last day.") :
       h(Table, { testid: "gpu-time", head: ["class", "used, last hour", "lost, last hour", "used, last day",
@@ -155,6 +163,41 @@ function GpuBoard() {
       h("ul", null, data.problems.map((p, i) => h("li", { key: i }, p)))) : null);
 }
 
+// the task the "GPU lease" link points at: its lease on the board while it runs, else what it published
+function TaskLease({ mark, board }) {
+  const running = board.hosts.some((host) => host.gpus.some((g) => g.leases.some((l) => same(l, mark))));
+  const url = `${API}/dags/${enc(mark.dag_id)}/runs/${enc(mark.run_id)}/tasks/${enc(mark.task_id)}/lease?map_index=${mark.map_index}`;
+  const { data, error } = useJson(running ? null : url, 10000);
+  const name = `${mark.dag_id} › ${mark.task_id}${mark.map_index >= 0 ? `[${mark.map_index}]` : ""}`;
+  if (running) return h("div", { style: { ...S.card, borderColor: "#f59f00" }, "data-testid": "task-lease" },
+    "Highlighted below: the lease that ", h("b", null, name), " holds now.");
+  if (!data) return error ? h("div", { style: S.card, "data-testid": "task-lease" }, `${name}: ${error}`) : null;
+  const lease = data.lease;
+  const link = h("a", { href: tiHref(mark.dag_id, mark.run_id, mark.task_id, mark.map_index), style: S.a }, name);
+  let body;
+  if (lease) {
+    const gpus = lease.gpus.map((i) => {
+      const g = (lease.inventory || []).find((x) => x.index === i);
+      return `GPU ${i}` + (lease.whole ? " (whole)" : ` (${gib(lease.memory[String(i)] || lease.memory[i])}` +
+        (g ? ` of ${gib(g.memory_total)})` : ")"));
+    }).join(", ");
+    const ended = data.end_date ? `ended ${when(data.end_date)}` : `task ${data.task_state}`;
+    body = [h("b", { key: "t" }, data.end_date ? "This task's lease has ended. " : `This task is ${data.task_state}; it holds no lease now. `),
+      `It ran on host ${lease.host}, ${gpus}, class ${lease.job_class}, from ${when(lease.started)}; ${ended}`,
+      ` (task ${data.task_state}, try ${data.try_number})`,
+      data.gpu_time ? `; ${(data.gpu_time.gpu_seconds / 3600).toFixed(3)} GPU-h used` +
+        (data.gpu_time.preemptions ? `, ${data.gpu_time.preemptions} preemption(s)` : "") : "", "."];
+  } else if (data.wait) {
+    body = [h("b", { key: "t" }, "This task has not held a lease. "), `It waited for GPUs on ${data.wait.host} since `,
+      when(data.wait.since), ` (${data.wait.request}): ${data.wait.why}; task ${data.task_state}.`];
+  } else {
+    body = [h("b", { key: "t" }, "This task published no GPU lease"), ` (task ${data.task_state}` +
+      (data.hostname ? ` on ${data.hostname}` : "") + ").", ];
+  }
+  return h("div", { style: { ...S.card, borderColor: "#f59f00" }, "data-testid": "task-lease" }, link, ": ", ...body,
+    data.problems.length ? h("div", { style: S.muted }, data.problems.join("; ")) : null);
+}
+
 function GpuSummary() {
   const { data, error } = useJson(`${API}/gpus`, 10000);
   if (!data) return h("div", { style: S.card }, errorBox(error) || status("GPUs: loading…"));
@@ -166,86 +209,181 @@ function GpuSummary() {
     h("a", { href: `${UI}/plugin/gpusched-gpus`, style: S.a }, "GPU board"));
 }
 
-// ---------------------------------------------------------------------------------------------------- sweeps
-function Scatter({ points, line, xLabel, yLabel, width = 420, height = 240, testid }) {
-  const pad = { l: 56, r: 10, t: 10, b: 34 };
-  const xs = points.map((p) => p.x), ys = points.map((p) => p.y).concat((line || []).map((p) => p.y));
-  if (!xs.length) return null;
-  let [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
-  if (x0 === x1) { x0 -= 1; x1 += 1; }
-  if (y0 === y1) { y0 -= 1; y1 += 1; }
-  const X = (x) => pad.l + ((x - x0) / (x1 - x0)) * (width - pad.l - pad.r);
-  const Y = (y) => height - pad.b - ((y - y0) / (y1 - y0)) * (height - pad.t - pad.b);
-  const fmt = (v) => (Math.abs(v) >= 1000 || (Math.abs(v) < 0.01 && v !== 0) ? v.toExponential(1) : +v.toPrecision(3));
-  // ends and middle; on an axis of whole numbers (trial index, num_zmode) the middle is a whole number too
-  const ticks = (a, b, whole) => {
-    const mid = whole ? Math.round((a + b) / 2) : a + (b - a) / 2;
-    return mid > a && mid < b ? [a, mid, b] : [a, b];
-  };
-  return h("svg", { width, height, "data-testid": testid, role: "img", "aria-label": `${yLabel} against ${xLabel}`,
-                    style: { overflow: "visible", margin: "4px 12px 4px 0" } },
+// ---------------------------------------------------------------------------------------------------- plots
+// number formats: ticks short ("1e-4", "0.25", "1.2e+5" as "1.2e5"); values with 4 significant digits
+function fmtTick(v) {
+  if (v === 0) return "0";
+  const a = Math.abs(v);
+  if (a >= 1e5 || a < 1e-3) {
+    const [m, e] = v.toExponential(1).split("e");
+    return `${m.replace(/\.0$/, "")}e${e.replace("+", "")}`;
+  }
+  return `${+v.toPrecision(3)}`;
+}
+function fmtValue(v) {
+  if (typeof v !== "number") return v === null || v === undefined ? "–" : String(v);
+  if (Number.isInteger(v)) return `${v}`;
+  const a = Math.abs(v);
+  if (a !== 0 && (a >= 1e5 || a < 1e-3)) return v.toExponential(3).replace(/\.?0+e/, "e").replace("+", "");
+  return `${+v.toPrecision(4)}`;
+}
+function niceStep(span, n) {
+  const raw = span / n, p = 10 ** Math.floor(Math.log10(raw)), f = raw / p;
+  return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * p;
+}
+// an axis: its domain (widened to round ticks), the ticks, and where a value falls (0..1)
+function linearAxis(values, whole) {
+  let lo = Math.min(...values), hi = Math.max(...values);
+  if (lo === hi) { const d = Math.abs(lo) * 0.1 || 1; lo -= d; hi += d; }
+  let step = niceStep(hi - lo, 4);
+  if (whole) step = Math.max(1, Math.round(step));
+  const a = Math.floor(lo / step) * step, b = Math.ceil(hi / step) * step;
+  const ticks = [];
+  for (let t = a; t <= b + step * 1e-9; t += step) ticks.push(+t.toPrecision(12));
+  return { scale: "linear", ticks, labels: ticks.map(fmtTick), at: (v) => (v - a) / (b - a) };
+}
+function logAxis(values) {
+  const positive = values.filter((v) => v > 0);
+  if (!positive.length) return linearAxis(values, false);
+  const a = Math.floor(Math.log10(Math.min(...positive)));
+  const b = Math.max(Math.ceil(Math.log10(Math.max(...positive))), a + 1);
+  let ticks = [];
+  for (let e = a; e <= b; e++) ticks.push(+(10 ** e).toPrecision(12));
+  if (b - a === 1) ticks = [1, 2, 5, 10].map((m) => +(m * 10 ** a).toPrecision(12));
+  const every = Math.ceil(ticks.length / 6);
+  ticks = ticks.filter((_, i) => i % every === 0);
+  return { scale: "log", ticks, labels: ticks.map(fmtTick),
+           at: (v) => (Math.log10(Math.max(v, 10 ** a)) - a) / (b - a) };
+}
+function categoryAxis(names, maxChars) {
+  const k = names.length;
+  return { scale: "category", ticks: names.map((_, i) => i),
+           labels: names.map((n) => (n.length > maxChars ? `${n.slice(0, maxChars - 1)}…` : n)), full: names,
+           at: (i) => (i + 0.5) / k };
+}
+const CHAR = 6.2;  // px per character of a 10 px tick label (an upper bound for digits)
+
+// the frame every plot shares: axes, ticks that never overlap the titles or leave the picture, and the marks
+// that draw(X, Y) returns; margins are computed from the labels
+function Frame({ x, y, xLabel, yLabel, width, height, testid, label, draw }) {
+  const yChars = Math.max(...y.labels.map((l) => l.length));
+  const lastX = x.labels[x.labels.length - 1] || "";
+  const pad = { l: 22 + Math.ceil(yChars * CHAR), r: Math.max(12, Math.ceil((lastX.length * CHAR) / 2) + 4), t: 10, b: 36 };
+  const firstX = x.labels[0] || "";
+  pad.l = Math.max(pad.l, Math.ceil((firstX.length * CHAR) / 2) + 2);
+  const X = (v) => pad.l + x.at(v) * (width - pad.l - pad.r);
+  const Y = (v) => height - pad.b - y.at(v) * (height - pad.t - pad.b);
+  return h("svg", { width, height, "data-testid": testid, "data-xscale": x.scale, "data-yscale": y.scale, role: "img",
+                    "aria-label": label || `${yLabel} against ${xLabel}`, style: { margin: "4px 12px 4px 0" } },
     h("line", { x1: pad.l, y1: height - pad.b, x2: width - pad.r, y2: height - pad.b, stroke: "currentColor", opacity: 0.4 }),
     h("line", { x1: pad.l, y1: pad.t, x2: pad.l, y2: height - pad.b, stroke: "currentColor", opacity: 0.4 }),
-    ticks(x0, x1, xs.every(Number.isInteger)).map((t, i) => h("text", { key: `x${i}`, x: X(t), y: height - pad.b + 14, fontSize: 10,
-                                             textAnchor: "middle", fill: "currentColor" }, fmt(t))),
-    ticks(y0, y1).map((t, i) => h("text", { key: `y${i}`, x: pad.l - 4, y: Y(t) + 3, fontSize: 10, textAnchor: "end",
-                                             fill: "currentColor" }, fmt(t))),
-    h("text", { x: (pad.l + width - pad.r) / 2, y: height - 4, fontSize: 11, textAnchor: "middle", fill: "currentColor" }, xLabel),
-    h("text", { x: 12, y: (pad.t + height - pad.b) / 2, fontSize: 11, textAnchor: "middle", fill: "currentColor",
-                transform: `rotate(-90 12 ${(pad.t + height - pad.b) / 2})` }, yLabel),
-    line && line.length > 1 ? h("polyline", { fill: "none", stroke: "#f59f00", strokeWidth: 2,
+    x.ticks.map((t, i) => h("text", { key: `x${i}`, x: X(t), y: height - pad.b + 13, fontSize: 10, textAnchor: "middle",
+                                      fill: "currentColor", "data-tick": "x" }, x.labels[i],
+      x.full ? h("title", null, x.full[i]) : null)),
+    y.ticks.map((t, i) => h("text", { key: `y${i}`, x: pad.l - 4, y: Y(t) + 3, fontSize: 10, textAnchor: "end",
+                                      fill: "currentColor", "data-tick": "y" }, y.labels[i])),
+    h("text", { x: (pad.l + width - pad.r) / 2, y: height - 6, fontSize: 11, textAnchor: "middle", fill: "currentColor",
+                "data-title": "x" }, xLabel + (x.scale === "log" ? " (log)" : "")),
+    h("text", { x: 11, y: (pad.t + height - pad.b) / 2, fontSize: 11, textAnchor: "middle", fill: "currentColor",
+                "data-title": "y", transform: `rotate(-90 11 ${(pad.t + height - pad.b) / 2})` }, yLabel),
+    draw(X, Y));
+}
+
+function Legend({ items, testid }) {
+  if (!items.length) return null;
+  return h("div", { "data-testid": testid || "legend", style: { ...S.muted, display: "flex", flexWrap: "wrap", gap: "10px",
+                                                                 margin: "0 0 4px 56px" } },
+    items.map(([label, color, shape]) => h("span", { key: label, "data-legend": label },
+      h("span", { style: { display: "inline-block", width: shape === "line" ? "14px" : "9px", height: shape === "line" ? "3px" : "9px",
+        borderRadius: shape === "line" ? "0" : "50%", background: color, marginRight: "4px",
+        verticalAlign: "middle" } }), label)));
+}
+
+function axisFor(values, scale, whole) {
+  return scale === "log" ? logAxis(values) : linearAxis(values, whole);
+}
+
+function Scatter({ points, line, xLabel, yLabel, xScale, width = 420, height = 240, testid }) {
+  if (!points.length) return null;
+  const x = axisFor(points.map((p) => p.x), xScale, points.every((p) => Number.isInteger(p.x)));
+  const y = linearAxis(points.map((p) => p.y).concat((line || []).map((p) => p.y)), false);
+  return h(Frame, { x, y, xLabel, yLabel, width, height, testid, draw: (X, Y) => [
+    line && line.length > 1 ? h("polyline", { key: "line", fill: "none", stroke: "#f59f00", strokeWidth: 2,
       points: line.map((p) => `${X(p.x)},${Y(p.y)}`).join(" ") }) : null,
-    points.map((p, i) => h("circle", { key: i, cx: X(p.x), cy: Y(p.y), r: p.best ? 6 : 4,
+    ...points.map((p, i) => h("circle", { key: i, cx: X(p.x), cy: Y(p.y), r: p.best ? 6 : 4,
       fill: p.best ? "#f59f00" : p.color || "#2b7bd6", stroke: p.best ? "black" : "none", opacity: 0.85 },
-      h("title", null, p.title))));
+      h("title", null, p.title)))] });
+}
+
+// scores by the value of a categorical parameter: one column of points per value, spread sideways
+function Strip({ points, categories, xLabel, yLabel, width = 300, height = 200, testid }) {
+  if (!points.length) return null;
+  const step = (width - 80) / categories.length;  // the room of one value, at most (margins take the rest)
+  const x = categoryAxis(categories, Math.max(2, Math.min(12, Math.floor(step / CHAR) - 1)));
+  const y = linearAxis(points.map((p) => p.y), false);
+  return h(Frame, { x, y, xLabel, yLabel, width, height, testid, draw: (X, Y) =>
+    points.map((p, i) => h("circle", { key: i, cx: X(p.x) + (((p.index * 7919) % 13) / 12 - 0.5) * Math.min(24, step * 0.5),
+      cy: Y(p.y), r: p.best ? 6 : 4, fill: p.best ? "#f59f00" : "#2b7bd6", stroke: p.best ? "black" : "none",
+      opacity: 0.8 }, h("title", null, p.title))) });
 }
 
 // intermediate reports: one line per trial, coloured by its state (running trials drawn last, on top)
 function Curves({ curves, metric, width = 560, height = 260, testid }) {
-  const pad = { l: 56, r: 10, t: 10, b: 34 };
   const all = curves.flatMap((c) => c.points);
   if (!all.length) return null;
-  let [x0, x1] = [Math.min(...all.map((p) => p[0])), Math.max(...all.map((p) => p[0]))];
-  let [y0, y1] = [Math.min(...all.map((p) => p[1])), Math.max(...all.map((p) => p[1]))];
-  if (x0 === x1) { x0 -= 1; x1 += 1; }
-  if (y0 === y1) { y0 -= 1; y1 += 1; }
-  const X = (x) => pad.l + ((x - x0) / (x1 - x0)) * (width - pad.l - pad.r);
-  const Y = (y) => height - pad.b - ((y - y0) / (y1 - y0)) * (height - pad.t - pad.b);
-  const fmt = (v) => (Math.abs(v) >= 1000 || (Math.abs(v) < 0.01 && v !== 0) ? v.toExponential(1) : +v.toPrecision(3));
+  const x = linearAxis(all.map((p) => p[0]), true);
+  const y = linearAxis(all.map((p) => p[1]), false);
   const drawn = [...curves].sort((a, b) => (a.state === "running") - (b.state === "running"));
-  return h("svg", { width, height, "data-testid": testid, role: "img", "aria-label": `${metric} by step`,
-                    style: { overflow: "visible", margin: "4px 12px 4px 0" } },
-    h("line", { x1: pad.l, y1: height - pad.b, x2: width - pad.r, y2: height - pad.b, stroke: "currentColor", opacity: 0.4 }),
-    h("line", { x1: pad.l, y1: pad.t, x2: pad.l, y2: height - pad.b, stroke: "currentColor", opacity: 0.4 }),
-    [x0, x1].map((t, i) => h("text", { key: `x${i}`, x: X(t), y: height - pad.b + 14, fontSize: 10, textAnchor: "middle",
-                                       fill: "currentColor" }, fmt(t))),
-    [y0, y1].map((t, i) => h("text", { key: `y${i}`, x: pad.l - 4, y: Y(t) + 3, fontSize: 10, textAnchor: "end",
-                                       fill: "currentColor" }, fmt(t))),
-    h("text", { x: (pad.l + width - pad.r) / 2, y: height - 4, fontSize: 11, textAnchor: "middle", fill: "currentColor" }, "step"),
-    h("text", { x: 12, y: (pad.t + height - pad.b) / 2, fontSize: 11, textAnchor: "middle", fill: "currentColor",
-                transform: `rotate(-90 12 ${(pad.t + height - pad.b) / 2})` }, metric),
-    drawn.map((c) => h("g", { key: c.index, "data-state": c.state },
-      h("title", null, `trial ${c.index} ${c.label} (${c.state}): ${metric} ${fmt(c.points[c.points.length - 1][1])} at step ${c.points[c.points.length - 1][0]}`),
+  const last = (c) => c.points[c.points.length - 1];
+  return h(Frame, { x, y, xLabel: "step", yLabel: metric, width, height, testid, label: `${metric} by step`,
+    draw: (X, Y) => drawn.map((c) => h("g", { key: c.index, "data-state": c.state },
+      h("title", null, `trial ${c.index} ${c.label} (${c.state}): ${metric} ${fmtValue(last(c)[1])} at step ${last(c)[0]}`),
       c.points.length > 1 ? h("polyline", { fill: "none", stroke: COLORS[c.state] || "#868e96", strokeWidth: c.state === "running" ? 2 : 1.2,
         opacity: c.state === "running" ? 0.95 : 0.6, points: c.points.map((p) => `${X(p[0])},${Y(p[1])}`).join(" ") }) : null,
-      h("circle", { cx: X(c.points[c.points.length - 1][0]), cy: Y(c.points[c.points.length - 1][1]), r: 2.5,
-                    fill: COLORS[c.state] || "#868e96" }))));
+      h("circle", { cx: X(last(c)[0]), cy: Y(last(c)[1]), r: 2.5, fill: COLORS[c.state] || "#868e96" }))) });
 }
 
+// ---------------------------------------------------------------------------------------------------- sweeps
 const ROUND_COLORS = ["#2b7bd6", "#2f9e44", "#8e6ccf", "#d9480f", "#0c8599", "#e64980", "#5c940d", "#495057"];
+const MAX_PARAM_COLUMNS = 10;
+
+function flatParams(params, prefix = "", out = {}) {
+  for (const [k, v] of Object.entries(params || {})) {
+    if (v && typeof v === "object" && !Array.isArray(v)) flatParams(v, `${prefix}${k}.`, out);
+    else out[`${prefix}${k}`] = v;
+  }
+  return out;
+}
+function paramCell(v) {
+  const text = Array.isArray(v) ? JSON.stringify(v) : fmtValue(v);
+  const shown = text.length > 24 ? `${text.slice(0, 23)}…` : text;
+  return h("span", { title: typeof v === "number" ? `${v}` : text, style: { whiteSpace: "nowrap" } }, shown);
+}
+function trialCell(r) {
+  return h("span", { title: r.label, style: { whiteSpace: "nowrap" } }, `${r.index}`);
+}
 
 function SweepCard({ sweep, dagId, focus }) {
   const obj = sweep.objective;
   const better = obj && obj.maximize ? (a, b) => a > b : (a, b) => a < b;
   const several = obj && obj.several;
-  const fmtv = (v) => (typeof v === "number" ? `${+v.toPrecision(6)}` : "–");
+  const fmtv = (v) => (typeof v === "number" ? fmtValue(v) : "–");
   const pts = [...sweep.points].sort((a, b) => a.index - b.index);
   let best = null;
   const line = pts.map((p) => { if (best === null || better(p.score, best)) best = p.score; return { x: p.index, y: best }; });
   const bestIndex = sweep.best ? sweep.best.index : null;
+  const rounds = [...new Set(pts.map((p) => p.round || 0))].sort((a, b) => a - b);
   const scatter = pts.map((p) => ({ x: p.index, y: p.score, best: p.index === bestIndex,
-    color: ROUND_COLORS[(p.round || 0) % ROUND_COLORS.length], title: `trial ${p.index} ${p.label}: ${p.score}` }));
+    color: ROUND_COLORS[(p.round || 0) % ROUND_COLORS.length], title: `trial ${p.index} ${p.label}: ${fmtValue(p.score)}` }));
   const counts = sweep.counts;
+  const scales = sweep.param_scales || {};
+  const cats = sweep.categorical_params || {};
+  const paramNames = [...new Set(sweep.leaderboard.flatMap((r) => Object.keys(flatParams(r.params))))];
+  const shownParams = paramNames.slice(0, MAX_PARAM_COLUMNS);
+  const curveStates = sweep.curves ? [...new Set(sweep.curves.map((c) => c.state))] : [];
+  const bestLegend = ["best trial", "#f59f00"];
+  const taskLink = (r) => (r.task_id ? h("a", { href: tiHref(dagId, sweep.run, r.task_id, r.map_index), style: S.a }, "task")
+    : h("span", { style: S.muted }, "earlier run"));
   return h("div", { style: { ...S.card, ...(focus ? { outline: "2px solid #f59f00" } : {}) },
                     id: `sweep-${sweep.group}`, "data-testid": `sweep-${sweep.group}` },
     h("div", { style: { fontSize: "16px", fontWeight: 600 } }, `Sweep ${sweep.sweep} `,
@@ -253,49 +391,73 @@ function SweepCard({ sweep, dagId, focus }) {
         (sweep.rounds ? ` · ${sweep.rounds} round(s) so far` : "") +
         (obj ? ` · ${obj.describe}` : " · no objective") + (obj && obj.weights ? ` · ranked by ${obj.score_label}` : ""))),
     h("div", { style: { margin: "6px 0" }, "data-testid": "counts" },
-      ["defined", "waiting", "running", "succeeded", "failed", "invalid", "pruned", "skipped"].map((k) =>
-        h("span", { key: k, "data-count": k }, badge(`${k} ${counts[k] || 0}`, COLORS[k])))),
+      ["defined", "waiting", "running", "succeeded", "failed", "invalid", "pruned"].map((k) =>
+        h("span", { key: k, "data-count": k }, badge(`${k} ${counts[k] || 0}`, COLORS[k]))),
+      h("span", { "data-count": "skipped", style: S.muted, title: "succeeded or pruned in an earlier DAG run and not run " +
+        "again (counted in their state too)" }, ` · ${counts.skipped || 0} from earlier runs (skipped)`)),
     sweep.best ? h("div", { "data-testid": "best", style: { margin: "6px 0" } }, "Best: ",
       h("b", null, several && !obj.weights
         ? obj.metrics.map((m) => `${m} = ${fmtv((sweep.best.values || {})[m])}`).join(", ") + " (Pareto front, best " + obj.metrics[0] + ")"
         : `${obj.score_label} = ${fmtv(sweep.best.score)}`), ` — trial ${sweep.best.index} ${sweep.best.label} `,
       sweep.best.task_id ? h("a", { href: tiHref(dagId, sweep.run, sweep.best.task_id, sweep.best.map_index), style: S.a },
         "task instance") : h("span", { style: S.muted }, "(succeeded in an earlier run)")) : null,
-    scatter.length ? h("div", { style: { display: "flex", flexWrap: "wrap" }, "data-testid": "plots" },
-      several ? h("div", null, h("div", { style: S.muted }, `${obj.metrics[1]} against ${obj.metrics[0]} (orange: the Pareto front)`),
+    scatter.length ? h("div", { style: { display: "flex", flexWrap: "wrap", alignItems: "flex-start" }, "data-testid": "plots" },
+      several ? h("div", null, h("div", { style: S.muted }, `${obj.metrics[1]} against ${obj.metrics[0]}`),
+        h(Legend, { items: [["Pareto front", "#f59f00"], ["other trials", "#2b7bd6"]] }),
         h(Scatter, { points: pts.map((p) => ({ x: p.values[0], y: p.values[1], best: p.front,
           title: `trial ${p.index} ${p.label}: ${obj.metrics[0]} ${fmtv(p.values[0])}, ${obj.metrics[1]} ${fmtv(p.values[1])}` })),
           line: pts.filter((p) => p.front).map((p) => ({ x: p.values[0], y: p.values[1] })).sort((a, b) => a.x - b.x || a.y - b.y),
           xLabel: obj.metrics[0], yLabel: obj.metrics[1], testid: "plot-pareto" })) : null,
-      h("div", null, h("div", { style: S.muted }, `${obj.score_label} by trial (orange line: best so far; colour: round)`),
+      h("div", null, h("div", { style: S.muted }, `${obj.score_label} by trial`),
+        h(Legend, { testid: "legend-progress", items: [["best so far", "#f59f00", "line"]].concat(rounds.length > 1
+          ? rounds.map((r) => [`round ${r}`, ROUND_COLORS[r % ROUND_COLORS.length]]) : [["trial", ROUND_COLORS[0]]]) }),
         h(Scatter, { points: scatter, line, xLabel: "trial", yLabel: obj.score_label, testid: "plot-progress" })),
       sweep.numeric_params.map((name) => h("div", { key: name },
         h("div", { style: S.muted }, `${obj.score_label} against ${name}`),
+        h(Legend, { items: [bestLegend, ["trial", "#2b7bd6"]] }),
         h(Scatter, { points: pts.filter((p) => name in p.params).map((p) => ({ x: p.params[name], y: p.score,
-          best: p.index === bestIndex, title: `trial ${p.index} ${p.label}: ${p.score}` })),
-          xLabel: name, yLabel: obj.score_label, width: 300, height: 200, testid: `plot-${name}` })))) : null,
+          best: p.index === bestIndex, title: `trial ${p.index} ${p.label}: ${fmtValue(p.score)}` })),
+          xScale: scales[name], xLabel: name, yLabel: obj.score_label, width: 300, height: 200, testid: `plot-${name}` }))),
+      Object.entries(cats).map(([name, values]) => h("div", { key: name },
+        h("div", { style: S.muted }, `${obj.score_label} by ${name}`),
+        h(Legend, { items: [bestLegend, ["trial", "#2b7bd6"]] }),
+        h(Strip, { points: pts.filter((p) => p.categories && name in p.categories).map((p) => ({
+          x: values.indexOf(p.categories[name]), y: p.score, index: p.index, best: p.index === bestIndex,
+          title: `trial ${p.index} ${p.label}: ${fmtValue(p.score)}` })), categories: values,
+          xLabel: name, yLabel: obj.score_label, testid: `plot-${name}` })))) : null,
     obj ? h("div", null, h("div", { style: { fontWeight: 600, marginTop: "6px" } }, "Leaderboard"),
       sweep.leaderboard.length === 0 ? h("div", { style: S.muted }, "No trial has a score yet.") :
-        h(Table, { testid: "leaderboard", head: ["rank"].concat(several ? ["front", ...obj.metrics] : [],
-            several && !obj.weights ? [] : [obj.score_label], ["trial", "parameters", "time", ""]),
-          rows: sweep.leaderboard.map((r) => ({ cells: [`${r.rank}`].concat(
-            several ? [r.front ? `${r.front}` : "–", ...obj.metrics.map((m) => fmtv((r.values || {})[m]))] : [],
-            several && !obj.weights ? [] : [`${r.score}`], [`${r.index} ${r.label}`,
-            h("code", { style: { fontSize: "12px", wordBreak: "break-word" } }, JSON.stringify(r.params)), dur(r.seconds),
-            r.task_id ? h("a", { href: tiHref(dagId, sweep.run, r.task_id, r.map_index), style: S.a }, "task")
-              : h("span", { style: S.muted }, "earlier run")]) })) })) : null,
+        h("div", { style: { overflowX: "auto" } }, h(Table, { testid: "leaderboard",
+          head: ["rank"].concat(several ? ["front", ...obj.metrics] : [], several && !obj.weights ? [] : [obj.score_label],
+            ["trial"], shownParams, paramNames.length > shownParams.length ? ["more parameters"] : [], ["time", ""]),
+          rows: sweep.leaderboard.map((r) => {
+            const flat = flatParams(r.params);
+            const rest = paramNames.slice(MAX_PARAM_COLUMNS).filter((n) => n in flat).map((n) => `${n}=${fmtValue(flat[n])}`);
+            return { cells: [`${r.rank}`].concat(
+              several ? [r.front ? `${r.front}` : "–", ...obj.metrics.map((m) => fmtv((r.values || {})[m]))] : [],
+              several && !obj.weights ? [] : [fmtv(r.score)], [trialCell(r)],
+              shownParams.map((n) => (n in flat ? paramCell(flat[n]) : "–")),
+              paramNames.length > shownParams.length ? [h("span", { style: S.muted }, rest.join(", "))] : [],
+              [dur(r.seconds), taskLink(r)]) };
+          }) }))) : null,
     sweep.curves && sweep.curves.length ? h("div", { "data-testid": "reports" },
       h("div", { style: { fontWeight: 600, marginTop: "6px" } }, "Intermediate reports"),
-      h("div", { style: S.muted }, `${sweep.curve_metric} by step, one line per trial (colour: state; ` +
-        `${sweep.curves.length} trial(s) with reports)`),
+      h("div", { style: S.muted }, `${sweep.curve_metric} by step, one line per trial ` +
+        `(${sweep.curves.length} trial(s) with reports)`),
+      h(Legend, { testid: "legend-reports", items: curveStates.map((st) => [st, COLORS[st] || "#868e96", "line"]) }),
       h(Curves, { curves: sweep.curves, metric: sweep.curve_metric, testid: "plot-reports" }),
       sweep.latest_reports.length ? h(Table, { testid: "latest-reports", head: ["running trial", "step", "latest metrics", "checkpoint", ""],
-        rows: sweep.latest_reports.map((r) => ({ cells: [`${r.index} ${r.label}`, `${r.step}`,
-          Object.entries(r.metrics).map(([k, v]) => `${k} ${typeof v === "number" ? +v.toPrecision(6) : v}`).join(", "),
+        rows: sweep.latest_reports.map((r) => ({ cells: [trialCell(r), `${r.step}`,
+          Object.entries(r.metrics).map(([k, v]) => `${k} ${typeof v === "number" ? fmtValue(v) : v}`).join(", "),
           r.checkpoint || "", r.task_id ? h("a", { href: tiHref(dagId, sweep.run, r.task_id, r.map_index), style: S.a }, "task") : ""] })) })
         : null) : null,
-    sweep.reports_note ? h("div", { style: S.muted }, sweep.reports_note) : null,
+    sweep.reports_note ? h("div", { style: S.muted, "data-testid": "reports-note" }, sweep.reports_note) : null,
     sweep.truncated ? h("div", { style: S.muted }, `${sweep.truncated} trials are not listed (too many to publish).`) : null,
+    sweep.pruned && sweep.pruned.length ? h("div", null,
+      h("div", { style: { fontWeight: 600, marginTop: "6px" } }, `Pruned (${counts.pruned || sweep.pruned.length})`),
+      h(Table, { testid: "pruned", head: ["trial", "stopped at step", "why", ""], rows: sweep.pruned.map((p) => ({
+        cells: [h("span", { title: p.label }, `${p.index} ${p.label}`), p.step === null || p.step === undefined ? "–" : `${p.step}`,
+                p.error || "", p.skipped ? h("span", { style: S.muted }, "earlier run") : taskLink(p)] })) })) : null,
     sweep.problems.length ? h("div", null, h("div", { style: { fontWeight: 600, marginTop: "6px" } }, "Failed or invalid"),
       h(Table, { testid: "problems", head: ["trial", "state", "error", ""], rows: sweep.problems.map((p) => ({
         cells: [`${p.index} ${p.label}`, badge(p.state, COLORS[p.state]), p.error || "",
@@ -330,6 +492,16 @@ function SlurmJob({ dagId, runId, taskId, mapIndex }) {
   const { data, error } = useJson(url, 5000);
   const [shown, setShown] = useState(null);
   if (!data) return h("div", { style: S.page }, errorBox(error) || status("loading…"));
+  if (!data.found) {  // the tab is on every task: one that submitted no Slurm job says so plainly
+    const board = `${UI}/plugin/gpusched-gpus?` + new URLSearchParams({ dag_id: dagId, run_id: runId, task_id: taskId,
+                                                                        map_index: String(mi) });
+    return h("div", { style: S.page, "data-testid": "slurm-job" },
+      h("h1", { style: S.h1 }, "No Slurm job"),
+      h("div", { style: S.card, "data-testid": "no-slurm-job" }, data.local_gpus
+        ? ["This task ran on local GPUs, not through Slurm. ", h("a", { key: "a", href: board, style: S.a }, "Its GPU lease"),
+           " on the GPU board says where and when."]
+        : "This task submitted no Slurm job (this tab shows the job of tasks that run through Slurm)."));
+  }
   const keys = Object.keys(data.tails);
   const key = shown !== null && keys.includes(shown) ? shown : keys[0];
   const field = (k, v) => h("tr", { key: k }, h("th", { style: S.th }, k), h("td", { style: S.td, "data-field": k }, v));

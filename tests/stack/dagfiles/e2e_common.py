@@ -1,6 +1,7 @@
 """What the end-to-end DAGs' GPU children run: a trial that records, in ``$E2E_OUT/<name>-<pid>.json``, when it
 started and ended, where it ran (``CUDA_VISIBLE_DEVICES``, lease, reserved memory) and how it ended. With
-``$GPUSCHED_CHECKPOINT_DIR`` it works in steps and resumes from its checkpoint after a preemption."""
+``$GPUSCHED_CHECKPOINT_DIR`` it works in one-second steps, checkpoints each (``checkpointed``: the last one
+written) and resumes from its checkpoint after a preemption (``resumed_at``)."""
 
 RECORDING_TRIAL = r"""
 import json, os, signal, sys, time
@@ -26,13 +27,16 @@ ckpt = os.environ.get("GPUSCHED_CHECKPOINT_DIR")
 done = 0
 if ckpt and os.path.exists(os.path.join(ckpt, "steps")):
     done = int(open(os.path.join(ckpt, "steps")).read())
-record["resumed_at"] = done
+record["resumed_at"] = record["checkpointed"] = done
 while done < seconds:
     time.sleep(min(1.0, seconds - done))
     done += 1
-    if ckpt:
+    if ckpt:  # SIGTERM waits while the checkpoint and its record change together
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         with open(os.path.join(ckpt, "steps.tmp"), "w") as fh:
             fh.write(str(done))
         os.replace(os.path.join(ckpt, "steps.tmp"), os.path.join(ckpt, "steps"))
+        record["checkpointed"] = done
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 save("finished")
 """

@@ -1,0 +1,47 @@
+"""A sweep the UI tests run again and again (tests/stack/test_ui.py): six trials that report a loss per step, the even
+ones stopped as pruned at step 2. ``e2e_sweep_rerun`` skips what a run before it did; ``e2e_sweep_rerun_forced``
+runs the same sweep (same folder) again, every trial, with five steps instead of three."""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_provider_gpusched.core.sweep import Objective, SweepSpec, TrialResources
+from airflow_provider_gpusched.task_groups.sweep import sweep_task_group
+
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+
+
+def _learn(params: dict, steps: int) -> dict:
+    from airflow_provider_gpusched.core.sweep.pruning import TrialPruned
+    from airflow_provider_gpusched.trial import report
+
+    q = params["q"]
+    for step in range(1, steps + 1):
+        report(step=step, loss=q / step)
+        if q % 2 == 0 and step == 2:  # the test's own rule, so which trials are pruned does not depend on timing
+            raise TrialPruned(f"stopped at step {step}: loss {q / step:g} (the test's rule)")
+    return {"loss": q / steps}
+
+
+def learn_3_steps(params: dict) -> dict:
+    return _learn(params, 3)
+
+
+def learn_5_steps(params: dict) -> dict:
+    return _learn(params, 5)
+
+
+def rerun_sweep(learn, force_rerun: bool) -> SweepSpec:
+    # the median rule never stops a trial with min_trials=100; it makes pruning count (a raised TrialPruned)
+    return SweepSpec(name="e2e_rerun", test_config=[{"q": [1, 2, 3, 4, 5, 6]}], python_callable=learn,
+                     objective=Objective("loss", "minimize"), resources=TrialResources(gpu_memory="2GiB"),
+                     pruning={"rule": "median", "min_trials": 100}, force_rerun=force_rerun)
+
+
+with DAG("e2e_sweep_rerun", schedule=None, start_date=START, catchup=False, max_active_runs=1):
+    sweep_task_group(rerun_sweep(learn_3_steps, False), backend="local")
+
+with DAG("e2e_sweep_rerun_forced", schedule=None, start_date=START, catchup=False, max_active_runs=1):
+    sweep_task_group(rerun_sweep(learn_5_steps, True), backend="local")
