@@ -75,6 +75,12 @@ PLOT_GEOMETRY = """() => [...document.querySelectorAll('svg[data-testid^=plot-]'
 })"""
 
 
+def tick_labels(page, plot: str) -> list[str]:
+    """The x tick labels of a plot as drawn (an SVG text's own text, not its hover title)."""
+    return page.eval_on_selector_all(f"[data-testid={plot}] text[data-tick=x]",
+                                     "ts => ts.map(t => t.firstChild.textContent)")
+
+
 def assert_plots_readable(page) -> None:
     plots = page.evaluate(PLOT_GEOMETRY)
     assert plots, "no plot on the page"
@@ -181,16 +187,16 @@ def test_sweeps_tab_shows_the_pareto_front_of_a_two_objective_sweep(stack, brows
     assert "round 0" in page.locator("[data-testid=legend-progress]").inner_text()  # colour = round, said
     # lr is loguniform: a log axis with decade ticks; activation (relu/gelu) is categorical: a plot of its own
     assert page.locator("[data-testid=plot-lr]").get_attribute("data-xscale") == "log"
-    ticks = page.locator("[data-testid=plot-lr] text[data-tick=x]").all_inner_texts()
+    ticks = tick_labels(page, "plot-lr")
     assert ticks[0] == "1e-4" and ticks[-1] == "0.01", ticks
-    assert page.locator("[data-testid=plot-activation] text[data-tick=x]").all_inner_texts() == ["gelu", "relu"]
+    assert tick_labels(page, "plot-activation") == ["gelu", "relu"]
     assert page.locator("[data-testid=plot-activation] circle").count() == 18
     assert_plots_readable(page)
     # one column per parameter, values with 4 significant digits: a leaderboard row is one line high
     head = page.locator("[data-testid=leaderboard] thead").inner_text()
     assert all(name in head for name in ("width", "depth", "lr", "activation")) and "parameters" not in head
     body = page.locator("[data-testid=leaderboard] tbody").inner_text()
-    assert "{" not in body and not re.search(r"\d\.\d{6,}", body), body[:500]
+    assert "{" not in body and not re.search(r"\d\.\d{7,}", body), body[:500]  # no 17-digit floats
     heights = page.eval_on_selector_all("[data-testid=leaderboard] tbody tr", "rows => rows.map(r => r.offsetHeight)")
     assert max(heights) <= 40, heights
     shot(page, "sweeps-pareto")
@@ -213,6 +219,7 @@ def test_sweeps_tab_of_a_rerun_and_of_an_older_run_after_a_forced_rerun(stack, b
     colours, the pruned ones listed with step and reason); after another DAG forced the same sweep to run again
     (5 steps instead of 3), the older runs still draw their own curves."""
     page = browser_page
+    shutil.rmtree(stack.dir / "sweeps" / "e2e_rerun", ignore_errors=True)  # a kept stack: start the sweep anew
     first = finished_run(stack, "e2e_sweep_rerun")
     second = finished_run(stack, "e2e_sweep_rerun")
     open_page(stack, page, f"/dags/e2e_sweep_rerun/plugin/gpusched-sweeps?run_id={second}",
@@ -227,6 +234,9 @@ def test_sweeps_tab_of_a_rerun_and_of_an_older_run_after_a_forced_rerun(stack, b
     assert len(pruned) == 3 and all("\t2\t" in row and "the test's rule" in row for row in pruned), pruned
     assert sorted(_curve_lengths(page)) == [2, 2, 2, 3, 3, 3]
     shot(page, "sweeps-rerun")
+    page.locator("[data-testid=pruned]").scroll_into_view_if_needed()
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(SHOTS / "sweeps-rerun-pruned.png"))
     forced = finished_run(stack, "e2e_sweep_rerun_forced")
     open_page(stack, page, f"/dags/e2e_sweep_rerun_forced/plugin/gpusched-sweeps?run_id={forced}",
               "[data-testid=plot-reports] polyline")

@@ -114,7 +114,7 @@ function GpuBoard() {
   return h("div", { style: S.page, "data-testid": "gpu-board" },
     h("h1", { style: S.h1 }, "GPU board ", anySimulated ? badge("SIMULATED GPUs", "#c92a2a",
       "No NVML GPU on these hosts: the inventory is simulated ([gpusched] simulate_gpus)") : null),
-    h("div", { style: S.muted }, `Leases of running tasks as they published them; refreshes every 5 s · `,
+    h("div", { style: S.muted }, `GPU hosts and the leases their running tasks published; refreshes every 5 s · `,
       `updated ${new Date(data.generated * 1000).toLocaleTimeString()} · api-server ${data.api_server_host}`),
     errorBox(error),
     mark ? h(TaskLease, { mark, board: data }) : null,
@@ -261,31 +261,39 @@ function categoryAxis(names, maxChars) {
            labels: names.map((n) => (n.length > maxChars ? `${n.slice(0, maxChars - 1)}…` : n)), full: names,
            at: (i) => (i + 0.5) / k };
 }
-const CHAR = 6.2;  // px per character of a 10 px tick label (an upper bound for digits)
+const CHAR = 9;  // px per character of a 10 px tick label, at most (measured in Chromium: 7-9)
 
 // the frame every plot shares: axes, ticks that never overlap the titles or leave the picture, and the marks
 // that draw(X, Y) returns; margins are computed from the labels
 function Frame({ x, y, xLabel, yLabel, width, height, testid, label, draw }) {
   const yChars = Math.max(...y.labels.map((l) => l.length));
   const lastX = x.labels[x.labels.length - 1] || "";
-  const pad = { l: 22 + Math.ceil(yChars * CHAR), r: Math.max(12, Math.ceil((lastX.length * CHAR) / 2) + 4), t: 10, b: 36 };
+  // a 10 px label's box is 16 px high (13 above its baseline): x ticks sit below the lowest y tick's box, the x
+  // title below them, the y title left of the widest y tick
+  const pad = { l: 26 + Math.ceil(yChars * CHAR), r: Math.max(12, Math.ceil((lastX.length * CHAR) / 2) + 4), t: 12, b: 40 };
   const firstX = x.labels[0] || "";
   pad.l = Math.max(pad.l, Math.ceil((firstX.length * CHAR) / 2) + 2);
   const X = (v) => pad.l + x.at(v) * (width - pad.l - pad.r);
   const Y = (v) => height - pad.b - y.at(v) * (height - pad.t - pad.b);
+  const fit = (text, room) => {  // an 11 px title cut to its room (the whole one on hover)
+    const most = Math.max(4, Math.floor(room / 6.9));
+    return text.length > most ? `${text.slice(0, most - 1)}…` : text;
+  };
+  const xTitle = xLabel + (x.scale === "log" ? " (log)" : "");
   return h("svg", { width, height, "data-testid": testid, "data-xscale": x.scale, "data-yscale": y.scale, role: "img",
                     "aria-label": label || `${yLabel} against ${xLabel}`, style: { margin: "4px 12px 4px 0" } },
     h("line", { x1: pad.l, y1: height - pad.b, x2: width - pad.r, y2: height - pad.b, stroke: "currentColor", opacity: 0.4 }),
     h("line", { x1: pad.l, y1: pad.t, x2: pad.l, y2: height - pad.b, stroke: "currentColor", opacity: 0.4 }),
-    x.ticks.map((t, i) => h("text", { key: `x${i}`, x: X(t), y: height - pad.b + 13, fontSize: 10, textAnchor: "middle",
+    x.ticks.map((t, i) => h("text", { key: `x${i}`, x: X(t), y: height - pad.b + 19, fontSize: 10, textAnchor: "middle",
                                       fill: "currentColor", "data-tick": "x" }, x.labels[i],
       x.full ? h("title", null, x.full[i]) : null)),
     y.ticks.map((t, i) => h("text", { key: `y${i}`, x: pad.l - 4, y: Y(t) + 3, fontSize: 10, textAnchor: "end",
                                       fill: "currentColor", "data-tick": "y" }, y.labels[i])),
-    h("text", { x: (pad.l + width - pad.r) / 2, y: height - 6, fontSize: 11, textAnchor: "middle", fill: "currentColor",
-                "data-title": "x" }, xLabel + (x.scale === "log" ? " (log)" : "")),
-    h("text", { x: 11, y: (pad.t + height - pad.b) / 2, fontSize: 11, textAnchor: "middle", fill: "currentColor",
-                "data-title": "y", transform: `rotate(-90 11 ${(pad.t + height - pad.b) / 2})` }, yLabel),
+    h("text", { x: (pad.l + width - pad.r) / 2, y: height - 4, fontSize: 11, textAnchor: "middle", fill: "currentColor",
+                "data-title": "x" }, fit(xTitle, width - pad.l - pad.r), h("title", null, xTitle)),
+    h("text", { x: 14, y: (pad.t + height - pad.b) / 2, fontSize: 11, textAnchor: "middle", fill: "currentColor",
+                "data-title": "y", transform: `rotate(-90 14 ${(pad.t + height - pad.b) / 2})` },
+      fit(yLabel, height - pad.t - pad.b), h("title", null, yLabel)),
     draw(X, Y));
 }
 
