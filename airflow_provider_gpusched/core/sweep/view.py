@@ -175,18 +175,14 @@ def _leaves(params: Mapping, prefix: str = "") -> Iterable[tuple[str, Any]]:
             yield name, value
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _numeric_params(params: Mapping) -> dict[str, float]:
-    return {name: float(v) for name, v in _leaves(params) if _is_number(v) and math.isfinite(v)}
+    return {name: float(v) for name, v in _leaves(params) if is_number(v) and math.isfinite(v)}
 
 
 def _categorical_params(params: Mapping) -> dict[str, str]:
     """Parameters that are not numbers (strings, booleans, null, lists), as the labels a plot groups by."""
     return {name: (v if isinstance(v, str) else json.dumps(v, default=str))[:60]
-            for name, v in _leaves(params) if not _is_number(v)}
+            for name, v in _leaves(params) if not (is_number(v) or isinstance(v, float))}
 
 
 #: a categorical parameter with more distinct values than this gets no plot (it would be unreadable)
