@@ -185,3 +185,58 @@ def test_oom_recognised_from_gpu_memory_evidence_without_a_message(tmp_path):
     result = runner.run(GPURequest(gpu_memory="4GiB"), Work(argv=[sys.executable, str(script)]), str(tmp_path / "log"))
     assert result.oom_retries == 1
     assert "GPU memory evidence" in result.attempts[0].oom
+
+
+LEAVES_PROCESSES = """
+import os, subprocess, sys, time
+out = sys.argv[1]
+pids = [subprocess.Popen(["sleep", "300"]).pid]                              # cmd &: same session
+pids.append(subprocess.Popen(["sleep", "301"], start_new_session=True).pid)  # setsid: a session of its own
+r, w = os.pipe()
+if os.fork() == 0:                                                            # a double fork, in its own session
+    os.setsid()
+    if os.fork() == 0:
+        os.write(w, str(os.getpid()).encode())
+        os.execvp("sleep", ["sleep", "302"])
+    os._exit(0)
+os.close(w)
+os.wait()
+pids.append(int(os.read(r, 32)))
+open(out, "w").write(" ".join(map(str, pids)))
+"""
+
+
+def test_work_that_ends_leaves_no_process_running_before_its_gpu_is_given_out(manager, tmp_path):
+    """Issue 30: a child that exits 0 after starting `cmd &`, a setsid child and a double-forked one: all three are
+    stopped (found by session and by the lease id in their environment) before the lease is released."""
+    runner = GPUWorkRunner(manager, grace=1.0)
+    lines = []
+    runner.on_line = lines.append
+    result = runner.run(GPURequest(gpus=1), Work(argv=[sys.executable, "-c", LEAVES_PROCESSES, str(tmp_path / "pids")]),
+                        str(tmp_path / "log"))
+    assert result.exit_code == 0
+    pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+    assert len(pids) == 3
+    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert alive == [] and manager.leases() == []
+    assert any("left 3 process(es) running after it ended" in line for line in lines), lines
+    assert "left 3 process(es)" in (tmp_path / "log").read_text()
+
+
+def test_processes_of_other_leases_and_of_the_caller_are_left_alone(tmp_path):
+    import subprocess
+
+    from airflow_provider_gpusched.core.gpu.launch import leftover_processes
+
+    other = subprocess.Popen(["sleep", "60"], env={**os.environ, "GPUSCHED_LEASE_ID": "0" * 16},
+                             start_new_session=True)
+    mine = subprocess.Popen(["sleep", "60"], env={**os.environ, "GPUSCHED_LEASE_ID": "1" * 16},
+                            start_new_session=True)
+    try:
+        assert leftover_processes(-1, "1" * 16) == [mine.pid]
+        assert leftover_processes(other.pid, None) == [other.pid]  # its session
+        assert os.getpid() not in leftover_processes(os.getsid(0), None)
+    finally:
+        for p in (other, mine):
+            p.kill()
+            p.wait()

@@ -4,6 +4,10 @@ The child runs in its own process group (``start_new_session``) with ``CUDA_VISI
 lease's GPUs, a working directory, and its output (stdout and stderr together) written to a log file and
 passed line by line to a callback (the Airflow task log). Stopping sends SIGTERM to the group and to
 every descendant, waits ``grace`` seconds, then SIGKILLs what is left: no orphan keeps GPU memory.
+
+A child that ends on its own may leave processes behind (``cmd &``, ``setsid``, a double fork): they are
+found by the child's session and by the lease id every process of the lease inherits (``GPUSCHED_LEASE_ID``
+in its environment) and stopped the same way (:meth:`GPUChild.stop_leftovers`) before the lease is released.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ from typing import Callable, Mapping, Sequence
 
 from airflow_provider_gpusched.core.gpu.lease_store import Lease
 
+#: the variable that marks every process of a lease (inherited by whatever the child starts)
+LEASE_ENV = "GPUSCHED_LEASE_ID"
+
 #: Framework settings that make packing several processes on one GPU work (each only where unset).
 SHARED_GPU_ENV = {
     "XLA_PYTHON_CLIENT_PREALLOCATE": "false",  # JAX would take 75% of the GPU at start
@@ -33,7 +40,7 @@ def gpu_environment(lease: Lease, gpu_totals: Mapping[int, int], base: Mapping[s
     env.update({str(k): str(v) for k, v in (extra or {}).items()})
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA numbers GPUs like NVML
     env["CUDA_VISIBLE_DEVICES"] = lease.cuda_visible_devices
-    env["GPUSCHED_LEASE_ID"] = lease.lease_id
+    env[LEASE_ENV] = lease.lease_id
     env["GPUSCHED_GPU_UUIDS"] = ",".join(lease.uuids)
     if lease.simulated:
         env["GPUSCHED_GPUS_SIMULATED"] = "1"
@@ -164,9 +171,13 @@ class GPUChild:
             return []
 
     def stop(self, grace: float = 10.0) -> int | None:
-        """SIGTERM the whole process group and every descendant; SIGKILL after ``grace`` seconds."""
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else None
+        """SIGTERM the whole process group and every descendant; SIGKILL after ``grace`` seconds. Whatever
+        the child leaves once it has exited is stopped too (:meth:`stop_leftovers`)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is not None:
+            self.stop_leftovers(grace)
+            return self.proc.returncode
         self.stopped_by_us = True
         family = self.descendants()
         self._signal_all(signal.SIGTERM, family)
@@ -175,7 +186,36 @@ class GPUChild:
         self._signal_all(signal.SIGKILL, family)
         if code is None:
             code = self.wait(timeout=10)
+        self.stop_leftovers(grace)
         return code
+
+    def stop_leftovers(self, grace: float = 10.0) -> int:
+        """After the child exited: SIGTERM the processes it left (:func:`leftover_processes`), SIGKILL those
+        still there after ``grace`` seconds; how many there were (also said in the child's log and tail)."""
+        if self.proc is None:
+            return 0
+        left = leftover_processes(self.proc.pid, self.env.get(LEASE_ENV))
+        if not left:
+            return 0
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(_alive(pid) for pid in left):
+            time.sleep(0.05)
+        for pid in left:
+            if _alive(pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        line = (f"[gpusched] the work left {len(left)} process(es) running after it ended "
+                f"({', '.join(map(str, left[:10]))}); stopped them before its GPUs are given out again")
+        self.tail.append(line)
+        with contextlib.suppress(OSError), open(self.log_path, "a", encoding="utf-8") as log:
+            log.write(line + "\n")
+        if self.on_line:
+            with contextlib.suppress(Exception):
+                self.on_line(line)
+        return len(left)
 
     def _signal_all(self, sig: int, pids) -> None:
         assert self.proc is not None
@@ -188,3 +228,50 @@ class GPUChild:
                 os.kill(pid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def leftover_processes(session: int, lease_id: str | None) -> list[int]:
+    """This user's live processes that belong to a child that has exited: the members of its session
+    (``session``: the child's pid, which leads it) and, for those that left it (``setsid``, a double fork),
+    the processes whose environment carries ``GPUSCHED_LEASE_ID=<lease_id>``. Never this process or its
+    ancestors. Reads ``/proc`` (Linux)."""
+    mine = {os.getpid()}
+    with contextlib.suppress(Exception):
+        import psutil
+
+        mine.update(p.pid for p in psutil.Process().parents())
+    uid = os.getuid()
+    needle = f"\0{LEASE_ENV}={lease_id}\0".encode() if lease_id else None
+    found = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit() or int(name) in mine:
+            continue
+        pid = int(name)
+        try:
+            if os.stat(f"/proc/{pid}").st_uid != uid or not _alive(pid):
+                continue
+            if os.getsid(pid) == session:
+                found.append(pid)
+                continue
+            if needle is None:
+                continue
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = fh.read(1 << 20)
+        except OSError:
+            continue
+        if needle in b"\0" + env + b"\0":
+            found.append(pid)
+    return sorted(found)

@@ -178,6 +178,8 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
     finally:
         if code is None or child.proc.poll() is None:
             code = child.stop(grace)
+        else:  # it ended on its own: what it left running (cmd &, setsid, double fork) goes before the lease
+            child.stop_leftovers(grace)
     peaks = sampler.stop() if sampler else {}
     if (preempted or halted) and not child.stopped_by_us:
         preempted = halted = None  # it finished on its own just before we signalled it
