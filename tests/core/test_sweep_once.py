@@ -91,7 +91,7 @@ def test_mark_unfinished_leaves_finished_trials_and_names_the_reason(tmp_path):
     ({"y": 1.0}, ""),
     ({"eval": {"y": 2}}, ""),
     (None, "wrote no result.json"),
-    ({"_unreadable": "result.json: Expecting value"}, "not valid JSON"),
+    ({"_unreadable": "result.json: Expecting value"}, "its result cannot be read"),
     ({"loss": 1}, "has no 'y' (its keys: loss)"),
     ({"y": float("nan")}, "y = nan is not a finite number"),
     ({"y": float("inf")}, "not a finite number"),

@@ -493,3 +493,71 @@ def test_config_values_are_written_in_the_files_language(tmp_path):
     assert ConfigTemplate("c.txt", text).render(values) == "x y [1, 2.5] true null"
     with pytest.raises(Exception, match="a parameter this trial has"):
         ConfigTemplate("c.py", "{{ e }}").render(values)
+
+
+def _billion_laughs(levels: int = 40) -> bytes:
+    """A pickle of a few hundred bytes whose list holds the previous list ten times, ``levels`` deep: 10**levels
+    values once expanded."""
+    import pickle
+
+    value: list = [0]
+    for _ in range(levels):
+        value = [value] * 10
+    return pickle.dumps(value)
+
+
+def _deep_pickle(depth: int = 100_000) -> bytes:
+    import pickle
+
+    # protocol 0 built by hand: "(" mark, "l" list, repeated, then "a" appends: no recursion to build or load
+    return b"(l" * depth + b"a" * (depth - 1) + b"."
+
+
+@pytest.mark.parametrize(("name", "content", "why"), [
+    ("result.json", b"[" * 100_000 + b"]" * 100_000, "nested deeper than 64 levels"),
+    ("result.json", b'{"loss": 1, "pad": "' + b"x" * (17 * 2**20) + b'"}', "more than the 16 MiB a result may have"),
+    ("result.pkl", _deep_pickle(), "nested deeper than 64 levels"),
+    ("result.pkl", _billion_laughs(), "more than 100000 values"),
+])
+def test_hostile_result_files_make_the_trial_invalid_with_the_reason(tmp_path, name, content, why):
+    """Issue 30, items 2, 3 and 5: deep nesting, a billion-laughs pickle and a huge file are read with bounds: the
+    trial is invalid, saying why; the runner and collect do not crash or grow without limit."""
+    import resource
+
+    spec = SweepSpec(name="hostile", test_config=[{"x": [1]}], objective=Objective("loss", "minimize"),
+                     command=[sys.executable, "-c", f"open({name!r}, 'wb').write(bytes.fromhex(open('payload').read()))"],
+                     results_root=str(tmp_path))
+    session = SweepSession(spec)
+    manifest = session.prepare()
+    (trial,) = manifest.pending
+    folder = session.store.prepare(trial)
+    with open(os.path.join(folder, "payload"), "w") as fh:
+        fh.write(content.hex())
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    run_trial(manifest, trial, out=open(os.devnull, "w"))
+    status = session.store.status(trial)
+    assert status["state"] == "invalid" and why in status["error"], status
+    summary = session.collect()
+    assert summary["counts"]["invalid"] == 1 and summary["leaderboard"] == []
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before  # KiB
+    assert grown < 400 * 1024, f"reading the result grew this process by {grown // 1024} MiB"
+
+
+def test_result_and_report_files_linked_out_of_the_trial_folder_are_not_followed(tmp_path):
+    """Issue 30, item 4: a result.json or reports.jsonl that is a symbolic link to a file elsewhere is not read."""
+    spec = SweepSpec(name="linked", test_config=[{"x": [1]}], objective=Objective("loss", "minimize"),
+                     command=[sys.executable, "-c", "import os, sys; os.symlink(sys.argv[1], 'result.json'); "
+                              "os.symlink(sys.argv[2], os.environ['GPUSCHED_REPORT_FILE'])",
+                              str(tmp_path / "elsewhere.json"), str(tmp_path / "elsewhere.jsonl")],
+                     results_root=str(tmp_path / "results"))
+    (tmp_path / "elsewhere.json").write_text('{"loss": -1000}')
+    (tmp_path / "elsewhere.jsonl").write_text('{"step": 1, "loss": 1}\n')
+    session = SweepSession(spec)
+    manifest = session.prepare()
+    (trial,) = manifest.pending
+    run_trial(manifest, trial, out=open(os.devnull, "w"))
+    status = session.store.status(trial)
+    assert status["state"] == "invalid" and "result.json: not inside the trial folder" in status["error"], status
+    reports = session.store.reports(trial)
+    assert reports["count"] == 0 and "reports.jsonl: not under" in reports["problems"][0], reports
+    assert session.collect()["leaderboard"] == []

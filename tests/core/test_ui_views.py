@@ -278,3 +278,16 @@ def test_a_runs_curve_is_its_own_after_a_later_run_ran_the_trial_again(tmp_path)
     assert reports_of_run(path, "run 0", str(tmp_path)) == (None, "ran again in DAG run run B; the curve of this run "
                                                                   "is not kept")
     assert reports_of_run(path, "run B", str(tmp_path / "elsewhere"))[0] is None  # only under the root
+
+
+def test_the_ui_reads_only_the_newest_part_of_a_huge_reports_file(tmp_path):
+    """Issue 30, item 5: a trial with 10^6 report lines: the view reads the newest 2 MiB, not the whole file."""
+    from airflow_provider_gpusched.core.sweep.reports import UI_REPORTS_BYTES, reports_of_run
+
+    folder = tmp_path / "s" / "trials" / "x=1.t1"
+    folder.mkdir(parents=True)
+    with open(folder / "reports.jsonl", "w") as fh:
+        fh.writelines(f'{{"step": {s}, "loss": {s}}}\n' for s in range(1_000_000))
+    found, note = reports_of_run(str(folder / "reports.jsonl"), "r1", str(tmp_path))
+    assert note == "" and found[-1]["step"] == 999_999
+    assert len(found) < UI_REPORTS_BYTES / 20 < 1_000_000

@@ -31,6 +31,8 @@ REPORTS_FILE = "reports.jsonl"
 #: status says which DAG run it belongs to)
 PREVIOUS_REPORTS_FILE = "reports.previous.jsonl"
 MAX_REPORTS_BYTES = 64 * 2**20  # a trial's reports read back at most (the newest are kept when larger)
+#: what the UI reads of a trial's reports per refresh (it draws at most 120 points of the newest)
+UI_REPORTS_BYTES = 2 * 2**20
 
 _steps: dict[str, int] = {}  # per report file: the next step when report() is given none
 
@@ -139,7 +141,8 @@ def parse_report_line(line: str) -> dict:
     return record
 
 
-def read_reports(path: str, root: str | None = None) -> tuple[list[dict], list[str]]:
+def read_reports(path: str, root: str | None = None,
+                 max_bytes: int = MAX_REPORTS_BYTES) -> tuple[list[dict], list[str]]:
     """The reports in ``path`` in the order written, and the problems (``path:line: why``) of lines that are
     not reports. A missing file has none. ``root``: read only a regular file under it, reached without a
     symbolic link (the UI reads paths built from published records)."""
@@ -160,7 +163,7 @@ def read_reports(path: str, root: str | None = None) -> tuple[list[dict], list[s
     try:
         with opened or open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
-            skipped = max(0, size - MAX_REPORTS_BYTES)
+            skipped = max(0, size - max_bytes)
             if skipped:
                 fh.seek(skipped)
             data = fh.read()
@@ -174,7 +177,7 @@ def read_reports(path: str, root: str | None = None) -> tuple[list[dict], list[s
     lines = lines[:-1]  # after the last newline: empty, or a line still being written
     reports, problems = [], []
     if skipped:
-        problems.append(f"{path}: only the newest {MAX_REPORTS_BYTES // 2**20} MiB were read")
+        problems.append(f"{path}: only the newest {max_bytes / 2**20:g} MiB were read")
     for number, raw in enumerate(lines, 1):
         if not raw.strip():
             continue
@@ -212,11 +215,11 @@ def reports_of_run(path: str, run: str, root: str) -> tuple[list[dict] | None, s
     try:
         status = read_json_record(status_path, 1 << 16)
     except FileNotFoundError:
-        return read_reports(path, root)[0], ""
+        return read_reports(path, root, UI_REPORTS_BYTES)[0], ""
     except (OSError, BadRecordError) as exc:
         return None, f"{status_path}: {exc}"
     if not isinstance(status, dict) or not isinstance(status.get("run"), str) or status["run"] == run:
-        return read_reports(path, root)[0], ""
+        return read_reports(path, root, UI_REPORTS_BYTES)[0], ""
     if status.get("previous_run") == run:
-        return read_reports(os.path.join(folder, PREVIOUS_REPORTS_FILE), root)[0], ""
+        return read_reports(os.path.join(folder, PREVIOUS_REPORTS_FILE), root, UI_REPORTS_BYTES)[0], ""
     return None, f"ran again in DAG run {status['run']}; the curve of this run is not kept"

@@ -71,18 +71,88 @@ def read_json(path: str) -> Any:
         return None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         return {"_unreadable": f"{path}: {exc}"}
+    except RecursionError:
+        return {"_unreadable": f"{path}: nested too deeply to read"}
+
+
+#: what is read back of a file a trial wrote (result.json, result.pkl): at most this many bytes, nested at most
+#: this deep, expanding to at most this many values (a small pickle can share one list a billion times)
+MAX_RESULT_BYTES = 16 * 2**20
+MAX_RESULT_DEPTH = 64
+MAX_RESULT_VALUES = 100_000
+
+
+def _json_depth(data: bytes) -> int:
+    """The deepest nesting of ``[`` and ``{`` in JSON text (outside strings), without parsing it."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in data:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
+
+
+def _open_output(path: str, folder: str) -> tuple[Any, str]:
+    """A file the trial wrote, opened for reading: only a regular file inside ``folder`` reached without a
+    symbolic link, and not bigger than MAX_RESULT_BYTES. (file object or None, why not)."""
+    from airflow_provider_gpusched.core.errors import GpuschedError
+    from airflow_provider_gpusched.core.safe_files import is_under, open_regular
+
+    if not is_under(path, folder):
+        return None, f"{path}: not inside the trial folder (a symbolic link on the way?)"
+    try:
+        fh = os.fdopen(open_regular(path, os.O_RDONLY), "rb")
+    except FileNotFoundError:
+        return None, ""
+    except (OSError, GpuschedError) as exc:
+        why = "a symbolic link (not followed)" if getattr(exc, "errno", None) == 40 else str(exc)
+        return None, f"{path}: {why}"
+    size = os.fstat(fh.fileno()).st_size
+    if size > MAX_RESULT_BYTES:
+        fh.close()
+        return None, f"{path}: {size} bytes, more than the {MAX_RESULT_BYTES // 2**20} MiB a result may have"
+    return fh, ""
+
+
+def read_result_json(path: str, folder: str) -> Any:
+    """A trial's ``result.json`` (None when there is none), bounded: see :func:`_open_output`, and nested at most
+    MAX_RESULT_DEPTH deep; otherwise ``{"_unreadable": why}`` (the trial is then invalid, saying why)."""
+    fh, why = _open_output(path, folder)
+    if fh is None:
+        return {"_unreadable": why} if why else None
+    with fh:
+        data = fh.read(MAX_RESULT_BYTES + 1)
+    if _json_depth(data) > MAX_RESULT_DEPTH:
+        return {"_unreadable": f"{path}: nested deeper than {MAX_RESULT_DEPTH} levels"}
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        return {"_unreadable": f"{path}: {exc}"}
 
 
 #: what a ``result.pkl`` may hold: plain values and numpy scalars, nothing that runs code when loaded
 _PICKLE_ALLOWED = {("builtins", n) for n in ("dict", "list", "tuple", "set", "frozenset", "int", "float", "str",
                                               "bool", "complex")} | {("collections", "OrderedDict")} | {
     (m, n) for m in ("numpy.core.multiarray", "numpy._core.multiarray") for n in ("scalar",)} | {("numpy", "dtype")}
-MAX_PICKLED_RESULT = 16 * 2**20
 
 
-def read_pickled_result(path: str) -> Any:
+def read_pickled_result(path: str, folder: str | None = None) -> Any:
     """A DI-toolkit ``result.pkl`` as plain JSON values; a file that holds anything but plain values (which
-    could run code when unpickled) is not loaded: the result is then marked unreadable, saying why."""
+    could run code when unpickled) is not loaded: the result is then marked unreadable, saying why. Bounded as
+    a ``result.json`` is (``folder``: the trial folder it must lie in), and at most MAX_RESULT_VALUES values
+    once shared references are expanded."""
     import pickle
 
     class PlainValues(pickle.Unpickler):
@@ -92,21 +162,35 @@ def read_pickled_result(path: str) -> Any:
                                              f"and numpy scalars are read")
             return super().find_class(module, name)
 
+    fh, why = _open_output(path, folder or os.path.dirname(os.path.abspath(path)))
+    if fh is None:
+        return {"_unreadable": why or f"{path}: not found"}
     try:
-        if os.path.getsize(path) > MAX_PICKLED_RESULT:
-            return {"_unreadable": f"{path}: larger than {MAX_PICKLED_RESULT // 2**20} MiB"}
-        with open(path, "rb") as fh:
+        with fh:
             value = PlainValues(fh).load()
-    except (OSError, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError) as exc:
+        return _plain(value, [MAX_RESULT_VALUES], 0)
+    except _TooBig as exc:
         return {"_unreadable": f"{path}: {exc}"}
-    return _plain(value)
+    except (OSError, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError,
+            IndexError, KeyError, MemoryError, RecursionError) as exc:
+        return {"_unreadable": f"{path}: {type(exc).__name__}: {exc}"[:1000]}
 
 
-def _plain(value: Any) -> Any:
+class _TooBig(Exception):
+    pass
+
+
+def _plain(value: Any, budget: list[int], depth: int) -> Any:
+    """``value`` as JSON values; :class:`_TooBig` past MAX_RESULT_DEPTH levels or ``budget`` values."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _TooBig(f"more than {MAX_RESULT_VALUES} values (shared references counted each time they are used)")
+    if depth > MAX_RESULT_DEPTH:
+        raise _TooBig(f"nested deeper than {MAX_RESULT_DEPTH} levels")
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): _plain(v, budget, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
-        return [_plain(v) for v in value]
+        return [_plain(v, budget, depth + 1) for v in value]
     if hasattr(value, "item") and callable(value.item):  # a numpy scalar
         return value.item()
     if isinstance(value, complex):
@@ -146,17 +230,18 @@ class TrialStore:
     def result(self, trial: Trial) -> Any:
         """``result.json``; without it, DI-toolkit's ``result.pkl`` (in the folder or its ``hpo/``)."""
         folder = self.trial_dir(trial)
-        result = read_json(os.path.join(folder, "result.json"))
+        result = read_result_json(os.path.join(folder, "result.json"), folder)
         if result is None:
             for path in (os.path.join(folder, "result.pkl"), os.path.join(folder, "hpo", "result.pkl")):
-                if os.path.isfile(path):
-                    return read_pickled_result(path)
+                if os.path.lexists(path):
+                    return read_pickled_result(path, folder)
         return result
 
     def reports(self, trial: Trial) -> dict | None:
         """A summary of the trial's intermediate reports (count, last step and metrics, last checkpoint,
         problems of lines that are not reports), or None when it reported nothing."""
-        found, problems = read_reports(os.path.join(self.trial_dir(trial), REPORTS_FILE))
+        folder = self.trial_dir(trial)
+        found, problems = read_reports(os.path.join(folder, REPORTS_FILE), folder)  # no link out of the folder
         summary = summarise(found)
         if problems:
             summary = {**(summary or {"count": 0}), "problems": problems[:5]}

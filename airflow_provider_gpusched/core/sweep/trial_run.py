@@ -135,7 +135,7 @@ def result_document(value: Any, objective: Mapping | None) -> Any:
 def result_problem(result: Any, objective: Mapping | None) -> str:
     """'' when ``result`` gives the objective a finite number (or there is no objective), else why not."""
     if isinstance(result, Mapping) and "_unreadable" in result:
-        return f"result.json is not valid JSON ({result['_unreadable']})"
+        return f"its result cannot be read ({result['_unreadable']})"
     if not objective:
         return ""
     from airflow_provider_gpusched.core.sweep.objective import Objective
