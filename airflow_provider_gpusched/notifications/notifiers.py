@@ -16,12 +16,13 @@ document with the whole report).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import html
 import json
 import os
-import urllib.error
-import urllib.request
+import threading
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -202,15 +203,68 @@ class WebhookNotifier(GpuschedNotifier):
                 "report": message.payload}
 
     def deliver(self, message: Message) -> None:
+        """POST the message; the whole exchange (connect, send, answer) takes at most ``timeout`` seconds (a server
+        that trickles its answer is cut off), and no error message holds any part of the URL (a secret)."""
+        url = self._url()
         data = json.dumps(self.body(message), default=str).encode()
-        request = urllib.request.Request(self._url(), data=data, method="POST",
-                                         headers={"Content-Type": "application/json; charset=utf-8",
-                                                  "User-Agent": "airflow-provider-gpusched"})
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 - http(s) only
-                response.read(65536)
-        except urllib.error.HTTPError as exc:
-            # the URL holds the webhook's secret: never in the message
-            raise GpuschedError(f"webhook ({self.style}) answered HTTP {exc.code} {exc.reason}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise GpuschedError(f"webhook ({self.style}) not reachable: {getattr(exc, 'reason', exc)}") from None
+        outcome: dict[str, Any] = {}
+        connection: list[Any] = []
+
+        def exchange() -> None:
+            try:
+                outcome["status"] = post_json(url, data, self.timeout, connection)
+            except BaseException as exc:  # noqa: BLE001 - reported below, redacted
+                outcome["error"] = exc
+
+        worker = threading.Thread(target=exchange, name="gpusched-webhook", daemon=True)
+        worker.start()
+        worker.join(self.timeout)
+        if worker.is_alive():
+            for conn in connection:  # unblocks the worker's read
+                with contextlib.suppress(Exception):
+                    conn.close()
+            raise GpuschedError(f"webhook ({self.style}) did not answer within {self.timeout:g}s")
+        if "error" in outcome:
+            exc = outcome["error"]
+            raise GpuschedError(f"webhook ({self.style}) not reachable: {type(exc).__name__}: "
+                                f"{redact(str(exc), url)}") from None
+        status, reason = outcome["status"]
+        if status >= 400:
+            raise GpuschedError(f"webhook ({self.style}) answered HTTP {status} {redact(reason, url)}")
+
+
+def redact(text: str, url: str) -> str:
+    """``text`` without the URL or any of its parts that could be a secret (user, password, host, path, query)."""
+    parts = urllib.parse.urlsplit(url)
+    secrets = [url, parts.netloc, parts.path, parts.query, parts.username or "", parts.password or "",
+               parts.hostname or ""]
+    for secret in sorted({x for x in secrets if len(x) >= 4}, key=len, reverse=True):
+        text = text.replace(secret, "<hidden>")
+    return text[:500]
+
+
+def post_json(url: str, data: bytes, timeout: float, connection: list) -> tuple[int, str]:
+    """POST ``data`` as JSON to ``url`` (user:password in it becomes Basic auth); (status, reason). The open
+    connection is put in ``connection`` so that the caller can close it at its deadline."""
+    import base64
+    import http.client
+
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("not an http(s) URL with a host")
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = kind(parts.hostname, parts.port, timeout=timeout)
+    connection.append(conn)
+    headers = {"Content-Type": "application/json; charset=utf-8", "User-Agent": "airflow-provider-gpusched"}
+    if parts.username is not None:
+        user = urllib.parse.unquote(parts.username)
+        password = urllib.parse.unquote(parts.password or "")
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    try:
+        conn.request("POST", target, body=data, headers=headers)
+        response = conn.getresponse()
+        response.read(65536)
+        return response.status, response.reason
+    finally:
+        conn.close()

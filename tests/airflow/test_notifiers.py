@@ -136,3 +136,63 @@ def test_notify_rounds_needs_a_search_in_rounds():
     with pytest.raises(AirflowException, match="search 'grid' does not run in rounds"):
         with DAG("t_rounds_refused", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
             sweep_task_group(SweepSpec(name="g", test_config=[{"a": [1]}], command=["true"]), notify_rounds=True)
+
+
+@pytest.fixture
+def trickling_webhook():
+    """A webhook that answers one byte every 0.5 s for a minute (a per-read timeout never fires)."""
+    import time
+
+    stop = threading.Event()
+    auth = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's name
+            auth.append(self.headers.get("Authorization"))
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Length", "120")
+            self.end_headers()
+            for _ in range(120):
+                if stop.wait(0.5):
+                    return
+                self.wfile.write(b".")
+                self.wfile.flush()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"127.0.0.1:{server.server_address[1]}", auth, time
+    stop.set()
+    server.shutdown()
+
+
+def test_a_webhook_that_trickles_its_answer_is_cut_off_at_the_timeout(trickling_webhook):
+    """Issue 30, item 7: the timeout bounds the whole exchange, not each read."""
+    from airflow_provider_gpusched.core.errors import GpuschedError
+    from airflow_provider_gpusched.notifications.notifiers import Message, WebhookNotifier
+
+    address, auth, time = trickling_webhook
+    notifier = WebhookNotifier(url=f"http://bot:pa%3Ass@{address}/hook", timeout=2)
+    started = time.monotonic()
+    with pytest.raises(GpuschedError, match=r"did not answer within 2s"):
+        notifier.deliver(Message("s", "t", "m", "<p>h</p>"))
+    assert time.monotonic() - started < 4
+    assert auth == ["Basic Ym90OnBhOnNz"]  # user:password in the URL is sent as Basic auth ("bot:pa:ss")
+
+
+@pytest.mark.parametrize("url", ["https://user:TOKEN-SECRET-1@127.0.0.1:1/hooks/TOKEN-SECRET-2?key=TOKEN-SECRET-3",
+                                 "https://TOKEN-SECRET-1@127.0.0.1:notaport/TOKEN-SECRET-2",
+                                 "http://user:TOKEN-SECRET-1@TOKEN-SECRET-2.invalid/x"])
+def test_no_part_of_a_webhook_url_reaches_an_error_message(url):
+    """Issue 30, item 8: a webhook URL is a secret; whatever goes wrong, the error does not repeat it."""
+    from airflow_provider_gpusched.core.errors import GpuschedError
+    from airflow_provider_gpusched.notifications.notifiers import Message, WebhookNotifier
+
+    with pytest.raises(GpuschedError) as caught:
+        WebhookNotifier(url=url, timeout=5).deliver(Message("s", "t", "m", "<p>h</p>"))
+    text = str(caught.value) + repr(caught.value.__cause__) + repr(caught.value.__context__)
+    assert "TOKEN-SECRET" not in text and "not reachable" in text, text
