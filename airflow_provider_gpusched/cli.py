@@ -45,6 +45,10 @@ def _slurm_tail(args) -> int:
         raise GpuschedError(f"{args.path}: no such file (has the job started? Slurm creates it when it starts)")
     if not os.access(args.path, os.R_OK):
         raise GpuschedError(f"{args.path}: not readable by this user")
+    import stat
+
+    if not stat.S_ISREG(os.stat(args.path).st_mode):  # a FIFO or a device would block the read forever
+        raise GpuschedError(f"{args.path}: not a regular file (a job output file is one)")
     print(_slurm_client().tail(args.path, args.lines))
     return 0
 

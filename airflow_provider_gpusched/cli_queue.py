@@ -16,6 +16,7 @@ import sys
 import time
 
 from airflow_provider_gpusched.core.errors import GpuschedError
+from airflow_provider_gpusched.core.text import printable
 
 
 def _slurm(args) -> tuple[object | None, str, str]:
@@ -72,8 +73,12 @@ def _orders(args):
 
 
 def _selector(args):
-    from airflow_provider_gpusched.core.queue import Selector
+    from airflow_provider_gpusched.core.queue import Selector, known_states
 
+    unknown = [s for s in getattr(args, "state", None) or () if s.lower() not in known_states()]
+    if unknown:
+        raise GpuschedError(f"--state {unknown[0]!r}: not a state of listed work; expected one of "
+                            f"{', '.join(sorted(known_states()))}")
     return Selector(dag_id=args.dag or "", run_id=args.run or "", task_id=args.task or "", sweep=args.sweep or "",
                     job_class=args.job_class or "", states=tuple(getattr(args, "state", None) or ()),
                     ids=tuple(getattr(args, "ids", None) or ()))
@@ -126,14 +131,14 @@ def queue_list(args) -> int:
             if args.watch and sys.stdout.isatty():
                 print("\033[H\033[2J", end="")
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-            print(f"{stamp}  {len(entries)} of {len(listing.entries)} running ({selector.describe()})"
+            print(f"{stamp}  {len(entries)} of {len(listing.entries)} running ({printable(selector.describe())})"
                   + (f"; Slurm through {how}" if how else ""))
             if entries:
                 print(_table(entries))
-            for order in listing.orders:
-                print(f"stop order in force: {order.describe()}")
+            for order in listing.orders:  # a reason may hold newlines or terminal escapes: shown escaped
+                print(f"stop order in force: {printable(order.describe())}")
             for problem in listing.problems:
-                print(f"note: {problem}")
+                print(f"note: {printable(problem)}")
         sys.stdout.flush()
         count += 1
         if not args.watch or (args.count and count >= args.count):
@@ -174,16 +179,16 @@ def queue_stop(args) -> int:
                           "stop_order": order_path or None, "problems": listing.problems}, indent=2))
     else:
         verb = "would stop" if args.dry_run else "stopping"
-        print(f"{verb} {len(entries)} ({selector.describe()})")
+        print(f"{verb} {len(entries)} ({printable(selector.describe())})")
         for o in outcomes:
-            print(f"  {o.entry.describe()}: {o.action}" + (f" ({o.detail})" if o.detail else ""))
+            print(printable(f"  {o.entry.describe()}: {o.action}" + (f" ({o.detail})" if o.detail else "")))
         for i in missing:
-            print(f"  {i}: not running (no such Slurm job of this provider's, nor lease)")
+            print(f"  {printable(i)}: not running (no such Slurm job of this provider's, nor lease)")
         if order_path:
             print(f"stop order for {hold:.0f}s: tasks of {selector.describe()} that start on this host now fail "
                   f"at once ({order_path}; `gpusched queue lift` ends it)")
         for problem in listing.problems:
-            print(f"note: {problem}")
+            print(f"note: {printable(problem)}")
     return 1 if bad or (missing and not entries) else 0
 
 

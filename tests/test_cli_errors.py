@@ -179,3 +179,29 @@ def test_sweep_preview_labels_lists_every_trial_in_one_string(tmp_path):
     spec.write_text("name: r\nsearch: optuna\nspace: {x: {uniform: [0, 1]}}\ncommand: [x]\nobjective: maximize y\n")
     out = gpusched("sweep", "preview", str(spec), "--labels", "--results-root", str(tmp_path))
     assert out.returncode != 0 and "makes its trials round by round: no labels before it runs" in out.stderr
+
+
+def test_careless_inputs_found_by_the_second_hardening_round(tmp_path):
+    """Issue 30, item 12: each gives one clear line and exit 2, never a traceback, a hang or silence."""
+    clear_error(gpusched("gpus", "--simulate", "99999999999x24GiB", "--state-dir", str(tmp_path)),
+                "simulate_gpus", "at most 1024 GPUs")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    clear_error(gpusched("sweep", "preview", str(fifo), timeout=30), "not a FIFO")
+    clear_error(gpusched("slurm", "tail", str(fifo), timeout=30), "not a regular file")
+    clear_error(gpusched("queue", "list", "--no-slurm", "--simulate", "1x8GiB", "--state-dir", str(tmp_path),
+                         "--state", "BOGUS"), "--state 'BOGUS': not a state of listed work", "running")
+    listed = gpusched("queue", "list", "--no-slurm", "--simulate", "1x8GiB", "--state-dir", str(tmp_path),
+                      "--state", "RUNNING", "--state", "pending")
+    assert listed.returncode == 0, listed.stderr
+
+
+def test_a_stop_reason_with_newlines_and_terminal_escapes_is_listed_escaped(tmp_path):
+    os.chmod(tmp_path, 0o700)
+    reason = "line one\nline two \x1b[2J\x1b[31mred"
+    stop = gpusched("queue", "stop", "--dag", "d", "--reason", reason, "--no-slurm", "--simulate", "1x8GiB",
+                    "--state-dir", str(tmp_path))
+    assert stop.returncode in (0, 1), stop.stderr
+    listed = gpusched("queue", "list", "--no-slurm", "--simulate", "1x8GiB", "--state-dir", str(tmp_path))
+    assert listed.returncode == 0, listed.stderr
+    assert "\x1b" not in listed.stdout and "line one\\nline two \\x1b[2J" in listed.stdout, listed.stdout

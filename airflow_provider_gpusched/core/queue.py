@@ -45,6 +45,17 @@ ORDER_PREFIX = "stop-order-"
 DEFAULT_HOLD = 600.0
 
 
+#: the states `gpusched queue list` gives local leases (Slurm jobs have Slurm's own states)
+LOCAL_STATES = ("running", "starting", "yielding", "stopping", "orphaned")
+
+
+def known_states() -> set[str]:
+    """Every state a listed entry can have, lower case: the local ones and Slurm's."""
+    from airflow_provider_gpusched.core.slurm.states import PENDING_STATES, RUNNING_STATES, TERMINAL_STATES
+
+    return {s.lower() for s in (*LOCAL_STATES, *PENDING_STATES, *RUNNING_STATES, *TERMINAL_STATES)}
+
+
 class WorkHalted(GpuschedError):
     """Work stopped for good by ``gpusched queue stop`` (or not started under a stop order): no retry helps."""
 

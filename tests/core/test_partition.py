@@ -154,6 +154,10 @@ def test_memory_limit_is_strict_and_forces_more_stages(tmp_path):
     (lambda f: (f / "device_types.yml").write_text(
         "bare: {bw_Mbps: 1, mem_MB: 1}\nfast: {bw_Mbps: 10, mem_MB: 100, model_profiles: {m: [{batch_size: 8, dtype: torch.float32, time_s: [1]}]}}"),
      r"fast.model_profiles.m\[0\].time_s: expected 3 entries \(layers\), got 1"),
+    (lambda f: (f / "device_types.yml").write_text("bare: {bw_Mbps: 1, mem_MB: 1}\nfast: {bw_Mbps: 10, mem_MB: 100, model_profiles: {m: 5}}"),
+     r"device_types.yml: fast.model_profiles.m: expected a list of profiles \(batch_size, dtype, time_s\), got int"),
+    (lambda f: (f / "device_types.yml").write_text("bare: {bw_Mbps: 1, mem_MB: 1}\nfast: {bw_Mbps: 10, mem_MB: 100, model_profiles: [5]}"),
+     r"device_types.yml: fast.model_profiles: expected a mapping of model name -> list of profiles, got list"),
     (lambda f: (f / "models.yml").write_text("m: [unclosed"), "models.yml: not valid YAML"),
     (lambda f: (f / "devices.yml").write_text("ghost: [g0]"), "devices.yml: ghost: device type not in .*device_types.yml"),
     (lambda f: (f / "devices.yml").write_text('fast: ["evil\\nhost"]'),

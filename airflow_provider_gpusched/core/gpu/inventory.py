@@ -118,6 +118,10 @@ class NVMLInventory:
 _SIM_RE = re.compile(r"^\s*(\d+)\s*[xX]\s*(.+?)\s*$")
 
 
+#: a simulated host has at most this many GPUs (a typo such as 99999999999x24GiB is refused, not allocated)
+MAX_SIMULATED_GPUS = 1024
+
+
 def parse_simulation_spec(spec: str) -> list[int]:
     """``"4x24GiB"`` -> four 24 GiB GPUs; ``"24GiB,80GiB"`` -> two GPUs of those sizes."""
     if not isinstance(spec, str) or not spec.strip():
@@ -128,6 +132,8 @@ def parse_simulation_spec(spec: str) -> list[int]:
         count, size = (int(m.group(1)), m.group(2)) if m else (1, part)
         if count < 1:
             raise InvalidArgumentError("simulate_gpus", spec, "at least one GPU")
+        if len(sizes) + count > MAX_SIMULATED_GPUS:
+            raise InvalidArgumentError("simulate_gpus", spec, f"at most {MAX_SIMULATED_GPUS} GPUs in all")
         sizes += [parse_bytes(size, argument="simulate_gpus")] * count
     return sizes
 

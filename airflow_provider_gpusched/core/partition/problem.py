@@ -155,7 +155,14 @@ def load_problem(models_file: str = "models.yml", device_types_file: str = "devi
         if not isinstance(t, dict):
             raise PartitionInputError(f"{where_t}: expected a mapping with bw_Mbps, mem_MB, model_profiles")
         hosts = [str(h) for h in (devices.get(name) or [])]
-        profiles = (t.get("model_profiles") or {}).get(model) if isinstance(t.get("model_profiles") or {}, dict) else None
+        all_profiles = t.get("model_profiles") or {}
+        if not isinstance(all_profiles, dict):
+            raise PartitionInputError(f"{where_t}.model_profiles: expected a mapping of model name -> list of "
+                                      f"profiles, got {type(all_profiles).__name__}")
+        profiles = all_profiles.get(model)
+        if profiles is not None and not isinstance(profiles, list):
+            raise PartitionInputError(f"{where_t}.model_profiles.{model}: expected a list of profiles (batch_size, "
+                                      f"dtype, time_s), got {type(profiles).__name__}")
         match = None
         for i, p in enumerate(profiles or []):
             if isinstance(p, dict) and p.get("dtype") == dtype and p.get("batch_size") == batch_size:

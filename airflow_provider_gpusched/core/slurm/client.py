@@ -390,8 +390,10 @@ class SlurmClient:
         if not path:
             return ""
         if self.runner.target == "local":
-            try:
-                with open(path, "rb") as fh:
+            from airflow_provider_gpusched.core.safe_files import open_regular
+
+            try:  # a regular file only: a FIFO planted at the path would block the read forever
+                with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as fh:
                     fh.seek(0, os.SEEK_END)
                     size = fh.tell()
                     fh.seek(max(0, size - 256 * 1024))

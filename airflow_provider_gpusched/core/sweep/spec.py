@@ -60,6 +60,20 @@ DEFAULT_MAX_TRIALS = 100_000
 TRIAL_FIELDS = ("trial_dir", "trial_id", "label")  # placeholders every command may use besides parameters
 
 
+class _NotRegular(Exception):
+    """A path that is not a regular file (what it is: the message)."""
+
+
+def _check_regular(path: str) -> None:
+    """Raise :class:`_NotRegular` for a FIFO, socket or device (reading one could block forever); a directory is
+    left to ``open`` (IsADirectoryError)."""
+    import stat
+
+    mode = os.stat(path).st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise _NotRegular("a FIFO" if stat.S_ISFIFO(mode) else "a special file")
+
+
 @dataclass
 class TrialResources:
     """Per-trial resources (seed 000's ``function_resource``): used by the local and the Slurm backend."""
@@ -463,10 +477,13 @@ class SweepSpec:
         from airflow_provider_gpusched.core.yaml_loader import safe_load
 
         try:
+            _check_regular(path)
             with open(path) as fh:
                 data = safe_load(fh)
         except FileNotFoundError:
             raise InvalidArgumentError("sweep spec", path, "an existing YAML file") from None
+        except _NotRegular as exc:
+            raise InvalidArgumentError("sweep spec", path, f"a YAML file, not {exc}") from None
         except IsADirectoryError:
             raise InvalidArgumentError("sweep spec", path, "a YAML file, not a directory") from None
         except (OSError, UnicodeDecodeError) as exc:
@@ -677,12 +694,15 @@ class ConfigTemplate:
         if not isinstance(path, str) or not path:
             raise InvalidArgumentError(where, path, "the path of a config template file")
         try:
+            _check_regular(path)
             if os.path.getsize(path) > MAX_CONFIG_TEMPLATE:
                 raise InvalidArgumentError(where, path, "a config template of at most 1 MiB")
             with open(path, encoding="utf-8") as fh:
                 text = fh.read()
         except FileNotFoundError:
             raise InvalidArgumentError(where, path, "an existing config template file") from None
+        except _NotRegular as exc:
+            raise InvalidArgumentError(where, path, f"a config template file, not {exc}") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise InvalidArgumentError(where, path, f"a readable UTF-8 text file ({exc})") from None
         return cls(os.path.basename(path), text)
