@@ -24,6 +24,7 @@ def manager_for(path, **kwargs):
 def test_default_directory_is_per_user_and_private(monkeypatch, tmp_path):
     monkeypatch.delenv("GPUSCHED_STATE_DIR", raising=False)
     monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no fallback directory from an earlier squatting
     import tempfile
     monkeypatch.setattr(tempfile, "tempdir", None)
     path = default_state_dir()
@@ -146,3 +147,46 @@ def test_bad_waiting_marks_and_yield_requests_do_not_crash(tmp_path):
     from airflow_provider_gpusched.core.gpu.accounting import accounting_totals
     assert accounting_totals(m.ledger.records())["idle"]["gpu_seconds"] == 2.5
     m.release(lease)
+
+
+@pytest.mark.parametrize("squat", ["file", "directory of another user", "link"])
+def test_a_squatted_default_lease_directory_leads_to_a_private_fallback(tmp_path, squat):
+    """Issue 30, item 10: whoever creates <tmp>/gpusched-<uid> first no longer stops this user's local GPU work:
+    the leases go to ~/.cache/gpusched/leases (private), with a warning, and stay there."""
+    import subprocess
+    import sys
+
+    tmp, home = tmp_path / "tmp", tmp_path / "home"
+    tmp.mkdir()
+    home.mkdir()
+    usual = tmp / f"gpusched-{os.geteuid()}"
+    if squat == "file":
+        usual.write_text("mine now")
+    elif squat == "link":
+        usual.symlink_to(tmp_path)
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("needs root to create a directory owned by another user")
+        usual.mkdir(mode=0o777)
+        os.chown(usual, NOBODY, NOBODY)
+    env = {k: v for k, v in os.environ.items() if k not in ("GPUSCHED_STATE_DIR", "AIRFLOW__GPUSCHED__GPU_STATE_DIR")}
+    env.update(TMPDIR=str(tmp), HOME=str(home))
+    code = ("from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory\n"
+            "from airflow_provider_gpusched.core.gpu.leases import LeaseManager\n"
+            "from airflow_provider_gpusched.core.gpu.placement import GPURequest\n"
+            "m = LeaseManager(SimulatedInventory('1x8GiB'))\n"
+            "lease, why = m.try_acquire(GPURequest(gpus=1), 'me')\n"
+            "print(m.state_dir, lease is not None)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert run.returncode == 0, run.stderr
+    fallback = home / ".cache" / "gpusched" / "leases"
+    assert run.stdout.split() == [str(fallback), "True"]
+    assert "using this user's private" in run.stderr and str(usual) in run.stderr
+    assert stat.S_IMODE(os.stat(fallback).st_mode) == 0o700
+    # the squatter leaves: the user's processes keep to the fallback (they must all agree on one directory)
+    if squat == "file" or squat == "link":
+        usual.unlink()
+    else:
+        usual.rmdir()
+    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert again.stdout.split() == [str(fallback), "True"] and "using this user's private" not in again.stderr

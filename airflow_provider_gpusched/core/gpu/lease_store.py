@@ -50,9 +50,51 @@ SHARED_ENV = "GPUSCHED_STATE_DIR_SHARED"
 
 
 def default_state_dir() -> str:
-    """``$GPUSCHED_STATE_DIR``, else a directory of this user's own (``<tmp>/gpusched-<uid>``): a fixed name
-    in a world-writable place could be created first by another user."""
-    return os.environ.get(STATE_DIR_ENV) or os.path.join(tempfile.gettempdir(), f"gpusched-{os.geteuid()}")
+    """``$GPUSCHED_STATE_DIR``, else a directory of this user's own: ``<tmp>/gpusched-<uid>``. Another user can
+    create that name first (a file, a link, or a directory of theirs): then, rather than stop all local GPU work,
+    this user's private fallback ``~/.cache/gpusched/leases`` is used, with a warning. Once the fallback exists it
+    is kept (every process of the user must agree on one directory, whatever happens to the squatted name)."""
+    if os.environ.get(STATE_DIR_ENV):
+        return os.environ[STATE_DIR_ENV]
+    usual = os.path.join(tempfile.gettempdir(), f"gpusched-{os.geteuid()}")
+    if shared_from_env():  # a group directory is set up on purpose: no private fallback that would split it
+        return usual
+    fallback = fallback_state_dir()
+    if os.path.isdir(fallback) and not os.path.islink(fallback):
+        return fallback
+    squatted = _squatted(usual)
+    if not squatted:
+        return usual
+    import logging
+
+    logging.getLogger(__name__).warning(
+        "GPU lease directory %s %s; using this user's private %s instead (set $GPUSCHED_STATE_DIR or "
+        "[gpusched] gpu_state_dir to choose one)", usual, squatted, fallback)
+    return fallback
+
+
+def fallback_state_dir() -> str:
+    """Where this user's leases go when the default name under the temporary directory is taken by someone else."""
+    return os.path.join(os.path.expanduser("~"), ".cache", "gpusched", "leases")
+
+
+def _squatted(path: str) -> str:
+    """'' when ``path`` is free or this user's private directory; else what is wrong with it."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        return f"cannot be checked ({exc.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if st.st_uid != os.geteuid():
+        return f"belongs to uid {st.st_uid}"
+    if stat.S_IMODE(st.st_mode) & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return ""
 
 
 def shared_from_env() -> bool:
