@@ -561,3 +561,37 @@ def test_result_and_report_files_linked_out_of_the_trial_folder_are_not_followed
     reports = session.store.reports(trial)
     assert reports["count"] == 0 and "reports.jsonl: not under" in reports["problems"][0], reports
     assert session.collect()["leaderboard"] == []
+
+
+def test_a_results_root_others_can_write_and_a_planted_sweep_folder_are_refused(tmp_path):
+    """Issue 30, item 9: in a results root every user may write (1777), another user's link <root>/<sweep> would
+    send this sweep's trials and manifest elsewhere; the root is refused, and so is a sweep folder that is a link
+    or another user's."""
+    from airflow_provider_gpusched.core.safe_files import UnsafePathError
+
+    def spec(root):
+        return SweepSpec(name="victim", test_config=[{"x": [1]}], python_callable=lambda p: {"y": 1},
+                         objective=Objective("y"), results_root=str(root))
+
+    open_root = tmp_path / "open"
+    open_root.mkdir()
+    os.chmod(open_root, 0o1777)
+    with pytest.raises(UnsafePathError, match=r"results_root .* is writable by every user \(mode 1777\)"):
+        SweepSession(spec(open_root)).prepare()
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (mine / "victim").symlink_to(elsewhere)
+    with pytest.raises(UnsafePathError, match="sweep folder .*victim is a symbolic link"):
+        SweepSession(spec(mine)).prepare()
+    assert list(elsewhere.iterdir()) == []
+    if os.geteuid() == 0:  # a folder of another user (only root can make one here)
+        (mine / "victim").unlink()
+        (mine / "victim").mkdir(mode=0o755)
+        os.chown(mine / "victim", 65534, 65534)
+        with pytest.raises(UnsafePathError, match="belongs to uid 65534, not to this user"):
+            SweepSession(spec(mine)).prepare()
+    ok = tmp_path / "ok"
+    ok.mkdir(mode=0o700)
+    assert SweepSession(spec(ok)).prepare().pending

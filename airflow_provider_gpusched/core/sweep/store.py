@@ -198,6 +198,40 @@ def _plain(value: Any, budget: list[int], depth: int) -> Any:
     return value
 
 
+def check_results_folders(root: str, folder: str) -> None:
+    """The checks the lease directory gets, for a sweep's results: a results root that every user may write to
+    (e.g. 1777) is refused (another user could plant ``<root>/<sweep>`` as a link to a place of their choice),
+    and an existing sweep folder must be a real directory of this user's (or root's) that others cannot write
+    to. :class:`UnsafePathError` names the path and the fix."""
+    import stat
+
+    from airflow_provider_gpusched.core.safe_files import UnsafePathError
+
+    try:
+        st = os.stat(root)
+    except FileNotFoundError:
+        return
+    if stat.S_IMODE(st.st_mode) & stat.S_IWOTH:
+        raise UnsafePathError(f"results_root {root} is writable by every user (mode {stat.S_IMODE(st.st_mode):04o}): "
+                              f"another user could plant a link in it that sends this sweep's files elsewhere. Use a "
+                              f"directory of your own (chmod 700, or a group directory: chmod 2770)")
+    try:
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePathError(f"sweep folder {folder} is a symbolic link (to {os.readlink(folder)!r}); refusing to "
+                              f"follow it: another user may have planted it. Remove it, or choose another results_root")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafePathError(f"sweep folder {folder} exists and is not a directory")
+    if st.st_uid not in (os.geteuid(), 0) and stat.S_IMODE(st.st_mode) & stat.S_IWGRP == 0:
+        raise UnsafePathError(f"sweep folder {folder} belongs to uid {st.st_uid}, not to this user: another user's "
+                              f"sweep of the same name, or a planted folder. Choose another sweep name or results_root")
+    if stat.S_IMODE(st.st_mode) & stat.S_IWOTH:
+        raise UnsafePathError(f"sweep folder {folder} is writable by every user (mode {stat.S_IMODE(st.st_mode):04o}); "
+                              f"chmod o-w it")
+
+
 class TrialStore:
     def __init__(self, root: str, sweep: str) -> None:
         if not isinstance(root, str) or not root:
@@ -208,6 +242,7 @@ class TrialStore:
                 raise InvalidArgumentError("results_root", root, f"a directory ({path} is a file)")
         self.sweep = check_sweep_name(sweep)
         self.dir = os.path.join(self.root, self.sweep)
+        check_results_folders(self.root, self.dir)
 
     # -- paths -----------------------------------------------------------------------------------------
     def path(self, name: str) -> str:
