@@ -214,6 +214,17 @@ def _leaderboard(spec: SweepSpec, asset: Asset | None):
     return leaderboard
 
 
+def _force_rerun_from_conf(context) -> bool | None:
+    """``force_rerun`` from the DAG run's conf (trigger with ``{"force_rerun": true}`` to redo done trials), or
+    None to keep the spec's."""
+    conf = getattr(context.get("dag_run"), "conf", None) or {}
+    if "force_rerun" not in conf:
+        return None
+    if not isinstance(conf["force_rerun"], bool):
+        raise AirflowFailException(f"DAG run conf: force_rerun: expected true or false, got {conf['force_rerun']!r}")
+    return conf["force_rerun"]
+
+
 def _publish_plan(session: SweepSession, manifest: Manifest, round_no: int | None, backend: str, batched: bool,
                   context) -> None:
     """The stage's plan for the UI's sweep view (XCom ``gpusched_sweep_plan``)."""
@@ -245,16 +256,19 @@ class _Stage:
         def plan() -> list:
             from airflow.sdk import get_current_context
 
+            context = get_current_context()
+            force_rerun = _force_rerun_from_conf(context)
             try:
-                manifest = session.prepare(round_no, chunk_size if batched else None,
-                                           run=get_current_context()["run_id"])
+                session.store.claim_for_dag(context["dag"].dag_id, session.spec.shared_with_other_dags)
+                manifest = session.prepare(round_no, chunk_size if batched else None, run=context["run_id"],
+                                           force_rerun=force_rerun)
             except GpuschedError as exc:
                 raise AirflowFailException(f"sweep {session.spec.name}: {exc}") from exc
             skipped = len(manifest.data["skipped"])
             _publish_plan(session, manifest, round_no, backend, batched, get_current_context())
             print(f"sweep {session.spec.name}{'' if round_no is None else f' round {round_no}'}: "
                   f"{len(manifest.trials)} trials, {len(manifest.pending)} to run, {skipped} already succeeded "
-                  f"(skipped{'' if not session.spec.force_rerun else '; force_rerun'}); manifest {manifest.path}")
+                  f"(skipped{'' if not manifest.data.get('force_rerun') else '; force_rerun'}); manifest {manifest.path}")
             if round_no is not None and not manifest.trials:
                 print(f"sweep {session.spec.name}: every candidate of the space has been evaluated; "
                       f"round {round_no} has nothing left to try (the search is complete)")

@@ -45,9 +45,9 @@ def dag_run_results(dag_run):
     return xcoms, states
 
 
-def run_and_collect(dag):
-    """dag.test() and what came of it: (run state, xcoms, task states)."""
-    dag_run = dag.test()
+def run_and_collect(dag, run_conf=None):
+    """dag.test() (with the DAG run's ``run_conf``) and what came of it: (run state, xcoms, task states)."""
+    dag_run = dag.test(run_conf=run_conf)
     xcoms, states = dag_run_results(dag_run)
     return dag_run.state, xcoms, states
 

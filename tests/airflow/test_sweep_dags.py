@@ -214,3 +214,29 @@ def test_a_pruned_trial_ends_its_task_green_and_is_counted(run, sweeps_root):
               if r["params"]["q"] == 5.0][0]
     assert record["state"] == "pruned" and record["reports"]["last_step"] == 1
     assert "median stopping at step 1" in record["error"]
+
+
+def test_a_sweep_folder_of_another_dag_is_refused_and_conf_force_rerun_redoes_done_trials(airflow_db, monkeypatch,
+                                                                                         capfd):
+    """Issue 30, item 11 through Airflow: the DAG that planned first owns the folder, another DAG with the same sweep
+    name fails at plan saying so. A run triggered with {"force_rerun": true} runs every trial again; a conf value
+    that is not a boolean is refused."""
+    import uuid
+
+    from .conftest import load_dag_file
+
+    monkeypatch.setenv("GPUSCHED_TEST_SWEEP", f"owned_{uuid.uuid4().hex[:6]}")
+    dags = load_dag_file(REPO / "tests" / "airflow" / "dagfiles" / "t_sweep_owner.py")
+    state, _, states = run_and_collect(dags.private)
+    assert state == "success", states
+    state, _, states = run_and_collect(dags.private)  # nothing left to do: both trials skipped
+    assert state == "success" and not [k for k in states if isinstance(k, tuple)], states
+    state, xcoms, states = run_and_collect(dags.private, run_conf={"force_rerun": True})
+    assert state == "success" and len([k for k in states if isinstance(k, tuple)]) == 2, states
+    capfd.readouterr()
+    state, _, states = run_and_collect(dags.private, run_conf={"force_rerun": "yes"})
+    assert state == "failed" and "force_rerun: expected true or false, got 'yes'" in capfd.readouterr().out
+    state, _, states = run_and_collect(dags.public)
+    plan = [v for k, v in states.items() if (k[0] if isinstance(k, tuple) else k).endswith(".plan")]
+    assert state == "failed" and plan and plan[0][0] == "failed", states
+    assert "belongs to DAG 't_sweep_owner_private'; DAG 't_sweep_owner_public' cannot use it" in capfd.readouterr().out

@@ -595,3 +595,21 @@ def test_a_results_root_others_can_write_and_a_planted_sweep_folder_are_refused(
     ok = tmp_path / "ok"
     ok.mkdir(mode=0o700)
     assert SweepSession(spec(ok)).prepare().pending
+
+
+def test_a_sweep_folder_belongs_to_the_dag_that_planned_in_it_first(tmp_path):
+    """Issue 30, item 11: two DAGs with the same sweep name would share one folder, and a DAG that a user may read
+    would show another, private DAG's trials: the second DAG is refused unless both share it on purpose."""
+    spec = SweepSpec(name="s", test_config=[{"x": [1]}], python_callable=lambda p: {"y": 1}, objective=Objective("y"),
+                     results_root=str(tmp_path))
+    store = SweepSession(spec).store
+    SweepSession(spec).prepare()  # a folder from before the record: taken over by the next DAG that plans
+    store.claim_for_dag("private_dag")
+    store.claim_for_dag("private_dag")
+    with pytest.raises(GpuschedError, match="belongs to DAG 'private_dag'; DAG 'public_dag' cannot use it"):
+        store.claim_for_dag("public_dag")
+    store.claim_for_dag("public_dag", shared=True)
+    assert json.load(open(tmp_path / "s" / "dags.json")) == {"dags": ["private_dag", "public_dag"]}
+    (tmp_path / "s" / "dags.json").write_text('{"dags": "private_dag"}')
+    with pytest.raises(GpuschedError, match="key 'dags': expected a list of DAG ids"):
+        store.claim_for_dag("private_dag")

@@ -83,20 +83,23 @@ class SweepSession:
                 trials.append(trial)
         return trials
 
-    def prepare(self, round_no: int | None = None, chunk_size: int | None = None, run: str | None = None) -> Manifest:
+    def prepare(self, round_no: int | None = None, chunk_size: int | None = None, run: str | None = None,
+                force_rerun: bool | None = None) -> Manifest:
         """Write the manifest of this run (or of round ``round_no``) and return it. ``run``: the DAG run
-        (trials record which run ran them; two runs of the sweep share trials, never a manifest)."""
+        (trials record which run ran them; two runs of the sweep share trials, never a manifest);
+        ``force_rerun``: this run's choice (e.g. from the DAG run's conf), else the spec's."""
         if self.spec.in_rounds and round_no is None:
             raise GpuschedError(f"sweep {self.spec.name}: search {self.spec.search} runs in rounds; give round_no")
+        force_rerun = self.spec.force_rerun if force_rerun is None else force_rerun
         trials = self.spec.trials() if round_no is None else self.round_trials(round_no)
-        pending, skipped = self.store.plan(trials, self.spec.force_rerun)
+        pending, skipped = self.store.plan(trials, force_rerun)
         name = manifest_name(round_no, run)
         objective = self.spec.objective.to_dict() if self.spec.objective else None
         path = write_manifest(self.store, name, trials=trials, pending=pending, target=self._target(),
                               objective=objective, env=self.spec.resources.env, chunk_size=chunk_size,
                               extra={"skipped": [t.trial_id for t in skipped], "round": round_no,
                                      "varying": self.spec.varying(), "run": run, "planned_at": time.time(),
-                                     "force_rerun": bool(self.spec.force_rerun),
+                                     "force_rerun": bool(force_rerun),
                                      "on_invalid_result": self.spec.on_invalid_result,
                                      "pruning": self.spec.pruning.to_dict() if self.spec.pruning else None})
         return Manifest(path)

@@ -205,6 +205,9 @@ class SweepSpec:
     objective: Objective | None = None
     results_root: str | None = None
     force_rerun: bool = False
+    #: other DAGs may use this sweep's results folder too (each DAG's Sweeps tab then shows trials the others
+    #: ran); by default a folder belongs to the first DAG that planned in it, and another DAG is refused
+    shared_with_other_dags: bool = False
     top_n: int = 10
     sampler: str = "tpe"
     resources: TrialResources = field(default_factory=TrialResources)
@@ -250,6 +253,8 @@ class SweepSpec:
             raise InvalidArgumentError(f"{w}: sampler", self.sampler, "'tpe', 'random' or 'nsga2'")
         if not isinstance(self.force_rerun, bool):  # YAML 'no' in quotes is a string, and would be true
             raise InvalidArgumentError(f"{w}: force_rerun", self.force_rerun, "true or false")
+        if not isinstance(self.shared_with_other_dags, bool):
+            raise InvalidArgumentError(f"{w}: shared_with_other_dags", self.shared_with_other_dags, "true or false")
         if self.results_root is not None and (not isinstance(self.results_root, str) or not self.results_root
                                               or "\x00" in self.results_root):
             raise InvalidArgumentError(f"{w}: results_root", self.results_root, "a directory path")

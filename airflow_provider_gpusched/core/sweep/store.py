@@ -33,13 +33,15 @@ import re
 import time
 from typing import Any, Iterable, Mapping, Sequence
 
-from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.safe_files import write_json_atomic
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested
 from airflow_provider_gpusched.core.sweep.reports import PREVIOUS_REPORTS_FILE, REPORTS_FILE, read_reports, summarise
 
 STATES = ("defined", "waiting", "running", "succeeded", "failed", "invalid", "pruned", "skipped")
 FINAL_STATES = ("succeeded", "failed", "invalid", "pruned")
+#: the DAGs that plan in a sweep's folder (TrialStore.claim_for_dag)
+DAGS_FILE = "dags.json"
 DONE_STATES = ("succeeded", "pruned")  # not run again by a later run of the sweep (unless force_rerun)
 CLAIM_FILE = "claim.lock"
 _SWEEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -107,7 +109,6 @@ def _json_depth(data: bytes) -> int:
 def _open_output(path: str, folder: str) -> tuple[Any, str]:
     """A file the trial wrote, opened for reading: only a regular file inside ``folder`` reached without a
     symbolic link, and not bigger than MAX_RESULT_BYTES. (file object or None, why not)."""
-    from airflow_provider_gpusched.core.errors import GpuschedError
     from airflow_provider_gpusched.core.safe_files import is_under, open_regular
 
     if not is_under(path, folder):
@@ -370,6 +371,31 @@ class TrialStore:
             os.close(fd)
 
     # -- the sweep as a whole --------------------------------------------------------------------------
+    def claim_for_dag(self, dag_id: str, shared: bool = False) -> None:
+        """Record that DAG ``dag_id`` uses this sweep's folder (``dags.json``). A folder another DAG planned in is
+        refused (its Sweeps tab would show that DAG's trials to whoever may read this one) unless ``shared``
+        (``shared_with_other_dags``). A folder from before this record was kept is taken over by its next DAG."""
+        from airflow_provider_gpusched.core.safe_files import BadRecordError, read_json_record
+
+        path = self.path(DAGS_FILE)
+        try:
+            record = read_json_record(path, 1 << 20)
+        except FileNotFoundError:
+            record = {"dags": []}
+        except (OSError, BadRecordError) as exc:
+            raise GpuschedError(f"sweep {self.sweep}: {path} cannot be read ({exc}); remove it if the folder is "
+                                f"yours") from None
+        dags = record.get("dags") if isinstance(record, dict) else None
+        if not isinstance(dags, list) or not all(isinstance(d, str) for d in dags):
+            raise GpuschedError(f"sweep {self.sweep}: {path}: key 'dags': expected a list of DAG ids")
+        if dag_id in dags:
+            return
+        if dags and not shared:
+            raise GpuschedError(
+                f"sweep {self.sweep}: its results folder {self.dir} belongs to DAG {dags[0]!r}; DAG {dag_id!r} "
+                f"cannot use it (each would show the other's trials). Give this sweep another name or results_root, "
+                f"or set shared_with_other_dags=True in both DAGs' specs to share it on purpose")
+        self.write(DAGS_FILE, {"dags": [*dags, dag_id][:1000]})
     def plan(self, trials: Sequence[Trial], force_rerun: bool = False) -> tuple[list[Trial], list[Trial]]:
         """(to run, skipped): succeeded and pruned trials are skipped unless ``force_rerun``."""
         if force_rerun:

@@ -49,7 +49,8 @@ def pruned_sweep(values):
     return sweep_task_group(SweepSpec(name="pruned_local", test_config=[{"q": values}], python_callable=learn,
                                       objective=Objective("loss", "minimize"),
                                       resources=TrialResources(gpu_memory="4GiB"),
-                                      pruning={"rule": "median", "min_trials": 2, "warmup_steps": 1}),
+                                      pruning={"rule": "median", "min_trials": 2, "warmup_steps": 1},
+                                      shared_with_other_dags=True),  # two DAGs: the peers, then the sweep
                             backend="local")
 
 
@@ -77,7 +78,8 @@ def pruned_slurm_sweep(values):
                                       command=[sys.executable, "-c", REPORTING, "{q}"],
                                       objective=Objective("loss", "minimize"),
                                       resources=TrialResources(gpus=0, cpus=1, time_limit=5),
-                                      pruning={"rule": "median", "min_trials": 2, "warmup_steps": 1}),
+                                      pruning={"rule": "median", "min_trials": 2, "warmup_steps": 1},
+                                      shared_with_other_dags=True),  # two DAGs: the peers, then the sweep
                             backend="slurm", poll_interval=1)
 
 

@@ -37,7 +37,8 @@ def rerun_sweep(learn, force_rerun: bool) -> SweepSpec:
     # the median rule never stops a trial with min_trials=100; it makes pruning count (a raised TrialPruned)
     return SweepSpec(name="e2e_rerun", test_config=[{"q": [1, 2, 3, 4, 5, 6]}], python_callable=learn,
                      objective=Objective("loss", "minimize"), resources=TrialResources(gpu_memory="2GiB"),
-                     pruning={"rule": "median", "min_trials": 100}, force_rerun=force_rerun)
+                     pruning={"rule": "median", "min_trials": 100}, force_rerun=force_rerun,
+                     shared_with_other_dags=True)  # the two DAGs below share it on purpose
 
 
 with DAG("e2e_sweep_rerun", schedule=None, start_date=START, catchup=False, max_active_runs=1):
