@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from airflow_provider_gpusched.core.errors import GpuschedError
+from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
@@ -613,3 +613,46 @@ def test_a_sweep_folder_belongs_to_the_dag_that_planned_in_it_first(tmp_path):
     (tmp_path / "s" / "dags.json").write_text('{"dags": "private_dag"}')
     with pytest.raises(GpuschedError, match="key 'dags': expected a list of DAG ids"):
         store.claim_for_dag("private_dag")
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("c.py", 'lr = "{{ v }}"\n'),
+    ("c.py", "cmd = f'run {{ v }}'\n"),
+    ("c.json", '{"lr": "{{ v }}"}'),
+    ("c.yaml", "lr: '{{ v }}'\n"),
+    ("c.toml", 'lr = "{{ v }}"\n'),
+    ("c.sh", 'python train.py --lr "{{ v }}"\n'),
+])
+def test_a_placeholder_inside_quotes_is_refused(tmp_path, name, text):
+    """Issue 30, item 6: inside a string a value could close the quotes and go on as code; the literal brings its
+    own quotes, so a quoted placeholder is refused when the spec is read."""
+    from airflow_provider_gpusched.core.sweep.spec import ConfigTemplate
+
+    with pytest.raises(InvalidArgumentError, match="a placeholder outside quotes"):
+        ConfigTemplate(name, text)
+
+
+HOSTILE = 'x"; __import__("os").system("touch ran-code"); "\n[evil]\nkey = 1'
+
+
+@pytest.mark.parametrize(("name", "text", "check"), [
+    ("c.py", "lr = {{ v }}  # the learning rate, don't quote\n", lambda out: eval(out.split("=", 1)[1].split("#")[0]) == HOSTILE),
+    ("c.json", '{"lr": {{ v }}, "note": "it\'s fine"}', lambda out: json.loads(out)["lr"] == HOSTILE),
+    ("c.yaml", "# it's a comment\nname: it's mine\nlr: {{ v }}\n", lambda out: __import__("yaml").safe_load(out)["lr"] == HOSTILE),
+    ("c.toml", "lr = {{ v }}\n", lambda out: __import__("tomllib").loads(out)["lr"] == HOSTILE),
+    ("c.sh", "python train.py --lr {{ v }}\n", lambda out: __import__("shlex").split(out)[3] == HOSTILE),
+])
+def test_a_hostile_value_stays_one_value_in_every_template_kind(tmp_path, name, text, check):
+    from airflow_provider_gpusched.core.sweep.spec import ConfigTemplate
+
+    out = ConfigTemplate(name, text).render({"v": HOSTILE})
+    assert check(out), out  # read back by the file's own parser: one value, exactly the parameter
+
+
+def test_a_plain_text_template_refuses_a_value_with_a_newline():
+    from airflow_provider_gpusched.core.sweep.spec import ConfigTemplate
+
+    template = ConfigTemplate("c.ini", "[train]\nlr = {{ v }}\n")
+    assert template.render({"v": 0.1}) == "[train]\nlr = 0.1\n"
+    with pytest.raises(InvalidArgumentError, match="without newlines or control characters"):
+        template.render({"v": "0.1\n[evil]"})

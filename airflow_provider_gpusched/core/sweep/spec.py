@@ -685,14 +685,30 @@ _TEMPLATE_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\}\}")
 MAX_CONFIG_TEMPLATE = 1 << 20
 
 
+#: how a value is written into each kind of config template (by file extension): a literal of the file's language,
+#: so that a value can never become code or syntax. Other extensions take the value as text, refused when it holds
+#: a newline or another control character (it could add a key or a command).
+TEMPLATE_KINDS = {".py": "python", ".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "yaml",
+                  ".sh": "shell", ".bash": "shell", ".zsh": "shell"}
+
+
 class ConfigTemplate:
     """A config file with ``{{ param }}`` placeholders (dotted names allowed), rendered per trial. Values are
-    written as literals of the file's language: Python literals in ``.py`` files, JSON in ``.json``,
-    ``.yaml`` and ``.yml`` (a JSON value is valid YAML), plain text elsewhere."""
+    written as literals of the file's language: Python literals in ``.py`` files; JSON in ``.json``, ``.yaml``,
+    ``.yml`` and ``.toml`` (a JSON scalar or list is valid there); shell words quoted with ``shlex.quote`` in
+    ``.sh``; plain text elsewhere, without newlines or control characters. A placeholder inside quotes
+    (``lr = "{{ lr }}"``) is refused: the literal brings its own quotes, and inside a string a value could
+    close it and go on as code."""
 
     def __init__(self, name: str, text: str) -> None:
         self.name, self.text = name, text
         self.names = sorted(set(_TEMPLATE_PLACEHOLDER.findall(text)))
+        self.kind = TEMPLATE_KINDS.get(os.path.splitext(name)[1].lower(), "text")
+        quoted = _quoted_placeholder(text, self.kind)
+        if quoted:
+            raise InvalidArgumentError("config_template", f"{name}: {quoted}",
+                                       "a placeholder outside quotes: it is written as a quoted literal of the "
+                                       "file's language (remove the quotes around it)")
 
     @classmethod
     def read(cls, path: Any, where: str) -> ConfigTemplate:
@@ -713,21 +729,76 @@ class ConfigTemplate:
         return cls(os.path.basename(path), text)
 
     def render(self, values: Mapping[str, Any]) -> str:
-        kind = os.path.splitext(self.name)[1].lower()
-
         def literal(match: re.Match) -> str:
             name = match.group(1)
             if name not in values:
                 raise InvalidArgumentError("config_template", f"{self.name}: {{{{ {name} }}}}",
                                            f"a parameter this trial has (it has {sorted(values)}; a conditional one?)")
             value = values[name]
-            if kind == ".py":
+            if self.kind == "python":
                 return repr(value)
-            if kind in (".json", ".yaml", ".yml"):
+            if self.kind in ("json", "yaml"):
                 return json.dumps(value)
-            return _text(value)
+            if self.kind == "shell":
+                import shlex
+
+                return shlex.quote(_text(value))
+            text = _text(value)
+            if _CONTROL.search(text):
+                raise InvalidArgumentError("config_template", f"{self.name}: {{{{ {name} }}}} = {text!r}",
+                                           "a value without newlines or control characters in a plain-text "
+                                           "template (it could add a line of its own)")
+            return text
 
         return _TEMPLATE_PLACEHOLDER.sub(literal, self.text)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _quoted_placeholder(text: str, kind: str) -> str:
+    """The first placeholder that stands inside a string literal of the template's language, or ''."""
+    if kind == "text" or not _TEMPLATE_PLACEHOLDER.search(text):
+        return ""
+    if kind == "python":
+        import io
+        import tokenize
+
+        marked = _TEMPLATE_PLACEHOLDER.sub(lambda m: f"__gpusched_placeholder_{m.start()}__", text)
+        try:
+            for token in tokenize.generate_tokens(io.StringIO(marked).readline):
+                if token.type != tokenize.COMMENT and token.type not in (tokenize.NAME, tokenize.OP) and \
+                        "__gpusched_placeholder_" in token.string:
+                    start = int(token.string.split("__gpusched_placeholder_", 1)[1].split("__", 1)[0])
+                    return _TEMPLATE_PLACEHOLDER.match(text, start).group(0)
+        except (tokenize.TokenError, SyntaxError, IndentationError):
+            return ""  # not Python we can read: rendered literals still cannot leave their own quotes
+        return ""
+    # JSON, YAML, TOML, shell: walk the text keeping track of quotes and # comments. Outside the shell a quote
+    # opens a string only where a value starts (an apostrophe inside a word, "it's", is text)
+    quote, i = "", 0
+    while i < len(text):
+        c = text[i]
+        if not quote and c == "#" and kind != "json" and (i == 0 or text[i - 1] in " \t\n"):
+            i = text.find("\n", i)
+            if i < 0:
+                break
+            continue
+        match = _TEMPLATE_PLACEHOLDER.match(text, i)
+        if match:
+            if quote:
+                return match.group(0)
+            i = match.end()
+            continue
+        if quote:
+            if c == "\\" and quote == '"':
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c in ("'", '"') and (kind == "shell" or i == 0 or text[i - 1] in " \t\n:[{,=("):
+            quote = c
+        i += 1
+    return ""
 
 
 def placeholder_values(params: Mapping[str, Any], trial_dir: str, trial: Trial) -> dict[str, Any]:
