@@ -187,8 +187,11 @@ def test_careless_inputs_found_by_the_second_hardening_round(tmp_path):
                 "simulate_gpus", "at most 1024 GPUs")
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    clear_error(gpusched("sweep", "preview", str(fifo), timeout=30), "not a FIFO")
-    clear_error(gpusched("slurm", "tail", str(fifo), timeout=30), "not a regular file")
+    try:
+        clear_error(gpusched("sweep", "preview", str(fifo), timeout=30), "not a FIFO")
+        clear_error(gpusched("slurm", "tail", str(fifo), timeout=30), "not a regular file")
+    finally:
+        fifo.unlink()  # pytest keeps temporary folders: a FIFO left there blocks whoever reads every file
     clear_error(gpusched("queue", "list", "--no-slurm", "--simulate", "1x8GiB", "--state-dir", str(tmp_path),
                          "--state", "BOGUS"), "--state 'BOGUS': not a state of listed work", "running")
     listed = gpusched("queue", "list", "--no-slurm", "--simulate", "1x8GiB", "--state-dir", str(tmp_path),

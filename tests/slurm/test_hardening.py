@@ -2,6 +2,7 @@
 controls, no secret left in a file, no value that becomes an option, no record that looks 'pending' forever."""
 
 import os
+import stat
 import subprocess
 import tempfile
 import uuid
@@ -38,6 +39,8 @@ def _files_containing(roots, needle, skip=()):
         for name in files:
             path = os.path.join(base, name)
             try:
+                if not stat.S_ISREG(os.lstat(path).st_mode):
+                    continue  # a FIFO (another test's, or anyone's under /tmp) would block the read forever
                 with open(path, "rb") as fh:
                     if needle in fh.read(1 << 20):
                         hits.append(path)
@@ -148,3 +151,17 @@ def test_output_in_a_missing_directory_fails_before_submitting(client, tmp_path)
     with pytest.raises(InvalidArgumentError, match="working_dir"):
         client.submit(SlurmJobSpec(command="true", working_dir=str(tmp_path / "nosuch")))
     assert client.runner.calls["sbatch"] == submitted  # nothing was submitted
+
+
+def test_an_array_past_max_array_size_is_explained(client, out):
+    """Issue 30, item 13: Slurm says only "Invalid job array specification"; the error names MaxArraySize."""
+    from airflow_provider_gpusched.core.slurm import SlurmCommandError
+
+    limit = client.accounting().max_array_size
+    assert limit == 1001  # the test cluster keeps Slurm's default
+    with pytest.raises(SlurmCommandError) as err:
+        client.submit(SlurmJobSpec(command="true", array=f"0-{limit + 500}%4", output=out()))
+    message = str(err.value)
+    assert "Invalid job array specification" in message
+    assert f"goes up to index {limit + 500}, and this cluster's MaxArraySize is {limit}" in message, message
+    assert f"chunk_size <= {limit}" in message

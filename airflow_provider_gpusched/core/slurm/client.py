@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
-from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.slurm.job import COMMENT_PREFIX, SlurmJobSpec, parse_job_comment
 from airflow_provider_gpusched.core.slurm.runner import (
     CommandRunner,
@@ -67,12 +67,14 @@ class SubmittedJob:
 
 @dataclass
 class AccountingInfo:
-    """How this cluster keeps records of finished jobs (read once from ``scontrol show config``)."""
+    """How this cluster keeps records of finished jobs, and its array limit (read once from ``scontrol show
+    config``)."""
 
     storage_type: str = ""
     jobcomp_type: str = ""
     jobcomp_loc: str = ""
     min_job_age: int = 300
+    max_array_size: int = 1001  # Slurm's default: array indices go up to MaxArraySize - 1
 
     @property
     def has_sacct(self) -> bool:
@@ -102,7 +104,7 @@ class SlurmClient:
             self._check_paths(spec)
         script = spec.render_script()
         argv = ["sbatch", *spec.sbatch_argv()]
-        result = self._run_sbatch(argv, script)
+        result = self._run_sbatch(argv, script, spec.array)
         text = result.stdout.strip().splitlines()
         if not text:
             raise SlurmCommandError(argv, 0, f"sbatch printed no job id: {result.stderr.strip()}")
@@ -129,15 +131,30 @@ class SlurmClient:
             if not os.access(directory, os.W_OK | os.X_OK):
                 raise InvalidArgumentError(name, path, f"a file in a directory this user can write ({directory})")
 
-    def _run_sbatch(self, argv: list[str], script: str | None):
+    def _run_sbatch(self, argv: list[str], script: str | None, array: str | None = None):
         try:
             return self.runner.run(argv, input=script)
         except SlurmUnavailableError:
             raise
         except SlurmCommandError as exc:
             reason = exc.stderr.replace("sbatch: error: ", "").strip()
+            if array and "invalid job array specification" in reason.lower():
+                reason += self._array_limit_hint(array)
             raise SlurmCommandError(argv, exc.returncode, f"Slurm rejected the job: {reason} "
                                     f"(sbatch options: {' '.join(argv[1:])})") from exc
+
+    def _array_limit_hint(self, array: str) -> str:
+        """Why Slurm refused an array, when it is its size: Slurm only says "Invalid job array specification"."""
+        try:
+            limit = self.accounting().max_array_size
+        except GpuschedError:
+            return ""
+        highest = max((int(n) for n in re.findall(r"\d+", array.split("%")[0])), default=0)
+        if highest < limit:
+            return ""
+        return (f" — array {array!r} goes up to index {highest}, and this cluster's MaxArraySize is {limit} "
+                f"(indices 0 to {limit - 1}); split it into arrays of at most {limit} tasks (a batched Slurm sweep: "
+                f"chunk_size <= {limit})")
 
     # -- status -----------------------------------------------------------------------------------
     def accounting(self) -> AccountingInfo:
@@ -149,11 +166,13 @@ class SlurmClient:
                 if sep:
                     conf[key.strip()] = value.strip()
             age = re.match(r"\d+", conf.get("MinJobAge", "300"))
+            arrays = re.match(r"\d+", conf.get("MaxArraySize", "1001"))
             self._accounting = AccountingInfo(
                 storage_type=conf.get("AccountingStorageType", ""),
                 jobcomp_type=conf.get("JobCompType", ""),
                 jobcomp_loc=conf.get("JobCompLoc", ""),
                 min_job_age=int(age.group()) if age else 300,
+                max_array_size=int(arrays.group()) if arrays else 1001,
             )
         return self._accounting
 
