@@ -173,6 +173,10 @@ def write_atomic(path: str, data: bytes | str, mode: int | None = 0o600) -> None
         with os.fdopen(fd, "wb") as fh:
             fh.write(data.encode() if isinstance(data, str) else data)
         os.replace(tmp, path)
+    except OSError as exc:  # a full disk, a quota: the error names the file meant, not the temporary one
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise OSError(exc.errno, exc.strerror, path) from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.remove(tmp)

@@ -656,3 +656,41 @@ def test_a_plain_text_template_refuses_a_value_with_a_newline():
     assert template.render({"v": 0.1}) == "[train]\nlr = 0.1\n"
     with pytest.raises(InvalidArgumentError, match="without newlines or control characters"):
         template.render({"v": "0.1\n[evil]"})
+
+
+FULL_DISK = r"""
+import json, os, subprocess, sys
+from airflow_provider_gpusched.core.sweep import Objective, SweepSpec
+from airflow_provider_gpusched.core.sweep.session import SweepSession
+root = sys.argv[1]
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", root], check=True)
+FILL = ("import errno\nf = open('fill.bin', 'wb')\n"
+        "try:\n    while True:\n        f.write(b'x' * 4096)\n        f.flush()\n"
+        "except OSError as e:\n    assert e.errno == errno.ENOSPC\n")
+session = SweepSession(SweepSpec(name="full", test_config=[{"x": [1]}], command=[sys.executable, "-c", FILL],
+                                 objective=Objective("y"), results_root=root))
+manifest = session.prepare(run="r1")
+(trial,) = manifest.pending
+run = subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.core.sweep.trial_run", manifest.path,
+                      trial.trial_id], capture_output=True, text=True, timeout=120)
+os.remove(os.path.join(session.store.trial_dir(trial), "fill.bin"))  # the disk has room again
+marked = session.settle(None, "r1")
+print(json.dumps({"code": run.returncode, "stderr": run.stderr, "marked": marked,
+                  "status": session.store.status(trial), "folder": session.store.trial_dir(trial)}))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root (CI runs as root)")
+def test_a_full_disk_under_the_results_root_is_named_and_the_trial_ends_failed(tmp_path):
+    """Issue 30, item 12: a trial fills the results root's disk; its runner says which file it could not write,
+    without a traceback, and once there is room the trial is marked failed (not left running)."""
+    root = tmp_path / "small"
+    root.mkdir(mode=0o700)
+    proc = subprocess.run(["unshare", "-m", sys.executable, "-c", FULL_DISK, str(root)], capture_output=True,
+                          text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["code"] == 4 and "Traceback" not in out["stderr"], out
+    assert f"cannot write {out['folder']}/status.json: No space left on device" in out["stderr"], out
+    assert out["marked"] == 1 and out["status"]["state"] == "failed", out
+    assert "runner stopped before recording an outcome" in out["status"]["error"]

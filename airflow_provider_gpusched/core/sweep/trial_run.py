@@ -31,6 +31,7 @@ from airflow_provider_gpusched.core.sweep.store import TrialStore, describe_hold
 CALLABLE_FILE = "callable.pkl"
 EXIT_USAGE = 2
 EXIT_INVALID_RESULT = 3  # the trial ran, but its result is unusable (on_invalid_result: fail)
+EXIT_WRITE_FAILED = 4  # the trial runner could not write under the results root (full disk, quota)
 INVALID_RESULT_POLICIES = ("fail", "record")
 
 
@@ -544,9 +545,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GpuschedError as exc:
         print(f"gpusched trial_run: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if command.ids:
-        return run_group(manifest, trials)
-    return run_trial(manifest, trials[0])
+    try:
+        if command.ids:
+            return run_group(manifest, trials)
+        return run_trial(manifest, trials[0])
+    except OSError as exc:  # a full disk or a quota under the results root: say which file, no traceback
+        print(f"gpusched trial_run: cannot write {exc.filename or 'a file'}: {exc.strerror or exc} (the trial "
+              f"is marked failed once its task ends and the folder can be written again)", file=sys.stderr)
+        return EXIT_WRITE_FAILED
 
 
 if __name__ == "__main__":
