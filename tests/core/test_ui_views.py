@@ -281,7 +281,7 @@ def test_a_runs_curve_is_its_own_after_a_later_run_ran_the_trial_again(tmp_path)
 
 
 def test_the_ui_reads_only_the_newest_part_of_a_huge_reports_file(tmp_path):
-    """Issue 30, item 5: a trial with 10^6 report lines: the view reads the newest 2 MiB, not the whole file."""
+    """Issue 30, item 5: a trial with 10^6 report lines: the view reads the newest 512 KiB, not the whole file."""
     from airflow_provider_gpusched.core.sweep.reports import UI_REPORTS_BYTES, reports_of_run
 
     folder = tmp_path / "s" / "trials" / "x=1.t1"

@@ -32,7 +32,7 @@ REPORTS_FILE = "reports.jsonl"
 PREVIOUS_REPORTS_FILE = "reports.previous.jsonl"
 MAX_REPORTS_BYTES = 64 * 2**20  # a trial's reports read back at most (the newest are kept when larger)
 #: what the UI reads of a trial's reports per refresh (it draws at most 120 points of the newest)
-UI_REPORTS_BYTES = 2 * 2**20
+UI_REPORTS_BYTES = 512 * 2**10
 
 _steps: dict[str, int] = {}  # per report file: the next step when report() is given none
 
