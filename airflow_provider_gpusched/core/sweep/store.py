@@ -140,7 +140,7 @@ def read_result_json(path: str, folder: str) -> Any:
     try:
         return json.loads(data)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        return {"_unreadable": f"{path}: {exc}"}
+        return {"_unreadable": f"{path}: not valid JSON ({exc})"}
 
 
 #: what a ``result.pkl`` may hold: plain values and numpy scalars, nothing that runs code when loaded
