@@ -47,7 +47,7 @@ from airflow_provider_gpusched.core.slurm.job_view import (
     read_job_record,
     read_tail,
 )
-from airflow_provider_gpusched.core.sweep.reports import reports_of_run
+from airflow_provider_gpusched.core.sweep.reports import RAN_AGAIN, reports_of_run
 from airflow_provider_gpusched.core.sweep.view import (
     OUTCOMES_XCOM,
     PLAN_XCOM,
@@ -291,7 +291,7 @@ def sweeps(dag_id: str, run_id: str | None, session) -> dict[str, Any]:
             if trial_id not in paths:
                 return None
             found, why = reports_of_run(paths[trial_id], curve_runs[trial_id], root)
-            if found is None and why.startswith("ran again"):
+            if found is None and why.startswith(RAN_AGAIN):
                 replaced.append(trial_id)
             return found
 

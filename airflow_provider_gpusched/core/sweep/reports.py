@@ -33,6 +33,8 @@ PREVIOUS_REPORTS_FILE = "reports.previous.jsonl"
 MAX_REPORTS_BYTES = 64 * 2**20  # a trial's reports read back at most (the newest are kept when larger)
 #: what the UI reads of a trial's reports per refresh (it draws at most 120 points of the newest)
 UI_REPORTS_BYTES = 512 * 2**10
+#: how reports_of_run's note begins when a later run replaced the curve (the UI counts those trials)
+RAN_AGAIN = "ran again in DAG run"
 
 _steps: dict[str, int] = {}  # per report file: the next step when report() is given none
 
@@ -222,4 +224,4 @@ def reports_of_run(path: str, run: str, root: str) -> tuple[list[dict] | None, s
         return read_reports(path, root, UI_REPORTS_BYTES)[0], ""
     if status.get("previous_run") == run:
         return read_reports(os.path.join(folder, PREVIOUS_REPORTS_FILE), root, UI_REPORTS_BYTES)[0], ""
-    return None, f"ran again in DAG run {status['run']}; the curve of this run is not kept"
+    return None, f"{RAN_AGAIN} {status['run']}; the curve of this run is not kept"
