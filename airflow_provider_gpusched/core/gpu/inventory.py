@@ -19,6 +19,8 @@ from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgument
 from airflow_provider_gpusched.core.units import parse_bytes
 
 SIMULATE_ENV = "GPUSCHED_SIMULATE_GPUS"
+#: a simulated-usage file (see SimulatedInventory): what processes of others hold on the simulated GPUs
+SIMULATE_USAGE_ENV = "GPUSCHED_SIMULATE_USAGE"
 
 
 class GPUInventoryError(GpuschedError):
@@ -189,6 +191,7 @@ def get_inventory(simulate: str | None = None, usage_file: str | None = None,
     """NVML where it works; else the simulated inventory ``simulate`` (or ``$GPUSCHED_SIMULATE_GPUS``);
     else a clear error. ``prefer_simulated`` uses the simulation even where NVML works (tests)."""
     simulate = simulate or os.environ.get(SIMULATE_ENV) or None
+    usage_file = usage_file or os.environ.get(SIMULATE_USAGE_ENV) or None
     if simulate and prefer_simulated:
         return SimulatedInventory(simulate, usage_file)
     try:

@@ -1,0 +1,311 @@
+"""A lab's GPU hosts as one pool: what each host publishes, and what the fleet can hold.
+
+Airflow's own distributed executor (the EdgeExecutor, see docs/deploy.md) moves tasks to hosts; this module
+adds only what it cannot know about GPUs:
+
+* **Host records.** Each GPU host writes ``<fleet_dir>/hosts/<host>.json`` (its inventory, its live leases,
+  when it looked), on its worker's heartbeat and whenever a task of ours takes or gives back GPUs. Only that
+  host writes its file; the head node (board, CLI, triggers) only reads them, every record checked.
+* **Lanes and memory tiers.** A request goes to a queue that only hosts able to hold it serve:
+  ``gpu`` (or ``idle`` for fill-in work), plus ``-<tier>g`` when it asks for memory per GPU, the tier being the
+  smallest common GPU size that holds it. A host's worker serves its lane and every tier up to its GPUs' size.
+  The executor's concurrency slots (one per GPU, a task takes one per GPU it asks for) keep a host from being
+  offered more GPUs than it has.
+* **Room.** Whether a request fits on a host now, judged from the host's record with the same placement
+  rules the host itself applies (core/gpu/placement.py). The host's own lease is what really decides.
+
+Pure Python, no Airflow imports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.gpu.inventory import GPUInfo, GPUProcess
+from airflow_provider_gpusched.core.gpu.placement import GPURequest, LeaseView, gpu_usage, place
+from airflow_provider_gpusched.core.safe_files import (
+    BadRecordError,
+    ensure_private_dir,
+    read_json_record,
+    write_json_atomic,
+)
+from airflow_provider_gpusched.core.units import format_bytes
+
+RECORD_VERSION = 1
+#: common GPU memory sizes (GiB): a memory request is routed to the smallest that holds it
+MEMORY_TIERS_GIB = (8, 12, 16, 24, 32, 40, 48, 64, 80, 94, 96, 128, 141, 192)
+#: a host whose record is older than this is not counted as able to take work now (it still shows as seen)
+FRESH_FOR = 30.0
+#: how long a host that stopped publishing is still listed (as gone) by the board and the CLI
+REMEMBER_FOR = 24 * 3600.0
+LANES = ("gpu", "idle")
+_HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+GIB = 1 << 30
+
+
+def memory_tier(gpu_memory: int) -> int:
+    """The smallest tier (GiB) of at least ``gpu_memory`` bytes; a request above every tier gets its own size."""
+    for tier in MEMORY_TIERS_GIB:
+        if tier * GIB >= gpu_memory:
+            return tier
+    return -(-gpu_memory // GIB)
+
+
+def queue_for(request: GPURequest, lane: str = "gpu") -> str:
+    """The executor queue for ``request``: its lane, and its memory tier when it asks for memory per GPU."""
+    if lane not in LANES:
+        raise InvalidArgumentError("lane", lane, f"one of {', '.join(LANES)}")
+    return lane if request.whole else f"{lane}-{memory_tier(int(request.gpu_memory))}g"
+
+
+def host_queues(gpus: Iterable[GPUInfo], lane: str = "gpu") -> list[str]:
+    """The queues a host's worker for ``lane`` serves: the lane, and every tier its largest GPU holds."""
+    largest = max((g.memory_total for g in gpus), default=0)
+    tiers = [t for t in MEMORY_TIERS_GIB if t * GIB <= largest]
+    if largest > MEMORY_TIERS_GIB[-1] * GIB:  # beyond every tier: requests of up to its own size
+        tiers.append(largest // GIB)
+    return [lane] + [f"{lane}-{t}g" for t in tiers]
+
+
+@dataclass
+class HostLease:
+    """A live lease as its host published it."""
+
+    lease_id: str
+    gpus: list[int]
+    memory: dict[int, int]
+    whole: bool
+    job_class: str
+    owner: str
+    created: float
+    work: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"lease_id": self.lease_id, "gpus": list(self.gpus),
+                "memory": {str(k): v for k, v in self.memory.items()}, "whole": self.whole,
+                "job_class": self.job_class, "owner": self.owner, "created": self.created, "work": dict(self.work)}
+
+
+@dataclass
+class HostRecord:
+    """One GPU host as it last published itself."""
+
+    host: str
+    time: float
+    source: str  # "nvml" or "simulated"
+    gpus: list[GPUInfo]
+    leases: list[HostLease]
+    #: GPUs that processes of others hold (no lease of ours): the host takes no work while all are
+    foreign_busy: list[int] = field(default_factory=list)
+    address: str = ""
+
+    def fresh(self, now: float | None = None) -> bool:
+        return (now or time.time()) - self.time <= FRESH_FOR
+
+    def sizes(self) -> str:
+        """``4x80GiB`` (or ``1x24GiB+1x48GiB`` for mixed GPUs)."""
+        counts: dict[int, int] = {}
+        for g in self.gpus:
+            counts[g.memory_total] = counts.get(g.memory_total, 0) + 1
+        return "+".join(f"{n}x{format_bytes(size)}" for size, n in sorted(counts.items())) or "no GPUs"
+
+    def usage(self):
+        views = [LeaseView(memory=dict(lease.memory), whole=lease.whole) for lease in self.leases]
+        gpus = [g for g in self.gpus]
+        return gpu_usage(gpus, views)
+
+    def room_for(self, request: GPURequest) -> str:
+        """'' if ``request`` fits on this host by its record, else why not."""
+        try:
+            request.check_possible(self.gpus)
+        except InvalidArgumentError as exc:
+            return f"never fits here ({exc})"
+        placement, why = place(request, self.usage())
+        return "" if placement is not None else why
+
+    def can_hold(self, request: GPURequest) -> bool:
+        try:
+            request.check_possible(self.gpus)
+        except InvalidArgumentError:
+            return False
+        return True
+
+    def to_dict(self) -> dict:
+        return {"version": RECORD_VERSION, "host": self.host, "time": self.time, "source": self.source,
+                "address": self.address, "gpus": [g.to_dict() for g in self.gpus],
+                "leases": [lease.to_dict() for lease in self.leases], "foreign_busy": list(self.foreign_busy)}
+
+
+def _check(cond: bool, source: str, key: str, expected: str, value: Any) -> None:
+    if not cond:
+        raise BadRecordError(f"{source}: key {key!r}: expected {expected}, got {value!r:.80}")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def read_host_record(data: Any, source: str) -> HostRecord:
+    """A host record read back from disk, every field checked (:class:`BadRecordError` names file and key)."""
+    if not isinstance(data, dict):
+        raise BadRecordError(f"{source}: expected a JSON object, got {type(data).__name__}")
+    _check(data.get("version") == RECORD_VERSION, source, "version", str(RECORD_VERSION), data.get("version"))
+    host = data.get("host")
+    _check(isinstance(host, str) and bool(_HOST_NAME.match(host)), source, "host", "a host name", host)
+    _check(_is_num(data.get("time")), source, "time", "a time in seconds", data.get("time"))
+    _check(data.get("source") in ("nvml", "simulated"), source, "source", "'nvml' or 'simulated'", data.get("source"))
+    _check(isinstance(data.get("address", ""), str), source, "address", "a string", data.get("address"))
+    raw_gpus = data.get("gpus")
+    _check(isinstance(raw_gpus, list) and len(raw_gpus) <= 64, source, "gpus", "a list of GPUs", raw_gpus)
+    gpus = []
+    for i, g in enumerate(raw_gpus):
+        key = f"gpus[{i}]"
+        _check(isinstance(g, dict), source, key, "an object", g)
+        for name in ("index", "memory_total", "memory_used"):
+            _check(_is_int(g.get(name)) and g[name] >= 0, source, f"{key}.{name}", "a whole number >= 0", g.get(name))
+        for name in ("uuid", "name"):
+            _check(isinstance(g.get(name), str), source, f"{key}.{name}", "a string", g.get(name))
+        procs = g.get("processes", [])
+        _check(isinstance(procs, list) and all(isinstance(p, dict) and _is_int(p.get("pid")) for p in procs),
+               source, f"{key}.processes", "a list of {pid, used_memory}", procs)
+        gpus.append(GPUInfo(index=g["index"], uuid=g["uuid"], name=g["name"], memory_total=g["memory_total"],
+                            memory_used=g["memory_used"], utilization=g.get("utilization") if _is_int(
+                                g.get("utilization")) else None,
+                            processes=[GPUProcess(p["pid"], p.get("used_memory") if _is_int(p.get("used_memory"))
+                                                  else None) for p in procs],
+                            simulated=bool(g.get("simulated", False))))
+    indices = {g.index for g in gpus}
+    raw_leases = data.get("leases")
+    _check(isinstance(raw_leases, list), source, "leases", "a list of leases", raw_leases)
+    leases = []
+    for i, lease in enumerate(raw_leases):
+        key = f"leases[{i}]"
+        _check(isinstance(lease, dict), source, key, "an object", lease)
+        _check(isinstance(lease.get("lease_id"), str), source, f"{key}.lease_id", "a string", lease.get("lease_id"))
+        _check(isinstance(lease.get("gpus"), list) and all(_is_int(x) and x in indices for x in lease["gpus"]),
+               source, f"{key}.gpus", "indices of the host's GPUs", lease.get("gpus"))
+        memory = lease.get("memory")
+        _check(isinstance(memory, dict) and all(isinstance(k, str) and k.isdigit() and int(k) in indices
+                                                and _is_int(v) and v >= 0 for k, v in memory.items()),
+               source, f"{key}.memory", "GPU index -> reserved bytes", memory)
+        _check(isinstance(lease.get("whole"), bool), source, f"{key}.whole", "true or false", lease.get("whole"))
+        for name in ("job_class", "owner"):
+            _check(isinstance(lease.get(name), str), source, f"{key}.{name}", "a string", lease.get(name))
+        _check(_is_num(lease.get("created")), source, f"{key}.created", "a time", lease.get("created"))
+        _check(isinstance(lease.get("work", {}), dict), source, f"{key}.work", "an object", lease.get("work"))
+        leases.append(HostLease(lease["lease_id"], list(lease["gpus"]), {int(k): v for k, v in memory.items()},
+                                lease["whole"], lease["job_class"], lease["owner"], float(lease["created"]),
+                                dict(lease.get("work", {}))))
+    busy = data.get("foreign_busy", [])
+    _check(isinstance(busy, list) and all(_is_int(x) for x in busy), source, "foreign_busy", "a list of indices", busy)
+    return HostRecord(host, float(data["time"]), data["source"], gpus, leases, list(busy), data.get("address", ""))
+
+
+def hosts_dir(fleet_dir: str) -> str:
+    return os.path.join(fleet_dir, "hosts")
+
+
+def this_host() -> str:
+    """This host's name as Airflow's default ``hostname_callable`` gives it (``socket.getfqdn``)."""
+    return socket.getfqdn()
+
+
+def record_of(manager, host: str, address: str = "") -> HostRecord:
+    """This host's record from its lease manager (:class:`~..gpu.leases.LeaseManager`): one look at its GPUs
+    and live leases, as every task of ours on the host sees them."""
+    gpus, leases = manager.snapshot()
+    usage = gpu_usage(gpus, manager.store.views(gpus, leases))
+    foreign = [i for i, u in usage.items() if u.leases == 0 and u.foreign_processes > 0]
+    return HostRecord(host=host, time=time.time(), source=manager.inventory.source, gpus=gpus,
+                      leases=[HostLease(lease.lease_id, list(lease.gpus), dict(lease.memory), lease.whole,
+                                        lease.job_class, lease.owner, lease.created, dict(lease.work))
+                              for lease in leases], foreign_busy=foreign, address=address)
+
+
+def publish(fleet_dir: str, record: HostRecord, *, shared: bool = False) -> str:
+    """Write this host's record (0644: the head node's processes read it; it holds no secret). ``shared``:
+    the fleet directory is a group directory (several Unix users' workers), as for the lease directory."""
+    if not _HOST_NAME.match(record.host):
+        raise InvalidArgumentError("host", record.host, "a host name of letters, digits, '.', '_' or '-'")
+    ensure_private_dir(fleet_dir, shared=shared, what="fleet directory")
+    folder = ensure_private_dir(hosts_dir(fleet_dir), shared=shared, what="fleet host records directory")
+    path = os.path.join(folder, f"{record.host}.json")
+    write_json_atomic(path, record.to_dict(), mode=0o644)
+    return path
+
+
+@dataclass
+class FleetView:
+    """Every host that published a record, with the records that could not be read."""
+
+    hosts: list[HostRecord]
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
+
+    def fresh(self, now: float | None = None) -> list[HostRecord]:
+        now = now or time.time()
+        return [h for h in self.hosts if h.fresh(now)]
+
+    def sizes(self) -> str:
+        return ", ".join(f"{h.host} {h.sizes()}" for h in self.hosts) or "no host has published a record"
+
+    def refuse_impossible(self, request: GPURequest) -> None:
+        """Raise :class:`InvalidArgumentError` if no host of the fleet can ever hold ``request``."""
+        if not self.hosts:
+            return  # nothing known yet: the host the task lands on decides
+        if not any(h.can_hold(request) for h in self.hosts):
+            raise InvalidArgumentError("request", request.describe(),
+                                       f"something one host of the fleet can hold (hosts: {self.sizes()})")
+
+    def room(self, request: GPURequest, now: float | None = None) -> tuple[list[str], str]:
+        """The fresh hosts where ``request`` fits now, and (when none) why not, host by host."""
+        fits, why = [], []
+        for h in self.fresh(now):
+            if h.foreign_busy and len(h.foreign_busy) >= len(h.gpus):
+                why.append(f"{h.host}: every GPU held by processes of others")
+                continue
+            reason = h.room_for(request)
+            (why.append(f"{h.host}: {reason}") if reason else fits.append(h.host))
+        if not fits and not why:
+            why.append(f"no host published a record in the last {FRESH_FOR:.0f}s")
+        return fits, "; ".join(why)
+
+
+def read_fleet(fleet_dir: str, now: float | None = None) -> FleetView:
+    """Every host record under ``fleet_dir`` seen in the last day, newest first by host name."""
+    folder = hosts_dir(fleet_dir)
+    now = now or time.time()
+    hosts, bad = [], []
+    try:
+        names = sorted(os.listdir(folder))
+    except FileNotFoundError:
+        return FleetView([])
+    for name in names:
+        if not name.endswith(".json") or name.startswith("."):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            record = read_host_record(read_json_record(path, max_bytes=4 << 20), path)
+        except (BadRecordError, OSError, ValueError) as exc:
+            bad.append((path, str(exc)))
+            continue
+        if record.host != name[:-5]:
+            bad.append((path, f"{path}: key 'host': expected {name[:-5]!r} (the file's name), got {record.host!r}"))
+            continue
+        if now - record.time <= REMEMBER_FOR:
+            hosts.append(record)
+    return FleetView(hosts, bad)
+
+
+def dumps(view: FleetView) -> str:
+    return json.dumps([h.to_dict() for h in view.hosts])
