@@ -322,6 +322,66 @@ def _partition(args) -> int:
     return 0
 
 
+def _fleet_dir(args) -> str:
+    import os
+
+    folder = args.fleet_dir or os.environ.get("AIRFLOW__GPUSCHED__FLEET_DIR", "")
+    if not folder:
+        raise GpuschedError("no fleet directory: give --fleet-dir DIR or set AIRFLOW__GPUSCHED__FLEET_DIR "
+                            "([gpusched] fleet_dir)")
+    return folder
+
+
+def _fleet_hosts(args) -> int:
+    import time
+
+    from airflow_provider_gpusched.core import fleet
+    from airflow_provider_gpusched.core.units import format_bytes
+
+    view = fleet.read_fleet(_fleet_dir(args))
+    now = time.time()
+    if args.json:
+        print(json.dumps({"hosts": [{**h.to_dict(), "fresh": h.fresh(now), "age": round(now - h.time, 1)}
+                                    for h in view.hosts],
+                          "unreadable": [{"file": f, "problem": why} for f, why in view.unreadable]}, indent=2))
+        return 0
+    if not view.hosts:
+        print("no host has published a record (is [gpusched] fleet_dir the same on the hosts?)")
+    for h in view.hosts:
+        state = "up" if h.fresh(now) else f"GONE (last record {now - h.time:.0f}s ago)"
+        simulated = " SIMULATED" if h.source == "simulated" else ""
+        print(f"{h.host}: {h.sizes()}{simulated}, {len(h.leases)} lease(s), {state}")
+        usage = h.usage()
+        for g in h.gpus:
+            holders = [lease for lease in h.leases if g.index in lease.gpus]
+            who = "; ".join(f"{lease.job_class} {lease.owner}" for lease in holders) or (
+                "processes of others" if g.index in h.foreign_busy else "free")
+            print(f"  GPU {g.index} {format_bytes(g.memory_total):>9}  reserved "
+                  f"{format_bytes(usage[g.index].reserved):>9}  {who}")
+    for f, why in view.unreadable:
+        print(f"unreadable: {why}", file=sys.stderr)
+    return 0
+
+
+def _fleet_queues(args) -> int:
+    from airflow_provider_gpusched.core import fleet
+    from airflow_provider_gpusched.core.gpu.inventory import get_inventory
+
+    print(",".join(fleet.host_queues(get_inventory(_simulate_option(args)).gpus(), args.lane)))
+    return 0
+
+
+def _fleet_publish(args) -> int:
+    from airflow_provider_gpusched.core import fleet
+    from airflow_provider_gpusched.core.gpu.inventory import get_inventory
+    from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+
+    manager = LeaseManager(get_inventory(_simulate_option(args)), _state_dir_option(args), shared=_shared_option())
+    record = fleet.record_of(manager, fleet.this_host())
+    print(fleet.publish(_fleet_dir(args), record, shared=_shared_option()))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpusched", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -331,6 +391,21 @@ def build_parser() -> argparse.ArgumentParser:
                                       "(default: $GPUSCHED_SIMULATE_GPUS)")
     p.add_argument("--state-dir", help="lease directory (default: $GPUSCHED_STATE_DIR or <tmp>/gpusched-<uid>)")
     p.set_defaults(func=_gpus)
+    fleet = sub.add_parser("fleet", help="several GPU hosts as one pool (docs/fleet.md)").add_subparsers(
+        dest="fleet_command", required=True)
+    p = fleet.add_parser("hosts", help="every GPU host of the fleet: its GPUs and leases, from the records it published")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--fleet-dir", help="the fleet directory (default: $AIRFLOW__GPUSCHED__FLEET_DIR)")
+    p.set_defaults(func=_fleet_hosts)
+    p = fleet.add_parser("queues", help="the executor queues this host's worker serves (comma-separated)")
+    p.add_argument("--lane", choices=("gpu", "idle"), default="gpu", help="normal work (gpu) or idle-class work")
+    p.add_argument("--simulate", help="simulated inventory where NVML finds no GPU (default: $GPUSCHED_SIMULATE_GPUS)")
+    p.set_defaults(func=_fleet_queues)
+    p = fleet.add_parser("publish", help="publish this host's GPUs and leases to the fleet directory once")
+    p.add_argument("--fleet-dir", help="the fleet directory (default: $AIRFLOW__GPUSCHED__FLEET_DIR)")
+    p.add_argument("--simulate", help="simulated inventory where NVML finds no GPU (default: $GPUSCHED_SIMULATE_GPUS)")
+    p.add_argument("--state-dir", help="lease directory (default: $GPUSCHED_STATE_DIR or <tmp>/gpusched-<uid>)")
+    p.set_defaults(func=_fleet_publish)
     slurm = sub.add_parser("slurm", help="Slurm jobs").add_subparsers(dest="slurm_command", required=True)
     p = slurm.add_parser("status", help="state, exit code and restarts of jobs (one squeue call)")
     p.add_argument("job_ids", nargs="+")

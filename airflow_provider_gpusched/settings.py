@@ -70,6 +70,12 @@ def gpu_state_dir_shared() -> bool:
     return shared_from_env()
 
 
+def fleet_dir() -> str:
+    """Where the GPU hosts of a fleet publish their records ('' on one host): see core/fleet.py."""
+    value = _value("fleet_dir") or ""
+    return os.path.expanduser(value) if value else ""
+
+
 def gpu_poll_interval() -> float:
     return _value("gpu_poll_interval")
 

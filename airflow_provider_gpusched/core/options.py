@@ -59,6 +59,11 @@ OPTIONS: tuple[Option, ...] = (
            "Seconds a deferred task (waiting for GPUs or a Slurm job) stays deferred at least: an event sooner "
            "after the deferral can make Airflow 3.3 fail the task (apache/airflow#72716). 0 turns the floor off.",
            "10"),
+    Option("fleet_dir", "string", "",
+           "Several GPU hosts as one pool (docs/fleet.md): a directory on a filesystem every GPU host and the head "
+           "node share, where each host publishes its GPUs and leases. Set: local GPU tasks that name no queue go to "
+           "the queue of their lane and memory tier, wait for room anywhere in the fleet, and the board and CLI "
+           "show every host. Empty: one host.", "/shared/gpusched-fleet"),
     Option("local_run_dir", "string", "",
            "Per-run working directories and logs of local GPU tasks. Empty: <AIRFLOW_HOME>/gpusched/local.",
            "/scratch/airflow-runs", directory_leaf="local"),

@@ -35,6 +35,9 @@ class JobClassPartial:
     its pool and weight from them when it is scheduled (the operator's ``__init__`` runs only later,
     when a task instance runs)."""
 
+    def __init__(self, route_local_gpus: bool = False) -> None:
+        self.route_local_gpus = route_local_gpus  # local GPU tasks: the fleet's queue (airflow_provider_gpusched.fleet)
+
     def __get__(self, obj, cls):
         from airflow.sdk import BaseOperator
 
@@ -43,7 +46,13 @@ class JobClassPartial:
             return inner  # Airflow's guard: .partial on a task object is an error
 
         def partial(**kwargs):
-            apply_job_class(kwargs, kwargs.get("job_class", "normal"), kwargs.get("priority", 0), kwargs.get("gpus", 1))
+            explicit_queue = "queue" in kwargs
+            job_class, _ = apply_job_class(kwargs, kwargs.get("job_class", "normal"), kwargs.get("priority", 0),
+                                           kwargs.get("gpus", 1))
+            if self.route_local_gpus and not explicit_queue:
+                from airflow_provider_gpusched.fleet import fleet_queue
+
+                fleet_queue(kwargs, job_class, kwargs.get("gpus", 1), kwargs.get("gpu_memory"))
             return inner(**kwargs)
 
         return partial

@@ -17,12 +17,15 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_provider_gpusched import settings
+from airflow_provider_gpusched import fleet, settings
 from airflow_provider_gpusched.callables import callable_arguments
 from airflow_provider_gpusched.core import pyfunc
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.gpu import attempts
 from airflow_provider_gpusched.core.gpu.board import GPU_TIME_XCOM, LEASE_XCOM, WAIT_XCOM, lease_record, wait_record
+
+#: in a fleet: the hosts a try landed on, in order (one unless it waited for room elsewhere)
+FLEET_HOSTS_XCOM = "gpusched_fleet_hosts"
 from airflow_provider_gpusched.core.gpu.inventory import GPUInventoryError
 from airflow_provider_gpusched.core.gpu.launch import GPUChild
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
@@ -34,7 +37,7 @@ from airflow_provider_gpusched.links import GPULeaseLink, publish_links
 from airflow_provider_gpusched.operators.arguments import check_argument_types
 from airflow_provider_gpusched.operators.job_class import JobClassPartial, apply_job_class
 from airflow_provider_gpusched.operators.queue_stops import refuse_if_stopped, work_tag
-from airflow_provider_gpusched.triggers.local_gpu import GPUAvailableTrigger
+from airflow_provider_gpusched.triggers.local_gpu import FleetRoomTrigger, GPUAvailableTrigger
 
 
 def _worker_host(ti) -> str:
@@ -70,7 +73,7 @@ class LocalGPUOperator(BaseOperator):
     template_fields_renderers = {"bash_command": "bash", "env": "json"}
     ui_color = "#d5f5e3"
     operator_extra_links = (GPULeaseLink(),)
-    partial = JobClassPartial()  # mapped tasks get the class's pool and weight too
+    partial = JobClassPartial(route_local_gpus=True)  # mapped tasks get the class's pool, weight and queue too
 
     def __init__(
         self,
@@ -99,7 +102,10 @@ class LocalGPUOperator(BaseOperator):
         priority: int = 0,
         **kwargs: Any,
     ) -> None:
+        explicit_queue = "queue" in kwargs
         job_class, priority = apply_job_class(kwargs, job_class, priority, gpus)
+        if not explicit_queue:
+            fleet.fleet_queue(kwargs, job_class, gpus, gpu_memory)  # several GPU hosts: lane and memory tier
         super().__init__(**kwargs)
         given = [x for x in (command, bash_command, python_callable) if x is not None]
         if len(given) != 1:
@@ -144,6 +150,7 @@ class LocalGPUOperator(BaseOperator):
         self._stop = threading.Event()
         self._yield_deadline: float | None = None  # how long to wait here for idle work to yield
         self._waiting_since: float | None = None  # when this try began waiting for GPUs (published to the board)
+        self._fleet_hosts: list[str] = []  # in a fleet: the hosts this try landed on, in order
 
     # -- helpers -------------------------------------------------------------------------------------
     def _run_dir(self, context) -> str:
@@ -187,12 +194,19 @@ class LocalGPUOperator(BaseOperator):
     def resume(self, context, event: dict[str, Any]) -> Any:
         state = event["payload"]
         self._waiting_since = state.get("waiting_since")
+        self._fleet_hosts = [h for h in state.get("fleet_hosts") or [] if isinstance(h, str)][:100]
         return self._run(context, attempts.WorkProgress.from_dict(state))
 
     def _wait_for_gpus(self, manager, hook, progress: attempts.WorkProgress, owner: str, why: str,
                        not_before: float | None = None, task_key: str = "") -> None:
         """Defer (or reschedule) until the request may fit; returns only in blocking mode, after a poll."""
         interval = self.poll_interval or settings.gpu_poll_interval()
+        if self.wait_mode == "defer" and fleet.enabled():  # the head node's triggerer waits on the hosts' records
+            self.defer(trigger=FleetRoomTrigger(
+                request=dataclasses.asdict(progress.request), fleet_dir=settings.fleet_dir(), poll_interval=interval,
+                not_before=not_before, fire_after=time.time() + settings.min_deferral(),
+                payload={**progress.to_dict(), "waiting_since": self._waiting_since, "fleet_hosts": self._fleet_hosts}),
+                method_name="resume")
         if self.wait_mode == "defer":
             request = dataclasses.asdict(progress.request)
             self.defer(trigger=GPUAvailableTrigger(
@@ -234,12 +248,14 @@ class LocalGPUOperator(BaseOperator):
         """The attempt loop (:func:`~airflow_provider_gpusched.core.gpu.attempts.decide` chooses each next
         step); this operator adds only how to wait: defer, reschedule or block."""
         hook = LocalGPUHook()
+        owner, task_key = self._owner(context), self._task_key(context)
         try:
             manager = hook.get_conn()
+            if fleet.enabled():
+                self._land_in_fleet(context, manager, hook, progress, owner, task_key)
             manager.check_possible(progress.request)
         except (GPUInventoryError, InvalidArgumentError) as exc:
             raise AirflowFailException(f"{self.task_id}: {exc}") from exc  # retrying cannot help
-        owner, task_key = self._owner(context), self._task_key(context)
         policy = manager.classes[self.job_class].local
         sizes = [g.memory_total for g in manager.inventory.gpus()]
         while True:
@@ -258,6 +274,8 @@ class LocalGPUOperator(BaseOperator):
             finally:
                 self._child = None
                 manager.release(lease)
+                if fleet.enabled():
+                    fleet.publish_quietly(manager)
             step = attempts.decide(progress, outcome, job_class=self.job_class, policy=policy,
                                    oom_policy=self.oom_policy, gpu_sizes=sizes, stopping=self._stop.is_set(), work=work)
             if step.action is attempts.Action.RELAUNCH:
@@ -285,6 +303,24 @@ class LocalGPUOperator(BaseOperator):
                 raise AirflowFailException(f"{self.task_id}: {step.message}")  # no retry: someone stopped it
             raise AirflowException(f"{self.task_id}: {step.message}")
 
+    def _land_in_fleet(self, context, manager, hook, progress: attempts.WorkProgress, owner: str, task_key: str):
+        """In a fleet: record the host this try landed on (XCom ``gpusched_fleet_hosts``); refuse a request no
+        host can ever hold, naming the hosts' sizes; and wait for room elsewhere when this host cannot hold it."""
+        from airflow_provider_gpusched.core.fleet import this_host
+
+        self._fleet_hosts.append(this_host())
+        context["ti"].xcom_push(key=FLEET_HOSTS_XCOM, value=list(self._fleet_hosts))
+        view = fleet.read_this_fleet()
+        view.refuse_impossible(progress.request)  # InvalidArgumentError: the task fails, naming the sizes
+        try:
+            manager.check_possible(progress.request)
+        except InvalidArgumentError as exc:
+            if not view.hosts:
+                raise
+            self.log.info("This host cannot hold %s (%s); waiting for room on another host of the fleet",
+                          progress.request.describe(), exc)
+            self._wait_for_gpus(manager, hook, progress, owner, str(exc), task_key=task_key)
+
     def _acquire(self, context, manager, hook, progress: attempts.WorkProgress, owner: str, task_key: str):
         """A lease for ``progress.request``, waiting (deferring, rescheduling or blocking) while GPUs are busy."""
         policy = manager.classes[self.job_class].local
@@ -295,6 +331,8 @@ class LocalGPUOperator(BaseOperator):
                                              preemptible=progress.history.preemptible(policy), task_key=task_key,
                                              grace=self.grace_period, work=tag)
             if lease is not None:
+                if fleet.enabled():
+                    fleet.publish_quietly(manager)
                 return lease
             if self._wait_for_yield(manager, owner, why):
                 continue

@@ -79,3 +79,45 @@ async def _release_or_timeout(manager: LeaseManager, seen: int, timeout: float, 
         await asyncio.sleep(min(check_every, max(0.0, deadline - time.monotonic())))
         if manager.store.release_count() != seen:
             return
+
+
+class FleetRoomTrigger(BaseTrigger):
+    """Fires when ``request`` fits on some host of the fleet, by the records the hosts publish under
+    ``fleet_dir`` (core/fleet.py): the head node's triggerer cannot look at a GPU host's leases itself.
+    It reserves nothing; the resumed task goes back to the executor's queue, and the host that takes it
+    leases its GPUs (or waits again)."""
+
+    def __init__(self, request: dict, fleet_dir: str, poll_interval: float = options.default("gpu_poll_interval"),
+                 payload: dict | None = None, not_before: float | None = None,
+                 fire_after: float | None = None) -> None:
+        super().__init__()
+        self.request = dict(request)
+        self.fleet_dir = fleet_dir
+        self.poll_interval = float(poll_interval)
+        self.payload = dict(payload or {})
+        self.not_before = not_before
+        self.fire_after = fire_after
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}",
+                {"request": self.request, "fleet_dir": self.fleet_dir, "poll_interval": self.poll_interval,
+                 "payload": self.payload, "not_before": self.not_before, "fire_after": self.fire_after})
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from airflow_provider_gpusched.core import fleet
+
+        request = GPURequest(**self.request)
+        start = max(self.not_before or 0, self.fire_after or 0)
+        if start > time.time():
+            await hold_until(start)
+        last = None
+        while True:
+            view = await asyncio.to_thread(fleet.read_fleet, self.fleet_dir)
+            hosts, why = view.room(request)
+            if hosts:
+                yield TriggerEvent({"status": "available", "hosts": hosts, "payload": self.payload})
+                return
+            if why != last:
+                self.log.info("Waiting for room in the fleet for %s: %s", request.describe(), why)
+                last = why
+            await asyncio.sleep(self.poll_interval)
