@@ -16,13 +16,17 @@
 # Everything lives in $GPUSCHED_STACK_DIR (default <checkout>/.stack): pid files, logs, AIRFLOW_HOME, lease
 # directory, Slurm output. Settings: GPUSCHED_STACK_PORT (api-server, default 28080), GPUSCHED_STACK_PG_PORT
 # (default 55432), GPUSCHED_STACK_EXTRA_DAGS (a second DAG folder, added as its own DAG bundle),
-# GPUSCHED_STACK_PARALLELISM (LocalExecutor slots, default 48). The UI user is `admin`; its password is
+# GPUSCHED_STACK_PARALLELISM (LocalExecutor slots, default 48), GPUSCHED_STACK_API_HOST (the api-server's
+# listening address, default 127.0.0.1), GPUSCHED_STACK_ENV (extra export lines; scripts/fleet.sh sets the
+# EdgeExecutor through it). The UI user is `admin`; its password is
 # generated on first `up` and kept in .stack/admin-password (0600).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
 STACK="${GPUSCHED_STACK_DIR:-$REPO/.stack}"
 PORT="${GPUSCHED_STACK_PORT:-28080}"
 PG_PORT="${GPUSCHED_STACK_PG_PORT:-55432}"
+# the address the api-server listens on (scripts/fleet.sh: 0.0.0.0, so GPU hosts in namespaces reach it)
+API_HOST="${GPUSCHED_STACK_API_HOST:-127.0.0.1}"
 COMPONENTS=(api-server scheduler dag-processor triggerer)
 say() { echo "[stack] $*" >&2; }
 die() { say "$*"; exit 1; }
@@ -126,7 +130,7 @@ export AIRFLOW__DATABASE__SQL_ALCHEMY_POOL_SIZE=10
 export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://127.0.0.1:$PORT/execution/"
 export AIRFLOW__API__BASE_URL="http://127.0.0.1:$PORT"
 export AIRFLOW__API__PORT=$PORT
-export AIRFLOW__API__HOST=127.0.0.1
+export AIRFLOW__API__HOST=$API_HOST
 export AIRFLOW__API__WORKERS=1
 export AIRFLOW__API_AUTH__JWT_SECRET="$(cat "$STACK/jwt-secret")"
 export AIRFLOW__CORE__AUTH_MANAGER=airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager
@@ -162,7 +166,7 @@ start_component() {
   # shellcheck disable=SC1091
   source "$STACK/env.sh"
   local args=("$name")
-  [ "$name" = api-server ] && args+=(-p "$PORT" -H 127.0.0.1)
+  [ "$name" = api-server ] && args+=(-p "$PORT" -H "$API_HOST")
   # its own session (process group = pid): `down` and `kill` reach the component and everything it forked
   setsid airflow "${args[@]}" >>"$STACK/logs/$name.log" 2>&1 </dev/null &
   echo $! >"$STACK/pids/$name.pid"

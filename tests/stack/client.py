@@ -26,18 +26,19 @@ class StackConfig:
     pg_port: int
     extra_dags: Path | None = None
     env_lines: str = ""
+    script: str = "stack.sh"  # or fleet.sh: the same stack with GPU hosts in namespaces (tests/fleet)
 
     def run(self, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
-        """``scripts/stack.sh ARGS`` for this stack (the caller's Airflow settings left out)."""
+        """``scripts/<script> ARGS`` for this stack (the caller's Airflow settings left out)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW") and k != "GPUSCHED_STATE_DIR"}
         env.update({"GPUSCHED_STACK_DIR": str(self.directory), "GPUSCHED_STACK_PORT": str(self.port),
                     "GPUSCHED_STACK_PG_PORT": str(self.pg_port), "GPUSCHED_STACK_ENV": self.env_lines})
         if self.extra_dags:
             env["GPUSCHED_STACK_EXTRA_DAGS"] = str(self.extra_dags)
-        out = subprocess.run(["bash", str(REPO / "scripts" / "stack.sh"), *args], env=env, capture_output=True,
+        out = subprocess.run(["bash", str(REPO / "scripts" / self.script), *args], env=env, capture_output=True,
                              text=True, timeout=timeout)
         if check and out.returncode != 0:
-            raise AssertionError(f"scripts/stack.sh {' '.join(args)} failed ({out.returncode}):\n"
+            raise AssertionError(f"scripts/{self.script} {' '.join(args)} failed ({out.returncode}):\n"
                                  f"{out.stdout}\n{out.stderr}")
         return out
 

@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# A lab's GPU fleet on one machine (root): the head node's stack (scripts/stack.sh with the EdgeExecutor) and N GPU
+# hosts, each a set of Linux namespaces (network with its own veth pair and address, hostname, process table)
+# running Airflow's own Edge workers. Every host has its own lease directory and its own SIMULATED inventory.
+#
+#   scripts/fleet.sh up [--hosts N] [--sizes 2x24GiB,4x80GiB,1x48GiB]   head stack + N hosts, all healthy
+#   scripts/fleet.sh down                 stop every host (its whole namespace) and remove namespaces and links,
+#                                         then the head stack (scripts/stack.sh down)
+#   scripts/fleet.sh destroy              down, then delete the stack's database and directory
+#   scripts/fleet.sh status               each host's workers, and the stack's health
+#   scripts/fleet.sh kill-host NAME       SIGKILL every process of host NAME (a host that dies); its namespace stays
+#   scripts/fleet.sh start-host NAME      start host NAME's workers again (a host that comes back)
+#   scripts/fleet.sh env                  the head's exports (see scripts/stack.sh env)
+#
+# Each host runs two Edge workers (queues from `gpusched fleet queues`): `gpu` lanes with one concurrency slot per
+# GPU, and `idle` lanes (idle-class work) with as many, so idle work never takes the slots normal work needs.
+# Hosts publish their GPUs and leases to $GPUSCHED_STACK_DIR/fleet/records ([gpusched] fleet_dir).
+# Settings: those of scripts/stack.sh, and GPUSCHED_FLEET_NET (the third octet of 10.203.X.0/24; default: a free one).
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$HERE/bootstrap.sh"
+STACK="${GPUSCHED_STACK_DIR:-$REPO/.stack}"
+FLEET="$STACK/fleet"
+PORT="${GPUSCHED_STACK_PORT:-28080}"
+DEFAULT_SIZES="2x24GiB,4x80GiB,1x48GiB"
+NAMES=(gpu-a gpu-b gpu-c gpu-d gpu-e gpu-f gpu-g gpu-h gpu-i gpu-j)
+say() { echo "[fleet] $*" >&2; }
+die() { say "$*"; exit 1; }
+
+[ "$(id -u)" = 0 ] || [ "${1:-}" = env ] || die "the fleet's namespaces need root (ip netns, unshare)"
+
+net_octet() {
+  if [ -f "$FLEET/net" ]; then cat "$FLEET/net"; return; fi
+  local x="${GPUSCHED_FLEET_NET:-}"
+  if [ -z "$x" ]; then
+    for x in $(shuf -i 20-250 -n 40); do ip -4 addr | grep -q "10\.203\.$x\." || break; done
+  fi
+  mkdir -p "$FLEET" && echo "$x" >"$FLEET/net"
+  echo "$x"
+}
+
+# host i (0-based): namespace gsf<X>h<i>, links gsf<X>h<i>a (head end, 10.203.X.4i+1/30) and ...b (host end, 4i+2)
+ns_of() { echo "gsf$(net_octet)h$1"; }
+index_of() { local i; for i in "${!NAMES[@]}"; do [ "${NAMES[$i]}" = "$1" ] && { echo "$i"; return; }; done; die "no host $1"; }
+hosts_up() { cat "$FLEET/hosts" 2>/dev/null || true; }
+
+host_env() {  # the exports of host $1 (index $2, inventory $3): the head's, then what is the host's own
+  local name="$1" i="$2" size="$3" x gw dir
+  x="$(net_octet)"; gw="10.203.$x.$((4 * i + 1))"; dir="$FLEET/$name"
+  cat "$STACK/env.sh"
+  cat <<EOF
+export AIRFLOW_HOME="$dir/airflow"
+export AIRFLOW__EDGE__API_URL="http://$gw:$PORT/edge_worker/v1/rpcapi"
+export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://$gw:$PORT/execution/"
+export AIRFLOW__LOGGING__BASE_LOG_FOLDER="$dir/logs"
+export AIRFLOW__GPUSCHED__GPU_STATE_DIR="$dir/gpu-leases"
+export AIRFLOW__GPUSCHED__LOCAL_RUN_DIR="$dir/local-runs"
+export AIRFLOW__GPUSCHED__SIMULATE_GPUS="$size"  # SIMULATED GPUs of this host
+export GPUSCHED_SIMULATE_USAGE="$dir/simulated-usage.json"  # what processes of others hold (tests write it)
+unset AIRFLOW__DATABASE__SQL_ALCHEMY_CONN  # an Edge worker talks HTTP only
+EOF
+}
+
+start_host() {
+  local name="$1" i size ns
+  i="$(index_of "$name")"; size="$(grep "^$name " "$FLEET/hosts" | cut -d' ' -f2)"; ns="$(ns_of "$i")"
+  [ -n "$size" ] || die "$name is not a host of this fleet"
+  [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] || { say "$name already running"; return; }
+  mkdir -p "$FLEET/$name"/{airflow,airflow-idle,logs,gpu-leases,local-runs}
+  chmod 700 "$FLEET/$name/gpu-leases"
+  (umask 077; host_env "$name" "$i" "$size" >"$FLEET/$name/env.sh")
+  # its own network (nsenter: `ip netns exec` would mount a fresh /sys), hostname and process table
+  setsid nsenter --net="/run/netns/$ns" unshare --uts --pid --fork --mount-proc -- bash -c '
+    name="$1"; dir="$2"; hostname "$name"; source "$dir/env.sh"
+    gpus=$(python -c "from airflow_provider_gpusched.core.gpu.inventory import parse_simulation_spec as p; print(len(p(\"$AIRFLOW__GPUSCHED__SIMULATE_GPUS\")))")
+    airflow edge worker -H "$name" -q "$(gpusched fleet queues --lane gpu)" -c "$gpus" >>"$dir/logs/worker-gpu.log" 2>&1 &
+    AIRFLOW_HOME="$dir/airflow-idle" airflow edge worker -H "$name-idle" -q "$(gpusched fleet queues --lane idle)" -c "$gpus" >>"$dir/logs/worker-idle.log" 2>&1 &
+    wait' fleet-host "$name" "$FLEET/$name" </dev/null >>"$FLEET/$name/logs/host.log" 2>&1 &
+  say "$name started ($size SIMULATED, namespace $ns, logs ${FLEET#"$REPO"/}/$name/logs)"
+}
+
+kill_host() {
+  local name="$1" ns pids
+  ns="$(ns_of "$(index_of "$name")")"
+  pids="$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')"
+  [ -n "$pids" ] && kill -9 $pids 2>/dev/null || true
+  local k; for k in $(seq 1 50); do [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break; sleep 0.1; done
+  say "$name killed (${pids:-nothing was running})"
+}
+
+wait_workers() {  # every host's two workers registered with the api-server and idle or running
+  local deadline=$((SECONDS + ${1:-180})) want=$(( $(hosts_up | wc -l) * 2 )) have=0
+  # shellcheck disable=SC1091
+  source "$STACK/env.sh"
+  while [ $SECONDS -lt $deadline ]; do
+    have="$(python - <<'EOF'
+from airflow.providers.edge3.models.edge_worker import EdgeWorkerModel, EdgeWorkerState
+from airflow.utils.session import create_session
+from sqlalchemy import select
+with create_session() as s:
+    print(sum(1 for w in s.scalars(select(EdgeWorkerModel)) if w.state in (EdgeWorkerState.IDLE, EdgeWorkerState.RUNNING)))
+EOF
+)" || have=0
+    [ "$have" -ge "$want" ] && { say "$have workers up"; return 0; }
+    sleep 2
+  done
+  die "only $have of $want Edge workers came up (logs: ${FLEET#"$REPO"/}/*/logs)"
+}
+
+up() {
+  local hosts=3 sizes="$DEFAULT_SIZES"
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --hosts) hosts="$2"; shift 2 ;;
+      --sizes) sizes="$2"; shift 2 ;;
+      *) die "unknown argument $1 (up [--hosts N] [--sizes 2x24GiB,4x80GiB,...])" ;;
+    esac
+  done
+  [[ "$hosts" =~ ^[0-9]+$ ]] && [ "$hosts" -ge 1 ] && [ "$hosts" -le ${#NAMES[@]} ] || die "--hosts: 1 to ${#NAMES[@]}, got $hosts"
+  python -c "import airflow.providers.edge3" 2>/dev/null || die "the EdgeExecutor is not installed: pip install 'airflow-provider-gpusched[fleet]'"
+  mkdir -p "$FLEET/records" && chmod 700 "$FLEET" "$FLEET/records"
+  local x; x="$(net_octet)"
+  GPUSCHED_STACK_API_HOST=0.0.0.0 GPUSCHED_STACK_ENV="${GPUSCHED_STACK_ENV:-}
+export AIRFLOW__CORE__EXECUTOR=airflow.providers.edge3.executors.EdgeExecutor
+export AIRFLOW__EDGE__API_ENABLED=True
+export AIRFLOW__EDGE__API_URL=http://127.0.0.1:$PORT/edge_worker/v1/rpcapi
+export AIRFLOW__EDGE__JOB_POLL_INTERVAL=1
+export AIRFLOW__EDGE__HEARTBEAT_INTERVAL=5
+export AIRFLOW__EDGE__PUSH_LOG_CHUNK_SIZE=65536
+export AIRFLOW__EDGE__EXTENDED_SYSTEM_INFO_FUNCTION=airflow_provider_gpusched.fleet.edge_worker_sysinfo
+export AIRFLOW__EDGE__AUTOMATIC_MAINTENANCE_ON=Error
+export AIRFLOW__EDGE__AUTOMATIC_MAINTENANCE_EXIT=Info
+export AIRFLOW__GPUSCHED__FLEET_DIR=$FLEET/records" bash "$HERE/stack.sh" up
+  : >"$FLEET/hosts.new"
+  local i size
+  IFS=, read -r -a size_list <<<"$sizes"
+  for ((i = 0; i < hosts; i++)); do
+    size="${size_list[$((i % ${#size_list[@]}))]}"
+    local name="${NAMES[$i]}" ns; ns="$(ns_of "$i")"
+    echo "$name $size" >>"$FLEET/hosts.new"
+    if ! ip netns list | grep -q "^$ns\b"; then
+      ip netns add "$ns"
+      ip link add "${ns}a" type veth peer name "${ns}b"
+      ip link set "${ns}b" netns "$ns"
+      ip addr add "10.203.$x.$((4 * i + 1))/30" dev "${ns}a"
+      ip link set "${ns}a" up
+      ip netns exec "$ns" ip addr add "10.203.$x.$((4 * i + 2))/30" dev "${ns}b"
+      ip netns exec "$ns" ip link set "${ns}b" up
+      ip netns exec "$ns" ip link set lo up
+    fi
+  done
+  mv "$FLEET/hosts.new" "$FLEET/hosts"
+  for ((i = 0; i < hosts; i++)); do start_host "${NAMES[$i]}"; done
+  wait_workers 240
+  # shellcheck disable=SC1091
+  source "$STACK/env.sh"
+  local k; for k in $(seq 1 30); do [ "$(ls "$FLEET/records/hosts" 2>/dev/null | wc -l)" -ge "$hosts" ] && break; sleep 1; done
+  gpusched pools sync >"$STACK/logs/pools-sync.log" 2>&1 || { cat "$STACK/logs/pools-sync.log" >&2; die "gpusched pools sync failed"; }
+  say "fleet up: $(hosts_up | tr '\n' ';' | sed 's/;$//; s/;/, /g') (UI http://127.0.0.1:$PORT)"
+}
+
+down() {
+  local name i ns
+  while read -r name _; do [ -n "$name" ] && kill_host "$name"; done < <(hosts_up)
+  if [ -f "$FLEET/net" ]; then
+    for ns in $(ip netns list | awk '{print $1}' | grep "^gsf$(cat "$FLEET/net")h" || true); do ip netns del "$ns"; done
+  fi
+  bash "$HERE/stack.sh" down
+  rm -f "$FLEET/hosts" "$FLEET/net"
+  say "down (links left: $(ip link show | grep -c "gsf" || true))"
+}
+
+status() {
+  local name size rc=0 pids
+  while read -r name size; do
+    pids="$(ip netns pids "$(ns_of "$(index_of "$name")")" 2>/dev/null | wc -l)"
+    echo "$name ($size SIMULATED): $pids process(es)"; [ "$pids" -gt 0 ] || rc=1
+  done < <(hosts_up)
+  bash "$HERE/stack.sh" status || rc=1
+  return $rc
+}
+
+case "${1:-}" in
+  up) shift; up "$@" ;;
+  down) down ;;
+  destroy) down; bash "$HERE/stack.sh" destroy ;;
+  status) status ;;
+  kill-host) [ -n "${2:-}" ] || die "kill-host NAME"; kill_host "$2" ;;
+  start-host) [ -n "${2:-}" ] || die "start-host NAME"; start_host "$2" ;;
+  env) bash "$HERE/stack.sh" env ;;
+  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac

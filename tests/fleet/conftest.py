@@ -1,0 +1,56 @@
+"""The fleet tier: the deployed stack with the EdgeExecutor (scripts/fleet.sh) and three GPU hosts in Linux
+namespaces (2x24GiB, 4x80GiB, 1x48GiB, SIMULATED), driven through the REST API and the CLI. Its own directory
+(.stack-fleet-test/) and ports; destroyed at the end (namespaces and links included)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from tests.stack.client import REPO, Stack, StackConfig
+
+FAST_CLASSES = json.dumps({"idle": {"local": {"idle_for": 0, "min_runtime": 0, "grace_period": 3, "backoff": 2,
+                                              "max_backoff": 4}}})
+STACK_DIR = REPO / ".stack-fleet-test"
+EXTRA_DAGS = STACK_DIR / "fleet-dags"
+CONFIG = StackConfig(STACK_DIR, int(os.environ.get("GPUSCHED_FLEET_PORT", "28097")),
+                     int(os.environ.get("GPUSCHED_FLEET_PG_PORT", "55447")), EXTRA_DAGS,
+                     f"export AIRFLOW__GPUSCHED__JOB_CLASSES='{FAST_CLASSES}'\n"
+                     "export AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT=20", script="fleet.sh")
+SIZES = {"gpu-a": (2, 24), "gpu-b": (4, 80), "gpu-c": (1, 48)}
+
+
+class Fleet(Stack):
+    records = STACK_DIR / "fleet" / "records"
+
+    def host_dir(self, name: str):
+        return STACK_DIR / "fleet" / name
+
+    def gpusched(self, *args: str) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+        env["AIRFLOW__GPUSCHED__FLEET_DIR"] = str(self.records)
+        return subprocess.run([str(REPO / ".venv" / "bin" / "gpusched"), *args], env=env, capture_output=True,
+                              text=True, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def fleet(slurm_cluster):
+    if os.geteuid() != 0:
+        pytest.skip("the fleet tier needs root: network, UTS and PID namespaces (scripts/fleet.sh)")
+    CONFIG.run("destroy", check=False)
+    EXTRA_DAGS.mkdir(parents=True, exist_ok=True)
+    for src in (REPO / "tests" / "fleet" / "dagfiles").glob("*.py"):
+        shutil.copy(src, EXTRA_DAGS)
+    up = CONFIG.run("up", "--hosts", "3", timeout=900)
+    print(up.stderr[-3000:])
+    try:
+        yield Fleet(CONFIG)
+    finally:
+        if not os.environ.get("GPUSCHED_E2E_KEEP"):
+            CONFIG.run("destroy", check=False)
+            left = subprocess.run(["ip", "link", "show"], capture_output=True, text=True).stdout
+            assert "gsf" not in left, f"links left behind: {left}"
