@@ -33,9 +33,10 @@ from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.gpu.runner import GPUWorkRunner, Work
 
 
-def run_layout(trials: int, seconds: float, request: GPURequest, slots: int, workers: int) -> dict:
+def run_layout(trials: int, seconds: float, request: GPURequest, slots: int, workers: int,
+               inventory: str = "4x24GiB") -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        manager = LeaseManager(SimulatedInventory("4x24GiB"), os.path.join(tmp, "leases"))
+        manager = LeaseManager(SimulatedInventory(inventory), os.path.join(tmp, "leases"))
         todo: queue.Queue[int] = queue.Queue()
         for i in range(trials):
             todo.put(i)
