@@ -37,7 +37,7 @@ class Fleet(Stack):
                               text=True, timeout=120)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # torn down before the stack tier starts its own stack: never two at once
 def fleet(slurm_cluster):
     if os.geteuid() != 0:
         pytest.skip("the fleet tier needs root: network, UTS and PID namespaces (scripts/fleet.sh)")
