@@ -1,7 +1,8 @@
 """Creating the Airflow pools that the job-class mapping names (``gpusched pools sync``).
 
 Slots: one per GPU the pool's classes can use — this host's GPU inventory (NVML, or the configured
-simulation) for local work, or with ``[gpusched] fleet_dir`` every GPU the fleet's hosts published, the class's Slurm partition for Slurm work. Uses Airflow's own pool API
+simulation) for local work, or with ``[gpusched] fleet_dir`` every GPU the fleet's hosts published; the
+class's Slurm partition for Slurm work. Uses Airflow's own pool API
 (``Pool.create_or_update_pool``, what ``airflow pools set`` uses), so it runs where the Airflow metadata
 database is reachable. Idempotent: pools already right are left alone.
 """
@@ -20,8 +21,9 @@ def desired_pools(backend: str = "local", slurm_conn_id: str | None = None,
     mapping = settings.job_class_mapping()
     if backend == "local":
         from airflow_provider_gpusched.core.gpu.inventory import get_inventory
+        from airflow_provider_gpusched.fleet import read_this_fleet
 
-        view = None if simulate else _fleet_view()
+        view = None if simulate else read_this_fleet()
         if view is not None and view.hosts:  # several GPU hosts: every GPU any of them published
             count = sum(len(h.gpus) for h in view.hosts)
         else:
@@ -37,12 +39,6 @@ def desired_pools(backend: str = "local", slurm_conn_id: str | None = None,
         return client.partition_gpus(partition)
 
     return mapping.pool_plan(partition_gpus)
-
-
-def _fleet_view():
-    from airflow_provider_gpusched.fleet import read_this_fleet
-
-    return read_this_fleet()
 
 
 def sync_pools(plan: dict[str, dict[str, Any]], dry_run: bool = False) -> list[dict[str, Any]]:

@@ -30,6 +30,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from local_gpu_launcher import run_layout  # noqa: E402
 
+from airflow_provider_gpusched.core.fleet import FLEET_HOSTS_XCOM  # noqa: E402
 from airflow_provider_gpusched.core.gpu.placement import GPURequest  # noqa: E402
 from tests.stack.client import Stack, StackConfig  # noqa: E402
 
@@ -53,7 +54,7 @@ def run_airflow(hosts: int, sizes: str, seconds: float) -> dict:
         end = max(datetime.fromisoformat(t["end_date"]) for t in tis)
         makespan = (end - begin).total_seconds()
         wall = time.monotonic() - start
-        landings = Counter(len(stack.xcom("bench_fleet", run_id, "trial", "gpusched_fleet_hosts", map_index=i))
+        landings = Counter(len(stack.xcom("bench_fleet", run_id, "trial", FLEET_HOSTS_XCOM, map_index=i))
                            for i in range(TRIALS))
         per_host = Counter(t["hostname"] for t in tis)
     finally:

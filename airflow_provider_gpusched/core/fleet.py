@@ -19,7 +19,6 @@ Pure Python, no Airflow imports.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import socket
@@ -46,6 +45,8 @@ FRESH_FOR = 30.0
 #: how long a host that stopped publishing is still listed (as gone) by the board and the CLI
 REMEMBER_FOR = 24 * 3600.0
 LANES = ("gpu", "idle")
+#: XCom of a local GPU task in a fleet: the hosts its try was taken by, in order (one unless it moved)
+FLEET_HOSTS_XCOM = "gpusched_fleet_hosts"
 _HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 GIB = 1 << 30
 
@@ -117,16 +118,12 @@ class HostRecord:
         return "+".join(f"{n}x{format_bytes(size)}" for size, n in sorted(counts.items())) or "no GPUs"
 
     def usage(self):
-        views = [LeaseView(memory=dict(lease.memory), whole=lease.whole) for lease in self.leases]
-        gpus = [g for g in self.gpus]
-        return gpu_usage(gpus, views)
+        return gpu_usage(self.gpus, [LeaseView(memory=dict(lease.memory), whole=lease.whole) for lease in self.leases])
 
     def room_for(self, request: GPURequest) -> str:
         """'' if ``request`` fits on this host by its record, else why not."""
-        try:
-            request.check_possible(self.gpus)
-        except InvalidArgumentError as exc:
-            return f"never fits here ({exc})"
+        if not self.can_hold(request):
+            return f"never fits here ({self.sizes()})"
         placement, why = place(request, self.usage())
         return "" if placement is not None else why
 
@@ -306,6 +303,3 @@ def read_fleet(fleet_dir: str, now: float | None = None) -> FleetView:
             hosts.append(record)
     return FleetView(hosts, bad)
 
-
-def dumps(view: FleetView) -> str:
-    return json.dumps([h.to_dict() for h in view.hosts])

@@ -14,8 +14,7 @@ from typing import Any, Callable, Sequence
 
 from airflow.sdk.bases.decorator import DecoratedOperator, TaskDecorator, task_decorator_factory
 
-from airflow_provider_gpusched.fleet import fleet_queue
-from airflow_provider_gpusched.operators.job_class import apply_job_class
+from airflow_provider_gpusched.operators.job_class import apply_local_gpu_class
 from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
 
 
@@ -35,10 +34,7 @@ def local_gpu_task(python_callable: Callable | None = None, multiple_outputs: bo
                    **kwargs: Any) -> TaskDecorator:
     """Wrap a function into a :class:`LocalGPUOperator` (``@task.local_gpu``)."""
     # mapped tasks (.expand) take pool and weight from these arguments: apply the job class here
-    explicit_queue = "queue" in kwargs
-    job_class, _ = apply_job_class(kwargs, kwargs.get("job_class", "normal"), kwargs.get("priority", 0),
-                                   kwargs.get("gpus", 1))
-    if not explicit_queue:
-        fleet_queue(kwargs, job_class, kwargs.get("gpus", 1), kwargs.get("gpu_memory"))
+    apply_local_gpu_class(kwargs, kwargs.get("job_class", "normal"), kwargs.get("priority", 0), kwargs.get("gpus", 1),
+                          kwargs.get("gpu_memory"))
     return task_decorator_factory(python_callable=python_callable, multiple_outputs=multiple_outputs,
                                   decorated_operator_class=_LocalGPUDecoratedOperator, **kwargs)

@@ -45,7 +45,8 @@ def publish_this_host(manager=None) -> fleet.HostRecord | None:
 
 
 def publish_quietly(manager) -> None:
-    """:func:`publish_this_host` for a task's lease change: a failure is logged, never fails the task."""
+    """:func:`publish_this_host` for a task's lease change (nothing outside a fleet): a failure is logged,
+    never fails the task."""
     try:
         publish_this_host(manager)
     except (GpuschedError, OSError) as exc:

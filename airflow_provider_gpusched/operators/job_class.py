@@ -30,13 +30,26 @@ def apply_job_class(kwargs: dict[str, Any], job_class: str, priority: int, gpus:
     return job_class, priority
 
 
+def apply_local_gpu_class(kwargs: dict[str, Any], job_class: str, priority: int, gpus: Any,
+                          gpu_memory: Any) -> tuple[str, int]:
+    """:func:`apply_job_class` for a local GPU task, which in a fleet also goes to the queue of its lane and
+    memory tier unless its author named one (airflow_provider_gpusched.fleet)."""
+    from airflow_provider_gpusched.fleet import fleet_queue
+
+    explicit_queue = "queue" in kwargs
+    job_class, priority = apply_job_class(kwargs, job_class, priority, gpus)
+    if not explicit_queue:
+        fleet_queue(kwargs, job_class, gpus, gpu_memory)
+    return job_class, priority
+
+
 class JobClassPartial:
     """``Operator.partial(...)`` that applies the job class to the partial arguments: a mapped task takes
     its pool and weight from them when it is scheduled (the operator's ``__init__`` runs only later,
     when a task instance runs)."""
 
-    def __init__(self, route_local_gpus: bool = False) -> None:
-        self.route_local_gpus = route_local_gpus  # local GPU tasks: the fleet's queue (airflow_provider_gpusched.fleet)
+    def __init__(self, local_gpus: bool = False) -> None:
+        self.local_gpus = local_gpus  # a local GPU operator: apply_local_gpu_class (the fleet's queue too)
 
     def __get__(self, obj, cls):
         from airflow.sdk import BaseOperator
@@ -46,13 +59,12 @@ class JobClassPartial:
             return inner  # Airflow's guard: .partial on a task object is an error
 
         def partial(**kwargs):
-            explicit_queue = "queue" in kwargs
-            job_class, _ = apply_job_class(kwargs, kwargs.get("job_class", "normal"), kwargs.get("priority", 0),
-                                           kwargs.get("gpus", 1))
-            if self.route_local_gpus and not explicit_queue:
-                from airflow_provider_gpusched.fleet import fleet_queue
-
-                fleet_queue(kwargs, job_class, kwargs.get("gpus", 1), kwargs.get("gpu_memory"))
+            job_class, priority = kwargs.get("job_class", "normal"), kwargs.get("priority", 0)
+            gpus = kwargs.get("gpus", 1)
+            if self.local_gpus:
+                apply_local_gpu_class(kwargs, job_class, priority, gpus, kwargs.get("gpu_memory"))
+            else:
+                apply_job_class(kwargs, job_class, priority, gpus)
             return inner(**kwargs)
 
         return partial

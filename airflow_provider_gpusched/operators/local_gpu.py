@@ -23,9 +23,6 @@ from airflow_provider_gpusched.core import pyfunc
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.gpu import attempts
 from airflow_provider_gpusched.core.gpu.board import GPU_TIME_XCOM, LEASE_XCOM, WAIT_XCOM, lease_record, wait_record
-
-#: in a fleet: the hosts a try landed on, in order (one unless it waited for room elsewhere)
-FLEET_HOSTS_XCOM = "gpusched_fleet_hosts"
 from airflow_provider_gpusched.core.gpu.inventory import GPUInventoryError
 from airflow_provider_gpusched.core.gpu.launch import GPUChild
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
@@ -35,7 +32,7 @@ from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
 from airflow_provider_gpusched.links import GPULeaseLink, publish_links
 from airflow_provider_gpusched.operators.arguments import check_argument_types
-from airflow_provider_gpusched.operators.job_class import JobClassPartial, apply_job_class
+from airflow_provider_gpusched.operators.job_class import JobClassPartial, apply_local_gpu_class
 from airflow_provider_gpusched.operators.queue_stops import refuse_if_stopped, work_tag
 from airflow_provider_gpusched.triggers.local_gpu import FleetRoomTrigger, GPUAvailableTrigger
 
@@ -73,7 +70,7 @@ class LocalGPUOperator(BaseOperator):
     template_fields_renderers = {"bash_command": "bash", "env": "json"}
     ui_color = "#d5f5e3"
     operator_extra_links = (GPULeaseLink(),)
-    partial = JobClassPartial(route_local_gpus=True)  # mapped tasks get the class's pool, weight and queue too
+    partial = JobClassPartial(local_gpus=True)  # mapped tasks get the class's pool, weight and queue too
 
     def __init__(
         self,
@@ -102,10 +99,7 @@ class LocalGPUOperator(BaseOperator):
         priority: int = 0,
         **kwargs: Any,
     ) -> None:
-        explicit_queue = "queue" in kwargs
-        job_class, priority = apply_job_class(kwargs, job_class, priority, gpus)
-        if not explicit_queue:
-            fleet.fleet_queue(kwargs, job_class, gpus, gpu_memory)  # several GPU hosts: lane and memory tier
+        job_class, priority = apply_local_gpu_class(kwargs, job_class, priority, gpus, gpu_memory)
         super().__init__(**kwargs)
         given = [x for x in (command, bash_command, python_callable) if x is not None]
         if len(given) != 1:
@@ -253,7 +247,8 @@ class LocalGPUOperator(BaseOperator):
             manager = hook.get_conn()
             if fleet.enabled():
                 self._land_in_fleet(context, manager, hook, progress, owner, task_key)
-            manager.check_possible(progress.request)
+            else:
+                manager.check_possible(progress.request)
         except (GPUInventoryError, InvalidArgumentError) as exc:
             raise AirflowFailException(f"{self.task_id}: {exc}") from exc  # retrying cannot help
         policy = manager.classes[self.job_class].local
@@ -274,8 +269,7 @@ class LocalGPUOperator(BaseOperator):
             finally:
                 self._child = None
                 manager.release(lease)
-                if fleet.enabled():
-                    fleet.publish_quietly(manager)
+                fleet.publish_quietly(manager)  # in a fleet: the head node sees the GPUs free at once
             step = attempts.decide(progress, outcome, job_class=self.job_class, policy=policy,
                                    oom_policy=self.oom_policy, gpu_sizes=sizes, stopping=self._stop.is_set(), work=work)
             if step.action is attempts.Action.RELAUNCH:
@@ -306,7 +300,7 @@ class LocalGPUOperator(BaseOperator):
     def _land_in_fleet(self, context, manager, hook, progress: attempts.WorkProgress, owner: str, task_key: str):
         """In a fleet: record the host this try landed on (XCom ``gpusched_fleet_hosts``); refuse a request no
         host can ever hold, naming the hosts' sizes; and wait for room elsewhere when this host cannot hold it."""
-        from airflow_provider_gpusched.core.fleet import this_host
+        from airflow_provider_gpusched.core.fleet import FLEET_HOSTS_XCOM, this_host
 
         self._fleet_hosts.append(this_host())
         context["ti"].xcom_push(key=FLEET_HOSTS_XCOM, value=list(self._fleet_hosts))
@@ -315,7 +309,7 @@ class LocalGPUOperator(BaseOperator):
         try:
             manager.check_possible(progress.request)
         except InvalidArgumentError as exc:
-            if not view.hosts:
+            if not view.hosts or self.wait_mode == "block":  # blocking here cannot make this host any bigger
                 raise
             self.log.info("This host cannot hold %s (%s); waiting for room on another host of the fleet",
                           progress.request.describe(), exc)
@@ -331,8 +325,7 @@ class LocalGPUOperator(BaseOperator):
                                              preemptible=progress.history.preemptible(policy), task_key=task_key,
                                              grace=self.grace_period, work=tag)
             if lease is not None:
-                if fleet.enabled():
-                    fleet.publish_quietly(manager)
+                fleet.publish_quietly(manager)
                 return lease
             if self._wait_for_yield(manager, owner, why):
                 continue

@@ -107,9 +107,7 @@ class FleetRoomTrigger(BaseTrigger):
         from airflow_provider_gpusched.core import fleet
 
         request = GPURequest(**self.request)
-        start = max(self.not_before or 0, self.fire_after or 0)
-        if start > time.time():
-            await hold_until(start)
+        await hold_until(max(self.not_before or 0, self.fire_after or 0))
         last = None
         while True:
             view = await asyncio.to_thread(fleet.read_fleet, self.fleet_dir)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_gpusched.core.fleet import FLEET_HOSTS_XCOM
 from tests.fleet.conftest import SIZES
 from tests.polling import wait_until
 
@@ -63,7 +64,7 @@ def _listdir(folder: Path) -> list[str]:
 
 
 @pytest.fixture
-def out_file(fleet, tmp_path_factory):
+def out_file(fleet):
     path = fleet.dir / "fleet-out" / f"{time.time_ns()}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
@@ -95,7 +96,7 @@ def test_24_trials_spread_over_every_host_without_oversubscription(fleet, out_fi
     assert sampler.samples > 20 and not sampler.problems, sampler.problems
     for host, (count, _) in SIZES.items():
         assert sampler.peak[host] <= count, (host, sampler.peak[host])
-    tries = [len(fleet.xcom("fleet_spread", run_id, "trial", "gpusched_fleet_hosts", map_index=i)) for i in range(24)]
+    tries = [len(fleet.xcom("fleet_spread", run_id, "trial", FLEET_HOSTS_XCOM, map_index=i)) for i in range(24)]
     print(f"landings per task: {sorted(tries)}; peak leases per host: {dict(sampler.peak)}")
     assert max(tries) <= 3, tries
 
