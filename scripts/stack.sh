@@ -5,7 +5,8 @@
 # against the project's single-node Slurm cluster and this host's GPUs (simulated ones where NVML finds none).
 #
 #   scripts/stack.sh up                start everything (idempotent) and wait until each component is healthy
-#   scripts/stack.sh down              stop exactly what `up` started, by pid, then PostgreSQL
+#   scripts/stack.sh down              stop exactly what `up` started, by pid, then PostgreSQL (and the Slurm
+#                                      test cluster if `up` started it)
 #   scripts/stack.sh destroy           down, then delete the stack's database and directory (a clean start)
 #   scripts/stack.sh status            each component's pid and health; exit 1 if one is down
 #   scripts/stack.sh logs [NAME]       the last lines of each log (or NAME's: api-server, scheduler, ...)
@@ -201,7 +202,10 @@ up() {
   mkdir -p "$STACK"/{pids,logs,airflow,gpu-leases,local-runs,slurm-out,sweeps}
   chmod 700 "$STACK" "$STACK/gpu-leases"
   local t0=$SECONDS
-  if ! SLURM_CONF="$REPO/.slurm/etc/slurm.conf" sinfo -h >/dev/null 2>&1; then bash "$REPO/scripts/slurm-cluster.sh" up; fi
+  if ! SLURM_CONF="$REPO/.slurm/etc/slurm.conf" sinfo -h >/dev/null 2>&1; then
+    bash "$REPO/scripts/slurm-cluster.sh" up
+    touch "$STACK/started-slurm"  # `down` stops the cluster again; one that was already up is left alone
+  fi
   start_postgres
   write_env
   # shellcheck disable=SC1091
@@ -231,6 +235,7 @@ down() {
     rm -f "$STACK/pids/$c.pid"
   done
   stop_postgres
+  if [ -f "$STACK/started-slurm" ]; then bash "$REPO/scripts/slurm-cluster.sh" down; rm -f "$STACK/started-slurm"; fi
   say "down"
 }
 
