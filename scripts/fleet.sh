@@ -3,7 +3,8 @@
 # hosts, each a set of Linux namespaces (network with its own veth pair and address, hostname, process table)
 # running Airflow's own Edge workers. Every host has its own lease directory and its own SIMULATED inventory.
 #
-#   scripts/fleet.sh up [--hosts N] [--sizes 2x24GiB,4x80GiB,1x48GiB]   head stack + N hosts, all healthy
+#   scripts/fleet.sh up [--hosts N] [--sizes "2x24GiB 4x80GiB 1x48GiB"]  head stack + N hosts, all healthy
+#                                         (one inventory per host, in turn; a mixed host: 24GiB,80GiB)
 #   scripts/fleet.sh down                 stop every host (its whole namespace) and remove namespaces and links,
 #                                         then the head stack (scripts/stack.sh down)
 #   scripts/fleet.sh destroy              down, then delete the stack's database and directory
@@ -22,7 +23,7 @@ source "$HERE/bootstrap.sh"
 STACK="${GPUSCHED_STACK_DIR:-$REPO/.stack}"
 FLEET="$STACK/fleet"
 PORT="${GPUSCHED_STACK_PORT:-28080}"
-DEFAULT_SIZES="2x24GiB,4x80GiB,1x48GiB"
+DEFAULT_SIZES="2x24GiB 4x80GiB 1x48GiB"
 NAMES=(gpu-a gpu-b gpu-c gpu-d gpu-e gpu-f gpu-g gpu-h gpu-i gpu-j)
 say() { echo "[fleet] $*" >&2; }
 die() { say "$*"; exit 1; }
@@ -43,6 +44,12 @@ net_octet() {
 ns_of() { echo "gsf$(net_octet)h$1"; }
 index_of() { local i; for i in "${!NAMES[@]}"; do [ "${NAMES[$i]}" = "$1" ] && { echo "$i"; return; }; done; die "no host $1"; }
 hosts_up() { cat "$FLEET/hosts" 2>/dev/null || true; }
+# the number of GPUs of a simulated inventory spec (the spec passed as an argument, never as code)
+gpu_count() {
+  python -c 'import sys; from airflow_provider_gpusched.core.gpu.inventory import parse_simulation_spec as p
+print(len(p(sys.argv[1])))' "$1"
+}
+export -f gpu_count  # the hosts' shells (start_host) use it too
 
 host_env() {  # the exports of host $1 (index $2, inventory $3): the head's, then what is the host's own
   local name="$1" i="$2" size="$3" x gw dir
@@ -72,7 +79,7 @@ start_host() {
   # its own network (nsenter: `ip netns exec` would mount a fresh /sys), hostname and process table
   setsid nsenter --net="/run/netns/$ns" unshare --uts --pid --fork --mount-proc -- bash -c '
     name="$1"; dir="$2"; hostname "$name"; source "$dir/env.sh"
-    gpus=$(python -c "from airflow_provider_gpusched.core.gpu.inventory import parse_simulation_spec as p; print(len(p(\"$AIRFLOW__GPUSCHED__SIMULATE_GPUS\")))")
+    gpus=$(gpu_count "$AIRFLOW__GPUSCHED__SIMULATE_GPUS")
     airflow edge worker -H "$name" -q "$(gpusched fleet queues --lane gpu)" -c "$gpus" >>"$dir/logs/worker-gpu.log" 2>&1 &
     AIRFLOW_HOME="$dir/airflow-idle" airflow edge worker -H "$name-idle" -q "$(gpusched fleet queues --lane idle)" -c "$gpus" >>"$dir/logs/worker-idle.log" 2>&1 &
     wait' fleet-host "$name" "$FLEET/$name" </dev/null >>"$FLEET/$name/logs/host.log" 2>&1 &
@@ -113,12 +120,19 @@ up() {
     case "$1" in
       --hosts) hosts="$2"; shift 2 ;;
       --sizes) sizes="$2"; shift 2 ;;
-      *) die "unknown argument $1 (up [--hosts N] [--sizes 2x24GiB,4x80GiB,...])" ;;
+      *) die "unknown argument $1 (up [--hosts N] [--sizes \"2x24GiB 4x80GiB ...\"])" ;;
     esac
   done
   [[ "$hosts" =~ ^[0-9]+$ ]] && [ "$hosts" -ge 1 ] && [ "$hosts" -le ${#NAMES[@]} ] || die "--hosts: 1 to ${#NAMES[@]}, got $hosts"
   python -c "import airflow.providers.edge3" 2>/dev/null || die "the EdgeExecutor is not installed: pip install 'airflow-provider-gpusched[fleet]'"
   mkdir -p "$FLEET/records" && chmod 700 "$FLEET" "$FLEET/records"
+  local size_list size err
+  read -r -a size_list <<<"$sizes"
+  [ ${#size_list[@]} -ge 1 ] || die "--sizes: expected one simulated inventory per host, such as \"2x24GiB 4x80GiB\""
+  for size in "${size_list[@]}"; do
+    err="$(gpu_count "$size" 2>&1 >/dev/null)" \
+      || die "--sizes: '$size' is not a simulated inventory such as 4x24GiB: ${err##*$'\n'}"
+  done
   local x; x="$(net_octet)"
   GPUSCHED_STACK_API_HOST=0.0.0.0 GPUSCHED_STACK_ENV="${GPUSCHED_STACK_ENV:-}
 export AIRFLOW__CORE__EXECUTOR=airflow.providers.edge3.executors.EdgeExecutor
@@ -132,8 +146,7 @@ export AIRFLOW__EDGE__AUTOMATIC_MAINTENANCE_ON=Error
 export AIRFLOW__EDGE__AUTOMATIC_MAINTENANCE_EXIT=Info
 export AIRFLOW__GPUSCHED__FLEET_DIR=$FLEET/records" bash "$HERE/stack.sh" up
   : >"$FLEET/hosts.new"
-  local i size
-  IFS=, read -r -a size_list <<<"$sizes"
+  local i
   for ((i = 0; i < hosts; i++)); do
     size="${size_list[$((i % ${#size_list[@]}))]}"
     local name="${NAMES[$i]}" ns; ns="$(ns_of "$i")"
