@@ -51,12 +51,17 @@ _HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 GIB = 1 << 30
 
 
+#: above the last tier, tiers are every multiple of this many GiB
+BIG_TIER_STEP_GIB = 64
+
+
 def memory_tier(gpu_memory: int) -> int:
-    """The smallest tier (GiB) of at least ``gpu_memory`` bytes; a request above every tier gets its own size."""
+    """The smallest tier (GiB) of at least ``gpu_memory`` bytes (above every listed tier: the next multiple of
+    64 GiB, which hosts with GPUs that big serve too)."""
     for tier in MEMORY_TIERS_GIB:
         if tier * GIB >= gpu_memory:
             return tier
-    return -(-gpu_memory // GIB)
+    return -(-gpu_memory // (BIG_TIER_STEP_GIB * GIB)) * BIG_TIER_STEP_GIB
 
 
 def queue_for(request: GPURequest, lane: str = "gpu") -> str:
@@ -70,8 +75,7 @@ def host_queues(gpus: Iterable[GPUInfo], lane: str = "gpu") -> list[str]:
     """The queues a host's worker for ``lane`` serves: the lane, and every tier its largest GPU holds."""
     largest = max((g.memory_total for g in gpus), default=0)
     tiers = [t for t in MEMORY_TIERS_GIB if t * GIB <= largest]
-    if largest > MEMORY_TIERS_GIB[-1] * GIB:  # beyond every tier: requests of up to its own size
-        tiers.append(largest // GIB)
+    tiers += [t for t in range(BIG_TIER_STEP_GIB, largest // GIB + 1, BIG_TIER_STEP_GIB) if t > MEMORY_TIERS_GIB[-1]]
     return [lane] + [f"{lane}-{t}g" for t in tiers]
 
 

@@ -26,6 +26,9 @@ def test_a_memory_request_goes_to_the_smallest_tier_that_holds_it_and_only_big_h
     big = SimulatedInventory("4x80GiB").gpus()
     assert "gpu-64g" not in fleet.host_queues(small) and "gpu-64g" in fleet.host_queues(big)
     assert fleet.host_queues(small, "idle")[0] == "idle" and "idle-24g" in fleet.host_queues(small, "idle")
+    huge = SimulatedInventory("1x288GiB").gpus()  # above every listed tier: multiples of 64 GiB
+    assert fleet.queue_for(GPURequest(gpu_memory="200GiB")) == "gpu-256g" and "gpu-256g" in fleet.host_queues(huge)
+    assert "gpu-320g" not in fleet.host_queues(huge)
     with pytest.raises(InvalidArgumentError, match="lane"):
         fleet.queue_for(GPURequest(), "batch")
 
