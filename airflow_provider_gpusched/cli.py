@@ -103,6 +103,8 @@ def _gpus(args) -> int:
     from airflow_provider_gpusched.core.gpu.placement import gpu_usage
     from airflow_provider_gpusched.core.units import format_bytes
 
+    if not args.this_host and _fleet_dir(args, required=False):
+        return _fleet_hosts(args)  # the head node's view: every host of the fleet, from its records
     inventory = get_inventory(_simulate_option(args))
     manager = LeaseManager(inventory, _state_dir_option(args), shared=_shared_option())
     gpus, leases = manager.snapshot()
@@ -322,14 +324,25 @@ def _partition(args) -> int:
     return 0
 
 
-def _fleet_dir(args) -> str:
+def _fleet_dir(args, required: bool = True) -> str:
+    """``--fleet-dir``, else ``[gpusched] fleet_dir`` (its environment variable, else Airflow's configuration
+    where Airflow is installed); '' with ``required=False`` when none is set (one host)."""
     import os
 
-    folder = args.fleet_dir or os.environ.get("AIRFLOW__GPUSCHED__FLEET_DIR", "")
+    if getattr(args, "no_fleet", False):
+        return ""
+    folder = getattr(args, "fleet_dir", None) or os.environ.get("AIRFLOW__GPUSCHED__FLEET_DIR", "")
     if not folder:
+        try:
+            from airflow_provider_gpusched import settings
+
+            folder = settings.fleet_dir()
+        except ImportError:  # the core without Airflow: only the option and the environment
+            folder = ""
+    if not folder and required:
         raise GpuschedError("no fleet directory: give --fleet-dir DIR or set AIRFLOW__GPUSCHED__FLEET_DIR "
                             "([gpusched] fleet_dir)")
-    return folder
+    return os.path.expanduser(folder)
 
 
 def _fleet_hosts(args) -> int:
@@ -390,6 +403,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--simulate", help="simulated inventory where NVML finds no GPU, e.g. 4x24GiB "
                                       "(default: $GPUSCHED_SIMULATE_GPUS)")
     p.add_argument("--state-dir", help="lease directory (default: $GPUSCHED_STATE_DIR or <tmp>/gpusched-<uid>)")
+    p.add_argument("--fleet-dir", help="in a fleet: every host's GPUs from the records they published (default: "
+                                       "[gpusched] fleet_dir; docs/fleet.md)")
+    p.add_argument("--this-host", action="store_true", help="this host's GPUs and leases only, even in a fleet")
     p.set_defaults(func=_gpus)
     fleet = sub.add_parser("fleet", help="several GPU hosts as one pool (docs/fleet.md)").add_subparsers(
         dest="fleet_command", required=True)

@@ -60,13 +60,20 @@ def _leases(args) -> tuple[object | None, str]:
 
 
 def _orders(args):
-    """The stop orders of this host: in its lease directory, whether or not its leases are looked at."""
-    from airflow_provider_gpusched.cli import _shared_option, _state_dir_option
+    """The stop orders this host heeds: in its lease directory, whether or not its leases are looked at, and in
+    a fleet the fleet's. In a fleet, orders are placed and lifted in the fleet's folder (every host heeds it)."""
+    from airflow_provider_gpusched.cli import _fleet_dir, _shared_option, _state_dir_option
+    from airflow_provider_gpusched.core.fleet import orders_dir
     from airflow_provider_gpusched.core.gpu.lease_store import default_state_dir
     from airflow_provider_gpusched.core.queue import StopOrders
     from airflow_provider_gpusched.core.safe_files import ensure_private_dir
 
     shared = _shared_option()
+    fleet_dir = _fleet_dir(args, required=False)
+    if fleet_dir:
+        folder = ensure_private_dir(orders_dir(fleet_dir), shared=shared, what="fleet stop orders directory")
+        own = _state_dir_option(args) or default_state_dir()
+        return StopOrders(folder, 0o660 if shared else 0o600, also=[own] if os.path.isdir(own) else [])
     state_dir = ensure_private_dir(_state_dir_option(args) or default_state_dir(), shared=shared,
                                    what="GPU lease directory")
     return StopOrders(state_dir, 0o660 if shared else 0o600)
@@ -91,7 +98,21 @@ def _listing(args):
     manager, no_local = _leases(args)
     listing = list_work(client=client, manager=manager, orders=_orders(args))
     listing.problems[:0] = [p for p in (no_slurm, no_local) if p]
+    fleet_dir = _fleet_dir_of(args)
+    if fleet_dir:  # every GPU host's leases, from the records they published (no ssh)
+        from airflow_provider_gpusched.core.fleet import queue_entries, read_fleet
+
+        entries, problems = queue_entries(read_fleet(fleet_dir), fleet_dir)
+        here = {e.id for e in listing.entries}  # this host's own leases, as its lease manager sees them
+        listing.entries += [e for e in entries if e.id not in here]
+        listing.problems += problems
     return listing, client, manager, how
+
+
+def _fleet_dir_of(args) -> str:
+    from airflow_provider_gpusched.cli import _fleet_dir
+
+    return _fleet_dir(args, required=False)
 
 
 def _elapsed(seconds) -> str:
@@ -165,12 +186,27 @@ def queue_stop(args) -> int:
         order_path = _orders(args).place(selector, request, hold)
     listing, client, manager, _ = _listing(args)
     entries = [e for e in listing.entries if selector.matches(e)]
-    outcomes = stop_work(entries, request, client=client, manager=manager, dry_run=args.dry_run, wait=args.wait)
+
+    def stop(chosen):
+        here = [e for e in chosen if not e.host]
+        there = [e for e in chosen if e.host]
+        done = stop_work(here, request, client=client, manager=manager, dry_run=args.dry_run, wait=args.wait)
+        if there and args.dry_run:
+            done += stop_work(there, request, dry_run=True)
+        elif there:  # on other GPU hosts: through the fleet directory, which their holders heed
+            from airflow_provider_gpusched.cli import _shared_option
+            from airflow_provider_gpusched.core.fleet import stop_on_hosts
+
+            done += stop_on_hosts(_fleet_dir_of(args), there, request, shared=_shared_option(),
+                                  wait=args.wait + _longest_grace())
+        return done
+
+    outcomes = stop(entries)
     if not args.dry_run:  # a task that looked for stop orders just before ours was placed may have launched since
         seen = {e.id for e in entries}
         late = [e for e in _listing(args)[0].entries if selector.matches(e) and e.id not in seen]
         entries += late
-        outcomes += stop_work(late, request, client=client, manager=manager, wait=args.wait) if late else []
+        outcomes += stop(late) if late else []
     missing = [i for i in selector.ids if not any(i in (e.id, e.stop_id) for e in entries)]
     bad = [o for o in outcomes if o.action in ("failed", "still running")]
     if args.json:
@@ -185,11 +221,23 @@ def queue_stop(args) -> int:
         for i in missing:
             print(f"  {printable(i)}: not running (no such Slurm job of this provider's, nor lease)")
         if order_path:
-            print(f"stop order for {hold:.0f}s: tasks of {selector.describe()} that start on this host now fail "
+            where = "on any host of the fleet" if _fleet_dir_of(args) else "on this host"
+            print(f"stop order for {hold:.0f}s: tasks of {selector.describe()} that start {where} now fail "
                   f"at once ({order_path}; `gpusched queue lift` ends it)")
         for problem in listing.problems:
             print(f"note: {printable(problem)}")
     return 1 if bad or (missing and not entries) else 0
+
+
+def _longest_grace() -> float:
+    """The longest grace period of the job classes (how long a stopped holder may take), 0 if unknown here."""
+    try:
+        from airflow_provider_gpusched import settings
+
+        mapping = settings.job_class_mapping()
+        return max(mapping[c].local.grace_period for c in ("normal", "idle"))
+    except Exception:  # noqa: BLE001 - no Airflow configuration here: --wait alone
+        return 0.0
 
 
 def queue_lift(args) -> int:
@@ -287,7 +335,11 @@ def queue_health(args) -> int:
     from airflow_provider_gpusched.cli import _shared_option, _simulate_option, _state_dir_option
 
     state_dir = _state_dir_option(args)
+    fleet_dir = _fleet_dir_of(args)
     gpu_check, inventory = check_gpus(_simulate_option(args))
+    if fleet_dir and gpu_check.failed:  # a head node without GPUs: the hosts' checks follow
+        gpu_check = Check("GPU inventory", SKIP, f"none on this host ({gpu_check.detail[:120]}); the fleet's hosts "
+                                                 f"are checked from their records")
     checks.append(gpu_check)
     if inventory is not None:
         lease_checks = check_lease_dir(inventory, state_dir, _shared_option())
@@ -296,6 +348,10 @@ def queue_health(args) -> int:
 
         if not any(c.failed for c in lease_checks):
             checks.append(check_stop_orders(state_dir or default_state_dir()))
+    if fleet_dir:
+        from airflow_provider_gpusched.core.health import check_fleet
+
+        checks += check_fleet(fleet_dir)
     if use_airflow:
         from airflow_provider_gpusched import settings
 
@@ -336,6 +392,10 @@ def add_queue_parser(sub) -> None:
         p.add_argument("--no-local", action="store_true", help="leave this host's GPU leases out")
         p.add_argument("--simulate", help="simulated inventory where NVML finds no GPU (as for gpusched gpus)")
         p.add_argument("--state-dir", help="lease directory (default: $GPUSCHED_STATE_DIR or <tmp>/gpusched-<uid>)")
+        p.add_argument("--fleet-dir", help="a fleet's directory: every GPU host's work from the records the hosts "
+                                           "published, stopped through it (default: [gpusched] fleet_dir; "
+                                           "docs/fleet.md)")
+        p.add_argument("--no-fleet", action="store_true", help="this host only, even in a fleet")
         if selectors:
             p.add_argument("--dag", help="only this DAG's work")
             p.add_argument("--run", help="only this DAG run's work (its run id)")

@@ -19,6 +19,7 @@ Pure Python, no Airflow imports.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -307,3 +308,91 @@ def read_fleet(fleet_dir: str, now: float | None = None) -> FleetView:
             hosts.append(record)
     return FleetView(hosts, bad)
 
+
+
+# -- the head node's `gpusched queue` over the fleet ------------------------------------------------------
+def stops_dir(fleet_dir: str, host: str) -> str:
+    """Where the head node asks ``host``'s holders to stop work (``<lease id>.stop``, a StopRequest record)."""
+    return os.path.join(fleet_dir, "stops", host)
+
+
+def orders_dir(fleet_dir: str) -> str:
+    """The fleet's stop orders: every host's operators refuse to start work they cover."""
+    return os.path.join(fleet_dir, "stop-orders")
+
+
+def join(manager, fleet_dir: str, host: str | None = None) -> None:
+    """Make a host's lease manager heed the head node: stop requests in :func:`stops_dir` and the fleet's stop
+    orders (:func:`orders_dir`), besides its own lease directory's."""
+    manager.store.fleet_stops = stops_dir(fleet_dir, host or this_host())
+    manager.fleet_orders = orders_dir(fleet_dir)
+
+
+def queue_entries(view: FleetView, fleet_dir: str, now: float | None = None):
+    """Every lease the fleet's hosts published, as ``gpusched queue`` lists work (backend ``local``, with its
+    host). A host whose record is stale has its leases listed ``orphaned``: it or its worker is down."""
+    from airflow_provider_gpusched.core.queue import QueueEntry
+    from airflow_provider_gpusched.core.work_tag import WorkTag
+
+    now = now or time.time()
+    entries, problems = [], []
+    for record in view.hosts:
+        asked = set()
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            asked = {n[:-5] for n in os.listdir(stops_dir(fleet_dir, record.host)) if n.endswith(".stop")}
+        for lease in record.leases:
+            try:
+                tag = WorkTag.from_dict(lease.work, f"{record.host}'s fleet record: lease {lease.lease_id}")
+            except BadRecordError as exc:
+                problems.append(str(exc))
+                tag = WorkTag()
+            if not record.fresh(now):
+                state, reason = "orphaned", f"{record.host} has published nothing for {now - record.time:.0f}s"
+            elif lease.lease_id in asked:
+                state, reason = "stopping", "asked by the head node"
+            else:
+                state, reason = "running", ""
+            entries.append(QueueEntry(backend="local", id=lease.lease_id, tag=tag, state=state,
+                                      elapsed=round(now - lease.created, 1), host=record.host,
+                                      where=f"{record.host} GPU " + ",".join(map(str, lease.gpus)), reason=reason,
+                                      job_name=lease.owner))
+    problems += [why for _path, why in view.unreadable]
+    return entries, problems
+
+
+def stop_on_hosts(fleet_dir: str, entries, request, *, shared: bool = False, wait: float = 30.0,
+                  poll: float = 0.5):
+    """Ask each entry's host (:func:`queue_entries`) to stop it: a stop request in :func:`stops_dir`, which the
+    lease's holder there acts on within a second exactly as for a local ``gpusched queue stop`` (SIGTERM to its
+    child, the class's grace period, SIGKILL; the task fails saying who stopped it). Waits up to ``wait``
+    seconds for the hosts' records to drop the leases. The head node kills nothing itself: a host that does not
+    answer is reported (``still running``), to be stopped on the host."""
+    from airflow_provider_gpusched.core.queue import StopOutcome
+
+    entries = list(entries)
+    outcomes: dict[str, StopOutcome] = {}
+    for entry in entries:
+        if not re.fullmatch(r"[0-9a-f]{16}", entry.id) or not _HOST_NAME.match(entry.host):
+            outcomes[entry.id] = StopOutcome(entry, "failed", "not a lease of a fleet host")
+            continue
+        folder = ensure_private_dir(os.path.join(fleet_dir, "stops"), shared=shared, what="fleet stop requests")
+        folder = ensure_private_dir(os.path.join(folder, entry.host), shared=shared, what="fleet stop requests")
+        write_json_atomic(os.path.join(folder, entry.id + ".stop"), request.to_dict(),
+                          mode=0o660 if shared else 0o600)
+    asked = [e for e in entries if e.id not in outcomes]
+    deadline = time.monotonic() + wait
+    while asked:
+        view = read_fleet(fleet_dir)
+        live = {(h.host, lease.lease_id) for h in view.hosts for lease in h.leases}
+        for entry in list(asked):
+            if (entry.host, entry.id) not in live:
+                outcomes[entry.id] = StopOutcome(entry, "stopped", f"{entry.host} stopped it and gave its GPUs back")
+                asked.remove(entry)
+        if not asked or time.monotonic() >= deadline:
+            break
+        time.sleep(poll)
+    for entry in asked:
+        outcomes[entry.id] = StopOutcome(entry, "still running", (
+            f"{entry.host} has not given its GPUs back within {wait:.0f}s (its holder stops the work once it sees "
+            f"the request; on the host, `gpusched queue stop {entry.id}` forces it)"))
+    return [outcomes[e.id] for e in entries]

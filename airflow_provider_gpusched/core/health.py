@@ -210,3 +210,34 @@ def check_stop_orders(state_dir: str) -> Check:
                                       + "; ".join(order.describe() for order in active)[:400])
 
 
+
+
+def check_fleet(fleet_dir: str, now: float | None = None) -> list[Check]:
+    """Each GPU host of a fleet, from the record it published: up (recent), every GPU held by others (it takes
+    no work), or down; records that cannot be read; and the fleet's stop orders."""
+    import time
+
+    from airflow_provider_gpusched.core.fleet import FRESH_FOR, orders_dir, read_fleet
+
+    now = now or time.time()
+    view = read_fleet(fleet_dir, now)
+    if not view.hosts and not view.unreadable:
+        return [Check("fleet hosts", FAIL, f"{fleet_dir}: no GPU host published a record in the last day (is "
+                                           f"[gpusched] fleet_dir the same on the hosts, and their workers up?)")]
+    checks = []
+    for h in view.hosts:
+        age = now - h.time
+        if not h.fresh(now):
+            checks.append(Check(f"fleet host {h.host}", FAIL, f"no record for {age:.0f}s (more than {FRESH_FOR:.0f}s):"
+                                                             f" the host or its Edge worker is down"))
+        elif h.gpus and len(h.foreign_busy) >= len(h.gpus):
+            checks.append(Check(f"fleet host {h.host}", WARN, f"up, {h.sizes()}, but processes of others hold "
+                                                             f"every GPU: it takes no work"))
+        else:
+            simulated = " SIMULATED" if h.source == "simulated" else ""
+            checks.append(Check(f"fleet host {h.host}", OK, f"up ({age:.0f}s ago), {h.sizes()}{simulated}, "
+                                                           f"{len(h.leases)} lease(s)"))
+    checks += [Check("fleet record", FAIL, why) for _path, why in view.unreadable]
+    orders = check_stop_orders(orders_dir(fleet_dir))
+    checks.append(Check("fleet stop orders", orders.status, orders.detail))
+    return checks

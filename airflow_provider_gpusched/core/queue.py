@@ -145,6 +145,7 @@ class QueueEntry:
     elapsed: float | None = None
     requeues: int | None = None
     where: str = ""          # GPUs (local) or partition and nodes (Slurm)
+    host: str = ""           # in a fleet: the GPU host that published the lease ('' for this host's own)
     reason: str = ""         # Slurm's pending reason, a yield or stop request
     pid: int | None = None
     output: str = ""         # a Slurm job's output file
@@ -314,9 +315,12 @@ class StopOrders:
     """Stop orders in a host's lease directory (``stop-order-<hash>.json``): while one is in force, a task
     it matches fails at once instead of taking GPUs or submitting a Slurm job."""
 
-    def __init__(self, state_dir: str, file_mode: int = 0o600) -> None:
+    def __init__(self, state_dir: str, file_mode: int = 0o600, *, also: Iterable[str] = ()) -> None:
+        """``also``: folders whose orders count too but that are not placed or lifted here (on a fleet host,
+        the fleet's ``<fleet_dir>/stop-orders``, which the head node's ``gpusched queue stop`` writes)."""
         self.state_dir = state_dir
         self.file_mode = file_mode
+        self.also = [d for d in also if d and d != state_dir]
         self.problems: list[str] = []
 
     def _path(self, selector: dict[str, str]) -> str:
@@ -337,24 +341,24 @@ class StopOrders:
         None: ``--run R`` lifts an order for ``--dag D --run R`` too); how many were removed."""
         removed = 0
         wanted = selector.by_tag.items() if selector is not None else ()
-        for order_path, order in self._read():
+        for order_path, order in self._read(own_only=True):
             if selector is None or (order is not None and all(order.selector.get(k) == v for k, v in wanted)):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(order_path)
                     removed += 1
         return removed
 
-    def _read(self) -> list[tuple[str, StopOrder | None]]:
+    def _read(self, *, own_only: bool = False) -> list[tuple[str, StopOrder | None]]:
         found = []
         self.problems = []
-        try:
-            names = sorted(os.listdir(self.state_dir))
-        except FileNotFoundError:
-            return []
-        for name in names:
-            if not (name.startswith(ORDER_PREFIX) and name.endswith(".json")):
+        paths = []
+        for folder in [self.state_dir] + ([] if own_only else self.also):
+            try:
+                paths += [os.path.join(folder, name) for name in sorted(os.listdir(folder))
+                          if name.startswith(ORDER_PREFIX) and name.endswith(".json")]
+            except FileNotFoundError:
                 continue
-            path = os.path.join(self.state_dir, name)
+        for path in paths:
             try:
                 data = read_json_record(path)
                 request = StopRequest.from_record(data, path)
@@ -381,8 +385,9 @@ class StopOrders:
             if order is None:
                 continue
             if order.until < time.time():
-                with contextlib.suppress(OSError):
-                    os.remove(path)
+                if os.path.dirname(path) == self.state_dir:  # another folder's expired orders are its owner's
+                    with contextlib.suppress(OSError):
+                        os.remove(path)
                 continue
             orders.append(order)
         return orders

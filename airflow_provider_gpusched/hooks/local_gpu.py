@@ -7,6 +7,7 @@ from typing import Any
 from airflow.sdk import BaseHook
 
 from airflow_provider_gpusched import settings
+from airflow_provider_gpusched.core import fleet
 from airflow_provider_gpusched.core.gpu.inventory import GPUInventory, get_inventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 
@@ -36,4 +37,6 @@ class LocalGPUHook(BaseHook):
                 self.log.info("Using SIMULATED GPUs (%s): no GPU found through NVML", self.simulate)
             self._manager = LeaseManager(inventory, self.state_dir, classes=settings.job_class_mapping(),
                                          shared=settings.gpu_state_dir_shared())
+            if settings.fleet_dir():  # heed the head node's stop requests and stop orders (docs/fleet.md)
+                fleet.join(self._manager, settings.fleet_dir())
         return self._manager

@@ -8,6 +8,7 @@ import os
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_gpusched import settings
+from airflow_provider_gpusched.core.fleet import orders_dir
 from airflow_provider_gpusched.core.gpu.lease_store import default_state_dir
 from airflow_provider_gpusched.core.queue import StopOrders
 from airflow_provider_gpusched.core.work_tag import WorkTag
@@ -18,11 +19,14 @@ def work_tag(context, job_class: str, *, sweep: str = "", trial: str = "") -> Wo
 
 
 def refuse_if_stopped(task_id: str, tag: WorkTag, state_dir: str | None = None) -> None:
-    """Fail the task (no retry) when a stop order in this host's lease directory covers ``tag``. A directory
-    that does not exist yet holds no orders (it is not created here)."""
+    """Fail the task (no retry) when a stop order in this host's lease directory, or in a fleet the fleet's
+    (``gpusched queue stop`` on the head node), covers ``tag``. A directory that does not exist yet holds no
+    orders (it is not created here)."""
     state_dir = state_dir or settings.gpu_state_dir() or default_state_dir()
-    if not os.path.isdir(state_dir):
+    fleet_dir = settings.fleet_dir()
+    also = [orders_dir(fleet_dir)] if fleet_dir else []  # the head node's orders for the whole fleet
+    if not os.path.isdir(state_dir) and not any(os.path.isdir(d) for d in also):
         return
-    order = StopOrders(state_dir).order_for(tag)
+    order = StopOrders(state_dir, also=also).order_for(tag)
     if order is not None:
         raise AirflowFailException(f"{task_id}: {order.refusal()}")

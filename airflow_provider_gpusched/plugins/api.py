@@ -33,8 +33,10 @@ from airflow_provider_gpusched.core.gpu.board import (
     WAIT_XCOM,
     WINDOWS,
     BoardGPU,
+    BoardLease,
     KnownHost,
     build_board,
+    fleet_known_host,
     read_gpu_time_record,
     read_lease_record,
     read_wait_record,
@@ -57,6 +59,7 @@ from airflow_provider_gpusched.core.sweep.view import (
     report_paths,
     report_runs,
 )
+from airflow_provider_gpusched.core.work_tag import WorkTag
 
 STATIC_DIR = os.path.join(os.path.dirname(__file__), "static")
 _WAITING_STATES = ("deferred", "running", "up_for_reschedule", "scheduled", "queued")
@@ -150,9 +153,45 @@ def gpu_board(user, session) -> dict[str, Any]:
         except BadRecordError as exc:
             bad(exc, dag_id)
     known = _known_hosts(session, since, problems)
-    board = build_board(leases, waiting=waiting, ledger=ledger, problems=problems, now=time.time(), known_hosts=known)
+    now = time.time()
+    known += _fleet_hosts(leases, hide, problems, now)
+    board = build_board(leases, waiting=waiting, ledger=ledger, problems=problems, now=now, known_hosts=known)
     board["api_server_host"] = socket.gethostname()
     return board
+
+
+def _fleet_hosts(leases: list, hide, problems: list[str], now: float) -> list[KnownHost]:
+    """In a fleet (``[gpusched] fleet_dir``): every host that published a record in the last day, idle or gone,
+    with its whole inventory; a lease its record lists that no running task's XCom has yet (the task just took
+    it) is added to ``leases``."""
+    from airflow_provider_gpusched.fleet import read_this_fleet
+
+    view = read_this_fleet()
+    if view is None:
+        return []
+    problems += [why for _path, why in view.unreadable]
+    have = {lease.lease_id for lease in leases}
+    known = []
+    for record in view.hosts:
+        known.append(fleet_known_host(record, now))
+        if not record.fresh(now):
+            continue  # a dead host's leases are history: its tasks are failed or running elsewhere
+        for held in record.leases:
+            if held.lease_id in have:
+                continue
+            try:
+                tag = WorkTag.from_dict(held.work, f"{record.host}'s record: lease {held.lease_id}")
+            except BadRecordError as exc:
+                problems.append(str(exc))
+                continue
+            lease = BoardLease(host=record.host, lease_id=held.lease_id, gpus=list(held.gpus),
+                               memory=dict(held.memory), whole=held.whole, job_class=held.job_class,
+                               started=held.created, dag_id=tag.dag_id or f"(not an Airflow task: {held.owner})",
+                               run_id=tag.run_id, task_id=tag.task_id, map_index=tag.map_index)
+            if tag.dag_id:
+                hide(lease, tag.dag_id)
+            leases.append(lease)
+    return known
 
 
 def _airflow_hostname() -> str:

@@ -94,3 +94,80 @@ def test_publish_refuses_a_planted_link(tmp_path):
         _publish(folder, "gpu-a", "1x24GiB", tmp_path)
     with pytest.raises(BadRecordError):
         fleet.read_host_record([], "x")
+
+
+def test_the_head_node_lists_every_hosts_leases_and_stops_one_through_the_fleet_directory(tmp_path):
+    """No ssh: the head node reads the hosts' records, and asks a host to stop a lease by a request in
+    <fleet_dir>/stops/<host>; the lease's holder there sees it as a local stop request, stops, gives its GPUs
+    back and publishes; the head node reports the lease stopped once the record drops it."""
+    import threading
+
+    from airflow_provider_gpusched.core.queue import StopRequest
+    from airflow_provider_gpusched.core.work_tag import WorkTag
+
+    folder = str(tmp_path / "fleet")
+    manager = LeaseManager(SimulatedInventory("2x24GiB"), str(tmp_path / "leases-gpu-a"))
+    fleet.join(manager, folder, "gpu-a")
+    tag = WorkTag(dag_id="lab", run_id="r1", task_id="train", map_index=3, sweep="lr sweep", job_class="normal")
+    lease, _ = manager.try_acquire(GPURequest(gpus=1), "holder", work=tag)
+    other, _ = manager.try_acquire(GPURequest(gpus=1), "holder2")
+    fleet.publish(folder, fleet.record_of(manager, "gpu-a"))
+    _publish(folder, "gpu-b", "4x80GiB", tmp_path)
+
+    entries, problems = fleet.queue_entries(fleet.read_fleet(folder), folder)
+    assert not problems
+    mine = [e for e in entries if e.id == lease.lease_id]
+    assert len(entries) == 2 and len(mine) == 1
+    assert (mine[0].host, mine[0].where, mine[0].state, mine[0].tag) == ("gpu-a", "gpu-a GPU 0", "running", tag)
+
+    seen: list[str] = []
+
+    def holder():  # what the operator's wait loop on gpu-a does each second
+        while not manager.stop_reason(lease):
+            time.sleep(0.05)
+        seen.append(manager.stop_reason(lease))
+        manager.release(lease)
+        fleet.publish(folder, fleet.record_of(manager, "gpu-a"))
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    outcomes = fleet.stop_on_hosts(folder, mine, StopRequest.now("bad learning rate; sorry"), wait=10, poll=0.05)
+    thread.join(10)
+    assert [o.action for o in outcomes] == ["stopped"] and "gpu-a" in outcomes[0].detail
+    assert seen and "bad learning rate; sorry" in seen[0] and "gpusched queue stop" in seen[0]
+    assert not os.path.exists(os.path.join(fleet.stops_dir(folder, "gpu-a"), lease.lease_id + ".stop"))
+    assert manager.stop_reason(other) == ""  # only the chosen lease
+    left, _ = fleet.queue_entries(fleet.read_fleet(folder), folder)
+    assert [e.id for e in left] == [other.lease_id]
+
+
+def test_a_host_that_does_not_answer_is_reported_still_running_and_its_lease_listed_stopping(tmp_path):
+    from airflow_provider_gpusched.core.queue import StopRequest
+
+    folder = str(tmp_path / "fleet")
+    _publish(folder, "gpu-a", "2x24GiB", tmp_path, hold=GPURequest(gpus=1))
+    entries, _ = fleet.queue_entries(fleet.read_fleet(folder), folder)
+    outcomes = fleet.stop_on_hosts(folder, entries, StopRequest.now(), wait=0.3, poll=0.05)
+    assert [o.action for o in outcomes] == ["still running"] and "gpu-a" in outcomes[0].detail
+    again, _ = fleet.queue_entries(fleet.read_fleet(folder), folder)
+    assert again[0].state == "stopping"
+    stale, _ = fleet.queue_entries(fleet.read_fleet(folder), folder, now=time.time() + fleet.FRESH_FOR + 5)
+    assert stale[0].state == "orphaned" and "published nothing" in stale[0].reason
+
+
+def test_a_fleet_stop_order_is_heeded_by_every_host_and_lifted_only_where_it_was_placed(tmp_path):
+    from airflow_provider_gpusched.core.queue import Selector, StopOrders, StopRequest
+    from airflow_provider_gpusched.core.work_tag import WorkTag
+
+    folder = str(tmp_path / "fleet")
+    manager = LeaseManager(SimulatedInventory("1x24GiB"), str(tmp_path / "leases"))
+    assert manager.stop_orders().order_for(WorkTag(dag_id="lab")) is None
+    fleet.join(manager, folder, "gpu-a")
+    os.makedirs(fleet.orders_dir(folder), mode=0o700)
+    StopOrders(fleet.orders_dir(folder)).place(Selector(dag_id="lab"), StopRequest.now("lab paused"), 60)
+    order = manager.stop_orders().order_for(WorkTag(dag_id="lab", task_id="t"))
+    assert order is not None and "lab paused" in order.refusal()
+    assert manager.stop_orders().order_for(WorkTag(dag_id="other")) is None
+    assert manager.stop_orders().lift() == 0  # the host's own folder holds none: the head node lifts it
+    assert StopOrders(fleet.orders_dir(folder)).lift() == 1
+    assert manager.stop_orders().order_for(WorkTag(dag_id="lab")) is None

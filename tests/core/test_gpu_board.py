@@ -102,3 +102,42 @@ def test_wait_reasons_name_the_tasks_holding_leases_and_say_shared_details_once(
     assert explain_wait("", {}) == {"reason": "no reason recorded", "details": []}
     alone = build_board([], waiting=[waits[3]])
     assert alone["waiting_shared"] == [] and alone["waiting"][0]["details"] == [state]
+
+
+def test_fleet_hosts_are_listed_from_their_own_records_idle_down_or_held_by_others():
+    """Every fleet host is on the board from the record it published: its whole inventory though nothing runs,
+    whether it is up (a recent record) or down, and the GPUs that processes of others hold (no room there)."""
+    from airflow_provider_gpusched.core.fleet import FRESH_FOR, HostRecord
+    from airflow_provider_gpusched.core.gpu.board import fleet_known_host
+
+    now = 50_000.0
+    idle = HostRecord("gpu-c", now - 3, "simulated", SimulatedInventory("1x48GiB").gpus(), [])
+    down = HostRecord("gpu-b", now - FRESH_FOR - 5, "simulated", SimulatedInventory("4x80GiB").gpus(), [])
+    others = HostRecord("gpu-d", now - 1, "simulated", SimulatedInventory("2x24GiB").gpus(), [], foreign_busy=[1])
+    busy = read_lease_record(_record("gpu-a", "a1", [0], 6 * GiB), "record")
+    board = build_board([busy], now=now, known_hosts=[fleet_known_host(r, now) for r in (idle, down, others)])
+    hosts = {h["host"]: h for h in board["hosts"]}
+    assert sorted(hosts) == ["gpu-a", "gpu-b", "gpu-c", "gpu-d"] and hosts["gpu-a"]["fleet"] is None
+    c = hosts["gpu-c"]
+    assert c["fleet"]["up"] and c["fleet"]["age"] == 3.0 and c["seen"] == "its fleet record, 3s old"
+    assert [(g["memory_total"], g["memory_free"], g["leases"]) for g in c["gpus"]] == [(48 * GiB, 48 * GiB, [])]
+    b = hosts["gpu-b"]
+    assert not b["fleet"]["up"] and "NO RECORD FOR 35s" in b["seen"] and len(b["gpus"]) == 4
+    d = {g["index"]: g for g in hosts["gpu-d"]["gpus"]}
+    assert hosts["gpu-d"]["fleet"]["foreign_busy"] == [1]
+    assert d[1]["held_by_others"] and d[1]["memory_free"] == 0
+    assert not d[0]["held_by_others"] and d[0]["memory_free"] == 24 * GiB
+
+
+def test_a_fleet_host_with_running_work_says_both_and_its_record_gives_the_inventory():
+    from airflow_provider_gpusched.core.fleet import HostRecord
+    from airflow_provider_gpusched.core.gpu.board import fleet_known_host
+
+    now = 2000.0
+    record = HostRecord("gpu-a", now - 2, "simulated", SimulatedInventory("2x80GiB").gpus(), [])
+    lease = read_lease_record(_record("gpu-a", "a1", [0], 6 * GiB), "record")  # its XCom says 4x24GiB (older)
+    host = build_board([lease], now=now, known_hosts=[fleet_known_host(record, now)])["hosts"][0]
+    assert host["seen"] == "running work; its fleet record, 2s old"
+    assert [g["memory_total"] for g in host["gpus"]] == [80 * GiB, 80 * GiB]  # not the XCom's older 4x24GiB
+    gpu0 = host["gpus"][0]
+    assert gpu0["memory_total"] == 80 * GiB and gpu0["memory_leased"] == 6 * GiB and gpu0["memory_free"] == 74 * GiB

@@ -507,7 +507,6 @@ def _billion_laughs(levels: int = 40) -> bytes:
 
 
 def _deep_pickle(depth: int = 100_000) -> bytes:
-    import pickle
 
     # protocol 0 built by hand: "(" mark, "l" list, repeated, then "a" appends: no recursion to build or load
     return b"(l" * depth + b"a" * (depth - 1) + b"."

@@ -122,6 +122,23 @@ class KnownHost:
     host: str
     inventory: list[BoardGPU]
     seen: str
+    #: a fleet host (docs/fleet.md): when it last published its record, whether that is recent enough to count it
+    #: as up, and the GPUs that processes of others hold
+    fleet: dict | None = None
+
+
+def fleet_known_host(record, now: float) -> KnownHost:
+    """A fleet host's published record (:class:`~airflow_provider_gpusched.core.fleet.HostRecord`) as the board
+    lists it: its whole inventory, whether it is up, the GPUs that others hold."""
+    age = max(0.0, now - record.time)
+    fresh = record.fresh(now)
+    seen = (f"its fleet record, {age:.0f}s old" if fresh
+            else f"its fleet record: NO RECORD FOR {age:.0f}s, the host or its worker is down")
+    return KnownHost(record.host, [BoardGPU(g.index, g.uuid, g.name, g.memory_total, g.simulated or
+                                            record.source == "simulated") for g in record.gpus], seen,
+                     fleet={"published": record.time, "age": round(age, 1), "up": fresh,
+                            "foreign_busy": list(record.foreign_busy), "leases": len(record.leases),
+                            "address": record.address})
 
 
 _LEASE_ID = re.compile(r"\b[0-9a-f]{16}\b")
@@ -190,6 +207,7 @@ def build_board(leases: Iterable[BoardLease], *, waiting: Iterable[dict] = (), l
     now = time.time() if now is None else now
     hosts: dict[str, dict[int, dict]] = {}
     seen: dict[str, str] = {}
+    fleet: dict[str, dict] = {}
     leases_seen = list(leases)
     for lease in leases_seen:
         seen[lease.host] = "running work"
@@ -208,17 +226,29 @@ def build_board(leases: Iterable[BoardLease], *, waiting: Iterable[dict] = (), l
                 "memory": lease.memory.get(index, 0), "yielding_to": lease.yielding_to})
     for known in known_hosts:
         gpus = hosts.setdefault(known.host, {})
+        if known.fleet is not None and known.host not in fleet:
+            fleet[known.host] = known.fleet  # what the host says of itself outranks what its tasks said
+            seen[known.host] = known.seen if known.host not in seen else f"{seen[known.host]}; {known.seen}"
+            for g in known.inventory:  # its own record's inventory is the newest
+                gpu = gpus.setdefault(g.index, {"memory_leased": 0, "whole_taken": False, "leases": []})
+                gpu.update(asdict(g))
+            indices = {g.index for g in known.inventory}
+            for index in [i for i, gpu in gpus.items() if i not in indices and not gpu["leases"]]:
+                del gpus[index]  # an older task's inventory names a GPU the host no longer has
         seen.setdefault(known.host, known.seen)
         for g in known.inventory:
             gpus.setdefault(g.index, {**asdict(g), "memory_leased": 0, "whole_taken": False, "leases": []})
     board_hosts = []
     for host in sorted(hosts):
         gpus = [hosts[host][i] for i in sorted(hosts[host])]
+        others = set(fleet.get(host, {}).get("foreign_busy", ()))
         for gpu in gpus:
-            gpu["memory_free"] = 0 if gpu["whole_taken"] else max(0, gpu["memory_total"] - gpu["memory_leased"])
+            gpu["held_by_others"] = gpu["index"] in others and not gpu["leases"]
+            gpu["memory_free"] = 0 if gpu["whole_taken"] or gpu["held_by_others"] else max(
+                0, gpu["memory_total"] - gpu["memory_leased"])
             gpu["leases"].sort(key=lambda lease: lease["started"])
         board_hosts.append({"host": host, "simulated": any(g["simulated"] for g in gpus), "gpus": gpus,
-                            "seen": seen[host]})
+                            "seen": seen[host], "fleet": fleet.get(host)})
     names = {lease.lease_id: _task_name(lease.dag_id, lease.task_id, lease.map_index) for lease in leases_seen}
     waits = []
     for record in waiting:

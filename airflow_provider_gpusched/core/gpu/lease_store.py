@@ -336,6 +336,9 @@ class LeaseStore:
         self._releases_fd: int | None = None
         # when each lease's holder was last found alive (monotonic): checked at most once a second
         self._holder_seen: dict[str, float] = {}
+        #: in a fleet: the folder where the head node's ``gpusched queue stop`` asks this host's holders to stop
+        #: (``<fleet_dir>/stops/<host>``; see core/fleet.py), read as well as this directory's ``.stop`` files
+        self.fleet_stops = ""
 
     def path(self, name: str) -> str:
         return f"{self.state_dir}/{name}"  # names are fixed or validated, never absolute
@@ -498,6 +501,9 @@ class LeaseStore:
             for p in (base + ".json", base + ".lock", *(base + side for side in SIDE_FILES)):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(p)
+            if self.fleet_stops:  # the head node's request, acted on: gone with the lease
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(self.fleet_stops, lease.lease_id + ".stop"))
             self._count_release()
         if lease.fd is not None:
             with contextlib.suppress(OSError):
@@ -512,13 +518,18 @@ class LeaseStore:
         write_json_atomic(self.path(lease_id + ".stop"), record, self.file_mode)
 
     def stop_request(self, lease_id: str) -> Any:
-        """The stop request for ``lease_id`` as stored (None when there is none; the caller checks it)."""
-        try:
-            return read_json_record(self.path(lease_id + ".stop"))
-        except FileNotFoundError:
-            return None
-        except (OSError, BadRecordError) as exc:
-            return {"_unreadable": str(exc)}
+        """The stop request for ``lease_id`` as stored (None when there is none; the caller checks it): in
+        the lease directory, else (in a fleet) where the head node asks this host to stop work
+        (:attr:`fleet_stops`, ``<fleet_dir>/stops/<host>``)."""
+        for path in [self.path(lease_id + ".stop")] + (
+                [os.path.join(self.fleet_stops, lease_id + ".stop")] if self.fleet_stops else []):
+            try:
+                return read_json_record(path)
+            except FileNotFoundError:
+                continue
+            except (OSError, BadRecordError) as exc:
+                return {"_unreadable": str(exc)}
+        return None
 
     # -- waking waiters -------------------------------------------------------------------------------
     def release_count(self) -> int:

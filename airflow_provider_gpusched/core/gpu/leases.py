@@ -31,7 +31,7 @@ from airflow_provider_gpusched.core.gpu.lease_store import Lease, LeaseStore
 from airflow_provider_gpusched.core.gpu.placement import GPURequest, LeaseView, Placement, gpu_usage, place
 from airflow_provider_gpusched.core.gpu.yielding import YieldMarks, plan_preemption
 from airflow_provider_gpusched.core.job_classes import JobClassMapping
-from airflow_provider_gpusched.core.queue import StopRequest
+from airflow_provider_gpusched.core.queue import StopOrders, StopRequest
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 from airflow_provider_gpusched.core.units import format_bytes, parse_bytes
 from airflow_provider_gpusched.core.work_tag import WorkTag
@@ -89,6 +89,12 @@ class LeaseManager:
         self.activity = GPUActivity(self.state_dir, file_mode=self.file_mode)
         self.yields = YieldMarks(self.state_dir, self.file_mode)
         self.ledger = GPUTimeLedger(self.state_dir, self.file_mode)
+        #: in a fleet, the fleet's stop orders folder (core/fleet.py :func:`join`), heeded besides this host's
+        self.fleet_orders = ""
+
+    def stop_orders(self) -> StopOrders:
+        """The stop orders this host's work heeds: its lease directory's, and the fleet's."""
+        return StopOrders(self.state_dir, self.file_mode, also=[self.fleet_orders] if self.fleet_orders else ())
 
     @property
     def state_dir(self) -> str:

@@ -20,7 +20,7 @@ from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.gpu.runner import GPUWorkFailed, GPUWorkRunner, Work
-from airflow_provider_gpusched.core.queue import StopOrders, WorkHalted
+from airflow_provider_gpusched.core.queue import WorkHalted
 from airflow_provider_gpusched.core.sweep.expand import Trial
 from airflow_provider_gpusched.core.sweep.trial_run import Manifest, group_argv, write_group_manifest
 from airflow_provider_gpusched.core.work_tag import WorkTag
@@ -68,7 +68,7 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
     ran = {"seconds": 0.0, "trials": 0}  # wall time of the groups so far, and their trials
     stop = stop_event or threading.Event()
     halted: list[str] = []
-    orders = StopOrders(manager.state_dir) if work is not None else None
+    orders = manager.stop_orders() if work is not None else None
 
     def halt(message: str) -> None:
         with lock:

@@ -124,6 +124,11 @@ function GpuBoard() {
     data.hosts.map((host) => h("div", { key: host.host, style: S.card, "data-testid": `host-${host.host}` },
       h("div", { style: { fontWeight: 600, marginBottom: "6px" } }, `Host ${host.host} `,
         host.simulated ? badge("simulated", "#c92a2a") : badge("NVML", "#2f9e44"),
+        host.fleet ? h("span", { "data-testid": "host-fleet" }, " ", host.fleet.up ?
+          badge("fleet: up", "#2f9e44", `published its record ${dur(host.fleet.age)} ago`) :
+          badge("fleet: DOWN", "#e03131", `no record for ${dur(host.fleet.age)}: its worker or the host is down`),
+          host.fleet.foreign_busy.length ? badge(`${host.fleet.foreign_busy.length} GPU(s) held by others`, "#d9480f",
+            "processes that are not this provider's hold these GPUs: the host takes no work on them") : null) : null,
         h("span", { style: { ...S.muted, fontWeight: 400 }, "data-testid": "host-seen" },
           ` ${host.gpus.filter((g) => g.leases.length).length} of ${host.gpus.length} GPU(s) leased · known from ${host.seen}`)),
       h(Table, { testid: "gpus", head: ["GPU", "model", "memory", "free", "leases"],
@@ -132,7 +137,9 @@ function GpuBoard() {
           h("div", null, h(MemoryBar, { gpu: g }), h("span", { style: S.muted },
             `${gib(g.memory_leased)} / ${gib(g.memory_total)}${g.whole_taken ? " · whole GPU" : ""}`)),
           gib(g.memory_free),
-          g.leases.length === 0 ? h("span", { style: S.muted }, "free") : g.leases.map((l) => h("div", {
+          g.leases.length === 0 ? (g.held_by_others ? h("span", { "data-testid": "held-by-others",
+            style: { color: "#d9480f" } }, "held by processes of others") :
+            h("span", { style: S.muted }, "free")) : g.leases.map((l) => h("div", {
             key: l.lease_id, "data-testid": "lease", style: same(l, mark) ?
               { outline: "2px solid #f59f00", borderRadius: "4px", padding: "2px" } : { padding: "2px" } },
             badge(l.job_class, COLORS[l.job_class]), tiLink(l),
