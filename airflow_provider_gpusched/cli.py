@@ -380,7 +380,8 @@ def _fleet_queues(args) -> int:
     from airflow_provider_gpusched.core import fleet
     from airflow_provider_gpusched.core.gpu.inventory import get_inventory
 
-    print(",".join(fleet.host_queues(get_inventory(_simulate_option(args)).gpus(), args.lane)))
+    print(",".join(fleet.host_queues(get_inventory(_simulate_option(args)).gpus(), args.lane,
+                                     fleet.this_host() if args.lane == "gpu" else "")))
     return 0
 
 

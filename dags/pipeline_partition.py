@@ -3,8 +3,11 @@ optimal bottleneck, then launch one task per pipeline stage, each told its host 
 
 The inputs are sched-pipeline's three files (dags/partition/): models (layers, memory, activations),
 device types (per-layer times, memory, bandwidth) and devices (hosts of each type). Two DAGs:
-``gpusched_pipeline_partition`` runs each stage on this machine's GPUs (simulated where none exist) as a
-stand-in; ``gpusched_pipeline_partition_slurm`` submits one Slurm job per stage (``pin_hosts`` adds
+``gpusched_pipeline_partition`` runs each stage on local GPUs (simulated where none exist): on one host, all on
+this machine as a stand-in; in a fleet (``[gpusched] fleet_dir``, docs/fleet.md), each stage on the fleet host
+that stands for the host the partitioner chose (the ``fleet_hosts`` param maps devices.yml hosts to fleet hosts;
+unmapped ones take a host of the same name, else the fleet's hosts in turn), through that host's own queue
+``gpu-on-<host>``. ``gpusched_pipeline_partition_slurm`` submits one Slurm job per stage (``pin_hosts`` adds
 ``--nodelist HOST``, for clusters whose node names are the hosts in devices.yml).
 """
 
@@ -15,6 +18,8 @@ import os
 import pendulum
 from airflow.sdk import Param, dag, task
 
+from airflow_provider_gpusched.core.fleet import host_queue, map_hosts
+from airflow_provider_gpusched.fleet import read_this_fleet
 from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
 from airflow_provider_gpusched.operators.partition import PipelinePartitionOperator
 from airflow_provider_gpusched.operators.slurm import SlurmJobOperator
@@ -23,10 +28,17 @@ INPUTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "partition")
 
 STAGE = """
 import os
-print(f"stage {os.environ['GPUSCHED_STAGE']} of {os.environ['GPUSCHED_STAGES']} on host "
+import socket
+print(f"stage {os.environ['GPUSCHED_STAGE']} of {os.environ['GPUSCHED_STAGES']} for host "
       f"{os.environ['GPUSCHED_STAGE_HOST']}: layers {os.environ['GPUSCHED_STAGE_FIRST']}..{os.environ['GPUSCHED_STAGE_LAST']}"
-      f" (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '-')})")
+      f" on {socket.gethostname()} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '-')})")
 """
+
+
+def fleet_hosts() -> list[str]:
+    """The GPU hosts of the fleet when the DAG file is parsed ([] on one host): one stage task per host."""
+    view = read_this_fleet()
+    return sorted(h.host for h in view.hosts) if view is not None else []
 
 
 def stage_label(field: str) -> str:
@@ -48,7 +60,10 @@ def pipeline_partition(backend: str):
                                enum=["google/vit-base-patch16-224", "google/vit-large-patch16-224"]),
                 "pin_hosts": Param(False, type="boolean",
                                    description="Slurm: run each stage on its host (--nodelist); the seed's hosts "
-                                               "must then be Slurm nodes")},
+                                               "must then be Slurm nodes"),
+                "fleet_hosts": Param({}, type="object",
+                                     description="In a fleet: devices.yml host -> fleet host (e.g. {\"rcc-1\": "
+                                                 "\"gpu-b\"}); unmapped hosts take the fleet's hosts in turn")},
     )
     def pipeline():
         schedule = PipelinePartitionOperator(
@@ -57,27 +72,41 @@ def pipeline_partition(backend: str):
             device_types_file=os.path.join(INPUTS, "device_types.yml"),
             devices_file=os.path.join(INPUTS, "devices.yml"))
 
+        hosts = fleet_hosts() if backend == "local" else []
+
         @task
         def stage_arguments(result: dict, params=None) -> list[dict]:
             n = len(result["stages"])
+            placed = map_hosts([s["host"] for s in result["stages"]], hosts,
+                               (params or {}).get("fleet_hosts")) if hosts else {}
             stages = []
             for i, s in enumerate(result["stages"]):
                 env = {"GPUSCHED_STAGE": str(i + 1), "GPUSCHED_STAGES": str(n), "GPUSCHED_STAGE_HOST": s["host"],
                        "GPUSCHED_STAGE_FIRST": str(s["layers"][0]), "GPUSCHED_STAGE_LAST": str(s["layers"][1])}
                 if backend == "local":
-                    stages.append({"env": env})
+                    stages.append({"env": {**env, "GPUSCHED_STAGE_FLEET_HOST": placed.get(s["host"], "")}})
                 else:
                     pin = ["--nodelist", s["host"]] if params and params.get("pin_hosts") else []
                     stages.append({"environment": env, "sbatch_args": pin})
             return stages
 
-        if backend == "local":
-            stage = LocalGPUOperator.partial(task_id="stage", gpu_memory="2GiB", command=["python3", "-c", STAGE],
-                                             map_index_template=stage_label("env"))
+        stages = stage_arguments(schedule.output)
+        if backend == "local" and hosts:  # a fleet: each host's stages go to its own queue
+            @task
+            def stages_on(stages: list[dict], host: str) -> list[dict]:
+                return [s for s in stages if s["env"]["GPUSCHED_STAGE_FLEET_HOST"] == host]
+
+            for host in hosts:
+                LocalGPUOperator.partial(task_id=f"stage_on_{host}", queue=host_queue(host), gpu_memory="2GiB",
+                                         command=["python3", "-c", STAGE], map_index_template=stage_label("env"),
+                                         ).expand_kwargs(stages_on.override(task_id=f"stages_for_{host}")(stages, host))
+        elif backend == "local":
+            LocalGPUOperator.partial(task_id="stage", gpu_memory="2GiB", command=["python3", "-c", STAGE],
+                                     map_index_template=stage_label("env")).expand_kwargs(stages)
         else:
-            stage = SlurmJobOperator.partial(task_id="stage", command=["python3", "-c", STAGE], gpus=1,
-                                             job_name="pipeline-stage", map_index_template=stage_label("environment"))
-        stage.expand_kwargs(stage_arguments(schedule.output))
+            SlurmJobOperator.partial(task_id="stage", command=["python3", "-c", STAGE], gpus=1,
+                                     job_name="pipeline-stage", map_index_template=stage_label("environment"),
+                                     ).expand_kwargs(stages)
 
     return pipeline()
 

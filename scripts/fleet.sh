@@ -10,11 +10,13 @@
 #   scripts/fleet.sh destroy              down, then delete the stack's database and directory
 #   scripts/fleet.sh status               each host's workers, and the stack's health
 #   scripts/fleet.sh kill-host NAME       SIGKILL every process of host NAME (a host that dies); its namespace stays
+#   scripts/fleet.sh kill|start|logs COMPONENT   the head node's scheduler, triggerer, ... (as scripts/stack.sh)
 #   scripts/fleet.sh start-host NAME      start host NAME's workers again (a host that comes back)
 #   scripts/fleet.sh env                  the head's exports (see scripts/stack.sh env)
 #
 # Each host runs two Edge workers (queues from `gpusched fleet queues`): `gpu` lanes with one concurrency slot per
-# GPU, and `idle` lanes (idle-class work) with as many, so idle work never takes the slots normal work needs.
+# GPU, and `idle` lanes (idle-class work) with as many, so idle work never takes the slots normal work needs. The
+# head node runs one more worker for the `default` queue (tasks that need no GPU).
 # Hosts publish their GPUs and leases to $GPUSCHED_STACK_DIR/fleet/records ([gpusched] fleet_dir).
 # Settings: those of scripts/stack.sh, and GPUSCHED_FLEET_NET (the third octet of 10.203.X.0/24; default: a free one).
 set -euo pipefail
@@ -74,6 +76,9 @@ start_host() {
   [ -n "$size" ] || die "$name is not a host of this fleet"
   [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] || { say "$name already running"; return; }
   mkdir -p "$FLEET/$name"/{airflow,airflow-idle,logs,gpu-leases,local-runs}
+  # nothing of the host runs (checked above): a worker's pid file is a killed one's, and in the host's fresh pid
+  # namespace its number may be the new worker's own, which the Edge worker then refuses to start on
+  rm -f "$FLEET/$name"/airflow{,-idle}/airflow-edge-worker.pid
   chmod 700 "$FLEET/$name/gpu-leases"
   (umask 077; host_env "$name" "$i" "$size" >"$FLEET/$name/env.sh")
   # its own network (nsenter: `ip netns exec` would mount a fresh /sys), hostname and process table
@@ -95,8 +100,31 @@ kill_host() {
   say "$name killed (${pids:-nothing was running})"
 }
 
-wait_workers() {  # every host's two workers registered with the api-server and idle or running
-  local deadline=$((SECONDS + ${1:-180})) want=$(( $(hosts_up | wc -l) * 2 )) have=0
+# the head node's own Edge worker: the `default` queue (tasks that need no GPU: a sweep's plan, a partition, ...)
+# never takes a GPU host's slots. Its own session, so `down` reaches everything it forked.
+start_head_worker() {
+  [ -f "$FLEET/head.pid" ] && kill -0 "$(cat "$FLEET/head.pid")" 2>/dev/null && return
+  mkdir -p "$FLEET/head/airflow" "$FLEET/head/logs"
+  (
+    # shellcheck disable=SC1091
+    source "$STACK/env.sh"
+    export AIRFLOW_HOME="$FLEET/head/airflow"
+    setsid airflow edge worker -H head -q default -c "${GPUSCHED_FLEET_HEAD_SLOTS:-8}" \
+      >>"$FLEET/head/logs/worker-default.log" 2>&1 </dev/null &
+    echo $! >"$FLEET/head.pid"
+  )
+  say "head worker started (queue default, log ${FLEET#"$REPO"/}/head/logs/worker-default.log)"
+}
+
+stop_head_worker() {
+  [ -f "$FLEET/head.pid" ] || return 0
+  local pid; pid="$(cat "$FLEET/head.pid")"
+  kill -9 -- "-$pid" 2>/dev/null || true
+  rm -f "$FLEET/head.pid"
+}
+
+wait_workers() {  # every host's two workers and the head's registered with the api-server and idle or running
+  local deadline=$((SECONDS + ${1:-180})) want=$(( $(hosts_up | wc -l) * 2 + 1 )) have=0
   # shellcheck disable=SC1091
   source "$STACK/env.sh"
   while [ $SECONDS -lt $deadline ]; do
@@ -164,6 +192,7 @@ export AIRFLOW__GPUSCHED__FLEET_DIR=$FLEET/records" bash "$HERE/stack.sh" up
   done
   mv "$FLEET/hosts.new" "$FLEET/hosts"
   for ((i = 0; i < hosts; i++)); do start_host "${NAMES[$i]}"; done
+  start_head_worker
   wait_workers 240
   # shellcheck disable=SC1091
   source "$STACK/env.sh"
@@ -175,6 +204,7 @@ export AIRFLOW__GPUSCHED__FLEET_DIR=$FLEET/records" bash "$HERE/stack.sh" up
 down() {
   local name i ns
   while read -r name _; do [ -n "$name" ] && kill_host "$name"; done < <(hosts_up)
+  stop_head_worker
   if [ -f "$FLEET/net" ]; then
     for ns in $(ip netns list | awk '{print $1}' | grep "^gsf$(cat "$FLEET/net")h" || true); do ip netns del "$ns"; done
   fi
@@ -201,5 +231,6 @@ case "${1:-}" in
   kill-host) [ -n "${2:-}" ] || die "kill-host NAME"; kill_host "$2" ;;
   start-host) [ -n "${2:-}" ] || die "start-host NAME"; start_host "$2" ;;
   env) bash "$HERE/stack.sh" env ;;
-  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  kill|start|logs) bash "$HERE/stack.sh" "$@" ;;  # the head node's components (scheduler, triggerer, ...)
+  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

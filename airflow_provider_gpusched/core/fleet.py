@@ -72,12 +72,50 @@ def queue_for(request: GPURequest, lane: str = "gpu") -> str:
     return lane if request.whole else f"{lane}-{memory_tier(int(request.gpu_memory))}g"
 
 
-def host_queues(gpus: Iterable[GPUInfo], lane: str = "gpu") -> list[str]:
-    """The queues a host's worker for ``lane`` serves: the lane, and every tier its largest GPU holds."""
+def host_queues(gpus: Iterable[GPUInfo], lane: str = "gpu", host: str = "") -> list[str]:
+    """The queues a host's worker for ``lane`` serves: the lane, and every tier its largest GPU holds; with
+    ``host``, also :func:`host_queue` (work pinned to this host, such as a pipeline stage placed here)."""
     largest = max((g.memory_total for g in gpus), default=0)
     tiers = [t for t in MEMORY_TIERS_GIB if t * GIB <= largest]
     tiers += [t for t in range(BIG_TIER_STEP_GIB, largest // GIB + 1, BIG_TIER_STEP_GIB) if t > MEMORY_TIERS_GIB[-1]]
-    return [lane] + [f"{lane}-{t}g" for t in tiers]
+    return [lane] + [f"{lane}-{t}g" for t in tiers] + ([host_queue(host, lane)] if host else [])
+
+
+def host_queue(host: str, lane: str = "gpu") -> str:
+    """The queue only ``host``'s worker for ``lane`` serves: ``gpu-on-<host>``."""
+    if not _HOST_NAME.match(host):
+        raise InvalidArgumentError("host", host, "a host name of letters, digits, '.', '_' or '-'")
+    if lane not in LANES:
+        raise InvalidArgumentError("lane", lane, f"one of {', '.join(LANES)}")
+    return f"{lane}-on-{host}"
+
+
+def map_hosts(wanted: Iterable[str], fleet_hosts: Iterable[str], mapping: dict | None = None) -> dict[str, str]:
+    """Which fleet host stands for each host another tool named (the partitioner's ``devices.yml`` hosts):
+    ``mapping`` first (each value must be a fleet host), then a host of the same name, then the fleet's hosts in
+    turn, in the order the names first appear (so two named hosts may share one fleet host when the fleet is
+    smaller). :class:`InvalidArgumentError` names a bad mapping or an empty fleet."""
+    hosts = sorted(set(fleet_hosts))
+    mapping = dict(mapping or {})
+    for name, host in mapping.items():
+        if not isinstance(name, str) or not isinstance(host, str) or host not in hosts:
+            raise InvalidArgumentError(f"host mapping[{name!r}]", host, f"one of the fleet's hosts "
+                                                                        f"({', '.join(hosts) or 'none published'})")
+    if not hosts:
+        raise InvalidArgumentError("fleet", "no host", "at least one GPU host that published a record")
+    result: dict[str, str] = {}
+    turn = 0
+    for name in wanted:
+        if name in result:
+            continue
+        if name in mapping:
+            result[name] = mapping[name]
+        elif name in hosts:
+            result[name] = name
+        else:
+            result[name] = hosts[turn % len(hosts)]
+            turn += 1
+    return result
 
 
 @dataclass

@@ -171,3 +171,17 @@ def test_a_fleet_stop_order_is_heeded_by_every_host_and_lifted_only_where_it_was
     assert manager.stop_orders().lift() == 0  # the host's own folder holds none: the head node lifts it
     assert StopOrders(fleet.orders_dir(folder)).lift() == 1
     assert manager.stop_orders().order_for(WorkTag(dag_id="lab")) is None
+
+
+def test_pipeline_hosts_map_onto_fleet_hosts_and_each_host_has_its_own_queue():
+    hosts = ["gpu-b", "gpu-a", "gpu-c"]
+    placed = fleet.map_hosts(["rcc-0", "mb-1", "gpu-c", "rcc-0", "mb-2", "rcc-3"], hosts, {"mb-2": "gpu-b"})
+    assert placed == {"rcc-0": "gpu-a", "mb-1": "gpu-b", "gpu-c": "gpu-c", "mb-2": "gpu-b", "rcc-3": "gpu-c"}
+    with pytest.raises(InvalidArgumentError, match=r"host mapping\['rcc-0'\].*gpu-a, gpu-b, gpu-c"):
+        fleet.map_hosts(["rcc-0"], hosts, {"rcc-0": "gpu-z"})
+    with pytest.raises(InvalidArgumentError, match="fleet"):
+        fleet.map_hosts(["rcc-0"], [])
+    assert fleet.host_queue("gpu-b") == "gpu-on-gpu-b"
+    assert fleet.host_queues(SimulatedInventory("1x24GiB").gpus(), "gpu", "gpu-b")[-1] == "gpu-on-gpu-b"
+    with pytest.raises(InvalidArgumentError, match="host"):
+        fleet.host_queue("gpu b; rm -rf /")

@@ -141,4 +141,177 @@ def test_a_host_killed_mid_sweep_loses_no_trial_and_its_leases_are_reclaimed(fle
         return b is not None and b["fresh"] and b["time"] > killed_at and not b["leases"]
 
     wait_until(reclaimed, timeout=120, what="gpu-b back, its stale leases reclaimed")
+    workers = lambda: _edge_workers(fleet)  # noqa: E731
+    wait_until(lambda: all(workers()[w]["state"] in ("idle", "running") for w in ("gpu-b", "gpu-b-idle")),
+               timeout=120, what="gpu-b's two workers taking work again")
+    time.sleep(12)  # and still up after two heartbeats (a worker that cannot start publishes once, then exits)
+    assert all(workers()[w]["state"] in ("idle", "running") for w in ("gpu-b", "gpu-b-idle")), workers()
+    assert _records(fleet)["gpu-b"]["fresh"]
     assert not [n for n in _listdir(fleet.host_dir("gpu-b") / "gpu-leases") if LEASE_FILE.match(n)]
+
+
+def _records(fleet) -> dict:
+    done = fleet.gpusched("fleet", "hosts", "--json")
+    assert done.returncode == 0, done.stderr
+    return {h["host"]: h for h in json.loads(done.stdout)["hosts"]}
+
+
+def _edge_workers(fleet) -> dict:
+    response = fleet.http.get(f"{fleet.url}/edge_worker/ui/worker")
+    assert response.status_code == 200, response.text[:300]
+    return {w["worker_name"]: w for w in response.json()["workers"]}
+
+
+def _hold_others(fleet, host: str, held: bool) -> None:
+    """Processes that are not ours take (or leave) every GPU of ``host`` (its simulated-usage file), and wait
+    until its record and its gpu worker's state say so."""
+    usage = fleet.host_dir(host) / "simulated-usage.json"
+    count = SIZES[host][0]
+    if held:
+        usage.write_text(json.dumps({str(i): {"memory_used": "20GiB", "pids": [4_000_000 + i]} for i in range(count)}))
+    else:
+        usage.unlink(missing_ok=True)
+    want = list(range(count)) if held else []
+    wait_until(lambda: _records(fleet)[host]["foreign_busy"] == want, timeout=60,
+               what=f"{host}'s record saying others hold {want}")
+    states = ("maintenance_mode", "maintenance_pending") if held else ("idle", "running")
+    wait_until(lambda: _edge_workers(fleet)[host]["state"] in states, timeout=60,
+               what=f"{host}'s gpu worker in {states}")
+
+
+def test_the_head_node_sees_every_host_and_stops_work_on_another(fleet, out_file):
+    """One view from the head node, no ssh: the board (REST API and the browser) and `gpusched gpus|queue` list
+    every host, idle or held by others, and the work on each; `gpusched queue stop` stops work running on other
+    hosts through the fleet directory, and its stop order keeps the DAG from starting again on any host."""
+    _hold_others(fleet, "gpu-c", True)
+    try:
+        run_id = fleet.trigger("fleet_hold", out=str(out_file), seconds=300)
+        wait_until(lambda: len([r for r in read_out(out_file) if r["event"] == "start"]) == 3, timeout=180,
+                   what="3 long trials running")
+        records = _records(fleet)
+        assert not records["gpu-c"]["leases"], "a host whose GPUs others hold took work"
+
+        board = fleet.http.get(f"{fleet.url}/gpusched/api/gpus").json()
+        hosts = {h["host"]: h for h in board["hosts"]}
+        assert set(hosts) == set(SIZES), "every host, idle ones included, from its own record"
+        for name, (count, size) in SIZES.items():
+            assert [g["memory_total"] for g in hosts[name]["gpus"]] == [size * GIB] * count
+            assert hosts[name]["fleet"]["up"] and hosts[name]["simulated"]
+        assert hosts["gpu-c"]["fleet"]["foreign_busy"] == [0] and hosts["gpu-c"]["gpus"][0]["held_by_others"]
+        leased = [(h, lease["dag_id"]) for h in hosts for g in hosts[h]["gpus"] for lease in g["leases"]]
+        assert len(leased) == 3 and {d for _, d in leased} == {"fleet_hold"}
+        _board_screenshot(fleet)
+
+        gpus = json.loads(fleet.gpusched("gpus", "--json").stdout)
+        assert {h["host"] for h in gpus["hosts"]} == set(SIZES)
+        listed = fleet.gpusched("queue", "list", "--dag", "fleet_hold", "--no-slurm", "--no-local", "--json")
+        entries = json.loads(listed.stdout)["entries"]
+        assert len(entries) == 3 and {e["state"] for e in entries} == {"running"}, listed.stdout
+        assert {e["host"] for e in entries} <= {"gpu-a", "gpu-b"} and all(e["tag"]["run_id"] == run_id
+                                                                         for e in entries)
+        health = json.loads(fleet.gpusched("queue", "health", "--no-airflow", "--no-slurm", "--json").stdout)
+        checks = {c["name"]: c for c in health["checks"]}
+        assert checks["fleet host gpu-a"]["status"] == "ok" and checks["fleet host gpu-b"]["status"] == "ok"
+        assert checks["fleet host gpu-c"]["status"] == "warn" and "every GPU" in checks["fleet host gpu-c"]["detail"]
+
+        stopped_at = time.time()
+        stop = fleet.gpusched("queue", "stop", "--dag", "fleet_hold", "--no-slurm", "--no-local",
+                              "--reason", "wrong data; it's \"v2\"", "--json")
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+        outcome = json.loads(stop.stdout)
+        assert [o["action"] for o in outcome["stopped"]] == ["stopped"] * 3, outcome
+        assert outcome["stop_order"]
+        assert fleet.wait_run("fleet_hold", run_id, timeout=120) == "failed"
+        tis = fleet.task_instances("fleet_hold", run_id)
+        assert [(ti["state"], ti["try_number"]) for ti in tis] == [("failed", 1)] * 3, "stopped for good: no retry"
+        assert not [r for r in read_out(out_file) if r["event"] == "done"]
+        print(f"stopped 3 trials on other hosts in {time.time() - stopped_at:.1f}s")
+
+        again = fleet.trigger("fleet_hold", out=str(out_file), seconds=300)  # the stop order: fails at once
+        assert fleet.wait_run("fleet_hold", again, timeout=120) == "failed"
+        assert len([r for r in read_out(out_file) if r["event"] == "start"]) == 3, "nothing started again"
+        lifted = fleet.gpusched("queue", "lift", "--dag", "fleet_hold")
+        assert lifted.stdout.strip() == "lifted 1 stop order(s)", lifted.stdout + lifted.stderr
+    finally:
+        _hold_others(fleet, "gpu-c", False)
+
+
+def _board_screenshot(fleet) -> None:
+    """The board in a real browser (Debian's Chromium): three host cards with their fleet state; saved for
+    people to look at (test-artifacts/ui/gpu-board-fleet.png)."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.stack.test_ui import CHROMIUM, SHOTS
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    password = (fleet.dir / "admin-password").read_text().strip()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{fleet.url}/auth/login", wait_until="networkidle")
+        page.fill("input[name=username]", "admin")
+        page.fill("input[name=password]", password)
+        page.keyboard.press("Enter")
+        page.wait_for_url(lambda url: "/auth/login" not in url, timeout=60_000)
+        page.goto(f"{fleet.url}/plugin/gpusched-gpus", wait_until="networkidle")
+        page.wait_for_function("document.querySelectorAll('[data-testid=lease]').length >= 3", timeout=60_000)
+        assert page.locator("[data-testid=host-fleet]").count() == 3
+        assert "held by others" in page.locator("[data-testid=host-gpu-c]").inner_text()
+        assert page.locator("[data-testid=held-by-others]").count() == 1
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(SHOTS / "gpu-board-fleet.png"), full_page=True)
+        browser.close()
+
+
+def test_normal_work_preempts_idle_fillers_on_the_host_where_it_lands(fleet, out_file):
+    """Idle-class fillers hold every GPU of the fleet (7); a normal task lands on some host, its fillers there
+    yield, it runs, and the filler it displaced finishes later from a fresh start: no trial lost."""
+    fillers = fleet.trigger("fleet_idle", out=str(out_file), seconds=40)
+    wait_until(lambda: len({r["tag"] for r in read_out(out_file) if r["event"] == "start"}) == 7, timeout=180,
+               what="7 idle fillers holding every GPU")
+    asked = time.time()
+    urgent = fleet.trigger("fleet_normal", out=str(out_file), seconds=3)
+    assert fleet.wait_run("fleet_normal", urgent, timeout=180) == "success"
+    records = read_out(out_file)
+    run = next(r for r in records if r["tag"] == "urgent" and r["event"] == "done")
+    print(f"normal work started {run['start'] - asked:.1f}s after it was triggered, on {run['host']}")
+    displaced = [r for r in records if r["tag"].startswith("filler") and r["event"] == "start"
+                 and r["host"] == run["host"] and r["start"] < run["start"]
+                 and not any(d["tag"] == r["tag"] and d["event"] == "done" and d["pid"] == r["pid"] for d in records)]
+    assert displaced, "no filler on the normal task's host yielded"
+    assert run["start"] - asked < 90, "normal work waited for the fillers to end instead of preempting them"
+    assert fleet.wait_run("fleet_idle", fillers, timeout=300) == "success"
+    done = [r["tag"] for r in read_out(out_file) if r["event"] == "done" and r["tag"].startswith("filler")]
+    assert sorted(done) == sorted(f"filler-{i}" for i in range(7)), "each filler finished exactly once"
+
+
+def test_a_fleet_sweep_survives_a_scheduler_and_triggerer_restart(fleet, out_file):
+    run_id = fleet.trigger("fleet_spread", out=str(out_file), seconds=4)
+    wait_until(lambda: any(r["event"] == "done" for r in read_out(out_file)), timeout=180, what="a first trial done")
+    fleet.restart("triggerer")
+    fleet.restart("scheduler")
+    assert fleet.wait_run("fleet_spread", run_id, timeout=480) == "success"
+    done = [r["tag"] for r in read_out(out_file) if r["event"] == "done"]
+    assert sorted(done) == sorted(f"trial-{i}" for i in range(24)), "each trial done exactly once"
+
+
+def test_pipeline_stages_run_on_the_fleet_hosts_standing_for_the_partitioners_hosts(fleet):
+    """dags/pipeline_partition.py in a fleet: the partitioner places ViT-Base's 8 stages on 8 hosts of
+    devices.yml; each runs on the fleet host that stands for its host (one mapped in the run's conf, the others
+    in turn), through that host's own queue."""
+    dag_id = "gpusched_pipeline_partition"
+    wait_until(lambda: "stage_on_gpu-c" in {t["task_id"] for t in fleet.get(f"/dags/{dag_id}/tasks")["tasks"]},
+               timeout=180, what="the pipeline DAG parsed with the fleet's hosts")
+    run_id = fleet.trigger(dag_id, fleet_hosts={"rcc-3": "gpu-c"})
+    assert fleet.wait_run(dag_id, run_id, timeout=300) == "success"
+    stages = fleet.xcom(dag_id, run_id, "stage_arguments")
+    placed = {s["env"]["GPUSCHED_STAGE_HOST"]: s["env"]["GPUSCHED_STAGE_FLEET_HOST"] for s in stages}
+    assert len(stages) == 8 and placed["rcc-3"] == "gpu-c" and set(placed.values()) == set(SIZES)
+    ran = [ti for ti in fleet.task_instances(dag_id, run_id) if ti["task_id"].startswith("stage_on_")
+           and ti["state"] == "success"]
+    assert len(ran) == 8
+    for ti in ran:
+        host = ti["task_id"].removeprefix("stage_on_")
+        assert ti["hostname"] == host and ti["queue"] == f"gpu-on-{host}", ti
+        stage = next(s for s in stages if s["env"]["GPUSCHED_STAGE"] == ti["rendered_map_index"].split()[1])
+        assert stage["env"]["GPUSCHED_STAGE_FLEET_HOST"] == host

@@ -41,3 +41,14 @@ with DAG("fleet_memory", **ARGS):
     LocalGPUOperator(task_id="four", gpus=4, poll_interval=1, command=_record("four"))
     for i in range(4):  # packing: 10 GiB each, two fit on one 24 GiB GPU
         LocalGPUOperator(task_id=f"small_{i}", gpu_memory="10GiB", poll_interval=1, command=_record(f"small-{i}"))
+
+with DAG("fleet_hold", **ARGS):  # long trials to look at and stop from the head node
+    LocalGPUOperator.partial(task_id="hold", gpus=1, poll_interval=1).expand(
+        command=[_record(f"hold-{i}", "{{ dag_run.conf.get('seconds', 120) }}") for i in range(3)])
+
+with DAG("fleet_idle", **ARGS):  # idle-class fillers: one per GPU of the fleet (7)
+    LocalGPUOperator.partial(task_id="filler", gpus=1, job_class="idle", poll_interval=1).expand(
+        command=[_record(f"filler-{i}", "{{ dag_run.conf.get('seconds', 40) }}") for i in range(7)])
+
+with DAG("fleet_normal", **ARGS):  # normal work that needs a GPU the fillers hold
+    LocalGPUOperator(task_id="urgent", gpus=1, poll_interval=1, command=_record("urgent"))
