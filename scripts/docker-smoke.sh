@@ -16,7 +16,10 @@
 # 5. Runs gpusched_slurm_command (sbatch in the Slurm containers) and gpusched_local_gpu_trials (simulated GPUs in
 #    the scheduler container) through the REST API and prints how they ended.
 # 6. `compose down -v`, stops dockerd, removes the temporary directory (images included).
-# Settings: GPUSCHED_SMOKE_KEEP=1 leaves the stack up and prints how to reach it; GPUSCHED_SMOKE_DAGS (the DAGs).
+# Settings: GPUSCHED_SMOKE_KEEP=1 leaves the stack up and prints how to reach it; GPUSCHED_SMOKE_DAGS (the DAGs);
+# GPUSCHED_SMOKE_FLEET=1 runs compose.yaml's fleet profile instead (EdgeExecutor, gpu-host-a 2x24GiB and gpu-host-b
+# 4x80GiB, a head worker) with gpusched_local_gpu_trials and gpusched_pipeline_partition, and checks that both
+# GPU hosts ran tasks.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 [ "$(id -u)" = 0 ] || { echo "docker-smoke: run as root (it starts dockerd, may apt-get install docker.io)" >&2; exit 2; }
@@ -27,7 +30,12 @@ cd "$REPO"
 COMPOSE="$(python -c 'import compose, pathlib; print(pathlib.Path(compose.__file__).parent / "docker-compose")')"
 AIRFLOW_VERSION="$(sed -n 's/^ARG AIRFLOW_VERSION=//p' docker/Dockerfile)"
 SLURM_VERSION="$(sed -n 's/^ARG SLURM_VERSION=//p' docker/Dockerfile)"
-DAGS="${GPUSCHED_SMOKE_DAGS:-gpusched_slurm_command gpusched_local_gpu_trials}"
+FLEET="${GPUSCHED_SMOKE_FLEET:-}"
+if [ -n "$FLEET" ]; then
+  DAGS="${GPUSCHED_SMOKE_DAGS:-gpusched_local_gpu_trials gpusched_pipeline_partition}"
+else
+  DAGS="${GPUSCHED_SMOKE_DAGS:-gpusched_slurm_command gpusched_local_gpu_trials}"
+fi
 
 work="$(mktemp -d /var/tmp/gpusched-docker-smoke-XXXXXX)"   # private (0700): dockerd roots, .env, rootfs
 export DOCKER_HOST="unix://$work/docker.sock"
@@ -140,6 +148,13 @@ SLURMD_ADDR=127.0.0.1
 SLURMD_PORT=${GPUSCHED_SMOKE_SLURMD_PORT:-6918}
 GPUSCHED_SIMULATE_GPUS=4x24GiB
 ENV
+if [ -n "$FLEET" ]; then
+  cat >>"$work/env" <<ENV
+COMPOSE_PROFILES=fleet
+AIRFLOW_EXECUTOR=airflow.providers.edge3.executors.EdgeExecutor
+GPUSCHED_FLEET_DIR=/shared/fleet
+ENV
+fi
 umask 022
 say "compose up (waits for every healthcheck)"
 t0=$SECONDS
@@ -154,8 +169,11 @@ say "healthy in $((SECONDS - t0)) s: $(compose ps --format '{{.Service}}={{.Heal
 # 5. one Slurm and one local-GPU example DAG, through the REST API
 say "running: $DAGS"
 # shellcheck disable=SC2086
-if ! python scripts/docker_smoke_dags.py "http://127.0.0.1:$api_port" "$work/admin-password" $DAGS; then
+hosts=()
+[ -z "$FLEET" ] || hosts=(--expect-hosts gpu-host-a,gpu-host-b)
+if ! python scripts/docker_smoke_dags.py "${hosts[@]}" "http://127.0.0.1:$api_port" "$work/admin-password" $DAGS; then
   compose logs --tail 60 airflow-scheduler airflow-triggerer slurmctld slurmd >&2 || true
+  [ -z "$FLEET" ] || compose logs --tail 60 gpu-host-a gpu-host-b airflow-edge-worker >&2 || true
   die "an example DAG did not succeed"
 fi
 say "sinfo in the Airflow image: $(compose exec -T airflow-scheduler sinfo -h -o '%P %a %G' | tr '\n' ' ')"

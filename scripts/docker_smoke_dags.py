@@ -1,9 +1,10 @@
 """Run example DAGs on a deployed Airflow through its REST API and report how they ended (scripts/docker-smoke.sh).
 
-    python scripts/docker_smoke_dags.py URL PASSWORD_FILE DAG_ID [DAG_ID ...]
+    python scripts/docker_smoke_dags.py [--expect-hosts A,B] URL PASSWORD_FILE DAG_ID [DAG_ID ...]
 
-Each DAG is unpaused and triggered once; the script waits for every run to end and prints its task states.
-Exit status 0 when every run succeeded.
+Each DAG is unpaused and triggered once; the script waits for every run to end and prints its task states and
+the hosts that ran them. Exit status 0 when every run succeeded (and, with ``--expect-hosts``, every host named
+ran at least one task).
 """
 
 from __future__ import annotations
@@ -16,9 +17,13 @@ import httpx
 
 
 def main(argv: list[str]) -> int:
+    expect: set[str] = set()
+    if argv[:1] == ["--expect-hosts"] and len(argv) > 1:
+        expect, argv = set(argv[1].split(",")), argv[2:]
     if len(argv) < 3:
         print(__doc__, file=sys.stderr)
         return 2
+    ran_on: set[str] = set()
     url, password_file, dag_ids = argv[0].rstrip("/"), argv[1], argv[2:]
     with open(password_file) as f:
         password = f.read().strip()
@@ -50,11 +55,20 @@ def main(argv: list[str]) -> int:
                 states = sorted(f"{t['task_id']}{'' if t['map_index'] < 0 else '[%d]' % t['map_index']}={t['state']}"
                                 for t in tis["task_instances"])
                 print(f"{dag_id}: {state} in {time.monotonic() - started:.0f} s ({', '.join(states)})", flush=True)
+                hosts: dict[str, int] = {}
+                for t in tis["task_instances"]:
+                    if t.get("hostname"):
+                        hosts[t["hostname"]] = hosts.get(t["hostname"], 0) + 1
+                ran_on |= set(hosts)
+                print(f"{dag_id}: tasks per host: {hosts}", flush=True)
                 ok = ok and state == "success"
                 del pending[dag_id]
         time.sleep(2)
     for dag_id in pending:
         print(f"{dag_id}: still running after 600 s")
+    if expect - ran_on:
+        print(f"no task ran on {', '.join(sorted(expect - ran_on))} (tasks ran on: {', '.join(sorted(ran_on))})")
+        ok = False
     return 0 if ok and not pending else 1
 
 

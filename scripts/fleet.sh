@@ -3,8 +3,9 @@
 # hosts, each a set of Linux namespaces (network with its own veth pair and address, hostname, process table)
 # running Airflow's own Edge workers. Every host has its own lease directory and its own SIMULATED inventory.
 #
-#   scripts/fleet.sh up [--hosts N] [--sizes "2x24GiB 4x80GiB 1x48GiB"]  head stack + N hosts, all healthy
-#                                         (one inventory per host, in turn; a mixed host: 24GiB,80GiB)
+#   scripts/fleet.sh up [--hosts N] [--sizes "2x24GiB 4x80GiB 1x48GiB"] [--executor edge|celery]
+#                                         head stack + N hosts, all healthy (one inventory per host, in turn; a
+#                                         mixed host: 24GiB,80GiB); celery: CeleryExecutor, redis-server broker
 #   scripts/fleet.sh down                 stop every host (its whole namespace) and remove namespaces and links,
 #                                         then the head stack (scripts/stack.sh down)
 #   scripts/fleet.sh destroy              down, then delete the stack's database and directory
@@ -66,8 +67,39 @@ export AIRFLOW__GPUSCHED__GPU_STATE_DIR="$dir/gpu-leases"
 export AIRFLOW__GPUSCHED__LOCAL_RUN_DIR="$dir/local-runs"
 export AIRFLOW__GPUSCHED__SIMULATE_GPUS="$size"  # SIMULATED GPUs of this host
 export GPUSCHED_SIMULATE_USAGE="$dir/simulated-usage.json"  # what processes of others hold (tests write it)
-unset AIRFLOW__DATABASE__SQL_ALCHEMY_CONN  # an Edge worker talks HTTP only
+unset AIRFLOW__DATABASE__SQL_ALCHEMY_CONN  # a worker talks HTTP (and, with Celery, to the broker) only
 EOF
+  if [ "$(executor)" = celery ]; then
+    local pw; pw="$(cat "$FLEET/redis/password")"
+    echo "export AIRFLOW__CELERY__BROKER_URL='redis://:$pw@$gw:$(redis_port)/0'"
+    echo "export AIRFLOW__CELERY__RESULT_BACKEND='redis://:$pw@$gw:$(redis_port)/1'"
+  fi
+}
+
+executor() { cat "$FLEET/executor" 2>/dev/null || echo edge; }
+redis_port() { echo "${GPUSCHED_FLEET_REDIS_PORT:-$((PORT + 100))}"; }
+
+# Celery's broker (and result backend): Debian's redis-server on the head, on 127.0.0.1 and the head end of every
+# host's veth pair, with a password in a private config file (never on a command line)
+start_redis() {
+  local addrs="127.0.0.1" i
+  for ((i = 0; i < $1; i++)); do addrs+=" 10.203.$(net_octet).$((4 * i + 1))"; done
+  command -v redis-server >/dev/null || die "the Celery layout needs a broker: apt-get install redis-server"
+  mkdir -p "$FLEET/redis" && chmod 700 "$FLEET/redis"
+  [ -f "$FLEET/redis/password" ] || (umask 077; python -c 'import secrets; print(secrets.token_hex(16))' >"$FLEET/redis/password")
+  (umask 077; printf '%s\n' "port $(redis_port)" "bind $addrs" "requirepass $(cat "$FLEET/redis/password")" \
+    'save ""' "appendonly no" "dir $FLEET/redis" "pidfile $FLEET/redis/redis.pid" "logfile $FLEET/redis/redis.log" \
+    >"$FLEET/redis/redis.conf")
+  setsid redis-server "$FLEET/redis/redis.conf" </dev/null >/dev/null 2>&1 &
+  local k; for k in $(seq 1 50); do [ -s "$FLEET/redis/redis.pid" ] && break; sleep 0.1; done
+  say "redis-server up on port $(redis_port) (${addrs// /, })"
+}
+
+stop_redis() {
+  [ -f "$FLEET/redis/redis.pid" ] || return 0
+  kill "$(cat "$FLEET/redis/redis.pid")" 2>/dev/null || true
+  local k; for k in $(seq 1 50); do [ -f "$FLEET/redis/redis.pid" ] || break; sleep 0.1; done
+  rm -rf -- "$FLEET/redis"
 }
 
 start_host() {
@@ -85,9 +117,16 @@ start_host() {
   setsid nsenter --net="/run/netns/$ns" unshare --uts --pid --fork --mount-proc -- bash -c '
     name="$1"; dir="$2"; hostname "$name"; source "$dir/env.sh"
     gpus=$(gpu_count "$AIRFLOW__GPUSCHED__SIMULATE_GPUS")
-    airflow edge worker -H "$name" -q "$(gpusched fleet queues --lane gpu)" -c "$gpus" >>"$dir/logs/worker-gpu.log" 2>&1 &
-    AIRFLOW_HOME="$dir/airflow-idle" airflow edge worker -H "$name-idle" -q "$(gpusched fleet queues --lane idle)" -c "$gpus" >>"$dir/logs/worker-idle.log" 2>&1 &
-    wait' fleet-host "$name" "$FLEET/$name" </dev/null >>"$FLEET/$name/logs/host.log" 2>&1 &
+    if [ "$3" = celery ]; then
+      # Celery has no heartbeat hook: the host publishes its record every 5 s itself
+      airflow celery worker -H "$name" -q "$(gpusched fleet queues --lane gpu)" -c "$gpus" --skip-serve-logs >>"$dir/logs/worker-gpu.log" 2>&1 &
+      AIRFLOW_HOME="$dir/airflow-idle" airflow celery worker -H "$name-idle" -q "$(gpusched fleet queues --lane idle)" -c "$gpus" --skip-serve-logs >>"$dir/logs/worker-idle.log" 2>&1 &
+      while true; do gpusched fleet publish >/dev/null 2>>"$dir/logs/publish.log"; sleep 5; done &
+    else
+      airflow edge worker -H "$name" -q "$(gpusched fleet queues --lane gpu)" -c "$gpus" >>"$dir/logs/worker-gpu.log" 2>&1 &
+      AIRFLOW_HOME="$dir/airflow-idle" airflow edge worker -H "$name-idle" -q "$(gpusched fleet queues --lane idle)" -c "$gpus" >>"$dir/logs/worker-idle.log" 2>&1 &
+    fi
+    wait' fleet-host "$name" "$FLEET/$name" "$(executor)" </dev/null >>"$FLEET/$name/logs/host.log" 2>&1 &
   say "$name started ($size SIMULATED, namespace $ns, logs ${FLEET#"$REPO"/}/$name/logs)"
 }
 
@@ -109,8 +148,15 @@ start_head_worker() {
     # shellcheck disable=SC1091
     source "$STACK/env.sh"
     export AIRFLOW_HOME="$FLEET/head/airflow"
-    setsid airflow edge worker -H head -q default -c "${GPUSCHED_FLEET_HEAD_SLOTS:-8}" \
-      >>"$FLEET/head/logs/worker-default.log" 2>&1 </dev/null &
+    # not a GPU host: it publishes no host record and has no GPUs
+    unset AIRFLOW__EDGE__EXTENDED_SYSTEM_INFO_FUNCTION AIRFLOW__GPUSCHED__SIMULATE_GPUS GPUSCHED_SIMULATE_GPUS
+    if [ "$(executor)" = celery ]; then
+      setsid airflow celery worker -H head -q default -c "${GPUSCHED_FLEET_HEAD_SLOTS:-8}" --skip-serve-logs \
+        >>"$FLEET/head/logs/worker-default.log" 2>&1 </dev/null &
+    else
+      setsid airflow edge worker -H head -q default -c "${GPUSCHED_FLEET_HEAD_SLOTS:-8}" \
+        >>"$FLEET/head/logs/worker-default.log" 2>&1 </dev/null &
+    fi
     echo $! >"$FLEET/head.pid"
   )
   say "head worker started (queue default, log ${FLEET#"$REPO"/}/head/logs/worker-default.log)"
@@ -128,6 +174,12 @@ wait_workers() {  # every host's two workers and the head's registered with the 
   # shellcheck disable=SC1091
   source "$STACK/env.sh"
   while [ $SECONDS -lt $deadline ]; do
+    if [ "$(executor)" = celery ]; then
+      have="$(python -c 'from airflow.providers.celery.executors.celery_executor_utils import app
+print(len(app.control.ping(timeout=2) or []))' 2>/dev/null)" || have=0
+      [ "$have" -ge "$want" ] && { say "$have Celery workers answer"; return 0; }
+      sleep 2; continue
+    fi
     have="$(python - <<'EOF'
 from airflow.providers.edge3.models.edge_worker import EdgeWorkerModel, EdgeWorkerState
 from airflow.utils.session import create_session
@@ -139,21 +191,29 @@ EOF
     [ "$have" -ge "$want" ] && { say "$have workers up"; return 0; }
     sleep 2
   done
-  die "only $have of $want Edge workers came up (logs: ${FLEET#"$REPO"/}/*/logs)"
+  die "only $have of $want $(executor) workers came up (logs: ${FLEET#"$REPO"/}/*/logs)"
 }
 
 up() {
-  local hosts=3 sizes="$DEFAULT_SIZES"
+  local hosts=3 sizes="$DEFAULT_SIZES" exe=edge
   while [ $# -gt 0 ]; do
     case "$1" in
       --hosts) hosts="$2"; shift 2 ;;
       --sizes) sizes="$2"; shift 2 ;;
-      *) die "unknown argument $1 (up [--hosts N] [--sizes \"2x24GiB 4x80GiB ...\"])" ;;
+      --executor) exe="$2"; shift 2 ;;
+      *) die "unknown argument $1 (up [--hosts N] [--sizes \"2x24GiB 4x80GiB ...\"] [--executor edge|celery])" ;;
     esac
   done
   [[ "$hosts" =~ ^[0-9]+$ ]] && [ "$hosts" -ge 1 ] && [ "$hosts" -le ${#NAMES[@]} ] || die "--hosts: 1 to ${#NAMES[@]}, got $hosts"
-  python -c "import airflow.providers.edge3" 2>/dev/null || die "the EdgeExecutor is not installed: pip install 'airflow-provider-gpusched[fleet]'"
+  case "$exe" in
+    edge) python -c "import airflow.providers.edge3" 2>/dev/null || die "the EdgeExecutor is not installed: pip install 'airflow-provider-gpusched[fleet]'" ;;
+    celery) python -c "import airflow.providers.celery, redis" 2>/dev/null \
+      || die "the CeleryExecutor is not installed: pip install apache-airflow-providers-celery redis (docs/fleet.md)" ;;
+    *) die "--executor: edge or celery, got $exe" ;;
+  esac
   mkdir -p "$FLEET/records" && chmod 700 "$FLEET" "$FLEET/records"
+  echo "$exe" >"$FLEET/executor"
+  rm -rf -- "$FLEET/records/hosts"  # an earlier fleet's hosts on this directory are not this one's
   local size_list size err
   read -r -a size_list <<<"$sizes"
   [ ${#size_list[@]} -ge 1 ] || die "--sizes: expected one simulated inventory per host, such as \"2x24GiB 4x80GiB\""
@@ -162,17 +222,7 @@ up() {
       || die "--sizes: '$size' is not a simulated inventory such as 4x24GiB: ${err##*$'\n'}"
   done
   local x; x="$(net_octet)"
-  GPUSCHED_STACK_API_HOST=0.0.0.0 GPUSCHED_STACK_ENV="${GPUSCHED_STACK_ENV:-}
-export AIRFLOW__CORE__EXECUTOR=airflow.providers.edge3.executors.EdgeExecutor
-export AIRFLOW__EDGE__API_ENABLED=True
-export AIRFLOW__EDGE__API_URL=http://127.0.0.1:$PORT/edge_worker/v1/rpcapi
-export AIRFLOW__EDGE__JOB_POLL_INTERVAL=1
-export AIRFLOW__EDGE__HEARTBEAT_INTERVAL=5
-export AIRFLOW__EDGE__PUSH_LOG_CHUNK_SIZE=65536
-export AIRFLOW__EDGE__EXTENDED_SYSTEM_INFO_FUNCTION=airflow_provider_gpusched.fleet.edge_worker_sysinfo
-export AIRFLOW__EDGE__AUTOMATIC_MAINTENANCE_ON=Error
-export AIRFLOW__EDGE__AUTOMATIC_MAINTENANCE_EXIT=Info
-export AIRFLOW__GPUSCHED__FLEET_DIR=$FLEET/records" bash "$HERE/stack.sh" up
+  # the hosts' networks first: the head's services (api-server, a Celery broker) listen on their ends
   : >"$FLEET/hosts.new"
   local i
   for ((i = 0; i < hosts; i++)); do
@@ -191,6 +241,27 @@ export AIRFLOW__GPUSCHED__FLEET_DIR=$FLEET/records" bash "$HERE/stack.sh" up
     fi
   done
   mv "$FLEET/hosts.new" "$FLEET/hosts"
+  if [ "$exe" = celery ]; then
+    start_redis "$hosts"
+    local pw; pw="$(cat "$FLEET/redis/password")"
+    GPUSCHED_STACK_API_HOST=0.0.0.0 GPUSCHED_STACK_ENV="${GPUSCHED_STACK_ENV:-}
+export AIRFLOW__CORE__EXECUTOR=CeleryExecutor
+export AIRFLOW__CELERY__BROKER_URL='redis://:$pw@127.0.0.1:$(redis_port)/0'
+export AIRFLOW__CELERY__RESULT_BACKEND='redis://:$pw@127.0.0.1:$(redis_port)/1'
+export AIRFLOW__GPUSCHED__FLEET_DIR=$FLEET/records" bash "$HERE/stack.sh" up
+  else
+    GPUSCHED_STACK_API_HOST=0.0.0.0 GPUSCHED_STACK_ENV="${GPUSCHED_STACK_ENV:-}
+export AIRFLOW__CORE__EXECUTOR=airflow.providers.edge3.executors.EdgeExecutor
+export AIRFLOW__EDGE__API_ENABLED=True
+export AIRFLOW__EDGE__API_URL=http://127.0.0.1:$PORT/edge_worker/v1/rpcapi
+export AIRFLOW__EDGE__JOB_POLL_INTERVAL=1
+export AIRFLOW__EDGE__HEARTBEAT_INTERVAL=5
+export AIRFLOW__EDGE__PUSH_LOG_CHUNK_SIZE=65536
+export AIRFLOW__EDGE__EXTENDED_SYSTEM_INFO_FUNCTION=airflow_provider_gpusched.fleet.edge_worker_sysinfo
+export AIRFLOW__EDGE__AUTOMATIC_MAINTENANCE_ON=Error
+export AIRFLOW__EDGE__AUTOMATIC_MAINTENANCE_EXIT=Info
+export AIRFLOW__GPUSCHED__FLEET_DIR=$FLEET/records" bash "$HERE/stack.sh" up
+  fi
   for ((i = 0; i < hosts; i++)); do start_host "${NAMES[$i]}"; done
   start_head_worker
   wait_workers 240
@@ -205,11 +276,12 @@ down() {
   local name i ns
   while read -r name _; do [ -n "$name" ] && kill_host "$name"; done < <(hosts_up)
   stop_head_worker
+  stop_redis
   if [ -f "$FLEET/net" ]; then
     for ns in $(ip netns list | awk '{print $1}' | grep "^gsf$(cat "$FLEET/net")h" || true); do ip netns del "$ns"; done
   fi
   bash "$HERE/stack.sh" down
-  rm -f "$FLEET/hosts" "$FLEET/net"
+  rm -f "$FLEET/hosts" "$FLEET/net" "$FLEET/executor"
   say "down (links left: $(ip link show | grep -c "gsf" || true))"
 }
 
@@ -232,5 +304,5 @@ case "${1:-}" in
   start-host) [ -n "${2:-}" ] || die "start-host NAME"; start_host "$2" ;;
   env) bash "$HERE/stack.sh" env ;;
   kill|start|logs) bash "$HERE/stack.sh" "$@" ;;  # the head node's components (scheduler, triggerer, ...)
-  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -164,3 +164,66 @@ def test_the_slurm_template_renders_to_the_test_clusters_partitions():
     assert re.search(r"^PartitionName=idle .*PreemptMode=REQUEUE", template, re.M)
     assert "Gres=gpu:4" in template
 
+
+
+FLEET_ENV = {"COMPOSE_PROFILES": "fleet", "AIRFLOW_EXECUTOR": "airflow.providers.edge3.executors.EdgeExecutor",
+             "GPUSCHED_FLEET_DIR": "/shared/fleet"}
+
+
+def _fleet_env(tmp_path, **overrides) -> Path:
+    path = _env_file(tmp_path, **overrides)
+    path.write_text(path.read_text() + "".join(f"{k}={v}\n" for k, v in FLEET_ENV.items()))
+    return path
+
+
+def test_the_fleet_profile_adds_two_gpu_hosts_and_a_head_worker_on_the_edge_executor(tmp_path):
+    """docker/.env.example's fleet lines: two GPU hosts of different sizes, each its own name, lease directory and
+    queues, publishing to the fleet directory on the shared volume; a head worker for tasks without GPUs; every
+    Airflow service on the EdgeExecutor. Without the profile, none of it (the LocalExecutor layout)."""
+    example = (DOCKER / ".env.example").read_text()
+    for key, value in FLEET_ENV.items():
+        assert f"# {key}={value}\n" in example, f".env.example does not show {key}={value}"
+    plain = _config(tmp_path)["services"]
+    assert not {"gpu-host-a", "gpu-host-b", "airflow-edge-worker"} & set(plain)
+    assert plain["airflow-scheduler"]["environment"]["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+    assert plain["airflow-scheduler"]["environment"]["AIRFLOW__GPUSCHED__FLEET_DIR"] == ""
+
+    proc = _compose(tmp_path, env=_fleet_env(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    services = json.loads(proc.stdout)["services"]
+    assert {"gpu-host-a", "gpu-host-b", "airflow-edge-worker"} <= set(services)
+    for name in (*AIRFLOW_SERVICES, "gpu-host-a", "gpu-host-b", "airflow-edge-worker"):
+        env = services[name]["environment"]
+        assert env["AIRFLOW__CORE__EXECUTOR"] == FLEET_ENV["AIRFLOW_EXECUTOR"], name
+        assert env["AIRFLOW__GPUSCHED__FLEET_DIR"] == "/shared/fleet", name
+        assert env["AIRFLOW__EDGE__API_URL"] == "http://airflow-apiserver:8080/edge_worker/v1/rpcapi", name
+    sizes = set()
+    for name in ("gpu-host-a", "gpu-host-b"):
+        host = services[name]
+        env = host["environment"]
+        assert env["GPUSCHED_HOST_NAME"] == name and host["hostname"] == name
+        assert env["AIRFLOW__CORE__HOSTNAME_CALLABLE"] == "airflow_provider_gpusched.fleet.host_name"
+        assert env["AIRFLOW__EDGE__EXTENDED_SYSTEM_INFO_FUNCTION"] == "airflow_provider_gpusched.fleet.edge_worker_sysinfo"
+        assert env["AIRFLOW__EDGE__AUTOMATIC_MAINTENANCE_ON"] == "Error"
+        mounts = _mounts(host)
+        assert mounts["/shared"]["source"] == "shared" and "/opt/airflow/gpu-state" not in mounts, \
+            "a GPU host's leases are its own, not the head's volume"
+        assert not env["AIRFLOW__GPUSCHED__GPU_STATE_DIR"].startswith("/shared")
+        script = host["command"][-1]
+        assert "edge worker" in script and "--lane gpu" in script and "--lane idle" in script
+        assert host["healthcheck"]["test"] and host["depends_on"]["airflow-apiserver"]["condition"] == "service_healthy"
+        sizes.add(env["AIRFLOW__GPUSCHED__SIMULATE_GPUS"])
+    assert sizes == {"2x24GiB", "4x80GiB"}
+    head = services["airflow-edge-worker"]
+    assert head["command"][:5] == ["edge", "worker", "-H", "head", "-q"] and head["command"][5] == "default"
+    assert head["environment"]["AIRFLOW__GPUSCHED__SIMULATE_GPUS"] == ""
+    assert "AIRFLOW__EDGE__EXTENDED_SYSTEM_INFO_FUNCTION" not in head["environment"], "the head is no GPU host"
+    init = services["airflow-init"]["command"][-1]
+    assert "/shared/fleet" in init and "chmod 0700" in init
+
+    hostnet = _compose(tmp_path, "compose.yaml", "compose.hostnet.yaml", env=_fleet_env(tmp_path))
+    assert hostnet.returncode == 0, hostnet.stderr
+    for name, service in json.loads(hostnet.stdout)["services"].items():
+        assert service.get("network_mode") == "host", name
+        if name.startswith("gpu-host"):
+            assert "hostname" not in service and service["environment"]["GPUSCHED_HOST_NAME"] == name

@@ -48,6 +48,8 @@ REMEMBER_FOR = 24 * 3600.0
 LANES = ("gpu", "idle")
 #: XCom of a local GPU task in a fleet: the hosts its try was taken by, in order (one unless it moved)
 FLEET_HOSTS_XCOM = "gpusched_fleet_hosts"
+#: overrides this host's name in the fleet (its record, its own queue, its leases on the board)
+HOST_NAME_ENV = "GPUSCHED_HOST_NAME"
 _HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 GIB = 1 << 30
 
@@ -257,8 +259,10 @@ def hosts_dir(fleet_dir: str) -> str:
 
 
 def this_host() -> str:
-    """This host's name as Airflow's default ``hostname_callable`` gives it (``socket.getfqdn``)."""
-    return socket.getfqdn()
+    """This host's name in the fleet: ``$GPUSCHED_HOST_NAME`` where set (hosts that share one name, such as
+    containers on the machine's network), else as Airflow's default ``hostname_callable`` gives it
+    (``socket.getfqdn``)."""
+    return os.environ.get(HOST_NAME_ENV) or socket.getfqdn()
 
 
 def record_of(manager, host: str, address: str = "") -> HostRecord:

@@ -24,6 +24,12 @@ def enabled() -> bool:
     return bool(settings.fleet_dir())
 
 
+def host_name() -> str:
+    """``[core] hostname_callable`` for a GPU host whose name is set by ``$GPUSCHED_HOST_NAME`` (containers on the
+    machine's network all have its name): Airflow's task instances then say the host their record says."""
+    return fleet.this_host()
+
+
 def read_this_fleet() -> fleet.FleetView | None:
     """The fleet's host records, or None when ``[gpusched] fleet_dir`` is not set (one host)."""
     folder = settings.fleet_dir()

@@ -38,7 +38,12 @@ from airflow_provider_gpusched.triggers.local_gpu import FleetRoomTrigger, GPUAv
 
 
 def _worker_host(ti) -> str:
-    """The host as Airflow names it for this task instance (``[core] hostname_callable``), as the UI shows it."""
+    """The host as Airflow names it for this task instance (``[core] hostname_callable``), as the UI shows it; in a
+    fleet, the name its host record has (the board puts the two on one row)."""
+    if fleet.enabled():
+        from airflow_provider_gpusched.core.fleet import this_host
+
+        return this_host()
     return getattr(ti, "hostname", None) or socket.gethostname()
 
 

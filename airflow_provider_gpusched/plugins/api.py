@@ -226,9 +226,12 @@ def own_host() -> KnownHost | None:
 
 
 def _known_hosts(session, since: datetime, problems: list[str]) -> list[KnownHost]:
-    """Hosts to list with their GPUs though no lease runs there: this api-server's (if a GPU host), and each host
-    whose tasks published a lease in the last day (its newest record's inventory; one query per host)."""
-    known = [h for h in [own_host()] if h is not None]
+    """Hosts to list with their GPUs though no lease runs there: this api-server's (if a GPU host, outside a
+    fleet), and each host whose tasks published a lease in the last day (its newest record's inventory; one query per host)."""
+    from airflow_provider_gpusched.fleet import enabled as in_a_fleet
+
+    # in a fleet the hosts' own records list every GPU host (a head node that is one runs a worker that publishes)
+    known = [h for h in [None if in_a_fleet() else own_host()] if h is not None]
     newest = (select(TaskInstance.hostname, func.max(TaskInstance.end_date))
               .join(XComModel, and_(TaskInstance.dag_id == XComModel.dag_id, TaskInstance.run_id == XComModel.run_id,
                                     TaskInstance.task_id == XComModel.task_id,

@@ -9,6 +9,7 @@ import re
 import threading
 import time
 from collections import defaultdict
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -141,12 +142,15 @@ def test_a_host_killed_mid_sweep_loses_no_trial_and_its_leases_are_reclaimed(fle
         return b is not None and b["fresh"] and b["time"] > killed_at and not b["leases"]
 
     wait_until(reclaimed, timeout=120, what="gpu-b back, its stale leases reclaimed")
-    workers = lambda: _edge_workers(fleet)  # noqa: E731
-    wait_until(lambda: all(workers()[w]["state"] in ("idle", "running") for w in ("gpu-b", "gpu-b-idle")),
-               timeout=120, what="gpu-b's two workers taking work again")
-    time.sleep(12)  # and still up after two heartbeats (a worker that cannot start publishes once, then exits)
-    assert all(workers()[w]["state"] in ("idle", "running") for w in ("gpu-b", "gpu-b-idle")), workers()
-    assert _records(fleet)["gpu-b"]["fresh"]
+    started = time.time()
+
+    def heartbeating():  # a worker that cannot start publishes the record once and exits: ask the executor
+        workers = _edge_workers(fleet)
+        return all(workers[w]["state"] in ("idle", "running") and workers[w]["last_heartbeat"]
+                   and datetime.fromisoformat(workers[w]["last_heartbeat"]).timestamp() > started + 6
+                   for w in ("gpu-b", "gpu-b-idle"))
+
+    wait_until(heartbeating, timeout=120, what="gpu-b's two workers heartbeating again")
     assert not [n for n in _listdir(fleet.host_dir("gpu-b") / "gpu-leases") if LEASE_FILE.match(n)]
 
 
@@ -174,7 +178,7 @@ def _hold_others(fleet, host: str, held: bool) -> None:
     want = list(range(count)) if held else []
     wait_until(lambda: _records(fleet)[host]["foreign_busy"] == want, timeout=60,
                what=f"{host}'s record saying others hold {want}")
-    states = ("maintenance_mode", "maintenance_pending") if held else ("idle", "running")
+    states = ("maintenance mode", "maintenance pending") if held else ("idle", "running")
     wait_until(lambda: _edge_workers(fleet)[host]["state"] in states, timeout=60,
                what=f"{host}'s gpu worker in {states}")
 
