@@ -176,7 +176,8 @@ wait_workers() {  # every host's two workers and the head's registered with the 
   while [ $SECONDS -lt $deadline ]; do
     if [ "$(executor)" = celery ]; then
       have="$(python -c 'from airflow.providers.celery.executors.celery_executor_utils import app
-print(len(app.control.ping(timeout=2) or []))' 2>/dev/null)" || have=0
+print(len(app.control.ping(timeout=2) or []))' 2>/dev/null | tail -n 1)" || have=0
+      [[ "$have" =~ ^[0-9]+$ ]] || have=0
       [ "$have" -ge "$want" ] && { say "$have Celery workers answer"; return 0; }
       sleep 2; continue
     fi

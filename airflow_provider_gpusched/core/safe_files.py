@@ -17,7 +17,8 @@ import json
 import os
 import pwd
 import stat
-from typing import Any
+import threading
+from typing import Any, Callable, Iterator
 
 from airflow_provider_gpusched.core.errors import GpuschedError
 
@@ -198,3 +199,40 @@ def append_line(path: str, line: str, mode: int = 0o600) -> None:
         os.write(fd, line.encode())
     finally:
         os.close(fd)
+
+
+# -- locks held briefly, in processes that fork -------------------------------------------------------------
+# A flock belongs to the open file, which a forked child shares: had a process forked while one of its threads
+# briefly held a lock (an Edge worker forks each task while its heartbeat thread reads the host's leases), the
+# child would keep the lock after the parent let go, and every later taker would wait forever. Each such fd is
+# registered while open, and a forked child closes its copies at once. The guard keeps a fork from falling
+# between opening an fd and registering it (or between unregistering and closing it).
+_fork_guard = threading.Lock()
+_brief_fds: set[int] = set()
+
+
+def _after_fork_in_child() -> None:
+    for fd in _brief_fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _brief_fds.clear()
+    _fork_guard.release()
+
+
+os.register_at_fork(before=_fork_guard.acquire, after_in_parent=_fork_guard.release,
+                    after_in_child=_after_fork_in_child)
+
+
+@contextlib.contextmanager
+def brief_fd(open_fd: Callable[[], int]) -> Iterator[int]:
+    """The fd ``open_fd()`` gives, for a lock held briefly: closed on leaving, and never kept by a process
+    forked meanwhile (see above)."""
+    with _fork_guard:
+        fd = open_fd()
+        _brief_fds.add(fd)
+    try:
+        yield fd
+    finally:
+        with _fork_guard:
+            _brief_fds.discard(fd)
+            os.close(fd)

@@ -185,3 +185,48 @@ def test_pipeline_hosts_map_onto_fleet_hosts_and_each_host_has_its_own_queue():
     assert fleet.host_queues(SimulatedInventory("1x24GiB").gpus(), "gpu", "gpu-b")[-1] == "gpu-on-gpu-b"
     with pytest.raises(InvalidArgumentError, match="host"):
         fleet.host_queue("gpu b; rm -rf /")
+
+
+def test_a_process_forked_while_the_lease_lock_is_held_does_not_keep_it(tmp_path):
+    """An Edge worker forks each task while its heartbeat thread may hold the host's allocation lock for a
+    moment (publishing the host's record). A flock belongs to the open file, which the child shares: without
+    care the child keeps the lock after the thread lets go, and every task on the host then waits forever (seen
+    in bench/fleet_makespan.py: 11 tasks stuck on gpu-a). The child must close its copy at once."""
+    import fcntl
+    import threading
+
+    manager = LeaseManager(SimulatedInventory("1x24GiB"), str(tmp_path / "leases"))
+    held, go = threading.Event(), threading.Event()
+
+    def heartbeat():
+        with manager.store.allocation_lock():
+            held.set()
+            go.wait(10)
+
+    thread = threading.Thread(target=heartbeat)
+    thread.start()
+    assert held.wait(10)
+    pid = os.fork()
+    if pid == 0:  # the task process: lives on while the parent goes on
+        time.sleep(6)
+        os._exit(0)
+    try:
+        go.set()
+        thread.join(10)
+        # the child lets go as soon as it runs (its at-fork handler), a moment after the fork: well before it exits
+        fd = os.open(str(tmp_path / "leases" / "alloc.lock"), os.O_RDWR)
+        try:
+            deadline = time.monotonic() + 3
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    assert time.monotonic() < deadline, "the forked child kept the allocation lock"
+                    time.sleep(0.05)
+        finally:
+            os.close(fd)
+        lease, why = manager.try_acquire(GPURequest(gpus=1), "next task")
+        assert lease is not None, why
+    finally:
+        os.waitpid(pid, 0)

@@ -37,6 +37,7 @@ from airflow_provider_gpusched.core.gpu.inventory import GPUInfo, GPUInventory
 from airflow_provider_gpusched.core.gpu.placement import LeaseView, Placement
 from airflow_provider_gpusched.core.safe_files import (
     BadRecordError,
+    brief_fd,
     ensure_private_dir,
     is_number,
     open_regular,
@@ -46,6 +47,11 @@ from airflow_provider_gpusched.core.safe_files import (
 from airflow_provider_gpusched.core.work_tag import WorkTag
 
 STATE_DIR_ENV = "GPUSCHED_STATE_DIR"
+
+
+class _NotALock(Exception):
+    """A lease's lock file that cannot be opened as one (gone, or not a regular file)."""
+
 SHARED_ENV = "GPUSCHED_STATE_DIR_SHARED"
 
 
@@ -345,30 +351,30 @@ class LeaseStore:
 
     @contextlib.contextmanager
     def allocation_lock(self) -> Iterator[None]:
-        fd = open_regular(self.path("alloc.lock"), os.O_CREAT | os.O_RDWR, self.file_mode)
-        try:
+        # closing releases the lock; a process forked meanwhile does not keep it (brief_fd)
+        with brief_fd(lambda: open_regular(self.path("alloc.lock"), os.O_CREAT | os.O_RDWR, self.file_mode)) as fd:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
-        finally:
-            os.close(fd)  # closing releases the lock
 
     @staticmethod
     def _is_held(lock_path: str) -> bool:
+        def open_lock() -> int:
+            try:
+                return open_regular(lock_path, os.O_RDWR)
+            except (OSError, GpuschedError):  # gone, a link or something else planted there: not a holder's lock
+                raise _NotALock from None
+
         try:
-            fd = open_regular(lock_path, os.O_RDWR)
-        except FileNotFoundError:
+            with brief_fd(open_lock) as fd:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError as exc:
+                    if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                        return True
+                    raise
+                return False
+        except _NotALock:
             return False
-        except (OSError, GpuschedError):  # a link or something else planted there: not a holder's lock
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                return True
-            raise
-        finally:
-            os.close(fd)
-        return False
 
     def exists(self, lease_id: str) -> bool:
         return os.path.exists(self.path(lease_id + ".json"))

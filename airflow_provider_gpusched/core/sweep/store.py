@@ -34,7 +34,7 @@ import time
 from typing import Any, Iterable, Mapping, Sequence
 
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
-from airflow_provider_gpusched.core.safe_files import write_json_atomic
+from airflow_provider_gpusched.core.safe_files import brief_fd, write_json_atomic
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested
 from airflow_provider_gpusched.core.sweep.reports import PREVIOUS_REPORTS_FILE, REPORTS_FILE, read_reports, summarise
 
@@ -354,21 +354,19 @@ class TrialStore:
         """Who runs the trial now (``{"host", "pid", "run", "since"}``), or None when nobody does."""
         path = os.path.join(self.trial_dir(trial), CLAIM_FILE)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            # held a moment: a process forked meanwhile must not keep the shared lock (brief_fd)
+            with brief_fd(lambda: os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)) as fd:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    try:
+                        holder = json.loads(os.pread(fd, 65536, 0) or b"{}")
+                    except ValueError:
+                        holder = None
+                    return holder if isinstance(holder, dict) else {}
+                return None
         except OSError:
             return None
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                try:
-                    holder = json.loads(os.pread(fd, 65536, 0) or b"{}")
-                except ValueError:
-                    holder = None
-                return holder if isinstance(holder, dict) else {}
-            return None
-        finally:
-            os.close(fd)
 
     # -- the sweep as a whole --------------------------------------------------------------------------
     def claim_for_dag(self, dag_id: str, shared: bool = False) -> None:
