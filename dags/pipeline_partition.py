@@ -36,9 +36,16 @@ print(f"stage {os.environ['GPUSCHED_STAGE']} of {os.environ['GPUSCHED_STAGES']} 
 
 
 def fleet_hosts() -> list[str]:
-    """The GPU hosts of the fleet when the DAG file is parsed ([] on one host): one stage task per host."""
+    """The GPU hosts of the fleet when the DAG file is parsed ([] on one host): one stage task per host. In a
+    fleet where no host has published a record yet the file does not load (an import error that says so) rather
+    than load without a stage task for the hosts to come; the DAG processor parses it again."""
     view = read_this_fleet()
-    return sorted(h.host for h in view.hosts) if view is not None else []
+    if view is None:
+        return []
+    if not view.hosts:
+        raise RuntimeError("gpusched_pipeline_partition: [gpusched] fleet_dir is set but no GPU host has published "
+                           "a record yet; the DAG loads once one has (docs/fleet.md)")
+    return sorted(h.host for h in view.hosts)
 
 
 def stage_label(field: str) -> str:
@@ -96,10 +103,30 @@ def pipeline_partition(backend: str):
             def stages_on(stages: list[dict], host: str) -> list[dict]:
                 return [s for s in stages if s["env"]["GPUSCHED_STAGE_FLEET_HOST"] == host]
 
+            @task(trigger_rule="none_failed")
+            def check_stages(stages: list[dict], dag_run=None, ti=None) -> dict:
+                """Every stage ran on its host. The stage tasks are those of the hosts known when the DAG file was
+                parsed; a host that published its first record since has no task yet, and its stages would be
+                lost without a word: fail instead, naming it."""
+                want: dict[str, int] = {}
+                for s in stages:
+                    want[s["env"]["GPUSCHED_STAGE_FLEET_HOST"]] = want.get(s["env"]["GPUSCHED_STAGE_FLEET_HOST"], 0) + 1
+                ran = {host: ti.get_ti_count(dag_id=dag_run.dag_id, run_ids=[dag_run.run_id],
+                                             task_ids=[f"stage_on_{host}"], states=["success"]) for host in want}
+                missing = {host: n - ran[host] for host, n in want.items() if ran[host] < n}
+                if missing:
+                    raise RuntimeError(f"stages did not run on {missing} (host: stages): the DAG was parsed before "
+                                       f"those hosts published their records; trigger it again once it shows a "
+                                       f"stage_on_<host> task for each")
+                return ran
+
+            done = []
             for host in hosts:
-                LocalGPUOperator.partial(task_id=f"stage_on_{host}", queue=host_queue(host), gpu_memory="2GiB",
-                                         command=["python3", "-c", STAGE], map_index_template=stage_label("env"),
-                                         ).expand_kwargs(stages_on.override(task_id=f"stages_for_{host}")(stages, host))
+                done.append(LocalGPUOperator.partial(
+                    task_id=f"stage_on_{host}", queue=host_queue(host), gpu_memory="2GiB",
+                    command=["python3", "-c", STAGE], map_index_template=stage_label("env"),
+                ).expand_kwargs(stages_on.override(task_id=f"stages_for_{host}")(stages, host)))
+            done >> check_stages(stages)
         elif backend == "local":
             LocalGPUOperator.partial(task_id="stage", gpu_memory="2GiB", command=["python3", "-c", STAGE],
                                      map_index_template=stage_label("env")).expand_kwargs(stages)

@@ -170,7 +170,8 @@ say "healthy in $((SECONDS - t0)) s: $(compose ps --format '{{.Service}}={{.Heal
 say "running: $DAGS"
 # shellcheck disable=SC2086
 hosts=()
-[ -z "$FLEET" ] || hosts=(--expect-hosts gpu-host-a,gpu-host-b)
+[ -z "$FLEET" ] || hosts=(--expect-hosts gpu-host-a,gpu-host-b --wait-task gpusched_pipeline_partition:stage_on_gpu-host-a
+                        --wait-task gpusched_pipeline_partition:stage_on_gpu-host-b)
 if ! python scripts/docker_smoke_dags.py "${hosts[@]}" "http://127.0.0.1:$api_port" "$work/admin-password" $DAGS; then
   compose logs --tail 60 airflow-scheduler airflow-triggerer slurmctld slurmd >&2 || true
   [ -z "$FLEET" ] || compose logs --tail 60 gpu-host-a gpu-host-b airflow-edge-worker >&2 || true

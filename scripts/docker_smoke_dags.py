@@ -1,10 +1,12 @@
 """Run example DAGs on a deployed Airflow through its REST API and report how they ended (scripts/docker-smoke.sh).
 
-    python scripts/docker_smoke_dags.py [--expect-hosts A,B] URL PASSWORD_FILE DAG_ID [DAG_ID ...]
+    python scripts/docker_smoke_dags.py [--expect-hosts A,B] [--wait-task DAG_ID:TASK_ID ...] URL PASSWORD_FILE
+                                        DAG_ID [DAG_ID ...]
 
 Each DAG is unpaused and triggered once; the script waits for every run to end and prints its task states and
 the hosts that ran them. Exit status 0 when every run succeeded (and, with ``--expect-hosts``, every host named
-ran at least one task).
+ran at least one task). ``--wait-task``: wait until the DAG has that task before triggering it (a DAG whose
+tasks depend on what the fleet's hosts published).
 """
 
 from __future__ import annotations
@@ -18,8 +20,14 @@ import httpx
 
 def main(argv: list[str]) -> int:
     expect: set[str] = set()
-    if argv[:1] == ["--expect-hosts"] and len(argv) > 1:
-        expect, argv = set(argv[1].split(",")), argv[2:]
+    wait_tasks: dict[str, set[str]] = {}
+    while argv[:1] in (["--expect-hosts"], ["--wait-task"]) and len(argv) > 1:
+        if argv[0] == "--expect-hosts":
+            expect = set(argv[1].split(","))
+        else:
+            dag, _, task_id = argv[1].partition(":")
+            wait_tasks.setdefault(dag, set()).add(task_id)
+        argv = argv[2:]
     if len(argv) < 3:
         print(__doc__, file=sys.stderr)
         return 2
@@ -34,9 +42,16 @@ def main(argv: list[str]) -> int:
     runs = {}
     for dag_id in dag_ids:
         deadline = time.monotonic() + 180
-        while api.get(f"/dags/{dag_id}").status_code != 200:
+        def parsed(dag_id=dag_id) -> bool:
+            if api.get(f"/dags/{dag_id}").status_code != 200:
+                return False
+            wanted = wait_tasks.get(dag_id, set())
+            return not wanted or wanted <= {t["task_id"] for t in api.get(f"/dags/{dag_id}/tasks").json()["tasks"]}
+
+        while not parsed():
             if time.monotonic() > deadline:
-                print(f"{dag_id}: not parsed after 180 s; import errors: {api.get('/importErrors').text[:2000]}")
+                print(f"{dag_id}: not parsed (with tasks {sorted(wait_tasks.get(dag_id, []))}) after 180 s; import "
+                      f"errors: {api.get('/importErrors').text[:2000]}")
                 return 1
             time.sleep(2)
         api.patch(f"/dags/{dag_id}", json={"is_paused": False}).raise_for_status()

@@ -319,3 +319,5 @@ def test_pipeline_stages_run_on_the_fleet_hosts_standing_for_the_partitioners_ho
         assert ti["hostname"] == host and ti["queue"] == f"gpu-on-{host}", ti
         stage = next(s for s in stages if s["env"]["GPUSCHED_STAGE"] == ti["rendered_map_index"].split()[1])
         assert stage["env"]["GPUSCHED_STAGE_FLEET_HOST"] == host
+    counted = fleet.xcom(dag_id, run_id, "check_stages")  # every stage checked as run, host by host
+    assert counted == {h: list(placed.values()).count(h) for h in set(placed.values())}
