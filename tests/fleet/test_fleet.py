@@ -245,18 +245,10 @@ def _board_screenshot(fleet) -> None:
     people to look at (test-artifacts/ui/gpu-board-fleet.png)."""
     from playwright.sync_api import sync_playwright
 
-    from tests.stack.test_ui import CHROMIUM, SHOTS
+    from tests.stack.test_ui import SHOTS, logged_in_page
 
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    password = (fleet.dir / "admin-password").read_text().strip()
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"])
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(f"{fleet.url}/auth/login", wait_until="networkidle")
-        page.fill("input[name=username]", "admin")
-        page.fill("input[name=password]", password)
-        page.keyboard.press("Enter")
-        page.wait_for_url(lambda url: "/auth/login" not in url, timeout=60_000)
+        browser, page = logged_in_page(p, fleet)
         page.goto(f"{fleet.url}/plugin/gpusched-gpus", wait_until="networkidle")
         page.wait_for_function("document.querySelectorAll('[data-testid=lease]').length >= 3", timeout=60_000)
         assert page.locator("[data-testid=host-fleet]").count() == 3

@@ -26,18 +26,24 @@ def browser_page(stack):
         pytest.fail("chromium is not installed (scripts/test.sh installs Debian's package)")
     from playwright.sync_api import sync_playwright
 
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    password = (stack.dir / "admin-password").read_text().strip()
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"])
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(f"{stack.url}/auth/login", wait_until="networkidle")
-        page.fill("input[name=username]", "admin")
-        page.fill("input[name=password]", password)
-        page.keyboard.press("Enter")
-        page.wait_for_url(lambda url: "/auth/login" not in url, timeout=60_000)
+        browser, page = logged_in_page(p, stack)
         yield page
         browser.close()
+
+
+def logged_in_page(playwright, stack):
+    """Debian's Chromium, logged in to ``stack``'s UI as admin through the login form: ``(browser, page)``."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    password = (stack.dir / "admin-password").read_text().strip()
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"])
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(f"{stack.url}/auth/login", wait_until="networkidle")
+    page.fill("input[name=username]", "admin")
+    page.fill("input[name=password]", password)
+    page.keyboard.press("Enter")
+    page.wait_for_url(lambda url: "/auth/login" not in url, timeout=60_000)
+    return browser, page
 
 
 def finished_run(stack, dag_id: str) -> str:
