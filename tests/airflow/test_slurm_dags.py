@@ -193,5 +193,5 @@ def test_pipeline_partition_example_on_slurm_one_job_per_stage(run_dag, slurm):
         result = xcoms[("stage", i)]["return_value"]
         output = open(result["output_path"]).read()
         first, last = stage["layers"]
-        assert f"stage {i + 1} of {len(stages)} on host {stage['host']}: layers {first}..{last}" in output
+        assert f"stage {i + 1} of {len(stages)} for host {stage['host']}: layers {first}..{last} on " in output
     assert len({xcoms[("stage", i)]["return_value"]["job_id"] for i in range(len(stages))}) == len(stages) == 8

@@ -313,3 +313,27 @@ def test_pipeline_stages_run_on_the_fleet_hosts_standing_for_the_partitioners_ho
         assert stage["env"]["GPUSCHED_STAGE_FLEET_HOST"] == host
     counted = fleet.xcom(dag_id, run_id, "check_stages")  # every stage checked as run, host by host
     assert counted == {h: list(placed.values()).count(h) for h in set(placed.values())}
+
+
+def test_priority_weights_order_the_queue_across_hosts(fleet, out_file):
+    """Seven blockers (12 s) hold every GPU of the three hosts; seven high-priority (10 s) and seven low-priority
+    trials wait, all queued at once. Each GPU freed on any host goes to a high trial while one waits (the Edge
+    workers fetch by priority weight): every high trial starts before any low one, which can only start once a
+    GPU frees after all the high ones have theirs (at least 10 s after the first high start)."""
+    run_id = fleet.trigger("fleet_priority", out=str(out_file))
+    assert fleet.wait_run("fleet_priority", run_id, timeout=300) == "success"
+    started: dict[str, list[float]] = defaultdict(list)
+    tis = fleet.task_instances("fleet_priority", run_id)
+    assert sorted(ti["task_id"] for ti in tis) == ["blocker"] * 7 + ["high"] * 7 + ["low"] * 7
+    for ti in tis:
+        landings = fleet.xcom("fleet_priority", run_id, ti["task_id"], FLEET_HOSTS_XCOM, map_index=ti["map_index"])
+        if len(landings) == 1:  # a task that had to move started late for that reason, not for its priority
+            started[ti["task_id"]].append(datetime.fromisoformat(ti["start_date"]).timestamp())
+    assert len(started["high"]) >= 5 and len(started["low"]) >= 5, started
+    hosts = {r["host"] for r in read_out(out_file) if r["tag"].startswith("high")}
+    first = min(started["blocker"])
+    print(f"high trials ran on {sorted(hosts)}, started {min(started['high']) - first:.1f}..{max(started['high']) - first:.1f}s "
+          f"after the first blocker; low from {min(started['low']) - first:.1f}s")
+    assert max(started["blocker"]) < min(started["high"]), "a waiting trial started before a blocker"
+    assert max(started["high"]) < min(started["low"]), "a low-priority trial took a GPU while a high-priority one waited"
+    assert len(hosts) >= 2, "the high trials ran on every host that freed a GPU, not one"

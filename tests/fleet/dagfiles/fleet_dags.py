@@ -52,3 +52,9 @@ with DAG("fleet_idle", **ARGS):  # idle-class fillers: one per GPU of the fleet 
 
 with DAG("fleet_normal", **ARGS):  # normal work that needs a GPU the fillers hold
     LocalGPUOperator(task_id="urgent", gpus=1, poll_interval=1, command=_record("urgent"))
+
+with DAG("fleet_priority", **ARGS):  # priority weights across hosts: blockers first, then high, then low
+    for name, weight, count, seconds in (("blocker", 1000, 7, "12"), ("high", 100, 7, "10"), ("low", 1, 7, "2")):
+        LocalGPUOperator.partial(task_id=name, gpus=1, poll_interval=1, priority_weight=weight,
+                                 weight_rule="absolute").expand(
+            command=[_record(f"{name}-{i}", seconds) for i in range(count)])
