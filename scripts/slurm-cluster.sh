@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
-# Bring up / tear down a throw-away single-node Slurm cluster for tests and the demo.
+# Bring up / tear down a throw-away Slurm cluster of several compute nodes for tests and the demo (root).
 #
-#   scripts/slurm-cluster.sh up       install (if root and missing) and start munge, slurmctld, slurmd
-#   scripts/slurm-cluster.sh down     cancel jobs and stop only the daemons this script started
-#   scripts/slurm-cluster.sh status   print sinfo / daemon pids
-#   scripts/slurm-cluster.sh env      print the `export SLURM_CONF=...` line for clients
+#   scripts/slurm-cluster.sh up           install (if missing) and start munge, slurmctld and every node's slurmd
+#   scripts/slurm-cluster.sh down         cancel jobs, stop only the daemons this script started, remove the nodes'
+#                                         namespaces, bridge and links (nothing is left behind)
+#   scripts/slurm-cluster.sh status       sinfo per node, daemon pids
+#   scripts/slurm-cluster.sh env          print the `export SLURM_CONF=...` line for clients
+#   scripts/slurm-cluster.sh nodes        the compute nodes' names, one a line
+#   scripts/slurm-cluster.sh kill-node N  SIGKILL every process of node N (its slurmd, its jobs' steps): a node dies
+#   scripts/slurm-cluster.sh start-node N start node N's slurmd again (a node that comes back; ReturnToService=2)
 #
-# The cluster: one node (this host, 127.0.0.1), 8 CPUs, 16000 MB, 4 fake GPUs as GRES
-# (symlinks to /dev/null, so jobs get CUDA_VISIBLE_DEVICES), partitions
+# The cluster: $GPUSCHED_SLURM_NODES compute nodes (default 2) named n1, n2, ... Each is a real slurmd in its own
+# network namespace (a veth pair on a bridge, 10.204.X.0/24, X chosen free), UTS namespace (its own hostname) and
+# mount namespace (its own /etc/hosts naming every node, as a cluster's DNS would: MASTER_ADDR=n1 resolves on n2),
+# with its own spool directory and log. Per node: 8 CPUs, 16000 MB, 4 fake GPUs as GRES (symlinks to /dev/null, so
+# jobs get CUDA_VISIBLE_DEVICES), features fakegpu and rack<i> (for --constraint). slurmctld runs on this host, at the bridge's address. Partitions:
 #   batch (default, PriorityTier=10, never preempted)
 #   idle  (PriorityTier=1, PreemptMode=REQUEUE: preempted and requeued by batch jobs)
-# No slurmdbd: final job states go to a jobcomp file that `sacct -c` reads.
-# State lives under $GPUSCHED_SLURM_ROOT (default: <repo>/.slurm). Needs root (SlurmUser=root).
+# No slurmdbd: final job states go to a jobcomp file that `sacct -c` reads. A node that stops answering is DOWN after
+# SlurmdTimeout=20 s (its jobs end NODE_FAIL, or are requeued) and comes back when its slurmd registers again.
+# State lives under $GPUSCHED_SLURM_ROOT (default: <repo>/.slurm). The filesystem is shared by all nodes, as a
+# cluster's shared home is. Needs root (SlurmUser=root, namespaces). docs/slurm.md has the layout and why.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,35 +28,105 @@ root="${GPUSCHED_SLURM_ROOT:-$here/.slurm}"
 conf="$root/etc/slurm.conf"
 ctld_port="${GPUSCHED_SLURMCTLD_PORT:-6817}"
 slurmd_port="${GPUSCHED_SLURMD_PORT:-6818}"
-
+node_count="${GPUSCHED_SLURM_NODES:-2}"
 log() { echo "[slurm-cluster] $*" >&2; }
 
 need_root() {
   if [ "$(id -u)" != 0 ]; then
-    log "must run as root (Slurm runs with SlurmUser=root here); try: sudo $0 $*"
+    log "must run as root (Slurm runs with SlurmUser=root, the nodes are namespaces); try: sudo $0 $*"
     exit 2
   fi
 }
 
+case "$node_count" in
+  [1-9]) ;;
+  *) log "GPUSCHED_SLURM_NODES=$node_count: expected a number of compute nodes from 1 to 9"; exit 2 ;;
+esac
+
 install_packages() {
-  if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null; then
+  if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null \
+     && command -v ip >/dev/null && command -v nsenter >/dev/null; then
     return
   fi
-  log "installing slurm-wlm and munge with apt-get"
+  log "installing slurm-wlm, munge and iproute2 with apt-get"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q >/dev/null
-  apt-get install -y -q --no-install-recommends slurm-wlm munge >/dev/null
+  apt-get install -y -q --no-install-recommends slurm-wlm munge iproute2 util-linux >/dev/null
+}
+
+# -- the nodes' network: one bridge on this host, one veth pair and one network namespace per node --------------
+# The subnet 10.204.X.0/24 (X free on this machine) is chosen once per cluster and kept in $root/net; names carry it
+# (gss<X>br, gss<X>n<i>, gss<X>n<i>h: at most 15 characters) so that down removes only what this cluster made.
+net_octet() {
+  if [ -f "$root/net" ]; then cat "$root/net"; return; fi
+  local x="${GPUSCHED_SLURM_NET:-}"
+  if [ -z "$x" ]; then
+    for x in $(shuf -i 20-250 -n 60); do
+      ip -4 addr | grep -q "10\.204\.$x\." || ip link show "gss${x}br" >/dev/null 2>&1 || break
+    done
+  fi
+  case "$x" in ''|*[!0-9]*) log "GPUSCHED_SLURM_NET=$x: expected a number from 1 to 254"; exit 2 ;; esac
+  mkdir -p "$root" && echo "$x" >"$root/net"
+  echo "$x"
+}
+head_addr() { echo "10.204.$(net_octet).1"; }
+node_addr() { echo "10.204.$(net_octet).$(( $1 + 10 ))"; }   # node i (1-based) at .11, .12, ...
+node_ns() { echo "gss$(net_octet)n$1"; }
+node_names() { local i; for ((i = 1; i <= node_count; i++)); do echo "n$i"; done; }
+index_of() {
+  case "$1" in n[1-9]) [ "${1#n}" -le "$node_count" ] && { echo "${1#n}"; return; } ;; esac
+  log "no node $1 in this cluster (nodes: $(node_names | tr '\n' ' '))"; exit 2
+}
+
+make_network() {
+  local x br i ns
+  x="$(net_octet)"; br="gss${x}br"
+  if ! ip link show "$br" >/dev/null 2>&1; then
+    ip link add "$br" type bridge
+    ip addr add "$(head_addr)/24" dev "$br"
+    ip link set "$br" up
+  fi
+  for ((i = 1; i <= node_count; i++)); do
+    ns="$(node_ns "$i")"
+    [ -e "/run/netns/$ns" ] && continue
+    ip netns add "$ns"
+    ip link add "${ns}h" type veth peer name "${ns}"
+    ip link set "${ns}" netns "$ns"
+    ip link set "${ns}h" master "$br"
+    ip link set "${ns}h" up
+    ip netns exec "$ns" ip addr add "$(node_addr "$i")/24" dev "$ns"
+    ip netns exec "$ns" ip link set "$ns" up
+    ip netns exec "$ns" ip link set lo up
+  done
+}
+
+remove_network() {
+  local x i
+  [ -f "$root/net" ] || return 0
+  x="$(cat "$root/net")"
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^gss${x}n[0-9]*$" || true); do
+    pids="$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')"
+    [ -z "$pids" ] || kill -9 $pids 2>/dev/null || true
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep "^gss${x}" || true); do
+    ip link del "$link" 2>/dev/null || true
+  done
+  rm -f "$root/net"
 }
 
 write_config() {
-  local host
+  local host nodes
   host="$(hostname -s)"
-  mkdir -p "$root"/{etc,state,spool,log,run,dev}
+  mkdir -p "$root"/{etc,state,log,run,dev}
   for i in 0 1 2 3; do ln -sfn /dev/null "$root/dev/gpu$i"; done
-  cat >"$conf" <<CONF
-# Generated by scripts/slurm-cluster.sh: a single-node test cluster.
+  nodes="n[1-$node_count]"
+  [ "$node_count" -gt 1 ] || nodes="n1"
+  {
+    cat <<CONF
+# Generated by scripts/slurm-cluster.sh: a test cluster of $node_count compute node(s) in Linux namespaces.
 ClusterName=gpusched
-SlurmctldHost=${host}(127.0.0.1)
+SlurmctldHost=${host}($(head_addr))
 SlurmctldPort=${ctld_port}
 SlurmdPort=${slurmd_port}
 SlurmUser=root
@@ -63,17 +142,18 @@ SchedulerParameters=sched_interval=2,bf_interval=2
 GresTypes=gpu
 SlurmdParameters=config_overrides
 StateSaveLocation=${root}/state
-SlurmdSpoolDir=${root}/spool
+SlurmdSpoolDir=${root}/spool/%n
 SlurmctldPidFile=${root}/run/slurmctld.pid
-SlurmdPidFile=${root}/run/slurmd.pid
+SlurmdPidFile=${root}/run/slurmd.%n.pid
 SlurmctldLogFile=${root}/log/slurmctld.log
-SlurmdLogFile=${root}/log/slurmd.log
+SlurmdLogFile=${root}/log/slurmd.%n.log
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/filetxt
 JobCompLoc=${root}/log/jobcomp.txt
 MinJobAge=300
 KillWait=5
 InactiveLimit=0
+SlurmdTimeout=20
 ReturnToService=2
 PriorityType=priority/multifactor
 PriorityWeightPartition=10000
@@ -81,11 +161,20 @@ PriorityWeightAge=0
 PriorityWeightFairshare=0
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
-NodeName=${host} NodeAddr=127.0.0.1 CPUs=8 RealMemory=16000 Gres=gpu:4 State=UNKNOWN
-PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
-PartitionName=idle Nodes=ALL Default=NO MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE
 CONF
-  echo "NodeName=${host} Name=gpu File=${root}/dev/gpu[0-3]" >"$root/etc/gres.conf"
+    for ((i = 1; i <= node_count; i++)); do
+      echo "NodeName=n$i NodeAddr=$(node_addr "$i") CPUs=8 RealMemory=16000 Gres=gpu:4 Features=fakegpu,rack$i State=UNKNOWN"
+    done
+    echo "PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF"
+    echo "PartitionName=idle Nodes=ALL Default=NO MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE"
+  } >"$conf"
+  echo "NodeName=${nodes} Name=gpu File=${root}/dev/gpu[0-3]" >"$root/etc/gres.conf"
+  # what every node's /etc/hosts says (a cluster's DNS): the nodes, and this host by its name
+  {
+    echo "127.0.0.1 localhost"
+    echo "$(head_addr) ${host}"
+    for ((i = 1; i <= node_count; i++)); do echo "$(node_addr "$i") n$i"; done
+  } >"$root/etc/hosts"
   echo "export SLURM_CONF=$conf" >"$root/env.sh"
 }
 
@@ -110,37 +199,61 @@ start_munge() {
   log "munged did not come up"; exit 1
 }
 
+# node i's slurmd: in the node's network namespace (nsenter: `ip netns exec` would mount a fresh /sys, and slurmd
+# then fails with "No filesystem mounted on /sys/fs/cgroup"), with its own hostname and its own /etc/hosts
+start_node() {
+  local i="$1" name="n$1"
+  pid_alive "$root/run/slurmd.$name.pid" && return
+  mkdir -p "$root/spool/$name"
+  nsenter --net="/run/netns/$(node_ns "$i")" unshare --uts --mount -- sh -c \
+    'mount --bind "$1" /etc/hosts && hostname "$2" && exec slurmd -f "$3" -N "$2"' \
+    slurm-node "$root/etc/hosts" "$name" "$conf"
+}
+
+# every node answers with one of these states (a node left DOWN by an earlier run comes back: ReturnToService=2)
 wait_ready() {
   export SLURM_CONF="$conf"
-  for _ in $(seq 150); do
-    state="$(sinfo -h -o %T 2>/dev/null | head -1 || true)"
-    case "$state" in
-      idle|mixed|allocated) return 0 ;;
-    esac
+  local states=""
+  for _ in $(seq 200); do
+    states="$(sinfo -h -N -o '%N %T' 2>/dev/null | sort -u || true)"
+    if [ "$(echo "$states" | grep -cE ' (idle|mixed|allocated)$' || true)" -ge "$node_count" ]; then
+      return 0
+    fi
     sleep 0.2
   done
-  log "cluster not ready after 30 s (sinfo state: '${state:-none}'); logs in $root/log"
-  tail -n 20 "$root/log/slurmctld.log" "$root/log/slurmd.log" >&2 || true
+  log "cluster not ready after 40 s (nodes: ${states:-none}); logs in $root/log"
+  tail -n 20 "$root/log/slurmctld.log" "$root"/log/slurmd.*.log >&2 || true
   return 1
+}
+
+all_running() {
+  pid_alive "$root/run/slurmctld.pid" || return 1
+  local i
+  for ((i = 1; i <= node_count; i++)); do pid_alive "$root/run/slurmd.n$i.pid" || return 1; done
 }
 
 up() {
   need_root up
   install_packages
-  if pid_alive "$root/run/slurmctld.pid" && pid_alive "$root/run/slurmd.pid"; then
+  if all_running && [ -f "$conf" ]; then
     log "already running (SLURM_CONF=$conf)"
     wait_ready
     return
   fi
+  mkdir -p "$root"
+  if [ -f "$root/net" ] && ! pid_alive "$root/run/slurmctld.pid"; then
+    remove_network  # left by a run that did not end cleanly
+  fi
+  make_network
   write_config
   start_munge
   export SLURM_CONF="$conf"
   pid_alive "$root/run/slurmctld.pid" || slurmctld -c -f "$conf"
-  pid_alive "$root/run/slurmd.pid" || slurmd -f "$conf"
+  local i
+  for ((i = 1; i <= node_count; i++)); do start_node "$i"; done
   wait_ready
-  # a node left DOWN from an earlier run comes back on its own (ReturnToService=2); make sure
-  scontrol update NodeName="$(hostname -s)" State=RESUME >/dev/null 2>&1 || true
-  log "up: $(sinfo -h -o '%P %T %G' | tr '\n' ' ') (SLURM_CONF=$conf)"
+  for name in $(node_names); do scontrol update NodeName="$name" State=RESUME >/dev/null 2>&1 || true; done
+  log "up: $(sinfo -h -N -o '%N(%T,%G)' | sort -u | tr '\n' ' ')partitions $(sinfo -h -o %P | tr '\n' ' ')(SLURM_CONF=$conf)"
 }
 
 stop_pidfile() {
@@ -161,10 +274,21 @@ down() {
     scontrol shutdown >/dev/null 2>&1 || true
     sleep 1
   fi
-  stop_pidfile "$root/run/slurmd.pid"
+  for f in "$root"/run/slurmd.*.pid; do [ -e "$f" ] && stop_pidfile "$f"; done
   stop_pidfile "$root/run/slurmctld.pid"
   stop_pidfile "$root/run/munged.pid"   # exists only if this script started munged
+  remove_network                        # and whatever still ran in a node's namespace (a job's processes)
   log "down"
+}
+
+kill_node() {
+  local i ns pids
+  i="$(index_of "$1")"; ns="$(node_ns "$i")"
+  pids="$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')"
+  [ -z "$pids" ] || kill -9 $pids 2>/dev/null || true
+  for _ in $(seq 50); do [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break; sleep 0.1; done
+  rm -f "$root/run/slurmd.$1.pid"
+  log "$1 killed (${pids:-nothing was running})"
 }
 
 case "${1:-}" in
@@ -172,12 +296,19 @@ case "${1:-}" in
   down) down ;;
   restart-ctld)   # used by tests: slurmctld goes away and comes back, jobs stay
     export SLURM_CONF="$conf"; stop_pidfile "$root/run/slurmctld.pid"; sleep "${2:-2}"; slurmctld -f "$conf"; wait_ready ;;
+  kill-node) need_root kill-node; kill_node "${2:?usage: $0 kill-node NODE}" ;;
+  start-node)
+    need_root start-node; export SLURM_CONF="$conf"
+    start_node "$(index_of "${2:?usage: $0 start-node NODE}")"; log "${2} started" ;;
+  nodes) node_names ;;
   status)
     export SLURM_CONF="$conf"
-    for d in munged slurmctld slurmd; do
-      if pid_alive "$root/run/$d.pid"; then echo "$d: running (pid $(cat "$root/run/$d.pid"))"; else echo "$d: not started by this script"; fi
+    for f in "$root/run/munged.pid" "$root/run/slurmctld.pid" "$root"/run/slurmd.*.pid; do
+      [ -e "$f" ] || continue
+      d="$(basename "$f" .pid)"
+      if pid_alive "$f"; then echo "$d: running (pid $(cat "$f"))"; else echo "$d: not running"; fi
     done
-    sinfo 2>/dev/null || true ;;
+    sinfo -N 2>/dev/null || true ;;
   env) echo "export SLURM_CONF=$conf" ;;
-  *) echo "usage: $0 up|down|status|env|restart-ctld [seconds]" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|env|nodes|kill-node NODE|start-node NODE|restart-ctld [seconds]" >&2; exit 2 ;;
 esac

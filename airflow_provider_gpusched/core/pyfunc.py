@@ -6,33 +6,56 @@ The caller writes a *run directory* with :func:`write_call`; the other process r
 Callables are pickled by value with cloudpickle when their module cannot be imported elsewhere (a DAG
 file), so closures and module-level helpers of the DAG file travel with them. The other side needs
 the same Python minor version, cloudpickle and this package installed.
+
+A call written with ``ranks=...`` runs on every rank of a distributed start (core/distributed.py): each rank
+calls the function (a parameter named ``rank_info`` receives its :class:`RankInfo`), rank 0's return value is
+the outcome, and the first rank to raise is the error, with its rank and node. A rank still running
+``rank_exit_grace`` seconds after another rank ended stops itself, saying where it was.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import importlib.util
+import inspect
 import json
 import os
+import re
+import socket
 import sys
+import threading
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from airflow_provider_gpusched.core.safe_files import write_atomic, write_json_atomic
+from airflow_provider_gpusched.core.safe_files import BadRecordError, read_json_record, write_atomic, write_json_atomic
 
 CALL_FILE = "call.pkl"
 RESULT_FILE = "result.pkl"
 ERROR_FILE = "error.json"
+#: per rank of a distributed call: its error, and a mark that it ended (either way)
+RANK_ERROR_FILE = "error.rank-{rank}.json"
+RANK_ENDED_FILE = "ended.rank-{rank}.json"
+_RANK_FILE_RE = re.compile(r"^(error|ended)\.rank-(\d+)\.json$")
+#: the exit status of a rank that stopped itself (it outlived the others by rank_exit_grace)
+EXIT_RANK_STOPPED = 3
 
 
 class RemoteCallError(Exception):
-    """The callable raised in the other process; ``remote_traceback`` is its traceback text."""
+    """The callable raised in the other process; ``remote_traceback`` is its traceback text. In a distributed
+    call, ``rank`` and ``host`` say where."""
 
-    def __init__(self, exc_type: str, message: str, remote_traceback: str):
+    def __init__(self, exc_type: str, message: str, remote_traceback: str, rank: int | None = None,
+                 host: str | None = None, world_size: int | None = None):
         self.exc_type = exc_type
         self.remote_traceback = remote_traceback
-        super().__init__(f"{exc_type}: {message}")
+        self.rank, self.host, self.world_size = rank, host, world_size
+        where = ""
+        if rank is not None:
+            where = f" (rank {rank}{f' of {world_size}' if world_size else ''} on {host or 'an unknown node'})"
+        super().__init__(f"{exc_type}: {message}{where}")
 
 
 @dataclass
@@ -68,16 +91,19 @@ def dumps(func: Callable, obj: Any) -> bytes:
             cloudpickle.unregister_pickle_by_value(module)
 
 
-def write_call(run_dir: str, func: Callable, args: tuple = (), kwargs: dict | None = None) -> str:
-    """Pickle ``func(*args, **kwargs)`` into ``run_dir``; return the path of the call file."""
+def write_call(run_dir: str, func: Callable, args: tuple = (), kwargs: dict | None = None, *,
+               rank_exit_grace: float | None = None) -> str:
+    """Pickle ``func(*args, **kwargs)`` into ``run_dir``; return the path of the call file. With
+    ``rank_exit_grace`` (seconds, 0: no limit) the call runs on every rank of a distributed start."""
     os.makedirs(run_dir, exist_ok=True)
-    for name in (RESULT_FILE, ERROR_FILE):
-        try:
-            os.remove(os.path.join(run_dir, name))
-        except FileNotFoundError:
-            pass
+    for path in [os.path.join(run_dir, RESULT_FILE), os.path.join(run_dir, ERROR_FILE),
+                 *glob.glob(os.path.join(glob.escape(run_dir), "error.rank-*.json")),
+                 *glob.glob(os.path.join(glob.escape(run_dir), "ended.rank-*.json"))]:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
     payload = dumps(func, {"func": func, "args": tuple(args), "kwargs": dict(kwargs or {}),
-                           "python": list(sys.version_info[:2])})
+                           "python": list(sys.version_info[:2]),
+                           "ranks": None if rank_exit_grace is None else {"grace": float(rank_exit_grace)}})
     path = os.path.join(run_dir, CALL_FILE)
     with contextlib.suppress(FileNotFoundError):
         os.remove(path)  # a new file, private to this user: the call's arguments may hold secrets
@@ -87,15 +113,51 @@ def write_call(run_dir: str, func: Callable, args: tuple = (), kwargs: dict | No
     return path
 
 
+def _read_error(path: str) -> RemoteCallError | None:
+    """An error record, checked; one that cannot be read is an error that says so (never a traceback from here)."""
+    try:
+        data = read_json_record(path)
+    except FileNotFoundError:
+        return None
+    except BadRecordError as exc:
+        return RemoteCallError("UnreadableError", str(exc), "", None, None)
+    fields = ("type", "message", "traceback")
+    if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in fields):
+        return RemoteCallError("UnreadableError", f"{path}: expected an error record with {', '.join(fields)}", "")
+    rank = data.get("rank") if isinstance(data.get("rank"), int) and not isinstance(data.get("rank"), bool) else None
+    world = data.get("world_size") if isinstance(data.get("world_size"), int) else None
+    host = data.get("host") if isinstance(data.get("host"), str) else None
+    error = RemoteCallError(data["type"], data["message"], data["traceback"], rank, host, world)
+    error.time = data.get("time") if isinstance(data.get("time"), (int, float)) else float("inf")
+    return error
+
+
+def rank_errors(run_dir: str) -> list[RemoteCallError]:
+    """Every rank's error in a distributed call, the first to fail first."""
+    errors = []
+    for path in glob.glob(os.path.join(glob.escape(run_dir), "error.rank-*.json")):
+        if _RANK_FILE_RE.match(os.path.basename(path)):
+            error = _read_error(path)
+            if error is not None:
+                errors.append(error)
+    return sorted(errors, key=lambda e: (getattr(e, "time", float("inf")), e.rank if e.rank is not None else 1 << 30))
+
+
 def read_outcome(run_dir: str) -> Outcome:
-    """What the other process left: a value, an error, or nothing (it died before finishing)."""
+    """What the other process left: a value, an error, or nothing (it died before finishing). In a distributed
+    call: rank 0's value, or the error of the first rank that failed (the others are listed in its traceback)."""
     import pickle
 
-    error_path = os.path.join(run_dir, ERROR_FILE)
-    if os.path.exists(error_path):
-        with open(error_path) as fh:
-            data = json.load(fh)
-        return Outcome(True, error=RemoteCallError(data["type"], data["message"], data["traceback"]))
+    error = _read_error(os.path.join(run_dir, ERROR_FILE))
+    if error is not None:
+        return Outcome(True, error=error)
+    errors = rank_errors(run_dir)
+    if errors:
+        first = errors[0]
+        if len(errors) > 1:
+            others = "; ".join(f"rank {e.rank} on {e.host}: {e.exc_type}" for e in errors[1:6])
+            first.remote_traceback += f"\n(after it, {len(errors) - 1} other rank(s) failed too: {others})"
+        return Outcome(True, error=first)
     result_path = os.path.join(run_dir, RESULT_FILE)
     if os.path.exists(result_path):
         with open(result_path, "rb") as fh:
@@ -123,6 +185,8 @@ def run_call(run_dir: str) -> int:
     if want and want != tuple(sys.version_info[:2]):
         sys.stderr.write(f"warning: the callable was pickled by Python {want[0]}.{want[1]}, this is "
                          f"{sys.version_info[0]}.{sys.version_info[1]}\n")
+    if call.get("ranks") is not None:
+        return _run_rank(run_dir, call)
     try:
         value = call["func"](*call["args"], **call["kwargs"])
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are reported too
@@ -133,6 +197,86 @@ def run_call(run_dir: str) -> int:
         return fail(type(exc).__name__, f"the return value could not be pickled: {exc}", traceback.format_exc())
     write_atomic(os.path.join(run_dir, RESULT_FILE), data)
     return 0
+
+
+def _run_rank(run_dir: str, call: dict) -> int:
+    """One rank of a distributed call (see the module's docstring)."""
+    import pickle
+
+    from airflow_provider_gpusched.core.distributed import RankInfo
+
+    info = RankInfo.from_env()
+    if info is None:
+        write_json_atomic(os.path.join(run_dir, ERROR_FILE), {
+            "type": "NotDistributed", "traceback": "", "message": "the call was written for a distributed start, "
+            "but RANK and WORLD_SIZE are not set (it was not started by torchrun or gpusched's srun start)"})
+        return 1
+    host = socket.gethostname()
+    ended = os.path.join(run_dir, RANK_ENDED_FILE.format(rank=info.rank))
+
+    def record(ok: bool) -> None:
+        with contextlib.suppress(OSError):
+            write_json_atomic(ended, {"rank": info.rank, "host": host, "ok": ok, "time": time.time()})
+
+    def fail(exc_type: str, message: str, tb: str) -> int:
+        write_json_atomic(os.path.join(run_dir, RANK_ERROR_FILE.format(rank=info.rank)), {
+            "type": exc_type, "message": message, "traceback": tb, "rank": info.rank, "host": host,
+            "world_size": info.world_size, "time": time.time()})
+        record(False)
+        sys.stderr.write(f"[gpusched] rank {info.rank} on {host}:\n{tb}")
+        return 1
+
+    grace = float(call["ranks"].get("grace") or 0)
+    if grace > 0 and info.world_size > 1:
+        threading.Thread(target=_outlive_watch, args=(run_dir, info, host, grace, fail), daemon=True,
+                         name="gpusched-rank-watch").start()
+    kwargs = dict(call["kwargs"])
+    if _takes(call["func"], "rank_info") and "rank_info" not in kwargs:
+        kwargs["rank_info"] = info
+    try:
+        value = call["func"](*call["args"], **kwargs)
+    except BaseException as exc:  # noqa: BLE001
+        return fail(type(exc).__name__, str(exc), traceback.format_exc())
+    if info.rank == 0:
+        try:
+            data = pickle.dumps(value)
+        except Exception as exc:  # noqa: BLE001
+            return fail(type(exc).__name__, f"the return value could not be pickled: {exc}", traceback.format_exc())
+        write_atomic(os.path.join(run_dir, RESULT_FILE), data)
+    record(True)
+    return 0
+
+
+def _takes(func: Callable, name: str) -> bool:
+    try:
+        return name in inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _outlive_watch(run_dir: str, info, host: str, grace: float, fail: Callable[[str, str, str], int]) -> None:
+    """Stop this rank when it is still running ``grace`` seconds after another rank ended: a rank that hangs
+    (in a collective whose peers are gone) would otherwise hold every GPU of the job until its time limit. The
+    error says where it was (its main thread's stack)."""
+    main = threading.main_thread()
+    seen: float | None = None
+    other = None
+    while True:
+        time.sleep(0.5)
+        if seen is None:
+            for path in glob.glob(os.path.join(glob.escape(run_dir), "ended.rank-*.json")):
+                match = _RANK_FILE_RE.match(os.path.basename(path))
+                if match and int(match.group(2)) != info.rank:
+                    seen, other = time.monotonic(), int(match.group(2))
+                    break
+            continue
+        if time.monotonic() - seen >= grace:
+            frame = sys._current_frames().get(main.ident)
+            where = "".join(traceback.format_stack(frame)) if frame is not None else ""
+            fail("RankStillRunning", f"still running {grace:g} s after rank {other} ended (rank_exit_grace); "
+                 f"stopped", f"Where rank {info.rank} was:\n{where}")
+            sys.stderr.flush()
+            os._exit(EXIT_RANK_STOPPED)
 
 
 if __name__ == "__main__":

@@ -204,6 +204,13 @@ def local_entries(manager: Any) -> list[QueueEntry]:
     return entries
 
 
+def slurm_where(job: dict) -> str:
+    """``batch on n3``; a multi-node job ``batch on n[1-2] (2 nodes)``, or ``batch (2 nodes)`` while it waits."""
+    count = job.get("node_count")
+    several = f" ({count} nodes)" if isinstance(count, int) and count > 1 else ""
+    return job["partition"] + (f" on {job['nodes']}" if job["nodes"] else "") + several
+
+
 def slurm_entries(client: Any) -> list[QueueEntry]:
     """This user's unfinished Slurm jobs that the provider submitted (one ``squeue`` call)."""
     entries = []
@@ -211,7 +218,7 @@ def slurm_entries(client: Any) -> list[QueueEntry]:
         entries.append(QueueEntry(
             backend="slurm", id=job["job_id"], tag=WorkTag.from_comment(job["fields"]), state=job["state"],
             elapsed=job["elapsed"], requeues=job["restarts"],
-            where=job["partition"] + (f" on {job['nodes']}" if job["nodes"] else ""),
+            where=slurm_where(job),
             reason="" if job["reason"] in ("None", "") else job["reason"], output=job["output"],
             job_name=job["name"]))
     return entries

@@ -4,6 +4,12 @@
     def evaluate(subnet: list[int]) -> float:
         ...
 
+On several nodes, the function runs on every rank and the XCom is rank 0's return value::
+
+    @task.slurm(nodes=2, gpus_per_node=4, distributed="torchrun")
+    def train(epochs: int, rank_info=None) -> dict:
+        ...  # torch.distributed.init_process_group("nccl"); rank_info.rank, rank_info.world_size, ...
+
 Arguments are those of :class:`~airflow_provider_gpusched.operators.slurm.SlurmPythonOperator`.
 """
 
@@ -13,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 from airflow.sdk.bases.decorator import DecoratedOperator, TaskDecorator, task_decorator_factory
 
-from airflow_provider_gpusched.operators.job_class import apply_job_class
+from airflow_provider_gpusched.operators.job_class import apply_job_class, slurm_gpu_total
 from airflow_provider_gpusched.operators.slurm import SlurmPythonOperator
 
 
@@ -35,7 +41,8 @@ def slurm_task(python_callable: Callable | None = None, multiple_outputs: bool |
                **kwargs: Any) -> TaskDecorator:
     """Wrap a function into a :class:`SlurmPythonOperator` (``@task.slurm``)."""
     # mapped tasks (.expand) take pool and weight from these arguments: apply the job class here
-    apply_job_class(kwargs, kwargs.get("job_class", "normal"), kwargs.get("priority", 0), kwargs.get("gpus", 1))
+    apply_job_class(kwargs, kwargs.get("job_class", "normal"), kwargs.get("priority", 0),
+                    slurm_gpu_total(kwargs.get("gpus", 1), kwargs.get("gpus_per_node"), kwargs.get("nodes")))
     return task_decorator_factory(
         python_callable=python_callable,
         multiple_outputs=multiple_outputs,

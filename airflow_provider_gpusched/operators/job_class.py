@@ -30,6 +30,22 @@ def apply_job_class(kwargs: dict[str, Any], job_class: str, priority: int, gpus:
     return job_class, priority
 
 
+def slurm_gpu_total(gpus: Any, gpus_per_node: Any = None, nodes: Any = None) -> int | None:
+    """The GPUs a Slurm job holds at least (its pool slots): per node (``gpus`` or ``gpus_per_node``, an int or
+    ``"a100:4"``) x its (least) number of nodes; None when it asks for none that way."""
+    per_node = gpus if gpus_per_node is None else gpus_per_node
+    if isinstance(per_node, str) and per_node.rpartition(":")[2].isdigit():
+        per_node = int(per_node.rpartition(":")[2])
+    if isinstance(per_node, bool) or not isinstance(per_node, int) or per_node < 1:
+        return gpus
+    least = nodes
+    if isinstance(nodes, str) and nodes.partition("-")[0].isdigit():
+        least = int(nodes.partition("-")[0])
+    if isinstance(least, bool) or not isinstance(least, int) or least < 1:
+        least = 1
+    return per_node * least
+
+
 def apply_local_gpu_class(kwargs: dict[str, Any], job_class: str, priority: int, gpus: Any,
                           gpu_memory: Any) -> tuple[str, int]:
     """:func:`apply_job_class` for a local GPU task, which in a fleet also goes to the queue of its lane and
@@ -64,7 +80,8 @@ class JobClassPartial:
             if self.local_gpus:
                 apply_local_gpu_class(kwargs, job_class, priority, gpus, kwargs.get("gpu_memory"))
             else:
-                apply_job_class(kwargs, job_class, priority, gpus)
+                apply_job_class(kwargs, job_class, priority,
+                                slurm_gpu_total(gpus, kwargs.get("gpus_per_node"), kwargs.get("nodes")))
             return inner(**kwargs)
 
         return partial

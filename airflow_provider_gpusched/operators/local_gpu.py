@@ -20,6 +20,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_provider_gpusched import fleet, settings
 from airflow_provider_gpusched.callables import callable_arguments
 from airflow_provider_gpusched.core import pyfunc
+from airflow_provider_gpusched.core.distributed import DEFAULT_RANK_EXIT_GRACE, check_grace, check_mode
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.gpu import attempts
 from airflow_provider_gpusched.core.gpu.board import GPU_TIME_XCOM, LEASE_XCOM, WAIT_XCOM, lease_record, wait_record
@@ -69,6 +70,11 @@ class LocalGPUOperator(BaseOperator):
     :param job_class, priority: ``"normal"`` (default) or ``"idle"``, and a whole-number priority. The
         ``[gpusched] job_classes`` mapping turns them into the Airflow pool, ``pool_slots`` (one per GPU by
         default) and ``priority_weight``; an idle lease is preemptible (see docs/idle-filling.md).
+    :param distributed: start the work as one rank per leased GPU: ``"torchrun"`` (``torchrun --standalone``,
+        ``nproc_per_node`` = the lease's GPUs) or ``"srun"`` (the same per-GPU processes and variables as on Slurm,
+        ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, started by gpusched: there is no
+        srun here). A callable runs on every rank (a ``rank_info`` parameter gets its place); the XCom is rank 0's.
+    :param rank_exit_grace: seconds the other ranks may run on after the first one ended; 0: no limit.
     """
 
     template_fields: Sequence[str] = ("command", "bash_command", "env", "cwd", "op_args", "op_kwargs")
@@ -102,6 +108,8 @@ class LocalGPUOperator(BaseOperator):
         poll_interval: float | None = None,
         job_class: str = "normal",
         priority: int = 0,
+        distributed: str | None = None,
+        rank_exit_grace: float = DEFAULT_RANK_EXIT_GRACE,
         **kwargs: Any,
     ) -> None:
         job_class, priority = apply_local_gpu_class(kwargs, job_class, priority, gpus, gpu_memory)
@@ -136,6 +144,8 @@ class LocalGPUOperator(BaseOperator):
                                       max_foreign_processes=max_foreign_processes, min_free_ram=min_free_ram,
                                       max_cpu_percent=max_cpu_percent, host_memory=host_memory)
             self.oom_policy = OOMRetryPolicy(retries=oom_retries, factor=oom_factor)
+            self.distributed = check_mode(distributed)
+            self.rank_exit_grace = check_grace(rank_exit_grace)
         except InvalidArgumentError as exc:
             raise AirflowException(f"{self.task_id}: {exc}") from exc
         self.env = dict(env or {})
@@ -176,14 +186,16 @@ class LocalGPUOperator(BaseOperator):
         run_dir = self._run_dir(context)
         cwd = self.cwd or os.path.join(run_dir, "work")
         checkpoints = os.path.join(run_dir, "checkpoint")  # kept across relaunches within this try
+        launch = {"distributed": self.distributed, "rank_exit_grace": self.rank_exit_grace}
         if self.python_callable is not None:
             call_dir = os.path.join(run_dir, "call")
             args, kwargs = self.call_arguments(context)
-            pyfunc.write_call(call_dir, self.python_callable, tuple(args), kwargs)  # also clears old outcomes
-            return Work(call_dir=call_dir, env=self.env, cwd=cwd, checkpoint_dir=checkpoints)
+            pyfunc.write_call(call_dir, self.python_callable, tuple(args), kwargs,  # also clears old outcomes
+                              rank_exit_grace=self.rank_exit_grace if self.distributed else None)
+            return Work(call_dir=call_dir, env=self.env, cwd=cwd, checkpoint_dir=checkpoints, **launch)
         if self.bash_command is not None:
-            return Work(shell_command=self.bash_command, env=self.env, cwd=cwd, checkpoint_dir=checkpoints)
-        return Work(argv=self.command, env=self.env, cwd=cwd, checkpoint_dir=checkpoints)
+            return Work(shell_command=self.bash_command, env=self.env, cwd=cwd, checkpoint_dir=checkpoints, **launch)
+        return Work(argv=self.command, env=self.env, cwd=cwd, checkpoint_dir=checkpoints, **launch)
 
     # -- execution -------------------------------------------------------------------------------------
     def execute(self, context) -> Any:

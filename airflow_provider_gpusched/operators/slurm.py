@@ -24,6 +24,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.callables import callable_arguments
 from airflow_provider_gpusched.core import pyfunc
+from airflow_provider_gpusched.core.distributed import DEFAULT_RANK_EXIT_GRACE, launcher_grace
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.queue import read_slurm_stop_mark
 from airflow_provider_gpusched.core.slurm import (
@@ -42,7 +43,7 @@ from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.hooks.slurm import SlurmHook
 from airflow_provider_gpusched.links import SlurmJobLink, publish_links
 from airflow_provider_gpusched.operators.arguments import check_argument_types
-from airflow_provider_gpusched.operators.job_class import JobClassPartial, apply_job_class
+from airflow_provider_gpusched.operators.job_class import JobClassPartial, apply_job_class, slurm_gpu_total
 from airflow_provider_gpusched.operators.queue_stops import refuse_if_stopped, work_tag
 from airflow_provider_gpusched.triggers.slurm import SlurmJobTrigger
 
@@ -69,7 +70,16 @@ class SlurmJobOperator(BaseOperator):
     :param gpus: GPUs per job (``--gres=gpu:N``); or ``gres`` for a raw GRES string such as ``gpu:a100:2``.
     :param cpus_per_task, mem, time_limit: resources (``mem`` accepts ``'16G'``, ``'2.5GB'``; ``time_limit``
         minutes, a timedelta or ``'HH:MM:SS'``).
-    :param array: job array spec (``'0-9%2'``): the task succeeds when every array task succeeds.
+    :param array: job array spec (``'0-9%2'``): the task succeeds when every array task succeeds (each array task
+        has the whole shape: an array of multi-node jobs).
+    :param nodes, ntasks_per_node, gpus_per_node, gpus_per_task, cpus_per_gpu, exclusive, constraint, nodelist,
+        exclude: the job's shape (``nodes=2`` or ``"2-4"``; ``gpus_per_node=4`` or ``"a100:4"``; ``nodelist`` and
+        ``exclude`` as a list or a hostlist such as ``"gpu[01-04]"``). ``gpus`` is per node too (``--gres``).
+    :param distributed: start the command as ranks on every node: ``"torchrun"`` (one torchrun per node,
+        ``nproc_per_node`` = GPUs per node, c10d rendezvous on the first node) or ``"srun"`` (one process per GPU
+        with ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``). See docs/slurm.md.
+    :param rank_exit_grace: seconds the other ranks may run on after the first one ended (then they are stopped:
+        a hung rank never holds the job until its time limit); 0: no limit. Default 300.
     :param nice, requeue, open_mode: scheduling knobs (``open_mode='append'`` by default so a requeued job
         keeps its earlier output).
     :param output_path, error_path: output files (``%j``, ``%A``, ``%a`` allowed); default under ``[gpusched] slurm_output_dir``.
@@ -108,6 +118,17 @@ class SlurmJobOperator(BaseOperator):
         mem: int | str | None = None,
         time_limit: int | str | timedelta | None = None,
         array: str | None = None,
+        nodes: int | str | None = None,
+        ntasks_per_node: int | None = None,
+        gpus_per_node: int | str | None = None,
+        gpus_per_task: int | None = None,
+        cpus_per_gpu: int | None = None,
+        exclusive: bool | None = None,
+        constraint: str | None = None,
+        nodelist: str | Sequence[str] | None = None,
+        exclude: str | Sequence[str] | None = None,
+        distributed: str | None = None,
+        rank_exit_grace: float = DEFAULT_RANK_EXIT_GRACE,
         nice: int | None = None,
         requeue: bool | None = None,
         open_mode: str | None = "append",
@@ -125,7 +146,8 @@ class SlurmJobOperator(BaseOperator):
         priority: int = 0,
         **kwargs: Any,
     ) -> None:
-        self.job_class, self.priority = apply_job_class(kwargs, job_class, priority, gpus)
+        self.job_class, self.priority = apply_job_class(kwargs, job_class, priority,
+                                                        slurm_gpu_total(gpus, gpus_per_node, nodes))
         super().__init__(**kwargs)
         check_argument_types(self.task_id, (
             ("environment", environment, (Mapping,), "a mapping of variable name -> value"),
@@ -147,6 +169,10 @@ class SlurmJobOperator(BaseOperator):
         self.mem = mem
         self.time_limit = time_limit
         self.array = array
+        self.shape = {"nodes": nodes, "ntasks_per_node": ntasks_per_node, "gpus_per_node": gpus_per_node,
+                      "gpus_per_task": gpus_per_task, "cpus_per_gpu": cpus_per_gpu, "exclusive": exclusive,
+                      "constraint": constraint, "nodelist": nodelist, "exclude": exclude, "distributed": distributed,
+                      "rank_exit_grace": rank_exit_grace}
         self.nice = nice
         self.requeue = requeue
         self.open_mode = open_mode
@@ -162,20 +188,23 @@ class SlurmJobOperator(BaseOperator):
         self.cancel_on_kill = cancel_on_kill
         self._job_id: str | None = None
         self._preemption_events: list[str] = []  # when Slurm preempted and requeued the job (for the log)
-        if type(self) is SlurmJobOperator:
-            # fail at DAG parse time, naming the argument, rather than when the task runs
-            self._validate_static()
+        # fail at DAG parse time, naming the argument, rather than when the task runs
+        self._validate_static()
 
     # -- building the job ------------------------------------------------------------------------------
     def _validate_static(self) -> None:
-        if self.command is None and self.script is None:
-            raise AirflowException(f"{self.task_id}: give either command (argv list or shell string) or script")
+        command = self.command
+        if command is None and self.script is None:
+            if type(self) is SlurmJobOperator:
+                raise AirflowException(f"{self.task_id}: give either command (argv list or shell string) or script")
+            command = ["true"]  # a subclass makes its command when it runs (a Python call)
         try:
-            SlurmJobSpec(command=self.command if self.script is None else None, script=self.script,
+            SlurmJobSpec(command=command if self.script is None else None, script=self.script,
                          gpus=self.gpus, gres=self.gres, cpus_per_task=self.cpus_per_task, mem=self.mem,
                          time_limit=self.time_limit, nice=self.nice, open_mode=self.open_mode,
                          environment=self.environment, sbatch_args=self.sbatch_args,
-                         array=self.array if self.array and "{{" not in str(self.array) else None)
+                         array=self.array if self.array and "{{" not in str(self.array) else None,
+                         **self._launch(None))
         except InvalidArgumentError as exc:
             raise AirflowException(f"{self.task_id}: {exc}") from exc
 
@@ -184,6 +213,10 @@ class SlurmJobOperator(BaseOperator):
 
     def _command(self, context) -> Sequence[str] | str | None:
         return self.command
+
+    def _launch(self, context) -> dict[str, Any]:
+        """The job's shape and distributed start (SlurmJobSpec fields)."""
+        return dict(self.shape)
 
     def build_spec(self, context, comment: str) -> SlurmJobSpec:
         ti = context["ti"]
@@ -197,7 +230,7 @@ class SlurmJobOperator(BaseOperator):
             mem=self.mem, time_limit=self.time_limit, array=self.array, nice=self.nice,
             requeue=self.requeue, open_mode=self.open_mode, output=output, error=self.error_path,
             working_dir=self.working_dir, environment=self.environment, setup=self.setup,
-            sbatch_args=self.sbatch_args, comment=comment,
+            sbatch_args=self.sbatch_args, comment=comment, **self._launch(context),
         )
 
     # -- running -----------------------------------------------------------------------------------------
@@ -418,6 +451,12 @@ class SlurmPythonOperator(SlurmJobOperator):
     ``python -m airflow_provider_gpusched.core.pyfunc DIR`` with ``python`` (default: this interpreter,
     so the job sees the same packages). Resources as for :class:`SlurmJobOperator`; ``setup`` lines
     (``source /path/env.sh``) run first.
+
+    With ``distributed`` (``"torchrun"`` or ``"srun"``) the function runs on every rank: a parameter named
+    ``rank_info`` receives its :class:`~airflow_provider_gpusched.core.distributed.RankInfo` (or call
+    ``airflow_provider_gpusched.rank_info()``); the XCom is rank 0's return value; the first rank to raise fails the
+    task with its traceback, rank and node; a rank still running ``rank_exit_grace`` seconds after another ended
+    stops itself, saying where it hung.
     """
 
     template_fields: Sequence[str] = (*SlurmJobOperator.template_fields, "op_args", "op_kwargs")
@@ -440,8 +479,19 @@ class SlurmPythonOperator(SlurmJobOperator):
 
     def _command(self, context) -> list[str]:
         args, kwargs = self.call_arguments(context)
-        pyfunc.write_call(self._call_dir(context), self.python_callable, tuple(args), kwargs)
+        grace = self.shape["rank_exit_grace"] if self.shape["distributed"] else None
+        pyfunc.write_call(self._call_dir(context), self.python_callable, tuple(args), kwargs, rank_exit_grace=grace)
         return [self.python, "-m", "airflow_provider_gpusched.core.pyfunc", self._call_dir(context)]
+
+    def _launch(self, context) -> dict[str, Any]:
+        """torchrun from the same interpreter; srun's own stop (``--wait``) a little after the ranks' own, so that a
+        hung rank stops itself first and says where it was."""
+        python = getattr(self, "python", None) or sys.executable  # (checked at parse time before it is set)
+        launch = dict(self.shape, torchrun=[python, "-m", "torch.distributed.run"])
+        grace = self.shape["rank_exit_grace"]
+        if isinstance(grace, (int, float)) and not isinstance(grace, bool):  # (a bad one is refused by the spec)
+            launch["rank_exit_grace"] = launcher_grace(grace, python_call=True)
+        return launch
 
     def _finish(self, context, job, output_path, preemptions, problem):
         try:

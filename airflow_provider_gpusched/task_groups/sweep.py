@@ -246,6 +246,10 @@ class _Stage:
     def __init__(self, session: SweepSession, execution: SweepExecution, batched: bool, chunk_size: int) -> None:
         self.spec, self.session, self.execution = session.spec, session, execution
         self.backend, self.batched, self.chunk_size = execution.backend, batched, chunk_size
+        nodes = self.spec.resources.nodes
+        if self.backend == "local" and nodes is not None and nodes > 1:
+            raise AirflowException(f"sweep {self.spec.name}: resources.nodes={nodes}: local GPUs are one host; "
+                                   f"run multi-node trials with backend='slurm'")
 
     def build(self, round_no: int | None = None):
         session, python = self.session, self.execution.interpreter
@@ -261,7 +265,7 @@ class _Stage:
             try:
                 session.store.claim_for_dag(context["dag"].dag_id, session.spec.shared_with_other_dags)
                 manifest = session.prepare(round_no, chunk_size if batched else None, run=context["run_id"],
-                                           force_rerun=force_rerun)
+                                           force_rerun=force_rerun, backend=backend)
             except GpuschedError as exc:
                 raise AirflowFailException(f"sweep {session.spec.name}: {exc}") from exc
             skipped = len(manifest.data["skipped"])

@@ -79,4 +79,22 @@ def test_trial_resources_become_each_backends_arguments():
                                        "env": {"A": "1"}, "devices": None}
     assert r.slurm_arguments() == {"gpus": None, "cpus_per_task": 4, "mem": "8GiB", "partition": "batch", "qos": None,
                                    "time_limit": "1:00:00", "setup": ["module load cuda"], "job_class": "idle",
-                                   "priority": 3, "environment": {"A": "1"}}
+                                   "priority": 3, "environment": {"A": "1"}, "nodes": None}
+    multi = TrialResources(nodes=2, gpus_per_node=4, distributed="torchrun", rank_exit_grace=30)
+    multi.check("resources")
+    wanted = multi.slurm_arguments()
+    assert (wanted["nodes"], wanted["gpus"], wanted["ntasks_per_node"]) == (2, 4, 4)
+    assert multi.distributed_settings("slurm") == {"mode": "torchrun", "backend": "slurm", "grace": 30.0,
+                                                   "nproc_per_node": 4}
+    assert TrialResources(gpus=2).distributed_settings("local") is None
+    assert TrialResources(gpus_per_node=3).local_gpu_arguments()["gpus"] == 3
+
+
+@pytest.mark.parametrize("bad, argument", [
+    ({"nodes": 0}, "resources.nodes"), ({"nodes": "2"}, "resources.nodes"), ({"gpus_per_node": -1}, "resources.gpus_per_node"),
+    ({"gpus": 2, "gpus_per_node": 4}, "resources.gpus_per_node"), ({"distributed": "mpirun"}, "resources.distributed"),
+    ({"rank_exit_grace": -5}, "resources.rank_exit_grace")])
+def test_multi_node_trial_resources_are_checked_by_name(bad, argument):
+    with pytest.raises(InvalidArgumentError) as err:
+        TrialResources(**bad).check("resources")
+    assert err.value.argument == argument

@@ -85,8 +85,9 @@ def test_unknown_partition_gives_a_clear_error(client, out):
 
 
 def test_idle_job_is_preempted_requeued_and_completes(client, slurm_cluster, tmp_path):
-    idle = client.submit(SlurmJobSpec(command="echo start; sleep 4; echo done", partition="idle", gpus=4,
-                                      requeue=True, output=str(tmp_path / "idle-%j.out")))
+    # the idle job fills every GPU of the cluster (both nodes); a normal job on one node preempts it
+    idle = client.submit(SlurmJobSpec(command="echo start; sleep 4; echo done", partition="idle", nodes=2,
+                                      gpus_per_node=4, requeue=True, output=str(tmp_path / "idle-%j.out")))
     wait_until(lambda: client.status(idle.job_id).phase is JobPhase.RUNNING, what="idle job running")
     normal = client.submit(SlurmJobSpec(command="sleep 2", partition="batch", gpus=4,
                                         output=str(tmp_path / "batch-%j.out")))
@@ -124,5 +125,5 @@ def test_many_jobs_cost_one_squeue_call(client, out):
 
 
 def test_partition_gpus_counts_gres_of_the_partition(client):
-    assert client.partition_gpus("idle") == 4 and client.partition_gpus("batch") == 4
-    assert client.partition_gpus() == 4  # the default partition
+    assert client.partition_gpus("idle") == 8 and client.partition_gpus("batch") == 8  # 2 nodes x 4 GPUs
+    assert client.partition_gpus() == 8  # the default partition

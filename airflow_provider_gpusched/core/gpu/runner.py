@@ -16,6 +16,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
+from airflow_provider_gpusched.core.distributed import (
+    DEFAULT_RANK_EXIT_GRACE,
+    launcher_grace,
+    local_launch_argv,
+    torchrun_command,
+)
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.gpu.accounting import newest_checkpoint
 from airflow_provider_gpusched.core.gpu.attempts import (
@@ -52,6 +58,9 @@ class Work:
     #: kept across relaunches; the child finds it in ``$GPUSCHED_CHECKPOINT_DIR``. Work lost to a
     #: preemption is counted from the newest file written here.
     checkpoint_dir: str | None = None
+    #: start it as one rank per leased GPU: "torchrun" or "srun" (core/distributed.py)
+    distributed: str | None = None
+    rank_exit_grace: float = DEFAULT_RANK_EXIT_GRACE
 
     def __post_init__(self) -> None:
         given = [x for x in (self.argv, self.shell_command, self.call_dir) if x is not None]
@@ -61,14 +70,23 @@ class Work:
             raise GpuschedError("argv must be a non-empty list; for a shell command line use shell_command "
                                 "(or bash_command on the operator)")
 
-    def child_argv(self) -> tuple[list[str] | str, bool]:
+    def child_argv(self, nproc: int = 1, env: Mapping[str, str] | None = None) -> tuple[list[str] | str, bool]:
+        """What the child runs, and whether by a shell; a distributed start runs ``nproc`` ranks of it."""
         if self.shell_command is not None:
-            return self.shell_command, True
-        if self.call_dir is not None:
+            argv, shell = self.shell_command, True
+        elif self.call_dir is not None:
             import sys
 
-            return [self.python or sys.executable, "-m", "airflow_provider_gpusched.core.pyfunc", self.call_dir], False
-        return [str(a) for a in self.argv], False
+            argv, shell = [self.python or sys.executable, "-m", "airflow_provider_gpusched.core.pyfunc", self.call_dir], False
+        else:
+            argv, shell = [str(a) for a in self.argv], False
+        if not self.distributed:
+            return argv, shell
+        if shell:
+            argv = ["/bin/bash", "-c", argv]
+        grace = launcher_grace(self.rank_exit_grace, python_call=self.call_dir is not None)
+        return local_launch_argv(self.distributed, argv, nproc, grace, torchrun=torchrun_command(env, self.python),
+                                 python=self.python), False
 
 
 class MemorySampler:
@@ -144,7 +162,7 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
         env_extra["GPUSCHED_CHECKPOINT_DIR"] = work.checkpoint_dir
     env_extra.update(extra_env or {})
     env = gpu_environment(lease, totals, extra=env_extra)
-    argv, shell = work.child_argv()
+    argv, shell = work.child_argv(len(lease.gpus), env)
     child = GPUChild(argv, env=env, cwd=work.cwd, log_path=log_path, lease=lease, shell=shell, on_line=on_line)
     child.start()
     manager.record_child(lease, child.pid)

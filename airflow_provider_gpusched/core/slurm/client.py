@@ -352,23 +352,25 @@ class SlurmClient:
     def provider_jobs(self) -> list[dict]:
         """This user's unfinished jobs that this provider submitted (their comment starts with ``gpusched:``),
         in one ``squeue`` call: ``job_id`` (``ARRAY_TASK`` for a started array task), ``state``, ``reason``,
-        ``restarts``, ``partition``, ``nodes``, ``elapsed``, ``output`` (the ``--output`` pattern), ``comment``,
-        ``name``."""
+        ``restarts``, ``partition``, ``nodes`` (its node list), ``node_count`` (nodes held, or asked for while
+        pending), ``elapsed``, ``output`` (the ``--output`` pattern), ``comment``, ``name``."""
         fields = ("JobID", "ArrayJobID", "ArrayTaskID", "State", "Reason", "RestartCnt", "Partition", "NodeList",
-                  "TimeUsed", "STDOUT", "Comment", "Name")
+                  "TimeUsed", "STDOUT", "NumNodes", "Comment", "Name")
         argv = ["squeue", "--me", "-h", "-t", _LIVE_STATES, "-O", ",".join(f"{f}:|" for f in fields)]
         jobs = []
         for line in self.runner.run(argv).stdout.splitlines():
             cols = line.rstrip("\n")
             cols = (cols[:-1] if cols.endswith("|") else cols).split("|", len(fields) - 1)
-            if len(cols) != len(fields) or not cols[10].startswith(COMMENT_PREFIX):
+            if len(cols) != len(fields) or not cols[11].startswith(COMMENT_PREFIX):
                 continue
-            raw_id, array_id, task_id, state, reason, restarts, partition, nodes, used, output, comment, name = cols
+            raw_id, array_id, task_id, state, reason, restarts, partition, nodes, used, output, count, comment, \
+                name = cols
             is_array = task_id not in ("N/A", "", "(null)")
             jobs.append({"job_id": f"{array_id}_{task_id}" if is_array else raw_id, "state": normalize_state(state),
                          "reason": reason, "restarts": int(restarts) if restarts.isdigit() else 0,
                          "partition": partition, "nodes": "" if nodes in ("", "(null)") else nodes,
                          "elapsed": parse_duration(used), "output": output, "comment": comment,
+                         "node_count": int(count) if count.strip().isdigit() else None,
                          "fields": parse_job_comment(comment), "name": name})
         return jobs
 

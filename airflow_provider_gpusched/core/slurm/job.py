@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import Mapping, Sequence
 
+from airflow_provider_gpusched.core import distributed as dist
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.units import parse_bytes, slurm_time_limit
 from airflow_provider_gpusched.core.work_tag import WorkTag
@@ -23,6 +24,12 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ARRAY_RE = re.compile(r"^(\d+(-\d+(:\d+)?)?)(,\d+(-\d+(:\d+)?)?)*(%\d+)?$")
 _GRES_RE = re.compile(r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_NODES_RE = re.compile(r"^([1-9]\d*)(?:-([1-9]\d*))?$")
+_TYPED_COUNT_RE = re.compile(r"^(?:[A-Za-z0-9_.-]+:)?(\d+)$")
+#: a node name or a Slurm hostlist ("n1", "gpu[01-04]", "a[1,3]b")
+_HOSTLIST_RE = re.compile(r"^[A-Za-z0-9_.]([A-Za-z0-9_.-]|\[[0-9,-]+\])*$")
+#: a Slurm feature expression ("a100", "a100&ib", "[rack1*2&rack2*4]", "v100|a100")
+_CONSTRAINT_RE = re.compile(r"^[A-Za-z0-9_.\[(!][A-Za-z0-9_.:&|*\[\](),!-]*$")
 COMMENT_PREFIX = "gpusched:"
 #: sbatch refuses a comment of more than about 1,020 characters ("parameter too long", Slurm 22.05)
 MAX_COMMENT = 1000
@@ -47,6 +54,22 @@ class SlurmJobSpec:
     mem: int | str | None = None
     time_limit: int | str | timedelta | None = None
     array: str | None = None
+    #: job shape: nodes (``2`` or a range ``"2-4"``), tasks per node, GPUs per node (``4`` or ``"a100:4"``) or per
+    #: task, CPUs per GPU, a whole node to itself, node features, nodes to use or to avoid
+    nodes: int | str | None = None
+    ntasks_per_node: int | None = None
+    gpus_per_node: int | str | None = None
+    gpus_per_task: int | None = None
+    cpus_per_gpu: int | None = None
+    exclusive: bool | None = None
+    constraint: str | None = None
+    nodelist: str | Sequence[str] | None = None
+    exclude: str | Sequence[str] | None = None
+    #: start the command as ranks on every node: "torchrun" or "srun" (core/distributed.py)
+    distributed: str | None = None
+    rank_exit_grace: float = dist.DEFAULT_RANK_EXIT_GRACE
+    #: how to start torchrun on the nodes (``distributed="torchrun"``)
+    torchrun: Sequence[str] = ("torchrun",)
     nice: int | None = None
     requeue: bool | None = None
     open_mode: str | None = "append"
@@ -129,11 +152,94 @@ class SlurmJobSpec:
         texts = [self.command] if isinstance(self.command, str) else list(self.command or [])
         if any("\x00" in str(t) for t in [*texts, self.script or "", *map(str, self.setup)]):
             raise InvalidArgumentError("command/script/setup", "...", "text without NUL characters")
+        self._validate_shape()
         # normalise the values sbatch needs in its own syntax (and fail early on bad ones)
         if self.mem is not None:
             self._mem_mb = max(1, -(-parse_bytes(self.mem, argument="mem") // 1024**2))
         if self.time_limit is not None:
             self._time = slurm_time_limit(self.time_limit)
+
+    def _validate_shape(self) -> None:
+        """The multi-node options (each refused by name), and the combinations Slurm would refuse late."""
+        def whole(name: str, least: int) -> None:
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+                raise InvalidArgumentError(name, value, f"a whole number >= {least}")
+
+        for name, least in (("ntasks_per_node", 1), ("gpus_per_task", 1), ("cpus_per_gpu", 1)):
+            whole(name, least)
+        if self.nodes is not None:
+            text = str(self.nodes) if isinstance(self.nodes, int) and not isinstance(self.nodes, bool) else self.nodes
+            match = _NODES_RE.match(text) if isinstance(text, str) else None
+            if not match or (match.group(2) and int(match.group(2)) < int(match.group(1))):
+                raise InvalidArgumentError("nodes", self.nodes, "a number of nodes >= 1, or a range such as '2-4'")
+        if self.gpus_per_node is not None:
+            if isinstance(self.gpus_per_node, bool) or not isinstance(self.gpus_per_node, (int, str)) \
+                    or (isinstance(self.gpus_per_node, int) and self.gpus_per_node < 0) \
+                    or (isinstance(self.gpus_per_node, str) and not _TYPED_COUNT_RE.match(self.gpus_per_node)):
+                raise InvalidArgumentError("gpus_per_node", self.gpus_per_node,
+                                           "a number of GPUs per node (>= 0), or a type and number such as 'a100:4'")
+        if self.exclusive is not None and not isinstance(self.exclusive, bool):
+            raise InvalidArgumentError("exclusive", self.exclusive, "True, False or None")
+        if self.constraint is not None and (not isinstance(self.constraint, str)
+                                            or not _CONSTRAINT_RE.match(self.constraint)):
+            raise InvalidArgumentError("constraint", self.constraint, "a Slurm feature expression such as 'a100', "
+                                       "'a100&ib' or 'v100|a100' (no spaces)")
+        for name in ("nodelist", "exclude"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            names = [value] if isinstance(value, str) else value
+            if isinstance(names, (list, tuple)) and names and all(
+                    isinstance(n, str) and all(_HOSTLIST_RE.match(part) for part in _hostlist_parts(n)) for n in names):
+                setattr(self, name, ",".join(names))
+                continue
+            raise InvalidArgumentError(name, value, "node names or Slurm hostlists, as a list or a comma-separated "
+                                       "string, such as ['n1', 'n2'] or 'gpu[01-04]'")
+        if self.gpus_per_node is not None and self.gpus:
+            raise InvalidArgumentError("gpus/gpus_per_node", (self.gpus, self.gpus_per_node),
+                                       "one of them (on Slurm, gpus is per node too)")
+        if self.gpus_per_node is not None and self.gres and "gpu" in self.gres:
+            raise InvalidArgumentError("gres/gpus_per_node", (self.gres, self.gpus_per_node),
+                                       "GPUs in one of them, not both")
+        if self.cpus_per_gpu is not None and self.cpus_per_task is not None:
+            raise InvalidArgumentError("cpus_per_gpu/cpus_per_task", (self.cpus_per_gpu, self.cpus_per_task),
+                                       "one of them (Slurm refuses both)")
+        self.distributed = dist.check_mode(self.distributed)
+        self.rank_exit_grace = dist.check_grace(self.rank_exit_grace)
+        if isinstance(self.torchrun, str) or not isinstance(self.torchrun, (list, tuple)) or not self.torchrun \
+                or not all(isinstance(a, str) and a for a in self.torchrun):
+            raise InvalidArgumentError("torchrun", self.torchrun, "the command that starts torchrun, as a list such "
+                                       "as ['torchrun'] or ['python', '-m', 'torch.distributed.run']")
+        if self.distributed:
+            if self.script is not None:
+                raise InvalidArgumentError("distributed", self.distributed,
+                                           "a command (argv list or shell string), not a whole script: the command "
+                                           "is what every rank runs")
+            if self.distributed == "torchrun" and self.gpus_per_task:
+                raise InvalidArgumentError("gpus_per_task", self.gpus_per_task,
+                                           "gpus_per_node with distributed='torchrun' (one torchrun task per node "
+                                           "starts every rank of the node)")
+
+    @property
+    def gpus_on_each_node(self) -> int:
+        """GPUs the job asks for on each node (gpus_per_node, gpus or a gpu GRES; gpus_per_task x tasks)."""
+        if self.gpus_per_node is not None:
+            return int(_TYPED_COUNT_RE.match(str(self.gpus_per_node)).group(1))
+        if self.gpus:
+            return self.gpus
+        if self.gres:
+            from airflow_provider_gpusched.core.slurm.client import gres_gpu_count
+
+            return gres_gpu_count(self.gres)
+        if self.gpus_per_task and self.ntasks_per_node:
+            return self.gpus_per_task * self.ntasks_per_node
+        return 0
+
+    @property
+    def nproc_per_node(self) -> int:
+        """Ranks on each node of a distributed start: ``ntasks_per_node`` if given, else one per GPU (at least 1)."""
+        return self.ntasks_per_node or max(1, self.gpus_on_each_node)
 
     # -- rendering --------------------------------------------------------------------------------
     def sbatch_argv(self) -> list[str]:
@@ -157,6 +263,22 @@ class SlurmJobSpec:
             args.append(f"--time={self._time}")
         if self.array is not None:
             args.append(f"--array={self.array}")
+        if self.nodes is not None:
+            args.append(f"--nodes={self.nodes}")
+        if self.distributed or self.ntasks_per_node:
+            args.append(f"--ntasks-per-node={self.nproc_per_node}")
+        if self.gpus_per_node is not None:
+            args.append(f"--gpus-per-node={self.gpus_per_node}")
+        if self.gpus_per_task:
+            args.append(f"--gpus-per-task={self.gpus_per_task}")
+        if self.cpus_per_gpu:
+            args.append(f"--cpus-per-gpu={self.cpus_per_gpu}")
+        if self.exclusive:
+            args.append("--exclusive")
+        for opt in ("constraint", "nodelist", "exclude"):
+            value = getattr(self, opt)
+            if value:
+                args.append(f"--{opt}={value}")
         if self.nice is not None:
             args.append(f"--nice={self.nice}")
         if self.requeue is True:
@@ -188,6 +310,11 @@ class SlurmJobSpec:
         lines.extend(str(s) for s in self.setup)
         if self.script is not None:
             lines.append(body)
+        elif self.distributed:
+            lines.append(dist.slurm_launch_function(self.distributed, self.nproc_per_node, self.rank_exit_grace,
+                                                    self.torchrun))
+            argv = ["bash", "-c", self.command] if isinstance(self.command, str) else [str(a) for a in self.command]
+            lines.append("gpusched_launch " + shlex.join(argv))
         elif isinstance(self.command, str):
             lines.append(self.command)
         else:
@@ -203,6 +330,20 @@ class SlurmJobSpec:
             elif values.get(key) in (None, "", (), []):
                 values[key] = value
         return SlurmJobSpec(**values)
+
+
+def _hostlist_parts(text: str) -> list[str]:
+    """The comma-separated items of a hostlist, commas inside brackets kept: ``'a[1,3],b'`` -> ``['a[1,3]', 'b']``."""
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    parts.append(current)
+    return parts
 
 
 def array_range(count: int, max_parallel: int | None = None) -> str:

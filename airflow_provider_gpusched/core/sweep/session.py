@@ -84,10 +84,11 @@ class SweepSession:
         return trials
 
     def prepare(self, round_no: int | None = None, chunk_size: int | None = None, run: str | None = None,
-                force_rerun: bool | None = None) -> Manifest:
+                force_rerun: bool | None = None, backend: str = "local") -> Manifest:
         """Write the manifest of this run (or of round ``round_no``) and return it. ``run``: the DAG run
         (trials record which run ran them; two runs of the sweep share trials, never a manifest);
-        ``force_rerun``: this run's choice (e.g. from the DAG run's conf), else the spec's."""
+        ``force_rerun``: this run's choice (e.g. from the DAG run's conf), else the spec's; ``backend``: where
+        the trials run (``"local"`` or ``"slurm"``: how a distributed trial starts its ranks)."""
         if self.spec.in_rounds and round_no is None:
             raise GpuschedError(f"sweep {self.spec.name}: search {self.spec.search} runs in rounds; give round_no")
         force_rerun = self.spec.force_rerun if force_rerun is None else force_rerun
@@ -101,6 +102,7 @@ class SweepSession:
                                      "varying": self.spec.varying(), "run": run, "planned_at": time.time(),
                                      "force_rerun": bool(force_rerun),
                                      "on_invalid_result": self.spec.on_invalid_result,
+                                     "distributed": self.spec.resources.distributed_settings(backend),
                                      "pruning": self.spec.pruning.to_dict() if self.spec.pruning else None})
         return Manifest(path)
 

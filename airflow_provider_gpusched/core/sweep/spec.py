@@ -33,6 +33,7 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, Sequence
 
+from airflow_provider_gpusched.core.distributed import DEFAULT_RANK_EXIT_GRACE, check_grace, check_mode
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.job_classes import JOB_CLASSES
 from airflow_provider_gpusched.core.sweep import spaces
@@ -91,6 +92,13 @@ class TrialResources:
     env: dict[str, str] = field(default_factory=dict)
     #: local GPUs: the GPU indices trials may use (GPU Task Scheduler's ``gpu`` list); None: any
     devices: list[int] | None = None
+    #: Slurm: nodes per trial (a multi-node trial), and GPUs on each node (``gpus`` is per node on Slurm too)
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    #: start each trial's command as ranks: "torchrun" or "srun" (one per GPU of each node; on local GPUs, of the
+    #: lease), with ``rank_exit_grace`` seconds for the others after the first rank ends (core/distributed.py)
+    distributed: str | None = None
+    rank_exit_grace: float = DEFAULT_RANK_EXIT_GRACE
 
     def check(self, where: str) -> None:
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 0:
@@ -132,19 +140,44 @@ class TrialResources:
             if len(self.devices) < max(1, self.gpus):
                 raise InvalidArgumentError(f"{where}.devices", self.devices, f"at least gpus={self.gpus} indices")
             self.devices = list(self.devices)
+        for name in ("nodes", "gpus_per_node"):
+            value = getattr(self, name)
+            least = 1 if name == "nodes" else 0
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+                raise InvalidArgumentError(f"{where}.{name}", value, f"a whole number >= {least}")
+        if self.gpus_per_node is not None and self.gpus not in (1, self.gpus_per_node):
+            raise InvalidArgumentError(f"{where}.gpus_per_node", self.gpus_per_node,
+                                       f"the same as gpus ({self.gpus}), or gpus left out: on Slurm gpus is per node")
+        self.distributed = check_mode(self.distributed, f"{where}.distributed")
+        self.rank_exit_grace = check_grace(self.rank_exit_grace, f"{where}.rank_exit_grace")
+
+    @property
+    def gpus_on_each_node(self) -> int:
+        return self.gpus if self.gpus_per_node is None else self.gpus_per_node
+
+    def distributed_settings(self, backend: str) -> dict[str, Any] | None:
+        """How the trial runner starts a trial's command as ranks (written into the manifest), or None."""
+        if not self.distributed:
+            return None
+        return {"mode": self.distributed, "backend": backend, "grace": self.rank_exit_grace,
+                "nproc_per_node": max(1, self.gpus_on_each_node)}
 
     def local_gpu_arguments(self) -> dict[str, Any]:
         """What a trial on local GPUs asks for (``LocalGPUOperator`` arguments): at least one GPU; ``mem``
         (Slurm's --mem) is the host RAM it reserves."""
-        return {"gpus": max(1, self.gpus), "gpu_memory": self.gpu_memory, "host_memory": self.mem,
+        return {"gpus": max(1, self.gpus_on_each_node), "gpu_memory": self.gpu_memory, "host_memory": self.mem,
                 "job_class": self.job_class, "priority": self.priority, "env": self.env or None,
                 "devices": self.devices}
 
     def slurm_arguments(self) -> dict[str, Any]:
         """What a trial on Slurm asks for (``SlurmJobOperator`` arguments); unset ones are left to Slurm."""
-        return {"gpus": self.gpus or None, "cpus_per_task": self.cpus, "mem": self.mem, "partition": self.partition,
+        per_node = self.gpus_on_each_node
+        shape: dict[str, Any] = {"nodes": self.nodes}
+        if self.distributed:  # the trial runner starts the ranks with srun: one task slot for each
+            shape["ntasks_per_node"] = max(1, per_node)
+        return {"gpus": per_node or None, "cpus_per_task": self.cpus, "mem": self.mem, "partition": self.partition,
                 "qos": self.qos, "time_limit": self.time_limit, "setup": self.setup or None,
-                "job_class": self.job_class, "priority": self.priority, "environment": self.env or None}
+                "job_class": self.job_class, "priority": self.priority, "environment": self.env or None, **shape}
 
 
 @dataclass
@@ -307,6 +340,10 @@ class SweepSpec:
         if (self.command is None) == (self.python_callable is None):
             raise InvalidArgumentError(f"{w}: command", self.command,
                                        "exactly one of command (an argv list) or python_callable")
+        if self.resources.distributed and self.python_callable is not None:
+            raise InvalidArgumentError(f"{w}: resources.distributed", self.resources.distributed,
+                                       "a command target (a python_callable trial runs inside the trial runner's own "
+                                       "process; start the ranks from a command such as ['python', 'train.py'])")
         if self.command is not None:
             if isinstance(self.command, str) or not isinstance(self.command, Sequence) or not self.command:
                 raise InvalidArgumentError(f"{w}: command", self.command,

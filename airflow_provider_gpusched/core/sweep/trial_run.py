@@ -268,6 +268,13 @@ def _run_claimed(manifest: Manifest, trial: Trial, out) -> int:
     from airflow_provider_gpusched.core.sweep.spec import format_command  # only command targets need the spec
 
     argv = format_command(target["command"], trial.params, folder, trial, config)
+    if manifest.data.get("distributed"):
+        try:
+            argv = distributed_argv(manifest.data["distributed"], argv, {**os.environ, **env})
+        except GpuschedError as exc:
+            store.mark_finished(trial, ok=False, exit_code=EXIT_USAGE, error=f"distributed: {exc}")
+            print(f"[gpusched] trial {trial.trial_id}: {exc}", file=out, flush=True)
+            return EXIT_USAGE
     stop = _pruning_watch(pruning, store.dir, folder) if pruning else None
     try:
         code, pruned = _run_command(argv, folder, {**os.environ, **env}, log_path, out, stop)
@@ -283,6 +290,35 @@ def _run_claimed(manifest: Manifest, trial: Trial, out) -> int:
     store.mark_finished(trial, ok=False, result=None, exit_code=code, error=f"exit code {code}")
     print(f"[gpusched] trial {trial.trial_id} failed (exit code {code})", file=out, flush=True)
     return code
+
+
+def distributed_argv(settings: Any, argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """A trial's command started as ranks, as the manifest says (``TrialResources.distributed_settings``): inside
+    the trial's Slurm job, srun over its nodes; on local GPUs, one rank per GPU of the lease
+    (``CUDA_VISIBLE_DEVICES``). The manifest's record is checked before use."""
+    from airflow_provider_gpusched.core.distributed import (
+        check_grace,
+        check_mode,
+        local_launch_argv,
+        slurm_launch_argv,
+    )
+
+    if not isinstance(settings, Mapping):
+        raise InvalidArgumentError("manifest distributed", settings, "a mapping written by the sweep's plan task")
+    mode = check_mode(settings.get("mode"), "manifest distributed.mode")
+    grace = check_grace(settings.get("grace"), "manifest distributed.grace")
+    if mode is None:
+        return list(argv)
+    if settings.get("backend") == "slurm":
+        if not env.get("SLURM_JOB_ID"):
+            raise GpuschedError("the sweep's trials start their ranks with srun, but this trial runner is not inside "
+                                "a Slurm job (no SLURM_JOB_ID)")
+        nproc = settings.get("nproc_per_node")
+        if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+            raise InvalidArgumentError("manifest distributed.nproc_per_node", nproc, "a whole number >= 1")
+        return slurm_launch_argv(mode, argv, nproc, grace)
+    gpus = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return local_launch_argv(mode, argv, max(1, len(gpus)), grace)
 
 
 # -- the trial runner's command line: built and parsed here, nowhere else --------------------------------
