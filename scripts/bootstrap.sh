@@ -53,7 +53,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 fi
 export PATH="$REPO/.venv/bin:$PATH"
 
-# Start the project's single-node Slurm cluster unless it is already up, stop it on exit if we started it.
+# Start the project's two-node Slurm test cluster unless it is already up, stop it on exit if we started it.
 use_test_cluster() {
   GPUSCHED_STARTED_CLUSTER=""
   if ! SLURM_CONF="$REPO/.slurm/etc/slurm.conf" sinfo -h >/dev/null 2>&1; then

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The demo: the example DAGs end to end with `airflow dags test` on SQLite in an isolated AIRFLOW_HOME
-# (.airflow-demo/ in this checkout): the Slurm ones on the project's own single-node Slurm cluster, the
+# (.airflow-demo/ in this checkout): the Slurm ones on the project's own two-node Slurm test cluster, the
 # local-GPU ones on this machine's GPUs (simulated ones where NVML finds none), and the pipeline partitioner.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
@@ -26,7 +26,7 @@ echo "=== airflow dags test gpusched_sweep_grid   (full log: .airflow-demo/gpusc
 if ! airflow dags test gpusched_sweep_grid >"$AIRFLOW_HOME/gpusched_sweep_grid.log" 2>&1; then status=1; fi
 python scripts/demo_summary.py gpusched_sweep_grid || status=1
 gpusched sweep results "$AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT/gan_grid" || status=1
-for dag in gpusched_slurm_command gpusched_slurm_array gpusched_slurm_python gpusched_local_gpu_trials \
+for dag in gpusched_slurm_command gpusched_slurm_array gpusched_slurm_python gpusched_slurm_ddp gpusched_local_gpu_trials \
     gpusched_pipeline_partition; do
   echo "=== airflow dags test $dag   (full log: .airflow-demo/$dag.log)"
   if ! airflow dags test "$dag" >"$AIRFLOW_HOME/$dag.log" 2>&1; then status=1; fi

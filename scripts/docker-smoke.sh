@@ -143,9 +143,7 @@ SCHEDULER_HEALTH_PORT=${GPUSCHED_SMOKE_HEALTH_PORT:-28974}
 SLURMCTLD_HOST=$(hostname -s)
 SLURMCTLD_ADDR=127.0.0.1
 SLURMCTLD_PORT=${GPUSCHED_SMOKE_SLURMCTLD_PORT:-6917}
-SLURMD_NODE=slurmd
-SLURMD_ADDR=127.0.0.1
-SLURMD_PORT=${GPUSCHED_SMOKE_SLURMD_PORT:-6918}
+SLURMD_NODES=slurmd:127.0.0.1:${GPUSCHED_SMOKE_SLURMD_PORT:-6918} slurmd-2:127.0.0.1:$(( ${GPUSCHED_SMOKE_SLURMD_PORT:-6918} + 1 ))
 GPUSCHED_SIMULATE_GPUS=4x24GiB
 ENV
 if [ -n "$FLEET" ]; then
@@ -173,7 +171,7 @@ hosts=()
 [ -z "$FLEET" ] || hosts=(--expect-hosts gpu-host-a,gpu-host-b --wait-task gpusched_pipeline_partition:stage_on_gpu-host-a
                         --wait-task gpusched_pipeline_partition:stage_on_gpu-host-b)
 if ! python scripts/docker_smoke_dags.py "${hosts[@]}" "http://127.0.0.1:$api_port" "$work/admin-password" $DAGS; then
-  compose logs --tail 60 airflow-scheduler airflow-triggerer slurmctld slurmd >&2 || true
+  compose logs --tail 60 airflow-scheduler airflow-triggerer slurmctld slurmd slurmd-2 >&2 || true
   [ -z "$FLEET" ] || compose logs --tail 60 gpu-host-a gpu-host-b airflow-edge-worker >&2 || true
   die "an example DAG did not succeed"
 fi

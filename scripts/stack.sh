@@ -2,7 +2,7 @@
 # A real Airflow 3 deployment on this machine, for trying the provider as deployed and for the end-to-end tests:
 # PostgreSQL (Debian's packages; its own data directory, port and socket directory, nothing of a system cluster
 # touched), then api-server, scheduler (LocalExecutor), dag-processor and triggerer as background processes,
-# against the project's single-node Slurm cluster and this host's GPUs (simulated ones where NVML finds none).
+# against the project's two-node Slurm test cluster and this host's GPUs (simulated ones where NVML finds none).
 #
 #   scripts/stack.sh up                start everything (idempotent) and wait until each component is healthy
 #   scripts/stack.sh down              stop exactly what `up` started, by pid, then PostgreSQL (and the Slurm

@@ -2,7 +2,7 @@
 
 * Airflow gets a fresh AIRFLOW_HOME (SQLite metadata DB) in a temporary directory, set before any
   test module imports Airflow.
-* The ``slurm_cluster`` fixture gives a real single-node Slurm cluster: the one named by
+* The ``slurm_cluster`` fixture gives a real Slurm cluster (two nodes, n1 and n2): the one named by
   ``SLURM_CONF`` if it answers, otherwise one started with ``scripts/slurm-cluster.sh up`` (root
   only) and stopped again at the end. In CI (``CI=true``) a cluster that does not come up fails the
   tests that need it instead of skipping them.
@@ -68,7 +68,7 @@ def _sinfo_ok(env: dict) -> bool:
 
 @pytest.fixture(scope="session")
 def slurm_cluster():
-    """SLURM_CONF of a running single-node cluster with 4 GPUs and partitions batch/idle."""
+    """SLURM_CONF of a running cluster: two nodes (n1, n2) of 4 GPUs each, partitions batch/idle."""
     env = dict(os.environ)
     if env.get("SLURM_CONF") and _sinfo_ok(env):
         yield env["SLURM_CONF"]

@@ -3,6 +3,7 @@ binary, and both stay consistent with the project (Airflow version, Slurm versio
 scripts/docker-smoke.sh builds and runs it for real."""
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -68,7 +69,7 @@ def test_hadolint_passes(dockerfile):
 
 def test_compose_file_validates_with_both_network_layouts(tmp_path):
     bridge = _config(tmp_path)
-    assert set(bridge["services"]) == {"postgres", "slurmctld", "slurmd", *AIRFLOW_SERVICES}
+    assert set(bridge["services"]) == {"postgres", "slurmctld", "slurmd", "slurmd-2", *AIRFLOW_SERVICES}
     host = _config(tmp_path, "compose.yaml", "compose.hostnet.yaml")
     assert {s.get("network_mode") for s in host["services"].values()} == {"host"}
 
@@ -120,7 +121,7 @@ def test_one_slurm_version_for_client_and_daemons(tmp_path):
     client = _arg_default(DOCKER / "Dockerfile", "SLURM_VERSION")
     daemons = _arg_default(DOCKER / "slurm" / "Dockerfile", "SLURM_VERSION")
     assert client == daemons
-    for name in ("slurmctld", "slurmd"):
+    for name in ("slurmctld", "slurmd", "slurmd-2"):
         assert _config(tmp_path)["services"][name]["image"] == f"gpusched-slurm:{daemons}"
     # the same Debian release as the project's test cluster, where it is installed
     installed = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "slurm-client"], capture_output=True, text=True)
@@ -162,7 +163,35 @@ def test_the_slurm_template_renders_to_the_test_clusters_partitions():
         assert f"@{name}@" in entrypoint, f"entrypoint.sh never fills @{name}@"
     assert re.search(r"^PartitionName=batch .*PreemptMode=OFF", template, re.M)
     assert re.search(r"^PartitionName=idle .*PreemptMode=REQUEUE", template, re.M)
-    assert "Gres=gpu:4" in template
+    assert "@SLURMD_NODE_LINES@" in template and "Gres=gpu:4" in entrypoint
+
+
+def test_the_slurm_cluster_has_two_compute_nodes(tmp_path):
+    """Two slurmd services, each naming itself; slurmctld renders a NodeName line for each (entrypoint.sh's own
+    node_lines, run here), and on the host's network each has a port and resolves the other's name."""
+    services = _config(tmp_path)["services"]
+    assert services["slurmd"]["environment"]["SLURMD_NODE"] == "slurmd"
+    assert services["slurmd-2"]["environment"]["SLURMD_NODE"] == "slurmd-2"
+    nodes = services["slurmctld"]["environment"]["SLURMD_NODES"]
+    assert nodes.split() == ["slurmd", "slurmd-2"]
+    entrypoint = (DOCKER / "slurm" / "entrypoint.sh").read_text()
+    function = entrypoint[entrypoint.index("node_lines() {"):entrypoint.index("\n}\n", entrypoint.index("node_lines() {")) + 3]
+    render = lambda value: subprocess.run(  # noqa: E731
+        ["bash", "-c", 'log() { echo "$*" >&2; }\n' + function + "\nnode_lines"], capture_output=True, text=True,
+        env={"SLURMD_NODES": value, "SLURMD_PORT": "6818", "SLURMD_CPUS": "4", "SLURMD_MEMORY_MB": "4000",
+             "PATH": os.environ["PATH"]})
+    lines = render(nodes).stdout.splitlines()
+    assert [line.split()[:3] for line in lines] == [["NodeName=slurmd", "NodeAddr=slurmd", "Port=6818"],
+                                                    ["NodeName=slurmd-2", "NodeAddr=slurmd-2", "Port=6818"]]
+    hostnet = render("slurmd:127.0.0.1:6918 slurmd-2:127.0.0.1:6919").stdout.splitlines()
+    assert [line.split()[1:3] for line in hostnet] == [["NodeAddr=127.0.0.1", "Port=6918"],
+                                                       ["NodeAddr=127.0.0.1", "Port=6919"]]
+    bad = render("slurmd;rm:x")
+    assert bad.returncode == 2 and "SLURMD_NODES entry 'slurmd;rm:x'" in bad.stderr
+    host = _config(tmp_path, "compose.yaml", "compose.hostnet.yaml")["services"]
+    for name in ("slurmd", "slurmd-2"):
+        assert sorted(host[name]["extra_hosts"]) == ["slurmd-2=127.0.0.1", "slurmd=127.0.0.1"] or \
+            sorted(host[name]["extra_hosts"]) == ["slurmd-2:127.0.0.1", "slurmd:127.0.0.1"], host[name]["extra_hosts"]
 
 
 

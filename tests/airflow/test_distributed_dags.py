@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
 
 import pytest
 
@@ -94,3 +95,25 @@ def test_sweep_of_multi_node_trials(run_dag, tmp_path, monkeypatch, batching):
     assert sorted(json.loads(p.read_text())["score"] for p in results) == [4.0, 8.0, 12.0]
     best = xcoms[f"multinode_{batching}.leaderboard"]["return_value"]
     assert best["score"] == 12.0
+
+
+def test_killing_a_multi_node_task_cancels_every_step_on_every_node(run_dag, slurm, monkeypatch):
+    """execution_timeout kills the (blocking) task: its job is cancelled and no rank is left on either node."""
+    from tests.slurm.test_multinode import processes_with, wait_for
+
+    from .conftest import jobs_named
+
+    name, token = f"kill-multi-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    for key, value in (("GPUSCHED_TEST_JOB_NAME", name), ("GPUSCHED_TEST_TIMEOUT", "15"), ("GPUSCHED_TEST_NODES", "2"),
+                       ("GPUSCHED_TEST_TOKEN", token)):
+        monkeypatch.setenv(key, value)
+    state, _, _ = run_dag(dagfile("blocking_long_job"))
+    assert state == "failed"
+    (job_id, _), = jobs_named(slurm, name)
+    final = slurm.wait(job_id, poll_interval=0.5, timeout=60)
+    assert final.state == "CANCELLED" and final.nodes == "n[1-2]", final
+    from pathlib import Path
+
+    [output] = Path(os.environ["AIRFLOW__GPUSCHED__SLURM_OUTPUT_DIR"]).rglob(f"{job_id}.out")
+    assert "[gpusched] srun start: 2 node(s) (n[1-2]) x 2 rank(s)" in output.read_text()  # the ranks had started
+    wait_for(lambda: not processes_with(token), 30, "no rank of the job left on any node")

@@ -2,7 +2,7 @@
 tasks succeed, and the idle task says when and how often it was preempted. Two DAG runs at once: the
 idle one in this process, the normal one in a second process (a second worker).
 
-Local GPUs are SIMULATED (4 x 24 GiB); the Slurm test uses the project's real single-node cluster."""
+Local GPUs are SIMULATED (4 x 24 GiB); the Slurm test uses the project's real two-node cluster."""
 
 import json
 import threading

@@ -1,4 +1,4 @@
-"""SlurmClient against the project's real single-node Slurm cluster."""
+"""SlurmClient against the project's real Slurm test cluster (two nodes)."""
 
 import json
 import subprocess

@@ -315,3 +315,30 @@ def test_a_dying_node_fails_a_job_as_slurm_reports_it_and_requeues_a_requeueable
     scontrol(conf, "update", f"JobId={again_id}", "StartTime=now")
     wait_for(lambda: log.read_text().count("start") >= 4, 90, "the requeued job running again on both nodes")
     client.cancel([again_id])
+
+
+def test_queue_list_shows_a_multi_node_jobs_nodes(client, tmp_path, slurm_cluster):
+    from airflow_provider_gpusched.core.slurm.job import job_comment
+    from airflow_provider_gpusched.core.work_tag import WorkTag
+
+    tag = WorkTag(dag_id="ddp", task_id="train", job_class="normal")
+    comment = job_comment("m" * 24, 1, task="t" * 16, work="w" * 16, tag=tag)
+    running = client.submit(SlurmJobSpec(command="sleep 60", nodes=2, gpus_per_node=1, comment=comment,
+                                         output=str(tmp_path / "%j.out")))
+    waiting = client.submit(SlurmJobSpec(command="sleep 60", nodes=2, gpus_per_node=4, comment=comment,
+                                         nodelist="n[1-2]", exclusive=True, output=str(tmp_path / "%j.out")))
+    try:
+        wait_for(lambda: client.status(running.job_id).phase.name == "RUNNING", 60, "the first job running")
+        out = subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", "queue", "list", "--no-local",
+                              "--no-fleet", "--dag", "ddp", "--json"], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "SLURM_CONF": slurm_cluster}, cwd=REPO)
+        assert out.returncode == 0, out.stderr
+        entries = {e["id"]: e for e in json.loads(out.stdout)["entries"]}
+        assert entries[running.job_id]["where"] == "batch on n[1-2] (2 nodes)", entries
+        assert entries[waiting.job_id]["where"] == "batch (2 nodes)", entries  # waits for the first: no nodes yet
+        text = subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", "queue", "list", "--no-local",
+                               "--no-fleet", "--dag", "ddp"], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "SLURM_CONF": slurm_cluster}, cwd=REPO).stdout
+        assert "n[1-2] (2 nodes)" in text
+    finally:
+        client.cancel([running.job_id, waiting.job_id])

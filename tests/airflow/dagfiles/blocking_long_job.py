@@ -1,4 +1,6 @@
-"""A blocking-mode Slurm task whose job runs for minutes (for the kill tests). JOB_NAME comes from the env."""
+"""A blocking-mode Slurm task whose job runs for minutes (for the kill tests). JOB_NAME comes from the env;
+GPUSCHED_TEST_NODES=2 makes it a distributed job over two nodes (srun, one rank per GPU) whose processes carry
+GPUSCHED_TEST_TOKEN."""
 
 import os
 from datetime import timedelta
@@ -16,4 +18,7 @@ with DAG(dag_id="test_blocking_long_job", schedule=None, start_date=pendulum.dat
         deferrable=False,
         poll_interval=0.5,
         execution_timeout=timedelta(seconds=float(os.environ.get("GPUSCHED_TEST_TIMEOUT", "600"))),
+        **({"nodes": int(os.environ["GPUSCHED_TEST_NODES"]), "gpus_per_node": 2, "distributed": "srun",
+            "environment": {"GPUSCHED_TEST_TOKEN": os.environ.get("GPUSCHED_TEST_TOKEN", "")}}
+           if os.environ.get("GPUSCHED_TEST_NODES") else {}),
     )

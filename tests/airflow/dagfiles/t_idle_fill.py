@@ -25,7 +25,8 @@ with DAG(dag_id="t_local_normal", schedule=None, start_date=START) as local_norm
 NAME = os.environ.get("GPUSCHED_TEST_JOB_NAME", "idle-fill")
 
 with DAG(dag_id="t_slurm_idle", schedule=None, start_date=START) as slurm_idle:
-    SlurmJobOperator(task_id="fill", job_name=NAME, job_class="idle", gpus=4, poll_interval=0.5,
+    # every GPU of the two-node cluster, so that the normal job (4 GPUs on one node) must preempt it
+    SlurmJobOperator(task_id="fill", job_name=NAME, job_class="idle", nodes=2, gpus_per_node=4, poll_interval=0.5,
                      # long the first time (it gets preempted), short once requeued
                      command='echo run; if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then sleep 120; else sleep 1; fi')
 
