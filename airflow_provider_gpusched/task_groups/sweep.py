@@ -246,10 +246,14 @@ class _Stage:
     def __init__(self, session: SweepSession, execution: SweepExecution, batched: bool, chunk_size: int) -> None:
         self.spec, self.session, self.execution = session.spec, session, execution
         self.backend, self.batched, self.chunk_size = execution.backend, batched, chunk_size
-        nodes = self.spec.resources.nodes
-        if self.backend == "local" and nodes is not None and nodes > 1:
-            raise AirflowException(f"sweep {self.spec.name}: resources.nodes={nodes}: local GPUs are one host; "
-                                   f"run multi-node trials with backend='slurm'")
+        r = self.spec.resources
+        if self.backend == "local":
+            slurm_only = [n for n in r.SLURM_SHAPE if getattr(r, n) is not None and not (n == "nodes" and r.nodes in (1, "1"))]
+            if slurm_only:
+                name = slurm_only[0]
+                raise AirflowException(f"sweep {self.spec.name}: resources.{name}={getattr(r, name)!r} is a Slurm job "
+                                       f"setting that the local backend cannot honour (local GPUs are one host); "
+                                       f"run such trials with backend='slurm', or leave {name} out")
 
     def build(self, round_no: int | None = None):
         session, python = self.session, self.execution.interpreter

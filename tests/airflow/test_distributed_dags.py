@@ -117,3 +117,24 @@ def test_killing_a_multi_node_task_cancels_every_step_on_every_node(run_dag, slu
     [output] = Path(os.environ["AIRFLOW__GPUSCHED__SLURM_OUTPUT_DIR"]).rglob(f"{job_id}.out")
     assert "[gpusched] srun start: 2 node(s) (n[1-2]) x 2 rank(s)" in output.read_text()  # the ranks had started
     wait_for(lambda: not processes_with(token), 30, "no rank of the job left on any node")
+
+
+@pytest.mark.parametrize("shape", [{"nodes": 2}, {"constraint": "a100"}, {"exclusive": True}, {"nodelist": ["n1"]}])
+def test_slurm_only_shape_on_the_local_backend_is_refused_naming_it(shape):
+    import pendulum
+    from airflow.sdk import DAG
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_provider_gpusched.core.sweep import SweepSpec, TrialResources
+    from airflow_provider_gpusched.task_groups.sweep import sweep_task_group
+
+    spec = SweepSpec(name="local-shape", test_config=[{"x": [1]}], command=["echo", "{x}"],
+                     resources=TrialResources(**shape))
+    with DAG(dag_id="t_local_shape", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
+        with pytest.raises(AirflowException) as err:
+            sweep_task_group(spec, backend="local")
+    name = next(iter(shape))
+    assert f"resources.{name}=" in str(err.value) and "local backend cannot honour" in str(err.value)
+    with DAG(dag_id="t_local_one_node", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
+        sweep_task_group(SweepSpec(name="one-node", test_config=[{"x": [1]}], command=["echo", "{x}"],
+                                   resources=TrialResources(nodes=1, distributed="torchrun")), backend="local")

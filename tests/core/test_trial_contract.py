@@ -79,11 +79,17 @@ def test_trial_resources_become_each_backends_arguments():
                                        "env": {"A": "1"}, "devices": None}
     assert r.slurm_arguments() == {"gpus": None, "cpus_per_task": 4, "mem": "8GiB", "partition": "batch", "qos": None,
                                    "time_limit": "1:00:00", "setup": ["module load cuda"], "job_class": "idle",
-                                   "priority": 3, "environment": {"A": "1"}, "nodes": None}
+                                   "priority": 3, "environment": {"A": "1"}}  # no shape given: none passed
     multi = TrialResources(nodes=2, gpus_per_node=4, distributed="torchrun", rank_exit_grace=30)
     multi.check("resources")
     wanted = multi.slurm_arguments()
     assert (wanted["nodes"], wanted["gpus"], wanted["ntasks_per_node"]) == (2, 4, 4)
+    shaped = TrialResources(nodes="2-4", gpus=2, cpus_per_gpu=4, exclusive=True, constraint="a100",
+                            nodelist=["n1", "n2"], exclude="n9", gpus_per_task=1)
+    shaped.check("resources")
+    assert {k: v for k, v in shaped.slurm_arguments().items() if k in shaped.SLURM_SHAPE} == {
+        "nodes": "2-4", "cpus_per_gpu": 4, "exclusive": True, "constraint": "a100", "nodelist": ["n1", "n2"],
+        "exclude": "n9", "gpus_per_task": 1}
     assert multi.distributed_settings("slurm") == {"mode": "torchrun", "backend": "slurm", "grace": 30.0,
                                                    "nproc_per_node": 4}
     assert TrialResources(gpus=2).distributed_settings("local") is None
@@ -91,9 +97,12 @@ def test_trial_resources_become_each_backends_arguments():
 
 
 @pytest.mark.parametrize("bad, argument", [
-    ({"nodes": 0}, "resources.nodes"), ({"nodes": "2"}, "resources.nodes"), ({"gpus_per_node": -1}, "resources.gpus_per_node"),
+    ({"nodes": 0}, "resources.nodes"), ({"nodes": "x"}, "resources.nodes"), ({"gpus_per_node": -1}, "resources.gpus_per_node"),
     ({"gpus": 2, "gpus_per_node": 4}, "resources.gpus_per_node"), ({"distributed": "mpirun"}, "resources.distributed"),
-    ({"rank_exit_grace": -5}, "resources.rank_exit_grace")])
+    ({"rank_exit_grace": -5}, "resources.rank_exit_grace"), ({"constraint": "a b"}, "resources.constraint"),
+    ({"nodelist": ["-x"]}, "resources.nodelist"), ({"exclusive": 1}, "resources.exclusive"),
+    ({"cpus": 2, "cpus_per_gpu": 2}, "resources.cpus_per_gpu"), ({"gpus_per_task": 0}, "resources.gpus_per_task"),
+    ({"ntasks_per_node": 0}, "resources.ntasks_per_node"), ({"nodes": "3-1"}, "resources.nodes")])
 def test_multi_node_trial_resources_are_checked_by_name(bad, argument):
     with pytest.raises(InvalidArgumentError) as err:
         TrialResources(**bad).check("resources")

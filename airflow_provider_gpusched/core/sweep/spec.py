@@ -92,9 +92,17 @@ class TrialResources:
     env: dict[str, str] = field(default_factory=dict)
     #: local GPUs: the GPU indices trials may use (GPU Task Scheduler's ``gpu`` list); None: any
     devices: list[int] | None = None
-    #: Slurm: nodes per trial (a multi-node trial), and GPUs on each node (``gpus`` is per node on Slurm too)
-    nodes: int | None = None
+    #: Slurm: nodes per trial (a multi-node trial), GPUs on each node (``gpus`` is per node on Slurm too), and the
+    #: rest of a job's shape (SlurmJobOperator's arguments of the same names)
+    nodes: int | str | None = None
     gpus_per_node: int | None = None
+    ntasks_per_node: int | None = None
+    gpus_per_task: int | None = None
+    cpus_per_gpu: int | None = None
+    exclusive: bool | None = None
+    constraint: str | None = None
+    nodelist: str | list[str] | None = None
+    exclude: str | list[str] | None = None
     #: start each trial's command as ranks: "torchrun" or "srun" (one per GPU of each node; on local GPUs, of the
     #: lease), with ``rank_exit_grace`` seconds for the others after the first rank ends (core/distributed.py)
     distributed: str | None = None
@@ -140,16 +148,42 @@ class TrialResources:
             if len(self.devices) < max(1, self.gpus):
                 raise InvalidArgumentError(f"{where}.devices", self.devices, f"at least gpus={self.gpus} indices")
             self.devices = list(self.devices)
-        for name in ("nodes", "gpus_per_node"):
-            value = getattr(self, name)
-            least = 1 if name == "nodes" else 0
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
-                raise InvalidArgumentError(f"{where}.{name}", value, f"a whole number >= {least}")
+        if self.gpus_per_node is not None and (isinstance(self.gpus_per_node, bool)
+                                               or not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 0):
+            raise InvalidArgumentError(f"{where}.gpus_per_node", self.gpus_per_node, "a whole number >= 0")
         if self.gpus_per_node is not None and self.gpus not in (1, self.gpus_per_node):
             raise InvalidArgumentError(f"{where}.gpus_per_node", self.gpus_per_node,
                                        f"the same as gpus ({self.gpus}), or gpus left out: on Slurm gpus is per node")
         self.distributed = check_mode(self.distributed, f"{where}.distributed")
         self.rank_exit_grace = check_grace(self.rank_exit_grace, f"{where}.rank_exit_grace")
+        if isinstance(self.nodelist, tuple):
+            self.nodelist = list(self.nodelist)
+        if isinstance(self.exclude, tuple):
+            self.exclude = list(self.exclude)
+        try:  # the job's shape, checked where every Slurm job's is (one set of rules)
+            from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec
+
+            SlurmJobSpec(command=["true"], cpus_per_task=self.cpus, **self.job_shape())
+        except InvalidArgumentError as exc:
+            name = exc.argument.split("/")[-1] if exc.argument != "cpus_per_gpu/cpus_per_task" else "cpus_per_gpu"
+            name = "cpus" if name == "cpus_per_task" else name
+            raise InvalidArgumentError(f"{where}.{name}", exc.value, exc.expected) from None
+
+    #: the job-shape settings that only Slurm has
+    SLURM_SHAPE = ("nodes", "ntasks_per_node", "gpus_per_task", "cpus_per_gpu", "exclusive", "constraint", "nodelist",
+                   "exclude")
+
+    def job_shape(self) -> dict[str, Any]:
+        """The job's shape as SlurmJobSpec / SlurmJobOperator arguments (those set); a distributed trial gets one
+        task slot per rank on each node (the trial runner starts the ranks with srun)."""
+        shape = {name: getattr(self, name) for name in self.SLURM_SHAPE if getattr(self, name) is not None}
+        if self.distributed:
+            shape["ntasks_per_node"] = self.nproc_per_node
+        return shape
+
+    @property
+    def nproc_per_node(self) -> int:
+        return self.ntasks_per_node or max(1, self.gpus_on_each_node)
 
     @property
     def gpus_on_each_node(self) -> int:
@@ -160,7 +194,7 @@ class TrialResources:
         if not self.distributed:
             return None
         return {"mode": self.distributed, "backend": backend, "grace": self.rank_exit_grace,
-                "nproc_per_node": max(1, self.gpus_on_each_node)}
+                "nproc_per_node": self.nproc_per_node}
 
     def local_gpu_arguments(self) -> dict[str, Any]:
         """What a trial on local GPUs asks for (``LocalGPUOperator`` arguments): at least one GPU; ``mem``
@@ -171,13 +205,10 @@ class TrialResources:
 
     def slurm_arguments(self) -> dict[str, Any]:
         """What a trial on Slurm asks for (``SlurmJobOperator`` arguments); unset ones are left to Slurm."""
-        per_node = self.gpus_on_each_node
-        shape: dict[str, Any] = {"nodes": self.nodes}
-        if self.distributed:  # the trial runner starts the ranks with srun: one task slot for each
-            shape["ntasks_per_node"] = max(1, per_node)
-        return {"gpus": per_node or None, "cpus_per_task": self.cpus, "mem": self.mem, "partition": self.partition,
-                "qos": self.qos, "time_limit": self.time_limit, "setup": self.setup or None,
-                "job_class": self.job_class, "priority": self.priority, "environment": self.env or None, **shape}
+        return {"gpus": self.gpus_on_each_node or None, "cpus_per_task": self.cpus, "mem": self.mem,
+                "partition": self.partition, "qos": self.qos, "time_limit": self.time_limit,
+                "setup": self.setup or None, "job_class": self.job_class, "priority": self.priority,
+                "environment": self.env or None, **self.job_shape()}
 
 
 @dataclass
