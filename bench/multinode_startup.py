@@ -68,7 +68,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="gpusched-bench-startup-"))
     print(f"{time.strftime('%Y-%m-%d')}, {platform.node()} ({os.cpu_count()} cores), SLURM_CONF={conf}, "
           f"{args.repeat} job(s) per shape, one after another")
-    print(f"| shape | ranks | submit -> batch script | batch script -> all ranks running | submit -> all ranks |")
+    print("| shape | ranks | submit -> batch script | batch script -> all ranks running | submit -> all ranks |")
     print("|---|---:|---:|---:|---:|")
     for label, mode, nodes in SHAPES:
         runs = [one_job(client, mode, nodes, work) for _ in range(args.repeat)]

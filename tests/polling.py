@@ -15,3 +15,18 @@ def wait_until(predicate, timeout: float = 60.0, what: str = "condition", interv
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def need_torch():
+    """PyTorch, which scripts/bootstrap.sh installs (the examples extra): a failure in CI without it, a skip
+    elsewhere (a user's environment without the extra)."""
+    import os
+
+    import pytest
+
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("PyTorch is not installed (scripts/bootstrap.sh installs the examples extra)")
+        pytest.skip("needs PyTorch (pip install 'airflow-provider-gpusched[examples]')")

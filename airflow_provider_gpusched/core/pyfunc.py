@@ -19,7 +19,6 @@ import contextlib
 import glob
 import importlib.util
 import inspect
-import json
 import os
 import re
 import socket

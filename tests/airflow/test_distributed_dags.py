@@ -11,18 +11,12 @@ import uuid
 
 import pytest
 
+from ..polling import need_torch, wait_until
 from .conftest import REPO, load_dag_file, the_dag
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slurm]
 
 
-def need_torch():
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail("PyTorch is not installed (scripts/bootstrap.sh installs the examples extra)")
-        pytest.skip("needs PyTorch (pip install 'airflow-provider-gpusched[examples]')")
 
 
 def dagfile(name):
@@ -99,7 +93,7 @@ def test_sweep_of_multi_node_trials(run_dag, tmp_path, monkeypatch, batching):
 
 def test_killing_a_multi_node_task_cancels_every_step_on_every_node(run_dag, slurm, monkeypatch):
     """execution_timeout kills the (blocking) task: its job is cancelled and no rank is left on either node."""
-    from tests.slurm.test_multinode import processes_with, wait_for
+    from tests.slurm.test_multinode import processes_with
 
     from .conftest import jobs_named
 
@@ -116,7 +110,7 @@ def test_killing_a_multi_node_task_cancels_every_step_on_every_node(run_dag, slu
 
     [output] = Path(os.environ["AIRFLOW__GPUSCHED__SLURM_OUTPUT_DIR"]).rglob(f"{job_id}.out")
     assert "[gpusched] srun start: 2 node(s) (n[1-2]) x 2 rank(s)" in output.read_text()  # the ranks had started
-    wait_for(lambda: not processes_with(token), 30, "no rank of the job left on any node")
+    wait_until(lambda: not processes_with(token), 30, "no rank of the job left on any node")
 
 
 @pytest.mark.parametrize("shape", [{"nodes": 2}, {"constraint": "a100"}, {"exclusive": True}, {"nodelist": ["n1"]}])

@@ -18,7 +18,6 @@ from airflow_provider_gpusched.core.distributed import (
     local_launch_argv,
     rank_info,
     slurm_launch_argv,
-    slurm_launch_function,
 )
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.slurm import SlurmJobSpec

@@ -17,6 +17,7 @@ import pytest
 
 from airflow_provider_gpusched.core.slurm import JobPhase, SlurmJobSpec
 
+from ..polling import need_torch, wait_until
 from .conftest import REPO, scontrol
 
 pytestmark = pytest.mark.slurm
@@ -48,13 +49,6 @@ dist.destroy_process_group()
 """
 
 
-def need_torch():
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail("PyTorch is not installed (scripts/bootstrap.sh installs the examples extra)")
-        pytest.skip("needs PyTorch (pip install 'airflow-provider-gpusched[examples]')")
 
 
 def cluster_script(conf: str, *args: str) -> subprocess.CompletedProcess:
@@ -70,14 +64,6 @@ def node_states(conf: str) -> dict[str, str]:
     return dict(line.split() for line in sorted(set(out.splitlines())) if line.strip())
 
 
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def processes_with(token: str) -> list[int]:
@@ -99,7 +85,7 @@ def processes_with(token: str) -> list[int]:
 
 
 def rank_records(folder: Path, count: int, timeout: float = 5) -> list[dict]:
-    wait_for(lambda: len(list(folder.glob("rank-*.json"))) == count, timeout, f"{count} rank records in {folder}")
+    wait_until(lambda: len(list(folder.glob("rank-*.json"))) == count, timeout, f"{count} rank records in {folder}")
     return [json.loads((folder / f"rank-{r}.json").read_text()) for r in range(count)]
 
 
@@ -110,7 +96,7 @@ def nodes_back(slurm_cluster):
     for name in cluster_script(slurm_cluster, "nodes").stdout.split():
         if node_states(slurm_cluster).get(name) not in ("idle", "mixed", "allocated"):
             cluster_script(slurm_cluster, "start-node", name)
-    wait_for(lambda: all(s in ("idle", "mixed", "allocated") for s in node_states(slurm_cluster).values()), 90,
+    wait_until(lambda: all(s in ("idle", "mixed", "allocated") for s in node_states(slurm_cluster).values()), 90,
              "every node back")
 
 
@@ -132,7 +118,7 @@ def test_job_shape_reaches_slurm(client, out):
                          nodelist="n[1-2]", exclusive=True, job_name=name, output=out("shape"))
     job = client.submit(whole)
     try:
-        wait_for(lambda: client.status(job.job_id).phase.name == "RUNNING", 60, "the job to run")
+        wait_until(lambda: client.status(job.job_id).phase.name == "RUNNING", 60, "the job to run")
         shown = scontrol(conf, "-o", "show", "job", job.job_id).stdout
         assert "NumNodes=2 " in shown and "NumTasks=4 " in shown and " NodeList=n[1-2] " in shown, shown
         assert "TresPerNode=gres:gpu:2" in shown or "TresPerNode=gpu:2" in shown, shown
@@ -244,7 +230,7 @@ def test_a_killed_rank_ends_the_job_at_once_not_at_its_time_limit(client, out):
                         environment={"GPUSCHED_TEST_TOKEN": token}, output=out("killrank"))
     job = client.submit(spec)
     try:
-        ranks = wait_for(lambda: (lambda p: p if len(p) >= 4 else None)(
+        ranks = wait_until(lambda: (lambda p: p if len(p) >= 4 else None)(
             [p for p in processes_with(token) if open(f"/proc/{p}/comm").read().strip() == "sleep"]), 60,
             "four sleeping ranks")
         victim = ranks[-1]
@@ -254,7 +240,7 @@ def test_a_killed_rank_ends_the_job_at_once_not_at_its_time_limit(client, out):
         took = time.monotonic() - killed_at
         assert final.phase is JobPhase.FAILED and final.state == "FAILED", final
         assert took < 60, took  # --kill-on-bad-exit: the other ranks did not sleep on for 300 s
-        wait_for(lambda: not processes_with(token), 30, "no rank left on any node")
+        wait_until(lambda: not processes_with(token), 30, "no rank left on any node")
     finally:
         client.cancel([job.job_id])
 
@@ -271,7 +257,7 @@ def test_a_rank_that_hangs_after_the_others_ended_is_stopped_after_the_grace(cli
     assert not final.phase.is_success, final
     text = Path(spec.output.replace("%j", job.job_id)).read_text()
     assert "rank 0 done" in text and "rank 1 done" not in text, text
-    wait_for(lambda: not processes_with(token), 30, "the hung rank gone")
+    wait_until(lambda: not processes_with(token), 30, "the hung rank gone")
 
 
 def test_cancelling_stops_every_step_on_every_node(client, out):
@@ -281,11 +267,11 @@ def test_cancelling_stops_every_step_on_every_node(client, out):
     job = client.submit(spec)
     hosts = lambda: {open(f"/proc/{p}/environ", "rb").read().split(b"SLURMD_NODENAME=")[1].split(b"\0")[0]  # noqa
                      for p in processes_with(token) if open(f"/proc/{p}/comm").read().strip() == "sleep"}
-    wait_for(lambda: len(processes_with(token)) >= 8 and hosts() == {b"n1", b"n2"}, 60, "sleeps on both nodes")
+    wait_until(lambda: len(processes_with(token)) >= 8 and hosts() == {b"n1", b"n2"}, 60, "sleeps on both nodes")
     client.cancel([job.job_id])
     final = client.wait(job.job_id, poll_interval=0.5, timeout=60)
     assert final.state == "CANCELLED", final
-    wait_for(lambda: not processes_with(token), 30, "every step on every node stopped")
+    wait_until(lambda: not processes_with(token), 30, "every step on every node stopped")
 
 
 def test_a_dying_node_fails_a_job_as_slurm_reports_it_and_requeues_a_requeueable_one(client, out, tmp_path,
@@ -297,23 +283,23 @@ def test_a_dying_node_fails_a_job_as_slurm_reports_it_and_requeues_a_requeueable
     again = SlurmJobSpec(command=f'echo "start $(hostname)" >> {log}; sleep 300', nodes=2, ntasks_per_node=1,
                          distributed="srun", requeue=True, time_limit=10, output=out("requeue"))
     plain_id, again_id = client.submit(plain).job_id, client.submit(again).job_id
-    wait_for(lambda: all(client.status(j).phase.name == "RUNNING" for j in (plain_id, again_id)), 60, "both running")
-    wait_for(lambda: log.exists() and log.read_text().count("start") == 2, 30, "both ranks of the requeueable job")
+    wait_until(lambda: all(client.status(j).phase.name == "RUNNING" for j in (plain_id, again_id)), 60, "both running")
+    wait_until(lambda: log.exists() and log.read_text().count("start") == 2, 30, "both ranks of the requeueable job")
     assert cluster_script(conf, "kill-node", "n2").returncode == 0
     final = client.wait(plain_id, poll_interval=1, timeout=120)
     assert final.state == "NODE_FAIL" and not final.phase.is_success, final
-    requeued = wait_for(lambda: (lambda s: s if s.restarts >= 1 else None)(client.status(again_id)), 60,
+    requeued = wait_until(lambda: (lambda s: s if s.restarts >= 1 else None)(client.status(again_id)), 60,
                         "the requeueable job back in the queue")
     assert not requeued.is_terminal, requeued
     assert node_states(conf)["n2"].startswith("down"), node_states(conf)
     cluster_script(conf, "start-node", "n2")
-    wait_for(lambda: node_states(conf).get("n2") in ("idle", "mixed", "allocated"), 60, "n2 back")
+    wait_until(lambda: node_states(conf).get("n2") in ("idle", "mixed", "allocated"), 60, "n2 back")
     # Slurm holds a requeued job back ~2 min; release it as an operator would, but not within the second of the
     # requeue: a node refuses a credential made in the same second as the old one's revocation ("Job credential
     # revoked") and the job would fail instead
     time.sleep(3)
     scontrol(conf, "update", f"JobId={again_id}", "StartTime=now")
-    wait_for(lambda: log.read_text().count("start") >= 4, 90, "the requeued job running again on both nodes")
+    wait_until(lambda: log.read_text().count("start") >= 4, 90, "the requeued job running again on both nodes")
     client.cancel([again_id])
 
 
@@ -328,7 +314,7 @@ def test_queue_list_shows_a_multi_node_jobs_nodes(client, tmp_path, slurm_cluste
     waiting = client.submit(SlurmJobSpec(command="sleep 60", nodes=2, gpus_per_node=4, comment=comment,
                                          nodelist="n[1-2]", exclusive=True, output=str(tmp_path / "%j.out")))
     try:
-        wait_for(lambda: client.status(running.job_id).phase.name == "RUNNING", 60, "the first job running")
+        wait_until(lambda: client.status(running.job_id).phase.name == "RUNNING", 60, "the first job running")
         out = subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", "queue", "list", "--no-local",
                               "--no-fleet", "--dag", "ddp", "--json"], capture_output=True, text=True, timeout=60,
                              env={**os.environ, "SLURM_CONF": slurm_cluster}, cwd=REPO)

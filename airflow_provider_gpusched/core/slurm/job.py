@@ -244,57 +244,32 @@ class SlurmJobSpec:
     # -- rendering --------------------------------------------------------------------------------
     def sbatch_argv(self) -> list[str]:
         """The sbatch options, one argument each (no shell involved)."""
-        args = ["--parsable"]
-        if self.job_name:
-            args.append(f"--job-name={self.job_name}")
-        for opt in ("partition", "qos", "account"):
-            value = getattr(self, opt)
-            if value:
-                args.append(f"--{opt}={value}")
-        if self.gpus:
-            args.append(f"--gres=gpu:{self.gpus}")
-        if self.gres:
-            args.append(f"--gres={self.gres}")
-        if self.cpus_per_task:
-            args.append(f"--cpus-per-task={self.cpus_per_task}")
-        if self.mem is not None:
-            args.append(f"--mem={self._mem_mb}M")
-        if self.time_limit is not None:
-            args.append(f"--time={self._time}")
-        if self.array is not None:
-            args.append(f"--array={self.array}")
-        if self.nodes is not None:
-            args.append(f"--nodes={self.nodes}")
-        if self.distributed or self.ntasks_per_node:
-            args.append(f"--ntasks-per-node={self.nproc_per_node}")
-        if self.gpus_per_node is not None:
-            args.append(f"--gpus-per-node={self.gpus_per_node}")
-        if self.gpus_per_task:
-            args.append(f"--gpus-per-task={self.gpus_per_task}")
-        if self.cpus_per_gpu:
-            args.append(f"--cpus-per-gpu={self.cpus_per_gpu}")
+        def given(value):  # options whose 0 or "" means "not asked for"
+            return value or None
+
+        valued = (  # --name=value, in this order, for each value that is set
+            ("job-name", given(self.job_name)), ("partition", given(self.partition)), ("qos", given(self.qos)),
+            ("account", given(self.account)), ("gres", f"gpu:{self.gpus}" if self.gpus else None),
+            ("gres", given(self.gres)), ("cpus-per-task", given(self.cpus_per_task)),
+            ("mem", f"{self._mem_mb}M" if self.mem is not None else None),
+            ("time", self._time if self.time_limit is not None else None), ("array", self.array),
+            ("nodes", self.nodes),
+            ("ntasks-per-node", self.nproc_per_node if self.distributed or self.ntasks_per_node else None),
+            ("gpus-per-node", self.gpus_per_node), ("gpus-per-task", given(self.gpus_per_task)),
+            ("cpus-per-gpu", given(self.cpus_per_gpu)), ("constraint", given(self.constraint)),
+            ("nodelist", given(self.nodelist)), ("exclude", given(self.exclude)), ("nice", self.nice),
+        )
+        args = ["--parsable", *(f"--{name}={value}" for name, value in valued if value is not None)]
         if self.exclusive:
             args.append("--exclusive")
-        for opt in ("constraint", "nodelist", "exclude"):
-            value = getattr(self, opt)
-            if value:
-                args.append(f"--{opt}={value}")
-        if self.nice is not None:
-            args.append(f"--nice={self.nice}")
         if self.requeue is True:
             args.append("--requeue")
         elif self.requeue is False:
             args.append("--no-requeue")
-        if self.open_mode:
-            args.append(f"--open-mode={self.open_mode}")
-        if self.output:
-            args.append(f"--output={self.output}")
-        if self.error:
-            args.append(f"--error={self.error}")
-        if self.working_dir:
-            args.append(f"--chdir={self.working_dir}")
-        if self.comment:
-            args.append(f"--comment={self.comment}")
+        for name, value in (("open-mode", self.open_mode), ("output", self.output), ("error", self.error),
+                            ("chdir", self.working_dir), ("comment", self.comment)):
+            if value:
+                args.append(f"--{name}={value}")
         args.extend(str(a) for a in self.sbatch_args)
         return args
 
