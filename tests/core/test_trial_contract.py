@@ -101,7 +101,7 @@ def test_trial_resources_become_each_backends_arguments():
     ({"gpus": 2, "gpus_per_node": 4}, "resources.gpus_per_node"), ({"distributed": "mpirun"}, "resources.distributed"),
     ({"rank_exit_grace": -5}, "resources.rank_exit_grace"), ({"constraint": "a b"}, "resources.constraint"),
     ({"nodelist": ["-x"]}, "resources.nodelist"), ({"exclusive": 1}, "resources.exclusive"),
-    ({"cpus": 2, "cpus_per_gpu": 2}, "resources.cpus_per_gpu"), ({"gpus_per_task": 0}, "resources.gpus_per_task"),
+    ({"cpus": 2, "cpus_per_gpu": 2}, "resources.cpus_per_gpu/resources.cpus"), ({"gpus_per_task": 0}, "resources.gpus_per_task"),
     ({"ntasks_per_node": 0}, "resources.ntasks_per_node"), ({"nodes": "3-1"}, "resources.nodes")])
 def test_multi_node_trial_resources_are_checked_by_name(bad, argument):
     with pytest.raises(InvalidArgumentError) as err:

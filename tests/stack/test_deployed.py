@@ -130,17 +130,19 @@ def _sdiag_counts() -> dict[str, int]:
     return {m.group(1): int(m.group(2)) for m in re.finditer(r"^\s+(\w+)\s+\(\s*\d+\)\s+count:(\d+)", out, re.M)}
 
 
-def _slurm_node() -> str:
-    return subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, check=True).stdout.split()[0]
+def _slurm_nodes() -> str:
+    """Every node of the test cluster, as scontrol takes them (``n1,n2``)."""
+    names = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, check=True).stdout.split()
+    return ",".join(sorted(set(names)))
 
 
 def test_two_hundred_deferred_slurm_tasks_one_squeue_per_poll_and_restarts(stack, out_dir):
-    """200 SlurmJobOperator tasks deferred in one triggerer (the node drained, so every job pends), plus a local-GPU
+    """200 SlurmJobOperator tasks deferred in one triggerer (every node drained, so every job pends), plus a local-GPU
     task deferred behind a process outside Airflow that holds every GPU; the triggerer and then the scheduler are
     SIGKILLed (their whole process groups) and started again meanwhile. One squeue per poll interval, every job
     submitted once, every task ends in success in its first try."""
-    node = _slurm_node()
-    subprocess.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=e2e: jobs pend"], check=True)
+    nodes = _slurm_nodes()
+    subprocess.run(["scontrol", "update", f"NodeName={nodes}", "State=DRAIN", "Reason=e2e: jobs pend"], check=True)
     submitted_before = _sdiag_counts().get("REQUEST_SUBMIT_BATCH_JOB", 0)
     holder = LeaseManager(SimulatedInventory("4x24GiB"), str(stack.lease_dir))
     lease, why = holder.try_acquire(GPURequest(gpus=4), "e2e test: another user's job")
@@ -171,7 +173,7 @@ def test_two_hundred_deferred_slurm_tasks_one_squeue_per_poll_and_restarts(stack
         assert stack.task_instances("e2e_gpu_waiter", waiter)[0]["state"] == "deferred"
         assert not read_records(out_dir)  # the GPUs are still taken: the waiter has not run
     finally:
-        subprocess.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=True)
+        subprocess.run(["scontrol", "update", f"NodeName={nodes}", "State=RESUME"], check=True)
         released_at = time.time()
         holder.release(lease)
     assert stack.wait_run("e2e_slurm_many", many, timeout=600) == "success"

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.job_shape import gres_gpu_count  # noqa: F401 - where callers have found it
 from airflow_provider_gpusched.core.slurm.job import COMMENT_PREFIX, SlurmJobSpec, parse_job_comment
 from airflow_provider_gpusched.core.slurm.runner import (
     CommandRunner,
@@ -455,16 +456,6 @@ class SlurmClient:
     def wait(self, job_id: str, **kwargs) -> JobStatus:
         """:meth:`follow`, returning the final status."""
         return self.follow(job_id, **kwargs).final_status()
-
-
-def gres_gpu_count(gres: str) -> int:
-    """GPUs in a node's gres string: ``gpu:4``, ``gpu:a100:8(S:0-1)``, ``gpu:2,shard:8`` -> 4, 8, 2."""
-    total = 0
-    for item in re.sub(r"\([^)]*\)", "", gres or "").split(","):
-        parts = item.strip().split(":")
-        if parts[0] == "gpu" and len(parts) >= 2 and parts[-1].isdigit():
-            total += int(parts[-1])
-    return total
 
 
 def jobcomp_elapsed(record: Mapping[str, str]) -> float | None:

@@ -17,6 +17,7 @@ from typing import Mapping, Sequence
 
 from airflow_provider_gpusched.core import distributed as dist
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.job_shape import SHAPE_FIELDS, check_shape, gpus_on_each_node
 from airflow_provider_gpusched.core.units import parse_bytes, slurm_time_limit
 from airflow_provider_gpusched.core.work_tag import WorkTag
 
@@ -24,12 +25,6 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ARRAY_RE = re.compile(r"^(\d+(-\d+(:\d+)?)?)(,\d+(-\d+(:\d+)?)?)*(%\d+)?$")
 _GRES_RE = re.compile(r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_NODES_RE = re.compile(r"^([1-9]\d*)(?:-([1-9]\d*))?$")
-_TYPED_COUNT_RE = re.compile(r"^(?:[A-Za-z0-9_.-]+:)?(\d+)$")
-#: a node name or a Slurm hostlist ("n1", "gpu[01-04]", "a[1,3]b")
-_HOSTLIST_RE = re.compile(r"^[A-Za-z0-9_.]([A-Za-z0-9_.-]|\[[0-9,-]+\])*$")
-#: a Slurm feature expression ("a100", "a100&ib", "[rack1*2&rack2*4]", "v100|a100")
-_CONSTRAINT_RE = re.compile(r"^[A-Za-z0-9_.\[(!][A-Za-z0-9_.:&|*\[\](),!-]*$")
 COMMENT_PREFIX = "gpusched:"
 #: sbatch refuses a comment of more than about 1,020 characters ("parameter too long", Slurm 22.05)
 MAX_COMMENT = 1000
@@ -160,81 +155,26 @@ class SlurmJobSpec:
             self._time = slurm_time_limit(self.time_limit)
 
     def _validate_shape(self) -> None:
-        """The multi-node options (each refused by name), and the combinations Slurm would refuse late."""
-        def whole(name: str, least: int) -> None:
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
-                raise InvalidArgumentError(name, value, f"a whole number >= {least}")
-
-        for name, least in (("ntasks_per_node", 1), ("gpus_per_task", 1), ("cpus_per_gpu", 1)):
-            whole(name, least)
-        if self.nodes is not None:
-            text = str(self.nodes) if isinstance(self.nodes, int) and not isinstance(self.nodes, bool) else self.nodes
-            match = _NODES_RE.match(text) if isinstance(text, str) else None
-            if not match or (match.group(2) and int(match.group(2)) < int(match.group(1))):
-                raise InvalidArgumentError("nodes", self.nodes, "a number of nodes >= 1, or a range such as '2-4'")
-        if self.gpus_per_node is not None:
-            if isinstance(self.gpus_per_node, bool) or not isinstance(self.gpus_per_node, (int, str)) \
-                    or (isinstance(self.gpus_per_node, int) and self.gpus_per_node < 0) \
-                    or (isinstance(self.gpus_per_node, str) and not _TYPED_COUNT_RE.match(self.gpus_per_node)):
-                raise InvalidArgumentError("gpus_per_node", self.gpus_per_node,
-                                           "a number of GPUs per node (>= 0), or a type and number such as 'a100:4'")
-        if self.exclusive is not None and not isinstance(self.exclusive, bool):
-            raise InvalidArgumentError("exclusive", self.exclusive, "True, False or None")
-        if self.constraint is not None and (not isinstance(self.constraint, str)
-                                            or not _CONSTRAINT_RE.match(self.constraint)):
-            raise InvalidArgumentError("constraint", self.constraint, "a Slurm feature expression such as 'a100', "
-                                       "'a100&ib' or 'v100|a100' (no spaces)")
-        for name in ("nodelist", "exclude"):
-            value = getattr(self, name)
-            if value is None:
-                continue
-            names = [value] if isinstance(value, str) else value
-            if isinstance(names, (list, tuple)) and names and all(
-                    isinstance(n, str) and all(_HOSTLIST_RE.match(part) for part in _hostlist_parts(n)) for n in names):
-                setattr(self, name, ",".join(names))
-                continue
-            raise InvalidArgumentError(name, value, "node names or Slurm hostlists, as a list or a comma-separated "
-                                       "string, such as ['n1', 'n2'] or 'gpu[01-04]'")
-        if self.gpus_per_node is not None and self.gpus:
-            raise InvalidArgumentError("gpus/gpus_per_node", (self.gpus, self.gpus_per_node),
-                                       "one of them (on Slurm, gpus is per node too)")
-        if self.gpus_per_node is not None and self.gres and "gpu" in self.gres:
-            raise InvalidArgumentError("gres/gpus_per_node", (self.gres, self.gpus_per_node),
-                                       "GPUs in one of them, not both")
-        if self.cpus_per_gpu is not None and self.cpus_per_task is not None:
-            raise InvalidArgumentError("cpus_per_gpu/cpus_per_task", (self.cpus_per_gpu, self.cpus_per_task),
-                                       "one of them (Slurm refuses both)")
+        """The job's shape (core/job_shape.py: each option refused by name), the distributed start, and the
+        combinations Slurm would refuse late."""
         self.distributed = dist.check_mode(self.distributed)
         self.rank_exit_grace = dist.check_grace(self.rank_exit_grace)
+        shape = check_shape({f: getattr(self, f) for f in SHAPE_FIELDS}, gpus=self.gpus, gres=self.gres,
+                            cpus_per_task=self.cpus_per_task, distributed=self.distributed)
+        self.nodelist, self.exclude = shape["nodelist"], shape["exclude"]
         if isinstance(self.torchrun, str) or not isinstance(self.torchrun, (list, tuple)) or not self.torchrun \
                 or not all(isinstance(a, str) and a for a in self.torchrun):
             raise InvalidArgumentError("torchrun", self.torchrun, "the command that starts torchrun, as a list such "
                                        "as ['torchrun'] or ['python', '-m', 'torch.distributed.run']")
-        if self.distributed:
-            if self.script is not None:
-                raise InvalidArgumentError("distributed", self.distributed,
-                                           "a command (argv list or shell string), not a whole script: the command "
-                                           "is what every rank runs")
-            if self.distributed == "torchrun" and self.gpus_per_task:
-                raise InvalidArgumentError("gpus_per_task", self.gpus_per_task,
-                                           "gpus_per_node with distributed='torchrun' (one torchrun task per node "
-                                           "starts every rank of the node)")
+        if self.distributed and self.script is not None:
+            raise InvalidArgumentError("distributed", self.distributed,
+                                       "a command (argv list or shell string), not a whole script: the command "
+                                       "is what every rank runs")
 
     @property
     def gpus_on_each_node(self) -> int:
         """GPUs the job asks for on each node (gpus_per_node, gpus or a gpu GRES; gpus_per_task x tasks)."""
-        if self.gpus_per_node is not None:
-            return int(_TYPED_COUNT_RE.match(str(self.gpus_per_node)).group(1))
-        if self.gpus:
-            return self.gpus
-        if self.gres:
-            from airflow_provider_gpusched.core.slurm.client import gres_gpu_count
-
-            return gres_gpu_count(self.gres)
-        if self.gpus_per_task and self.ntasks_per_node:
-            return self.gpus_per_task * self.ntasks_per_node
-        return 0
+        return gpus_on_each_node({f: getattr(self, f) for f in SHAPE_FIELDS}, self.gpus, self.gres)
 
     @property
     def nproc_per_node(self) -> int:
@@ -305,20 +245,6 @@ class SlurmJobSpec:
             elif values.get(key) in (None, "", (), []):
                 values[key] = value
         return SlurmJobSpec(**values)
-
-
-def _hostlist_parts(text: str) -> list[str]:
-    """The comma-separated items of a hostlist, commas inside brackets kept: ``'a[1,3],b'`` -> ``['a[1,3]', 'b']``."""
-    parts, depth, current = [], 0, ""
-    for ch in text:
-        depth += (ch == "[") - (ch == "]")
-        if ch == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += ch
-    parts.append(current)
-    return parts
 
 
 def array_range(count: int, max_parallel: int | None = None) -> str:

@@ -36,6 +36,7 @@ from typing import Any, Callable, Mapping, Sequence
 from airflow_provider_gpusched.core.distributed import DEFAULT_RANK_EXIT_GRACE, check_grace, check_mode
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.job_classes import JOB_CLASSES
+from airflow_provider_gpusched.core.job_shape import SHAPE_FIELDS, check_shape
 from airflow_provider_gpusched.core.sweep import spaces
 from airflow_provider_gpusched.core.sweep.expand import (
     DEFAULT_LABELS,
@@ -160,18 +161,12 @@ class TrialResources:
             self.nodelist = list(self.nodelist)
         if isinstance(self.exclude, tuple):
             self.exclude = list(self.exclude)
-        try:  # the job's shape, checked where every Slurm job's is (one set of rules)
-            from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec
+        # the job's shape, by the rules every Slurm job's is checked by (core/job_shape.py)
+        check_shape({n: getattr(self, n) for n in SHAPE_FIELDS}, cpus_per_task=self.cpus,
+                    distributed=self.distributed, where=f"{where}.", names={"cpus_per_task": "cpus"})
 
-            SlurmJobSpec(command=["true"], cpus_per_task=self.cpus, **self.job_shape())
-        except InvalidArgumentError as exc:
-            name = exc.argument.split("/")[-1] if exc.argument != "cpus_per_gpu/cpus_per_task" else "cpus_per_gpu"
-            name = "cpus" if name == "cpus_per_task" else name
-            raise InvalidArgumentError(f"{where}.{name}", exc.value, exc.expected) from None
-
-    #: the job-shape settings that only Slurm has
-    SLURM_SHAPE = ("nodes", "ntasks_per_node", "gpus_per_task", "cpus_per_gpu", "exclusive", "constraint", "nodelist",
-                   "exclude")
+    #: the job-shape settings that only Slurm has (gpus_per_node is the local backend's gpus too)
+    SLURM_SHAPE = tuple(n for n in SHAPE_FIELDS if n != "gpus_per_node")
 
     def job_shape(self) -> dict[str, Any]:
         """The job's shape as SlurmJobSpec / SlurmJobOperator arguments (those set); a distributed trial gets one
