@@ -15,7 +15,8 @@
 #    ports away from the test cluster and the local stack, `up --wait` until every healthcheck passes.
 # 5. Runs gpusched_slurm_command (sbatch in the Slurm containers) and gpusched_local_gpu_trials (simulated GPUs in
 #    the scheduler container) through the REST API and prints how they ended.
-# 6. `compose down -v`, stops dockerd, removes the temporary directory (images included).
+# 6. A job over both compute nodes (srun --nodes=2 from the Airflow image lands on slurmd and slurmd-2).
+# 7. `compose down -v`, stops dockerd, removes the temporary directory (images included).
 # Settings: GPUSCHED_SMOKE_KEEP=1 leaves the stack up and prints how to reach it; GPUSCHED_SMOKE_DAGS (the DAGs);
 # GPUSCHED_SMOKE_FLEET=1 runs compose.yaml's fleet profile instead (EdgeExecutor, gpu-host-a 2x24GiB and gpu-host-b
 # 4x80GiB, a head worker) with gpusched_local_gpu_trials and gpusched_pipeline_partition, and checks that both
@@ -176,4 +177,10 @@ if ! python scripts/docker_smoke_dags.py "${hosts[@]}" "http://127.0.0.1:$api_po
   die "an example DAG did not succeed"
 fi
 say "sinfo in the Airflow image: $(compose exec -T airflow-scheduler sinfo -h -o '%P %a %G' | tr '\n' ' ')"
+# 6. a job over both compute nodes (slurmd and slurmd-2), from the Airflow image, as the Airflow user
+if [ -z "$FLEET" ]; then
+  nodes="$(compose exec -T airflow-scheduler srun --nodes=2 --ntasks-per-node=1 --time=1 printenv SLURMD_NODENAME | sort | tr '\n' ' ')"
+  [ "$nodes" = "slurmd slurmd-2 " ] || die "a 2-node job ran on '$nodes', expected slurmd and slurmd-2"
+  say "a 2-node job ran on both compute nodes: $nodes"
+fi
 say "passed"

@@ -7,7 +7,8 @@
 #   scripts/slurm-cluster.sh status       sinfo per node, daemon pids
 #   scripts/slurm-cluster.sh env          print the `export SLURM_CONF=...` line for clients
 #   scripts/slurm-cluster.sh nodes        the compute nodes' names, one a line
-#   scripts/slurm-cluster.sh kill-node N  SIGKILL every process of node N (its slurmd, its jobs' steps): a node dies
+#   scripts/slurm-cluster.sh kill-node N  node N dies: its network link goes down, then every process of it (slurmd,
+#                                         its jobs' steps) is SIGKILLed
 #   scripts/slurm-cluster.sh start-node N start node N's slurmd again (a node that comes back; ReturnToService=2)
 #
 # The cluster: $GPUSCHED_SLURM_NODES compute nodes (default 2) named n1, n2, ... Each is a real slurmd in its own
@@ -204,6 +205,7 @@ start_munge() {
 start_node() {
   local i="$1" name="n$1"
   pid_alive "$root/run/slurmd.$name.pid" && return
+  ip link set "$(node_ns "$i")h" up 2>/dev/null || true   # back on the network after a kill-node
   mkdir -p "$root/spool/$name"
   nsenter --net="/run/netns/$(node_ns "$i")" unshare --uts --mount -- sh -c \
     'mount --bind "$1" /etc/hosts && hostname "$2" && exec slurmd -f "$3" -N "$2"' \
@@ -281,9 +283,12 @@ down() {
   log "down"
 }
 
+# a node that dies as a powered-off machine does: its network goes first (its peers hear nothing more, no
+# connection reset), then every process of it; Slurm notices only by its silence (SlurmdTimeout)
 kill_node() {
   local i ns pids
   i="$(index_of "$1")"; ns="$(node_ns "$i")"
+  ip link set "${ns}h" down 2>/dev/null || true
   pids="$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')"
   [ -z "$pids" ] || kill -9 $pids 2>/dev/null || true
   for _ in $(seq 50); do [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break; sleep 0.1; done

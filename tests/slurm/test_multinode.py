@@ -66,8 +66,9 @@ def node_states(conf: str) -> dict[str, str]:
 
 
 
-def processes_with(token: str) -> list[int]:
-    """Live processes (on every node: they share this host's process table) whose environment holds ``token``."""
+def job_processes(token: str) -> list[tuple[int, str, str]]:
+    """``(pid, command name, Slurm node)`` of the live processes (on every node: they share this host's process
+    table) whose environment holds ``token``; each read once, a process that ends meanwhile is left out."""
     found = []
     needle = f"GPUSCHED_TEST_TOKEN={token}".encode()
     for name in os.listdir("/proc"):
@@ -75,13 +76,25 @@ def processes_with(token: str) -> list[int]:
             continue
         try:
             with open(f"/proc/{name}/environ", "rb") as fh:
-                if needle in fh.read().split(b"\0"):
-                    with open(f"/proc/{name}/stat", "rb") as st:
-                        if st.read().rsplit(b")", 1)[1].split()[0] != b"Z":
-                            found.append(int(name))
+                env = fh.read().split(b"\0")
+            with open(f"/proc/{name}/stat", "rb") as st:
+                stat = st.read()
         except OSError:
             continue
+        if needle not in env or stat.rsplit(b")", 1)[1].split()[0] == b"Z":
+            continue
+        comm = stat[stat.index(b"(") + 1:stat.rindex(b")")].decode(errors="replace")
+        node = next((e.split(b"=", 1)[1].decode() for e in env if e.startswith(b"SLURMD_NODENAME=")), "")
+        found.append((int(name), comm, node))
     return found
+
+
+def processes_with(token: str) -> list[int]:
+    return [pid for pid, _, _ in job_processes(token)]
+
+
+def ranks_running(token: str, command: str = "sleep") -> list[tuple[int, str, str]]:
+    return [p for p in job_processes(token) if p[1] == command]
 
 
 def rank_records(folder: Path, count: int, timeout: float = 5) -> list[dict]:
@@ -230,10 +243,9 @@ def test_a_killed_rank_ends_the_job_at_once_not_at_its_time_limit(client, out):
                         environment={"GPUSCHED_TEST_TOKEN": token}, output=out("killrank"))
     job = client.submit(spec)
     try:
-        ranks = wait_until(lambda: (lambda p: p if len(p) >= 4 else None)(
-            [p for p in processes_with(token) if open(f"/proc/{p}/comm").read().strip() == "sleep"]), 60,
-            "four sleeping ranks")
-        victim = ranks[-1]
+        ranks = wait_until(lambda: (lambda p: p if len(p) >= 4 else None)(ranks_running(token)), 60,
+                           "four sleeping ranks")
+        victim = ranks[-1][0]
         killed_at = time.monotonic()
         os.kill(victim, signal.SIGKILL)
         final = client.wait(job.job_id, poll_interval=0.5, timeout=90)
@@ -265,9 +277,8 @@ def test_cancelling_stops_every_step_on_every_node(client, out):
     spec = SlurmJobSpec(command="sleep 300 & sleep 300; wait", nodes=2, gpus_per_node=2, distributed="srun",
                         environment={"GPUSCHED_TEST_TOKEN": token}, output=out("cancel"))
     job = client.submit(spec)
-    hosts = lambda: {open(f"/proc/{p}/environ", "rb").read().split(b"SLURMD_NODENAME=")[1].split(b"\0")[0]  # noqa
-                     for p in processes_with(token) if open(f"/proc/{p}/comm").read().strip() == "sleep"}
-    wait_until(lambda: len(processes_with(token)) >= 8 and hosts() == {b"n1", b"n2"}, 60, "sleeps on both nodes")
+    wait_until(lambda: (lambda r: len(r) >= 8 and {node for _, _, node in r} == {"n1", "n2"})(ranks_running(token)),
+               60, "sleeps on both nodes")
     client.cancel([job.job_id])
     final = client.wait(job.job_id, poll_interval=0.5, timeout=60)
     assert final.state == "CANCELLED", final
