@@ -26,6 +26,11 @@ echo "=== airflow dags test gpusched_sweep_grid   (full log: .airflow-demo/gpusc
 if ! airflow dags test gpusched_sweep_grid >"$AIRFLOW_HOME/gpusched_sweep_grid.log" 2>&1; then status=1; fi
 python scripts/demo_summary.py gpusched_sweep_grid || status=1
 gpusched sweep results "$AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT/gan_grid" || status=1
+# Real training: an Optuna (TPE) search of 12 trials, each a PyTorch MLP learning handwritten digits epoch by
+# epoch, the median rule pruning those behind; then each trial's last epoch and the best accuracy.
+echo "=== airflow dags test gpusched_digits_hpo   (full log: .airflow-demo/gpusched_digits_hpo.log)"
+if ! airflow dags test gpusched_digits_hpo >"$AIRFLOW_HOME/gpusched_digits_hpo.log" 2>&1; then status=1; fi
+python scripts/demo_training.py "$AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT/digits_hpo" || status=1
 for dag in gpusched_slurm_command gpusched_slurm_array gpusched_slurm_python gpusched_slurm_ddp gpusched_local_gpu_trials \
     gpusched_pipeline_partition; do
   echo "=== airflow dags test $dag   (full log: .airflow-demo/$dag.log)"
@@ -38,6 +43,7 @@ cat <<EOT
     AIRFLOW_HOME=$AIRFLOW_HOME .venv/bin/airflow api-server -p 8080   (or: bash scripts/stack.sh up)
   GPU board      http://localhost:8080/plugin/gpusched-gpus
   Sweeps         http://localhost:8080/dags/gpusched_sweep_grid/plugin/gpusched-sweeps
+  Training curves http://localhost:8080/dags/gpusched_digits_hpo/plugin/gpusched-sweeps
   Slurm job      http://localhost:8080/dags/gpusched_slurm_array/runs/<run id>/tasks/seeds/plugin/gpusched-slurm-job
   (pages and what they show: docs/ui.md)
 EOT

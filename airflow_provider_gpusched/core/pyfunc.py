@@ -90,16 +90,32 @@ def dumps(func: Callable, obj: Any) -> bytes:
             cloudpickle.unregister_pickle_by_value(module)
 
 
+#: what a run of the call leaves (its value, its error, each rank's error and end), cleared before every start
+OUTCOME_FILES = (RESULT_FILE, ERROR_FILE, "error.rank-*.json", "ended.rank-*.json")
+
+
+def clear_outcome(run_dir: str) -> None:
+    """Remove what an earlier start of the call left: a relaunch after a preemption (or a Slurm requeue) must not
+    be judged by the error of the start it replaced, nor a rank's watch by a peer's earlier end."""
+    for name in OUTCOME_FILES:
+        for path in glob.glob(os.path.join(glob.escape(run_dir), name)) if "*" in name else [os.path.join(run_dir, name)]:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+
+
+def clear_outcome_line(run_dir: str) -> str:
+    """:func:`clear_outcome` as a shell line, for a job script that may start more than once (requeue)."""
+    import shlex
+
+    return "rm -f -- " + " ".join(f"{shlex.quote(run_dir)}/{name}" for name in OUTCOME_FILES)
+
+
 def write_call(run_dir: str, func: Callable, args: tuple = (), kwargs: dict | None = None, *,
                rank_exit_grace: float | None = None) -> str:
     """Pickle ``func(*args, **kwargs)`` into ``run_dir``; return the path of the call file. With
     ``rank_exit_grace`` (seconds, 0: no limit) the call runs on every rank of a distributed start."""
     os.makedirs(run_dir, exist_ok=True)
-    for path in [os.path.join(run_dir, RESULT_FILE), os.path.join(run_dir, ERROR_FILE),
-                 *glob.glob(os.path.join(glob.escape(run_dir), "error.rank-*.json")),
-                 *glob.glob(os.path.join(glob.escape(run_dir), "ended.rank-*.json"))]:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path)
+    clear_outcome(run_dir)
     payload = dumps(func, {"func": func, "args": tuple(args), "kwargs": dict(kwargs or {}),
                            "python": list(sys.version_info[:2]),
                            "ranks": None if rank_exit_grace is None else {"grace": float(rank_exit_grace)}})

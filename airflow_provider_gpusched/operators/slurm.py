@@ -218,6 +218,10 @@ class SlurmJobOperator(BaseOperator):
         """The job's shape and distributed start (SlurmJobSpec fields)."""
         return dict(self.shape)
 
+    def _setup(self, context) -> list[str]:
+        """The lines the job script runs before the command, at each start of the job (a requeue starts it again)."""
+        return list(self.setup)
+
     def build_spec(self, context, comment: str) -> SlurmJobSpec:
         ti = context["ti"]
         os.makedirs(self._task_dir(context), exist_ok=True)
@@ -229,7 +233,7 @@ class SlurmJobOperator(BaseOperator):
             account=self.account, gpus=self.gpus, gres=self.gres, cpus_per_task=self.cpus_per_task,
             mem=self.mem, time_limit=self.time_limit, array=self.array, nice=self.nice,
             requeue=self.requeue, open_mode=self.open_mode, output=output, error=self.error_path,
-            working_dir=self.working_dir, environment=self.environment, setup=self.setup,
+            working_dir=self.working_dir, environment=self.environment, setup=self._setup(context),
             sbatch_args=self.sbatch_args, comment=comment, **self._launch(context),
         )
 
@@ -482,6 +486,10 @@ class SlurmPythonOperator(SlurmJobOperator):
         grace = self.shape["rank_exit_grace"] if self.shape["distributed"] else None
         pyfunc.write_call(self._call_dir(context), self.python_callable, tuple(args), kwargs, rank_exit_grace=grace)
         return [self.python, "-m", "airflow_provider_gpusched.core.pyfunc", self._call_dir(context)]
+
+    def _setup(self, context) -> list[str]:
+        """A requeued job starts afresh: what its preempted start left (an error, ranks' ends) goes first."""
+        return [pyfunc.clear_outcome_line(self._call_dir(context)), *super()._setup(context)]
 
     def _launch(self, context) -> dict[str, Any]:
         """torchrun from the same interpreter; srun's own stop (``--wait``) a little after the ranks' own, so that a

@@ -90,6 +90,40 @@ def test_slurm_normal_task_preempts_idle_task_requeued_and_both_succeed(run_dag,
     assert open(result["output_path"]).read().count("run") == 2  # ran, was preempted, ran again
 
 
+@pytest.mark.slurm
+def test_a_requeued_python_call_is_judged_by_its_second_start(run_dag, slurm, monkeypatch, tmp_path):
+    """The first start left an error record (SystemExit on SIGTERM); the requeued start's value is the result."""
+    import uuid
+
+    name = f"requeue-{uuid.uuid4().hex[:8]}"
+    marker = tmp_path / "handler-installed"
+    monkeypatch.setenv("GPUSCHED_TEST_JOB_NAME", name)
+    monkeypatch.setenv("GPUSCHED_TEST_MARKER", str(marker))
+    done = threading.Event()
+
+    def requeue_then_release():
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline and not done.is_set():
+            time.sleep(0.2)
+        if not marker.exists():
+            return
+        job_id = jobs_named(slurm, name)[0][0]
+        slurm.runner.run(["scontrol", "requeue", job_id], check=True)
+        while time.monotonic() < deadline + 60 and not done.is_set():  # Slurm holds a requeued job: start it now
+            if dict(jobs_named(slurm, name)).get(job_id) == "PENDING" and slurm.runner.run(
+                    ["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=False).returncode == 0:
+                return
+            time.sleep(0.5)
+
+    helper = threading.Thread(target=requeue_then_release, daemon=True)
+    helper.start()
+    state, xcoms, states = run_dag(load_dag_file(DAGFILE).slurm_requeue_python)
+    done.set()
+    helper.join(timeout=30)
+    assert state == "success", states
+    assert xcoms["call"]["return_value"] == {"restarts": 1}
+
+
 def test_example_idle_fill_dag(airflow_db, monkeypatch):
     monkeypatch.setenv("AIRFLOW__GPUSCHED__JOB_CLASSES", FAST_CLASSES)
     module = load_dag_file(REPO / "dags" / "idle_fill.py")

@@ -101,6 +101,36 @@ def test_normal_work_preempts_idle_within_grace_and_idle_resumes_from_checkpoint
     assert totals["idle"]["lost_gpu_seconds"] == pytest.approx(h.lost_gpu_seconds)
 
 
+def test_a_preempted_python_call_that_raised_on_sigterm_is_judged_by_its_relaunch(tmp_path, state_dir):
+    """The first start turns SIGTERM into SystemExit (as training code that checkpoints does), which leaves an
+    error record; the relaunch returns a value, and that value is the outcome."""
+    from airflow_provider_gpusched.core.pyfunc import write_call
+
+    def train():
+        import os
+        import signal
+        import sys
+        import time
+
+        if os.environ["GPUSCHED_PREEMPTIONS"] == "0":
+            signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
+            while True:
+                time.sleep(0.05)
+        return "finished after a preemption"
+
+    manager = make_manager(state_dir)
+    call_dir = str(tmp_path / "call")
+    write_call(call_dir, train)
+    idle = Background(idle_runner(manager), GPURequest(gpus=4), Work(call_dir=call_dir), str(tmp_path / "idle.log"))
+    wait_for_lease(manager, "idle")
+    lease = manager.acquire(GPURequest(gpus=4), "train-main", poll_interval=0.1, timeout=30)
+    manager.release(lease)
+    result = idle.join()
+    assert result.history.preemptions == 1
+    assert "SystemExit: 143" in (tmp_path / "idle.log").read_text()  # the first start's error, in the log
+    assert result.value == "finished after a preemption"
+
+
 def test_work_without_checkpoints_loses_the_whole_attempt(tmp_path, state_dir):
     manager = make_manager(state_dir)
     work = Work(argv=[sys.executable, "-c", "import time; time.sleep(60)"], cwd=str(tmp_path / "w"),

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
+from airflow_provider_gpusched.core import pyfunc
 from airflow_provider_gpusched.core.distributed import (
     DEFAULT_RANK_EXIT_GRACE,
     launcher_grace,
@@ -157,6 +158,8 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
     (SIGTERM, ``grace`` seconds to checkpoint, SIGKILL) and the attempt is marked ``preempted``."""
     totals = {g.index: g.memory_total for g in manager.inventory.gpus()}
     env_extra = dict(work.env)
+    if work.call_dir:  # a relaunch is judged by its own outcome, not by the one of the start it replaces
+        pyfunc.clear_outcome(work.call_dir)
     if work.checkpoint_dir:
         os.makedirs(work.checkpoint_dir, exist_ok=True)
         env_extra["GPUSCHED_CHECKPOINT_DIR"] = work.checkpoint_dir

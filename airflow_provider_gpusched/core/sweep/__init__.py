@@ -13,11 +13,11 @@ _EXPORTS = {
     "Objective": "objective",
     "SweepSpec": "spec", "TrialResources": "spec", "EvolutionSettings": "spec",
     "choice": "spaces", "uniform": "spaces", "loguniform": "spaces", "randint": "spaces", "quniform": "spaces",
-    "when": "spaces",
+    "when": "spaces", "ModelCost": "model_cost",
 }
 
 __all__ = ["Objective", "SweepSpec", "TrialResources", "EvolutionSettings", "choice", "uniform", "loguniform",
-           "randint", "quniform", "when"]
+           "randint", "quniform", "when", "ModelCost"]
 
 
 def __getattr__(name: str) -> Any:
@@ -29,6 +29,7 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.sweep.model_cost import ModelCost
     from airflow_provider_gpusched.core.sweep.objective import Objective
     from airflow_provider_gpusched.core.sweep.spaces import choice, loguniform, quniform, randint, uniform, when
     from airflow_provider_gpusched.core.sweep.spec import EvolutionSettings, SweepSpec, TrialResources

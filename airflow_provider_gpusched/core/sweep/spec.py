@@ -218,8 +218,24 @@ class EvolutionSettings:
     max_epoch: int = 5
     constraints: dict[str, float] = field(default_factory=dict)
     measure: Callable[[dict], Mapping[str, float]] | None = None
+    #: the built-in measure (pavi's ``evaluator``): the FLOPs and parameters of the model that a user function
+    #: builds from the candidate (core/sweep/model_cost.py), a ModelCost or ``{build, input_shape, units}``
+    evaluator: Any = None
 
     def check(self, where: str) -> None:
+        if self.evaluator is not None:
+            from airflow_provider_gpusched.core.sweep.model_cost import ModelCost
+
+            if isinstance(self.evaluator, Mapping):
+                self.evaluator = ModelCost.from_mapping(self.evaluator, f"{where}.evaluator")
+            if not isinstance(self.evaluator, ModelCost):
+                raise InvalidArgumentError(f"{where}.evaluator", self.evaluator,
+                                           "a ModelCost or {build: 'package.module:function', input_shape: [...]}")
+            self.evaluator.check(f"{where}.evaluator")
+            if self.measure is not None and self.measure is not self.evaluator:
+                raise InvalidArgumentError(f"{where}.evaluator", self.evaluator,
+                                           "either evaluator or measure, not both (both say how to measure)")
+            self.measure = self.evaluator
         for name in ("candidate_pool_size", "candidate_top_k", "max_epoch"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -241,7 +257,8 @@ class EvolutionSettings:
                 raise InvalidArgumentError(f"{where}.constraints.{key}", limit, "a number (an upper bound)")
         if self.constraints and self.measure is None:
             raise InvalidArgumentError(f"{where}.measure", None,
-                                       "a function params -> {constraint name: value} when constraints are given")
+                                       "a function params -> {constraint name: value} (or an evaluator) when "
+                                       "constraints are given")
         if self.measure is not None and not callable(self.measure):
             raise InvalidArgumentError(f"{where}.measure", self.measure, "a callable")
 

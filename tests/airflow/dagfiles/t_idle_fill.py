@@ -7,7 +7,7 @@ import pendulum
 from airflow.sdk import DAG
 
 from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
-from airflow_provider_gpusched.operators.slurm import SlurmJobOperator
+from airflow_provider_gpusched.operators.slurm import SlurmJobOperator, SlurmPythonOperator
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 
@@ -32,3 +32,24 @@ with DAG(dag_id="t_slurm_idle", schedule=None, start_date=START) as slurm_idle:
 
 with DAG(dag_id="t_slurm_normal", schedule=None, start_date=START) as slurm_normal:
     SlurmJobOperator(task_id="urgent", job_name=NAME + "-normal", gpus=4, poll_interval=0.5, command="sleep 1")
+
+
+def until_requeued(marker: str) -> dict:
+    """Its first start turns SIGTERM into SystemExit (as checkpointing training code does: an error record is
+    left behind) and waits to be requeued; the second start returns."""
+    import os
+    import signal
+    import sys
+    import time
+
+    restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+    if restarts == 0:
+        signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
+        open(marker, "w").close()  # the test requeues the job now
+        time.sleep(120)
+    return {"restarts": restarts}
+
+
+with DAG(dag_id="t_slurm_requeue_python", schedule=None, start_date=START) as slurm_requeue_python:
+    SlurmPythonOperator(task_id="call", job_name=NAME, requeue=True, poll_interval=0.5, python_callable=until_requeued,
+                        op_kwargs={"marker": os.environ.get("GPUSCHED_TEST_MARKER", "/nonexistent")})

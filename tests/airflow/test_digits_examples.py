@@ -1,0 +1,171 @@
+"""The drop-in examples that really train (dags/digits_*.py), run for real on the CPU through dag.test():
+PyTorch trains on scikit-learn's digits, on SIMULATED GPU leases (4 x 24 GiB; a CPU build of PyTorch sees
+no GPU, so the training itself runs on the CPU). The figures they produce are in docs/examples.md."""
+
+import json
+import threading
+import time
+
+import pytest
+
+from ..polling import need_torch
+from .conftest import REPO, dag_run_results, load_dag_file, run_and_collect, run_in_subprocess, the_dag
+
+pytestmark = pytest.mark.airflow
+CHANCE = 0.1  # ten classes
+
+
+@pytest.fixture(autouse=True)
+def _torch():
+    need_torch()
+
+
+@pytest.fixture
+def sweeps_root(tmp_path, monkeypatch):
+    root = tmp_path / "sweeps"
+    monkeypatch.setenv("AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT", str(root))
+    return root
+
+
+def records(root, sweep):
+    return json.loads((root / sweep / "summary.json").read_text())["records"]
+
+
+def test_optuna_tpe_search_with_median_pruning_trains_and_prunes(airflow_db, sweeps_root):
+    state, xcoms, states = run_and_collect(the_dag(REPO / "dags" / "digits_hpo.py"))
+    assert state == "success", states
+    rows = records(sweeps_root, "digits_hpo")
+    assert len(rows) == 12
+    done = [r for r in rows if r["state"] == "succeeded"]
+    pruned = [r for r in rows if r["state"] == "pruned"]
+    assert done and pruned, [(r["state"], r["reports"]) for r in rows]
+    # every epoch was reported; a complete trial reported all 10, a pruned one stopped early
+    assert all(r["reports"]["last_step"] == 10 and r["result"]["epochs"] == 10 for r in done)
+    assert all(2 <= r["reports"]["last_step"] < 10 for r in pruned)
+    assert max(r["reports"]["last_step"] for r in pruned) < min(r["reports"]["last_step"] for r in done)
+    best = xcoms["digits_hpo.leaderboard"]["return_value"]
+    assert best["score"] > 0.9 > CHANCE  # digits: well above chance within 10 epochs
+    assert best["score"] == max(r["result"]["accuracy"] for r in done)
+    # the accuracy each trial returned is the one it reported last (a real curve, not a made-up score)
+    for r in done:
+        curve = [c["accuracy"] for c in r["result"]["curve"]]
+        assert len(curve) == 10 and curve[-1] == r["result"]["accuracy"]
+        assert r["reports"]["last"]["accuracy"] == pytest.approx(curve[-1], abs=1e-5)
+    # TPE tuned what it was given: every trial's parameters are in the space
+    for r in rows:
+        p = r["params"]
+        assert 1e-4 <= p["lr"] <= 1e-1 and p["width"] in (16, 32, 64, 128) and 0 <= p["dropout"] <= 0.5
+        assert p["epochs"] == 10 and p["model"] == "mlp"
+
+
+def test_nas_evolution_keeps_every_candidate_within_its_flops_and_parameter_budget(airflow_db, sweeps_root):
+    import torch
+
+    from airflow_provider_gpusched.examples.digits import INPUT_SHAPE, build_model
+
+    module = load_dag_file(REPO / "dags" / "digits_nas.py")
+    state, xcoms, states = run_and_collect(module.digits_nas_dag)
+    assert state == "success", states
+    rows = records(sweeps_root, "digits_nas")
+    assert len(rows) == 12 and all(r["state"] == "succeeded" for r in rows)
+    budget = module.BUDGET
+    for r in rows:
+        # measured again here, from the model, with PyTorch's FLOP counter (not through the search's evaluator)
+        model = build_model(r["params"])
+        with torch.no_grad(), torch.utils.flop_counter.FlopCounterMode(display=False) as counter:
+            model.eval()(torch.zeros(*INPUT_SHAPE))
+        flops, params = counter.get_total_flops(), sum(p.numel() for p in model.parameters())
+        assert flops <= budget["flops"] * 1000 and params <= budget["params"] * 1000, r["params"]
+        # and the trial reports the same cost for the model it trained
+        assert (r["result"]["flops"], r["result"]["params"]) == (flops, params)
+    # the budget binds: the space holds candidates outside it, which the search never proposed
+    too_big = {f"block{i}": {"channels": 48, "kernel": 5} for i in range(3)}
+    assert module.DIGITS_NAS.evolution.measure({"model": "cnn", **too_big})["flops"] > budget["flops"]
+    best = xcoms["digits_nas.leaderboard"]["return_value"]
+    assert best["score"] > 0.9
+    assert json.loads((sweeps_root / "digits_nas" / "best.json").read_text())["score"] == best["score"]
+
+
+FAST_CLASSES = json.dumps({"idle": {"local": {"idle_for": 0, "min_runtime": 0, "grace_period": 10,
+                                              "backoff": 0.5, "max_backoff": 1}}})
+
+
+def test_idle_training_is_preempted_by_normal_work_and_resumes_from_its_checkpoint(airflow_db, monkeypatch):
+    """t_digits_preempt holds its first start after epoch 3 until SIGTERM arrives, so that the preemption always
+    comes mid-training, however fast this machine trains."""
+    import os
+
+    from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
+    from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+
+    dagfile = REPO / "tests" / "airflow" / "dagfiles" / "t_digits_preempt.py"
+    monkeypatch.setenv("AIRFLOW__GPUSCHED__JOB_CLASSES", FAST_CLASSES)
+    manager = LeaseManager(SimulatedInventory("4x24GiB"), os.environ["AIRFLOW__GPUSCHED__GPU_STATE_DIR"])
+    normal: dict = {}
+
+    def run_normal_when_idle_holds_the_gpu():
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if any(lease.job_class == "idle" for lease in manager.leases()):
+                break
+            time.sleep(0.1)
+        else:
+            return
+        normal.update(run_in_subprocess(dagfile, "t_digits_urgent"))
+
+    helper = threading.Thread(target=run_normal_when_idle_holds_the_gpu, daemon=True)
+    helper.start()
+    state, xcoms, states = run_and_collect(load_dag_file(dagfile).idle_training)
+    helper.join(timeout=300)
+    assert normal.get("state") == "success", normal
+    assert state == "success", states
+    assert states["train"] == ("success", 1)  # relaunched within the same try
+    result = xcoms["train"]["return_value"]
+    gpu_time = xcoms["train"]["gpu_time"]
+    assert gpu_time["preemptions"] == 1 and "preempted for t_digits_urgent.urgent" in gpu_time["events"][0]
+    # stopped at the checkpoint it saved on SIGTERM (after epoch 3), resumed from that epoch, not from 0
+    assert result["stops"] == [{"epoch": 3, "batch": 0}]
+    assert result["resumed_from"] == {"epoch": 3, "batch": 0}
+    assert result["starts"] == [{"epoch": 0, "batch": 0}, {"epoch": 3, "batch": 0}]
+    assert result["epochs"] == 8 and result["epochs_run"] == 5  # 3 epochs not trained again
+    assert [c["epoch"] for c in result["curve"]] == list(range(1, 9))
+    assert result["accuracy"] > 0.9
+    assert manager.leases() == []
+
+
+def test_idle_training_example_runs_and_the_urgent_dag_trains(airflow_db):
+    module = load_dag_file(REPO / "dags" / "digits_idle_training.py")
+    from airflow.sdk import DAG
+
+    dags = {v.dag_id: v for v in vars(module).values() if isinstance(v, DAG)}
+    run = dags["gpusched_digits_idle_training"].test(run_conf={"epochs": 3})
+    xcoms, states = dag_run_results(run)
+    assert run.state == "success", states
+    result = xcoms["train"]["return_value"]
+    assert result["epochs"] == 3 and result["resumed_from"] is None and result["accuracy"] > 0.5
+    assert dags["gpusched_digits_idle_training"].task_dict["train"].pool == "gpusched_idle"
+    state, xcoms, states = run_and_collect(dags["gpusched_digits_urgent"])
+    assert state == "success", states
+
+
+def test_python_function_task_returns_the_trained_models_metrics(airflow_db):
+    module = load_dag_file(REPO / "dags" / "digits_python_tasks.py")
+    state, xcoms, states = run_and_collect(module.digits_local_task_dag)
+    assert state == "success", states
+    best = xcoms["compare"]["return_value"]
+    assert best["accuracy"] > 0.9 and best["device"] == "cpu"
+    gpus = [xcoms[("train", i)]["gpus_used"] for i in range(2)]
+    assert all(g and g[0]["simulated"] for g in gpus)  # each ran on its own (simulated) GPU lease
+    cnn = xcoms[("train", 1)]["return_value"]
+    assert cnn["model"] == "cnn" and cnn["flops"] > 0 and len(cnn["curve"]) == cnn["epochs"] == 6
+
+
+@pytest.mark.slurm
+def test_python_function_task_on_slurm_returns_the_trained_models_metrics(run_dag):
+    module = load_dag_file(REPO / "dags" / "digits_python_tasks.py")
+    state, xcoms, states = run_dag(module.digits_slurm_task_dag)
+    assert state == "success", states
+    results = [xcoms[("train", i)]["return_value"] for i in range(2)]
+    assert [r["model"] for r in results] == ["mlp", "cnn"]
+    assert all(r["accuracy"] > 0.9 and len(r["curve"]) == r["epochs"] for r in results)
+    assert all(xcoms[("train", i)]["slurm_job_id"] for i in range(2))
