@@ -33,7 +33,13 @@ import re
 import time
 from typing import Any, Callable, Mapping
 
-from airflow_provider_gpusched.examples.checkpoints import EXIT_STOPPED, Checkpoints, checkpoint_dir, stop_requested
+from airflow_provider_gpusched.examples.checkpoints import (
+    EXIT_STOPPED,
+    CheckpointError,
+    Checkpoints,
+    checkpoint_dir,
+    stop_requested,
+)
 
 DEFAULTS: dict[str, Any] = {"model": "mlp", "width": 64, "depth": 2, "dropout": 0.1, "lr": 3e-3,
                             "weight_decay": 0.0, "optimizer": "adam", "momentum": 0.9, "batch_size": 64,
@@ -41,6 +47,7 @@ DEFAULTS: dict[str, Any] = {"model": "mlp", "width": 64, "depth": 2, "dropout": 
 INPUT_SHAPE = (1, 1, 8, 8)  # one image: the shape a model's cost is measured with (core/sweep/model_cost.py)
 CLASSES = 10
 VAL_FRACTION = 0.25
+CHECKPOINT_KEYS = ("epoch", "batch", "epoch_loss", "model", "optimizer", "rng", "starts", "stops", "curve")
 _BLOCK = re.compile(r"block(\d+)$")
 _INTS = {"width": 1, "depth": 1, "batch_size": 1, "epochs": 1, "seed": 0}  # name -> smallest value
 _FRACTIONS = {"dropout": (0.0, 0.95), "momentum": (0.0, 1.0)}
@@ -231,6 +238,10 @@ def train_digits(params: Mapping[str, Any] | None = None, trial_dir: str | None 
     epoch, batch, starts, stops, curve = 0, 0, [], [], []
     epoch_loss = 0.0  # the training loss summed over this epoch's batches so far
     if state is not None:
+        missing = sorted(set(CHECKPOINT_KEYS) - set(state))
+        if missing:
+            raise CheckpointError(f"checkpoint {store.path}: has no {', '.join(missing)} (not written by "
+                                  "train_digits); remove it to start from scratch")
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"].cpu() if hasattr(state["rng"], "cpu") else state["rng"])

@@ -121,6 +121,12 @@ def test_a_checkpoint_for_other_parameters_or_not_a_checkpoint_is_an_error_namin
     path.write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match=f"checkpoint {path}: not a readable PyTorch checkpoint"):
         train_digits({"epochs": 1}, checkpoints=str(tmp_path))
+    from airflow_provider_gpusched.examples.checkpoints import Checkpoints, fingerprint_of
+    from airflow_provider_gpusched.examples.digits import check_params
+
+    Checkpoints(str(tmp_path), fingerprint=fingerprint_of(check_params({"epochs": 1}))).save({"epoch": 1})
+    with pytest.raises(CheckpointError, match=f"checkpoint {path}: has no batch, curve, epoch_loss"):
+        train_digits({"epochs": 1}, checkpoints=str(tmp_path))
     path.unlink()
     (tmp_path / "elsewhere.pt").write_bytes(b"x")
     path.symlink_to(tmp_path / "elsewhere.pt")  # planted by someone else: never followed
