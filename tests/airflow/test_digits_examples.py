@@ -35,7 +35,7 @@ def test_optuna_tpe_search_with_median_pruning_trains_and_prunes(airflow_db, swe
     state, xcoms, states = run_and_collect(the_dag(REPO / "dags" / "digits_hpo.py"))
     assert state == "success", states
     rows = records(sweeps_root, "digits_hpo")
-    assert len(rows) == 12
+    assert len(rows) == 9
     done = [r for r in rows if r["state"] == "succeeded"]
     pruned = [r for r in rows if r["state"] == "pruned"]
     assert done and pruned, [(r["state"], r["reports"]) for r in rows]
