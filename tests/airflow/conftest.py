@@ -108,3 +108,29 @@ def run_in_subprocess(path: Path, dag_id: str, timeout: float = 240) -> dict:
     """dag.test() of ``dag_id`` from ``path`` in another process (a second worker: two DAG runs at once),
     with this process's environment. Returns {"state", "xcoms", "states"} (task keys as strings)."""
     return process_result(dag_test_process(path, dag_id), dag_id, timeout)
+
+
+def preempted_by_normal_work(idle_dag, dagfile: Path, normal_dag_id: str, lease_manager, wait: float = 120) -> tuple:
+    """Run ``idle_dag`` here and, once an idle-class lease is held, the DAG ``normal_dag_id`` of ``dagfile`` in a
+    second process (a second worker). Returns (normal's {"state", ...}, idle run state, xcoms, task states)."""
+    import threading
+    import time
+
+    normal: dict = {}
+
+    def run_normal_when_idle_holds_the_gpus():
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if any(lease.job_class == "idle" for lease in lease_manager.leases()):
+                break
+            time.sleep(0.1)
+        else:
+            return
+        normal.update(run_in_subprocess(dagfile, normal_dag_id))
+
+    # the idle task works until it is preempted: however long the second process takes to start
+    helper = threading.Thread(target=run_normal_when_idle_holds_the_gpus, daemon=True)
+    helper.start()
+    state, xcoms, states = run_and_collect(idle_dag)
+    helper.join(timeout=wait + 120)
+    return normal, state, xcoms, states

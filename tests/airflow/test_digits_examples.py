@@ -3,13 +3,11 @@ PyTorch trains on scikit-learn's digits, on SIMULATED GPU leases (4 x 24 GiB; a 
 no GPU, so the training itself runs on the CPU). The figures they produce are in docs/examples.md."""
 
 import json
-import threading
-import time
 
 import pytest
 
 from ..polling import need_torch
-from .conftest import REPO, dag_run_results, load_dag_file, run_and_collect, run_in_subprocess, the_dag
+from .conftest import REPO, dag_run_results, load_dag_file, preempted_by_normal_work, run_and_collect, the_dag
 
 pytestmark = pytest.mark.airflow
 CHANCE = 0.1  # ten classes
@@ -101,22 +99,8 @@ def test_idle_training_is_preempted_by_normal_work_and_resumes_from_its_checkpoi
     dagfile = REPO / "tests" / "airflow" / "dagfiles" / "t_digits_preempt.py"
     monkeypatch.setenv("AIRFLOW__GPUSCHED__JOB_CLASSES", FAST_CLASSES)
     manager = LeaseManager(SimulatedInventory("4x24GiB"), os.environ["AIRFLOW__GPUSCHED__GPU_STATE_DIR"])
-    normal: dict = {}
-
-    def run_normal_when_idle_holds_the_gpu():
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            if any(lease.job_class == "idle" for lease in manager.leases()):
-                break
-            time.sleep(0.1)
-        else:
-            return
-        normal.update(run_in_subprocess(dagfile, "t_digits_urgent"))
-
-    helper = threading.Thread(target=run_normal_when_idle_holds_the_gpu, daemon=True)
-    helper.start()
-    state, xcoms, states = run_and_collect(load_dag_file(dagfile).idle_training)
-    helper.join(timeout=300)
+    normal, state, xcoms, states = preempted_by_normal_work(load_dag_file(dagfile).idle_training, dagfile,
+                                                            "t_digits_urgent", manager, wait=180)
     assert normal.get("state") == "success", normal
     assert state == "success", states
     assert states["train"] == ("success", 1)  # relaunched within the same try

@@ -13,7 +13,7 @@ import pytest
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 
-from .conftest import REPO, jobs_named, load_dag_file, run_and_collect, run_in_subprocess
+from .conftest import REPO, jobs_named, load_dag_file, preempted_by_normal_work, run_and_collect, run_in_subprocess
 
 pytestmark = pytest.mark.airflow
 
@@ -27,23 +27,9 @@ def test_local_normal_task_preempts_idle_task_and_both_succeed(airflow_db, monke
 
     monkeypatch.setenv("AIRFLOW__GPUSCHED__JOB_CLASSES", FAST_CLASSES)
     manager = LeaseManager(SimulatedInventory("4x24GiB"), os.environ["AIRFLOW__GPUSCHED__GPU_STATE_DIR"])
-    normal: dict = {}
-
-    def run_normal_when_idle_holds_the_gpus():
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if any(lease.job_class == "idle" for lease in manager.leases()):
-                break
-            time.sleep(0.1)
-        else:
-            return
-        normal.update(run_in_subprocess(DAGFILE, "t_local_normal"))
-
-    # the idle task works until it is preempted (up to 120 s): however long the second process takes to start
-    helper = threading.Thread(target=run_normal_when_idle_holds_the_gpus, daemon=True)
-    helper.start()
-    state, xcoms, states = run_and_collect(load_dag_file(DAGFILE).local_idle)
-    helper.join(timeout=240)
+    # the idle task works until it is preempted (up to 120 s: however long the second process takes to start)
+    normal, state, xcoms, states = preempted_by_normal_work(load_dag_file(DAGFILE).local_idle, DAGFILE,
+                                                            "t_local_normal", manager)
     assert normal.get("state") == "success", normal
     assert state == "success", states
     assert states["fill"] == ("success", 1)  # relaunched within the same try: no Airflow retry used
