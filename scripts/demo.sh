@@ -26,7 +26,7 @@ echo "=== airflow dags test gpusched_sweep_grid   (full log: .airflow-demo/gpusc
 if ! airflow dags test gpusched_sweep_grid >"$AIRFLOW_HOME/gpusched_sweep_grid.log" 2>&1; then status=1; fi
 python scripts/demo_summary.py gpusched_sweep_grid || status=1
 gpusched sweep results "$AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT/gan_grid" || status=1
-# Real training: an Optuna (TPE) search of 12 trials, each a PyTorch MLP learning handwritten digits epoch by
+# Real training: an Optuna (TPE) search of 9 trials (3 rounds of 3), each a PyTorch MLP learning handwritten digits epoch by
 # epoch, the median rule pruning those behind; then each trial's last epoch and the best accuracy.
 echo "=== airflow dags test gpusched_digits_hpo   (full log: .airflow-demo/gpusched_digits_hpo.log)"
 if ! airflow dags test gpusched_digits_hpo >"$AIRFLOW_HOME/gpusched_digits_hpo.log" 2>&1; then status=1; fi
