@@ -84,6 +84,15 @@ def test_command_placeholders_keep_each_argument_whole():
     assert format_command(spec.command, second.params, "/r/t", second)[1] == "--name=it's \"q\""
 
 
+def test_a_brace_in_inline_code_is_explained_and_doubled_braces_reach_the_program_single():
+    with pytest.raises(InvalidArgumentError, match=r"\{x\} is neither .* written twice: f'\{\{x\}\}' reaches the "
+                                                   r"program as f'\{x\}'"):
+        SweepSpec(name="x", test_config=[{"lr": [0.1]}], command=["python", "-c", "x = 1; print(f'{x}', {lr})"])
+    spec = SweepSpec(name="x", test_config=[{"lr": [0.1]}], command=["python", "-c", "x = 1; print(f'{{x}}', {lr})"])
+    (trial,) = spec.trials()
+    assert format_command(spec.command, trial.params, "/r/t", trial)[2] == "x = 1; print(f'{x}', 0.1)"
+
+
 def test_exactly_one_target_and_objective_needed_for_optuna():
     with pytest.raises(InvalidArgumentError, match="command"):
         SweepSpec(name="x", command=["a"], python_callable=print)

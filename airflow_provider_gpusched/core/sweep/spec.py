@@ -464,7 +464,9 @@ class SweepSpec:
                     if name not in known:
                         raise InvalidArgumentError(f"{w}: command", arg,
                                                    f"placeholders naming a parameter or one of {list(TRIAL_FIELDS)}; "
-                                                   f"{{{name}}} is neither (parameters: {sorted(self.parameter_names())})")
+                                                   f"{{{name}}} is neither (parameters: {sorted(self.parameter_names())}). "
+                                                   "A brace meant literally (inline code, such as Python's f'{x}') "
+                                                   "is written twice: f'{{x}}' reaches the program as f'{x}'")
 
     # -- what the spec means --------------------------------------------------------------------------
     @property
