@@ -35,7 +35,13 @@ _EXPORTS = {
     "EmailNotifier": "notifications.notifiers", "WebhookNotifier": "notifications.notifiers",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = [  # the names of _EXPORTS (a test checks that the two agree)
+    "__version__", "SweepSpec", "TrialResources", "EvolutionSettings", "Objective", "PruningRule", "ModelCost",
+    "choice", "uniform", "loguniform", "randint", "quniform", "when", "report", "RankInfo", "rank_info",
+    "SlurmJobSpec", "sweep_task_group", "LocalGPUOperator", "SlurmJobOperator", "SlurmPythonOperator",
+    "PipelinePartitionOperator", "SlurmJobSensor", "GPUAvailableSensor", "SlurmJobTrigger", "GPUAvailableTrigger",
+    "SlurmHook", "LocalGPUHook", "EmailNotifier", "WebhookNotifier",
+]
 
 
 def __getattr__(name: str) -> Any:
