@@ -64,6 +64,8 @@ class LocalGPUOperator(BaseOperator):
     :param oom_retries, oom_factor: GPU OOM retries, each reserving ``oom_factor`` x more, the last a
         whole GPU. Other failures go to Airflow's ``retries``.
     :param env: extra environment (templated); ``cwd``: working directory (default: a per-run directory).
+    :param setup: shell lines run before the work, in the shell that then starts it (``source /shared/env.sh``),
+        as a Slurm job script runs its ``setup`` lines; the command's arguments still reach it verbatim.
     :param grace_period: seconds between SIGTERM and SIGKILL when the task is stopped.
     :param wait_mode: ``"defer"`` (default: wait in the triggerer), ``"reschedule"`` (free the slot and
         try again later; for several GPU hosts) or ``"block"`` (wait in the worker).
@@ -77,7 +79,7 @@ class LocalGPUOperator(BaseOperator):
     :param rank_exit_grace: seconds the other ranks may run on after the first one ended; 0: no limit.
     """
 
-    template_fields: Sequence[str] = ("command", "bash_command", "env", "cwd", "op_args", "op_kwargs")
+    template_fields: Sequence[str] = ("command", "bash_command", "env", "cwd", "op_args", "op_kwargs", "setup")
     template_fields_renderers = {"bash_command": "bash", "env": "json"}
     ui_color = "#d5f5e3"
     operator_extra_links = (GPULeaseLink(),)
@@ -103,6 +105,7 @@ class LocalGPUOperator(BaseOperator):
         oom_factor: float = 1.5,
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
+        setup: Sequence[str] | str | None = None,
         grace_period: float = 10.0,
         wait_mode: str = "defer",
         poll_interval: float | None = None,
@@ -123,6 +126,7 @@ class LocalGPUOperator(BaseOperator):
             ("bash_command", bash_command, (str,), "a shell command line"),
             ("env", env, (Mapping,), "a mapping of variable name -> value"),
             ("cwd", cwd, (str,), "a directory path"),
+            ("setup", setup, (str, list, tuple), "a shell line or a list of them"),
             ("op_args", op_args, (list, tuple), "a list of positional arguments"),
             ("op_kwargs", op_kwargs, (Mapping,), "a mapping of keyword arguments"),
             ("grace_period", grace_period, (int, float), "seconds (a number >= 0)"),
@@ -150,6 +154,7 @@ class LocalGPUOperator(BaseOperator):
             raise AirflowException(f"{self.task_id}: {exc}") from exc
         self.env = dict(env or {})
         self.cwd = cwd
+        self.setup = [setup] if isinstance(setup, str) else list(setup or [])
         self.grace_period = grace_period
         self.wait_mode = wait_mode
         self.poll_interval = poll_interval
@@ -186,7 +191,7 @@ class LocalGPUOperator(BaseOperator):
         run_dir = self._run_dir(context)
         cwd = self.cwd or os.path.join(run_dir, "work")
         checkpoints = os.path.join(run_dir, "checkpoint")  # kept across relaunches within this try
-        launch = {"distributed": self.distributed, "rank_exit_grace": self.rank_exit_grace}
+        launch = {"distributed": self.distributed, "rank_exit_grace": self.rank_exit_grace, "setup": self.setup}
         if self.python_callable is not None:
             call_dir = os.path.join(run_dir, "call")
             args, kwargs = self.call_arguments(context)

@@ -254,6 +254,12 @@ class _Stage:
                 raise AirflowException(f"sweep {self.spec.name}: resources.{name}={getattr(r, name)!r} is a Slurm job "
                                        f"setting that the local backend cannot honour (local GPUs are one host); "
                                        f"run such trials with backend='slurm', or leave {name} out")
+            refused = r.not_local()
+            if refused:
+                name = refused[0].split("=")[0]
+                raise AirflowException(f"sweep {self.spec.name}: resources.{refused[0]}: {r.NOT_LOCAL[name]} is not "
+                                       f"something the local backend honours; run such trials with backend='slurm', "
+                                       f"or leave {name} out (docs/sweeps.md lists each setting per backend)")
 
     def build(self, round_no: int | None = None):
         session, python = self.session, self.execution.interpreter
@@ -347,7 +353,8 @@ class _Stage:
                 outcome = run_local_batch(manifest, trials, manager, request, parallel=parallel,
                                           trials_per_process=per_process,
                                           owner=f"{ti.dag_id}.{ti.task_id}[{chunk}] ({ti.run_id})",
-                                          job_class=r.job_class, priority=r.priority, on_event=print, work=tag)
+                                          job_class=r.job_class, priority=r.priority, on_event=print, work=tag,
+                                          setup=r.setup)
             except WorkHalted as exc:  # no retry: someone stopped it
                 ti.xcom_push(key=OUTCOMES_XCOM, value=outcome_records(session.store, trials))
                 raise AirflowFailException(f"chunk {chunk}: {exc}") from exc

@@ -48,6 +48,31 @@ def test_multi_gpu_request_sees_two_distinct_gpus(manager, tmp_path):
     assert manager.leases() == []
 
 
+def test_setup_lines_run_in_the_shell_that_starts_the_work_and_arguments_stay_verbatim(manager, tmp_path):
+    (tmp_path / "env.sh").write_text("export TRAIN_ENV='activated env'\n")
+    tricky = ["a b", "it's", '"q"', "x; rm -rf /", "$HOME", "*"]
+    lines = []
+    result = GPUWorkRunner(manager, on_line=lines.append).run(
+        GPURequest(gpus=1), Work(argv=[sys.executable, "-c", "import os, sys; print(os.environ['TRAIN_ENV'], "
+                                       "os.environ['CUDA_VISIBLE_DEVICES'], sys.argv[1:])", *tricky],
+                                 setup=[f"source {tmp_path}/env.sh", "cd /"]),
+        str(tmp_path / "log"))
+    assert result.exit_code == 0
+    assert lines == [f"activated env {result.gpus[0]['index']} {tricky!r}"]
+    lines.clear()
+    GPUWorkRunner(manager, on_line=lines.append).run(  # a shell command line goes on in the same shell
+        GPURequest(gpus=1), Work(shell_command='echo "$TRAIN_ENV" from "$PWD"', setup=f"source {tmp_path}/env.sh; cd /"),
+        str(tmp_path / "log"))
+    assert lines == ["activated env from /"]
+
+
+def test_setup_must_be_shell_lines():
+    from airflow_provider_gpusched.core.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="setup"):
+        Work(argv=["true"], setup=[["source", "x"]])
+
+
 def test_shared_gpu_children_get_memory_hints(manager, tmp_path):
     lease, _ = manager.try_acquire(GPURequest(gpu_memory="6GiB"), "t")
     env = gpu_environment(lease, {0: 24 * GiB}, base={})

@@ -23,7 +23,7 @@ from airflow_provider_gpusched.core.distributed import (
     local_launch_argv,
     torchrun_command,
 )
-from airflow_provider_gpusched.core.errors import GpuschedError
+from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.accounting import newest_checkpoint
 from airflow_provider_gpusched.core.gpu.attempts import (
     Action,
@@ -62,6 +62,9 @@ class Work:
     #: start it as one rank per leased GPU: "torchrun" or "srun" (core/distributed.py)
     distributed: str | None = None
     rank_exit_grace: float = DEFAULT_RANK_EXIT_GRACE
+    #: shell lines run before the work, in the shell that then starts it (``source env.sh``, ``module load``), as
+    #: a Slurm job script runs its setup lines; the work's arguments still reach it verbatim
+    setup: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         given = [x for x in (self.argv, self.shell_command, self.call_dir) if x is not None]
@@ -70,6 +73,11 @@ class Work:
         if self.argv is not None and (isinstance(self.argv, str) or not self.argv):
             raise GpuschedError("argv must be a non-empty list; for a shell command line use shell_command "
                                 "(or bash_command on the operator)")
+        if isinstance(self.setup, str):
+            self.setup = [self.setup]
+        if not isinstance(self.setup, (list, tuple)) or not all(isinstance(x, str) and "\x00" not in x
+                                                                 for x in self.setup):
+            raise InvalidArgumentError("setup", self.setup, "a list of shell lines")
 
     def child_argv(self, nproc: int = 1, env: Mapping[str, str] | None = None) -> tuple[list[str] | str, bool]:
         """What the child runs, and whether by a shell; a distributed start runs ``nproc`` ranks of it."""
@@ -81,13 +89,22 @@ class Work:
             argv, shell = [self.python or sys.executable, "-m", "airflow_provider_gpusched.core.pyfunc", self.call_dir], False
         else:
             argv, shell = [str(a) for a in self.argv], False
-        if not self.distributed:
+        if self.distributed:
+            if shell:
+                argv, shell = ["/bin/bash", "-c", argv], False
+            grace = launcher_grace(self.rank_exit_grace, python_call=self.call_dir is not None)
+            argv = local_launch_argv(self.distributed, argv, nproc, grace, torchrun=torchrun_command(env, self.python),
+                                     python=self.python)
+        return self._after_setup(argv, shell)
+
+    def _after_setup(self, argv: list[str] | str, shell: bool) -> tuple[list[str] | str, bool]:
+        """``argv`` run by the shell that ran the setup lines first (once, before any rank starts)."""
+        if not self.setup:
             return argv, shell
-        if shell:
-            argv = ["/bin/bash", "-c", argv]
-        grace = launcher_grace(self.rank_exit_grace, python_call=self.call_dir is not None)
-        return local_launch_argv(self.distributed, argv, nproc, grace, torchrun=torchrun_command(env, self.python),
-                                 python=self.python), False
+        lines = "\n".join(self.setup) + "\n"
+        if shell:  # a command line: the same shell goes on with it
+            return lines + argv, True
+        return ["/bin/bash", "-c", lines + 'exec "$@"', "gpusched-setup", *argv], False
 
 
 class MemorySampler:

@@ -42,8 +42,10 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
                     parallel: int | None = None, trials_per_process: int = 8, owner: str = "",
                     job_class: str = "normal", priority: int = 0, oom_policy: OOMRetryPolicy | None = None,
                     on_event: Callable[[str], None] | None = None,
-                    stop_event: threading.Event | None = None, work: WorkTag | None = None) -> dict[str, list[str]]:
-    """Run ``trials`` with up to ``parallel`` leases at a time; returns trial ids by final state.
+                    stop_event: threading.Event | None = None, work: WorkTag | None = None,
+                    setup: Sequence[str] = ()) -> dict[str, list[str]]:
+    """Run ``trials`` with up to ``parallel`` leases at a time; returns trial ids by final state. ``setup``:
+    shell lines each trial process runs first (the sweep's ``resources.setup``).
 
     Each lease runs a small group of trials in one process (``trials_per_process``; once trials are seen to
     take a second or more, fewer near the end so the slots finish together): tiny trials then cost one
@@ -110,7 +112,7 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
             started = time.monotonic()
             sliced = write_group_manifest(manifest, group)
             try:
-                runner.run(request, Work(argv=group_argv(sliced, group)),
+                runner.run(request, Work(argv=group_argv(sliced, group), setup=setup),
                            os.path.join(logs, f"{group[0].trial_id}.log"))
             except GPUWorkFailed as exc:
                 if exc.halted:

@@ -191,12 +191,22 @@ class TrialResources:
         return {"mode": self.distributed, "backend": backend, "grace": self.rank_exit_grace,
                 "nproc_per_node": self.nproc_per_node}
 
+    #: settings the local backend cannot honour yet: a trial that asks for them is refused, never run without them
+    #: (docs/sweeps.md: each setting against each backend)
+    NOT_LOCAL = {"partition": "a Slurm partition", "qos": "a Slurm QOS",
+                 "time_limit": "a time limit (local trials are not stopped at one yet)",
+                 "cpus": "host CPUs (local trials do not reserve or pin CPUs yet)"}
+
+    def not_local(self) -> list[str]:
+        """The settings given that the local backend cannot honour, as ``name=value``."""
+        return [f"{name}={getattr(self, name)!r}" for name in self.NOT_LOCAL if getattr(self, name) is not None]
+
     def local_gpu_arguments(self) -> dict[str, Any]:
         """What a trial on local GPUs asks for (``LocalGPUOperator`` arguments): at least one GPU; ``mem``
-        (Slurm's --mem) is the host RAM it reserves."""
+        (Slurm's --mem) is the host RAM it reserves; ``setup`` lines run in the trial's shell first."""
         return {"gpus": max(1, self.gpus_on_each_node), "gpu_memory": self.gpu_memory, "host_memory": self.mem,
                 "job_class": self.job_class, "priority": self.priority, "env": self.env or None,
-                "devices": self.devices}
+                "devices": self.devices, "setup": self.setup or None}
 
     def slurm_arguments(self) -> dict[str, Any]:
         """What a trial on Slurm asks for (``SlurmJobOperator`` arguments); unset ones are left to Slurm."""

@@ -1,0 +1,45 @@
+"""Every resource setting either works on the backend a sweep runs on, or is refused naming the setting and the
+backend (never dropped): here the local backend, on SIMULATED GPUs."""
+
+import json
+
+import pytest
+
+from .conftest import REPO, load_dag_file, run_and_collect
+
+pytestmark = pytest.mark.airflow
+
+
+def test_setup_lines_run_before_each_local_trial_mapped_and_batched(airflow_db, tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT", str(tmp_path / "sweeps"))
+    env_script = tmp_path / "env.sh"
+    env_script.write_text("export TRAIN_ENV='activated env'\n")
+    monkeypatch.setenv("GPUSCHED_TEST_ENV_SCRIPT", str(env_script))
+    state, _, states = run_and_collect(load_dag_file(REPO / "tests" / "airflow" / "dagfiles" / "t_sweeps.py").local_setup)
+    assert state == "success", states
+    for batching in ("mapped", "batched"):
+        records = json.loads((tmp_path / "sweeps" / f"local_setup_{batching}" / "summary.json").read_text())["records"]
+        assert sorted(r["result"]["args"][0] for r in records) == ["a b", "it's; $HOME"]  # verbatim
+        assert {r["result"]["env"] for r in records} == {"activated env"}
+
+
+@pytest.mark.parametrize("resources, named", [
+    ({"partition": "batch"}, "resources.partition='batch': a Slurm partition"),
+    ({"qos": "high"}, "resources.qos='high': a Slurm QOS"),
+    ({"time_limit": "2:00:00"}, "resources.time_limit='2:00:00': a time limit"),
+    ({"cpus": 4}, "resources.cpus=4: host CPUs"),
+])
+def test_a_setting_the_local_backend_cannot_honour_is_refused_naming_it(airflow_db, resources, named):
+    import pendulum
+    from airflow.exceptions import AirflowException
+    from airflow.sdk import DAG
+
+    from airflow_provider_gpusched import Objective, SweepSpec, TrialResources, sweep_task_group
+
+    spec = SweepSpec(name="s", test_config=[{"x": [1]}], command=["true"], objective=Objective("y"),
+                     resources=TrialResources(**resources))
+    with DAG("refused", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
+        with pytest.raises(AirflowException, match=f"sweep s: {named}.* is not something the local backend honours; "
+                                                   "run such trials with backend='slurm'"):
+            sweep_task_group(spec, backend="local")
+        sweep_task_group(spec, backend="slurm", group_id="on_slurm")  # where it means something: accepted
