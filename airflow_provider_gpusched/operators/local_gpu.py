@@ -32,7 +32,7 @@ from airflow_provider_gpusched.core.gpu.runner import Work, run_attempt
 from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
 from airflow_provider_gpusched.links import GPULeaseLink, publish_links
-from airflow_provider_gpusched.operators.arguments import check_argument_types
+from airflow_provider_gpusched.operators.arguments import check_argument_types, renamed_argument
 from airflow_provider_gpusched.operators.job_class import JobClassPartial, apply_local_gpu_class
 from airflow_provider_gpusched.operators.queue_stops import refuse_if_stopped, work_tag
 from airflow_provider_gpusched.triggers.local_gpu import FleetRoomTrigger, GPUAvailableTrigger
@@ -59,7 +59,7 @@ class LocalGPUOperator(BaseOperator):
     :param gpu_memory: memory to reserve on each GPU (``"10GiB"``): the GPU may be shared (packing).
     :param devices: restrict to these GPU indices.
     :param memory_margin, max_foreign_processes, min_free_ram, max_cpu_percent: admission limits.
-    :param host_memory: host RAM this task reserves while it runs (``'16GiB'``): admitted only while the
+    :param mem: host RAM this task reserves while it runs (``'16GiB'``): admitted only while the
         reservations of all live leases on this host fit its budget ($GPUSCHED_HOST_MEMORY, else 90% of RAM).
     :param oom_retries, oom_factor: GPU OOM retries, each reserving ``oom_factor`` x more, the last a
         whole GPU. Other failures go to Airflow's ``retries``.
@@ -100,7 +100,7 @@ class LocalGPUOperator(BaseOperator):
         max_foreign_processes: int | None = None,
         min_free_ram: int | str | None = None,
         max_cpu_percent: float | None = None,
-        host_memory: int | str | None = None,
+        mem: int | str | None = None,
         oom_retries: int = 2,
         oom_factor: float = 1.5,
         env: Mapping[str, str] | None = None,
@@ -113,8 +113,10 @@ class LocalGPUOperator(BaseOperator):
         priority: int = 0,
         distributed: str | None = None,
         rank_exit_grace: float = DEFAULT_RANK_EXIT_GRACE,
+        host_memory: int | str | None = None,  # the old name of mem
         **kwargs: Any,
     ) -> None:
+        mem = renamed_argument(kwargs.get("task_id", "?"), "mem", mem, "host_memory", host_memory)
         job_class, priority = apply_local_gpu_class(kwargs, job_class, priority, gpus, gpu_memory)
         super().__init__(**kwargs)
         given = [x for x in (command, bash_command, python_callable) if x is not None]
@@ -146,7 +148,7 @@ class LocalGPUOperator(BaseOperator):
         try:
             self.request = GPURequest(gpus=gpus, gpu_memory=gpu_memory, devices=devices, memory_margin=memory_margin,
                                       max_foreign_processes=max_foreign_processes, min_free_ram=min_free_ram,
-                                      max_cpu_percent=max_cpu_percent, host_memory=host_memory)
+                                      max_cpu_percent=max_cpu_percent, host_memory=mem)
             self.oom_policy = OOMRetryPolicy(retries=oom_retries, factor=oom_factor)
             self.distributed = check_mode(distributed)
             self.rank_exit_grace = check_grace(rank_exit_grace)

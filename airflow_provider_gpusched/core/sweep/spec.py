@@ -204,16 +204,16 @@ class TrialResources:
     def local_gpu_arguments(self) -> dict[str, Any]:
         """What a trial on local GPUs asks for (``LocalGPUOperator`` arguments): at least one GPU; ``mem``
         (Slurm's --mem) is the host RAM it reserves; ``setup`` lines run in the trial's shell first."""
-        return {"gpus": max(1, self.gpus_on_each_node), "gpu_memory": self.gpu_memory, "host_memory": self.mem,
+        return {"gpus": max(1, self.gpus_on_each_node), "gpu_memory": self.gpu_memory, "mem": self.mem,
                 "job_class": self.job_class, "priority": self.priority, "env": self.env or None,
                 "devices": self.devices, "setup": self.setup or None}
 
     def slurm_arguments(self) -> dict[str, Any]:
         """What a trial on Slurm asks for (``SlurmJobOperator`` arguments); unset ones are left to Slurm."""
-        return {"gpus": self.gpus_on_each_node or None, "cpus_per_task": self.cpus, "mem": self.mem,
+        return {"gpus": self.gpus_on_each_node or None, "cpus": self.cpus, "mem": self.mem,
                 "partition": self.partition, "qos": self.qos, "time_limit": self.time_limit,
                 "setup": self.setup or None, "job_class": self.job_class, "priority": self.priority,
-                "environment": self.env or None, **self.job_shape()}
+                "env": self.env or None, **self.job_shape()}
 
 
 @dataclass
