@@ -59,6 +59,8 @@ class LocalGPUOperator(BaseOperator):
     :param gpu_memory: memory to reserve on each GPU (``"10GiB"``): the GPU may be shared (packing).
     :param devices: restrict to these GPU indices.
     :param memory_margin, max_foreign_processes, min_free_ram, max_cpu_percent: admission limits.
+    :param cpus: host CPUs this task reserves while it runs: CPUs no other lease holds, its child pinned to them
+        (CPU affinity; ``$GPUSCHED_CPUS`` lists them, ``OMP_NUM_THREADS`` defaults to their number).
     :param mem: host RAM this task reserves while it runs (``'16GiB'``): admitted only while the
         reservations of all live leases on this host fit its budget ($GPUSCHED_HOST_MEMORY, else 90% of RAM).
     :param oom_retries, oom_factor: GPU OOM retries, each reserving ``oom_factor`` x more, the last a
@@ -101,6 +103,7 @@ class LocalGPUOperator(BaseOperator):
         min_free_ram: int | str | None = None,
         max_cpu_percent: float | None = None,
         mem: int | str | None = None,
+        cpus: int | None = None,
         oom_retries: int = 2,
         oom_factor: float = 1.5,
         env: Mapping[str, str] | None = None,
@@ -148,7 +151,7 @@ class LocalGPUOperator(BaseOperator):
         try:
             self.request = GPURequest(gpus=gpus, gpu_memory=gpu_memory, devices=devices, memory_margin=memory_margin,
                                       max_foreign_processes=max_foreign_processes, min_free_ram=min_free_ram,
-                                      max_cpu_percent=max_cpu_percent, host_memory=mem)
+                                      max_cpu_percent=max_cpu_percent, host_memory=mem, cpus=cpus)
             self.oom_policy = OOMRetryPolicy(retries=oom_retries, factor=oom_factor)
             self.distributed = check_mode(distributed)
             self.rank_exit_grace = check_grace(rank_exit_grace)

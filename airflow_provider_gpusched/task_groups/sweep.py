@@ -344,7 +344,7 @@ class _Stage:
             r = spec.resources
             wanted = r.local_gpu_arguments()
             request = GPURequest(gpus=wanted["gpus"], gpu_memory=wanted["gpu_memory"],
-                                 host_memory=wanted["mem"], devices=wanted["devices"])
+                                 host_memory=wanted["mem"], devices=wanted["devices"], cpus=wanted["cpus"])
             manager = LocalGPUHook().get_conn()
             ti = context["ti"]
             print(f"chunk {chunk}: {len(trials)} trials on {manager.inventory.source} GPUs")

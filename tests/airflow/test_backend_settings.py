@@ -10,7 +10,7 @@ from .conftest import REPO, load_dag_file, run_and_collect
 pytestmark = pytest.mark.airflow
 
 
-def test_setup_lines_run_before_each_local_trial_mapped_and_batched(airflow_db, tmp_path, monkeypatch):
+def test_setup_lines_and_cpus_hold_for_each_local_trial_mapped_and_batched(airflow_db, tmp_path, monkeypatch):
     monkeypatch.setenv("AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT", str(tmp_path / "sweeps"))
     env_script = tmp_path / "env.sh"
     env_script.write_text("export TRAIN_ENV='activated env'\n")
@@ -21,13 +21,14 @@ def test_setup_lines_run_before_each_local_trial_mapped_and_batched(airflow_db, 
         records = json.loads((tmp_path / "sweeps" / f"local_setup_{batching}" / "summary.json").read_text())["records"]
         assert sorted(r["result"]["args"][0] for r in records) == ["a b", "it's; $HOME"]  # verbatim
         assert {r["result"]["env"] for r in records} == {"activated env"}
+        assert all(len(r["result"]["cpus"]) == 1 and r["result"]["reserved"] == str(r["result"]["cpus"][0])
+                   for r in records)  # cpus=1: one CPU reserved, the trial pinned to it
 
 
 @pytest.mark.parametrize("resources, named", [
     ({"partition": "batch"}, "resources.partition='batch': a Slurm partition"),
     ({"qos": "high"}, "resources.qos='high': a Slurm QOS"),
     ({"time_limit": "2:00:00"}, "resources.time_limit='2:00:00': a time limit"),
-    ({"cpus": 4}, "resources.cpus=4: host CPUs"),
 ])
 def test_a_setting_the_local_backend_cannot_honour_is_refused_naming_it(airflow_db, resources, named):
     import pendulum

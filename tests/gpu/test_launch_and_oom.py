@@ -66,6 +66,37 @@ def test_setup_lines_run_in_the_shell_that_starts_the_work_and_arguments_stay_ve
     assert lines == ["activated env from /"]
 
 
+def test_cpus_are_reserved_like_host_memory_and_the_child_is_pinned_to_them(manager, tmp_path):
+    import os
+
+    from airflow_provider_gpusched.core.errors import InvalidArgumentError
+
+    host = sorted(os.sched_getaffinity(0))
+    first, why = manager.try_acquire(GPURequest(gpu_memory="1GiB", cpus=1), "a")
+    assert first is not None and first.cpus == host[:1] and why == ""
+    rest = len(host) - 1
+    if rest:
+        second, _ = manager.try_acquire(GPURequest(gpu_memory="1GiB", cpus=rest), "b")
+        assert second.cpus == host[1:]
+    third, why = manager.try_acquire(GPURequest(gpu_memory="1GiB", cpus=1), "c")
+    assert third is None and why == f"host CPUs: {len(host)} of {len(host)} are reserved by {1 + bool(rest)} lease(s); " \
+                                     "the request wants 1"
+    for lease in manager.leases():
+        manager.release(lease)
+    lines = []
+    GPUWorkRunner(manager, on_line=lines.append).run(
+        GPURequest(gpu_memory="1GiB", cpus=1), Work(argv=[sys.executable, "-c", (
+            "import os, subprocess, sys; print(sorted(os.sched_getaffinity(0)), os.environ['GPUSCHED_CPUS'], "
+            "os.environ['OMP_NUM_THREADS'], subprocess.run([sys.executable, '-c', 'import os; "
+            "print(sorted(os.sched_getaffinity(0)))'], capture_output=True, text=True).stdout.strip())")]),
+        str(tmp_path / "log"))
+    assert lines == [f"{host[:1]} {host[0]} 1 {host[:1]}"]  # pinned, and what it starts inherits the pinning
+    with pytest.raises(InvalidArgumentError, match="cpus"):
+        manager.check_possible(GPURequest(cpus=len(host) + 1))
+    with pytest.raises(InvalidArgumentError, match="cpus"):
+        GPURequest(cpus=0)
+
+
 def test_setup_must_be_shell_lines():
     from airflow_provider_gpusched.core.errors import InvalidArgumentError
 

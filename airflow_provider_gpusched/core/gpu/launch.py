@@ -44,6 +44,9 @@ def gpu_environment(lease: Lease, gpu_totals: Mapping[int, int], base: Mapping[s
     env["GPUSCHED_GPU_UUIDS"] = ",".join(lease.uuids)
     if lease.simulated:
         env["GPUSCHED_GPUS_SIMULATED"] = "1"
+    if lease.cpus:  # the reserved CPUs (the child is pinned to them), and as many threads for OpenMP/BLAS
+        env["GPUSCHED_CPUS"] = ",".join(map(str, lease.cpus))
+        env.setdefault("OMP_NUM_THREADS", str(len(lease.cpus)))
     if not lease.whole:
         per_gpu = next(iter(lease.memory.values()))
         env["GPUSCHED_GPU_MEMORY_BYTES"] = str(per_gpu)
@@ -85,9 +88,13 @@ class GPUChild:
         if self.cwd:
             os.makedirs(self.cwd, exist_ok=True)
         pass_fds = (self.lease.fd,) if self.lease is not None and self.lease.fd is not None else ()
+        cpus = list(self.lease.cpus) if self.lease is not None and self.lease.cpus else None
         self.started_at = time.monotonic()
+        # pinned to the lease's CPUs before it runs anything (one system call between fork and exec): what it
+        # starts inherits them
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=self.env, cwd=self.cwd, start_new_session=True, pass_fds=pass_fds)
+                                     env=self.env, cwd=self.cwd, start_new_session=True, pass_fds=pass_fds,
+                                     preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)  # noqa: PLW1509
         self._reader = threading.Thread(target=self._read, name=f"gpu-child-{self.proc.pid}", daemon=True)
         self._reader.start()
         return self

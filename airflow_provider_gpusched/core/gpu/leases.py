@@ -126,6 +126,26 @@ class LeaseManager:
     def check_possible(self, request: GPURequest) -> None:
         request.check_possible(self.inventory.gpus())
         self._check_host_memory_possible(request)
+        if request.cpus and request.cpus > len(self.host_cpus()):
+            raise InvalidArgumentError("cpus", request.cpus, f"at most this host's {len(self.host_cpus())} CPUs "
+                                       "(those this process may run on)")
+
+    @staticmethod
+    def host_cpus() -> list[int]:
+        """The CPUs that ``cpus`` reservations share: those this process may run on."""
+        return sorted(os.sched_getaffinity(0))
+
+    def cpus_for(self, request: GPURequest, leases: list[Lease]) -> tuple[list[int], str]:
+        """The CPUs to reserve for ``request`` (the lowest numbers no live lease holds), or ``([], why not)``."""
+        if not request.cpus:
+            return [], ""
+        taken = {c for lease in leases for c in lease.cpus}
+        free = [c for c in self.host_cpus() if c not in taken]
+        if len(free) >= request.cpus:
+            return free[:request.cpus], ""
+        holders = sum(1 for lease in leases if lease.cpus)
+        return [], (f"host CPUs: {len(taken)} of {len(self.host_cpus())} are reserved by {holders} lease(s); the "
+                    f"request wants {request.cpus}")
 
     def _check_host_memory_possible(self, request: GPURequest) -> None:
         if request.host_memory and request.host_memory > self.host_memory_budget():
@@ -183,7 +203,7 @@ class LeaseManager:
             look = self._look(request, owner, job_class, task_key, write=False)
             if look.placement is None:
                 return look.reason
-            ram = self.host_memory_problem(request, look.leases)
+            ram = self.host_memory_problem(request, look.leases) or self.cpus_for(request, look.leases)[1]
         return ram or self.host_check(request) or ""
 
     def hold_place(self, request: GPURequest, owner: str, *, job_class: str = "normal", task_key: str = "") -> str:
@@ -193,7 +213,7 @@ class LeaseManager:
             look = self._look(request, owner, job_class, task_key, write=True)
             if look.placement is None:
                 return look.reason + (self._hold_place(request, owner, look) if look.may_preempt else "")
-            ram = self.host_memory_problem(request, look.leases)
+            ram = self.host_memory_problem(request, look.leases) or self.cpus_for(request, look.leases)[1]
         return ram or self.host_check(request) or ""
 
     def host_memory_budget(self) -> int:
@@ -237,14 +257,15 @@ class LeaseManager:
             look = self._look(request, owner, job_class, task_key, write=True)
             if look.placement is None:
                 return None, look.reason + (self._hold_place(request, owner, look) if look.may_preempt else "")
-            host_problem = self.host_memory_problem(request, look.leases) or self.host_check(request)
+            cpus, cpu_problem = self.cpus_for(request, look.leases)
+            host_problem = self.host_memory_problem(request, look.leases) or cpu_problem or self.host_check(request)
             if host_problem:
                 return None, host_problem
             policy = self.classes[job_class].local
             lease = self.store.write(look.placement, look.gpus, owner, job_class, priority,
                                      policy.preemptible if preemptible is None else preemptible, policy.min_runtime,
                                      task_key=task_key, grace=grace, host_memory=request.host_memory or 0,
-                                     work=work)
+                                     cpus=cpus, work=work)
             self.yields.clear_waiting(owner)
             return lease, ""
 

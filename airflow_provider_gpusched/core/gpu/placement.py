@@ -42,8 +42,13 @@ class GPURequest:
     #: host RAM this task reserves while it runs (fedflow's estimate_memory), counted against the host's
     #: budget with every other lease's reservation: two tasks never both count the same free RAM
     host_memory: int | str | None = None
+    #: host CPUs this task reserves while it runs: as many CPU numbers no other lease holds, and its child is
+    #: pinned to them (CPU affinity), as Slurm's --cpus-per-task with task/affinity
+    cpus: int | None = None
 
     def __post_init__(self) -> None:
+        if self.cpus is not None and (isinstance(self.cpus, bool) or not isinstance(self.cpus, int) or self.cpus < 1):
+            raise InvalidArgumentError("cpus", self.cpus, "a whole number of CPUs >= 1")
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
             raise InvalidArgumentError("gpus", self.gpus, "a whole number of GPUs >= 1")
         if self.gpu_memory is not None:
@@ -84,6 +89,8 @@ class GPURequest:
             what += f" among {self.devices}"
         if self.host_memory:
             what += f" and {format_bytes(self.host_memory)} of host RAM"
+        if self.cpus:
+            what += f" and {self.cpus} CPU(s)"
         return what
 
     def check_possible(self, gpus: Sequence[GPUInfo]) -> None:

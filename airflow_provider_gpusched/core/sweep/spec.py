@@ -194,8 +194,7 @@ class TrialResources:
     #: settings the local backend cannot honour yet: a trial that asks for them is refused, never run without them
     #: (docs/sweeps.md: each setting against each backend)
     NOT_LOCAL = {"partition": "a Slurm partition", "qos": "a Slurm QOS",
-                 "time_limit": "a time limit (local trials are not stopped at one yet)",
-                 "cpus": "host CPUs (local trials do not reserve or pin CPUs yet)"}
+                 "time_limit": "a time limit (local trials are not stopped at one yet)"}
 
     def not_local(self) -> list[str]:
         """The settings given that the local backend cannot honour, as ``name=value``."""
@@ -203,10 +202,11 @@ class TrialResources:
 
     def local_gpu_arguments(self) -> dict[str, Any]:
         """What a trial on local GPUs asks for (``LocalGPUOperator`` arguments): at least one GPU; ``mem``
-        (Slurm's --mem) is the host RAM it reserves; ``setup`` lines run in the trial's shell first."""
+        (Slurm's --mem) is the host RAM it reserves, ``cpus`` the host CPUs (pinned); ``setup`` lines run in the
+        trial's shell first."""
         return {"gpus": max(1, self.gpus_on_each_node), "gpu_memory": self.gpu_memory, "mem": self.mem,
                 "job_class": self.job_class, "priority": self.priority, "env": self.env or None,
-                "devices": self.devices, "setup": self.setup or None}
+                "devices": self.devices, "setup": self.setup or None, "cpus": self.cpus}
 
     def slurm_arguments(self) -> dict[str, Any]:
         """What a trial on Slurm asks for (``SlurmJobOperator`` arguments); unset ones are left to Slurm."""

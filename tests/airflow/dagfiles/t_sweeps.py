@@ -90,15 +90,18 @@ with DAG("t_sweep_pruned_slurm_peers", schedule=None, start_date=START) as prune
 with DAG("t_sweep_pruned_slurm", schedule=None, start_date=START) as pruned_slurm:
     pruned_slurm_sweep([0.1, 0.2, 5.0])
 
-SETUP_WRITE = ("import json, os, sys; json.dump({'y': 1.0, 'env': os.environ['TRAIN_ENV'], 'args': sys.argv[2:]},"
+SETUP_WRITE = ("import json, os, sys; json.dump({'y': 1.0, 'env': os.environ['TRAIN_ENV'], 'args': sys.argv[2:], "
+               "'cpus': sorted(os.sched_getaffinity(0)), 'reserved': os.environ['GPUSCHED_CPUS']},"
                " open(os.path.join(sys.argv[1], 'result.json'), 'w'))")
 ENV_SCRIPT = os.environ.get("GPUSCHED_TEST_ENV_SCRIPT", "/nonexistent/env.sh")
 
 with DAG("t_sweep_local_setup", schedule=None, start_date=START) as local_setup:
-    # the setup line activates the trials' environment, as on Slurm: mapped and batched, arguments verbatim
+    # the setup line activates the trials' environment, as on Slurm: mapped and batched, arguments verbatim; each
+    # trial holds one CPU, pinned
     for batching in ("mapped", "batched"):
         sweep_task_group(SweepSpec(name=f"local_setup_{batching}", test_config=[{"word": ["a b", "it's; $HOME"]}],
                                    command=[sys.executable, "-c", SETUP_WRITE, "{trial_dir}", "{word}"],
                                    objective=Objective("y"),
-                                   resources=TrialResources(gpu_memory="1GiB", setup=[f"source {ENV_SCRIPT}"])),
+                                   resources=TrialResources(gpu_memory="1GiB", cpus=1,
+                                                            setup=[f"source {ENV_SCRIPT}"])),
                          backend="local", batching=batching, poll_interval=0.5)
