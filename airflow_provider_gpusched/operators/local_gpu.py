@@ -12,6 +12,7 @@ import os
 import socket
 import threading
 import time
+from datetime import timedelta
 from typing import Any, Callable, Collection, Mapping, Sequence
 
 from airflow.sdk import BaseOperator
@@ -29,6 +30,7 @@ from airflow_provider_gpusched.core.gpu.launch import GPUChild
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.gpu.runner import Work, run_attempt
+from airflow_provider_gpusched.core.units import time_limit_seconds
 from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
 from airflow_provider_gpusched.links import GPULeaseLink, publish_links
@@ -46,6 +48,10 @@ def _worker_host(ti) -> str:
 
         return this_host()
     return getattr(ti, "hostname", None) or socket.gethostname()
+
+
+class WorkTimedOut(AirflowException):
+    """The work reached its ``time_limit`` and was stopped (Airflow's retries apply, as to any failure)."""
 
 
 class LocalGPUOperator(BaseOperator):
@@ -66,6 +72,10 @@ class LocalGPUOperator(BaseOperator):
     :param oom_retries, oom_factor: GPU OOM retries, each reserving ``oom_factor`` x more, the last a
         whole GPU. Other failures go to Airflow's ``retries``.
     :param env: extra environment (templated); ``cwd``: working directory (default: a per-run directory).
+    :param time_limit: how long each start of the work may run, as Slurm's ``--time`` (minutes as an int,
+        ``'01:30:00'``, ``'2-00:00:00'``, a timedelta): then it is stopped (SIGTERM, ``grace_period``, SIGKILL) and
+        the task fails saying it reached its time limit (a sweep trial ends ``timeout``). A relaunch after a
+        preemption starts a new limit, as a requeued Slurm job does.
     :param setup: shell lines run before the work, in the shell that then starts it (``source /shared/env.sh``),
         as a Slurm job script runs its ``setup`` lines; the command's arguments still reach it verbatim.
     :param grace_period: seconds between SIGTERM and SIGKILL when the task is stopped.
@@ -109,6 +119,7 @@ class LocalGPUOperator(BaseOperator):
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         setup: Sequence[str] | str | None = None,
+        time_limit: int | str | timedelta | None = None,
         grace_period: float = 10.0,
         wait_mode: str = "defer",
         poll_interval: float | None = None,
@@ -154,6 +165,7 @@ class LocalGPUOperator(BaseOperator):
                                       max_cpu_percent=max_cpu_percent, host_memory=mem, cpus=cpus)
             self.oom_policy = OOMRetryPolicy(retries=oom_retries, factor=oom_factor)
             self.distributed = check_mode(distributed)
+            self.time_limit = None if time_limit is None else time_limit_seconds(time_limit)
             self.rank_exit_grace = check_grace(rank_exit_grace)
         except InvalidArgumentError as exc:
             raise AirflowException(f"{self.task_id}: {exc}") from exc
@@ -196,7 +208,8 @@ class LocalGPUOperator(BaseOperator):
         run_dir = self._run_dir(context)
         cwd = self.cwd or os.path.join(run_dir, "work")
         checkpoints = os.path.join(run_dir, "checkpoint")  # kept across relaunches within this try
-        launch = {"distributed": self.distributed, "rank_exit_grace": self.rank_exit_grace, "setup": self.setup}
+        launch = {"distributed": self.distributed, "rank_exit_grace": self.rank_exit_grace, "setup": self.setup,
+                  "time_limit": self.time_limit}
         if self.python_callable is not None:
             call_dir = os.path.join(run_dir, "call")
             args, kwargs = self.call_arguments(context)
@@ -322,6 +335,8 @@ class LocalGPUOperator(BaseOperator):
             self.log.error("%s", step.message)
             if step.action is attempts.Action.HALTED:
                 raise AirflowFailException(f"{self.task_id}: {step.message}")  # no retry: someone stopped it
+            if step.action is attempts.Action.TIMED_OUT:
+                raise WorkTimedOut(f"{self.task_id}: {step.message}")
             raise AirflowException(f"{self.task_id}: {step.message}")
 
     def _land_in_fleet(self, context, manager, hook, progress: attempts.WorkProgress, owner: str, task_key: str):

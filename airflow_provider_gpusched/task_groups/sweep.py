@@ -174,9 +174,11 @@ def _check_trials(spec: SweepSpec, notifiers: Sequence[Any] = ()):
     @task(task_id="check_trials", on_success_callback=list(notifiers) or None,
           on_failure_callback=list(notifiers) or None)
     def check_trials(summary: dict) -> dict:
-        """The run is green only when at most ``max_failed_trials`` trials failed or were invalid."""
+        """The run is green only when at most ``max_failed_trials`` trials failed, were invalid or timed out."""
+        from airflow_provider_gpusched.core.sweep.store import FAILED_STATES
+
         counts = summary["counts"]
-        bad = counts.get("failed", 0) + counts.get("invalid", 0)
+        bad = sum(counts.get(state, 0) for state in FAILED_STATES)
         allowed = spec.max_failed_trials
         if allowed is not None and bad > allowed:
             lines = [f"  {p['index']} {p['label'] or p['trial_id']} [{p['state']}]: {p['error']}"
@@ -335,6 +337,7 @@ class _Stage:
             from airflow.sdk import get_current_context
 
             from airflow_provider_gpusched.core.gpu.placement import GPURequest
+            from airflow_provider_gpusched.core.units import time_limit_seconds
             from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
 
             context = get_current_context()
@@ -354,15 +357,16 @@ class _Stage:
                                           trials_per_process=per_process,
                                           owner=f"{ti.dag_id}.{ti.task_id}[{chunk}] ({ti.run_id})",
                                           job_class=r.job_class, priority=r.priority, on_event=print, work=tag,
-                                          setup=r.setup)
+                                          setup=r.setup, time_limit=None if r.time_limit is None
+                                          else time_limit_seconds(r.time_limit))
             except WorkHalted as exc:  # no retry: someone stopped it
                 ti.xcom_push(key=OUTCOMES_XCOM, value=outcome_records(session.store, trials))
                 raise AirflowFailException(f"chunk {chunk}: {exc}") from exc
             ti.xcom_push(key=OUTCOMES_XCOM, value=outcome_records(session.store, trials))
             counts = {k: len(v) for k, v in outcome.items()}
             print(f"chunk {chunk}: {counts['succeeded']} succeeded, {counts['pruned']} pruned, "
-                  f"{counts['failed']} failed")
-            if counts["failed"] and not counts["succeeded"] and not counts["pruned"]:
+                  f"{counts['failed']} failed, {counts['timeout']} stopped at their time limit")
+            if (counts["failed"] or counts["timeout"]) and not counts["succeeded"] and not counts["pruned"]:
                 raise AirflowException(f"chunk {chunk}: every trial failed (see {session.store.dir}/logs)")
             return counts
 

@@ -25,10 +25,24 @@ def test_setup_lines_and_cpus_hold_for_each_local_trial_mapped_and_batched(airfl
                    for r in records)  # cpus=1: one CPU reserved, the trial pinned to it
 
 
+def test_a_local_trial_past_its_time_limit_is_stopped_and_ends_timeout(airflow_db, tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT", str(tmp_path / "sweeps"))
+    state, xcoms, states = run_and_collect(
+        load_dag_file(REPO / "tests" / "airflow" / "dagfiles" / "t_sweeps.py").local_time_limit)
+    assert state == "success", states  # max_failed_trials=1: the timed-out trial is allowed
+    for batching in ("mapped", "batched"):
+        records = json.loads((tmp_path / "sweeps" / f"local_limit_{batching}" / "summary.json").read_text())["records"]
+        by_pace = {r["params"]["pace"]: r for r in records}
+        assert by_pace["quick"]["state"] == "succeeded"
+        assert by_pace["slow"]["state"] == "timeout", by_pace["slow"]
+        assert "reached its time limit (00:00:03)" in by_pace["slow"]["error"]
+        counts = xcoms[f"local_limit_{batching}.collect"]["return_value"]["counts"]
+        assert counts["timeout"] == 1 and counts["succeeded"] == 1 and counts["failed"] == 0
+
+
 @pytest.mark.parametrize("resources, named", [
     ({"partition": "batch"}, "resources.partition='batch': a Slurm partition"),
     ({"qos": "high"}, "resources.qos='high': a Slurm QOS"),
-    ({"time_limit": "2:00:00"}, "resources.time_limit='2:00:00': a time limit"),
 ])
 def test_a_setting_the_local_backend_cannot_honour_is_refused_naming_it(airflow_db, resources, named):
     import pendulum

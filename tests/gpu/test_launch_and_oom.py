@@ -97,6 +97,21 @@ def test_cpus_are_reserved_like_host_memory_and_the_child_is_pinned_to_them(mana
         GPURequest(cpus=0)
 
 
+def test_work_is_stopped_at_its_time_limit_and_fails_saying_so(manager, tmp_path):
+    import time
+
+    from airflow_provider_gpusched.core.gpu.runner import GPUWorkFailed
+
+    started = time.monotonic()
+    with pytest.raises(GPUWorkFailed, match=r"reached its time limit \(00:00:01\) after 1\.\d+s and was stopped") as failed:
+        GPUWorkRunner(manager, grace=1).run(GPURequest(gpus=1), Work(argv=["sleep", "60"], time_limit=1),
+                                            str(tmp_path / "log"))
+    assert failed.value.timed_out and not failed.value.oom
+    assert time.monotonic() - started < 10 and manager.leases() == []  # stopped, not waited for
+    assert GPUWorkRunner(manager).run(GPURequest(gpus=1), Work(argv=["true"], time_limit=5),
+                                      str(tmp_path / "log")).exit_code == 0  # within its limit: no effect
+
+
 def test_setup_must_be_shell_lines():
     from airflow_provider_gpusched.core.errors import InvalidArgumentError
 

@@ -45,6 +45,7 @@ class Attempt:
     stopped: bool = False
     preempted: str | None = None  # why the attempt was stopped to give its GPUs back
     halted: str | None = None     # who stopped it for good (gpusched queue stop), when and why
+    timed_out: str | None = None  # stopped at the work's time limit ("reached its time limit (00:00:03) ...")
     gpu_seconds: float = 0.0
     lost_gpu_seconds: float = 0.0
 
@@ -94,6 +95,7 @@ class Action(enum.Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     HALTED = "halted"              # stopped for good by `gpusched queue stop`: fail, and retrying cannot help
+    TIMED_OUT = "timed_out"        # stopped at its time limit, as Slurm stops a job at --time: fail (state timeout)
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,9 @@ def decide(progress: WorkProgress, outcome: AttemptOutcome, *, job_class: str, p
         last = ("" if history.preemptible(policy)
                 else f"; the next run is not preemptible (max_preemptions={policy.max_preemptions})")
         return NextStep(Action.RELAUNCH, f"{line}; relaunching after {wait:.1f}s{last}", wait)
+    if a.timed_out:
+        tail = "\n".join(outcome.tail[-20:])
+        return NextStep(Action.TIMED_OUT, f"work on GPU(s) {a.gpus} {a.timed_out}\n--- last lines of output ---\n{tail}")
     if a.exit_code == 0:
         return NextStep(Action.SUCCEEDED, history.summary(job_class))
     if a.oom and not stopping:

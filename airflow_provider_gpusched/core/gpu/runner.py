@@ -9,6 +9,7 @@ waits for GPUs; scripts, batched sweep trials and the benchmarks use :class:`GPU
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import threading
@@ -42,6 +43,7 @@ from airflow_provider_gpusched.core.gpu.lease_store import Lease
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy, find_oom, memory_evidence
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
+from airflow_provider_gpusched.core.units import format_time_limit
 from airflow_provider_gpusched.core.work_tag import WorkTag
 
 
@@ -62,6 +64,9 @@ class Work:
     #: start it as one rank per leased GPU: "torchrun" or "srun" (core/distributed.py)
     distributed: str | None = None
     rank_exit_grace: float = DEFAULT_RANK_EXIT_GRACE
+    #: seconds each start may run before it is stopped (SIGTERM, the grace period, SIGKILL) and fails as timed
+    #: out, as Slurm stops a job at its --time; None: no limit
+    time_limit: float | None = None
     #: shell lines run before the work, in the shell that then starts it (``source env.sh``, ``module load``), as
     #: a Slurm job script runs its setup lines; the work's arguments still reach it verbatim
     setup: Sequence[str] = ()
@@ -73,6 +78,9 @@ class Work:
         if self.argv is not None and (isinstance(self.argv, str) or not self.argv):
             raise GpuschedError("argv must be a non-empty list; for a shell command line use shell_command "
                                 "(or bash_command on the operator)")
+        if self.time_limit is not None and (isinstance(self.time_limit, bool) or not isinstance(
+                self.time_limit, (int, float)) or not self.time_limit > 0):
+            raise InvalidArgumentError("time_limit", self.time_limit, "seconds (a number > 0)")
         if isinstance(self.setup, str):
             self.setup = [self.setup]
         if not isinstance(self.setup, (list, tuple)) or not all(isinstance(x, str) and "\x00" not in x
@@ -190,7 +198,9 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
                if MemorySampler.useful(manager.inventory, lease) else None)
     if started:
         started(child)
+    timeout = work.time_limit if timeout is None else timeout
     deadline = None if timeout is None else time.monotonic() + timeout
+    timed_out = None
     started_wall = time.time()
     next_yield_check = time.monotonic() + yield_interval
     code = None
@@ -201,7 +211,11 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
             code = child.wait(timeout=0.2)
             if code is not None:
                 break
-            if (stop_event is not None and stop_event.is_set()) or (deadline is not None and time.monotonic() > deadline):
+            if stop_event is not None and stop_event.is_set():
+                code = child.stop(grace)
+            elif deadline is not None and time.monotonic() > deadline:
+                timed_out = (f"reached its time limit ({format_time_limit(math.ceil(timeout))}) after "
+                             f"{time.monotonic() - child.started_at:.1f}s and was stopped")
                 code = child.stop(grace)
             elif time.monotonic() >= next_yield_check:
                 next_yield_check = time.monotonic() + yield_interval
@@ -231,6 +245,7 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
         lost = round(len(lease.gpus) * (time.time() - (checkpoint or started_wall)), 3)
     attempt = Attempt(number=number, request=request.describe(), gpus=list(lease.gpus), exit_code=code, oom=oom,
                       seconds=seconds, stopped=child.stopped_by_us, preempted=preempted, halted=halted or None,
+                      timed_out=timed_out,
                       gpu_seconds=round(len(lease.gpus) * seconds, 3), lost_gpu_seconds=lost)
     manager.ledger.append({"owner": lease.owner, "job_class": lease.job_class, "gpus": list(lease.gpus),
                      "seconds": seconds, "gpu_seconds": attempt.gpu_seconds, "preempted": preempted,
@@ -239,12 +254,14 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
 
 
 class GPUWorkFailed(GpuschedError):
-    def __init__(self, message: str, attempts: list[Attempt], tail: list[str], oom: bool, halted: bool = False):
+    def __init__(self, message: str, attempts: list[Attempt], tail: list[str], oom: bool, halted: bool = False,
+                 timed_out: bool = False):
         super().__init__(message)
         self.attempts = attempts
         self.tail = tail
         self.oom = oom
         self.halted = halted  # stopped for good by `gpusched queue stop`: nothing may run it again
+        self.timed_out = timed_out  # stopped at the work's time limit
 
 
 class GPUWorkRunner:
@@ -300,6 +317,6 @@ class GPUWorkRunner:
                                         outcome.tail, False)
             elif step.action is Action.SUCCEEDED:
                 return RunResult(0, gpus, progress.attempts, log_path, work_value(work), progress.history)
-            elif step.action in (Action.FAILED, Action.HALTED):
+            elif step.action in (Action.FAILED, Action.HALTED, Action.TIMED_OUT):
                 raise GPUWorkFailed(step.message, progress.attempts, outcome.tail, bool(outcome.attempt.oom),
-                                    halted=step.action is Action.HALTED)
+                                    halted=step.action is Action.HALTED, timed_out=step.action is Action.TIMED_OUT)

@@ -22,7 +22,13 @@ from airflow_provider_gpusched.core.sweep.objective import format_leaderboard, l
 from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports
 from airflow_provider_gpusched.core.sweep.search import RoundSearch, make_search
 from airflow_provider_gpusched.core.sweep.spec import SweepSpec, default_results_root
-from airflow_provider_gpusched.core.sweep.store import DONE_STATES, TrialStore, format_counts, state_counts
+from airflow_provider_gpusched.core.sweep.store import (
+    DONE_STATES,
+    FAILED_STATES,
+    TrialStore,
+    format_counts,
+    state_counts,
+)
 from airflow_provider_gpusched.core.sweep.trial_run import CALLABLE_FILE, Manifest, save_callable, write_manifest
 from airflow_provider_gpusched.core.text import printable
 
@@ -191,9 +197,9 @@ class SweepSession:
                 self.store.write("best.json", {"objective": self.spec.objective.to_dict(), **summary["best"],
                                                "result": board[0]["result"], "folder": board[0]["folder"]})
             text += "\n" + format_leaderboard(board, self.spec.objective)
-        failed = [r for r in records if r["state"] in ("failed", "invalid")]
+        failed = [r for r in records if r["state"] in FAILED_STATES]
         if failed:
-            text += "\nfailed or invalid trials:\n" + "\n".join(
+            text += "\nfailed, invalid or timed-out trials:\n" + "\n".join(
                 f"  {r['index']} {printable(r['label'] or r['trial_id'])} [{r['state']}]: {printable(str(r['error']))}"
                 + (f" (log: {printable(r['log'])})" if r.get("log") else "")
                 for r in failed[:20])

@@ -193,8 +193,7 @@ class TrialResources:
 
     #: settings the local backend cannot honour yet: a trial that asks for them is refused, never run without them
     #: (docs/sweeps.md: each setting against each backend)
-    NOT_LOCAL = {"partition": "a Slurm partition", "qos": "a Slurm QOS",
-                 "time_limit": "a time limit (local trials are not stopped at one yet)"}
+    NOT_LOCAL = {"partition": "a Slurm partition", "qos": "a Slurm QOS"}
 
     def not_local(self) -> list[str]:
         """The settings given that the local backend cannot honour, as ``name=value``."""
@@ -206,7 +205,8 @@ class TrialResources:
         trial's shell first."""
         return {"gpus": max(1, self.gpus_on_each_node), "gpu_memory": self.gpu_memory, "mem": self.mem,
                 "job_class": self.job_class, "priority": self.priority, "env": self.env or None,
-                "devices": self.devices, "setup": self.setup or None, "cpus": self.cpus}
+                "devices": self.devices, "setup": self.setup or None, "cpus": self.cpus,
+                "time_limit": self.time_limit}
 
     def slurm_arguments(self) -> dict[str, Any]:
         """What a trial on Slurm asks for (``SlurmJobOperator`` arguments); unset ones are left to Slurm."""

@@ -5,7 +5,7 @@ Layout under the results root (a shared file system when trials run on Slurm nod
     <root>/<sweep>/manifest.json            what to run: target, objective, the trials of this run
     <root>/<sweep>/trials/<folder>/         one per trial (folder = label + id, safe for any value)
         params.json   the parameters (nested as the spec wrote them)
-        status.json   {"state": "running"|"succeeded"|"failed"|"invalid"|"pruned", times, host, GPUs (CUDA_VISIBLE_DEVICES),
+        status.json   {"state": "running"|"succeeded"|"failed"|"invalid"|"timeout"|"pruned", times, host, GPUs (CUDA_VISIBLE_DEVICES),
                       Slurm job, log path, run, exit code, error}
         result.json   the metrics the trial wrote (or its callable returned); without it, result.pkl
                       (DI-toolkit's pickled dict, also in hpo/) is read, plain values only
@@ -38,8 +38,10 @@ from airflow_provider_gpusched.core.safe_files import brief_fd, write_json_atomi
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested
 from airflow_provider_gpusched.core.sweep.reports import PREVIOUS_REPORTS_FILE, REPORTS_FILE, read_reports, summarise
 
-STATES = ("defined", "waiting", "running", "succeeded", "failed", "invalid", "pruned", "skipped")
-FINAL_STATES = ("succeeded", "failed", "invalid", "pruned")
+STATES = ("defined", "waiting", "running", "succeeded", "failed", "invalid", "timeout", "pruned", "skipped")
+FINAL_STATES = ("succeeded", "failed", "invalid", "timeout", "pruned")
+#: the final states that count against ``max_failed_trials`` (timeout: stopped at its time limit, on any backend)
+FAILED_STATES = ("failed", "invalid", "timeout")
 #: the DAGs that plan in a sweep's folder (TrialStore.claim_for_dag)
 DAGS_FILE = "dags.json"
 DONE_STATES = ("succeeded", "pruned")  # not run again by a later run of the sweep (unless force_rerun)

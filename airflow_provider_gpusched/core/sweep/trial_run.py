@@ -26,7 +26,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested
-from airflow_provider_gpusched.core.sweep.store import TrialStore, describe_holder, read_json
+from airflow_provider_gpusched.core.sweep.store import (
+    FAILED_STATES,
+    FINAL_STATES,
+    TrialStore,
+    describe_holder,
+    read_json,
+)
 
 CALLABLE_FILE = "callable.pkl"
 EXIT_USAGE = 2
@@ -152,7 +158,7 @@ def _finished_elsewhere(manifest: Manifest, trial: Trial) -> tuple[str, int] | N
     (and this run does not force a re-run, or another run re-ran it after this run was planned), or another
     run finished it while this one waited."""
     status = manifest.store.status(trial)
-    if not isinstance(status, dict) or status.get("state") not in ("succeeded", "failed", "invalid", "pruned"):
+    if not isinstance(status, dict) or status.get("state") not in FINAL_STATES:
         return None
     run = manifest.data.get("run")
     by_other = bool(status.get("run")) and status.get("run") != run
@@ -417,21 +423,22 @@ def trials_of_command(argv: Sequence[str]) -> tuple[Manifest, list[Trial]] | Non
         return None
 
 
-def mark_unfinished(argv: Sequence[str], reason: str) -> list[str]:
+def mark_unfinished(argv: Sequence[str], reason: str, state: str = "failed") -> list[str]:
     """After the task running ``argv`` failed: mark its trials that have no outcome (never started, or their
-    runner died) ``failed`` with ``reason``; trials another process is running now are left alone."""
+    runner died) ``state`` (``failed``, or ``timeout`` when the task stopped them at their time limit) with
+    ``reason``; trials another process is running now are left alone."""
     found = trials_of_command(argv)
     if found is None:
         return []
     manifest, trials = found
     lines = []
     for trial in trials:
-        if manifest.store.state(trial) in ("succeeded", "failed", "invalid"):
+        if manifest.store.state(trial) in ("succeeded", *FAILED_STATES):
             continue
         if manifest.store.claim_holder(trial) is not None:
             continue
-        manifest.store.mark_finished(trial, ok=False, exit_code=None, error=reason)
-        lines.append(f"trial {trial.index} {trial.label or trial.trial_id} marked failed: {reason}")
+        manifest.store.mark_finished(trial, ok=False, exit_code=None, error=reason, state=state)
+        lines.append(f"trial {trial.index} {trial.label or trial.trial_id} marked {state}: {reason}")
     return lines
 
 

@@ -105,3 +105,15 @@ with DAG("t_sweep_local_setup", schedule=None, start_date=START) as local_setup:
                                    resources=TrialResources(gpu_memory="1GiB", cpus=1,
                                                             setup=[f"source {ENV_SCRIPT}"])),
                          backend="local", batching=batching, poll_interval=0.5)
+
+SLOW_OR_NOT = ("import json, os, sys, time; time.sleep(60 if sys.argv[2] == 'slow' else 0);"
+               " json.dump({'y': 1.0}, open(os.path.join(sys.argv[1], 'result.json'), 'w'))")
+
+with DAG("t_sweep_local_time_limit", schedule=None, start_date=START) as local_time_limit:
+    # time_limit "0:03" (3 s): the slow trial is stopped and ends timeout, mapped and batched; one is allowed
+    for batching in ("mapped", "batched"):
+        sweep_task_group(SweepSpec(name=f"local_limit_{batching}", test_config=[{"pace": ["slow", "quick"]}],
+                                   command=[sys.executable, "-c", SLOW_OR_NOT, "{trial_dir}", "{pace}"],
+                                   objective=Objective("y"), max_failed_trials=1,
+                                   resources=TrialResources(gpu_memory="1GiB", time_limit="0:03")),
+                         backend="local", batching=batching, poll_interval=0.5)
