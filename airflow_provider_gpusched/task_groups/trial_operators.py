@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any
 
 from airflow_provider_gpusched.core.slurm.job import work_key
+from airflow_provider_gpusched.core.slurm.states import JobPhase
 from airflow_provider_gpusched.core.sweep.trial_run import mark_unfinished, trials_of_command
 from airflow_provider_gpusched.core.sweep.view import OUTCOMES_XCOM, outcome_records
 from airflow_provider_gpusched.core.work_tag import MAX_FIELD, WorkTag
@@ -23,7 +24,7 @@ def _ended_as(exc: Exception) -> str:
     (locally, or by Slurm's --time), else ``failed``."""
     if isinstance(exc, WorkTimedOut):
         return "timeout"
-    if isinstance(exc, SlurmJobFailed) and str(exc.status.get("state", "")).upper().startswith("TIMEOUT"):
+    if isinstance(exc, SlurmJobFailed) and exc.status.get("phase") == JobPhase.TIMEOUT.value:
         return "timeout"
     return "failed"
 

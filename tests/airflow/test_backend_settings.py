@@ -58,3 +58,19 @@ def test_a_setting_the_local_backend_cannot_honour_is_refused_naming_it(airflow_
                                                    "run such trials with backend='slurm'"):
             sweep_task_group(spec, backend="local")
         sweep_task_group(spec, backend="slurm", group_id="on_slurm")  # where it means something: accepted
+
+
+def test_a_trial_whose_task_reached_its_time_limit_ends_timeout_on_either_backend():
+    from airflow_provider_gpusched.core.slurm.states import JobPhase, JobStatus
+    from airflow_provider_gpusched.operators.local_gpu import WorkTimedOut
+    from airflow_provider_gpusched.operators.slurm import SlurmJobFailed
+    from airflow_provider_gpusched.task_groups.trial_operators import _ended_as
+
+    def slurm(phase):
+        status = JobStatus(job_id="7", state=phase.name, phase=phase, exit_code=0)
+        return SlurmJobFailed(status.describe(), status.to_dict())
+
+    assert _ended_as(WorkTimedOut("t: work on GPU(s) [0] reached its time limit")) == "timeout"
+    assert _ended_as(slurm(JobPhase.TIMEOUT)) == "timeout"
+    assert _ended_as(slurm(JobPhase.FAILED)) == "failed"
+    assert _ended_as(RuntimeError("anything else")) == "failed"
