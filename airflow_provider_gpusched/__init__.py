@@ -22,7 +22,7 @@ _EXPORTS = {
     "Objective": "core.sweep.objective", "PruningRule": "core.sweep.pruning", "ModelCost": "core.sweep.model_cost",
     "choice": "core.sweep.spaces", "uniform": "core.sweep.spaces", "loguniform": "core.sweep.spaces",
     "randint": "core.sweep.spaces", "quniform": "core.sweep.spaces", "when": "core.sweep.spaces",
-    "report": "core.sweep.reports",
+    "report": "core.sweep.reports", "run_sweep": "core.sweep.terminal", "load_spec": "core.sweep.terminal",
     # distributed starts, Slurm job specs (core)
     "RankInfo": "core.distributed", "rank_info": "core.distributed", "SlurmJobSpec": "core.slurm.job",
     # Airflow adapters
@@ -37,8 +37,8 @@ _EXPORTS = {
 
 __all__ = [  # the names of _EXPORTS (a test checks that the two agree)
     "__version__", "SweepSpec", "TrialResources", "EvolutionSettings", "Objective", "PruningRule", "ModelCost",
-    "choice", "uniform", "loguniform", "randint", "quniform", "when", "report", "RankInfo", "rank_info",
-    "SlurmJobSpec", "sweep_task_group", "LocalGPUOperator", "SlurmJobOperator", "SlurmPythonOperator",
+    "choice", "uniform", "loguniform", "randint", "quniform", "when", "report", "run_sweep", "load_spec", "RankInfo",
+    "rank_info", "SlurmJobSpec", "sweep_task_group", "LocalGPUOperator", "SlurmJobOperator", "SlurmPythonOperator",
     "PipelinePartitionOperator", "SlurmJobSensor", "GPUAvailableSensor", "SlurmJobTrigger", "GPUAvailableTrigger",
     "SlurmHook", "LocalGPUHook", "EmailNotifier", "WebhookNotifier",
 ]
@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from airflow_provider_gpusched.core.sweep.reports import report
     from airflow_provider_gpusched.core.sweep.spaces import choice, loguniform, quniform, randint, uniform, when
     from airflow_provider_gpusched.core.sweep.spec import EvolutionSettings, SweepSpec, TrialResources
+    from airflow_provider_gpusched.core.sweep.terminal import load_spec, run_sweep
     from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
     from airflow_provider_gpusched.hooks.slurm import SlurmHook
     from airflow_provider_gpusched.notifications.notifiers import EmailNotifier, WebhookNotifier

@@ -248,20 +248,10 @@ class _Stage:
     def __init__(self, session: SweepSession, execution: SweepExecution, batched: bool, chunk_size: int) -> None:
         self.spec, self.session, self.execution = session.spec, session, execution
         self.backend, self.batched, self.chunk_size = execution.backend, batched, chunk_size
-        r = self.spec.resources
-        if self.backend == "local":
-            slurm_only = [n for n in r.SLURM_SHAPE if getattr(r, n) is not None and not (n == "nodes" and r.nodes in (1, "1"))]
-            if slurm_only:
-                name = slurm_only[0]
-                raise AirflowException(f"sweep {self.spec.name}: resources.{name}={getattr(r, name)!r} is a Slurm job "
-                                       f"setting that the local backend cannot honour (local GPUs are one host); "
-                                       f"run such trials with backend='slurm', or leave {name} out")
-            refused = r.not_local()
-            if refused:
-                name = refused[0].split("=")[0]
-                raise AirflowException(f"sweep {self.spec.name}: resources.{refused[0]}: {r.NOT_LOCAL[name]} is not "
-                                       f"something the local backend honours; run such trials with backend='slurm', "
-                                       f"or leave {name} out (docs/sweeps.md lists each setting per backend)")
+        try:
+            self.spec.resources.check_backend(self.backend, self.spec.name)
+        except GpuschedError as exc:
+            raise AirflowException(str(exc)) from None
 
     def build(self, round_no: int | None = None):
         session, python = self.session, self.execution.interpreter

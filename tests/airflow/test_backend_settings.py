@@ -74,3 +74,23 @@ def test_a_trial_whose_task_reached_its_time_limit_ends_timeout_on_either_backen
     assert _ended_as(slurm(JobPhase.TIMEOUT)) == "timeout"
     assert _ended_as(slurm(JobPhase.FAILED)) == "failed"
     assert _ended_as(RuntimeError("anything else")) == "failed"
+
+
+def test_a_dag_skips_what_a_terminal_run_of_the_same_sweep_finished(airflow_db, tmp_path, monkeypatch):
+    import os
+
+    from airflow_provider_gpusched import run_sweep
+    from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
+    from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+
+    monkeypatch.setenv("AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT", str(tmp_path / "sweeps"))
+    module = load_dag_file(REPO / "tests" / "airflow" / "dagfiles" / "t_sweeps.py")
+    manager = LeaseManager(SimulatedInventory("4x24GiB"), os.environ["AIRFLOW__GPUSCHED__GPU_STATE_DIR"])
+    summary = run_sweep(module.SHARED_WITH_TERMINAL, manager=manager, progress=False)  # the same results root
+    assert summary["counts"]["succeeded"] == 3
+    state, xcoms, states = run_and_collect(module.after_terminal)
+    assert state == "success", states
+    assert not [k for k in states if isinstance(k, tuple) and k[0] == "shared_with_terminal.trial"]  # none ran
+    counts = xcoms["shared_with_terminal.collect"]["return_value"]["counts"]
+    assert counts["skipped"] == 3 and counts["succeeded"] == 3
+    assert xcoms["shared_with_terminal.leaderboard"]["return_value"]["score"] == summary["best"]["score"]

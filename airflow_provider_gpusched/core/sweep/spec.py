@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, Sequence
 
 from airflow_provider_gpusched.core.distributed import DEFAULT_RANK_EXIT_GRACE, check_grace, check_mode
-from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.job_classes import JOB_CLASSES
 from airflow_provider_gpusched.core.job_shape import SHAPE_FIELDS, check_shape
 from airflow_provider_gpusched.core.sweep import spaces
@@ -198,6 +198,25 @@ class TrialResources:
     def not_local(self) -> list[str]:
         """The settings given that the local backend cannot honour, as ``name=value``."""
         return [f"{name}={getattr(self, name)!r}" for name in self.NOT_LOCAL if getattr(self, name) is not None]
+
+    def check_backend(self, backend: str, sweep: str) -> None:
+        """Refuse the settings that ``backend`` cannot honour (docs/sweeps.md: each setting per backend), naming the
+        setting and the backend: nothing is dropped without a word."""
+        if backend != "local":
+            return
+        slurm_only = [n for n in self.SLURM_SHAPE if getattr(self, n) is not None
+                      and not (n == "nodes" and self.nodes in (1, "1"))]
+        if slurm_only:
+            name = slurm_only[0]
+            raise GpuschedError(f"sweep {sweep}: resources.{name}={getattr(self, name)!r} is a Slurm job setting "
+                                f"that the local backend cannot honour (local GPUs are one host); run such trials "
+                                f"with backend='slurm', or leave {name} out")
+        refused = self.not_local()
+        if refused:
+            name = refused[0].split("=")[0]
+            raise GpuschedError(f"sweep {sweep}: resources.{refused[0]}: {self.NOT_LOCAL[name]} is not something "
+                                f"the local backend honours; run such trials with backend='slurm', or leave {name} "
+                                f"out (docs/sweeps.md lists each setting per backend)")
 
     def local_gpu_arguments(self) -> dict[str, Any]:
         """What a trial on local GPUs asks for (``LocalGPUOperator`` arguments): at least one GPU; ``mem``

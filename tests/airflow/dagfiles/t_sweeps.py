@@ -117,3 +117,11 @@ with DAG("t_sweep_local_time_limit", schedule=None, start_date=START) as local_t
                                    objective=Objective("y"), max_failed_trials=1,
                                    resources=TrialResources(gpu_memory="1GiB", time_limit="0:03")),
                          backend="local", batching=batching, poll_interval=0.5)
+
+#: run from a terminal first (run_sweep), then by this DAG: it finds every trial done
+SHARED_WITH_TERMINAL = SweepSpec(name="shared_with_terminal", test_config=[{"x": [1, 2, 3]}],
+                                 command=[sys.executable, "-c", WRITE, "{x}", "{trial_dir}"],
+                                 objective=Objective("y"), resources=TrialResources(gpu_memory="1GiB"))
+
+with DAG("t_sweep_after_terminal", schedule=None, start_date=START) as after_terminal:
+    sweep_task_group(SHARED_WITH_TERMINAL, backend="local", poll_interval=0.5)

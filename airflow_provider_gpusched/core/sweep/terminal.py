@@ -1,0 +1,203 @@
+"""Sweeps without Airflow: run a spec from a terminal or a notebook on this host's GPUs (GPU Task Scheduler's
+``scheduler.start()``, DI-toolkit's ``.run()``), in the same results folder a DAG uses.
+
+    from airflow_provider_gpusched import run_sweep
+    summary = run_sweep(spec)                 # or: gpusched sweep run dags/sweeps/lr_schedule.yaml
+    summary["leaderboard"][0]
+
+The trials take leases from the same lease directory as Airflow's tasks (so a DAG and a terminal run share the
+GPUs fairly), record their state, results and reports in the sweep's folder, and the same status table and
+leaderboard come out. What succeeded or was pruned is not run again: after Ctrl-C the next run goes on with the
+rest, and a DAG of the same sweep later skips what the terminal finished (and the other way round). Searches in
+rounds (Optuna, evolution) ask, run and tell round by round, as their task group does.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.sweep.session import SweepSession
+from airflow_provider_gpusched.core.sweep.spec import SweepSpec
+from airflow_provider_gpusched.core.units import time_limit_seconds
+
+
+class SweepInterrupted(GpuschedError):
+    """The run was stopped (Ctrl-C): its running trials were stopped; a new run goes on with what is left."""
+
+
+def load_spec(target: str | SweepSpec) -> SweepSpec:
+    """A spec from a YAML file, or from ``package.module:ATTR`` (a SweepSpec, or a function returning one)."""
+    if isinstance(target, SweepSpec):
+        return target
+    if not isinstance(target, str) or not target:
+        raise InvalidArgumentError("spec", target, "a YAML file or 'package.module:ATTR'")
+    if os.path.exists(target) or target.endswith((".yaml", ".yml")):
+        return SweepSpec.from_yaml(target)
+    if ":" not in target:
+        raise InvalidArgumentError("spec", target, "a YAML file that exists, or 'package.module:ATTR' naming a SweepSpec")
+    value: Any = import_callable_or_value(target)
+    if callable(value) and not isinstance(value, SweepSpec):
+        value = value()
+    if not isinstance(value, SweepSpec):
+        raise InvalidArgumentError("spec", target, f"a SweepSpec (or a function returning one); it is a "
+                                   f"{type(value).__name__}")
+    return value
+
+
+def import_callable_or_value(target: str) -> Any:
+    """``package.module:ATTR`` (the working directory is importable, as for ``python -m``)."""
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    import importlib
+
+    module_name, _, attr = target.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise InvalidArgumentError("spec", target, f"'package.module:ATTR' that imports ({type(exc).__name__}: "
+                                   f"{exc})") from None
+    return obj
+
+
+class Progress:
+    """A line that says how far the sweep is: done of total, running, failed, best so far. Redrawn in place on a
+    terminal, a new line per change elsewhere (logs, notebooks)."""
+
+    def __init__(self, session: SweepSession, out=None, interval: float = 1.0) -> None:
+        self.session, self.out, self.interval = session, out or sys.stderr, interval
+        self.trials: list = []
+        self._last = ""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.tty = bool(getattr(self.out, "isatty", lambda: False)())
+
+    def watch(self, trials: list) -> None:
+        self.trials = list(trials)
+
+    def line(self) -> str:
+        store, objective = self.session.store, self.session.spec.objective
+        counts: dict[str, int] = {}
+        best = None
+        for trial in self.trials:
+            state = store.state(trial)
+            counts[state] = counts.get(state, 0) + 1
+            if state == "succeeded" and objective is not None and not objective.several:
+                score = objective.score(store.result(trial))
+                if score is not None and (best is None or (score > best if objective.maximize else score < best)):
+                    best = score
+        done = sum(counts.get(s, 0) for s in ("succeeded", "pruned", "failed", "invalid", "timeout"))
+        total = max(1, len(self.trials))
+        width = 24
+        bar = "#" * int(width * done / total) + "-" * (width - int(width * done / total))
+        failed = sum(counts.get(s, 0) for s in ("failed", "invalid", "timeout"))
+        text = (f"[{bar}] {done}/{len(self.trials)} done, {counts.get('running', 0)} running, {failed} failed"
+                + (f", {counts.get('pruned', 0)} pruned" if counts.get("pruned") else ""))
+        if best is not None:
+            text += f", best {objective.metrics[0]} {best:.6g}"
+        return text
+
+    def show(self, final: bool = False) -> None:
+        text = self.line()
+        if self.tty:
+            self.out.write("\r" + text.ljust(len(self._last)) + ("\n" if final else ""))
+        elif text != self._last or final:
+            self.out.write(text + "\n")
+        self._last = text
+        self.out.flush()
+
+    def __enter__(self) -> Progress:
+        def loop() -> None:
+            while not self._stop.wait(self.interval):
+                self.show()
+        self._thread = threading.Thread(target=loop, daemon=True, name="gpusched-sweep-progress")
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        self.show(final=True)
+
+
+def run_sweep(spec: str | SweepSpec, *, results_root: str | None = None, manager: Any = None,
+              parallel: int | None = None, force_rerun: bool | None = None, progress: bool | Any = True,
+              on_event: Callable[[str], None] | None = None, run: str | None = None) -> dict[str, Any]:
+    """Run the sweep on this host's GPUs and return its summary (``counts``, ``leaderboard``, ``best``, ``text``:
+    the status table and leaderboard as ``gpusched sweep results`` prints them).
+
+    :param spec: a :class:`SweepSpec`, a YAML file, or ``package.module:ATTR``.
+    :param manager: the ``LeaseManager`` (default: NVML's GPUs, or the simulated ones of
+        ``$GPUSCHED_SIMULATE_GPUS``, in the lease directory Airflow's tasks use).
+    :param parallel: trials at once (default: what fits on the GPUs).
+    :param progress: draw the progress line (to stderr; or give a file).
+    :raises SweepInterrupted: on Ctrl-C, after the running trials were stopped.
+    """
+    from airflow_provider_gpusched.core.gpu.placement import GPURequest
+    from airflow_provider_gpusched.core.sweep.batch import run_local_batch
+
+    spec = load_spec(spec)
+    spec.resources.check_backend("local", spec.name)
+    session = SweepSession(spec, results_root)
+    manager = manager or _default_manager()
+    r = spec.resources
+    wanted = r.local_gpu_arguments()
+    request = GPURequest(gpus=wanted["gpus"], gpu_memory=wanted["gpu_memory"], host_memory=wanted["mem"],
+                         devices=wanted["devices"], cpus=wanted["cpus"])
+    manager.check_possible(request)
+    run = run or f"terminal__{time.strftime('%Y-%m-%dT%H:%M:%S')}__{os.getpid()}"
+    limit = None if r.time_limit is None else time_limit_seconds(r.time_limit)
+    stages = list(range(spec.rounds)) if spec.in_rounds else [None]
+    board = Progress(session, out=None if progress is True else progress) if progress else None
+    for round_no in stages:
+        manifest = session.prepare(round_no, run=run, force_rerun=force_rerun, backend="local")
+        if board is not None:
+            board.watch(manifest.trials)
+        stop = threading.Event()
+        outcome: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                outcome["value"] = run_local_batch(
+                    manifest, manifest.pending, manager, request, parallel=parallel, trials_per_process=1,
+                    owner=f"gpusched sweep run {spec.name} (pid {os.getpid()})", job_class=r.job_class,
+                    priority=r.priority, on_event=on_event, stop_event=stop, setup=r.setup, time_limit=limit)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                outcome["error"] = exc
+
+        worker = threading.Thread(target=work, name=f"gpusched-sweep-{spec.name}", daemon=True)
+        try:
+            if board is not None:
+                board.__enter__()
+            worker.start()
+            while worker.is_alive():
+                worker.join(0.2)
+        except KeyboardInterrupt:
+            stop.set()  # every running trial: SIGTERM, its grace period, SIGKILL; their leases are given back
+            worker.join()  # (the stopped trials stay without an outcome: the next run runs them)
+            raise SweepInterrupted(f"sweep {spec.name}: stopped; the trials that finished are kept in "
+                                   f"{session.store.dir}, and the next run goes on with the rest") from None
+        finally:
+            if board is not None:
+                board.__exit__(None, None, None)
+        if "error" in outcome:
+            raise outcome["error"]
+        session.settle(round_no, run)
+        if round_no is not None:
+            session.finish_round(round_no, run)
+    return session.collect(run)
+
+
+def _default_manager():
+    from airflow_provider_gpusched.core.gpu.inventory import get_inventory
+    from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+
+    state_dir = os.environ.get("AIRFLOW__GPUSCHED__GPU_STATE_DIR") or None
+    return LeaseManager(get_inventory(os.environ.get("AIRFLOW__GPUSCHED__SIMULATE_GPUS") or None), state_dir)

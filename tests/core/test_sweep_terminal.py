@@ -1,0 +1,106 @@
+"""Sweeps without Airflow (core/sweep/terminal.py, ``gpusched sweep run``): real trial processes on SIMULATED GPU
+leases, the same results folder, status table and leaderboard, resumable after Ctrl-C."""
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
+from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+
+WRITE = ("import json, os, sys, time; x = float(sys.argv[2]);"
+         " time.sleep(60 if os.environ.get('SLOW') == '1' and x >= 1 else 0);"
+         " json.dump({'y': 1 - (x - 1.5) ** 2}, open(os.path.join(sys.argv[1], 'result.json'), 'w'))")
+
+
+def spec_yaml(tmp_path, name="terminal", xs=(0, 1, 2, 3)) -> str:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(textwrap.dedent(f"""
+        name: {name}
+        test_config: [{{x: {list(xs)}}}]
+        command: [{sys.executable}, -c, "{WRITE}", "{{trial_dir}}", "{{x}}"]
+        objective: {{metric: y, mode: maximize}}
+        resources: {{gpu_memory: 1GiB}}
+    """))
+    return str(path)
+
+
+@pytest.fixture
+def manager(tmp_path):
+    state = tmp_path / "leases"
+    state.mkdir(mode=0o700)
+    return LeaseManager(SimulatedInventory("2x24GiB"), str(state))
+
+
+def test_run_sweep_runs_every_trial_ranks_them_and_a_second_run_skips_them(tmp_path, manager):
+    from airflow_provider_gpusched import run_sweep
+
+    out = io.StringIO()
+    summary = run_sweep(spec_yaml(tmp_path), results_root=str(tmp_path / "sweeps"), manager=manager, progress=out)
+    assert summary["counts"]["succeeded"] == 4 and summary["counts"]["failed"] == 0
+    assert [r["label"] for r in summary["leaderboard"][:2]] in (["x=1", "x=2"], ["x=2", "x=1"])
+    assert summary["best"]["score"] == pytest.approx(0.75)
+    assert "| rank" in summary["text"] or "rank" in summary["text"]
+    lines = out.getvalue().splitlines()
+    assert lines[-1].startswith("[########################] 4/4 done, 0 running, 0 failed, best y 0.75")
+    folder = tmp_path / "sweeps" / "terminal"
+    assert json.loads((folder / "best.json").read_text())["score"] == pytest.approx(0.75)
+    ended = {p: json.loads(p.read_text())["ended"] for p in folder.glob("trials/*/status.json")}
+    again = run_sweep(spec_yaml(tmp_path), results_root=str(tmp_path / "sweeps"), manager=manager, progress=False)
+    assert again["counts"]["skipped"] == 4 and again["counts"]["succeeded"] == 4
+    assert {p: json.loads(p.read_text())["ended"] for p in folder.glob("trials/*/status.json")} == ended  # not re-run
+    assert manager.leases() == []
+
+
+def test_a_setting_the_host_cannot_honour_is_refused_before_anything_runs(tmp_path, manager):
+    from airflow_provider_gpusched import SweepSpec, TrialResources, run_sweep
+    from airflow_provider_gpusched.core.errors import GpuschedError
+
+    spec = SweepSpec(name="s", test_config=[{"x": [1]}], command=["true"], resources=TrialResources(partition="gpu"))
+    with pytest.raises(GpuschedError, match="resources.partition='gpu': a Slurm partition is not something the local"):
+        run_sweep(spec, results_root=str(tmp_path), manager=manager, progress=False)
+    assert not (tmp_path / "s").exists()
+
+
+def _cli(*args, env=None):
+    return subprocess.Popen([sys.executable, "-m", "airflow_provider_gpusched.cli", "sweep", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+
+
+def test_gpusched_sweep_run_stops_on_ctrl_c_and_the_next_run_goes_on_with_the_rest(tmp_path):
+    spec = spec_yaml(tmp_path, "resumable", xs=(0, 1, 2))
+    (tmp_path / "leases").mkdir(mode=0o700)
+    common = ["--results-root", str(tmp_path / "sweeps"), "--simulate", "1x24GiB", "--state-dir",
+              str(tmp_path / "leases"), "--parallel", "1"]
+    first = _cli("run", spec, *common, env={"SLOW": "1"})  # x=0 is quick; x=1 waits until it is stopped
+    folder = tmp_path / "sweeps" / "resumable" / "trials"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        states = {p.parent.name.split(".")[0]: json.loads(p.read_text()).get("state")
+                  for p in folder.glob("*/status.json")} if folder.exists() else {}
+        if states.get("x=1") == "running":
+            break
+        time.sleep(0.1)
+    else:
+        first.kill()
+        pytest.fail(f"trial x=1 never ran: {first.communicate()}")
+    first.send_signal(signal.SIGINT)
+    out, err = first.communicate(timeout=60)
+    assert first.returncode == 130, (out, err)
+    assert "stopped; the trials that finished are kept" in err
+    second = _cli("run", spec, *common)
+    out, err = second.communicate(timeout=120)
+    assert second.returncode == 0, (out, err)
+    summary = _cli("results", str(tmp_path / "sweeps" / "resumable"), "--json")
+    data = json.loads(summary.communicate(timeout=60)[0])
+    assert data["counts"]["succeeded"] == 3
+    preview = _cli("preview", spec, "--results-root", str(tmp_path / "sweeps"), "--json")
+    rows = json.loads(preview.communicate(timeout=60)[0])["table"]
+    assert [r["state"] for r in rows] == ["succeeded"] * 3
