@@ -104,3 +104,28 @@ def test_gpusched_sweep_run_stops_on_ctrl_c_and_the_next_run_goes_on_with_the_re
     preview = _cli("preview", spec, "--results-root", str(tmp_path / "sweeps"), "--json")
     rows = json.loads(preview.communicate(timeout=60)[0])["table"]
     assert [r["state"] for r in rows] == ["succeeded"] * 3
+
+
+def test_a_relative_script_is_found_next_to_the_spec_and_a_missing_one_is_explained(tmp_path, manager):
+    from airflow_provider_gpusched import run_sweep
+
+    project = tmp_path / "project"
+    (project / "scripts").mkdir(parents=True)
+    (project / "scripts" / "train.py").write_text(
+        "import json, os, sys\njson.dump({'y': float(sys.argv[1])}, open('result.json', 'w'))\n")
+    (project / "sweep.yaml").write_text(textwrap.dedent(f"""
+        name: relative
+        test_config: [{{x: [1, 2]}}]
+        command: [{sys.executable}, scripts/train.py, "{{x}}"]
+        objective: {{metric: y, mode: maximize}}
+    """))
+    summary = run_sweep(str(project / "sweep.yaml"), results_root=str(tmp_path / "sweeps"), manager=manager,
+                        progress=False)  # run from anywhere: the path is the spec's
+    assert summary["counts"]["succeeded"] == 2 and summary["best"]["score"] == 2.0
+    (project / "missing.yaml").write_text((project / "sweep.yaml").read_text()
+                                          .replace("relative", "missing").replace("scripts/train.py", "train.py"))
+    summary = run_sweep(str(project / "missing.yaml"), results_root=str(tmp_path / "sweeps"), manager=manager,
+                        progress=False)
+    (problem, *_) = summary["problems"]
+    assert "command[1] 'train.py' is a relative path: the trial ran in its own folder" in problem["error"]
+    assert f"nor in the spec's directory {project}" in problem["error"]

@@ -106,7 +106,7 @@ class SweepSession:
                               objective=objective, env=self.spec.resources.env, chunk_size=chunk_size,
                               extra={"skipped": [t.trial_id for t in skipped], "round": round_no,
                                      "varying": self.spec.varying(), "run": run, "planned_at": time.time(),
-                                     "force_rerun": bool(force_rerun),
+                                     "force_rerun": bool(force_rerun), "base_dir": self.spec.base_dir,
                                      "on_invalid_result": self.spec.on_invalid_result,
                                      "distributed": self.spec.resources.distributed_settings(backend),
                                      "pruning": self.spec.pruning.to_dict() if self.spec.pruning else None})

@@ -330,6 +330,9 @@ class SweepSpec:
     pruning: PruningRule | None = None
     #: how labels and result folders are spelled (GPU Task Scheduler's indicator, separator, value length)
     label_format: LabelFormat | None = None
+    #: where a relative path in ``command`` is found (a trial runs in its own folder): default the YAML spec's
+    #: directory, or the directory of the Python file that made the spec (the DAG file)
+    base_dir: str | None = None
     where: str = "sweep"
 
     def __post_init__(self) -> None:
@@ -425,6 +428,7 @@ class SweepSpec:
                     raise InvalidArgumentError(f"{w}: command[{i}]", arg, "a string or number (quote true/false/"
                                                                           "null and lists in YAML)")
             self.command = [str(a) for a in self.command]
+            self._resolve_command_paths()
         if self.python_callable is not None and not callable(self.python_callable):
             raise InvalidArgumentError(f"{w}: python_callable", self.python_callable, "a callable")
         for name in ("count", "rounds", "per_round", "top_n"):
@@ -496,6 +500,23 @@ class SweepSpec:
                                                    f"{{{name}}} is neither (parameters: {sorted(self.parameter_names())}). "
                                                    "A brace meant literally (inline code, such as Python's f'{x}') "
                                                    "is written twice: f'{{x}}' reaches the program as f'{x}'")
+
+    def _resolve_command_paths(self) -> None:
+        """A trial's command runs in the trial's own folder, so a relative path there would name nothing: a
+        relative file path that exists under ``base_dir`` becomes absolute. One that is not there is left as it is
+        (a ``setup`` line may ``cd`` to where it is); if the trial then fails, its error says where it was looked
+        for (trial_run.relative_path_hint)."""
+        base = os.path.abspath(os.path.expanduser(self.base_dir)) if self.base_dir else _defining_directory()
+        self.base_dir = base
+        for i, arg in enumerate(self.command):
+            if "{" in arg or arg.startswith("-") or os.path.isabs(os.path.expanduser(arg)) or not arg:
+                continue
+            pathlike = "/" in arg or os.path.splitext(arg)[1] in _FILE_SUFFIXES
+            if not pathlike:
+                continue
+            candidate = os.path.normpath(os.path.join(base, os.path.expanduser(arg)))
+            if os.path.isfile(candidate):
+                self.command[i] = candidate
 
     # -- what the spec means --------------------------------------------------------------------------
     @property
@@ -612,6 +633,8 @@ class SweepSpec:
             # a relative template path is relative to the spec file, wherever the command is run from
             data = {**data, "config_template": os.path.join(os.path.dirname(os.path.abspath(path)),
                                                             os.path.expanduser(data["config_template"]))}
+        if isinstance(data, Mapping):  # relative paths in the command: relative to the spec file
+            data = {"base_dir": os.path.dirname(os.path.abspath(path)), **data}
         return cls.from_dict(data, where=path)
 
 
@@ -775,6 +798,24 @@ def parse_dim(value: Any, where: str) -> Any:
     except InvalidArgumentError as exc:
         raise InvalidArgumentError(where, exc.value, exc.expected) from None
     return dim
+
+
+_FILE_SUFFIXES = (".py", ".sh", ".bash", ".yaml", ".yml", ".json", ".toml", ".cfg", ".ini", ".txt", ".csv")
+
+
+def _defining_directory() -> str:
+    """The directory of the first Python file up the stack that is not this package's (nor the standard
+    library's dataclasses): the DAG file or script that made the spec."""
+    import sys
+
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not name.startswith(package) and not name.startswith("<") and "dataclasses" not in os.path.basename(name):
+            return os.path.dirname(os.path.abspath(name))
+        frame = frame.f_back
+    return os.getcwd()
 
 
 def import_callable(target: Any, where: str) -> Callable:

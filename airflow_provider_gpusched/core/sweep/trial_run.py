@@ -285,17 +285,34 @@ def _run_claimed(manifest: Manifest, trial: Trial, out) -> int:
     try:
         code, pruned = _run_command(argv, folder, {**os.environ, **env}, log_path, out, stop)
     except OSError as exc:
-        store.mark_finished(trial, ok=False, exit_code=127, error=f"cannot run {argv[0]!r}: {exc}")
-        print(f"[gpusched] cannot run {argv[0]!r}: {exc}", file=out, flush=True)
+        why = f"cannot run {argv[0]!r}: {exc}{relative_path_hint(argv, folder, manifest.data.get('base_dir'))}"
+        store.mark_finished(trial, ok=False, exit_code=127, error=why)
+        print(f"[gpusched] {why}", file=out, flush=True)
         return 127
     if pruned:
         return _pruned(store, trial, pruned, out)
     result = store.result(trial)
     if code == 0:
         return _finish_ok(manifest, trial, result, out)
-    store.mark_finished(trial, ok=False, result=None, exit_code=code, error=f"exit code {code}")
-    print(f"[gpusched] trial {trial.trial_id} failed (exit code {code})", file=out, flush=True)
+    hint = relative_path_hint(argv, folder, manifest.data.get("base_dir"))
+    store.mark_finished(trial, ok=False, result=None, exit_code=code, error=f"exit code {code}{hint}")
+    print(f"[gpusched] trial {trial.trial_id} failed (exit code {code}){hint}", file=out, flush=True)
     return code
+
+
+def relative_path_hint(argv: Sequence[str], folder: str, base_dir: str | None) -> str:
+    """When a failed command names a relative file that is not in the trial's folder (where it ran): why, and
+    what to do (the spec turned the relative paths it found under its ``base_dir`` into absolute ones)."""
+    for i, arg in enumerate(argv[:2]):
+        if not arg or arg.startswith("-") or os.path.isabs(arg) or ("/" not in arg and not arg.endswith(
+                (".py", ".sh", ".bash"))):
+            continue
+        if not os.path.exists(os.path.join(folder, arg)):
+            where = f" nor in the spec's directory {base_dir}" if base_dir else ""
+            return (f" (command[{i}] {arg!r} is a relative path: the trial ran in its own folder {folder}, where there "
+                    f"is no such file{where}; give an absolute path, a path relative to the spec's directory, or set "
+                    f"the spec's base_dir)")
+    return ""
 
 
 def distributed_argv(settings: Any, argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
