@@ -64,6 +64,8 @@ class LocalGPUOperator(BaseOperator):
     :param gpus: number of GPUs (default 1). Without ``gpu_memory`` they are whole GPUs.
     :param gpu_memory: memory to reserve on each GPU (``"10GiB"``): the GPU may be shared (packing).
     :param devices: restrict to these GPU indices.
+    :param device_groups: fixed GPU groups (``[[0, 1], [2, 3]]``, or mixed ``[[0], [1, 2]]``): the work takes one
+        whole group, whichever is free first, and sees exactly its GPUs (GPU Task Scheduler's GPU groups).
     :param memory_margin, max_foreign_processes, min_free_ram, max_cpu_percent: admission limits.
     :param cpus: host CPUs this task reserves while it runs: CPUs no other lease holds, its child pinned to them
         (CPU affinity; ``$GPUSCHED_CPUS`` lists them, ``OMP_NUM_THREADS`` defaults to their number).
@@ -108,6 +110,7 @@ class LocalGPUOperator(BaseOperator):
         gpus: int = 1,
         gpu_memory: int | str | None = None,
         devices: Sequence[int] | None = None,
+        device_groups: Sequence[Sequence[int]] | None = None,
         memory_margin: int | str = 0,
         max_foreign_processes: int | None = None,
         min_free_ram: int | str | None = None,
@@ -160,7 +163,8 @@ class LocalGPUOperator(BaseOperator):
         self.op_args = list(op_args or [])
         self.op_kwargs = dict(op_kwargs or {})
         try:
-            self.request = GPURequest(gpus=gpus, gpu_memory=gpu_memory, devices=devices, memory_margin=memory_margin,
+            self.request = GPURequest(gpus=gpus, gpu_memory=gpu_memory, devices=devices, device_groups=device_groups,
+                                      memory_margin=memory_margin,
                                       max_foreign_processes=max_foreign_processes, min_free_ram=min_free_ram,
                                       max_cpu_percent=max_cpu_percent, host_memory=mem, cpus=cpus)
             self.oom_policy = OOMRetryPolicy(retries=oom_retries, factor=oom_factor)

@@ -337,7 +337,8 @@ class _Stage:
             r = spec.resources
             wanted = r.local_gpu_arguments()
             request = GPURequest(gpus=wanted["gpus"], gpu_memory=wanted["gpu_memory"],
-                                 host_memory=wanted["mem"], devices=wanted["devices"], cpus=wanted["cpus"])
+                                 host_memory=wanted["mem"], devices=wanted["devices"], cpus=wanted["cpus"],
+                                 device_groups=wanted["device_groups"])
             manager = LocalGPUHook().get_conn()
             ti = context["ti"]
             print(f"chunk {chunk}: {len(trials)} trials on {manager.inventory.source} GPUs")

@@ -209,8 +209,13 @@ def test_gpu_task_schedulers_scheduler_config_is_read_as_it_is(tmp_path):
                              "force_rerun": True, "test_config_string_indicator": "-",
                              "test_config_string_separator": "__", "config_string_value_maxlen": 8,
                              "test_config_string_inst_separator": " + ", "log_file": "worker.log"}})
-    assert (spec.resources.gpus, spec.resources.devices) == (2, [0, 1, 2, 3])
-    assert spec.resources.local_gpu_arguments()["devices"] == [0, 1, 2, 3]
+    # GPU groups are honoured as fixed groups: each trial takes one whole pair
+    assert (spec.resources.gpus, spec.resources.device_groups) == (2, [[0, 1], [2, 3]])
+    assert spec.resources.local_gpu_arguments()["device_groups"] == [[0, 1], [2, 3]]
+    mixed = SweepSpec.from_dict({"name": "mixed", "command": ["true"], "scheduler_config": {"gpu": ["0", ["1", "2"]]}})
+    assert (mixed.resources.gpus, mixed.resources.device_groups) == (2, [[0], [1, 2]])
+    ids = SweepSpec.from_dict({"name": "ids", "command": ["true"], "scheduler_config": {"gpu": ["0", "1"]}})
+    assert (ids.resources.gpus, ids.resources.devices, ids.resources.device_groups) == (1, [0, 1], None)
     assert spec.results_root == str(tmp_path / "r") and spec.force_rerun is True
     assert spec.label_format == LabelFormat("-", "__", 8, " + ")
     assert [t.label for t in spec.trials()] == ["method-GAN", "method-WGAN-GP-"]
@@ -222,7 +227,6 @@ def test_gpu_task_schedulers_scheduler_config_is_read_as_it_is(tmp_path):
 
 
 @pytest.mark.parametrize(("block", "argument", "expected"), [
-    ({"gpu": ["0", ["1", "2"]]}, "scheduler_config.gpu", "groups of one size"),
     ({"gpu": ["0", "0"]}, "scheduler_config.gpu", "each GPU id once"),
     ({"gpu": ["zero"]}, "scheduler_config.gpu", "GPU ids such as"),
     ({"gpu": []}, "scheduler_config.gpu", "GPU ids such as"),

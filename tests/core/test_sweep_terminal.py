@@ -129,3 +129,30 @@ def test_a_relative_script_is_found_next_to_the_spec_and_a_missing_one_is_explai
     (problem, *_) = summary["problems"]
     assert "command[1] 'train.py' is a relative path: the trial ran in its own folder" in problem["error"]
     assert f"nor in the spec's directory {project}" in problem["error"]
+
+
+def test_gpu_task_scheduler_gpu_groups_each_trial_takes_one_whole_group(tmp_path):
+    """GPU Task Scheduler's own words: ``[["0", "1"], ["2", "3"]]`` "means each test may require two GPUs, and the
+    scheduler will distribute tasks among the two two-GPU pairs in parallel"; mixed lists too."""
+    from airflow_provider_gpusched import run_sweep
+
+    state = tmp_path / "leases"
+    state.mkdir(mode=0o700)
+    manager = LeaseManager(SimulatedInventory("4x24GiB"), str(state))
+    cvd = ("import json, os, sys, time; time.sleep(0.5);"
+           " json.dump({'y': 1, 'cvd': os.environ['CUDA_VISIBLE_DEVICES']}, open('result.json', 'w'))")
+    for name, gpu, groups in (("pairs", '[["0", "1"], ["2", "3"]]', {"0,1", "2,3"}),
+                              ("mixed", '["0", ["1", "2"]]', {"0", "1,2"})):
+        (tmp_path / f"{name}.yaml").write_text(textwrap.dedent(f"""
+            name: {name}
+            scheduler_config: {{gpu: {gpu}}}
+            global_config: {{num_run: 5}}
+            test_config: [{{method: [GAN, ALI, WGAN, WGAN-GP]}}]
+            command: [{sys.executable}, -c, "{cvd}"]
+            objective: {{metric: y}}
+        """))
+        summary = run_sweep(str(tmp_path / f"{name}.yaml"), results_root=str(tmp_path / "sweeps"), manager=manager,
+                            progress=False)
+        assert summary["counts"]["succeeded"] == 4
+        records = json.loads((tmp_path / "sweeps" / name / "summary.json").read_text())["records"]
+        assert {r["result"]["cvd"] for r in records} == groups  # a whole group each, and both groups used

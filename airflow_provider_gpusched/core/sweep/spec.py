@@ -93,6 +93,9 @@ class TrialResources:
     env: dict[str, str] = field(default_factory=dict)
     #: local GPUs: the GPU indices trials may use (GPU Task Scheduler's ``gpu`` list); None: any
     devices: list[int] | None = None
+    #: local GPUs: fixed groups, each trial takes one whole (GPU Task Scheduler's ``[["0", "1"], ["2", "3"]]`` or a
+    #: mixed ``["0", ["1", "2"]]``): it sees exactly that group's GPUs
+    device_groups: list[list[int]] | None = None
     #: Slurm: nodes per trial (a multi-node trial), GPUs on each node (``gpus`` is per node on Slurm too), and the
     #: rest of a job's shape (SlurmJobOperator's arguments of the same names)
     nodes: int | str | None = None
@@ -149,6 +152,15 @@ class TrialResources:
             if len(self.devices) < max(1, self.gpus):
                 raise InvalidArgumentError(f"{where}.devices", self.devices, f"at least gpus={self.gpus} indices")
             self.devices = list(self.devices)
+        if self.device_groups is not None:
+            from airflow_provider_gpusched.core.gpu.placement import GPURequest
+
+            try:
+                request = GPURequest(device_groups=self.device_groups, devices=self.devices)
+            except InvalidArgumentError as exc:
+                raise InvalidArgumentError(f"{where}.{exc.argument}", exc.value, exc.expected) from None
+            self.device_groups = [list(g) for g in request.device_groups]
+            self.gpus = request.gpus  # the largest group (pool slots, the board)
         if self.gpus_per_node is not None and (isinstance(self.gpus_per_node, bool)
                                                or not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 0):
             raise InvalidArgumentError(f"{where}.gpus_per_node", self.gpus_per_node, "a whole number >= 0")
@@ -224,7 +236,8 @@ class TrialResources:
         trial's shell first."""
         return {"gpus": max(1, self.gpus_on_each_node), "gpu_memory": self.gpu_memory, "mem": self.mem,
                 "job_class": self.job_class, "priority": self.priority, "env": self.env or None,
-                "devices": self.devices, "setup": self.setup or None, "cpus": self.cpus,
+                "devices": self.devices, "device_groups": self.device_groups, "setup": self.setup or None,
+                "cpus": self.cpus,
                 "time_limit": self.time_limit}
 
     def slurm_arguments(self) -> dict[str, Any]:
@@ -679,11 +692,15 @@ def _scheduler_config(data: Mapping, where: str) -> dict:
             raise InvalidArgumentError(f"{where}: {head}", section, "a mapping")
         section = dict(section)
         if key == "gpu":
-            gpus, devices = value
-            if "devices" in section:
-                raise InvalidArgumentError(f"{w}.gpu", block[key], "one place: resources.devices is given too")
-            section.setdefault("gpus", gpus)
-            section["devices"] = devices
+            gpus, devices, groups = value
+            if "devices" in section or "device_groups" in section:
+                raise InvalidArgumentError(f"{w}.gpu", block[key], "one place: resources.devices (or device_groups) "
+                                           "is given too")
+            if groups is not None:  # groups, or a mixed list: each trial takes one whole group
+                section["device_groups"] = groups
+            else:
+                section.setdefault("gpus", gpus)
+                section["devices"] = devices
         else:
             if leaf in section:
                 raise InvalidArgumentError(f"{w}.{key}", value, f"one place: {target} is given too")
@@ -692,7 +709,9 @@ def _scheduler_config(data: Mapping, where: str) -> dict:
     return out
 
 
-def _gpu_groups(value: Any, where: str) -> tuple[int, list[int]]:
+def _gpu_groups(value: Any, where: str) -> tuple[int, list[int], list[list[int]] | None]:
+    """``(gpus, devices, None)`` for a list of GPU ids (each trial one GPU of them); ``(largest group, ids,
+    groups)`` when the list holds groups (``[["0", "1"], ["2", "3"]]``, or mixed ``["0", ["1", "2"]]``)."""
     groups = [g if isinstance(g, (list, tuple)) else [g] for g in value] \
         if isinstance(value, (list, tuple)) and value else None
     try:
@@ -701,13 +720,12 @@ def _gpu_groups(value: Any, where: str) -> tuple[int, list[int]]:
         indices = None
     if not indices or any(not g or min(g) < 0 for g in indices):
         raise InvalidArgumentError(where, value, "GPU ids such as ['0', '1'] or groups such as [['0', '1'], ['2', '3']]")
-    sizes = {len(g) for g in indices}
-    if len(sizes) != 1:
-        raise InvalidArgumentError(where, value, "groups of one size (run trials of other sizes as another sweep)")
     flat = [d for g in indices for d in g]
     if len(set(flat)) != len(flat):
         raise InvalidArgumentError(where, value, "each GPU id once")
-    return sizes.pop(), flat
+    if all(not isinstance(g, (list, tuple)) for g in value):
+        return 1, flat, None
+    return max(len(g) for g in indices), flat, indices
 
 
 def _env_max_trials(where: str) -> int:

@@ -150,7 +150,7 @@ def run_sweep(spec: str | SweepSpec, *, results_root: str | None = None, manager
     r = spec.resources
     wanted = r.local_gpu_arguments()
     request = GPURequest(gpus=wanted["gpus"], gpu_memory=wanted["gpu_memory"], host_memory=wanted["mem"],
-                         devices=wanted["devices"], cpus=wanted["cpus"])
+                         devices=wanted["devices"], cpus=wanted["cpus"], device_groups=wanted["device_groups"])
     manager.check_possible(request)
     run = run or f"terminal__{time.strftime('%Y-%m-%dT%H:%M:%S')}__{os.getpid()}"
     limit = None if r.time_limit is None else time_limit_seconds(r.time_limit)
