@@ -257,6 +257,8 @@ class _Stage:
         session, python = self.session, self.execution.interpreter
         batched, backend, chunk_size = self.batched, self.backend, self.chunk_size
         max_array_parallel = self.execution.max_array_parallel
+        if self.spec.max_workers is not None:
+            max_array_parallel = min(max_array_parallel or self.spec.max_workers, self.spec.max_workers)
 
         @task(task_id="plan")
         def plan() -> list:
@@ -302,12 +304,17 @@ class _Stage:
 
         r = self.spec.resources
         apply_job_class(kwargs, r.job_class, r.priority, r.gpus)
+        if self.spec.max_workers is not None:  # one chunk at a time, each with at most max_workers trials at once
+            kwargs.setdefault("max_active_tis_per_dagrun", 1)
         return kwargs
 
     def _trial_operator(self, task_id: str, label_template: str):
         r, ex = self.spec.resources, self.execution
         common = dict(task_id=task_id, map_index_template=label_template, sweep_name=self.spec.name,
                       poll_interval=ex.poll_interval, **ex.trial_kwargs)
+        if self.spec.max_workers is not None:  # DI-toolkit's max_workers: trials of a DAG run at once (a job
+            # array holds up to max_workers itself, with %N: then one array at a time)
+            common.setdefault("max_active_tis_per_dagrun", 1 if task_id == "trial_array" else self.spec.max_workers)
         if self.backend == "local":
             from airflow_provider_gpusched.task_groups.trial_operators import SweepTrialGPUOperator
 
@@ -320,6 +327,8 @@ class _Stage:
     def _local_runner(self, round_no: int | None):
         session, spec = self.session, self.spec
         parallel, per_process = self.execution.parallel, self.execution.trials_per_process
+        if spec.max_workers is not None:
+            parallel = min(parallel or spec.max_workers, spec.max_workers)
 
         @task(**self._class_kwargs(task_id="run_batch", map_index_template="chunk {{ chunk }}",
                                    **self.execution.trial_kwargs))

@@ -156,3 +156,27 @@ def test_gpu_task_scheduler_gpu_groups_each_trial_takes_one_whole_group(tmp_path
         assert summary["counts"]["succeeded"] == 4
         records = json.loads((tmp_path / "sweeps" / name / "summary.json").read_text())["records"]
         assert {r["result"]["cvd"] for r in records} == groups  # a whole group each, and both groups used
+
+
+def test_di_toolkit_max_workers_caps_the_trials_running_at_once(tmp_path):
+    """DI-toolkit's ``.max_workers(4)``: here 2 on a host where 4 trials would fit."""
+    from airflow_provider_gpusched import SweepSpec, run_sweep
+    from airflow_provider_gpusched.core.sweep.spec import TrialResources
+
+    state = tmp_path / "leases"
+    state.mkdir(mode=0o700)
+    manager = LeaseManager(SimulatedInventory("4x24GiB"), str(state))
+    # each trial says it started, waits until a second one has (so two always overlap), then works 0.5 s
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    stamp = ("import glob, json, os, sys, time; a = time.time(); open(os.path.join(sys.argv[1], sys.argv[2]), 'w').close();"
+             " [time.sleep(0.05) for _ in range(400) if len(glob.glob(os.path.join(sys.argv[1], '*'))) < 2];"
+             " time.sleep(0.5); json.dump({'y': 1, 'start': a, 'end': time.time()}, open('result.json', 'w'))")
+    spec = SweepSpec(name="capped", test_config=[{"x": [1, 2, 3, 4, 5, 6]}],
+                     command=[sys.executable, "-c", stamp, str(marks), "{x}"],
+                     max_workers=2, resources=TrialResources(gpu_memory="1GiB"))
+    run_sweep(spec, results_root=str(tmp_path / "sweeps"), manager=manager, progress=False)
+    spans = [(r["result"]["start"], r["result"]["end"]) for r in json.loads(
+        (tmp_path / "sweeps" / "capped" / "summary.json").read_text())["records"]]
+    most = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
+    assert most == 2  # never more than max_workers at once, and it did use both

@@ -346,6 +346,8 @@ class SweepSpec:
     #: where a relative path in ``command`` is found (a trial runs in its own folder): default the YAML spec's
     #: directory, or the directory of the Python file that made the spec (the DAG file)
     base_dir: str | None = None
+    #: at most this many trials run at once, on any backend (DI-toolkit's ``.max_workers(4)``); None: what fits
+    max_workers: int | None = None
     where: str = "sweep"
 
     def __post_init__(self) -> None:
@@ -444,6 +446,9 @@ class SweepSpec:
             self._resolve_command_paths()
         if self.python_callable is not None and not callable(self.python_callable):
             raise InvalidArgumentError(f"{w}: python_callable", self.python_callable, "a callable")
+        if self.max_workers is not None and (isinstance(self.max_workers, bool) or not isinstance(
+                self.max_workers, int) or self.max_workers < 1):
+            raise InvalidArgumentError(f"{w}: max_workers", self.max_workers, "a whole number >= 1")
         for name in ("count", "rounds", "per_round", "top_n"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):

@@ -152,6 +152,8 @@ def run_sweep(spec: str | SweepSpec, *, results_root: str | None = None, manager
     request = GPURequest(gpus=wanted["gpus"], gpu_memory=wanted["gpu_memory"], host_memory=wanted["mem"],
                          devices=wanted["devices"], cpus=wanted["cpus"], device_groups=wanted["device_groups"])
     manager.check_possible(request)
+    if spec.max_workers is not None:
+        parallel = min(parallel or spec.max_workers, spec.max_workers)
     run = run or f"terminal__{time.strftime('%Y-%m-%dT%H:%M:%S')}__{os.getpid()}"
     limit = None if r.time_limit is None else time_limit_seconds(r.time_limit)
     stages = list(range(spec.rounds)) if spec.in_rounds else [None]
