@@ -180,3 +180,30 @@ def test_di_toolkit_max_workers_caps_the_trials_running_at_once(tmp_path):
         (tmp_path / "sweeps" / "capped" / "summary.json").read_text())["records"]]
     most = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
     assert most == 2  # never more than max_workers at once, and it did use both
+
+
+def test_gpu_task_scheduler_required_env_and_matplotlib_agg_reach_each_trial(tmp_path, manager):
+    """GPUTask.required_env(): "extra environment variable settings ... called before the test starts running";
+    and "the scheduler will automatically set matplotlib's backend to Agg"."""
+    from airflow_provider_gpusched import SweepSpec, run_sweep
+    from airflow_provider_gpusched.core.sweep.spec import TrialResources
+
+    def required_env(params, trial_dir):  # as GPUTask.required_env, with its _config and _work_dir
+        return {"OMP_NUM_THREADS": params["num_run"], "GAN_OUT": os.path.join(trial_dir, "out")}
+
+    show = ("import json, os; json.dump({'y': 1, 'env': [os.environ.get(k) for k in "
+            "('OMP_NUM_THREADS', 'GAN_OUT', 'MPLBACKEND')]}, open('result.json', 'w'))")
+    spec = SweepSpec(name="gts_env", global_config={"num_run": 5}, test_config=[{"method": ["GAN", "ALI"]}],
+                     command=[sys.executable, "-c", show], required_env=required_env,
+                     resources=TrialResources(gpu_memory="1GiB"))
+    run_sweep(spec, results_root=str(tmp_path / "sweeps"), manager=manager, progress=False)
+    for r in json.loads((tmp_path / "sweeps" / "gts_env" / "summary.json").read_text())["records"]:
+        assert r["result"]["env"] == ["5", os.path.join(r["folder"], "out"), "Agg"]
+
+    def broken(params, trial_dir):
+        return {"NOT A NAME": "x"}
+
+    bad = SweepSpec(name="gts_bad_env", test_config=[{"x": [1]}], command=["true"], required_env=broken,
+                    resources=TrialResources(gpu_memory="1GiB"))
+    summary = run_sweep(bad, results_root=str(tmp_path / "sweeps"), manager=manager, progress=False)
+    assert summary["problems"][0]["error"] == "required_env: ValueError: 'NOT A NAME' is not an environment variable name"

@@ -29,7 +29,13 @@ from airflow_provider_gpusched.core.sweep.store import (
     format_counts,
     state_counts,
 )
-from airflow_provider_gpusched.core.sweep.trial_run import CALLABLE_FILE, Manifest, save_callable, write_manifest
+from airflow_provider_gpusched.core.sweep.trial_run import (
+    CALLABLE_FILE,
+    REQUIRED_ENV_FILE,
+    Manifest,
+    save_callable,
+    write_manifest,
+)
 from airflow_provider_gpusched.core.text import printable
 
 ONE_SHOT_MANIFEST = "manifest.json"
@@ -72,6 +78,8 @@ class SweepSession:
     def _target(self) -> dict:
         template = self.spec._template
         extra = {"config_template": {"name": template.name, "text": template.text}} if template else {}
+        if self.spec.required_env is not None:
+            extra["required_env"] = save_callable(self.store.dir, self.spec.required_env, REQUIRED_ENV_FILE)
         if self.spec.python_callable is not None:
             save_callable(self.store.dir, self.spec.python_callable)
             return {"callable": CALLABLE_FILE, **extra}

@@ -348,6 +348,9 @@ class SweepSpec:
     base_dir: str | None = None
     #: at most this many trials run at once, on any backend (DI-toolkit's ``.max_workers(4)``); None: what fits
     max_workers: int | None = None
+    #: GPU Task Scheduler's ``required_env``: ``(params, trial_dir) -> {name: value}``, called in each trial before
+    #: it starts; its variables join the trial's environment (``package.module:function`` in YAML)
+    required_env: Callable | None = None
     where: str = "sweep"
 
     def __post_init__(self) -> None:
@@ -444,6 +447,11 @@ class SweepSpec:
                                                                           "null and lists in YAML)")
             self.command = [str(a) for a in self.command]
             self._resolve_command_paths()
+        if isinstance(self.required_env, str):
+            self.required_env = import_callable(self.required_env, f"{w}: required_env")
+        if self.required_env is not None and not callable(self.required_env):
+            raise InvalidArgumentError(f"{w}: required_env", self.required_env,
+                                       "a function (params, trial_dir) -> {name: value}")
         if self.python_callable is not None and not callable(self.python_callable):
             raise InvalidArgumentError(f"{w}: python_callable", self.python_callable, "a callable")
         if self.max_workers is not None and (isinstance(self.max_workers, bool) or not isinstance(

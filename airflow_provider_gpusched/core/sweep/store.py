@@ -145,10 +145,21 @@ def read_result_json(path: str, folder: str) -> Any:
         return {"_unreadable": f"{path}: not valid JSON ({exc})"}
 
 
-#: what a ``result.pkl`` may hold: plain values and numpy scalars, nothing that runs code when loaded
+class _PlainDict(dict):
+    """What a pickled EasyDict is read as: its items (the attributes it also pickles are the same values)."""
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+
+#: dict subclasses whose pickles are read as plain dicts (their own class is never imported or run)
+_PICKLE_DICTS = {("easydict", "EasyDict"), ("addict.addict", "Dict"), ("munch", "Munch")}
+
+#: what a ``result.pkl`` may hold: plain values, numpy scalars and arrays, nothing that runs code when loaded
 _PICKLE_ALLOWED = {("builtins", n) for n in ("dict", "list", "tuple", "set", "frozenset", "int", "float", "str",
                                               "bool", "complex")} | {("collections", "OrderedDict")} | {
-    (m, n) for m in ("numpy.core.multiarray", "numpy._core.multiarray") for n in ("scalar",)} | {("numpy", "dtype")}
+    (m, n) for m in ("numpy.core.multiarray", "numpy._core.multiarray") for n in ("scalar", "_reconstruct")} | {
+    ("numpy", "dtype"), ("numpy", "ndarray")}
 
 
 def read_pickled_result(path: str, folder: str | None = None) -> Any:
@@ -160,9 +171,11 @@ def read_pickled_result(path: str, folder: str | None = None) -> Any:
 
     class PlainValues(pickle.Unpickler):
         def find_class(self, module: str, name: str) -> Any:
+            if (module, name) in _PICKLE_DICTS:  # EasyDict (DI-toolkit's results) and the like: read as a dict
+                return _PlainDict
             if (module, name) not in _PICKLE_ALLOWED:
-                raise pickle.UnpicklingError(f"it holds a {module}.{name}; only dicts, lists, numbers, strings "
-                                             f"and numpy scalars are read")
+                raise pickle.UnpicklingError(f"it holds a {module}.{name}; only dicts (EasyDict too), lists, "
+                                             f"numbers, strings and numpy scalars and arrays are read")
             return super().find_class(module, name)
 
     fh, why = _open_output(path, folder or os.path.dirname(os.path.abspath(path)))
@@ -194,6 +207,11 @@ def _plain(value: Any, budget: list[int], depth: int) -> Any:
         return {str(k): _plain(v, budget, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
         return [_plain(v, budget, depth + 1) for v in value]
+    if hasattr(value, "tolist") and hasattr(value, "ndim") and value.ndim > 0:  # a numpy array
+        if value.size > budget[0]:
+            raise _TooBig(f"more than {MAX_RESULT_VALUES} values (a numpy array of {value.size})")
+        budget[0] -= value.size
+        return _plain(value.tolist(), [MAX_RESULT_VALUES], depth)
     if hasattr(value, "item") and callable(value.item):  # a numpy scalar
         return value.item()
     if isinstance(value, complex):

@@ -35,6 +35,7 @@ from airflow_provider_gpusched.core.sweep.store import (
 )
 
 CALLABLE_FILE = "callable.pkl"
+REQUIRED_ENV_FILE = "required_env.pkl"
 EXIT_USAGE = 2
 EXIT_INVALID_RESULT = 3  # the trial ran, but its result is unusable (on_invalid_result: fail)
 EXIT_WRITE_FAILED = 4  # the trial runner could not write under the results root (full disk, quota)
@@ -49,15 +50,16 @@ def trial_record(trial: Trial) -> dict:
     return {"trial_id": trial.trial_id, "label": trial.label, "index": trial.index, "params": trial.params}
 
 
-def save_callable(folder: str, func: Callable) -> str:
-    """Pickle a trial callable by value when its module is not importable elsewhere (a DAG file)."""
+def save_callable(folder: str, func: Callable, name: str = CALLABLE_FILE) -> str:
+    """Pickle a trial callable (or the spec's ``required_env``) by value when its module is not importable
+    elsewhere (a DAG file); returns the file's name in ``folder``."""
     from airflow_provider_gpusched.core import pyfunc
     from airflow_provider_gpusched.core.safe_files import write_atomic
 
     os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, CALLABLE_FILE)
+    path = os.path.join(folder, name)
     write_atomic(path, pyfunc.dumps(func, func), None)
-    return path
+    return name
 
 
 def write_manifest(store: TrialStore, name: str, *, trials: Sequence[Trial], pending: Sequence[Trial],
@@ -98,6 +100,13 @@ class Manifest:
         size = self.data.get("chunk_size") or len(self.pending) or 1
         return -(-len(self.pending) // size)
 
+    def load_required_env(self) -> Callable:
+        """GPU Task Scheduler's ``required_env``: the function the spec pickled (core/sweep/session.py)."""
+        import pickle
+
+        with open(os.path.join(self.store.dir, self.data["target"]["required_env"]), "rb") as fh:
+            return pickle.load(fh)  # noqa: S301 - the sweep's own file, in its private folder
+
     def load_callable(self) -> Callable:
         """The sweep's callable, unpickled once per manifest object (a group runs several trials with it)."""
         if self._callable is None:
@@ -110,10 +119,32 @@ class Manifest:
 
 
 def trial_environment(trial: Trial, folder: str, sweep: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    return {**dict(extra or {}), "GPUSCHED_SWEEP": sweep, "GPUSCHED_TRIAL_ID": trial.trial_id,
+    # matplotlib draws to files in a trial, never to a screen (GPU Task Scheduler sets Agg too); a trial that wants
+    # another backend says so in its environment or with matplotlib.pyplot.switch_backend
+    agg = {} if "MPLBACKEND" in os.environ or "MPLBACKEND" in (extra or {}) else {"MPLBACKEND": "Agg"}
+    return {**agg, **dict(extra or {}), "GPUSCHED_SWEEP": sweep, "GPUSCHED_TRIAL_ID": trial.trial_id,
             "GPUSCHED_TRIAL_DIR": folder, "GPUSCHED_TRIAL_LABEL": trial.label,
             "GPUSCHED_REPORT_FILE": os.path.join(folder, "reports.jsonl"),
             "GPUSCHED_TRIAL_PARAMS": json.dumps(nested(trial.params), default=str)}
+
+
+_ENV_NAME = __import__("re").compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def required_env(manifest: Manifest, trial: Trial, folder: str) -> dict[str, str]:
+    """What the spec's ``required_env(params, trial_dir)`` returns for this trial, checked: names of environment
+    variables, values as strings (GPU Task Scheduler calls it before the test starts)."""
+    value = call_trial(manifest.load_required_env(), nested(trial.params), folder)
+    if not isinstance(value, Mapping):
+        raise TypeError(f"expected a mapping of variable name -> value, got {type(value).__name__}")
+    out = {}
+    for name, item in value.items():
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not an environment variable name")
+        if item is None or "\x00" in str(item):
+            raise ValueError(f"{name}: expected a value (text without NUL), got {item!r}")
+        out[name] = str(item)
+    return out
 
 
 def call_trial(func: Callable, params: dict, folder: str) -> Any:
@@ -224,6 +255,14 @@ def _run_claimed(manifest: Manifest, trial: Trial, out) -> int:
     folder = store.mark_running(trial, run=manifest.data.get("run"), log=log_path)
     env = trial_environment(trial, folder, store.sweep, manifest.data.get("env"))
     target = manifest.data["target"]
+    if target.get("required_env"):
+        try:
+            env.update(required_env(manifest, trial, folder))
+        except Exception as exc:  # noqa: BLE001 - the user's function: the trial fails, saying so
+            why = f"required_env: {type(exc).__name__}: {exc}"
+            store.mark_finished(trial, ok=False, exit_code=2, error=why)
+            print(f"[gpusched] trial {trial.trial_id}: {why}", file=out, flush=True)
+            return 2
     config = None
     if target.get("config_template"):
         try:
