@@ -249,3 +249,28 @@ def test_resources_devices_are_checked():
         SweepSpec(name="d", command=["true"], resources={"gpus": 2, "devices": [1]})
     with pytest.raises(InvalidArgumentError, match="distinct GPU indices"):
         SweepSpec(name="d", command=["true"], resources={"devices": [1, 1]})
+
+
+def test_pavi_function_resource_launcher_and_dist_params_map_onto_backend_and_distributed_starts():
+    """Seed 000's own block: function_resource = dict(launcher='slurm', dist_params=dict(backend='nccl'),
+    executor=..., source=..., partition='pat_dev', num_cpus=1, num_gpus=8, normal=True)."""
+    resource = {"launcher": "slurm", "dist_params": {"backend": "nccl"},
+                "source": "source /mnt/lustre/share/platform/env/pt1.7.0", "partition": "pat_dev",
+                "num_cpus": 1, "num_gpus": 8, "normal": True}
+    spec = SweepSpec.from_dict({"name": "pavi", "command": ["true"], "test_config": [{"x": [1]}],
+                                "function_resource": resource})
+    r = spec.resources
+    assert (r.backend, r.distributed, r.gpus, r.cpus, r.partition, r.job_class) == ("slurm", "srun", 8, 1, "pat_dev",
+                                                                                     "normal")
+    assert r.setup == ["source /mnt/lustre/share/platform/env/pt1.7.0"] and r.env == {"GPUSCHED_DIST_BACKEND": "nccl"}
+    with pytest.raises(Exception, match="resources.backend='slurm' \\(pavi's launcher\\): these trials run on slurm only"):
+        r.check_backend("local", "pavi")
+    r.check_backend("slurm", "pavi")
+    with pytest.raises(InvalidArgumentError, match="executor: expected no executor: pavi's cluster name"):
+        SweepSpec.from_dict({"name": "pavi", "command": ["true"],
+                             "function_resource": {**resource, "executor": "cluster_sh1986-SH-IDC1-10-198-6-31"}})
+    with pytest.raises(InvalidArgumentError, match="launcher: expected one of"):
+        SweepSpec.from_dict({"name": "pavi", "command": ["true"], "function_resource": {"launcher": "mpi"}})
+    local = SweepSpec.from_dict({"name": "p2", "command": ["true"],
+                                 "function_resource": {"launcher": "pytorch", "dist_params": {"backend": "gloo"}}})
+    assert (local.resources.backend, local.resources.distributed) == (None, "torchrun")

@@ -93,6 +93,8 @@ class TrialResources:
     env: dict[str, str] = field(default_factory=dict)
     #: local GPUs: the GPU indices trials may use (GPU Task Scheduler's ``gpu`` list); None: any
     devices: list[int] | None = None
+    #: the only backend these trials may run on (pavi's ``launcher='slurm'``); None: either
+    backend: str | None = None
     #: local GPUs: fixed groups, each trial takes one whole (GPU Task Scheduler's ``[["0", "1"], ["2", "3"]]`` or a
     #: mixed ``["0", ["1", "2"]]``): it sees exactly that group's GPUs
     device_groups: list[list[int]] | None = None
@@ -143,6 +145,8 @@ class TrialResources:
             if not isinstance(value, (str, int, float)) or isinstance(value, bool) or "\x00" in str(value):
                 raise InvalidArgumentError(f"{where}.env.{key}", value, "a string or number")
         self.env = {str(k): str(v) for k, v in self.env.items()}
+        if self.backend is not None and self.backend not in ("local", "slurm"):
+            raise InvalidArgumentError(f"{where}.backend", self.backend, "'local' or 'slurm'")
         if self.devices is not None:
             if (isinstance(self.devices, (str, bytes)) or not isinstance(self.devices, Sequence) or not self.devices
                     or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in self.devices)
@@ -214,6 +218,9 @@ class TrialResources:
     def check_backend(self, backend: str, sweep: str) -> None:
         """Refuse the settings that ``backend`` cannot honour (docs/sweeps.md: each setting per backend), naming the
         setting and the backend: nothing is dropped without a word."""
+        if self.backend is not None and self.backend != backend:
+            raise GpuschedError(f"sweep {sweep}: resources.backend={self.backend!r} (pavi's launcher): these trials "
+                                f"run on {self.backend} only, not on the {backend} backend")
         if backend != "local":
             return
         slurm_only = [n for n in self.SLURM_SHAPE if getattr(self, n) is not None
@@ -610,7 +617,8 @@ class SweepSpec:
     def from_dict(cls, data: Any, where: str = "sweep") -> SweepSpec:
         if not isinstance(data, Mapping):
             raise InvalidArgumentError(where, data, "a mapping with name, command and a search space")
-        allowed = {f.name for f in fields(cls)} - {"where", "python_callable"} | {"callable", "scheduler_config"}
+        allowed = {f.name for f in fields(cls)} - {"where", "python_callable"} | {"callable", "scheduler_config",
+                                                                                "function_resource"}
         if "name" not in data:
             raise InvalidArgumentError(f"{where}: name", None, "a sweep name (the key is missing)")
         unknown = [k for k in data if k not in allowed]
@@ -618,6 +626,11 @@ class SweepSpec:
             raise InvalidArgumentError(f"{where}: {unknown[0]}", data[unknown[0]],
                                        f"a known key (one of {sorted(allowed)})")
         kwargs = dict(data)
+        if "function_resource" in kwargs:  # pavi's name for the resources of each call
+            if "resources" in kwargs:
+                raise InvalidArgumentError(f"{where}: function_resource", kwargs["function_resource"],
+                                           "one place: resources is given too")
+            kwargs["resources"] = kwargs.pop("function_resource")
         if "scheduler_config" in kwargs:
             kwargs = _scheduler_config(kwargs, where)
         if "callable" in kwargs:
@@ -775,6 +788,36 @@ def _objective(data: Mapping, where: str) -> Objective:
         raise InvalidArgumentError(f"{where}.{exc.argument.split('.')[-1]}", exc.value, exc.expected) from None
 
 
+#: pavi's launchers: where its function runs, and how it starts as ranks
+PAVI_LAUNCHERS = {"slurm": ("slurm", "srun"), "pytorch": (None, "torchrun"), "none": (None, None)}
+
+
+def _pavi_launch(data: dict, where: str) -> dict:
+    """pavi's ``function_resource`` keys ``launcher`` and ``dist_params`` as our settings: ``launcher='slurm'``
+    runs the trials on Slurm only (``backend``), ``dist_params`` starts them as ranks (one per GPU: srun on Slurm,
+    torchrun elsewhere) with ``$GPUSCHED_DIST_BACKEND`` naming the backend for ``init_process_group``."""
+    if "executor" in data:
+        raise InvalidArgumentError(f"{where}.executor", data["executor"], "no executor: pavi's cluster name has no "
+                                   "meaning here; the sweep's Slurm connection picks the cluster "
+                                   "(sweep_task_group(spec, backend='slurm', slurm_conn_id=...))")
+    launcher = data.pop("launcher", None)
+    if launcher is not None and launcher not in PAVI_LAUNCHERS:
+        raise InvalidArgumentError(f"{where}.launcher", launcher, f"one of {sorted(PAVI_LAUNCHERS)} (pavi's launchers)")
+    backend, start = PAVI_LAUNCHERS.get(launcher, (None, None))
+    if backend:
+        data.setdefault("backend", backend)
+    params = data.pop("dist_params", None)
+    if params is not None:
+        if not isinstance(params, Mapping) or set(params) - {"backend"}:
+            raise InvalidArgumentError(f"{where}.dist_params", params, "{backend: nccl} (the process group's backend)")
+        if params.get("backend") not in (None, "nccl", "gloo", "mpi"):
+            raise InvalidArgumentError(f"{where}.dist_params.backend", params.get("backend"), "nccl, gloo or mpi")
+        data.setdefault("distributed", start or "torchrun")
+        if params.get("backend"):
+            data["env"] = {**dict(data.get("env") or {}), "GPUSCHED_DIST_BACKEND": params["backend"]}
+    return data
+
+
 def _build(kind: type, data: Mapping, where: str) -> Any:
     names = {f.name for f in fields(kind)}
     data = dict(data)
@@ -782,6 +825,7 @@ def _build(kind: type, data: Mapping, where: str) -> Any:
         for seed_name, ours in (("num_gpus", "gpus"), ("num_cpus", "cpus"), ("source", "setup")):
             if seed_name in data and ours not in data:
                 data[ours] = data.pop(seed_name)
+        data = _pavi_launch(data, where)
         if "normal" in data and "job_class" not in data:
             normal = data.pop("normal")
             if not isinstance(normal, bool):
