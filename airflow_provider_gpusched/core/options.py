@@ -76,6 +76,17 @@ OPTIONS: tuple[Option, ...] = (
            "partition/qos/nice/requeue, and the local-GPU preemption policy (grace_period, min_runtime, "
            "max_preemptions, backoff, idle_for, max_utilization, max_foreign_memory). Empty: built-in defaults "
            "(docs/idle-filling.md).", "/etc/airflow/gpusched-classes.yaml"),
+    # fedflow's host limits (its utilization-limit.cpu, remain-limit.memory, remain-limit.cuda-memory), as the
+    # defaults of every local-GPU request that does not give its own
+    Option("max_cpu_percent", "float", 0.0,
+           "Default host limit of local GPU work (fedflow's utilization-limit.cpu, as a percentage): work starts "
+           "only while the host's CPU utilisation is at most this. 0: no limit.", "80"),
+    Option("min_free_ram", "string", "",
+           "Default host limit of local GPU work (fedflow's remain-limit.memory): work starts only while at least "
+           "this much host RAM is free. Empty: no limit.", "8GiB"),
+    Option("gpu_memory_margin", "string", "",
+           "Default GPU memory kept free on each GPU when local work is packed by memory (fedflow's "
+           "remain-limit.cuda-memory). Empty: none.", "1GiB"),
     Option("output_tail_lines", "integer", 40,
            "Lines of a job's output quoted in the task log when it finishes, and shown on the UI's Slurm job "
            "page.", "40"),
@@ -103,6 +114,19 @@ def directory_outside_airflow(name: str) -> str:
     else the default under ``$AIRFLOW_HOME``."""
     configured = os.environ.get(ENV_PREFIX + name.upper())
     return os.path.expanduser(configured) if configured else default_directory(name)
+
+
+def host_limit_defaults(read: Any = None) -> dict[str, Any]:
+    """The host limits a local-GPU request gets when it gives none (GPURequest's ``max_cpu_percent``,
+    ``min_free_ram``, ``memory_margin``): from ``read(name)`` (Airflow's config), else ``$AIRFLOW__GPUSCHED__*``."""
+    def value(name: str) -> Any:
+        if read is not None:
+            return read(name)
+        raw = os.environ.get(ENV_PREFIX + name.upper(), "")
+        return float(raw) if raw and BY_NAME[name].type == "float" else (raw or BY_NAME[name].default)
+
+    cpu, ram, margin = value("max_cpu_percent"), value("min_free_ram"), value("gpu_memory_margin")
+    return {"max_cpu_percent": float(cpu) if cpu else None, "min_free_ram": ram or None, "memory_margin": margin or 0}
 
 
 def provider_config() -> dict[str, Any]:

@@ -66,7 +66,8 @@ class LocalGPUOperator(BaseOperator):
     :param devices: restrict to these GPU indices.
     :param device_groups: fixed GPU groups (``[[0, 1], [2, 3]]``, or mixed ``[[0], [1, 2]]``): the work takes one
         whole group, whichever is free first, and sees exactly its GPUs (GPU Task Scheduler's GPU groups).
-    :param memory_margin, max_foreign_processes, min_free_ram, max_cpu_percent: admission limits.
+    :param memory_margin, max_foreign_processes, min_free_ram, max_cpu_percent: admission limits (not given:
+        ``[gpusched] gpu_memory_margin``, ``min_free_ram``, ``max_cpu_percent``: fedflow's host limits).
     :param cpus: host CPUs this task reserves while it runs: CPUs no other lease holds, its child pinned to them
         (CPU affinity; ``$GPUSCHED_CPUS`` lists them, ``OMP_NUM_THREADS`` defaults to their number).
     :param mem: host RAM this task reserves while it runs (``'16GiB'``): admitted only while the
@@ -111,7 +112,7 @@ class LocalGPUOperator(BaseOperator):
         gpu_memory: int | str | None = None,
         devices: Sequence[int] | None = None,
         device_groups: Sequence[Sequence[int]] | None = None,
-        memory_margin: int | str = 0,
+        memory_margin: int | str | None = None,
         max_foreign_processes: int | None = None,
         min_free_ram: int | str | None = None,
         max_cpu_percent: float | None = None,
@@ -134,6 +135,10 @@ class LocalGPUOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         mem = renamed_argument(kwargs.get("task_id", "?"), "mem", mem, "host_memory", host_memory)
+        limits = settings.host_limit_defaults()  # [gpusched] defaults for the limits not given here
+        memory_margin = limits["memory_margin"] if memory_margin is None else memory_margin
+        min_free_ram = limits["min_free_ram"] if min_free_ram is None else min_free_ram
+        max_cpu_percent = limits["max_cpu_percent"] if max_cpu_percent is None else max_cpu_percent
         job_class, priority = apply_local_gpu_class(kwargs, job_class, priority, gpus, gpu_memory)
         super().__init__(**kwargs)
         given = [x for x in (command, bash_command, python_callable) if x is not None]

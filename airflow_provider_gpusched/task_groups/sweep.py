@@ -347,7 +347,7 @@ class _Stage:
             wanted = r.local_gpu_arguments()
             request = GPURequest(gpus=wanted["gpus"], gpu_memory=wanted["gpu_memory"],
                                  host_memory=wanted["mem"], devices=wanted["devices"], cpus=wanted["cpus"],
-                                 device_groups=wanted["device_groups"])
+                                 device_groups=wanted["device_groups"], **settings.host_limit_defaults())
             manager = LocalGPUHook().get_conn()
             ti = context["ti"]
             print(f"chunk {chunk}: {len(trials)} trials on {manager.inventory.source} GPUs")

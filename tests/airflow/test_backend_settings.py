@@ -94,3 +94,28 @@ def test_a_dag_skips_what_a_terminal_run_of_the_same_sweep_finished(airflow_db, 
     counts = xcoms["shared_with_terminal.collect"]["return_value"]["counts"]
     assert counts["skipped"] == 3 and counts["succeeded"] == 3
     assert xcoms["shared_with_terminal.leaderboard"]["return_value"]["score"] == summary["best"]["score"]
+
+
+def test_fedflows_host_limits_are_gpusched_options_that_local_work_gets_by_default(airflow_db, monkeypatch):
+    """fedflow's utilization-limit.cpu, remain-limit.memory and remain-limit.cuda-memory: [gpusched] options that
+    every local-GPU request gets unless it gives its own."""
+    import pendulum
+    from airflow.sdk import DAG
+
+    from airflow_provider_gpusched import LocalGPUOperator
+    from airflow_provider_gpusched.core.options import host_limit_defaults
+
+    start = pendulum.datetime(2026, 1, 1, tz="UTC")
+    with DAG("limits_default", schedule=None, start_date=start):
+        plain = LocalGPUOperator(task_id="plain", command=["true"])
+    assert (plain.request.max_cpu_percent, plain.request.min_free_ram, plain.request.memory_margin) == (None, None, 0)
+    monkeypatch.setenv("AIRFLOW__GPUSCHED__MAX_CPU_PERCENT", "80")
+    monkeypatch.setenv("AIRFLOW__GPUSCHED__MIN_FREE_RAM", "8GiB")
+    monkeypatch.setenv("AIRFLOW__GPUSCHED__GPU_MEMORY_MARGIN", "1GiB")
+    with DAG("limits_set", schedule=None, start_date=start):
+        limited = LocalGPUOperator(task_id="limited", command=["true"])
+        own = LocalGPUOperator(task_id="own", command=["true"], max_cpu_percent=95, memory_margin=0)
+    assert (limited.request.max_cpu_percent, limited.request.min_free_ram, limited.request.memory_margin) == \
+        (80.0, 8 * 2**30, 2**30)
+    assert (own.request.max_cpu_percent, own.request.memory_margin) == (95, 0)  # its own win
+    assert host_limit_defaults() == {"max_cpu_percent": 80.0, "min_free_ram": "8GiB", "memory_margin": "1GiB"}

@@ -21,6 +21,7 @@ import time
 from typing import Any, Callable
 
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.options import host_limit_defaults
 from airflow_provider_gpusched.core.sweep.session import SweepSession
 from airflow_provider_gpusched.core.sweep.spec import SweepSpec
 from airflow_provider_gpusched.core.units import time_limit_seconds
@@ -150,7 +151,8 @@ def run_sweep(spec: str | SweepSpec, *, results_root: str | None = None, manager
     r = spec.resources
     wanted = r.local_gpu_arguments()
     request = GPURequest(gpus=wanted["gpus"], gpu_memory=wanted["gpu_memory"], host_memory=wanted["mem"],
-                         devices=wanted["devices"], cpus=wanted["cpus"], device_groups=wanted["device_groups"])
+                         devices=wanted["devices"], cpus=wanted["cpus"], device_groups=wanted["device_groups"],
+                         **host_limit_defaults())
     manager.check_possible(request)
     if spec.max_workers is not None:
         parallel = min(parallel or spec.max_workers, spec.max_workers)
