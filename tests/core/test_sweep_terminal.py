@@ -207,3 +207,30 @@ def test_gpu_task_scheduler_required_env_and_matplotlib_agg_reach_each_trial(tmp
                     resources=TrialResources(gpu_memory="1GiB"))
     summary = run_sweep(bad, results_root=str(tmp_path / "sweeps"), manager=manager, progress=False)
     assert summary["problems"][0]["error"] == "required_env: ValueError: 'NOT A NAME' is not an environment variable name"
+
+
+def test_gpu_task_schedulers_existing_result_folders_are_not_run_again(tmp_path, manager):
+    """"If force_rerun=False, when the result folder exists, the scheduler will skip the test instance": a folder
+    GPU Task Scheduler left under result_root_folder, in its naming, counts as done."""
+    from airflow_provider_gpusched import run_sweep
+
+    results = tmp_path / "results"
+    (results / "method-GAN,num_packing-1,num_zmode-1").mkdir(parents=True)  # from an earlier GTS run
+    (tmp_path / "gts.yaml").write_text(textwrap.dedent(f"""
+        name: gan
+        scheduler_config: {{gpu: ["0", "1"], result_root_folder: {results}}}
+        global_config: {{num_run: 5, num_epoch: 200}}
+        test_config:
+          - {{method: [GAN, ALI], num_packing: [1], num_zmode: [1]}}
+          - {{method: [WGAN], num_packing: [3], num_zmode: [1, 2]}}
+        command: [{sys.executable}, -c, "import json; json.dump(dict(score=1), open('result.json', 'w'))"]
+        objective: {{metric: score}}
+    """))
+    summary = run_sweep(str(tmp_path / "gts.yaml"), manager=manager, progress=False)
+    assert summary["counts"]["succeeded"] == 4
+    records = {r["label"]: r for r in json.loads((results / "gan" / "summary.json").read_text())["records"]}
+    gan = records["method-GAN,num_packing-1,num_zmode-1"]
+    assert gan["result"] is None and not os.path.exists(os.path.join(gan["folder"], "output.log"))  # not run
+    status = json.loads(open(os.path.join(gan["folder"], "status.json")).read())
+    assert "finished by GPU Task Scheduler" in status["note"]
+    assert all(records[k]["result"] == {"score": 1} for k in records if k != gan["label"])

@@ -107,6 +107,8 @@ class SweepSession:
             raise GpuschedError(f"sweep {self.spec.name}: search {self.spec.search} runs in rounds; give round_no")
         force_rerun = self.spec.force_rerun if force_rerun is None else force_rerun
         trials = self.spec.trials() if round_no is None else self.round_trials(round_no)
+        if self.spec.gts_result_folders and not force_rerun:
+            self._adopt_gts_results(trials)
         pending, skipped = self.store.plan(trials, force_rerun)
         name = manifest_name(round_no, run)
         objective = self.spec.objective.to_dict() if self.spec.objective else None
@@ -119,6 +121,15 @@ class SweepSession:
                                      "distributed": self.spec.resources.distributed_settings(backend),
                                      "pruning": self.spec.pruning.to_dict() if self.spec.pruning else None})
         return Manifest(path)
+
+    def _adopt_gts_results(self, trials) -> None:
+        """GPU Task Scheduler skips a test instance whose result folder exists; so do we: such a trial is recorded
+        as succeeded (by that tool, its results in that folder), once."""
+        for trial in trials:
+            legacy = os.path.join(self.store.root, trial.label)
+            if trial.label and os.path.isdir(legacy) and self.store.state(trial) not in DONE_STATES:
+                self.store.mark_finished(trial, ok=True, exit_code=0,
+                                         note=f"finished by GPU Task Scheduler: its result folder {legacy} exists")
 
     def finish_round(self, round_no: int, run: str | None = None) -> dict:
         manifest = self.manifest(round_no, run)

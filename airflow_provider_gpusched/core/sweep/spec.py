@@ -358,6 +358,9 @@ class SweepSpec:
     #: GPU Task Scheduler's ``required_env``: ``(params, trial_dir) -> {name: value}``, called in each trial before
     #: it starts; its variables join the trial's environment (``package.module:function`` in YAML)
     required_env: Callable | None = None
+    #: GPU Task Scheduler's own result folders count: a trial whose ``<results_root>/<label>`` folder exists (as
+    #: that tool names them) is not run again unless force_rerun (set by a ``scheduler_config`` block)
+    gts_result_folders: bool = False
     where: str = "sweep"
 
     def __post_init__(self) -> None:
@@ -696,6 +699,7 @@ def _scheduler_config(data: Mapping, where: str) -> dict:
     if not isinstance(block, Mapping):
         raise InvalidArgumentError(w, block, "a mapping (GPU Task Scheduler's scheduler_config)")
     out = {k: v for k, v in data.items() if k != "scheduler_config"}
+    out.setdefault("gts_result_folders", True)
     ignored = ("temp_folder", "log_file", "scheduler_log_file_path")
     unknown = [k for k in block if k not in SCHEDULER_CONFIG and k not in ignored]
     if unknown:
@@ -732,6 +736,10 @@ def _scheduler_config(data: Mapping, where: str) -> dict:
                 raise InvalidArgumentError(f"{w}.{key}", value, f"one place: {target} is given too")
             section[leaf] = value
         out[head] = section
+    # GPU Task Scheduler's own label defaults (key-value,key-value), so its result folders keep their names
+    labels = out.get("label_format")
+    if labels is None or isinstance(labels, Mapping):
+        out["label_format"] = {"indicator": "-", "separator": ",", "instance_separator": "+", **dict(labels or {})}
     return out
 
 

@@ -337,7 +337,7 @@ class TrialStore:
         return folder
 
     def mark_finished(self, trial: Trial, *, ok: bool, result: Any = None, exit_code: int | None = None,
-                      error: str | None = None, state: str | None = None) -> dict:
+                      error: str | None = None, state: str | None = None, note: str | None = None) -> dict:
         folder = self.prepare(trial)
         if result is not None:
             write_json(os.path.join(folder, "result.json"), result)
@@ -347,6 +347,8 @@ class TrialStore:
         ended = time.time()
         status.update({"state": state or ("succeeded" if ok else "failed"), "trial_id": trial.trial_id, "label": trial.label,
                        "ended": ended, "exit_code": exit_code, "error": error})
+        if note:
+            status["note"] = note
         status["seconds"] = round(ended - status["started"], 3) if "started" in status else None
         write_json(os.path.join(folder, "status.json"), status)
         return status
