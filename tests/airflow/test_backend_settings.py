@@ -119,3 +119,23 @@ def test_fedflows_host_limits_are_gpusched_options_that_local_work_gets_by_defau
         (80.0, 8 * 2**30, 2**30)
     assert (own.request.max_cpu_percent, own.request.memory_margin) == (95, 0)  # its own win
     assert host_limit_defaults() == {"max_cpu_percent": 80.0, "min_free_ram": "8GiB", "memory_margin": "1GiB"}
+
+
+@pytest.mark.parametrize("resources, named", [
+    ({"gpu_memory": "2GiB"}, "resources.gpu_memory='2GiB': a share of a GPU's memory"),
+    ({"devices": [0, 1]}, r"resources.devices=\[0, 1\]: this host's GPU indices"),
+    ({"device_groups": [[0, 1]]}, r"resources.device_groups=\[\[0, 1\]\]: this host's GPU groups"),
+])
+def test_a_setting_the_slurm_backend_cannot_honour_is_refused_naming_it(airflow_db, resources, named):
+    import pendulum
+    from airflow.exceptions import AirflowException
+    from airflow.sdk import DAG
+
+    from airflow_provider_gpusched import Objective, SweepSpec, TrialResources, sweep_task_group
+
+    spec = SweepSpec(name="s", test_config=[{"x": [1]}], command=["true"], objective=Objective("y"),
+                     resources=TrialResources(**resources))
+    with DAG("refused_on_slurm", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
+        with pytest.raises(AirflowException, match=f"sweep s: {named}.* is not something the Slurm backend honours"):
+            sweep_task_group(spec, backend="slurm")
+        sweep_task_group(spec, backend="local", group_id="here")  # where it means something: accepted

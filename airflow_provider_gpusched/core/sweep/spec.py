@@ -210,6 +210,9 @@ class TrialResources:
     #: settings the local backend cannot honour yet: a trial that asks for them is refused, never run without them
     #: (docs/sweeps.md: each setting against each backend)
     NOT_LOCAL = {"partition": "a Slurm partition", "qos": "a Slurm QOS"}
+    #: settings the Slurm backend cannot honour: they describe this host's GPUs
+    NOT_SLURM = {"gpu_memory": "a share of a GPU's memory (Slurm allocates GPUs whole)",
+                 "devices": "this host's GPU indices", "device_groups": "this host's GPU groups"}
 
     def not_local(self) -> list[str]:
         """The settings given that the local backend cannot honour, as ``name=value``."""
@@ -221,6 +224,14 @@ class TrialResources:
         if self.backend is not None and self.backend != backend:
             raise GpuschedError(f"sweep {sweep}: resources.backend={self.backend!r} (pavi's launcher): these trials "
                                 f"run on {self.backend} only, not on the {backend} backend")
+        if backend == "slurm":
+            given = [name for name in self.NOT_SLURM if getattr(self, name) is not None]
+            if given:
+                name = given[0]
+                raise GpuschedError(f"sweep {sweep}: resources.{name}={getattr(self, name)!r}: {self.NOT_SLURM[name]} "
+                                    f"is not something the Slurm backend honours; leave {name} out for "
+                                    f"backend='slurm' (docs/sweeps.md lists each setting per backend)")
+            return
         if backend != "local":
             return
         slurm_only = [n for n in self.SLURM_SHAPE if getattr(self, n) is not None
