@@ -139,6 +139,9 @@ class LocalGPUOperator(BaseOperator):
         memory_margin = limits["memory_margin"] if memory_margin is None else memory_margin
         min_free_ram = limits["min_free_ram"] if min_free_ram is None else min_free_ram
         max_cpu_percent = limits["max_cpu_percent"] if max_cpu_percent is None else max_cpu_percent
+        if isinstance(device_groups, (list, tuple)) and device_groups and all(
+                isinstance(g, (list, tuple)) for g in device_groups):
+            gpus = max(len(g) for g in device_groups)  # a whole group: its pool slots are its largest group's GPUs
         job_class, priority = apply_local_gpu_class(kwargs, job_class, priority, gpus, gpu_memory)
         super().__init__(**kwargs)
         given = [x for x in (command, bash_command, python_callable) if x is not None]
