@@ -172,10 +172,11 @@ def _sweep_run(args) -> int:
     from airflow_provider_gpusched.core.sweep.terminal import SweepInterrupted, load_spec, run_sweep
 
     spec = load_spec(args.spec)
-    manager = LeaseManager(get_inventory(_simulate_option(args)), _state_dir_option(args), shared=_shared_option())
+    manager = None if args.backend == "slurm" else LeaseManager(
+        get_inventory(_simulate_option(args)), _state_dir_option(args), shared=_shared_option())
     try:
         summary = run_sweep(spec, results_root=args.results_root, manager=manager, parallel=args.parallel,
-                            force_rerun=True if args.force_rerun else None)
+                            force_rerun=True if args.force_rerun else None, backend=args.backend)
     except SweepInterrupted as exc:
         print(str(exc), file=sys.stderr)
         return 130
@@ -476,6 +477,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results-root", help="where the sweep keeps results (default: the spec's results_root, "
                                           "$AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT or $AIRFLOW_HOME/gpusched/sweeps)")
     p.add_argument("--parallel", type=_positive_int, help="trials at once (default: what fits on the GPUs)")
+    p.add_argument("--backend", choices=["local", "slurm"], default="local",
+                   help="this host's GPUs (default), or Slurm: job arrays through the local Slurm CLI")
     p.add_argument("--force-rerun", action="store_true", help="run succeeded and pruned trials again")
     p.add_argument("--simulate", help="simulated GPUs, e.g. 4x24GiB (default: NVML, else $GPUSCHED_SIMULATE_GPUS)")
     p.add_argument("--state-dir", help="the GPU lease directory (default: Airflow's, $AIRFLOW__GPUSCHED__GPU_STATE_DIR)")

@@ -130,8 +130,9 @@ class Progress:
 
 def run_sweep(spec: str | SweepSpec, *, results_root: str | None = None, manager: Any = None,
               parallel: int | None = None, force_rerun: bool | None = None, progress: bool | Any = True,
-              on_event: Callable[[str], None] | None = None, run: str | None = None) -> dict[str, Any]:
-    """Run the sweep on this host's GPUs and return its summary (``counts``, ``leaderboard``, ``best``, ``text``:
+              on_event: Callable[[str], None] | None = None, run: str | None = None, backend: str = "local",
+              slurm: Any = None, poll_interval: float = 2.0) -> dict[str, Any]:
+    """Run the sweep on this host's GPUs (or, ``backend="slurm"``, as Slurm job arrays) and return its summary (``counts``, ``leaderboard``, ``best``, ``text``:
     the status table and leaderboard as ``gpusched sweep results`` prints them).
 
     :param spec: a :class:`SweepSpec`, a YAML file, or ``package.module:ATTR``.
@@ -139,14 +140,20 @@ def run_sweep(spec: str | SweepSpec, *, results_root: str | None = None, manager
         ``$GPUSCHED_SIMULATE_GPUS``, in the lease directory Airflow's tasks use).
     :param parallel: trials at once (default: what fits on the GPUs).
     :param progress: draw the progress line (to stderr; or give a file).
+    :param backend: ``"local"`` or ``"slurm"``: each stage's trials as job arrays (``slurm``: the
+        ``SlurmClient``, default the local Slurm CLI), followed every ``poll_interval`` seconds; Ctrl-C cancels them.
     :raises SweepInterrupted: on Ctrl-C, after the running trials were stopped.
     """
+    spec = load_spec(spec)
+    if backend not in ("local", "slurm"):
+        raise InvalidArgumentError("backend", backend, "'local' or 'slurm'")
+    spec.resources.check_backend(backend, spec.name)
+    session = SweepSession(spec, results_root)
+    if backend == "slurm":
+        return _run_on_slurm(spec, session, slurm, force_rerun, progress, run, poll_interval)
     from airflow_provider_gpusched.core.gpu.placement import GPURequest
     from airflow_provider_gpusched.core.sweep.batch import run_local_batch
 
-    spec = load_spec(spec)
-    spec.resources.check_backend("local", spec.name)
-    session = SweepSession(spec, results_root)
     manager = manager or _default_manager()
     r = spec.resources
     wanted = r.local_gpu_arguments()
@@ -193,6 +200,74 @@ def run_sweep(spec: str | SweepSpec, *, results_root: str | None = None, manager
                 board.__exit__(None, None, None)
         if "error" in outcome:
             raise outcome["error"]
+        session.settle(round_no, run)
+        if round_no is not None:
+            session.finish_round(round_no, run)
+    return session.collect(run)
+
+
+#: trials per job array (below Slurm's usual MaxArraySize of 1001)
+SLURM_CHUNK = 1000
+
+
+def slurm_job_arguments(spec: SweepSpec) -> dict[str, Any]:
+    """The spec's resources and job class as SlurmJobSpec fields (sbatch's names)."""
+    from airflow_provider_gpusched.core.job_classes import JobClassMapping
+
+    r = spec.resources
+    args = dict(r.slurm_arguments())
+    job_class, priority = args.pop("job_class"), args.pop("priority")
+    args["cpus_per_task"] = args.pop("cpus")
+    args["environment"] = args.pop("env") or {}
+    args["setup"] = args.get("setup") or ()
+    classes = JobClassMapping.load(os.environ.get("AIRFLOW__GPUSCHED__JOB_CLASSES") or None)
+    for key, value in classes[job_class].slurm_settings(priority).items():
+        if args.get(key) is None:
+            args[key] = value
+    return {k: v for k, v in args.items() if v is not None}
+
+
+def _run_on_slurm(spec: SweepSpec, session: SweepSession, client: Any, force_rerun: bool | None, progress: Any,
+                  run: str | None, poll_interval: float) -> dict[str, Any]:
+    from airflow_provider_gpusched.core.slurm.client import SlurmClient
+    from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec, array_range
+    from airflow_provider_gpusched.core.sweep.trial_run import chunk_argv
+
+    client = client or SlurmClient()
+    run = run or f"terminal__{time.strftime('%Y-%m-%dT%H:%M:%S')}__{os.getpid()}"
+    stages = list(range(spec.rounds)) if spec.in_rounds else [None]
+    board = Progress(session, out=None if progress is True else progress) if progress else None
+    logs = os.path.join(session.store.dir, "logs")
+    os.makedirs(logs, exist_ok=True)
+    base = slurm_job_arguments(spec)
+    for round_no in stages:
+        manifest = session.prepare(round_no, SLURM_CHUNK, run=run, force_rerun=force_rerun, backend="slurm")
+        if board is not None:
+            board.watch(manifest.trials)
+            board.__enter__()
+        jobs: dict[str, int] = {}
+        try:
+            for k in range(manifest.chunk_count()):
+                size = len(manifest.chunk(k))
+                job = client.submit(SlurmJobSpec(
+                    command=chunk_argv(manifest, k), array=array_range(size, spec.max_workers),
+                    job_name=f"sweep.{spec.name}", output=os.path.join(logs, "slurm-%A_%a.out"),
+                    comment=f"gpusched sweep run {spec.name}", **base))
+                jobs[job.job_id] = size
+            while jobs:
+                states = client.statuses(list(jobs), jobs)
+                jobs = {j: n for j, n in jobs.items() if not states[j].is_terminal}
+                if jobs:
+                    time.sleep(poll_interval)
+        except KeyboardInterrupt:
+            if jobs:
+                client.cancel(list(jobs))
+            raise SweepInterrupted(f"sweep {spec.name}: stopped (Slurm jobs {', '.join(jobs) or '-'} cancelled); "
+                                   f"the trials that finished are kept in {session.store.dir}, and the next run goes "
+                                   f"on with the rest") from None
+        finally:
+            if board is not None:
+                board.__exit__(None, None, None)
         session.settle(round_no, run)
         if round_no is not None:
             session.finish_round(round_no, run)
