@@ -25,6 +25,7 @@ _EXPORTS = {
     "report": "core.sweep.reports", "run_sweep": "core.sweep.terminal", "load_spec": "core.sweep.terminal",
     # distributed starts, Slurm job specs (core)
     "RankInfo": "core.distributed", "rank_info": "core.distributed", "SlurmJobSpec": "core.slurm.job",
+    "wait_for_gpus": "core.gpu.stages",
     # Airflow adapters
     "sweep_task_group": "task_groups.sweep",
     "LocalGPUOperator": "operators.local_gpu", "SlurmJobOperator": "operators.slurm",
@@ -38,7 +39,7 @@ _EXPORTS = {
 __all__ = [  # the names of _EXPORTS (a test checks that the two agree)
     "__version__", "SweepSpec", "TrialResources", "EvolutionSettings", "Objective", "PruningRule", "ModelCost",
     "choice", "uniform", "loguniform", "randint", "quniform", "when", "report", "run_sweep", "load_spec", "RankInfo",
-    "rank_info", "SlurmJobSpec", "sweep_task_group", "LocalGPUOperator", "SlurmJobOperator", "SlurmPythonOperator",
+    "rank_info", "SlurmJobSpec", "wait_for_gpus", "sweep_task_group", "LocalGPUOperator", "SlurmJobOperator", "SlurmPythonOperator",
     "PipelinePartitionOperator", "SlurmJobSensor", "GPUAvailableSensor", "SlurmJobTrigger", "GPUAvailableTrigger",
     "SlurmHook", "LocalGPUHook", "EmailNotifier", "WebhookNotifier",
 ]
@@ -58,6 +59,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.distributed import RankInfo, rank_info
+    from airflow_provider_gpusched.core.gpu.stages import wait_for_gpus
     from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec
     from airflow_provider_gpusched.core.sweep.model_cost import ModelCost
     from airflow_provider_gpusched.core.sweep.objective import Objective

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from typing import Any
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
 
 SECTION = "gpusched"
 ENV_PREFIX = f"AIRFLOW__{SECTION.upper()}__"
@@ -87,6 +88,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("gpu_memory_margin", "string", "",
            "Default GPU memory kept free on each GPU when local work is packed by memory (fedflow's "
            "remain-limit.cuda-memory). Empty: none.", "1GiB"),
+    Option("max_waiting", "integer", 0,
+           "Default bound of local two-stage work (load_stage=True; fedflow's scheduler.max-waiting): a load stage "
+           "starts only while fewer than this many load-stage tasks on the host are loading, or loaded and waiting "
+           "for GPUs. 0: no bound.", "4"),
     Option("output_tail_lines", "integer", 40,
            "Lines of a job's output quoted in the task log when it finishes, and shown on the UI's Slurm job "
            "page.", "40"),
@@ -118,7 +123,7 @@ def directory_outside_airflow(name: str) -> str:
 
 def host_limit_defaults(read: Any = None) -> dict[str, Any]:
     """The host limits a local-GPU request gets when it gives none (GPURequest's ``max_cpu_percent``,
-    ``min_free_ram``, ``memory_margin``): from ``read(name)`` (Airflow's config), else ``$AIRFLOW__GPUSCHED__*``."""
+    ``min_free_ram``, ``memory_margin``, ``max_waiting``): from ``read(name)`` (Airflow's config), else ``$AIRFLOW__GPUSCHED__*``."""
     def value(name: str) -> Any:
         if read is not None:
             return read(name)
@@ -126,7 +131,13 @@ def host_limit_defaults(read: Any = None) -> dict[str, Any]:
         return float(raw) if raw and BY_NAME[name].type == "float" else (raw or BY_NAME[name].default)
 
     cpu, ram, margin = value("max_cpu_percent"), value("min_free_ram"), value("gpu_memory_margin")
-    return {"max_cpu_percent": float(cpu) if cpu else None, "min_free_ram": ram or None, "memory_margin": margin or 0}
+    waiting = value("max_waiting")
+    try:
+        waiting = int(waiting or 0)
+    except ValueError:
+        raise InvalidArgumentError("[gpusched] max_waiting", waiting, "a whole number >= 0 (0: no bound)") from None
+    return {"max_cpu_percent": float(cpu) if cpu else None, "min_free_ram": ram or None, "memory_margin": margin or 0,
+            "max_waiting": waiting}
 
 
 def provider_config() -> dict[str, Any]:

@@ -92,6 +92,12 @@ class LocalGPUOperator(BaseOperator):
         ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, started by gpusched: there is no
         srun here). A callable runs on every rank (a ``rank_info`` parameter gets its place); the XCom is rank 0's.
     :param rank_exit_grace: seconds the other ranks may run on after the first one ended; 0: no limit.
+    :param load_stage: fedflow's two-stage task: the work starts with host resources only (``mem``, ``cpus``; no GPU
+        visible) and gets its GPUs, placed by ``gpus``/``gpu_memory`` as usual, when it calls
+        ``airflow_provider_gpusched.wait_for_gpus()`` after loading its data; the data stays loaded while it waits.
+    :param max_waiting: with ``load_stage``: a load stage starts only while fewer than this many load-stage tasks on
+        the host are loading or loaded and waiting for GPUs (fedflow's ``scheduler.max-waiting``); not given:
+        ``[gpusched] max_waiting`` (0: no bound).
     """
 
     template_fields: Sequence[str] = ("command", "bash_command", "env", "cwd", "op_args", "op_kwargs", "setup")
@@ -131,6 +137,8 @@ class LocalGPUOperator(BaseOperator):
         priority: int = 0,
         distributed: str | None = None,
         rank_exit_grace: float = DEFAULT_RANK_EXIT_GRACE,
+        load_stage: bool = False,
+        max_waiting: int | None = None,
         host_memory: int | str | None = None,  # the old name of mem
         **kwargs: Any,
     ) -> None:
@@ -139,6 +147,7 @@ class LocalGPUOperator(BaseOperator):
         memory_margin = limits["memory_margin"] if memory_margin is None else memory_margin
         min_free_ram = limits["min_free_ram"] if min_free_ram is None else min_free_ram
         max_cpu_percent = limits["max_cpu_percent"] if max_cpu_percent is None else max_cpu_percent
+        max_waiting = limits["max_waiting"] if max_waiting is None else max_waiting
         if isinstance(device_groups, (list, tuple)) and device_groups and all(
                 isinstance(g, (list, tuple)) for g in device_groups):
             gpus = max(len(g) for g in device_groups)  # a whole group: its pool slots are its largest group's GPUs
@@ -174,9 +183,13 @@ class LocalGPUOperator(BaseOperator):
             self.request = GPURequest(gpus=gpus, gpu_memory=gpu_memory, devices=devices, device_groups=device_groups,
                                       memory_margin=memory_margin,
                                       max_foreign_processes=max_foreign_processes, min_free_ram=min_free_ram,
-                                      max_cpu_percent=max_cpu_percent, host_memory=mem, cpus=cpus)
+                                      max_cpu_percent=max_cpu_percent, host_memory=mem, cpus=cpus,
+                                      load_stage=load_stage, max_waiting=max_waiting)
             self.oom_policy = OOMRetryPolicy(retries=oom_retries, factor=oom_factor)
             self.distributed = check_mode(distributed)
+            if load_stage and self.distributed:
+                raise InvalidArgumentError("load_stage", load_stage, "work started as one process (not with "
+                                           "distributed=...)")
             self.time_limit = None if time_limit is None else time_limit_seconds(time_limit)
             self.rank_exit_grace = check_grace(rank_exit_grace)
         except InvalidArgumentError as exc:
@@ -312,12 +325,16 @@ class LocalGPUOperator(BaseOperator):
                 gpus = attempts.gpu_descriptions(lease, manager.inventory)
                 banner = attempts.attempt_banner(progress.next_number, progress.request, lease, gpus, self.job_class)
                 self.log.info("%s; log %s", banner, log_path)
-                self._publish_lease(context, lease, manager)
+                if lease.gpus:  # a load stage has none yet: published when they are added (on_gpus)
+                    self._publish_lease(context, lease, manager)
                 work = self._work(context)
                 outcome = run_attempt(manager, lease, work, number=progress.next_number, request=progress.request,
                                       log_path=log_path, on_line=lambda line: self.log.info("%s", line),
                                       started=self._started, grace=self.grace_period, stop_event=self._stop,
-                                      extra_env=progress.relaunch_env())
+                                      extra_env=progress.relaunch_env(),
+                                      on_gpus=lambda grown: self._publish_lease(context, grown, manager))
+                if lease.stage:  # a two-stage task's GPUs came after its load stage
+                    gpus = attempts.gpu_descriptions(lease, manager.inventory)
             finally:
                 self._child = None
                 manager.release(lease)

@@ -335,7 +335,6 @@ class _Stage:
         def run_batch(chunk: int) -> dict:
             from airflow.sdk import get_current_context
 
-            from airflow_provider_gpusched.core.gpu.placement import GPURequest
             from airflow_provider_gpusched.core.units import time_limit_seconds
             from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
 
@@ -344,10 +343,7 @@ class _Stage:
             manifest = session.manifest(round_no, context["run_id"])
             trials = manifest.chunk(chunk)
             r = spec.resources
-            wanted = r.local_gpu_arguments()
-            request = GPURequest(gpus=wanted["gpus"], gpu_memory=wanted["gpu_memory"],
-                                 host_memory=wanted["mem"], devices=wanted["devices"], cpus=wanted["cpus"],
-                                 device_groups=wanted["device_groups"], **settings.host_limit_defaults())
+            request = r.local_gpu_request(settings.host_limit_defaults())
             manager = LocalGPUHook().get_conn()
             ti = context["ti"]
             print(f"chunk {chunk}: {len(trials)} trials on {manager.inventory.source} GPUs")

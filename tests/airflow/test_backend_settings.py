@@ -118,13 +118,44 @@ def test_fedflows_host_limits_are_gpusched_options_that_local_work_gets_by_defau
     assert (limited.request.max_cpu_percent, limited.request.min_free_ram, limited.request.memory_margin) == \
         (80.0, 8 * 2**30, 2**30)
     assert (own.request.max_cpu_percent, own.request.memory_margin) == (95, 0)  # its own win
-    assert host_limit_defaults() == {"max_cpu_percent": 80.0, "min_free_ram": "8GiB", "memory_margin": "1GiB"}
+    assert host_limit_defaults() == {"max_cpu_percent": 80.0, "min_free_ram": "8GiB", "memory_margin": "1GiB",
+                                     "max_waiting": 0}
+    # fedflow's scheduler.max-waiting: [gpusched] max_waiting, the default bound of two-stage work
+    monkeypatch.setenv("AIRFLOW__GPUSCHED__MAX_WAITING", "3")
+    with DAG("waiting_set", schedule=None, start_date=start):
+        staged = LocalGPUOperator(task_id="staged", command=["true"], load_stage=True)
+        bounded = LocalGPUOperator(task_id="bounded", command=["true"], load_stage=True, max_waiting=1)
+    assert (staged.request.load_stage, staged.request.max_waiting, bounded.request.max_waiting) == (True, 3, 1)
+    monkeypatch.setenv("AIRFLOW__GPUSCHED__MAX_WAITING", "many")
+    with pytest.raises(Exception, match=r"\[gpusched\] max_waiting: expected a whole number >= 0 \(0: no bound\), got 'many'"):
+        host_limit_defaults()
+
+
+def test_a_two_stage_trial_loads_without_a_gpu_then_trains_on_the_one_it_is_given(airflow_db, tmp_path, monkeypatch):
+    """fedflow's load and train stages, as sweep trials (mapped and batched) and as a @task.local_gpu function."""
+    monkeypatch.setenv("AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT", str(tmp_path / "sweeps"))
+    state, _, states = run_and_collect(load_dag_file(REPO / "tests" / "airflow" / "dagfiles" / "t_sweeps.py").two_stage)
+    assert state == "success", states
+    for batching in ("mapped", "batched"):
+        records = json.loads((tmp_path / "sweeps" / f"two_stage_{batching}" / "summary.json").read_text())["records"]
+        assert len(records) == 3 and all(r["state"] == "succeeded" for r in records)
+        for record in records:
+            result = record["result"]
+            assert result["before"] == "" and len(result["gpus"]) == 1 and result["memory"] == str(2 * 2**30)
+
+    dag = load_dag_file(REPO / "tests" / "airflow" / "dagfiles" / "t_local_gpu.py").two_stage
+    state, xcoms, states = run_and_collect(dag)
+    assert state == "success", states
+    value = xcoms["load_then_train"]["return_value"]
+    assert value["before"] == "" and value["n"] == 1000 and value["cvd"] == ",".join(map(str, value["gpus"]))
+    assert [g["index"] for g in xcoms["load_then_train"]["gpus_used"]] == value["gpus"]
 
 
 @pytest.mark.parametrize("resources, named", [
     ({"gpu_memory": "2GiB"}, "resources.gpu_memory='2GiB': a share of a GPU's memory"),
     ({"devices": [0, 1]}, r"resources.devices=\[0, 1\]: this host's GPU indices"),
     ({"device_groups": [[0, 1]]}, r"resources.device_groups=\[\[0, 1\]\]: this host's GPU groups"),
+    ({"load_stage": True}, r"resources.load_stage=True: a load stage before the GPUs"),
 ])
 def test_a_setting_the_slurm_backend_cannot_honour_is_refused_naming_it(airflow_db, resources, named):
     import pendulum

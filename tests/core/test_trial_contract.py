@@ -78,7 +78,7 @@ def test_trial_resources_become_each_backends_arguments():
     # one vocabulary: the sweep's names are the operators' names
     assert r.local_gpu_arguments() == {"gpus": 1, "gpu_memory": "6GiB", "mem": "8GiB", "job_class": "idle", "priority": 3,
                                        "env": {"A": "1"}, "devices": None, "device_groups": None, "setup": ["module load cuda"],
-                                       "cpus": 4, "time_limit": "1:00:00"}
+                                       "cpus": 4, "time_limit": "1:00:00", "load_stage": False, "max_waiting": None}
     assert r.slurm_arguments() == {"gpus": None, "cpus": 4, "mem": "8GiB", "partition": "batch", "qos": None,
                                    "time_limit": "1:00:00", "setup": ["module load cuda"], "job_class": "idle",
                                    "priority": 3, "env": {"A": "1"}}  # no shape given: none passed

@@ -49,6 +49,13 @@ class GPURequest:
     #: work takes one whole group, whichever is free first, and sees exactly its GPUs; ``gpus`` is then the
     #: largest group's size
     device_groups: Sequence[Sequence[int]] | None = None
+    #: fedflow's two-stage task: the work starts with host resources only (``host_memory``, ``cpus``; no GPU
+    #: visible) and gets its GPUs when it says its load stage is done (:func:`~airflow_provider_gpusched.core.gpu.
+    #: stages.wait_for_gpus`); its train stage is then admitted by GPU memory like any request
+    load_stage: bool = False
+    #: with ``load_stage``: start loading only while fewer than this many load-stage tasks on the host are loading
+    #: or loaded and waiting for GPUs (fedflow's ``scheduler.max-waiting``, host-wide); 0: no bound
+    max_waiting: int = 0
 
     def __post_init__(self) -> None:
         if self.device_groups is not None:
@@ -64,6 +71,10 @@ class GPURequest:
                 raise InvalidArgumentError("device_groups", groups, "either devices or device_groups, not both")
             self.device_groups = [sorted(g) for g in groups]
             self.gpus = max(len(g) for g in self.device_groups)
+        if not isinstance(self.load_stage, bool):
+            raise InvalidArgumentError("load_stage", self.load_stage, "true or false")
+        if isinstance(self.max_waiting, bool) or not isinstance(self.max_waiting, int) or self.max_waiting < 0:
+            raise InvalidArgumentError("max_waiting", self.max_waiting, "a whole number >= 0 (0: no bound)")
         if self.cpus is not None and (isinstance(self.cpus, bool) or not isinstance(self.cpus, int) or self.cpus < 1):
             raise InvalidArgumentError("cpus", self.cpus, "a whole number of CPUs >= 1")
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
@@ -111,6 +122,9 @@ class GPURequest:
             what += f" and {format_bytes(self.host_memory)} of host RAM"
         if self.cpus:
             what += f" and {self.cpus} CPU(s)"
+        if self.load_stage:
+            what += ", the GPUs after a load stage" + (f" (at most {self.max_waiting} loading or waiting)"
+                                                       if self.max_waiting else "")
         return what
 
     def check_possible(self, gpus: Sequence[GPUInfo]) -> None:

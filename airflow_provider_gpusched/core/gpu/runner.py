@@ -9,6 +9,7 @@ waits for GPUs; scripts, batched sweep trials and the benchmarks use :class:`GPU
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import random
@@ -38,9 +39,10 @@ from airflow_provider_gpusched.core.gpu.attempts import (
     work_value,
 )
 from airflow_provider_gpusched.core.gpu.inventory import GPUInventory
-from airflow_provider_gpusched.core.gpu.launch import GPUChild, gpu_environment
+from airflow_provider_gpusched.core.gpu.launch import SHARED_GPU_ENV, GPUChild, gpu_environment
 from airflow_provider_gpusched.core.gpu.lease_store import Lease
-from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+from airflow_provider_gpusched.core.gpu.leases import LeaseManager, reason_kind
+from airflow_provider_gpusched.core.gpu.stages import StageChannel
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy, find_oom, memory_evidence
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.units import format_time_limit
@@ -174,13 +176,18 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
                 started: Callable[[GPUChild], None] | None = None, grace: float = 10.0,
                 stop_event: threading.Event | None = None, timeout: float | None = None,
                 sample_interval: float = 1.0, yield_interval: float = 1.0,
-                extra_env: Mapping[str, str] | None = None) -> AttemptOutcome:
+                extra_env: Mapping[str, str] | None = None,
+                on_gpus: Callable[[Lease], None] | None = None) -> AttemptOutcome:
     """Run ``work`` once on ``lease`` (the caller releases the lease). A failure counts as a GPU OOM when
     the output says so, or when the child's GPU memory reached its reservation (NVML evidence).
 
     Every ``yield_interval`` seconds :meth:`LeaseManager.yield_reason` is asked whether the lease must
     give its GPUs back (a normal task preempts it, foreign work appeared); if so the child is stopped
-    (SIGTERM, ``grace`` seconds to checkpoint, SIGKILL) and the attempt is marked ``preempted``."""
+    (SIGTERM, ``grace`` seconds to checkpoint, SIGKILL) and the attempt is marked ``preempted``.
+
+    A load-stage lease (``request.load_stage``) starts the work without GPUs; once it says it has loaded
+    (:func:`~airflow_provider_gpusched.core.gpu.stages.wait_for_gpus`) its GPUs are placed and handed over
+    (``on_gpus(lease)`` is then called), and the time limit goes on counting from the start."""
     totals = {g.index: g.memory_total for g in manager.inventory.gpus()}
     env_extra = dict(work.env)
     if work.call_dir:  # a relaunch is judged by its own outcome, not by the one of the start it replaces
@@ -190,14 +197,26 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
         env_extra["GPUSCHED_CHECKPOINT_DIR"] = work.checkpoint_dir
     env_extra.update(extra_env or {})
     env = gpu_environment(lease, totals, extra=env_extra)
+    stage = StageChannel() if lease.stage == "load" else None
+    if stage is not None:
+        if work.distributed:
+            stage.close()
+            raise InvalidArgumentError("load_stage", True, "work started as one process (not distributed=...)")
+        env.update(stage.child_env())
     argv, shell = work.child_argv(len(lease.gpus), env)
-    child = GPUChild(argv, env=env, cwd=work.cwd, log_path=log_path, lease=lease, shell=shell, on_line=on_line)
-    child.start()
+    child = GPUChild(argv, env=env, cwd=work.cwd, log_path=log_path, lease=lease, shell=shell, on_line=on_line,
+                     extra_fds=stage.child_fds if stage is not None else ())
+    try:
+        child.start()
+    finally:
+        if stage is not None:
+            stage.started()
     manager.record_child(lease, child.pid)
     sampler = (MemorySampler(manager.inventory, lease, child, sample_interval).start()
-               if MemorySampler.useful(manager.inventory, lease) else None)
+               if stage is None and MemorySampler.useful(manager.inventory, lease) else None)
     if started:
         started(child)
+    two_stage = _TwoStages(manager, lease, request, child, stage, totals, on_line, on_gpus) if stage else None
     timeout = work.time_limit if timeout is None else timeout
     deadline = None if timeout is None else time.monotonic() + timeout
     timed_out = None
@@ -211,6 +230,9 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
             code = child.wait(timeout=0.2)
             if code is not None:
                 break
+            if two_stage is not None and two_stage.step():
+                sampler = (MemorySampler(manager.inventory, lease, child, sample_interval).start()
+                           if MemorySampler.useful(manager.inventory, lease) else None)
             if stop_event is not None and stop_event.is_set():
                 code = child.stop(grace)
             elif deadline is not None and time.monotonic() > deadline:
@@ -232,6 +254,8 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
             code = child.stop(grace)
         else:  # it ended on its own: what it left running (cmd &, setsid, double fork) goes before the lease
             child.stop_leftovers(grace)
+        if stage is not None:
+            stage.close()
     peaks = sampler.stop() if sampler else {}
     if (preempted or halted) and not child.stopped_by_us:
         preempted = halted = None  # it finished on its own just before we signalled it
@@ -239,18 +263,79 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
     if code != 0 and not child.stopped_by_us:
         oom = find_oom(child.tail) or memory_evidence(peaks, lease.memory)
     seconds = round(time.monotonic() - child.started_at, 3)
+    on_gpus_seconds = seconds if two_stage is None else two_stage.seconds_on_gpus()
     lost = 0.0
-    if preempted:
-        checkpoint = newest_checkpoint(work.checkpoint_dir, started_wall)
-        lost = round(len(lease.gpus) * (time.time() - (checkpoint or started_wall)), 3)
+    if preempted and lease.gpus:
+        since = started_wall if two_stage is None else two_stage.gpus_given_wall
+        checkpoint = newest_checkpoint(work.checkpoint_dir, since)
+        lost = round(len(lease.gpus) * (time.time() - (checkpoint or since)), 3)
     attempt = Attempt(number=number, request=request.describe(), gpus=list(lease.gpus), exit_code=code, oom=oom,
                       seconds=seconds, stopped=child.stopped_by_us, preempted=preempted, halted=halted or None,
                       timed_out=timed_out,
-                      gpu_seconds=round(len(lease.gpus) * seconds, 3), lost_gpu_seconds=lost)
+                      gpu_seconds=round(len(lease.gpus) * on_gpus_seconds, 3), lost_gpu_seconds=lost,
+                      load_seconds=two_stage.load_seconds if two_stage else None,
+                      gpu_wait_seconds=two_stage.gpu_wait_seconds() if two_stage else None)
     manager.ledger.append({"owner": lease.owner, "job_class": lease.job_class, "gpus": list(lease.gpus),
-                     "seconds": seconds, "gpu_seconds": attempt.gpu_seconds, "preempted": preempted,
+                     "seconds": on_gpus_seconds, "gpu_seconds": attempt.gpu_seconds, "preempted": preempted,
                      "lost_gpu_seconds": lost, "exit_code": code, "simulated": lease.simulated})
     return AttemptOutcome(attempt, lease, list(child.tail))
+
+
+class _TwoStages:
+    """The parent's side of a two-stage task during one attempt: see the child load, then add its GPUs."""
+
+    def __init__(self, manager: LeaseManager, lease: Lease, request: GPURequest, child: GPUChild,
+                 stage: StageChannel, totals: Mapping[int, int], on_line: Callable[[str], None] | None,
+                 on_gpus: Callable[[Lease], None] | None, retry_interval: float = 0.5) -> None:
+        self.manager, self.lease, self.request, self.child, self.stage = manager, lease, request, child, stage
+        self.totals, self.on_gpus, self.retry_interval = totals, on_gpus, retry_interval
+        self.say = on_line or (lambda line: None)
+        self.load_seconds: float | None = None
+        self.loaded_at: float | None = None
+        self.gpus_given_at: float | None = None
+        self.gpus_given_wall = 0.0
+        self._next_try = 0.0
+        self._last_why = ""
+
+    def step(self) -> bool:
+        """One look (never blocks); True when the GPUs were handed over just now."""
+        if self.gpus_given_at is not None:
+            return False
+        now = time.monotonic()
+        if self.loaded_at is None:
+            if not self.stage.poll_loaded():
+                return False
+            self.loaded_at = now
+            self.load_seconds = round(now - self.child.started_at, 3)
+            self.manager.mark_loaded(self.lease)
+            self.say(f"[gpusched] load stage done after {self.load_seconds:.1f}s; waiting for "
+                     f"{dataclasses.replace(self.request, load_stage=False, host_memory=None, cpus=None).describe()}")
+        if now < self._next_try:
+            return False
+        self._next_try = now + self.retry_interval
+        why = self.manager.try_add_gpus(self.lease, self.request, task_key=self.lease.task_key)
+        if why:
+            if reason_kind(why) != self._last_why:
+                self.say(f"[gpusched] waiting for GPUs: {why}")
+            self._last_why = reason_kind(why)
+            return False
+        self.gpus_given_at, self.gpus_given_wall = time.monotonic(), time.time()
+        env = gpu_environment(self.lease, self.totals, base={})
+        defaults = {k: env.pop(k) for k in list(env) if k in SHARED_GPU_ENV or k in ("OMP_NUM_THREADS", "GPUSCHED_CPUS")}
+        self.stage.give(env, defaults)
+        self.say(f"[gpusched] train stage on GPU {self.lease.cuda_visible_devices} after "
+                 f"{self.gpu_wait_seconds():.1f}s waiting for GPUs")
+        if self.on_gpus:
+            self.on_gpus(self.lease)
+        return True
+
+    def gpu_wait_seconds(self) -> float | None:
+        if self.loaded_at is None:
+            return None
+        return round((self.gpus_given_at or time.monotonic()) - self.loaded_at, 3)
+
+    def seconds_on_gpus(self) -> float:
+        return 0.0 if self.gpus_given_at is None else round(time.monotonic() - self.gpus_given_at, 3)
 
 
 class GPUWorkFailed(GpuschedError):
@@ -305,7 +390,10 @@ class GPUWorkRunner:
                 outcome = run_attempt(self.manager, lease, work, number=progress.next_number, request=progress.request,
                                       log_path=log_path, on_line=self.on_line, grace=self.grace,
                                       stop_event=self.stop_event, sample_interval=self.sample_interval,
-                                      yield_interval=self.yield_interval, extra_env=progress.relaunch_env())
+                                      yield_interval=self.yield_interval, extra_env=progress.relaunch_env(),
+                                      on_gpus=lambda grown: self.on_event(f"train stage on GPU {grown.cuda_visible_devices}"))
+                if lease.stage:  # a two-stage task's GPUs came after its load stage
+                    gpus = gpu_descriptions(lease, self.manager.inventory)
             finally:
                 self.manager.release(lease)
             step = decide(progress, outcome, job_class=self.job_class, policy=policy, oom_policy=self.oom_policy,

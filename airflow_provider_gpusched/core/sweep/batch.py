@@ -46,7 +46,8 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
                     setup: Sequence[str] = (), time_limit: float | None = None) -> dict[str, list[str]]:
     """Run ``trials`` with up to ``parallel`` leases at a time; returns trial ids by final state. ``setup``:
     shell lines each trial process runs first (the sweep's ``resources.setup``); ``time_limit``: seconds each
-    trial may run (then it is stopped and ends ``timeout``; each trial then runs in a process of its own).
+    trial may run (then it is stopped and ends ``timeout``; each trial then runs in a process of its own, as does each
+    two-stage trial, ``request.load_stage``).
 
     Each lease runs a small group of trials in one process (``trials_per_process``; once trials are seen to
     take a second or more, fewer near the end so the slots finish together): tiny trials then cost one
@@ -59,8 +60,8 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
     an outcome are marked failed with the stop's message, and :class:`WorkHalted` is raised.
     """
     on_event = on_event or (lambda message: None)
-    if time_limit is not None:
-        trials_per_process = 1  # the limit is each trial's: one trial per process
+    if time_limit is not None or request.load_stage:
+        trials_per_process = 1  # the limit is each trial's, a load stage holds its own data: one trial per process
     parallel = max(1, min(parallel or default_parallel(manager, request), max(1, len(trials))))
     todo: deque[tuple[Trial, ...]] = deque((t,) for t in trials)
     lock = threading.Lock()

@@ -113,6 +113,11 @@ class TrialResources:
     #: lease), with ``rank_exit_grace`` seconds for the others after the first rank ends (core/distributed.py)
     distributed: str | None = None
     rank_exit_grace: float = DEFAULT_RANK_EXIT_GRACE
+    #: local GPUs: fedflow's two-stage trial, loading on host RAM (``mem``) before it gets its GPUs
+    #: (``wait_for_gpus()``), with at most ``max_waiting`` load stages on the host at once (None: ``[gpusched]
+    #: max_waiting``)
+    load_stage: bool | None = None
+    max_waiting: int | None = None
 
     def check(self, where: str) -> None:
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 0:
@@ -171,6 +176,14 @@ class TrialResources:
         if self.gpus_per_node is not None and self.gpus not in (1, self.gpus_per_node):
             raise InvalidArgumentError(f"{where}.gpus_per_node", self.gpus_per_node,
                                        f"the same as gpus ({self.gpus}), or gpus left out: on Slurm gpus is per node")
+        if self.load_stage is not None and not isinstance(self.load_stage, bool):
+            raise InvalidArgumentError(f"{where}.load_stage", self.load_stage, "true or false")
+        if self.max_waiting is not None and (isinstance(self.max_waiting, bool) or not isinstance(
+                self.max_waiting, int) or self.max_waiting < 0):
+            raise InvalidArgumentError(f"{where}.max_waiting", self.max_waiting, "a whole number >= 0 (0: no bound)")
+        if self.load_stage and self.distributed:
+            raise InvalidArgumentError(f"{where}.load_stage", self.load_stage,
+                                       "a trial started as one process (not with distributed=...)")
         self.distributed = check_mode(self.distributed, f"{where}.distributed")
         self.rank_exit_grace = check_grace(self.rank_exit_grace, f"{where}.rank_exit_grace")
         if isinstance(self.nodelist, tuple):
@@ -212,7 +225,9 @@ class TrialResources:
     NOT_LOCAL = {"partition": "a Slurm partition", "qos": "a Slurm QOS"}
     #: settings the Slurm backend cannot honour: they describe this host's GPUs
     NOT_SLURM = {"gpu_memory": "a share of a GPU's memory (Slurm allocates GPUs whole)",
-                 "devices": "this host's GPU indices", "device_groups": "this host's GPU groups"}
+                 "devices": "this host's GPU indices", "device_groups": "this host's GPU groups",
+                 "load_stage": "a load stage before the GPUs (a Slurm job gets its GPUs when it starts)",
+                 "max_waiting": "a bound on this host's load stages"}
 
     def not_local(self) -> list[str]:
         """The settings given that the local backend cannot honour, as ``name=value``."""
@@ -225,7 +240,7 @@ class TrialResources:
             raise GpuschedError(f"sweep {sweep}: resources.backend={self.backend!r} (pavi's launcher): these trials "
                                 f"run on {self.backend} only, not on the {backend} backend")
         if backend == "slurm":
-            given = [name for name in self.NOT_SLURM if getattr(self, name) is not None]
+            given = [name for name in self.NOT_SLURM if getattr(self, name) not in (None, False)]
             if given:
                 name = given[0]
                 raise GpuschedError(f"sweep {sweep}: resources.{name}={getattr(self, name)!r}: {self.NOT_SLURM[name]} "
@@ -256,7 +271,21 @@ class TrialResources:
                 "job_class": self.job_class, "priority": self.priority, "env": self.env or None,
                 "devices": self.devices, "device_groups": self.device_groups, "setup": self.setup or None,
                 "cpus": self.cpus,
-                "time_limit": self.time_limit}
+                "time_limit": self.time_limit, "load_stage": bool(self.load_stage), "max_waiting": self.max_waiting}
+
+    def local_gpu_request(self, host_limits: Mapping[str, Any]) -> Any:
+        """The :class:`~airflow_provider_gpusched.core.gpu.placement.GPURequest` of one trial on local GPUs, with
+        ``host_limits`` (``[gpusched]`` defaults: :func:`~airflow_provider_gpusched.core.options.host_limit_defaults`)
+        for what the trial does not give."""
+        from airflow_provider_gpusched.core.gpu.placement import GPURequest
+
+        wanted = self.local_gpu_arguments()
+        limits = dict(host_limits)
+        if wanted["max_waiting"] is not None:
+            limits["max_waiting"] = wanted["max_waiting"]
+        return GPURequest(gpus=wanted["gpus"], gpu_memory=wanted["gpu_memory"], host_memory=wanted["mem"],
+                          devices=wanted["devices"], cpus=wanted["cpus"], device_groups=wanted["device_groups"],
+                          load_stage=wanted["load_stage"], **limits)
 
     def slurm_arguments(self) -> dict[str, Any]:
         """What a trial on Slurm asks for (``SlurmJobOperator`` arguments); unset ones are left to Slurm."""

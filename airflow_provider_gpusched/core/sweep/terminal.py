@@ -151,15 +151,11 @@ def run_sweep(spec: str | SweepSpec, *, results_root: str | None = None, manager
     session = SweepSession(spec, results_root)
     if backend == "slurm":
         return _run_on_slurm(spec, session, slurm, force_rerun, progress, run, poll_interval)
-    from airflow_provider_gpusched.core.gpu.placement import GPURequest
     from airflow_provider_gpusched.core.sweep.batch import run_local_batch
 
     manager = manager or _default_manager()
     r = spec.resources
-    wanted = r.local_gpu_arguments()
-    request = GPURequest(gpus=wanted["gpus"], gpu_memory=wanted["gpu_memory"], host_memory=wanted["mem"],
-                         devices=wanted["devices"], cpus=wanted["cpus"], device_groups=wanted["device_groups"],
-                         **host_limit_defaults())
+    request = r.local_gpu_request(host_limit_defaults())
     manager.check_possible(request)
     if spec.max_workers is not None:
         parallel = min(parallel or spec.max_workers, spec.max_workers)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.gpu.stages import channel_fds
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested
 from airflow_provider_gpusched.core.sweep.store import (
     FAILED_STATES,
@@ -598,7 +599,8 @@ def _run_command(argv: list[str], cwd: str, env: Mapping[str, str], log_path: st
 
     stopped = [""]
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                pass_fds=channel_fds(env))  # a two-stage trial's channel reaches the command
         assert proc.stdout is not None
 
         def watch() -> None:

@@ -125,3 +125,19 @@ SHARED_WITH_TERMINAL = SweepSpec(name="shared_with_terminal", test_config=[{"x":
 
 with DAG("t_sweep_after_terminal", schedule=None, start_date=START) as after_terminal:
     sweep_task_group(SHARED_WITH_TERMINAL, backend="local", poll_interval=0.5)
+
+#: fedflow's two-stage trial: load with no GPU visible, then wait_for_gpus() and train on the GPU given
+TWO_STAGE_TRIAL = ("import json, os, sys; from airflow_provider_gpusched import wait_for_gpus; "
+                   "before = os.environ['CUDA_VISIBLE_DEVICES']; gpus = wait_for_gpus(); "
+                   "json.dump({'y': float(sys.argv[2]), 'before': before, 'gpus': gpus, "
+                   "'memory': os.environ.get('GPUSCHED_GPU_MEMORY_BYTES')}, "
+                   "open(os.path.join(sys.argv[1], 'result.json'), 'w'))")
+
+with DAG("t_sweep_two_stage", schedule=None, start_date=START) as two_stage:
+    for batching in ("mapped", "batched"):
+        sweep_task_group(SweepSpec(name=f"two_stage_{batching}", test_config=[{"x": [1, 2, 3]}],
+                                   command=[sys.executable, "-c", TWO_STAGE_TRIAL, "{trial_dir}", "{x}"],
+                                   objective=Objective("y"),
+                                   resources=TrialResources(gpu_memory="2GiB", mem="1GiB", load_stage=True,
+                                                            max_waiting=2)),
+                         backend="local", batching=batching, poll_interval=0.5)
