@@ -165,12 +165,36 @@ def _gpus(args) -> int:
     return 0
 
 
+def _sweep_run(args) -> int:
+    from airflow_provider_gpusched.core.gpu.inventory import get_inventory
+    from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+    from airflow_provider_gpusched.core.sweep.store import FAILED_STATES
+    from airflow_provider_gpusched.core.sweep.terminal import SweepInterrupted, load_spec, run_sweep
+
+    spec = load_spec(args.spec)
+    manager = None if args.backend == "slurm" else LeaseManager(
+        get_inventory(_simulate_option(args)), _state_dir_option(args), shared=_shared_option())
+    try:
+        summary = run_sweep(spec, results_root=args.results_root, manager=manager, parallel=args.parallel,
+                            force_rerun=True if args.force_rerun else None, backend=args.backend)
+    except SweepInterrupted as exc:
+        print(str(exc), file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps({k: v for k, v in summary.items() if k != "text"}, indent=2, default=str))
+    else:
+        print(summary["text"])
+    bad = sum(summary["counts"].get(state, 0) for state in FAILED_STATES)
+    allowed = spec.max_failed_trials
+    return 1 if allowed is not None and bad > allowed else 0
+
+
 def _sweep_preview(args) -> int:
     from airflow_provider_gpusched.core.sweep.session import SweepSession
-    from airflow_provider_gpusched.core.sweep.spec import SweepSpec
+    from airflow_provider_gpusched.core.sweep.terminal import load_spec
     from airflow_provider_gpusched.core.text import format_table
 
-    spec = SweepSpec.from_yaml(args.spec)
+    spec = load_spec(args.spec)
     if args.force_rerun:
         spec.force_rerun = True
     preview = SweepSession(spec, args.results_root).preview()
@@ -437,8 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--lines", type=_positive_int, default=40, help="lines to show (>= 1, default 40)")
     p.set_defaults(func=_slurm_tail)
     sweep = sub.add_parser("sweep", help="sweep specs").add_subparsers(dest="sweep_command", required=True)
-    p = sweep.add_parser("preview", help="dry run: the trials a YAML sweep spec defines, their count and state")
-    p.add_argument("spec", help="a YAML sweep spec")
+    p = sweep.add_parser("preview", help="dry run: the trials a sweep spec defines, their count and state")
+    p.add_argument("spec", help="a YAML sweep spec, or package.module:ATTR naming a SweepSpec")
     p.add_argument("--results-root", help="where the sweep keeps results (default: the spec's results_root, "
                                           "$AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT or $AIRFLOW_HOME/gpusched/sweeps)")
     p.add_argument("--force-rerun", action="store_true", help="count succeeded trials as to-run")
@@ -447,6 +471,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--labels", action="store_true", help="only the trial labels, joined by label_format.instance_separator "
                                                        "(GPU Task Scheduler's test_config_string_inst_separator, default +)")
     p.set_defaults(func=_sweep_preview)
+    p = sweep.add_parser("run", help="run a sweep on this host's GPUs without Airflow (resumable; a DAG of the same "
+                                     "sweep later skips what it finished)")
+    p.add_argument("spec", help="a YAML sweep spec, or package.module:ATTR naming a SweepSpec")
+    p.add_argument("--results-root", help="where the sweep keeps results (default: the spec's results_root, "
+                                          "$AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT or $AIRFLOW_HOME/gpusched/sweeps)")
+    p.add_argument("--parallel", type=_positive_int, help="trials at once (default: what fits on the GPUs)")
+    p.add_argument("--backend", choices=["local", "slurm"], default="local",
+                   help="this host's GPUs (default), or Slurm: job arrays through the local Slurm CLI")
+    p.add_argument("--force-rerun", action="store_true", help="run succeeded and pruned trials again")
+    p.add_argument("--simulate", help="simulated GPUs, e.g. 4x24GiB (default: NVML, else $GPUSCHED_SIMULATE_GPUS)")
+    p.add_argument("--state-dir", help="the GPU lease directory (default: Airflow's, $AIRFLOW__GPUSCHED__GPU_STATE_DIR)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=_sweep_run)
     p = sweep.add_parser("results", help="status table and leaderboard of a sweep that ran")
     p.add_argument("folder", help="the sweep's folder (<results root>/<sweep name>)")
     p.add_argument("--json", action="store_true")

@@ -19,6 +19,13 @@ def _value(name: str):
     return _GETTERS[option.type](SECTION, name, fallback=option.default)
 
 
+def host_limit_defaults() -> dict:
+    """``[gpusched] max_cpu_percent``, ``min_free_ram``, ``gpu_memory_margin`` as GPURequest arguments."""
+    from airflow_provider_gpusched.core.options import host_limit_defaults as defaults
+
+    return defaults(_value)
+
+
 def poll_interval() -> float:
     return _value("slurm_poll_interval")
 

@@ -54,7 +54,7 @@ def digits_local_task():
 @dag(dag_id="gpusched_digits_slurm_task", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
      catchup=False, tags=["gpusched", "slurm", "example"], doc_md=__doc__)
 def digits_slurm_task():
-    @task.slurm(gpus=1, cpus_per_task=1, time_limit=10, poll_interval=1)
+    @task.slurm(gpus=1, cpus=1, time_limit=10, poll_interval=1)
     def train(config: dict) -> dict:
         from airflow_provider_gpusched.examples.digits import train_digits
 

@@ -24,10 +24,10 @@ with DAG(
         command=["python3", "-c", "import os, sys; print('args', sys.argv[1:]); "
                  "print('GPUs', os.environ.get('CUDA_VISIBLE_DEVICES'))", "--lr", "3e-4", "--note", "a b; c"],
         gpus=2,
-        cpus_per_task=2,
+        cpus=2,
         mem="2G",
         time_limit="00:10:00",
-        environment={"EXPERIMENT": "{{ dag_run.run_id }}"},
+        env={"EXPERIMENT": "{{ dag_run.run_id }}"},
         poll_interval=1,
     )
     report = SlurmJobOperator(

@@ -24,7 +24,7 @@ def score(subnet: list[int]) -> float:
     doc_md=__doc__,
 )
 def slurm_python():
-    @task.slurm(gpus=1, cpus_per_task=1, time_limit=10, poll_interval=1)
+    @task.slurm(gpus=1, cpus=1, time_limit=10, poll_interval=1)
     def evaluate(subnet: list[int]) -> dict:
         import os
         import socket

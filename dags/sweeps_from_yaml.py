@@ -2,8 +2,9 @@
 
 Drop a YAML sweep spec (see ``dags/sweeps/lr_schedule.yaml`` and docs/sweeps.md) into the ``sweeps``
 folder next to this file and a DAG ``gpusched_sweep_<name>`` appears. ``GPUSCHED_SWEEP_BACKEND`` (``local``
-or ``slurm``) picks where trials run. A spec with a mistake becomes no DAG but an import error in the
-Airflow UI that names the file and the key.
+or ``slurm``) picks where trials run; the examples pack trials by GPU memory (``gpu_memory``), which only the
+local backend does: for ``slurm``, leave it out (the error says so). A spec with a mistake becomes no DAG but an
+import error in the Airflow UI that names the file and the key.
 """
 
 from __future__ import annotations

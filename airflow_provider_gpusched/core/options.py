@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from typing import Any
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
 
 SECTION = "gpusched"
 ENV_PREFIX = f"AIRFLOW__{SECTION.upper()}__"
@@ -76,6 +77,21 @@ OPTIONS: tuple[Option, ...] = (
            "partition/qos/nice/requeue, and the local-GPU preemption policy (grace_period, min_runtime, "
            "max_preemptions, backoff, idle_for, max_utilization, max_foreign_memory). Empty: built-in defaults "
            "(docs/idle-filling.md).", "/etc/airflow/gpusched-classes.yaml"),
+    # fedflow's host limits (its utilization-limit.cpu, remain-limit.memory, remain-limit.cuda-memory), as the
+    # defaults of every local-GPU request that does not give its own
+    Option("max_cpu_percent", "float", 0.0,
+           "Default host limit of local GPU work (fedflow's utilization-limit.cpu, as a percentage): work starts "
+           "only while the host's CPU utilisation is at most this. 0: no limit.", "80"),
+    Option("min_free_ram", "string", "",
+           "Default host limit of local GPU work (fedflow's remain-limit.memory): work starts only while at least "
+           "this much host RAM is free. Empty: no limit.", "8GiB"),
+    Option("gpu_memory_margin", "string", "",
+           "Default GPU memory kept free on each GPU when local work is packed by memory (fedflow's "
+           "remain-limit.cuda-memory). Empty: none.", "1GiB"),
+    Option("max_waiting", "integer", 0,
+           "Default bound of local two-stage work (load_stage=True; fedflow's scheduler.max-waiting): a load stage "
+           "starts only while fewer than this many load-stage tasks on the host are loading, or loaded and waiting "
+           "for GPUs. 0: no bound.", "4"),
     Option("output_tail_lines", "integer", 40,
            "Lines of a job's output quoted in the task log when it finishes, and shown on the UI's Slurm job "
            "page.", "40"),
@@ -103,6 +119,25 @@ def directory_outside_airflow(name: str) -> str:
     else the default under ``$AIRFLOW_HOME``."""
     configured = os.environ.get(ENV_PREFIX + name.upper())
     return os.path.expanduser(configured) if configured else default_directory(name)
+
+
+def host_limit_defaults(read: Any = None) -> dict[str, Any]:
+    """The host limits a local-GPU request gets when it gives none (GPURequest's ``max_cpu_percent``,
+    ``min_free_ram``, ``memory_margin``, ``max_waiting``): from ``read(name)`` (Airflow's config), else ``$AIRFLOW__GPUSCHED__*``."""
+    def value(name: str) -> Any:
+        if read is not None:
+            return read(name)
+        raw = os.environ.get(ENV_PREFIX + name.upper(), "")
+        return float(raw) if raw and BY_NAME[name].type == "float" else (raw or BY_NAME[name].default)
+
+    cpu, ram, margin = value("max_cpu_percent"), value("min_free_ram"), value("gpu_memory_margin")
+    waiting = value("max_waiting")
+    try:
+        waiting = int(waiting or 0)
+    except ValueError:
+        raise InvalidArgumentError("[gpusched] max_waiting", waiting, "a whole number >= 0 (0: no bound)") from None
+    return {"max_cpu_percent": float(cpu) if cpu else None, "min_free_ram": ram or None, "memory_margin": margin or 0,
+            "max_waiting": waiting}
 
 
 def provider_config() -> dict[str, Any]:

@@ -29,3 +29,13 @@ def format_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
     out += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in text[1:]]
     out.append(line)
     return "\n".join(out)
+
+
+def cut_to_bytes(text: str, limit: int, marker: str = "\n…") -> str:
+    """``text`` in at most ``limit`` bytes of UTF-8, ending with ``marker`` when cut; never half a character
+    (a service that counts bytes, such as WeChat's 4,096, refuses a message that CJK text makes too long)."""
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    room = limit - len(marker.encode())
+    return data[:max(0, room)].decode("utf-8", "ignore") + marker

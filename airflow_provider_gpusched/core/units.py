@@ -56,8 +56,9 @@ _SLURM_TIME_RE = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 _TIME_EXPECTED = "minutes (int), a timedelta, or a Slurm time such as '90', '01:30:00', '2-00:00:00'"
 
 
-def slurm_time_limit(value: int | timedelta | str, *, argument: str = "time_limit") -> str:
-    """Normalise a time limit to Slurm's ``[D-]HH:MM:SS`` form (Slurm rounds up to whole minutes)."""
+def time_limit_seconds(value: int | timedelta | str, *, argument: str = "time_limit") -> int | None:
+    """A time limit as written for Slurm (``90`` minutes, ``'01:30:00'``, ``'2-00:00:00'``, a timedelta) in
+    seconds; None for ``UNLIMITED``."""
     if isinstance(value, bool):
         raise InvalidArgumentError(argument, value, _TIME_EXPECTED)
     if isinstance(value, int):
@@ -67,7 +68,7 @@ def slurm_time_limit(value: int | timedelta | str, *, argument: str = "time_limi
     elif isinstance(value, str):
         text = value.strip()
         if text.upper() in ("UNLIMITED", "INFINITE"):
-            return "UNLIMITED"
+            return None
         m = _SLURM_TIME_RE.match(text)
         if not m:
             raise InvalidArgumentError(argument, value, _TIME_EXPECTED)
@@ -83,8 +84,19 @@ def slurm_time_limit(value: int | timedelta | str, *, argument: str = "time_limi
         raise InvalidArgumentError(argument, value, _TIME_EXPECTED)
     if seconds <= 0:
         raise InvalidArgumentError(argument, value, "a positive duration")
-    days, rest = divmod(seconds, 86400)
+    return seconds
+
+
+def format_time_limit(seconds: int) -> str:
+    """Slurm's ``[D-]HH:MM:SS``."""
+    days, rest = divmod(int(seconds), 86400)
     hours, rest = divmod(rest, 3600)
     minutes, secs = divmod(rest, 60)
     body = f"{hours:02d}:{minutes:02d}:{secs:02d}"
     return f"{days}-{body}" if days else body
+
+
+def slurm_time_limit(value: int | timedelta | str, *, argument: str = "time_limit") -> str:
+    """Normalise a time limit to Slurm's ``[D-]HH:MM:SS`` form (Slurm rounds up to whole minutes)."""
+    seconds = time_limit_seconds(value, argument=argument)
+    return "UNLIMITED" if seconds is None else format_time_limit(seconds)

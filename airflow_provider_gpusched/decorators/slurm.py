@@ -1,6 +1,6 @@
 """``@task.slurm``: run the decorated function as a Slurm job (function-level scheduling).
 
-    @task.slurm(gpus=1, cpus_per_task=4, partition="gpu", setup=["source /shared/envs/pt2.sh"])
+    @task.slurm(gpus=1, cpus=4, partition="gpu", setup=["source /shared/envs/pt2.sh"])
     def evaluate(subnet: list[int]) -> float:
         ...
 

@@ -30,7 +30,7 @@ from airflow.sdk import BaseHook, BaseNotifier
 
 from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
-from airflow_provider_gpusched.core.text import printable
+from airflow_provider_gpusched.core.text import cut_to_bytes, printable
 
 #: lines of a failed task's output in an alert
 ALERT_TAIL_LINES = 20
@@ -160,6 +160,8 @@ class EmailNotifier(GpuschedNotifier):
 
 #: how each webhook style wraps the message
 STYLES = ("generic", "slack", "teams", "wechat")
+#: WeChat Work's limit on a markdown message's content: 4,096 bytes of UTF-8 (a Chinese character takes 3)
+WECHAT_MARKDOWN_BYTES = 4096
 
 
 class WebhookNotifier(GpuschedNotifier):
@@ -198,7 +200,7 @@ class WebhookNotifier(GpuschedNotifier):
         if self.style in ("slack", "teams"):
             return {"text": message.markdown}
         if self.style == "wechat":
-            return {"msgtype": "markdown", "markdown": {"content": message.markdown[:4000]}}
+            return {"msgtype": "markdown", "markdown": {"content": cut_to_bytes(message.markdown, WECHAT_MARKDOWN_BYTES)}}
         return {"subject": message.subject, "text": message.text, "markdown": message.markdown,
                 "report": message.payload}
 

@@ -3,9 +3,14 @@ the task and the argument, instead of deep inside the task later."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Iterable
 
 from airflow.sdk.exceptions import AirflowException
+
+
+class GpuschedDeprecationWarning(FutureWarning):
+    """An argument that still works under its old name (shown to DAG authors: a FutureWarning)."""
 
 #: (argument, value, accepted types, what is expected); ``seconds`` arguments must also be > 0
 Check = tuple[str, Any, tuple[type, ...], str]
@@ -21,3 +26,31 @@ def check_argument_types(task_id: str, checks: Iterable[Check], *, positive: Ite
         wrong_bool = isinstance(value, bool) and bool not in types
         if not isinstance(value, types) or wrong_bool or (name in positive and not value > 0):
             raise AirflowException(f"{task_id}: {name}: expected {expected}, got {value!r:.80}")
+
+
+def renamed_argument(task_id: str, name: str, value: Any, old_name: str, old_value: Any) -> Any:
+    """The value of ``name``, given under it or under ``old_name`` (its name before every surface spoke one
+    vocabulary: a warning says to rename it). Both given: refused, naming the two."""
+    if old_value is None:
+        return value
+    if value is not None:
+        raise AirflowException(f"{task_id}: give {name} or {old_name} (its old name), not both")
+    warnings.warn(f"{task_id}: {old_name} is now called {name} (the same on every surface); {old_name} still works "
+                  "but will go in a later release", GpuschedDeprecationWarning, stacklevel=_callers_level())
+    return old_value
+
+
+def _callers_level() -> int:
+    """The ``stacklevel`` of the first frame outside this package and Airflow: the DAG file's line."""
+    import os
+    import sys
+
+    import airflow
+
+    import airflow_provider_gpusched
+
+    inside = tuple(os.path.dirname(m.__file__) + os.sep for m in (airflow, airflow_provider_gpusched))
+    level, frame = 2, sys._getframe(2)  # 1: renamed_argument's caller's caller is where counting starts
+    while frame is not None and frame.f_code.co_filename.startswith(inside):
+        frame, level = frame.f_back, level + 1
+    return level

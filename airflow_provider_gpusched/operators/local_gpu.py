@@ -12,6 +12,7 @@ import os
 import socket
 import threading
 import time
+from datetime import timedelta
 from typing import Any, Callable, Collection, Mapping, Sequence
 
 from airflow.sdk import BaseOperator
@@ -29,10 +30,11 @@ from airflow_provider_gpusched.core.gpu.launch import GPUChild
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.gpu.runner import Work, run_attempt
+from airflow_provider_gpusched.core.units import time_limit_seconds
 from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
 from airflow_provider_gpusched.links import GPULeaseLink, publish_links
-from airflow_provider_gpusched.operators.arguments import check_argument_types
+from airflow_provider_gpusched.operators.arguments import check_argument_types, renamed_argument
 from airflow_provider_gpusched.operators.job_class import JobClassPartial, apply_local_gpu_class
 from airflow_provider_gpusched.operators.queue_stops import refuse_if_stopped, work_tag
 from airflow_provider_gpusched.triggers.local_gpu import FleetRoomTrigger, GPUAvailableTrigger
@@ -48,6 +50,10 @@ def _worker_host(ti) -> str:
     return getattr(ti, "hostname", None) or socket.gethostname()
 
 
+class WorkTimedOut(AirflowException):
+    """The work reached its ``time_limit`` and was stopped (Airflow's retries apply, as to any failure)."""
+
+
 class LocalGPUOperator(BaseOperator):
     """Run work on local GPUs.
 
@@ -58,12 +64,23 @@ class LocalGPUOperator(BaseOperator):
     :param gpus: number of GPUs (default 1). Without ``gpu_memory`` they are whole GPUs.
     :param gpu_memory: memory to reserve on each GPU (``"10GiB"``): the GPU may be shared (packing).
     :param devices: restrict to these GPU indices.
-    :param memory_margin, max_foreign_processes, min_free_ram, max_cpu_percent: admission limits.
-    :param host_memory: host RAM this task reserves while it runs (``'16GiB'``): admitted only while the
+    :param device_groups: fixed GPU groups (``[[0, 1], [2, 3]]``, or mixed ``[[0], [1, 2]]``): the work takes one
+        whole group, whichever is free first, and sees exactly its GPUs (GPU Task Scheduler's GPU groups).
+    :param memory_margin, max_foreign_processes, min_free_ram, max_cpu_percent: admission limits (not given:
+        ``[gpusched] gpu_memory_margin``, ``min_free_ram``, ``max_cpu_percent``: fedflow's host limits).
+    :param cpus: host CPUs this task reserves while it runs: CPUs no other lease holds, its child pinned to them
+        (CPU affinity; ``$GPUSCHED_CPUS`` lists them, ``OMP_NUM_THREADS`` defaults to their number).
+    :param mem: host RAM this task reserves while it runs (``'16GiB'``): admitted only while the
         reservations of all live leases on this host fit its budget ($GPUSCHED_HOST_MEMORY, else 90% of RAM).
     :param oom_retries, oom_factor: GPU OOM retries, each reserving ``oom_factor`` x more, the last a
         whole GPU. Other failures go to Airflow's ``retries``.
     :param env: extra environment (templated); ``cwd``: working directory (default: a per-run directory).
+    :param time_limit: how long each start of the work may run, as Slurm's ``--time`` (minutes as an int,
+        ``'01:30:00'``, ``'2-00:00:00'``, a timedelta): then it is stopped (SIGTERM, ``grace_period``, SIGKILL) and
+        the task fails saying it reached its time limit (a sweep trial ends ``timeout``). A relaunch after a
+        preemption starts a new limit, as a requeued Slurm job does.
+    :param setup: shell lines run before the work, in the shell that then starts it (``source /shared/env.sh``),
+        as a Slurm job script runs its ``setup`` lines; the command's arguments still reach it verbatim.
     :param grace_period: seconds between SIGTERM and SIGKILL when the task is stopped.
     :param wait_mode: ``"defer"`` (default: wait in the triggerer), ``"reschedule"`` (free the slot and
         try again later; for several GPU hosts) or ``"block"`` (wait in the worker).
@@ -75,9 +92,15 @@ class LocalGPUOperator(BaseOperator):
         ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, started by gpusched: there is no
         srun here). A callable runs on every rank (a ``rank_info`` parameter gets its place); the XCom is rank 0's.
     :param rank_exit_grace: seconds the other ranks may run on after the first one ended; 0: no limit.
+    :param load_stage: fedflow's two-stage task: the work starts with host resources only (``mem``, ``cpus``; no GPU
+        visible) and gets its GPUs, placed by ``gpus``/``gpu_memory`` as usual, when it calls
+        ``airflow_provider_gpusched.wait_for_gpus()`` after loading its data; the data stays loaded while it waits.
+    :param max_waiting: with ``load_stage``: a load stage starts only while fewer than this many load-stage tasks on
+        the host are loading or loaded and waiting for GPUs (fedflow's ``scheduler.max-waiting``); not given:
+        ``[gpusched] max_waiting`` (0: no bound).
     """
 
-    template_fields: Sequence[str] = ("command", "bash_command", "env", "cwd", "op_args", "op_kwargs")
+    template_fields: Sequence[str] = ("command", "bash_command", "env", "cwd", "op_args", "op_kwargs", "setup")
     template_fields_renderers = {"bash_command": "bash", "env": "json"}
     ui_color = "#d5f5e3"
     operator_extra_links = (GPULeaseLink(),)
@@ -94,15 +117,19 @@ class LocalGPUOperator(BaseOperator):
         gpus: int = 1,
         gpu_memory: int | str | None = None,
         devices: Sequence[int] | None = None,
-        memory_margin: int | str = 0,
+        device_groups: Sequence[Sequence[int]] | None = None,
+        memory_margin: int | str | None = None,
         max_foreign_processes: int | None = None,
         min_free_ram: int | str | None = None,
         max_cpu_percent: float | None = None,
-        host_memory: int | str | None = None,
+        mem: int | str | None = None,
+        cpus: int | None = None,
         oom_retries: int = 2,
         oom_factor: float = 1.5,
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
+        setup: Sequence[str] | str | None = None,
+        time_limit: int | str | timedelta | None = None,
         grace_period: float = 10.0,
         wait_mode: str = "defer",
         poll_interval: float | None = None,
@@ -110,8 +137,20 @@ class LocalGPUOperator(BaseOperator):
         priority: int = 0,
         distributed: str | None = None,
         rank_exit_grace: float = DEFAULT_RANK_EXIT_GRACE,
+        load_stage: bool = False,
+        max_waiting: int | None = None,
+        host_memory: int | str | None = None,  # the old name of mem
         **kwargs: Any,
     ) -> None:
+        mem = renamed_argument(kwargs.get("task_id", "?"), "mem", mem, "host_memory", host_memory)
+        limits = settings.host_limit_defaults()  # [gpusched] defaults for the limits not given here
+        memory_margin = limits["memory_margin"] if memory_margin is None else memory_margin
+        min_free_ram = limits["min_free_ram"] if min_free_ram is None else min_free_ram
+        max_cpu_percent = limits["max_cpu_percent"] if max_cpu_percent is None else max_cpu_percent
+        max_waiting = limits["max_waiting"] if max_waiting is None else max_waiting
+        if isinstance(device_groups, (list, tuple)) and device_groups and all(
+                isinstance(g, (list, tuple)) for g in device_groups):
+            gpus = max(len(g) for g in device_groups)  # a whole group: its pool slots are its largest group's GPUs
         job_class, priority = apply_local_gpu_class(kwargs, job_class, priority, gpus, gpu_memory)
         super().__init__(**kwargs)
         given = [x for x in (command, bash_command, python_callable) if x is not None]
@@ -123,6 +162,7 @@ class LocalGPUOperator(BaseOperator):
             ("bash_command", bash_command, (str,), "a shell command line"),
             ("env", env, (Mapping,), "a mapping of variable name -> value"),
             ("cwd", cwd, (str,), "a directory path"),
+            ("setup", setup, (str, list, tuple), "a shell line or a list of them"),
             ("op_args", op_args, (list, tuple), "a list of positional arguments"),
             ("op_kwargs", op_kwargs, (Mapping,), "a mapping of keyword arguments"),
             ("grace_period", grace_period, (int, float), "seconds (a number >= 0)"),
@@ -140,16 +180,23 @@ class LocalGPUOperator(BaseOperator):
         self.op_args = list(op_args or [])
         self.op_kwargs = dict(op_kwargs or {})
         try:
-            self.request = GPURequest(gpus=gpus, gpu_memory=gpu_memory, devices=devices, memory_margin=memory_margin,
+            self.request = GPURequest(gpus=gpus, gpu_memory=gpu_memory, devices=devices, device_groups=device_groups,
+                                      memory_margin=memory_margin,
                                       max_foreign_processes=max_foreign_processes, min_free_ram=min_free_ram,
-                                      max_cpu_percent=max_cpu_percent, host_memory=host_memory)
+                                      max_cpu_percent=max_cpu_percent, host_memory=mem, cpus=cpus,
+                                      load_stage=load_stage, max_waiting=max_waiting)
             self.oom_policy = OOMRetryPolicy(retries=oom_retries, factor=oom_factor)
             self.distributed = check_mode(distributed)
+            if load_stage and self.distributed:
+                raise InvalidArgumentError("load_stage", load_stage, "work started as one process (not with "
+                                           "distributed=...)")
+            self.time_limit = None if time_limit is None else time_limit_seconds(time_limit)
             self.rank_exit_grace = check_grace(rank_exit_grace)
         except InvalidArgumentError as exc:
             raise AirflowException(f"{self.task_id}: {exc}") from exc
         self.env = dict(env or {})
         self.cwd = cwd
+        self.setup = [setup] if isinstance(setup, str) else list(setup or [])
         self.grace_period = grace_period
         self.wait_mode = wait_mode
         self.poll_interval = poll_interval
@@ -186,7 +233,8 @@ class LocalGPUOperator(BaseOperator):
         run_dir = self._run_dir(context)
         cwd = self.cwd or os.path.join(run_dir, "work")
         checkpoints = os.path.join(run_dir, "checkpoint")  # kept across relaunches within this try
-        launch = {"distributed": self.distributed, "rank_exit_grace": self.rank_exit_grace}
+        launch = {"distributed": self.distributed, "rank_exit_grace": self.rank_exit_grace, "setup": self.setup,
+                  "time_limit": self.time_limit}
         if self.python_callable is not None:
             call_dir = os.path.join(run_dir, "call")
             args, kwargs = self.call_arguments(context)
@@ -277,12 +325,16 @@ class LocalGPUOperator(BaseOperator):
                 gpus = attempts.gpu_descriptions(lease, manager.inventory)
                 banner = attempts.attempt_banner(progress.next_number, progress.request, lease, gpus, self.job_class)
                 self.log.info("%s; log %s", banner, log_path)
-                self._publish_lease(context, lease, manager)
+                if lease.gpus:  # a load stage has none yet: published when they are added (on_gpus)
+                    self._publish_lease(context, lease, manager)
                 work = self._work(context)
                 outcome = run_attempt(manager, lease, work, number=progress.next_number, request=progress.request,
                                       log_path=log_path, on_line=lambda line: self.log.info("%s", line),
                                       started=self._started, grace=self.grace_period, stop_event=self._stop,
-                                      extra_env=progress.relaunch_env())
+                                      extra_env=progress.relaunch_env(),
+                                      on_gpus=lambda grown: self._publish_lease(context, grown, manager))
+                if lease.stage:  # a two-stage task's GPUs came after its load stage
+                    gpus = attempts.gpu_descriptions(lease, manager.inventory)
             finally:
                 self._child = None
                 manager.release(lease)
@@ -312,6 +364,8 @@ class LocalGPUOperator(BaseOperator):
             self.log.error("%s", step.message)
             if step.action is attempts.Action.HALTED:
                 raise AirflowFailException(f"{self.task_id}: {step.message}")  # no retry: someone stopped it
+            if step.action is attempts.Action.TIMED_OUT:
+                raise WorkTimedOut(f"{self.task_id}: {step.message}")
             raise AirflowException(f"{self.task_id}: {step.message}")
 
     def _land_in_fleet(self, context, manager, hook, progress: attempts.WorkProgress, owner: str, task_key: str):

@@ -42,7 +42,7 @@ from airflow_provider_gpusched.core.slurm.states import array_task_order
 from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.hooks.slurm import SlurmHook
 from airflow_provider_gpusched.links import SlurmJobLink, publish_links
-from airflow_provider_gpusched.operators.arguments import check_argument_types
+from airflow_provider_gpusched.operators.arguments import check_argument_types, renamed_argument
 from airflow_provider_gpusched.operators.job_class import JobClassPartial, apply_job_class, slurm_gpu_total
 from airflow_provider_gpusched.operators.queue_stops import refuse_if_stopped, work_tag
 from airflow_provider_gpusched.triggers.slurm import SlurmJobTrigger
@@ -68,7 +68,8 @@ class SlurmJobOperator(BaseOperator):
     :param job_name: Slurm job name (default ``<dag_id>.<task_id>``).
     :param partition, qos, account: Slurm placement (defaults from the connection).
     :param gpus: GPUs per job (``--gres=gpu:N``); or ``gres`` for a raw GRES string such as ``gpu:a100:2``.
-    :param cpus_per_task, mem, time_limit: resources (``mem`` accepts ``'16G'``, ``'2.5GB'``; ``time_limit``
+    :param cpus, mem, time_limit: resources (``cpus``: sbatch's ``--cpus-per-task``; its old name ``cpus_per_task``
+        still works, with a warning) (``mem`` accepts ``'16G'``, ``'2.5GB'``; ``time_limit``
         minutes, a timedelta or ``'HH:MM:SS'``).
     :param array: job array spec (``'0-9%2'``): the task succeeds when every array task succeeds (each array task
         has the whole shape: an array of multi-node jobs).
@@ -83,7 +84,7 @@ class SlurmJobOperator(BaseOperator):
     :param nice, requeue, open_mode: scheduling knobs (``open_mode='append'`` by default so a requeued job
         keeps its earlier output).
     :param output_path, error_path: output files (``%j``, ``%A``, ``%a`` allowed); default under ``[gpusched] slurm_output_dir``.
-    :param environment: variables exported in the job script. ``setup``: lines run before the command
+    :param env: variables exported in the job script (old name: ``environment``). ``setup``: lines run before the command
         (for example ``source /shared/envs/pt2.sh``). ``sbatch_args``: extra sbatch options.
     :param deferrable: wait in the triggerer (default ``[gpusched] default_deferrable``) or in the worker.
     :param poll_interval: seconds between status checks (default ``[gpusched] slurm_poll_interval``).
@@ -114,7 +115,7 @@ class SlurmJobOperator(BaseOperator):
         account: str | None = None,
         gpus: int | None = None,
         gres: str | None = None,
-        cpus_per_task: int | None = None,
+        cpus: int | None = None,
         mem: int | str | None = None,
         time_limit: int | str | timedelta | None = None,
         array: str | None = None,
@@ -135,7 +136,7 @@ class SlurmJobOperator(BaseOperator):
         output_path: str | None = None,
         error_path: str | None = None,
         working_dir: str | None = None,
-        environment: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
         setup: Sequence[str] | str | None = None,
         sbatch_args: Sequence[str] | None = None,
         slurm_conn_id: str = SlurmHook.default_conn_name,
@@ -144,13 +145,18 @@ class SlurmJobOperator(BaseOperator):
         cancel_on_kill: bool = True,
         job_class: str = "normal",
         priority: int = 0,
+        cpus_per_task: int | None = None,  # the old names of cpus and env
+        environment: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
+        task_id = kwargs.get("task_id", "?")
+        cpus = renamed_argument(task_id, "cpus", cpus, "cpus_per_task", cpus_per_task)
+        env = renamed_argument(task_id, "env", env, "environment", environment)
         self.job_class, self.priority = apply_job_class(kwargs, job_class, priority,
                                                         slurm_gpu_total(gpus, gpus_per_node, nodes))
         super().__init__(**kwargs)
         check_argument_types(self.task_id, (
-            ("environment", environment, (Mapping,), "a mapping of variable name -> value"),
+            ("env", env, (Mapping,), "a mapping of variable name -> value"),
             ("setup", setup, (str, list, tuple), "a shell line or a list of them"),
             ("sbatch_args", sbatch_args, (list, tuple), "a list of sbatch options"),
             ("poll_interval", poll_interval, (int, float), "seconds (a number > 0)"),
@@ -165,7 +171,7 @@ class SlurmJobOperator(BaseOperator):
         self.account = account
         self.gpus = gpus
         self.gres = gres
-        self.cpus_per_task = cpus_per_task
+        self.cpus_per_task = cpus  # sbatch's --cpus-per-task
         self.mem = mem
         self.time_limit = time_limit
         self.array = array
@@ -179,7 +185,7 @@ class SlurmJobOperator(BaseOperator):
         self.output_path = output_path
         self.error_path = error_path
         self.working_dir = working_dir
-        self.environment = dict(environment or {})
+        self.environment = dict(env or {})
         self.setup = [setup] if isinstance(setup, str) else list(setup or [])
         self.sbatch_args = list(sbatch_args or [])
         self.slurm_conn_id = slurm_conn_id

@@ -174,9 +174,11 @@ def _check_trials(spec: SweepSpec, notifiers: Sequence[Any] = ()):
     @task(task_id="check_trials", on_success_callback=list(notifiers) or None,
           on_failure_callback=list(notifiers) or None)
     def check_trials(summary: dict) -> dict:
-        """The run is green only when at most ``max_failed_trials`` trials failed or were invalid."""
+        """The run is green only when at most ``max_failed_trials`` trials failed, were invalid or timed out."""
+        from airflow_provider_gpusched.core.sweep.store import FAILED_STATES
+
         counts = summary["counts"]
-        bad = counts.get("failed", 0) + counts.get("invalid", 0)
+        bad = sum(counts.get(state, 0) for state in FAILED_STATES)
         allowed = spec.max_failed_trials
         if allowed is not None and bad > allowed:
             lines = [f"  {p['index']} {p['label'] or p['trial_id']} [{p['state']}]: {p['error']}"
@@ -246,19 +248,17 @@ class _Stage:
     def __init__(self, session: SweepSession, execution: SweepExecution, batched: bool, chunk_size: int) -> None:
         self.spec, self.session, self.execution = session.spec, session, execution
         self.backend, self.batched, self.chunk_size = execution.backend, batched, chunk_size
-        r = self.spec.resources
-        if self.backend == "local":
-            slurm_only = [n for n in r.SLURM_SHAPE if getattr(r, n) is not None and not (n == "nodes" and r.nodes in (1, "1"))]
-            if slurm_only:
-                name = slurm_only[0]
-                raise AirflowException(f"sweep {self.spec.name}: resources.{name}={getattr(r, name)!r} is a Slurm job "
-                                       f"setting that the local backend cannot honour (local GPUs are one host); "
-                                       f"run such trials with backend='slurm', or leave {name} out")
+        try:
+            self.spec.resources.check_backend(self.backend, self.spec.name)
+        except GpuschedError as exc:
+            raise AirflowException(str(exc)) from None
 
     def build(self, round_no: int | None = None):
         session, python = self.session, self.execution.interpreter
         batched, backend, chunk_size = self.batched, self.backend, self.chunk_size
         max_array_parallel = self.execution.max_array_parallel
+        if self.spec.max_workers is not None:
+            max_array_parallel = min(max_array_parallel or self.spec.max_workers, self.spec.max_workers)
 
         @task(task_id="plan")
         def plan() -> list:
@@ -304,12 +304,17 @@ class _Stage:
 
         r = self.spec.resources
         apply_job_class(kwargs, r.job_class, r.priority, r.gpus)
+        if self.spec.max_workers is not None:  # one chunk at a time, each with at most max_workers trials at once
+            kwargs.setdefault("max_active_tis_per_dagrun", 1)
         return kwargs
 
     def _trial_operator(self, task_id: str, label_template: str):
         r, ex = self.spec.resources, self.execution
         common = dict(task_id=task_id, map_index_template=label_template, sweep_name=self.spec.name,
                       poll_interval=ex.poll_interval, **ex.trial_kwargs)
+        if self.spec.max_workers is not None:  # DI-toolkit's max_workers: trials of a DAG run at once (a job
+            # array holds up to max_workers itself, with %N: then one array at a time)
+            common.setdefault("max_active_tis_per_dagrun", 1 if task_id == "trial_array" else self.spec.max_workers)
         if self.backend == "local":
             from airflow_provider_gpusched.task_groups.trial_operators import SweepTrialGPUOperator
 
@@ -322,13 +327,15 @@ class _Stage:
     def _local_runner(self, round_no: int | None):
         session, spec = self.session, self.spec
         parallel, per_process = self.execution.parallel, self.execution.trials_per_process
+        if spec.max_workers is not None:
+            parallel = min(parallel or spec.max_workers, spec.max_workers)
 
         @task(**self._class_kwargs(task_id="run_batch", map_index_template="chunk {{ chunk }}",
                                    **self.execution.trial_kwargs))
         def run_batch(chunk: int) -> dict:
             from airflow.sdk import get_current_context
 
-            from airflow_provider_gpusched.core.gpu.placement import GPURequest
+            from airflow_provider_gpusched.core.units import time_limit_seconds
             from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
 
             context = get_current_context()
@@ -336,9 +343,7 @@ class _Stage:
             manifest = session.manifest(round_no, context["run_id"])
             trials = manifest.chunk(chunk)
             r = spec.resources
-            wanted = r.local_gpu_arguments()
-            request = GPURequest(gpus=wanted["gpus"], gpu_memory=wanted["gpu_memory"],
-                                 host_memory=wanted["host_memory"], devices=wanted["devices"])
+            request = r.local_gpu_request(settings.host_limit_defaults())
             manager = LocalGPUHook().get_conn()
             ti = context["ti"]
             print(f"chunk {chunk}: {len(trials)} trials on {manager.inventory.source} GPUs")
@@ -347,15 +352,17 @@ class _Stage:
                 outcome = run_local_batch(manifest, trials, manager, request, parallel=parallel,
                                           trials_per_process=per_process,
                                           owner=f"{ti.dag_id}.{ti.task_id}[{chunk}] ({ti.run_id})",
-                                          job_class=r.job_class, priority=r.priority, on_event=print, work=tag)
+                                          job_class=r.job_class, priority=r.priority, on_event=print, work=tag,
+                                          setup=r.setup, time_limit=None if r.time_limit is None
+                                          else time_limit_seconds(r.time_limit))
             except WorkHalted as exc:  # no retry: someone stopped it
                 ti.xcom_push(key=OUTCOMES_XCOM, value=outcome_records(session.store, trials))
                 raise AirflowFailException(f"chunk {chunk}: {exc}") from exc
             ti.xcom_push(key=OUTCOMES_XCOM, value=outcome_records(session.store, trials))
             counts = {k: len(v) for k, v in outcome.items()}
             print(f"chunk {chunk}: {counts['succeeded']} succeeded, {counts['pruned']} pruned, "
-                  f"{counts['failed']} failed")
-            if counts["failed"] and not counts["succeeded"] and not counts["pruned"]:
+                  f"{counts['failed']} failed, {counts['timeout']} stopped at their time limit")
+            if (counts["failed"] or counts["timeout"]) and not counts["succeeded"] and not counts["pruned"]:
                 raise AirflowException(f"chunk {chunk}: every trial failed (see {session.store.dir}/logs)")
             return counts
 

@@ -10,12 +10,23 @@ import dataclasses
 from typing import Any
 
 from airflow_provider_gpusched.core.slurm.job import work_key
+from airflow_provider_gpusched.core.slurm.states import JobPhase
 from airflow_provider_gpusched.core.sweep.trial_run import mark_unfinished, trials_of_command
 from airflow_provider_gpusched.core.sweep.view import OUTCOMES_XCOM, outcome_records
 from airflow_provider_gpusched.core.work_tag import MAX_FIELD, WorkTag
 from airflow_provider_gpusched.links import SweepLeaderboardLink
-from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
-from airflow_provider_gpusched.operators.slurm import SlurmJobOperator
+from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator, WorkTimedOut
+from airflow_provider_gpusched.operators.slurm import SlurmJobFailed, SlurmJobOperator
+
+
+def _ended_as(exc: Exception) -> str:
+    """The state a trial whose task raised ``exc`` ends in: ``timeout`` when it was stopped at its time limit
+    (locally, or by Slurm's --time), else ``failed``."""
+    if isinstance(exc, WorkTimedOut):
+        return "timeout"
+    if isinstance(exc, SlurmJobFailed) and exc.status.get("phase") == JobPhase.TIMEOUT.value:
+        return "timeout"
+    return "failed"
 
 
 class _RecordsTrialFailures:
@@ -26,7 +37,7 @@ class _RecordsTrialFailures:
             value = method(context, *args)
         except Exception as exc:  # TaskDeferred is a BaseException: deferring passes through
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            for line in mark_unfinished(self.command, f"the trial's task failed: {first}"):
+            for line in mark_unfinished(self.command, f"the trial's task failed: {first}", state=_ended_as(exc)):
                 self.log.warning("%s", line)
             self._publish_outcomes(context)
             raise

@@ -20,10 +20,11 @@ anything = st.one_of(scalars, st.lists(scalars, max_size=3), st.dictionaries(st.
 
 SLURM_ARGS = ["command", "script", "job_name", "partition", "qos", "account", "gpus", "gres", "cpus_per_task", "mem",
               "time_limit", "array", "nice", "requeue", "open_mode", "output_path", "error_path", "working_dir",
-              "environment", "setup", "sbatch_args", "deferrable", "poll_interval", "job_class", "priority"]
+              "environment", "setup", "sbatch_args", "deferrable", "poll_interval", "job_class", "priority",
+              "cpus", "env"]  # (cpus_per_task and environment: the old names of cpus and env)
 LOCAL_ARGS = ["command", "bash_command", "gpus", "gpu_memory", "devices", "memory_margin", "max_foreign_processes",
               "min_free_ram", "max_cpu_percent", "host_memory", "oom_retries", "oom_factor", "env", "cwd", "grace_period",
-              "wait_mode", "poll_interval", "job_class", "priority"]
+              "wait_mode", "poll_interval", "job_class", "priority", "mem", "setup"]  # (host_memory: mem's old name)
 
 
 def _build(cls, kwargs, counter):

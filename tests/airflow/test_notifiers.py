@@ -196,3 +196,21 @@ def test_no_part_of_a_webhook_url_reaches_an_error_message(url):
         WebhookNotifier(url=url, timeout=5).deliver(Message("s", "t", "m", "<p>h</p>"))
     text = str(caught.value) + repr(caught.value.__cause__) + repr(caught.value.__context__)
     assert "TOKEN-SECRET" not in text and "not reachable" in text, text
+
+
+def test_a_wechat_message_in_chinese_is_cut_to_wechats_4096_bytes_not_characters(webhook):
+    """WeChat counts bytes: 4,000 Chinese characters are 12,000 bytes and it refuses them; the cut keeps whole
+    characters and says it cut."""
+    from airflow_provider_gpusched.notifications.notifiers import Message, WebhookNotifier
+
+    url, received = webhook
+    text = "训练完成：准确率 0.97。" * 400  # 5,600 characters, about 14,800 bytes
+    WebhookNotifier(url=url, style="wechat").deliver(Message("扫描结束", text, text, text))
+    (_, content_type, body), = received
+    content = body["markdown"]["content"]
+    assert body["msgtype"] == "markdown" and content_type.startswith("application/json")
+    assert 4090 <= len(content.encode()) <= 4096 and content.endswith("\n…")
+    assert text.startswith(content[:-2])  # whole characters, in order: nothing garbled
+    short = "短消息"
+    WebhookNotifier(url=url, style="wechat").deliver(Message("s", short, short, short))
+    assert received[-1][2]["markdown"]["content"] == short

@@ -42,7 +42,7 @@ def test_trials_run_record_results_and_rank_by_the_objective(tmp_path):
     assert json.load(open(os.path.join(folder, "argv.json"))) == ["1", "a b;c"]
     assert json.load(open(os.path.join(folder, "params.json"))) == {"x": 1, "tag": "a b;c"}
     summary = session.collect()
-    assert summary["counts"] == {"defined": 4, "waiting": 0, "running": 0, "succeeded": 3, "failed": 1, "invalid": 0, "pruned": 0, "skipped": 0}
+    assert summary["counts"] == {"defined": 4, "waiting": 0, "running": 0, "succeeded": 3, "failed": 1, "invalid": 0, "timeout": 0, "pruned": 0, "skipped": 0}
     assert [r["params"]["x"] for r in summary["leaderboard"]] == [2, 1, 4]
     assert summary["best"]["score"] == 0.0
     assert json.load(open(tmp_path / "cmd" / "best.json"))["params"] == {"x": 2, "tag": "a b;c"}
@@ -430,8 +430,47 @@ def test_di_toolkit_result_pkl_and_r_objective(tmp_path):
     manifest = session.prepare()
     run_trial(manifest, manifest.pending[0], out=open(os.devnull, "w"))
     status = session.store.status(manifest.pending[0])
-    assert status["state"] == "invalid" and "only dicts, lists, numbers, strings" in status["error"], status
+    assert status["state"] == "invalid" and "only dicts (EasyDict too), lists, numbers, strings" in status["error"], status
     assert not os.path.exists(os.path.join(session.store.trial_dir(manifest.pending[0]), "ran-code"))
+
+
+EASYDICT_RESULT = """
+# (no braces: in a sweep command they are placeholders)
+import os, pickle, sys, types, numpy
+# EasyDict as the easydict package defines it (a dict whose items are attributes too), pickled by a trial
+easydict = types.ModuleType("easydict")
+class EasyDict(dict):
+    def __init__(self, d=None, **kw):
+        super().__init__()
+        for k, v in dict(d or {}, **kw).items():
+            setattr(self, k, v)
+    def __setattr__(self, name, value):
+        value = EasyDict(value) if isinstance(value, dict) and not isinstance(value, EasyDict) else value
+        super().__setattr__(name, value)
+        super().__setitem__(name, value)
+EasyDict.__module__ = "easydict"
+easydict.EasyDict = EasyDict
+sys.modules["easydict"] = easydict
+x = float(sys.argv[1])
+pickle.dump(EasyDict(dict(eval_value=numpy.float32(x), curve=numpy.arange(3) * x, info=dict(env="cartpole"))),
+            open("result.pkl", "wb"))
+"""
+
+
+def test_easydict_and_numpy_results_are_read_without_running_their_classes(tmp_path):
+    """DI-toolkit's results are EasyDicts holding numpy values: read as plain values; neither easydict (not
+    installed here) nor any other class is imported or run."""
+    spec = SweepSpec(name="ez", test_config=[{"x": [1, 2]}], objective=Objective.parse("maximize R['eval_value']"),
+                     command=[sys.executable, "-c", EASYDICT_RESULT, "{x}"], results_root=str(tmp_path))
+    session = SweepSession(spec)
+    manifest = session.prepare()
+    for t in manifest.pending:
+        assert run_trial(manifest, t, out=open(os.devnull, "w")) == 0
+    assert "easydict" not in sys.modules
+    summary = session.collect()
+    assert summary["best"]["score"] == 2.0 and summary["counts"]["succeeded"] == 2
+    assert session.store.result(manifest.trials[1]) == {"eval_value": 2.0, "curve": [0.0, 2.0, 4.0],
+                                                        "info": {"env": "cartpole"}}
 
 
 def test_objective_text_forms_and_their_errors():

@@ -84,6 +84,15 @@ def test_command_placeholders_keep_each_argument_whole():
     assert format_command(spec.command, second.params, "/r/t", second)[1] == "--name=it's \"q\""
 
 
+def test_a_brace_in_inline_code_is_explained_and_doubled_braces_reach_the_program_single():
+    with pytest.raises(InvalidArgumentError, match=r"\{x\} is neither .* written twice: f'\{\{x\}\}' reaches the "
+                                                   r"program as f'\{x\}'"):
+        SweepSpec(name="x", test_config=[{"lr": [0.1]}], command=["python", "-c", "x = 1; print(f'{x}', {lr})"])
+    spec = SweepSpec(name="x", test_config=[{"lr": [0.1]}], command=["python", "-c", "x = 1; print(f'{{x}}', {lr})"])
+    (trial,) = spec.trials()
+    assert format_command(spec.command, trial.params, "/r/t", trial)[2] == "x = 1; print(f'{x}', 0.1)"
+
+
 def test_exactly_one_target_and_objective_needed_for_optuna():
     with pytest.raises(InvalidArgumentError, match="command"):
         SweepSpec(name="x", command=["a"], python_callable=print)
@@ -200,8 +209,13 @@ def test_gpu_task_schedulers_scheduler_config_is_read_as_it_is(tmp_path):
                              "force_rerun": True, "test_config_string_indicator": "-",
                              "test_config_string_separator": "__", "config_string_value_maxlen": 8,
                              "test_config_string_inst_separator": " + ", "log_file": "worker.log"}})
-    assert (spec.resources.gpus, spec.resources.devices) == (2, [0, 1, 2, 3])
-    assert spec.resources.local_gpu_arguments()["devices"] == [0, 1, 2, 3]
+    # GPU groups are honoured as fixed groups: each trial takes one whole pair
+    assert (spec.resources.gpus, spec.resources.device_groups) == (2, [[0, 1], [2, 3]])
+    assert spec.resources.local_gpu_arguments()["device_groups"] == [[0, 1], [2, 3]]
+    mixed = SweepSpec.from_dict({"name": "mixed", "command": ["true"], "scheduler_config": {"gpu": ["0", ["1", "2"]]}})
+    assert (mixed.resources.gpus, mixed.resources.device_groups) == (2, [[0], [1, 2]])
+    ids = SweepSpec.from_dict({"name": "ids", "command": ["true"], "scheduler_config": {"gpu": ["0", "1"]}})
+    assert (ids.resources.gpus, ids.resources.devices, ids.resources.device_groups) == (1, [0, 1], None)
     assert spec.results_root == str(tmp_path / "r") and spec.force_rerun is True
     assert spec.label_format == LabelFormat("-", "__", 8, " + ")
     assert [t.label for t in spec.trials()] == ["method-GAN", "method-WGAN-GP-"]
@@ -213,7 +227,6 @@ def test_gpu_task_schedulers_scheduler_config_is_read_as_it_is(tmp_path):
 
 
 @pytest.mark.parametrize(("block", "argument", "expected"), [
-    ({"gpu": ["0", ["1", "2"]]}, "scheduler_config.gpu", "groups of one size"),
     ({"gpu": ["0", "0"]}, "scheduler_config.gpu", "each GPU id once"),
     ({"gpu": ["zero"]}, "scheduler_config.gpu", "GPU ids such as"),
     ({"gpu": []}, "scheduler_config.gpu", "GPU ids such as"),
@@ -236,3 +249,28 @@ def test_resources_devices_are_checked():
         SweepSpec(name="d", command=["true"], resources={"gpus": 2, "devices": [1]})
     with pytest.raises(InvalidArgumentError, match="distinct GPU indices"):
         SweepSpec(name="d", command=["true"], resources={"devices": [1, 1]})
+
+
+def test_pavi_function_resource_launcher_and_dist_params_map_onto_backend_and_distributed_starts():
+    """Seed 000's own block: function_resource = dict(launcher='slurm', dist_params=dict(backend='nccl'),
+    executor=..., source=..., partition='pat_dev', num_cpus=1, num_gpus=8, normal=True)."""
+    resource = {"launcher": "slurm", "dist_params": {"backend": "nccl"},
+                "source": "source /mnt/lustre/share/platform/env/pt1.7.0", "partition": "pat_dev",
+                "num_cpus": 1, "num_gpus": 8, "normal": True}
+    spec = SweepSpec.from_dict({"name": "pavi", "command": ["true"], "test_config": [{"x": [1]}],
+                                "function_resource": resource})
+    r = spec.resources
+    assert (r.backend, r.distributed, r.gpus, r.cpus, r.partition, r.job_class) == ("slurm", "srun", 8, 1, "pat_dev",
+                                                                                     "normal")
+    assert r.setup == ["source /mnt/lustre/share/platform/env/pt1.7.0"] and r.env == {"GPUSCHED_DIST_BACKEND": "nccl"}
+    with pytest.raises(Exception, match="resources.backend='slurm' \\(pavi's launcher\\): these trials run on slurm only"):
+        r.check_backend("local", "pavi")
+    r.check_backend("slurm", "pavi")
+    with pytest.raises(InvalidArgumentError, match="executor: expected no executor: pavi's cluster name"):
+        SweepSpec.from_dict({"name": "pavi", "command": ["true"],
+                             "function_resource": {**resource, "executor": "cluster_sh1986-SH-IDC1-10-198-6-31"}})
+    with pytest.raises(InvalidArgumentError, match="launcher: expected one of"):
+        SweepSpec.from_dict({"name": "pavi", "command": ["true"], "function_resource": {"launcher": "mpi"}})
+    local = SweepSpec.from_dict({"name": "p2", "command": ["true"],
+                                 "function_resource": {"launcher": "pytorch", "dist_params": {"backend": "gloo"}}})
+    assert (local.resources.backend, local.resources.distributed) == (None, "torchrun")

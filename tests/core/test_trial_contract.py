@@ -75,11 +75,13 @@ def test_trial_resources_become_each_backends_arguments():
     r = TrialResources(gpus=0, gpu_memory="6GiB", cpus=4, mem="8GiB", partition="batch", time_limit="1:00:00",
                        setup=["module load cuda"], job_class="idle", priority=3, env={"A": "1"})
     r.check("resources")
-    assert r.local_gpu_arguments() == {"gpus": 1, "gpu_memory": "6GiB", "host_memory": "8GiB", "job_class": "idle", "priority": 3,
-                                       "env": {"A": "1"}, "devices": None}
-    assert r.slurm_arguments() == {"gpus": None, "cpus_per_task": 4, "mem": "8GiB", "partition": "batch", "qos": None,
+    # one vocabulary: the sweep's names are the operators' names
+    assert r.local_gpu_arguments() == {"gpus": 1, "gpu_memory": "6GiB", "mem": "8GiB", "job_class": "idle", "priority": 3,
+                                       "env": {"A": "1"}, "devices": None, "device_groups": None, "setup": ["module load cuda"],
+                                       "cpus": 4, "time_limit": "1:00:00", "load_stage": False, "max_waiting": None}
+    assert r.slurm_arguments() == {"gpus": None, "cpus": 4, "mem": "8GiB", "partition": "batch", "qos": None,
                                    "time_limit": "1:00:00", "setup": ["module load cuda"], "job_class": "idle",
-                                   "priority": 3, "environment": {"A": "1"}}  # no shape given: none passed
+                                   "priority": 3, "env": {"A": "1"}}  # no shape given: none passed
     multi = TrialResources(nodes=2, gpus_per_node=4, distributed="torchrun", rank_exit_grace=30)
     multi.check("resources")
     wanted = multi.slurm_arguments()

@@ -48,6 +48,77 @@ def test_multi_gpu_request_sees_two_distinct_gpus(manager, tmp_path):
     assert manager.leases() == []
 
 
+def test_setup_lines_run_in_the_shell_that_starts_the_work_and_arguments_stay_verbatim(manager, tmp_path):
+    (tmp_path / "env.sh").write_text("export TRAIN_ENV='activated env'\n")
+    tricky = ["a b", "it's", '"q"', "x; rm -rf /", "$HOME", "*"]
+    lines = []
+    result = GPUWorkRunner(manager, on_line=lines.append).run(
+        GPURequest(gpus=1), Work(argv=[sys.executable, "-c", "import os, sys; print(os.environ['TRAIN_ENV'], "
+                                       "os.environ['CUDA_VISIBLE_DEVICES'], sys.argv[1:])", *tricky],
+                                 setup=[f"source {tmp_path}/env.sh", "cd /"]),
+        str(tmp_path / "log"))
+    assert result.exit_code == 0
+    assert lines == [f"activated env {result.gpus[0]['index']} {tricky!r}"]
+    lines.clear()
+    GPUWorkRunner(manager, on_line=lines.append).run(  # a shell command line goes on in the same shell
+        GPURequest(gpus=1), Work(shell_command='echo "$TRAIN_ENV" from "$PWD"', setup=f"source {tmp_path}/env.sh; cd /"),
+        str(tmp_path / "log"))
+    assert lines == ["activated env from /"]
+
+
+def test_cpus_are_reserved_like_host_memory_and_the_child_is_pinned_to_them(manager, tmp_path):
+    import os
+
+    from airflow_provider_gpusched.core.errors import InvalidArgumentError
+
+    host = sorted(os.sched_getaffinity(0))
+    first, why = manager.try_acquire(GPURequest(gpu_memory="1GiB", cpus=1), "a")
+    assert first is not None and first.cpus == host[:1] and why == ""
+    rest = len(host) - 1
+    if rest:
+        second, _ = manager.try_acquire(GPURequest(gpu_memory="1GiB", cpus=rest), "b")
+        assert second.cpus == host[1:]
+    third, why = manager.try_acquire(GPURequest(gpu_memory="1GiB", cpus=1), "c")
+    assert third is None and why == f"host CPUs: {len(host)} of {len(host)} are reserved by {1 + bool(rest)} lease(s); " \
+                                     "the request wants 1"
+    for lease in manager.leases():
+        manager.release(lease)
+    lines = []
+    GPUWorkRunner(manager, on_line=lines.append).run(
+        GPURequest(gpu_memory="1GiB", cpus=1), Work(argv=[sys.executable, "-c", (
+            "import os, subprocess, sys; print(sorted(os.sched_getaffinity(0)), os.environ['GPUSCHED_CPUS'], "
+            "os.environ['OMP_NUM_THREADS'], subprocess.run([sys.executable, '-c', 'import os; "
+            "print(sorted(os.sched_getaffinity(0)))'], capture_output=True, text=True).stdout.strip())")]),
+        str(tmp_path / "log"))
+    assert lines == [f"{host[:1]} {host[0]} 1 {host[:1]}"]  # pinned, and what it starts inherits the pinning
+    with pytest.raises(InvalidArgumentError, match="cpus"):
+        manager.check_possible(GPURequest(cpus=len(host) + 1))
+    with pytest.raises(InvalidArgumentError, match="cpus"):
+        GPURequest(cpus=0)
+
+
+def test_work_is_stopped_at_its_time_limit_and_fails_saying_so(manager, tmp_path):
+    import time
+
+    from airflow_provider_gpusched.core.gpu.runner import GPUWorkFailed
+
+    started = time.monotonic()
+    with pytest.raises(GPUWorkFailed, match=r"reached its time limit \(00:00:01\) after 1\.\d+s and was stopped") as failed:
+        GPUWorkRunner(manager, grace=1).run(GPURequest(gpus=1), Work(argv=["sleep", "60"], time_limit=1),
+                                            str(tmp_path / "log"))
+    assert failed.value.timed_out and not failed.value.oom
+    assert time.monotonic() - started < 10 and manager.leases() == []  # stopped, not waited for
+    assert GPUWorkRunner(manager).run(GPURequest(gpus=1), Work(argv=["true"], time_limit=5),
+                                      str(tmp_path / "log")).exit_code == 0  # within its limit: no effect
+
+
+def test_setup_must_be_shell_lines():
+    from airflow_provider_gpusched.core.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="setup"):
+        Work(argv=["true"], setup=[["source", "x"]])
+
+
 def test_shared_gpu_children_get_memory_hints(manager, tmp_path):
     lease, _ = manager.try_acquire(GPURequest(gpu_memory="6GiB"), "t")
     env = gpu_environment(lease, {0: 24 * GiB}, base={})

@@ -27,6 +27,7 @@ from airflow_provider_gpusched.core.gpu.lease_store import Lease
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.job_classes import LocalClassPolicy
+from airflow_provider_gpusched.core.units import format_bytes
 
 if TYPE_CHECKING:  # runner.py imports this module
     from airflow_provider_gpusched.core.gpu.runner import Work
@@ -45,8 +46,13 @@ class Attempt:
     stopped: bool = False
     preempted: str | None = None  # why the attempt was stopped to give its GPUs back
     halted: str | None = None     # who stopped it for good (gpusched queue stop), when and why
+    timed_out: str | None = None  # stopped at the work's time limit ("reached its time limit (00:00:03) ...")
     gpu_seconds: float = 0.0
     lost_gpu_seconds: float = 0.0
+    #: a two-stage task: seconds of its load stage, and then waiting for its GPUs (None: not two-stage, or the
+    #: stage was never reached)
+    load_seconds: float | None = None
+    gpu_wait_seconds: float | None = None
 
 
 @dataclass
@@ -94,6 +100,7 @@ class Action(enum.Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     HALTED = "halted"              # stopped for good by `gpusched queue stop`: fail, and retrying cannot help
+    TIMED_OUT = "timed_out"        # stopped at its time limit, as Slurm stops a job at --time: fail (state timeout)
 
 
 @dataclass(frozen=True)
@@ -118,6 +125,9 @@ def decide(progress: WorkProgress, outcome: AttemptOutcome, *, job_class: str, p
         last = ("" if history.preemptible(policy)
                 else f"; the next run is not preemptible (max_preemptions={policy.max_preemptions})")
         return NextStep(Action.RELAUNCH, f"{line}; relaunching after {wait:.1f}s{last}", wait)
+    if a.timed_out:
+        tail = "\n".join(outcome.tail[-20:])
+        return NextStep(Action.TIMED_OUT, f"work on GPU(s) {a.gpus} {a.timed_out}\n--- last lines of output ---\n{tail}")
     if a.exit_code == 0:
         return NextStep(Action.SUCCEEDED, history.summary(job_class))
     if a.oom and not stopping:
@@ -155,6 +165,10 @@ def gpu_descriptions(lease: Lease, inventory: GPUInventory) -> list[dict]:
 def attempt_banner(number: int, request: GPURequest, lease: Lease, gpus: list[dict], job_class: str) -> str:
     """The line that starts an attempt: what, where, which class."""
     where = ", ".join(f"{g['index']} ({g['uuid']}{', SIMULATED' if g['simulated'] else ''})" for g in gpus)
+    if lease.stage == "load":
+        return (f"attempt {number}: {request.describe()}: load stage started on host resources"
+                + (f" ({format_bytes(lease.host_memory)} of RAM)" if lease.host_memory else "")
+                + f", no GPU visible until it calls wait_for_gpus(), {job_class} class")
     return (f"attempt {number}: {request.describe()} on GPU {where}, CUDA_VISIBLE_DEVICES={lease.cuda_visible_devices}, "
             f"{job_class} class" + (" (preemptible)" if lease.preemptible else ""))
 

@@ -44,7 +44,10 @@ def gpu_environment(lease: Lease, gpu_totals: Mapping[int, int], base: Mapping[s
     env["GPUSCHED_GPU_UUIDS"] = ",".join(lease.uuids)
     if lease.simulated:
         env["GPUSCHED_GPUS_SIMULATED"] = "1"
-    if not lease.whole:
+    if lease.cpus:  # the reserved CPUs (the child is pinned to them), and as many threads for OpenMP/BLAS
+        env["GPUSCHED_CPUS"] = ",".join(map(str, lease.cpus))
+        env.setdefault("OMP_NUM_THREADS", str(len(lease.cpus)))
+    if not lease.whole and lease.memory:
         per_gpu = next(iter(lease.memory.values()))
         env["GPUSCHED_GPU_MEMORY_BYTES"] = str(per_gpu)
         total = min(gpu_totals.get(i, per_gpu) for i in lease.gpus)
@@ -60,7 +63,8 @@ class GPUChild:
 
     def __init__(self, argv: Sequence[str] | str, *, env: Mapping[str, str], cwd: str | None, log_path: str,
                  lease: Lease | None = None, shell: bool = False,
-                 on_line: Callable[[str], None] | None = None, tail_lines: int = 200) -> None:
+                 on_line: Callable[[str], None] | None = None, tail_lines: int = 200,
+                 extra_fds: Sequence[int] = ()) -> None:
         if shell:
             if not isinstance(argv, str):
                 raise TypeError("shell=True takes one command string")
@@ -73,6 +77,7 @@ class GPUChild:
         self.log_path = log_path
         self.lease = lease
         self.on_line = on_line
+        self.extra_fds = tuple(extra_fds)  # kept open in the child (a two-stage task's channel)
         self.tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
         self.proc: subprocess.Popen | None = None
         self._reader: threading.Thread | None = None
@@ -84,10 +89,14 @@ class GPUChild:
         os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
         if self.cwd:
             os.makedirs(self.cwd, exist_ok=True)
-        pass_fds = (self.lease.fd,) if self.lease is not None and self.lease.fd is not None else ()
+        pass_fds = ((self.lease.fd,) if self.lease is not None and self.lease.fd is not None else ()) + self.extra_fds
+        cpus = list(self.lease.cpus) if self.lease is not None and self.lease.cpus else None
         self.started_at = time.monotonic()
+        # pinned to the lease's CPUs before it runs anything (one system call between fork and exec): what it
+        # starts inherits them
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=self.env, cwd=self.cwd, start_new_session=True, pass_fds=pass_fds)
+                                     env=self.env, cwd=self.cwd, start_new_session=True, pass_fds=pass_fds,
+                                     preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)  # noqa: PLW1509
         self._reader = threading.Thread(target=self._read, name=f"gpu-child-{self.proc.pid}", daemon=True)
         self._reader.start()
         return self

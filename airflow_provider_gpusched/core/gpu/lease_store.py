@@ -107,6 +107,10 @@ def shared_from_env() -> bool:
     return os.environ.get(SHARED_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
+#: a lease's stages: taken with its GPUs at once; a two-stage task's load, wait (loaded) and train stages
+STAGES = ("", "load", "wait", "train")
+
+
 @dataclass
 class Lease:
     lease_id: str
@@ -127,7 +131,11 @@ class Lease:
     pid_started: float = 0.0  # the holder's start time: a reused pid is not mistaken for the holder
     grace: float = 10.0       # seconds between SIGTERM and SIGKILL when its child is stopped
     host_memory: int = 0      # bytes of host RAM reserved (0: none asked)
+    cpus: list[int] = field(default_factory=list)  # the host CPUs reserved, which its child is pinned to
     work: dict = field(default_factory=dict)  # the WorkTag (DAG, run, task, map index, sweep) it runs for
+    #: a two-stage task's stage: "load" (host resources only), "wait" (loaded, waiting for GPUs), "train" (GPUs
+    #: added); "" for a lease taken with its GPUs at once
+    stage: str = ""
     orphaned_at: float = 0.0  # when its holder was found dead with the child still running (not stored)
     unreadable: str = ""  # why the lease file could not be read (its GPUs then count as taken)
     fd: int | None = field(default=None, repr=False, compare=False)
@@ -221,7 +229,9 @@ _LEASE_FIELDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("pid_started", is_number, "a time stamp"),
     ("grace", lambda v: is_number(v) and v >= 0, "seconds (>= 0)"),
     ("host_memory", lambda v: _is_int(v) and v >= 0, "bytes of host RAM (>= 0)"),
+    ("cpus", lambda v: _int_list(v) and all(x >= 0 for x in v), "a list of CPU numbers"),
     ("work", lambda v: isinstance(v, dict), "an object naming the DAG run and task"),
+    ("stage", lambda v: v in STAGES, "one of " + ", ".join(repr(s) for s in STAGES)),
 )
 _REQUIRED = frozenset({"lease_id", "gpus", "uuids", "memory", "whole", "owner", "pid"})
 
@@ -470,7 +480,8 @@ class LeaseStore:
 
     def write(self, placement: Placement, gpus: list[GPUInfo], owner: str, job_class: str, priority: int,
               preemptible: bool = False, min_runtime: float = 0.0, task_key: str = "", grace: float = 10.0,
-              host_memory: int = 0, work: WorkTag | None = None) -> Lease:
+              host_memory: int = 0, cpus: list[int] | None = None, work: WorkTag | None = None,
+              stage: str = "") -> Lease:
         """A new lease for ``placement``, held by this process (the caller holds the allocation lock)."""
         by_index = {g.index: g for g in gpus}
         lease = Lease(
@@ -479,7 +490,8 @@ class LeaseStore:
             whole=placement.whole, owner=owner, pid=os.getpid(), job_class=job_class, priority=priority,
             simulated=any(by_index[i].simulated for i in placement.indices), preemptible=preemptible,
             min_runtime=min_runtime, task_key=task_key, pid_started=_own_started_at(), grace=float(grace),
-            host_memory=int(host_memory), work=work.to_dict() if work is not None else {},
+            host_memory=int(host_memory), cpus=list(cpus or []), work=work.to_dict() if work is not None else {},
+            stage=stage,
         )
         base = self.path(lease.lease_id)
         fd = os.open(base + ".lock", os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, self.file_mode)

@@ -16,6 +16,7 @@ mark the request waiting and ask for yields.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import threading
@@ -126,6 +127,26 @@ class LeaseManager:
     def check_possible(self, request: GPURequest) -> None:
         request.check_possible(self.inventory.gpus())
         self._check_host_memory_possible(request)
+        if request.cpus and request.cpus > len(self.host_cpus()):
+            raise InvalidArgumentError("cpus", request.cpus, f"at most this host's {len(self.host_cpus())} CPUs "
+                                       "(those this process may run on)")
+
+    @staticmethod
+    def host_cpus() -> list[int]:
+        """The CPUs that ``cpus`` reservations share: those this process may run on."""
+        return sorted(os.sched_getaffinity(0))
+
+    def cpus_for(self, request: GPURequest, leases: list[Lease]) -> tuple[list[int], str]:
+        """The CPUs to reserve for ``request`` (the lowest numbers no live lease holds), or ``([], why not)``."""
+        if not request.cpus:
+            return [], ""
+        taken = {c for lease in leases for c in lease.cpus}
+        free = [c for c in self.host_cpus() if c not in taken]
+        if len(free) >= request.cpus:
+            return free[:request.cpus], ""
+        holders = sum(1 for lease in leases if lease.cpus)
+        return [], (f"host CPUs: {len(taken)} of {len(self.host_cpus())} are reserved by {holders} lease(s); the "
+                    f"request wants {request.cpus}")
 
     def _check_host_memory_possible(self, request: GPURequest) -> None:
         if request.host_memory and request.host_memory > self.host_memory_budget():
@@ -147,6 +168,8 @@ class LeaseManager:
                      if lease.orphaned_at else f"pid {lease.pid} still runs it")
             return _Look(None, (f"another try of this task still holds lease {lease.lease_id} on GPU "
                                 f"{lease.cuda_visible_devices} ({lease.owner}; {state})"), gpus)
+        if request.load_stage:  # the load stage takes no GPU: only host RAM, CPUs and max_waiting admit it
+            return self._look_load_stage(request, owner, gpus, leases)
         views = dict(zip((lease.lease_id for lease in leases), self.store.views(gpus, leases)))
         usage = gpu_usage(gpus, views.values())
         fill_in = [c.local for c in self.classes.classes.values() if c.local.fill_in]
@@ -170,6 +193,16 @@ class LeaseManager:
                 "; ".join(why for _, why in self.store.unreadable)
         return _Look(placement, reason, gpus, leases, views, may_preempt=placement is None and bool(owner))
 
+    @staticmethod
+    def _look_load_stage(request: GPURequest, owner: str, gpus: list[GPUInfo], leases: list[Lease]) -> _Look:
+        """A load stage's look: no GPUs placed; at most ``max_waiting`` load stages loading or loaded at once."""
+        staged = [lease for lease in leases if lease.stage in ("load", "wait") and lease.owner != owner]
+        if request.max_waiting and len(staged) >= request.max_waiting:
+            loading = sum(1 for lease in staged if lease.stage == "load")
+            return _Look(None, (f"max_waiting={request.max_waiting}: {loading} task(s) loading and "
+                                f"{len(staged) - loading} loaded and waiting for GPUs on this host"), gpus, leases)
+        return _Look(Placement([], {}, True), "", gpus, leases)
+
     def _hold_place(self, request: GPURequest, owner: str, look: _Look) -> str:
         """Mark ``owner`` waiting and ask the fewest eligible fill-in leases to yield; the reason's tail."""
         self.yields.mark_waiting(owner)
@@ -183,7 +216,7 @@ class LeaseManager:
             look = self._look(request, owner, job_class, task_key, write=False)
             if look.placement is None:
                 return look.reason
-            ram = self.host_memory_problem(request, look.leases)
+            ram = self.host_memory_problem(request, look.leases) or self.cpus_for(request, look.leases)[1]
         return ram or self.host_check(request) or ""
 
     def hold_place(self, request: GPURequest, owner: str, *, job_class: str = "normal", task_key: str = "") -> str:
@@ -193,7 +226,7 @@ class LeaseManager:
             look = self._look(request, owner, job_class, task_key, write=True)
             if look.placement is None:
                 return look.reason + (self._hold_place(request, owner, look) if look.may_preempt else "")
-            ram = self.host_memory_problem(request, look.leases)
+            ram = self.host_memory_problem(request, look.leases) or self.cpus_for(request, look.leases)[1]
         return ram or self.host_check(request) or ""
 
     def host_memory_budget(self) -> int:
@@ -237,16 +270,43 @@ class LeaseManager:
             look = self._look(request, owner, job_class, task_key, write=True)
             if look.placement is None:
                 return None, look.reason + (self._hold_place(request, owner, look) if look.may_preempt else "")
-            host_problem = self.host_memory_problem(request, look.leases) or self.host_check(request)
+            cpus, cpu_problem = self.cpus_for(request, look.leases)
+            host_problem = self.host_memory_problem(request, look.leases) or cpu_problem or self.host_check(request)
             if host_problem:
                 return None, host_problem
             policy = self.classes[job_class].local
             lease = self.store.write(look.placement, look.gpus, owner, job_class, priority,
                                      policy.preemptible if preemptible is None else preemptible, policy.min_runtime,
                                      task_key=task_key, grace=grace, host_memory=request.host_memory or 0,
-                                     work=work)
+                                     cpus=cpus, work=work, stage="load" if request.load_stage else "")
             self.yields.clear_waiting(owner)
             return lease, ""
+
+    # -- a two-stage task: the load stage's lease grows its GPUs ----------------------------------------
+    def mark_loaded(self, lease: Lease) -> None:
+        """The work on load-stage ``lease`` has loaded: it now waits for its GPUs (stage ``wait``)."""
+        with self.store.allocation_lock():
+            lease.stage = "wait"
+            self.store.save(lease)
+
+    def try_add_gpus(self, lease: Lease, request: GPURequest, *, task_key: str = "") -> str:
+        """Give the loaded work on ``lease`` its GPUs (its train stage), placed as ``request`` without its host
+        part (the lease holds that already) under the job-class rules; '' when done, else why not. A normal
+        request that does not fit holds its place and asks fill-in leases to yield, as :meth:`try_acquire`."""
+        gpu_part = dataclasses.replace(request, load_stage=False, max_waiting=0, host_memory=None, cpus=None)
+        with self.store.allocation_lock():
+            look = self._look(gpu_part, lease.owner, lease.job_class, task_key, write=True)
+            if look.placement is None:
+                return look.reason + (self._hold_place(gpu_part, lease.owner, look) if look.may_preempt else "")
+            by_index = {g.index: g for g in look.gpus}
+            placement = look.placement
+            lease.gpus, lease.memory, lease.whole = list(placement.indices), dict(placement.memory), placement.whole
+            lease.uuids = [by_index[i].uuid for i in placement.indices]
+            lease.simulated = any(by_index[i].simulated for i in placement.indices)
+            lease.stage = "train"
+            self.store.save(lease)
+            self.yields.clear_waiting(lease.owner)
+        return ""
 
     def acquire(self, request: GPURequest, owner: str, *, timeout: float | None = None, poll_interval: float = 1.0,
                 job_class: str = "normal", priority: int = 0, preemptible: bool | None = None,

@@ -42,8 +42,41 @@ class GPURequest:
     #: host RAM this task reserves while it runs (fedflow's estimate_memory), counted against the host's
     #: budget with every other lease's reservation: two tasks never both count the same free RAM
     host_memory: int | str | None = None
+    #: host CPUs this task reserves while it runs: as many CPU numbers no other lease holds, and its child is
+    #: pinned to them (CPU affinity), as Slurm's --cpus-per-task with task/affinity
+    cpus: int | None = None
+    #: fixed GPU groups (GPU Task Scheduler's ``gpu: [["0", "1"], ["2", "3"]]`` or mixed ``["0", ["1", "2"]]``): the
+    #: work takes one whole group, whichever is free first, and sees exactly its GPUs; ``gpus`` is then the
+    #: largest group's size
+    device_groups: Sequence[Sequence[int]] | None = None
+    #: fedflow's two-stage task: the work starts with host resources only (``host_memory``, ``cpus``; no GPU
+    #: visible) and gets its GPUs when it says its load stage is done (:func:`~airflow_provider_gpusched.core.gpu.
+    #: stages.wait_for_gpus`); its train stage is then admitted by GPU memory like any request
+    load_stage: bool = False
+    #: with ``load_stage``: start loading only while fewer than this many load-stage tasks on the host are loading
+    #: or loaded and waiting for GPUs (fedflow's ``scheduler.max-waiting``, host-wide); 0: no bound
+    max_waiting: int = 0
 
     def __post_init__(self) -> None:
+        if self.device_groups is not None:
+            groups = self.device_groups
+            if (isinstance(groups, (str, bytes)) or not isinstance(groups, (list, tuple)) or not groups
+                    or not all(isinstance(g, (list, tuple)) and g and all(
+                        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in g) for g in groups)):
+                raise InvalidArgumentError("device_groups", groups, "GPU index groups such as [[0, 1], [2, 3]]")
+            flat = [d for g in groups for d in g]
+            if len(set(flat)) != len(flat):
+                raise InvalidArgumentError("device_groups", groups, "each GPU in one group only")
+            if self.devices is not None:
+                raise InvalidArgumentError("device_groups", groups, "either devices or device_groups, not both")
+            self.device_groups = [sorted(g) for g in groups]
+            self.gpus = max(len(g) for g in self.device_groups)
+        if not isinstance(self.load_stage, bool):
+            raise InvalidArgumentError("load_stage", self.load_stage, "true or false")
+        if isinstance(self.max_waiting, bool) or not isinstance(self.max_waiting, int) or self.max_waiting < 0:
+            raise InvalidArgumentError("max_waiting", self.max_waiting, "a whole number >= 0 (0: no bound)")
+        if self.cpus is not None and (isinstance(self.cpus, bool) or not isinstance(self.cpus, int) or self.cpus < 1):
+            raise InvalidArgumentError("cpus", self.cpus, "a whole number of CPUs >= 1")
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
             raise InvalidArgumentError("gpus", self.gpus, "a whole number of GPUs >= 1")
         if self.gpu_memory is not None:
@@ -82,13 +115,32 @@ class GPURequest:
             f"{format_bytes(self.gpu_memory)} on {self.gpus} GPU{'s' if self.gpus > 1 else ''}"
         if self.devices is not None:
             what += f" among {self.devices}"
+        if self.device_groups is not None:
+            what = (("one whole GPU group" if self.whole else f"{format_bytes(self.gpu_memory)} on each GPU of one "
+                     "group") + f" of {self.device_groups}")
         if self.host_memory:
             what += f" and {format_bytes(self.host_memory)} of host RAM"
+        if self.cpus:
+            what += f" and {self.cpus} CPU(s)"
+        if self.load_stage:
+            what += ", the GPUs after a load stage" + (f" (at most {self.max_waiting} loading or waiting)"
+                                                       if self.max_waiting else "")
         return what
 
     def check_possible(self, gpus: Sequence[GPUInfo]) -> None:
         """Raise if no amount of waiting can satisfy the request on this inventory."""
         indices = {g.index for g in gpus}
+        if self.device_groups is not None:
+            unknown = [d for g in self.device_groups for d in g if d not in indices]
+            if unknown:
+                raise InvalidArgumentError("device_groups", self.device_groups,
+                                           f"indices of this host's GPUs {sorted(indices)}")
+            if not self.whole:
+                totals = {g.index: g.memory_total - self.memory_margin for g in gpus}
+                if not any(all(totals[i] >= self.gpu_memory for i in group) for group in self.device_groups):
+                    raise InvalidArgumentError("gpu_memory", format_bytes(self.gpu_memory),
+                                               "at most what every GPU of one of the groups holds (minus the margin)")
+            return
         if self.devices is not None:
             unknown = [d for d in self.devices if d not in indices]
             if unknown:
@@ -161,6 +213,8 @@ class Placement:
 
 def place(request: GPURequest, usage: dict[int, GPUUsage]) -> tuple[Placement | None, str]:
     """Choose GPUs for ``request`` or say why it does not fit now."""
+    if request.device_groups is not None:
+        return _place_group(request, usage)
     candidates = [u for i, u in sorted(usage.items()) if request.devices is None or i in request.devices]
     margin = int(request.memory_margin)
     if request.whole:
@@ -182,3 +236,21 @@ def place(request: GPURequest, usage: dict[int, GPUUsage]) -> tuple[Placement | 
         return None, f"needs {format_bytes(need)} on {request.gpus} GPU(s); {state}"
     chosen = fits[: request.gpus]
     return Placement(sorted(u.gpu.index for u in chosen), {u.gpu.index: need for u in chosen}, False), ""
+
+
+def _place_group(request: GPURequest, usage: dict[int, GPUUsage]) -> tuple[Placement | None, str]:
+    """One of the request's fixed GPU groups, whole: the first (in the order given) whose every GPU is free (whole
+    requests) or holds the slice (shared ones)."""
+    margin = int(request.memory_margin)
+    for group in request.device_groups:
+        members = [usage[i] for i in group if i in usage]
+        if len(members) != len(group):
+            continue
+        if request.whole:
+            if all(u.leases == 0 and (request.max_foreign_processes is None
+                                      or u.foreign_processes <= request.max_foreign_processes) for u in members):
+                return Placement(list(group), {u.gpu.index: u.gpu.memory_total for u in members}, True), ""
+        elif all(not u.whole_taken and u.available(margin) >= int(request.gpu_memory) for u in members):
+            return Placement(list(group), {u.gpu.index: int(request.gpu_memory) for u in members}, False), ""
+    busy = ", ".join(f"GPU {i}: {usage[i].leases} lease(s)" for g in request.device_groups for i in g if i in usage)
+    return None, f"needs one of the GPU groups {request.device_groups} free ({busy})"

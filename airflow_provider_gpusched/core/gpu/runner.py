@@ -9,6 +9,8 @@ waits for GPUs; scripts, batched sweep trials and the benchmarks use :class:`GPU
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import random
 import threading
@@ -23,7 +25,7 @@ from airflow_provider_gpusched.core.distributed import (
     local_launch_argv,
     torchrun_command,
 )
-from airflow_provider_gpusched.core.errors import GpuschedError
+from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.accounting import newest_checkpoint
 from airflow_provider_gpusched.core.gpu.attempts import (
     Action,
@@ -37,11 +39,13 @@ from airflow_provider_gpusched.core.gpu.attempts import (
     work_value,
 )
 from airflow_provider_gpusched.core.gpu.inventory import GPUInventory
-from airflow_provider_gpusched.core.gpu.launch import GPUChild, gpu_environment
+from airflow_provider_gpusched.core.gpu.launch import SHARED_GPU_ENV, GPUChild, gpu_environment
 from airflow_provider_gpusched.core.gpu.lease_store import Lease
-from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+from airflow_provider_gpusched.core.gpu.leases import LeaseManager, reason_kind
+from airflow_provider_gpusched.core.gpu.stages import StageChannel
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy, find_oom, memory_evidence
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
+from airflow_provider_gpusched.core.units import format_time_limit
 from airflow_provider_gpusched.core.work_tag import WorkTag
 
 
@@ -62,6 +66,12 @@ class Work:
     #: start it as one rank per leased GPU: "torchrun" or "srun" (core/distributed.py)
     distributed: str | None = None
     rank_exit_grace: float = DEFAULT_RANK_EXIT_GRACE
+    #: seconds each start may run before it is stopped (SIGTERM, the grace period, SIGKILL) and fails as timed
+    #: out, as Slurm stops a job at its --time; None: no limit
+    time_limit: float | None = None
+    #: shell lines run before the work, in the shell that then starts it (``source env.sh``, ``module load``), as
+    #: a Slurm job script runs its setup lines; the work's arguments still reach it verbatim
+    setup: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         given = [x for x in (self.argv, self.shell_command, self.call_dir) if x is not None]
@@ -70,6 +80,14 @@ class Work:
         if self.argv is not None and (isinstance(self.argv, str) or not self.argv):
             raise GpuschedError("argv must be a non-empty list; for a shell command line use shell_command "
                                 "(or bash_command on the operator)")
+        if self.time_limit is not None and (isinstance(self.time_limit, bool) or not isinstance(
+                self.time_limit, (int, float)) or not self.time_limit > 0):
+            raise InvalidArgumentError("time_limit", self.time_limit, "seconds (a number > 0)")
+        if isinstance(self.setup, str):
+            self.setup = [self.setup]
+        if not isinstance(self.setup, (list, tuple)) or not all(isinstance(x, str) and "\x00" not in x
+                                                                 for x in self.setup):
+            raise InvalidArgumentError("setup", self.setup, "a list of shell lines")
 
     def child_argv(self, nproc: int = 1, env: Mapping[str, str] | None = None) -> tuple[list[str] | str, bool]:
         """What the child runs, and whether by a shell; a distributed start runs ``nproc`` ranks of it."""
@@ -81,13 +99,22 @@ class Work:
             argv, shell = [self.python or sys.executable, "-m", "airflow_provider_gpusched.core.pyfunc", self.call_dir], False
         else:
             argv, shell = [str(a) for a in self.argv], False
-        if not self.distributed:
+        if self.distributed:
+            if shell:
+                argv, shell = ["/bin/bash", "-c", argv], False
+            grace = launcher_grace(self.rank_exit_grace, python_call=self.call_dir is not None)
+            argv = local_launch_argv(self.distributed, argv, nproc, grace, torchrun=torchrun_command(env, self.python),
+                                     python=self.python)
+        return self._after_setup(argv, shell)
+
+    def _after_setup(self, argv: list[str] | str, shell: bool) -> tuple[list[str] | str, bool]:
+        """``argv`` run by the shell that ran the setup lines first (once, before any rank starts)."""
+        if not self.setup:
             return argv, shell
-        if shell:
-            argv = ["/bin/bash", "-c", argv]
-        grace = launcher_grace(self.rank_exit_grace, python_call=self.call_dir is not None)
-        return local_launch_argv(self.distributed, argv, nproc, grace, torchrun=torchrun_command(env, self.python),
-                                 python=self.python), False
+        lines = "\n".join(self.setup) + "\n"
+        if shell:  # a command line: the same shell goes on with it
+            return lines + argv, True
+        return ["/bin/bash", "-c", lines + 'exec "$@"', "gpusched-setup", *argv], False
 
 
 class MemorySampler:
@@ -149,13 +176,18 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
                 started: Callable[[GPUChild], None] | None = None, grace: float = 10.0,
                 stop_event: threading.Event | None = None, timeout: float | None = None,
                 sample_interval: float = 1.0, yield_interval: float = 1.0,
-                extra_env: Mapping[str, str] | None = None) -> AttemptOutcome:
+                extra_env: Mapping[str, str] | None = None,
+                on_gpus: Callable[[Lease], None] | None = None) -> AttemptOutcome:
     """Run ``work`` once on ``lease`` (the caller releases the lease). A failure counts as a GPU OOM when
     the output says so, or when the child's GPU memory reached its reservation (NVML evidence).
 
     Every ``yield_interval`` seconds :meth:`LeaseManager.yield_reason` is asked whether the lease must
     give its GPUs back (a normal task preempts it, foreign work appeared); if so the child is stopped
-    (SIGTERM, ``grace`` seconds to checkpoint, SIGKILL) and the attempt is marked ``preempted``."""
+    (SIGTERM, ``grace`` seconds to checkpoint, SIGKILL) and the attempt is marked ``preempted``.
+
+    A load-stage lease (``request.load_stage``) starts the work without GPUs; once it says it has loaded
+    (:func:`~airflow_provider_gpusched.core.gpu.stages.wait_for_gpus`) its GPUs are placed and handed over
+    (``on_gpus(lease)`` is then called), and the time limit goes on counting from the start."""
     totals = {g.index: g.memory_total for g in manager.inventory.gpus()}
     env_extra = dict(work.env)
     if work.call_dir:  # a relaunch is judged by its own outcome, not by the one of the start it replaces
@@ -165,15 +197,29 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
         env_extra["GPUSCHED_CHECKPOINT_DIR"] = work.checkpoint_dir
     env_extra.update(extra_env or {})
     env = gpu_environment(lease, totals, extra=env_extra)
+    stage = StageChannel() if lease.stage == "load" else None
+    if stage is not None:
+        if work.distributed:
+            stage.close()
+            raise InvalidArgumentError("load_stage", True, "work started as one process (not distributed=...)")
+        env.update(stage.child_env())
     argv, shell = work.child_argv(len(lease.gpus), env)
-    child = GPUChild(argv, env=env, cwd=work.cwd, log_path=log_path, lease=lease, shell=shell, on_line=on_line)
-    child.start()
+    child = GPUChild(argv, env=env, cwd=work.cwd, log_path=log_path, lease=lease, shell=shell, on_line=on_line,
+                     extra_fds=stage.child_fds if stage is not None else ())
+    try:
+        child.start()
+    finally:
+        if stage is not None:
+            stage.started()
     manager.record_child(lease, child.pid)
     sampler = (MemorySampler(manager.inventory, lease, child, sample_interval).start()
-               if MemorySampler.useful(manager.inventory, lease) else None)
+               if stage is None and MemorySampler.useful(manager.inventory, lease) else None)
     if started:
         started(child)
+    two_stage = _TwoStages(manager, lease, request, child, stage, totals, on_line, on_gpus) if stage else None
+    timeout = work.time_limit if timeout is None else timeout
     deadline = None if timeout is None else time.monotonic() + timeout
+    timed_out = None
     started_wall = time.time()
     next_yield_check = time.monotonic() + yield_interval
     code = None
@@ -184,7 +230,14 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
             code = child.wait(timeout=0.2)
             if code is not None:
                 break
-            if (stop_event is not None and stop_event.is_set()) or (deadline is not None and time.monotonic() > deadline):
+            if two_stage is not None and two_stage.step():
+                sampler = (MemorySampler(manager.inventory, lease, child, sample_interval).start()
+                           if MemorySampler.useful(manager.inventory, lease) else None)
+            if stop_event is not None and stop_event.is_set():
+                code = child.stop(grace)
+            elif deadline is not None and time.monotonic() > deadline:
+                timed_out = (f"reached its time limit ({format_time_limit(math.ceil(timeout))}) after "
+                             f"{time.monotonic() - child.started_at:.1f}s and was stopped")
                 code = child.stop(grace)
             elif time.monotonic() >= next_yield_check:
                 next_yield_check = time.monotonic() + yield_interval
@@ -201,6 +254,8 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
             code = child.stop(grace)
         else:  # it ended on its own: what it left running (cmd &, setsid, double fork) goes before the lease
             child.stop_leftovers(grace)
+        if stage is not None:
+            stage.close()
     peaks = sampler.stop() if sampler else {}
     if (preempted or halted) and not child.stopped_by_us:
         preempted = halted = None  # it finished on its own just before we signalled it
@@ -208,26 +263,90 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
     if code != 0 and not child.stopped_by_us:
         oom = find_oom(child.tail) or memory_evidence(peaks, lease.memory)
     seconds = round(time.monotonic() - child.started_at, 3)
+    on_gpus_seconds = seconds if two_stage is None else two_stage.seconds_on_gpus()
     lost = 0.0
-    if preempted:
-        checkpoint = newest_checkpoint(work.checkpoint_dir, started_wall)
-        lost = round(len(lease.gpus) * (time.time() - (checkpoint or started_wall)), 3)
+    if preempted and lease.gpus:
+        since = started_wall if two_stage is None else two_stage.gpus_given_wall
+        checkpoint = newest_checkpoint(work.checkpoint_dir, since)
+        lost = round(len(lease.gpus) * (time.time() - (checkpoint or since)), 3)
     attempt = Attempt(number=number, request=request.describe(), gpus=list(lease.gpus), exit_code=code, oom=oom,
                       seconds=seconds, stopped=child.stopped_by_us, preempted=preempted, halted=halted or None,
-                      gpu_seconds=round(len(lease.gpus) * seconds, 3), lost_gpu_seconds=lost)
+                      timed_out=timed_out,
+                      gpu_seconds=round(len(lease.gpus) * on_gpus_seconds, 3), lost_gpu_seconds=lost,
+                      load_seconds=two_stage.load_seconds if two_stage else None,
+                      gpu_wait_seconds=two_stage.gpu_wait_seconds() if two_stage else None)
     manager.ledger.append({"owner": lease.owner, "job_class": lease.job_class, "gpus": list(lease.gpus),
-                     "seconds": seconds, "gpu_seconds": attempt.gpu_seconds, "preempted": preempted,
+                     "seconds": on_gpus_seconds, "gpu_seconds": attempt.gpu_seconds, "preempted": preempted,
                      "lost_gpu_seconds": lost, "exit_code": code, "simulated": lease.simulated})
     return AttemptOutcome(attempt, lease, list(child.tail))
 
 
+class _TwoStages:
+    """The parent's side of a two-stage task during one attempt: see the child load, then add its GPUs."""
+
+    def __init__(self, manager: LeaseManager, lease: Lease, request: GPURequest, child: GPUChild,
+                 stage: StageChannel, totals: Mapping[int, int], on_line: Callable[[str], None] | None,
+                 on_gpus: Callable[[Lease], None] | None, retry_interval: float = 0.5) -> None:
+        self.manager, self.lease, self.request, self.child, self.stage = manager, lease, request, child, stage
+        self.totals, self.on_gpus, self.retry_interval = totals, on_gpus, retry_interval
+        self.say = on_line or (lambda line: None)
+        self.load_seconds: float | None = None
+        self.loaded_at: float | None = None
+        self.gpus_given_at: float | None = None
+        self.gpus_given_wall = 0.0
+        self._next_try = 0.0
+        self._last_why = ""
+
+    def step(self) -> bool:
+        """One look (never blocks); True when the GPUs were handed over just now."""
+        if self.gpus_given_at is not None:
+            return False
+        now = time.monotonic()
+        if self.loaded_at is None:
+            if not self.stage.poll_loaded():
+                return False
+            self.loaded_at = now
+            self.load_seconds = round(now - self.child.started_at, 3)
+            self.manager.mark_loaded(self.lease)
+            self.say(f"[gpusched] load stage done after {self.load_seconds:.1f}s; waiting for "
+                     f"{dataclasses.replace(self.request, load_stage=False, host_memory=None, cpus=None).describe()}")
+        if now < self._next_try:
+            return False
+        self._next_try = now + self.retry_interval
+        why = self.manager.try_add_gpus(self.lease, self.request, task_key=self.lease.task_key)
+        if why:
+            if reason_kind(why) != self._last_why:
+                self.say(f"[gpusched] waiting for GPUs: {why}")
+            self._last_why = reason_kind(why)
+            return False
+        self.gpus_given_at, self.gpus_given_wall = time.monotonic(), time.time()
+        env = gpu_environment(self.lease, self.totals, base={})
+        defaults = {k: env.pop(k) for k in list(env) if k in SHARED_GPU_ENV or k in ("OMP_NUM_THREADS", "GPUSCHED_CPUS")}
+        self.stage.give(env, defaults)
+        self.say(f"[gpusched] train stage on GPU {self.lease.cuda_visible_devices} after "
+                 f"{self.gpu_wait_seconds():.1f}s waiting for GPUs")
+        if self.on_gpus:
+            self.on_gpus(self.lease)
+        return True
+
+    def gpu_wait_seconds(self) -> float | None:
+        if self.loaded_at is None:
+            return None
+        return round((self.gpus_given_at or time.monotonic()) - self.loaded_at, 3)
+
+    def seconds_on_gpus(self) -> float:
+        return 0.0 if self.gpus_given_at is None else round(time.monotonic() - self.gpus_given_at, 3)
+
+
 class GPUWorkFailed(GpuschedError):
-    def __init__(self, message: str, attempts: list[Attempt], tail: list[str], oom: bool, halted: bool = False):
+    def __init__(self, message: str, attempts: list[Attempt], tail: list[str], oom: bool, halted: bool = False,
+                 timed_out: bool = False):
         super().__init__(message)
         self.attempts = attempts
         self.tail = tail
         self.oom = oom
         self.halted = halted  # stopped for good by `gpusched queue stop`: nothing may run it again
+        self.timed_out = timed_out  # stopped at the work's time limit
 
 
 class GPUWorkRunner:
@@ -271,7 +390,10 @@ class GPUWorkRunner:
                 outcome = run_attempt(self.manager, lease, work, number=progress.next_number, request=progress.request,
                                       log_path=log_path, on_line=self.on_line, grace=self.grace,
                                       stop_event=self.stop_event, sample_interval=self.sample_interval,
-                                      yield_interval=self.yield_interval, extra_env=progress.relaunch_env())
+                                      yield_interval=self.yield_interval, extra_env=progress.relaunch_env(),
+                                      on_gpus=lambda grown: self.on_event(f"train stage on GPU {grown.cuda_visible_devices}"))
+                if lease.stage:  # a two-stage task's GPUs came after its load stage
+                    gpus = gpu_descriptions(lease, self.manager.inventory)
             finally:
                 self.manager.release(lease)
             step = decide(progress, outcome, job_class=self.job_class, policy=policy, oom_policy=self.oom_policy,
@@ -283,6 +405,6 @@ class GPUWorkRunner:
                                         outcome.tail, False)
             elif step.action is Action.SUCCEEDED:
                 return RunResult(0, gpus, progress.attempts, log_path, work_value(work), progress.history)
-            elif step.action in (Action.FAILED, Action.HALTED):
+            elif step.action in (Action.FAILED, Action.HALTED, Action.TIMED_OUT):
                 raise GPUWorkFailed(step.message, progress.attempts, outcome.tail, bool(outcome.attempt.oom),
-                                    halted=step.action is Action.HALTED)
+                                    halted=step.action is Action.HALTED, timed_out=step.action is Action.TIMED_OUT)

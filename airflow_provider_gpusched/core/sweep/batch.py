@@ -42,8 +42,12 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
                     parallel: int | None = None, trials_per_process: int = 8, owner: str = "",
                     job_class: str = "normal", priority: int = 0, oom_policy: OOMRetryPolicy | None = None,
                     on_event: Callable[[str], None] | None = None,
-                    stop_event: threading.Event | None = None, work: WorkTag | None = None) -> dict[str, list[str]]:
-    """Run ``trials`` with up to ``parallel`` leases at a time; returns trial ids by final state.
+                    stop_event: threading.Event | None = None, work: WorkTag | None = None,
+                    setup: Sequence[str] = (), time_limit: float | None = None) -> dict[str, list[str]]:
+    """Run ``trials`` with up to ``parallel`` leases at a time; returns trial ids by final state. ``setup``:
+    shell lines each trial process runs first (the sweep's ``resources.setup``); ``time_limit``: seconds each
+    trial may run (then it is stopped and ends ``timeout``; each trial then runs in a process of its own, as does each
+    two-stage trial, ``request.load_stage``).
 
     Each lease runs a small group of trials in one process (``trials_per_process``; once trials are seen to
     take a second or more, fewer near the end so the slots finish together): tiny trials then cost one
@@ -56,6 +60,8 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
     an outcome are marked failed with the stop's message, and :class:`WorkHalted` is raised.
     """
     on_event = on_event or (lambda message: None)
+    if time_limit is not None or request.load_stage:
+        trials_per_process = 1  # the limit is each trial's, a load stage holds its own data: one trial per process
     parallel = max(1, min(parallel or default_parallel(manager, request), max(1, len(trials))))
     todo: deque[tuple[Trial, ...]] = deque((t,) for t in trials)
     lock = threading.Lock()
@@ -110,14 +116,17 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
             started = time.monotonic()
             sliced = write_group_manifest(manifest, group)
             try:
-                runner.run(request, Work(argv=group_argv(sliced, group)),
+                runner.run(request, Work(argv=group_argv(sliced, group), setup=setup, time_limit=time_limit),
                            os.path.join(logs, f"{group[0].trial_id}.log"))
             except GPUWorkFailed as exc:
                 if exc.halted:
                     halt(str(exc).splitlines()[0])
                     return
                 oom = exc.oom
-                if oom and len(group) == 1:
+                if exc.timed_out and len(group) == 1 and store.state(group[0]) in ("waiting", "running"):
+                    store.mark_finished(group[0], ok=False, exit_code=None, error=str(exc).splitlines()[0],
+                                        state="timeout")
+                elif oom and len(group) == 1:
                     store.mark_finished(group[0], ok=False, exit_code=None, error=str(exc).splitlines()[0])
             finally:
                 with contextlib.suppress(OSError):
@@ -136,13 +145,13 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
                     again.append(trial)
                     continue
                 with lock:
-                    finished[trial.trial_id] = state if state in ("succeeded", "pruned") else "failed"
+                    finished[trial.trial_id] = state if state in ("succeeded", "pruned", "timeout") else "failed"
             with lock:
                 for trial in again:
                     retried.add(trial.trial_id)
                     todo.append((trial,))
                 done = len(finished)
-                failed = sum(1 for v in finished.values() if v == "failed")
+                failed = sum(1 for v in finished.values() if v in ("failed", "timeout"))
             if done and (done % max(1, len(trials) // 20) < len(group) or failed):
                 on_event(f"{done}/{len(trials)} trials done ({failed} failed)")
 
@@ -160,7 +169,7 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
             if trial.trial_id not in finished and store.state(trial) in ("waiting", "running"):
                 store.mark_finished(trial, ok=False, exit_code=None, error=halted[0])
         raise WorkHalted(halted[0])
-    outcome: dict[str, list[str]] = {"succeeded": [], "pruned": [], "failed": []}
+    outcome: dict[str, list[str]] = {"succeeded": [], "pruned": [], "failed": [], "timeout": []}
     for trial in trials:
         if trial.trial_id in finished:
             outcome[finished[trial.trial_id]].append(trial.trial_id)

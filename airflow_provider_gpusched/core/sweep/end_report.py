@@ -17,7 +17,7 @@ from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.safe_files import is_number
 from airflow_provider_gpusched.core.slurm.job_view import read_tail
 from airflow_provider_gpusched.core.sweep.objective import Objective
-from airflow_provider_gpusched.core.sweep.store import STATES, read_json
+from airflow_provider_gpusched.core.sweep.store import FAILED_STATES, STATES, read_json
 from airflow_provider_gpusched.core.text import printable
 
 #: failures listed in a report, and the lines of output shown for each
@@ -40,11 +40,11 @@ class SweepEndReport:
 
     @property
     def ok(self) -> bool:
-        return not self.counts.get("failed") and not self.counts.get("invalid")
+        return not any(self.counts.get(state) for state in FAILED_STATES)
 
     @property
     def subject(self) -> str:
-        done = ", ".join(f"{self.counts.get(k, 0)} {k}" for k in ("succeeded", "failed", "invalid", "pruned")
+        done = ", ".join(f"{self.counts.get(k, 0)} {k}" for k in ("succeeded", *FAILED_STATES, "pruned")
                          if self.counts.get(k))
         best = ""
         if self.top:
@@ -176,7 +176,7 @@ def build_end_report(folder: str, *, top_n: int = 5, job_class: str = "normal", 
     front = pareto.get("front", []) if isinstance(pareto, dict) and isinstance(pareto.get("front"), list) else []
     failures = []
     for r in records:
-        if r.get("state") not in ("failed", "invalid") or len(failures) >= MAX_FAILURES:
+        if r.get("state") not in FAILED_STATES or len(failures) >= MAX_FAILURES:
             continue
         log = r.get("log") if isinstance(r.get("log"), str) else None
         tail = read_tail(log, folder, tail_lines) if log else None  # only a log inside the sweep's folder

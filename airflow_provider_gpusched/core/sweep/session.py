@@ -22,8 +22,20 @@ from airflow_provider_gpusched.core.sweep.objective import format_leaderboard, l
 from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports
 from airflow_provider_gpusched.core.sweep.search import RoundSearch, make_search
 from airflow_provider_gpusched.core.sweep.spec import SweepSpec, default_results_root
-from airflow_provider_gpusched.core.sweep.store import DONE_STATES, TrialStore, format_counts, state_counts
-from airflow_provider_gpusched.core.sweep.trial_run import CALLABLE_FILE, Manifest, save_callable, write_manifest
+from airflow_provider_gpusched.core.sweep.store import (
+    DONE_STATES,
+    FAILED_STATES,
+    TrialStore,
+    format_counts,
+    state_counts,
+)
+from airflow_provider_gpusched.core.sweep.trial_run import (
+    CALLABLE_FILE,
+    REQUIRED_ENV_FILE,
+    Manifest,
+    save_callable,
+    write_manifest,
+)
 from airflow_provider_gpusched.core.text import printable
 
 ONE_SHOT_MANIFEST = "manifest.json"
@@ -66,6 +78,8 @@ class SweepSession:
     def _target(self) -> dict:
         template = self.spec._template
         extra = {"config_template": {"name": template.name, "text": template.text}} if template else {}
+        if self.spec.required_env is not None:
+            extra["required_env"] = save_callable(self.store.dir, self.spec.required_env, REQUIRED_ENV_FILE)
         if self.spec.python_callable is not None:
             save_callable(self.store.dir, self.spec.python_callable)
             return {"callable": CALLABLE_FILE, **extra}
@@ -93,6 +107,8 @@ class SweepSession:
             raise GpuschedError(f"sweep {self.spec.name}: search {self.spec.search} runs in rounds; give round_no")
         force_rerun = self.spec.force_rerun if force_rerun is None else force_rerun
         trials = self.spec.trials() if round_no is None else self.round_trials(round_no)
+        if self.spec.gts_result_folders and not force_rerun:
+            self._adopt_gts_results(trials)
         pending, skipped = self.store.plan(trials, force_rerun)
         name = manifest_name(round_no, run)
         objective = self.spec.objective.to_dict() if self.spec.objective else None
@@ -100,11 +116,20 @@ class SweepSession:
                               objective=objective, env=self.spec.resources.env, chunk_size=chunk_size,
                               extra={"skipped": [t.trial_id for t in skipped], "round": round_no,
                                      "varying": self.spec.varying(), "run": run, "planned_at": time.time(),
-                                     "force_rerun": bool(force_rerun),
+                                     "force_rerun": bool(force_rerun), "base_dir": self.spec.base_dir,
                                      "on_invalid_result": self.spec.on_invalid_result,
                                      "distributed": self.spec.resources.distributed_settings(backend),
                                      "pruning": self.spec.pruning.to_dict() if self.spec.pruning else None})
         return Manifest(path)
+
+    def _adopt_gts_results(self, trials) -> None:
+        """GPU Task Scheduler skips a test instance whose result folder exists; so do we: such a trial is recorded
+        as succeeded (by that tool, its results in that folder), once."""
+        for trial in trials:
+            legacy = os.path.join(self.store.root, trial.label)
+            if trial.label and os.path.isdir(legacy) and self.store.state(trial) not in DONE_STATES:
+                self.store.mark_finished(trial, ok=True, exit_code=0,
+                                         note=f"finished by GPU Task Scheduler: its result folder {legacy} exists")
 
     def finish_round(self, round_no: int, run: str | None = None) -> dict:
         manifest = self.manifest(round_no, run)
@@ -191,9 +216,9 @@ class SweepSession:
                 self.store.write("best.json", {"objective": self.spec.objective.to_dict(), **summary["best"],
                                                "result": board[0]["result"], "folder": board[0]["folder"]})
             text += "\n" + format_leaderboard(board, self.spec.objective)
-        failed = [r for r in records if r["state"] in ("failed", "invalid")]
+        failed = [r for r in records if r["state"] in FAILED_STATES]
         if failed:
-            text += "\nfailed or invalid trials:\n" + "\n".join(
+            text += "\nfailed, invalid or timed-out trials:\n" + "\n".join(
                 f"  {r['index']} {printable(r['label'] or r['trial_id'])} [{r['state']}]: {printable(str(r['error']))}"
                 + (f" (log: {printable(r['log'])})" if r.get("log") else "")
                 for r in failed[:20])

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, Sequence
 
 from airflow_provider_gpusched.core.distributed import DEFAULT_RANK_EXIT_GRACE, check_grace, check_mode
-from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.job_classes import JOB_CLASSES
 from airflow_provider_gpusched.core.job_shape import SHAPE_FIELDS, check_shape
 from airflow_provider_gpusched.core.sweep import spaces
@@ -93,6 +93,11 @@ class TrialResources:
     env: dict[str, str] = field(default_factory=dict)
     #: local GPUs: the GPU indices trials may use (GPU Task Scheduler's ``gpu`` list); None: any
     devices: list[int] | None = None
+    #: the only backend these trials may run on (pavi's ``launcher='slurm'``); None: either
+    backend: str | None = None
+    #: local GPUs: fixed groups, each trial takes one whole (GPU Task Scheduler's ``[["0", "1"], ["2", "3"]]`` or a
+    #: mixed ``["0", ["1", "2"]]``): it sees exactly that group's GPUs
+    device_groups: list[list[int]] | None = None
     #: Slurm: nodes per trial (a multi-node trial), GPUs on each node (``gpus`` is per node on Slurm too), and the
     #: rest of a job's shape (SlurmJobOperator's arguments of the same names)
     nodes: int | str | None = None
@@ -108,6 +113,11 @@ class TrialResources:
     #: lease), with ``rank_exit_grace`` seconds for the others after the first rank ends (core/distributed.py)
     distributed: str | None = None
     rank_exit_grace: float = DEFAULT_RANK_EXIT_GRACE
+    #: local GPUs: fedflow's two-stage trial, loading on host RAM (``mem``) before it gets its GPUs
+    #: (``wait_for_gpus()``), with at most ``max_waiting`` load stages on the host at once (None: ``[gpusched]
+    #: max_waiting``)
+    load_stage: bool | None = None
+    max_waiting: int | None = None
 
     def check(self, where: str) -> None:
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 0:
@@ -140,6 +150,8 @@ class TrialResources:
             if not isinstance(value, (str, int, float)) or isinstance(value, bool) or "\x00" in str(value):
                 raise InvalidArgumentError(f"{where}.env.{key}", value, "a string or number")
         self.env = {str(k): str(v) for k, v in self.env.items()}
+        if self.backend is not None and self.backend not in ("local", "slurm"):
+            raise InvalidArgumentError(f"{where}.backend", self.backend, "'local' or 'slurm'")
         if self.devices is not None:
             if (isinstance(self.devices, (str, bytes)) or not isinstance(self.devices, Sequence) or not self.devices
                     or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in self.devices)
@@ -149,12 +161,29 @@ class TrialResources:
             if len(self.devices) < max(1, self.gpus):
                 raise InvalidArgumentError(f"{where}.devices", self.devices, f"at least gpus={self.gpus} indices")
             self.devices = list(self.devices)
+        if self.device_groups is not None:
+            from airflow_provider_gpusched.core.gpu.placement import GPURequest
+
+            try:
+                request = GPURequest(device_groups=self.device_groups, devices=self.devices)
+            except InvalidArgumentError as exc:
+                raise InvalidArgumentError(f"{where}.{exc.argument}", exc.value, exc.expected) from None
+            self.device_groups = [list(g) for g in request.device_groups]
+            self.gpus = request.gpus  # the largest group (pool slots, the board)
         if self.gpus_per_node is not None and (isinstance(self.gpus_per_node, bool)
                                                or not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 0):
             raise InvalidArgumentError(f"{where}.gpus_per_node", self.gpus_per_node, "a whole number >= 0")
         if self.gpus_per_node is not None and self.gpus not in (1, self.gpus_per_node):
             raise InvalidArgumentError(f"{where}.gpus_per_node", self.gpus_per_node,
                                        f"the same as gpus ({self.gpus}), or gpus left out: on Slurm gpus is per node")
+        if self.load_stage is not None and not isinstance(self.load_stage, bool):
+            raise InvalidArgumentError(f"{where}.load_stage", self.load_stage, "true or false")
+        if self.max_waiting is not None and (isinstance(self.max_waiting, bool) or not isinstance(
+                self.max_waiting, int) or self.max_waiting < 0):
+            raise InvalidArgumentError(f"{where}.max_waiting", self.max_waiting, "a whole number >= 0 (0: no bound)")
+        if self.load_stage and self.distributed:
+            raise InvalidArgumentError(f"{where}.load_stage", self.load_stage,
+                                       "a trial started as one process (not with distributed=...)")
         self.distributed = check_mode(self.distributed, f"{where}.distributed")
         self.rank_exit_grace = check_grace(self.rank_exit_grace, f"{where}.rank_exit_grace")
         if isinstance(self.nodelist, tuple):
@@ -191,19 +220,79 @@ class TrialResources:
         return {"mode": self.distributed, "backend": backend, "grace": self.rank_exit_grace,
                 "nproc_per_node": self.nproc_per_node}
 
+    #: settings the local backend cannot honour yet: a trial that asks for them is refused, never run without them
+    #: (docs/sweeps.md: each setting against each backend)
+    NOT_LOCAL = {"partition": "a Slurm partition", "qos": "a Slurm QOS"}
+    #: settings the Slurm backend cannot honour: they describe this host's GPUs
+    NOT_SLURM = {"gpu_memory": "a share of a GPU's memory (Slurm allocates GPUs whole)",
+                 "devices": "this host's GPU indices", "device_groups": "this host's GPU groups",
+                 "load_stage": "a load stage before the GPUs (a Slurm job gets its GPUs when it starts)",
+                 "max_waiting": "a bound on this host's load stages"}
+
+    def not_local(self) -> list[str]:
+        """The settings given that the local backend cannot honour, as ``name=value``."""
+        return [f"{name}={getattr(self, name)!r}" for name in self.NOT_LOCAL if getattr(self, name) is not None]
+
+    def check_backend(self, backend: str, sweep: str) -> None:
+        """Refuse the settings that ``backend`` cannot honour (docs/sweeps.md: each setting per backend), naming the
+        setting and the backend: nothing is dropped without a word."""
+        if self.backend is not None and self.backend != backend:
+            raise GpuschedError(f"sweep {sweep}: resources.backend={self.backend!r} (pavi's launcher): these trials "
+                                f"run on {self.backend} only, not on the {backend} backend")
+        if backend == "slurm":
+            given = [name for name in self.NOT_SLURM if getattr(self, name) not in (None, False)]
+            if given:
+                name = given[0]
+                raise GpuschedError(f"sweep {sweep}: resources.{name}={getattr(self, name)!r}: {self.NOT_SLURM[name]} "
+                                    f"is not something the Slurm backend honours; leave {name} out for "
+                                    f"backend='slurm' (docs/sweeps.md lists each setting per backend)")
+            return
+        if backend != "local":
+            return
+        slurm_only = [n for n in self.SLURM_SHAPE if getattr(self, n) is not None
+                      and not (n == "nodes" and self.nodes in (1, "1"))]
+        if slurm_only:
+            name = slurm_only[0]
+            raise GpuschedError(f"sweep {sweep}: resources.{name}={getattr(self, name)!r} is a Slurm job setting "
+                                f"that the local backend cannot honour (local GPUs are one host); run such trials "
+                                f"with backend='slurm', or leave {name} out")
+        refused = self.not_local()
+        if refused:
+            name = refused[0].split("=")[0]
+            raise GpuschedError(f"sweep {sweep}: resources.{refused[0]}: {self.NOT_LOCAL[name]} is not something "
+                                f"the local backend honours; run such trials with backend='slurm', or leave {name} "
+                                f"out (docs/sweeps.md lists each setting per backend)")
+
     def local_gpu_arguments(self) -> dict[str, Any]:
         """What a trial on local GPUs asks for (``LocalGPUOperator`` arguments): at least one GPU; ``mem``
-        (Slurm's --mem) is the host RAM it reserves."""
-        return {"gpus": max(1, self.gpus_on_each_node), "gpu_memory": self.gpu_memory, "host_memory": self.mem,
+        (Slurm's --mem) is the host RAM it reserves, ``cpus`` the host CPUs (pinned); ``setup`` lines run in the
+        trial's shell first."""
+        return {"gpus": max(1, self.gpus_on_each_node), "gpu_memory": self.gpu_memory, "mem": self.mem,
                 "job_class": self.job_class, "priority": self.priority, "env": self.env or None,
-                "devices": self.devices}
+                "devices": self.devices, "device_groups": self.device_groups, "setup": self.setup or None,
+                "cpus": self.cpus,
+                "time_limit": self.time_limit, "load_stage": bool(self.load_stage), "max_waiting": self.max_waiting}
+
+    def local_gpu_request(self, host_limits: Mapping[str, Any]) -> Any:
+        """The :class:`~airflow_provider_gpusched.core.gpu.placement.GPURequest` of one trial on local GPUs, with
+        ``host_limits`` (``[gpusched]`` defaults: :func:`~airflow_provider_gpusched.core.options.host_limit_defaults`)
+        for what the trial does not give."""
+        from airflow_provider_gpusched.core.gpu.placement import GPURequest
+
+        wanted = self.local_gpu_arguments()
+        limits = dict(host_limits)
+        if wanted["max_waiting"] is not None:
+            limits["max_waiting"] = wanted["max_waiting"]
+        return GPURequest(gpus=wanted["gpus"], gpu_memory=wanted["gpu_memory"], host_memory=wanted["mem"],
+                          devices=wanted["devices"], cpus=wanted["cpus"], device_groups=wanted["device_groups"],
+                          load_stage=wanted["load_stage"], **limits)
 
     def slurm_arguments(self) -> dict[str, Any]:
         """What a trial on Slurm asks for (``SlurmJobOperator`` arguments); unset ones are left to Slurm."""
-        return {"gpus": self.gpus_on_each_node or None, "cpus_per_task": self.cpus, "mem": self.mem,
+        return {"gpus": self.gpus_on_each_node or None, "cpus": self.cpus, "mem": self.mem,
                 "partition": self.partition, "qos": self.qos, "time_limit": self.time_limit,
                 "setup": self.setup or None, "job_class": self.job_class, "priority": self.priority,
-                "environment": self.env or None, **self.job_shape()}
+                "env": self.env or None, **self.job_shape()}
 
 
 @dataclass
@@ -301,6 +390,17 @@ class SweepSpec:
     pruning: PruningRule | None = None
     #: how labels and result folders are spelled (GPU Task Scheduler's indicator, separator, value length)
     label_format: LabelFormat | None = None
+    #: where a relative path in ``command`` is found (a trial runs in its own folder): default the YAML spec's
+    #: directory, or the directory of the Python file that made the spec (the DAG file)
+    base_dir: str | None = None
+    #: at most this many trials run at once, on any backend (DI-toolkit's ``.max_workers(4)``); None: what fits
+    max_workers: int | None = None
+    #: GPU Task Scheduler's ``required_env``: ``(params, trial_dir) -> {name: value}``, called in each trial before
+    #: it starts; its variables join the trial's environment (``package.module:function`` in YAML)
+    required_env: Callable | None = None
+    #: GPU Task Scheduler's own result folders count: a trial whose ``<results_root>/<label>`` folder exists (as
+    #: that tool names them) is not run again unless force_rerun (set by a ``scheduler_config`` block)
+    gts_result_folders: bool = False
     where: str = "sweep"
 
     def __post_init__(self) -> None:
@@ -396,8 +496,17 @@ class SweepSpec:
                     raise InvalidArgumentError(f"{w}: command[{i}]", arg, "a string or number (quote true/false/"
                                                                           "null and lists in YAML)")
             self.command = [str(a) for a in self.command]
+            self._resolve_command_paths()
+        if isinstance(self.required_env, str):
+            self.required_env = import_callable(self.required_env, f"{w}: required_env")
+        if self.required_env is not None and not callable(self.required_env):
+            raise InvalidArgumentError(f"{w}: required_env", self.required_env,
+                                       "a function (params, trial_dir) -> {name: value}")
         if self.python_callable is not None and not callable(self.python_callable):
             raise InvalidArgumentError(f"{w}: python_callable", self.python_callable, "a callable")
+        if self.max_workers is not None and (isinstance(self.max_workers, bool) or not isinstance(
+                self.max_workers, int) or self.max_workers < 1):
+            raise InvalidArgumentError(f"{w}: max_workers", self.max_workers, "a whole number >= 1")
         for name in ("count", "rounds", "per_round", "top_n"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -464,7 +573,26 @@ class SweepSpec:
                     if name not in known:
                         raise InvalidArgumentError(f"{w}: command", arg,
                                                    f"placeholders naming a parameter or one of {list(TRIAL_FIELDS)}; "
-                                                   f"{{{name}}} is neither (parameters: {sorted(self.parameter_names())})")
+                                                   f"{{{name}}} is neither (parameters: {sorted(self.parameter_names())}). "
+                                                   "A brace meant literally (inline code, such as Python's f'{x}') "
+                                                   "is written twice: f'{{x}}' reaches the program as f'{x}'")
+
+    def _resolve_command_paths(self) -> None:
+        """A trial's command runs in the trial's own folder, so a relative path there would name nothing: a
+        relative file path that exists under ``base_dir`` becomes absolute. One that is not there is left as it is
+        (a ``setup`` line may ``cd`` to where it is); if the trial then fails, its error says where it was looked
+        for (trial_run.relative_path_hint)."""
+        base = os.path.abspath(os.path.expanduser(self.base_dir)) if self.base_dir else _defining_directory()
+        self.base_dir = base
+        for i, arg in enumerate(self.command):
+            if "{" in arg or arg.startswith("-") or os.path.isabs(os.path.expanduser(arg)) or not arg:
+                continue
+            pathlike = "/" in arg or os.path.splitext(arg)[1] in _FILE_SUFFIXES
+            if not pathlike:
+                continue
+            candidate = os.path.normpath(os.path.join(base, os.path.expanduser(arg)))
+            if os.path.isfile(candidate):
+                self.command[i] = candidate
 
     # -- what the spec means --------------------------------------------------------------------------
     @property
@@ -532,7 +660,8 @@ class SweepSpec:
     def from_dict(cls, data: Any, where: str = "sweep") -> SweepSpec:
         if not isinstance(data, Mapping):
             raise InvalidArgumentError(where, data, "a mapping with name, command and a search space")
-        allowed = {f.name for f in fields(cls)} - {"where", "python_callable"} | {"callable", "scheduler_config"}
+        allowed = {f.name for f in fields(cls)} - {"where", "python_callable"} | {"callable", "scheduler_config",
+                                                                                "function_resource"}
         if "name" not in data:
             raise InvalidArgumentError(f"{where}: name", None, "a sweep name (the key is missing)")
         unknown = [k for k in data if k not in allowed]
@@ -540,6 +669,11 @@ class SweepSpec:
             raise InvalidArgumentError(f"{where}: {unknown[0]}", data[unknown[0]],
                                        f"a known key (one of {sorted(allowed)})")
         kwargs = dict(data)
+        if "function_resource" in kwargs:  # pavi's name for the resources of each call
+            if "resources" in kwargs:
+                raise InvalidArgumentError(f"{where}: function_resource", kwargs["function_resource"],
+                                           "one place: resources is given too")
+            kwargs["resources"] = kwargs.pop("function_resource")
         if "scheduler_config" in kwargs:
             kwargs = _scheduler_config(kwargs, where)
         if "callable" in kwargs:
@@ -581,6 +715,8 @@ class SweepSpec:
             # a relative template path is relative to the spec file, wherever the command is run from
             data = {**data, "config_template": os.path.join(os.path.dirname(os.path.abspath(path)),
                                                             os.path.expanduser(data["config_template"]))}
+        if isinstance(data, Mapping):  # relative paths in the command: relative to the spec file
+            data = {"base_dir": os.path.dirname(os.path.abspath(path)), **data}
         return cls.from_dict(data, where=path)
 
 
@@ -603,6 +739,7 @@ def _scheduler_config(data: Mapping, where: str) -> dict:
     if not isinstance(block, Mapping):
         raise InvalidArgumentError(w, block, "a mapping (GPU Task Scheduler's scheduler_config)")
     out = {k: v for k, v in data.items() if k != "scheduler_config"}
+    out.setdefault("gts_result_folders", True)
     ignored = ("temp_folder", "log_file", "scheduler_log_file_path")
     unknown = [k for k in block if k not in SCHEDULER_CONFIG and k not in ignored]
     if unknown:
@@ -625,20 +762,30 @@ def _scheduler_config(data: Mapping, where: str) -> dict:
             raise InvalidArgumentError(f"{where}: {head}", section, "a mapping")
         section = dict(section)
         if key == "gpu":
-            gpus, devices = value
-            if "devices" in section:
-                raise InvalidArgumentError(f"{w}.gpu", block[key], "one place: resources.devices is given too")
-            section.setdefault("gpus", gpus)
-            section["devices"] = devices
+            gpus, devices, groups = value
+            if "devices" in section or "device_groups" in section:
+                raise InvalidArgumentError(f"{w}.gpu", block[key], "one place: resources.devices (or device_groups) "
+                                           "is given too")
+            if groups is not None:  # groups, or a mixed list: each trial takes one whole group
+                section["device_groups"] = groups
+            else:
+                section.setdefault("gpus", gpus)
+                section["devices"] = devices
         else:
             if leaf in section:
                 raise InvalidArgumentError(f"{w}.{key}", value, f"one place: {target} is given too")
             section[leaf] = value
         out[head] = section
+    # GPU Task Scheduler's own label defaults (key-value,key-value), so its result folders keep their names
+    labels = out.get("label_format")
+    if labels is None or isinstance(labels, Mapping):
+        out["label_format"] = {"indicator": "-", "separator": ",", "instance_separator": "+", **dict(labels or {})}
     return out
 
 
-def _gpu_groups(value: Any, where: str) -> tuple[int, list[int]]:
+def _gpu_groups(value: Any, where: str) -> tuple[int, list[int], list[list[int]] | None]:
+    """``(gpus, devices, None)`` for a list of GPU ids (each trial one GPU of them); ``(largest group, ids,
+    groups)`` when the list holds groups (``[["0", "1"], ["2", "3"]]``, or mixed ``["0", ["1", "2"]]``)."""
     groups = [g if isinstance(g, (list, tuple)) else [g] for g in value] \
         if isinstance(value, (list, tuple)) and value else None
     try:
@@ -647,13 +794,12 @@ def _gpu_groups(value: Any, where: str) -> tuple[int, list[int]]:
         indices = None
     if not indices or any(not g or min(g) < 0 for g in indices):
         raise InvalidArgumentError(where, value, "GPU ids such as ['0', '1'] or groups such as [['0', '1'], ['2', '3']]")
-    sizes = {len(g) for g in indices}
-    if len(sizes) != 1:
-        raise InvalidArgumentError(where, value, "groups of one size (run trials of other sizes as another sweep)")
     flat = [d for g in indices for d in g]
     if len(set(flat)) != len(flat):
         raise InvalidArgumentError(where, value, "each GPU id once")
-    return sizes.pop(), flat
+    if all(not isinstance(g, (list, tuple)) for g in value):
+        return 1, flat, None
+    return max(len(g) for g in indices), flat, indices
 
 
 def _env_max_trials(where: str) -> int:
@@ -690,6 +836,36 @@ def _objective(data: Mapping, where: str) -> Objective:
         raise InvalidArgumentError(f"{where}.{exc.argument.split('.')[-1]}", exc.value, exc.expected) from None
 
 
+#: pavi's launchers: where its function runs, and how it starts as ranks
+PAVI_LAUNCHERS = {"slurm": ("slurm", "srun"), "pytorch": (None, "torchrun"), "none": (None, None)}
+
+
+def _pavi_launch(data: dict, where: str) -> dict:
+    """pavi's ``function_resource`` keys ``launcher`` and ``dist_params`` as our settings: ``launcher='slurm'``
+    runs the trials on Slurm only (``backend``), ``dist_params`` starts them as ranks (one per GPU: srun on Slurm,
+    torchrun elsewhere) with ``$GPUSCHED_DIST_BACKEND`` naming the backend for ``init_process_group``."""
+    if "executor" in data:
+        raise InvalidArgumentError(f"{where}.executor", data["executor"], "no executor: pavi's cluster name has no "
+                                   "meaning here; the sweep's Slurm connection picks the cluster "
+                                   "(sweep_task_group(spec, backend='slurm', slurm_conn_id=...))")
+    launcher = data.pop("launcher", None)
+    if launcher is not None and launcher not in PAVI_LAUNCHERS:
+        raise InvalidArgumentError(f"{where}.launcher", launcher, f"one of {sorted(PAVI_LAUNCHERS)} (pavi's launchers)")
+    backend, start = PAVI_LAUNCHERS.get(launcher, (None, None))
+    if backend:
+        data.setdefault("backend", backend)
+    params = data.pop("dist_params", None)
+    if params is not None:
+        if not isinstance(params, Mapping) or set(params) - {"backend"}:
+            raise InvalidArgumentError(f"{where}.dist_params", params, "{backend: nccl} (the process group's backend)")
+        if params.get("backend") not in (None, "nccl", "gloo", "mpi"):
+            raise InvalidArgumentError(f"{where}.dist_params.backend", params.get("backend"), "nccl, gloo or mpi")
+        data.setdefault("distributed", start or "torchrun")
+        if params.get("backend"):
+            data["env"] = {**dict(data.get("env") or {}), "GPUSCHED_DIST_BACKEND": params["backend"]}
+    return data
+
+
 def _build(kind: type, data: Mapping, where: str) -> Any:
     names = {f.name for f in fields(kind)}
     data = dict(data)
@@ -697,6 +873,7 @@ def _build(kind: type, data: Mapping, where: str) -> Any:
         for seed_name, ours in (("num_gpus", "gpus"), ("num_cpus", "cpus"), ("source", "setup")):
             if seed_name in data and ours not in data:
                 data[ours] = data.pop(seed_name)
+        data = _pavi_launch(data, where)
         if "normal" in data and "job_class" not in data:
             normal = data.pop("normal")
             if not isinstance(normal, bool):
@@ -744,6 +921,24 @@ def parse_dim(value: Any, where: str) -> Any:
     except InvalidArgumentError as exc:
         raise InvalidArgumentError(where, exc.value, exc.expected) from None
     return dim
+
+
+_FILE_SUFFIXES = (".py", ".sh", ".bash", ".yaml", ".yml", ".json", ".toml", ".cfg", ".ini", ".txt", ".csv")
+
+
+def _defining_directory() -> str:
+    """The directory of the first Python file up the stack that is not this package's (nor the standard
+    library's dataclasses): the DAG file or script that made the spec."""
+    import sys
+
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not name.startswith(package) and not name.startswith("<") and "dataclasses" not in os.path.basename(name):
+            return os.path.dirname(os.path.abspath(name))
+        frame = frame.f_back
+    return os.getcwd()
 
 
 def import_callable(target: Any, where: str) -> Callable:

@@ -5,7 +5,7 @@ Layout under the results root (a shared file system when trials run on Slurm nod
     <root>/<sweep>/manifest.json            what to run: target, objective, the trials of this run
     <root>/<sweep>/trials/<folder>/         one per trial (folder = label + id, safe for any value)
         params.json   the parameters (nested as the spec wrote them)
-        status.json   {"state": "running"|"succeeded"|"failed"|"invalid"|"pruned", times, host, GPUs (CUDA_VISIBLE_DEVICES),
+        status.json   {"state": "running"|"succeeded"|"failed"|"invalid"|"timeout"|"pruned", times, host, GPUs (CUDA_VISIBLE_DEVICES),
                       Slurm job, log path, run, exit code, error}
         result.json   the metrics the trial wrote (or its callable returned); without it, result.pkl
                       (DI-toolkit's pickled dict, also in hpo/) is read, plain values only
@@ -38,8 +38,10 @@ from airflow_provider_gpusched.core.safe_files import brief_fd, write_json_atomi
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested
 from airflow_provider_gpusched.core.sweep.reports import PREVIOUS_REPORTS_FILE, REPORTS_FILE, read_reports, summarise
 
-STATES = ("defined", "waiting", "running", "succeeded", "failed", "invalid", "pruned", "skipped")
-FINAL_STATES = ("succeeded", "failed", "invalid", "pruned")
+STATES = ("defined", "waiting", "running", "succeeded", "failed", "invalid", "timeout", "pruned", "skipped")
+FINAL_STATES = ("succeeded", "failed", "invalid", "timeout", "pruned")
+#: the final states that count against ``max_failed_trials`` (timeout: stopped at its time limit, on any backend)
+FAILED_STATES = ("failed", "invalid", "timeout")
 #: the DAGs that plan in a sweep's folder (TrialStore.claim_for_dag)
 DAGS_FILE = "dags.json"
 DONE_STATES = ("succeeded", "pruned")  # not run again by a later run of the sweep (unless force_rerun)
@@ -143,10 +145,21 @@ def read_result_json(path: str, folder: str) -> Any:
         return {"_unreadable": f"{path}: not valid JSON ({exc})"}
 
 
-#: what a ``result.pkl`` may hold: plain values and numpy scalars, nothing that runs code when loaded
+class _PlainDict(dict):
+    """What a pickled EasyDict is read as: its items (the attributes it also pickles are the same values)."""
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+
+#: dict subclasses whose pickles are read as plain dicts (their own class is never imported or run)
+_PICKLE_DICTS = {("easydict", "EasyDict"), ("addict.addict", "Dict"), ("munch", "Munch")}
+
+#: what a ``result.pkl`` may hold: plain values, numpy scalars and arrays, nothing that runs code when loaded
 _PICKLE_ALLOWED = {("builtins", n) for n in ("dict", "list", "tuple", "set", "frozenset", "int", "float", "str",
                                               "bool", "complex")} | {("collections", "OrderedDict")} | {
-    (m, n) for m in ("numpy.core.multiarray", "numpy._core.multiarray") for n in ("scalar",)} | {("numpy", "dtype")}
+    (m, n) for m in ("numpy.core.multiarray", "numpy._core.multiarray") for n in ("scalar", "_reconstruct")} | {
+    ("numpy", "dtype"), ("numpy", "ndarray")}
 
 
 def read_pickled_result(path: str, folder: str | None = None) -> Any:
@@ -158,9 +171,11 @@ def read_pickled_result(path: str, folder: str | None = None) -> Any:
 
     class PlainValues(pickle.Unpickler):
         def find_class(self, module: str, name: str) -> Any:
+            if (module, name) in _PICKLE_DICTS:  # EasyDict (DI-toolkit's results) and the like: read as a dict
+                return _PlainDict
             if (module, name) not in _PICKLE_ALLOWED:
-                raise pickle.UnpicklingError(f"it holds a {module}.{name}; only dicts, lists, numbers, strings "
-                                             f"and numpy scalars are read")
+                raise pickle.UnpicklingError(f"it holds a {module}.{name}; only dicts (EasyDict too), lists, "
+                                             f"numbers, strings and numpy scalars and arrays are read")
             return super().find_class(module, name)
 
     fh, why = _open_output(path, folder or os.path.dirname(os.path.abspath(path)))
@@ -192,6 +207,11 @@ def _plain(value: Any, budget: list[int], depth: int) -> Any:
         return {str(k): _plain(v, budget, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
         return [_plain(v, budget, depth + 1) for v in value]
+    if hasattr(value, "tolist") and hasattr(value, "ndim") and value.ndim > 0:  # a numpy array
+        if value.size > budget[0]:
+            raise _TooBig(f"more than {MAX_RESULT_VALUES} values (a numpy array of {value.size})")
+        budget[0] -= value.size
+        return _plain(value.tolist(), [MAX_RESULT_VALUES], depth)
     if hasattr(value, "item") and callable(value.item):  # a numpy scalar
         return value.item()
     if isinstance(value, complex):
@@ -317,7 +337,7 @@ class TrialStore:
         return folder
 
     def mark_finished(self, trial: Trial, *, ok: bool, result: Any = None, exit_code: int | None = None,
-                      error: str | None = None, state: str | None = None) -> dict:
+                      error: str | None = None, state: str | None = None, note: str | None = None) -> dict:
         folder = self.prepare(trial)
         if result is not None:
             write_json(os.path.join(folder, "result.json"), result)
@@ -327,6 +347,8 @@ class TrialStore:
         ended = time.time()
         status.update({"state": state or ("succeeded" if ok else "failed"), "trial_id": trial.trial_id, "label": trial.label,
                        "ended": ended, "exit_code": exit_code, "error": error})
+        if note:
+            status["note"] = note
         status["seconds"] = round(ended - status["started"], 3) if "started" in status else None
         write_json(os.path.join(folder, "status.json"), status)
         return status

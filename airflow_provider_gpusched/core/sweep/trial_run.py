@@ -25,10 +25,18 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.gpu.stages import channel_fds
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested
-from airflow_provider_gpusched.core.sweep.store import TrialStore, describe_holder, read_json
+from airflow_provider_gpusched.core.sweep.store import (
+    FAILED_STATES,
+    FINAL_STATES,
+    TrialStore,
+    describe_holder,
+    read_json,
+)
 
 CALLABLE_FILE = "callable.pkl"
+REQUIRED_ENV_FILE = "required_env.pkl"
 EXIT_USAGE = 2
 EXIT_INVALID_RESULT = 3  # the trial ran, but its result is unusable (on_invalid_result: fail)
 EXIT_WRITE_FAILED = 4  # the trial runner could not write under the results root (full disk, quota)
@@ -43,15 +51,16 @@ def trial_record(trial: Trial) -> dict:
     return {"trial_id": trial.trial_id, "label": trial.label, "index": trial.index, "params": trial.params}
 
 
-def save_callable(folder: str, func: Callable) -> str:
-    """Pickle a trial callable by value when its module is not importable elsewhere (a DAG file)."""
+def save_callable(folder: str, func: Callable, name: str = CALLABLE_FILE) -> str:
+    """Pickle a trial callable (or the spec's ``required_env``) by value when its module is not importable
+    elsewhere (a DAG file); returns the file's name in ``folder``."""
     from airflow_provider_gpusched.core import pyfunc
     from airflow_provider_gpusched.core.safe_files import write_atomic
 
     os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, CALLABLE_FILE)
+    path = os.path.join(folder, name)
     write_atomic(path, pyfunc.dumps(func, func), None)
-    return path
+    return name
 
 
 def write_manifest(store: TrialStore, name: str, *, trials: Sequence[Trial], pending: Sequence[Trial],
@@ -92,6 +101,13 @@ class Manifest:
         size = self.data.get("chunk_size") or len(self.pending) or 1
         return -(-len(self.pending) // size)
 
+    def load_required_env(self) -> Callable:
+        """GPU Task Scheduler's ``required_env``: the function the spec pickled (core/sweep/session.py)."""
+        import pickle
+
+        with open(os.path.join(self.store.dir, self.data["target"]["required_env"]), "rb") as fh:
+            return pickle.load(fh)  # noqa: S301 - the sweep's own file, in its private folder
+
     def load_callable(self) -> Callable:
         """The sweep's callable, unpickled once per manifest object (a group runs several trials with it)."""
         if self._callable is None:
@@ -104,10 +120,32 @@ class Manifest:
 
 
 def trial_environment(trial: Trial, folder: str, sweep: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    return {**dict(extra or {}), "GPUSCHED_SWEEP": sweep, "GPUSCHED_TRIAL_ID": trial.trial_id,
+    # matplotlib draws to files in a trial, never to a screen (GPU Task Scheduler sets Agg too); a trial that wants
+    # another backend says so in its environment or with matplotlib.pyplot.switch_backend
+    agg = {} if "MPLBACKEND" in os.environ or "MPLBACKEND" in (extra or {}) else {"MPLBACKEND": "Agg"}
+    return {**agg, **dict(extra or {}), "GPUSCHED_SWEEP": sweep, "GPUSCHED_TRIAL_ID": trial.trial_id,
             "GPUSCHED_TRIAL_DIR": folder, "GPUSCHED_TRIAL_LABEL": trial.label,
             "GPUSCHED_REPORT_FILE": os.path.join(folder, "reports.jsonl"),
             "GPUSCHED_TRIAL_PARAMS": json.dumps(nested(trial.params), default=str)}
+
+
+_ENV_NAME = __import__("re").compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def required_env(manifest: Manifest, trial: Trial, folder: str) -> dict[str, str]:
+    """What the spec's ``required_env(params, trial_dir)`` returns for this trial, checked: names of environment
+    variables, values as strings (GPU Task Scheduler calls it before the test starts)."""
+    value = call_trial(manifest.load_required_env(), nested(trial.params), folder)
+    if not isinstance(value, Mapping):
+        raise TypeError(f"expected a mapping of variable name -> value, got {type(value).__name__}")
+    out = {}
+    for name, item in value.items():
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not an environment variable name")
+        if item is None or "\x00" in str(item):
+            raise ValueError(f"{name}: expected a value (text without NUL), got {item!r}")
+        out[name] = str(item)
+    return out
 
 
 def call_trial(func: Callable, params: dict, folder: str) -> Any:
@@ -152,7 +190,7 @@ def _finished_elsewhere(manifest: Manifest, trial: Trial) -> tuple[str, int] | N
     (and this run does not force a re-run, or another run re-ran it after this run was planned), or another
     run finished it while this one waited."""
     status = manifest.store.status(trial)
-    if not isinstance(status, dict) or status.get("state") not in ("succeeded", "failed", "invalid", "pruned"):
+    if not isinstance(status, dict) or status.get("state") not in FINAL_STATES:
         return None
     run = manifest.data.get("run")
     by_other = bool(status.get("run")) and status.get("run") != run
@@ -218,6 +256,14 @@ def _run_claimed(manifest: Manifest, trial: Trial, out) -> int:
     folder = store.mark_running(trial, run=manifest.data.get("run"), log=log_path)
     env = trial_environment(trial, folder, store.sweep, manifest.data.get("env"))
     target = manifest.data["target"]
+    if target.get("required_env"):
+        try:
+            env.update(required_env(manifest, trial, folder))
+        except Exception as exc:  # noqa: BLE001 - the user's function: the trial fails, saying so
+            why = f"required_env: {type(exc).__name__}: {exc}"
+            store.mark_finished(trial, ok=False, exit_code=2, error=why)
+            print(f"[gpusched] trial {trial.trial_id}: {why}", file=out, flush=True)
+            return 2
     config = None
     if target.get("config_template"):
         try:
@@ -279,17 +325,34 @@ def _run_claimed(manifest: Manifest, trial: Trial, out) -> int:
     try:
         code, pruned = _run_command(argv, folder, {**os.environ, **env}, log_path, out, stop)
     except OSError as exc:
-        store.mark_finished(trial, ok=False, exit_code=127, error=f"cannot run {argv[0]!r}: {exc}")
-        print(f"[gpusched] cannot run {argv[0]!r}: {exc}", file=out, flush=True)
+        why = f"cannot run {argv[0]!r}: {exc}{relative_path_hint(argv, folder, manifest.data.get('base_dir'))}"
+        store.mark_finished(trial, ok=False, exit_code=127, error=why)
+        print(f"[gpusched] {why}", file=out, flush=True)
         return 127
     if pruned:
         return _pruned(store, trial, pruned, out)
     result = store.result(trial)
     if code == 0:
         return _finish_ok(manifest, trial, result, out)
-    store.mark_finished(trial, ok=False, result=None, exit_code=code, error=f"exit code {code}")
-    print(f"[gpusched] trial {trial.trial_id} failed (exit code {code})", file=out, flush=True)
+    hint = relative_path_hint(argv, folder, manifest.data.get("base_dir"))
+    store.mark_finished(trial, ok=False, result=None, exit_code=code, error=f"exit code {code}{hint}")
+    print(f"[gpusched] trial {trial.trial_id} failed (exit code {code}){hint}", file=out, flush=True)
     return code
+
+
+def relative_path_hint(argv: Sequence[str], folder: str, base_dir: str | None) -> str:
+    """When a failed command names a relative file that is not in the trial's folder (where it ran): why, and
+    what to do (the spec turned the relative paths it found under its ``base_dir`` into absolute ones)."""
+    for i, arg in enumerate(argv[:2]):
+        if not arg or arg.startswith("-") or os.path.isabs(arg) or ("/" not in arg and not arg.endswith(
+                (".py", ".sh", ".bash"))):
+            continue
+        if not os.path.exists(os.path.join(folder, arg)):
+            where = f" nor in the spec's directory {base_dir}" if base_dir else ""
+            return (f" (command[{i}] {arg!r} is a relative path: the trial ran in its own folder {folder}, where there "
+                    f"is no such file{where}; give an absolute path, a path relative to the spec's directory, or set "
+                    f"the spec's base_dir)")
+    return ""
 
 
 def distributed_argv(settings: Any, argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
@@ -417,21 +480,22 @@ def trials_of_command(argv: Sequence[str]) -> tuple[Manifest, list[Trial]] | Non
         return None
 
 
-def mark_unfinished(argv: Sequence[str], reason: str) -> list[str]:
+def mark_unfinished(argv: Sequence[str], reason: str, state: str = "failed") -> list[str]:
     """After the task running ``argv`` failed: mark its trials that have no outcome (never started, or their
-    runner died) ``failed`` with ``reason``; trials another process is running now are left alone."""
+    runner died) ``state`` (``failed``, or ``timeout`` when the task stopped them at their time limit) with
+    ``reason``; trials another process is running now are left alone."""
     found = trials_of_command(argv)
     if found is None:
         return []
     manifest, trials = found
     lines = []
     for trial in trials:
-        if manifest.store.state(trial) in ("succeeded", "failed", "invalid"):
+        if manifest.store.state(trial) in ("succeeded", *FAILED_STATES):
             continue
         if manifest.store.claim_holder(trial) is not None:
             continue
-        manifest.store.mark_finished(trial, ok=False, exit_code=None, error=reason)
-        lines.append(f"trial {trial.index} {trial.label or trial.trial_id} marked failed: {reason}")
+        manifest.store.mark_finished(trial, ok=False, exit_code=None, error=reason, state=state)
+        lines.append(f"trial {trial.index} {trial.label or trial.trial_id} marked {state}: {reason}")
     return lines
 
 
@@ -535,7 +599,8 @@ def _run_command(argv: list[str], cwd: str, env: Mapping[str, str], log_path: st
 
     stopped = [""]
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                pass_fds=channel_fds(env))  # a two-stage trial's channel reaches the command
         assert proc.stdout is not None
 
         def watch() -> None:

@@ -24,7 +24,7 @@ from airflow_provider_gpusched.core.safe_files import BadRecordError, is_number
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested, safe_name
 from airflow_provider_gpusched.core.sweep.objective import Objective, leaderboard, pareto_fronts
 from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE
-from airflow_provider_gpusched.core.sweep.store import FINAL_STATES, STATES, TrialStore
+from airflow_provider_gpusched.core.sweep.store import FAILED_STATES, FINAL_STATES, STATES, TrialStore
 
 PLAN_XCOM = "gpusched_sweep_plan"
 OUTCOMES_XCOM = "gpusched_trial_outcomes"
@@ -308,7 +308,7 @@ def build_sweep_view(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
         "rounds": len(plans) if first.get("round") is not None else None,
         "truncated": max(0, first["defined"] - len(first["trials"])),
         "problems": [{k: r[k] for k in ("index", "label", "state", "error", "task_id", "map_index")}
-                     for r in rows if r["state"] in ("failed", "invalid")][:50],
+                     for r in rows if r["state"] in FAILED_STATES][:50],
         # pruned trials with the step they were stopped at and the rule's reason, as `gpusched sweep results`
         "pruned": [{**{k: r[k] for k in ("index", "label", "error", "task_id", "map_index", "skipped")},
                     "step": r.get("step")} for r in rows if r["state"] == "pruned"][:50],

@@ -11,7 +11,7 @@ const UI = HERE.replace(/\/gpusched\/static\/gpusched\.js$/, "");
 
 const COLORS = {
   idle: "#8e6ccf", normal: "#2b7bd6", high: "#d9822b", succeeded: "#2f9e44", failed: "#e03131",
-  invalid: "#c2255c", running: "#1c7ed6", waiting: "#868e96", skipped: "#74b816", defined: "#495057",
+  invalid: "#c2255c", timeout: "#9c36b5", running: "#1c7ed6", waiting: "#868e96", skipped: "#74b816", defined: "#495057",
   pruned: "#f08c00",
 };
 const S = {
@@ -406,7 +406,7 @@ function SweepCard({ sweep, dagId, focus }) {
         (sweep.rounds ? ` · ${sweep.rounds} round(s) so far` : "") +
         (obj ? ` · ${obj.describe}` : " · no objective") + (obj && obj.weights ? ` · ranked by ${obj.score_label}` : ""))),
     h("div", { style: { margin: "6px 0" }, "data-testid": "counts" },
-      ["defined", "waiting", "running", "succeeded", "failed", "invalid", "pruned"].map((k) =>
+      ["defined", "waiting", "running", "succeeded", "failed", "invalid", "timeout", "pruned"].map((k) =>
         h("span", { key: k, "data-count": k }, badge(`${k} ${counts[k] || 0}`, COLORS[k]))),
       h("span", { "data-count": "skipped", style: S.muted, title: "succeeded or pruned in an earlier DAG run and not run " +
         "again (counted in their state too)" }, ` · ${counts.skipped || 0} from earlier runs (skipped)`)),
@@ -473,7 +473,7 @@ function SweepCard({ sweep, dagId, focus }) {
       h(Table, { testid: "pruned", head: ["trial", "stopped at step", "why", ""], rows: sweep.pruned.map((p) => ({
         cells: [h("span", { title: p.label }, `${p.index} ${p.label}`), p.step === null || p.step === undefined ? "–" : `${p.step}`,
                 p.error || "", p.skipped ? h("span", { style: S.muted }, "earlier run") : taskLink(p)] })) })) : null,
-    sweep.problems.length ? h("div", null, h("div", { style: { fontWeight: 600, marginTop: "6px" } }, "Failed or invalid"),
+    sweep.problems.length ? h("div", null, h("div", { style: { fontWeight: 600, marginTop: "6px" } }, "Failed, invalid or timed out"),
       h(Table, { testid: "problems", head: ["trial", "state", "error", ""], rows: sweep.problems.map((p) => ({
         cells: [`${p.index} ${p.label}`, badge(p.state, COLORS[p.state]), p.error || "",
                 p.task_id ? h("a", { href: tiHref(dagId, sweep.run, p.task_id, p.map_index), style: S.a }, "task") : ""] })) }))

@@ -19,6 +19,6 @@ with DAG(dag_id="test_blocking_long_job", schedule=None, start_date=pendulum.dat
         poll_interval=0.5,
         execution_timeout=timedelta(seconds=float(os.environ.get("GPUSCHED_TEST_TIMEOUT", "600"))),
         **({"nodes": int(os.environ["GPUSCHED_TEST_NODES"]), "gpus_per_node": 2, "distributed": "srun",
-            "environment": {"GPUSCHED_TEST_TOKEN": os.environ.get("GPUSCHED_TEST_TOKEN", "")}}
+            "env": {"GPUSCHED_TEST_TOKEN": os.environ.get("GPUSCHED_TEST_TOKEN", "")}}
            if os.environ.get("GPUSCHED_TEST_NODES") else {}),
     )

@@ -35,3 +35,16 @@ from airflow_provider_gpusched.sensors.local_gpu import GPUAvailableSensor  # no
 with DAG(dag_id="t_local_sensor", schedule=None, start_date=START) as sensor:
     GPUAvailableSensor(task_id="deferred", gpus=2, poke_interval=0.5)
     GPUAvailableSensor(task_id="poking", gpu_memory="20GiB", deferrable=False, poke_interval=0.5)
+
+with DAG(dag_id="t_local_two_stage", schedule=None, start_date=START) as two_stage:
+    # fedflow's load and train stages in one function: no GPU while loading, then the one it is given
+    @task.local_gpu(gpu_memory="3GiB", mem="1GiB", load_stage=True, poll_interval=0.5)
+    def load_then_train() -> dict:
+        from airflow_provider_gpusched import wait_for_gpus
+
+        data = list(range(1000))  # the load stage
+        before = os.environ["CUDA_VISIBLE_DEVICES"]
+        gpus = wait_for_gpus()
+        return {"before": before, "gpus": gpus, "cvd": os.environ["CUDA_VISIBLE_DEVICES"], "n": len(data)}
+
+    load_then_train()

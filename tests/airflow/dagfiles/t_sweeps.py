@@ -1,5 +1,6 @@
 """Sweep task groups for the tests: batched local mode, Slurm mapped and Slurm job arrays."""
 
+import os
 import sys
 
 import pendulum
@@ -88,3 +89,55 @@ with DAG("t_sweep_pruned_slurm_peers", schedule=None, start_date=START) as prune
 
 with DAG("t_sweep_pruned_slurm", schedule=None, start_date=START) as pruned_slurm:
     pruned_slurm_sweep([0.1, 0.2, 5.0])
+
+SETUP_WRITE = ("import json, os, sys; json.dump({'y': 1.0, 'env': os.environ['TRAIN_ENV'], 'args': sys.argv[2:], "
+               "'cpus': sorted(os.sched_getaffinity(0)), 'reserved': os.environ['GPUSCHED_CPUS']},"
+               " open(os.path.join(sys.argv[1], 'result.json'), 'w'))")
+ENV_SCRIPT = os.environ.get("GPUSCHED_TEST_ENV_SCRIPT", "/nonexistent/env.sh")
+
+with DAG("t_sweep_local_setup", schedule=None, start_date=START) as local_setup:
+    # the setup line activates the trials' environment, as on Slurm: mapped and batched, arguments verbatim; each
+    # trial holds one CPU, pinned
+    for batching in ("mapped", "batched"):
+        sweep_task_group(SweepSpec(name=f"local_setup_{batching}", test_config=[{"word": ["a b", "it's; $HOME"]}],
+                                   command=[sys.executable, "-c", SETUP_WRITE, "{trial_dir}", "{word}"],
+                                   objective=Objective("y"),
+                                   resources=TrialResources(gpu_memory="1GiB", cpus=1,
+                                                            setup=[f"source {ENV_SCRIPT}"])),
+                         backend="local", batching=batching, poll_interval=0.5)
+
+SLOW_OR_NOT = ("import json, os, sys, time; time.sleep(60 if sys.argv[2] == 'slow' else 0);"
+               " json.dump({'y': 1.0}, open(os.path.join(sys.argv[1], 'result.json'), 'w'))")
+
+with DAG("t_sweep_local_time_limit", schedule=None, start_date=START) as local_time_limit:
+    # time_limit "0:03" (3 s): the slow trial is stopped and ends timeout, mapped and batched; one is allowed
+    for batching in ("mapped", "batched"):
+        sweep_task_group(SweepSpec(name=f"local_limit_{batching}", test_config=[{"pace": ["slow", "quick"]}],
+                                   command=[sys.executable, "-c", SLOW_OR_NOT, "{trial_dir}", "{pace}"],
+                                   objective=Objective("y"), max_failed_trials=1,
+                                   resources=TrialResources(gpu_memory="1GiB", time_limit="0:03")),
+                         backend="local", batching=batching, poll_interval=0.5)
+
+#: run from a terminal first (run_sweep), then by this DAG: it finds every trial done
+SHARED_WITH_TERMINAL = SweepSpec(name="shared_with_terminal", test_config=[{"x": [1, 2, 3]}],
+                                 command=[sys.executable, "-c", WRITE, "{x}", "{trial_dir}"],
+                                 objective=Objective("y"), resources=TrialResources(gpu_memory="1GiB"))
+
+with DAG("t_sweep_after_terminal", schedule=None, start_date=START) as after_terminal:
+    sweep_task_group(SHARED_WITH_TERMINAL, backend="local", poll_interval=0.5)
+
+#: fedflow's two-stage trial: load with no GPU visible, then wait_for_gpus() and train on the GPU given
+TWO_STAGE_TRIAL = ("import json, os, sys; from airflow_provider_gpusched import wait_for_gpus; "
+                   "before = os.environ['CUDA_VISIBLE_DEVICES']; gpus = wait_for_gpus(); "
+                   "json.dump({'y': float(sys.argv[2]), 'before': before, 'gpus': gpus, "
+                   "'memory': os.environ.get('GPUSCHED_GPU_MEMORY_BYTES')}, "
+                   "open(os.path.join(sys.argv[1], 'result.json'), 'w'))")
+
+with DAG("t_sweep_two_stage", schedule=None, start_date=START) as two_stage:
+    for batching in ("mapped", "batched"):
+        sweep_task_group(SweepSpec(name=f"two_stage_{batching}", test_config=[{"x": [1, 2, 3]}],
+                                   command=[sys.executable, "-c", TWO_STAGE_TRIAL, "{trial_dir}", "{x}"],
+                                   objective=Objective("y"),
+                                   resources=TrialResources(gpu_memory="2GiB", mem="1GiB", load_stage=True,
+                                                            max_waiting=2)),
+                         backend="local", batching=batching, poll_interval=0.5)
