@@ -154,13 +154,17 @@ def slurm_launch_function(mode: str, nproc_per_node: int, rank_exit_grace: float
     rank_env = ('export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS" '
                 f'LOCAL_WORLD_SIZE={nproc_per_node} NODE_RANK="$SLURM_NODEID" GROUP_RANK="$SLURM_NODEID" '
                 'GROUP_WORLD_SIZE="$SLURM_JOB_NUM_NODES"; exec "$@"')
+    # srun's stderr goes through gpusched_srun_said (to stderr, line by line) so that a rank stopped by --wait fails
+    # the job for certain: srun itself may exit 0 when the stopped rank's end reaches it late (seen under load)
+    said = '2>&1 1>&3 3>&- | gpusched_srun_said "$said"'
     if mode == "srun":
-        start = (f'  {srun} --ntasks-per-node={nproc_per_node} -- bash -c {shlex.quote(rank_env)} {RANK_NAME} "$@"')
+        start = (f'  {srun} --ntasks-per-node={nproc_per_node} -- bash -c {shlex.quote(rank_env)} {RANK_NAME} "$@" '
+                 f'{said}')
     else:
         start = (f'  {srun} --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 -- '
                  f'{shlex.join(torchrun)} --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node={nproc_per_node} '
                  f'--rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$SLURM_JOB_ID" '
-                 f'--max-restarts=0 --no-python -- "$@"')
+                 f'--max-restarts=0 --no-python -- "$@" {said}')
     return "\n".join([
         f"# gpusched: a distributed start ({mode}, {nproc_per_node} rank(s) per node) over every node of the job",
         "gpusched_free_port() {  # a TCP port nobody listens on here, from one derived from the job id",
@@ -177,14 +181,32 @@ def slurm_launch_function(mode: str, nproc_per_node: int, rank_exit_grace: float
         "  done",
         f"  echo $(( {PORT_BASE} + base ))",
         "}",
+        "gpusched_srun_said() {  # srun's stderr, passed on; notes in file $1 that --wait stopped ranks",
+        "  local line",
+        "  while IFS= read -r line || [ -n \"$line\" ]; do",
+        "    printf '%s\\n' \"$line\" >&2",
+        "    case \"$line\" in 'srun: First task exited '*) echo stopped >\"$1\" ;; esac",
+        "  done",
+        "}",
         "gpusched_launch() {",
-        "  local first",
+        "  local first said rc",
+        "  said=\"$(mktemp \"${TMPDIR:-/tmp}/gpusched-srun.XXXXXXXX\")\" || return 1",
         "  first=\"$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" 2>/dev/null | head -n 1)\"",
         "  export MASTER_ADDR=\"${first:-$(hostname)}\"",
         "  export MASTER_PORT=\"$(gpusched_free_port)\"",
         f"  echo \"[gpusched] {mode} start: $SLURM_JOB_NUM_NODES node(s) ($SLURM_JOB_NODELIST) x {nproc_per_node} "
         "rank(s), rendezvous $MASTER_ADDR:$MASTER_PORT\" >&2",
+        "  exec 3>&1",
         start,
+        "  rc=${PIPESTATUS[0]}",
+        "  exec 3>&-",
+        "  if [ \"$rc\" = 0 ] && [ -s \"$said\" ]; then",
+        f"    echo \"[gpusched] rank(s) still running {wait}s after the first rank ended were stopped (rank_exit_grace); "
+        "the job fails\" >&2",
+        "    rc=1",
+        "  fi",
+        "  rm -f -- \"$said\"",
+        "  return \"$rc\"",
         "}",
     ])
 

@@ -97,6 +97,31 @@ def test_the_launch_function_runs_verbatim_arguments_through_a_fake_srun(tmp_pat
     assert "rendezvous n7:20077" in proc.stderr  # the first node, a port from the job id (free here)
 
 
+@pytest.mark.parametrize("srun_says, srun_exits, job_exits", [
+    ("srun: First task exited 5s ago", 0, 1),  # --wait stopped a rank, yet srun said 0 (seen under load): fails
+    ("srun: error: n8: task 1: Killed", 137, 137),  # srun's own failure stands
+    ("rank 1: First task exited is only text", 0, 0),  # a rank's own words are not srun's
+    ("", 0, 0),
+])
+def test_ranks_stopped_by_the_grace_fail_the_job_whatever_srun_exits_with(tmp_path, srun_says, srun_exits, job_exits):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "srun").write_text(f'#!/bin/bash\necho "rank output"\necho "{srun_says}" >&2\nexit {srun_exits}\n')
+    os.chmod(fake / "srun", 0o755)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    argv = slurm_launch_argv("srun", ["prog"], 1, 5)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "SLURM_JOB_ID": "78", "SLURM_JOB_NUM_NODES": "2",
+           "TMPDIR": str(scratch)}
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == job_exits, proc.stderr
+    assert proc.stdout == "rank output\n"  # stdout untouched; srun's stderr passed on, line by line
+    assert srun_says in proc.stderr
+    stopped = "rank(s) still running 5s after the first rank ended were stopped (rank_exit_grace); the job fails"
+    assert (stopped in proc.stderr) == (job_exits == 1)
+    assert list(scratch.iterdir()) == []  # the note file is gone
+
+
 def test_local_launch_commands():
     torchrun = local_launch_argv("torchrun", ["python", "t.py"], 4, 9, torchrun=["torchrun"])
     assert torchrun == ["torchrun", "--standalone", "--nnodes=1", "--nproc-per-node=4", "--max-restarts=0",
