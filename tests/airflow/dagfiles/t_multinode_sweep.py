@@ -15,8 +15,9 @@ RANK_TRIAL = """
 import json, os, socket, sys, time
 folder = os.environ["GPUSCHED_TRIAL_DIR"]
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-with open(os.path.join(folder, "host-%d" % rank), "w") as fh:
-    fh.write(socket.gethostname())
+with open(os.path.join(folder, ".host-%d" % rank), "w") as fh:  # written whole, then named: rank 0 never reads it
+    fh.write(socket.gethostname())                                 # half written (it did once, under load)
+os.replace(os.path.join(folder, ".host-%d" % rank), os.path.join(folder, "host-%d" % rank))
 if rank == 0:
     deadline = time.time() + 60
     while len([f for f in os.listdir(folder) if f.startswith("host-")]) < world and time.time() < deadline:
