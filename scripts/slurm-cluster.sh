@@ -27,7 +27,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 root="${GPUSCHED_SLURM_ROOT:-$here/.slurm}"
 conf="$root/etc/slurm.conf"
-ctld_port="${GPUSCHED_SLURMCTLD_PORT:-6817}"
+ctld_port="${GPUSCHED_SLURMCTLD_PORT:-}"  # empty: the first free port from 6817 (another cluster may hold 6817)
 slurmd_port="${GPUSCHED_SLURMD_PORT:-6818}"
 node_count="${GPUSCHED_SLURM_NODES:-2}"
 log() { echo "[slurm-cluster] $*" >&2; }
@@ -213,10 +213,32 @@ start_node() {
 }
 
 # every node answers with one of these states (a node left DOWN by an earlier run comes back: ReturnToService=2)
+# the first TCP port from $1 that nothing listens on here (this namespace): a second cluster on the machine (another
+# checkout's tests) must not find the first one's slurmctld on its port and talk to it
+free_port() {
+  local used=" " f local_ state rest p
+  for f in /proc/net/tcp /proc/net/tcp6; do
+    [ -r "$f" ] || continue
+    while read -r _ local_ _ state rest; do
+      [ "$state" = 0A ] && used+="$((16#${local_##*:})) "
+    done <"$f"
+  done
+  for ((p = $1; p < $1 + 200; p++)); do
+    case "$used" in *" $p "*) ;; *) echo "$p"; return ;; esac
+  done
+  echo "$1"
+}
+
 wait_ready() {
   export SLURM_CONF="$conf"
-  local states=""
-  for _ in $(seq 200); do
+  local states="" i
+  for i in $(seq 200); do
+    # ours died (its port taken?) or never wrote its pid file: never report another cluster's nodes as ours
+    if { [ -f "$root/run/slurmctld.pid" ] || [ "$i" -gt 50 ]; } && ! pid_alive "$root/run/slurmctld.pid"; then
+      log "slurmctld is not running; logs in $root/log"
+      tail -n 20 "$root/log/slurmctld.log" >&2 || true
+      return 1
+    fi
     states="$(sinfo -h -N -o '%N %T' 2>/dev/null | sort -u || true)"
     if [ "$(echo "$states" | grep -cE ' (idle|mixed|allocated)$' || true)" -ge "$node_count" ]; then
       return 0
@@ -247,6 +269,7 @@ up() {
     remove_network  # left by a run that did not end cleanly
   fi
   make_network
+  [ -n "$ctld_port" ] || ctld_port="$(free_port 6817)"
   write_config
   start_munge
   export SLURM_CONF="$conf"
