@@ -333,6 +333,14 @@ def _local_waker(state_dir: str) -> threading.Condition:
         return _local_wakers.setdefault(os.path.realpath(state_dir), threading.Condition())
 
 
+def place_on(lease: Lease, placement: Placement, gpus: list[GPUInfo]) -> None:
+    """Give ``lease`` the GPUs of ``placement`` (a new lease, or a two-stage task's lease growing its GPUs)."""
+    by_index = {g.index: g for g in gpus}
+    lease.gpus, lease.memory, lease.whole = list(placement.indices), dict(placement.memory), placement.whole
+    lease.uuids = [by_index[i].uuid for i in placement.indices]
+    lease.simulated = any(by_index[i].simulated for i in placement.indices)
+
+
 class LeaseStore:
     """The lease files in ``state_dir`` (this user's own, or a group directory set up for several users
     when ``shared``)."""
@@ -483,16 +491,13 @@ class LeaseStore:
               host_memory: int = 0, cpus: list[int] | None = None, work: WorkTag | None = None,
               stage: str = "") -> Lease:
         """A new lease for ``placement``, held by this process (the caller holds the allocation lock)."""
-        by_index = {g.index: g for g in gpus}
         lease = Lease(
-            lease_id=uuid.uuid4().hex[:16], gpus=placement.indices,
-            uuids=[by_index[i].uuid for i in placement.indices], memory=placement.memory,
-            whole=placement.whole, owner=owner, pid=os.getpid(), job_class=job_class, priority=priority,
-            simulated=any(by_index[i].simulated for i in placement.indices), preemptible=preemptible,
-            min_runtime=min_runtime, task_key=task_key, pid_started=_own_started_at(), grace=float(grace),
+            lease_id=uuid.uuid4().hex[:16], gpus=[], uuids=[], memory={}, whole=placement.whole, owner=owner,
+            pid=os.getpid(), job_class=job_class, priority=priority, preemptible=preemptible, min_runtime=min_runtime, task_key=task_key, pid_started=_own_started_at(), grace=float(grace),
             host_memory=int(host_memory), cpus=list(cpus or []), work=work.to_dict() if work is not None else {},
             stage=stage,
         )
+        place_on(lease, placement, gpus)
         base = self.path(lease.lease_id)
         fd = os.open(base + ".lock", os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, self.file_mode)
         os.fchmod(fd, self.file_mode)

@@ -16,7 +16,6 @@ mark the request waiting and ask for yields.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import threading
@@ -28,7 +27,7 @@ from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.accounting import GPUTimeLedger
 from airflow_provider_gpusched.core.gpu.activity import GPUActivity, gpu_is_busy
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo, GPUInventory
-from airflow_provider_gpusched.core.gpu.lease_store import Lease, LeaseStore
+from airflow_provider_gpusched.core.gpu.lease_store import Lease, LeaseStore, place_on
 from airflow_provider_gpusched.core.gpu.placement import GPURequest, LeaseView, Placement, gpu_usage, place
 from airflow_provider_gpusched.core.gpu.yielding import YieldMarks, plan_preemption
 from airflow_provider_gpusched.core.job_classes import JobClassMapping
@@ -293,16 +292,12 @@ class LeaseManager:
         """Give the loaded work on ``lease`` its GPUs (its train stage), placed as ``request`` without its host
         part (the lease holds that already) under the job-class rules; '' when done, else why not. A normal
         request that does not fit holds its place and asks fill-in leases to yield, as :meth:`try_acquire`."""
-        gpu_part = dataclasses.replace(request, load_stage=False, max_waiting=0, host_memory=None, cpus=None)
+        gpu_part = request.gpu_part()
         with self.store.allocation_lock():
             look = self._look(gpu_part, lease.owner, lease.job_class, task_key, write=True)
             if look.placement is None:
                 return look.reason + (self._hold_place(gpu_part, lease.owner, look) if look.may_preempt else "")
-            by_index = {g.index: g for g in look.gpus}
-            placement = look.placement
-            lease.gpus, lease.memory, lease.whole = list(placement.indices), dict(placement.memory), placement.whole
-            lease.uuids = [by_index[i].uuid for i in placement.indices]
-            lease.simulated = any(by_index[i].simulated for i in placement.indices)
+            place_on(lease, look.placement, look.gpus)
             lease.stage = "train"
             self.store.save(lease)
             self.yields.clear_waiting(lease.owner)

@@ -110,6 +110,12 @@ class GPURequest:
     def whole(self) -> bool:
         return self.gpu_memory is None
 
+    def gpu_part(self) -> GPURequest:
+        """The GPUs alone (a two-stage task's train stage: its lease already holds the host RAM and CPUs)."""
+        import dataclasses
+
+        return dataclasses.replace(self, load_stage=False, max_waiting=0, host_memory=None, cpus=None)
+
     def describe(self) -> str:
         what = f"{self.gpus} whole GPU{'s' if self.gpus > 1 else ''}" if self.whole else \
             f"{format_bytes(self.gpu_memory)} on {self.gpus} GPU{'s' if self.gpus > 1 else ''}"

@@ -9,7 +9,6 @@ waits for GPUs; scripts, batched sweep trials and the benchmarks use :class:`GPU
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import random
@@ -309,7 +308,7 @@ class _TwoStages:
             self.load_seconds = round(now - self.child.started_at, 3)
             self.manager.mark_loaded(self.lease)
             self.say(f"[gpusched] load stage done after {self.load_seconds:.1f}s; waiting for "
-                     f"{dataclasses.replace(self.request, load_stage=False, host_memory=None, cpus=None).describe()}")
+                     f"{self.request.gpu_part().describe()}")
         if now < self._next_try:
             return False
         self._next_try = now + self.retry_interval
