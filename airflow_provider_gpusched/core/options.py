@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from typing import Any
+
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 
 SECTION = "gpusched"

@@ -41,9 +41,9 @@ from airflow_provider_gpusched.core.gpu.inventory import GPUInventory
 from airflow_provider_gpusched.core.gpu.launch import SHARED_GPU_ENV, GPUChild, gpu_environment
 from airflow_provider_gpusched.core.gpu.lease_store import Lease
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager, reason_kind
-from airflow_provider_gpusched.core.gpu.stages import StageChannel
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy, find_oom, memory_evidence
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
+from airflow_provider_gpusched.core.gpu.stages import StageChannel
 from airflow_provider_gpusched.core.units import format_time_limit
 from airflow_provider_gpusched.core.work_tag import WorkTag
 
