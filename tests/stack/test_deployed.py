@@ -284,3 +284,37 @@ def test_queue_health_of_the_deployment(stack):
     for line in ("[  ok] slurm reachable", "[warn] GPU inventory: SIMULATED: 4 GPU(s)", "[  ok] lease directory",
                  "[  ok] airflow pools: gpusched_idle (4 slots)", "[  ok] triggerer alive"):
         assert line in out.stdout
+
+
+def test_a_1000_trial_batched_sweep_through_the_deployment(stack):
+    """1,000 trials batched through the deployed stack: every trial counted, the leaderboard's best is the best of
+    the trials' own results, the Sweeps API answers fast and small, `gpusched sweep results` reads the folder fast."""
+    run = stack.trigger("e2e_sweep_1000")
+    assert stack.wait_run("e2e_sweep_1000", run, timeout=900) == "success"
+    summary = stack.xcom("e2e_sweep_1000", run, "e2e_1000.collect")
+    counts = summary["counts"]
+    assert (counts["defined"], counts["succeeded"], counts["failed"], counts["waiting"]) == (1000, 1000, 0, 0), counts
+    folder = Path(summary["folder"])
+    scores = [json.loads(p.read_text())["score"] for p in folder.glob("trials/*/result.json")]
+    assert len(scores) == 1000
+    assert summary["best"]["score"] == max(scores)
+    assert [r["score"] for r in summary["leaderboard"]] == sorted(scores, reverse=True)[:len(summary["leaderboard"])]
+
+    started = time.monotonic()
+    response = stack.http.get(f"{stack.url}/gpusched/api/dags/e2e_sweep_1000/sweeps", params={"run_id": run})
+    seconds = time.monotonic() - started
+    assert response.status_code == 200, response.text[:500]
+    view = response.json()["sweeps"][0]
+    print(f"Sweeps API, 1,000 trials: {len(response.content) / 1e3:.0f} kB in {seconds:.2f} s")
+    assert len(response.content) < 2_000_000 and seconds < 1.0, (len(response.content), seconds)
+    assert view["counts"]["succeeded"] == 1000 and view["points_total"] == 1000 and len(view["points"]) == 1000
+    assert view["best"]["score"] == max(scores) and view["best_so_far"][-1][1] == max(scores)
+
+    started = time.monotonic()
+    out = gpusched_on_stack(stack, "sweep", "results", str(folder))
+    seconds = time.monotonic() - started
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("sweep e2e_1000 (random)"), out.stdout[:500]
+    assert seconds < 2.0, seconds
+    listed = json.loads(gpusched_on_stack(stack, "sweep", "results", "--json", str(folder)).stdout)
+    assert listed["counts"]["succeeded"] == 1000 and listed["leaderboard"][0]["score"] == max(scores)

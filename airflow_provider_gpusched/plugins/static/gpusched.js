@@ -385,7 +385,9 @@ function SweepCard({ sweep, dagId, focus }) {
   const fmtv = (v) => (typeof v === "number" ? fmtValue(v) : "–");
   const pts = [...sweep.points].sort((a, b) => a.index - b.index);
   let best = null;
-  const line = pts.map((p) => { if (best === null || better(p.score, best)) best = p.score; return { x: p.index, y: best }; });
+  // the server's best-so-far line counts every trial (the points may be a sample of a large sweep)
+  const line = sweep.best_so_far ? sweep.best_so_far.map(([x, y]) => ({ x, y }))
+    : pts.map((p) => { if (best === null || better(p.score, best)) best = p.score; return { x: p.index, y: best }; });
   const bestIndex = sweep.best ? sweep.best.index : null;
   const rounds = [...new Set(pts.map((p) => p.round || 0))].sort((a, b) => a - b);
   const scatter = pts.map((p) => ({ x: p.index, y: p.score, best: p.index === bestIndex,
@@ -416,6 +418,7 @@ function SweepCard({ sweep, dagId, focus }) {
         : `${obj.score_label} = ${fmtv(sweep.best.score)}`), ` — trial ${sweep.best.index} ${sweep.best.label} `,
       sweep.best.task_id ? h("a", { href: tiHref(dagId, sweep.run, sweep.best.task_id, sweep.best.map_index), style: S.a },
         "task instance") : h("span", { style: S.muted }, "(succeeded in an earlier run)")) : null,
+    sweep.points_note ? h("div", { style: S.muted, "data-testid": "points-note" }, sweep.points_note) : null,
     scatter.length ? h("div", { style: { display: "flex", flexWrap: "wrap", alignItems: "flex-start" }, "data-testid": "plots" },
       several ? h("div", null, h("div", { style: S.muted }, `${obj.metrics[1]} against ${obj.metrics[0]}`),
         h(Legend, { items: [["Pareto front", "#f59f00"], ["other trials", "#2b7bd6"]] }),
