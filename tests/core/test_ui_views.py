@@ -327,6 +327,8 @@ def test_a_10000_trial_sweep_view_samples_its_points_but_keeps_the_best_and_the_
     assert line == expected  # over every trial, not the sample
     assert "show 2,000 of 10,000 scored trials" in view["points_note"]
     assert view["leaderboard"][0]["trial_id"] == "t9999" and view["categorical_params"] == {"opt": ["adam", "sgd"]}
+    # uniform(0, 1) draws reach 1e-4 and below, yet spread evenly: a linear axis (a log one squeezed them right)
+    assert view["param_scales"] == {"lr": "linear"}
     assert len(json.dumps(view)) < 1_000_000
 
 

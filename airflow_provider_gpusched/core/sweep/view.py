@@ -199,7 +199,11 @@ LOG_AXIS_RATIO = 100.0
 def _scale(name: str, seen: set[float], declared_log: set[str]) -> str:
     if name in declared_log:
         return "log"
-    if len(seen) >= 3 and min(seen) > 0 and max(seen) / min(seen) >= LOG_AXIS_RATIO:
+    # values over orders of magnitude (a grid such as 1e-4, 1e-3, 1e-2): log; draws spread evenly between a tiny
+    # minimum and the maximum (uniform(0, 0.1)) are not, though their ratio is as large: half lie above max / 2
+    values = sorted(seen)
+    if (len(values) >= 3 and values[0] > 0 and values[-1] / values[0] >= LOG_AXIS_RATIO
+            and values[len(values) // 2] <= values[-1] / 10):
         return "log"
     return "linear"
 
