@@ -34,8 +34,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
-
 REPO = Path(__file__).resolve().parents[1]
 SLOTS = 16
 #: Ray Tune's published figure for the same workload (docs "Scalability and overhead benchmarks")
@@ -114,6 +112,8 @@ def main() -> None:
     if args.ray_child:
         ray_child(args.ray_child)
         return
+    import psutil
+
     n = 1000 if args.quick else args.trials
     parts = set(args.parts.split(","))
     if n > 1000 and "mapped" in parts:
