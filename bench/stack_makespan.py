@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import statistics
 import sys
 import threading
@@ -70,6 +71,7 @@ class MemoryWatch:
     def __init__(self, config: StackConfig):
         self.pids = {c: config.pid(c) for c in COMPONENTS}
         self.peak = dict.fromkeys(COMPONENTS, 0)
+        self.peak_rss = dict.fromkeys(COMPONENTS, 0)  # of the component's main process alone
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
@@ -77,6 +79,10 @@ class MemoryWatch:
         while not self._stop.is_set():
             for c, pid in self.pids.items():
                 self.peak[c] = max(self.peak[c], tree_pss(pid))
+                try:
+                    self.peak_rss[c] = max(self.peak_rss[c], psutil.Process(pid).memory_info().rss)
+                except psutil.NoSuchProcess:
+                    pass
             self._stop.wait(1.0)
 
     def __enter__(self):
@@ -92,12 +98,12 @@ def timestamp(value: str) -> float:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
-def run_through_stack(stack: Stack, dag_id: str, timeout: float) -> dict:
+def run_through_stack(stack: Stack, dag_id: str, timeout: float, during=None) -> dict:
     """Trigger ``dag_id``; makespan from the first task's start to the last task's end (the run's own
-    queueing before its first task is reported apart)."""
+    queueing before its first task is reported apart). ``during()`` is called every second meanwhile."""
     t0 = time.time()
     run_id = stack.trigger(dag_id)
-    state = stack.wait_run(dag_id, run_id, timeout=timeout)
+    state = stack.wait_run(dag_id, run_id, timeout=timeout, during=during)
     wall = time.time() - t0
     tis = stack.task_instances(dag_id, run_id)
     if state != "success":
@@ -106,7 +112,34 @@ def run_through_stack(stack: Stack, dag_id: str, timeout: float) -> dict:
     starts = [timestamp(t["start_date"]) for t in tis if t.get("start_date")]
     ends = [timestamp(t["end_date"]) for t in tis if t.get("end_date")]
     tries = sum(t["try_number"] for t in tis)
-    return {"makespan": max(ends) - min(starts), "wall": wall, "tasks": len(tis), "tries": tries}
+    return {"makespan": max(ends) - min(starts), "wall": wall, "tasks": len(tis), "tries": tries, "run_id": run_id}
+
+
+def slot_breakdown(stack: Stack, dag_id: str, run_id: str, task_id: str, slots: int) -> dict:
+    """Where a pool slot's time goes, per trial, for one-task-per-trial runs (``task_id``'s mapped instances, one
+    GPU each): from the REST API's queued/start/end stamps and the lease ledger's GPU work (each record's end
+    and length). ``scheduler`` is slot time with no task queued or running (the scheduler had not yet queued the
+    next task); ``queued->start`` the executor and the task's start; ``start->GPU`` parsing, the operator, the
+    lease and the child's start; ``GPU->end`` the child's exit, XComs and the task's end. Seconds per trial."""
+    tis = [t for t in stack.task_instances(dag_id, run_id) if t["task_id"].endswith(task_id) and t.get("end_date")]
+    owners = {f"{dag_id}.{t['task_id']}[{t['map_index']}] ({run_id})": t for t in tis}
+    work = {}
+    for record in GPUTimeLedger(str(stack.lease_dir)).records():
+        ti = owners.get(re.sub(r", try \d+\)$", ")", str(record.get("owner", ""))))
+        if ti is not None:
+            work[ti["map_index"]] = (record["time"] - record["seconds"], record["time"])
+    if not tis or len(work) != len(tis):
+        return {}
+    n = len(tis)
+    start = min(timestamp(t["queued_dttm"]) for t in tis)
+    end = max(timestamp(t["end_date"]) for t in tis)
+    queued = sum(timestamp(t["start_date"]) - timestamp(t["queued_dttm"]) for t in tis)
+    to_gpu = sum(work[t["map_index"]][0] - timestamp(t["start_date"]) for t in tis)
+    from_gpu = sum(timestamp(t["end_date"]) - work[t["map_index"]][1] for t in tis)
+    gpu = sum(b - a for a, b in work.values())
+    held = sum(timestamp(t["end_date"]) - timestamp(t["queued_dttm"]) for t in tis)
+    return {"scheduler": (slots * (end - start) - held) / n, "queued->start": queued / n, "start->GPU": to_gpu / n,
+            "GPU work": gpu / n, "GPU->end": from_gpu / n}
 
 
 def normal_delay(stack: Stack, out: Path) -> float:
@@ -191,6 +224,9 @@ def main() -> None:
                 mapped = run_through_stack(stack, "bench_mapped", timeout=60 * 60)
                 rows.append((f"mapped: {mapped['tasks']} LocalGPUOperator tasks", mapped["makespan"], mapped["wall"]))
                 print(f"mapped: {mapped}", flush=True)
+                slot = slot_breakdown(stack, "bench_mapped", mapped["run_id"], "trial", SLOTS)
+                print("mapped, a pool slot's time per trial (s): "
+                      + ", ".join(f"{k} {v:.2f}" for k, v in slot.items()), flush=True)
             if "batched" in parts:
                 batched = run_through_stack(stack, "bench_batched", timeout=60 * 60)
                 rows.append((f"batched sweep: {batched['tasks']} tasks", batched["makespan"], batched["wall"]))

@@ -127,6 +127,11 @@ class Stack:
             response = self.http.post("/pools", json={"name": name, "slots": slots, "include_deferred": False})
         assert response.status_code in (200, 201), response.text
 
+    def gpusched(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+        """The `gpusched` command as an operator runs it on the deployment's host: with its env.sh."""
+        return subprocess.run(["bash", "-c", 'source "$1/env.sh" && shift && exec gpusched "$@"', "_", str(self.dir),
+                               *args], capture_output=True, text=True, timeout=timeout)
+
     def restart(self, component: str, signal: str = "KILL") -> None:
         self.config.run("kill", component, signal)
         time.sleep(1)
