@@ -87,6 +87,11 @@ def gpu_poll_interval() -> float:
     return _value("gpu_poll_interval")
 
 
+def defer_after() -> float:
+    """Seconds a task waiting for GPUs looks again in its worker before deferring (0: defer at once)."""
+    return max(0.0, _value("defer_after"))
+
+
 def min_deferral() -> float:
     """Seconds a deferred task stays deferred at least (see triggers/deferral.py)."""
     return max(0.0, _value("min_deferral"))
