@@ -14,7 +14,8 @@ times (on empty GPUs: the median of 3 runs), and the GPU utilisation while the f
 the stack's start-up time and each component's memory (PSS of its process tree) idle and at the peak of the
 mapped run.
 
-    .venv/bin/python bench/stack_makespan.py [--trials 256] [--seconds 1] [--keep]
+    .venv/bin/python bench/stack_makespan.py [--trials 256] [--seconds 1] [--parts mapped] [--pool-slots 8]
+        [--set GPUSCHED__DEFER_AFTER=30] [--set SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME=0.2] [--keep]
 """
 
 from __future__ import annotations
@@ -188,15 +189,21 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="leave the stack running (.stack-bench/)")
     parser.add_argument("--parts", default="launcher,mapped,batched,idle",
                         help="comma-separated: launcher, mapped, batched, idle (default: all)")
+    parser.add_argument("--pool-slots", type=int, default=SLOTS,
+                        help="slots of the mapped tasks' pool (default: one per GPU)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION__KEY=VALUE",
+                        help="an Airflow setting for the stack, e.g. GPUSCHED__DEFER_AFTER=30 (repeatable)")
     args = parser.parse_args()
     n, s = args.trials, args.seconds
     ideal = n * s / SLOTS
     config = StackConfig(REPO / ".stack-bench", 28093, 55444, REPO / "bench" / "stack_dags",
                          f"export GPUSCHED_BENCH_TRIALS={n} GPUSCHED_BENCH_SECONDS={s:g}\n"
-                         f"export AIRFLOW__GPUSCHED__JOB_CLASSES='{FAST_IDLE}'")
+                         f"export AIRFLOW__GPUSCHED__JOB_CLASSES='{FAST_IDLE}'"
+                         + "".join(f"\nexport AIRFLOW__{setting}" for setting in args.set))
     print(f"# stack benchmark, {time.strftime('%Y-%m-%d')} on {platform.node()} ({os.cpu_count()} cores, "
           f"{psutil.virtual_memory().total / 2**30:.0f} GiB), Python {platform.python_version()}; "
-          f"{n} trials x {s:g} s, 4 SIMULATED GPUs, one GPU per trial; ideal makespan {ideal:.1f} s", flush=True)
+          f"{n} trials x {s:g} s, 4 SIMULATED GPUs, one GPU per trial; ideal makespan {ideal:.1f} s; mapped "
+          f"tasks' pool {args.pool_slots} slots; settings {args.set or 'as scripts/stack.sh sets them'}", flush=True)
 
     parts = set(args.parts.split(","))
     rows = []
@@ -215,7 +222,7 @@ def main() -> None:
         stack = Stack(config)
         for dag_id in ("bench_mapped", "bench_batched", "bench_fillers", "bench_normal"):
             stack.wait_for_dag(dag_id, timeout=300)
-        stack.ensure_pool("bench_gpus", SLOTS)
+        stack.ensure_pool("bench_gpus", args.pool_slots)
         time.sleep(10)  # let the start-up settle before the idle memory figures
         idle = {c: tree_pss(config.pid(c)) for c in COMPONENTS}
         print(f"idle PSS MiB: { {c: round(v / 2**20) for c, v in idle.items()} }", flush=True)

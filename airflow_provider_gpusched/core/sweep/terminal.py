@@ -14,7 +14,9 @@ rounds (Optuna, evolution) ask, run and tell round by round, as their task group
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 import threading
 import time
@@ -167,7 +169,7 @@ def run_sweep(spec: str | SweepSpec, *, results_root: str | None = None, manager
         manifest = session.prepare(round_no, run=run, force_rerun=force_rerun, backend="local")
         if board is not None:
             board.watch(manifest.trials)
-        stop = threading.Event()
+        stop, done, interrupted = threading.Event(), threading.Event(), threading.Event()
         outcome: dict[str, Any] = {}
 
         def work() -> None:
@@ -178,28 +180,52 @@ def run_sweep(spec: str | SweepSpec, *, results_root: str | None = None, manager
                     priority=r.priority, on_event=on_event, stop_event=stop, setup=r.setup, time_limit=limit)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
                 outcome["error"] = exc
+            finally:
+                done.set()
 
         worker = threading.Thread(target=work, name=f"gpusched-sweep-{spec.name}", daemon=True)
         try:
             if board is not None:
                 board.__enter__()
-            worker.start()
-            while worker.is_alive():
-                worker.join(0.2)
-        except KeyboardInterrupt:
-            stop.set()  # every running trial: SIGTERM, its grace period, SIGKILL; their leases are given back
-            worker.join()  # (the stopped trials stay without an outcome: the next run runs them)
-            raise SweepInterrupted(f"sweep {spec.name}: stopped; the trials that finished are kept in "
-                                   f"{session.store.dir}, and the next run goes on with the rest") from None
+            with _ctrl_c_stops(stop, interrupted):
+                worker.start()
+                while not done.wait(0.5):
+                    pass
         finally:
             if board is not None:
                 board.__exit__(None, None, None)
+        if interrupted.is_set():  # Ctrl-C: every running trial got SIGTERM, its grace period, SIGKILL; leases given back
+            raise SweepInterrupted(f"sweep {spec.name}: stopped; the trials that finished are kept in "
+                                   f"{session.store.dir}, and the next run goes on with the rest")
         if "error" in outcome:
             raise outcome["error"]
         session.settle(round_no, run)
         if round_no is not None:
             session.finish_round(round_no, run)
     return session.collect(run)
+
+
+@contextlib.contextmanager
+def _ctrl_c_stops(stop: threading.Event, interrupted: threading.Event):
+    """While in the block, SIGINT (Ctrl-C) sets ``interrupted`` and ``stop`` instead of raising KeyboardInterrupt, so the trials in
+    flight are stopped in order (the stopped ones stay without an outcome: the next run runs them); a second
+    Ctrl-C raises KeyboardInterrupt at once. (A KeyboardInterrupt raised inside ``Thread.join`` can mark a
+    running thread as ended, CPython's bpo-45274 handling, and leave its trials running.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigint(signum, frame) -> None:
+        if interrupted.is_set():
+            raise KeyboardInterrupt
+        interrupted.set()
+        stop.set()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 #: trials per job array (below Slurm's usual MaxArraySize of 1001)
