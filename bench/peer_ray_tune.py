@@ -156,7 +156,7 @@ def around_the_sweep(stack, dag_id: str, run_id: str) -> dict:
     return {"steps_s": steps, "api_s": sorted(api)[1], "api_bytes": size, "results_cli_s": results_s}
 
 
-def run_stack(n: int, parts: set[str], keep: bool) -> dict:
+def run_stack(n: int, parts: set[str], keep: bool, pool_slots: int = SLOTS, settings: list[str] = ()) -> dict:
     sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(REPO / "bench"))
     from stack_makespan import COMPONENTS, MemoryWatch, run_through_stack, slot_breakdown, tree_pss
@@ -167,12 +167,13 @@ def run_stack(n: int, parts: set[str], keep: bool) -> dict:
     wrappers = directory.parent / ".stack-bench-peer-bin"  # outside the stack's folder, which `destroy` removes
     env = (f"export GPUSCHED_BENCH_TRIALS={n}\n"
            f"export AIRFLOW__GPUSCHED__SIMULATE_GPUS={SLOTS}x24GiB\n"
-           "export AIRFLOW__CORE__MAX_MAP_LENGTH=1024")
+           "export AIRFLOW__CORE__MAX_MAP_LENGTH=1024"
+           + "".join(f"\nexport AIRFLOW__{setting}" for setting in settings))
     calls_log = None
     if "slurm" in parts:
         calls_log = command_wrappers(wrappers)
         env += f'\nexport PATH="{wrappers}:$PATH"'
-    config = StackConfig(directory, 28097, 55447, REPO / "bench" / "peer_dags", env)
+    config = StackConfig(directory, 28101, 55451, REPO / "bench" / "peer_dags", env)  # ports no test or bench uses
     config.run("destroy", check=False)
     t0 = time.monotonic()
     config.run("up")
@@ -182,7 +183,7 @@ def run_stack(n: int, parts: set[str], keep: bool) -> dict:
         dags = [d for d, part in STACK_DAGS if part in parts]
         for dag_id in dags:
             stack.wait_for_dag(dag_id, timeout=600)
-        stack.ensure_pool("peer_gpus", SLOTS)
+        stack.ensure_pool("peer_gpus", pool_slots, include_deferred=pool_slots > SLOTS)
         time.sleep(5)
         out["idle_pss"] = {c: tree_pss(config.pid(c)) for c in COMPONENTS}
         if "slurm" in parts:
@@ -236,6 +237,10 @@ def main() -> None:
                         help="comma-separated: ray, batched, mapped, slurm")
     parser.add_argument("--ray-python", default=sys.executable, help="an interpreter with ray[tune] installed")
     parser.add_argument("--keep", action="store_true", help="leave the stack running (.stack-bench-peer/)")
+    parser.add_argument("--pool-slots", type=int, default=SLOTS,
+                        help="slots of the one-task-per-trial pool (default: one per GPU)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION__KEY=VALUE",
+                        help="an Airflow setting for the stack, e.g. GPUSCHED__DEFER_AFTER=30 (repeatable)")
     parser.add_argument("--ray-child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.ray_child:
@@ -258,7 +263,7 @@ def main() -> None:
         rows.append((f"Ray Tune {ray['ray']} (its release test)", ray["makespan"]))
         print(f"ray: {ray}", flush=True)
     if parts & {"batched", "mapped", "slurm"}:
-        stack = run_stack(n, parts, args.keep)
+        stack = run_stack(n, parts, args.keep, args.pool_slots, args.set)
         names = {"peer_batched": "gpusched batched, through the stack", "peer_mapped": "gpusched one task per trial",
                  "peer_slurm": "gpusched Slurm arrays, through the stack"}
         ran = [d for d, _ in STACK_DAGS if d in stack]

@@ -95,6 +95,46 @@ class MemoryWatch:
         self._thread.join()
 
 
+def _cpu(proc: psutil.Process, reaped: bool = True) -> float:
+    try:
+        t = proc.cpu_times()
+    except psutil.NoSuchProcess:
+        return 0.0
+    return t.user + t.system + ((t.children_user + t.children_system) if reaped else 0.0)
+
+
+def cpu_snapshot(config: StackConfig) -> dict[str, float]:
+    """CPU seconds used so far by each part of the deployment (a difference of two snapshots is what a run
+    cost): the scheduler's own loop; the LocalExecutor's workers (each supervises its task); the task processes
+    and what they started (the trial commands), reaped by the workers; the api-server, triggerer, dag-processor
+    (with their children) and PostgreSQL; and the whole machine (/proc/stat, busy time of every core)."""
+    out: dict[str, float] = {}
+    scheduler = psutil.Process(config.pid("scheduler"))
+    out["scheduler loop"] = _cpu(scheduler, reaped=False)
+    workers = [p for p in scheduler.children() if "supervisor" not in " ".join(p.cmdline())]
+    out["executor workers (supervisors)"] = sum(_cpu(w, reaped=False) for w in workers)
+    out["tasks and their trials"] = sum(w.cpu_times().children_user + w.cpu_times().children_system
+                                        for w in workers if w.is_running())
+    for c in ("api-server", "triggerer", "dag-processor"):
+        root = psutil.Process(config.pid(c))
+        out[c] = _cpu(root) + sum(_cpu(p) for p in root.children(recursive=True))
+    data = (config.directory / "pgdata").read_text().strip()
+    postmaster = psutil.Process(int((Path(data) / "data" / "postmaster.pid").read_text().split()[0]))
+    out["postgresql"] = _cpu(postmaster) + sum(_cpu(p) for p in postmaster.children(recursive=True))
+    with open("/proc/stat") as fh:
+        fields = [float(x) for x in fh.readline().split()[1:]]
+    out["machine, all cores"] = (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def cpu_used(before: dict[str, float], after: dict[str, float], trials: int) -> dict[str, float]:
+    """CPU seconds per trial of each part between two snapshots (processes that ended between them are lost
+    from their part, so "other" = machine - the parts holds them and everything else on the machine)."""
+    used = {k: max(0.0, after[k] - before.get(k, 0.0)) for k in after}
+    used["other"] = used["machine, all cores"] - sum(v for k, v in used.items() if k != "machine, all cores")
+    return {k: v / trials for k, v in used.items()}
+
+
 def timestamp(value: str) -> float:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
@@ -132,13 +172,13 @@ def slot_breakdown(stack: Stack, dag_id: str, run_id: str, task_id: str, slots: 
     if not tis or len(work) != len(tis):
         return {}
     n = len(tis)
-    start = min(timestamp(t["queued_dttm"]) for t in tis)
+    start = min(timestamp(t["queued_when"]) for t in tis)
     end = max(timestamp(t["end_date"]) for t in tis)
-    queued = sum(timestamp(t["start_date"]) - timestamp(t["queued_dttm"]) for t in tis)
+    queued = sum(timestamp(t["start_date"]) - timestamp(t["queued_when"]) for t in tis)
     to_gpu = sum(work[t["map_index"]][0] - timestamp(t["start_date"]) for t in tis)
     from_gpu = sum(timestamp(t["end_date"]) - work[t["map_index"]][1] for t in tis)
     gpu = sum(b - a for a, b in work.values())
-    held = sum(timestamp(t["end_date"]) - timestamp(t["queued_dttm"]) for t in tis)
+    held = sum(timestamp(t["end_date"]) - timestamp(t["queued_when"]) for t in tis)
     return {"scheduler": (slots * (end - start) - held) / n, "queued->start": queued / n, "start->GPU": to_gpu / n,
             "GPU work": gpu / n, "GPU->end": from_gpu / n}
 
@@ -222,18 +262,23 @@ def main() -> None:
         stack = Stack(config)
         for dag_id in ("bench_mapped", "bench_batched", "bench_fillers", "bench_normal"):
             stack.wait_for_dag(dag_id, timeout=300)
-        stack.ensure_pool("bench_gpus", args.pool_slots)
+        # more slots than GPUs: deferred tasks count, as in the pools `gpusched pools sync` makes then
+        stack.ensure_pool("bench_gpus", args.pool_slots, include_deferred=args.pool_slots > SLOTS)
         time.sleep(10)  # let the start-up settle before the idle memory figures
         idle = {c: tree_pss(config.pid(c)) for c in COMPONENTS}
         print(f"idle PSS MiB: { {c: round(v / 2**20) for c, v in idle.items()} }", flush=True)
         with MemoryWatch(config) as watch:
             if "mapped" in parts:
+                before = cpu_snapshot(config)
                 mapped = run_through_stack(stack, "bench_mapped", timeout=60 * 60)
+                cpu = cpu_used(before, cpu_snapshot(config), n)
                 rows.append((f"mapped: {mapped['tasks']} LocalGPUOperator tasks", mapped["makespan"], mapped["wall"]))
                 print(f"mapped: {mapped}", flush=True)
-                slot = slot_breakdown(stack, "bench_mapped", mapped["run_id"], "trial", SLOTS)
+                slot = slot_breakdown(stack, "bench_mapped", mapped["run_id"], "trial", args.pool_slots)
                 print("mapped, a pool slot's time per trial (s): "
                       + ", ".join(f"{k} {v:.2f}" for k, v in slot.items()), flush=True)
+                print(f"mapped, CPU seconds per trial ({os.cpu_count()} cores): "
+                      + ", ".join(f"{k} {v:.3f}" for k, v in cpu.items()), flush=True)
             if "batched" in parts:
                 batched = run_through_stack(stack, "bench_batched", timeout=60 * 60)
                 rows.append((f"batched sweep: {batched['tasks']} tasks", batched["makespan"], batched["wall"]))
