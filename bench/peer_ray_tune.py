@@ -48,6 +48,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SLOTS = 16
+SLURM_POLL_INTERVAL = 2.0  # the stack's [gpusched] slurm_poll_interval in the Slurm part (squeue calls are counted per interval)
 #: Ray Tune's published figure for the same workload (docs "Scalability and overhead benchmarks")
 RAY_PUBLISHED = {"trials": 10_000, "seconds": 715.0, "ideal": 625.0}
 
@@ -167,7 +168,8 @@ def run_stack(n: int, parts: set[str], keep: bool, pool_slots: int = SLOTS, sett
     wrappers = directory.parent / ".stack-bench-peer-bin"  # outside the stack's folder, which `destroy` removes
     env = (f"export GPUSCHED_BENCH_TRIALS={n}\n"
            f"export AIRFLOW__GPUSCHED__SIMULATE_GPUS={SLOTS}x24GiB\n"
-           "export AIRFLOW__CORE__MAX_MAP_LENGTH=1024"
+           "export AIRFLOW__CORE__MAX_MAP_LENGTH=1024\n"
+           f"export AIRFLOW__GPUSCHED__SLURM_POLL_INTERVAL={SLURM_POLL_INTERVAL}"
            + "".join(f"\nexport AIRFLOW__{setting}" for setting in settings))
     calls_log = None
     if "slurm" in parts:
@@ -210,23 +212,12 @@ def run_stack(n: int, parts: set[str], keep: bool, pool_slots: int = SLOTS, sett
                 for run_id in canary_runs:
                     stack.wait_run("peer_canary", run_id, timeout=600)
                 out[dag_id]["canary_during"] = [canary_delay(stack, r) for r in canary_runs]
-                out[dag_id]["slurm_calls"] = slurm_calls(calls_log, t_start, time.time(), poll_interval(config))
+                out[dag_id]["slurm_calls"] = slurm_calls(calls_log, t_start, time.time(), SLURM_POLL_INTERVAL)
             print(f"{dag_id}: {out[dag_id]}", flush=True)
     finally:
         if not keep:
             config.run("destroy", check=False)
     return out
-
-
-def poll_interval(config) -> float:
-    """The stack's ``[gpusched] slurm_poll_interval`` (scripts/stack.sh sets it)."""
-    for line in (config.directory / "env.sh").read_text().splitlines():
-        if "AIRFLOW__GPUSCHED__SLURM_POLL_INTERVAL=" in line:
-            value = line.split("=", 1)[1].strip().strip('"')
-            if value.startswith("${"):
-                value = value.split(":-", 1)[1].rstrip("}")
-            return float(value)
-    return 2.0
 
 
 def main() -> None:
