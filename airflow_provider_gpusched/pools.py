@@ -1,6 +1,7 @@
 """Creating the Airflow pools that the job-class mapping names (``gpusched pools sync``).
 
-Slots: one per GPU the pool's classes can use — this host's GPU inventory (NVML, or the configured
+Slots: one per GPU the pool's classes can use (``[gpusched] pool_slots_per_gpu`` per GPU when set above 1: then
+deferred tasks count against the pool too) — this host's GPU inventory (NVML, or the configured
 simulation) for local work, or with ``[gpusched] fleet_dir`` every GPU the fleet's hosts published; the
 class's Slurm partition for Slurm work. Uses Airflow's own pool API
 (``Pool.create_or_update_pool``, what ``airflow pools set`` uses), so it runs where the Airflow metadata
@@ -28,7 +29,7 @@ def desired_pools(backend: str = "local", slurm_conn_id: str | None = None,
             count = sum(len(h.gpus) for h in view.hosts)
         else:
             count = len(get_inventory(simulate or settings.simulate_gpus() or None).gpus())
-        return mapping.pool_plan(lambda cls: count)
+        return mapping.pool_plan(lambda cls: count, settings.pool_slots_per_gpu())
     from airflow_provider_gpusched.hooks.slurm import SlurmHook
 
     hook = SlurmHook(slurm_conn_id or SlurmHook.default_conn_name)
@@ -38,7 +39,7 @@ def desired_pools(backend: str = "local", slurm_conn_id: str | None = None,
         partition = hook.class_settings(cls.name).get("partition") or hook.job_defaults().get("partition")
         return client.partition_gpus(partition)
 
-    return mapping.pool_plan(partition_gpus)
+    return mapping.pool_plan(partition_gpus, settings.pool_slots_per_gpu())
 
 
 def sync_pools(plan: dict[str, dict[str, Any]], dry_run: bool = False) -> list[dict[str, Any]]:
@@ -53,13 +54,15 @@ def sync_pools(plan: dict[str, dict[str, Any]], dry_run: bool = False) -> list[d
             pool = session.scalar(select(Pool).filter_by(pool=name))
             if pool is None:
                 action = "create"
-            elif pool.slots != want["slots"] or (pool.description or "") != want["description"]:
+            elif (pool.slots != want["slots"] or (pool.description or "") != want["description"]
+                  or bool(pool.include_deferred) != want["include_deferred"]):
                 action = "update"
             else:
                 action = "unchanged"
             rows.append({"pool": name, "slots": want["slots"], "was": None if pool is None else pool.slots,
                          "classes": want["classes"], "action": action})
             if action != "unchanged" and not dry_run:
-                Pool.create_or_update_pool(name, want["slots"], want["description"], include_deferred=False,
+                Pool.create_or_update_pool(name, want["slots"], want["description"],
+                                           include_deferred=want["include_deferred"],
                                            session=session)
     return rows

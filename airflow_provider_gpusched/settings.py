@@ -87,6 +87,25 @@ def gpu_poll_interval() -> float:
     return _value("gpu_poll_interval")
 
 
+def pool_slots_per_gpu() -> int:
+    """Pool slots per GPU that ``gpusched pools sync`` gives the job classes' pools (a whole number >= 1)."""
+    from airflow_provider_gpusched.core.errors import GpuschedError
+
+    try:
+        value = _value("pool_slots_per_gpu")
+    except ValueError:
+        value = None
+    if not isinstance(value, int) or value < 1:
+        raise GpuschedError(f"[gpusched] pool_slots_per_gpu: expected a whole number >= 1, got "
+                            f"{conf.get(SECTION, 'pool_slots_per_gpu', fallback='?')!r}")
+    return value
+
+
+def defer_after() -> float:
+    """Seconds a task waiting for GPUs looks again in its worker before deferring (0: defer at once)."""
+    return max(0.0, _value("defer_after"))
+
+
 def min_deferral() -> float:
     """Seconds a deferred task stays deferred at least (see triggers/deferral.py)."""
     return max(0.0, _value("min_deferral"))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import statistics
 import sys
 import threading
@@ -71,6 +72,7 @@ class MemoryWatch:
     def __init__(self, config: StackConfig):
         self.pids = {c: config.pid(c) for c in COMPONENTS}
         self.peak = dict.fromkeys(COMPONENTS, 0)
+        self.peak_rss = dict.fromkeys(COMPONENTS, 0)  # of the component's main process alone
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
@@ -78,6 +80,10 @@ class MemoryWatch:
         while not self._stop.is_set():
             for c, pid in self.pids.items():
                 self.peak[c] = max(self.peak[c], tree_pss(pid))
+                try:
+                    self.peak_rss[c] = max(self.peak_rss[c], psutil.Process(pid).memory_info().rss)
+                except psutil.NoSuchProcess:
+                    pass
             self._stop.wait(1.0)
 
     def __enter__(self):
@@ -89,16 +95,56 @@ class MemoryWatch:
         self._thread.join()
 
 
+def _cpu(proc: psutil.Process, reaped: bool = True) -> float:
+    try:
+        t = proc.cpu_times()
+    except psutil.NoSuchProcess:
+        return 0.0
+    return t.user + t.system + ((t.children_user + t.children_system) if reaped else 0.0)
+
+
+def cpu_snapshot(config: StackConfig) -> dict[str, float]:
+    """CPU seconds used so far by each part of the deployment (a difference of two snapshots is what a run
+    cost): the scheduler's own loop; the LocalExecutor's workers (each supervises its task); the task processes
+    and what they started (the trial commands), reaped by the workers; the api-server, triggerer, dag-processor
+    (with their children) and PostgreSQL; and the whole machine (/proc/stat, busy time of every core)."""
+    out: dict[str, float] = {}
+    scheduler = psutil.Process(config.pid("scheduler"))
+    out["scheduler loop"] = _cpu(scheduler, reaped=False)
+    workers = [p for p in scheduler.children() if "supervisor" not in " ".join(p.cmdline())]
+    out["executor workers (supervisors)"] = sum(_cpu(w, reaped=False) for w in workers)
+    out["tasks and their trials"] = sum(w.cpu_times().children_user + w.cpu_times().children_system
+                                        for w in workers if w.is_running())
+    for c in ("api-server", "triggerer", "dag-processor"):
+        root = psutil.Process(config.pid(c))
+        out[c] = _cpu(root) + sum(_cpu(p) for p in root.children(recursive=True))
+    data = (config.directory / "pgdata").read_text().strip()
+    postmaster = psutil.Process(int((Path(data) / "data" / "postmaster.pid").read_text().split()[0]))
+    out["postgresql"] = _cpu(postmaster) + sum(_cpu(p) for p in postmaster.children(recursive=True))
+    with open("/proc/stat") as fh:
+        fields = [float(x) for x in fh.readline().split()[1:]]
+    out["machine, all cores"] = (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def cpu_used(before: dict[str, float], after: dict[str, float], trials: int) -> dict[str, float]:
+    """CPU seconds per trial of each part between two snapshots (processes that ended between them are lost
+    from their part, so "other" = machine - the parts holds them and everything else on the machine)."""
+    used = {k: max(0.0, after[k] - before.get(k, 0.0)) for k in after}
+    used["other"] = used["machine, all cores"] - sum(v for k, v in used.items() if k != "machine, all cores")
+    return {k: v / trials for k, v in used.items()}
+
+
 def timestamp(value: str) -> float:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
-def run_through_stack(stack: Stack, dag_id: str, timeout: float) -> dict:
+def run_through_stack(stack: Stack, dag_id: str, timeout: float, during=None) -> dict:
     """Trigger ``dag_id``; makespan from the first task's start to the last task's end (the run's own
-    queueing before its first task is reported apart)."""
+    queueing before its first task is reported apart). ``during()`` is called every second meanwhile."""
     t0 = time.time()
     run_id = stack.trigger(dag_id)
-    state = stack.wait_run(dag_id, run_id, timeout=timeout)
+    state = stack.wait_run(dag_id, run_id, timeout=timeout, during=during)
     wall = time.time() - t0
     tis = stack.task_instances(dag_id, run_id)
     if state != "success":
@@ -107,7 +153,34 @@ def run_through_stack(stack: Stack, dag_id: str, timeout: float) -> dict:
     starts = [timestamp(t["start_date"]) for t in tis if t.get("start_date")]
     ends = [timestamp(t["end_date"]) for t in tis if t.get("end_date")]
     tries = sum(t["try_number"] for t in tis)
-    return {"makespan": max(ends) - min(starts), "wall": wall, "tasks": len(tis), "tries": tries}
+    return {"makespan": max(ends) - min(starts), "wall": wall, "tasks": len(tis), "tries": tries, "run_id": run_id}
+
+
+def slot_breakdown(stack: Stack, dag_id: str, run_id: str, task_id: str, slots: int) -> dict:
+    """Where a pool slot's time goes, per trial, for one-task-per-trial runs (``task_id``'s mapped instances, one
+    GPU each): from the REST API's queued/start/end stamps and the lease ledger's GPU work (each record's end
+    and length). ``scheduler`` is slot time with no task queued or running (the scheduler had not yet queued the
+    next task); ``queued->start`` the executor and the task's start; ``start->GPU`` parsing, the operator, the
+    lease and the child's start; ``GPU->end`` the child's exit, XComs and the task's end. Seconds per trial."""
+    tis = [t for t in stack.task_instances(dag_id, run_id) if t["task_id"].endswith(task_id) and t.get("end_date")]
+    owners = {f"{dag_id}.{t['task_id']}[{t['map_index']}] ({run_id})": t for t in tis}
+    work = {}
+    for record in GPUTimeLedger(str(stack.lease_dir)).records():
+        ti = owners.get(re.sub(r", try \d+\)$", ")", str(record.get("owner", ""))))
+        if ti is not None:
+            work[ti["map_index"]] = (record["time"] - record["seconds"], record["time"])
+    if not tis or len(work) != len(tis):
+        return {}
+    n = len(tis)
+    start = min(timestamp(t["queued_when"]) for t in tis)
+    end = max(timestamp(t["end_date"]) for t in tis)
+    queued = sum(timestamp(t["start_date"]) - timestamp(t["queued_when"]) for t in tis)
+    to_gpu = sum(work[t["map_index"]][0] - timestamp(t["start_date"]) for t in tis)
+    from_gpu = sum(timestamp(t["end_date"]) - work[t["map_index"]][1] for t in tis)
+    gpu = sum(b - a for a, b in work.values())
+    held = sum(timestamp(t["end_date"]) - timestamp(t["queued_when"]) for t in tis)
+    return {"scheduler": (slots * (end - start) - held) / n, "queued->start": queued / n, "start->GPU": to_gpu / n,
+            "GPU work": gpu / n, "GPU->end": from_gpu / n}
 
 
 def normal_delay(stack: Stack, out: Path) -> float:
@@ -189,15 +262,23 @@ def main() -> None:
         stack = Stack(config)
         for dag_id in ("bench_mapped", "bench_batched", "bench_fillers", "bench_normal"):
             stack.wait_for_dag(dag_id, timeout=300)
-        stack.ensure_pool("bench_gpus", args.pool_slots)
+        # more slots than GPUs: deferred tasks count, as in the pools `gpusched pools sync` makes then
+        stack.ensure_pool("bench_gpus", args.pool_slots, include_deferred=args.pool_slots > SLOTS)
         time.sleep(10)  # let the start-up settle before the idle memory figures
         idle = {c: tree_pss(config.pid(c)) for c in COMPONENTS}
         print(f"idle PSS MiB: { {c: round(v / 2**20) for c, v in idle.items()} }", flush=True)
         with MemoryWatch(config) as watch:
             if "mapped" in parts:
+                before = cpu_snapshot(config)
                 mapped = run_through_stack(stack, "bench_mapped", timeout=60 * 60)
+                cpu = cpu_used(before, cpu_snapshot(config), n)
                 rows.append((f"mapped: {mapped['tasks']} LocalGPUOperator tasks", mapped["makespan"], mapped["wall"]))
                 print(f"mapped: {mapped}", flush=True)
+                slot = slot_breakdown(stack, "bench_mapped", mapped["run_id"], "trial", args.pool_slots)
+                print("mapped, a pool slot's time per trial (s): "
+                      + ", ".join(f"{k} {v:.2f}" for k, v in slot.items()), flush=True)
+                print(f"mapped, CPU seconds per trial ({os.cpu_count()} cores): "
+                      + ", ".join(f"{k} {v:.3f}" for k, v in cpu.items()), flush=True)
             if "batched" in parts:
                 batched = run_through_stack(stack, "bench_batched", timeout=60 * 60)
                 rows.append((f"batched sweep: {batched['tasks']} tasks", batched["makespan"], batched["wall"]))

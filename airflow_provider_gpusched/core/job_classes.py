@@ -144,15 +144,18 @@ class JobClassMapping:
                 pools.setdefault(cls.airflow.pool, []).append(name)
         return pools
 
-    def pool_plan(self, gpus_for_class: Callable[[JobClass], int]) -> dict[str, dict[str, Any]]:
-        """The Airflow pools this mapping names: ``{pool: {"slots", "description", "classes"}}``, with
-        one slot per GPU that the classes using it can run on (``gpus_for_class``: from the GPU inventory,
-        or the class's Slurm partition)."""
+    def pool_plan(self, gpus_for_class: Callable[[JobClass], int], slots_per_gpu: int = 1) -> dict[str, dict[str, Any]]:
+        """The Airflow pools this mapping names: ``{pool: {"slots", "include_deferred", "description", "classes"}}``,
+        with ``slots_per_gpu`` slots per GPU that the classes using it can run on (``gpus_for_class``: from the GPU
+        inventory, or the class's Slurm partition). With more than one slot per GPU, deferred tasks count against
+        the pool: the tasks beyond the GPUs wait for them (in their worker, then deferred) without more tasks
+        starting in their place."""
         plan: dict[str, dict[str, Any]] = {}
         for pool, names in self.pools().items():
-            slots = max(gpus_for_class(self.classes[n]) for n in names)
-            plan[pool] = {"slots": max(1, slots), "classes": names,
-                          "description": f"gpusched: {', '.join(names)}-class GPU work, one slot per GPU"}
+            gpus = max(1, max(gpus_for_class(self.classes[n]) for n in names))
+            per = "one slot per GPU" if slots_per_gpu == 1 else f"{slots_per_gpu} slots per GPU, deferred tasks counted"
+            plan[pool] = {"slots": gpus * slots_per_gpu, "include_deferred": slots_per_gpu > 1, "classes": names,
+                          "description": f"gpusched: {', '.join(names)}-class GPU work, {per}"}
         return plan
 
     def to_dict(self) -> dict[str, Any]:

@@ -57,6 +57,14 @@ OPTIONS: tuple[Option, ...] = (
            "2770 -g GROUP DIR): accept it group-writable and owned by another member or root. Never "
            "world-writable.", "True"),
     Option("gpu_poll_interval", "float", 5.0, "Seconds between checks while a task waits (deferred) for GPUs.", "5"),
+    Option("pool_slots_per_gpu", "integer", 1,
+           "Slots per GPU in the pools `gpusched pools sync` makes for the job classes. Above 1, more tasks than GPUs "
+           "start, so the next task is ready when a GPU frees (short trials one task each: docs/sweeps.md; pair it "
+           "with defer_after), and deferred tasks count against the pool.", "2"),
+    Option("defer_after", "float", 0.0,
+           "Seconds a task that finds the GPUs busy looks again in its worker (every 0.2 s) before it defers: a GPU "
+           "that frees within that time is taken at once, without a deferral and a task restart. Worth it where "
+           "pools have more slots than GPUs (short trials, one task each: docs/sweeps.md). 0: defer at once.", "30"),
     Option("min_deferral", "float", 10.0,
            "Seconds a deferred task (waiting for GPUs or a Slurm job) stays deferred at least: an event sooner "
            "after the deferral can make Airflow 3.3 fail the task (apache/airflow#72716). 0 turns the floor off.",

@@ -84,6 +84,8 @@ class LocalGPUOperator(BaseOperator):
     :param grace_period: seconds between SIGTERM and SIGKILL when the task is stopped.
     :param wait_mode: ``"defer"`` (default: wait in the triggerer), ``"reschedule"`` (free the slot and
         try again later; for several GPU hosts) or ``"block"`` (wait in the worker).
+    :param defer_after: deferring mode: seconds to look for GPUs again in the worker (every 0.2 s) before deferring,
+        so a GPU that frees soon is taken at once (default ``[gpusched] defer_after``, 0: defer at once).
     :param job_class, priority: ``"normal"`` (default) or ``"idle"``, and a whole-number priority. The
         ``[gpusched] job_classes`` mapping turns them into the Airflow pool, ``pool_slots`` (one per GPU by
         default) and ``priority_weight``; an idle lease is preemptible (see docs/idle-filling.md).
@@ -133,6 +135,7 @@ class LocalGPUOperator(BaseOperator):
         grace_period: float = 10.0,
         wait_mode: str = "defer",
         poll_interval: float | None = None,
+        defer_after: float | None = None,
         job_class: str = "normal",
         priority: int = 0,
         distributed: str | None = None,
@@ -166,7 +169,10 @@ class LocalGPUOperator(BaseOperator):
             ("op_args", op_args, (list, tuple), "a list of positional arguments"),
             ("op_kwargs", op_kwargs, (Mapping,), "a mapping of keyword arguments"),
             ("grace_period", grace_period, (int, float), "seconds (a number >= 0)"),
-            ("poll_interval", poll_interval, (int, float), "seconds (a number > 0)")), positive=["poll_interval"])
+            ("poll_interval", poll_interval, (int, float), "seconds (a number > 0)"),
+            ("defer_after", defer_after, (int, float), "seconds (a number >= 0)")), positive=["poll_interval"])
+        if defer_after is not None and defer_after < 0:
+            raise AirflowException(f"{self.task_id}: defer_after: expected seconds (a number >= 0), got {defer_after}")
         if grace_period is None or grace_period < 0:
             raise AirflowException(f"{self.task_id}: grace_period: expected seconds (a number >= 0), got {grace_period}")
         if isinstance(command, str):
@@ -200,11 +206,13 @@ class LocalGPUOperator(BaseOperator):
         self.grace_period = grace_period
         self.wait_mode = wait_mode
         self.poll_interval = poll_interval
+        self.defer_after = defer_after
         self.job_class = job_class
         self.priority = priority
         self._child: GPUChild | None = None
         self._stop = threading.Event()
         self._yield_deadline: float | None = None  # how long to wait here for idle work to yield
+        self._busy_since: float | None = None  # when this try found the GPUs busy (defer_after counts from it)
         self._waiting_since: float | None = None  # when this try began waiting for GPUs (published to the board)
         self._fleet_hosts: list[str] = []  # in a fleet: the hosts this try landed on, in order
 
@@ -396,13 +404,35 @@ class LocalGPUOperator(BaseOperator):
                                              preemptible=progress.history.preemptible(policy), task_key=task_key,
                                              grace=self.grace_period, work=tag)
             if lease is not None:
+                self._busy_since = None
                 fleet.publish_quietly(manager)
                 return lease
             if self._wait_for_yield(manager, owner, why):
                 continue
-            self.log.info("GPUs busy for %s: %s", progress.request.describe(), why)
-            self._publish_wait(context, manager, progress.request, why)
+            first = self._busy_since is None
+            if first:
+                self._busy_since = time.monotonic()
+            here = self._look_again_here()
+            if first or not here:
+                self.log.info("GPUs busy for %s: %s%s", progress.request.describe(), why,
+                              f" (looking again here for {self._defer_after():g}s before deferring)" if here else "")
+                self._publish_wait(context, manager, progress.request, why)
+            if here:
+                if self._stop.wait(0.2):
+                    raise AirflowException(f"{self.task_id}: stopped while waiting for GPUs ({why})")
+                continue
             self._wait_for_gpus(manager, hook, progress, owner, why, task_key=task_key)
+
+    def _defer_after(self) -> float:
+        return settings.defer_after() if self.defer_after is None else float(self.defer_after)
+
+    def _look_again_here(self) -> bool:
+        """Deferring mode, GPUs busy: whether to look again in the worker (within ``defer_after`` of the first
+        look) instead of deferring. A GPU that frees meanwhile is taken at once, where a deferral would cost at
+        least ``min_deferral`` and a task restart."""
+        if self.wait_mode != "defer" or self._busy_since is None:
+            return False
+        return time.monotonic() - self._busy_since < self._defer_after()
 
     def _publish_gpu_time(self, context, progress: attempts.WorkProgress) -> None:
         """GPU time used and lost by this try, for the board's per-class totals (XCom ``gpu_time``)."""

@@ -361,14 +361,17 @@ class SlurmJobOperator(BaseOperator):
         return client.find_live_jobs(job_comment(key))
 
     def _submit(self, client, spec: SlurmJobSpec, key: str) -> str:
-        """sbatch, retried while Slurm is unreachable; before each retry, check whether the earlier
-        attempt got through after all (the comment finds it), so a retry never duplicates the job."""
+        """sbatch, retried while Slurm is unreachable or full for now (its MaxJobCount, where every array
+        task counts); before each retry, check whether the earlier attempt got through after all (the
+        comment finds it), so a retry never duplicates the job."""
         for attempt in range(6):
             try:
                 return client.submit(spec).job_id
             except SlurmUnavailableError as exc:
-                self.log.warning("sbatch could not reach Slurm (%s); retrying", exc)
-                time.sleep(min(2 ** attempt, 30))
+                wait = min(2 ** attempt, 30)
+                self.log.warning("Slurm did not take the job (unreachable or full for now: %s); trying again in "
+                                 "%d s (try %d of 7)", exc, wait, attempt + 2)
+                time.sleep(wait)
                 live = self._find_live(client, key)
                 if live:
                     return live[0][0]

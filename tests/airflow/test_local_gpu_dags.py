@@ -66,6 +66,44 @@ def test_task_defers_while_gpus_are_busy_then_runs(run):
     assert sorted(g["index"] for g in xcoms["all_gpus"]["return_value"]["gpus"]) == [0, 1, 2, 3]
 
 
+def release_once_waited(manager, lease, seconds: float) -> threading.Thread:
+    """Release ``lease`` ``seconds`` after some request is marked waiting for GPUs (the task has looked)."""
+    def release():
+        deadline = time.monotonic() + 120
+        while not manager.yields.waiting() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(seconds)
+        manager.release(lease)
+
+    thread = threading.Thread(target=release)
+    thread.start()
+    return thread
+
+
+def test_defer_after_takes_a_gpu_that_frees_soon_without_deferring(run, capfd):
+    """With defer_after, a task that finds the GPUs busy looks again in its worker and takes them when they free
+    (no deferral, no task restart); one that finds them busy for longer than defer_after defers as before."""
+    dags = load_dag_file(REPO / "tests" / "airflow" / "dagfiles" / "t_local_gpu.py")
+    manager = shared_manager()
+    held, _ = manager.try_acquire(GPURequest(gpus=1), "someone else")
+    releaser = release_once_waited(manager, held, 1.0)
+    state, _, states = run(dags.looks_again_here)
+    releaser.join()
+    assert state == "success", states
+    text = "".join(capfd.readouterr())
+    assert "looking again here for 60s before deferring" in text
+    assert "Pausing task as DEFERRED" not in text
+
+    held, _ = manager.try_acquire(GPURequest(gpus=1), "someone else")
+    releaser = release_once_waited(manager, held, 3.0)
+    dags.looks_again_here.get_task("all_gpus").defer_after = 1.0
+    state, _, states = run(dags.looks_again_here)
+    releaser.join()
+    assert state == "success", states
+    text = "".join(capfd.readouterr())
+    assert "looking again here for 1s before deferring" in text and "Pausing task as DEFERRED" in text
+
+
 def test_timeout_kills_the_process_group_and_frees_the_gpu(run, tmp_path, monkeypatch):
     pidfile = tmp_path / "grandchild.pid"
     monkeypatch.setenv("GPUSCHED_TEST_PIDFILE", str(pidfile))
@@ -97,6 +135,8 @@ def test_operator_rejects_bad_arguments_at_parse_time():
         LocalGPUOperator(task_id="y", command="python train.py")
     with pytest.raises(AirflowException, match="exactly one"):
         LocalGPUOperator(task_id="z")
+    with pytest.raises(AirflowException, match="defer_after: expected seconds"):
+        LocalGPUOperator(task_id="v", command=["true"], defer_after=-1)
     assert LocalGPUOperator(task_id="w", command=["true"], gpus=3).pool_slots == 3
 
 

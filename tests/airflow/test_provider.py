@@ -138,6 +138,21 @@ def test_pools_sync_creates_the_mapped_pools_and_is_idempotent(airflow_db, monke
     assert again["gpu_fill"]["action"] == "update" and again["gpu_fill"]["was"] == 1
     assert Pool.get_pool("gpu_fill").slots == 4
 
+    # two slots per GPU (short trials one task each): deferred tasks then count against the pool
+    monkeypatch.setenv("AIRFLOW__GPUSCHED__POOL_SLOTS_PER_GPU", "2")
+    doubled = sync()
+    assert {k: (v["action"], v["slots"]) for k, v in doubled.items()} == {"gpu_fill": ("update", 8),
+                                                                          "gpu_main": ("update", 8)}
+    assert Pool.get_pool("gpu_main").slots == 8 and Pool.get_pool("gpu_main").include_deferred is True
+    monkeypatch.setenv("AIRFLOW__GPUSCHED__POOL_SLOTS_PER_GPU", "0")
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["pools", "sync"])
+    assert code != 0 and "pool_slots_per_gpu: expected a whole number >= 1, got '0'" in err.getvalue()
+
 
 def test_job_class_sets_pool_weight_and_slurm_settings_on_operators(airflow_db):
     from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator

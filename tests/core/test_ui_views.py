@@ -291,3 +291,51 @@ def test_the_ui_reads_only_the_newest_part_of_a_huge_reports_file(tmp_path):
     found, note = reports_of_run(str(folder / "reports.jsonl"), "r1", str(tmp_path))
     assert note == "" and found[-1]["step"] == 999_999
     assert len(found) < UI_REPORTS_BYTES / 20 < 1_000_000
+
+
+def test_a_10000_trial_sweep_view_samples_its_points_but_keeps_the_best_and_the_whole_best_so_far_line():
+    import json
+    import random
+
+    from airflow_provider_gpusched.core.sweep.view import MAX_POINTS
+
+    rnd = random.Random(7)
+    n = 10_000
+    trials = [{"index": i, "trial_id": f"t{i}", "label": f"lr={i}", "params": {"lr": rnd.random(), "opt": rnd.choice(
+        ["sgd", "adam"])}} for i in range(n)]
+    scores = {f"t{i}": rnd.random() for i in range(n)}
+    scores["t9999"] = 2.0  # the best trial is the last one: the sample must keep it, the line must reach it
+    record = plan(defined=n, trials=trials, pending=[t["trial_id"] for t in trials], skipped=[], chunk_size=5000,
+                  trial_task="s.run_batch")
+    outcomes = {t: {"trial_id": t, "state": "succeeded", "result": {"acc": s}, "seconds": 1.0, "error": None}
+                for t, s in scores.items()}
+    view = build_sweep_view([record], outcomes, {})
+    assert view["counts"]["succeeded"] == n and view["points_total"] == n and len(view["points"]) == MAX_POINTS
+    shown = {p["index"] for p in view["points"]}
+    best_quarter = sorted(range(n), key=lambda i: -scores[f"t{i}"])[:MAX_POINTS // 4]
+    assert set(best_quarter) <= shown  # the best region drawn whole
+    assert [p["index"] for p in view["points"]] == sorted(shown)  # in trial order
+    rest = sorted(shown - set(best_quarter))
+    assert rest[0] < 50 and rest[-1] > n - 50  # the sample spans the whole sweep
+    line = view["best_so_far"]
+    assert line[-1] == [9999, 2.0] and all(a[1] < b[1] for a, b in zip(line, line[1:]))
+    expected, best = [], None
+    for i in range(n):
+        if best is None or scores[f"t{i}"] > best:
+            best = scores[f"t{i}"]
+            expected.append([i, best])
+    assert line == expected  # over every trial, not the sample
+    assert "show 2,000 of 10,000 scored trials" in view["points_note"]
+    assert view["leaderboard"][0]["trial_id"] == "t9999" and view["categorical_params"] == {"opt": ["adam", "sgd"]}
+    # uniform(0, 1) draws reach 1e-4 and below, yet spread evenly: a linear axis (a log one squeezed them right)
+    assert view["param_scales"] == {"lr": "linear"}
+    assert len(json.dumps(view)) < 1_000_000
+
+
+def test_a_small_sweep_view_shows_every_point():
+    outcomes = {f"t{i}": {"trial_id": f"t{i}", "state": "succeeded", "result": {"acc": a}, "seconds": 1.0, "error": None}
+                for i, a in ((1, 0.4), (2, 0.7), (3, 0.6))}
+    view = build_sweep_view([plan()], outcomes, {})
+    assert [(p["index"], p["score"]) for p in view["points"]] == [(0, 0.5), (1, 0.4), (2, 0.7), (3, 0.6)]
+    assert view["points_total"] == 4 and "points_note" not in view
+    assert view["best_so_far"] == [[0, 0.5], [2, 0.7], [3, 0.7]]  # improvements, then on to the last trial

@@ -121,11 +121,17 @@ class Stack:
         return self.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}",
                         map_index=map_index, deserialize=True)["value"]
 
-    def ensure_pool(self, name: str, slots: int) -> None:
-        response = self.http.patch(f"/pools/{name}", json={"name": name, "slots": slots, "include_deferred": False})
+    def ensure_pool(self, name: str, slots: int, include_deferred: bool = False) -> None:
+        body = {"name": name, "slots": slots, "include_deferred": include_deferred}
+        response = self.http.patch(f"/pools/{name}", json=body)
         if response.status_code == 404:
-            response = self.http.post("/pools", json={"name": name, "slots": slots, "include_deferred": False})
+            response = self.http.post("/pools", json=body)
         assert response.status_code in (200, 201), response.text
+
+    def gpusched(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+        """The `gpusched` command as an operator runs it on the deployment's host: with its env.sh."""
+        return subprocess.run(["bash", "-c", 'source "$1/env.sh" && shift && exec gpusched "$@"', "_", str(self.dir),
+                               *args], capture_output=True, text=True, timeout=timeout)
 
     def restart(self, component: str, signal: str = "KILL") -> None:
         self.config.run("kill", component, signal)

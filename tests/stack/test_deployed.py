@@ -238,12 +238,6 @@ def test_a_broken_sweep_file_is_an_import_error_naming_the_key_and_the_rest_keep
         bad.unlink()
 
 
-def gpusched_on_stack(stack, *args: str) -> subprocess.CompletedProcess:
-    """The `gpusched` command as an operator runs it on the deployment's host: with its env.sh."""
-    return subprocess.run(["bash", "-c", 'source "$1/env.sh" && shift && exec gpusched "$@"', "_", str(stack.dir),
-                           *args], capture_output=True, text=True, timeout=180)
-
-
 def test_queue_stop_ends_a_running_dag_run_without_retries(stack, out_dir):
     """4 trials run on the 4 GPUs and 4 wait (deferred); one `gpusched queue stop --run` ends all 8 as failed on
     their first try (retries=2 is not used), the running children SIGTERMed through their task's own loop."""
@@ -251,7 +245,7 @@ def test_queue_stop_ends_a_running_dag_run_without_retries(stack, out_dir):
     listing: dict = {}
 
     def four_running():
-        out = gpusched_on_stack(stack, "queue", "list", "--run", run, "--json")
+        out = stack.gpusched("queue", "list", "--run", run, "--json")
         listing.update(json.loads(out.stdout) if out.returncode == 0 else {})
         return len([e for e in listing.get("entries", []) if e["state"] == "running"]) == 4
 
@@ -259,7 +253,7 @@ def test_queue_stop_ends_a_running_dag_run_without_retries(stack, out_dir):
     assert {e["tag"]["dag_id"] for e in listing["entries"]} == {"e2e_queue_stop"}
     assert sorted(e["tag"]["map_index"] for e in listing["entries"])[:1] != [-1]
     started = time.monotonic()
-    stop = gpusched_on_stack(stack, "queue", "stop", "--dag", "e2e_queue_stop", "--run", run, "--reason",
+    stop = stack.gpusched("queue", "stop", "--dag", "e2e_queue_stop", "--run", run, "--reason",
                              "e2e: make room", "--json")
     assert stop.returncode == 0, stop.stdout + stop.stderr
     result = json.loads(stop.stdout)
@@ -273,14 +267,44 @@ def test_queue_stop_ends_a_running_dag_run_without_retries(stack, out_dir):
     assert len(records) == 4 and {r["how"] for r in records} == {"terminated"}  # the 4 waiting never started
     print(f"queue stop: 8 task instances failed {took:.1f}s after the stop")
     assert took < 90
-    assert gpusched_on_stack(stack, "queue", "list", "--run", run, "--json").stdout.count('"backend"') == 0
-    assert gpusched_on_stack(stack, "queue", "lift", "--run", run).stdout.strip() == "lifted 1 stop order(s)"
+    assert stack.gpusched("queue", "list", "--run", run, "--json").stdout.count('"backend"') == 0
+    assert stack.gpusched("queue", "lift", "--run", run).stdout.strip() == "lifted 1 stop order(s)"
 
 
 def test_queue_health_of_the_deployment(stack):
-    out = gpusched_on_stack(stack, "queue", "health")
+    out = stack.gpusched("queue", "health")
     print(out.stdout)
     assert out.returncode == 0, out.stdout + out.stderr
     for line in ("[  ok] slurm reachable", "[warn] GPU inventory: SIMULATED: 4 GPU(s)", "[  ok] lease directory",
                  "[  ok] airflow pools: gpusched_idle (4 slots)", "[  ok] triggerer alive"):
         assert line in out.stdout
+
+
+def test_a_1000_trial_batched_sweep_through_the_deployment(stack):
+    """1,000 trials batched through the deployed stack: every trial counted, the leaderboard's best is the best of
+    the trials' own results, the Sweeps API's answer stays small (sampled plot points, the best-so-far line over every
+    trial), `gpusched sweep results` lists the same counts and best. (How fast each answers is bench/peer_ray_tune.py's
+    to measure, not a test's.)"""
+    run = stack.trigger("e2e_sweep_1000")
+    assert stack.wait_run("e2e_sweep_1000", run, timeout=900) == "success"
+    summary = stack.xcom("e2e_sweep_1000", run, "e2e_1000.collect")
+    counts = summary["counts"]
+    assert (counts["defined"], counts["succeeded"], counts["failed"], counts["waiting"]) == (1000, 1000, 0, 0), counts
+    folder = Path(summary["folder"])
+    scores = [json.loads(p.read_text())["score"] for p in folder.glob("trials/*/result.json")]
+    assert len(scores) == 1000
+    assert summary["best"]["score"] == max(scores)
+    assert [r["score"] for r in summary["leaderboard"]] == sorted(scores, reverse=True)[:len(summary["leaderboard"])]
+
+    response = stack.http.get(f"{stack.url}/gpusched/api/dags/e2e_sweep_1000/sweeps", params={"run_id": run})
+    assert response.status_code == 200, response.text[:500]
+    view = response.json()["sweeps"][0]
+    assert len(response.content) < 2_000_000, len(response.content)
+    assert view["counts"]["succeeded"] == 1000 and view["points_total"] == 1000 and len(view["points"]) == 1000
+    assert view["best"]["score"] == max(scores) and view["best_so_far"][-1][1] == max(scores)
+
+    out = stack.gpusched("sweep", "results", str(folder))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("sweep e2e_1000 (random)"), out.stdout[:500]
+    listed = json.loads(stack.gpusched("sweep", "results", "--json", str(folder)).stdout)
+    assert listed["counts"]["succeeded"] == 1000 and listed["leaderboard"][0]["score"] == max(scores)

@@ -29,7 +29,11 @@ from airflow_provider_gpusched.core.sweep.store import FAILED_STATES, FINAL_STAT
 PLAN_XCOM = "gpusched_sweep_plan"
 OUTCOMES_XCOM = "gpusched_trial_outcomes"
 #: trials a plan record lists with their parameters; a bigger stage is published without the rest's parameters
-MAX_PUBLISHED_TRIALS = 5000
+#: (10,000 trials: a plan record of about 2 MB)
+MAX_PUBLISHED_TRIALS = 20000
+#: points the plots get at most: every trial up to this; beyond it the best quarter and an even sample of the rest
+#: (the best-so-far line is always computed over every trial)
+MAX_POINTS = 2000
 #: Airflow task-instance states, as the sweep view counts a trial that has no outcome yet
 _TI_AS_TRIAL = {"running": "running", "success": "succeeded", "failed": "failed", "upstream_failed": "failed",
                 "removed": "failed", "skipped": "failed"}
@@ -195,7 +199,11 @@ LOG_AXIS_RATIO = 100.0
 def _scale(name: str, seen: set[float], declared_log: set[str]) -> str:
     if name in declared_log:
         return "log"
-    if len(seen) >= 3 and min(seen) > 0 and max(seen) / min(seen) >= LOG_AXIS_RATIO:
+    # values over orders of magnitude (a grid such as 1e-4, 1e-3, 1e-2): log; draws spread evenly between a tiny
+    # minimum and the maximum (uniform(0, 0.1)) are not, though their ratio is as large: half lie above max / 2
+    values = sorted(seen)
+    if (len(values) >= 3 and values[0] > 0 and values[-1] / values[0] >= LOG_AXIS_RATIO
+            and values[len(values) // 2] <= values[-1] / 10):
         return "log"
     return "linear"
 
@@ -258,6 +266,38 @@ def _curves(rows: Sequence[Mapping], read: Callable[[str], Sequence[Mapping] | N
     return {"curve_metric": metric, "curves": curves, "latest_reports": latest[:MAX_CURVES]}
 
 
+def best_so_far(points: Sequence[Mapping], objective: Objective) -> list[list[float]]:
+    """The best score so far by trial index, over every point: ``[[index, best], ...]`` where it improves (and the
+    last index, so the line reaches the end)."""
+    line: list[list[float]] = []
+    best = None
+    ordered = sorted(points, key=lambda p: p["index"])
+    for p in ordered:
+        if best is None or objective.better(p["score"], best):
+            best = p["score"]
+            line.append([p["index"], best])
+    if ordered and line and line[-1][0] != ordered[-1]["index"]:
+        line.append([ordered[-1]["index"], best])
+    return line
+
+
+def sample_points(points: list[dict], objective: Objective, limit: int | None = None) -> list[dict]:
+    """At most ``limit`` points (default :data:`MAX_POINTS`) for the plots, in index order: all when they fit;
+    else the best quarter by score (and every point on the Pareto front), then an even sample of the rest by index,
+    so the best region is drawn whole and the rest keeps its shape."""
+    limit = MAX_POINTS if limit is None else limit
+    if len(points) <= limit:
+        return points
+    ranked = sorted(range(len(points)), key=lambda i: objective.sort_key(points[i]["score"]))
+    keep = set(ranked[:limit // 4]) | {i for i, p in enumerate(points) if p.get("front")}
+    rest = [i for i in range(len(points)) if i not in keep]
+    room = max(0, limit - len(keep))
+    if room and rest:
+        stride = len(rest) / room
+        keep.update(rest[int(k * stride)] for k in range(min(room, len(rest))))
+    return [points[i] for i in sorted(keep, key=lambda i: points[i]["index"])]
+
+
 def build_sweep_view(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
                      ti_states: Mapping[tuple[str, int], str | None], top_n: int = 20,
                      reports: Callable[[str], Sequence[Mapping] | None] | None = None) -> dict:
@@ -317,8 +357,8 @@ def build_sweep_view(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
     view.update(_curves(rows, reports, metric) if reports is not None and metric
                 else {"curve_metric": metric, "curves": [], "latest_reports": []})
     if objective is None:
-        view.update(leaderboard=[], best=None, points=[], numeric_params=[], categorical_params={},
-                    param_scales={})
+        view.update(leaderboard=[], best=None, points=[], points_total=0, best_so_far=[], numeric_params=[],
+                    categorical_params={}, param_scales={})
         return view
     board = leaderboard(rows, objective, top_n)
     view["leaderboard"] = [{k: r[k] for k in ("rank", "score", "index", "label", "trial_id", "params", "round",
@@ -345,7 +385,13 @@ def build_sweep_view(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
         on_front = set(pareto_fronts([p["values"] for p in points], objective.modes, enough=1)[0])
         for i, point in enumerate(points):
             point["front"] = i in on_front
-    view["points"] = points
+    view["best_so_far"] = best_so_far(points, objective)
+    view["points_total"] = len(points)
+    view["points"] = sample_points(points, objective)
+    if len(view["points"]) < len(points):
+        view["points_note"] = (f"The plots show {len(view['points']):,} of {len(points):,} scored trials: the best "
+                               f"{MAX_POINTS // 4:,}{' and the Pareto front' if objective.several else ''}, and an "
+                               f"even sample of the rest; the best-so-far line and the leaderboard count every trial.")
     view["numeric_params"] = sorted(n for n, seen in values.items() if len(seen) > 1)  # a constant plots nothing
     declared_log = {n for p in plans for n in p.get("log_params") or []}
     view["param_scales"] = {n: _scale(n, values[n], declared_log) for n in view["numeric_params"]}

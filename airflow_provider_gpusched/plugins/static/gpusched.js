@@ -105,6 +105,37 @@ function same(a, b) {
   return a && b && a.dag_id === b.dag_id && a.run_id === b.run_id && a.task_id === b.task_id && a.map_index === b.map_index;
 }
 
+// several hosts: one line per host, one square per GPU (red: taken whole or full, blue: partly leased, orange: held
+// by others' processes, grey: free), so a fleet of 64 GPUs fits on a screen; a square links to its host's table
+function FleetOverview({ hosts }) {
+  const tile = (host, g) => {
+    const total = g.memory_total || 1;
+    const leased = g.whole_taken ? total : Math.min(g.memory_leased, total);
+    const colour = g.held_by_others ? "#d9480f" : leased >= total ? "#e03131" : leased > 0 ? "#2b7bd6" : "rgba(128,128,128,0.3)";
+    const who = g.leases.map((l) => `${l.dag_id} › ${l.task_id}${l.map_index >= 0 ? `[${l.map_index}]` : ""}`).join(", ");
+    return h("a", { key: g.index, href: `#host-${host.host}`, "data-testid": "gpu-tile",
+      title: `${host.host} GPU ${g.index}: ${gib(g.memory_leased)} of ${gib(g.memory_total)} leased` + (who ? ` (${who})` : ""),
+      style: { display: "inline-block", width: "16px", height: "16px", margin: "1px", borderRadius: "3px",
+               background: colour } });
+  };
+  const key = [["taken whole or full", "#e03131"], ["partly leased", "#2b7bd6"], ["held by others' processes", "#d9480f"],
+               ["free", "rgba(128,128,128,0.3)"]];
+  return h("div", { style: S.card, "data-testid": "fleet-overview" },
+    h("div", { style: { fontWeight: 600, marginBottom: "6px" } }, `${hosts.length} hosts, `,
+      `${hosts.reduce((n, x) => n + x.gpus.length, 0)} GPUs, `,
+      `${hosts.reduce((n, x) => n + x.gpus.filter((g) => g.leases.length).length, 0)} leased`,
+      h("span", { style: { ...S.muted, fontWeight: 400, marginLeft: "12px" }, "data-testid": "tile-key" },
+        key.map(([label, colour]) => h("span", { key: label, style: { marginRight: "10px" } },
+          h("span", { style: { display: "inline-block", width: "10px", height: "10px", borderRadius: "2px",
+                               background: colour, marginRight: "4px", verticalAlign: "middle" } }), label)))),
+    h(Table, { testid: "fleet-hosts", head: ["host", "GPUs", "leased", "free memory"],
+      rows: hosts.map((host) => ({ cells: [
+        h("a", { href: `#host-${host.host}`, style: S.a }, host.host),
+        h("div", { style: { lineHeight: 0 } }, host.gpus.map((g) => tile(host, g))),
+        `${host.gpus.filter((g) => g.leases.length).length} of ${host.gpus.length}`,
+        gib(host.gpus.reduce((n, g) => n + (g.memory_free || 0), 0))] })) }));
+}
+
 function GpuBoard() {
   const { data, error } = useJson(`${API}/gpus`, 5000);
   const mark = highlightFromQuery();
@@ -121,7 +152,9 @@ function GpuBoard() {
     data.hosts.length === 0 ? h("div", { style: S.card, "data-testid": "no-hosts" },
       "No GPU host is known yet: no task published a lease in the last day, and this api-server's host has no GPU " +
       "(set [gpusched] simulate_gpus on a machine without NVIDIA GPUs).") : null,
-    data.hosts.map((host) => h("div", { key: host.host, style: S.card, "data-testid": `host-${host.host}` },
+    data.hosts.length > 1 ? h(FleetOverview, { hosts: data.hosts }) : null,
+    data.hosts.map((host) => h("div", { key: host.host, style: S.card, "data-testid": `host-${host.host}`,
+                                        id: `host-${host.host}` },
       h("div", { style: { fontWeight: 600, marginBottom: "6px" } }, `Host ${host.host} `,
         host.simulated ? badge("simulated", "#c92a2a") : badge("NVML", "#2f9e44"),
         host.fleet ? h("span", { "data-testid": "host-fleet" }, " ", host.fleet.up ?
@@ -318,6 +351,9 @@ function axisFor(values, scale, whole) {
   return scale === "log" ? logAxis(values) : linearAxis(values, whole);
 }
 
+// smaller dots when there are many, so a large sweep's cloud keeps its shape
+const dot = (points) => (points.length > 500 ? 2.5 : 4);
+
 function Scatter({ points, line, xLabel, yLabel, xScale, width = 420, height = 240, testid }) {
   if (!points.length) return null;
   const x = axisFor(points.map((p) => p.x), xScale, points.every((p) => Number.isInteger(p.x)));
@@ -325,7 +361,7 @@ function Scatter({ points, line, xLabel, yLabel, xScale, width = 420, height = 2
   return h(Frame, { x, y, xLabel, yLabel, width, height, testid, draw: (X, Y) => [
     line && line.length > 1 ? h("polyline", { key: "line", fill: "none", stroke: "#f59f00", strokeWidth: 2,
       points: line.map((p) => `${X(p.x)},${Y(p.y)}`).join(" ") }) : null,
-    ...points.map((p, i) => h("circle", { key: i, cx: X(p.x), cy: Y(p.y), r: p.best ? 6 : 4,
+    ...points.map((p, i) => h("circle", { key: i, cx: X(p.x), cy: Y(p.y), r: p.best ? 6 : dot(points),
       fill: p.best ? "#f59f00" : p.color || "#2b7bd6", stroke: p.best ? "black" : "none", opacity: 0.85 },
       h("title", null, p.title)))] });
 }
@@ -338,7 +374,7 @@ function Strip({ points, categories, xLabel, yLabel, width = 300, height = 200, 
   const y = linearAxis(points.map((p) => p.y), false);
   return h(Frame, { x, y, xLabel, yLabel, width, height, testid, draw: (X, Y) =>
     points.map((p, i) => h("circle", { key: i, cx: X(p.x) + (((p.index * 7919) % 13) / 12 - 0.5) * Math.min(24, step * 0.5),
-      cy: Y(p.y), r: p.best ? 6 : 4, fill: p.best ? "#f59f00" : "#2b7bd6", stroke: p.best ? "black" : "none",
+      cy: Y(p.y), r: p.best ? 6 : dot(points), fill: p.best ? "#f59f00" : "#2b7bd6", stroke: p.best ? "black" : "none",
       opacity: 0.8 }, h("title", null, p.title))) });
 }
 
@@ -385,7 +421,9 @@ function SweepCard({ sweep, dagId, focus }) {
   const fmtv = (v) => (typeof v === "number" ? fmtValue(v) : "–");
   const pts = [...sweep.points].sort((a, b) => a.index - b.index);
   let best = null;
-  const line = pts.map((p) => { if (best === null || better(p.score, best)) best = p.score; return { x: p.index, y: best }; });
+  // the server's best-so-far line counts every trial (the points may be a sample of a large sweep)
+  const line = sweep.best_so_far ? sweep.best_so_far.map(([x, y]) => ({ x, y }))
+    : pts.map((p) => { if (best === null || better(p.score, best)) best = p.score; return { x: p.index, y: best }; });
   const bestIndex = sweep.best ? sweep.best.index : null;
   const rounds = [...new Set(pts.map((p) => p.round || 0))].sort((a, b) => a - b);
   const scatter = pts.map((p) => ({ x: p.index, y: p.score, best: p.index === bestIndex,
@@ -416,6 +454,7 @@ function SweepCard({ sweep, dagId, focus }) {
         : `${obj.score_label} = ${fmtv(sweep.best.score)}`), ` — trial ${sweep.best.index} ${sweep.best.label} `,
       sweep.best.task_id ? h("a", { href: tiHref(dagId, sweep.run, sweep.best.task_id, sweep.best.map_index), style: S.a },
         "task instance") : h("span", { style: S.muted }, "(succeeded in an earlier run)")) : null,
+    sweep.points_note ? h("div", { style: S.muted, "data-testid": "points-note" }, sweep.points_note) : null,
     scatter.length ? h("div", { style: { display: "flex", flexWrap: "wrap", alignItems: "flex-start" }, "data-testid": "plots" },
       several ? h("div", null, h("div", { style: S.muted }, `${obj.metrics[1]} against ${obj.metrics[0]}`),
         h(Legend, { items: [["Pareto front", "#f59f00"], ["other trials", "#2b7bd6"]] }),

@@ -46,3 +46,19 @@ with DAG("e2e_sweep_rerun", schedule=None, start_date=START, catchup=False, max_
 
 with DAG("e2e_sweep_rerun_forced", schedule=None, start_date=START, catchup=False, max_active_runs=1):
     sweep_task_group(rerun_sweep(learn_5_steps, True), backend="local")
+
+
+def quick_score(params: dict) -> dict:
+    """A trial that returns at once: the 1,000-trial sweep measures gpusched and Airflow, not the work."""
+    return {"score": round(1 - (params["x"] - 0.3) ** 2, 9)}
+
+
+with DAG("e2e_sweep_1000", schedule=None, start_date=START, catchup=False, max_active_runs=1):
+    # 1,000 trials batched (2 runner tasks), every one a new trial each run (force_rerun): counts, leaderboard and the
+    # Sweeps API's answer are checked by tests/stack/test_deployed.py
+    from airflow_provider_gpusched.core.sweep import uniform
+
+    sweep_task_group(SweepSpec(name="e2e_1000", search="random", space={"x": uniform(0, 1)}, count=1000, seed=11,
+                               python_callable=quick_score, objective=Objective("score", "maximize"),
+                               resources=TrialResources(gpu_memory="4GiB"), force_rerun=True),
+                     backend="local", batching="batched", chunk_size=500, publish_asset=False)
