@@ -236,3 +236,24 @@ def brief_fd(open_fd: Callable[[], int]) -> Iterator[int]:
         with _fork_guard:
             _brief_fds.discard(fd)
             os.close(fd)
+
+
+def read_tail(path: str, root: str, lines: int = 40, limit: int = 256 * 1024) -> str | None:
+    """The last ``lines`` lines of ``path`` if it is a regular file under ``root`` (symlinks are not followed,
+    ``..`` cannot leave the root); None when it is outside the root, missing or unreadable."""
+    if not is_under(path, root):
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        start = max(0, st.st_size - limit)
+        data = os.pread(fd, limit, start)
+    finally:
+        os.close(fd)
+    text = data.decode(errors="replace")
+    return "\n".join(text.splitlines()[-lines:])

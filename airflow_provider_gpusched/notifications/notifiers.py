@@ -111,7 +111,8 @@ class GpuschedNotifier(BaseNotifier):
     def _output_tail(self, ti) -> tuple[str, str]:
         """The task's job output: a Slurm job's tail as its operator recorded it when the job ended, else the
         local GPU task's output.log (read only under the local run directory)."""
-        from airflow_provider_gpusched.core.slurm.job_view import SLURM_JOB_XCOM, read_tail
+        from airflow_provider_gpusched.core.safe_files import read_tail
+        from airflow_provider_gpusched.core.slurm.job_view import SLURM_JOB_XCOM
 
         try:
             record = ti.xcom_pull(task_ids=ti.task_id, key=SLURM_JOB_XCOM, map_indexes=ti.map_index)

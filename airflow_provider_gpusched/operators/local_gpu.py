@@ -30,6 +30,7 @@ from airflow_provider_gpusched.core.gpu.launch import GPUChild
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.gpu.runner import Work, run_attempt
+from airflow_provider_gpusched.core.gpu.timeline import LEASE_HISTORY_XCOM, SegmentLog, segment_of
 from airflow_provider_gpusched.core.units import time_limit_seconds
 from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
@@ -340,7 +341,8 @@ class LocalGPUOperator(BaseOperator):
                                       log_path=log_path, on_line=lambda line: self.log.info("%s", line),
                                       started=self._started, grace=self.grace_period, stop_event=self._stop,
                                       extra_env=progress.relaunch_env(),
-                                      on_gpus=lambda grown: self._publish_lease(context, grown, manager))
+                                      on_gpus=lambda grown: self._publish_lease(context, grown, manager),
+                                      host=_worker_host(context["ti"]))
                 if lease.stage:  # a two-stage task's GPUs came after its load stage
                     gpus = attempts.gpu_descriptions(lease, manager.inventory)
             finally:
@@ -349,6 +351,7 @@ class LocalGPUOperator(BaseOperator):
                 fleet.publish_quietly(manager)  # in a fleet: the head node sees the GPUs free at once
             step = attempts.decide(progress, outcome, job_class=self.job_class, policy=policy,
                                    oom_policy=self.oom_policy, gpu_sizes=sizes, stopping=self._stop.is_set(), work=work)
+            self._publish_history(context, progress)
             if step.action is attempts.Action.RELAUNCH:
                 self.log.warning("%s; no Airflow retry used", step.message)
                 self._wait_for_gpus(manager, hook, progress, owner, "backoff after a preemption",
@@ -438,6 +441,16 @@ class LocalGPUOperator(BaseOperator):
         """GPU time used and lost by this try, for the board's per-class totals (XCom ``gpu_time``)."""
         context["ti"].xcom_push(key=GPU_TIME_XCOM, value={"job_class": self.job_class, "time": time.time(),
                                                           **progress.history.to_dict()})
+
+    def _publish_history(self, context, progress: attempts.WorkProgress) -> None:
+        """Every attempt of this try so far, as the GPU timeline's bars (XCom ``gpusched_lease_history``)."""
+        ti = context["ti"]
+        log = SegmentLog()
+        for attempt in progress.attempts:
+            log.add(segment_of(attempt, job_class=self.job_class, priority=self.priority, dag_id=ti.dag_id,
+                               run_id=ti.run_id, task_id=ti.task_id,
+                               map_index=ti.map_index if ti.map_index is not None else -1))
+        ti.xcom_push(key=LEASE_HISTORY_XCOM, value=log.record())
 
     def _publish_lease(self, context, lease, manager) -> None:
         """Tell the UI's GPU board (which may run on another host) what this try holds: XCom ``gpusched_lease``."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections import OrderedDict
 from dataclasses import asdict
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -24,7 +25,7 @@ from airflow.models import DagRun, TaskInstance  # the api-server's ORM models: 
 from airflow.models.xcom import XComModel
 from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.staticfiles import StaticFiles
-from sqlalchemy import and_, func, select
+from sqlalchemy import and_, func, or_, select
 
 from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.core.gpu.board import (
@@ -41,23 +42,34 @@ from airflow_provider_gpusched.core.gpu.board import (
     read_lease_record,
     read_wait_record,
 )
-from airflow_provider_gpusched.core.safe_files import BadRecordError, is_under
+from airflow_provider_gpusched.core.gpu.timeline import (
+    LEASE_HISTORY_XCOM,
+    build_timeline,
+    read_history_record,
+    running_segment,
+)
+from airflow_provider_gpusched.core.safe_files import BadRecordError, is_under, read_tail
 from airflow_provider_gpusched.core.slurm.job_view import (
     SLURM_JOB_XCOM,
     CachedStatuses,
     job_view,
     read_job_record,
-    read_tail,
 )
+from airflow_provider_gpusched.core.sweep.analysis import compare_runs, param_importance
 from airflow_provider_gpusched.core.sweep.reports import RAN_AGAIN, reports_of_run
+from airflow_provider_gpusched.core.sweep.store import OUTPUT_LOG_FILE
 from airflow_provider_gpusched.core.sweep.view import (
     OUTCOMES_XCOM,
     PLAN_XCOM,
     build_sweep_view,
+    param_axes,
     read_outcome_records,
     read_plan_record,
     report_paths,
     report_runs,
+    scored_points,
+    sweep_objective,
+    trial_rows,
 )
 from airflow_provider_gpusched.core.work_tag import WorkTag
 
@@ -79,9 +91,10 @@ class _Row:
 
 
 def _xcoms(session, key: str, *, dag_id: str | None = None, run_id: str | None = None,
-           states: tuple[str, ...] | None = None, task_id: str | None = None, map_index: int | None = None):
+           states: tuple[str, ...] | None = None, task_id: str | None = None, map_index: int | None = None,
+           ended_since: datetime | None = None):
     """(value, dag_id, run_id, task_id, map_index, ti state, ti end) of the XComs ``key`` of matching task
-    instances."""
+    instances (``ended_since``: those that ended since then or have not ended)."""
     query = (select(XComModel.value, XComModel.dag_id, XComModel.run_id, XComModel.task_id, XComModel.map_index,
                     TaskInstance.state, TaskInstance.end_date)
              .join(TaskInstance, and_(TaskInstance.dag_id == XComModel.dag_id, TaskInstance.run_id == XComModel.run_id,
@@ -98,6 +111,8 @@ def _xcoms(session, key: str, *, dag_id: str | None = None, run_id: str | None =
         query = query.where(XComModel.map_index == map_index)
     if states is not None:
         query = query.where(TaskInstance.state.in_(states))
+    if ended_since is not None:
+        query = query.where(or_(TaskInstance.end_date >= ended_since, TaskInstance.end_date.is_(None)))
     for value, *rest in session.execute(query).all():
         yield (_value(value), *rest)
 
@@ -259,6 +274,52 @@ def _known_hosts(session, since: datetime, problems: list[str]) -> list[KnownHos
     return known
 
 
+def gpu_timeline(user, session, hours: float) -> dict[str, Any]:
+    """Who held which GPU in the last ``hours``: the segments tasks published (XCom ``gpusched_lease_history``) of
+    task instances that ran in the window, and the leases running tasks hold now (open bars)."""
+    readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session)
+    now = time.time()
+    since = now - hours * 3600
+    segments: list[dict] = []
+    problems: list[str] = []
+    dropped = 0
+
+    def hide(segment: dict, dag_id: str) -> None:
+        if dag_id not in readable:
+            segment.update(dag_id="(a DAG you cannot see)", run_id="", task_id="", label="", detail="")
+
+    ended_since = datetime.fromtimestamp(since, timezone.utc)
+    for value, dag_id, run_id, task_id, map_index, _state, _end in _xcoms(session, LEASE_HISTORY_XCOM,
+                                                                           ended_since=ended_since):
+        try:
+            record = read_history_record(value, f"XCom {LEASE_HISTORY_XCOM} of {dag_id}.{task_id}[{map_index}] ({run_id})")
+        except BadRecordError as exc:
+            problems.append(str(exc) if dag_id in readable else "a record of a DAG you cannot see could not be read")
+            continue
+        dropped += record.get("dropped", 0)
+        for segment in record["segments"]:
+            segment = {**segment, "dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index}
+            hide(segment, dag_id)
+            segments.append(segment)
+    for value, dag_id, run_id, task_id, map_index, _state, _end in _xcoms(session, LEASE_XCOM, states=("running",)):
+        try:
+            lease = read_lease_record(value, f"XCom {LEASE_XCOM} of {dag_id}.{task_id}[{map_index}] ({run_id})")
+        except BadRecordError:
+            continue  # the board says so
+        segment = running_segment(lease, now)
+        hide(segment, dag_id)
+        segments.append(segment)
+    known: dict[str, list[int]] = {}
+    from airflow_provider_gpusched.fleet import enabled as in_a_fleet
+
+    host = None if in_a_fleet() else own_host()
+    if host is not None:
+        known[host.host] = [g.index for g in host.gpus]
+    timeline = build_timeline(segments, since=since, until=now, known_gpus=known, problems=problems, dropped=dropped)
+    timeline["hours"] = hours
+    return timeline
+
+
 def task_lease(dag_id: str, run_id: str, task_id: str, map_index: int, session) -> dict[str, Any]:
     """One task instance's GPU lease as it published it (running or ended), its wait and GPU time, and when and
     where the task ran: what the "GPU lease" link shows once the task's lease is no longer on the board."""
@@ -287,6 +348,124 @@ def task_lease(dag_id: str, run_id: str, task_id: str, map_index: int, session) 
     return out
 
 
+def _sweep_records(dag_id: str, run_id: str, session, problems: list[str], group: str | None = None):
+    """What the sweeps of one DAG run published: ``(plans, outcomes, states)``, plans by sweep group (rounds in
+    order), outcomes by trial id, and the Airflow state of each trial task instance; records that cannot be
+    read go to ``problems``. ``group``: that sweep only."""
+    plans: dict[str, list[dict]] = {}
+    for value, _d, _r, task_id, _m, _s, _e in _xcoms(session, PLAN_XCOM, dag_id=dag_id, run_id=run_id):
+        name = task_id.rsplit(".plan", 1)[0].split(".round_")[0]
+        if group is not None and name != group:
+            continue
+        try:
+            plan = read_plan_record(value, f"XCom {PLAN_XCOM} of {task_id}")
+        except BadRecordError as exc:
+            problems.append(str(exc))
+            continue
+        plans.setdefault(name, []).append(plan)
+    for group_plans in plans.values():
+        group_plans.sort(key=lambda p: -1 if p.get("round") is None else p["round"])
+    trial_tasks = {p["trial_task"] for group_plans in plans.values() for p in group_plans}
+    outcomes: dict[str, dict] = {}
+    for value, _d, _r, task_id, map_index, _s, _e in _xcoms(session, OUTCOMES_XCOM, dag_id=dag_id, run_id=run_id):
+        if group is not None and task_id not in trial_tasks:
+            continue
+        try:
+            for o in read_outcome_records(value, f"XCom {OUTCOMES_XCOM} of {task_id}[{map_index}]"):
+                outcomes[o["trial_id"]] = o
+        except BadRecordError as exc:
+            problems.append(str(exc))
+    states = {(t, m): (s.value if hasattr(s, "value") else s) for t, m, s in session.execute(
+        select(TaskInstance.task_id, TaskInstance.map_index, TaskInstance.state)
+        .where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id,
+               TaskInstance.task_id.in_(trial_tasks))).all()} if trial_tasks else {}
+    return plans, outcomes, states
+
+
+def _one_sweep(dag_id: str, run_id: str, group: str, session):
+    """``(plans, rows, objective)`` of sweep ``group`` in one DAG run; 404 when that run planned no such sweep."""
+    problems: list[str] = []
+    plans, outcomes, states = _sweep_records(dag_id, run_id, session, problems, group=group)
+    if group not in plans:
+        raise HTTPException(404, f"run {run_id} of {dag_id} planned no sweep {group!r}"
+                                 + (f" ({'; '.join(problems)[:500]})" if problems else ""))
+    return plans[group], trial_rows(plans[group], outcomes, states), sweep_objective(plans[group])
+
+
+#: importance answers kept, keyed by sweep, run and what was scored (a finished sweep's never changes)
+_importance_cache: OrderedDict[tuple, dict] = OrderedDict()
+
+
+def sweep_importance(dag_id: str, run_id: str, group: str, session) -> dict[str, Any]:
+    """Parameter importance over every scored trial of one sweep in one run (core/sweep/analysis.py)."""
+    plans, rows, objective = _one_sweep(dag_id, run_id, group, session)
+    if objective is None:
+        return {"method": "none", "note": "the sweep has no objective", "importances": [], "trials": 0}
+    points, values, categories = scored_points(rows, objective)
+    key = (dag_id, run_id, group, len(points), round(sum(p["score"] for p in points), 9))
+    if key in _importance_cache:
+        _importance_cache.move_to_end(key)
+        return _importance_cache[key]
+    t0 = time.monotonic()
+    found = param_importance(points, param_axes(plans, values, categories), objective)
+    found["seconds"] = round(time.monotonic() - t0, 3)
+    _importance_cache[key] = found
+    while len(_importance_cache) > 64:
+        _importance_cache.popitem(last=False)
+    return found
+
+
+def sweep_comparison(dag_id: str, run_id: str, other: str, group: str, session) -> dict[str, Any]:
+    """Two runs of one sweep side by side (core/sweep/analysis.py)."""
+    _plans, rows_a, objective = _one_sweep(dag_id, run_id, group, session)
+    _plans_b, rows_b, _objective_b = _one_sweep(dag_id, other, group, session)
+    if objective is None:
+        raise HTTPException(400, f"sweep {group!r} has no objective: there is no score to compare")
+
+    def counts(rows):
+        found: dict[str, int] = {}
+        for r in rows:
+            found[r["state"]] = found.get(r["state"], 0) + 1
+        return found
+
+    return {"group": group, **compare_runs({"run": run_id, "points": scored_points(rows_a, objective)[0],
+                                            "counts": counts(rows_a)},
+                                           {"run": other, "points": scored_points(rows_b, objective)[0],
+                                            "counts": counts(rows_b)}, objective)}
+
+
+#: lines of a trial's output the Sweeps tab shows
+TRIAL_LOG_LINES = 200
+
+
+def sweep_trial(dag_id: str, run_id: str, group: str, trial_id: str, session) -> dict[str, Any]:
+    """One trial of a sweep: its row (parameters, state, result, error, task instance) and the tail of its output
+    (``output.log`` in its folder, read only under ``[gpusched] sweep_results_root``)."""
+    plans, rows, _objective = _one_sweep(dag_id, run_id, group, session)
+    row = next((r for r in rows if r["trial_id"] == trial_id), None)
+    if row is None:
+        raise HTTPException(404, f"sweep {group!r} of run {run_id} lists no trial {trial_id!r}")
+    out: dict[str, Any] = {k: row[k] for k in ("index", "trial_id", "label", "params", "state", "result", "error",
+                                                "seconds", "task_id", "map_index", "skipped", "step", "round")}
+    out.update(log_tail=None, log_path=None, log_note="")
+    reports = report_paths(plans).get(trial_id)
+    if reports is None:
+        out["log_note"] = "this sweep's plan names no results folder"
+        return out
+    root = settings.sweep_results_root()
+    path = os.path.join(os.path.dirname(reports), OUTPUT_LOG_FILE)
+    out["log_path"] = path
+    if not is_under(path, root):
+        out["log_note"] = f"logs are read from [gpusched] sweep_results_root ({root}) only; this sweep keeps them elsewhere"
+        return out
+    out["log_tail"] = read_tail(path, root, TRIAL_LOG_LINES)
+    if out["log_tail"] is None:
+        out["log_note"] = "no output yet" if row["state"] in ("waiting", "running") else "its output file is not readable"
+    elif row["skipped"]:
+        out["log_note"] = "from the earlier DAG run that ran it"
+    return out
+
+
 def sweeps(dag_id: str, run_id: str | None, session) -> dict[str, Any]:
     """Every sweep of one run of the DAG (default: its latest run that planned a sweep), and the runs to pick."""
     latest = (select(XComModel.run_id, DagRun.run_after)
@@ -299,30 +478,10 @@ def sweeps(dag_id: str, run_id: str | None, session) -> dict[str, Any]:
     if run_id is None:
         return {"dag_id": dag_id, "run_id": None, "runs": [], "sweeps": [], "problems": []}
     problems: list[str] = []
-    plans: dict[str, list[dict]] = {}
-    for value, _d, _r, task_id, _m, _s, _e in _xcoms(session, PLAN_XCOM, dag_id=dag_id, run_id=run_id):
-        try:
-            plan = read_plan_record(value, f"XCom {PLAN_XCOM} of {task_id}")
-        except BadRecordError as exc:
-            problems.append(str(exc))
-            continue
-        plans.setdefault(task_id.rsplit(".plan", 1)[0].split(".round_")[0], []).append(plan)
-    outcomes: dict[str, dict] = {}
-    for value, _d, _r, task_id, map_index, _s, _e in _xcoms(session, OUTCOMES_XCOM, dag_id=dag_id, run_id=run_id):
-        try:
-            for o in read_outcome_records(value, f"XCom {OUTCOMES_XCOM} of {task_id}[{map_index}]"):
-                outcomes[o["trial_id"]] = o
-        except BadRecordError as exc:
-            problems.append(str(exc))
-    trial_tasks = {p["trial_task"] for group in plans.values() for p in group}
-    states = {(t, m): (s.value if hasattr(s, "value") else s) for t, m, s in session.execute(
-        select(TaskInstance.task_id, TaskInstance.map_index, TaskInstance.state)
-        .where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id,
-               TaskInstance.task_id.in_(trial_tasks))).all()} if trial_tasks else {}
+    plans, outcomes, states = _sweep_records(dag_id, run_id, session, problems)
     views = []
     root = settings.sweep_results_root()
     for group, group_plans in sorted(plans.items()):
-        group_plans.sort(key=lambda p: -1 if p.get("round") is None else p["round"])
         paths, curve_runs = report_paths(group_plans), report_runs(group_plans, run_id)
         replaced: list[str] = []
 
@@ -396,6 +555,29 @@ def create_app() -> FastAPI:
     @app.get("/api/gpus", dependencies=[Depends(requires_access_view(AccessView.CLUSTER_ACTIVITY))])
     def get_gpu_board(user: GetUserDep, session: SessionDep) -> dict[str, Any]:
         return gpu_board(user, session)
+
+    @app.get("/api/timeline", dependencies=[Depends(requires_access_view(AccessView.CLUSTER_ACTIVITY))])
+    def get_timeline(user: GetUserDep, session: SessionDep,
+                     hours: float = Query(6.0, gt=0, le=24 * 14)) -> dict[str, Any]:
+        return gpu_timeline(user, session, hours)
+
+    @app.get("/api/dags/{dag_id}/sweeps/importance",
+             dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.XCOM))])
+    def get_sweep_importance(dag_id: str, session: SessionDep, run_id: str = Query(..., max_length=250),
+                             group: str = Query(..., max_length=250)) -> dict:
+        return sweep_importance(dag_id, run_id, group, session)
+
+    @app.get("/api/dags/{dag_id}/sweeps/compare",
+             dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.XCOM))])
+    def get_sweep_comparison(dag_id: str, session: SessionDep, run_id: str = Query(..., max_length=250),
+                             other: str = Query(..., max_length=250), group: str = Query(..., max_length=250)) -> dict:
+        return sweep_comparison(dag_id, run_id, other, group, session)
+
+    @app.get("/api/dags/{dag_id}/sweeps/trial",
+             dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.XCOM))])
+    def get_sweep_trial(dag_id: str, session: SessionDep, run_id: str = Query(..., max_length=250),
+                        group: str = Query(..., max_length=250), trial_id: str = Query(..., max_length=250)) -> dict:
+        return sweep_trial(dag_id, run_id, group, trial_id, session)
 
     @app.get("/api/dags/{dag_id}/sweeps",
              dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.XCOM))])

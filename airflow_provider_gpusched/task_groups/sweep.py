@@ -25,6 +25,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.gpu.timeline import LEASE_HISTORY_XCOM, SegmentLog, segment_of
 from airflow_provider_gpusched.core.queue import WorkHalted
 from airflow_provider_gpusched.core.slurm.job import array_range
 from airflow_provider_gpusched.core.sweep.batch import run_local_batch
@@ -348,16 +349,29 @@ class _Stage:
             ti = context["ti"]
             print(f"chunk {chunk}: {len(trials)} trials on {manager.inventory.source} GPUs")
             tag = WorkTag.of_task(ti, sweep=spec.name, trial=f"chunk {chunk}", job_class=r.job_class)
+            segments = SegmentLog()
+            map_index = ti.map_index if ti.map_index is not None else -1
+
+            def on_attempt(attempt, label: str) -> None:
+                segments.add(segment_of(attempt, job_class=r.job_class, priority=r.priority, label=label,
+                                        dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id, map_index=map_index))
+
+            def publish() -> None:  # the GPU timeline's bars of this runner so far
+                ti.xcom_push(key=LEASE_HISTORY_XCOM, value=segments.record())
+
             try:
                 outcome = run_local_batch(manifest, trials, manager, request, parallel=parallel,
                                           trials_per_process=per_process,
                                           owner=f"{ti.dag_id}.{ti.task_id}[{chunk}] ({ti.run_id})",
                                           job_class=r.job_class, priority=r.priority, on_event=print, work=tag,
                                           setup=r.setup, time_limit=None if r.time_limit is None
-                                          else time_limit_seconds(r.time_limit))
+                                          else time_limit_seconds(r.time_limit),
+                                          on_attempt=on_attempt, on_tick=publish)
             except WorkHalted as exc:  # no retry: someone stopped it
                 ti.xcom_push(key=OUTCOMES_XCOM, value=outcome_records(session.store, trials))
                 raise AirflowFailException(f"chunk {chunk}: {exc}") from exc
+            finally:
+                publish()
             ti.xcom_push(key=OUTCOMES_XCOM, value=outcome_records(session.store, trials))
             counts = {k: len(v) for k, v in outcome.items()}
             print(f"chunk {chunk}: {counts['succeeded']} succeeded, {counts['pruned']} pruned, "

@@ -10,14 +10,13 @@ import re
 import pytest
 
 from airflow_provider_gpusched.core.gpu.board import build_board, read_gpu_time_record, read_lease_record
-from airflow_provider_gpusched.core.safe_files import BadRecordError
+from airflow_provider_gpusched.core.safe_files import BadRecordError, read_tail
 from airflow_provider_gpusched.core.slurm.client import jobcomp_elapsed
 from airflow_provider_gpusched.core.slurm.job_view import (
     CachedStatuses,
     job_record,
     job_view,
     read_job_record,
-    read_tail,
 )
 from airflow_provider_gpusched.core.slurm.states import JobPhase, JobStatus, aggregate_array, parse_duration
 from airflow_provider_gpusched.core.sweep.view import build_sweep_view, read_outcome_records, read_plan_record

@@ -53,6 +53,10 @@ class Attempt:
     #: stage was never reached)
     load_seconds: float | None = None
     gpu_wait_seconds: float | None = None
+    #: when the attempt started (wall clock) and on which host: the GPU timeline's bar (core/gpu/timeline.py);
+    #: absent in the payloads of tasks deferred before they were recorded
+    started: float | None = None
+    host: str = ""
 
 
 @dataclass

@@ -25,6 +25,7 @@ from airflow_provider_gpusched.core.distributed import (
     torchrun_command,
 )
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.fleet import this_host
 from airflow_provider_gpusched.core.gpu.accounting import newest_checkpoint
 from airflow_provider_gpusched.core.gpu.attempts import (
     Action,
@@ -176,7 +177,7 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
                 stop_event: threading.Event | None = None, timeout: float | None = None,
                 sample_interval: float = 1.0, yield_interval: float = 1.0,
                 extra_env: Mapping[str, str] | None = None,
-                on_gpus: Callable[[Lease], None] | None = None) -> AttemptOutcome:
+                on_gpus: Callable[[Lease], None] | None = None, host: str = "") -> AttemptOutcome:
     """Run ``work`` once on ``lease`` (the caller releases the lease). A failure counts as a GPU OOM when
     the output says so, or when the child's GPU memory reached its reservation (NVML evidence).
 
@@ -219,7 +220,7 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
     timeout = work.time_limit if timeout is None else timeout
     deadline = None if timeout is None else time.monotonic() + timeout
     timed_out = None
-    started_wall = time.time()
+    started_wall = time.time() - (time.monotonic() - child.started_at)  # when the child started, as `seconds` counts
     next_yield_check = time.monotonic() + yield_interval
     code = None
     preempted = None
@@ -273,7 +274,8 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
                       timed_out=timed_out,
                       gpu_seconds=round(len(lease.gpus) * on_gpus_seconds, 3), lost_gpu_seconds=lost,
                       load_seconds=two_stage.load_seconds if two_stage else None,
-                      gpu_wait_seconds=two_stage.gpu_wait_seconds() if two_stage else None)
+                      gpu_wait_seconds=two_stage.gpu_wait_seconds() if two_stage else None,
+                      started=round(started_wall, 3), host=host or this_host())
     manager.ledger.append({"owner": lease.owner, "job_class": lease.job_class, "gpus": list(lease.gpus),
                      "seconds": on_gpus_seconds, "gpu_seconds": attempt.gpu_seconds, "preempted": preempted,
                      "lost_gpu_seconds": lost, "exit_code": code, "simulated": lease.simulated})
@@ -354,8 +356,12 @@ class GPUWorkRunner:
     def __init__(self, manager: LeaseManager, *, oom_policy: OOMRetryPolicy | None = None, owner: str = "",
                  job_class: str = "normal", priority: int = 0, grace: float = 10.0, poll_interval: float = 0.5,
                  sample_interval: float = 1.0, yield_interval: float = 1.0, on_line: Callable[[str], None] | None = None,
-                 on_event: Callable[[str], None] | None = None, work: WorkTag | None = None) -> None:
+                 on_event: Callable[[str], None] | None = None, work: WorkTag | None = None,
+                 on_attempt: Callable[[Attempt, Lease], None] | None = None, host: str = "") -> None:
         self.manager = manager
+        #: told of every attempt when it ends (with its lease): the GPU timeline's bars
+        self.on_attempt = on_attempt
+        self.host = host or this_host()
         self.work = work  # which task the leases run for (gpusched queue)
         self.oom_policy = oom_policy or OOMRetryPolicy()
         self.owner = owner or f"pid {os.getpid()}"
@@ -390,11 +396,14 @@ class GPUWorkRunner:
                                       log_path=log_path, on_line=self.on_line, grace=self.grace,
                                       stop_event=self.stop_event, sample_interval=self.sample_interval,
                                       yield_interval=self.yield_interval, extra_env=progress.relaunch_env(),
-                                      on_gpus=lambda grown: self.on_event(f"train stage on GPU {grown.cuda_visible_devices}"))
+                                      on_gpus=lambda grown: self.on_event(f"train stage on GPU {grown.cuda_visible_devices}"),
+                                      host=self.host)
                 if lease.stage:  # a two-stage task's GPUs came after its load stage
                     gpus = gpu_descriptions(lease, self.manager.inventory)
             finally:
                 self.manager.release(lease)
+            if self.on_attempt is not None:
+                self.on_attempt(outcome.attempt, lease)
             step = decide(progress, outcome, job_class=self.job_class, policy=policy, oom_policy=self.oom_policy,
                           gpu_sizes=sizes, stopping=self.stop_event.is_set(), work=work)
             self.on_event(step.message)

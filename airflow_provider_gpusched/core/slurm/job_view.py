@@ -8,7 +8,6 @@ configuration, with the job id checked to be digits. Fields are checked when rea
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from typing import Any, Callable, Mapping
@@ -105,31 +104,6 @@ def job_view(record: Mapping[str, Any], live: JobStatus | None = None, tails: Ma
     view["tails"] = tails
     view["tail_path"] = record.get("tail_path", "")
     return view
-
-
-def read_tail(path: str, root: str, lines: int = 40, limit: int = 256 * 1024) -> str | None:
-    """The last ``lines`` lines of ``path`` if it is a regular file under ``root`` (symlinks are not followed,
-    ``..`` cannot leave the root); None when it is outside the root, missing or unreadable."""
-    from airflow_provider_gpusched.core.safe_files import is_under
-
-    if not is_under(path, root):
-        return None
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        import stat
-
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        start = max(0, st.st_size - limit)
-        data = os.pread(fd, limit, start)
-    finally:
-        os.close(fd)
-    text = data.decode(errors="replace")
-    return "\n".join(text.splitlines()[-lines:])
 
 
 class CachedStatuses:

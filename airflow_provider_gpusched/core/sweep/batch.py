@@ -16,6 +16,7 @@ import time
 from collections import deque
 from typing import Callable, Sequence
 
+from airflow_provider_gpusched.core.gpu.attempts import Attempt
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
@@ -43,7 +44,9 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
                     job_class: str = "normal", priority: int = 0, oom_policy: OOMRetryPolicy | None = None,
                     on_event: Callable[[str], None] | None = None,
                     stop_event: threading.Event | None = None, work: WorkTag | None = None,
-                    setup: Sequence[str] = (), time_limit: float | None = None) -> dict[str, list[str]]:
+                    setup: Sequence[str] = (), time_limit: float | None = None,
+                    on_attempt: Callable[[Attempt, str], None] | None = None,
+                    on_tick: Callable[[], None] | None = None, tick_seconds: float = 30.0) -> dict[str, list[str]]:
     """Run ``trials`` with up to ``parallel`` leases at a time; returns trial ids by final state. ``setup``:
     shell lines each trial process runs first (the sweep's ``resources.setup``); ``time_limit``: seconds each
     trial may run (then it is stopped and ends ``timeout``; each trial then runs in a process of its own, as does each
@@ -58,6 +61,10 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
     ``work`` tags the leases with the task (``gpusched queue``). When ``gpusched queue stop`` stops one of them,
     or a stop order covers ``work`` before a group starts, every group in flight is stopped, the trials without
     an outcome are marked failed with the stop's message, and :class:`WorkHalted` is raised.
+
+    ``on_attempt(attempt, label)`` is told of every attempt on a lease when it ends (``label`` names its trials:
+    the GPU timeline's bars); ``on_tick()`` is called every ``tick_seconds`` from the calling thread while the
+    trials run (a task publishes what it has so far).
     """
     on_event = on_event or (lambda message: None)
     if time_limit is not None or request.load_stage:
@@ -115,6 +122,8 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
             oom = False
             started = time.monotonic()
             sliced = write_group_manifest(manifest, group)
+            if on_attempt is not None:
+                runner.on_attempt = lambda attempt, _lease, label=group_label(group): on_attempt(attempt, label)
             try:
                 runner.run(request, Work(argv=group_argv(sliced, group), setup=setup, time_limit=time_limit),
                            os.path.join(logs, f"{group[0].trial_id}.log"))
@@ -159,8 +168,12 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
     for t in threads:
         t.start()
     try:
-        for t in threads:
-            t.join()
+        while any(t.is_alive() for t in threads):
+            for t in threads:
+                t.join(timeout=tick_seconds if on_tick is not None else None)
+                if on_tick is not None and t.is_alive():
+                    on_tick()
+                    break
     finally:
         for runner in runners:
             runner.stop()
@@ -174,3 +187,12 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
         if trial.trial_id in finished:
             outcome[finished[trial.trial_id]].append(trial.trial_id)
     return outcome
+
+
+def group_label(group: Sequence[Trial]) -> str:
+    """What a group of trials run in one process is called on the GPU timeline."""
+    if len(group) == 1:
+        return f"trial {group[0].index} {group[0].label}"
+    return f"trials {group[0].index}-{group[-1].index} ({len(group)})" if all(
+        b.index == a.index + 1 for a, b in zip(group, group[1:])) else \
+        f"trials {', '.join(str(t.index) for t in group[:6])}{'...' if len(group) > 6 else ''} ({len(group)})"

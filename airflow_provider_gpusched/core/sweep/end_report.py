@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from airflow_provider_gpusched.core.errors import GpuschedError
-from airflow_provider_gpusched.core.safe_files import is_number
-from airflow_provider_gpusched.core.slurm.job_view import read_tail
+from airflow_provider_gpusched.core.safe_files import is_number, read_tail
 from airflow_provider_gpusched.core.sweep.objective import Objective
 from airflow_provider_gpusched.core.sweep.store import FAILED_STATES, STATES, read_json
 from airflow_provider_gpusched.core.text import printable

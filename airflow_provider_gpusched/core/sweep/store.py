@@ -46,6 +46,8 @@ FAILED_STATES = ("failed", "invalid", "timeout")
 DAGS_FILE = "dags.json"
 DONE_STATES = ("succeeded", "pruned")  # not run again by a later run of the sweep (unless force_rerun)
 CLAIM_FILE = "claim.lock"
+#: a trial's output (in its folder): what the Sweeps tab's trial panel shows the tail of
+OUTPUT_LOG_FILE = "output.log"
 _SWEEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 

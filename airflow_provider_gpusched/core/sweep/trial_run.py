@@ -30,6 +30,7 @@ from airflow_provider_gpusched.core.sweep.expand import Trial, nested
 from airflow_provider_gpusched.core.sweep.store import (
     FAILED_STATES,
     FINAL_STATES,
+    OUTPUT_LOG_FILE,
     TrialStore,
     describe_holder,
     read_json,
@@ -252,7 +253,7 @@ def _finish_ok(manifest: Manifest, trial: Trial, result: Any, out) -> int:
 
 def _run_claimed(manifest: Manifest, trial: Trial, out) -> int:
     store = manifest.store
-    log_path = os.path.join(store.trial_dir(trial), "output.log")
+    log_path = os.path.join(store.trial_dir(trial), OUTPUT_LOG_FILE)
     folder = store.mark_running(trial, run=manifest.data.get("run"), log=log_path)
     env = trial_environment(trial, folder, store.sweep, manifest.data.get("env"))
     target = manifest.data["target"]

@@ -298,14 +298,10 @@ def sample_points(points: list[dict], objective: Objective, limit: int | None = 
     return [points[i] for i in sorted(keep, key=lambda i: points[i]["index"])]
 
 
-def build_sweep_view(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
-                     ti_states: Mapping[tuple[str, int], str | None], top_n: int = 20,
-                     reports: Callable[[str], Sequence[Mapping] | None] | None = None) -> dict:
-    """One sweep's view in one DAG run: ``plans`` (its stages' plan records, rounds in order), ``outcomes``
-    (trial id -> published outcome), ``ti_states`` ((task id, map index) -> Airflow state), ``reports``
-    (trial id -> its intermediate reports where the caller can read them, asked lazily: drawn by step)."""
-    first = plans[0]
-    objective = Objective(**first["objective"]) if first.get("objective") else None
+def trial_rows(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
+               ti_states: Mapping[tuple[str, int], str | None]) -> list[dict]:
+    """Every listed trial of one sweep in one DAG run, in index order: its parameters, state (from its outcome,
+    else from its task instance), result, error, the task instance that ran it and whether it was skipped."""
     trials: dict[str, dict] = {}
     for plan in plans:
         skipped = {s["trial_id"]: s for s in plan["skipped"]}
@@ -334,7 +330,55 @@ def build_sweep_view(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
             else:
                 row["state"] = "waiting"
             trials.setdefault(t["trial_id"], row)
-    rows = sorted(trials.values(), key=lambda r: r["index"])
+    return sorted(trials.values(), key=lambda r: r["index"])
+
+
+def sweep_objective(plans: Sequence[Mapping]) -> Objective | None:
+    first = plans[0]
+    return Objective(**first["objective"]) if first.get("objective") else None
+
+
+def scored_points(rows: Sequence[Mapping], objective: Objective) -> tuple[list[dict], dict[str, set], dict[str, set]]:
+    """The succeeded trials as plot points (index, round, score, label, numeric ``params``, ``categories``; with
+    several metrics their ``values``), and the values seen of each numeric and categorical parameter."""
+    points, values, categories = [], {}, {}
+    for r in rows:
+        metrics = objective.values(r["result"]) if r["state"] == "succeeded" else None
+        if metrics is None:
+            continue
+        numeric = _numeric_params(r["params"])
+        for name, value in numeric.items():
+            values.setdefault(name, set()).add(value)
+        labels = _categorical_params(r["params"])
+        for name, value in labels.items():
+            categories.setdefault(name, set()).add(value)
+        point = {"index": r["index"], "round": r["round"], "score": objective.score(r["result"]), "label": r["label"],
+                 "params": numeric, "categories": labels, "trial_id": r["trial_id"]}
+        if objective.several:
+            point["values"] = list(metrics)
+        points.append(point)
+    return points, values, categories
+
+
+def param_axes(plans: Sequence[Mapping], values: Mapping[str, set], categories: Mapping[str, set]) -> dict:
+    """The parameters worth drawing: numeric ones that vary (with their scale, log or linear) and categorical ones
+    with 2 to :data:`MAX_CATEGORIES` values (their values sorted)."""
+    numeric = sorted(n for n, seen in values.items() if len(seen) > 1)  # a constant plots nothing
+    declared_log = {n for p in plans for n in p.get("log_params") or []}
+    return {"numeric_params": numeric, "param_scales": {n: _scale(n, values[n], declared_log) for n in numeric},
+            "categorical_params": {n: sorted(seen) for n, seen in sorted(categories.items())
+                                   if 1 < len(seen) <= MAX_CATEGORIES}}
+
+
+def build_sweep_view(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
+                     ti_states: Mapping[tuple[str, int], str | None], top_n: int = 20,
+                     reports: Callable[[str], Sequence[Mapping] | None] | None = None) -> dict:
+    """One sweep's view in one DAG run: ``plans`` (its stages' plan records, rounds in order), ``outcomes``
+    (trial id -> published outcome), ``ti_states`` ((task id, map index) -> Airflow state), ``reports``
+    (trial id -> its intermediate reports where the caller can read them, asked lazily: drawn by step)."""
+    first = plans[0]
+    objective = sweep_objective(plans)
+    rows = trial_rows(plans, outcomes, ti_states)
     counts = {state: 0 for state in STATES}
     counts["defined"] = sum(p["defined"] for p in plans) if len(plans) == 1 else len(rows)
     for r in rows:
@@ -365,22 +409,7 @@ def build_sweep_view(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
                                               "task_id", "map_index", "seconds", "skipped", "front", "values")
                             if k in r} for r in board]
     view["best"] = view["leaderboard"][0] if board else None
-    points, values, categories = [], {}, {}
-    for r in rows:
-        metrics = objective.values(r["result"]) if r["state"] == "succeeded" else None
-        if metrics is None:
-            continue
-        numeric = _numeric_params(r["params"])
-        for name, value in numeric.items():
-            values.setdefault(name, set()).add(value)
-        labels = _categorical_params(r["params"])
-        for name, value in labels.items():
-            categories.setdefault(name, set()).add(value)
-        point = {"index": r["index"], "round": r["round"], "score": objective.score(r["result"]), "label": r["label"],
-                 "params": numeric, "categories": labels}
-        if objective.several:
-            point["values"] = list(metrics)
-        points.append(point)
+    points, values, categories = scored_points(rows, objective)
     if objective.several and points:  # mark the Pareto front for the plot of the first two metrics
         on_front = set(pareto_fronts([p["values"] for p in points], objective.modes, enough=1)[0])
         for i, point in enumerate(points):
@@ -392,10 +421,6 @@ def build_sweep_view(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
         view["points_note"] = (f"The plots show {len(view['points']):,} of {len(points):,} scored trials: the best "
                                f"{MAX_POINTS // 4:,}{' and the Pareto front' if objective.several else ''}, and an "
                                f"even sample of the rest; the best-so-far line and the leaderboard count every trial.")
-    view["numeric_params"] = sorted(n for n, seen in values.items() if len(seen) > 1)  # a constant plots nothing
-    declared_log = {n for p in plans for n in p.get("log_params") or []}
-    view["param_scales"] = {n: _scale(n, values[n], declared_log) for n in view["numeric_params"]}
     # categorical parameters (optimizer, activation...): one strip of scores per value, values sorted
-    view["categorical_params"] = {n: sorted(seen) for n, seen in sorted(categories.items())
-                                  if 1 < len(seen) <= MAX_CATEGORIES}
+    view.update(param_axes(plans, values, categories))
     return view

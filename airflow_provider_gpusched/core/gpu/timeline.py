@@ -1,0 +1,223 @@
+"""Who held which GPU when: the GPU timeline (a Gantt chart of leases per GPU).
+
+Every attempt on a lease becomes a **segment** when it ends (:func:`segment_of`): host, GPUs, job class, priority,
+start and end, and how it ended (:data:`OUTCOMES`: ``succeeded``, ``failed``, ``preempted``, ``oom``, ``timeout``,
+``stopped``), with the task it ran for. A task publishes its segments as XCom :data:`LEASE_HISTORY_XCOM`
+(:class:`SegmentLog`: the newest :data:`MAX_SEGMENTS` of them, and how many older ones were left out), so that
+the api-server, which may run on another host, reads them from Airflow's database like every other record;
+the lease a running task holds now is its open bar.
+
+:func:`build_timeline` lays them out for a window: one row per host and GPU, bars clipped to the window, the
+bars too short to see at that window merged into one "N short leases" bar per run of them (preemptions and
+OOMs never: they are the marks a timeline is read for), so a day of ten thousand one-second trials draws as a
+few hundred bars. Every record read back is checked (:func:`read_history_record`).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Iterable, Mapping, Sequence
+
+from airflow_provider_gpusched.core.safe_files import BadRecordError, is_number
+
+LEASE_HISTORY_XCOM = "gpusched_lease_history"
+#: segments one task publishes at most (its newest); a batched sweep's runner task makes one per group of trials
+MAX_SEGMENTS = 2000
+OUTCOMES = ("succeeded", "failed", "preempted", "oom", "timeout", "stopped", "running")
+#: outcomes drawn as a mark at the bar's end, and never merged away
+MARKED = ("preempted", "oom")
+#: windows the UI offers, in hours
+WINDOW_HOURS = (1, 6, 24, 72)
+#: bars per GPU row drawn at most before short ones are merged: a bar narrower than window / this is "short"
+ROW_RESOLUTION = 600
+
+
+def attempt_outcome(attempt: Any) -> tuple[str, str]:
+    """(outcome, detail) of an :class:`~.attempts.Attempt`."""
+    if attempt.halted:
+        return "stopped", str(attempt.halted)
+    if attempt.preempted:
+        return "preempted", f"preempted: {attempt.preempted}"
+    if attempt.timed_out:
+        return "timeout", str(attempt.timed_out)
+    if attempt.oom:
+        return "oom", f"GPU out of memory with {attempt.request}: {attempt.oom}"
+    if attempt.exit_code == 0:
+        return "succeeded", ""
+    if attempt.stopped:
+        return "stopped", "stopped (the task was killed or stopped)"
+    return "failed", f"exit code {attempt.exit_code}"
+
+
+def segment_of(attempt: Any, *, job_class: str, priority: int = 0, label: str = "",
+               dag_id: str = "", run_id: str = "", task_id: str = "", map_index: int = -1) -> dict | None:
+    """The timeline segment of one ended attempt (None for an attempt that never held a GPU, or one recorded
+    before attempts carried their start)."""
+    if attempt.started is None or not attempt.gpus:
+        return None
+    outcome, detail = attempt_outcome(attempt)
+    return {"host": attempt.host or "", "gpus": list(attempt.gpus), "job_class": job_class, "priority": priority,
+            "start": float(attempt.started), "end": round(float(attempt.started) + float(attempt.seconds), 3),
+            "outcome": outcome, "detail": detail[:500], "request": attempt.request, "attempt": attempt.number,
+            "label": label[:200], "dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index}
+
+
+class SegmentLog:
+    """One task's segments, the newest :data:`MAX_SEGMENTS` kept (thread-safe: a batched runner's lease threads
+    add to one log)."""
+
+    def __init__(self, limit: int = MAX_SEGMENTS) -> None:
+        self.limit = limit
+        self._segments: list[dict] = []
+        self._dropped = 0
+        self._lock = threading.Lock()
+
+    def add(self, segment: dict | None) -> None:
+        if segment is None:
+            return
+        with self._lock:
+            self._segments.append(segment)
+            if len(self._segments) > self.limit:
+                extra = len(self._segments) - self.limit
+                del self._segments[:extra]
+                self._dropped += extra
+
+    def __len__(self) -> int:
+        return len(self._segments)
+
+    def record(self) -> dict:
+        """What the task publishes (XCom :data:`LEASE_HISTORY_XCOM`)."""
+        with self._lock:
+            return {"segments": list(self._segments), "dropped": self._dropped}
+
+
+def read_history_record(data: Any, source: str) -> dict:
+    """A published :meth:`SegmentLog.record`, checked field by field; :class:`BadRecordError` names ``source``, the
+    segment and the key."""
+    if not isinstance(data, dict) or not isinstance(data.get("segments"), list):
+        raise BadRecordError(f"{source}: expected an object with a list 'segments'")
+    if not _int(data.get("dropped", 0)) or data.get("dropped", 0) < 0:
+        raise BadRecordError(f"{source}: key 'dropped': expected a count")
+    for i, s in enumerate(data["segments"]):
+        where = f"{source}: segments[{i}]"
+        if not isinstance(s, dict):
+            raise BadRecordError(f"{where}: expected an object")
+        for key in ("host", "job_class", "detail", "request", "label", "dag_id", "run_id", "task_id"):
+            if not isinstance(s.get(key, ""), str) or len(s.get(key, "")) > 1000:
+                raise BadRecordError(f"{where}: key {key!r}: expected a string")
+        if not s.get("job_class"):
+            raise BadRecordError(f"{where}: key 'job_class': expected a non-empty string")
+        gpus = s.get("gpus")
+        if not isinstance(gpus, list) or not gpus or not all(_int(g) and 0 <= g < 1024 for g in gpus):
+            raise BadRecordError(f"{where}: key 'gpus': expected a non-empty list of GPU indices")
+        for key in ("start", "end"):
+            if not is_number(s.get(key)):
+                raise BadRecordError(f"{where}: key {key!r}: expected a time stamp")
+        if s["end"] < s["start"]:
+            raise BadRecordError(f"{where}: key 'end': before its start")
+        if s.get("outcome") not in OUTCOMES:
+            raise BadRecordError(f"{where}: key 'outcome': expected one of {', '.join(OUTCOMES)}")
+        for key in ("priority", "map_index", "attempt"):
+            if key in s and not _int(s[key]):
+                raise BadRecordError(f"{where}: key {key!r}: expected an integer")
+    return data
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def running_segment(lease: Any, now: float) -> dict:
+    """The open bar of a lease a running task holds now (a :class:`~.board.BoardLease`)."""
+    return {"host": lease.host, "gpus": list(lease.gpus), "job_class": lease.job_class, "priority": lease.priority,
+            "start": float(lease.started), "end": now, "outcome": "running",
+            "detail": f"holds it now{f'; yielding to {lease.yielding_to}' if lease.yielding_to else ''}",
+            "request": "whole GPU" if lease.whole else "", "attempt": 0, "label": "",
+            "dag_id": lease.dag_id, "run_id": lease.run_id, "task_id": lease.task_id, "map_index": lease.map_index}
+
+
+_BAR_KEYS = ("job_class", "outcome", "detail", "request", "attempt", "label", "dag_id", "run_id", "task_id",
+             "map_index", "priority")
+
+
+def build_timeline(segments: Iterable[Mapping], *, since: float, until: float,
+                   known_gpus: Mapping[str, Sequence[int]] | None = None, resolution: int = ROW_RESOLUTION,
+                   problems: Sequence[str] = (), dropped: int = 0) -> dict:
+    """The timeline of ``segments`` between ``since`` and ``until``: ``rows`` (one per host and GPU, with GPUs of
+    ``known_gpus`` that held nothing too), each with its ``bars`` (clipped to the window; a run of bars shorter than
+    ``(until - since) / resolution`` of one class merged into one with a ``count``), ``classes`` seen, and
+    ``marks`` counted per outcome."""
+    if until <= since:
+        raise ValueError("until must be after since")
+    short = (until - since) / max(1, resolution)
+    per_gpu: dict[tuple[str, int], list[dict]] = {}
+    for host, gpus in (known_gpus or {}).items():
+        for g in gpus:
+            per_gpu.setdefault((host, g), [])
+    counts = {o: 0 for o in OUTCOMES}
+    classes: set[str] = set()
+    for s in segments:
+        if s["end"] < since or s["start"] >= until:
+            continue
+        counts[s["outcome"]] += 1
+        classes.add(s["job_class"])
+        for g in s["gpus"]:
+            per_gpu.setdefault((s["host"], g), []).append(s)
+    rows = []
+    bars_total = 0
+    for (host, gpu), found in sorted(per_gpu.items()):
+        found.sort(key=lambda s: (s["start"], s["end"]))
+        bars: list[dict] = []
+        for s in found:
+            start, end = max(s["start"], since), min(s["end"], until)
+            tiny = end - start < short and s["outcome"] not in MARKED and s["outcome"] != "running"
+            last = bars[-1] if bars else None
+            if (tiny and last is not None and last.get("count") and last["job_class"] == s["job_class"]
+                    and start - last["end"] <= short):
+                last["end"] = max(last["end"], end)
+                last["count"] += 1
+                last["busy"] += end - start
+                last["outcomes"][s["outcome"]] = last["outcomes"].get(s["outcome"], 0) + 1
+                continue
+            bar = {"start": start, "end": end, "clipped": s["start"] < since or s["end"] > until,
+                   **{k: s.get(k, "" if k != "map_index" else -1) for k in _BAR_KEYS}}
+            if tiny:  # may start a merged run; stays a plain bar if nothing joins it
+                bar.update(count=1, busy=end - start, outcomes={s["outcome"]: 1})
+            bars.append(bar)
+        for bar in bars:
+            if bar.get("count") == 1:
+                for key in ("count", "busy", "outcomes"):
+                    bar.pop(key)
+        bars_total += len(bars)
+        lanes = _lay_out(bars)
+        rows.append({"host": host, "gpu": gpu, "bars": bars, "lanes": lanes,
+                     "busy_fraction": round(_covered(found, since, until) / (until - since), 4)})
+    return {"since": since, "until": until, "rows": rows, "classes": sorted(classes), "counts": counts,
+            "bars": bars_total, "dropped": dropped, "problems": list(problems)[:50], "windows": list(WINDOW_HOURS)}
+
+
+def _lay_out(bars: list[dict]) -> int:
+    """Give each bar (sorted by start) a ``lane``: leases that share a GPU at once (memory slices) are drawn one
+    above the other. Returns the number of lanes."""
+    ends: list[float] = []
+    for bar in bars:
+        for lane, end in enumerate(ends):
+            if end <= bar["start"]:
+                break
+        else:
+            lane = len(ends)
+            ends.append(0.0)
+        ends[lane] = bar["end"]
+        bar["lane"] = lane
+    return max(1, len(ends))
+
+
+def _covered(segments: Sequence[Mapping], since: float, until: float) -> float:
+    """Seconds of the window in which at least one of ``segments`` (sorted by start) held the GPU."""
+    total, reach = 0.0, since
+    for s in segments:
+        start, end = max(s["start"], reach), min(s["end"], until)
+        if end > start:
+            total += end - start
+            reach = end
+    return total
