@@ -15,6 +15,7 @@ from airflow.sdk import BaseOperatorLink
 GPU_BOARD_ROUTE = "gpusched-gpus"
 SWEEPS_ROUTE = "gpusched-sweeps"
 SLURM_JOB_ROUTE = "gpusched-slurm-job"
+TIMELINE_ROUTE = "gpusched-timeline"
 
 
 def ui_prefix() -> str:

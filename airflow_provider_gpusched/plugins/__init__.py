@@ -11,7 +11,7 @@ from functools import cached_property
 from airflow.plugins_manager import AirflowPlugin
 
 from airflow_provider_gpusched import __version__
-from airflow_provider_gpusched.links import GPU_BOARD_ROUTE, SLURM_JOB_ROUTE, SWEEPS_ROUTE
+from airflow_provider_gpusched.links import GPU_BOARD_ROUTE, SLURM_JOB_ROUTE, SWEEPS_ROUTE, TIMELINE_ROUTE
 
 URL_PREFIX = "/gpusched"
 
@@ -41,6 +41,8 @@ class GpuschedPlugin(AirflowPlugin):
         url = bundle_url()
         return [
             {"name": "GPU board", "bundle_url": url, "url_route": GPU_BOARD_ROUTE, "destination": "nav",
+             "category": "browse"},
+            {"name": "GPU timeline", "bundle_url": url, "url_route": TIMELINE_ROUTE, "destination": "nav",
              "category": "browse"},
             {"name": "GPUs", "bundle_url": url, "url_route": "gpusched-gpu-summary", "destination": "dashboard"},
             {"name": "Sweeps", "bundle_url": url, "url_route": SWEEPS_ROUTE, "destination": "dag"},

@@ -229,8 +229,8 @@ def test_the_plugin_registers_pages_and_its_app():
 
     plugin = GpuschedPlugin()
     routes = {(a["destination"], a["url_route"]) for a in plugin.react_apps}
-    assert routes == {("nav", "gpusched-gpus"), ("dashboard", "gpusched-gpu-summary"), ("dag", "gpusched-sweeps"),
-                      ("task_instance", "gpusched-slurm-job")}
+    assert routes == {("nav", "gpusched-gpus"), ("nav", "gpusched-timeline"), ("dashboard", "gpusched-gpu-summary"),
+                      ("dag", "gpusched-sweeps"), ("task_instance", "gpusched-slurm-job")}
     assert all(a["bundle_url"].startswith("/gpusched/static/gpusched.js?v=") for a in plugin.react_apps)
     assert plugin.fastapi_apps[0]["url_prefix"] == "/gpusched"
 
@@ -314,3 +314,56 @@ def _running_xcom(dag_id, task_id, key):
             .order_by(TaskInstance.start_date.desc())).first()
     assert state == "running"
     return XComModel.deserialize_value(type("Row", (), {"value": value})())
+
+
+def test_the_gpu_timeline_has_a_bar_per_lease_linked_to_its_task_and_hides_what_a_user_may_not_read(client, runs):
+    """Who held which GPU in the last hour: every finished lease of these runs (the idle-class task, the six sweep
+    trials of the normal class) is a bar on its GPU's row, linked to its task instance; a user who may not read the
+    DAG sees the bars without their names."""
+    run_id = _run_id("ui_private_mixed")
+    r = client.get("/gpusched/api/timeline?hours=1", headers=token(client, "viewer"))
+    assert r.status_code == 200, r.text
+    timeline = r.json()
+    assert timeline["problems"] == [] and timeline["hours"] == 1 and timeline["until"] - timeline["since"] == 3600
+    bars = [b for row in timeline["rows"] for b in row["bars"] if b["dag_id"] == "ui_private_mixed"
+            and b["run_id"] == run_id]
+    work = [b for b in bars if b["task_id"] == "gpu_work"]
+    assert len(work) == 1 and work[0]["job_class"] == "idle" and work[0]["outcome"] == "succeeded"
+    trials = [b for b in bars if b["task_id"] == "ui_grid.trial"]
+    assert sorted(b["map_index"] for b in trials) == list(range(6))
+    assert {b["job_class"] for b in trials} == {"normal"} and all(b["end"] >= b["start"] for b in trials)
+    assert {"idle", "normal"} <= set(timeline["classes"])
+    hidden = client.get("/gpusched/api/timeline?hours=1", headers=token(client, "outsider")).json()
+    names = {b["dag_id"] for row in hidden["rows"] for b in row["bars"]}
+    assert "ui_private_mixed" not in names and "(a DAG you cannot see)" in names
+    assert client.get("/gpusched/api/timeline?hours=0", headers=token(client, "viewer")).status_code == 422
+
+
+def test_a_sweeps_importance_comparison_and_trial_log(client, runs):
+    run_id = _run_id("ui_private_mixed")
+    viewer = token(client, "viewer")
+    base = "/gpusched/api/dags/ui_private_mixed/sweeps"
+    importance = client.get(f"{base}/importance", params={"run_id": run_id, "group": "ui_grid"}, headers=viewer).json()
+    assert importance["trials"] == 4 and importance["importances"] == []  # 4 scored trials: too few to rank
+    assert "at least 8" in importance["note"]
+    same = client.get(f"{base}/compare", params={"run_id": run_id, "other": run_id, "group": "ui_grid"},
+                      headers=viewer).json()
+    assert (same["both"], same["changed"], same["only_a"], same["only_b"]) == (4, 0, 0, 0)
+    assert same["a"]["best"]["score"] == pytest.approx(0.98) and same["metric"] == "acc"
+    sweep = client.get(base, headers=viewer).json()["sweeps"][0]
+    failed = next(p for p in sweep["problems"] if "diverged" in (p["error"] or ""))
+    trial = client.get(f"{base}/trial", headers=viewer, params={
+        "run_id": run_id, "group": "ui_grid", "trial_id": failed["trial_id"]}).json()
+    assert trial["state"] == "failed" and "diverged" in trial["error"] and trial["params"]["lr"] == 0.3
+    assert "ValueError: diverged" in trial["log_tail"] and trial["log_path"].endswith("output.log")
+    assert trial["task_id"] == "ui_grid.trial" and trial["map_index"] == failed["map_index"]
+    missing = client.get(f"{base}/trial", headers=viewer, params={"run_id": run_id, "group": "ui_grid",
+                                                                  "trial_id": "nope"})
+    assert missing.status_code == 404 and "no trial 'nope'" in missing.json()["detail"]
+    nogroup = client.get(f"{base}/importance", params={"run_id": run_id, "group": "other"}, headers=viewer)
+    assert nogroup.status_code == 404 and "planned no sweep 'other'" in nogroup.json()["detail"]
+    outsider = token(client, "outsider")
+    for path in ("importance", "trial", "compare"):
+        assert client.get(f"{base}/{path}", headers=outsider, params={
+            "run_id": run_id, "group": "ui_grid", "trial_id": "x", "other": run_id}).status_code == 403, path
+

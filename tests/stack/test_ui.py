@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -206,6 +207,31 @@ def test_sweeps_tab_shows_the_pareto_front_of_a_two_objective_sweep(stack, brows
     heights = page.eval_on_selector_all("[data-testid=leaderboard] tbody tr", "rows => rows.map(r => r.offsetHeight)")
     assert max(heights) <= 40, heights
     shot(page, "sweeps-pareto")
+    # analysis over every trial: parallel coordinates (a line each), Optuna's importance of the four parameters
+    assert page.locator("[data-testid=plot-parallel] polyline").count() == 18
+    page.wait_for_selector("[data-testid=plot-importance] g[data-param]", timeout=60_000)
+    ranked = page.eval_on_selector_all("[data-testid=plot-importance] g[data-param]", "gs => gs.map(g => g.dataset.param)")
+    assert sorted(ranked) == ["activation", "depth", "lr", "width"], ranked
+    assert "Optuna's PED-ANOVA" in page.locator("[data-testid=importance]").inner_text()
+    # drag along the score axis (the last): only the trials in that range keep their colour
+    axis = page.locator("[data-testid^=pc-axis-]").last.bounding_box()
+    page.mouse.move(axis["x"] + axis["width"] / 2, axis["y"] + 2)
+    page.mouse.down()
+    page.mouse.move(axis["x"] + axis["width"] / 2, axis["y"] + axis["height"] / 2, steps=5)
+    page.mouse.up()
+    selection = page.locator("[data-testid=pc-selection]").inner_text()
+    kept = int(re.match(r"(\d+) of 18 trials in the selected ranges", selection).group(1))
+    assert 1 <= kept < 18, selection
+    # a trial's output: its parameters, result and the tail of its log, read from the results folder
+    page.locator("[data-testid=leaderboard] tbody tr").first.locator("[data-testid=pick-trial]").click()
+    page.wait_for_selector("[data-testid=trial-log]", timeout=30_000)
+    panel = page.locator("[data-testid=trial-panel]").inner_text()
+    assert "succeeded" in panel and "val_accuracy" in panel and "width=" in panel, panel
+    assert page.locator("[data-testid=trial-log]").inner_text().splitlines()[-1].startswith("epoch 10: val_accuracy")
+    assert_plots_readable(page)
+    page.locator("[data-testid=analysis]").scroll_into_view_if_needed()
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(SHOTS / "sweeps-analysis.png"), full_page=True)
     page.locator("[data-testid=reports]").scroll_into_view_if_needed()
     page.wait_for_timeout(300)
     page.screenshot(path=str(SHOTS / "sweeps-reports.png"))
@@ -240,6 +266,18 @@ def test_sweeps_tab_of_a_rerun_and_of_an_older_run_after_a_forced_rerun(stack, b
     assert len(pruned) == 3 and all("\t2\t" in row and "the test's rule" in row for row in pruned), pruned
     assert sorted(_curve_lengths(page)) == [2, 2, 2, 3, 3, 3]
     shot(page, "sweeps-rerun")
+    # the two runs side by side: the re-run carries the first run's scores over, trial by trial
+    page.select_option("[data-testid=compare-run]", first)
+    page.wait_for_selector("[data-testid=compare-summary]", timeout=30_000)
+    summary = page.locator("[data-testid=compare-summary]").inner_text()
+    assert summary.startswith("3 trial(s) scored in both runs: 0 changed"), summary
+    assert page.locator("[data-testid=compare-runs] tbody tr").count() == 2
+    assert page.locator("[data-testid=plot-compare-progress] polyline").count() == 2
+    assert page.locator("[data-testid=plot-compare] circle").count() == 3
+    assert_plots_readable(page)
+    page.locator("[data-testid=compare]").scroll_into_view_if_needed()
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(SHOTS / "sweeps-compare.png"))
     page.locator("[data-testid=pruned]").scroll_into_view_if_needed()
     page.wait_for_timeout(300)
     page.screenshot(path=str(SHOTS / "sweeps-rerun-pruned.png"))
@@ -271,9 +309,20 @@ def test_slurm_job_tab_shows_array_tasks_state_and_output(stack, browser_page):
 def _ten_thousand_trial_view() -> dict:
     """The Sweeps API's answer for one 10,000-trial random search (three parameters, one categorical), built by the
     same code the api-server runs (core/sweep/view.py) from the records such a sweep publishes."""
+    from airflow_provider_gpusched.core.sweep.view import build_sweep_view
+
+    plans, outcomes = _ten_thousand_trial_records()
+    view = build_sweep_view(plans, outcomes, {})
+    view["group"] = "big"
+    return {"dag_id": "gpusched_sweep_grid", "run_id": "manual__big", "runs": ["manual__big"], "sweeps": [view],
+            "problems": []}
+
+
+def _ten_thousand_trial_records():
+    """The plan and outcomes a 10,000-trial random search publishes."""
     import random
 
-    from airflow_provider_gpusched.core.sweep.view import build_sweep_view, read_plan_record
+    from airflow_provider_gpusched.core.sweep.view import read_plan_record
 
     rnd = random.Random(3)
     n = 10_000
@@ -287,17 +336,27 @@ def _ten_thousand_trial_view() -> dict:
     outcomes = {t["trial_id"]: {"trial_id": t["trial_id"], "state": "succeeded", "seconds": 1.0, "error": None,
                                 "result": {"acc": 0.9 - abs(t["params"]["wd"] - 0.03) - rnd.uniform(0, 0.2)}}
                 for t in trials}
-    view = build_sweep_view([plan], outcomes, {})
-    view["group"] = "big"
-    return {"dag_id": "gpusched_sweep_grid", "run_id": "manual__big", "runs": ["manual__big"], "sweeps": [view],
-            "problems": []}
+    return [plan], outcomes
+
+
+def _ten_thousand_trial_importance() -> dict:
+    """What the importance endpoint answers for that sweep: core/sweep/analysis.py over all 10,000 trials."""
+    from airflow_provider_gpusched.core.sweep.analysis import param_importance
+    from airflow_provider_gpusched.core.sweep.view import param_axes, scored_points, sweep_objective, trial_rows
+
+    plans, outcomes = _ten_thousand_trial_records()
+    objective = sweep_objective(plans)
+    t0 = time.monotonic()
+    points, values, categories = scored_points(trial_rows(plans, outcomes, {}), objective)
+    found = param_importance(points, param_axes(plans, values, categories), objective)
+    print(f"importance of 10,000 trials ({found['method']}): {time.monotonic() - t0:.2f}s")
+    return found
 
 
 def test_the_sweeps_tab_of_a_10000_trial_sweep_renders_in_under_3_seconds_and_stays_readable(stack, browser_page):
     """The page as the api-server serves it, with the API's answer for a 10,000-trial sweep put in its place (the
     answer built by the api-server's own code): under 2 MB, drawn in under 3 s, the plots readable."""
     import json
-    import time
 
     page = browser_page
     body = json.dumps(_ten_thousand_trial_view())
@@ -309,6 +368,9 @@ def test_the_sweeps_tab_of_a_10000_trial_sweep_renders_in_under_3_seconds_and_st
         route.fulfill(status=200, content_type="application/json", body=body)
 
     page.route("**/gpusched/api/dags/gpusched_sweep_grid/sweeps*", answer)
+    importance = _ten_thousand_trial_importance()
+    page.route("**/gpusched/api/dags/gpusched_sweep_grid/sweeps/importance*", lambda route: route.fulfill(
+        status=200, content_type="application/json", body=json.dumps(importance)))
     try:
         page.goto(f"{stack.url}/dags/gpusched_sweep_grid/plugin/gpusched-sweeps?run_id=manual__big")
         page.wait_for_selector("[data-testid=plot-progress] circle", timeout=60_000)
@@ -327,17 +389,22 @@ def test_the_sweeps_tab_of_a_10000_trial_sweep_renders_in_under_3_seconds_and_st
         assert page.locator("[data-testid=leaderboard] tbody tr").count() == 20
         assert tick_labels(page, "plot-lr")[:2] == ["1e-5", "1e-4"]  # loguniform: log axis
         assert "0.05" in tick_labels(page, "plot-wd")  # uniform(0, 0.1): linear, though its draws reach 1e-6
+        # parallel coordinates draw the plots' 2,000 trials; the importance ranks all 10,000 (wd drives the score)
+        assert page.locator("[data-testid=plot-parallel] polyline").count() == 2000
+        page.wait_for_selector("[data-testid=plot-importance] g[data-param]", timeout=60_000)
+        assert page.locator("[data-testid=plot-importance] g[data-param]").first.get_attribute("data-param") == "wd"
+        assert "from all 10,000 scored trials" in page.locator("[data-testid=importance]").inner_text()
         assert_plots_readable(page)
         shot(page, "sweeps-10000-trials")
     finally:
         page.unroute("**/gpusched/api/dags/gpusched_sweep_grid/sweeps*")
+        page.unroute("**/gpusched/api/dags/gpusched_sweep_grid/sweeps/importance*")
 
 
 def test_the_gpu_board_stays_readable_with_64_gpus_on_8_hosts(stack, browser_page):
     """The board page with the API's answer for 8 hosts of 8 GPUs, 40 of them leased (built by the api-server's own
     code, core/gpu/board.py): every host and GPU listed, nothing cut off or overlapping."""
     import json
-    import time
 
     from airflow_provider_gpusched.core.gpu.board import build_board, lease_record, read_lease_record
     from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
@@ -380,3 +447,98 @@ def test_the_gpu_board_stays_readable_with_64_gpus_on_8_hosts(stack, browser_pag
         shot(page, "gpu-board-64-gpus-8-hosts")
     finally:
         page.unroute("**/gpusched/api/gpus")
+
+
+def leases(page, bars) -> int:
+    """The leases a set of timeline bars stands for (a bar of merged short leases counts each)."""
+    return sum(int(bars.nth(i).get_attribute("data-count")) for i in range(bars.count()))
+
+
+def test_the_gpu_timeline_shows_each_lease_with_its_preemptions_and_oom_retries(stack, browser_page, out_dir):
+    """Real work on the deployed stack: idle fillers preempted by normal work, and a task whose first attempt runs
+    out of GPU memory. The timeline draws a bar per lease on its GPU's row, coloured by class, marks each
+    preemption and OOM, and links each bar to its task instance."""
+    page = browser_page
+    for dag_id in ("e2e_oom_retry", "e2e_idle_fillers", "e2e_normal"):
+        stack.wait_for_dag(dag_id)
+    oom = stack.trigger("e2e_oom_retry")
+    fill = stack.trigger("e2e_idle_fillers", out=str(out_dir), seconds=12)
+    wait_until(lambda: sum(ti["state"] == "running" for ti in stack.task_instances("e2e_idle_fillers", fill)) >= 4,
+               timeout=300, what="4 fillers holding every GPU")
+    time.sleep(3)  # the fillers' children start and hold their GPUs
+    normal = stack.trigger("e2e_normal", out=str(out_dir), seconds=3)
+    for dag_id, run_id in (("e2e_oom_retry", oom), ("e2e_normal", normal), ("e2e_idle_fillers", fill)):
+        assert stack.wait_run(dag_id, run_id, timeout=420) == "success", dag_id
+    preemptions = sum(stack.xcom("e2e_idle_fillers", fill, "filler", key="gpu_time", map_index=i)["preemptions"]
+                      for i in range(6))
+    assert preemptions >= 1
+    # the last quarter hour: bars shorter than 1.5 s would be merged; none of these runs is that short but one
+    open_page(stack, page, "/plugin/gpusched-timeline?hours=0.25", "[data-testid=plot-timeline]")
+    page.wait_for_function("document.querySelectorAll('[data-testid=timeline-mark][data-outcome=preempted]').length >= 1"
+                           " && document.querySelectorAll('[data-testid=timeline-mark][data-outcome=oom]').length >= 1",
+                           timeout=60_000)
+    assert page.locator("[data-testid=timeline-row]").count() >= 4  # this host's 4 (simulated) GPUs
+    fillers = page.locator(f"a[data-testid=timeline-bar][href*='/dags/e2e_idle_fillers/runs/{fill}/']")
+    assert leases(page, fillers) == 6 + preemptions  # each filler's last attempt, and one per preempted attempt
+    assert page.locator(f"a[data-testid=timeline-bar][data-outcome=preempted][href*='/runs/{fill}/']").count() == preemptions
+    assert {fillers.nth(i).get_attribute("data-class") for i in range(fillers.count())} == {"idle"}
+    trains = page.locator(f"a[data-testid=timeline-bar][href*='/dags/e2e_normal/runs/{normal}/tasks/train']")
+    assert leases(page, trains) == 4  # a 4-GPU lease: one bar on each GPU's row
+    oom_bars = page.locator(f"a[data-testid=timeline-bar][href*='/dags/e2e_oom_retry/runs/{oom}/']")
+    assert [oom_bars.nth(i).get_attribute("data-outcome") for i in range(oom_bars.count())] == ["oom", "succeeded"]
+    assert "GPU out of memory with 2.0GiB on 1 GPU" in oom_bars.first.locator("title").inner_text()
+    counts = page.locator("[data-testid=timeline-counts]").inner_text()
+    assert re.search(r"[1-9]\d* preempted", counts) and re.search(r"[1-9]\d* out of GPU memory", counts), counts
+    assert "idle class" in page.locator("[data-testid=timeline-key]").inner_text()
+    assert_plots_readable(page)
+    shot(page, "gpu-timeline")
+    page.click("[data-testid=timeline-window] button:has-text('1 d')")
+    page.wait_for_function("document.querySelector('[data-testid=timeline-window] button[aria-pressed=true]')"
+                           ".textContent === '1 d'", timeout=30_000)
+    page.wait_for_selector(f"a[data-testid=timeline-bar][href*='/runs/{oom}/']", timeout=30_000)
+    oom_bars.first.click()  # a bar is a link to its task instance
+    page.wait_for_url(re.compile(rf".*/dags/e2e_oom_retry/runs/{re.escape(oom)}/tasks/train.*"), timeout=30_000)
+
+
+def test_a_day_of_10000_leases_on_16_gpus_draws_a_few_thousand_bars(stack, browser_page):
+    """The timeline API's answer for a day of 10,000 one-minute leases on 2 hosts of 8 GPUs (built by the
+    api-server's own code, core/gpu/timeline.py): short leases merge per class, preemptions stay marks, the answer
+    is small and the page readable."""
+    import json
+    import random
+
+    from airflow_provider_gpusched.core.gpu.timeline import build_timeline
+
+    rnd = random.Random(1)
+    now = time.time()
+    segments = []
+    for k in range(10_000):
+        start = now - 86400 + rnd.uniform(0, 86400 - 60)
+        outcome = rnd.choices(["succeeded", "failed", "preempted", "oom"], [96, 2, 1.5, 0.5])[0]
+        segments.append({"host": f"gpu-host-{k % 2}.lab.example", "gpus": [k % 8], "start": start,
+                         "end": start + rnd.uniform(20, 60), "job_class": rnd.choice(["normal", "idle", "high"]),
+                         "outcome": outcome, "detail": "", "request": "1 GPU", "label": f"trial {k}",
+                         "dag_id": "nas_evolution", "run_id": "scheduled__2026-11-25", "task_id": "round_3.trial",
+                         "map_index": k})
+    timeline = build_timeline(segments, since=now - 86400, until=now)
+    timeline["hours"] = 24
+    body = json.dumps(timeline)
+    assert len(body) < 3_000_000, len(body)
+    page = browser_page
+    page.route("**/gpusched/api/timeline*", lambda route: route.fulfill(status=200, content_type="application/json",
+                                                                       body=body))
+    try:
+        t0 = time.monotonic()
+        open_page(stack, page, "/plugin/gpusched-timeline?hours=24", "[data-testid=plot-timeline]")
+        drawn = page.locator("[data-testid=timeline-bar]").count()
+        print(f"timeline of 10,000 leases in a day: {len(body) / 1e6:.2f} MB answer, {timeline['bars']} bars, "
+              f"page open {time.monotonic() - t0:.1f}s")
+        assert drawn == timeline["bars"] < 5000
+        assert page.locator("[data-testid=timeline-row]").count() == 16
+        marks = timeline["counts"]["preempted"] + timeline["counts"]["oom"]
+        assert page.locator("[data-testid=timeline-mark]").count() == marks > 0
+        assert "10000 lease(s) in the window" in page.locator("[data-testid=timeline-counts]").inner_text()
+        assert_plots_readable(page)
+        shot(page, "gpu-timeline-10000-leases")
+    finally:
+        page.unroute("**/gpusched/api/timeline*")

@@ -391,10 +391,10 @@ def build_sweep_view(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
         "objective": _objective_view(objective) if objective else None, "counts": counts,
         "rounds": len(plans) if first.get("round") is not None else None,
         "truncated": max(0, first["defined"] - len(first["trials"])),
-        "problems": [{k: r[k] for k in ("index", "label", "state", "error", "task_id", "map_index")}
+        "problems": [{k: r[k] for k in ("index", "trial_id", "label", "state", "error", "task_id", "map_index")}
                      for r in rows if r["state"] in FAILED_STATES][:50],
         # pruned trials with the step they were stopped at and the rule's reason, as `gpusched sweep results`
-        "pruned": [{**{k: r[k] for k in ("index", "label", "error", "task_id", "map_index", "skipped")},
+        "pruned": [{**{k: r[k] for k in ("index", "trial_id", "label", "error", "task_id", "map_index", "skipped")},
                     "step": r.get("step")} for r in rows if r["state"] == "pruned"][:50],
     }
     metric = first.get("curve_metric")

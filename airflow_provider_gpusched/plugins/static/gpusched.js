@@ -146,7 +146,8 @@ function GpuBoard() {
     h("h1", { style: S.h1 }, "GPU board ", anySimulated ? badge("SIMULATED GPUs", "#c92a2a",
       "No NVML GPU on these hosts: the inventory is simulated ([gpusched] simulate_gpus)") : null),
     h("div", { style: S.muted }, `GPU hosts and the leases their running tasks published; refreshes every 5 s · `,
-      `updated ${new Date(data.generated * 1000).toLocaleTimeString()} · api-server ${data.api_server_host}`),
+      `updated ${new Date(data.generated * 1000).toLocaleTimeString()} · api-server ${data.api_server_host} · `,
+      h("a", { href: `${UI}/plugin/gpusched-timeline`, style: S.a, "data-testid": "timeline-link" }, "GPU timeline")),
     errorBox(error),
     mark ? h(TaskLease, { mark, board: data }) : null,
     data.hosts.length === 0 ? h("div", { style: S.card, "data-testid": "no-hosts" },
@@ -247,6 +248,118 @@ function GpuSummary() {
     h("b", null, "GPUs "), data.hosts.some((x) => x.simulated) ? badge("simulated", "#c92a2a") : null,
     h("span", null, `${busy} of ${gpus.length} in use on ${data.hosts.length} host(s) · ${data.waiting.length} task(s) waiting · `),
     h("a", { href: `${UI}/plugin/gpusched-gpus`, style: S.a }, "GPU board"));
+}
+
+// ---------------------------------------------------------------------------------------------------- GPU timeline
+const EXTRA_CLASS_COLORS = ["#0c8599", "#e64980", "#5c940d", "#862e9c", "#a61e4d", "#364fc7"];
+function classColor(name, classes) {
+  if (COLORS[name] && ["idle", "normal", "high"].includes(name)) return COLORS[name];
+  const others = classes.filter((c) => !["idle", "normal", "high"].includes(c));
+  return EXTRA_CLASS_COLORS[Math.max(0, others.indexOf(name)) % EXTRA_CLASS_COLORS.length];
+}
+const MARKS = { preempted: ["#e03131", "preempted (gave its GPU back)"], oom: ["#c2255c", "GPU out of memory (retried bigger)"],
+  failed: ["#212529", "failed"], timeout: ["#9c36b5", "stopped at its time limit"], stopped: ["#495057", "stopped"] };
+function clock(t, span) {
+  const d = new Date(t * 1000);
+  const hm = d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hour12: false });
+  return span > 86400 ? `${d.toLocaleDateString([], { month: "short", day: "numeric" })} ${hm}` : hm;
+}
+function timeTicks(since, until, width) {
+  const span = until - since;
+  const steps = [60, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
+  const most = Math.max(2, Math.floor(width / (span > 86400 ? 110 : 70)));
+  const step = steps.find((s) => span / s <= most) || 86400;
+  const offset = new Date().getTimezoneOffset() * 60;  // ticks on the local clock's round times
+  const ticks = [];
+  for (let t = Math.ceil((since - offset) / step) * step + offset; t <= until; t += step) ticks.push(t);
+  return ticks;
+}
+function barTitle(b) {
+  const who = b.task_id ? `${b.dag_id} › ${b.task_id}${b.map_index >= 0 ? `[${b.map_index}]` : ""}` : b.dag_id;
+  const times = `${new Date(b.start * 1000).toLocaleTimeString()}–${new Date(b.end * 1000).toLocaleTimeString()} (${dur(b.end - b.start)})`;
+  if (b.count) return `${b.count} short leases of class ${b.job_class}, ${times}, ${dur(b.busy)} busy: ` +
+    Object.entries(b.outcomes).map(([o, n]) => `${n} ${o}`).join(", ") + ` · first: ${who}. Choose a shorter window to see each.`;
+  return `${who} · ${b.job_class} class${b.label ? ` · ${b.label}` : ""} · ${times} · ${b.outcome}` +
+    (b.attempt > 1 ? ` (attempt ${b.attempt})` : "") + (b.request ? ` · ${b.request}` : "") + (b.detail ? ` · ${b.detail}` : "");
+}
+
+function TimelineChart({ data, width = 1300 }) {
+  const label = 190, right = 12, top = 26, lane = 14, gap = 6;
+  const span = data.until - data.since;
+  const X = (t) => label + ((t - data.since) / span) * (width - label - right);
+  let y = top;
+  const rows = data.rows.map((row) => { const at = y; y += row.lanes * lane + gap; return { row, at }; });
+  const height = Math.max(y + 4, top + 30);
+  const ticks = timeTicks(data.since, data.until, width - label - right);
+  const hostOf = (i) => (i === 0 || data.rows[i - 1].host !== data.rows[i].host);
+  return h("svg", { width, height, "data-testid": "plot-timeline", role: "img", "aria-label": "GPU leases over time" },
+    ticks.map((t) => h("g", { key: t },
+      h("line", { x1: X(t), x2: X(t), y1: top - 4, y2: height, stroke: "currentColor", opacity: 0.12 }),
+      h("text", { x: X(t), y: 14, fontSize: 10, textAnchor: "middle", fill: "currentColor", "data-tick": "x" }, clock(t, span)))),
+    rows.map(({ row, at }, i) => h("g", { key: `${row.host}-${row.gpu}`, "data-testid": "timeline-row",
+                                           "data-host": row.host, "data-gpu": row.gpu },
+      hostOf(i) && i > 0 ? h("line", { x1: 0, x2: width, y1: at - gap / 2, y2: at - gap / 2, stroke: "currentColor", opacity: 0.3 }) : null,
+      h("text", { x: 4, y: at + 11, fontSize: 11, fill: "currentColor" },
+        `${hostOf(i) ? (row.host.length > 16 ? `${row.host.slice(0, 15)}…` : row.host) : ""}`,
+        h("title", null, `${row.host} GPU ${row.gpu}: busy ${(100 * row.busy_fraction).toFixed(0)}% of the window`)),
+      h("text", { x: label - 6, y: at + 11, fontSize: 11, textAnchor: "end", fill: "currentColor" },
+        `GPU ${row.gpu} · ${(100 * row.busy_fraction).toFixed(0)}%`),
+      h("rect", { x: label, y: at, width: width - label - right, height: row.lanes * lane, fill: "currentColor", opacity: 0.04 }),
+      row.bars.map((b, k) => {
+        const x1 = X(b.start), w = Math.max(2, X(b.end) - x1), by = at + (b.lane || 0) * lane + 1;
+        const colour = classColor(b.job_class, data.classes);
+        const mark = MARKS[b.outcome];
+        const bar = h("rect", { x: x1, y: by, width: w, height: lane - 2, rx: 2, fill: colour,
+          opacity: b.count ? 0.55 : b.outcome === "running" ? 0.95 : 0.8,
+          stroke: mark ? mark[0] : "none", strokeWidth: mark ? 1.5 : 0,
+          strokeDasharray: b.outcome === "running" ? "3 2" : undefined });
+        const flag = mark && (b.outcome === "preempted" || b.outcome === "oom")
+          ? h("path", { "data-testid": "timeline-mark", "data-outcome": b.outcome, fill: mark[0],
+              d: b.outcome === "oom" ? `M${x1 + w} ${by - 1} l4 ${lane / 2 - 1} l-4 ${lane / 2 - 1} l-4 ${-(lane / 2 - 1)} z`
+                : `M${x1 + w - 4} ${by - 1} h8 l-4 ${lane - 1} z` }) : null;
+        const content = [h("title", { key: "t" }, barTitle(b)), bar, flag];
+        const attrs = { key: k, "data-testid": "timeline-bar", "data-outcome": b.outcome, "data-class": b.job_class,
+                        "data-count": b.count || 1 };
+        return b.run_id ? h("a", { ...attrs, href: tiHref(b.dag_id, b.run_id, b.task_id, b.map_index) }, ...content)
+          : h("g", attrs, ...content);
+      }))));
+}
+
+function GpuTimeline() {
+  const q = new URLSearchParams(window.location.search);
+  const [hours, setHours] = useState(Number(q.get("hours")) || 6);
+  const { data, error } = useJson(`${API}/timeline?hours=${hours}`, 15000);
+  const pick = h("span", { "data-testid": "timeline-window" }, "Last ",
+    [1, 6, 24, 72].map((x) => h("button", { key: x, onClick: () => setHours(x), "aria-pressed": x === hours,
+      style: { margin: "0 3px", padding: "1px 8px", borderRadius: "6px", cursor: "pointer",
+               border: "1px solid rgba(128,128,128,0.5)", fontWeight: x === hours ? 700 : 400,
+               background: x === hours ? "rgba(43,123,214,0.18)" : "transparent", color: "inherit" } },
+      x < 24 ? `${x} h` : `${x / 24} d`)));
+  if (!data) return h("div", { style: S.page }, h("h1", { style: S.h1 }, "GPU timeline"), pick,
+    errorBox(error) || status("loading…"));
+  const c = data.counts;
+  const leases = Object.values(c).reduce((n, v) => n + v, 0);
+  const key = data.classes.map((name) => [`${name} class`, classColor(name, data.classes)])
+    .concat([["merged short leases", "rgba(43,123,214,0.45)"]]);
+  return h("div", { style: S.page, "data-testid": "gpu-timeline" },
+    h("h1", { style: S.h1 }, "GPU timeline"),
+    h("div", { style: S.muted }, "Who held which GPU: one bar per lease, coloured by job class; a bar links to its task " +
+      `instance · refreshes every 15 s · updated ${new Date(data.until * 1000).toLocaleTimeString()} · `,
+      h("a", { href: `${UI}/plugin/gpusched-gpus`, style: S.a }, "GPU board")),
+    h("div", { style: { margin: "8px 0" } }, pick),
+    errorBox(error),
+    h("div", { style: { margin: "6px 0" }, "data-testid": "timeline-counts" },
+      `${leases} lease(s) in the window: `, `${c.running} running, ${c.succeeded} succeeded, ${c.failed} failed, `,
+      `${c.preempted} preempted, ${c.oom} out of GPU memory, ${c.timeout} at their time limit, ${c.stopped} stopped`),
+    h(Legend, { testid: "timeline-key", items: key.concat(Object.entries(MARKS).filter(([o]) => o === "preempted" || o === "oom")
+      .map(([, [colour, text]]) => [text, colour])) }),
+    data.rows.length === 0 ? h("div", { style: S.card, "data-testid": "timeline-empty" },
+      "No lease in this window, and no GPU host is known to this api-server.") :
+      h("div", { style: { overflowX: "auto" } }, h(TimelineChart, { data })),
+    data.dropped ? h("div", { style: S.muted }, `${data.dropped} older lease(s) of long-running tasks are not kept ` +
+      "(each task keeps its newest 2,000).") : null,
+    data.problems.length ? h("div", null, h("h2", { style: S.h2 }, "Records that could not be read"),
+      h("ul", null, data.problems.map((p, i) => h("li", { key: i }, p)))) : null);
 }
 
 // ---------------------------------------------------------------------------------------------------- plots
@@ -354,20 +467,41 @@ function axisFor(values, scale, whole) {
 // smaller dots when there are many, so a large sweep's cloud keeps its shape
 const dot = (points) => (points.length > 500 ? 2.5 : 4);
 
-function Scatter({ points, line, xLabel, yLabel, xScale, width = 420, height = 240, testid }) {
+function Scatter({ points, line, xLabel, yLabel, xScale, yScale, width = 420, height = 240, testid, onPick, lineColor }) {
   if (!points.length) return null;
   const x = axisFor(points.map((p) => p.x), xScale, points.every((p) => Number.isInteger(p.x)));
-  const y = linearAxis(points.map((p) => p.y).concat((line || []).map((p) => p.y)), false);
-  return h(Frame, { x, y, xLabel, yLabel, width, height, testid, draw: (X, Y) => [
-    line && line.length > 1 ? h("polyline", { key: "line", fill: "none", stroke: "#f59f00", strokeWidth: 2,
+  const y = axisFor(points.map((p) => p.y).concat((line || []).map((p) => p.y)), yScale, false);
+  return h(Frame, { x, y, xLabel, yLabel: yLabel + (y.scale === "log" ? " (log)" : ""), width, height, testid, draw: (X, Y) => [
+    line && line.length > 1 ? h("polyline", { key: "line", fill: "none", stroke: lineColor || "#f59f00", strokeWidth: 2,
       points: line.map((p) => `${X(p.x)},${Y(p.y)}`).join(" ") }) : null,
     ...points.map((p, i) => h("circle", { key: i, cx: X(p.x), cy: Y(p.y), r: p.best ? 6 : dot(points),
-      fill: p.best ? "#f59f00" : p.color || "#2b7bd6", stroke: p.best ? "black" : "none", opacity: 0.85 },
+      fill: p.best ? "#f59f00" : p.color || "#2b7bd6", stroke: p.best || p.picked ? "black" : "none",
+      strokeWidth: p.picked ? 2 : 1, opacity: 0.85, "data-trial": p.id,
+      style: onPick && p.id ? { cursor: "pointer" } : undefined, onClick: onPick && p.id ? () => onPick(p.id) : undefined },
       h("title", null, p.title)))] });
 }
 
+// several lines on one frame (two runs' best-so-far)
+function Lines({ series, xLabel, yLabel, width = 420, height = 240, testid }) {
+  const all = series.flatMap((s) => s.points);
+  if (!all.length) return null;
+  const x = linearAxis(all.map((p) => p[0]), true);
+  const y = linearAxis(all.map((p) => p[1]), false);
+  return h(Frame, { x, y, xLabel, yLabel, width, height, testid, draw: (X, Y) => series.map((s) =>
+    h("polyline", { key: s.name, fill: "none", stroke: s.color, strokeWidth: 2, "data-series": s.name,
+      points: s.points.map(([a, b]) => `${X(a)},${Y(b)}`).join(" ") }, h("title", null, s.name))) });
+}
+
+// earlier trials light, later ones dark (as Optuna's slice plots colour by trial number)
+function trialColor(index, last) {
+  const f = last > 0 ? Math.min(1, Math.max(0, index / last)) : 1;
+  return `hsl(${210 - 20 * f}, 70%, ${78 - 45 * f}%)`;
+}
+// a score's colour in the parallel coordinates: worst pale yellow, best deep blue
+function scoreColor(f) { return `hsl(${55 + 170 * f}, ${60 + 20 * f}%, ${62 - 30 * f}%)`; }
+
 // scores by the value of a categorical parameter: one column of points per value, spread sideways
-function Strip({ points, categories, xLabel, yLabel, width = 300, height = 200, testid }) {
+function Strip({ points, categories, xLabel, yLabel, width = 300, height = 200, testid, onPick }) {
   if (!points.length) return null;
   const step = (width - 80) / categories.length;  // the room of one value, at most (margins take the rest)
   const x = categoryAxis(categories, Math.max(2, Math.min(12, Math.floor(step / CHAR) - 1)));
@@ -375,7 +509,8 @@ function Strip({ points, categories, xLabel, yLabel, width = 300, height = 200, 
   return h(Frame, { x, y, xLabel, yLabel, width, height, testid, draw: (X, Y) =>
     points.map((p, i) => h("circle", { key: i, cx: X(p.x) + (((p.index * 7919) % 13) / 12 - 0.5) * Math.min(24, step * 0.5),
       cy: Y(p.y), r: p.best ? 6 : dot(points), fill: p.best ? "#f59f00" : "#2b7bd6", stroke: p.best ? "black" : "none",
-      opacity: 0.8 }, h("title", null, p.title))) });
+      opacity: 0.8, "data-trial": p.id, style: onPick && p.id ? { cursor: "pointer" } : undefined,
+      onClick: onPick && p.id ? () => onPick(p.id) : undefined }, h("title", null, p.title))) });
 }
 
 // intermediate reports: one line per trial, coloured by its state (running trials drawn last, on top)
@@ -414,7 +549,172 @@ function trialCell(r) {
   return h("span", { title: r.label, style: { whiteSpace: "nowrap" } }, `${r.index}`);
 }
 
-function SweepCard({ sweep, dagId, focus }) {
+// parallel coordinates: one axis per parameter (numeric on its scale, categorical by value) and the score last; one
+// line per trial coloured by its score; drag along an axis to keep the trials in that range (the others go grey)
+const MAX_PC_AXES = 12;
+function ParallelCoordinates({ sweep, points, onPick, picked }) {
+  const obj = sweep.objective;
+  const cats = sweep.categorical_params || {};
+  const scales = sweep.param_scales || {};
+  const [brushes, setBrushes] = useState({});
+  const [drag, setDrag] = useState(null);
+  const params = sweep.numeric_params.map((name) => ({ name, kind: "num" }))
+    .concat(Object.keys(cats).map((name) => ({ name, kind: "cat" }))).slice(0, MAX_PC_AXES - 1);
+  const axes = params.concat([{ name: obj.score_label, kind: "score" }]);
+  if (axes.length < 2 || !points.length) return null;
+  const valueOf = (p, a) => (a.kind === "score" ? p.score : a.kind === "num" ? p.params[a.name]
+    : cats[a.name].indexOf((p.categories || {})[a.name]));
+  const scaleOf = (a) => {
+    const vals = points.map((p) => valueOf(p, a)).filter((v) => v !== undefined && v !== null && v >= (a.kind === "cat" ? 0 : -Infinity));
+    if (a.kind === "cat") return categoryAxis(cats[a.name], 9);
+    return axisFor(vals.length ? vals : [0, 1], a.kind === "num" ? scales[a.name] : "linear", false);
+  };
+  const spacing = 118, padL = 64, padR = 64, top = 34, bottom = 14, height = 300;
+  const width = padL + padR + spacing * (axes.length - 1);
+  const X = (k) => padL + k * spacing;
+  const inner = height - top - bottom;
+  const scaled = axes.map((a) => ({ a, s: scaleOf(a) }));
+  const Yf = (s, v) => top + (1 - (s.scale === "category" ? s.at(v) : Math.min(1, Math.max(0, s.at(v))))) * inner;
+  const scores = points.map((p) => p.score);
+  const lo = Math.min(...scores), hi = Math.max(...scores);
+  const goodness = (v) => (hi === lo ? 1 : obj.maximize ? (v - lo) / (hi - lo) : (hi - v) / (hi - lo));
+  const inBrushes = (p) => Object.entries(brushes).every(([name, [y0, y1]]) => {
+    const k = axes.findIndex((a) => a.name === name);
+    if (k < 0) return true;
+    const v = valueOf(p, axes[k]);
+    if (v === undefined || v === null || (axes[k].kind === "cat" && v < 0)) return false;
+    const y = Yf(scaled[k].s, v);
+    return y >= Math.min(y0, y1) - 0.5 && y <= Math.max(y0, y1) + 0.5;
+  });
+  const kept = points.filter(inBrushes);
+  const keptSet = new Set(kept.map((p) => p.index));
+  const line = (p) => axes.map((a, k) => {
+    const v = valueOf(p, a);
+    return v === undefined || v === null || (a.kind === "cat" && v < 0) ? null : `${X(k)},${Yf(scaled[k].s, v)}`;
+  }).filter(Boolean).join(" ");
+  const ordered = [...points].sort((a, b) => (keptSet.has(a.index) - keptSet.has(b.index)) || (goodness(a.score) - goodness(b.score)));
+  const svgY = (e) => e.clientY - e.currentTarget.ownerSVGElement.getBoundingClientRect().top;
+  const fit = (text, room) => { const most = Math.max(4, Math.floor(room / 6.9)); return text.length > most ? `${text.slice(0, most - 1)}…` : text; };
+  return h("div", null,
+    h("div", { style: S.muted, "data-testid": "pc-selection" },
+      Object.keys(brushes).length ? `${kept.length} of ${points.length} trials in the selected ranges · ` : `${points.length} trials · drag along an axis to select a range · `,
+      Object.keys(brushes).length ? h("a", { href: "#", style: S.a, onClick: (e) => { e.preventDefault(); setBrushes({}); } }, "clear the selection") : "click a line for its trial"),
+    h("svg", { width, height, "data-testid": "plot-parallel", role: "img", "aria-label": "parallel coordinates",
+               style: { margin: "4px 0", userSelect: "none" } },
+      ordered.map((p) => h("polyline", { key: p.index, points: line(p), fill: "none", "data-trial": p.trial_id,
+        stroke: keptSet.has(p.index) ? scoreColor(goodness(p.score)) : "rgba(128,128,128,0.25)",
+        strokeWidth: picked === p.trial_id ? 3 : points.length > 500 ? 0.8 : 1.4,
+        opacity: keptSet.has(p.index) ? 0.85 : 0.5, style: { cursor: "pointer" }, onClick: () => onPick(p.trial_id) },
+        h("title", null, `trial ${p.index} ${p.label}: ${fmtValue(p.score)}`))),
+      scaled.map(({ a, s }, k) => h("g", { key: a.name, "data-axis": a.name },
+        h("line", { x1: X(k), x2: X(k), y1: top, y2: top + inner, stroke: "currentColor", opacity: 0.6 }),
+        h("text", { x: X(k), y: 12, fontSize: 11, textAnchor: "middle", fill: "currentColor", fontWeight: a.kind === "score" ? 700 : 400 },
+          fit(a.name + (s.scale === "log" ? " (log)" : ""), k === axes.length - 1 ? 2 * padR - 8 : spacing - 8),
+          h("title", null, a.name)),
+        (s.scale === "category" ? s.ticks : [s.ticks[0], s.ticks[Math.floor(s.ticks.length / 2)], s.ticks[s.ticks.length - 1]])
+          .filter((v, i, all) => all.indexOf(v) === i).map((v) => {
+            const i = s.ticks.indexOf(v);
+            return h("text", { key: `t${i}`, x: X(k) - 4, y: Yf(s, v) + 3, fontSize: 10, textAnchor: "end", fill: "currentColor" },
+              s.labels[i], s.full ? h("title", null, s.full[i]) : null);
+          }),
+        brushes[a.name] ? h("rect", { x: X(k) - 7, width: 14, y: Math.min(...brushes[a.name]), height: Math.abs(brushes[a.name][1] - brushes[a.name][0]) || 2,
+          fill: "rgba(245,159,0,0.35)", stroke: "#f59f00", "data-testid": "pc-brush" }) : null,
+        drag && drag.name === a.name ? h("rect", { x: X(k) - 7, width: 14, y: Math.min(drag.y0, drag.y1), height: Math.abs(drag.y1 - drag.y0),
+          fill: "rgba(245,159,0,0.25)" }) : null,
+        h("rect", { x: X(k) - 10, y: top, width: 20, height: inner, fill: "transparent", style: { cursor: "ns-resize" },
+          "data-testid": `pc-axis-${a.name}`,
+          onMouseDown: (e) => { const y = svgY(e); setDrag({ name: a.name, y0: y, y1: y }); },
+          onMouseMove: (e) => { if (drag && drag.name === a.name) setDrag({ ...drag, y1: svgY(e) }); },
+          onMouseUp: () => {
+            if (!drag) return;
+            const next = { ...brushes };
+            if (Math.abs(drag.y1 - drag.y0) < 3) delete next[drag.name]; else next[drag.name] = [drag.y0, drag.y1];
+            setBrushes(next); setDrag(null);
+          } })))));
+}
+
+function Importance({ dagId, run, group }) {
+  const url = `${API}/dags/${enc(dagId)}/sweeps/importance?` + new URLSearchParams({ run_id: run, group });
+  const { data, error } = useJson(url, 60000);
+  if (!data) return error ? h("div", { style: S.muted }, `Importance: ${error}`) : status("parameter importance: computing…");
+  const rows = data.importances || [];
+  const width = 470, label = 150, barMax = width - label - 56, rowH = 20;
+  return h("div", { "data-testid": "importance" },
+    h("div", { style: S.muted }, rows.length ? `for ${data.metric}, from all ${data.trials.toLocaleString()} scored trials · ${data.method_label}` +
+      (data.note ? ` (${data.note})` : "") : data.note),
+    rows.length ? h("svg", { width, height: rows.length * rowH + 8, "data-testid": "plot-importance", role: "img",
+                             "aria-label": "parameter importance" },
+      rows.map((r, i) => h("g", { key: r.name, "data-param": r.name },
+        h("text", { x: label - 6, y: i * rowH + 15, fontSize: 11, textAnchor: "end", fill: "currentColor" },
+          r.name.length > 22 ? `${r.name.slice(0, 21)}…` : r.name, h("title", null, r.name)),
+        h("rect", { x: label, y: i * rowH + 4, height: rowH - 6, width: Math.max(1, r.importance * barMax), rx: 2, fill: "#2b7bd6" }),
+        h("text", { x: label + Math.max(1, r.importance * barMax) + 4, y: i * rowH + 15, fontSize: 10, fill: "currentColor" },
+          `${(100 * r.importance).toFixed(1)}%`)))) : null);
+}
+
+function TrialPanel({ dagId, run, group, trialId, onClose }) {
+  const url = `${API}/dags/${enc(dagId)}/sweeps/trial?` + new URLSearchParams({ run_id: run, group, trial_id: trialId });
+  const { data, error } = useJson(url, 10000);
+  const frame = (...children) => h("div", { style: { ...S.card, borderColor: "#f59f00" }, "data-testid": "trial-panel" },
+    h("a", { href: "#", style: { ...S.a, float: "right" }, onClick: (e) => { e.preventDefault(); onClose(); } }, "close"), ...children);
+  if (!data) return frame(errorBox(error) || status("loading the trial…"));
+  const flat = flatParams(data.params);
+  return frame(
+    h("div", { style: { fontWeight: 600 } }, `Trial ${data.index} ${data.label} `, badge(data.state, COLORS[data.state]),
+      data.task_id ? h("a", { href: tiHref(dagId, run, data.task_id, data.map_index), style: { ...S.a, fontWeight: 400 } }, "task instance (Airflow log)")
+        : h("span", { style: S.muted }, "ran in an earlier DAG run")),
+    h("div", { style: S.muted }, Object.entries(flat).map(([k, v]) => `${k}=${typeof v === "number" ? fmtValue(v) : JSON.stringify(v)}`).join(" · ")),
+    data.result ? h("div", { "data-testid": "trial-result" }, "Result: ", h("code", null, JSON.stringify(data.result).slice(0, 400))) : null,
+    data.error ? h("div", { style: { color: "#e03131" } }, data.error) : null,
+    data.seconds !== null && data.seconds !== undefined ? h("div", { style: S.muted }, `ran ${dur(data.seconds)}`) : null,
+    h("div", { style: { fontWeight: 600, marginTop: "6px" } }, "Output ",
+      h("span", { style: { ...S.muted, fontWeight: 400 } }, data.log_path ? `last lines of ${data.log_path}` : "", data.log_note ? ` · ${data.log_note}` : "")),
+    data.log_tail !== null && data.log_tail !== undefined ? h("pre", { style: S.pre, "data-testid": "trial-log" }, data.log_tail || "(empty)")
+      : h("div", { style: S.muted, "data-testid": "trial-log-missing" }, data.log_note || "no output"));
+}
+
+function Compare({ dagId, run, group, runs, obj }) {
+  const others = runs.filter((r) => r !== run);
+  const [other, setOther] = useState("");
+  const url = other ? `${API}/dags/${enc(dagId)}/sweeps/compare?` + new URLSearchParams({ run_id: run, other, group }) : null;
+  const { data, error } = useJson(url, 0);
+  const pick = h("label", null, "Compare this run with ", h("select", { value: other, "data-testid": "compare-run",
+    onChange: (e) => setOther(e.target.value) }, [h("option", { key: "", value: "" }, others.length ? "(choose a run)" : "(no other run)")]
+    .concat(others.map((r) => h("option", { key: r, value: r }, r)))));
+  if (!other) return h("div", { "data-testid": "compare" }, pick);
+  if (!data || (data.b && data.b.run !== other)) return h("div", { "data-testid": "compare" }, pick, errorBox(error) || status("comparing…"));
+  const fmtv = (v) => (typeof v === "number" ? fmtValue(v) : "–");
+  const pts = data.pairs.map((p) => ({ x: p.a, y: p.b, title: `trial ${p.index} ${p.label}: ${fmtValue(p.a)} → ${fmtValue(p.b)}` }));
+  const all = pts.flatMap((p) => [p.x, p.y]);
+  const diag = all.length ? [{ x: Math.min(...all), y: Math.min(...all) }, { x: Math.max(...all), y: Math.max(...all) }] : [];
+  const short = (r) => (r.length > 34 ? `${r.slice(0, 33)}…` : r);
+  return h("div", { "data-testid": "compare" }, pick,
+    h(Table, { testid: "compare-runs", head: ["run", "scored", `best ${data.metric}`, "best trial", "counts"],
+      rows: [data.a, data.b].map((s) => ({ cells: [h("span", { title: s.run }, short(s.run)), `${s.scored}`, s.best ? fmtv(s.best.score) : "–",
+        s.best ? `${s.best.index} ${s.best.label}` : "–", Object.entries(s.counts).map(([k, v]) => `${k} ${v}`).join(", ")] })) }),
+    h("div", { style: S.muted, "data-testid": "compare-summary" }, `${data.both} trial(s) scored in both runs: ${data.changed} changed ` +
+      `(${data.better_in_b} better and ${data.worse_in_b} worse in ${short(data.b.run)}); ${data.only_a} only in this run, ${data.only_b} only in the other.`),
+    h("div", { style: { display: "flex", flexWrap: "wrap" } },
+      h("div", null, h("div", { style: S.muted }, `best ${data.metric} so far`),
+        h(Legend, { testid: "legend-compare", items: [[short(data.a.run), "#2b7bd6", "line"], [short(data.b.run), "#d9480f", "line"]] }),
+        h(Lines, { series: [{ name: data.a.run, color: "#2b7bd6", points: data.a.best_so_far }, { name: data.b.run, color: "#d9480f", points: data.b.best_so_far }],
+          xLabel: "trial", yLabel: data.metric, testid: "plot-compare-progress" })),
+      pts.length ? h("div", null, h("div", { style: S.muted }, `${data.metric}: this run against the other, per trial`),
+        h(Legend, { items: [["same score", "#f59f00", "line"], ["trial", "#2b7bd6"]] }),
+        h(Scatter, { points: pts, line: diag, xLabel: short(data.a.run), yLabel: short(data.b.run), testid: "plot-compare" })) : null),
+    data.changed ? h(Table, { testid: "compare-changed", head: ["trial", "this run", "other run", "difference"],
+      rows: data.pairs.filter((p) => p.diff !== 0).slice(0, 10).map((p) => ({ cells: [`${p.index} ${p.label}`, fmtv(p.a), fmtv(p.b),
+        `${p.diff > 0 ? "+" : ""}${fmtValue(p.diff)}`] })) }) : null);
+}
+
+function Section({ title, testid, children, note }) {
+  return h("div", { "data-testid": testid, style: { marginTop: "10px" } },
+    h("div", { style: { fontWeight: 600 } }, title, note ? h("span", { style: { ...S.muted, fontWeight: 400 } }, ` · ${note}`) : null), children);
+}
+
+function SweepCard({ sweep, dagId, focus, runs }) {
+  const [picked, setPicked] = useState(null);
+  const [logScore, setLogScore] = useState(false);
   const obj = sweep.objective;
   const better = obj && obj.maximize ? (a, b) => a > b : (a, b) => a < b;
   const several = obj && obj.several;
@@ -426,8 +726,14 @@ function SweepCard({ sweep, dagId, focus }) {
     : pts.map((p) => { if (best === null || better(p.score, best)) best = p.score; return { x: p.index, y: best }; });
   const bestIndex = sweep.best ? sweep.best.index : null;
   const rounds = [...new Set(pts.map((p) => p.round || 0))].sort((a, b) => a - b);
-  const scatter = pts.map((p) => ({ x: p.index, y: p.score, best: p.index === bestIndex,
+  const scatter = pts.map((p) => ({ x: p.index, y: p.score, best: p.index === bestIndex, id: p.trial_id, picked: p.trial_id === picked,
     color: ROUND_COLORS[(p.round || 0) % ROUND_COLORS.length], title: `trial ${p.index} ${p.label}: ${fmtValue(p.score)}` }));
+  const lastIndex = pts.length ? pts[pts.length - 1].index : 0;
+  const canLog = pts.length > 0 && pts.every((p) => p.score > 0);
+  const yScale = canLog && logScore ? "log" : "linear";
+  const pick = (id) => setPicked(id === picked ? null : id);
+  const pickLink = (r) => (r.trial_id ? h("a", { href: "#", style: S.a, "data-testid": "pick-trial", title: "its parameters and output",
+    onClick: (e) => { e.preventDefault(); pick(r.trial_id); } }, "output") : "");
   const counts = sweep.counts;
   const scales = sweep.param_scales || {};
   const cats = sweep.categorical_params || {};
@@ -465,25 +771,36 @@ function SweepCard({ sweep, dagId, focus }) {
       h("div", null, h("div", { style: S.muted }, `${obj.score_label} by trial`),
         h(Legend, { testid: "legend-progress", items: [["best so far", "#f59f00", "line"]].concat(rounds.length > 1
           ? rounds.map((r) => [`round ${r}`, ROUND_COLORS[r % ROUND_COLORS.length]]) : [["trial", ROUND_COLORS[0]]]) }),
-        h(Scatter, { points: scatter, line, xLabel: "trial", yLabel: obj.score_label, testid: "plot-progress" })),
-      sweep.numeric_params.map((name) => h("div", { key: name },
-        h("div", { style: S.muted }, `${obj.score_label} against ${name}`),
-        h(Legend, { items: [bestLegend, ["trial", "#2b7bd6"]] }),
+        h(Scatter, { points: scatter, line, xLabel: "trial", yLabel: obj.score_label, testid: "plot-progress", yScale, onPick: pick })),
+      sweep.numeric_params.map((name) => h("div", { key: name, "data-testid": "slice" },
+        h("div", { style: S.muted }, `slice: ${obj.score_label} against ${name}`),
+        h(Legend, { items: [bestLegend, ["earlier trial", trialColor(0, 1)], ["later trial", trialColor(1, 1)]] }),
         h(Scatter, { points: pts.filter((p) => name in p.params).map((p) => ({ x: p.params[name], y: p.score,
-          best: p.index === bestIndex, title: `trial ${p.index} ${p.label}: ${fmtValue(p.score)}` })),
+          best: p.index === bestIndex, id: p.trial_id, picked: p.trial_id === picked, color: trialColor(p.index, lastIndex),
+          title: `trial ${p.index} ${p.label}: ${fmtValue(p.score)}` })), onPick: pick, yScale,
           xScale: scales[name], xLabel: name, yLabel: obj.score_label, width: 300, height: 200, testid: `plot-${name}` }))),
       Object.entries(cats).map(([name, values]) => h("div", { key: name },
         h("div", { style: S.muted }, `${obj.score_label} by ${name}`),
         h(Legend, { items: [bestLegend, ["trial", "#2b7bd6"]] }),
         h(Strip, { points: pts.filter((p) => p.categories && name in p.categories).map((p) => ({
-          x: values.indexOf(p.categories[name]), y: p.score, index: p.index, best: p.index === bestIndex,
-          title: `trial ${p.index} ${p.label}: ${fmtValue(p.score)}` })), categories: values,
+          x: values.indexOf(p.categories[name]), y: p.score, index: p.index, best: p.index === bestIndex, id: p.trial_id,
+          title: `trial ${p.index} ${p.label}: ${fmtValue(p.score)}` })), categories: values, onPick: pick,
           xLabel: name, yLabel: obj.score_label, testid: `plot-${name}` })))) : null,
+    picked ? h(TrialPanel, { key: picked, dagId, run: sweep.run, group: sweep.group, trialId: picked, onClose: () => setPicked(null) }) : null,
+    scatter.length ? h("div", { "data-testid": "analysis" },
+      canLog ? h("label", { style: { ...S.muted, display: "block", marginTop: "4px" } }, h("input", { type: "checkbox", checked: logScore,
+        "data-testid": "log-score", onChange: (e) => setLogScore(e.target.checked) }), ` ${obj.score_label} on a log axis`) : null,
+      h(Section, { title: "Parallel coordinates", testid: "parallel", note: sweep.points_note ? `the same ${pts.length.toLocaleString()} trials as the plots` : "" },
+        h(ParallelCoordinates, { sweep, points: pts, onPick: pick, picked })),
+      h(Section, { title: "Parameter importance", testid: "importance-section" },
+        h(Importance, { dagId, run: sweep.run, group: sweep.group })),
+      h(Section, { title: "Compare runs", testid: "compare-section" },
+        h(Compare, { dagId, run: sweep.run, group: sweep.group, runs: runs || [], obj }))) : null,
     obj ? h("div", null, h("div", { style: { fontWeight: 600, marginTop: "6px" } }, "Leaderboard"),
       sweep.leaderboard.length === 0 ? h("div", { style: S.muted }, "No trial has a score yet.") :
         h("div", { style: { overflowX: "auto" } }, h(Table, { testid: "leaderboard",
           head: ["rank"].concat(several ? ["front", ...obj.metrics] : [], several && !obj.weights ? [] : [obj.score_label],
-            ["trial"], shownParams, paramNames.length > shownParams.length ? ["more parameters"] : [], ["time", ""]),
+            ["trial"], shownParams, paramNames.length > shownParams.length ? ["more parameters"] : [], ["time", "", ""]),
           rows: sweep.leaderboard.map((r) => {
             const flat = flatParams(r.params);
             const rest = paramNames.slice(MAX_PARAM_COLUMNS).filter((n) => n in flat).map((n) => `${n}=${fmtValue(flat[n])}`);
@@ -492,7 +809,7 @@ function SweepCard({ sweep, dagId, focus }) {
               several && !obj.weights ? [] : [fmtv(r.score)], [trialCell(r)],
               shownParams.map((n) => (n in flat ? paramCell(flat[n]) : "–")),
               paramNames.length > shownParams.length ? [h("span", { style: S.muted }, rest.join(", "))] : [],
-              [dur(r.seconds), taskLink(r)]) };
+              [dur(r.seconds), taskLink(r), pickLink(r)]), style: r.trial_id === picked ? { background: "rgba(245,159,0,0.15)" } : undefined };
           }) }))) : null,
     sweep.curves && sweep.curves.length ? h("div", { "data-testid": "reports" },
       h("div", { style: { fontWeight: 600, marginTop: "6px" } }, "Intermediate reports"),
@@ -509,13 +826,13 @@ function SweepCard({ sweep, dagId, focus }) {
     sweep.truncated ? h("div", { style: S.muted }, `${sweep.truncated} trials are not listed (too many to publish).`) : null,
     sweep.pruned && sweep.pruned.length ? h("div", null,
       h("div", { style: { fontWeight: 600, marginTop: "6px" } }, `Pruned (${counts.pruned || sweep.pruned.length})`),
-      h(Table, { testid: "pruned", head: ["trial", "stopped at step", "why", ""], rows: sweep.pruned.map((p) => ({
+      h(Table, { testid: "pruned", head: ["trial", "stopped at step", "why", "", ""], rows: sweep.pruned.map((p) => ({
         cells: [h("span", { title: p.label }, `${p.index} ${p.label}`), p.step === null || p.step === undefined ? "–" : `${p.step}`,
-                p.error || "", p.skipped ? h("span", { style: S.muted }, "earlier run") : taskLink(p)] })) })) : null,
+                p.error || "", p.skipped ? h("span", { style: S.muted }, "earlier run") : taskLink(p), pickLink(p)] })) })) : null,
     sweep.problems.length ? h("div", null, h("div", { style: { fontWeight: 600, marginTop: "6px" } }, "Failed, invalid or timed out"),
-      h(Table, { testid: "problems", head: ["trial", "state", "error", ""], rows: sweep.problems.map((p) => ({
+      h(Table, { testid: "problems", head: ["trial", "state", "error", "", ""], rows: sweep.problems.map((p) => ({
         cells: [`${p.index} ${p.label}`, badge(p.state, COLORS[p.state]), p.error || "",
-                p.task_id ? h("a", { href: tiHref(dagId, sweep.run, p.task_id, p.map_index), style: S.a }, "task") : ""] })) }))
+                p.task_id ? h("a", { href: tiHref(dagId, sweep.run, p.task_id, p.map_index), style: S.a }, "task") : "", pickLink(p)] })) }))
       : null);
 }
 
@@ -532,7 +849,7 @@ function Sweeps({ dagId }) {
       h("span", { style: S.muted }, " · refreshes every 10 s")) : null,
     errorBox(error),
     data.sweeps.length === 0 ? h("div", { style: S.card }, "No sweep has been planned in this DAG yet.") : null,
-    data.sweeps.map((s) => h(SweepCard, { key: s.group, sweep: s, dagId, focus: q.get("sweep") === s.sweep })),
+    data.sweeps.map((s) => h(SweepCard, { key: `${data.run_id}/${s.group}`, sweep: s, dagId, focus: q.get("sweep") === s.sweep, runs: data.runs })),
     data.problems.length ? h("ul", null, data.problems.map((p, i) => h("li", { key: i }, p))) : null);
 }
 
@@ -590,5 +907,6 @@ globalThis["GPU board"] = GpuBoard;
 globalThis["GPUs"] = GpuSummary;
 globalThis["Sweeps"] = Sweeps;
 globalThis["Slurm job"] = SlurmJob;
+globalThis["GPU timeline"] = GpuTimeline;
 globalThis.AirflowPlugin = GpuBoard;
 export default GpuBoard;

@@ -54,3 +54,11 @@ with DAG("e2e_queue_stop", schedule=None, start_date=START, catchup=False, param
     # and no retry starts them again
     LocalGPUOperator.partial(task_id="trial", gpus=1, env=OUT, poll_interval=1, grace_period=3, retries=2,
                              retry_delay=timedelta(seconds=1)).expand(command=[trial(f"stop{i}") for i in range(8)])
+
+# needs 3 GiB, asks for 2: the first attempt fails with a CUDA OOM, the retry reserves 1.5 x as much and succeeds
+NEEDS_3GIB = ("import os, sys; have = float(os.environ['GPUSCHED_GPU_MEMORY_BYTES']) / 2**30; "
+              "print(f'{have:.1f} GiB reserved'); "
+              "sys.exit('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB') if have < 3 else None")
+with DAG("e2e_oom_retry", schedule=None, start_date=START, catchup=False):
+    LocalGPUOperator(task_id="train", gpu_memory="2GiB", poll_interval=1, retries=0,
+                     command=["python3", "-c", NEEDS_3GIB])
