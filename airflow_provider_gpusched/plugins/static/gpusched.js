@@ -80,7 +80,7 @@ function errorBox(e) {
 }
 function Table({ head, rows, testid }) {
   return h("table", { style: S.table, "data-testid": testid },
-    h("thead", null, h("tr", null, head.map((c) => h("th", { key: c, style: S.th }, c)))),
+    h("thead", null, h("tr", null, head.map((c, i) => h("th", { key: i, style: S.th }, c)))),
     h("tbody", null, rows.map((r, i) => h("tr", { key: i, style: r.style },
       r.cells.map((c, j) => h("td", { key: j, style: S.td }, c))))));
 }
@@ -284,7 +284,7 @@ function barTitle(b) {
 }
 
 function TimelineChart({ data, width = 1300 }) {
-  const label = 190, right = 12, top = 26, lane = 14, gap = 6;
+  const label = 210, right = 30, top = 26, lane = 14, gap = 6;
   const span = data.until - data.since;
   const X = (t) => label + ((t - data.since) / span) * (width - label - right);
   let y = top;
@@ -300,7 +300,7 @@ function TimelineChart({ data, width = 1300 }) {
                                            "data-host": row.host, "data-gpu": row.gpu },
       hostOf(i) && i > 0 ? h("line", { x1: 0, x2: width, y1: at - gap / 2, y2: at - gap / 2, stroke: "currentColor", opacity: 0.3 }) : null,
       h("text", { x: 4, y: at + 11, fontSize: 11, fill: "currentColor" },
-        `${hostOf(i) ? (row.host.length > 16 ? `${row.host.slice(0, 15)}…` : row.host) : ""}`,
+        `${hostOf(i) ? (row.host.length > 15 ? `${row.host.slice(0, 14)}…` : row.host) : ""}`,
         h("title", null, `${row.host} GPU ${row.gpu}: busy ${(100 * row.busy_fraction).toFixed(0)}% of the window`)),
       h("text", { x: label - 6, y: at + 11, fontSize: 11, textAnchor: "end", fill: "currentColor" },
         `GPU ${row.gpu} · ${(100 * row.busy_fraction).toFixed(0)}%`),
@@ -352,7 +352,7 @@ function GpuTimeline() {
       `${leases} lease(s) in the window: `, `${c.running} running, ${c.succeeded} succeeded, ${c.failed} failed, `,
       `${c.preempted} preempted, ${c.oom} out of GPU memory, ${c.timeout} at their time limit, ${c.stopped} stopped`),
     h(Legend, { testid: "timeline-key", items: key.concat(Object.entries(MARKS).filter(([o]) => o === "preempted" || o === "oom")
-      .map(([, [colour, text]]) => [text, colour])) }),
+      .map(([, [colour, text]]) => [text, colour])).concat([["failed (outlined)", MARKS.failed[0]], ["running (dashed)", "#2b7bd6"]]) }),
     data.rows.length === 0 ? h("div", { style: S.card, "data-testid": "timeline-empty" },
       "No lease in this window, and no GPU host is known to this api-server.") :
       h("div", { style: { overflowX: "auto" } }, h(TimelineChart, { data })),
@@ -552,6 +552,8 @@ function trialCell(r) {
 // parallel coordinates: one axis per parameter (numeric on its scale, categorical by value) and the score last; one
 // line per trial coloured by its score; drag along an axis to keep the trials in that range (the others go grey)
 const MAX_PC_AXES = 12;
+// a label drawn over lines keeps a rim of the page's own background (light or dark theme)
+const HALO = { paintOrder: "stroke", stroke: "Canvas", strokeWidth: 3, strokeLinejoin: "round" };
 function ParallelCoordinates({ sweep, points, onPick, picked }) {
   const obj = sweep.objective;
   const cats = sweep.categorical_params || {};
@@ -597,7 +599,7 @@ function ParallelCoordinates({ sweep, points, onPick, picked }) {
   const fit = (text, room) => { const most = Math.max(4, Math.floor(room / 6.9)); return text.length > most ? `${text.slice(0, most - 1)}…` : text; };
   return h("div", null,
     h("div", { style: S.muted, "data-testid": "pc-selection" },
-      Object.keys(brushes).length ? `${kept.length} of ${points.length} trials in the selected ranges · ` : `${points.length} trials · drag along an axis to select a range · `,
+      Object.keys(brushes).length ? `${kept.length} of ${points.length} trials in the selected ranges · ` : `${points.length} trials, coloured by ${obj.score_label} (pale: worst, deep blue: best) · drag along an axis to select a range · `,
       Object.keys(brushes).length ? h("a", { href: "#", style: S.a, onClick: (e) => { e.preventDefault(); setBrushes({}); } }, "clear the selection") : "click a line for its trial"),
     h("svg", { width, height, "data-testid": "plot-parallel", role: "img", "aria-label": "parallel coordinates",
                style: { margin: "4px 0", userSelect: "none" } },
@@ -611,10 +613,12 @@ function ParallelCoordinates({ sweep, points, onPick, picked }) {
         h("text", { x: X(k), y: 12, fontSize: 11, textAnchor: "middle", fill: "currentColor", fontWeight: a.kind === "score" ? 700 : 400 },
           fit(a.name + (s.scale === "log" ? " (log)" : ""), k === axes.length - 1 ? 2 * padR - 8 : spacing - 8),
           h("title", null, a.name)),
-        (s.scale === "category" ? s.ticks : [s.ticks[0], s.ticks[Math.floor(s.ticks.length / 2)], s.ticks[s.ticks.length - 1]])
+        (s.scale === "category" ? s.ticks.filter((_, i) => i % Math.ceil(s.ticks.length / Math.floor(inner / 16)) === 0)
+          : [s.ticks[0], s.ticks[Math.floor(s.ticks.length / 2)], s.ticks[s.ticks.length - 1]])
           .filter((v, i, all) => all.indexOf(v) === i).map((v) => {
             const i = s.ticks.indexOf(v);
-            return h("text", { key: `t${i}`, x: X(k) - 4, y: Yf(s, v) + 3, fontSize: 10, textAnchor: "end", fill: "currentColor" },
+            return h("text", { key: `t${i}`, x: X(k) - 4, y: Yf(s, v) + 3, fontSize: 10, textAnchor: "end", fill: "currentColor",
+              style: HALO },
               s.labels[i], s.full ? h("title", null, s.full[i]) : null);
           }),
         brushes[a.name] ? h("rect", { x: X(k) - 7, width: 14, y: Math.min(...brushes[a.name]), height: Math.abs(brushes[a.name][1] - brushes[a.name][0]) || 2,
