@@ -324,7 +324,7 @@ def test_the_gpu_timeline_has_a_bar_per_lease_linked_to_its_task_and_hides_what_
     r = client.get("/gpusched/api/timeline?hours=1", headers=token(client, "viewer"))
     assert r.status_code == 200, r.text
     timeline = r.json()
-    assert timeline["problems"] == [] and timeline["hours"] == 1 and timeline["until"] - timeline["since"] == 3600
+    assert timeline["problems"] == [] and timeline["hours"] == 1 and timeline["until"] - timeline["since"] == pytest.approx(3600)
     bars = [b for row in timeline["rows"] for b in row["bars"] if b["dag_id"] == "ui_private_mixed"
             and b["run_id"] == run_id]
     work = [b for b in bars if b["task_id"] == "gpu_work"]

@@ -117,15 +117,16 @@ def test_the_timeline_clips_to_the_window_and_lists_idle_gpus():
     assert rows[("h", 1)]["bars"] == [] and rows[("h", 2)]["busy_fraction"] == 0
 
 
-def test_short_bars_merge_per_class_but_preemptions_and_ooms_stay_marks():
-    # 1,000 one-second leases on one GPU over a day: far narrower than a pixel
-    many = [seg(0, 1000 + 2 * k, 1001 + 2 * k) for k in range(1000)]
+def test_short_bars_merge_but_preemptions_and_ooms_stay_marks():
+    # 1,000 one-second leases on one GPU over a day, a quarter of them idle: far narrower than a pixel
+    many = [seg(0, 1000 + 2 * k, 1001 + 2 * k, job_class="idle" if k % 4 == 0 else "normal") for k in range(1000)]
     marks = [seg(0, 3100, 3101, "preempted", "idle"), seg(0, 3102, 3103, "oom")]
     t = build_timeline(many + marks + [seg(0, 3104, 3105)], since=0, until=86400)
     bars = t["rows"][0]["bars"]
     assert [b.get("count", 1) for b in bars] == [1000, 1, 1, 1]
     assert [b["outcome"] for b in bars[1:3]] == ["preempted", "oom"]
     assert bars[0]["busy"] == pytest.approx(1000) and bars[0]["outcomes"] == {"succeeded": 1000}
+    assert bars[0]["classes"] == {"idle": 250, "normal": 750} and bars[0]["job_class"] == "normal"
     assert t["counts"]["preempted"] == 1 and t["counts"]["oom"] == 1 and t["counts"]["succeeded"] == 1001
     assert t["bars"] == 4
     # zoomed in on ten minutes the same leases are drawn one by one

@@ -523,7 +523,7 @@ def test_a_day_of_10000_leases_on_16_gpus_draws_a_few_thousand_bars(stack, brows
     timeline = build_timeline(segments, since=now - 86400, until=now)
     timeline["hours"] = 24
     body = json.dumps(timeline)
-    assert len(body) < 3_000_000, len(body)
+    assert len(body) < 1_000_000, len(body)
     page = browser_page
     page.route("**/gpusched/api/timeline*", lambda route: route.fulfill(status=200, content_type="application/json",
                                                                        body=body))
@@ -533,7 +533,7 @@ def test_a_day_of_10000_leases_on_16_gpus_draws_a_few_thousand_bars(stack, brows
         drawn = page.locator("[data-testid=timeline-bar]").count()
         print(f"timeline of 10,000 leases in a day: {len(body) / 1e6:.2f} MB answer, {timeline['bars']} bars, "
               f"page open {time.monotonic() - t0:.1f}s")
-        assert drawn == timeline["bars"] < 5000
+        assert drawn == timeline["bars"] < 2000  # 1,071: one per run of short leases, and the marks
         assert page.locator("[data-testid=timeline-row]").count() == 16
         marks = timeline["counts"]["preempted"] + timeline["counts"]["oom"]
         assert page.locator("[data-testid=timeline-mark]").count() == marks > 0

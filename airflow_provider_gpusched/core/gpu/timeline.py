@@ -145,7 +145,8 @@ def build_timeline(segments: Iterable[Mapping], *, since: float, until: float,
                    problems: Sequence[str] = (), dropped: int = 0) -> dict:
     """The timeline of ``segments`` between ``since`` and ``until``: ``rows`` (one per host and GPU, with GPUs of
     ``known_gpus`` that held nothing too), each with its ``bars`` (clipped to the window; a run of bars shorter than
-    ``(until - since) / resolution`` of one class merged into one with a ``count``), ``classes`` seen, and
+    ``(until - since) / resolution`` merged into one with a ``count`` and the ``classes`` and ``outcomes`` of its
+    leases), ``classes`` seen, and
     ``marks`` counted per outcome."""
     if until <= since:
         raise ValueError("until must be after since")
@@ -172,22 +173,24 @@ def build_timeline(segments: Iterable[Mapping], *, since: float, until: float,
             start, end = max(s["start"], since), min(s["end"], until)
             tiny = end - start < short and s["outcome"] not in MARKED and s["outcome"] != "running"
             last = bars[-1] if bars else None
-            if (tiny and last is not None and last.get("count") and last["job_class"] == s["job_class"]
-                    and start - last["end"] <= short):
+            if tiny and last is not None and last.get("count") and start - last["end"] <= short:
                 last["end"] = max(last["end"], end)
                 last["count"] += 1
                 last["busy"] += end - start
                 last["outcomes"][s["outcome"]] = last["outcomes"].get(s["outcome"], 0) + 1
+                last["classes"][s["job_class"]] = last["classes"].get(s["job_class"], 0) + 1
                 continue
             bar = {"start": start, "end": end, "clipped": s["start"] < since or s["end"] > until,
                    **{k: s.get(k, "" if k != "map_index" else -1) for k in _BAR_KEYS}}
             if tiny:  # may start a merged run; stays a plain bar if nothing joins it
-                bar.update(count=1, busy=end - start, outcomes={s["outcome"]: 1})
+                bar.update(count=1, busy=end - start, outcomes={s["outcome"]: 1}, classes={s["job_class"]: 1})
             bars.append(bar)
         for bar in bars:
             if bar.get("count") == 1:
-                for key in ("count", "busy", "outcomes"):
+                for key in ("count", "busy", "outcomes", "classes"):
                     bar.pop(key)
+            elif bar.get("count"):  # drawn in the colour of the class most of its leases had
+                bar["job_class"] = max(sorted(bar["classes"]), key=lambda c: bar["classes"][c])
         bars_total += len(bars)
         lanes = _lay_out(bars)
         rows.append({"host": host, "gpu": gpu, "bars": bars, "lanes": lanes,

@@ -277,8 +277,9 @@ function timeTicks(since, until, width) {
 function barTitle(b) {
   const who = b.task_id ? `${b.dag_id} › ${b.task_id}${b.map_index >= 0 ? `[${b.map_index}]` : ""}` : b.dag_id;
   const times = `${new Date(b.start * 1000).toLocaleTimeString()}–${new Date(b.end * 1000).toLocaleTimeString()} (${dur(b.end - b.start)})`;
-  if (b.count) return `${b.count} short leases of class ${b.job_class}, ${times}, ${dur(b.busy)} busy: ` +
-    Object.entries(b.outcomes).map(([o, n]) => `${n} ${o}`).join(", ") + ` · first: ${who}. Choose a shorter window to see each.`;
+  if (b.count) return `${b.count} short leases, ${times}, ${dur(b.busy)} of GPU time: ` +
+    Object.entries(b.outcomes).map(([o, n]) => `${n} ${o}`).join(", ") + " · classes: " +
+    Object.entries(b.classes || {}).map(([c, n]) => `${n} ${c}`).join(", ") + ` · first: ${who}. Choose a shorter window to see each.`;
   return `${who} · ${b.job_class} class${b.label ? ` · ${b.label}` : ""} · ${times} · ${b.outcome}` +
     (b.attempt > 1 ? ` (attempt ${b.attempt})` : "") + (b.request ? ` · ${b.request}` : "") + (b.detail ? ` · ${b.detail}` : "");
 }
