@@ -314,7 +314,7 @@ def gpu_timeline(user, session, hours: float) -> dict[str, Any]:
 
     host = None if in_a_fleet() else own_host()
     if host is not None:
-        known[host.host] = [g.index for g in host.gpus]
+        known[host.host] = [g.index for g in host.inventory]
     timeline = build_timeline(segments, since=since, until=now, known_gpus=known, problems=problems, dropped=dropped)
     timeline["hours"] = hours
     return timeline

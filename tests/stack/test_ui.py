@@ -515,7 +515,7 @@ def test_a_day_of_10000_leases_on_16_gpus_draws_a_few_thousand_bars(stack, brows
     for k in range(10_000):
         start = now - 86400 + rnd.uniform(0, 86400 - 60)
         outcome = rnd.choices(["succeeded", "failed", "preempted", "oom"], [96, 2, 1.5, 0.5])[0]
-        segments.append({"host": f"gpu-host-{k % 2}.lab.example", "gpus": [k % 8], "start": start,
+        segments.append({"host": f"gpu-host-{k % 2}.lab.example", "gpus": [k // 2 % 8], "start": start,
                          "end": start + rnd.uniform(20, 60), "job_class": rnd.choice(["normal", "idle", "high"]),
                          "outcome": outcome, "detail": "", "request": "1 GPU", "label": f"trial {k}",
                          "dag_id": "nas_evolution", "run_id": "scheduled__2026-11-25", "task_id": "round_3.trial",

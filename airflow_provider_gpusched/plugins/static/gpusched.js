@@ -285,7 +285,7 @@ function barTitle(b) {
 }
 
 function TimelineChart({ data, width = 1300 }) {
-  const label = 210, right = 30, top = 26, lane = 14, gap = 6;
+  const label = 210, right = 30, top = 28, lane = 14, gap = 6;
   const span = data.until - data.since;
   const X = (t) => label + ((t - data.since) / span) * (width - label - right);
   let y = top;
@@ -296,7 +296,7 @@ function TimelineChart({ data, width = 1300 }) {
   return h("svg", { width, height, "data-testid": "plot-timeline", role: "img", "aria-label": "GPU leases over time" },
     ticks.map((t) => h("g", { key: t },
       h("line", { x1: X(t), x2: X(t), y1: top - 4, y2: height, stroke: "currentColor", opacity: 0.12 }),
-      h("text", { x: X(t), y: 14, fontSize: 10, textAnchor: "middle", fill: "currentColor", "data-tick": "x" }, clock(t, span)))),
+      h("text", { x: X(t), y: 16, fontSize: 10, textAnchor: "middle", fill: "currentColor", "data-tick": "x" }, clock(t, span)))),
     rows.map(({ row, at }, i) => h("g", { key: `${row.host}-${row.gpu}`, "data-testid": "timeline-row",
                                            "data-host": row.host, "data-gpu": row.gpu },
       hostOf(i) && i > 0 ? h("line", { x1: 0, x2: width, y1: at - gap / 2, y2: at - gap / 2, stroke: "currentColor", opacity: 0.3 }) : null,
@@ -572,7 +572,7 @@ function ParallelCoordinates({ sweep, points, onPick, picked }) {
     if (a.kind === "cat") return categoryAxis(cats[a.name], 9);
     return axisFor(vals.length ? vals : [0, 1], a.kind === "num" ? scales[a.name] : "linear", false);
   };
-  const spacing = 118, padL = 64, padR = 64, top = 34, bottom = 14, height = 300;
+  const spacing = 118, padL = 64, padR = 64, top = 38, bottom = 14, height = 300;
   const width = padL + padR + spacing * (axes.length - 1);
   const X = (k) => padL + k * spacing;
   const inner = height - top - bottom;
@@ -611,7 +611,7 @@ function ParallelCoordinates({ sweep, points, onPick, picked }) {
         h("title", null, `trial ${p.index} ${p.label}: ${fmtValue(p.score)}`))),
       scaled.map(({ a, s }, k) => h("g", { key: a.name, "data-axis": a.name },
         h("line", { x1: X(k), x2: X(k), y1: top, y2: top + inner, stroke: "currentColor", opacity: 0.6 }),
-        h("text", { x: X(k), y: 12, fontSize: 11, textAnchor: "middle", fill: "currentColor", fontWeight: a.kind === "score" ? 700 : 400 },
+        h("text", { x: X(k), y: 16, fontSize: 11, textAnchor: "middle", fill: "currentColor", fontWeight: a.kind === "score" ? 700 : 400 },
           fit(a.name + (s.scale === "log" ? " (log)" : ""), k === axes.length - 1 ? 2 * padR - 8 : spacing - 8),
           h("title", null, a.name)),
         (s.scale === "category" ? s.ticks.filter((_, i) => i % Math.ceil(s.ticks.length / Math.floor(inner / 16)) === 0)
