@@ -112,7 +112,7 @@ def test_the_timeline_clips_to_the_window_and_lists_idle_gpus():
     rows = {(r["host"], r["gpu"]): r for r in t["rows"]}
     assert sorted(rows) == [("h", 0), ("h", 1), ("h", 2)]  # GPU 1's only lease ended before the window
     bars = rows[("h", 0)]["bars"]
-    assert [(b["start"], b["end"], b["clipped"]) for b in bars] == [(100, 150, True), (900, 1000, True)]
+    assert [(b["start"], b["end"]) for b in bars] == [(100, 150), (900, 1000)]
     assert rows[("h", 0)]["busy_fraction"] == pytest.approx(150 / 900, abs=1e-4)
     assert rows[("h", 1)]["bars"] == [] and rows[("h", 2)]["busy_fraction"] == 0
 
@@ -127,6 +127,10 @@ def test_short_bars_merge_but_preemptions_and_ooms_stay_marks():
     assert [b["outcome"] for b in bars[1:3]] == ["preempted", "oom"]
     assert bars[0]["busy"] == pytest.approx(1000) and bars[0]["outcomes"] == {"succeeded": 1000}
     assert bars[0]["classes"] == {"idle": 250, "normal": 750} and bars[0]["job_class"] == "normal"
+    assert bars[0]["outcome"] == "merged" and bars[0]["task_id"] == "t"  # the first lease's task: its link
+    # a row that fits is drawn lease by lease, however short its leases
+    few = build_timeline(many[:100], since=0, until=86400)
+    assert len(few["rows"][0]["bars"]) == 100 and all("count" not in b for b in few["rows"][0]["bars"])
     assert t["counts"]["preempted"] == 1 and t["counts"]["oom"] == 1 and t["counts"]["succeeded"] == 1001
     assert t["bars"] == 4
     # zoomed in on ten minutes the same leases are drawn one by one

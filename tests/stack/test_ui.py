@@ -214,6 +214,7 @@ def test_sweeps_tab_shows_the_pareto_front_of_a_two_objective_sweep(stack, brows
     assert sorted(ranked) == ["activation", "depth", "lr", "width"], ranked
     assert "Optuna's PED-ANOVA" in page.locator("[data-testid=importance]").inner_text()
     # drag along the score axis (the last): only the trials in that range keep their colour
+    page.locator("[data-testid=plot-parallel]").scroll_into_view_if_needed()  # the mouse acts on the viewport
     axis = page.locator("[data-testid^=pc-axis-]").last.bounding_box()
     page.mouse.move(axis["x"] + axis["width"] / 2, axis["y"] + 2)
     page.mouse.down()
@@ -486,7 +487,7 @@ def test_the_gpu_timeline_shows_each_lease_with_its_preemptions_and_oom_retries(
     assert leases(page, trains) == 4  # a 4-GPU lease: one bar on each GPU's row
     oom_bars = page.locator(f"a[data-testid=timeline-bar][href*='/dags/e2e_oom_retry/runs/{oom}/']")
     assert [oom_bars.nth(i).get_attribute("data-outcome") for i in range(oom_bars.count())] == ["oom", "succeeded"]
-    assert "GPU out of memory with 2.0GiB on 1 GPU" in oom_bars.first.locator("title").inner_text()
+    assert "GPU out of memory with 2.0GiB on 1 GPU" in oom_bars.first.locator("title").text_content()
     counts = page.locator("[data-testid=timeline-counts]").inner_text()
     assert re.search(r"[1-9]\d* preempted", counts) and re.search(r"[1-9]\d* out of GPU memory", counts), counts
     assert "idle class" in page.locator("[data-testid=timeline-key]").inner_text()
@@ -533,7 +534,7 @@ def test_a_day_of_10000_leases_on_16_gpus_draws_a_few_thousand_bars(stack, brows
         drawn = page.locator("[data-testid=timeline-bar]").count()
         print(f"timeline of 10,000 leases in a day: {len(body) / 1e6:.2f} MB answer, {timeline['bars']} bars, "
               f"page open {time.monotonic() - t0:.1f}s")
-        assert drawn == timeline["bars"] < 2000  # 1,071: one per run of short leases, and the marks
+        assert drawn == timeline["bars"] < 4000  # one per run of short leases (a visible gap apart), and the marks
         assert page.locator("[data-testid=timeline-row]").count() == 16
         marks = timeline["counts"]["preempted"] + timeline["counts"]["oom"]
         assert page.locator("[data-testid=timeline-mark]").count() == marks > 0

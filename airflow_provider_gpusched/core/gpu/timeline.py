@@ -144,10 +144,11 @@ def build_timeline(segments: Iterable[Mapping], *, since: float, until: float,
                    known_gpus: Mapping[str, Sequence[int]] | None = None, resolution: int = ROW_RESOLUTION,
                    problems: Sequence[str] = (), dropped: int = 0) -> dict:
     """The timeline of ``segments`` between ``since`` and ``until``: ``rows`` (one per host and GPU, with GPUs of
-    ``known_gpus`` that held nothing too), each with its ``bars`` (clipped to the window; a run of bars shorter than
-    ``(until - since) / resolution`` merged into one with a ``count`` and the ``classes`` and ``outcomes`` of its
-    leases), ``classes`` seen, and
-    ``marks`` counted per outcome."""
+    ``known_gpus`` that held nothing too), each with its ``bars`` (clipped to the window) in ``lanes``; ``classes``
+    seen, and the leases counted per outcome. A row of more than ``resolution`` bars has its runs of bars shorter
+    than ``(until - since) / resolution`` merged into one bar each, with a ``count`` and the ``classes`` and
+    ``outcomes`` of its leases (a row that fits is drawn lease by lease). Times are kept to 0.1 s and a bar leaves
+    out the fields it has no value for."""
     if until <= since:
         raise ValueError("until must be after since")
     short = (until - since) / max(1, resolution)
@@ -168,35 +169,57 @@ def build_timeline(segments: Iterable[Mapping], *, since: float, until: float,
     bars_total = 0
     for (host, gpu), found in sorted(per_gpu.items()):
         found.sort(key=lambda s: (s["start"], s["end"]))
-        bars: list[dict] = []
-        for s in found:
-            start, end = max(s["start"], since), min(s["end"], until)
-            tiny = end - start < short and s["outcome"] not in MARKED and s["outcome"] != "running"
-            last = bars[-1] if bars else None
-            if tiny and last is not None and last.get("count") and start - last["end"] <= short:
-                last["end"] = max(last["end"], end)
-                last["count"] += 1
-                last["busy"] += end - start
-                last["outcomes"][s["outcome"]] = last["outcomes"].get(s["outcome"], 0) + 1
-                last["classes"][s["job_class"]] = last["classes"].get(s["job_class"], 0) + 1
-                continue
-            bar = {"start": start, "end": end, "clipped": s["start"] < since or s["end"] > until,
-                   **{k: s.get(k, "" if k != "map_index" else -1) for k in _BAR_KEYS}}
-            if tiny:  # may start a merged run; stays a plain bar if nothing joins it
-                bar.update(count=1, busy=end - start, outcomes={s["outcome"]: 1}, classes={s["job_class"]: 1})
-            bars.append(bar)
-        for bar in bars:
-            if bar.get("count") == 1:
-                for key in ("count", "busy", "outcomes", "classes"):
-                    bar.pop(key)
-            elif bar.get("count"):  # drawn in the colour of the class most of its leases had
-                bar["job_class"] = max(sorted(bar["classes"]), key=lambda c: bar["classes"][c])
+        bars = _merged(found, since, until, short) if len(found) > resolution else \
+            [_bar(s, since, until) for s in found]
         bars_total += len(bars)
         lanes = _lay_out(bars)
         rows.append({"host": host, "gpu": gpu, "bars": bars, "lanes": lanes,
                      "busy_fraction": round(_covered(found, since, until) / (until - since), 4)})
     return {"since": since, "until": until, "rows": rows, "classes": sorted(classes), "counts": counts,
             "bars": bars_total, "dropped": dropped, "problems": list(problems)[:50], "windows": list(WINDOW_HOURS)}
+
+
+_DEFAULTS = {"map_index": -1, "priority": 0, "attempt": 1}
+
+
+def _bar(s: Mapping, since: float, until: float) -> dict:
+    bar = {"start": round(max(s["start"], since), 1), "end": round(min(s["end"], until), 1)}
+    for key in _BAR_KEYS:
+        value = s.get(key)
+        if value not in (None, "") and value != _DEFAULTS.get(key):
+            bar[key] = value
+    bar.setdefault("map_index", -1)
+    return bar
+
+
+def _merged(found: Sequence[Mapping], since: float, until: float, short: float) -> list[dict]:
+    """Bars of one crowded row: each run of short leases (not a preemption, an OOM or a running lease) one bar."""
+    bars: list[dict] = []
+    for s in found:
+        start, end = max(s["start"], since), min(s["end"], until)
+        tiny = end - start < short and s["outcome"] not in MARKED and s["outcome"] != "running"
+        last = bars[-1] if bars else None
+        if tiny and last is not None and last.get("count") and start - last["end"] <= short:
+            last["end"] = round(max(last["end"], end), 1)
+            last["count"] += 1
+            last["busy"] += end - start
+            last["outcomes"][s["outcome"]] = last["outcomes"].get(s["outcome"], 0) + 1
+            last["classes"][s["job_class"]] = last["classes"].get(s["job_class"], 0) + 1
+            continue
+        bar = _bar(s, since, until)
+        if tiny:  # may start a merged run; stays a plain bar if nothing joins it
+            bar.update(count=1, busy=end - start, outcomes={s["outcome"]: 1}, classes={s["job_class"]: 1})
+        bars.append(bar)
+    for i, bar in enumerate(bars):
+        if bar.get("count") == 1:
+            for key in ("count", "busy", "outcomes", "classes"):
+                bar.pop(key)
+        elif bar.get("count"):  # drawn in the colour of the class most of its leases had; the first lease's link
+            first = {k: bar[k] for k in ("dag_id", "run_id", "task_id", "map_index") if k in bar}
+            bars[i] = {"start": bar["start"], "end": bar["end"], "count": bar["count"], "busy": round(bar["busy"], 1),
+                       "outcomes": bar["outcomes"], "classes": bar["classes"], "outcome": "merged",
+                       "job_class": max(sorted(bar["classes"]), key=lambda c: bar["classes"][c]), **first}
+    return bars
 
 
 def _lay_out(bars: list[dict]) -> int:

@@ -329,7 +329,7 @@ function TimelineChart({ data, width = 1300 }) {
 function GpuTimeline() {
   const q = new URLSearchParams(window.location.search);
   const [hours, setHours] = useState(Number(q.get("hours")) || 6);
-  const { data, error } = useJson(`${API}/timeline?hours=${hours}`, 15000);
+  const { data, error } = useJson(`${API}/timeline?hours=${hours}`, hours > 6 ? 60000 : 15000);
   const pick = h("span", { "data-testid": "timeline-window" }, "Last ",
     [1, 6, 24, 72].map((x) => h("button", { key: x, onClick: () => setHours(x), "aria-pressed": x === hours,
       style: { margin: "0 3px", padding: "1px 8px", borderRadius: "6px", cursor: "pointer",
@@ -345,7 +345,7 @@ function GpuTimeline() {
   return h("div", { style: S.page, "data-testid": "gpu-timeline" },
     h("h1", { style: S.h1 }, "GPU timeline"),
     h("div", { style: S.muted }, "Who held which GPU: one bar per lease, coloured by job class; a bar links to its task " +
-      `instance · refreshes every 15 s · updated ${new Date(data.until * 1000).toLocaleTimeString()} · `,
+      `instance · refreshes every ${hours > 6 ? "minute" : "15 s"} · updated ${new Date(data.until * 1000).toLocaleTimeString()} · `,
       h("a", { href: `${UI}/plugin/gpusched-gpus`, style: S.a }, "GPU board")),
     h("div", { style: { margin: "8px 0" } }, pick),
     errorBox(error),
