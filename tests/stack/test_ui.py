@@ -497,7 +497,9 @@ def test_the_gpu_timeline_shows_each_lease_with_its_preemptions_and_oom_retries(
     page.wait_for_function("document.querySelector('[data-testid=timeline-window] button[aria-pressed=true]')"
                            ".textContent === '1 d'", timeout=30_000)
     page.wait_for_selector(f"a[data-testid=timeline-bar][href*='/runs/{oom}/']", timeout=30_000)
-    oom_bars.first.click()  # a bar is a link to its task instance
+    assert_plots_readable(page)
+    open_page(stack, page, "/plugin/gpusched-timeline?hours=0.25", "[data-testid=plot-timeline]")
+    page.locator(f"a[data-testid=timeline-bar][href*='/runs/{oom}/']").last.click()  # a bar links to its task
     page.wait_for_url(re.compile(rf".*/dags/e2e_oom_retry/runs/{re.escape(oom)}/tasks/train.*"), timeout=30_000)
 
 

@@ -288,23 +288,28 @@ function TimelineChart({ data, width = 1300 }) {
   const label = 210, right = 30, top = 28, lane = 14, gap = 6;
   const span = data.until - data.since;
   const X = (t) => label + ((t - data.since) / span) * (width - label - right);
+  const hostOf = (i) => (i === 0 || data.rows[i - 1].host !== data.rows[i].host);
+  const head = 16;  // a host's name on a line of its own above its GPUs' rows
   let y = top;
-  const rows = data.rows.map((row) => { const at = y; y += row.lanes * lane + gap; return { row, at }; });
+  const rows = data.rows.map((row, i) => {
+    if (hostOf(i)) y += head;
+    const at = y; y += row.lanes * lane + gap; return { row, at };
+  });
   const height = Math.max(y + 4, top + 30);
   const ticks = timeTicks(data.since, data.until, width - label - right);
-  const hostOf = (i) => (i === 0 || data.rows[i - 1].host !== data.rows[i].host);
   return h("svg", { width, height, "data-testid": "plot-timeline", role: "img", "aria-label": "GPU leases over time" },
     ticks.map((t) => h("g", { key: t },
       h("line", { x1: X(t), x2: X(t), y1: top - 4, y2: height, stroke: "currentColor", opacity: 0.12 }),
       h("text", { x: X(t), y: 16, fontSize: 10, textAnchor: "middle", fill: "currentColor", "data-tick": "x" }, clock(t, span)))),
     rows.map(({ row, at }, i) => h("g", { key: `${row.host}-${row.gpu}`, "data-testid": "timeline-row",
                                            "data-host": row.host, "data-gpu": row.gpu },
-      hostOf(i) && i > 0 ? h("line", { x1: 0, x2: width, y1: at - gap / 2, y2: at - gap / 2, stroke: "currentColor", opacity: 0.3 }) : null,
-      h("text", { x: 4, y: at + 11, fontSize: 11, fill: "currentColor" },
-        `${hostOf(i) ? (row.host.length > 15 ? `${row.host.slice(0, 14)}…` : row.host) : ""}`,
-        h("title", null, `${row.host} GPU ${row.gpu}: busy ${(100 * row.busy_fraction).toFixed(0)}% of the window`)),
+      hostOf(i) && i > 0 ? h("line", { x1: 0, x2: width, y1: at - head - gap / 2, y2: at - head - gap / 2,
+                                       stroke: "currentColor", opacity: 0.3 }) : null,
+      hostOf(i) ? h("text", { x: 4, y: at - 4, fontSize: 11, fontWeight: 600, fill: "currentColor", "data-testid": "timeline-host" },
+        row.host.length > 80 ? `${row.host.slice(0, 79)}…` : row.host) : null,
       h("text", { x: label - 6, y: at + 11, fontSize: 11, textAnchor: "end", fill: "currentColor" },
-        `GPU ${row.gpu} · ${(100 * row.busy_fraction).toFixed(0)}%`),
+        `GPU ${row.gpu} · ${(100 * row.busy_fraction).toFixed(0)}%`,
+        h("title", null, `${row.host} GPU ${row.gpu}: busy ${(100 * row.busy_fraction).toFixed(0)}% of the window`)),
       h("rect", { x: label, y: at, width: width - label - right, height: row.lanes * lane, fill: "currentColor", opacity: 0.04 }),
       row.bars.map((b, k) => {
         const x1 = X(b.start), w = Math.max(2, X(b.end) - x1), by = at + (b.lane || 0) * lane + 1;
