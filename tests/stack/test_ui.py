@@ -391,7 +391,9 @@ def test_the_sweeps_tab_of_a_10000_trial_sweep_renders_in_under_3_seconds_and_st
         assert tick_labels(page, "plot-lr")[:2] == ["1e-5", "1e-4"]  # loguniform: log axis
         assert "0.05" in tick_labels(page, "plot-wd")  # uniform(0, 0.1): linear, though its draws reach 1e-6
         # parallel coordinates draw the plots' 2,000 trials; the importance ranks all 10,000 (wd drives the score)
-        assert page.locator("[data-testid=plot-parallel] polyline").count() == 2000
+        lines = page.eval_on_selector_all("[data-testid=plot-parallel] path[data-lines]",
+                                          "ps => ps.map(p => +p.dataset.lines)")
+        assert sum(lines) == 2000 and len(lines) <= 14, lines  # in colour bands: a few elements, not 2,000
         page.wait_for_selector("[data-testid=plot-importance] g[data-param]", timeout=60_000)
         assert page.locator("[data-testid=plot-importance] g[data-param]").first.get_attribute("data-param") == "wd"
         assert "from all 10,000 scored trials" in page.locator("[data-testid=importance]").inner_text()
@@ -499,7 +501,8 @@ def test_the_gpu_timeline_shows_each_lease_with_its_preemptions_and_oom_retries(
     page.wait_for_selector(f"a[data-testid=timeline-bar][href*='/runs/{oom}/']", timeout=30_000)
     assert_plots_readable(page)
     open_page(stack, page, "/plugin/gpusched-timeline?hours=0.25", "[data-testid=plot-timeline]")
-    page.locator(f"a[data-testid=timeline-bar][href*='/runs/{oom}/']").last.click()  # a bar links to its task
+    # a bar links to its task (clicked by event: the fillers that took the GPU right after it are drawn a pixel away)
+    page.locator(f"a[data-testid=timeline-bar][href*='/runs/{oom}/']").last.dispatch_event("click")
     page.wait_for_url(re.compile(rf".*/dags/e2e_oom_retry/runs/{re.escape(oom)}/tasks/train.*"), timeout=30_000)
 
 

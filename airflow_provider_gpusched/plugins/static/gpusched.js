@@ -289,7 +289,7 @@ function TimelineChart({ data, width = 1300 }) {
   const span = data.until - data.since;
   const X = (t) => label + ((t - data.since) / span) * (width - label - right);
   const hostOf = (i) => (i === 0 || data.rows[i - 1].host !== data.rows[i].host);
-  const head = 16;  // a host's name on a line of its own above its GPUs' rows
+  const head = 20;  // a host's name on a line of its own above its GPUs' rows
   let y = top;
   const rows = data.rows.map((row, i) => {
     if (hostOf(i)) y += head;
@@ -305,7 +305,7 @@ function TimelineChart({ data, width = 1300 }) {
                                            "data-host": row.host, "data-gpu": row.gpu },
       hostOf(i) && i > 0 ? h("line", { x1: 0, x2: width, y1: at - head - gap / 2, y2: at - head - gap / 2,
                                        stroke: "currentColor", opacity: 0.3 }) : null,
-      hostOf(i) ? h("text", { x: 4, y: at - 4, fontSize: 11, fontWeight: 600, fill: "currentColor", "data-testid": "timeline-host" },
+      hostOf(i) ? h("text", { x: 4, y: at - 7, fontSize: 11, fontWeight: 600, fill: "currentColor", "data-testid": "timeline-host" },
         row.host.length > 80 ? `${row.host.slice(0, 79)}…` : row.host) : null,
       h("text", { x: label - 6, y: at + 11, fontSize: 11, textAnchor: "end", fill: "currentColor" },
         `GPU ${row.gpu} · ${(100 * row.busy_fraction).toFixed(0)}%`,
@@ -558,6 +558,8 @@ function trialCell(r) {
 // parallel coordinates: one axis per parameter (numeric on its scale, categorical by value) and the score last; one
 // line per trial coloured by its score; drag along an axis to keep the trials in that range (the others go grey)
 const MAX_PC_AXES = 12;
+const MAX_PC_LINES = 400;  // above this, lines are drawn in colour bands
+const GREY = "rgba(128,128,128,0.25)";
 // a label drawn over lines keeps a rim of the page's own background (light or dark theme)
 const HALO = { paintOrder: "stroke", stroke: "Canvas", strokeWidth: 3, strokeLinejoin: "round" };
 function ParallelCoordinates({ sweep, points, onPick, picked }) {
@@ -601,19 +603,38 @@ function ParallelCoordinates({ sweep, points, onPick, picked }) {
     return v === undefined || v === null || (a.kind === "cat" && v < 0) ? null : `${X(k)},${Yf(scaled[k].s, v)}`;
   }).filter(Boolean).join(" ");
   const ordered = [...points].sort((a, b) => (keptSet.has(a.index) - keptSet.has(b.index)) || (goodness(a.score) - goodness(b.score)));
+  // many trials: one path per colour band (a few elements instead of thousands), the picked trial drawn on top;
+  // lines are then not clickable one by one (the leaderboard and the plots' points are)
+  const many = points.length > MAX_PC_LINES;
+  const pickedPoint = many && picked ? points.find((p) => p.trial_id === picked) : null;
+  const bundles = (list) => {
+    const by = new Map();
+    for (const p of list) {
+      const colour = keptSet.has(p.index) ? scoreColor(Math.round(goodness(p.score) * 12) / 12) : GREY;
+      if (!by.has(colour)) by.set(colour, []);
+      by.get(colour).push(p);
+    }
+    return [...by.entries()];
+  };
   const svgY = (e) => e.clientY - e.currentTarget.ownerSVGElement.getBoundingClientRect().top;
   const fit = (text, room) => { const most = Math.max(4, Math.floor(room / 6.9)); return text.length > most ? `${text.slice(0, most - 1)}…` : text; };
   return h("div", null,
     h("div", { style: S.muted, "data-testid": "pc-selection" },
       Object.keys(brushes).length ? `${kept.length} of ${points.length} trials in the selected ranges · ` : `${points.length} trials, coloured by ${obj.score_label} (pale: worst, deep blue: best) · drag along an axis to select a range · `,
-      Object.keys(brushes).length ? h("a", { href: "#", style: S.a, onClick: (e) => { e.preventDefault(); setBrushes({}); } }, "clear the selection") : "click a line for its trial"),
+      Object.keys(brushes).length ? h("a", { href: "#", style: S.a, onClick: (e) => { e.preventDefault(); setBrushes({}); } }, "clear the selection")
+        : many ? "pick a trial in the plots above or the leaderboard to trace its line" : "click a line for its trial"),
     h("svg", { width, height, "data-testid": "plot-parallel", role: "img", "aria-label": "parallel coordinates",
                style: { margin: "4px 0", userSelect: "none" } },
-      ordered.map((p) => h("polyline", { key: p.index, points: line(p), fill: "none", "data-trial": p.trial_id,
-        stroke: keptSet.has(p.index) ? scoreColor(goodness(p.score)) : "rgba(128,128,128,0.25)",
-        strokeWidth: picked === p.trial_id ? 3 : points.length > 500 ? 0.8 : 1.4,
+      many ? bundles(ordered).map(([colour, group]) => h("path", { key: colour, fill: "none", stroke: colour,
+          "data-lines": group.length, strokeWidth: 0.8, opacity: colour === GREY ? 0.5 : 0.85,
+          d: group.map((p) => `M${line(p).replace(/ /g, " L")}`).join(" ") }))
+        : ordered.map((p) => h("polyline", { key: p.index, points: line(p), fill: "none", "data-trial": p.trial_id,
+        stroke: keptSet.has(p.index) ? scoreColor(goodness(p.score)) : GREY,
+        strokeWidth: picked === p.trial_id ? 3 : 1.4,
         opacity: keptSet.has(p.index) ? 0.85 : 0.5, style: { cursor: "pointer" }, onClick: () => onPick(p.trial_id) },
         h("title", null, `trial ${p.index} ${p.label}: ${fmtValue(p.score)}`))),
+      many && pickedPoint ? h("polyline", { points: line(pickedPoint), fill: "none", stroke: "black", strokeWidth: 2.5,
+        "data-trial": pickedPoint.trial_id }, h("title", null, `trial ${pickedPoint.index} ${pickedPoint.label}`)) : null,
       scaled.map(({ a, s }, k) => h("g", { key: a.name, "data-axis": a.name },
         h("line", { x1: X(k), x2: X(k), y1: top, y2: top + inner, stroke: "currentColor", opacity: 0.6 }),
         h("text", { x: X(k), y: 16, fontSize: 11, textAnchor: "middle", fill: "currentColor", fontWeight: a.kind === "score" ? 700 : 400 },
