@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import asdict
@@ -392,8 +393,10 @@ def _one_sweep(dag_id: str, run_id: str, group: str, session):
     return plans[group], trial_rows(plans[group], outcomes, states), sweep_objective(plans[group])
 
 
-#: importance answers kept, keyed by sweep, run and what was scored (a finished sweep's never changes)
+#: importance answers kept, keyed by sweep, run and what was scored (a finished sweep's never changes); the
+#: api-server answers in several threads
 _importance_cache: OrderedDict[tuple, dict] = OrderedDict()
+_importance_lock = threading.Lock()
 
 
 def sweep_importance(dag_id: str, run_id: str, group: str, session) -> dict[str, Any]:
@@ -403,15 +406,17 @@ def sweep_importance(dag_id: str, run_id: str, group: str, session) -> dict[str,
         return {"method": "none", "note": "the sweep has no objective", "importances": [], "trials": 0}
     points, values, categories = scored_points(rows, objective)
     key = (dag_id, run_id, group, len(points), round(sum(p["score"] for p in points), 9))
-    if key in _importance_cache:
-        _importance_cache.move_to_end(key)
-        return _importance_cache[key]
+    with _importance_lock:
+        if key in _importance_cache:
+            _importance_cache.move_to_end(key)
+            return _importance_cache[key]
     t0 = time.monotonic()
     found = param_importance(points, param_axes(plans, values, categories), objective)
     found["seconds"] = round(time.monotonic() - t0, 3)
-    _importance_cache[key] = found
-    while len(_importance_cache) > 64:
-        _importance_cache.popitem(last=False)
+    with _importance_lock:
+        _importance_cache[key] = found
+        while len(_importance_cache) > 64:
+            _importance_cache.popitem(last=False)
     return found
 
 

@@ -462,6 +462,7 @@ def test_the_gpu_timeline_shows_each_lease_with_its_preemptions_and_oom_retries(
     out of GPU memory. The timeline draws a bar per lease on its GPU's row, coloured by class, marks each
     preemption and OOM, and links each bar to its task instance."""
     page = browser_page
+    began = time.time()
     for dag_id in ("e2e_oom_retry", "e2e_idle_fillers", "e2e_normal"):
         stack.wait_for_dag(dag_id)
     oom = stack.trigger("e2e_oom_retry")
@@ -475,8 +476,11 @@ def test_the_gpu_timeline_shows_each_lease_with_its_preemptions_and_oom_retries(
     preemptions = sum(stack.xcom("e2e_idle_fillers", fill, "filler", key="gpu_time", map_index=i)["preemptions"]
                       for i in range(6))
     assert preemptions >= 1
-    # the last quarter hour: bars shorter than 1.5 s would be merged; none of these runs is that short but one
-    open_page(stack, page, "/plugin/gpusched-timeline?hours=0.25", "[data-testid=plot-timeline]")
+    # a window from just before these runs (?hours= takes any length; the buttons offer 1 h to 3 d)
+    def window() -> str:
+        return f"/plugin/gpusched-timeline?hours={(time.time() - began + 20) / 3600:.4f}"
+
+    open_page(stack, page, window(), "[data-testid=plot-timeline]")
     page.wait_for_function("document.querySelectorAll('[data-testid=timeline-mark][data-outcome=preempted]').length >= 1"
                            " && document.querySelectorAll('[data-testid=timeline-mark][data-outcome=oom]').length >= 1",
                            timeout=60_000)
@@ -500,7 +504,7 @@ def test_the_gpu_timeline_shows_each_lease_with_its_preemptions_and_oom_retries(
                            ".textContent === '1 d'", timeout=30_000)
     page.wait_for_selector(f"a[data-testid=timeline-bar][href*='/runs/{oom}/']", timeout=30_000)
     assert_plots_readable(page)
-    open_page(stack, page, "/plugin/gpusched-timeline?hours=0.25", "[data-testid=plot-timeline]")
+    open_page(stack, page, window(), "[data-testid=plot-timeline]")
     # a bar links to its task (clicked by event: the fillers that took the GPU right after it are drawn a pixel away)
     page.locator(f"a[data-testid=timeline-bar][href*='/runs/{oom}/']").last.dispatch_event("click")
     page.wait_for_url(re.compile(rf".*/dags/e2e_oom_retry/runs/{re.escape(oom)}/tasks/train.*"), timeout=30_000)
