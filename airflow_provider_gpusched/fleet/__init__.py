@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from typing import Any
 
 from airflow_provider_gpusched import settings
@@ -28,6 +29,14 @@ def host_name() -> str:
     """``[core] hostname_callable`` for a GPU host whose name is set by ``$GPUSCHED_HOST_NAME`` (containers on the
     machine's network all have its name): Airflow's task instances then say the host their record says."""
     return fleet.this_host()
+
+
+def worker_host(ti) -> str:
+    """The host a task instance runs on as Airflow names it (``[core] hostname_callable``), as the UI shows it; in a
+    fleet, the name its host record has (the board and the timeline put the two on one row)."""
+    if enabled():
+        return fleet.this_host()
+    return getattr(ti, "hostname", None) or socket.gethostname()
 
 
 def read_this_fleet() -> fleet.FleetView | None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 import threading
 import time
 from datetime import timedelta
@@ -39,16 +38,6 @@ from airflow_provider_gpusched.operators.arguments import check_argument_types, 
 from airflow_provider_gpusched.operators.job_class import JobClassPartial, apply_local_gpu_class
 from airflow_provider_gpusched.operators.queue_stops import refuse_if_stopped, work_tag
 from airflow_provider_gpusched.triggers.local_gpu import FleetRoomTrigger, GPUAvailableTrigger
-
-
-def _worker_host(ti) -> str:
-    """The host as Airflow names it for this task instance (``[core] hostname_callable``), as the UI shows it; in a
-    fleet, the name its host record has (the board puts the two on one row)."""
-    if fleet.enabled():
-        from airflow_provider_gpusched.core.fleet import this_host
-
-        return this_host()
-    return getattr(ti, "hostname", None) or socket.gethostname()
 
 
 class WorkTimedOut(AirflowException):
@@ -342,7 +331,7 @@ class LocalGPUOperator(BaseOperator):
                                       started=self._started, grace=self.grace_period, stop_event=self._stop,
                                       extra_env=progress.relaunch_env(),
                                       on_gpus=lambda grown: self._publish_lease(context, grown, manager),
-                                      host=_worker_host(context["ti"]))
+                                      host=fleet.worker_host(context["ti"]))
                 if lease.stage:  # a two-stage task's GPUs came after its load stage
                     gpus = attempts.gpu_descriptions(lease, manager.inventory)
             finally:
@@ -457,7 +446,7 @@ class LocalGPUOperator(BaseOperator):
         ti = context["ti"]
         map_index = ti.map_index if ti.map_index is not None else -1
         ti.xcom_push(key=LEASE_XCOM, value=lease_record(
-            _worker_host(ti), dataclasses.asdict(lease), manager.inventory.gpus(), dag_id=ti.dag_id,
+            fleet.worker_host(ti), dataclasses.asdict(lease), manager.inventory.gpus(), dag_id=ti.dag_id,
             run_id=ti.run_id, task_id=ti.task_id, map_index=map_index))
 
     def _publish_wait(self, context, manager, request: GPURequest, why: str) -> None:
@@ -467,7 +456,7 @@ class LocalGPUOperator(BaseOperator):
         self._waiting_since = time.time()
         ti = context["ti"]
         ti.xcom_push(key=WAIT_XCOM, value=wait_record(
-            _worker_host(ti), request.describe(), self.job_class, self.priority, why, self._waiting_since,
+            fleet.worker_host(ti), request.describe(), self.job_class, self.priority, why, self._waiting_since,
             dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id,
             map_index=ti.map_index if ti.map_index is not None else -1))
 

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 from airflow.sdk import Asset, TaskGroup, task
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_provider_gpusched import settings
+from airflow_provider_gpusched import fleet, settings
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.timeline import LEASE_HISTORY_XCOM, SegmentLog, segment_of
 from airflow_provider_gpusched.core.queue import WorkHalted
@@ -366,7 +366,7 @@ class _Stage:
                                           job_class=r.job_class, priority=r.priority, on_event=print, work=tag,
                                           setup=r.setup, time_limit=None if r.time_limit is None
                                           else time_limit_seconds(r.time_limit),
-                                          on_attempt=on_attempt, on_tick=publish)
+                                          on_attempt=on_attempt, on_tick=publish, host=fleet.worker_host(ti))
             except WorkHalted as exc:  # no retry: someone stopped it
                 ti.xcom_push(key=OUTCOMES_XCOM, value=outcome_records(session.store, trials))
                 raise AirflowFailException(f"chunk {chunk}: {exc}") from exc

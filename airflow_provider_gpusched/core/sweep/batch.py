@@ -46,7 +46,8 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
                     stop_event: threading.Event | None = None, work: WorkTag | None = None,
                     setup: Sequence[str] = (), time_limit: float | None = None,
                     on_attempt: Callable[[Attempt, str], None] | None = None,
-                    on_tick: Callable[[], None] | None = None, tick_seconds: float = 30.0) -> dict[str, list[str]]:
+                    on_tick: Callable[[], None] | None = None, tick_seconds: float = 30.0,
+                    host: str = "") -> dict[str, list[str]]:
     """Run ``trials`` with up to ``parallel`` leases at a time; returns trial ids by final state. ``setup``:
     shell lines each trial process runs first (the sweep's ``resources.setup``); ``time_limit``: seconds each
     trial may run (then it is stopped and ends ``timeout``; each trial then runs in a process of its own, as does each
@@ -64,7 +65,8 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
 
     ``on_attempt(attempt, label)`` is told of every attempt on a lease when it ends (``label`` names its trials:
     the GPU timeline's bars); ``on_tick()`` is called every ``tick_seconds`` from the calling thread while the
-    trials run (a task publishes what it has so far).
+    trials run (a task publishes what it has so far); ``host``: this host's name on the timeline (default: as
+    :func:`~airflow_provider_gpusched.core.fleet.this_host` gives it).
     """
     on_event = on_event or (lambda message: None)
     if time_limit is not None or request.load_stage:
@@ -107,7 +109,7 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
 
     def worker() -> None:
         runner = GPUWorkRunner(manager, oom_policy=oom_policy, owner=owner, job_class=job_class, priority=priority,
-                               poll_interval=0.05, sample_interval=5.0, work=work)
+                               poll_interval=0.05, sample_interval=5.0, work=work, host=host)
         runner.stop_event = stop  # stops the trials in flight too
         with lock:
             runners.append(runner)
