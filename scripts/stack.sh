@@ -196,7 +196,23 @@ wait_healthy() {
   die "not healthy after ${1:-180}s: $state"
 }
 
+# a port this stack needs that something else already listens on (another checkout's stack, say): refuse, naming it,
+# rather than have this stack's clients talk to that one
+port_taken_by_other() {
+  local port="$1" component="$2"
+  [ -n "$component" ] && alive "$component" && return 1
+  python3 -c 'import socket, sys
+s = socket.socket()
+try:
+    s.connect(("127.0.0.1", int(sys.argv[1]))); sys.exit(0)
+except OSError:
+    sys.exit(1)' "$port"
+}
+
 up() {
+  if port_taken_by_other "$PORT" api-server; then
+    die "port $PORT is already in use by another program (another checkout's stack? see: ss -ltnp 'sport = :$PORT'); stop it or pick another port (GPUSCHED_STACK_PORT)"
+  fi
   command -v curl >/dev/null || apt_install curl
   ensure_postgres_installed
   mkdir -p "$STACK"/{pids,logs,airflow,gpu-leases,local-runs,slurm-out,sweeps}
