@@ -70,6 +70,7 @@ from airflow_provider_gpusched.core.sweep.view import (
     report_runs,
     scored_points,
     sweep_objective,
+    trial_counts,
     trial_rows,
 )
 from airflow_provider_gpusched.core.work_tag import WorkTag
@@ -118,23 +119,38 @@ def _xcoms(session, key: str, *, dag_id: str | None = None, run_id: str | None =
         yield (_value(value), *rest)
 
 
+#: what the GPU pages show for the DAG of a task the user may not read
+HIDDEN_DAG = "(a DAG you cannot see)"
+
+
+def _name_hider(readable, also: tuple[str, ...] = ()):
+    """``hide(record, dag_id)``: blanks the DAG, run and task names (and the fields ``also`` names) of a record
+    (a dict or an object) of a DAG not in ``readable``; the GPU board and the timeline show such work nameless."""
+    def hide(record: Any, dag_id: str) -> None:
+        if dag_id in readable:
+            return
+        for attr, hidden in (("dag_id", HIDDEN_DAG), ("run_id", ""), ("task_id", ""), *((a, "") for a in also)):
+            if isinstance(record, dict):
+                record[attr] = hidden
+            else:
+                setattr(record, attr, hidden)
+    return hide
+
+
+def _problem(exc: Exception, dag_id: str, readable) -> str:
+    """A record that could not be read, as a problem line: its error only for a DAG the user may read."""
+    return str(exc) if dag_id in readable else "a record of a DAG you cannot see could not be read"
+
+
 def gpu_board(user, session) -> dict[str, Any]:
     """Leases of running tasks, tasks waiting for GPUs, GPU time of tasks that ended in the last day; tasks of
     DAGs the user cannot read are shown without their names."""
     readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session)
-
-    def hide(record: Any, dag_id: str) -> None:
-        if dag_id not in readable:
-            for attr, hidden in (("dag_id", "(a DAG you cannot see)"), ("run_id", ""), ("task_id", "")):
-                if isinstance(record, dict):
-                    record[attr] = hidden
-                else:
-                    setattr(record, attr, hidden)
-
+    hide = _name_hider(readable)
     problems: list[str] = []
 
     def bad(exc: Exception, dag_id: str) -> None:
-        problems.append(str(exc) if dag_id in readable else "a record of a DAG you cannot see could not be read")
+        problems.append(_problem(exc, dag_id, readable))
 
     leases, lease_started = [], {}
     for value, dag_id, run_id, task_id, map_index, _state, _end in _xcoms(session, LEASE_XCOM, states=("running",)):
@@ -284,10 +300,7 @@ def gpu_timeline(user, session, hours: float) -> dict[str, Any]:
     segments: list[dict] = []
     problems: list[str] = []
     dropped = 0
-
-    def hide(segment: dict, dag_id: str) -> None:
-        if dag_id not in readable:
-            segment.update(dag_id="(a DAG you cannot see)", run_id="", task_id="", label="", detail="")
+    hide = _name_hider(readable, also=("label", "detail"))
 
     ended_since = datetime.fromtimestamp(since, timezone.utc)
     for value, dag_id, run_id, task_id, map_index, _state, _end in _xcoms(session, LEASE_HISTORY_XCOM,
@@ -295,7 +308,7 @@ def gpu_timeline(user, session, hours: float) -> dict[str, Any]:
         try:
             record = read_history_record(value, f"XCom {LEASE_HISTORY_XCOM} of {dag_id}.{task_id}[{map_index}] ({run_id})")
         except BadRecordError as exc:
-            problems.append(str(exc) if dag_id in readable else "a record of a DAG you cannot see could not be read")
+            problems.append(_problem(exc, dag_id, readable))
             continue
         dropped += record.get("dropped", 0)
         for segment in record["segments"]:
@@ -422,21 +435,14 @@ def sweep_importance(dag_id: str, run_id: str, group: str, session) -> dict[str,
 
 def sweep_comparison(dag_id: str, run_id: str, other: str, group: str, session) -> dict[str, Any]:
     """Two runs of one sweep side by side (core/sweep/analysis.py)."""
-    _plans, rows_a, objective = _one_sweep(dag_id, run_id, group, session)
-    _plans_b, rows_b, _objective_b = _one_sweep(dag_id, other, group, session)
+    plans_a, rows_a, objective = _one_sweep(dag_id, run_id, group, session)
+    plans_b, rows_b, _objective_b = _one_sweep(dag_id, other, group, session)
     if objective is None:
         raise HTTPException(400, f"sweep {group!r} has no objective: there is no score to compare")
-
-    def counts(rows):
-        found: dict[str, int] = {}
-        for r in rows:
-            found[r["state"]] = found.get(r["state"], 0) + 1
-        return found
-
     return {"group": group, **compare_runs({"run": run_id, "points": scored_points(rows_a, objective)[0],
-                                            "counts": counts(rows_a)},
+                                            "counts": trial_counts(plans_a, rows_a)},
                                            {"run": other, "points": scored_points(rows_b, objective)[0],
-                                            "counts": counts(rows_b)}, objective)}
+                                            "counts": trial_counts(plans_b, rows_b)}, objective)}
 
 
 #: lines of a trial's output the Sweeps tab shows

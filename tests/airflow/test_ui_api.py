@@ -336,6 +336,9 @@ def test_the_gpu_timeline_has_a_bar_per_lease_linked_to_its_task_and_hides_what_
     hidden = client.get("/gpusched/api/timeline?hours=1", headers=token(client, "outsider")).json()
     names = {b["dag_id"] for row in hidden["rows"] for b in row["bars"]}
     assert "ui_private_mixed" not in names and "(a DAG you cannot see)" in names
+    nameless = [b for row in hidden["rows"] for b in row["bars"] if b["dag_id"] == "(a DAG you cannot see)"]
+    assert all(not (b.get("run_id") or b.get("task_id") or b.get("label") or b.get("detail")) for b in nameless)
+    assert timeline["windows"] == [1, 6, 24, 72]
     assert client.get("/gpusched/api/timeline?hours=0", headers=token(client, "viewer")).status_code == 422
 
 
@@ -351,6 +354,7 @@ def test_a_sweeps_importance_comparison_and_trial_log(client, runs):
     assert (same["both"], same["changed"], same["only_a"], same["only_b"]) == (4, 0, 0, 0)
     assert same["a"]["best"]["score"] == pytest.approx(0.98) and same["metric"] == "acc"
     sweep = client.get(base, headers=viewer).json()["sweeps"][0]
+    assert same["a"]["counts"] == same["b"]["counts"] == sweep["counts"]  # the Sweeps tab's own counts
     failed = next(p for p in sweep["problems"] if "diverged" in (p["error"] or ""))
     trial = client.get(f"{base}/trial", headers=viewer, params={
         "run_id": run_id, "group": "ui_grid", "trial_id": failed["trial_id"]}).json()

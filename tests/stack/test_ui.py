@@ -476,7 +476,7 @@ def test_the_gpu_timeline_shows_each_lease_with_its_preemptions_and_oom_retries(
     preemptions = sum(stack.xcom("e2e_idle_fillers", fill, "filler", key="gpu_time", map_index=i)["preemptions"]
                       for i in range(6))
     assert preemptions >= 1
-    # a window from just before these runs (?hours= takes any length; the buttons offer 1 h to 3 d)
+    # a window from just before these runs (?hours= takes any length; the server offers 1 h to 3 d)
     def window() -> str:
         return f"/plugin/gpusched-timeline?hours={(time.time() - began + 20) / 3600:.4f}"
 
@@ -485,6 +485,8 @@ def test_the_gpu_timeline_shows_each_lease_with_its_preemptions_and_oom_retries(
                            " && document.querySelectorAll('[data-testid=timeline-mark][data-outcome=oom]').length >= 1",
                            timeout=60_000)
     assert page.locator("[data-testid=timeline-row]").count() >= 4  # this host's 4 (simulated) GPUs
+    # the address's window is offered beside the server's (1 h to 3 d) and pressed
+    assert re.fullmatch(r"[\d.]+ min", page.locator("[data-testid=timeline-window] button[aria-pressed=true]").inner_text())
     fillers = page.locator(f"a[data-testid=timeline-bar][href*='/dags/e2e_idle_fillers/runs/{fill}/']")
     assert leases(page, fillers) == 6 + preemptions  # each filler's last attempt, and one per preempted attempt
     assert page.locator(f"a[data-testid=timeline-bar][data-outcome=preempted][href*='/runs/{fill}/']").count() == preemptions

@@ -56,9 +56,18 @@ def segment_of(attempt: Any, *, job_class: str, priority: int = 0, label: str = 
     if attempt.started is None or not attempt.gpus:
         return None
     outcome, detail = attempt_outcome(attempt)
-    return {"host": attempt.host or "", "gpus": list(attempt.gpus), "job_class": job_class, "priority": priority,
-            "start": float(attempt.started), "end": round(float(attempt.started) + float(attempt.seconds), 3),
-            "outcome": outcome, "detail": detail[:500], "request": attempt.request, "attempt": attempt.number,
+    return _segment(host=attempt.host or "", gpus=attempt.gpus, job_class=job_class, priority=priority,
+                    start=float(attempt.started), end=round(float(attempt.started) + float(attempt.seconds), 3),
+                    outcome=outcome, detail=detail, request=attempt.request, attempt=attempt.number, label=label,
+                    dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index)
+
+
+def _segment(*, host: str, gpus: Iterable[int], job_class: str, priority: int, start: float, end: float,
+             outcome: str, detail: str, request: str, attempt: int, label: str, dag_id: str, run_id: str,
+             task_id: str, map_index: int) -> dict:
+    """A segment as tasks publish it and :func:`build_timeline` reads it (its detail and label cut to length)."""
+    return {"host": host, "gpus": list(gpus), "job_class": job_class, "priority": priority, "start": start,
+            "end": end, "outcome": outcome, "detail": detail[:500], "request": request, "attempt": attempt,
             "label": label[:200], "dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index}
 
 
@@ -129,11 +138,11 @@ def _int(v: Any) -> bool:
 
 def running_segment(lease: Any, now: float) -> dict:
     """The open bar of a lease a running task holds now (a :class:`~.board.BoardLease`)."""
-    return {"host": lease.host, "gpus": list(lease.gpus), "job_class": lease.job_class, "priority": lease.priority,
-            "start": float(lease.started), "end": now, "outcome": "running",
-            "detail": f"holds it now{f'; yielding to {lease.yielding_to}' if lease.yielding_to else ''}",
-            "request": "whole GPU" if lease.whole else "", "attempt": 0, "label": "",
-            "dag_id": lease.dag_id, "run_id": lease.run_id, "task_id": lease.task_id, "map_index": lease.map_index}
+    return _segment(host=lease.host, gpus=lease.gpus, job_class=lease.job_class, priority=lease.priority,
+                    start=float(lease.started), end=now, outcome="running",
+                    detail=f"holds it now{f'; yielding to {lease.yielding_to}' if lease.yielding_to else ''}",
+                    request="whole GPU" if lease.whole else "", attempt=0, label="", dag_id=lease.dag_id,
+                    run_id=lease.run_id, task_id=lease.task_id, map_index=lease.map_index)
 
 
 _BAR_KEYS = ("job_class", "outcome", "detail", "request", "attempt", "label", "dag_id", "run_id", "task_id",

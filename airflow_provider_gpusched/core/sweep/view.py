@@ -370,6 +370,19 @@ def param_axes(plans: Sequence[Mapping], values: Mapping[str, set], categories: 
                                    if 1 < len(seen) <= MAX_CATEGORIES}}
 
 
+def trial_counts(plans: Sequence[Mapping], rows: Sequence[Mapping]) -> dict[str, int]:
+    """How many trials are in each state (:data:`STATES`), with ``defined`` and ``skipped``; trials whose
+    parameters are not published yet count as ``waiting``."""
+    counts = {state: 0 for state in STATES}
+    counts["defined"] = sum(p["defined"] for p in plans) if len(plans) == 1 else len(rows)
+    for r in rows:
+        counts[r["state"]] += 1
+        counts["skipped"] += r["skipped"]
+    if len(plans) == 1 and plans[0]["defined"] > len(rows):  # parameters not published for the rest
+        counts["waiting"] += plans[0]["defined"] - len(rows)
+    return counts
+
+
 def build_sweep_view(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
                      ti_states: Mapping[tuple[str, int], str | None], top_n: int = 20,
                      reports: Callable[[str], Sequence[Mapping] | None] | None = None) -> dict:
@@ -379,13 +392,7 @@ def build_sweep_view(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
     first = plans[0]
     objective = sweep_objective(plans)
     rows = trial_rows(plans, outcomes, ti_states)
-    counts = {state: 0 for state in STATES}
-    counts["defined"] = sum(p["defined"] for p in plans) if len(plans) == 1 else len(rows)
-    for r in rows:
-        counts[r["state"]] += 1
-        counts["skipped"] += r["skipped"]
-    if len(plans) == 1 and first["defined"] > len(rows):  # parameters not published for the rest
-        counts["waiting"] += first["defined"] - len(rows)
+    counts = trial_counts(plans, rows)
     view: dict[str, Any] = {
         "sweep": first["sweep"], "search": first["search"], "backend": first["backend"], "run": first["run"],
         "objective": _objective_view(objective) if objective else None, "counts": counts,

@@ -259,20 +259,20 @@ function classColor(name, classes) {
 }
 const MARKS = { preempted: ["#e03131", "preempted (gave its GPU back)"], oom: ["#c2255c", "GPU out of memory (retried bigger)"],
   failed: ["#212529", "failed"], timeout: ["#9c36b5", "stopped at its time limit"], stopped: ["#495057", "stopped"] };
-function clock(t, span) {
+function clock(t, span, step = 60) {
   const d = new Date(t * 1000);
-  const hm = d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hour12: false });
+  const hm = d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: step < 60 ? "2-digit" : undefined, hour12: false });
   return span > 86400 ? `${d.toLocaleDateString([], { month: "short", day: "numeric" })} ${hm}` : hm;
 }
 function timeTicks(since, until, width) {
   const span = until - since;
-  const steps = [60, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
+  const steps = [10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
   const most = Math.max(2, Math.floor(width / (span > 86400 ? 110 : 70)));
   const step = steps.find((s) => span / s <= most) || 86400;
   const offset = new Date().getTimezoneOffset() * 60;  // ticks on the local clock's round times
   const ticks = [];
   for (let t = Math.ceil((since - offset) / step) * step + offset; t <= until; t += step) ticks.push(t);
-  return ticks;
+  return { ticks, step };
 }
 function barTitle(b) {
   const who = b.task_id ? `${b.dag_id} › ${b.task_id}${b.map_index >= 0 ? `[${b.map_index}]` : ""}` : b.dag_id;
@@ -296,11 +296,11 @@ function TimelineChart({ data, width = 1300 }) {
     const at = y; y += row.lanes * lane + gap; return { row, at };
   });
   const height = Math.max(y + 4, top + 30);
-  const ticks = timeTicks(data.since, data.until, width - label - right);
+  const { ticks, step } = timeTicks(data.since, data.until, width - label - right);
   return h("svg", { width, height, "data-testid": "plot-timeline", role: "img", "aria-label": "GPU leases over time" },
     ticks.map((t) => h("g", { key: t },
       h("line", { x1: X(t), x2: X(t), y1: top - 4, y2: height, stroke: "currentColor", opacity: 0.12 }),
-      h("text", { x: X(t), y: 16, fontSize: 10, textAnchor: "middle", fill: "currentColor", "data-tick": "x" }, clock(t, span)))),
+      h("text", { x: X(t), y: 16, fontSize: 10, textAnchor: "middle", fill: "currentColor", "data-tick": "x" }, clock(t, span, step)))),
     rows.map(({ row, at }, i) => h("g", { key: `${row.host}-${row.gpu}`, "data-testid": "timeline-row",
                                            "data-host": row.host, "data-gpu": row.gpu },
       hostOf(i) && i > 0 ? h("line", { x1: 0, x2: width, y1: at - head - gap / 2, y2: at - head - gap / 2,
@@ -335,12 +335,14 @@ function GpuTimeline() {
   const q = new URLSearchParams(window.location.search);
   const [hours, setHours] = useState(Number(q.get("hours")) || 6);
   const { data, error } = useJson(`${API}/timeline?hours=${hours}`, hours > 6 ? 60000 : 15000);
+  // the windows the server offers (and the one the address asked for, if another)
+  const windows = [...new Set([...(data ? data.windows : []), hours])].sort((a, b) => a - b);
   const pick = h("span", { "data-testid": "timeline-window" }, "Last ",
-    [1, 6, 24, 72].map((x) => h("button", { key: x, onClick: () => setHours(x), "aria-pressed": x === hours,
+    windows.map((x) => h("button", { key: x, onClick: () => setHours(x), "aria-pressed": x === hours,
       style: { margin: "0 3px", padding: "1px 8px", borderRadius: "6px", cursor: "pointer",
                border: "1px solid rgba(128,128,128,0.5)", fontWeight: x === hours ? 700 : 400,
                background: x === hours ? "rgba(43,123,214,0.18)" : "transparent", color: "inherit" } },
-      x < 24 ? `${x} h` : `${x / 24} d`)));
+      x < 1 ? `${+(x * 60).toFixed(1)} min` : x < 24 ? `${x} h` : `${+(x / 24).toFixed(2)} d`)));
   if (!data) return h("div", { style: S.page }, h("h1", { style: S.h1 }, "GPU timeline"), pick,
     errorBox(error) || status("loading…"));
   const c = data.counts;
@@ -704,7 +706,7 @@ function TrialPanel({ dagId, run, group, trialId, onClose }) {
       : h("div", { style: S.muted, "data-testid": "trial-log-missing" }, data.log_note || "no output"));
 }
 
-function Compare({ dagId, run, group, runs, obj }) {
+function Compare({ dagId, run, group, runs }) {
   const others = runs.filter((r) => r !== run);
   const [other, setOther] = useState("");
   const url = other ? `${API}/dags/${enc(dagId)}/sweeps/compare?` + new URLSearchParams({ run_id: run, other, group }) : null;
@@ -722,7 +724,7 @@ function Compare({ dagId, run, group, runs, obj }) {
   return h("div", { "data-testid": "compare" }, pick,
     h(Table, { testid: "compare-runs", head: ["run", "scored", `best ${data.metric}`, "best trial", "counts"],
       rows: [data.a, data.b].map((s) => ({ cells: [h("span", { title: s.run }, short(s.run)), `${s.scored}`, s.best ? fmtv(s.best.score) : "–",
-        s.best ? `${s.best.index} ${s.best.label}` : "–", Object.entries(s.counts).map(([k, v]) => `${k} ${v}`).join(", ")] })) }),
+        s.best ? `${s.best.index} ${s.best.label}` : "–", Object.entries(s.counts).filter(([, v]) => v).map(([k, v]) => `${k} ${v}`).join(", ")] })) }),
     h("div", { style: S.muted, "data-testid": "compare-summary" }, `${data.both} trial(s) scored in both runs: ${data.changed} changed ` +
       `(${data.better_in_b} better and ${data.worse_in_b} worse in ${short(data.b.run)}); ${data.only_a} only in this run, ${data.only_b} only in the other.`),
     h("div", { style: { display: "flex", flexWrap: "wrap" } },
@@ -826,7 +828,7 @@ function SweepCard({ sweep, dagId, focus, runs }) {
       h(Section, { title: "Parameter importance", testid: "importance-section" },
         h(Importance, { dagId, run: sweep.run, group: sweep.group })),
       h(Section, { title: "Compare runs", testid: "compare-section" },
-        h(Compare, { dagId, run: sweep.run, group: sweep.group, runs: runs || [], obj }))) : null,
+        h(Compare, { dagId, run: sweep.run, group: sweep.group, runs: runs || [] }))) : null,
     obj ? h("div", null, h("div", { style: { fontWeight: 600, marginTop: "6px" } }, "Leaderboard"),
       sweep.leaderboard.length === 0 ? h("div", { style: S.muted }, "No trial has a score yet.") :
         h("div", { style: { overflowX: "auto" } }, h(Table, { testid: "leaderboard",
