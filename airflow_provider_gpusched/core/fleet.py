@@ -352,6 +352,54 @@ def read_fleet(fleet_dir: str, now: float | None = None) -> FleetView:
 
 
 
+# -- measured GPU use (core/gpu/telemetry.py): each host's sampler writes its ring, the head node reads them -----
+def telemetry_dir(fleet_dir: str) -> str:
+    return os.path.join(fleet_dir, "telemetry")
+
+
+def publish_telemetry(fleet_dir: str, record: dict, *, shared: bool = False) -> str:
+    """Write a host's telemetry ring (:meth:`~.gpu.telemetry.TelemetryRing.to_dict`) where the head node reads it
+    (0644: GPU figures and process ids, no secret). Only that host's sampler writes its file."""
+    host = record.get("host", "")
+    if not isinstance(host, str) or not _HOST_NAME.match(host):
+        raise InvalidArgumentError("host", host, "a host name of letters, digits, '.', '_' or '-'")
+    ensure_private_dir(fleet_dir, shared=shared, what="fleet directory")
+    folder = ensure_private_dir(telemetry_dir(fleet_dir), shared=shared, what="fleet telemetry directory")
+    path = os.path.join(folder, f"{host}.json")
+    write_json_atomic(path, record, mode=0o644)
+    return path
+
+
+def read_fleet_telemetry(fleet_dir: str, now: float | None = None) -> tuple[dict[str, dict], list[str]]:
+    """Every host's telemetry ring that has a sample from the last :data:`~.gpu.telemetry.WINDOW` seconds (host ->
+    checked record), and why any file could not be read."""
+    from airflow_provider_gpusched.core.gpu.telemetry import WINDOW, read_telemetry_record
+
+    folder = telemetry_dir(fleet_dir)
+    now = now or time.time()
+    found, bad = {}, []
+    try:
+        names = sorted(os.listdir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return {}, []
+    for name in names:
+        if not name.endswith(".json") or name.startswith("."):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            record = read_telemetry_record(read_json_record(path, max_bytes=8 << 20), path)
+        except (BadRecordError, OSError, ValueError) as exc:
+            bad.append(str(exc) if str(exc).startswith(path) else f"{path}: {exc}")
+            continue
+        if record["host"] != name[:-5]:
+            bad.append(f"{path}: key 'host': expected {name[:-5]!r} (the file's name), got {record['host']!r}")
+            continue
+        newest = max((g["time"] for g in record["gpus"].values()), default=0.0)
+        if now - newest <= WINDOW:
+            found[record["host"]] = record
+    return found, bad
+
+
 # -- the head node's `gpusched queue` over the fleet ------------------------------------------------------
 def stops_dir(fleet_dir: str, host: str) -> str:
     """Where the head node asks ``host``'s holders to stop work (``<lease id>.stop``, a StopRequest record)."""

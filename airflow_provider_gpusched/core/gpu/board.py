@@ -11,10 +11,11 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from airflow_provider_gpusched.core.gpu.accounting import accounting_totals
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
+from airflow_provider_gpusched.core.gpu.telemetry import lease_memory, measured_gpus, over_reservation
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 
 WINDOWS = {"hour": 3600.0, "day": 86400.0}
@@ -197,13 +198,33 @@ def _task_name(dag_id: str, task_id: str, map_index: int) -> str:
     return f"{dag_id} › {task_id}" + (f"[{map_index}]" if map_index >= 0 else "")
 
 
+def _add_measured(gpus: list[dict], record: Mapping[str, Any], names: Mapping[str, str], now: float) -> None:
+    """Each GPU's measured use from its host's telemetry record (core/gpu/telemetry.py), each lease's measured
+    memory on it and whether that is over what it reserved, and who each process on it belongs to."""
+    measured = measured_gpus(record, now)
+    for gpu in gpus:
+        m = measured.get(gpu["index"])
+        if m is None:
+            continue
+        for p in m["processes"]:
+            p["task"] = names.get(p["lease_id"], "") if p["ours"] else ""
+        gpu["measured"] = m
+        for lease in gpu["leases"]:
+            used = lease_memory(m["processes"], lease["lease_id"])
+            lease["memory_used"] = used
+            lease["over_reservation"] = over_reservation(used, lease["memory"], lease["whole"])
+
+
 def build_board(leases: Iterable[BoardLease], *, waiting: Iterable[dict] = (), ledger: Iterable[dict] = (),
-                problems: Iterable[str] = (), now: float | None = None, known_hosts: Iterable[KnownHost] = ()) -> dict:
+                problems: Iterable[str] = (), now: float | None = None, known_hosts: Iterable[KnownHost] = (),
+                telemetry: Mapping[str, Mapping[str, Any]] | None = None) -> dict:
     """The board as JSON-ready data: hosts (sorted) with their GPUs, each GPU's leases and memory leased/free
     (``known_hosts`` are listed too, their GPUs free unless a lease says otherwise); the work waiting, each
     reason split by :func:`explain_wait` and the details every waiting task shares said once
     (``waiting_shared``); GPU time per class over the last hour and day (``ledger``: accounting records with
-    ``time``, ``job_class``, ``gpu_seconds``, ``lost_gpu_seconds``, ``preempted``); records that were refused."""
+    ``time``, ``job_class``, ``gpu_seconds``, ``lost_gpu_seconds``, ``preempted``); records that were refused.
+    ``telemetry`` (host -> its checked telemetry record, with ``sampled_by`` and ``error``) adds what each GPU is
+    measured doing (``measured``) and flags a lease whose processes use more memory than it reserved."""
     now = time.time() if now is None else now
     hosts: dict[str, dict[int, dict]] = {}
     seen: dict[str, str] = {}
@@ -250,6 +271,14 @@ def build_board(leases: Iterable[BoardLease], *, waiting: Iterable[dict] = (), l
         board_hosts.append({"host": host, "simulated": any(g["simulated"] for g in gpus), "gpus": gpus,
                             "seen": seen[host], "fleet": fleet.get(host)})
     names = {lease.lease_id: _task_name(lease.dag_id, lease.task_id, lease.map_index) for lease in leases_seen}
+    for entry in board_hosts:
+        record = (telemetry or {}).get(entry["host"])
+        entry["telemetry"] = None
+        if record is not None:
+            entry["telemetry"] = {"source": record["source"], "sampled_by": record.get("sampled_by", ""),
+                                  "error": record.get("error", ""), "resolution": record["resolution"],
+                                  "window": record["window"]}
+            _add_measured(entry["gpus"], record, names, now)
     waits = []
     for record in waiting:
         waits.append({**record, **explain_wait(record.get("why", ""), names)})

@@ -43,6 +43,8 @@ class GPUInfo:
     utilization: int | None = None  # percent, None if unknown
     processes: list[GPUProcess] = field(default_factory=list)
     simulated: bool = False
+    temperature: int | None = None  # degrees Celsius, None if unknown
+    power_watts: float | None = None  # power draw, None if unknown
 
     @property
     def memory_free(self) -> int:
@@ -108,11 +110,19 @@ class NVMLInventory:
                     pass
             uuid = nv.nvmlDeviceGetUUID(handle)
             name = nv.nvmlDeviceGetName(handle)
+            try:
+                temperature = int(nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU))
+            except nv.NVMLError:
+                temperature = None
+            try:
+                power = round(nv.nvmlDeviceGetPowerUsage(handle) / 1000.0, 1)  # milliwatts
+            except nv.NVMLError:
+                power = None
             result.append(GPUInfo(
                 index=index, uuid=uuid.decode() if isinstance(uuid, bytes) else uuid,
                 name=name.decode() if isinstance(name, bytes) else name,
                 memory_total=int(mem.total), memory_used=int(mem.used), utilization=util,
-                processes=processes,
+                processes=processes, temperature=temperature, power_watts=power,
             ))
         return result
 
@@ -146,7 +156,10 @@ class SimulatedInventory:
     Every GPU reports ``simulated=True`` and a UUID starting ``GPU-SIMULATED-``. Memory in use is 0
     unless a *usage file* says otherwise: ``{"0": {"memory_used": "6GiB", "utilization": 80,
     "pids": [1234]}}`` simulates a colleague's process on GPU 0 (what NVML would report);
-    ``"processes": [{"pid": 1234, "used_memory": "6GiB"}]`` gives per-process figures.
+    ``"processes": [{"pid": 1234, "used_memory": "6GiB"}]`` gives per-process figures. Temperature and power
+    are made up too: ``"temperature"`` and ``"power_watts"`` in the usage file, else 30 °C plus a third of the
+    utilisation and 50 W plus 2.5 W per percent (plausible figures, never a real GPU's: everything built from
+    them says SIMULATED).
     """
 
     source = "simulated"
@@ -171,6 +184,13 @@ class SimulatedInventory:
         except (OSError, ValueError) as exc:
             raise GPUInventoryError(f"{self.usage_file}: not a valid simulated-usage JSON file ({exc})") from exc
 
+    def _number(self, usage: dict, key: str, index: int, default, low: float, high: float):
+        value = usage.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+            raise GPUInventoryError(f"{self.usage_file}: key {index}.{key}: expected a number from {low:g} to "
+                                    f"{high:g}, got {value!r:.40}")
+        return int(value) if key == "utilization" else value
+
     def gpus(self) -> list[GPUInfo]:
         usage = self._usage()
         result = []
@@ -180,9 +200,12 @@ class SimulatedInventory:
             procs = [GPUProcess(int(p), None) for p in u.get("pids", [])]
             procs += [GPUProcess(int(p["pid"]), parse_bytes(p["used_memory"], argument=f"{self.usage_file}[{index}]"))
                       for p in u.get("processes", [])]
+            util = self._number(u, "utilization", index, 0, 0, 100)
             result.append(GPUInfo(index=index, uuid=f"GPU-SIMULATED-{index:04d}", name=f"{self.name} {index}",
                                   memory_total=total, memory_used=min(used, total),
-                                  utilization=u.get("utilization", 0), processes=procs, simulated=True))
+                                  utilization=util, processes=procs, simulated=True,
+                                  temperature=int(self._number(u, "temperature", index, 30 + util // 3, -50, 150)),
+                                  power_watts=float(self._number(u, "power_watts", index, 50.0 + 2.5 * util, 0, 5000))))
         return result
 
 
