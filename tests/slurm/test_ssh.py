@@ -1,5 +1,7 @@
 """Slurm through a login host: a real sshd on 127.0.0.1 in front of the test cluster."""
 
+import time
+
 import pytest
 
 from airflow_provider_gpusched.core.slurm import JobPhase, SlurmClient, SlurmJobSpec, SSHCommandRunner
@@ -43,3 +45,30 @@ def test_unreachable_login_host_is_a_transient_error(slurm_cluster):
                                           slurm_conf=slurm_cluster))
     with pytest.raises(SlurmUnavailableError):
         client.squeue(["1"])
+
+
+def test_a_running_jobs_output_is_followed_over_ssh_while_it_runs(ssh_client, tmp_path):
+    """The lines a job writes reach the follower through the login host before the job ends, in order, each once;
+    the path (spaces, quotes, ';') reaches the remote reader verbatim."""
+    from airflow_provider_gpusched.core.slurm.output import OutputFollower
+
+    out = str(tmp_path / "it's a job; %j.out")
+    job = ssh_client.submit(SlurmJobSpec(
+        command=["python3", "-u", "-c", "import time\nfor i in range(12):\n    print('tick', i)\n    time.sleep(0.5)"],
+        output=out)).job_id
+    follower = OutputFollower(out.replace("%j", job), ssh_client.runner, max_bytes=20)
+    seen, while_running = [], []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        phase = ssh_client.status(job).phase
+        got = follower.read()
+        seen += got
+        if phase is JobPhase.RUNNING:
+            while_running += got
+        if phase.is_terminal:
+            break
+        time.sleep(0.3)
+    while len(seen) < 12 and time.monotonic() < deadline:  # at most 20 bytes a read: it catches up
+        seen += follower.read()
+    assert seen == [f"tick {i}" for i in range(12)]
+    assert while_running, "no line arrived while the job ran"

@@ -428,9 +428,11 @@ class SlurmClient:
 
     def follow(self, job_id: str, *, poll_interval: float = 5.0, timeout: float | None = None,
                array_size: int | None = None, not_found_timeout: float = 300.0,
-               on_line: Callable[[str], None] | None = None) -> JobTracker:
+               on_line: Callable[[str], None] | None = None,
+               on_poll: Callable[[JobStatus], None] | None = None) -> JobTracker:
         """Block until the job finishes (scripts, the blocking operator mode); return its tracker.
-        State changes and requeues go to ``on_line``. Slurm being unreachable is retried with backoff
+        State changes and requeues go to ``on_line``; ``on_poll`` is told every status seen (the operator shows
+        the job's new output lines then). Slurm being unreachable is retried with backoff
         (up to 60 s), never reported as the job failing."""
         tracker = JobTracker(job_id, not_found_timeout=not_found_timeout)
         deadline = time.monotonic() + timeout if timeout else None
@@ -447,6 +449,8 @@ class SlurmClient:
             for line in tracker.update(status):
                 if on_line:
                     on_line(line)
+            if on_poll:
+                on_poll(status)
             if tracker.done:
                 return tracker
             if deadline and time.monotonic() > deadline:

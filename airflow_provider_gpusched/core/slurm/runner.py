@@ -124,6 +124,20 @@ class CommandRunner:
             result.check()
         return result
 
+    def run_bytes(self, argv: Sequence[str], *, timeout: float | None = None) -> tuple[int, bytes, str]:
+        """Run a command whose output is bytes (a file's content): exit status, stdout, stderr. Failures to start
+        or finish raise as :meth:`run` does."""
+        argv = [str(a) for a in argv]
+        full = self.wrap(argv)
+        try:
+            proc = subprocess.run(full, capture_output=True, timeout=timeout or self.timeout, env=self.env(),
+                                  check=False)
+        except FileNotFoundError as exc:
+            raise SlurmCommandError(argv, 127, f"{full[0]}: command not found") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise SlurmUnavailableError(argv, -1, f"timed out after {exc.timeout:.0f}s") from exc
+        return proc.returncode, proc.stdout, proc.stderr.decode(errors="replace")
+
     def describe(self) -> dict:
         """Everything needed to build an equal runner elsewhere (the triggerer)."""
         return {"slurm_conf": self.slurm_conf, "timeout": self.timeout}

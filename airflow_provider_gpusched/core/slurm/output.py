@@ -1,0 +1,127 @@
+"""A running Slurm job's output, followed: the lines written since the last look, read incrementally and bounded,
+from this host's file system or over ssh on the login host (the same :class:`~.runner.CommandRunner` that runs
+the Slurm commands).
+
+Each :meth:`OutputFollower.read` reads at most ``max_bytes`` from where the last one stopped: a job that writes
+faster is shown with a lag (its task log catches up while it runs; the tail at the end is read separately). A file
+that is longer than ``max_bytes`` when first looked at (a triggerer restarted, a job that ran before being
+followed) is shown from its last ``max_bytes``, saying how much was left out. Lines longer than ``max_line``
+bytes are cut, saying so; a line not yet ended by a newline waits for its end (or for ``max_line`` bytes).
+A file that shrank (rewritten from the start) is read again from its start.
+
+Pure Python, no Airflow imports.
+"""
+
+from __future__ import annotations
+
+import os
+
+from airflow_provider_gpusched.core.safe_files import open_regular
+from airflow_provider_gpusched.core.slurm.runner import CommandRunner
+
+#: at most this much of the file per read
+MAX_BYTES = 64 * 1024
+#: a longer line is cut to this many bytes
+MAX_LINE = 4096
+
+#: the remote read: the file's size on one line, then up to MAX bytes from OFFSET. The path, offset and count are
+#: arguments ($1..$3) of this fixed script, never part of it: a path with spaces, quotes or ';' is read verbatim.
+_REMOTE_READ = ('f=$1; size=$(stat -c %s -- "$f" 2>/dev/null) || { echo missing; exit 0; }; echo "$size"; '
+                'dd if="$f" iflag=skip_bytes,count_bytes skip="$2" count="$3" status=none')
+
+
+class OutputFollower:
+    """The new lines of one output file at each :meth:`read` (see the module's docstring)."""
+
+    def __init__(self, path: str, runner: CommandRunner | None = None, *, max_bytes: int = MAX_BYTES,
+                 max_line: int = MAX_LINE) -> None:
+        self.path = path
+        self.runner = runner
+        self.max_bytes, self.max_line = max_bytes, max_line
+        self.offset: int | None = None  # None: not looked at yet
+        self.lines = 0
+        self._partial = b""
+
+    @property
+    def remote(self) -> bool:
+        return self.runner is not None and self.runner.target != "local"
+
+    def _chunk(self, offset: int, count: int | None = None) -> tuple[int, bytes] | None:
+        """The file's size and up to ``count`` (``max_bytes``) bytes from ``offset``; None while it does not
+        exist."""
+        count = count or self.max_bytes
+        if self.remote:
+            code, out, err = self.runner.run_bytes(["sh", "-c", _REMOTE_READ, "sh", self.path, str(offset),
+                                                    str(count)])
+            if code != 0:
+                raise OSError(f"reading {self.path} on {self.runner.target}: {err.strip()[:300]}")
+            head, _, data = out.partition(b"\n")
+            if head.strip() == b"missing":
+                return None
+            if not head.strip().isdigit():
+                raise OSError(f"reading {self.path} on {self.runner.target}: unexpected answer {head[:80]!r}")
+            return int(head), data
+        try:  # a regular file only: a FIFO planted at the path would block the read forever
+            fd = open_regular(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        with os.fdopen(fd, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            fh.seek(min(offset, size))
+            return size, fh.read(count)
+
+    def read(self) -> list[str]:
+        """The complete lines written since the last read (with a note where some were left out)."""
+        notes: list[str] = []
+        if self.offset is None:  # the first look: at most the last max_bytes, from a line's start
+            found = self._chunk(0)
+            if found is None:
+                self.offset = 0  # not written yet: followed from its first byte
+                return []
+            size, data = found
+            start = 0
+            if size > self.max_bytes:
+                start = size - self.max_bytes - 1  # one byte before: is the first line whole?
+                found = self._chunk(start, self.max_bytes + 1)
+                if found is None:
+                    return []
+                _size, data = found
+                cut = data.find(b"\n")
+                start, data = (start + cut + 1, data[cut + 1:]) if cut >= 0 else (start + 1, data[1:])
+                notes.append(f"[{start} bytes of {self.path} written earlier not shown]")
+            self.offset = start + len(data)
+            return notes + self._lines(data)
+        found = self._chunk(self.offset)
+        if found is None:
+            return []
+        size, data = found
+        if size < self.offset:  # rewritten from the start
+            notes.append(f"[{self.path} was rewritten: following it from its start]")
+            self._partial, self.offset = b"", 0
+            found = self._chunk(0)
+            if found is None:
+                return notes
+            size, data = found
+        self.offset += len(data)
+        return notes + self._lines(data)
+
+    def _lines(self, data: bytes) -> list[str]:
+        buffer = self._partial + data
+        parts = buffer.split(b"\n")
+        self._partial = parts.pop()
+        if len(self._partial) >= self.max_line:  # a line that never ends: shown in pieces
+            parts.append(self._partial)
+            self._partial = b""
+        out = []
+        for raw in parts:
+            text = raw[:self.max_line].decode(errors="replace").rstrip("\r")
+            if len(raw) > self.max_line:
+                text += f" [... {len(raw) - self.max_line} more bytes of this line not shown]"
+            out.append(text)
+        self.lines += len(out)
+        return out
+
+    def flush(self) -> list[str]:
+        """The last line, if the job ended without a newline after it."""
+        rest, self._partial = self._partial, b""
+        return [rest[:self.max_line].decode(errors="replace")] if rest else []
