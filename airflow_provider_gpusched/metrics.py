@@ -1,0 +1,151 @@
+"""gpusched's metrics, sent through Airflow's own metrics (``[metrics]``: StatsD, Datadog or OpenTelemetry), so a
+setup that already collects Airflow's metrics gets these too (docs/metrics.md lists them, with a Grafana
+dashboard).
+
+Each metric carries its variable parts twice: in the name (plain StatsD has no tags: ``gpusched.gpus_leased.<host>``)
+and as tags (OpenTelemetry, Datadog, StatsD with ``statsd_influxdb_enabled``). Host, partition and sweep names are
+cut to the characters metric names allow (``.`` becomes ``_``: it separates a name's parts). Nothing is sent
+where ``[metrics]`` turns every backend off; a metric that cannot be sent never fails the work.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from datetime import timedelta
+from typing import Any, Iterable
+
+log = logging.getLogger(__name__)
+
+PREFIX = "gpusched"
+_BAD = re.compile(r"[^A-Za-z0-9_-]")
+_state: dict[str, Any] = {"key": None}
+
+
+def part(value: Any) -> str:
+    """A name, host or state as one part of a metric name."""
+    return _BAD.sub("_", str(value))[:80] or "_"
+
+
+def _stats():
+    """Airflow's ``Stats``, set up from ``[metrics]`` in this process once (again if the settings change: tests),
+    whichever Airflow component runs us (a task, the triggerer's runner, the api-server, an Edge worker)."""
+    from airflow.sdk.configuration import conf
+    from airflow.sdk.observability.stats import Stats
+
+    key = (os.getpid(), conf.getboolean("metrics", "statsd_on", fallback=False),
+           conf.getboolean("metrics", "otel_on", fallback=False),
+           conf.getboolean("metrics", "statsd_datadog_enabled", fallback=False),
+           conf.get("metrics", "statsd_host", fallback=""), conf.get("metrics", "statsd_port", fallback=""))
+    if _state["key"] != key:
+        from airflow.sdk.observability.metrics.stats_utils import get_stats_factory
+
+        try:  # Task SDK 1.3 (Airflow 3.3)
+            Stats.initialize(factory=get_stats_factory(),
+                             export_legacy_names=conf.getboolean("metrics", "legacy_names_on", fallback=True))
+        except TypeError:  # Task SDK 1.2 (Airflow 3.2)
+            Stats.initialize(factory=get_stats_factory())
+        _state["key"] = key
+    return Stats
+
+
+def _send(kind: str, name: str, value: float | None = None, tags: dict[str, Any] | None = None) -> None:
+    try:
+        stats = _stats()
+        tags = {k: str(v) for k, v in (tags or {}).items()}
+        if kind == "incr":
+            stats.incr(name, count=int(value or 1), tags=tags)
+        elif kind == "gauge":
+            stats.gauge(name, value, tags=tags)
+        else:
+            stats.timing(name, timedelta(seconds=value), tags=tags)
+    except Exception as exc:  # noqa: BLE001 - a metrics backend failing never fails the work
+        log.debug("gpusched metric %s not sent: %s", name, exc)
+
+
+def gauge(name: str, value: float, tags: dict[str, Any] | None = None) -> None:
+    _send("gauge", name, value, tags)
+
+
+def incr(name: str, count: int = 1, tags: dict[str, Any] | None = None) -> None:
+    _send("incr", name, count, tags)
+
+
+def timing(name: str, seconds: float, tags: dict[str, Any] | None = None) -> None:
+    _send("timing", name, seconds, tags)
+
+
+# -- what gpusched measures ----------------------------------------------------------------------------------
+def emit_gpu_samples(host: str, samples: Iterable, manager=None, *, busy_utilization: int = 10) -> None:
+    """A host's GPUs now (one sample each, core/gpu/telemetry.py): GPUs leased, free and measured in use on the
+    host, and each GPU's utilisation, memory in use and temperature; with ``manager``, the tasks waiting there."""
+    samples = list(samples)
+    h = part(host)
+    held: set[int] = set()
+    waiting = 0
+    if manager is not None:
+        try:
+            _gpus, leases = manager.snapshot()
+            held = {g for lease in leases for g in lease.gpus}
+            waiting = len(manager.yields.waiting(prune=False))  # normal work waiting (fill-in work never marks)
+        except Exception:  # noqa: BLE001 - the lease directory unreadable now: the GPU figures still go out
+            held = set()
+    in_use = [s for s in samples if (s.utilization or 0) > busy_utilization or s.processes]
+    tags = {"host": host}
+    gauge(f"{PREFIX}.gpus.{h}", len(samples), tags)
+    gauge(f"{PREFIX}.gpus_leased.{h}", len(held), tags)
+    gauge(f"{PREFIX}.gpus_free.{h}", len([s for s in samples if s.index not in held]), tags)
+    gauge(f"{PREFIX}.gpus_in_use.{h}", len(in_use), tags)
+    gauge(f"{PREFIX}.tasks_waiting_for_gpus.{h}", waiting, tags)
+    for s in samples:
+        gpu_tags = {"host": host, "gpu": s.index}
+        if s.utilization is not None:
+            gauge(f"{PREFIX}.gpu_utilization.{h}.{s.index}", s.utilization, gpu_tags)
+        gauge(f"{PREFIX}.gpu_memory_used.{h}.{s.index}", s.memory_used, gpu_tags)
+        if s.temperature is not None:
+            gauge(f"{PREFIX}.gpu_temperature.{h}.{s.index}", s.temperature, gpu_tags)
+
+
+def gpu_wait(seconds: float, job_class: str, host: str) -> None:
+    """A task got its GPUs after waiting ``seconds``."""
+    timing(f"{PREFIX}.gpu_wait.{part(job_class)}", seconds, {"job_class": job_class, "host": host})
+
+
+def preemption(job_class: str, host: str, count: int = 1) -> None:
+    incr(f"{PREFIX}.preemptions.{part(job_class)}", count, {"job_class": job_class, "host": host})
+
+
+def oom_retry(job_class: str, host: str, count: int = 1) -> None:
+    incr(f"{PREFIX}.oom_retries.{part(job_class)}", count, {"job_class": job_class, "host": host})
+
+
+def slurm_jobs(counts: dict[tuple[str, str], int]) -> None:
+    """Slurm jobs of gpusched's tasks by (partition, state), state ``pending`` or ``running``."""
+    for (partition, state), n in counts.items():
+        gauge(f"{PREFIX}.slurm_jobs.{part(partition)}.{part(state)}", n, {"partition": partition, "state": state})
+
+
+def trial_finished(sweep: str, state: str) -> None:
+    """A sweep's trial ended ``state`` (succeeded, failed, pruned, timeout)."""
+    incr(f"{PREFIX}.sweep_trials.{part(sweep)}.{part(state)}", 1, {"sweep": sweep, "state": state})
+
+
+class SlurmJobCounts:
+    """A shared Slurm poller's listener (core/slurm/tracking.py): after each poll, the jobs it watches by partition,
+    pending and running, as gauges; a partition whose jobs all ended goes back to 0."""
+
+    def __init__(self) -> None:
+        self.seen: set[tuple[str, str]] = set()
+
+    def __call__(self, statuses: dict) -> None:
+        counts: dict[tuple[str, str], int] = {}
+        for status in statuses.values():
+            state = getattr(status.phase, "value", "")
+            if state in ("pending", "running"):
+                key = (status.partition or "default", state)
+                counts[key] = counts.get(key, 0) + 1
+        for key in self.seen - set(counts):
+            counts[key] = 0
+        self.seen |= set(counts)
+        slurm_jobs(counts)

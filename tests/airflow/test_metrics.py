@@ -1,0 +1,67 @@
+"""gpusched's metrics through Airflow's own StatsD support, received by a real UDP socket."""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+
+import pytest
+
+from airflow_provider_gpusched import metrics
+from airflow_provider_gpusched.core.gpu.inventory import GPUInfo, GPUProcess
+from airflow_provider_gpusched.core.gpu.telemetry import sample_gpus
+
+
+@pytest.fixture
+def statsd(monkeypatch):
+    """A StatsD listener on a free UDP port, and Airflow's [metrics] pointed at it."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(0.2)
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_ON", "True")
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_HOST", "127.0.0.1")
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_PORT", str(sock.getsockname()[1]))
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_PREFIX", "airflow")
+
+    def received(wait: float = 2.0) -> list[str]:
+        lines, deadline = [], time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                lines += sock.recv(65536).decode().splitlines()
+            except socket.timeout:
+                if lines:
+                    break
+        return lines
+
+    yield received
+    sock.close()
+    monkeypatch.delenv("AIRFLOW__METRICS__STATSD_ON")
+    metrics._state["key"] = None
+
+
+def test_gpu_samples_reach_statsd_as_gauges_per_host_and_gpu(statsd):
+    gpus = [GPUInfo(0, "u0", "GPU", 24 << 30, 5 << 30, 93, [GPUProcess(7, 5 << 30)], temperature=70),
+            GPUInfo(1, "u1", "GPU", 24 << 30, 0, 0, [], temperature=35)]
+    metrics.emit_gpu_samples("gpu-box.lab", sample_gpus(gpus, {"a" * 16: {7}}, user_of=lambda pid: ""))
+    lines = statsd()
+    assert "airflow.gpusched.gpus.gpu-box_lab:2|g" in lines
+    assert "airflow.gpusched.gpus_in_use.gpu-box_lab:1|g" in lines
+    assert "airflow.gpusched.gpu_utilization.gpu-box_lab.0:93|g" in lines
+    assert f"airflow.gpusched.gpu_memory_used.gpu-box_lab.0:{5 << 30}|g" in lines
+    assert "airflow.gpusched.gpu_temperature.gpu-box_lab.1:35|g" in lines
+
+
+def test_events_reach_statsd_as_counters_and_timings(statsd):
+    metrics.preemption("idle", "h1")
+    metrics.oom_retry("normal", "h1")
+    metrics.gpu_wait(2.5, "normal", "h1")
+    metrics.slurm_jobs({("gpu", "pending"): 3, ("debug q", "running"): 1})
+    metrics.trial_finished("lr.sweep", "pruned")
+    lines = statsd()
+    assert "airflow.gpusched.preemptions.idle:1|c" in lines
+    assert "airflow.gpusched.oom_retries.normal:1|c" in lines
+    assert any(re.fullmatch(r"airflow\.gpusched\.gpu_wait\.normal:2500(\.0+)?\|ms", line) for line in lines), lines
+    assert "airflow.gpusched.slurm_jobs.gpu.pending:3|g" in lines
+    assert "airflow.gpusched.slurm_jobs.debug_q.running:1|g" in lines
+    assert "airflow.gpusched.sweep_trials.lr_sweep.pruned:1|c" in lines
