@@ -1,0 +1,108 @@
+"""OpenLineage for gpusched's tasks, through the OpenLineage provider's operator methods
+(``get_openlineage_facets_on_start / _on_complete / _on_failure``, docs/observability.md).
+
+What a task reports, besides what the provider reports of every task:
+
+* job facet ``jobType``: processing ``BATCH``, integration ``GPUSCHED``, job type ``SLURM_JOB``, ``LOCAL_GPU``,
+  ``SWEEP_TRIAL_SLURM`` or ``SWEEP_TRIAL_LOCAL_GPU``;
+* run facet ``externalQuery`` (Slurm): the job id, source ``slurm://<login host or this host>``;
+* run facet ``gpusched``: backend, job class and priority, what was asked for (GPUs, memory, partition...), where it
+  ran, attempts, preemptions and OOM retries;
+* run facet ``gpuschedTrial`` (a sweep's trial): the sweep, its DAG run and task group (the parent sweep run), and
+  each trial's id, label, hyper-parameters, state and result;
+* on failure, run facet ``gpuschedFailure``: how it failed (``oom``, ``timeout``, ``preempted``, Slurm's final
+  state...) and the message; the provider adds the exception as ``errorMessage``.
+
+The provider is optional: nothing here imports it until it calls these methods, and without it they are never
+called.
+"""
+
+from __future__ import annotations
+
+import functools
+import socket
+from typing import Any
+
+INTEGRATION = "GPUSCHED"
+
+
+@functools.cache
+def _facets():
+    from attrs import define
+    from openlineage.client.facet_v2 import RunFacet
+
+    @define
+    class GpuschedRunFacet(RunFacet):
+        """How gpusched ran a task: backend, class, request, placement, attempts."""
+
+        backend: str
+        jobClass: str
+        priority: int
+        request: dict
+        placement: dict
+        attempts: int
+        preemptions: int
+        oomRetries: int
+
+    @define
+    class GpuschedTrialRunFacet(RunFacet):
+        """The sweep trials a task ran, with the sweep run they belong to."""
+
+        sweep: str
+        sweepRun: dict
+        trials: list
+
+    @define
+    class GpuschedFailureRunFacet(RunFacet):
+        """How gpusched saw the work fail."""
+
+        kind: str
+        message: str
+
+    return GpuschedRunFacet, GpuschedTrialRunFacet, GpuschedFailureRunFacet
+
+
+def operator_lineage(*, job_type: str, run: dict | None = None, external_id: str = "", external_source: str = "",
+                     trial: dict | None = None, failure: tuple[str, str] | None = None):
+    """The ``OperatorLineage`` of one task (see the module's docstring)."""
+    from airflow.providers.openlineage.extractors import OperatorLineage
+    from openlineage.client.facet_v2 import external_query_run, job_type_job
+
+    run_facet, trial_facet, failure_facet = _facets()
+    run_facets: dict[str, Any] = {}
+    if run is not None:
+        run_facets["gpusched"] = run_facet(**run)
+    if external_id:
+        run_facets["externalQuery"] = external_query_run.ExternalQueryRunFacet(externalQueryId=external_id,
+                                                                               source=external_source)
+    if trial is not None:
+        run_facets["gpuschedTrial"] = trial_facet(**trial)
+    if failure is not None:
+        run_facets["gpuschedFailure"] = failure_facet(kind=failure[0], message=failure[1][:2000])
+    return OperatorLineage(run_facets=run_facets, job_facets={"jobType": job_type_job.JobTypeJobFacet(
+        processingType="BATCH", integration=INTEGRATION, jobType=job_type)})
+
+
+def slurm_source(runner_description: dict | None) -> str:
+    """Where a Slurm job id means something: ``slurm://<login host>`` (or this host, where the commands run)."""
+    host = (runner_description or {}).get("host") or socket.getfqdn()
+    return f"slurm://{host}"
+
+
+def trial_facet(command: Any, sweep: str, task_instance) -> dict | None:
+    """The ``gpuschedTrial`` facet of a sweep's trial task: its trials (from the sweep's manifest and results
+    folder) and the sweep run; None for a task that runs no trial."""
+    from airflow_provider_gpusched.core.sweep.trial_run import trials_of_command
+
+    found = trials_of_command(command)
+    if found is None:
+        return None
+    manifest, trials = found
+    records = {r["trial_id"]: r for r in manifest.store.records(trials)}
+    task_id = getattr(task_instance, "task_id", "")
+    return {"sweep": sweep, "sweepRun": {"dag_id": getattr(task_instance, "dag_id", ""),
+                                         "run_id": getattr(task_instance, "run_id", ""),
+                                         "group": task_id.rsplit(".", 1)[0] if "." in task_id else ""},
+            "trials": [{"trial_id": t.trial_id, "label": t.label, "params": dict(t.params),
+                        "state": records.get(t.trial_id, {}).get("state", ""),
+                        "result": records.get(t.trial_id, {}).get("result")} for t in trials]}
