@@ -148,7 +148,11 @@ export AIRFLOW__GPUSCHED__SLURM_POLL_INTERVAL=\${AIRFLOW__GPUSCHED__SLURM_POLL_I
 export AIRFLOW__GPUSCHED__GPU_POLL_INTERVAL=\${AIRFLOW__GPUSCHED__GPU_POLL_INTERVAL:-1}
 export SLURM_CONF="$REPO/.slurm/etc/slurm.conf"
 EOF
-  [ -n "$simulate" ] && echo "export AIRFLOW__GPUSCHED__SIMULATE_GPUS=$simulate  # no NVML here: SIMULATED GPUs" >>"$STACK/env.sh"
+  if [ -n "$simulate" ]; then
+    echo "export AIRFLOW__GPUSCHED__SIMULATE_GPUS=$simulate  # no NVML here: SIMULATED GPUs" >>"$STACK/env.sh"
+    # what the simulated GPUs' driver reports besides our leases (utilisation, others' processes): absent = nothing
+    echo "export GPUSCHED_SIMULATE_USAGE=\"$STACK/simulated-usage.json\"" >>"$STACK/env.sh"
+  fi
   [ -n "${GPUSCHED_STACK_ENV:-}" ] && printf '%s\n' "$GPUSCHED_STACK_ENV" >>"$STACK/env.sh"
   true)
 }

@@ -68,12 +68,45 @@ def publish_quietly(manager) -> None:
         log.warning("Could not publish this host's GPU record to the fleet directory: %s", exc)
 
 
+_sampler = None
+
+
+def start_sampling(manager=None):
+    """In a fleet, sample this host's GPUs every 10 s on a thread of this (long-lived) process and publish the last
+    10 minutes to ``<fleet_dir>/telemetry/<host>.json``, where the head node's board reads them (once per process;
+    the Edge worker starts it on its first heartbeat). None outside a fleet."""
+    global _sampler
+    folder = settings.fleet_dir()
+    if not folder:
+        return None
+    if _sampler is not None and _sampler.running():
+        return _sampler
+    from airflow_provider_gpusched.core.gpu.telemetry import HostSampler, TelemetryRing, sample_host
+    from airflow_provider_gpusched.metrics import emit_gpu_samples
+
+    if manager is None:
+        from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
+
+        manager = LocalGPUHook().get_conn()
+    host = fleet.this_host()
+    ring = TelemetryRing(host, manager.inventory.source)
+    shared = settings.gpu_state_dir_shared()
+
+    def published(samples) -> None:
+        fleet.publish_telemetry(folder, ring.to_dict(), shared=shared)
+        emit_gpu_samples(host, samples, manager)
+
+    _sampler = HostSampler(ring, lambda: sample_host(manager), on_sample=published).start()
+    return _sampler
+
+
 async def edge_worker_sysinfo() -> dict[str, Any]:
     """``[edge] extended_system_info_function`` for a GPU host's Edge worker: publishes the host's record on
     each heartbeat and reports its GPUs. Status ERROR (with ``[edge] automatic_maintenance_on = Error``: the
     worker takes no jobs) while processes of others hold every GPU; INFO again once one is free."""
     try:
         record = await asyncio.to_thread(publish_this_host)
+        sampler = await asyncio.to_thread(start_sampling)
     except (GpuschedError, OSError) as exc:
         return {"status": logging.WARNING, "status_text": f"gpusched: cannot publish this host's GPUs: {exc}"}
     if record is None:
@@ -82,6 +115,8 @@ async def edge_worker_sysinfo() -> dict[str, Any]:
                and g.index not in record.foreign_busy)
     info: dict[str, Any] = {"gpus": record.sizes(), "gpus_free": free, "gpu_leases": len(record.leases),
                             "gpu_source": record.source}
+    if sampler is not None and sampler.error:
+        info["gpu_sampling"] = sampler.error
     if record.gpus and len(record.foreign_busy) >= len(record.gpus):
         return {**info, "status": logging.ERROR,
                 "status_text": f"every GPU is held by processes of others (GPUs {record.foreign_busy})"}

@@ -17,7 +17,7 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_provider_gpusched import fleet, settings
+from airflow_provider_gpusched import fleet, lineage, metrics, settings
 from airflow_provider_gpusched.callables import callable_arguments
 from airflow_provider_gpusched.core import pyfunc
 from airflow_provider_gpusched.core.distributed import DEFAULT_RANK_EXIT_GRACE, check_grace, check_mode
@@ -29,7 +29,7 @@ from airflow_provider_gpusched.core.gpu.launch import GPUChild
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.gpu.runner import Work, run_attempt
-from airflow_provider_gpusched.core.gpu.timeline import LEASE_HISTORY_XCOM, SegmentLog, segment_of
+from airflow_provider_gpusched.core.gpu.timeline import LEASE_HISTORY_XCOM, SegmentLog, attempt_outcome, segment_of
 from airflow_provider_gpusched.core.units import time_limit_seconds
 from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
@@ -204,7 +204,9 @@ class LocalGPUOperator(BaseOperator):
         self._yield_deadline: float | None = None  # how long to wait here for idle work to yield
         self._busy_since: float | None = None  # when this try found the GPUs busy (defer_after counts from it)
         self._waiting_since: float | None = None  # when this try began waiting for GPUs (published to the board)
+        self._wait_measured: float | None = None  # the wait whose length went out as a metric
         self._fleet_hosts: list[str] = []  # in a fleet: the hosts this try landed on, in order
+        self._attempts: list = []  # this try's attempts so far (OpenLineage facets)
 
     # -- helpers -------------------------------------------------------------------------------------
     def _run_dir(self, context) -> str:
@@ -341,6 +343,11 @@ class LocalGPUOperator(BaseOperator):
             step = attempts.decide(progress, outcome, job_class=self.job_class, policy=policy,
                                    oom_policy=self.oom_policy, gpu_sizes=sizes, stopping=self._stop.is_set(), work=work)
             self._publish_history(context, progress)
+            self._attempts = list(progress.attempts)
+            if outcome.attempt.preempted:
+                metrics.preemption(self.job_class, outcome.attempt.host)
+            if step.action is attempts.Action.RETRY_BIGGER:
+                metrics.oom_retry(self.job_class, outcome.attempt.host)
             if step.action is attempts.Action.RELAUNCH:
                 self.log.warning("%s; no Airflow retry used", step.message)
                 self._wait_for_gpus(manager, hook, progress, owner, "backoff after a preemption",
@@ -398,6 +405,10 @@ class LocalGPUOperator(BaseOperator):
             if lease is not None:
                 self._busy_since = None
                 fleet.publish_quietly(manager)
+                if self._waiting_since is not None and self._wait_measured != self._waiting_since:
+                    self._wait_measured = self._waiting_since  # metric gpusched.gpu_wait.<class>, once per wait
+                    metrics.gpu_wait(time.time() - self._waiting_since, self.job_class,
+                                     fleet.worker_host(context["ti"]))
                 return lease
             if self._wait_for_yield(manager, owner, why):
                 continue
@@ -459,6 +470,36 @@ class LocalGPUOperator(BaseOperator):
             fleet.worker_host(ti), request.describe(), self.job_class, self.priority, why, self._waiting_since,
             dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id,
             map_index=ti.map_index if ti.map_index is not None else -1))
+
+    # -- OpenLineage (the provider calls these; lineage.py) --------------------------------------------------
+    lineage_job_type = "LOCAL_GPU"
+
+    def _lineage_run(self) -> dict:
+        tried = self._attempts
+        last = tried[-1] if tried else None
+        return {"backend": "local_gpu", "jobClass": self.job_class, "priority": self.priority,
+                "request": {"description": self.request.describe(), "gpus": self.request.gpus,
+                            "gpu_memory": self.request.gpu_memory, "cpus": self.request.cpus,
+                            "time_limit": self.time_limit},
+                "placement": {"host": last.host, "gpus": list(last.gpus)} if last else {},
+                "attempts": len(tried), "preemptions": sum(1 for a in tried if a.preempted),
+                "oomRetries": sum(1 for a in tried[:-1] if a.oom)}
+
+    def _lineage_trial(self, task_instance) -> dict | None:
+        return None
+
+    def get_openlineage_facets_on_start(self):
+        return lineage.operator_lineage(job_type=self.lineage_job_type, run=self._lineage_run())
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        return lineage.operator_lineage(job_type=self.lineage_job_type, run=self._lineage_run(),
+                                        trial=self._lineage_trial(task_instance))
+
+    def get_openlineage_facets_on_failure(self, task_instance):
+        last = self._attempts[-1] if self._attempts else None
+        failure = attempt_outcome(last) if last is not None else ("not started", "it never got its GPUs")
+        return lineage.operator_lineage(job_type=self.lineage_job_type, run=self._lineage_run(),
+                                        trial=self._lineage_trial(task_instance), failure=failure)
 
     def _started(self, child: GPUChild) -> None:
         self._child = child

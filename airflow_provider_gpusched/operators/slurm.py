@@ -21,11 +21,11 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_provider_gpusched import settings
+from airflow_provider_gpusched import lineage, settings
 from airflow_provider_gpusched.callables import callable_arguments
 from airflow_provider_gpusched.core import pyfunc
 from airflow_provider_gpusched.core.distributed import DEFAULT_RANK_EXIT_GRACE, launcher_grace
-from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.queue import read_slurm_stop_mark
 from airflow_provider_gpusched.core.slurm import (
     JobStatus,
@@ -38,6 +38,7 @@ from airflow_provider_gpusched.core.slurm import (
 )
 from airflow_provider_gpusched.core.slurm.job import parse_job_comment, task_family_key, work_key
 from airflow_provider_gpusched.core.slurm.job_view import SLURM_JOB_XCOM, job_record
+from airflow_provider_gpusched.core.slurm.output import OutputFollower
 from airflow_provider_gpusched.core.slurm.states import array_task_order
 from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.hooks.slurm import SlurmHook
@@ -89,6 +90,9 @@ class SlurmJobOperator(BaseOperator):
     :param deferrable: wait in the triggerer (default ``[gpusched] default_deferrable``) or in the worker.
     :param poll_interval: seconds between status checks (default ``[gpusched] slurm_poll_interval``).
     :param cancel_on_kill: cancel the job when the task is killed (default True).
+    :param follow_output: while the job runs, new lines of its output file appear in the task log as they are
+        written (read incrementally, at most 64 KiB per poll; over ssh through the login host when the connection
+        names one). Default True; an array job's tasks each have a file and are shown as a tail at the end.
     :param job_class, priority: ``"normal"`` (default) or ``"idle"`` (fill-in work), and a whole-number
         priority. The ``[gpusched] job_classes`` mapping turns them into the Airflow pool, slots and weight
         and the Slurm partition/QOS/nice/requeue (idle: the preemptible ``idle`` partition with requeue;
@@ -143,6 +147,7 @@ class SlurmJobOperator(BaseOperator):
         deferrable: bool | None = None,
         poll_interval: float | None = None,
         cancel_on_kill: bool = True,
+        follow_output: bool = True,
         job_class: str = "normal",
         priority: int = 0,
         cpus_per_task: int | None = None,  # the old names of cpus and env
@@ -162,7 +167,8 @@ class SlurmJobOperator(BaseOperator):
             ("poll_interval", poll_interval, (int, float), "seconds (a number > 0)"),
             ("deferrable", deferrable, (bool,), "True or False"),
             ("requeue", requeue, (bool,), "True, False or None"),
-            ("cancel_on_kill", cancel_on_kill, (bool,), "True or False")), positive=["poll_interval"])
+            ("cancel_on_kill", cancel_on_kill, (bool,), "True or False"),
+            ("follow_output", follow_output, (bool,), "True or False")), positive=["poll_interval"])
         self.command = command
         self.script = script
         self.job_name = job_name
@@ -192,6 +198,11 @@ class SlurmJobOperator(BaseOperator):
         self.deferrable = settings.default_deferrable() if deferrable is None else deferrable
         self.poll_interval = poll_interval
         self.cancel_on_kill = cancel_on_kill
+        self.follow_output = follow_output
+        self._followed_lines: int | None = None  # lines of the output already shown in the log as they came
+        self._final_status: JobStatus | None = None  # how the job ended, its requeues, a problem (OpenLineage)
+        self._preemptions = 0
+        self._problem: str | None = None
         self._job_id: str | None = None
         self._preemption_events: list[str] = []  # when Slurm preempted and requeued the job (for the log)
         # fail at DAG parse time, naming the argument, rather than when the task runs
@@ -284,12 +295,29 @@ class SlurmJobOperator(BaseOperator):
                 trigger=SlurmJobTrigger(job_id=job_id, runner=hook.runner_description, poll_interval=poll,
                                         array_size=array_size, not_found_timeout=settings.not_found_timeout(),
                                         cancel_on_kill=self.cancel_on_kill, output_path=output_path,
-                                        fire_after=time.time() + settings.min_deferral()),
+                                        fire_after=time.time() + settings.min_deferral(),
+                                        follow_output=self.follow_output),
                 method_name="execute_complete",
             )
+        follower = (OutputFollower(output_path, client.runner)
+                    if self.follow_output and output_path and not array_size and "%" not in output_path else None)
+
+        def show_output(_status) -> None:
+            if follower is None:
+                return
+            try:
+                for line in follower.read():
+                    self.log.info("%s", line)
+            except (OSError, GpuschedError) as exc:
+                self.log.warning("Cannot read the job's output %s now: %s", output_path, exc)
+
         tracker = client.follow(job_id, poll_interval=poll, array_size=array_size,
                                 not_found_timeout=settings.not_found_timeout(),
-                                on_line=lambda line: self.log.info("%s", line))
+                                on_line=lambda line: self.log.info("%s", line), on_poll=show_output)
+        if follower is not None:
+            for line in follower.flush():
+                self.log.info("%s", line)
+            self._followed_lines = follower.lines
         final = tracker.final_status()
         self._preemption_events = tracker.preemption_events
         return self._finish(context, final.to_dict(), output_path, tracker.preemptions,
@@ -387,6 +415,7 @@ class SlurmJobOperator(BaseOperator):
     def execute_complete(self, context, event: dict[str, Any]) -> Any:
         self._job_id = event.get("job_id")
         self._preemption_events = event.get("preemption_events", [])
+        self._followed_lines = event.get("followed_lines")
         return self._finish(context, event.get("job"), event.get("output_path", ""), event.get("preemptions", 0),
                             None if event.get("job") else event.get("message"))
 
@@ -410,9 +439,13 @@ class SlurmJobOperator(BaseOperator):
         if status.tasks:
             for key in sorted(status.tasks, key=array_task_order):
                 self.log.info("  array task %s", status.tasks[key].describe())
-        if tail:
+        if self._followed_lines is not None and status.phase.is_success and not problem:
+            self.log.info("The job's output (%d lines) was shown above as it was written: %s", self._followed_lines,
+                          tail_path)
+        elif tail:
             self.log.info("Last lines of %s:\n%s", tail_path, tail)
         self._publish_final(context, status, output_path, preemptions, tail, tail_path, problem)
+        self._final_status, self._preemptions, self._problem = status, preemptions, problem
         stopped = read_slurm_stop_mark(output_path, status.job_id) if not status.phase.is_success else None
         if stopped is not None:
             raise AirflowFailException(f"Slurm job {status.job_id} {stopped.describe()}; Slurm says "
@@ -423,6 +456,43 @@ class SlurmJobOperator(BaseOperator):
                 message += f"\n--- last lines of {tail_path} ---\n{tail}"
             raise SlurmJobFailed(message, status.to_dict())
         return self.result_value(context, status, output_path, preemptions)
+
+    # -- OpenLineage (the provider calls these; lineage.py) --------------------------------------------------
+    lineage_job_type = "SLURM_JOB"
+
+    def _lineage_run(self) -> dict:
+        status = self._final_status
+        return {"backend": "slurm", "jobClass": self.job_class, "priority": self.priority,
+                "request": {k: v for k, v in (("partition", self.partition), ("qos", self.qos), ("gpus", self.gpus),
+                                              ("gres", self.gres), ("mem", self.mem), ("time_limit", self.time_limit),
+                                              ("array", self.array), *((k, v) for k, v in self.shape.items()
+                                                                       if k != "rank_exit_grace"))
+                            if v not in (None, "", [], False)},
+                "placement": {"nodes": status.nodes, "partition": status.partition} if status else {},
+                "attempts": 1 + self._preemptions, "preemptions": self._preemptions, "oomRetries": 0}
+
+    def _lineage_trial(self, task_instance) -> dict | None:
+        return None
+
+    def _lineage(self, task_instance, failure=None):
+        return lineage.operator_lineage(
+            job_type=self.lineage_job_type, run=self._lineage_run(), external_id=str(self._job_id or ""),
+            external_source=lineage.slurm_source(SlurmHook(self.slurm_conn_id).runner_description),
+            trial=self._lineage_trial(task_instance) if task_instance is not None else None, failure=failure)
+
+    def get_openlineage_facets_on_start(self):
+        return self._lineage(None)
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        return self._lineage(task_instance)
+
+    def get_openlineage_facets_on_failure(self, task_instance):
+        status = self._final_status
+        if status is not None:
+            failure = (status.phase.value, self._problem or status.describe())
+        else:
+            failure = ("not submitted" if not self._job_id else "lost", self._problem or "no final state was seen")
+        return self._lineage(task_instance, failure)
 
     def _publish_final(self, context, status: JobStatus, output_path: str, preemptions: int, tail: str,
                        tail_path: str, problem: str | None) -> None:

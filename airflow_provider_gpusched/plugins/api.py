@@ -29,6 +29,8 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy import and_, func, or_, select
 
 from airflow_provider_gpusched import settings
+from airflow_provider_gpusched.core.errors import GpuschedError
+from airflow_provider_gpusched.core.fleet import read_fleet_telemetry
 from airflow_provider_gpusched.core.gpu.board import (
     GPU_TIME_XCOM,
     LEASE_XCOM,
@@ -43,6 +45,7 @@ from airflow_provider_gpusched.core.gpu.board import (
     read_lease_record,
     read_wait_record,
 )
+from airflow_provider_gpusched.core.gpu.telemetry import HostSampler, TelemetryRing, sample_gpus, sample_host
 from airflow_provider_gpusched.core.gpu.timeline import (
     LEASE_HISTORY_XCOM,
     build_timeline,
@@ -74,6 +77,7 @@ from airflow_provider_gpusched.core.sweep.view import (
     trial_rows,
 )
 from airflow_provider_gpusched.core.work_tag import WorkTag
+from airflow_provider_gpusched.metrics import emit_gpu_samples
 
 STATIC_DIR = os.path.join(os.path.dirname(__file__), "static")
 _WAITING_STATES = ("deferred", "running", "up_for_reschedule", "scheduled", "queued")
@@ -187,7 +191,9 @@ def gpu_board(user, session) -> dict[str, Any]:
     known = _known_hosts(session, since, problems)
     now = time.time()
     known += _fleet_hosts(leases, hide, problems, now)
-    board = build_board(leases, waiting=waiting, ledger=ledger, problems=problems, now=now, known_hosts=known)
+    telemetry = _telemetry(known, problems)
+    board = build_board(leases, waiting=waiting, ledger=ledger, problems=problems, now=now, known_hosts=known,
+                        telemetry=telemetry)
     board["api_server_host"] = socket.gethostname()
     return board
 
@@ -255,6 +261,54 @@ def own_host() -> KnownHost | None:
         host = None
     _own_inventory.update(at=now, host=host)
     return host
+
+
+_own_sampler: dict[str, Any] = {"sampler": None}
+_own_sampler_lock = threading.Lock()
+
+
+def own_telemetry(host: KnownHost) -> dict | None:
+    """The api-server's own GPU host (outside a fleet) sampled every 10 s on a thread of the api-server, started by
+    the first look at the board: its telemetry record (core/gpu/telemetry.py)."""
+    with _own_sampler_lock:
+        sampler = _own_sampler["sampler"]
+        if sampler is None:
+            try:
+                from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
+
+                manager = LocalGPUHook().get_conn()
+                take, inventory = (lambda: sample_host(manager)), manager.inventory
+            except (GpuschedError, OSError):  # its lease directory cannot be made: processes stay unattributed
+                from airflow_provider_gpusched.core.gpu.inventory import get_inventory
+
+                inventory = get_inventory(settings.simulate_gpus() or None)
+                manager = None
+                take = lambda: sample_gpus(inventory.gpus(), None)  # noqa: E731
+            ring = TelemetryRing(host.host, inventory.source)
+            sampler = HostSampler(ring, take, on_sample=lambda samples: emit_gpu_samples(host.host, samples, manager))
+            _own_sampler["sampler"] = sampler.start()
+    return {**sampler.ring.to_dict(), "sampled_by": "the api-server", "error": sampler.error}
+
+
+def reset_own_telemetry() -> None:
+    """Stop the api-server's own sampler; the next look at the board starts a new one with the settings then
+    (tests that change the simulated GPUs' usage file)."""
+    with _own_sampler_lock:
+        sampler, _own_sampler["sampler"] = _own_sampler["sampler"], None
+    if sampler is not None:
+        sampler.stop()
+
+
+def _telemetry(known: list[KnownHost], problems: list[str]) -> dict[str, dict]:
+    """Measured GPU use per host: in a fleet, what each host's worker published; else the api-server's own host."""
+    from airflow_provider_gpusched.fleet import enabled as in_a_fleet
+
+    if in_a_fleet():
+        found, bad = read_fleet_telemetry(settings.fleet_dir())
+        problems += bad
+        return {host: {**record, "sampled_by": "its Edge worker"} for host, record in found.items()}
+    own = own_host()
+    return {own.host: own_telemetry(own)} if own is not None else {}
 
 
 def _known_hosts(session, since: datetime, problems: list[str]) -> list[KnownHost]:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from airflow_provider_gpusched import lineage, metrics
 from airflow_provider_gpusched.core.slurm.job import work_key
 from airflow_provider_gpusched.core.slurm.states import JobPhase
+from airflow_provider_gpusched.core.sweep.store import FINAL_STATES
 from airflow_provider_gpusched.core.sweep.trial_run import mark_unfinished, trials_of_command
 from airflow_provider_gpusched.core.sweep.view import OUTCOMES_XCOM, outcome_records
 from airflow_provider_gpusched.core.work_tag import MAX_FIELD, WorkTag
@@ -49,7 +51,11 @@ class _RecordsTrialFailures:
             found = trials_of_command(self.command)
             if found is not None:
                 manifest, trials = found
-                context["ti"].xcom_push(key=OUTCOMES_XCOM, value=outcome_records(manifest.store, trials))
+                records = outcome_records(manifest.store, trials)
+                context["ti"].xcom_push(key=OUTCOMES_XCOM, value=records)
+                for record in records:  # metric gpusched.sweep_trials.<sweep>.<state> (docs/metrics.md)
+                    if record["state"] in FINAL_STATES:
+                        metrics.trial_finished(str(getattr(self, "sweep_name", "") or "sweep"), record["state"])
         except Exception as exc:  # noqa: BLE001 - the trial's outcome is on disk either way
             self.log.warning("Could not publish the trial outcomes for the UI: %s", exc)
 
@@ -64,8 +70,17 @@ class _RecordsTrialFailures:
     def execute(self, context) -> Any:  # the operator publishes its extra links (these included) itself
         return self._recording(super().execute, context)  # type: ignore[misc]
 
+    def _lineage_trial(self, task_instance) -> dict | None:
+        """OpenLineage: the trials this task ran, their hyper-parameters, and the sweep run (lineage.py)."""
+        try:
+            return lineage.trial_facet(self.command, str(getattr(self, "sweep_name", "")), task_instance)
+        except Exception as exc:  # noqa: BLE001 - lineage never fails the task
+            self.log.debug("no trial facet: %s", exc)
+            return None
+
 
 class SweepTrialGPUOperator(_RecordsTrialFailures, LocalGPUOperator):
+    lineage_job_type = "SWEEP_TRIAL_LOCAL_GPU"
     operator_extra_links = (*LocalGPUOperator.operator_extra_links, SweepLeaderboardLink())
 
     def __init__(self, *, sweep_name: str = "", **kwargs: Any) -> None:
@@ -77,6 +92,7 @@ class SweepTrialGPUOperator(_RecordsTrialFailures, LocalGPUOperator):
 
 
 class SweepTrialSlurmOperator(_RecordsTrialFailures, SlurmJobOperator):
+    lineage_job_type = "SWEEP_TRIAL_SLURM"
     operator_extra_links = (*SlurmJobOperator.operator_extra_links, SweepLeaderboardLink())
 
     def __init__(self, *, sweep_name: str = "", **kwargs: Any) -> None:

@@ -14,7 +14,9 @@ from typing import Any, AsyncIterator
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_provider_gpusched import metrics
 from airflow_provider_gpusched.core import options
+from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.slurm import (
     JobTracker,
     PollProblem,
@@ -22,6 +24,7 @@ from airflow_provider_gpusched.core.slurm import (
     SlurmClient,
     runner_from_description,
 )
+from airflow_provider_gpusched.core.slurm.output import OutputFollower
 from airflow_provider_gpusched.triggers.deferral import hold_until
 
 
@@ -36,8 +39,10 @@ class SlurmJobTrigger(BaseTrigger):
         cancel_on_kill: bool = True,
         output_path: str = "",
         fire_after: float | None = None,
+        follow_output: bool = True,
     ) -> None:
         super().__init__()
+        self.follow_output = follow_output
         self.fire_after = fire_after
         self.job_id = str(job_id)
         self.runner = dict(runner)
@@ -59,17 +64,40 @@ class SlurmJobTrigger(BaseTrigger):
                 "cancel_on_kill": self.cancel_on_kill,
                 "output_path": self.output_path,
                 "fire_after": self.fire_after,
+                "follow_output": self.follow_output,
             },
         )
 
     def _poller(self) -> SharedJobPoller:
         key = json.dumps(self.runner, sort_keys=True)
-        return SharedJobPoller.shared(key, lambda: SlurmClient(runner_from_description(self.runner)))
+        poller = SharedJobPoller.shared(key, lambda: SlurmClient(runner_from_description(self.runner)))
+        if poller.on_poll is None:  # gpusched.slurm_jobs.<partition>.<pending|running> (docs/metrics.md)
+            poller.on_poll = metrics.SlurmJobCounts()
+        return poller
+
+    def _follower(self) -> OutputFollower | None:
+        """The job's output followed into the task log while it runs: one file (not an array's, one per task)."""
+        if not self.follow_output or not self.output_path or self.array_size or "%" in self.output_path:
+            return None
+        return OutputFollower(self.output_path, runner_from_description(self.runner))
+
+    async def _show_output(self, follower: OutputFollower | None, final: bool = False) -> None:
+        if follower is None:
+            return
+        try:
+            lines = await asyncio.to_thread(follower.read)
+        except (OSError, GpuschedError) as exc:
+            self.log.warning("Cannot read the job's output %s now: %s", follower.path, exc)
+            return
+        for line in lines + (follower.flush() if final else []):
+            self.log.info("%s", line)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         tracker = JobTracker(self.job_id, not_found_timeout=self.not_found_timeout)
         poller = self._poller()
-        self.log.info("Waiting for Slurm job %s (shared poller, every %.0fs)", self.job_id, self.poll_interval)
+        follower = self._follower()
+        self.log.info("Waiting for Slurm job %s (shared poller, every %.0fs)%s", self.job_id, self.poll_interval,
+                      f"; its output {self.output_path} follows as it is written" if follower else "")
         async for update in poller.watch(self.job_id, poll_interval=self.poll_interval,
                                          array_size=self.array_size):
             if isinstance(update, PollProblem):
@@ -83,6 +111,7 @@ class SlurmJobTrigger(BaseTrigger):
                 return
             for line in tracker.update(update):
                 self.log.info("%s", line)
+            await self._show_output(follower, final=tracker.done)
             if tracker.done:
                 final = tracker.final_status()
                 await hold_until(self.fire_after)
@@ -95,6 +124,7 @@ class SlurmJobTrigger(BaseTrigger):
                     "preemption_events": tracker.preemption_events,
                     "events": tracker.events,
                     "message": final.describe() if not tracker.lost else final.reason,
+                    "followed_lines": follower.lines if follower is not None else None,
                 })
                 return
 

@@ -2,6 +2,7 @@
 real Slurm, simulated GPUs): what each endpoint returns, and Airflow's auth in front of it (401, 403 per DAG)."""
 
 import json
+import os
 import re
 
 import pytest
@@ -187,6 +188,45 @@ def test_an_idle_board_lists_the_api_servers_own_gpus_and_hosts_seen_lately(clie
     idle = [g for g in host["gpus"] if not g["leases"]]
     assert idle and all(g["memory_free"] == g["memory_total"] for g in idle)
     assert host["seen"] in ("the api-server's own host", "running work")
+
+
+def test_the_board_shows_what_the_api_servers_own_gpus_measure(client, runs, tmp_path, monkeypatch):
+    """The api-server's own (simulated) GPUs are sampled on a thread of the api-server: the driver's figures (a
+    usage file stands in for NVML), labelled simulated, and a process that is not ours marked, with its user."""
+    import getpass
+    import signal
+    import subprocess
+    import sys
+
+    from airflow.utils.net import get_hostname
+
+    from airflow_provider_gpusched.plugins import api
+
+    usage = tmp_path / "usage.json"
+    monkeypatch.setenv("GPUSCHED_SIMULATE_USAGE", str(usage))
+    api.reset_own_telemetry()
+    colleague = int(subprocess.run([sys.executable, "-c", (
+        "import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
+        "start_new_session=True, stdout=subprocess.DEVNULL); print(p.pid)")], capture_output=True, text=True,
+        check=True).stdout)
+    try:
+        usage.write_text(json.dumps({"1": {"utilization": 64, "memory_used": "5GiB", "processes": [
+            {"pid": colleague, "used_memory": "5GiB"}]}}))
+        board = client.get("/gpusched/api/gpus", headers=token(client, "viewer")).json()
+        (host,) = [h for h in board["hosts"] if h["host"] == get_hostname()]
+        assert host["telemetry"]["sampled_by"] == "the api-server" and host["telemetry"]["error"] == ""
+        assert (host["telemetry"]["resolution"], host["telemetry"]["window"]) == (10.0, 600.0)
+        busy, idle = host["gpus"][1]["measured"], host["gpus"][0]["measured"]
+        assert busy["simulated"] and busy["utilization"] == 64 and busy["memory_used"] == 5 * 2**30
+        assert busy["temperature"] == 30 + 64 // 3 and busy["power_watts"] == 50.0 + 2.5 * 64  # made up: simulated
+        (proc,) = busy["processes"]
+        assert (proc["pid"], proc["ours"], proc["user"]) == (colleague, False, getpass.getuser())
+        assert busy["others"] == 1 and busy["others_memory"] == 5 * 2**30 and not busy["stale"]
+        assert (idle["utilization"], idle["memory_used"], idle["processes"]) == (0, 0, [])
+        assert len(busy["series"]) >= 1 and busy["series"][-1][1:3] == [64, 5 * 2**30]
+    finally:
+        os.kill(colleague, signal.SIGKILL)
+        api.reset_own_telemetry()
 
 
 def test_gpu_board_after_the_runs_shows_gpu_time_by_class_and_no_lease(client, runs):

@@ -88,6 +88,16 @@ class Stack:
         assert response.status_code == 200, f"trigger {dag_id}: {response.status_code} {response.text[:500]}"
         return run_id
 
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
+        """A task try's log as the UI shows it (the worker's, and the triggerer's while it was deferred): one line
+        per event."""
+        page = self.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+                        full_content="true")
+        content = page.get("content")
+        if isinstance(content, str):
+            return content
+        return "\n".join(item.get("event", "") if isinstance(item, dict) else str(item) for item in content or [])
+
     def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
         """Every task instance of the run (the API gives at most 100 a page)."""
         tis: list[dict] = []

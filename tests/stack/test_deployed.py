@@ -125,6 +125,31 @@ def test_higher_priority_weight_starts_first_when_slots_are_short(stack, out_dir
     assert [ti["priority_weight"] for ti in tis] == [150, 140, 130, 120, 110, 100]
 
 
+def test_a_running_slurm_jobs_output_reaches_the_task_log_while_it_runs(stack):
+    """The deferred task's log (read through the REST API, as the UI does) shows the job's lines as it writes
+    them, long before it ends; at the end each line is there once and no tail repeats them."""
+    run = stack.trigger("e2e_slurm_live_output")
+    seen_while_deferred = ""
+
+    def some_lines_while_deferred() -> bool:
+        nonlocal seen_while_deferred
+        (ti,) = stack.task_instances("e2e_slurm_live_output", run)
+        log = stack.task_log("e2e_slurm_live_output", run, "job")
+        if ti["state"] == "deferred" and "live line 3" in log:
+            seen_while_deferred = log
+            return True
+        assert ti["state"] not in ("success", "failed"), "the job ended before any line reached the log"
+        return False
+
+    wait_until(some_lines_while_deferred, timeout=120, interval=1, what="the job's lines in the task log")
+    assert "live line 24" not in seen_while_deferred  # the job was still writing
+    assert stack.wait_run("e2e_slurm_live_output", run, timeout=180) == "success"
+    log = stack.task_log("e2e_slurm_live_output", run, "job")
+    for i in range(25):
+        assert len(re.findall(rf"\blive line {i}\b", log)) == 1, (i, log[-3000:])
+    assert "The job's output (25 lines) was shown above as it was written" in log
+
+
 def _sdiag_counts() -> dict[str, int]:
     out = subprocess.run(["sdiag"], capture_output=True, text=True, check=True).stdout
     return {m.group(1): int(m.group(2)) for m in re.finditer(r"^\s+(\w+)\s+\(\s*\d+\)\s+count:(\d+)", out, re.M)}

@@ -4,9 +4,13 @@ screenshots (test-artifacts/ui/, or $GPUSCHED_ARTIFACTS/ui) for people to look a
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -116,7 +120,33 @@ def test_gpu_board_shows_the_leases_of_running_tasks(stack, browser_page, out_di
     # running tasks publish their leases one by one; the page refreshes every 5 s
     page.wait_for_function("document.querySelectorAll('[data-testid=lease]').length >= 4", timeout=60_000)
     board = page.locator("[data-testid=gpu-board]")
-    shot(page, "gpu-board")
+    # measured use: the simulated driver reports one trial's process using 8 GiB of its 6 GiB reservation, and a
+    # colleague's process (not a descendant of any task) on the same GPU; the api-server samples every 10 s
+    lease = next(r for r in (json.loads(p.read_text()) for p in stack.lease_dir.glob("*.json")
+                             if re.fullmatch(r"[0-9a-f]{16}\.json", p.name)) if r.get("child_pids"))
+    colleague = int(subprocess.run([sys.executable, "-c", (
+        "import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], "
+        "start_new_session=True, stdout=subprocess.DEVNULL); print(p.pid)")], capture_output=True, text=True,
+        check=True).stdout)
+    usage = stack.dir / "simulated-usage.json"
+    gpu = lease["gpus"][0]
+    usage.write_text(json.dumps({str(gpu): {"utilization": 71, "memory_used": "10GiB", "processes": [
+        {"pid": lease["child_pids"][0], "used_memory": "8GiB"}, {"pid": colleague, "used_memory": "2GiB"}]}}))
+    try:
+        page.wait_for_selector("[data-testid=over-reservation]", timeout=60_000)
+        page.wait_for_selector("[data-testid=foreign-processes]", timeout=60_000)
+        measured = page.locator(f"[data-testid=gpus] tbody tr:nth-child({gpu + 1}) [data-testid=measured]")
+        assert measured.get_attribute("data-utilization") == "71"
+        assert "71% · 10.0 GiB in use" in measured.inner_text() and "simulated" in measured.inner_text()
+        over = page.locator("[data-testid=over-reservation]").inner_text()
+        assert re.search(r"trial\[\d+\] uses 8\.0 GiB, more than the 6\.0 GiB it reserved", over), over
+        assert f"pid {colleague}" in page.locator("[data-testid=foreign-processes]").inner_text()
+        assert page.locator("[data-testid=gpu-sparkline]").count() == 4
+        assert "sampled every 10" in page.locator("[data-testid=telemetry-note]").inner_text()
+        shot(page, "gpu-board")
+    finally:
+        usage.unlink()
+        os.kill(colleague, signal.SIGKILL)
     assert "SIMULATED GPUs" in board.inner_text()  # no NVML here: said plainly
     leases = page.locator("[data-testid=lease]")
     assert leases.count() >= 4

@@ -48,6 +48,8 @@ class SharedJobPoller:
     def __init__(self, client: SlurmClient, key: str):
         self.client = client
         self.key = key
+        #: told every poll's statuses (job id -> status): the Airflow side sends job counts as metrics
+        self.on_poll: Callable[[dict[str, JobStatus]], None] | None = None
         self._waiters: list[_Waiter] = []
         self._task: asyncio.Task | None = None
         self.polls = 0
@@ -90,6 +92,11 @@ class SharedJobPoller:
                     failures = 0
                     for w in waiters:
                         w.queue.put_nowait(statuses[w.job_id])
+                    if self.on_poll is not None:
+                        try:
+                            self.on_poll(statuses)
+                        except Exception as exc:  # noqa: BLE001 - a listener failing never stops the polling
+                            log.debug("on_poll failed: %s", exc)
                 except Exception as exc:  # noqa: BLE001 - every failure is reported to the waiters
                     failures += 1
                     transient = isinstance(exc, SlurmUnavailableError)

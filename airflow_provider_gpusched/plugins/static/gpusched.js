@@ -95,6 +95,40 @@ function MemoryBar({ gpu }) {
                         background: leased >= total ? "#e03131" : "#2b7bd6" } }));
 }
 
+// measured use of one GPU (its host's sampler: every 10 s, the last 10 minutes): utilisation and memory in use now,
+// a sparkline of both, temperature and power; the processes on it, those not ours marked
+function Sparkline({ series, total, width = 120, height = 26 }) {
+  if (!series || series.length < 2) return null;
+  const t0 = series[0][0], t1 = series[series.length - 1][0], span = Math.max(1, t1 - t0);
+  const X = (t) => ((t - t0) / span) * (width - 2) + 1;
+  const Y = (f) => height - 1 - Math.max(0, Math.min(1, f)) * (height - 2);
+  const line = (pick) => series.filter((r) => pick(r) !== null).map((r) => `${X(r[0]).toFixed(1)},${Y(pick(r)).toFixed(1)}`).join(" ");
+  return h("svg", { width, height, "data-testid": "gpu-sparkline", style: { verticalAlign: "middle" } },
+    h("title", null, `last ${dur(span)}: utilisation (blue) and memory in use (orange)`),
+    h("rect", { x: 0, y: 0, width, height, fill: "rgba(128,128,128,0.08)", rx: 2 }),
+    h("polyline", { points: line((r) => (r[1] === null ? null : r[1] / 100)), fill: "none", stroke: "#2b7bd6", strokeWidth: 1.5 }),
+    h("polyline", { points: line((r) => r[2] / (total || 1)), fill: "none", stroke: "#e8590c", strokeWidth: 1.5 }));
+}
+
+function Measured({ gpu }) {
+  const m = gpu.measured;
+  if (!m) return h("span", { style: S.muted }, "not sampled");
+  const others = m.processes.filter((p) => !p.ours && !p.unattributed);
+  const over = gpu.leases.filter((l) => l.over_reservation);
+  return h("div", { "data-testid": "measured", "data-utilization": m.utilization ?? "", "data-memory-used": m.memory_used,
+                    style: { minWidth: "340px" } },
+    h("div", { style: { whiteSpace: "nowrap" } }, h(Sparkline, { series: m.series, total: m.memory_total }), " ",
+      h("b", null, m.utilization === null ? "–" : `${m.utilization}%`), ` · ${gib(m.memory_used)} in use`,
+      m.temperature !== null ? ` · ${m.temperature} °C` : "", m.power_watts !== null ? ` · ${Math.round(m.power_watts)} W` : "",
+      m.simulated ? h("span", null, " ", badge("simulated", "#c92a2a", "made-up figures of a simulated GPU, not a real one")) : null,
+      m.stale ? h("span", null, " ", badge(`${dur(m.age)} old`, "#868e96", "the host has not sampled lately")) : null),
+    over.map((l) => h("div", { key: l.lease_id, "data-testid": "over-reservation", style: { color: "#e03131" } },
+      `${l.task_id ? `${l.task_id}${l.map_index >= 0 ? `[${l.map_index}]` : ""}` : l.dag_id} uses ${gib(l.memory_used)}, `,
+      `more than the ${gib(l.memory)} it reserved`)),
+    others.length ? h("div", { "data-testid": "foreign-processes", style: { color: "#d9480f" } },
+      `not ours: ${others.map((p) => `pid ${p.pid}${p.user ? ` (${p.user})` : ""}${p.used_memory !== null ? ` ${gib(p.used_memory)}` : ""}`).join(", ")}`) : null);
+}
+
 function highlightFromQuery() {
   const q = new URLSearchParams(window.location.search);
   if (!q.get("task_id")) return null;
@@ -165,12 +199,16 @@ function GpuBoard() {
             "processes that are not this provider's hold these GPUs: the host takes no work on them") : null) : null,
         h("span", { style: { ...S.muted, fontWeight: 400 }, "data-testid": "host-seen" },
           ` ${host.gpus.filter((g) => g.leases.length).length} of ${host.gpus.length} GPU(s) leased · known from ${host.seen}`)),
-      h(Table, { testid: "gpus", head: ["GPU", "model", "memory", "free", "leases"],
+      host.telemetry ? h("div", { style: S.muted, "data-testid": "telemetry-note" },
+        `Measured use: sampled every ${host.telemetry.resolution} s by ${host.telemetry.sampled_by}, the last ` +
+        `${Math.round(host.telemetry.window / 60)} minutes drawn (blue: utilisation, orange: memory in use)`,
+        host.telemetry.error ? h("span", { style: { color: "#e03131" } }, ` · sampling failed: ${host.telemetry.error}`) : null) : null,
+      h(Table, { testid: "gpus", head: ["GPU", "model", "leased memory", "free", "measured use", "leases"],
         rows: host.gpus.map((g) => ({ cells: [
           `${g.index}`, h("span", { title: g.uuid }, g.name + (g.simulated ? " (simulated)" : "")),
           h("div", null, h(MemoryBar, { gpu: g }), h("span", { style: S.muted },
             `${gib(g.memory_leased)} / ${gib(g.memory_total)}${g.whole_taken ? " · whole GPU" : ""}`)),
-          gib(g.memory_free),
+          gib(g.memory_free), h(Measured, { gpu: g }),
           g.leases.length === 0 ? (g.held_by_others ? h("span", { "data-testid": "held-by-others",
             style: { color: "#d9480f" } }, "held by processes of others") :
             h("span", { style: S.muted }, "free")) : g.leases.map((l) => h("div", {
@@ -178,7 +216,10 @@ function GpuBoard() {
               { outline: "2px solid #f59f00", borderRadius: "4px", padding: "2px" } : { padding: "2px" } },
             badge(l.job_class, COLORS[l.job_class]), tiLink(l),
             h("span", { style: S.muted }, ` · since ${new Date(l.started * 1000).toLocaleTimeString()} (${dur(l.seconds)})`,
-              l.whole ? " · whole GPU" : ` · ${gib(l.memory)}`),
+              l.whole ? " · whole GPU" : ` · ${gib(l.memory)}`,
+              l.memory_used !== undefined && l.memory_used !== null ? ` · uses ${gib(l.memory_used)}` : ""),
+            l.over_reservation ? h("span", null, " ", badge("over its reservation", "#e03131",
+              `its processes use ${gib(l.memory_used)} of this GPU; it reserved ${gib(l.memory)}`)) : null,
             l.yielding_to ? h("span", null, " ", badge("yielding", "#d9480f", `asked to yield to ${l.yielding_to}`),
               h("span", { style: S.muted }, `to ${l.yielding_to}`)) : null)),
         ] })) }))),
