@@ -65,3 +65,33 @@ def test_events_reach_statsd_as_counters_and_timings(statsd):
     assert "airflow.gpusched.slurm_jobs.gpu.pending:3|g" in lines
     assert "airflow.gpusched.slurm_jobs.debug_q.running:1|g" in lines
     assert "airflow.gpusched.sweep_trials.lr_sweep.pruned:1|c" in lines
+
+
+def test_the_documented_exporter_mapping_and_dashboard_cover_every_metric(statsd):
+    """docs/grafana: every metric gpusched sends is named by exactly one statsd_exporter mapping, and every series
+    the Grafana dashboard queries is one a mapping makes."""
+    import json
+
+    import yaml
+
+    from .conftest import REPO
+
+    gpus = [GPUInfo(0, "u0", "GPU", 24 << 30, 1 << 30, 50, [], temperature=40)]
+    metrics.emit_gpu_samples("gpu-a", sample_gpus(gpus, {}, user_of=lambda pid: ""))
+    metrics.preemption("idle", "gpu-a")
+    metrics.oom_retry("normal", "gpu-a")
+    metrics.gpu_wait(1.0, "normal", "gpu-a")
+    metrics.slurm_jobs({("batch", "running"): 1})
+    metrics.trial_finished("grid", "succeeded")
+    names = {line.split(":")[0] for line in statsd()}
+    assert len(names) >= 13
+    mappings = yaml.safe_load((REPO / "docs" / "grafana" / "statsd-mapping.yml").read_text())["mappings"]
+    globs = [(re.compile("^" + re.escape(m["match"]).replace(r"\*", "[^.]+") + "$"), m["name"]) for m in mappings]
+    made = set()
+    for name in names:
+        hits = [prom for rx, prom in globs if rx.match(name)]
+        assert len(hits) == 1, (name, hits)
+        made.add(hits[0])
+    dashboard = json.loads((REPO / "docs" / "grafana" / "gpusched.json").read_text())
+    queried = {m for p in dashboard["panels"] for t in p["targets"] for m in re.findall(r"\bgpusched_[a-z_]+", t["expr"])}
+    assert queried and all(q in made or q.removesuffix("_bucket") in made for q in queried), queried - made
