@@ -204,6 +204,15 @@ def test_the_head_node_sees_every_host_and_stops_work_on_another(fleet, out_file
         assert hosts["gpu-c"]["fleet"]["foreign_busy"] == [0] and hosts["gpu-c"]["gpus"][0]["held_by_others"]
         leased = [(h, lease["dag_id"]) for h in hosts for g in hosts[h]["gpus"] for lease in g["leases"]]
         assert len(leased) == 3 and {d for _, d in leased} == {"fleet_hold"}
+        # measured use: each host's Edge worker samples its GPUs and publishes the ring in the fleet directory
+        wait_until(lambda: all(g.get("measured") for h in fleet.http.get(f"{fleet.url}/gpusched/api/gpus").json()
+                               ["hosts"] for g in h["gpus"]), timeout=90, what="every fleet GPU's measured use")
+        hosts = {h["host"]: h for h in fleet.http.get(f"{fleet.url}/gpusched/api/gpus").json()["hosts"]}
+        assert {hosts[name]["telemetry"]["sampled_by"] for name in SIZES} == {"its Edge worker"}
+        held = hosts["gpu-c"]["gpus"][0]["measured"]
+        assert held["simulated"] and held["memory_used"] == 20 * GIB and held["others"] == 1
+        assert [p["pid"] for p in held["processes"]] == [4_000_000] and not held["processes"][0]["ours"]
+        assert sorted(p.name for p in (fleet.records / "telemetry").iterdir()) == sorted(f"{n}.json" for n in SIZES)
         _board_screenshot(fleet)
 
         gpus = json.loads(fleet.gpusched("gpus", "--json").stdout)

@@ -169,3 +169,28 @@ def test_a_bad_simulated_figure_is_refused_naming_file_and_key(tmp_path):
     usage.write_text(json.dumps({"1": {"utilization": "busy"}}))
     with pytest.raises(GPUInventoryError, match=r"usage.json: key 1.utilization: expected a number from 0 to 100"):
         SimulatedInventory("2x24GiB", usage_file=str(usage)).gpus()
+
+
+def test_fleet_hosts_publish_their_rings_and_the_head_node_reads_them_checked(tmp_path):
+    from airflow_provider_gpusched.core.fleet import publish_telemetry, read_fleet_telemetry, telemetry_dir
+
+    folder = str(tmp_path / "fleet")
+    now = time.time()
+    for host in ("gpu-a", "gpu-b"):
+        ring = TelemetryRing(host, "nvml")
+        ring.add(sample_gpus([_gpu(0, [(7, GIB)])], {}, now=now - 5, user_of=lambda pid: ""))
+        path = publish_telemetry(folder, ring.to_dict())
+        assert oct(os.stat(path).st_mode & 0o777) == "0o644"
+    old = TelemetryRing("gpu-old", "nvml")
+    old.add(sample_gpus([_gpu(0)], {}, now=now - 3600, user_of=lambda pid: ""))
+    publish_telemetry(folder, old.to_dict())
+    with open(os.path.join(telemetry_dir(folder), "gpu-c.json"), "w") as fh:
+        json.dump({**ring.to_dict(), "host": "gpu-c"} | {"gpus": {"0": {"memory_total": -1}}}, fh)
+    with open(os.path.join(telemetry_dir(folder), "gpu-d.json"), "w") as fh:
+        json.dump({**ring.to_dict()}, fh)  # says it is gpu-b
+    found, bad = read_fleet_telemetry(folder, now=now)
+    assert sorted(found) == ["gpu-a", "gpu-b"]  # gpu-old's newest sample is an hour old
+    assert any("gpu-c.json: key 'gpus.0.memory_total'" in b for b in bad), bad
+    assert any("gpu-d.json: key 'host': expected 'gpu-d'" in b for b in bad), bad
+    with pytest.raises(Exception, match="host"):
+        publish_telemetry(folder, {**ring.to_dict(), "host": "../etc"})
