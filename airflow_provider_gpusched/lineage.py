@@ -3,7 +3,8 @@
 
 What a task reports, besides what the provider reports of every task:
 
-* job facet ``jobType``: processing ``BATCH``, integration ``GPUSCHED``, job type ``SLURM_JOB``, ``LOCAL_GPU``,
+* job facet ``gpuschedJobType`` (OpenLineage's job type facet; the provider keeps ``jobType`` for its own
+  ``AIRFLOW``/``TASK``): processing ``BATCH``, integration ``GPUSCHED``, job type ``SLURM_JOB``, ``LOCAL_GPU``,
   ``SWEEP_TRIAL_SLURM`` or ``SWEEP_TRIAL_LOCAL_GPU``;
 * run facet ``externalQuery`` (Slurm): the job id, source ``slurm://<login host or this host>``;
 * run facet ``gpusched``: backend, job class and priority, what was asked for (GPUs, memory, partition...), where it
@@ -79,7 +80,8 @@ def operator_lineage(*, job_type: str, run: dict | None = None, external_id: str
         run_facets["gpuschedTrial"] = trial_facet(**trial)
     if failure is not None:
         run_facets["gpuschedFailure"] = failure_facet(kind=failure[0], message=failure[1][:2000])
-    return OperatorLineage(run_facets=run_facets, job_facets={"jobType": job_type_job.JobTypeJobFacet(
+    # the provider sets the standard "jobType" facet itself (integration AIRFLOW, job type TASK): ours has its own key
+    return OperatorLineage(run_facets=run_facets, job_facets={"gpuschedJobType": job_type_job.JobTypeJobFacet(
         processingType="BATCH", integration=INTEGRATION, jobType=job_type)})
 
 

@@ -51,6 +51,10 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   fi
   echo "$want" >"$stamp"
 fi
+# The editable install's metadata lives in .venv; setuptools also leaves a copy in the checkout, which a process
+# started there (sys.path '') sees as a second distribution: Airflow's Task SDK then stops loading plugins at
+# the duplicate (the OpenLineage provider's listener among them). Never keep it.
+rm -rf -- "$REPO/airflow_provider_gpusched.egg-info"
 export PATH="$REPO/.venv/bin:$PATH"
 
 # Start the project's two-node Slurm test cluster unless it is already up, stop it on exit if we started it.

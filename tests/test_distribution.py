@@ -84,3 +84,14 @@ def test_python_classifiers_are_the_versions_docs_compatibility_says_were_tested
     assert declared and declared == tested, (declared, tested)
     floor = re.search(r"apache-airflow>=([\d.]+)", " ".join(project["dependencies"])).group(1)
     assert re.search(rf"^\| {re.escape(floor)} \| 3\.\d+ \|.*\| passed", matrix, re.M), f"floor {floor} not tested"
+
+
+def test_a_process_started_in_the_checkout_sees_one_installed_distribution():
+    """A second copy of the package's metadata (setuptools' egg-info in the checkout) doubles its entry points, and
+    Airflow's Task SDK stops loading plugins at the first duplicate: the OpenLineage listener never ran in tasks.
+    scripts/bootstrap.sh removes it; every process started here must see exactly one."""
+    code = ("import importlib.metadata as m; "
+            "print(len([d for d in m.distributions() if d.metadata['Name'] == 'airflow-provider-gpusched']))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == "1"

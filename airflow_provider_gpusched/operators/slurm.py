@@ -203,6 +203,7 @@ class SlurmJobOperator(BaseOperator):
         self._final_status: JobStatus | None = None  # how the job ended, its requeues, a problem (OpenLineage)
         self._preemptions = 0
         self._problem: str | None = None
+        self._lineage_source = ""
         self._job_id: str | None = None
         self._preemption_events: list[str] = []  # when Slurm preempted and requeued the job (for the log)
         # fail at DAG parse time, naming the argument, rather than when the task runs
@@ -446,6 +447,8 @@ class SlurmJobOperator(BaseOperator):
             self.log.info("Last lines of %s:\n%s", tail_path, tail)
         self._publish_final(context, status, output_path, preemptions, tail, tail_path, problem)
         self._final_status, self._preemptions, self._problem = status, preemptions, problem
+        # where the job id means something, for OpenLineage (whose methods must not look connections up)
+        self._lineage_source = lineage.slurm_source(client.runner.describe())
         stopped = read_slurm_stop_mark(output_path, status.job_id) if not status.phase.is_success else None
         if stopped is not None:
             raise AirflowFailException(f"Slurm job {status.job_id} {stopped.describe()}; Slurm says "
@@ -476,8 +479,8 @@ class SlurmJobOperator(BaseOperator):
 
     def _lineage(self, task_instance, failure=None):
         return lineage.operator_lineage(
-            job_type=self.lineage_job_type, run=self._lineage_run(), external_id=str(self._job_id or ""),
-            external_source=lineage.slurm_source(SlurmHook(self.slurm_conn_id).runner_description),
+            job_type=self.lineage_job_type, run=self._lineage_run(),
+            external_id=str(self._job_id or "") if self._lineage_source else "", external_source=self._lineage_source,
             trial=self._lineage_trial(task_instance) if task_instance is not None else None, failure=failure)
 
     def get_openlineage_facets_on_start(self):

@@ -35,20 +35,24 @@ def test_tasks_report_job_type_slurm_id_hyper_parameters_sweep_run_and_errors(ai
     def of(task: str, event_type: str) -> list[dict]:
         return [e for e in events if e["eventType"] == event_type and e["job"]["name"].endswith(f".{task}")]
 
+    seen = sorted({(e["eventType"], e["job"]["name"]) for e in events})
+    for task in ("slurm_job", "gpu_ok"):
+        assert len(of(task, "COMPLETE")) == 1, seen
+
     (slurm,) = of("slurm_job", "COMPLETE")
-    assert slurm["job"]["facets"]["jobType"]["integration"] == "GPUSCHED"
-    assert slurm["job"]["facets"]["jobType"]["jobType"] == "SLURM_JOB"
+    assert slurm["job"]["facets"]["gpuschedJobType"]["integration"] == "GPUSCHED"
+    assert slurm["job"]["facets"]["gpuschedJobType"]["jobType"] == "SLURM_JOB"
     query = slurm["run"]["facets"]["externalQuery"]
     assert query["externalQueryId"].isdigit() and query["source"].startswith("slurm://")
     run = slurm["run"]["facets"]["gpusched"]
     assert run["backend"] == "slurm" and run["request"]["partition"] == "batch" and run["placement"]["nodes"]
 
     (ok,) = of("gpu_ok", "COMPLETE")
-    assert ok["job"]["facets"]["jobType"]["jobType"] == "LOCAL_GPU"
+    assert ok["job"]["facets"]["gpuschedJobType"]["jobType"] == "LOCAL_GPU"
     run = ok["run"]["facets"]["gpusched"]
     assert (run["backend"], run["jobClass"], run["priority"], run["attempts"]) == ("local_gpu", "idle", 7, 1)
     assert run["request"]["gpu_memory"] == 3 * 2**30 and run["placement"]["gpus"]
-    assert of("gpu_ok", "START") and of("gpu_ok", "START")[0]["job"]["facets"]["jobType"]["jobType"] == "LOCAL_GPU"
+    assert of("gpu_ok", "START") and of("gpu_ok", "START")[0]["job"]["facets"]["gpuschedJobType"]["jobType"] == "LOCAL_GPU"
 
     (failed,) = of("gpu_fails", "FAIL")
     assert failed["run"]["facets"]["gpuschedFailure"] == {
@@ -56,7 +60,7 @@ def test_tasks_report_job_type_slurm_id_hyper_parameters_sweep_run_and_errors(ai
     assert "errorMessage" in failed["run"]["facets"]  # the provider's own, from the exception
 
     trials = of("trial", "COMPLETE")
-    assert len(trials) == 2 and {t["job"]["facets"]["jobType"]["jobType"] for t in trials} == {"SWEEP_TRIAL_LOCAL_GPU"}
+    assert len(trials) == 2 and {t["job"]["facets"]["gpuschedJobType"]["jobType"] for t in trials} == {"SWEEP_TRIAL_LOCAL_GPU"}
     facets = [t["run"]["facets"]["gpuschedTrial"] for t in trials]
     assert {f["sweep"] for f in facets} == {"lineage_grid"}
     assert all(f["sweepRun"]["dag_id"] == "lineage_mixed" and f["sweepRun"]["group"] == "lineage_grid" for f in facets)
@@ -81,6 +85,6 @@ def test_a_task_that_has_not_run_reports_its_request():
     from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
 
     lineage = LocalGPUOperator(task_id="t", command=["true"], gpus=2).get_openlineage_facets_on_start()
-    assert lineage.job_facets["jobType"].jobType == "LOCAL_GPU"
+    assert lineage.job_facets["gpuschedJobType"].jobType == "LOCAL_GPU"
     run = lineage.run_facets["gpusched"]
     assert (run.attempts, run.request["gpus"], run.placement) == (0, 2, {})

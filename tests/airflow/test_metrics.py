@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import socket
+import threading
 import time
 
 import pytest
@@ -95,3 +96,35 @@ def test_the_documented_exporter_mapping_and_dashboard_cover_every_metric(statsd
     dashboard = json.loads((REPO / "docs" / "grafana" / "gpusched.json").read_text())
     queried = {m for p in dashboard["panels"] for t in p["targets"] for m in re.findall(r"\bgpusched_[a-z_]+", t["expr"])}
     assert queried and all(q in made or q.removesuffix("_bucket") in made for q in queried), queried - made
+
+
+@pytest.mark.slurm
+def test_real_tasks_send_oom_retries_trials_and_slurm_job_counts(statsd, airflow_db, slurm_cluster):
+    """dag.test in another process with [metrics] pointed at the listener: the task processes and the (inline)
+    trigger send what happened."""
+    import os
+
+    from .conftest import REPO, dag_test_process, process_result
+
+    env = {k: v for k, v in os.environ.items() if k.startswith("AIRFLOW__METRICS__")}
+    proc = dag_test_process(REPO / "tests" / "airflow" / "dagfiles" / "t_metrics.py", "metrics_events", env)
+    lines: list[str] = []
+    done = threading.Event()
+
+    def listen() -> None:  # while the DAG runs (its output is read by process_result: a full pipe would stall it)
+        while not done.is_set():
+            lines.extend(statsd(wait=0.5))
+
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+    try:
+        result = process_result(proc, "metrics_events", timeout=400)
+    finally:
+        time.sleep(1.0)
+        done.set()
+        listener.join(timeout=10)
+    assert result["state"] == "success", result
+    assert "airflow.gpusched.oom_retries.normal:1|c" in lines
+    assert lines.count("airflow.gpusched.sweep_trials.metric_grid.succeeded:1|c") == 2
+    slurm = [x for x in lines if x.startswith("airflow.gpusched.slurm_jobs.batch.")]
+    assert any(x.endswith(":1|g") for x in slurm), slurm  # the job, pending or running, while it was watched
