@@ -195,20 +195,16 @@ def test_the_board_shows_what_the_api_servers_own_gpus_measure(client, runs, tmp
     usage file stands in for NVML), labelled simulated, and a process that is not ours marked, with its user."""
     import getpass
     import signal
-    import subprocess
-    import sys
 
     from airflow.utils.net import get_hostname
 
     from airflow_provider_gpusched.plugins import api
+    from tests.processes import start_foreign_process
 
     usage = tmp_path / "usage.json"
     monkeypatch.setenv("GPUSCHED_SIMULATE_USAGE", str(usage))
     api.reset_own_telemetry()
-    colleague = int(subprocess.run([sys.executable, "-c", (
-        "import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
-        "start_new_session=True, stdout=subprocess.DEVNULL); print(p.pid)")], capture_output=True, text=True,
-        check=True).stdout)
+    colleague = start_foreign_process(120)
     try:
         usage.write_text(json.dumps({"1": {"utilization": 64, "memory_used": "5GiB", "processes": [
             {"pid": colleague, "used_memory": "5GiB"}]}}))

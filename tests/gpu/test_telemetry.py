@@ -29,6 +29,7 @@ from airflow_provider_gpusched.core.gpu.telemetry import (
     sample_host,
 )
 from airflow_provider_gpusched.core.safe_files import BadRecordError
+from tests.processes import start_foreign_process
 
 GIB = 1 << 30
 
@@ -121,10 +122,7 @@ def test_a_host_sample_attributes_a_real_child_of_a_lease(tmp_path):
     lease = manager.acquire(GPURequest(gpus=1, gpu_memory="4GiB"), "test", timeout=5)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
     # a colleague's process: not a descendant of this (the lease's holder) process, as another user's would be
-    colleague = int(subprocess.run([sys.executable, "-c", (
-        "import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'], "
-        "start_new_session=True, stdout=subprocess.DEVNULL); print(p.pid)")], capture_output=True, text=True,
-        check=True).stdout)
+    colleague = start_foreign_process(60)
     try:
         manager.record_child(lease, child.pid)
         gpu = lease.gpus[0]

@@ -133,7 +133,10 @@ def test_a_running_slurm_jobs_output_reaches_the_task_log_while_it_runs(stack):
 
     def some_lines_while_deferred() -> bool:
         nonlocal seen_while_deferred
-        (ti,) = stack.task_instances("e2e_slurm_live_output", run)
+        tis = stack.task_instances("e2e_slurm_live_output", run)
+        if not tis or tis[0]["state"] in (None, "scheduled", "queued"):
+            return False  # no log yet
+        (ti,) = tis
         log = stack.task_log("e2e_slurm_live_output", run, "job")
         if ti["state"] == "deferred" and "live line 3" in log:
             seen_while_deferred = log

@@ -4,19 +4,19 @@ screenshots (test-artifacts/ui/, or $GPUSCHED_ARTIFACTS/ui) for people to look a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.polling import wait_until
+from tests.processes import start_foreign_process
 from tests.stack.client import REPO
 
 pytestmark = pytest.mark.stack
@@ -124,10 +124,7 @@ def test_gpu_board_shows_the_leases_of_running_tasks(stack, browser_page, out_di
     # colleague's process (not a descendant of any task) on the same GPU; the api-server samples every 10 s
     lease = next(r for r in (json.loads(p.read_text()) for p in stack.lease_dir.glob("*.json")
                              if re.fullmatch(r"[0-9a-f]{16}\.json", p.name)) if r.get("child_pids"))
-    colleague = int(subprocess.run([sys.executable, "-c", (
-        "import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], "
-        "start_new_session=True, stdout=subprocess.DEVNULL); print(p.pid)")], capture_output=True, text=True,
-        check=True).stdout)
+    colleague = start_foreign_process(600)
     usage = stack.dir / "simulated-usage.json"
     gpu = lease["gpus"][0]
     usage.write_text(json.dumps({str(gpu): {"utilization": 71, "memory_used": "10GiB", "processes": [
@@ -146,7 +143,8 @@ def test_gpu_board_shows_the_leases_of_running_tasks(stack, browser_page, out_di
         shot(page, "gpu-board")
     finally:
         usage.unlink()
-        os.kill(colleague, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(colleague, signal.SIGKILL)
     assert "SIMULATED GPUs" in board.inner_text()  # no NVML here: said plainly
     leases = page.locator("[data-testid=lease]")
     assert leases.count() >= 4

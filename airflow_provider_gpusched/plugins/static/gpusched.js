@@ -103,7 +103,7 @@ function Sparkline({ series, total, width = 120, height = 26 }) {
   const X = (t) => ((t - t0) / span) * (width - 2) + 1;
   const Y = (f) => height - 1 - Math.max(0, Math.min(1, f)) * (height - 2);
   const line = (pick) => series.filter((r) => pick(r) !== null).map((r) => `${X(r[0]).toFixed(1)},${Y(pick(r)).toFixed(1)}`).join(" ");
-  return h("svg", { width, height, "data-testid": "gpu-sparkline", style: { verticalAlign: "middle" } },
+  return h("svg", { width, height, "data-testid": "gpu-sparkline", style: { display: "inline-block", verticalAlign: "middle" } },
     h("title", null, `last ${dur(span)}: utilisation (blue) and memory in use (orange)`),
     h("rect", { x: 0, y: 0, width, height, fill: "rgba(128,128,128,0.08)", rx: 2 }),
     h("polyline", { points: line((r) => (r[1] === null ? null : r[1] / 100)), fill: "none", stroke: "#2b7bd6", strokeWidth: 1.5 }),
