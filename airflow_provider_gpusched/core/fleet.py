@@ -325,30 +325,36 @@ class FleetView:
         return fits, "; ".join(why)
 
 
-def read_fleet(fleet_dir: str, now: float | None = None) -> FleetView:
-    """Every host record under ``fleet_dir`` seen in the last day, newest first by host name."""
-    folder = hosts_dir(fleet_dir)
-    now = now or time.time()
-    hosts, bad = [], []
+def _read_host_files(folder: str, read, max_bytes: int) -> tuple[list, list[tuple[str, str]]]:
+    """Every ``<host>.json`` in ``folder`` read back by ``read(data, path)``: the records, and ``(path, why)`` for
+    each file that could not be read or names another host than its file's name."""
     try:
         names = sorted(os.listdir(folder))
-    except FileNotFoundError:
-        return FleetView([])
+    except (FileNotFoundError, NotADirectoryError):
+        return [], []
+    records, bad = [], []
     for name in names:
         if not name.endswith(".json") or name.startswith("."):
             continue
         path = os.path.join(folder, name)
         try:
-            record = read_host_record(read_json_record(path, max_bytes=4 << 20), path)
+            record = read(read_json_record(path, max_bytes=max_bytes), path)
         except (BadRecordError, OSError, ValueError) as exc:
-            bad.append((path, str(exc)))
+            bad.append((path, str(exc) if str(exc).startswith(path) else f"{path}: {exc}"))
             continue
-        if record.host != name[:-5]:
-            bad.append((path, f"{path}: key 'host': expected {name[:-5]!r} (the file's name), got {record.host!r}"))
+        host = record["host"] if isinstance(record, dict) else record.host
+        if host != name[:-5]:
+            bad.append((path, f"{path}: key 'host': expected {name[:-5]!r} (the file's name), got {host!r}"))
             continue
-        if now - record.time <= REMEMBER_FOR:
-            hosts.append(record)
-    return FleetView(hosts, bad)
+        records.append(record)
+    return records, bad
+
+
+def read_fleet(fleet_dir: str, now: float | None = None) -> FleetView:
+    """Every host record under ``fleet_dir`` seen in the last day, newest first by host name."""
+    now = now or time.time()
+    records, bad = _read_host_files(hosts_dir(fleet_dir), read_host_record, 4 << 20)
+    return FleetView([r for r in records if now - r.time <= REMEMBER_FOR], bad)
 
 
 
@@ -375,29 +381,11 @@ def read_fleet_telemetry(fleet_dir: str, now: float | None = None) -> tuple[dict
     checked record), and why any file could not be read."""
     from airflow_provider_gpusched.core.gpu.telemetry import WINDOW, read_telemetry_record
 
-    folder = telemetry_dir(fleet_dir)
     now = now or time.time()
-    found, bad = {}, []
-    try:
-        names = sorted(os.listdir(folder))
-    except (FileNotFoundError, NotADirectoryError):
-        return {}, []
-    for name in names:
-        if not name.endswith(".json") or name.startswith("."):
-            continue
-        path = os.path.join(folder, name)
-        try:
-            record = read_telemetry_record(read_json_record(path, max_bytes=8 << 20), path)
-        except (BadRecordError, OSError, ValueError) as exc:
-            bad.append(str(exc) if str(exc).startswith(path) else f"{path}: {exc}")
-            continue
-        if record["host"] != name[:-5]:
-            bad.append(f"{path}: key 'host': expected {name[:-5]!r} (the file's name), got {record['host']!r}")
-            continue
-        newest = max((g["time"] for g in record["gpus"].values()), default=0.0)
-        if now - newest <= WINDOW:
-            found[record["host"]] = record
-    return found, bad
+    records, bad = _read_host_files(telemetry_dir(fleet_dir), read_telemetry_record, 8 << 20)
+    fresh = {r["host"]: r for r in records
+             if now - max((g["time"] for g in r["gpus"].values()), default=0.0) <= WINDOW}
+    return fresh, [why for _path, why in bad]
 
 
 # -- the head node's `gpusched queue` over the fleet ------------------------------------------------------
