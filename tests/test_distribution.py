@@ -1,6 +1,7 @@
 """What goes to PyPI: `python -m build` makes a wheel and an sdist that `twine check` accepts; the sdist carries
 LICENSE and what it takes to run the tests; metadata has what a provider on PyPI has."""
 
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -18,8 +19,14 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory):
     out = tmp_path_factory.mktemp("dist")
-    proc = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(REPO)], capture_output=True,
-                          text=True, timeout=600)
+    egg_info = REPO / "airflow_provider_gpusched.egg-info"
+    had_egg_info = egg_info.exists()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(REPO)], capture_output=True,
+                              text=True, timeout=600)
+    finally:  # the sdist build leaves setuptools' metadata in the checkout: a second copy of the package's
+        if not had_egg_info:  # (see test_a_process_started_in_the_checkout_sees_one_installed_distribution)
+            shutil.rmtree(egg_info, ignore_errors=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     wheels, sdists = list(out.glob("*.whl")), list(out.glob("*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1, list(out.iterdir())
@@ -94,4 +101,4 @@ def test_a_process_started_in_the_checkout_sees_one_installed_distribution():
             "print(len([d for d in m.distributions() if d.metadata['Name'] == 'airflow-provider-gpusched']))")
     out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], capture_output=True,
                          text=True, check=True)
-    assert out.stdout.strip() == "1"
+    assert out.stdout.strip() == "1", "remove airflow_provider_gpusched.egg-info from the checkout (bootstrap.sh does)"
