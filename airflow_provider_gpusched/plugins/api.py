@@ -191,7 +191,7 @@ def gpu_board(user, session) -> dict[str, Any]:
     known = _known_hosts(session, since, problems)
     now = time.time()
     known += _fleet_hosts(leases, hide, problems, now)
-    telemetry = _telemetry(known, problems)
+    telemetry = _telemetry(problems)
     board = build_board(leases, waiting=waiting, ledger=ledger, problems=problems, now=now, known_hosts=known,
                         telemetry=telemetry)
     board["api_server_host"] = socket.gethostname()
@@ -299,7 +299,7 @@ def reset_own_telemetry() -> None:
         sampler.stop()
 
 
-def _telemetry(known: list[KnownHost], problems: list[str]) -> dict[str, dict]:
+def _telemetry(problems: list[str]) -> dict[str, dict]:
     """Measured GPU use per host: in a fleet, what each host's worker published; else the api-server's own host."""
     from airflow_provider_gpusched.fleet import enabled as in_a_fleet
 
