@@ -187,6 +187,7 @@ def test_the_head_node_sees_every_host_and_stops_work_on_another(fleet, out_file
     """One view from the head node, no ssh: the board (REST API and the browser) and `gpusched gpus|queue` list
     every host, idle or held by others, and the work on each; `gpusched queue stop` stops work running on other
     hosts through the fleet directory, and its stop order keeps the DAG from starting again on any host."""
+    held_from = time.time()  # the fleet's rings hold samples from earlier tests: only newer ones can show the hold
     _hold_others(fleet, "gpu-c", True)
     try:
         run_id = fleet.trigger("fleet_hold", out=str(out_file), seconds=300)
@@ -204,9 +205,13 @@ def test_the_head_node_sees_every_host_and_stops_work_on_another(fleet, out_file
         assert hosts["gpu-c"]["fleet"]["foreign_busy"] == [0] and hosts["gpu-c"]["gpus"][0]["held_by_others"]
         leased = [(h, lease["dag_id"]) for h in hosts for g in hosts[h]["gpus"] for lease in g["leases"]]
         assert len(leased) == 3 and {d for _, d in leased} == {"fleet_hold"}
-        # measured use: each host's Edge worker samples its GPUs and publishes the ring in the fleet directory
-        wait_until(lambda: all(g.get("measured") for h in fleet.http.get(f"{fleet.url}/gpusched/api/gpus").json()
-                               ["hosts"] for g in h["gpus"]), timeout=90, what="every fleet GPU's measured use")
+        # measured use: each host's Edge worker samples its GPUs (every 10 s) and publishes the ring in the fleet
+        # directory; wait for every GPU's sample taken since gpu-c was held
+        def measured_since_the_hold() -> bool:
+            board_hosts = fleet.http.get(f"{fleet.url}/gpusched/api/gpus").json()["hosts"]
+            return all(g.get("measured") and g["measured"]["time"] > held_from for h in board_hosts for g in h["gpus"])
+
+        wait_until(measured_since_the_hold, timeout=90, what="every fleet GPU measured since gpu-c was held")
         hosts = {h["host"]: h for h in fleet.http.get(f"{fleet.url}/gpusched/api/gpus").json()["hosts"]}
         assert {hosts[name]["telemetry"]["sampled_by"] for name in SIZES} == {"its Edge worker"}
         held = hosts["gpu-c"]["gpus"][0]["measured"]
