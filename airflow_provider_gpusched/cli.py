@@ -333,16 +333,27 @@ def _pools_sync(args) -> int:
 
 
 def _partition(args) -> int:
-    from airflow_provider_gpusched.core.partition import load_problem, partition
-    from airflow_provider_gpusched.core.partition.report import explain_table, schedule_json, schedule_yaml
+    from airflow_provider_gpusched.core.partition import PartitionInputError, load_problem, partition
+    from airflow_provider_gpusched.core.partition.report import (
+        explain_table,
+        not_proven_note,
+        schedule_json,
+        schedule_yaml,
+    )
 
     problem = load_problem(args.models, args.device_types, args.devices, model=args.model, dtype=args.dtype,
                            batch_size=args.batch_size, buffers_in=args.buffers_in, buffers_out=args.buffers_out)
-    schedule = partition(problem)
+    if args.time_limit is not None and not args.time_limit > 0:
+        raise PartitionInputError(f"--time-limit: expected a number of seconds > 0, got {args.time_limit}")
+    schedule = partition(problem, time_limit=args.time_limit)
+    if not schedule.optimal:
+        print(f"gpusched: warning: {not_proven_note(schedule, args.time_limit)}", file=sys.stderr)
     if args.json:
         print(json.dumps(schedule_json(problem, schedule), indent=2))
         return 0
     print(schedule_yaml(schedule))
+    if not schedule.optimal:
+        print(f"# {not_proven_note(schedule, args.time_limit)}")
     if args.explain:
         print("\n".join("# " + line for line in explain_table(problem, schedule).splitlines()))
     return 0
@@ -517,6 +528,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-T", "--device-types", default="device_types.yml",
                    help="device types file (default device_types.yml)")
     p.add_argument("-D", "--devices", default="devices.yml", help="devices file (default devices.yml)")
+    p.add_argument("--time-limit", type=float, default=60.0, metavar="SECONDS",
+                   help="stop searching after this long and print the best schedule found, with the proven lower "
+                        "bound and the gap, when the optimum is not proven by then (default 60)")
     p.add_argument("--json", action="store_true", help="schedule with per-stage times, memory and the bottleneck")
     p.add_argument("--explain", action="store_true", help="also a per-stage table (as YAML comments), "
                                                          "the bottleneck marked")

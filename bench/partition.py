@@ -1,12 +1,15 @@
 """Benchmark: the pipeline partitioner on the 24 scaling instances, next to the reference C++ tool's figures
-(``scaling/reference.json``: wall time and peak RSS on a 2-core machine), plus a generated 200-layer,
-8-type, 256-host instance the reference cannot finish.
+(``scaling/reference.json``: wall time and peak RSS on a 2-core machine), plus the generated cluster-scale
+instances the reference cannot finish: 200 layers, 8 device types, and 64, 256 and 1,024 hosts
+(``tests/data/pipeline_partition.make_cluster_instance``).
 
 Each instance runs in a fresh Python process: the time is ``partition()`` alone (inputs already loaded),
 the memory is the process's peak RSS (Python, numpy and the inputs included) and, separately, the peak
 of what the solver allocated (tracemalloc, numpy arrays included).
 
     .venv/bin/python bench/partition.py [--data DIR] [--cases L96_T4_D64 ...] [--big-timeout 120]
+
+The solver's peak (tracemalloc) does not see what HiGHS allocates in C++; the process's peak RSS does.
 
 Then ``gpusched partition`` on L96_T4_D64 as a whole process (interpreter start, imports, reading the YAML,
 solving, printing), next to the interpreter's own start-up with and without numpy.
@@ -38,7 +41,8 @@ tracemalloc.start()
 partition(problem)
 traced = tracemalloc.get_traced_memory()[1] / 2**20
 print(json.dumps({"seconds": seconds, "rss_mb": rss, "solver_mb": traced, "bottleneck_s": schedule.bottleneck_s,
-                  "stages": len(schedule.stages), "checks": schedule.checks}))
+                  "stages": len(schedule.stages), "checks": schedule.checks, "optimal": schedule.optimal,
+                  "lower_bound_s": schedule.lower_bound_s}))
 """
 
 
@@ -51,35 +55,6 @@ def run_case(folder: Path, args: dict, timeout: float) -> dict | None:
     if out.returncode != 0:
         raise SystemExit(f"{folder}: {out.stderr[-2000:]}")
     return json.loads(out.stdout.splitlines()[-1])
-
-
-def make_big_instance(scaling: Path, dest: Path, layers: int = 200, types: int = 8, hosts: int = 256) -> dict:
-    """200 layers cycled from ViT-Large's profile, 8 types derived from the 4 scaling types (each also as a
-    variant with 1.3x time, 0.75x memory, half the bandwidth), 256 hosts (32 per type)."""
-    import yaml
-
-    base = scaling / "L96_T4_D64"
-    models = yaml.safe_load((base / "models.yml").read_text())
-    device_types = yaml.safe_load((base / "device_types.yml").read_text())
-    name, model = next(iter(models.items()))
-    n = model["layers"]
-    big_model = {"layers": layers, "mem_MB": [model["mem_MB"][i % n] for i in range(layers)],
-                 "parameters_in": model["parameters_in"],
-                 "parameters_out": [model["parameters_out"][i % n] for i in range(layers)]}
-    new_types, new_devices = {}, {}
-    for k, (tname, t) in enumerate(list(device_types.items())[: types // 2]):
-        profile = next(p for p in t["model_profiles"][name])
-        times = [profile["time_s"][i % n] for i in range(layers)]
-        for variant, (tf, mf, bf) in enumerate([(1.0, 1.0, 1.0), (1.3, 0.75, 0.5)]):
-            vname = f"{tname}-v{variant}"
-            new_types[vname] = {"bw_Mbps": t["bw_Mbps"] * bf, "mem_MB": t["mem_MB"] * mf, "model_profiles": {name: [
-                {**profile, "time_s": [x * tf for x in times]}]}}
-            new_devices[vname] = [f"h{k}{variant}-{i}" for i in range(hosts // types)]
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / "models.yml").write_text(yaml.safe_dump({name: big_model}))
-    (dest / "device_types.yml").write_text(yaml.safe_dump(new_types))
-    (dest / "devices.yml").write_text(yaml.safe_dump(new_devices))
-    return {"model": name, "batch_size": profile["batch_size"], "buffers_in": 2, "buffers_out": 2}
 
 
 def whole_process(folder: Path, args: dict, runs: int = 9) -> dict[str, float]:
@@ -112,14 +87,16 @@ def main() -> None:
                                        "else the copy vendored in tests/data)")
     parser.add_argument("--cases", nargs="*", help="scaling cases to run (default: all)")
     parser.add_argument("--timeout", type=float, default=60, help="seconds per scaling case")
-    parser.add_argument("--big-timeout", type=float, default=120, help="seconds for the 200x8x256 instance")
+    parser.add_argument("--big-timeout", type=float, default=120, help="seconds per cluster-scale instance")
+    parser.add_argument("--hosts", type=int, nargs="*", default=[64, 256, 1024],
+                        help="host counts of the cluster-scale instances (default 64 256 1024)")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gpusched-partition-bench-"))
     data = Path(args.data) if args.data else REPO.parent / "shared" / "pipeline-partition"
-    if not (data / "scaling" / "reference.json").exists():
-        sys.path.insert(0, str(REPO))
-        from tests.data.pipeline_partition import materialize
+    sys.path.insert(0, str(REPO))
+    from tests.data.pipeline_partition import make_cluster_instance, materialize
 
+    if not (data / "scaling" / "reference.json").exists():
         data = materialize(tmp / "data")
     references = json.loads((data / "scaling" / "reference.json").read_text())
     print(f"pipeline partitioner, {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
@@ -143,14 +120,17 @@ def main() -> None:
     case = next(ref for ref in references if ref["case"] == "L96_T4_D64")
     figures = whole_process(data / "scaling" / "L96_T4_D64", case["args"])
     print("whole process on L96_T4_D64 (median of 9): " + ", ".join(f"{k} {v:.3f}s" for k, v in figures.items()))
-    big_args = make_big_instance(data / "scaling", tmp / "big")
-    r = run_case(tmp / "big", big_args, args.big_timeout)
-    if r is None:
-        print(f"L200_T8_D256 did not finish within {args.big_timeout:.0f}s")
-    else:
-        print(f"L200_T8_D256 {r['seconds']:>7.3f}s peak RSS {r['rss_mb']:.0f}MB, solver {r['solver_mb']:.1f}MB, "
-              f"{r['checks']} checks, {r['stages']} stages, bottleneck {r['bottleneck_s']:.6f}s")
-
+    print(f"{'cluster scale':<16} {'time':>8} {'peak RSS':>9} {'checks':>6} {'stages':>6}  bottleneck")
+    for hosts in args.hosts:
+        name = f"L200_T8_D{hosts}"
+        big_args = make_cluster_instance(data / "scaling", tmp / name, hosts=hosts)
+        r = run_case(tmp / name, big_args, args.big_timeout)
+        if r is None:
+            print(f"{name:<16} did not finish within {args.big_timeout:.0f}s")
+            continue
+        proof = "optimal (proven)" if r["optimal"] else f"NOT PROVEN, lower bound {r['lower_bound_s']:.9f}"
+        print(f"{name:<16} {r['seconds']:>7.3f}s {r['rss_mb']:>7.0f}MB {r['checks']:>6} {r['stages']:>6}  "
+              f"{r['bottleneck_s']:.9f} {proof}", flush=True)
 
 if __name__ == "__main__":
     main()

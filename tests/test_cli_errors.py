@@ -150,9 +150,9 @@ def _modules_loaded(*args, cwd=REPO):
 
 def test_each_subcommand_imports_only_what_it_uses():
     """`gpusched partition` pays for the partitioner only: not for the Slurm client (asyncio), the sweep package
-    or numpy (needed only by the Pareto path of very large host grids); the command line itself imports none
-    of them."""
-    heavy = ("numpy", "yaml", "asyncio", "airflow_provider_gpusched.core.slurm", "airflow_provider_gpusched.core.sweep",
+    or numpy and SciPy (needed only by the integer program for very large host-count spaces); the command line
+    itself imports none of them."""
+    heavy = ("numpy", "scipy", "yaml", "asyncio", "airflow_provider_gpusched.core.slurm", "airflow_provider_gpusched.core.sweep",
              "airflow_provider_gpusched.core.partition", "airflow")
     seen = _modules_loaded("partition", "--help")
     assert not [m for m in seen["import"] if m in heavy or m.startswith(tuple(h + "." for h in heavy))]
@@ -160,9 +160,9 @@ def test_each_subcommand_imports_only_what_it_uses():
     loaded = set(seen["run"])
     assert "airflow_provider_gpusched.core.partition.solver" in loaded
     assert seen["output"].startswith("- "), seen["output"]  # it really printed a schedule
-    assert not loaded & {"asyncio", "numpy", "airflow_provider_gpusched.core.slurm",
+    assert not loaded & {"asyncio", "numpy", "scipy", "airflow_provider_gpusched.core.slurm",
                          "airflow_provider_gpusched.core.sweep", "airflow"}, sorted(loaded & {"asyncio", "numpy",
-                                                                                              "airflow"})
+                                                                                              "scipy", "airflow"})
     seen = _modules_loaded("sweep", "preview", str(REPO / "dags" / "sweeps" / "lr_schedule.yaml"))
     loaded = set(seen["run"])
     assert "airflow_provider_gpusched.core.sweep.spec" in loaded

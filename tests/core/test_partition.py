@@ -11,7 +11,7 @@ import yaml
 
 from airflow_provider_gpusched.core.partition import PartitionInputError, check_schedule, load_problem, partition
 from airflow_provider_gpusched.core.partition.report import schedule_yaml
-from tests.data.pipeline_partition import materialize
+from tests.data.pipeline_partition import make_cluster_instance, materialize
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "dags" / "partition"
@@ -52,12 +52,16 @@ def test_every_scaling_case_is_optimal_and_valid(shared):
         assert_optimal(problem, partition(problem), True, ref["bottleneck_s"], ref["case"])
 
 
-def test_pareto_search_agrees_where_the_dense_grid_would_be_used(shared, monkeypatch):
-    """Large host-count spaces use Pareto frontiers instead of the dense grid; force them on these cases."""
-    from airflow_provider_gpusched.core.partition import solver
+def test_integer_program_agrees_where_the_dense_grid_would_be_used(shared, monkeypatch):
+    """Large host-count spaces use the integer program (milp.py) instead of the dense grid; force it on every
+    case, so its stage-by-stage link model is checked against the optimum wherever host counts bind."""
+    from airflow_provider_gpusched.core.partition import milp, solver
 
     monkeypatch.setattr(solver._Model, "dense_cells", 0)
-    for folder in sorted((shared / "cases").glob("c*"))[::5]:
+    exact_checks = []
+    check = milp.check
+    monkeypatch.setattr(milp, "check", lambda *a, **kw: exact_checks.append(kw.get("relaxed", False)) or check(*a, **kw))
+    for folder in sorted((shared / "cases").glob("c*")):
         expected = json.loads((folder / "expected.json").read_text())
         problem = load(folder, expected["args"])
         assert_optimal(problem, partition(problem), expected["feasible"], expected.get("bottleneck_s"), folder.name)
@@ -65,6 +69,56 @@ def test_pareto_search_agrees_where_the_dense_grid_would_be_used(shared, monkeyp
         if ref["case"] in ("L48_T3_D16", "L96_T4_D16"):
             problem = load(shared / "scaling" / ref["case"], ref["args"])
             assert_optimal(problem, partition(problem), True, ref["bottleneck_s"], ref["case"])
+    # the integer program and its relaxation really decided cases (the others end at the relaxed bound)
+    assert exact_checks.count(False) > 400 and exact_checks.count(True) > 1000, (
+        exact_checks.count(False), exact_checks.count(True))
+
+
+@pytest.mark.parametrize("hosts", [64, 256, 1024])
+def test_cluster_scale_gets_a_proven_optimum(shared, tmp_path, hosts):
+    """200 layers, 8 device types and 64-1,024 hosts (built from L96_T4_D64): the schedule is valid, the
+    bound it comes with equals its bottleneck, and the exact check refutes the next smaller value."""
+    import bisect
+
+    from airflow_provider_gpusched.core.partition import solver
+
+    problem = load(tmp_path, make_cluster_instance(shared / "scaling", tmp_path, hosts=hosts))
+    assert (problem.layers, len(problem.types), sum(len(t.hosts) for t in problem.types)) == (200, 8, hosts)
+    schedule = partition(problem)
+    assert schedule.optimal and schedule.gap == 0.0 and schedule.lower_bound_s == schedule.bottleneck_s
+    assert check_schedule(problem, [(s.host, s.first, s.last) for s in schedule.stages]) == pytest.approx(
+        schedule.bottleneck_s, rel=1e-12)
+    model = solver._Model(problem)
+    values = model.candidates()
+    below = values[bisect.bisect_left(values, schedule.bottleneck_s) - 1]
+    if hosts < 1024:  # host counts bind: ignoring them, the smaller value would do
+        assert model.relaxed_feasible(below) and not model.is_dense()
+    assert model.exact(below).proven_infeasible
+
+
+def test_time_limit_gives_the_best_schedule_found_and_a_proven_bound(shared, tmp_path):
+    problem = load(tmp_path, make_cluster_instance(shared / "scaling", tmp_path, hosts=64))
+    best = partition(problem)
+    cut = partition(problem, time_limit=1e-9)  # out of time before the first exact check
+    assert cut.feasible and not cut.optimal
+    assert cut.lower_bound_s < best.bottleneck_s <= cut.bottleneck_s
+    assert cut.gap == pytest.approx((cut.bottleneck_s - cut.lower_bound_s) / cut.bottleneck_s) and 0 < cut.gap < 1
+    assert check_schedule(problem, [(s.host, s.first, s.last) for s in cut.stages]) == pytest.approx(
+        cut.bottleneck_s, rel=1e-12)
+    folder = tmp_path
+    out = subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", "partition", "-m", problem.model,
+                          "--time-limit", "1e-9"], cwd=folder, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "warning: not proven optimal: the time limit (1e-09 s) stopped the search" in out.stderr
+    assert out.stdout.splitlines()[-1].startswith("# not proven optimal") and "gap" in out.stdout.splitlines()[-1]
+    assert len(yaml.safe_load(out.stdout)) == len(cut.stages)  # still valid YAML, the note a comment
+    out = subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", "partition", "-m", problem.model,
+                          "--time-limit", "0"], cwd=folder, capture_output=True, text=True)
+    assert out.returncode == 2 and "--time-limit: expected a number of seconds > 0, got 0.0" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", "partition", "-m", problem.model,
+                          "--json"], cwd=folder, capture_output=True, text=True)
+    doc = json.loads(out.stdout)
+    assert doc["optimal"] is True and doc["gap"] == 0.0 and doc["lower_bound_s"] == best.bottleneck_s
 
 
 def test_seed_example_beats_the_defective_reference(shared):

@@ -1,5 +1,6 @@
 """Pipeline partitioning (sched-pipeline compatible): split a model's layers into stages on heterogeneous
-hosts with the smallest bottleneck. Pure Python (numpy only for the Pareto path of very large host grids), no Airflow."""
+hosts with the smallest bottleneck. Pure Python (SciPy's HiGHS only for very large host-count spaces), no
+Airflow."""
 
 from airflow_provider_gpusched.core.partition.problem import (
     DTYPE_SIZES,

@@ -28,10 +28,18 @@ def schedule_json(problem: Problem, schedule: Schedule) -> dict:
         "model": problem.model, "dtype": problem.dtype, "batch_size": problem.batch_size,
         "buffers_in": problem.buffers_in, "buffers_out": problem.buffers_out, "layers": problem.layers,
         "feasible": schedule.feasible, "bottleneck_s": schedule.bottleneck_s,
+        "optimal": schedule.optimal, "lower_bound_s": schedule.lower_bound_s, "gap": schedule.gap,
         "bottleneck_stage": None if schedule.bottleneck_stage is None else schedule.bottleneck_stage + 1,
         "stages": [s.to_dict() for s in schedule.stages],
         "skipped_device_types": problem.skipped_types,
     }
+
+
+def not_proven_note(schedule: Schedule, time_limit: float | None) -> str:
+    """One line saying that the schedule is the best found, not a proven optimum, with the proven bound."""
+    limit = f"the time limit ({time_limit:g} s)" if time_limit is not None else "the time limit"
+    return (f"not proven optimal: {limit} stopped the search; bottleneck {schedule.bottleneck_s:.6f} s, proven "
+            f"lower bound {schedule.lower_bound_s:.6f} s (gap {100 * schedule.gap:.1f}%)")
 
 
 def explain_table(problem: Problem, schedule: Schedule) -> str:

@@ -5,15 +5,16 @@ link times), with an exact feasibility check for each X:
 
 * **relaxed check** (host counts ignored): can layers 1..L be covered by stages of compute time <= X that
   fit in memory, with links <= X between consecutive stages? A reachability pass over (layer, type).
-  Binary search with it gives a lower bound.
-* **exact check**: the same pass carrying, per (layer, type of the last stage), the *Pareto-minimal*
-  vectors of hosts used per type (a vector that uses at least as many hosts of every type as another is
-  dominated and dropped), pruned by the stages still needed. Types with at least as many hosts as
-  layers cannot run out and get no dimension. Galloping search upward from the lower bound: the
-  optimum is usually at or just above it.
+  Binary search with it gives a lower bound, and the schedule it finds there is optimal when it respects
+  the host counts.
+* **exact check**, respecting host counts. Types with at least as many hosts as layers cannot run out and
+  are not counted. Where the remaining count space is small (up to 200,000 count vectors) the reachable
+  count vectors of each (layer, type) are one bitset, in plain Python (``exact_dense``); beyond that, an
+  integer program over the stages within X (``milp.py``, HiGHS), whose linear relaxation first raises the
+  lower bound. Galloping search upward from the lower bound, then bisection.
 
-The reference enumerates every combination of per-type host counts for every layer; this explores only
-what is reachable and not dominated.
+With a time limit the search can stop with the best schedule found and the proven lower bound.
+The reference enumerates every combination of per-type host counts for every layer.
 """
 
 from __future__ import annotations
@@ -21,13 +22,12 @@ from __future__ import annotations
 import bisect
 import functools
 import math
+import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from airflow_provider_gpusched.core.partition import milp
+from airflow_provider_gpusched.core.partition.milp import CheckResult
 from airflow_provider_gpusched.core.partition.problem import MiB, Problem
-
-if TYPE_CHECKING:
-    import numpy as np
 
 
 @dataclass
@@ -55,6 +55,15 @@ class Stage:
 class Schedule:
     stages: list[Stage] = field(default_factory=list)
     checks: int = 0  # feasibility checks the search made
+    optimal: bool = True  # False: the time limit stopped the search before the optimum was proven
+    lower_bound_s: float | None = None  # no schedule has a smaller bottleneck (proven)
+
+    @property
+    def gap(self) -> float | None:
+        """How far the bottleneck may be above the optimum, as a fraction of the bottleneck (0 when optimal)."""
+        if not self.stages or self.lower_bound_s is None:
+            return None
+        return 0.0 if self.optimal else (self.bottleneck_s - self.lower_bound_s) / self.bottleneck_s
 
     @property
     def feasible(self) -> bool:
@@ -70,13 +79,10 @@ class Schedule:
             return None
         return max(range(len(self.stages)), key=lambda i: self.stages[i].time_s)
 
-    def as_yaml_list(self) -> list[dict[str, list[int]]]:
-        return [{s.host: [s.first, s.last]} for s in self.stages]
-
 
 class _Model:
-    """Stage and link costs (types with at least one host only), in plain Python: numpy is imported only
-    by the Pareto path, for host-count grids too large to search densely."""
+    """Stage and link costs (types with at least one host only), in plain Python: SciPy (and numpy) are
+    imported only by the integer program (milp.py), for host-count spaces too large to search densely."""
 
     def __init__(self, problem: Problem) -> None:
         self.p = problem
@@ -160,10 +166,6 @@ class _Model:
             bits.append(per_start)
         return bits
 
-    def allowed(self, x: float) -> list[list[list[int]]]:
-        """allowed[k][s]: last layers r (1-based) of stages starting at layer s+1 on type k within x."""
-        return [[_bit_positions(bits) for bits in per_start] for per_start in self._end_bits(x)]
-
     def relaxed_feasible(self, x: float) -> bool:
         """Ignoring host counts: can the layers be covered within x?"""
         return any(bits >> self.L & 1 for bits in self._relaxed_reach_bits(x))
@@ -213,29 +215,24 @@ class _Model:
                     reach[k] |= ends[k][i]
         return reach
 
-    def min_stages_from(self, x: float, ends: list[list[int]] | None = None) -> list[float]:
-        """Fewest stages that can cover layers i+1..L within x (counts and links ignored): a pruning bound."""
-        L = self.L
-        if ends is None:
-            ends = self._end_bits(x)
-        best = [math.inf] * (L + 1)
-        best[L] = 0
-        for i in range(L - 1, -1, -1):
-            positions = _bit_positions(_or_all(ends[k][i] for k in range(self.T)))
-            if positions:
-                best[i] = 1 + min(best[e] for e in positions)
-        return best
-
     #: host-count grids up to this many cells are searched densely (every reachable count vector as a
-    #: bit of one Python int per state); larger ones by Pareto frontiers (numpy)
+    #: bit of one Python int per state); larger ones by an integer program (milp.py, HiGHS through SciPy)
     dense_cells = 200_000
 
-    def exact(self, x: float) -> list[tuple[int, int, int]] | None:
-        """A schedule within x respecting host counts, [(type index, first, last)], or None. Only types
-        with fewer hosts than layers can run out, so only they are counted."""
-        limited = [k for k in range(self.T) if self.counts[k] < self.L]
-        cells = math.prod(self.counts[k] + 1 for k in limited)
-        return self.exact_dense(x, limited) if cells <= self.dense_cells else self.exact_pareto(x, limited)
+    def limited_types(self) -> list[int]:
+        """Types that can run out: only they are counted (one with as many hosts as layers never runs out)."""
+        return [k for k in range(self.T) if self.counts[k] < self.L]
+
+    def is_dense(self) -> bool:
+        return math.prod(self.counts[k] + 1 for k in self.limited_types()) <= self.dense_cells
+
+    def exact(self, x: float, deadline: float | None = None) -> CheckResult:
+        """A schedule within x respecting host counts ([(type index, first, last)]), a proof that none
+        exists, or (the integer program only, at the deadline) neither."""
+        if self.is_dense():
+            stages = self.exact_dense(x, self.limited_types())
+            return CheckResult(stages, stages is None)
+        return milp.check(self, x, deadline)
 
     def exact_dense(self, x: float, limited: list[int]) -> list[tuple[int, int, int]] | None:
         """Reachability over (layers done, type of the last stage, hosts used per limited type). Each
@@ -302,127 +299,14 @@ class _Model:
                 raise AssertionError("no predecessor found")
         return stages[::-1]
 
-    def exact_pareto(self, x: float, limited: list[int]) -> list[tuple[int, int, int]] | None:
-        """Pareto frontiers of hosts used per limited type, over (layers done, type of the last stage)."""
-        import numpy as np
 
-        L, T = self.L, self.T
-        need = self.min_stages_from(x)
-        if not math.isfinite(need[0]):
-            return None
-        allowed = self.allowed(x)
-        link_ok = np.array(self._link_ok(x), dtype=bool).reshape(L, T, T)
-        dim = {k: d for d, k in enumerate(limited)}
-        caps = np.array([self.counts[k] for k in limited], dtype=np.int64)
-        spare_unlimited = len(limited) < T
-        # frontier[i][k]: (vectors (m x d), parents (m x 3): source layer, source type, source row)
-        frontier: list[dict[int, tuple[np.ndarray, np.ndarray]]] = [dict() for _ in range(L + 1)]
-        pending: list[dict[int, list]] = [dict() for _ in range(L + 1)]
-        d = len(limited)
-        start = (np.zeros((1, d), dtype=np.int64), np.full((1, 3), -1, dtype=np.int64))
-        for i in range(L):
-            if i > 0:
-                for k, parts in pending[i].items():
-                    frontier[i][k] = _pareto(parts, caps, need[i], spare_unlimited)
-                pending[i] = {}
-                if not frontier[i]:
-                    continue
-                # source types whose links at this boundary allow the same next types act alike: merge them
-                groups: dict[bytes, list[int]] = {}
-                for k in frontier[i]:
-                    groups.setdefault(link_ok[i - 1, k].tobytes(), []).append(k)
-                merged = []
-                for ks in groups.values():
-                    parts = [(frontier[i][k][0], np.column_stack([np.full(len(frontier[i][k][0]), i),
-                                                                  np.full(len(frontier[i][k][0]), k),
-                                                                  np.arange(len(frontier[i][k][0]))]))
-                             for k in ks]
-                    vectors, parents = parts[0] if len(parts) == 1 else _pareto(parts, caps)
-                    merged.append((link_ok[i - 1, ks[0]], vectors, parents))
-            for k2 in range(T):
-                ends = allowed[k2][i]
-                if not len(ends):
-                    continue
-                if i == 0:
-                    vectors, parents = start
-                else:
-                    pieces = [(v, p) for row, v, p in merged if row[k2]]
-                    if not pieces:
-                        continue
-                    vectors, parents = pieces[0] if len(pieces) == 1 else _pareto(pieces, caps)
-                if k2 in dim:
-                    keep = vectors[:, dim[k2]] < caps[dim[k2]]
-                    vectors, parents = vectors[keep], parents[keep]
-                    if not len(vectors):
-                        continue
-                    vectors = vectors.copy()
-                    vectors[:, dim[k2]] += 1
-                for r in ends:
-                    pending[r].setdefault(k2, []).append((vectors, parents))
-            if pending[L]:
-                break
-        if not pending[L]:
-            return None
-        k, parts = next(iter(pending[L].items()))
-        _, parents = parts[0]
-        stages = []
-        end, row_parent = L, parents[0]
-        kind = k
-        while True:
-            src_i = int(row_parent[0])
-            first = 1 if src_i < 0 else src_i + 1
-            stages.append((kind, first, end))
-            if src_i < 0:
-                break
-            _, par = frontier[src_i][int(row_parent[1])]
-            end, kind, row_parent = src_i, int(row_parent[1]), par[int(row_parent[2])]
-        return stages[::-1]
+def partition(problem: Problem, *, time_limit: float | None = None) -> Schedule:
+    """The schedule with the smallest bottleneck (empty when no schedule is feasible).
 
-
-def _pareto(parts: list[tuple[np.ndarray, np.ndarray]], caps: np.ndarray, need: float = 0.0,
-            spare_unlimited: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """The Pareto-minimal vectors of ``parts`` (with their parents); with ``need`` (stages still needed)
-    and no unlimited type to spare, also without those whose remaining hosts cannot finish."""
-    import numpy as np
-
-    vectors = np.concatenate([v for v, _ in parts]) if len(parts) > 1 else parts[0][0]
-    parents = np.concatenate([p for _, p in parts]) if len(parts) > 1 else parts[0][1]
-    if vectors.shape[1] == 0:
-        return vectors[:1], parents[:1]
-    if not spare_unlimited:
-        keep = (caps[None, :] - vectors).sum(axis=1) >= need
-        vectors, parents = vectors[keep], parents[keep]
-    if len(vectors) <= 1:
-        return vectors, parents
-    # distinct vectors: one int64 key each (counts are small), sorted by key
-    keys = vectors @ (np.int64(int(caps.max()) + 1) ** np.arange(vectors.shape[1], dtype=np.int64))
-    _, index = np.unique(keys, return_index=True)
-    vectors, parents = vectors[index], parents[index]
-    if len(vectors) == 1:
-        return vectors, parents
-    # sweep in order of total: a vector can only be dominated by one with a smaller or equal total
-    order = np.argsort(vectors.sum(axis=1), kind="stable")
-    vectors, parents = vectors[order], parents[order]
-    kept: list[np.ndarray] = []
-    frontier = vectors[:0]
-    block = 256
-    for lo in range(0, len(vectors), block):
-        b = vectors[lo:lo + block]
-        alive = ~np.all(frontier[None, :, :] <= b[:, None, :], axis=2).any(axis=1) if len(frontier) else \
-            np.ones(len(b), dtype=bool)
-        inner = np.all(b[None, :, :] <= b[:, None, :], axis=2)  # inner[j, i]: b[i] <= b[j]
-        np.fill_diagonal(inner, False)
-        alive &= ~inner.any(axis=1)
-        idx = np.nonzero(alive)[0] + lo
-        if len(idx):
-            kept.append(idx)
-            frontier = vectors[np.concatenate(kept)]
-    index = np.concatenate(kept)
-    return vectors[index], parents[index]
-
-
-def partition(problem: Problem) -> Schedule:
-    """The schedule with the smallest bottleneck (empty when no schedule is feasible)."""
+    With ``time_limit`` (seconds) the search stops there and returns the best schedule found, with
+    ``optimal=False`` and the proven ``lower_bound_s`` (a bound below which no schedule exists), unless it
+    finished in time. Every value below the search's ``lo`` has been refuted, which is what makes it a proof."""
+    deadline = None if time_limit is None else time.monotonic() + time_limit
     model = _Model(problem)
     if problem.layers == 0 or model.T == 0:
         return Schedule()
@@ -441,39 +325,62 @@ def partition(problem: Problem) -> Schedule:
     checks += 1
     easy = model.relaxed_schedule(values[lo])
     if easy is not None:  # the lower bound is reached with the hosts there are: optimal
-        return _stages(model, easy, checks)
-    # exact: gallop up from the relaxed bound, then bisect; a schedule found within values[i] has a
-    # bottleneck that may be lower still, which moves the upper end down at once
-    def attempt(index: int):
-        nonlocal checks
-        checks += 1
-        result = model.exact(values[index])
-        if result is None:
-            return None, index
-        return result, bisect.bisect_left(values, _bottleneck(model, result))
+        return _stages(model, easy, checks, values[lo])
+    if not model.is_dense():  # the linear relaxation's bound: usually the optimum itself
+        lo, solved = milp.lower_bound_index(model, values, lo, deadline)
+        checks += solved
+    # exact: gallop up from the bound, then bisect; a schedule found within values[i] has a bottleneck that
+    # may be lower still, which moves the upper end down at once. `lo`: the first value not refuted.
+    found, hi, timed_out = None, len(values), False
 
-    found, hi = None, None
-    step, index, last_bad = 1, lo, lo - 1
-    while index < len(values):
-        found, hi = attempt(index)
-        if found is not None:
+    def attempt(index: int) -> bool:
+        """Check values[index]; False when the time ran out first."""
+        nonlocal checks, found, hi, lo
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        checks += 1
+        result = model.exact(values[index], deadline)
+        if result.stages is not None:
+            found, hi = result.stages, bisect.bisect_left(values, _bottleneck(model, result.stages))
+        elif result.proven_infeasible:
+            lo = index + 1
+        else:
+            return False
+        return True
+
+    step, index = 1, lo
+    while found is None:
+        if not attempt(index):
+            timed_out = True
             break
-        last_bad = index
-        if index == len(values) - 1:
+        if found is not None or index == len(values) - 1:  # found, or even the largest value is refuted
             break
         index = min(len(values) - 1, index + step)
         step *= 2
+    while not timed_out and found is not None and lo < hi:
+        timed_out = not attempt((lo + hi) // 2)
+    if found is None and timed_out:
+        found = _any_schedule(model, values, lo)
+        if found is not None:
+            hi = bisect.bisect_left(values, _bottleneck(model, found))
     if found is None:
         return Schedule(checks=checks)
-    lo = last_bad + 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        result, at = attempt(mid)
-        if result is not None:
-            found, hi = result, at
-        else:
-            lo = mid + 1
-    return _stages(model, found, checks)
+    optimal = lo >= hi
+    return _stages(model, found, checks, _bottleneck(model, found) if optimal else values[lo], optimal=optimal)
+
+
+def _any_schedule(model: _Model, values: list[float], lo: int) -> list[tuple[int, int, int]] | None:
+    """Out of time with no schedule yet: a quick one, not proven optimal. The weighted-path heuristic at values
+    galloping up from the bound; where that finds none up to the top, the exact check there (every stage
+    that fits is allowed: rarely hard, though unbounded in time)."""
+    index, step = lo, 1
+    while index < len(values) - 1:
+        found = milp.weighted_path(model, values[index])
+        if found is not None:
+            return found
+        index = min(len(values) - 1, index + step)
+        step *= 2
+    return model.exact(values[-1]).stages
 
 
 @functools.lru_cache(maxsize=16)
@@ -536,7 +443,8 @@ def _bottleneck(model: _Model, found: list[tuple[int, int, int]]) -> float:
     return worst
 
 
-def _stages(model: _Model, found: list[tuple[int, int, int]], checks: int) -> Schedule:
+def _stages(model: _Model, found: list[tuple[int, int, int]], checks: int, lower_bound_s: float,
+            optimal: bool = True) -> Schedule:
     used = [0] * model.T
     stages = []
     for n, (k, first, last) in enumerate(found):
@@ -550,7 +458,7 @@ def _stages(model: _Model, found: list[tuple[int, int, int]], checks: int) -> Sc
                             compute_s=model.comp(k, first - 1, last - 1), comm_s=comm,
                             memory_bytes=model.stage_memory(first - 1, last - 1),
                             memory_limit_bytes=t.mem_mb * MiB))
-    return Schedule(stages, checks)
+    return Schedule(stages, checks, optimal=optimal, lower_bound_s=lower_bound_s)
 
 
 def check_schedule(problem: Problem, assignment: list[tuple[str, int, int]]) -> float:

@@ -1,0 +1,213 @@
+"""The exact check for host-count spaces too large to search densely (many device types, each with fewer hosts
+than the model has layers): an integer program solved by HiGHS (through SciPy).
+
+A link's time is ``out(j) / min(bw_a, bw_b)``, the larger of ``out(j) / bw_a`` and ``out(j) / bw_b``, so a link
+is within X exactly when each of its two ends would be within X linked to a host of its own type. Within X the
+link condition is then a property of each stage alone (its type and the boundaries it touches), not of a pair of
+stages, and a schedule within X is a path from boundary 0 to boundary L over *arcs* (first layer, last layer,
+type), each an allowed stage, that uses at most as many arcs of each type as the type has hosts: a path in a
+graph of L+1 nodes with one side constraint per type. Its linear relaxation is tight in practice (the path
+polytope is integral; only the count constraints can make a vertex fractional), so the solver proves or
+refutes a bottleneck in milliseconds to a second where the count vectors number 33^8.
+
+SciPy is imported here only, on first use: the small instances never need it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from airflow_provider_gpusched.core.partition.problem import PartitionInputError
+
+
+@dataclass
+class CheckResult:
+    """``stages`` [(type index, first, last)] when a schedule within x was found; ``proven_infeasible`` when
+    the solver proved that none exists; neither when it ran out of time."""
+
+    stages: list[tuple[int, int, int]] | None
+    proven_infeasible: bool
+
+
+def stage_arcs(model, x: float) -> list[tuple[int, int, int]]:
+    """Every stage (start s, 0-based; end r, 1-based; type k) whose compute time, memory and both links are
+    within x. A type can stand at boundary j (after layer j, 0 < j < L) iff sending out(j) between two hosts of
+    that type is within x."""
+    from airflow_provider_gpusched.core.partition.solver import _bit_positions
+
+    L = model.L
+    arcs = []
+    ends = model._end_bits(x)
+    for k in range(model.T):
+        at = [True] + [model.comm[j - 1][k][k] <= x for j in range(1, L)] + [True]
+        mask = 0
+        for j in range(L + 1):
+            if at[j]:
+                mask |= 1 << j
+        for s in range(L):
+            if at[s]:
+                arcs.extend((s, r, k) for r in _bit_positions(ends[k][s] & mask))
+    return arcs
+
+
+def check(model, x: float, deadline: float | None = None, *, relaxed: bool = False) -> CheckResult:
+    """Is there a schedule within x respecting host counts? ``relaxed`` solves the linear relaxation only (a
+    refutation is a proof; a fractional answer proves nothing and returns no stages)."""
+    try:
+        import numpy as np
+        from scipy.optimize import Bounds, LinearConstraint, linprog, milp
+        from scipy.sparse import csr_matrix
+    except ImportError as exc:  # pragma: no cover - scipy is a dependency of the package
+        raise PartitionInputError(f"this instance needs SciPy's HiGHS solver ({exc}); pip install scipy") from None
+    L, T = model.L, model.T
+    arcs = stage_arcs(model, x)
+    if not arcs:
+        return CheckResult(None, True)
+    n = len(arcs)
+    start = np.fromiter((a[0] for a in arcs), dtype=np.int64, count=n)
+    end = np.fromiter((a[1] for a in arcs), dtype=np.int64, count=n)
+    kind = np.fromiter((a[2] for a in arcs), dtype=np.int64, count=n)
+    cols = np.arange(n)
+    # flow balance at each boundary 0..L (in - out): -1 at 0, +1 at L, 0 between
+    balance = csr_matrix((np.concatenate([-np.ones(n), np.ones(n)]), (np.concatenate([start, end]),
+                                                                      np.concatenate([cols, cols]))), shape=(L + 1, n))
+    target = np.zeros(L + 1)
+    target[0], target[L] = -1.0, 1.0
+    hosts = csr_matrix((np.ones(n), (kind, cols)), shape=(T, n))  # stages per type <= its hosts
+    options: dict = {}
+    if deadline is not None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return CheckResult(None, False)
+        options["time_limit"] = left
+    if relaxed:  # the interior-point method: ~10x faster than simplex on these feasibility problems
+        result = linprog(np.zeros(n), A_ub=hosts, b_ub=np.array(model.counts, dtype=float), A_eq=balance,
+                         b_eq=target, bounds=(0, 1), method="highs-ipm", options=options)
+        return CheckResult(None, result.status == 2)
+    constraints = [LinearConstraint(balance, target, target), LinearConstraint(hosts, 0, np.array(model.counts))]
+    result = milp(np.zeros(n), constraints=constraints, integrality=np.ones(n), bounds=Bounds(0, 1),
+                  options={"presolve": True, **options})
+    if result.status == 2:  # infeasible: proven
+        return CheckResult(None, True)
+    if result.x is None:
+        return CheckResult(None, False)
+    chosen = {arcs[i][0]: arcs[i] for i in np.nonzero(result.x > 0.5)[0]}
+    stages, at = [], 0
+    while at < L:  # walk the path from boundary 0
+        s, r, k = chosen[at]
+        stages.append((k, s + 1, r))
+        at = r
+    return CheckResult(stages, False)
+
+
+def lower_bound_index(model, values: list[float], lo: int, deadline: float | None) -> tuple[int, int]:
+    """The first index at or above ``lo`` whose linear relaxation is feasible: every value below it is refuted
+    (a proven lower bound). Galloping upward from ``lo``, then bisection: the relaxation is cheap to refute
+    near ``lo``, where few stages are within the value, and costly far above it. Stops early at the deadline
+    with what is proven so far. Returns the index and the number of relaxations solved."""
+    solved = 0
+
+    def refuted(index: int) -> bool | None:
+        nonlocal solved
+        if deadline is not None and time.monotonic() >= deadline:
+            return None
+        solved += 1
+        return check(model, values[index], deadline, relaxed=True).proven_infeasible
+
+    top, step, hi = len(values) - 1, 1, None
+    index = lo
+    while index < top:
+        answer = refuted(index)
+        if answer is None:
+            return lo, solved
+        if not answer:
+            hi = index
+            break
+        lo = index + 1
+        index = min(top, index + step)
+        step *= 2
+    hi = top if hi is None else hi
+    while lo < hi:
+        mid = (lo + hi) // 2
+        answer = refuted(mid)
+        if answer is None:
+            break
+        if answer:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo, solved
+
+
+def weighted_path(model, x: float, rounds: int = 200) -> list[tuple[int, int, int]] | None:
+    """A quick schedule within x respecting host counts, or None: no proof either way. The cheapest path when
+    a stage on type k costs 1 + p[k], the prices p raised for types the path uses more hosts of than there are
+    and lowered (not below 0) for types with hosts to spare (subgradient steps on the count constraints), for
+    up to ``rounds`` shortest-path passes."""
+    L, T, caps = model.L, model.T, model.counts
+    leaving: list[list[tuple[int, int]]] = [[] for _ in range(L)]
+    for s, r, k in stage_arcs(model, x):
+        leaving[s].append((r, k))
+    price = [0.0] * T
+    seen: dict[tuple, None] = {}  # the paths tried, for splicing
+    for n in range(rounds):
+        weight = [1.0 + p for p in price]
+        cost = [math.inf] * (L + 1)
+        via: list[tuple[int, int] | None] = [None] * (L + 1)
+        cost[0] = 0.0
+        for s in range(L):
+            here = cost[s]
+            if here == math.inf:
+                continue
+            for r, k in leaving[s]:
+                c = here + weight[k]
+                if c < cost[r]:
+                    cost[r], via[r] = c, (s, k)
+        if cost[L] == math.inf:
+            return None  # no path at all within x
+        stages, at = [], L
+        while at:
+            s, k = via[at]
+            stages.append((k, s + 1, at))
+            at = s
+        used = [0] * T
+        for k, _, _ in stages:
+            used[k] += 1
+        if all(used[k] <= caps[k] for k in range(T)):
+            return stages[::-1]
+        seen.setdefault(tuple(stages[::-1]), None)
+        step = 1.0 / math.sqrt(n + 1)
+        for k in range(T):
+            price[k] = max(0.0, price[k] + step * (used[k] - caps[k]) / max(1, caps[k]))
+    return _crossover(list(seen), caps)
+
+
+def _crossover(paths: list[list[tuple[int, int, int]]], caps: list[int]) -> list[tuple[int, int, int]] | None:
+    """Two paths that each use too many hosts of some type may not when one's stages up to a boundary they
+    share are followed by the other's after it: try every such splice (the stages are independent of each
+    other within x, so any splice is a schedule within x)."""
+    T = len(caps)
+    prefix = []  # per path: {boundary: hosts used per type by the stages up to it}
+    for path in paths:
+        counts, used = {0: (0,) * T}, [0] * T
+        for k, _, last in path:
+            used[k] += 1
+            counts[last] = tuple(used)
+        prefix.append(counts)
+    for a, first in enumerate(prefix):
+        for b, second in enumerate(prefix):
+            if a == b:
+                continue
+            total = second[max(second)]
+            for boundary, head in first.items():
+                tail_start = second.get(boundary)
+                if tail_start is None:
+                    continue
+                if all(head[k] + total[k] - tail_start[k] <= caps[k] for k in range(T)):
+                    return [st for st in paths[a] if st[2] <= boundary] + [st for st in paths[b] if st[1] > boundary]
+    return None
+
+
+__all__ = ["CheckResult", "check", "lower_bound_index", "stage_arcs", "weighted_path"]
