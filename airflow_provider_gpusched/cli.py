@@ -359,6 +359,41 @@ def _partition(args) -> int:
     return 0
 
 
+def _profile(args) -> int:
+    from airflow_provider_gpusched.core.partition.problem import PartitionInputError
+
+    try:
+        import torch  # noqa: F401 - only to say clearly that it is needed
+    except ImportError:
+        raise PartitionInputError("gpusched profile needs PyTorch: pip install 'airflow-provider-gpusched[examples]' "
+                                  "(or the torch build for your GPU)") from None
+    from airflow_provider_gpusched.core.partition.profile import (
+        host_device_type,
+        parse_shape,
+        profile_model,
+        write_profile,
+    )
+    from airflow_provider_gpusched.core.text import format_table
+
+    shape = parse_shape(args.input_shape) if args.input_shape else None
+    for flag, value in (("--bw-mbps", args.bw_mbps), ("--mem-mb", args.mem_mb)):
+        if value is not None and not value > 0:
+            raise PartitionInputError(f"{flag}: expected a number > 0, got {value}")
+    profile = profile_model(args.model, dtype=args.dtype, batch_size=args.batch_size, input_shape=shape,
+                            device=args.device, warmup=args.warmup, repeat=args.repeat)
+    device_type = args.device_type or host_device_type()
+    written = write_profile(profile, models_file=args.models, device_types_file=args.device_types,
+                            device_type=device_type, name=args.name, bw_mbps=args.bw_mbps, mem_mb=args.mem_mb)
+    mib = 1024 * 1024
+    rows = [(i + 1, lp.name, f"{lp.time_s * 1000:.3f}", f"{lp.weights_bytes / mib:.3f}",
+             f"{lp.activation_bytes / mib:.3f}", lp.out_elements) for i, lp in enumerate(profile.layers)]
+    print(format_table(rows, ["layer", "module", "forward ms", "weights MiB", "activations MiB", "out/sample"]))
+    print(f"{written['model']}: {written['layers']} layers, {profile.dtype}, micro-batch {profile.batch_size}, input "
+          f"{','.join(map(str, profile.input_shape))}, measured on {profile.device}; wrote {args.models} and "
+          f"{args.device_types} (device type {device_type})")
+    return 0
+
+
 def _fleet_dir(args, required: bool = True) -> str:
     """``--fleet-dir``, else ``[gpusched] fleet_dir`` (its environment variable, else Airflow's configuration
     where Airflow is installed); '' with ``required=False`` when none is set (one host)."""
@@ -535,6 +570,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--explain", action="store_true", help="also a per-stage table (as YAML comments), "
                                                          "the bottleneck marked")
     p.set_defaults(func=_partition)
+    p = sub.add_parser("profile", help="measure a PyTorch model layer by layer on this host's device and write the "
+                                       "partitioner's models.yml and device_types.yml (merged with what they hold)",
+                       description="MODEL is a built-in example (mlp, convnet, tiny-vit) or package.module:callable "
+                                   "returning an nn.Sequential. Measures each layer's forward time, weight and "
+                                   "activation memory and output size on the leased GPU (CUDA_VISIBLE_DEVICES) or "
+                                   "the CPU. Exit codes: 0 written, 2 bad input, 3 a file is unreadable.")
+    p.add_argument("model", help="mlp, convnet, tiny-vit, or package.module:callable")
+    p.add_argument("--input-shape", help="one sample's input shape, e.g. 3,224,224 (built-in models know theirs)")
+    p.add_argument("-d", "--dtype", default="torch.float32",
+                   help="torch.float32 (default), torch.float16 or torch.bfloat16")
+    p.add_argument("-b", "--batch-size", type=int, default=8, help="micro-batch size (default 8)")
+    p.add_argument("--device", default="auto", help="auto (the GPU PyTorch sees, else the CPU), cpu, cuda, cuda:N")
+    p.add_argument("--device-type", help="the device type's name in device_types.yml (default: the GPU's or "
+                                         "CPU's model name)")
+    p.add_argument("--name", help="the model's name in models.yml (default: MODEL as given)")
+    p.add_argument("--bw-mbps", type=float, help="the device type's link bandwidth, 2^20 bits/s (needed for a new "
+                                                 "type)")
+    p.add_argument("--mem-mb", type=float, help="the device type's usable memory, MiB (default for a new type: the "
+                                                "device's total; leave room for the runtime)")
+    p.add_argument("-M", "--models", default="models.yml", help="models file to write (default models.yml)")
+    p.add_argument("-T", "--device-types", default="device_types.yml",
+                   help="device types file to write (default device_types.yml)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed runs per layer (default 2)")
+    p.add_argument("--repeat", type=int, default=5, help="timed runs per layer, the median taken (default 5)")
+    p.set_defaults(func=_profile)
     return parser
 
 
