@@ -7,18 +7,28 @@ device types (per-layer times, memory, bandwidth) and devices (hosts of each typ
 this machine as a stand-in; in a fleet (``[gpusched] fleet_dir``, docs/fleet.md), each stage on the fleet host
 that stands for the host the partitioner chose (the ``fleet_hosts`` param maps devices.yml hosts to fleet hosts;
 unmapped ones take a host of the same name, else the fleet's hosts in turn), through that host's own queue
-``gpu-on-<host>``. ``gpusched_pipeline_partition_slurm`` submits one Slurm job per stage (``pin_hosts`` adds
-``--nodelist HOST``, for clusters whose node names are the hosts in devices.yml).
+``gpu-on-<host>``. ``gpusched_pipeline_partition_slurm`` runs the whole pipeline as one Slurm job, so that
+all stages start together, each stage a job step on its host (``pin_hosts``: ``--nodelist HOST``, for clusters
+whose node names are the hosts in devices.yml; without it every stage runs on the job's one node).
+
+Every stage is told its layers and its neighbours' addresses (``GPUSCHED_STAGE_PREV_ADDR`` /
+``GPUSCHED_STAGE_NEXT_ADDR``, ``host:port``, ports from ``base_port``): with ``runtime_model`` set (a built-in
+model such as ``tiny-vit``, or ``module:callable``, profiled into ``inputs`` by ``gpusched profile``), the stages
+run the example pipeline runtime (airflow_provider_gpusched/examples/pipeline_stage.py): the model's layers
+split as partitioned, activations streamed from stage to stage over TCP. Otherwise each stage only says where
+it runs. docs/partition.md walks through profile, partition, run.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 import pendulum
 from airflow.sdk import Param, dag, task
 
 from airflow_provider_gpusched.core.fleet import host_queue, map_hosts
+from airflow_provider_gpusched.core.partition.stages import launch_command, stage_plan
 from airflow_provider_gpusched.fleet import read_this_fleet
 from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
 from airflow_provider_gpusched.operators.partition import PipelinePartitionOperator
@@ -31,8 +41,18 @@ import os
 import socket
 print(f"stage {os.environ['GPUSCHED_STAGE']} of {os.environ['GPUSCHED_STAGES']} for host "
       f"{os.environ['GPUSCHED_STAGE_HOST']}: layers {os.environ['GPUSCHED_STAGE_FIRST']}..{os.environ['GPUSCHED_STAGE_LAST']}"
-      f" on {socket.gethostname()} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '-')})")
+      f" on {os.environ.get('SLURMD_NODENAME') or socket.gethostname()}"
+      f" (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '-')}),"
+      f" previous {os.environ['GPUSCHED_STAGE_PREV_ADDR'] or '-'}, next {os.environ['GPUSCHED_STAGE_NEXT_ADDR'] or '-'}")
 """
+
+
+def stage_command(params: dict) -> list[str]:
+    """The pipeline runtime on ``runtime_model``'s layers, or the stand-in that says where it runs."""
+    if not params.get("runtime_model"):
+        return [sys.executable, "-c", STAGE]
+    return [sys.executable, "-m", "airflow_provider_gpusched.examples.pipeline_stage", "--model",
+            params["runtime_model"], "--microbatches", str(params.get("microbatches", 16))]
 
 
 def fleet_hosts() -> list[str]:
@@ -64,10 +84,20 @@ def pipeline_partition(backend: str):
         tags=["gpusched", "pipeline", "example", backend],
         doc_md=__doc__,
         params={"model": Param("google/vit-base-patch16-224", type="string",
-                               enum=["google/vit-base-patch16-224", "google/vit-large-patch16-224"]),
+                               description="the model's name in models.yml (the seed's: google/vit-base-patch16-224, "
+                                           "google/vit-large-patch16-224)"),
+                "inputs": Param(INPUTS, type="string",
+                                description="the folder with models.yml, device_types.yml and devices.yml"),
+                "runtime_model": Param("", type="string",
+                                       description="run the example pipeline runtime on this model's layers "
+                                                   "(tiny-vit, mlp, convnet or module:callable); empty: stand-in "
+                                                   "stages that only say where they run"),
+                "microbatches": Param(16, type="integer", minimum=1),
+                "base_port": Param(29700, type="integer", minimum=1024, maximum=65000,
+                                   description="stage N listens on base_port + N - 1"),
                 "pin_hosts": Param(False, type="boolean",
-                                   description="Slurm: run each stage on its host (--nodelist); the seed's hosts "
-                                               "must then be Slurm nodes"),
+                                   description="Slurm: run each stage on its host (--nodelist); the hosts in "
+                                               "devices.yml must then be Slurm nodes"),
                 "fleet_hosts": Param({}, type="object",
                                      description="In a fleet: devices.yml host -> fleet host (e.g. {\"rcc-1\": "
                                                  "\"gpu-b\"}); unmapped hosts take the fleet's hosts in turn")},
@@ -75,27 +105,29 @@ def pipeline_partition(backend: str):
     def pipeline():
         schedule = PipelinePartitionOperator(
             task_id="partition", model="{{ params.model }}",
-            models_file=os.path.join(INPUTS, "models.yml"),
-            device_types_file=os.path.join(INPUTS, "device_types.yml"),
-            devices_file=os.path.join(INPUTS, "devices.yml"))
+            models_file="{{ params.inputs }}/models.yml",
+            device_types_file="{{ params.inputs }}/device_types.yml",
+            devices_file="{{ params.inputs }}/devices.yml")
 
         hosts = fleet_hosts() if backend == "local" else []
 
         @task
         def stage_arguments(result: dict, params=None) -> list[dict]:
-            n = len(result["stages"])
-            placed = map_hosts([s["host"] for s in result["stages"]], hosts,
-                               (params or {}).get("fleet_hosts")) if hosts else {}
-            stages = []
-            for i, s in enumerate(result["stages"]):
-                env = {"GPUSCHED_STAGE": str(i + 1), "GPUSCHED_STAGES": str(n), "GPUSCHED_STAGE_HOST": s["host"],
-                       "GPUSCHED_STAGE_FIRST": str(s["layers"][0]), "GPUSCHED_STAGE_LAST": str(s["layers"][1])}
-                if backend == "local":
-                    stages.append({"env": {**env, "GPUSCHED_STAGE_FLEET_HOST": placed.get(s["host"], "")}})
-                else:
-                    pin = ["--nodelist", s["host"]] if params and params.get("pin_hosts") else []
-                    stages.append({"environment": env, "sbatch_args": pin})
-            return stages
+            params = params or {}
+            if backend == "local":  # one task per stage: on its fleet host, else all on this machine
+                placed = map_hosts([s["host"] for s in result["stages"]], hosts, params.get("fleet_hosts")) \
+                    if hosts else {s["host"]: "127.0.0.1" for s in result["stages"]}
+                plan = stage_plan(result["stages"], base_port=params.get("base_port", 29700), address_of=placed)
+                return [{"env": {**env, "GPUSCHED_STAGE_FLEET_HOST": placed[env["GPUSCHED_STAGE_HOST"]] if hosts
+                                 else ""}, "command": stage_command(params)} for env in plan]
+            # Slurm: the whole pipeline as one job, each stage a step on its host
+            plan = stage_plan(result["stages"], base_port=params.get("base_port", 29700))
+            pinned = bool(params.get("pin_hosts"))
+            on = [s["host"] for s in result["stages"]]
+            return [{"command": launch_command(plan, stage_command(params), pinned=pinned),
+                     "nodes": len(on) if pinned else 1, "nodelist": on if pinned else None,
+                     "env": {"GPUSCHED_PIPELINE": f"{len(on)} stages" + (f" on {', '.join(on)}" if pinned
+                                                                                 else " on one node")}}]
 
         stages = stage_arguments(schedule.output)
         if backend == "local" and hosts:  # a fleet: each host's stages go to its own queue
@@ -124,15 +156,15 @@ def pipeline_partition(backend: str):
             for host in hosts:
                 done.append(LocalGPUOperator.partial(
                     task_id=f"stage_on_{host}", queue=host_queue(host), gpu_memory="2GiB",
-                    command=["python3", "-c", STAGE], map_index_template=stage_label("env"),
+                    map_index_template=stage_label("env"),
                 ).expand_kwargs(stages_on.override(task_id=f"stages_for_{host}")(stages, host)))
             done >> check_stages(stages)
         elif backend == "local":
-            LocalGPUOperator.partial(task_id="stage", gpu_memory="2GiB", command=["python3", "-c", STAGE],
+            LocalGPUOperator.partial(task_id="stage", gpu_memory="2GiB",
                                      map_index_template=stage_label("env")).expand_kwargs(stages)
         else:
-            SlurmJobOperator.partial(task_id="stage", command=["python3", "-c", STAGE], gpus=1,
-                                     job_name="pipeline-stage", map_index_template=stage_label("environment"),
+            SlurmJobOperator.partial(task_id="pipeline", job_name="pipeline",
+                                     map_index_template="{{ task.environment['GPUSCHED_PIPELINE'] }}",
                                      ).expand_kwargs(stages)
 
     return pipeline()

@@ -208,6 +208,11 @@ def test_pipeline_partition_example_dag_launches_one_task_per_stage(airflow_db):
     stages = sorted(k[1] for k in states if isinstance(k, tuple) and k[0] == "stage")
     assert stages == list(range(len(result["stages"]))) == list(range(8))
     assert all(states[("stage", i)][0] == "success" for i in stages)
+    # each stage is told its neighbours: all on this machine, stage N on port 29700 + N - 1
+    envs = [a["env"] for a in xcoms["stage_arguments"]["return_value"]]
+    assert [(e["GPUSCHED_STAGE_PREV_ADDR"], e["GPUSCHED_STAGE_ADDR"], e["GPUSCHED_STAGE_NEXT_ADDR"]) for e in envs][:2] \
+        == [("", "127.0.0.1:29700", "127.0.0.1:29701"), ("127.0.0.1:29700", "127.0.0.1:29701", "127.0.0.1:29702")]
+    assert envs[-1]["GPUSCHED_STAGE_NEXT_ADDR"] == "" and envs[-1]["GPUSCHED_STAGE_HOST"] == result["stages"][-1]["host"]
 
 
 def test_pipeline_partition_operator_bad_input_fails_without_retry(airflow_db, capfd):

@@ -182,16 +182,66 @@ def test_bad_operator_arguments_fail_at_parse_time_naming_task_and_argument():
         SlurmJobOperator(task_id="train", command=["python", "t.py"], sbatch_args=["exclusive"])
 
 
-def test_pipeline_partition_example_on_slurm_one_job_per_stage(run_dag, slurm):
+def test_pipeline_partition_example_on_slurm_one_job_every_stage_a_step(run_dag, slurm):
+    """The seed's example (hosts that are not Slurm nodes): the pipeline is one job, its 8 stages all steps on the
+    job's node, each told its layers and its neighbours there."""
     from .conftest import load_dag_file
 
     dag = load_dag_file(REPO / "dags" / "pipeline_partition.py").pipeline_partition_slurm_dag
     state, xcoms, states = run_dag(dag)
     assert state == "success", states
     stages = xcoms["partition"]["return_value"]["stages"]
+    result = xcoms[("pipeline", 0)]["return_value"]
+    output = open(result["output_path"]).read()
+    node = next(n for n in ("n1", "n2") if f"[stage 1 on {n}]" in output)
     for i, stage in enumerate(stages):
-        result = xcoms[("stage", i)]["return_value"]
-        output = open(result["output_path"]).read()
         first, last = stage["layers"]
-        assert f"stage {i + 1} of {len(stages)} for host {stage['host']}: layers {first}..{last} on " in output
-    assert len({xcoms[("stage", i)]["return_value"]["job_id"] for i in range(len(stages))}) == len(stages) == 8
+        prev = f"{node}:{29700 + i - 1}" if i else "-"
+        following = f"{node}:{29700 + i + 1}" if i + 1 < len(stages) else "-"
+        assert (f"[stage {i + 1} on {node}] stage {i + 1} of 8 for host {stage['host']}: layers {first}..{last} on "
+                f"{node} ") in output and f"previous {prev}, next {following}" in output, output
+    assert len(stages) == 8 and "gpusched stages: all 8 stages finished" in output
+
+
+def test_pipeline_profiled_partitioned_and_run_with_every_stage_on_its_node(run_dag, slurm, tmp_path):
+    """The whole path: `gpusched profile` measures a real model (tiny-vit) as two device types, one host each,
+    the hosts being the cluster's nodes; the DAG partitions it and runs the pipeline runtime with each stage a
+    step on the node the partitioner chose; activations stream from stage to stage over TCP, and the last
+    stage's outputs equal the whole model's run in one process."""
+    import json
+
+    from airflow_provider_gpusched.examples.pipeline_stage import reference_output
+
+    from .conftest import load_dag_file
+
+    pytest.importorskip("torch")
+    for device_type, bandwidth in (("cpu-a", "1000"), ("cpu-b", "800")):
+        out = subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", "profile", "tiny-vit",
+                              "--device-type", device_type, "--bw-mbps", bandwidth, "--mem-mb", "12", "--repeat", "3"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+    (tmp_path / "devices.yml").write_text("cpu-a: [n1]\ncpu-b: [n2]\n")
+    dag = load_dag_file(REPO / "dags" / "pipeline_partition.py").pipeline_partition_slurm_dag
+    state, xcoms, states = run_dag(dag, run_conf={"inputs": str(tmp_path), "model": "tiny-vit",
+                                                  "runtime_model": "tiny-vit", "microbatches": 6,
+                                                  "pin_hosts": True, "base_port": 29750})
+    assert state == "success", states
+    stages = xcoms["partition"]["return_value"]["stages"]
+    assert sorted(s["host"] for s in stages) == ["n1", "n2"]  # 12 MiB holds about half of the model
+    output = open(xcoms[("pipeline", 0)]["return_value"]["output_path"]).read()
+    for i, stage in enumerate(stages):
+        first, last = stage["layers"]
+        host = stage["host"]
+        assert f"[stage {i + 1} on {host}] stage {i + 1} of 2: layers {first}-{last} of 8 on {host} (cpu)" in output, \
+            output
+        assert f"[stage {i + 1} on {host}] stage {i + 1}: 6 micro-batches through layers {first}-{last}" in output
+    other = stages[0]["host"]
+    assert f"[stage 2 on {stages[1]['host']}] stage 2: the previous stage connected from" in output
+    line = next(ln for ln in output.splitlines() if "pipeline output: " in ln)
+    got = json.loads(line.split("pipeline output: ", 1)[1])
+    want = reference_output("tiny-vit", microbatches=6)
+    assert got["microbatches"] == 6 and got["node"] == stages[1]["host"] != other
+    assert got["sum"] == pytest.approx(want["sum"], rel=1e-9, abs=1e-9)
+    assert got["first_row"] == pytest.approx(want["first_row"], rel=1e-6)
+
+

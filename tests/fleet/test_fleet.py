@@ -317,6 +317,10 @@ def test_pipeline_stages_run_on_the_fleet_hosts_standing_for_the_partitioners_ho
     stages = fleet.xcom(dag_id, run_id, "stage_arguments")
     placed = {s["env"]["GPUSCHED_STAGE_HOST"]: s["env"]["GPUSCHED_STAGE_FLEET_HOST"] for s in stages}
     assert len(stages) == 8 and placed["rcc-3"] == "gpu-c" and set(placed.values()) == set(SIZES)
+    for n, s in enumerate(stages[1:], start=1):  # each stage addresses its neighbour on the fleet host it runs on
+        before = stages[n - 1]["env"]
+        assert s["env"]["GPUSCHED_STAGE_PREV_ADDR"] == f"{before['GPUSCHED_STAGE_FLEET_HOST']}:{29700 + n - 1}"
+        assert before["GPUSCHED_STAGE_NEXT_ADDR"] == s["env"]["GPUSCHED_STAGE_ADDR"]
     ran = [ti for ti in fleet.task_instances(dag_id, run_id) if ti["task_id"].startswith("stage_on_")
            and ti["state"] == "success"]
     assert len(ran) == 8
