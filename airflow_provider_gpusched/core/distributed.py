@@ -39,6 +39,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Mapping, Sequence
 
+from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 
 MODES = ("torchrun", "srun")
@@ -64,7 +65,7 @@ def check_mode(value: object, argument: str = "distributed") -> str | None:
 
 def check_grace(value: object, argument: str = "rank_exit_grace") -> float:
     """Seconds (a number >= 0; 0: no limit)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0 \
+    if not is_number(value) or value != value or value < 0 \
             or value == float("inf"):
         raise InvalidArgumentError(argument, value, "seconds (a number >= 0; 0 waits for every rank for ever)")
     return float(value)
@@ -145,7 +146,7 @@ def slurm_launch_function(mode: str, nproc_per_node: int, rank_exit_grace: float
     check_mode(mode)
     if mode is None:
         raise InvalidArgumentError("distributed", mode, "'torchrun' or 'srun'")
-    if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int) or nproc_per_node < 1:
+    if not is_int(nproc_per_node) or nproc_per_node < 1:
         raise InvalidArgumentError("nproc_per_node", nproc_per_node, "a whole number >= 1")
     wait = int(round(check_grace(rank_exit_grace)))
     wait = max(wait, 1) if rank_exit_grace > 0 else 0
@@ -233,7 +234,7 @@ def local_launch_argv(mode: str, argv: Sequence[str], nproc: int, rank_exit_grac
     """``argv`` started as ``nproc`` ranks on this host (the GPUs of a lease): ``torchrun --standalone`` (a free
     rendezvous port of its own), or this module's launcher for ``"srun"``."""
     check_mode(mode)
-    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+    if not is_int(nproc) or nproc < 1:
         raise InvalidArgumentError("nproc", nproc, "a whole number >= 1")
     grace = check_grace(rank_exit_grace)
     argv = [str(a) for a in argv]

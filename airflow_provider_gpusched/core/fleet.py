@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo, GPUProcess
 from airflow_provider_gpusched.core.gpu.placement import GPURequest, LeaseView, gpu_usage, place
@@ -190,12 +191,6 @@ def _check(cond: bool, source: str, key: str, expected: str, value: Any) -> None
         raise BadRecordError(f"{source}: key {key!r}: expected {expected}, got {value!r:.80}")
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def read_host_record(data: Any, source: str) -> HostRecord:
@@ -205,7 +200,7 @@ def read_host_record(data: Any, source: str) -> HostRecord:
     _check(data.get("version") == RECORD_VERSION, source, "version", str(RECORD_VERSION), data.get("version"))
     host = data.get("host")
     _check(isinstance(host, str) and bool(_HOST_NAME.match(host)), source, "host", "a host name", host)
-    _check(_is_num(data.get("time")), source, "time", "a time in seconds", data.get("time"))
+    _check(is_number(data.get("time")), source, "time", "a time in seconds", data.get("time"))
     _check(data.get("source") in ("nvml", "simulated"), source, "source", "'nvml' or 'simulated'", data.get("source"))
     _check(isinstance(data.get("address", ""), str), source, "address", "a string", data.get("address"))
     raw_gpus = data.get("gpus")
@@ -215,16 +210,16 @@ def read_host_record(data: Any, source: str) -> HostRecord:
         key = f"gpus[{i}]"
         _check(isinstance(g, dict), source, key, "an object", g)
         for name in ("index", "memory_total", "memory_used"):
-            _check(_is_int(g.get(name)) and g[name] >= 0, source, f"{key}.{name}", "a whole number >= 0", g.get(name))
+            _check(is_int(g.get(name)) and g[name] >= 0, source, f"{key}.{name}", "a whole number >= 0", g.get(name))
         for name in ("uuid", "name"):
             _check(isinstance(g.get(name), str), source, f"{key}.{name}", "a string", g.get(name))
         procs = g.get("processes", [])
-        _check(isinstance(procs, list) and all(isinstance(p, dict) and _is_int(p.get("pid")) for p in procs),
+        _check(isinstance(procs, list) and all(isinstance(p, dict) and is_int(p.get("pid")) for p in procs),
                source, f"{key}.processes", "a list of {pid, used_memory}", procs)
         gpus.append(GPUInfo(index=g["index"], uuid=g["uuid"], name=g["name"], memory_total=g["memory_total"],
-                            memory_used=g["memory_used"], utilization=g.get("utilization") if _is_int(
+                            memory_used=g["memory_used"], utilization=g.get("utilization") if is_int(
                                 g.get("utilization")) else None,
-                            processes=[GPUProcess(p["pid"], p.get("used_memory") if _is_int(p.get("used_memory"))
+                            processes=[GPUProcess(p["pid"], p.get("used_memory") if is_int(p.get("used_memory"))
                                                   else None) for p in procs],
                             simulated=bool(g.get("simulated", False))))
     indices = {g.index for g in gpus}
@@ -235,22 +230,22 @@ def read_host_record(data: Any, source: str) -> HostRecord:
         key = f"leases[{i}]"
         _check(isinstance(lease, dict), source, key, "an object", lease)
         _check(isinstance(lease.get("lease_id"), str), source, f"{key}.lease_id", "a string", lease.get("lease_id"))
-        _check(isinstance(lease.get("gpus"), list) and all(_is_int(x) and x in indices for x in lease["gpus"]),
+        _check(isinstance(lease.get("gpus"), list) and all(is_int(x) and x in indices for x in lease["gpus"]),
                source, f"{key}.gpus", "indices of the host's GPUs", lease.get("gpus"))
         memory = lease.get("memory")
         _check(isinstance(memory, dict) and all(isinstance(k, str) and k.isdigit() and int(k) in indices
-                                                and _is_int(v) and v >= 0 for k, v in memory.items()),
+                                                and is_int(v) and v >= 0 for k, v in memory.items()),
                source, f"{key}.memory", "GPU index -> reserved bytes", memory)
         _check(isinstance(lease.get("whole"), bool), source, f"{key}.whole", "true or false", lease.get("whole"))
         for name in ("job_class", "owner"):
             _check(isinstance(lease.get(name), str), source, f"{key}.{name}", "a string", lease.get(name))
-        _check(_is_num(lease.get("created")), source, f"{key}.created", "a time", lease.get("created"))
+        _check(is_number(lease.get("created")), source, f"{key}.created", "a time", lease.get("created"))
         _check(isinstance(lease.get("work", {}), dict), source, f"{key}.work", "an object", lease.get("work"))
         leases.append(HostLease(lease["lease_id"], list(lease["gpus"]), {int(k): v for k, v in memory.items()},
                                 lease["whole"], lease["job_class"], lease["owner"], float(lease["created"]),
                                 dict(lease.get("work", {}))))
     busy = data.get("foreign_busy", [])
-    _check(isinstance(busy, list) and all(_is_int(x) for x in busy), source, "foreign_busy", "a list of indices", busy)
+    _check(isinstance(busy, list) and all(is_int(x) for x in busy), source, "foreign_busy", "a list of indices", busy)
     return HostRecord(host, float(data["time"]), data["source"], gpus, leases, list(busy), data.get("address", ""))
 
 

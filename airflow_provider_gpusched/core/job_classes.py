@@ -24,6 +24,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Callable, Mapping
 
+from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.units import parse_bytes
 
@@ -41,7 +42,7 @@ def check_job_class(job_class: str, *, argument: str = "job_class") -> str:
 
 
 def check_priority(priority: Any, *, argument: str = "priority") -> int:
-    if isinstance(priority, bool) or not isinstance(priority, int):
+    if not is_int(priority):
         raise InvalidArgumentError(argument, priority, "a whole number (higher runs first)")
     return priority
 
@@ -227,18 +228,18 @@ def _update(settings: Any, values: Mapping[str, Any], where: str) -> Any:
             if key in _BYTES:
                 value = parse_bytes(value, argument=key)
             elif key == "pool_slots":
-                if value != "gpus" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                if value != "gpus" and (not is_int(value) or value < 1):
                     raise ValueError("'gpus' or a whole number >= 1")
             elif isinstance(current, bool) or key in ("fill_in", "preemptible", "requeue"):
                 if value is not None and not isinstance(value, bool):
                     raise ValueError("true or false")
-            elif isinstance(current, int) and not isinstance(current, bool):
-                if isinstance(value, bool) or not isinstance(value, int):
+            elif is_int(current):
+                if not is_int(value):
                     raise ValueError("a whole number")
                 if key == "max_preemptions" and value < 0:
                     raise ValueError("a whole number >= 0")
             elif isinstance(current, float):
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                if not is_number(value) or value < 0:
                     raise ValueError("a number of seconds >= 0")
                 value = float(value)
             elif value is not None and not isinstance(value, str):

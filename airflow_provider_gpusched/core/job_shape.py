@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from airflow_provider_gpusched.core.checks import is_int
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 
 #: the shape's fields, as SlurmJobSpec, SlurmJobOperator, @task.slurm and TrialResources name them
@@ -37,11 +38,11 @@ def check_shape(shape: Mapping[str, Any], *, gpus: Any = None, gres: str | None 
     out = {f: shape.get(f) for f in SHAPE_FIELDS}
     for field, least in (("ntasks_per_node", 1), ("gpus_per_task", 1), ("cpus_per_gpu", 1)):
         value = out[field]
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+        if value is not None and (not is_int(value) or value < least):
             refuse(field, value, f"a whole number >= {least}")
     nodes = out["nodes"]
     if nodes is not None:
-        text = str(nodes) if isinstance(nodes, int) and not isinstance(nodes, bool) else nodes
+        text = str(nodes) if is_int(nodes) else nodes
         match = _NODES_RE.match(text) if isinstance(text, str) else None
         if not match or (match.group(2) and int(match.group(2)) < int(match.group(1))):
             refuse("nodes", nodes, "a number of nodes >= 1, or a range such as '2-4'")

@@ -26,11 +26,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
+from airflow_provider_gpusched.core.checks import is_json_number
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.safe_files import (
     BadRecordError,
     UnsafePathError,
-    is_number,
     read_json_record,
     write_json_atomic,
 )
@@ -90,7 +90,7 @@ class StopRequest:
         for key in ("by", "reason"):
             if not isinstance(data.get(key), str) or len(data[key]) > 1000:
                 raise BadRecordError(f"{source}: key {key!r}: expected a string, got {data.get(key)!r:.80}")
-        if not is_number(data.get("at")):
+        if not is_json_number(data.get("at")):
             raise BadRecordError(f"{source}: key 'at': expected a time stamp, got {data.get('at')!r:.80}")
         return cls(by=data["by"], reason=data["reason"], at=float(data["at"]))
 
@@ -375,7 +375,7 @@ class StopOrders:
                         for k, v in selector.items()) or "ids" in selector or "states" in selector:
                     raise BadRecordError(f"{path}: key 'selector': expected an object of dag_id, run_id, task_id, "
                                          f"sweep, job_class")
-                if not is_number(data.get("until")):
+                if not is_json_number(data.get("until")):
                     raise BadRecordError(f"{path}: key 'until': expected a time stamp")
                 found.append((path, StopOrder(dict(selector), request, float(data["until"]))))
             except FileNotFoundError:

@@ -115,10 +115,6 @@ class BadRecordError(GpuschedError):
     """A file in a state directory that cannot be read as the record it should be."""
 
 
-def is_number(value: Any) -> bool:
-    """A JSON number that is not a bool or NaN (for checking records read back from disk)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
-
 
 def read_json_record(path: str, max_bytes: int = 1 << 20) -> Any:
     """The JSON in ``path`` (``FileNotFoundError`` if it is gone); :class:`BadRecordError` naming the

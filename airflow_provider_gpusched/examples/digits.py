@@ -33,6 +33,7 @@ import re
 import time
 from typing import Any, Callable, Mapping
 
+from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.examples.checkpoints import (
     EXIT_STOPPED,
     CheckpointError,
@@ -79,17 +80,17 @@ def check_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
         value = out[name]
         if isinstance(value, float) and value.is_integer():
             value = out[name] = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        if not is_int(value) or value < low:
             raise ValueError(f"train_digits: params.{name}: expected a whole number >= {low}, got {value!r}")
     for name in ("lr", "weight_decay"):
         value = out[name]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+        if not is_number(value) or not math.isfinite(value) \
                 or value < 0 or (name == "lr" and value == 0):
             raise ValueError(f"train_digits: params.{name}: expected a number {'> 0' if name == 'lr' else '>= 0'}, "
                              f"got {value!r}")
     for name, (low, high) in _FRACTIONS.items():
         value = out[name]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        if not is_number(value) or not low <= value <= high:
             raise ValueError(f"train_digits: params.{name}: expected a number from {low} to {high}, got {value!r}")
     if out["optimizer"] not in ("adam", "adamw", "sgd"):
         raise ValueError(f"train_digits: params.optimizer: expected adam, adamw or sgd, got {out['optimizer']!r}")
@@ -114,7 +115,7 @@ def blocks_of(params: Mapping[str, Any], check: bool = False) -> list[dict]:
             if not isinstance(block, Mapping) or set(block) - {"channels", "kernel"}:
                 raise ValueError(f"train_digits: params.{key}: expected {{channels: C, kernel: K}}, got {block!r}")
             for name, value in block.items():
-                if isinstance(value, bool) or not isinstance(value, int) or value < 1 \
+                if not is_int(value) or value < 1 \
                         or (name == "kernel" and value % 2 == 0):
                     raise ValueError(f"train_digits: params.{key}.{name}: expected a whole number >= 1"
                                      f"{' and odd' if name == 'kernel' else ''}, got {value!r}")

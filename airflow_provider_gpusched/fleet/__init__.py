@@ -15,6 +15,7 @@ from typing import Any
 
 from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.core import fleet
+from airflow_provider_gpusched.core.checks import is_int
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 
@@ -131,7 +132,7 @@ def fleet_queue(kwargs: dict[str, Any], job_class: str, gpus: Any, gpu_memory: A
     if not enabled():
         return
     try:
-        request = GPURequest(gpus=gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 else 1,
+        request = GPURequest(gpus=gpus if is_int(gpus) and gpus > 0 else 1,
                              gpu_memory=gpu_memory)
     except GpuschedError:
         return  # the operator reports the bad argument itself

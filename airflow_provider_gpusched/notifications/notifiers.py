@@ -29,6 +29,7 @@ from typing import Any, Sequence
 from airflow.sdk import BaseHook, BaseNotifier
 
 from airflow_provider_gpusched import settings
+from airflow_provider_gpusched.core.checks import is_int
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.text import cut_to_bytes, printable
 
@@ -53,7 +54,7 @@ class GpuschedNotifier(BaseNotifier):
     def __init__(self, *, sweep_folder: str | None = None, top_n: int = 5, job_class: str = "normal",
                  gpus_per_trial: int = 1, tail_lines: int = ALERT_TAIL_LINES) -> None:
         super().__init__()
-        if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1:
+        if not is_int(top_n) or top_n < 1:
             raise InvalidArgumentError("top_n", top_n, "a whole number >= 1")
         self.sweep_folder = sweep_folder
         self.top_n, self.job_class, self.gpus_per_trial, self.tail_lines = top_n, job_class, gpus_per_trial, tail_lines

@@ -7,6 +7,7 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_gpusched import settings
+from airflow_provider_gpusched.core.checks import is_int
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.job_classes import check_job_class, check_priority
 
@@ -21,7 +22,7 @@ def apply_job_class(kwargs: dict[str, Any], job_class: str, priority: int, gpus:
         mapping = settings.job_class_mapping()
     except GpuschedError as exc:
         raise AirflowException(f"{where}: {exc}") from exc
-    n = gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 else 1
+    n = gpus if is_int(gpus) and gpus > 0 else 1
     explicit_weight = "priority_weight" in kwargs
     for key, value in mapping[job_class].airflow_settings(priority, n).items():
         if key == "weight_rule" and explicit_weight:
@@ -36,12 +37,12 @@ def slurm_gpu_total(gpus: Any, gpus_per_node: Any = None, nodes: Any = None) -> 
     per_node = gpus if gpus_per_node is None else gpus_per_node
     if isinstance(per_node, str) and per_node.rpartition(":")[2].isdigit():
         per_node = int(per_node.rpartition(":")[2])
-    if isinstance(per_node, bool) or not isinstance(per_node, int) or per_node < 1:
+    if not is_int(per_node) or per_node < 1:
         return gpus
     least = nodes
     if isinstance(nodes, str) and nodes.partition("-")[0].isdigit():
         least = int(nodes.partition("-")[0])
-    if isinstance(least, bool) or not isinstance(least, int) or least < 1:
+    if not is_int(least) or least < 1:
         least = 1
     return per_node * least
 

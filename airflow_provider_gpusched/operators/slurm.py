@@ -24,6 +24,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_provider_gpusched import lineage, settings
 from airflow_provider_gpusched.callables import callable_arguments
 from airflow_provider_gpusched.core import pyfunc
+from airflow_provider_gpusched.core.checks import is_number
 from airflow_provider_gpusched.core.distributed import DEFAULT_RANK_EXIT_GRACE, launcher_grace
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.queue import read_slurm_stop_mark
@@ -579,7 +580,7 @@ class SlurmPythonOperator(SlurmJobOperator):
         python = getattr(self, "python", None) or sys.executable  # (checked at parse time before it is set)
         launch = dict(self.shape, torchrun=[python, "-m", "torch.distributed.run"])
         grace = self.shape["rank_exit_grace"]
-        if isinstance(grace, (int, float)) and not isinstance(grace, bool):  # (a bad one is refused by the spec)
+        if is_number(grace):  # (a bad one is refused by the spec)
             launch["rank_exit_grace"] = launcher_grace(grace, python_call=True)
         return launch
 

@@ -15,6 +15,8 @@ from typing import Any, Mapping
 
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_provider_gpusched.core.checks import is_int, is_number
+
 BACKENDS = ("local", "slurm")
 BATCHING = ("auto", "mapped", "batched")
 DEFAULT_MAX_CHUNK = 500
@@ -58,10 +60,9 @@ class SweepExecution:
             raise AirflowException(f"batching must be one of {BATCHING}, got {self.batching!r}")
         for name in ("max_mapped_trials", "chunk_size", "parallel", "trials_per_process", "max_array_parallel"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            if value is not None and (not is_int(value) or value < 1):
                 raise AirflowException(f"{name} must be a whole number >= 1, got {value!r}")
-        if self.poll_interval is not None and (isinstance(self.poll_interval, bool)
-                                               or not isinstance(self.poll_interval, (int, float))
+        if self.poll_interval is not None and (not is_number(self.poll_interval)
                                                or self.poll_interval <= 0):
             raise AirflowException(f"poll_interval must be seconds (a number > 0), got {self.poll_interval!r}")
         if not isinstance(self.trial_kwargs, Mapping):

@@ -13,6 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
 
+from airflow_provider_gpusched.core.checks import is_finite_number, is_int
 from airflow_provider_gpusched.core.gpu.accounting import accounting_totals
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
 from airflow_provider_gpusched.core.gpu.telemetry import lease_memory, measured_gpus, over_reservation
@@ -25,12 +26,6 @@ WAIT_XCOM = "gpusched_wait"
 GPU_TIME_XCOM = "gpu_time"
 
 
-def _int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
 
 
 @dataclass
@@ -87,24 +82,24 @@ def read_lease_record(data: Any, source: str) -> BoardLease:
         if not isinstance(data.get(key), str) or not data[key] or len(data[key]) > 500:
             raise bad(key, "a non-empty string")
     gpus = data.get("gpus")
-    if not isinstance(gpus, list) or not gpus or not all(_int(i) and 0 <= i < 1024 for i in gpus):
+    if not isinstance(gpus, list) or not gpus or not all(is_int(i) and 0 <= i < 1024 for i in gpus):
         raise bad("gpus", "a non-empty list of GPU indices")
     memory = data.get("memory")
-    if not isinstance(memory, dict) or not all(isinstance(k, str) and k.isdigit() and _int(v) and v >= 0
+    if not isinstance(memory, dict) or not all(isinstance(k, str) and k.isdigit() and is_int(v) and v >= 0
                                                for k, v in memory.items()):
         raise bad("memory", "an object of GPU index -> reserved bytes")
     if not isinstance(data.get("whole"), bool):
         raise bad("whole", "true or false")
-    if not _num(data.get("started")):
+    if not is_finite_number(data.get("started")):
         raise bad("started", "a time stamp")
-    for key, check, expected in (("map_index", _int, "an integer"), ("priority", _int, "an integer"),
+    for key, check, expected in (("map_index", is_int, "an integer"), ("priority", is_int, "an integer"),
                                  ("yielding_to", lambda v: isinstance(v, str), "a string")):
         if key in data and not check(data[key]):
             raise bad(key, expected)
     inventory = []
     for i, g in enumerate(data.get("inventory") or []):
-        if not (isinstance(g, dict) and _int(g.get("index")) and isinstance(g.get("uuid"), str)
-                and isinstance(g.get("name"), str) and _int(g.get("memory_total")) and g["memory_total"] >= 0
+        if not (isinstance(g, dict) and is_int(g.get("index")) and isinstance(g.get("uuid"), str)
+                and isinstance(g.get("name"), str) and is_int(g.get("memory_total")) and g["memory_total"] >= 0
                 and isinstance(g.get("simulated"), bool)):
             raise bad(f"inventory[{i}]", "an object with index, uuid, name, memory_total and simulated")
         inventory.append(BoardGPU(g["index"], g["uuid"], g["name"], g["memory_total"], g["simulated"]))
@@ -166,10 +161,10 @@ def read_wait_record(data: Any, source: str) -> dict:
     for key in ("host", "request", "job_class", "dag_id", "run_id", "task_id"):
         if not isinstance(data.get(key), str) or not data[key] or len(data[key]) > 500:
             raise BadRecordError(f"{source}: key {key!r}: expected a non-empty string")
-    if not _num(data.get("since")):
+    if not is_finite_number(data.get("since")):
         raise BadRecordError(f"{source}: key 'since': expected a time stamp")
     for key in ("priority", "map_index"):
-        if not _int(data.get(key)):
+        if not is_int(data.get(key)):
             raise BadRecordError(f"{source}: key {key!r}: expected an integer")
     if not isinstance(data.get("why", ""), str):
         raise BadRecordError(f"{source}: key 'why': expected a string")
@@ -181,12 +176,12 @@ def read_gpu_time_record(data: Any, source: str, ended: float | None = None) -> 
     if not isinstance(data, dict) or not isinstance(data.get("job_class"), str):
         raise BadRecordError(f"{source}: expected an object with a job_class")
     for key in ("gpu_seconds", "lost_gpu_seconds"):
-        if not _num(data.get(key, 0)) or data.get(key, 0) < 0:
+        if not is_finite_number(data.get(key, 0)) or data.get(key, 0) < 0:
             raise BadRecordError(f"{source}: key {key!r}: expected a non-negative number")
-    if not _int(data.get("preemptions", 0)):
+    if not is_int(data.get("preemptions", 0)):
         raise BadRecordError(f"{source}: key 'preemptions': expected an integer")
     when = data.get("time", ended)
-    if not _num(when):
+    if not is_finite_number(when):
         raise BadRecordError(f"{source}: key 'time': expected a time stamp")
     return {"time": float(when), "job_class": data["job_class"], "gpu_seconds": float(data.get("gpu_seconds", 0)),
             "lost_gpu_seconds": float(data.get("lost_gpu_seconds", 0)), "preemptions": data.get("preemptions", 0)}
@@ -287,7 +282,7 @@ def build_board(leases: Iterable[BoardLease], *, waiting: Iterable[dict] = (), l
         shared = [d for d in waits[0]["details"] if all(d in w["details"] for w in waits[1:])]
         for w in waits:
             w["details"] = [d for d in w["details"] if d not in shared]
-    ledger = [r for r in ledger if _num(r.get("time"))]
+    ledger = [r for r in ledger if is_finite_number(r.get("time"))]
     gpu_time = {}
     for name, seconds in WINDOWS.items():
         totals = accounting_totals(r for r in ledger if r["time"] >= now - seconds)

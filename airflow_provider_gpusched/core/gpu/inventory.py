@@ -15,6 +15,7 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
+from airflow_provider_gpusched.core.checks import is_number
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.units import parse_bytes
 
@@ -186,7 +187,7 @@ class SimulatedInventory:
 
     def _number(self, usage: dict, key: str, index: int, default, low: float, high: float):
         value = usage.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        if not is_number(value) or not low <= value <= high:
             raise GPUInventoryError(f"{self.usage_file}: key {index}.{key}: expected a number from {low:g} to "
                                     f"{high:g}, got {value!r:.40}")
         return int(value) if key == "utilization" else value

@@ -32,6 +32,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
+from airflow_provider_gpusched.core.checks import is_int, is_json_number
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo, GPUInventory
 from airflow_provider_gpusched.core.gpu.placement import LeaseView, Placement
@@ -39,7 +40,6 @@ from airflow_provider_gpusched.core.safe_files import (
     BadRecordError,
     brief_fd,
     ensure_private_dir,
-    is_number,
     open_regular,
     read_json_record,
     write_json_atomic,
@@ -175,7 +175,7 @@ class Lease:
             if key not in data and key in _REQUIRED:
                 raise BadRecordError(f"{source}: key {key!r} is missing")
         memory = data["memory"]
-        if not all(isinstance(k, str) and k.isdigit() and _is_int(v) and v >= 0 for k, v in memory.items()):
+        if not all(isinstance(k, str) and k.isdigit() and is_int(v) and v >= 0 for k, v in memory.items()):
             raise bad("memory", "an object of GPU index -> reserved bytes")
         values = {k: v for k, v in data.items()
                   if k in cls.__dataclass_fields__ and k not in ("fd", "path", "orphaned_at", "unreadable")}
@@ -202,12 +202,9 @@ class Lease:
 _STORED_FIELDS = tuple(name for name in Lease.__dataclass_fields__ if name not in ("fd", "path"))
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
 
 def _int_list(value: Any) -> bool:
-    return isinstance(value, list) and all(_is_int(v) and v >= 0 for v in value)
+    return isinstance(value, list) and all(is_int(v) and v >= 0 for v in value)
 
 
 _LEASE_FIELDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
@@ -217,18 +214,18 @@ _LEASE_FIELDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("memory", lambda v: isinstance(v, dict), "an object of GPU index -> reserved bytes"),
     ("whole", lambda v: isinstance(v, bool), "true or false"),
     ("owner", lambda v: isinstance(v, str), "a string"),
-    ("pid", lambda v: _is_int(v) and v > 0, "a process id"),
+    ("pid", lambda v: is_int(v) and v > 0, "a process id"),
     ("job_class", lambda v: isinstance(v, str), "a job class name"),
-    ("priority", _is_int, "a whole number"),
-    ("created", is_number, "a time stamp"),
+    ("priority", is_int, "a whole number"),
+    ("created", is_json_number, "a time stamp"),
     ("simulated", lambda v: isinstance(v, bool), "true or false"),
     ("preemptible", lambda v: isinstance(v, bool), "true or false"),
-    ("min_runtime", is_number, "seconds"),
+    ("min_runtime", is_json_number, "seconds"),
     ("child_pids", _int_list, "a list of process ids"),
     ("task_key", lambda v: isinstance(v, str), "a string"),
-    ("pid_started", is_number, "a time stamp"),
-    ("grace", lambda v: is_number(v) and v >= 0, "seconds (>= 0)"),
-    ("host_memory", lambda v: _is_int(v) and v >= 0, "bytes of host RAM (>= 0)"),
+    ("pid_started", is_json_number, "a time stamp"),
+    ("grace", lambda v: is_json_number(v) and v >= 0, "seconds (>= 0)"),
+    ("host_memory", lambda v: is_int(v) and v >= 0, "bytes of host RAM (>= 0)"),
     ("cpus", lambda v: _int_list(v) and all(x >= 0 for x in v), "a list of CPU numbers"),
     ("work", lambda v: isinstance(v, dict), "an object naming the DAG run and task"),
     ("stage", lambda v: v in STAGES, "one of " + ", ".join(repr(s) for s in STAGES)),
@@ -474,7 +471,7 @@ class LeaseStore:
         mark = self.path(lease.lease_id + ".orphan")
         try:
             since = read_json_record(mark)
-            since = float(since["at"]) if isinstance(since, dict) and is_number(since.get("at")) else None
+            since = float(since["at"]) if isinstance(since, dict) and is_json_number(since.get("at")) else None
         except (OSError, BadRecordError):
             since = None
         now = time.time()

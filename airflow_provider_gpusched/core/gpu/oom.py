@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
+from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 
@@ -59,9 +60,9 @@ class OOMRetryPolicy:
     factor: float = 1.5
 
     def __post_init__(self) -> None:
-        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
+        if not is_int(self.retries) or self.retries < 0:
             raise InvalidArgumentError("oom_retries", self.retries, "an integer >= 0")
-        if isinstance(self.factor, bool) or not isinstance(self.factor, (int, float)) or not 1 < self.factor < 1e6:
+        if not is_number(self.factor) or not 1 < self.factor < 1e6:
             raise InvalidArgumentError("oom_factor", self.factor, "a number > 1")
 
     def escalate(self, request: GPURequest, oom_failures: int, gpu_sizes: Sequence[int]) -> GPURequest | None:

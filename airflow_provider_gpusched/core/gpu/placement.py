@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
 from airflow_provider_gpusched.core.units import format_bytes, parse_bytes
@@ -62,7 +63,7 @@ class GPURequest:
             groups = self.device_groups
             if (isinstance(groups, (str, bytes)) or not isinstance(groups, (list, tuple)) or not groups
                     or not all(isinstance(g, (list, tuple)) and g and all(
-                        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in g) for g in groups)):
+                        is_int(d) and d >= 0 for d in g) for g in groups)):
                 raise InvalidArgumentError("device_groups", groups, "GPU index groups such as [[0, 1], [2, 3]]")
             flat = [d for g in groups for d in g]
             if len(set(flat)) != len(flat):
@@ -73,11 +74,11 @@ class GPURequest:
             self.gpus = max(len(g) for g in self.device_groups)
         if not isinstance(self.load_stage, bool):
             raise InvalidArgumentError("load_stage", self.load_stage, "true or false")
-        if isinstance(self.max_waiting, bool) or not isinstance(self.max_waiting, int) or self.max_waiting < 0:
+        if not is_int(self.max_waiting) or self.max_waiting < 0:
             raise InvalidArgumentError("max_waiting", self.max_waiting, "a whole number >= 0 (0: no bound)")
-        if self.cpus is not None and (isinstance(self.cpus, bool) or not isinstance(self.cpus, int) or self.cpus < 1):
+        if self.cpus is not None and (not is_int(self.cpus) or self.cpus < 1):
             raise InvalidArgumentError("cpus", self.cpus, "a whole number of CPUs >= 1")
-        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
+        if not is_int(self.gpus) or self.gpus < 1:
             raise InvalidArgumentError("gpus", self.gpus, "a whole number of GPUs >= 1")
         if self.gpu_memory is not None:
             self.gpu_memory = parse_bytes(self.gpu_memory, argument="gpu_memory")
@@ -94,16 +95,14 @@ class GPURequest:
             if not isinstance(self.devices, (list, tuple)):
                 raise InvalidArgumentError("devices", self.devices, "a non-empty list of GPU indices such as [0, 2]")
             devices = list(self.devices)
-            if not devices or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices):
+            if not devices or not all(is_int(d) and d >= 0 for d in devices):
                 raise InvalidArgumentError("devices", self.devices, "a non-empty list of GPU indices such as [0, 2]")
             if len(set(devices)) != len(devices):
                 raise InvalidArgumentError("devices", self.devices, "distinct GPU indices")
             self.devices = devices
-        if self.max_cpu_percent is not None and (isinstance(self.max_cpu_percent, bool) or not isinstance(
-                self.max_cpu_percent, (int, float)) or not 0 < self.max_cpu_percent <= 100):
+        if self.max_cpu_percent is not None and (not is_number(self.max_cpu_percent) or not 0 < self.max_cpu_percent <= 100):
             raise InvalidArgumentError("max_cpu_percent", self.max_cpu_percent, "a percentage in (0, 100]")
-        if self.max_foreign_processes is not None and (isinstance(self.max_foreign_processes, bool) or not isinstance(
-                self.max_foreign_processes, int) or self.max_foreign_processes < 0):
+        if self.max_foreign_processes is not None and (not is_int(self.max_foreign_processes) or self.max_foreign_processes < 0):
             raise InvalidArgumentError("max_foreign_processes", self.max_foreign_processes, "a whole number >= 0")
 
     @property

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from airflow_provider_gpusched.core import pyfunc
+from airflow_provider_gpusched.core.checks import is_number
 from airflow_provider_gpusched.core.distributed import (
     DEFAULT_RANK_EXIT_GRACE,
     launcher_grace,
@@ -80,8 +81,7 @@ class Work:
         if self.argv is not None and (isinstance(self.argv, str) or not self.argv):
             raise GpuschedError("argv must be a non-empty list; for a shell command line use shell_command "
                                 "(or bash_command on the operator)")
-        if self.time_limit is not None and (isinstance(self.time_limit, bool) or not isinstance(
-                self.time_limit, (int, float)) or not self.time_limit > 0):
+        if self.time_limit is not None and (not is_number(self.time_limit) or not self.time_limit > 0):
             raise InvalidArgumentError("time_limit", self.time_limit, "seconds (a number > 0)")
         if isinstance(self.setup, str):
             self.setup = [self.setup]

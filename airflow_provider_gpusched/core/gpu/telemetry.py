@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
+from airflow_provider_gpusched.core.checks import is_finite_number, is_int
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 
@@ -129,12 +130,6 @@ class TelemetryRing:
                              for i, g in sorted(self._gpus.items())}}
 
 
-def _int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
 
 
 def read_telemetry_record(data: Any, source: str) -> dict:
@@ -150,7 +145,7 @@ def read_telemetry_record(data: Any, source: str) -> dict:
         check(isinstance(data.get(key), str) and 0 < len(data[key]) <= 255, key, "a non-empty string")
     check(data["source"] in ("nvml", "simulated"), "source", "'nvml' or 'simulated'")
     for key in ("resolution", "window"):
-        check(_num(data.get(key)) and data[key] > 0, key, "seconds (> 0)")
+        check(is_finite_number(data.get(key)) and data[key] > 0, key, "seconds (> 0)")
     most_rows = int(data["window"] / data["resolution"]) + 2
     check(most_rows <= 10_000, "window", "at most 10,000 samples")
     gpus = data.get("gpus")
@@ -160,24 +155,24 @@ def read_telemetry_record(data: Any, source: str) -> dict:
         key = f"gpus.{index}"
         check(isinstance(index, str) and index.isdigit(), key, "a GPU index")
         check(isinstance(g, dict), key, "an object")
-        check(_int(g.get("memory_total")) and g["memory_total"] >= 0, f"{key}.memory_total", "bytes")
-        check(_num(g.get("time")), f"{key}.time", "a time stamp")
+        check(is_int(g.get("memory_total")) and g["memory_total"] >= 0, f"{key}.memory_total", "bytes")
+        check(is_finite_number(g.get("time")), f"{key}.time", "a time stamp")
         series = g.get("series")
         check(isinstance(series, list) and len(series) <= most_rows, f"{key}.series",
               f"a list of at most {most_rows} rows")
         for n, row in enumerate(series):
-            check(isinstance(row, list) and len(row) == 5 and _num(row[0])
-                  and (row[1] is None or (_int(row[1]) and 0 <= row[1] <= 100))
-                  and _int(row[2]) and row[2] >= 0
-                  and (row[3] is None or _int(row[3])) and (row[4] is None or _num(row[4])),
+            check(isinstance(row, list) and len(row) == 5 and is_finite_number(row[0])
+                  and (row[1] is None or (is_int(row[1]) and 0 <= row[1] <= 100))
+                  and is_int(row[2]) and row[2] >= 0
+                  and (row[3] is None or is_int(row[3])) and (row[4] is None or is_finite_number(row[4])),
                   f"{key}.series[{n}]", "[time, utilization 0-100 or null, memory used, temperature or null, "
                                         "watts or null]")
         procs = g.get("processes")
         check(isinstance(procs, list) and len(procs) <= MAX_PROCESSES, f"{key}.processes",
               f"a list of at most {MAX_PROCESSES} processes")
         for n, p in enumerate(procs):
-            check(isinstance(p, dict) and _int(p.get("pid")) and p["pid"] > 0
-                  and (p.get("used_memory") is None or (_int(p["used_memory"]) and p["used_memory"] >= 0))
+            check(isinstance(p, dict) and is_int(p.get("pid")) and p["pid"] > 0
+                  and (p.get("used_memory") is None or (is_int(p["used_memory"]) and p["used_memory"] >= 0))
                   and isinstance(p.get("lease_id", ""), str) and len(p.get("lease_id", "")) <= 64
                   and isinstance(p.get("user", ""), str) and len(p.get("user", "")) <= 64,
                   f"{key}.processes[{n}]", "{pid, used_memory, lease_id, user}")

@@ -18,7 +18,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Iterable, Mapping, Sequence
 
-from airflow_provider_gpusched.core.safe_files import BadRecordError, is_number
+from airflow_provider_gpusched.core.checks import is_int, is_json_number
+from airflow_provider_gpusched.core.safe_files import BadRecordError
 
 LEASE_HISTORY_XCOM = "gpusched_lease_history"
 #: segments one task publishes at most (its newest); a batched sweep's runner task makes one per group of trials
@@ -105,7 +106,7 @@ def read_history_record(data: Any, source: str) -> dict:
     segment and the key."""
     if not isinstance(data, dict) or not isinstance(data.get("segments"), list):
         raise BadRecordError(f"{source}: expected an object with a list 'segments'")
-    if not _int(data.get("dropped", 0)) or data.get("dropped", 0) < 0:
+    if not is_int(data.get("dropped", 0)) or data.get("dropped", 0) < 0:
         raise BadRecordError(f"{source}: key 'dropped': expected a count")
     for i, s in enumerate(data["segments"]):
         where = f"{source}: segments[{i}]"
@@ -117,23 +118,20 @@ def read_history_record(data: Any, source: str) -> dict:
         if not s.get("job_class"):
             raise BadRecordError(f"{where}: key 'job_class': expected a non-empty string")
         gpus = s.get("gpus")
-        if not isinstance(gpus, list) or not gpus or not all(_int(g) and 0 <= g < 1024 for g in gpus):
+        if not isinstance(gpus, list) or not gpus or not all(is_int(g) and 0 <= g < 1024 for g in gpus):
             raise BadRecordError(f"{where}: key 'gpus': expected a non-empty list of GPU indices")
         for key in ("start", "end"):
-            if not is_number(s.get(key)):
+            if not is_json_number(s.get(key)):
                 raise BadRecordError(f"{where}: key {key!r}: expected a time stamp")
         if s["end"] < s["start"]:
             raise BadRecordError(f"{where}: key 'end': before its start")
         if s.get("outcome") not in OUTCOMES:
             raise BadRecordError(f"{where}: key 'outcome': expected one of {', '.join(OUTCOMES)}")
         for key in ("priority", "map_index", "attempt"):
-            if key in s and not _int(s[key]):
+            if key in s and not is_int(s[key]):
                 raise BadRecordError(f"{where}: key {key!r}: expected an integer")
     return data
 
-
-def _int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def running_segment(lease: Any, now: float) -> dict:

@@ -21,10 +21,11 @@ import os
 import time
 from typing import Iterable, Sequence
 
+from airflow_provider_gpusched.core.checks import is_json_number
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
 from airflow_provider_gpusched.core.gpu.lease_store import LEASE_FILE, Lease
 from airflow_provider_gpusched.core.gpu.placement import GPURequest, LeaseView, gpu_usage, place
-from airflow_provider_gpusched.core.safe_files import BadRecordError, is_number, read_json_record, write_json_atomic
+from airflow_provider_gpusched.core.safe_files import BadRecordError, read_json_record, write_json_atomic
 
 
 def choose_victims(request: GPURequest, gpus: Sequence[GPUInfo], views: dict[str, LeaseView],
@@ -114,7 +115,7 @@ class YieldMarks:
                 mark = read_json_record(path)
             except (OSError, BadRecordError):
                 mark = None
-            valid = isinstance(mark, dict) and isinstance(mark.get("owner"), str) and is_number(mark.get("until"))
+            valid = isinstance(mark, dict) and isinstance(mark.get("owner"), str) and is_json_number(mark.get("until"))
             if not valid or float(mark["until"]) < time.time():
                 if prune:
                     with contextlib.suppress(OSError):

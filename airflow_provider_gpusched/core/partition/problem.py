@@ -6,12 +6,12 @@ Every input error is a :class:`PartitionInputError` naming the file and key and 
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_gpusched.core.checks import is_finite_number
 from airflow_provider_gpusched.core.errors import GpuschedError
 
 DTYPE_SIZES = {"torch.float32": 4, "torch.float16": 2, "torch.bfloat16": 2}
@@ -74,7 +74,7 @@ def _load_yaml(path: str, what: str) -> Any:
 
 
 def _number(value: Any, where: str, *, positive: bool = True, integer: bool = False, allow_zero: bool = False) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = is_finite_number(value)
     if ok and integer:
         ok = float(value).is_integer()
     if ok and positive:

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_gpusched.core.checks import is_int
 from airflow_provider_gpusched.core.partition.problem import DTYPE_SIZES, MiB, PartitionInputError
 
 #: the dtypes the partitioner knows, as torch attribute names
@@ -127,10 +128,10 @@ def profile_model(spec: str, *, dtype: str = "torch.float32", batch_size: int = 
 
     if dtype not in TORCH_DTYPES:
         raise PartitionInputError(f"dtype: {dtype!r} is not supported; expected one of {', '.join(TORCH_DTYPES)}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+    if not is_int(batch_size) or batch_size < 1:
         raise PartitionInputError(f"batch size: expected a whole number >= 1, got {batch_size!r}")
     for name, value, least in (("warmup", warmup, 0), ("repeat", repeat, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        if not is_int(value) or value < least:
             raise PartitionInputError(f"{name}: expected a whole number >= {least}, got {value!r}")
     layers, builtin_shape = load_model(spec)
     shape = tuple(input_shape) if input_shape is not None else builtin_shape

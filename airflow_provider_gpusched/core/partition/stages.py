@@ -33,6 +33,8 @@ import sys
 import threading
 from typing import Any, Sequence
 
+from airflow_provider_gpusched.core.checks import is_int
+
 _HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
 
@@ -41,7 +43,7 @@ def stage_plan(stages: Sequence[dict], *, base_port: int = 29700, address_of: di
     """Each stage's environment (the table above). ``stages`` as PipelinePartitionOperator returns them
     (``host``, ``layers``); stage N listens on ``base_port + N - 1`` at ``address_of[host]`` (default: the
     host's own name)."""
-    if isinstance(base_port, bool) or not isinstance(base_port, int) or not 1024 <= base_port <= 65535 - len(stages):
+    if not is_int(base_port) or not 1024 <= base_port <= 65535 - len(stages):
         raise ValueError(f"base_port: expected a port from 1024 to {65535 - len(stages)}, got {base_port!r}")
     address_of = address_of or {}
     addresses = []

@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Mapping, Sequence
 
 from airflow_provider_gpusched.core import distributed as dist
+from airflow_provider_gpusched.core.checks import is_int
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.job_shape import SHAPE_FIELDS, check_shape, gpus_on_each_node
 from airflow_provider_gpusched.core.units import parse_bytes, slurm_time_limit
@@ -116,9 +117,9 @@ class SlurmJobSpec:
             raise InvalidArgumentError("command", self.command, "a non-empty shell command string or argv list")
         for name, least in (("gpus", 0), ("cpus_per_task", 1)):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            if value is not None and (not is_int(value) or value < least):
                 raise InvalidArgumentError(name, value, f"a whole number >= {least}")
-        if self.nice is not None and (isinstance(self.nice, bool) or not isinstance(self.nice, int)):
+        if self.nice is not None and (not is_int(self.nice)):
             raise InvalidArgumentError("nice", self.nice, "an integer")
         if self.gres is not None and not _GRES_RE.match(self.gres):
             raise InvalidArgumentError("gres", self.gres, "a Slurm GRES list such as 'gpu:2' or 'gpu:a100:1'")
@@ -249,9 +250,9 @@ class SlurmJobSpec:
 
 def array_range(count: int, max_parallel: int | None = None) -> str:
     """The array spec for tasks ``0..count-1``, at most ``max_parallel`` at once: ``array_range(5, 2)`` -> ``'0-4%2'``."""
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+    if not is_int(count) or count < 1:
         raise InvalidArgumentError("array size", count, "a whole number >= 1")
-    if max_parallel is not None and (isinstance(max_parallel, bool) or not isinstance(max_parallel, int)
+    if max_parallel is not None and (not is_int(max_parallel)
                                      or max_parallel < 1):
         raise InvalidArgumentError("max_array_parallel", max_parallel, "a whole number >= 1")
     return f"0-{count - 1}" + (f"%{max_parallel}" if max_parallel else "")

@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from airflow_provider_gpusched.core.checks import is_int
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 
 _HOST = re.compile(r"^[A-Za-z0-9_\[][A-Za-z0-9_.:\[\]%-]*$")
@@ -161,7 +162,7 @@ class SSHCommandRunner(CommandRunner):
             raise InvalidArgumentError("login", self.user, "a user name (letters, digits, '_', '.', '-'; not "
                                        "starting with '-')")
         if self.port is not None:
-            if isinstance(self.port, bool) or not isinstance(self.port, int) or not 0 < self.port < 65536:
+            if not is_int(self.port) or not 0 < self.port < 65536:
                 raise InvalidArgumentError("port", self.port, "a TCP port 1-65535")
         if isinstance(self.ssh_options, str) or not all(isinstance(o, str) for o in self.ssh_options):
             raise InvalidArgumentError("ssh_options", self.ssh_options, "a list of ssh arguments")

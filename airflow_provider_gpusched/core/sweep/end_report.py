@@ -13,8 +13,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from airflow_provider_gpusched.core.checks import is_json_number
 from airflow_provider_gpusched.core.errors import GpuschedError
-from airflow_provider_gpusched.core.safe_files import is_number, read_tail
+from airflow_provider_gpusched.core.safe_files import read_tail
 from airflow_provider_gpusched.core.sweep.objective import Objective
 from airflow_provider_gpusched.core.sweep.store import FAILED_STATES, STATES, read_json
 from airflow_provider_gpusched.core.text import printable
@@ -182,7 +183,7 @@ def build_end_report(folder: str, *, top_n: int = 5, job_class: str = "normal", 
         failures.append({"index": r.get("index"), "label": str(r.get("label") or r.get("trial_id")),
                          "state": r["state"], "error": r.get("error"), "log": log, "tail": tail})
     gpu_seconds: dict[str, float] = {}
-    used = sum(float(r["seconds"]) * _gpu_count(r, gpus_per_trial) for r in records if is_number(r.get("seconds")))
+    used = sum(float(r["seconds"]) * _gpu_count(r, gpus_per_trial) for r in records if is_json_number(r.get("seconds")))
     if used:
         gpu_seconds[job_class] = round(used, 1)
     return SweepEndReport(sweep=str(summary.get("sweep") or os.path.basename(folder)), folder=folder, counts=counts,

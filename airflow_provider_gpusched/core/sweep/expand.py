@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from airflow_provider_gpusched.core.checks import is_int
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.sweep.spaces import Choice, Conditional, LogUniform, QUniform, RandInt, Uniform
 
@@ -63,7 +64,7 @@ class LabelFormat:
             if not isinstance(value, str) or not 1 <= len(value) <= 5 or any(c in value for c in "/\\\x00\n\r\t "):
                 raise InvalidArgumentError(f"{where}.{name}", value, "1 to 5 characters, no '/', '\\', space or "
                                                                      "control character")
-        if isinstance(self.value_maxlen, bool) or not isinstance(self.value_maxlen, int) or \
+        if not is_int(self.value_maxlen) or \
                 not 1 <= self.value_maxlen <= 200:
             raise InvalidArgumentError(f"{where}.value_maxlen", self.value_maxlen, "a whole number from 1 to 200")
 
@@ -279,7 +280,7 @@ def random_trials(space: Mapping[str, Any], count: int, seed: int, *, fixed: Map
                   label_format: LabelFormat = DEFAULT_LABELS) -> list[Trial]:
     """``count`` distinct trials sampled from ``space`` (values: search spaces, lists = choice, scalars fixed)
     with a seeded generator: the same seed gives the same trials in every process."""
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+    if not is_int(count) or count < 1:
         raise InvalidArgumentError("count", count, "an integer >= 1")
     flat = check_space(space, where, fixed)
     base = flatten(fixed or {})

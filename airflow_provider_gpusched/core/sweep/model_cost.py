@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from airflow_provider_gpusched.core.checks import is_int
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 
 UNITS = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9}
@@ -60,7 +61,7 @@ class ModelCost:
                                        "a function params -> torch.nn.Module, or 'package.module:function'")
         shape = self.input_shape
         if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or not shape or any(
-                isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in shape):
+                not is_int(n) or n < 1 for n in shape):
             raise InvalidArgumentError(f"{where}.input_shape", shape,
                                        "the shape of one model input, batch dimension first, e.g. [1, 3, 224, 224]")
         if self.units not in UNITS:

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+from airflow_provider_gpusched.core.checks import is_finite_number, is_number
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.text import format_table
 
@@ -69,7 +70,7 @@ class Objective:
                                                f"a weight for one of the metrics {metrics}")
                 weights = [weights.get(m, 0.0) for m in metrics]
             if (isinstance(weights, str) or not isinstance(weights, Sequence) or len(weights) != len(metrics)
-                    or not all(isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w)
+                    or not all(is_finite_number(w)
                                and w >= 0 for w in weights) or not any(weights)):
                 raise InvalidArgumentError("objective.weights", self.weights,
                                            f"{len(metrics)} numbers >= 0, not all 0 (one per metric, in order)")
@@ -135,7 +136,7 @@ class Objective:
                 value = result.get(metric) if metric in result else _dig(result, metric)
             elif self.several:
                 return None
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            if not is_number(value) or not math.isfinite(value):
                 return None
             out.append(float(value))
         return tuple(out)
@@ -156,14 +157,14 @@ class Objective:
         (for the trial's status)."""
         for metric in self.metrics:
             if not isinstance(result, Mapping):
-                if isinstance(result, (int, float)) and not isinstance(result, bool) and not self.several:
+                if is_number(result) and not self.several:
                     return "" if math.isfinite(result) else f"{metric} = {result!r} is not a finite number"
                 return f"the result is {type(result).__name__}, not a JSON object with {metric!r}"
             value = result.get(metric) if metric in result else _dig(result, metric)
             if value is None and metric not in result:
                 keys = ", ".join(sorted(map(str, result))[:10]) or "none"
                 return f"the result has no {metric!r} (its keys: {keys})"
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if not is_number(value):
                 return f"{metric} = {value!r:.80} is not a number"
             if not math.isfinite(value):
                 return f"{metric} = {value!r} is not a finite number"

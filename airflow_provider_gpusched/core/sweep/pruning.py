@@ -27,6 +27,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
+from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports
 from airflow_provider_gpusched.core.sweep.store import read_json
@@ -66,7 +67,7 @@ class PruningRule:
             raise InvalidArgumentError(f"{where}.mode", self.mode, "'maximize' or 'minimize'")
         for name, low in (("warmup_steps", 0), ("min_trials", 1), ("min_steps", 1), ("reduction_factor", 2)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            if not is_int(value) or value < low:
                 raise InvalidArgumentError(f"{where}.{name}", value, f"a whole number >= {low}")
         if self.rule != "optuna":
             if self.pruner is not None or self.options is not None:
@@ -78,8 +79,7 @@ class PruningRule:
                                              and all(isinstance(k, str) for k in self.options)):
             raise InvalidArgumentError(f"{where}.options", self.options, "a mapping of the pruner's arguments")
         self.options = dict(self.options or {})
-        if self.pruner == "successive_halving" and (isinstance(self.options.get("min_resource"), bool) or not isinstance(
-                self.options.get("min_resource"), int)):
+        if self.pruner == "successive_halving" and (not is_int(self.options.get("min_resource"))):
             raise InvalidArgumentError(f"{where}.options.min_resource", self.options.get("min_resource"),
                                        "a whole number of steps (the rungs are rebuilt from the reports; 'auto' "
                                        "is not supported)")
@@ -98,7 +98,7 @@ class PruningRule:
 
 def _value(report: Mapping, metric: str) -> float | None:
     value: Any = report["metrics"].get(metric)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return float(value) if is_number(value) else None
 
 
 def make_optuna_pruner(rule: PruningRule, where: str = "pruning"):

@@ -23,6 +23,7 @@ import os
 import time
 from typing import Any
 
+from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.errors import GpuschedError
 
 REPORT_ENV = "GPUSCHED_REPORT_FILE"
@@ -45,16 +46,16 @@ def report(step: int | None = None, *, checkpoint: str | None = None, **metrics:
     recorded, not refused). Returns the record written."""
     if step is None:
         step = _steps.get(os.environ.get(REPORT_ENV, ""), 0)
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+    if not is_int(step) or step < 0:
         raise TypeError(f"report(step=...): expected a whole number >= 0, got {step!r}")
     if not metrics:
         raise TypeError("report(): give at least one metric, e.g. report(step=3, loss=0.25)")
     clean: dict[str, float | None] = {}
     for name, value in metrics.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not is_number(value):
             if hasattr(value, "item"):  # a numpy or torch scalar
                 value = value.item()
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if not is_number(value):
                 raise TypeError(f"report({name}=...): expected a number, got {type(value).__name__}")
         clean[name] = value if math.isfinite(value) else None
     if checkpoint is not None and not isinstance(checkpoint, (str, os.PathLike)):
@@ -127,18 +128,18 @@ def parse_report_line(line: str) -> dict:
                     metrics[key] = float(value)
                 except ValueError:
                     raise ValueError(f"{key}={value!r} is not a number") from None
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+    if not is_int(step) or step < 0:
         raise ValueError(f"step: expected a whole number >= 0, got {step!r}")
     if not isinstance(metrics, dict) or not metrics:
         raise ValueError("no metrics")
     for key, value in metrics.items():
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        if value is not None and (not is_number(value)):
             raise ValueError(f"metric {key!r}: expected a number or null, got {value!r:.40}")
     record: dict[str, Any] = {"step": step, "metrics": {str(k): (v if v is None or math.isfinite(v) else None)
                                                         for k, v in metrics.items()}}
     if checkpoint is not None:
         record["checkpoint"] = str(checkpoint)
-    if isinstance(stamp, (int, float)) and not isinstance(stamp, bool):
+    if is_number(stamp):
         record["time"] = stamp
     return record
 

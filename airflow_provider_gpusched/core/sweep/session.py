@@ -15,8 +15,8 @@ import re
 import time
 from typing import Any
 
+from airflow_provider_gpusched.core.checks import is_json_number
 from airflow_provider_gpusched.core.errors import GpuschedError
-from airflow_provider_gpusched.core.safe_files import is_number
 from airflow_provider_gpusched.core.sweep.expand import Trial, finite_space_size, flatten, make_trial, nested
 from airflow_provider_gpusched.core.sweep.objective import format_leaderboard, leaderboard, pareto_front
 from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports
@@ -142,7 +142,7 @@ class SweepSession:
             trial = manifest.trial(record["trial_id"])
             if record["state"] == "pruned":  # the search hears it was pruned, with its curve
                 found, _ = read_reports(os.path.join(record["folder"], REPORTS_FILE))
-                curve = [(r["step"], float(r["metrics"][metric])) for r in found if is_number(r["metrics"].get(metric))]
+                curve = [(r["step"], float(r["metrics"][metric])) for r in found if is_json_number(r["metrics"].get(metric))]
                 outcomes.append((trial.params, None, curve))
             else:
                 outcomes.append((trial.params, values))

@@ -12,11 +12,12 @@ import random
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 
 
 def _number(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not is_number(value) or not math.isfinite(value):
         raise InvalidArgumentError(name, value, "a finite number")
     return float(value)
 
@@ -99,7 +100,7 @@ class RandInt:
     high: int
 
     def __post_init__(self) -> None:
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (self.low, self.high)) or self.low > self.high:
+        if not all(is_int(v) for v in (self.low, self.high)) or self.low > self.high:
             raise InvalidArgumentError("randint", (self.low, self.high), "integers low <= high")
 
     def grid(self, steps: int | None = None) -> list[int]:
@@ -166,7 +167,7 @@ MAX_POINTS = 10_000_000
 def _steps(steps: int | None, space: Any) -> int:
     if steps is None:
         raise InvalidArgumentError("grid_steps", None, f"a number of grid points for the continuous {space!r}")
-    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_POINTS:
+    if not is_int(steps) or not 1 <= steps <= MAX_POINTS:
         raise InvalidArgumentError("grid_steps", steps, f"an integer from 1 to {MAX_POINTS:,}")
     return steps
 

@@ -33,6 +33,7 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, Sequence
 
+from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.distributed import DEFAULT_RANK_EXIT_GRACE, check_grace, check_mode
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.job_classes import JOB_CLASSES
@@ -120,7 +121,7 @@ class TrialResources:
     max_waiting: int | None = None
 
     def check(self, where: str) -> None:
-        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 0:
+        if not is_int(self.gpus) or self.gpus < 0:
             raise InvalidArgumentError(f"{where}.gpus", self.gpus, "an integer >= 0")
         for name in ("gpu_memory", "mem"):  # "lots", "-1GiB", 0: refused here, not when a trial runs
             value = getattr(self, name)
@@ -132,9 +133,9 @@ class TrialResources:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not _NAME_RE.match(value)):
                 raise InvalidArgumentError(f"{where}.{name}", value, "a Slurm name (letters, digits, '_', '-', '.')")
-        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+        if not is_int(self.priority):
             raise InvalidArgumentError(f"{where}.priority", self.priority, "a whole number")
-        if self.cpus is not None and (isinstance(self.cpus, bool) or not isinstance(self.cpus, int) or self.cpus < 1):
+        if self.cpus is not None and (not is_int(self.cpus) or self.cpus < 1):
             raise InvalidArgumentError(f"{where}.cpus", self.cpus, "an integer >= 1")
         if self.job_class not in JOB_CLASSES:
             raise InvalidArgumentError(f"{where}.job_class", self.job_class, f"one of {list(JOB_CLASSES)}")
@@ -154,7 +155,7 @@ class TrialResources:
             raise InvalidArgumentError(f"{where}.backend", self.backend, "'local' or 'slurm'")
         if self.devices is not None:
             if (isinstance(self.devices, (str, bytes)) or not isinstance(self.devices, Sequence) or not self.devices
-                    or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in self.devices)
+                    or not all(is_int(d) and d >= 0 for d in self.devices)
                     or len(set(self.devices)) != len(self.devices)):
                 raise InvalidArgumentError(f"{where}.devices", self.devices, "a list of distinct GPU indices such as "
                                                                              "[0, 2]")
@@ -170,16 +171,14 @@ class TrialResources:
                 raise InvalidArgumentError(f"{where}.{exc.argument}", exc.value, exc.expected) from None
             self.device_groups = [list(g) for g in request.device_groups]
             self.gpus = request.gpus  # the largest group (pool slots, the board)
-        if self.gpus_per_node is not None and (isinstance(self.gpus_per_node, bool)
-                                               or not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 0):
+        if self.gpus_per_node is not None and (not is_int(self.gpus_per_node) or self.gpus_per_node < 0):
             raise InvalidArgumentError(f"{where}.gpus_per_node", self.gpus_per_node, "a whole number >= 0")
         if self.gpus_per_node is not None and self.gpus not in (1, self.gpus_per_node):
             raise InvalidArgumentError(f"{where}.gpus_per_node", self.gpus_per_node,
                                        f"the same as gpus ({self.gpus}), or gpus left out: on Slurm gpus is per node")
         if self.load_stage is not None and not isinstance(self.load_stage, bool):
             raise InvalidArgumentError(f"{where}.load_stage", self.load_stage, "true or false")
-        if self.max_waiting is not None and (isinstance(self.max_waiting, bool) or not isinstance(
-                self.max_waiting, int) or self.max_waiting < 0):
+        if self.max_waiting is not None and (not is_int(self.max_waiting) or self.max_waiting < 0):
             raise InvalidArgumentError(f"{where}.max_waiting", self.max_waiting, "a whole number >= 0 (0: no bound)")
         if self.load_stage and self.distributed:
             raise InvalidArgumentError(f"{where}.load_stage", self.load_stage,
@@ -327,22 +326,22 @@ class EvolutionSettings:
             self.measure = self.evaluator
         for name in ("candidate_pool_size", "candidate_top_k", "max_epoch"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_int(value) or value < 1:
                 raise InvalidArgumentError(f"{where}.{name}", value, "an integer >= 1")
         for name in ("num_mutation", "num_crossover"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            if not is_int(value) or value < 0:
                 raise InvalidArgumentError(f"{where}.{name}", value, "an integer >= 0")
         if self.candidate_top_k > self.candidate_pool_size:
             raise InvalidArgumentError(f"{where}.candidate_top_k", self.candidate_top_k,
                                        f"at most candidate_pool_size ({self.candidate_pool_size})")
-        if isinstance(self.mutate_prob, bool) or not isinstance(self.mutate_prob, (int, float)) \
+        if not is_number(self.mutate_prob) \
                 or not 0 <= self.mutate_prob <= 1:
             raise InvalidArgumentError(f"{where}.mutate_prob", self.mutate_prob, "a probability between 0 and 1")
         if not isinstance(self.constraints, Mapping):
             raise InvalidArgumentError(f"{where}.constraints", self.constraints, "a mapping such as {flops: 600}")
         for key, limit in self.constraints.items():
-            if isinstance(limit, bool) or not isinstance(limit, (int, float)):
+            if not is_number(limit):
                 raise InvalidArgumentError(f"{where}.constraints.{key}", limit, "a number (an upper bound)")
         if self.constraints and self.measure is None:
             raise InvalidArgumentError(f"{where}.measure", None,
@@ -436,12 +435,12 @@ class SweepSpec:
             raise InvalidArgumentError(f"{w}: results_root", self.results_root, "a directory path")
         if self.code_version is not None and not isinstance(self.code_version, str):
             raise InvalidArgumentError(f"{w}: code_version", self.code_version, "a string")
-        if self.grid_steps is not None and (isinstance(self.grid_steps, bool) or not isinstance(self.grid_steps, int)
+        if self.grid_steps is not None and (not is_int(self.grid_steps)
                                             or not 1 <= self.grid_steps <= spaces.MAX_POINTS):
             raise InvalidArgumentError(f"{w}: grid_steps", self.grid_steps, f"an integer from 1 to {spaces.MAX_POINTS:,}")
         if self.max_trials is None:
             self.max_trials = _env_max_trials(w)
-        if isinstance(self.max_trials, bool) or not isinstance(self.max_trials, int) or self.max_trials < 1:
+        if not is_int(self.max_trials) or self.max_trials < 1:
             raise InvalidArgumentError(f"{w}: max_trials", self.max_trials, "an integer >= 1")
         for key, value in (("global_config", self.global_config), ("test_config", self.test_config),
                            ("space", self.space)):
@@ -504,19 +503,17 @@ class SweepSpec:
                                        "a function (params, trial_dir) -> {name: value}")
         if self.python_callable is not None and not callable(self.python_callable):
             raise InvalidArgumentError(f"{w}: python_callable", self.python_callable, "a callable")
-        if self.max_workers is not None and (isinstance(self.max_workers, bool) or not isinstance(
-                self.max_workers, int) or self.max_workers < 1):
+        if self.max_workers is not None and (not is_int(self.max_workers) or self.max_workers < 1):
             raise InvalidArgumentError(f"{w}: max_workers", self.max_workers, "a whole number >= 1")
         for name in ("count", "rounds", "per_round", "top_n"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            if value is not None and (not is_int(value) or value < 1):
                 raise InvalidArgumentError(f"{w}: {name}", value, "an integer >= 1")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+        if not is_int(self.seed):
             raise InvalidArgumentError(f"{w}: seed", self.seed, "an integer")
         if self.on_invalid_result not in ("fail", "record"):
             raise InvalidArgumentError(f"{w}: on_invalid_result", self.on_invalid_result, "'fail' or 'record'")
-        if self.max_failed_trials is not None and (isinstance(self.max_failed_trials, bool) or not isinstance(
-                self.max_failed_trials, int) or self.max_failed_trials < 0):
+        if self.max_failed_trials is not None and (not is_int(self.max_failed_trials) or self.max_failed_trials < 0):
             raise InvalidArgumentError(f"{w}: max_failed_trials", self.max_failed_trials,
                                        "a whole number >= 0, or null for any number")
         if self.search == "grid":

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.stages import channel_fds
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested
@@ -167,7 +168,7 @@ def result_document(value: Any, objective: Mapping | None) -> Any:
     """A callable's return value as stored: dicts as they are, a bare number under the objective's metric."""
     if value is None or isinstance(value, Mapping):
         return value
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if is_number(value):
         return {(objective or {}).get("metric") or "value": value}
     return {"value": value}
 
@@ -378,7 +379,7 @@ def distributed_argv(settings: Any, argv: Sequence[str], env: Mapping[str, str])
             raise GpuschedError("the sweep's trials start their ranks with srun, but this trial runner is not inside "
                                 "a Slurm job (no SLURM_JOB_ID)")
         nproc = settings.get("nproc_per_node")
-        if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+        if not is_int(nproc) or nproc < 1:
             raise InvalidArgumentError("manifest distributed.nproc_per_node", nproc, "a whole number >= 1")
         return slurm_launch_argv(mode, argv, nproc, grace)
     gpus = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]

@@ -19,8 +19,9 @@ import math
 import os
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from airflow_provider_gpusched.core.checks import is_int, is_json_number
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
-from airflow_provider_gpusched.core.safe_files import BadRecordError, is_number
+from airflow_provider_gpusched.core.safe_files import BadRecordError
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested, safe_name
 from airflow_provider_gpusched.core.sweep.objective import Objective, leaderboard, pareto_fronts
 from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE
@@ -76,7 +77,7 @@ def _skipped_record(store: TrialStore, trial: Trial) -> dict:
 def _last_step(store: TrialStore, trial: Trial) -> int | None:
     summary = store.reports(trial)
     step = summary.get("last_step") if summary else None
-    return step if _int(step) else None
+    return step if is_int(step) else None
 
 
 def outcome_records(store: TrialStore, trials: Iterable[Trial]) -> list[dict]:
@@ -86,16 +87,13 @@ def outcome_records(store: TrialStore, trials: Iterable[Trial]) -> list[dict]:
     for record in store.records(trials):
         step = (record.get("reports") or {}).get("last_step")
         out.append({"trial_id": record["trial_id"], "state": record["state"], "result": record["result"],
-                    "seconds": record["seconds"], "error": record["error"], "step": step if _int(step) else None})
+                    "seconds": record["seconds"], "error": record["error"], "step": step if is_int(step) else None})
     return out
 
 
 def _str(v: Any, limit: int = 1000) -> bool:
     return isinstance(v, str) and len(v) <= limit
 
-
-def _int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def read_plan_record(data: Any, source: str) -> dict:
@@ -107,9 +105,9 @@ def read_plan_record(data: Any, source: str) -> dict:
     for key in ("sweep", "search", "backend", "trial_task", "run"):
         if not _str(data.get(key)) or not data[key]:
             raise bad(key, "a non-empty string")
-    if data.get("round") is not None and not _int(data["round"]):
+    if data.get("round") is not None and not is_int(data["round"]):
         raise bad("round", "an integer or null")
-    if data.get("chunk_size") is not None and not (_int(data["chunk_size"]) and data["chunk_size"] > 0):
+    if data.get("chunk_size") is not None and not (is_int(data["chunk_size"]) and data["chunk_size"] > 0):
         raise bad("chunk_size", "a positive integer or null")
     objective = data.get("objective")
     if objective is not None:
@@ -118,7 +116,7 @@ def read_plan_record(data: Any, source: str) -> dict:
         except (TypeError, InvalidArgumentError):  # not a dict, unknown keys, or bad values
             raise bad("objective", "{'metric': name(s), 'mode': 'maximize'|'minimize' (one per metric), "
                                    "'weights': optional} or null") from None
-    if not _int(data.get("defined")) or data["defined"] < 0:
+    if not is_int(data.get("defined")) or data["defined"] < 0:
         raise bad("defined", "a count")
     for key in ("folder", "curve_metric"):  # absent in plans published before reports were drawn
         if data.get(key) is not None and (not _str(data[key], 4096) or not data[key]):
@@ -127,7 +125,7 @@ def read_plan_record(data: Any, source: str) -> dict:
     if not isinstance(trials, list):
         raise bad("trials", "a list")
     for i, t in enumerate(trials):
-        if not (isinstance(t, dict) and _int(t.get("index")) and _str(t.get("trial_id")) and _str(t.get("label"))
+        if not (isinstance(t, dict) and is_int(t.get("index")) and _str(t.get("trial_id")) and _str(t.get("label"))
                 and isinstance(t.get("params"), dict)):
             raise bad(f"trials[{i}]", "an object with index, trial_id, label and params")
     if not isinstance(data.get("pending"), list) or not all(_str(p) for p in data["pending"]):
@@ -140,7 +138,7 @@ def read_plan_record(data: Any, source: str) -> dict:
             raise bad(f"skipped[{i}].state", "'succeeded' or 'pruned'")
         if s.get("error") is not None and not _str(s["error"]):
             raise bad(f"skipped[{i}].error", "a string or null")
-        if s.get("step") is not None and not _int(s["step"]):
+        if s.get("step") is not None and not is_int(s["step"]):
             raise bad(f"skipped[{i}].step", "an integer or null")
         if s.get("run") is not None and not _str(s["run"]):
             raise bad(f"skipped[{i}].run", "a string or null")
@@ -158,7 +156,7 @@ def read_outcome_records(data: Any, source: str) -> list[dict]:
             raise BadRecordError(f"{source}: item {i}: expected an object with trial_id and a state of {STATES}")
         if o.get("seconds") is not None and not isinstance(o["seconds"], (int, float)):
             raise BadRecordError(f"{source}: item {i}: key 'seconds': expected a number or null")
-        if o.get("step") is not None and not _int(o["step"]):
+        if o.get("step") is not None and not is_int(o["step"]):
             raise BadRecordError(f"{source}: item {i}: key 'step': expected an integer or null")
     return data
 
@@ -180,13 +178,13 @@ def _leaves(params: Mapping, prefix: str = "") -> Iterable[tuple[str, Any]]:
 
 
 def _numeric_params(params: Mapping) -> dict[str, float]:
-    return {name: float(v) for name, v in _leaves(params) if is_number(v) and math.isfinite(v)}
+    return {name: float(v) for name, v in _leaves(params) if is_json_number(v) and math.isfinite(v)}
 
 
 def _categorical_params(params: Mapping) -> dict[str, str]:
     """Parameters that are not numbers (strings, booleans, null, lists), as the labels a plot groups by."""
     return {name: (v if isinstance(v, str) else json.dumps(v, default=str))[:60]
-            for name, v in _leaves(params) if not (is_number(v) or isinstance(v, float))}
+            for name, v in _leaves(params) if not (is_json_number(v) or isinstance(v, float))}
 
 
 #: a categorical parameter with more distinct values than this gets no plot (it would be unreadable)
@@ -252,7 +250,7 @@ def _curves(rows: Sequence[Mapping], read: Callable[[str], Sequence[Mapping] | N
             break
         found = read(r["trial_id"]) or []
         points = [[x["step"], float(v)] for x in found if isinstance(x.get("step"), int)
-                  for v in [x["metrics"].get(metric)] if is_number(v) and math.isfinite(v)]
+                  for v in [x["metrics"].get(metric)] if is_json_number(v) and math.isfinite(v)]
         if r["state"] == "running" and found:
             last = found[-1]
             latest.append({"index": r["index"], "label": r["label"], "step": last.get("step"),

@@ -1,0 +1,62 @@
+"""The small type checks every validator shares: Python's ``bool`` is an ``int``, so ``True`` would pass for a
+count of 1 and ``False`` for a port; every check here refuses it. One place, so "an integer" means the same in
+a sweep spec, a lease record and a partition problem."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import fields
+from typing import Any, Mapping
+
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
+
+
+def is_int(value: Any) -> bool:
+    """An ``int`` that is not a ``bool``."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    """An ``int`` or ``float`` that is not a ``bool`` (NaN and infinities included)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def is_json_number(value: Any) -> bool:
+    """A number that is not NaN: what a record read back from disk may hold (JSON has no NaN)."""
+    return is_number(value) and value == value
+
+
+def is_finite_number(value: Any) -> bool:
+    """A number that is neither NaN nor infinite."""
+    return is_number(value) and math.isfinite(value)
+
+
+def check_int(value: Any, where: str, minimum: int | None = None, *, optional: bool = False,
+              expected: str | None = None) -> Any:
+    """``value`` if it is an integer of at least ``minimum`` (or None when ``optional``); else an
+    InvalidArgumentError naming ``where``."""
+    if value is None and optional:
+        return value
+    if not is_int(value) or (minimum is not None and value < minimum):
+        raise InvalidArgumentError(where, value, expected or (
+            "an integer" if minimum is None else f"an integer >= {minimum}"))
+    return value
+
+
+def check_positive_number(value: Any, where: str, *, optional: bool = False, expected: str | None = None) -> Any:
+    """``value`` if it is a finite number above zero (or None when ``optional``)."""
+    if value is None and optional:
+        return value
+    if not is_finite_number(value) or value <= 0:
+        raise InvalidArgumentError(where, value, expected or "a number > 0")
+    return value
+
+
+def record_from_mapping(kind: type, data: Mapping[str, Any], where: str) -> Any:
+    """A dataclass ``kind`` built from ``data``; a key it does not have is an InvalidArgumentError naming it and
+    the known keys (not a TypeError from deep inside)."""
+    names = {f.name for f in fields(kind)}
+    unknown = [k for k in data if k not in names]
+    if unknown:
+        raise InvalidArgumentError(f"{where}.{unknown[0]}", data[unknown[0]], f"a known key (one of {sorted(names)})")
+    return kind(**data)
