@@ -26,7 +26,7 @@ def gpusched(*args, cwd, env=None):
 
 
 def test_profile_writes_both_files_and_partition_reads_them(tmp_path):
-    from airflow_provider_gpusched.examples.pipeline_models import tiny_vit
+    from airflow_provider_gpusched.core.partition.example_models import tiny_vit
 
     out = gpusched("profile", "tiny-vit", "--device-type", "cpu-a", "--bw-mbps", "1000", "--mem-mb", "12",
                    "--repeat", "2", cwd=tmp_path)

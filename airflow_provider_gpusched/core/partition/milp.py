@@ -19,6 +19,7 @@ import math
 import time
 from dataclasses import dataclass
 
+from airflow_provider_gpusched.core.partition.bits import bit_positions
 from airflow_provider_gpusched.core.partition.problem import PartitionInputError
 
 
@@ -35,7 +36,6 @@ def stage_arcs(model, x: float) -> list[tuple[int, int, int]]:
     """Every stage (start s, 0-based; end r, 1-based; type k) whose compute time, memory and both links are
     within x. A type can stand at boundary j (after layer j, 0 < j < L) iff sending out(j) between two hosts of
     that type is within x."""
-    from airflow_provider_gpusched.core.partition.solver import _bit_positions
 
     L = model.L
     arcs = []
@@ -48,7 +48,7 @@ def stage_arcs(model, x: float) -> list[tuple[int, int, int]]:
                 mask |= 1 << j
         for s in range(L):
             if at[s]:
-                arcs.extend((s, r, k) for r in _bit_positions(ends[k][s] & mask))
+                arcs.extend((s, r, k) for r in bit_positions(ends[k][s] & mask))
     return arcs
 
 

@@ -63,7 +63,7 @@ def load_model(spec: str, *, seed: int = 0):
     """The model ``spec`` names: a built-in name (``mlp``, ``convnet``, ``tiny-vit``) or
     ``package.module:callable`` (called with no arguments), as a list of layers, with the built-in's input shape
     (None for a callable). Errors name the spec and what was wrong."""
-    from airflow_provider_gpusched.examples.pipeline_models import BUILTIN
+    from airflow_provider_gpusched.core.partition.example_models import BUILTIN
 
     if spec in BUILTIN:
         build, shape = BUILTIN[spec]

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 
 from airflow_provider_gpusched.core.partition import milp
+from airflow_provider_gpusched.core.partition.bits import bit_positions
 from airflow_provider_gpusched.core.partition.milp import CheckResult
 from airflow_provider_gpusched.core.partition.problem import MiB, Problem
 
@@ -272,7 +273,7 @@ class _Model:
                     src = (src & below_cap[a]) << strides[a]
                     if not src:
                         continue
-                for end in _bit_positions(ends):
+                for end in bit_positions(ends):
                     reach[end][k2] |= src
             if any(reach[L]):
                 break
@@ -416,15 +417,6 @@ def _prefix_sums(values) -> list[float]:
         total += value
         sums.append(total)
     return sums
-
-
-def _bit_positions(bits: int) -> list[int]:
-    positions = []
-    while bits:
-        low = bits & -bits
-        positions.append(low.bit_length() - 1)
-        bits ^= low
-    return positions
 
 
 def _or_all(values) -> int:
