@@ -19,7 +19,6 @@ when a profile is taken.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import math
 import os
 import platform
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_int
+from airflow_provider_gpusched.core.import_target import TargetImportError, import_attribute
 from airflow_provider_gpusched.core.partition.problem import DTYPE_SIZES, MiB, PartitionInputError
 
 #: the dtypes the partitioner knows, as torch attribute names
@@ -72,17 +72,14 @@ def load_model(spec: str, *, seed: int = 0):
         if ":" not in spec:
             raise PartitionInputError(f"model {spec!r}: expected a built-in model ({', '.join(BUILTIN)}) or "
                                       f"'package.module:callable'")
-        module_name, _, attr = spec.partition(":")
         try:
-            obj: Any = importlib.import_module(module_name)
-        except Exception as exc:  # noqa: BLE001 - the user's module: any error while importing it
-            raise PartitionInputError(f"model {spec!r}: cannot import module {module_name!r} "
-                                      f"({type(exc).__name__}: {exc})") from None
-        try:
-            for part in attr.split("."):
-                obj = getattr(obj, part)
-        except AttributeError:
-            raise PartitionInputError(f"model {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
+            obj = import_attribute(spec)
+        except TargetImportError as exc:
+            if exc.module_failed:
+                raise PartitionInputError(f"model {spec!r}: cannot import module {exc.module!r} ({exc})") from None
+            raise PartitionInputError(f"model {spec!r}: module {exc.module!r} has no attribute {exc.attr!r}") \
+                from None
+        attr = spec.partition(":")[2]
         if not callable(obj):
             raise PartitionInputError(f"model {spec!r}: {attr!r} is not callable")
         try:

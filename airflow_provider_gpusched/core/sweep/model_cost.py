@@ -93,7 +93,7 @@ class ModelCost:
     def builder(self) -> Callable[[Mapping[str, Any]], Any]:
         if callable(self.build):
             return self.build
-        from airflow_provider_gpusched.core.sweep.spec import import_callable
+        from airflow_provider_gpusched.core.import_target import import_callable
 
         return import_callable(self.build, "evaluator.build")
 

@@ -25,7 +25,6 @@ Every error names the file and the key path (``sweeps/hpo.yaml: space.lr: expect
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import os
@@ -36,6 +35,7 @@ from typing import Any, Callable, Mapping, Sequence
 from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.distributed import DEFAULT_RANK_EXIT_GRACE, check_grace, check_mode
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.import_target import import_callable
 from airflow_provider_gpusched.core.job_classes import JOB_CLASSES
 from airflow_provider_gpusched.core.job_shape import SHAPE_FIELDS, check_shape
 from airflow_provider_gpusched.core.sweep import spaces
@@ -936,21 +936,6 @@ def _defining_directory() -> str:
             return os.path.dirname(os.path.abspath(name))
         frame = frame.f_back
     return os.getcwd()
-
-
-def import_callable(target: Any, where: str) -> Callable:
-    if not isinstance(target, str) or ":" not in target:
-        raise InvalidArgumentError(where, target, "'package.module:function'")
-    module_name, _, attr = target.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise InvalidArgumentError(where, target, f"an importable function ({type(exc).__name__}: {exc})") from None
-    if not callable(obj):
-        raise InvalidArgumentError(where, target, "a callable")
-    return obj
 
 
 _TEMPLATE_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\}\}")

@@ -56,16 +56,12 @@ def import_callable_or_value(target: str) -> Any:
     """``package.module:ATTR`` (the working directory is importable, as for ``python -m``)."""
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
-    import importlib
+    from airflow_provider_gpusched.core.import_target import TargetImportError, import_attribute
 
-    module_name, _, attr = target.partition(":")
     try:
-        obj: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise InvalidArgumentError("spec", target, f"'package.module:ATTR' that imports ({type(exc).__name__}: "
-                                   f"{exc})") from None
+        obj = import_attribute(target)
+    except TargetImportError as exc:
+        raise InvalidArgumentError("spec", target, f"'package.module:ATTR' that imports ({exc})") from None
     return obj
 
 
