@@ -22,7 +22,7 @@ _EXPORTS = {
     "Objective": "core.sweep.objective", "PruningRule": "core.sweep.pruning", "ModelCost": "core.sweep.model_cost",
     "choice": "core.sweep.spaces", "uniform": "core.sweep.spaces", "loguniform": "core.sweep.spaces",
     "randint": "core.sweep.spaces", "quniform": "core.sweep.spaces", "when": "core.sweep.spaces",
-    "report": "core.sweep.reports", "run_sweep": "core.sweep.terminal", "load_spec": "core.sweep.terminal",
+    "report": "core.sweep.trial_report", "run_sweep": "core.sweep.terminal", "load_spec": "core.sweep.terminal",
     # distributed starts, Slurm job specs (core)
     "RankInfo": "core.distributed", "rank_info": "core.distributed", "SlurmJobSpec": "core.slurm.job",
     "wait_for_gpus": "core.gpu.stages",
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from airflow_provider_gpusched.core.sweep.model_cost import ModelCost
     from airflow_provider_gpusched.core.sweep.objective import Objective
     from airflow_provider_gpusched.core.sweep.pruning import PruningRule
-    from airflow_provider_gpusched.core.sweep.reports import report
+    from airflow_provider_gpusched.core.sweep.trial_report import report
     from airflow_provider_gpusched.core.sweep.spaces import choice, loguniform, quniform, randint, uniform, when
     from airflow_provider_gpusched.core.sweep.spec import EvolutionSettings, SweepSpec, TrialResources
     from airflow_provider_gpusched.core.sweep.terminal import load_spec, run_sweep
