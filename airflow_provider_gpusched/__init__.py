@@ -64,10 +64,10 @@ if TYPE_CHECKING:
     from airflow_provider_gpusched.core.sweep.model_cost import ModelCost
     from airflow_provider_gpusched.core.sweep.objective import Objective
     from airflow_provider_gpusched.core.sweep.pruning import PruningRule
-    from airflow_provider_gpusched.core.sweep.trial_report import report
     from airflow_provider_gpusched.core.sweep.spaces import choice, loguniform, quniform, randint, uniform, when
     from airflow_provider_gpusched.core.sweep.spec import EvolutionSettings, SweepSpec, TrialResources
     from airflow_provider_gpusched.core.sweep.terminal import load_spec, run_sweep
+    from airflow_provider_gpusched.core.sweep.trial_report import report
     from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
     from airflow_provider_gpusched.hooks.slurm import SlurmHook
     from airflow_provider_gpusched.notifications.notifiers import EmailNotifier, WebhookNotifier

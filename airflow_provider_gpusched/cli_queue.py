@@ -65,8 +65,8 @@ def _orders(args):
     from airflow_provider_gpusched.cli import _fleet_dir, _shared_option, _state_dir_option
     from airflow_provider_gpusched.core.fleet import orders_dir
     from airflow_provider_gpusched.core.gpu.lease_store import default_state_dir
-    from airflow_provider_gpusched.core.queue import StopOrders
     from airflow_provider_gpusched.core.safe_files import ensure_private_dir
+    from airflow_provider_gpusched.core.stops import StopOrders
 
     shared = _shared_option()
     fleet_dir = _fleet_dir(args, required=False)
@@ -80,7 +80,8 @@ def _orders(args):
 
 
 def _selector(args):
-    from airflow_provider_gpusched.core.queue import Selector, known_states
+    from airflow_provider_gpusched.core.queue import known_states
+    from airflow_provider_gpusched.core.stops import Selector
 
     unknown = [s for s in getattr(args, "state", None) or () if s.lower() not in known_states()]
     if unknown:
@@ -171,7 +172,8 @@ def queue_list(args) -> int:
 
 
 def queue_stop(args) -> int:
-    from airflow_provider_gpusched.core.queue import DEFAULT_HOLD, StopRequest, stop_work
+    from airflow_provider_gpusched.core.queue import stop_work
+    from airflow_provider_gpusched.core.stops import DEFAULT_HOLD, StopRequest
 
     selector = _selector(args)
     if selector.empty and not args.all:

@@ -196,7 +196,7 @@ def check_writable(name: str, path: str) -> Check:
 
 
 def check_stop_orders(state_dir: str) -> Check:
-    from airflow_provider_gpusched.core.queue import StopOrders
+    from airflow_provider_gpusched.core.stops import StopOrders
 
     try:
         orders = StopOrders(state_dir)

@@ -16,34 +16,20 @@ No Airflow import: the CLI (``gpusched queue``) and the operators use it.
 
 from __future__ import annotations
 
-import contextlib
-import getpass
-import hashlib
-import os
-import socket
-import stat
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-from airflow_provider_gpusched.core.checks import is_json_number
 from airflow_provider_gpusched.core.errors import GpuschedError
-from airflow_provider_gpusched.core.safe_files import (
-    BadRecordError,
-    UnsafePathError,
-    read_json_record,
-    write_json_atomic,
-)
-from airflow_provider_gpusched.core.work_tag import MAX_FIELD, WorkTag
+from airflow_provider_gpusched.core.stops import StopOrder, StopOrders, StopRequest, write_slurm_stop_mark
+from airflow_provider_gpusched.core.work_tag import WorkTag
 
-# The Slurm errors are imported where Slurm is used: the local-GPU path (leases read stop requests through this
-# module) must not pay for the Slurm package, which brings asyncio.
+if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+    from airflow_provider_gpusched.core.slurm.client import SlurmClient
 
-#: a Slurm job's stop mark, next to its output file: ``gpusched-stop-<job id>.json``
-SLURM_STOP_MARK = "gpusched-stop-{job_id}.json"
-ORDER_PREFIX = "stop-order-"
-DEFAULT_HOLD = 600.0
-
+# The Slurm errors are imported where Slurm is used: listing local leases must not pay for the Slurm package,
+# which brings asyncio.
 
 #: the states `gpusched queue list` gives local leases (Slurm jobs have Slurm's own states)
 LOCAL_STATES = ("running", "starting", "yielding", "stopping", "orphaned")
@@ -54,83 +40,6 @@ def known_states() -> set[str]:
     from airflow_provider_gpusched.core.slurm.states import PENDING_STATES, RUNNING_STATES, TERMINAL_STATES
 
     return {s.lower() for s in (*LOCAL_STATES, *PENDING_STATES, *RUNNING_STATES, *TERMINAL_STATES)}
-
-
-class WorkHalted(GpuschedError):
-    """Work stopped for good by ``gpusched queue stop`` (or not started under a stop order): no retry helps."""
-
-
-def _who() -> str:
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = f"uid {os.geteuid()}"
-    return f"{user}@{socket.gethostname()}"
-
-
-@dataclass(frozen=True)
-class StopRequest:
-    """Who stopped some work, why and when: what the stopped task's failure message says."""
-
-    by: str
-    reason: str
-    at: float
-
-    @classmethod
-    def now(cls, reason: str = "") -> StopRequest:
-        return cls(by=_who(), reason=(reason or "no reason given")[:500], at=time.time())
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_record(cls, data: Any, source: str) -> StopRequest:
-        if not isinstance(data, dict):
-            raise BadRecordError(f"{source}: expected an object, got {type(data).__name__}")
-        for key in ("by", "reason"):
-            if not isinstance(data.get(key), str) or len(data[key]) > 1000:
-                raise BadRecordError(f"{source}: key {key!r}: expected a string, got {data.get(key)!r:.80}")
-        if not is_json_number(data.get("at")):
-            raise BadRecordError(f"{source}: key 'at': expected a time stamp, got {data.get('at')!r:.80}")
-        return cls(by=data["by"], reason=data["reason"], at=float(data["at"]))
-
-    def describe(self) -> str:
-        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.at))
-        return f"stopped by `gpusched queue stop` ({self.by}, {when}): {self.reason}"
-
-
-# -- Slurm stop marks -----------------------------------------------------------------------------------
-def slurm_stop_mark(output_path: str, job_id: str) -> str:
-    """Where the stop mark of Slurm job ``job_id`` (its array's id for an array job) goes: the folder of
-    its output file, which the task's operator reads the output tail from."""
-    return os.path.join(os.path.dirname(output_path), SLURM_STOP_MARK.format(job_id=job_id.split("_")[0]))
-
-
-def write_slurm_stop_mark(output_path: str, job_id: str, request: StopRequest) -> str:
-    """Write the mark; refused (:class:`UnsafePathError`) unless the folder is this user's own and nobody
-    else may write in it."""
-    path = slurm_stop_mark(output_path, job_id)
-    folder = os.path.dirname(path)
-    st = os.lstat(folder)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o022:
-        raise UnsafePathError(f"{folder}: not a directory of this user's that only it may write to; no stop "
-                              f"mark written there")
-    write_json_atomic(path, request.to_dict(), 0o600)
-    return path
-
-
-def read_slurm_stop_mark(output_path: str, job_id: str) -> StopRequest | None:
-    """The stop mark of a job that ended, or None (no mark, or one that cannot be trusted: a link, not ours,
-    malformed)."""
-    if not output_path or not job_id:
-        return None
-    path = slurm_stop_mark(output_path, job_id)
-    try:
-        if os.lstat(path).st_uid != os.geteuid():
-            return None
-        return StopRequest.from_record(read_json_record(path), path)
-    except (OSError, GpuschedError):
-        return None
 
 
 # -- what runs -------------------------------------------------------------------------------------------
@@ -179,7 +88,7 @@ class QueueListing:
     orders: list[StopOrder] = field(default_factory=list)
 
 
-def local_entries(manager: Any) -> list[QueueEntry]:
+def local_entries(manager: LeaseManager) -> list[QueueEntry]:
     """The live leases of a :class:`~airflow_provider_gpusched.core.gpu.leases.LeaseManager`."""
     now = time.time()
     entries = []
@@ -211,7 +120,7 @@ def slurm_where(job: dict) -> str:
     return job["partition"] + (f" on {job['nodes']}" if job["nodes"] else "") + several
 
 
-def slurm_entries(client: Any) -> list[QueueEntry]:
+def slurm_entries(client: SlurmClient) -> list[QueueEntry]:
     """This user's unfinished Slurm jobs that the provider submitted (one ``squeue`` call)."""
     entries = []
     for job in client.provider_jobs():
@@ -224,7 +133,7 @@ def slurm_entries(client: Any) -> list[QueueEntry]:
     return entries
 
 
-def list_work(*, client: Any = None, manager: Any = None, orders: StopOrders | None = None) -> QueueListing:
+def list_work(*, client: SlurmClient | None = None, manager: LeaseManager = None, orders: StopOrders | None = None) -> QueueListing:
     """Everything the provider runs that ``client`` (Slurm) and ``manager`` (this host's leases) can see; a
     part that cannot be looked at is a problem in the listing, never an exception."""
     from airflow_provider_gpusched.core.slurm.runner import SlurmCommandError, SlurmUnavailableError
@@ -244,165 +153,6 @@ def list_work(*, client: Any = None, manager: Any = None, orders: StopOrders | N
     return listing
 
 
-# -- choosing ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Selector:
-    """Which work: every field given must match (``ids``: any of them, a Slurm job id or a lease id)."""
-
-    dag_id: str = ""
-    run_id: str = ""
-    task_id: str = ""
-    sweep: str = ""
-    job_class: str = ""
-    states: tuple[str, ...] = ()
-    ids: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        for name in ("dag_id", "run_id", "task_id", "sweep", "job_class"):
-            if len(getattr(self, name)) > MAX_FIELD:
-                raise GpuschedError(f"--{name.replace('_id', '').replace('_', '-')}: longer than {MAX_FIELD} "
-                                    f"characters")
-
-    @property
-    def empty(self) -> bool:
-        return not any((self.dag_id, self.run_id, self.task_id, self.sweep, self.job_class, self.states, self.ids))
-
-    @property
-    def by_tag(self) -> dict[str, str]:
-        """The fields a stop order keeps (those that also name work not started yet)."""
-        return {k: v for k, v in (("dag_id", self.dag_id), ("run_id", self.run_id), ("task_id", self.task_id),
-                                  ("sweep", self.sweep), ("job_class", self.job_class)) if v}
-
-    def matches_tag(self, tag: WorkTag) -> bool:
-        return all(getattr(tag, name) == value for name, value in self.by_tag.items())
-
-    def matches(self, entry: QueueEntry) -> bool:
-        if self.ids and entry.id not in self.ids and entry.stop_id not in self.ids:
-            return False
-        if self.states and entry.state.lower() not in {s.lower() for s in self.states}:
-            return False
-        return self.matches_tag(entry.tag)
-
-    def describe(self) -> str:
-        parts = [f"{k.replace('_id', '')}={v}" for k, v in self.by_tag.items()]
-        if self.ids:
-            parts.append("ids=" + ",".join(self.ids))
-        if self.states:
-            parts.append("state=" + ",".join(self.states))
-        return " ".join(parts) or "everything"
-
-
-# -- stop orders: work of a selection that has not started yet ------------------------------------------
-@dataclass(frozen=True)
-class StopOrder:
-    selector: dict[str, str]
-    request: StopRequest
-    until: float
-
-    def matches(self, tag: WorkTag) -> bool:
-        return Selector(**self.selector).matches_tag(tag)
-
-    @property
-    def selection(self) -> str:
-        return Selector(**self.selector).describe()
-
-    def seconds_left(self) -> float:
-        return max(0.0, self.until - time.time())
-
-    def describe(self) -> str:
-        return f"{self.selection}: {self.request.describe()} (for {self.seconds_left():.0f}s more)"
-
-    def refusal(self) -> str:
-        """Why a task it covers does not start (its failure message)."""
-        return (f"not started: {self.request.describe()} (a stop order for {self.selection}, in force for "
-                f"{self.seconds_left():.0f}s more)")
-
-
-class StopOrders:
-    """Stop orders in a host's lease directory (``stop-order-<hash>.json``): while one is in force, a task
-    it matches fails at once instead of taking GPUs or submitting a Slurm job."""
-
-    def __init__(self, state_dir: str, file_mode: int = 0o600, *, also: Iterable[str] = ()) -> None:
-        """``also``: folders whose orders count too but that are not placed or lifted here (on a fleet host,
-        the fleet's ``<fleet_dir>/stop-orders``, which the head node's ``gpusched queue stop`` writes)."""
-        self.state_dir = state_dir
-        self.file_mode = file_mode
-        self.also = [d for d in also if d and d != state_dir]
-        self.problems: list[str] = []
-
-    def _path(self, selector: dict[str, str]) -> str:
-        digest = hashlib.sha256(repr(sorted(selector.items())).encode()).hexdigest()[:16]
-        return os.path.join(self.state_dir, f"{ORDER_PREFIX}{digest}.json")
-
-    def place(self, selector: Selector, request: StopRequest, hold: float) -> str:
-        if not selector.by_tag:
-            raise GpuschedError("a stop order needs --dag, --run, --task, --sweep or --class (job ids name only "
-                                "work that already runs)")
-        path = self._path(selector.by_tag)
-        write_json_atomic(path, {"selector": selector.by_tag, **request.to_dict(), "until": request.at + hold},
-                          self.file_mode)
-        return path
-
-    def lift(self, selector: Selector | None = None) -> int:
-        """Remove the orders that name every field ``selector`` gives, with the same values (all orders when
-        None: ``--run R`` lifts an order for ``--dag D --run R`` too); how many were removed."""
-        removed = 0
-        wanted = selector.by_tag.items() if selector is not None else ()
-        for order_path, order in self._read(own_only=True):
-            if selector is None or (order is not None and all(order.selector.get(k) == v for k, v in wanted)):
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(order_path)
-                    removed += 1
-        return removed
-
-    def _read(self, *, own_only: bool = False) -> list[tuple[str, StopOrder | None]]:
-        found = []
-        self.problems = []
-        paths = []
-        for folder in [self.state_dir] + ([] if own_only else self.also):
-            try:
-                paths += [os.path.join(folder, name) for name in sorted(os.listdir(folder))
-                          if name.startswith(ORDER_PREFIX) and name.endswith(".json")]
-            except FileNotFoundError:
-                continue
-        for path in paths:
-            try:
-                data = read_json_record(path)
-                request = StopRequest.from_record(data, path)
-                selector = data.get("selector")
-                if not isinstance(selector, dict) or not selector or not all(
-                        k in Selector.__dataclass_fields__ and isinstance(v, str) and len(v) <= MAX_FIELD
-                        for k, v in selector.items()) or "ids" in selector or "states" in selector:
-                    raise BadRecordError(f"{path}: key 'selector': expected an object of dag_id, run_id, task_id, "
-                                         f"sweep, job_class")
-                if not is_json_number(data.get("until")):
-                    raise BadRecordError(f"{path}: key 'until': expected a time stamp")
-                found.append((path, StopOrder(dict(selector), request, float(data["until"]))))
-            except FileNotFoundError:
-                continue
-            except (OSError, GpuschedError) as exc:
-                self.problems.append(f"ignored stop order: {exc}")
-                found.append((path, None))
-        return found
-
-    def active(self) -> list[StopOrder]:
-        """Orders in force now; expired ones are removed."""
-        orders = []
-        for path, order in self._read():
-            if order is None:
-                continue
-            if order.until < time.time():
-                if os.path.dirname(path) == self.state_dir:  # another folder's expired orders are its owner's
-                    with contextlib.suppress(OSError):
-                        os.remove(path)
-                continue
-            orders.append(order)
-        return orders
-
-    def order_for(self, tag: WorkTag) -> StopOrder | None:
-        return next((order for order in self.active() if order.matches(tag)), None)
-
-
 # -- stopping ---------------------------------------------------------------------------------------------
 @dataclass
 class StopOutcome:
@@ -415,7 +165,7 @@ class StopOutcome:
                 "run_id": self.entry.tag.run_id, "action": self.action, "detail": self.detail}
 
 
-def stop_work(entries: Iterable[QueueEntry], request: StopRequest, *, client: Any = None, manager: Any = None,
+def stop_work(entries: Iterable[QueueEntry], request: StopRequest, *, client: SlurmClient | None = None, manager: LeaseManager = None,
               dry_run: bool = False, wait: float = 30.0) -> list[StopOutcome]:
     """Stop each entry: Slurm jobs are marked and cancelled (one ``scancel`` for all); leases get a stop
     request their holder acts on within a second (SIGTERM to the child's process group, the lease's grace
@@ -434,7 +184,7 @@ def stop_work(entries: Iterable[QueueEntry], request: StopRequest, *, client: An
     return outcomes
 
 
-def _cancel_jobs(jobs: list[QueueEntry], request: StopRequest, client: Any) -> list[StopOutcome]:
+def _cancel_jobs(jobs: list[QueueEntry], request: StopRequest, client: SlurmClient) -> list[StopOutcome]:
     from airflow_provider_gpusched.core.slurm.runner import SlurmCommandError, SlurmUnavailableError
 
     notes: dict[str, str] = {}
@@ -454,7 +204,7 @@ def _cancel_jobs(jobs: list[QueueEntry], request: StopRequest, client: Any) -> l
     return [StopOutcome(job, "cancelled", "scancel" + notes.get(job.stop_id, "")) for job in jobs]
 
 
-def _stop_leases(leases: list[QueueEntry], request: StopRequest, manager: Any, wait: float) -> list[StopOutcome]:
+def _stop_leases(leases: list[QueueEntry], request: StopRequest, manager: LeaseManager, wait: float) -> list[StopOutcome]:
     from airflow_provider_gpusched.core.gpu.lease_store import kill_family
 
     by_id = {lease.lease_id: lease for lease in manager.leases()}

@@ -10,7 +10,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.core.fleet import orders_dir
 from airflow_provider_gpusched.core.gpu.lease_store import default_state_dir
-from airflow_provider_gpusched.core.queue import StopOrders
+from airflow_provider_gpusched.core.stops import StopOrders
 from airflow_provider_gpusched.core.work_tag import WorkTag
 
 

@@ -27,7 +27,6 @@ from airflow_provider_gpusched.core import pyfunc
 from airflow_provider_gpusched.core.checks import is_number
 from airflow_provider_gpusched.core.distributed import DEFAULT_RANK_EXIT_GRACE, launcher_grace
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
-from airflow_provider_gpusched.core.queue import read_slurm_stop_mark
 from airflow_provider_gpusched.core.slurm import (
     JobStatus,
     SlurmCommandError,
@@ -41,6 +40,7 @@ from airflow_provider_gpusched.core.slurm.job import parse_job_comment, task_fam
 from airflow_provider_gpusched.core.slurm.job_view import SLURM_JOB_XCOM, job_record
 from airflow_provider_gpusched.core.slurm.output import OutputFollower
 from airflow_provider_gpusched.core.slurm.states import array_task_order
+from airflow_provider_gpusched.core.stops import read_slurm_stop_mark
 from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.hooks.slurm import SlurmHook
 from airflow_provider_gpusched.links import SlurmJobLink, publish_links

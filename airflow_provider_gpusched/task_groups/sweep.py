@@ -26,8 +26,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_provider_gpusched import fleet, settings
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.timeline import LEASE_HISTORY_XCOM, SegmentLog, segment_of
-from airflow_provider_gpusched.core.queue import WorkHalted
 from airflow_provider_gpusched.core.slurm.job import array_range
+from airflow_provider_gpusched.core.stops import WorkHalted
 from airflow_provider_gpusched.core.sweep.batch import run_local_batch
 from airflow_provider_gpusched.core.sweep.session import SweepSession
 from airflow_provider_gpusched.core.sweep.spec import SweepSpec

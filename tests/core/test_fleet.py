@@ -102,7 +102,7 @@ def test_the_head_node_lists_every_hosts_leases_and_stops_one_through_the_fleet_
     back and publishes; the head node reports the lease stopped once the record drops it."""
     import threading
 
-    from airflow_provider_gpusched.core.queue import StopRequest
+    from airflow_provider_gpusched.core.stops import StopRequest
     from airflow_provider_gpusched.core.work_tag import WorkTag
 
     folder = str(tmp_path / "fleet")
@@ -142,7 +142,7 @@ def test_the_head_node_lists_every_hosts_leases_and_stops_one_through_the_fleet_
 
 
 def test_a_host_that_does_not_answer_is_reported_still_running_and_its_lease_listed_stopping(tmp_path):
-    from airflow_provider_gpusched.core.queue import StopRequest
+    from airflow_provider_gpusched.core.stops import StopRequest
 
     folder = str(tmp_path / "fleet")
     _publish(folder, "gpu-a", "2x24GiB", tmp_path, hold=GPURequest(gpus=1))
@@ -156,7 +156,7 @@ def test_a_host_that_does_not_answer_is_reported_still_running_and_its_lease_lis
 
 
 def test_a_fleet_stop_order_is_heeded_by_every_host_and_lifted_only_where_it_was_placed(tmp_path):
-    from airflow_provider_gpusched.core.queue import Selector, StopOrders, StopRequest
+    from airflow_provider_gpusched.core.stops import Selector, StopOrders, StopRequest
     from airflow_provider_gpusched.core.work_tag import WorkTag
 
     folder = str(tmp_path / "fleet")

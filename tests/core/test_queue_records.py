@@ -10,8 +10,10 @@ import pytest
 
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.gpu.lease_store import Lease
-from airflow_provider_gpusched.core.queue import (
-    QueueEntry,
+from airflow_provider_gpusched.core.queue import QueueEntry
+from airflow_provider_gpusched.core.safe_files import BadRecordError, UnsafePathError
+from airflow_provider_gpusched.core.slurm.job import job_comment, parse_job_comment
+from airflow_provider_gpusched.core.stops import (
     Selector,
     StopOrders,
     StopRequest,
@@ -19,8 +21,6 @@ from airflow_provider_gpusched.core.queue import (
     slurm_stop_mark,
     write_slurm_stop_mark,
 )
-from airflow_provider_gpusched.core.safe_files import BadRecordError, UnsafePathError
-from airflow_provider_gpusched.core.slurm.job import job_comment, parse_job_comment
 from airflow_provider_gpusched.core.work_tag import WorkTag
 
 

@@ -9,15 +9,10 @@ import sys
 import pytest
 
 from airflow_provider_gpusched.core.health import FAIL, OK, check_slurm
-from airflow_provider_gpusched.core.queue import (
-    Selector,
-    StopRequest,
-    list_work,
-    read_slurm_stop_mark,
-    stop_work,
-)
+from airflow_provider_gpusched.core.queue import list_work, stop_work
 from airflow_provider_gpusched.core.slurm import SlurmJobSpec
 from airflow_provider_gpusched.core.slurm.job import MAX_COMMENT, job_comment
+from airflow_provider_gpusched.core.stops import Selector, StopRequest, read_slurm_stop_mark
 from airflow_provider_gpusched.core.work_tag import WorkTag
 
 from .conftest import REPO

@@ -31,8 +31,8 @@ from airflow_provider_gpusched.core.gpu.lease_store import Lease, LeaseStore, pl
 from airflow_provider_gpusched.core.gpu.placement import GPURequest, LeaseView, Placement, gpu_usage, place
 from airflow_provider_gpusched.core.gpu.yielding import YieldMarks, plan_preemption
 from airflow_provider_gpusched.core.job_classes import JobClassMapping
-from airflow_provider_gpusched.core.queue import StopOrders, StopRequest
 from airflow_provider_gpusched.core.safe_files import BadRecordError
+from airflow_provider_gpusched.core.stops import StopOrders, StopRequest
 from airflow_provider_gpusched.core.units import format_bytes, parse_bytes
 from airflow_provider_gpusched.core.work_tag import WorkTag
 

@@ -21,7 +21,7 @@ from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.gpu.runner import GPUWorkFailed, GPUWorkRunner, Work
-from airflow_provider_gpusched.core.queue import WorkHalted
+from airflow_provider_gpusched.core.stops import WorkHalted
 from airflow_provider_gpusched.core.sweep.expand import Trial
 from airflow_provider_gpusched.core.sweep.trial_run import Manifest, group_argv, write_group_manifest
 from airflow_provider_gpusched.core.work_tag import WorkTag
