@@ -449,9 +449,10 @@ def _fleet_hosts(args) -> int:
 def _fleet_queues(args) -> int:
     from airflow_provider_gpusched.core import fleet
     from airflow_provider_gpusched.core.gpu.inventory import get_inventory
+    from airflow_provider_gpusched.core.host_name import this_host
 
     print(",".join(fleet.host_queues(get_inventory(_simulate_option(args)).gpus(), args.lane,
-                                     fleet.this_host() if args.lane == "gpu" else "")))
+                                     this_host() if args.lane == "gpu" else "")))
     return 0
 
 
@@ -459,9 +460,10 @@ def _fleet_publish(args) -> int:
     from airflow_provider_gpusched.core import fleet
     from airflow_provider_gpusched.core.gpu.inventory import get_inventory
     from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+    from airflow_provider_gpusched.core.host_name import this_host
 
     manager = LeaseManager(get_inventory(_simulate_option(args)), _state_dir_option(args), shared=_shared_option())
-    record = fleet.record_of(manager, fleet.this_host())
+    record = fleet.record_of(manager, this_host())
     print(fleet.publish(_fleet_dir(args), record, shared=_shared_option()))
     return 0
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -31,6 +30,7 @@ from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo, GPUProcess
 from airflow_provider_gpusched.core.gpu.placement import GPURequest, LeaseView, gpu_usage, place
+from airflow_provider_gpusched.core.host_name import this_host
 from airflow_provider_gpusched.core.safe_files import (
     BadRecordError,
     ensure_private_dir,
@@ -50,7 +50,6 @@ LANES = ("gpu", "idle")
 #: XCom of a local GPU task in a fleet: the hosts its try was taken by, in order (one unless it moved)
 FLEET_HOSTS_XCOM = "gpusched_fleet_hosts"
 #: overrides this host's name in the fleet (its record, its own queue, its leases on the board)
-HOST_NAME_ENV = "GPUSCHED_HOST_NAME"
 _HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 GIB = 1 << 30
 
@@ -251,13 +250,6 @@ def read_host_record(data: Any, source: str) -> HostRecord:
 
 def hosts_dir(fleet_dir: str) -> str:
     return os.path.join(fleet_dir, "hosts")
-
-
-def this_host() -> str:
-    """This host's name in the fleet: ``$GPUSCHED_HOST_NAME`` where set (hosts that share one name, such as
-    containers on the machine's network), else as Airflow's default ``hostname_callable`` gives it
-    (``socket.getfqdn``)."""
-    return os.environ.get(HOST_NAME_ENV) or socket.getfqdn()
 
 
 def record_of(manager, host: str, address: str = "") -> HostRecord:

@@ -18,6 +18,7 @@ from airflow_provider_gpusched.core import fleet
 from airflow_provider_gpusched.core.checks import is_int
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
+from airflow_provider_gpusched.core.host_name import this_host
 
 log = logging.getLogger(__name__)
 
@@ -29,14 +30,14 @@ def enabled() -> bool:
 def host_name() -> str:
     """``[core] hostname_callable`` for a GPU host whose name is set by ``$GPUSCHED_HOST_NAME`` (containers on the
     machine's network all have its name): Airflow's task instances then say the host their record says."""
-    return fleet.this_host()
+    return this_host()
 
 
 def worker_host(ti) -> str:
     """The host a task instance runs on as Airflow names it (``[core] hostname_callable``), as the UI shows it; in a
     fleet, the name its host record has (the board and the timeline put the two on one row)."""
     if enabled():
-        return fleet.this_host()
+        return this_host()
     return getattr(ti, "hostname", None) or socket.gethostname()
 
 
@@ -55,7 +56,7 @@ def publish_this_host(manager=None) -> fleet.HostRecord | None:
         from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
 
         manager = LocalGPUHook().get_conn()
-    record = fleet.record_of(manager, fleet.this_host())
+    record = fleet.record_of(manager, this_host())
     fleet.publish(folder, record, shared=settings.gpu_state_dir_shared())
     return record
 
@@ -89,7 +90,7 @@ def start_sampling(manager=None):
         from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
 
         manager = LocalGPUHook().get_conn()
-    host = fleet.this_host()
+    host = this_host()
     ring = TelemetryRing(host, manager.inventory.source)
     shared = settings.gpu_state_dir_shared()
 

@@ -378,7 +378,8 @@ class LocalGPUOperator(BaseOperator):
     def _land_in_fleet(self, context, manager, hook, progress: attempts.WorkProgress, owner: str, task_key: str):
         """In a fleet: record the host this try landed on (XCom ``gpusched_fleet_hosts``); refuse a request no
         host can ever hold, naming the hosts' sizes; and wait for room elsewhere when this host cannot hold it."""
-        from airflow_provider_gpusched.core.fleet import FLEET_HOSTS_XCOM, this_host
+        from airflow_provider_gpusched.core.fleet import FLEET_HOSTS_XCOM
+        from airflow_provider_gpusched.core.host_name import this_host
 
         self._fleet_hosts.append(this_host())
         context["ti"].xcom_push(key=FLEET_HOSTS_XCOM, value=list(self._fleet_hosts))

@@ -26,7 +26,6 @@ from airflow_provider_gpusched.core.distributed import (
     torchrun_command,
 )
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
-from airflow_provider_gpusched.core.fleet import this_host
 from airflow_provider_gpusched.core.gpu.accounting import newest_checkpoint
 from airflow_provider_gpusched.core.gpu.attempts import (
     Action,
@@ -46,6 +45,7 @@ from airflow_provider_gpusched.core.gpu.leases import LeaseManager, reason_kind
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy, find_oom, memory_evidence
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.gpu.stages import StageChannel
+from airflow_provider_gpusched.core.host_name import this_host
 from airflow_provider_gpusched.core.units import format_time_limit
 from airflow_provider_gpusched.core.work_tag import WorkTag
 
