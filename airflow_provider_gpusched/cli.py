@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from airflow_provider_gpusched.cli_options import fleet_dir, shared_option, simulate_option, state_dir_option
 from airflow_provider_gpusched.core.errors import GpuschedError
 
 # Each subcommand imports what it uses, inside its function: `gpusched partition` must not pay for the
@@ -63,36 +64,6 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _simulate_option(args) -> str | None:
-    """The simulated inventory: ``--simulate``, else ``AIRFLOW__GPUSCHED__SIMULATE_GPUS`` (``get_inventory``
-    itself falls back to ``GPUSCHED_SIMULATE_GPUS``)."""
-    import os
-
-    return args.simulate or os.environ.get("AIRFLOW__GPUSCHED__SIMULATE_GPUS") or None
-
-
-def _state_dir_option(args) -> str | None:
-    """The lease directory: ``--state-dir`` (which must exist), else ``AIRFLOW__GPUSCHED__GPU_STATE_DIR``
-    (``LeaseManager`` itself falls back to ``GPUSCHED_STATE_DIR``, then ``<tmp>/gpusched-<uid>``)."""
-    import os
-
-    if args.state_dir and not os.path.isdir(args.state_dir):
-        what = "is not a directory" if os.path.exists(args.state_dir) else "does not exist (nothing has run here yet?)"
-        raise GpuschedError(f"--state-dir {args.state_dir}: {what}")
-    return args.state_dir or os.environ.get("AIRFLOW__GPUSCHED__GPU_STATE_DIR") or None
-
-
-def _shared_option() -> bool:
-    """Whether the lease directory is a group directory shared on purpose: ``GPUSCHED_STATE_DIR_SHARED`` or
-    ``AIRFLOW__GPUSCHED__GPU_STATE_DIR_SHARED`` (the CLI reads the environment, not Airflow's configuration)."""
-    import os
-
-    from airflow_provider_gpusched.core.gpu.lease_store import shared_from_env
-
-    return shared_from_env() or os.environ.get("AIRFLOW__GPUSCHED__GPU_STATE_DIR_SHARED", "").strip().lower() in (
-        "1", "true", "yes", "on")
-
-
 def _gpus(args) -> int:
     import time
 
@@ -103,10 +74,10 @@ def _gpus(args) -> int:
     from airflow_provider_gpusched.core.gpu.placement import gpu_usage
     from airflow_provider_gpusched.core.units import format_bytes
 
-    if not args.this_host and _fleet_dir(args, required=False):
+    if not args.this_host and fleet_dir(args, required=False):
         return _fleet_hosts(args)  # the head node's view: every host of the fleet, from its records
-    inventory = get_inventory(_simulate_option(args))
-    manager = LeaseManager(inventory, _state_dir_option(args), shared=_shared_option())
+    inventory = get_inventory(simulate_option(args))
+    manager = LeaseManager(inventory, state_dir_option(args), shared=shared_option())
     gpus, leases = manager.snapshot()
     yielding = {lease.lease_id: manager.yields.request_for(lease.lease_id) for lease in leases}
     yielding = {k: v for k, v in yielding.items() if v}
@@ -173,7 +144,7 @@ def _sweep_run(args) -> int:
 
     spec = load_spec(args.spec)
     manager = None if args.backend == "slurm" else LeaseManager(
-        get_inventory(_simulate_option(args)), _state_dir_option(args), shared=_shared_option())
+        get_inventory(simulate_option(args)), state_dir_option(args), shared=shared_option())
     try:
         summary = run_sweep(spec, results_root=args.results_root, manager=manager, parallel=args.parallel,
                             force_rerun=True if args.force_rerun else None, backend=args.backend)
@@ -394,34 +365,13 @@ def _profile(args) -> int:
     return 0
 
 
-def _fleet_dir(args, required: bool = True) -> str:
-    """``--fleet-dir``, else ``[gpusched] fleet_dir`` (its environment variable, else Airflow's configuration
-    where Airflow is installed); '' with ``required=False`` when none is set (one host)."""
-    import os
-
-    if getattr(args, "no_fleet", False):
-        return ""
-    folder = getattr(args, "fleet_dir", None) or os.environ.get("AIRFLOW__GPUSCHED__FLEET_DIR", "")
-    if not folder:
-        try:
-            from airflow_provider_gpusched import settings
-
-            folder = settings.fleet_dir()
-        except ImportError:  # the core without Airflow: only the option and the environment
-            folder = ""
-    if not folder and required:
-        raise GpuschedError("no fleet directory: give --fleet-dir DIR or set AIRFLOW__GPUSCHED__FLEET_DIR "
-                            "([gpusched] fleet_dir)")
-    return os.path.expanduser(folder)
-
-
 def _fleet_hosts(args) -> int:
     import time
 
     from airflow_provider_gpusched.core import fleet
     from airflow_provider_gpusched.core.units import format_bytes
 
-    view = fleet.read_fleet(_fleet_dir(args))
+    view = fleet.read_fleet(fleet_dir(args))
     now = time.time()
     if args.json:
         print(json.dumps({"hosts": [{**h.to_dict(), "fresh": h.fresh(now), "age": round(now - h.time, 1)}
@@ -451,7 +401,7 @@ def _fleet_queues(args) -> int:
     from airflow_provider_gpusched.core.gpu.inventory import get_inventory
     from airflow_provider_gpusched.core.host_name import this_host
 
-    print(",".join(fleet.host_queues(get_inventory(_simulate_option(args)).gpus(), args.lane,
+    print(",".join(fleet.host_queues(get_inventory(simulate_option(args)).gpus(), args.lane,
                                      this_host() if args.lane == "gpu" else "")))
     return 0
 
@@ -462,9 +412,9 @@ def _fleet_publish(args) -> int:
     from airflow_provider_gpusched.core.gpu.leases import LeaseManager
     from airflow_provider_gpusched.core.host_name import this_host
 
-    manager = LeaseManager(get_inventory(_simulate_option(args)), _state_dir_option(args), shared=_shared_option())
+    manager = LeaseManager(get_inventory(simulate_option(args)), state_dir_option(args), shared=shared_option())
     record = fleet.record_of(manager, this_host())
-    print(fleet.publish(_fleet_dir(args), record, shared=_shared_option()))
+    print(fleet.publish(fleet_dir(args), record, shared=shared_option()))
     return 0
 
 

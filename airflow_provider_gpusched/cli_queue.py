@@ -48,13 +48,13 @@ def _leases(args) -> tuple[object | None, str]:
     """``(lease manager, why there is none)``."""
     if getattr(args, "no_local", False):
         return None, "local GPUs not looked at (--no-local)"
-    from airflow_provider_gpusched.cli import _shared_option, _simulate_option, _state_dir_option
+    from airflow_provider_gpusched.cli_options import shared_option, simulate_option, state_dir_option
     from airflow_provider_gpusched.core.gpu.inventory import GPUInventoryError, get_inventory
     from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 
     try:
-        return LeaseManager(get_inventory(_simulate_option(args)), _state_dir_option(args),
-                            shared=_shared_option()), ""
+        return LeaseManager(get_inventory(simulate_option(args)), state_dir_option(args),
+                            shared=shared_option()), ""
     except GPUInventoryError as exc:
         return None, f"local GPUs not looked at: {exc}"
 
@@ -62,19 +62,19 @@ def _leases(args) -> tuple[object | None, str]:
 def _orders(args):
     """The stop orders this host heeds: in its lease directory, whether or not its leases are looked at, and in
     a fleet the fleet's. In a fleet, orders are placed and lifted in the fleet's folder (every host heeds it)."""
-    from airflow_provider_gpusched.cli import _fleet_dir, _shared_option, _state_dir_option
+    from airflow_provider_gpusched.cli_options import fleet_dir, shared_option, state_dir_option
     from airflow_provider_gpusched.core.fleet import orders_dir
     from airflow_provider_gpusched.core.gpu.lease_store import default_state_dir
     from airflow_provider_gpusched.core.safe_files import ensure_private_dir
     from airflow_provider_gpusched.core.stops import StopOrders
 
-    shared = _shared_option()
-    fleet_dir = _fleet_dir(args, required=False)
-    if fleet_dir:
-        folder = ensure_private_dir(orders_dir(fleet_dir), shared=shared, what="fleet stop orders directory")
-        own = _state_dir_option(args) or default_state_dir()
+    shared = shared_option()
+    fleet_folder = fleet_dir(args, required=False)
+    if fleet_folder:
+        folder = ensure_private_dir(orders_dir(fleet_folder), shared=shared, what="fleet stop orders directory")
+        own = state_dir_option(args) or default_state_dir()
         return StopOrders(folder, 0o660 if shared else 0o600, also=[own] if os.path.isdir(own) else [])
-    state_dir = ensure_private_dir(_state_dir_option(args) or default_state_dir(), shared=shared,
+    state_dir = ensure_private_dir(state_dir_option(args) or default_state_dir(), shared=shared,
                                    what="GPU lease directory")
     return StopOrders(state_dir, 0o660 if shared else 0o600)
 
@@ -99,11 +99,11 @@ def _listing(args):
     manager, no_local = _leases(args)
     listing = list_work(client=client, manager=manager, orders=_orders(args))
     listing.problems[:0] = [p for p in (no_slurm, no_local) if p]
-    fleet_dir = _fleet_dir_of(args)
-    if fleet_dir:  # every GPU host's leases, from the records they published (no ssh)
+    fleet_folder = _fleet_dir_of(args)
+    if fleet_folder:  # every GPU host's leases, from the records they published (no ssh)
         from airflow_provider_gpusched.core.fleet import queue_entries, read_fleet
 
-        entries, problems = queue_entries(read_fleet(fleet_dir), fleet_dir)
+        entries, problems = queue_entries(read_fleet(fleet_folder), fleet_folder)
         here = {e.id for e in listing.entries}  # this host's own leases, as its lease manager sees them
         listing.entries += [e for e in entries if e.id not in here]
         listing.problems += problems
@@ -111,9 +111,9 @@ def _listing(args):
 
 
 def _fleet_dir_of(args) -> str:
-    from airflow_provider_gpusched.cli import _fleet_dir
+    from airflow_provider_gpusched.cli_options import fleet_dir
 
-    return _fleet_dir(args, required=False)
+    return fleet_dir(args, required=False)
 
 
 def _elapsed(seconds) -> str:
@@ -196,10 +196,10 @@ def queue_stop(args) -> int:
         if there and args.dry_run:
             done += stop_work(there, request, dry_run=True)
         elif there:  # on other GPU hosts: through the fleet directory, which their holders heed
-            from airflow_provider_gpusched.cli import _shared_option
+            from airflow_provider_gpusched.cli_options import shared_option
             from airflow_provider_gpusched.core.fleet import stop_on_hosts
 
-            done += stop_on_hosts(_fleet_dir_of(args), there, request, shared=_shared_option(),
+            done += stop_on_hosts(_fleet_dir_of(args), there, request, shared=shared_option(),
                                   wait=args.wait + _longest_grace())
         return done
 
@@ -334,17 +334,17 @@ def queue_health(args) -> int:
         else:
             classes = {c: slurm_class_settings(c, mapping) for c in ("normal", "idle")}
         checks += check_slurm(client, classes, how)
-    from airflow_provider_gpusched.cli import _shared_option, _simulate_option, _state_dir_option
+    from airflow_provider_gpusched.cli_options import shared_option, simulate_option, state_dir_option
 
-    state_dir = _state_dir_option(args)
+    state_dir = state_dir_option(args)
     fleet_dir = _fleet_dir_of(args)
-    gpu_check, inventory = check_gpus(_simulate_option(args))
+    gpu_check, inventory = check_gpus(simulate_option(args))
     if fleet_dir and gpu_check.failed:  # a head node without GPUs: the hosts' checks follow
         gpu_check = Check("GPU inventory", SKIP, f"none on this host ({gpu_check.detail[:120]}); the fleet's hosts "
                                                  f"are checked from their records")
     checks.append(gpu_check)
     if inventory is not None:
-        lease_checks = check_lease_dir(inventory, state_dir, _shared_option())
+        lease_checks = check_lease_dir(inventory, state_dir, shared_option())
         checks += lease_checks
         from airflow_provider_gpusched.core.gpu.lease_store import default_state_dir
 
@@ -361,7 +361,7 @@ def queue_health(args) -> int:
                            ("slurm output dir", settings.slurm_output_dir()),
                            ("local run dir", settings.local_run_dir())):
             checks.append(check_writable(name, path))
-        checks += _airflow_checks(args, _simulate_option(args))
+        checks += _airflow_checks(args, simulate_option(args))
     failed = [c for c in checks if c.status == FAIL]
     if args.json:
         print(json.dumps({"healthy": not failed, "checks": [c.to_dict() for c in checks]}, indent=2))

@@ -1,0 +1,57 @@
+"""What the ``gpusched`` commands read from their options and the environment: the simulated inventory, the lease
+directory, whether it is shared, the fleet directory. Shared by cli.py and cli_queue.py."""
+
+from __future__ import annotations
+
+from airflow_provider_gpusched.core.errors import GpuschedError
+
+
+def simulate_option(args) -> str | None:
+    """The simulated inventory: ``--simulate``, else ``AIRFLOW__GPUSCHED__SIMULATE_GPUS`` (``get_inventory``
+    itself falls back to ``GPUSCHED_SIMULATE_GPUS``)."""
+    import os
+
+    return args.simulate or os.environ.get("AIRFLOW__GPUSCHED__SIMULATE_GPUS") or None
+
+
+def state_dir_option(args) -> str | None:
+    """The lease directory: ``--state-dir`` (which must exist), else ``AIRFLOW__GPUSCHED__GPU_STATE_DIR``
+    (``LeaseManager`` itself falls back to ``GPUSCHED_STATE_DIR``, then ``<tmp>/gpusched-<uid>``)."""
+    import os
+
+    if args.state_dir and not os.path.isdir(args.state_dir):
+        what = "is not a directory" if os.path.exists(args.state_dir) else "does not exist (nothing has run here yet?)"
+        raise GpuschedError(f"--state-dir {args.state_dir}: {what}")
+    return args.state_dir or os.environ.get("AIRFLOW__GPUSCHED__GPU_STATE_DIR") or None
+
+
+def shared_option() -> bool:
+    """Whether the lease directory is a group directory shared on purpose: ``GPUSCHED_STATE_DIR_SHARED`` or
+    ``AIRFLOW__GPUSCHED__GPU_STATE_DIR_SHARED`` (the CLI reads the environment, not Airflow's configuration)."""
+    import os
+
+    from airflow_provider_gpusched.core.gpu.lease_store import shared_from_env
+
+    return shared_from_env() or os.environ.get("AIRFLOW__GPUSCHED__GPU_STATE_DIR_SHARED", "").strip().lower() in (
+        "1", "true", "yes", "on")
+
+
+def fleet_dir(args, required: bool = True) -> str:
+    """``--fleet-dir``, else ``[gpusched] fleet_dir`` (its environment variable, else Airflow's configuration
+    where Airflow is installed); '' with ``required=False`` when none is set (one host)."""
+    import os
+
+    if getattr(args, "no_fleet", False):
+        return ""
+    folder = getattr(args, "fleet_dir", None) or os.environ.get("AIRFLOW__GPUSCHED__FLEET_DIR", "")
+    if not folder:
+        try:
+            from airflow_provider_gpusched import settings
+
+            folder = settings.fleet_dir()
+        except ImportError:  # the core without Airflow: only the option and the environment
+            folder = ""
+    if not folder and required:
+        raise GpuschedError("no fleet directory: give --fleet-dir DIR or set AIRFLOW__GPUSCHED__FLEET_DIR "
+                            "([gpusched] fleet_dir)")
+    return os.path.expanduser(folder)
