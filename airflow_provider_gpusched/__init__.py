@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 #: name -> the module that defines it (core modules first: they import no Airflow)
 _EXPORTS = {
     # sweeps, searches and their parts (core: no Airflow)
-    "SweepSpec": "core.sweep.spec", "TrialResources": "core.sweep.spec", "EvolutionSettings": "core.sweep.spec",
+    "SweepSpec": "core.sweep.spec", "TrialResources": "core.sweep.spec", "EvolutionSettings": "core.sweep.search_kinds",
     "Objective": "core.sweep.objective", "PruningRule": "core.sweep.pruning", "ModelCost": "core.sweep.model_cost",
     "choice": "core.sweep.spaces", "uniform": "core.sweep.spaces", "loguniform": "core.sweep.spaces",
     "randint": "core.sweep.spaces", "quniform": "core.sweep.spaces", "when": "core.sweep.spaces",
@@ -64,8 +64,9 @@ if TYPE_CHECKING:
     from airflow_provider_gpusched.core.sweep.model_cost import ModelCost
     from airflow_provider_gpusched.core.sweep.objective import Objective
     from airflow_provider_gpusched.core.sweep.pruning import PruningRule
+    from airflow_provider_gpusched.core.sweep.search_kinds import EvolutionSettings
     from airflow_provider_gpusched.core.sweep.spaces import choice, loguniform, quniform, randint, uniform, when
-    from airflow_provider_gpusched.core.sweep.spec import EvolutionSettings, SweepSpec, TrialResources
+    from airflow_provider_gpusched.core.sweep.spec import SweepSpec, TrialResources
     from airflow_provider_gpusched.core.sweep.terminal import load_spec, run_sweep
     from airflow_provider_gpusched.core.sweep.trial_report import report
     from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook

@@ -23,14 +23,16 @@ from __future__ import annotations
 
 import os
 import random
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.sweep import spaces
 from airflow_provider_gpusched.core.sweep.expand import finite_space_size, flatten, nested, trial_id
 from airflow_provider_gpusched.core.sweep.objective import crowding_distances, pareto_fronts
-from airflow_provider_gpusched.core.sweep.spec import SweepSpec
 from airflow_provider_gpusched.core.sweep.store import read_json, write_json
+
+if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.sweep.spec import SweepSpec
 
 
 class RoundSearch:
@@ -335,9 +337,5 @@ class OptunaSearch(RoundSearch):
 
 
 def make_search(spec: SweepSpec, state_dir: str) -> RoundSearch:
-    if spec.search == "evolution":
-        return EvolutionSearch(spec, state_dir)
-    if spec.search == "optuna":
-        return OptunaSearch(spec, state_dir)
-    raise GpuschedError(f"search {spec.search!r} does not run in rounds")
-
+    """The search that proposes ``spec``'s rounds: its kind decides (core/sweep/search_kinds.py)."""
+    return spec.kind.round_search(spec, state_dir)

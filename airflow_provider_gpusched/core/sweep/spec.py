@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, Sequence
 
-from airflow_provider_gpusched.core.checks import is_int, is_number
+from airflow_provider_gpusched.core.checks import check_int, is_int
 from airflow_provider_gpusched.core.distributed import DEFAULT_RANK_EXIT_GRACE, check_grace, check_mode
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.import_target import import_callable
@@ -41,20 +41,16 @@ from airflow_provider_gpusched.core.job_shape import SHAPE_FIELDS, check_shape
 from airflow_provider_gpusched.core.sweep import spaces
 from airflow_provider_gpusched.core.sweep.expand import (
     DEFAULT_LABELS,
-    GridSweep,
     LabelFormat,
     Trial,
-    check_space,
-    finite_space_size,
     flatten,
-    random_trials,
 )
 from airflow_provider_gpusched.core.sweep.objective import Objective
 from airflow_provider_gpusched.core.sweep.pruning import PruningRule
+from airflow_provider_gpusched.core.sweep.search_kinds import SEARCH_KINDS, EvolutionSettings, SearchKind
 from airflow_provider_gpusched.core.sweep.store import check_sweep_name
 from airflow_provider_gpusched.core.units import parse_bytes, slurm_time_limit
 
-SEARCHES = ("grid", "random", "optuna", "evolution")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)\}")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 #: the most trials one stage of a sweep may have unless the spec raises ``max_trials`` (or
@@ -295,63 +291,6 @@ class TrialResources:
 
 
 @dataclass
-class EvolutionSettings:
-    """Seed 000's ``EvolutionModelSearcher`` fields."""
-
-    candidate_pool_size: int = 10
-    candidate_top_k: int = 3
-    num_mutation: int = 5
-    num_crossover: int = 5
-    mutate_prob: float = 0.1
-    max_epoch: int = 5
-    constraints: dict[str, float] = field(default_factory=dict)
-    measure: Callable[[dict], Mapping[str, float]] | None = None
-    #: the built-in measure (pavi's ``evaluator``): the FLOPs and parameters of the model that a user function
-    #: builds from the candidate (core/sweep/model_cost.py), a ModelCost or ``{build, input_shape, units}``
-    evaluator: Any = None
-
-    def check(self, where: str) -> None:
-        if self.evaluator is not None:
-            from airflow_provider_gpusched.core.sweep.model_cost import ModelCost
-
-            if isinstance(self.evaluator, Mapping):
-                self.evaluator = ModelCost.from_mapping(self.evaluator, f"{where}.evaluator")
-            if not isinstance(self.evaluator, ModelCost):
-                raise InvalidArgumentError(f"{where}.evaluator", self.evaluator,
-                                           "a ModelCost or {build: 'package.module:function', input_shape: [...]}")
-            self.evaluator.check(f"{where}.evaluator")
-            if self.measure is not None and self.measure is not self.evaluator:
-                raise InvalidArgumentError(f"{where}.evaluator", self.evaluator,
-                                           "either evaluator or measure, not both (both say how to measure)")
-            self.measure = self.evaluator
-        for name in ("candidate_pool_size", "candidate_top_k", "max_epoch"):
-            value = getattr(self, name)
-            if not is_int(value) or value < 1:
-                raise InvalidArgumentError(f"{where}.{name}", value, "an integer >= 1")
-        for name in ("num_mutation", "num_crossover"):
-            value = getattr(self, name)
-            if not is_int(value) or value < 0:
-                raise InvalidArgumentError(f"{where}.{name}", value, "an integer >= 0")
-        if self.candidate_top_k > self.candidate_pool_size:
-            raise InvalidArgumentError(f"{where}.candidate_top_k", self.candidate_top_k,
-                                       f"at most candidate_pool_size ({self.candidate_pool_size})")
-        if not is_number(self.mutate_prob) \
-                or not 0 <= self.mutate_prob <= 1:
-            raise InvalidArgumentError(f"{where}.mutate_prob", self.mutate_prob, "a probability between 0 and 1")
-        if not isinstance(self.constraints, Mapping):
-            raise InvalidArgumentError(f"{where}.constraints", self.constraints, "a mapping such as {flops: 600}")
-        for key, limit in self.constraints.items():
-            if not is_number(limit):
-                raise InvalidArgumentError(f"{where}.constraints.{key}", limit, "a number (an upper bound)")
-        if self.constraints and self.measure is None:
-            raise InvalidArgumentError(f"{where}.measure", None,
-                                       "a function params -> {constraint name: value} (or an evaluator) when "
-                                       "constraints are given")
-        if self.measure is not None and not callable(self.measure):
-            raise InvalidArgumentError(f"{where}.measure", self.measure, "a callable")
-
-
-@dataclass
 class SweepSpec:
     name: str
     search: str = "grid"
@@ -405,8 +344,24 @@ class SweepSpec:
     def __post_init__(self) -> None:
         w = self.where
         check_sweep_name(self.name, f"{w}: name")
-        if self.search not in SEARCHES:
-            raise InvalidArgumentError(f"{w}: search", self.search, f"one of {list(SEARCHES)}")
+        if self.search not in SEARCH_KINDS:
+            raise InvalidArgumentError(f"{w}: search", self.search, f"one of {list(SEARCH_KINDS)}")
+        self._check_shared_fields()
+        self._build_parts()
+        self._check_target()
+        self._check_counts()
+        self.kind.check(self)
+        size = self.stage_size()
+        if size > self.max_trials:
+            raise InvalidArgumentError(
+                f"{w}: {self.kind.size_key}", f"{size:,} trials", f"at most max_trials={self.max_trials:,} trials per "
+                f"stage: split the sweep, lower grid_steps/count, or raise max_trials (in the spec, or "
+                f"$GPUSCHED_MAX_TRIALS) to run it")
+        self._check_placeholders()
+
+    def _check_shared_fields(self) -> None:
+        """The fields every search type reads: their types, and defaults for the ones left out."""
+        w = self.where
         if self.global_config is None:
             self.global_config = {}
         if not isinstance(self.global_config, Mapping):
@@ -426,10 +381,9 @@ class SweepSpec:
             raise InvalidArgumentError(f"{w}: evolution", self.evolution, "a mapping of evolution settings")
         if not isinstance(self.sampler, str):
             raise InvalidArgumentError(f"{w}: sampler", self.sampler, "'tpe', 'random' or 'nsga2'")
-        if not isinstance(self.force_rerun, bool):  # YAML 'no' in quotes is a string, and would be true
-            raise InvalidArgumentError(f"{w}: force_rerun", self.force_rerun, "true or false")
-        if not isinstance(self.shared_with_other_dags, bool):
-            raise InvalidArgumentError(f"{w}: shared_with_other_dags", self.shared_with_other_dags, "true or false")
+        for name in ("force_rerun", "shared_with_other_dags"):  # YAML 'no' in quotes is a string, and would be true
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidArgumentError(f"{w}: {name}", getattr(self, name), "true or false")
         if self.results_root is not None and (not isinstance(self.results_root, str) or not self.results_root
                                               or "\x00" in self.results_root):
             raise InvalidArgumentError(f"{w}: results_root", self.results_root, "a directory path")
@@ -440,14 +394,17 @@ class SweepSpec:
             raise InvalidArgumentError(f"{w}: grid_steps", self.grid_steps, f"an integer from 1 to {spaces.MAX_POINTS:,}")
         if self.max_trials is None:
             self.max_trials = _env_max_trials(w)
-        if not is_int(self.max_trials) or self.max_trials < 1:
-            raise InvalidArgumentError(f"{w}: max_trials", self.max_trials, "an integer >= 1")
+        check_int(self.max_trials, f"{w}: max_trials", 1)
         for key, value in (("global_config", self.global_config), ("test_config", self.test_config),
                            ("space", self.space)):
             _check_finite(value, f"{w}: {key}")
         if isinstance(self.test_config, Sequence) and not isinstance(self.test_config, str) and not self.test_config:
             raise InvalidArgumentError(f"{w}: test_config", self.test_config,
                                        "a non-empty list of mappings (leave it out for one trial of global_config)")
+
+    def _build_parts(self) -> None:
+        """The objective, resources, labels and pruning rule, from mappings where the spec gave mappings."""
+        w = self.where
         if isinstance(self.objective, Mapping):
             self.objective = _objective(self.objective, f"{w}: objective")
         if isinstance(self.resources, Mapping):
@@ -466,19 +423,27 @@ class SweepSpec:
         if isinstance(self.pruning, Mapping):
             self.pruning = _build(PruningRule, self.pruning, f"{w}: pruning")
         if self.pruning is not None:
-            if not isinstance(self.pruning, PruningRule):
-                raise InvalidArgumentError(f"{w}: pruning", self.pruning, "a rule such as {rule: median} or "
-                                                                          "{rule: asha, reduction_factor: 3}")
-            self.pruning.check(f"{w}: pruning")
-            if self.objective is None and (self.pruning.metric is None or self.pruning.mode is None):
-                raise InvalidArgumentError(f"{w}: pruning", self.pruning.rule, "an objective (or pruning.metric "
-                                                                               "and pruning.mode) to judge trials by")
-            if self.objective is not None:
-                # several metrics: the rule judges the first unless pruning.metric names another
-                primary = self.objective.primary
-                self.pruning.metric = self.pruning.metric or primary.metric
-                self.pruning.mode = self.pruning.mode or (
-                    dict(zip(self.objective.metrics, self.objective.modes)).get(self.pruning.metric, primary.mode))
+            self._check_pruning()
+
+    def _check_pruning(self) -> None:
+        w = self.where
+        if not isinstance(self.pruning, PruningRule):
+            raise InvalidArgumentError(f"{w}: pruning", self.pruning, "a rule such as {rule: median} or "
+                                                                      "{rule: asha, reduction_factor: 3}")
+        self.pruning.check(f"{w}: pruning")
+        if self.objective is None and (self.pruning.metric is None or self.pruning.mode is None):
+            raise InvalidArgumentError(f"{w}: pruning", self.pruning.rule, "an objective (or pruning.metric "
+                                                                           "and pruning.mode) to judge trials by")
+        if self.objective is not None:
+            # several metrics: the rule judges the first unless pruning.metric names another
+            primary = self.objective.primary
+            self.pruning.metric = self.pruning.metric or primary.metric
+            self.pruning.mode = self.pruning.mode or (
+                dict(zip(self.objective.metrics, self.objective.modes)).get(self.pruning.metric, primary.mode))
+
+    def _check_target(self) -> None:
+        """What a trial runs: exactly one of an argv list or a Python callable, and the optional env function."""
+        w = self.where
         if (self.command is None) == (self.python_callable is None):
             raise InvalidArgumentError(f"{w}: command", self.command,
                                        "exactly one of command (an argv list) or python_callable")
@@ -503,57 +468,21 @@ class SweepSpec:
                                        "a function (params, trial_dir) -> {name: value}")
         if self.python_callable is not None and not callable(self.python_callable):
             raise InvalidArgumentError(f"{w}: python_callable", self.python_callable, "a callable")
-        if self.max_workers is not None and (not is_int(self.max_workers) or self.max_workers < 1):
-            raise InvalidArgumentError(f"{w}: max_workers", self.max_workers, "a whole number >= 1")
+
+    def _check_counts(self) -> None:
+        w = self.where
+        check_int(self.max_workers, f"{w}: max_workers", 1, optional=True, expected="a whole number >= 1")
         for name in ("count", "rounds", "per_round", "top_n"):
-            value = getattr(self, name)
-            if value is not None and (not is_int(value) or value < 1):
-                raise InvalidArgumentError(f"{w}: {name}", value, "an integer >= 1")
-        if not is_int(self.seed):
-            raise InvalidArgumentError(f"{w}: seed", self.seed, "an integer")
+            check_int(getattr(self, name), f"{w}: {name}", 1, optional=True)
+        check_int(self.seed, f"{w}: seed")
         if self.on_invalid_result not in ("fail", "record"):
             raise InvalidArgumentError(f"{w}: on_invalid_result", self.on_invalid_result, "'fail' or 'record'")
-        if self.max_failed_trials is not None and (not is_int(self.max_failed_trials) or self.max_failed_trials < 0):
-            raise InvalidArgumentError(f"{w}: max_failed_trials", self.max_failed_trials,
-                                       "a whole number >= 0, or null for any number")
-        if self.search == "grid":
-            GridSweep(self.global_config, self.test_config, self.grid_steps, self.code_version, w).blocks()
-        else:
-            check_space(self.space, f"{w}: space", self.global_config)
-        if self.search == "random" and self.count is None:
-            raise InvalidArgumentError(f"{w}: count", None, "the number of random trials (search: random)")
-        if self.search == "random":
-            size = finite_space_size(flatten(self.space))
-            if size is not None and self.count > size:
-                raise InvalidArgumentError(f"{w}: count", self.count, f"at most the {size:,} distinct points of this "
-                                                                      f"space (use search: grid to try them all)")
-        if self.search == "optuna":
-            if self.objective is None:
-                raise InvalidArgumentError(f"{w}: objective", None, "a metric to optimise (search: optuna)")
-            if self.sampler not in ("tpe", "random", "nsga2"):
-                raise InvalidArgumentError(f"{w}: sampler", self.sampler, "'tpe', 'random' or 'nsga2'")
-            self.rounds = self.rounds or 3
-            self.per_round = self.per_round or 4
-        if self.search == "evolution":
-            if self.objective is None:
-                raise InvalidArgumentError(f"{w}: objective", None, "a score to optimise (search: evolution)")
-            if isinstance(self.evolution, Mapping):
-                self.evolution = _build(EvolutionSettings, self.evolution, f"{w}: evolution")
-            self.evolution = self.evolution or EvolutionSettings()
-            self.evolution.check(f"{w}: evolution")
-            for key, dim in flatten(self.space).items():
-                if not isinstance(dim, (list, tuple, spaces.Choice)):
-                    raise InvalidArgumentError(f"{w}: space.{key}", dim, "a list of choices (evolution searches "
-                                                                         "over discrete choices per position)")
-            self.rounds = self.evolution.max_epoch
-            self.per_round = self.evolution.candidate_pool_size
-        size = self.stage_size()
-        if size > self.max_trials:
-            key = "per_round" if self.in_rounds else "count" if self.search == "random" else \
-                "test_config" if self.search == "grid" else "space"
-            raise InvalidArgumentError(
-                f"{w}: {key}", f"{size:,} trials", f"at most max_trials={self.max_trials:,} trials per stage: split the "
-                f"sweep, lower grid_steps/count, or raise max_trials (in the spec, or $GPUSCHED_MAX_TRIALS) to run it")
+        check_int(self.max_failed_trials, f"{w}: max_failed_trials", 0, optional=True,
+                  expected="a whole number >= 0, or null for any number")
+
+    def _check_placeholders(self) -> None:
+        """Every ``{{ name }}`` in the config template and ``{name}`` in the command names something a trial has."""
+        w = self.where
         self._template: ConfigTemplate | None = None
         if self.config_template is not None:
             self._template = ConfigTemplate.read(self.config_template, f"{w}: config_template")
@@ -593,39 +522,27 @@ class SweepSpec:
 
     # -- what the spec means --------------------------------------------------------------------------
     @property
+    def kind(self) -> SearchKind:
+        """This spec's search type (core/sweep/search_kinds.py)."""
+        return SEARCH_KINDS[self.search]
+
+    @property
     def in_rounds(self) -> bool:
-        return self.search in ("optuna", "evolution")
+        return self.kind.in_rounds
 
     def parameter_names(self) -> list[str]:
         names = list(flatten(self.global_config))
-        if self.search == "grid":
-            names += [k for k in GridSweep(self.global_config, self.test_config, where=self.where).varying()
-                      if k not in names]
-        else:
-            names += [k for k in flatten(self.space) if k not in names]
-        return names
+        return names + [k for k in self.kind.varying(self) if k not in names]
 
     def stage_size(self) -> int:
         """Trials one stage maps over (a round, or the whole one-shot sweep), known without expanding, so a
         DAG file's parse time stays flat for huge grids (an upper bound for grids: conditions and duplicates
         can only remove trials)."""
-        if self.in_rounds:
-            return self.per_round
-        if self.search == "random":
-            return self.count
-        return GridSweep(self.global_config, self.test_config, self.grid_steps, where=self.where).size_upper_bound()
+        return self.kind.stage_size(self)
 
     def trials(self) -> list[Trial]:
         """Every trial of a one-shot (grid or random) sweep, in order, duplicates removed."""
-        if self.search == "grid":
-            return GridSweep(self.global_config, self.test_config, self.grid_steps, self.code_version,
-                             self.where, self.label_format).trials()
-        if self.search == "random":
-            return random_trials(self.space, self.count, self.seed, fixed=self.global_config,
-                                 code_version=self.code_version, where=f"{self.where}: space",
-                                 label_format=self.label_format)
-        raise InvalidArgumentError(f"{self.where}: search", self.search,
-                                   "'grid' or 'random' here; optuna and evolution sweeps make trials round by round")
+        return self.kind.trials(self)
 
     @property
     def report_metric(self) -> str | None:
@@ -648,9 +565,7 @@ class SweepSpec:
         return sorted(out)
 
     def varying(self) -> list[str]:
-        if self.search == "grid":
-            return GridSweep(self.global_config, self.test_config, where=self.where).varying()
-        return list(flatten(self.space))
+        return self.kind.varying(self)
 
     # -- loading -------------------------------------------------------------------------------------
     @classmethod

@@ -1,0 +1,226 @@
+"""The search types a sweep may use, each in one place: its own settings, their defaults and validation, and what
+a spec of that type means (its parameters, the trials of one stage, the search that proposes a round's trials).
+
+``SweepSpec`` validates what every sweep shares, then hands itself to its kind (``SEARCH_KINDS[spec.search]``).
+Adding a search type is one new class (in its own module) and one line in ``SEARCH_KINDS``: see
+docs/development.md for a worked example.
+
+One-shot kinds (grid, random) know every trial before anything runs; round kinds (optuna, evolution) propose
+``per_round`` trials in each of ``rounds`` rounds from what earlier rounds scored."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
+
+from airflow_provider_gpusched.core.checks import check_int, is_number, record_from_mapping
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.sweep import spaces
+from airflow_provider_gpusched.core.sweep.expand import (
+    GridSweep,
+    Trial,
+    check_space,
+    finite_space_size,
+    flatten,
+    random_trials,
+)
+
+if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.sweep.search import RoundSearch
+    from airflow_provider_gpusched.core.sweep.spec import SweepSpec
+
+
+class SearchKind:
+    """What one search type owns. Subclasses set ``name``; round kinds set ``in_rounds`` and implement
+    ``round_search``; one-shot kinds implement ``trials``."""
+
+    name: ClassVar[str]
+    in_rounds: ClassVar[bool] = False
+    #: the spec key an error names when one stage has more than ``max_trials`` trials
+    size_key: ClassVar[str] = "per_round"
+
+    def check(self, spec: SweepSpec) -> None:
+        """Validate the settings this kind reads and fill its defaults (may set ``spec.rounds`` and
+        ``spec.per_round``); raise InvalidArgumentError naming the key."""
+
+    def varying(self, spec: SweepSpec) -> list[str]:
+        """The parameters that differ between trials."""
+        return list(flatten(spec.space))
+
+    def stage_size(self, spec: SweepSpec) -> int:
+        """Trials one stage maps over, known without expanding anything."""
+        return spec.per_round
+
+    def trials(self, spec: SweepSpec) -> list[Trial]:
+        raise InvalidArgumentError(f"{spec.where}: search", spec.search,
+                                   "'grid' or 'random' here; optuna and evolution sweeps make trials round by round")
+
+    def round_search(self, spec: SweepSpec, state_dir: str) -> RoundSearch:
+        from airflow_provider_gpusched.core.errors import GpuschedError
+
+        raise GpuschedError(f"search {spec.search!r} does not run in rounds")
+
+
+def _objective_needed(spec: SweepSpec, what: str) -> None:
+    if spec.objective is None:
+        raise InvalidArgumentError(f"{spec.where}: objective", None, f"{what} (search: {spec.search})")
+
+
+class GridKind(SearchKind):
+    """Every combination of ``test_config`` blocks (GPU Task Scheduler's grid), expanded lazily."""
+
+    name = "grid"
+    size_key = "test_config"
+
+    def _grid(self, spec: SweepSpec, *, full: bool = False) -> GridSweep:
+        if full:
+            return GridSweep(spec.global_config, spec.test_config, spec.grid_steps, spec.code_version, spec.where,
+                             spec.label_format)
+        return GridSweep(spec.global_config, spec.test_config, spec.grid_steps, where=spec.where)
+
+    def check(self, spec: SweepSpec) -> None:
+        GridSweep(spec.global_config, spec.test_config, spec.grid_steps, spec.code_version, spec.where).blocks()
+
+    def varying(self, spec: SweepSpec) -> list[str]:
+        return GridSweep(spec.global_config, spec.test_config, where=spec.where).varying()
+
+    def stage_size(self, spec: SweepSpec) -> int:
+        # an upper bound: conditions and duplicates can only remove trials
+        return self._grid(spec).size_upper_bound()
+
+    def trials(self, spec: SweepSpec) -> list[Trial]:
+        return self._grid(spec, full=True).trials()
+
+
+class RandomKind(SearchKind):
+    """``count`` points drawn from ``space`` with ``seed``, duplicates redrawn."""
+
+    name = "random"
+    size_key = "count"
+
+    def check(self, spec: SweepSpec) -> None:
+        check_space(spec.space, f"{spec.where}: space", spec.global_config)
+        if spec.count is None:
+            raise InvalidArgumentError(f"{spec.where}: count", None, "the number of random trials (search: random)")
+        size = finite_space_size(flatten(spec.space))
+        if size is not None and spec.count > size:
+            raise InvalidArgumentError(f"{spec.where}: count", spec.count,
+                                       f"at most the {size:,} distinct points of this space (use search: grid to "
+                                       f"try them all)")
+
+    def stage_size(self, spec: SweepSpec) -> int:
+        return spec.count
+
+    def trials(self, spec: SweepSpec) -> list[Trial]:
+        return random_trials(spec.space, spec.count, spec.seed, fixed=spec.global_config,
+                             code_version=spec.code_version, where=f"{spec.where}: space",
+                             label_format=spec.label_format)
+
+
+class OptunaKind(SearchKind):
+    """Optuna's samplers (TPE, random, NSGA-II) asked for ``per_round`` trials per round (DI-toolkit's HPO)."""
+
+    name = "optuna"
+    in_rounds = True
+    SAMPLERS: ClassVar[tuple[str, ...]] = ("tpe", "random", "nsga2")
+    DEFAULT_ROUNDS: ClassVar[int] = 3
+    DEFAULT_PER_ROUND: ClassVar[int] = 4
+
+    def check(self, spec: SweepSpec) -> None:
+        check_space(spec.space, f"{spec.where}: space", spec.global_config)
+        _objective_needed(spec, "a metric to optimise")
+        if spec.sampler not in self.SAMPLERS:
+            raise InvalidArgumentError(f"{spec.where}: sampler", spec.sampler, "'tpe', 'random' or 'nsga2'")
+        spec.rounds = spec.rounds or self.DEFAULT_ROUNDS
+        spec.per_round = spec.per_round or self.DEFAULT_PER_ROUND
+
+    def round_search(self, spec: SweepSpec, state_dir: str) -> RoundSearch:
+        from airflow_provider_gpusched.core.sweep.search import OptunaSearch
+
+        return OptunaSearch(spec, state_dir)
+
+
+@dataclass
+class EvolutionSettings:
+    """Seed 000's ``EvolutionModelSearcher`` fields: the settings of ``search: evolution``."""
+
+    candidate_pool_size: int = 10
+    candidate_top_k: int = 3
+    num_mutation: int = 5
+    num_crossover: int = 5
+    mutate_prob: float = 0.1
+    max_epoch: int = 5
+    constraints: dict[str, float] = field(default_factory=dict)
+    measure: Callable[[dict], Mapping[str, float]] | None = None
+    #: the built-in measure (pavi's ``evaluator``): the FLOPs and parameters of the model that a user function
+    #: builds from the candidate (core/sweep/model_cost.py), a ModelCost or ``{build, input_shape, units}``
+    evaluator: Any = None
+
+    def check(self, where: str) -> None:
+        if self.evaluator is not None:
+            from airflow_provider_gpusched.core.sweep.model_cost import ModelCost
+
+            if isinstance(self.evaluator, Mapping):
+                self.evaluator = ModelCost.from_mapping(self.evaluator, f"{where}.evaluator")
+            if not isinstance(self.evaluator, ModelCost):
+                raise InvalidArgumentError(f"{where}.evaluator", self.evaluator,
+                                           "a ModelCost or {build: 'package.module:function', input_shape: [...]}")
+            self.evaluator.check(f"{where}.evaluator")
+            if self.measure is not None and self.measure is not self.evaluator:
+                raise InvalidArgumentError(f"{where}.evaluator", self.evaluator,
+                                           "either evaluator or measure, not both (both say how to measure)")
+            self.measure = self.evaluator
+        for name in ("candidate_pool_size", "candidate_top_k", "max_epoch"):
+            check_int(getattr(self, name), f"{where}.{name}", 1)
+        for name in ("num_mutation", "num_crossover"):
+            check_int(getattr(self, name), f"{where}.{name}", 0)
+        if self.candidate_top_k > self.candidate_pool_size:
+            raise InvalidArgumentError(f"{where}.candidate_top_k", self.candidate_top_k,
+                                       f"at most candidate_pool_size ({self.candidate_pool_size})")
+        if not is_number(self.mutate_prob) or not 0 <= self.mutate_prob <= 1:
+            raise InvalidArgumentError(f"{where}.mutate_prob", self.mutate_prob, "a probability between 0 and 1")
+        if not isinstance(self.constraints, Mapping):
+            raise InvalidArgumentError(f"{where}.constraints", self.constraints, "a mapping such as {flops: 600}")
+        for key, limit in self.constraints.items():
+            if not is_number(limit):
+                raise InvalidArgumentError(f"{where}.constraints.{key}", limit, "a number (an upper bound)")
+        if self.constraints and self.measure is None:
+            raise InvalidArgumentError(f"{where}.measure", None,
+                                       "a function params -> {constraint name: value} (or an evaluator) when "
+                                       "constraints are given")
+        if self.measure is not None and not callable(self.measure):
+            raise InvalidArgumentError(f"{where}.measure", self.measure, "a callable")
+
+
+class EvolutionKind(SearchKind):
+    """pavi's NAS evolution: a pool of candidates mutated and crossed over each round (``evolution`` settings);
+    ``rounds`` and ``per_round`` come from ``max_epoch`` and ``candidate_pool_size``."""
+
+    name = "evolution"
+    in_rounds = True
+
+    def check(self, spec: SweepSpec) -> None:
+        check_space(spec.space, f"{spec.where}: space", spec.global_config)
+        _objective_needed(spec, "a score to optimise")
+        if spec.evolution is not None and not isinstance(spec.evolution, (EvolutionSettings, Mapping)):
+            raise InvalidArgumentError(f"{spec.where}: evolution", spec.evolution, "a mapping of evolution settings")
+        if isinstance(spec.evolution, Mapping):
+            spec.evolution = record_from_mapping(EvolutionSettings, spec.evolution, f"{spec.where}: evolution")
+        spec.evolution = spec.evolution or EvolutionSettings()
+        spec.evolution.check(f"{spec.where}: evolution")
+        for key, dim in flatten(spec.space).items():
+            if not isinstance(dim, (list, tuple, spaces.Choice)):
+                raise InvalidArgumentError(f"{spec.where}: space.{key}", dim,
+                                           "a list of choices (evolution searches over discrete choices per position)")
+        spec.rounds = spec.evolution.max_epoch
+        spec.per_round = spec.evolution.candidate_pool_size
+
+    def round_search(self, spec: SweepSpec, state_dir: str) -> RoundSearch:
+        from airflow_provider_gpusched.core.sweep.search import EvolutionSearch
+
+        return EvolutionSearch(spec, state_dir)
+
+
+#: every search type, by the name a spec's ``search`` gives
+SEARCH_KINDS: dict[str, SearchKind] = {kind.name: kind for kind in (GridKind(), RandomKind(), OptunaKind(),
+                                                                    EvolutionKind())}
