@@ -1,8 +1,9 @@
-"""The search types a sweep may use, each in one place: its own settings, their defaults and validation, and what
-a spec of that type means (its parameters, the trials of one stage, the search that proposes a round's trials).
+"""The built-in search types and their registry, ``SEARCH_KINDS``: each type is one class (the interface is
+core/sweep/search_kind.py) owning its settings, their defaults and validation, and what a spec of that type means
+(its parameters, the trials of one stage, the search that proposes a round's trials).
 
 ``SweepSpec`` validates what every sweep shares, then hands itself to its kind (``SEARCH_KINDS[spec.search]``).
-Adding a search type is one new class (in its own module) and one line in ``SEARCH_KINDS``: see
+Adding a search type is one new module (a ``SearchKind`` subclass) and one line in ``SEARCH_KINDS``: see
 docs/development.md for a worked example.
 
 One-shot kinds (grid, random) know every trial before anything runs; round kinds (optuna, evolution) propose
@@ -24,41 +25,11 @@ from airflow_provider_gpusched.core.sweep.expand import (
     flatten,
     random_trials,
 )
+from airflow_provider_gpusched.core.sweep.search_kind import SearchKind
 
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.sweep.search import RoundSearch
     from airflow_provider_gpusched.core.sweep.spec import SweepSpec
-
-
-class SearchKind:
-    """What one search type owns. Subclasses set ``name``; round kinds set ``in_rounds`` and implement
-    ``round_search``; one-shot kinds implement ``trials``."""
-
-    name: ClassVar[str]
-    in_rounds: ClassVar[bool] = False
-    #: the spec key an error names when one stage has more than ``max_trials`` trials
-    size_key: ClassVar[str] = "per_round"
-
-    def check(self, spec: SweepSpec) -> None:
-        """Validate the settings this kind reads and fill its defaults (may set ``spec.rounds`` and
-        ``spec.per_round``); raise InvalidArgumentError naming the key."""
-
-    def varying(self, spec: SweepSpec) -> list[str]:
-        """The parameters that differ between trials."""
-        return list(flatten(spec.space))
-
-    def stage_size(self, spec: SweepSpec) -> int:
-        """Trials one stage maps over, known without expanding anything."""
-        return spec.per_round
-
-    def trials(self, spec: SweepSpec) -> list[Trial]:
-        raise InvalidArgumentError(f"{spec.where}: search", spec.search,
-                                   "'grid' or 'random' here; optuna and evolution sweeps make trials round by round")
-
-    def round_search(self, spec: SweepSpec, state_dir: str) -> RoundSearch:
-        from airflow_provider_gpusched.core.errors import GpuschedError
-
-        raise GpuschedError(f"search {spec.search!r} does not run in rounds")
 
 
 def _objective_needed(spec: SweepSpec, what: str) -> None:

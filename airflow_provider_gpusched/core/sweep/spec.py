@@ -47,7 +47,8 @@ from airflow_provider_gpusched.core.sweep.expand import (
 )
 from airflow_provider_gpusched.core.sweep.objective import Objective
 from airflow_provider_gpusched.core.sweep.pruning import PruningRule
-from airflow_provider_gpusched.core.sweep.search_kinds import SEARCH_KINDS, EvolutionSettings, SearchKind
+from airflow_provider_gpusched.core.sweep.search_kind import SearchKind
+from airflow_provider_gpusched.core.sweep.search_kinds import SEARCH_KINDS, EvolutionSettings
 from airflow_provider_gpusched.core.sweep.store import check_sweep_name
 from airflow_provider_gpusched.core.units import parse_bytes, slurm_time_limit
 

@@ -1,0 +1,45 @@
+"""The interface of a search type (core/sweep/search_kinds.py has the built-in ones and the registry).
+
+A kind is told the whole spec once its shared fields are valid; it checks the settings only it reads, fills their
+defaults, and answers what the spec means for its type. A one-shot kind (``in_rounds = False``) implements
+``trials``; a round kind implements ``round_search`` (core/sweep/search.py's ``RoundSearch``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.sweep.expand import Trial, flatten
+
+if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.sweep.search import RoundSearch
+    from airflow_provider_gpusched.core.sweep.spec import SweepSpec
+
+
+class SearchKind:
+    """What one search type owns. Subclasses set ``name``; round kinds set ``in_rounds`` and implement
+    ``round_search``; one-shot kinds implement ``trials``."""
+
+    name: ClassVar[str]
+    in_rounds: ClassVar[bool] = False
+    #: the spec key an error names when one stage has more than ``max_trials`` trials
+    size_key: ClassVar[str] = "per_round"
+
+    def check(self, spec: SweepSpec) -> None:
+        """Validate the settings this kind reads and fill its defaults (may set ``spec.rounds`` and
+        ``spec.per_round``); raise InvalidArgumentError naming the key."""
+
+    def varying(self, spec: SweepSpec) -> list[str]:
+        """The parameters that differ between trials."""
+        return list(flatten(spec.space))
+
+    def stage_size(self, spec: SweepSpec) -> int:
+        """Trials one stage maps over, known without expanding anything."""
+        return spec.per_round
+
+    def trials(self, spec: SweepSpec) -> list[Trial]:
+        raise InvalidArgumentError(f"{spec.where}: search", spec.search,
+                                   "'grid' or 'random' here; optuna and evolution sweeps make trials round by round")
+
+    def round_search(self, spec: SweepSpec, state_dir: str) -> RoundSearch:
+        raise GpuschedError(f"search {spec.search!r} does not run in rounds")
