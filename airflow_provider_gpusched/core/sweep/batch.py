@@ -68,127 +68,185 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
     trials run (a task publishes what it has so far); ``host``: this host's name on the timeline (default: as
     :func:`~airflow_provider_gpusched.core.fleet.this_host` gives it).
     """
-    on_event = on_event or (lambda message: None)
-    if time_limit is not None or request.load_stage:
-        trials_per_process = 1  # the limit is each trial's, a load stage holds its own data: one trial per process
-    parallel = max(1, min(parallel or default_parallel(manager, request), max(1, len(trials))))
-    todo: deque[tuple[Trial, ...]] = deque((t,) for t in trials)
-    lock = threading.Lock()
-    runners: list[GPUWorkRunner] = []
-    logs = os.path.join(manifest.store.dir, "logs")
-    os.makedirs(logs, exist_ok=True)
-    store = manifest.store
-    finished: dict[str, str] = {}
-    retried: set[str] = set()  # trials that run alone after their group failed
-    ran = {"seconds": 0.0, "trials": 0}  # wall time of the groups so far, and their trials
-    stop = stop_event or threading.Event()
-    halted: list[str] = []
-    orders = manager.stop_orders() if work is not None else None
+    batch = LocalBatch(manifest, trials, manager, request, parallel=parallel, trials_per_process=trials_per_process,
+                       owner=owner, job_class=job_class, priority=priority, oom_policy=oom_policy, on_event=on_event,
+                       stop_event=stop_event, work=work, setup=setup, time_limit=time_limit, on_attempt=on_attempt,
+                       host=host)
+    return batch.run(on_tick=on_tick, tick_seconds=tick_seconds)
 
-    def halt(message: str) -> None:
-        with lock:
-            halted.append(message)
-        stop.set()  # every runner shares it: their children get SIGTERM, the grace period, SIGKILL
 
-    def take() -> tuple[Trial, ...] | None:
-        with lock:
-            if not todo:
+class LocalBatch:
+    """One batch of trials on this host's GPUs (see :func:`run_local_batch`): ``parallel`` worker threads, each
+    holding a GPU work runner, take groups of trials from one queue until it is empty or the batch is halted.
+
+    Its state, shared by the workers under ``_lock``: ``todo`` (groups still to run; a trial put back to run
+    alone is a group of one), ``retried`` (those trials), ``finished`` (trial id -> final state), ``ran_seconds``
+    and ``ran_trials`` (what the groups so far took, which decides when the tail shrinks) and ``halted`` (why the
+    batch was stopped, when it was)."""
+
+    def __init__(self, manifest: Manifest, trials: Sequence[Trial], manager: LeaseManager, request: GPURequest, *,
+                 parallel: int | None = None, trials_per_process: int = 8, owner: str = "",
+                 job_class: str = "normal", priority: int = 0, oom_policy: OOMRetryPolicy | None = None,
+                 on_event: Callable[[str], None] | None = None, stop_event: threading.Event | None = None,
+                 work: WorkTag | None = None, setup: Sequence[str] = (), time_limit: float | None = None,
+                 on_attempt: Callable[[Attempt, str], None] | None = None, host: str = "") -> None:
+        self.manifest, self.store, self.trials = manifest, manifest.store, list(trials)
+        self.manager, self.request = manager, request
+        self.runner_settings = {"oom_policy": oom_policy, "owner": owner, "job_class": job_class,
+                                "priority": priority, "work": work, "host": host}
+        self.on_event = on_event or (lambda message: None)
+        self.on_attempt, self.work, self.setup, self.time_limit = on_attempt, work, setup, time_limit
+        if time_limit is not None or request.load_stage:
+            trials_per_process = 1  # the limit is each trial's, a load stage holds its own data: one per process
+        self.trials_per_process = trials_per_process
+        self.parallel = max(1, min(parallel or default_parallel(manager, request), max(1, len(self.trials))))
+        self.logs = os.path.join(self.store.dir, "logs")
+        os.makedirs(self.logs, exist_ok=True)
+        self.stop = stop_event or threading.Event()  # every runner shares it: set, it stops the trials in flight
+        self.orders = manager.stop_orders() if work is not None else None
+        self._lock = threading.Lock()
+        self.todo: deque[tuple[Trial, ...]] = deque((t,) for t in self.trials)
+        self.retried: set[str] = set()
+        self.finished: dict[str, str] = {}
+        self.ran_seconds = 0.0
+        self.ran_trials = 0
+        self.halted: list[str] = []
+        self.runners: list[GPUWorkRunner] = []
+
+    # -- the batch ---------------------------------------------------------------------------------
+    def run(self, on_tick: Callable[[], None] | None = None, tick_seconds: float = 30.0) -> dict[str, list[str]]:
+        threads = [threading.Thread(target=self._worker, daemon=True) for _ in range(self.parallel)]
+        for thread in threads:
+            thread.start()
+        try:
+            while any(thread.is_alive() for thread in threads):
+                for thread in threads:
+                    thread.join(timeout=tick_seconds if on_tick is not None else None)
+                    if on_tick is not None and thread.is_alive():
+                        on_tick()
+                        break
+        finally:
+            for runner in self.runners:
+                runner.stop()
+        if self.halted:
+            self._mark_halted()
+            raise WorkHalted(self.halted[0])
+        return self.outcome()
+
+    def halt(self, message: str) -> None:
+        """Stop the whole batch: the runners' children get SIGTERM, the grace period, SIGKILL."""
+        with self._lock:
+            self.halted.append(message)
+        self.stop.set()
+
+    def outcome(self) -> dict[str, list[str]]:
+        """Trial ids by final state, in the batch's order."""
+        out: dict[str, list[str]] = {"succeeded": [], "pruned": [], "failed": [], "timeout": []}
+        for trial in self.trials:
+            if trial.trial_id in self.finished:
+                out[self.finished[trial.trial_id]].append(trial.trial_id)
+        return out
+
+    # -- groups ------------------------------------------------------------------------------------
+    def next_group(self) -> tuple[Trial, ...] | None:
+        """The next trials to run in one process, or None when none are left."""
+        with self._lock:
+            if not self.todo:
                 return None
-            first = todo.popleft()
-            if len(first) > 1 or first[0].trial_id in retried:
+            first = self.todo.popleft()
+            if len(first) > 1 or first[0].trial_id in self.retried:
                 return first
-            size = trials_per_process
-            if ran["trials"] and ran["seconds"] / ran["trials"] >= SHRINK_TAIL_ABOVE:
-                # long trials: smaller groups near the end, so the slots finish together; short ones are
-                # cheaper run in full groups than in the extra processes that smaller groups would start
-                size = max(1, min(trials_per_process, -(-len(todo) // parallel)))
+            size = self._group_size()
             group = [first[0]]
-            while todo and len(group) < size and todo[0][0].trial_id not in retried:
-                group.append(todo.popleft()[0])
+            while self.todo and len(group) < size and self.todo[0][0].trial_id not in self.retried:
+                group.append(self.todo.popleft()[0])
             return tuple(group)
 
-    def worker() -> None:
-        runner = GPUWorkRunner(manager, oom_policy=oom_policy, owner=owner, job_class=job_class, priority=priority,
-                               poll_interval=0.05, sample_interval=5.0, work=work, host=host)
-        runner.stop_event = stop  # stops the trials in flight too
-        with lock:
-            runners.append(runner)
-        while not stop.is_set():
-            order = orders.order_for(work) if orders is not None and work is not None else None
+    def _group_size(self) -> int:
+        """Tail shrinking: once trials are seen to take SHRINK_TAIL_ABOVE seconds or more, the groups near the end
+        get smaller so the slots finish together; short trials are cheaper run in full groups than in the extra
+        processes smaller groups would start."""
+        if self.ran_trials and self.ran_seconds / self.ran_trials >= SHRINK_TAIL_ABOVE:
+            return max(1, min(self.trials_per_process, -(-len(self.todo) // self.parallel)))
+        return self.trials_per_process
+
+    def _worker(self) -> None:
+        runner = GPUWorkRunner(self.manager, poll_interval=0.05, sample_interval=5.0, **self.runner_settings)
+        runner.stop_event = self.stop
+        with self._lock:
+            self.runners.append(runner)
+        while not self.stop.is_set():
+            order = self.orders.order_for(self.work) if self.orders is not None and self.work is not None else None
             if order is not None:
-                halt(order.refusal())
+                self.halt(order.refusal())
                 return
-            group = take()
+            group = self.next_group()
             if group is None:
                 return
-            oom = False
-            started = time.monotonic()
-            sliced = write_group_manifest(manifest, group)
-            if on_attempt is not None:
-                runner.on_attempt = lambda attempt, _lease, label=group_label(group): on_attempt(attempt, label)
-            try:
-                runner.run(request, Work(argv=group_argv(sliced, group), setup=setup, time_limit=time_limit),
-                           os.path.join(logs, f"{group[0].trial_id}.log"))
-            except GPUWorkFailed as exc:
-                if exc.halted:
-                    halt(str(exc).splitlines()[0])
-                    return
-                oom = exc.oom
-                if exc.timed_out and len(group) == 1 and store.state(group[0]) in ("waiting", "running"):
-                    store.mark_finished(group[0], ok=False, exit_code=None, error=str(exc).splitlines()[0],
-                                        state="timeout")
-                elif oom and len(group) == 1:
-                    store.mark_finished(group[0], ok=False, exit_code=None, error=str(exc).splitlines()[0])
-            finally:
-                with contextlib.suppress(OSError):
-                    os.remove(sliced.path)
-                with lock:
-                    ran["seconds"] += time.monotonic() - started
-                    ran["trials"] += len(group)
-            again = []
-            for trial in group:
-                state = store.state(trial)
-                if state in ("waiting", "running") and halted:
-                    # another group's lease was stopped and the shared stop ended this one before its trial
-                    # recorded an outcome: the halt below marks it with who stopped it, not as a dead runner
-                    continue
-                if len(group) > 1 and (state in ("waiting", "running") or (state == "failed" and oom)):
-                    again.append(trial)
-                    continue
-                with lock:
-                    finished[trial.trial_id] = state if state in ("succeeded", "pruned", "timeout") else "failed"
-            with lock:
-                for trial in again:
-                    retried.add(trial.trial_id)
-                    todo.append((trial,))
-                done = len(finished)
-                failed = sum(1 for v in finished.values() if v in ("failed", "timeout"))
-            if done and (done % max(1, len(trials) // 20) < len(group) or failed):
-                on_event(f"{done}/{len(trials)} trials done ({failed} failed)")
+            oom = self._run_group(runner, group)
+            if oom is None:
+                return
+            self._settle(group, oom)
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(parallel)]
-    for t in threads:
-        t.start()
-    try:
-        while any(t.is_alive() for t in threads):
-            for t in threads:
-                t.join(timeout=tick_seconds if on_tick is not None else None)
-                if on_tick is not None and t.is_alive():
-                    on_tick()
-                    break
-    finally:
-        for runner in runners:
-            runner.stop()
-    if halted:
-        for trial in trials:
-            if trial.trial_id not in finished and store.state(trial) in ("waiting", "running"):
-                store.mark_finished(trial, ok=False, exit_code=None, error=halted[0])
-        raise WorkHalted(halted[0])
-    outcome: dict[str, list[str]] = {"succeeded": [], "pruned": [], "failed": [], "timeout": []}
-    for trial in trials:
-        if trial.trial_id in finished:
-            outcome[finished[trial.trial_id]].append(trial.trial_id)
-    return outcome
+    def _run_group(self, runner: GPUWorkRunner, group: tuple[Trial, ...]) -> bool | None:
+        """Run one group on a lease; whether it ended in a GPU OOM (None: the batch was halted)."""
+        oom = False
+        started = time.monotonic()
+        sliced = write_group_manifest(self.manifest, group)
+        if self.on_attempt is not None:
+            on_attempt = self.on_attempt
+            runner.on_attempt = lambda attempt, _lease, label=group_label(group): on_attempt(attempt, label)
+        try:
+            runner.run(self.request, Work(argv=group_argv(sliced, group), setup=self.setup,
+                                          time_limit=self.time_limit),
+                       os.path.join(self.logs, f"{group[0].trial_id}.log"))
+        except GPUWorkFailed as exc:
+            if exc.halted:
+                self.halt(str(exc).splitlines()[0])
+                return None
+            oom = exc.oom
+            lone = len(group) == 1
+            if exc.timed_out and lone and self.store.state(group[0]) in ("waiting", "running"):
+                self.store.mark_finished(group[0], ok=False, exit_code=None, error=str(exc).splitlines()[0],
+                                         state="timeout")
+            elif oom and lone:
+                self.store.mark_finished(group[0], ok=False, exit_code=None, error=str(exc).splitlines()[0])
+        finally:
+            with contextlib.suppress(OSError):
+                os.remove(sliced.path)
+            with self._lock:
+                self.ran_seconds += time.monotonic() - started
+                self.ran_trials += len(group)
+        return oom
+
+    def _settle(self, group: tuple[Trial, ...], oom: bool) -> None:
+        """Record each trial's outcome; put back, to run alone, the trials of a failed group without one (and,
+        after an OOM, its failed ones: OOM escalation then applies to each alone)."""
+        again = []
+        for trial in group:
+            state = self.store.state(trial)
+            if state in ("waiting", "running") and self.halted:
+                # another group's lease was stopped and the shared stop ended this one before its trial recorded
+                # an outcome: _mark_halted marks it with who stopped it, not as a dead runner
+                continue
+            if len(group) > 1 and (state in ("waiting", "running") or (state == "failed" and oom)):
+                again.append(trial)
+                continue
+            with self._lock:
+                self.finished[trial.trial_id] = state if state in ("succeeded", "pruned", "timeout") else "failed"
+        with self._lock:
+            for trial in again:
+                self.retried.add(trial.trial_id)
+                self.todo.append((trial,))
+            done = len(self.finished)
+            failed = sum(1 for v in self.finished.values() if v in ("failed", "timeout"))
+        if done and (done % max(1, len(self.trials) // 20) < len(group) or failed):
+            self.on_event(f"{done}/{len(self.trials)} trials done ({failed} failed)")
+
+    def _mark_halted(self) -> None:
+        for trial in self.trials:
+            if trial.trial_id not in self.finished and self.store.state(trial) in ("waiting", "running"):
+                self.store.mark_finished(trial, ok=False, exit_code=None, error=self.halted[0])
 
 
 def group_label(group: Sequence[Trial]) -> str:
