@@ -28,7 +28,7 @@ from airflow_provider_gpusched.core.gpu.inventory import GPUInventoryError
 from airflow_provider_gpusched.core.gpu.launch import GPUChild
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
-from airflow_provider_gpusched.core.gpu.runner import Work, run_attempt
+from airflow_provider_gpusched.core.gpu.runner import AttemptHooks, Work, attempt_loop
 from airflow_provider_gpusched.core.gpu.timeline import LEASE_HISTORY_XCOM, SegmentLog, attempt_outcome, segment_of
 from airflow_provider_gpusched.core.units import time_limit_seconds
 from airflow_provider_gpusched.core.work_tag import WorkTag
@@ -256,221 +256,24 @@ class LocalGPUOperator(BaseOperator):
         self._fleet_hosts = [h for h in state.get("fleet_hosts") or [] if isinstance(h, str)][:100]
         return self._run(context, attempts.WorkProgress.from_dict(state))
 
-    def _wait_for_gpus(self, manager, hook, progress: attempts.WorkProgress, owner: str, why: str,
-                       not_before: float | None = None, task_key: str = "") -> None:
-        """Defer (or reschedule) until the request may fit; returns only in blocking mode, after a poll."""
-        interval = self.poll_interval or settings.gpu_poll_interval()
-        if self.wait_mode == "defer" and fleet.enabled():  # the head node's triggerer waits on the hosts' records
-            self.defer(trigger=FleetRoomTrigger(
-                request=dataclasses.asdict(progress.request), fleet_dir=settings.fleet_dir(), poll_interval=interval,
-                not_before=not_before, fire_after=time.time() + settings.min_deferral(),
-                payload={**progress.to_dict(), "waiting_since": self._waiting_since, "fleet_hosts": self._fleet_hosts}),
-                method_name="resume")
-        if self.wait_mode == "defer":
-            request = dataclasses.asdict(progress.request)
-            self.defer(trigger=GPUAvailableTrigger(
-                request=request, simulate=hook.simulate or None, state_dir=manager.state_dir,
-                poll_interval=interval, owner=owner, job_class=self.job_class, not_before=not_before,
-                task_key=task_key, fire_after=time.time() + settings.min_deferral(),
-                payload={**progress.to_dict(), "waiting_since": self._waiting_since}),
-                method_name="resume")
-        if self.wait_mode == "reschedule" and not progress.attempts:  # before the first attempt nothing is lost
-            from datetime import timedelta
-
-            from airflow.sdk import timezone
-            from airflow.sdk.exceptions import AirflowRescheduleException
-
-            raise AirflowRescheduleException(timezone.utcnow() + timedelta(seconds=interval))
-        delay = max(interval, (not_before or 0) - time.time())
-        if self._stop.wait(delay):
-            raise AirflowException(f"{self.task_id}: stopped while waiting for GPUs ({why})")
-
-    def _wait_for_yield(self, manager, owner: str, why: str) -> bool:
-        """Idle work was asked to give up the GPUs for this request: it goes within its grace period, so wait
-        here (a deferral would cost a task restart and could fire too soon for Airflow, see
-        triggers/deferral.py). True to look again; False once nothing yields or the wait took too long."""
-        if self.wait_mode == "reschedule":
-            return False
-        yielding = manager.yielding_to(owner)
-        if not yielding:
-            return False
-        if self._yield_deadline is None:
-            self._yield_deadline = time.monotonic() + manager.yield_grace(yielding) + 10
-            self.log.info("Idle work is yielding its GPUs to this task; waiting for it: %s", why)
-        if time.monotonic() > self._yield_deadline:
-            return False
-        if self._stop.wait(0.5):
-            raise AirflowException(f"{self.task_id}: stopped while idle work was yielding its GPUs")
-        return True
-
     def _run(self, context, progress: attempts.WorkProgress) -> Any:
-        """The attempt loop (:func:`~airflow_provider_gpusched.core.gpu.attempts.decide` chooses each next
-        step); this operator adds only how to wait: defer, reschedule or block."""
+        """The attempt loop (:func:`~airflow_provider_gpusched.core.gpu.runner.attempt_loop`, the one the blocking
+        runner uses too); this operator adds only how to wait (defer, reschedule or block: _TaskAttempts) and
+        what it publishes."""
         hook = LocalGPUHook()
         owner, task_key = self._owner(context), self._task_key(context)
         try:
             manager = hook.get_conn()
+            hooks = _TaskAttempts(self, context, manager, hook, owner, task_key)
             if fleet.enabled():
-                self._land_in_fleet(context, manager, hook, progress, owner, task_key)
+                hooks.waiting.land_in_fleet(context, manager, hook, progress, owner, task_key)
             else:
                 manager.check_possible(progress.request)
         except (GPUInventoryError, InvalidArgumentError) as exc:
             raise AirflowFailException(f"{self.task_id}: {exc}") from exc  # retrying cannot help
-        policy = manager.classes[self.job_class].local
-        sizes = [g.memory_total for g in manager.inventory.gpus()]
-        while True:
-            lease = self._acquire(context, manager, hook, progress, owner, task_key)
-            log_path = os.path.join(self._run_dir(context), "output.log")
-            try:
-                gpus = attempts.gpu_descriptions(lease, manager.inventory)
-                banner = attempts.attempt_banner(progress.next_number, progress.request, lease, gpus, self.job_class)
-                self.log.info("%s; log %s", banner, log_path)
-                if lease.gpus:  # a load stage has none yet: published when they are added (on_gpus)
-                    self._publish_lease(context, lease, manager)
-                work = self._work(context)
-                outcome = run_attempt(manager, lease, work, number=progress.next_number, request=progress.request,
-                                      log_path=log_path, on_line=lambda line: self.log.info("%s", line),
-                                      started=self._started, grace=self.grace_period, stop_event=self._stop,
-                                      extra_env=progress.relaunch_env(),
-                                      on_gpus=lambda grown: self._publish_lease(context, grown, manager),
-                                      host=fleet.worker_host(context["ti"]))
-                if lease.stage:  # a two-stage task's GPUs came after its load stage
-                    gpus = attempts.gpu_descriptions(lease, manager.inventory)
-            finally:
-                self._child = None
-                manager.release(lease)
-                fleet.publish_quietly(manager)  # in a fleet: the head node sees the GPUs free at once
-            step = attempts.decide(progress, outcome, job_class=self.job_class, policy=policy,
-                                   oom_policy=self.oom_policy, gpu_sizes=sizes, stopping=self._stop.is_set(), work=work)
-            self._publish_history(context, progress)
-            self._attempts = list(progress.attempts)
-            if outcome.attempt.preempted:
-                metrics.preemption(self.job_class, outcome.attempt.host)
-            if step.action is attempts.Action.RETRY_BIGGER:
-                metrics.oom_retry(self.job_class, outcome.attempt.host)
-            if step.action is attempts.Action.RELAUNCH:
-                self.log.warning("%s; no Airflow retry used", step.message)
-                self._wait_for_gpus(manager, hook, progress, owner, "backoff after a preemption",
-                                    not_before=time.time() + step.wait, task_key=task_key)
-                continue
-            self._waiting_since = None
-            if step.action is attempts.Action.RETRY_BIGGER:
-                self.log.warning("%s", step.message)
-                continue
-            self._publish_gpu_time(context, progress)
-            if step.action is attempts.Action.SUCCEEDED:
-                self.log.info("%s", step.message)
-                context["ti"].xcom_push(key="gpus_used", value=gpus)
-                try:
-                    value = attempts.work_value(work)
-                except GpuschedError as exc:
-                    raise AirflowException(f"{self.task_id}: {exc}") from exc
-                if self.python_callable is not None:
-                    return value
-                return attempts.RunResult(0, gpus, progress.attempts, log_path, value, progress.history).to_dict()
-            self.log.error("%s", step.message)
-            if step.action is attempts.Action.HALTED:
-                raise AirflowFailException(f"{self.task_id}: {step.message}")  # no retry: someone stopped it
-            if step.action is attempts.Action.TIMED_OUT:
-                raise WorkTimedOut(f"{self.task_id}: {step.message}")
-            raise AirflowException(f"{self.task_id}: {step.message}")
-
-    def _land_in_fleet(self, context, manager, hook, progress: attempts.WorkProgress, owner: str, task_key: str):
-        """In a fleet: record the host this try landed on (XCom ``gpusched_fleet_hosts``); refuse a request no
-        host can ever hold, naming the hosts' sizes; and wait for room elsewhere when this host cannot hold it."""
-        from airflow_provider_gpusched.core.fleet import FLEET_HOSTS_XCOM
-        from airflow_provider_gpusched.core.host_name import this_host
-
-        self._fleet_hosts.append(this_host())
-        context["ti"].xcom_push(key=FLEET_HOSTS_XCOM, value=list(self._fleet_hosts))
-        view = fleet.read_this_fleet()
-        view.refuse_impossible(progress.request)  # InvalidArgumentError: the task fails, naming the sizes
-        try:
-            manager.check_possible(progress.request)
-        except InvalidArgumentError as exc:
-            if not view.hosts or self.wait_mode == "block":  # blocking here cannot make this host any bigger
-                raise
-            self.log.info("This host cannot hold %s (%s); waiting for room on another host of the fleet",
-                          progress.request.describe(), exc)
-            self._wait_for_gpus(manager, hook, progress, owner, str(exc), task_key=task_key)
-
-    def _acquire(self, context, manager, hook, progress: attempts.WorkProgress, owner: str, task_key: str):
-        """A lease for ``progress.request``, waiting (deferring, rescheduling or blocking) while GPUs are busy."""
-        policy = manager.classes[self.job_class].local
-        tag = self.work_tag(context)
-        while True:
-            refuse_if_stopped(self.task_id, tag, manager.state_dir)
-            lease, why = manager.try_acquire(progress.request, owner, job_class=self.job_class, priority=self.priority,
-                                             preemptible=progress.history.preemptible(policy), task_key=task_key,
-                                             grace=self.grace_period, work=tag)
-            if lease is not None:
-                self._busy_since = None
-                fleet.publish_quietly(manager)
-                if self._waiting_since is not None and self._wait_measured != self._waiting_since:
-                    self._wait_measured = self._waiting_since  # metric gpusched.gpu_wait.<class>, once per wait
-                    metrics.gpu_wait(time.time() - self._waiting_since, self.job_class,
-                                     fleet.worker_host(context["ti"]))
-                return lease
-            if self._wait_for_yield(manager, owner, why):
-                continue
-            first = self._busy_since is None
-            if first:
-                self._busy_since = time.monotonic()
-            here = self._look_again_here()
-            if first or not here:
-                self.log.info("GPUs busy for %s: %s%s", progress.request.describe(), why,
-                              f" (looking again here for {self._defer_after():g}s before deferring)" if here else "")
-                self._publish_wait(context, manager, progress.request, why)
-            if here:
-                if self._stop.wait(0.2):
-                    raise AirflowException(f"{self.task_id}: stopped while waiting for GPUs ({why})")
-                continue
-            self._wait_for_gpus(manager, hook, progress, owner, why, task_key=task_key)
-
-    def _defer_after(self) -> float:
-        return settings.defer_after() if self.defer_after is None else float(self.defer_after)
-
-    def _look_again_here(self) -> bool:
-        """Deferring mode, GPUs busy: whether to look again in the worker (within ``defer_after`` of the first
-        look) instead of deferring. A GPU that frees meanwhile is taken at once, where a deferral would cost at
-        least ``min_deferral`` and a task restart."""
-        if self.wait_mode != "defer" or self._busy_since is None:
-            return False
-        return time.monotonic() - self._busy_since < self._defer_after()
-
-    def _publish_gpu_time(self, context, progress: attempts.WorkProgress) -> None:
-        """GPU time used and lost by this try, for the board's per-class totals (XCom ``gpu_time``)."""
-        context["ti"].xcom_push(key=GPU_TIME_XCOM, value={"job_class": self.job_class, "time": time.time(),
-                                                          **progress.history.to_dict()})
-
-    def _publish_history(self, context, progress: attempts.WorkProgress) -> None:
-        """Every attempt of this try so far, as the GPU timeline's bars (XCom ``gpusched_lease_history``)."""
-        ti = context["ti"]
-        log = SegmentLog()
-        for attempt in progress.attempts:
-            log.add(segment_of(attempt, job_class=self.job_class, priority=self.priority, dag_id=ti.dag_id,
-                               run_id=ti.run_id, task_id=ti.task_id,
-                               map_index=ti.map_index if ti.map_index is not None else -1))
-        ti.xcom_push(key=LEASE_HISTORY_XCOM, value=log.record())
-
-    def _publish_lease(self, context, lease, manager) -> None:
-        """Tell the UI's GPU board (which may run on another host) what this try holds: XCom ``gpusched_lease``."""
-        ti = context["ti"]
-        map_index = ti.map_index if ti.map_index is not None else -1
-        ti.xcom_push(key=LEASE_XCOM, value=lease_record(
-            fleet.worker_host(ti), dataclasses.asdict(lease), manager.inventory.gpus(), dag_id=ti.dag_id,
-            run_id=ti.run_id, task_id=ti.task_id, map_index=map_index))
-
-    def _publish_wait(self, context, manager, request: GPURequest, why: str) -> None:
-        """Tell the GPU board this try waits for GPUs (XCom ``gpusched_wait``), once per wait."""
-        if self._waiting_since is not None:
-            return
-        self._waiting_since = time.time()
-        ti = context["ti"]
-        ti.xcom_push(key=WAIT_XCOM, value=wait_record(
-            fleet.worker_host(ti), request.describe(), self.job_class, self.priority, why, self._waiting_since,
-            dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id,
-            map_index=ti.map_index if ti.map_index is not None else -1))
+        return attempt_loop(manager, progress, hooks,
+                            job_class=self.job_class, oom_policy=self.oom_policy, stop_event=self._stop,
+                            grace=self.grace_period)
 
     # -- OpenLineage (the provider calls these; lineage.py) --------------------------------------------------
     lineage_job_type = "LOCAL_GPU"
@@ -511,3 +314,239 @@ class LocalGPUOperator(BaseOperator):
         if child is not None:
             self.log.info("Task killed: stopping the GPU process group %d", child.pid)
             child.stop(self.grace_period)
+
+
+class _TaskAttempts(AttemptHooks):
+    """The operator's side of the attempt loop: a lease through the operator's waiting (look again here, defer to
+    the triggerer, reschedule or block), the output in the task log, the lease, wait, history and GPU time
+    published for the UI, metrics, and Airflow's exceptions at the end."""
+
+    def __init__(self, operator: LocalGPUOperator, context, manager, hook, owner: str, task_key: str) -> None:
+        self.op, self.context, self.manager, self.hook = operator, context, manager, hook
+        self.owner, self.task_key = owner, task_key
+        self.waiting = _TaskWaiting(operator)
+
+    def acquire(self, progress: attempts.WorkProgress):
+        return self.waiting.acquire(self.context, self.manager, self.hook, progress, self.owner, self.task_key)
+
+    def work(self) -> Work:
+        return self.op._work(self.context)
+
+    def log_path(self) -> str:
+        return os.path.join(self.op._run_dir(self.context), "output.log")
+
+    def attempt_options(self) -> dict:
+        op, context, manager = self.op, self.context, self.manager
+        return {"on_line": lambda line: op.log.info("%s", line), "started": op._started,
+                "on_gpus": lambda grown: self._publish_lease(context, grown, manager),
+                "host": fleet.worker_host(context["ti"])}
+
+    def starting(self, banner: str, lease, log_path: str) -> None:
+        self.op.log.info("%s; log %s", banner, log_path)
+        if lease.gpus:  # a load stage has none yet: published when they are added (on_gpus)
+            self._publish_lease(self.context, lease, self.manager)
+
+    def released(self, lease) -> None:
+        self.op._child = None
+        fleet.publish_quietly(self.manager)  # in a fleet: the head node sees the GPUs free at once
+
+    def ended(self, outcome: attempts.AttemptOutcome, step: attempts.NextStep,
+              progress: attempts.WorkProgress) -> None:
+        op = self.op
+        self._publish_history(self.context, progress)
+        op._attempts = list(progress.attempts)
+        if outcome.attempt.preempted:
+            metrics.preemption(op.job_class, outcome.attempt.host)
+        if step.action is attempts.Action.RELAUNCH:
+            op.log.warning("%s; no Airflow retry used", step.message)
+            return
+        op._waiting_since = None
+        if step.action is attempts.Action.RETRY_BIGGER:
+            metrics.oom_retry(op.job_class, outcome.attempt.host)
+            op.log.warning("%s", step.message)
+            return
+        self._publish_gpu_time(self.context, progress)
+        if step.action is attempts.Action.SUCCEEDED:
+            op.log.info("%s", step.message)
+        else:
+            op.log.error("%s", step.message)
+
+    def wait_to_relaunch(self, step: attempts.NextStep, outcome: attempts.AttemptOutcome,
+                         progress: attempts.WorkProgress) -> None:
+        self.waiting.wait_for_gpus(self.manager, self.hook, progress, self.owner, "backoff after a preemption",
+                               not_before=time.time() + step.wait, task_key=self.task_key)
+
+    def value(self, work: Work) -> Any:
+        try:
+            return attempts.work_value(work)
+        except GpuschedError as exc:
+            raise AirflowException(f"{self.op.task_id}: {exc}") from exc
+
+    def succeeded(self, result: attempts.RunResult) -> Any:
+        self.context["ti"].xcom_push(key="gpus_used", value=result.gpus)
+        if self.op.python_callable is not None:
+            return result.value
+        return result.to_dict()
+
+    def failed(self, step: attempts.NextStep, outcome: attempts.AttemptOutcome,
+               progress: attempts.WorkProgress) -> None:
+        task_id = self.op.task_id
+        if step.action is attempts.Action.HALTED:
+            raise AirflowFailException(f"{task_id}: {step.message}")  # no retry: someone stopped it
+        if step.action is attempts.Action.TIMED_OUT:
+            raise WorkTimedOut(f"{task_id}: {step.message}")
+        raise AirflowException(f"{task_id}: {step.message}")
+
+    def _publish_gpu_time(self, context, progress: attempts.WorkProgress) -> None:
+        """GPU time used and lost by this try, for the board's per-class totals (XCom ``gpu_time``)."""
+        context["ti"].xcom_push(key=GPU_TIME_XCOM, value={"job_class": self.op.job_class, "time": time.time(),
+                                                          **progress.history.to_dict()})
+
+    def _publish_history(self, context, progress: attempts.WorkProgress) -> None:
+        """Every attempt of this try so far, as the GPU timeline's bars (XCom ``gpusched_lease_history``)."""
+        ti = context["ti"]
+        log = SegmentLog()
+        for attempt in progress.attempts:
+            log.add(segment_of(attempt, job_class=self.op.job_class, priority=self.op.priority, dag_id=ti.dag_id,
+                               run_id=ti.run_id, task_id=ti.task_id,
+                               map_index=ti.map_index if ti.map_index is not None else -1))
+        ti.xcom_push(key=LEASE_HISTORY_XCOM, value=log.record())
+
+    def _publish_lease(self, context, lease, manager) -> None:
+        """Tell the UI's GPU board (which may run on another host) what this try holds: XCom ``gpusched_lease``."""
+        ti = context["ti"]
+        map_index = ti.map_index if ti.map_index is not None else -1
+        ti.xcom_push(key=LEASE_XCOM, value=lease_record(
+            fleet.worker_host(ti), dataclasses.asdict(lease), manager.inventory.gpus(), dag_id=ti.dag_id,
+            run_id=ti.run_id, task_id=ti.task_id, map_index=map_index))
+
+
+class _TaskWaiting:
+    """How a LocalGPUOperator task waits for GPUs, by its ``wait_mode``: look again in the worker for
+    ``defer_after`` seconds, then defer to the triggerer (``defer``), or reschedule (``reschedule``), or keep
+    looking in the worker (``block``); idle work yielding to it is waited for here. The attempt loop gets it
+    through _TaskAttempts.acquire and wait_to_relaunch."""
+
+    def __init__(self, operator: LocalGPUOperator) -> None:
+        self.op = operator
+
+    def wait_for_gpus(self, manager, hook, progress: attempts.WorkProgress, owner: str, why: str,
+                       not_before: float | None = None, task_key: str = "") -> None:
+        """Defer (or reschedule) until the request may fit; returns only in blocking mode, after a poll."""
+        interval = self.op.poll_interval or settings.gpu_poll_interval()
+        if self.op.wait_mode == "defer" and fleet.enabled():  # the head node's triggerer waits on the hosts' records
+            self.op.defer(trigger=FleetRoomTrigger(
+                request=dataclasses.asdict(progress.request), fleet_dir=settings.fleet_dir(), poll_interval=interval,
+                not_before=not_before, fire_after=time.time() + settings.min_deferral(),
+                payload={**progress.to_dict(), "waiting_since": self.op._waiting_since, "fleet_hosts": self.op._fleet_hosts}),
+                method_name="resume")
+        if self.op.wait_mode == "defer":
+            request = dataclasses.asdict(progress.request)
+            self.op.defer(trigger=GPUAvailableTrigger(
+                request=request, simulate=hook.simulate or None, state_dir=manager.state_dir,
+                poll_interval=interval, owner=owner, job_class=self.op.job_class, not_before=not_before,
+                task_key=task_key, fire_after=time.time() + settings.min_deferral(),
+                payload={**progress.to_dict(), "waiting_since": self.op._waiting_since}),
+                method_name="resume")
+        if self.op.wait_mode == "reschedule" and not progress.attempts:  # before the first attempt nothing is lost
+            from datetime import timedelta
+
+            from airflow.sdk import timezone
+            from airflow.sdk.exceptions import AirflowRescheduleException
+
+            raise AirflowRescheduleException(timezone.utcnow() + timedelta(seconds=interval))
+        delay = max(interval, (not_before or 0) - time.time())
+        if self.op._stop.wait(delay):
+            raise AirflowException(f"{self.op.task_id}: stopped while waiting for GPUs ({why})")
+
+    def wait_for_yield(self, manager, owner: str, why: str) -> bool:
+        """Idle work was asked to give up the GPUs for this request: it goes within its grace period, so wait
+        here (a deferral would cost a task restart and could fire too soon for Airflow, see
+        triggers/deferral.py). True to look again; False once nothing yields or the wait took too long."""
+        if self.op.wait_mode == "reschedule":
+            return False
+        yielding = manager.yielding_to(owner)
+        if not yielding:
+            return False
+        if self.op._yield_deadline is None:
+            self.op._yield_deadline = time.monotonic() + manager.yield_grace(yielding) + 10
+            self.op.log.info("Idle work is yielding its GPUs to this task; waiting for it: %s", why)
+        if time.monotonic() > self.op._yield_deadline:
+            return False
+        if self.op._stop.wait(0.5):
+            raise AirflowException(f"{self.op.task_id}: stopped while idle work was yielding its GPUs")
+        return True
+
+    def land_in_fleet(self, context, manager, hook, progress: attempts.WorkProgress, owner: str, task_key: str):
+        """In a fleet: record the host this try landed on (XCom ``gpusched_fleet_hosts``); refuse a request no
+        host can ever hold, naming the hosts' sizes; and wait for room elsewhere when this host cannot hold it."""
+        from airflow_provider_gpusched.core.fleet import FLEET_HOSTS_XCOM
+        from airflow_provider_gpusched.core.host_name import this_host
+
+        self.op._fleet_hosts.append(this_host())
+        context["ti"].xcom_push(key=FLEET_HOSTS_XCOM, value=list(self.op._fleet_hosts))
+        view = fleet.read_this_fleet()
+        view.refuse_impossible(progress.request)  # InvalidArgumentError: the task fails, naming the sizes
+        try:
+            manager.check_possible(progress.request)
+        except InvalidArgumentError as exc:
+            if not view.hosts or self.op.wait_mode == "block":  # blocking here cannot make this host any bigger
+                raise
+            self.op.log.info("This host cannot hold %s (%s); waiting for room on another host of the fleet",
+                          progress.request.describe(), exc)
+            self.wait_for_gpus(manager, hook, progress, owner, str(exc), task_key=task_key)
+
+    def acquire(self, context, manager, hook, progress: attempts.WorkProgress, owner: str, task_key: str):
+        """A lease for ``progress.request``, waiting (deferring, rescheduling or blocking) while GPUs are busy."""
+        policy = manager.classes[self.op.job_class].local
+        tag = self.op.work_tag(context)
+        while True:
+            refuse_if_stopped(self.op.task_id, tag, manager.state_dir)
+            lease, why = manager.try_acquire(progress.request, owner, job_class=self.op.job_class, priority=self.op.priority,
+                                             preemptible=progress.history.preemptible(policy), task_key=task_key,
+                                             grace=self.op.grace_period, work=tag)
+            if lease is not None:
+                self.op._busy_since = None
+                fleet.publish_quietly(manager)
+                if self.op._waiting_since is not None and self.op._wait_measured != self.op._waiting_since:
+                    self.op._wait_measured = self.op._waiting_since  # metric gpusched.gpu_wait.<class>, once per wait
+                    metrics.gpu_wait(time.time() - self.op._waiting_since, self.op.job_class,
+                                     fleet.worker_host(context["ti"]))
+                return lease
+            if self.wait_for_yield(manager, owner, why):
+                continue
+            first = self.op._busy_since is None
+            if first:
+                self.op._busy_since = time.monotonic()
+            here = self.look_again_here()
+            if first or not here:
+                self.op.log.info("GPUs busy for %s: %s%s", progress.request.describe(), why,
+                              f" (looking again here for {self.defer_after():g}s before deferring)" if here else "")
+                self.publish_wait(context, manager, progress.request, why)
+            if here:
+                if self.op._stop.wait(0.2):
+                    raise AirflowException(f"{self.op.task_id}: stopped while waiting for GPUs ({why})")
+                continue
+            self.wait_for_gpus(manager, hook, progress, owner, why, task_key=task_key)
+
+    def defer_after(self) -> float:
+        return settings.defer_after() if self.op.defer_after is None else float(self.op.defer_after)
+
+    def look_again_here(self) -> bool:
+        """Deferring mode, GPUs busy: whether to look again in the worker (within ``defer_after`` of the first
+        look) instead of deferring. A GPU that frees meanwhile is taken at once, where a deferral would cost at
+        least ``min_deferral`` and a task restart."""
+        if self.op.wait_mode != "defer" or self.op._busy_since is None:
+            return False
+        return time.monotonic() - self.op._busy_since < self.defer_after()
+
+    def publish_wait(self, context, manager, request: GPURequest, why: str) -> None:
+        """Tell the GPU board this try waits for GPUs (XCom ``gpusched_wait``), once per wait."""
+        if self.op._waiting_since is not None:
+            return
+        self.op._waiting_since = time.time()
+        ti = context["ti"]
+        ti.xcom_push(key=WAIT_XCOM, value=wait_record(
+            fleet.worker_host(ti), request.describe(), self.op.job_class, self.op.priority, why, self.op._waiting_since,
+            dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id,
+            map_index=ti.map_index if ti.map_index is not None else -1))

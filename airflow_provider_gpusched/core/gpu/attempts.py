@@ -6,18 +6,19 @@ succeed, or fail. :func:`decide` is that step, and the only place it is written.
 is what the loop carries between attempts; it turns into a plain dict and back, so that an Airflow
 operator can carry it across a deferral.
 
-Two loops use it and differ only in how they wait: the blocking
+One loop uses it, :func:`~airflow_provider_gpusched.core.gpu.runner.attempt_loop`; its users differ only in how
+they wait (an :class:`~airflow_provider_gpusched.core.gpu.runner.AttemptHooks`): the blocking
 :class:`~airflow_provider_gpusched.core.gpu.runner.GPUWorkRunner` (scripts, batched sweep trials, the
 benchmarks) and :class:`~airflow_provider_gpusched.operators.local_gpu.LocalGPUOperator` (defers to the
-triggerer, reschedules, or blocks in the worker). This is what :class:`~airflow_provider_gpusched.core.slurm.states.JobTracker`
-is for Slurm jobs.
+triggerer, reschedules, or blocks in the worker; on a fleet host too). This is what
+:class:`~airflow_provider_gpusched.core.slurm.states.JobTracker` is for Slurm jobs.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from airflow_provider_gpusched.core import pyfunc
 from airflow_provider_gpusched.core.errors import GpuschedError
@@ -26,11 +27,9 @@ from airflow_provider_gpusched.core.gpu.inventory import GPUInventory
 from airflow_provider_gpusched.core.gpu.lease_store import Lease
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
+from airflow_provider_gpusched.core.gpu.work import Work
 from airflow_provider_gpusched.core.job_classes import LocalClassPolicy
 from airflow_provider_gpusched.core.units import format_bytes
-
-if TYPE_CHECKING:  # runner.py imports this module
-    from airflow_provider_gpusched.core.gpu.runner import Work
 
 
 @dataclass

@@ -1,10 +1,12 @@
 """Running one piece of work on leased GPUs, with out-of-memory retry.
 
-:func:`run_attempt` runs one child on one lease and reports what happened. :class:`GPUWorkRunner`
-strings attempts together, blocking: acquire, run, release, then
-:func:`~airflow_provider_gpusched.core.gpu.attempts.decide` (relaunch, retry bigger, succeed or fail).
-The Airflow operator runs the same loop with :func:`run_attempt` and ``decide``, but defers while it
-waits for GPUs; scripts, batched sweep trials and the benchmarks use :class:`GPUWorkRunner`.
+:func:`run_attempt` runs one child on one lease and reports what happened. :func:`attempt_loop` strings
+attempts together (acquire, run, release, then :func:`~airflow_provider_gpusched.core.gpu.attempts.decide`:
+relaunch, retry bigger, succeed or fail), and is the only place that loop is written. What differs between its
+users is an :class:`AttemptHooks`: how to wait for a lease and between attempts (block here, or, in the Airflow
+operator, defer to the triggerer or reschedule) and what to tell whom. :class:`GPUWorkRunner` is the blocking
+user (scripts, batched sweep trials, the benchmarks); ``LocalGPUOperator`` is the other, on one host or on each
+host of a fleet (its Edge workers run the same operator).
 """
 
 from __future__ import annotations
@@ -14,23 +16,16 @@ import os
 import random
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping
 
 from airflow_provider_gpusched.core import pyfunc
-from airflow_provider_gpusched.core.checks import is_number
-from airflow_provider_gpusched.core.distributed import (
-    DEFAULT_RANK_EXIT_GRACE,
-    launcher_grace,
-    local_launch_argv,
-    torchrun_command,
-)
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.accounting import newest_checkpoint
 from airflow_provider_gpusched.core.gpu.attempts import (
     Action,
     Attempt,
     AttemptOutcome,
+    NextStep,
     RunResult,
     WorkProgress,
     attempt_banner,
@@ -45,76 +40,10 @@ from airflow_provider_gpusched.core.gpu.leases import LeaseManager, reason_kind
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy, find_oom, memory_evidence
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.gpu.stages import StageChannel
+from airflow_provider_gpusched.core.gpu.work import Work
 from airflow_provider_gpusched.core.host_name import this_host
 from airflow_provider_gpusched.core.units import format_time_limit
 from airflow_provider_gpusched.core.work_tag import WorkTag
-
-
-@dataclass
-class Work:
-    """What to run: ``argv`` (a list, run directly), ``shell_command`` (a string, run by bash: explicit),
-    or ``call_dir`` (a Python call written with :func:`airflow_provider_gpusched.core.pyfunc.write_call`)."""
-
-    argv: Sequence[str] | None = None
-    shell_command: str | None = None
-    call_dir: str | None = None
-    python: str | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
-    cwd: str | None = None
-    #: kept across relaunches; the child finds it in ``$GPUSCHED_CHECKPOINT_DIR``. Work lost to a
-    #: preemption is counted from the newest file written here.
-    checkpoint_dir: str | None = None
-    #: start it as one rank per leased GPU: "torchrun" or "srun" (core/distributed.py)
-    distributed: str | None = None
-    rank_exit_grace: float = DEFAULT_RANK_EXIT_GRACE
-    #: seconds each start may run before it is stopped (SIGTERM, the grace period, SIGKILL) and fails as timed
-    #: out, as Slurm stops a job at its --time; None: no limit
-    time_limit: float | None = None
-    #: shell lines run before the work, in the shell that then starts it (``source env.sh``, ``module load``), as
-    #: a Slurm job script runs its setup lines; the work's arguments still reach it verbatim
-    setup: Sequence[str] = ()
-
-    def __post_init__(self) -> None:
-        given = [x for x in (self.argv, self.shell_command, self.call_dir) if x is not None]
-        if len(given) != 1:
-            raise GpuschedError("give exactly one of argv (list), shell_command (string) or a Python callable")
-        if self.argv is not None and (isinstance(self.argv, str) or not self.argv):
-            raise GpuschedError("argv must be a non-empty list; for a shell command line use shell_command "
-                                "(or bash_command on the operator)")
-        if self.time_limit is not None and (not is_number(self.time_limit) or not self.time_limit > 0):
-            raise InvalidArgumentError("time_limit", self.time_limit, "seconds (a number > 0)")
-        if isinstance(self.setup, str):
-            self.setup = [self.setup]
-        if not isinstance(self.setup, (list, tuple)) or not all(isinstance(x, str) and "\x00" not in x
-                                                                 for x in self.setup):
-            raise InvalidArgumentError("setup", self.setup, "a list of shell lines")
-
-    def child_argv(self, nproc: int = 1, env: Mapping[str, str] | None = None) -> tuple[list[str] | str, bool]:
-        """What the child runs, and whether by a shell; a distributed start runs ``nproc`` ranks of it."""
-        if self.shell_command is not None:
-            argv, shell = self.shell_command, True
-        elif self.call_dir is not None:
-            import sys
-
-            argv, shell = [self.python or sys.executable, "-m", "airflow_provider_gpusched.core.pyfunc", self.call_dir], False
-        else:
-            argv, shell = [str(a) for a in self.argv], False
-        if self.distributed:
-            if shell:
-                argv, shell = ["/bin/bash", "-c", argv], False
-            grace = launcher_grace(self.rank_exit_grace, python_call=self.call_dir is not None)
-            argv = local_launch_argv(self.distributed, argv, nproc, grace, torchrun=torchrun_command(env, self.python),
-                                     python=self.python)
-        return self._after_setup(argv, shell)
-
-    def _after_setup(self, argv: list[str] | str, shell: bool) -> tuple[list[str] | str, bool]:
-        """``argv`` run by the shell that ran the setup lines first (once, before any rank starts)."""
-        if not self.setup:
-            return argv, shell
-        lines = "\n".join(self.setup) + "\n"
-        if shell:  # a command line: the same shell goes on with it
-            return lines + argv, True
-        return ["/bin/bash", "-c", lines + 'exec "$@"', "gpusched-setup", *argv], False
 
 
 class MemorySampler:
@@ -350,6 +279,131 @@ class GPUWorkFailed(GpuschedError):
         self.timed_out = timed_out  # stopped at the work's time limit
 
 
+class AttemptHooks:
+    """What a user of :func:`attempt_loop` decides: how it waits (for a lease, and before a relaunch) and what it
+    tells whom. Every method but :meth:`acquire` has a default that does nothing (or, for the end, returns the
+    result and raises :class:`GPUWorkFailed`)."""
+
+    def acquire(self, progress: WorkProgress) -> Lease:
+        """A lease for ``progress.request``, waiting as this user waits (blocking, deferring, rescheduling)."""
+        raise NotImplementedError
+
+    def work(self) -> Work:
+        """What each attempt runs."""
+        raise NotImplementedError
+
+    def log_path(self) -> str:
+        """Where each attempt's output goes."""
+        raise NotImplementedError
+
+    def attempt_options(self) -> dict:
+        """Further :func:`run_attempt` arguments (on_line, started, sample_interval, yield_interval, host,
+        on_gpus)."""
+        return {}
+
+    def starting(self, banner: str, lease: Lease, log_path: str) -> None:
+        """An attempt is about to start on ``lease`` (``banner`` says what, where and which class)."""
+
+    def released(self, lease: Lease) -> None:
+        """The attempt's lease was just released."""
+
+    def ended(self, outcome: AttemptOutcome, step: NextStep, progress: WorkProgress) -> None:
+        """An attempt ended and ``step`` is what comes next (``progress`` has recorded it)."""
+
+    def wait_to_relaunch(self, step: NextStep, outcome: AttemptOutcome, progress: WorkProgress) -> None:
+        """After a preemption: return once the work may start again (``step.wait`` seconds at least); raise to
+        give up."""
+
+    def value(self, work: Work) -> object:
+        """What the successful attempt produced (the callable's return value; None for programs)."""
+        return work_value(work)
+
+    def succeeded(self, result: RunResult) -> object:
+        """The work succeeded; what :func:`attempt_loop` returns."""
+        return result
+
+    def failed(self, step: NextStep, outcome: AttemptOutcome, progress: WorkProgress) -> None:
+        """The work failed for good (``step.action``: FAILED, HALTED or TIMED_OUT); raise."""
+        raise GPUWorkFailed(step.message, progress.attempts, outcome.tail, bool(outcome.attempt.oom),
+                            halted=step.action is Action.HALTED, timed_out=step.action is Action.TIMED_OUT)
+
+
+def attempt_loop(manager: LeaseManager, progress: WorkProgress, hooks: AttemptHooks, *, job_class: str,
+                 oom_policy: OOMRetryPolicy, stop_event: threading.Event, grace: float) -> object:
+    """Run the work until it succeeds or fails for good: acquire a lease, run one attempt on it, release it,
+    and let :func:`~airflow_provider_gpusched.core.gpu.attempts.decide` say what comes next. ``progress`` carries
+    the request and the attempts so far (a deferred operator resumes with the one it saved)."""
+    policy = manager.classes[job_class].local
+    sizes = [g.memory_total for g in manager.inventory.gpus()]
+    while True:
+        lease = hooks.acquire(progress)
+        log_path = hooks.log_path()
+        try:
+            work = hooks.work()
+            gpus = gpu_descriptions(lease, manager.inventory)
+            hooks.starting(attempt_banner(progress.next_number, progress.request, lease, gpus, job_class), lease,
+                           log_path)
+            outcome = run_attempt(manager, lease, work, number=progress.next_number, request=progress.request,
+                                  log_path=log_path, grace=grace, stop_event=stop_event,
+                                  extra_env=progress.relaunch_env(), **hooks.attempt_options())
+            if lease.stage:  # a two-stage task's GPUs came after its load stage
+                gpus = gpu_descriptions(lease, manager.inventory)
+        finally:
+            manager.release(lease)
+            hooks.released(lease)
+        step = decide(progress, outcome, job_class=job_class, policy=policy, oom_policy=oom_policy, gpu_sizes=sizes,
+                      stopping=stop_event.is_set(), work=work)
+        hooks.ended(outcome, step, progress)
+        if step.action is Action.RELAUNCH:
+            hooks.wait_to_relaunch(step, outcome, progress)
+        elif step.action is Action.SUCCEEDED:
+            return hooks.succeeded(RunResult(0, gpus, progress.attempts, log_path, hooks.value(work),
+                                             progress.history))
+        elif step.action is not Action.RETRY_BIGGER:
+            hooks.failed(step, outcome, progress)
+            raise GpuschedError(f"attempt hooks {type(hooks).__name__}.failed returned instead of raising")
+
+
+class _Blocking(AttemptHooks):
+    """:class:`GPUWorkRunner`'s way: wait for a lease and before a relaunch in this thread, tell ``on_event``."""
+
+    def __init__(self, runner: GPUWorkRunner, work: Work, log_path: str, acquire_timeout: float | None) -> None:
+        self.runner, self._work, self._log_path, self.acquire_timeout = runner, work, log_path, acquire_timeout
+        self.policy = runner.manager.classes[runner.job_class].local
+
+    def acquire(self, progress: WorkProgress) -> Lease:
+        r = self.runner
+        return r.manager.acquire(progress.request, r.owner, timeout=self.acquire_timeout,
+                                 poll_interval=r.poll_interval, job_class=r.job_class, priority=r.priority,
+                                 preemptible=progress.history.preemptible(self.policy),
+                                 on_wait=lambda why: r.on_event(f"waiting for GPUs: {why}"), work=r.work)
+
+    def work(self) -> Work:
+        return self._work
+
+    def log_path(self) -> str:
+        return self._log_path
+
+    def attempt_options(self) -> dict:
+        r = self.runner
+        return {"on_line": r.on_line, "sample_interval": r.sample_interval, "yield_interval": r.yield_interval,
+                "on_gpus": lambda grown: r.on_event(f"train stage on GPU {grown.cuda_visible_devices}"),
+                "host": r.host}
+
+    def starting(self, banner: str, lease: Lease, log_path: str) -> None:
+        self.runner.on_event(banner)
+
+    def ended(self, outcome: AttemptOutcome, step: NextStep, progress: WorkProgress) -> None:
+        if self.runner.on_attempt is not None:
+            self.runner.on_attempt(outcome.attempt, outcome.lease)
+        self.runner.on_event(step.message)
+
+    def wait_to_relaunch(self, step: NextStep, outcome: AttemptOutcome, progress: WorkProgress) -> None:
+        if self.runner.stop_event.wait(step.wait):
+            raise GPUWorkFailed("stopped while waiting to relaunch after a preemption", progress.attempts,
+                                outcome.tail, False)
+
+
 class GPUWorkRunner:
     """Acquire, run, release, and retry GPU OOMs with a bigger reservation (blocking)."""
 
@@ -379,40 +433,9 @@ class GPUWorkRunner:
         self.stop_event.set()
 
     def run(self, request: GPURequest, work: Work, log_path: str, *, acquire_timeout: float | None = None) -> RunResult:
+        """Run ``work`` to its end on leases of ``request`` (:func:`attempt_loop`, blocking); GPUWorkFailed when it
+        fails for good."""
         self.manager.check_possible(request)
-        sizes = [g.memory_total for g in self.manager.inventory.gpus()]
-        policy = self.manager.classes[self.job_class].local
-        progress = WorkProgress(request)
-        while True:
-            lease = self.manager.acquire(progress.request, self.owner, timeout=acquire_timeout,
-                                         poll_interval=self.poll_interval, job_class=self.job_class,
-                                         priority=self.priority, preemptible=progress.history.preemptible(policy),
-                                         on_wait=lambda why: self.on_event(f"waiting for GPUs: {why}"),
-                                         work=self.work)
-            try:
-                gpus = gpu_descriptions(lease, self.manager.inventory)
-                self.on_event(attempt_banner(progress.next_number, progress.request, lease, gpus, self.job_class))
-                outcome = run_attempt(self.manager, lease, work, number=progress.next_number, request=progress.request,
-                                      log_path=log_path, on_line=self.on_line, grace=self.grace,
-                                      stop_event=self.stop_event, sample_interval=self.sample_interval,
-                                      yield_interval=self.yield_interval, extra_env=progress.relaunch_env(),
-                                      on_gpus=lambda grown: self.on_event(f"train stage on GPU {grown.cuda_visible_devices}"),
-                                      host=self.host)
-                if lease.stage:  # a two-stage task's GPUs came after its load stage
-                    gpus = gpu_descriptions(lease, self.manager.inventory)
-            finally:
-                self.manager.release(lease)
-            if self.on_attempt is not None:
-                self.on_attempt(outcome.attempt, lease)
-            step = decide(progress, outcome, job_class=self.job_class, policy=policy, oom_policy=self.oom_policy,
-                          gpu_sizes=sizes, stopping=self.stop_event.is_set(), work=work)
-            self.on_event(step.message)
-            if step.action is Action.RELAUNCH:
-                if self.stop_event.wait(step.wait):
-                    raise GPUWorkFailed("stopped while waiting to relaunch after a preemption", progress.attempts,
-                                        outcome.tail, False)
-            elif step.action is Action.SUCCEEDED:
-                return RunResult(0, gpus, progress.attempts, log_path, work_value(work), progress.history)
-            elif step.action in (Action.FAILED, Action.HALTED, Action.TIMED_OUT):
-                raise GPUWorkFailed(step.message, progress.attempts, outcome.tail, bool(outcome.attempt.oom),
-                                    halted=step.action is Action.HALTED, timed_out=step.action is Action.TIMED_OUT)
+        return attempt_loop(self.manager, WorkProgress(request), _Blocking(self, work, log_path, acquire_timeout),
+                            job_class=self.job_class, oom_policy=self.oom_policy, stop_event=self.stop_event,
+                            grace=self.grace)
