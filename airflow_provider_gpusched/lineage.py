@@ -91,15 +91,9 @@ def slurm_source(runner_description: dict | None) -> str:
     return f"slurm://{host}"
 
 
-def trial_facet(command: Any, sweep: str, task_instance) -> dict | None:
-    """The ``gpuschedTrial`` facet of a sweep's trial task: its trials (from the sweep's manifest and results
-    folder) and the sweep run; None for a task that runs no trial."""
-    from airflow_provider_gpusched.core.sweep.trial_run import trials_of_command
-
-    found = trials_of_command(command)
-    if found is None:
-        return None
-    manifest, trials = found
+def trial_facet(manifest: Any, trials: Any, sweep: str, task_instance) -> dict:
+    """The ``gpuschedTrial`` facet of a sweep's trial task: its trials (the manifest's records, from the results
+    folder) and the sweep run."""
     records = {r["trial_id"]: r for r in manifest.store.records(trials)}
     task_id = getattr(task_instance, "task_id", "")
     return {"sweep": sweep, "sweepRun": {"dag_id": getattr(task_instance, "dag_id", ""),

@@ -31,7 +31,7 @@ from airflow_provider_gpusched.core.stops import WorkHalted
 from airflow_provider_gpusched.core.sweep.batch import run_local_batch
 from airflow_provider_gpusched.core.sweep.session import SweepSession
 from airflow_provider_gpusched.core.sweep.spec import SweepSpec
-from airflow_provider_gpusched.core.sweep.trial_run import Manifest, chunk_argv, trial_argv
+from airflow_provider_gpusched.core.sweep.trial_run import Manifest, chunk_argv, trial_argv, trial_set
 from airflow_provider_gpusched.core.sweep.view import OUTCOMES_XCOM, PLAN_XCOM, outcome_records, plan_record
 from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.task_groups.execution import SweepExecution
@@ -281,17 +281,18 @@ class _Stage:
             if round_no is not None and not manifest.trials:
                 print(f"sweep {session.spec.name}: every candidate of the space has been evaluated; "
                       f"round {round_no} has nothing left to try (the search is complete)")
-            if not batched:
-                return [trial_argv(manifest, t, python) for t in manifest.pending]
+            if not batched:  # each trial task gets its command and, as data, the trial it runs
+                return [{"command": trial_argv(manifest, t, python), "trials": trial_set(manifest, [t])}
+                        for t in manifest.pending]
             chunks = manifest.chunk_count()
             if backend == "local":
                 return list(range(chunks))
-            return [{"command": chunk_argv(manifest, k, python),
+            return [{"command": chunk_argv(manifest, k, python), "trials": trial_set(manifest, chunk=k),
                      "array": array_range(len(manifest.chunk(k)), max_array_parallel)} for k in range(chunks)]
 
         planned = plan()
         if not batched:
-            run = self._trial_operator("trial", "{{ task.command[-1] }}").expand(command=planned)
+            run = self._trial_operator("trial", "{{ task.command[-1] }}").expand_kwargs(planned)
         elif backend == "local":
             run = self._local_runner(round_no).expand(chunk=planned)
         else:

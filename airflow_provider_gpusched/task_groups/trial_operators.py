@@ -10,10 +10,11 @@ import dataclasses
 from typing import Any
 
 from airflow_provider_gpusched import lineage, metrics
+from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.slurm.job import work_key
 from airflow_provider_gpusched.core.slurm.states import JobPhase
 from airflow_provider_gpusched.core.sweep.store import FINAL_STATES
-from airflow_provider_gpusched.core.sweep.trial_run import mark_unfinished, trials_of_command
+from airflow_provider_gpusched.core.sweep.trial_run import TrialSet, mark_unfinished
 from airflow_provider_gpusched.core.sweep.view import OUTCOMES_XCOM, outcome_records
 from airflow_provider_gpusched.core.work_tag import MAX_FIELD, WorkTag
 from airflow_provider_gpusched.links import SweepLeaderboardLink
@@ -32,15 +33,30 @@ def _ended_as(exc: Exception) -> str:
 
 
 class _RecordsTrialFailures:
-    command: Any
+    """``trials``: the record of the trials this task runs (core/sweep/trial_run.py's TrialSet, as the sweep's
+    plan task made it); their manifest is read once per task instance (:meth:`trial_set`)."""
+
+    trials: Any
+
+    def trial_set(self) -> tuple[Any, list] | None:
+        """This task's manifest and trials, or None for a task given none (or whose manifest is gone)."""
+        if not hasattr(self, "_trial_set"):
+            try:
+                self._trial_set = TrialSet.from_record(self.trials).read() if self.trials is not None else None
+            except GpuschedError as exc:
+                self.log.warning("The trials of this task cannot be read: %s", exc)
+                self._trial_set = None
+        return self._trial_set
 
     def _recording(self, method, context, *args) -> Any:
         try:
             value = method(context, *args)
         except Exception as exc:  # TaskDeferred is a BaseException: deferring passes through
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            for line in mark_unfinished(self.command, f"the trial's task failed: {first}", state=_ended_as(exc)):
-                self.log.warning("%s", line)
+            found = self.trial_set()
+            if found is not None:
+                for line in mark_unfinished(*found, f"the trial's task failed: {first}", state=_ended_as(exc)):
+                    self.log.warning("%s", line)
             self._publish_outcomes(context)
             raise
         self._publish_outcomes(context)
@@ -48,7 +64,7 @@ class _RecordsTrialFailures:
 
     def _publish_outcomes(self, context) -> None:
         try:
-            found = trials_of_command(self.command)
+            found = self.trial_set()
             if found is not None:
                 manifest, trials = found
                 records = outcome_records(manifest.store, trials)
@@ -62,7 +78,7 @@ class _RecordsTrialFailures:
     def work_tag(self, context) -> WorkTag:
         """The task's tag plus its sweep and its trials' labels (``gpusched queue list --sweep``)."""
         tag = super().work_tag(context)  # type: ignore[misc]
-        found = trials_of_command(self.command)
+        found = self.trial_set()
         labels = "+".join(t.label or t.trial_id for t in found[1]) if found else ""
         return dataclasses.replace(tag, sweep=str(getattr(self, "sweep_name", ""))[:MAX_FIELD],
                                    trial=labels[:MAX_FIELD])
@@ -73,7 +89,10 @@ class _RecordsTrialFailures:
     def _lineage_trial(self, task_instance) -> dict | None:
         """OpenLineage: the trials this task ran, their hyper-parameters, and the sweep run (lineage.py)."""
         try:
-            return lineage.trial_facet(self.command, str(getattr(self, "sweep_name", "")), task_instance)
+            found = self.trial_set()
+            if found is None:
+                return None
+            return lineage.trial_facet(*found, str(getattr(self, "sweep_name", "")), task_instance)
         except Exception as exc:  # noqa: BLE001 - lineage never fails the task
             self.log.debug("no trial facet: %s", exc)
             return None
@@ -83,9 +102,10 @@ class SweepTrialGPUOperator(_RecordsTrialFailures, LocalGPUOperator):
     lineage_job_type = "SWEEP_TRIAL_LOCAL_GPU"
     operator_extra_links = (*LocalGPUOperator.operator_extra_links, SweepLeaderboardLink())
 
-    def __init__(self, *, sweep_name: str = "", **kwargs: Any) -> None:
+    def __init__(self, *, sweep_name: str = "", trials: dict | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.sweep_name = sweep_name  # for the "Sweep leaderboard" link
+        self.trials = trials
 
     def resume(self, context, event: dict[str, Any]) -> Any:
         return self._recording(super().resume, context, event)
@@ -95,9 +115,10 @@ class SweepTrialSlurmOperator(_RecordsTrialFailures, SlurmJobOperator):
     lineage_job_type = "SWEEP_TRIAL_SLURM"
     operator_extra_links = (*SlurmJobOperator.operator_extra_links, SweepLeaderboardLink())
 
-    def __init__(self, *, sweep_name: str = "", **kwargs: Any) -> None:
+    def __init__(self, *, sweep_name: str = "", trials: dict | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.sweep_name = sweep_name  # for the "Sweep leaderboard" link
+        self.trials = trials
 
     def execute_complete(self, context, event: dict[str, Any]) -> Any:
         return self._recording(super().execute_complete, context, event)
@@ -106,7 +127,7 @@ class SweepTrialSlurmOperator(_RecordsTrialFailures, SlurmJobOperator):
         """A trial is the same work in every DAG run (each run has its own manifest path in the command):
         the sweep folder, the trials and the resources. A job an earlier, killed run left running is
         re-attached to instead of running the trial a second time."""
-        found = trials_of_command(self.command)
+        found = self.trial_set()
         if found is None:
             return super().work_key(context, spec)
         manifest, trials = found

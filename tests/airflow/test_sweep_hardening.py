@@ -106,7 +106,7 @@ def test_a_slurm_trial_is_the_same_work_in_every_run(tmp_path):
     from airflow_provider_gpusched.core.slurm import SlurmJobSpec
     from airflow_provider_gpusched.core.sweep import Objective, SweepSpec
     from airflow_provider_gpusched.core.sweep.session import SweepSession
-    from airflow_provider_gpusched.core.sweep.trial_run import trial_argv
+    from airflow_provider_gpusched.core.sweep.trial_run import trial_argv, trial_set
     from airflow_provider_gpusched.task_groups.trial_operators import SweepTrialSlurmOperator
 
     session = SweepSession(SweepSpec(name="w", test_config=[{"x": [1, 2]}], command=["true", "{x}"],
@@ -115,6 +115,6 @@ def test_a_slurm_trial_is_the_same_work_in_every_run(tmp_path):
     keys = {}
     for name, manifest, trial in (("a1", a, a.pending[0]), ("b1", b, b.pending[0]), ("a2", a, a.pending[1])):
         argv = trial_argv(manifest, trial, sys.executable)
-        op = SweepTrialSlurmOperator(task_id=f"t_{name}", command=argv, gpus=1)
+        op = SweepTrialSlurmOperator(task_id=f"t_{name}", command=argv, gpus=1, trials=trial_set(manifest, [trial]))
         keys[name] = op.work_key({}, SlurmJobSpec(command=argv, gpus=1))
     assert keys["a1"] == keys["b1"] != keys["a2"]

@@ -78,13 +78,11 @@ def test_mark_unfinished_leaves_finished_trials_and_names_the_reason(tmp_path):
     manifest = session.prepare(run="r")
     done, never = manifest.pending
     assert runner(manifest, done).wait(timeout=60) == 0
-    argv = [sys.executable, "-m", "airflow_provider_gpusched.core.sweep.trial_run", manifest.path, never.trial_id]
-    assert mark_unfinished(argv, "the trial's task failed: no GPU") == [
+    assert mark_unfinished(manifest, [never], "the trial's task failed: no GPU") == [
         f"trial {never.index} {never.label} marked failed: the trial's task failed: no GPU"]
-    done_argv = [*argv[:-1], done.trial_id]
-    assert mark_unfinished(done_argv, "x") == []
+    assert session.store.state(never) == "failed"
+    assert mark_unfinished(manifest, [done], "x") == []
     assert session.store.state(done) == "succeeded"
-    assert mark_unfinished(["python", "train.py"], "x") == []  # not a trial command
 
 
 @pytest.mark.parametrize("result, problem", [

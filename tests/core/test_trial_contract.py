@@ -10,12 +10,13 @@ from airflow_provider_gpusched.core.sweep.session import SweepSession
 from airflow_provider_gpusched.core.sweep.spec import TrialResources
 from airflow_provider_gpusched.core.sweep.trial_run import (
     RUNNER_MODULE,
+    TrialSet,
     chunk_argv,
     group_argv,
     main,
     parse_runner_args,
     trial_argv,
-    trials_of_command,
+    trial_set,
 )
 
 
@@ -32,8 +33,28 @@ def test_every_command_form_parses_back_to_its_trials(manifest):
                            (group_argv(manifest, t[4:], "py"), [t[4]]),
                            (chunk_argv(manifest, 1, "py"), t[2:4])):
         assert argv[:3] == ["py", "-m", RUNNER_MODULE]
-        found = trials_of_command(argv)
-        assert found is not None and found[0].path == manifest.path and found[1] == expected, argv
+        command = parse_runner_args(argv[3:])
+        assert command.manifest == manifest.path and command.trials(manifest) == expected, argv
+
+
+def test_a_trial_set_is_data_that_reads_back_to_its_trials(manifest):
+    """What a trial operator gets instead of parsing its command line: the manifest and the ids (or a chunk)."""
+    t = manifest.trials
+    for record, expected in ((trial_set(manifest, [t[3]]), [t[3]]), (trial_set(manifest, t[:3]), t[:3]),
+                             (trial_set(manifest, chunk=1), t[2:4])):
+        found = TrialSet.from_record(record).read()
+        assert found[0].path == manifest.path and found[1] == expected, record
+    assert trial_set(manifest, [t[0]]) == {"manifest": manifest.path, "ids": [t[0].trial_id]}
+
+
+@pytest.mark.parametrize("record, problem", [
+    ("m.json", r"trials: expected \{manifest: PATH"), ({"manifest": "m.json"}, r"trials.ids: expected a non-empty"),
+    ({"manifest": "m.json", "ids": ["a"], "chunk": 1}, r"trials.chunk: expected a chunk number >= 0 \(and no ids\)"),
+    ({"manifest": "", "ids": ["a"]}, "trials.manifest: expected a manifest path"),
+    ({"manifest": "m.json", "chunk": True}, "trials.chunk"), ({"manifest": "m.json", "ids": ["a"], "x": 1}, "trials.x")])
+def test_a_bad_trial_set_record_is_named(record, problem):
+    with pytest.raises(InvalidArgumentError, match=problem):
+        TrialSet.from_record(record)
 
 
 def test_the_session_names_the_manifest_of_each_run(manifest, tmp_path):
@@ -50,7 +71,6 @@ def test_the_session_names_the_manifest_of_each_run(manifest, tmp_path):
 def test_bad_runner_arguments_are_named(args, problem):
     with pytest.raises(InvalidArgumentError, match=problem):
         parse_runner_args(args)
-    assert trials_of_command(["py", "-m", RUNNER_MODULE, *args]) is None
 
 
 def test_an_array_task_outside_its_chunk_is_a_usage_error(manifest, monkeypatch, capsys):

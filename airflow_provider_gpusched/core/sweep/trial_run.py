@@ -469,27 +469,57 @@ def parse_runner_args(args: Sequence[str]) -> RunnerCommand:
     return RunnerCommand(args[0], trial_id=args[1])
 
 
-def trials_of_command(argv: Sequence[str]) -> tuple[Manifest, list[Trial]] | None:
-    """The manifest and trials a trial-runner command line runs (None when ``argv`` is not one)."""
-    argv = [str(a) for a in argv or []]
-    if RUNNER_MODULE not in argv:
-        return None
-    try:
-        command = parse_runner_args(argv[argv.index(RUNNER_MODULE) + 1:])
-        manifest = Manifest(command.manifest)
-        return manifest, command.trials(manifest)
-    except GpuschedError:
-        return None
+@dataclass(frozen=True)
+class TrialSet:
+    """The trials one task runs, as data: the manifest's path and the trial ids (or a chunk of it, for a Slurm
+    array). The task group hands it to each trial operator (its ``trials`` argument) next to the command line, so
+    the operator never parses trial identity back out of argv; :meth:`read` reads the manifest once."""
+
+    manifest: str
+    ids: tuple[str, ...] = ()
+    chunk: int | None = None
+
+    def to_record(self) -> dict[str, Any]:
+        return {"manifest": self.manifest, "ids": list(self.ids)} if self.chunk is None else \
+            {"manifest": self.manifest, "chunk": self.chunk}
+
+    @classmethod
+    def from_record(cls, data: Any, where: str = "trials") -> TrialSet:
+        """A record from :meth:`to_record` (a task's argument, after Airflow's XCom); InvalidArgumentError
+        naming the key otherwise."""
+        if not isinstance(data, Mapping):
+            raise InvalidArgumentError(where, data, "{manifest: PATH, ids: [TRIAL_ID, ...]} or {manifest, chunk}")
+        unknown = [k for k in data if k not in ("manifest", "ids", "chunk")]
+        if unknown:
+            raise InvalidArgumentError(f"{where}.{unknown[0]}", data[unknown[0]], "manifest, ids or chunk")
+        manifest, ids, chunk = data.get("manifest"), data.get("ids"), data.get("chunk")
+        if not isinstance(manifest, str) or not manifest or "\x00" in manifest:
+            raise InvalidArgumentError(f"{where}.manifest", manifest, "a manifest path")
+        if chunk is not None:
+            if not is_int(chunk) or chunk < 0 or ids:
+                raise InvalidArgumentError(f"{where}.chunk", chunk, "a chunk number >= 0 (and no ids)")
+            return cls(manifest, chunk=chunk)
+        if not isinstance(ids, (list, tuple)) or not ids or not all(isinstance(i, str) and i for i in ids):
+            raise InvalidArgumentError(f"{where}.ids", ids, "a non-empty list of trial ids")
+        return cls(manifest, tuple(ids))
+
+    def read(self) -> tuple[Manifest, list[Trial]]:
+        """The manifest and these trials (GpuschedError when it is gone or does not hold them)."""
+        manifest = Manifest(self.manifest)
+        if self.chunk is not None:
+            return manifest, manifest.chunk(self.chunk)
+        return manifest, [manifest.trial(i) for i in self.ids]
 
 
-def mark_unfinished(argv: Sequence[str], reason: str, state: str = "failed") -> list[str]:
-    """After the task running ``argv`` failed: mark its trials that have no outcome (never started, or their
-    runner died) ``state`` (``failed``, or ``timeout`` when the task stopped them at their time limit) with
-    ``reason``; trials another process is running now are left alone."""
-    found = trials_of_command(argv)
-    if found is None:
-        return []
-    manifest, trials = found
+def trial_set(manifest: Manifest, trials: Sequence[Trial] = (), *, chunk: int | None = None) -> dict[str, Any]:
+    """The record of ``trials`` (or chunk ``chunk``) of ``manifest`` a trial operator gets as ``trials``."""
+    return TrialSet(manifest.path, tuple(t.trial_id for t in trials), chunk).to_record()
+
+
+def mark_unfinished(manifest: Manifest, trials: Sequence[Trial], reason: str, state: str = "failed") -> list[str]:
+    """After the task running ``trials`` failed: mark those that have no outcome (never started, or their runner
+    died) ``state`` (``failed``, or ``timeout`` when the task stopped them at their time limit) with ``reason``;
+    trials another process is running now are left alone."""
     lines = []
     for trial in trials:
         if manifest.store.state(trial) in ("succeeded", *FAILED_STATES):
