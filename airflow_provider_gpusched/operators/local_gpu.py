@@ -189,6 +189,8 @@ class LocalGPUOperator(BaseOperator):
             self.time_limit = None if time_limit is None else time_limit_seconds(time_limit)
             self.rank_exit_grace = check_grace(rank_exit_grace)
         except InvalidArgumentError as exc:
+            if exc.argument.split(".")[0] == "host_memory" and host_memory is None:  # the request's name for mem
+                exc = InvalidArgumentError("mem" + exc.argument[len("host_memory"):], exc.value, exc.expected)
             raise AirflowException(f"{self.task_id}: {exc}") from exc
         self.env = dict(env or {})
         self.cwd = cwd

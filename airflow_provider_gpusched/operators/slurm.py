@@ -62,6 +62,10 @@ class SlurmJobFailed(AirflowException):
         self.status = status or {}
 
 
+#: SlurmJobSpec's names for the operator's arguments, where they differ
+_SPEC_NAMES = {"cpus_per_task": "cpus", "environment": "env"}
+
+
 class SlurmJobOperator(BaseOperator):
     """Submit a Slurm batch job and wait for it.
 
@@ -225,6 +229,9 @@ class SlurmJobOperator(BaseOperator):
                          array=self.array if self.array and "{{" not in str(self.array) else None,
                          **self._launch(None))
         except InvalidArgumentError as exc:
+            head, dot, rest = exc.argument.partition(".")
+            if head in _SPEC_NAMES:  # the job spec's name for an operator argument: say the operator's
+                exc = InvalidArgumentError(_SPEC_NAMES[head] + dot + rest, exc.value, exc.expected)
             raise AirflowException(f"{self.task_id}: {exc}") from exc
 
     def _task_dir(self, context) -> str:

@@ -1,31 +1,24 @@
 """Fuzzing what users write: sweep specs (Python dicts and YAML text), pipeline-partition inputs and the
 arguments operators validate with (``SlurmJobSpec``, ``GPURequest``). For every generated input: a valid
 result, or the project's own error with a message naming a key — never another exception, never more than
-a few seconds. Counts are printed at the end (``pytest -s``) and recorded in the issue notes."""
+a few seconds. Each test counts its own inputs (tests/fuzzing.py) and checks it reached both outcomes."""
 
 from __future__ import annotations
 
 import math
-import os
-import time
-from collections import Counter
+import re
+from dataclasses import fields
 
 import yaml
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.partition import load_problem, partition
 from airflow_provider_gpusched.core.partition.problem import PartitionInputError
 from airflow_provider_gpusched.core.slurm import SlurmJobSpec
 from airflow_provider_gpusched.core.sweep import SweepSpec
-
-COUNTS: Counter = Counter()
-FUZZ = settings(max_examples=int(os.environ.get("GPUSCHED_FUZZ_EXAMPLES", "300")), deadline=None,
-                suppress_health_check=list(HealthCheck),
-                derandomize=not os.environ.get("GPUSCHED_FUZZ_RANDOM"), database=None)
-SECONDS = 5.0  # per input
+from tests.fuzzing import assert_both_outcomes, fuzz
 
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True, allow_infinity=True),
@@ -74,32 +67,24 @@ def sweep_dicts(draw):
     return spec
 
 
-def _expect_clear(call, error_type=GpuschedError, names_key=None):
-    started = time.monotonic()
-    try:
-        result = call()
-    except error_type as exc:
-        message = str(exc)
-        assert message and "Traceback" not in message
-        if names_key is not None:
-            assert names_key(message), message
-        COUNTS[f"{call.__name__}: clear error"] += 1
-        result = None
-    COUNTS[f"{call.__name__}: inputs"] += 1
-    assert time.monotonic() - started < SECONDS, "took too long"
-    return result
+#: the spec keys an error may name: the spec's fields and what from_dict also reads (and the fuzzer's bogus key)
+SPEC_FIELDS = {f.name for f in fields(SweepSpec)} | {"callable", "scheduler_config", "function_resource", "bogus"}
 
 
-def _names_a_spec_key(message: str) -> bool:
-    """``sweep: <key...>: expected ...`` or ``<file>: <key>: ...``."""
-    head = message.split(": expected")[0]
-    return ":" in head or head.startswith(("sweep", "count", "grid_steps", "sweep spec"))
+def names_a_spec_key(exc: InvalidArgumentError, where: str = "sweep") -> bool:
+    """``<where>: <key>[.sub|[i]]`` with a key of the spec, or a space helper's own argument (``count``,
+    ``grid_steps``, raised before the spec adds where)."""
+    if exc.argument in ("count", "grid_steps"):
+        return True
+    if not exc.argument.startswith(f"{where}: "):
+        return False
+    if exc.expected.startswith("a known key"):  # an unknown key, named as the user wrote it
+        return True
+    return re.split(r"[.\[ ]", exc.argument[len(where) + 2:], maxsplit=1)[0] in SPEC_FIELDS
 
 
-@FUZZ
-@given(sweep_dicts())
-def test_fuzz_sweep_specs_from_python(data):
-    def sweep_from_dict():
+def test_fuzz_sweep_specs_from_python():
+    def sweep_from_dict(data):
         spec = SweepSpec.from_dict(data)
         assert spec.stage_size() <= spec.max_trials
         if spec.search in ("grid", "random") and spec.stage_size() <= 2000:
@@ -107,9 +92,10 @@ def test_fuzz_sweep_specs_from_python(data):
             assert len({t.trial_id for t in trials}) == len(trials)
             for t in trials:
                 assert all(not (isinstance(v, float) and not math.isfinite(v)) for v in t.params.values())
-        return spec
 
-    _expect_clear(sweep_from_dict, InvalidArgumentError, _names_a_spec_key)
+    counts = fuzz(sweep_dicts(), sweep_from_dict, error=InvalidArgumentError,
+                  names=lambda exc, data: names_a_spec_key(exc), what="spec key")
+    assert_both_outcomes(counts)
 
 
 VALID_YAML = """name: fz
@@ -125,23 +111,26 @@ resources: {gpus: 1, gpu_memory: 6GiB}
 """
 
 
-@FUZZ
-@given(st.lists(st.tuples(st.integers(0, len(VALID_YAML)), st.integers(0, 6),
-                          st.text(alphabet=" \n\t:{}[]-,'\"#&*!|>%@`0123456789.eE+abcnx", max_size=6)), max_size=4))
-def test_fuzz_sweep_specs_from_yaml_text(tmp_path_factory, edits):
-    text = VALID_YAML
-    for at, cut, insert in edits:
-        text = text[:at] + insert + text[at + cut:]
+def test_fuzz_sweep_specs_from_yaml_text(tmp_path_factory):
+    edits = st.lists(st.tuples(st.integers(0, len(VALID_YAML)), st.integers(0, 6),
+                               st.text(alphabet=" \n\t:{}[]-,'\"#&*!|>%@`0123456789.eE+abcnx", max_size=6)), max_size=4)
     path = tmp_path_factory.mktemp("fz") / "spec.yaml"
-    path.write_text(text)
 
-    def sweep_from_yaml():
+    def sweep_from_yaml(changes):
+        text = VALID_YAML
+        for at, cut, insert in changes:
+            text = text[:at] + insert + text[at + cut:]
+        path.write_text(text)
         spec = SweepSpec.from_yaml(str(path))
         if spec.search in ("grid", "random") and spec.stage_size() <= 2000:
             spec.trials()
-        return spec
 
-    _expect_clear(sweep_from_yaml, InvalidArgumentError, lambda m: m.startswith(str(path)) or m.startswith("sweep spec"))
+    def names_the_file(exc, changes):  # "<file>: <key>: ...", "<file>: line 3, column 2: ...", or "sweep spec: ..."
+        return exc.argument == "sweep spec" and exc.value == str(path) or (
+            exc.argument.startswith(f"{path}:") and (names_a_spec_key(exc, str(path)) or " line " in exc.argument))
+
+    counts = fuzz(edits, sweep_from_yaml, error=InvalidArgumentError, names=names_the_file, what="file and key")
+    assert_both_outcomes(counts)
 
 
 numbers = st.one_of(st.floats(min_value=-1e3, max_value=1e6), st.sampled_from([math.nan, math.inf, -math.inf]),
@@ -184,24 +173,26 @@ def partition_inputs(draw):
     return docs["models"], docs["types"], docs["devices"], dtype, batch
 
 
-@FUZZ
-@given(partition_inputs())
-def test_fuzz_partition_inputs(tmp_path_factory, inputs):
-    models, types, devices, dtype, batch = inputs
+def test_fuzz_partition_inputs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("pp")
-    for name, doc in (("models.yml", models), ("device_types.yml", types), ("devices.yml", devices)):
-        (folder / name).write_text(yaml.safe_dump(doc))
+    files = [str(folder / name) for name in ("models.yml", "device_types.yml", "devices.yml")]
 
-    def partition_files():
-        problem = load_problem(str(folder / "models.yml"), str(folder / "device_types.yml"),
-                               str(folder / "devices.yml"), model="m", dtype=dtype, batch_size=batch)
+    def partition_files(inputs):
+        models, types, devices, dtype, batch = inputs
+        for path, doc in zip(files, (models, types, devices)):
+            with open(path, "w") as fh:
+                yaml.safe_dump(doc, fh)
+        problem = load_problem(*files, model="m", dtype=dtype, batch_size=batch)
         schedule = partition(problem)
         if schedule.feasible:
             assert schedule.stages[0].first == 1 and schedule.stages[-1].last == problem.layers
-        return schedule
 
-    _expect_clear(partition_files, PartitionInputError,
-                  lambda m: m.startswith((str(folder), "dtype", "batch_size", "model")) or ":" in m)
+    def names_the_input(exc, inputs):  # the file (and key) that is wrong, or the option
+        return str(exc).startswith((*files, "dtype", "batch size (-b)", "model "))
+
+    counts = fuzz(partition_inputs(), partition_files, error=PartitionInputError, names=names_the_input,
+                  what="file or option")
+    assert_both_outcomes(counts)
 
 
 SPEC_ARGS = {
@@ -214,39 +205,30 @@ SPEC_ARGS = {
 }
 
 
-@FUZZ
-@given(st.fixed_dictionaries({}, optional=SPEC_ARGS))
-def test_fuzz_slurm_job_arguments(kwargs):
-    kwargs.setdefault("command", "true")
+def _names_one_of(exc: InvalidArgumentError, keys) -> bool:
+    """The argument named is one of ``keys`` (``environment.X`` and ``sbatch_args[1]`` name their key)."""
+    return re.split(r"[.\[ ]", exc.argument, maxsplit=1)[0] in keys
 
-    def slurm_job_spec():
-        spec = SlurmJobSpec(**kwargs)
+
+def test_fuzz_slurm_job_arguments():
+    def slurm_job_spec(kwargs):
+        spec = SlurmJobSpec(**{"command": "true", **kwargs})
         argv = spec.sbatch_argv()
         assert all(isinstance(a, str) and "\n" not in a and "\x00" not in a for a in argv)
         assert spec.render_script().startswith("#!")
-        return spec
 
-    _expect_clear(slurm_job_spec, InvalidArgumentError, lambda m: ": expected" in m)
-
-
-@FUZZ
-@given(st.fixed_dictionaries({}, optional={k: scalars for k in ("gpus", "gpu_memory", "memory_margin",
-                                                                  "max_foreign_processes", "min_free_ram",
-                                                                  "max_cpu_percent", "host_memory")} | {
-    "devices": st.one_of(st.lists(scalars, max_size=3), scalars)}))
-def test_fuzz_gpu_requests(kwargs):
-    def gpu_request():
-        return GPURequest(**kwargs)
-
-    _expect_clear(gpu_request, InvalidArgumentError, lambda m: ": expected" in m)
+    counts = fuzz(st.fixed_dictionaries({}, optional=SPEC_ARGS), slurm_job_spec, error=InvalidArgumentError,
+                  names=lambda exc, kwargs: _names_one_of(exc, kwargs), what="argument given")
+    assert_both_outcomes(counts)
 
 
-def test_fuzz_counts_are_reported():
-    """Runs last in this module: the counts the closing note records."""
-    if COUNTS:
-        print("\nfuzz counts: " + ", ".join(f"{k}={v}" for k, v in sorted(COUNTS.items())))
-    tried = sum(v for k, v in COUNTS.items() if k.endswith(": inputs"))
-    assert tried == 0 or tried >= 5 * 10  # every fuzz test above ran many inputs
-    for kind in ("sweep_from_dict", "sweep_from_yaml", "partition_files", "slurm_job_spec", "gpu_request"):
-        inputs, errors = COUNTS[f"{kind}: inputs"], COUNTS[f"{kind}: clear error"]
-        assert inputs == 0 or 0 < errors < inputs, f"{kind}: the fuzzer should reach both outcomes ({COUNTS})"
+REQUEST_ARGS = {k: scalars for k in ("gpus", "gpu_memory", "memory_margin", "max_foreign_processes", "min_free_ram",
+                                     "max_cpu_percent", "host_memory")} | {
+    "devices": st.one_of(st.lists(scalars, max_size=3), scalars)}
+
+
+def test_fuzz_gpu_requests():
+    counts = fuzz(st.fixed_dictionaries({}, optional=REQUEST_ARGS), lambda kwargs: GPURequest(**kwargs),
+                  error=InvalidArgumentError, names=lambda exc, kwargs: _names_one_of(exc, kwargs),
+                  what="argument given")
+    assert_both_outcomes(counts)

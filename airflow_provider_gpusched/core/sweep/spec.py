@@ -345,7 +345,7 @@ class SweepSpec:
     def __post_init__(self) -> None:
         w = self.where
         check_sweep_name(self.name, f"{w}: name")
-        if self.search not in SEARCH_KINDS:
+        if not isinstance(self.search, str) or self.search not in SEARCH_KINDS:
             raise InvalidArgumentError(f"{w}: search", self.search, f"one of {list(SEARCH_KINDS)}")
         self._check_shared_fields()
         self._build_parts()
