@@ -260,7 +260,7 @@ class LocalGPUOperator(BaseOperator):
 
     def _run(self, context, progress: attempts.WorkProgress) -> Any:
         """The attempt loop (:func:`~airflow_provider_gpusched.core.gpu.runner.attempt_loop`, the one the blocking
-        runner uses too); this operator adds only how to wait (defer, reschedule or block: _TaskAttempts) and
+        runner uses too); this operator adds only how to wait (defer, reschedule or block: _TaskWaiting) and
         what it publishes."""
         hook = LocalGPUHook()
         owner, task_key = self._owner(context), self._task_key(context)
