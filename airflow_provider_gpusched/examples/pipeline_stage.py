@@ -131,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"pipeline_stage: layers {first}-{last}: the model has {len(layers)}")
     part = torch.nn.Sequential(*layers[first - 1:last]).to(device).eval()
     print(f"stage {stage} of {stages}: layers {first}-{last} of {len(layers)} on {node} ({device}); "
-          f"listening on {env.get('GPUSCHED_STAGE_ADDR', '-') if prev_addr else '-'}, previous {prev_addr or '-'}, "
-          f"next {next_addr or '-'}", flush=True)
+          + (f"listening on {env.get('GPUSCHED_STAGE_ADDR')} for {prev_addr}" if prev_addr else "the first stage")
+          + f", next {next_addr or '-'}", flush=True)
     deadline = time.monotonic() + args.connect_timeout
     inbound = server = None
     if prev_addr:
@@ -144,15 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     outbound = connect(next_addr, deadline) if next_addr else None
 
     def inputs():
-        if inbound is None:
-            generator = torch.Generator().manual_seed(args.seed + 1)
-            for _ in range(args.microbatches):
-                yield torch.randn(args.batch_size, *shape, generator=generator)
+        if inbound is None:  # the first stage makes the micro-batches, as reference_output does
+            yield from microbatches_of(shape, args.batch_size, args.microbatches, args.seed)
             return
         while (tensor := recv_tensor(inbound)) is not None:
             yield tensor
 
-    count, total, first_row, started = 0, 0.0, None, time.monotonic()
+    count, output, started = 0, OutputSummary(), time.monotonic()
     with torch.inference_mode():
         for x in inputs():
             y = part(x.to(device))
@@ -160,9 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             if outbound is not None:
                 send_tensor(outbound, y)
             else:
-                total += float(y.double().sum())
-                if first_row is None:
-                    first_row = [float(v) for v in y[0].flatten()[:10]]
+                output.add(y)
     if outbound is not None:
         send_end(outbound)
         outbound.close()
@@ -172,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.monotonic() - started
     print(f"stage {stage}: {count} micro-batches through layers {first}-{last} in {seconds:.2f}s", flush=True)
     if outbound is None:
-        summary = {"microbatches": count, "sum": total, "first_row": first_row, "stages": stages, "node": node}
+        summary = {"microbatches": count, **output.record(), "stages": stages, "node": node}
         print("pipeline output: " + json.dumps(summary), flush=True)
         if args.result:
             with open(args.result, "w") as fh:
@@ -190,15 +186,36 @@ def reference_output(model: str, *, microbatches: int = 16, batch_size: int = 8,
     layers, shape = load_model(model, seed=seed)
     shape = input_shape or shape
     whole = torch.nn.Sequential(*layers).eval()
-    generator = torch.Generator().manual_seed(seed + 1)
-    total, first_row = 0.0, None
+    output = OutputSummary()
     with torch.inference_mode():
-        for _ in range(microbatches):
-            y = whole(torch.randn(batch_size, *shape, generator=generator))
-            total += float(y.double().sum())
-            if first_row is None:
-                first_row = [float(v) for v in y[0].flatten()[:10]]
-    return {"microbatches": microbatches, "sum": total, "first_row": first_row}
+        for x in microbatches_of(shape, batch_size, microbatches, seed):
+            output.add(whole(x))
+    return {"microbatches": microbatches, **output.record()}
+
+
+def microbatches_of(shape, batch_size: int, count: int, seed: int):
+    """The pipeline's input: ``count`` micro-batches of random tensors, the same for a seed wherever they are made
+    (the first stage, and reference_output's whole model)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed + 1)
+    for _ in range(count):
+        yield torch.randn(batch_size, *shape, generator=generator)
+
+
+class OutputSummary:
+    """What the last stage (or the whole model) says of its output: the sum of every value, and the first row."""
+
+    def __init__(self) -> None:
+        self.total, self.first_row = 0.0, None
+
+    def add(self, y) -> None:
+        self.total += float(y.double().sum())
+        if self.first_row is None:
+            self.first_row = [float(v) for v in y[0].flatten()[:10]]
+
+    def record(self) -> dict:
+        return {"sum": self.total, "first_row": self.first_row}
 
 
 if __name__ == "__main__":

@@ -59,7 +59,9 @@ class Problem:
         return self.in_bytes_first if first == 1 else self.out_bytes[first - 2]
 
 
-def _load_yaml(path: str, what: str) -> Any:
+def load_yaml_file(path: str, what: str) -> Any:
+    """One partitioner input file (``what``: models, device types, devices), parsed; PartitionInputError naming the
+    file otherwise (exit code 3 when it cannot be read)."""
     from airflow_provider_gpusched.core.yaml_loader import safe_load
 
     if not os.path.exists(path):
@@ -102,9 +104,9 @@ def load_problem(models_file: str = "models.yml", device_types_file: str = "devi
     _number(batch_size, "batch size (-b)", integer=True)
     _number(buffers_in, "buffers in (-i)", integer=True, allow_zero=True)
     _number(buffers_out, "buffers out (-o)", integer=True, allow_zero=True)
-    models = _load_yaml(models_file, "models")
-    types_doc = _load_yaml(device_types_file, "device types")
-    devices = _load_yaml(devices_file, "devices")
+    models = load_yaml_file(models_file, "models")
+    types_doc = load_yaml_file(device_types_file, "device types")
+    devices = load_yaml_file(devices_file, "devices")
     for doc, path in ((models, models_file), (types_doc, device_types_file), (devices, devices_file)):
         if doc is not None and not isinstance(doc, dict):
             raise PartitionInputError(f"{path}: expected a mapping at the top level, got {type(doc).__name__}")

@@ -322,11 +322,11 @@ def _merge(profile: ModelProfile, *, models_file: str, device_types_file: str, d
 
 
 def _read_mapping(path: str, what: str) -> dict:
-    from airflow_provider_gpusched.core.partition.problem import _load_yaml
+    from airflow_provider_gpusched.core.partition.problem import load_yaml_file
 
     if not os.path.exists(path):
         return {}
-    doc = _load_yaml(path, what)
+    doc = load_yaml_file(path, what)
     if doc is None:
         return {}
     if not isinstance(doc, dict):

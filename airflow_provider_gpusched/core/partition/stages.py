@@ -31,7 +31,7 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Any, Sequence
+from typing import Sequence
 
 from airflow_provider_gpusched.core.checks import is_int
 
@@ -112,8 +112,7 @@ def run(plan_text: str, command: list[str]) -> int:
         node = s["GPUSCHED_STAGE_HOST"] if pinned else here
         argv = ["srun", "--nodes=1", "--ntasks=1", "--overlap", f"--nodelist={node}",
                 f"--job-name=stage-{s['GPUSCHED_STAGE']}", "--", *command]
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=False)
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         procs.append((s, proc))
         t = threading.Thread(target=pump, args=(f"stage {s['GPUSCHED_STAGE']} on {node}", proc.stdout), daemon=True)
         t.start()
@@ -161,4 +160,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__: list[Any] = ["launch_command", "main", "run", "stage_plan"]
+__all__ = ["launch_command", "main", "run", "stage_plan"]
