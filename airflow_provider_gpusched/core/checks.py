@@ -43,15 +43,6 @@ def check_int(value: Any, where: str, minimum: int | None = None, *, optional: b
     return value
 
 
-def check_positive_number(value: Any, where: str, *, optional: bool = False, expected: str | None = None) -> Any:
-    """``value`` if it is a finite number above zero (or None when ``optional``)."""
-    if value is None and optional:
-        return value
-    if not is_finite_number(value) or value <= 0:
-        raise InvalidArgumentError(where, value, expected or "a number > 0")
-    return value
-
-
 def record_from_mapping(kind: type, data: Mapping[str, Any], where: str) -> Any:
     """A dataclass ``kind`` built from ``data``; a key it does not have is an InvalidArgumentError naming it and
     the known keys (not a TypeError from deep inside)."""

@@ -27,16 +27,16 @@ def _blocks(language: str) -> list[str]:
 
 
 @pytest.fixture
-def ablation(monkeypatch):
-    """The page's module and registry line, run as written (the registry restored afterwards)."""
+def ablation():
+    """The page's module and registry line, run as written against the real registry (the kind removed
+    afterwards)."""
     module_code, registry_line = _blocks("python")
     namespace: dict = {}
     exec(compile(module_code, "docs/development.md (ablation.py)", "exec"), namespace)
-    monkeypatch.setattr(search_kinds, "SEARCH_KINDS", dict(search_kinds.SEARCH_KINDS))
     exec(compile(registry_line, "docs/development.md (registry line)", "exec"),
          {"SEARCH_KINDS": search_kinds.SEARCH_KINDS, "AblationKind": namespace["AblationKind"]})
-    monkeypatch.setattr("airflow_provider_gpusched.core.sweep.spec.SEARCH_KINDS", search_kinds.SEARCH_KINDS)
-    return namespace["AblationKind"]
+    yield namespace["AblationKind"]
+    search_kinds.SEARCH_KINDS.pop("ablation", None)
 
 
 def test_the_built_in_kinds_are_registered_under_their_names():

@@ -281,8 +281,8 @@ class GPUWorkFailed(GpuschedError):
 
 class AttemptHooks:
     """What a user of :func:`attempt_loop` decides: how it waits (for a lease, and before a relaunch) and what it
-    tells whom. Every method but :meth:`acquire` has a default that does nothing (or, for the end, returns the
-    result and raises :class:`GPUWorkFailed`)."""
+    tells whom. :meth:`acquire`, :meth:`work` and :meth:`log_path` must be given; the others default to doing
+    nothing, except the ends: :meth:`succeeded` returns the result, :meth:`failed` raises :class:`GPUWorkFailed`."""
 
     def acquire(self, progress: WorkProgress) -> Lease:
         """A lease for ``progress.request``, waiting as this user waits (blocking, deferring, rescheduling)."""

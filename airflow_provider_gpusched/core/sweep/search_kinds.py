@@ -173,9 +173,7 @@ class EvolutionKind(SearchKind):
     def check(self, spec: SweepSpec) -> None:
         check_space(spec.space, f"{spec.where}: space", spec.global_config)
         _objective_needed(spec, "a score to optimise")
-        if spec.evolution is not None and not isinstance(spec.evolution, (EvolutionSettings, Mapping)):
-            raise InvalidArgumentError(f"{spec.where}: evolution", spec.evolution, "a mapping of evolution settings")
-        if isinstance(spec.evolution, Mapping):
+        if isinstance(spec.evolution, Mapping):  # (its type was checked with the fields every sweep shares)
             spec.evolution = record_from_mapping(EvolutionSettings, spec.evolution, f"{spec.where}: evolution")
         spec.evolution = spec.evolution or EvolutionSettings()
         spec.evolution.check(f"{spec.where}: evolution")

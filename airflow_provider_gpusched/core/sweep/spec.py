@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, Sequence
 
-from airflow_provider_gpusched.core.checks import check_int, is_int
+from airflow_provider_gpusched.core.checks import check_int, is_int, record_from_mapping
 from airflow_provider_gpusched.core.distributed import DEFAULT_RANK_EXIT_GRACE, check_grace, check_mode
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.import_target import import_callable
@@ -780,7 +780,6 @@ def _pavi_launch(data: dict, where: str) -> dict:
 
 
 def _build(kind: type, data: Mapping, where: str) -> Any:
-    names = {f.name for f in fields(kind)}
     data = dict(data)
     if kind is TrialResources:  # seed 000 spellings
         for seed_name, ours in (("num_gpus", "gpus"), ("num_cpus", "cpus"), ("source", "setup")):
@@ -792,10 +791,7 @@ def _build(kind: type, data: Mapping, where: str) -> Any:
             if not isinstance(normal, bool):
                 raise InvalidArgumentError(f"{where}.normal", normal, "true or false")
             data["job_class"] = "normal" if normal else "idle"
-    unknown = [k for k in data if k not in names]
-    if unknown:
-        raise InvalidArgumentError(f"{where}.{unknown[0]}", data[unknown[0]], f"a known key (one of {sorted(names)})")
-    return kind(**data)
+    return record_from_mapping(kind, data, where)
 
 
 _SPACE_MAKERS = {"choice": 1, "uniform": 2, "loguniform": 2, "randint": 2, "quniform": 3}
