@@ -4,9 +4,11 @@ the task and the argument, instead of deep inside the task later."""
 from __future__ import annotations
 
 import warnings
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from airflow.sdk.exceptions import AirflowException
+
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
 
 
 class GpuschedDeprecationWarning(FutureWarning):
@@ -54,3 +56,13 @@ def _callers_level() -> int:
     while frame is not None and frame.f_code.co_filename.startswith(inside):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def argument_error(task_id: str, exc: InvalidArgumentError, names: Mapping[str, str]) -> AirflowException:
+    """``exc`` (from a core object the operator built: a GPU request, a Slurm job spec) as the task's error, the
+    argument named as the operator calls it (``names``: the core object's name -> the operator's), so that
+    ``mem=-1`` is not answered with ``host_memory: ...``."""
+    head, dot, rest = exc.argument.partition(".")
+    if head in names:
+        exc = InvalidArgumentError(names[head] + dot + rest, exc.value, exc.expected)
+    return AirflowException(f"{task_id}: {exc}")

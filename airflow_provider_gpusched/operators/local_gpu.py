@@ -34,7 +34,7 @@ from airflow_provider_gpusched.core.units import time_limit_seconds
 from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
 from airflow_provider_gpusched.links import GPULeaseLink, publish_links
-from airflow_provider_gpusched.operators.arguments import check_argument_types, renamed_argument
+from airflow_provider_gpusched.operators.arguments import argument_error, check_argument_types, renamed_argument
 from airflow_provider_gpusched.operators.job_class import JobClassPartial, apply_local_gpu_class
 from airflow_provider_gpusched.operators.queue_stops import refuse_if_stopped, work_tag
 from airflow_provider_gpusched.triggers.local_gpu import FleetRoomTrigger, GPUAvailableTrigger
@@ -188,10 +188,9 @@ class LocalGPUOperator(BaseOperator):
                                            "distributed=...)")
             self.time_limit = None if time_limit is None else time_limit_seconds(time_limit)
             self.rank_exit_grace = check_grace(rank_exit_grace)
-        except InvalidArgumentError as exc:
-            if exc.argument.split(".")[0] == "host_memory" and host_memory is None:  # the request's name for mem
-                exc = InvalidArgumentError("mem" + exc.argument[len("host_memory"):], exc.value, exc.expected)
-            raise AirflowException(f"{self.task_id}: {exc}") from exc
+        except InvalidArgumentError as exc:  # the request calls mem host_memory (mem's old name, if given so)
+            raise argument_error(self.task_id, exc, {} if host_memory is not None else {"host_memory": "mem"}) \
+                from exc
         self.env = dict(env or {})
         self.cwd = cwd
         self.setup = [setup] if isinstance(setup, str) else list(setup or [])

@@ -44,7 +44,7 @@ from airflow_provider_gpusched.core.stops import read_slurm_stop_mark
 from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.hooks.slurm import SlurmHook
 from airflow_provider_gpusched.links import SlurmJobLink, publish_links
-from airflow_provider_gpusched.operators.arguments import check_argument_types, renamed_argument
+from airflow_provider_gpusched.operators.arguments import argument_error, check_argument_types, renamed_argument
 from airflow_provider_gpusched.operators.job_class import JobClassPartial, apply_job_class, slurm_gpu_total
 from airflow_provider_gpusched.operators.queue_stops import refuse_if_stopped, work_tag
 from airflow_provider_gpusched.triggers.slurm import SlurmJobTrigger
@@ -229,10 +229,7 @@ class SlurmJobOperator(BaseOperator):
                          array=self.array if self.array and "{{" not in str(self.array) else None,
                          **self._launch(None))
         except InvalidArgumentError as exc:
-            head, dot, rest = exc.argument.partition(".")
-            if head in _SPEC_NAMES:  # the job spec's name for an operator argument: say the operator's
-                exc = InvalidArgumentError(_SPEC_NAMES[head] + dot + rest, exc.value, exc.expected)
-            raise AirflowException(f"{self.task_id}: {exc}") from exc
+            raise argument_error(self.task_id, exc, _SPEC_NAMES) from exc
 
     def _task_dir(self, context) -> str:
         return settings.task_directory(settings.slurm_output_dir(), context["ti"])
