@@ -504,11 +504,10 @@ class TrialSet:
         return cls(manifest, tuple(ids))
 
     def read(self) -> tuple[Manifest, list[Trial]]:
-        """The manifest and these trials (GpuschedError when it is gone or does not hold them)."""
+        """The manifest and these trials (GpuschedError when it is gone or does not hold them): the same lookup
+        as the trial runner's command line (RunnerCommand.trials; a chunk: the whole chunk)."""
         manifest = Manifest(self.manifest)
-        if self.chunk is not None:
-            return manifest, manifest.chunk(self.chunk)
-        return manifest, [manifest.trial(i) for i in self.ids]
+        return manifest, RunnerCommand(self.manifest, ids=self.ids, chunk=self.chunk).trials(manifest)
 
 
 def trial_set(manifest: Manifest, trials: Sequence[Trial] = (), *, chunk: int | None = None) -> dict[str, Any]:
