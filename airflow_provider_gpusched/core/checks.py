@@ -8,7 +8,7 @@ import math
 from dataclasses import fields
 from typing import Any, Mapping
 
-from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.errors import InvalidArgumentError, UnknownKeyError
 
 
 def is_int(value: Any) -> bool:
@@ -49,5 +49,5 @@ def record_from_mapping(kind: type, data: Mapping[str, Any], where: str) -> Any:
     names = {f.name for f in fields(kind)}
     unknown = [k for k in data if k not in names]
     if unknown:
-        raise InvalidArgumentError(f"{where}.{unknown[0]}", data[unknown[0]], f"a known key (one of {sorted(names)})")
+        raise UnknownKeyError(f"{where}.{unknown[0]}", unknown[0], names)
     return kind(**data)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Iterable
+
 
 class GpuschedError(Exception):
     """Base class of every error this package raises on purpose."""
@@ -15,3 +17,23 @@ class InvalidArgumentError(GpuschedError, ValueError):
         self.value = value
         self.expected = expected
         super().__init__(f"{argument}: expected {expected}, got {value!r}")
+
+
+class UnknownKeyError(InvalidArgumentError):
+    """A mapping (a spec, a YAML file's section) has a key nobody reads: the message names the key, the closest
+    known one ("did you mean ...?") and the keys that are known, never the value as if it were the problem."""
+
+    def __init__(self, argument: str, key: str, known: Iterable[str], what: str = "key") -> None:
+        import difflib
+
+        self.key = key
+        self.known = sorted(known)
+        close = difflib.get_close_matches(str(key).lower(), [k.lower() for k in self.known], n=1, cutoff=0.6)
+        self.suggestion = next((k for k in self.known if k.lower() == close[0]), None) if close else None
+        expected = f"a known {what} (one of {self.known})"
+        super().__init__(argument, key, expected)
+        hint = f"; did you mean {self.suggestion}?" if self.suggestion else ""
+        self.args = (f"{argument}: unknown {what} {key!r}{hint} (known: {', '.join(self.known)})",)
+
+    def __str__(self) -> str:
+        return self.args[0]

@@ -9,6 +9,7 @@ import math
 import re
 from dataclasses import fields
 
+import pytest
 import yaml
 from hypothesis import strategies as st
 
@@ -232,3 +233,49 @@ def test_fuzz_gpu_requests():
                   error=InvalidArgumentError, names=lambda exc, kwargs: _names_one_of(exc, kwargs),
                   what="argument given")
     assert_both_outcomes(counts)
+
+
+#: the keys of VALID_YAML a typo is tried in: top-level spec keys, the space types, the resources' keys
+TYPO_KEYS = {"search": "search: random", "count": "count: 4", "space": "space:", "command": "command:",
+             "objective": "objective:", "resources": "resources:", "loguniform": "{loguniform:",
+             "uniform": "{uniform:", "gpu_memory": "gpu_memory:"}
+
+
+def _typos(word):
+    """Every single-letter deletion and swap of neighbours of ``word`` (the common slips), without repeats."""
+    out = {word[:i] + word[i + 1:] for i in range(len(word))}
+    out |= {word[:i] + word[i + 1] + word[i] + word[i + 2:] for i in range(len(word) - 1)}
+    return sorted(out - {word})
+
+
+def test_every_misspelt_key_is_refused_naming_the_file_the_key_and_the_closest_known_one(tmp_path):
+    """No typo is read as data (issue 52): ``lr: {logunifrom: [...]}`` was a nested parameter ``lr.logunifrom``;
+    ``serach: random`` an error quoting its value. Each typo of each key is refused, naming the file, the key's
+    path and (for all but a few short keys' slips) the key meant."""
+    from airflow_provider_gpusched.core.errors import UnknownKeyError
+
+    path = tmp_path / "spec.yaml"
+    tried = suggested = 0
+    for key, where in TYPO_KEYS.items():
+        for typo in _typos(key):
+            path.write_text(VALID_YAML.replace(where, where.replace(key, typo, 1), 1))
+            with pytest.raises(UnknownKeyError) as err:
+                spec = SweepSpec.from_yaml(str(path))
+                spec.trials()
+            exc = err.value
+            tried += 1
+            assert exc.argument.startswith(f"{path}: ") and exc.argument.endswith(typo), (typo, str(exc))
+            assert exc.key == typo and "got" not in str(exc), str(exc)  # the key is the problem, not its value
+            if exc.suggestion == key:
+                suggested += 1
+                assert f"did you mean {key}?" in str(exc)
+    assert tried >= 80
+    assert suggested >= 0.9 * tried, (suggested, tried)
+
+
+def test_a_nested_parameter_that_is_not_a_typo_stays_nested(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text(VALID_YAML.replace("  optimizer: [sgd, adam]",
+                                       "  optimizer: [sgd, adam]\n  model: {depth: [2, 4], width: {values: [8]}}"))
+    spec = SweepSpec.from_yaml(str(path))
+    assert {"model.depth", "model.width"} <= set(spec.parameter_names())

@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from airflow_provider_gpusched.core.checks import check_int, is_int, record_from_mapping
 from airflow_provider_gpusched.core.distributed import DEFAULT_RANK_EXIT_GRACE, check_grace, check_mode
-from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError, UnknownKeyError
 from airflow_provider_gpusched.core.import_target import import_callable
 from airflow_provider_gpusched.core.job_classes import JOB_CLASSES
 from airflow_provider_gpusched.core.job_shape import SHAPE_FIELDS, check_shape
@@ -579,8 +579,7 @@ class SweepSpec:
             raise InvalidArgumentError(f"{where}: name", None, "a sweep name (the key is missing)")
         unknown = [k for k in data if k not in allowed]
         if unknown:
-            raise InvalidArgumentError(f"{where}: {unknown[0]}", data[unknown[0]],
-                                       f"a known key (one of {sorted(allowed)})")
+            raise UnknownKeyError(f"{where}: {unknown[0]}", unknown[0], allowed)
         kwargs = dict(data)
         if "function_resource" in kwargs:  # pavi's name for the resources of each call
             if "resources" in kwargs:
@@ -797,6 +796,24 @@ def _build(kind: type, data: Mapping, where: str) -> Any:
 _SPACE_MAKERS = {"choice": 1, "uniform": 2, "loguniform": 2, "randint": 2, "quniform": 3}
 
 
+def _refuse_misspelt_space(value: Mapping, where: str) -> None:
+    """A one-key mapping (beside ``when``) whose key looks like a space type (``{logunifrom: [1e-4, 0.1]}``)
+    is a typo, not a nested parameter ``lr.logunifrom`` with two values: refused, naming the key and the closest
+    space type. A real nested parameter of that spelling can be written as ``{values: [...]}`` under its key."""
+    rest = {k: v for k, v in value.items() if k != "when"}
+    if len(rest) != 1:
+        return
+    (key, args), = rest.items()
+    if not isinstance(key, str) or not isinstance(args, list):
+        return
+    import difflib
+
+    names = [*_SPACE_MAKERS, "values"]
+    close = difflib.get_close_matches(key.lower(), names, n=1, cutoff=0.75)
+    if close:
+        raise UnknownKeyError(f"{where}.{key}", key, names, what="search space type")
+
+
 def parse_dim(value: Any, where: str) -> Any:
     """YAML form of a dimension: a list of values, ``{uniform: [lo, hi]}`` and friends, ``{values: [...]}``,
     each optionally with ``when: {param: value-or-list}``; a nested plain mapping stays nested."""
@@ -807,6 +824,7 @@ def parse_dim(value: Any, where: str) -> Any:
         return value
     kinds = [k for k in value if k in _SPACE_MAKERS or k == "values"]
     if not kinds:
+        _refuse_misspelt_space(value, where)
         if "when" in value:
             raise InvalidArgumentError(f"{where}.when", value["when"], "a search space or values next to when")
         return {k: parse_dim(v, f"{where}.{k}") for k, v in value.items()}
