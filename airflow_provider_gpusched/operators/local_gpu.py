@@ -36,7 +36,7 @@ from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
 from airflow_provider_gpusched.links import GPULeaseLink, publish_links
 from airflow_provider_gpusched.operators.arguments import argument_error, check_argument_types, renamed_argument
 from airflow_provider_gpusched.operators.job_class import JobClassPartial, apply_local_gpu_class
-from airflow_provider_gpusched.operators.queue_stops import refuse_if_stopped, work_tag
+from airflow_provider_gpusched.operators.queue_stops import WorkStopped, refuse_if_stopped, work_tag
 from airflow_provider_gpusched.triggers.local_gpu import FleetRoomTrigger, GPUAvailableTrigger
 
 
@@ -393,7 +393,7 @@ class _TaskAttempts(AttemptHooks):
                progress: attempts.WorkProgress) -> None:
         task_id = self.op.task_id
         if step.action is attempts.Action.HALTED:
-            raise AirflowFailException(f"{task_id}: {step.message}")  # no retry: someone stopped it
+            raise WorkStopped(f"{task_id}: {step.message}")  # no retry: someone stopped it
         if step.action is attempts.Action.TIMED_OUT:
             raise WorkTimedOut(f"{task_id}: {step.message}")
         raise AirflowException(f"{task_id}: {step.message}")

@@ -14,6 +14,11 @@ from airflow_provider_gpusched.core.stops import StopOrders
 from airflow_provider_gpusched.core.work_tag import WorkTag
 
 
+class WorkStopped(AirflowFailException):
+    """The task's work was stopped for good by ``gpusched queue stop`` (or not started under a stop order): no
+    retry. A sweep's trials it had started are then marked ``stopped``, those it had not keep their records."""
+
+
 def work_tag(context, job_class: str, *, sweep: str = "", trial: str = "") -> WorkTag:
     return WorkTag.of_task(context["ti"], sweep=sweep, trial=trial, job_class=job_class)
 
@@ -29,4 +34,4 @@ def refuse_if_stopped(task_id: str, tag: WorkTag, state_dir: str | None = None) 
         return
     order = StopOrders(state_dir, also=also).order_for(tag)
     if order is not None:
-        raise AirflowFailException(f"{task_id}: {order.refusal()}")
+        raise WorkStopped(f"{task_id}: {order.refusal()}")

@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import Any, Callable, Collection, Mapping, Sequence
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_gpusched import lineage, settings
 from airflow_provider_gpusched.callables import callable_arguments
@@ -46,7 +46,7 @@ from airflow_provider_gpusched.hooks.slurm import SlurmHook
 from airflow_provider_gpusched.links import SlurmJobLink, publish_links
 from airflow_provider_gpusched.operators.arguments import argument_error, check_argument_types, renamed_argument
 from airflow_provider_gpusched.operators.job_class import JobClassPartial, apply_job_class, slurm_gpu_total
-from airflow_provider_gpusched.operators.queue_stops import refuse_if_stopped, work_tag
+from airflow_provider_gpusched.operators.queue_stops import WorkStopped, refuse_if_stopped, work_tag
 from airflow_provider_gpusched.triggers.slurm import SlurmJobTrigger
 
 #: task states of a run whose job is still wanted: its own task is (or will be again) waiting for it
@@ -456,7 +456,7 @@ class SlurmJobOperator(BaseOperator):
         self._lineage_source = lineage.slurm_source(client.runner.describe())
         stopped = read_slurm_stop_mark(output_path, status.job_id) if not status.phase.is_success else None
         if stopped is not None:
-            raise AirflowFailException(f"Slurm job {status.job_id} {stopped.describe()}; Slurm says "
+            raise WorkStopped(f"Slurm job {status.job_id} {stopped.describe()}; Slurm says "
                                        f"{status.describe()}")  # no retry: someone stopped it
         if problem or not status.phase.is_success:
             message = f"Slurm {status.describe()}" if not problem else f"Slurm job {status.job_id}: {problem}"

@@ -34,6 +34,7 @@ from airflow_provider_gpusched.core.sweep.spec import SweepSpec
 from airflow_provider_gpusched.core.sweep.trial_run import Manifest, chunk_argv, trial_argv, trial_set
 from airflow_provider_gpusched.core.sweep.view import OUTCOMES_XCOM, PLAN_XCOM, outcome_records, plan_record
 from airflow_provider_gpusched.core.work_tag import WorkTag
+from airflow_provider_gpusched.operators.queue_stops import WorkStopped
 from airflow_provider_gpusched.task_groups.execution import SweepExecution
 
 
@@ -357,6 +358,10 @@ class _Stage:
                 segments.add(segment_of(attempt, job_class=r.job_class, priority=r.priority, label=label,
                                         dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id, map_index=map_index))
 
+            def outcomes() -> list[dict]:  # this run's outcome of each trial of the chunk
+                return outcome_records(session.store, trials, manifest.data.get("run"),
+                                       manifest.data.get("planned_at"))
+
             def publish() -> None:  # the GPU timeline's bars of this runner so far
                 ti.xcom_push(key=LEASE_HISTORY_XCOM, value=segments.record())
 
@@ -369,11 +374,11 @@ class _Stage:
                                           else time_limit_seconds(r.time_limit),
                                           on_attempt=on_attempt, on_tick=publish, host=fleet.worker_host(ti))
             except WorkHalted as exc:  # no retry: someone stopped it
-                ti.xcom_push(key=OUTCOMES_XCOM, value=outcome_records(session.store, trials))
-                raise AirflowFailException(f"chunk {chunk}: {exc}") from exc
+                ti.xcom_push(key=OUTCOMES_XCOM, value=outcomes())
+                raise WorkStopped(f"chunk {chunk}: {exc}") from exc
             finally:
                 publish()
-            ti.xcom_push(key=OUTCOMES_XCOM, value=outcome_records(session.store, trials))
+            ti.xcom_push(key=OUTCOMES_XCOM, value=outcomes())
             counts = {k: len(v) for k, v in outcome.items()}
             print(f"chunk {chunk}: {counts['succeeded']} succeeded, {counts['pruned']} pruned, "
                   f"{counts['failed']} failed, {counts['timeout']} stopped at their time limit")

@@ -19,12 +19,15 @@ from airflow_provider_gpusched.core.sweep.view import OUTCOMES_XCOM, outcome_rec
 from airflow_provider_gpusched.core.work_tag import MAX_FIELD, WorkTag
 from airflow_provider_gpusched.links import SweepLeaderboardLink
 from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator, WorkTimedOut
+from airflow_provider_gpusched.operators.queue_stops import WorkStopped
 from airflow_provider_gpusched.operators.slurm import SlurmJobFailed, SlurmJobOperator
 
 
 def _ended_as(exc: Exception) -> str:
-    """The state a trial whose task raised ``exc`` ends in: ``timeout`` when it was stopped at its time limit
-    (locally, or by Slurm's --time), else ``failed``."""
+    """The state a trial whose task raised ``exc`` ends in: ``stopped`` when ``gpusched queue stop`` stopped it,
+    ``timeout`` when it was stopped at its time limit (locally, or by Slurm's --time), else ``failed``."""
+    if isinstance(exc, WorkStopped):
+        return "stopped"
     if isinstance(exc, WorkTimedOut):
         return "timeout"
     if isinstance(exc, SlurmJobFailed) and exc.status.get("phase") == JobPhase.TIMEOUT.value:
@@ -55,7 +58,10 @@ class _RecordsTrialFailures:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             found = self.trial_set()
             if found is not None:
-                for line in mark_unfinished(*found, f"the trial's task failed: {first}", state=_ended_as(exc)):
+                state = _ended_as(exc)
+                why = f"the trial's task was stopped: {first}" if state == "stopped" else \
+                    f"the trial's task failed: {first}"
+                for line in mark_unfinished(*found, why, state=state):
                     self.log.warning("%s", line)
             self._publish_outcomes(context)
             raise
@@ -67,7 +73,8 @@ class _RecordsTrialFailures:
             found = self.trial_set()
             if found is not None:
                 manifest, trials = found
-                records = outcome_records(manifest.store, trials)
+                records = outcome_records(manifest.store, trials, manifest.data.get("run"),
+                                          manifest.data.get("planned_at"))
                 context["ti"].xcom_push(key=OUTCOMES_XCOM, value=records)
                 for record in records:  # metric gpusched.sweep_trials.<sweep>.<state> (docs/metrics.md)
                     if record["state"] in FINAL_STATES:

@@ -64,3 +64,18 @@ def test_a_two_metric_report_shows_fronts_and_values(tmp_path):
 def test_a_folder_without_a_summary_is_a_clear_error(tmp_path):
     with pytest.raises(GpuschedError, match="summary.json: missing or malformed"):
         build_end_report(str(tmp_path))
+
+
+def test_gpu_time_counts_each_trial_by_its_share_of_a_gpu(tmp_path, monkeypatch):
+    # each trial on a quarter of GPU 0 (the launcher's environment for a 6 GiB slice of a 24 GiB GPU)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setenv("GPUSCHED_GPU_MEMORY_FRACTION", "0.2500")
+    folder = run_sweep(tmp_path)
+    report = build_end_report(folder, job_class="normal")
+    import json
+    seconds = 0.0
+    for name in os.listdir(os.path.join(folder, "trials")):
+        status = json.load(open(os.path.join(folder, "trials", name, "status.json")))
+        assert status["gpu_share"] == 0.25
+        seconds += status["seconds"]
+    assert report.gpu_seconds["normal"] == pytest.approx(0.25 * seconds, abs=0.1)

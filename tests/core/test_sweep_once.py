@@ -67,10 +67,11 @@ def test_a_killed_runner_frees_the_claim_and_the_trial_runs_again(tmp_path):
     proc.wait()
     assert session.store.claim_holder(trial) is None
     assert session.store.state(trial) == "running"  # what it left behind
-    assert session.settle(None, "a") == 2  # the killed one and the one that never started
+    assert session.settle(None, "a") == 1  # the killed one; the one that never started keeps no record
     states = {r["label"]: (r["state"], r["error"]) for r in session.store.records(manifest.trials)}
     assert states["x=1"][0] == "failed" and "runner stopped" in states["x=1"][1]
-    assert states["x=2"][0] == "failed" and "before the trial started" in states["x=2"][1]
+    assert states["x=2"] == ("waiting", None)
+    assert session.collect("a")["counts"]["not_started"] == 1  # in run a's counts: not started
 
 
 def test_mark_unfinished_leaves_finished_trials_and_names_the_reason(tmp_path):

@@ -42,7 +42,7 @@ def test_trials_run_record_results_and_rank_by_the_objective(tmp_path):
     assert json.load(open(os.path.join(folder, "argv.json"))) == ["1", "a b;c"]
     assert json.load(open(os.path.join(folder, "params.json"))) == {"x": 1, "tag": "a b;c"}
     summary = session.collect()
-    assert summary["counts"] == {"defined": 4, "waiting": 0, "running": 0, "succeeded": 3, "failed": 1, "invalid": 0, "timeout": 0, "pruned": 0, "skipped": 0}
+    assert summary["counts"] == {"defined": 4, "waiting": 0, "running": 0, "succeeded": 3, "failed": 1, "invalid": 0, "timeout": 0, "pruned": 0, "stopped": 0, "skipped": 0}
     assert [r["params"]["x"] for r in summary["leaderboard"]] == [2, 1, 4]
     assert summary["best"]["score"] == 0.0
     assert json.load(open(tmp_path / "cmd" / "best.json"))["params"] == {"x": 2, "tag": "a b;c"}

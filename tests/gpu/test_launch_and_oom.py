@@ -311,3 +311,33 @@ def test_processes_of_other_leases_and_of_the_caller_are_left_alone(tmp_path):
         for p in (other, mine):
             p.kill()
             p.wait()
+
+
+def test_a_traceback_names_the_error_line_not_the_echoed_source_line():
+    # as PyTorch 2.11 printed it on an H100 (tests/real_gpu): the source line echoed first mentions the error
+    error = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.50 GiB. GPU 0 has a total capacity"
+    lines = ["Traceback (most recent call last):", '  File "train.py", line 9, in <module>',
+             '    block = torch.empty(n, device="cuda")  # may raise torch.cuda.OutOfMemoryError', error]
+    assert find_oom(lines) == error
+
+
+def test_gpu_time_counts_a_memory_slice_as_its_share_of_the_gpu(manager, tmp_path):
+    from airflow_provider_gpusched.core.gpu.accounting import accounting_totals
+
+    sliced = GPUWorkRunner(manager).run(GPURequest(gpu_memory="6GiB"), Work(shell_command="sleep 0.5"),
+                                        str(tmp_path / "slice"))
+    whole = GPUWorkRunner(manager).run(GPURequest(gpus=2), Work(shell_command="sleep 0.5"), str(tmp_path / "whole"))
+    (a,), (b,) = sliced.attempts, whole.attempts
+    assert a.gpu_seconds == pytest.approx(0.25 * a.seconds, rel=0.01)  # 6 of 24 GiB
+    assert b.gpu_seconds == pytest.approx(2 * b.seconds, rel=0.01)
+    totals = accounting_totals(manager.ledger.records())["normal"]
+    assert totals["gpu_seconds"] == pytest.approx(a.gpu_seconds + b.gpu_seconds, abs=0.01)
+
+
+def test_a_trial_records_its_share_of_the_gpus():
+    from airflow_provider_gpusched.core.sweep.store import gpu_share_from_env
+
+    assert gpu_share_from_env("0,1", "0.2500") == 0.5
+    assert gpu_share_from_env("3", None) == 1.0
+    assert gpu_share_from_env("", "0.5") is None and gpu_share_from_env(None, None) is None
+    assert gpu_share_from_env("0", "junk") == 1.0 and gpu_share_from_env("0", "7") == 1.0  # not a fraction: whole

@@ -69,7 +69,10 @@ def _hold_memory(nbytes: int, seconds: float) -> dict:
     torch.cuda.synchronize()
     started = time.time()
     time.sleep(seconds)
-    return {"started": started, "ended": time.time(), "allocated": torch.cuda.memory_allocated()}
+    from airflow_provider_gpusched.core.sweep.store import where_running  # what a trial's status.json records
+
+    return {"started": started, "ended": time.time(), "allocated": torch.cuda.memory_allocated(),
+            "gpu_share": where_running()["gpu_share"]}
 
 
 def test_two_trials_share_one_gpu_in_their_slices_and_a_third_that_does_not_fit_waits(manager, cuda_torch, tmp_path):
@@ -91,8 +94,13 @@ def test_two_trials_share_one_gpu_in_their_slices_and_a_third_that_does_not_fit_
     while len(manager.leases()) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert len(manager.leases()) == 2  # both slices on the one GPU at once
-    time.sleep(3)  # both allocated by now: NVML shows their memory on that GPU
+    # both allocate once PyTorch and CUDA are up in each child (seconds on a cold machine): NVML then shows both
+    # blocks on that GPU, while both hold their slices
+    deadline = time.monotonic() + 60
     used = next(g for g in manager.inventory.gpus() if g.index == gpu.index)
+    while used.memory_used < 2 * hold and time.monotonic() < deadline and len(manager.leases()) == 2:
+        time.sleep(0.2)
+        used = next(g for g in manager.inventory.gpus() if g.index == gpu.index)
     assert used.memory_used >= 2 * hold
     third = threading.Thread(target=trial, args=("c", 0.5))
     asked = time.time()
@@ -103,6 +111,15 @@ def test_two_trials_share_one_gpu_in_their_slices_and_a_third_that_does_not_fit_
     a, b, c = (results[n].value for n in "abc")
     assert a["started"] < b["ended"] and b["started"] < a["ended"]  # a and b overlapped
     assert c["started"] >= min(a["ended"], b["ended"]) > asked  # c waited for a slice to be given back
+    # GPU time counts each slice as its share of the GPU (0.4 here), not as a whole GPU: a and b together held
+    # less than one GPU for their overlap
+    fraction = slice_bytes / gpu.memory_total
+    for name in "abc":
+        attempt = results[name].attempts[-1]
+        assert attempt.gpu_seconds == pytest.approx(fraction * attempt.seconds, rel=0.01)
+        assert results[name].value["gpu_share"] == pytest.approx(fraction, abs=1e-3)
+        print(f"[slices] trial {name}: {attempt.seconds:.2f} s on a {fraction:.2f} slice -> "
+              f"{attempt.gpu_seconds:.2f} GPU-s")
 
 
 def _allocate(nbytes: int) -> int:
@@ -147,7 +164,10 @@ def test_the_gpu_board_shows_the_real_gpu_and_what_a_running_task_holds(manager,
     deadline = time.monotonic() + 60
     while not manager.leases() and time.monotonic() < deadline:
         time.sleep(0.1)
-    time.sleep(3)
+    deadline = time.monotonic() + 60  # until the child has PyTorch and CUDA up and its block allocated
+    while manager.leases() and time.monotonic() < deadline and next(
+            g for g in manager.inventory.gpus() if g.index == gpu.index).memory_used < 512 * MiB:
+        time.sleep(0.2)
     (lease,) = manager.leases()
     record = lease_record("this-host", dataclasses.asdict(lease), manager.inventory.gpus(), dag_id="d", run_id="r", task_id="t")
     board = build_board([read_lease_record(record, "record")], waiting=[], now=time.time())

@@ -13,12 +13,23 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from airflow_provider_gpusched.core.job_classes import LocalClassPolicy
 from airflow_provider_gpusched.core.safe_files import UnsafePathError, append_line, open_regular
 
 ACCOUNTING_FILE = "accounting.jsonl"
+
+
+def gpu_share(gpus: Iterable[int], memory: Mapping[int, int], whole: bool, totals: Mapping[int, int]) -> float:
+    """How many GPUs a lease holds, counting a memory slice as its fraction of the GPU: a whole GPU is 1, a
+    12 GiB slice of an 80 GiB GPU is 0.15. GPU-seconds are this share times the seconds held, so two trials
+    packed onto one GPU together count one GPU, not two. A GPU whose size is unknown counts whole."""
+    share = 0.0
+    for gpu in gpus:
+        reserved, total = memory.get(gpu, 0), totals.get(gpu, 0)
+        share += 1.0 if whole or reserved <= 0 or total <= 0 else min(1.0, reserved / total)
+    return share
 
 
 def newest_checkpoint(directory: str | None, since: float) -> float | None:

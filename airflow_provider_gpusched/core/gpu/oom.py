@@ -32,11 +32,14 @@ OOM_PATTERNS = [
 
 
 def find_oom(lines: Iterable[str]) -> str | None:
-    """The first output line that shows a GPU out-of-memory error, or None."""
+    """The last output line that shows a GPU out-of-memory error, or None. The last, because a traceback echoes
+    source lines first (``block = torch.empty(...)  # may raise OutOfMemoryError``) and ends with the error itself
+    (``torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...``), seen on an H100 with PyTorch 2.11."""
+    found = None
     for line in lines:
         if any(p.search(line) for p in OOM_PATTERNS):
-            return line.strip()
-    return None
+            found = line.strip()
+    return found
 
 
 def memory_evidence(peaks: dict[int, int], reserved: dict[int, int], threshold: float = 0.95) -> str | None:

@@ -20,7 +20,7 @@ from typing import Callable, Mapping
 
 from airflow_provider_gpusched.core import pyfunc
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
-from airflow_provider_gpusched.core.gpu.accounting import newest_checkpoint
+from airflow_provider_gpusched.core.gpu.accounting import gpu_share, newest_checkpoint
 from airflow_provider_gpusched.core.gpu.attempts import (
     Action,
     Attempt,
@@ -193,15 +193,16 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
         oom = find_oom(child.tail) or memory_evidence(peaks, lease.memory)
     seconds = round(time.monotonic() - child.started_at, 3)
     on_gpus_seconds = seconds if two_stage is None else two_stage.seconds_on_gpus()
+    share = gpu_share(lease.gpus, lease.memory, lease.whole, totals)
     lost = 0.0
     if preempted and lease.gpus:
         since = started_wall if two_stage is None else two_stage.gpus_given_wall
         checkpoint = newest_checkpoint(work.checkpoint_dir, since)
-        lost = round(len(lease.gpus) * (time.time() - (checkpoint or since)), 3)
+        lost = round(share * (time.time() - (checkpoint or since)), 3)
     attempt = Attempt(number=number, request=request.describe(), gpus=list(lease.gpus), exit_code=code, oom=oom,
                       seconds=seconds, stopped=child.stopped_by_us, preempted=preempted, halted=halted or None,
                       timed_out=timed_out,
-                      gpu_seconds=round(len(lease.gpus) * on_gpus_seconds, 3), lost_gpu_seconds=lost,
+                      gpu_seconds=round(share * on_gpus_seconds, 3), lost_gpu_seconds=lost,
                       load_seconds=two_stage.load_seconds if two_stage else None,
                       gpu_wait_seconds=two_stage.gpu_wait_seconds() if two_stage else None,
                       started=round(started_wall, 3), host=host or this_host())

@@ -60,8 +60,9 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
     per process, where OOM escalation applies to each alone.
 
     ``work`` tags the leases with the task (``gpusched queue``). When ``gpusched queue stop`` stops one of them,
-    or a stop order covers ``work`` before a group starts, every group in flight is stopped, the trials without
-    an outcome are marked failed with the stop's message, and :class:`WorkHalted` is raised.
+    or a stop order covers ``work`` before a group starts, every group in flight is stopped, the trials it had started and that have no outcome
+    are marked ``stopped`` with the stop's message (those not started keep their records), and :class:`WorkHalted`
+    is raised.
 
     ``on_attempt(attempt, label)`` is told of every attempt on a lease when it ends (``label`` names its trials:
     the GPU timeline's bars); ``on_tick()`` is called every ``tick_seconds`` from the calling thread while the
@@ -244,9 +245,12 @@ class LocalBatch:
             self.on_event(f"{done}/{len(self.trials)} trials done ({failed} failed)")
 
     def _mark_halted(self) -> None:
+        """The batch was stopped: its trials that started and have no outcome are marked ``stopped``; those that
+        never started keep their records (the store's one transition, TrialStore.end_unfinished)."""
         for trial in self.trials:
-            if trial.trial_id not in self.finished and self.store.state(trial) in ("waiting", "running"):
-                self.store.mark_finished(trial, ok=False, exit_code=None, error=self.halted[0])
+            if trial.trial_id not in self.finished:
+                self.store.end_unfinished(trial, run=self.manifest.data.get("run"), state="stopped",
+                                          reason=self.halted[0])
 
 
 def group_label(group: Sequence[Trial]) -> str:

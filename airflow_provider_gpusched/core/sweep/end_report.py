@@ -144,7 +144,12 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.2f} GPU-h" if seconds >= 360 else f"{seconds:.0f} GPU-s"
 
 
-def _gpu_count(record: Mapping, default: int) -> int:
+def _gpu_count(record: Mapping, default: int) -> float:
+    """The GPUs a trial held: its recorded share (a memory slice counts as its fraction of the GPU), else the GPUs
+    its status names, else the spec's count (Slurm)."""
+    share = record.get("gpu_share")
+    if is_json_number(share) and 0 < share <= 1024:
+        return float(share)
     gpus = record.get("gpus")
     if isinstance(gpus, str) and gpus.strip():
         return len([g for g in gpus.split(",") if g.strip()])

@@ -153,22 +153,26 @@ class SweepSession:
         return {"round": round_no, "trials": len(outcomes), "told": told, "scored": len(scores), "round_best": best}
 
     def settle(self, round_no: int | None, run: str | None, log=lambda line: None) -> int:
-        """After a stage's trial tasks all ended: a trial of this run's plan that is still ``waiting`` (its task
-        failed before the trial started, e.g. the operator could not be built) or ``running`` with nobody
-        holding its claim (its runner died) is marked ``failed`` with that reason. Returns how many."""
+        """After a stage's trial tasks all ended: a trial this run started that is still ``running`` with nobody
+        holding its claim (its runner died) is marked ``failed`` with that reason, or gets back the outcome its
+        re-run would have replaced (TrialStore.end_unfinished). A trial this run never started keeps its record
+        (``not_started`` in this run's counts) and runs next time. Returns how many were marked."""
         path = self.manifest_path(round_no, run)
         if not os.path.exists(path):
             return 0
         manifest = Manifest(path)
         marked = 0
         for trial in manifest.pending:
-            state = self.store.state(trial)
-            if state not in ("waiting", "running") or self.store.claim_holder(trial) is not None:
+            if self.store.state(trial) != "running":  # a trial this run never started keeps its record
                 continue
-            why = ("its task ended before the trial started (see the trial task's log)" if state == "waiting"
-                   else "its runner stopped before recording an outcome (killed, or its job/process died)")
-            self.store.mark_finished(trial, ok=False, exit_code=None, error=why)
-            log(f"trial {trial.index} {printable(trial.label or trial.trial_id)} marked failed: {why}")
+            why = "its runner stopped before recording an outcome (killed, or its job/process died)"
+            written = self.store.end_unfinished(trial, run=run, state="failed", reason=why)
+            if written is None:
+                continue
+            name = printable(trial.label or trial.trial_id)
+            log(f"trial {trial.index} {name} marked failed: {why}" if written == "failed" else
+                f"trial {trial.index} {name}: its re-run ended without an outcome ({why}); its earlier outcome "
+                f"({written}) stands")
             marked += 1
         return marked
 
@@ -190,12 +194,16 @@ class SweepSession:
             raise GpuschedError(f"sweep {self.spec.name}: nothing was planned in {self.store.dir}")
         trials: dict[str, Trial] = {}
         skipped: set[str] = set()
+        planned_at: dict[str, float] = {}
         for manifest in manifests:
             for trial in manifest.trials:
                 trials.setdefault(trial.trial_id, trial)
+                planned_at.setdefault(trial.trial_id, float(manifest.data.get("planned_at") or 0))
             skipped.update(manifest.data.get("skipped", []))
         records = self.store.records(trials.values())
-        table = state_counts(records, skipped)
+        # the counts are this run's (a trial it did not start is not_started); the leaderboard, best and Pareto
+        # front are the sweep's: every outcome that stands, whichever run established it
+        table = state_counts(records, skipped, run, planned_at)
         summary: dict[str, Any] = {"sweep": self.spec.name, "folder": self.store.dir, "search": self.spec.search,
                                    "counts": {k: len(v) for k, v in table.items()}}
         self.store.write("summary.json", {**summary, "table": table, "records": records})
@@ -216,7 +224,8 @@ class SweepSession:
                 self.store.write("best.json", {"objective": self.spec.objective.to_dict(), **summary["best"],
                                                "result": board[0]["result"], "folder": board[0]["folder"]})
             text += "\n" + format_leaderboard(board, self.spec.objective)
-        failed = [r for r in records if r["state"] in FAILED_STATES]
+        failed_here = {i for state in FAILED_STATES for i in table.get(state, [])}  # this run's failures
+        failed = [r for r in records if r["index"] in failed_here and r["state"] in FAILED_STATES]
         if failed:
             text += "\nfailed, invalid or timed-out trials:\n" + "\n".join(
                 f"  {r['index']} {printable(r['label'] or r['trial_id'])} [{r['state']}]: {printable(str(r['error']))}"

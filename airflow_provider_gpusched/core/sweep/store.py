@@ -38,13 +38,22 @@ from airflow_provider_gpusched.core.safe_files import brief_fd, write_json_atomi
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested
 from airflow_provider_gpusched.core.sweep.reports import PREVIOUS_REPORTS_FILE, REPORTS_FILE, read_reports, summarise
 
-STATES = ("defined", "waiting", "running", "succeeded", "failed", "invalid", "timeout", "pruned", "skipped")
-FINAL_STATES = ("succeeded", "failed", "invalid", "timeout", "pruned")
+STATES = ("defined", "waiting", "running", "succeeded", "failed", "invalid", "timeout", "pruned", "stopped",
+          "skipped")
+#: stopped: started by a run that was stopped (``gpusched queue stop``) before the trial recorded an outcome; run
+#: again by the next run, and not counted against ``max_failed_trials``
+#: one run's view (core/sweep/view.py) also has ``not_started``, never on disk: a trial that run planned but never
+#: started (the run was stopped or failed first), whose record, if any, is an earlier run's
+RUN_STATES = (*STATES[:-1], "not_started", "skipped")
+FINAL_STATES = ("succeeded", "failed", "invalid", "timeout", "pruned", "stopped")
 #: the final states that count against ``max_failed_trials`` (timeout: stopped at its time limit, on any backend)
 FAILED_STATES = ("failed", "invalid", "timeout")
 #: the DAGs that plan in a sweep's folder (TrialStore.claim_for_dag)
 DAGS_FILE = "dags.json"
 DONE_STATES = ("succeeded", "pruned")  # not run again by a later run of the sweep (unless force_rerun)
+#: where a re-run keeps the outcome it may replace (status.json's ``previous`` holds its record): the outcome
+#: comes back if the re-run ends without one of its own (stopped, its runner died)
+PREVIOUS_RESULT_FILE = "result.previous.json"
 CLAIM_FILE = "claim.lock"
 #: a trial's output (in its folder): what the Sweeps tab's trial panel shows the tail of
 OUTPUT_LOG_FILE = "output.log"
@@ -320,32 +329,100 @@ class TrialStore:
         return folder
 
     def mark_running(self, trial: Trial, **extra: Any) -> str:
+        """Start the trial's record for the run ``extra["run"]``. An outcome it had (from an earlier run, or an
+        earlier attempt) is kept aside, whole: its status under ``previous``, its result as result.previous.json,
+        its curve as reports.previous.jsonl, so that :meth:`end_unfinished` can put it back if this start ends
+        without an outcome of its own."""
         folder = self.prepare(trial)
-        try:
-            os.remove(os.path.join(folder, "result.json"))
-        except FileNotFoundError:
-            pass
-        with contextlib.suppress(FileNotFoundError):  # an earlier attempt's curve is kept beside, not mixed in
-            os.replace(os.path.join(folder, REPORTS_FILE), os.path.join(folder, PREVIOUS_REPORTS_FILE))
         previous = self.status(trial) or {}
-        if not isinstance(previous, dict):
+        if not isinstance(previous, dict) or "_unreadable" in previous:
             previous = {}
+        kept = None
+        if previous.get("state") in FINAL_STATES and previous.get("state") != "stopped":
+            kept = {k: v for k, v in previous.items() if k != "previous"}
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(os.path.join(folder, "result.json"), os.path.join(folder, PREVIOUS_RESULT_FILE))
+        elif previous.get("state") == "running" and isinstance(previous.get("previous"), dict):
+            kept = previous["previous"]  # a restart after a dead runner: the outcome kept aside is still the one
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(folder, "result.json"))
+        with contextlib.suppress(FileNotFoundError):  # an earlier attempt's curve is kept beside, not mixed in
+            if kept is not None and previous.get("state") == "running":  # (the kept outcome's curve stays there)
+                os.remove(os.path.join(folder, REPORTS_FILE))
+            else:
+                os.replace(os.path.join(folder, REPORTS_FILE), os.path.join(folder, PREVIOUS_REPORTS_FILE))
         # which DAG run the kept-aside curve (reports.previous.jsonl) belongs to: the UI draws a run's own curves
         previous_run = previous.get("run") if isinstance(previous.get("run"), str) else None
+        if kept is not None and previous.get("state") == "running":
+            previous_run = kept.get("run") if isinstance(kept.get("run"), str) else None
         write_json(os.path.join(folder, "status.json"), {
             "state": "running", "trial_id": trial.trial_id, "label": trial.label, "started": time.time(),
             "host": os.uname().nodename, "pid": os.getpid(), **where_running(),
-            "attempts": int(previous.get("attempts", 0) or 0) + 1, "previous_run": previous_run, **extra})
+            "attempts": int(previous.get("attempts", 0) or 0) + 1, "previous_run": previous_run,
+            **({"previous": kept} if kept is not None else {}), **extra})
         return folder
 
+    def end_unfinished(self, trial: Trial, *, run: str | None, state: str, reason: str) -> str | None:
+        """The one way a run ends a trial of its plan that recorded no outcome of its own (its task failed or
+        was stopped, its runner died). Returns the state written, or None when the record is left as it is.
+
+        A run only ever changes its own record:
+        - a trial somebody is running now (its claim is held), or whose record is final (an outcome stands,
+          whichever run established it), is left alone;
+        - a trial ``running`` for another DAG run is that run's to settle;
+        - a trial this run started gets ``state`` (``stopped``, ``failed``, ``timeout``) with ``reason``, unless
+          it had an outcome before this run started it again (a forced re-run): then that outcome is put back,
+          with an ``interrupted`` note saying which run stopped its re-run and why (``timeout`` is the trial's own
+          outcome and replaces it);
+        - a trial nobody started: a stop leaves it waiting (it runs next time); another end marks it with
+          ``reason``, so that its row says why it never ran."""
+        if self.claim_holder(trial) is not None:
+            return None
+        status = self.status(trial)
+        status = status if isinstance(status, dict) and "_unreadable" not in status else {}
+        current = status.get("state")
+        if current in FINAL_STATES:
+            return None
+        if current == "running":
+            if status.get("run") and run and status.get("run") != run:
+                return None
+            kept = status.get("previous")
+            if isinstance(kept, dict) and kept.get("state") in FINAL_STATES and state != "timeout":
+                self._restore(trial, kept, {"run": run, "state": state, "reason": reason,
+                                            "started": status.get("started"), "ended": time.time()})
+                return kept["state"]
+        elif state == "stopped":
+            return None
+        self.mark_finished(trial, ok=False, exit_code=None, error=reason, state=state,
+                           **({} if current == "running" else {"run": run}))
+        return state
+
+    def _restore(self, trial: Trial, kept: Mapping[str, Any], interrupted: Mapping[str, Any]) -> None:
+        folder = self.trial_dir(trial)
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(os.path.join(folder, PREVIOUS_RESULT_FILE), os.path.join(folder, "result.json"))
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(os.path.join(folder, REPORTS_FILE), os.path.join(folder, "reports.interrupted.jsonl"))
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(os.path.join(folder, PREVIOUS_REPORTS_FILE), os.path.join(folder, REPORTS_FILE))
+        write_json(os.path.join(folder, "status.json"), {**kept, "interrupted": dict(interrupted)})
+
     def mark_finished(self, trial: Trial, *, ok: bool, result: Any = None, exit_code: int | None = None,
-                      error: str | None = None, state: str | None = None, note: str | None = None) -> dict:
+                      error: str | None = None, state: str | None = None, note: str | None = None,
+                      run: str | None = None) -> dict:
+        """Record the trial's own outcome (``run``: the DAG run it is recorded for, where no start recorded it)."""
         folder = self.prepare(trial)
         if result is not None:
             write_json(os.path.join(folder, "result.json"), result)
         status = self.status(trial) or {}
         if not isinstance(status, dict) or "_unreadable" in status:
             status = {}
+        status.pop("previous", None)  # a new outcome replaces the one kept aside for good
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(folder, PREVIOUS_RESULT_FILE))
+        status.pop("interrupted", None)
+        if run is not None:
+            status["run"] = run
         ended = time.time()
         status.update({"state": state or ("succeeded" if ok else "failed"), "trial_id": trial.trial_id, "label": trial.label,
                        "ended": ended, "exit_code": exit_code, "error": error})
@@ -435,7 +512,8 @@ class TrialStore:
                         "params": nested(trial.params), "state": self.state(trial),
                         "result": self.result(trial), "seconds": status.get("seconds"),
                         "error": status.get("error"), "folder": self.trial_dir(trial),
-                        **{k: status.get(k) for k in ("host", "gpus", "slurm_job", "log")},
+                        **{k: status.get(k) for k in ("host", "gpus", "gpu_share", "slurm_job", "log", "run",
+                                                      "ended", "interrupted")},
                         "reports": self.reports(trial)})
         return out
 
@@ -456,7 +534,23 @@ def where_running() -> dict[str, str | None]:
     job = env.get("SLURM_JOB_ID")
     if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
         job = f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
-    return {"gpus": env.get("CUDA_VISIBLE_DEVICES"), "slurm_job": job}
+    gpus = env.get("CUDA_VISIBLE_DEVICES")
+    return {"gpus": gpus, "gpu_share": gpu_share_from_env(gpus, env.get("GPUSCHED_GPU_MEMORY_FRACTION")),
+            "slurm_job": job}
+
+
+def gpu_share_from_env(gpus: str | None, fraction: str | None) -> float | None:
+    """How many GPUs the trial holds, a memory slice counted as its fraction (the launcher's
+    ``GPUSCHED_GPU_MEMORY_FRACTION``, core/gpu/accounting.gpu_share): 2 GPUs at 0.25 each are 0.5 GPU. None when
+    no GPUs are named."""
+    count = len([g for g in (gpus or "").split(",") if g.strip()])
+    if not count:
+        return None
+    try:
+        share = float(fraction) if fraction else 1.0
+    except ValueError:
+        share = 1.0
+    return round(count * (share if 0.0 < share <= 1.0 else 1.0), 4)
 
 
 class TrialClaim:
@@ -479,14 +573,41 @@ def describe_holder(holder: Mapping[str, Any] | None) -> str:
     return f"DAG run {holder['run']} ({where})" if holder.get("run") else where
 
 
-def state_counts(records: Sequence[Mapping], skipped_ids: Iterable[str] = ()) -> dict[str, list[int]]:
+def state_in_run(record: Mapping, run: str | None, planned_at: float | None = None) -> str:
+    """A trial's state as DAG run ``run`` knows it, from its record (:meth:`TrialStore.records`). The record is
+    this run's when this run wrote it, or when another run finished the trial after this run was planned (this run's
+    runner waited for that one and took its outcome over). Otherwise this run did not start the trial:
+    ``not_started`` (the record, if any, is an earlier run's and stands), or the state its re-run in this run ended
+    in (``stopped``) when this run's re-run was interrupted and the earlier outcome put back. ``run`` None: the
+    record's own state (a sweep run without a DAG run: the CLI)."""
+    state = record["state"]
+    if run is None:
+        return state
+    if state != "waiting":
+        if record.get("run") in (run, None):
+            return state
+        ended = record.get("ended")
+        if planned_at is not None and isinstance(ended, (int, float)) and ended >= planned_at:
+            return state
+    interrupted = record.get("interrupted")
+    if isinstance(interrupted, dict) and interrupted.get("run") == run:
+        return str(interrupted.get("state") or "stopped")
+    return "not_started"
+
+
+def state_counts(records: Sequence[Mapping], skipped_ids: Iterable[str] = (), run: str | None = None,
+                 planned_at: Mapping[str, float] | None = None) -> dict[str, list[int]]:
     """DI-toolkit's status table: trial indices per state. ``skipped`` = succeeded (or pruned) in an earlier
-    run and not run again; they also count in that state."""
+    run and not run again; they also count in that state. With ``run``, the other trials count in their state in
+    that run (:func:`state_in_run`; ``planned_at``: trial id -> when that run planned it)."""
     skipped = set(skipped_ids)
-    table: dict[str, list[int]] = {state: [] for state in STATES}
+    table: dict[str, list[int]] = {state: [] for state in (STATES if run is None else RUN_STATES)}
     for record in records:
         table["defined"].append(record["index"])
-        table[record["state"]].append(record["index"])
+        if record["trial_id"] in skipped or run is None:
+            table[record["state"]].append(record["index"])
+        else:
+            table[state_in_run(record, run, (planned_at or {}).get(record["trial_id"]))].append(record["index"])
         if record["trial_id"] in skipped:
             table["skipped"].append(record["index"])
     return table
@@ -496,7 +617,7 @@ def format_counts(table: Mapping[str, Sequence[int]], show_indices: int = 40) ->
     from airflow_provider_gpusched.core.text import format_table
 
     rows = []
-    for state in STATES:
+    for state in table:
         indices = list(table.get(state, []))
         shown = ", ".join(map(str, indices[:show_indices])) + (", ..." if len(indices) > show_indices else "")
         rows.append((state, len(indices), f"[{shown}]"))

@@ -29,7 +29,6 @@ from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgument
 from airflow_provider_gpusched.core.gpu.stages import channel_fds
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested
 from airflow_provider_gpusched.core.sweep.store import (
-    FAILED_STATES,
     FINAL_STATES,
     OUTPUT_LOG_FILE,
     TrialStore,
@@ -516,17 +515,17 @@ def trial_set(manifest: Manifest, trials: Sequence[Trial] = (), *, chunk: int | 
 
 
 def mark_unfinished(manifest: Manifest, trials: Sequence[Trial], reason: str, state: str = "failed") -> list[str]:
-    """After the task running ``trials`` failed: mark those that have no outcome (never started, or their runner
-    died) ``state`` (``failed``, or ``timeout`` when the task stopped them at their time limit) with ``reason``;
-    trials another process is running now are left alone."""
+    """After the task running ``trials`` failed (``failed``), stopped them at their time limit (``timeout``) or was
+    stopped (``stopped``): end each of this run's trials that has no outcome, through the records' one transition
+    (:meth:`TrialStore.end_unfinished`: a run never rewrites another run's record or an outcome that stands)."""
     lines = []
     for trial in trials:
-        if manifest.store.state(trial) in ("succeeded", *FAILED_STATES):
-            continue
-        if manifest.store.claim_holder(trial) is not None:
-            continue
-        manifest.store.mark_finished(trial, ok=False, exit_code=None, error=reason, state=state)
-        lines.append(f"trial {trial.index} {trial.label or trial.trial_id} marked {state}: {reason}")
+        written = manifest.store.end_unfinished(trial, run=manifest.data.get("run"), state=state, reason=reason)
+        if written == state:
+            lines.append(f"trial {trial.index} {trial.label or trial.trial_id} marked {state}: {reason}")
+        elif written is not None:
+            lines.append(f"trial {trial.index} {trial.label or trial.trial_id}: its re-run ended without an outcome "
+                         f"({state}: {reason}); its earlier outcome ({written}) stands")
     return lines
 
 

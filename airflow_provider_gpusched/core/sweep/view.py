@@ -25,7 +25,7 @@ from airflow_provider_gpusched.core.safe_files import BadRecordError
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested, safe_name
 from airflow_provider_gpusched.core.sweep.objective import Objective, leaderboard, pareto_fronts
 from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE
-from airflow_provider_gpusched.core.sweep.store import FAILED_STATES, FINAL_STATES, STATES, TrialStore
+from airflow_provider_gpusched.core.sweep.store import FAILED_STATES, FINAL_STATES, RUN_STATES, TrialStore, state_in_run
 
 PLAN_XCOM = "gpusched_sweep_plan"
 OUTCOMES_XCOM = "gpusched_trial_outcomes"
@@ -80,14 +80,26 @@ def _last_step(store: TrialStore, trial: Trial) -> int | None:
     return step if is_int(step) else None
 
 
-def outcome_records(store: TrialStore, trials: Iterable[Trial]) -> list[dict]:
-    """The outcome of each trial as its status file says now (what a trial task publishes when it ends), with
-    the last step it reported (where a pruned trial was stopped)."""
+def outcome_records(store: TrialStore, trials: Iterable[Trial], run: str | None = None,
+                    planned_at: float | None = None) -> list[dict]:
+    """The outcome of each trial in DAG run ``run`` (what a trial task publishes when it ends; ``planned_at``:
+    when that run planned it), with the last step it reported (where a pruned trial was stopped). A trial this run
+    did not start is ``not_started``: its record, an earlier run's, stands and is not this run's; one whose re-run
+    in this run was stopped is ``stopped``, the earlier outcome standing (core/sweep/store.state_in_run)."""
     out = []
     for record in store.records(trials):
         step = (record.get("reports") or {}).get("last_step")
-        out.append({"trial_id": record["trial_id"], "state": record["state"], "result": record["result"],
-                    "seconds": record["seconds"], "error": record["error"], "step": step if is_int(step) else None})
+        outcome = {"trial_id": record["trial_id"], "state": record["state"], "result": record["result"],
+                   "seconds": record["seconds"], "error": record["error"], "step": step if is_int(step) else None}
+        state = state_in_run(record, run, planned_at)
+        if state != record["state"] or (state == "not_started"):
+            earlier = (f"; its record ({record['state']}, DAG run {record.get('run')}) stands"
+                       if record["state"] != "waiting" else "")
+            interrupted = record.get("interrupted") if isinstance(record.get("interrupted"), dict) else {}
+            why = interrupted.get("reason") if state != "not_started" else "not started in this run"
+            outcome.update(state=state, result=None, step=None, error=f"{why}{earlier}"[:1000],
+                           seconds=None if state == "not_started" else outcome["seconds"])
+        out.append(outcome)
     return out
 
 
@@ -152,8 +164,8 @@ def read_outcome_records(data: Any, source: str) -> list[dict]:
     if not isinstance(data, list):
         raise BadRecordError(f"{source}: expected a list of trial outcomes, got {type(data).__name__}")
     for i, o in enumerate(data):
-        if not (isinstance(o, dict) and _str(o.get("trial_id")) and o.get("state") in STATES):
-            raise BadRecordError(f"{source}: item {i}: expected an object with trial_id and a state of {STATES}")
+        if not (isinstance(o, dict) and _str(o.get("trial_id")) and o.get("state") in RUN_STATES):
+            raise BadRecordError(f"{source}: item {i}: expected an object with trial_id and a state of {RUN_STATES}")
         if o.get("seconds") is not None and not isinstance(o["seconds"], (int, float)):
             raise BadRecordError(f"{source}: item {i}: key 'seconds': expected a number or null")
         if o.get("step") is not None and not is_int(o["step"]):
@@ -315,7 +327,7 @@ def trial_rows(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
             elif t["trial_id"] in position:
                 row["task_id"], row["map_index"] = _task_of(plan, position[t["trial_id"]])
                 outcome = outcomes.get(t["trial_id"])
-                if outcome is not None and outcome["state"] in FINAL_STATES:
+                if outcome is not None and (outcome["state"] in FINAL_STATES or outcome["state"] == "not_started"):
                     row.update(state=outcome["state"], result=outcome.get("result"), seconds=outcome.get("seconds"),
                                error=outcome.get("error"), step=outcome.get("step"))
                 else:
@@ -371,7 +383,7 @@ def param_axes(plans: Sequence[Mapping], values: Mapping[str, set], categories: 
 def trial_counts(plans: Sequence[Mapping], rows: Sequence[Mapping]) -> dict[str, int]:
     """How many trials are in each state (:data:`STATES`), with ``defined`` and ``skipped``; trials whose
     parameters are not published yet count as ``waiting``."""
-    counts = {state: 0 for state in STATES}
+    counts = {state: 0 for state in RUN_STATES}
     counts["defined"] = sum(p["defined"] for p in plans) if len(plans) == 1 else len(rows)
     for r in rows:
         counts[r["state"]] += 1
