@@ -176,12 +176,19 @@ def _check_trials(spec: SweepSpec, notifiers: Sequence[Any] = ()):
     @task(task_id="check_trials", on_success_callback=list(notifiers) or None,
           on_failure_callback=list(notifiers) or None)
     def check_trials(summary: dict) -> dict:
-        """The run is green only when at most ``max_failed_trials`` trials failed, were invalid or timed out."""
+        """The run is green only when it ran every trial of its plan (none stopped or not started) and at most
+        ``max_failed_trials`` of them failed, were invalid or timed out."""
         from airflow_provider_gpusched.core.sweep.store import FAILED_STATES
 
         counts = summary["counts"]
         bad = sum(counts.get(state, 0) for state in FAILED_STATES)
         allowed = spec.max_failed_trials
+        unfinished = {k: counts.get(k, 0) for k in ("stopped", "not_started") if counts.get(k, 0)}
+        if unfinished:  # stopped (gpusched queue stop), or its tasks ended first: not a finished run
+            raise AirflowFailException(
+                f"sweep {spec.name}: this run did not finish its trials: "
+                + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in unfinished.items())
+                + " (the earlier results they had stand; the next run runs them)")
         if allowed is not None and bad > allowed:
             lines = [f"  {p['index']} {p['label'] or p['trial_id']} [{p['state']}]: {p['error']}"
                      for p in summary.get("problems", [])[:20]]

@@ -143,3 +143,39 @@ def test_a_re_run_that_fails_on_its_own_replaces_the_earlier_outcome(tmp_path):
     assert status["state"] == "failed" and status["run"] == "r2" and "previous" not in status
     assert not os.path.exists(os.path.join(session.store.trial_dir(trial), "result.previous.json"))
     assert session.collect("r2")["counts"]["failed"] == 1
+
+
+def test_a_forced_re_run_whose_runner_dies_keeps_the_earlier_outcome_through_a_retry_and_the_settle(tmp_path):
+    session = SweepSession(spec(tmp_path))
+    first = session.prepare(run="r1")
+    for t in first.pending:
+        run_trial(first, t, out=open(os.devnull, "w"))
+    second = session.prepare(run="r2", force_rerun=True)
+    trial = second.pending[0]
+    before = session.store.status(trial)
+    result = session.store.result(trial)
+    session.store.mark_running(trial, run="r2")  # try 1: its runner is killed (no outcome, no claim)
+    session.store.mark_running(trial, run="r2")  # try 2 (an Airflow retry, or a cleared task): killed as well
+    assert session.store.status(trial)["previous"]["state"] == "succeeded"  # still the one kept aside
+    assert session.settle(None, "r2") == 1
+    status = session.store.status(trial)
+    interrupted = status.pop("interrupted")
+    assert status == before and session.store.result(trial) == result
+    assert interrupted["state"] == "failed" and "runner stopped" in interrupted["reason"]
+    counts = session.collect("r2")["counts"]
+    assert counts["failed"] == 1 and counts["not_started"] == 4  # run 2's own story: its one re-run died
+    assert json.load(open(tmp_path / "rr" / "best.json"))["score"] == 0.1
+
+
+def test_a_forced_re_run_that_times_out_records_its_own_outcome(tmp_path):
+    session = SweepSession(spec(tmp_path))
+    first = session.prepare(run="r1")
+    for t in first.pending:
+        run_trial(first, t, out=open(os.devnull, "w"))
+    second = session.prepare(run="r2", force_rerun=True)
+    trial = second.pending[0]
+    session.store.mark_running(trial, run="r2")
+    assert mark_unfinished(second, [trial], "reached its time limit", state="timeout") == [
+        f"trial {trial.index} {trial.label} marked timeout: reached its time limit"]
+    status = session.store.status(trial)
+    assert status["state"] == "timeout" and status["run"] == "r2" and "previous" not in status
