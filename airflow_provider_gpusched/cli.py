@@ -187,10 +187,10 @@ def _sweep_preview(args) -> int:
         print("trials of later rounds depend on earlier scores: nothing more to show before running")
         return 0
     if preview["would_skip"]:
-        print(f"would run {preview['would_run']}, skip {preview['would_skip']} (already succeeded; "
+        print(f"would run {preview['would_run']}, skip {preview['would_skip']} (already succeeded or pruned; "
               f"--force-rerun runs them again)")
     elif spec.force_rerun:
-        print(f"would run {preview['would_run']} (--force-rerun: trials that already succeeded run again)")
+        print(f"would run {preview['would_run']} (--force-rerun: trials that already succeeded or were pruned run again)")
     else:
         print(f"would run {preview['would_run']}; none has succeeded yet, nothing to skip")
     rows = [(t["index"], t["trial_id"], t["state"], t["label"] or "-") for t in preview["table"][:args.limit]]

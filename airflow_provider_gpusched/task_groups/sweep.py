@@ -11,7 +11,7 @@ Searches in rounds (optuna, evolution)::
 
 Trials run on local GPUs (:class:`LocalGPUOperator`, one lease each) or on Slurm (:class:`SlurmJobOperator`,
 deferrable; in batched mode one job array per chunk). Every trial executes the core trial runner, which
-records its state and result in the results folder, so a re-run skips what already succeeded.
+records its state and result in the results folder, so a re-run skips what already succeeded or was pruned.
 ``leaderboard`` returns the best trial (XCom), writes ``best.json`` and updates an Airflow Asset.
 """
 
@@ -284,7 +284,7 @@ class _Stage:
             skipped = len(manifest.data["skipped"])
             _publish_plan(session, manifest, round_no, backend, batched, get_current_context())
             print(f"sweep {session.spec.name}{'' if round_no is None else f' round {round_no}'}: "
-                  f"{len(manifest.trials)} trials, {len(manifest.pending)} to run, {skipped} already succeeded "
+                  f"{len(manifest.trials)} trials, {len(manifest.pending)} to run, {skipped} already succeeded or pruned "
                   f"(skipped{'' if not manifest.data.get('force_rerun') else '; force_rerun'}); manifest {manifest.path}")
             if round_no is not None and not manifest.trials:
                 print(f"sweep {session.spec.name}: every candidate of the space has been evaluated; "

@@ -732,3 +732,20 @@ def test_a_full_disk_under_the_results_root_is_named_and_the_trial_ends_failed(t
     assert f"cannot write {out['folder']}/status.json: No space left on device" in out["stderr"], out
     assert out["marked"] == 1 and out["status"]["state"] == "failed", out
     assert "runner stopped before recording an outcome" in out["status"]["error"]
+
+
+def test_a_failed_command_trial_names_its_last_error_next_to_the_exit_code(tmp_path):
+    """Issue 52: the failed table, check_trials and `gpusched sweep run` showed only "exit code 1"."""
+    code = ("import sys\nprint('epoch 1')\nif sys.argv[1] == '2':\n    print('no error line here', flush=True)\n"
+            "    sys.exit(4)\nraise ValueError('lr must be positive, got ' + sys.argv[1])\n")
+    spec = SweepSpec(name="errline", test_config=[{"x": [1, 2]}], command=[sys.executable, "-c", code, "{x}"],
+                     results_root=str(tmp_path), max_failed_trials=None)
+    session = SweepSession(spec)
+    manifest = session.prepare()
+    for t in manifest.pending:
+        run_trial(manifest, t, out=open(os.devnull, "w"))
+    summary = session.collect()
+    errors = {p["label"]: p["error"] for p in summary["problems"]}
+    assert errors == {"x=1": "exit code 1: ValueError: lr must be positive, got 1",
+                      "x=2": "exit code 4: no error line here"}
+    assert "exit code 1: ValueError: lr must be positive, got 1" in summary["text"]

@@ -1,7 +1,7 @@
 """One sweep on disk, from plan to leaderboard: what the Airflow task group and ``gpusched sweep`` call.
 
 * :meth:`SweepSession.prepare` — expand (or, for searches in rounds, ask the round's trials), skip trials
-  that already succeeded (unless ``force_rerun``), write the manifest the trial runner reads.
+  that already succeeded or were pruned (unless ``force_rerun``), write the manifest the trial runner reads.
 * :meth:`SweepSession.finish_round` — tell a round's scores to the search.
 * :meth:`SweepSession.collect` — read every trial's state and result, count them (DI-toolkit's status table),
   rank them by the objective, write ``summary.json``, ``leaderboard.json`` and ``best.json``.

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -336,9 +337,33 @@ def _run_claimed(manifest: Manifest, trial: Trial, out) -> int:
     if code == 0:
         return _finish_ok(manifest, trial, result, out)
     hint = relative_path_hint(argv, folder, manifest.data.get("base_dir"))
-    store.mark_finished(trial, ok=False, result=None, exit_code=code, error=f"exit code {code}{hint}")
-    print(f"[gpusched] trial {trial.trial_id} failed (exit code {code}){hint}", file=out, flush=True)
+    last = error_line(log_path)
+    why = f"exit code {code}" + (f": {last}" if last else "")
+    store.mark_finished(trial, ok=False, result=None, exit_code=code, error=f"{why}{hint}")
+    print(f"[gpusched] trial {trial.trial_id} failed ({why}){hint}", file=out, flush=True)
     return code
+
+
+_ERROR_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)|[Ee]rror|FATAL|Fatal)\b.*[:!]?")
+
+
+def error_line(log_path: str, limit: int = 300) -> str:
+    """What a failed command said last about why, for its trial's error next to the exit code: the last line of
+    its output (its final 64 KiB) that reads like an error (``ValueError: lr must be positive``, ``Error: ...``),
+    else its last non-empty line; '' when it printed nothing. Cut to ``limit`` characters, control characters
+    removed (it is shown in tables and the UI)."""
+    from airflow_provider_gpusched.core.text import printable
+
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - 65536))
+            lines = [ln.strip() for ln in fh.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    lines = [ln for ln in lines if not ln.startswith("[gpusched]")]
+    found = next((ln for ln in reversed(lines) if _ERROR_LINE.match(ln)), lines[-1] if lines else "")
+    found = printable(found)
+    return found if len(found) <= limit else found[:limit - 3] + "..."
 
 
 def relative_path_hint(argv: Sequence[str], folder: str, base_dir: str | None) -> str:
