@@ -6,7 +6,7 @@
 #
 #   scripts/stack.sh up                start everything (idempotent) and wait until each component is healthy
 #   scripts/stack.sh down              stop exactly what `up` started, by pid, then PostgreSQL (and the Slurm
-#                                      test cluster if `up` started it)
+#                                      test cluster if `up` started it); its data is kept (it says where)
 #   scripts/stack.sh destroy           down, then delete the stack's database and directory (a clean start)
 #   scripts/stack.sh status            each component's pid and health; exit 1 if one is down
 #   scripts/stack.sh logs [NAME]       the last lines of each log (or NAME's: api-server, scheduler, ...)
@@ -15,7 +15,9 @@
 #   scripts/stack.sh kill NAME [SIG]   send SIG (default TERM) to one component's process group
 #
 # Everything lives in $GPUSCHED_STACK_DIR (default <checkout>/.stack): pid files, logs, AIRFLOW_HOME, lease
-# directory, Slurm output. Settings: GPUSCHED_STACK_PORT (api-server, default 28080), GPUSCHED_STACK_PG_PORT
+# directory, Slurm output, and the settings it was started with (settings.env: every later command, in any shell,
+# uses them; `up` on a running stack applies changed ones, restarting the Airflow components, and refuses other
+# ports, saying what to run). Settings: GPUSCHED_STACK_PORT (api-server, default 28080), GPUSCHED_STACK_PG_PORT
 # (default 55432), GPUSCHED_STACK_EXTRA_DAGS (a second DAG folder, added as its own DAG bundle),
 # GPUSCHED_STACK_PARALLELISM (LocalExecutor slots, default 48), GPUSCHED_STACK_API_HOST (the api-server's
 # listening address, default 127.0.0.1), GPUSCHED_STACK_ENV (extra export lines; scripts/fleet.sh sets the
@@ -24,13 +26,54 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
 STACK="${GPUSCHED_STACK_DIR:-$REPO/.stack}"
-PORT="${GPUSCHED_STACK_PORT:-28080}"
-PG_PORT="${GPUSCHED_STACK_PG_PORT:-55432}"
-# the address the api-server listens on (scripts/fleet.sh: 0.0.0.0, so GPU hosts in namespaces reach it)
-API_HOST="${GPUSCHED_STACK_API_HOST:-127.0.0.1}"
 COMPONENTS=(api-server scheduler dag-processor triggerer)
 say() { echo "[stack] $*" >&2; }
 die() { say "$*"; exit 1; }
+
+# The settings a stack runs with are recorded by `up` in $STACK/settings.env; every later command (in any shell)
+# reads them, so `status`, `logs`, `down` and `env` talk to the stack that runs, whatever this shell exports. A
+# setting exported here overrides the recorded one for `up` only, which applies it or refuses (see apply_or_refuse).
+SETTINGS=(PORT PG_PORT API_HOST EXTRA_DAGS PARALLELISM ENV)
+declare -A DEFAULTS=([PORT]=28080 [PG_PORT]=55432 [API_HOST]=127.0.0.1 [EXTRA_DAGS]="" [PARALLELISM]=48 [ENV]="")
+declare -A RECORDED=() ASKED=()
+if [ -f "$STACK/settings.env" ]; then
+  while IFS='=' read -r key value; do
+    case " ${SETTINGS[*]} " in *" $key "*) RECORDED[$key]="$(printf '%b' "$value")" ;; esac
+  done <"$STACK/settings.env"
+fi
+for key in "${SETTINGS[@]}"; do
+  var="GPUSCHED_STACK_$key"
+  if [ -n "${!var+x}" ]; then ASKED[$key]="${!var}"; fi
+done
+if [ -n "${ASKED[EXTRA_DAGS]:-}" ]; then  # recorded as an absolute path: a relative one means the same anywhere
+  ASKED[EXTRA_DAGS]="$(cd "${ASKED[EXTRA_DAGS]}" 2>/dev/null && pwd)" \
+    || die "GPUSCHED_STACK_EXTRA_DAGS=$GPUSCHED_STACK_EXTRA_DAGS: not a directory"
+fi
+# the value a setting has: for `up`, what this shell asks, else what the stack was started with, else the default;
+# for every other command, what the stack was started with
+setting() {
+  local key="$1"
+  if [ "${CMD:-}" = up ] && [ -n "${ASKED[$key]+x}" ]; then printf '%s' "${ASKED[$key]}"
+  elif [ -n "${RECORDED[$key]+x}" ]; then printf '%s' "${RECORDED[$key]}"
+  elif [ -n "${ASKED[$key]+x}" ]; then printf '%s' "${ASKED[$key]}"
+  else printf '%s' "${DEFAULTS[$key]}"; fi
+}
+CMD="${1:-}"
+PORT="$(setting PORT)"
+PG_PORT="$(setting PG_PORT)"
+# the address the api-server listens on (scripts/fleet.sh: 0.0.0.0, so GPU hosts in namespaces reach it)
+API_HOST="$(setting API_HOST)"
+EXTRA_DAGS="$(setting EXTRA_DAGS)"
+PARALLELISM="$(setting PARALLELISM)"
+STACK_ENV="$(setting ENV)"
+
+record_settings() {
+  local key value
+  (umask 077; for key in "${SETTINGS[@]}"; do
+     value="$(setting "$key")"
+     printf '%s=%s\n' "$key" "$(printf '%s' "$value" | sed -e 's/\\/\\\\/g' -e ':a;N;$!ba;s/\n/\\n/g')"
+   done >"$STACK/settings.env")
+}
 
 pg_bin() {
   local d
@@ -110,8 +153,8 @@ write_env() {
   local simulate=""
   if ! python -c "import pynvml; pynvml.nvmlInit()" >/dev/null 2>&1; then simulate="${AIRFLOW__GPUSCHED__SIMULATE_GPUS:-4x24GiB}"; fi
   local bundles='[{"name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle", "kwargs": {}}'
-  if [ -n "${GPUSCHED_STACK_EXTRA_DAGS:-}" ]; then
-    bundles+=", {\"name\": \"extra-dags\", \"classpath\": \"airflow.dag_processing.bundles.local.LocalDagBundle\", \"kwargs\": {\"path\": \"$(cd "$GPUSCHED_STACK_EXTRA_DAGS" && pwd)\"}}"
+  if [ -n "$EXTRA_DAGS" ]; then
+    bundles+=", {\"name\": \"extra-dags\", \"classpath\": \"airflow.dag_processing.bundles.local.LocalDagBundle\", \"kwargs\": {\"path\": \"$EXTRA_DAGS\"}}"
   fi
   bundles+="]"
   (umask 077; cat >"$STACK/env.sh" <<EOF
@@ -124,7 +167,7 @@ export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL=5
 export AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL=30  # Airflow's default; 10 cost a fifth of the CPU in a busy run
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__CORE__EXECUTOR=LocalExecutor
-export AIRFLOW__CORE__PARALLELISM=${GPUSCHED_STACK_PARALLELISM:-48}
+export AIRFLOW__CORE__PARALLELISM=$PARALLELISM
 export AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG=256
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="postgresql+psycopg2://airflow:$pw@127.0.0.1:$PG_PORT/airflow"
 export AIRFLOW__DATABASE__SQL_ALCHEMY_POOL_SIZE=10
@@ -153,7 +196,7 @@ EOF
     # what the simulated GPUs' driver reports besides our leases (utilisation, others' processes): absent = nothing
     echo "export GPUSCHED_SIMULATE_USAGE=\"$STACK/simulated-usage.json\"" >>"$STACK/env.sh"
   fi
-  [ -n "${GPUSCHED_STACK_ENV:-}" ] && printf '%s\n' "$GPUSCHED_STACK_ENV" >>"$STACK/env.sh"
+  [ -n "$STACK_ENV" ] && printf '%s\n' "$STACK_ENV" >>"$STACK/env.sh"
   true)
 }
 
@@ -213,7 +256,41 @@ except OSError:
     sys.exit(1)' "$port"
 }
 
+# `up` on a stack that runs: the settings this shell asks for that differ from those it runs with are applied
+# (EXTRA_DAGS, PARALLELISM, API_HOST, ENV: env.sh is written anew and the Airflow components restarted) or, for its
+# ports, refused with what to run. Nothing changed: nothing is restarted.
+apply_or_refuse() {
+  local key changed=() ports=()
+  for key in "${SETTINGS[@]}"; do
+    [ -n "${ASKED[$key]+x}" ] || continue
+    [ "${ASKED[$key]}" = "${RECORDED[$key]-${DEFAULTS[$key]}}" ] && continue
+    case "$key" in PORT|PG_PORT) ports+=("$key") ;; *) changed+=("$key") ;; esac
+  done
+  if [ ${#ports[@]} -gt 0 ]; then
+    for key in "${ports[@]}"; do
+      say "GPUSCHED_STACK_$key=${ASKED[$key]} differs from the running stack's ${RECORDED[$key]-${DEFAULTS[$key]}}"
+    done
+    die "the stack in ${STACK#"$REPO"/} runs on other ports; to move it: bash scripts/stack.sh down, then up with the new ports (its data is kept)"
+  fi
+  [ ${#changed[@]} -gt 0 ] || return 0
+  for key in "${changed[@]}"; do
+    say "GPUSCHED_STACK_$key changed: '${RECORDED[$key]-${DEFAULTS[$key]}}' -> '${ASKED[$key]}'"
+  done
+  say "applying: restarting ${COMPONENTS[*]} with the new settings"
+  local c p i
+  for c in "${COMPONENTS[@]}"; do kill_component "$c" TERM; done
+  for c in "${COMPONENTS[@]}"; do
+    p="$(pid_of "$c")"; [ -n "$p" ] || continue
+    for i in $(seq 1 40); do alive "$c" || break; sleep 0.5; done
+    kill -KILL -- "-$p" 2>/dev/null || true
+    rm -f "$STACK/pids/$c.pid"
+  done
+}
+
 up() {
+  local running=""
+  for c in "${COMPONENTS[@]}"; do alive "$c" && running=1; done
+  [ -z "$running" ] || apply_or_refuse
   if port_taken_by_other "$PORT" api-server; then
     die "port $PORT is already in use by another program (another checkout's stack? see: ss -ltnp 'sport = :$PORT'); stop it or pick another port (GPUSCHED_STACK_PORT)"
   fi
@@ -228,6 +305,7 @@ up() {
   fi
   start_postgres
   write_env
+  record_settings
   # shellcheck disable=SC1091
   source "$STACK/env.sh"
   airflow db migrate >"$STACK/logs/db-migrate.log" 2>&1 || { tail -30 "$STACK/logs/db-migrate.log" >&2; die "airflow db migrate failed"; }
@@ -257,10 +335,14 @@ down() {
   stop_postgres
   if [ -f "$STACK/started-slurm" ]; then bash "$REPO/scripts/slurm-cluster.sh" down; rm -f "$STACK/started-slurm"; fi
   say "down"
+  if [ -f "$STACK/pgdata" ] && [ -z "${DESTROYING:-}" ]; then
+    say "kept: its PostgreSQL data in $(cat "$STACK/pgdata") and its files in $STACK (the next up starts from them;" \
+        "bash scripts/stack.sh destroy removes both)"
+  fi
 }
 
 destroy() {
-  down
+  DESTROYING=1 down
   local base=""
   [ -f "$STACK/pgdata" ] && base="$(cat "$STACK/pgdata")"
   case "$base" in  # only a directory that `up` made
@@ -274,6 +356,8 @@ destroy() {
 
 status() {
   local c rc=0
+  [ -f "$STACK/settings.env" ] || { echo "no stack in $STACK (bash scripts/stack.sh up starts one)"; return 1; }
+  echo "stack: $STACK, api-server http://127.0.0.1:$PORT, PostgreSQL port $PG_PORT${EXTRA_DAGS:+, extra DAGs $EXTRA_DAGS}"
   for c in "${COMPONENTS[@]}"; do
     if alive "$c"; then echo "$c: running (pid $(pid_of "$c"))"; else echo "$c: stopped"; rc=1; fi
   done
@@ -291,5 +375,5 @@ case "${1:-}" in
   logs) if [ -n "${2:-}" ]; then tail -n "${LINES:-60}" "$STACK/logs/$2.log"; else for c in "${COMPONENTS[@]}"; do echo "== $c"; tail -n 15 "$STACK/logs/$c.log"; done; fi ;;
   start) [ -n "${2:-}" ] || die "start NAME"; start_component "$2"; wait_healthy 120 ;;
   kill) [ -n "${2:-}" ] || die "kill NAME [SIGNAL]"; kill_component "$2" "${3:-TERM}" ;;
-  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

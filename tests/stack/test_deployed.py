@@ -18,7 +18,7 @@ from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from tests.polling import wait_until
-from tests.stack.client import read_records
+from tests.stack.client import REPO, read_records
 
 GiB = 1024**3
 pytestmark = pytest.mark.stack
@@ -336,3 +336,37 @@ def test_a_1000_trial_batched_sweep_through_the_deployment(stack):
     assert out.stdout.startswith("sweep e2e_1000 (random)"), out.stdout[:500]
     listed = json.loads(stack.gpusched("sweep", "results", "--json", str(folder)).stdout)
     assert listed["counts"]["succeeded"] == 1000 and listed["leaderboard"][0]["score"] == max(scores)
+
+
+def test_the_stack_script_reads_its_settings_in_a_new_shell_and_applies_or_refuses_changes(stack):
+    """Issue 52: `up` on a running stack printed "already running" and kept the old settings; `status` in a new shell
+    forgot the custom port. Now `status` needs only the stack's directory; `up` with a changed setting restarts
+    the Airflow components with it, and refuses other ports naming what to run."""
+    import dataclasses
+
+    config = stack.config
+    script = [str(REPO / "scripts" / "stack.sh")]
+    new_shell = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "GPUSCHED"))}
+    new_shell["GPUSCHED_STACK_DIR"] = str(config.directory)
+    status = subprocess.run(["bash", *script, "status"], env=new_shell, capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert f"api-server http://127.0.0.1:{config.port}" in status.stdout and "health: healthy" in status.stdout
+
+    moved = dataclasses.replace(config, port=config.port + 7)
+    refused = moved.run("up", check=False)
+    assert refused.returncode == 1
+    assert f"GPUSCHED_STACK_PORT={config.port + 7} differs from the running stack's {config.port}" in refused.stderr
+    assert "bash scripts/stack.sh down, then up with the new ports" in refused.stderr
+    assert stack.config.running()
+
+    before = config.pid("scheduler")
+    changed = dataclasses.replace(config, env_lines=config.env_lines + "\nexport GPUSCHED_E2E_CHANGED=1")
+    applied = changed.run("up")
+    assert "GPUSCHED_STACK_ENV changed" in applied.stderr and "restarting" in applied.stderr, applied.stderr
+    assert config.pid("scheduler") != before  # restarted with the new settings, and healthy again
+    assert "export GPUSCHED_E2E_CHANGED=1" in (config.directory / "env.sh").read_text()
+    after = config.pid("scheduler")
+    again = changed.run("up")  # the same settings again: nothing to apply, nothing restarted
+    assert "changed" not in again.stderr and config.pid("scheduler") == after
+    status = subprocess.run(["bash", *script, "status"], env=new_shell, capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0 and "health: healthy" in status.stdout, status.stdout
