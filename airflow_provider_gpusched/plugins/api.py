@@ -478,7 +478,8 @@ def sweep_importance(dag_id: str, run_id: str, group: str, session) -> dict[str,
             _importance_cache.move_to_end(key)
             return _importance_cache[key]
     t0 = time.monotonic()
-    found = param_importance(points, param_axes(plans, values, categories), objective)
+    found = param_importance(points, param_axes(plans, values, categories), objective,
+                             pruned=sum(1 for r in rows if r["state"] == "pruned"))
     found["seconds"] = round(time.monotonic() - t0, 3)
     with _importance_lock:
         _importance_cache[key] = found

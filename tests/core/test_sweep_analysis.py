@@ -69,7 +69,12 @@ def test_without_optuna_the_fallback_says_so(monkeypatch):
 
 def test_too_few_trials_or_no_varying_parameter_gives_no_ranking():
     few = importance_of(MIN_TRIALS - 1, lr_matters)
-    assert few["importances"] == [] and f"at least {MIN_TRIALS}" in few["note"]
+    assert few["importances"] == [] and f"at least {MIN_TRIALS}" in few["note"] and "pruned" not in few["note"]
+    # issue 52: a 12-trial sweep whose pruning stopped 7 never showed importance, and did not say why
+    pruned = importance_of(5, lr_matters, pruned=7)
+    assert pruned["importances"] == [] and pruned["note"].startswith(
+        f"5 scored trial(s): importance needs at least {MIN_TRIALS}; the 7 pruned trial(s) have no final score")
+    assert "prune later (warmup_steps, min_trials)" in pruned["note"]
     objective = Objective("acc")
     none = param_importance([{"score": 1.0, "params": {}, "categories": {}}] * 20,
                             {"numeric_params": [], "param_scales": {}, "categorical_params": {}}, objective)

@@ -49,7 +49,7 @@ def test_run_sweep_runs_every_trial_ranks_them_and_a_second_run_skips_them(tmp_p
     assert summary["best"]["score"] == pytest.approx(0.75)
     assert "| rank" in summary["text"] or "rank" in summary["text"]
     lines = out.getvalue().splitlines()
-    assert lines[-1].startswith("[########################] 4/4 done, 0 running, 0 failed, best y 0.75")
+    assert lines[-1].startswith("[########################] 4/4 done, 0 running, 0 failed, best so far y 0.75")
     folder = tmp_path / "sweeps" / "terminal"
     assert json.loads((folder / "best.json").read_text())["score"] == pytest.approx(0.75)
     ended = {p: json.loads(p.read_text())["ended"] for p in folder.glob("trials/*/status.json")}
@@ -234,3 +234,34 @@ def test_gpu_task_schedulers_existing_result_folders_are_not_run_again(tmp_path,
     status = json.loads(open(os.path.join(gan["folder"], "status.json")).read())
     assert "finished by GPU Task Scheduler" in status["note"]
     assert all(records[k]["result"] == {"score": 1} for k in records if k != gan["label"])
+
+
+def test_an_adaptive_sweep_shows_its_round_and_the_sweeps_best_so_far_and_says_when_rounds_must_be_raised(
+        tmp_path, manager):
+    """Issue 52: the progress line gave each round's best with no round number; re-running a finished Optuna
+    sweep proposed nothing without saying why."""
+    from airflow_provider_gpusched import run_sweep
+
+    path = tmp_path / "adaptive.yaml"
+    path.write_text(textwrap.dedent(f"""
+        name: adaptive
+        search: optuna
+        rounds: 2
+        per_round: 3
+        seed: 1
+        space: {{x: {{uniform: [0, 3]}}}}
+        command: [{sys.executable}, -c, "{WRITE}", "{{trial_dir}}", "{{x}}"]
+        objective: {{metric: y, mode: maximize}}
+        resources: {{gpu_memory: 1GiB}}
+    """))
+    out = io.StringIO()
+    summary = run_sweep(str(path), results_root=str(tmp_path / "sweeps"), manager=manager, progress=out)
+    lines = out.getvalue().splitlines()
+    assert any(line.startswith("round 1/2 [") for line in lines) and lines[-1].startswith("round 2/2 [")
+    best = summary["best"]["score"]
+    assert lines[-1].endswith(f"best so far y {best:.6g}")  # the sweep's best, whichever round found it
+    assert "note" not in summary
+    again = run_sweep(str(path), results_root=str(tmp_path / "sweeps"), manager=manager, progress=False)
+    assert again["note"] == ("sweep adaptive: all 2 round(s) were run by earlier runs (6 trials, none new); raise "
+                             "rounds (now 2) to search further, or force_rerun to evaluate them again")
+    assert again["text"].startswith(again["note"])

@@ -28,16 +28,21 @@ MAX_PAIRS = 2000
 
 
 def param_importance(points: Sequence[Mapping], axes: Mapping[str, Any], objective: Objective,
-                     *, use_optuna: bool = True) -> dict:
+                     *, use_optuna: bool = True, pruned: int = 0) -> dict:
     """Importance of each parameter of ``axes`` (:func:`~..view.param_axes`) for the score of ``points``.
-    ``use_optuna=False`` forces the fallback."""
+    ``use_optuna=False`` forces the fallback. ``pruned``: how many trials were pruned. They have no final score and
+    are left out, as Optuna's own importance evaluators leave them out: a value reached at the step where a trial
+    was stopped is not comparable with a final one, and counting it would only say that bad trials are bad. When
+    too few trials remain, the note says so, and why."""
     names = list(axes["numeric_params"]) + list(axes["categorical_params"])
     out: dict[str, Any] = {"metric": objective.score_label, "trials": len(points), "importances": [], "note": ""}
     if not names:
         return {**out, "method": "none", "method_label": "", "note": "no parameter varies between the scored trials"}
     if len(points) < MIN_TRIALS:
+        why = (f"; the {pruned} pruned trial(s) have no final score and are left out, as Optuna leaves them out: run "
+               f"more trials, or prune later (warmup_steps, min_trials)") if pruned else ""
         return {**out, "method": "none", "method_label": "",
-                "note": f"{len(points)} scored trial(s): importance needs at least {MIN_TRIALS}"}
+                "note": f"{len(points)} scored trial(s): importance needs at least {MIN_TRIALS}{why}"}
     if use_optuna:
         try:
             found = _optuna_ped_anova(points, axes, objective)

@@ -232,6 +232,12 @@ class SweepSession:
                 + (f" (log: {printable(r['log'])})" if r.get("log") else "")
                 for r in failed[:20])
         summary["problems"] = [{k: r[k] for k in ("index", "trial_id", "label", "state", "error")} for r in failed]
+        if self.spec.in_rounds and trials and not any(m.pending for m in manifests):
+            # a finished adaptive sweep run again: its rounds replay what earlier runs proposed and ran
+            summary["note"] = (f"sweep {self.spec.name}: all {len(manifests)} round(s) were run by earlier runs "
+                               f"({len(trials)} trials, none new); raise rounds (now {self.spec.rounds}) to search "
+                               f"further, or force_rerun to evaluate them again")
+            text = summary["note"] + "\n" + text
         summary["text"] = text
         return summary
 

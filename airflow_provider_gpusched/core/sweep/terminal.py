@@ -77,29 +77,45 @@ class Progress:
         self._thread: threading.Thread | None = None
         self.tty = bool(getattr(self.out, "isatty", lambda: False)())
 
-    def watch(self, trials: list) -> None:
+    def watch(self, trials: list, round_no: int | None = None, rounds: int | None = None) -> None:
+        """Follow ``trials`` (a stage's: round ``round_no`` of ``rounds``); the best so far is the sweep's, over
+        every stage watched, not the stage's own."""
+        if self.trials:
+            self._best_before = self._best(self.trials, self._best_before)
         self.trials = list(trials)
+        self.round = None if round_no is None else (round_no, rounds)
+
+    _best_before: float | None = None
+    round: tuple[int, int | None] | None = None
+
+    def _best(self, trials: list, best: float | None) -> float | None:
+        store, objective = self.session.store, self.session.spec.objective
+        if objective is None or objective.several:
+            return None
+        for trial in trials:
+            if store.state(trial) == "succeeded":
+                score = objective.score(store.result(trial))
+                if score is not None and (best is None or objective.better(score, best)):
+                    best = score
+        return best
 
     def line(self) -> str:
         store, objective = self.session.store, self.session.spec.objective
         counts: dict[str, int] = {}
-        best = None
         for trial in self.trials:
             state = store.state(trial)
             counts[state] = counts.get(state, 0) + 1
-            if state == "succeeded" and objective is not None and not objective.several:
-                score = objective.score(store.result(trial))
-                if score is not None and (best is None or (score > best if objective.maximize else score < best)):
-                    best = score
+        best = self._best(self.trials, self._best_before)
         done = sum(counts.get(s, 0) for s in ("succeeded", "pruned", "failed", "invalid", "timeout"))
         total = max(1, len(self.trials))
         width = 24
         bar = "#" * int(width * done / total) + "-" * (width - int(width * done / total))
         failed = sum(counts.get(s, 0) for s in ("failed", "invalid", "timeout"))
-        text = (f"[{bar}] {done}/{len(self.trials)} done, {counts.get('running', 0)} running, {failed} failed"
+        stage = "" if self.round is None else f"round {self.round[0] + 1}/{self.round[1]} "
+        text = (f"{stage}[{bar}] {done}/{len(self.trials)} done, {counts.get('running', 0)} running, {failed} failed"
                 + (f", {counts.get('pruned', 0)} pruned" if counts.get("pruned") else ""))
         if best is not None:
-            text += f", best {objective.metrics[0]} {best:.6g}"
+            text += f", best so far {objective.metrics[0]} {best:.6g}"
         return text
 
     def show(self, final: bool = False) -> None:
@@ -164,7 +180,7 @@ def run_sweep(spec: str | SweepSpec, *, results_root: str | None = None, manager
     for round_no in stages:
         manifest = session.prepare(round_no, run=run, force_rerun=force_rerun, backend="local")
         if board is not None:
-            board.watch(manifest.trials)
+            board.watch(manifest.trials, round_no, spec.rounds if spec.in_rounds else None)
         stop, done, interrupted = threading.Event(), threading.Event(), threading.Event()
         outcome: dict[str, Any] = {}
 
@@ -261,7 +277,7 @@ def _run_on_slurm(spec: SweepSpec, session: SweepSession, client: Any, force_rer
     for round_no in stages:
         manifest = session.prepare(round_no, SLURM_CHUNK, run=run, force_rerun=force_rerun, backend="slurm")
         if board is not None:
-            board.watch(manifest.trials)
+            board.watch(manifest.trials, round_no, spec.rounds if spec.in_rounds else None)
             board.__enter__()
         jobs: dict[str, int] = {}
         try:

@@ -12,7 +12,12 @@ const UI = HERE.replace(/\/gpusched\/static\/gpusched\.js$/, "");
 const COLORS = {
   idle: "#8e6ccf", normal: "#2b7bd6", high: "#d9822b", succeeded: "#2f9e44", failed: "#e03131",
   invalid: "#c2255c", timeout: "#9c36b5", running: "#1c7ed6", waiting: "#868e96", skipped: "#74b816", defined: "#495057",
-  pruned: "#f08c00",
+  pruned: "#f08c00", stopped: "#495057", not_started: "#adb5bd",
+};
+// what a count means, on hover (the per-run states of a stopped run: docs/queue.md)
+const COUNT_TITLES = {
+  stopped: "started by this run and stopped (gpusched queue stop) before an outcome; an earlier outcome it had stands",
+  not_started: "planned by this run but never started (it was stopped or failed first); their earlier records stand",
 };
 const S = {
   page: { padding: "12px 16px", fontSize: "14px", lineHeight: 1.45, maxWidth: "1400px" },
@@ -360,9 +365,10 @@ function TimelineChart({ data, width = 1300 }) {
           opacity: b.count ? 0.55 : b.outcome === "running" ? 0.95 : 0.8,
           stroke: mark ? mark[0] : "none", strokeWidth: mark ? 1.5 : 0,
           strokeDasharray: b.outcome === "running" ? "3 2" : undefined });
-        const flag = mark && (b.outcome === "preempted" || b.outcome === "oom")
+        const flag = mark && (b.outcome === "preempted" || b.outcome === "oom" || b.outcome === "stopped")
           ? h("path", { "data-testid": "timeline-mark", "data-outcome": b.outcome, fill: mark[0],
               d: b.outcome === "oom" ? `M${x1 + w} ${by - 1} l4 ${lane / 2 - 1} l-4 ${lane / 2 - 1} l-4 ${-(lane / 2 - 1)} z`
+                : b.outcome === "stopped" ? `M${x1 + w - 2} ${by - 1} h5 v${lane} h-5 z`  // a bar across its end
                 : `M${x1 + w - 4} ${by - 1} h8 l-4 ${lane - 1} z` }) : null;
         const content = [h("title", { key: "t" }, barTitle(b)), bar, flag];
         const attrs = { key: k, "data-testid": "timeline-bar", "data-outcome": b.outcome, "data-class": b.job_class,
@@ -401,7 +407,8 @@ function GpuTimeline() {
       `${leases} lease(s) in the window: `, `${c.running} running, ${c.succeeded} succeeded, ${c.failed} failed, `,
       `${c.preempted} preempted, ${c.oom} out of GPU memory, ${c.timeout} at their time limit, ${c.stopped} stopped`),
     h(Legend, { testid: "timeline-key", items: key.concat(Object.entries(MARKS).filter(([o]) => o === "preempted" || o === "oom")
-      .map(([, [colour, text]]) => [text, colour])).concat([["failed (outlined)", MARKS.failed[0]], ["running (dashed)", "#2b7bd6"]]) }),
+      .map(([, [colour, text]]) => [text, colour])).concat([["stopped by gpusched queue stop (a bar across its end)", MARKS.stopped[0]],
+        ["failed (outlined)", MARKS.failed[0]], ["at its time limit (outlined)", MARKS.timeout[0]], ["running (dashed)", "#2b7bd6"]]) }),
     data.rows.length === 0 ? h("div", { style: S.card, "data-testid": "timeline-empty" },
       "No lease in this window, and no GPU host is known to this api-server.") :
       h("div", { style: { overflowX: "auto" } }, h(TimelineChart, { data })),
@@ -683,13 +690,16 @@ function ParallelCoordinates({ sweep, points, onPick, picked }) {
         h("text", { x: X(k), y: 16, fontSize: 11, textAnchor: "middle", fill: "currentColor", fontWeight: a.kind === "score" ? 700 : 400 },
           fit(a.name + (s.scale === "log" ? " (log)" : ""), k === axes.length - 1 ? 2 * padR - 8 : spacing - 8),
           h("title", null, a.name)),
-        (s.scale === "category" ? s.ticks.filter((_, i) => i % Math.ceil(s.ticks.length / Math.floor(inner / 16)) === 0)
-          : [s.ticks[0], s.ticks[Math.floor(s.ticks.length / 2)], s.ticks[s.ticks.length - 1]])
-          .filter((v, i, all) => all.indexOf(v) === i).map((v) => {
-            const i = s.ticks.indexOf(v);
-            return h("text", { key: `t${i}`, x: X(k) - 4, y: Yf(s, v) + 3, fontSize: 10, textAnchor: "end", fill: "currentColor",
-              style: HALO },
-              s.labels[i], s.full ? h("title", null, s.full[i]) : null);
+        // every tick when they fit (a log axis keeps each decade: 1e-4, 0.001, 0.01, 0.1), else every n-th; each label
+        // on a box of the page's colour, so the trials' lines pass behind it instead of through it
+        s.ticks.filter((_, i) => i % Math.ceil(s.ticks.length / Math.floor(inner / 18)) === 0)
+          .map((v) => {
+            const i = s.ticks.indexOf(v), text = s.labels[i], boxW = text.length * 6 + 4;
+            return h("g", { key: `t${i}`, "data-tick": "pc" },
+              h("rect", { x: X(k) - 3 - boxW, y: Yf(s, v) - 6, width: boxW, height: 12, rx: 2, style: { fill: "Canvas" },
+                          opacity: 0.85 }),
+              h("text", { x: X(k) - 4, y: Yf(s, v) + 3, fontSize: 10, textAnchor: "end", fill: "currentColor", style: HALO },
+                text, s.full ? h("title", null, s.full[i]) : null));
           }),
         brushes[a.name] ? h("rect", { x: X(k) - 7, width: 14, y: Math.min(...brushes[a.name]), height: Math.abs(brushes[a.name][1] - brushes[a.name][0]) || 2,
           fill: "rgba(245,159,0,0.35)", stroke: "#f59f00", "data-testid": "pc-brush" }) : null,
@@ -824,8 +834,10 @@ function SweepCard({ sweep, dagId, focus, runs }) {
         (sweep.rounds ? ` · ${sweep.rounds} round(s) so far` : "") +
         (obj ? ` · ${obj.describe}` : " · no objective") + (obj && obj.weights ? ` · ranked by ${obj.score_label}` : ""))),
     h("div", { style: { margin: "6px 0" }, "data-testid": "counts" },
-      ["defined", "waiting", "running", "succeeded", "failed", "invalid", "timeout", "pruned"].map((k) =>
-        h("span", { key: k, "data-count": k }, badge(`${k} ${counts[k] || 0}`, COLORS[k]))),
+      ["defined", "waiting", "running", "succeeded", "failed", "invalid", "timeout", "pruned", "stopped", "not_started"]
+        .filter((k) => !["stopped", "not_started"].includes(k) || counts[k])
+        .map((k) => h("span", { key: k, "data-count": k, title: COUNT_TITLES[k] },
+          badge(`${k.replace("_", " ")} ${counts[k] || 0}`, COLORS[k]))),
       h("span", { "data-count": "skipped", style: S.muted, title: "succeeded or pruned in an earlier DAG run and not run " +
         "again (counted in their state too)" }, ` · ${counts.skipped || 0} from earlier runs (skipped)`)),
     sweep.best ? h("div", { "data-testid": "best", style: { margin: "6px 0" } }, "Best: ",
