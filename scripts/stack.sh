@@ -277,14 +277,7 @@ apply_or_refuse() {
     say "GPUSCHED_STACK_$key changed: '${RECORDED[$key]-${DEFAULTS[$key]}}' -> '${ASKED[$key]}'"
   done
   say "applying: restarting ${COMPONENTS[*]} with the new settings"
-  local c p i
-  for c in "${COMPONENTS[@]}"; do kill_component "$c" TERM; done
-  for c in "${COMPONENTS[@]}"; do
-    p="$(pid_of "$c")"; [ -n "$p" ] || continue
-    for i in $(seq 1 40); do alive "$c" || break; sleep 0.5; done
-    kill -KILL -- "-$p" 2>/dev/null || true
-    rm -f "$STACK/pids/$c.pid"
-  done
+  stop_components
 }
 
 up() {
@@ -322,7 +315,8 @@ kill_component() {
   kill -"$sig" -- "-$p" 2>/dev/null || kill -"$sig" "$p" 2>/dev/null || true
 }
 
-down() {
+# the Airflow components: SIGTERM to each process group, 20 s to end, then SIGKILL
+stop_components() {
   local c p i
   for c in "${COMPONENTS[@]}"; do kill_component "$c" TERM; done
   for c in "${COMPONENTS[@]}"; do
@@ -332,6 +326,10 @@ down() {
     kill -KILL -- "-$p" 2>/dev/null || true
     rm -f "$STACK/pids/$c.pid"
   done
+}
+
+down() {
+  stop_components
   stop_postgres
   if [ -f "$STACK/started-slurm" ]; then bash "$REPO/scripts/slurm-cluster.sh" down; rm -f "$STACK/started-slurm"; fi
   say "down"

@@ -32,6 +32,16 @@ def files(session, trial):
             if name != "claim.lock"}
 
 
+def ran_then_forced(tmp_path):
+    """The sweep run once (r1: 3 succeeded, 2 pruned), then planned again with force_rerun (r2): (session, r2's
+    manifest)."""
+    session = SweepSession(spec(tmp_path))
+    first = session.prepare(run="r1")
+    for t in first.pending:
+        run_trial(first, t, out=open(os.devnull, "w"))
+    return session, session.prepare(run="r2", force_rerun=True)
+
+
 def view_of(session, manifest, run):
     plan = plan_record("rr", "grid", None, session.spec.objective, "local", "rr.trial", None, manifest.trials,
                        manifest.pending, session.store,
@@ -131,11 +141,7 @@ def test_a_trial_running_for_another_run_is_not_ended_by_this_one(tmp_path):
 
 
 def test_a_re_run_that_fails_on_its_own_replaces_the_earlier_outcome(tmp_path):
-    session = SweepSession(spec(tmp_path))
-    first = session.prepare(run="r1")
-    for t in first.pending:
-        run_trial(first, t, out=open(os.devnull, "w"))
-    second = session.prepare(run="r2", force_rerun=True)
+    session, second = ran_then_forced(tmp_path)
     trial = second.pending[0]
     session.store.mark_running(trial, run="r2")
     session.store.mark_finished(trial, ok=False, exit_code=1, error="exit code 1")  # the re-run's own outcome
@@ -146,11 +152,7 @@ def test_a_re_run_that_fails_on_its_own_replaces_the_earlier_outcome(tmp_path):
 
 
 def test_a_forced_re_run_whose_runner_dies_keeps_the_earlier_outcome_through_a_retry_and_the_settle(tmp_path):
-    session = SweepSession(spec(tmp_path))
-    first = session.prepare(run="r1")
-    for t in first.pending:
-        run_trial(first, t, out=open(os.devnull, "w"))
-    second = session.prepare(run="r2", force_rerun=True)
+    session, second = ran_then_forced(tmp_path)
     trial = second.pending[0]
     before = session.store.status(trial)
     result = session.store.result(trial)
@@ -168,11 +170,7 @@ def test_a_forced_re_run_whose_runner_dies_keeps_the_earlier_outcome_through_a_r
 
 
 def test_a_forced_re_run_that_times_out_records_its_own_outcome(tmp_path):
-    session = SweepSession(spec(tmp_path))
-    first = session.prepare(run="r1")
-    for t in first.pending:
-        run_trial(first, t, out=open(os.devnull, "w"))
-    second = session.prepare(run="r2", force_rerun=True)
+    session, second = ran_then_forced(tmp_path)
     trial = second.pending[0]
     session.store.mark_running(trial, run="r2")
     assert mark_unfinished(second, [trial], "reached its time limit", state="timeout") == [

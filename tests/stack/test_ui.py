@@ -65,6 +65,13 @@ def open_page(stack, page, path: str, ready: str) -> None:
     page.wait_for_selector(ready, timeout=60_000)
 
 
+def shot_at(page, testid: str, name: str) -> None:
+    """A screenshot of the window scrolled to the element ``testid`` (not the whole page)."""
+    page.locator(f"[data-testid={testid}]").scroll_into_view_if_needed()
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(SHOTS / f"{name}.png"))
+
+
 def shot(page, name: str) -> None:
     page.wait_for_timeout(500)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
@@ -261,12 +268,8 @@ def test_sweeps_tab_shows_the_pareto_front_of_a_two_objective_sweep(stack, brows
     page.locator("[data-testid=analysis]").scroll_into_view_if_needed()
     page.wait_for_timeout(300)
     page.screenshot(path=str(SHOTS / "sweeps-analysis.png"), full_page=True)
-    page.locator("[data-testid=reports]").scroll_into_view_if_needed()
-    page.wait_for_timeout(300)
-    page.screenshot(path=str(SHOTS / "sweeps-reports.png"))
-    page.locator("[data-testid=leaderboard]").scroll_into_view_if_needed()
-    page.wait_for_timeout(300)
-    page.screenshot(path=str(SHOTS / "sweeps-pareto-leaderboard.png"))
+    shot_at(page, "reports", "sweeps-reports")
+    shot_at(page, "leaderboard", "sweeps-pareto-leaderboard")
     page.set_viewport_size({"width": 1400, "height": 1000})
 
 
@@ -304,12 +307,8 @@ def test_sweeps_tab_of_a_rerun_and_of_an_older_run_after_a_forced_rerun(stack, b
     assert page.locator("[data-testid=plot-compare-progress] polyline").count() == 2
     assert page.locator("[data-testid=plot-compare] circle").count() == 3
     assert_plots_readable(page)
-    page.locator("[data-testid=compare]").scroll_into_view_if_needed()
-    page.wait_for_timeout(300)
-    page.screenshot(path=str(SHOTS / "sweeps-compare.png"))
-    page.locator("[data-testid=pruned]").scroll_into_view_if_needed()
-    page.wait_for_timeout(300)
-    page.screenshot(path=str(SHOTS / "sweeps-rerun-pruned.png"))
+    shot_at(page, "compare", "sweeps-compare")
+    shot_at(page, "pruned", "sweeps-rerun-pruned")
     forced = finished_run(stack, "e2e_sweep_rerun_forced")
     open_page(stack, page, f"/dags/e2e_sweep_rerun_forced/plugin/gpusched-sweeps?run_id={forced}",
               "[data-testid=plot-reports] polyline")
@@ -319,6 +318,98 @@ def test_sweeps_tab_of_a_rerun_and_of_an_older_run_after_a_forced_rerun(stack, b
                   "[data-testid=plot-reports] polyline")
         assert sorted(_curve_lengths(page)) == [2, 2, 2, 3, 3, 3], older
         assert page.locator("[data-testid=plot-reports] g[data-state=pruned]").count() == 3
+
+
+def _trial_records(folder: Path) -> dict:
+    return {d.name: json.loads((d / "status.json").read_text()) for d in sorted((folder / "trials").iterdir())
+            if (d / "status.json").exists()}
+
+
+def test_sweeps_tab_of_a_forced_rerun_stopped_by_queue_stop_and_of_the_run_before(stack, browser_page):
+    """Issue 52 as the new user met it, in the browser: a run (3 succeeded, 2 pruned, 1 failed), a forced re-run
+    stopped while its trials ran, a plain re-run. The stopped run's tab counts what it stopped and did not start
+    (no success, no best of its own); the first run's tab and the sweep's records are as they were; the next run
+    runs only the failed trial. The first run's tab also shows the failed trial's error line, why importance is not
+    drawn, and a log axis that labels each decade."""
+    page = browser_page
+    folder = stack.dir / "sweeps" / "e2e_stop"
+    shutil.rmtree(folder, ignore_errors=True)  # a kept stack: start the sweep anew
+    first = finished_run(stack, "e2e_sweep_stop")
+    before = _trial_records(folder)
+    assert sorted(r["state"] for r in before.values()) == ["failed", "pruned", "pruned", "succeeded", "succeeded",
+                                                         "succeeded"], before
+    best = json.loads((folder / "best.json").read_text())
+
+    (folder / "SLOW").touch()  # the re-run's trials wait until the stop comes
+    try:
+        second = stack.trigger("e2e_sweep_stop", force_rerun=True)
+
+        def running() -> bool:
+            out = stack.gpusched("queue", "list", "--sweep", "e2e_stop", "--json", "--no-slurm")
+            return out.returncode == 0 and any(e["state"] == "running" for e in json.loads(out.stdout)["entries"])
+
+        wait_until(running, timeout=120, what="the forced re-run's trials running")
+        stop = stack.gpusched("queue", "stop", "--sweep", "e2e_stop", "--reason", "the GPUs are needed")
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+        assert stack.wait_run("e2e_sweep_stop", second, timeout=300) == "failed"
+    finally:
+        (folder / "SLOW").unlink()
+        stack.gpusched("queue", "lift", "--sweep", "e2e_stop")
+    after = _trial_records(folder)
+    interrupted = {name for name, r in after.items() if "interrupted" in r}
+    assert interrupted, "the stop found no trial of the re-run running"
+    for name, record in after.items():  # every outcome of the first run stands; the re-runs it stopped say so
+        note = record.pop("interrupted", None)
+        assert record == before[name], name
+        if note:
+            assert note["state"] == "stopped" and "the GPUs are needed" in note["reason"], note
+    assert json.loads((folder / "best.json").read_text()) == best
+
+    open_page(stack, page, f"/dags/e2e_sweep_stop/plugin/gpusched-sweeps?run_id={second}", "[data-testid=counts]")
+    counts = page.locator("[data-testid=counts]").inner_text()
+    found = {k: re.search(rf"{k} (\d+)", counts) for k in ("stopped", "not started")}
+    assert all(found.values()), counts
+    stopped, not_started = (int(found[k].group(1)) for k in ("stopped", "not started"))
+    assert stopped == len(interrupted) and stopped + not_started == 6 and not_started > 0, counts
+    assert "succeeded 0" in counts and "failed 0" in counts and "0 from earlier runs" in counts, counts
+    assert page.locator("[data-testid=best]").count() == 0  # the stopped run established no result
+    assert page.locator("[data-testid=no-score]").inner_text().startswith("This run was stopped before any")
+    assert "ran again in a later DAG run" not in page.locator("[data-testid=sweep-e2e_stop]").inner_text()
+    assert "started by this run and stopped" in page.locator("[data-count=stopped]").get_attribute("title")
+    shot(page, "sweeps-stopped-rerun")
+    # the GPU timeline marks the leases the stop ended, and its key says how
+    open_page(stack, page, "/plugin/gpusched-timeline?hours=0.5", "[data-testid=plot-timeline]")
+    assert "stopped by gpusched queue stop" in page.locator("[data-testid=timeline-key]").inner_text()
+    marks = page.locator("[data-testid=timeline-mark][data-outcome=stopped]")
+    assert marks.count() >= len(interrupted), marks.count()
+    shot(page, "timeline-stopped")
+
+    open_page(stack, page, f"/dags/e2e_sweep_stop/plugin/gpusched-sweeps?run_id={first}",
+              "[data-testid=plot-parallel]")
+    assert page.locator("[data-testid=plot-parallel] polyline").count() == 3  # the scored trials
+    counts = page.locator("[data-testid=counts]").inner_text()
+    assert "succeeded 3" in counts and "pruned 2" in counts and "failed 1" in counts, counts
+    assert page.locator("[data-testid=best]").inner_text().startswith("Best: loss = 1")
+    problems = page.locator("[data-testid=problems] tbody tr").all_inner_texts()
+    assert len(problems) == 1 and "exit code 1: ValueError: q=7 is not allowed" in problems[0], problems
+    page.wait_for_selector("[data-testid=importance]", timeout=60_000)
+    importance = page.locator("[data-testid=importance]").inner_text()
+    assert "3 scored trial(s): importance needs at least 8" in importance, importance
+    assert "the 2 pruned trial(s) have no final score" in importance, importance
+    lr_ticks = page.eval_on_selector_all("[data-testid=plot-parallel] g[data-axis=lr] g[data-tick=pc] text",
+                                         "ts => ts.map(t => t.firstChild.textContent)")
+    # the scored trials' lr spans 1e-4..0.01: each decade labelled, 0.001 included (the middle-only labels skipped it)
+    assert lr_ticks == ["1e-4", "0.001", "0.01"], lr_ticks
+    assert_plots_readable(page)
+    shot_at(page, "plot-parallel", "sweeps-parallel-log-axis")
+    shot_at(page, "problems", "sweeps-failed-error-line")
+
+    third = stack.trigger("e2e_sweep_stop")  # plain: only the failed trial runs again (and fails again)
+    assert stack.wait_run("e2e_sweep_stop", third, timeout=300) == "success"
+    open_page(stack, page, f"/dags/e2e_sweep_stop/plugin/gpusched-sweeps?run_id={third}", "[data-testid=counts]")
+    counts = page.locator("[data-testid=counts]").inner_text()
+    assert "5 from earlier runs" in counts and "succeeded 3" in counts and "pruned 2" in counts, counts
+    assert "failed 1" in counts and "not started" not in counts and "stopped" not in counts, counts
 
 
 def test_slurm_job_tab_shows_array_tasks_state_and_output(stack, browser_page):

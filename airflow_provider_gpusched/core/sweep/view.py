@@ -256,7 +256,9 @@ def _curves(rows: Sequence[Mapping], read: Callable[[str], Sequence[Mapping] | N
     """The curves of ``metric`` by step (running trials first, then by index) and each running trial's
     latest report; ``read(trial_id)`` gives a trial's reports (None: not readable), asked lazily."""
     curves, latest = [], []
-    order = sorted(rows, key=lambda r: (r["state"] != "running", r["index"]))
+    # a trial this run did not start, or whose re-run it stopped (the earlier outcome put back), has no curve of it
+    order = sorted((r for r in rows if r["state"] not in ("not_started", "stopped")),
+                   key=lambda r: (r["state"] != "running", r["index"]))
     for r in order[:MAX_REPORT_READS]:
         if len(curves) >= MAX_CURVES:
             break

@@ -304,7 +304,7 @@ function classColor(name, classes) {
   return EXTRA_CLASS_COLORS[Math.max(0, others.indexOf(name)) % EXTRA_CLASS_COLORS.length];
 }
 const MARKS = { preempted: ["#e03131", "preempted (gave its GPU back)"], oom: ["#c2255c", "GPU out of memory (retried bigger)"],
-  failed: ["#212529", "failed"], timeout: ["#9c36b5", "stopped at its time limit"], stopped: ["#495057", "stopped"] };
+  failed: ["#212529", "failed"], timeout: ["#9c36b5", "stopped at its time limit"], stopped: ["#f59f00", "stopped"] };
 function clock(t, span, step = 60) {
   const d = new Date(t * 1000);
   const hm = d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: step < 60 ? "2-digit" : undefined, hour12: false });
@@ -883,7 +883,9 @@ function SweepCard({ sweep, dagId, focus, runs }) {
       h(Section, { title: "Compare runs", testid: "compare-section" },
         h(Compare, { dagId, run: sweep.run, group: sweep.group, runs: runs || [] }))) : null,
     obj ? h("div", null, h("div", { style: { fontWeight: 600, marginTop: "6px" } }, "Leaderboard"),
-      sweep.leaderboard.length === 0 ? h("div", { style: S.muted }, "No trial has a score yet.") :
+      sweep.leaderboard.length === 0 ? h("div", { style: S.muted, "data-testid": "no-score" },
+        counts.stopped || counts.not_started ? "This run was stopped before any of its trials had a score; the " +
+          "sweep's earlier results stand, in the runs that made them." : "No trial has a score yet.") :
         h("div", { style: { overflowX: "auto" } }, h(Table, { testid: "leaderboard",
           head: ["rank"].concat(several ? ["front", ...obj.metrics] : [], several && !obj.weights ? [] : [obj.score_label],
             ["trial"], shownParams, paramNames.length > shownParams.length ? ["more parameters"] : [], ["time", "", ""]),

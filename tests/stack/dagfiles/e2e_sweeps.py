@@ -62,3 +62,34 @@ with DAG("e2e_sweep_1000", schedule=None, start_date=START, catchup=False, max_a
                                python_callable=quick_score, objective=Objective("score", "maximize"),
                                resources=TrialResources(gpu_memory="4GiB"), force_rerun=True),
                      backend="local", batching="batched", chunk_size=500, publish_asset=False)
+
+
+#: a command trial (any language): reports loss = q + 1/step for 5 steps; waits 90 s first while the sweep folder
+#: holds a SLOW file (so a run can be stopped while it runs); q = 7 fails with a Python exception
+STOP_TRIAL = """
+import os, sys, time
+q, folder, t0 = float(sys.argv[1]), sys.argv[2], time.time()
+while os.path.exists(os.path.join(folder, '..', '..', 'SLOW')) and time.time() < t0 + 90:
+    time.sleep(0.2)
+if q == 7:
+    raise ValueError('q=%g is not allowed' % q)
+for step in range(1, 6):
+    open(os.environ['GPUSCHED_REPORT_FILE'], 'a').write('step=%d loss=%s\\n' % (step, q + 1 / step))
+    time.sleep(0.4)
+open('result.json', 'w').write('{{"loss": %s}}' % q)
+"""
+
+with DAG("e2e_sweep_stop", schedule=None, start_date=START, catchup=False, max_active_runs=1):
+    # issue 52: run, force_rerun stopped by `gpusched queue stop`, plain re-run (tests/stack/test_ui.py). Optuna's
+    # threshold pruner stops q = 5 and 6 (loss above 4.5 after the first step) whatever the order; lr spans four
+    # decades, so the parallel coordinates draw it on a log axis
+    import sys
+
+    sweep_task_group(SweepSpec(
+        name="e2e_stop", test_config=[{"q": [q], "lr": [lr]} for q, lr in
+                                      ((1, 1e-4), (2, 1e-3), (3, 1e-2), (5, 1e-1), (6, 3e-2), (7, 3e-3))],
+        command=[sys.executable, "-c", STOP_TRIAL, "{q}", "{trial_dir}"],
+        objective=Objective("loss", "minimize"), resources=TrialResources(gpu_memory="2GiB"), max_failed_trials=1,
+        max_workers=2,  # two trials at a time: a stop finds some running and some not started
+        pruning={"rule": "optuna", "pruner": "threshold", "options": {"upper": 4.5, "n_warmup_steps": 1}}),
+        backend="local", trial_kwargs={"grace_period": 2})
