@@ -177,3 +177,30 @@ def test_a_forced_re_run_that_times_out_records_its_own_outcome(tmp_path):
         f"trial {trial.index} {trial.label} marked timeout: reached its time limit"]
     status = session.store.status(trial)
     assert status["state"] == "timeout" and status["run"] == "r2" and "previous" not in status
+
+
+def test_the_end_report_of_a_stopped_re_run_says_it_was_stopped_and_lists_no_earlier_failure(tmp_path):
+    from airflow_provider_gpusched.core.sweep.end_report import build_end_report
+
+    session = SweepSession(SweepSpec(name="rr", test_config=[{"quality": [0.1, 0.2, -1.0]}], python_callable=learn_or_fail,
+                                     objective=Objective("loss", "minimize"), results_root=str(tmp_path),
+                                     max_failed_trials=None))
+    first = session.prepare(run="r1")
+    for t in first.pending:
+        run_trial(first, t, out=open(os.devnull, "w"))
+    session.collect("r1")
+    report = build_end_report(session.store.dir, run="r1")
+    assert [f["label"] for f in report.failures] == ["quality=-1"] and not report.ok
+    second = session.prepare(run="r2", force_rerun=True)
+    session.store.mark_running(second.pending[0], run="r2")
+    mark_unfinished(second, second.pending, STOP, state="stopped")
+    session.collect("r2")
+    report = build_end_report(session.store.dir, run="r2")
+    assert report.subject == "[gpusched] sweep rr was stopped: 1 stopped, 2 not started"
+    assert report.failures == [] and not report.ok  # run 1's failure is run 1's
+
+
+def learn_or_fail(params):
+    if params["quality"] < 0:
+        raise ValueError("negative quality")
+    return learn(params)

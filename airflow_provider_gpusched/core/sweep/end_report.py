@@ -17,7 +17,7 @@ from airflow_provider_gpusched.core.checks import is_json_number
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.safe_files import read_tail
 from airflow_provider_gpusched.core.sweep.objective import Objective
-from airflow_provider_gpusched.core.sweep.store import FAILED_STATES, STATES, read_json
+from airflow_provider_gpusched.core.sweep.store import FAILED_STATES, RUN_STATES, read_json
 from airflow_provider_gpusched.core.text import printable
 
 #: failures listed in a report, and the lines of output shown for each
@@ -39,13 +39,20 @@ class SweepEndReport:
     rounds: int | None = None
 
     @property
+    def stopped(self) -> bool:
+        """The run was stopped (or its tasks ended) before it ran every trial of its plan."""
+        return bool(self.counts.get("stopped") or self.counts.get("not_started"))
+
+    @property
     def ok(self) -> bool:
-        return not any(self.counts.get(state) for state in FAILED_STATES)
+        return not self.stopped and not any(self.counts.get(state) for state in FAILED_STATES)
 
     @property
     def subject(self) -> str:
-        done = ", ".join(f"{self.counts.get(k, 0)} {k}" for k in ("succeeded", *FAILED_STATES, "pruned")
-                         if self.counts.get(k))
+        done = ", ".join(f"{self.counts.get(k, 0)} {k.replace('_', ' ')}" for k in
+                         ("succeeded", *FAILED_STATES, "pruned", "stopped", "not_started") if self.counts.get(k))
+        if self.stopped and self.round_no is None:
+            return f"[gpusched] sweep {self.sweep} was stopped: {done or 'nothing ran'}"
         best = ""
         if self.top:
             best = f"; best {self.objective.score_label} {self.top[0]['score']:.6g}"
@@ -167,8 +174,11 @@ def build_end_report(folder: str, *, top_n: int = 5, job_class: str = "normal", 
         raise GpuschedError(f"{os.path.join(folder, 'summary.json')}: missing or malformed (expected the summary "
                             f"written by the sweep's collect task, with 'counts' and 'records')")
     records = [r for r in summary["records"] if isinstance(r, dict)]
-    counts = {k: int(v) for k, v in summary["counts"].items() if k in (*STATES, "defined", "skipped")
+    counts = {k: int(v) for k, v in summary["counts"].items() if k in (*RUN_STATES, "defined")
               and isinstance(v, int)}
+    table = summary.get("table") if isinstance(summary.get("table"), dict) else {}
+    # this run's failures (the summary's table is per run), not an earlier run's that still stand
+    failed_here = {i for state in FAILED_STATES for i in (table.get(state) or []) if isinstance(i, int)}
     board = read_json(os.path.join(folder, "leaderboard.json"))
     objective, top = None, []
     if isinstance(board, dict) and isinstance(board.get("objective"), dict) and isinstance(board.get("leaderboard"), list):
@@ -182,6 +192,8 @@ def build_end_report(folder: str, *, top_n: int = 5, job_class: str = "normal", 
     failures = []
     for r in records:
         if r.get("state") not in FAILED_STATES or len(failures) >= MAX_FAILURES:
+            continue
+        if table and r.get("index") not in failed_here:
             continue
         log = r.get("log") if isinstance(r.get("log"), str) else None
         tail = read_tail(log, folder, tail_lines) if log else None  # only a log inside the sweep's folder
