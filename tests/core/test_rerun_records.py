@@ -204,3 +204,16 @@ def learn_or_fail(params):
     if params["quality"] < 0:
         raise ValueError("negative quality")
     return learn(params)
+
+
+def test_a_trial_another_run_stopped_is_run_here_not_taken_over(tmp_path):
+    session = SweepSession(spec(tmp_path))
+    a = session.prepare(run="a")
+    b = session.prepare(run="b")
+    trial = a.pending[0]
+    session.store.mark_running(trial, run="a")
+    mark_unfinished(a, [trial], STOP, state="stopped")
+    assert session.store.state(trial) == "stopped"
+    assert run_trial(b, b.trial(trial.trial_id), out=open(os.devnull, "w")) == 0  # b runs it: stopped is no outcome
+    status = session.store.status(trial)
+    assert status["state"] == "succeeded" and status["run"] == "b"

@@ -192,8 +192,8 @@ def _finished_elsewhere(manifest: Manifest, trial: Trial) -> tuple[str, int] | N
     (and this run does not force a re-run, or another run re-ran it after this run was planned), or another
     run finished it while this one waited."""
     status = manifest.store.status(trial)
-    if not isinstance(status, dict) or status.get("state") not in FINAL_STATES:
-        return None
+    if not isinstance(status, dict) or status.get("state") not in FINAL_STATES or status.get("state") == "stopped":
+        return None  # (a stop is not an outcome to take over: the trial runs here)
     run = manifest.data.get("run")
     by_other = bool(status.get("run")) and status.get("run") != run
     after_plan = float(status.get("ended") or 0) >= float(manifest.data.get("planned_at") or 0)
