@@ -116,6 +116,10 @@ def test_stop_a_running_slurm_sweep(run_dag, slurm, monkeypatch, capfd):
     out = capfd.readouterr().out
     assert "stopped by `gpusched queue stop`" in out and "Slurm says" in out
     assert took < 55, f"the sweep took {took:.0f}s: the stop did not end it"
+    # the trials whose jobs ran are stopped (not failed); one whose job never started keeps no record (issue 52)
+    outcomes = [o for v in xcoms.values() for o in (v.get("gpusched_trial_outcomes") or [])]
+    assert len(outcomes) == 2 and {o["state"] for o in outcomes} <= {"stopped", "not_started"}, outcomes
+    assert any(o["state"] == "stopped" and "gpusched queue stop" in o["error"] for o in outcomes), outcomes
     gpusched("lift", "--sweep", sweep)
 
 

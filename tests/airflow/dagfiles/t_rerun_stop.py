@@ -21,7 +21,7 @@ def learn(params):
     from airflow_provider_gpusched.trial import report
 
     with open(os.path.join(os.environ["GPUSCHED_TEST_LOG_DIR"], "executions.log"), "a") as log:
-        log.write(f"{params['quality']}\n")
+        log.write(os.path.basename(os.environ["GPUSCHED_TRIAL_DIR"]) + "\n")  # the trial's folder
     if os.environ.get("GPUSCHED_TEST_SLOW"):
         time.sleep(60)
     for step in range(6):
