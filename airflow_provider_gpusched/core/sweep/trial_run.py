@@ -344,7 +344,7 @@ def _run_claimed(manifest: Manifest, trial: Trial, out) -> int:
     return code
 
 
-_ERROR_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)|[Ee]rror|FATAL|Fatal)\b.*[:!]?")
+_ERROR_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)|[Ee]rror|FATAL|Fatal)\b")
 
 
 def error_line(log_path: str, limit: int = 300) -> str:

@@ -92,7 +92,7 @@ def outcome_records(store: TrialStore, trials: Iterable[Trial], run: str | None 
         outcome = {"trial_id": record["trial_id"], "state": record["state"], "result": record["result"],
                    "seconds": record["seconds"], "error": record["error"], "step": step if is_int(step) else None}
         state = state_in_run(record, run, planned_at)
-        if state != record["state"] or (state == "not_started"):
+        if state != record["state"]:  # (not_started is never a record's own state)
             earlier = (f"; its record ({record['state']}, DAG run {record.get('run')}) stands"
                        if record["state"] != "waiting" else "")
             interrupted = record.get("interrupted") if isinstance(record.get("interrupted"), dict) else {}
