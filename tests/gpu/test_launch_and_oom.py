@@ -1,6 +1,7 @@
 """Launching children on leased (simulated) GPUs, stopping them, and OOM retry."""
 
 import os
+import re
 import sys
 import textwrap
 import threading
@@ -341,3 +342,79 @@ def test_a_trial_records_its_share_of_the_gpus():
     assert gpu_share_from_env("3", None) == 1.0
     assert gpu_share_from_env("", "0.5") is None and gpu_share_from_env(None, None) is None
     assert gpu_share_from_env("0", "junk") == 1.0 and gpu_share_from_env("0", "7") == 1.0  # not a fraction: whole
+
+
+ESCAPES = r"""
+import os, subprocess, sys, time
+out = sys.argv[1]
+clean = {"PATH": os.environ["PATH"]}
+procs = [
+    subprocess.Popen(["setsid", "env", "-i", "sleep", "310"]),                        # setsid env -i
+    subprocess.Popen(["setsid", "env", "-u", "GPUSCHED_LEASE_ID", "sleep", "311"]),   # env -u
+    # a shell that leaves its session late, after the work has ended, with no lease id
+    subprocess.Popen(["setsid", "env", "-i", "/bin/sh", "-c", "sleep 0.5; exec sleep 312"]),
+]
+pids = [p.pid for p in procs]
+r, w = os.pipe()
+if os.fork() == 0:                                     # a double fork with a clean environment
+    os.setsid()
+    if os.fork() == 0:
+        os.write(w, (str(os.getpid()) + " ").encode())
+        os.execve("/bin/sleep", ["sleep", "313"], clean)
+    os._exit(0)
+os.wait()
+if os.fork() == 0:                                     # a daemon: double fork, chdir /, closes fds, clears env
+    os.setsid()
+    if os.fork() == 0:
+        os.chdir("/")
+        os.write(w, (str(os.getpid()) + " ").encode())
+        os.closerange(0, 2)
+        os.environ.clear()
+        os.execve("/bin/sleep", ["sleep", "314"], {})
+    os._exit(0)
+os.wait()
+os.close(w)
+time.sleep(0.3)
+pids += [int(x) for x in os.read(r, 64).split()]
+open(out, "w").write(" ".join(map(str, pids)))
+"""
+
+
+def test_no_escape_outlives_the_work_even_without_the_lease_id(manager, tmp_path):
+    """Issue 53, item 11: `setsid env -i`, `env -u GPUSCHED_LEASE_ID`, a late-starting setsid shell, a double fork
+    with a clean environment and a daemon that clears its environment: none carries the lease id or stays in the
+    child's session, yet all are stopped before the lease is released (the shim is their subreaper)."""
+    runner = GPUWorkRunner(manager, grace=1.0)
+    lines = []
+    runner.on_line = lines.append
+    result = runner.run(GPURequest(gpus=1), Work(argv=[sys.executable, "-c", ESCAPES, str(tmp_path / "pids")]),
+                        str(tmp_path / "log"))
+    assert result.exit_code == 0
+    pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+    assert len(pids) == 5
+    time.sleep(0.8)  # the late shell would have left by now
+    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    late = [p for p in psutil.pids() if _cmdline(p)[:2] == ["sleep", "312"]]
+    assert alive == [] and late == [] and manager.leases() == []
+    said = [line for line in lines if "running after it ended" in line]  # the 5, and the late shell's own sleep
+    assert len(said) == 1 and "contained" in said[0] and int(re.search(r"left (\d+) process", said[0])[1]) >= 5, lines
+
+
+def _cmdline(pid):
+    try:
+        return psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return []
+
+
+def test_the_shim_passes_the_works_exit_and_signals_on(tmp_path):
+    """The child's exit code and death by signal reach the launcher unchanged through the containment shim; a
+    command that cannot run says so in the log."""
+    def run(argv):
+        child = GPUChild(argv, env=dict(os.environ), cwd=None, log_path=str(tmp_path / "log")).start()
+        return child.wait(30), child
+
+    assert run(["sh", "-c", "exit 7"])[0] == 7
+    assert run(["sh", "-c", "kill -KILL $$"])[0] == -9
+    code, child = run(["/nonexistent/trainer"])
+    assert code == 127 and "cannot run '/nonexistent/trainer'" in (tmp_path / "log").read_text()

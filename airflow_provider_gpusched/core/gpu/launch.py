@@ -5,9 +5,11 @@ lease's GPUs, a working directory, and its output (stdout and stderr together) w
 passed line by line to a callback (the Airflow task log). Stopping sends SIGTERM to the group and to
 every descendant, waits ``grace`` seconds, then SIGKILLs what is left: no orphan keeps GPU memory.
 
-A child that ends on its own may leave processes behind (``cmd &``, ``setsid``, a double fork): they are
-found by the child's session and by the lease id every process of the lease inherits (``GPUSCHED_LEASE_ID``
-in its environment) and stopped the same way (:meth:`GPUChild.stop_leftovers`) before the lease is released.
+The child runs under a containment shim (``contain.py``, a child subreaper): whatever the work starts stays the
+shim's descendant even if it leaves the session and clears its environment (``setsid env -i``, a double fork, a
+daemon), and the shim stops it when the work ends. Behind it, a net for a shim that was killed itself: the
+processes of the child's session and those whose environment carries the lease id (``GPUSCHED_LEASE_ID``) are
+stopped the same way (:meth:`GPUChild.stop_leftovers`) before the lease is released.
 """
 
 from __future__ import annotations
@@ -18,12 +20,15 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import threading
 import time
 from typing import Callable, Mapping, Sequence
 
 from airflow_provider_gpusched.core.gpu.lease_store import Lease
 
+#: the containment shim every child runs under (a standalone script: ``python -I -S`` starts it in milliseconds)
+CONTAIN_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "contain.py")
 #: the variable that marks every process of a lease (inherited by whatever the child starts)
 LEASE_ENV = "GPUSCHED_LEASE_ID"
 
@@ -64,7 +69,7 @@ class GPUChild:
     def __init__(self, argv: Sequence[str] | str, *, env: Mapping[str, str], cwd: str | None, log_path: str,
                  lease: Lease | None = None, shell: bool = False,
                  on_line: Callable[[str], None] | None = None, tail_lines: int = 200,
-                 extra_fds: Sequence[int] = ()) -> None:
+                 extra_fds: Sequence[int] = (), grace: float = 10.0) -> None:
         if shell:
             if not isinstance(argv, str):
                 raise TypeError("shell=True takes one command string")
@@ -78,6 +83,7 @@ class GPUChild:
         self.lease = lease
         self.on_line = on_line
         self.extra_fds = tuple(extra_fds)  # kept open in the child (a two-stage task's channel)
+        self.grace = grace  # how long the shim waits for what the work left after it ended
         self.tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
         self.proc: subprocess.Popen | None = None
         self._reader: threading.Thread | None = None
@@ -94,7 +100,8 @@ class GPUChild:
         self.started_at = time.monotonic()
         # pinned to the lease's CPUs before it runs anything (one system call between fork and exec): what it
         # starts inherits them
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        shim = [sys.executable, "-I", "-S", CONTAIN_SCRIPT, str(self.grace), ",".join(map(str, pass_fds)), "--"]
+        self.proc = subprocess.Popen(shim + self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      env=self.env, cwd=self.cwd, start_new_session=True, pass_fds=pass_fds,
                                      preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)  # noqa: PLW1509
         self._reader = threading.Thread(target=self._read, name=f"gpu-child-{self.proc.pid}", daemon=True)

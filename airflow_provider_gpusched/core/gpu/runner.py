@@ -133,7 +133,7 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
             raise InvalidArgumentError("load_stage", True, "work started as one process (not distributed=...)")
         env.update(stage.child_env())
     argv, shell = work.child_argv(len(lease.gpus), env)
-    child = GPUChild(argv, env=env, cwd=work.cwd, log_path=log_path, lease=lease, shell=shell, on_line=on_line,
+    child = GPUChild(argv, env=env, cwd=work.cwd, log_path=log_path, lease=lease, shell=shell, on_line=on_line, grace=grace,
                      extra_fds=stage.child_fds if stage is not None else ())
     try:
         child.start()

@@ -1,0 +1,146 @@
+"""The containment shim every local GPU child runs under: no process the work starts outlives it.
+
+``python -I -S contain.py GRACE FDS -- argv...`` makes itself a *child subreaper* (Linux ``prctl``), starts
+``argv`` and waits. A process the work starts and orphans — ``cmd &``, ``setsid``, ``env -i``/``env -u`` (no lease
+id left in its environment), a double fork, a daemon that clears its environment — is re-parented to this shim,
+not to init, so it stays its descendant whatever it does to its session or environment. When the work exits, the
+shim stops every descendant still there (SIGTERM, then SIGKILL after ``GRACE`` seconds), says so on its output
+(the task log), and exits as the work did (the same code, or killed by the same signal). SIGTERM, SIGINT, SIGHUP, SIGQUIT
+and SIGUSR1/2 sent to the shim are passed to every descendant.
+
+Standalone on purpose (the standard library only, no import of the package): it starts in a few milliseconds with
+``-I -S``. Where ``prctl`` is missing (not Linux), it still runs the work and stops what it can find by ancestry;
+the launcher's search by session and lease id (``launch.leftover_processes``) stays the net behind it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import time
+
+PR_SET_CHILD_SUBREAPER = 36
+#: signals the shim passes to every descendant rather than acting on
+PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def become_subreaper() -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below ``root`` (read from /proc: parent links)."""
+    children: dict[int, list[int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields and fields[0] != b"Z":
+            children.setdefault(int(fields[1]), []).append(int(name))
+    found, todo = [], [root]
+    while todo:
+        for pid in children.get(todo.pop(), ()):
+            found.append(pid)
+            todo.append(pid)
+    return found
+
+
+def _signal(pids, sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def main(argv: list[str]) -> int:
+    grace = float(argv[0])
+    fds = tuple(int(fd) for fd in argv[1].split(",") if fd)
+    command = argv[3:] if argv[2:3] == ["--"] else argv[2:]
+    contained = become_subreaper()
+    me = os.getpid()
+
+    def pass_on(signum, _frame) -> None:
+        _signal(descendants(me), signum)
+
+    for sig in PASSED_ON:
+        signal.signal(sig, pass_on)
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        print(f"[gpusched] cannot start {command[0]!r}: {exc}", flush=True)
+        return 127
+    if pid == 0:
+        for sig in PASSED_ON:
+            signal.signal(sig, signal.SIG_DFL)
+        for fd in fds:
+            os.set_inheritable(fd, True)
+        try:
+            os.execvp(command[0], command)
+        except OSError as exc:
+            os.write(2, f"[gpusched] cannot run {command[0]!r}: {exc}\n".encode())
+            os._exit(127)
+    while True:  # every orphan is re-parented here: reap them all, note the work's own status
+        try:
+            done, status = os.waitpid(-1, 0)
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            status = 0
+            break
+        if done == pid:
+            break
+    left = descendants(me)
+    if left:
+        _signal(left, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            _reap()
+            if not descendants(me):
+                break
+            time.sleep(0.05)
+        late = descendants(me)
+        _signal(late, signal.SIGKILL)
+        while descendants(me):
+            _reap()
+            time.sleep(0.01)
+        _reap()
+        how = "contained: re-parented to the task's shim" if contained else "found by ancestry"
+        print(f"[gpusched] the work left {len(left)} process(es) running after it ended "
+              f"({', '.join(map(str, left[:10]))}; {how}); stopped them before its GPUs are given out again",
+              flush=True)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(me, sig)
+        return 128 + sig
+    return os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status >> 8
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
