@@ -26,7 +26,7 @@ from airflow.models import DagRun, TaskInstance  # the api-server's ORM models: 
 from airflow.models.xcom import XComModel
 from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.staticfiles import StaticFiles
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import Text, and_, cast, func, or_, select
 
 from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.core.errors import GpuschedError
@@ -61,7 +61,7 @@ from airflow_provider_gpusched.core.slurm.job_view import (
 )
 from airflow_provider_gpusched.core.sweep.analysis import compare_runs, param_importance
 from airflow_provider_gpusched.core.sweep.reports import RAN_AGAIN, reports_of_run
-from airflow_provider_gpusched.core.sweep.store import OUTPUT_LOG_FILE
+from airflow_provider_gpusched.core.sweep.store import OUTPUT_LOG_FILE, folder_dags
 from airflow_provider_gpusched.core.sweep.view import (
     OUTCOMES_XCOM,
     PLAN_XCOM,
@@ -96,13 +96,19 @@ class _Row:
         self.value = value
 
 
+#: an XCom value longer than this (its JSON text) is not read: a record no task of ours writes that big
+MAX_XCOM_BYTES = 8 << 20
+
+
 def _xcoms(session, key: str, *, dag_id: str | None = None, run_id: str | None = None,
            states: tuple[str, ...] | None = None, task_id: str | None = None, map_index: int | None = None,
-           ended_since: datetime | None = None):
-    """(value, dag_id, run_id, task_id, map_index, ti state, ti end) of the XComs ``key`` of matching task
-    instances (``ended_since``: those that ended since then or have not ended)."""
+           ended_since: datetime | None = None, problems: list[str] | None = None):
+    """(value, dag_id, run_id, task_id, map_index, ti state, ti end, ti hostname) of the XComs ``key`` of matching
+    task instances (``ended_since``: those that ended since then or have not ended). A value over
+    :data:`MAX_XCOM_BYTES` is not deserialized: it is said in ``problems`` (where given) and skipped."""
+    size = func.length(cast(XComModel.value, Text))
     query = (select(XComModel.value, XComModel.dag_id, XComModel.run_id, XComModel.task_id, XComModel.map_index,
-                    TaskInstance.state, TaskInstance.end_date)
+                    TaskInstance.state, TaskInstance.end_date, TaskInstance.hostname, size)
              .join(TaskInstance, and_(TaskInstance.dag_id == XComModel.dag_id, TaskInstance.run_id == XComModel.run_id,
                                       TaskInstance.task_id == XComModel.task_id,
                                       TaskInstance.map_index == XComModel.map_index))
@@ -119,8 +125,13 @@ def _xcoms(session, key: str, *, dag_id: str | None = None, run_id: str | None =
         query = query.where(TaskInstance.state.in_(states))
     if ended_since is not None:
         query = query.where(or_(TaskInstance.end_date >= ended_since, TaskInstance.end_date.is_(None)))
-    for value, *rest in session.execute(query).all():
-        yield (_value(value), *rest)
+    for value, xdag, xrun, xtask, xmap, state, end, hostname, length in session.execute(query).all():
+        if length is not None and length > MAX_XCOM_BYTES:
+            if problems is not None:
+                problems.append(f"XCom {key} of {xdag}.{xtask}[{xmap}] ({xrun}) is {length:,} bytes, over the "
+                                f"{MAX_XCOM_BYTES:,} a record may have: not read")
+            continue
+        yield _value(value), xdag, xrun, xtask, xmap, state, end, hostname or ""
 
 
 #: what the GPU pages show for the DAG of a task the user may not read
@@ -146,20 +157,82 @@ def _problem(exc: Exception, dag_id: str, readable) -> str:
     return str(exc) if dag_id in readable else "a record of a DAG you cannot see could not be read"
 
 
+def _own_identity(record: Any, dag_id: str, run_id: str, task_id: str, map_index: int) -> None:
+    """A record is attributed to the task instance whose XCom it is, never to the DAG, run or task it names
+    (any DAG author can push any XCom: a record naming another DAG would draw its work under that DAG's name)."""
+    for attr, value in (("dag_id", dag_id), ("run_id", run_id), ("task_id", task_id), ("map_index", map_index)):
+        if isinstance(record, dict):
+            record[attr] = value
+        else:
+            setattr(record, attr, value)
+
+
+#: the GPU pages' bounds: hosts listed, leases and waits drawn (each answer says what it cut)
+MAX_BOARD_HOSTS = 256
+MAX_BOARD_LEASES = 4096
+#: a lease the fleet record of its (up) host does not list, though that record is this much newer, is not drawn
+FLEET_RECORD_SLACK = 60.0
+
+
+class _HostCheck:
+    """Which host a task's record may name: a host of the fleet's own records, the api-server's own host, or the
+    host Airflow says its task instance runs on (``TaskInstance.hostname``, which the task does not write). In a
+    fleet, a lease must also be among the leases its up host lists in its own record once that record is newer
+    than the lease (with :data:`FLEET_RECORD_SLACK`): a running task cannot draw real GPUs as busy by naming them."""
+
+    def __init__(self, known: set[str], fleet_leases: dict[str, tuple[float, set[str]]]) -> None:
+        self.known = known
+        self.fleet_leases = fleet_leases
+
+    def check_name(self, host: str, ran_on: str, source: str) -> None:
+        if host in self.known or (ran_on and host == ran_on):
+            return
+        raise BadRecordError(f"{source}: key 'host': names host {host[:80]!r}, but its task runs on "
+                             f"{ran_on[:80] or 'a host Airflow did not record'!r} and no fleet record lists it; a "
+                             f"task's record is drawn only on its own host")
+
+    def check(self, lease: BoardLease, ran_on: str) -> None:
+        source = f"lease {lease.lease_id[:40]} of {lease.dag_id}.{lease.task_id}[{lease.map_index}]"
+        self.check_name(lease.host, ran_on, source)
+        published, held = self.fleet_leases.get(lease.host, (None, set()))
+        if published is not None and lease.lease_id not in held and published > lease.started + FLEET_RECORD_SLACK:
+            raise BadRecordError(f"{source}: host {lease.host!r} does not list this lease in its own fleet record "
+                                 f"(published {published - lease.started:.0f}s after the lease began): not drawn")
+
+
 def gpu_board(user, session) -> dict[str, Any]:
     """Leases of running tasks, tasks waiting for GPUs, GPU time of tasks that ended in the last day; tasks of
-    DAGs the user cannot read are shown without their names."""
+    DAGs the user cannot read are shown without their names. Hosts come from the fleet's records and the
+    api-server's own host; a task's record adds its lease on the host its task instance runs on, never a host."""
+    from airflow_provider_gpusched.fleet import enabled as in_a_fleet
+    from airflow_provider_gpusched.fleet import read_this_fleet
+
     readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session)
     hide = _name_hider(readable)
     problems: list[str] = []
+    now = time.time()
+    view = read_this_fleet() if in_a_fleet() else None
+    own = None if in_a_fleet() else own_host()
+    known = [own] if own is not None else []
+    fleet_leases: dict[str, tuple[float, set[str]]] = {}
+    if view is not None:
+        problems += [why for _path, why in view.unreadable]
+        for record in view.hosts:
+            known.append(fleet_known_host(record, now))
+            if record.fresh(now):
+                fleet_leases[record.host] = (record.time, {held.lease_id for held in record.leases})
+    hosts = _HostCheck({k.host for k in known}, fleet_leases)
 
     def bad(exc: Exception, dag_id: str) -> None:
         problems.append(_problem(exc, dag_id, readable))
 
     leases, lease_started = [], {}
-    for value, dag_id, run_id, task_id, map_index, _state, _end in _xcoms(session, LEASE_XCOM, states=("running",)):
+    for value, dag_id, run_id, task_id, map_index, _state, _end, ran_on in _xcoms(session, LEASE_XCOM, states=("running",),
+                                                                                 problems=problems):
         try:
             lease = read_lease_record(value, f"XCom {LEASE_XCOM} of {dag_id}.{task_id}[{map_index}] ({run_id})")
+            _own_identity(lease, dag_id, run_id, task_id, map_index)
+            hosts.check(lease, ran_on)
         except BadRecordError as exc:
             bad(exc, dag_id)
             continue
@@ -167,9 +240,12 @@ def gpu_board(user, session) -> dict[str, Any]:
         hide(lease, dag_id)
         leases.append(lease)
     waiting = []
-    for value, dag_id, run_id, task_id, map_index, state, _end in _xcoms(session, WAIT_XCOM, states=_WAITING_STATES):
+    for value, dag_id, run_id, task_id, map_index, state, _end, ran_on in _xcoms(session, WAIT_XCOM, states=_WAITING_STATES,
+                                                                               problems=problems):
         try:
             record = dict(read_wait_record(value, f"XCom {WAIT_XCOM} of {dag_id}.{task_id}[{map_index}] ({run_id})"))
+            _own_identity(record, dag_id, run_id, task_id, map_index)
+            hosts.check_name(record["host"], ran_on, f"XCom {WAIT_XCOM} of {dag_id}.{task_id}[{map_index}] ({run_id})")
         except BadRecordError as exc:
             bad(exc, dag_id)
             continue
@@ -181,37 +257,40 @@ def gpu_board(user, session) -> dict[str, Any]:
     waiting.sort(key=lambda r: (-r["priority"], r["since"]))
     ledger = []
     since = datetime.now(timezone.utc) - timedelta(seconds=max(WINDOWS.values()))  # the board's longest window
-    for value, dag_id, run_id, task_id, map_index, _state, end in _xcoms(session, GPU_TIME_XCOM):
+    for value, dag_id, run_id, task_id, map_index, _state, end, _host in _xcoms(session, GPU_TIME_XCOM,
+                                                                               problems=problems):
         if end is None or end < since:
             continue
         try:
             ledger.append(read_gpu_time_record(value, f"XCom {GPU_TIME_XCOM} of {dag_id}.{task_id}", end.timestamp()))
         except BadRecordError as exc:
             bad(exc, dag_id)
-    known = _known_hosts(session, since, problems)
-    now = time.time()
-    known += _fleet_hosts(leases, hide, problems, now)
+    if view is not None:
+        _fleet_leases(view, leases, hide, problems, now)
+    cut = []
+    if len(leases) > MAX_BOARD_LEASES:
+        cut.append(f"{len(leases) - MAX_BOARD_LEASES} lease(s) past the first {MAX_BOARD_LEASES} are not drawn")
+        leases = sorted(leases, key=lambda lease: lease.started)[:MAX_BOARD_LEASES]
+    if len(waiting) > MAX_BOARD_LEASES:
+        cut.append(f"{len(waiting) - MAX_BOARD_LEASES} waiting task(s) past the first {MAX_BOARD_LEASES} are not listed")
+        waiting = waiting[:MAX_BOARD_LEASES]
     telemetry = _telemetry(problems)
     board = build_board(leases, waiting=waiting, ledger=ledger, problems=problems, now=now, known_hosts=known,
                         telemetry=telemetry)
+    if len(board["hosts"]) > MAX_BOARD_HOSTS:
+        cut.append(f"{len(board['hosts']) - MAX_BOARD_HOSTS} host(s) past the first {MAX_BOARD_HOSTS} are not listed")
+        board["hosts"] = board["hosts"][:MAX_BOARD_HOSTS]
+    board["cut"] = cut
+    board["problems"] = board["problems"][:100]
     board["api_server_host"] = socket.gethostname()
     return board
 
 
-def _fleet_hosts(leases: list, hide, problems: list[str], now: float) -> list[KnownHost]:
-    """In a fleet (``[gpusched] fleet_dir``): every host that published a record in the last day, idle or gone,
-    with its whole inventory; a lease its record lists that no running task's XCom has yet (the task just took
-    it) is added to ``leases``."""
-    from airflow_provider_gpusched.fleet import read_this_fleet
-
-    view = read_this_fleet()
-    if view is None:
-        return []
-    problems += [why for _path, why in view.unreadable]
+def _fleet_leases(view, leases: list, hide, problems: list[str], now: float) -> None:
+    """In a fleet (``[gpusched] fleet_dir``): a lease an up host's record lists that no running task's XCom has
+    yet (the task just took it) is added to ``leases``."""
     have = {lease.lease_id for lease in leases}
-    known = []
     for record in view.hosts:
-        known.append(fleet_known_host(record, now))
         if not record.fresh(now):
             continue  # a dead host's leases are history: its tasks are failed or running elsewhere
         for held in record.leases:
@@ -229,7 +308,6 @@ def _fleet_hosts(leases: list, hide, problems: list[str], now: float) -> list[Kn
             if tag.dag_id:
                 hide(lease, tag.dag_id)
             leases.append(lease)
-    return known
 
 
 def _airflow_hostname() -> str:
@@ -311,43 +389,17 @@ def _telemetry(problems: list[str]) -> dict[str, dict]:
     return {own.host: own_telemetry(own)} if own is not None else {}
 
 
-def _known_hosts(session, since: datetime, problems: list[str]) -> list[KnownHost]:
-    """Hosts to list with their GPUs though no lease runs there: this api-server's (if a GPU host, outside a
-    fleet), and each host whose tasks published a lease in the last day (its newest record's inventory; one query per host)."""
-    from airflow_provider_gpusched.fleet import enabled as in_a_fleet
-
-    # in a fleet the hosts' own records list every GPU host (a head node that is one runs a worker that publishes)
-    known = [h for h in [None if in_a_fleet() else own_host()] if h is not None]
-    newest = (select(TaskInstance.hostname, func.max(TaskInstance.end_date))
-              .join(XComModel, and_(TaskInstance.dag_id == XComModel.dag_id, TaskInstance.run_id == XComModel.run_id,
-                                    TaskInstance.task_id == XComModel.task_id,
-                                    TaskInstance.map_index == XComModel.map_index))
-              .where(XComModel.key == LEASE_XCOM, TaskInstance.end_date >= since)
-              .group_by(TaskInstance.hostname).limit(100))
-    for hostname, ended in session.execute(newest).all():
-        if not hostname or ended is None:
-            continue
-        value = session.execute(
-            select(XComModel.value)
-            .join(TaskInstance, and_(TaskInstance.dag_id == XComModel.dag_id, TaskInstance.run_id == XComModel.run_id,
-                                     TaskInstance.task_id == XComModel.task_id,
-                                     TaskInstance.map_index == XComModel.map_index))
-            .where(XComModel.key == LEASE_XCOM, TaskInstance.hostname == hostname, TaskInstance.end_date == ended)
-            .limit(1)).scalar()
-        try:
-            lease = read_lease_record(_value(value), f"XCom {LEASE_XCOM} of a task on {hostname}")
-        except BadRecordError as exc:
-            problems.append(str(exc))
-            continue
-        if lease.inventory:
-            known.append(KnownHost(lease.host, lease.inventory,
-                                   f"a task ended there at {ended.strftime('%Y-%m-%d %H:%M:%S UTC')}"))
-    return known
+#: segments the timeline reads at most, over every task's record (the answer says when more were left out)
+MAX_TIMELINE_SEGMENTS = 100_000
 
 
 def gpu_timeline(user, session, hours: float) -> dict[str, Any]:
     """Who held which GPU in the last ``hours``: the segments tasks published (XCom ``gpusched_lease_history``) of
-    task instances that ran in the window, and the leases running tasks hold now (open bars)."""
+    task instances that ran in the window, and the leases running tasks hold now (open bars). Each segment is
+    drawn under the task instance whose XCom it is and only on a host it may name (:class:`_HostCheck`)."""
+    from airflow_provider_gpusched.fleet import enabled as in_a_fleet
+    from airflow_provider_gpusched.fleet import read_this_fleet
+
     readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session)
     now = time.time()
     since = now - hours * 3600
@@ -355,35 +407,56 @@ def gpu_timeline(user, session, hours: float) -> dict[str, Any]:
     problems: list[str] = []
     dropped = 0
     hide = _name_hider(readable, also=("label", "detail"))
+    known: dict[str, list[int]] = {}
+    host = None if in_a_fleet() else own_host()
+    if host is not None:
+        known[host.host] = [g.index for g in host.inventory]
+    view = read_this_fleet() if in_a_fleet() else None
+    fleet_names = {record.host for record in view.hosts} if view is not None else set()
+    hosts = _HostCheck(set(known) | fleet_names, {})
+    refused: dict[str, int] = {}
+    left_out = 0
 
     ended_since = datetime.fromtimestamp(since, timezone.utc)
-    for value, dag_id, run_id, task_id, map_index, _state, _end in _xcoms(session, LEASE_HISTORY_XCOM,
-                                                                           ended_since=ended_since):
+    for value, dag_id, run_id, task_id, map_index, _state, _end, ran_on in _xcoms(
+            session, LEASE_HISTORY_XCOM, ended_since=ended_since, problems=problems):
+        source = f"XCom {LEASE_HISTORY_XCOM} of {dag_id}.{task_id}[{map_index}] ({run_id})"
         try:
-            record = read_history_record(value, f"XCom {LEASE_HISTORY_XCOM} of {dag_id}.{task_id}[{map_index}] ({run_id})")
+            record = read_history_record(value, source)
         except BadRecordError as exc:
             problems.append(_problem(exc, dag_id, readable))
             continue
         dropped += record.get("dropped", 0)
         for segment in record["segments"]:
+            try:
+                hosts.check_name(segment["host"], ran_on, source)
+            except BadRecordError:
+                refused[dag_id] = refused.get(dag_id, 0) + 1
+                continue
+            if len(segments) >= MAX_TIMELINE_SEGMENTS:
+                left_out += 1
+                continue
             segment = {**segment, "dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index}
             hide(segment, dag_id)
             segments.append(segment)
-    for value, dag_id, run_id, task_id, map_index, _state, _end in _xcoms(session, LEASE_XCOM, states=("running",)):
+    for value, dag_id, run_id, task_id, map_index, _state, _end, ran_on in _xcoms(session, LEASE_XCOM,
+                                                                                 states=("running",)):
         try:
             lease = read_lease_record(value, f"XCom {LEASE_XCOM} of {dag_id}.{task_id}[{map_index}] ({run_id})")
+            _own_identity(lease, dag_id, run_id, task_id, map_index)
+            hosts.check_name(lease.host, ran_on, "")
         except BadRecordError:
             continue  # the board says so
         segment = running_segment(lease, now)
         hide(segment, dag_id)
         segments.append(segment)
-    known: dict[str, list[int]] = {}
-    from airflow_provider_gpusched.fleet import enabled as in_a_fleet
-
-    host = None if in_a_fleet() else own_host()
-    if host is not None:
-        known[host.host] = [g.index for g in host.inventory]
+    for dag_id, count in sorted(refused.items()):
+        problems.append(_problem(BadRecordError(
+            f"{count} segment(s) published by DAG {dag_id} name a host its tasks do not run on and no fleet record "
+            f"lists: not drawn"), dag_id, readable))
     timeline = build_timeline(segments, since=since, until=now, known_gpus=known, problems=problems, dropped=dropped)
+    if left_out:
+        timeline["cut"].insert(0, f"{left_out} segment(s) past the first {MAX_TIMELINE_SEGMENTS:,} were not read")
     timeline["hours"] = hours
     return timeline
 
@@ -408,7 +481,8 @@ def task_lease(dag_id: str, run_id: str, task_id: str, map_index: int, session) 
                WAIT_XCOM: read_wait_record,
                GPU_TIME_XCOM: lambda v, src: read_gpu_time_record(v, src, end.timestamp() if end else time.time())}
     for key, field in ((LEASE_XCOM, "lease"), (WAIT_XCOM, "wait"), (GPU_TIME_XCOM, "gpu_time")):
-        for value, *_rest in _xcoms(session, key, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index):
+        for value, *_rest in _xcoms(session, key, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index,
+                                    problems=out["problems"]):
             try:
                 out[field] = readers[key](value, f"XCom {key} of {where}")
             except BadRecordError as exc:
@@ -421,7 +495,8 @@ def _sweep_records(dag_id: str, run_id: str, session, problems: list[str], group
     order), outcomes by trial id, and the Airflow state of each trial task instance; records that cannot be
     read go to ``problems``. ``group``: that sweep only."""
     plans: dict[str, list[dict]] = {}
-    for value, _d, _r, task_id, _m, _s, _e in _xcoms(session, PLAN_XCOM, dag_id=dag_id, run_id=run_id):
+    for value, _d, _r, task_id, _m, _s, _e, _h in _xcoms(session, PLAN_XCOM, dag_id=dag_id, run_id=run_id,
+                                                         problems=problems):
         name = task_id.rsplit(".plan", 1)[0].split(".round_")[0]
         if group is not None and name != group:
             continue
@@ -435,7 +510,8 @@ def _sweep_records(dag_id: str, run_id: str, session, problems: list[str], group
         group_plans.sort(key=lambda p: -1 if p.get("round") is None else p["round"])
     trial_tasks = {p["trial_task"] for group_plans in plans.values() for p in group_plans}
     outcomes: dict[str, dict] = {}
-    for value, _d, _r, task_id, map_index, _s, _e in _xcoms(session, OUTCOMES_XCOM, dag_id=dag_id, run_id=run_id):
+    for value, _d, _r, task_id, map_index, _s, _e, _h in _xcoms(session, OUTCOMES_XCOM, dag_id=dag_id,
+                                                                run_id=run_id, problems=problems):
         if group is not None and task_id not in trial_tasks:
             continue
         try:
@@ -521,8 +597,9 @@ def sweep_trial(dag_id: str, run_id: str, group: str, trial_id: str, session) ->
     root = settings.sweep_results_root()
     path = os.path.join(os.path.dirname(reports), OUTPUT_LOG_FILE)
     out["log_path"] = path
-    if not is_under(path, root):
-        out["log_note"] = f"logs are read from [gpusched] sweep_results_root ({root}) only; this sweep keeps them elsewhere"
+    refusal = _folder_refusal(os.path.dirname(os.path.dirname(os.path.dirname(reports))), dag_id, root)
+    if refusal:
+        out["log_note"] = refusal
         return out
     out["log_tail"] = read_tail(path, root, TRIAL_LOG_LINES)
     if out["log_tail"] is None:
@@ -530,6 +607,19 @@ def sweep_trial(dag_id: str, run_id: str, group: str, trial_id: str, session) ->
     elif row["skipped"]:
         out["log_note"] = "from the earlier DAG run that ran it"
     return out
+
+
+def _folder_refusal(folder: str, dag_id: str, root: str) -> str:
+    """Why the files of sweep folder ``folder`` are not shown under DAG ``dag_id`` ("" when they are): only a folder
+    under ``[gpusched] sweep_results_root`` whose ``dags.json`` lists that DAG. A plan record is an XCom any DAG
+    author can push: naming another DAG's folder must not show that DAG's trial output to this DAG's readers."""
+    if not is_under(folder, root):
+        return f"files are read from [gpusched] sweep_results_root ({root}) only; this sweep keeps them elsewhere"
+    dags = folder_dags(folder)
+    if dags is None or dag_id not in dags:
+        return (f"the sweep folder this plan names does not list DAG {dag_id} among the DAGs that planned in it "
+                f"(its dags.json): its files are not shown here")
+    return ""
 
 
 def sweeps(dag_id: str, run_id: str | None, session) -> dict[str, Any]:
@@ -549,6 +639,10 @@ def sweeps(dag_id: str, run_id: str | None, session) -> dict[str, Any]:
     root = settings.sweep_results_root()
     for group, group_plans in sorted(plans.items()):
         paths, curve_runs = report_paths(group_plans), report_runs(group_plans, run_id)
+        folder = next((p["folder"] for p in group_plans if p.get("folder")), None)
+        refusal = _folder_refusal(folder, dag_id, root) if folder else ""
+        if refusal:
+            paths = {}
         replaced: list[str] = []
 
         def read(trial_id: str, paths=paths, curve_runs=curve_runs, replaced=replaced) -> list[dict] | None:
@@ -566,9 +660,8 @@ def sweeps(dag_id: str, run_id: str | None, session) -> dict[str, Any]:
         if replaced:
             view["reports_note"] = (f"{len(replaced)} trial(s) ran again in a later DAG run; their curves of this "
                                     f"run are not kept, so they are not drawn")
-        if paths and not any(is_under(p, root) for p in list(paths.values())[:1]):
-            view["reports_note"] = (f"reports are read from [gpusched] sweep_results_root ({root}) only; this sweep "
-                                    f"keeps them elsewhere")
+        if refusal:
+            view["reports_note"] = refusal
         view["group"] = group
         views.append(view)
     return {"dag_id": dag_id, "run_id": run_id, "runs": runs, "sweeps": views, "problems": problems}
@@ -584,7 +677,7 @@ def slurm_job(dag_id: str, run_id: str, task_id: str, map_index: int, session) -
                 "local_gpus": bool(lease),
                 "message": (f"task {task_id} (map index {map_index}) of run {run_id} has no Slurm job recorded"
                             + ("; it ran on local GPUs (see its GPU lease)" if lease else ""))}
-    value, *_ignored, state, _end = rows[0]
+    value, *_ignored, state, _end, _host = rows[0]
     try:
         record = read_job_record(value, f"XCom {SLURM_JOB_XCOM} of {task_id}")
     except BadRecordError as exc:

@@ -407,3 +407,81 @@ def test_a_sweeps_importance_comparison_and_trial_log(client, runs):
         assert client.get(f"{base}/{path}", headers=outsider, params={
             "run_id": run_id, "group": "ui_grid", "trial_id": "x", "other": run_id}).status_code == 403, path
 
+
+
+def test_a_dag_that_forges_records_sees_nothing_of_another_dag_and_adds_no_host(client, runs, tmp_path):
+    """Issue 53, items 1-3: a DAG (readable by the outsider) pushes another DAG's sweep plan, leases naming that DAG
+    and made-up hosts (one with eight 1 PiB GPUs), and 600 timeline segments on 48 GPUs of made-up hosts. The
+    outsider reads no output of the private DAG through the forging DAG's Sweeps tab; the board draws the forger's
+    lease on its own host under its own name and no made-up host; the timeline draws no made-up host."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.net import get_hostname
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    from tests.polling import wait_until
+
+    from .conftest import dag_test_process, process_result
+
+    private_run = _run_id("ui_private_mixed")
+    with create_session() as session:
+        (raw,) = session.execute(select(XComModel.value).where(
+            XComModel.dag_id == "ui_private_mixed", XComModel.run_id == private_run,
+            XComModel.key == "gpusched_sweep_plan")).first()
+    stolen = XComModel.deserialize_value(type("Row", (), {"value": raw})())
+    failed = next(t for t in stolen["trials"] if t["params"]["lr"] == 0.3)
+    gpu = {"index": 0, "uuid": "GPU-x", "name": "forged", "memory_total": 2**30, "simulated": True}
+
+    def lease(host, dag_id="ui_private_mixed", inventory=(gpu,), gpus=(0,)):
+        return {"host": host, "lease_id": "f" * 16, "gpus": list(gpus), "memory": {}, "whole": True,
+                "job_class": "normal", "started": __import__("time").time(), "dag_id": dag_id, "run_id": "forged",
+                "task_id": "secret_task", "inventory": list(inventory)}
+
+    petabyte = [{**gpu, "index": i, "memory_total": 2**50} for i in range(8)]
+    segments = [{"host": f"made-up-{i % 6}", "gpus": list(range(8)), "job_class": "normal", "start": 1.0e9,
+                 "end": 4.0e9, "outcome": "succeeded", "detail": "x" * 400, "label": "y" * 150}
+                for i in range(600)]
+    forged = tmp_path / "forged.json"
+    forged.write_text(json.dumps({"plan": stolen, "history": {"segments": segments, "dropped": 0},
+                                  "leases": [lease(get_hostname()), lease("gpu-forged"),
+                                             lease("gpu-forged-pb", inventory=petabyte, gpus=range(8))]}))
+    release = tmp_path / "release"
+    path = REPO / "tests" / "airflow" / "dagfiles" / "t_ui_forger.py"
+    procs = {dag_id: dag_test_process(path, dag_id, {"UI_FORGED": str(forged), "UI_RELEASE": str(release)})
+             for dag_id in ("ui_forger", "ui_forger_host", "ui_forger_pb")}
+    outsider = token(client, "outsider")
+    try:
+        def forged_leases():
+            board = client.get("/gpusched/api/gpus", headers=outsider).json()
+            drawn = any(lease["lease_id"] == "f" * 16 for h in board["hosts"] for g in h["gpus"] for lease in g["leases"])
+            refused = sum("lease_of_petabyte" in p or "made_up_host" in p for p in board["problems"])
+            return board if drawn and refused == 2 else None
+
+        board = wait_until(forged_leases, timeout=120, what="the forger's three leases published")
+        # 1. the forging DAG's Sweeps tab lists the stolen plan, but shows none of the private DAG's files
+        base = "/gpusched/api/dags/ui_forger/sweeps"
+        sweeps = client.get(base, headers=outsider).json()
+        (view,) = sweeps["sweeps"]
+        assert "does not list DAG ui_forger" in view["reports_note"], view.get("reports_note")
+        trial = client.get(f"{base}/trial", headers=outsider, params={
+            "run_id": sweeps["run_id"], "group": "stolen", "trial_id": failed["trial_id"]}).json()
+        assert trial["log_tail"] is None and "does not list DAG ui_forger" in trial["log_note"], trial
+        assert "diverged" not in json.dumps(trial) and "diverged" not in json.dumps(sweeps)
+        # 2. the lease on the task's own host is drawn as the forger's; no made-up host, no petabyte GPU
+        hosts = {h["host"]: h for h in board["hosts"]}
+        assert not {"gpu-forged", "gpu-forged-pb"} & set(hosts), sorted(hosts)
+        assert all(g["memory_total"] < 2**44 for h in board["hosts"] for g in h["gpus"])
+        drawn = [lease for g in hosts[get_hostname()]["gpus"] for lease in g["leases"] if lease["lease_id"] == "f" * 16]
+        assert [(d["dag_id"], d["task_id"]) for d in drawn] == [("ui_forger", "stolen.plan")], drawn
+        refused = " ".join(board["problems"])
+        assert "names host 'gpu-forged'" in refused and "key 'inventory[0]'" in refused, board["problems"]
+        # 3. the timeline draws no made-up host, says why, and stays small
+        r = client.get("/gpusched/api/timeline?hours=72", headers=outsider)
+        timeline = r.json()
+        assert not [row for row in timeline["rows"] if row["host"].startswith("made-up-")]
+        assert any("600 segment(s) published by DAG ui_forger name a host" in p for p in timeline["problems"])
+        assert len(r.content) < 5 * 2**20
+    finally:
+        release.write_text("go")
+        results = {dag_id: process_result(proc, dag_id)["state"] for dag_id, proc in procs.items()}
+    assert results == dict.fromkeys(procs, "success")

@@ -24,8 +24,10 @@ WINDOWS = {"hour": 3600.0, "day": 86400.0}
 LEASE_XCOM = "gpusched_lease"
 WAIT_XCOM = "gpusched_wait"
 GPU_TIME_XCOM = "gpu_time"
-
-
+#: bounds of a published record: GPUs one host has (and one lease or segment names), a GPU's memory, a name's length
+MAX_HOST_GPUS = 64
+MAX_GPU_MEMORY = 1 << 44  # 16 TiB: far above any GPU, far below a forged petabyte
+MAX_NAME = 250
 
 
 @dataclass
@@ -79,29 +81,37 @@ def read_lease_record(data: Any, source: str) -> BoardLease:
     if not isinstance(data, dict):
         raise BadRecordError(f"{source}: expected a JSON object, got {type(data).__name__}")
     for key in ("host", "lease_id", "job_class", "dag_id", "run_id", "task_id"):
-        if not isinstance(data.get(key), str) or not data[key] or len(data[key]) > 500:
-            raise bad(key, "a non-empty string")
+        if not isinstance(data.get(key), str) or not data[key] or len(data[key]) > MAX_NAME:
+            raise bad(key, f"a non-empty string of at most {MAX_NAME} characters")
     gpus = data.get("gpus")
-    if not isinstance(gpus, list) or not gpus or not all(is_int(i) and 0 <= i < 1024 for i in gpus):
-        raise bad("gpus", "a non-empty list of GPU indices")
+    if not isinstance(gpus, list) or not 0 < len(gpus) <= MAX_HOST_GPUS or \
+            not all(is_int(i) and 0 <= i < MAX_HOST_GPUS for i in gpus):
+        raise bad("gpus", f"a non-empty list of at most {MAX_HOST_GPUS} GPU indices below {MAX_HOST_GPUS}")
     memory = data.get("memory")
-    if not isinstance(memory, dict) or not all(isinstance(k, str) and k.isdigit() and is_int(v) and v >= 0
-                                               for k, v in memory.items()):
+    if not isinstance(memory, dict) or len(memory) > MAX_HOST_GPUS or not all(
+            isinstance(k, str) and k.isdigit() and len(k) <= 3 and is_int(v) and 0 <= v <= MAX_GPU_MEMORY
+            for k, v in memory.items()):
         raise bad("memory", "an object of GPU index -> reserved bytes")
     if not isinstance(data.get("whole"), bool):
         raise bad("whole", "true or false")
     if not is_finite_number(data.get("started")):
         raise bad("started", "a time stamp")
     for key, check, expected in (("map_index", is_int, "an integer"), ("priority", is_int, "an integer"),
-                                 ("yielding_to", lambda v: isinstance(v, str), "a string")):
+                                 ("yielding_to", lambda v: isinstance(v, str) and len(v) <= 500, "a string")):
         if key in data and not check(data[key]):
             raise bad(key, expected)
     inventory = []
-    for i, g in enumerate(data.get("inventory") or []):
-        if not (isinstance(g, dict) and is_int(g.get("index")) and isinstance(g.get("uuid"), str)
-                and isinstance(g.get("name"), str) and is_int(g.get("memory_total")) and g["memory_total"] >= 0
+    listed = data.get("inventory") or []
+    if not isinstance(listed, list) or len(listed) > MAX_HOST_GPUS:
+        raise bad("inventory", f"a list of at most {MAX_HOST_GPUS} GPUs")
+    for i, g in enumerate(listed):
+        if not (isinstance(g, dict) and is_int(g.get("index")) and 0 <= g["index"] < MAX_HOST_GPUS
+                and isinstance(g.get("uuid"), str) and len(g["uuid"]) <= MAX_NAME
+                and isinstance(g.get("name"), str) and len(g["name"]) <= MAX_NAME
+                and is_int(g.get("memory_total")) and 0 <= g["memory_total"] <= MAX_GPU_MEMORY
                 and isinstance(g.get("simulated"), bool)):
-            raise bad(f"inventory[{i}]", "an object with index, uuid, name, memory_total and simulated")
+            raise bad(f"inventory[{i}]", f"an object with index (below {MAX_HOST_GPUS}), uuid, name, memory_total "
+                                         f"(at most 16 TiB) and simulated")
         inventory.append(BoardGPU(g["index"], g["uuid"], g["name"], g["memory_total"], g["simulated"]))
     return BoardLease(host=data["host"], lease_id=data["lease_id"], gpus=list(gpus),
                       memory={int(k): v for k, v in memory.items()}, whole=data["whole"], job_class=data["job_class"],
@@ -159,14 +169,14 @@ def read_wait_record(data: Any, source: str) -> dict:
     if not isinstance(data, dict):
         raise BadRecordError(f"{source}: expected a JSON object, got {type(data).__name__}")
     for key in ("host", "request", "job_class", "dag_id", "run_id", "task_id"):
-        if not isinstance(data.get(key), str) or not data[key] or len(data[key]) > 500:
+        if not isinstance(data.get(key), str) or not data[key] or len(data[key]) > MAX_NAME:
             raise BadRecordError(f"{source}: key {key!r}: expected a non-empty string")
     if not is_finite_number(data.get("since")):
         raise BadRecordError(f"{source}: key 'since': expected a time stamp")
     for key in ("priority", "map_index"):
         if not is_int(data.get(key)):
             raise BadRecordError(f"{source}: key {key!r}: expected an integer")
-    if not isinstance(data.get("why", ""), str):
+    if not isinstance(data.get("why", ""), str) or len(data.get("why", "")) > 2000:
         raise BadRecordError(f"{source}: key 'why': expected a string")
     return data
 
@@ -243,17 +253,16 @@ def build_board(leases: Iterable[BoardLease], *, waiting: Iterable[dict] = (), l
     for known in known_hosts:
         gpus = hosts.setdefault(known.host, {})
         if known.fleet is not None and known.host not in fleet:
-            fleet[known.host] = known.fleet  # what the host says of itself outranks what its tasks said
-            seen[known.host] = known.seen if known.host not in seen else f"{seen[known.host]}; {known.seen}"
-            for g in known.inventory:  # its own record's inventory is the newest
-                gpu = gpus.setdefault(g.index, {"memory_leased": 0, "whole_taken": False, "leases": []})
-                gpu.update(asdict(g))
-            indices = {g.index for g in known.inventory}
-            for index in [i for i, gpu in gpus.items() if i not in indices and not gpu["leases"]]:
-                del gpus[index]  # an older task's inventory names a GPU the host no longer has
-        seen.setdefault(known.host, known.seen)
+            fleet[known.host] = known.fleet
+        seen[known.host] = known.seen if known.host not in seen else f"{seen[known.host]}; {known.seen}"
+        # what the host says of itself (its fleet record, or the api-server reading its own GPUs) outranks what
+        # its tasks said: a task's record cannot add GPUs to a known host or change theirs
         for g in known.inventory:
-            gpus.setdefault(g.index, {**asdict(g), "memory_leased": 0, "whole_taken": False, "leases": []})
+            gpu = gpus.setdefault(g.index, {"memory_leased": 0, "whole_taken": False, "leases": []})
+            gpu.update(asdict(g))
+        indices = {g.index for g in known.inventory}
+        for index in [i for i, gpu in gpus.items() if i not in indices and not gpu["leases"]]:
+            del gpus[index]  # a task's inventory names a GPU the host does not have
     board_hosts = []
     for host in sorted(hosts):
         gpus = [hosts[host][i] for i in sorted(hosts[host])]

@@ -19,6 +19,7 @@ import threading
 from typing import Any, Iterable, Mapping, Sequence
 
 from airflow_provider_gpusched.core.checks import is_int, is_json_number
+from airflow_provider_gpusched.core.gpu.board import MAX_HOST_GPUS, MAX_NAME
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 
 LEASE_HISTORY_XCOM = "gpusched_lease_history"
@@ -27,6 +28,9 @@ MAX_SEGMENTS = 2000
 OUTCOMES = ("succeeded", "failed", "preempted", "oom", "timeout", "stopped", "running")
 #: outcomes drawn as a mark at the bar's end, and never merged away
 MARKED = ("preempted", "oom")
+#: the answer's bounds: GPU rows and bars drawn (what is cut is said in the answer's ``cut``)
+MAX_ROWS = 1024
+MAX_BARS = 20000
 #: windows the UI offers, in hours
 WINDOW_HOURS = (1, 6, 24, 72)
 #: bars per GPU row drawn at most before short ones are merged: a bar narrower than window / this is "short"
@@ -108,18 +112,24 @@ def read_history_record(data: Any, source: str) -> dict:
         raise BadRecordError(f"{source}: expected an object with a list 'segments'")
     if not is_int(data.get("dropped", 0)) or data.get("dropped", 0) < 0:
         raise BadRecordError(f"{source}: key 'dropped': expected a count")
+    if len(data["segments"]) > MAX_SEGMENTS:
+        raise BadRecordError(f"{source}: key 'segments': expected at most {MAX_SEGMENTS} (a task publishes its newest "
+                             f"{MAX_SEGMENTS}), got {len(data['segments'])}")
     for i, s in enumerate(data["segments"]):
         where = f"{source}: segments[{i}]"
         if not isinstance(s, dict):
             raise BadRecordError(f"{where}: expected an object")
-        for key in ("host", "job_class", "detail", "request", "label", "dag_id", "run_id", "task_id"):
-            if not isinstance(s.get(key, ""), str) or len(s.get(key, "")) > 1000:
-                raise BadRecordError(f"{where}: key {key!r}: expected a string")
+        for key, most in (("host", MAX_NAME), ("job_class", MAX_NAME), ("detail", 500), ("request", MAX_NAME),
+                          ("label", 200), ("dag_id", MAX_NAME), ("run_id", MAX_NAME), ("task_id", MAX_NAME)):
+            if not isinstance(s.get(key, ""), str) or len(s.get(key, "")) > most:
+                raise BadRecordError(f"{where}: key {key!r}: expected a string of at most {most} characters")
         if not s.get("job_class"):
             raise BadRecordError(f"{where}: key 'job_class': expected a non-empty string")
         gpus = s.get("gpus")
-        if not isinstance(gpus, list) or not gpus or not all(is_int(g) and 0 <= g < 1024 for g in gpus):
-            raise BadRecordError(f"{where}: key 'gpus': expected a non-empty list of GPU indices")
+        if not isinstance(gpus, list) or not 0 < len(gpus) <= MAX_HOST_GPUS or \
+                not all(is_int(g) and 0 <= g < MAX_HOST_GPUS for g in gpus):
+            raise BadRecordError(f"{where}: key 'gpus': expected a non-empty list of at most {MAX_HOST_GPUS} GPU "
+                                 f"indices below {MAX_HOST_GPUS}")
         for key in ("start", "end"):
             if not is_json_number(s.get(key)):
                 raise BadRecordError(f"{where}: key {key!r}: expected a time stamp")
@@ -174,7 +184,13 @@ def build_timeline(segments: Iterable[Mapping], *, since: float, until: float,
             per_gpu.setdefault((s["host"], g), []).append(s)
     rows = []
     bars_total = 0
-    for (host, gpu), found in sorted(per_gpu.items()):
+    cut = []
+    if len(per_gpu) > MAX_ROWS:
+        cut.append(f"{len(per_gpu) - MAX_ROWS} GPU row(s) past the first {MAX_ROWS} are not drawn")
+    for (host, gpu), found in sorted(per_gpu.items())[:MAX_ROWS]:
+        if bars_total >= MAX_BARS:
+            cut.append(f"rows from {host} GPU {gpu} on are not drawn: the answer holds {MAX_BARS} bars at most")
+            break
         found.sort(key=lambda s: (s["start"], s["end"]))
         bars = _merged(found, since, until, short) if len(found) > resolution else \
             [_bar(s, since, until) for s in found]
@@ -183,7 +199,8 @@ def build_timeline(segments: Iterable[Mapping], *, since: float, until: float,
         rows.append({"host": host, "gpu": gpu, "bars": bars, "lanes": lanes,
                      "busy_fraction": round(_covered(found, since, until) / (until - since), 4)})
     return {"since": since, "until": until, "rows": rows, "classes": sorted(classes), "counts": counts,
-            "bars": bars_total, "dropped": dropped, "problems": list(problems)[:50], "windows": list(WINDOW_HOURS)}
+            "bars": bars_total, "dropped": dropped, "problems": list(problems)[:50], "windows": list(WINDOW_HOURS),
+            "cut": cut}
 
 
 _DEFAULTS = {"map_index": -1, "priority": 0, "attempt": 1}
