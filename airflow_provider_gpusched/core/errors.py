@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+import reprlib
 from typing import Iterable
+
+_BRIEF = reprlib.Repr()
+_BRIEF.maxlevel, _BRIEF.maxdict, _BRIEF.maxlist, _BRIEF.maxtuple, _BRIEF.maxset = 3, 6, 6, 6, 6
+_BRIEF_CHARS = 300
+_BRIEF.maxstring, _BRIEF.maxother, _BRIEF.maxlong = 120, 120, 60
+
+
+def brief_repr(value: object) -> str:
+    """``repr(value)`` cut to a few hundred characters, whatever its size or nesting (a YAML alias bomb expands to
+    billions of items: a message never formats all of them)."""
+    text = _BRIEF.repr(value)
+    return text if len(text) <= _BRIEF_CHARS else text[:_BRIEF_CHARS - 3] + "..."
 
 
 class GpuschedError(Exception):
@@ -16,7 +29,7 @@ class InvalidArgumentError(GpuschedError, ValueError):
         self.argument = argument
         self.value = value
         self.expected = expected
-        super().__init__(f"{argument}: expected {expected}, got {value!r}")
+        super().__init__(f"{argument}: expected {expected}, got {brief_repr(value)}")
 
 
 class UnknownKeyError(InvalidArgumentError):

@@ -204,8 +204,10 @@ class JobClassMapping:
             path = os.path.expanduser(value)
             if not os.path.isfile(path):
                 raise JobClassConfigError(f"{path}: job-class mapping file not found")
+            from airflow_provider_gpusched.core.yaml_loader import MAX_BYTES
+
             with open(path) as fh:
-                value, source = fh.read(), path
+                value, source = fh.read(MAX_BYTES + 1), path
         else:
             source = "[gpusched] job_classes"
         try:

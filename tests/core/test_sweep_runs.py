@@ -3,6 +3,7 @@ batched mode on SIMULATED GPUs, and the searches in rounds (evolution, optuna) w
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -749,3 +750,39 @@ def test_a_failed_command_trial_names_its_last_error_next_to_the_exit_code(tmp_p
     assert errors == {"x=1": "exit code 1: ValueError: lr must be positive, got 1",
                       "x=2": "exit code 4: no error line here"}
     assert "exit code 1: ValueError: lr must be positive, got 1" in summary["text"]
+
+
+@pytest.mark.parametrize(("text", "line", "why"), [
+    ("cat > train.cfg <<EOT\nname={{ v }}\nEOT\n", 2, "inside a heredoc (<<EOT, opened on line 1)"),
+    ("cat > train.cfg <<'EOT'\nname={{ v }}\nEOT\n", 2, "inside a heredoc (<<EOT, opened on line 1)"),
+    ("set -e\ncat <<-END >f\n\tx={{ v }}\n\tEND\n", 3, "inside a heredoc (<<END, opened on line 2)"),
+    ("cat <<A <<B\na\nA\nb {{ v }}\nB\n", 4, "inside a heredoc (<<B, opened on line 1)"),
+    ("x=`echo {{ v }}`\n", 1, "inside backticks"),
+    ("cat <<{{ v }}\nhi\n", 1, "as a heredoc's delimiter"),
+])
+def test_a_shell_template_refuses_the_contexts_a_quoted_value_cannot_be_made_safe_in(text, line, why):
+    """Issue 53, item 9: in `cat > train.cfg <<EOT / name={{ exp }} / EOT` the value `$(touch X)` ran, and so did a
+    value holding a line `EOT` and a command. Heredocs, backticks and heredoc delimiters are refused when the spec is
+    read, naming the line."""
+    from airflow_provider_gpusched.core.sweep.spec import ConfigTemplate
+
+    with pytest.raises(InvalidArgumentError, match=re.escape(why)) as caught:
+        ConfigTemplate("job.sh", text)
+    assert f"job.sh, line {line}: {{{{ v }}}}" in str(caught.value)
+
+
+def test_hostile_values_in_a_shell_template_run_no_code(tmp_path):
+    """Rendered and run by bash: a value in a command's word, in `$( )` and in a comment stays one word; a newline
+    in a comment's value is refused (it would end the comment and start a command)."""
+    import subprocess
+
+    from airflow_provider_gpusched.core.sweep.spec import ConfigTemplate
+
+    template = ConfigTemplate("job.sh", "# experiment {{ v }}\nprintf '%s\\n' {{ v }} > out\n"
+                                        "x=$(printf '%s' {{ v }})\nprintf '%s\\n' \"$x\" >> out\ncat > cfg <<'EOT'\nfixed\nEOT\n")
+    for value in ("$(touch ran)", "`touch ran`", "x; touch ran", "a'b\"c $HOME", "EOT"):
+        (tmp_path / "job.sh").write_text(template.render({"v": value}))
+        subprocess.run(["bash", "job.sh"], cwd=tmp_path, check=True, timeout=30)
+        assert (tmp_path / "out").read_text().splitlines() == [value, value] and not (tmp_path / "ran").exists()
+    with pytest.raises(InvalidArgumentError, match="in a shell comment"):
+        template.render({"v": "x\ntouch ran"})

@@ -274,3 +274,66 @@ def test_pavi_function_resource_launcher_and_dist_params_map_onto_backend_and_di
     local = SweepSpec.from_dict({"name": "p2", "command": ["true"],
                                  "function_resource": {"launcher": "pytorch", "dist_params": {"backend": "gloo"}}})
     assert (local.resources.backend, local.resources.distributed) == (None, "torchrun")
+
+
+def _alias_bomb(levels: int = 9) -> str:
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels):
+        lines.append(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_yaml_alias_bomb_or_a_huge_spec_is_refused_at_once_naming_the_file_and_the_limit(tmp_path):
+    """Issue 53, item 4-5: a 1 KB spec of nested aliases (9**9 values once expanded) took 4 GB and 34 s; a 100 MB
+    spec 47 s and a bare MemoryError. Both are refused before they are built, in well under a second."""
+    import time
+
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("name: bomb\ncommand: [train]\ntest_config:\n  - lr: *l8\n" .replace("*l8", "[1]")
+                    + "extra:\n" + textwrap.indent(_alias_bomb(), "  ") + "space:\n  lr: *l8\n")
+    assert bomb.stat().st_size < 1200
+    started = time.monotonic()
+    with pytest.raises(InvalidArgumentError, match=rf"{re.escape(str(bomb))}.*alias bomb"):
+        SweepSpec.from_yaml(str(bomb))
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("name: huge\ncommand: [train]\n" + "# padding\n" * (1 << 20))
+    with pytest.raises(InvalidArgumentError, match=rf"{re.escape(str(huge))}.*over 8,388,608 bytes"):
+        SweepSpec.from_yaml(str(huge))
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("name: deep\nspace:\n  x: " + "[" * 3000 + "]" * 3000 + "\n")
+    with pytest.raises(InvalidArgumentError, match=rf"{re.escape(str(deep))}.*nested"):
+        SweepSpec.from_yaml(str(deep))
+    assert time.monotonic() - started < 5
+
+
+def test_an_error_about_a_huge_value_quotes_only_its_beginning():
+    """A bad value is named in the message, cut to a few hundred characters however large or nested it is."""
+    value = ["x" * 1000] * 9
+    for _ in range(40):
+        value = [value] * 9  # 9**40 strings if walked in full
+    error = InvalidArgumentError("space.lr", value, "a list of numbers")
+    assert len(str(error)) < 400 and str(error).startswith("space.lr: expected a list of numbers, got [[[")
+
+
+def test_the_partitioner_and_the_job_class_file_refuse_an_alias_bomb(tmp_path):
+    from airflow_provider_gpusched.core.job_classes import JobClassConfigError, JobClassMapping
+    from airflow_provider_gpusched.core.partition.problem import PartitionInputError, load_yaml_file
+
+    bomb = tmp_path / "models.yaml"
+    bomb.write_text(_alias_bomb())
+    with pytest.raises(PartitionInputError, match=rf"{re.escape(str(bomb))}: not valid YAML.*alias bomb"):
+        load_yaml_file(str(bomb), "models")
+    with pytest.raises(JobClassConfigError, match=rf"{re.escape(str(bomb))}: .*alias bomb"):
+        JobClassMapping.load(str(bomb))
+
+
+def test_a_sweep_name_airflow_would_refuse_as_a_group_id_is_refused_when_the_spec_is_made():
+    """Issue 53, item 8: a name with '.' passed SweepSpec, then failed in the DAG file with Airflow's raw ValueError."""
+    with pytest.raises(InvalidArgumentError, match=r"sweep: name: expected a sweep name of letters, digits, '_' and "
+                                                   r"'-' \(it becomes the Airflow task group id"):
+        SweepSpec(name="lr.v2", command=["train"], test_config=[{"lr": [0.1]}])
+    from airflow.sdk import DAG, TaskGroup
+
+    name = SweepSpec(name="lr-v2_b", command=["train"], test_config=[{"lr": [0.1]}]).name
+    with DAG("names", schedule=None):
+        TaskGroup(name)  # what Airflow accepts

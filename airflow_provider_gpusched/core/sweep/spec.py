@@ -345,6 +345,10 @@ class SweepSpec:
     def __post_init__(self) -> None:
         w = self.where
         check_sweep_name(self.name, f"{w}: name")
+        if "." in self.name:  # Airflow's group ids: '.' joins a group's id to its tasks' ids
+            raise InvalidArgumentError(f"{w}: name", self.name, "a sweep name of letters, digits, '_' and '-' (it "
+                                                                "becomes the Airflow task group id, where '.' is not "
+                                                                "allowed)")
         if not isinstance(self.search, str) or self.search not in SEARCH_KINDS:
             raise InvalidArgumentError(f"{w}: search", self.search, f"one of {list(SEARCH_KINDS)}")
         self._check_shared_fields()
@@ -896,6 +900,17 @@ class ConfigTemplate:
             raise InvalidArgumentError("config_template", f"{name}: {quoted}",
                                        "a placeholder outside quotes: it is written as a quoted literal of the "
                                        "file's language (remove the quotes around it)")
+        #: placeholders (by offset) that stand in a shell comment: their value may hold no newline
+        self.in_comment: set[int] = set()
+        if self.kind == "shell":
+            where, why, self.in_comment = _shell_placeholder_contexts(text)
+            if why:
+                line = text.count("\n", 0, where) + 1
+                raise InvalidArgumentError(
+                    "config_template", f"{name}, line {line}: {_TEMPLATE_PLACEHOLDER.match(text, where).group(0)}",
+                    f"a placeholder where its quoted value stays one shell word, not {why} (there a value can "
+                    f"become code). Write it outside (e.g. printf '%s\\n' {{{{ name }}}} >> file) or use a "
+                    f".yaml/.json/.cfg template")
 
     @classmethod
     def read(cls, path: Any, where: str) -> ConfigTemplate:
@@ -929,7 +944,12 @@ class ConfigTemplate:
             if self.kind == "shell":
                 import shlex
 
-                return shlex.quote(_text(value))
+                text = _text(value)
+                if match.start() in self.in_comment and _CONTROL.search(text):
+                    raise InvalidArgumentError("config_template", f"{self.name}: {{{{ {name} }}}} = {text!r}",
+                                               "a value without newlines or control characters in a shell comment "
+                                               "(a newline would end the comment and start a command)")
+                return shlex.quote(text)
             text = _text(value)
             if _CONTROL.search(text):
                 raise InvalidArgumentError("config_template", f"{self.name}: {{{{ {name} }}}} = {text!r}",
@@ -941,6 +961,78 @@ class ConfigTemplate:
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+_HEREDOC = re.compile(r"<<(-?)[ \t]*(?:'([^'\n]*)'|\"([^\"\n]*)\"|\\?([^\s;&|<>()]+))")
+
+
+def _shell_placeholder_contexts(text: str) -> tuple[int, str, set[int]]:
+    """Where a quoted shell word would not stay a word: ``(offset, why, comments)``, the first placeholder inside a
+    heredoc (quoted or not: ``$( )`` runs in one, and a value line equal to its delimiter ends it), inside
+    backticks (backslashes there are read before the quotes), or as a heredoc's delimiter; ``why`` is "" when
+    there is none. ``comments``: the offsets of placeholders in ``#`` comments (their values may not hold a
+    newline). Quotes are tracked so that ``#``, ``<<`` and backticks inside them are text."""
+    comments: set[int] = set()
+    quote, backtick, i = "", False, 0
+    pending: list[tuple[str, bool, int]] = []  # heredocs opened on this line: (delimiter, strip tabs, line start)
+    while i < len(text):
+        c = text[i]
+        match = _TEMPLATE_PLACEHOLDER.match(text, i)
+        if match:
+            if backtick:
+                return i, "inside backticks (`...`)", comments
+            i = match.end()
+            continue
+        if quote:
+            if c == "\\" and quote == '"':
+                i += 1
+            elif c == quote:
+                quote = ""
+            i += 1
+            continue
+        if c == "\n":
+            i += 1
+            for delimiter, strip, opened in pending:  # the heredocs' bodies follow this line, one after another
+                while i < len(text):
+                    end = text.find("\n", i)
+                    end = len(text) if end < 0 else end
+                    line = text[i:end]
+                    body = _TEMPLATE_PLACEHOLDER.search(line)
+                    if (line.lstrip("\t") if strip else line) == delimiter:
+                        i = end + 1
+                        break
+                    if body:
+                        return i + body.start(), f"inside a heredoc (<<{delimiter}, opened on line {opened})", comments
+                    i = end + 1
+            pending = []
+            continue
+        if c == "\\":
+            i += 2
+            continue
+        if c == "#" and (i == 0 or text[i - 1] in " \t\n;&|("):
+            end = text.find("\n", i)
+            end = len(text) if end < 0 else end
+            comments.update(i + m.start() for m in _TEMPLATE_PLACEHOLDER.finditer(text[i:end]))
+            i = end
+            continue
+        if c == "`":
+            backtick = not backtick
+        elif c in ("'", '"'):
+            quote = c
+        elif text.startswith("<<", i) and not text.startswith("<<<", i):
+            here = _HEREDOC.match(text, i)
+            named = _TEMPLATE_PLACEHOLDER.match(text, len(text) - len(text[i + 2:].lstrip("-'\" \t\\")))
+            delimiter = next((g for g in here.group(2, 3, 4) if g is not None), "") if here else ""
+            if named or _TEMPLATE_PLACEHOLDER.search(delimiter):
+                return (named or _TEMPLATE_PLACEHOLDER.search(text, i)).start(), "as a heredoc's delimiter", comments
+            if here is None:  # `<<` and no word: not a heredoc the shell would run either
+                i += 2
+                continue
+            pending.append((delimiter, here.group(1) == "-", text.count("\n", 0, i) + 1))
+            i = here.end()
+            continue
+        i += 1
+    return 0, "", comments
 
 
 def _quoted_placeholder(text: str, kind: str) -> str:
