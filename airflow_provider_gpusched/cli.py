@@ -339,9 +339,11 @@ def _profile(args) -> int:
         raise PartitionInputError("gpusched profile needs PyTorch: pip install 'airflow-provider-gpusched[examples]' "
                                   "(or the torch build for your GPU)") from None
     from airflow_provider_gpusched.core.partition.profile import (
+        check_profile_files,
         host_device_type,
         parse_shape,
         profile_model,
+        time_limit,
         write_profile,
     )
     from airflow_provider_gpusched.core.text import format_table
@@ -350,9 +352,14 @@ def _profile(args) -> int:
     for flag, value in (("--bw-mbps", args.bw_mbps), ("--mem-mb", args.mem_mb)):
         if value is not None and not value > 0:
             raise PartitionInputError(f"{flag}: expected a number > 0, got {value}")
-    profile = profile_model(args.model, dtype=args.dtype, batch_size=args.batch_size, input_shape=shape,
-                            device=args.device, warmup=args.warmup, repeat=args.repeat)
+    if not args.time_limit > 0:
+        raise PartitionInputError(f"--time-limit: expected a number of seconds > 0, got {args.time_limit}")
     device_type = args.device_type or host_device_type()
+    check_profile_files(models_file=args.models, device_types_file=args.device_types, device_type=device_type,
+                        bw_mbps=args.bw_mbps)  # what the write would refuse, said before minutes of measuring
+    with time_limit(args.time_limit, f"profiling {args.model}"):
+        profile = profile_model(args.model, dtype=args.dtype, batch_size=args.batch_size, input_shape=shape,
+                                device=args.device, warmup=args.warmup, repeat=args.repeat)
     written = write_profile(profile, models_file=args.models, device_types_file=args.device_types,
                             device_type=device_type, name=args.name, bw_mbps=args.bw_mbps, mem_mb=args.mem_mb)
     mib = 1024 * 1024
@@ -546,6 +553,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="device types file to write (default device_types.yml)")
     p.add_argument("--warmup", type=int, default=2, help="untimed runs per layer (default 2)")
     p.add_argument("--repeat", type=int, default=5, help="timed runs per layer, the median taken (default 5)")
+    p.add_argument("--time-limit", type=float, default=600.0, metavar="SECONDS",
+                   help="stop measuring after this long, exit code 124 (default 600)")
     p.set_defaults(func=_profile)
     return parser
 

@@ -52,6 +52,7 @@ def _facets():
         sweep: str
         sweepRun: dict
         trials: list
+        leftOut: str = ""  # what the size cap (MAX_TRIAL_FACET_BYTES) left out, said; "" when nothing
 
     @define
     class GpuschedFailureRunFacet(RunFacet):
@@ -77,12 +78,45 @@ def operator_lineage(*, job_type: str, run: dict | None = None, external_id: str
         run_facets["externalQuery"] = external_query_run.ExternalQueryRunFacet(externalQueryId=external_id,
                                                                                source=external_source)
     if trial is not None:
-        run_facets["gpuschedTrial"] = trial_facet(**trial)
+        run_facets["gpuschedTrial"] = trial_facet(**capped_trials(trial))
     if failure is not None:
         run_facets["gpuschedFailure"] = failure_facet(kind=failure[0], message=failure[1][:2000])
     # the provider sets the standard "jobType" facet itself (integration AIRFLOW, job type TASK): ours has its own key
     return OperatorLineage(run_facets=run_facets, job_facets={"gpuschedJobType": job_type_job.JobTypeJobFacet(
         processingType="BATCH", integration=INTEGRATION, jobType=job_type)})
+
+
+#: the ``gpuschedTrial`` facet's trials at most, as JSON (an event goes to every lineage backend on every task;
+#: a 200-trial array with large parameters made 40 MB events)
+MAX_TRIAL_FACET_BYTES = 256 * 1024
+
+
+def capped_trials(trial: dict, limit: int = MAX_TRIAL_FACET_BYTES) -> dict:
+    """``trial`` (the facet's fields) with its trials cut to ``limit`` bytes of JSON: the first that fit are kept
+    (one too large on its own keeps its id, label and state, its parameters and result left out), and ``leftOut``
+    says what was left out and where the rest is."""
+    import json
+
+    kept, used, cut, trimmed = [], 0, 0, 0
+    for entry in trial.get("trials", []):
+        size = len(json.dumps(entry, default=str))
+        if size > limit // 8:
+            entry = {**entry, "params": {}, "result": None}
+            size = len(json.dumps(entry, default=str))
+            trimmed += 1
+        if used + size > limit:
+            cut += 1
+            continue
+        kept.append(entry)
+        used += size
+    notes = []
+    if trimmed:
+        notes.append(f"{trimmed} trial(s) listed without their parameters and result (over {limit // 8:,} bytes each)")
+    if cut:
+        notes.append(f"{cut} of {len(trial.get('trials', []))} trials left out (the facet is capped at {limit:,} bytes)")
+    if notes:
+        notes.append("the sweep's results folder has every trial")
+    return {**trial, "trials": kept, "leftOut": "; ".join(notes)}
 
 
 def slurm_source(runner_description: dict | None) -> str:

@@ -23,9 +23,38 @@ _BAD = re.compile(r"[^A-Za-z0-9_-]")
 _state: dict[str, Any] = {"key": None}
 
 
+#: one part of a metric name at most; a longer one keeps its start and a hash of the whole, so two names that
+#: share their first 80 characters stay two metrics
+MAX_PART = 80
+#: Airflow refuses a stat name (with its tags, under statsd_influxdb_enabled) over 250 characters
+MAX_STAT = 250
+
+
 def part(value: Any) -> str:
-    """A name, host or state as one part of a metric name."""
-    return _BAD.sub("_", str(value))[:80] or "_"
+    """A name, host or state as one part of a metric name (or a tag's value): the characters metric names allow,
+    at most :data:`MAX_PART` of them, distinct for distinct long values."""
+    import hashlib
+
+    text = str(value)
+    clean = _BAD.sub("_", text) or "_"
+    if len(clean) <= MAX_PART:
+        return clean
+    return clean[:MAX_PART - 9] + "-" + hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def _tags(name: str, tags: dict[str, Any] | None) -> dict[str, str]:
+    """Tags as Airflow's backends take them: values in the allowed characters, and only as many as keep the name
+    with its tags (``name,k=v,...``, as StatsD with InfluxDB tags sends it) within :data:`MAX_STAT` characters;
+    the name carries every part anyway."""
+    out: dict[str, str] = {}
+    room = MAX_STAT - len("airflow.") - len(name)
+    for key, value in (tags or {}).items():
+        item = (part(key), part(value))
+        room -= len(item[0]) + len(item[1]) + 2
+        if room < 0:
+            break
+        out[item[0]] = item[1]
+    return out
 
 
 def _stats():
@@ -53,7 +82,7 @@ def _stats():
 def _send(kind: str, name: str, value: float | None = None, tags: dict[str, Any] | None = None) -> None:
     try:
         stats = _stats()
-        tags = {k: str(v) for k, v in (tags or {}).items()}
+        tags = _tags(name, tags)
         if kind == "incr":
             stats.incr(name, count=int(value or 1), tags=tags)
         elif kind == "gauge":

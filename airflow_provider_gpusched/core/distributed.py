@@ -157,7 +157,7 @@ def slurm_launch_function(mode: str, nproc_per_node: int, rank_exit_grace: float
                 'GROUP_WORLD_SIZE="$SLURM_JOB_NUM_NODES"; exec "$@"')
     # srun's stderr goes through gpusched_srun_said (to stderr, line by line) so that a rank stopped by --wait fails
     # the job for certain: srun itself may exit 0 when the stopped rank's end reaches it late (seen under load)
-    said = '2>&1 1>&3 3>&- | gpusched_srun_said "$said"'
+    said = '2>&1 1>&3 3>&- 4>&- 5>&- | gpusched_srun_said'
     if mode == "srun":
         start = (f'  {srun} --ntasks-per-node={nproc_per_node} -- bash -c {shlex.quote(rank_env)} {RANK_NAME} "$@" '
                  f'{said}')
@@ -182,16 +182,19 @@ def slurm_launch_function(mode: str, nproc_per_node: int, rank_exit_grace: float
         "  done",
         f"  echo $(( {PORT_BASE} + base ))",
         "}",
-        "gpusched_srun_said() {  # srun's stderr, passed on; notes in file $1 that --wait stopped ranks",
+        "gpusched_srun_said() {  # srun's stderr, passed on; notes on descriptor 4 that --wait stopped ranks",
         "  local line",
         "  while IFS= read -r line || [ -n \"$line\" ]; do",
         "    printf '%s\\n' \"$line\" >&2",
-        "    case \"$line\" in 'srun: First task exited '*) echo stopped >\"$1\" ;; esac",
+        "    case \"$line\" in 'srun: First task exited '*) echo stopped >&4 ;; esac",
         "  done",
         "}",
         "gpusched_launch() {",
-        "  local first said rc",
+        "  local first said rc note=",
+        # the note file is unlinked as soon as it is open: nothing is left behind, whatever ends the job (scancel)
         "  said=\"$(mktemp \"${TMPDIR:-/tmp}/gpusched-srun.XXXXXXXX\")\" || return 1",
+        "  exec 4>\"$said\" 5<\"$said\"",
+        "  rm -f -- \"$said\"",
         "  first=\"$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" 2>/dev/null | head -n 1)\"",
         "  export MASTER_ADDR=\"${first:-$(hostname)}\"",
         "  export MASTER_PORT=\"$(gpusched_free_port)\"",
@@ -200,13 +203,14 @@ def slurm_launch_function(mode: str, nproc_per_node: int, rank_exit_grace: float
         "  exec 3>&1",
         start,
         "  rc=${PIPESTATUS[0]}",
-        "  exec 3>&-",
-        "  if [ \"$rc\" = 0 ] && [ -s \"$said\" ]; then",
+        "  exec 3>&- 4>&-",
+        "  IFS= read -r note <&5 || true",
+        "  exec 5<&-",
+        "  if [ \"$rc\" = 0 ] && [ -n \"$note\" ]; then",
         f"    echo \"[gpusched] rank(s) still running {wait}s after the first rank ended were stopped (rank_exit_grace); "
         "the job fails\" >&2",
         "    rc=1",
         "  fi",
-        "  rm -f -- \"$said\"",
         "  return \"$rc\"",
         "}",
     ])

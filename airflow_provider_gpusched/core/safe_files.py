@@ -84,6 +84,42 @@ def ensure_private_dir(path: str, *, shared: bool = False, what: str = "state di
     return path
 
 
+def check_path_chain(path: str, what: str, _links: int = 0) -> None:
+    """Refuse a ``path`` another user could redirect: a symbolic link on the way that a user other than this one
+    (or root) owns, or a directory on the way that every user may write to without the sticky bit (another user
+    could replace the next component with a link). :class:`UnsafePathError` names the component and the fix."""
+    import stat
+
+    me = os.geteuid()
+    current = os.sep
+    parts = [p for p in os.path.abspath(path).split(os.sep) if p]
+    for i, part in enumerate(parts):
+        parent, current = current, os.path.join(current, part)
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise UnsafePathError(f"{what} {path}: {current} cannot be checked ({exc})") from None
+        pst = os.stat(parent)
+        if stat.S_IMODE(pst.st_mode) & stat.S_IWOTH and not pst.st_mode & stat.S_ISVTX:
+            raise UnsafePathError(
+                f"{what} {path}: {parent} is writable by every user without the sticky bit (mode "
+                f"{stat.S_IMODE(pst.st_mode):04o}), so another user could replace {current} with a link of theirs. "
+                f"Use a directory under one only you can write to (or chmod +t {parent})")
+        if stat.S_ISLNK(st.st_mode):
+            if st.st_uid not in (me, 0):
+                raise UnsafePathError(
+                    f"{what} {path}: {current} is a symbolic link (to {os.readlink(current)!r}) owned by "
+                    f"{_user(st.st_uid)}, not by this user or root: another user may have planted it. Remove it, "
+                    f"or use another path")
+            if _links > 40:
+                raise UnsafePathError(f"{what} {path}: too many symbolic links on the way")
+            target = os.path.join(os.path.dirname(current), os.readlink(current))
+            check_path_chain(os.path.join(target, *parts[i + 1:]), what, _links + 1)
+            return
+
+
 def open_regular(path: str, flags: int, mode: int = 0o600) -> int:
     """``os.open`` that never follows a symbolic link and accepts only a regular file (no FIFO, device)."""
     fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)

@@ -88,3 +88,29 @@ def test_a_task_that_has_not_run_reports_its_request():
     assert lineage.job_facets["gpuschedJobType"].jobType == "LOCAL_GPU"
     run = lineage.run_facets["gpusched"]
     assert (run.attempts, run.request["gpus"], run.placement) == (0, 2, {})
+
+
+def test_a_trial_facet_is_capped_and_says_what_it_left_out():
+    """Issue 53, item 6: a 200-trial array sent a 40 MB event. The facet keeps what fits in its cap and says the
+    rest is left out; a trial too large on its own is listed without its parameters."""
+    import json
+
+    from openlineage.client.serde import Serde
+
+    from airflow_provider_gpusched.lineage import MAX_TRIAL_FACET_BYTES, operator_lineage
+
+    trials = [{"trial_id": f"t{i}", "label": f"lr={i}", "params": {"blob": "x" * 60_000, "lr": i}, "state": "succeeded",
+               "result": {"acc": 0.5}} for i in range(200)]
+    lineage = operator_lineage(job_type="TRIAL", trial={"sweep": "s", "sweepRun": {"dag_id": "d"}, "trials": trials})
+    facet = json.loads(Serde.to_json(lineage.run_facets["gpuschedTrial"]))
+    assert len(json.dumps(facet)) < MAX_TRIAL_FACET_BYTES + 4096
+    assert facet["trials"][0]["params"] == {} and facet["trials"][0].get("result") is None and len(facet["trials"]) == 200
+    assert facet["leftOut"].startswith("200 trial(s) listed without their parameters and result")
+    assert facet["leftOut"].endswith("the sweep's results folder has every trial")
+    many = operator_lineage(job_type="TRIAL", trial={"sweep": "s", "sweepRun": {}, "trials": [
+        {**t, "params": {"blob": "y" * 20_000}} for t in trials]})
+    cut = json.loads(Serde.to_json(many.run_facets["gpuschedTrial"]))
+    assert 0 < len(cut["trials"]) < 20 and f"{200 - len(cut['trials'])} of 200 trials left out" in cut["leftOut"]
+    small = operator_lineage(job_type="TRIAL", trial={"sweep": "s", "sweepRun": {}, "trials": trials[:1] and [
+        {**trials[0], "params": {"lr": 1}}]})
+    assert json.loads(Serde.to_json(small.run_facets["gpuschedTrial"]))["leftOut"] == ""

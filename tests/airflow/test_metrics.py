@@ -128,3 +128,30 @@ def test_real_tasks_send_oom_retries_trials_and_slurm_job_counts(statsd, airflow
     assert lines.count("airflow.gpusched.sweep_trials.metric_grid.succeeded:1|c") == 2
     slurm = [x for x in lines if x.startswith("airflow.gpusched.slurm_jobs.batch.")]
     assert any(x.endswith(":1|g") for x in slurm), slurm  # the job, pending or running, while it was watched
+
+
+def test_long_names_stay_distinct_and_within_airflows_limits(statsd, monkeypatch, caplog):
+    """Issue 53, item 8: names were cut at 80 characters (two sweeps shared one metric), and long tags under
+    statsd_influxdb_enabled made Airflow log a traceback per call. Two sweeps whose names share 90 characters
+    are two metrics, and each name with its tags passes Airflow's own validator."""
+    import logging
+
+    from airflow.sdk._shared.observability.metrics.validators import ALLOWED_CHARACTERS, stat_name_default_handler
+
+    first, second = "s" * 90 + "_lr", "s" * 90 + "_wd"
+    assert metrics.part(first) != metrics.part(second) and len(metrics.part(first)) == metrics.MAX_PART
+    host = "gpu-node-" + "x" * 200 + ".cluster.example.org"
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED", "True")
+    metrics._state["key"] = None
+    with caplog.at_level(logging.ERROR):
+        metrics.trial_finished(first, "succeeded")
+        metrics.trial_finished(second, "succeeded")
+        metrics.gpu_wait(1.0, "normal", host)
+        lines = statsd()
+    assert not [r for r in caplog.records if "Invalid stat name" in r.getMessage()], caplog.text
+    names = [line.split(":")[0] for line in lines]
+    trials = [n for n in names if ".sweep_trials." in n]
+    assert len(set(trials)) == 2, lines
+    for name in names:
+        stat_name_default_handler(name, allowed_chars={*ALLOWED_CHARACTERS, ",", "="})  # raises if refused
+    assert any(n.startswith("airflow.gpusched.gpu_wait.normal,") for n in names), names

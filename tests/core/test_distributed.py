@@ -267,3 +267,27 @@ def test_a_distributed_call_outside_a_distributed_start_says_so(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert "RANK and WORLD_SIZE are not set" in str(pyfunc.read_outcome(str(folder)).error)
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGKILL"])
+def test_the_launchers_note_file_is_gone_however_the_job_ends(tmp_path, signal_name):
+    """Issue 53, item 18: the launcher's temporary file stayed in /tmp when its job was cancelled. It is unlinked
+    as soon as it is open, so a SIGKILL (scancel after KillWait) leaves nothing either."""
+    import signal
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "srun").write_text("#!/bin/bash\nexec sleep 60\n")
+    os.chmod(fake / "srun", 0o755)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "SLURM_JOB_ID": "79", "SLURM_JOB_NUM_NODES": "1",
+           "TMPDIR": str(scratch)}
+    proc = subprocess.Popen(slurm_launch_argv("srun", ["prog"], 1, 5), env=env, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    line = proc.stderr.readline()  # "[gpusched] srun start: ...": the note file was made before it
+    assert "srun start" in line
+    time.sleep(0.3)
+    os.killpg(proc.pid, getattr(signal, signal_name))  # as scancel signals every process of the job
+    proc.wait(timeout=30)
+    assert list(scratch.iterdir()) == []

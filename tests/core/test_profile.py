@@ -100,8 +100,8 @@ def test_profile_a_model_from_a_module_of_the_user(tmp_path):
     entry = yaml.safe_load((tmp_path / "models.yml").read_text())["conv1d"]
     assert (entry["layers"], entry["parameters_in"], entry["parameters_out"]) == (4, 32, [56, 56, 56, 3])
     assert entry["layer_names"] == ["Conv1d", "ReLU", "Flatten", "Linear"]
-    out = gpusched("profile", "mymodels:not_a_sequence", "--input-shape", "3", "--device-type", "cpu", cwd=tmp_path,
-                   env=env)
+    out = gpusched("profile", "mymodels:not_a_sequence", "--input-shape", "3", "--device-type", "cpu", "--bw-mbps",
+                   "100", cwd=tmp_path, env=env)
     assert out.returncode == 2
     assert "model 'mymodels:not_a_sequence': expected an nn.Sequential (or a list of modules)" in out.stderr
 
@@ -124,6 +124,32 @@ def test_profile_bad_input_is_named(tmp_path, args, message):
     assert out.returncode == 2, out
     assert message in out.stderr and "Traceback" not in out.stderr, out.stderr
     assert not (tmp_path / "models.yml").exists()  # nothing half-written
+
+
+def test_profile_has_a_time_limit_and_checks_its_arguments_before_measuring(tmp_path):
+    """Issue 53, item 7: a model that hangs hung the command; a missing --bw-mbps was said after 61 s of
+    measuring. Now the limit stops it (exit 124, said), and the missing bandwidth is said before anything runs."""
+    import time
+
+    (tmp_path / "hangs.py").write_text(
+        "import time, torch\n"
+        "class Hang(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        time.sleep(3600)\n"
+        "def build():\n"
+        "    return torch.nn.Sequential(torch.nn.Linear(3, 3), Hang())\n")
+    env = {"PYTHONPATH": str(tmp_path)}
+    started = time.monotonic()
+    out = gpusched("profile", "hangs:build", "--input-shape", "3", "--device-type", "cpu", "--bw-mbps", "100",
+                   "--time-limit", "3", cwd=tmp_path, env=env)
+    assert out.returncode == 124 and time.monotonic() - started < 60, out
+    assert "profiling hangs:build took longer than 3s (--time-limit): stopped" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and not (tmp_path / "models.yml").exists()
+    started = time.monotonic()
+    out = gpusched("profile", "hangs:build", "--input-shape", "3", "--device-type", "new-type", cwd=tmp_path, env=env)
+    assert out.returncode == 2 and time.monotonic() - started < 30, out
+    assert ("device_types.yml: new-type: a new device type needs its link bandwidth (--bw-mbps, in 2^20 bits/s); "
+            "nothing was measured") in out.stderr
 
 
 def test_profile_refuses_a_layer_count_that_disagrees_with_the_files(tmp_path):

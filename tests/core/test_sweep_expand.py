@@ -138,3 +138,15 @@ def test_nested_spaces_are_flattened_for_labels_and_nested_again_for_the_trial()
 
 def test_grid_points_have_no_float_noise():
     assert loguniform(1e-3, 1e-1).grid(3) == [0.001, 0.01, 0.1]
+
+
+def test_parameters_too_large_for_the_environment_are_refused_at_plan_time_naming_the_trial():
+    """Issue 53, item 6: a 1 MB hyper-parameter made every trial fail with 'Argument list too long' when it ran."""
+    from airflow_provider_gpusched.core.errors import InvalidArgumentError
+    from airflow_provider_gpusched.core.sweep import SweepSpec
+
+    spec = SweepSpec(name="big", command=["train"], test_config=[{"lr": [0.1], "blob": ["x" * (1 << 20), "small"]}])
+    with pytest.raises(InvalidArgumentError, match=r"trial 0: expected at most 65,536 bytes as JSON.*"
+                                                   r"GPUSCHED_TRIAL_PARAMS.*got .1,048,6\d\d bytes of parameters "
+                                                   r"\(the largest: 'blob'\)"):
+        spec.trials()

@@ -95,6 +95,11 @@ def test_gpusched_sweep_run_stops_on_ctrl_c_and_the_next_run_goes_on_with_the_re
     out, err = first.communicate(timeout=60)
     assert first.returncode == 130, (out, err)
     assert "stopped; the trials that finished are kept" in err
+    # issue 53, item 17: the stopped trial is recorded as stopped, not left running until the next run
+    status = json.loads(next(folder.glob("x=1*/status.json")).read_text() or "{}")
+    assert status["state"] == "stopped" and "Ctrl-C" in status.get("reason", status.get("error", "")), status
+    listed = json.loads(_cli("results", str(tmp_path / "sweeps" / "resumable"), "--json").communicate(timeout=60)[0])
+    assert listed["counts"].get("running", 0) == 0 and listed["counts"]["stopped"] == 1, listed["counts"]
     second = _cli("run", spec, *common)
     out, err = second.communicate(timeout=120)
     assert second.returncode == 0, (out, err)

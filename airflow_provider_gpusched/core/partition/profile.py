@@ -321,6 +321,52 @@ def _merge(profile: ModelProfile, *, models_file: str, device_types_file: str, d
     return {"model": name, "device_type": device_type, "layers": layers, "device": profile.device}
 
 
+def check_profile_files(*, models_file: str, device_types_file: str, device_type: str,
+                        bw_mbps: float | None) -> None:
+    """What :func:`write_profile` would refuse after measuring, said before: files that cannot be read as the
+    mappings they should be, and a new device type without its link bandwidth."""
+    _read_mapping(models_file, "models")
+    types = _read_mapping(device_types_file, "device types")
+    entry = types.get(device_type)
+    if entry is not None and not isinstance(entry, dict):
+        raise PartitionInputError(f"{device_types_file}: {device_type}: expected a mapping with bw_Mbps, mem_MB, "
+                                  f"model_profiles")
+    if bw_mbps is None and "bw_Mbps" not in (entry or {}):
+        raise PartitionInputError(f"{device_types_file}: {device_type}: a new device type needs its link bandwidth "
+                                  f"(--bw-mbps, in 2^20 bits/s); nothing was measured")
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float, what: str = "profiling"):
+    """``what`` gets ``seconds``: then :class:`PartitionInputError` (exit code 124) is raised in the main thread;
+    if it is stuck where Python cannot raise (a hung GPU kernel), the process exits 124 ten seconds later."""
+    import signal
+    import sys
+    import threading
+
+    def expired(_signum, _frame):
+        raise PartitionInputError(f"{what} took longer than {seconds:g}s (--time-limit): stopped. A model that "
+                                  f"hangs, or one too big for this device? Raise the limit if it is just slow",
+                                  exit_code=124)
+
+    def hard_stop():
+        sys.stderr.write(f"gpusched: {what} is stuck past its time limit ({seconds:g}s) and did not stop: exiting\n")
+        sys.stderr.flush()
+        os._exit(124)
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    guard = threading.Timer(seconds + 10, hard_stop)
+    guard.daemon = True
+    guard.start()
+    try:
+        yield
+    finally:
+        guard.cancel()
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def _read_mapping(path: str, what: str) -> dict:
     from airflow_provider_gpusched.core.partition.problem import load_yaml_file
 
@@ -334,5 +380,5 @@ def _read_mapping(path: str, what: str) -> dict:
     return doc
 
 
-__all__ = ["LayerProfile", "ModelProfile", "host_device_type", "load_model", "parse_shape", "profile_model",
+__all__ = ["LayerProfile", "ModelProfile", "check_profile_files", "host_device_type", "time_limit", "load_model", "parse_shape", "profile_model",
            "write_profile"]

@@ -27,10 +27,25 @@ SPACES = (Choice, Uniform, LogUniform, RandInt, QUniform)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]+")
 
 
-def trial_id(params: Mapping[str, Any], code_version: str | None = None) -> str:
-    """A short hash of the parameters (and code version), identical across processes and runs."""
+#: a trial's parameters as JSON at most: they travel in one environment variable (``GPUSCHED_TRIAL_PARAMS``), and
+#: Linux refuses to start a program with one environment string over 128 KiB ("Argument list too long")
+MAX_PARAMS_BYTES = 64 * 1024
+
+
+def trial_id(params: Mapping[str, Any], code_version: str | None = None, index: int | None = None) -> str:
+    """A short hash of the parameters (and code version), identical across processes and runs. Parameters over
+    :data:`MAX_PARAMS_BYTES` as JSON are refused here, when the sweep is planned (``index``: the trial's, named)."""
     canonical = json.dumps({"params": params, "code_version": code_version}, sort_keys=True,
                            separators=(",", ":"), default=str)
+    if len(canonical) > MAX_PARAMS_BYTES:
+        from airflow_provider_gpusched.core.errors import InvalidArgumentError
+
+        big = max(params, key=lambda k: len(json.dumps(params[k], default=str)), default="")
+        raise InvalidArgumentError(
+            f"trial {index}" if index is not None else "trial parameters", f"{len(canonical):,} bytes of parameters "
+            f"(the largest: {big!r})", f"at most {MAX_PARAMS_BYTES:,} bytes as JSON: they reach the trial in one "
+            f"environment variable (GPUSCHED_TRIAL_PARAMS), which Linux caps at 128 KiB. Pass a path to a file "
+            f"instead of its content")
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
@@ -131,7 +146,7 @@ def nested(params: Mapping[str, Any]) -> dict:
 def make_trial(params: Mapping[str, Any], varying: Sequence[str], code_version: str | None, index: int,
                label_format: LabelFormat = DEFAULT_LABELS) -> Trial:
     params = dict(params)
-    return Trial(params, trial_id(params, code_version), label_format.label(params, varying), index)
+    return Trial(params, trial_id(params, code_version, index), label_format.label(params, varying), index)
 
 
 def _check_condition(where: str, key: str, dim: Conditional, known: Sequence[str]) -> None:

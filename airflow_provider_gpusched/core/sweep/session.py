@@ -152,11 +152,13 @@ class SweepSession:
         best = (max if objective.maximize else min)(scores) if scores else None
         return {"round": round_no, "trials": len(outcomes), "told": told, "scored": len(scores), "round_best": best}
 
-    def settle(self, round_no: int | None, run: str | None, log=lambda line: None) -> int:
+    def settle(self, round_no: int | None, run: str | None, log=lambda line: None, *, state: str = "failed",
+               why: str = "its runner stopped before recording an outcome (killed, or its job/process died)") -> int:
         """After a stage's trial tasks all ended: a trial this run started that is still ``running`` with nobody
         holding its claim (its runner died) is marked ``failed`` with that reason, or gets back the outcome its
         re-run would have replaced (TrialStore.end_unfinished). A trial this run never started keeps its record
-        (``not_started`` in this run's counts) and runs next time. Returns how many were marked."""
+        (``not_started`` in this run's counts) and runs next time. Returns how many were marked. A run that was
+        stopped (Ctrl-C) settles with ``state="stopped"`` and its reason."""
         path = self.manifest_path(round_no, run)
         if not os.path.exists(path):
             return 0
@@ -165,12 +167,11 @@ class SweepSession:
         for trial in manifest.pending:
             if self.store.state(trial) != "running":  # a trial this run never started keeps its record
                 continue
-            why = "its runner stopped before recording an outcome (killed, or its job/process died)"
-            written = self.store.end_unfinished(trial, run=run, state="failed", reason=why)
+            written = self.store.end_unfinished(trial, run=run, state=state, reason=why)
             if written is None:
                 continue
             name = printable(trial.label or trial.trial_id)
-            log(f"trial {trial.index} {name} marked failed: {why}" if written == "failed" else
+            log(f"trial {trial.index} {name} marked {written}: {why}" if written == state else
                 f"trial {trial.index} {name}: its re-run ended without an outcome ({why}); its earlier outcome "
                 f"({written}) stands")
             marked += 1

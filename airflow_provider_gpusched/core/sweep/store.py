@@ -230,6 +230,21 @@ def _plain(value: Any, budget: list[int], depth: int) -> Any:
     return value
 
 
+def folder_dags(folder: str) -> list[str] | None:
+    """The DAGs that planned in sweep folder ``folder`` (its ``dags.json``), or None when it says none or cannot be
+    read as that record: what a reader checks before it shows a folder's files under a DAG's name."""
+    from airflow_provider_gpusched.core.safe_files import BadRecordError, read_json_record
+
+    try:
+        record = read_json_record(os.path.join(folder, DAGS_FILE), 1 << 20)
+    except (OSError, BadRecordError):
+        return None
+    dags = record.get("dags") if isinstance(record, dict) else None
+    if not isinstance(dags, list) or not all(isinstance(d, str) for d in dags):
+        return None
+    return dags
+
+
 def check_results_folders(root: str, folder: str) -> None:
     """The checks the lease directory gets, for a sweep's results: a results root that every user may write to
     (e.g. 1777) is refused (another user could plant ``<root>/<sweep>`` as a link to a place of their choice),
@@ -237,8 +252,9 @@ def check_results_folders(root: str, folder: str) -> None:
     to. :class:`UnsafePathError` names the path and the fix."""
     import stat
 
-    from airflow_provider_gpusched.core.safe_files import UnsafePathError
+    from airflow_provider_gpusched.core.safe_files import UnsafePathError, check_path_chain
 
+    check_path_chain(root, "results_root")  # a root planted as a link, or replaceable by another user
     try:
         st = os.stat(root)
     except FileNotFoundError:

@@ -207,6 +207,7 @@ def run_sweep(spec: str | SweepSpec, *, results_root: str | None = None, manager
             if board is not None:
                 board.__exit__(None, None, None)
         if interrupted.is_set():  # Ctrl-C: every running trial got SIGTERM, its grace period, SIGKILL; leases given back
+            _stopped(session, round_no, run, "stopped by Ctrl-C in gpusched sweep run")
             raise SweepInterrupted(f"sweep {spec.name}: stopped; the trials that finished are kept in "
                                    f"{session.store.dir}, and the next run goes on with the rest")
         if "error" in outcome:
@@ -215,6 +216,14 @@ def run_sweep(spec: str | SweepSpec, *, results_root: str | None = None, manager
         if round_no is not None:
             session.finish_round(round_no, run)
     return session.collect(run)
+
+
+def _stopped(session: SweepSession, round_no: int | None, run: str, why: str) -> None:
+    """A run stopped by Ctrl-C: its trials that started and have no outcome are recorded ``stopped`` (not left
+    ``running`` until the next run), and its summary is written, so ``gpusched sweep results`` and the Sweeps tab
+    say what this run did."""
+    session.settle(round_no, run, state="stopped", why=why)
+    session.collect(run)
 
 
 @contextlib.contextmanager
@@ -296,6 +305,7 @@ def _run_on_slurm(spec: SweepSpec, session: SweepSession, client: Any, force_rer
         except KeyboardInterrupt:
             if jobs:
                 client.cancel(list(jobs))
+            _stopped(session, round_no, run, "stopped by Ctrl-C in gpusched sweep run (its Slurm jobs cancelled)")
             raise SweepInterrupted(f"sweep {spec.name}: stopped (Slurm jobs {', '.join(jobs) or '-'} cancelled); "
                                    f"the trials that finished are kept in {session.store.dir}, and the next run goes "
                                    f"on with the rest") from None
