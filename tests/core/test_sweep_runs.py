@@ -786,3 +786,40 @@ def test_hostile_values_in_a_shell_template_run_no_code(tmp_path):
         assert (tmp_path / "out").read_text().splitlines() == [value, value] and not (tmp_path / "ran").exists()
     with pytest.raises(InvalidArgumentError, match="in a shell comment"):
         template.render({"v": "x\ntouch ran"})
+
+
+def test_a_results_root_another_user_could_redirect_is_refused(tmp_path):
+    """Issue 53, item 12: a results root that is a link planted by another user, in a 0777 parent without the sticky
+    bit, redirected root's sweep writes into the link's target. The parent that lets anyone replace the root is
+    refused, and so is a link on the way that another user owns (even in a sticky /tmp-like folder)."""
+    from airflow_provider_gpusched.core.safe_files import UnsafePathError
+
+    def prepare(root):
+        SweepSession(SweepSpec(name="victim", test_config=[{"x": [1]}], python_callable=lambda p: {"y": 1},
+                               objective=Objective("y"), results_root=str(root))).prepare()
+
+    open_parent = tmp_path / "shared"
+    open_parent.mkdir()
+    os.chmod(open_parent, 0o777)
+    target = tmp_path / "attacker"
+    target.mkdir()
+    (open_parent / "results").symlink_to(target)
+    with pytest.raises(UnsafePathError, match=r"results_root .*shared/results: .*shared is writable by every user "
+                                              r"without the sticky bit \(mode 0777\)"):
+        prepare(open_parent / "results")
+    assert list(target.iterdir()) == []
+    if os.geteuid() == 0:  # a link owned by another user (only root can make one here)
+        sticky = tmp_path / "tmp"
+        sticky.mkdir()
+        os.chmod(sticky, 0o1777)
+        (sticky / "results").symlink_to(target)
+        os.lchown(sticky / "results", 65534, 65534)
+        with pytest.raises(UnsafePathError, match=r"tmp/results is a symbolic link .* owned by .*not by this user or "
+                                                  r"root: another user may have planted it"):
+            prepare(sticky / "results")
+        assert list(target.iterdir()) == []
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(mine)  # a link of this user's own: followed, and its target checked
+    prepare(tmp_path / "link")
+    assert (mine / "victim").is_dir()
