@@ -13,11 +13,14 @@
 #   scripts/fleet.sh kill-host NAME       SIGKILL every process of host NAME (a host that dies); its namespace stays
 #   scripts/fleet.sh kill|start|logs COMPONENT   the head node's scheduler, triggerer, ... (as scripts/stack.sh)
 #   scripts/fleet.sh start-host NAME      start host NAME's workers again (a host that comes back)
+#   scripts/fleet.sh cut-host NAME        cut host NAME off the network (its link down); mend-host NAME: back
 #   scripts/fleet.sh env                  the head's exports (see scripts/stack.sh env)
 #
 # Each host runs two Edge workers (queues from `gpusched fleet queues`): `gpu` lanes with one concurrency slot per
 # GPU, and `idle` lanes (idle-class work) with as many, so idle work never takes the slots normal work needs. The
-# head node runs one more worker for the `default` queue (tasks that need no GPU).
+# head node runs one more worker for the `default` queue (tasks that need no GPU). Every worker is supervised: one
+# that exits (an Edge worker gives up when the api-server is unreachable for a while) is started again 5 s later,
+# so a host cut off the network rejoins by itself (docs/fleet.md has the systemd unit for real hosts).
 # Hosts publish their GPUs and leases to $GPUSCHED_STACK_DIR/fleet/records ([gpusched] fleet_dir).
 # Settings: those of scripts/stack.sh, and GPUSCHED_FLEET_NET (the third octet of 10.203.X.0/24; default: a free one).
 set -euo pipefail
@@ -117,14 +120,23 @@ start_host() {
   setsid nsenter --net="/run/netns/$ns" unshare --uts --pid --fork --mount-proc -- bash -c '
     name="$1"; dir="$2"; hostname "$name"; source "$dir/env.sh"
     gpus=$(gpu_count "$AIRFLOW__GPUSCHED__SIMULATE_GPUS")
+    supervise() {  # run "$@" again 5 s after it exits, for ever; $1: its log, $2: its AIRFLOW_HOME
+      local log="$1" home="$2"; shift 2
+      while true; do
+        rm -f "$home/airflow-edge-worker.pid"  # the exited worker'"'"'s: the next one would refuse to start on it
+        AIRFLOW_HOME="$home" "$@" >>"$log" 2>&1
+        echo "[fleet] $(date -u +%FT%TZ) worker exited (status $?); starting it again in 5 s" >>"$log"
+        sleep 5
+      done
+    }
     if [ "$3" = celery ]; then
       # Celery has no heartbeat hook: the host publishes its record every 5 s itself
-      airflow celery worker -H "$name" -q "$(gpusched fleet queues --lane gpu)" -c "$gpus" --skip-serve-logs >>"$dir/logs/worker-gpu.log" 2>&1 &
-      AIRFLOW_HOME="$dir/airflow-idle" airflow celery worker -H "$name-idle" -q "$(gpusched fleet queues --lane idle)" -c "$gpus" --skip-serve-logs >>"$dir/logs/worker-idle.log" 2>&1 &
+      supervise "$dir/logs/worker-gpu.log" "$dir/airflow" airflow celery worker -H "$name" -q "$(gpusched fleet queues --lane gpu)" -c "$gpus" --skip-serve-logs &
+      supervise "$dir/logs/worker-idle.log" "$dir/airflow-idle" airflow celery worker -H "$name-idle" -q "$(gpusched fleet queues --lane idle)" -c "$gpus" --skip-serve-logs &
       while true; do gpusched fleet publish >/dev/null 2>>"$dir/logs/publish.log"; sleep 5; done &
     else
-      airflow edge worker -H "$name" -q "$(gpusched fleet queues --lane gpu)" -c "$gpus" >>"$dir/logs/worker-gpu.log" 2>&1 &
-      AIRFLOW_HOME="$dir/airflow-idle" airflow edge worker -H "$name-idle" -q "$(gpusched fleet queues --lane idle)" -c "$gpus" >>"$dir/logs/worker-idle.log" 2>&1 &
+      supervise "$dir/logs/worker-gpu.log" "$dir/airflow" airflow edge worker -H "$name" -q "$(gpusched fleet queues --lane gpu)" -c "$gpus" &
+      supervise "$dir/logs/worker-idle.log" "$dir/airflow-idle" airflow edge worker -H "$name-idle" -q "$(gpusched fleet queues --lane idle)" -c "$gpus" &
     fi
     wait' fleet-host "$name" "$FLEET/$name" "$(executor)" </dev/null >>"$FLEET/$name/logs/host.log" 2>&1 &
   say "$name started ($size SIMULATED, namespace $ns, logs ${FLEET#"$REPO"/}/$name/logs)"
@@ -137,6 +149,12 @@ kill_host() {
   [ -n "$pids" ] && kill -9 $pids 2>/dev/null || true
   local k; for k in $(seq 1 50); do [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break; sleep 0.1; done
   say "$name killed (${pids:-nothing was running})"
+}
+
+cut_host() {  # $1: host, $2: down|up (the head end of its link)
+  local ns; ns="$(ns_of "$(index_of "$1")")"
+  ip link set "${ns}a" "$2"
+  say "$1 $([ "$2" = down ] && echo "cut off the network" || echo "back on the network")"
 }
 
 # the head node's own Edge worker: the `default` queue (tasks that need no GPU: a sweep's plan, a partition, ...)
@@ -303,7 +321,9 @@ case "${1:-}" in
   status) status ;;
   kill-host) [ -n "${2:-}" ] || die "kill-host NAME"; kill_host "$2" ;;
   start-host) [ -n "${2:-}" ] || die "start-host NAME"; start_host "$2" ;;
+  cut-host) [ -n "${2:-}" ] || die "cut-host NAME"; cut_host "$2" down ;;
+  mend-host) [ -n "${2:-}" ] || die "mend-host NAME"; cut_host "$2" up ;;
   env) bash "$HERE/stack.sh" env ;;
   kill|start|logs) bash "$HERE/stack.sh" "$@" ;;  # the head node's components (scheduler, triggerer, ...)
-  *) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

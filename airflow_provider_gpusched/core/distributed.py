@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass
 from typing import Mapping, Sequence
 
 from airflow_provider_gpusched.core.checks import is_int, is_number
+from airflow_provider_gpusched.core.contain import shim_source
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 
 MODES = ("torchrun", "srun")
@@ -158,12 +159,14 @@ def slurm_launch_function(mode: str, nproc_per_node: int, rank_exit_grace: float
     # srun's stderr goes through gpusched_srun_said (to stderr, line by line) so that a rank stopped by --wait fails
     # the job for certain: srun itself may exit 0 when the stopped rank's end reaches it late (seen under load)
     said = '2>&1 1>&3 3>&- 4>&- 5>&- | gpusched_srun_said'
+    # each rank (srun) or each node's torchrun under the containment shim: what a rank forks off (setsid nohup ...)
+    # ends with it, whatever Slurm's ProctrackType (core/contain.py)
     if mode == "srun":
-        start = (f'  {srun} --ntasks-per-node={nproc_per_node} -- bash -c {shlex.quote(rank_env)} {RANK_NAME} "$@" '
+        start = (f'  {srun} --ntasks-per-node={nproc_per_node} -- "${{shim[@]}}" bash -c {shlex.quote(rank_env)} {RANK_NAME} "$@" '
                  f'{said}')
     else:
         start = (f'  {srun} --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 -- '
-                 f'{shlex.join(torchrun)} --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node={nproc_per_node} '
+                 f'"${{shim[@]}}" {shlex.join(torchrun)} --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node={nproc_per_node} '
                  f'--rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$SLURM_JOB_ID" '
                  f'--max-restarts=0 --no-python -- "$@" {said}')
     return "\n".join([
@@ -189,8 +192,10 @@ def slurm_launch_function(mode: str, nproc_per_node: int, rank_exit_grace: float
         "    case \"$line\" in 'srun: First task exited '*) echo stopped >&4 ;; esac",
         "  done",
         "}",
+        f"gpusched_shim={shlex.quote(shim_source())}",
         "gpusched_launch() {",
-        "  local first said rc note=",
+        "  local first said rc note= shim=()",
+        "  command -v python3 >/dev/null 2>&1 && shim=(python3 -I -S -c \"$gpusched_shim\" 10 '' --)",
         # the note file is unlinked as soon as it is open: nothing is left behind, whatever ends the job (scancel)
         "  said=\"$(mktemp \"${TMPDIR:-/tmp}/gpusched-srun.XXXXXXXX\")\" || return 1",
         "  exec 4>\"$said\" 5<\"$said\"",

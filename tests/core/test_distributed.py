@@ -70,7 +70,7 @@ def test_the_job_script_passes_the_command_to_every_rank_as_arguments():
     argv = ["python", "train.py", "--note", "a b; c", "it's", "$(reboot)"]
     script = SlurmJobSpec(command=argv, nodes=2, gpus_per_node=2, distributed="srun", rank_exit_grace=7).render_script()
     assert script.splitlines()[-1] == "gpusched_launch python train.py --note 'a b; c' 'it'\"'\"'s' '$(reboot)'"
-    assert "srun --kill-on-bad-exit=1 --wait=7 --ntasks-per-node=2 -- bash -c" in script
+    assert "srun --kill-on-bad-exit=1 --wait=7 --ntasks-per-node=2 -- \"${shim[@]}\" bash -c" in script
     shell = SlurmJobSpec(command="echo $RANK; hostname", distributed="torchrun", gpus=2).render_script()
     assert shell.splitlines()[-1] == "gpusched_launch bash -c 'echo $RANK; hostname'"
     assert "--nproc-per-node=2" in shell and "--rdzv-endpoint=\"$MASTER_ADDR:$MASTER_PORT\"" in shell

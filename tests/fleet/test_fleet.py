@@ -355,3 +355,57 @@ def test_priority_weights_order_the_queue_across_hosts(fleet, out_file):
     assert max(started["blocker"]) < min(started["high"]), "a waiting trial started before a blocker"
     assert max(started["high"]) < min(started["low"]), "a low-priority trial took a GPU while a high-priority one waited"
     assert len(hosts) >= 2, "the high trials ran on every host that freed a GPU, not one"
+
+
+def _worker_pids(fleet, host: str) -> list[int]:
+    """The pids of host ``host``'s Edge worker processes (not their supervisors), read from the host's namespace."""
+    import subprocess
+
+    index = ["gpu-a", "gpu-b", "gpu-c"].index(host)
+    net = (fleet.dir / "fleet" / "net").read_text().strip()
+    pids = subprocess.run(["ip", "netns", "pids", f"gsf{net}h{index}"], capture_output=True, text=True).stdout.split()
+    out = []
+    for pid in pids:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"edge" in cmdline and b"worker" in cmdline and any(arg.endswith(b"airflow") for arg in cmdline[:2]):
+            out.append(int(pid))
+    return out
+
+
+def test_a_host_cut_off_for_three_minutes_rejoins_by_itself_and_takes_work_again(fleet, out_file):
+    """Issue 53, item 13: a host's Edge workers exited during a network cut and were never started again, the host
+    GONE until `fleet.sh start-host`. Its workers are supervised: killed, they come back; after a 3-minute cut the
+    host heartbeats again and takes work, each trial done once."""
+    import os
+    import signal
+
+    killed = _worker_pids(fleet, "gpu-c")
+    assert len(killed) == 2, killed
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: (lambda now: len(now) == 2 and not set(now) & set(killed))(_worker_pids(fleet, "gpu-c")),
+               timeout=60, what="gpu-c's two workers started again by their supervisor")
+    assert "starting it again in 5 s" in (fleet.host_dir("gpu-c") / "logs" / "worker-gpu.log").read_text()
+    fleet.config.run("cut-host", "gpu-c")
+    try:
+        time.sleep(float(os.environ.get("GPUSCHED_FLEET_CUT_SECONDS", "180")))
+    finally:
+        fleet.config.run("mend-host", "gpu-c")
+    mended = time.time()
+
+    def heartbeating():
+        workers = _edge_workers(fleet)
+        return all(workers.get(w, {}).get("state") in ("idle", "running") and workers[w]["last_heartbeat"]
+                   and datetime.fromisoformat(workers[w]["last_heartbeat"]).timestamp() > mended
+                   for w in ("gpu-c", "gpu-c-idle"))
+
+    wait_until(heartbeating, timeout=180, what="gpu-c's workers heartbeating after the cut")
+    wait_until(lambda: _records(fleet)["gpu-c"]["fresh"], timeout=60, what="gpu-c's record fresh again")
+    run_id = fleet.trigger("fleet_spread", out=str(out_file), seconds=6)
+    assert fleet.wait_run("fleet_spread", run_id, timeout=420) == "success"
+    done = [r for r in read_out(out_file) if r["event"] == "done"]
+    assert sorted(r["tag"] for r in done) == sorted(f"trial-{i}" for i in range(24)), "each trial done exactly once"
+    assert any(r["host"] == "gpu-c" for r in done), {r["host"] for r in done}

@@ -339,3 +339,21 @@ def test_queue_list_shows_a_multi_node_jobs_nodes(client, tmp_path, slurm_cluste
         assert "n[1-2] (2 nodes)" in text
     finally:
         client.cancel([running.job_id, waiting.job_id])
+
+
+@pytest.mark.parametrize("distributed", ["srun", None])
+def test_a_process_a_job_forks_off_ends_with_the_job(client, out, distributed):
+    """Issue 53, item 10: `setsid nohup sleep 301 &` in each rank of a 2-node job kept running on n1 and n2 after the
+    job COMPLETED (the test cluster's ProctrackType is proctrack/linuxproc: cgroups cannot work in its namespaces).
+    The job script and each rank run under the containment shim, so the escaped sleeps end with the job."""
+    token = uuid.uuid4().hex
+    command = "setsid nohup sleep 301 >/dev/null 2>&1 & sleep 1; echo forked"
+    shape = {"nodes": 2, "gpus_per_node": 1, "distributed": "srun"} if distributed else {"nodes": 1}
+    spec = SlurmJobSpec(command=command, environment={"GPUSCHED_TEST_TOKEN": token}, output=out("escape"), **shape)
+    job = client.submit(spec)
+    final = client.wait(job.job_id, poll_interval=0.5, timeout=120)
+    text = Path(spec.output.replace("%j", job.job_id)).read_text()
+    assert final.state == "COMPLETED", (final, text)
+    assert text.count("forked") == (2 if distributed else 1), text
+    assert "left 1 process(es) running after it ended" in text, text
+    wait_until(lambda: not ranks_running(token), 20, "no escaped sleep left on any node")

@@ -28,7 +28,7 @@ from typing import Callable, Mapping, Sequence
 from airflow_provider_gpusched.core.gpu.lease_store import Lease
 
 #: the containment shim every child runs under (a standalone script: ``python -I -S`` starts it in milliseconds)
-CONTAIN_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "contain.py")
+CONTAIN_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "contain.py")
 #: the variable that marks every process of a lease (inherited by whatever the child starts)
 LEASE_ENV = "GPUSCHED_LEASE_ID"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import re
 import shlex
 from dataclasses import dataclass, field, fields
@@ -32,6 +33,20 @@ MAX_COMMENT = 1000
 #: values that become sbatch options or Slurm records: no control characters (a newline in a job name
 #: splits Slurm's completion record, and the job would look unfinished forever)
 _OPTION_FIELDS = ("job_name", "partition", "qos", "account", "output", "error", "working_dir", "comment", "shell")
+
+
+def contain_prelude() -> list[str]:
+    """The job script's first lines: it runs itself again under the containment shim (core/contain.py, its source
+    carried in the script), so that a process the job forks off (``setsid nohup ... &``) ends with the job even
+    where Slurm's ``ProctrackType`` is ``proctrack/linuxproc`` or ``pgid``, which lose such a process. Skipped where
+    the node has no ``python3``."""
+    from airflow_provider_gpusched.core.contain import shim_source
+
+    return [f"gpusched_shim={shlex.quote(shim_source())}",
+            'if [ -z "${GPUSCHED_CONTAINED:-}" ] && command -v python3 >/dev/null 2>&1; then',
+            "  export GPUSCHED_CONTAINED=1",
+            '  exec python3 -I -S -c "$gpusched_shim" 10 "" -- "$0" "$@"',
+            "fi"]
 
 
 @dataclass
@@ -221,6 +236,8 @@ class SlurmJobSpec:
             if body.startswith("#!"):  # the user's own shebang wins
                 lines = [body.splitlines()[0], lines[1]]
                 body = "\n".join(body.splitlines()[1:])
+        if lines[0] == f"#!{self.shell}" and os.path.basename(self.shell) in ("bash", "sh", "dash", "zsh", "ksh"):
+            lines.extend(contain_prelude())
         for key, value in self.environment.items():
             lines.append(f"export {key}={shlex.quote(str(value))}")
         lines.extend(str(s) for s in self.setup)

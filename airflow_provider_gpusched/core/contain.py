@@ -1,4 +1,4 @@
-"""The containment shim every local GPU child runs under: no process the work starts outlives it.
+"""The containment shim that local GPU children and Slurm jobs run under: no process the work starts outlives it.
 
 ``python -I -S contain.py GRACE FDS -- argv...`` makes itself a *child subreaper* (Linux ``prctl``), starts
 ``argv`` and waits. A process the work starts and orphans — ``cmd &``, ``setsid``, ``env -i``/``env -u`` (no lease
@@ -8,12 +8,11 @@ shim stops every descendant still there (SIGTERM, then SIGKILL after ``GRACE`` s
 (the task log), and exits as the work did (the same code, or killed by the same signal). SIGTERM, SIGINT, SIGHUP, SIGQUIT
 and SIGUSR1/2 sent to the shim are passed to every descendant.
 
-Standalone on purpose (the standard library only, no import of the package): it starts in a few milliseconds with
-``-I -S``. Where ``prctl`` is missing (not Linux), it still runs the work and stops what it can find by ancestry;
+Standalone on purpose (the standard library only, no import of the package, Python 3.6 syntax): it starts in a few
+milliseconds with ``-I -S``, and a Slurm job script carries its source (:func:`shim_source`) to compute nodes that
+may not have this package. Where ``prctl`` is missing (not Linux), it still runs the work and stops what it can find by ancestry;
 the launcher's search by session and lease id (``launch.leftover_processes``) stays the net behind it.
 """
-
-from __future__ import annotations
 
 import ctypes
 import os
@@ -26,7 +25,7 @@ PR_SET_CHILD_SUBREAPER = 36
 PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
-def become_subreaper() -> bool:
+def become_subreaper():
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
@@ -34,9 +33,9 @@ def become_subreaper() -> bool:
         return False
 
 
-def descendants(root: int) -> list[int]:
+def descendants(root):
     """Every live process below ``root`` (read from /proc: parent links)."""
-    children: dict[int, list[int]] = {}
+    children = {}
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -59,7 +58,7 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def _signal(pids, sig: int) -> None:
+def _signal(pids, sig):
     for pid in pids:
         try:
             os.kill(pid, sig)
@@ -67,7 +66,7 @@ def _signal(pids, sig: int) -> None:
             pass
 
 
-def _reap() -> None:
+def _reap():
     while True:
         try:
             pid, _status = os.waitpid(-1, os.WNOHANG)
@@ -77,14 +76,14 @@ def _reap() -> None:
             return
 
 
-def main(argv: list[str]) -> int:
+def main(argv):
     grace = float(argv[0])
     fds = tuple(int(fd) for fd in argv[1].split(",") if fd)
     command = argv[3:] if argv[2:3] == ["--"] else argv[2:]
     contained = become_subreaper()
     me = os.getpid()
 
-    def pass_on(signum, _frame) -> None:
+    def pass_on(signum, _frame):
         _signal(descendants(me), signum)
 
     for sig in PASSED_ON:
@@ -140,6 +139,13 @@ def main(argv: list[str]) -> int:
         os.kill(me, sig)
         return 128 + sig
     return os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status >> 8
+
+
+def shim_source():
+    """This file's code without its docstring, for a job script to run with ``python3 -I -S -c``."""
+    with open(__file__) as fh:
+        text = fh.read()
+    return text.split('"""', 2)[2].split("\ndef shim_source", 1)[0].lstrip() + "\nimport sys\nsys.exit(main(sys.argv[1:]))\n"
 
 
 if __name__ == "__main__":
