@@ -381,14 +381,16 @@ def _fleet_hosts(args) -> int:
     view = fleet.read_fleet(fleet_dir(args))
     now = time.time()
     if args.json:
-        print(json.dumps({"hosts": [{**h.to_dict(), "fresh": h.fresh(now), "age": round(now - h.time, 1)}
-                                    for h in view.hosts],
+        print(json.dumps({"hosts": [{**h.to_dict(), "fresh": h.fresh(now), "age": round(h.age(now), 1),
+                                     "clock_off": round(h.clock_off, 1)} for h in view.hosts],
                           "unreadable": [{"file": f, "problem": why} for f, why in view.unreadable]}, indent=2))
         return 0
     if not view.hosts:
         print("no host has published a record (is [gpusched] fleet_dir the same on the hosts?)")
     for h in view.hosts:
-        state = "up" if h.fresh(now) else f"GONE (last record {now - h.time:.0f}s ago)"
+        state = "up" if h.fresh(now) else f"GONE (last record {h.age(now):.0f}s ago)"
+        if h.clock_off:
+            state += f"; {h.clock_note()}"
         simulated = " SIMULATED" if h.source == "simulated" else ""
         print(f"{h.host}: {h.sizes()}{simulated}, {len(h.leases)} lease(s), {state}")
         usage = h.usage()

@@ -132,6 +132,7 @@ SlurmctldPort=${ctld_port}
 SlurmdPort=${slurmd_port}
 SlurmUser=root
 AuthType=auth/munge
+AuthInfo=socket=$root/munge/munge.socket
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -181,23 +182,29 @@ CONF
 
 pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
+# this cluster's own munged: its own key, socket, pid and log under $root/munge, so that two clusters on one machine
+# (two checkouts) never share one and `down` stops only its own (slurm.conf's AuthInfo names the socket, for the
+# daemons and for every client command that reads the config)
+munge_ok() { munge --socket="$root/munge/munge.socket" -n 2>/dev/null | unmunge --socket="$root/munge/munge.socket" >/dev/null 2>&1; }
+
 start_munge() {
-  if munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
-    return  # a munged is already answering (ours from an earlier `up`, or the system's)
+  if pid_alive "$root/munge/munged.pid" && munge_ok; then
+    return  # ours, from an earlier `up`
   fi
-  if [ ! -f /etc/munge/munge.key ]; then
-    mkdir -p /etc/munge
-    if command -v mungekey >/dev/null; then mungekey --create --keyfile=/etc/munge/munge.key
-    else dd if=/dev/urandom bs=1 count=1024 of=/etc/munge/munge.key 2>/dev/null; fi
-    chown munge:munge /etc/munge/munge.key
-    chmod 600 /etc/munge/munge.key
+  mkdir -p "$root/munge"
+  chown munge:munge "$root/munge"
+  chmod 755 "$root/munge"  # clients of every user reach the socket; the key stays 0600
+  if [ ! -f "$root/munge/munge.key" ]; then
+    if command -v mungekey >/dev/null; then runuser -u munge -- mungekey --create --keyfile="$root/munge/munge.key"
+    else (umask 077; dd if=/dev/urandom bs=1 count=1024 of="$root/munge/munge.key" 2>/dev/null); chown munge:munge "$root/munge/munge.key"; fi
+    chmod 600 "$root/munge/munge.key"
   fi
-  mkdir -p /run/munge /var/log/munge /var/lib/munge
-  chown munge:munge /run/munge /var/log/munge /var/lib/munge
-  runuser -u munge -- /usr/sbin/munged --pid-file=/run/munge/munged.pid
-  cp /run/munge/munged.pid "$root/run/munged.pid"
-  for _ in $(seq 50); do munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && return; sleep 0.1; done
-  log "munged did not come up"; exit 1
+  rm -f "$root/munge/munge.socket" "$root/munge/munge.socket.lock"  # a killed munged's
+  # --force: munged would refuse a socket directory below one that is not root's own (a checkout in /tmp)
+  runuser -u munge -- /usr/sbin/munged --force --socket="$root/munge/munge.socket" --key-file="$root/munge/munge.key" \
+    --pid-file="$root/munge/munged.pid" --log-file="$root/munge/munged.log" --seed-file="$root/munge/munged.seed"
+  for _ in $(seq 50); do munge_ok && return; sleep 0.1; done
+  log "munged did not come up (see $root/munge/munged.log)"; exit 1
 }
 
 # node i's slurmd: in the node's network namespace (nsenter: `ip netns exec` would mount a fresh /sys, and slurmd
@@ -301,7 +308,7 @@ down() {
   fi
   for f in "$root"/run/slurmd.*.pid; do [ -e "$f" ] && stop_pidfile "$f"; done
   stop_pidfile "$root/run/slurmctld.pid"
-  stop_pidfile "$root/run/munged.pid"   # exists only if this script started munged
+  stop_pidfile "$root/munge/munged.pid"  # this cluster's own munged, never another's
   remove_network                        # and whatever still ran in a node's namespace (a job's processes)
   log "down"
 }
@@ -331,7 +338,7 @@ case "${1:-}" in
   nodes) node_names ;;
   status)
     export SLURM_CONF="$conf"
-    for f in "$root/run/munged.pid" "$root/run/slurmctld.pid" "$root"/run/slurmd.*.pid; do
+    for f in "$root/munge/munged.pid" "$root/run/slurmctld.pid" "$root"/run/slurmd.*.pid; do
       [ -e "$f" ] || continue
       d="$(basename "$f" .pid)"
       if pid_alive "$f"; then echo "$d: running (pid $(cat "$f"))"; else echo "$d: not running"; fi

@@ -44,6 +44,9 @@ RECORD_VERSION = 1
 MEMORY_TIERS_GIB = (8, 12, 16, 24, 32, 40, 48, 64, 80, 94, 96, 128, 141, 192)
 #: a host whose record is older than this is not counted as able to take work now (it still shows as seen)
 FRESH_FOR = 30.0
+#: a record whose own time differs more than this from when its file was written (the file system's clock) comes
+#: from a host whose clock is off: it is flagged and judged by when it was written
+CLOCK_SLACK = 60.0
 #: how long a host that stopped publishing is still listed (as gone) by the board and the CLI
 REMEMBER_FOR = 24 * 3600.0
 LANES = ("gpu", "idle")
@@ -151,9 +154,36 @@ class HostRecord:
     #: GPUs that processes of others hold (no lease of ours): the host takes no work while all are
     foreign_busy: list[int] = field(default_factory=list)
     address: str = ""
+    #: when its file was written, by the clock of the file system the reader shares (None: not read from a file)
+    written: float | None = None
+
+    @property
+    def clock_off(self) -> float:
+        """How far the host's clock is ahead (> 0) or behind (< 0) of the file system's, when by more than
+        :data:`CLOCK_SLACK`; 0.0 otherwise."""
+        if self.written is None or abs(self.time - self.written) <= CLOCK_SLACK:
+            return 0.0
+        return self.time - self.written
+
+    @property
+    def seen(self) -> float:
+        """When the host last published, as the reader judges it: the record's own time, or, from a host whose
+        clock is off, when its file was written (a dead host with a fast clock would look up for as long as its
+        clock is ahead)."""
+        return self.written if self.clock_off and self.written is not None else self.time
+
+    def age(self, now: float | None = None) -> float:
+        return (now or time.time()) - self.seen
 
     def fresh(self, now: float | None = None) -> bool:
-        return (now or time.time()) - self.time <= FRESH_FOR
+        return self.age(now) <= FRESH_FOR
+
+    def clock_note(self) -> str:
+        off = self.clock_off
+        if not off:
+            return ""
+        return (f"{self.host}'s clock is {abs(off):.0f}s {'ahead of' if off > 0 else 'behind'} the fleet directory's: "
+                f"judged by when its record was written; fix its time sync (NTP)")
 
     def sizes(self) -> str:
         """``4x80GiB`` (or ``1x24GiB+1x48GiB`` for mixed GPUs)."""
@@ -333,6 +363,9 @@ def _read_host_files(folder: str, read, max_bytes: int) -> tuple[list, list[tupl
         if host != name[:-5]:
             bad.append((path, f"{path}: key 'host': expected {name[:-5]!r} (the file's name), got {host!r}"))
             continue
+        if isinstance(record, HostRecord):
+            with contextlib.suppress(OSError):
+                record.written = os.stat(path).st_mtime
         records.append(record)
     return records, bad
 
@@ -341,7 +374,8 @@ def read_fleet(fleet_dir: str, now: float | None = None) -> FleetView:
     """Every host record under ``fleet_dir`` seen in the last day, newest first by host name."""
     now = now or time.time()
     records, bad = _read_host_files(hosts_dir(fleet_dir), read_host_record, 4 << 20)
-    return FleetView([r for r in records if now - r.time <= REMEMBER_FOR], bad)
+    bad += [(hosts_dir(fleet_dir), r.clock_note()) for r in records if r.clock_off]
+    return FleetView([r for r in records if r.age(now) <= REMEMBER_FOR], bad)
 
 
 
@@ -412,7 +446,7 @@ def queue_entries(view: FleetView, fleet_dir: str, now: float | None = None):
                 problems.append(str(exc))
                 tag = WorkTag()
             if not record.fresh(now):
-                state, reason = "orphaned", f"{record.host} has published nothing for {now - record.time:.0f}s"
+                state, reason = "orphaned", f"{record.host} has published nothing for {record.age(now):.0f}s"
             elif lease.lease_id in asked:
                 state, reason = "stopping", "asked by the head node"
             else:

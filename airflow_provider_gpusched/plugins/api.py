@@ -220,7 +220,7 @@ def gpu_board(user, session) -> dict[str, Any]:
         for record in view.hosts:
             known.append(fleet_known_host(record, now))
             if record.fresh(now):
-                fleet_leases[record.host] = (record.time, {held.lease_id for held in record.leases})
+                fleet_leases[record.host] = (record.seen, {held.lease_id for held in record.leases})
     hosts = _HostCheck({k.host for k in known}, fleet_leases)
 
     def bad(exc: Exception, dag_id: str) -> None:

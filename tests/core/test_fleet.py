@@ -75,6 +75,32 @@ def test_a_stale_host_offers_no_room_and_a_bad_record_is_named_not_trusted(tmp_p
     assert any("the file's name" in why for _, why in fleet.read_fleet(str(folder)).unreadable)
 
 
+def test_a_host_whose_clock_runs_ahead_is_flagged_and_judged_by_when_its_record_was_written(tmp_path):
+    """Issue 53, item 14: a host whose clock ran 10 minutes fast stayed "up" for 10 minutes after it died (its
+    record's age was clamped at 0). The record's own time is checked against when its file was written: a host
+    off by more than CLOCK_SLACK is flagged, and its freshness follows the file's time."""
+    folder = tmp_path / "fleet"
+    _publish(folder, "gpu-a", "1x24GiB", tmp_path)
+    path = folder / "hosts" / "gpu-a.json"
+    data = json.loads(path.read_text())
+    now = time.time()
+    data["time"] = now + 600  # its clock is 10 minutes fast
+    path.write_text(json.dumps(data))
+    view = fleet.read_fleet(str(folder), now)
+    (host,) = view.hosts
+    assert host.fresh(now) and 590 < host.clock_off < 610
+    assert any("gpu-a's clock is 600s ahead of the fleet directory's" in why for _, why in view.unreadable)
+    os.utime(path, (now - 120, now - 120))  # it died two minutes ago: its file was last written then
+    (host,) = fleet.read_fleet(str(folder), now).hosts
+    assert not host.fresh(now) and round(host.age(now)) == 120
+    hosts, why = fleet.read_fleet(str(folder), now).room(GPURequest())
+    assert hosts == [] and "no host published a record" in why
+    data["time"] = now - 600  # a clock behind: alive (its file is new) though its own time says otherwise
+    path.write_text(json.dumps(data))
+    (host,) = fleet.read_fleet(str(folder), now).hosts
+    assert host.fresh(now) and host.clock_off < -590 and "behind" in host.clock_note()
+
+
 def test_a_host_whose_gpus_others_hold_offers_no_room(tmp_path):
     usage = tmp_path / "usage.json"
     usage.write_text(json.dumps({"0": {"memory_used": "20GiB", "pids": [os.getpid() + 100000]}}))

@@ -54,7 +54,36 @@ def test_a_rewritten_file_is_followed_from_its_start(tmp_path):
     follower = OutputFollower(str(path))
     assert len(follower.read()) == 2
     path.write_bytes(b"again\n")
-    assert follower.read() == [f"[{path} was rewritten: following it from its start]", "again"]
+    assert follower.read() == [f"[{path} was rewritten (shorter): following it again]", "again"]
+
+
+def test_a_rewrite_of_the_same_size_or_longer_is_seen_and_what_is_skipped_said(tmp_path):
+    """Issue 53, item 16: a rewrite of the same size was missed (40,000 lines never shown, the note only at the
+    end). The bytes before the read position are compared at each read: any rewrite is seen at the next read."""
+    path = tmp_path / "requeued.out"
+    path.write_bytes(b"".join(b"try 1 line %05d\n" % i for i in range(10)))
+    follower = OutputFollower(str(path), max_bytes=1000)
+    assert len(follower.read()) == 10
+    path.write_bytes(b"".join(b"try 2 line %05d\n" % i for i in range(10)))  # the same size, other bytes
+    got = follower.read()
+    assert got[0] == f"[{path} was rewritten (other bytes where the last read stopped): following it again]"
+    assert got[1:] == [f"try 2 line {i:05d}" for i in range(10)]
+    path.write_bytes(b"".join(b"try 3 line %05d\n" % i for i in range(40_000)))  # longer, from the start
+    got = follower.read()
+    assert got[0].startswith(f"[{path} was rewritten") and "written earlier not shown]" in got[1], got[:2]
+    assert got[-1] == "try 3 line 39999"
+    with open(path, "ab") as fh:
+        fh.write(b"more\n")
+    assert follower.read() == ["more"]  # appending is not a rewrite
+
+
+def test_control_characters_never_reach_the_task_log_raw(tmp_path):
+    """Binary output put raw ESC and BEL bytes into the task log: they are written as \\xNN; colour codes stay, and
+    a progress bar's carriage returns keep its last state."""
+    path = tmp_path / "binary.out"
+    path.write_bytes(b"bell\x07 esc\x1b]0;title\x07 nul\x00\n\x1b[32mgreen\x1b[0m\n 10%\r 50%\r100% done\n\t tab\n")
+    assert OutputFollower(str(path)).read() == ["bell\\x07 esc\\x1b]0;title\\x07 nul\\x00", "\x1b[32mgreen\x1b[0m",
+                                                "100% done", "\t tab"]
 
 
 def test_a_line_longer_than_the_limit_is_cut_saying_so(tmp_path):

@@ -357,8 +357,11 @@ def test_priority_weights_order_the_queue_across_hosts(fleet, out_file):
     assert len(hosts) >= 2, "the high trials ran on every host that freed a GPU, not one"
 
 
-def _worker_pids(fleet, host: str) -> list[int]:
-    """The pids of host ``host``'s Edge worker processes (not their supervisors), read from the host's namespace."""
+def _worker_pids(fleet, host: str, top: bool = True) -> list[int]:
+    import os
+
+    """The pids of host ``host``'s Edge workers (not their supervisors), read from the host's namespace; ``top``:
+    the workers themselves, not the processes they started."""
     import subprocess
 
     index = ["gpu-a", "gpu-b", "gpu-c"].index(host)
@@ -367,11 +370,19 @@ def _worker_pids(fleet, host: str) -> list[int]:
     out = []
     for pid in pids:
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
         except OSError:
             continue
-        if b"edge" in cmdline and b"worker" in cmdline and any(arg.endswith(b"airflow") for arg in cmdline[:2]):
+        # the worker itself, run by Python (its supervisor, and the nsenter/unshare that started the host, carry the
+        # host's script text, which says "edge worker" too)
+        program = os.path.basename(cmdline.split(b" ", 1)[0].decode(errors="replace"))
+        if b"edge worker" in cmdline and (program.startswith("python") or program == "airflow") and comm != "bash":
             out.append(int(pid))
+    if top:
+        parents = {pid: int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]) for pid in out
+                   if Path(f"/proc/{pid}/stat").exists()}
+        out = [pid for pid in out if parents.get(pid) not in out]
     return out
 
 
@@ -384,7 +395,7 @@ def test_a_host_cut_off_for_three_minutes_rejoins_by_itself_and_takes_work_again
 
     killed = _worker_pids(fleet, "gpu-c")
     assert len(killed) == 2, killed
-    for pid in killed:
+    for pid in _worker_pids(fleet, "gpu-c", top=False):  # the two workers and what they started
         os.kill(pid, signal.SIGKILL)
     wait_until(lambda: (lambda now: len(now) == 2 and not set(now) & set(killed))(_worker_pids(fleet, "gpu-c")),
                timeout=60, what="gpu-c's two workers started again by their supervisor")

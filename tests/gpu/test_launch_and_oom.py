@@ -418,3 +418,35 @@ def test_the_shim_passes_the_works_exit_and_signals_on(tmp_path):
     assert run(["sh", "-c", "kill -KILL $$"])[0] == -9
     code, child = run(["/nonexistent/trainer"])
     assert code == 127 and "cannot run '/nonexistent/trainer'" in (tmp_path / "log").read_text()
+
+
+def test_a_process_the_driver_still_shows_on_the_leased_gpu_after_the_work_is_reported(tmp_path):
+    """Issue 53, item 11: where the driver shows a process on a leased GPU after the work and all it started are
+    gone (it got out through something outside the containment: ssh, a scheduler), the task log says so. The
+    simulated driver's usage file stands in for NVML; the process is a real one that is not the work's."""
+    import json
+    import subprocess
+
+    from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
+    from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+
+    usage = tmp_path / "usage.json"
+    outsider = subprocess.Popen(["sleep", "120"])
+    try:
+        script = (f"import json; json.dump({{'0': {{'memory_used': '3GiB', 'processes': [{{'pid': {outsider.pid}, "
+                  f"'used_memory': '3GiB'}}]}}}}, open({str(usage)!r}, 'w'))")
+        manager = LeaseManager(SimulatedInventory("1x24GiB", usage_file=str(usage)), str(tmp_path / "leases"))
+        lines = []
+        runner = GPUWorkRunner(manager, grace=1.0)
+        runner.on_line = lines.append
+        result = runner.run(GPURequest(gpus=1), Work(argv=[sys.executable, "-c", script]), str(tmp_path / "log"))
+        assert result.exit_code == 0
+        said = [line for line in lines if "the driver still shows" in line]
+        assert said and f"GPU 0 pid {outsider.pid} (3.0GiB)" in said[0], lines
+        usage.write_text(json.dumps({}))
+        lines.clear()
+        runner.run(GPURequest(gpus=1), Work(argv=[sys.executable, "-c", "print('clean')"]), str(tmp_path / "log"))
+        assert not [line for line in lines if "the driver still shows" in line]
+    finally:
+        outsider.kill()
+        outsider.wait()

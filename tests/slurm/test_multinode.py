@@ -357,3 +357,33 @@ def test_a_process_a_job_forks_off_ends_with_the_job(client, out, distributed):
     assert text.count("forked") == (2 if distributed else 1), text
     assert "left 1 process(es) running after it ended" in text, text
     wait_until(lambda: not ranks_running(token), 20, "no escaped sleep left on any node")
+
+
+def test_a_second_cluster_has_its_own_munged_and_its_down_leaves_the_first_working(client, out, tmp_path):
+    """Issue 53, item 15: two test clusters on one machine shared one munged; the first one's `down` killed it and
+    the other cluster lost authentication. Each has its own munged (key, socket, pid); the second's `down` stops
+    only its own, and the first cluster keeps running jobs."""
+    first = Path(os.environ["SLURM_CONF"]).resolve().parents[1]
+    second = tmp_path / "second-cluster"
+    env = {**os.environ, "GPUSCHED_SLURM_ROOT": str(second), "GPUSCHED_SLURM_NODES": "1"}
+    env.pop("SLURM_CONF", None)
+    up = subprocess.run(["bash", str(REPO / "scripts" / "slurm-cluster.sh"), "up"], env=env, capture_output=True,
+                        text=True, timeout=300)
+    try:
+        assert up.returncode == 0, up.stderr[-2000:]
+        mine, theirs = (root / "munge" / "munged.pid" for root in (first, second))
+        assert mine.read_text() != theirs.read_text()
+        assert f"AuthInfo=socket={second}/munge/munge.socket" in (second / "etc" / "slurm.conf").read_text()
+        job = subprocess.run(["sbatch", "--parsable", "--wait", f"--output={tmp_path}/second-%j.out", "--wrap",
+                              "hostname"], env={**env, "SLURM_CONF": str(second / "etc" / "slurm.conf")},
+                             capture_output=True, text=True, timeout=120)
+        assert job.returncode == 0, job.stderr
+    finally:
+        down = subprocess.run(["bash", str(REPO / "scripts" / "slurm-cluster.sh"), "down"], env=env,
+                              capture_output=True, text=True, timeout=300)
+    assert down.returncode == 0, down.stderr[-2000:]
+    assert not theirs.exists()
+    os.kill(int(mine.read_text()), 0)  # the first cluster's munged still runs
+    spec = SlurmJobSpec(command="echo still authenticated", output=out("after-down"))
+    final = client.wait(client.submit(spec).job_id, poll_interval=0.5, timeout=60)
+    assert final.state == "COMPLETED", final

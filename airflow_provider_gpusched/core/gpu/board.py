@@ -136,13 +136,16 @@ class KnownHost:
 def fleet_known_host(record, now: float) -> KnownHost:
     """A fleet host's published record (:class:`~airflow_provider_gpusched.core.fleet.HostRecord`) as the board
     lists it: its whole inventory, whether it is up, the GPUs that others hold."""
-    age = max(0.0, now - record.time)
+    age = max(0.0, record.age(now))
     fresh = record.fresh(now)
     seen = (f"its fleet record, {age:.0f}s old" if fresh
             else f"its fleet record: NO RECORD FOR {age:.0f}s, the host or its worker is down")
+    if record.clock_off:
+        seen += f" ({record.clock_note()})"
     return KnownHost(record.host, [BoardGPU(g.index, g.uuid, g.name, g.memory_total, g.simulated or
                                             record.source == "simulated") for g in record.gpus], seen,
-                     fleet={"published": record.time, "age": round(age, 1), "up": fresh,
+                     fleet={"published": record.seen, "age": round(age, 1), "up": fresh,
+                            "clock_off": round(record.clock_off, 1),
                             "foreign_busy": list(record.foreign_busy), "leases": len(record.leases),
                             "address": record.address})
 
@@ -254,7 +257,8 @@ def build_board(leases: Iterable[BoardLease], *, waiting: Iterable[dict] = (), l
         gpus = hosts.setdefault(known.host, {})
         if known.fleet is not None and known.host not in fleet:
             fleet[known.host] = known.fleet
-        seen[known.host] = known.seen if known.host not in seen else f"{seen[known.host]}; {known.seen}"
+            seen[known.host] = known.seen if known.host not in seen else f"{seen[known.host]}; {known.seen}"
+        seen.setdefault(known.host, known.seen)
         # what the host says of itself (its fleet record, or the api-server reading its own GPUs) outranks what
         # its tasks said: a task's record cannot add GPUs to a known host or change theirs
         for g in known.inventory:

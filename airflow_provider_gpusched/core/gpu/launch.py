@@ -223,15 +223,18 @@ class GPUChild:
             if _alive(pid):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
-        line = (f"[gpusched] the work left {len(left)} process(es) running after it ended "
-                f"({', '.join(map(str, left[:10]))}); stopped them before its GPUs are given out again")
+        self.say(f"[gpusched] the work left {len(left)} process(es) running after it ended "
+                 f"({', '.join(map(str, left[:10]))}); stopped them before its GPUs are given out again")
+        return len(left)
+
+    def say(self, line: str) -> None:
+        """A line of ours in the child's output: its tail, its log file and the callback (the task log)."""
         self.tail.append(line)
         with contextlib.suppress(OSError), open(self.log_path, "a", encoding="utf-8") as log:
             log.write(line + "\n")
         if self.on_line:
             with contextlib.suppress(Exception):
                 self.on_line(line)
-        return len(left)
 
     def _signal_all(self, sig: int, pids) -> None:
         assert self.proc is not None

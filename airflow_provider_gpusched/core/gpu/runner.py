@@ -100,6 +100,42 @@ class MemorySampler:
         return self.peaks
 
 
+def _pids_on(inventory: GPUInventory, gpus) -> set[int] | None:
+    """The processes the driver (NVML) shows on ``gpus`` now; None where it cannot be asked."""
+    try:
+        return {p.pid for g in inventory.gpus() if g.index in gpus for p in g.processes}
+    except (GpuschedError, OSError):
+        return None
+
+
+def _report_left_on_gpus(manager: LeaseManager, lease: Lease, before: set[int] | None, child: GPUChild) -> None:
+    """After the work and everything it started were stopped: a live process the driver shows on the lease's GPUs
+    that was not there when the work started and belongs to no other lease is said in the task log. It escaped
+    the work's containment (started through something outside it: ssh, a scheduler, a container) or belongs to
+    someone who took the GPU meanwhile; either way its memory is not free when the lease is given back."""
+    if before is None or not lease.gpus:
+        return
+    from airflow_provider_gpusched.core.gpu.launch import _alive
+    from airflow_provider_gpusched.core.gpu.lease_store import gpu_process_kin
+
+    try:
+        gpus, leases = manager.snapshot()
+    except (GpuschedError, OSError):
+        return
+    kin = gpu_process_kin(gpus)
+    others = {pid for other in leases if other.lease_id != lease.lease_id for pid in other.view(kin).pids}
+    left = [(g.index, p.pid, p.used_memory) for g in gpus if g.index in lease.gpus for p in g.processes
+            if p.pid not in before and p.pid not in others and _alive(p.pid)]
+    if not left:
+        return
+    from airflow_provider_gpusched.core.units import format_bytes
+
+    shown = ", ".join(f"GPU {i} pid {pid}" + (f" ({format_bytes(used)})" if used else "") for i, pid, used in left[:10])
+    child.say(f"[gpusched] after the work ended, the driver still shows process(es) on its GPU(s) that started "
+              f"while it ran and belong to no lease: {shown}. They escaped the work's containment or are someone "
+              f"else's; their memory is not free when this lease is given back")
+
+
 def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int, request: GPURequest,
                 log_path: str, on_line: Callable[[str], None] | None = None,
                 started: Callable[[GPUChild], None] | None = None, grace: float = 10.0,
@@ -133,6 +169,7 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
             raise InvalidArgumentError("load_stage", True, "work started as one process (not distributed=...)")
         env.update(stage.child_env())
     argv, shell = work.child_argv(len(lease.gpus), env)
+    before = _pids_on(manager.inventory, lease.gpus)
     child = GPUChild(argv, env=env, cwd=work.cwd, log_path=log_path, lease=lease, shell=shell, on_line=on_line, grace=grace,
                      extra_fds=stage.child_fds if stage is not None else ())
     try:
@@ -185,6 +222,7 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
             child.stop_leftovers(grace)
         if stage is not None:
             stage.close()
+    _report_left_on_gpus(manager, lease, before, child)
     peaks = sampler.stop() if sampler else {}
     if (preempted or halted) and not child.stopped_by_us:
         preempted = halted = None  # it finished on its own just before we signalled it

@@ -7,7 +7,13 @@ faster is shown with a lag (its task log catches up while it runs; the tail at t
 that is longer than ``max_bytes`` when first looked at (a triggerer restarted, a job that ran before being
 followed) is shown from its last ``max_bytes``, saying how much was left out. Lines longer than ``max_line``
 bytes are cut, saying so; a line not yet ended by a newline waits for its end (or for ``max_line`` bytes).
-A file that shrank (rewritten from the start) is read again from its start.
+A file that was rewritten — it shrank, or the bytes just before where the last read stopped changed (a rewrite of
+the same size or longer: a requeued job with ``--open-mode=truncate``, a file replaced) — is followed again as at a
+first look: from its start, or from its last ``max_bytes`` with how much was skipped said.
+
+Control characters in the output (binary output, terminal escapes) are written as ``\\xNN`` so that no raw ESC or BEL
+byte reaches the task log; colour codes (``ESC[...m``) are kept, and a carriage return keeps what a terminal would
+show (the text after the last one: a progress bar's final state).
 
 Pure Python, no Airflow imports.
 """
@@ -15,6 +21,7 @@ Pure Python, no Airflow imports.
 from __future__ import annotations
 
 import os
+import re
 
 from airflow_provider_gpusched.core.safe_files import open_regular
 from airflow_provider_gpusched.core.slurm.runner import CommandRunner
@@ -23,6 +30,19 @@ from airflow_provider_gpusched.core.slurm.runner import CommandRunner
 MAX_BYTES = 64 * 1024
 #: a longer line is cut to this many bytes
 MAX_LINE = 4096
+#: bytes before the read position compared at each read: a change there means the file was rewritten
+FINGERPRINT = 64
+#: a control character (not a tab), or a terminal escape that is not a colour code
+_CONTROL = re.compile(r"\x1b\[[0-9;]*m|[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def printable_line(text: str) -> str:
+    """``text`` with what a terminal would overwrite dropped (up to its last carriage return) and every control
+    character but tabs and colour codes written as ``\\xNN``."""
+    if "\r" in text:
+        text = text.rsplit("\r", 1)[1] or text.rstrip("\r").rsplit("\r", 1)[-1]
+    return _CONTROL.sub(lambda m: m.group() if len(m.group()) > 1 else f"\\x{ord(m.group()):02x}", text)
+
 
 #: the remote read: the file's size on one line, then up to MAX bytes from OFFSET. The path, offset and count are
 #: arguments ($1..$3) of this fixed script, never part of it: a path with spaces, quotes or ';' is read verbatim.
@@ -41,6 +61,7 @@ class OutputFollower:
         self.offset: int | None = None  # None: not looked at yet
         self.lines = 0
         self._partial = b""
+        self._seen = b""  # the last FINGERPRINT bytes before ``offset``, as read
 
     @property
     def remote(self) -> bool:
@@ -73,36 +94,48 @@ class OutputFollower:
     def read(self) -> list[str]:
         """The complete lines written since the last read (with a note where some were left out)."""
         notes: list[str] = []
-        if self.offset is None:  # the first look: at most the last max_bytes, from a line's start
-            found = self._chunk(0)
-            if found is None:
-                self.offset = 0  # not written yet: followed from its first byte
-                return []
-            size, data = found
-            start = 0
-            if size > self.max_bytes:
-                start = size - self.max_bytes - 1  # one byte before: is the first line whole?
-                found = self._chunk(start, self.max_bytes + 1)
-                if found is None:
-                    return []
-                _size, data = found
-                cut = data.find(b"\n")
-                start, data = (start + cut + 1, data[cut + 1:]) if cut >= 0 else (start + 1, data[1:])
-                notes.append(f"[{start} bytes of {self.path} written earlier not shown]")
-            self.offset = start + len(data)
-            return notes + self._lines(data)
-        found = self._chunk(self.offset)
+        if self.offset is None:
+            return self._first_look(notes)
+        back = len(self._seen)
+        found = self._chunk(self.offset - back, self.max_bytes + back)
         if found is None:
             return []
         size, data = found
-        if size < self.offset:  # rewritten from the start
-            notes.append(f"[{self.path} was rewritten: following it from its start]")
-            self._partial, self.offset = b"", 0
-            found = self._chunk(0)
+        if size < self.offset or data[:back] != self._seen:  # rewritten: shorter, or other bytes where we were
+            how = "shorter" if size < self.offset else "other bytes where the last read stopped"
+            notes.append(f"[{self.path} was rewritten ({how}): following it again]")
+            self._partial, self.offset, self._seen = b"", None, b""
+            return self._first_look(notes)
+        data = data[back:]
+        self._advance(data)
+        return notes + self._lines(data)
+
+    def _advance(self, data: bytes) -> None:
+        self._seen = (self._seen + data)[-FINGERPRINT:]
+        self.offset += len(data)
+
+    def _first_look(self, notes: list[str]) -> list[str]:
+        """At most the last max_bytes of the file, from a line's start, saying how much was left out."""
+        found = self._chunk(0)
+        if found is None:
+            self.offset = 0  # not written yet: followed from its first byte
+            return notes
+        size, data = found
+        start = 0
+        if size > self.max_bytes:
+            start = size - self.max_bytes - 1  # one byte before: is the first line whole?
+            found = self._chunk(start, self.max_bytes + 1)
             if found is None:
                 return notes
-            size, data = found
-        self.offset += len(data)
+            _size, data = found
+            cut = data.find(b"\n")
+            start, data = (start + cut + 1, data[cut + 1:]) if cut >= 0 else (start + 1, data[1:])
+            notes.append(f"[{start} bytes of {self.path} written earlier not shown]")
+        self.offset, self._seen = start, b""
+        if start:
+            before = self._chunk(max(0, start - FINGERPRINT), min(start, FINGERPRINT))
+            self._seen = before[1] if before is not None else b""
+        self._advance(data)
         return notes + self._lines(data)
 
     def _lines(self, data: bytes) -> list[str]:
@@ -114,7 +147,7 @@ class OutputFollower:
             self._partial = b""
         out = []
         for raw in parts:
-            text = raw[:self.max_line].decode(errors="replace").rstrip("\r")
+            text = printable_line(raw[:self.max_line].decode(errors="replace").rstrip("\r"))
             if len(raw) > self.max_line:
                 text += f" [... {len(raw) - self.max_line} more bytes of this line not shown]"
             out.append(text)
@@ -124,4 +157,4 @@ class OutputFollower:
     def flush(self) -> list[str]:
         """The last line, if the job ended without a newline after it."""
         rest, self._partial = self._partial, b""
-        return [rest[:self.max_line].decode(errors="replace")] if rest else []
+        return [printable_line(rest[:self.max_line].decode(errors="replace"))] if rest else []
