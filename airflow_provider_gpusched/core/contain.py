@@ -8,8 +8,8 @@ shim stops every descendant still there (SIGTERM, then SIGKILL after ``GRACE`` s
 (the task log), and exits as the work did (the same code, or killed by the same signal). SIGTERM, SIGINT, SIGHUP, SIGQUIT
 and SIGUSR1/2 sent to the shim are passed to every descendant.
 
-Standalone on purpose (the standard library only, no import of the package, Python 3.6 syntax): it starts in a few
-milliseconds with ``-I -S``, and a Slurm job script carries its source (:func:`shim_source`) to compute nodes that
+Standalone on purpose (the standard library only, no import of the package, Python 3.6 syntax): it starts in about 20
+ms with ``-I -S``, and a Slurm job script carries its source (:func:`shim_source`) to compute nodes that
 may not have this package. Where ``prctl`` is missing (not Linux), it still runs the work and stops what it can find by ancestry;
 the launcher's search by session and lease id (``launch.leftover_processes``) stays the net behind it.
 """
@@ -113,7 +113,11 @@ def main(argv):
             break
         if done == pid:
             break
-    left = descendants(me)
+    try:  # orphans are re-parented to this shim: with no child left, nothing is left (no /proc scan)
+        others = os.waitpid(-1, os.WNOHANG)[0] >= 0
+    except ChildProcessError:
+        others = False
+    left = descendants(me) if others or not contained else []
     if left:
         _signal(left, signal.SIGTERM)
         deadline = time.monotonic() + grace
