@@ -149,7 +149,9 @@ def shim_source():
     """This file's code without its docstring, for a job script to run with ``python3 -I -S -c``."""
     with open(__file__) as fh:
         text = fh.read()
-    return text.split('"""', 2)[2].split("\ndef shim_source", 1)[0].lstrip() + "\nimport sys\nsys.exit(main(sys.argv[1:]))\n"
+    code = text.split('"""', 2)[2].split("\ndef shim_source", 1)[0]
+    lines = [line for line in code.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return "\n".join(lines) + "\nsys.exit(main(sys.argv[1:]))\n"
 
 
 if __name__ == "__main__":

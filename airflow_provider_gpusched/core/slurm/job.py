@@ -43,8 +43,9 @@ def contain_prelude() -> list[str]:
     from airflow_provider_gpusched.core.contain import shim_source
 
     return [f"gpusched_shim={shlex.quote(shim_source())}",
-            'if [ -z "${GPUSCHED_CONTAINED:-}" ] && command -v python3 >/dev/null 2>&1; then',
-            "  export GPUSCHED_CONTAINED=1",
+            # once per job: a job this one submits (sbatch passes the environment on) is contained again
+            'if [ "${GPUSCHED_CONTAINED:-}" != "${SLURM_JOB_ID:-none}" ] && command -v python3 >/dev/null 2>&1; then',
+            '  export GPUSCHED_CONTAINED="${SLURM_JOB_ID:-none}"',
             '  exec python3 -I -S -c "$gpusched_shim" 10 "" -- "$0" "$@"',
             "fi"]
 
