@@ -94,6 +94,13 @@ def test_a_segment_log_keeps_the_newest_and_counts_the_rest():
     ({"segments": [{"job_class": "idle", "gpus": [0], "start": 3, "end": 2, "outcome": "succeeded"}]}, "before its start"),
     ({"segments": [{"job_class": "idle", "gpus": [0], "start": 1, "end": 2, "outcome": "exploded"}]}, "key 'outcome'"),
     ({"segments": [{"job_class": "idle", "gpus": [0], "start": 1, "end": 2, "outcome": "oom", "map_index": "3"}]}, "'map_index'"),
+    # issue 53, item 3: bounds of one record (a forged 3 MB history drew 1,024 GPUs of made-up hosts)
+    ({"segments": [{"job_class": "idle", "gpus": list(range(1024)), "start": 1, "end": 2, "outcome": "oom"}]},
+     "at most 64 GPU indices"),
+    ({"segments": [{"job_class": "idle", "gpus": [0], "start": 1, "end": 2, "outcome": "oom", "label": "x" * 201}]},
+     "key 'label': expected a string of at most 200 characters"),
+    ({"segments": [{"job_class": "idle", "gpus": [0], "start": 1, "end": 2, "outcome": "oom"}] * 2001},
+     "expected at most 2000"),
 ])
 def test_a_bad_history_record_is_refused_naming_the_key(bad, says):
     with pytest.raises(BadRecordError) as err:
@@ -145,3 +152,16 @@ def test_leases_sharing_a_gpu_at_once_get_lanes():
     assert row["lanes"] == 2
     assert [(b["task_id"], b["lane"]) for b in row["bars"]] == [("a", 0), ("b", 1), ("c", 0)]
     assert row["busy_fraction"] == 1.0  # covered, not summed
+
+
+def test_a_timeline_answer_is_bounded_and_says_what_it_cut():
+    """Issue 53, item 3: every answer has bounds (GPU rows, bars), and says when it reached them."""
+    from airflow_provider_gpusched.core.gpu.timeline import MAX_BARS, MAX_ROWS
+
+    rows = [seg(g % 64, 10, 20, host=f"h{g // 64:03d}") for g in range(MAX_ROWS + 100)]
+    timeline = build_timeline(rows, since=0, until=100)
+    assert len(timeline["rows"]) == MAX_ROWS and timeline["cut"] == [f"100 GPU row(s) past the first {MAX_ROWS} are not drawn"]
+    crowded = [seg(0, i * 0.001, i * 0.001 + 0.0005, outcome="oom", host=f"h{i % 40}") for i in range(MAX_BARS + 2000)]
+    timeline = build_timeline(crowded, since=0, until=100)
+    assert timeline["bars"] <= MAX_BARS + 1000 and any("bars at most" in c for c in timeline["cut"]), timeline["cut"]
+    assert build_timeline([seg(0, 1, 2)], since=0, until=100)["cut"] == []

@@ -246,8 +246,15 @@ function GpuBoard() {
           return { cells: [badge(c, COLORS[c]), g(hr.gpu_seconds), g(hr.lost_gpu_seconds), g(d.gpu_seconds),
                            g(d.lost_gpu_seconds), `${d.preemptions || 0}`, `${d.running || 0}`] };
         }) }),
+    cutNote(data.cut),
     data.problems.length ? h("div", null, h("h2", { style: S.h2 }, "Records that could not be read"),
       h("ul", null, data.problems.map((p, i) => h("li", { key: i }, p)))) : null);
+}
+
+// what a bounded answer left out (issue 53: every answer has bounds, and says when it reached them)
+function cutNote(cut) {
+  return cut && cut.length ? h("div", { style: { ...S.muted, color: "#a15c00" }, "data-testid": "cut-note" },
+    "Not everything is shown: ", cut.join("; ")) : null;
 }
 
 // the task the "GPU lease" link points at: its lease on the board while it runs, else what it published
@@ -414,6 +421,7 @@ function GpuTimeline() {
       h("div", { style: { overflowX: "auto" } }, h(TimelineChart, { data })),
     data.dropped ? h("div", { style: S.muted }, `${data.dropped} older lease(s) of long-running tasks are not kept ` +
       "(each task keeps its newest 2,000).") : null,
+    cutNote(data.cut),
     data.problems.length ? h("div", null, h("h2", { style: S.h2 }, "Records that could not be read"),
       h("ul", null, data.problems.map((p, i) => h("li", { key: i }, p)))) : null);
 }
