@@ -8,7 +8,7 @@ from typing import Any, Iterable, Mapping
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.errors import InvalidArgumentError, brief_repr
 
 
 class GpuschedDeprecationWarning(FutureWarning):
@@ -27,7 +27,7 @@ def check_argument_types(task_id: str, checks: Iterable[Check], *, positive: Ite
             continue
         wrong_bool = isinstance(value, bool) and bool not in types
         if not isinstance(value, types) or wrong_bool or (name in positive and not value > 0):
-            raise AirflowException(f"{task_id}: {name}: expected {expected}, got {value!r:.80}")
+            raise AirflowException(f"{task_id}: {name}: expected {expected}, got {brief_repr(value)}")
 
 
 def renamed_argument(task_id: str, name: str, value: Any, old_name: str, old_value: Any) -> Any:

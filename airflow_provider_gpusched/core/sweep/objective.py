@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from airflow_provider_gpusched.core.checks import is_finite_number, is_number
-from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.errors import InvalidArgumentError, brief_repr
 from airflow_provider_gpusched.core.text import format_table
 
 MODES = ("maximize", "minimize")
@@ -165,7 +165,7 @@ class Objective:
                 keys = ", ".join(sorted(map(str, result))[:10]) or "none"
                 return f"the result has no {metric!r} (its keys: {keys})"
             if not is_number(value):
-                return f"{metric} = {value!r:.80} is not a number"
+                return f"{metric} = {brief_repr(value)} is not a number"
             if not math.isfinite(value):
                 return f"{metric} = {value!r} is not a finite number"
         return ""

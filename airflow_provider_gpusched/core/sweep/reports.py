@@ -21,7 +21,7 @@ import os
 from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_int, is_number
-from airflow_provider_gpusched.core.errors import GpuschedError
+from airflow_provider_gpusched.core.errors import GpuschedError, brief_repr
 
 REPORT_ENV = "GPUSCHED_REPORT_FILE"
 REPORTS_FILE = "reports.jsonl"
@@ -69,7 +69,7 @@ def parse_report_line(line: str) -> dict:
         raise ValueError("no metrics")
     for key, value in metrics.items():
         if value is not None and (not is_number(value)):
-            raise ValueError(f"metric {key!r}: expected a number or null, got {value!r:.40}")
+            raise ValueError(f"metric {key!r}: expected a number or null, got {brief_repr(value)}")
     record: dict[str, Any] = {"step": step, "metrics": {str(k): (v if v is None or math.isfinite(v) else None)
                                                         for k, v in metrics.items()}}
     if checkpoint is not None:
