@@ -25,8 +25,10 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-root="${GPUSCHED_SLURM_ROOT:-$here/.slurm}"
+root="$(realpath -m "${GPUSCHED_SLURM_ROOT:-$here/.slurm}")"
 conf="$root/etc/slurm.conf"
+# this cluster's munged (key, socket, pid, log): one directory per cluster root
+munge_dir="/run/gpusched-munge-$(printf '%s' "$root" | sha256sum | cut -c1-12)"
 ctld_port="${GPUSCHED_SLURMCTLD_PORT:-}"  # empty: the first free port from 6817 (another cluster may hold 6817)
 slurmd_port="${GPUSCHED_SLURMD_PORT:-6818}"
 node_count="${GPUSCHED_SLURM_NODES:-2}"
@@ -132,7 +134,7 @@ SlurmctldPort=${ctld_port}
 SlurmdPort=${slurmd_port}
 SlurmUser=root
 AuthType=auth/munge
-AuthInfo=socket=$root/munge/munge.socket
+AuthInfo=socket=$munge_dir/munge.socket
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -182,29 +184,28 @@ CONF
 
 pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
-# this cluster's own munged: its own key, socket, pid and log under $root/munge, so that two clusters on one machine
+# this cluster's own munged: its own key, socket, pid and log in $munge_dir, so that two clusters on one machine
 # (two checkouts) never share one and `down` stops only its own (slurm.conf's AuthInfo names the socket, for the
 # daemons and for every client command that reads the config)
-munge_ok() { munge --socket="$root/munge/munge.socket" -n 2>/dev/null | unmunge --socket="$root/munge/munge.socket" >/dev/null 2>&1; }
+munge_ok() { munge --socket="$munge_dir/munge.socket" -n 2>/dev/null | unmunge --socket="$munge_dir/munge.socket" >/dev/null 2>&1; }
 
 start_munge() {
-  if pid_alive "$root/munge/munged.pid" && munge_ok; then
+  if pid_alive "$munge_dir/munged.pid" && munge_ok; then
     return  # ours, from an earlier `up`
   fi
-  mkdir -p "$root/munge"
-  chown munge:munge "$root/munge"
-  chmod 755 "$root/munge"  # clients of every user reach the socket; the key stays 0600
-  if [ ! -f "$root/munge/munge.key" ]; then
-    if command -v mungekey >/dev/null; then runuser -u munge -- mungekey --create --keyfile="$root/munge/munge.key"
-    else (umask 077; dd if=/dev/urandom bs=1 count=1024 of="$root/munge/munge.key" 2>/dev/null); chown munge:munge "$root/munge/munge.key"; fi
-    chmod 600 "$root/munge/munge.key"
+  # under /run, not under the checkout: munged runs as user munge, which may not reach a checkout in a closed home
+  install -d -o munge -g munge -m 0755 "$munge_dir"  # clients of every user reach the socket; the key stays 0600
+  if [ ! -f "$munge_dir/munge.key" ]; then
+    if command -v mungekey >/dev/null; then mungekey --create --keyfile="$munge_dir/munge.key"
+    else (umask 077; dd if=/dev/urandom bs=1 count=1024 of="$munge_dir/munge.key" 2>/dev/null); fi
+    chown munge:munge "$munge_dir/munge.key"
+    chmod 600 "$munge_dir/munge.key"
   fi
-  rm -f "$root/munge/munge.socket" "$root/munge/munge.socket.lock"  # a killed munged's
-  # --force: munged would refuse a socket directory below one that is not root's own (a checkout in /tmp)
-  runuser -u munge -- /usr/sbin/munged --force --socket="$root/munge/munge.socket" --key-file="$root/munge/munge.key" \
-    --pid-file="$root/munge/munged.pid" --log-file="$root/munge/munged.log" --seed-file="$root/munge/munged.seed"
+  rm -f "$munge_dir/munge.socket" "$munge_dir/munge.socket.lock"  # a killed munged's
+  runuser -u munge -- /usr/sbin/munged --socket="$munge_dir/munge.socket" --key-file="$munge_dir/munge.key" \
+    --pid-file="$munge_dir/munged.pid" --log-file="$munge_dir/munged.log" --seed-file="$munge_dir/munged.seed"
   for _ in $(seq 50); do munge_ok && return; sleep 0.1; done
-  log "munged did not come up (see $root/munge/munged.log)"; exit 1
+  log "munged did not come up (see $munge_dir/munged.log)"; exit 1
 }
 
 # node i's slurmd: in the node's network namespace (nsenter: `ip netns exec` would mount a fresh /sys, and slurmd
@@ -275,10 +276,10 @@ up() {
   if [ -f "$root/net" ] && ! pid_alive "$root/run/slurmctld.pid"; then
     remove_network  # left by a run that did not end cleanly
   fi
+  start_munge
   make_network
   [ -n "$ctld_port" ] || ctld_port="$(free_port 6817)"
   write_config
-  start_munge
   export SLURM_CONF="$conf"
   pid_alive "$root/run/slurmctld.pid" || slurmctld -c -f "$conf"
   local i
@@ -308,7 +309,8 @@ down() {
   fi
   for f in "$root"/run/slurmd.*.pid; do [ -e "$f" ] && stop_pidfile "$f"; done
   stop_pidfile "$root/run/slurmctld.pid"
-  stop_pidfile "$root/munge/munged.pid"  # this cluster's own munged, never another's
+  stop_pidfile "$munge_dir/munged.pid"  # this cluster's own munged, never another's
+  rm -rf -- "$munge_dir"
   remove_network                        # and whatever still ran in a node's namespace (a job's processes)
   log "down"
 }
@@ -338,7 +340,7 @@ case "${1:-}" in
   nodes) node_names ;;
   status)
     export SLURM_CONF="$conf"
-    for f in "$root/munge/munged.pid" "$root/run/slurmctld.pid" "$root"/run/slurmd.*.pid; do
+    for f in "$munge_dir/munged.pid" "$root/run/slurmctld.pid" "$root"/run/slurmd.*.pid; do
       [ -e "$f" ] || continue
       d="$(basename "$f" .pid)"
       if pid_alive "$f"; then echo "$d: running (pid $(cat "$f"))"; else echo "$d: not running"; fi

@@ -364,16 +364,16 @@ def test_a_second_cluster_has_its_own_munged_and_its_down_leaves_the_first_worki
     the other cluster lost authentication. Each has its own munged (key, socket, pid); the second's `down` stops
     only its own, and the first cluster keeps running jobs."""
     first = Path(os.environ["SLURM_CONF"]).resolve().parents[1]
-    second = tmp_path / "second-cluster"
+    second = tmp_path / "second-cluster"  # below pytest's 0700 directory: munged (user munge) need not reach it
     env = {**os.environ, "GPUSCHED_SLURM_ROOT": str(second), "GPUSCHED_SLURM_NODES": "1"}
     env.pop("SLURM_CONF", None)
     up = subprocess.run(["bash", str(REPO / "scripts" / "slurm-cluster.sh"), "up"], env=env, capture_output=True,
                         text=True, timeout=300)
     try:
         assert up.returncode == 0, up.stderr[-2000:]
-        mine, theirs = (root / "munge" / "munged.pid" for root in (first, second))
-        assert mine.read_text() != theirs.read_text()
-        assert f"AuthInfo=socket={second}/munge/munge.socket" in (second / "etc" / "slurm.conf").read_text()
+        mine, theirs = (Path(_munge_socket(root)).parent / "munged.pid" for root in (first, second))
+        assert mine != theirs and mine.read_text() != theirs.read_text()
+        assert f"AuthInfo=socket={_munge_socket(second)}" in (second / "etc" / "slurm.conf").read_text()
         job = subprocess.run(["sbatch", "--parsable", "--wait", f"--output={tmp_path}/second-%j.out", "--wrap",
                               "hostname"], env={**env, "SLURM_CONF": str(second / "etc" / "slurm.conf")},
                              capture_output=True, text=True, timeout=120)
@@ -387,3 +387,9 @@ def test_a_second_cluster_has_its_own_munged_and_its_down_leaves_the_first_worki
     spec = SlurmJobSpec(command="echo still authenticated", output=out("after-down"))
     final = client.wait(client.submit(spec).job_id, poll_interval=0.5, timeout=60)
     assert final.state == "COMPLETED", final
+
+
+def _munge_socket(root: Path) -> str:
+    """The munge socket a cluster's slurm.conf names (scripts/slurm-cluster.sh: one munged per cluster)."""
+    line = next(x for x in (root / "etc" / "slurm.conf").read_text().splitlines() if x.startswith("AuthInfo="))
+    return line.split("socket=", 1)[1]
