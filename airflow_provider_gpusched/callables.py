@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 
 def callable_arguments(func: Callable, op_args: Sequence[Any], op_kwargs: Mapping[str, Any], context: Mapping[str, Any],

@@ -125,7 +125,7 @@ def _gpus(args) -> int:
                   f"{lease.priority:>4} {lease.pid:>7} {now - lease.created:>6.0f}s  {lease.owner}{state}")
     for mark in waiting:
         print(f"waiting (normal class, idle work held back): {mark.get('owner', '?')}")
-    for path, why in manager.unreadable:
+    for _path, why in manager.unreadable:
         print(f"UNREADABLE lease file of a live holder (its GPUs count as taken): {why}")
     if totals:
         print()
@@ -400,7 +400,7 @@ def _fleet_hosts(args) -> int:
                 "processes of others" if g.index in h.foreign_busy else "free")
             print(f"  GPU {g.index} {format_bytes(g.memory_total):>9}  reserved "
                   f"{format_bytes(usage[g.index].reserved):>9}  {who}")
-    for f, why in view.unreadable:
+    for _f, why in view.unreadable:
         print(f"unreadable: {why}", file=sys.stderr)
     return 0
 

@@ -269,7 +269,7 @@ def _airflow_checks(args, simulate: str | None) -> list:
         elif wrong:
             found = ["missing" if r["was"] is None else f"{r['was']} slots" for r in wrong]
             checks.append(Check("airflow pools", FAIL, "; ".join(
-                f"{r['pool']}: {have}, the job classes want {r['slots']}" for r, have in zip(wrong, found))
+                f"{r['pool']}: {have}, the job classes want {r['slots']}" for r, have in zip(wrong, found, strict=True))
                 + " (gpusched pools sync fixes it)"))
         else:
             checks.append(Check("airflow pools", OK, ", ".join(f"{r['pool']} ({r['slots']} slots)" for r in rows)))

@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Iterable
 from datetime import timedelta
-from typing import Any, Iterable
+from typing import Any
 
 log = logging.getLogger(__name__)
 

@@ -34,11 +34,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from local_gpu_launcher import run_layout  # noqa: E402
+from local_gpu_launcher import run_layout
 
-from airflow_provider_gpusched.core.fleet import FLEET_HOSTS_XCOM  # noqa: E402
-from airflow_provider_gpusched.core.gpu.placement import GPURequest  # noqa: E402
-from tests.stack.client import Stack, StackConfig  # noqa: E402
+from airflow_provider_gpusched.core.fleet import FLEET_HOSTS_XCOM
+from airflow_provider_gpusched.core.gpu.placement import GPURequest
+from tests.stack.client import Stack, StackConfig
 
 TRIALS, GPUS = 192, 12
 MIXED_GPU_SECONDS = 24 * 1 + 12 * 2 + 6 * 4  # bench_fleet_mixed's GPUs x trials (each of 2 x --seconds)

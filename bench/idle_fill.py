@@ -20,6 +20,7 @@ preemption and the number of preemptions.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import random
@@ -100,10 +101,8 @@ def run(mode: str, jobs, seconds: float, fillers: int, filler_steps: int) -> dic
                 stop_watch.start()
                 work = Work(argv=[sys.executable, script, str(filler_steps)], cwd=os.path.join(tmp, f"f{k}-{unit}"),
                             checkpoint_dir=os.path.join(tmp, f"f{k}-{unit}", "ckpt"))
-                try:
+                with contextlib.suppress(GPUWorkFailed):  # stopped at the end of the run
                     runner.run(GPURequest(gpus=1), work, os.path.join(tmp, f"f{k}-{unit}.log"))
-                except GPUWorkFailed:
-                    pass  # stopped at the end of the run
                 unit += 1
 
         threads = [threading.Thread(target=normal_job, args=(i, *job), daemon=True) for i, job in enumerate(jobs)]
@@ -153,7 +152,7 @@ def main() -> None:
         print("\nadded wait over all seeds (each normal job's wait minus its normal-only wait):")
         for mode, per_seed in added_by_mode.items():
             pooled = sorted(a for added in per_seed for a in added)
-            p = lambda q: pooled[min(len(pooled) - 1, int(q * len(pooled)))]  # noqa: E731
+            p = lambda q, pooled=pooled: pooled[min(len(pooled) - 1, int(q * len(pooled)))]  # noqa: E731
             print(f"  {mode:<17} per-seed max {', '.join(f'{max(a):.2f}' for a in per_seed)} s; all {len(pooled)} "
                   f"jobs: median {p(0.5):.2f} s, p90 {p(0.9):.2f} s, p95 {p(0.95):.2f} s, max {pooled[-1]:.2f} s")
 

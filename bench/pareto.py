@@ -11,6 +11,7 @@ front). Cases: random points (a small front) and the worst case where every poin
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import random
@@ -20,7 +21,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from airflow_provider_gpusched.core.sweep.objective import pareto_fronts  # noqa: E402
+from airflow_provider_gpusched.core.sweep.objective import pareto_fronts
 
 
 def timed(fn, repeat: int = 3) -> tuple[float, object]:
@@ -57,8 +58,8 @@ def main() -> None:
     print(f"{n:,} trials; {platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
     print(f"{'case':<30} {'front':>7} {'ours: front 1':>14} {'ours: top 10':>13} {'Optuna best_trials':>19}")
     for name, points, modes in cases:
-        first, fronts = timed(lambda: pareto_fronts(points, modes, enough=1))
-        top, _ = timed(lambda: pareto_fronts(points, modes, enough=10))
+        first, fronts = timed(functools.partial(pareto_fronts, points, modes, enough=1))
+        top, _ = timed(functools.partial(pareto_fronts, points, modes, enough=10))
         try:
             peer, best = optuna_front(points, modes)
             assert len(best) == len(fronts[0]), (len(best), len(fronts[0]))  # the same front

@@ -196,7 +196,7 @@ def run_stack(n: int, parts: set[str], keep: bool, pool_slots: int = SLOTS, sett
                 canary_runs: list[str] = []
                 last = [0.0]
 
-                def during() -> None:  # a canary every 15 s while the Slurm sweep runs
+                def during(last: list[float] = last, canary_runs: list[str] = canary_runs) -> None:  # a canary every 15 s while the Slurm sweep runs
                     if time.monotonic() - last[0] >= 15:
                         last[0] = time.monotonic()
                         canary_runs.append(stack.trigger("peer_canary"))

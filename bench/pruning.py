@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -73,7 +74,7 @@ def run_mode(root: str, mode: str, args) -> dict:
     wall = time.perf_counter() - started
     assert all(c == 0 for c in codes), codes
     summary = session.collect()
-    records = json.load(open(os.path.join(root, spec.name, "summary.json")))["records"]
+    records = json.loads(Path(os.path.join(root, spec.name, "summary.json")).read_text())["records"]
     seconds = sum(r["seconds"] or 0 for r in records)
     steps = sum((r["reports"] or {}).get("count", 0) for r in records)
     return {"mode": mode, "trial_s": seconds, "steps": steps, "pruned": summary["counts"]["pruned"],

@@ -21,6 +21,7 @@ mapped run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import re
@@ -37,11 +38,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from local_gpu_launcher import run_layout  # noqa: E402
+from local_gpu_launcher import run_layout
 
-from airflow_provider_gpusched.core.gpu.accounting import GPUTimeLedger  # noqa: E402
-from airflow_provider_gpusched.core.gpu.placement import GPURequest  # noqa: E402
-from tests.stack.client import Stack, StackConfig  # noqa: E402
+from airflow_provider_gpusched.core.gpu.accounting import GPUTimeLedger
+from airflow_provider_gpusched.core.gpu.placement import GPURequest
+from tests.stack.client import Stack, StackConfig
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 SLOTS = 4
@@ -59,10 +60,8 @@ def tree_pss(pid: int) -> int:
         return 0
     total = 0
     for proc in procs:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
             total += proc.memory_full_info().pss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
     return total
 
 
@@ -80,10 +79,8 @@ class MemoryWatch:
         while not self._stop.is_set():
             for c, pid in self.pids.items():
                 self.peak[c] = max(self.peak[c], tree_pss(pid))
-                try:
+                with contextlib.suppress(psutil.NoSuchProcess):
                     self.peak_rss[c] = max(self.peak_rss[c], psutil.Process(pid).memory_info().rss)
-                except psutil.NoSuchProcess:
-                    pass
             self._stop.wait(1.0)
 
     def __enter__(self):

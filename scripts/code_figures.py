@@ -130,7 +130,7 @@ def upward_arrows(graph: dict[str, set[str]], root: Path = ROOT) -> list[tuple[s
 
 def functions(known: dict[str, Path]) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
     funcs, classes = [], []
-    for mod, path in known.items():
+    for path in known.values():
         tree = ast.parse(path.read_text(), str(path))
         rel = os.path.relpath(path, ROOT.parent)
         for node in ast.walk(tree):

@@ -1,6 +1,7 @@
 """Print what the latest run of a DAG did: task states, Slurm job ids, results and job output."""
 
 import sys
+from pathlib import Path
 
 from airflow.models.dagrun import DagRun
 from airflow.models.xcom import XComModel
@@ -26,7 +27,7 @@ with create_session() as session:
                   f" preemptions={result['preemptions']}")
             path = result["output_path"]
             try:
-                lines = open(path).read().strip().splitlines()[-3:]
+                lines = Path(path).read_text().strip().splitlines()[-3:]
                 for line in lines:
                     print(f"      | {line}")
             except OSError:

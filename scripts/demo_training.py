@@ -20,7 +20,7 @@ for r in records:
     ran += epochs
     if r["state"] == "pruned":
         saved += planned - epochs
-    fmt = lambda key: f"{last[key]:.4f}" if isinstance(last.get(key), (int, float)) else "-"  # noqa: E731
+    fmt = lambda key, last=last: f"{last[key]:.4f}" if isinstance(last.get(key), (int, float)) else "-"  # noqa: E731
     print(f"{r['label'][:44]:<44} {r['state']:<10} {epochs:>6} {fmt('loss'):>7} {fmt('val_loss'):>8} {fmt('accuracy'):>8}")
 done = [r for r in records if r["state"] == "succeeded"]
 pruned = [r for r in records if r["state"] == "pruned"]

@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
             state = api.get(f"/dags/{dag_id}/dagRuns/{run_id}").json()["state"]
             if state in ("success", "failed"):
                 tis = api.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", params={"limit": 100}).json()
-                states = sorted(f"{t['task_id']}{'' if t['map_index'] < 0 else '[%d]' % t['map_index']}={t['state']}"
+                states = sorted(f"{t['task_id']}{'' if t['map_index'] < 0 else '[' + str(t['map_index']) + ']'}={t['state']}"
                                 for t in tis["task_instances"])
                 print(f"{dag_id}: {state} in {time.monotonic() - started:.0f} s ({', '.join(states)})", flush=True)
                 hosts: dict[str, int] = {}

@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis.strategies import SearchStrategy

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -113,7 +114,7 @@ def test_slurm_commands_refuse_option_like_ids():
 @pytest.mark.slurm
 def test_unreachable_controller_costs_one_call_and_says_so(slurm_cluster, tmp_path):
     conf = tmp_path / "slurm.conf"
-    lines = [line for line in open(slurm_cluster).read().splitlines()
+    lines = [line for line in Path(slurm_cluster).read_text().splitlines()
              if not line.startswith(("SlurmctldPort", "MessageTimeout"))]
     conf.write_text("\n".join([*lines, "SlurmctldPort=6999", "MessageTimeout=3"]) + "\n")  # nothing listens there
     env = {"SLURM_CONF": str(conf)}

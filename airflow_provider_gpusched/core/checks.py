@@ -5,8 +5,9 @@ a sweep spec, a lease record and a partition problem."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import fields
-from typing import Any, Mapping
+from typing import Any
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError, UnknownKeyError
 

@@ -14,6 +14,7 @@ may not have this package. Where ``prctl`` is missing (not Linux), it still runs
 the launcher's search by session and lease id (``launch.leftover_processes``) stays the net behind it.
 """
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -60,10 +61,8 @@ def descendants(root):
 
 def _signal(pids, sig):
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def _reap():

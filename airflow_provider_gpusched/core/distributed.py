@@ -36,8 +36,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Mapping, Sequence
 
 from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.contain import shim_source

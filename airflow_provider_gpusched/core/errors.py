@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import reprlib
-from typing import Iterable
+from collections.abc import Iterable
 
 _BRIEF = reprlib.Repr()
 _BRIEF.maxlevel, _BRIEF.maxdict, _BRIEF.maxlist, _BRIEF.maxtuple, _BRIEF.maxset = 3, 6, 6, 6, 6

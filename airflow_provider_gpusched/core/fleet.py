@@ -23,8 +23,9 @@ import contextlib
 import os
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.errors import InvalidArgumentError

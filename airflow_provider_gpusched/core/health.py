@@ -11,8 +11,9 @@ import os
 import re
 import stat
 import tempfile
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from airflow_provider_gpusched.core.errors import GpuschedError
 

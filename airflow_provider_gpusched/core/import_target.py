@@ -5,7 +5,8 @@ half failed."""
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
@@ -214,7 +215,7 @@ class JobClassMapping:
             from airflow_provider_gpusched.core.yaml_loader import safe_load
 
             data = safe_load(value)
-        except Exception as exc:  # noqa: BLE001 - yaml's errors carry line/column
+        except Exception as exc:
             raise JobClassConfigError(f"{source}: not valid YAML/JSON ({exc})".replace("\n", " ")) from exc
         return cls.from_dict(data, source)
 

@@ -5,7 +5,8 @@ read, e.g. by ``gpusched sweep preview``, without loading the Slurm client)."""
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_int
 from airflow_provider_gpusched.core.errors import InvalidArgumentError

@@ -26,8 +26,9 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from airflow_provider_gpusched.core.safe_files import BadRecordError, read_json_record, write_atomic, write_json_atomic
 

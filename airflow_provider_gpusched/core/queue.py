@@ -17,8 +17,9 @@ No Airflow import: the CLI (``gpusched queue``) and the operators use it.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.stops import StopOrder, StopOrders, StopRequest, write_slurm_stop_mark

@@ -18,7 +18,8 @@ import os
 import pwd
 import stat
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from airflow_provider_gpusched.core.errors import GpuschedError
 

@@ -15,8 +15,9 @@ import os
 import socket
 import stat
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Protocol
+from typing import Any, Protocol
 
 from airflow_provider_gpusched.core.checks import is_json_number
 from airflow_provider_gpusched.core.errors import GpuschedError

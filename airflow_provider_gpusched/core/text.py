@@ -4,7 +4,8 @@ and the ``gpusched`` command)."""
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -25,8 +26,8 @@ def format_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
     text = [[str(c) for c in header]] + [[_cell(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in text) for i in range(len(header))]
     line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
-    out = [line, "| " + " | ".join(c.ljust(w) for c, w in zip(text[0], widths)) + " |", line.replace("-", "=")]
-    out += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in text[1:]]
+    out = [line, "| " + " | ".join(c.ljust(w) for c, w in zip(text[0], widths, strict=True)) + " |", line.replace("-", "=")]
+    out += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in text[1:]]
     out.append(line)
     return "\n".join(out)
 

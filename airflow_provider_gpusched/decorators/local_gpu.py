@@ -10,7 +10,8 @@ return value is the task's XCom; XCom ``gpus_used`` lists the GPUs (index, UUID)
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from airflow.sdk.bases.decorator import DecoratedOperator, TaskDecorator, task_decorator_factory
 

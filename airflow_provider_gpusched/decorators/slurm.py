@@ -15,7 +15,8 @@ Arguments are those of :class:`~airflow_provider_gpusched.operators.slurm.SlurmP
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from airflow.sdk.bases.decorator import DecoratedOperator, TaskDecorator, task_decorator_factory
 

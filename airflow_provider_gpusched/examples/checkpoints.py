@@ -29,7 +29,8 @@ import json
 import os
 import signal
 import threading
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 CHECKPOINT_ENV = "GPUSCHED_CHECKPOINT_DIR"
 CHECKPOINT_FILE = "last.pt"

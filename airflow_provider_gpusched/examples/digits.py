@@ -31,7 +31,8 @@ import math
 import os
 import re
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.examples.checkpoints import (
@@ -104,7 +105,7 @@ def check_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def blocks_of(params: Mapping[str, Any], check: bool = False) -> list[dict]:
     """The CNN blocks ``block0``, ``block1``, ... in order (a CNN without any: one 16-channel 3x3 block)."""
-    found = sorted(((int(m.group(1)), k) for k in params if (m := _BLOCK.match(str(k)))))
+    found = sorted((int(m.group(1)), k) for k in params if (m := _BLOCK.match(str(k))))
     if check and [i for i, _ in found] != list(range(len(found))):
         raise ValueError(f"train_digits: params: expected blocks block0, block1, ... without gaps, got "
                          f"{', '.join(k for _, k in found)}")

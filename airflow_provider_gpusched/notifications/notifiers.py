@@ -23,8 +23,9 @@ import json
 import os
 import threading
 import urllib.parse
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from airflow.sdk import BaseHook, BaseNotifier
 

@@ -4,7 +4,8 @@ the task and the argument, instead of deep inside the task later."""
 from __future__ import annotations
 
 import warnings
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from airflow.sdk.exceptions import AirflowException
 

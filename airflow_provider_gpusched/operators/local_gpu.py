@@ -11,8 +11,9 @@ import dataclasses
 import os
 import threading
 import time
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, Callable, Collection, Mapping, Sequence
+from typing import Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException

@@ -15,8 +15,9 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, Callable, Collection, Mapping, Sequence
+from typing import Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException

@@ -257,7 +257,7 @@ def gpu_board(user, session) -> dict[str, Any]:
     waiting.sort(key=lambda r: (-r["priority"], r["since"]))
     ledger = []
     since = datetime.now(timezone.utc) - timedelta(seconds=max(WINDOWS.values()))  # the board's longest window
-    for value, dag_id, run_id, task_id, map_index, _state, end, _host in _xcoms(session, GPU_TIME_XCOM,
+    for value, dag_id, _run_id, task_id, _map_index, _state, end, _host in _xcoms(session, GPU_TIME_XCOM,
                                                                                problems=problems):
         if end is None or end < since:
             continue

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from airflow.sdk import BaseSensorOperator
 

@@ -10,8 +10,9 @@ What to run is the :class:`~airflow_provider_gpusched.core.sweep.spec.SweepSpec`
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any
 
 from airflow.sdk.exceptions import AirflowException
 

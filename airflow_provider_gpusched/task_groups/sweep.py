@@ -18,7 +18,8 @@ records its state and result in the results folder, so a re-run skips what alrea
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from airflow.sdk import Asset, TaskGroup, task
 from airflow.sdk.exceptions import AirflowException, AirflowFailException

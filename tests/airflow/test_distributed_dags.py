@@ -124,9 +124,9 @@ def test_slurm_only_shape_on_the_local_backend_is_refused_naming_it(shape):
 
     spec = SweepSpec(name="local-shape", test_config=[{"x": [1]}], command=["echo", "{x}"],
                      resources=TrialResources(**shape))
-    with DAG(dag_id="t_local_shape", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
-        with pytest.raises(AirflowException) as err:
-            sweep_task_group(spec, backend="local")
+    with DAG(dag_id="t_local_shape", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")), \
+            pytest.raises(AirflowException) as err:
+        sweep_task_group(spec, backend="local")
     name = next(iter(shape))
     assert f"resources.{name}=" in str(err.value) and "local backend cannot honour" in str(err.value)
     with DAG(dag_id="t_local_one_node", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):

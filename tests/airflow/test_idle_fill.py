@@ -7,6 +7,7 @@ Local GPUs are SIMULATED (4 x 24 GiB); the Slurm test uses the project's real tw
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -73,7 +74,7 @@ def test_slurm_normal_task_preempts_idle_task_requeued_and_both_succeed(run_dag,
     result = xcoms["fill"]["return_value"]
     assert result["partition"] == "idle" and result["preemptions"] >= 1
     assert "preempted/requeued (restart 1, seen " in result["preemption_events"][0]
-    assert open(result["output_path"]).read().count("run") == 2  # ran, was preempted, ran again
+    assert Path(result["output_path"]).read_text().count("run") == 2  # ran, was preempted, ran again
 
 
 @pytest.mark.slurm

@@ -30,7 +30,7 @@ def statsd(monkeypatch):
         while time.monotonic() < deadline:
             try:
                 lines += sock.recv(65536).decode().splitlines()
-            except socket.timeout:
+            except TimeoutError:
                 if lines:
                     break
         return lines

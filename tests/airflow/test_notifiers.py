@@ -20,7 +20,7 @@ def webhook():
     received = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - http.server's name
+        def do_POST(self):
             body = self.rfile.read(int(self.headers["Content-Length"]))
             received.append((self.path, self.headers["Content-Type"], json.loads(body)))
             self.send_response(200)
@@ -44,7 +44,7 @@ def smtp_server():
         def __init__(self):
             self.messages = []
 
-        async def handle_DATA(self, server, session, envelope):  # noqa: N802 - aiosmtpd's name
+        async def handle_DATA(self, server, session, envelope):
             self.messages.append((envelope.mail_from, list(envelope.rcpt_tos), envelope.content))
             return "250 OK"
 
@@ -133,9 +133,9 @@ def test_notify_rounds_needs_a_search_in_rounds():
     from airflow_provider_gpusched.core.sweep import SweepSpec
     from airflow_provider_gpusched.task_groups.sweep import sweep_task_group
 
-    with pytest.raises(AirflowException, match="search 'grid' does not run in rounds"):
-        with DAG("t_rounds_refused", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
-            sweep_task_group(SweepSpec(name="g", test_config=[{"a": [1]}], command=["true"]), notify_rounds=True)
+    with pytest.raises(AirflowException, match="search 'grid' does not run in rounds"), \
+            DAG("t_rounds_refused", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
+        sweep_task_group(SweepSpec(name="g", test_config=[{"a": [1]}], command=["true"]), notify_rounds=True)
 
 
 @pytest.fixture
@@ -147,7 +147,7 @@ def trickling_webhook():
     auth = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - http.server's name
+        def do_POST(self):
             auth.append(self.headers.get("Authorization"))
             self.rfile.read(int(self.headers["Content-Length"]))
             self.send_response(200)

@@ -8,6 +8,7 @@ next plain run ran the pruned ones again."""
 import json
 import os
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -32,7 +33,7 @@ def records(folder):
     out = {}
     for name in sorted(os.listdir(os.path.join(folder, "trials"))):
         trial = os.path.join(folder, "trials", name)
-        out[name] = {f: open(os.path.join(trial, f), "rb").read() for f in sorted(os.listdir(trial))
+        out[name] = {f: Path(os.path.join(trial, f)).read_bytes() for f in sorted(os.listdir(trial))
                      if f != "claim.lock"}
     return out
 
@@ -50,8 +51,8 @@ def test_run_force_rerun_stop_and_plain_rerun(airflow_db, monkeypatch, tmp_path)
     assert done == (3, 2), summary["counts"]
     folder = summary["folder"]
     first = records(folder)
-    best = json.load(open(os.path.join(folder, "best.json")))
-    board = json.load(open(os.path.join(folder, "leaderboard.json")))["leaderboard"]
+    best = json.loads(Path(os.path.join(folder, "best.json")).read_text())
+    board = json.loads(Path(os.path.join(folder, "leaderboard.json")).read_text())["leaderboard"]
     assert best["score"] == 0.1 and len(board) == done[0]
     run1 = sweeps_api(None)["run_id"]
     executions.unlink()
@@ -85,8 +86,8 @@ def test_run_force_rerun_stop_and_plain_rerun(airflow_db, monkeypatch, tmp_path)
         else:
             assert files == first[name], name  # byte for byte
     assert noted == started  # the one trial the re-run started: its folder
-    assert json.load(open(os.path.join(folder, "best.json"))) == best
-    now = json.load(open(os.path.join(folder, "leaderboard.json")))["leaderboard"]
+    assert json.loads(Path(os.path.join(folder, "best.json")).read_text()) == best
+    now = json.loads(Path(os.path.join(folder, "leaderboard.json")).read_text())["leaderboard"]
     assert [(r["trial_id"], r["score"], r["rank"]) for r in now] == [(r["trial_id"], r["score"], r["rank"]) for r in board]
 
     # run 2's Sweeps tab: one stopped, four not started, no success and no best of its own, none from earlier

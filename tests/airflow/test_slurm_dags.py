@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -30,10 +31,10 @@ def test_example_command_dag(run_dag):
     train = xcoms["train"]["return_value"]
     assert train["state"] == "COMPLETED" and train["exit_code"] == 0
     assert xcoms["train"]["slurm_job_id"] == train["job_id"]
-    text = open(train["output_path"]).read()
+    text = Path(train["output_path"]).read_text()
     assert "args ['--lr', '3e-4', '--note', 'a b; c']" in text  # verbatim through Airflow and sbatch
     assert len(text.split("GPUs ")[1].strip().split(",")) == 2
-    report = open(xcoms["report"]["return_value"]["output_path"]).read()
+    report = Path(xcoms["report"]["return_value"]["output_path"]).read_text()
     assert f"train output was {train['output_path']}" in report  # templated from the upstream XCom
 
 
@@ -132,9 +133,9 @@ def test_execution_timeout_kills_the_blocking_task_and_cancels_the_job(run_dag, 
 
 def test_sigterm_to_the_task_process_cancels_the_job(airflow_db, slurm, slurm_cluster):
     name = f"sigterm-{uuid.uuid4().hex[:8]}"
-    code = ("import sys; sys.path.insert(0, %r); from tests.airflow.conftest import the_dag; "
-            "from pathlib import Path; the_dag(Path(%r)).test()"
-            % (str(REPO), str(REPO / "tests" / "airflow" / "dagfiles" / "blocking_long_job.py")))
+    dag_file = str(REPO / "tests" / "airflow" / "dagfiles" / "blocking_long_job.py")
+    code = (f"import sys; sys.path.insert(0, {str(REPO)!r}); from tests.airflow.conftest import the_dag; "
+            f"from pathlib import Path; the_dag(Path({dag_file!r})).test()")
     env = {**os.environ, "GPUSCHED_TEST_JOB_NAME": name, "SLURM_CONF": slurm_cluster}
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -168,7 +169,7 @@ def test_job_through_an_ssh_login_host_connection(run_dag, login_host, slurm_clu
     assert state == "success", states
     result = xcoms["remote"]["return_value"]
     assert result["partition"] == "batch"
-    assert open(result["output_path"]).read().strip() == "['a b', 'x;y', \"it's\"]"
+    assert Path(result["output_path"]).read_text().strip() == "['a b', 'x;y', \"it's\"]"
 
 
 def test_bad_operator_arguments_fail_at_parse_time_naming_task_and_argument():
@@ -192,7 +193,7 @@ def test_pipeline_partition_example_on_slurm_one_job_every_stage_a_step(run_dag,
     assert state == "success", states
     stages = xcoms["partition"]["return_value"]["stages"]
     result = xcoms[("pipeline", 0)]["return_value"]
-    output = open(result["output_path"]).read()
+    output = Path(result["output_path"]).read_text()
     node = next(n for n in ("n1", "n2") if f"[stage 1 on {n}]" in output)
     for i, stage in enumerate(stages):
         first, last = stage["layers"]
@@ -228,7 +229,7 @@ def test_pipeline_profiled_partitioned_and_run_with_every_stage_on_its_node(run_
     assert state == "success", states
     stages = xcoms["partition"]["return_value"]["stages"]
     assert sorted(s["host"] for s in stages) == ["n1", "n2"]  # 12 MiB holds about half of the model
-    output = open(xcoms[("pipeline", 0)]["return_value"]["output_path"]).read()
+    output = Path(xcoms[("pipeline", 0)]["return_value"]["output_path"]).read_text()
     for i, stage in enumerate(stages):
         first, last = stage["layers"]
         host = stage["host"]

@@ -1,6 +1,7 @@
 """Sweep task groups through dag.test() on SIMULATED GPUs (local backend) and the real Slurm test cluster."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -189,7 +190,7 @@ def test_a_command_trial_on_slurm_is_pruned_by_the_runner_in_its_job(airflow_db,
     trials = sorted(k for k in states if isinstance(k, tuple) and k[0] == "pruned_slurm.trial")
     assert [states[k] for k in trials] == [("success", 1)]
     assert xcoms["pruned_slurm.collect"]["return_value"]["counts"]["pruned"] == 1
-    record = [r for r in json.load(open(sweeps_root / "pruned_slurm" / "summary.json"))["records"]
+    record = [r for r in json.loads(Path(sweeps_root / "pruned_slurm" / "summary.json").read_text())["records"]
               if r["params"]["q"] == 5.0][0]
     assert record["state"] == "pruned" and 1 <= record["reports"]["last_step"] <= 3, record
     assert record["slurm_job"] and record["seconds"] < 20, record  # stopped, not run for 30 s
@@ -210,7 +211,7 @@ def test_a_pruned_trial_ends_its_task_green_and_is_counted(run, sweeps_root):
     assert [states[k] for k in trials] == [("success", 1)]  # only the new trial runs; one try: not retried
     summary = xcoms["pruned_local.collect"]["return_value"]
     assert summary["counts"]["pruned"] == 1 and summary["counts"]["succeeded"] == 2 and summary["counts"]["failed"] == 0
-    record = [r for r in json.load(open(sweeps_root / "pruned_local" / "summary.json"))["records"]
+    record = [r for r in json.loads(Path(sweeps_root / "pruned_local" / "summary.json").read_text())["records"]
               if r["params"]["q"] == 5.0][0]
     assert record["state"] == "pruned" and record["reports"]["last_step"] == 1
     assert "median stopping at step 1" in record["error"]

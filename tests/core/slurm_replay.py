@@ -6,9 +6,9 @@ rarely shows on demand."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from airflow_provider_gpusched.core.slurm.runner import CommandResult, CommandRunner, SlurmCommandError
 

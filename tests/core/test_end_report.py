@@ -1,7 +1,9 @@
 """The report a sweep sends when it ends: counts, the top of the leaderboard, failures with their output."""
 
+import io
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,14 +20,15 @@ TRAIN = ("import json, sys\n"
          "json.dump(dict(acc=int(x) / 10), open('result.json', 'w'))\n")
 
 
-def run_sweep(tmp_path, objective=Objective("acc")):
+def run_sweep(tmp_path, objective=None):
+    objective = objective or Objective("acc")
     spec = SweepSpec(name="rep", test_config=[{"x": [1, 2, 3, 4], "tag": ["a|b_<i>"]}],
                      command=[sys.executable, "-c", TRAIN, "{x}"], objective=objective, results_root=str(tmp_path),
                      max_failed_trials=None)
     session = SweepSession(spec)
     manifest = session.prepare()
     for t in manifest.pending:
-        run_trial(manifest, t, out=open(os.devnull, "w"))
+        run_trial(manifest, t, out=io.StringIO())
     session.collect()
     return session.store.dir
 
@@ -75,7 +78,7 @@ def test_gpu_time_counts_each_trial_by_its_share_of_a_gpu(tmp_path, monkeypatch)
     import json
     seconds = 0.0
     for name in os.listdir(os.path.join(folder, "trials")):
-        status = json.load(open(os.path.join(folder, "trials", name, "status.json")))
+        status = json.loads(Path(os.path.join(folder, "trials", name, "status.json")).read_text())
         assert status["gpu_share"] == 0.25
         seconds += status["seconds"]
     assert report.gpu_seconds["normal"] == pytest.approx(0.25 * seconds, abs=0.1)

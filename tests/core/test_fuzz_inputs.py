@@ -180,7 +180,7 @@ def test_fuzz_partition_inputs(tmp_path_factory):
 
     def partition_files(inputs):
         models, types, devices, dtype, batch = inputs
-        for path, doc in zip(files, (models, types, devices)):
+        for path, doc in zip(files, (models, types, devices), strict=True):
             with open(path, "w") as fh:
                 yaml.safe_dump(doc, fh)
         problem = load_problem(*files, model="m", dtype=dtype, batch_size=batch)

@@ -1,10 +1,11 @@
 """Several objectives: Pareto fronts, scalarisation, the leaderboard, Optuna's multi-objective studies and
 evolution's non-dominated selection."""
 
+import io
 import json
 import math
-import os
 import random
+from pathlib import Path
 
 import pytest
 
@@ -27,9 +28,9 @@ ACC_LAT = Objective(["acc", "lat"], ["maximize", "minimize"])
 
 def dominates(a, b, modes):
     signs = [1 if m == "maximize" else -1 for m in modes]
-    a = [s * v for s, v in zip(signs, a)]
-    b = [s * v for s, v in zip(signs, b)]
-    return all(x >= y for x, y in zip(a, b)) and a != b
+    a = [s * v for s, v in zip(signs, a, strict=True)]
+    b = [s * v for s, v in zip(signs, b, strict=True)]
+    return all(x >= y for x, y in zip(a, b, strict=True)) and a != b
 
 
 def brute_force_fronts(points, modes):
@@ -144,7 +145,7 @@ def run_rounds(session, rounds):
     for r in rounds:
         manifest = session.prepare(round_no=r)
         for t in manifest.pending:
-            run_trial(manifest, t, out=open(os.devnull, "w"))
+            run_trial(manifest, t, out=io.StringIO())
         session.finish_round(r)
     return session.collect()
 
@@ -164,12 +165,12 @@ def nas(root, name="nas", objective="maximize acc, minimize flops", rounds=6, se
 
 def test_evolution_with_two_objectives_keeps_the_front_as_parents_under_its_constraints(tmp_path):
     summary = run_rounds(SweepSession(nas(tmp_path, constraints={"flops": 30})), range(6))
-    evaluated = [r for r in json.load(open(tmp_path / "nas" / "summary.json"))["records"] if r["state"] == "succeeded"]
+    evaluated = [r for r in json.loads(Path(tmp_path / "nas" / "summary.json").read_text())["records"] if r["state"] == "succeeded"]
     assert len(evaluated) == 48 and all(r["result"]["flops"] <= 30 for r in evaluated)  # never proposed beyond
     points = [(r["result"]["acc"], r["result"]["flops"]) for r in evaluated]
     expected = {evaluated[i]["trial_id"] for i in brute_force_fronts(points, ["maximize", "minimize"])[0]}
     assert {r["trial_id"] for r in summary["pareto_front"]} == expected
-    front = json.load(open(tmp_path / "nas" / "pareto.json"))["front"]
+    front = json.loads(Path(tmp_path / "nas" / "pareto.json").read_text())["front"]
     assert {r["trial_id"] for r in front} == expected
     # the parents are the first front when it has k or more members, its ends kept by crowding distance
     search = EvolutionSearch(nas(tmp_path), str(tmp_path / "nas" / "search"))
@@ -210,7 +211,8 @@ def test_evolution_with_weights_ranks_parents_by_the_weighted_sum(tmp_path):
 def test_optuna_runs_a_multi_objective_study_and_the_leaderboard_shows_its_front(tmp_path, sampler):
     optuna = pytest.importorskip("optuna")
 
-    def spec(objective=Objective(["a", "b"], ["minimize", "minimize"])):
+    def spec(objective=None):
+        objective = objective or Objective(["a", "b"], ["minimize", "minimize"])
         return SweepSpec(name="mo", search="optuna", sampler=sampler, space={"x": uniform(0, 1), "y": uniform(0, 1)},
                          rounds=3, per_round=6, seed=1, results_root=str(tmp_path), objective=objective,
                          python_callable=lambda p: {"a": p["x"], "b": (1 - p["x"]) ** 2 + 0.1 * p["y"]})
@@ -229,7 +231,7 @@ def test_optuna_runs_a_multi_objective_study_and_the_leaderboard_shows_its_front
     assert summary["leaderboard"][0]["front"] == 1
     # the same journal with one objective is refused, saying why
     with pytest.raises(GpuschedError) as err:
-        SweepSession(spec(Objective("a", "minimize"))).search
+        _ = SweepSession(spec(Objective("a", "minimize"))).search
     assert "other directions" in str(err.value) or "does not match" in str(err.value)
 
 

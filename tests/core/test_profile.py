@@ -43,7 +43,7 @@ def test_profile_writes_both_files_and_partition_reads_them(tmp_path):
     weights = [sum(p.numel() * 4 for p in layer.parameters()) / 2**20 for layer in model]
     assert entry["weights_MB"] == pytest.approx(weights, abs=1e-5)
     assert all(a > 0 for a in entry["activations_MB"][:-1])  # the blocks' intermediate tensors
-    assert entry["mem_MB"] == pytest.approx([w + a for w, a in zip(entry["weights_MB"], entry["activations_MB"])],
+    assert entry["mem_MB"] == pytest.approx([w + a for w, a in zip(entry["weights_MB"], entry["activations_MB"], strict=True)],
                                             abs=2e-6)
     types = yaml.safe_load((tmp_path / "device_types.yml").read_text())
     assert set(types) == {"cpu-a", "cpu-b"} and types["cpu-b"]["bw_Mbps"] == 500

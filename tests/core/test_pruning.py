@@ -1,9 +1,11 @@
 """Early stopping from intermediate reports: the rules, and trials that end `pruned` (callable and command)."""
 
+import io
 import json
 import os
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -56,9 +58,9 @@ def test_bad_trials_end_pruned_and_are_not_run_again(tmp_path):
     assert spec.pruning.metric == "loss" and spec.pruning.mode == "minimize"  # from the objective
     session = SweepSession(spec)
     manifest = session.prepare()
-    assert [run_trial(manifest, t, out=open(os.devnull, "w")) for t in manifest.pending] == [0] * 5
+    assert [run_trial(manifest, t, out=io.StringIO()) for t in manifest.pending] == [0] * 5
     summary = session.collect()
-    states = {r["params"]["quality"]: r for r in json.load(open(tmp_path / "prune" / "summary.json"))["records"]}
+    states = {r["params"]["quality"]: r for r in json.loads(Path(tmp_path / "prune" / "summary.json").read_text())["records"]}
     assert states[5.0]["state"] == "pruned" and states[5.0]["reports"]["last_step"] == 1  # stopped at step 1
     assert "median stopping at step 1" in states[5.0]["error"]
     assert [states[q]["state"] for q in (0.1, 0.2, 0.3, 0.15)] == ["succeeded", "succeeded", "pruned", "succeeded"]
@@ -140,10 +142,10 @@ def test_an_optuna_sweep_prunes_with_optunas_pruner_and_tells_the_study_pruned_w
     for r in range(2):
         manifest = session.prepare(round_no=r)
         for t in manifest.pending:
-            run_trial(manifest, t, out=open(os.devnull, "w"))
+            run_trial(manifest, t, out=io.StringIO())
         session.finish_round(r)
     summary = session.collect()
-    records = json.load(open(tmp_path / "op" / "summary.json"))["records"]
+    records = json.loads(Path(tmp_path / "op" / "summary.json").read_text())["records"]
     pruned = [r for r in records if r["state"] == "pruned"]
     # Optuna's median: worse than the median of the completed trials at the same step (after 1 completed)
     assert len(pruned) >= 3 and all("Optuna's MedianPruner at step 1" in r["error"] for r in pruned)
@@ -178,10 +180,10 @@ def test_a_command_trial_is_stopped_by_its_runner(tmp_path):
     manifest = session.prepare()
     good = [t for t in manifest.pending if t.params["q"] < 1]
     for t in good:
-        assert run_trial(manifest, t, out=open(os.devnull, "w")) == 0  # 100 steps of 0.1 s each
+        assert run_trial(manifest, t, out=io.StringIO()) == 0  # 100 steps of 0.1 s each
     bad = [t for t in manifest.pending if t.params["q"] > 1][0]
     started = time.monotonic()
-    assert run_trial(manifest, bad, out=open(os.devnull, "w")) == 0
+    assert run_trial(manifest, bad, out=io.StringIO()) == 0
     took = time.monotonic() - started
     status = session.store.status(bad)
     assert status["state"] == "pruned" and "ASHA at rung 2" in status["error"], status

@@ -2,8 +2,10 @@
 on every record, the run's counts, the Sweeps view's builder and the leaderboard. No Airflow: the same store
 transitions the trial operators call (mark_unfinished on a stop, settle when the stage ends)."""
 
+import io
 import json
 import os
+from pathlib import Path
 
 from airflow_provider_gpusched.core.sweep import Objective, SweepSpec
 from airflow_provider_gpusched.core.sweep.session import SweepSession
@@ -28,7 +30,7 @@ def spec(root):
 
 def files(session, trial):
     folder = session.store.trial_dir(trial)
-    return {name: open(os.path.join(folder, name), "rb").read() for name in sorted(os.listdir(folder))
+    return {name: Path(os.path.join(folder, name)).read_bytes() for name in sorted(os.listdir(folder))
             if name != "claim.lock"}
 
 
@@ -38,7 +40,7 @@ def ran_then_forced(tmp_path):
     session = SweepSession(spec(tmp_path))
     first = session.prepare(run="r1")
     for t in first.pending:
-        run_trial(first, t, out=open(os.devnull, "w"))
+        run_trial(first, t, out=io.StringIO())
     return session, session.prepare(run="r2", force_rerun=True)
 
 
@@ -55,13 +57,13 @@ def test_run_force_rerun_stop_and_plain_rerun_keep_every_earlier_outcome(tmp_pat
     session = SweepSession(spec(tmp_path))
     first = session.prepare(run="r1")
     for t in first.pending:
-        run_trial(first, t, out=open(os.devnull, "w"))
+        run_trial(first, t, out=io.StringIO())
     summary = session.collect("r1")
     assert summary["counts"]["succeeded"] == 3 and summary["counts"]["pruned"] == 2
     by_q = {t.params["quality"]: t for t in first.trials}
     before = {q: files(session, t) for q, t in by_q.items()}
-    best = json.load(open(tmp_path / "rr" / "best.json"))
-    board = json.load(open(tmp_path / "rr" / "leaderboard.json"))
+    best = json.loads(Path(tmp_path / "rr" / "best.json").read_text())
+    board = json.loads(Path(tmp_path / "rr" / "leaderboard.json").read_text())
     assert best["score"] == 0.1 and len(board["leaderboard"]) == 3
 
     # a forced re-run starts two trials (one that had succeeded, one that had been pruned) and is stopped
@@ -70,7 +72,8 @@ def test_run_force_rerun_stop_and_plain_rerun_keep_every_earlier_outcome(tmp_pat
     started = [second.trial(by_q[0.2].trial_id), second.trial(by_q[5.0].trial_id)]
     for trial in started:  # what the trial runner does first; the stop then kills it before it records anything
         session.store.mark_running(trial, run="r2", log="output.log")
-        open(os.path.join(session.store.trial_dir(trial), "reports.jsonl"), "a").write('{"step": 0, "loss": 9}\n')
+        with open(os.path.join(session.store.trial_dir(trial), "reports.jsonl"), "a") as fh:
+            fh.write('{"step": 0, "loss": 9}\n')
     lines = mark_unfinished(second, second.pending, STOP, state="stopped")
     assert len(lines) == 2 and all("its earlier outcome" in line for line in lines), lines
     assert session.settle(None, "r2") == 0
@@ -88,7 +91,7 @@ def test_run_force_rerun_stop_and_plain_rerun_keep_every_earlier_outcome(tmp_pat
         assert interrupted["run"] == "r2" and interrupted["state"] == "stopped" and STOP in interrupted["reason"]
         assert now.pop("reports.interrupted.jsonl") == b'{"step": 0, "loss": 9}\n'  # the stopped re-run's curve
         assert {k: v for k, v in now.items()} == {k: v for k, v in before[q].items() if k != "status.json"}
-    assert json.load(open(tmp_path / "rr" / "best.json")) == best
+    assert json.loads(Path(tmp_path / "rr" / "best.json").read_text()) == best
 
     # run 2's counts and view say what run 2 did: two stopped, three not started, no success of its own
     summary2 = session.collect("r2")
@@ -96,8 +99,8 @@ def test_run_force_rerun_stop_and_plain_rerun_keep_every_earlier_outcome(tmp_pat
     assert (counts["stopped"], counts["not_started"], counts["succeeded"], counts["pruned"], counts["failed"]) == \
         (2, 3, 0, 0, 0), counts
     assert counts["skipped"] == 0
-    assert json.load(open(tmp_path / "rr" / "best.json")) == best  # the sweep's best and leaderboard stand
-    now_board = json.load(open(tmp_path / "rr" / "leaderboard.json"))
+    assert json.loads(Path(tmp_path / "rr" / "best.json").read_text()) == best  # the sweep's best and leaderboard stand
+    now_board = json.loads(Path(tmp_path / "rr" / "leaderboard.json").read_text())
     noted = [row.pop("interrupted") for row in now_board["leaderboard"]]  # the stopped re-run noted on its trial
     assert [n["run"] if n else None for n in noted] == [None, None, "r2"]  # 0.1, 0.15, then 0.2 (re-run stopped)
     assert all(row.pop("interrupted") is None for row in board["leaderboard"])
@@ -166,7 +169,7 @@ def test_a_forced_re_run_whose_runner_dies_keeps_the_earlier_outcome_through_a_r
     assert interrupted["state"] == "failed" and "runner stopped" in interrupted["reason"]
     counts = session.collect("r2")["counts"]
     assert counts["failed"] == 1 and counts["not_started"] == 4  # run 2's own story: its one re-run died
-    assert json.load(open(tmp_path / "rr" / "best.json"))["score"] == 0.1
+    assert json.loads(Path(tmp_path / "rr" / "best.json").read_text())["score"] == 0.1
 
 
 def test_a_forced_re_run_that_times_out_records_its_own_outcome(tmp_path):
@@ -187,7 +190,7 @@ def test_the_end_report_of_a_stopped_re_run_says_it_was_stopped_and_lists_no_ear
                                      max_failed_trials=None))
     first = session.prepare(run="r1")
     for t in first.pending:
-        run_trial(first, t, out=open(os.devnull, "w"))
+        run_trial(first, t, out=io.StringIO())
     session.collect("r1")
     report = build_end_report(session.store.dir, run="r1")
     assert [f["label"] for f in report.failures] == ["quality=-1"] and not report.ok
@@ -214,6 +217,6 @@ def test_a_trial_another_run_stopped_is_run_here_not_taken_over(tmp_path):
     session.store.mark_running(trial, run="a")
     mark_unfinished(a, [trial], STOP, state="stopped")
     assert session.store.state(trial) == "stopped"
-    assert run_trial(b, b.trial(trial.trial_id), out=open(os.devnull, "w")) == 0  # b runs it: stopped is no outcome
+    assert run_trial(b, b.trial(trial.trial_id), out=io.StringIO()) == 0  # b runs it: stopped is no outcome
     status = session.store.status(trial)
     assert status["state"] == "succeeded" and status["run"] == "b"

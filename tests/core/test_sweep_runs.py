@@ -1,11 +1,13 @@
 """Running sweeps without Airflow: trial runner, skip-completed/force_rerun, state counts, leaderboard,
 batched mode on SIMULATED GPUs, and the searches in rounds (evolution, optuna) with resume."""
 
+import io
 import json
 import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -40,13 +42,13 @@ def test_trials_run_record_results_and_rank_by_the_objective(tmp_path):
     codes = [run_cli(manifest, t).returncode for t in manifest.pending]  # another process: ids must agree
     assert codes == [0, 0, 3, 0]
     folder = session.store.trial_dir(manifest.trials[0])
-    assert json.load(open(os.path.join(folder, "argv.json"))) == ["1", "a b;c"]
-    assert json.load(open(os.path.join(folder, "params.json"))) == {"x": 1, "tag": "a b;c"}
+    assert json.loads(Path(os.path.join(folder, "argv.json")).read_text()) == ["1", "a b;c"]
+    assert json.loads(Path(os.path.join(folder, "params.json")).read_text()) == {"x": 1, "tag": "a b;c"}
     summary = session.collect()
     assert summary["counts"] == {"defined": 4, "waiting": 0, "running": 0, "succeeded": 3, "failed": 1, "invalid": 0, "timeout": 0, "pruned": 0, "stopped": 0, "skipped": 0}
     assert [r["params"]["x"] for r in summary["leaderboard"]] == [2, 1, 4]
     assert summary["best"]["score"] == 0.0
-    assert json.load(open(tmp_path / "cmd" / "best.json"))["params"] == {"x": 2, "tag": "a b;c"}
+    assert json.loads(Path(tmp_path / "cmd" / "best.json").read_text())["params"] == {"x": 2, "tag": "a b;c"}
     assert "x=3,tag=a b;c [failed]: exit code 3" in summary["text"]
 
 
@@ -54,7 +56,7 @@ def test_rerun_skips_succeeded_and_reruns_failed_unless_force_rerun(tmp_path):
     session = SweepSession(command_spec(tmp_path))
     manifest = session.prepare()
     for t in manifest.pending:
-        run_trial(manifest, t, out=open(os.devnull, "w"))
+        run_trial(manifest, t, out=io.StringIO())
     again = session.prepare()
     assert [t.params["x"] for t in again.pending] == [3]  # only the failed one
     assert len(again.data["skipped"]) == 3
@@ -70,7 +72,7 @@ def test_callable_trials_return_values_and_exceptions(tmp_path):
     def trial(params, trial_dir):
         if params["x"] > 0.9:
             raise ValueError("diverged")
-        open(os.path.join(trial_dir, "ckpt"), "w").write("x")
+        Path(trial_dir, "ckpt").write_text("x")
         return params["x"]
 
     spec = SweepSpec(name="fn", search="random", space={"x": uniform(0, 1)}, count=20, seed=2,
@@ -78,7 +80,7 @@ def test_callable_trials_return_values_and_exceptions(tmp_path):
     session = SweepSession(spec)
     manifest = session.prepare()
     for t in manifest.pending:
-        run_trial(manifest, t, out=open(os.devnull, "w"))
+        run_trial(manifest, t, out=io.StringIO())
     summary = session.collect()
     bad = [t for t in manifest.trials if t.params["x"] > 0.9]
     assert summary["counts"]["failed"] == len(bad) and summary["counts"]["succeeded"] == 20 - len(bad)
@@ -141,7 +143,7 @@ def run_rounds(session, rounds):
     for r in rounds:
         manifest = session.prepare(round_no=r)
         for t in manifest.pending:
-            run_trial(manifest, t, out=open(os.devnull, "w"))
+            run_trial(manifest, t, out=io.StringIO())
         session.finish_round(r)
         bests.append(session.collect()["best"]["score"])
     return bests
@@ -152,7 +154,7 @@ def test_evolution_improves_over_rounds_within_the_constraint(tmp_path):
     bests = run_rounds(session, range(6))
     assert bests == sorted(bests) and bests[-1] > bests[0]
     assert bests[-1] >= 20 and bests[-1] - bests[0] >= 3, bests  # optimum under flops <= 22 is 22
-    for record in json.load(open(tmp_path / "nas" / "summary.json"))["records"]:
+    for record in json.loads(Path(tmp_path / "nas" / "summary.json").read_text())["records"]:
         assert sum(record["params"].values()) <= 22
     # asking a round again (a retried task, a re-run) gives the same candidates
     assert session.round_trials(2) == session.round_trials(2)
@@ -198,7 +200,7 @@ def test_one_session_asks_and_tells_like_a_fresh_session_per_call(tmp_path):
     for r in range(3):
         manifest = SweepSession(spec("fresh")).prepare(round_no=r)
         for t in manifest.pending:
-            run_trial(manifest, t, out=open(os.devnull, "w"))
+            run_trial(manifest, t, out=io.StringIO())
         SweepSession(spec("fresh")).finish_round(r)
         fresh_bests.append(SweepSession(spec("fresh")).collect()["best"]["score"])
     assert [t.params for r in range(3) for t in kept.round_trials(r)] == \
@@ -221,7 +223,7 @@ def test_each_batch_process_reads_only_its_own_trials(tmp_path, monkeypatch):
     real_argv = batch.group_argv
 
     def spying_argv(sliced, group, python=None):
-        data = json.load(open(sliced.path))
+        data = json.loads(Path(sliced.path).read_text())
         seen.append((sliced.path, [t["trial_id"] for t in data["trials"]], data))
         return real_argv(sliced, group, python)
 
@@ -272,7 +274,7 @@ def test_evolution_on_a_small_space_ends_once_every_candidate_is_evaluated(tmp_p
         sizes.append(len(session.round_trials(r)))
         manifest = session.prepare(round_no=r)
         for t in manifest.pending:
-            run_trial(manifest, t, out=open(os.devnull, "w"))
+            run_trial(manifest, t, out=io.StringIO())
         session.finish_round(r)
     assert sizes[0] == 9 and sizes[1:] == [0, 0, 0, 0], sizes
     summary = session.collect()
@@ -294,7 +296,7 @@ def test_evolution_fills_a_round_from_what_is_left_and_says_when_nothing_fits(tm
         seen |= ids
         manifest = session.prepare(round_no=r)
         for t in manifest.pending:
-            run_trial(manifest, t, out=open(os.devnull, "w"))
+            run_trial(manifest, t, out=io.StringIO())
         session.finish_round(r)
     assert len(seen) == 20  # 6 + 6 + 6 + 2: mutation without mutate_prob repeats parents, the rest is filled
 
@@ -372,24 +374,24 @@ def test_a_trial_status_records_its_gpus_slurm_job_and_log(tmp_path, monkeypatch
     session = SweepSession(spec)
     manifest = session.prepare()
     for t in manifest.pending:
-        run_trial(manifest, t, out=open(os.devnull, "w"))
+        run_trial(manifest, t, out=io.StringIO())
     session.collect()
-    records = {r["params"]["x"]: r for r in json.load(open(tmp_path / "logs" / "summary.json"))["records"]}
+    records = {r["params"]["x"]: r for r in json.loads(Path(tmp_path / "logs" / "summary.json").read_text())["records"]}
     for x, record in records.items():
-        status = json.load(open(os.path.join(record["folder"], "status.json")))
+        status = json.loads(Path(os.path.join(record["folder"], "status.json")).read_text())
         assert status["gpus"] == record["gpus"] == "2,3" and status["slurm_job"] == record["slurm_job"] == "4700_11"
         assert record["log"] == os.path.join(record["folder"], "output.log") and record["host"]
-        assert f"training with x={x}" in open(record["log"]).read()
-    assert "RuntimeError: diverged" in open(records[2]["log"]).read() and records[2]["state"] == "failed"
+        assert f"training with x={x}" in Path(record["log"]).read_text()
+    assert "RuntimeError: diverged" in Path(records[2]["log"]).read_text() and records[2]["state"] == "failed"
     assert f"[failed]: RuntimeError: diverged (log: {records[2]['log']})" in session.collect()["text"]
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"):
         monkeypatch.delenv(name)
     session = SweepSession(command_spec(tmp_path))
     manifest = session.prepare()
-    run_trial(manifest, manifest.pending[0], out=open(os.devnull, "w"))
+    run_trial(manifest, manifest.pending[0], out=io.StringIO())
     session.collect()
-    record = json.load(open(tmp_path / "cmd" / "summary.json"))["records"][0]
+    record = json.loads(Path(tmp_path / "cmd" / "summary.json").read_text())["records"][0]
     assert record["gpus"] is None and record["slurm_job"] is None
     assert record["log"].endswith("output.log") and os.path.exists(record["log"])
 
@@ -417,7 +419,7 @@ def test_di_toolkit_result_pkl_and_r_objective(tmp_path):
     session = SweepSession(spec)
     manifest = session.prepare()
     for t in manifest.pending:
-        assert run_trial(manifest, t, out=open(os.devnull, "w")) == 0
+        assert run_trial(manifest, t, out=io.StringIO()) == 0
     summary = session.collect()
     assert summary["best"]["score"] == 30.0 and summary["counts"]["succeeded"] == 3
     assert session.store.result(manifest.trials[0]) == {"eval_value": 10.0, "steps": 5}
@@ -429,7 +431,7 @@ def test_di_toolkit_result_pkl_and_r_objective(tmp_path):
                               pickle.dumps(_RunsCode()).hex()], results_root=str(tmp_path))
     session = SweepSession(evil)
     manifest = session.prepare()
-    run_trial(manifest, manifest.pending[0], out=open(os.devnull, "w"))
+    run_trial(manifest, manifest.pending[0], out=io.StringIO())
     status = session.store.status(manifest.pending[0])
     assert status["state"] == "invalid" and "only dicts (EasyDict too), lists, numbers, strings" in status["error"], status
     assert not os.path.exists(os.path.join(session.store.trial_dir(manifest.pending[0]), "ran-code"))
@@ -466,7 +468,7 @@ def test_easydict_and_numpy_results_are_read_without_running_their_classes(tmp_p
     session = SweepSession(spec)
     manifest = session.prepare()
     for t in manifest.pending:
-        assert run_trial(manifest, t, out=open(os.devnull, "w")) == 0
+        assert run_trial(manifest, t, out=io.StringIO()) == 0
     assert "easydict" not in sys.modules
     summary = session.collect()
     assert summary["best"]["score"] == 2.0 and summary["counts"]["succeeded"] == 2
@@ -505,11 +507,11 @@ def test_a_config_template_is_rendered_into_each_trial(tmp_path):
     session = SweepSession(spec)
     manifest = session.prepare()
     for t in manifest.pending:
-        assert run_trial(manifest, t, out=open(os.devnull, "w")) == 0
+        assert run_trial(manifest, t, out=io.StringIO()) == 0
     summary = session.collect()
     assert summary["best"]["score"] == 99.0
     folder = session.store.trial_dir(manifest.trials[0])
-    rendered = open(os.path.join(folder, "dqn_config.py")).read()
+    rendered = Path(os.path.join(folder, "dqn_config.py")).read_text()
     assert "discount_factor=0.95" in rendered and 'exp_name=\'it\\\'s "quoted"; {x}\'' in rendered, rendered
     assert os.stat(os.path.join(folder, "dqn_config.py")).st_mode & 0o077 == 0
     assert session.store.result(manifest.trials[0])["name"] == 'it\'s "quoted"; {x}'
@@ -564,7 +566,7 @@ def test_hostile_result_files_make_the_trial_invalid_with_the_reason(tmp_path, n
     import resource
 
     spec = SweepSpec(name="hostile", test_config=[{"x": [1]}], objective=Objective("loss", "minimize"),
-                     command=[sys.executable, "-c", f"open({name!r}, 'wb').write(bytes.fromhex(open('payload').read()))"],
+                     command=[sys.executable, "-c", f"open({name!r}, 'wb').write(bytes.fromhex(Path('payload').read_text()))"],
                      results_root=str(tmp_path))
     session = SweepSession(spec)
     manifest = session.prepare()
@@ -573,7 +575,7 @@ def test_hostile_result_files_make_the_trial_invalid_with_the_reason(tmp_path, n
     with open(os.path.join(folder, "payload"), "w") as fh:
         fh.write(content.hex())
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    run_trial(manifest, trial, out=open(os.devnull, "w"))
+    run_trial(manifest, trial, out=io.StringIO())
     status = session.store.status(trial)
     assert status["state"] == "invalid" and why in status["error"], status
     summary = session.collect()
@@ -594,7 +596,7 @@ def test_result_and_report_files_linked_out_of_the_trial_folder_are_not_followed
     session = SweepSession(spec)
     manifest = session.prepare()
     (trial,) = manifest.pending
-    run_trial(manifest, trial, out=open(os.devnull, "w"))
+    run_trial(manifest, trial, out=io.StringIO())
     status = session.store.status(trial)
     assert status["state"] == "invalid" and "result.json: not inside the trial folder" in status["error"], status
     reports = session.store.reports(trial)
@@ -648,7 +650,7 @@ def test_a_sweep_folder_belongs_to_the_dag_that_planned_in_it_first(tmp_path):
     with pytest.raises(GpuschedError, match="belongs to DAG 'private_dag'; DAG 'public_dag' cannot use it"):
         store.claim_for_dag("public_dag")
     store.claim_for_dag("public_dag", shared=True)
-    assert json.load(open(tmp_path / "s" / "dags.json")) == {"dags": ["private_dag", "public_dag"]}
+    assert json.loads(Path(tmp_path / "s" / "dags.json").read_text()) == {"dags": ["private_dag", "public_dag"]}
     (tmp_path / "s" / "dags.json").write_text('{"dags": "private_dag"}')
     with pytest.raises(GpuschedError, match="key 'dags': expected a list of DAG ids"):
         store.claim_for_dag("private_dag")
@@ -744,7 +746,7 @@ def test_a_failed_command_trial_names_its_last_error_next_to_the_exit_code(tmp_p
     session = SweepSession(spec)
     manifest = session.prepare()
     for t in manifest.pending:
-        run_trial(manifest, t, out=open(os.devnull, "w"))
+        run_trial(manifest, t, out=io.StringIO())
     summary = session.collect()
     errors = {p["label"]: p["error"] for p in summary["problems"]}
     assert errors == {"x=1": "exit code 1: ValueError: lr must be positive, got 1",

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -236,7 +237,7 @@ def test_gpu_task_schedulers_existing_result_folders_are_not_run_again(tmp_path,
     records = {r["label"]: r for r in json.loads((results / "gan" / "summary.json").read_text())["records"]}
     gan = records["method-GAN,num_packing-1,num_zmode-1"]
     assert gan["result"] is None and not os.path.exists(os.path.join(gan["folder"], "output.log"))  # not run
-    status = json.loads(open(os.path.join(gan["folder"], "status.json")).read())
+    status = json.loads(Path(os.path.join(gan["folder"], "status.json")).read_text())
     assert "finished by GPU Task Scheduler" in status["note"]
     assert all(records[k]["result"] == {"score": 1} for k in records if k != gan["label"])
 

@@ -1,10 +1,12 @@
 """Intermediate reports: trial code reports step and metrics while it runs; they are stored with the trial
 (append-only), summarised in the sweep's records and shown by `gpusched sweep results`."""
 
+import io
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -37,23 +39,23 @@ def test_callable_and_command_trials_report_while_running(tmp_path):
     session = SweepSession(spec)
     manifest = session.prepare()
     for t in manifest.pending:
-        assert run_trial(manifest, t, out=open(os.devnull, "w")) == 0
+        assert run_trial(manifest, t, out=io.StringIO()) == 0
     session.collect()
-    records = json.load(open(tmp_path / "curves" / "summary.json"))["records"]
+    records = json.loads(Path(tmp_path / "curves" / "summary.json").read_text())["records"]
     for record in records:
         assert record["reports"] == {"count": 5, "last_step": 4, "last": {"loss": pytest.approx(record["params"]["lr"] / 5),
                                                                           "accuracy": pytest.approx(0.9)},
                                      "checkpoint": "ckpt/4.pt"}
-    lines = open(os.path.join(records[0]["folder"], "reports.jsonl")).read().splitlines()
+    lines = Path(os.path.join(records[0]["folder"], "reports.jsonl")).read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [0, 1, 2, 3, 4]
 
     cmd = SweepSpec(name="cmd", test_config=[{"x": [1]}], command=[sys.executable, "-c", SHELL_LIKE],
                     objective=Objective("loss", "minimize"), results_root=str(tmp_path))
     session = SweepSession(cmd)
     manifest = session.prepare()
-    assert run_trial(manifest, manifest.pending[0], out=open(os.devnull, "w")) == 0
+    assert run_trial(manifest, manifest.pending[0], out=io.StringIO()) == 0
     session.collect()
-    summary = json.load(open(tmp_path / "cmd" / "summary.json"))["records"][0]["reports"]
+    summary = json.loads(Path(tmp_path / "cmd" / "summary.json").read_text())["records"][0]["reports"]
     assert summary["count"] == 3 and summary["last_step"] == 2 and summary["checkpoint"] == "c1"
     assert len(summary["problems"]) == 1 and summary["problems"][0].endswith(
         "reports.jsonl:3: expected key=value words, got 'not'")  # named, not dropped; the cut line is left out

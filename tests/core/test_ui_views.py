@@ -317,7 +317,7 @@ def test_a_10000_trial_sweep_view_samples_its_points_but_keeps_the_best_and_the_
     rest = sorted(shown - set(best_quarter))
     assert rest[0] < 50 and rest[-1] > n - 50  # the sample spans the whole sweep
     line = view["best_so_far"]
-    assert line[-1] == [9999, 2.0] and all(a[1] < b[1] for a, b in zip(line, line[1:]))
+    assert line[-1] == [9999, 2.0] and all(a[1] < b[1] for a, b in zip(line, line[1:], strict=False))
     expected, best = [], None
     for i in range(n):
         if best is None or scores[f"t{i}"] > best:

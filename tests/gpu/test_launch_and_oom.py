@@ -6,6 +6,7 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -136,7 +137,7 @@ def test_oom_is_retried_with_a_bigger_reservation(manager, program, tmp_path):
     assert result.exit_code == 0 and result.oom_retries == 1
     assert [a.request for a in result.attempts] == ["4.0GiB on 1 GPU", "6.0GiB on 1 GPU"]
     assert any("retrying with 6.0GiB" in e for e in events)
-    assert "trained" in open(result.log_path).read()
+    assert "trained" in Path(result.log_path).read_text()
 
 
 def test_oom_escalates_to_a_whole_gpu_last(manager, program, tmp_path):

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 
@@ -45,14 +46,14 @@ def test_twenty_processes_racing_never_exceed_capacity(state_dir, tmp_path):
     procs = [_spawn(state_dir, sizes[i % 4], 0.3, out) for i in range(20)]
     for p in procs:
         assert p.wait(timeout=120) == 0
-    holds = [json.loads(line) for line in open(out)]
+    holds = [json.loads(line) for line in Path(out).read_text().splitlines()]
     assert len(holds) == 20
     events = sorted([(h["start"], 1, h) for h in holds] + [(h["end"], -1, h) for h in holds], key=lambda e: (e[0], e[1]))
     reserved = {i: 0 for i in range(4)}
     whole = {i: 0 for i in range(4)}
     holders = {i: 0 for i in range(4)}
     for _, sign, h in events:
-        for gpu, mem in zip(h["gpus"], h["memory"]):
+        for gpu, mem in zip(h["gpus"], h["memory"], strict=True):
             reserved[gpu] += sign * mem
             holders[gpu] += sign
             whole[gpu] += sign * h["whole"]
@@ -199,7 +200,7 @@ def test_host_ram_is_a_reservation_processes_racing_never_exceed_the_budget(stat
     procs = [subprocess.Popen([sys.executable, "-c", RAM_HOLDER, state_dir, "16GiB", out]) for _ in range(12)]
     for p in procs:
         assert p.wait(timeout=120) == 0
-    holds = [json.loads(line) for line in open(out)]
+    holds = [json.loads(line) for line in Path(out).read_text().splitlines()]
     assert len(holds) == 12 and all(h["ram"] == 16 * GiB for h in holds)
     events = sorted([(h["start"], 1) for h in holds] + [(h["end"], -1) for h in holds], key=lambda e: (e[0], e[1]))
     running = peak = 0

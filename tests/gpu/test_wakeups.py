@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.launch import GPUChild
@@ -131,7 +132,7 @@ def test_a_lease_file_changed_by_its_holder_is_read_again(manager, state_dir):
     other.record_child(lease, os.getpid())  # another manager (another process) rewrites the file
     assert manager.leases()[0].child_pids == [os.getpid()]
     path = os.path.join(state_dir, lease.lease_id + ".json")
-    record = json.load(open(path))
+    record = json.loads(Path(path).read_text())
     record["gpus"] = "not a list"
     with open(path + ".new", "w") as fh:
         json.dump(record, fh)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -33,7 +34,7 @@ def test_each_stage_runs_as_a_step_on_its_node_with_its_neighbours(client, out):
                         nodes=2, nodelist=["n1", "n2"], output=out("stages"))
     job_id = client.submit(spec).job_id
     final = client.wait(job_id, poll_interval=0.5, timeout=120)
-    text = open(spec.output.replace("%j", job_id)).read()
+    text = Path(spec.output.replace("%j", job_id)).read_text()
     assert final.state == "COMPLETED", text
     assert f"[stage 1 on n2] stage 1 runs on n2 (host n2), prev -, next n1:29801, args {[odd]}" in text
     assert f"[stage 2 on n1] stage 2 runs on n1 (host n1), prev n2:29800, next -, args {[odd]}" in text
@@ -48,7 +49,7 @@ def test_one_stage_failing_stops_the_others_and_fails_the_job_naming_it(client, 
     started = time.monotonic()
     job_id = client.submit(spec).job_id
     final = client.wait(job_id, poll_interval=0.5, timeout=200)
-    text = open(spec.output.replace("%j", job_id)).read()
+    text = Path(spec.output.replace("%j", job_id)).read_text()
     assert final.state == "FAILED" and final.exit_code == 3, (final, text)
     assert time.monotonic() - started < 150, "stage 1 (sleeping 300 s) was not stopped"
     assert ("gpusched stages: stage 2 of 2 (host n2, layers 4-6) failed with exit status 3; the other stages were "
@@ -61,7 +62,7 @@ def test_unpinned_stages_all_run_on_the_jobs_node_addressed_by_its_name(client, 
                                                pinned=False), nodes=1, output=out("unpinned"))
     job_id = client.submit(spec).job_id
     final = client.wait(job_id, poll_interval=0.5, timeout=120)
-    text = open(spec.output.replace("%j", job_id)).read()
+    text = Path(spec.output.replace("%j", job_id)).read_text()
     assert final.state == "COMPLETED", text
     node = next(n for n in ("n1", "n2") if f"[stage 1 on {n}]" in text)
     assert f"[stage 2 on {node}] stage 2 runs on {node} (host {node}), prev {node}:29900, next {node}:29902" in text

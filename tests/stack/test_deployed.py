@@ -94,9 +94,9 @@ def test_idle_fillers_yield_to_normal_work_and_finish_without_airflow_retries(st
     for r in sorted(fillers, key=lambda r: r["start"]):
         by_name.setdefault(r["name"], []).append(r)
     assert set(by_name) == {f"filler{i}" for i in range(6)}
-    for name, attempts in by_name.items():
+    for attempts in by_name.values():
         assert attempts[-1]["how"] == "finished"
-        for before, after in zip(attempts, attempts[1:]):  # relaunched after a preemption, from its checkpoint
+        for before, after in zip(attempts, attempts[1:], strict=False):  # relaunched after a preemption, from its checkpoint
             # (a filler preempted within its first second has written none yet: it starts again from 0)
             assert before["how"] == "terminated" and after["preemptions"] >= 1
             assert after["resumed_at"] == before["checkpointed"], (before, after)

@@ -12,8 +12,9 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from airflow_provider_gpusched.core.job_classes import LocalClassPolicy
 from airflow_provider_gpusched.core.safe_files import UnsafePathError, append_line, open_regular

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from airflow_provider_gpusched.core.gpu.placement import GPUUsage
 from airflow_provider_gpusched.core.job_classes import LocalClassPolicy

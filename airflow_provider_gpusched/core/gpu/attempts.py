@@ -17,8 +17,9 @@ triggerer, reschedules, or blocks in the worker; on a fleet host too). This is w
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from airflow_provider_gpusched.core import pyfunc
 from airflow_provider_gpusched.core.errors import GpuschedError
@@ -162,7 +163,7 @@ def failure_message(outcome: AttemptOutcome, requests: list[str], work: Work) ->
 def gpu_descriptions(lease: Lease, inventory: GPUInventory) -> list[dict]:
     names = {g.index: g.name for g in inventory.gpus()}
     return [{"index": i, "uuid": u, "name": names.get(i, ""), "simulated": lease.simulated,
-             "memory_reserved": lease.memory.get(i)} for i, u in zip(lease.gpus, lease.uuids)]
+             "memory_reserved": lease.memory.get(i)} for i, u in zip(lease.gpus, lease.uuids, strict=True)]
 
 
 def attempt_banner(number: int, request: GPURequest, lease: Lease, gpus: list[dict], job_class: str) -> str:

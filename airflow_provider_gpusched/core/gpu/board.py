@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_finite_number, is_int
 from airflow_provider_gpusched.core.gpu.accounting import accounting_totals

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from airflow_provider_gpusched.core.gpu.lease_store import Lease
 
@@ -103,7 +103,7 @@ class GPUChild:
         shim = [sys.executable, "-I", "-S", CONTAIN_SCRIPT, str(self.grace), ",".join(map(str, pass_fds)), "--"]
         self.proc = subprocess.Popen(shim + self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      env=self.env, cwd=self.cwd, start_new_session=True, pass_fds=pass_fds,
-                                     preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)  # noqa: PLW1509
+                                     preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         self._reader = threading.Thread(target=self._read, name=f"gpu-child-{self.proc.pid}", daemon=True)
         self._reader.start()
         return self
@@ -122,10 +122,8 @@ class GPUChild:
                 line = raw.decode(errors="replace").rstrip("\n")
                 self.tail.append(line)
                 if self.on_line:
-                    try:
+                    with contextlib.suppress(Exception):  # logging must never kill the reader
                         self.on_line(line)
-                    except Exception:  # noqa: BLE001 - logging must never kill the reader
-                        pass
 
     def wait(self, timeout: float | None = None) -> int | None:
         """The exit status (negative: killed by that signal), or None if still running after ``timeout``.
@@ -238,15 +236,11 @@ class GPUChild:
 
     def _signal_all(self, sig: int, pids) -> None:
         assert self.proc is not None
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, sig)  # the child's process group (its pid), even if the child itself is gone
-        except (ProcessLookupError, PermissionError):
-            pass
         for pid in pids:  # descendants that left the group (setsid, double fork)
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
 
 
 def _alive(pid: int) -> bool:

@@ -29,8 +29,9 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_int, is_json_number
 from airflow_provider_gpusched.core.errors import GpuschedError
@@ -305,10 +306,8 @@ def _family(pids: set[int]) -> set[int]:
         return set(pids)
     family = set(pids)
     for pid in pids:
-        try:
+        with contextlib.suppress(psutil.Error):
             family.update(c.pid for c in psutil.Process(pid).children(recursive=True))
-        except psutil.Error:
-            pass
     return family
 
 

@@ -20,8 +20,8 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.accounting import GPUTimeLedger
@@ -169,7 +169,7 @@ class LeaseManager:
                                 f"{lease.cuda_visible_devices} ({lease.owner}; {state})"), gpus)
         if request.load_stage:  # the load stage takes no GPU: only host RAM, CPUs and max_waiting admit it
             return self._look_load_stage(request, owner, gpus, leases)
-        views = dict(zip((lease.lease_id for lease in leases), self.store.views(gpus, leases)))
+        views = dict(zip((lease.lease_id for lease in leases), self.store.views(gpus, leases), strict=True))
         usage = gpu_usage(gpus, views.values())
         fill_in = [c.local for c in self.classes.classes.values() if c.local.fill_in]
         quiet_since = self.activity.quiet_since(usage, fill_in, record=write) if fill_in else {}

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Iterable, Sequence
 
 from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.errors import InvalidArgumentError

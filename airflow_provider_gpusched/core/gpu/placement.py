@@ -20,8 +20,8 @@ Policy:
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.errors import InvalidArgumentError

@@ -16,7 +16,7 @@ import os
 import random
 import threading
 import time
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from airflow_provider_gpusched.core import pyfunc
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError

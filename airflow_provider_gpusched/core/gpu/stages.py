@@ -16,6 +16,7 @@ training script runs either way.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -75,10 +76,8 @@ def wait_for_gpus() -> list[int]:
         raise StageError(f"the channel to gpusched broke while waiting for GPUs: {exc}") from exc
     finally:
         for fd in (read_fd, write_fd):
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
         os.environ.pop(STAGE_ENV, None)
     if not line:
         raise StageError("gpusched closed the channel before giving GPUs (the task was stopped)")
@@ -167,10 +166,8 @@ class StageChannel:
         self._send({"error": why})
 
     def _send(self, answer: dict) -> None:
-        try:
+        with contextlib.suppress(OSError):  # the child is gone: its exit is seen by the caller
             os.write(self._to_child, json.dumps(answer).encode() + b"\n")
-        except OSError:
-            pass  # the child is gone: its exit is seen by the caller
 
     def close(self) -> None:
         for fd in (self._from_child, self._to_child, self._child_read, self._child_write):
@@ -181,7 +178,5 @@ class StageChannel:
 def _close(fd: int) -> None:
     if fd < 0:
         return
-    try:
+    with contextlib.suppress(OSError):
         os.close(fd)
-    except OSError:
-        pass

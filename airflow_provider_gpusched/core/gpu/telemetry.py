@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_finite_number, is_int
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo

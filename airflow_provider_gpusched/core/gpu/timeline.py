@@ -16,7 +16,8 @@ few hundred bars. Every record read back is checked (:func:`read_history_record`
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_int, is_json_number
 from airflow_provider_gpusched.core.gpu.board import MAX_HOST_GPUS, MAX_NAME
@@ -251,11 +252,8 @@ def _lay_out(bars: list[dict]) -> int:
     above the other. Returns the number of lanes."""
     ends: list[float] = []
     for bar in bars:
-        for lane, end in enumerate(ends):
-            if end <= bar["start"]:
-                break
-        else:
-            lane = len(ends)
+        lane = next((i for i, end in enumerate(ends) if end <= bar["start"]), len(ends))
+        if lane == len(ends):
             ends.append(0.0)
         ends[lane] = bar["end"]
         bar["lane"] = lane

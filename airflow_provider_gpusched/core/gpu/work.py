@@ -4,8 +4,8 @@ it once per attempt; the decision step (core/gpu/attempts.py) reads it for the f
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from airflow_provider_gpusched.core.checks import is_number
 from airflow_provider_gpusched.core.distributed import (

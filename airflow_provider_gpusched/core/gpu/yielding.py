@@ -19,7 +19,7 @@ import contextlib
 import hashlib
 import os
 import time
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from airflow_provider_gpusched.core.checks import is_json_number
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo

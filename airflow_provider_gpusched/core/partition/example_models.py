@@ -12,7 +12,7 @@ Each takes ``seed`` so that every stage of a pipeline builds the same weights.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 
 def _torch():

@@ -201,10 +201,7 @@ def _measure(layer, x, device, warmup: int, repeat: int):
         if cuda:
             torch.cuda.synchronize(device)
         times.append(time.perf_counter() - start)
-    if cuda:
-        activation = max(0, torch.cuda.max_memory_allocated(device) - base)
-    else:
-        activation = largest[0]
+    activation = max(0, torch.cuda.max_memory_allocated(device) - base) if cuda else largest[0]
     return y, statistics.median(times), activation
 
 

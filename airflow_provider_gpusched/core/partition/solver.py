@@ -108,7 +108,7 @@ class _Model:
         self._stage_times: set[float] = set()
         self.fit_bits = []
         mem_prefix, in_part, out_part = self._mem_prefix, self._in_part, self._out_part
-        for t, prefix in zip(self.types, self._time_prefix):
+        for t, prefix in zip(self.types, self._time_prefix, strict=True):
             limit = t.mem_mb * MiB
             per_start = []
             for s in range(L):
@@ -391,7 +391,7 @@ def _count_grid(shape: tuple[int, ...]) -> tuple[list[int], list[int]]:
     strides = [math.prod(shape[a + 1:]) for a in range(len(shape))]
     total = math.prod(shape)
     below = []
-    for size, stride in zip(shape, strides):
+    for size, stride in zip(shape, strides, strict=True):
         # in every run of size * stride vectors, the first (size - 1) * stride are below the maximum
         period = size * stride
         below.append(_repeat((1 << ((size - 1) * stride)) - 1, period, total // period))

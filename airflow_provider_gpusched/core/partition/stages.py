@@ -31,7 +31,7 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 from airflow_provider_gpusched.core.checks import is_int
 

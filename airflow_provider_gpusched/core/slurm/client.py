@@ -11,11 +11,11 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Sequence
 
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
-from airflow_provider_gpusched.core.job_shape import gres_gpu_count  # noqa: F401 - where callers have found it
+from airflow_provider_gpusched.core.job_shape import gres_gpu_count
 from airflow_provider_gpusched.core.slurm.job import COMMENT_PREFIX, SlurmJobSpec, parse_job_comment
 from airflow_provider_gpusched.core.slurm.runner import (
     CommandRunner,

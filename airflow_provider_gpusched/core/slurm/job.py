@@ -12,9 +12,9 @@ import hashlib
 import os
 import re
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
-from typing import Mapping, Sequence
 
 from airflow_provider_gpusched.core import distributed as dist
 from airflow_provider_gpusched.core.checks import is_int

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 from airflow_provider_gpusched.core.slurm.states import JobStatus, array_task_order

@@ -13,8 +13,8 @@ import shlex
 import subprocess
 import threading
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from airflow_provider_gpusched.core.checks import is_int
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
@@ -161,9 +161,8 @@ class SSHCommandRunner(CommandRunner):
         if self.user is not None and (not isinstance(self.user, str) or not _USER.match(self.user)):
             raise InvalidArgumentError("login", self.user, "a user name (letters, digits, '_', '.', '-'; not "
                                        "starting with '-')")
-        if self.port is not None:
-            if not is_int(self.port) or not 0 < self.port < 65536:
-                raise InvalidArgumentError("port", self.port, "a TCP port 1-65535")
+        if self.port is not None and (not is_int(self.port) or not 0 < self.port < 65536):
+            raise InvalidArgumentError("port", self.port, "a TCP port 1-65535")
         if isinstance(self.ssh_options, str) or not all(isinstance(o, str) for o in self.ssh_options):
             raise InvalidArgumentError("ssh_options", self.ssh_options, "a list of ssh arguments")
 

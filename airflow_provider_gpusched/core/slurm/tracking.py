@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable, ClassVar
+from typing import ClassVar
 
 from airflow_provider_gpusched.core.slurm.client import SlurmClient
 from airflow_provider_gpusched.core.slurm.runner import SlurmUnavailableError

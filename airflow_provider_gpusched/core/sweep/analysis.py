@@ -14,7 +14,8 @@ not the plots' sample) and import nothing of Airflow.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from airflow_provider_gpusched.core.sweep.objective import Objective
 from airflow_provider_gpusched.core.sweep.view import best_so_far

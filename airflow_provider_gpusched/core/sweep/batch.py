@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from collections import deque
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from airflow_provider_gpusched.core.gpu.attempts import Attempt
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
@@ -195,8 +195,8 @@ class LocalBatch:
         started = time.monotonic()
         sliced = write_group_manifest(self.manifest, group)
         if self.on_attempt is not None:
-            on_attempt = self.on_attempt
-            runner.on_attempt = lambda attempt, _lease, label=group_label(group): on_attempt(attempt, label)
+            on_attempt, label = self.on_attempt, group_label(group)
+            runner.on_attempt = lambda attempt, _lease: on_attempt(attempt, label)
         try:
             runner.run(self.request, Work(argv=group_argv(sliced, group), setup=self.setup,
                                           time_limit=self.time_limit),
@@ -258,5 +258,5 @@ def group_label(group: Sequence[Trial]) -> str:
     if len(group) == 1:
         return f"trial {group[0].index} {group[0].label}"
     return f"trials {group[0].index}-{group[-1].index} ({len(group)})" if all(
-        b.index == a.index + 1 for a, b in zip(group, group[1:])) else \
+        b.index == a.index + 1 for a, b in zip(group, group[1:], strict=False)) else \
         f"trials {', '.join(str(t.index) for t in group[:6])}{'...' if len(group) > 6 else ''} ({len(group)})"

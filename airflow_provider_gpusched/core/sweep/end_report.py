@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import html
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_json_number
 from airflow_provider_gpusched.core.errors import GpuschedError
@@ -82,8 +83,8 @@ class SweepEndReport:
             head, rows = self._rows()
             widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
             lines += ["", f"top {len(rows)} ({self.objective.describe()}):",
-                      "  " + "  ".join(h.ljust(w) for h, w in zip(head, widths))]
-            lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+                      "  " + "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))]
+            lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
         if self.pareto_front:
             lines += ["", f"Pareto front: {len(self.pareto_front)} trial(s)"]
         if self.gpu_seconds:

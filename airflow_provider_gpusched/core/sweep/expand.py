@@ -16,8 +16,9 @@ import hashlib
 import json
 import random
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_int
 from airflow_provider_gpusched.core.errors import InvalidArgumentError

@@ -17,8 +17,9 @@ on first use only: the rest of the sweep core does not need it.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_int
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
@@ -102,7 +103,7 @@ class ModelCost:
         if key not in self._cache:
             try:
                 model = self.builder()(params)
-            except Exception as exc:  # noqa: BLE001 - the user's build function: say which candidate broke it
+            except Exception as exc:
                 raise GpuschedError(f"evaluator: build({dict(params)}) failed: {type(exc).__name__}: {exc}") from exc
             scale = UNITS[self.units]
             self._cache[key] = {k: v / scale for k, v in model_cost(model, self.input_shape).items()}

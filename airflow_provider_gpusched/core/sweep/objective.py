@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_finite_number, is_number
 from airflow_provider_gpusched.core.errors import InvalidArgumentError, brief_repr
@@ -124,7 +125,7 @@ class Objective:
         if self.weights:
             return "weighted sum (" + " ".join(
                 f"{'+' if mode == 'maximize' else '-'}{w:g}*{m}" for m, mode, w in zip(self.metrics, self.modes,
-                                                                                    self.weights)) + ")"
+                                                                                    self.weights, strict=True)) + ")"
         return self.metrics[0]
 
     def values(self, result: Any) -> tuple[float, ...] | None:
@@ -149,7 +150,7 @@ class Objective:
         if values is None:
             return None
         if self.weights:
-            return sum(w * (v if mode == "maximize" else -v) for v, mode, w in zip(values, self.modes, self.weights))
+            return sum(w * (v if mode == "maximize" else -v) for v, mode, w in zip(values, self.modes, self.weights, strict=True))
         return values[0]
 
     def problem(self, result: Any) -> str:
@@ -185,7 +186,7 @@ class Objective:
         return out
 
     def describe(self) -> str:
-        return ", ".join(f"{mode} {metric}" for metric, mode in zip(self.metrics, self.modes))
+        return ", ".join(f"{mode} {metric}" for metric, mode in zip(self.metrics, self.modes, strict=True))
 
 
 def pareto_fronts(points: Sequence[Sequence[float]], modes: Sequence[str], enough: int | None = None) -> list[list[int]]:
@@ -196,7 +197,7 @@ def pareto_fronts(points: Sequence[Sequence[float]], modes: Sequence[str], enoug
     grows and never has to drop a member: with two metrics each front is peeled in one pass (O(n) after one
     sort), with more in O(n * |front| * m) (numpy checks a point against the whole front at once)."""
     signs = [1.0 if mode == "maximize" else -1.0 for mode in modes]
-    oriented = [tuple(s * v for s, v in zip(signs, p)) for p in points]
+    oriented = [tuple(s * v for s, v in zip(signs, p, strict=True)) for p in points]
     left = sorted(range(len(points)), key=lambda i: tuple(-v for v in oriented[i]))
     fronts: list[list[int]] = []
     found = 0
@@ -238,7 +239,7 @@ def _peel(oriented: Sequence[tuple[float, ...]], left: Sequence[int], front: lis
     for i in left:
         p = oriented[i]
         if members is None:
-            dominated = any(all(a >= b for a, b in zip(oriented[j], p)) and oriented[j] != p for j in front)
+            dominated = any(all(a >= b for a, b in zip(oriented[j], p, strict=True)) and oriented[j] != p for j in front)
         else:
             found, q = members[:count], np.asarray(p)
             dominated = bool(np.any(np.all(found >= q, axis=1) & np.any(found > q, axis=1)))
@@ -319,7 +320,7 @@ def leaderboard(records: Iterable[Mapping], objective: Objective, top_n: int = 1
         front_of = {i: f + 1 for f, members in enumerate(fronts) for i in members}
         for i, r in enumerate(scored):
             r["front"] = front_of.get(i)
-            r["values"] = dict(zip(objective.metrics, r["_values"]))
+            r["values"] = dict(zip(objective.metrics, r["_values"], strict=True))
         if not objective.weights:
             scored = [r for r in scored if r["front"] is not None]
     for r in scored:
@@ -335,7 +336,7 @@ def pareto_front(records: Iterable[Mapping], objective: Objective) -> list[dict]
     scored = [(r, v) for r in records if r.get("state") == "succeeded"
               for v in [objective.values(r.get("result"))] if v is not None]
     fronts = pareto_fronts([v for _, v in scored], objective.modes, enough=1)
-    rows = [{**scored[i][0], "values": dict(zip(objective.metrics, scored[i][1]))} for i in (fronts[0] if fronts else [])]
+    rows = [{**scored[i][0], "values": dict(zip(objective.metrics, scored[i][1], strict=True))} for i in (fronts[0] if fronts else [])]
     first, mode = objective.metrics[0], objective.modes[0]
     rows.sort(key=lambda r: (-r["values"][first] if mode == "maximize" else r["values"][first], r.get("index", 0)))
     return rows
@@ -347,7 +348,7 @@ def format_leaderboard(board: Sequence[Mapping], objective: Objective) -> str:
     if not objective.several:
         rows = [(r["rank"], r["score"], r["label"] or r["trial_id"], r["trial_id"]) for r in board]
         return format_table(rows, ["rank", f"{objective.metric} ({objective.mode})", "parameters", "trial"])
-    head = ["rank", "front"] + [f"{m} ({mode[:3]})" for m, mode in zip(objective.metrics, objective.modes)]
+    head = ["rank", "front"] + [f"{m} ({mode[:3]})" for m, mode in zip(objective.metrics, objective.modes, strict=True)]
     if objective.weights:
         head.append("weighted sum")
     rows = []

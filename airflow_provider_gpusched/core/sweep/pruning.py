@@ -24,8 +24,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
@@ -320,7 +321,7 @@ class SweepReports:
             if judge_of is None:
                 judge_of = self._optuna[folder_name] = OptunaJudge(rule)
             peers = [(self._state(name), reports) for name, reports in sorted(everything.items())]
-            key = tuple((name, self._cache_key(name), state) for name, (state, _) in zip(sorted(everything), peers))
+            key = tuple((name, self._cache_key(name), state) for name, (state, _) in zip(sorted(everything), peers, strict=True))
             return judge_of.judge(own, peers, key)
         return judge(rule, own, list(everything.values()), judged_up_to)
 

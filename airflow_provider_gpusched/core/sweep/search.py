@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import os
 import random
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.sweep import spaces
@@ -87,7 +88,7 @@ class RoundSearch:
 
     def _score(self, values: Sequence[float]) -> float:
         """The objective's score (a single metric, or the weighted sum) of a trial's metric values."""
-        return self.spec.objective.score(dict(zip(self.spec.objective.metrics, values)))
+        return self.spec.objective.score(dict(zip(self.spec.objective.metrics, values, strict=True)))
 
 
 def _key(params: Mapping[str, Any]) -> str:
@@ -179,7 +180,7 @@ class EvolutionSearch(RoundSearch):
             # random draws keep hitting candidates already evaluated: in a small space, take what is left
             import itertools
 
-            rest = [dict(zip(self.choices, values)) for values in itertools.product(*self.choices.values())]
+            rest = [dict(zip(self.choices, values, strict=True)) for values in itertools.product(*self.choices.values())]
             rng.shuffle(rest)
             for candidate in rest:
                 if len(out) >= s.candidate_pool_size:

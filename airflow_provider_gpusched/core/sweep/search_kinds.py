@@ -11,8 +11,9 @@ One-shot kinds (grid, random) know every trial before anything runs; round kinds
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_gpusched.core.checks import check_int, is_number, record_from_mapping
 from airflow_provider_gpusched.core.errors import InvalidArgumentError

@@ -29,8 +29,9 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from airflow_provider_gpusched.core.checks import check_int, is_int, record_from_mapping
 from airflow_provider_gpusched.core.distributed import DEFAULT_RANK_EXIT_GRACE, check_grace, check_mode
@@ -444,7 +445,7 @@ class SweepSpec:
             primary = self.objective.primary
             self.pruning.metric = self.pruning.metric or primary.metric
             self.pruning.mode = self.pruning.mode or (
-                dict(zip(self.objective.metrics, self.objective.modes)).get(self.pruning.metric, primary.mode))
+                dict(zip(self.objective.metrics, self.objective.modes, strict=True)).get(self.pruning.metric, primary.mode))
 
     def _check_target(self) -> None:
         """What a trial runs: exactly one of an argv list or a Python callable, and the optional env function."""

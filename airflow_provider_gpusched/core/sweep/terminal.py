@@ -20,7 +20,8 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.options import host_limit_defaults
@@ -184,7 +185,7 @@ def run_sweep(spec: str | SweepSpec, *, results_root: str | None = None, manager
         stop, done, interrupted = threading.Event(), threading.Event(), threading.Event()
         outcome: dict[str, Any] = {}
 
-        def work() -> None:
+        def work(manifest: Any, stop: threading.Event, done: threading.Event, outcome: dict[str, Any]) -> None:
             try:
                 outcome["value"] = run_local_batch(
                     manifest, manifest.pending, manager, request, parallel=parallel, trials_per_process=1,
@@ -195,7 +196,8 @@ def run_sweep(spec: str | SweepSpec, *, results_root: str | None = None, manager
             finally:
                 done.set()
 
-        worker = threading.Thread(target=work, name=f"gpusched-sweep-{spec.name}", daemon=True)
+        worker = threading.Thread(target=work, args=(manifest, stop, done, outcome), name=f"gpusched-sweep-{spec.name}",
+                                  daemon=True)
         try:
             if board is not None:
                 board.__enter__()

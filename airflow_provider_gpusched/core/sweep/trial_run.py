@@ -22,8 +22,9 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
@@ -108,7 +109,7 @@ class Manifest:
         import pickle
 
         with open(os.path.join(self.store.dir, self.data["target"]["required_env"]), "rb") as fh:
-            return pickle.load(fh)  # noqa: S301 - the sweep's own file, in its private folder
+            return pickle.load(fh)
 
     def load_callable(self) -> Callable:
         """The sweep's callable, unpickled once per manifest object (a group runs several trials with it)."""
@@ -117,7 +118,7 @@ class Manifest:
             # helpers itself when the callable was pickled by value (a lambda, a closure), not by reference
 
             with open(os.path.join(self.store.dir, self.data["target"]["callable"]), "rb") as fh:
-                self._callable = pickle.load(fh)  # noqa: S301 - the sweep's own file, in its private folder
+                self._callable = pickle.load(fh)
         return self._callable
 
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_int, is_json_number
 from airflow_provider_gpusched.core.errors import InvalidArgumentError

@@ -34,7 +34,7 @@ with DAG(dag_id="t_local_errors", schedule=None, start_date=START) as errors:
 
     raises()
 
-from airflow_provider_gpusched.sensors.local_gpu import GPUAvailableSensor  # noqa: E402
+from airflow_provider_gpusched.sensors.local_gpu import GPUAvailableSensor
 
 with DAG(dag_id="t_local_sensor", schedule=None, start_date=START) as sensor:
     GPUAvailableSensor(task_id="deferred", gpus=2, poke_interval=0.5)

@@ -6,6 +6,7 @@ push any XCom: none of this may decide what the UI shows."""
 import json
 import os
 import time
+from pathlib import Path
 
 import pendulum
 from airflow.sdk import DAG, TaskGroup, get_current_context, task
@@ -15,7 +16,7 @@ START = pendulum.datetime(2026, 1, 1, tz="UTC")
 
 @task
 def plan():
-    forged = json.loads(open(os.environ["UI_FORGED"]).read())
+    forged = json.loads(Path(os.environ["UI_FORGED"]).read_text())
     ti = get_current_context()["ti"]
     ti.xcom_push(key="gpusched_sweep_plan", value=forged["plan"])
     ti.xcom_push(key="gpusched_lease", value=forged["leases"][0])
@@ -26,16 +27,15 @@ def plan():
 
 @task
 def hold(index: int):
-    forged = json.loads(open(os.environ["UI_FORGED"]).read())
+    forged = json.loads(Path(os.environ["UI_FORGED"]).read_text())
     get_current_context()["ti"].xcom_push(key="gpusched_lease", value=forged["leases"][index])
     while not os.path.exists(os.environ["UI_RELEASE"]):
         time.sleep(0.2)
 
 
 # dag.test runs one task at a time: each forged lease is held by a DAG of its own, run at once in its own process
-with DAG("ui_forger", schedule=None, start_date=START) as forger:
-    with TaskGroup("stolen"):
-        plan()
+with DAG("ui_forger", schedule=None, start_date=START) as forger, TaskGroup("stolen"):
+    plan()
 
 with DAG("ui_forger_host", schedule=None, start_date=START) as forger_host:
     hold.override(task_id="lease_on_a_made_up_host")(1)

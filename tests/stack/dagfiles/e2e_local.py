@@ -10,9 +10,9 @@ import pendulum
 from airflow.sdk import DAG
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_common import RECORDING_TRIAL  # noqa: E402
+from e2e_common import RECORDING_TRIAL
 
-from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator  # noqa: E402
+from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 OUT = {"E2E_OUT": "{{ params.out }}"}
