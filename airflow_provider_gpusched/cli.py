@@ -86,26 +86,49 @@ def _gpus(args) -> int:
     usage = gpu_usage(gpus, LeaseStore.views(gpus, leases))
     if args.json:
         driver = manager.inventory.driver_version() if manager.inventory.source == "nvml" else None
-        print(json.dumps({"source": manager.inventory.source, "driver": driver, "state_dir": manager.state_dir,
-                          "gpus": [{**g.to_dict(), "reserved": usage[g.index].reserved,
-                                    "available": usage[g.index].available(),
-                                    "foreign_processes": usage[g.index].foreign_processes} for g in gpus],
-                          "leases": [{**lease.to_dict(), "yield_requested": yielding.get(lease.lease_id)}
-                                     for lease in leases],
-                          "waiting": waiting, "gpu_time": totals,
-                          "unreadable": [{"file": f, "problem": why} for f, why in manager.unreadable]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "source": manager.inventory.source,
+                    "driver": driver,
+                    "state_dir": manager.state_dir,
+                    "gpus": [
+                        {
+                            **g.to_dict(),
+                            "reserved": usage[g.index].reserved,
+                            "available": usage[g.index].available(),
+                            "foreign_processes": usage[g.index].foreign_processes,
+                        }
+                        for g in gpus
+                    ],
+                    "leases": [
+                        {**lease.to_dict(), "yield_requested": yielding.get(lease.lease_id)} for lease in leases
+                    ],
+                    "waiting": waiting,
+                    "gpu_time": totals,
+                    "unreadable": [{"file": f, "problem": why} for f, why in manager.unreadable],
+                },
+                indent=2,
+            )
+        )
         return 0
     simulated = manager.inventory.source == "simulated"
-    source = "SIMULATED: no GPU found through NVML" if simulated else f"NVML, driver {manager.inventory.driver_version()}"
+    source = (
+        "SIMULATED: no GPU found through NVML" if simulated else f"NVML, driver {manager.inventory.driver_version()}"
+    )
     print(f"GPUs ({source}), leases in {manager.state_dir}")
-    print(f"{'GPU':>3}  {'name':<24} {'total':>9} {'used':>9} {'reserved':>9} {'available':>9} {'util':>5} "
-          f"{'foreign':>7}  uuid")
+    print(
+        f"{'GPU':>3}  {'name':<24} {'total':>9} {'used':>9} {'reserved':>9} {'available':>9} {'util':>5} "
+        f"{'foreign':>7}  uuid"
+    )
     for g in gpus:
         u = usage[g.index]
         util = "-" if g.utilization is None else f"{g.utilization}%"
-        print(f"{g.index:>3}  {g.name[:24]:<24} {format_bytes(g.memory_total):>9} {format_bytes(g.memory_used):>9} "
-              f"{format_bytes(u.reserved):>9} {format_bytes(max(0, u.available())):>9} {util:>5} "
-              f"{u.foreign_processes:>7}  {g.uuid}")
+        print(
+            f"{g.index:>3}  {g.name[:24]:<24} {format_bytes(g.memory_total):>9} {format_bytes(g.memory_used):>9} "
+            f"{format_bytes(u.reserved):>9} {format_bytes(max(0, u.available())):>9} {util:>5} "
+            f"{u.foreign_processes:>7}  {g.uuid}"
+        )
     print()
     now = time.time()
     if not leases:
@@ -121,8 +144,10 @@ def _gpus(args) -> int:
                 state = f"  [yielding to {yielding[lease.lease_id].get('by', '?')}]"
             elif lease.preemptible:
                 state = "  [preemptible]"
-            print(f"{lease.lease_id:<16} {','.join(map(str, lease.gpus)):<8} {memory:<12} {lease.job_class:<7} "
-                  f"{lease.priority:>4} {lease.pid:>7} {now - lease.created:>6.0f}s  {lease.owner}{state}")
+            print(
+                f"{lease.lease_id:<16} {','.join(map(str, lease.gpus)):<8} {memory:<12} {lease.job_class:<7} "
+                f"{lease.priority:>4} {lease.pid:>7} {now - lease.created:>6.0f}s  {lease.owner}{state}"
+            )
     for mark in waiting:
         print(f"waiting (normal class, idle work held back): {mark.get('owner', '?')}")
     for _path, why in manager.unreadable:
@@ -131,8 +156,10 @@ def _gpus(args) -> int:
         print()
         print("GPU time on this host (from the ledger):")
         for job_class, t in sorted(totals.items()):
-            print(f"  {job_class:<7} {t['gpu_seconds']:>10.1f} GPU-s used in {t['attempts']} attempt(s), "
-                  f"{t['lost_gpu_seconds']:.1f} GPU-s lost to {t['preemptions']} preemption(s)")
+            print(
+                f"  {job_class:<7} {t['gpu_seconds']:>10.1f} GPU-s used in {t['attempts']} attempt(s), "
+                f"{t['lost_gpu_seconds']:.1f} GPU-s lost to {t['preemptions']} preemption(s)"
+            )
     return 0
 
 
@@ -143,11 +170,20 @@ def _sweep_run(args) -> int:
     from airflow_provider_gpusched.core.sweep.terminal import SweepInterrupted, load_spec, run_sweep
 
     spec = load_spec(args.spec)
-    manager = None if args.backend == "slurm" else LeaseManager(
-        get_inventory(simulate_option(args)), state_dir_option(args), shared=shared_option())
+    manager = (
+        None
+        if args.backend == "slurm"
+        else LeaseManager(get_inventory(simulate_option(args)), state_dir_option(args), shared=shared_option())
+    )
     try:
-        summary = run_sweep(spec, results_root=args.results_root, manager=manager, parallel=args.parallel,
-                            force_rerun=True if args.force_rerun else None, backend=args.backend)
+        summary = run_sweep(
+            spec,
+            results_root=args.results_root,
+            manager=manager,
+            parallel=args.parallel,
+            force_rerun=True if args.force_rerun else None,
+            backend=args.backend,
+        )
     except SweepInterrupted as exc:
         print(str(exc), file=sys.stderr)
         return 130
@@ -171,8 +207,9 @@ def _sweep_preview(args) -> int:
     preview = SweepSession(spec, args.results_root).preview()
     if args.labels:  # GPU Task Scheduler's "all test instances in a string"
         if spec.in_rounds:
-            raise GpuschedError(f"{args.spec}: search {spec.search} makes its trials round by round: no labels "
-                                f"before it runs")
+            raise GpuschedError(
+                f"{args.spec}: search {spec.search} makes its trials round by round: no labels before it runs"
+            )
         print(spec.label_format.instance_separator.join(t["label"] for t in preview["table"]))
         return 0
     if args.json:
@@ -182,18 +219,21 @@ def _sweep_preview(args) -> int:
     if spec.in_rounds:
         print(format_table([(r["round"], r["trials"]) for r in preview["rounds"]], ["round", "trials"]))
         if preview.get("space_size") is not None:
-            print(f"the space holds {preview['space_size']:,} distinct points, and the search runs each at most "
-                  f"once")
+            print(f"the space holds {preview['space_size']:,} distinct points, and the search runs each at most once")
         print("trials of later rounds depend on earlier scores: nothing more to show before running")
         return 0
     if preview["would_skip"]:
-        print(f"would run {preview['would_run']}, skip {preview['would_skip']} (already succeeded or pruned; "
-              f"--force-rerun runs them again)")
+        print(
+            f"would run {preview['would_run']}, skip {preview['would_skip']} (already succeeded or pruned; "
+            f"--force-rerun runs them again)"
+        )
     elif spec.force_rerun:
-        print(f"would run {preview['would_run']} (--force-rerun: trials that already succeeded or were pruned run again)")
+        print(
+            f"would run {preview['would_run']} (--force-rerun: trials that already succeeded or were pruned run again)"
+        )
     else:
         print(f"would run {preview['would_run']}; none has succeeded yet, nothing to skip")
-    rows = [(t["index"], t["trial_id"], t["state"], t["label"] or "-") for t in preview["table"][:args.limit]]
+    rows = [(t["index"], t["trial_id"], t["state"], t["label"] or "-") for t in preview["table"][: args.limit]]
     print(format_table(rows, ["#", "trial", "state", "parameters"]))
     if len(preview["table"]) > args.limit:
         print(f"... {len(preview['table']) - args.limit} more (--limit N, or --json for all)")
@@ -213,14 +253,21 @@ def _sweep_results(args) -> int:
     if summary is None:
         raise GpuschedError(f"{path}: missing (has the sweep's collect task run?)")
     if not isinstance(summary, dict) or "_unreadable" in summary:
-        raise GpuschedError(f"{path}: malformed: {summary.get('_unreadable') if isinstance(summary, dict) else 'not an object'}")
+        raise GpuschedError(
+            f"{path}: malformed: {summary.get('_unreadable') if isinstance(summary, dict) else 'not an object'}"
+        )
     if not isinstance(summary.get("table"), dict) or not isinstance(summary.get("counts"), dict):
         raise GpuschedError(f"{path}: malformed: expected the keys 'table' and 'counts' written by collect")
     board = read_json(os.path.join(args.folder, "leaderboard.json"))
-    if board is not None and (not isinstance(board, dict) or not isinstance(board.get("leaderboard"), list)
-                              or not isinstance(board.get("objective"), dict)):
-        raise GpuschedError(f"{os.path.join(args.folder, 'leaderboard.json')}: malformed: expected 'objective' "
-                            f"and 'leaderboard' written by collect")
+    if board is not None and (
+        not isinstance(board, dict)
+        or not isinstance(board.get("leaderboard"), list)
+        or not isinstance(board.get("objective"), dict)
+    ):
+        raise GpuschedError(
+            f"{os.path.join(args.folder, 'leaderboard.json')}: malformed: expected 'objective' "
+            f"and 'leaderboard' written by collect"
+        )
     if args.json:
         print(json.dumps({"counts": summary["counts"], "leaderboard": (board or {}).get("leaderboard")}, indent=2))
         return 0
@@ -255,11 +302,20 @@ def _latest_reports(folder: str, records, limit: int = 20) -> str:
         latest = summarise(found)
         if latest is None:
             continue
-        metrics = ", ".join(f"{k}={v:.6g}" if isinstance(v, (int, float)) else f"{k}={v}"
-                            for k, v in list(latest["last"].items())[:6])
-        rows.append((record.get("state") != "running", record.get("index", "?"),
-                     printable(str(record.get("label") or record.get("trial_id", "?")))[:40],
-                     record.get("state", "?"), latest["last_step"], metrics, latest.get("checkpoint", "")))
+        metrics = ", ".join(
+            f"{k}={v:.6g}" if isinstance(v, (int, float)) else f"{k}={v}" for k, v in list(latest["last"].items())[:6]
+        )
+        rows.append(
+            (
+                record.get("state") != "running",
+                record.get("index", "?"),
+                printable(str(record.get("label") or record.get("trial_id", "?")))[:40],
+                record.get("state", "?"),
+                latest["last_step"],
+                metrics,
+                latest.get("checkpoint", ""),
+            )
+        )
     if not rows and not problems:
         return ""
     rows.sort(key=lambda r: (r[0], r[1] if isinstance(r[1], int) else 0))
@@ -281,21 +337,28 @@ def _pools_sync(args) -> int:
     try:
         plan = desired_pools(args.backend, args.slurm_conn_id)
     except AirflowNotFoundException:
-        raise GpuschedError(f"--slurm-conn-id {args.slurm_conn_id}: no such Airflow connection "
-                            f"(airflow connections list)") from None
+        raise GpuschedError(
+            f"--slurm-conn-id {args.slurm_conn_id}: no such Airflow connection (airflow connections list)"
+        ) from None
     try:
         rows = sync_pools(plan, dry_run=args.dry_run)
     except SQLAlchemyError as exc:
         first = str(exc).splitlines()[0][:300]
-        raise GpuschedError(f"cannot use the Airflow metadata database ({first}); is AIRFLOW_HOME / "
-                            f"sql_alchemy_conn right, and has 'airflow db migrate' run?") from None
+        raise GpuschedError(
+            f"cannot use the Airflow metadata database ({first}); is AIRFLOW_HOME / "
+            f"sql_alchemy_conn right, and has 'airflow db migrate' run?"
+        ) from None
     if args.json:
         print(json.dumps({"dry_run": args.dry_run, "pools": rows}, indent=2))
         return 0
     if not rows:
         print("the job-class mapping names no pools: nothing to do")
         return 0
-    verb = {"create": "would create", "update": "would update"} if args.dry_run else {"create": "created", "update": "updated"}
+    verb = (
+        {"create": "would create", "update": "would update"}
+        if args.dry_run
+        else {"create": "created", "update": "updated"}
+    )
     for r in rows:
         what = verb.get(r["action"], "unchanged")
         was = f" (was {r['was']})" if r["action"] == "update" else ""
@@ -312,8 +375,16 @@ def _partition(args) -> int:
         schedule_yaml,
     )
 
-    problem = load_problem(args.models, args.device_types, args.devices, model=args.model, dtype=args.dtype,
-                           batch_size=args.batch_size, buffers_in=args.buffers_in, buffers_out=args.buffers_out)
+    problem = load_problem(
+        args.models,
+        args.device_types,
+        args.devices,
+        model=args.model,
+        dtype=args.dtype,
+        batch_size=args.batch_size,
+        buffers_in=args.buffers_in,
+        buffers_out=args.buffers_out,
+    )
     if args.time_limit is not None and not args.time_limit > 0:
         raise PartitionInputError(f"--time-limit: expected a number of seconds > 0, got {args.time_limit}")
     schedule = partition(problem, time_limit=args.time_limit)
@@ -336,8 +407,10 @@ def _profile(args) -> int:
     try:
         import torch  # noqa: F401 - only to say clearly that it is needed
     except ImportError:
-        raise PartitionInputError("gpusched profile needs PyTorch: pip install 'airflow-provider-gpusched[examples]' "
-                                  "(or the torch build for your GPU)") from None
+        raise PartitionInputError(
+            "gpusched profile needs PyTorch: pip install 'airflow-provider-gpusched[examples]' "
+            "(or the torch build for your GPU)"
+        ) from None
     from airflow_provider_gpusched.core.partition.profile import (
         check_profile_files,
         host_device_type,
@@ -355,20 +428,46 @@ def _profile(args) -> int:
     if not args.time_limit > 0:
         raise PartitionInputError(f"--time-limit: expected a number of seconds > 0, got {args.time_limit}")
     device_type = args.device_type or host_device_type()
-    check_profile_files(models_file=args.models, device_types_file=args.device_types, device_type=device_type,
-                        bw_mbps=args.bw_mbps)  # what the write would refuse, said before minutes of measuring
+    check_profile_files(
+        models_file=args.models, device_types_file=args.device_types, device_type=device_type, bw_mbps=args.bw_mbps
+    )  # what the write would refuse, said before minutes of measuring
     with time_limit(args.time_limit, f"profiling {args.model}"):
-        profile = profile_model(args.model, dtype=args.dtype, batch_size=args.batch_size, input_shape=shape,
-                                device=args.device, warmup=args.warmup, repeat=args.repeat)
-    written = write_profile(profile, models_file=args.models, device_types_file=args.device_types,
-                            device_type=device_type, name=args.name, bw_mbps=args.bw_mbps, mem_mb=args.mem_mb)
+        profile = profile_model(
+            args.model,
+            dtype=args.dtype,
+            batch_size=args.batch_size,
+            input_shape=shape,
+            device=args.device,
+            warmup=args.warmup,
+            repeat=args.repeat,
+        )
+    written = write_profile(
+        profile,
+        models_file=args.models,
+        device_types_file=args.device_types,
+        device_type=device_type,
+        name=args.name,
+        bw_mbps=args.bw_mbps,
+        mem_mb=args.mem_mb,
+    )
     mib = 1024 * 1024
-    rows = [(i + 1, lp.name, f"{lp.time_s * 1000:.3f}", f"{lp.weights_bytes / mib:.3f}",
-             f"{lp.activation_bytes / mib:.3f}", lp.out_elements) for i, lp in enumerate(profile.layers)]
+    rows = [
+        (
+            i + 1,
+            lp.name,
+            f"{lp.time_s * 1000:.3f}",
+            f"{lp.weights_bytes / mib:.3f}",
+            f"{lp.activation_bytes / mib:.3f}",
+            lp.out_elements,
+        )
+        for i, lp in enumerate(profile.layers)
+    ]
     print(format_table(rows, ["layer", "module", "forward ms", "weights MiB", "activations MiB", "out/sample"]))
-    print(f"{written['model']}: {written['layers']} layers, {profile.dtype}, micro-batch {profile.batch_size}, input "
-          f"{','.join(map(str, profile.input_shape))}, measured on {profile.device}; wrote {args.models} and "
-          f"{args.device_types} (device type {device_type})")
+    print(
+        f"{written['model']}: {written['layers']} layers, {profile.dtype}, micro-batch {profile.batch_size}, input "
+        f"{','.join(map(str, profile.input_shape))}, measured on {profile.device}; wrote {args.models} and "
+        f"{args.device_types} (device type {device_type})"
+    )
     return 0
 
 
@@ -381,9 +480,23 @@ def _fleet_hosts(args) -> int:
     view = fleet.read_fleet(fleet_dir(args))
     now = time.time()
     if args.json:
-        print(json.dumps({"hosts": [{**h.to_dict(), "fresh": h.fresh(now), "age": round(h.age(now), 1),
-                                     "clock_off": round(h.clock_off, 1)} for h in view.hosts],
-                          "unreadable": [{"file": f, "problem": why} for f, why in view.unreadable]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "hosts": [
+                        {
+                            **h.to_dict(),
+                            "fresh": h.fresh(now),
+                            "age": round(h.age(now), 1),
+                            "clock_off": round(h.clock_off, 1),
+                        }
+                        for h in view.hosts
+                    ],
+                    "unreadable": [{"file": f, "problem": why} for f, why in view.unreadable],
+                },
+                indent=2,
+            )
+        )
         return 0
     if not view.hosts:
         print("no host has published a record (is [gpusched] fleet_dir the same on the hosts?)")
@@ -397,9 +510,12 @@ def _fleet_hosts(args) -> int:
         for g in h.gpus:
             holders = [lease for lease in h.leases if g.index in lease.gpus]
             who = "; ".join(f"{lease.job_class} {lease.owner}" for lease in holders) or (
-                "processes of others" if g.index in h.foreign_busy else "free")
-            print(f"  GPU {g.index} {format_bytes(g.memory_total):>9}  reserved "
-                  f"{format_bytes(usage[g.index].reserved):>9}  {who}")
+                "processes of others" if g.index in h.foreign_busy else "free"
+            )
+            print(
+                f"  GPU {g.index} {format_bytes(g.memory_total):>9}  reserved "
+                f"{format_bytes(usage[g.index].reserved):>9}  {who}"
+            )
     for _f, why in view.unreadable:
         print(f"unreadable: {why}", file=sys.stderr)
     return 0
@@ -410,8 +526,13 @@ def _fleet_queues(args) -> int:
     from airflow_provider_gpusched.core.gpu.inventory import get_inventory
     from airflow_provider_gpusched.core.host_name import this_host
 
-    print(",".join(fleet.host_queues(get_inventory(simulate_option(args)).gpus(), args.lane,
-                                     this_host() if args.lane == "gpu" else "")))
+    print(
+        ",".join(
+            fleet.host_queues(
+                get_inventory(simulate_option(args)).gpus(), args.lane, this_host() if args.lane == "gpu" else ""
+            )
+        )
+    )
     return 0
 
 
@@ -432,16 +553,24 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("gpus", help="this host's GPUs and who holds them (leases)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--simulate", help="simulated inventory where NVML finds no GPU, e.g. 4x24GiB "
-                                      "(default: $GPUSCHED_SIMULATE_GPUS)")
+    p.add_argument(
+        "--simulate",
+        help="simulated inventory where NVML finds no GPU, e.g. 4x24GiB (default: $GPUSCHED_SIMULATE_GPUS)",
+    )
     p.add_argument("--state-dir", help="lease directory (default: $GPUSCHED_STATE_DIR or <tmp>/gpusched-<uid>)")
-    p.add_argument("--fleet-dir", help="in a fleet: every host's GPUs from the records they published (default: "
-                                       "[gpusched] fleet_dir; docs/fleet.md)")
+    p.add_argument(
+        "--fleet-dir",
+        help="in a fleet: every host's GPUs from the records they published (default: "
+        "[gpusched] fleet_dir; docs/fleet.md)",
+    )
     p.add_argument("--this-host", action="store_true", help="this host's GPUs and leases only, even in a fleet")
     p.set_defaults(func=_gpus)
     fleet = sub.add_parser("fleet", help="several GPU hosts as one pool (docs/fleet.md)").add_subparsers(
-        dest="fleet_command", required=True)
-    p = fleet.add_parser("hosts", help="every GPU host of the fleet: its GPUs and leases, from the records it published")
+        dest="fleet_command", required=True
+    )
+    p = fleet.add_parser(
+        "hosts", help="every GPU host of the fleet: its GPUs and leases, from the records it published"
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--fleet-dir", help="the fleet directory (default: $AIRFLOW__GPUSCHED__FLEET_DIR)")
     p.set_defaults(func=_fleet_hosts)
@@ -470,37 +599,62 @@ def build_parser() -> argparse.ArgumentParser:
     sweep = sub.add_parser("sweep", help="sweep specs").add_subparsers(dest="sweep_command", required=True)
     p = sweep.add_parser("preview", help="dry run: the trials a sweep spec defines, their count and state")
     p.add_argument("spec", help="a YAML sweep spec, or package.module:ATTR naming a SweepSpec")
-    p.add_argument("--results-root", help="where the sweep keeps results (default: the spec's results_root, "
-                                          "$AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT or $AIRFLOW_HOME/gpusched/sweeps)")
+    p.add_argument(
+        "--results-root",
+        help="where the sweep keeps results (default: the spec's results_root, "
+        "$AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT or $AIRFLOW_HOME/gpusched/sweeps)",
+    )
     p.add_argument("--force-rerun", action="store_true", help="count succeeded trials as to-run")
     p.add_argument("--limit", type=_positive_int, default=50, help="rows of the table to print (default 50)")
     p.add_argument("--json", action="store_true", help="every trial, machine-readable")
-    p.add_argument("--labels", action="store_true", help="only the trial labels, joined by label_format.instance_separator "
-                                                       "(GPU Task Scheduler's test_config_string_inst_separator, default +)")
+    p.add_argument(
+        "--labels",
+        action="store_true",
+        help="only the trial labels, joined by label_format.instance_separator "
+        "(GPU Task Scheduler's test_config_string_inst_separator, default +)",
+    )
     p.set_defaults(func=_sweep_preview)
-    p = sweep.add_parser("run", help="run a sweep on this host's GPUs without Airflow (resumable; a DAG of the same "
-                                     "sweep later skips what it finished)")
+    p = sweep.add_parser(
+        "run",
+        help="run a sweep on this host's GPUs without Airflow (resumable; a DAG of the same "
+        "sweep later skips what it finished)",
+    )
     p.add_argument("spec", help="a YAML sweep spec, or package.module:ATTR naming a SweepSpec")
-    p.add_argument("--results-root", help="where the sweep keeps results (default: the spec's results_root, "
-                                          "$AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT or $AIRFLOW_HOME/gpusched/sweeps)")
+    p.add_argument(
+        "--results-root",
+        help="where the sweep keeps results (default: the spec's results_root, "
+        "$AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT or $AIRFLOW_HOME/gpusched/sweeps)",
+    )
     p.add_argument("--parallel", type=_positive_int, help="trials at once (default: what fits on the GPUs)")
-    p.add_argument("--backend", choices=["local", "slurm"], default="local",
-                   help="this host's GPUs (default), or Slurm: job arrays through the local Slurm CLI")
+    p.add_argument(
+        "--backend",
+        choices=["local", "slurm"],
+        default="local",
+        help="this host's GPUs (default), or Slurm: job arrays through the local Slurm CLI",
+    )
     p.add_argument("--force-rerun", action="store_true", help="run succeeded and pruned trials again")
     p.add_argument("--simulate", help="simulated GPUs, e.g. 4x24GiB (default: NVML, else $GPUSCHED_SIMULATE_GPUS)")
-    p.add_argument("--state-dir", help="the GPU lease directory (default: Airflow's, $AIRFLOW__GPUSCHED__GPU_STATE_DIR)")
+    p.add_argument(
+        "--state-dir", help="the GPU lease directory (default: Airflow's, $AIRFLOW__GPUSCHED__GPU_STATE_DIR)"
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=_sweep_run)
     p = sweep.add_parser("results", help="status table and leaderboard of a sweep that ran")
     p.add_argument("folder", help="the sweep's folder (<results root>/<sweep name>)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_sweep_results)
-    pools = sub.add_parser("pools", help="Airflow pools of the job classes").add_subparsers(dest="pools_command",
-                                                                                           required=True)
-    p = pools.add_parser("sync", help="create or update the pools that [gpusched] job_classes names "
-                                      "(one slot per GPU); idempotent")
-    p.add_argument("--backend", choices=["local", "slurm"], default="local",
-                   help="count this host's GPUs (local, default) or the classes' Slurm partitions' GPUs")
+    pools = sub.add_parser("pools", help="Airflow pools of the job classes").add_subparsers(
+        dest="pools_command", required=True
+    )
+    p = pools.add_parser(
+        "sync", help="create or update the pools that [gpusched] job_classes names (one slot per GPU); idempotent"
+    )
+    p.add_argument(
+        "--backend",
+        choices=["local", "slurm"],
+        default="local",
+        help="count this host's GPUs (local, default) or the classes' Slurm partitions' GPUs",
+    )
     p.add_argument("--slurm-conn-id", help="Slurm connection for --backend slurm (default slurm_default)")
     p.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
     p.add_argument("--json", action="store_true")
@@ -508,55 +662,86 @@ def build_parser() -> argparse.ArgumentParser:
     from airflow_provider_gpusched.cli_queue import add_queue_parser
 
     add_queue_parser(sub)
-    p = sub.add_parser("partition", help="split a model's layers into pipeline stages on heterogeneous hosts "
-                                         "(sched-pipeline compatible, optimal bottleneck)",
-                       description="Prints the schedule as YAML (- HOST: [first, last] per stage, [] when no "
-                                   "schedule fits). Exit codes: 0 schedule printed (also []), 2 bad input, "
-                                   "3 an input file is missing or unreadable.")
-    p.add_argument("-d", "--dtype", default="torch.float32",
-                   help="torch.float32 (default), torch.float16 or torch.bfloat16")
+    p = sub.add_parser(
+        "partition",
+        help="split a model's layers into pipeline stages on heterogeneous hosts "
+        "(sched-pipeline compatible, optimal bottleneck)",
+        description="Prints the schedule as YAML (- HOST: [first, last] per stage, [] when no "
+        "schedule fits). Exit codes: 0 schedule printed (also []), 2 bad input, "
+        "3 an input file is missing or unreadable.",
+    )
+    p.add_argument(
+        "-d", "--dtype", default="torch.float32", help="torch.float32 (default), torch.float16 or torch.bfloat16"
+    )
     p.add_argument("-b", "--batch-size", type=int, default=8, help="microbatch size (default 8)")
     p.add_argument("-i", "--buffers-in", type=int, default=2, help="receive buffers (default 2)")
     p.add_argument("-o", "--buffers-out", type=int, default=2, help="send buffers (default 2)")
-    p.add_argument("-m", "--model", default="google/vit-base-patch16-224",
-                   help="model name in the models file (default google/vit-base-patch16-224)")
+    p.add_argument(
+        "-m",
+        "--model",
+        default="google/vit-base-patch16-224",
+        help="model name in the models file (default google/vit-base-patch16-224)",
+    )
     p.add_argument("-M", "--models", default="models.yml", help="models file (default models.yml)")
-    p.add_argument("-T", "--device-types", default="device_types.yml",
-                   help="device types file (default device_types.yml)")
+    p.add_argument(
+        "-T", "--device-types", default="device_types.yml", help="device types file (default device_types.yml)"
+    )
     p.add_argument("-D", "--devices", default="devices.yml", help="devices file (default devices.yml)")
-    p.add_argument("--time-limit", type=float, default=60.0, metavar="SECONDS",
-                   help="stop searching after this long and print the best schedule found, with the proven lower "
-                        "bound and the gap, when the optimum is not proven by then (default 60)")
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="stop searching after this long and print the best schedule found, with the proven lower "
+        "bound and the gap, when the optimum is not proven by then (default 60)",
+    )
     p.add_argument("--json", action="store_true", help="schedule with per-stage times, memory and the bottleneck")
-    p.add_argument("--explain", action="store_true", help="also a per-stage table (as YAML comments), "
-                                                         "the bottleneck marked")
+    p.add_argument(
+        "--explain", action="store_true", help="also a per-stage table (as YAML comments), the bottleneck marked"
+    )
     p.set_defaults(func=_partition)
-    p = sub.add_parser("profile", help="measure a PyTorch model layer by layer on this host's device and write the "
-                                       "partitioner's models.yml and device_types.yml (merged with what they hold)",
-                       description="MODEL is a built-in example (mlp, convnet, tiny-vit) or package.module:callable "
-                                   "returning an nn.Sequential. Measures each layer's forward time, weight and "
-                                   "activation memory and output size on the leased GPU (CUDA_VISIBLE_DEVICES) or "
-                                   "the CPU. Exit codes: 0 written, 2 bad input, 3 a file is unreadable.")
+    p = sub.add_parser(
+        "profile",
+        help="measure a PyTorch model layer by layer on this host's device and write the "
+        "partitioner's models.yml and device_types.yml (merged with what they hold)",
+        description="MODEL is a built-in example (mlp, convnet, tiny-vit) or package.module:callable "
+        "returning an nn.Sequential. Measures each layer's forward time, weight and "
+        "activation memory and output size on the leased GPU (CUDA_VISIBLE_DEVICES) or "
+        "the CPU. Exit codes: 0 written, 2 bad input, 3 a file is unreadable.",
+    )
     p.add_argument("model", help="mlp, convnet, tiny-vit, or package.module:callable")
     p.add_argument("--input-shape", help="one sample's input shape, e.g. 3,224,224 (built-in models know theirs)")
-    p.add_argument("-d", "--dtype", default="torch.float32",
-                   help="torch.float32 (default), torch.float16 or torch.bfloat16")
+    p.add_argument(
+        "-d", "--dtype", default="torch.float32", help="torch.float32 (default), torch.float16 or torch.bfloat16"
+    )
     p.add_argument("-b", "--batch-size", type=int, default=8, help="micro-batch size (default 8)")
     p.add_argument("--device", default="auto", help="auto (the GPU PyTorch sees, else the CPU), cpu, cuda, cuda:N")
-    p.add_argument("--device-type", help="the device type's name in device_types.yml (default: the GPU's or "
-                                         "CPU's model name)")
+    p.add_argument(
+        "--device-type", help="the device type's name in device_types.yml (default: the GPU's or CPU's model name)"
+    )
     p.add_argument("--name", help="the model's name in models.yml (default: MODEL as given)")
-    p.add_argument("--bw-mbps", type=float, help="the device type's link bandwidth, 2^20 bits/s (needed for a new "
-                                                 "type)")
-    p.add_argument("--mem-mb", type=float, help="the device type's usable memory, MiB (default for a new type: the "
-                                                "device's total; leave room for the runtime)")
+    p.add_argument(
+        "--bw-mbps", type=float, help="the device type's link bandwidth, 2^20 bits/s (needed for a new type)"
+    )
+    p.add_argument(
+        "--mem-mb",
+        type=float,
+        help="the device type's usable memory, MiB (default for a new type: the "
+        "device's total; leave room for the runtime)",
+    )
     p.add_argument("-M", "--models", default="models.yml", help="models file to write (default models.yml)")
-    p.add_argument("-T", "--device-types", default="device_types.yml",
-                   help="device types file to write (default device_types.yml)")
+    p.add_argument(
+        "-T", "--device-types", default="device_types.yml", help="device types file to write (default device_types.yml)"
+    )
     p.add_argument("--warmup", type=int, default=2, help="untimed runs per layer (default 2)")
     p.add_argument("--repeat", type=int, default=5, help="timed runs per layer, the median taken (default 5)")
-    p.add_argument("--time-limit", type=float, default=600.0, metavar="SECONDS",
-                   help="stop measuring after this long, exit code 124 (default 600)")
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="stop measuring after this long, exit code 124 (default 600)",
+    )
     p.set_defaults(func=_profile)
     return parser
 

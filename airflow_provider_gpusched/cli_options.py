@@ -33,7 +33,11 @@ def shared_option() -> bool:
     from airflow_provider_gpusched.core.gpu.lease_store import shared_from_env
 
     return shared_from_env() or os.environ.get("AIRFLOW__GPUSCHED__GPU_STATE_DIR_SHARED", "").strip().lower() in (
-        "1", "true", "yes", "on")
+        "1",
+        "true",
+        "yes",
+        "on",
+    )
 
 
 def fleet_dir(args, required: bool = True) -> str:
@@ -52,6 +56,7 @@ def fleet_dir(args, required: bool = True) -> str:
         except ImportError:  # the core without Airflow: only the option and the environment
             folder = ""
     if not folder and required:
-        raise GpuschedError("no fleet directory: give --fleet-dir DIR or set AIRFLOW__GPUSCHED__FLEET_DIR "
-                            "([gpusched] fleet_dir)")
+        raise GpuschedError(
+            "no fleet directory: give --fleet-dir DIR or set AIRFLOW__GPUSCHED__FLEET_DIR ([gpusched] fleet_dir)"
+        )
     return os.path.expanduser(folder)

@@ -32,10 +32,12 @@ def _slurm(args) -> tuple[object | None, str, str]:
             hook = SlurmHook(args.slurm_conn_id)
             runner = hook.runner_description
         except AirflowNotFoundException:
-            raise GpuschedError(f"--slurm-conn-id {args.slurm_conn_id}: no such Airflow connection "
-                                f"(airflow connections list)") from None
-        how = f"connection {args.slurm_conn_id!r} " + (f"(ssh to {runner['host']})" if runner.get("host")
-                                                      else "(local Slurm commands)")
+            raise GpuschedError(
+                f"--slurm-conn-id {args.slurm_conn_id}: no such Airflow connection (airflow connections list)"
+            ) from None
+        how = f"connection {args.slurm_conn_id!r} " + (
+            f"(ssh to {runner['host']})" if runner.get("host") else "(local Slurm commands)"
+        )
         return hook.get_conn(), how, ""
     if shutil.which("squeue"):
         from airflow_provider_gpusched.core.slurm import CommandRunner, SlurmClient
@@ -53,8 +55,7 @@ def _leases(args) -> tuple[object | None, str]:
     from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 
     try:
-        return LeaseManager(get_inventory(simulate_option(args)), state_dir_option(args),
-                            shared=shared_option()), ""
+        return LeaseManager(get_inventory(simulate_option(args)), state_dir_option(args), shared=shared_option()), ""
     except GPUInventoryError as exc:
         return None, f"local GPUs not looked at: {exc}"
 
@@ -74,8 +75,9 @@ def _orders(args):
         folder = ensure_private_dir(orders_dir(fleet_folder), shared=shared, what="fleet stop orders directory")
         own = state_dir_option(args) or default_state_dir()
         return StopOrders(folder, 0o660 if shared else 0o600, also=[own] if os.path.isdir(own) else [])
-    state_dir = ensure_private_dir(state_dir_option(args) or default_state_dir(), shared=shared,
-                                   what="GPU lease directory")
+    state_dir = ensure_private_dir(
+        state_dir_option(args) or default_state_dir(), shared=shared, what="GPU lease directory"
+    )
     return StopOrders(state_dir, 0o660 if shared else 0o600)
 
 
@@ -85,11 +87,18 @@ def _selector(args):
 
     unknown = [s for s in getattr(args, "state", None) or () if s.lower() not in known_states()]
     if unknown:
-        raise GpuschedError(f"--state {unknown[0]!r}: not a state of listed work; expected one of "
-                            f"{', '.join(sorted(known_states()))}")
-    return Selector(dag_id=args.dag or "", run_id=args.run or "", task_id=args.task or "", sweep=args.sweep or "",
-                    job_class=args.job_class or "", states=tuple(getattr(args, "state", None) or ()),
-                    ids=tuple(getattr(args, "ids", None) or ()))
+        raise GpuschedError(
+            f"--state {unknown[0]!r}: not a state of listed work; expected one of {', '.join(sorted(known_states()))}"
+        )
+    return Selector(
+        dag_id=args.dag or "",
+        run_id=args.run or "",
+        task_id=args.task or "",
+        sweep=args.sweep or "",
+        job_class=args.job_class or "",
+        states=tuple(getattr(args, "state", None) or ()),
+        ids=tuple(getattr(args, "ids", None) or ()),
+    )
 
 
 def _listing(args):
@@ -132,11 +141,23 @@ def _table(entries) -> str:
     for e in entries:
         what = e.tag.task or (f"({e.job_name})" if e.job_name else "-")
         sweep = e.tag.sweep + (f": {e.tag.trial}" if e.tag.trial else "") if e.tag.sweep else ""
-        rows.append((e.backend, e.id, e.state + (f" ({e.reason})" if e.reason else ""), _elapsed(e.elapsed),
-                     "-" if e.requeues is None else e.requeues, e.where, e.job_class or "-", what,
-                     e.tag.run_id or "-", sweep[:60] or "-"))
-    return format_table(rows, ["backend", "id", "state", "elapsed", "requeues", "where", "class", "task", "run",
-                               "sweep"])
+        rows.append(
+            (
+                e.backend,
+                e.id,
+                e.state + (f" ({e.reason})" if e.reason else ""),
+                _elapsed(e.elapsed),
+                "-" if e.requeues is None else e.requeues,
+                e.where,
+                e.job_class or "-",
+                what,
+                e.tag.run_id or "-",
+                sweep[:60] or "-",
+            )
+        )
+    return format_table(
+        rows, ["backend", "id", "state", "elapsed", "requeues", "where", "class", "task", "run", "sweep"]
+    )
 
 
 def queue_list(args) -> int:
@@ -146,15 +167,27 @@ def queue_list(args) -> int:
         listing, _, _, how = _listing(args)
         entries = [e for e in listing.entries if selector.matches(e)]
         if args.json:
-            print(json.dumps({"time": time.time(), "slurm": how or None, "selector": selector.describe(),
-                              "entries": [e.to_dict() for e in entries], "problems": listing.problems,
-                              "stop_orders": [o.describe() for o in listing.orders]}, indent=2))
+            print(
+                json.dumps(
+                    {
+                        "time": time.time(),
+                        "slurm": how or None,
+                        "selector": selector.describe(),
+                        "entries": [e.to_dict() for e in entries],
+                        "problems": listing.problems,
+                        "stop_orders": [o.describe() for o in listing.orders],
+                    },
+                    indent=2,
+                )
+            )
         else:
             if args.watch and sys.stdout.isatty():
                 print("\033[H\033[2J", end="")
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-            print(f"{stamp}  {len(entries)} of {len(listing.entries)} running ({printable(selector.describe())})"
-                  + (f"; Slurm through {how}" if how else ""))
+            print(
+                f"{stamp}  {len(entries)} of {len(listing.entries)} running ({printable(selector.describe())})"
+                + (f"; Slurm through {how}" if how else "")
+            )
             if entries:
                 print(_table(entries))
             for order in listing.orders:  # a reason may hold newlines or terminal escapes: shown escaped
@@ -177,8 +210,10 @@ def queue_stop(args) -> int:
 
     selector = _selector(args)
     if selector.empty and not args.all:
-        raise GpuschedError("say what to stop: job or lease ids, --dag, --run, --task, --sweep or --class "
-                            "(or --all for everything this provider runs)")
+        raise GpuschedError(
+            "say what to stop: job or lease ids, --dag, --run, --task, --sweep or --class "
+            "(or --all for everything this provider runs)"
+        )
     if args.all and not selector.empty:
         raise GpuschedError("--all stops everything: give it alone, without ids or --dag/--run/--task/--sweep/--class")
     request = StopRequest.now(args.reason)
@@ -199,8 +234,9 @@ def queue_stop(args) -> int:
             from airflow_provider_gpusched.cli_options import shared_option
             from airflow_provider_gpusched.core.fleet import stop_on_hosts
 
-            done += stop_on_hosts(_fleet_dir_of(args), there, request, shared=shared_option(),
-                                  wait=args.wait + _longest_grace())
+            done += stop_on_hosts(
+                _fleet_dir_of(args), there, request, shared=shared_option(), wait=args.wait + _longest_grace()
+            )
         return done
 
     outcomes = stop(entries)
@@ -212,9 +248,19 @@ def queue_stop(args) -> int:
     missing = [i for i in selector.ids if not any(i in (e.id, e.stop_id) for e in entries)]
     bad = [o for o in outcomes if o.action in ("failed", "still running")]
     if args.json:
-        print(json.dumps({"selector": selector.describe(), "dry_run": args.dry_run,
-                          "stopped": [o.to_dict() for o in outcomes], "not_found": missing,
-                          "stop_order": order_path or None, "problems": listing.problems}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "selector": selector.describe(),
+                    "dry_run": args.dry_run,
+                    "stopped": [o.to_dict() for o in outcomes],
+                    "not_found": missing,
+                    "stop_order": order_path or None,
+                    "problems": listing.problems,
+                },
+                indent=2,
+            )
+        )
     else:
         verb = "would stop" if args.dry_run else "stopping"
         print(f"{verb} {len(entries)} ({printable(selector.describe())})")
@@ -224,8 +270,10 @@ def queue_stop(args) -> int:
             print(f"  {printable(i)}: not running (no such Slurm job of this provider's, nor lease)")
         if order_path:
             where = "on any host of the fleet" if _fleet_dir_of(args) else "on this host"
-            print(f"stop order for {hold:.0f}s: tasks of {selector.describe()} that start {where} now fail "
-                  f"at once ({order_path}; `gpusched queue lift` ends it)")
+            print(
+                f"stop order for {hold:.0f}s: tasks of {selector.describe()} that start {where} now fail "
+                f"at once ({order_path}; `gpusched queue lift` ends it)"
+            )
         for problem in listing.problems:
             print(f"note: {printable(problem)}")
     return 1 if bad or (missing and not entries) else 0
@@ -268,17 +316,36 @@ def _airflow_checks(args, simulate: str | None) -> list:
             checks.append(Check("airflow pools", OK, "the job-class mapping names no pools"))
         elif wrong:
             found = ["missing" if r["was"] is None else f"{r['was']} slots" for r in wrong]
-            checks.append(Check("airflow pools", FAIL, "; ".join(
-                f"{r['pool']}: {have}, the job classes want {r['slots']}" for r, have in zip(wrong, found, strict=True))
-                + " (gpusched pools sync fixes it)"))
+            checks.append(
+                Check(
+                    "airflow pools",
+                    FAIL,
+                    "; ".join(
+                        f"{r['pool']}: {have}, the job classes want {r['slots']}"
+                        for r, have in zip(wrong, found, strict=True)
+                    )
+                    + " (gpusched pools sync fixes it)",
+                )
+            )
         else:
             checks.append(Check("airflow pools", OK, ", ".join(f"{r['pool']} ({r['slots']} slots)" for r in rows)))
     except SQLAlchemyError as exc:
-        return [Check("airflow pools", SKIP, f"the Airflow metadata database is not reachable from here "
-                                             f"({str(exc).splitlines()[0][:160]})"),
-                Check("triggerer alive", SKIP, "the Airflow metadata database is not reachable from here")]
+        return [
+            Check(
+                "airflow pools",
+                SKIP,
+                f"the Airflow metadata database is not reachable from here ({str(exc).splitlines()[0][:160]})",
+            ),
+            Check("triggerer alive", SKIP, "the Airflow metadata database is not reachable from here"),
+        ]
     except Exception as exc:  # noqa: BLE001 - the check reports what went wrong
-        checks.append(Check("airflow pools", FAIL, f"cannot check: {str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}"))
+        checks.append(
+            Check(
+                "airflow pools",
+                FAIL,
+                f"cannot check: {str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}",
+            )
+        )
     # Airflow's own check: a TriggererJob whose heartbeat is recent (`airflow jobs check`, exit 0 / 1)
     argv = [sys.executable, "-m", "airflow", "jobs", "check", "--job-type", "TriggererJob"]
     try:
@@ -291,8 +358,14 @@ def _airflow_checks(args, simulate: str | None) -> list:
     if result.returncode == 0:
         checks.append(Check("triggerer alive", OK, f"airflow jobs check: {last}"))
     elif "No alive jobs found" in text:
-        checks.append(Check("triggerer alive", FAIL, "no triggerer with a recent heartbeat: deferred tasks (Slurm "
-                                                     "jobs, GPU waits) never resume (start one: airflow triggerer)"))
+        checks.append(
+            Check(
+                "triggerer alive",
+                FAIL,
+                "no triggerer with a recent heartbeat: deferred tasks (Slurm "
+                "jobs, GPU waits) never resume (start one: airflow triggerer)",
+            )
+        )
     else:
         checks.append(Check("triggerer alive", WARN, f"airflow jobs check could not tell: {last}"))
     return checks
@@ -340,8 +413,11 @@ def queue_health(args) -> int:
     fleet_dir = _fleet_dir_of(args)
     gpu_check, inventory = check_gpus(simulate_option(args))
     if fleet_dir and gpu_check.failed:  # a head node without GPUs: the hosts' checks follow
-        gpu_check = Check("GPU inventory", SKIP, f"none on this host ({gpu_check.detail[:120]}); the fleet's hosts "
-                                                 f"are checked from their records")
+        gpu_check = Check(
+            "GPU inventory",
+            SKIP,
+            f"none on this host ({gpu_check.detail[:120]}); the fleet's hosts are checked from their records",
+        )
     checks.append(gpu_check)
     if inventory is not None:
         lease_checks = check_lease_dir(inventory, state_dir, shared_option())
@@ -357,9 +433,11 @@ def queue_health(args) -> int:
     if use_airflow:
         from airflow_provider_gpusched import settings
 
-        for name, path in (("sweep results root", settings.sweep_results_root()),
-                           ("slurm output dir", settings.slurm_output_dir()),
-                           ("local run dir", settings.local_run_dir())):
+        for name, path in (
+            ("sweep results root", settings.sweep_results_root()),
+            ("slurm output dir", settings.slurm_output_dir()),
+            ("local run dir", settings.local_run_dir()),
+        ):
             checks.append(check_writable(name, path))
         checks += _airflow_checks(args, simulate_option(args))
     failed = [c for c in checks if c.status == FAIL]
@@ -368,8 +446,11 @@ def queue_health(args) -> int:
     else:
         for c in checks:
             print(c.line())
-        print(f"{len(checks) - len(failed)} of {len(checks)} checks passed or warned; {len(failed)} failed"
-              if failed else f"healthy: {len(checks)} checks, none failed")
+        print(
+            f"{len(checks) - len(failed)} of {len(checks)} checks passed or warned; {len(failed)} failed"
+            if failed
+            else f"healthy: {len(checks)} checks, none failed"
+        )
     return 1 if failed else 0
 
 
@@ -388,15 +469,20 @@ def add_queue_parser(sub) -> None:
     commands = queue.add_subparsers(dest="queue_command", required=True)
 
     def common(p, selectors: bool = True) -> None:
-        p.add_argument("--slurm-conn-id", help="reach Slurm through this Airflow connection (default: the local "
-                                               "squeue when it is on the PATH)")
+        p.add_argument(
+            "--slurm-conn-id",
+            help="reach Slurm through this Airflow connection (default: the local squeue when it is on the PATH)",
+        )
         p.add_argument("--no-slurm", action="store_true", help="leave Slurm out")
         p.add_argument("--no-local", action="store_true", help="leave this host's GPU leases out")
         p.add_argument("--simulate", help="simulated inventory where NVML finds no GPU (as for gpusched gpus)")
         p.add_argument("--state-dir", help="lease directory (default: $GPUSCHED_STATE_DIR or <tmp>/gpusched-<uid>)")
-        p.add_argument("--fleet-dir", help="a fleet's directory: every GPU host's work from the records the hosts "
-                                           "published, stopped through it (default: [gpusched] fleet_dir; "
-                                           "docs/fleet.md)")
+        p.add_argument(
+            "--fleet-dir",
+            help="a fleet's directory: every GPU host's work from the records the hosts "
+            "published, stopped through it (default: [gpusched] fleet_dir; "
+            "docs/fleet.md)",
+        )
         p.add_argument("--no-fleet", action="store_true", help="this host only, even in a fleet")
         if selectors:
             p.add_argument("--dag", help="only this DAG's work")
@@ -408,36 +494,59 @@ def add_queue_parser(sub) -> None:
 
     p = commands.add_parser("list", help="everything this provider launched that has not finished")
     common(p)
-    p.add_argument("--state", action="append", help="only work in this state (RUNNING, PENDING, running, "
-                                                    "stopping, ...); repeat for several")
+    p.add_argument(
+        "--state",
+        action="append",
+        help="only work in this state (RUNNING, PENDING, running, stopping, ...); repeat for several",
+    )
     p.add_argument("--watch", type=_non_negative, metavar="SECONDS", help="refresh every SECONDS until Ctrl-C")
     p.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)  # refreshes before --watch ends (tests)
     p.set_defaults(func=queue_list)
 
-    p = commands.add_parser("stop", help="stop work: cancel its Slurm jobs, stop its local GPU processes (SIGTERM, "
-                                         "grace period, SIGKILL); its Airflow tasks fail saying who stopped them")
+    p = commands.add_parser(
+        "stop",
+        help="stop work: cancel its Slurm jobs, stop its local GPU processes (SIGTERM, "
+        "grace period, SIGKILL); its Airflow tasks fail saying who stopped them",
+    )
     p.add_argument("ids", nargs="*", help="Slurm job ids or lease ids (gpusched queue list shows them)")
     common(p)
     p.add_argument("--all", action="store_true", help="everything this provider runs here")
     p.add_argument("--reason", default="", help="said in the stopped tasks' failure message")
     p.add_argument("--dry-run", action="store_true", help="list what would be stopped, stop nothing")
-    p.add_argument("--hold", type=_non_negative, help="seconds for which tasks of the same --dag/--run/--task/"
-                                                      "--sweep/--class fail at once instead of starting "
-                                                      "(default 600; 0: no stop order)")
-    p.add_argument("--wait", type=_non_negative, default=30.0, help="seconds past the grace period to wait for "
-                                                                    "local work to stop before killing it (default 30)")
+    p.add_argument(
+        "--hold",
+        type=_non_negative,
+        help="seconds for which tasks of the same --dag/--run/--task/"
+        "--sweep/--class fail at once instead of starting "
+        "(default 600; 0: no stop order)",
+    )
+    p.add_argument(
+        "--wait",
+        type=_non_negative,
+        default=30.0,
+        help="seconds past the grace period to wait for local work to stop before killing it (default 30)",
+    )
     p.set_defaults(func=queue_stop)
 
-    p = commands.add_parser("lift", help="end stop orders (all, or those of the given --dag/--run/--task/--sweep/"
-                                         "--class)")
+    p = commands.add_parser(
+        "lift", help="end stop orders (all, or those of the given --dag/--run/--task/--sweep/--class)"
+    )
     common(p)
     p.set_defaults(func=queue_lift)
 
-    p = commands.add_parser("health", help="check the setup: Slurm, partitions, QOS, preemption, GPUs, lease "
-                                           "directory, folders, Airflow pools, triggerer; exit 1 on a failure")
+    p = commands.add_parser(
+        "health",
+        help="check the setup: Slurm, partitions, QOS, preemption, GPUs, lease "
+        "directory, folders, Airflow pools, triggerer; exit 1 on a failure",
+    )
     common(p, selectors=False)
-    p.add_argument("--no-airflow", action="store_true", help="leave out the checks that need Airflow's "
-                                                             "configuration and database")
-    p.add_argument("--pools-backend", choices=["local", "slurm"], default="local",
-                   help="count pool slots as gpusched pools sync --backend does (default local)")
+    p.add_argument(
+        "--no-airflow", action="store_true", help="leave out the checks that need Airflow's configuration and database"
+    )
+    p.add_argument(
+        "--pools-backend",
+        choices=["local", "slurm"],
+        default="local",
+        help="count pool slots as gpusched pools sync --backend does (default local)",
+    )
     p.set_defaults(func=queue_health)

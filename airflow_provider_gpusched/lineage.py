@@ -64,8 +64,15 @@ def _facets():
     return GpuschedRunFacet, GpuschedTrialRunFacet, GpuschedFailureRunFacet
 
 
-def operator_lineage(*, job_type: str, run: dict | None = None, external_id: str = "", external_source: str = "",
-                     trial: dict | None = None, failure: tuple[str, str] | None = None):
+def operator_lineage(
+    *,
+    job_type: str,
+    run: dict | None = None,
+    external_id: str = "",
+    external_source: str = "",
+    trial: dict | None = None,
+    failure: tuple[str, str] | None = None,
+):
     """The ``OperatorLineage`` of one task (see the module's docstring)."""
     from airflow.providers.openlineage.extractors import OperatorLineage
     from openlineage.client.facet_v2 import external_query_run, job_type_job
@@ -75,15 +82,22 @@ def operator_lineage(*, job_type: str, run: dict | None = None, external_id: str
     if run is not None:
         run_facets["gpusched"] = run_facet(**run)
     if external_id:
-        run_facets["externalQuery"] = external_query_run.ExternalQueryRunFacet(externalQueryId=external_id,
-                                                                               source=external_source)
+        run_facets["externalQuery"] = external_query_run.ExternalQueryRunFacet(
+            externalQueryId=external_id, source=external_source
+        )
     if trial is not None:
         run_facets["gpuschedTrial"] = trial_facet(**capped_trials(trial))
     if failure is not None:
         run_facets["gpuschedFailure"] = failure_facet(kind=failure[0], message=failure[1][:2000])
     # the provider sets the standard "jobType" facet itself (integration AIRFLOW, job type TASK): ours has its own key
-    return OperatorLineage(run_facets=run_facets, job_facets={"gpuschedJobType": job_type_job.JobTypeJobFacet(
-        processingType="BATCH", integration=INTEGRATION, jobType=job_type)})
+    return OperatorLineage(
+        run_facets=run_facets,
+        job_facets={
+            "gpuschedJobType": job_type_job.JobTypeJobFacet(
+                processingType="BATCH", integration=INTEGRATION, jobType=job_type
+            )
+        },
+    )
 
 
 #: the ``gpuschedTrial`` facet's trials at most, as JSON (an event goes to every lineage backend on every task;
@@ -113,7 +127,9 @@ def capped_trials(trial: dict, limit: int = MAX_TRIAL_FACET_BYTES) -> dict:
     if trimmed:
         notes.append(f"{trimmed} trial(s) listed without their parameters and result (over {limit // 8:,} bytes each)")
     if cut:
-        notes.append(f"{cut} of {len(trial.get('trials', []))} trials left out (the facet is capped at {limit:,} bytes)")
+        notes.append(
+            f"{cut} of {len(trial.get('trials', []))} trials left out (the facet is capped at {limit:,} bytes)"
+        )
     if notes:
         notes.append("the sweep's results folder has every trial")
     return {**trial, "trials": kept, "leftOut": "; ".join(notes)}
@@ -130,9 +146,21 @@ def trial_facet(manifest: Any, trials: Any, sweep: str, task_instance) -> dict:
     folder) and the sweep run."""
     records = {r["trial_id"]: r for r in manifest.store.records(trials)}
     task_id = getattr(task_instance, "task_id", "")
-    return {"sweep": sweep, "sweepRun": {"dag_id": getattr(task_instance, "dag_id", ""),
-                                         "run_id": getattr(task_instance, "run_id", ""),
-                                         "group": task_id.rsplit(".", 1)[0] if "." in task_id else ""},
-            "trials": [{"trial_id": t.trial_id, "label": t.label, "params": dict(t.params),
-                        "state": records.get(t.trial_id, {}).get("state", ""),
-                        "result": records.get(t.trial_id, {}).get("result")} for t in trials]}
+    return {
+        "sweep": sweep,
+        "sweepRun": {
+            "dag_id": getattr(task_instance, "dag_id", ""),
+            "run_id": getattr(task_instance, "run_id", ""),
+            "group": task_id.rsplit(".", 1)[0] if "." in task_id else "",
+        },
+        "trials": [
+            {
+                "trial_id": t.trial_id,
+                "label": t.label,
+                "params": dict(t.params),
+                "state": records.get(t.trial_id, {}).get("state", ""),
+                "result": records.get(t.trial_id, {}).get("result"),
+            }
+            for t in trials
+        ],
+    }

@@ -41,8 +41,9 @@ class _PluginLink(BaseOperatorLink):
 
     def get_link(self, operator, *, ti_key) -> str:
         try:
-            return ui_prefix() + self.url(operator, ti_key.dag_id, ti_key.run_id, ti_key.task_id,
-                                          getattr(ti_key, "map_index", -1))
+            return ui_prefix() + self.url(
+                operator, ti_key.dag_id, ti_key.run_id, ti_key.task_id, getattr(ti_key, "map_index", -1)
+            )
         except Exception:  # noqa: BLE001 - see the module docstring
             return ""
 
@@ -62,8 +63,12 @@ class GPULeaseLink(_PluginLink):
     name = "GPU lease"
 
     def url(self, operator, dag_id, run_id, task_id, map_index) -> str:
-        query = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": -1 if map_index is None
-                 else map_index}
+        query = {
+            "dag_id": dag_id,
+            "run_id": run_id,
+            "task_id": task_id,
+            "map_index": -1 if map_index is None else map_index,
+        }
         return f"/plugin/{GPU_BOARD_ROUTE}?{urlencode(query)}"
 
 

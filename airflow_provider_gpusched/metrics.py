@@ -40,7 +40,7 @@ def part(value: Any) -> str:
     clean = _BAD.sub("_", text) or "_"
     if len(clean) <= MAX_PART:
         return clean
-    return clean[:MAX_PART - 9] + "-" + hashlib.sha256(text.encode()).hexdigest()[:8]
+    return clean[: MAX_PART - 9] + "-" + hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
 def _tags(name: str, tags: dict[str, Any] | None) -> dict[str, str]:
@@ -64,16 +64,22 @@ def _stats():
     from airflow.sdk.configuration import conf
     from airflow.sdk.observability.stats import Stats
 
-    key = (os.getpid(), conf.getboolean("metrics", "statsd_on", fallback=False),
-           conf.getboolean("metrics", "otel_on", fallback=False),
-           conf.getboolean("metrics", "statsd_datadog_enabled", fallback=False),
-           conf.get("metrics", "statsd_host", fallback=""), conf.get("metrics", "statsd_port", fallback=""))
+    key = (
+        os.getpid(),
+        conf.getboolean("metrics", "statsd_on", fallback=False),
+        conf.getboolean("metrics", "otel_on", fallback=False),
+        conf.getboolean("metrics", "statsd_datadog_enabled", fallback=False),
+        conf.get("metrics", "statsd_host", fallback=""),
+        conf.get("metrics", "statsd_port", fallback=""),
+    )
     if _state["key"] != key:
         from airflow.sdk.observability.metrics.stats_utils import get_stats_factory
 
         try:  # Task SDK 1.3 (Airflow 3.3)
-            Stats.initialize(factory=get_stats_factory(),
-                             export_legacy_names=conf.getboolean("metrics", "legacy_names_on", fallback=True))
+            Stats.initialize(
+                factory=get_stats_factory(),
+                export_legacy_names=conf.getboolean("metrics", "legacy_names_on", fallback=True),
+            )
         except TypeError:  # Task SDK 1.2 (Airflow 3.2)
             Stats.initialize(factory=get_stats_factory())
         _state["key"] = key

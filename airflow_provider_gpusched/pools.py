@@ -16,8 +16,9 @@ from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.core.job_classes import JobClass
 
 
-def desired_pools(backend: str = "local", slurm_conn_id: str | None = None,
-                  simulate: str | None = None) -> dict[str, dict[str, Any]]:
+def desired_pools(
+    backend: str = "local", slurm_conn_id: str | None = None, simulate: str | None = None
+) -> dict[str, dict[str, Any]]:
     """The pools the job-class mapping wants; ``simulate`` overrides ``[gpusched] simulate_gpus`` (local)."""
     mapping = settings.job_class_mapping()
     if backend == "local":
@@ -54,15 +55,25 @@ def sync_pools(plan: dict[str, dict[str, Any]], dry_run: bool = False) -> list[d
             pool = session.scalar(select(Pool).filter_by(pool=name))
             if pool is None:
                 action = "create"
-            elif (pool.slots != want["slots"] or (pool.description or "") != want["description"]
-                  or bool(pool.include_deferred) != want["include_deferred"]):
+            elif (
+                pool.slots != want["slots"]
+                or (pool.description or "") != want["description"]
+                or bool(pool.include_deferred) != want["include_deferred"]
+            ):
                 action = "update"
             else:
                 action = "unchanged"
-            rows.append({"pool": name, "slots": want["slots"], "was": None if pool is None else pool.slots,
-                         "classes": want["classes"], "action": action})
+            rows.append(
+                {
+                    "pool": name,
+                    "slots": want["slots"],
+                    "was": None if pool is None else pool.slots,
+                    "classes": want["classes"],
+                    "action": action,
+                }
+            )
             if action != "unchanged" and not dry_run:
-                Pool.create_or_update_pool(name, want["slots"], want["description"],
-                                           include_deferred=want["include_deferred"],
-                                           session=session)
+                Pool.create_or_update_pool(
+                    name, want["slots"], want["description"], include_deferred=want["include_deferred"], session=session
+                )
     return rows

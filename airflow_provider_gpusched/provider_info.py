@@ -16,12 +16,15 @@ def get_provider_info() -> dict:
         "package-name": "airflow-provider-gpusched",
         "name": "GPU scheduling (local GPUs and Slurm)",
         "description": "Schedule GPU work for ML research from Airflow: Slurm jobs (deferrable), "
-                       "Python callables as Slurm jobs, sweeps, idle-time filling and pipeline partitioning.",
+        "Python callables as Slurm jobs, sweeps, idle-time filling and pipeline partitioning.",
         "versions": [__version__],
         "integrations": [
             {"integration-name": "Slurm", "external-doc-url": "https://slurm.schedmd.com/", "tags": ["software"]},
-            {"integration-name": "Local GPUs", "external-doc-url": "https://developer.nvidia.com/management-library-nvml",
-             "tags": ["software"]},
+            {
+                "integration-name": "Local GPUs",
+                "external-doc-url": "https://developer.nvidia.com/management-library-nvml",
+                "tags": ["software"],
+            },
             {"integration-name": "Pipeline partitioning", "tags": ["software"]},
         ],
         "extra-links": [
@@ -87,10 +90,18 @@ def get_provider_info() -> dict:
                 },
                 "ui-field-behaviour": {
                     "hidden-fields": ["schema", "password", "extra"],
-                    "relabeling": {"host": "Login host (empty: run Slurm commands here)",
-                                   "login": "SSH user", "port": "SSH port"},
-                    "placeholders": {"host": "login.cluster.example.org", "login": "your-user", "port": "22",
-                                     "partition": "gpu", "sbatch_options": "--exclusive"},
+                    "relabeling": {
+                        "host": "Login host (empty: run Slurm commands here)",
+                        "login": "SSH user",
+                        "port": "SSH port",
+                    },
+                    "placeholders": {
+                        "host": "login.cluster.example.org",
+                        "login": "your-user",
+                        "port": "22",
+                        "partition": "gpu",
+                        "sbatch_options": "--exclusive",
+                    },
                 },
             }
         ],

@@ -96,8 +96,10 @@ def pool_slots_per_gpu() -> int:
     except ValueError:
         value = None
     if not isinstance(value, int) or value < 1:
-        raise GpuschedError(f"[gpusched] pool_slots_per_gpu: expected a whole number >= 1, got "
-                            f"{conf.get(SECTION, 'pool_slots_per_gpu', fallback='?')!r}")
+        raise GpuschedError(
+            f"[gpusched] pool_slots_per_gpu: expected a whole number >= 1, got "
+            f"{conf.get(SECTION, 'pool_slots_per_gpu', fallback='?')!r}"
+        )
     return value
 
 

@@ -62,12 +62,18 @@ def run_airflow(hosts: int, sizes: str, seconds: float, executor: str = "edge", 
             begin = min(datetime.fromisoformat(t["start_date"]) for t in tis)
             end = max(datetime.fromisoformat(t["end_date"]) for t in tis)
             makespan = (end - begin).total_seconds()
-            landings = Counter(len(stack.xcom(dag, run_id, t["task_id"], FLEET_HOSTS_XCOM, map_index=t["map_index"]))
-                               for t in tis)
+            landings = Counter(
+                len(stack.xcom(dag, run_id, t["task_id"], FLEET_HOSTS_XCOM, map_index=t["map_index"])) for t in tis
+            )
             ideal = (TRIALS * seconds if dag == "bench_fleet" else MIXED_GPU_SECONDS * 2 * seconds) / GPUS
-            results[dag] = {"makespan": makespan, "wall": time.monotonic() - start, "ratio": makespan / ideal,
-                            "landings": dict(sorted(landings.items())),
-                            "per_host": dict(sorted(Counter(t["hostname"] for t in tis).items())), "up": up}
+            results[dag] = {
+                "makespan": makespan,
+                "wall": time.monotonic() - start,
+                "ratio": makespan / ideal,
+                "landings": dict(sorted(landings.items())),
+                "per_host": dict(sorted(Counter(t["hostname"] for t in tis).items())),
+                "up": up,
+            }
     finally:
         CONFIG.run("destroy", check=False)
     return results if "," in dag_id else results[dag_id]
@@ -100,26 +106,36 @@ def main() -> None:
         executors.remove("celery")
         print(f"CeleryExecutor left out: {why_not}")
     ideal = TRIALS * args.seconds / GPUS
-    print(f"{datetime.now():%Y-%m-%d}, {platform.node()}, {os.cpu_count()} CPUs; {TRIALS} one-GPU trials of "
-          f"{args.seconds:g} s on {GPUS} SIMULATED GPUs; ideal {ideal:.1f} s")
+    print(
+        f"{datetime.now():%Y-%m-%d}, {platform.node()}, {os.cpu_count()} CPUs; {TRIALS} one-GPU trials of "
+        f"{args.seconds:g} s on {GPUS} SIMULATED GPUs; ideal {ideal:.1f} s"
+    )
     floor = run_layout(TRIALS, args.seconds, GPURequest(gpus=1), GPUS, 24, inventory=f"{GPUS}x24GiB")
     print(f"launcher alone : makespan {floor['makespan']:6.1f} s  = {floor['ratio']:.2f} x ideal")
     one = run_airflow(1, f"{GPUS}x24GiB", args.seconds)
-    print(f"one host (12)  : makespan {one['makespan']:6.1f} s  = {one['ratio']:.2f} x ideal; landings per task "
-          f"{one['landings']}; up in {one['up']:.0f} s")
+    print(
+        f"one host (12)  : makespan {one['makespan']:6.1f} s  = {one['ratio']:.2f} x ideal; landings per task "
+        f"{one['landings']}; up in {one['up']:.0f} s"
+    )
     fleets = {}
     for executor in executors:
         fleets[executor] = both = run_airflow(3, "4x24GiB", args.seconds, executor, "bench_fleet,bench_fleet_mixed")
         for dag, label in (("bench_fleet", "192 x 1 GPU"), ("bench_fleet_mixed", "mixed 1/2/4")):
             r = both[dag]
-            print(f"fleet {executor:6} {label:11}: makespan {r['makespan']:6.1f} s = {r['ratio']:.2f} x ideal; "
-                  f"landings per task {r['landings']}; tasks per host {r['per_host']}; up in {r['up']:.0f} s")
+            print(
+                f"fleet {executor:6} {label:11}: makespan {r['makespan']:6.1f} s = {r['ratio']:.2f} x ideal; "
+                f"landings per task {r['landings']}; tasks per host {r['per_host']}; up in {r['up']:.0f} s"
+            )
     if "edge" in fleets:
-        print(f"fleet (edge) / one host: {fleets['edge']['bench_fleet']['makespan'] / one['makespan']:.2f} "
-              f"(target <= 1.2)")
+        print(
+            f"fleet (edge) / one host: {fleets['edge']['bench_fleet']['makespan'] / one['makespan']:.2f} "
+            f"(target <= 1.2)"
+        )
     if len(fleets) == 2:
         for dag in ("bench_fleet", "bench_fleet_mixed"):
-            print(f"{dag}: celery / edge makespan {fleets['celery'][dag]['makespan'] / fleets['edge'][dag]['makespan']:.2f}")
+            print(
+                f"{dag}: celery / edge makespan {fleets['celery'][dag]['makespan'] / fleets['edge'][dag]['makespan']:.2f}"
+            )
 
 
 if __name__ == "__main__":

@@ -64,9 +64,22 @@ def arrivals(seconds: float, rate: float, seed: int) -> list[tuple[float, int, f
 
 
 def run(mode: str, jobs, seconds: float, fillers: int, filler_steps: int) -> dict:
-    classes = JobClassMapping.from_dict({"idle": {"local": {
-        "preemptible": mode != "fill-no-preempt", "idle_for": 0, "min_runtime": 0, "grace_period": 1,
-        "backoff": 0.5, "max_backoff": 2, "max_preemptions": 1000}}}, "bench")
+    classes = JobClassMapping.from_dict(
+        {
+            "idle": {
+                "local": {
+                    "preemptible": mode != "fill-no-preempt",
+                    "idle_for": 0,
+                    "min_runtime": 0,
+                    "grace_period": 1,
+                    "backoff": 0.5,
+                    "max_backoff": 2,
+                    "max_preemptions": 1000,
+                }
+            }
+        },
+        "bench",
+    )
     with tempfile.TemporaryDirectory() as tmp:
         manager = LeaseManager(SimulatedInventory(f"{GPUS}x24GiB"), os.path.join(tmp, "leases"), classes=classes)
         script = os.path.join(tmp, "filler.py")
@@ -87,20 +100,27 @@ def run(mode: str, jobs, seconds: float, fillers: int, filler_steps: int) -> dic
                     started.append(time.monotonic())
 
             runner = GPUWorkRunner(manager, owner=f"normal-{i}", poll_interval=0.1, on_event=event)
-            runner.run(GPURequest(gpus=gpus), Work(argv=["sleep", f"{duration:.2f}"], cwd=os.path.join(tmp, f"n{i}")),
-                       os.path.join(tmp, f"n{i}.log"))
+            runner.run(
+                GPURequest(gpus=gpus),
+                Work(argv=["sleep", f"{duration:.2f}"], cwd=os.path.join(tmp, f"n{i}")),
+                os.path.join(tmp, f"n{i}.log"),
+            )
             with lock:
                 waits[i] = started[0] - arrived
 
         def filler(k: int) -> None:
             unit = 0
             while not stop.is_set():
-                runner = GPUWorkRunner(manager, owner=f"filler-{k}", job_class="idle", poll_interval=0.1,
-                                       yield_interval=0.2)
+                runner = GPUWorkRunner(
+                    manager, owner=f"filler-{k}", job_class="idle", poll_interval=0.1, yield_interval=0.2
+                )
                 stop_watch = threading.Thread(target=lambda r=runner: (stop.wait(), r.stop()), daemon=True)
                 stop_watch.start()
-                work = Work(argv=[sys.executable, script, str(filler_steps)], cwd=os.path.join(tmp, f"f{k}-{unit}"),
-                            checkpoint_dir=os.path.join(tmp, f"f{k}-{unit}", "ckpt"))
+                work = Work(
+                    argv=[sys.executable, script, str(filler_steps)],
+                    cwd=os.path.join(tmp, f"f{k}-{unit}"),
+                    checkpoint_dir=os.path.join(tmp, f"f{k}-{unit}", "ckpt"),
+                )
                 with contextlib.suppress(GPUWorkFailed):  # stopped at the end of the run
                     runner.run(GPURequest(gpus=1), work, os.path.join(tmp, f"f{k}-{unit}.log"))
                 unit += 1
@@ -115,7 +135,7 @@ def run(mode: str, jobs, seconds: float, fillers: int, filler_steps: int) -> dic
         elapsed = max(seconds, time.monotonic() - start)
         time.sleep(max(0.0, start + seconds - time.monotonic()))
         stop.set()
-        for t in threads[len(jobs):]:
+        for t in threads[len(jobs) :]:
             t.join(timeout=10)
         records = manager.ledger.records()
     held = sum(r["gpu_seconds"] for r in records)
@@ -125,12 +145,18 @@ def run(mode: str, jobs, seconds: float, fillers: int, filler_steps: int) -> dic
     waits = sorted(by_job.values())
     return {
         "waits": by_job,
-        "mode": mode, "normal_jobs": len(waits), "elapsed_s": elapsed,
-        "utilisation": held / capacity, "useful_utilisation": (held - lost) / capacity,
+        "mode": mode,
+        "normal_jobs": len(waits),
+        "elapsed_s": elapsed,
+        "utilisation": held / capacity,
+        "useful_utilisation": (held - lost) / capacity,
         "normal_gpu_s": sum(r["gpu_seconds"] for r in records if r["job_class"] == "normal"),
         "idle_gpu_s": sum(r["gpu_seconds"] for r in records if r["job_class"] == "idle"),
-        "wait_mean_s": statistics.mean(waits), "wait_p95_s": waits[int(0.95 * (len(waits) - 1))],
-        "wait_max_s": waits[-1], "lost_gpu_s": lost, "preemptions": sum(1 for r in records if r.get("preempted")),
+        "wait_mean_s": statistics.mean(waits),
+        "wait_p95_s": waits[int(0.95 * (len(waits) - 1))],
+        "wait_max_s": waits[-1],
+        "lost_gpu_s": lost,
+        "preemptions": sum(1 for r in records if r.get("preempted")),
     }
 
 
@@ -138,10 +164,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=60.0, help="length of each run")
     parser.add_argument("--rate", type=float, default=0.25, help="normal jobs per second")
-    parser.add_argument("--seeds", default="7", help="comma-separated arrival seeds, one set of runs each "
-                                                        "(the added wait is then also given over all of them)")
-    parser.add_argument("--modes", default="normal-only,fill-preemptive,fill-no-preempt",
-                        help="comma-separated; normal-only always runs first (the baseline)")
+    parser.add_argument(
+        "--seeds",
+        default="7",
+        help="comma-separated arrival seeds, one set of runs each (the added wait is then also given over all of them)",
+    )
+    parser.add_argument(
+        "--modes",
+        default="normal-only,fill-preemptive,fill-no-preempt",
+        help="comma-separated; normal-only always runs first (the baseline)",
+    )
     parser.add_argument("--filler-seconds", type=float, default=8.0, help="work per filler unit")
     args = parser.parse_args()
     modes = ["normal-only"] + [m for m in args.modes.split(",") if m and m != "normal-only"]
@@ -153,19 +185,27 @@ def main() -> None:
         for mode, per_seed in added_by_mode.items():
             pooled = sorted(a for added in per_seed for a in added)
             p = lambda q, pooled=pooled: pooled[min(len(pooled) - 1, int(q * len(pooled)))]  # noqa: E731
-            print(f"  {mode:<17} per-seed max {', '.join(f'{max(a):.2f}' for a in per_seed)} s; all {len(pooled)} "
-                  f"jobs: median {p(0.5):.2f} s, p90 {p(0.9):.2f} s, p95 {p(0.95):.2f} s, max {pooled[-1]:.2f} s")
+            print(
+                f"  {mode:<17} per-seed max {', '.join(f'{max(a):.2f}' for a in per_seed)} s; all {len(pooled)} "
+                f"jobs: median {p(0.5):.2f} s, p90 {p(0.9):.2f} s, p95 {p(0.95):.2f} s, max {pooled[-1]:.2f} s"
+            )
 
 
 def run_seed(args, seed: int, modes: list[str], added_by_mode: dict[str, list[list[float]]]) -> None:
     jobs = arrivals(args.seconds, args.rate, seed)
-    print(f"idle-fill benchmark on {GPUS} SIMULATED GPUs, {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} CPUs, python {platform.python_version()}; {len(jobs)} normal jobs over "
-          f"{args.seconds:.0f}s (seed {seed}), {GPUS} fillers of {args.filler_seconds:.0f}s units")
-    print("wait = a normal job's arrival to its start; added = its wait minus its wait in the normal-only run "
-          "(the delay idle work causes)")
-    print(f"{'mode':<17} {'util':>6} {'useful':>7} {'normal GPU-s':>12} {'idle GPU-s':>10} {'wait mean':>9} "
-          f"{'p95':>6} {'max':>6} {'added mean':>10} {'max':>6} {'lost GPU-s':>10} {'preempt':>7}")
+    print(
+        f"idle-fill benchmark on {GPUS} SIMULATED GPUs, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs, python {platform.python_version()}; {len(jobs)} normal jobs over "
+        f"{args.seconds:.0f}s (seed {seed}), {GPUS} fillers of {args.filler_seconds:.0f}s units"
+    )
+    print(
+        "wait = a normal job's arrival to its start; added = its wait minus its wait in the normal-only run "
+        "(the delay idle work causes)"
+    )
+    print(
+        f"{'mode':<17} {'util':>6} {'useful':>7} {'normal GPU-s':>12} {'idle GPU-s':>10} {'wait mean':>9} "
+        f"{'p95':>6} {'max':>6} {'added mean':>10} {'max':>6} {'lost GPU-s':>10} {'preempt':>7}"
+    )
     baseline: dict[int, float] = {}
     for mode in modes:
         r = run(mode, jobs, args.seconds, GPUS, int(args.filler_seconds * 10))
@@ -173,10 +213,12 @@ def run_seed(args, seed: int, modes: list[str], added_by_mode: dict[str, list[li
         added = [r["waits"][i] - baseline[i] for i in r["waits"]]
         if mode in added_by_mode:
             added_by_mode[mode].append(added)
-        print(f"{mode:<17} {r['utilisation']:>6.1%} {r['useful_utilisation']:>7.1%} {r['normal_gpu_s']:>12.1f} "
-              f"{r['idle_gpu_s']:>10.1f} {r['wait_mean_s']:>8.2f}s {r['wait_p95_s']:>5.2f}s {r['wait_max_s']:>5.2f}s "
-              f"{statistics.mean(added):>9.2f}s {max(added):>5.2f}s {r['lost_gpu_s']:>10.1f} {r['preemptions']:>7}",
-              flush=True)
+        print(
+            f"{mode:<17} {r['utilisation']:>6.1%} {r['useful_utilisation']:>7.1%} {r['normal_gpu_s']:>12.1f} "
+            f"{r['idle_gpu_s']:>10.1f} {r['wait_mean_s']:>8.2f}s {r['wait_p95_s']:>5.2f}s {r['wait_max_s']:>5.2f}s "
+            f"{statistics.mean(added):>9.2f}s {max(added):>5.2f}s {r['lost_gpu_s']:>10.1f} {r['preemptions']:>7}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -33,8 +33,9 @@ from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.gpu.runner import GPUWorkRunner, Work
 
 
-def run_layout(trials: int, seconds: float, request: GPURequest, slots: int, workers: int,
-               inventory: str = "4x24GiB") -> dict:
+def run_layout(
+    trials: int, seconds: float, request: GPURequest, slots: int, workers: int, inventory: str = "4x24GiB"
+) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         manager = LeaseManager(SimulatedInventory(inventory), os.path.join(tmp, "leases"))
         todo: queue.Queue[int] = queue.Queue()
@@ -64,15 +65,20 @@ def run_layout(trials: int, seconds: float, request: GPURequest, slots: int, wor
         makespan = time.monotonic() - start
         assert len(durations) == trials and manager.leases() == []
     ideal = trials * seconds / slots
-    return {"makespan": makespan, "ideal": ideal, "ratio": makespan / ideal,
-            "overhead_per_launch": (makespan - ideal) * slots / trials,
-            "median_trial": statistics.median(durations)}
+    return {
+        "makespan": makespan,
+        "ideal": ideal,
+        "ratio": makespan / ideal,
+        "overhead_per_launch": (makespan - ideal) * slots / trials,
+        "median_trial": statistics.median(durations),
+    }
 
 
 def run_peer(command: list[str], lines: list[str]) -> float:
     start = time.monotonic()
-    subprocess.run(command, input="".join(line + "\n" for line in lines), text=True, check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        command, input="".join(line + "\n" for line in lines), text=True, check=True, stdout=subprocess.DEVNULL
+    )
     return time.monotonic() - start
 
 
@@ -81,7 +87,8 @@ def peers(trials: int, seconds: float, slots: int) -> dict[str, float | None]:
     simple-gpu-scheduler (a semaphore over a list of GPU ids, one thread per job; each id listed 4 times
     for the packed layout) on the same trials."""
     figures: dict[str, float | None] = {
-        "xargs -P (floor)": run_peer(["xargs", "-P", str(slots), "-n", "1", "sleep"], [str(seconds)] * trials)}
+        "xargs -P (floor)": run_peer(["xargs", "-P", str(slots), "-n", "1", "sleep"], [str(seconds)] * trials)
+    }
     try:
         import simple_gpu_scheduler  # noqa: F401
     except ImportError:
@@ -90,24 +97,30 @@ def peers(trials: int, seconds: float, slots: int) -> dict[str, float | None]:
     gpus = [str(i) for i in range(4) for _ in range(slots // 4)]
     figures["simple-gpu-scheduler"] = run_peer(
         [sys.executable, "-c", "from simple_gpu_scheduler.scheduler import main; main()", "--gpus", *gpus],
-        [f"sleep {seconds}"] * trials)
+        [f"sleep {seconds}"] * trials,
+    )
     return figures
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workloads", default="256x1.0,64x0.2",
-                        help="comma-separated TRIALSxSECONDS (default: 256x1.0,64x0.2)")
+    parser.add_argument(
+        "--workloads", default="256x1.0,64x0.2", help="comma-separated TRIALSxSECONDS (default: 256x1.0,64x0.2)"
+    )
     parser.add_argument("--layouts", default="whole,packed", help="comma-separated (default: whole,packed)")
     args = parser.parse_args()
     print("# local GPU launcher benchmark on 4 SIMULATED 24 GiB GPUs, next to xargs and simple-gpu-scheduler")
     print(f"# {time.strftime('%Y-%m-%d')} on {platform.node()} ({os.cpu_count()} cores)")
-    print(f"{'workload':<10} {'layout':<7} {'slots':>5} {'launcher':<24} {'makespan s':>10} {'ideal s':>8} "
-          f"{'ratio':>6} {'overhead/launch ms':>18}")
+    print(
+        f"{'workload':<10} {'layout':<7} {'slots':>5} {'launcher':<24} {'makespan s':>10} {'ideal s':>8} "
+        f"{'ratio':>6} {'overhead/launch ms':>18}"
+    )
     for workload in args.workloads.split(","):
         trials, seconds = int(workload.split("x")[0]), float(workload.split("x")[1])
-        for name, request, slots, workers in (("whole", GPURequest(gpus=1), 4, 8),
-                                              ("packed", GPURequest(gpu_memory="6GiB"), 16, 24)):
+        for name, request, slots, workers in (
+            ("whole", GPURequest(gpus=1), 4, 8),
+            ("packed", GPURequest(gpu_memory="6GiB"), 16, 24),
+        ):
             if name not in args.layouts.split(","):
                 continue
             ideal = trials * seconds / slots
@@ -117,8 +130,11 @@ def main() -> None:
                 if makespan is None:
                     print(f"{workload:<10} {name:<7} {slots:>5} {tool}")
                     continue
-                print(f"{workload:<10} {name:<7} {slots:>5} {tool:<24} {makespan:>10.2f} {ideal:>8.1f} "
-                      f"{makespan / ideal:>6.3f} {(makespan - ideal) * slots / trials * 1000:>18.0f}", flush=True)
+                print(
+                    f"{workload:<10} {name:<7} {slots:>5} {tool:<24} {makespan:>10.2f} {ideal:>8.1f} "
+                    f"{makespan / ideal:>6.3f} {(makespan - ideal) * slots / trials * 1000:>18.0f}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

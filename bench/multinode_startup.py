@@ -29,11 +29,19 @@ from pathlib import Path
 from airflow_provider_gpusched.core.slurm import CommandRunner, SlurmClient, SlurmJobSpec
 
 REPO = Path(__file__).resolve().parents[1]
-RANK = ("import os, sys, time; rank = os.environ.get('RANK', os.environ.get('SLURM_PROCID', '0')); "
-        "open(os.path.join(sys.argv[1], 'rank-' + rank), 'w').write(repr(time.time()))")
+RANK = (
+    "import os, sys, time; rank = os.environ.get('RANK', os.environ.get('SLURM_PROCID', '0')); "
+    "open(os.path.join(sys.argv[1], 'rank-' + rank), 'w').write(repr(time.time()))"
+)
 #: (label, distributed, nodes); "bare srun" is the reference: srun in the script by hand, no gpusched start
-SHAPES = [("plain", None, 1), ("bare srun 2x2", "bare", 2), ("srun 1x2", "srun", 1), ("srun 2x2", "srun", 2),
-          ("torchrun 1x2", "torchrun", 1), ("torchrun 2x2", "torchrun", 2)]
+SHAPES = [
+    ("plain", None, 1),
+    ("bare srun 2x2", "bare", 2),
+    ("srun 1x2", "srun", 1),
+    ("srun 2x2", "srun", 2),
+    ("torchrun 1x2", "torchrun", 1),
+    ("torchrun 2x2", "torchrun", 2),
+]
 
 
 def one_job(client: SlurmClient, mode: str | None, nodes: int, work: Path) -> tuple[float, float]:
@@ -41,19 +49,33 @@ def one_job(client: SlurmClient, mode: str | None, nodes: int, work: Path) -> tu
     folder = Path(tempfile.mkdtemp(dir=work))
     argv = [sys.executable, "-c", RANK, str(folder)]
     if mode == "bare":
-        spec = SlurmJobSpec(command=["srun", *argv], nodes=nodes, ntasks_per_node=2, gpus_per_node=2,
-                            setup=[f"date +%s.%N > {folder}/batch"], output=str(folder / "%j.out"))
+        spec = SlurmJobSpec(
+            command=["srun", *argv],
+            nodes=nodes,
+            ntasks_per_node=2,
+            gpus_per_node=2,
+            setup=[f"date +%s.%N > {folder}/batch"],
+            output=str(folder / "%j.out"),
+        )
     else:
-        spec = SlurmJobSpec(command=argv, nodes=nodes, gpus_per_node=2 if mode else None, distributed=mode,
-                            torchrun=[sys.executable, "-m", "torch.distributed.run"],
-                            setup=[f"date +%s.%N > {folder}/batch"], output=str(folder / "%j.out"))
+        spec = SlurmJobSpec(
+            command=argv,
+            nodes=nodes,
+            gpus_per_node=2 if mode else None,
+            distributed=mode,
+            torchrun=[sys.executable, "-m", "torch.distributed.run"],
+            setup=[f"date +%s.%N > {folder}/batch"],
+            output=str(folder / "%j.out"),
+        )
     ranks = 2 * nodes if mode else 1
     submitted = time.time()
     job = client.submit(spec)
     final = client.wait(job.job_id, poll_interval=0.2, timeout=300)
     if not final.phase.is_success:
-        raise SystemExit(f"job {job.job_id} ({mode}, {nodes} node(s)) ended {final.describe()}:\n"
-                         + next(folder.glob("*.out")).read_text()[-2000:])
+        raise SystemExit(
+            f"job {job.job_id} ({mode}, {nodes} node(s)) ended {final.describe()}:\n"
+            + next(folder.glob("*.out")).read_text()[-2000:]
+        )
     starts = [float((folder / f"rank-{r}").read_text()) for r in range(ranks)]
     batch = float((folder / "batch").read_text())
     return batch - submitted, max(starts) - batch
@@ -66,8 +88,10 @@ def main() -> None:
     conf = os.environ.get("SLURM_CONF") or str(REPO / ".slurm" / "etc" / "slurm.conf")
     client = SlurmClient(CommandRunner(slurm_conf=conf))
     work = Path(tempfile.mkdtemp(prefix="gpusched-bench-startup-"))
-    print(f"{time.strftime('%Y-%m-%d')}, {platform.node()} ({os.cpu_count()} cores), SLURM_CONF={conf}, "
-          f"{args.repeat} job(s) per shape, one after another")
+    print(
+        f"{time.strftime('%Y-%m-%d')}, {platform.node()} ({os.cpu_count()} cores), SLURM_CONF={conf}, "
+        f"{args.repeat} job(s) per shape, one after another"
+    )
     print("| shape | ranks | submit -> batch script | batch script -> all ranks running | submit -> all ranks |")
     print("|---|---:|---:|---:|---:|")
     for label, mode, nodes in SHAPES:

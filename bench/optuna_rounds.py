@@ -34,11 +34,18 @@ def plain_optuna(folder: str, trials: int, per_round: int) -> float:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = JournalStorage(JournalFileBackend(os.path.join(folder, "plain.journal")))
-    study = optuna.create_study(study_name="plain", storage=storage, direction="minimize",
-                                sampler=optuna.samplers.TPESampler(seed=0, n_startup_trials=per_round))
+    study = optuna.create_study(
+        study_name="plain",
+        storage=storage,
+        direction="minimize",
+        sampler=optuna.samplers.TPESampler(seed=0, n_startup_trials=per_round),
+    )
     start = time.perf_counter()
-    study.optimize(lambda t: objective_value({"x": t.suggest_float("x", 0, 1), "y": t.suggest_float("y", 0, 1)}),
-                   n_trials=trials, n_jobs=4)
+    study.optimize(
+        lambda t: objective_value({"x": t.suggest_float("x", 0, 1), "y": t.suggest_float("y", 0, 1)}),
+        n_trials=trials,
+        n_jobs=4,
+    )
     return time.perf_counter() - start
 
 
@@ -48,9 +55,17 @@ def gpusched_rounds(folder: str, rounds: int, per_round: int, fresh: bool) -> tu
     from airflow_provider_gpusched.core.sweep.session import SweepSession
     from airflow_provider_gpusched.core.sweep.trial_run import run_trial
 
-    spec = SweepSpec(name="fresh" if fresh else "rounds", search="optuna", rounds=rounds, per_round=per_round,
-                     space={"x": uniform(0, 1), "y": uniform(0, 1)}, seed=0, python_callable=objective_value,
-                     objective=Objective("value", mode="minimize"), results_root=folder)
+    spec = SweepSpec(
+        name="fresh" if fresh else "rounds",
+        search="optuna",
+        rounds=rounds,
+        per_round=per_round,
+        space={"x": uniform(0, 1), "y": uniform(0, 1)},
+        seed=0,
+        python_callable=objective_value,
+        objective=Objective("value", mode="minimize"),
+        results_root=folder,
+    )
     sink = io.StringIO()
     session = SweepSession(spec)
     per_round_s = []
@@ -73,18 +88,23 @@ def main() -> None:
     parser.add_argument("--per-round", type=int, default=8)
     args = parser.parse_args()
     trials = args.rounds * args.per_round
-    print(f"# Optuna in rounds vs plain Optuna: {args.rounds} rounds x {args.per_round} trials, journal storage, "
-          f"TPE; {time.strftime('%Y-%m-%d')} on {platform.node()} ({os.cpu_count()} cores), "
-          f"Python {platform.python_version()}")
+    print(
+        f"# Optuna in rounds vs plain Optuna: {args.rounds} rounds x {args.per_round} trials, journal storage, "
+        f"TPE; {time.strftime('%Y-%m-%d')} on {platform.node()} ({os.cpu_count()} cores), "
+        f"Python {platform.python_version()}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         plain = plain_optuna(tmp, trials, args.per_round)
         print(f"{'plain Optuna (optimize, n_jobs=4)':<36} {plain / trials * 1000:>7.1f} ms/trial")
         for name, fresh in (("gpusched rounds, one session", False), ("gpusched rounds, fresh sessions", True)):
             elapsed, per_round_s, best = gpusched_rounds(tmp, args.rounds, args.per_round, fresh)
             first, last = per_round_s[:5], per_round_s[-5:]
-            print(f"{name:<36} {elapsed / trials * 1000:>7.1f} ms/trial  ({elapsed / plain:.2f}x plain; "
-                  f"round {sum(first) / len(first) * 1000:.0f} ms at the start, "
-                  f"{sum(last) / len(last) * 1000:.0f} ms at the end; best {best:.4f})", flush=True)
+            print(
+                f"{name:<36} {elapsed / trials * 1000:>7.1f} ms/trial  ({elapsed / plain:.2f}x plain; "
+                f"round {sum(first) / len(first) * 1000:.0f} ms at the start, "
+                f"{sum(last) / len(last) * 1000:.0f} ms at the end; best {best:.4f})",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

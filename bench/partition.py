@@ -48,8 +48,13 @@ print(json.dumps({"seconds": seconds, "rss_mb": rss, "solver_mb": traced, "bottl
 
 def run_case(folder: Path, args: dict, timeout: float) -> dict | None:
     try:
-        out = subprocess.run([sys.executable, "-c", CHILD, str(folder), json.dumps(args)], capture_output=True,
-                             text=True, timeout=timeout, cwd=REPO)
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, str(folder), json.dumps(args)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=REPO,
+        )
     except subprocess.TimeoutExpired:
         return None
     if out.returncode != 0:
@@ -66,10 +71,25 @@ def whole_process(folder: Path, args: dict, runs: int = 9) -> dict[str, float]:
     import statistics
     import time
 
-    cli = [sys.executable, "-m", "airflow_provider_gpusched.cli", "partition", "-m", args["model"],
-           "-b", str(args["batch_size"]), "-i", str(args["buffers_in"]), "-o", str(args["buffers_out"])]
-    commands = {"gpusched partition": cli, "python (bare)": [sys.executable, "-c", "pass"],
-                "python + import numpy": [sys.executable, "-c", "import numpy"]}
+    cli = [
+        sys.executable,
+        "-m",
+        "airflow_provider_gpusched.cli",
+        "partition",
+        "-m",
+        args["model"],
+        "-b",
+        str(args["batch_size"]),
+        "-i",
+        str(args["buffers_in"]),
+        "-o",
+        str(args["buffers_out"]),
+    ]
+    commands = {
+        "gpusched partition": cli,
+        "python (bare)": [sys.executable, "-c", "pass"],
+        "python + import numpy": [sys.executable, "-c", "import numpy"],
+    }
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     times: dict[str, list[float]] = {name: [] for name in commands}
     for n in range(runs + 1):
@@ -83,13 +103,20 @@ def whole_process(folder: Path, args: dict, runs: int = 9) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", help="pipeline-partition folder (default: ../shared/pipeline-partition, "
-                                       "else the copy vendored in tests/data)")
+    parser.add_argument(
+        "--data",
+        help="pipeline-partition folder (default: ../shared/pipeline-partition, else the copy vendored in tests/data)",
+    )
     parser.add_argument("--cases", nargs="*", help="scaling cases to run (default: all)")
     parser.add_argument("--timeout", type=float, default=60, help="seconds per scaling case")
     parser.add_argument("--big-timeout", type=float, default=120, help="seconds per cluster-scale instance")
-    parser.add_argument("--hosts", type=int, nargs="*", default=[64, 256, 1024],
-                        help="host counts of the cluster-scale instances (default 64 256 1024)")
+    parser.add_argument(
+        "--hosts",
+        type=int,
+        nargs="*",
+        default=[64, 256, 1024],
+        help="host counts of the cluster-scale instances (default 64 256 1024)",
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gpusched-partition-bench-"))
     data = Path(args.data) if args.data else REPO.parent / "shared" / "pipeline-partition"
@@ -100,8 +127,10 @@ def main() -> None:
         data = materialize(tmp / "data")
     references = json.loads((data / "scaling" / "reference.json").read_text())
     print(f"pipeline partitioner, {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
-    print(f"{'case':<12} {'time':>8} {'ref time':>9} {'speed-up':>9} {'peak RSS':>9} {'solver':>8} {'ref RSS':>8} "
-          f"{'checks':>6}  bottleneck")
+    print(
+        f"{'case':<12} {'time':>8} {'ref time':>9} {'speed-up':>9} {'peak RSS':>9} {'solver':>8} {'ref RSS':>8} "
+        f"{'checks':>6}  bottleneck"
+    )
     worst_time = worst_rss = 0.0
     for ref in references:
         if args.cases and ref["case"] not in args.cases:
@@ -112,10 +141,13 @@ def main() -> None:
             continue
         ok = abs(r["bottleneck_s"] - ref["bottleneck_s"]) <= 1e-9 * ref["bottleneck_s"]
         worst_time, worst_rss = max(worst_time, r["seconds"]), max(worst_rss, r["rss_mb"])
-        print(f"{ref['case']:<12} {r['seconds']:>7.3f}s {ref['reference_wall_s']:>8.2f}s "
-              f"{ref['reference_wall_s'] / r['seconds']:>8.1f}x {r['rss_mb']:>7.0f}MB {r['solver_mb']:>6.1f}MB "
-              f"{ref['reference_peak_rss_MB']:>6.0f}MB {r['checks']:>6}  {r['bottleneck_s']:.9f}"
-              f"{'' if ok else '  MISMATCH (expected ' + str(ref['bottleneck_s']) + ')'}", flush=True)
+        print(
+            f"{ref['case']:<12} {r['seconds']:>7.3f}s {ref['reference_wall_s']:>8.2f}s "
+            f"{ref['reference_wall_s'] / r['seconds']:>8.1f}x {r['rss_mb']:>7.0f}MB {r['solver_mb']:>6.1f}MB "
+            f"{ref['reference_peak_rss_MB']:>6.0f}MB {r['checks']:>6}  {r['bottleneck_s']:.9f}"
+            f"{'' if ok else '  MISMATCH (expected ' + str(ref['bottleneck_s']) + ')'}",
+            flush=True,
+        )
     print(f"slowest {worst_time:.3f}s, largest peak RSS {worst_rss:.0f}MB")
     case = next(ref for ref in references if ref["case"] == "L96_T4_D64")
     figures = whole_process(data / "scaling" / "L96_T4_D64", case["args"])
@@ -129,8 +161,12 @@ def main() -> None:
             print(f"{name:<16} did not finish within {args.big_timeout:.0f}s")
             continue
         proof = "optimal (proven)" if r["optimal"] else f"NOT PROVEN, lower bound {r['lower_bound_s']:.9f}"
-        print(f"{name:<16} {r['seconds']:>7.3f}s {r['rss_mb']:>7.0f}MB {r['checks']:>6} {r['stages']:>6}  "
-              f"{r['bottleneck_s']:.9f} {proof}", flush=True)
+        print(
+            f"{name:<16} {r['seconds']:>7.3f}s {r['rss_mb']:>7.0f}MB {r['checks']:>6} {r['stages']:>6}  "
+            f"{r['bottleneck_s']:.9f} {proof}",
+            flush=True,
+        )
+
 
 if __name__ == "__main__":
     main()

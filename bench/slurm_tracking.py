@@ -35,8 +35,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def submit(client: SlurmClient, n: int, out_dir: str) -> list[str]:
-    return [client.submit(SlurmJobSpec(command=f"sleep {1 + i % 3}", cpus_per_task=1,
-                                       output=os.path.join(out_dir, "%j.out"))).job_id for i in range(n)]
+    return [
+        client.submit(
+            SlurmJobSpec(command=f"sleep {1 + i % 3}", cpus_per_task=1, output=os.path.join(out_dir, "%j.out"))
+        ).job_id
+        for i in range(n)
+    ]
 
 
 async def follow(source, job_id: str, interval: float) -> None:
@@ -94,15 +98,20 @@ def main() -> None:
             elapsed = time.monotonic() - start
             total = sum(v for k, v in calls.items())
             rows.append((name, total, calls, polls, elapsed))
-    print(f"{'design':<18} {'CLI calls':>9} {'squeue':>7} {'other':>6} {'intervals':>9} {'calls/interval':>14} "
-          f"{'wall s':>7}")
+    print(
+        f"{'design':<18} {'CLI calls':>9} {'squeue':>7} {'other':>6} {'intervals':>9} {'calls/interval':>14} "
+        f"{'wall s':>7}"
+    )
     for name, total, calls, polls, elapsed in rows:
         other = total - calls["squeue"]
-        print(f"{name:<18} {total:>9} {calls['squeue']:>7} {other:>6} {polls:>9} {total / polls:>14.1f} "
-              f"{elapsed:>7.1f}")
+        print(
+            f"{name:<18} {total:>9} {calls['squeue']:>7} {other:>6} {polls:>9} {total / polls:>14.1f} {elapsed:>7.1f}"
+        )
     shared, naive = rows
-    print(f"per-job polling made {naive[1] / shared[1]:.0f}x the CLI calls of the shared poller "
-          f"({naive[1] / naive[3]:.0f} vs {shared[1] / shared[3]:.1f} per interval)")
+    print(
+        f"per-job polling made {naive[1] / shared[1]:.0f}x the CLI calls of the shared poller "
+        f"({naive[1] / naive[3]:.0f} vs {shared[1] / shared[3]:.1f} per interval)"
+    )
 
 
 if __name__ == "__main__":

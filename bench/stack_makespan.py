@@ -46,8 +46,7 @@ from tests.stack.client import Stack, StackConfig
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 SLOTS = 4
-FAST_IDLE = ('{"idle": {"local": {"idle_for": 0, "min_runtime": 0, "grace_period": 3, "backoff": 2, '
-             '"max_backoff": 4}}}')
+FAST_IDLE = '{"idle": {"local": {"idle_for": 0, "min_runtime": 0, "grace_period": 3, "backoff": 2, "max_backoff": 4}}}'
 
 
 def tree_pss(pid: int) -> int:
@@ -110,8 +109,9 @@ def cpu_snapshot(config: StackConfig) -> dict[str, float]:
     out["scheduler loop"] = _cpu(scheduler, reaped=False)
     workers = [p for p in scheduler.children() if "supervisor" not in " ".join(p.cmdline())]
     out["executor workers (supervisors)"] = sum(_cpu(w, reaped=False) for w in workers)
-    out["tasks and their trials"] = sum(w.cpu_times().children_user + w.cpu_times().children_system
-                                        for w in workers if w.is_running())
+    out["tasks and their trials"] = sum(
+        w.cpu_times().children_user + w.cpu_times().children_system for w in workers if w.is_running()
+    )
     for c in ("api-server", "triggerer", "dag-processor"):
         root = psutil.Process(config.pid(c))
         out[c] = _cpu(root) + sum(_cpu(p) for p in root.children(recursive=True))
@@ -176,8 +176,13 @@ def slot_breakdown(stack: Stack, dag_id: str, run_id: str, task_id: str, slots: 
     from_gpu = sum(timestamp(t["end_date"]) - work[t["map_index"]][1] for t in tis)
     gpu = sum(b - a for a, b in work.values())
     held = sum(timestamp(t["end_date"]) - timestamp(t["queued_when"]) for t in tis)
-    return {"scheduler": (slots * (end - start) - held) / n, "queued->start": queued / n, "start->GPU": to_gpu / n,
-            "GPU work": gpu / n, "GPU->end": from_gpu / n}
+    return {
+        "scheduler": (slots * (end - start) - held) / n,
+        "queued->start": queued / n,
+        "start->GPU": to_gpu / n,
+        "GPU work": gpu / n,
+        "GPU->end": from_gpu / n,
+    }
 
 
 def normal_delay(stack: Stack, out: Path) -> float:
@@ -213,10 +218,15 @@ def idle_filling(stack: Stack) -> dict:
     start = min(timestamp(t["start_date"]) for t in tis)
     records = [r for r in GPUTimeLedger(str(stack.lease_dir)).records() if r.get("time", 0) >= t0]
     used = sum(r.get("gpu_seconds", 0) for r in records if r.get("time", 0) >= start)
-    return {"empty": empty, "busy": busy, "utilisation": used / (SLOTS * window), "window": window,
-            "preemptions": sum(1 for r in records if r.get("preempted")),
-            "lost": sum(r.get("lost_gpu_seconds", 0) for r in records),
-            "filler_tries": sorted({t["try_number"] for t in tis})}
+    return {
+        "empty": empty,
+        "busy": busy,
+        "utilisation": used / (SLOTS * window),
+        "window": window,
+        "preemptions": sum(1 for r in records if r.get("preempted")),
+        "lost": sum(r.get("lost_gpu_seconds", 0) for r in records),
+        "filler_tries": sorted({t["try_number"] for t in tis}),
+    }
 
 
 def main() -> None:
@@ -224,23 +234,40 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=256)
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--keep", action="store_true", help="leave the stack running (.stack-bench/)")
-    parser.add_argument("--parts", default="launcher,mapped,batched,idle",
-                        help="comma-separated: launcher, mapped, batched, idle (default: all)")
-    parser.add_argument("--pool-slots", type=int, default=SLOTS,
-                        help="slots of the mapped tasks' pool (default: one per GPU)")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION__KEY=VALUE",
-                        help="an Airflow setting for the stack, e.g. GPUSCHED__DEFER_AFTER=30 (repeatable)")
+    parser.add_argument(
+        "--parts",
+        default="launcher,mapped,batched,idle",
+        help="comma-separated: launcher, mapped, batched, idle (default: all)",
+    )
+    parser.add_argument(
+        "--pool-slots", type=int, default=SLOTS, help="slots of the mapped tasks' pool (default: one per GPU)"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION__KEY=VALUE",
+        help="an Airflow setting for the stack, e.g. GPUSCHED__DEFER_AFTER=30 (repeatable)",
+    )
     args = parser.parse_args()
     n, s = args.trials, args.seconds
     ideal = n * s / SLOTS
-    config = StackConfig(REPO / ".stack-bench", 28093, 55444, REPO / "bench" / "stack_dags",
-                         f"export GPUSCHED_BENCH_TRIALS={n} GPUSCHED_BENCH_SECONDS={s:g}\n"
-                         f"export AIRFLOW__GPUSCHED__JOB_CLASSES='{FAST_IDLE}'"
-                         + "".join(f"\nexport AIRFLOW__{setting}" for setting in args.set))
-    print(f"# stack benchmark, {time.strftime('%Y-%m-%d')} on {platform.node()} ({os.cpu_count()} cores, "
-          f"{psutil.virtual_memory().total / 2**30:.0f} GiB), Python {platform.python_version()}; "
-          f"{n} trials x {s:g} s, 4 SIMULATED GPUs, one GPU per trial; ideal makespan {ideal:.1f} s; mapped "
-          f"tasks' pool {args.pool_slots} slots; settings {args.set or 'as scripts/stack.sh sets them'}", flush=True)
+    config = StackConfig(
+        REPO / ".stack-bench",
+        28093,
+        55444,
+        REPO / "bench" / "stack_dags",
+        f"export GPUSCHED_BENCH_TRIALS={n} GPUSCHED_BENCH_SECONDS={s:g}\n"
+        f"export AIRFLOW__GPUSCHED__JOB_CLASSES='{FAST_IDLE}'"
+        + "".join(f"\nexport AIRFLOW__{setting}" for setting in args.set),
+    )
+    print(
+        f"# stack benchmark, {time.strftime('%Y-%m-%d')} on {platform.node()} ({os.cpu_count()} cores, "
+        f"{psutil.virtual_memory().total / 2**30:.0f} GiB), Python {platform.python_version()}; "
+        f"{n} trials x {s:g} s, 4 SIMULATED GPUs, one GPU per trial; ideal makespan {ideal:.1f} s; mapped "
+        f"tasks' pool {args.pool_slots} slots; settings {args.set or 'as scripts/stack.sh sets them'}",
+        flush=True,
+    )
 
     parts = set(args.parts.split(","))
     rows = []
@@ -252,8 +279,7 @@ def main() -> None:
     config.run("destroy", check=False)
     t0 = time.monotonic()
     config.run("up")
-    print(f"stack up (PostgreSQL initdb, db migrate, 4 components healthy): {time.monotonic() - t0:.0f} s",
-          flush=True)
+    print(f"stack up (PostgreSQL initdb, db migrate, 4 components healthy): {time.monotonic() - t0:.0f} s", flush=True)
     idle_fill = None
     try:
         stack = Stack(config)
@@ -272,10 +298,15 @@ def main() -> None:
                 rows.append((f"mapped: {mapped['tasks']} LocalGPUOperator tasks", mapped["makespan"], mapped["wall"]))
                 print(f"mapped: {mapped}", flush=True)
                 slot = slot_breakdown(stack, "bench_mapped", mapped["run_id"], "trial", args.pool_slots)
-                print("mapped, a pool slot's time per trial (s): "
-                      + ", ".join(f"{k} {v:.2f}" for k, v in slot.items()), flush=True)
-                print(f"mapped, CPU seconds per trial ({os.cpu_count()} cores): "
-                      + ", ".join(f"{k} {v:.3f}" for k, v in cpu.items()), flush=True)
+                print(
+                    "mapped, a pool slot's time per trial (s): " + ", ".join(f"{k} {v:.2f}" for k, v in slot.items()),
+                    flush=True,
+                )
+                print(
+                    f"mapped, CPU seconds per trial ({os.cpu_count()} cores): "
+                    + ", ".join(f"{k} {v:.3f}" for k, v in cpu.items()),
+                    flush=True,
+                )
             if "batched" in parts:
                 batched = run_through_stack(stack, "bench_batched", timeout=60 * 60)
                 rows.append((f"batched sweep: {batched['tasks']} tasks", batched["makespan"], batched["wall"]))
@@ -289,14 +320,18 @@ def main() -> None:
 
     print(f"\n{'way':<34} {'makespan s':>10} {'trigger->end s':>14} {'x ideal':>8} {'lost per trial s':>16}")
     for name, makespan, wall in rows:
-        print(f"{name:<34} {makespan:>10.1f} {wall:>14.1f} {makespan / ideal:>8.2f} "
-              f"{(makespan - ideal) * SLOTS / n:>16.2f}")
+        print(
+            f"{name:<34} {makespan:>10.1f} {wall:>14.1f} {makespan / ideal:>8.2f} "
+            f"{(makespan - ideal) * SLOTS / n:>16.2f}"
+        )
     if idle_fill:
         f = idle_fill
-        print(f"\nidle filling: a normal 4-GPU task's GPU work started {f['empty']:.2f} s after the task on empty "
-              f"GPUs (median of 3), {f['busy']:.2f} s with 4 fillers holding them (added {f['busy'] - f['empty']:.2f} s); GPU "
-              f"utilisation while the fillers ran: {f['utilisation']:.1%} of {f['window']:.0f} s; "
-              f"{f['preemptions']:.0f} preemption(s), {f['lost']:.1f} GPU-s lost; filler tries {f['filler_tries']}")
+        print(
+            f"\nidle filling: a normal 4-GPU task's GPU work started {f['empty']:.2f} s after the task on empty "
+            f"GPUs (median of 3), {f['busy']:.2f} s with 4 fillers holding them (added {f['busy'] - f['empty']:.2f} s); GPU "
+            f"utilisation while the fillers ran: {f['utilisation']:.1%} of {f['window']:.0f} s; "
+            f"{f['preemptions']:.0f} preemption(s), {f['lost']:.1f} GPU-s lost; filler tries {f['filler_tries']}"
+        )
     print(f"\n{'component':<14} {'idle PSS MiB':>12} {'peak PSS MiB (this run)':>24}")
     for c in COMPONENTS:
         print(f"{c:<14} {idle[c] / 2**20:>12.0f} {watch.peak[c] / 2**20:>24.0f}")

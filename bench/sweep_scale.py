@@ -24,13 +24,20 @@ import textwrap
 import time
 
 PARSE_CASES = {
-    "grid 1,000 (mapped)": ("test_config=[{'lr': [i * 1e-4 for i in range(1, 41)], 'seed': list(range(25))}]",
-                            "batching='mapped', max_mapped_trials=1024"),
-    "grid 10,000 (batched)": ("test_config=[{'lr': [i * 1e-5 for i in range(1, 101)], 'seed': list(range(100))}]",
-                              "batching='auto'"),
-    "random 10,000 (batched)": ("search='random', count=10000, space={'lr': loguniform(1e-5, 1e-1), "
-                                "'wd': uniform(0, 0.1), 'opt': ['sgd', 'adam'], 'mom': when({'opt': 'sgd'}, "
-                                "uniform(0.5, 0.99))}", "batching='auto'"),
+    "grid 1,000 (mapped)": (
+        "test_config=[{'lr': [i * 1e-4 for i in range(1, 41)], 'seed': list(range(25))}]",
+        "batching='mapped', max_mapped_trials=1024",
+    ),
+    "grid 10,000 (batched)": (
+        "test_config=[{'lr': [i * 1e-5 for i in range(1, 101)], 'seed': list(range(100))}]",
+        "batching='auto'",
+    ),
+    "random 10,000 (batched)": (
+        "search='random', count=10000, space={'lr': loguniform(1e-5, 1e-1), "
+        "'wd': uniform(0, 0.1), 'opt': ['sgd', 'adam'], 'mom': when({'opt': 'sgd'}, "
+        "uniform(0.5, 0.99))}",
+        "batching='auto'",
+    ),
 }
 
 DAG_TEMPLATE = """
@@ -63,8 +70,12 @@ print("RESULT", t2 - t1, t3 - t2, len(dag.tasks))
 def parse_times(repeats: int) -> list[tuple[str, float, float, int]]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "AIRFLOW_HOME": tmp, "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-               "AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT": os.path.join(tmp, "sweeps")}
+        env = {
+            **os.environ,
+            "AIRFLOW_HOME": tmp,
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT": os.path.join(tmp, "sweeps"),
+        }
         for name, (spec, factory) in PARSE_CASES.items():
             path = os.path.join(tmp, "bench_dag.py")
             with open(path, "w") as fh:
@@ -94,14 +105,23 @@ def throughput(trials: int, per_process: int) -> tuple[float, float]:
     from airflow_provider_gpusched.core.sweep.session import SweepSession
 
     with tempfile.TemporaryDirectory() as tmp:
-        spec = SweepSpec(name="tput", search="random", space={"x": uniform(0, 1)}, count=trials, seed=0,
-                         python_callable=tiny_trial, objective=Objective("value"), results_root=tmp)
+        spec = SweepSpec(
+            name="tput",
+            search="random",
+            space={"x": uniform(0, 1)},
+            count=trials,
+            seed=0,
+            python_callable=tiny_trial,
+            objective=Objective("value"),
+            results_root=tmp,
+        )
         session = SweepSession(spec)
         manifest = session.prepare(chunk_size=trials)
         manager = LeaseManager(SimulatedInventory("4x24GiB"), os.path.join(tmp, "leases"))
         start = time.perf_counter()
-        outcome = run_local_batch(manifest, manifest.chunk(0), manager, GPURequest(gpu_memory="4GiB"),
-                                  trials_per_process=per_process)
+        outcome = run_local_batch(
+            manifest, manifest.chunk(0), manager, GPURequest(gpu_memory="4GiB"), trials_per_process=per_process
+        )
         elapsed = time.perf_counter() - start
         assert len(outcome["succeeded"]) == trials, outcome["failed"][:3]
         collect_start = time.perf_counter()
@@ -135,13 +155,17 @@ def main() -> None:
     # installs do not have (the pool's workers compile this file alike).
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.dont_write_bytecode = False
-    print(f"# sweep scale benchmark, {time.strftime('%Y-%m-%d')} on {platform.node()} ({os.cpu_count()} cores), "
-          f"Python {platform.python_version()}")
+    print(
+        f"# sweep scale benchmark, {time.strftime('%Y-%m-%d')} on {platform.node()} ({os.cpu_count()} cores), "
+        f"Python {platform.python_version()}"
+    )
     print(f"{'DAG file':<26} {'tasks':>5} {'DagBag parse s':>14} {'serialise s':>11} {'total s':>8}")
-    for name, parse, serialise, tasks in ([] if args.skip_parse else parse_times(args.repeats)):
+    for name, parse, serialise, tasks in [] if args.skip_parse else parse_times(args.repeats):
         print(f"{name:<26} {tasks:>5} {parse:>14.3f} {serialise:>11.3f} {parse + serialise:>8.3f}")
-    print(f"\n# batched mode, {args.trials} tiny callable trials, 4 SIMULATED 24 GiB GPUs, 4 GiB each "
-          f"(24 slots), next to a spawn multiprocessing.Pool")
+    print(
+        f"\n# batched mode, {args.trials} tiny callable trials, 4 SIMULATED 24 GiB GPUs, 4 GiB each "
+        f"(24 slots), next to a spawn multiprocessing.Pool"
+    )
     print(f"{'trials per process':<20} {'gpusched/min':>12} {'collect s':>9} {'spawn pool(24)/min':>19} {'ratio':>6}")
     for per_process in (1, 8):
         pool = spawn_pool(args.trials, 24, per_process)

@@ -48,4 +48,5 @@ DIGITS_HPO = SweepSpec(
 def digits_hpo():
     sweep_task_group(DIGITS_HPO, backend="local", poll_interval=0.5)
 
+
 digits_hpo_dag = digits_hpo()

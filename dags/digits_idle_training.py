@@ -24,19 +24,44 @@ from airflow_provider_gpusched.examples.digits import train_digits
 from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
-CNN = {"model": "cnn", "block0": {"channels": 16, "kernel": 3}, "block1": {"channels": 32, "kernel": 3},
-       "block2": {"channels": 32, "kernel": 3}}
+CNN = {
+    "model": "cnn",
+    "block0": {"channels": 16, "kernel": 3},
+    "block1": {"channels": 32, "kernel": 3},
+    "block2": {"channels": 32, "kernel": 3},
+}
 
-with DAG(dag_id="gpusched_digits_idle_training", schedule=None, start_date=START, catchup=False,
-         tags=["gpusched", "idle-fill", "preemption", "example"], doc_md=__doc__, render_template_as_native_obj=True,
-         params={"epochs": Param(30, type="integer", minimum=1, description="epochs to train"),
-                 "lr": Param(0.003, type="number", exclusiveMinimum=0, description="Adam's learning rate")}) \
-        as idle_training_dag:
-    LocalGPUOperator(task_id="train", job_class="idle", gpus=1, devices=[0], python_callable=train_digits,
-                     op_kwargs={"params": {**CNN, "epochs": "{{ params.epochs }}", "lr": "{{ params.lr }}"}},
-                     grace_period=30)
+with DAG(
+    dag_id="gpusched_digits_idle_training",
+    schedule=None,
+    start_date=START,
+    catchup=False,
+    tags=["gpusched", "idle-fill", "preemption", "example"],
+    doc_md=__doc__,
+    render_template_as_native_obj=True,
+    params={
+        "epochs": Param(30, type="integer", minimum=1, description="epochs to train"),
+        "lr": Param(0.003, type="number", exclusiveMinimum=0, description="Adam's learning rate"),
+    },
+) as idle_training_dag:
+    LocalGPUOperator(
+        task_id="train",
+        job_class="idle",
+        gpus=1,
+        devices=[0],
+        python_callable=train_digits,
+        op_kwargs={"params": {**CNN, "epochs": "{{ params.epochs }}", "lr": "{{ params.lr }}"}},
+        grace_period=30,
+    )
 
-with DAG(dag_id="gpusched_digits_urgent", schedule=None, start_date=START, catchup=False,
-         tags=["gpusched", "idle-fill", "preemption", "example"], doc_md=__doc__) as urgent_dag:
-    LocalGPUOperator(task_id="urgent", gpus=1, devices=[0], python_callable=train_digits,
-                     op_kwargs={"params": {"epochs": 3}})
+with DAG(
+    dag_id="gpusched_digits_urgent",
+    schedule=None,
+    start_date=START,
+    catchup=False,
+    tags=["gpusched", "idle-fill", "preemption", "example"],
+    doc_md=__doc__,
+) as urgent_dag:
+    LocalGPUOperator(
+        task_id="urgent", gpus=1, devices=[0], python_callable=train_digits, op_kwargs={"params": {"epochs": 3}}
+    )

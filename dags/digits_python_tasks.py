@@ -18,29 +18,59 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import dag, task
 
-MODELS = [{"model": "mlp", "width": 64, "epochs": 10, "lr": 0.01},
-          {"model": "cnn", "block0": {"channels": 16, "kernel": 3}, "block1": {"channels": 32, "kernel": 3},
-           "epochs": 6, "lr": 0.01}]
+MODELS = [
+    {"model": "mlp", "width": 64, "epochs": 10, "lr": 0.01},
+    {
+        "model": "cnn",
+        "block0": {"channels": 16, "kernel": 3},
+        "block1": {"channels": 32, "kernel": 3},
+        "epochs": 6,
+        "lr": 0.01,
+    },
+]
 
 
 @task
 def compare(results: list[dict]) -> dict:
     """Print each model's end point and return the best."""
     for r in results:
-        print(f"{r['model']:<4} accuracy {r['accuracy']:.3f} after {r['epochs']} epochs, {r['params']:,} parameters, "
-              f"on {r['device']}")
+        print(
+            f"{r['model']:<4} accuracy {r['accuracy']:.3f} after {r['epochs']} epochs, {r['params']:,} parameters, "
+            f"on {r['device']}"
+        )
     best = max(results, key=lambda r: r["accuracy"])
     print(f"best: {best['model']} with accuracy {best['accuracy']:.3f}")
     return best
 
 
 def _summary(config: dict, result: dict) -> dict:
-    return {"model": config["model"], **{k: result[k] for k in (
-        "accuracy", "best_accuracy", "val_loss", "epochs", "params", "flops", "device", "seconds", "curve")}}
+    return {
+        "model": config["model"],
+        **{
+            k: result[k]
+            for k in (
+                "accuracy",
+                "best_accuracy",
+                "val_loss",
+                "epochs",
+                "params",
+                "flops",
+                "device",
+                "seconds",
+                "curve",
+            )
+        },
+    }
 
 
-@dag(dag_id="gpusched_digits_local_task", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-     catchup=False, tags=["gpusched", "local-gpu", "example"], doc_md=__doc__)
+@dag(
+    dag_id="gpusched_digits_local_task",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["gpusched", "local-gpu", "example"],
+    doc_md=__doc__,
+)
 def digits_local_task():
     @task.local_gpu(gpus=1, gpu_memory="1GiB")
     def train(config: dict) -> dict:
@@ -51,8 +81,14 @@ def digits_local_task():
     compare(train.expand(config=MODELS))
 
 
-@dag(dag_id="gpusched_digits_slurm_task", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-     catchup=False, tags=["gpusched", "slurm", "example"], doc_md=__doc__)
+@dag(
+    dag_id="gpusched_digits_slurm_task",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["gpusched", "slurm", "example"],
+    doc_md=__doc__,
+)
 def digits_slurm_task():
     @task.slurm(gpus=1, cpus=1, time_limit=10, poll_interval=1)
     def train(config: dict) -> dict:

@@ -41,8 +41,11 @@ def search_architectures(seed: int, evaluations: int, seconds_each: float) -> di
         print(f"resuming after {state['done']} evaluations (preemptions so far: {os.environ['GPUSCHED_PREEMPTIONS']})")
     rng = random.Random(seed * 1000 + state["done"])
     while state["done"] < evaluations:
-        arch = {"depth": rng.choice([8, 12, 16, 24]), "width": rng.choice([256, 384, 512]),
-                "kernel": rng.choice([3, 5, 7])}
+        arch = {
+            "depth": rng.choice([8, 12, 16, 24]),
+            "width": rng.choice([256, 384, 512]),
+            "kernel": rng.choice([3, 5, 7]),
+        }
         time.sleep(seconds_each)  # the GPU work
         score = round(1 - abs(arch["depth"] - 16) / 40 - abs(arch["width"] - 384) / 2000 - arch["kernel"] / 100, 4)
         if state["best"] is None or score > state["best"]["score"]:
@@ -76,10 +79,20 @@ def idle_fill():
         return list(range(int(params["fillers"])))
 
     fill = LocalGPUOperator.partial(
-        task_id="search", job_class="idle", gpus=1, python_callable=search_architectures,
+        task_id="search",
+        job_class="idle",
+        gpus=1,
+        python_callable=search_architectures,
         map_index_template="seed {{ task.op_kwargs['seed'] }}",
-    ).expand(op_kwargs=seeds().map(lambda s: {
-        "seed": s, "evaluations": "{{ params.evaluations }}", "seconds_each": "{{ params.seconds_each }}"}))
+    ).expand(
+        op_kwargs=seeds().map(
+            lambda s: {
+                "seed": s,
+                "evaluations": "{{ params.evaluations }}",
+                "seconds_each": "{{ params.seconds_each }}",
+            }
+        )
+    )
 
     @task(trigger_rule="all_done")
     def report(results: list, **context) -> dict:
@@ -89,8 +102,10 @@ def idle_fill():
         lost = sum(t["lost_gpu_seconds"] for t in times)
         preemptions = sum(t["preemptions"] for t in times)
         best = max((r for r in results if r), key=lambda r: r["score"], default=None)
-        print(f"idle fill: {len(times)} fillers, {used:.1f} GPU-s used, {lost:.1f} GPU-s lost to "
-              f"{preemptions} preemption(s); best architecture {best}")
+        print(
+            f"idle fill: {len(times)} fillers, {used:.1f} GPU-s used, {lost:.1f} GPU-s lost to "
+            f"{preemptions} preemption(s); best architecture {best}"
+        )
         return {"gpu_seconds": used, "lost_gpu_seconds": lost, "preemptions": preemptions, "best": best}
 
     report(fill.output)
@@ -106,8 +121,12 @@ def idle_fill():
     params={"seconds": Param(10, type="integer", minimum=0)},
 )
 def train_main():
-    LocalGPUOperator(task_id="train", gpus=4, poll_interval=1,
-                     bash_command='echo "training on $CUDA_VISIBLE_DEVICES"; sleep {{ params.seconds }}; echo done')
+    LocalGPUOperator(
+        task_id="train",
+        gpus=4,
+        poll_interval=1,
+        bash_command='echo "training on $CUDA_VISIBLE_DEVICES"; sleep {{ params.seconds }}; echo done',
+    )
 
 
 idle_fill_dag = idle_fill()

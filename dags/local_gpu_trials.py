@@ -46,10 +46,16 @@ def local_gpu_trials():
 
     results = trial.expand(lr=[0.001, 0.003, 0.01, 0.03])
 
-    big = LocalGPUOperator(task_id="two_gpu_trial", gpus=2, poll_interval=1,
-                           command=["python3", "-c", TOY_TRAIN, "0.02", "0"])
-    oom = LocalGPUOperator(task_id="oom_then_retry", gpu_memory="4GiB", oom_retries=2, poll_interval=1,
-                           command=["python3", "-c", TOY_TRAIN, "0.005", "5"])
+    big = LocalGPUOperator(
+        task_id="two_gpu_trial", gpus=2, poll_interval=1, command=["python3", "-c", TOY_TRAIN, "0.02", "0"]
+    )
+    oom = LocalGPUOperator(
+        task_id="oom_then_retry",
+        gpu_memory="4GiB",
+        oom_retries=2,
+        poll_interval=1,
+        command=["python3", "-c", TOY_TRAIN, "0.005", "5"],
+    )
 
     @task
     def best(trials: list[dict]) -> dict:

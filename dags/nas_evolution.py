@@ -43,8 +43,16 @@ NAS = SweepSpec(
     space=SPACE,
     python_callable=evaluate_subnet,
     objective=Objective("accuracy_top-1", "maximize"),
-    evolution=EvolutionSettings(candidate_pool_size=8, candidate_top_k=3, num_mutation=4, num_crossover=4,
-                                mutate_prob=0.2, max_epoch=4, constraints={"flops": 600}, measure=flops),
+    evolution=EvolutionSettings(
+        candidate_pool_size=8,
+        candidate_top_k=3,
+        num_mutation=4,
+        num_crossover=4,
+        mutate_prob=0.2,
+        max_epoch=4,
+        constraints={"flops": 600},
+        measure=flops,
+    ),
     seed=0,
     resources=TrialResources(gpus=1, gpu_memory="2GiB", job_class="idle"),
 )

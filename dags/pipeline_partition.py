@@ -51,8 +51,15 @@ def stage_command(params: dict) -> list[str]:
     """The pipeline runtime on ``runtime_model``'s layers, or the stand-in that says where it runs."""
     if not params.get("runtime_model"):
         return [sys.executable, "-c", STAGE]
-    return [sys.executable, "-m", "airflow_provider_gpusched.examples.pipeline_stage", "--model",
-            params["runtime_model"], "--microbatches", str(params.get("microbatches", 16))]
+    return [
+        sys.executable,
+        "-m",
+        "airflow_provider_gpusched.examples.pipeline_stage",
+        "--model",
+        params["runtime_model"],
+        "--microbatches",
+        str(params.get("microbatches", 16)),
+    ]
 
 
 def fleet_hosts() -> list[str]:
@@ -63,16 +70,20 @@ def fleet_hosts() -> list[str]:
     if view is None:
         return []
     if not view.hosts:
-        raise RuntimeError("gpusched_pipeline_partition: [gpusched] fleet_dir is set but no GPU host has published "
-                           "a record yet; the DAG loads once one has (docs/fleet.md)")
+        raise RuntimeError(
+            "gpusched_pipeline_partition: [gpusched] fleet_dir is set but no GPU host has published "
+            "a record yet; the DAG loads once one has (docs/fleet.md)"
+        )
     return sorted(h.host for h in view.hosts)
 
 
 def stage_label(field: str) -> str:
     """The mapped stage task's label in the UI: "stage 3 on rcc-1: layers 13-19"."""
     env = f"task.{field}"
-    return (f"stage {{{{ {env}['GPUSCHED_STAGE'] }}}} on {{{{ {env}['GPUSCHED_STAGE_HOST'] }}}}: "
-            f"layers {{{{ {env}['GPUSCHED_STAGE_FIRST'] }}}}-{{{{ {env}['GPUSCHED_STAGE_LAST'] }}}}")
+    return (
+        f"stage {{{{ {env}['GPUSCHED_STAGE'] }}}} on {{{{ {env}['GPUSCHED_STAGE_HOST'] }}}}: "
+        f"layers {{{{ {env}['GPUSCHED_STAGE_FIRST'] }}}}-{{{{ {env}['GPUSCHED_STAGE_LAST'] }}}}"
+    )
 
 
 def pipeline_partition(backend: str):
@@ -83,31 +94,49 @@ def pipeline_partition(backend: str):
         catchup=False,
         tags=["gpusched", "pipeline", "example", backend],
         doc_md=__doc__,
-        params={"model": Param("google/vit-base-patch16-224", type="string",
-                               description="the model's name in models.yml (the seed's: google/vit-base-patch16-224, "
-                                           "google/vit-large-patch16-224)"),
-                "inputs": Param(INPUTS, type="string",
-                                description="the folder with models.yml, device_types.yml and devices.yml"),
-                "runtime_model": Param("", type="string",
-                                       description="run the example pipeline runtime on this model's layers "
-                                                   "(tiny-vit, mlp, convnet or module:callable); empty: stand-in "
-                                                   "stages that only say where they run"),
-                "microbatches": Param(16, type="integer", minimum=1),
-                "base_port": Param(29700, type="integer", minimum=1024, maximum=65000,
-                                   description="stage N listens on base_port + N - 1"),
-                "pin_hosts": Param(False, type="boolean",
-                                   description="Slurm: run each stage on its host (--nodelist); the hosts in "
-                                               "devices.yml must then be Slurm nodes"),
-                "fleet_hosts": Param({}, type="object",
-                                     description="In a fleet: devices.yml host -> fleet host (e.g. {\"rcc-1\": "
-                                                 "\"gpu-b\"}); unmapped hosts take the fleet's hosts in turn")},
+        params={
+            "model": Param(
+                "google/vit-base-patch16-224",
+                type="string",
+                description="the model's name in models.yml (the seed's: google/vit-base-patch16-224, "
+                "google/vit-large-patch16-224)",
+            ),
+            "inputs": Param(
+                INPUTS, type="string", description="the folder with models.yml, device_types.yml and devices.yml"
+            ),
+            "runtime_model": Param(
+                "",
+                type="string",
+                description="run the example pipeline runtime on this model's layers "
+                "(tiny-vit, mlp, convnet or module:callable); empty: stand-in "
+                "stages that only say where they run",
+            ),
+            "microbatches": Param(16, type="integer", minimum=1),
+            "base_port": Param(
+                29700, type="integer", minimum=1024, maximum=65000, description="stage N listens on base_port + N - 1"
+            ),
+            "pin_hosts": Param(
+                False,
+                type="boolean",
+                description="Slurm: run each stage on its host (--nodelist); the hosts in "
+                "devices.yml must then be Slurm nodes",
+            ),
+            "fleet_hosts": Param(
+                {},
+                type="object",
+                description='In a fleet: devices.yml host -> fleet host (e.g. {"rcc-1": '
+                '"gpu-b"}); unmapped hosts take the fleet\'s hosts in turn',
+            ),
+        },
     )
     def pipeline():
         schedule = PipelinePartitionOperator(
-            task_id="partition", model="{{ params.model }}",
+            task_id="partition",
+            model="{{ params.model }}",
             models_file="{{ params.inputs }}/models.yml",
             device_types_file="{{ params.inputs }}/device_types.yml",
-            devices_file="{{ params.inputs }}/devices.yml")
+            devices_file="{{ params.inputs }}/devices.yml",
+        )
 
         hosts = fleet_hosts() if backend == "local" else []
 
@@ -115,22 +144,41 @@ def pipeline_partition(backend: str):
         def stage_arguments(result: dict, params=None) -> list[dict]:
             params = params or {}
             if backend == "local":  # one task per stage: on its fleet host, else all on this machine
-                placed = map_hosts([s["host"] for s in result["stages"]], hosts, params.get("fleet_hosts")) \
-                    if hosts else {s["host"]: "127.0.0.1" for s in result["stages"]}
+                placed = (
+                    map_hosts([s["host"] for s in result["stages"]], hosts, params.get("fleet_hosts"))
+                    if hosts
+                    else {s["host"]: "127.0.0.1" for s in result["stages"]}
+                )
                 plan = stage_plan(result["stages"], base_port=params.get("base_port", 29700), address_of=placed)
-                return [{"env": {**env, "GPUSCHED_STAGE_FLEET_HOST": placed[env["GPUSCHED_STAGE_HOST"]] if hosts
-                                 else ""}, "command": stage_command(params)} for env in plan]
+                return [
+                    {
+                        "env": {
+                            **env,
+                            "GPUSCHED_STAGE_FLEET_HOST": placed[env["GPUSCHED_STAGE_HOST"]] if hosts else "",
+                        },
+                        "command": stage_command(params),
+                    }
+                    for env in plan
+                ]
             # Slurm: the whole pipeline as one job, each stage a step on its host
             plan = stage_plan(result["stages"], base_port=params.get("base_port", 29700))
             pinned = bool(params.get("pin_hosts"))
             on = [s["host"] for s in result["stages"]]
-            return [{"command": launch_command(plan, stage_command(params), pinned=pinned),
-                     "nodes": len(on) if pinned else 1, "nodelist": on if pinned else None,
-                     "env": {"GPUSCHED_PIPELINE": f"{len(on)} stages" + (f" on {', '.join(on)}" if pinned
-                                                                                 else " on one node")}}]
+            return [
+                {
+                    "command": launch_command(plan, stage_command(params), pinned=pinned),
+                    "nodes": len(on) if pinned else 1,
+                    "nodelist": on if pinned else None,
+                    "env": {
+                        "GPUSCHED_PIPELINE": f"{len(on)} stages"
+                        + (f" on {', '.join(on)}" if pinned else " on one node")
+                    },
+                }
+            ]
 
         stages = stage_arguments(schedule.output)
         if backend == "local" and hosts:  # a fleet: each host's stages go to its own queue
+
             @task
             def stages_on(stages: list[dict], host: str) -> list[dict]:
                 return [s for s in stages if s["env"]["GPUSCHED_STAGE_FLEET_HOST"] == host]
@@ -143,29 +191,45 @@ def pipeline_partition(backend: str):
                 want: dict[str, int] = {}
                 for s in stages:
                     want[s["env"]["GPUSCHED_STAGE_FLEET_HOST"]] = want.get(s["env"]["GPUSCHED_STAGE_FLEET_HOST"], 0) + 1
-                ran = {host: ti.get_ti_count(dag_id=dag_run.dag_id, run_ids=[dag_run.run_id],
-                                             task_ids=[f"stage_on_{host}"], states=["success"]) for host in want}
+                ran = {
+                    host: ti.get_ti_count(
+                        dag_id=dag_run.dag_id,
+                        run_ids=[dag_run.run_id],
+                        task_ids=[f"stage_on_{host}"],
+                        states=["success"],
+                    )
+                    for host in want
+                }
                 missing = {host: n - ran[host] for host, n in want.items() if ran[host] < n}
                 if missing:
-                    raise RuntimeError(f"stages did not run on {missing} (host: stages): the DAG was parsed before "
-                                       f"those hosts published their records; trigger it again once it shows a "
-                                       f"stage_on_<host> task for each")
+                    raise RuntimeError(
+                        f"stages did not run on {missing} (host: stages): the DAG was parsed before "
+                        f"those hosts published their records; trigger it again once it shows a "
+                        f"stage_on_<host> task for each"
+                    )
                 return ran
 
             done = []
             for host in hosts:
-                done.append(LocalGPUOperator.partial(
-                    task_id=f"stage_on_{host}", queue=host_queue(host), gpu_memory="2GiB",
-                    map_index_template=stage_label("env"),
-                ).expand_kwargs(stages_on.override(task_id=f"stages_for_{host}")(stages, host)))
+                done.append(
+                    LocalGPUOperator.partial(
+                        task_id=f"stage_on_{host}",
+                        queue=host_queue(host),
+                        gpu_memory="2GiB",
+                        map_index_template=stage_label("env"),
+                    ).expand_kwargs(stages_on.override(task_id=f"stages_for_{host}")(stages, host))
+                )
             done >> check_stages(stages)
         elif backend == "local":
-            LocalGPUOperator.partial(task_id="stage", gpu_memory="2GiB",
-                                     map_index_template=stage_label("env")).expand_kwargs(stages)
+            LocalGPUOperator.partial(
+                task_id="stage", gpu_memory="2GiB", map_index_template=stage_label("env")
+            ).expand_kwargs(stages)
         else:
-            SlurmJobOperator.partial(task_id="pipeline", job_name="pipeline",
-                                     map_index_template="{{ task.environment['GPUSCHED_PIPELINE'] }}",
-                                     ).expand_kwargs(stages)
+            SlurmJobOperator.partial(
+                task_id="pipeline",
+                job_name="pipeline",
+                map_index_template="{{ task.environment['GPUSCHED_PIPELINE'] }}",
+            ).expand_kwargs(stages)
 
     return pipeline()
 

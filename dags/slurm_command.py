@@ -21,8 +21,15 @@ with DAG(
 ) as dag:
     train = SlurmJobOperator(
         task_id="train",
-        command=["python3", "-c", "import os, sys; print('args', sys.argv[1:]); "
-                 "print('GPUs', os.environ.get('CUDA_VISIBLE_DEVICES'))", "--lr", "3e-4", "--note", "a b; c"],
+        command=[
+            "python3",
+            "-c",
+            "import os, sys; print('args', sys.argv[1:]); print('GPUs', os.environ.get('CUDA_VISIBLE_DEVICES'))",
+            "--lr",
+            "3e-4",
+            "--note",
+            "a b; c",
+        ],
         gpus=2,
         cpus=2,
         mem="2G",

@@ -47,8 +47,7 @@ def mlp(dims: int = 16, width: int = 64, classes: int = 4):
     doc_md=__doc__,
 )
 def slurm_ddp():
-    @task.slurm(nodes=2, gpus_per_node=2, distributed="torchrun", time_limit=15, poll_interval=1,
-                rank_exit_grace=120)
+    @task.slurm(nodes=2, gpus_per_node=2, distributed="torchrun", time_limit=15, poll_interval=1, rank_exit_grace=120)
     def train(epochs: int = 8, lr: float = 0.05, rank_info=None) -> dict:
         import socket
 
@@ -70,19 +69,25 @@ def slurm_ddp():
             total = torch.zeros(2, device=device)
             for i in range(0, len(shard_x), 64):
                 optimiser.zero_grad()
-                loss = loss_fn(model(shard_x[i:i + 64]), shard_y[i:i + 64])
+                loss = loss_fn(model(shard_x[i : i + 64]), shard_y[i : i + 64])
                 loss.backward()  # DDP all-reduces the gradients here
                 optimiser.step()
-                total += torch.stack([loss.detach() * len(shard_y[i:i + 64]), torch.tensor(
-                    float(len(shard_y[i:i + 64])), device=device)])
+                total += torch.stack(
+                    [
+                        loss.detach() * len(shard_y[i : i + 64]),
+                        torch.tensor(float(len(shard_y[i : i + 64])), device=device),
+                    ]
+                )
             dist.all_reduce(total)
             if rank == 0:
-                print(f"epoch {epoch + 1}/{epochs}: loss {(total[0] / total[1]).item():.4f} ({world} ranks)",
-                      flush=True)
+                print(
+                    f"epoch {epoch + 1}/{epochs}: loss {(total[0] / total[1]).item():.4f} ({world} ranks)", flush=True
+                )
         with torch.no_grad():  # accuracy on the held-out samples, each rank scoring its share
             part_x, part_y = test_x[rank::world].to(device), test_y[rank::world].to(device)
-            correct = torch.tensor([(model(part_x).argmax(1) == part_y).sum().item(), len(part_y)],
-                                   dtype=torch.float64, device=device)
+            correct = torch.tensor(
+                [(model(part_x).argmax(1) == part_y).sum().item(), len(part_y)], dtype=torch.float64, device=device
+            )
             dist.all_reduce(correct)
             checksum = torch.stack([p.double().sum() for p in model.parameters()]).sum().reshape(1)
         sums = [torch.zeros(1, dtype=torch.float64, device=device) for _ in range(world)]
@@ -90,16 +95,23 @@ def slurm_ddp():
         hosts = [None] * world
         dist.all_gather_object(hosts, socket.gethostname())
         dist.destroy_process_group()
-        return {"world_size": world, "hosts": sorted(set(hosts)), "rank_hosts": hosts,
-                "loss": round((total[0] / total[1]).item(), 4), "accuracy": round((correct[0] / correct[1]).item(), 4),
-                "weights_in_sync": len({round(s.item(), 9) for s in sums}) == 1,
-                "device": "cuda" if cuda else "cpu"}
+        return {
+            "world_size": world,
+            "hosts": sorted(set(hosts)),
+            "rank_hosts": hosts,
+            "loss": round((total[0] / total[1]).item(), 4),
+            "accuracy": round((correct[0] / correct[1]).item(), 4),
+            "weights_in_sync": len({round(s.item(), 9) for s in sums}) == 1,
+            "device": "cuda" if cuda else "cpu",
+        }
 
     @task
     def report(result: dict) -> dict:
-        print(f"DDP over {result['world_size']} ranks on {', '.join(result['hosts'])} ({result['device']}): "
-              f"accuracy {result['accuracy']:.3f}, loss {result['loss']:.4f}, weights in sync: "
-              f"{result['weights_in_sync']}")
+        print(
+            f"DDP over {result['world_size']} ranks on {', '.join(result['hosts'])} ({result['device']}): "
+            f"accuracy {result['accuracy']:.3f}, loss {result['loss']:.4f}, weights in sync: "
+            f"{result['weights_in_sync']}"
+        )
         return result
 
     report(train())

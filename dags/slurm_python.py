@@ -29,8 +29,12 @@ def slurm_python():
         import os
         import socket
 
-        return {"subnet": subnet, "score": score(subnet), "host": socket.gethostname(),
-                "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}
+        return {
+            "subnet": subnet,
+            "score": score(subnet),
+            "host": socket.gethostname(),
+            "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        }
 
     @task
     def best(results: list[dict]) -> dict:

@@ -42,10 +42,27 @@ SPACE = {
 RESOURCES = TrialResources(gpus=1, gpu_memory="4GiB")
 OBJECTIVE = Objective("val_accuracy", "maximize")
 
-RANDOM_SEARCH = SweepSpec(name="hpo_random", search="random", space=SPACE, count=12, seed=1,
-                          python_callable=train, objective=OBJECTIVE, resources=RESOURCES)
-OPTUNA_SEARCH = SweepSpec(name="hpo_optuna", search="optuna", space=SPACE, rounds=3, per_round=4, seed=1,
-                          python_callable=train, objective=OBJECTIVE, resources=RESOURCES)
+RANDOM_SEARCH = SweepSpec(
+    name="hpo_random",
+    search="random",
+    space=SPACE,
+    count=12,
+    seed=1,
+    python_callable=train,
+    objective=OBJECTIVE,
+    resources=RESOURCES,
+)
+OPTUNA_SEARCH = SweepSpec(
+    name="hpo_optuna",
+    search="optuna",
+    space=SPACE,
+    rounds=3,
+    per_round=4,
+    seed=1,
+    python_callable=train,
+    objective=OBJECTIVE,
+    resources=RESOURCES,
+)
 
 
 @dag(

@@ -35,8 +35,8 @@ def train(params: dict) -> dict:
     lr_term = (math.log10(params["lr"]) + 3) ** 2
     accuracy = 0.97 - 0.6 / (1 + 0.08 * capacity) - 0.05 * lr_term
     for epoch in range(1, 11):
-        report(step=epoch, val_accuracy=round(accuracy * (1 - 0.6 ** epoch), 5))
-        print(f"epoch {epoch}: val_accuracy {accuracy * (1 - 0.6 ** epoch):.4f}")  # the Sweeps tab shows the tail
+        report(step=epoch, val_accuracy=round(accuracy * (1 - 0.6**epoch), 5))
+        print(f"epoch {epoch}: val_accuracy {accuracy * (1 - 0.6**epoch):.4f}")  # the Sweeps tab shows the tail
     latency = 0.4 + params["depth"] * params["width"] / 256 * (1.5 if params["activation"] == "gelu" else 1.0)
     return {"val_accuracy": round(accuracy, 5), "latency_ms": round(latency, 3)}
 
@@ -44,8 +44,12 @@ def train(params: dict) -> dict:
 PARETO = SweepSpec(
     name="pareto_size",
     search="optuna",
-    space={"width": choice([64, 128, 256, 512, 1024]), "depth": randint(2, 12), "lr": loguniform(1e-4, 1e-2),
-           "activation": choice(["relu", "gelu"])},
+    space={
+        "width": choice([64, 128, 256, 512, 1024]),
+        "depth": randint(2, 12),
+        "lr": loguniform(1e-4, 1e-2),
+        "activation": choice(["relu", "gelu"]),
+    },
     rounds=3,
     per_round=6,
     seed=1,

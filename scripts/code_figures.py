@@ -45,9 +45,14 @@ def import_graph(known: dict[str, Path]) -> dict[str, set[str]]:
         tree = ast.parse(path.read_text(), str(path))
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
         edges: set[str] = set()
-        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
-                       and getattr(block.test, "id", getattr(block.test, "attr", None)) == "TYPE_CHECKING"
-                       for stmt in block.body for n in ast.walk(stmt)}
+        typing_only = {
+            id(n)
+            for block in ast.walk(tree)
+            if isinstance(block, ast.If)
+            and getattr(block.test, "id", getattr(block.test, "attr", None)) == "TYPE_CHECKING"
+            for stmt in block.body
+            for n in ast.walk(stmt)
+        }
         for node in ast.walk(tree):
             if id(node) in typing_only:
                 continue
@@ -58,7 +63,7 @@ def import_graph(known: dict[str, Path]) -> dict[str, set[str]]:
                 base = node.module or ""
                 if node.level:
                     pkg = package.split(".")
-                    pkg = pkg[:len(pkg) - node.level + 1]
+                    pkg = pkg[: len(pkg) - node.level + 1]
                     base = ".".join(pkg + ([base] if base else []))
                 targets = [f"{base}.{a.name}" for a in node.names] + [base]
             for target in targets:
@@ -113,8 +118,12 @@ def upward_arrows(graph: dict[str, set[str]], root: Path = ROOT) -> list[tuple[s
     core = f"{PACKAGE}.core"
 
     def subpackage(m: str) -> bool:
-        return m.startswith(core + ".") and m.count(".") >= 3 and m.split(".")[2] != "__init__" and \
-            (root / "core" / m.split(".")[2]).is_dir()
+        return (
+            m.startswith(core + ".")
+            and m.count(".") >= 3
+            and m.split(".")[2] != "__init__"
+            and (root / "core" / m.split(".")[2]).is_dir()
+        )
 
     out = []
     for mod, edges in graph.items():
@@ -146,10 +155,12 @@ def figures(top: int = 10) -> dict:
     known = modules()
     graph = import_graph(known)
     funcs, classes = functions(known)
-    return {"longest_functions": [{"lines": n, "where": w} for n, w in funcs[:top]],
-            "classes_over_20_methods": [{"methods": n, "where": w} for n, w in classes if n > 20],
-            "cycles": cycles(graph),
-            "upward_arrows": [list(e) for e in upward_arrows(graph)]}
+    return {
+        "longest_functions": [{"lines": n, "where": w} for n, w in funcs[:top]],
+        "classes_over_20_methods": [{"methods": n, "where": w} for n, w in classes if n > 20],
+        "cycles": cycles(graph),
+        "upward_arrows": [list(e) for e in upward_arrows(graph)],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,12 +21,18 @@ for r in records:
     if r["state"] == "pruned":
         saved += planned - epochs
     fmt = lambda key, last=last: f"{last[key]:.4f}" if isinstance(last.get(key), (int, float)) else "-"  # noqa: E731
-    print(f"{r['label'][:44]:<44} {r['state']:<10} {epochs:>6} {fmt('loss'):>7} {fmt('val_loss'):>8} {fmt('accuracy'):>8}")
+    print(
+        f"{r['label'][:44]:<44} {r['state']:<10} {epochs:>6} {fmt('loss'):>7} {fmt('val_loss'):>8} {fmt('accuracy'):>8}"
+    )
 done = [r for r in records if r["state"] == "succeeded"]
 pruned = [r for r in records if r["state"] == "pruned"]
-print(f"{len(records)} trials: {len(done)} trained all {planned} epochs, {len(pruned)} pruned; {ran} epochs trained, "
-      f"{saved} saved by pruning ({100 * saved / max(1, ran + saved):.0f}% of {ran + saved})")
+print(
+    f"{len(records)} trials: {len(done)} trained all {planned} epochs, {len(pruned)} pruned; {ran} epochs trained, "
+    f"{saved} saved by pruning ({100 * saved / max(1, ran + saved):.0f}% of {ran + saved})"
+)
 if done:
     best = max(done, key=lambda r: r["result"]["accuracy"])
-    print(f"best accuracy {best['result']['accuracy']:.4f} (chance: 0.1) with {best['label']} "
-          f"on {best['result']['device']}")
+    print(
+        f"best accuracy {best['result']['accuracy']:.4f} (chance: 0.1) with {best['label']} "
+        f"on {best['result']['device']}"
+    )

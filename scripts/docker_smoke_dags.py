@@ -37,11 +37,13 @@ def main(argv: list[str]) -> int:
         password = f.read().strip()
     token = httpx.post(f"{url}/auth/token", json={"username": "admin", "password": password}, timeout=30)
     token.raise_for_status()
-    api = httpx.Client(base_url=f"{url}/api/v2", headers={"Authorization": f"Bearer {token.json()['access_token']}"},
-                       timeout=60)
+    api = httpx.Client(
+        base_url=f"{url}/api/v2", headers={"Authorization": f"Bearer {token.json()['access_token']}"}, timeout=60
+    )
     runs = {}
     for dag_id in dag_ids:
         deadline = time.monotonic() + 180
+
         def parsed(dag_id=dag_id) -> bool:
             if api.get(f"/dags/{dag_id}").status_code != 200:
                 return False
@@ -50,8 +52,10 @@ def main(argv: list[str]) -> int:
 
         while not parsed():
             if time.monotonic() > deadline:
-                print(f"{dag_id}: not parsed (with tasks {sorted(wait_tasks.get(dag_id, []))}) after 180 s; import "
-                      f"errors: {api.get('/importErrors').text[:2000]}")
+                print(
+                    f"{dag_id}: not parsed (with tasks {sorted(wait_tasks.get(dag_id, []))}) after 180 s; import "
+                    f"errors: {api.get('/importErrors').text[:2000]}"
+                )
                 return 1
             time.sleep(2)
         api.patch(f"/dags/{dag_id}", json={"is_paused": False}).raise_for_status()
@@ -67,8 +71,10 @@ def main(argv: list[str]) -> int:
             state = api.get(f"/dags/{dag_id}/dagRuns/{run_id}").json()["state"]
             if state in ("success", "failed"):
                 tis = api.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", params={"limit": 100}).json()
-                states = sorted(f"{t['task_id']}{'' if t['map_index'] < 0 else '[' + str(t['map_index']) + ']'}={t['state']}"
-                                for t in tis["task_instances"])
+                states = sorted(
+                    f"{t['task_id']}{'' if t['map_index'] < 0 else '[' + str(t['map_index']) + ']'}={t['state']}"
+                    for t in tis["task_instances"]
+                )
                 print(f"{dag_id}: {state} in {time.monotonic() - started:.0f} s ({', '.join(states)})", flush=True)
                 hosts: dict[str, int] = {}
                 for t in tis["task_instances"]:

@@ -43,15 +43,19 @@ os.environ["AIRFLOW__GPUSCHED__GPU_POLL_INTERVAL"] = "0.5"
 # dag.test() runs triggers in its own process, one task at a time: the race min_deferral guards against (a
 # deployed scheduler, triggers/deferral.py) cannot happen there. The stack tier runs with the default floor.
 os.environ["AIRFLOW__GPUSCHED__MIN_DEFERRAL"] = "0"
-os.environ["GPUSCHED_TEST_TRAINER"] = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpointing_trainer.py")
+os.environ["GPUSCHED_TEST_TRAINER"] = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "checkpointing_trainer.py"
+)
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 if os.environ.get("GPUSCHED_EXPECT_INSTALLED"):  # scripts/test-compat.sh: test the installed wheel, not a checkout
     import airflow_provider_gpusched
 
     if "site-packages" not in Path(airflow_provider_gpusched.__file__).parts:
-        raise RuntimeError(f"GPUSCHED_EXPECT_INSTALLED is set but airflow_provider_gpusched was imported from "
-                           f"{airflow_provider_gpusched.__file__}, not from an installed wheel")
+        raise RuntimeError(
+            f"GPUSCHED_EXPECT_INSTALLED is set but airflow_provider_gpusched was imported from "
+            f"{airflow_provider_gpusched.__file__}, not from an installed wheel"
+        )
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -104,8 +108,9 @@ def slurm_cluster():
 @pytest.fixture(scope="session")
 def airflow_db():
     """An initialised SQLite metadata DB in the temporary AIRFLOW_HOME."""
-    proc = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"], capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return _AIRFLOW_HOME
 
@@ -129,12 +134,42 @@ def login_host(tmp_path_factory):
     shutil.copy(d / "clientkey.pub", d / "authorized_keys")
     os.makedirs("/run/sshd", exist_ok=True)
     port = free_port()
-    proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", "/dev/null", "-h", str(d / "hostkey"), "-p", str(port),
-                             "-o", "ListenAddress=127.0.0.1", "-o", f"AuthorizedKeysFile={d / 'authorized_keys'}",
-                             "-o", "PermitRootLogin=prohibit-password", "-o", "StrictModes=no", "-o", "UsePAM=no",
-                             "-o", f"PidFile={d / 'sshd.pid'}"], stderr=subprocess.DEVNULL)
-    options = ["-i", str(d / "clientkey"), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-               "-o", "LogLevel=ERROR"]
+    proc = subprocess.Popen(
+        [
+            "/usr/sbin/sshd",
+            "-D",
+            "-e",
+            "-f",
+            "/dev/null",
+            "-h",
+            str(d / "hostkey"),
+            "-p",
+            str(port),
+            "-o",
+            "ListenAddress=127.0.0.1",
+            "-o",
+            f"AuthorizedKeysFile={d / 'authorized_keys'}",
+            "-o",
+            "PermitRootLogin=prohibit-password",
+            "-o",
+            "StrictModes=no",
+            "-o",
+            "UsePAM=no",
+            "-o",
+            f"PidFile={d / 'sshd.pid'}",
+        ],
+        stderr=subprocess.DEVNULL,
+    )
+    options = [
+        "-i",
+        str(d / "clientkey"),
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        "UserKnownHostsFile=/dev/null",
+        "-o",
+        "LogLevel=ERROR",
+    ]
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         with socket.socket() as s:

@@ -16,12 +16,23 @@ from hypothesis.strategies import SearchStrategy
 #: inputs per fuzz test ($GPUSCHED_FUZZ_EXAMPLES; derandomized unless $GPUSCHED_FUZZ_RANDOM is set)
 EXAMPLES = int(os.environ.get("GPUSCHED_FUZZ_EXAMPLES", "300"))
 SECONDS = 5.0  # the most one input may take
-SETTINGS = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck),
-                    derandomize=not os.environ.get("GPUSCHED_FUZZ_RANDOM"), database=None)
+SETTINGS = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=not os.environ.get("GPUSCHED_FUZZ_RANDOM"),
+    database=None,
+)
 
 
-def fuzz(strategy: SearchStrategy, call: Callable[[Any], Any], *, error: type[BaseException] | tuple,
-         names: Callable[[BaseException, Any], bool], what: str) -> Counter:
+def fuzz(
+    strategy: SearchStrategy,
+    call: Callable[[Any], Any],
+    *,
+    error: type[BaseException] | tuple,
+    names: Callable[[BaseException, Any], bool],
+    what: str,
+) -> Counter:
     """Run ``call(example)`` for the examples ``strategy`` draws. Each must return, or raise ``error`` whose
     message is one line-free of tracebacks and which ``names(exc, example)`` accepts (it names the argument, key
     or file that was wrong: ``what`` says which, for the failure message); anything else fails the test, as does

@@ -15,8 +15,15 @@ from tests.conftest import REPO
 
 def gpusched(*args, env_extra=None, timeout=120, **kw):
     env = {**os.environ, **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", *args], capture_output=True,
-                          text=True, env=env, timeout=timeout, cwd=REPO, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "airflow_provider_gpusched.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=REPO,
+        **kw,
+    )
 
 
 def clear_error(proc, *phrases):
@@ -28,8 +35,9 @@ def clear_error(proc, *phrases):
 
 
 def test_gpus_state_dir_that_is_a_file_or_missing(tmp_path):
-    clear_error(gpusched("gpus", "--simulate", "2x8GiB", "--state-dir", "/etc/passwd"), "/etc/passwd",
-                "not a directory")
+    clear_error(
+        gpusched("gpus", "--simulate", "2x8GiB", "--state-dir", "/etc/passwd"), "/etc/passwd", "not a directory"
+    )
     clear_error(gpusched("gpus", "--simulate", "2x8GiB", "--state-dir", str(tmp_path / "nosuch")), "does not exist")
 
 
@@ -45,18 +53,20 @@ def test_sweep_preview_of_a_directory_and_results_root_that_is_a_file(tmp_path):
     spec = REPO / "dags" / "sweeps" / "lr_schedule.yaml"
     afile = tmp_path / "afile"
     afile.write_text("x")
-    clear_error(gpusched("sweep", "preview", str(spec), "--results-root", str(afile)), "results_root",
-                "is a file")
+    clear_error(gpusched("sweep", "preview", str(spec), "--results-root", str(afile)), "results_root", "is a file")
     bad = gpusched("sweep", "preview", str(spec), "--limit", "0")
     assert bad.returncode == 2 and "expected a whole number >= 1" in bad.stderr and "Traceback" not in bad.stderr
 
 
-@pytest.mark.parametrize("content, phrase", [
-    (None, "summary.json: missing"),
-    ("{not json", "summary.json: malformed"),
-    ("[1, 2]", "summary.json: malformed"),
-    ('{"counts": {}}', "malformed: expected the keys 'table' and 'counts'"),
-])
+@pytest.mark.parametrize(
+    "content, phrase",
+    [
+        (None, "summary.json: missing"),
+        ("{not json", "summary.json: malformed"),
+        ("[1, 2]", "summary.json: malformed"),
+        ('{"counts": {}}', "malformed: expected the keys 'table' and 'counts'"),
+    ],
+)
 def test_sweep_results_says_missing_or_malformed(tmp_path, content, phrase):
     folder = tmp_path / "sweep"
     folder.mkdir()
@@ -73,24 +83,36 @@ def test_sweep_results_into_a_closed_pipe_is_not_an_error(tmp_path):
     from airflow_provider_gpusched.core.sweep import Objective, SweepSpec
     from airflow_provider_gpusched.core.sweep.session import SweepSession
 
-    spec = SweepSpec(name="many", test_config=[{"x": list(range(3000))}], command=["true"],
-                     objective=Objective("y"), results_root=str(tmp_path))
+    spec = SweepSpec(
+        name="many",
+        test_config=[{"x": list(range(3000))}],
+        command=["true"],
+        objective=Objective("y"),
+        results_root=str(tmp_path),
+    )
     session = SweepSession(spec)
     session.prepare()
     session.collect()
     head = subprocess.Popen(["head", "-n", "1"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
-    cli = subprocess.Popen([sys.executable, "-m", "airflow_provider_gpusched.cli", "sweep", "results",
-                            str(tmp_path / "many")], stdout=head.stdin, stderr=subprocess.PIPE, cwd=REPO)
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "airflow_provider_gpusched.cli", "sweep", "results", str(tmp_path / "many")],
+        stdout=head.stdin,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+    )
     head.stdin.close()
     _, err = cli.communicate(timeout=60)
     head.wait(timeout=60)
     assert cli.returncode == 0 and b"Traceback" not in err and b"BrokenPipe" not in err, err
 
 
-@pytest.mark.parametrize("args, phrase", [
-    (["-n", "0"], "expected a whole number >= 1"),
-    (["-n", "-3"], "expected a whole number >= 1"),
-])
+@pytest.mark.parametrize(
+    "args, phrase",
+    [
+        (["-n", "0"], "expected a whole number >= 1"),
+        (["-n", "-3"], "expected a whole number >= 1"),
+    ],
+)
 def test_slurm_tail_line_counts(tmp_path, args, phrase):
     f = tmp_path / "out"
     f.write_text("a\nb\n")
@@ -114,8 +136,11 @@ def test_slurm_commands_refuse_option_like_ids():
 @pytest.mark.slurm
 def test_unreachable_controller_costs_one_call_and_says_so(slurm_cluster, tmp_path):
     conf = tmp_path / "slurm.conf"
-    lines = [line for line in Path(slurm_cluster).read_text().splitlines()
-             if not line.startswith(("SlurmctldPort", "MessageTimeout"))]
+    lines = [
+        line
+        for line in Path(slurm_cluster).read_text().splitlines()
+        if not line.startswith(("SlurmctldPort", "MessageTimeout"))
+    ]
     conf.write_text("\n".join([*lines, "SlurmctldPort=6999", "MessageTimeout=3"]) + "\n")  # nothing listens there
     env = {"SLURM_CONF": str(conf)}
     started = time.monotonic()
@@ -143,8 +168,9 @@ print(json.dumps({"import": loaded_by_import, "run": sorted(sys.modules), "outpu
 
 
 def _modules_loaded(*args, cwd=REPO):
-    proc = subprocess.run([sys.executable, "-c", IMPORTS_AFTER, *args], capture_output=True, text=True,
-                          timeout=120, cwd=cwd)
+    proc = subprocess.run(
+        [sys.executable, "-c", IMPORTS_AFTER, *args], capture_output=True, text=True, timeout=120, cwd=cwd
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.splitlines()[-1])
 
@@ -153,17 +179,30 @@ def test_each_subcommand_imports_only_what_it_uses():
     """`gpusched partition` pays for the partitioner only: not for the Slurm client (asyncio), the sweep package
     or numpy and SciPy (needed only by the integer program for very large host-count spaces); the command line
     itself imports none of them."""
-    heavy = ("numpy", "scipy", "yaml", "asyncio", "airflow_provider_gpusched.core.slurm", "airflow_provider_gpusched.core.sweep",
-             "airflow_provider_gpusched.core.partition", "airflow")
+    heavy = (
+        "numpy",
+        "scipy",
+        "yaml",
+        "asyncio",
+        "airflow_provider_gpusched.core.slurm",
+        "airflow_provider_gpusched.core.sweep",
+        "airflow_provider_gpusched.core.partition",
+        "airflow",
+    )
     seen = _modules_loaded("partition", "--help")
     assert not [m for m in seen["import"] if m in heavy or m.startswith(tuple(h + "." for h in heavy))]
     seen = _modules_loaded("partition", "-m", "google/vit-base-patch16-224", cwd=REPO / "dags" / "partition")
     loaded = set(seen["run"])
     assert "airflow_provider_gpusched.core.partition.solver" in loaded
     assert seen["output"].startswith("- "), seen["output"]  # it really printed a schedule
-    assert not loaded & {"asyncio", "numpy", "scipy", "airflow_provider_gpusched.core.slurm",
-                         "airflow_provider_gpusched.core.sweep", "airflow"}, sorted(loaded & {"asyncio", "numpy",
-                                                                                              "scipy", "airflow"})
+    assert not loaded & {
+        "asyncio",
+        "numpy",
+        "scipy",
+        "airflow_provider_gpusched.core.slurm",
+        "airflow_provider_gpusched.core.sweep",
+        "airflow",
+    }, sorted(loaded & {"asyncio", "numpy", "scipy", "airflow"})
     seen = _modules_loaded("sweep", "preview", str(REPO / "dags" / "sweeps" / "lr_schedule.yaml"))
     loaded = set(seen["run"])
     assert "airflow_provider_gpusched.core.sweep.spec" in loaded
@@ -171,11 +210,19 @@ def test_each_subcommand_imports_only_what_it_uses():
 
 
 def test_sweep_preview_labels_lists_every_trial_in_one_string(tmp_path):
-    out = gpusched("sweep", "preview", str(REPO / "dags" / "sweeps" / "gpu_task_scheduler.yaml"), "--labels",
-                   "--results-root", str(tmp_path))
+    out = gpusched(
+        "sweep",
+        "preview",
+        str(REPO / "dags" / "sweeps" / "gpu_task_scheduler.yaml"),
+        "--labels",
+        "--results-root",
+        str(tmp_path),
+    )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == ("method-GAN,num_packing-1,num_zmode-1+method-ALI,num_packing-1,num_zmode-1+"
-                                  "method-WGAN,num_packing-3,num_zmode-1+method-WGAN,num_packing-3,num_zmode-2")
+    assert out.stdout.strip() == (
+        "method-GAN,num_packing-1,num_zmode-1+method-ALI,num_packing-1,num_zmode-1+"
+        "method-WGAN,num_packing-3,num_zmode-1+method-WGAN,num_packing-3,num_zmode-2"
+    )
     spec = tmp_path / "rounds.yaml"
     spec.write_text("name: r\nsearch: optuna\nspace: {x: {uniform: [0, 1]}}\ncommand: [x]\nobjective: maximize y\n")
     out = gpusched("sweep", "preview", str(spec), "--labels", "--results-root", str(tmp_path))
@@ -184,8 +231,11 @@ def test_sweep_preview_labels_lists_every_trial_in_one_string(tmp_path):
 
 def test_careless_inputs_found_by_the_second_hardening_round(tmp_path):
     """Issue 30, item 12: each gives one clear line and exit 2, never a traceback, a hang or silence."""
-    clear_error(gpusched("gpus", "--simulate", "99999999999x24GiB", "--state-dir", str(tmp_path)),
-                "simulate_gpus", "at most 1024 GPUs")
+    clear_error(
+        gpusched("gpus", "--simulate", "99999999999x24GiB", "--state-dir", str(tmp_path)),
+        "simulate_gpus",
+        "at most 1024 GPUs",
+    )
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     try:
@@ -193,18 +243,45 @@ def test_careless_inputs_found_by_the_second_hardening_round(tmp_path):
         clear_error(gpusched("slurm", "tail", str(fifo), timeout=30), "not a regular file")
     finally:
         fifo.unlink()  # pytest keeps temporary folders: a FIFO left there blocks whoever reads every file
-    clear_error(gpusched("queue", "list", "--no-slurm", "--simulate", "1x8GiB", "--state-dir", str(tmp_path),
-                         "--state", "BOGUS"), "--state 'BOGUS': not a state of listed work", "running")
-    listed = gpusched("queue", "list", "--no-slurm", "--simulate", "1x8GiB", "--state-dir", str(tmp_path),
-                      "--state", "RUNNING", "--state", "pending")
+    clear_error(
+        gpusched(
+            "queue", "list", "--no-slurm", "--simulate", "1x8GiB", "--state-dir", str(tmp_path), "--state", "BOGUS"
+        ),
+        "--state 'BOGUS': not a state of listed work",
+        "running",
+    )
+    listed = gpusched(
+        "queue",
+        "list",
+        "--no-slurm",
+        "--simulate",
+        "1x8GiB",
+        "--state-dir",
+        str(tmp_path),
+        "--state",
+        "RUNNING",
+        "--state",
+        "pending",
+    )
     assert listed.returncode == 0, listed.stderr
 
 
 def test_a_stop_reason_with_newlines_and_terminal_escapes_is_listed_escaped(tmp_path):
     os.chmod(tmp_path, 0o700)
     reason = "line one\nline two \x1b[2J\x1b[31mred"
-    stop = gpusched("queue", "stop", "--dag", "d", "--reason", reason, "--no-slurm", "--simulate", "1x8GiB",
-                    "--state-dir", str(tmp_path))
+    stop = gpusched(
+        "queue",
+        "stop",
+        "--dag",
+        "d",
+        "--reason",
+        reason,
+        "--no-slurm",
+        "--simulate",
+        "1x8GiB",
+        "--state-dir",
+        str(tmp_path),
+    )
     assert stop.returncode in (0, 1), stop.stderr
     listed = gpusched("queue", "list", "--no-slurm", "--simulate", "1x8GiB", "--state-dir", str(tmp_path))
     assert listed.returncode == 0, listed.stderr

@@ -22,8 +22,12 @@ def dist(tmp_path_factory):
     egg_info = REPO / "airflow_provider_gpusched.egg-info"
     had_egg_info = egg_info.exists()
     try:
-        proc = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(REPO)], capture_output=True,
-                              text=True, timeout=600)
+        proc = subprocess.run(
+            [sys.executable, "-m", "build", "--outdir", str(out), str(REPO)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     finally:  # the sdist build leaves setuptools' metadata in the checkout: a second copy of the package's
         if not had_egg_info:  # (see test_a_process_started_in_the_checkout_sees_one_installed_distribution)
             shutil.rmtree(egg_info, ignore_errors=True)
@@ -34,8 +38,12 @@ def dist(tmp_path_factory):
 
 
 def test_twine_accepts_both(dist):
-    proc = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", *map(str, dist)], capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", *map(str, dist)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("PASSED") == 2, proc.stdout
 
@@ -56,14 +64,19 @@ def test_the_wheel_has_the_license_the_ui_bundle_and_the_entry_points(dist):
     assert "gpusched = airflow_provider_gpusched.plugins:GpuschedPlugin" in entry_points
     assert meta["License-Expression"] == "Apache-2.0"
     classifiers = meta.get_all("Classifier")
-    for c in ("Framework :: Apache Airflow", "Framework :: Apache Airflow :: Provider", "Development Status :: 4 - Beta",
-              "Programming Language :: Python :: 3.11"):
+    for c in (
+        "Framework :: Apache Airflow",
+        "Framework :: Apache Airflow :: Provider",
+        "Development Status :: 4 - Beta",
+        "Programming Language :: Python :: 3.11",
+    ):
         assert c in classifiers
     assert {u.split(",")[0] for u in meta.get_all("Project-URL")} >= {"Homepage", "Documentation", "Source", "Issues"}
     assert meta["Keywords"] and "slurm" in meta["Keywords"]
     requires = meta.get_all("Requires-Dist")
-    assert any(r.startswith("apache-airflow<4,>=3.3.2") or r.startswith("apache-airflow>=3.3.2,<4") for r in requires), \
-        requires
+    assert any(
+        r.startswith("apache-airflow<4,>=3.3.2") or r.startswith("apache-airflow>=3.3.2,<4") for r in requires
+    ), requires
     assert any(r.startswith("asyncpg") and 'extra == "postgres"' in r for r in requires), requires
 
 
@@ -71,9 +84,19 @@ def test_the_sdist_carries_license_tests_examples_and_docker(dist):
     _, sdist = dist
     with tarfile.open(sdist) as tf:
         names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
-    for path in ("LICENSE", "README.md", "pyproject.toml", "tests/conftest.py", "tests/airflow/test_import_smoke.py",
-                 "dags/slurm_command.py", "scripts/slurm-cluster.sh", "scripts/test-compat.sh", "docker/compose.yaml",
-                 "constraints/airflow-3.3.2.txt", "airflow_provider_gpusched/plugins/static/gpusched.js"):
+    for path in (
+        "LICENSE",
+        "README.md",
+        "pyproject.toml",
+        "tests/conftest.py",
+        "tests/airflow/test_import_smoke.py",
+        "dags/slurm_command.py",
+        "scripts/slurm-cluster.sh",
+        "scripts/test-compat.sh",
+        "docker/compose.yaml",
+        "constraints/airflow-3.3.2.txt",
+        "airflow_provider_gpusched/plugins/static/gpusched.js",
+    ):
         assert path in names, path
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
@@ -85,7 +108,11 @@ def test_python_classifiers_are_the_versions_docs_compatibility_says_were_tested
     import tomllib
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    declared = {c.rsplit(" ", 1)[1] for c in project["classifiers"] if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)}
+    declared = {
+        c.rsplit(" ", 1)[1]
+        for c in project["classifiers"]
+        if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+    }
     matrix = (REPO / "docs" / "compatibility.md").read_text()
     tested = set(re.findall(r"^\| (?:3\.\d+\.\d+) \| (3\.\d+) \|.*\| passed", matrix, re.M))
     assert declared and declared == tested, (declared, tested)
@@ -97,8 +124,15 @@ def test_a_process_started_in_the_checkout_sees_one_installed_distribution():
     """A second copy of the package's metadata (setuptools' egg-info in the checkout) doubles its entry points, and
     Airflow's Task SDK stops loading plugins at the first duplicate: the OpenLineage listener never ran in tasks.
     scripts/bootstrap.sh removes it; every process started here must see exactly one."""
-    code = ("import importlib.metadata as m; "
-            "print(len([d for d in m.distributions() if d.metadata['Name'] == 'airflow-provider-gpusched']))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], capture_output=True,
-                         text=True, check=True)
+    code = (
+        "import importlib.metadata as m; "
+        "print(len([d for d in m.distributions() if d.metadata['Name'] == 'airflow-provider-gpusched']))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.strip() == "1", "remove airflow_provider_gpusched.egg-info from the checkout (bootstrap.sh does)"

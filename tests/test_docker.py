@@ -15,8 +15,13 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 DOCKER = REPO / "docker"
 BIN = Path(sys.executable).parent
-AIRFLOW_SERVICES = ("airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
-                    "airflow-triggerer")
+AIRFLOW_SERVICES = (
+    "airflow-init",
+    "airflow-apiserver",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-triggerer",
+)
 
 
 def _tool(name: str) -> str:
@@ -37,8 +42,12 @@ def _compose_binary() -> str:
 
 def _env_file(tmp_path, **overrides) -> Path:
     text = (DOCKER / ".env.example").read_text()
-    values = {"POSTGRES_PASSWORD": "pg secret", "AIRFLOW_ADMIN_PASSWORD": "admin secret",
-              "AIRFLOW_JWT_SECRET": "jwt-secret", **overrides}
+    values = {
+        "POSTGRES_PASSWORD": "pg secret",
+        "AIRFLOW_ADMIN_PASSWORD": "admin secret",
+        "AIRFLOW_JWT_SECRET": "jwt-secret",
+        **overrides,
+    }
     for key, value in values.items():
         text = re.sub(rf"^{key}=.*$", f"{key}={value}", text, flags=re.M)
     path = tmp_path / "env"
@@ -50,8 +59,7 @@ def _compose(tmp_path, *files, env=None, **overrides):
     args = [_compose_binary(), "--env-file", str(env or _env_file(tmp_path, **overrides))]
     for f in files or ("compose.yaml",):
         args += ["-f", str(DOCKER / f)]
-    return subprocess.run([*args, "config", "--format", "json"], capture_output=True, text=True, timeout=60,
-                          cwd=DOCKER)
+    return subprocess.run([*args, "config", "--format", "json"], capture_output=True, text=True, timeout=60, cwd=DOCKER)
 
 
 def _config(tmp_path, *files, **overrides) -> dict:
@@ -60,8 +68,9 @@ def _config(tmp_path, *files, **overrides) -> dict:
     return json.loads(proc.stdout)
 
 
-@pytest.mark.parametrize("dockerfile", ["Dockerfile", "slurm/Dockerfile", "smoke/airflow-base.Dockerfile",
-                                        "smoke/postgres.Dockerfile"])
+@pytest.mark.parametrize(
+    "dockerfile", ["Dockerfile", "slurm/Dockerfile", "smoke/airflow-base.Dockerfile", "smoke/postgres.Dockerfile"]
+)
 def test_hadolint_passes(dockerfile):
     proc = subprocess.run([_tool("hadolint"), str(DOCKER / dockerfile)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -175,28 +184,45 @@ def test_the_slurm_cluster_has_two_compute_nodes(tmp_path):
     nodes = services["slurmctld"]["environment"]["SLURMD_NODES"]
     assert nodes.split() == ["slurmd", "slurmd-2"]
     entrypoint = (DOCKER / "slurm" / "entrypoint.sh").read_text()
-    function = entrypoint[entrypoint.index("node_lines() {"):entrypoint.index("\n}\n", entrypoint.index("node_lines() {")) + 3]
+    function = entrypoint[
+        entrypoint.index("node_lines() {") : entrypoint.index("\n}\n", entrypoint.index("node_lines() {")) + 3
+    ]
     render = lambda value: subprocess.run(  # noqa: E731
-        ["bash", "-c", 'log() { echo "$*" >&2; }\n' + function + "\nnode_lines"], capture_output=True, text=True,
-        env={"SLURMD_NODES": value, "SLURMD_PORT": "6818", "SLURMD_CPUS": "4", "SLURMD_MEMORY_MB": "4000",
-             "PATH": os.environ["PATH"]})
+        ["bash", "-c", 'log() { echo "$*" >&2; }\n' + function + "\nnode_lines"],
+        capture_output=True,
+        text=True,
+        env={
+            "SLURMD_NODES": value,
+            "SLURMD_PORT": "6818",
+            "SLURMD_CPUS": "4",
+            "SLURMD_MEMORY_MB": "4000",
+            "PATH": os.environ["PATH"],
+        },
+    )
     lines = render(nodes).stdout.splitlines()
-    assert [line.split()[:3] for line in lines] == [["NodeName=slurmd", "NodeAddr=slurmd", "Port=6818"],
-                                                    ["NodeName=slurmd-2", "NodeAddr=slurmd-2", "Port=6818"]]
+    assert [line.split()[:3] for line in lines] == [
+        ["NodeName=slurmd", "NodeAddr=slurmd", "Port=6818"],
+        ["NodeName=slurmd-2", "NodeAddr=slurmd-2", "Port=6818"],
+    ]
     hostnet = render("slurmd:127.0.0.1:6918 slurmd-2:127.0.0.1:6919").stdout.splitlines()
-    assert [line.split()[1:3] for line in hostnet] == [["NodeAddr=127.0.0.1", "Port=6918"],
-                                                       ["NodeAddr=127.0.0.1", "Port=6919"]]
+    assert [line.split()[1:3] for line in hostnet] == [
+        ["NodeAddr=127.0.0.1", "Port=6918"],
+        ["NodeAddr=127.0.0.1", "Port=6919"],
+    ]
     bad = render("slurmd;rm:x")
     assert bad.returncode == 2 and "SLURMD_NODES entry 'slurmd;rm:x'" in bad.stderr
     host = _config(tmp_path, "compose.yaml", "compose.hostnet.yaml")["services"]
     for name in ("slurmd", "slurmd-2"):
-        assert sorted(host[name]["extra_hosts"]) == ["slurmd-2=127.0.0.1", "slurmd=127.0.0.1"] or \
-            sorted(host[name]["extra_hosts"]) == ["slurmd-2:127.0.0.1", "slurmd:127.0.0.1"], host[name]["extra_hosts"]
+        assert sorted(host[name]["extra_hosts"]) == ["slurmd-2=127.0.0.1", "slurmd=127.0.0.1"] or sorted(
+            host[name]["extra_hosts"]
+        ) == ["slurmd-2:127.0.0.1", "slurmd:127.0.0.1"], host[name]["extra_hosts"]
 
 
-
-FLEET_ENV = {"COMPOSE_PROFILES": "fleet", "AIRFLOW_EXECUTOR": "airflow.providers.edge3.executors.EdgeExecutor",
-             "GPUSCHED_FLEET_DIR": "/shared/fleet"}
+FLEET_ENV = {
+    "COMPOSE_PROFILES": "fleet",
+    "AIRFLOW_EXECUTOR": "airflow.providers.edge3.executors.EdgeExecutor",
+    "GPUSCHED_FLEET_DIR": "/shared/fleet",
+}
 
 
 def _fleet_env(tmp_path, **overrides) -> Path:
@@ -232,11 +258,14 @@ def test_the_fleet_profile_adds_two_gpu_hosts_and_a_head_worker_on_the_edge_exec
         env = host["environment"]
         assert env["GPUSCHED_HOST_NAME"] == name and host["hostname"] == name
         assert env["AIRFLOW__CORE__HOSTNAME_CALLABLE"] == "airflow_provider_gpusched.fleet.host_name"
-        assert env["AIRFLOW__EDGE__EXTENDED_SYSTEM_INFO_FUNCTION"] == "airflow_provider_gpusched.fleet.edge_worker_sysinfo"
+        assert (
+            env["AIRFLOW__EDGE__EXTENDED_SYSTEM_INFO_FUNCTION"] == "airflow_provider_gpusched.fleet.edge_worker_sysinfo"
+        )
         assert env["AIRFLOW__EDGE__AUTOMATIC_MAINTENANCE_ON"] == "Error"
         mounts = _mounts(host)
-        assert mounts["/shared"]["source"] == "shared" and "/opt/airflow/gpu-state" not in mounts, \
+        assert mounts["/shared"]["source"] == "shared" and "/opt/airflow/gpu-state" not in mounts, (
             "a GPU host's leases are its own, not the head's volume"
+        )
         assert not env["AIRFLOW__GPUSCHED__GPU_STATE_DIR"].startswith("/shared")
         script = host["command"][-1]
         assert "edge worker" in script and "--lane gpu" in script and "--lane idle" in script

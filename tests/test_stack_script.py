@@ -17,10 +17,18 @@ def test_up_refuses_a_port_another_program_listens_on(tmp_path):
         listener.listen()
         port = listener.getsockname()[1]
         stack_dir = tmp_path / "stack"
-        out = subprocess.run(["bash", str(REPO / "scripts" / "stack.sh"), "up"], capture_output=True, text=True,
-                             timeout=60, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
-                                              "GPUSCHED_STACK_DIR": str(stack_dir),
-                                              "GPUSCHED_STACK_PORT": str(port)})
+        out = subprocess.run(
+            ["bash", str(REPO / "scripts" / "stack.sh"), "up"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={
+                "PATH": "/usr/bin:/bin",
+                "HOME": str(tmp_path),
+                "GPUSCHED_STACK_DIR": str(stack_dir),
+                "GPUSCHED_STACK_PORT": str(port),
+            },
+        )
     assert out.returncode == 1, out.stderr
     assert f"port {port} is already in use by another program" in out.stderr
     assert "GPUSCHED_STACK_PORT" in out.stderr
@@ -28,8 +36,13 @@ def test_up_refuses_a_port_another_program_listens_on(tmp_path):
 
 
 def _stack(tmp_path, *args, **env):
-    return subprocess.run(["bash", str(REPO / "scripts" / "stack.sh"), *args], capture_output=True, text=True,
-                          timeout=60, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env})
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / "stack.sh"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env},
+    )
 
 
 def test_status_and_down_read_the_settings_the_stack_was_started_with(tmp_path):
@@ -41,8 +54,10 @@ def test_status_and_down_read_the_settings_the_stack_was_started_with(tmp_path):
     pg = tmp_path / "pgbase"
     pg.mkdir()
     (stack_dir / "pgdata").write_text(f"{pg}\n")
-    (stack_dir / "settings.env").write_text("PORT=39391\nPG_PORT=39392\nAPI_HOST=127.0.0.1\nEXTRA_DAGS=/x y\n"
-                                            "PARALLELISM=8\nENV=export A='1'\\nexport B=\"2\\\\n\"\n")
+    (stack_dir / "settings.env").write_text(
+        "PORT=39391\nPG_PORT=39392\nAPI_HOST=127.0.0.1\nEXTRA_DAGS=/x y\n"
+        "PARALLELISM=8\nENV=export A='1'\\nexport B=\"2\\\\n\"\n"
+    )
     status = _stack(tmp_path, "status", GPUSCHED_STACK_DIR=str(stack_dir), GPUSCHED_STACK_PORT="28080")
     assert status.returncode == 1  # nothing runs there
     assert "api-server http://127.0.0.1:39391, PostgreSQL port 39392, extra DAGs /x y" in status.stdout, status.stdout

@@ -32,15 +32,17 @@ def is_finite_number(value: Any) -> bool:
     return is_number(value) and math.isfinite(value)
 
 
-def check_int(value: Any, where: str, minimum: int | None = None, *, optional: bool = False,
-              expected: str | None = None) -> Any:
+def check_int(
+    value: Any, where: str, minimum: int | None = None, *, optional: bool = False, expected: str | None = None
+) -> Any:
     """``value`` if it is an integer of at least ``minimum`` (or None when ``optional``); else an
     InvalidArgumentError naming ``where``."""
     if value is None and optional:
         return value
     if not is_int(value) or (minimum is not None and value < minimum):
-        raise InvalidArgumentError(where, value, expected or (
-            "an integer" if minimum is None else f"an integer >= {minimum}"))
+        raise InvalidArgumentError(
+            where, value, expected or ("an integer" if minimum is None else f"an integer >= {minimum}")
+        )
     return value
 
 

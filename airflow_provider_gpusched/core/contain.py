@@ -132,9 +132,11 @@ def main(argv):
             time.sleep(0.01)
         _reap()
         how = "contained: re-parented to the task's shim" if contained else "found by ancestry"
-        print(f"[gpusched] the work left {len(left)} process(es) running after it ended "
-              f"({', '.join(map(str, left[:10]))}; {how}); stopped them before its GPUs are given out again",
-              flush=True)
+        print(
+            f"[gpusched] the work left {len(left)} process(es) running after it ended "
+            f"({', '.join(map(str, left[:10]))}; {how}); stopped them before its GPUs are given out again",
+            flush=True,
+        )
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         if sig not in (signal.SIGKILL, signal.SIGSTOP):

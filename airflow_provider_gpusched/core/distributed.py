@@ -59,15 +59,18 @@ def check_mode(value: object, argument: str = "distributed") -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or value not in MODES:
-        raise InvalidArgumentError(argument, value, "None, 'torchrun' (one torchrun per node) or 'srun' (one "
-                                   "process per GPU, with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
+        raise InvalidArgumentError(
+            argument,
+            value,
+            "None, 'torchrun' (one torchrun per node) or 'srun' (one "
+            "process per GPU, with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)",
+        )
     return value
 
 
 def check_grace(value: object, argument: str = "rank_exit_grace") -> float:
     """Seconds (a number >= 0; 0: no limit)."""
-    if not is_number(value) or value != value or value < 0 \
-            or value == float("inf"):
+    if not is_number(value) or value != value or value < 0 or value == float("inf"):
         raise InvalidArgumentError(argument, value, "seconds (a number >= 0; 0 waits for every rank for ever)")
     return float(value)
 
@@ -99,8 +102,10 @@ class RankInfo:
         return self.rank == 0
 
     def describe(self) -> str:
-        return (f"rank {self.rank} of {self.world_size} on {self.hostname} (node {self.node_rank} of {self.num_nodes}, "
-                f"local rank {self.local_rank})")
+        return (
+            f"rank {self.rank} of {self.world_size} on {self.hostname} (node {self.node_rank} of {self.num_nodes}, "
+            f"local rank {self.local_rank})"
+        )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -123,25 +128,37 @@ class RankInfo:
             rank, world = number("RANK"), number("WORLD_SIZE")
         except KeyError:
             return None
-        return cls(rank=rank, local_rank=number("LOCAL_RANK", default=0), world_size=world,
-                   local_world_size=number("LOCAL_WORLD_SIZE", default=world),
-                   node_rank=number("NODE_RANK", "GROUP_RANK", default=0),
-                   num_nodes=number("GROUP_WORLD_SIZE", default=1), master_addr=env.get("MASTER_ADDR", ""),
-                   master_port=number("MASTER_PORT", default=0), hostname=socket.gethostname())
+        return cls(
+            rank=rank,
+            local_rank=number("LOCAL_RANK", default=0),
+            world_size=world,
+            local_world_size=number("LOCAL_WORLD_SIZE", default=world),
+            node_rank=number("NODE_RANK", "GROUP_RANK", default=0),
+            num_nodes=number("GROUP_WORLD_SIZE", default=1),
+            master_addr=env.get("MASTER_ADDR", ""),
+            master_port=number("MASTER_PORT", default=0),
+            hostname=socket.gethostname(),
+        )
 
 
 def rank_info() -> RankInfo:
     """This rank's :class:`RankInfo`; an error that says so outside a distributed start."""
     info = RankInfo.from_env()
     if info is None:
-        raise GpuschedError("not in a distributed start: RANK and WORLD_SIZE are not set (give the task "
-                            "distributed='torchrun' or 'srun')")
+        raise GpuschedError(
+            "not in a distributed start: RANK and WORLD_SIZE are not set (give the task "
+            "distributed='torchrun' or 'srun')"
+        )
     return info
 
 
 # -- on Slurm: one bash function in the job script -------------------------------------------------------------
-def slurm_launch_function(mode: str, nproc_per_node: int, rank_exit_grace: float = DEFAULT_RANK_EXIT_GRACE,
-                          torchrun: Sequence[str] = ("torchrun",)) -> str:
+def slurm_launch_function(
+    mode: str,
+    nproc_per_node: int,
+    rank_exit_grace: float = DEFAULT_RANK_EXIT_GRACE,
+    torchrun: Sequence[str] = ("torchrun",),
+) -> str:
     """A bash function ``gpusched_launch`` that starts its arguments (the command, verbatim) as the ranks of a
     distributed start over every node of the job. It runs in the batch script, on the job's first node."""
     check_mode(mode)
@@ -153,77 +170,89 @@ def slurm_launch_function(mode: str, nproc_per_node: int, rank_exit_grace: float
     wait = max(wait, 1) if rank_exit_grace > 0 else 0
     srun = f"srun --kill-on-bad-exit=1 --wait={wait}"
     # one wrapper per rank, the command after it as arguments: nothing of the command is ever parsed by a shell
-    rank_env = ('export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS" '
-                f'LOCAL_WORLD_SIZE={nproc_per_node} NODE_RANK="$SLURM_NODEID" GROUP_RANK="$SLURM_NODEID" '
-                'GROUP_WORLD_SIZE="$SLURM_JOB_NUM_NODES"; exec "$@"')
+    rank_env = (
+        'export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS" '
+        f'LOCAL_WORLD_SIZE={nproc_per_node} NODE_RANK="$SLURM_NODEID" GROUP_RANK="$SLURM_NODEID" '
+        'GROUP_WORLD_SIZE="$SLURM_JOB_NUM_NODES"; exec "$@"'
+    )
     # srun's stderr goes through gpusched_srun_said (to stderr, line by line) so that a rank stopped by --wait fails
     # the job for certain: srun itself may exit 0 when the stopped rank's end reaches it late (seen under load)
-    said = '2>&1 1>&3 3>&- 4>&- 5>&- | gpusched_srun_said'
+    said = "2>&1 1>&3 3>&- 4>&- 5>&- | gpusched_srun_said"
     # each rank (srun) or each node's torchrun under the containment shim: what a rank forks off (setsid nohup ...)
     # ends with it, whatever Slurm's ProctrackType (core/contain.py)
     if mode == "srun":
-        start = (f'  {srun} --ntasks-per-node={nproc_per_node} -- "${{shim[@]}}" bash -c {shlex.quote(rank_env)} {RANK_NAME} "$@" '
-                 f'{said}')
+        start = (
+            f'  {srun} --ntasks-per-node={nproc_per_node} -- "${{shim[@]}}" bash -c {shlex.quote(rank_env)} {RANK_NAME} "$@" '
+            f"{said}"
+        )
     else:
-        start = (f'  {srun} --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 -- '
-                 f'"${{shim[@]}}" {shlex.join(torchrun)} --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node={nproc_per_node} '
-                 f'--rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$SLURM_JOB_ID" '
-                 f'--max-restarts=0 --no-python -- "$@" {said}')
-    return "\n".join([
-        f"# gpusched: a distributed start ({mode}, {nproc_per_node} rank(s) per node) over every node of the job",
-        "gpusched_free_port() {  # a TCP port nobody listens on here, from one derived from the job id",
-        f"  local base=$(( ${{SLURM_JOB_ID:-$$}} % {PORT_SPAN} )) used=' ' f local_ state rest i p",
-        "  for f in /proc/net/tcp /proc/net/tcp6; do",
-        "    [ -r \"$f\" ] || continue",
-        "    while read -r _ local_ _ state rest; do",
-        "      [ \"$state\" = 0A ] && used+=\"$((16#${local_##*:})) \"",
-        "    done < \"$f\"",
-        "  done",
-        f"  for ((i = 0; i < {PORT_SPAN}; i++)); do",
-        f"    p=$(( {PORT_BASE} + (base + i) % {PORT_SPAN} ))",
-        "    case \"$used\" in *\" $p \"*) ;; *) echo \"$p\"; return ;; esac",
-        "  done",
-        f"  echo $(( {PORT_BASE} + base ))",
-        "}",
-        "gpusched_srun_said() {  # srun's stderr, passed on; notes on descriptor 4 that --wait stopped ranks",
-        "  local line",
-        "  while IFS= read -r line || [ -n \"$line\" ]; do",
-        "    printf '%s\\n' \"$line\" >&2",
-        "    case \"$line\" in 'srun: First task exited '*) echo stopped >&4 ;; esac",
-        "  done",
-        "}",
-        f"gpusched_shim={shlex.quote(shim_source())}",
-        "gpusched_launch() {",
-        "  local first said rc note= shim=()",
-        "  command -v python3 >/dev/null 2>&1 && shim=(python3 -I -S -c \"$gpusched_shim\" 10 '' --)",
-        # the note file is unlinked as soon as it is open: nothing is left behind, whatever ends the job (scancel)
-        "  said=\"$(mktemp \"${TMPDIR:-/tmp}/gpusched-srun.XXXXXXXX\")\" || return 1",
-        "  exec 4>\"$said\" 5<\"$said\"",
-        "  rm -f -- \"$said\"",
-        "  first=\"$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" 2>/dev/null | head -n 1)\"",
-        "  export MASTER_ADDR=\"${first:-$(hostname)}\"",
-        "  export MASTER_PORT=\"$(gpusched_free_port)\"",
-        f"  echo \"[gpusched] {mode} start: $SLURM_JOB_NUM_NODES node(s) ($SLURM_JOB_NODELIST) x {nproc_per_node} "
-        "rank(s), rendezvous $MASTER_ADDR:$MASTER_PORT\" >&2",
-        "  exec 3>&1",
-        start,
-        "  rc=${PIPESTATUS[0]}",
-        "  exec 3>&- 4>&-",
-        "  IFS= read -r note <&5 || true",
-        "  exec 5<&-",
-        "  if [ \"$rc\" = 0 ] && [ -n \"$note\" ]; then",
-        f"    echo \"[gpusched] rank(s) still running {wait}s after the first rank ended were stopped (rank_exit_grace); "
-        "the job fails\" >&2",
-        "    rc=1",
-        "  fi",
-        "  return \"$rc\"",
-        "}",
-    ])
+        start = (
+            f'  {srun} --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 -- '
+            f'"${{shim[@]}}" {shlex.join(torchrun)} --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node={nproc_per_node} '
+            f'--rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$SLURM_JOB_ID" '
+            f'--max-restarts=0 --no-python -- "$@" {said}'
+        )
+    return "\n".join(
+        [
+            f"# gpusched: a distributed start ({mode}, {nproc_per_node} rank(s) per node) over every node of the job",
+            "gpusched_free_port() {  # a TCP port nobody listens on here, from one derived from the job id",
+            f"  local base=$(( ${{SLURM_JOB_ID:-$$}} % {PORT_SPAN} )) used=' ' f local_ state rest i p",
+            "  for f in /proc/net/tcp /proc/net/tcp6; do",
+            '    [ -r "$f" ] || continue',
+            "    while read -r _ local_ _ state rest; do",
+            '      [ "$state" = 0A ] && used+="$((16#${local_##*:})) "',
+            '    done < "$f"',
+            "  done",
+            f"  for ((i = 0; i < {PORT_SPAN}; i++)); do",
+            f"    p=$(( {PORT_BASE} + (base + i) % {PORT_SPAN} ))",
+            '    case "$used" in *" $p "*) ;; *) echo "$p"; return ;; esac',
+            "  done",
+            f"  echo $(( {PORT_BASE} + base ))",
+            "}",
+            "gpusched_srun_said() {  # srun's stderr, passed on; notes on descriptor 4 that --wait stopped ranks",
+            "  local line",
+            '  while IFS= read -r line || [ -n "$line" ]; do',
+            "    printf '%s\\n' \"$line\" >&2",
+            "    case \"$line\" in 'srun: First task exited '*) echo stopped >&4 ;; esac",
+            "  done",
+            "}",
+            f"gpusched_shim={shlex.quote(shim_source())}",
+            "gpusched_launch() {",
+            "  local first said rc note= shim=()",
+            "  command -v python3 >/dev/null 2>&1 && shim=(python3 -I -S -c \"$gpusched_shim\" 10 '' --)",
+            # the note file is unlinked as soon as it is open: nothing is left behind, whatever ends the job (scancel)
+            '  said="$(mktemp "${TMPDIR:-/tmp}/gpusched-srun.XXXXXXXX")" || return 1',
+            '  exec 4>"$said" 5<"$said"',
+            '  rm -f -- "$said"',
+            '  first="$(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null | head -n 1)"',
+            '  export MASTER_ADDR="${first:-$(hostname)}"',
+            '  export MASTER_PORT="$(gpusched_free_port)"',
+            f'  echo "[gpusched] {mode} start: $SLURM_JOB_NUM_NODES node(s) ($SLURM_JOB_NODELIST) x {nproc_per_node} '
+            'rank(s), rendezvous $MASTER_ADDR:$MASTER_PORT" >&2',
+            "  exec 3>&1",
+            start,
+            "  rc=${PIPESTATUS[0]}",
+            "  exec 3>&- 4>&-",
+            "  IFS= read -r note <&5 || true",
+            "  exec 5<&-",
+            '  if [ "$rc" = 0 ] && [ -n "$note" ]; then',
+            f'    echo "[gpusched] rank(s) still running {wait}s after the first rank ended were stopped (rank_exit_grace); '
+            'the job fails" >&2',
+            "    rc=1",
+            "  fi",
+            '  return "$rc"',
+            "}",
+        ]
+    )
 
 
-def slurm_launch_argv(mode: str, argv: Sequence[str], nproc_per_node: int,
-                      rank_exit_grace: float = DEFAULT_RANK_EXIT_GRACE,
-                      torchrun: Sequence[str] = ("torchrun",)) -> list[str]:
+def slurm_launch_argv(
+    mode: str,
+    argv: Sequence[str],
+    nproc_per_node: int,
+    rank_exit_grace: float = DEFAULT_RANK_EXIT_GRACE,
+    torchrun: Sequence[str] = ("torchrun",),
+) -> list[str]:
     """``argv`` started as ranks from inside a Slurm allocation (a sweep's trial runner): bash running
     :func:`slurm_launch_function`, the command passed as arguments."""
     script = slurm_launch_function(mode, nproc_per_node, rank_exit_grace, torchrun) + '\ngpusched_launch "$@"\n'
@@ -238,8 +267,15 @@ def torchrun_command(env: Mapping[str, str] | None = None, python: str | None = 
     return [found] if found else [python or sys.executable, "-m", "torch.distributed.run"]
 
 
-def local_launch_argv(mode: str, argv: Sequence[str], nproc: int, rank_exit_grace: float = DEFAULT_RANK_EXIT_GRACE,
-                      *, torchrun: Sequence[str] | None = None, python: str | None = None) -> list[str]:
+def local_launch_argv(
+    mode: str,
+    argv: Sequence[str],
+    nproc: int,
+    rank_exit_grace: float = DEFAULT_RANK_EXIT_GRACE,
+    *,
+    torchrun: Sequence[str] | None = None,
+    python: str | None = None,
+) -> list[str]:
     """``argv`` started as ``nproc`` ranks on this host (the GPUs of a lease): ``torchrun --standalone`` (a free
     rendezvous port of its own), or this module's launcher for ``"srun"``."""
     check_mode(mode)
@@ -248,8 +284,16 @@ def local_launch_argv(mode: str, argv: Sequence[str], nproc: int, rank_exit_grac
     grace = check_grace(rank_exit_grace)
     argv = [str(a) for a in argv]
     if mode == "torchrun":
-        return [*(torchrun or torchrun_command()), "--standalone", "--nnodes=1", f"--nproc-per-node={nproc}",
-                "--max-restarts=0", "--no-python", "--", *argv]
+        return [
+            *(torchrun or torchrun_command()),
+            "--standalone",
+            "--nnodes=1",
+            f"--nproc-per-node={nproc}",
+            "--max-restarts=0",
+            "--no-python",
+            "--",
+            *argv,
+        ]
     return [python or sys.executable, "-m", __name__, "ranks", f"--nproc={nproc}", f"--grace={grace:g}", "--", *argv]
 
 
@@ -268,12 +312,24 @@ def run_ranks(argv: Sequence[str], nproc: int, grace: float, *, out=None, poll: 
     procs: list[subprocess.Popen] = []
     base = dict(os.environ)
     for rank in range(nproc):
-        env = {**base, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc),
-               "LOCAL_WORLD_SIZE": str(nproc), "NODE_RANK": "0", "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1",
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        env = {
+            **base,
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(nproc),
+            "LOCAL_WORLD_SIZE": str(nproc),
+            "NODE_RANK": "0",
+            "GROUP_RANK": "0",
+            "GROUP_WORLD_SIZE": "1",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
         procs.append(subprocess.Popen(list(argv), env=env))
-    print(f"[gpusched] srun start: {nproc} rank(s) on {socket.gethostname()}, rendezvous 127.0.0.1:{port}",
-          file=out, flush=True)
+    print(
+        f"[gpusched] srun start: {nproc} rank(s) on {socket.gethostname()}, rendezvous 127.0.0.1:{port}",
+        file=out,
+        flush=True,
+    )
 
     def forward(signum, _frame):
         for p in procs:
@@ -312,8 +368,10 @@ def run_ranks(argv: Sequence[str], nproc: int, grace: float, *, out=None, poll: 
                 first_end = (time.monotonic(), ended)
         elif grace > 0 and time.monotonic() - first_end[0] > grace:
             left = [r for r, c in enumerate(codes) if c is None]
-            stop_all(f"rank(s) {', '.join(map(str, left))} still running {grace:g} s after rank {first_end[1]} "
-                     f"ended (rank_exit_grace); stopping them")
+            stop_all(
+                f"rank(s) {', '.join(map(str, left))} still running {grace:g} s after rank {first_end[1]} "
+                f"ended (rank_exit_grace); stopping them"
+            )
             return 1
         time.sleep(poll)
 
@@ -327,7 +385,7 @@ def main(args: Sequence[str] | None = None) -> int:
         print(_RANKS_USAGE, file=sys.stderr)
         return 2
     split = args.index("--")
-    options, command = args[1:split], args[split + 1:]
+    options, command = args[1:split], args[split + 1 :]
     nproc, grace = None, DEFAULT_RANK_EXIT_GRACE
     for option in options:
         name, _, value = option.partition("=")

@@ -15,7 +15,7 @@ def brief_repr(value: object) -> str:
     """``repr(value)`` cut to a few hundred characters, whatever its size or nesting (a YAML alias bomb expands to
     billions of items: a message never formats all of them)."""
     text = _BRIEF.repr(value)
-    return text if len(text) <= _BRIEF_CHARS else text[:_BRIEF_CHARS - 3] + "..."
+    return text if len(text) <= _BRIEF_CHARS else text[: _BRIEF_CHARS - 3] + "..."
 
 
 class GpuschedError(Exception):

@@ -105,8 +105,9 @@ def map_hosts(wanted: Iterable[str], fleet_hosts: Iterable[str], mapping: dict |
     mapping = dict(mapping or {})
     for name, host in mapping.items():
         if not isinstance(name, str) or not isinstance(host, str) or host not in hosts:
-            raise InvalidArgumentError(f"host mapping[{name!r}]", host, f"one of the fleet's hosts "
-                                                                        f"({', '.join(hosts) or 'none published'})")
+            raise InvalidArgumentError(
+                f"host mapping[{name!r}]", host, f"one of the fleet's hosts ({', '.join(hosts) or 'none published'})"
+            )
     if not hosts:
         raise InvalidArgumentError("fleet", "no host", "at least one GPU host that published a record")
     result: dict[str, str] = {}
@@ -138,9 +139,16 @@ class HostLease:
     work: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {"lease_id": self.lease_id, "gpus": list(self.gpus),
-                "memory": {str(k): v for k, v in self.memory.items()}, "whole": self.whole,
-                "job_class": self.job_class, "owner": self.owner, "created": self.created, "work": dict(self.work)}
+        return {
+            "lease_id": self.lease_id,
+            "gpus": list(self.gpus),
+            "memory": {str(k): v for k, v in self.memory.items()},
+            "whole": self.whole,
+            "job_class": self.job_class,
+            "owner": self.owner,
+            "created": self.created,
+            "work": dict(self.work),
+        }
 
 
 @dataclass
@@ -183,8 +191,10 @@ class HostRecord:
         off = self.clock_off
         if not off:
             return ""
-        return (f"{self.host}'s clock is {abs(off):.0f}s {'ahead of' if off > 0 else 'behind'} the fleet directory's: "
-                f"judged by when its record was written; fix its time sync (NTP)")
+        return (
+            f"{self.host}'s clock is {abs(off):.0f}s {'ahead of' if off > 0 else 'behind'} the fleet directory's: "
+            f"judged by when its record was written; fix its time sync (NTP)"
+        )
 
     def sizes(self) -> str:
         """``4x80GiB`` (or ``1x24GiB+1x48GiB`` for mixed GPUs)."""
@@ -211,16 +221,21 @@ class HostRecord:
         return True
 
     def to_dict(self) -> dict:
-        return {"version": RECORD_VERSION, "host": self.host, "time": self.time, "source": self.source,
-                "address": self.address, "gpus": [g.to_dict() for g in self.gpus],
-                "leases": [lease.to_dict() for lease in self.leases], "foreign_busy": list(self.foreign_busy)}
+        return {
+            "version": RECORD_VERSION,
+            "host": self.host,
+            "time": self.time,
+            "source": self.source,
+            "address": self.address,
+            "gpus": [g.to_dict() for g in self.gpus],
+            "leases": [lease.to_dict() for lease in self.leases],
+            "foreign_busy": list(self.foreign_busy),
+        }
 
 
 def _check(cond: bool, source: str, key: str, expected: str, value: Any) -> None:
     if not cond:
         raise BadRecordError(f"{source}: key {key!r}: expected {expected}, got {value!r:.80}")
-
-
 
 
 def read_host_record(data: Any, source: str) -> HostRecord:
@@ -244,14 +259,27 @@ def read_host_record(data: Any, source: str) -> HostRecord:
         for name in ("uuid", "name"):
             _check(isinstance(g.get(name), str), source, f"{key}.{name}", "a string", g.get(name))
         procs = g.get("processes", [])
-        _check(isinstance(procs, list) and all(isinstance(p, dict) and is_int(p.get("pid")) for p in procs),
-               source, f"{key}.processes", "a list of {pid, used_memory}", procs)
-        gpus.append(GPUInfo(index=g["index"], uuid=g["uuid"], name=g["name"], memory_total=g["memory_total"],
-                            memory_used=g["memory_used"], utilization=g.get("utilization") if is_int(
-                                g.get("utilization")) else None,
-                            processes=[GPUProcess(p["pid"], p.get("used_memory") if is_int(p.get("used_memory"))
-                                                  else None) for p in procs],
-                            simulated=bool(g.get("simulated", False))))
+        _check(
+            isinstance(procs, list) and all(isinstance(p, dict) and is_int(p.get("pid")) for p in procs),
+            source,
+            f"{key}.processes",
+            "a list of {pid, used_memory}",
+            procs,
+        )
+        gpus.append(
+            GPUInfo(
+                index=g["index"],
+                uuid=g["uuid"],
+                name=g["name"],
+                memory_total=g["memory_total"],
+                memory_used=g["memory_used"],
+                utilization=g.get("utilization") if is_int(g.get("utilization")) else None,
+                processes=[
+                    GPUProcess(p["pid"], p.get("used_memory") if is_int(p.get("used_memory")) else None) for p in procs
+                ],
+                simulated=bool(g.get("simulated", False)),
+            )
+        )
     indices = {g.index for g in gpus}
     raw_leases = data.get("leases")
     _check(isinstance(raw_leases, list), source, "leases", "a list of leases", raw_leases)
@@ -260,20 +288,42 @@ def read_host_record(data: Any, source: str) -> HostRecord:
         key = f"leases[{i}]"
         _check(isinstance(lease, dict), source, key, "an object", lease)
         _check(isinstance(lease.get("lease_id"), str), source, f"{key}.lease_id", "a string", lease.get("lease_id"))
-        _check(isinstance(lease.get("gpus"), list) and all(is_int(x) and x in indices for x in lease["gpus"]),
-               source, f"{key}.gpus", "indices of the host's GPUs", lease.get("gpus"))
+        _check(
+            isinstance(lease.get("gpus"), list) and all(is_int(x) and x in indices for x in lease["gpus"]),
+            source,
+            f"{key}.gpus",
+            "indices of the host's GPUs",
+            lease.get("gpus"),
+        )
         memory = lease.get("memory")
-        _check(isinstance(memory, dict) and all(isinstance(k, str) and k.isdigit() and int(k) in indices
-                                                and is_int(v) and v >= 0 for k, v in memory.items()),
-               source, f"{key}.memory", "GPU index -> reserved bytes", memory)
+        _check(
+            isinstance(memory, dict)
+            and all(
+                isinstance(k, str) and k.isdigit() and int(k) in indices and is_int(v) and v >= 0
+                for k, v in memory.items()
+            ),
+            source,
+            f"{key}.memory",
+            "GPU index -> reserved bytes",
+            memory,
+        )
         _check(isinstance(lease.get("whole"), bool), source, f"{key}.whole", "true or false", lease.get("whole"))
         for name in ("job_class", "owner"):
             _check(isinstance(lease.get(name), str), source, f"{key}.{name}", "a string", lease.get(name))
         _check(is_number(lease.get("created")), source, f"{key}.created", "a time", lease.get("created"))
         _check(isinstance(lease.get("work", {}), dict), source, f"{key}.work", "an object", lease.get("work"))
-        leases.append(HostLease(lease["lease_id"], list(lease["gpus"]), {int(k): v for k, v in memory.items()},
-                                lease["whole"], lease["job_class"], lease["owner"], float(lease["created"]),
-                                dict(lease.get("work", {}))))
+        leases.append(
+            HostLease(
+                lease["lease_id"],
+                list(lease["gpus"]),
+                {int(k): v for k, v in memory.items()},
+                lease["whole"],
+                lease["job_class"],
+                lease["owner"],
+                float(lease["created"]),
+                dict(lease.get("work", {})),
+            )
+        )
     busy = data.get("foreign_busy", [])
     _check(isinstance(busy, list) and all(is_int(x) for x in busy), source, "foreign_busy", "a list of indices", busy)
     return HostRecord(host, float(data["time"]), data["source"], gpus, leases, list(busy), data.get("address", ""))
@@ -289,10 +339,27 @@ def record_of(manager, host: str, address: str = "") -> HostRecord:
     gpus, leases = manager.snapshot()
     usage = gpu_usage(gpus, manager.store.views(gpus, leases))
     foreign = [i for i, u in usage.items() if u.leases == 0 and u.foreign_processes > 0]
-    return HostRecord(host=host, time=time.time(), source=manager.inventory.source, gpus=gpus,
-                      leases=[HostLease(lease.lease_id, list(lease.gpus), dict(lease.memory), lease.whole,
-                                        lease.job_class, lease.owner, lease.created, dict(lease.work))
-                              for lease in leases], foreign_busy=foreign, address=address)
+    return HostRecord(
+        host=host,
+        time=time.time(),
+        source=manager.inventory.source,
+        gpus=gpus,
+        leases=[
+            HostLease(
+                lease.lease_id,
+                list(lease.gpus),
+                dict(lease.memory),
+                lease.whole,
+                lease.job_class,
+                lease.owner,
+                lease.created,
+                dict(lease.work),
+            )
+            for lease in leases
+        ],
+        foreign_busy=foreign,
+        address=address,
+    )
 
 
 def publish(fleet_dir: str, record: HostRecord, *, shared: bool = False) -> str:
@@ -326,8 +393,9 @@ class FleetView:
         if not self.hosts:
             return  # nothing known yet: the host the task lands on decides
         if not any(h.can_hold(request) for h in self.hosts):
-            raise InvalidArgumentError("request", request.describe(),
-                                       f"something one host of the fleet can hold (hosts: {self.sizes()})")
+            raise InvalidArgumentError(
+                "request", request.describe(), f"something one host of the fleet can hold (hosts: {self.sizes()})"
+            )
 
     def room(self, request: GPURequest, now: float | None = None) -> tuple[list[str], str]:
         """The fresh hosts where ``request`` fits now, and (when none) why not, host by host."""
@@ -379,7 +447,6 @@ def read_fleet(fleet_dir: str, now: float | None = None) -> FleetView:
     return FleetView([r for r in records if r.age(now) <= REMEMBER_FOR], bad)
 
 
-
 # -- measured GPU use (core/gpu/telemetry.py): each host's sampler writes its ring, the head node reads them -----
 def telemetry_dir(fleet_dir: str) -> str:
     return os.path.join(fleet_dir, "telemetry")
@@ -405,8 +472,7 @@ def read_fleet_telemetry(fleet_dir: str, now: float | None = None) -> tuple[dict
 
     now = now or time.time()
     records, bad = _read_host_files(telemetry_dir(fleet_dir), read_telemetry_record, 8 << 20)
-    fresh = {r["host"]: r for r in records
-             if now - max((g["time"] for g in r["gpus"].values()), default=0.0) <= WINDOW}
+    fresh = {r["host"]: r for r in records if now - max((g["time"] for g in r["gpus"].values()), default=0.0) <= WINDOW}
     return fresh, [why for _path, why in bad]
 
 
@@ -452,16 +518,24 @@ def queue_entries(view: FleetView, fleet_dir: str, now: float | None = None):
                 state, reason = "stopping", "asked by the head node"
             else:
                 state, reason = "running", ""
-            entries.append(QueueEntry(backend="local", id=lease.lease_id, tag=tag, state=state,
-                                      elapsed=round(now - lease.created, 1), host=record.host,
-                                      where=f"{record.host} GPU " + ",".join(map(str, lease.gpus)), reason=reason,
-                                      job_name=lease.owner))
+            entries.append(
+                QueueEntry(
+                    backend="local",
+                    id=lease.lease_id,
+                    tag=tag,
+                    state=state,
+                    elapsed=round(now - lease.created, 1),
+                    host=record.host,
+                    where=f"{record.host} GPU " + ",".join(map(str, lease.gpus)),
+                    reason=reason,
+                    job_name=lease.owner,
+                )
+            )
     problems += [why for _path, why in view.unreadable]
     return entries, problems
 
 
-def stop_on_hosts(fleet_dir: str, entries, request, *, shared: bool = False, wait: float = 30.0,
-                  poll: float = 0.5):
+def stop_on_hosts(fleet_dir: str, entries, request, *, shared: bool = False, wait: float = 30.0, poll: float = 0.5):
     """Ask each entry's host (:func:`queue_entries`) to stop it: a stop request in :func:`stops_dir`, which the
     lease's holder there acts on within a second exactly as for a local ``gpusched queue stop`` (SIGTERM to its
     child, the class's grace period, SIGKILL; the task fails saying who stopped it). Waits up to ``wait``
@@ -477,8 +551,7 @@ def stop_on_hosts(fleet_dir: str, entries, request, *, shared: bool = False, wai
             continue
         folder = ensure_private_dir(os.path.join(fleet_dir, "stops"), shared=shared, what="fleet stop requests")
         folder = ensure_private_dir(os.path.join(folder, entry.host), shared=shared, what="fleet stop requests")
-        write_json_atomic(os.path.join(folder, entry.id + ".stop"), request.to_dict(),
-                          mode=0o660 if shared else 0o600)
+        write_json_atomic(os.path.join(folder, entry.id + ".stop"), request.to_dict(), mode=0o660 if shared else 0o600)
     asked = [e for e in entries if e.id not in outcomes]
     deadline = time.monotonic() + wait
     while asked:
@@ -492,7 +565,12 @@ def stop_on_hosts(fleet_dir: str, entries, request, *, shared: bool = False, wai
             break
         time.sleep(poll)
     for entry in asked:
-        outcomes[entry.id] = StopOutcome(entry, "still running", (
-            f"{entry.host} has not given its GPUs back within {wait:.0f}s (its holder stops the work once it sees "
-            f"the request; on the host, `gpusched queue stop {entry.id}` forces it)"))
+        outcomes[entry.id] = StopOutcome(
+            entry,
+            "still running",
+            (
+                f"{entry.host} has not given its GPUs back within {wait:.0f}s (its holder stops the work once it sees "
+                f"the request; on the host, `gpusched queue stop {entry.id}` forces it)"
+            ),
+        )
     return [outcomes[e.id] for e in entries]

@@ -23,7 +23,7 @@ OK, FAIL, WARN, SKIP = "ok", "FAIL", "warn", "skip"
 @dataclass
 class Check:
     name: str
-    status: str   # ok, FAIL, warn, skip
+    status: str  # ok, FAIL, warn, skip
     detail: str
 
     @property
@@ -60,8 +60,13 @@ def check_slurm(client: Any, classes: Mapping[str, Mapping[str, Any]], where: st
         if not partition:
             checks.append(Check(f"{job_class} class partition", OK, "none set: the cluster's default partition"))
         elif partition not in partitions:
-            checks.append(Check(f"{job_class} class partition", FAIL,
-                                f"{partition!r} is not a partition sinfo knows ({', '.join(sorted(partitions))})"))
+            checks.append(
+                Check(
+                    f"{job_class} class partition",
+                    FAIL,
+                    f"{partition!r} is not a partition sinfo knows ({', '.join(sorted(partitions))})",
+                )
+            )
         elif partitions[partition] != "up":
             checks.append(Check(f"{job_class} class partition", FAIL, f"{partition!r} is {partitions[partition]}"))
         else:
@@ -86,9 +91,14 @@ def _check_qos(client: Any, classes: Mapping[str, Mapping[str, Any]]) -> list[Ch
     except (SlurmUnavailableError, SlurmCommandError, OSError) as exc:
         return [Check("QOS", WARN, f"cannot list QOS (no accounting database?): {str(exc)[:200]}")]
     known = {line.strip() for line in out.splitlines() if line.strip()}
-    return [Check(f"{c} class QOS", OK if q in known else FAIL,
-                  f"{q!r} exists" if q in known else f"{q!r} is not a QOS sacctmgr knows ({', '.join(sorted(known))})")
-            for c, q in sorted(wanted.items())]
+    return [
+        Check(
+            f"{c} class QOS",
+            OK if q in known else FAIL,
+            f"{q!r} exists" if q in known else f"{q!r} is not a QOS sacctmgr knows ({', '.join(sorted(known))})",
+        )
+        for c, q in sorted(wanted.items())
+    ]
 
 
 def _scontrol_fields(text: str) -> dict[str, str]:
@@ -100,14 +110,22 @@ def _check_preemption(client: Any, classes: Mapping[str, Mapping[str, Any]], def
     idle = (classes.get("idle") or {}).get("partition")
     normal = (classes.get("normal") or {}).get("partition") or default
     if not idle:
-        return Check(name, WARN, "the idle class names no partition: idle jobs queue with normal ones and "
-                                 "cannot be preempted by partition priority")
+        return Check(
+            name,
+            WARN,
+            "the idle class names no partition: idle jobs queue with normal ones and "
+            "cannot be preempted by partition priority",
+        )
     try:
-        config = dict(re.findall(r"^(\w+)\s*=\s*(\S*)", client.runner.run(["scontrol", "show", "config"]).stdout,
-                                 re.MULTILINE))
+        config = dict(
+            re.findall(r"^(\w+)\s*=\s*(\S*)", client.runner.run(["scontrol", "show", "config"]).stdout, re.MULTILINE)
+        )
         idle_part = _scontrol_fields(client.runner.run(["scontrol", "-o", "show", "partition", idle]).stdout)
-        normal_part = (_scontrol_fields(client.runner.run(["scontrol", "-o", "show", "partition", normal]).stdout)
-                       if normal else {})
+        normal_part = (
+            _scontrol_fields(client.runner.run(["scontrol", "-o", "show", "partition", normal]).stdout)
+            if normal
+            else {}
+        )
     except Exception as exc:  # noqa: BLE001 - any failure here is what the check reports
         return Check(name, FAIL, f"scontrol: {str(exc)[:200]}")
     preempt_type = config.get("PreemptType", "?")
@@ -119,10 +137,15 @@ def _check_preemption(client: Any, classes: Mapping[str, Mapping[str, Any]], def
     if preempt_type == "preempt/partition_prio" and normal_part:
         tiers = idle_part.get("PriorityTier", "0"), normal_part.get("PriorityTier", "0")
         if not (tiers[0].isdigit() and tiers[1].isdigit() and int(tiers[0]) < int(tiers[1])):
-            return Check(name, FAIL, f"partition {idle!r} has PriorityTier {tiers[0]}, not below {normal!r}'s "
-                                     f"{tiers[1]}: normal jobs cannot preempt idle ones")
-        return Check(name, OK, f"{preempt_type}, {idle!r} PreemptMode={mode} PriorityTier {tiers[0]} < "
-                               f"{normal!r} {tiers[1]}")
+            return Check(
+                name,
+                FAIL,
+                f"partition {idle!r} has PriorityTier {tiers[0]}, not below {normal!r}'s "
+                f"{tiers[1]}: normal jobs cannot preempt idle ones",
+            )
+        return Check(
+            name, OK, f"{preempt_type}, {idle!r} PreemptMode={mode} PriorityTier {tiers[0]} < {normal!r} {tiers[1]}"
+        )
     return Check(name, OK, f"{preempt_type}, {idle!r} PreemptMode={mode}")
 
 
@@ -137,10 +160,16 @@ def check_gpus(simulate: str | None) -> tuple[Check, Any]:
     except GPUInventoryError as exc:
         return Check("GPU inventory", FAIL, str(exc)), None
     if inventory.source == "simulated":
-        return Check("GPU inventory", WARN, f"SIMULATED: {len(gpus)} GPU(s) from {simulate or 'the environment'}; "
-                                            f"NVML found no GPU"), inventory
-    return Check("GPU inventory", OK, f"NVML, driver {inventory.driver_version()}: {len(gpus)} GPU(s) "
-                                      f"({', '.join(sorted({g.name for g in gpus}))})"), inventory
+        return Check(
+            "GPU inventory",
+            WARN,
+            f"SIMULATED: {len(gpus)} GPU(s) from {simulate or 'the environment'}; NVML found no GPU",
+        ), inventory
+    return Check(
+        "GPU inventory",
+        OK,
+        f"NVML, driver {inventory.driver_version()}: {len(gpus)} GPU(s) ({', '.join(sorted({g.name for g in gpus}))})",
+    ), inventory
 
 
 def check_lease_dir(inventory: Any, state_dir: str | None, shared: bool | None) -> list[Check]:
@@ -159,23 +188,42 @@ def check_lease_dir(inventory: Any, state_dir: str | None, shared: bool | None) 
         os.close(fd)
         os.remove(probe)
         mode = stat.S_IMODE(os.stat(store.state_dir).st_mode)
-        checks.append(Check("lease directory", OK, f"{store.state_dir} (mode {mode:04o}"
-                                                   f"{', shared group directory' if store.shared else ''}) writable"))
+        checks.append(
+            Check(
+                "lease directory",
+                OK,
+                f"{store.state_dir} (mode {mode:04o}{', shared group directory' if store.shared else ''}) writable",
+            )
+        )
     except OSError as exc:
         return [Check("lease directory", FAIL, f"{store.state_dir}: not writable ({exc.strerror})")]
     files = {name[:-5] for name in os.listdir(store.state_dir) if LEASE_FILE.match(name)}
     with store.allocation_lock():
         live = store.live(tidy=False)
     stale = sorted(files - {lease.lease_id for lease in live})
-    orphans = [lease for lease in live if lease.child_pids and not lease.unreadable
-               and not store.holder_alive(lease)]
-    checks.append(Check("stale leases", WARN if stale else OK,
-                        f"{len(stale)} lease file(s) of dead processes ({', '.join(stale[:5])}): they hold no GPU and "
-                        f"go at the next allocation" if stale else "none"))
-    checks.append(Check("orphaned GPU processes", WARN if orphans else OK,
-                        "; ".join(f"lease {lease.lease_id} ({lease.owner}): holder pid {lease.pid} died, child "
-                                  f"{','.join(map(str, lease.child_pids))} still runs and is being stopped"
-                                  for lease in orphans) or "none"))
+    orphans = [lease for lease in live if lease.child_pids and not lease.unreadable and not store.holder_alive(lease)]
+    checks.append(
+        Check(
+            "stale leases",
+            WARN if stale else OK,
+            f"{len(stale)} lease file(s) of dead processes ({', '.join(stale[:5])}): they hold no GPU and "
+            f"go at the next allocation"
+            if stale
+            else "none",
+        )
+    )
+    checks.append(
+        Check(
+            "orphaned GPU processes",
+            WARN if orphans else OK,
+            "; ".join(
+                f"lease {lease.lease_id} ({lease.owner}): holder pid {lease.pid} died, child "
+                f"{','.join(map(str, lease.child_pids))} still runs and is being stopped"
+                for lease in orphans
+            )
+            or "none",
+        )
+    )
     if store.unreadable:
         checks.append(Check("lease files readable", FAIL, "; ".join(why for _, why in store.unreadable)[:500]))
     return checks
@@ -205,12 +253,15 @@ def check_stop_orders(state_dir: str) -> Check:
     except (OSError, GpuschedError) as exc:
         return Check("stop orders", FAIL, str(exc))
     if not active:
-        return Check("stop orders", OK, "none in force" + (f" ({'; '.join(orders.problems)})" if orders.problems
-                                                           else ""))
-    return Check("stop orders", WARN, f"{len(active)} in force: matching tasks fail at start: "
-                                      + "; ".join(order.describe() for order in active)[:400])
-
-
+        return Check(
+            "stop orders", OK, "none in force" + (f" ({'; '.join(orders.problems)})" if orders.problems else "")
+        )
+    return Check(
+        "stop orders",
+        WARN,
+        f"{len(active)} in force: matching tasks fail at start: "
+        + "; ".join(order.describe() for order in active)[:400],
+    )
 
 
 def check_fleet(fleet_dir: str, now: float | None = None) -> list[Check]:
@@ -223,21 +274,40 @@ def check_fleet(fleet_dir: str, now: float | None = None) -> list[Check]:
     now = now or time.time()
     view = read_fleet(fleet_dir, now)
     if not view.hosts and not view.unreadable:
-        return [Check("fleet hosts", FAIL, f"{fleet_dir}: no GPU host published a record in the last day (is "
-                                           f"[gpusched] fleet_dir the same on the hosts, and their workers up?)")]
+        return [
+            Check(
+                "fleet hosts",
+                FAIL,
+                f"{fleet_dir}: no GPU host published a record in the last day (is "
+                f"[gpusched] fleet_dir the same on the hosts, and their workers up?)",
+            )
+        ]
     checks = []
     for h in view.hosts:
         age = now - h.time
         if not h.fresh(now):
-            checks.append(Check(f"fleet host {h.host}", FAIL, f"no record for {age:.0f}s (more than {FRESH_FOR:.0f}s):"
-                                                             f" the host or its Edge worker is down"))
+            checks.append(
+                Check(
+                    f"fleet host {h.host}",
+                    FAIL,
+                    f"no record for {age:.0f}s (more than {FRESH_FOR:.0f}s): the host or its Edge worker is down",
+                )
+            )
         elif h.gpus and len(h.foreign_busy) >= len(h.gpus):
-            checks.append(Check(f"fleet host {h.host}", WARN, f"up, {h.sizes()}, but processes of others hold "
-                                                             f"every GPU: it takes no work"))
+            checks.append(
+                Check(
+                    f"fleet host {h.host}",
+                    WARN,
+                    f"up, {h.sizes()}, but processes of others hold every GPU: it takes no work",
+                )
+            )
         else:
             simulated = " SIMULATED" if h.source == "simulated" else ""
-            checks.append(Check(f"fleet host {h.host}", OK, f"up ({age:.0f}s ago), {h.sizes()}{simulated}, "
-                                                           f"{len(h.leases)} lease(s)"))
+            checks.append(
+                Check(
+                    f"fleet host {h.host}", OK, f"up ({age:.0f}s ago), {h.sizes()}{simulated}, {len(h.leases)} lease(s)"
+                )
+            )
     checks += [Check("fleet record", FAIL, why) for _path, why in view.unreadable]
     orders = check_stop_orders(orders_dir(fleet_dir))
     checks.append(Check("fleet stop orders", orders.status, orders.detail))

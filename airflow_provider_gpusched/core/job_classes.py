@@ -73,15 +73,15 @@ class LocalClassPolicy:
     its turn but, once started, finishes."""
 
     preemptible: bool = False
-    grace_period: float = 30.0      # seconds between SIGTERM (checkpoint now) and SIGKILL
-    min_runtime: float = 60.0       # an idle task runs at least this long before a normal task may preempt it
-    max_preemptions: int = 5        # after this many, the task's next lease is not preemptible (it finishes)
-    backoff: float = 30.0           # seconds before relaunching after a preemption (doubles each time, capped)
+    grace_period: float = 30.0  # seconds between SIGTERM (checkpoint now) and SIGKILL
+    min_runtime: float = 60.0  # an idle task runs at least this long before a normal task may preempt it
+    max_preemptions: int = 5  # after this many, the task's next lease is not preemptible (it finishes)
+    backoff: float = 30.0  # seconds before relaunching after a preemption (doubles each time, capped)
     max_backoff: float = 600.0
-    idle_for: float = 60.0          # a GPU must have been free of foreign work this long before idle work starts
-    max_utilization: int = 10       # percent: above this (with no lease of ours on it) a GPU counts as busy
-    max_foreign_memory: int = 512 * 1024 ** 2  # bytes used by processes we do not know: above it, busy
-    fill_in: bool = False           # only on idle GPUs, never ahead of waiting normal work
+    idle_for: float = 60.0  # a GPU must have been free of foreign work this long before idle work starts
+    max_utilization: int = 10  # percent: above this (with no lease of ours on it) a GPU counts as busy
+    max_foreign_memory: int = 512 * 1024**2  # bytes used by processes we do not know: above it, busy
+    fill_in: bool = False  # only on idle GPUs, never ahead of waiting normal work
 
     def backoff_for(self, preemptions: int) -> float:
         """Seconds to wait before relaunching after the ``preemptions``-th preemption."""
@@ -98,8 +98,11 @@ class JobClass:
     def airflow_settings(self, priority: int = 0, gpus: int = 1) -> dict[str, Any]:
         """Operator keyword arguments (only those the class sets)."""
         a = self.airflow
-        out: dict[str, Any] = {"priority_weight": a.priority_weight + priority, "weight_rule": "absolute",
-                               "pool_slots": max(1, gpus) if a.pool_slots == "gpus" else int(a.pool_slots)}
+        out: dict[str, Any] = {
+            "priority_weight": a.priority_weight + priority,
+            "weight_rule": "absolute",
+            "pool_slots": max(1, gpus) if a.pool_slots == "gpus" else int(a.pool_slots),
+        }
         if a.pool:
             out["pool"] = a.pool
         if a.queue:
@@ -109,8 +112,11 @@ class JobClass:
     def slurm_settings(self, priority: int = 0) -> dict[str, Any]:
         """sbatch settings (partition, qos, nice, requeue, account) the class implies; unset ones left out."""
         s = self.slurm
-        out: dict[str, Any] = {k: v for k, v in (("partition", s.partition), ("qos", s.qos), ("account", s.account),
-                                                 ("requeue", s.requeue)) if v not in (None, "")}
+        out: dict[str, Any] = {
+            k: v
+            for k, v in (("partition", s.partition), ("qos", s.qos), ("account", s.account), ("requeue", s.requeue))
+            if v not in (None, "")
+        }
         nice = max(0, s.nice - priority)
         if nice:
             out["nice"] = nice
@@ -118,10 +124,15 @@ class JobClass:
 
 
 DEFAULT_CLASSES: dict[str, JobClass] = {
-    "normal": JobClass("normal", AirflowClassSettings(priority_weight=100),
-                       SlurmClassSettings(), LocalClassPolicy(preemptible=False)),
-    "idle": JobClass("idle", AirflowClassSettings(pool="gpusched_idle", priority_weight=1),
-                     SlurmClassSettings(partition="idle", requeue=True, nice=100), LocalClassPolicy(fill_in=True, preemptible=True)),
+    "normal": JobClass(
+        "normal", AirflowClassSettings(priority_weight=100), SlurmClassSettings(), LocalClassPolicy(preemptible=False)
+    ),
+    "idle": JobClass(
+        "idle",
+        AirflowClassSettings(pool="gpusched_idle", priority_weight=1),
+        SlurmClassSettings(partition="idle", requeue=True, nice=100),
+        LocalClassPolicy(fill_in=True, preemptible=True),
+    ),
 }
 
 _SECTIONS = {"airflow": AirflowClassSettings, "slurm": SlurmClassSettings, "local": LocalClassPolicy}
@@ -156,26 +167,34 @@ class JobClassMapping:
         for pool, names in self.pools().items():
             gpus = max(1, max(gpus_for_class(self.classes[n]) for n in names))
             per = "one slot per GPU" if slots_per_gpu == 1 else f"{slots_per_gpu} slots per GPU, deferred tasks counted"
-            plan[pool] = {"slots": gpus * slots_per_gpu, "include_deferred": slots_per_gpu > 1, "classes": names,
-                          "description": f"gpusched: {', '.join(names)}-class GPU work, {per}"}
+            plan[pool] = {
+                "slots": gpus * slots_per_gpu,
+                "include_deferred": slots_per_gpu > 1,
+                "classes": names,
+                "description": f"gpusched: {', '.join(names)}-class GPU work, {per}",
+            }
         return plan
 
     def to_dict(self) -> dict[str, Any]:
-        return {name: {"airflow": asdict(c.airflow), "slurm": asdict(c.slurm), "local": asdict(c.local)}
-                for name, c in self.classes.items()}
+        return {
+            name: {"airflow": asdict(c.airflow), "slurm": asdict(c.slurm), "local": asdict(c.local)}
+            for name, c in self.classes.items()
+        }
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "job classes") -> JobClassMapping:
         if data is None:
             return cls(source=source)
         if not isinstance(data, Mapping):
-            raise JobClassConfigError(f"{source}: expected a mapping of job classes ({', '.join(JOB_CLASSES)}), "
-                                      f"got {type(data).__name__}")
+            raise JobClassConfigError(
+                f"{source}: expected a mapping of job classes ({', '.join(JOB_CLASSES)}), got {type(data).__name__}"
+            )
         classes = dict(DEFAULT_CLASSES)
         for name, body in data.items():
             if name not in JOB_CLASSES:
-                raise JobClassConfigError(f"{source}: unknown job class {name!r}; expected one of "
-                                          f"{', '.join(JOB_CLASSES)}")
+                raise JobClassConfigError(
+                    f"{source}: unknown job class {name!r}; expected one of {', '.join(JOB_CLASSES)}"
+                )
             if body is None:
                 continue
             if not isinstance(body, Mapping):
@@ -184,8 +203,9 @@ class JobClassMapping:
             parts = {"airflow": base.airflow, "slurm": base.slurm, "local": base.local}
             for section, values in body.items():
                 if section not in _SECTIONS:
-                    raise JobClassConfigError(f"{source}: {name}.{section}: unknown section; expected one of "
-                                              f"{', '.join(_SECTIONS)}")
+                    raise JobClassConfigError(
+                        f"{source}: {name}.{section}: unknown section; expected one of {', '.join(_SECTIONS)}"
+                    )
                 if values is None:
                     continue
                 if not isinstance(values, Mapping):
@@ -253,8 +273,12 @@ def _update(settings: Any, values: Mapping[str, Any], where: str) -> Any:
     return replace(settings, **changes)
 
 
-def slurm_class_settings(job_class: str, mapping: JobClassMapping | None = None, priority: int = 0,
-                         overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def slurm_class_settings(
+    job_class: str,
+    mapping: JobClassMapping | None = None,
+    priority: int = 0,
+    overrides: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The sbatch settings ``job_class`` implies under ``mapping``, with non-empty ``overrides`` on top
     (a Slurm connection's ``idle_partition``/``idle_qos``)."""
     settings = (mapping or JobClassMapping())[job_class].slurm_settings(priority)

@@ -12,8 +12,17 @@ from airflow_provider_gpusched.core.checks import is_int
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 
 #: the shape's fields, as SlurmJobSpec, SlurmJobOperator, @task.slurm and TrialResources name them
-SHAPE_FIELDS = ("nodes", "ntasks_per_node", "gpus_per_node", "gpus_per_task", "cpus_per_gpu", "exclusive", "constraint",
-                "nodelist", "exclude")
+SHAPE_FIELDS = (
+    "nodes",
+    "ntasks_per_node",
+    "gpus_per_node",
+    "gpus_per_task",
+    "cpus_per_gpu",
+    "exclusive",
+    "constraint",
+    "nodelist",
+    "exclude",
+)
 
 _NODES_RE = re.compile(r"^([1-9]\d*)(?:-([1-9]\d*))?$")
 _TYPED_COUNT_RE = re.compile(r"^(?:[A-Za-z0-9_.-]+:)?(\d+)$")
@@ -23,8 +32,16 @@ _HOSTLIST_RE = re.compile(r"^[A-Za-z0-9_.]([A-Za-z0-9_.-]|\[[0-9,-]+\])*$")
 _CONSTRAINT_RE = re.compile(r"^[A-Za-z0-9_.\[(!][A-Za-z0-9_.:&|*\[\](),!-]*$")
 
 
-def check_shape(shape: Mapping[str, Any], *, gpus: Any = None, gres: str | None = None, cpus_per_task: Any = None,
-                distributed: str | None = None, where: str = "", names: Mapping[str, str] | None = None) -> dict:
+def check_shape(
+    shape: Mapping[str, Any],
+    *,
+    gpus: Any = None,
+    gres: str | None = None,
+    cpus_per_task: Any = None,
+    distributed: str | None = None,
+    where: str = "",
+    names: Mapping[str, str] | None = None,
+) -> dict:
     """``shape`` (SHAPE_FIELDS) checked, each field refused by name (``where`` + the name; ``names`` renames the
     caller's own fields, e.g. ``{"cpus_per_task": "cpus"}``), with the combinations Slurm would refuse late.
     Returns it normalised: ``nodelist``/``exclude`` as one comma-separated string."""
@@ -48,25 +65,36 @@ def check_shape(shape: Mapping[str, Any], *, gpus: Any = None, gres: str | None 
         if not match or (match.group(2) and int(match.group(2)) < int(match.group(1))):
             refuse("nodes", nodes, "a number of nodes >= 1, or a range such as '2-4'")
     per_node = out["gpus_per_node"]
-    if per_node is not None and (isinstance(per_node, bool) or not isinstance(per_node, (int, str))
-                                 or (isinstance(per_node, int) and per_node < 0)
-                                 or (isinstance(per_node, str) and not _TYPED_COUNT_RE.match(per_node))):
+    if per_node is not None and (
+        isinstance(per_node, bool)
+        or not isinstance(per_node, (int, str))
+        or (isinstance(per_node, int) and per_node < 0)
+        or (isinstance(per_node, str) and not _TYPED_COUNT_RE.match(per_node))
+    ):
         refuse("gpus_per_node", per_node, "a number of GPUs per node (>= 0), or a type and number such as 'a100:4'")
     if out["exclusive"] is not None and not isinstance(out["exclusive"], bool):
         refuse("exclusive", out["exclusive"], "True, False or None")
     constraint = out["constraint"]
     if constraint is not None and (not isinstance(constraint, str) or not _CONSTRAINT_RE.match(constraint)):
-        refuse("constraint", constraint, "a Slurm feature expression such as 'a100', 'a100&ib' or 'v100|a100' "
-                                         "(no spaces)")
+        refuse(
+            "constraint", constraint, "a Slurm feature expression such as 'a100', 'a100&ib' or 'v100|a100' (no spaces)"
+        )
     for field in ("nodelist", "exclude"):
         value = out[field]
         if value is None:
             continue
         listed = [value] if isinstance(value, str) else value
-        if not (isinstance(listed, (list, tuple)) and listed and all(
-                isinstance(n, str) and all(_HOSTLIST_RE.match(part) for part in hostlist_parts(n)) for n in listed)):
-            refuse(field, value, "node names or Slurm hostlists, as a list or a comma-separated string, such as "
-                                 "['n1', 'n2'] or 'gpu[01-04]'")
+        if not (
+            isinstance(listed, (list, tuple))
+            and listed
+            and all(isinstance(n, str) and all(_HOSTLIST_RE.match(part) for part in hostlist_parts(n)) for n in listed)
+        ):
+            refuse(
+                field,
+                value,
+                "node names or Slurm hostlists, as a list or a comma-separated string, such as "
+                "['n1', 'n2'] or 'gpu[01-04]'",
+            )
         out[field] = ",".join(listed)
     if per_node is not None and gpus:
         refuse("gpus/gpus_per_node", (gpus, per_node), "one of them (on Slurm, gpus is per node too)")
@@ -75,8 +103,11 @@ def check_shape(shape: Mapping[str, Any], *, gpus: Any = None, gres: str | None 
     if out["cpus_per_gpu"] is not None and cpus_per_task is not None:
         refuse("cpus_per_gpu/cpus_per_task", (out["cpus_per_gpu"], cpus_per_task), "one of them (Slurm refuses both)")
     if distributed == "torchrun" and out["gpus_per_task"]:
-        refuse("gpus_per_task", out["gpus_per_task"], "gpus_per_node with distributed='torchrun' (one torchrun task "
-                                                      "per node starts every rank of the node)")
+        refuse(
+            "gpus_per_task",
+            out["gpus_per_task"],
+            "gpus_per_node with distributed='torchrun' (one torchrun task per node starts every rank of the node)",
+        )
     return out
 
 

@@ -47,8 +47,15 @@ class RemoteCallError(Exception):
     """The callable raised in the other process; ``remote_traceback`` is its traceback text. In a distributed
     call, ``rank`` and ``host`` say where."""
 
-    def __init__(self, exc_type: str, message: str, remote_traceback: str, rank: int | None = None,
-                 host: str | None = None, world_size: int | None = None):
+    def __init__(
+        self,
+        exc_type: str,
+        message: str,
+        remote_traceback: str,
+        rank: int | None = None,
+        host: str | None = None,
+        world_size: int | None = None,
+    ):
         self.exc_type = exc_type
         self.remote_traceback = remote_traceback
         self.rank, self.host, self.world_size = rank, host, world_size
@@ -99,7 +106,9 @@ def clear_outcome(run_dir: str) -> None:
     """Remove what an earlier start of the call left: a relaunch after a preemption (or a Slurm requeue) must not
     be judged by the error of the start it replaced, nor a rank's watch by a peer's earlier end."""
     for name in OUTCOME_FILES:
-        for path in glob.glob(os.path.join(glob.escape(run_dir), name)) if "*" in name else [os.path.join(run_dir, name)]:
+        for path in (
+            glob.glob(os.path.join(glob.escape(run_dir), name)) if "*" in name else [os.path.join(run_dir, name)]
+        ):
             with contextlib.suppress(FileNotFoundError):
                 os.remove(path)
 
@@ -111,15 +120,23 @@ def clear_outcome_line(run_dir: str) -> str:
     return "rm -f -- " + " ".join(f"{shlex.quote(run_dir)}/{name}" for name in OUTCOME_FILES)
 
 
-def write_call(run_dir: str, func: Callable, args: tuple = (), kwargs: dict | None = None, *,
-               rank_exit_grace: float | None = None) -> str:
+def write_call(
+    run_dir: str, func: Callable, args: tuple = (), kwargs: dict | None = None, *, rank_exit_grace: float | None = None
+) -> str:
     """Pickle ``func(*args, **kwargs)`` into ``run_dir``; return the path of the call file. With
     ``rank_exit_grace`` (seconds, 0: no limit) the call runs on every rank of a distributed start."""
     os.makedirs(run_dir, exist_ok=True)
     clear_outcome(run_dir)
-    payload = dumps(func, {"func": func, "args": tuple(args), "kwargs": dict(kwargs or {}),
-                           "python": list(sys.version_info[:2]),
-                           "ranks": None if rank_exit_grace is None else {"grace": float(rank_exit_grace)}})
+    payload = dumps(
+        func,
+        {
+            "func": func,
+            "args": tuple(args),
+            "kwargs": dict(kwargs or {}),
+            "python": list(sys.version_info[:2]),
+            "ranks": None if rank_exit_grace is None else {"grace": float(rank_exit_grace)},
+        },
+    )
     path = os.path.join(run_dir, CALL_FILE)
     with contextlib.suppress(FileNotFoundError):
         os.remove(path)  # a new file, private to this user: the call's arguments may hold secrets
@@ -194,13 +211,19 @@ def run_call(run_dir: str) -> int:
         with open(os.path.join(run_dir, CALL_FILE), "rb") as fh:
             call = pickle.load(fh)
     except Exception as exc:  # noqa: BLE001
-        return fail(type(exc).__name__, f"could not load the callable from {run_dir}: {exc} "
-                    f"(this Python is {sys.version_info[0]}.{sys.version_info[1]}; is it the same environment "
-                    f"as Airflow's?)", traceback.format_exc())
+        return fail(
+            type(exc).__name__,
+            f"could not load the callable from {run_dir}: {exc} "
+            f"(this Python is {sys.version_info[0]}.{sys.version_info[1]}; is it the same environment "
+            f"as Airflow's?)",
+            traceback.format_exc(),
+        )
     want = tuple(call.get("python", ()))
     if want and want != tuple(sys.version_info[:2]):
-        sys.stderr.write(f"warning: the callable was pickled by Python {want[0]}.{want[1]}, this is "
-                         f"{sys.version_info[0]}.{sys.version_info[1]}\n")
+        sys.stderr.write(
+            f"warning: the callable was pickled by Python {want[0]}.{want[1]}, this is "
+            f"{sys.version_info[0]}.{sys.version_info[1]}\n"
+        )
     if call.get("ranks") is not None:
         return _run_rank(run_dir, call)
     try:
@@ -223,9 +246,15 @@ def _run_rank(run_dir: str, call: dict) -> int:
 
     info = RankInfo.from_env()
     if info is None:
-        write_json_atomic(os.path.join(run_dir, ERROR_FILE), {
-            "type": "NotDistributed", "traceback": "", "message": "the call was written for a distributed start, "
-            "but RANK and WORLD_SIZE are not set (it was not started by torchrun or gpusched's srun start)"})
+        write_json_atomic(
+            os.path.join(run_dir, ERROR_FILE),
+            {
+                "type": "NotDistributed",
+                "traceback": "",
+                "message": "the call was written for a distributed start, "
+                "but RANK and WORLD_SIZE are not set (it was not started by torchrun or gpusched's srun start)",
+            },
+        )
         return 1
     host = socket.gethostname()
     ended = os.path.join(run_dir, RANK_ENDED_FILE.format(rank=info.rank))
@@ -235,17 +264,27 @@ def _run_rank(run_dir: str, call: dict) -> int:
             write_json_atomic(ended, {"rank": info.rank, "host": host, "ok": ok, "time": time.time()})
 
     def fail(exc_type: str, message: str, tb: str) -> int:
-        write_json_atomic(os.path.join(run_dir, RANK_ERROR_FILE.format(rank=info.rank)), {
-            "type": exc_type, "message": message, "traceback": tb, "rank": info.rank, "host": host,
-            "world_size": info.world_size, "time": time.time()})
+        write_json_atomic(
+            os.path.join(run_dir, RANK_ERROR_FILE.format(rank=info.rank)),
+            {
+                "type": exc_type,
+                "message": message,
+                "traceback": tb,
+                "rank": info.rank,
+                "host": host,
+                "world_size": info.world_size,
+                "time": time.time(),
+            },
+        )
         record(False)
         sys.stderr.write(f"[gpusched] rank {info.rank} on {host}:\n{tb}")
         return 1
 
     grace = float(call["ranks"].get("grace") or 0)
     if grace > 0 and info.world_size > 1:
-        threading.Thread(target=_outlive_watch, args=(run_dir, info, host, grace, fail), daemon=True,
-                         name="gpusched-rank-watch").start()
+        threading.Thread(
+            target=_outlive_watch, args=(run_dir, info, host, grace, fail), daemon=True, name="gpusched-rank-watch"
+        ).start()
     kwargs = dict(call["kwargs"])
     if _takes(call["func"], "rank_info") and "rank_info" not in kwargs:
         kwargs["rank_info"] = info
@@ -289,8 +328,11 @@ def _outlive_watch(run_dir: str, info, host: str, grace: float, fail: Callable[[
         if time.monotonic() - seen >= grace:
             frame = sys._current_frames().get(main.ident)
             where = "".join(traceback.format_stack(frame)) if frame is not None else ""
-            fail("RankStillRunning", f"still running {grace:g} s after rank {other} ended (rank_exit_grace); "
-                 f"stopped", f"Where rank {info.rank} was:\n{where}")
+            fail(
+                "RankStillRunning",
+                f"still running {grace:g} s after rank {other} ended (rank_exit_grace); stopped",
+                f"Where rank {info.rank} was:\n{where}",
+            )
             sys.stderr.flush()
             os._exit(EXIT_RANK_STOPPED)
 

@@ -48,17 +48,17 @@ def known_states() -> set[str]:
 class QueueEntry:
     """One piece of running (or queued, on Slurm) work this provider launched."""
 
-    backend: str             # "slurm" or "local"
-    id: str                  # Slurm job id (ARRAY_TASK for array tasks) or lease id
+    backend: str  # "slurm" or "local"
+    id: str  # Slurm job id (ARRAY_TASK for array tasks) or lease id
     tag: WorkTag
-    state: str               # Slurm's state, or running / starting / yielding / stopping / orphaned
+    state: str  # Slurm's state, or running / starting / yielding / stopping / orphaned
     elapsed: float | None = None
     requeues: int | None = None
-    where: str = ""          # GPUs (local) or partition and nodes (Slurm)
-    host: str = ""           # in a fleet: the GPU host that published the lease ('' for this host's own)
-    reason: str = ""         # Slurm's pending reason, a yield or stop request
+    where: str = ""  # GPUs (local) or partition and nodes (Slurm)
+    host: str = ""  # in a fleet: the GPU host that published the lease ('' for this host's own)
+    reason: str = ""  # Slurm's pending reason, a yield or stop request
     pid: int | None = None
-    output: str = ""         # a Slurm job's output file
+    output: str = ""  # a Slurm job's output file
     job_name: str = ""
 
     @property
@@ -107,10 +107,19 @@ def local_entries(manager: LeaseManager) -> list[QueueEntry]:
             state, reason = "yielding", f"preempted for {asked.get('by', '?')}"
         else:
             state, reason = ("running" if lease.child_pids else "starting"), ""
-        entries.append(QueueEntry(
-            backend="local", id=lease.lease_id, tag=tag, state=state, elapsed=round(now - lease.created, 1),
-            where="GPU " + ",".join(map(str, lease.gpus)), reason=reason, pid=lease.child_pids[-1]
-            if lease.child_pids else lease.pid, job_name=lease.owner))
+        entries.append(
+            QueueEntry(
+                backend="local",
+                id=lease.lease_id,
+                tag=tag,
+                state=state,
+                elapsed=round(now - lease.created, 1),
+                where="GPU " + ",".join(map(str, lease.gpus)),
+                reason=reason,
+                pid=lease.child_pids[-1] if lease.child_pids else lease.pid,
+                job_name=lease.owner,
+            )
+        )
     return entries
 
 
@@ -125,16 +134,26 @@ def slurm_entries(client: SlurmClient) -> list[QueueEntry]:
     """This user's unfinished Slurm jobs that the provider submitted (one ``squeue`` call)."""
     entries = []
     for job in client.provider_jobs():
-        entries.append(QueueEntry(
-            backend="slurm", id=job["job_id"], tag=WorkTag.from_comment(job["fields"]), state=job["state"],
-            elapsed=job["elapsed"], requeues=job["restarts"],
-            where=slurm_where(job),
-            reason="" if job["reason"] in ("None", "") else job["reason"], output=job["output"],
-            job_name=job["name"]))
+        entries.append(
+            QueueEntry(
+                backend="slurm",
+                id=job["job_id"],
+                tag=WorkTag.from_comment(job["fields"]),
+                state=job["state"],
+                elapsed=job["elapsed"],
+                requeues=job["restarts"],
+                where=slurm_where(job),
+                reason="" if job["reason"] in ("None", "") else job["reason"],
+                output=job["output"],
+                job_name=job["name"],
+            )
+        )
     return entries
 
 
-def list_work(*, client: SlurmClient | None = None, manager: LeaseManager = None, orders: StopOrders | None = None) -> QueueListing:
+def list_work(
+    *, client: SlurmClient | None = None, manager: LeaseManager = None, orders: StopOrders | None = None
+) -> QueueListing:
     """Everything the provider runs that ``client`` (Slurm) and ``manager`` (this host's leases) can see; a
     part that cannot be looked at is a problem in the listing, never an exception."""
     from airflow_provider_gpusched.core.slurm.runner import SlurmCommandError, SlurmUnavailableError
@@ -158,16 +177,29 @@ def list_work(*, client: SlurmClient | None = None, manager: LeaseManager = None
 @dataclass
 class StopOutcome:
     entry: QueueEntry
-    action: str        # "cancelled", "stopped", "forced", "still running", "would stop", "failed"
+    action: str  # "cancelled", "stopped", "forced", "still running", "would stop", "failed"
     detail: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"backend": self.entry.backend, "id": self.entry.id, "task": self.entry.tag.task,
-                "run_id": self.entry.tag.run_id, "action": self.action, "detail": self.detail}
+        return {
+            "backend": self.entry.backend,
+            "id": self.entry.id,
+            "task": self.entry.tag.task,
+            "run_id": self.entry.tag.run_id,
+            "action": self.action,
+            "detail": self.detail,
+        }
 
 
-def stop_work(entries: Iterable[QueueEntry], request: StopRequest, *, client: SlurmClient | None = None, manager: LeaseManager = None,
-              dry_run: bool = False, wait: float = 30.0) -> list[StopOutcome]:
+def stop_work(
+    entries: Iterable[QueueEntry],
+    request: StopRequest,
+    *,
+    client: SlurmClient | None = None,
+    manager: LeaseManager = None,
+    dry_run: bool = False,
+    wait: float = 30.0,
+) -> list[StopOutcome]:
     """Stop each entry: Slurm jobs are marked and cancelled (one ``scancel`` for all); leases get a stop
     request their holder acts on within a second (SIGTERM to the child's process group, the lease's grace
     period, SIGKILL). Waits up to ``wait`` seconds past the longest grace period for the leases to go; a
@@ -205,7 +237,9 @@ def _cancel_jobs(jobs: list[QueueEntry], request: StopRequest, client: SlurmClie
     return [StopOutcome(job, "cancelled", "scancel" + notes.get(job.stop_id, "")) for job in jobs]
 
 
-def _stop_leases(leases: list[QueueEntry], request: StopRequest, manager: LeaseManager, wait: float) -> list[StopOutcome]:
+def _stop_leases(
+    leases: list[QueueEntry], request: StopRequest, manager: LeaseManager, wait: float
+) -> list[StopOutcome]:
     from airflow_provider_gpusched.core.gpu.lease_store import kill_family
 
     by_id = {lease.lease_id: lease for lease in manager.leases()}
@@ -224,14 +258,20 @@ def _stop_leases(leases: list[QueueEntry], request: StopRequest, manager: LeaseM
         live = {lease.lease_id for lease in manager.leases()}
         for entry, lease in list(asked):
             if entry.id not in live:
-                outcomes[entry.id] = StopOutcome(entry, "stopped", f"its holder stopped GPU process(es) "
-                                                                   f"{','.join(map(str, lease.child_pids)) or '-'}")
+                outcomes[entry.id] = StopOutcome(
+                    entry,
+                    "stopped",
+                    f"its holder stopped GPU process(es) {','.join(map(str, lease.child_pids)) or '-'}",
+                )
                 asked.remove((entry, lease))
         if asked:
             time.sleep(0.2)
     for entry, lease in asked:  # the holder did not act (hung, or not a provider operator): kill the child
         killed = kill_family(lease.child_pids)
-        outcomes[entry.id] = StopOutcome(entry, "forced" if killed else "still running",
-                                         f"its holder (pid {lease.pid}) did not stop it within {grace + wait:.0f}s; "
-                                         + (f"killed {killed} process(es)" if killed else "no child process to kill"))
+        outcomes[entry.id] = StopOutcome(
+            entry,
+            "forced" if killed else "still running",
+            f"its holder (pid {lease.pid}) did not stop it within {grace + wait:.0f}s; "
+            + (f"killed {killed} process(es)" if killed else "no child process to kill"),
+        )
     return [outcomes[e.id] for e in leases]

@@ -57,8 +57,10 @@ def ensure_private_dir(path: str, *, shared: bool = False, what: str = "state di
         pass
     st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode):
-        raise UnsafePathError(f"{what} {path} is a symbolic link (to {os.readlink(path)!r}); refusing to use it: "
-                              f"another user may have planted it. Remove it, or configure a directory of your own")
+        raise UnsafePathError(
+            f"{what} {path} is a symbolic link (to {os.readlink(path)!r}); refusing to use it: "
+            f"another user may have planted it. Remove it, or configure a directory of your own"
+        )
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePathError(f"{what} {path} exists and is not a directory")
     uid = os.geteuid()
@@ -67,21 +69,26 @@ def ensure_private_dir(path: str, *, shared: bool = False, what: str = "state di
         raise UnsafePathError(
             f"{what} {path} is writable by every user (mode {mode:04o}): anyone could replace or delete its files. "
             f"Use a private directory (chmod 700), or a shared group directory: install -d -m 2770 -g GROUP {path} "
-            f"and set [gpusched] gpu_state_dir_shared = True")
+            f"and set [gpusched] gpu_state_dir_shared = True"
+        )
     if shared:
         if st.st_uid not in (uid, 0) and st.st_gid not in {os.getegid(), *os.getgroups()}:
-            raise UnsafePathError(f"shared {what} {path} belongs to {_user(st.st_uid)} and group {_group(st.st_gid)}, "
-                                  f"and this user is neither its owner nor in its group")
+            raise UnsafePathError(
+                f"shared {what} {path} belongs to {_user(st.st_uid)} and group {_group(st.st_gid)}, "
+                f"and this user is neither its owner nor in its group"
+            )
         return path
     if st.st_uid != uid:
         raise UnsafePathError(
             f"{what} {path} is owned by {_user(st.st_uid)}, not by this user ({_user(uid)}): another user may have "
             f"created it first. Remove it, configure a directory of your own, or (a shared group directory set up "
-            f"on purpose) set [gpusched] gpu_state_dir_shared = True")
+            f"on purpose) set [gpusched] gpu_state_dir_shared = True"
+        )
     if mode & stat.S_IWGRP:
         raise UnsafePathError(
             f"{what} {path} is group-writable (mode {mode:04o}); if that is a shared group directory on purpose, "
-            f"set [gpusched] gpu_state_dir_shared = True (or GPUSCHED_STATE_DIR_SHARED=1), else chmod 700 it")
+            f"set [gpusched] gpu_state_dir_shared = True (or GPUSCHED_STATE_DIR_SHARED=1), else chmod 700 it"
+        )
     return path
 
 
@@ -107,17 +114,19 @@ def check_path_chain(path: str, what: str, _links: int = 0) -> None:
             raise UnsafePathError(
                 f"{what} {path}: {parent} is writable by every user without the sticky bit (mode "
                 f"{stat.S_IMODE(pst.st_mode):04o}), so another user could replace {current} with a link of theirs. "
-                f"Use a directory under one only you can write to (or chmod +t {parent})")
+                f"Use a directory under one only you can write to (or chmod +t {parent})"
+            )
         if stat.S_ISLNK(st.st_mode):
             if st.st_uid not in (me, 0):
                 raise UnsafePathError(
                     f"{what} {path}: {current} is a symbolic link (to {os.readlink(current)!r}) owned by "
                     f"{_user(st.st_uid)}, not by this user or root: another user may have planted it. Remove it, "
-                    f"or use another path")
+                    f"or use another path"
+                )
             if _links > 40:
                 raise UnsafePathError(f"{what} {path}: too many symbolic links on the way")
             target = os.path.join(os.path.dirname(current), os.readlink(current))
-            check_path_chain(os.path.join(target, *parts[i + 1:]), what, _links + 1)
+            check_path_chain(os.path.join(target, *parts[i + 1 :]), what, _links + 1)
             return
 
 
@@ -150,7 +159,6 @@ def is_under(path: str, root: str) -> bool:
 
 class BadRecordError(GpuschedError):
     """A file in a state directory that cannot be read as the record it should be."""
-
 
 
 def read_json_record(path: str, max_bytes: int = 1 << 20) -> Any:
@@ -199,8 +207,9 @@ def write_atomic(path: str, data: bytes | str, mode: int | None = 0o600) -> None
     a file, and a link planted at either name is never written through. ``mode`` is set exactly (not cut by
     the umask: a shared group directory wants 0660); None: what the umask leaves of 0666."""
     tmp = f"{path}.{os.urandom(6).hex()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o666 if mode is None else mode)
+    fd = os.open(
+        tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666 if mode is None else mode
+    )
     try:
         if mode is not None:
             os.fchmod(fd, mode)
@@ -217,8 +226,15 @@ def write_atomic(path: str, data: bytes | str, mode: int | None = 0o600) -> None
         raise
 
 
-def write_json_atomic(path: str, data: Any, mode: int | None = 0o600, *, indent: int | None = None,
-                      default: Any = None, allow_nan: bool = True) -> None:
+def write_json_atomic(
+    path: str,
+    data: Any,
+    mode: int | None = 0o600,
+    *,
+    indent: int | None = None,
+    default: Any = None,
+    allow_nan: bool = True,
+) -> None:
     """``data`` as JSON through :func:`write_atomic`; a value JSON cannot hold raises before anything is
     written (``TypeError``/``ValueError``)."""
     text = json.dumps(data, indent=indent, default=default, allow_nan=allow_nan)
@@ -252,8 +268,9 @@ def _after_fork_in_child() -> None:
     _fork_guard.release()
 
 
-os.register_at_fork(before=_fork_guard.acquire, after_in_parent=_fork_guard.release,
-                    after_in_child=_after_fork_in_child)
+os.register_at_fork(
+    before=_fork_guard.acquire, after_in_parent=_fork_guard.release, after_in_child=_after_fork_in_child
+)
 
 
 @contextlib.contextmanager

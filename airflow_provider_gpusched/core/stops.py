@@ -35,7 +35,6 @@ ORDER_PREFIX = "stop-order-"
 DEFAULT_HOLD = 600.0
 
 
-
 class WorkHalted(GpuschedError):
     """Work stopped for good by ``gpusched queue stop`` (or not started under a stop order): no retry helps."""
 
@@ -93,8 +92,9 @@ def write_slurm_stop_mark(output_path: str, job_id: str, request: StopRequest) -
     folder = os.path.dirname(path)
     st = os.lstat(folder)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o022:
-        raise UnsafePathError(f"{folder}: not a directory of this user's that only it may write to; no stop "
-                              f"mark written there")
+        raise UnsafePathError(
+            f"{folder}: not a directory of this user's that only it may write to; no stop mark written there"
+        )
     write_json_atomic(path, request.to_dict(), 0o600)
     return path
 
@@ -140,8 +140,9 @@ class Selector:
     def __post_init__(self) -> None:
         for name in ("dag_id", "run_id", "task_id", "sweep", "job_class"):
             if len(getattr(self, name)) > MAX_FIELD:
-                raise GpuschedError(f"--{name.replace('_id', '').replace('_', '-')}: longer than {MAX_FIELD} "
-                                    f"characters")
+                raise GpuschedError(
+                    f"--{name.replace('_id', '').replace('_', '-')}: longer than {MAX_FIELD} characters"
+                )
 
     @property
     def empty(self) -> bool:
@@ -150,8 +151,17 @@ class Selector:
     @property
     def by_tag(self) -> dict[str, str]:
         """The fields a stop order keeps (those that also name work not started yet)."""
-        return {k: v for k, v in (("dag_id", self.dag_id), ("run_id", self.run_id), ("task_id", self.task_id),
-                                  ("sweep", self.sweep), ("job_class", self.job_class)) if v}
+        return {
+            k: v
+            for k, v in (
+                ("dag_id", self.dag_id),
+                ("run_id", self.run_id),
+                ("task_id", self.task_id),
+                ("sweep", self.sweep),
+                ("job_class", self.job_class),
+            )
+            if v
+        }
 
     def matches_tag(self, tag: WorkTag) -> bool:
         return all(getattr(tag, name) == value for name, value in self.by_tag.items())
@@ -194,8 +204,10 @@ class StopOrder:
 
     def refusal(self) -> str:
         """Why a task it covers does not start (its failure message)."""
-        return (f"not started: {self.request.describe()} (a stop order for {self.selection}, in force for "
-                f"{self.seconds_left():.0f}s more)")
+        return (
+            f"not started: {self.request.describe()} (a stop order for {self.selection}, in force for "
+            f"{self.seconds_left():.0f}s more)"
+        )
 
 
 class StopOrders:
@@ -216,11 +228,13 @@ class StopOrders:
 
     def place(self, selector: Selector, request: StopRequest, hold: float) -> str:
         if not selector.by_tag:
-            raise GpuschedError("a stop order needs --dag, --run, --task, --sweep or --class (job ids name only "
-                                "work that already runs)")
+            raise GpuschedError(
+                "a stop order needs --dag, --run, --task, --sweep or --class (job ids name only work that already runs)"
+            )
         path = self._path(selector.by_tag)
-        write_json_atomic(path, {"selector": selector.by_tag, **request.to_dict(), "until": request.at + hold},
-                          self.file_mode)
+        write_json_atomic(
+            path, {"selector": selector.by_tag, **request.to_dict(), "until": request.at + hold}, self.file_mode
+        )
         return path
 
     def lift(self, selector: Selector | None = None) -> int:
@@ -241,8 +255,11 @@ class StopOrders:
         paths = []
         for folder in [self.state_dir] + ([] if own_only else self.also):
             try:
-                paths += [os.path.join(folder, name) for name in sorted(os.listdir(folder))
-                          if name.startswith(ORDER_PREFIX) and name.endswith(".json")]
+                paths += [
+                    os.path.join(folder, name)
+                    for name in sorted(os.listdir(folder))
+                    if name.startswith(ORDER_PREFIX) and name.endswith(".json")
+                ]
             except FileNotFoundError:
                 continue
         for path in paths:
@@ -250,11 +267,19 @@ class StopOrders:
                 data = read_json_record(path)
                 request = StopRequest.from_record(data, path)
                 selector = data.get("selector")
-                if not isinstance(selector, dict) or not selector or not all(
+                if (
+                    not isinstance(selector, dict)
+                    or not selector
+                    or not all(
                         k in Selector.__dataclass_fields__ and isinstance(v, str) and len(v) <= MAX_FIELD
-                        for k, v in selector.items()) or "ids" in selector or "states" in selector:
-                    raise BadRecordError(f"{path}: key 'selector': expected an object of dag_id, run_id, task_id, "
-                                         f"sweep, job_class")
+                        for k, v in selector.items()
+                    )
+                    or "ids" in selector
+                    or "states" in selector
+                ):
+                    raise BadRecordError(
+                        f"{path}: key 'selector': expected an object of dag_id, run_id, task_id, sweep, job_class"
+                    )
                 if not is_json_number(data.get("until")):
                     raise BadRecordError(f"{path}: key 'until': expected a time stamp")
                 found.append((path, StopOrder(dict(selector), request, float(data["until"]))))

@@ -26,7 +26,11 @@ def format_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
     text = [[str(c) for c in header]] + [[_cell(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in text) for i in range(len(header))]
     line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
-    out = [line, "| " + " | ".join(c.ljust(w) for c, w in zip(text[0], widths, strict=True)) + " |", line.replace("-", "=")]
+    out = [
+        line,
+        "| " + " | ".join(c.ljust(w) for c, w in zip(text[0], widths, strict=True)) + " |",
+        line.replace("-", "="),
+    ]
     out += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in text[1:]]
     out.append(line)
     return "\n".join(out)
@@ -39,4 +43,4 @@ def cut_to_bytes(text: str, limit: int, marker: str = "\n…") -> str:
     if len(data) <= limit:
         return text
     room = limit - len(marker.encode())
-    return data[:max(0, room)].decode("utf-8", "ignore") + marker
+    return data[: max(0, room)].decode("utf-8", "ignore") + marker

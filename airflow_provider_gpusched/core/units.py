@@ -10,10 +10,18 @@ from airflow_provider_gpusched.core.errors import InvalidArgumentError
 _SIZE_UNITS = {
     "": 1,
     "b": 1,
-    "k": 1024, "kb": 1000, "kib": 1024,
-    "m": 1024**2, "mb": 1000**2, "mib": 1024**2,
-    "g": 1024**3, "gb": 1000**3, "gib": 1024**3,
-    "t": 1024**4, "tb": 1000**4, "tib": 1024**4,
+    "k": 1024,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1024**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1024**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+    "t": 1024**4,
+    "tb": 1000**4,
+    "tib": 1024**4,
 }
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-zA-Z]*)\s*$")
 _SIZE_EXPECTED = "a byte count (int) or a size such as '2.5GB', '1200MiB', '24G' (units B, K/KiB, KB, M/MiB, MB, G/GiB, GB, T/TiB, TB)"

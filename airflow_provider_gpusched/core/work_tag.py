@@ -33,7 +33,7 @@ class WorkTag:
     map_index: int = -1
     try_number: int = 0
     sweep: str = ""
-    trial: str = ""      # the trial's label (local leases only: a Slurm comment has no room for it)
+    trial: str = ""  # the trial's label (local leases only: a Slurm comment has no room for it)
     job_class: str = ""
 
     @classmethod
@@ -41,10 +41,16 @@ class WorkTag:
         """The tag of an Airflow task instance (anything with ``dag_id``, ``run_id``, ``task_id``,
         ``map_index``, ``try_number``)."""
         map_index = getattr(ti, "map_index", -1)
-        return cls(dag_id=_text(ti.dag_id), run_id=_text(ti.run_id), task_id=_text(ti.task_id),
-                   map_index=map_index if isinstance(map_index, int) and map_index >= 0 else -1,
-                   try_number=int(getattr(ti, "try_number", 0) or 0), sweep=_text(sweep), trial=_text(trial),
-                   job_class=_text(job_class))
+        return cls(
+            dag_id=_text(ti.dag_id),
+            run_id=_text(ti.run_id),
+            task_id=_text(ti.task_id),
+            map_index=map_index if isinstance(map_index, int) and map_index >= 0 else -1,
+            try_number=int(getattr(ti, "try_number", 0) or 0),
+            sweep=_text(sweep),
+            trial=_text(trial),
+            job_class=_text(job_class),
+        )
 
     @property
     def task(self) -> str:
@@ -68,8 +74,9 @@ class WorkTag:
                 if not isinstance(value, int) or isinstance(value, bool):
                     raise BadRecordError(f"{source}: key {name!r}: expected a whole number, got {value!r:.80}")
             elif not isinstance(value, str) or len(value) > MAX_FIELD:
-                raise BadRecordError(f"{source}: key {name!r}: expected a string of at most {MAX_FIELD} "
-                                     f"characters, got {value!r:.80}")
+                raise BadRecordError(
+                    f"{source}: key {name!r}: expected a string of at most {MAX_FIELD} characters, got {value!r:.80}"
+                )
             values[name] = value
         return cls(**values)
 
@@ -78,8 +85,12 @@ class WorkTag:
         """``name=value`` parts for a Slurm comment (the run is already there, as ``run=``). A value that is
         not plain ASCII letters, digits, ``_.-`` is written as ``~`` + base64url."""
         parts = []
-        for name, value in (("dag", self.dag_id), ("ti", self.task_id), ("sweep", self.sweep),
-                            ("class", self.job_class)):
+        for name, value in (
+            ("dag", self.dag_id),
+            ("ti", self.task_id),
+            ("sweep", self.sweep),
+            ("class", self.job_class),
+        ):
             if value:
                 parts.append(f"{name}={_encode(value)}")
         if self.dag_id and self.map_index >= 0:
@@ -92,10 +103,15 @@ class WorkTag:
         version of this provider carry only ``run``)."""
         map_text = fields.get("map", "")
         try_text = fields.get("try", "")
-        return cls(dag_id=_decode(fields.get("dag", "")), run_id=fields.get("run", "")[:MAX_FIELD],
-                   task_id=_decode(fields.get("ti", "")), map_index=int(map_text) if map_text.isdigit() else -1,
-                   try_number=int(try_text) if try_text.isdigit() else 0, sweep=_decode(fields.get("sweep", "")),
-                   job_class=_decode(fields.get("class", "")))
+        return cls(
+            dag_id=_decode(fields.get("dag", "")),
+            run_id=fields.get("run", "")[:MAX_FIELD],
+            task_id=_decode(fields.get("ti", "")),
+            map_index=int(map_text) if map_text.isdigit() else -1,
+            try_number=int(try_text) if try_text.isdigit() else 0,
+            sweep=_decode(fields.get("sweep", "")),
+            job_class=_decode(fields.get("class", "")),
+        )
 
 
 def _encode(value: str) -> str:

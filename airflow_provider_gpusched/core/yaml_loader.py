@@ -30,8 +30,9 @@ class YAMLLimitError(yaml.YAMLError):
         self.problem_mark = None
 
 
-def safe_load(stream: str | bytes | IO, *, max_bytes: int = MAX_BYTES, max_values: int = MAX_VALUES,
-              max_depth: int = MAX_DEPTH) -> Any:
+def safe_load(
+    stream: str | bytes | IO, *, max_bytes: int = MAX_BYTES, max_values: int = MAX_VALUES, max_depth: int = MAX_DEPTH
+) -> Any:
     """The plain data of one YAML document; :class:`YAMLLimitError` when it is over a bound."""
     if hasattr(stream, "read"):
         stream = stream.read(max_bytes + 1)
@@ -75,8 +76,9 @@ def _check_size(root: Any, max_values: int, max_depth: int) -> None:
         counts[key] = 1 + sum(counts[id(child)] for child in children)
         depths[key] = 1 + max((depths[id(child)] for child in children), default=0) if children else 0
         if counts[key] > max_values:
-            raise YAMLLimitError(f"the document holds more than {max_values:,} values once its aliases are expanded "
-                                 f"(an alias bomb?)")
+            raise YAMLLimitError(
+                f"the document holds more than {max_values:,} values once its aliases are expanded (an alias bomb?)"
+            )
         if depths[key] > max_depth:
             raise YAMLLimitError(f"the document is nested more than {max_depth} levels deep")
 

@@ -25,17 +25,29 @@ class _LocalGPUDecoratedOperator(DecoratedOperator, LocalGPUOperator):
 
     def __init__(self, *, python_callable: Callable, op_args=None, op_kwargs=None, **kwargs: Any) -> None:
         super().__init__(
-            python_callable=python_callable, op_args=op_args, op_kwargs=op_kwargs,
+            python_callable=python_callable,
+            op_args=op_args,
+            op_kwargs=op_kwargs,
             kwargs_to_upstream={"python_callable": python_callable, "op_args": op_args, "op_kwargs": op_kwargs},
             **kwargs,
         )
 
 
-def local_gpu_task(python_callable: Callable | None = None, multiple_outputs: bool | None = None,
-                   **kwargs: Any) -> TaskDecorator:
+def local_gpu_task(
+    python_callable: Callable | None = None, multiple_outputs: bool | None = None, **kwargs: Any
+) -> TaskDecorator:
     """Wrap a function into a :class:`LocalGPUOperator` (``@task.local_gpu``)."""
     # mapped tasks (.expand) take pool and weight from these arguments: apply the job class here
-    apply_local_gpu_class(kwargs, kwargs.get("job_class", "normal"), kwargs.get("priority", 0), kwargs.get("gpus", 1),
-                          kwargs.get("gpu_memory"))
-    return task_decorator_factory(python_callable=python_callable, multiple_outputs=multiple_outputs,
-                                  decorated_operator_class=_LocalGPUDecoratedOperator, **kwargs)
+    apply_local_gpu_class(
+        kwargs,
+        kwargs.get("job_class", "normal"),
+        kwargs.get("priority", 0),
+        kwargs.get("gpus", 1),
+        kwargs.get("gpu_memory"),
+    )
+    return task_decorator_factory(
+        python_callable=python_callable,
+        multiple_outputs=multiple_outputs,
+        decorated_operator_class=_LocalGPUDecoratedOperator,
+        **kwargs,
+    )

@@ -38,12 +38,17 @@ class _SlurmDecoratedOperator(DecoratedOperator, SlurmPythonOperator):
         )
 
 
-def slurm_task(python_callable: Callable | None = None, multiple_outputs: bool | None = None,
-               **kwargs: Any) -> TaskDecorator:
+def slurm_task(
+    python_callable: Callable | None = None, multiple_outputs: bool | None = None, **kwargs: Any
+) -> TaskDecorator:
     """Wrap a function into a :class:`SlurmPythonOperator` (``@task.slurm``)."""
     # mapped tasks (.expand) take pool and weight from these arguments: apply the job class here
-    apply_job_class(kwargs, kwargs.get("job_class", "normal"), kwargs.get("priority", 0),
-                    slurm_gpu_total(kwargs.get("gpus", 1), kwargs.get("gpus_per_node"), kwargs.get("nodes")))
+    apply_job_class(
+        kwargs,
+        kwargs.get("job_class", "normal"),
+        kwargs.get("priority", 0),
+        slurm_gpu_total(kwargs.get("gpus", 1), kwargs.get("gpus_per_node"), kwargs.get("nodes")),
+    )
     return task_decorator_factory(
         python_callable=python_callable,
         multiple_outputs=multiple_outputs,

@@ -110,15 +110,21 @@ class Checkpoints:
         try:
             state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
         except Exception as exc:  # noqa: BLE001 - torch raises many kinds for a damaged file
-            raise CheckpointError(f"checkpoint {path}: not a readable PyTorch checkpoint "
-                                  f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+            raise CheckpointError(
+                f"checkpoint {path}: not a readable PyTorch checkpoint "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+            ) from None
         if not isinstance(state, dict) or state.get("format") != FORMAT:
-            raise CheckpointError(f"checkpoint {path}: not written by Checkpoints.save (expected format {FORMAT!r}); "
-                                  "remove it to start from scratch")
+            raise CheckpointError(
+                f"checkpoint {path}: not written by Checkpoints.save (expected format {FORMAT!r}); "
+                "remove it to start from scratch"
+            )
         if self.fingerprint and state.get("fingerprint") != self.fingerprint:
-            raise CheckpointError(f"checkpoint {path}: written for other parameters (fingerprint "
-                                  f"{state.get('fingerprint')!r}, this run's is {self.fingerprint!r}); give this run "
-                                  "its own checkpoint folder, or remove the file to start from scratch")
+            raise CheckpointError(
+                f"checkpoint {path}: written for other parameters (fingerprint "
+                f"{state.get('fingerprint')!r}, this run's is {self.fingerprint!r}); give this run "
+                "its own checkpoint folder, or remove the file to start from scratch"
+            )
         return state
 
     @contextlib.contextmanager

@@ -43,9 +43,19 @@ from airflow_provider_gpusched.examples.checkpoints import (
     stop_requested,
 )
 
-DEFAULTS: dict[str, Any] = {"model": "mlp", "width": 64, "depth": 2, "dropout": 0.1, "lr": 3e-3,
-                            "weight_decay": 0.0, "optimizer": "adam", "momentum": 0.9, "batch_size": 64,
-                            "epochs": 12, "seed": 0}
+DEFAULTS: dict[str, Any] = {
+    "model": "mlp",
+    "width": 64,
+    "depth": 2,
+    "dropout": 0.1,
+    "lr": 3e-3,
+    "weight_decay": 0.0,
+    "optimizer": "adam",
+    "momentum": 0.9,
+    "batch_size": 64,
+    "epochs": 12,
+    "seed": 0,
+}
 INPUT_SHAPE = (1, 1, 8, 8)  # one image: the shape a model's cost is measured with (core/sweep/model_cost.py)
 CLASSES = 10
 VAL_FRACTION = 0.25
@@ -59,11 +69,15 @@ def require_examples_extra() -> None:
     """ImportError that says what to install when PyTorch or scikit-learn is missing."""
     import importlib.util
 
-    missing = [name for name, module in (("torch", "torch"), ("scikit-learn", "sklearn"))
-               if importlib.util.find_spec(module) is None]
+    missing = [
+        name
+        for name, module in (("torch", "torch"), ("scikit-learn", "sklearn"))
+        if importlib.util.find_spec(module) is None
+    ]
     if missing:
-        raise ImportError(f"the digits example needs {' and '.join(missing)}: "
-                          "pip install 'airflow-provider-gpusched[examples]'")
+        raise ImportError(
+            f"the digits example needs {' and '.join(missing)}: pip install 'airflow-provider-gpusched[examples]'"
+        )
 
 
 def check_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -75,8 +89,10 @@ def check_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
     out = {**DEFAULTS, **params}
     unknown = [k for k in params if k not in DEFAULTS and not _BLOCK.match(str(k))]
     if unknown:
-        raise ValueError(f"train_digits: params.{unknown[0]}: unknown parameter; expected some of "
-                         f"{', '.join(DEFAULTS)}, block0, block1, ...")
+        raise ValueError(
+            f"train_digits: params.{unknown[0]}: unknown parameter; expected some of "
+            f"{', '.join(DEFAULTS)}, block0, block1, ..."
+        )
     for name, low in _INTS.items():
         value = out[name]
         if isinstance(value, float) and value.is_integer():
@@ -85,10 +101,10 @@ def check_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
             raise ValueError(f"train_digits: params.{name}: expected a whole number >= {low}, got {value!r}")
     for name in ("lr", "weight_decay"):
         value = out[name]
-        if not is_number(value) or not math.isfinite(value) \
-                or value < 0 or (name == "lr" and value == 0):
-            raise ValueError(f"train_digits: params.{name}: expected a number {'> 0' if name == 'lr' else '>= 0'}, "
-                             f"got {value!r}")
+        if not is_number(value) or not math.isfinite(value) or value < 0 or (name == "lr" and value == 0):
+            raise ValueError(
+                f"train_digits: params.{name}: expected a number {'> 0' if name == 'lr' else '>= 0'}, got {value!r}"
+            )
     for name, (low, high) in _FRACTIONS.items():
         value = out[name]
         if not is_number(value) or not low <= value <= high:
@@ -107,8 +123,10 @@ def blocks_of(params: Mapping[str, Any], check: bool = False) -> list[dict]:
     """The CNN blocks ``block0``, ``block1``, ... in order (a CNN without any: one 16-channel 3x3 block)."""
     found = sorted((int(m.group(1)), k) for k in params if (m := _BLOCK.match(str(k))))
     if check and [i for i, _ in found] != list(range(len(found))):
-        raise ValueError(f"train_digits: params: expected blocks block0, block1, ... without gaps, got "
-                         f"{', '.join(k for _, k in found)}")
+        raise ValueError(
+            f"train_digits: params: expected blocks block0, block1, ... without gaps, got "
+            f"{', '.join(k for _, k in found)}"
+        )
     blocks = []
     for _, key in found:
         block = params[key]
@@ -116,10 +134,11 @@ def blocks_of(params: Mapping[str, Any], check: bool = False) -> list[dict]:
             if not isinstance(block, Mapping) or set(block) - {"channels", "kernel"}:
                 raise ValueError(f"train_digits: params.{key}: expected {{channels: C, kernel: K}}, got {block!r}")
             for name, value in block.items():
-                if not is_int(value) or value < 1 \
-                        or (name == "kernel" and value % 2 == 0):
-                    raise ValueError(f"train_digits: params.{key}.{name}: expected a whole number >= 1"
-                                     f"{' and odd' if name == 'kernel' else ''}, got {value!r}")
+                if not is_int(value) or value < 1 or (name == "kernel" and value % 2 == 0):
+                    raise ValueError(
+                        f"train_digits: params.{key}.{name}: expected a whole number >= 1"
+                        f"{' and odd' if name == 'kernel' else ''}, got {value!r}"
+                    )
         blocks.append({"channels": 16, "kernel": 3, **block})
     return blocks or [{"channels": 16, "kernel": 3}]
 
@@ -139,14 +158,18 @@ def build_model(params: Mapping[str, Any] | None = None):
         return nn.Sequential(*layers, nn.Linear(features, CLASSES))
     layers, channels, side = [], INPUT_SHAPE[1], INPUT_SHAPE[2]
     for i, block in enumerate(blocks_of(p)):
-        layers += [nn.Conv2d(channels, block["channels"], block["kernel"], padding=block["kernel"] // 2),
-                   nn.BatchNorm2d(block["channels"]), nn.ReLU()]
+        layers += [
+            nn.Conv2d(channels, block["channels"], block["kernel"], padding=block["kernel"] // 2),
+            nn.BatchNorm2d(block["channels"]),
+            nn.ReLU(),
+        ]
         channels = block["channels"]
         if i < 2 and side > 2:  # 8x8 -> 4x4 -> 2x2
             layers.append(nn.MaxPool2d(2))
             side //= 2
-    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(p["dropout"]),
-                         nn.Linear(channels, CLASSES))
+    return nn.Sequential(
+        *layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(p["dropout"]), nn.Linear(channels, CLASSES)
+    )
 
 
 def load_digits_split(seed: int = 0, device: Any = "cpu"):
@@ -184,8 +207,10 @@ def describe_device(device) -> str:
     import torch
 
     if device.type == "cuda":
-        return f"cuda:{device.index or 0} ({torch.cuda.get_device_name(device)}, " \
-               f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')})"
+        return (
+            f"cuda:{device.index or 0} ({torch.cuda.get_device_name(device)}, "
+            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')})"
+        )
     return "cpu"
 
 
@@ -212,9 +237,13 @@ def evaluate(model, x, y) -> tuple[float, float]:
     return loss, accuracy
 
 
-def train_digits(params: Mapping[str, Any] | None = None, trial_dir: str | None = None, *,
-                 checkpoints: str | None = None,
-                 on_epoch_end: Callable[[int, dict], None] | None = None) -> dict:
+def train_digits(
+    params: Mapping[str, Any] | None = None,
+    trial_dir: str | None = None,
+    *,
+    checkpoints: str | None = None,
+    on_epoch_end: Callable[[int, dict], None] | None = None,
+) -> dict:
     """Train on ``digits`` and return the metrics (see the module's docstring). ``checkpoints``: the folder
     (default: :func:`~.checkpoints.checkpoint_dir`). ``on_epoch_end(epoch, metrics)`` is called after each
     epoch's report and checkpoint."""
@@ -232,8 +261,11 @@ def train_digits(params: Mapping[str, Any] | None = None, trial_dir: str | None 
     x_train, y_train, x_val, y_val = load_digits_split(p["seed"], device)
     model = build_model(p).to(device)
     # FLOPs for the CNN (what a NAS search constrains); PyTorch's counter takes ~1.5 s to load the first time
-    cost = model_cost(model, INPUT_SHAPE) if p["model"] == "cnn" else {
-        "params": sum(t.numel() for t in model.parameters()), "flops": None}
+    cost = (
+        model_cost(model, INPUT_SHAPE)
+        if p["model"] == "cnn"
+        else {"params": sum(t.numel() for t in model.parameters()), "flops": None}
+    )
     optimizer = _optimizer(p, model)
     store = Checkpoints(checkpoints or checkpoint_dir(trial_dir), fingerprint=p)
     state = store.load(map_location=device)
@@ -242,23 +274,37 @@ def train_digits(params: Mapping[str, Any] | None = None, trial_dir: str | None 
     if state is not None:
         missing = sorted(set(CHECKPOINT_KEYS) - set(state))
         if missing:
-            raise CheckpointError(f"checkpoint {store.path}: has no {', '.join(missing)} (not written by "
-                                  "train_digits); remove it to start from scratch")
+            raise CheckpointError(
+                f"checkpoint {store.path}: has no {', '.join(missing)} (not written by "
+                "train_digits); remove it to start from scratch"
+            )
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"].cpu() if hasattr(state["rng"], "cpu") else state["rng"])
         epoch, batch, epoch_loss = int(state["epoch"]), int(state["batch"]), float(state["epoch_loss"])
         starts, stops, curve = list(state["starts"]), list(state["stops"]), list(state["curve"])
-        print(f"resuming from epoch {epoch}, batch {batch} (checkpoint {store.path}; {len(stops)} stop(s) before)",
-              flush=True)
+        print(
+            f"resuming from epoch {epoch}, batch {batch} (checkpoint {store.path}; {len(stops)} stop(s) before)",
+            flush=True,
+        )
     resumed_from = {"epoch": epoch, "batch": batch} if state is not None else None
     starts.append({"epoch": epoch, "batch": batch})
     batches = math.ceil(len(y_train) / p["batch_size"])
 
     def save() -> str | None:
-        return store.save({"epoch": epoch, "batch": batch, "epoch_loss": epoch_loss, "model": model.state_dict(),
-                           "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
-                           "starts": starts, "stops": stops, "curve": curve})
+        return store.save(
+            {
+                "epoch": epoch,
+                "batch": batch,
+                "epoch_loss": epoch_loss,
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "rng": torch.get_rng_state(),
+                "starts": starts,
+                "stops": stops,
+                "curve": curve,
+            }
+        )
 
     epochs_run = 0
     with store.stop_on_sigterm():
@@ -272,7 +318,7 @@ def train_digits(params: Mapping[str, Any] | None = None, trial_dir: str | None 
                     path = save()
                     print(f"stopped by SIGTERM at epoch {epoch}, batch {batch}: checkpoint {path}", flush=True)
                     raise SystemExit(EXIT_STOPPED)
-                idx = order[batch * p["batch_size"]:(batch + 1) * p["batch_size"]]
+                idx = order[batch * p["batch_size"] : (batch + 1) * p["batch_size"]]
                 loss = F.cross_entropy(model(x_train[idx]), y_train[idx])
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -289,8 +335,20 @@ def train_digits(params: Mapping[str, Any] | None = None, trial_dir: str | None 
             if on_epoch_end is not None:
                 on_epoch_end(epoch, metrics)
     last = curve[-1] if curve else {"accuracy": float("nan"), "val_loss": float("nan"), "loss": float("nan")}
-    return {"accuracy": last["accuracy"], "best_accuracy": max(c["accuracy"] for c in curve) if curve else None,
-            "val_loss": last["val_loss"], "loss": last["loss"], "epochs": epoch, "epochs_run": epochs_run,
-            "resumed_from": resumed_from, "starts": starts, "stops": stops, "curve": curve,
-            "device": describe_device(device), "params": cost["params"], "flops": cost["flops"],
-            "seconds": round(time.monotonic() - started, 3), "checkpoint": store.path}
+    return {
+        "accuracy": last["accuracy"],
+        "best_accuracy": max(c["accuracy"] for c in curve) if curve else None,
+        "val_loss": last["val_loss"],
+        "loss": last["loss"],
+        "epochs": epoch,
+        "epochs_run": epochs_run,
+        "resumed_from": resumed_from,
+        "starts": starts,
+        "stops": stops,
+        "curve": curve,
+        "device": describe_device(device),
+        "params": cost["params"],
+        "flops": cost["flops"],
+        "seconds": round(time.monotonic() - started, 3),
+        "checkpoint": store.path,
+    }

@@ -29,7 +29,7 @@ import sys
 import time
 
 MAGIC = b"GPSP"
-HEADER = struct.Struct("!4sBB")   # magic, dtype code, rank (0: end of stream)
+HEADER = struct.Struct("!4sBB")  # magic, dtype code, rank (0: end of stream)
 DTYPES = ["float32", "float16", "bfloat16"]
 MAX_BYTES = 1 << 30
 
@@ -129,10 +129,13 @@ def main(argv: list[str] | None = None) -> int:
         shape = parse_shape(args.input_shape)
     if not 1 <= first <= last <= len(layers):
         raise SystemExit(f"pipeline_stage: layers {first}-{last}: the model has {len(layers)}")
-    part = torch.nn.Sequential(*layers[first - 1:last]).to(device).eval()
-    print(f"stage {stage} of {stages}: layers {first}-{last} of {len(layers)} on {node} ({device}); "
-          + (f"listening on {env.get('GPUSCHED_STAGE_ADDR')} for {prev_addr}" if prev_addr else "the first stage")
-          + f", next {next_addr or '-'}", flush=True)
+    part = torch.nn.Sequential(*layers[first - 1 : last]).to(device).eval()
+    print(
+        f"stage {stage} of {stages}: layers {first}-{last} of {len(layers)} on {node} ({device}); "
+        + (f"listening on {env.get('GPUSCHED_STAGE_ADDR')} for {prev_addr}" if prev_addr else "the first stage")
+        + f", next {next_addr or '-'}",
+        flush=True,
+    )
     deadline = time.monotonic() + args.connect_timeout
     inbound = server = None
     if prev_addr:
@@ -176,8 +179,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def reference_output(model: str, *, microbatches: int = 16, batch_size: int = 8, seed: int = 0,
-                     input_shape: tuple[int, ...] | None = None) -> dict:
+def reference_output(
+    model: str,
+    *,
+    microbatches: int = 16,
+    batch_size: int = 8,
+    seed: int = 0,
+    input_shape: tuple[int, ...] | None = None,
+) -> dict:
     """The same summary with the whole model in one process: what the pipeline's last stage must match."""
     import torch
 

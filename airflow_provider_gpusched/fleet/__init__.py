@@ -113,15 +113,25 @@ async def edge_worker_sysinfo() -> dict[str, Any]:
         return {"status": logging.WARNING, "status_text": f"gpusched: cannot publish this host's GPUs: {exc}"}
     if record is None:
         return {"status": logging.WARNING, "status_text": "gpusched: [gpusched] fleet_dir is not set on this host"}
-    free = sum(1 for g in record.gpus if not any(g.index in lease.gpus for lease in record.leases)
-               and g.index not in record.foreign_busy)
-    info: dict[str, Any] = {"gpus": record.sizes(), "gpus_free": free, "gpu_leases": len(record.leases),
-                            "gpu_source": record.source}
+    free = sum(
+        1
+        for g in record.gpus
+        if not any(g.index in lease.gpus for lease in record.leases) and g.index not in record.foreign_busy
+    )
+    info: dict[str, Any] = {
+        "gpus": record.sizes(),
+        "gpus_free": free,
+        "gpu_leases": len(record.leases),
+        "gpu_source": record.source,
+    }
     if sampler is not None and sampler.error:
         info["gpu_sampling"] = sampler.error
     if record.gpus and len(record.foreign_busy) >= len(record.gpus):
-        return {**info, "status": logging.ERROR,
-                "status_text": f"every GPU is held by processes of others (GPUs {record.foreign_busy})"}
+        return {
+            **info,
+            "status": logging.ERROR,
+            "status_text": f"every GPU is held by processes of others (GPUs {record.foreign_busy})",
+        }
     return {**info, "status": logging.INFO}
 
 
@@ -133,8 +143,7 @@ def fleet_queue(kwargs: dict[str, Any], job_class: str, gpus: Any, gpu_memory: A
     if not enabled():
         return
     try:
-        request = GPURequest(gpus=gpus if is_int(gpus) and gpus > 0 else 1,
-                             gpu_memory=gpu_memory)
+        request = GPURequest(gpus=gpus if is_int(gpus) and gpus > 0 else 1, gpu_memory=gpu_memory)
     except GpuschedError:
         return  # the operator reports the bad argument itself
     view = read_this_fleet()

@@ -35,8 +35,9 @@ class LocalGPUHook(BaseHook):
             inventory = get_inventory(self.simulate or None)
             if inventory.source == "simulated":
                 self.log.info("Using SIMULATED GPUs (%s): no GPU found through NVML", self.simulate)
-            self._manager = LeaseManager(inventory, self.state_dir, classes=settings.job_class_mapping(),
-                                         shared=settings.gpu_state_dir_shared())
+            self._manager = LeaseManager(
+                inventory, self.state_dir, classes=settings.job_class_mapping(), shared=settings.gpu_state_dir_shared()
+            )
             if settings.fleet_dir():  # heed the head node's stop requests and stop orders (docs/fleet.md)
                 fleet.join(self._manager, settings.fleet_dir())
         return self._manager

@@ -56,20 +56,27 @@ class SlurmHook(BaseHook):
         # the UI stores conn-fields as extra__slurm__<name> in some versions; accept both spellings
         for key in list(extras):
             if key.startswith("extra__slurm__"):
-                extras.setdefault(key[len("extra__slurm__"):], extras.pop(key))
+                extras.setdefault(key[len("extra__slurm__") :], extras.pop(key))
         self._extras = extras
         slurm_conf = extras.get("slurm_conf") or None
         if conn.host:
             options = extras.get("ssh_options") or ""
             if not isinstance(options, str):
-                raise InvalidArgumentError(f"connection {self.slurm_conn_id!r} extra 'ssh_options'", options,
-                                           "a string of ssh options")
+                raise InvalidArgumentError(
+                    f"connection {self.slurm_conn_id!r} extra 'ssh_options'", options, "a string of ssh options"
+                )
             try:
-                runner = SSHCommandRunner(slurm_conf=slurm_conf, host=conn.host, user=conn.login or None,
-                                          port=conn.port or None, ssh_options=shlex.split(options))
+                runner = SSHCommandRunner(
+                    slurm_conf=slurm_conf,
+                    host=conn.host,
+                    user=conn.login or None,
+                    port=conn.port or None,
+                    ssh_options=shlex.split(options),
+                )
             except InvalidArgumentError as exc:
-                raise InvalidArgumentError(f"connection {self.slurm_conn_id!r} {exc.argument}", exc.value,
-                                           exc.expected) from None
+                raise InvalidArgumentError(
+                    f"connection {self.slurm_conn_id!r} {exc.argument}", exc.value, exc.expected
+                ) from None
             self._runner_description = runner.describe()
         else:
             self._runner_description = CommandRunner(slurm_conf=slurm_conf).describe()
@@ -85,8 +92,9 @@ class SlurmHook(BaseHook):
         try:
             extras = json.loads(raw)
         except ValueError as exc:
-            raise InvalidArgumentError(f"connection {self.slurm_conn_id!r} extra", raw,
-                                       f"a JSON object ({exc})") from None
+            raise InvalidArgumentError(
+                f"connection {self.slurm_conn_id!r} extra", raw, f"a JSON object ({exc})"
+            ) from None
         if not isinstance(extras, dict):
             raise InvalidArgumentError(f"connection {self.slurm_conn_id!r} extra", raw, "a JSON object")
         return extras
@@ -114,8 +122,9 @@ class SlurmHook(BaseHook):
         options = self._extras.get("sbatch_options")
         if options:
             if not isinstance(options, str):
-                raise InvalidArgumentError(f"connection {self.slurm_conn_id!r} extra 'sbatch_options'",
-                                           options, "a string of sbatch options")
+                raise InvalidArgumentError(
+                    f"connection {self.slurm_conn_id!r} extra 'sbatch_options'", options, "a string of sbatch options"
+                )
             defaults["sbatch_args"] = shlex.split(options)
         return defaults
 
@@ -124,8 +133,11 @@ class SlurmHook(BaseHook):
         connection extras ``idle_partition``/``idle_qos`` on top for the idle class."""
         self._load()
         assert self._extras is not None
-        overrides = {"partition": self._extras.get("idle_partition"), "qos": self._extras.get("idle_qos")} \
-            if job_class == "idle" else {}
+        overrides = (
+            {"partition": self._extras.get("idle_partition"), "qos": self._extras.get("idle_qos")}
+            if job_class == "idle"
+            else {}
+        )
         return slurm_class_settings(job_class, settings.job_class_mapping(), priority, overrides)
 
     def apply_defaults(self, spec: SlurmJobSpec, job_class: str = "normal", priority: int = 0) -> SlurmJobSpec:

@@ -52,8 +52,15 @@ class GpuschedNotifier(BaseNotifier):
 
     template_fields: Sequence[str] = ()
 
-    def __init__(self, *, sweep_folder: str | None = None, top_n: int = 5, job_class: str = "normal",
-                 gpus_per_trial: int = 1, tail_lines: int = ALERT_TAIL_LINES) -> None:
+    def __init__(
+        self,
+        *,
+        sweep_folder: str | None = None,
+        top_n: int = 5,
+        job_class: str = "normal",
+        gpus_per_trial: int = 1,
+        tail_lines: int = ALERT_TAIL_LINES,
+    ) -> None:
         super().__init__()
         if not is_int(top_n) or top_n < 1:
             raise InvalidArgumentError("top_n", top_n, "a whole number >= 1")
@@ -62,8 +69,15 @@ class GpuschedNotifier(BaseNotifier):
         self.round_no: int | None = None
         self.rounds: int | None = None
 
-    def for_sweep(self, folder: str, *, job_class: str = "normal", gpus_per_trial: int = 1,
-                  round_no: int | None = None, rounds: int | None = None) -> GpuschedNotifier:
+    def for_sweep(
+        self,
+        folder: str,
+        *,
+        job_class: str = "normal",
+        gpus_per_trial: int = 1,
+        round_no: int | None = None,
+        rounds: int | None = None,
+    ) -> GpuschedNotifier:
         """A copy bound to the sweep in ``folder`` (what ``sweep_task_group(notify=...)`` attaches); with
         ``round_no``, to the end of that round of ``rounds`` (``notify_rounds=True``)."""
         bound = copy.copy(self)
@@ -81,11 +95,18 @@ class GpuschedNotifier(BaseNotifier):
         from airflow_provider_gpusched.core.sweep.end_report import build_end_report
 
         run = getattr(context.get("dag_run"), "run_id", None) or context.get("run_id")
-        report = build_end_report(self.sweep_folder, top_n=self.top_n, job_class=self.job_class,
-                                  gpus_per_trial=self.gpus_per_trial, run=run, round_no=self.round_no,
-                                  rounds=self.rounds)
-        return Message(report.subject, report.text(), report.markdown(), report.html(),
-                       {"kind": "sweep", **report.to_dict()})
+        report = build_end_report(
+            self.sweep_folder,
+            top_n=self.top_n,
+            job_class=self.job_class,
+            gpus_per_trial=self.gpus_per_trial,
+            run=run,
+            round_no=self.round_no,
+            rounds=self.rounds,
+        )
+        return Message(
+            report.subject, report.text(), report.markdown(), report.html(), {"kind": "sweep", **report.to_dict()}
+        )
 
     def _task_message(self, context) -> Message:
         ti = context["ti"]
@@ -100,15 +121,39 @@ class GpuschedNotifier(BaseNotifier):
         if tail:
             text += ["", f"last lines of {source}:", *tail.splitlines()]
         body = "\n".join(text) + "\n"
-        markdown = f"**{subject}**\n\n" + (f"error: `{printable(str(error))[:2000]}`\n" if error is not None else "") \
+        markdown = (
+            f"**{subject}**\n\n"
+            + (f"error: `{printable(str(error))[:2000]}`\n" if error is not None else "")
             + (f"\nlast lines of `{source}`:\n```\n{tail.replace('```', chr(39) * 3)}\n```\n" if tail else "")
-        html_body = f"<h3>{html.escape(subject)}</h3>" + (f"<p>error: {html.escape(str(error))}</p>" if error else "") \
-            + (f"<p>last lines of <code>{html.escape(source)}</code>:</p><pre>{html.escape(tail)}</pre>" if tail else "")
-        return Message(subject, body, markdown, html_body,
-                       {"kind": "task", "subject": subject, "dag_id": ti.dag_id, "run_id": ti.run_id,
-                        "task_id": ti.task_id, "map_index": getattr(ti, "map_index", -1), "try_number": ti.try_number,
-                        "state": state, "error": None if error is None else str(error), "tail": tail,
-                        "tail_source": source})
+        )
+        html_body = (
+            f"<h3>{html.escape(subject)}</h3>"
+            + (f"<p>error: {html.escape(str(error))}</p>" if error else "")
+            + (
+                f"<p>last lines of <code>{html.escape(source)}</code>:</p><pre>{html.escape(tail)}</pre>"
+                if tail
+                else ""
+            )
+        )
+        return Message(
+            subject,
+            body,
+            markdown,
+            html_body,
+            {
+                "kind": "task",
+                "subject": subject,
+                "dag_id": ti.dag_id,
+                "run_id": ti.run_id,
+                "task_id": ti.task_id,
+                "map_index": getattr(ti, "map_index", -1),
+                "try_number": ti.try_number,
+                "state": state,
+                "error": None if error is None else str(error),
+                "tail": tail,
+                "tail_source": source,
+            },
+        )
 
     def _output_tail(self, ti) -> tuple[str, str]:
         """The task's job output: a Slurm job's tail as its operator recorded it when the job ended, else the
@@ -121,7 +166,7 @@ class GpuschedNotifier(BaseNotifier):
         except Exception:  # noqa: BLE001 - an alert goes out without the tail rather than not at all
             record = None
         if isinstance(record, dict) and isinstance(record.get("tail"), str) and record["tail"]:
-            lines = record["tail"].splitlines()[-self.tail_lines:]
+            lines = record["tail"].splitlines()[-self.tail_lines :]
             return "\n".join(lines), f"Slurm job {record.get('job_id')} ({record.get('tail_path') or 'output'})"
         root = settings.local_run_dir()
         path = os.path.join(settings.task_directory(root, ti, f"try-{ti.try_number}"), "output.log")
@@ -142,8 +187,15 @@ class EmailNotifier(GpuschedNotifier):
 
     template_fields: Sequence[str] = ("to", "from_email", "subject_prefix")
 
-    def __init__(self, *, to: str | Sequence[str], smtp_conn_id: str = "smtp_default", from_email: str | None = None,
-                 subject_prefix: str = "", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        to: str | Sequence[str],
+        smtp_conn_id: str = "smtp_default",
+        from_email: str | None = None,
+        subject_prefix: str = "",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         if not to or (not isinstance(to, str) and not all(isinstance(t, str) and t for t in to)):
             raise InvalidArgumentError("to", to, "an e-mail address or a list of them")
@@ -153,12 +205,16 @@ class EmailNotifier(GpuschedNotifier):
         try:
             from airflow.providers.smtp.hooks.smtp import SmtpHook
         except ImportError:
-            raise GpuschedError("EmailNotifier needs Airflow's SMTP provider: pip install "
-                                "apache-airflow-providers-smtp") from None
+            raise GpuschedError(
+                "EmailNotifier needs Airflow's SMTP provider: pip install apache-airflow-providers-smtp"
+            ) from None
         with SmtpHook(smtp_conn_id=self.smtp_conn_id) as hook:
-            hook.send_email_smtp(to=self.to, subject=f"{self.subject_prefix}{message.subject}",
-                                 html_content=message.html + f"<hr><pre>{html.escape(message.text)}</pre>",
-                                 from_email=self.from_email)
+            hook.send_email_smtp(
+                to=self.to,
+                subject=f"{self.subject_prefix}{message.subject}",
+                html_content=message.html + f"<hr><pre>{html.escape(message.text)}</pre>",
+                from_email=self.from_email,
+            )
 
 
 #: how each webhook style wraps the message
@@ -177,8 +233,15 @@ class WebhookNotifier(GpuschedNotifier):
 
     template_fields: Sequence[str] = ()
 
-    def __init__(self, *, url: str | None = None, webhook_conn_id: str | None = None, style: str = "generic",
-                 timeout: float = 10.0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        url: str | None = None,
+        webhook_conn_id: str | None = None,
+        style: str = "generic",
+        timeout: float = 10.0,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         if (url is None) == (webhook_conn_id is None):
             raise InvalidArgumentError("url", url, "exactly one of url or webhook_conn_id")
@@ -195,17 +258,26 @@ class WebhookNotifier(GpuschedNotifier):
         extra = conn.extra_dejson if isinstance(conn.extra_dejson, dict) else {}
         url = extra.get("url") or conn.host or ""
         if not url.startswith(("http://", "https://")):
-            raise GpuschedError(f"connection {self.webhook_conn_id!r}: expected the webhook URL in its host or in "
-                                f"its extra as {{\"url\": \"https://...\"}}")
+            raise GpuschedError(
+                f"connection {self.webhook_conn_id!r}: expected the webhook URL in its host or in "
+                f'its extra as {{"url": "https://..."}}'
+            )
         return url
 
     def body(self, message: Message) -> dict:
         if self.style in ("slack", "teams"):
             return {"text": message.markdown}
         if self.style == "wechat":
-            return {"msgtype": "markdown", "markdown": {"content": cut_to_bytes(message.markdown, WECHAT_MARKDOWN_BYTES)}}
-        return {"subject": message.subject, "text": message.text, "markdown": message.markdown,
-                "report": message.payload}
+            return {
+                "msgtype": "markdown",
+                "markdown": {"content": cut_to_bytes(message.markdown, WECHAT_MARKDOWN_BYTES)},
+            }
+        return {
+            "subject": message.subject,
+            "text": message.text,
+            "markdown": message.markdown,
+            "report": message.payload,
+        }
 
     def deliver(self, message: Message) -> None:
         """POST the message; the whole exchange (connect, send, answer) takes at most ``timeout`` seconds (a server
@@ -231,8 +303,9 @@ class WebhookNotifier(GpuschedNotifier):
             raise GpuschedError(f"webhook ({self.style}) did not answer within {self.timeout:g}s")
         if "error" in outcome:
             exc = outcome["error"]
-            raise GpuschedError(f"webhook ({self.style}) not reachable: {type(exc).__name__}: "
-                                f"{redact(str(exc), url)}") from None
+            raise GpuschedError(
+                f"webhook ({self.style}) not reachable: {type(exc).__name__}: {redact(str(exc), url)}"
+            ) from None
         status, reason = outcome["status"]
         if status >= 400:
             raise GpuschedError(f"webhook ({self.style}) answered HTTP {status} {redact(reason, url)}")
@@ -241,8 +314,15 @@ class WebhookNotifier(GpuschedNotifier):
 def redact(text: str, url: str) -> str:
     """``text`` without the URL or any of its parts that could be a secret (user, password, host, path, query)."""
     parts = urllib.parse.urlsplit(url)
-    secrets = [url, parts.netloc, parts.path, parts.query, parts.username or "", parts.password or "",
-               parts.hostname or ""]
+    secrets = [
+        url,
+        parts.netloc,
+        parts.path,
+        parts.query,
+        parts.username or "",
+        parts.password or "",
+        parts.hostname or "",
+    ]
     for secret in sorted({x for x in secrets if len(x) >= 4}, key=len, reverse=True):
         text = text.replace(secret, "<hidden>")
     return text[:500]

@@ -15,6 +15,7 @@ from airflow_provider_gpusched.core.errors import InvalidArgumentError, brief_re
 class GpuschedDeprecationWarning(FutureWarning):
     """An argument that still works under its old name (shown to DAG authors: a FutureWarning)."""
 
+
 #: (argument, value, accepted types, what is expected); ``seconds`` arguments must also be > 0
 Check = tuple[str, Any, tuple[type, ...], str]
 
@@ -38,8 +39,12 @@ def renamed_argument(task_id: str, name: str, value: Any, old_name: str, old_val
         return value
     if value is not None:
         raise AirflowException(f"{task_id}: give {name} or {old_name} (its old name), not both")
-    warnings.warn(f"{task_id}: {old_name} is now called {name} (the same on every surface); {old_name} still works "
-                  "but will go in a later release", GpuschedDeprecationWarning, stacklevel=_callers_level())
+    warnings.warn(
+        f"{task_id}: {old_name} is now called {name} (the same on every surface); {old_name} still works "
+        "but will go in a later release",
+        GpuschedDeprecationWarning,
+        stacklevel=_callers_level(),
+    )
     return old_value
 
 

@@ -47,8 +47,9 @@ def slurm_gpu_total(gpus: Any, gpus_per_node: Any = None, nodes: Any = None) -> 
     return per_node * least
 
 
-def apply_local_gpu_class(kwargs: dict[str, Any], job_class: str, priority: int, gpus: Any,
-                          gpu_memory: Any) -> tuple[str, int]:
+def apply_local_gpu_class(
+    kwargs: dict[str, Any], job_class: str, priority: int, gpus: Any, gpu_memory: Any
+) -> tuple[str, int]:
     """:func:`apply_job_class` for a local GPU task, which in a fleet also goes to the queue of its lane and
     memory tier unless its author named one (airflow_provider_gpusched.fleet)."""
     from airflow_provider_gpusched.fleet import fleet_queue
@@ -81,8 +82,9 @@ class JobClassPartial:
             if self.local_gpus:
                 apply_local_gpu_class(kwargs, job_class, priority, gpus, kwargs.get("gpu_memory"))
             else:
-                apply_job_class(kwargs, job_class, priority,
-                                slurm_gpu_total(gpus, kwargs.get("gpus_per_node"), kwargs.get("nodes")))
+                apply_job_class(
+                    kwargs, job_class, priority, slurm_gpu_total(gpus, kwargs.get("gpus_per_node"), kwargs.get("nodes"))
+                )
             return inner(**kwargs)
 
         return partial

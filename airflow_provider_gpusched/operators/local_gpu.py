@@ -142,56 +142,81 @@ class LocalGPUOperator(BaseOperator):
         min_free_ram = limits["min_free_ram"] if min_free_ram is None else min_free_ram
         max_cpu_percent = limits["max_cpu_percent"] if max_cpu_percent is None else max_cpu_percent
         max_waiting = limits["max_waiting"] if max_waiting is None else max_waiting
-        if isinstance(device_groups, (list, tuple)) and device_groups and all(
-                isinstance(g, (list, tuple)) for g in device_groups):
+        if (
+            isinstance(device_groups, (list, tuple))
+            and device_groups
+            and all(isinstance(g, (list, tuple)) for g in device_groups)
+        ):
             gpus = max(len(g) for g in device_groups)  # a whole group: its pool slots are its largest group's GPUs
         job_class, priority = apply_local_gpu_class(kwargs, job_class, priority, gpus, gpu_memory)
         super().__init__(**kwargs)
         given = [x for x in (command, bash_command, python_callable) if x is not None]
         if len(given) != 1:
-            raise AirflowException(f"{self.task_id}: give exactly one of command (argv list), bash_command "
-                                   f"(shell string) or python_callable")
-        check_argument_types(self.task_id, (
-            ("command", command, (list, tuple, str), "an argv list such as ['python', 'train.py']"),
-            ("bash_command", bash_command, (str,), "a shell command line"),
-            ("env", env, (Mapping,), "a mapping of variable name -> value"),
-            ("cwd", cwd, (str,), "a directory path"),
-            ("setup", setup, (str, list, tuple), "a shell line or a list of them"),
-            ("op_args", op_args, (list, tuple), "a list of positional arguments"),
-            ("op_kwargs", op_kwargs, (Mapping,), "a mapping of keyword arguments"),
-            ("grace_period", grace_period, (int, float), "seconds (a number >= 0)"),
-            ("poll_interval", poll_interval, (int, float), "seconds (a number > 0)"),
-            ("defer_after", defer_after, (int, float), "seconds (a number >= 0)")), positive=["poll_interval"])
+            raise AirflowException(
+                f"{self.task_id}: give exactly one of command (argv list), bash_command "
+                f"(shell string) or python_callable"
+            )
+        check_argument_types(
+            self.task_id,
+            (
+                ("command", command, (list, tuple, str), "an argv list such as ['python', 'train.py']"),
+                ("bash_command", bash_command, (str,), "a shell command line"),
+                ("env", env, (Mapping,), "a mapping of variable name -> value"),
+                ("cwd", cwd, (str,), "a directory path"),
+                ("setup", setup, (str, list, tuple), "a shell line or a list of them"),
+                ("op_args", op_args, (list, tuple), "a list of positional arguments"),
+                ("op_kwargs", op_kwargs, (Mapping,), "a mapping of keyword arguments"),
+                ("grace_period", grace_period, (int, float), "seconds (a number >= 0)"),
+                ("poll_interval", poll_interval, (int, float), "seconds (a number > 0)"),
+                ("defer_after", defer_after, (int, float), "seconds (a number >= 0)"),
+            ),
+            positive=["poll_interval"],
+        )
         if defer_after is not None and defer_after < 0:
             raise AirflowException(f"{self.task_id}: defer_after: expected seconds (a number >= 0), got {defer_after}")
         if grace_period is None or grace_period < 0:
-            raise AirflowException(f"{self.task_id}: grace_period: expected seconds (a number >= 0), got {grace_period}")
+            raise AirflowException(
+                f"{self.task_id}: grace_period: expected seconds (a number >= 0), got {grace_period}"
+            )
         if isinstance(command, str):
-            raise AirflowException(f"{self.task_id}: command must be an argv list such as ['python', 'train.py']; "
-                                   f"use bash_command for a shell command line")
+            raise AirflowException(
+                f"{self.task_id}: command must be an argv list such as ['python', 'train.py']; "
+                f"use bash_command for a shell command line"
+            )
         if wait_mode not in ("defer", "reschedule", "block"):
-            raise AirflowException(f"{self.task_id}: wait_mode must be 'defer', 'reschedule' or 'block', got {wait_mode!r}")
+            raise AirflowException(
+                f"{self.task_id}: wait_mode must be 'defer', 'reschedule' or 'block', got {wait_mode!r}"
+            )
         self.command = list(command) if command is not None else None
         self.bash_command = bash_command
         self.python_callable = python_callable
         self.op_args = list(op_args or [])
         self.op_kwargs = dict(op_kwargs or {})
         try:
-            self.request = GPURequest(gpus=gpus, gpu_memory=gpu_memory, devices=devices, device_groups=device_groups,
-                                      memory_margin=memory_margin,
-                                      max_foreign_processes=max_foreign_processes, min_free_ram=min_free_ram,
-                                      max_cpu_percent=max_cpu_percent, host_memory=mem, cpus=cpus,
-                                      load_stage=load_stage, max_waiting=max_waiting)
+            self.request = GPURequest(
+                gpus=gpus,
+                gpu_memory=gpu_memory,
+                devices=devices,
+                device_groups=device_groups,
+                memory_margin=memory_margin,
+                max_foreign_processes=max_foreign_processes,
+                min_free_ram=min_free_ram,
+                max_cpu_percent=max_cpu_percent,
+                host_memory=mem,
+                cpus=cpus,
+                load_stage=load_stage,
+                max_waiting=max_waiting,
+            )
             self.oom_policy = OOMRetryPolicy(retries=oom_retries, factor=oom_factor)
             self.distributed = check_mode(distributed)
             if load_stage and self.distributed:
-                raise InvalidArgumentError("load_stage", load_stage, "work started as one process (not with "
-                                           "distributed=...)")
+                raise InvalidArgumentError(
+                    "load_stage", load_stage, "work started as one process (not with distributed=...)"
+                )
             self.time_limit = None if time_limit is None else time_limit_seconds(time_limit)
             self.rank_exit_grace = check_grace(rank_exit_grace)
         except InvalidArgumentError as exc:  # the request calls mem host_memory (mem's old name, if given so)
-            raise argument_error(self.task_id, exc, {} if host_memory is not None else {"host_memory": "mem"}) \
-                from exc
+            raise argument_error(self.task_id, exc, {} if host_memory is not None else {"host_memory": "mem"}) from exc
         self.env = dict(env or {})
         self.cwd = cwd
         self.setup = [setup] if isinstance(setup, str) else list(setup or [])
@@ -218,8 +243,11 @@ class LocalGPUOperator(BaseOperator):
     def _task_key(self, context) -> str:
         """The task instance, whatever the try: two tries of it never hold GPUs at once."""
         ti = context["ti"]
-        return f"{ti.dag_id}.{ti.task_id}" + (f"[{ti.map_index}]" if ti.map_index is not None and ti.map_index >= 0 else "") \
+        return (
+            f"{ti.dag_id}.{ti.task_id}"
+            + (f"[{ti.map_index}]" if ti.map_index is not None and ti.map_index >= 0 else "")
             + f" ({ti.run_id})"
+        )
 
     def work_tag(self, context) -> WorkTag:
         """Which DAG run, task and sweep this work is for, as its lease records it (``gpusched queue``)."""
@@ -235,13 +263,22 @@ class LocalGPUOperator(BaseOperator):
         run_dir = self._run_dir(context)
         cwd = self.cwd or os.path.join(run_dir, "work")
         checkpoints = os.path.join(run_dir, "checkpoint")  # kept across relaunches within this try
-        launch = {"distributed": self.distributed, "rank_exit_grace": self.rank_exit_grace, "setup": self.setup,
-                  "time_limit": self.time_limit}
+        launch = {
+            "distributed": self.distributed,
+            "rank_exit_grace": self.rank_exit_grace,
+            "setup": self.setup,
+            "time_limit": self.time_limit,
+        }
         if self.python_callable is not None:
             call_dir = os.path.join(run_dir, "call")
             args, kwargs = self.call_arguments(context)
-            pyfunc.write_call(call_dir, self.python_callable, tuple(args), kwargs,  # also clears old outcomes
-                              rank_exit_grace=self.rank_exit_grace if self.distributed else None)
+            pyfunc.write_call(
+                call_dir,
+                self.python_callable,
+                tuple(args),
+                kwargs,  # also clears old outcomes
+                rank_exit_grace=self.rank_exit_grace if self.distributed else None,
+            )
             return Work(call_dir=call_dir, env=self.env, cwd=cwd, checkpoint_dir=checkpoints, **launch)
         if self.bash_command is not None:
             return Work(shell_command=self.bash_command, env=self.env, cwd=cwd, checkpoint_dir=checkpoints, **launch)
@@ -273,9 +310,15 @@ class LocalGPUOperator(BaseOperator):
                 manager.check_possible(progress.request)
         except (GPUInventoryError, InvalidArgumentError) as exc:
             raise AirflowFailException(f"{self.task_id}: {exc}") from exc  # retrying cannot help
-        return attempt_loop(manager, progress, hooks,
-                            job_class=self.job_class, oom_policy=self.oom_policy, stop_event=self._stop,
-                            grace=self.grace_period)
+        return attempt_loop(
+            manager,
+            progress,
+            hooks,
+            job_class=self.job_class,
+            oom_policy=self.oom_policy,
+            stop_event=self._stop,
+            grace=self.grace_period,
+        )
 
     # -- OpenLineage (the provider calls these; lineage.py) --------------------------------------------------
     lineage_job_type = "LOCAL_GPU"
@@ -283,13 +326,22 @@ class LocalGPUOperator(BaseOperator):
     def _lineage_run(self) -> dict:
         tried = self._attempts
         last = tried[-1] if tried else None
-        return {"backend": "local_gpu", "jobClass": self.job_class, "priority": self.priority,
-                "request": {"description": self.request.describe(), "gpus": self.request.gpus,
-                            "gpu_memory": self.request.gpu_memory, "cpus": self.request.cpus,
-                            "time_limit": self.time_limit},
-                "placement": {"host": last.host, "gpus": list(last.gpus)} if last else {},
-                "attempts": len(tried), "preemptions": sum(1 for a in tried if a.preempted),
-                "oomRetries": sum(1 for a in tried[:-1] if a.oom)}
+        return {
+            "backend": "local_gpu",
+            "jobClass": self.job_class,
+            "priority": self.priority,
+            "request": {
+                "description": self.request.describe(),
+                "gpus": self.request.gpus,
+                "gpu_memory": self.request.gpu_memory,
+                "cpus": self.request.cpus,
+                "time_limit": self.time_limit,
+            },
+            "placement": {"host": last.host, "gpus": list(last.gpus)} if last else {},
+            "attempts": len(tried),
+            "preemptions": sum(1 for a in tried if a.preempted),
+            "oomRetries": sum(1 for a in tried[:-1] if a.oom),
+        }
 
     def _lineage_trial(self, task_instance) -> dict | None:
         return None
@@ -298,14 +350,19 @@ class LocalGPUOperator(BaseOperator):
         return lineage.operator_lineage(job_type=self.lineage_job_type, run=self._lineage_run())
 
     def get_openlineage_facets_on_complete(self, task_instance):
-        return lineage.operator_lineage(job_type=self.lineage_job_type, run=self._lineage_run(),
-                                        trial=self._lineage_trial(task_instance))
+        return lineage.operator_lineage(
+            job_type=self.lineage_job_type, run=self._lineage_run(), trial=self._lineage_trial(task_instance)
+        )
 
     def get_openlineage_facets_on_failure(self, task_instance):
         last = self._attempts[-1] if self._attempts else None
         failure = attempt_outcome(last) if last is not None else ("not started", "it never got its GPUs")
-        return lineage.operator_lineage(job_type=self.lineage_job_type, run=self._lineage_run(),
-                                        trial=self._lineage_trial(task_instance), failure=failure)
+        return lineage.operator_lineage(
+            job_type=self.lineage_job_type,
+            run=self._lineage_run(),
+            trial=self._lineage_trial(task_instance),
+            failure=failure,
+        )
 
     def _started(self, child: GPUChild) -> None:
         self._child = child
@@ -339,9 +396,12 @@ class _TaskAttempts(AttemptHooks):
 
     def attempt_options(self) -> dict:
         op, context, manager = self.op, self.context, self.manager
-        return {"on_line": lambda line: op.log.info("%s", line), "started": op._started,
-                "on_gpus": lambda grown: self._publish_lease(context, grown, manager),
-                "host": fleet.worker_host(context["ti"])}
+        return {
+            "on_line": lambda line: op.log.info("%s", line),
+            "started": op._started,
+            "on_gpus": lambda grown: self._publish_lease(context, grown, manager),
+            "host": fleet.worker_host(context["ti"]),
+        }
 
     def starting(self, banner: str, lease, log_path: str) -> None:
         self.op.log.info("%s; log %s", banner, log_path)
@@ -352,8 +412,7 @@ class _TaskAttempts(AttemptHooks):
         self.op._child = None
         fleet.publish_quietly(self.manager)  # in a fleet: the head node sees the GPUs free at once
 
-    def ended(self, outcome: attempts.AttemptOutcome, step: attempts.NextStep,
-              progress: attempts.WorkProgress) -> None:
+    def ended(self, outcome: attempts.AttemptOutcome, step: attempts.NextStep, progress: attempts.WorkProgress) -> None:
         op = self.op
         self._publish_history(self.context, progress)
         op._attempts = list(progress.attempts)
@@ -373,10 +432,18 @@ class _TaskAttempts(AttemptHooks):
         else:
             op.log.error("%s", step.message)
 
-    def wait_to_relaunch(self, step: attempts.NextStep, outcome: attempts.AttemptOutcome,
-                         progress: attempts.WorkProgress) -> None:
-        self.waiting.wait_for_gpus(self.manager, self.hook, progress, self.owner, "backoff after a preemption",
-                               not_before=time.time() + step.wait, task_key=self.task_key)
+    def wait_to_relaunch(
+        self, step: attempts.NextStep, outcome: attempts.AttemptOutcome, progress: attempts.WorkProgress
+    ) -> None:
+        self.waiting.wait_for_gpus(
+            self.manager,
+            self.hook,
+            progress,
+            self.owner,
+            "backoff after a preemption",
+            not_before=time.time() + step.wait,
+            task_key=self.task_key,
+        )
 
     def value(self, work: Work) -> Any:
         try:
@@ -390,8 +457,9 @@ class _TaskAttempts(AttemptHooks):
             return result.value
         return result.to_dict()
 
-    def failed(self, step: attempts.NextStep, outcome: attempts.AttemptOutcome,
-               progress: attempts.WorkProgress) -> None:
+    def failed(
+        self, step: attempts.NextStep, outcome: attempts.AttemptOutcome, progress: attempts.WorkProgress
+    ) -> None:
         task_id = self.op.task_id
         if step.action is attempts.Action.HALTED:
             raise WorkStopped(f"{task_id}: {step.message}")  # no retry: someone stopped it
@@ -401,26 +469,44 @@ class _TaskAttempts(AttemptHooks):
 
     def _publish_gpu_time(self, context, progress: attempts.WorkProgress) -> None:
         """GPU time used and lost by this try, for the board's per-class totals (XCom ``gpu_time``)."""
-        context["ti"].xcom_push(key=GPU_TIME_XCOM, value={"job_class": self.op.job_class, "time": time.time(),
-                                                          **progress.history.to_dict()})
+        context["ti"].xcom_push(
+            key=GPU_TIME_XCOM, value={"job_class": self.op.job_class, "time": time.time(), **progress.history.to_dict()}
+        )
 
     def _publish_history(self, context, progress: attempts.WorkProgress) -> None:
         """Every attempt of this try so far, as the GPU timeline's bars (XCom ``gpusched_lease_history``)."""
         ti = context["ti"]
         log = SegmentLog()
         for attempt in progress.attempts:
-            log.add(segment_of(attempt, job_class=self.op.job_class, priority=self.op.priority, dag_id=ti.dag_id,
-                               run_id=ti.run_id, task_id=ti.task_id,
-                               map_index=ti.map_index if ti.map_index is not None else -1))
+            log.add(
+                segment_of(
+                    attempt,
+                    job_class=self.op.job_class,
+                    priority=self.op.priority,
+                    dag_id=ti.dag_id,
+                    run_id=ti.run_id,
+                    task_id=ti.task_id,
+                    map_index=ti.map_index if ti.map_index is not None else -1,
+                )
+            )
         ti.xcom_push(key=LEASE_HISTORY_XCOM, value=log.record())
 
     def _publish_lease(self, context, lease, manager) -> None:
         """Tell the UI's GPU board (which may run on another host) what this try holds: XCom ``gpusched_lease``."""
         ti = context["ti"]
         map_index = ti.map_index if ti.map_index is not None else -1
-        ti.xcom_push(key=LEASE_XCOM, value=lease_record(
-            fleet.worker_host(ti), dataclasses.asdict(lease), manager.inventory.gpus(), dag_id=ti.dag_id,
-            run_id=ti.run_id, task_id=ti.task_id, map_index=map_index))
+        ti.xcom_push(
+            key=LEASE_XCOM,
+            value=lease_record(
+                fleet.worker_host(ti),
+                dataclasses.asdict(lease),
+                manager.inventory.gpus(),
+                dag_id=ti.dag_id,
+                run_id=ti.run_id,
+                task_id=ti.task_id,
+                map_index=map_index,
+            ),
+        )
 
 
 class _TaskWaiting:
@@ -432,24 +518,51 @@ class _TaskWaiting:
     def __init__(self, operator: LocalGPUOperator) -> None:
         self.op = operator
 
-    def wait_for_gpus(self, manager, hook, progress: attempts.WorkProgress, owner: str, why: str,
-                       not_before: float | None = None, task_key: str = "") -> None:
+    def wait_for_gpus(
+        self,
+        manager,
+        hook,
+        progress: attempts.WorkProgress,
+        owner: str,
+        why: str,
+        not_before: float | None = None,
+        task_key: str = "",
+    ) -> None:
         """Defer (or reschedule) until the request may fit; returns only in blocking mode, after a poll."""
         interval = self.op.poll_interval or settings.gpu_poll_interval()
         if self.op.wait_mode == "defer" and fleet.enabled():  # the head node's triggerer waits on the hosts' records
-            self.op.defer(trigger=FleetRoomTrigger(
-                request=dataclasses.asdict(progress.request), fleet_dir=settings.fleet_dir(), poll_interval=interval,
-                not_before=not_before, fire_after=time.time() + settings.min_deferral(),
-                payload={**progress.to_dict(), "waiting_since": self.op._waiting_since, "fleet_hosts": self.op._fleet_hosts}),
-                method_name="resume")
+            self.op.defer(
+                trigger=FleetRoomTrigger(
+                    request=dataclasses.asdict(progress.request),
+                    fleet_dir=settings.fleet_dir(),
+                    poll_interval=interval,
+                    not_before=not_before,
+                    fire_after=time.time() + settings.min_deferral(),
+                    payload={
+                        **progress.to_dict(),
+                        "waiting_since": self.op._waiting_since,
+                        "fleet_hosts": self.op._fleet_hosts,
+                    },
+                ),
+                method_name="resume",
+            )
         if self.op.wait_mode == "defer":
             request = dataclasses.asdict(progress.request)
-            self.op.defer(trigger=GPUAvailableTrigger(
-                request=request, simulate=hook.simulate or None, state_dir=manager.state_dir,
-                poll_interval=interval, owner=owner, job_class=self.op.job_class, not_before=not_before,
-                task_key=task_key, fire_after=time.time() + settings.min_deferral(),
-                payload={**progress.to_dict(), "waiting_since": self.op._waiting_since}),
-                method_name="resume")
+            self.op.defer(
+                trigger=GPUAvailableTrigger(
+                    request=request,
+                    simulate=hook.simulate or None,
+                    state_dir=manager.state_dir,
+                    poll_interval=interval,
+                    owner=owner,
+                    job_class=self.op.job_class,
+                    not_before=not_before,
+                    task_key=task_key,
+                    fire_after=time.time() + settings.min_deferral(),
+                    payload={**progress.to_dict(), "waiting_since": self.op._waiting_since},
+                ),
+                method_name="resume",
+            )
         if self.op.wait_mode == "reschedule" and not progress.attempts:  # before the first attempt nothing is lost
             from datetime import timedelta
 
@@ -494,8 +607,11 @@ class _TaskWaiting:
         except InvalidArgumentError as exc:
             if not view.hosts or self.op.wait_mode == "block":  # blocking here cannot make this host any bigger
                 raise
-            self.op.log.info("This host cannot hold %s (%s); waiting for room on another host of the fleet",
-                          progress.request.describe(), exc)
+            self.op.log.info(
+                "This host cannot hold %s (%s); waiting for room on another host of the fleet",
+                progress.request.describe(),
+                exc,
+            )
             self.wait_for_gpus(manager, hook, progress, owner, str(exc), task_key=task_key)
 
     def acquire(self, context, manager, hook, progress: attempts.WorkProgress, owner: str, task_key: str):
@@ -504,16 +620,24 @@ class _TaskWaiting:
         tag = self.op.work_tag(context)
         while True:
             refuse_if_stopped(self.op.task_id, tag, manager.state_dir)
-            lease, why = manager.try_acquire(progress.request, owner, job_class=self.op.job_class, priority=self.op.priority,
-                                             preemptible=progress.history.preemptible(policy), task_key=task_key,
-                                             grace=self.op.grace_period, work=tag)
+            lease, why = manager.try_acquire(
+                progress.request,
+                owner,
+                job_class=self.op.job_class,
+                priority=self.op.priority,
+                preemptible=progress.history.preemptible(policy),
+                task_key=task_key,
+                grace=self.op.grace_period,
+                work=tag,
+            )
             if lease is not None:
                 self.op._busy_since = None
                 fleet.publish_quietly(manager)
                 if self.op._waiting_since is not None and self.op._wait_measured != self.op._waiting_since:
                     self.op._wait_measured = self.op._waiting_since  # metric gpusched.gpu_wait.<class>, once per wait
-                    metrics.gpu_wait(time.time() - self.op._waiting_since, self.op.job_class,
-                                     fleet.worker_host(context["ti"]))
+                    metrics.gpu_wait(
+                        time.time() - self.op._waiting_since, self.op.job_class, fleet.worker_host(context["ti"])
+                    )
                 return lease
             if self.wait_for_yield(manager, owner, why):
                 continue
@@ -522,8 +646,12 @@ class _TaskWaiting:
                 self.op._busy_since = time.monotonic()
             here = self.look_again_here()
             if first or not here:
-                self.op.log.info("GPUs busy for %s: %s%s", progress.request.describe(), why,
-                              f" (looking again here for {self.defer_after():g}s before deferring)" if here else "")
+                self.op.log.info(
+                    "GPUs busy for %s: %s%s",
+                    progress.request.describe(),
+                    why,
+                    f" (looking again here for {self.defer_after():g}s before deferring)" if here else "",
+                )
                 self.publish_wait(context, manager, progress.request, why)
             if here:
                 if self.op._stop.wait(0.2):
@@ -548,7 +676,18 @@ class _TaskWaiting:
             return
         self.op._waiting_since = time.time()
         ti = context["ti"]
-        ti.xcom_push(key=WAIT_XCOM, value=wait_record(
-            fleet.worker_host(ti), request.describe(), self.op.job_class, self.op.priority, why, self.op._waiting_since,
-            dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id,
-            map_index=ti.map_index if ti.map_index is not None else -1))
+        ti.xcom_push(
+            key=WAIT_XCOM,
+            value=wait_record(
+                fleet.worker_host(ti),
+                request.describe(),
+                self.op.job_class,
+                self.op.priority,
+                why,
+                self.op._waiting_since,
+                dag_id=ti.dag_id,
+                run_id=ti.run_id,
+                task_id=ti.task_id,
+                map_index=ti.map_index if ti.map_index is not None else -1,
+            ),
+        )

@@ -25,14 +25,26 @@ class PipelinePartitionOperator(BaseOperator):
     template_fields: Sequence[str] = ("models_file", "device_types_file", "devices_file", "model", "dtype")
     ui_color = "#f5e6d5"
 
-    def __init__(self, *, models_file: str = "models.yml", device_types_file: str = "device_types.yml",
-                 devices_file: str = "devices.yml", model: str = "google/vit-base-patch16-224",
-                 dtype: str = "torch.float32", batch_size: int = 8, buffers_in: int = 2, buffers_out: int = 2,
-                 fail_if_infeasible: bool = True, time_limit: float | None = 60.0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        models_file: str = "models.yml",
+        device_types_file: str = "device_types.yml",
+        devices_file: str = "devices.yml",
+        model: str = "google/vit-base-patch16-224",
+        dtype: str = "torch.float32",
+        batch_size: int = 8,
+        buffers_in: int = 2,
+        buffers_out: int = 2,
+        fail_if_infeasible: bool = True,
+        time_limit: float | None = 60.0,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         if time_limit is not None and not (isinstance(time_limit, (int, float)) and time_limit > 0):
-            raise ValueError(f"{kwargs.get('task_id')}: time_limit: expected a number of seconds > 0 or None, "
-                             f"got {time_limit!r}")
+            raise ValueError(
+                f"{kwargs.get('task_id')}: time_limit: expected a number of seconds > 0 or None, got {time_limit!r}"
+            )
         self.time_limit = time_limit
         self.models_file = models_file
         self.device_types_file = device_types_file
@@ -46,9 +58,16 @@ class PipelinePartitionOperator(BaseOperator):
 
     def execute(self, context) -> dict:
         try:
-            problem = load_problem(self.models_file, self.device_types_file, self.devices_file, model=self.model,
-                                   dtype=self.dtype, batch_size=self.batch_size, buffers_in=self.buffers_in,
-                                   buffers_out=self.buffers_out)
+            problem = load_problem(
+                self.models_file,
+                self.device_types_file,
+                self.devices_file,
+                model=self.model,
+                dtype=self.dtype,
+                batch_size=self.batch_size,
+                buffers_in=self.buffers_in,
+                buffers_out=self.buffers_out,
+            )
         except PartitionInputError as exc:
             raise AirflowFailException(f"{self.task_id}: {exc}") from exc
         schedule = partition(problem, time_limit=self.time_limit)
@@ -56,6 +75,8 @@ class PipelinePartitionOperator(BaseOperator):
         if not schedule.optimal:
             self.log.warning("%s", not_proven_note(schedule, self.time_limit))
         if not schedule.feasible and self.fail_if_infeasible:
-            raise AirflowFailException(f"{self.task_id}: no pipeline schedule fits {problem.model} on these hosts "
-                                       f"(set fail_if_infeasible=False to return an empty schedule)")
+            raise AirflowFailException(
+                f"{self.task_id}: no pipeline schedule fits {problem.model} on these hosts "
+                f"(set fail_if_infeasible=False to return an empty schedule)"
+            )
         return schedule_json(problem, schedule)

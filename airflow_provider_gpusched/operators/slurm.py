@@ -51,8 +51,9 @@ from airflow_provider_gpusched.operators.queue_stops import WorkStopped, refuse_
 from airflow_provider_gpusched.triggers.slurm import SlurmJobTrigger
 
 #: task states of a run whose job is still wanted: its own task is (or will be again) waiting for it
-_LIVE_TI_STATES = frozenset({"running", "deferred", "queued", "scheduled", "up_for_retry", "up_for_reschedule",
-                             "restarting"})
+_LIVE_TI_STATES = frozenset(
+    {"running", "deferred", "queued", "scheduled", "up_for_retry", "up_for_reschedule", "restarting"}
+)
 
 
 class SlurmJobFailed(AirflowException):
@@ -106,8 +107,19 @@ class SlurmJobOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = (
-        "command", "script", "job_name", "partition", "qos", "account", "environment", "setup",
-        "sbatch_args", "output_path", "error_path", "working_dir", "array",
+        "command",
+        "script",
+        "job_name",
+        "partition",
+        "qos",
+        "account",
+        "environment",
+        "setup",
+        "sbatch_args",
+        "output_path",
+        "error_path",
+        "working_dir",
+        "array",
     )
     template_fields_renderers = {"script": "bash", "command": "py", "environment": "json"}
     ui_color = "#dbe9f6"
@@ -163,18 +175,24 @@ class SlurmJobOperator(BaseOperator):
         task_id = kwargs.get("task_id", "?")
         cpus = renamed_argument(task_id, "cpus", cpus, "cpus_per_task", cpus_per_task)
         env = renamed_argument(task_id, "env", env, "environment", environment)
-        self.job_class, self.priority = apply_job_class(kwargs, job_class, priority,
-                                                        slurm_gpu_total(gpus, gpus_per_node, nodes))
+        self.job_class, self.priority = apply_job_class(
+            kwargs, job_class, priority, slurm_gpu_total(gpus, gpus_per_node, nodes)
+        )
         super().__init__(**kwargs)
-        check_argument_types(self.task_id, (
-            ("env", env, (Mapping,), "a mapping of variable name -> value"),
-            ("setup", setup, (str, list, tuple), "a shell line or a list of them"),
-            ("sbatch_args", sbatch_args, (list, tuple), "a list of sbatch options"),
-            ("poll_interval", poll_interval, (int, float), "seconds (a number > 0)"),
-            ("deferrable", deferrable, (bool,), "True or False"),
-            ("requeue", requeue, (bool,), "True, False or None"),
-            ("cancel_on_kill", cancel_on_kill, (bool,), "True or False"),
-            ("follow_output", follow_output, (bool,), "True or False")), positive=["poll_interval"])
+        check_argument_types(
+            self.task_id,
+            (
+                ("env", env, (Mapping,), "a mapping of variable name -> value"),
+                ("setup", setup, (str, list, tuple), "a shell line or a list of them"),
+                ("sbatch_args", sbatch_args, (list, tuple), "a list of sbatch options"),
+                ("poll_interval", poll_interval, (int, float), "seconds (a number > 0)"),
+                ("deferrable", deferrable, (bool,), "True or False"),
+                ("requeue", requeue, (bool,), "True, False or None"),
+                ("cancel_on_kill", cancel_on_kill, (bool,), "True or False"),
+                ("follow_output", follow_output, (bool,), "True or False"),
+            ),
+            positive=["poll_interval"],
+        )
         self.command = command
         self.script = script
         self.job_name = job_name
@@ -187,10 +205,19 @@ class SlurmJobOperator(BaseOperator):
         self.mem = mem
         self.time_limit = time_limit
         self.array = array
-        self.shape = {"nodes": nodes, "ntasks_per_node": ntasks_per_node, "gpus_per_node": gpus_per_node,
-                      "gpus_per_task": gpus_per_task, "cpus_per_gpu": cpus_per_gpu, "exclusive": exclusive,
-                      "constraint": constraint, "nodelist": nodelist, "exclude": exclude, "distributed": distributed,
-                      "rank_exit_grace": rank_exit_grace}
+        self.shape = {
+            "nodes": nodes,
+            "ntasks_per_node": ntasks_per_node,
+            "gpus_per_node": gpus_per_node,
+            "gpus_per_task": gpus_per_task,
+            "cpus_per_gpu": cpus_per_gpu,
+            "exclusive": exclusive,
+            "constraint": constraint,
+            "nodelist": nodelist,
+            "exclude": exclude,
+            "distributed": distributed,
+            "rank_exit_grace": rank_exit_grace,
+        }
         self.nice = nice
         self.requeue = requeue
         self.open_mode = open_mode
@@ -223,12 +250,21 @@ class SlurmJobOperator(BaseOperator):
                 raise AirflowException(f"{self.task_id}: give either command (argv list or shell string) or script")
             command = ["true"]  # a subclass makes its command when it runs (a Python call)
         try:
-            SlurmJobSpec(command=command if self.script is None else None, script=self.script,
-                         gpus=self.gpus, gres=self.gres, cpus_per_task=self.cpus_per_task, mem=self.mem,
-                         time_limit=self.time_limit, nice=self.nice, open_mode=self.open_mode,
-                         environment=self.environment, sbatch_args=self.sbatch_args,
-                         array=self.array if self.array and "{{" not in str(self.array) else None,
-                         **self._launch(None))
+            SlurmJobSpec(
+                command=command if self.script is None else None,
+                script=self.script,
+                gpus=self.gpus,
+                gres=self.gres,
+                cpus_per_task=self.cpus_per_task,
+                mem=self.mem,
+                time_limit=self.time_limit,
+                nice=self.nice,
+                open_mode=self.open_mode,
+                environment=self.environment,
+                sbatch_args=self.sbatch_args,
+                array=self.array if self.array and "{{" not in str(self.array) else None,
+                **self._launch(None),
+            )
         except InvalidArgumentError as exc:
             raise argument_error(self.task_id, exc, _SPEC_NAMES) from exc
 
@@ -252,13 +288,29 @@ class SlurmJobOperator(BaseOperator):
         output = self._output_pattern(context)
         command = self._command(context)
         return SlurmJobSpec(
-            command=command if self.script is None else None, script=self.script,
-            job_name=self.job_name or f"{ti.dag_id}.{ti.task_id}", partition=self.partition, qos=self.qos,
-            account=self.account, gpus=self.gpus, gres=self.gres, cpus_per_task=self.cpus_per_task,
-            mem=self.mem, time_limit=self.time_limit, array=self.array, nice=self.nice,
-            requeue=self.requeue, open_mode=self.open_mode, output=output, error=self.error_path,
-            working_dir=self.working_dir, environment=self.environment, setup=self._setup(context),
-            sbatch_args=self.sbatch_args, comment=comment, **self._launch(context),
+            command=command if self.script is None else None,
+            script=self.script,
+            job_name=self.job_name or f"{ti.dag_id}.{ti.task_id}",
+            partition=self.partition,
+            qos=self.qos,
+            account=self.account,
+            gpus=self.gpus,
+            gres=self.gres,
+            cpus_per_task=self.cpus_per_task,
+            mem=self.mem,
+            time_limit=self.time_limit,
+            array=self.array,
+            nice=self.nice,
+            requeue=self.requeue,
+            open_mode=self.open_mode,
+            output=output,
+            error=self.error_path,
+            working_dir=self.working_dir,
+            environment=self.environment,
+            setup=self._setup(context),
+            sbatch_args=self.sbatch_args,
+            comment=comment,
+            **self._launch(context),
         )
 
     # -- running -----------------------------------------------------------------------------------------
@@ -270,8 +322,11 @@ class SlurmJobOperator(BaseOperator):
         live = self._find_live(client, key)
         if live:
             job_id, comment = live[0]
-            self.log.info("Re-attaching to Slurm job %s (%s), still alive from an earlier try; not "
-                          "submitting a duplicate", job_id, comment)
+            self.log.info(
+                "Re-attaching to Slurm job %s (%s), still alive from an earlier try; not submitting a duplicate",
+                job_id,
+                comment,
+            )
             output_path = self._output_pattern(context)
         else:
             tag = self.work_tag(context)
@@ -292,22 +347,33 @@ class SlurmJobOperator(BaseOperator):
         output_path = (output_path or "").replace("%j", job_id).replace("%A", job_id)
         ti.xcom_push(key="slurm_job_id", value=job_id)
         ti.xcom_push(key="slurm_output", value=output_path)
-        ti.xcom_push(key=SLURM_JOB_XCOM, value=job_record(job_id, output_path=output_path, array=self.array,
-                                                          runner=hook.runner_description))
+        ti.xcom_push(
+            key=SLURM_JOB_XCOM,
+            value=job_record(job_id, output_path=output_path, array=self.array, runner=hook.runner_description),
+        )
         publish_links(self, context)
         array_size = len(parse_array_indices(self.array)) if self.array else None
         poll = self.poll_interval or settings.poll_interval()
         if self.deferrable:
             self.defer(
-                trigger=SlurmJobTrigger(job_id=job_id, runner=hook.runner_description, poll_interval=poll,
-                                        array_size=array_size, not_found_timeout=settings.not_found_timeout(),
-                                        cancel_on_kill=self.cancel_on_kill, output_path=output_path,
-                                        fire_after=time.time() + settings.min_deferral(),
-                                        follow_output=self.follow_output),
+                trigger=SlurmJobTrigger(
+                    job_id=job_id,
+                    runner=hook.runner_description,
+                    poll_interval=poll,
+                    array_size=array_size,
+                    not_found_timeout=settings.not_found_timeout(),
+                    cancel_on_kill=self.cancel_on_kill,
+                    output_path=output_path,
+                    fire_after=time.time() + settings.min_deferral(),
+                    follow_output=self.follow_output,
+                ),
                 method_name="execute_complete",
             )
-        follower = (OutputFollower(output_path, client.runner)
-                    if self.follow_output and output_path and not array_size and "%" not in output_path else None)
+        follower = (
+            OutputFollower(output_path, client.runner)
+            if self.follow_output and output_path and not array_size and "%" not in output_path
+            else None
+        )
 
         def show_output(_status) -> None:
             if follower is None:
@@ -318,17 +384,23 @@ class SlurmJobOperator(BaseOperator):
             except (OSError, GpuschedError) as exc:
                 self.log.warning("Cannot read the job's output %s now: %s", output_path, exc)
 
-        tracker = client.follow(job_id, poll_interval=poll, array_size=array_size,
-                                not_found_timeout=settings.not_found_timeout(),
-                                on_line=lambda line: self.log.info("%s", line), on_poll=show_output)
+        tracker = client.follow(
+            job_id,
+            poll_interval=poll,
+            array_size=array_size,
+            not_found_timeout=settings.not_found_timeout(),
+            on_line=lambda line: self.log.info("%s", line),
+            on_poll=show_output,
+        )
         if follower is not None:
             for line in follower.flush():
                 self.log.info("%s", line)
             self._followed_lines = follower.lines
         final = tracker.final_status()
         self._preemption_events = tracker.preemption_events
-        return self._finish(context, final.to_dict(), output_path, tracker.preemptions,
-                            final.reason if tracker.lost else None)
+        return self._finish(
+            context, final.to_dict(), output_path, tracker.preemptions, final.reason if tracker.lost else None
+        )
 
     def work_tag(self, context) -> WorkTag:
         """Which DAG run, task and sweep this job is for, as its comment records it (``gpusched queue``)."""
@@ -357,18 +429,31 @@ class SlurmJobOperator(BaseOperator):
             run = info["run"]
             state = self._task_state_in_run(ti, run)
             if state is None or state in _LIVE_TI_STATES:
-                self.log.info("Slurm job %s belongs to this task in DAG run %s, whose task is %s: leaving it", job_id,
-                              run, state or "of unknown state")
+                self.log.info(
+                    "Slurm job %s belongs to this task in DAG run %s, whose task is %s: leaving it",
+                    job_id,
+                    run,
+                    state or "of unknown state",
+                )
                 continue
             if adopted is None and info.get("work") == work:
                 adopted = job_id
-                self.log.warning("Re-attaching to Slurm job %s, left running by DAG run %s (its task is %s: its "
-                                 "worker died); it does the same work, so no second job is submitted", job_id, run,
-                                 state)
+                self.log.warning(
+                    "Re-attaching to Slurm job %s, left running by DAG run %s (its task is %s: its "
+                    "worker died); it does the same work, so no second job is submitted",
+                    job_id,
+                    run,
+                    state,
+                )
                 continue
             client.cancel([job_id])
-            self.log.warning("Cancelled orphaned Slurm job %s of DAG run %s: its task is %s, so nothing waits for "
-                             "it any more (a killed worker leaves its job running)", job_id, run, state)
+            self.log.warning(
+                "Cancelled orphaned Slurm job %s of DAG run %s: its task is %s, so nothing waits for "
+                "it any more (a killed worker leaves its job running)",
+                job_id,
+                run,
+                state,
+            )
         return adopted
 
     @staticmethod
@@ -376,9 +461,12 @@ class SlurmJobOperator(BaseOperator):
         """This task's state in another DAG run ('absent' when that run has no such task instance), None if
         Airflow cannot tell."""
         try:
-            states = ti.get_task_states(dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[run_id],
-                                        map_index=ti.map_index if ti.map_index is not None and ti.map_index >= 0
-                                        else None)
+            states = ti.get_task_states(
+                dag_id=ti.dag_id,
+                task_ids=[ti.task_id],
+                run_ids=[run_id],
+                map_index=ti.map_index if ti.map_index is not None and ti.map_index >= 0 else None,
+            )
         except Exception:  # noqa: BLE001 - an older API or no API server: say so, never guess
             return None
         mine = (states or {}).get(run_id) or {}
@@ -392,7 +480,7 @@ class SlurmJobOperator(BaseOperator):
                 return client.find_live_jobs(job_comment(key))
             except SlurmUnavailableError as exc:
                 self.log.warning("Slurm unreachable while looking for earlier jobs (%s); retrying", exc)
-                time.sleep(min(2 ** attempt, 30))
+                time.sleep(min(2**attempt, 30))
         return client.find_live_jobs(job_comment(key))
 
     def _submit(self, client, spec: SlurmJobSpec, key: str) -> str:
@@ -403,9 +491,13 @@ class SlurmJobOperator(BaseOperator):
             try:
                 return client.submit(spec).job_id
             except SlurmUnavailableError as exc:
-                wait = min(2 ** attempt, 30)
-                self.log.warning("Slurm did not take the job (unreachable or full for now: %s); trying again in "
-                                 "%d s (try %d of 7)", exc, wait, attempt + 2)
+                wait = min(2**attempt, 30)
+                self.log.warning(
+                    "Slurm did not take the job (unreachable or full for now: %s); trying again in %d s (try %d of 7)",
+                    exc,
+                    wait,
+                    attempt + 2,
+                )
                 time.sleep(wait)
                 live = self._find_live(client, key)
                 if live:
@@ -423,11 +515,15 @@ class SlurmJobOperator(BaseOperator):
         self._job_id = event.get("job_id")
         self._preemption_events = event.get("preemption_events", [])
         self._followed_lines = event.get("followed_lines")
-        return self._finish(context, event.get("job"), event.get("output_path", ""), event.get("preemptions", 0),
-                            None if event.get("job") else event.get("message"))
+        return self._finish(
+            context,
+            event.get("job"),
+            event.get("output_path", ""),
+            event.get("preemptions", 0),
+            None if event.get("job") else event.get("message"),
+        )
 
-    def _finish(self, context, job: dict | None, output_path: str, preemptions: int,
-                problem: str | None) -> Any:
+    def _finish(self, context, job: dict | None, output_path: str, preemptions: int, problem: str | None) -> Any:
         client = SlurmHook(self.slurm_conn_id).get_conn()
         if job is None:
             raise SlurmJobFailed(f"Slurm job {self._job_id or '?'}: {problem}")
@@ -441,14 +537,19 @@ class SlurmJobOperator(BaseOperator):
             tail_path = output_path.replace("%a", task_id)
         tail = client.tail(tail_path, tail_lines) if tail_path else ""
         if preemptions:
-            self.log.warning("Slurm job %s was preempted and requeued %d time(s) before finishing:\n  %s",
-                             status.job_id, preemptions, "\n  ".join(self._preemption_events))
+            self.log.warning(
+                "Slurm job %s was preempted and requeued %d time(s) before finishing:\n  %s",
+                status.job_id,
+                preemptions,
+                "\n  ".join(self._preemption_events),
+            )
         if status.tasks:
             for key in sorted(status.tasks, key=array_task_order):
                 self.log.info("  array task %s", status.tasks[key].describe())
         if self._followed_lines is not None and status.phase.is_success and not problem:
-            self.log.info("The job's output (%d lines) was shown above as it was written: %s", self._followed_lines,
-                          tail_path)
+            self.log.info(
+                "The job's output (%d lines) was shown above as it was written: %s", self._followed_lines, tail_path
+            )
         elif tail:
             self.log.info("Last lines of %s:\n%s", tail_path, tail)
         self._publish_final(context, status, output_path, preemptions, tail, tail_path, problem)
@@ -457,8 +558,9 @@ class SlurmJobOperator(BaseOperator):
         self._lineage_source = lineage.slurm_source(client.runner.describe())
         stopped = read_slurm_stop_mark(output_path, status.job_id) if not status.phase.is_success else None
         if stopped is not None:
-            raise WorkStopped(f"Slurm job {status.job_id} {stopped.describe()}; Slurm says "
-                                       f"{status.describe()}")  # no retry: someone stopped it
+            raise WorkStopped(
+                f"Slurm job {status.job_id} {stopped.describe()}; Slurm says {status.describe()}"
+            )  # no retry: someone stopped it
         if problem or not status.phase.is_success:
             message = f"Slurm {status.describe()}" if not problem else f"Slurm job {status.job_id}: {problem}"
             if tail:
@@ -471,23 +573,42 @@ class SlurmJobOperator(BaseOperator):
 
     def _lineage_run(self) -> dict:
         status = self._final_status
-        return {"backend": "slurm", "jobClass": self.job_class, "priority": self.priority,
-                "request": {k: v for k, v in (("partition", self.partition), ("qos", self.qos), ("gpus", self.gpus),
-                                              ("gres", self.gres), ("mem", self.mem), ("time_limit", self.time_limit),
-                                              ("array", self.array), *((k, v) for k, v in self.shape.items()
-                                                                       if k != "rank_exit_grace"))
-                            if v not in (None, "", [], False)},
-                "placement": {"nodes": status.nodes, "partition": status.partition} if status else {},
-                "attempts": 1 + self._preemptions, "preemptions": self._preemptions, "oomRetries": 0}
+        return {
+            "backend": "slurm",
+            "jobClass": self.job_class,
+            "priority": self.priority,
+            "request": {
+                k: v
+                for k, v in (
+                    ("partition", self.partition),
+                    ("qos", self.qos),
+                    ("gpus", self.gpus),
+                    ("gres", self.gres),
+                    ("mem", self.mem),
+                    ("time_limit", self.time_limit),
+                    ("array", self.array),
+                    *((k, v) for k, v in self.shape.items() if k != "rank_exit_grace"),
+                )
+                if v not in (None, "", [], False)
+            },
+            "placement": {"nodes": status.nodes, "partition": status.partition} if status else {},
+            "attempts": 1 + self._preemptions,
+            "preemptions": self._preemptions,
+            "oomRetries": 0,
+        }
 
     def _lineage_trial(self, task_instance) -> dict | None:
         return None
 
     def _lineage(self, task_instance, failure=None):
         return lineage.operator_lineage(
-            job_type=self.lineage_job_type, run=self._lineage_run(),
-            external_id=str(self._job_id or "") if self._lineage_source else "", external_source=self._lineage_source,
-            trial=self._lineage_trial(task_instance) if task_instance is not None else None, failure=failure)
+            job_type=self.lineage_job_type,
+            run=self._lineage_run(),
+            external_id=str(self._job_id or "") if self._lineage_source else "",
+            external_source=self._lineage_source,
+            trial=self._lineage_trial(task_instance) if task_instance is not None else None,
+            failure=failure,
+        )
 
     def get_openlineage_facets_on_start(self):
         return self._lineage(None)
@@ -503,27 +624,49 @@ class SlurmJobOperator(BaseOperator):
             failure = ("not submitted" if not self._job_id else "lost", self._problem or "no final state was seen")
         return self._lineage(task_instance, failure)
 
-    def _publish_final(self, context, status: JobStatus, output_path: str, preemptions: int, tail: str,
-                       tail_path: str, problem: str | None) -> None:
+    def _publish_final(
+        self,
+        context,
+        status: JobStatus,
+        output_path: str,
+        preemptions: int,
+        tail: str,
+        tail_path: str,
+        problem: str | None,
+    ) -> None:
         """The job's final record for the UI's Slurm job view (XCom ``gpusched_slurm_job``)."""
         ti = context["ti"]
         try:
-            submitted = (ti.xcom_pull(task_ids=ti.task_id, key=SLURM_JOB_XCOM, map_indexes=ti.map_index)
-                         or {}).get("submitted")
-            record = job_record(status.job_id, output_path=output_path, array=self.array,
-                                runner=SlurmHook(self.slurm_conn_id).runner_description, submitted=submitted,
-                                status=status, preemptions=preemptions,
-                                preemption_events=list(self._preemption_events), tail=tail, tail_path=tail_path,
-                                problem=problem)
+            submitted = (ti.xcom_pull(task_ids=ti.task_id, key=SLURM_JOB_XCOM, map_indexes=ti.map_index) or {}).get(
+                "submitted"
+            )
+            record = job_record(
+                status.job_id,
+                output_path=output_path,
+                array=self.array,
+                runner=SlurmHook(self.slurm_conn_id).runner_description,
+                submitted=submitted,
+                status=status,
+                preemptions=preemptions,
+                preemption_events=list(self._preemption_events),
+                tail=tail,
+                tail_path=tail_path,
+                problem=problem,
+            )
             ti.xcom_push(key=SLURM_JOB_XCOM, value=record)
         except Exception as exc:  # noqa: BLE001 - the job's outcome matters more than its page
             self.log.warning("Could not publish the Slurm job record for the UI: %s", exc)
 
     def result_value(self, context, status: JobStatus, output_path: str, preemptions: int) -> Any:
         result = {
-            "job_id": status.job_id, "state": status.state, "exit_code": status.exit_code,
-            "output_path": output_path, "nodes": status.nodes, "partition": status.partition,
-            "preemptions": preemptions, "preemption_events": list(self._preemption_events),
+            "job_id": status.job_id,
+            "state": status.state,
+            "exit_code": status.exit_code,
+            "output_path": output_path,
+            "nodes": status.nodes,
+            "partition": status.partition,
+            "preemptions": preemptions,
+            "preemption_events": list(self._preemption_events),
         }
         if status.tasks:
             result["array_tasks"] = {k: {"state": t.state, "exit_code": t.exit_code} for k, t in status.tasks.items()}
@@ -553,8 +696,15 @@ class SlurmPythonOperator(SlurmJobOperator):
 
     template_fields: Sequence[str] = (*SlurmJobOperator.template_fields, "op_args", "op_kwargs")
 
-    def __init__(self, *, python_callable: Callable, op_args: Collection[Any] | None = None,
-                 op_kwargs: Mapping[str, Any] | None = None, python: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        python_callable: Callable,
+        op_args: Collection[Any] | None = None,
+        op_kwargs: Mapping[str, Any] | None = None,
+        python: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         if not callable(python_callable):
             raise AirflowException(f"python_callable must be callable, got {python_callable!r}")
         super().__init__(**kwargs)
@@ -595,16 +745,20 @@ class SlurmPythonOperator(SlurmJobOperator):
         except SlurmJobFailed as exc:
             outcome = pyfunc.read_outcome(self._call_dir(context))
             if outcome.error is not None:
-                self.log.error("The callable raised in Slurm job %s:\n%s", self._job_id,
-                               outcome.error.remote_traceback)
-                raise SlurmJobFailed(f"{self.python_callable.__name__} raised {outcome.error} in Slurm job "
-                                     f"{self._job_id}\n--- remote traceback ---\n"
-                                     f"{outcome.error.remote_traceback}", exc.status) from None
+                self.log.error("The callable raised in Slurm job %s:\n%s", self._job_id, outcome.error.remote_traceback)
+                raise SlurmJobFailed(
+                    f"{self.python_callable.__name__} raised {outcome.error} in Slurm job "
+                    f"{self._job_id}\n--- remote traceback ---\n"
+                    f"{outcome.error.remote_traceback}",
+                    exc.status,
+                ) from None
             raise
 
     def result_value(self, context, status, output_path, preemptions):
         outcome = pyfunc.read_outcome(self._call_dir(context))
         if not outcome.finished:
-            raise SlurmJobFailed(f"Slurm job {status.job_id} completed but left no result in "
-                                 f"{self._call_dir(context)} (is that directory shared with the compute nodes?)")
+            raise SlurmJobFailed(
+                f"Slurm job {status.job_id} completed but left no result in "
+                f"{self._call_dir(context)} (is that directory shared with the compute nodes?)"
+            )
         return outcome.value

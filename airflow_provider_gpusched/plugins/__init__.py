@@ -40,10 +40,20 @@ class GpuschedPlugin(AirflowPlugin):
     def react_apps(self) -> list[dict]:  # type: ignore[override]
         url = bundle_url()
         return [
-            {"name": "GPU board", "bundle_url": url, "url_route": GPU_BOARD_ROUTE, "destination": "nav",
-             "category": "browse"},
-            {"name": "GPU timeline", "bundle_url": url, "url_route": TIMELINE_ROUTE, "destination": "nav",
-             "category": "browse"},
+            {
+                "name": "GPU board",
+                "bundle_url": url,
+                "url_route": GPU_BOARD_ROUTE,
+                "destination": "nav",
+                "category": "browse",
+            },
+            {
+                "name": "GPU timeline",
+                "bundle_url": url,
+                "url_route": TIMELINE_ROUTE,
+                "destination": "nav",
+                "category": "browse",
+            },
             {"name": "GPUs", "bundle_url": url, "url_route": "gpusched-gpu-summary", "destination": "dashboard"},
             {"name": "Sweeps", "bundle_url": url, "url_route": SWEEPS_ROUTE, "destination": "dag"},
             {"name": "Slurm job", "bundle_url": url, "url_route": SLURM_JOB_ROUTE, "destination": "task_instance"},

@@ -100,19 +100,45 @@ class _Row:
 MAX_XCOM_BYTES = 8 << 20
 
 
-def _xcoms(session, key: str, *, dag_id: str | None = None, run_id: str | None = None,
-           states: tuple[str, ...] | None = None, task_id: str | None = None, map_index: int | None = None,
-           ended_since: datetime | None = None, problems: list[str] | None = None):
+def _xcoms(
+    session,
+    key: str,
+    *,
+    dag_id: str | None = None,
+    run_id: str | None = None,
+    states: tuple[str, ...] | None = None,
+    task_id: str | None = None,
+    map_index: int | None = None,
+    ended_since: datetime | None = None,
+    problems: list[str] | None = None,
+):
     """(value, dag_id, run_id, task_id, map_index, ti state, ti end, ti hostname) of the XComs ``key`` of matching
     task instances (``ended_since``: those that ended since then or have not ended). A value over
     :data:`MAX_XCOM_BYTES` is not deserialized: it is said in ``problems`` (where given) and skipped."""
     size = func.length(cast(XComModel.value, Text))
-    query = (select(XComModel.value, XComModel.dag_id, XComModel.run_id, XComModel.task_id, XComModel.map_index,
-                    TaskInstance.state, TaskInstance.end_date, TaskInstance.hostname, size)
-             .join(TaskInstance, and_(TaskInstance.dag_id == XComModel.dag_id, TaskInstance.run_id == XComModel.run_id,
-                                      TaskInstance.task_id == XComModel.task_id,
-                                      TaskInstance.map_index == XComModel.map_index))
-             .where(XComModel.key == key))
+    query = (
+        select(
+            XComModel.value,
+            XComModel.dag_id,
+            XComModel.run_id,
+            XComModel.task_id,
+            XComModel.map_index,
+            TaskInstance.state,
+            TaskInstance.end_date,
+            TaskInstance.hostname,
+            size,
+        )
+        .join(
+            TaskInstance,
+            and_(
+                TaskInstance.dag_id == XComModel.dag_id,
+                TaskInstance.run_id == XComModel.run_id,
+                TaskInstance.task_id == XComModel.task_id,
+                TaskInstance.map_index == XComModel.map_index,
+            ),
+        )
+        .where(XComModel.key == key)
+    )
     if dag_id is not None:
         query = query.where(XComModel.dag_id == dag_id)
     if run_id is not None:
@@ -128,8 +154,10 @@ def _xcoms(session, key: str, *, dag_id: str | None = None, run_id: str | None =
     for value, xdag, xrun, xtask, xmap, state, end, hostname, length in session.execute(query).all():
         if length is not None and length > MAX_XCOM_BYTES:
             if problems is not None:
-                problems.append(f"XCom {key} of {xdag}.{xtask}[{xmap}] ({xrun}) is {length:,} bytes, over the "
-                                f"{MAX_XCOM_BYTES:,} a record may have: not read")
+                problems.append(
+                    f"XCom {key} of {xdag}.{xtask}[{xmap}] ({xrun}) is {length:,} bytes, over the "
+                    f"{MAX_XCOM_BYTES:,} a record may have: not read"
+                )
             continue
         yield _value(value), xdag, xrun, xtask, xmap, state, end, hostname or ""
 
@@ -141,6 +169,7 @@ HIDDEN_DAG = "(a DAG you cannot see)"
 def _name_hider(readable, also: tuple[str, ...] = ()):
     """``hide(record, dag_id)``: blanks the DAG, run and task names (and the fields ``also`` names) of a record
     (a dict or an object) of a DAG not in ``readable``; the GPU board and the timeline show such work nameless."""
+
     def hide(record: Any, dag_id: str) -> None:
         if dag_id in readable:
             return
@@ -149,6 +178,7 @@ def _name_hider(readable, also: tuple[str, ...] = ()):
                 record[attr] = hidden
             else:
                 setattr(record, attr, hidden)
+
     return hide
 
 
@@ -187,17 +217,21 @@ class _HostCheck:
     def check_name(self, host: str, ran_on: str, source: str) -> None:
         if host in self.known or (ran_on and host == ran_on):
             return
-        raise BadRecordError(f"{source}: key 'host': names host {host[:80]!r}, but its task runs on "
-                             f"{ran_on[:80] or 'a host Airflow did not record'!r} and no fleet record lists it; a "
-                             f"task's record is drawn only on its own host")
+        raise BadRecordError(
+            f"{source}: key 'host': names host {host[:80]!r}, but its task runs on "
+            f"{ran_on[:80] or 'a host Airflow did not record'!r} and no fleet record lists it; a "
+            f"task's record is drawn only on its own host"
+        )
 
     def check(self, lease: BoardLease, ran_on: str) -> None:
         source = f"lease {lease.lease_id[:40]} of {lease.dag_id}.{lease.task_id}[{lease.map_index}]"
         self.check_name(lease.host, ran_on, source)
         published, held = self.fleet_leases.get(lease.host, (None, set()))
         if published is not None and lease.lease_id not in held and published > lease.started + FLEET_RECORD_SLACK:
-            raise BadRecordError(f"{source}: host {lease.host!r} does not list this lease in its own fleet record "
-                                 f"(published {published - lease.started:.0f}s after the lease began): not drawn")
+            raise BadRecordError(
+                f"{source}: host {lease.host!r} does not list this lease in its own fleet record "
+                f"(published {published - lease.started:.0f}s after the lease began): not drawn"
+            )
 
 
 def gpu_board(user, session) -> dict[str, Any]:
@@ -227,8 +261,9 @@ def gpu_board(user, session) -> dict[str, Any]:
         problems.append(_problem(exc, dag_id, readable))
 
     leases, lease_started = [], {}
-    for value, dag_id, run_id, task_id, map_index, _state, _end, ran_on in _xcoms(session, LEASE_XCOM, states=("running",),
-                                                                                 problems=problems):
+    for value, dag_id, run_id, task_id, map_index, _state, _end, ran_on in _xcoms(
+        session, LEASE_XCOM, states=("running",), problems=problems
+    ):
         try:
             lease = read_lease_record(value, f"XCom {LEASE_XCOM} of {dag_id}.{task_id}[{map_index}] ({run_id})")
             _own_identity(lease, dag_id, run_id, task_id, map_index)
@@ -240,8 +275,9 @@ def gpu_board(user, session) -> dict[str, Any]:
         hide(lease, dag_id)
         leases.append(lease)
     waiting = []
-    for value, dag_id, run_id, task_id, map_index, state, _end, ran_on in _xcoms(session, WAIT_XCOM, states=_WAITING_STATES,
-                                                                               problems=problems):
+    for value, dag_id, run_id, task_id, map_index, state, _end, ran_on in _xcoms(
+        session, WAIT_XCOM, states=_WAITING_STATES, problems=problems
+    ):
         try:
             record = dict(read_wait_record(value, f"XCom {WAIT_XCOM} of {dag_id}.{task_id}[{map_index}] ({run_id})"))
             _own_identity(record, dag_id, run_id, task_id, map_index)
@@ -257,8 +293,9 @@ def gpu_board(user, session) -> dict[str, Any]:
     waiting.sort(key=lambda r: (-r["priority"], r["since"]))
     ledger = []
     since = datetime.now(timezone.utc) - timedelta(seconds=max(WINDOWS.values()))  # the board's longest window
-    for value, dag_id, _run_id, task_id, _map_index, _state, end, _host in _xcoms(session, GPU_TIME_XCOM,
-                                                                               problems=problems):
+    for value, dag_id, _run_id, task_id, _map_index, _state, end, _host in _xcoms(
+        session, GPU_TIME_XCOM, problems=problems
+    ):
         if end is None or end < since:
             continue
         try:
@@ -272,11 +309,14 @@ def gpu_board(user, session) -> dict[str, Any]:
         cut.append(f"{len(leases) - MAX_BOARD_LEASES} lease(s) past the first {MAX_BOARD_LEASES} are not drawn")
         leases = sorted(leases, key=lambda lease: lease.started)[:MAX_BOARD_LEASES]
     if len(waiting) > MAX_BOARD_LEASES:
-        cut.append(f"{len(waiting) - MAX_BOARD_LEASES} waiting task(s) past the first {MAX_BOARD_LEASES} are not listed")
+        cut.append(
+            f"{len(waiting) - MAX_BOARD_LEASES} waiting task(s) past the first {MAX_BOARD_LEASES} are not listed"
+        )
         waiting = waiting[:MAX_BOARD_LEASES]
     telemetry = _telemetry(problems)
-    board = build_board(leases, waiting=waiting, ledger=ledger, problems=problems, now=now, known_hosts=known,
-                        telemetry=telemetry)
+    board = build_board(
+        leases, waiting=waiting, ledger=ledger, problems=problems, now=now, known_hosts=known, telemetry=telemetry
+    )
     if len(board["hosts"]) > MAX_BOARD_HOSTS:
         cut.append(f"{len(board['hosts']) - MAX_BOARD_HOSTS} host(s) past the first {MAX_BOARD_HOSTS} are not listed")
         board["hosts"] = board["hosts"][:MAX_BOARD_HOSTS]
@@ -301,10 +341,19 @@ def _fleet_leases(view, leases: list, hide, problems: list[str], now: float) -> 
             except BadRecordError as exc:
                 problems.append(str(exc))
                 continue
-            lease = BoardLease(host=record.host, lease_id=held.lease_id, gpus=list(held.gpus),
-                               memory=dict(held.memory), whole=held.whole, job_class=held.job_class,
-                               started=held.created, dag_id=tag.dag_id or f"(not an Airflow task: {held.owner})",
-                               run_id=tag.run_id, task_id=tag.task_id, map_index=tag.map_index)
+            lease = BoardLease(
+                host=record.host,
+                lease_id=held.lease_id,
+                gpus=list(held.gpus),
+                memory=dict(held.memory),
+                whole=held.whole,
+                job_class=held.job_class,
+                started=held.created,
+                dag_id=tag.dag_id or f"(not an Airflow task: {held.owner})",
+                run_id=tag.run_id,
+                task_id=tag.task_id,
+                map_index=tag.map_index,
+            )
             if tag.dag_id:
                 hide(lease, tag.dag_id)
             leases.append(lease)
@@ -419,7 +468,8 @@ def gpu_timeline(user, session, hours: float) -> dict[str, Any]:
 
     ended_since = datetime.fromtimestamp(since, timezone.utc)
     for value, dag_id, run_id, task_id, map_index, _state, _end, ran_on in _xcoms(
-            session, LEASE_HISTORY_XCOM, ended_since=ended_since, problems=problems):
+        session, LEASE_HISTORY_XCOM, ended_since=ended_since, problems=problems
+    ):
         source = f"XCom {LEASE_HISTORY_XCOM} of {dag_id}.{task_id}[{map_index}] ({run_id})"
         try:
             record = read_history_record(value, source)
@@ -439,8 +489,9 @@ def gpu_timeline(user, session, hours: float) -> dict[str, Any]:
             segment = {**segment, "dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index}
             hide(segment, dag_id)
             segments.append(segment)
-    for value, dag_id, run_id, task_id, map_index, _state, _end, ran_on in _xcoms(session, LEASE_XCOM,
-                                                                                 states=("running",)):
+    for value, dag_id, run_id, task_id, map_index, _state, _end, ran_on in _xcoms(
+        session, LEASE_XCOM, states=("running",)
+    ):
         try:
             lease = read_lease_record(value, f"XCom {LEASE_XCOM} of {dag_id}.{task_id}[{map_index}] ({run_id})")
             _own_identity(lease, dag_id, run_id, task_id, map_index)
@@ -451,9 +502,16 @@ def gpu_timeline(user, session, hours: float) -> dict[str, Any]:
         hide(segment, dag_id)
         segments.append(segment)
     for dag_id, count in sorted(refused.items()):
-        problems.append(_problem(BadRecordError(
-            f"{count} segment(s) published by DAG {dag_id} name a host its tasks do not run on and no fleet record "
-            f"lists: not drawn"), dag_id, readable))
+        problems.append(
+            _problem(
+                BadRecordError(
+                    f"{count} segment(s) published by DAG {dag_id} name a host its tasks do not run on and no fleet record "
+                    f"lists: not drawn"
+                ),
+                dag_id,
+                readable,
+            )
+        )
     timeline = build_timeline(segments, since=since, until=now, known_gpus=known, problems=problems, dropped=dropped)
     if left_out:
         timeline["cut"].insert(0, f"{left_out} segment(s) past the first {MAX_TIMELINE_SEGMENTS:,} were not read")
@@ -464,25 +522,48 @@ def gpu_timeline(user, session, hours: float) -> dict[str, Any]:
 def task_lease(dag_id: str, run_id: str, task_id: str, map_index: int, session) -> dict[str, Any]:
     """One task instance's GPU lease as it published it (running or ended), its wait and GPU time, and when and
     where the task ran: what the "GPU lease" link shows once the task's lease is no longer on the board."""
-    ti = session.execute(select(TaskInstance.state, TaskInstance.start_date, TaskInstance.end_date,
-                                TaskInstance.hostname, TaskInstance.try_number)
-                         .where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id,
-                                TaskInstance.task_id == task_id, TaskInstance.map_index == map_index)).first()
+    ti = session.execute(
+        select(
+            TaskInstance.state,
+            TaskInstance.start_date,
+            TaskInstance.end_date,
+            TaskInstance.hostname,
+            TaskInstance.try_number,
+        ).where(
+            TaskInstance.dag_id == dag_id,
+            TaskInstance.run_id == run_id,
+            TaskInstance.task_id == task_id,
+            TaskInstance.map_index == map_index,
+        )
+    ).first()
     if ti is None:
         raise HTTPException(404, f"no task instance {task_id} (map index {map_index}) in run {run_id} of {dag_id}")
     state, start, end, hostname, try_number = ti
-    out: dict[str, Any] = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index,
-                           "task_state": str(state.value if hasattr(state, "value") else state),
-                           "start_date": start.timestamp() if start else None,
-                           "end_date": end.timestamp() if end else None, "hostname": hostname or "",
-                           "try_number": try_number, "lease": None, "wait": None, "gpu_time": None, "problems": []}
+    out: dict[str, Any] = {
+        "dag_id": dag_id,
+        "run_id": run_id,
+        "task_id": task_id,
+        "map_index": map_index,
+        "task_state": str(state.value if hasattr(state, "value") else state),
+        "start_date": start.timestamp() if start else None,
+        "end_date": end.timestamp() if end else None,
+        "hostname": hostname or "",
+        "try_number": try_number,
+        "lease": None,
+        "wait": None,
+        "gpu_time": None,
+        "problems": [],
+    }
     where = f"{dag_id}.{task_id}[{map_index}] ({run_id})"
-    readers = {LEASE_XCOM: lambda v, src: asdict(read_lease_record(v, src)),
-               WAIT_XCOM: read_wait_record,
-               GPU_TIME_XCOM: lambda v, src: read_gpu_time_record(v, src, end.timestamp() if end else time.time())}
+    readers = {
+        LEASE_XCOM: lambda v, src: asdict(read_lease_record(v, src)),
+        WAIT_XCOM: read_wait_record,
+        GPU_TIME_XCOM: lambda v, src: read_gpu_time_record(v, src, end.timestamp() if end else time.time()),
+    }
     for key, field in ((LEASE_XCOM, "lease"), (WAIT_XCOM, "wait"), (GPU_TIME_XCOM, "gpu_time")):
-        for value, *_rest in _xcoms(session, key, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index,
-                                    problems=out["problems"]):
+        for value, *_rest in _xcoms(
+            session, key, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index, problems=out["problems"]
+        ):
             try:
                 out[field] = readers[key](value, f"XCom {key} of {where}")
             except BadRecordError as exc:
@@ -495,8 +576,9 @@ def _sweep_records(dag_id: str, run_id: str, session, problems: list[str], group
     order), outcomes by trial id, and the Airflow state of each trial task instance; records that cannot be
     read go to ``problems``. ``group``: that sweep only."""
     plans: dict[str, list[dict]] = {}
-    for value, _d, _r, task_id, _m, _s, _e, _h in _xcoms(session, PLAN_XCOM, dag_id=dag_id, run_id=run_id,
-                                                         problems=problems):
+    for value, _d, _r, task_id, _m, _s, _e, _h in _xcoms(
+        session, PLAN_XCOM, dag_id=dag_id, run_id=run_id, problems=problems
+    ):
         name = task_id.rsplit(".plan", 1)[0].split(".round_")[0]
         if group is not None and name != group:
             continue
@@ -510,8 +592,9 @@ def _sweep_records(dag_id: str, run_id: str, session, problems: list[str], group
         group_plans.sort(key=lambda p: -1 if p.get("round") is None else p["round"])
     trial_tasks = {p["trial_task"] for group_plans in plans.values() for p in group_plans}
     outcomes: dict[str, dict] = {}
-    for value, _d, _r, task_id, map_index, _s, _e, _h in _xcoms(session, OUTCOMES_XCOM, dag_id=dag_id,
-                                                                run_id=run_id, problems=problems):
+    for value, _d, _r, task_id, map_index, _s, _e, _h in _xcoms(
+        session, OUTCOMES_XCOM, dag_id=dag_id, run_id=run_id, problems=problems
+    ):
         if group is not None and task_id not in trial_tasks:
             continue
         try:
@@ -519,10 +602,18 @@ def _sweep_records(dag_id: str, run_id: str, session, problems: list[str], group
                 outcomes[o["trial_id"]] = o
         except BadRecordError as exc:
             problems.append(str(exc))
-    states = {(t, m): (s.value if hasattr(s, "value") else s) for t, m, s in session.execute(
-        select(TaskInstance.task_id, TaskInstance.map_index, TaskInstance.state)
-        .where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id,
-               TaskInstance.task_id.in_(trial_tasks))).all()} if trial_tasks else {}
+    states = (
+        {
+            (t, m): (s.value if hasattr(s, "value") else s)
+            for t, m, s in session.execute(
+                select(TaskInstance.task_id, TaskInstance.map_index, TaskInstance.state).where(
+                    TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.task_id.in_(trial_tasks)
+                )
+            ).all()
+        }
+        if trial_tasks
+        else {}
+    )
     return plans, outcomes, states
 
 
@@ -531,8 +622,11 @@ def _one_sweep(dag_id: str, run_id: str, group: str, session):
     problems: list[str] = []
     plans, outcomes, states = _sweep_records(dag_id, run_id, session, problems, group=group)
     if group not in plans:
-        raise HTTPException(404, f"run {run_id} of {dag_id} planned no sweep {group!r}"
-                                 + (f" ({'; '.join(problems)[:500]})" if problems else ""))
+        raise HTTPException(
+            404,
+            f"run {run_id} of {dag_id} planned no sweep {group!r}"
+            + (f" ({'; '.join(problems)[:500]})" if problems else ""),
+        )
     return plans[group], trial_rows(plans[group], outcomes, states), sweep_objective(plans[group])
 
 
@@ -554,8 +648,9 @@ def sweep_importance(dag_id: str, run_id: str, group: str, session) -> dict[str,
             _importance_cache.move_to_end(key)
             return _importance_cache[key]
     t0 = time.monotonic()
-    found = param_importance(points, param_axes(plans, values, categories), objective,
-                             pruned=sum(1 for r in rows if r["state"] == "pruned"))
+    found = param_importance(
+        points, param_axes(plans, values, categories), objective, pruned=sum(1 for r in rows if r["state"] == "pruned")
+    )
     found["seconds"] = round(time.monotonic() - t0, 3)
     with _importance_lock:
         _importance_cache[key] = found
@@ -570,10 +665,14 @@ def sweep_comparison(dag_id: str, run_id: str, other: str, group: str, session) 
     plans_b, rows_b, _objective_b = _one_sweep(dag_id, other, group, session)
     if objective is None:
         raise HTTPException(400, f"sweep {group!r} has no objective: there is no score to compare")
-    return {"group": group, **compare_runs({"run": run_id, "points": scored_points(rows_a, objective)[0],
-                                            "counts": trial_counts(plans_a, rows_a)},
-                                           {"run": other, "points": scored_points(rows_b, objective)[0],
-                                            "counts": trial_counts(plans_b, rows_b)}, objective)}
+    return {
+        "group": group,
+        **compare_runs(
+            {"run": run_id, "points": scored_points(rows_a, objective)[0], "counts": trial_counts(plans_a, rows_a)},
+            {"run": other, "points": scored_points(rows_b, objective)[0], "counts": trial_counts(plans_b, rows_b)},
+            objective,
+        ),
+    }
 
 
 #: lines of a trial's output the Sweeps tab shows
@@ -587,8 +686,24 @@ def sweep_trial(dag_id: str, run_id: str, group: str, trial_id: str, session) ->
     row = next((r for r in rows if r["trial_id"] == trial_id), None)
     if row is None:
         raise HTTPException(404, f"sweep {group!r} of run {run_id} lists no trial {trial_id!r}")
-    out: dict[str, Any] = {k: row[k] for k in ("index", "trial_id", "label", "params", "state", "result", "error",
-                                                "seconds", "task_id", "map_index", "skipped", "step", "round")}
+    out: dict[str, Any] = {
+        k: row[k]
+        for k in (
+            "index",
+            "trial_id",
+            "label",
+            "params",
+            "state",
+            "result",
+            "error",
+            "seconds",
+            "task_id",
+            "map_index",
+            "skipped",
+            "step",
+            "round",
+        )
+    }
     out.update(log_tail=None, log_path=None, log_note="")
     reports = report_paths(plans).get(trial_id)
     if reports is None:
@@ -603,7 +718,9 @@ def sweep_trial(dag_id: str, run_id: str, group: str, trial_id: str, session) ->
         return out
     out["log_tail"] = read_tail(path, root, TRIAL_LOG_LINES)
     if out["log_tail"] is None:
-        out["log_note"] = "no output yet" if row["state"] in ("waiting", "running") else "its output file is not readable"
+        out["log_note"] = (
+            "no output yet" if row["state"] in ("waiting", "running") else "its output file is not readable"
+        )
     elif row["skipped"]:
         out["log_note"] = "from the earlier DAG run that ran it"
     return out
@@ -617,17 +734,23 @@ def _folder_refusal(folder: str, dag_id: str, root: str) -> str:
         return f"files are read from [gpusched] sweep_results_root ({root}) only; this sweep keeps them elsewhere"
     dags = folder_dags(folder)
     if dags is None or dag_id not in dags:
-        return (f"the sweep folder this plan names does not list DAG {dag_id} among the DAGs that planned in it "
-                f"(its dags.json): its files are not shown here")
+        return (
+            f"the sweep folder this plan names does not list DAG {dag_id} among the DAGs that planned in it "
+            f"(its dags.json): its files are not shown here"
+        )
     return ""
 
 
 def sweeps(dag_id: str, run_id: str | None, session) -> dict[str, Any]:
     """Every sweep of one run of the DAG (default: its latest run that planned a sweep), and the runs to pick."""
-    latest = (select(XComModel.run_id, DagRun.run_after)
-              .join(DagRun, and_(DagRun.dag_id == XComModel.dag_id, DagRun.run_id == XComModel.run_id))
-              .where(XComModel.dag_id == dag_id, XComModel.key == PLAN_XCOM)
-              .distinct().order_by(DagRun.run_after.desc()).limit(50))
+    latest = (
+        select(XComModel.run_id, DagRun.run_after)
+        .join(DagRun, and_(DagRun.dag_id == XComModel.dag_id, DagRun.run_id == XComModel.run_id))
+        .where(XComModel.dag_id == dag_id, XComModel.key == PLAN_XCOM)
+        .distinct()
+        .order_by(DagRun.run_after.desc())
+        .limit(50)
+    )
     runs = [r for r, _after in session.execute(latest).all()]
     if run_id is None:
         run_id = runs[0] if runs else None
@@ -658,8 +781,10 @@ def sweeps(dag_id: str, run_id: str | None, session) -> dict[str, Any]:
 
         view = build_sweep_view(group_plans, outcomes, states, reports=read)
         if replaced:
-            view["reports_note"] = (f"{len(replaced)} trial(s) ran again in a later DAG run; their curves of this "
-                                    f"run are not kept, so they are not drawn")
+            view["reports_note"] = (
+                f"{len(replaced)} trial(s) ran again in a later DAG run; their curves of this "
+                f"run are not kept, so they are not drawn"
+            )
         if refusal:
             view["reports_note"] = refusal
         view["group"] = group
@@ -673,10 +798,18 @@ def slurm_job(dag_id: str, run_id: str, task_id: str, map_index: int, session) -
         # the tab is on every task instance (Airflow has no per-operator tabs): a task without a Slurm job gets a
         # plain answer, with its local GPU lease where it had one
         lease = list(_xcoms(session, LEASE_XCOM, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index))
-        return {"found": False, "dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index,
-                "local_gpus": bool(lease),
-                "message": (f"task {task_id} (map index {map_index}) of run {run_id} has no Slurm job recorded"
-                            + ("; it ran on local GPUs (see its GPU lease)" if lease else ""))}
+        return {
+            "found": False,
+            "dag_id": dag_id,
+            "run_id": run_id,
+            "task_id": task_id,
+            "map_index": map_index,
+            "local_gpus": bool(lease),
+            "message": (
+                f"task {task_id} (map index {map_index}) of run {run_id} has no Slurm job recorded"
+                + ("; it ran on local GPUs (see its GPU lease)" if lease else "")
+            ),
+        }
     value, *_ignored, state, _end, _host = rows[0]
     try:
         record = read_job_record(value, f"XCom {SLURM_JOB_XCOM} of {task_id}")
@@ -716,43 +849,66 @@ def create_app() -> FastAPI:
         return gpu_board(user, session)
 
     @app.get("/api/timeline", dependencies=[Depends(requires_access_view(AccessView.CLUSTER_ACTIVITY))])
-    def get_timeline(user: GetUserDep, session: SessionDep,
-                     hours: float = Query(6.0, gt=0, le=24 * 14)) -> dict[str, Any]:
+    def get_timeline(
+        user: GetUserDep, session: SessionDep, hours: float = Query(6.0, gt=0, le=24 * 14)
+    ) -> dict[str, Any]:
         return gpu_timeline(user, session, hours)
 
-    @app.get("/api/dags/{dag_id}/sweeps/importance",
-             dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.XCOM))])
-    def get_sweep_importance(dag_id: str, session: SessionDep, run_id: str = Query(..., max_length=250),
-                             group: str = Query(..., max_length=250)) -> dict:
+    @app.get(
+        "/api/dags/{dag_id}/sweeps/importance", dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.XCOM))]
+    )
+    def get_sweep_importance(
+        dag_id: str,
+        session: SessionDep,
+        run_id: str = Query(..., max_length=250),
+        group: str = Query(..., max_length=250),
+    ) -> dict:
         return sweep_importance(dag_id, run_id, group, session)
 
-    @app.get("/api/dags/{dag_id}/sweeps/compare",
-             dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.XCOM))])
-    def get_sweep_comparison(dag_id: str, session: SessionDep, run_id: str = Query(..., max_length=250),
-                             other: str = Query(..., max_length=250), group: str = Query(..., max_length=250)) -> dict:
+    @app.get(
+        "/api/dags/{dag_id}/sweeps/compare", dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.XCOM))]
+    )
+    def get_sweep_comparison(
+        dag_id: str,
+        session: SessionDep,
+        run_id: str = Query(..., max_length=250),
+        other: str = Query(..., max_length=250),
+        group: str = Query(..., max_length=250),
+    ) -> dict:
         return sweep_comparison(dag_id, run_id, other, group, session)
 
-    @app.get("/api/dags/{dag_id}/sweeps/trial",
-             dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.XCOM))])
-    def get_sweep_trial(dag_id: str, session: SessionDep, run_id: str = Query(..., max_length=250),
-                        group: str = Query(..., max_length=250), trial_id: str = Query(..., max_length=250)) -> dict:
+    @app.get(
+        "/api/dags/{dag_id}/sweeps/trial", dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.XCOM))]
+    )
+    def get_sweep_trial(
+        dag_id: str,
+        session: SessionDep,
+        run_id: str = Query(..., max_length=250),
+        group: str = Query(..., max_length=250),
+        trial_id: str = Query(..., max_length=250),
+    ) -> dict:
         return sweep_trial(dag_id, run_id, group, trial_id, session)
 
-    @app.get("/api/dags/{dag_id}/sweeps",
-             dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.XCOM))])
+    @app.get("/api/dags/{dag_id}/sweeps", dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.XCOM))])
     def get_sweeps(dag_id: str, session: SessionDep, run_id: str | None = Query(None, max_length=250)) -> dict:
         return sweeps(dag_id, run_id, session)
 
-    @app.get("/api/dags/{dag_id}/runs/{run_id}/tasks/{task_id}/slurm",
-             dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.XCOM))])
-    def get_slurm_job(dag_id: str, run_id: str, task_id: str, session: SessionDep,
-                      map_index: int = Query(-1, ge=-1)) -> dict:
+    @app.get(
+        "/api/dags/{dag_id}/runs/{run_id}/tasks/{task_id}/slurm",
+        dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.XCOM))],
+    )
+    def get_slurm_job(
+        dag_id: str, run_id: str, task_id: str, session: SessionDep, map_index: int = Query(-1, ge=-1)
+    ) -> dict:
         return slurm_job(dag_id, run_id, task_id, map_index, session)
 
-    @app.get("/api/dags/{dag_id}/runs/{run_id}/tasks/{task_id}/lease",
-             dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.XCOM))])
-    def get_task_lease(dag_id: str, run_id: str, task_id: str, session: SessionDep,
-                       map_index: int = Query(-1, ge=-1)) -> dict:
+    @app.get(
+        "/api/dags/{dag_id}/runs/{run_id}/tasks/{task_id}/lease",
+        dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.XCOM))],
+    )
+    def get_task_lease(
+        dag_id: str, run_id: str, task_id: str, session: SessionDep, map_index: int = Query(-1, ge=-1)
+    ) -> dict:
         return task_lease(dag_id, run_id, task_id, map_index, session)
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

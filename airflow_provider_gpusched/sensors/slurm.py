@@ -24,9 +24,16 @@ class SlurmJobSensor(BaseSensorOperator):
 
     template_fields: Sequence[str] = ("job_id",)
 
-    def __init__(self, *, job_id: str, slurm_conn_id: str = SlurmHook.default_conn_name,
-                 deferrable: bool | None = None, poll_interval: float | None = None,
-                 cancel_on_kill: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        job_id: str,
+        slurm_conn_id: str = SlurmHook.default_conn_name,
+        deferrable: bool | None = None,
+        poll_interval: float | None = None,
+        cancel_on_kill: bool = False,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.job_id = job_id
         self.slurm_conn_id = slurm_conn_id
@@ -41,11 +48,14 @@ class SlurmJobSensor(BaseSensorOperator):
             return super().execute(context)
         hook = SlurmHook(self.slurm_conn_id)
         self.defer(
-            trigger=SlurmJobTrigger(job_id=str(self.job_id), runner=hook.runner_description,
-                                    poll_interval=self.poll_interval or settings.poll_interval(),
-                                    not_found_timeout=settings.not_found_timeout(),
-                                    cancel_on_kill=self.cancel_on_kill,
-                                    fire_after=time.time() + settings.min_deferral()),
+            trigger=SlurmJobTrigger(
+                job_id=str(self.job_id),
+                runner=hook.runner_description,
+                poll_interval=self.poll_interval or settings.poll_interval(),
+                not_found_timeout=settings.not_found_timeout(),
+                cancel_on_kill=self.cancel_on_kill,
+                fire_after=time.time() + settings.min_deferral(),
+            ),
             method_name="execute_complete",
             timeout=self.execution_timeout,
         )

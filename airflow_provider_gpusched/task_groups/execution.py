@@ -63,8 +63,7 @@ class SweepExecution:
             value = getattr(self, name)
             if value is not None and (not is_int(value) or value < 1):
                 raise AirflowException(f"{name} must be a whole number >= 1, got {value!r}")
-        if self.poll_interval is not None and (not is_number(self.poll_interval)
-                                               or self.poll_interval <= 0):
+        if self.poll_interval is not None and (not is_number(self.poll_interval) or self.poll_interval <= 0):
             raise AirflowException(f"poll_interval must be seconds (a number > 0), got {self.poll_interval!r}")
         if not isinstance(self.trial_kwargs, Mapping):
             raise AirflowException(f"trial_kwargs must be a mapping of operator arguments, got {self.trial_kwargs!r}")
@@ -76,11 +75,14 @@ class SweepExecution:
         known = [f.name for f in fields(cls)]
         unknown = sorted(set(options) - set(known))
         if unknown:
-            raise AirflowException(f"sweep_task_group: unknown option(s) {', '.join(unknown)}; "
-                                   f"expected one of {', '.join(known)}")
+            raise AirflowException(
+                f"sweep_task_group: unknown option(s) {', '.join(unknown)}; expected one of {', '.join(known)}"
+            )
         if execution is not None and options:
-            raise AirflowException(f"sweep_task_group: give execution=SweepExecution(...) or the options "
-                                   f"{', '.join(sorted(options))}, not both")
+            raise AirflowException(
+                f"sweep_task_group: give execution=SweepExecution(...) or the options "
+                f"{', '.join(sorted(options))}, not both"
+            )
         if execution is not None and not isinstance(execution, SweepExecution):
             raise AirflowException(f"execution must be a SweepExecution, got {type(execution).__name__}")
         return execution or cls(**options)

@@ -85,12 +85,17 @@ def sweep_task_group(
     size = spec.stage_size()
     stage = _Stage(session, execution, execution.batched(size), execution.chunk_size_for(size))
     # named by its URI: the same sweep name under another results root is another asset
-    asset = Asset(uri=f"file://{os.path.join(session.store.dir, 'best.json')}") \
-        if publish_asset and spec.objective is not None else None
+    asset = (
+        Asset(uri=f"file://{os.path.join(session.store.dir, 'best.json')}")
+        if publish_asset and spec.objective is not None
+        else None
+    )
     notifiers = _bind_notifiers(notify, session)
     if notify_rounds and not spec.in_rounds:
-        raise AirflowException(f"sweep {spec.name}: notify_rounds=True, but search {spec.search!r} does not run "
-                               f"in rounds (optuna and evolution do)")
+        raise AirflowException(
+            f"sweep {spec.name}: notify_rounds=True, but search {spec.search!r} does not run "
+            f"in rounds (optuna and evolution do)"
+        )
 
     with TaskGroup(group_id=group_id or spec.name, tooltip=f"{spec.search} sweep {spec.name}") as group:
         last = _rounds(stage, notify if notify_rounds else None) if spec.in_rounds else stage.build()[1]
@@ -115,13 +120,22 @@ def _bind_notifiers(notify: Sequence[Any] | None, session: SweepSession, round_n
     for i, n in enumerate(notify):
         if isinstance(n, GpuschedNotifier):
             r = session.spec.resources
-            out.append(n.for_sweep(session.store.dir, job_class=r.job_class, gpus_per_trial=max(1, r.gpus),
-                                   round_no=round_no, rounds=session.spec.rounds if round_no is not None else None))
+            out.append(
+                n.for_sweep(
+                    session.store.dir,
+                    job_class=r.job_class,
+                    gpus_per_trial=max(1, r.gpus),
+                    round_no=round_no,
+                    rounds=session.spec.rounds if round_no is not None else None,
+                )
+            )
         elif isinstance(n, BaseNotifier) or callable(n):
             out.append(n)
         else:
-            raise AirflowException(f"sweep {session.spec.name}: notify[{i}]: expected a notifier (EmailNotifier, "
-                                   f"WebhookNotifier or another BaseNotifier), got {type(n).__name__}")
+            raise AirflowException(
+                f"sweep {session.spec.name}: notify[{i}]: expected a notifier (EmailNotifier, "
+                f"WebhookNotifier or another BaseNotifier), got {type(n).__name__}"
+            )
     return out
 
 
@@ -142,8 +156,10 @@ def _rounds(stage: _Stage, notify: Sequence[Any] | None = None):
                 run_id = get_current_context()["run_id"]
                 session.settle(round_no, run_id, print)
                 outcome = session.finish_round(round_no, run_id)
-                print(f"round {round_no}: {outcome['scored']}/{outcome['trials']} trials scored, "
-                      f"round best {outcome['round_best']}")
+                print(
+                    f"round {round_no}: {outcome['scored']}/{outcome['trials']} trials scored, "
+                    f"round best {outcome['round_best']}"
+                )
                 if report:  # the round's report reads the summary: bring it up to this round
                     session.collect(run_id)
                 return outcome
@@ -174,8 +190,9 @@ def _collect(session: SweepSession, notifiers: Sequence[Any] = ()):
 
 
 def _check_trials(spec: SweepSpec, notifiers: Sequence[Any] = ()):
-    @task(task_id="check_trials", on_success_callback=list(notifiers) or None,
-          on_failure_callback=list(notifiers) or None)
+    @task(
+        task_id="check_trials", on_success_callback=list(notifiers) or None, on_failure_callback=list(notifiers) or None
+    )
     def check_trials(summary: dict) -> dict:
         """The run is green only when it ran every trial of its plan (none stopped or not started) and at most
         ``max_failed_trials`` of them failed, were invalid or timed out."""
@@ -189,16 +206,22 @@ def _check_trials(spec: SweepSpec, notifiers: Sequence[Any] = ()):
             raise AirflowFailException(
                 f"sweep {spec.name}: this run did not finish its trials: "
                 + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in unfinished.items())
-                + " (the earlier results they had stand; the next run runs them)")
+                + " (the earlier results they had stand; the next run runs them)"
+            )
         if allowed is not None and bad > allowed:
-            lines = [f"  {p['index']} {p['label'] or p['trial_id']} [{p['state']}]: {p['error']}"
-                     for p in summary.get("problems", [])[:20]]
+            lines = [
+                f"  {p['index']} {p['label'] or p['trial_id']} [{p['state']}]: {p['error']}"
+                for p in summary.get("problems", [])[:20]
+            ]
             raise AirflowFailException(
                 f"sweep {spec.name}: {bad} of {counts['defined']} trials failed or gave an invalid result "
-                f"(max_failed_trials={allowed}):\n" + "\n".join(lines))
+                f"(max_failed_trials={allowed}):\n" + "\n".join(lines)
+            )
         pruned = f", {counts['pruned']} pruned (stopped early)" if counts.get("pruned") else ""
-        print(f"sweep {spec.name}: {counts.get('succeeded', 0)} succeeded{pruned}, {bad} failed or invalid "
-              f"(allowed: {'any' if allowed is None else allowed})")
+        print(
+            f"sweep {spec.name}: {counts.get('succeeded', 0)} succeeded{pruned}, {bad} failed or invalid "
+            f"(allowed: {'any' if allowed is None else allowed})"
+        )
         return counts
 
     return check_trials
@@ -212,11 +235,15 @@ def _leaderboard(spec: SweepSpec, asset: Asset | None):
             return None
         best = summary.get("best")
         if best is None:
-            raise AirflowFailException(f"sweep {spec.name}: no trial succeeded with "
-                                       f"{' and '.join(map(repr, spec.objective.metrics))} in its result "
-                                       f"(see {summary['folder']}/summary.json)")
-        print(f"best {spec.objective.score_label} = {best['score']:.6g}: {best['label']} "
-              f"(trial {best['trial_id']}; {os.path.join(summary['folder'], 'best.json')})")
+            raise AirflowFailException(
+                f"sweep {spec.name}: no trial succeeded with "
+                f"{' and '.join(map(repr, spec.objective.metrics))} in its result "
+                f"(see {summary['folder']}/summary.json)"
+            )
+        print(
+            f"best {spec.objective.score_label} = {best['score']:.6g}: {best['label']} "
+            f"(trial {best['trial_id']}; {os.path.join(summary['folder'], 'best.json')})"
+        )
         if summary.get("pareto_front") is not None:
             print(f"Pareto front ({spec.objective.describe()}): {len(summary['pareto_front'])} trial(s):")
             for row in summary["pareto_front"][:20]:
@@ -237,19 +264,34 @@ def _force_rerun_from_conf(context) -> bool | None:
     return conf["force_rerun"]
 
 
-def _publish_plan(session: SweepSession, manifest: Manifest, round_no: int | None, backend: str, batched: bool,
-                  context) -> None:
+def _publish_plan(
+    session: SweepSession, manifest: Manifest, round_no: int | None, backend: str, batched: bool, context
+) -> None:
     """The stage's plan for the UI's sweep view (XCom ``gpusched_sweep_plan``)."""
     ti = context["ti"]
     group = ti.task_id.rsplit(".", 1)[0]
     trial_task = f"{group}.{'trial' if not batched else 'run_batch' if backend == 'local' else 'trial_array'}"
     skipped_ids = set(manifest.data["skipped"])
     spec = session.spec
-    ti.xcom_push(key=PLAN_XCOM, value=plan_record(
-        spec.name, spec.search, round_no, spec.objective, backend, trial_task,
-        manifest.data.get("chunk_size") if batched else None, manifest.trials, manifest.pending, session.store,
-        [t for t in manifest.trials if t.trial_id in skipped_ids], context["run_id"],
-        spec.report_metric, spec.log_scaled_params))
+    ti.xcom_push(
+        key=PLAN_XCOM,
+        value=plan_record(
+            spec.name,
+            spec.search,
+            round_no,
+            spec.objective,
+            backend,
+            trial_task,
+            manifest.data.get("chunk_size") if batched else None,
+            manifest.trials,
+            manifest.pending,
+            session.store,
+            [t for t in manifest.trials if t.trial_id in skipped_ids],
+            context["run_id"],
+            spec.report_metric,
+            spec.log_scaled_params,
+        ),
+    )
 
 
 class _Stage:
@@ -278,26 +320,43 @@ class _Stage:
             force_rerun = _force_rerun_from_conf(context)
             try:
                 session.store.claim_for_dag(context["dag"].dag_id, session.spec.shared_with_other_dags)
-                manifest = session.prepare(round_no, chunk_size if batched else None, run=context["run_id"],
-                                           force_rerun=force_rerun, backend=backend)
+                manifest = session.prepare(
+                    round_no,
+                    chunk_size if batched else None,
+                    run=context["run_id"],
+                    force_rerun=force_rerun,
+                    backend=backend,
+                )
             except GpuschedError as exc:
                 raise AirflowFailException(f"sweep {session.spec.name}: {exc}") from exc
             skipped = len(manifest.data["skipped"])
             _publish_plan(session, manifest, round_no, backend, batched, get_current_context())
-            print(f"sweep {session.spec.name}{'' if round_no is None else f' round {round_no}'}: "
-                  f"{len(manifest.trials)} trials, {len(manifest.pending)} to run, {skipped} already succeeded or pruned "
-                  f"(skipped{'' if not manifest.data.get('force_rerun') else '; force_rerun'}); manifest {manifest.path}")
+            print(
+                f"sweep {session.spec.name}{'' if round_no is None else f' round {round_no}'}: "
+                f"{len(manifest.trials)} trials, {len(manifest.pending)} to run, {skipped} already succeeded or pruned "
+                f"(skipped{'' if not manifest.data.get('force_rerun') else '; force_rerun'}); manifest {manifest.path}"
+            )
             if round_no is not None and not manifest.trials:
-                print(f"sweep {session.spec.name}: every candidate of the space has been evaluated; "
-                      f"round {round_no} has nothing left to try (the search is complete)")
+                print(
+                    f"sweep {session.spec.name}: every candidate of the space has been evaluated; "
+                    f"round {round_no} has nothing left to try (the search is complete)"
+                )
             if not batched:  # each trial task gets its command and, as data, the trial it runs
-                return [{"command": trial_argv(manifest, t, python), "trials": trial_set(manifest, [t])}
-                        for t in manifest.pending]
+                return [
+                    {"command": trial_argv(manifest, t, python), "trials": trial_set(manifest, [t])}
+                    for t in manifest.pending
+                ]
             chunks = manifest.chunk_count()
             if backend == "local":
                 return list(range(chunks))
-            return [{"command": chunk_argv(manifest, k, python), "trials": trial_set(manifest, chunk=k),
-                     "array": array_range(len(manifest.chunk(k)), max_array_parallel)} for k in range(chunks)]
+            return [
+                {
+                    "command": chunk_argv(manifest, k, python),
+                    "trials": trial_set(manifest, chunk=k),
+                    "array": array_range(len(manifest.chunk(k)), max_array_parallel),
+                }
+                for k in range(chunks)
+            ]
 
         planned = plan()
         if not batched:
@@ -321,8 +380,13 @@ class _Stage:
 
     def _trial_operator(self, task_id: str, label_template: str):
         r, ex = self.spec.resources, self.execution
-        common = dict(task_id=task_id, map_index_template=label_template, sweep_name=self.spec.name,
-                      poll_interval=ex.poll_interval, **ex.trial_kwargs)
+        common = dict(
+            task_id=task_id,
+            map_index_template=label_template,
+            sweep_name=self.spec.name,
+            poll_interval=ex.poll_interval,
+            **ex.trial_kwargs,
+        )
         if self.spec.max_workers is not None:  # DI-toolkit's max_workers: trials of a DAG run at once (a job
             # array holds up to max_workers itself, with %N: then one array at a time)
             common.setdefault("max_active_tis_per_dagrun", 1 if task_id == "trial_array" else self.spec.max_workers)
@@ -332,8 +396,9 @@ class _Stage:
             return SweepTrialGPUOperator.partial(**r.local_gpu_arguments(), **common)
         from airflow_provider_gpusched.task_groups.trial_operators import SweepTrialSlurmOperator
 
-        return SweepTrialSlurmOperator.partial(**r.slurm_arguments(), slurm_conn_id=ex.slurm_conn_id,
-                                               job_name=f"sweep.{self.spec.name}", **common)
+        return SweepTrialSlurmOperator.partial(
+            **r.slurm_arguments(), slurm_conn_id=ex.slurm_conn_id, job_name=f"sweep.{self.spec.name}", **common
+        )
 
     def _local_runner(self, round_no: int | None):
         session, spec = self.session, self.spec
@@ -341,8 +406,11 @@ class _Stage:
         if spec.max_workers is not None:
             parallel = min(parallel or spec.max_workers, spec.max_workers)
 
-        @task(**self._class_kwargs(task_id="run_batch", map_index_template="chunk {{ chunk }}",
-                                   **self.execution.trial_kwargs))
+        @task(
+            **self._class_kwargs(
+                task_id="run_batch", map_index_template="chunk {{ chunk }}", **self.execution.trial_kwargs
+            )
+        )
         def run_batch(chunk: int) -> dict:
             from airflow.sdk import get_current_context
 
@@ -363,24 +431,44 @@ class _Stage:
             map_index = ti.map_index if ti.map_index is not None else -1
 
             def on_attempt(attempt, label: str) -> None:
-                segments.add(segment_of(attempt, job_class=r.job_class, priority=r.priority, label=label,
-                                        dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id, map_index=map_index))
+                segments.add(
+                    segment_of(
+                        attempt,
+                        job_class=r.job_class,
+                        priority=r.priority,
+                        label=label,
+                        dag_id=ti.dag_id,
+                        run_id=ti.run_id,
+                        task_id=ti.task_id,
+                        map_index=map_index,
+                    )
+                )
 
             def outcomes() -> list[dict]:  # this run's outcome of each trial of the chunk
-                return outcome_records(session.store, trials, manifest.data.get("run"),
-                                       manifest.data.get("planned_at"))
+                return outcome_records(session.store, trials, manifest.data.get("run"), manifest.data.get("planned_at"))
 
             def publish() -> None:  # the GPU timeline's bars of this runner so far
                 ti.xcom_push(key=LEASE_HISTORY_XCOM, value=segments.record())
 
             try:
-                outcome = run_local_batch(manifest, trials, manager, request, parallel=parallel,
-                                          trials_per_process=per_process,
-                                          owner=f"{ti.dag_id}.{ti.task_id}[{chunk}] ({ti.run_id})",
-                                          job_class=r.job_class, priority=r.priority, on_event=print, work=tag,
-                                          setup=r.setup, time_limit=None if r.time_limit is None
-                                          else time_limit_seconds(r.time_limit),
-                                          on_attempt=on_attempt, on_tick=publish, host=fleet.worker_host(ti))
+                outcome = run_local_batch(
+                    manifest,
+                    trials,
+                    manager,
+                    request,
+                    parallel=parallel,
+                    trials_per_process=per_process,
+                    owner=f"{ti.dag_id}.{ti.task_id}[{chunk}] ({ti.run_id})",
+                    job_class=r.job_class,
+                    priority=r.priority,
+                    on_event=print,
+                    work=tag,
+                    setup=r.setup,
+                    time_limit=None if r.time_limit is None else time_limit_seconds(r.time_limit),
+                    on_attempt=on_attempt,
+                    on_tick=publish,
+                    host=fleet.worker_host(ti),
+                )
             except WorkHalted as exc:  # no retry: someone stopped it
                 ti.xcom_push(key=OUTCOMES_XCOM, value=outcomes())
                 raise WorkStopped(f"chunk {chunk}: {exc}") from exc
@@ -388,8 +476,10 @@ class _Stage:
                 publish()
             ti.xcom_push(key=OUTCOMES_XCOM, value=outcomes())
             counts = {k: len(v) for k, v in outcome.items()}
-            print(f"chunk {chunk}: {counts['succeeded']} succeeded, {counts['pruned']} pruned, "
-                  f"{counts['failed']} failed, {counts['timeout']} stopped at their time limit")
+            print(
+                f"chunk {chunk}: {counts['succeeded']} succeeded, {counts['pruned']} pruned, "
+                f"{counts['failed']} failed, {counts['timeout']} stopped at their time limit"
+            )
             if (counts["failed"] or counts["timeout"]) and not counts["succeeded"] and not counts["pruned"]:
                 raise AirflowException(f"chunk {chunk}: every trial failed (see {session.store.dir}/logs)")
             return counts

@@ -59,8 +59,11 @@ class _RecordsTrialFailures:
             found = self.trial_set()
             if found is not None:
                 state = _ended_as(exc)
-                why = f"the trial's task was stopped: {first}" if state == "stopped" else \
-                    f"the trial's task failed: {first}"
+                why = (
+                    f"the trial's task was stopped: {first}"
+                    if state == "stopped"
+                    else f"the trial's task failed: {first}"
+                )
                 for line in mark_unfinished(*found, why, state=state):
                     self.log.warning("%s", line)
             self._publish_outcomes(context)
@@ -73,8 +76,9 @@ class _RecordsTrialFailures:
             found = self.trial_set()
             if found is not None:
                 manifest, trials = found
-                records = outcome_records(manifest.store, trials, manifest.data.get("run"),
-                                          manifest.data.get("planned_at"))
+                records = outcome_records(
+                    manifest.store, trials, manifest.data.get("run"), manifest.data.get("planned_at")
+                )
                 context["ti"].xcom_push(key=OUTCOMES_XCOM, value=records)
                 for record in records:  # metric gpusched.sweep_trials.<sweep>.<state> (docs/metrics.md)
                     if record["state"] in FINAL_STATES:
@@ -87,8 +91,9 @@ class _RecordsTrialFailures:
         tag = super().work_tag(context)  # type: ignore[misc]
         found = self.trial_set()
         labels = "+".join(t.label or t.trial_id for t in found[1]) if found else ""
-        return dataclasses.replace(tag, sweep=str(getattr(self, "sweep_name", ""))[:MAX_FIELD],
-                                   trial=labels[:MAX_FIELD])
+        return dataclasses.replace(
+            tag, sweep=str(getattr(self, "sweep_name", ""))[:MAX_FIELD], trial=labels[:MAX_FIELD]
+        )
 
     def execute(self, context) -> Any:  # the operator publishes its extra links (these included) itself
         return self._recording(super().execute, context)  # type: ignore[misc]
@@ -139,5 +144,8 @@ class SweepTrialSlurmOperator(_RecordsTrialFailures, SlurmJobOperator):
             return super().work_key(context, spec)
         manifest, trials = found
         skip = ("--comment=", "--output=", "--error=", "--job-name=")
-        return work_key(manifest.store.dir, *sorted(t.trial_id for t in trials),
-                        *(a for a in spec.sbatch_argv() if not a.startswith(skip)))
+        return work_key(
+            manifest.store.dir,
+            *sorted(t.trial_id for t in trials),
+            *(a for a in spec.sbatch_argv() if not a.startswith(skip)),
+        )

@@ -24,11 +24,19 @@ class GPUAvailableTrigger(BaseTrigger):
     hosts use ``wait_mode="reschedule"`` on the operator instead.
     """
 
-    def __init__(self, request: dict, simulate: str | None = None, state_dir: str | None = None,
-                 poll_interval: float = options.default("gpu_poll_interval"), payload: dict | None = None,
-                 owner: str = "",
-                 job_class: str = "normal", not_before: float | None = None, task_key: str = "",
-                 fire_after: float | None = None) -> None:
+    def __init__(
+        self,
+        request: dict,
+        simulate: str | None = None,
+        state_dir: str | None = None,
+        poll_interval: float = options.default("gpu_poll_interval"),
+        payload: dict | None = None,
+        owner: str = "",
+        job_class: str = "normal",
+        not_before: float | None = None,
+        task_key: str = "",
+        fire_after: float | None = None,
+    ) -> None:
         super().__init__()
         self.fire_after = fire_after
         self.task_key = task_key
@@ -42,15 +50,29 @@ class GPUAvailableTrigger(BaseTrigger):
         self.payload = dict(payload or {})
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (f"{type(self).__module__}.{type(self).__qualname__}",
-                {"request": self.request, "simulate": self.simulate, "state_dir": self.state_dir,
-                 "poll_interval": self.poll_interval, "payload": self.payload, "owner": self.owner,
-                 "job_class": self.job_class, "not_before": self.not_before, "task_key": self.task_key,
-                 "fire_after": self.fire_after})
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "request": self.request,
+                "simulate": self.simulate,
+                "state_dir": self.state_dir,
+                "poll_interval": self.poll_interval,
+                "payload": self.payload,
+                "owner": self.owner,
+                "job_class": self.job_class,
+                "not_before": self.not_before,
+                "task_key": self.task_key,
+                "fire_after": self.fire_after,
+            },
+        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        manager = LeaseManager(get_inventory(self.simulate or None), self.state_dir,
-                               classes=settings.job_class_mapping(), shared=settings.gpu_state_dir_shared())
+        manager = LeaseManager(
+            get_inventory(self.simulate or None),
+            self.state_dir,
+            classes=settings.job_class_mapping(),
+            shared=settings.gpu_state_dir_shared(),
+        )
         request = GPURequest(**self.request)
         if self.not_before is not None and self.not_before > time.time():
             self.log.info("Relaunching after a preemption: backing off %.0fs", self.not_before - time.time())
@@ -58,8 +80,9 @@ class GPUAvailableTrigger(BaseTrigger):
         last = None
         while True:  # a normal request that does not fit asks idle leases to yield (see LeaseManager)
             seen = manager.store.release_count()
-            why = await asyncio.to_thread(manager.hold_place, request, self.owner, job_class=self.job_class,
-                                          task_key=self.task_key)
+            why = await asyncio.to_thread(
+                manager.hold_place, request, self.owner, job_class=self.job_class, task_key=self.task_key
+            )
             if not why and self.fire_after is not None and self.fire_after > time.time():
                 await hold_until(self.fire_after)  # then look again: the GPUs may have gone meanwhile
                 continue
@@ -88,9 +111,15 @@ class FleetRoomTrigger(BaseTrigger):
     It reserves nothing; the resumed task goes back to the executor's queue, and the host that takes it
     leases its GPUs (or waits again)."""
 
-    def __init__(self, request: dict, fleet_dir: str, poll_interval: float = options.default("gpu_poll_interval"),
-                 payload: dict | None = None, not_before: float | None = None,
-                 fire_after: float | None = None) -> None:
+    def __init__(
+        self,
+        request: dict,
+        fleet_dir: str,
+        poll_interval: float = options.default("gpu_poll_interval"),
+        payload: dict | None = None,
+        not_before: float | None = None,
+        fire_after: float | None = None,
+    ) -> None:
         super().__init__()
         self.request = dict(request)
         self.fleet_dir = fleet_dir
@@ -100,9 +129,17 @@ class FleetRoomTrigger(BaseTrigger):
         self.fire_after = fire_after
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (f"{type(self).__module__}.{type(self).__qualname__}",
-                {"request": self.request, "fleet_dir": self.fleet_dir, "poll_interval": self.poll_interval,
-                 "payload": self.payload, "not_before": self.not_before, "fire_after": self.fire_after})
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "request": self.request,
+                "fleet_dir": self.fleet_dir,
+                "poll_interval": self.poll_interval,
+                "payload": self.payload,
+                "not_before": self.not_before,
+                "fire_after": self.fire_after,
+            },
+        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_provider_gpusched.core import fleet

@@ -97,18 +97,28 @@ class SlurmJobTrigger(BaseTrigger):
         tracker = JobTracker(self.job_id, not_found_timeout=self.not_found_timeout)
         poller = self._poller()
         follower = self._follower()
-        self.log.info("Waiting for Slurm job %s (shared poller, every %.0fs)%s", self.job_id, self.poll_interval,
-                      f"; its output {self.output_path} follows as it is written" if follower else "")
-        async for update in poller.watch(self.job_id, poll_interval=self.poll_interval,
-                                         array_size=self.array_size):
+        self.log.info(
+            "Waiting for Slurm job %s (shared poller, every %.0fs)%s",
+            self.job_id,
+            self.poll_interval,
+            f"; its output {self.output_path} follows as it is written" if follower else "",
+        )
+        async for update in poller.watch(self.job_id, poll_interval=self.poll_interval, array_size=self.array_size):
             if isinstance(update, PollProblem):
                 if update.transient or update.consecutive_failures < poller.max_permanent_failures:
                     self.log.warning("Slurm status unavailable (%s); will retry", update.message)
                     continue
                 await hold_until(self.fire_after)
-                yield TriggerEvent({"status": "error", "job_id": self.job_id, "output_path": self.output_path,
-                                    "message": f"cannot query Slurm: {update.message}",
-                                    "preemptions": tracker.preemptions, "events": tracker.events})
+                yield TriggerEvent(
+                    {
+                        "status": "error",
+                        "job_id": self.job_id,
+                        "output_path": self.output_path,
+                        "message": f"cannot query Slurm: {update.message}",
+                        "preemptions": tracker.preemptions,
+                        "events": tracker.events,
+                    }
+                )
                 return
             for line in tracker.update(update):
                 self.log.info("%s", line)
@@ -116,17 +126,19 @@ class SlurmJobTrigger(BaseTrigger):
             if tracker.done:
                 final = tracker.final_status()
                 await hold_until(self.fire_after)
-                yield TriggerEvent({
-                    "status": "success" if final.phase.is_success else "error",
-                    "job_id": self.job_id,
-                    "output_path": self.output_path,
-                    "job": final.to_dict(),
-                    "preemptions": tracker.preemptions,
-                    "preemption_events": tracker.preemption_events,
-                    "events": tracker.events,
-                    "message": final.describe() if not tracker.lost else final.reason,
-                    "followed_lines": follower.lines if follower is not None else None,
-                })
+                yield TriggerEvent(
+                    {
+                        "status": "success" if final.phase.is_success else "error",
+                        "job_id": self.job_id,
+                        "output_path": self.output_path,
+                        "job": final.to_dict(),
+                        "preemptions": tracker.preemptions,
+                        "preemption_events": tracker.preemption_events,
+                        "events": tracker.events,
+                        "message": final.describe() if not tracker.lost else final.reason,
+                        "followed_lines": follower.lines if follower is not None else None,
+                    }
+                )
                 return
 
     async def on_kill(self) -> None:

@@ -37,7 +37,9 @@ def dag_run_results(dag_run):
     with create_session() as session:
         rows = session.execute(
             select(XComModel.task_id, XComModel.map_index, XComModel.key, XComModel.value).where(
-                XComModel.dag_id == dag_run.dag_id, XComModel.run_id == dag_run.run_id)).all()
+                XComModel.dag_id == dag_run.dag_id, XComModel.run_id == dag_run.run_id
+            )
+        ).all()
         for task_id, map_index, key, value in rows:
             xcoms.setdefault(task_id if map_index < 0 else (task_id, map_index), {})[key] = value
         for ti in dag_run.get_task_instances(session=session):
@@ -90,8 +92,14 @@ xcoms, states = dag_run_results(run)
 print("RESULT " + json.dumps({{"state": run.state, "xcoms": {{str(k): v for k, v in xcoms.items()}},
                               "states": {{str(k): v for k, v in states.items()}}}}, default=str))
 """
-    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=REPO, env={**os.environ, **(env or {})})
+    return subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def process_result(proc, dag_id: str, timeout: float = 240) -> dict:
@@ -100,8 +108,10 @@ def process_result(proc, dag_id: str, timeout: float = 240) -> dict:
 
     stdout, stderr = proc.communicate(timeout=timeout)
     line = next((x for x in stdout.splitlines() if x.startswith("RESULT ")), None)
-    assert line, f"dag {dag_id} in a subprocess gave no result (rc {proc.returncode}):\n{stdout[-3000:]}\n{stderr[-3000:]}"
-    return json.loads(line[len("RESULT "):])
+    assert line, (
+        f"dag {dag_id} in a subprocess gave no result (rc {proc.returncode}):\n{stdout[-3000:]}\n{stderr[-3000:]}"
+    )
+    return json.loads(line[len("RESULT ") :])
 
 
 def run_in_subprocess(path: Path, dag_id: str, timeout: float = 240) -> dict:

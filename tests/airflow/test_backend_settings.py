@@ -15,20 +15,24 @@ def test_setup_lines_and_cpus_hold_for_each_local_trial_mapped_and_batched(airfl
     env_script = tmp_path / "env.sh"
     env_script.write_text("export TRAIN_ENV='activated env'\n")
     monkeypatch.setenv("GPUSCHED_TEST_ENV_SCRIPT", str(env_script))
-    state, _, states = run_and_collect(load_dag_file(REPO / "tests" / "airflow" / "dagfiles" / "t_sweeps.py").local_setup)
+    state, _, states = run_and_collect(
+        load_dag_file(REPO / "tests" / "airflow" / "dagfiles" / "t_sweeps.py").local_setup
+    )
     assert state == "success", states
     for batching in ("mapped", "batched"):
         records = json.loads((tmp_path / "sweeps" / f"local_setup_{batching}" / "summary.json").read_text())["records"]
         assert sorted(r["result"]["args"][0] for r in records) == ["a b", "it's; $HOME"]  # verbatim
         assert {r["result"]["env"] for r in records} == {"activated env"}
-        assert all(len(r["result"]["cpus"]) == 1 and r["result"]["reserved"] == str(r["result"]["cpus"][0])
-                   for r in records)  # cpus=1: one CPU reserved, the trial pinned to it
+        assert all(
+            len(r["result"]["cpus"]) == 1 and r["result"]["reserved"] == str(r["result"]["cpus"][0]) for r in records
+        )  # cpus=1: one CPU reserved, the trial pinned to it
 
 
 def test_a_local_trial_past_its_time_limit_is_stopped_and_ends_timeout(airflow_db, tmp_path, monkeypatch):
     monkeypatch.setenv("AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT", str(tmp_path / "sweeps"))
     state, xcoms, states = run_and_collect(
-        load_dag_file(REPO / "tests" / "airflow" / "dagfiles" / "t_sweeps.py").local_time_limit)
+        load_dag_file(REPO / "tests" / "airflow" / "dagfiles" / "t_sweeps.py").local_time_limit
+    )
     assert state == "success", states  # max_failed_trials=1: the timed-out trial is allowed
     for batching in ("mapped", "batched"):
         records = json.loads((tmp_path / "sweeps" / f"local_limit_{batching}" / "summary.json").read_text())["records"]
@@ -40,10 +44,13 @@ def test_a_local_trial_past_its_time_limit_is_stopped_and_ends_timeout(airflow_d
         assert counts["timeout"] == 1 and counts["succeeded"] == 1 and counts["failed"] == 0
 
 
-@pytest.mark.parametrize("resources, named", [
-    ({"partition": "batch"}, "resources.partition='batch': a Slurm partition"),
-    ({"qos": "high"}, "resources.qos='high': a Slurm QOS"),
-])
+@pytest.mark.parametrize(
+    "resources, named",
+    [
+        ({"partition": "batch"}, "resources.partition='batch': a Slurm partition"),
+        ({"qos": "high"}, "resources.qos='high': a Slurm QOS"),
+    ],
+)
 def test_a_setting_the_local_backend_cannot_honour_is_refused_naming_it(airflow_db, resources, named):
     import pendulum
     from airflow.exceptions import AirflowException
@@ -51,11 +58,19 @@ def test_a_setting_the_local_backend_cannot_honour_is_refused_naming_it(airflow_
 
     from airflow_provider_gpusched import Objective, SweepSpec, TrialResources, sweep_task_group
 
-    spec = SweepSpec(name="s", test_config=[{"x": [1]}], command=["true"], objective=Objective("y"),
-                     resources=TrialResources(**resources))
+    spec = SweepSpec(
+        name="s",
+        test_config=[{"x": [1]}],
+        command=["true"],
+        objective=Objective("y"),
+        resources=TrialResources(**resources),
+    )
     with DAG("refused", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
-        with pytest.raises(AirflowException, match=f"sweep s: {named}.* is not something the local backend honours; "
-                                                   "run such trials with backend='slurm'"):
+        with pytest.raises(
+            AirflowException,
+            match=f"sweep s: {named}.* is not something the local backend honours; "
+            "run such trials with backend='slurm'",
+        ):
             sweep_task_group(spec, backend="local")
         sweep_task_group(spec, backend="slurm", group_id="on_slurm")  # where it means something: accepted
 
@@ -115,11 +130,18 @@ def test_fedflows_host_limits_are_gpusched_options_that_local_work_gets_by_defau
     with DAG("limits_set", schedule=None, start_date=start):
         limited = LocalGPUOperator(task_id="limited", command=["true"])
         own = LocalGPUOperator(task_id="own", command=["true"], max_cpu_percent=95, memory_margin=0)
-    assert (limited.request.max_cpu_percent, limited.request.min_free_ram, limited.request.memory_margin) == \
-        (80.0, 8 * 2**30, 2**30)
+    assert (limited.request.max_cpu_percent, limited.request.min_free_ram, limited.request.memory_margin) == (
+        80.0,
+        8 * 2**30,
+        2**30,
+    )
     assert (own.request.max_cpu_percent, own.request.memory_margin) == (95, 0)  # its own win
-    assert host_limit_defaults() == {"max_cpu_percent": 80.0, "min_free_ram": "8GiB", "memory_margin": "1GiB",
-                                     "max_waiting": 0}
+    assert host_limit_defaults() == {
+        "max_cpu_percent": 80.0,
+        "min_free_ram": "8GiB",
+        "memory_margin": "1GiB",
+        "max_waiting": 0,
+    }
     # fedflow's scheduler.max-waiting: [gpusched] max_waiting, the default bound of two-stage work
     monkeypatch.setenv("AIRFLOW__GPUSCHED__MAX_WAITING", "3")
     with DAG("waiting_set", schedule=None, start_date=start):
@@ -127,7 +149,9 @@ def test_fedflows_host_limits_are_gpusched_options_that_local_work_gets_by_defau
         bounded = LocalGPUOperator(task_id="bounded", command=["true"], load_stage=True, max_waiting=1)
     assert (staged.request.load_stage, staged.request.max_waiting, bounded.request.max_waiting) == (True, 3, 1)
     monkeypatch.setenv("AIRFLOW__GPUSCHED__MAX_WAITING", "many")
-    with pytest.raises(Exception, match=r"\[gpusched\] max_waiting: expected a whole number >= 0 \(0: no bound\), got 'many'"):
+    with pytest.raises(
+        Exception, match=r"\[gpusched\] max_waiting: expected a whole number >= 0 \(0: no bound\), got 'many'"
+    ):
         host_limit_defaults()
 
 
@@ -151,12 +175,15 @@ def test_a_two_stage_trial_loads_without_a_gpu_then_trains_on_the_one_it_is_give
     assert [g["index"] for g in xcoms["load_then_train"]["gpus_used"]] == value["gpus"]
 
 
-@pytest.mark.parametrize("resources, named", [
-    ({"gpu_memory": "2GiB"}, "resources.gpu_memory='2GiB': a share of a GPU's memory"),
-    ({"devices": [0, 1]}, r"resources.devices=\[0, 1\]: this host's GPU indices"),
-    ({"device_groups": [[0, 1]]}, r"resources.device_groups=\[\[0, 1\]\]: this host's GPU groups"),
-    ({"load_stage": True}, r"resources.load_stage=True: a load stage before the GPUs"),
-])
+@pytest.mark.parametrize(
+    "resources, named",
+    [
+        ({"gpu_memory": "2GiB"}, "resources.gpu_memory='2GiB': a share of a GPU's memory"),
+        ({"devices": [0, 1]}, r"resources.devices=\[0, 1\]: this host's GPU indices"),
+        ({"device_groups": [[0, 1]]}, r"resources.device_groups=\[\[0, 1\]\]: this host's GPU groups"),
+        ({"load_stage": True}, r"resources.load_stage=True: a load stage before the GPUs"),
+    ],
+)
 def test_a_setting_the_slurm_backend_cannot_honour_is_refused_naming_it(airflow_db, resources, named):
     import pendulum
     from airflow.exceptions import AirflowException
@@ -164,8 +191,13 @@ def test_a_setting_the_slurm_backend_cannot_honour_is_refused_naming_it(airflow_
 
     from airflow_provider_gpusched import Objective, SweepSpec, TrialResources, sweep_task_group
 
-    spec = SweepSpec(name="s", test_config=[{"x": [1]}], command=["true"], objective=Objective("y"),
-                     resources=TrialResources(**resources))
+    spec = SweepSpec(
+        name="s",
+        test_config=[{"x": [1]}],
+        command=["true"],
+        objective=Objective("y"),
+        resources=TrialResources(**resources),
+    )
     with DAG("refused_on_slurm", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
         with pytest.raises(AirflowException, match=f"sweep s: {named}.* is not something the Slurm backend honours"):
             sweep_task_group(spec, backend="slurm")

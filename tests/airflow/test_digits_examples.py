@@ -84,8 +84,9 @@ def test_nas_evolution_keeps_every_candidate_within_its_flops_and_parameter_budg
     assert json.loads((sweeps_root / "digits_nas" / "best.json").read_text())["score"] == best["score"]
 
 
-FAST_CLASSES = json.dumps({"idle": {"local": {"idle_for": 0, "min_runtime": 0, "grace_period": 10,
-                                              "backoff": 0.5, "max_backoff": 1}}})
+FAST_CLASSES = json.dumps(
+    {"idle": {"local": {"idle_for": 0, "min_runtime": 0, "grace_period": 10, "backoff": 0.5, "max_backoff": 1}}}
+)
 
 
 def test_idle_training_is_preempted_by_normal_work_and_resumes_from_its_checkpoint(airflow_db, monkeypatch):
@@ -99,8 +100,9 @@ def test_idle_training_is_preempted_by_normal_work_and_resumes_from_its_checkpoi
     dagfile = REPO / "tests" / "airflow" / "dagfiles" / "t_digits_preempt.py"
     monkeypatch.setenv("AIRFLOW__GPUSCHED__JOB_CLASSES", FAST_CLASSES)
     manager = LeaseManager(SimulatedInventory("4x24GiB"), os.environ["AIRFLOW__GPUSCHED__GPU_STATE_DIR"])
-    normal, state, xcoms, states = preempted_by_normal_work(load_dag_file(dagfile).idle_training, dagfile,
-                                                            "t_digits_urgent", manager, wait=180)
+    normal, state, xcoms, states = preempted_by_normal_work(
+        load_dag_file(dagfile).idle_training, dagfile, "t_digits_urgent", manager, wait=180
+    )
     assert normal.get("state") == "success", normal
     assert state == "success", states
     assert states["train"] == ("success", 1)  # relaunched within the same try

@@ -17,8 +17,6 @@ from .conftest import REPO, load_dag_file, the_dag
 pytestmark = [pytest.mark.airflow, pytest.mark.slurm]
 
 
-
-
 def dagfile(name):
     return the_dag(REPO / "tests" / "airflow" / "dagfiles" / f"{name}.py")
 
@@ -55,8 +53,9 @@ def test_a_raising_rank_fails_the_task_naming_rank_and_node_and_a_hung_rank_is_s
     text = "".join(capfd.readouterr())
     assert "one_rank_raises raised ValueError: shard 2 is corrupt (rank 2 of 4 on n2)" in text
     assert "load_shard" in text  # the rank's own traceback
-    assert "RankStillRunning: still running 3 s after rank 0 ended (rank_exit_grace); stopped (rank 1 of 2 on n2)" \
-        in text
+    assert (
+        "RankStillRunning: still running 3 s after rank 0 ended (rank_exit_grace); stopped (rank 1 of 2 on n2)" in text
+    )
     assert "wait_for_peer_that_left" in text  # where the hung rank was
     assert took < 150, took  # neither waited for its sleep (120 s, 300 s) nor its time limit
 
@@ -98,12 +97,16 @@ def test_killing_a_multi_node_task_cancels_every_step_on_every_node(run_dag, slu
     from .conftest import jobs_named
 
     name, token = f"kill-multi-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
-    for key, value in (("GPUSCHED_TEST_JOB_NAME", name), ("GPUSCHED_TEST_TIMEOUT", "15"), ("GPUSCHED_TEST_NODES", "2"),
-                       ("GPUSCHED_TEST_TOKEN", token)):
+    for key, value in (
+        ("GPUSCHED_TEST_JOB_NAME", name),
+        ("GPUSCHED_TEST_TIMEOUT", "15"),
+        ("GPUSCHED_TEST_NODES", "2"),
+        ("GPUSCHED_TEST_TOKEN", token),
+    ):
         monkeypatch.setenv(key, value)
     state, _, _ = run_dag(dagfile("blocking_long_job"))
     assert state == "failed"
-    (job_id, _), = jobs_named(slurm, name)
+    ((job_id, _),) = jobs_named(slurm, name)
     final = slurm.wait(job_id, poll_interval=0.5, timeout=60)
     assert final.state == "CANCELLED" and final.nodes == "n[1-2]", final
     from pathlib import Path
@@ -122,13 +125,23 @@ def test_slurm_only_shape_on_the_local_backend_is_refused_naming_it(shape):
     from airflow_provider_gpusched.core.sweep import SweepSpec, TrialResources
     from airflow_provider_gpusched.task_groups.sweep import sweep_task_group
 
-    spec = SweepSpec(name="local-shape", test_config=[{"x": [1]}], command=["echo", "{x}"],
-                     resources=TrialResources(**shape))
-    with DAG(dag_id="t_local_shape", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")), \
-            pytest.raises(AirflowException) as err:
+    spec = SweepSpec(
+        name="local-shape", test_config=[{"x": [1]}], command=["echo", "{x}"], resources=TrialResources(**shape)
+    )
+    with (
+        DAG(dag_id="t_local_shape", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")),
+        pytest.raises(AirflowException) as err,
+    ):
         sweep_task_group(spec, backend="local")
     name = next(iter(shape))
     assert f"resources.{name}=" in str(err.value) and "local backend cannot honour" in str(err.value)
     with DAG(dag_id="t_local_one_node", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
-        sweep_task_group(SweepSpec(name="one-node", test_config=[{"x": [1]}], command=["echo", "{x}"],
-                                   resources=TrialResources(nodes=1, distributed="torchrun")), backend="local")
+        sweep_task_group(
+            SweepSpec(
+                name="one-node",
+                test_config=[{"x": [1]}],
+                command=["echo", "{x}"],
+                resources=TrialResources(nodes=1, distributed="torchrun"),
+            ),
+            backend="local",
+        )

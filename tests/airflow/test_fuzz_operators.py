@@ -13,13 +13,58 @@ pytestmark = pytest.mark.airflow
 
 anything = st.one_of(scalars, st.lists(scalars, max_size=3), st.dictionaries(st.text(max_size=4), scalars, max_size=2))
 
-SLURM_ARGS = ["command", "script", "job_name", "partition", "qos", "account", "gpus", "gres", "cpus_per_task", "mem",
-              "time_limit", "array", "nice", "requeue", "open_mode", "output_path", "error_path", "working_dir",
-              "environment", "setup", "sbatch_args", "deferrable", "poll_interval", "job_class", "priority",
-              "cpus", "env"]  # (cpus_per_task and environment: the old names of cpus and env)
-LOCAL_ARGS = ["command", "bash_command", "gpus", "gpu_memory", "devices", "memory_margin", "max_foreign_processes",
-              "min_free_ram", "max_cpu_percent", "host_memory", "oom_retries", "oom_factor", "env", "cwd", "grace_period",
-              "wait_mode", "poll_interval", "job_class", "priority", "mem", "setup"]  # (host_memory: mem's old name)
+SLURM_ARGS = [
+    "command",
+    "script",
+    "job_name",
+    "partition",
+    "qos",
+    "account",
+    "gpus",
+    "gres",
+    "cpus_per_task",
+    "mem",
+    "time_limit",
+    "array",
+    "nice",
+    "requeue",
+    "open_mode",
+    "output_path",
+    "error_path",
+    "working_dir",
+    "environment",
+    "setup",
+    "sbatch_args",
+    "deferrable",
+    "poll_interval",
+    "job_class",
+    "priority",
+    "cpus",
+    "env",
+]  # (cpus_per_task and environment: the old names of cpus and env)
+LOCAL_ARGS = [
+    "command",
+    "bash_command",
+    "gpus",
+    "gpu_memory",
+    "devices",
+    "memory_margin",
+    "max_foreign_processes",
+    "min_free_ram",
+    "max_cpu_percent",
+    "host_memory",
+    "oom_retries",
+    "oom_factor",
+    "env",
+    "cwd",
+    "grace_period",
+    "wait_mode",
+    "poll_interval",
+    "job_class",
+    "priority",
+    "mem",
+    "setup",
+]  # (host_memory: mem's old name)
 
 
 def _build(cls, kwargs):
@@ -49,8 +94,13 @@ def _fuzz_operator(cls, names, default_command):
             kwargs = {**kwargs, "command": ["python", "train.py"]}
         _build(cls, kwargs)
 
-    counts = fuzz(st.dictionaries(st.sampled_from(names), anything, max_size=4), build, error=AirflowException,
-                  names=_names_task_and_argument, what="task and argument")
+    counts = fuzz(
+        st.dictionaries(st.sampled_from(names), anything, max_size=4),
+        build,
+        error=AirflowException,
+        names=_names_task_and_argument,
+        what="task and argument",
+    )
     assert_both_outcomes(counts)
 
 

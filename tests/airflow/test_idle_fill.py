@@ -19,8 +19,9 @@ from .conftest import REPO, jobs_named, load_dag_file, preempted_by_normal_work,
 pytestmark = pytest.mark.airflow
 
 DAGFILE = REPO / "tests" / "airflow" / "dagfiles" / "t_idle_fill.py"
-FAST_CLASSES = json.dumps({"idle": {"local": {"idle_for": 0, "min_runtime": 0, "grace_period": 3,
-                                              "backoff": 0.5, "max_backoff": 1}}})
+FAST_CLASSES = json.dumps(
+    {"idle": {"local": {"idle_for": 0, "min_runtime": 0, "grace_period": 3, "backoff": 0.5, "max_backoff": 1}}}
+)
 
 
 def test_local_normal_task_preempts_idle_task_and_both_succeed(airflow_db, monkeypatch):
@@ -29,8 +30,9 @@ def test_local_normal_task_preempts_idle_task_and_both_succeed(airflow_db, monke
     monkeypatch.setenv("AIRFLOW__GPUSCHED__JOB_CLASSES", FAST_CLASSES)
     manager = LeaseManager(SimulatedInventory("4x24GiB"), os.environ["AIRFLOW__GPUSCHED__GPU_STATE_DIR"])
     # the idle task works until it is preempted (up to 120 s: however long the second process takes to start)
-    normal, state, xcoms, states = preempted_by_normal_work(load_dag_file(DAGFILE).local_idle, DAGFILE,
-                                                            "t_local_normal", manager)
+    normal, state, xcoms, states = preempted_by_normal_work(
+        load_dag_file(DAGFILE).local_idle, DAGFILE, "t_local_normal", manager
+    )
     assert normal.get("state") == "success", normal
     assert state == "success", states
     assert states["fill"] == ("success", 1)  # relaunched within the same try: no Airflow retry used
@@ -53,7 +55,9 @@ def test_slurm_normal_task_preempts_idle_task_requeued_and_both_succeed(run_dag,
 
     def run_normal_then_release_the_requeued_job():
         deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and not (jobs_named(slurm, name) and jobs_named(slurm, name)[0][1] == "RUNNING"):
+        while time.monotonic() < deadline and not (
+            jobs_named(slurm, name) and jobs_named(slurm, name)[0][1] == "RUNNING"
+        ):
             time.sleep(0.3)
         job_id = jobs_named(slurm, name)[0][0]
         normal.update(run_in_subprocess(DAGFILE, "t_slurm_normal"))
@@ -61,7 +65,10 @@ def test_slurm_normal_task_preempts_idle_task_requeued_and_both_succeed(run_dag,
             state = dict(jobs_named(slurm, name)).get(job_id)
             if state != "PENDING":
                 return
-            if slurm.runner.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=False).returncode == 0:
+            if (
+                slurm.runner.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=False).returncode
+                == 0
+            ):
                 return
             time.sleep(0.5)
 
@@ -97,8 +104,11 @@ def test_a_requeued_python_call_is_judged_by_its_second_start(run_dag, slurm, mo
         job_id = jobs_named(slurm, name)[0][0]
         slurm.runner.run(["scontrol", "requeue", job_id], check=True)
         while time.monotonic() < deadline + 60 and not done.is_set():  # Slurm holds a requeued job: start it now
-            if dict(jobs_named(slurm, name)).get(job_id) == "PENDING" and slurm.runner.run(
-                    ["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=False).returncode == 0:
+            if (
+                dict(jobs_named(slurm, name)).get(job_id) == "PENDING"
+                and slurm.runner.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=False).returncode
+                == 0
+            ):
                 return
             time.sleep(0.5)
 

@@ -29,8 +29,12 @@ MODULES = _module_names()
 
 def test_the_package_has_the_modules_it_is_known_for():
     assert len(MODULES) > 40
-    for name in ("airflow_provider_gpusched.operators.local_gpu", "airflow_provider_gpusched.triggers.slurm",
-                 "airflow_provider_gpusched.plugins.api", "airflow_provider_gpusched.core.partition"):
+    for name in (
+        "airflow_provider_gpusched.operators.local_gpu",
+        "airflow_provider_gpusched.triggers.slurm",
+        "airflow_provider_gpusched.plugins.api",
+        "airflow_provider_gpusched.core.partition",
+    ):
         assert name in MODULES
 
 
@@ -65,8 +69,9 @@ def test_everything_the_provider_info_names_exists():
 
 
 def test_airflow_lists_the_hooks_without_an_import_error(airflow_db):
-    proc = subprocess.run([sys.executable, "-m", "airflow", "providers", "hooks"], capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "airflow", "providers", "hooks"], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "airflow_provider_gpusched.hooks.slurm.SlurmHook" in proc.stdout
     assert "Error when importing" not in proc.stdout + proc.stderr

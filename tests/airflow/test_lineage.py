@@ -23,9 +23,12 @@ def _events(path):
 
 def test_tasks_report_job_type_slurm_id_hyper_parameters_sweep_run_and_errors(airflow_db, slurm_cluster, tmp_path):
     events_file = tmp_path / "openlineage.json"
-    env = {"AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(events_file),
-                                                          "append": True}),
-           "AIRFLOW__OPENLINEAGE__NAMESPACE": "gpusched-test"}
+    env = {
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+            {"type": "file", "log_file_path": str(events_file), "append": True}
+        ),
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": "gpusched-test",
+    }
     proc = dag_test_process(REPO / "tests" / "airflow" / "dagfiles" / "t_lineage.py", "lineage_mixed", env)
     result = process_result(proc, "lineage_mixed", timeout=400)
     assert result["state"] == "failed"  # gpu_fails fails on purpose
@@ -52,15 +55,22 @@ def test_tasks_report_job_type_slurm_id_hyper_parameters_sweep_run_and_errors(ai
     run = ok["run"]["facets"]["gpusched"]
     assert (run["backend"], run["jobClass"], run["priority"], run["attempts"]) == ("local_gpu", "idle", 7, 1)
     assert run["request"]["gpu_memory"] == 3 * 2**30 and run["placement"]["gpus"]
-    assert of("gpu_ok", "START") and of("gpu_ok", "START")[0]["job"]["facets"]["gpuschedJobType"]["jobType"] == "LOCAL_GPU"
+    assert (
+        of("gpu_ok", "START") and of("gpu_ok", "START")[0]["job"]["facets"]["gpuschedJobType"]["jobType"] == "LOCAL_GPU"
+    )
 
     (failed,) = of("gpu_fails", "FAIL")
     assert failed["run"]["facets"]["gpuschedFailure"] == {
-        **failed["run"]["facets"]["gpuschedFailure"], "kind": "failed", "message": "exit code 3"}
+        **failed["run"]["facets"]["gpuschedFailure"],
+        "kind": "failed",
+        "message": "exit code 3",
+    }
     assert "errorMessage" in failed["run"]["facets"]  # the provider's own, from the exception
 
     trials = of("trial", "COMPLETE")
-    assert len(trials) == 2 and {t["job"]["facets"]["gpuschedJobType"]["jobType"] for t in trials} == {"SWEEP_TRIAL_LOCAL_GPU"}
+    assert len(trials) == 2 and {t["job"]["facets"]["gpuschedJobType"]["jobType"] for t in trials} == {
+        "SWEEP_TRIAL_LOCAL_GPU"
+    }
     facets = [t["run"]["facets"]["gpuschedTrial"] for t in trials]
     assert {f["sweep"] for f in facets} == {"lineage_grid"}
     assert all(f["sweepRun"]["dag_id"] == "lineage_mixed" and f["sweepRun"]["group"] == "lineage_grid" for f in facets)
@@ -74,9 +84,11 @@ def test_importing_the_operators_leaves_openlineage_unimported():
     import subprocess
     import sys
 
-    code = ("import sys, airflow_provider_gpusched.operators.local_gpu, airflow_provider_gpusched.operators.slurm, "
-            "airflow_provider_gpusched.task_groups.trial_operators; "
-            "print(sorted(m for m in sys.modules if m.startswith('openlineage')))")
+    code = (
+        "import sys, airflow_provider_gpusched.operators.local_gpu, airflow_provider_gpusched.operators.slurm, "
+        "airflow_provider_gpusched.task_groups.trial_operators; "
+        "print(sorted(m for m in sys.modules if m.startswith('openlineage')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "[]", out.stdout
 
@@ -99,18 +111,32 @@ def test_a_trial_facet_is_capped_and_says_what_it_left_out():
 
     from airflow_provider_gpusched.lineage import MAX_TRIAL_FACET_BYTES, operator_lineage
 
-    trials = [{"trial_id": f"t{i}", "label": f"lr={i}", "params": {"blob": "x" * 60_000, "lr": i}, "state": "succeeded",
-               "result": {"acc": 0.5}} for i in range(200)]
+    trials = [
+        {
+            "trial_id": f"t{i}",
+            "label": f"lr={i}",
+            "params": {"blob": "x" * 60_000, "lr": i},
+            "state": "succeeded",
+            "result": {"acc": 0.5},
+        }
+        for i in range(200)
+    ]
     lineage = operator_lineage(job_type="TRIAL", trial={"sweep": "s", "sweepRun": {"dag_id": "d"}, "trials": trials})
     facet = json.loads(Serde.to_json(lineage.run_facets["gpuschedTrial"]))
     assert len(json.dumps(facet)) < MAX_TRIAL_FACET_BYTES + 4096
-    assert facet["trials"][0]["params"] == {} and facet["trials"][0].get("result") is None and len(facet["trials"]) == 200
+    assert (
+        facet["trials"][0]["params"] == {} and facet["trials"][0].get("result") is None and len(facet["trials"]) == 200
+    )
     assert facet["leftOut"].startswith("200 trial(s) listed without their parameters and result")
     assert facet["leftOut"].endswith("the sweep's results folder has every trial")
-    many = operator_lineage(job_type="TRIAL", trial={"sweep": "s", "sweepRun": {}, "trials": [
-        {**t, "params": {"blob": "y" * 20_000}} for t in trials]})
+    many = operator_lineage(
+        job_type="TRIAL",
+        trial={"sweep": "s", "sweepRun": {}, "trials": [{**t, "params": {"blob": "y" * 20_000}} for t in trials]},
+    )
     cut = json.loads(Serde.to_json(many.run_facets["gpuschedTrial"]))
     assert 0 < len(cut["trials"]) < 20 and f"{200 - len(cut['trials'])} of 200 trials left out" in cut["leftOut"]
-    small = operator_lineage(job_type="TRIAL", trial={"sweep": "s", "sweepRun": {}, "trials": trials[:1] and [
-        {**trials[0], "params": {"lr": 1}}]})
+    small = operator_lineage(
+        job_type="TRIAL",
+        trial={"sweep": "s", "sweepRun": {}, "trials": trials[:1] and [{**trials[0], "params": {"lr": 1}}]},
+    )
     assert json.loads(Serde.to_json(small.run_facets["gpuschedTrial"]))["leftOut"] == ""

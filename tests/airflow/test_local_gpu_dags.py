@@ -68,6 +68,7 @@ def test_task_defers_while_gpus_are_busy_then_runs(run):
 
 def release_once_waited(manager, lease, seconds: float) -> threading.Thread:
     """Release ``lease`` ``seconds`` after some request is marked waiting for GPUs (the task has looked)."""
+
     def release():
         deadline = time.monotonic() + 120
         while not manager.yields.waiting() and time.monotonic() < deadline:

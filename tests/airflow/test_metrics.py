@@ -42,8 +42,10 @@ def statsd(monkeypatch):
 
 
 def test_gpu_samples_reach_statsd_as_gauges_per_host_and_gpu(statsd):
-    gpus = [GPUInfo(0, "u0", "GPU", 24 << 30, 5 << 30, 93, [GPUProcess(7, 5 << 30)], temperature=70),
-            GPUInfo(1, "u1", "GPU", 24 << 30, 0, 0, [], temperature=35)]
+    gpus = [
+        GPUInfo(0, "u0", "GPU", 24 << 30, 5 << 30, 93, [GPUProcess(7, 5 << 30)], temperature=70),
+        GPUInfo(1, "u1", "GPU", 24 << 30, 0, 0, [], temperature=35),
+    ]
     metrics.emit_gpu_samples("gpu-box.lab", sample_gpus(gpus, {"a" * 16: {7}}, user_of=lambda pid: ""))
     lines = statsd()
     assert "airflow.gpusched.gpus.gpu-box_lab:2|g" in lines
@@ -94,7 +96,9 @@ def test_the_documented_exporter_mapping_and_dashboard_cover_every_metric(statsd
         assert len(hits) == 1, (name, hits)
         made.add(hits[0])
     dashboard = json.loads((REPO / "docs" / "grafana" / "gpusched.json").read_text())
-    queried = {m for p in dashboard["panels"] for t in p["targets"] for m in re.findall(r"\bgpusched_[a-z_]+", t["expr"])}
+    queried = {
+        m for p in dashboard["panels"] for t in p["targets"] for m in re.findall(r"\bgpusched_[a-z_]+", t["expr"])
+    }
     assert queried and all(q in made or q.removesuffix("_bucket") in made for q in queried), queried - made
 
 

@@ -63,31 +63,42 @@ def test_a_sweep_mails_and_posts_its_end_report(airflow_db, tmp_path, monkeypatc
     port, inbox = smtp_server
     monkeypatch.setenv("AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT", str(tmp_path / "sweeps"))
     monkeypatch.setenv("GPUSCHED_TEST_WEBHOOK", url)
-    monkeypatch.setenv("AIRFLOW_CONN_GPUSCHED_TEST_SMTP", json.dumps({
-        "conn_type": "smtp", "host": "127.0.0.1", "port": port,
-        "extra": {"disable_ssl": True, "disable_tls": True}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_GPUSCHED_TEST_SMTP",
+        json.dumps(
+            {
+                "conn_type": "smtp",
+                "host": "127.0.0.1",
+                "port": port,
+                "extra": {"disable_ssl": True, "disable_tls": True},
+            }
+        ),
+    )
     state, _, states = run_and_collect(load_dag_file(REPO / "tests" / "airflow" / "dagfiles" / "t_notify.py").sweep_dag)
     assert state == "success", states
-    (mail_from, to, content), = inbox
+    ((mail_from, to, content),) = inbox
     mail = message_from_bytes(content)
     assert mail_from == "gpusched@example.org" and to == ["lab@example.org"]
-    assert mail["Subject"] == ("[gpusched] sweep notified finished with failures: 2 succeeded, 1 failed; "
-                               "best acc 0.99")
+    assert mail["Subject"] == ("[gpusched] sweep notified finished with failures: 2 succeeded, 1 failed; best acc 0.99")
     body = "\n".join(p.get_payload(decode=True).decode() for p in mail.walk() if p.get_content_type() == "text/html")
     assert "<td>lr=0.01</td>" in body and "diverged at lr=0.3" in body and "epoch 1: loss nan" in body
-    (path, kind, doc), = posted
+    ((path, kind, doc),) = posted
     assert path == "/slack" and kind.startswith("application/json")
-    assert doc["text"].startswith("**[gpusched] sweep notified finished with failures") and "| 1 | 0.99 |" in doc["text"]
+    assert (
+        doc["text"].startswith("**[gpusched] sweep notified finished with failures") and "| 1 | 0.99 |" in doc["text"]
+    )
 
 
 def test_a_failed_gpu_task_alerts_with_its_output_tail(airflow_db, tmp_path, monkeypatch, webhook):
     url, posted = webhook
-    monkeypatch.setenv("AIRFLOW_CONN_GPUSCHED_TEST_HOOK", json.dumps({"conn_type": "http",
-                                                                      "extra": {"url": f"{url}/alerts"}}))
-    state, _, states = run_and_collect(load_dag_file(REPO / "tests" / "airflow" / "dagfiles" /
-                                                     "t_notify.py").failure_dag)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_GPUSCHED_TEST_HOOK", json.dumps({"conn_type": "http", "extra": {"url": f"{url}/alerts"}})
+    )
+    state, _, states = run_and_collect(
+        load_dag_file(REPO / "tests" / "airflow" / "dagfiles" / "t_notify.py").failure_dag
+    )
     assert state == "failed" and states["train"][0] == "failed"
-    (path, _, doc), = posted
+    ((path, _, doc),) = posted
     report = doc["report"]
     assert path == "/alerts" and report["kind"] == "task" and report["task_id"] == "train"
     assert report["state"] == "failed" and "exit" in report["error"].lower()
@@ -96,14 +107,14 @@ def test_a_failed_gpu_task_alerts_with_its_output_tail(airflow_db, tmp_path, mon
 
 
 @pytest.mark.slurm
-def test_a_failed_slurm_job_alerts_with_the_tail_its_operator_recorded(airflow_db, slurm_cluster, monkeypatch,
-                                                                       webhook):
+def test_a_failed_slurm_job_alerts_with_the_tail_its_operator_recorded(airflow_db, slurm_cluster, monkeypatch, webhook):
     url, posted = webhook
     monkeypatch.setenv("GPUSCHED_TEST_WEBHOOK", url)
-    state, _, states = run_and_collect(load_dag_file(REPO / "tests" / "airflow" / "dagfiles" /
-                                                     "t_notify.py").slurm_failure_dag)
+    state, _, states = run_and_collect(
+        load_dag_file(REPO / "tests" / "airflow" / "dagfiles" / "t_notify.py").slurm_failure_dag
+    )
     assert state == "failed" and states["job"][0] == "failed"
-    (path, _, doc), = posted
+    ((path, _, doc),) = posted
     report = doc["report"]
     assert path == "/slurm" and report["kind"] == "task" and report["tail_source"].startswith("Slurm job ")
     assert "loading data" in report["tail"] and "RuntimeError: CUDA out of memory" in report["tail"]
@@ -113,8 +124,9 @@ def test_a_search_in_rounds_reports_each_round_and_the_end(airflow_db, tmp_path,
     url, posted = webhook
     monkeypatch.setenv("AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT", str(tmp_path / "sweeps"))
     monkeypatch.setenv("GPUSCHED_TEST_WEBHOOK", url)
-    state, _, states = run_and_collect(load_dag_file(REPO / "tests" / "airflow" / "dagfiles" /
-                                                     "t_notify.py").rounds_dag)
+    state, _, states = run_and_collect(
+        load_dag_file(REPO / "tests" / "airflow" / "dagfiles" / "t_notify.py").rounds_dag
+    )
     assert state == "success", states
     docs = [doc for path, _, doc in posted if path == "/rounds"]
     assert [d["report"]["round"] for d in docs] == [0, 1, None]  # round 1, round 2, then the sweep's end
@@ -133,8 +145,10 @@ def test_notify_rounds_needs_a_search_in_rounds():
     from airflow_provider_gpusched.core.sweep import SweepSpec
     from airflow_provider_gpusched.task_groups.sweep import sweep_task_group
 
-    with pytest.raises(AirflowException, match="search 'grid' does not run in rounds"), \
-            DAG("t_rounds_refused", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
+    with (
+        pytest.raises(AirflowException, match="search 'grid' does not run in rounds"),
+        DAG("t_rounds_refused", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")),
+    ):
         sweep_task_group(SweepSpec(name="g", test_config=[{"a": [1]}], command=["true"]), notify_rounds=True)
 
 
@@ -184,9 +198,14 @@ def test_a_webhook_that_trickles_its_answer_is_cut_off_at_the_timeout(trickling_
     assert auth == ["Basic Ym90OnBhOnNz"]  # user:password in the URL is sent as Basic auth ("bot:pa:ss")
 
 
-@pytest.mark.parametrize("url", ["https://user:TOKEN-SECRET-1@127.0.0.1:1/hooks/TOKEN-SECRET-2?key=TOKEN-SECRET-3",
-                                 "https://TOKEN-SECRET-1@127.0.0.1:notaport/TOKEN-SECRET-2",
-                                 "http://user:TOKEN-SECRET-1@TOKEN-SECRET-2.invalid/x"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://user:TOKEN-SECRET-1@127.0.0.1:1/hooks/TOKEN-SECRET-2?key=TOKEN-SECRET-3",
+        "https://TOKEN-SECRET-1@127.0.0.1:notaport/TOKEN-SECRET-2",
+        "http://user:TOKEN-SECRET-1@TOKEN-SECRET-2.invalid/x",
+    ],
+)
 def test_no_part_of_a_webhook_url_reaches_an_error_message(url):
     """Issue 30, item 8: a webhook URL is a secret; whatever goes wrong, the error does not repeat it."""
     from airflow_provider_gpusched.core.errors import GpuschedError
@@ -206,7 +225,7 @@ def test_a_wechat_message_in_chinese_is_cut_to_wechats_4096_bytes_not_characters
     url, received = webhook
     text = "训练完成：准确率 0.97。" * 400  # 5,600 characters, about 14,800 bytes
     WebhookNotifier(url=url, style="wechat").deliver(Message("扫描结束", text, text, text))
-    (_, content_type, body), = received
+    ((_, content_type, body),) = received
     content = body["markdown"]["content"]
     assert body["msgtype"] == "markdown" and content_type.startswith("application/json")
     assert 4090 <= len(content.encode()) <= 4096 and content.endswith("\n…")

@@ -20,11 +20,18 @@ DAGFILE = REPO / "tests" / "airflow" / "dagfiles" / "t_orphan.py"
 def kill_worker_while_its_job_runs(slurm, name):
     """dag.test() in a second process, SIGKILLed once its job runs; then its task instance is marked failed,
     as the scheduler does when a task's heartbeat stops. Returns (run id, job id)."""
-    script = (f"import sys; sys.path.insert(0, {str(REPO)!r})\n"
-              "from tests.airflow.conftest import load_dag_file\n"
-              f"load_dag_file(__import__('pathlib').Path({str(DAGFILE)!r})).dag.test()\n")
-    worker = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
+    script = (
+        f"import sys; sys.path.insert(0, {str(REPO)!r})\n"
+        "from tests.airflow.conftest import load_dag_file\n"
+        f"load_dag_file(__import__('pathlib').Path({str(DAGFILE)!r})).dag.test()\n"
+    )
+    worker = subprocess.Popen(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not any(state == "RUNNING" for _, state in jobs_named(slurm, name)):
         time.sleep(0.3)
@@ -38,8 +45,11 @@ def kill_worker_while_its_job_runs(slurm, name):
 
     with create_session() as session:
         # (dag.test() leaves it 'queued' while it runs in-process; a deployed worker's shows 'running')
-        ti = session.scalars(select(TaskInstance).where(TaskInstance.dag_id == "t_orphan",
-                                                        TaskInstance.state.in_(["queued", "running", "deferred"]))).one()
+        ti = session.scalars(
+            select(TaskInstance).where(
+                TaskInstance.dag_id == "t_orphan", TaskInstance.state.in_(["queued", "running", "deferred"])
+            )
+        ).one()
         ti.state = "failed"  # the scheduler's verdict on a task whose worker died
         return ti.run_id, job_id
 
@@ -81,10 +91,14 @@ def test_job_of_a_run_whose_task_still_runs_is_left_alone(run_dag, slurm, slurm_
     monkeypatch.setenv("GPUSCHED_TEST_JOB_NAME", name)
     monkeypatch.setenv("GPUSCHED_TEST_ORPHAN_CMD", "echo mine")
     # a job of this task in a run Airflow does not know: nobody waits for it, so it is cancelled...
-    comment = job_comment(task_key("t_orphan", "ghost_run", "job", -1), 1, task=task_family_key("t_orphan", "job"),
-                          work="0" * 16, run="ghost_run")
-    ghost = slurm.submit(SlurmJobSpec(command="sleep 300", job_name=name, comment=comment,
-                                      output="/dev/null")).job_id
+    comment = job_comment(
+        task_key("t_orphan", "ghost_run", "job", -1),
+        1,
+        task=task_family_key("t_orphan", "job"),
+        work="0" * 16,
+        run="ghost_run",
+    )
+    ghost = slurm.submit(SlurmJobSpec(command="sleep 300", job_name=name, comment=comment, output="/dev/null")).job_id
     state, xcoms, states = run_and_collect(load_dag_file(DAGFILE).dag)
     assert state == "success", states
     assert dict(jobs_named(slurm, name))[ghost] == "CANCELLED"

@@ -44,8 +44,9 @@ def test_providers_list_and_hooks_show_the_provider(airflow_db):
     assert "airflow-provider-gpusched" in _airflow("providers", "list")
     hooks = _airflow("providers", "hooks")
     assert "airflow_provider_gpusched.hooks.slurm.SlurmHook" in hooks
-    assert "airflow_provider_gpusched.operators.local_gpu" in _airflow("providers", "get", "airflow-provider-gpusched",
-                                                                       "--full", "-o", "json")
+    assert "airflow_provider_gpusched.operators.local_gpu" in _airflow(
+        "providers", "get", "airflow-provider-gpusched", "--full", "-o", "json"
+    )
 
 
 def test_connection_form_fields_and_triggers_are_declared(airflow_db):
@@ -89,19 +90,30 @@ def test_one_table_of_settings(monkeypatch):
     for name in options.BY_NAME:
         monkeypatch.delenv(options.ENV_PREFIX + name.upper(), raising=False)
     monkeypatch.delenv("GPUSCHED_SIMULATE_GPUS", raising=False)
-    getters = {"slurm_poll_interval": settings.poll_interval, "slurm_not_found_timeout": settings.not_found_timeout,
-               "default_deferrable": settings.default_deferrable, "output_tail_lines": settings.output_tail_lines,
-               "ui_live_slurm": settings.ui_live_slurm, "gpu_poll_interval": settings.gpu_poll_interval,
-               "min_deferral": settings.min_deferral, "simulate_gpus": settings.simulate_gpus}
+    getters = {
+        "slurm_poll_interval": settings.poll_interval,
+        "slurm_not_found_timeout": settings.not_found_timeout,
+        "default_deferrable": settings.default_deferrable,
+        "output_tail_lines": settings.output_tail_lines,
+        "ui_live_slurm": settings.ui_live_slurm,
+        "gpu_poll_interval": settings.gpu_poll_interval,
+        "min_deferral": settings.min_deferral,
+        "simulate_gpus": settings.simulate_gpus,
+    }
     for name, getter in getters.items():
         assert getter() == options.default(name), name
     home = str(settings.sweep_results_root()).rsplit("/gpusched/", 1)[0]
-    for name, getter in (("slurm_output_dir", settings.slurm_output_dir), ("local_run_dir", settings.local_run_dir),
-                         ("sweep_results_root", settings.sweep_results_root)):
+    for name, getter in (
+        ("slurm_output_dir", settings.slurm_output_dir),
+        ("local_run_dir", settings.local_run_dir),
+        ("sweep_results_root", settings.sweep_results_root),
+    ):
         assert getter() == options.default_directory(name, home), name
-    for trigger, name, option in ((SlurmJobTrigger, "poll_interval", "slurm_poll_interval"),
-                                  (SlurmJobTrigger, "not_found_timeout", "slurm_not_found_timeout"),
-                                  (GPUAvailableTrigger, "poll_interval", "gpu_poll_interval")):
+    for trigger, name, option in (
+        (SlurmJobTrigger, "poll_interval", "slurm_poll_interval"),
+        (SlurmJobTrigger, "not_found_timeout", "slurm_not_found_timeout"),
+        (GPUAvailableTrigger, "poll_interval", "gpu_poll_interval"),
+    ):
         assert inspect.signature(trigger.__init__).parameters[name].default == options.default(option)
 
 
@@ -122,12 +134,17 @@ def test_pools_sync_creates_the_mapped_pools_and_is_idempotent(airflow_db, monke
             assert main(["pools", "sync", "--json", *extra]) == 0
         return {r["pool"]: r for r in json.loads(buf.getvalue())["pools"]}
 
-    monkeypatch.setenv("AIRFLOW__GPUSCHED__JOB_CLASSES",
-                       json.dumps({"normal": {"airflow": {"pool": "gpu_main"}}, "idle": {"airflow": {"pool": "gpu_fill"}}}))
+    monkeypatch.setenv(
+        "AIRFLOW__GPUSCHED__JOB_CLASSES",
+        json.dumps({"normal": {"airflow": {"pool": "gpu_main"}}, "idle": {"airflow": {"pool": "gpu_fill"}}}),
+    )
     for name in ("gpu_main", "gpu_fill"):
         Pool.delete_pool(name) if Pool.get_pool(name) else None
     dry = sync("--dry-run")
-    assert {k: (v["action"], v["slots"]) for k, v in dry.items()} == {"gpu_fill": ("create", 4), "gpu_main": ("create", 4)}
+    assert {k: (v["action"], v["slots"]) for k, v in dry.items()} == {
+        "gpu_fill": ("create", 4),
+        "gpu_main": ("create", 4),
+    }
     assert Pool.get_pool("gpu_fill") is None  # a dry run changes nothing
     first = sync()
     assert {k: v["action"] for k, v in first.items()} == {"gpu_fill": "create", "gpu_main": "create"}
@@ -141,8 +158,10 @@ def test_pools_sync_creates_the_mapped_pools_and_is_idempotent(airflow_db, monke
     # two slots per GPU (short trials one task each): deferred tasks then count against the pool
     monkeypatch.setenv("AIRFLOW__GPUSCHED__POOL_SLOTS_PER_GPU", "2")
     doubled = sync()
-    assert {k: (v["action"], v["slots"]) for k, v in doubled.items()} == {"gpu_fill": ("update", 8),
-                                                                          "gpu_main": ("update", 8)}
+    assert {k: (v["action"], v["slots"]) for k, v in doubled.items()} == {
+        "gpu_fill": ("update", 8),
+        "gpu_main": ("update", 8),
+    }
     assert Pool.get_pool("gpu_main").slots == 8 and Pool.get_pool("gpu_main").include_deferred is True
     monkeypatch.setenv("AIRFLOW__GPUSCHED__POOL_SLOTS_PER_GPU", "0")
     import contextlib
@@ -201,7 +220,9 @@ def test_mapped_operators_get_the_job_class_pool_and_weight():
 def test_pipeline_partition_example_dag_launches_one_task_per_stage(airflow_db):
     from .conftest import REPO, load_dag_file, run_and_collect
 
-    state, xcoms, states = run_and_collect(load_dag_file(REPO / "dags" / "pipeline_partition.py").pipeline_partition_dag)
+    state, xcoms, states = run_and_collect(
+        load_dag_file(REPO / "dags" / "pipeline_partition.py").pipeline_partition_dag
+    )
     assert state == "success", states
     result = xcoms["partition"]["return_value"]
     assert result["feasible"] and abs(result["bottleneck_s"] - 1.5399) < 5e-5
@@ -210,9 +231,12 @@ def test_pipeline_partition_example_dag_launches_one_task_per_stage(airflow_db):
     assert all(states[("stage", i)][0] == "success" for i in stages)
     # each stage is told its neighbours: all on this machine, stage N on port 29700 + N - 1
     envs = [a["env"] for a in xcoms["stage_arguments"]["return_value"]]
-    assert [(e["GPUSCHED_STAGE_PREV_ADDR"], e["GPUSCHED_STAGE_ADDR"], e["GPUSCHED_STAGE_NEXT_ADDR"]) for e in envs][:2] \
-        == [("", "127.0.0.1:29700", "127.0.0.1:29701"), ("127.0.0.1:29700", "127.0.0.1:29701", "127.0.0.1:29702")]
-    assert envs[-1]["GPUSCHED_STAGE_NEXT_ADDR"] == "" and envs[-1]["GPUSCHED_STAGE_HOST"] == result["stages"][-1]["host"]
+    assert [(e["GPUSCHED_STAGE_PREV_ADDR"], e["GPUSCHED_STAGE_ADDR"], e["GPUSCHED_STAGE_NEXT_ADDR"]) for e in envs][
+        :2
+    ] == [("", "127.0.0.1:29700", "127.0.0.1:29701"), ("127.0.0.1:29700", "127.0.0.1:29701", "127.0.0.1:29702")]
+    assert (
+        envs[-1]["GPUSCHED_STAGE_NEXT_ADDR"] == "" and envs[-1]["GPUSCHED_STAGE_HOST"] == result["stages"][-1]["host"]
+    )
 
 
 def test_pipeline_partition_operator_bad_input_fails_without_retry(airflow_db, capfd):
@@ -223,10 +247,13 @@ def test_pipeline_partition_operator_bad_input_fails_without_retry(airflow_db, c
     assert "partition: /nonexistent/models.yml: models file not found" in "".join(capfd.readouterr())
 
 
-@pytest.mark.parametrize("extra, expected", [
-    ('{"partition": "gpu",', "extra: expected a JSON object"),
-    ('["partition"]', "extra: expected a JSON object"),
-])
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        ('{"partition": "gpu",', "extra: expected a JSON object"),
+        ('["partition"]', "extra: expected a JSON object"),
+    ],
+)
 def test_connection_extra_that_is_not_a_json_object_names_the_connection(airflow_db, monkeypatch, extra, expected):
     import json
 
@@ -245,8 +272,9 @@ def test_connection_host_that_would_be_an_ssh_option_is_refused(airflow_db, monk
     from airflow_provider_gpusched.core.errors import InvalidArgumentError
     from airflow_provider_gpusched.hooks.slurm import SlurmHook
 
-    monkeypatch.setenv("AIRFLOW_CONN_SLURM_EVIL", json.dumps({"conn_type": "slurm",
-                                                              "host": "-oProxyCommand=touch /tmp/pwned"}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SLURM_EVIL", json.dumps({"conn_type": "slurm", "host": "-oProxyCommand=touch /tmp/pwned"})
+    )
     with pytest.raises(InvalidArgumentError, match="connection 'slurm_evil' host"):
         SlurmHook("slurm_evil").get_conn()
 
@@ -255,14 +283,18 @@ def test_pools_sync_with_an_unknown_connection_or_no_database_is_a_clear_error(a
     import os
 
     cli = [sys.executable, "-m", "airflow_provider_gpusched.cli", "pools", "sync"]
-    proc = subprocess.run([*cli, "--backend", "slurm", "--slurm-conn-id", "nosuch"], capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [*cli, "--backend", "slurm", "--slurm-conn-id", "nosuch"], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "--slurm-conn-id nosuch: no such Airflow connection" in proc.stderr
     empty_home = tmp_path / "no-db-home"
     empty_home.mkdir()
-    env = {**os.environ, "AIRFLOW_HOME": str(empty_home),
-           "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{empty_home}/airflow.db"}
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(empty_home),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{empty_home}/airflow.db",
+    }
     proc = subprocess.run(cli, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "cannot use the Airflow metadata database" in proc.stderr and "airflow db migrate" in proc.stderr

@@ -19,8 +19,13 @@ DAGFILE = REPO / "tests" / "airflow" / "dagfiles" / "t_queue.py"
 
 
 def gpusched(*args, timeout=120):
-    result = subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", "queue", *args],
-                            capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    result = subprocess.run(
+        [sys.executable, "-m", "airflow_provider_gpusched.cli", "queue", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
     return result
 
 
@@ -46,8 +51,9 @@ class StopWhenRunning(threading.Thread):
         else:
             return
         time.sleep(1)  # let the trial print its first line
-        self.stop = gpusched("stop", "--sweep", self.sweep, "--reason", "GPU 0 is needed; it's urgent", "--json",
-                             *self.extra)
+        self.stop = gpusched(
+            "stop", "--sweep", self.sweep, "--reason", "GPU 0 is needed; it's urgent", "--json", *self.extra
+        )
         self.stopped_at = time.monotonic()
 
 
@@ -55,7 +61,7 @@ def run_and_stop(monkeypatch, kind, want, extra):
     """dag.test() of t_queue's ``kind`` DAG under a fresh sweep name while a :class:`StopWhenRunning` stops it:
     (sweep name, run state, xcoms, task states, seconds the run took, the stopper)."""
     sweep = f"q{uuid.uuid4().hex[:6]}_{kind}"
-    monkeypatch.setenv("GPUSCHED_TEST_SWEEP", sweep[:-len(kind) - 1])
+    monkeypatch.setenv("GPUSCHED_TEST_SWEEP", sweep[: -len(kind) - 1])
     dag = getattr(load_dag_file(DAGFILE), kind)
     stopper = StopWhenRunning(sweep, want, extra)
     stopper.start()
@@ -135,8 +141,11 @@ def test_stop_a_batched_local_sweep(airflow_db, monkeypatch, capfd):
     outcomes = xcoms[(f"{sweep}.run_batch", 0)]["gpusched_trial_outcomes"]
     states = [o["state"] for o in outcomes]
     # the trials in flight (2 leases at most) are stopped; those never started keep no record (issue 52)
-    assert len(outcomes) == 6 and 1 <= states.count("stopped") <= 2 and \
-        states.count("stopped") + states.count("not_started") == 6, outcomes
+    assert (
+        len(outcomes) == 6
+        and 1 <= states.count("stopped") <= 2
+        and states.count("stopped") + states.count("not_started") == 6
+    ), outcomes
     assert all("gpusched queue stop" in o["error"] for o in outcomes if o["state"] == "stopped"), outcomes
     assert took < 55, f"the sweep took {took:.0f}s: the stop did not end it"
     gpusched("lift", "--sweep", sweep)
@@ -150,26 +159,79 @@ def test_list_and_health_through_an_ssh_login_host_connection(airflow_db, login_
     from airflow_provider_gpusched.core.work_tag import WorkTag
 
     port, options = login_host
-    conn = json.dumps({"conn_type": "slurm", "host": "127.0.0.1", "login": "root", "port": port,
-                       "extra": {"ssh_options": " ".join(options), "slurm_conf": slurm_cluster}})
+    conn = json.dumps(
+        {
+            "conn_type": "slurm",
+            "host": "127.0.0.1",
+            "login": "root",
+            "port": port,
+            "extra": {"ssh_options": " ".join(options), "slurm_conf": slurm_cluster},
+        }
+    )
     dag_id = f"remote_{uuid.uuid4().hex[:6]}"
     tag = WorkTag(dag_id=dag_id, run_id="r1", task_id="train", job_class="normal")
-    job = slurm.submit(SlurmJobSpec(command="sleep 60", comment=job_comment("k" * 24, 1, run="r1", tag=tag),
-                                    output=str(tmp_path / "%j.out")))
+    job = slurm.submit(
+        SlurmJobSpec(
+            command="sleep 60", comment=job_comment("k" * 24, 1, run="r1", tag=tag), output=str(tmp_path / "%j.out")
+        )
+    )
     env = {**os.environ, "AIRFLOW_CONN_SLURM_SSH": conn}
     try:
-        out = subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", "queue", "list", "--slurm-conn-id",
-                              "slurm_ssh", "--no-local", "--dag", dag_id, "--json"], capture_output=True,
-                             text=True, env=env, cwd=REPO, timeout=120)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "airflow_provider_gpusched.cli",
+                "queue",
+                "list",
+                "--slurm-conn-id",
+                "slurm_ssh",
+                "--no-local",
+                "--dag",
+                dag_id,
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            timeout=120,
+        )
         listing = json.loads(out.stdout)
         assert listing["slurm"] == "connection 'slurm_ssh' (ssh to 127.0.0.1)"
         assert [(e["id"], e["tag"]["task_id"]) for e in listing["entries"]] == [(job.job_id, "train")]
-        out = subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", "queue", "health", "--slurm-conn-id",
-                              "slurm_ssh", "--no-airflow", "--simulate", "1x8GiB", "--state-dir", str(tmp_path)],
-                             capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
-        assert "[  ok] slurm reachable: connection 'slurm_ssh' (ssh to 127.0.0.1)" in out.stdout, out.stdout + out.stderr
-        out = subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", "queue", "list", "--slurm-conn-id",
-                              "nope"], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "airflow_provider_gpusched.cli",
+                "queue",
+                "health",
+                "--slurm-conn-id",
+                "slurm_ssh",
+                "--no-airflow",
+                "--simulate",
+                "1x8GiB",
+                "--state-dir",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            timeout=120,
+        )
+        assert "[  ok] slurm reachable: connection 'slurm_ssh' (ssh to 127.0.0.1)" in out.stdout, (
+            out.stdout + out.stderr
+        )
+        out = subprocess.run(
+            [sys.executable, "-m", "airflow_provider_gpusched.cli", "queue", "list", "--slurm-conn-id", "nope"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            timeout=120,
+        )
         assert out.returncode == 2 and "--slurm-conn-id nope: no such Airflow connection" in out.stderr
     finally:
         slurm.cancel([job.job_id])

@@ -33,8 +33,9 @@ def records(folder):
     out = {}
     for name in sorted(os.listdir(os.path.join(folder, "trials"))):
         trial = os.path.join(folder, "trials", name)
-        out[name] = {f: Path(os.path.join(trial, f)).read_bytes() for f in sorted(os.listdir(trial))
-                     if f != "claim.lock"}
+        out[name] = {
+            f: Path(os.path.join(trial, f)).read_bytes() for f in sorted(os.listdir(trial)) if f != "claim.lock"
+        }
     return out
 
 
@@ -88,7 +89,9 @@ def test_run_force_rerun_stop_and_plain_rerun(airflow_db, monkeypatch, tmp_path)
     assert noted == started  # the one trial the re-run started: its folder
     assert json.loads(Path(os.path.join(folder, "best.json")).read_text()) == best
     now = json.loads(Path(os.path.join(folder, "leaderboard.json")).read_text())["leaderboard"]
-    assert [(r["trial_id"], r["score"], r["rank"]) for r in now] == [(r["trial_id"], r["score"], r["rank"]) for r in board]
+    assert [(r["trial_id"], r["score"], r["rank"]) for r in now] == [
+        (r["trial_id"], r["score"], r["rank"]) for r in board
+    ]
 
     # run 2's Sweeps tab: one stopped, four not started, no success and no best of its own, none from earlier
     api = sweeps_api(None)
@@ -96,8 +99,14 @@ def test_run_force_rerun_stop_and_plain_rerun(airflow_db, monkeypatch, tmp_path)
     assert run2 != run1 and api["problems"] == []
     (view,) = api["sweeps"]
     counts = view["counts"]
-    assert (counts["stopped"], counts["not_started"], counts["succeeded"], counts["pruned"], counts["failed"],
-            counts["skipped"]) == (1, 4, 0, 0, 0, 0), counts
+    assert (
+        counts["stopped"],
+        counts["not_started"],
+        counts["succeeded"],
+        counts["pruned"],
+        counts["failed"],
+        counts["skipped"],
+    ) == (1, 4, 0, 0, 0, 0), counts
     assert view["best"] is None and view["leaderboard"] == [] and view["problems"] == []
     # run 1's tab is as it was
     (view1,) = sweeps_api(run1)["sweeps"]

@@ -21,6 +21,7 @@ from .conftest import REPO, jobs_named, the_dag
 def dagfile(name):
     return the_dag(REPO / "tests" / "airflow" / "dagfiles" / f"{name}.py")
 
+
 pytestmark = [pytest.mark.airflow, pytest.mark.slurm]
 
 
@@ -51,8 +52,11 @@ def test_example_python_dag(run_dag):
     dag = the_dag(REPO / "dags" / "slurm_python.py")
     state, xcoms, states = run_dag(dag)
     assert state == "success", states
-    scores = {tuple(v["return_value"]["subnet"]): v["return_value"]["score"] for k, v in xcoms.items()
-              if isinstance(k, tuple) and k[0] == "evaluate"}
+    scores = {
+        tuple(v["return_value"]["subnet"]): v["return_value"]["score"]
+        for k, v in xcoms.items()
+        if isinstance(k, tuple) and k[0] == "evaluate"
+    }
     assert scores == {(1, 2, 3): 4.6667, (3, 2, 1): 3.3333, (2, 2, 2): 4.0}
     assert xcoms["best"]["return_value"]["subnet"] == [1, 2, 3]
     assert all(v["return_value"]["gpus"] is not None for k, v in xcoms.items() if isinstance(k, tuple))
@@ -114,8 +118,13 @@ def test_trigger_on_kill_cancels_the_job(slurm, slurm_cluster, tmp_path):
 
 
 def test_trigger_round_trips_through_serialize():
-    trigger = SlurmJobTrigger(job_id="12", runner={"slurm_conf": "/x", "timeout": 60.0}, poll_interval=3,
-                              array_size=4, output_path="/o/%a.out")
+    trigger = SlurmJobTrigger(
+        job_id="12",
+        runner={"slurm_conf": "/x", "timeout": 60.0},
+        poll_interval=3,
+        array_size=4,
+        output_path="/o/%a.out",
+    )
     path, kwargs = trigger.serialize()
     assert path == "airflow_provider_gpusched.triggers.slurm.SlurmJobTrigger"
     assert SlurmJobTrigger(**kwargs).serialize() == (path, kwargs)
@@ -127,23 +136,24 @@ def test_execution_timeout_kills_the_blocking_task_and_cancels_the_job(run_dag, 
     monkeypatch.setenv("GPUSCHED_TEST_TIMEOUT", "6")
     state, _, _ = run_dag(dagfile("blocking_long_job"))
     assert state == "failed"
-    (job_id, job_state), = jobs_named(slurm, name)
+    ((job_id, job_state),) = jobs_named(slurm, name)
     assert slurm.wait(job_id, poll_interval=0.5, timeout=60).phase is JobPhase.CANCELLED
 
 
 def test_sigterm_to_the_task_process_cancels_the_job(airflow_db, slurm, slurm_cluster):
     name = f"sigterm-{uuid.uuid4().hex[:8]}"
     dag_file = str(REPO / "tests" / "airflow" / "dagfiles" / "blocking_long_job.py")
-    code = (f"import sys; sys.path.insert(0, {str(REPO)!r}); from tests.airflow.conftest import the_dag; "
-            f"from pathlib import Path; the_dag(Path({dag_file!r})).test()")
+    code = (
+        f"import sys; sys.path.insert(0, {str(REPO)!r}); from tests.airflow.conftest import the_dag; "
+        f"from pathlib import Path; the_dag(Path({dag_file!r})).test()"
+    )
     env = {**os.environ, "GPUSCHED_TEST_JOB_NAME": name, "SLURM_CONF": slurm_cluster}
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and not any(s == "RUNNING" for _, s in jobs_named(slurm, name)):
             time.sleep(0.5)
-        (job_id, job_state), = jobs_named(slurm, name)
+        ((job_id, job_state),) = jobs_named(slurm, name)
         assert job_state == "RUNNING"
         proc.send_signal(signal.SIGTERM)
         assert slurm.wait(job_id, poll_interval=0.5, timeout=60).phase is JobPhase.CANCELLED
@@ -153,18 +163,33 @@ def test_sigterm_to_the_task_process_cancels_the_job(airflow_db, slurm, slurm_cl
 
 
 def test_key_for_reattach_covers_map_index_not_try():
-    assert job_comment(task_key("d", "r", "t", 3), 1).rsplit(":", 1)[0] == \
-        job_comment(task_key("d", "r", "t", 3), 2).rsplit(":", 1)[0]
+    assert (
+        job_comment(task_key("d", "r", "t", 3), 1).rsplit(":", 1)[0]
+        == job_comment(task_key("d", "r", "t", 3), 2).rsplit(":", 1)[0]
+    )
 
 
 def test_job_through_an_ssh_login_host_connection(run_dag, login_host, slurm_cluster, monkeypatch):
     import json
 
     port, options = login_host
-    monkeypatch.setenv("AIRFLOW_CONN_SLURM_SSH", json.dumps({
-        "conn_type": "slurm", "host": "127.0.0.1", "login": "root", "port": port,
-        "extra": {"ssh_options": " ".join(options), "slurm_conf": slurm_cluster, "partition": "batch",
-                  "sbatch_options": "--nice=5"}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SLURM_SSH",
+        json.dumps(
+            {
+                "conn_type": "slurm",
+                "host": "127.0.0.1",
+                "login": "root",
+                "port": port,
+                "extra": {
+                    "ssh_options": " ".join(options),
+                    "slurm_conf": slurm_cluster,
+                    "partition": "batch",
+                    "sbatch_options": "--nice=5",
+                },
+            }
+        ),
+    )
     state, xcoms, states = run_dag(dagfile("t_ssh"))
     assert state == "success", states
     result = xcoms["remote"]["return_value"]
@@ -199,8 +224,9 @@ def test_pipeline_partition_example_on_slurm_one_job_every_stage_a_step(run_dag,
         first, last = stage["layers"]
         prev = f"{node}:{29700 + i - 1}" if i else "-"
         following = f"{node}:{29700 + i + 1}" if i + 1 < len(stages) else "-"
-        assert (f"[stage {i + 1} on {node}] stage {i + 1} of 8 for host {stage['host']}: layers {first}..{last} on "
-                f"{node} ") in output and f"previous {prev}, next {following}" in output, output
+        assert (
+            f"[stage {i + 1} on {node}] stage {i + 1} of 8 for host {stage['host']}: layers {first}..{last} on {node} "
+        ) in output and f"previous {prev}, next {following}" in output, output
     assert len(stages) == 8 and "gpusched stages: all 8 stages finished" in output
 
 
@@ -217,15 +243,41 @@ def test_pipeline_profiled_partitioned_and_run_with_every_stage_on_its_node(run_
 
     pytest.importorskip("torch")
     for device_type, bandwidth in (("cpu-a", "1000"), ("cpu-b", "800")):
-        out = subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", "profile", "tiny-vit",
-                              "--device-type", device_type, "--bw-mbps", bandwidth, "--mem-mb", "12", "--repeat", "3"],
-                             cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "airflow_provider_gpusched.cli",
+                "profile",
+                "tiny-vit",
+                "--device-type",
+                device_type,
+                "--bw-mbps",
+                bandwidth,
+                "--mem-mb",
+                "12",
+                "--repeat",
+                "3",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert out.returncode == 0, out.stderr
     (tmp_path / "devices.yml").write_text("cpu-a: [n1]\ncpu-b: [n2]\n")
     dag = load_dag_file(REPO / "dags" / "pipeline_partition.py").pipeline_partition_slurm_dag
-    state, xcoms, states = run_dag(dag, run_conf={"inputs": str(tmp_path), "model": "tiny-vit",
-                                                  "runtime_model": "tiny-vit", "microbatches": 6,
-                                                  "pin_hosts": True, "base_port": 29750})
+    state, xcoms, states = run_dag(
+        dag,
+        run_conf={
+            "inputs": str(tmp_path),
+            "model": "tiny-vit",
+            "runtime_model": "tiny-vit",
+            "microbatches": 6,
+            "pin_hosts": True,
+            "base_port": 29750,
+        },
+    )
     assert state == "success", states
     stages = xcoms["partition"]["return_value"]["stages"]
     assert sorted(s["host"] for s in stages) == ["n1", "n2"]  # 12 MiB holds about half of the model
@@ -233,8 +285,9 @@ def test_pipeline_profiled_partitioned_and_run_with_every_stage_on_its_node(run_
     for i, stage in enumerate(stages):
         first, last = stage["layers"]
         host = stage["host"]
-        assert f"[stage {i + 1} on {host}] stage {i + 1} of 2: layers {first}-{last} of 8 on {host} (cpu)" in output, \
+        assert f"[stage {i + 1} on {host}] stage {i + 1} of 2: layers {first}-{last} of 8 on {host} (cpu)" in output, (
             output
+        )
         assert f"[stage {i + 1} on {host}] stage {i + 1}: 6 micro-batches through layers {first}-{last}" in output
     other = stages[0]["host"]
     assert f"[stage 2 on {stages[1]['host']}] stage 2: the previous stage connected from" in output
@@ -244,5 +297,3 @@ def test_pipeline_profiled_partitioned_and_run_with_every_stage_on_its_node(run_
     assert got["microbatches"] == 6 and got["node"] == stages[1]["host"] != other
     assert got["sum"] == pytest.approx(want["sum"], rel=1e-9, abs=1e-9)
     assert got["first_row"] == pytest.approx(want["first_row"], rel=1e-6)
-
-

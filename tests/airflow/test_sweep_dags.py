@@ -43,9 +43,13 @@ def map_labels(dag_run, task_id):
     from sqlalchemy import select
 
     with create_session() as session:
-        rows = session.execute(select(TaskInstance.map_index, TaskInstance.rendered_map_index).where(
-            TaskInstance.dag_id == dag_run.dag_id, TaskInstance.run_id == dag_run.run_id,
-            TaskInstance.task_id == task_id)).all()
+        rows = session.execute(
+            select(TaskInstance.map_index, TaskInstance.rendered_map_index).where(
+                TaskInstance.dag_id == dag_run.dag_id,
+                TaskInstance.run_id == dag_run.run_id,
+                TaskInstance.task_id == task_id,
+            )
+        ).all()
     return dict(rows)
 
 
@@ -54,8 +58,11 @@ def test_trials_are_labelled_and_a_rerun_skips_what_succeeded(airflow_db, sweeps
     first = dag.test()
     assert first.state == "success"
     assert sorted(map_labels(first, "gan_grid.trial").values()) == [
-        "method=ALI,num_packing=1,num_zmode=1", "method=GAN,num_packing=1,num_zmode=1",
-        "method=WGAN,num_packing=3,num_zmode=1", "method=WGAN,num_packing=3,num_zmode=2"]
+        "method=ALI,num_packing=1,num_zmode=1",
+        "method=GAN,num_packing=1,num_zmode=1",
+        "method=WGAN,num_packing=3,num_zmode=1",
+        "method=WGAN,num_packing=3,num_zmode=2",
+    ]
     second = dag.test()
     xcoms, states = dag_run_results(second)
     assert second.state == "success", states
@@ -83,16 +90,27 @@ def test_hpo_example_random_and_optuna(run, sweeps_root):
 def test_pareto_example_runs_a_two_objective_optuna_study_and_publishes_its_front(run, sweeps_root, capfd):
     state, xcoms, states = run(the_dag(REPO / "dags" / "sweep_pareto.py"))
     assert state == "success", states
-    assert len([k for k in states if isinstance(k, tuple) and k[0].startswith("pareto_size.round_")
-                and k[0].endswith(".trial")]) == 18
+    assert (
+        len(
+            [
+                k
+                for k in states
+                if isinstance(k, tuple) and k[0].startswith("pareto_size.round_") and k[0].endswith(".trial")
+            ]
+        )
+        == 18
+    )
     summary = xcoms["pareto_size.collect"]["return_value"]
     front = summary["pareto_front"]
     assert len(front) >= 2
     for a in front:  # no member of the front is beaten on both metrics by another trial
         for b in front:
-            assert not (b["values"]["val_accuracy"] >= a["values"]["val_accuracy"]
-                        and b["values"]["latency_ms"] <= a["values"]["latency_ms"] and a != b
-                        and b["values"] != a["values"])
+            assert not (
+                b["values"]["val_accuracy"] >= a["values"]["val_accuracy"]
+                and b["values"]["latency_ms"] <= a["values"]["latency_ms"]
+                and a != b
+                and b["values"] != a["values"]
+            )
     best = xcoms["pareto_size.leaderboard"]["return_value"]
     assert best["front"] == 1 and best["values"] == front[0]["values"]  # the most accurate of the front
     records = json.loads((sweeps_root / "pareto_size" / "summary.json").read_text())["records"]
@@ -134,8 +152,12 @@ def test_yaml_loader_dags(run, sweeps_root):
     best = xcoms["gan_seed.leaderboard"]["return_value"]
     assert best["label"] == "method-WGAN,num_packing-3,num_zmode-1" and best["score"] == pytest.approx(7.7)
     folders = sorted(p.name.rsplit(".", 1)[0] for p in (sweeps_root / "gan_seed" / "trials").iterdir())
-    assert folders == ["method-ALI,num_packing-1,num_zmode-1", "method-GAN,num_packing-1,num_zmode-1",
-                       "method-WGAN,num_packing-3,num_zmode-1", "method-WGAN,num_packing-3,num_zmode-2"]
+    assert folders == [
+        "method-ALI,num_packing-1,num_zmode-1",
+        "method-GAN,num_packing-1,num_zmode-1",
+        "method-WGAN,num_packing-3,num_zmode-1",
+        "method-WGAN,num_packing-3,num_zmode-2",
+    ]
     records = json.loads((sweeps_root / "gan_seed" / "summary.json").read_text())["records"]
     assert {r["result"]["gpu"] for r in records} <= {"0", "1"} and {r["gpus"] for r in records} <= {"0", "1"}
 
@@ -163,8 +185,13 @@ def test_slurm_mapped_and_array_sweeps(airflow_db, sweeps_root, slurm_cluster):
     assert run.state == "success", states
     assert xcoms["slurm_mapped.leaderboard"]["return_value"]["score"] == 6.0
     assert sorted(map_labels(run, "slurm_mapped.trial").values()) == [
-        "x=1,note=it's a; b", "x=2,note=it's a; b", "x=3,note=it's a; b"]
-    result = json.loads(next((sweeps_root / "slurm_mapped" / "trials").glob("x=1*")).joinpath("result.json").read_text())
+        "x=1,note=it's a; b",
+        "x=2,note=it's a; b",
+        "x=3,note=it's a; b",
+    ]
+    result = json.loads(
+        next((sweeps_root / "slurm_mapped" / "trials").glob("x=1*")).joinpath("result.json").read_text()
+    )
     assert result["cuda"] is not None  # Slurm gave the job a GPU (gres)
 
     run = module.slurm_arrays.test()
@@ -190,8 +217,11 @@ def test_a_command_trial_on_slurm_is_pruned_by_the_runner_in_its_job(airflow_db,
     trials = sorted(k for k in states if isinstance(k, tuple) and k[0] == "pruned_slurm.trial")
     assert [states[k] for k in trials] == [("success", 1)]
     assert xcoms["pruned_slurm.collect"]["return_value"]["counts"]["pruned"] == 1
-    record = [r for r in json.loads(Path(sweeps_root / "pruned_slurm" / "summary.json").read_text())["records"]
-              if r["params"]["q"] == 5.0][0]
+    record = [
+        r
+        for r in json.loads(Path(sweeps_root / "pruned_slurm" / "summary.json").read_text())["records"]
+        if r["params"]["q"] == 5.0
+    ][0]
     assert record["state"] == "pruned" and 1 <= record["reports"]["last_step"] <= 3, record
     assert record["slurm_job"] and record["seconds"] < 20, record  # stopped, not run for 30 s
 
@@ -211,14 +241,18 @@ def test_a_pruned_trial_ends_its_task_green_and_is_counted(run, sweeps_root):
     assert [states[k] for k in trials] == [("success", 1)]  # only the new trial runs; one try: not retried
     summary = xcoms["pruned_local.collect"]["return_value"]
     assert summary["counts"]["pruned"] == 1 and summary["counts"]["succeeded"] == 2 and summary["counts"]["failed"] == 0
-    record = [r for r in json.loads(Path(sweeps_root / "pruned_local" / "summary.json").read_text())["records"]
-              if r["params"]["q"] == 5.0][0]
+    record = [
+        r
+        for r in json.loads(Path(sweeps_root / "pruned_local" / "summary.json").read_text())["records"]
+        if r["params"]["q"] == 5.0
+    ][0]
     assert record["state"] == "pruned" and record["reports"]["last_step"] == 1
     assert "median stopping at step 1" in record["error"]
 
 
-def test_a_sweep_folder_of_another_dag_is_refused_and_conf_force_rerun_redoes_done_trials(airflow_db, monkeypatch,
-                                                                                         capfd):
+def test_a_sweep_folder_of_another_dag_is_refused_and_conf_force_rerun_redoes_done_trials(
+    airflow_db, monkeypatch, capfd
+):
     """Issue 30, item 11 through Airflow: the DAG that planned first owns the folder, another DAG with the same sweep
     name fails at plan saying so. A run triggered with {"force_rerun": true} runs every trial again; a conf value
     that is not a boolean is refused."""

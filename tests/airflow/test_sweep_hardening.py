@@ -75,6 +75,7 @@ def test_unusable_results_are_invalid_with_the_reason_and_the_run_is_not_green(s
     assert counts["invalid"] == 3 and counts["succeeded"] == 1
     # a re-run tries them again instead of skipping them as succeeded
     from airflow_provider_gpusched.core.sweep.session import SweepSession
+
     spec = load_dag_file(DAGFILE).invalid_spec("invalid")
     spec.results_root = str(sweeps_root)
     manifest = SweepSession(spec).prepare()
@@ -109,8 +110,15 @@ def test_a_slurm_trial_is_the_same_work_in_every_run(tmp_path):
     from airflow_provider_gpusched.core.sweep.trial_run import trial_argv, trial_set
     from airflow_provider_gpusched.task_groups.trial_operators import SweepTrialSlurmOperator
 
-    session = SweepSession(SweepSpec(name="w", test_config=[{"x": [1, 2]}], command=["true", "{x}"],
-                                     objective=Objective("y"), results_root=str(tmp_path)))
+    session = SweepSession(
+        SweepSpec(
+            name="w",
+            test_config=[{"x": [1, 2]}],
+            command=["true", "{x}"],
+            objective=Objective("y"),
+            results_root=str(tmp_path),
+        )
+    )
     a, b = session.prepare(run="run-a"), session.prepare(run="run-b")
     keys = {}
     for name, manifest, trial in (("a1", a, a.pending[0]), ("b1", b, b.pending[0]), ("a2", a, a.pending[1])):

@@ -22,8 +22,14 @@ async def _first_event(trigger):
 
 
 def _trigger(tmp_path, **kwargs) -> GPUAvailableTrigger:
-    return GPUAvailableTrigger(request={"gpus": 1}, simulate="4x24GiB", state_dir=str(tmp_path / "leases"),
-                               poll_interval=0.1, owner="t.task (run, try 1)", **kwargs)
+    return GPUAvailableTrigger(
+        request={"gpus": 1},
+        simulate="4x24GiB",
+        state_dir=str(tmp_path / "leases"),
+        poll_interval=0.1,
+        owner="t.task (run, try 1)",
+        **kwargs,
+    )
 
 
 def test_free_gpus_fire_at_once_without_a_floor(tmp_path):

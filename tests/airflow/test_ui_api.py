@@ -26,8 +26,9 @@ def runs(tmp_path_factory, slurm_cluster):
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"], capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     private, public = dags()
     return {"private": run_and_collect(private), "public": run_and_collect(public)}
@@ -41,11 +42,13 @@ def client(runs, tmp_path_factory):
 
     passwords = tmp_path_factory.mktemp("auth") / "passwords.json"
     passwords.write_text(json.dumps(USERS))
-    env = {"AIRFLOW__CORE__AUTH_MANAGER": "tests.airflow.ui_auth.PerDagAuthManager",
-           "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer,outsider:viewer",
-           "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
-           "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
-           "AIRFLOW__API_AUTH__JWT_SECRET": "test-secret-for-the-ui-api-tests-" + "x" * 40}
+    env = {
+        "AIRFLOW__CORE__AUTH_MANAGER": "tests.airflow.ui_auth.PerDagAuthManager",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer,outsider:viewer",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+        "AIRFLOW__API_AUTH__JWT_SECRET": "test-secret-for-the-ui-api-tests-" + "x" * 40,
+    }
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     from airflow.api_fastapi.app import create_app
@@ -69,8 +72,11 @@ def token(client, user):
 
 def test_every_endpoint_needs_a_login(client, runs):
     run_id = "any-run"  # refused before the run is looked up
-    for path in ("/gpusched/api/gpus", "/gpusched/api/dags/ui_private_mixed/sweeps",
-                 f"/gpusched/api/dags/ui_open_job/runs/{run_id}/tasks/job/slurm"):
+    for path in (
+        "/gpusched/api/gpus",
+        "/gpusched/api/dags/ui_private_mixed/sweeps",
+        f"/gpusched/api/dags/ui_open_job/runs/{run_id}/tasks/job/slurm",
+    ):
         assert client.get(path).status_code == 401, path
         # a forged token is refused too (Airflow answers 403 for a token it cannot decode)
         assert client.get(path, headers={"Authorization": "Bearer not-a-token"}).status_code in (401, 403), path
@@ -84,8 +90,10 @@ def test_a_user_without_access_to_a_dag_gets_403_for_its_sweeps_and_jobs(client,
     assert r.status_code == 403
     # the same user reads a DAG it may read, and the board
     open_run = _run_id("ui_open_job")
-    assert client.get(f"/gpusched/api/dags/ui_open_job/runs/{open_run}/tasks/job/slurm",
-                      headers=outsider).status_code == 200
+    assert (
+        client.get(f"/gpusched/api/dags/ui_open_job/runs/{open_run}/tasks/job/slurm", headers=outsider).status_code
+        == 200
+    )
     assert client.get("/gpusched/api/gpus", headers=outsider).status_code == 200
 
 
@@ -95,8 +103,11 @@ def _run_id(dag_id):
     from sqlalchemy import select
 
     with create_session() as session:
-        return session.execute(select(DagRun.run_id).where(DagRun.dag_id == dag_id)
-                               .order_by(DagRun.run_after.desc())).scalars().first()
+        return (
+            session.execute(select(DagRun.run_id).where(DagRun.dag_id == dag_id).order_by(DagRun.run_after.desc()))
+            .scalars()
+            .first()
+        )
 
 
 def test_sweep_view_counts_ranks_and_links_each_trial(client, runs):
@@ -107,8 +118,9 @@ def test_sweep_view_counts_ranks_and_links_each_trial(client, runs):
     data = r.json()
     assert data["run_id"] == _run_id("ui_private_mixed") and data["runs"] == [data["run_id"]]
     (sweep,) = data["sweeps"]
-    assert sweep["sweep"] == "ui_grid" and {k: sweep["objective"][k] for k in ("metric", "mode", "describe", "several")} == {
-        "metric": "acc", "mode": "maximize", "describe": "maximize acc", "several": False}
+    assert sweep["sweep"] == "ui_grid" and {
+        k: sweep["objective"][k] for k in ("metric", "mode", "describe", "several")
+    } == {"metric": "acc", "mode": "maximize", "describe": "maximize acc", "several": False}
     counts = sweep["counts"]
     assert counts["defined"] == 6 and counts["succeeded"] == 4 and counts["failed"] == 2, counts
     assert counts["waiting"] == counts["running"] == counts["skipped"] == 0
@@ -123,8 +135,9 @@ def test_sweep_view_counts_ranks_and_links_each_trial(client, runs):
 
 def test_slurm_job_view_of_an_array_job(client, runs):
     run_id = _run_id("ui_private_mixed")
-    r = client.get(f"/gpusched/api/dags/ui_private_mixed/runs/{run_id}/tasks/array/slurm",
-                   headers=token(client, "admin"))
+    r = client.get(
+        f"/gpusched/api/dags/ui_private_mixed/runs/{run_id}/tasks/array/slurm", headers=token(client, "admin")
+    )
     assert r.status_code == 200, r.text
     job = r.json()
     assert job["final"] and job["state"] == "COMPLETED" and job["exit_code"] == 0 and job["array"] == "0-2"
@@ -141,9 +154,10 @@ def test_slurm_job_view_of_a_failed_job_has_exit_code_and_output_tail(client, ru
     job = r.json()
     assert job["state"] == "FAILED" and job["exit_code"] == 3 and job["task_state"] == "failed"
     assert job["nodes"] and job["partition"] == "batch" and job["elapsed"] is not None
-    assert job["tails"][""].splitlines() == ["line one", "line two; with a quote \""]
-    missing = client.get(f"/gpusched/api/dags/ui_open_job/runs/{run_id}/tasks/nothing/slurm",
-                         headers=token(client, "viewer"))
+    assert job["tails"][""].splitlines() == ["line one", 'line two; with a quote "']
+    missing = client.get(
+        f"/gpusched/api/dags/ui_open_job/runs/{run_id}/tasks/nothing/slurm", headers=token(client, "viewer")
+    )
     assert missing.status_code == 200 and missing.json()["found"] is False and not missing.json()["local_gpus"]
     assert "no Slurm job recorded" in missing.json()["message"] and job["found"] is True
 
@@ -151,8 +165,9 @@ def test_slurm_job_view_of_a_failed_job_has_exit_code_and_output_tail(client, ru
 def test_the_slurm_job_tab_of_a_local_gpu_task_is_a_plain_answer_not_an_error(client, runs):
     """The "Slurm job" tab is on every task instance: a local-GPU task gets 200 and where to look instead."""
     run_id = _run_id("ui_private_mixed")
-    r = client.get(f"/gpusched/api/dags/ui_private_mixed/runs/{run_id}/tasks/gpu_work/slurm",
-                   headers=token(client, "admin"))
+    r = client.get(
+        f"/gpusched/api/dags/ui_private_mixed/runs/{run_id}/tasks/gpu_work/slurm", headers=token(client, "admin")
+    )
     assert r.status_code == 200, r.text
     assert r.json()["found"] is False and r.json()["local_gpus"] is True
     assert "it ran on local GPUs" in r.json()["message"]
@@ -171,8 +186,9 @@ def test_a_finished_tasks_lease_says_where_and_when_it_ran(client, runs):
     assert len(lease["gpus"]) == 1 and lease["host"] and len(lease["inventory"]) == 4
     assert info["gpu_time"]["job_class"] == "idle" and info["gpu_time"]["gpu_seconds"] > 0 and info["problems"] == []
     assert client.get(path, headers=token(client, "outsider")).status_code == 403
-    missing = client.get(f"/gpusched/api/dags/ui_private_mixed/runs/{run_id}/tasks/nope/lease",
-                         headers=token(client, "admin"))
+    missing = client.get(
+        f"/gpusched/api/dags/ui_private_mixed/runs/{run_id}/tasks/nope/lease", headers=token(client, "admin")
+    )
     assert missing.status_code == 404 and "no task instance nope" in missing.json()["detail"]
 
 
@@ -206,8 +222,17 @@ def test_the_board_shows_what_the_api_servers_own_gpus_measure(client, runs, tmp
     api.reset_own_telemetry()
     colleague = start_foreign_process(120)
     try:
-        usage.write_text(json.dumps({"1": {"utilization": 64, "memory_used": "5GiB", "processes": [
-            {"pid": colleague, "used_memory": "5GiB"}]}}))
+        usage.write_text(
+            json.dumps(
+                {
+                    "1": {
+                        "utilization": 64,
+                        "memory_used": "5GiB",
+                        "processes": [{"pid": colleague, "used_memory": "5GiB"}],
+                    }
+                }
+            )
+        )
         board = client.get("/gpusched/api/gpus", headers=token(client, "viewer")).json()
         (host,) = [h for h in board["hosts"] if h["host"] == get_hostname()]
         assert host["telemetry"]["sampled_by"] == "the api-server" and host["telemetry"]["error"] == ""
@@ -239,8 +264,9 @@ def test_gpu_board_after_the_runs_shows_gpu_time_by_class_and_no_lease(client, r
     assert not [lease for lease in shown if lease["dag_id"].startswith("ui_")]
     expected: dict = {}
     with create_session() as session:
-        for value, dag_id in session.execute(select(XComModel.value, XComModel.dag_id)
-                                             .where(XComModel.key == "gpu_time")).all():
+        for value, dag_id in session.execute(
+            select(XComModel.value, XComModel.dag_id).where(XComModel.key == "gpu_time")
+        ).all():
             record = XComModel.deserialize_value(type("Row", (), {"value": value})())
             totals = expected.setdefault(record["job_class"], {"attempts": 0, "gpu_seconds": 0.0, "ours": 0})
             totals["attempts"] += 1
@@ -265,8 +291,13 @@ def test_the_plugin_registers_pages_and_its_app():
 
     plugin = GpuschedPlugin()
     routes = {(a["destination"], a["url_route"]) for a in plugin.react_apps}
-    assert routes == {("nav", "gpusched-gpus"), ("nav", "gpusched-timeline"), ("dashboard", "gpusched-gpu-summary"),
-                      ("dag", "gpusched-sweeps"), ("task_instance", "gpusched-slurm-job")}
+    assert routes == {
+        ("nav", "gpusched-gpus"),
+        ("nav", "gpusched-timeline"),
+        ("dashboard", "gpusched-gpu-summary"),
+        ("dag", "gpusched-sweeps"),
+        ("task_instance", "gpusched-slurm-job"),
+    }
     assert all(a["bundle_url"].startswith("/gpusched/static/gpusched.js?v=") for a in plugin.react_apps)
     assert plugin.fastapi_apps[0]["url_prefix"] == "/gpusched"
 
@@ -285,33 +316,49 @@ def test_gpu_board_of_two_hosts_while_work_runs_waits_and_is_hidden_from_who_may
     def host(name, gpus):
         leases = tmp_path / f"leases-{name}"
         leases.mkdir(mode=0o700)
-        return {"AIRFLOW__CORE__HOSTNAME_CALLABLE": f"tests.airflow.hosts.gpu_host_{name}",
-                "AIRFLOW__GPUSCHED__GPU_STATE_DIR": str(leases), "AIRFLOW__GPUSCHED__SIMULATE_GPUS": gpus,
-                "UI_RELEASE": str(release)}
+        return {
+            "AIRFLOW__CORE__HOSTNAME_CALLABLE": f"tests.airflow.hosts.gpu_host_{name}",
+            "AIRFLOW__GPUSCHED__GPU_STATE_DIR": str(leases),
+            "AIRFLOW__GPUSCHED__SIMULATE_GPUS": gpus,
+            "UI_RELEASE": str(release),
+        }
 
     a, b = host("a", "1x24GiB"), host("b", "2x24GiB")
-    procs = {"ui_private_hold": dag_test_process(path, "ui_private_hold", a),
-             "ui_open_hold": dag_test_process(path, "ui_open_hold", b)}
+    procs = {
+        "ui_private_hold": dag_test_process(path, "ui_private_hold", a),
+        "ui_open_hold": dag_test_process(path, "ui_open_hold", b),
+    }
     admin, outsider = token(client, "admin"), token(client, "outsider")
 
     def ours(board):
         return {h["host"]: h for h in board["hosts"] if h["host"].startswith("gpu-host-")}
 
     try:
-        wait_until(lambda: len(ours(client.get("/gpusched/api/gpus", headers=admin).json())) == 2, timeout=120,
-                   what="leases on both simulated hosts")
+        wait_until(
+            lambda: len(ours(client.get("/gpusched/api/gpus", headers=admin).json())) == 2,
+            timeout=120,
+            what="leases on both simulated hosts",
+        )
         procs["ui_private_waiter"] = dag_test_process(path, "ui_private_waiter", a)
-        wait_until(lambda: any(w["host"] == "gpu-host-a" for w in
-                               client.get("/gpusched/api/gpus", headers=admin).json()["waiting"]),
-                   timeout=120, what="the waiter on host A")
+        wait_until(
+            lambda: any(
+                w["host"] == "gpu-host-a" for w in client.get("/gpusched/api/gpus", headers=admin).json()["waiting"]
+            ),
+            timeout=120,
+            what="the waiter on host A",
+        )
         board = client.get("/gpusched/api/gpus", headers=admin).json()
         hosts = ours(board)
         assert [len(hosts[h]["gpus"]) for h in ("gpu-host-a", "gpu-host-b")] == [1, 2]
         assert hosts["gpu-host-a"]["simulated"] and hosts["gpu-host-b"]["simulated"]
         (gpu_a,) = hosts["gpu-host-a"]["gpus"]
         (lease_a,) = gpu_a["leases"]
-        assert (lease_a["dag_id"], lease_a["task_id"], lease_a["job_class"], lease_a["whole"]) == \
-            ("ui_private_hold", "hold", "idle", True) and gpu_a["memory_free"] == 0
+        assert (lease_a["dag_id"], lease_a["task_id"], lease_a["job_class"], lease_a["whole"]) == (
+            "ui_private_hold",
+            "hold",
+            "idle",
+            True,
+        ) and gpu_a["memory_free"] == 0
         lease_b = next(g for g in hosts["gpu-host-b"]["gpus"] if g["leases"])["leases"][0]
         assert lease_b["dag_id"] == "ui_open_hold" and lease_b["memory"] == 10 * 2**30
         (waiter,) = [w for w in board["waiting"] if w["host"] == "gpu-host-a"]
@@ -344,10 +391,17 @@ def _running_xcom(dag_id, task_id, key):
     with create_session() as session:
         value, state = session.execute(
             select(XComModel.value, TaskInstance.state)
-            .join(TaskInstance, and_(TaskInstance.dag_id == XComModel.dag_id, TaskInstance.run_id == XComModel.run_id,
-                                     TaskInstance.task_id == XComModel.task_id))
+            .join(
+                TaskInstance,
+                and_(
+                    TaskInstance.dag_id == XComModel.dag_id,
+                    TaskInstance.run_id == XComModel.run_id,
+                    TaskInstance.task_id == XComModel.task_id,
+                ),
+            )
             .where(XComModel.dag_id == dag_id, XComModel.task_id == task_id, XComModel.key == key)
-            .order_by(TaskInstance.start_date.desc())).first()
+            .order_by(TaskInstance.start_date.desc())
+        ).first()
     assert state == "running"
     return XComModel.deserialize_value(type("Row", (), {"value": value})())
 
@@ -360,9 +414,17 @@ def test_the_gpu_timeline_has_a_bar_per_lease_linked_to_its_task_and_hides_what_
     r = client.get("/gpusched/api/timeline?hours=1", headers=token(client, "viewer"))
     assert r.status_code == 200, r.text
     timeline = r.json()
-    assert timeline["problems"] == [] and timeline["hours"] == 1 and timeline["until"] - timeline["since"] == pytest.approx(3600)
-    bars = [b for row in timeline["rows"] for b in row["bars"] if b["dag_id"] == "ui_private_mixed"
-            and b["run_id"] == run_id]
+    assert (
+        timeline["problems"] == []
+        and timeline["hours"] == 1
+        and timeline["until"] - timeline["since"] == pytest.approx(3600)
+    )
+    bars = [
+        b
+        for row in timeline["rows"]
+        for b in row["bars"]
+        if b["dag_id"] == "ui_private_mixed" and b["run_id"] == run_id
+    ]
     work = [b for b in bars if b["task_id"] == "gpu_work"]
     assert len(work) == 1 and work[0]["job_class"] == "idle" and work[0]["outcome"] == "succeeded"
     trials = [b for b in bars if b["task_id"] == "ui_grid.trial"]
@@ -385,28 +447,36 @@ def test_a_sweeps_importance_comparison_and_trial_log(client, runs):
     importance = client.get(f"{base}/importance", params={"run_id": run_id, "group": "ui_grid"}, headers=viewer).json()
     assert importance["trials"] == 4 and importance["importances"] == []  # 4 scored trials: too few to rank
     assert "at least 8" in importance["note"]
-    same = client.get(f"{base}/compare", params={"run_id": run_id, "other": run_id, "group": "ui_grid"},
-                      headers=viewer).json()
+    same = client.get(
+        f"{base}/compare", params={"run_id": run_id, "other": run_id, "group": "ui_grid"}, headers=viewer
+    ).json()
     assert (same["both"], same["changed"], same["only_a"], same["only_b"]) == (4, 0, 0, 0)
     assert same["a"]["best"]["score"] == pytest.approx(0.98) and same["metric"] == "acc"
     sweep = client.get(base, headers=viewer).json()["sweeps"][0]
     assert same["a"]["counts"] == same["b"]["counts"] == sweep["counts"]  # the Sweeps tab's own counts
     failed = next(p for p in sweep["problems"] if "diverged" in (p["error"] or ""))
-    trial = client.get(f"{base}/trial", headers=viewer, params={
-        "run_id": run_id, "group": "ui_grid", "trial_id": failed["trial_id"]}).json()
+    trial = client.get(
+        f"{base}/trial", headers=viewer, params={"run_id": run_id, "group": "ui_grid", "trial_id": failed["trial_id"]}
+    ).json()
     assert trial["state"] == "failed" and "diverged" in trial["error"] and trial["params"]["lr"] == 0.3
     assert "ValueError: diverged" in trial["log_tail"] and trial["log_path"].endswith("output.log")
     assert trial["task_id"] == "ui_grid.trial" and trial["map_index"] == failed["map_index"]
-    missing = client.get(f"{base}/trial", headers=viewer, params={"run_id": run_id, "group": "ui_grid",
-                                                                  "trial_id": "nope"})
+    missing = client.get(
+        f"{base}/trial", headers=viewer, params={"run_id": run_id, "group": "ui_grid", "trial_id": "nope"}
+    )
     assert missing.status_code == 404 and "no trial 'nope'" in missing.json()["detail"]
     nogroup = client.get(f"{base}/importance", params={"run_id": run_id, "group": "other"}, headers=viewer)
     assert nogroup.status_code == 404 and "planned no sweep 'other'" in nogroup.json()["detail"]
     outsider = token(client, "outsider")
     for path in ("importance", "trial", "compare"):
-        assert client.get(f"{base}/{path}", headers=outsider, params={
-            "run_id": run_id, "group": "ui_grid", "trial_id": "x", "other": run_id}).status_code == 403, path
-
+        assert (
+            client.get(
+                f"{base}/{path}",
+                headers=outsider,
+                params={"run_id": run_id, "group": "ui_grid", "trial_id": "x", "other": run_id},
+            ).status_code
+            == 403
+        ), path
 
 
 def test_a_dag_that_forges_records_sees_nothing_of_another_dag_and_adds_no_host(client, runs, tmp_path):
@@ -425,35 +495,74 @@ def test_a_dag_that_forges_records_sees_nothing_of_another_dag_and_adds_no_host(
 
     private_run = _run_id("ui_private_mixed")
     with create_session() as session:
-        (raw,) = session.execute(select(XComModel.value).where(
-            XComModel.dag_id == "ui_private_mixed", XComModel.run_id == private_run,
-            XComModel.key == "gpusched_sweep_plan")).first()
+        (raw,) = session.execute(
+            select(XComModel.value).where(
+                XComModel.dag_id == "ui_private_mixed",
+                XComModel.run_id == private_run,
+                XComModel.key == "gpusched_sweep_plan",
+            )
+        ).first()
     stolen = XComModel.deserialize_value(type("Row", (), {"value": raw})())
     failed = next(t for t in stolen["trials"] if t["params"]["lr"] == 0.3)
     gpu = {"index": 0, "uuid": "GPU-x", "name": "forged", "memory_total": 2**30, "simulated": True}
 
     def lease(host, dag_id="ui_private_mixed", inventory=(gpu,), gpus=(0,)):
-        return {"host": host, "lease_id": "f" * 16, "gpus": list(gpus), "memory": {}, "whole": True,
-                "job_class": "normal", "started": __import__("time").time(), "dag_id": dag_id, "run_id": "forged",
-                "task_id": "secret_task", "inventory": list(inventory)}
+        return {
+            "host": host,
+            "lease_id": "f" * 16,
+            "gpus": list(gpus),
+            "memory": {},
+            "whole": True,
+            "job_class": "normal",
+            "started": __import__("time").time(),
+            "dag_id": dag_id,
+            "run_id": "forged",
+            "task_id": "secret_task",
+            "inventory": list(inventory),
+        }
 
     petabyte = [{**gpu, "index": i, "memory_total": 2**50} for i in range(8)]
-    segments = [{"host": f"made-up-{i % 6}", "gpus": list(range(8)), "job_class": "normal", "start": 1.0e9,
-                 "end": 4.0e9, "outcome": "succeeded", "detail": "x" * 400, "label": "y" * 150}
-                for i in range(600)]
+    segments = [
+        {
+            "host": f"made-up-{i % 6}",
+            "gpus": list(range(8)),
+            "job_class": "normal",
+            "start": 1.0e9,
+            "end": 4.0e9,
+            "outcome": "succeeded",
+            "detail": "x" * 400,
+            "label": "y" * 150,
+        }
+        for i in range(600)
+    ]
     forged = tmp_path / "forged.json"
-    forged.write_text(json.dumps({"plan": stolen, "history": {"segments": segments, "dropped": 0},
-                                  "leases": [lease(get_hostname()), lease("gpu-forged"),
-                                             lease("gpu-forged-pb", inventory=petabyte, gpus=range(8))]}))
+    forged.write_text(
+        json.dumps(
+            {
+                "plan": stolen,
+                "history": {"segments": segments, "dropped": 0},
+                "leases": [
+                    lease(get_hostname()),
+                    lease("gpu-forged"),
+                    lease("gpu-forged-pb", inventory=petabyte, gpus=range(8)),
+                ],
+            }
+        )
+    )
     release = tmp_path / "release"
     path = REPO / "tests" / "airflow" / "dagfiles" / "t_ui_forger.py"
-    procs = {dag_id: dag_test_process(path, dag_id, {"UI_FORGED": str(forged), "UI_RELEASE": str(release)})
-             for dag_id in ("ui_forger", "ui_forger_host", "ui_forger_pb")}
+    procs = {
+        dag_id: dag_test_process(path, dag_id, {"UI_FORGED": str(forged), "UI_RELEASE": str(release)})
+        for dag_id in ("ui_forger", "ui_forger_host", "ui_forger_pb")
+    }
     outsider = token(client, "outsider")
     try:
+
         def forged_leases():
             board = client.get("/gpusched/api/gpus", headers=outsider).json()
-            drawn = any(lease["lease_id"] == "f" * 16 for h in board["hosts"] for g in h["gpus"] for lease in g["leases"])
+            drawn = any(
+                lease["lease_id"] == "f" * 16 for h in board["hosts"] for g in h["gpus"] for lease in g["leases"]
+            )
             refused = sum("lease_of_petabyte" in p or "made_up_host" in p for p in board["problems"])
             return board if drawn and refused == 2 else None
 
@@ -463,8 +572,11 @@ def test_a_dag_that_forges_records_sees_nothing_of_another_dag_and_adds_no_host(
         sweeps = client.get(base, headers=outsider).json()
         (view,) = sweeps["sweeps"]
         assert "does not list DAG ui_forger" in view["reports_note"], view.get("reports_note")
-        trial = client.get(f"{base}/trial", headers=outsider, params={
-            "run_id": sweeps["run_id"], "group": "stolen", "trial_id": failed["trial_id"]}).json()
+        trial = client.get(
+            f"{base}/trial",
+            headers=outsider,
+            params={"run_id": sweeps["run_id"], "group": "stolen", "trial_id": failed["trial_id"]},
+        ).json()
         assert trial["log_tail"] is None and "does not list DAG ui_forger" in trial["log_note"], trial
         assert "diverged" not in json.dumps(trial) and "diverged" not in json.dumps(sweeps)
         # 2. the lease on the task's own host is drawn as the forger's; no made-up host, no petabyte GPU

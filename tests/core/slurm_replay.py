@@ -30,8 +30,9 @@ class ReplayRunner(CommandRunner):
     def target(self) -> str:
         return "replay"
 
-    def run(self, argv: Sequence[str], *, input: str | None = None, check: bool = True,
-            timeout: float | None = None) -> CommandResult:
+    def run(
+        self, argv: Sequence[str], *, input: str | None = None, check: bool = True, timeout: float | None = None
+    ) -> CommandResult:
         argv = [str(a) for a in argv]
         self.seen.append(argv)
         self.calls[argv[0]] += 1

@@ -22,15 +22,32 @@ WORK = Work(argv=["train"])
 
 def outcome(number, *, exit_code=0, oom=None, preempted=None, seconds=10.0, tail=("done",)):
     lease = Lease("l", [0], ["GPU-0"], {0: 4 * GiB}, False, "owner", 1)
-    attempt = Attempt(number=number, request="x", gpus=[0], exit_code=exit_code, oom=oom, seconds=seconds,
-                      stopped=bool(preempted), preempted=preempted, gpu_seconds=seconds,
-                      lost_gpu_seconds=2.0 if preempted else 0.0)
+    attempt = Attempt(
+        number=number,
+        request="x",
+        gpus=[0],
+        exit_code=exit_code,
+        oom=oom,
+        seconds=seconds,
+        stopped=bool(preempted),
+        preempted=preempted,
+        gpu_seconds=seconds,
+        lost_gpu_seconds=2.0 if preempted else 0.0,
+    )
     return AttemptOutcome(attempt, lease, list(tail))
 
 
 def step(progress, result, *, policy=IDLE, stopping=False, retries=2):
-    return decide(progress, result, job_class="idle", policy=policy, oom_policy=OOMRetryPolicy(retries=retries),
-                  gpu_sizes=[24 * GiB], stopping=stopping, work=WORK)
+    return decide(
+        progress,
+        result,
+        job_class="idle",
+        policy=policy,
+        oom_policy=OOMRetryPolicy(retries=retries),
+        gpu_sizes=[24 * GiB],
+        stopping=stopping,
+        work=WORK,
+    )
 
 
 def test_success_summarises_gpu_time():

@@ -15,8 +15,10 @@ def test_no_airflow_imports_in_core_source():
 
 
 def test_core_imports_without_loading_airflow():
-    code = ("import sys, airflow_provider_gpusched.core.slurm, airflow_provider_gpusched.core.pyfunc, "
-            "airflow_provider_gpusched.core.units, airflow_provider_gpusched.cli; "
-            "print(sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.')))")
+    code = (
+        "import sys, airflow_provider_gpusched.core.slurm, airflow_provider_gpusched.core.pyfunc, "
+        "airflow_provider_gpusched.core.units, airflow_provider_gpusched.cli; "
+        "print(sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

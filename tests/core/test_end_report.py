@@ -13,18 +13,25 @@ from airflow_provider_gpusched.core.sweep.end_report import build_end_report, fo
 from airflow_provider_gpusched.core.sweep.session import SweepSession
 from airflow_provider_gpusched.core.sweep.trial_run import run_trial
 
-TRAIN = ("import json, sys\n"
-         "x = sys.argv[1]\n"
-         "if x == '3':\n"
-         "    print('epoch 1 loss nan'); print('<b>diverged</b> | at step 7'); sys.exit(3)\n"
-         "json.dump(dict(acc=int(x) / 10), open('result.json', 'w'))\n")
+TRAIN = (
+    "import json, sys\n"
+    "x = sys.argv[1]\n"
+    "if x == '3':\n"
+    "    print('epoch 1 loss nan'); print('<b>diverged</b> | at step 7'); sys.exit(3)\n"
+    "json.dump(dict(acc=int(x) / 10), open('result.json', 'w'))\n"
+)
 
 
 def run_sweep(tmp_path, objective=None):
     objective = objective or Objective("acc")
-    spec = SweepSpec(name="rep", test_config=[{"x": [1, 2, 3, 4], "tag": ["a|b_<i>"]}],
-                     command=[sys.executable, "-c", TRAIN, "{x}"], objective=objective, results_root=str(tmp_path),
-                     max_failed_trials=None)
+    spec = SweepSpec(
+        name="rep",
+        test_config=[{"x": [1, 2, 3, 4], "tag": ["a|b_<i>"]}],
+        command=[sys.executable, "-c", TRAIN, "{x}"],
+        objective=objective,
+        results_root=str(tmp_path),
+        max_failed_trials=None,
+    )
     session = SweepSession(spec)
     manifest = session.prepare()
     for t in manifest.pending:
@@ -76,6 +83,7 @@ def test_gpu_time_counts_each_trial_by_its_share_of_a_gpu(tmp_path, monkeypatch)
     folder = run_sweep(tmp_path)
     report = build_end_report(folder, job_class="normal")
     import json
+
     seconds = 0.0
     for name in os.listdir(os.path.join(folder, "trials")):
         status = json.loads(Path(os.path.join(folder, "trials", name, "status.json")).read_text())

@@ -14,8 +14,13 @@ def _check(n):
 
 
 def test_counts_are_the_calls_own():
-    counts = fuzz(st.integers(-5, 5), _check, error=InvalidArgumentError, names=lambda exc, n: exc.argument == "n",
-                  what="argument")
+    counts = fuzz(
+        st.integers(-5, 5),
+        _check,
+        error=InvalidArgumentError,
+        names=lambda exc, n: exc.argument == "n",
+        what="argument",
+    )
     assert counts["inputs"] == counts["valid"] + counts["clear errors"] > 0
     assert counts["clear errors"] > 0 and counts["valid"] > 0
     assert_both_outcomes(counts, least=5)
@@ -25,8 +30,13 @@ def test_counts_are_the_calls_own():
 
 def test_an_error_that_names_nothing_fails():
     with pytest.raises(AssertionError, match="does not name the argument"):
-        fuzz(st.integers(-5, 5), _check, error=InvalidArgumentError, names=lambda exc, n: exc.argument == "m",
-             what="argument")
+        fuzz(
+            st.integers(-5, 5),
+            _check,
+            error=InvalidArgumentError,
+            names=lambda exc, n: exc.argument == "m",
+            what="argument",
+        )
 
 
 def test_another_exception_fails():
@@ -38,8 +48,7 @@ def test_another_exception_fails():
 
 
 def test_one_outcome_or_few_inputs_fail_the_outcome_check():
-    only_valid = fuzz(st.integers(0, 5), _check, error=InvalidArgumentError, names=lambda exc, n: True,
-                      what="argument")
+    only_valid = fuzz(st.integers(0, 5), _check, error=InvalidArgumentError, names=lambda exc, n: True, what="argument")
     with pytest.raises(AssertionError, match="never reached"):
         assert_both_outcomes(only_valid, least=1)
     with pytest.raises(AssertionError, match="inputs were tried"):

@@ -22,31 +22,82 @@ from airflow_provider_gpusched.core.sweep import SweepSpec
 from tests.fuzzing import assert_both_outcomes, fuzz
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=12), st.sampled_from(["", "-1GiB", "lots", "6GiB", "0", "no", "{x}", "{trial_dir}", "a\nb",
-                                           "--me", "-oProxyCommand=x", "1e400", ".nan", "x" * 300]))
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                        st.dictionaries(st.text(max_size=6), inner, max_size=4)),
-                      max_leaves=12)
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**12), 10**12),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.sampled_from(
+        [
+            "",
+            "-1GiB",
+            "lots",
+            "6GiB",
+            "0",
+            "no",
+            "{x}",
+            "{trial_dir}",
+            "a\nb",
+            "--me",
+            "-oProxyCommand=x",
+            "1e400",
+            ".nan",
+            "x" * 300,
+        ]
+    ),
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=4)),
+    max_leaves=12,
+)
 
 dims = st.one_of(
     st.lists(scalars, min_size=0, max_size=5),
-    st.builds(lambda k, a: {k: a}, st.sampled_from(["uniform", "loguniform", "randint", "quniform", "choice", "values"]),
-              st.lists(st.one_of(st.integers(-10**9, 10**9), st.floats(allow_nan=True, allow_infinity=True)),
-                       max_size=4)),
-    values)
-SPEC_KEYS = ["name", "search", "global_config", "test_config", "space", "count", "rounds", "per_round", "seed",
-             "grid_steps", "code_version", "command", "objective", "results_root", "force_rerun", "top_n", "sampler",
-             "resources", "evolution", "on_invalid_result", "max_failed_trials", "max_trials", "bogus"]
+    st.builds(
+        lambda k, a: {k: a},
+        st.sampled_from(["uniform", "loguniform", "randint", "quniform", "choice", "values"]),
+        st.lists(st.one_of(st.integers(-(10**9), 10**9), st.floats(allow_nan=True, allow_infinity=True)), max_size=4),
+    ),
+    values,
+)
+SPEC_KEYS = [
+    "name",
+    "search",
+    "global_config",
+    "test_config",
+    "space",
+    "count",
+    "rounds",
+    "per_round",
+    "seed",
+    "grid_steps",
+    "code_version",
+    "command",
+    "objective",
+    "results_root",
+    "force_rerun",
+    "top_n",
+    "sampler",
+    "resources",
+    "evolution",
+    "on_invalid_result",
+    "max_failed_trials",
+    "max_trials",
+    "bogus",
+]
 
 
 @st.composite
 def sweep_dicts(draw):
     """A valid grid or random spec, then 0-3 of its keys replaced by anything (so both outcomes are common)."""
-    good_dim = st.one_of(st.lists(st.one_of(st.integers(0, 9), st.floats(0, 1), st.text(max_size=4)),
-                                  min_size=1, max_size=4, unique_by=str),
-                         st.builds(lambda lo, w: {"uniform": [lo, lo + w]}, st.floats(-5, 5), st.floats(0.1, 5)),
-                         st.builds(lambda lo, w: {"randint": [lo, lo + w]}, st.integers(-5, 5), st.integers(0, 9)))
+    good_dim = st.one_of(
+        st.lists(
+            st.one_of(st.integers(0, 9), st.floats(0, 1), st.text(max_size=4)), min_size=1, max_size=4, unique_by=str
+        ),
+        st.builds(lambda lo, w: {"uniform": [lo, lo + w]}, st.floats(-5, 5), st.floats(0.1, 5)),
+        st.builds(lambda lo, w: {"randint": [lo, lo + w]}, st.integers(-5, 5), st.integers(0, 9)),
+    )
     space = draw(st.dictionaries(st.sampled_from(["x", "y", "lr"]), good_dim, min_size=1, max_size=3))
     spec = {"name": "fz", "command": ["python", "train.py", "{trial_dir}"], "objective": {"metric": "acc"}}
     if draw(st.booleans()):
@@ -55,14 +106,35 @@ def sweep_dicts(draw):
         spec.update(search="random", space=space, count=draw(st.integers(1, 5)))
     for key in draw(st.lists(st.sampled_from(SPEC_KEYS), max_size=3)):
         if key == "test_config":
-            spec[key] = draw(st.one_of(st.lists(st.dictionaries(st.sampled_from(["x", "y"]), dims, max_size=2),
-                                                max_size=2), values))
+            spec[key] = draw(
+                st.one_of(st.lists(st.dictionaries(st.sampled_from(["x", "y"]), dims, max_size=2), max_size=2), values)
+            )
         elif key == "space":
             spec[key] = draw(st.one_of(st.dictionaries(st.sampled_from(["x", "y"]), dims, max_size=2), values))
         elif key == "resources":
-            spec[key] = draw(st.one_of(st.fixed_dictionaries({}, optional={
-                k: scalars for k in ("gpus", "gpu_memory", "cpus", "mem", "partition", "time_limit", "job_class",
-                                     "priority", "env", "setup")}), values))
+            spec[key] = draw(
+                st.one_of(
+                    st.fixed_dictionaries(
+                        {},
+                        optional={
+                            k: scalars
+                            for k in (
+                                "gpus",
+                                "gpu_memory",
+                                "cpus",
+                                "mem",
+                                "partition",
+                                "time_limit",
+                                "job_class",
+                                "priority",
+                                "env",
+                                "setup",
+                            )
+                        },
+                    ),
+                    values,
+                )
+            )
         else:
             spec[key] = draw(st.one_of(scalars, values, st.integers(0, 10**9)))
     return spec
@@ -81,7 +153,7 @@ def names_a_spec_key(exc: InvalidArgumentError, where: str = "sweep") -> bool:
         return False
     if exc.expected.startswith("a known key"):  # an unknown key, named as the user wrote it
         return True
-    return re.split(r"[.\[ ]", exc.argument[len(where) + 2:], maxsplit=1)[0] in SPEC_FIELDS
+    return re.split(r"[.\[ ]", exc.argument[len(where) + 2 :], maxsplit=1)[0] in SPEC_FIELDS
 
 
 def test_fuzz_sweep_specs_from_python():
@@ -94,8 +166,13 @@ def test_fuzz_sweep_specs_from_python():
             for t in trials:
                 assert all(not (isinstance(v, float) and not math.isfinite(v)) for v in t.params.values())
 
-    counts = fuzz(sweep_dicts(), sweep_from_dict, error=InvalidArgumentError,
-                  names=lambda exc, data: names_a_spec_key(exc), what="spec key")
+    counts = fuzz(
+        sweep_dicts(),
+        sweep_from_dict,
+        error=InvalidArgumentError,
+        names=lambda exc, data: names_a_spec_key(exc),
+        what="spec key",
+    )
     assert_both_outcomes(counts)
 
 
@@ -113,29 +190,43 @@ resources: {gpus: 1, gpu_memory: 6GiB}
 
 
 def test_fuzz_sweep_specs_from_yaml_text(tmp_path_factory):
-    edits = st.lists(st.tuples(st.integers(0, len(VALID_YAML)), st.integers(0, 6),
-                               st.text(alphabet=" \n\t:{}[]-,'\"#&*!|>%@`0123456789.eE+abcnx", max_size=6)), max_size=4)
+    edits = st.lists(
+        st.tuples(
+            st.integers(0, len(VALID_YAML)),
+            st.integers(0, 6),
+            st.text(alphabet=" \n\t:{}[]-,'\"#&*!|>%@`0123456789.eE+abcnx", max_size=6),
+        ),
+        max_size=4,
+    )
     path = tmp_path_factory.mktemp("fz") / "spec.yaml"
 
     def sweep_from_yaml(changes):
         text = VALID_YAML
         for at, cut, insert in changes:
-            text = text[:at] + insert + text[at + cut:]
+            text = text[:at] + insert + text[at + cut :]
         path.write_text(text)
         spec = SweepSpec.from_yaml(str(path))
         if spec.search in ("grid", "random") and spec.stage_size() <= 2000:
             spec.trials()
 
     def names_the_file(exc, changes):  # "<file>: <key>: ...", "<file>: line 3, column 2: ...", or "sweep spec: ..."
-        return exc.argument == "sweep spec" and exc.value == str(path) or (
-            exc.argument.startswith(f"{path}:") and (names_a_spec_key(exc, str(path)) or " line " in exc.argument))
+        return (
+            exc.argument == "sweep spec"
+            and exc.value == str(path)
+            or (exc.argument.startswith(f"{path}:") and (names_a_spec_key(exc, str(path)) or " line " in exc.argument))
+        )
 
     counts = fuzz(edits, sweep_from_yaml, error=InvalidArgumentError, names=names_the_file, what="file and key")
     assert_both_outcomes(counts)
 
 
-numbers = st.one_of(st.floats(min_value=-1e3, max_value=1e6), st.sampled_from([math.nan, math.inf, -math.inf]),
-                    st.integers(-5, 10**6), st.text(max_size=3), st.none())
+numbers = st.one_of(
+    st.floats(min_value=-1e3, max_value=1e6),
+    st.sampled_from([math.nan, math.inf, -math.inf]),
+    st.integers(-5, 10**6),
+    st.text(max_size=3),
+    st.none(),
+)
 
 
 @st.composite
@@ -143,14 +234,27 @@ def partition_inputs(draw):
     """Valid sched-pipeline inputs (3-8 layers, 1-3 device types, unique hosts), then 0-2 parts replaced."""
     n = draw(st.integers(1, 8))
     positive = st.floats(0.01, 100)
-    model = {"layers": n, "mem_MB": draw(st.lists(positive, min_size=n, max_size=n)),
-             "parameters_in": draw(st.integers(1, 10**6)),
-             "parameters_out": draw(st.lists(st.integers(1, 10**6), min_size=1, max_size=n))}
+    model = {
+        "layers": n,
+        "mem_MB": draw(st.lists(positive, min_size=n, max_size=n)),
+        "parameters_in": draw(st.integers(1, 10**6)),
+        "parameters_out": draw(st.lists(st.integers(1, 10**6), min_size=1, max_size=n)),
+    }
     types, devices, host = {}, {}, 0
     for name in draw(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3, unique=True)):
-        types[name] = {"bw_Mbps": draw(st.floats(1, 10**4)), "mem_MB": draw(st.floats(50, 10**4)),
-                       "model_profiles": {"m": [{"batch_size": 8, "dtype": "torch.float32",
-                                                 "time_s": draw(st.lists(positive, min_size=n, max_size=n))}]}}
+        types[name] = {
+            "bw_Mbps": draw(st.floats(1, 10**4)),
+            "mem_MB": draw(st.floats(50, 10**4)),
+            "model_profiles": {
+                "m": [
+                    {
+                        "batch_size": 8,
+                        "dtype": "torch.float32",
+                        "time_s": draw(st.lists(positive, min_size=n, max_size=n)),
+                    }
+                ]
+            },
+        }
         k = draw(st.integers(0, 3))
         devices[name] = [f"h{host + i}" for i in range(k)]
         host += k
@@ -164,9 +268,15 @@ def partition_inputs(draw):
             key = draw(st.sampled_from(["bw_Mbps", "mem_MB", "model_profiles"]))
             t[key] = draw(st.one_of(numbers, values))
         elif which == "devices":
-            devices[draw(st.sampled_from(list(devices)))] = draw(st.one_of(
-                st.lists(st.one_of(st.text(max_size=6), st.integers(0, 9), st.just("evil\nhost"), st.just("h0")),
-                         max_size=4), values))
+            devices[draw(st.sampled_from(list(devices)))] = draw(
+                st.one_of(
+                    st.lists(
+                        st.one_of(st.text(max_size=6), st.integers(0, 9), st.just("evil\nhost"), st.just("h0")),
+                        max_size=4,
+                    ),
+                    values,
+                )
+            )
         else:
             docs[draw(st.sampled_from(list(docs)))] = draw(values)
     dtype = draw(st.sampled_from(["torch.float32", "torch.float32", "torch.float16", "float64"]))
@@ -191,18 +301,32 @@ def test_fuzz_partition_inputs(tmp_path_factory):
     def names_the_input(exc, inputs):  # the file (and key) that is wrong, or the option
         return str(exc).startswith((*files, "dtype", "batch size (-b)", "model "))
 
-    counts = fuzz(partition_inputs(), partition_files, error=PartitionInputError, names=names_the_input,
-                  what="file or option")
+    counts = fuzz(
+        partition_inputs(), partition_files, error=PartitionInputError, names=names_the_input, what="file or option"
+    )
     assert_both_outcomes(counts)
 
 
 SPEC_ARGS = {
     "command": st.one_of(st.lists(scalars, max_size=3), scalars),
-    "job_name": scalars, "partition": scalars, "qos": scalars, "account": scalars, "gpus": scalars,
-    "gres": scalars, "cpus_per_task": scalars, "mem": scalars, "time_limit": scalars, "array": scalars,
-    "nice": scalars, "output": scalars, "error": scalars, "working_dir": scalars, "comment": scalars,
+    "job_name": scalars,
+    "partition": scalars,
+    "qos": scalars,
+    "account": scalars,
+    "gpus": scalars,
+    "gres": scalars,
+    "cpus_per_task": scalars,
+    "mem": scalars,
+    "time_limit": scalars,
+    "array": scalars,
+    "nice": scalars,
+    "output": scalars,
+    "error": scalars,
+    "working_dir": scalars,
+    "comment": scalars,
     "environment": st.dictionaries(st.text(max_size=5), scalars, max_size=2),
-    "sbatch_args": st.one_of(st.lists(scalars, max_size=2), scalars), "open_mode": scalars,
+    "sbatch_args": st.one_of(st.lists(scalars, max_size=2), scalars),
+    "open_mode": scalars,
 }
 
 
@@ -218,33 +342,59 @@ def test_fuzz_slurm_job_arguments():
         assert all(isinstance(a, str) and "\n" not in a and "\x00" not in a for a in argv)
         assert spec.render_script().startswith("#!")
 
-    counts = fuzz(st.fixed_dictionaries({}, optional=SPEC_ARGS), slurm_job_spec, error=InvalidArgumentError,
-                  names=lambda exc, kwargs: _names_one_of(exc, kwargs), what="argument given")
+    counts = fuzz(
+        st.fixed_dictionaries({}, optional=SPEC_ARGS),
+        slurm_job_spec,
+        error=InvalidArgumentError,
+        names=lambda exc, kwargs: _names_one_of(exc, kwargs),
+        what="argument given",
+    )
     assert_both_outcomes(counts)
 
 
-REQUEST_ARGS = {k: scalars for k in ("gpus", "gpu_memory", "memory_margin", "max_foreign_processes", "min_free_ram",
-                                     "max_cpu_percent", "host_memory")} | {
-    "devices": st.one_of(st.lists(scalars, max_size=3), scalars)}
+REQUEST_ARGS = {
+    k: scalars
+    for k in (
+        "gpus",
+        "gpu_memory",
+        "memory_margin",
+        "max_foreign_processes",
+        "min_free_ram",
+        "max_cpu_percent",
+        "host_memory",
+    )
+} | {"devices": st.one_of(st.lists(scalars, max_size=3), scalars)}
 
 
 def test_fuzz_gpu_requests():
-    counts = fuzz(st.fixed_dictionaries({}, optional=REQUEST_ARGS), lambda kwargs: GPURequest(**kwargs),
-                  error=InvalidArgumentError, names=lambda exc, kwargs: _names_one_of(exc, kwargs),
-                  what="argument given")
+    counts = fuzz(
+        st.fixed_dictionaries({}, optional=REQUEST_ARGS),
+        lambda kwargs: GPURequest(**kwargs),
+        error=InvalidArgumentError,
+        names=lambda exc, kwargs: _names_one_of(exc, kwargs),
+        what="argument given",
+    )
     assert_both_outcomes(counts)
 
 
 #: the keys of VALID_YAML a typo is tried in: top-level spec keys, the space types, the resources' keys
-TYPO_KEYS = {"search": "search: random", "count": "count: 4", "space": "space:", "command": "command:",
-             "objective": "objective:", "resources": "resources:", "loguniform": "{loguniform:",
-             "uniform": "{uniform:", "gpu_memory": "gpu_memory:"}
+TYPO_KEYS = {
+    "search": "search: random",
+    "count": "count: 4",
+    "space": "space:",
+    "command": "command:",
+    "objective": "objective:",
+    "resources": "resources:",
+    "loguniform": "{loguniform:",
+    "uniform": "{uniform:",
+    "gpu_memory": "gpu_memory:",
+}
 
 
 def _typos(word):
     """Every single-letter deletion and swap of neighbours of ``word`` (the common slips), without repeats."""
-    out = {word[:i] + word[i + 1:] for i in range(len(word))}
-    out |= {word[:i] + word[i + 1] + word[i] + word[i + 2:] for i in range(len(word) - 1)}
+    out = {word[:i] + word[i + 1 :] for i in range(len(word))}
+    out |= {word[:i] + word[i + 1] + word[i] + word[i + 2 :] for i in range(len(word) - 1)}
     return sorted(out - {word})
 
 
@@ -275,7 +425,10 @@ def test_every_misspelt_key_is_refused_naming_the_file_the_key_and_the_closest_k
 
 def test_a_nested_parameter_that_is_not_a_typo_stays_nested(tmp_path):
     path = tmp_path / "spec.yaml"
-    path.write_text(VALID_YAML.replace("  optimizer: [sgd, adam]",
-                                       "  optimizer: [sgd, adam]\n  model: {depth: [2, 4], width: {values: [8]}}"))
+    path.write_text(
+        VALID_YAML.replace(
+            "  optimizer: [sgd, adam]", "  optimizer: [sgd, adam]\n  model: {depth: [2, 4], width: {values: [8]}}"
+        )
+    )
     spec = SweepSpec.from_yaml(str(path))
     assert {"model.depth", "model.width"} <= set(spec.parameter_names())

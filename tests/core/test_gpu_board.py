@@ -14,18 +14,32 @@ GiB = 1024**3
 
 
 def _record(host: str, lease_id: str, gpus: list[int], memory: int | None, job_class: str = "normal", **kw) -> dict:
-    view = {"lease_id": lease_id, "gpus": gpus, "whole": memory is None, "job_class": job_class, "priority": 0,
-            "created": 1000.0, "memory": {i: (memory if memory is not None else 24 * GiB) for i in gpus}}
-    return lease_record(host, view, SimulatedInventory("4x24GiB").gpus(), dag_id="d", run_id="r",
-                        task_id=f"t_{lease_id}", **kw)
+    view = {
+        "lease_id": lease_id,
+        "gpus": gpus,
+        "whole": memory is None,
+        "job_class": job_class,
+        "priority": 0,
+        "created": 1000.0,
+        "memory": {i: (memory if memory is not None else 24 * GiB) for i in gpus},
+    }
+    return lease_record(
+        host, view, SimulatedInventory("4x24GiB").gpus(), dag_id="d", run_id="r", task_id=f"t_{lease_id}", **kw
+    )
 
 
 def test_two_hosts_leases_memory_and_yielding():
-    records = [_record("gpu-a", "a1", [0], 6 * GiB), _record("gpu-a", "a2", [0], 6 * GiB),
-               _record("gpu-a", "a3", [1, 2], None, "idle", yielding_to="d.train (r, try 1)"),
-               _record("gpu-b", "b1", [3], None, map_index=7)]
-    board = build_board([read_lease_record(r, f"record {i}") for i, r in enumerate(records)],
-                        waiting=[{"owner": "d.train (r, try 1)", "until": 2000.0}], now=1060.0)
+    records = [
+        _record("gpu-a", "a1", [0], 6 * GiB),
+        _record("gpu-a", "a2", [0], 6 * GiB),
+        _record("gpu-a", "a3", [1, 2], None, "idle", yielding_to="d.train (r, try 1)"),
+        _record("gpu-b", "b1", [3], None, map_index=7),
+    ]
+    board = build_board(
+        [read_lease_record(r, f"record {i}") for i, r in enumerate(records)],
+        waiting=[{"owner": "d.train (r, try 1)", "until": 2000.0}],
+        now=1060.0,
+    )
     assert [h["host"] for h in board["hosts"]] == ["gpu-a", "gpu-b"]
     a = {g["index"]: g for g in board["hosts"][0]["gpus"]}
     assert board["hosts"][0]["simulated"] and sorted(a) == [0, 1, 2, 3]
@@ -40,22 +54,34 @@ def test_two_hosts_leases_memory_and_yielding():
 
 def test_gpu_time_per_class_over_the_last_hour_and_day():
     now = 100_000.0
-    ledger = [{"time": now - 60, "job_class": "idle", "gpu_seconds": 30.0, "lost_gpu_seconds": 1.0, "preempted": True},
-              {"time": now - 7200, "job_class": "idle", "gpu_seconds": 50.0, "lost_gpu_seconds": 0.0},
-              {"time": now - 600, "job_class": "normal", "gpu_seconds": 20.0, "lost_gpu_seconds": 0.0},
-              {"time": now - 200_000, "job_class": "normal", "gpu_seconds": 99.0},
-              {"time": "yesterday", "job_class": "normal", "gpu_seconds": 5.0}]
+    ledger = [
+        {"time": now - 60, "job_class": "idle", "gpu_seconds": 30.0, "lost_gpu_seconds": 1.0, "preempted": True},
+        {"time": now - 7200, "job_class": "idle", "gpu_seconds": 50.0, "lost_gpu_seconds": 0.0},
+        {"time": now - 600, "job_class": "normal", "gpu_seconds": 20.0, "lost_gpu_seconds": 0.0},
+        {"time": now - 200_000, "job_class": "normal", "gpu_seconds": 99.0},
+        {"time": "yesterday", "job_class": "normal", "gpu_seconds": 5.0},
+    ]
     gpu_time = build_board([], ledger=ledger, now=now)["gpu_time"]
     assert gpu_time["hour"]["idle"]["gpu_seconds"] == 30.0 and gpu_time["hour"]["idle"]["preemptions"] == 1
     assert gpu_time["hour"]["normal"]["gpu_seconds"] == 20.0
     assert gpu_time["day"]["idle"]["gpu_seconds"] == 80.0 and gpu_time["day"]["normal"]["gpu_seconds"] == 20.0
 
 
-@pytest.mark.parametrize(("change", "key"), [
-    ({"host": ""}, "host"), ({"gpus": []}, "gpus"), ({"gpus": [True]}, "gpus"), ({"memory": {"0": -1}}, "memory"),
-    ({"memory": []}, "memory"), ({"whole": "yes"}, "whole"), ({"started": float("nan")}, "started"),
-    ({"map_index": "7"}, "map_index"), ({"inventory": [{"index": 0}]}, "inventory[0]"), ({"dag_id": None}, "dag_id"),
-])
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        ({"host": ""}, "host"),
+        ({"gpus": []}, "gpus"),
+        ({"gpus": [True]}, "gpus"),
+        ({"memory": {"0": -1}}, "memory"),
+        ({"memory": []}, "memory"),
+        ({"whole": "yes"}, "whole"),
+        ({"started": float("nan")}, "started"),
+        ({"map_index": "7"}, "map_index"),
+        ({"inventory": [{"index": 0}]}, "inventory[0]"),
+        ({"dag_id": None}, "dag_id"),
+    ],
+)
 def test_a_bad_record_is_refused_naming_the_key(change, key):
     record = {**_record("gpu-a", "a1", [0], GiB), **change}
     with pytest.raises(BadRecordError, match=re.escape(f"xcom of d.t_a1: key '{key}'")):
@@ -71,16 +97,25 @@ def test_hosts_known_without_a_running_lease_are_listed_with_their_gpus_free():
     """An idle host (the api-server's own, or one whose tasks ended lately) is on the board: not "0 of 0 GPUs"."""
     from airflow_provider_gpusched.core.gpu.board import BoardGPU, KnownHost
 
-    gpus = [BoardGPU(g.index, g.uuid, g.name, g.memory_total, g.simulated) for g in SimulatedInventory("4x24GiB").gpus()]
+    gpus = [
+        BoardGPU(g.index, g.uuid, g.name, g.memory_total, g.simulated) for g in SimulatedInventory("4x24GiB").gpus()
+    ]
     busy = read_lease_record(_record("gpu-a", "a1", [0], 6 * GiB), "record")
-    board = build_board([busy], known_hosts=[KnownHost("gpu-a", gpus, "the api-server's own host"),
-                                             KnownHost("gpu-b", gpus[:2], "a task ended there at 2026-11-25 10:00:00 UTC")])
+    board = build_board(
+        [busy],
+        known_hosts=[
+            KnownHost("gpu-a", gpus, "the api-server's own host"),
+            KnownHost("gpu-b", gpus[:2], "a task ended there at 2026-11-25 10:00:00 UTC"),
+        ],
+    )
     hosts = {h["host"]: h for h in board["hosts"]}
     assert hosts["gpu-a"]["seen"] == "running work" and len(hosts["gpu-a"]["gpus"]) == 4
     assert hosts["gpu-a"]["gpus"][0]["memory_free"] == 18 * GiB and hosts["gpu-a"]["gpus"][1]["memory_free"] == 24 * GiB
     assert hosts["gpu-b"]["seen"].startswith("a task ended there") and hosts["gpu-b"]["simulated"]
-    assert [(g["index"], g["leases"], g["memory_free"]) for g in hosts["gpu-b"]["gpus"]] == [(0, [], 24 * GiB),
-                                                                                            (1, [], 24 * GiB)]
+    assert [(g["index"], g["leases"], g["memory_free"]) for g in hosts["gpu-b"]["gpus"]] == [
+        (0, [], 24 * GiB),
+        (1, [], 24 * GiB),
+    ]
     assert build_board([], known_hosts=[])["hosts"] == []
 
 
@@ -91,8 +126,15 @@ def test_wait_reasons_name_the_tasks_holding_leases_and_say_shared_details_once(
     state = "GPU 0: 1 lease(s), 0 foreign process(es), GPU 1: 1 lease(s), 0 foreign process(es)"
     why = f"needs 1 GPU(s) without leases, 0 free; {state}; preempting idle lease(s) 0123456789abcdef, fedcba9876543210"
     waits = [{"dag_id": "d", "task_id": f"w{i}", "why": why, "since": 1.0, "priority": 0} for i in range(3)]
-    waits.append({"dag_id": "d", "task_id": "w3", "why": f"needs 4 GPU(s) without leases, 0 free; {state}", "since": 1.0,
-                  "priority": 0})
+    waits.append(
+        {
+            "dag_id": "d",
+            "task_id": "w3",
+            "why": f"needs 4 GPU(s) without leases, 0 free; {state}",
+            "since": 1.0,
+            "priority": 0,
+        }
+    )
     board = build_board([idle], waiting=waits)
     assert board["waiting_shared"] == [state]  # the GPUs' state, said once for every waiting task
     first = board["waiting"][0]

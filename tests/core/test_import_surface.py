@@ -12,12 +12,16 @@ def _run(code: str) -> str:
 
 
 def test_the_package_and_its_core_names_import_without_airflow():
-    out = _run("import sys, airflow_provider_gpusched as g\n"
-               "print('airflow' in sys.modules)\n"
-               "from airflow_provider_gpusched import SweepSpec, Objective, TrialResources, loguniform, report, rank_info\n"
-               "print('airflow' in sys.modules, SweepSpec.__module__, report.__module__)")
-    assert out.split("\n")[:2] == ["False", "False airflow_provider_gpusched.core.sweep.spec "
-                                            "airflow_provider_gpusched.core.sweep.trial_report"]
+    out = _run(
+        "import sys, airflow_provider_gpusched as g\n"
+        "print('airflow' in sys.modules)\n"
+        "from airflow_provider_gpusched import SweepSpec, Objective, TrialResources, loguniform, report, rank_info\n"
+        "print('airflow' in sys.modules, SweepSpec.__module__, report.__module__)"
+    )
+    assert out.split("\n")[:2] == [
+        "False",
+        "False airflow_provider_gpusched.core.sweep.spec airflow_provider_gpusched.core.sweep.trial_report",
+    ]
 
 
 def test_an_unknown_name_is_an_attribute_error_naming_it():

@@ -38,22 +38,29 @@ def test_model_cost_as_a_measure_in_units_and_from_a_spec_block():
     from airflow_provider_gpusched.core.sweep.model_cost import ModelCost
 
     cost = ModelCost(mlp, (1, 64), units="K")
-    assert cost({"width": 100}) == {"params": (64 * 100 + 100 + 100 * 10 + 10) / 1e3,
-                                    "flops": 2 * (64 * 100 + 100 * 10) / 1e3}
-    by_name = ModelCost.from_mapping({"type": "NaiveEvaluator", "build": f"{__name__}:mlp",
-                                      "default_shape": [1, 64], "units": "M"}, "evolution.evaluator")
+    assert cost({"width": 100}) == {
+        "params": (64 * 100 + 100 + 100 * 10 + 10) / 1e3,
+        "flops": 2 * (64 * 100 + 100 * 10) / 1e3,
+    }
+    by_name = ModelCost.from_mapping(
+        {"type": "NaiveEvaluator", "build": f"{__name__}:mlp", "default_shape": [1, 64], "units": "M"},
+        "evolution.evaluator",
+    )
     assert by_name({"width": 100})["flops"] == pytest.approx(2 * 7400 / 1e6)
 
 
-@pytest.mark.parametrize("block, message", [
-    ({"build": "x:y", "input_shape": [1, 0]}, "evolution.evaluator.input_shape"),
-    ({"build": "x:y", "input_shape": "1x64"}, "evolution.evaluator.input_shape"),
-    ({"build": "x:y", "input_shape": [1, 64], "units": "T"}, "evolution.evaluator.units"),
-    ({"build": "no_colon", "input_shape": [1, 64]}, "evolution.evaluator.build"),
-    ({"input_shape": [1, 64]}, "evolution.evaluator.build"),
-    ({"build": "x:y", "input_shape": [1, 64], "shape": 1}, "evolution.evaluator.shape"),
-    ({"type": "FancyEvaluator", "build": "x:y", "input_shape": [1]}, "evolution.evaluator.type"),
-])
+@pytest.mark.parametrize(
+    "block, message",
+    [
+        ({"build": "x:y", "input_shape": [1, 0]}, "evolution.evaluator.input_shape"),
+        ({"build": "x:y", "input_shape": "1x64"}, "evolution.evaluator.input_shape"),
+        ({"build": "x:y", "input_shape": [1, 64], "units": "T"}, "evolution.evaluator.units"),
+        ({"build": "no_colon", "input_shape": [1, 64]}, "evolution.evaluator.build"),
+        ({"input_shape": [1, 64]}, "evolution.evaluator.build"),
+        ({"build": "x:y", "input_shape": [1, 64], "shape": 1}, "evolution.evaluator.shape"),
+        ({"type": "FancyEvaluator", "build": "x:y", "input_shape": [1]}, "evolution.evaluator.type"),
+    ],
+)
 def test_a_bad_evaluator_block_names_its_key(block, message):
     from airflow_provider_gpusched.core.sweep.model_cost import ModelCost
 
@@ -74,19 +81,39 @@ def test_an_evolution_spec_with_an_evaluator_proposes_only_candidates_within_the
     from airflow_provider_gpusched.core.sweep.search import EvolutionSearch
     from airflow_provider_gpusched.core.sweep.spec import SweepSpec
 
-    spec = SweepSpec.from_dict({
-        "name": "nas", "search": "evolution", "space": {"width": [8, 16, 32, 64, 128, 256]},
-        "command": ["true"], "objective": {"metric": "acc", "mode": "maximize"},
-        "evolution": {"candidate_pool_size": 3, "candidate_top_k": 1, "max_epoch": 2,
-                      "constraints": {"flops": 10},  # KFLOPs: widths up to 64 fit (64 -> 9.5 K)
-                      "evaluator": {"build": f"{__name__}:mlp", "input_shape": [1, 64], "units": "K"}}})
+    spec = SweepSpec.from_dict(
+        {
+            "name": "nas",
+            "search": "evolution",
+            "space": {"width": [8, 16, 32, 64, 128, 256]},
+            "command": ["true"],
+            "objective": {"metric": "acc", "mode": "maximize"},
+            "evolution": {
+                "candidate_pool_size": 3,
+                "candidate_top_k": 1,
+                "max_epoch": 2,
+                "constraints": {"flops": 10},  # KFLOPs: widths up to 64 fit (64 -> 9.5 K)
+                "evaluator": {"build": f"{__name__}:mlp", "input_shape": [1, 64], "units": "K"},
+            },
+        }
+    )
     search = EvolutionSearch(spec, str(tmp_path))
     proposed = search.ask(0)
     assert len(proposed) == 3
     for params in proposed:
         assert model_cost(mlp(params), (1, 64))["flops"] <= 10_000
     with pytest.raises(InvalidArgumentError, match="either evaluator or measure"):
-        SweepSpec.from_dict({"name": "nas", "search": "evolution", "space": {"width": [8]}, "command": ["true"],
-                             "objective": {"metric": "acc", "mode": "maximize"},
-                             "evolution": {"constraints": {"flops": 1}, "measure": f"{__name__}:mlp",
-                                           "evaluator": {"build": f"{__name__}:mlp", "input_shape": [1, 64]}}})
+        SweepSpec.from_dict(
+            {
+                "name": "nas",
+                "search": "evolution",
+                "space": {"width": [8]},
+                "command": ["true"],
+                "objective": {"metric": "acc", "mode": "maximize"},
+                "evolution": {
+                    "constraints": {"flops": 1},
+                    "measure": f"{__name__}:mlp",
+                    "evaluator": {"build": f"{__name__}:mlp", "input_shape": [1, 64]},
+                },
+            }
+        )

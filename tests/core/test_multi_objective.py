@@ -51,7 +51,7 @@ def test_pareto_fronts_match_the_definition_on_random_points_with_ties(metrics):
         assert pareto_fronts(points, modes) == brute_force_fronts(points, modes), (case, points)
         # enough: fronts stop once they hold that many points, and are the same fronts
         some = pareto_fronts(points, modes, enough=5)
-        assert some == brute_force_fronts(points, modes)[:len(some)]
+        assert some == brute_force_fronts(points, modes)[: len(some)]
         assert sum(map(len, some)) >= min(5, len(points)) and sum(map(len, some[:-1])) < 5
 
 
@@ -75,19 +75,33 @@ def test_crowding_distance_keeps_the_ends_and_prefers_the_sparse_middle():
 
 
 def records(pairs):
-    return [{"state": "succeeded", "result": {"acc": a, "lat": lat}, "index": i, "label": f"t{i}", "trial_id": f"id{i}"}
-            for i, (a, lat) in enumerate(pairs)]
+    return [
+        {"state": "succeeded", "result": {"acc": a, "lat": lat}, "index": i, "label": f"t{i}", "trial_id": f"id{i}"}
+        for i, (a, lat) in enumerate(pairs)
+    ]
 
 
 PAIRS = [(0.9, 10), (0.8, 5), (0.85, 12), (0.7, 4), (0.9, 11), (0.6, 20)]
 
 
 def test_leaderboard_ranks_by_front_then_by_the_first_metric():
-    board = leaderboard(records(PAIRS) + [{"state": "succeeded", "result": {"acc": 0.99}, "index": 9, "label": "x",
-                                           "trial_id": "no-lat"}, {"state": "failed", "result": None, "index": 10}],
-                        ACC_LAT, top_n=10)
-    assert [(r["label"], r["front"]) for r in board] == [("t0", 1), ("t1", 1), ("t3", 1), ("t4", 2), ("t2", 3),
-                                                        ("t5", 4)]
+    board = leaderboard(
+        records(PAIRS)
+        + [
+            {"state": "succeeded", "result": {"acc": 0.99}, "index": 9, "label": "x", "trial_id": "no-lat"},
+            {"state": "failed", "result": None, "index": 10},
+        ],
+        ACC_LAT,
+        top_n=10,
+    )
+    assert [(r["label"], r["front"]) for r in board] == [
+        ("t0", 1),
+        ("t1", 1),
+        ("t3", 1),
+        ("t4", 2),
+        ("t2", 3),
+        ("t5", 4),
+    ]
     assert board[0]["values"] == {"acc": 0.9, "lat": 10.0}
     text = format_leaderboard(board, ACC_LAT)
     assert "front" in text and "acc (max)" in text and "lat (min)" in text
@@ -106,19 +120,27 @@ def test_weights_rank_by_the_signed_weighted_sum_and_still_show_the_front():
 
 
 def test_objectives_are_checked_and_read_from_text_and_mappings(tmp_path):
-    assert Objective.parse("maximize acc, minimize R['eval']['lat']") == Objective(["acc", "eval.lat"],
-                                                                                    ["maximize", "minimize"])
+    assert Objective.parse("maximize acc, minimize R['eval']['lat']") == Objective(
+        ["acc", "eval.lat"], ["maximize", "minimize"]
+    )
     assert Objective(**ACC_LAT.to_dict()) == ACC_LAT
-    spec = SweepSpec(name="s", space={"x": [1, 2]}, command=["true"], results_root=str(tmp_path),
-                     objective={"metric": ["acc", "lat"], "mode": ["maximize", "minimize"], "weights": [1, 0.5]})
+    spec = SweepSpec(
+        name="s",
+        space={"x": [1, 2]},
+        command=["true"],
+        results_root=str(tmp_path),
+        objective={"metric": ["acc", "lat"], "mode": ["maximize", "minimize"], "weights": [1, 0.5]},
+    )
     assert spec.objective.weights == (1.0, 0.5)
-    bad = [(dict(metric=["acc", "lat"], mode=["maximize"]), "objective.mode", "one mode per metric"),
-           (dict(metric=["acc"]), "objective.metric", "two or more"),
-           (dict(metric=["acc", "acc"]), "objective.metric", "distinct"),
-           (dict(metric="acc", weights=[1]), "objective.weights", "only with several"),
-           (dict(metric=["acc", "lat"], weights=[1, -1]), "objective.weights", ">= 0"),
-           (dict(metric=["acc", "lat"], weights={"loss": 1}), "objective.weights.loss", "one of the metrics"),
-           (dict(metric=["acc", "lat"], mode=["maximize", "best"]), "objective.mode", "'maximize' or 'minimize'")]
+    bad = [
+        (dict(metric=["acc", "lat"], mode=["maximize"]), "objective.mode", "one mode per metric"),
+        (dict(metric=["acc"]), "objective.metric", "two or more"),
+        (dict(metric=["acc", "acc"]), "objective.metric", "distinct"),
+        (dict(metric="acc", weights=[1]), "objective.weights", "only with several"),
+        (dict(metric=["acc", "lat"], weights=[1, -1]), "objective.weights", ">= 0"),
+        (dict(metric=["acc", "lat"], weights={"loss": 1}), "objective.weights.loss", "one of the metrics"),
+        (dict(metric=["acc", "lat"], mode=["maximize", "best"]), "objective.mode", "'maximize' or 'minimize'"),
+    ]
     for kwargs, argument, expected in bad:
         with pytest.raises(InvalidArgumentError) as err:
             Objective(**kwargs)
@@ -133,8 +155,14 @@ def test_objectives_are_checked_and_read_from_text_and_mappings(tmp_path):
 
 def test_pruning_judges_the_first_metric_unless_told_otherwise(tmp_path):
     def make(pruning):
-        return SweepSpec(name="p", space={"x": [1, 2]}, command=["true"], results_root=str(tmp_path),
-                         objective=Objective(["acc", "lat"], ["maximize", "minimize"]), pruning=pruning)
+        return SweepSpec(
+            name="p",
+            space={"x": [1, 2]},
+            command=["true"],
+            results_root=str(tmp_path),
+            objective=Objective(["acc", "lat"], ["maximize", "minimize"]),
+            pruning=pruning,
+        )
 
     assert (make("median").pruning.metric, make("median").pruning.mode) == ("acc", "maximize")
     rule = make({"rule": "median", "metric": "lat"}).pruning
@@ -155,17 +183,34 @@ def nas(root, name="nas", objective="maximize acc, minimize flops", rounds=6, se
     def measure(p):
         return {"flops": sum(v * v for v in p.values())}
 
-    return SweepSpec(name=name, search="evolution", space={f"op{i}": [0, 1, 2, 3] for i in range(5)}, seed=seed,
-                     python_callable=lambda p: {"acc": sum(p.values()), "flops": sum(v * v for v in p.values())},
-                     objective=objective, results_root=str(root),
-                     evolution=EvolutionSettings(candidate_pool_size=8, candidate_top_k=6, num_mutation=4,
-                                                 num_crossover=4, mutate_prob=0.3, max_epoch=rounds,
-                                                 constraints=constraints or {}, measure=measure))
+    return SweepSpec(
+        name=name,
+        search="evolution",
+        space={f"op{i}": [0, 1, 2, 3] for i in range(5)},
+        seed=seed,
+        python_callable=lambda p: {"acc": sum(p.values()), "flops": sum(v * v for v in p.values())},
+        objective=objective,
+        results_root=str(root),
+        evolution=EvolutionSettings(
+            candidate_pool_size=8,
+            candidate_top_k=6,
+            num_mutation=4,
+            num_crossover=4,
+            mutate_prob=0.3,
+            max_epoch=rounds,
+            constraints=constraints or {},
+            measure=measure,
+        ),
+    )
 
 
 def test_evolution_with_two_objectives_keeps_the_front_as_parents_under_its_constraints(tmp_path):
     summary = run_rounds(SweepSession(nas(tmp_path, constraints={"flops": 30})), range(6))
-    evaluated = [r for r in json.loads(Path(tmp_path / "nas" / "summary.json").read_text())["records"] if r["state"] == "succeeded"]
+    evaluated = [
+        r
+        for r in json.loads(Path(tmp_path / "nas" / "summary.json").read_text())["records"]
+        if r["state"] == "succeeded"
+    ]
     assert len(evaluated) == 48 and all(r["result"]["flops"] <= 30 for r in evaluated)  # never proposed beyond
     points = [(r["result"]["acc"], r["result"]["flops"]) for r in evaluated]
     expected = {evaluated[i]["trial_id"] for i in brute_force_fronts(points, ["maximize", "minimize"])[0]}
@@ -187,13 +232,22 @@ def test_evolution_with_two_objectives_keeps_the_front_as_parents_under_its_cons
 
 def test_evolution_parents_fill_from_the_next_front_when_the_first_is_small(tmp_path):
     search = EvolutionSearch(nas(tmp_path), str(tmp_path / "search"))
-    for params, values in [({"op0": 0}, (5, 1)), ({"op0": 1}, (4, 1)), ({"op0": 2}, (3, 2)), ({"op0": 3}, (1, 9)),
-                           ({"op1": 0}, (2, 9)), ({"op1": 1}, (6, 3)), ({"op1": 2}, (0, 0))]:
+    for params, values in [
+        ({"op0": 0}, (5, 1)),
+        ({"op0": 1}, (4, 1)),
+        ({"op0": 2}, (3, 2)),
+        ({"op0": 3}, (1, 9)),
+        ({"op1": 0}, (2, 9)),
+        ({"op1": 1}, (6, 3)),
+        ({"op1": 2}, (0, 0)),
+    ]:
         search._record({"origin": "test"}, params, values)
     # fronts: {5/1, 6/3, 0/0} then {4/1, 2/9?...}: 4/1 is dominated by 5/1 only, 3/2 by 5/1 and 4/1
     fronts = pareto_fronts([h["values"] for h in search.history()], ["maximize", "minimize"])
-    assert [sorted(tuple(search.history()[i]["values"]) for i in f) for f in fronts][:2] == \
-        [[(0, 0), (5, 1), (6, 3)], [(4, 1)]]
+    assert [sorted(tuple(search.history()[i]["values"]) for i in f) for f in fronts][:2] == [
+        [(0, 0), (5, 1), (6, 3)],
+        [(4, 1)],
+    ]
     assert [tuple(h["values"]) for h in search.top_k()][:4] == [(5, 1), (6, 3), (0, 0), (4, 1)]
 
 
@@ -213,21 +267,32 @@ def test_optuna_runs_a_multi_objective_study_and_the_leaderboard_shows_its_front
 
     def spec(objective=None):
         objective = objective or Objective(["a", "b"], ["minimize", "minimize"])
-        return SweepSpec(name="mo", search="optuna", sampler=sampler, space={"x": uniform(0, 1), "y": uniform(0, 1)},
-                         rounds=3, per_round=6, seed=1, results_root=str(tmp_path), objective=objective,
-                         python_callable=lambda p: {"a": p["x"], "b": (1 - p["x"]) ** 2 + 0.1 * p["y"]})
+        return SweepSpec(
+            name="mo",
+            search="optuna",
+            sampler=sampler,
+            space={"x": uniform(0, 1), "y": uniform(0, 1)},
+            rounds=3,
+            per_round=6,
+            seed=1,
+            results_root=str(tmp_path),
+            objective=objective,
+            python_callable=lambda p: {"a": p["x"], "b": (1 - p["x"]) ** 2 + 0.1 * p["y"]},
+        )
 
     summary = run_rounds(SweepSession(spec()), range(3))
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    study = optuna.load_study(study_name="mo", storage=JournalStorage(JournalFileBackend(
-        str(tmp_path / "mo" / "search" / "optuna.journal"))))
+    study = optuna.load_study(
+        study_name="mo", storage=JournalStorage(JournalFileBackend(str(tmp_path / "mo" / "search" / "optuna.journal")))
+    )
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]
     assert len(study.directions) == 2 and len(complete) == 18 and all(len(t.values) == 2 for t in complete)
     # the sweep's front is Optuna's own best_trials
-    assert {round(r["values"]["a"], 12) for r in summary["pareto_front"]} == \
-        {round(t.values[0], 12) for t in study.best_trials}
+    assert {round(r["values"]["a"], 12) for r in summary["pareto_front"]} == {
+        round(t.values[0], 12) for t in study.best_trials
+    }
     assert summary["leaderboard"][0]["front"] == 1
     # the same journal with one objective is refused, saying why
     with pytest.raises(GpuschedError) as err:
@@ -238,15 +303,24 @@ def test_optuna_runs_a_multi_objective_study_and_the_leaderboard_shows_its_front
 def test_optuna_with_weights_optimises_the_weighted_sum_as_one_objective(tmp_path):
     optuna = pytest.importorskip("optuna")
     objective = Objective(["a", "b"], ["minimize", "minimize"], weights=[1, 1])
-    spec = SweepSpec(name="w", search="optuna", space={"x": uniform(0, 1)}, rounds=2, per_round=4, seed=1,
-                     results_root=str(tmp_path), objective=objective,
-                     python_callable=lambda p: {"a": p["x"], "b": (1 - p["x"]) ** 2})
+    spec = SweepSpec(
+        name="w",
+        search="optuna",
+        space={"x": uniform(0, 1)},
+        rounds=2,
+        per_round=4,
+        seed=1,
+        results_root=str(tmp_path),
+        objective=objective,
+        python_callable=lambda p: {"a": p["x"], "b": (1 - p["x"]) ** 2},
+    )
     summary = run_rounds(SweepSession(spec), range(2))
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    study = optuna.load_study(study_name="w", storage=JournalStorage(JournalFileBackend(
-        str(tmp_path / "w" / "search" / "optuna.journal"))))
+    study = optuna.load_study(
+        study_name="w", storage=JournalStorage(JournalFileBackend(str(tmp_path / "w" / "search" / "optuna.journal")))
+    )
     assert [d.name for d in study.directions] == ["MAXIMIZE"]  # the signed weighted sum, higher is better
     best = summary["best"]
     assert study.best_value == pytest.approx(best["score"])

@@ -24,9 +24,16 @@ def shared(tmp_path_factory):
 
 
 def load(folder: Path, args: dict):
-    return load_problem(str(folder / "models.yml"), str(folder / "device_types.yml"), str(folder / "devices.yml"),
-                        model=args["model"], batch_size=args["batch_size"], buffers_in=args["buffers_in"],
-                        buffers_out=args["buffers_out"], dtype=args.get("dtype", "torch.float32"))
+    return load_problem(
+        str(folder / "models.yml"),
+        str(folder / "device_types.yml"),
+        str(folder / "devices.yml"),
+        model=args["model"],
+        batch_size=args["batch_size"],
+        buffers_in=args["buffers_in"],
+        buffers_out=args["buffers_out"],
+        dtype=args.get("dtype", "torch.float32"),
+    )
 
 
 def assert_optimal(problem, schedule, feasible: bool, bottleneck: float | None, where: str):
@@ -60,7 +67,9 @@ def test_integer_program_agrees_where_the_dense_grid_would_be_used(shared, monke
     monkeypatch.setattr(solver._Model, "dense_cells", 0)
     exact_checks = []
     check = milp.check
-    monkeypatch.setattr(milp, "check", lambda *a, **kw: exact_checks.append(kw.get("relaxed", False)) or check(*a, **kw))
+    monkeypatch.setattr(
+        milp, "check", lambda *a, **kw: exact_checks.append(kw.get("relaxed", False)) or check(*a, **kw)
+    )
     for folder in sorted((shared / "cases").glob("c*")):
         expected = json.loads((folder / "expected.json").read_text())
         problem = load(folder, expected["args"])
@@ -71,7 +80,9 @@ def test_integer_program_agrees_where_the_dense_grid_would_be_used(shared, monke
             assert_optimal(problem, partition(problem), True, ref["bottleneck_s"], ref["case"])
     # the integer program and its relaxation really decided cases (the others end at the relaxed bound)
     assert exact_checks.count(False) > 400 and exact_checks.count(True) > 1000, (
-        exact_checks.count(False), exact_checks.count(True))
+        exact_checks.count(False),
+        exact_checks.count(True),
+    )
 
 
 @pytest.mark.parametrize("hosts", [64, 256, 1024])
@@ -87,7 +98,8 @@ def test_cluster_scale_gets_a_proven_optimum(shared, tmp_path, hosts):
     schedule = partition(problem)
     assert schedule.optimal and schedule.gap == 0.0 and schedule.lower_bound_s == schedule.bottleneck_s
     assert check_schedule(problem, [(s.host, s.first, s.last) for s in schedule.stages]) == pytest.approx(
-        schedule.bottleneck_s, rel=1e-12)
+        schedule.bottleneck_s, rel=1e-12
+    )
     model = solver._Model(problem)
     values = model.candidates()
     below = values[bisect.bisect_left(values, schedule.bottleneck_s) - 1]
@@ -104,19 +116,41 @@ def test_time_limit_gives_the_best_schedule_found_and_a_proven_bound(shared, tmp
     assert cut.lower_bound_s < best.bottleneck_s <= cut.bottleneck_s
     assert cut.gap == pytest.approx((cut.bottleneck_s - cut.lower_bound_s) / cut.bottleneck_s) and 0 < cut.gap < 1
     assert check_schedule(problem, [(s.host, s.first, s.last) for s in cut.stages]) == pytest.approx(
-        cut.bottleneck_s, rel=1e-12)
+        cut.bottleneck_s, rel=1e-12
+    )
     folder = tmp_path
-    out = subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", "partition", "-m", problem.model,
-                          "--time-limit", "1e-9"], cwd=folder, capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "airflow_provider_gpusched.cli",
+            "partition",
+            "-m",
+            problem.model,
+            "--time-limit",
+            "1e-9",
+        ],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     assert "warning: not proven optimal: the time limit (1e-09 s) stopped the search" in out.stderr
     assert out.stdout.splitlines()[-1].startswith("# not proven optimal") and "gap" in out.stdout.splitlines()[-1]
     assert len(yaml.safe_load(out.stdout)) == len(cut.stages)  # still valid YAML, the note a comment
-    out = subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", "partition", "-m", problem.model,
-                          "--time-limit", "0"], cwd=folder, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "airflow_provider_gpusched.cli", "partition", "-m", problem.model, "--time-limit", "0"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 2 and "--time-limit: expected a number of seconds > 0, got 0.0" in out.stderr
-    out = subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", "partition", "-m", problem.model,
-                          "--json"], cwd=folder, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "airflow_provider_gpusched.cli", "partition", "-m", problem.model, "--json"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+    )
     doc = json.loads(out.stdout)
     assert doc["optimal"] is True and doc["gap"] == 0.0 and doc["lower_bound_s"] == best.bottleneck_s
 
@@ -138,14 +172,24 @@ def test_seed_example_beats_the_defective_reference(shared):
 
 
 def write_inputs(tmp_path, *, layers=3, mem=(10.0, 10.0, 10.0), params_out=(100, 200, 300), types=None, devices=None):
-    types = types if types is not None else {
-        "fast": {"bw_Mbps": 1000, "mem_MB": 100, "model_profiles": {"m": [
-            {"batch_size": 8, "dtype": "torch.float32", "time_s": [1.0] * layers}]}},
-        "bare": {"bw_Mbps": 1000, "mem_MB": 100, "model_profiles": None},
-    }
+    types = (
+        types
+        if types is not None
+        else {
+            "fast": {
+                "bw_Mbps": 1000,
+                "mem_MB": 100,
+                "model_profiles": {"m": [{"batch_size": 8, "dtype": "torch.float32", "time_s": [1.0] * layers}]},
+            },
+            "bare": {"bw_Mbps": 1000, "mem_MB": 100, "model_profiles": None},
+        }
+    )
     devices = devices if devices is not None else {"fast": ["f0", "f1", "f2"], "bare": ["b0"]}
-    (tmp_path / "models.yml").write_text(yaml.safe_dump({"m": {
-        "layers": layers, "mem_MB": list(mem), "parameters_in": 50, "parameters_out": list(params_out)}}))
+    (tmp_path / "models.yml").write_text(
+        yaml.safe_dump(
+            {"m": {"layers": layers, "mem_MB": list(mem), "parameters_in": 50, "parameters_out": list(params_out)}}
+        )
+    )
     (tmp_path / "device_types.yml").write_text(yaml.safe_dump(types))
     (tmp_path / "devices.yml").write_text(yaml.safe_dump(devices))
     return tmp_path
@@ -194,29 +238,63 @@ def test_memory_limit_is_strict_and_forces_more_stages(tmp_path):
     assert all(x.memory_bytes < x.memory_limit_bytes for x in s.stages)
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda f: (f / "devices.yml").unlink(), "devices.yml: devices file not found"),
-    (lambda f: (f / "models.yml").write_text("m: {layers: 3, mem_MB: [1, 2], parameters_in: 5, parameters_out: [1]}"),
-     "models.yml: m.mem_MB: expected 3 entries \\(layers\\), got 2"),
-    (lambda f: (f / "models.yml").write_text("m: {layers: 2, mem_MB: [1, 2], parameters_in: 5, parameters_out: [1, 2, 3]}"),
-     "models.yml: m.parameters_out: expected at most 2 entries \\(layers\\), got 3"),
-    (lambda f: (f / "models.yml").write_text("m: {layers: 2, mem_MB: [1, -2], parameters_in: 5, parameters_out: [1]}"),
-     r"models.yml: m.mem_MB\[1\]: expected a number >= 0, got -2"),
-    (lambda f: (f / "device_types.yml").write_text(
-        "bare: {bw_Mbps: 1, mem_MB: 1}\nfast: {bw_Mbps: 0, mem_MB: 100, model_profiles: {m: [{batch_size: 8, dtype: torch.float32, time_s: [1, 1, 1]}]}}"),
-     r"device_types.yml: fast.bw_Mbps: expected a number > 0, got 0"),
-    (lambda f: (f / "device_types.yml").write_text(
-        "bare: {bw_Mbps: 1, mem_MB: 1}\nfast: {bw_Mbps: 10, mem_MB: 100, model_profiles: {m: [{batch_size: 8, dtype: torch.float32, time_s: [1]}]}}"),
-     r"fast.model_profiles.m\[0\].time_s: expected 3 entries \(layers\), got 1"),
-    (lambda f: (f / "device_types.yml").write_text("bare: {bw_Mbps: 1, mem_MB: 1}\nfast: {bw_Mbps: 10, mem_MB: 100, model_profiles: {m: 5}}"),
-     r"device_types.yml: fast.model_profiles.m: expected a list of profiles \(batch_size, dtype, time_s\), got int"),
-    (lambda f: (f / "device_types.yml").write_text("bare: {bw_Mbps: 1, mem_MB: 1}\nfast: {bw_Mbps: 10, mem_MB: 100, model_profiles: [5]}"),
-     r"device_types.yml: fast.model_profiles: expected a mapping of model name -> list of profiles, got list"),
-    (lambda f: (f / "models.yml").write_text("m: [unclosed"), "models.yml: not valid YAML"),
-    (lambda f: (f / "devices.yml").write_text("ghost: [g0]"), "devices.yml: ghost: device type not in .*device_types.yml"),
-    (lambda f: (f / "devices.yml").write_text('fast: ["evil\\nhost"]'),
-     r"devices.yml: fast: host 'evil\\nhost': expected a host name without control characters"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda f: (f / "devices.yml").unlink(), "devices.yml: devices file not found"),
+        (
+            lambda f: (f / "models.yml").write_text(
+                "m: {layers: 3, mem_MB: [1, 2], parameters_in: 5, parameters_out: [1]}"
+            ),
+            "models.yml: m.mem_MB: expected 3 entries \\(layers\\), got 2",
+        ),
+        (
+            lambda f: (f / "models.yml").write_text(
+                "m: {layers: 2, mem_MB: [1, 2], parameters_in: 5, parameters_out: [1, 2, 3]}"
+            ),
+            "models.yml: m.parameters_out: expected at most 2 entries \\(layers\\), got 3",
+        ),
+        (
+            lambda f: (f / "models.yml").write_text(
+                "m: {layers: 2, mem_MB: [1, -2], parameters_in: 5, parameters_out: [1]}"
+            ),
+            r"models.yml: m.mem_MB\[1\]: expected a number >= 0, got -2",
+        ),
+        (
+            lambda f: (f / "device_types.yml").write_text(
+                "bare: {bw_Mbps: 1, mem_MB: 1}\nfast: {bw_Mbps: 0, mem_MB: 100, model_profiles: {m: [{batch_size: 8, dtype: torch.float32, time_s: [1, 1, 1]}]}}"
+            ),
+            r"device_types.yml: fast.bw_Mbps: expected a number > 0, got 0",
+        ),
+        (
+            lambda f: (f / "device_types.yml").write_text(
+                "bare: {bw_Mbps: 1, mem_MB: 1}\nfast: {bw_Mbps: 10, mem_MB: 100, model_profiles: {m: [{batch_size: 8, dtype: torch.float32, time_s: [1]}]}}"
+            ),
+            r"fast.model_profiles.m\[0\].time_s: expected 3 entries \(layers\), got 1",
+        ),
+        (
+            lambda f: (f / "device_types.yml").write_text(
+                "bare: {bw_Mbps: 1, mem_MB: 1}\nfast: {bw_Mbps: 10, mem_MB: 100, model_profiles: {m: 5}}"
+            ),
+            r"device_types.yml: fast.model_profiles.m: expected a list of profiles \(batch_size, dtype, time_s\), got int",
+        ),
+        (
+            lambda f: (f / "device_types.yml").write_text(
+                "bare: {bw_Mbps: 1, mem_MB: 1}\nfast: {bw_Mbps: 10, mem_MB: 100, model_profiles: [5]}"
+            ),
+            r"device_types.yml: fast.model_profiles: expected a mapping of model name -> list of profiles, got list",
+        ),
+        (lambda f: (f / "models.yml").write_text("m: [unclosed"), "models.yml: not valid YAML"),
+        (
+            lambda f: (f / "devices.yml").write_text("ghost: [g0]"),
+            "devices.yml: ghost: device type not in .*device_types.yml",
+        ),
+        (
+            lambda f: (f / "devices.yml").write_text('fast: ["evil\\nhost"]'),
+            r"devices.yml: fast: host 'evil\\nhost': expected a host name without control characters",
+        ),
+    ],
+)
 def test_bad_input_names_file_and_key(tmp_path, change, message):
     folder = write_inputs(tmp_path)
     change(folder)
@@ -235,8 +313,13 @@ def test_bad_arguments(tmp_path):
 
 
 def gpusched(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "airflow_provider_gpusched.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+    )
 
 
 def test_cli_defaults_output_format_json_explain_and_exit_codes(tmp_path):

@@ -52,15 +52,22 @@ def learn(params):
 
 
 def test_bad_trials_end_pruned_and_are_not_run_again(tmp_path):
-    spec = SweepSpec(name="prune", test_config=[{"quality": [0.1, 0.2, 0.3, 5.0, 0.15]}], python_callable=learn,
-                     objective=Objective("loss", "minimize"), results_root=str(tmp_path),
-                     pruning={"rule": "median", "min_trials": 2, "warmup_steps": 1})
+    spec = SweepSpec(
+        name="prune",
+        test_config=[{"quality": [0.1, 0.2, 0.3, 5.0, 0.15]}],
+        python_callable=learn,
+        objective=Objective("loss", "minimize"),
+        results_root=str(tmp_path),
+        pruning={"rule": "median", "min_trials": 2, "warmup_steps": 1},
+    )
     assert spec.pruning.metric == "loss" and spec.pruning.mode == "minimize"  # from the objective
     session = SweepSession(spec)
     manifest = session.prepare()
     assert [run_trial(manifest, t, out=io.StringIO()) for t in manifest.pending] == [0] * 5
     summary = session.collect()
-    states = {r["params"]["quality"]: r for r in json.loads(Path(tmp_path / "prune" / "summary.json").read_text())["records"]}
+    states = {
+        r["params"]["quality"]: r for r in json.loads(Path(tmp_path / "prune" / "summary.json").read_text())["records"]
+    }
     assert states[5.0]["state"] == "pruned" and states[5.0]["reports"]["last_step"] == 1  # stopped at step 1
     assert "median stopping at step 1" in states[5.0]["error"]
     assert [states[q]["state"] for q in (0.1, 0.2, 0.3, 0.15)] == ["succeeded", "succeeded", "pruned", "succeeded"]
@@ -78,8 +85,9 @@ def test_optuna_pruners_judge_from_the_reports_of_the_other_trials():
     pytest.importorskip("optuna")
     from airflow_provider_gpusched.core.sweep.pruning import judge_with_optuna
 
-    median = PruningRule("optuna", metric="loss", mode="minimize", pruner="median",
-                         options={"n_startup_trials": 2, "n_warmup_steps": 1})
+    median = PruningRule(
+        "optuna", metric="loss", mode="minimize", pruner="median", options={"n_startup_trials": 2, "n_warmup_steps": 1}
+    )
     median.check("pruning")
     done = [("succeeded", curve([1.0, 0.5, 0.4])), ("succeeded", curve([1.0, 0.6, 0.5]))]
     assert judge_with_optuna(median, curve([2.0]), done) == ""  # warm-up
@@ -90,8 +98,13 @@ def test_optuna_pruners_judge_from_the_reports_of_the_other_trials():
     assert judge_with_optuna(median, curve([2.0, 0.9]), [("running", c) for _, c in done]) == ""
     assert judge_with_optuna(median, curve([2.0, 0.9]), done[:1] + [("pruned", curve([1.0, 0.2]))]) == ""
     # successive halving counts every trial that reached the rung, running ones too
-    halving = PruningRule("optuna", metric="loss", mode="minimize", pruner="successive_halving",
-                          options={"min_resource": 1, "reduction_factor": 2})
+    halving = PruningRule(
+        "optuna",
+        metric="loss",
+        mode="minimize",
+        pruner="successive_halving",
+        options={"min_resource": 1, "reduction_factor": 2},
+    )
     halving.check("pruning")
     running = [("running", curve([1.0, v])) for v in (0.3, 0.4, 0.8, 0.9)]
     assert "SuccessiveHalvingPruner at step 1" in judge_with_optuna(halving, curve([1.0, 0.85]), running)
@@ -106,20 +119,35 @@ def test_optuna_pruners_judge_from_the_reports_of_the_other_trials():
     assert judge_with_optuna(patient, curve([1.0, 0.9]), []) == ""  # still improving
     assert "PatientPruner" in judge_with_optuna(patient, curve([1.0, 0.9, 0.95, 0.96]), [])  # 2 steps without
     # patient around another pruner: that one decides once patience ran out
-    wrapped = PruningRule("optuna", metric="loss", mode="minimize", pruner="patient",
-                          options={"patience": 1, "wrapped": {"pruner": "threshold", "options": {"upper": 10}}})
+    wrapped = PruningRule(
+        "optuna",
+        metric="loss",
+        mode="minimize",
+        pruner="patient",
+        options={"patience": 1, "wrapped": {"pruner": "threshold", "options": {"upper": 10}}},
+    )
     wrapped.check("pruning")
     assert judge_with_optuna(wrapped, curve([1.0, 0.9, 0.95, 0.96]), []) == ""  # under the threshold's 10
 
 
-@pytest.mark.parametrize(("pruning", "argument", "expected"), [
-    ({"rule": "optuna"}, "pruning.pruner", "one of ['median', 'percentile'"),
-    ({"rule": "optuna", "pruner": "hyperband"}, "pruning.pruner", "one of ['median'"),
-    ({"rule": "optuna", "pruner": "median", "options": {"n_startup": 2}}, "pruning.options",
-     "arguments of optuna.pruners.MedianPruner"),
-    ({"rule": "optuna", "pruner": "percentile", "options": {"percentile": 150}}, "pruning.options", "PercentilePruner"),
-    ({"rule": "median", "pruner": "median"}, "pruning.pruner", "only with rule: optuna"),
-])
+@pytest.mark.parametrize(
+    ("pruning", "argument", "expected"),
+    [
+        ({"rule": "optuna"}, "pruning.pruner", "one of ['median', 'percentile'"),
+        ({"rule": "optuna", "pruner": "hyperband"}, "pruning.pruner", "one of ['median'"),
+        (
+            {"rule": "optuna", "pruner": "median", "options": {"n_startup": 2}},
+            "pruning.options",
+            "arguments of optuna.pruners.MedianPruner",
+        ),
+        (
+            {"rule": "optuna", "pruner": "percentile", "options": {"percentile": 150}},
+            "pruning.options",
+            "PercentilePruner",
+        ),
+        ({"rule": "median", "pruner": "median"}, "pruning.pruner", "only with rule: optuna"),
+    ],
+)
 def test_optuna_pruner_settings_are_checked_when_the_spec_is_made(pruning, argument, expected):
     pytest.importorskip("optuna")
     from airflow_provider_gpusched.core.errors import InvalidArgumentError
@@ -133,11 +161,18 @@ def test_an_optuna_sweep_prunes_with_optunas_pruner_and_tells_the_study_pruned_w
     optuna = pytest.importorskip("optuna")
     from airflow_provider_gpusched.core.sweep import choice
 
-    spec = SweepSpec(name="op", search="optuna", space={"quality": choice([0.1, 0.2, 0.3, 5.0, 6.0, 7.0])},
-                     rounds=2, per_round=3, seed=4, python_callable=learn, objective=Objective("loss", "minimize"),
-                     results_root=str(tmp_path),
-                     pruning={"rule": "optuna", "pruner": "median",
-                              "options": {"n_startup_trials": 1, "n_warmup_steps": 1}})
+    spec = SweepSpec(
+        name="op",
+        search="optuna",
+        space={"quality": choice([0.1, 0.2, 0.3, 5.0, 6.0, 7.0])},
+        rounds=2,
+        per_round=3,
+        seed=4,
+        python_callable=learn,
+        objective=Objective("loss", "minimize"),
+        results_root=str(tmp_path),
+        pruning={"rule": "optuna", "pruner": "median", "options": {"n_startup_trials": 1, "n_warmup_steps": 1}},
+    )
     session = SweepSession(spec)
     for r in range(2):
         manifest = session.prepare(round_no=r)
@@ -153,29 +188,39 @@ def test_an_optuna_sweep_prunes_with_optunas_pruner_and_tells_the_study_pruned_w
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    study = optuna.load_study(study_name="op", storage=JournalStorage(JournalFileBackend(
-        str(tmp_path / "op" / "search" / "optuna.journal"))))
+    study = optuna.load_study(
+        study_name="op", storage=JournalStorage(JournalFileBackend(str(tmp_path / "op" / "search" / "optuna.journal")))
+    )
     told = [t for t in study.trials if t.state.name == "PRUNED" and "duplicate" not in t.user_attrs]
     assert len(told) == len(pruned)
     for t in told:  # the curve it reported up to where it was stopped, as intermediate values
-        assert t.intermediate_values == {0: pytest.approx(t.params["quality"] + 1),
-                                         1: pytest.approx(t.params["quality"] + 0.5)}
+        assert t.intermediate_values == {
+            0: pytest.approx(t.params["quality"] + 1),
+            1: pytest.approx(t.params["quality"] + 0.5),
+        }
 
 
-SLOW_COMMAND = ("import json, os, sys, time\n"
-                "q = float(sys.argv[1])\n"
-                "for step in range(100):\n"
-                "    open(os.environ['GPUSCHED_REPORT_FILE'], 'a').write('step=%d loss=%s\\n' % (step, q + 1 / (step + 1)))\n"
-                "    time.sleep(0.1 if q < 1 else 0.3)\n"
-                "json.dump(dict(loss=q), open('result.json', 'w'))\n")
+SLOW_COMMAND = (
+    "import json, os, sys, time\n"
+    "q = float(sys.argv[1])\n"
+    "for step in range(100):\n"
+    "    open(os.environ['GPUSCHED_REPORT_FILE'], 'a').write('step=%d loss=%s\\n' % (step, q + 1 / (step + 1)))\n"
+    "    time.sleep(0.1 if q < 1 else 0.3)\n"
+    "json.dump(dict(loss=q), open('result.json', 'w'))\n"
+)
 
 
 def test_a_command_trial_is_stopped_by_its_runner(tmp_path):
     """A command in any language only appends report lines; its runner judges them and stops it (its GPU is
     given back when the runner ends), recording `pruned`, and the runner exits 0 (no retry)."""
-    spec = SweepSpec(name="cmd", test_config=[{"q": [0.1, 0.2, 9.0]}],
-                     command=[sys.executable, "-c", SLOW_COMMAND, "{q}"], objective=Objective("loss", "minimize"),
-                     results_root=str(tmp_path), pruning={"rule": "asha", "min_steps": 2, "reduction_factor": 2})
+    spec = SweepSpec(
+        name="cmd",
+        test_config=[{"q": [0.1, 0.2, 9.0]}],
+        command=[sys.executable, "-c", SLOW_COMMAND, "{q}"],
+        objective=Objective("loss", "minimize"),
+        results_root=str(tmp_path),
+        pruning={"rule": "asha", "min_steps": 2, "reduction_factor": 2},
+    )
     session = SweepSession(spec)
     manifest = session.prepare()
     good = [t for t in manifest.pending if t.params["q"] < 1]

@@ -25,15 +25,27 @@ from airflow_provider_gpusched.core.work_tag import WorkTag
 
 
 def test_a_task_instance_tag_survives_a_slurm_comment():
-    ti = SimpleNamespace(dag_id="hpo.v2", run_id="manual__2026-11-23T10:00:00+00:00", task_id="lr_sweep.trial",
-                         map_index=12, try_number=3)
+    ti = SimpleNamespace(
+        dag_id="hpo.v2",
+        run_id="manual__2026-11-23T10:00:00+00:00",
+        task_id="lr_sweep.trial",
+        map_index=12,
+        try_number=3,
+    )
     tag = WorkTag.of_task(ti, sweep="lr sweep: a=1", job_class="idle")
     comment = job_comment("k" * 24, 3, run=ti.run_id, tag=tag)
     assert "dag=hpo.v2" in comment and "ti=lr_sweep.trial" in comment and "map=12" in comment
     assert "sweep=~" in comment  # not plain: base64url, so ':' and '=' cannot break the comment
     back = WorkTag.from_comment(parse_job_comment(comment))
-    assert back == WorkTag(dag_id="hpo.v2", run_id=ti.run_id, task_id="lr_sweep.trial", map_index=12,
-                           try_number=3, sweep="lr sweep: a=1", job_class="idle")
+    assert back == WorkTag(
+        dag_id="hpo.v2",
+        run_id=ti.run_id,
+        task_id="lr_sweep.trial",
+        map_index=12,
+        try_number=3,
+        sweep="lr sweep: a=1",
+        job_class="idle",
+    )
     assert back.task == "hpo.v2.lr_sweep.trial[12]"
     # an older comment (key, run and try only) gives what it has
     old = WorkTag.from_comment(parse_job_comment(job_comment("k" * 24, 1, run="r1")))
@@ -48,8 +60,15 @@ def test_unmapped_task_and_garbage_in_a_comment():
 
 
 def test_a_lease_record_with_a_bad_work_tag_is_refused_by_key():
-    base = {"lease_id": "0123456789abcdef", "gpus": [0], "uuids": ["u"], "memory": {"0": 1}, "whole": False,
-            "owner": "o", "pid": 1}
+    base = {
+        "lease_id": "0123456789abcdef",
+        "gpus": [0],
+        "uuids": ["u"],
+        "memory": {"0": 1},
+        "whole": False,
+        "owner": "o",
+        "pid": 1,
+    }
     assert Lease.from_dict(base).tag == WorkTag(job_class="normal")  # a lease of an older version: no tag
     tagged = Lease.from_dict({**base, "work": WorkTag(dag_id="d", map_index=2).to_dict()})
     assert tagged.tag.dag_id == "d" and tagged.tag.map_index == 2
@@ -89,8 +108,9 @@ def test_stop_orders_match_expire_and_lift(tmp_path):
     orders.place(Selector(run_id="r"), StopRequest("me@h", "old", time.time() - 100), 10)  # expired
     assert [o.selector for o in orders.active()] == [{"dag_id": "d", "sweep": "s"}]
     assert len([n for n in os.listdir(tmp_path) if n.startswith("stop-order-")]) == 1  # the expired one is gone
-    (tmp_path / "stop-order-0000000000000000.json").write_text(json.dumps({"selector": {"ids": "1"}, "by": "x",
-                                                                           "reason": "", "at": 1, "until": 9e9}))
+    (tmp_path / "stop-order-0000000000000000.json").write_text(
+        json.dumps({"selector": {"ids": "1"}, "by": "x", "reason": "", "at": 1, "until": 9e9})
+    )
     assert len(orders.active()) == 1 and "key 'selector'" in orders.problems[0]
     assert orders.lift(Selector(dag_id="other")) == 0
     assert orders.lift(Selector(sweep="s")) == 1 and orders.active() == []  # an order naming more fields goes too
@@ -120,7 +140,8 @@ def test_slurm_stop_marks_are_written_only_where_safe_and_read_only_when_sound(t
 
 def test_a_stop_request_says_who_when_and_why():
     request = StopRequest("alice@gpu1", "the deadline moved", 0.0)
-    assert request.describe() == ("stopped by `gpusched queue stop` (alice@gpu1, 1970-01-01 00:00:00 UTC): the "
-                                  "deadline moved")
+    assert request.describe() == (
+        "stopped by `gpusched queue stop` (alice@gpu1, 1970-01-01 00:00:00 UTC): the deadline moved"
+    )
     with pytest.raises(BadRecordError, match="key 'at'"):
         StopRequest.from_record({"by": "a", "reason": "b", "at": "yesterday"}, "mark")

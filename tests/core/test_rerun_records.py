@@ -23,15 +23,23 @@ def learn(params):
 
 
 def spec(root):
-    return SweepSpec(name="rr", test_config=[{"quality": [0.1, 0.2, 0.3, 5.0, 0.15]}], python_callable=learn,
-                     objective=Objective("loss", "minimize"), results_root=str(root),
-                     pruning={"rule": "median", "min_trials": 2, "warmup_steps": 1})
+    return SweepSpec(
+        name="rr",
+        test_config=[{"quality": [0.1, 0.2, 0.3, 5.0, 0.15]}],
+        python_callable=learn,
+        objective=Objective("loss", "minimize"),
+        results_root=str(root),
+        pruning={"rule": "median", "min_trials": 2, "warmup_steps": 1},
+    )
 
 
 def files(session, trial):
     folder = session.store.trial_dir(trial)
-    return {name: Path(os.path.join(folder, name)).read_bytes() for name in sorted(os.listdir(folder))
-            if name != "claim.lock"}
+    return {
+        name: Path(os.path.join(folder, name)).read_bytes()
+        for name in sorted(os.listdir(folder))
+        if name != "claim.lock"
+    }
 
 
 def ran_then_forced(tmp_path):
@@ -45,11 +53,23 @@ def ran_then_forced(tmp_path):
 
 
 def view_of(session, manifest, run):
-    plan = plan_record("rr", "grid", None, session.spec.objective, "local", "rr.trial", None, manifest.trials,
-                       manifest.pending, session.store,
-                       [manifest.trial(i) for i in manifest.data["skipped"]], run)
-    outcomes = {o["trial_id"]: o for o in outcome_records(session.store, manifest.pending, run,
-                                                          manifest.data["planned_at"])}
+    plan = plan_record(
+        "rr",
+        "grid",
+        None,
+        session.spec.objective,
+        "local",
+        "rr.trial",
+        None,
+        manifest.trials,
+        manifest.pending,
+        session.store,
+        [manifest.trial(i) for i in manifest.data["skipped"]],
+        run,
+    )
+    outcomes = {
+        o["trial_id"]: o for o in outcome_records(session.store, manifest.pending, run, manifest.data["planned_at"])
+    }
     return build_sweep_view([plan], outcomes, {("rr.trial", i): "failed" for i in range(len(manifest.pending))})
 
 
@@ -96,8 +116,13 @@ def test_run_force_rerun_stop_and_plain_rerun_keep_every_earlier_outcome(tmp_pat
     # run 2's counts and view say what run 2 did: two stopped, three not started, no success of its own
     summary2 = session.collect("r2")
     counts = summary2["counts"]
-    assert (counts["stopped"], counts["not_started"], counts["succeeded"], counts["pruned"], counts["failed"]) == \
-        (2, 3, 0, 0, 0), counts
+    assert (counts["stopped"], counts["not_started"], counts["succeeded"], counts["pruned"], counts["failed"]) == (
+        2,
+        3,
+        0,
+        0,
+        0,
+    ), counts
     assert counts["skipped"] == 0
     assert json.loads(Path(tmp_path / "rr" / "best.json").read_text()) == best  # the sweep's best and leaderboard stand
     now_board = json.loads(Path(tmp_path / "rr" / "leaderboard.json").read_text())
@@ -177,7 +202,8 @@ def test_a_forced_re_run_that_times_out_records_its_own_outcome(tmp_path):
     trial = second.pending[0]
     session.store.mark_running(trial, run="r2")
     assert mark_unfinished(second, [trial], "reached its time limit", state="timeout") == [
-        f"trial {trial.index} {trial.label} marked timeout: reached its time limit"]
+        f"trial {trial.index} {trial.label} marked timeout: reached its time limit"
+    ]
     status = session.store.status(trial)
     assert status["state"] == "timeout" and status["run"] == "r2" and "previous" not in status
 
@@ -185,9 +211,16 @@ def test_a_forced_re_run_that_times_out_records_its_own_outcome(tmp_path):
 def test_the_end_report_of_a_stopped_re_run_says_it_was_stopped_and_lists_no_earlier_failure(tmp_path):
     from airflow_provider_gpusched.core.sweep.end_report import build_end_report
 
-    session = SweepSession(SweepSpec(name="rr", test_config=[{"quality": [0.1, 0.2, -1.0]}], python_callable=learn_or_fail,
-                                     objective=Objective("loss", "minimize"), results_root=str(tmp_path),
-                                     max_failed_trials=None))
+    session = SweepSession(
+        SweepSpec(
+            name="rr",
+            test_config=[{"quality": [0.1, 0.2, -1.0]}],
+            python_callable=learn_or_fail,
+            objective=Objective("loss", "minimize"),
+            results_root=str(tmp_path),
+            max_failed_trials=None,
+        )
+    )
     first = session.prepare(run="r1")
     for t in first.pending:
         run_trial(first, t, out=io.StringIO())

@@ -21,8 +21,8 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "development.md"
 
 def _blocks(language: str) -> list[str]:
     text = DOC.read_text()
-    section = text[text.index("## Adding a search type"):]
-    section = section[:section.index("\n## ", 3)]
+    section = text[text.index("## Adding a search type") :]
+    section = section[: section.index("\n## ", 3)]
     return re.findall(rf"```{language}\n(.*?)```", section, re.S)
 
 
@@ -33,8 +33,10 @@ def ablation():
     module_code, registry_line = _blocks("python")
     namespace: dict = {}
     exec(compile(module_code, "docs/development.md (ablation.py)", "exec"), namespace)
-    exec(compile(registry_line, "docs/development.md (registry line)", "exec"),
-         {"SEARCH_KINDS": search_kinds.SEARCH_KINDS, "AblationKind": namespace["AblationKind"]})
+    exec(
+        compile(registry_line, "docs/development.md (registry line)", "exec"),
+        {"SEARCH_KINDS": search_kinds.SEARCH_KINDS, "AblationKind": namespace["AblationKind"]},
+    )
     yield namespace["AblationKind"]
     search_kinds.SEARCH_KINDS.pop("ablation", None)
 
@@ -47,40 +49,60 @@ def test_the_built_in_kinds_are_registered_under_their_names():
 
 
 def test_an_unknown_search_lists_the_registered_kinds():
-    with pytest.raises(InvalidArgumentError, match=r"search: expected one of \['grid', 'random', 'optuna', "
-                                                   r"'evolution'\], got 'bayes'"):
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"search: expected one of \['grid', 'random', 'optuna', "
+        r"'evolution'\], got 'bayes'",
+    ):
         SweepSpec(name="s", search="bayes", space={"a": [1]}, command=["true"])
 
 
 def test_round_kinds_fill_their_own_defaults():
     optuna = SweepSpec(name="o", search="optuna", space={"a": [1, 2]}, objective="maximize acc", command=["true"])
     assert (optuna.rounds, optuna.per_round) == (3, 4)
-    evolution = SweepSpec(name="e", search="evolution", space={"a": [1, 2]}, objective="maximize acc",
-                          evolution={"max_epoch": 2, "candidate_pool_size": 5, "candidate_top_k": 2},
-                          command=["true"])
+    evolution = SweepSpec(
+        name="e",
+        search="evolution",
+        space={"a": [1, 2]},
+        objective="maximize acc",
+        evolution={"max_epoch": 2, "candidate_pool_size": 5, "candidate_top_k": 2},
+        command=["true"],
+    )
     assert (evolution.rounds, evolution.per_round) == (2, 5)
 
 
 def test_the_documented_ablation_kind_runs_a_sweep_from_its_yaml(ablation, tmp_path):
     data = yaml.safe_load(_blocks("yaml")[0])
     # the page's train.py is the reader's; here a one-line trial scores each point instead
-    data["command"] = [sys.executable, "-c", "import json, sys; lr, dropout, width = map(float, sys.argv[1:]); "
-                       "json.dump({'accuracy': 0.9 - abs(dropout - 0.1) - abs(width - 128) / 1000}, "
-                       "open('result.json', 'w'))", "{lr}", "{dropout}", "{width}"]
+    data["command"] = [
+        sys.executable,
+        "-c",
+        "import json, sys; lr, dropout, width = map(float, sys.argv[1:]); "
+        "json.dump({'accuracy': 0.9 - abs(dropout - 0.1) - abs(width - 128) / 1000}, "
+        "open('result.json', 'w'))",
+        "{lr}",
+        "{dropout}",
+        "{width}",
+    ]
     data["results_root"] = str(tmp_path / "results")
     spec = SweepSpec.from_dict(data, where="dropout-ablation.yaml")
     assert isinstance(spec.kind, ablation) and not spec.in_rounds
     points = [(t.params["dropout"], t.params["width"]) for t in spec.trials()]
     assert points == [(0.1, 128), (0.0, 128), (0.3, 128), (0.1, 64), (0.1, 256)]
     assert spec.stage_size() == 5
-    summary = run_sweep(spec, manager=LeaseManager(SimulatedInventory("1x24GiB"), str(tmp_path / "leases")),
-                        progress=False)
+    summary = run_sweep(
+        spec, manager=LeaseManager(SimulatedInventory("1x24GiB"), str(tmp_path / "leases")), progress=False
+    )
     assert summary["counts"]["succeeded"] == 5
     assert summary["best"]["params"]["dropout"] == 0.1 and summary["best"]["params"]["width"] == 128
 
 
 def test_the_documented_kind_validates_its_own_settings(ablation):
-    with pytest.raises(InvalidArgumentError, match=r"s: global_config.width: expected the baseline value of "
-                                                   r"'width' \(search: ablation\)"):
-        SweepSpec(name="s", search="ablation", global_config={"lr": 0.1}, space={"width": [64]},
-                  command=["true"], where="s")
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"s: global_config.width: expected the baseline value of "
+        r"'width' \(search: ablation\)",
+    ):
+        SweepSpec(
+            name="s", search="ablation", global_config={"lr": 0.1}, space={"width": [64]}, command=["true"], where="s"
+        )

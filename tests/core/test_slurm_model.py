@@ -10,15 +10,29 @@ from airflow_provider_gpusched.core.slurm.runner import SSHCommandRunner, is_tra
 from airflow_provider_gpusched.core.slurm.states import aggregate_array, parse_exit_code
 
 ALL_STATES = {
-    "PENDING": JobPhase.PENDING, "CONFIGURING": JobPhase.PENDING, "REQUEUED": JobPhase.PENDING,
-    "REQUEUE_HOLD": JobPhase.PENDING, "REQUEUE_FED": JobPhase.PENDING, "SPECIAL_EXIT": JobPhase.PENDING,
-    "RESV_DEL_HOLD": JobPhase.PENDING, "SUSPENDED": JobPhase.PENDING, "STOPPED": JobPhase.PENDING,
+    "PENDING": JobPhase.PENDING,
+    "CONFIGURING": JobPhase.PENDING,
+    "REQUEUED": JobPhase.PENDING,
+    "REQUEUE_HOLD": JobPhase.PENDING,
+    "REQUEUE_FED": JobPhase.PENDING,
+    "SPECIAL_EXIT": JobPhase.PENDING,
+    "RESV_DEL_HOLD": JobPhase.PENDING,
+    "SUSPENDED": JobPhase.PENDING,
+    "STOPPED": JobPhase.PENDING,
     "RESIZING": JobPhase.PENDING,
-    "RUNNING": JobPhase.RUNNING, "COMPLETING": JobPhase.RUNNING, "SIGNALING": JobPhase.RUNNING,
+    "RUNNING": JobPhase.RUNNING,
+    "COMPLETING": JobPhase.RUNNING,
+    "SIGNALING": JobPhase.RUNNING,
     "STAGE_OUT": JobPhase.RUNNING,
-    "COMPLETED": JobPhase.SUCCEEDED, "FAILED": JobPhase.FAILED, "CANCELLED": JobPhase.CANCELLED,
-    "TIMEOUT": JobPhase.TIMEOUT, "NODE_FAIL": JobPhase.NODE_FAIL, "BOOT_FAIL": JobPhase.BOOT_FAIL,
-    "DEADLINE": JobPhase.DEADLINE, "OUT_OF_MEMORY": JobPhase.OUT_OF_MEMORY, "REVOKED": JobPhase.REVOKED,
+    "COMPLETED": JobPhase.SUCCEEDED,
+    "FAILED": JobPhase.FAILED,
+    "CANCELLED": JobPhase.CANCELLED,
+    "TIMEOUT": JobPhase.TIMEOUT,
+    "NODE_FAIL": JobPhase.NODE_FAIL,
+    "BOOT_FAIL": JobPhase.BOOT_FAIL,
+    "DEADLINE": JobPhase.DEADLINE,
+    "OUT_OF_MEMORY": JobPhase.OUT_OF_MEMORY,
+    "REVOKED": JobPhase.REVOKED,
     "PREEMPTED": JobPhase.PREEMPTED,
 }
 
@@ -26,8 +40,21 @@ ALL_STATES = {
 @pytest.mark.parametrize("state,phase", sorted(ALL_STATES.items()))
 def test_every_slurm_state_is_classified(state, phase):
     assert classify_state(state) is phase
-    assert phase.is_terminal == (state in {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
-                                            "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REVOKED", "PREEMPTED"})
+    assert phase.is_terminal == (
+        state
+        in {
+            "COMPLETED",
+            "FAILED",
+            "CANCELLED",
+            "TIMEOUT",
+            "NODE_FAIL",
+            "BOOT_FAIL",
+            "DEADLINE",
+            "OUT_OF_MEMORY",
+            "REVOKED",
+            "PREEMPTED",
+        }
+    )
 
 
 def test_state_spellings():
@@ -47,8 +74,10 @@ def test_exit_codes():
 
 
 def test_jobcomp_line_with_spaces_in_values():
-    line = ("JobId=2 UserId=root(0) GroupId=root(0) Name=my job JobState=COMPLETED Partition=batch "
-            "Tres=cpu=1,mem=16000M ExitCode=3:0 ArrayJobId=7 ArrayTaskId=1")
+    line = (
+        "JobId=2 UserId=root(0) GroupId=root(0) Name=my job JobState=COMPLETED Partition=batch "
+        "Tres=cpu=1,mem=16000M ExitCode=3:0 ArrayJobId=7 ArrayTaskId=1"
+    )
     rec = parse_jobcomp_line(line)
     assert rec["Name"] == "my job"
     assert rec["JobState"] == "COMPLETED"
@@ -60,15 +89,36 @@ def test_jobcomp_line_with_spaces_in_values():
 def test_spec_renders_argv_verbatim_and_options():
     spec = SlurmJobSpec(
         command=["python", "-c", "print(1)", "a b", "it's", "x;y", "$HOME"],
-        job_name="my job; rm -rf /", partition="idle", gpus=2, cpus_per_task=4, mem="2.5GB",
-        time_limit=90, array="0-3%2", nice=100, requeue=True, environment={"NOTE": "a 'quoted' value; ok"},
-        setup=["source /opt/env.sh"], sbatch_args=["--exclusive"], comment="gpusched:abc",
+        job_name="my job; rm -rf /",
+        partition="idle",
+        gpus=2,
+        cpus_per_task=4,
+        mem="2.5GB",
+        time_limit=90,
+        array="0-3%2",
+        nice=100,
+        requeue=True,
+        environment={"NOTE": "a 'quoted' value; ok"},
+        setup=["source /opt/env.sh"],
+        sbatch_args=["--exclusive"],
+        comment="gpusched:abc",
     )
     argv = spec.sbatch_argv()
     assert argv[0] == "--parsable"
-    for expected in ["--job-name=my job; rm -rf /", "--partition=idle", "--gres=gpu:2", "--cpus-per-task=4",
-                     "--mem=2385M", "--time=01:30:00", "--array=0-3%2", "--nice=100", "--requeue",
-                     "--open-mode=append", "--comment=gpusched:abc", "--exclusive"]:
+    for expected in [
+        "--job-name=my job; rm -rf /",
+        "--partition=idle",
+        "--gres=gpu:2",
+        "--cpus-per-task=4",
+        "--mem=2385M",
+        "--time=01:30:00",
+        "--array=0-3%2",
+        "--nice=100",
+        "--requeue",
+        "--open-mode=append",
+        "--comment=gpusched:abc",
+        "--exclusive",
+    ]:
         assert expected in argv
     script = spec.render_script()
     assert "export NOTE='a '\"'\"'quoted'\"'\"' value; ok'" in script
@@ -125,11 +175,13 @@ def test_task_key_is_stable_and_distinct():
 
 
 def test_ssh_runner_quotes_each_argument():
-    runner = SSHCommandRunner(host="login1", user="ann", port=2222, ssh_options=["-i", "/k"], slurm_conf="/a b/slurm.conf")
+    runner = SSHCommandRunner(
+        host="login1", user="ann", port=2222, ssh_options=["-i", "/k"], slurm_conf="/a b/slurm.conf"
+    )
     argv = runner.wrap(["sbatch", "--job-name=a b;c", "it's"])
-    assert argv[:argv.index("--")] == ["ssh", "-o", "BatchMode=yes", "-i", "/k", "-p", "2222"]
+    assert argv[: argv.index("--")] == ["ssh", "-o", "BatchMode=yes", "-i", "/k", "-p", "2222"]
     assert argv[argv.index("--") + 1] == "ann@login1"  # after "--": never an option
-    remote = argv[argv.index("--") + 2:]
+    remote = argv[argv.index("--") + 2 :]
     assert remote == ["env", "'SLURM_CONF=/a b/slurm.conf'", "sbatch", "'--job-name=a b;c'", "'it'\"'\"'s'"]
 
 
@@ -232,7 +284,12 @@ def test_job_comment_round_trips_its_fields():
     run = "manual__2026-11-22T13:53:01.778689+00:00"
     comment = job_comment("k" * 24, 3, task=task_family_key("d", "t"), work="w" * 16, run=run)
     assert " " not in comment and "\n" not in comment
-    assert parse_job_comment(comment) == {"key": "k" * 24, "task": task_family_key("d", "t"), "work": "w" * 16,
-                                          "run": run, "try": "3"}
+    assert parse_job_comment(comment) == {
+        "key": "k" * 24,
+        "task": task_family_key("d", "t"),
+        "work": "w" * 16,
+        "run": run,
+        "try": "3",
+    }
     assert parse_job_comment("someone else's comment") == {}
     assert "run=" not in job_comment("k", 1, run="r" * 400)  # too long for a comment: left out

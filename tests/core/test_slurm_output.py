@@ -82,8 +82,12 @@ def test_control_characters_never_reach_the_task_log_raw(tmp_path):
     a progress bar's carriage returns keep its last state."""
     path = tmp_path / "binary.out"
     path.write_bytes(b"bell\x07 esc\x1b]0;title\x07 nul\x00\n\x1b[32mgreen\x1b[0m\n 10%\r 50%\r100% done\n\t tab\n")
-    assert OutputFollower(str(path)).read() == ["bell\\x07 esc\\x1b]0;title\\x07 nul\\x00", "\x1b[32mgreen\x1b[0m",
-                                                "100% done", "\t tab"]
+    assert OutputFollower(str(path)).read() == [
+        "bell\\x07 esc\\x1b]0;title\\x07 nul\\x00",
+        "\x1b[32mgreen\x1b[0m",
+        "100% done",
+        "\t tab",
+    ]
 
 
 def test_a_line_longer_than_the_limit_is_cut_saying_so(tmp_path):

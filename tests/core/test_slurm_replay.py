@@ -14,8 +14,11 @@ def client(**answers):
 
 
 def test_a_job_and_an_array_from_submission_to_their_final_states():
-    c, runner = client(sbatch=[RECORDED["sbatch"], RECORDED["sbatch_array"]], squeue=RECORDED["squeue_polls"],
-                       tail=[RECORDED["jobcomp"], ""])
+    c, runner = client(
+        sbatch=[RECORDED["sbatch"], RECORDED["sbatch_array"]],
+        squeue=RECORDED["squeue_polls"],
+        tail=[RECORDED["jobcomp"], ""],
+    )
     one = c.submit(SlurmJobSpec(command=["train", "--lr", "0.1; rm -rf /"], job_name="rec-one"))
     array = c.submit(SlurmJobSpec(command=["sweep"], array="0-2%2"))
     assert (one.job_id, array.job_id) == ("2050", "2051")
@@ -27,8 +30,14 @@ def test_a_job_and_an_array_from_submission_to_their_final_states():
         for job_id, status in statuses.items():
             trackers[job_id].update(status)
         phases.append((statuses["2050"].phase.value, statuses["2051"].phase.value))
-    assert phases == [("pending", "pending"), ("running", "running"), ("running", "running"),
-                      ("running", "running"), ("succeeded", "running"), ("succeeded", "failed")]
+    assert phases == [
+        ("pending", "pending"),
+        ("running", "running"),
+        ("running", "running"),
+        ("running", "running"),
+        ("succeeded", "running"),
+        ("succeeded", "failed"),
+    ]
     job, arr = trackers["2050"].final_status(), trackers["2051"].final_status()
     assert job.exit_code == 0 and job.nodes == "vm" and job.source == "jobcomp" and job.elapsed == 4.0
     assert arr.phase is JobPhase.FAILED and arr.exit_code == 3 and arr.reason == "1 of 3 array tasks did not succeed"
@@ -70,10 +79,15 @@ def test_empty_squeue_output_means_ask_the_completion_record():
 
 
 def test_a_requeued_job_is_still_waited_for_and_counted_as_preempted():
-    c, _ = client(squeue=[RECORDED["squeue_polls"][1].replace("2050|2050|N/A|RUNNING|None|0|batch|vm|0:01|rec-one|",
-                                                            "2060|2060|N/A|RUNNING|None|0|idle|vm|1:40|fill|"),
-                          CONSTRUCTED["squeue_requeued"]],
-                  tail=[CONSTRUCTED["jobcomp_requeued"], ""])
+    c, _ = client(
+        squeue=[
+            RECORDED["squeue_polls"][1].replace(
+                "2050|2050|N/A|RUNNING|None|0|batch|vm|0:01|rec-one|", "2060|2060|N/A|RUNNING|None|0|idle|vm|1:40|fill|"
+            ),
+            CONSTRUCTED["squeue_requeued"],
+        ],
+        tail=[CONSTRUCTED["jobcomp_requeued"], ""],
+    )
     tracker = JobTracker("2060")
     tracker.update(c.status("2060"))
     assert tracker.last.phase is JobPhase.RUNNING and tracker.last.elapsed == 100.0
@@ -91,7 +105,9 @@ def test_states_newer_slurm_may_add_count_as_pending_and_odd_lines_are_skipped()
 
 
 def test_sacct_records_with_array_ranges_signals_and_cancellations():
-    c, runner = client(scontrol=[CONSTRUCTED["scontrol_show_config_slurmdbd"]], squeue=[""], sacct=[CONSTRUCTED["sacct"]])
+    c, runner = client(
+        scontrol=[CONSTRUCTED["scontrol_show_config_slurmdbd"]], squeue=[""], sacct=[CONSTRUCTED["sacct"]]
+    )
     statuses = c.statuses(["2070", "2071", "2074"], {"2071": 10})
     assert statuses["2070"].phase is JobPhase.SUCCEEDED and statuses["2070"].elapsed == 12.0
     assert statuses["2074"].phase is JobPhase.TIMEOUT

@@ -24,14 +24,35 @@ def published(n, score, seed=0, mode="maximize", run="manual__a", ids=None):
     trials = []
     for i in range(n):
         params = {"lr": 10 ** rnd.uniform(-5, -1), "wd": rnd.uniform(0, 0.1), "opt": rnd.choice(["sgd", "adam"])}
-        trials.append({"index": i, "trial_id": (ids or (lambda k: f"{k:012x}"))(i), "label": f"t{i}",
-                       "params": params})
-    plan = read_plan_record({"sweep": "s", "search": "random", "round": None, "backend": "local",
-                             "trial_task": "s.trial", "chunk_size": None, "run": run,
-                             "objective": {"metric": "acc", "mode": mode}, "defined": n, "trials": trials,
-                             "pending": [t["trial_id"] for t in trials], "skipped": [], "log_params": ["lr"]}, "plan")
-    outcomes = {t["trial_id"]: {"trial_id": t["trial_id"], "state": "succeeded", "seconds": 1.0, "error": None,
-                                "result": {"acc": score(t["params"], rnd)}} for t in trials}
+        trials.append({"index": i, "trial_id": (ids or (lambda k: f"{k:012x}"))(i), "label": f"t{i}", "params": params})
+    plan = read_plan_record(
+        {
+            "sweep": "s",
+            "search": "random",
+            "round": None,
+            "backend": "local",
+            "trial_task": "s.trial",
+            "chunk_size": None,
+            "run": run,
+            "objective": {"metric": "acc", "mode": mode},
+            "defined": n,
+            "trials": trials,
+            "pending": [t["trial_id"] for t in trials],
+            "skipped": [],
+            "log_params": ["lr"],
+        },
+        "plan",
+    )
+    outcomes = {
+        t["trial_id"]: {
+            "trial_id": t["trial_id"],
+            "state": "succeeded",
+            "seconds": 1.0,
+            "error": None,
+            "result": {"acc": score(t["params"], rnd)},
+        }
+        for t in trials
+    }
     return [plan], outcomes
 
 
@@ -73,21 +94,35 @@ def test_too_few_trials_or_no_varying_parameter_gives_no_ranking():
     # issue 52: a 12-trial sweep whose pruning stopped 7 never showed importance, and did not say why
     pruned = importance_of(5, lr_matters, pruned=7)
     assert pruned["importances"] == [] and pruned["note"].startswith(
-        f"5 scored trial(s): importance needs at least {MIN_TRIALS}; the 7 pruned trial(s) have no final score")
+        f"5 scored trial(s): importance needs at least {MIN_TRIALS}; the 7 pruned trial(s) have no final score"
+    )
     assert "prune later (warmup_steps, min_trials)" in pruned["note"]
     objective = Objective("acc")
-    none = param_importance([{"score": 1.0, "params": {}, "categories": {}}] * 20,
-                            {"numeric_params": [], "param_scales": {}, "categorical_params": {}}, objective)
+    none = param_importance(
+        [{"score": 1.0, "params": {}, "categories": {}}] * 20,
+        {"numeric_params": [], "param_scales": {}, "categorical_params": {}},
+        objective,
+    )
     assert none["importances"] == [] and "no parameter varies" in none["note"]
 
 
 def test_two_runs_of_a_sweep_are_compared_trial_by_trial():
     objective = Objective("loss", "minimize")
     a = [{"trial_id": f"t{k}", "index": k, "label": f"x={k}", "score": float(k)} for k in range(5)]
-    b = [{"trial_id": f"t{k}", "index": k, "label": f"x={k}", "score": float(k) + (0.5 if k == 1 else 0)
-          - (4.0 if k == 4 else 0)} for k in range(1, 7)]
-    out = compare_runs({"run": "r1", "points": a, "counts": {"succeeded": 5}},
-                       {"run": "r2", "points": b, "counts": {"succeeded": 6}}, objective)
+    b = [
+        {
+            "trial_id": f"t{k}",
+            "index": k,
+            "label": f"x={k}",
+            "score": float(k) + (0.5 if k == 1 else 0) - (4.0 if k == 4 else 0),
+        }
+        for k in range(1, 7)
+    ]
+    out = compare_runs(
+        {"run": "r1", "points": a, "counts": {"succeeded": 5}},
+        {"run": "r2", "points": b, "counts": {"succeeded": 6}},
+        objective,
+    )
     assert (out["both"], out["only_a"], out["only_b"]) == (4, 1, 2)
     assert [(p["trial_id"], p["diff"]) for p in out["pairs"][:2]] == [("t4", -4.0), ("t1", 0.5)]
     assert (out["changed"], out["better_in_b"], out["worse_in_b"]) == (2, 1, 1)  # lower loss is better

@@ -31,7 +31,14 @@ def test_seed_003_readme_example_gives_exactly_its_four_instances():
 
 def test_last_key_varies_fastest_and_test_values_override_global():
     trials = GridSweep({"lr": 0.1, "bs": 32}, [{"lr": [1, 2], "wd": ["a", "b", "c"]}]).trials()
-    assert [(t.params["lr"], t.params["wd"]) for t in trials] == [(1, "a"), (1, "b"), (1, "c"), (2, "a"), (2, "b"), (2, "c")]
+    assert [(t.params["lr"], t.params["wd"]) for t in trials] == [
+        (1, "a"),
+        (1, "b"),
+        (1, "c"),
+        (2, "a"),
+        (2, "b"),
+        (2, "c"),
+    ]
     assert all(t.params["bs"] == 32 for t in trials)
 
 
@@ -52,14 +59,17 @@ def test_other_spaces_on_a_grid():
     assert choice(["x", "y"]).grid() == ["x", "y"]
 
 
-@pytest.mark.parametrize("config,path", [
-    ({"test_config": [{"lr": 0.1}]}, "test_config[0].lr"),
-    ({"test_config": [{"lr": []}]}, "test_config[0].lr"),
-    ({"test_config": [{"lr": uniform(0, 1)}]}, "test_config[0].lr"),  # continuous without grid_steps
-    ({"test_config": {"lr": [1]}}, "test_config"),
-    ({"test_config": ["lr"]}, "test_config[0]"),
-    ({"global_config": [1]}, "global_config"),
-])
+@pytest.mark.parametrize(
+    "config,path",
+    [
+        ({"test_config": [{"lr": 0.1}]}, "test_config[0].lr"),
+        ({"test_config": [{"lr": []}]}, "test_config[0].lr"),
+        ({"test_config": [{"lr": uniform(0, 1)}]}, "test_config[0].lr"),  # continuous without grid_steps
+        ({"test_config": {"lr": [1]}}, "test_config"),
+        ({"test_config": ["lr"]}, "test_config[0]"),
+        ({"global_config": [1]}, "global_config"),
+    ],
+)
 def test_errors_name_the_key_path(config, path):
     with pytest.raises(InvalidArgumentError) as err:
         GridSweep(**config, where="sweeps/gan.yaml").trials()
@@ -67,8 +77,13 @@ def test_errors_name_the_key_path(config, path):
 
 
 def test_bad_spaces():
-    for make in (lambda: uniform(1, 0), lambda: loguniform(0, 1), lambda: randint(3, 1), lambda: choice([]),
-                 lambda: quniform(0, 1, 0)):
+    for make in (
+        lambda: uniform(1, 0),
+        lambda: loguniform(0, 1),
+        lambda: randint(3, 1),
+        lambda: choice([]),
+        lambda: quniform(0, 1, 0),
+    ):
         with pytest.raises(InvalidArgumentError):
             make()
 
@@ -88,10 +103,17 @@ def test_random_search_is_seeded_and_distinct():
 def test_trial_id_is_stable_across_processes():
     params = {"lr": 0.001, "method": "WGAN", "layers": [64, 128], "nested": {"b": 1, "a": 2}}
     here = trial_id(params, "v1")
-    code = ("from airflow_provider_gpusched.core.sweep.expand import trial_id; "
-            "print(trial_id({'nested': {'a': 2, 'b': 1}, 'layers': [64, 128], 'method': 'WGAN', 'lr': 0.001}, 'v1'))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PYTHONHASHSEED": "123", "PATH": "/usr/bin:/bin"})
+    code = (
+        "from airflow_provider_gpusched.core.sweep.expand import trial_id; "
+        "print(trial_id({'nested': {'a': 2, 'b': 1}, 'layers': [64, 128], 'method': 'WGAN', 'lr': 0.001}, 'v1'))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONHASHSEED": "123", "PATH": "/usr/bin:/bin"},
+    )
     assert out.stdout.strip() == here
     assert trial_id(params, "v2") != here
 
@@ -108,15 +130,17 @@ def test_folder_names_cannot_escape_the_results_root(value):
 def test_conditional_parameter_exists_only_for_its_condition():
     from airflow_provider_gpusched.core.sweep.spaces import when
 
-    trials = GridSweep({}, [{"optimizer": ["sgd", "adam"], "momentum": when({"optimizer": "sgd"}, [0.8, 0.9]),
-                             "lr": [0.1]}]).trials()
+    trials = GridSweep(
+        {}, [{"optimizer": ["sgd", "adam"], "momentum": when({"optimizer": "sgd"}, [0.8, 0.9]), "lr": [0.1]}]
+    ).trials()
     assert [t.params for t in trials] == [
         {"optimizer": "sgd", "momentum": 0.8, "lr": 0.1},
         {"optimizer": "sgd", "momentum": 0.9, "lr": 0.1},
         {"optimizer": "adam", "lr": 0.1},
     ]
-    sampled = random_trials({"optimizer": ["sgd", "adam"], "momentum": when({"optimizer": ["sgd"]}, uniform(0.5, 1))},
-                            30, seed=3)
+    sampled = random_trials(
+        {"optimizer": ["sgd", "adam"], "momentum": when({"optimizer": ["sgd"]}, uniform(0.5, 1))}, 30, seed=3
+    )
     assert all(("momentum" in t.params) == (t.params["optimizer"] == "sgd") for t in sampled)
     assert {t.params["optimizer"] for t in sampled} == {"sgd", "adam"}
 
@@ -146,7 +170,10 @@ def test_parameters_too_large_for_the_environment_are_refused_at_plan_time_namin
     from airflow_provider_gpusched.core.sweep import SweepSpec
 
     spec = SweepSpec(name="big", command=["train"], test_config=[{"lr": [0.1], "blob": ["x" * (1 << 20), "small"]}])
-    with pytest.raises(InvalidArgumentError, match=r"trial 0: expected at most 65,536 bytes as JSON.*"
-                                                   r"GPUSCHED_TRIAL_PARAMS.*got .1,048,6\d\d bytes of parameters "
-                                                   r"\(the largest: 'blob'\)"):
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"trial 0: expected at most 65,536 bytes as JSON.*"
+        r"GPUSCHED_TRIAL_PARAMS.*got .1,048,6\d\d bytes of parameters "
+        r"\(the largest: 'blob'\)",
+    ):
         spec.trials()

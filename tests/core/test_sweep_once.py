@@ -13,19 +13,30 @@ from airflow_provider_gpusched.core.sweep.session import SweepSession
 from airflow_provider_gpusched.core.sweep.trial_run import mark_unfinished, result_problem
 from airflow_provider_gpusched.core.text import format_table
 
-SLOW = ("import json, os, sys, time; open('../../executions.log', 'a').write(sys.argv[1] + chr(10)); "
-        "time.sleep(float(sys.argv[2])); json.dump({'y': float(sys.argv[1])}, open('result.json', 'w'))")
+SLOW = (
+    "import json, os, sys, time; open('../../executions.log', 'a').write(sys.argv[1] + chr(10)); "
+    "time.sleep(float(sys.argv[2])); json.dump({'y': float(sys.argv[1])}, open('result.json', 'w'))"
+)
 
 
 def slow_spec(root, seconds=3.0, **kw):
-    return SweepSpec(name="slow", test_config=[{"x": [1, 2]}],
-                     command=[sys.executable, "-c", SLOW, "{x}", str(seconds)], objective=Objective("y"),
-                     results_root=str(root), **kw)
+    return SweepSpec(
+        name="slow",
+        test_config=[{"x": [1, 2]}],
+        command=[sys.executable, "-c", SLOW, "{x}", str(seconds)],
+        objective=Objective("y"),
+        results_root=str(root),
+        **kw,
+    )
 
 
 def runner(manifest, trial):
-    return subprocess.Popen([sys.executable, "-m", "airflow_provider_gpusched.core.sweep.trial_run", manifest.path,
-                             trial.trial_id], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "airflow_provider_gpusched.core.sweep.trial_run", manifest.path, trial.trial_id],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def test_a_trial_running_for_another_run_is_waited_for_and_not_run_again(tmp_path):
@@ -60,8 +71,10 @@ def test_a_killed_runner_frees_the_claim_and_the_trial_runs_again(tmp_path):
     proc = runner(manifest, trial)
     deadline = time.monotonic() + 30
     # kill it once the trial runs (the claim is taken first, the state written after it: wait for both)
-    while not (session.store.claim_holder(trial) is not None and session.store.state(trial) == "running") \
-            and time.monotonic() < deadline:
+    while (
+        not (session.store.claim_holder(trial) is not None and session.store.state(trial) == "running")
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.05)
     proc.kill()
     proc.wait()
@@ -80,39 +93,49 @@ def test_mark_unfinished_leaves_finished_trials_and_names_the_reason(tmp_path):
     done, never = manifest.pending
     assert runner(manifest, done).wait(timeout=60) == 0
     assert mark_unfinished(manifest, [never], "the trial's task failed: no GPU") == [
-        f"trial {never.index} {never.label} marked failed: the trial's task failed: no GPU"]
+        f"trial {never.index} {never.label} marked failed: the trial's task failed: no GPU"
+    ]
     assert session.store.state(never) == "failed"
     assert mark_unfinished(manifest, [done], "x") == []
     assert session.store.state(done) == "succeeded"
 
 
-@pytest.mark.parametrize("result, problem", [
-    ({"y": 1.0}, ""),
-    ({"eval": {"y": 2}}, ""),
-    (None, "wrote no result.json"),
-    ({"_unreadable": "result.json: Expecting value"}, "its result cannot be read"),
-    ({"loss": 1}, "has no 'y' (its keys: loss)"),
-    ({"y": float("nan")}, "y = nan is not a finite number"),
-    ({"y": float("inf")}, "not a finite number"),
-    ({"y": "high"}, "is not a number"),
-    ({"y": True}, "is not a number"),
-    ([1, 2], "not a JSON object"),
-])
+@pytest.mark.parametrize(
+    "result, problem",
+    [
+        ({"y": 1.0}, ""),
+        ({"eval": {"y": 2}}, ""),
+        (None, "wrote no result.json"),
+        ({"_unreadable": "result.json: Expecting value"}, "its result cannot be read"),
+        ({"loss": 1}, "has no 'y' (its keys: loss)"),
+        ({"y": float("nan")}, "y = nan is not a finite number"),
+        ({"y": float("inf")}, "not a finite number"),
+        ({"y": "high"}, "is not a number"),
+        ({"y": True}, "is not a number"),
+        ([1, 2], "not a JSON object"),
+    ],
+)
 def test_result_problems_are_named(result, problem):
-    objective = {"metric": "y" if not (isinstance(result, dict) and "eval" in result) else "eval.y",
-                 "mode": "maximize"}
+    objective = {"metric": "y" if not (isinstance(result, dict) and "eval" in result) else "eval.y", "mode": "maximize"}
     got = result_problem(result, objective)
     assert (problem in got) if problem else got == ""
 
 
 def test_callable_returning_nan_is_invalid_and_recorded_when_asked(tmp_path):
-    spec = SweepSpec(name="nan", test_config=[{"x": [1, 2]}], python_callable=_nan_for_two,
-                     objective=Objective("y"), results_root=str(tmp_path), on_invalid_result="record")
+    spec = SweepSpec(
+        name="nan",
+        test_config=[{"x": [1, 2]}],
+        python_callable=_nan_for_two,
+        objective=Objective("y"),
+        results_root=str(tmp_path),
+        on_invalid_result="record",
+    )
     session = SweepSession(spec)
     manifest = session.prepare()
     import io
 
     from airflow_provider_gpusched.core.sweep.trial_run import run_trial
+
     codes = [run_trial(manifest, t, out=io.StringIO()) for t in manifest.pending]
     assert codes == [0, 0]  # recorded, not failed
     summary = session.collect()

@@ -20,20 +20,37 @@ from airflow_provider_gpusched.core.sweep.batch import run_local_batch
 from airflow_provider_gpusched.core.sweep.session import SweepSession
 from airflow_provider_gpusched.core.sweep.trial_run import run_trial
 
-WRITE_RESULT = ("import json, os, sys; p = json.loads(os.environ['GPUSCHED_TRIAL_PARAMS']); "
-                "open('argv.json', 'w').write(json.dumps(sys.argv[1:])); "
-                "sys.exit(3) if p['x'] == 3 else json.dump({'loss': (p['x'] - 2) ** 2}, open('result.json', 'w'))")
+WRITE_RESULT = (
+    "import json, os, sys; p = json.loads(os.environ['GPUSCHED_TRIAL_PARAMS']); "
+    "open('argv.json', 'w').write(json.dumps(sys.argv[1:])); "
+    "sys.exit(3) if p['x'] == 3 else json.dump({'loss': (p['x'] - 2) ** 2}, open('result.json', 'w'))"
+)
 
 
 def command_spec(root, **kw):
-    return SweepSpec(name="cmd", test_config=[{"x": [1, 2, 3, 4], "tag": ["a b;c"]}],
-                     command=[sys.executable, "-c", WRITE_RESULT, "{x}", "{tag}"],
-                     objective=Objective("loss", "minimize"), results_root=str(root), **kw)
+    return SweepSpec(
+        name="cmd",
+        test_config=[{"x": [1, 2, 3, 4], "tag": ["a b;c"]}],
+        command=[sys.executable, "-c", WRITE_RESULT, "{x}", "{tag}"],
+        objective=Objective("loss", "minimize"),
+        results_root=str(root),
+        **kw,
+    )
 
 
 def run_cli(manifest, trial):
-    return subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.core.sweep.trial_run", manifest.path,
-                           trial.trial_id, trial.label], capture_output=True, text=True)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "airflow_provider_gpusched.core.sweep.trial_run",
+            manifest.path,
+            trial.trial_id,
+            trial.label,
+        ],
+        capture_output=True,
+        text=True,
+    )
 
 
 def test_trials_run_record_results_and_rank_by_the_objective(tmp_path):
@@ -45,7 +62,18 @@ def test_trials_run_record_results_and_rank_by_the_objective(tmp_path):
     assert json.loads(Path(os.path.join(folder, "argv.json")).read_text()) == ["1", "a b;c"]
     assert json.loads(Path(os.path.join(folder, "params.json")).read_text()) == {"x": 1, "tag": "a b;c"}
     summary = session.collect()
-    assert summary["counts"] == {"defined": 4, "waiting": 0, "running": 0, "succeeded": 3, "failed": 1, "invalid": 0, "timeout": 0, "pruned": 0, "stopped": 0, "skipped": 0}
+    assert summary["counts"] == {
+        "defined": 4,
+        "waiting": 0,
+        "running": 0,
+        "succeeded": 3,
+        "failed": 1,
+        "invalid": 0,
+        "timeout": 0,
+        "pruned": 0,
+        "stopped": 0,
+        "skipped": 0,
+    }
     assert [r["params"]["x"] for r in summary["leaderboard"]] == [2, 1, 4]
     assert summary["best"]["score"] == 0.0
     assert json.loads(Path(tmp_path / "cmd" / "best.json").read_text())["params"] == {"x": 2, "tag": "a b;c"}
@@ -75,8 +103,16 @@ def test_callable_trials_return_values_and_exceptions(tmp_path):
         Path(trial_dir, "ckpt").write_text("x")
         return params["x"]
 
-    spec = SweepSpec(name="fn", search="random", space={"x": uniform(0, 1)}, count=20, seed=2,
-                     python_callable=trial, objective=Objective("acc"), results_root=str(tmp_path))
+    spec = SweepSpec(
+        name="fn",
+        search="random",
+        space={"x": uniform(0, 1)},
+        count=20,
+        seed=2,
+        python_callable=trial,
+        objective=Objective("acc"),
+        results_root=str(tmp_path),
+    )
     session = SweepSession(spec)
     manifest = session.prepare()
     for t in manifest.pending:
@@ -89,8 +125,12 @@ def test_callable_trials_return_values_and_exceptions(tmp_path):
 
 
 def test_trial_folders_stay_under_the_results_root(tmp_path):
-    spec = SweepSpec(name="evil", test_config=[{"name": ["../../x", "/etc", ".."]}], command=["true"],
-                     results_root=str(tmp_path / "root"))
+    spec = SweepSpec(
+        name="evil",
+        test_config=[{"name": ["../../x", "/etc", ".."]}],
+        command=["true"],
+        results_root=str(tmp_path / "root"),
+    )
     session = SweepSession(spec)
     for trial in spec.trials():
         folder = session.store.prepare(trial)
@@ -98,8 +138,16 @@ def test_trial_folders_stay_under_the_results_root(tmp_path):
 
 
 def test_batched_mode_runs_a_few_thousand_tiny_trials_on_simulated_gpus(tmp_path):
-    spec = SweepSpec(name="many", search="random", space={"x": uniform(0, 1)}, count=2000, seed=0,
-                     python_callable=lambda p: {"y": p["x"]}, objective=Objective("y"), results_root=str(tmp_path))
+    spec = SweepSpec(
+        name="many",
+        search="random",
+        space={"x": uniform(0, 1)},
+        count=2000,
+        seed=0,
+        python_callable=lambda p: {"y": p["x"]},
+        objective=Objective("y"),
+        results_root=str(tmp_path),
+    )
     session = SweepSession(spec)
     manifest = session.prepare(chunk_size=1000)
     assert manifest.chunk_count() == 2
@@ -120,8 +168,7 @@ def test_batched_group_with_a_failing_trial_keeps_the_others(tmp_path):
     session = SweepSession(command_spec(tmp_path))
     manifest = session.prepare()
     manager = LeaseManager(SimulatedInventory("1x24GiB"), str(tmp_path / "leases"))
-    outcome = run_local_batch(manifest, manifest.pending, manager, GPURequest(gpus=1), parallel=1,
-                              trials_per_process=4)
+    outcome = run_local_batch(manifest, manifest.pending, manager, GPURequest(gpus=1), parallel=1, trials_per_process=4)
     assert len(outcome["succeeded"]) == 3 and len(outcome["failed"]) == 1
     assert session.collect()["counts"]["succeeded"] == 3
 
@@ -130,12 +177,26 @@ def nas_spec(root, **kw):
     def measure(p):
         return {"flops": sum(p.values())}
 
-    return SweepSpec(name="nas", search="evolution", space={f"op{i}": [1, 2, 3, 4, 5] for i in range(6)},
-                     python_callable=lambda p: {"acc": sum(v if v != 5 else 0 for v in p.values())},
-                     objective=Objective("acc"), results_root=str(root), seed=kw.pop("seed", 0),
-                     evolution=EvolutionSettings(candidate_pool_size=8, candidate_top_k=3, num_mutation=4,
-                                                 num_crossover=4, mutate_prob=0.3, max_epoch=6,
-                                                 constraints={"flops": 22}, measure=measure), **kw)
+    return SweepSpec(
+        name="nas",
+        search="evolution",
+        space={f"op{i}": [1, 2, 3, 4, 5] for i in range(6)},
+        python_callable=lambda p: {"acc": sum(v if v != 5 else 0 for v in p.values())},
+        objective=Objective("acc"),
+        results_root=str(root),
+        seed=kw.pop("seed", 0),
+        evolution=EvolutionSettings(
+            candidate_pool_size=8,
+            candidate_top_k=3,
+            num_mutation=4,
+            num_crossover=4,
+            mutate_prob=0.3,
+            max_epoch=6,
+            constraints={"flops": 22},
+            measure=measure,
+        ),
+        **kw,
+    )
 
 
 def run_rounds(session, rounds):
@@ -164,9 +225,17 @@ def test_optuna_study_resumes_from_the_results_folder(tmp_path):
     pytest.importorskip("optuna")
 
     def spec():
-        return SweepSpec(name="opt", search="optuna", space={"x": uniform(-4, 4)}, rounds=4, per_round=5, seed=3,
-                         python_callable=lambda p: {"y": -(p["x"] - 1) ** 2}, objective=Objective("y"),
-                         results_root=str(tmp_path))
+        return SweepSpec(
+            name="opt",
+            search="optuna",
+            space={"x": uniform(-4, 4)},
+            rounds=4,
+            per_round=5,
+            seed=3,
+            python_callable=lambda p: {"y": -((p["x"] - 1) ** 2)},
+            objective=Objective("y"),
+            results_root=str(tmp_path),
+        )
 
     run_rounds(SweepSession(spec()), range(2))
     first_two = [t.params for r in range(2) for t in SweepSession(spec()).round_trials(r)]
@@ -175,8 +244,10 @@ def test_optuna_study_resumes_from_the_results_folder(tmp_path):
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    study = optuna.load_study(study_name="opt", storage=JournalStorage(JournalFileBackend(
-        str(tmp_path / "opt" / "search" / "optuna.journal"))))
+    study = optuna.load_study(
+        study_name="opt",
+        storage=JournalStorage(JournalFileBackend(str(tmp_path / "opt" / "search" / "optuna.journal"))),
+    )
     assert len(study.trials) == 20 and all(t.state.name == "COMPLETE" for t in study.trials)
     assert [t.params for r in range(2) for t in SweepSession(spec()).round_trials(r)] == first_two
     assert bests[-1] > -0.5
@@ -189,9 +260,17 @@ def test_one_session_asks_and_tells_like_a_fresh_session_per_call(tmp_path):
     pytest.importorskip("optuna")
 
     def spec(name):
-        return SweepSpec(name=name, search="optuna", space={"x": uniform(-4, 4)}, rounds=3, per_round=4, seed=7,
-                         python_callable=lambda p: {"y": -(p["x"] - 1) ** 2}, objective=Objective("y"),
-                         results_root=str(tmp_path))
+        return SweepSpec(
+            name=name,
+            search="optuna",
+            space={"x": uniform(-4, 4)},
+            rounds=3,
+            per_round=4,
+            seed=7,
+            python_callable=lambda p: {"y": -((p["x"] - 1) ** 2)},
+            objective=Objective("y"),
+            results_root=str(tmp_path),
+        )
 
     kept = SweepSession(spec("kept"))
     kept_bests = run_rounds(kept, range(3))
@@ -203,8 +282,9 @@ def test_one_session_asks_and_tells_like_a_fresh_session_per_call(tmp_path):
             run_trial(manifest, t, out=io.StringIO())
         SweepSession(spec("fresh")).finish_round(r)
         fresh_bests.append(SweepSession(spec("fresh")).collect()["best"]["score"])
-    assert [t.params for r in range(3) for t in kept.round_trials(r)] == \
-        [t.params for r in range(3) for t in SweepSession(spec("fresh")).round_trials(r)]
+    assert [t.params for r in range(3) for t in kept.round_trials(r)] == [
+        t.params for r in range(3) for t in SweepSession(spec("fresh")).round_trials(r)
+    ]
     assert kept_bests == fresh_bests
     assert kept.finish_round(2)["told"] == 0
 
@@ -215,8 +295,16 @@ def test_each_batch_process_reads_only_its_own_trials(tmp_path, monkeypatch):
     same trial folders as with the full manifest."""
     from airflow_provider_gpusched.core.sweep import batch
 
-    spec = SweepSpec(name="slices", search="random", space={"x": uniform(0, 1)}, count=40, seed=1,
-                     python_callable=lambda p: {"y": p["x"]}, objective=Objective("y"), results_root=str(tmp_path))
+    spec = SweepSpec(
+        name="slices",
+        search="random",
+        space={"x": uniform(0, 1)},
+        count=40,
+        seed=1,
+        python_callable=lambda p: {"y": p["x"]},
+        objective=Objective("y"),
+        results_root=str(tmp_path),
+    )
     session = SweepSession(spec)
     manifest = session.prepare(run="run 1")
     seen = []
@@ -229,8 +317,9 @@ def test_each_batch_process_reads_only_its_own_trials(tmp_path, monkeypatch):
 
     monkeypatch.setattr(batch, "group_argv", spying_argv)
     manager = LeaseManager(SimulatedInventory("1x24GiB"), str(tmp_path / "leases"))
-    outcome = run_local_batch(manifest, manifest.pending, manager, GPURequest(gpu_memory="4GiB"), parallel=2,
-                              trials_per_process=8)
+    outcome = run_local_batch(
+        manifest, manifest.pending, manager, GPURequest(gpu_memory="4GiB"), parallel=2, trials_per_process=8
+    )
     assert len(outcome["succeeded"]) == 40
     assert sorted(i for _, ids, _ in seen for i in ids) == sorted(t.trial_id for t in manifest.pending)
     for path, ids, data in seen:
@@ -245,16 +334,25 @@ def test_each_batch_process_reads_only_its_own_trials(tmp_path, monkeypatch):
 def test_the_last_groups_shrink_only_for_long_trials(tmp_path, monkeypatch):
     from airflow_provider_gpusched.core.sweep import batch
 
-    spec = SweepSpec(name="tail", search="random", space={"x": uniform(0, 1)}, count=24, seed=2,
-                     python_callable=lambda p: {"y": p["x"]}, objective=Objective("y"), results_root=str(tmp_path))
+    spec = SweepSpec(
+        name="tail",
+        search="random",
+        space={"x": uniform(0, 1)},
+        count=24,
+        seed=2,
+        python_callable=lambda p: {"y": p["x"]},
+        objective=Objective("y"),
+        results_root=str(tmp_path),
+    )
     manifest = SweepSession(spec).prepare()
     sizes = []
     real_argv = batch.group_argv
     monkeypatch.setattr(batch, "group_argv", lambda m, g, python=None: sizes.append(len(g)) or real_argv(m, g))
     monkeypatch.setattr(batch, "SHRINK_TAIL_ABOVE", 0.0)  # every trial counts as long
     manager = LeaseManager(SimulatedInventory("1x24GiB"), str(tmp_path / "leases"))
-    outcome = run_local_batch(manifest, manifest.pending, manager, GPURequest(gpu_memory="4GiB"), parallel=2,
-                              trials_per_process=8)
+    outcome = run_local_batch(
+        manifest, manifest.pending, manager, GPURequest(gpu_memory="4GiB"), parallel=2, trials_per_process=8
+    )
     assert len(outcome["succeeded"]) == 24
     assert sizes[0] == 8 and min(sizes) < 8 and sum(sizes) == 24  # smaller groups once the tail is near
 
@@ -263,11 +361,23 @@ def test_evolution_on_a_small_space_ends_once_every_candidate_is_evaluated(tmp_p
     """pavi's settings (pool 10, top 3, 5 mutations, 5 crossovers, 5 epochs) on a 3x3 space: the first round
     takes 9 candidates at most, later rounds take what is left, then propose nothing; no round fails and
     the best is the space's best."""
-    spec = SweepSpec(name="tiny", search="evolution", space={"a": [1, 2, 3], "b": [1, 2, 3]},
-                     evolution={"candidate_pool_size": 10, "candidate_top_k": 3, "num_mutation": 5,
-                                "num_crossover": 5, "mutate_prob": 0.5, "max_epoch": 5},
-                     python_callable=lambda p: {"score": p["a"] * 10 + p["b"]}, objective=Objective("score"),
-                     results_root=str(tmp_path), seed=1)
+    spec = SweepSpec(
+        name="tiny",
+        search="evolution",
+        space={"a": [1, 2, 3], "b": [1, 2, 3]},
+        evolution={
+            "candidate_pool_size": 10,
+            "candidate_top_k": 3,
+            "num_mutation": 5,
+            "num_crossover": 5,
+            "mutate_prob": 0.5,
+            "max_epoch": 5,
+        },
+        python_callable=lambda p: {"score": p["a"] * 10 + p["b"]},
+        objective=Objective("score"),
+        results_root=str(tmp_path),
+        seed=1,
+    )
     session = SweepSession(spec)
     sizes = []
     for r in range(5):
@@ -282,11 +392,23 @@ def test_evolution_on_a_small_space_ends_once_every_candidate_is_evaluated(tmp_p
 
 
 def test_evolution_fills_a_round_from_what_is_left_and_says_when_nothing_fits(tmp_path):
-    spec = SweepSpec(name="left", search="evolution", space={"a": list(range(5)), "b": list(range(4))},
-                     evolution={"candidate_pool_size": 6, "candidate_top_k": 2, "num_mutation": 3,
-                                "num_crossover": 3, "mutate_prob": 0.0, "max_epoch": 5},
-                     python_callable=lambda p: {"score": p["a"] + p["b"]}, objective=Objective("score"),
-                     results_root=str(tmp_path), seed=2)
+    spec = SweepSpec(
+        name="left",
+        search="evolution",
+        space={"a": list(range(5)), "b": list(range(4))},
+        evolution={
+            "candidate_pool_size": 6,
+            "candidate_top_k": 2,
+            "num_mutation": 3,
+            "num_crossover": 3,
+            "mutate_prob": 0.0,
+            "max_epoch": 5,
+        },
+        python_callable=lambda p: {"score": p["a"] + p["b"]},
+        objective=Objective("score"),
+        results_root=str(tmp_path),
+        seed=2,
+    )
     session = SweepSession(spec)
     seen = set()
     for r in range(5):
@@ -303,26 +425,45 @@ def test_evolution_fills_a_round_from_what_is_left_and_says_when_nothing_fits(tm
     def measure(params):
         return {"flops": 100}
 
-    impossible = SweepSpec(name="none", search="evolution", space={"a": [1, 2], "b": [1, 2]},
-                           evolution={"constraints": {"flops": 10}, "measure": measure, "candidate_top_k": 2,
-                                      "candidate_pool_size": 4},
-                           python_callable=lambda p: {"score": 1}, objective=Objective("score"),
-                           results_root=str(tmp_path))
-    with pytest.raises(GpuschedError, match=r"none of the 4 candidates of the space satisfies the constraints "
-                                            r"\{'flops': 10\}"):
+    impossible = SweepSpec(
+        name="none",
+        search="evolution",
+        space={"a": [1, 2], "b": [1, 2]},
+        evolution={"constraints": {"flops": 10}, "measure": measure, "candidate_top_k": 2, "candidate_pool_size": 4},
+        python_callable=lambda p: {"score": 1},
+        objective=Objective("score"),
+        results_root=str(tmp_path),
+    )
+    with pytest.raises(
+        GpuschedError,
+        match=r"none of the 4 candidates of the space satisfies the constraints "
+        r"\{'flops': 10\}",
+    ):
         SweepSession(impossible).round_trials(0)
 
 
 def test_preview_of_rounds_claims_no_more_trials_than_the_space_holds(tmp_path):
-    spec = SweepSpec(name="tiny", search="evolution", space={"a": [1, 2, 3], "b": [1, 2, 3]},
-                     evolution={"candidate_pool_size": 4, "candidate_top_k": 2, "max_epoch": 5},
-                     python_callable=lambda p: {"score": 1}, objective=Objective("score"), results_root=str(tmp_path))
+    spec = SweepSpec(
+        name="tiny",
+        search="evolution",
+        space={"a": [1, 2, 3], "b": [1, 2, 3]},
+        evolution={"candidate_pool_size": 4, "candidate_top_k": 2, "max_epoch": 5},
+        python_callable=lambda p: {"score": 1},
+        objective=Objective("score"),
+        results_root=str(tmp_path),
+    )
     preview = SweepSession(spec).preview()
     assert [r["trials"] for r in preview["rounds"]] == [4, 4, 1, 0, 0]
     assert preview["trials"] == 9 and preview["space_size"] == 9
-    spec = SweepSpec(name="cont", search="evolution", space={"a": list(range(100))},
-                     evolution={"candidate_pool_size": 4, "candidate_top_k": 2, "max_epoch": 3},
-                     python_callable=lambda p: {"score": 1}, objective=Objective("score"), results_root=str(tmp_path))
+    spec = SweepSpec(
+        name="cont",
+        search="evolution",
+        space={"a": list(range(100))},
+        evolution={"candidate_pool_size": 4, "candidate_top_k": 2, "max_epoch": 3},
+        python_callable=lambda p: {"score": 1},
+        objective=Objective("score"),
+        results_root=str(tmp_path),
+    )
     assert SweepSession(spec).preview()["trials"] == 12
 
 
@@ -331,9 +472,17 @@ def test_optuna_rounds_propose_distinct_new_points_and_leave_nothing_running(tmp
     import optuna
 
     def spec(name, space, rounds):
-        return SweepSpec(name=name, search="optuna", space=space, rounds=rounds, per_round=8, seed=5,
-                         python_callable=lambda p: {"y": -(p["a"] - 1) ** 2}, objective=Objective("y"),
-                         results_root=str(tmp_path))
+        return SweepSpec(
+            name=name,
+            search="optuna",
+            space=space,
+            rounds=rounds,
+            per_round=8,
+            seed=5,
+            python_callable=lambda p: {"y": -((p["a"] - 1) ** 2)},
+            objective=Objective("y"),
+            results_root=str(tmp_path),
+        )
 
     session = SweepSession(spec("fifty", {"a": list(range(10)), "b": list(range(5))}, 4))
     ids = []
@@ -369,8 +518,13 @@ def test_a_trial_status_records_its_gpus_slurm_job_and_log(tmp_path, monkeypatch
     monkeypatch.setenv("SLURM_JOB_ID", "4711")
     monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "4700")
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "11")
-    spec = SweepSpec(name="logs", test_config=[{"x": [1, 2]}], python_callable=noisy_trial,
-                     objective=Objective("loss", "minimize"), results_root=str(tmp_path))
+    spec = SweepSpec(
+        name="logs",
+        test_config=[{"x": [1, 2]}],
+        python_callable=noisy_trial,
+        objective=Objective("loss", "minimize"),
+        results_root=str(tmp_path),
+    )
     session = SweepSession(spec)
     manifest = session.prepare()
     for t in manifest.pending:
@@ -396,10 +550,12 @@ def test_a_trial_status_records_its_gpus_slurm_job_and_log(tmp_path, monkeypatch
     assert record["log"].endswith("output.log") and os.path.exists(record["log"])
 
 
-WRITE_PICKLE = ("import os, pickle, sys, numpy; p = __import__('json').loads(os.environ['GPUSCHED_TRIAL_PARAMS']); "
-                "os.makedirs('hpo', exist_ok=True); "
-                "pickle.dump({'eval_value': numpy.float64(p['x'] * 10), 'steps': numpy.int64(5)}, "
-                "open('hpo/result.pkl', 'wb'))")
+WRITE_PICKLE = (
+    "import os, pickle, sys, numpy; p = __import__('json').loads(os.environ['GPUSCHED_TRIAL_PARAMS']); "
+    "os.makedirs('hpo', exist_ok=True); "
+    "pickle.dump({'eval_value': numpy.float64(p['x'] * 10), 'steps': numpy.int64(5)}, "
+    "open('hpo/result.pkl', 'wb'))"
+)
 
 
 class _RunsCode:
@@ -411,9 +567,17 @@ def test_di_toolkit_result_pkl_and_r_objective(tmp_path):
     """DI-toolkit's trials pickle their metrics to hpo/result.pkl and the search maximizes R['eval_value']:
     both work as they are; a pickle that would run code is not loaded, and the trial is invalid, saying why."""
     spec_file = tmp_path / "ditk.yaml"
-    spec_file.write_text(json.dumps({
-        "name": "ditk", "test_config": [{"x": [1, 2, 3]}], "objective": "maximize R['eval_value']",
-        "command": [sys.executable, "-c", WRITE_PICKLE], "results_root": str(tmp_path)}))
+    spec_file.write_text(
+        json.dumps(
+            {
+                "name": "ditk",
+                "test_config": [{"x": [1, 2, 3]}],
+                "objective": "maximize R['eval_value']",
+                "command": [sys.executable, "-c", WRITE_PICKLE],
+                "results_root": str(tmp_path),
+            }
+        )
+    )
     spec = SweepSpec.from_yaml(str(spec_file))
     assert spec.objective == Objective("eval_value", "maximize")
     session = SweepSession(spec)
@@ -426,14 +590,25 @@ def test_di_toolkit_result_pkl_and_r_objective(tmp_path):
 
     import pickle
 
-    evil = SweepSpec(name="evil", test_config=[{"x": [1]}], objective=Objective("R['eval_value']"),
-                     command=[sys.executable, "-c", "import sys; open('result.pkl', 'wb').write(bytes.fromhex(sys.argv[1]))",
-                              pickle.dumps(_RunsCode()).hex()], results_root=str(tmp_path))
+    evil = SweepSpec(
+        name="evil",
+        test_config=[{"x": [1]}],
+        objective=Objective("R['eval_value']"),
+        command=[
+            sys.executable,
+            "-c",
+            "import sys; open('result.pkl', 'wb').write(bytes.fromhex(sys.argv[1]))",
+            pickle.dumps(_RunsCode()).hex(),
+        ],
+        results_root=str(tmp_path),
+    )
     session = SweepSession(evil)
     manifest = session.prepare()
     run_trial(manifest, manifest.pending[0], out=io.StringIO())
     status = session.store.status(manifest.pending[0])
-    assert status["state"] == "invalid" and "only dicts (EasyDict too), lists, numbers, strings" in status["error"], status
+    assert status["state"] == "invalid" and "only dicts (EasyDict too), lists, numbers, strings" in status["error"], (
+        status
+    )
     assert not os.path.exists(os.path.join(session.store.trial_dir(manifest.pending[0]), "ran-code"))
 
 
@@ -463,8 +638,13 @@ pickle.dump(EasyDict(dict(eval_value=numpy.float32(x), curve=numpy.arange(3) * x
 def test_easydict_and_numpy_results_are_read_without_running_their_classes(tmp_path):
     """DI-toolkit's results are EasyDicts holding numpy values: read as plain values; neither easydict (not
     installed here) nor any other class is imported or run."""
-    spec = SweepSpec(name="ez", test_config=[{"x": [1, 2]}], objective=Objective.parse("maximize R['eval_value']"),
-                     command=[sys.executable, "-c", EASYDICT_RESULT, "{x}"], results_root=str(tmp_path))
+    spec = SweepSpec(
+        name="ez",
+        test_config=[{"x": [1, 2]}],
+        objective=Objective.parse("maximize R['eval_value']"),
+        command=[sys.executable, "-c", EASYDICT_RESULT, "{x}"],
+        results_root=str(tmp_path),
+    )
     session = SweepSession(spec)
     manifest = session.prepare()
     for t in manifest.pending:
@@ -472,8 +652,11 @@ def test_easydict_and_numpy_results_are_read_without_running_their_classes(tmp_p
     assert "easydict" not in sys.modules
     summary = session.collect()
     assert summary["best"]["score"] == 2.0 and summary["counts"]["succeeded"] == 2
-    assert session.store.result(manifest.trials[1]) == {"eval_value": 2.0, "curve": [0.0, 2.0, 4.0],
-                                                        "info": {"env": "cartpole"}}
+    assert session.store.result(manifest.trials[1]) == {
+        "eval_value": 2.0,
+        "curve": [0.0, 2.0, 4.0],
+        "info": {"env": "cartpole"},
+    }
 
 
 def test_objective_text_forms_and_their_errors():
@@ -485,10 +668,12 @@ def test_objective_text_forms_and_their_errors():
         Objective("R[eval]")
 
 
-READ_CONFIG = ("import os, sys, json, runpy; cfg = runpy.run_path(sys.argv[1])['main_config']; "
-               "assert os.environ['GPUSCHED_TRIAL_CONFIG'] == sys.argv[1]; "
-               "json.dump({'eval_value': cfg['policy']['discount_factor'] * 100, 'name': cfg['exp_name']}, "
-               "open('result.json', 'w'))")
+READ_CONFIG = (
+    "import os, sys, json, runpy; cfg = runpy.run_path(sys.argv[1])['main_config']; "
+    "assert os.environ['GPUSCHED_TRIAL_CONFIG'] == sys.argv[1]; "
+    "json.dump({'eval_value': cfg['policy']['discount_factor'] * 100, 'name': cfg['exp_name']}, "
+    "open('result.json', 'w'))"
+)
 
 
 def test_a_config_template_is_rendered_into_each_trial(tmp_path):
@@ -496,13 +681,21 @@ def test_a_config_template_is_rendered_into_each_trial(tmp_path):
     become literals of the file's language, the copy lands in the trial folder, the command gets its path."""
     (tmp_path / "cfg").mkdir()
     (tmp_path / "cfg" / "dqn_config.py").write_text(
-        "main_config = dict(\n    exp_name={{ exp }},\n    policy=dict(discount_factor={{ policy.discount_factor }}),\n)\n")
-    (tmp_path / "spec.yaml").write_text(json.dumps({
-        "name": "tmpl", "global_config": {"exp": "it's \"quoted\"; {x}"},
-        "test_config": [{"policy": {"discount_factor": [0.95, 0.99]}}],
-        "config_template": "cfg/dqn_config.py",  # relative to the spec file
-        "command": [sys.executable, "-c", READ_CONFIG, "{config}"], "objective": "maximize R['eval_value']",
-        "results_root": str(tmp_path / "results")}))
+        "main_config = dict(\n    exp_name={{ exp }},\n    policy=dict(discount_factor={{ policy.discount_factor }}),\n)\n"
+    )
+    (tmp_path / "spec.yaml").write_text(
+        json.dumps(
+            {
+                "name": "tmpl",
+                "global_config": {"exp": 'it\'s "quoted"; {x}'},
+                "test_config": [{"policy": {"discount_factor": [0.95, 0.99]}}],
+                "config_template": "cfg/dqn_config.py",  # relative to the spec file
+                "command": [sys.executable, "-c", READ_CONFIG, "{config}"],
+                "objective": "maximize R['eval_value']",
+                "results_root": str(tmp_path / "results"),
+            }
+        )
+    )
     spec = SweepSpec.from_yaml(str(tmp_path / "spec.yaml"))
     session = SweepSession(spec)
     manifest = session.prepare()
@@ -512,13 +705,17 @@ def test_a_config_template_is_rendered_into_each_trial(tmp_path):
     assert summary["best"]["score"] == 99.0
     folder = session.store.trial_dir(manifest.trials[0])
     rendered = Path(os.path.join(folder, "dqn_config.py")).read_text()
-    assert "discount_factor=0.95" in rendered and 'exp_name=\'it\\\'s "quoted"; {x}\'' in rendered, rendered
+    assert "discount_factor=0.95" in rendered and "exp_name='it\\'s \"quoted\"; {x}'" in rendered, rendered
     assert os.stat(os.path.join(folder, "dqn_config.py")).st_mode & 0o077 == 0
     assert session.store.result(manifest.trials[0])["name"] == 'it\'s "quoted"; {x}'
 
     (tmp_path / "cfg" / "bad.yaml").write_text("lr: {{ learning_rate }}\n")
-    with pytest.raises(Exception, match=r"config_template: expected placeholders naming a parameter.*bad.yaml: \{\{ learning_rate \}\}"):
-        SweepSpec(name="bad", test_config=[{"lr": [1]}], command=["true"], config_template=str(tmp_path / "cfg" / "bad.yaml"))
+    with pytest.raises(
+        Exception, match=r"config_template: expected placeholders naming a parameter.*bad.yaml: \{\{ learning_rate \}\}"
+    ):
+        SweepSpec(
+            name="bad", test_config=[{"lr": [1]}], command=["true"], config_template=str(tmp_path / "cfg" / "bad.yaml")
+        )
     with pytest.raises(Exception, match="an existing config template file"):
         SweepSpec(name="bad", command=["true"], config_template=str(tmp_path / "nope.py"))
     with pytest.raises(Exception, match=r"\{config\} is neither"):
@@ -554,20 +751,31 @@ def _deep_pickle(depth: int = 100_000) -> bytes:
     return b"(l" * depth + b"a" * (depth - 1) + b"."
 
 
-@pytest.mark.parametrize(("name", "content", "why"), [
-    ("result.json", b"[" * 100_000 + b"]" * 100_000, "nested deeper than 64 levels"),
-    ("result.json", b'{"loss": 1, "pad": "' + b"x" * (17 * 2**20) + b'"}', "more than the 16 MiB a result may have"),
-    ("result.pkl", _deep_pickle(), "nested deeper than 64 levels"),
-    ("result.pkl", _billion_laughs(), "more than 100000 values"),
-])
+@pytest.mark.parametrize(
+    ("name", "content", "why"),
+    [
+        ("result.json", b"[" * 100_000 + b"]" * 100_000, "nested deeper than 64 levels"),
+        (
+            "result.json",
+            b'{"loss": 1, "pad": "' + b"x" * (17 * 2**20) + b'"}',
+            "more than the 16 MiB a result may have",
+        ),
+        ("result.pkl", _deep_pickle(), "nested deeper than 64 levels"),
+        ("result.pkl", _billion_laughs(), "more than 100000 values"),
+    ],
+)
 def test_hostile_result_files_make_the_trial_invalid_with_the_reason(tmp_path, name, content, why):
     """Issue 30, items 2, 3 and 5: deep nesting, a billion-laughs pickle and a huge file are read with bounds: the
     trial is invalid, saying why; the runner and collect do not crash or grow without limit."""
     import resource
 
-    spec = SweepSpec(name="hostile", test_config=[{"x": [1]}], objective=Objective("loss", "minimize"),
-                     command=[sys.executable, "-c", f"open({name!r}, 'wb').write(bytes.fromhex(Path('payload').read_text()))"],
-                     results_root=str(tmp_path))
+    spec = SweepSpec(
+        name="hostile",
+        test_config=[{"x": [1]}],
+        objective=Objective("loss", "minimize"),
+        command=[sys.executable, "-c", f"open({name!r}, 'wb').write(bytes.fromhex(Path('payload').read_text()))"],
+        results_root=str(tmp_path),
+    )
     session = SweepSession(spec)
     manifest = session.prepare()
     (trial,) = manifest.pending
@@ -586,11 +794,20 @@ def test_hostile_result_files_make_the_trial_invalid_with_the_reason(tmp_path, n
 
 def test_result_and_report_files_linked_out_of_the_trial_folder_are_not_followed(tmp_path):
     """Issue 30, item 4: a result.json or reports.jsonl that is a symbolic link to a file elsewhere is not read."""
-    spec = SweepSpec(name="linked", test_config=[{"x": [1]}], objective=Objective("loss", "minimize"),
-                     command=[sys.executable, "-c", "import os, sys; os.symlink(sys.argv[1], 'result.json'); "
-                              "os.symlink(sys.argv[2], os.environ['GPUSCHED_REPORT_FILE'])",
-                              str(tmp_path / "elsewhere.json"), str(tmp_path / "elsewhere.jsonl")],
-                     results_root=str(tmp_path / "results"))
+    spec = SweepSpec(
+        name="linked",
+        test_config=[{"x": [1]}],
+        objective=Objective("loss", "minimize"),
+        command=[
+            sys.executable,
+            "-c",
+            "import os, sys; os.symlink(sys.argv[1], 'result.json'); "
+            "os.symlink(sys.argv[2], os.environ['GPUSCHED_REPORT_FILE'])",
+            str(tmp_path / "elsewhere.json"),
+            str(tmp_path / "elsewhere.jsonl"),
+        ],
+        results_root=str(tmp_path / "results"),
+    )
     (tmp_path / "elsewhere.json").write_text('{"loss": -1000}')
     (tmp_path / "elsewhere.jsonl").write_text('{"step": 1, "loss": 1}\n')
     session = SweepSession(spec)
@@ -611,8 +828,13 @@ def test_a_results_root_others_can_write_and_a_planted_sweep_folder_are_refused(
     from airflow_provider_gpusched.core.safe_files import UnsafePathError
 
     def spec(root):
-        return SweepSpec(name="victim", test_config=[{"x": [1]}], python_callable=lambda p: {"y": 1},
-                         objective=Objective("y"), results_root=str(root))
+        return SweepSpec(
+            name="victim",
+            test_config=[{"x": [1]}],
+            python_callable=lambda p: {"y": 1},
+            objective=Objective("y"),
+            results_root=str(root),
+        )
 
     open_root = tmp_path / "open"
     open_root.mkdir()
@@ -641,8 +863,13 @@ def test_a_results_root_others_can_write_and_a_planted_sweep_folder_are_refused(
 def test_a_sweep_folder_belongs_to_the_dag_that_planned_in_it_first(tmp_path):
     """Issue 30, item 11: two DAGs with the same sweep name would share one folder, and a DAG that a user may read
     would show another, private DAG's trials: the second DAG is refused unless both share it on purpose."""
-    spec = SweepSpec(name="s", test_config=[{"x": [1]}], python_callable=lambda p: {"y": 1}, objective=Objective("y"),
-                     results_root=str(tmp_path))
+    spec = SweepSpec(
+        name="s",
+        test_config=[{"x": [1]}],
+        python_callable=lambda p: {"y": 1},
+        objective=Objective("y"),
+        results_root=str(tmp_path),
+    )
     store = SweepSession(spec).store
     SweepSession(spec).prepare()  # a folder from before the record: taken over by the next DAG that plans
     store.claim_for_dag("private_dag")
@@ -656,14 +883,17 @@ def test_a_sweep_folder_belongs_to_the_dag_that_planned_in_it_first(tmp_path):
         store.claim_for_dag("private_dag")
 
 
-@pytest.mark.parametrize(("name", "text"), [
-    ("c.py", 'lr = "{{ v }}"\n'),
-    ("c.py", "cmd = f'run {{ v }}'\n"),
-    ("c.json", '{"lr": "{{ v }}"}'),
-    ("c.yaml", "lr: '{{ v }}'\n"),
-    ("c.toml", 'lr = "{{ v }}"\n'),
-    ("c.sh", 'python train.py --lr "{{ v }}"\n'),
-])
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("c.py", 'lr = "{{ v }}"\n'),
+        ("c.py", "cmd = f'run {{ v }}'\n"),
+        ("c.json", '{"lr": "{{ v }}"}'),
+        ("c.yaml", "lr: '{{ v }}'\n"),
+        ("c.toml", 'lr = "{{ v }}"\n'),
+        ("c.sh", 'python train.py --lr "{{ v }}"\n'),
+    ],
+)
 def test_a_placeholder_inside_quotes_is_refused(tmp_path, name, text):
     """Issue 30, item 6: inside a string a value could close the quotes and go on as code; the literal brings its
     own quotes, so a quoted placeholder is refused when the spec is read."""
@@ -676,13 +906,24 @@ def test_a_placeholder_inside_quotes_is_refused(tmp_path, name, text):
 HOSTILE = 'x"; __import__("os").system("touch ran-code"); "\n[evil]\nkey = 1'
 
 
-@pytest.mark.parametrize(("name", "text", "check"), [
-    ("c.py", "lr = {{ v }}  # the learning rate, don't quote\n", lambda out: eval(out.split("=", 1)[1].split("#")[0]) == HOSTILE),
-    ("c.json", '{"lr": {{ v }}, "note": "it\'s fine"}', lambda out: json.loads(out)["lr"] == HOSTILE),
-    ("c.yaml", "# it's a comment\nname: it's mine\nlr: {{ v }}\n", lambda out: __import__("yaml").safe_load(out)["lr"] == HOSTILE),
-    ("c.toml", "lr = {{ v }}\n", lambda out: __import__("tomllib").loads(out)["lr"] == HOSTILE),
-    ("c.sh", "python train.py --lr {{ v }}\n", lambda out: __import__("shlex").split(out)[3] == HOSTILE),
-])
+@pytest.mark.parametrize(
+    ("name", "text", "check"),
+    [
+        (
+            "c.py",
+            "lr = {{ v }}  # the learning rate, don't quote\n",
+            lambda out: eval(out.split("=", 1)[1].split("#")[0]) == HOSTILE,
+        ),
+        ("c.json", '{"lr": {{ v }}, "note": "it\'s fine"}', lambda out: json.loads(out)["lr"] == HOSTILE),
+        (
+            "c.yaml",
+            "# it's a comment\nname: it's mine\nlr: {{ v }}\n",
+            lambda out: __import__("yaml").safe_load(out)["lr"] == HOSTILE,
+        ),
+        ("c.toml", "lr = {{ v }}\n", lambda out: __import__("tomllib").loads(out)["lr"] == HOSTILE),
+        ("c.sh", "python train.py --lr {{ v }}\n", lambda out: __import__("shlex").split(out)[3] == HOSTILE),
+    ],
+)
 def test_a_hostile_value_stays_one_value_in_every_template_kind(tmp_path, name, text, check):
     from airflow_provider_gpusched.core.sweep.spec import ConfigTemplate
 
@@ -727,8 +968,9 @@ def test_a_full_disk_under_the_results_root_is_named_and_the_trial_ends_failed(t
     without a traceback, and once there is room the trial is marked failed (not left running)."""
     root = tmp_path / "small"
     root.mkdir(mode=0o700)
-    proc = subprocess.run(["unshare", "-m", sys.executable, "-c", FULL_DISK, str(root)], capture_output=True,
-                          text=True, timeout=180)
+    proc = subprocess.run(
+        ["unshare", "-m", sys.executable, "-c", FULL_DISK, str(root)], capture_output=True, text=True, timeout=180
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["code"] == 4 and "Traceback" not in out["stderr"], out
@@ -739,29 +981,41 @@ def test_a_full_disk_under_the_results_root_is_named_and_the_trial_ends_failed(t
 
 def test_a_failed_command_trial_names_its_last_error_next_to_the_exit_code(tmp_path):
     """Issue 52: the failed table, check_trials and `gpusched sweep run` showed only "exit code 1"."""
-    code = ("import sys\nprint('epoch 1')\nif sys.argv[1] == '2':\n    print('no error line here', flush=True)\n"
-            "    sys.exit(4)\nraise ValueError('lr must be positive, got ' + sys.argv[1])\n")
-    spec = SweepSpec(name="errline", test_config=[{"x": [1, 2]}], command=[sys.executable, "-c", code, "{x}"],
-                     results_root=str(tmp_path), max_failed_trials=None)
+    code = (
+        "import sys\nprint('epoch 1')\nif sys.argv[1] == '2':\n    print('no error line here', flush=True)\n"
+        "    sys.exit(4)\nraise ValueError('lr must be positive, got ' + sys.argv[1])\n"
+    )
+    spec = SweepSpec(
+        name="errline",
+        test_config=[{"x": [1, 2]}],
+        command=[sys.executable, "-c", code, "{x}"],
+        results_root=str(tmp_path),
+        max_failed_trials=None,
+    )
     session = SweepSession(spec)
     manifest = session.prepare()
     for t in manifest.pending:
         run_trial(manifest, t, out=io.StringIO())
     summary = session.collect()
     errors = {p["label"]: p["error"] for p in summary["problems"]}
-    assert errors == {"x=1": "exit code 1: ValueError: lr must be positive, got 1",
-                      "x=2": "exit code 4: no error line here"}
+    assert errors == {
+        "x=1": "exit code 1: ValueError: lr must be positive, got 1",
+        "x=2": "exit code 4: no error line here",
+    }
     assert "exit code 1: ValueError: lr must be positive, got 1" in summary["text"]
 
 
-@pytest.mark.parametrize(("text", "line", "why"), [
-    ("cat > train.cfg <<EOT\nname={{ v }}\nEOT\n", 2, "inside a heredoc (<<EOT, opened on line 1)"),
-    ("cat > train.cfg <<'EOT'\nname={{ v }}\nEOT\n", 2, "inside a heredoc (<<EOT, opened on line 1)"),
-    ("set -e\ncat <<-END >f\n\tx={{ v }}\n\tEND\n", 3, "inside a heredoc (<<END, opened on line 2)"),
-    ("cat <<A <<B\na\nA\nb {{ v }}\nB\n", 4, "inside a heredoc (<<B, opened on line 1)"),
-    ("x=`echo {{ v }}`\n", 1, "inside backticks"),
-    ("cat <<{{ v }}\nhi\n", 1, "as a heredoc's delimiter"),
-])
+@pytest.mark.parametrize(
+    ("text", "line", "why"),
+    [
+        ("cat > train.cfg <<EOT\nname={{ v }}\nEOT\n", 2, "inside a heredoc (<<EOT, opened on line 1)"),
+        ("cat > train.cfg <<'EOT'\nname={{ v }}\nEOT\n", 2, "inside a heredoc (<<EOT, opened on line 1)"),
+        ("set -e\ncat <<-END >f\n\tx={{ v }}\n\tEND\n", 3, "inside a heredoc (<<END, opened on line 2)"),
+        ("cat <<A <<B\na\nA\nb {{ v }}\nB\n", 4, "inside a heredoc (<<B, opened on line 1)"),
+        ("x=`echo {{ v }}`\n", 1, "inside backticks"),
+        ("cat <<{{ v }}\nhi\n", 1, "as a heredoc's delimiter"),
+    ],
+)
 def test_a_shell_template_refuses_the_contexts_a_quoted_value_cannot_be_made_safe_in(text, line, why):
     """Issue 53, item 9: in `cat > train.cfg <<EOT / name={{ exp }} / EOT` the value `$(touch X)` ran, and so did a
     value holding a line `EOT` and a command. Heredocs, backticks and heredoc delimiters are refused when the spec is
@@ -780,8 +1034,11 @@ def test_hostile_values_in_a_shell_template_run_no_code(tmp_path):
 
     from airflow_provider_gpusched.core.sweep.spec import ConfigTemplate
 
-    template = ConfigTemplate("job.sh", "# experiment {{ v }}\nprintf '%s\\n' {{ v }} > out\n"
-                                        "x=$(printf '%s' {{ v }})\nprintf '%s\\n' \"$x\" >> out\ncat > cfg <<'EOT'\nfixed\nEOT\n")
+    template = ConfigTemplate(
+        "job.sh",
+        "# experiment {{ v }}\nprintf '%s\\n' {{ v }} > out\n"
+        "x=$(printf '%s' {{ v }})\nprintf '%s\\n' \"$x\" >> out\ncat > cfg <<'EOT'\nfixed\nEOT\n",
+    )
     for value in ("$(touch ran)", "`touch ran`", "x; touch ran", "a'b\"c $HOME", "EOT"):
         (tmp_path / "job.sh").write_text(template.render({"v": value}))
         subprocess.run(["bash", "job.sh"], cwd=tmp_path, check=True, timeout=30)
@@ -797,8 +1054,15 @@ def test_a_results_root_another_user_could_redirect_is_refused(tmp_path):
     from airflow_provider_gpusched.core.safe_files import UnsafePathError
 
     def prepare(root):
-        SweepSession(SweepSpec(name="victim", test_config=[{"x": [1]}], python_callable=lambda p: {"y": 1},
-                               objective=Objective("y"), results_root=str(root))).prepare()
+        SweepSession(
+            SweepSpec(
+                name="victim",
+                test_config=[{"x": [1]}],
+                python_callable=lambda p: {"y": 1},
+                objective=Objective("y"),
+                results_root=str(root),
+            )
+        ).prepare()
 
     open_parent = tmp_path / "shared"
     open_parent.mkdir()
@@ -806,8 +1070,11 @@ def test_a_results_root_another_user_could_redirect_is_refused(tmp_path):
     target = tmp_path / "attacker"
     target.mkdir()
     (open_parent / "results").symlink_to(target)
-    with pytest.raises(UnsafePathError, match=r"results_root .*shared/results: .*shared is writable by every user "
-                                              r"without the sticky bit \(mode 0777\)"):
+    with pytest.raises(
+        UnsafePathError,
+        match=r"results_root .*shared/results: .*shared is writable by every user "
+        r"without the sticky bit \(mode 0777\)",
+    ):
         prepare(open_parent / "results")
     assert list(target.iterdir()) == []
     if os.geteuid() == 0:  # a link owned by another user (only root can make one here)
@@ -816,8 +1083,11 @@ def test_a_results_root_another_user_could_redirect_is_refused(tmp_path):
         os.chmod(sticky, 0o1777)
         (sticky / "results").symlink_to(target)
         os.lchown(sticky / "results", 65534, 65534)
-        with pytest.raises(UnsafePathError, match=r"tmp/results is a symbolic link .* owned by .*not by this user or "
-                                                  r"root: another user may have planted it"):
+        with pytest.raises(
+            UnsafePathError,
+            match=r"tmp/results is a symbolic link .* owned by .*not by this user or "
+            r"root: another user may have planted it",
+        ):
             prepare(sticky / "results")
         assert list(target.iterdir()) == []
     mine = tmp_path / "mine"

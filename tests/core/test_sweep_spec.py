@@ -19,7 +19,9 @@ def write(tmp_path, text, name="spec.yaml"):
 
 
 def test_yaml_spec_with_spaces_conditions_and_seed_000_resource_names(tmp_path):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         name: hpo
         search: random
         count: 8
@@ -31,30 +33,44 @@ def test_yaml_spec_with_spaces_conditions_and_seed_000_resource_names(tmp_path):
         command: [python, train.py, --lr, "{lr}"]
         objective: {metric: acc, mode: maximize}
         resources: {num_gpus: 2, num_cpus: 4, source: "source /env.sh", partition: pat_dev, normal: false}
-    """)
+    """,
+    )
     spec = SweepSpec.from_yaml(path)
     assert isinstance(spec.space["lr"], LogUniform) and isinstance(spec.space["momentum"], Conditional)
-    assert (spec.resources.gpus, spec.resources.cpus, spec.resources.setup, spec.resources.job_class) == \
-        (2, 4, ["source /env.sh"], "idle")
+    assert (spec.resources.gpus, spec.resources.cpus, spec.resources.setup, spec.resources.job_class) == (
+        2,
+        4,
+        ["source /env.sh"],
+        "idle",
+    )
     trials = spec.trials()
     assert len(trials) == 8 and [t.params for t in trials] == [t.params for t in SweepSpec.from_yaml(path).trials()]
 
 
-@pytest.mark.parametrize("body,where", [
-    ("name: x\ncommand: [a]\ntest_config:\n  - lr: {uniform: [1]}\n", "test_config[0].lr"),
-    ("name: x\ncommand: [a]\nsearch: random\nspace: {lr: [1]}\n", "count"),
-    ("name: x\ncommand: [a]\nresources: {gpu: 1}\n", "resources.gpu"),
-    ("name: x\ncommand: [a]\nobjective: {metric: acc, mode: up}\n", "objective.mode"),
-    ("name: x\ncomand: [a]\n", "comand"),
-    ("name: ../up\ncommand: [a]\n", "name"),
-    ("name: x\ncommand: [a, '{nope}']\ntest_config: [{lr: [1]}]\n", "command"),
-    ("name: x\ncommand: a b\n", "command"),
-    ("name: x\ncallable: 'no.such.module:fn'\n", "callable"),
-    ("name: x\ncommand: [a]\nsearch: evolution\nspace: {op: {uniform: [0, 1]}}\nobjective: {metric: s}\n", "space.op"),
-    ("name: x\ncommand: [a]\nsearch: evolution\nspace: {op: [1]}\nobjective: {metric: s}\n"
-     "evolution: {constraints: {flops: 600}}\n", "evolution.measure"),
-    ("name: x\ncommand: [a\n", "line 3"),
-])
+@pytest.mark.parametrize(
+    "body,where",
+    [
+        ("name: x\ncommand: [a]\ntest_config:\n  - lr: {uniform: [1]}\n", "test_config[0].lr"),
+        ("name: x\ncommand: [a]\nsearch: random\nspace: {lr: [1]}\n", "count"),
+        ("name: x\ncommand: [a]\nresources: {gpu: 1}\n", "resources.gpu"),
+        ("name: x\ncommand: [a]\nobjective: {metric: acc, mode: up}\n", "objective.mode"),
+        ("name: x\ncomand: [a]\n", "comand"),
+        ("name: ../up\ncommand: [a]\n", "name"),
+        ("name: x\ncommand: [a, '{nope}']\ntest_config: [{lr: [1]}]\n", "command"),
+        ("name: x\ncommand: a b\n", "command"),
+        ("name: x\ncallable: 'no.such.module:fn'\n", "callable"),
+        (
+            "name: x\ncommand: [a]\nsearch: evolution\nspace: {op: {uniform: [0, 1]}}\nobjective: {metric: s}\n",
+            "space.op",
+        ),
+        (
+            "name: x\ncommand: [a]\nsearch: evolution\nspace: {op: [1]}\nobjective: {metric: s}\n"
+            "evolution: {constraints: {flops: 600}}\n",
+            "evolution.measure",
+        ),
+        ("name: x\ncommand: [a\n", "line 3"),
+    ],
+)
 def test_yaml_errors_name_the_file_and_key(tmp_path, body, where):
     path = write(tmp_path, body)
     with pytest.raises(InvalidArgumentError) as err:
@@ -75,18 +91,29 @@ def test_callable_by_import_path(tmp_path):
 
 
 def test_command_placeholders_keep_each_argument_whole():
-    spec = SweepSpec(name="x", test_config=[{"name": ["a b; rm -rf /", "it's \"q\""]}],
-                     global_config={"cfg": {"depth": 3}},
-                     command=["run", "--name={name}", "{cfg.depth}", "{{literal}}", "{trial_dir}/out"])
+    spec = SweepSpec(
+        name="x",
+        test_config=[{"name": ["a b; rm -rf /", 'it\'s "q"']}],
+        global_config={"cfg": {"depth": 3}},
+        command=["run", "--name={name}", "{cfg.depth}", "{{literal}}", "{trial_dir}/out"],
+    )
     first, second = spec.trials()
-    assert format_command(spec.command, first.params, "/r/t", first) == \
-        ["run", "--name=a b; rm -rf /", "3", "{literal}", "/r/t/out"]
-    assert format_command(spec.command, second.params, "/r/t", second)[1] == "--name=it's \"q\""
+    assert format_command(spec.command, first.params, "/r/t", first) == [
+        "run",
+        "--name=a b; rm -rf /",
+        "3",
+        "{literal}",
+        "/r/t/out",
+    ]
+    assert format_command(spec.command, second.params, "/r/t", second)[1] == '--name=it\'s "q"'
 
 
 def test_a_brace_in_inline_code_is_explained_and_doubled_braces_reach_the_program_single():
-    with pytest.raises(InvalidArgumentError, match=r"\{x\} is neither .* written twice: f'\{\{x\}\}' reaches the "
-                                                   r"program as f'\{x\}'"):
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"\{x\} is neither .* written twice: f'\{\{x\}\}' reaches the "
+        r"program as f'\{x\}'",
+    ):
         SweepSpec(name="x", test_config=[{"lr": [0.1]}], command=["python", "-c", "x = 1; print(f'{x}', {lr})"])
     spec = SweepSpec(name="x", test_config=[{"lr": [0.1]}], command=["python", "-c", "x = 1; print(f'{{x}}', {lr})"])
     (trial,) = spec.trials()
@@ -98,8 +125,10 @@ def test_exactly_one_target_and_objective_needed_for_optuna():
         SweepSpec(name="x", command=["a"], python_callable=print)
     with pytest.raises(InvalidArgumentError, match="objective"):
         SweepSpec(name="x", search="optuna", space={"x": uniform(0, 1)}, command=["a"])
-    assert SweepSpec(name="x", search="optuna", space={"x": uniform(0, 1)}, command=["a"],
-                     objective=Objective("y")).rounds == 3
+    assert (
+        SweepSpec(name="x", search="optuna", space={"x": uniform(0, 1)}, command=["a"], objective=Objective("y")).rounds
+        == 3
+    )
 
 
 def test_preview_cli_prints_trials_and_bad_specs_give_one_line(tmp_path):
@@ -110,17 +139,21 @@ def test_preview_cli_prints_trials_and_bad_specs_give_one_line(tmp_path):
     from airflow_provider_gpusched.cli import main  # noqa: F401 - the entry point exists
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", "sweep", *args],
-                              capture_output=True, text=True)
+        return subprocess.run(
+            [sys.executable, "-m", "airflow_provider_gpusched.cli", "sweep", *args], capture_output=True, text=True
+        )
 
-    good = write(tmp_path, """
+    good = write(
+        tmp_path,
+        """
         name: gan
         global_config: {num_run: 5}
         test_config:
           - {method: [GAN, ALI], num_zmode: [1]}
           - {method: [WGAN], num_zmode: [1, 2]}
         command: [python, train.py, "{method}"]
-    """)
+    """,
+    )
     out = cli("preview", good, "--results-root", str(tmp_path / "r"))
     assert out.returncode == 0 and "gan (grid): 4 trials" in out.stdout and "method=WGAN,num_zmode=2" in out.stdout
     assert "would run 4; none has succeeded yet" in out.stdout and "skip 0" not in out.stdout
@@ -139,8 +172,11 @@ def test_preview_cli_prints_trials_and_bad_specs_give_one_line(tmp_path):
 # -- careless input: every mistake is refused when the spec is read, naming the key ----------------------------
 BAD_SPECS = [
     # (extra YAML, the key the error names, a phrase of what was expected)
-    ("test_config: [{a: {uniform: [0, 1]}, b: {uniform: [0, 1]}}]\ngrid_steps: 4000", "test_config",
-     "at most max_trials=100,000"),
+    (
+        "test_config: [{a: {uniform: [0, 1]}, b: {uniform: [0, 1]}}]\ngrid_steps: 4000",
+        "test_config",
+        "at most max_trials=100,000",
+    ),
     ("test_config: [{a: {uniform: [0, 1]}}]\ngrid_steps: 1000000000", "grid_steps", "from 1 to 10,000,000"),
     ("test_config: [{a: {uniform: [0, 1]}}]\ngrid_steps: 0", "grid_steps", "from 1 to"),
     ("search: random\ncount: 10000000\nspace: {a: [1, 2]}", "count", "at most the 2 distinct points"),
@@ -162,8 +198,12 @@ BAD_SPECS = [
     ("name_override", None, None),  # placeholder replaced below
 ]
 BAD_SPECS[-1] = (f"name: {'x' * 101}", "name", "at most 100 characters")
-BAD_COMMANDS = [("[python, {a: 1}]", "command[1]"), ("[python, true]", "command[1]"), ("[python, null]", "command[1]"),
-                ("[python, [1, 2]]", "command[1]")]
+BAD_COMMANDS = [
+    ("[python, {a: 1}]", "command[1]"),
+    ("[python, true]", "command[1]"),
+    ("[python, null]", "command[1]"),
+    ("[python, [1, 2]]", "command[1]"),
+]
 
 
 @pytest.mark.parametrize("extra, key, expected", BAD_SPECS)
@@ -192,8 +232,9 @@ def test_non_scalar_command_items_are_refused(tmp_path, command, key):
 
 
 def test_a_big_grid_runs_when_max_trials_is_raised_on_purpose(tmp_path, monkeypatch):
-    spec = SweepSpec(name="big", test_config=[{"a": list(range(400)), "b": list(range(300))}],
-                     command=["true"], max_trials=200_000)
+    spec = SweepSpec(
+        name="big", test_config=[{"a": list(range(400)), "b": list(range(300))}], command=["true"], max_trials=200_000
+    )
     assert spec.stage_size() == 120_000
     monkeypatch.setenv("GPUSCHED_MAX_TRIALS", "1000")
     with pytest.raises(InvalidArgumentError, match="max_trials=1,000"):
@@ -203,12 +244,23 @@ def test_a_big_grid_runs_when_max_trials_is_raised_on_purpose(tmp_path, monkeypa
 def test_gpu_task_schedulers_scheduler_config_is_read_as_it_is(tmp_path):
     from airflow_provider_gpusched.core.sweep.expand import LabelFormat
 
-    spec = SweepSpec.from_dict({
-        "name": "seed", "command": ["true"], "test_config": [{"method": ["GAN", "WGAN-GP-with-a-long-name"]}],
-        "scheduler_config": {"gpu": [["0", "1"], ["2", "3"]], "result_root_folder": str(tmp_path / "r"),
-                             "force_rerun": True, "test_config_string_indicator": "-",
-                             "test_config_string_separator": "__", "config_string_value_maxlen": 8,
-                             "test_config_string_inst_separator": " + ", "log_file": "worker.log"}})
+    spec = SweepSpec.from_dict(
+        {
+            "name": "seed",
+            "command": ["true"],
+            "test_config": [{"method": ["GAN", "WGAN-GP-with-a-long-name"]}],
+            "scheduler_config": {
+                "gpu": [["0", "1"], ["2", "3"]],
+                "result_root_folder": str(tmp_path / "r"),
+                "force_rerun": True,
+                "test_config_string_indicator": "-",
+                "test_config_string_separator": "__",
+                "config_string_value_maxlen": 8,
+                "test_config_string_inst_separator": " + ",
+                "log_file": "worker.log",
+            },
+        }
+    )
     # GPU groups are honoured as fixed groups: each trial takes one whole pair
     assert (spec.resources.gpus, spec.resources.device_groups) == (2, [[0, 1], [2, 3]])
     assert spec.resources.local_gpu_arguments()["device_groups"] == [[0, 1], [2, 3]]
@@ -226,15 +278,18 @@ def test_gpu_task_schedulers_scheduler_config_is_read_as_it_is(tmp_path):
     assert plain.trials()[1].label == "method=WGAN-GP-with-a-long-name"
 
 
-@pytest.mark.parametrize(("block", "argument", "expected"), [
-    ({"gpu": ["0", "0"]}, "scheduler_config.gpu", "each GPU id once"),
-    ({"gpu": ["zero"]}, "scheduler_config.gpu", "GPU ids such as"),
-    ({"gpu": []}, "scheduler_config.gpu", "GPU ids such as"),
-    ({"gpus": ["0"]}, "scheduler_config.gpus", "a GPU Task Scheduler key"),
-    ({"test_config_string_indicator": "/"}, "label_format.indicator", "no '/'"),
-    ({"config_string_value_maxlen": 0}, "label_format.value_maxlen", "from 1 to 200"),
-    ({"force_rerun": True, "_twice": True}, "scheduler_config.force_rerun", "one place"),
-])
+@pytest.mark.parametrize(
+    ("block", "argument", "expected"),
+    [
+        ({"gpu": ["0", "0"]}, "scheduler_config.gpu", "each GPU id once"),
+        ({"gpu": ["zero"]}, "scheduler_config.gpu", "GPU ids such as"),
+        ({"gpu": []}, "scheduler_config.gpu", "GPU ids such as"),
+        ({"gpus": ["0"]}, "scheduler_config.gpus", "a GPU Task Scheduler key"),
+        ({"test_config_string_indicator": "/"}, "label_format.indicator", "no '/'"),
+        ({"config_string_value_maxlen": 0}, "label_format.value_maxlen", "from 1 to 200"),
+        ({"force_rerun": True, "_twice": True}, "scheduler_config.force_rerun", "one place"),
+    ],
+)
 def test_a_bad_scheduler_config_names_its_key(block, argument, expected):
     data = {"name": "seed", "command": ["true"], "scheduler_config": {k: v for k, v in block.items() if k != "_twice"}}
     if "_twice" in block:
@@ -254,25 +309,50 @@ def test_resources_devices_are_checked():
 def test_pavi_function_resource_launcher_and_dist_params_map_onto_backend_and_distributed_starts():
     """Seed 000's own block: function_resource = dict(launcher='slurm', dist_params=dict(backend='nccl'),
     executor=..., source=..., partition='pat_dev', num_cpus=1, num_gpus=8, normal=True)."""
-    resource = {"launcher": "slurm", "dist_params": {"backend": "nccl"},
-                "source": "source /mnt/lustre/share/platform/env/pt1.7.0", "partition": "pat_dev",
-                "num_cpus": 1, "num_gpus": 8, "normal": True}
-    spec = SweepSpec.from_dict({"name": "pavi", "command": ["true"], "test_config": [{"x": [1]}],
-                                "function_resource": resource})
+    resource = {
+        "launcher": "slurm",
+        "dist_params": {"backend": "nccl"},
+        "source": "source /mnt/lustre/share/platform/env/pt1.7.0",
+        "partition": "pat_dev",
+        "num_cpus": 1,
+        "num_gpus": 8,
+        "normal": True,
+    }
+    spec = SweepSpec.from_dict(
+        {"name": "pavi", "command": ["true"], "test_config": [{"x": [1]}], "function_resource": resource}
+    )
     r = spec.resources
-    assert (r.backend, r.distributed, r.gpus, r.cpus, r.partition, r.job_class) == ("slurm", "srun", 8, 1, "pat_dev",
-                                                                                     "normal")
+    assert (r.backend, r.distributed, r.gpus, r.cpus, r.partition, r.job_class) == (
+        "slurm",
+        "srun",
+        8,
+        1,
+        "pat_dev",
+        "normal",
+    )
     assert r.setup == ["source /mnt/lustre/share/platform/env/pt1.7.0"] and r.env == {"GPUSCHED_DIST_BACKEND": "nccl"}
-    with pytest.raises(Exception, match="resources.backend='slurm' \\(pavi's launcher\\): these trials run on slurm only"):
+    with pytest.raises(
+        Exception, match="resources.backend='slurm' \\(pavi's launcher\\): these trials run on slurm only"
+    ):
         r.check_backend("local", "pavi")
     r.check_backend("slurm", "pavi")
     with pytest.raises(InvalidArgumentError, match="executor: expected no executor: pavi's cluster name"):
-        SweepSpec.from_dict({"name": "pavi", "command": ["true"],
-                             "function_resource": {**resource, "executor": "cluster_sh1986-SH-IDC1-10-198-6-31"}})
+        SweepSpec.from_dict(
+            {
+                "name": "pavi",
+                "command": ["true"],
+                "function_resource": {**resource, "executor": "cluster_sh1986-SH-IDC1-10-198-6-31"},
+            }
+        )
     with pytest.raises(InvalidArgumentError, match="launcher: expected one of"):
         SweepSpec.from_dict({"name": "pavi", "command": ["true"], "function_resource": {"launcher": "mpi"}})
-    local = SweepSpec.from_dict({"name": "p2", "command": ["true"],
-                                 "function_resource": {"launcher": "pytorch", "dist_params": {"backend": "gloo"}}})
+    local = SweepSpec.from_dict(
+        {
+            "name": "p2",
+            "command": ["true"],
+            "function_resource": {"launcher": "pytorch", "dist_params": {"backend": "gloo"}},
+        }
+    )
     assert (local.resources.backend, local.resources.distributed) == (None, "torchrun")
 
 
@@ -289,8 +369,12 @@ def test_a_yaml_alias_bomb_or_a_huge_spec_is_refused_at_once_naming_the_file_and
     import time
 
     bomb = tmp_path / "bomb.yaml"
-    bomb.write_text("name: bomb\ncommand: [train]\ntest_config:\n  - lr: *l8\n" .replace("*l8", "[1]")
-                    + "extra:\n" + textwrap.indent(_alias_bomb(), "  ") + "space:\n  lr: *l8\n")
+    bomb.write_text(
+        "name: bomb\ncommand: [train]\ntest_config:\n  - lr: *l8\n".replace("*l8", "[1]")
+        + "extra:\n"
+        + textwrap.indent(_alias_bomb(), "  ")
+        + "space:\n  lr: *l8\n"
+    )
     assert bomb.stat().st_size < 1200
     started = time.monotonic()
     with pytest.raises(InvalidArgumentError, match=rf"{re.escape(str(bomb))}.*alias bomb"):
@@ -329,8 +413,11 @@ def test_the_partitioner_and_the_job_class_file_refuse_an_alias_bomb(tmp_path):
 
 def test_a_sweep_name_airflow_would_refuse_as_a_group_id_is_refused_when_the_spec_is_made():
     """Issue 53, item 8: a name with '.' passed SweepSpec, then failed in the DAG file with Airflow's raw ValueError."""
-    with pytest.raises(InvalidArgumentError, match=r"sweep: name: expected a sweep name of letters, digits, '_' and "
-                                                   r"'-' \(it becomes the Airflow task group id"):
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"sweep: name: expected a sweep name of letters, digits, '_' and "
+        r"'-' \(it becomes the Airflow task group id",
+    ):
         SweepSpec(name="lr.v2", command=["train"], test_config=[{"lr": [0.1]}])
     from airflow.sdk import DAG, TaskGroup
 

@@ -16,20 +16,24 @@ import pytest
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 
-WRITE = ("import json, os, sys, time; x = float(sys.argv[2]);"
-         " time.sleep(60 if os.environ.get('SLOW') == '1' and x >= 1 else 0);"
-         " json.dump({'y': 1 - (x - 1.5) ** 2}, open(os.path.join(sys.argv[1], 'result.json'), 'w'))")
+WRITE = (
+    "import json, os, sys, time; x = float(sys.argv[2]);"
+    " time.sleep(60 if os.environ.get('SLOW') == '1' and x >= 1 else 0);"
+    " json.dump({'y': 1 - (x - 1.5) ** 2}, open(os.path.join(sys.argv[1], 'result.json'), 'w'))"
+)
 
 
 def spec_yaml(tmp_path, name="terminal", xs=(0, 1, 2, 3)) -> str:
     path = tmp_path / f"{name}.yaml"
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         name: {name}
         test_config: [{{x: {list(xs)}}}]
         command: [{sys.executable}, -c, "{WRITE}", "{{trial_dir}}", "{{x}}"]
         objective: {{metric: y, mode: maximize}}
         resources: {{gpu_memory: 1GiB}}
-    """))
+    """)
+    )
     return str(path)
 
 
@@ -71,21 +75,37 @@ def test_a_setting_the_host_cannot_honour_is_refused_before_anything_runs(tmp_pa
 
 
 def _cli(*args, env=None):
-    return subprocess.Popen([sys.executable, "-m", "airflow_provider_gpusched.cli", "sweep", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+    return subprocess.Popen(
+        [sys.executable, "-m", "airflow_provider_gpusched.cli", "sweep", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_gpusched_sweep_run_stops_on_ctrl_c_and_the_next_run_goes_on_with_the_rest(tmp_path):
     spec = spec_yaml(tmp_path, "resumable", xs=(0, 1, 2))
     (tmp_path / "leases").mkdir(mode=0o700)
-    common = ["--results-root", str(tmp_path / "sweeps"), "--simulate", "1x24GiB", "--state-dir",
-              str(tmp_path / "leases"), "--parallel", "1"]
+    common = [
+        "--results-root",
+        str(tmp_path / "sweeps"),
+        "--simulate",
+        "1x24GiB",
+        "--state-dir",
+        str(tmp_path / "leases"),
+        "--parallel",
+        "1",
+    ]
     first = _cli("run", spec, *common, env={"SLOW": "1"})  # x=0 is quick; x=1 waits until it is stopped
     folder = tmp_path / "sweeps" / "resumable" / "trials"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        states = {p.parent.name.split(".")[0]: json.loads(p.read_text()).get("state")
-                  for p in folder.glob("*/status.json")} if folder.exists() else {}
+        states = (
+            {p.parent.name.split(".")[0]: json.loads(p.read_text()).get("state") for p in folder.glob("*/status.json")}
+            if folder.exists()
+            else {}
+        )
         if states.get("x=1") == "running":
             break
         time.sleep(0.1)
@@ -118,20 +138,26 @@ def test_a_relative_script_is_found_next_to_the_spec_and_a_missing_one_is_explai
     project = tmp_path / "project"
     (project / "scripts").mkdir(parents=True)
     (project / "scripts" / "train.py").write_text(
-        "import json, os, sys\njson.dump({'y': float(sys.argv[1])}, open('result.json', 'w'))\n")
-    (project / "sweep.yaml").write_text(textwrap.dedent(f"""
+        "import json, os, sys\njson.dump({'y': float(sys.argv[1])}, open('result.json', 'w'))\n"
+    )
+    (project / "sweep.yaml").write_text(
+        textwrap.dedent(f"""
         name: relative
         test_config: [{{x: [1, 2]}}]
         command: [{sys.executable}, scripts/train.py, "{{x}}"]
         objective: {{metric: y, mode: maximize}}
-    """))
-    summary = run_sweep(str(project / "sweep.yaml"), results_root=str(tmp_path / "sweeps"), manager=manager,
-                        progress=False)  # run from anywhere: the path is the spec's
+    """)
+    )
+    summary = run_sweep(
+        str(project / "sweep.yaml"), results_root=str(tmp_path / "sweeps"), manager=manager, progress=False
+    )  # run from anywhere: the path is the spec's
     assert summary["counts"]["succeeded"] == 2 and summary["best"]["score"] == 2.0
-    (project / "missing.yaml").write_text((project / "sweep.yaml").read_text()
-                                          .replace("relative", "missing").replace("scripts/train.py", "train.py"))
-    summary = run_sweep(str(project / "missing.yaml"), results_root=str(tmp_path / "sweeps"), manager=manager,
-                        progress=False)
+    (project / "missing.yaml").write_text(
+        (project / "sweep.yaml").read_text().replace("relative", "missing").replace("scripts/train.py", "train.py")
+    )
+    summary = run_sweep(
+        str(project / "missing.yaml"), results_root=str(tmp_path / "sweeps"), manager=manager, progress=False
+    )
     (problem, *_) = summary["problems"]
     assert "command[1] 'train.py' is a relative path: the trial ran in its own folder" in problem["error"]
     assert f"nor in the spec's directory {project}" in problem["error"]
@@ -145,20 +171,27 @@ def test_gpu_task_scheduler_gpu_groups_each_trial_takes_one_whole_group(tmp_path
     state = tmp_path / "leases"
     state.mkdir(mode=0o700)
     manager = LeaseManager(SimulatedInventory("4x24GiB"), str(state))
-    cvd = ("import json, os, sys, time; time.sleep(0.5);"
-           " json.dump({'y': 1, 'cvd': os.environ['CUDA_VISIBLE_DEVICES']}, open('result.json', 'w'))")
-    for name, gpu, groups in (("pairs", '[["0", "1"], ["2", "3"]]', {"0,1", "2,3"}),
-                              ("mixed", '["0", ["1", "2"]]', {"0", "1,2"})):
-        (tmp_path / f"{name}.yaml").write_text(textwrap.dedent(f"""
+    cvd = (
+        "import json, os, sys, time; time.sleep(0.5);"
+        " json.dump({'y': 1, 'cvd': os.environ['CUDA_VISIBLE_DEVICES']}, open('result.json', 'w'))"
+    )
+    for name, gpu, groups in (
+        ("pairs", '[["0", "1"], ["2", "3"]]', {"0,1", "2,3"}),
+        ("mixed", '["0", ["1", "2"]]', {"0", "1,2"}),
+    ):
+        (tmp_path / f"{name}.yaml").write_text(
+            textwrap.dedent(f"""
             name: {name}
             scheduler_config: {{gpu: {gpu}}}
             global_config: {{num_run: 5}}
             test_config: [{{method: [GAN, ALI, WGAN, WGAN-GP]}}]
             command: [{sys.executable}, -c, "{cvd}"]
             objective: {{metric: y}}
-        """))
-        summary = run_sweep(str(tmp_path / f"{name}.yaml"), results_root=str(tmp_path / "sweeps"), manager=manager,
-                            progress=False)
+        """)
+        )
+        summary = run_sweep(
+            str(tmp_path / f"{name}.yaml"), results_root=str(tmp_path / "sweeps"), manager=manager, progress=False
+        )
         assert summary["counts"]["succeeded"] == 4
         records = json.loads((tmp_path / "sweeps" / name / "summary.json").read_text())["records"]
         assert {r["result"]["cvd"] for r in records} == groups  # a whole group each, and both groups used
@@ -175,15 +208,23 @@ def test_di_toolkit_max_workers_caps_the_trials_running_at_once(tmp_path):
     # each trial says it started, waits until a second one has (so two always overlap), then works 0.5 s
     marks = tmp_path / "marks"
     marks.mkdir()
-    stamp = ("import glob, json, os, sys, time; a = time.time(); open(os.path.join(sys.argv[1], sys.argv[2]), 'w').close();"
-             " [time.sleep(0.05) for _ in range(400) if len(glob.glob(os.path.join(sys.argv[1], '*'))) < 2];"
-             " time.sleep(0.5); json.dump({'y': 1, 'start': a, 'end': time.time()}, open('result.json', 'w'))")
-    spec = SweepSpec(name="capped", test_config=[{"x": [1, 2, 3, 4, 5, 6]}],
-                     command=[sys.executable, "-c", stamp, str(marks), "{x}"],
-                     max_workers=2, resources=TrialResources(gpu_memory="1GiB"))
+    stamp = (
+        "import glob, json, os, sys, time; a = time.time(); open(os.path.join(sys.argv[1], sys.argv[2]), 'w').close();"
+        " [time.sleep(0.05) for _ in range(400) if len(glob.glob(os.path.join(sys.argv[1], '*'))) < 2];"
+        " time.sleep(0.5); json.dump({'y': 1, 'start': a, 'end': time.time()}, open('result.json', 'w'))"
+    )
+    spec = SweepSpec(
+        name="capped",
+        test_config=[{"x": [1, 2, 3, 4, 5, 6]}],
+        command=[sys.executable, "-c", stamp, str(marks), "{x}"],
+        max_workers=2,
+        resources=TrialResources(gpu_memory="1GiB"),
+    )
     run_sweep(spec, results_root=str(tmp_path / "sweeps"), manager=manager, progress=False)
-    spans = [(r["result"]["start"], r["result"]["end"]) for r in json.loads(
-        (tmp_path / "sweeps" / "capped" / "summary.json").read_text())["records"]]
+    spans = [
+        (r["result"]["start"], r["result"]["end"])
+        for r in json.loads((tmp_path / "sweeps" / "capped" / "summary.json").read_text())["records"]
+    ]
     most = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
     assert most == 2  # never more than max_workers at once, and it did use both
 
@@ -197,11 +238,18 @@ def test_gpu_task_scheduler_required_env_and_matplotlib_agg_reach_each_trial(tmp
     def required_env(params, trial_dir):  # as GPUTask.required_env, with its _config and _work_dir
         return {"OMP_NUM_THREADS": params["num_run"], "GAN_OUT": os.path.join(trial_dir, "out")}
 
-    show = ("import json, os; json.dump({'y': 1, 'env': [os.environ.get(k) for k in "
-            "('OMP_NUM_THREADS', 'GAN_OUT', 'MPLBACKEND')]}, open('result.json', 'w'))")
-    spec = SweepSpec(name="gts_env", global_config={"num_run": 5}, test_config=[{"method": ["GAN", "ALI"]}],
-                     command=[sys.executable, "-c", show], required_env=required_env,
-                     resources=TrialResources(gpu_memory="1GiB"))
+    show = (
+        "import json, os; json.dump({'y': 1, 'env': [os.environ.get(k) for k in "
+        "('OMP_NUM_THREADS', 'GAN_OUT', 'MPLBACKEND')]}, open('result.json', 'w'))"
+    )
+    spec = SweepSpec(
+        name="gts_env",
+        global_config={"num_run": 5},
+        test_config=[{"method": ["GAN", "ALI"]}],
+        command=[sys.executable, "-c", show],
+        required_env=required_env,
+        resources=TrialResources(gpu_memory="1GiB"),
+    )
     run_sweep(spec, results_root=str(tmp_path / "sweeps"), manager=manager, progress=False)
     for r in json.loads((tmp_path / "sweeps" / "gts_env" / "summary.json").read_text())["records"]:
         assert r["result"]["env"] == ["5", os.path.join(r["folder"], "out"), "Agg"]
@@ -209,20 +257,28 @@ def test_gpu_task_scheduler_required_env_and_matplotlib_agg_reach_each_trial(tmp
     def broken(params, trial_dir):
         return {"NOT A NAME": "x"}
 
-    bad = SweepSpec(name="gts_bad_env", test_config=[{"x": [1]}], command=["true"], required_env=broken,
-                    resources=TrialResources(gpu_memory="1GiB"))
+    bad = SweepSpec(
+        name="gts_bad_env",
+        test_config=[{"x": [1]}],
+        command=["true"],
+        required_env=broken,
+        resources=TrialResources(gpu_memory="1GiB"),
+    )
     summary = run_sweep(bad, results_root=str(tmp_path / "sweeps"), manager=manager, progress=False)
-    assert summary["problems"][0]["error"] == "required_env: ValueError: 'NOT A NAME' is not an environment variable name"
+    assert (
+        summary["problems"][0]["error"] == "required_env: ValueError: 'NOT A NAME' is not an environment variable name"
+    )
 
 
 def test_gpu_task_schedulers_existing_result_folders_are_not_run_again(tmp_path, manager):
-    """"If force_rerun=False, when the result folder exists, the scheduler will skip the test instance": a folder
+    """ "If force_rerun=False, when the result folder exists, the scheduler will skip the test instance": a folder
     GPU Task Scheduler left under result_root_folder, in its naming, counts as done."""
     from airflow_provider_gpusched import run_sweep
 
     results = tmp_path / "results"
     (results / "method-GAN,num_packing-1,num_zmode-1").mkdir(parents=True)  # from an earlier GTS run
-    (tmp_path / "gts.yaml").write_text(textwrap.dedent(f"""
+    (tmp_path / "gts.yaml").write_text(
+        textwrap.dedent(f"""
         name: gan
         scheduler_config: {{gpu: ["0", "1"], result_root_folder: {results}}}
         global_config: {{num_run: 5, num_epoch: 200}}
@@ -231,7 +287,8 @@ def test_gpu_task_schedulers_existing_result_folders_are_not_run_again(tmp_path,
           - {{method: [WGAN], num_packing: [3], num_zmode: [1, 2]}}
         command: [{sys.executable}, -c, "import json; json.dump(dict(score=1), open('result.json', 'w'))"]
         objective: {{metric: score}}
-    """))
+    """)
+    )
     summary = run_sweep(str(tmp_path / "gts.yaml"), manager=manager, progress=False)
     assert summary["counts"]["succeeded"] == 4
     records = {r["label"]: r for r in json.loads((results / "gan" / "summary.json").read_text())["records"]}
@@ -243,13 +300,15 @@ def test_gpu_task_schedulers_existing_result_folders_are_not_run_again(tmp_path,
 
 
 def test_an_adaptive_sweep_shows_its_round_and_the_sweeps_best_so_far_and_says_when_rounds_must_be_raised(
-        tmp_path, manager):
+    tmp_path, manager
+):
     """Issue 52: the progress line gave each round's best with no round number; re-running a finished Optuna
     sweep proposed nothing without saying why."""
     from airflow_provider_gpusched import run_sweep
 
     path = tmp_path / "adaptive.yaml"
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         name: adaptive
         search: optuna
         rounds: 2
@@ -259,7 +318,8 @@ def test_an_adaptive_sweep_shows_its_round_and_the_sweeps_best_so_far_and_says_w
         command: [{sys.executable}, -c, "{WRITE}", "{{trial_dir}}", "{{x}}"]
         objective: {{metric: y, mode: maximize}}
         resources: {{gpu_memory: 1GiB}}
-    """))
+    """)
+    )
     out = io.StringIO()
     summary = run_sweep(str(path), results_root=str(tmp_path / "sweeps"), manager=manager, progress=out)
     lines = out.getvalue().splitlines()
@@ -268,6 +328,8 @@ def test_an_adaptive_sweep_shows_its_round_and_the_sweeps_best_so_far_and_says_w
     assert lines[-1].endswith(f"best so far y {best:.6g}")  # the sweep's best, whichever round found it
     assert "note" not in summary
     again = run_sweep(str(path), results_root=str(tmp_path / "sweeps"), manager=manager, progress=False)
-    assert again["note"] == ("sweep adaptive: all 2 round(s) were run by earlier runs (6 trials, none new); raise "
-                             "rounds (now 2) to search further, or force_rerun to evaluate them again")
+    assert again["note"] == (
+        "sweep adaptive: all 2 round(s) were run by earlier runs (6 trials, none new); raise "
+        "rounds (now 2) to search further, or force_rerun to evaluate them again"
+    )
     assert again["text"].startswith(again["note"])

@@ -21,21 +21,27 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def learning_curve(params):
     for epoch in range(5):
-        report(step=epoch, loss=params["lr"] / (epoch + 1), accuracy=0.5 + 0.1 * epoch,
-               checkpoint=f"ckpt/{epoch}.pt")
+        report(step=epoch, loss=params["lr"] / (epoch + 1), accuracy=0.5 + 0.1 * epoch, checkpoint=f"ckpt/{epoch}.pt")
     return {"loss": params["lr"] / 5}
 
 
 # any language: key=value lines and JSON lines appended to $GPUSCHED_REPORT_FILE, then one half-written line
-SHELL_LIKE = ("import os; f = open(os.environ['GPUSCHED_REPORT_FILE'], 'a'); "
-              "f.write('step=0 loss=0.9\\n'); f.write('{\"step\": 1, \"loss\": 0.5, \"checkpoint\": \"c1\"}\\n'); "
-              "f.write('not a report\\n'); f.write('step=2 loss=0.3\\n'); f.write('step=3 lo'); f.close(); "
-              "open('result.json', 'w').write('{\"loss\": 0.3}')")
+SHELL_LIKE = (
+    "import os; f = open(os.environ['GPUSCHED_REPORT_FILE'], 'a'); "
+    'f.write(\'step=0 loss=0.9\\n\'); f.write(\'{"step": 1, "loss": 0.5, "checkpoint": "c1"}\\n\'); '
+    "f.write('not a report\\n'); f.write('step=2 loss=0.3\\n'); f.write('step=3 lo'); f.close(); "
+    "open('result.json', 'w').write('{\"loss\": 0.3}')"
+)
 
 
 def test_callable_and_command_trials_report_while_running(tmp_path):
-    spec = SweepSpec(name="curves", test_config=[{"lr": [0.1, 0.2]}], python_callable=learning_curve,
-                     objective=Objective("loss", "minimize"), results_root=str(tmp_path))
+    spec = SweepSpec(
+        name="curves",
+        test_config=[{"lr": [0.1, 0.2]}],
+        python_callable=learning_curve,
+        objective=Objective("loss", "minimize"),
+        results_root=str(tmp_path),
+    )
     session = SweepSession(spec)
     manifest = session.prepare()
     for t in manifest.pending:
@@ -43,14 +49,22 @@ def test_callable_and_command_trials_report_while_running(tmp_path):
     session.collect()
     records = json.loads(Path(tmp_path / "curves" / "summary.json").read_text())["records"]
     for record in records:
-        assert record["reports"] == {"count": 5, "last_step": 4, "last": {"loss": pytest.approx(record["params"]["lr"] / 5),
-                                                                          "accuracy": pytest.approx(0.9)},
-                                     "checkpoint": "ckpt/4.pt"}
+        assert record["reports"] == {
+            "count": 5,
+            "last_step": 4,
+            "last": {"loss": pytest.approx(record["params"]["lr"] / 5), "accuracy": pytest.approx(0.9)},
+            "checkpoint": "ckpt/4.pt",
+        }
     lines = Path(os.path.join(records[0]["folder"], "reports.jsonl")).read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [0, 1, 2, 3, 4]
 
-    cmd = SweepSpec(name="cmd", test_config=[{"x": [1]}], command=[sys.executable, "-c", SHELL_LIKE],
-                    objective=Objective("loss", "minimize"), results_root=str(tmp_path))
+    cmd = SweepSpec(
+        name="cmd",
+        test_config=[{"x": [1]}],
+        command=[sys.executable, "-c", SHELL_LIKE],
+        objective=Objective("loss", "minimize"),
+        results_root=str(tmp_path),
+    )
     session = SweepSession(cmd)
     manifest = session.prepare()
     assert run_trial(manifest, manifest.pending[0], out=io.StringIO()) == 0
@@ -58,10 +72,15 @@ def test_callable_and_command_trials_report_while_running(tmp_path):
     summary = json.loads(Path(tmp_path / "cmd" / "summary.json").read_text())["records"][0]["reports"]
     assert summary["count"] == 3 and summary["last_step"] == 2 and summary["checkpoint"] == "c1"
     assert len(summary["problems"]) == 1 and summary["problems"][0].endswith(
-        "reports.jsonl:3: expected key=value words, got 'not'")  # named, not dropped; the cut line is left out
+        "reports.jsonl:3: expected key=value words, got 'not'"
+    )  # named, not dropped; the cut line is left out
 
-    out = subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", "sweep", "results",
-                          str(tmp_path / "cmd")], capture_output=True, text=True, cwd=REPO)
+    out = subprocess.run(
+        [sys.executable, "-m", "airflow_provider_gpusched.cli", "sweep", "results", str(tmp_path / "cmd")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert out.returncode == 0, out.stderr
     assert "latest reports (1 trials" in out.stdout and "loss=0.3" in out.stdout
     assert "reports.jsonl:3: expected key=value words" in out.stdout
@@ -87,8 +106,13 @@ def test_report_outside_a_sweep_and_bad_reports(monkeypatch, tmp_path):
         report(step=-1, loss=1.0)
     with pytest.raises(TypeError, match="at least one metric"):
         report(step=1)
-    for line, why in [("step=x loss=1", "step: expected a whole number"), ("loss=1", "step: expected"),
-                      ('{"step": 1}', "no metrics"), ('{"step": 1, "loss": "a"}', "metric 'loss'"),
-                      ("step=1 loss=high", "'high' is not a number"), ("[1]", "expected key=value")]:
+    for line, why in [
+        ("step=x loss=1", "step: expected a whole number"),
+        ("loss=1", "step: expected"),
+        ('{"step": 1}', "no metrics"),
+        ('{"step": 1, "loss": "a"}', "metric 'loss'"),
+        ("step=1 loss=high", "'high' is not a number"),
+        ("[1]", "expected key=value"),
+    ]:
         with pytest.raises(ValueError, match=why):
             parse_report_line(line)

@@ -39,17 +39,23 @@ def make_cluster_instance(scaling: Path, dest: Path, layers: int = 200, types: i
     device_types = yaml.safe_load((base / "device_types.yml").read_text())
     name, model = next(iter(models.items()))
     n = model["layers"]
-    big_model = {"layers": layers, "mem_MB": [model["mem_MB"][i % n] for i in range(layers)],
-                 "parameters_in": model["parameters_in"],
-                 "parameters_out": [model["parameters_out"][i % n] for i in range(layers)]}
+    big_model = {
+        "layers": layers,
+        "mem_MB": [model["mem_MB"][i % n] for i in range(layers)],
+        "parameters_in": model["parameters_in"],
+        "parameters_out": [model["parameters_out"][i % n] for i in range(layers)],
+    }
     new_types, new_devices = {}, {}
     for k, (tname, t) in enumerate(list(device_types.items())[: types // 2]):
         profile = next(p for p in t["model_profiles"][name])
         times = [profile["time_s"][i % n] for i in range(layers)]
         for variant, (tf, mf, bf) in enumerate([(1.0, 1.0, 1.0), (1.3, 0.75, 0.5)]):
             vname = f"{tname}-v{variant}"
-            new_types[vname] = {"bw_Mbps": t["bw_Mbps"] * bf, "mem_MB": t["mem_MB"] * mf, "model_profiles": {name: [
-                {**profile, "time_s": [x * tf for x in times]}]}}
+            new_types[vname] = {
+                "bw_Mbps": t["bw_Mbps"] * bf,
+                "mem_MB": t["mem_MB"] * mf,
+                "model_profiles": {name: [{**profile, "time_s": [x * tf for x in times]}]},
+            }
             new_devices[vname] = [f"h{k}{variant}-{i}" for i in range(hosts // types)]
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)

@@ -61,6 +61,7 @@ def _stop_after(checks: int):
     def stop_requested() -> bool:
         calls[0] += 1
         return calls[0] >= checks
+
     return stop_requested
 
 
@@ -86,7 +87,8 @@ def test_a_run_stopped_mid_epoch_resumes_there_and_ends_exactly_as_an_uninterrup
 
 def test_sigterm_saves_a_checkpoint_and_exits_143_and_the_next_start_resumes(tmp_path):
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import os, signal
         from airflow_provider_gpusched.examples.digits import train_digits
 
@@ -96,10 +98,12 @@ def test_sigterm_saves_a_checkpoint_and_exits_143_and_the_next_start_resumes(tmp
 
         r = train_digits({"epochs": 4}, on_epoch_end=preempt)
         print("RESULT", r["resumed_from"], r["stops"], r["epochs_run"], signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)
-    """))
+    """)
+    )
     env = {**os.environ, "GPUSCHED_CHECKPOINT_DIR": str(tmp_path / "ck")}
-    first = subprocess.run([sys.executable, str(script)], env={**env, "FIRST": "1"}, capture_output=True,
-                           text=True, timeout=120)
+    first = subprocess.run(
+        [sys.executable, str(script)], env={**env, "FIRST": "1"}, capture_output=True, text=True, timeout=120
+    )
     assert first.returncode == 143, first.stderr
     assert "stopped by SIGTERM at epoch 2, batch 0" in first.stdout
     assert oct((tmp_path / "ck" / "last.pt").stat().st_mode & 0o777) == "0o600"
@@ -145,8 +149,11 @@ def test_a_checkpoint_holding_code_is_refused_not_run(tmp_path):
 
     import torch
 
-    torch.save({"format": "gpusched-checkpoint/1", "fingerprint": "", "x": Payload()}, tmp_path / "last.pt",
-               pickle_module=pickle)
+    torch.save(
+        {"format": "gpusched-checkpoint/1", "fingerprint": "", "x": Payload()},
+        tmp_path / "last.pt",
+        pickle_module=pickle,
+    )
     with pytest.raises(CheckpointError, match="not a readable PyTorch checkpoint"):
         Checkpoints(str(tmp_path)).load()
     assert not (tmp_path / "ran").exists()
@@ -161,18 +168,21 @@ def test_where_checkpoints_go(tmp_path, monkeypatch):
     assert checkpoint_dir(tmp_path) == "/runner/checkpoint"
 
 
-@pytest.mark.parametrize("params, message", [
-    ({"lr": 0}, "params.lr: expected a number > 0, got 0"),
-    ({"lr": "fast"}, "params.lr: expected a number > 0, got 'fast'"),
-    ({"epochs": 2.5}, "params.epochs: expected a whole number >= 1, got 2.5"),
-    ({"dropout": 1.5}, "params.dropout: expected a number from 0.0 to 0.95, got 1.5"),
-    ({"optimizer": "lbfgs"}, "params.optimizer: expected adam, adamw or sgd, got 'lbfgs'"),
-    ({"widht": 64}, "params.widht: unknown parameter"),
-    ({"block0": {"channels": 8}, "block2": {"channels": 8}}, "blocks block0, block1, ... without gaps"),
-    ({"block0": {"channels": 8, "kernel": 4}}, "params.block0.kernel: expected a whole number >= 1 and odd, got 4"),
-    ({"block0": [8, 3]}, r"params.block0: expected \{channels: C, kernel: K\}"),
-    ("lr=0.1", "params: expected a mapping of parameters, got str"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"lr": 0}, "params.lr: expected a number > 0, got 0"),
+        ({"lr": "fast"}, "params.lr: expected a number > 0, got 'fast'"),
+        ({"epochs": 2.5}, "params.epochs: expected a whole number >= 1, got 2.5"),
+        ({"dropout": 1.5}, "params.dropout: expected a number from 0.0 to 0.95, got 1.5"),
+        ({"optimizer": "lbfgs"}, "params.optimizer: expected adam, adamw or sgd, got 'lbfgs'"),
+        ({"widht": 64}, "params.widht: unknown parameter"),
+        ({"block0": {"channels": 8}, "block2": {"channels": 8}}, "blocks block0, block1, ... without gaps"),
+        ({"block0": {"channels": 8, "kernel": 4}}, "params.block0.kernel: expected a whole number >= 1 and odd, got 4"),
+        ({"block0": [8, 3]}, r"params.block0: expected \{channels: C, kernel: K\}"),
+        ("lr=0.1", "params: expected a mapping of parameters, got str"),
+    ],
+)
 def test_bad_parameters_are_refused_naming_the_parameter(params, message):
     from airflow_provider_gpusched.examples.digits import check_params
 

@@ -13,14 +13,20 @@ import pytest
 
 from tests.stack.client import REPO, Stack, StackConfig
 
-FAST_CLASSES = json.dumps({"idle": {"local": {"idle_for": 0, "min_runtime": 0, "grace_period": 3, "backoff": 2,
-                                              "max_backoff": 4}}})
+FAST_CLASSES = json.dumps(
+    {"idle": {"local": {"idle_for": 0, "min_runtime": 0, "grace_period": 3, "backoff": 2, "max_backoff": 4}}}
+)
 STACK_DIR = REPO / ".stack-fleet-test"
 EXTRA_DAGS = STACK_DIR / "fleet-dags"
-CONFIG = StackConfig(STACK_DIR, int(os.environ.get("GPUSCHED_FLEET_PORT", "28097")),
-                     int(os.environ.get("GPUSCHED_FLEET_PG_PORT", "55447")), EXTRA_DAGS,
-                     f"export AIRFLOW__GPUSCHED__JOB_CLASSES='{FAST_CLASSES}'\n"
-                     "export AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT=20", script="fleet.sh")
+CONFIG = StackConfig(
+    STACK_DIR,
+    int(os.environ.get("GPUSCHED_FLEET_PORT", "28097")),
+    int(os.environ.get("GPUSCHED_FLEET_PG_PORT", "55447")),
+    EXTRA_DAGS,
+    f"export AIRFLOW__GPUSCHED__JOB_CLASSES='{FAST_CLASSES}'\n"
+    "export AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT=20",
+    script="fleet.sh",
+)
 SIZES = {"gpu-a": (2, 24), "gpu-b": (4, 80), "gpu-c": (1, 48)}
 
 
@@ -33,8 +39,9 @@ class Fleet(Stack):
     def gpusched(self, *args: str) -> subprocess.CompletedProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
         env["AIRFLOW__GPUSCHED__FLEET_DIR"] = str(self.records)
-        return subprocess.run([str(REPO / ".venv" / "bin" / "gpusched"), *args], env=env, capture_output=True,
-                              text=True, timeout=120)
+        return subprocess.run(
+            [str(REPO / ".venv" / "bin" / "gpusched"), *args], env=env, capture_output=True, text=True, timeout=120
+        )
 
 
 @pytest.fixture(scope="module")  # torn down before the stack tier starts its own stack: never two at once

@@ -124,8 +124,9 @@ def test_a_request_no_host_can_hold_is_refused_naming_the_sizes(fleet):
 
 def test_a_host_killed_mid_sweep_loses_no_trial_and_its_leases_are_reclaimed(fleet, out_file):
     run_id = fleet.trigger("fleet_spread", out=str(out_file), seconds=12)
-    wait_until(lambda: any(r["host"] == "gpu-b" for r in read_out(out_file)), timeout=180,
-               what="a trial running on gpu-b")
+    wait_until(
+        lambda: any(r["host"] == "gpu-b" for r in read_out(out_file)), timeout=180, what="a trial running on gpu-b"
+    )
     killed_at = time.time()
     fleet.config.run("kill-host", "gpu-b")
     assert fleet.wait_run("fleet_spread", run_id, timeout=540) == "success"
@@ -146,9 +147,12 @@ def test_a_host_killed_mid_sweep_loses_no_trial_and_its_leases_are_reclaimed(fle
 
     def heartbeating():  # a worker that cannot start publishes the record once and exits: ask the executor
         workers = _edge_workers(fleet)
-        return all(workers[w]["state"] in ("idle", "running") and workers[w]["last_heartbeat"]
-                   and datetime.fromisoformat(workers[w]["last_heartbeat"]).timestamp() > started + 6
-                   for w in ("gpu-b", "gpu-b-idle"))
+        return all(
+            workers[w]["state"] in ("idle", "running")
+            and workers[w]["last_heartbeat"]
+            and datetime.fromisoformat(workers[w]["last_heartbeat"]).timestamp() > started + 6
+            for w in ("gpu-b", "gpu-b-idle")
+        )
 
     wait_until(heartbeating, timeout=120, what="gpu-b's two workers heartbeating again")
     assert not [n for n in _listdir(fleet.host_dir("gpu-b") / "gpu-leases") if LEASE_FILE.match(n)]
@@ -176,11 +180,15 @@ def _hold_others(fleet, host: str, held: bool) -> None:
     else:
         usage.unlink(missing_ok=True)
     want = list(range(count)) if held else []
-    wait_until(lambda: _records(fleet)[host]["foreign_busy"] == want, timeout=60,
-               what=f"{host}'s record saying others hold {want}")
+    wait_until(
+        lambda: _records(fleet)[host]["foreign_busy"] == want,
+        timeout=60,
+        what=f"{host}'s record saying others hold {want}",
+    )
     states = ("maintenance mode", "maintenance pending") if held else ("idle", "running")
-    wait_until(lambda: _edge_workers(fleet)[host]["state"] in states, timeout=60,
-               what=f"{host}'s gpu worker in {states}")
+    wait_until(
+        lambda: _edge_workers(fleet)[host]["state"] in states, timeout=60, what=f"{host}'s gpu worker in {states}"
+    )
 
 
 def test_the_head_node_sees_every_host_and_stops_work_on_another(fleet, out_file):
@@ -191,8 +199,11 @@ def test_the_head_node_sees_every_host_and_stops_work_on_another(fleet, out_file
     _hold_others(fleet, "gpu-c", True)
     try:
         run_id = fleet.trigger("fleet_hold", out=str(out_file), seconds=300)
-        wait_until(lambda: len([r for r in read_out(out_file) if r["event"] == "start"]) == 3, timeout=180,
-                   what="3 long trials running")
+        wait_until(
+            lambda: len([r for r in read_out(out_file) if r["event"] == "start"]) == 3,
+            timeout=180,
+            what="3 long trials running",
+        )
         records = _records(fleet)
         assert not records["gpu-c"]["leases"], "a host whose GPUs others hold took work"
 
@@ -205,6 +216,7 @@ def test_the_head_node_sees_every_host_and_stops_work_on_another(fleet, out_file
         assert hosts["gpu-c"]["fleet"]["foreign_busy"] == [0] and hosts["gpu-c"]["gpus"][0]["held_by_others"]
         leased = [(h, lease["dag_id"]) for h in hosts for g in hosts[h]["gpus"] for lease in g["leases"]]
         assert len(leased) == 3 and {d for _, d in leased} == {"fleet_hold"}
+
         # measured use: each host's Edge worker samples its GPUs (every 10 s) and publishes the ring in the fleet
         # directory; wait for every GPU's sample taken since gpu-c was held
         def measured_since_the_hold() -> bool:
@@ -225,16 +237,24 @@ def test_the_head_node_sees_every_host_and_stops_work_on_another(fleet, out_file
         listed = fleet.gpusched("queue", "list", "--dag", "fleet_hold", "--no-slurm", "--no-local", "--json")
         entries = json.loads(listed.stdout)["entries"]
         assert len(entries) == 3 and {e["state"] for e in entries} == {"running"}, listed.stdout
-        assert {e["host"] for e in entries} <= {"gpu-a", "gpu-b"} and all(e["tag"]["run_id"] == run_id
-                                                                         for e in entries)
+        assert {e["host"] for e in entries} <= {"gpu-a", "gpu-b"} and all(e["tag"]["run_id"] == run_id for e in entries)
         health = json.loads(fleet.gpusched("queue", "health", "--no-airflow", "--no-slurm", "--json").stdout)
         checks = {c["name"]: c for c in health["checks"]}
         assert checks["fleet host gpu-a"]["status"] == "ok" and checks["fleet host gpu-b"]["status"] == "ok"
         assert checks["fleet host gpu-c"]["status"] == "warn" and "every GPU" in checks["fleet host gpu-c"]["detail"]
 
         stopped_at = time.time()
-        stop = fleet.gpusched("queue", "stop", "--dag", "fleet_hold", "--no-slurm", "--no-local",
-                              "--reason", "wrong data; it's \"v2\"", "--json")
+        stop = fleet.gpusched(
+            "queue",
+            "stop",
+            "--dag",
+            "fleet_hold",
+            "--no-slurm",
+            "--no-local",
+            "--reason",
+            'wrong data; it\'s "v2"',
+            "--json",
+        )
         assert stop.returncode == 0, stop.stdout + stop.stderr
         outcome = json.loads(stop.stdout)
         assert [o["action"] for o in outcome["stopped"]] == ["stopped"] * 3, outcome
@@ -277,17 +297,26 @@ def test_normal_work_preempts_idle_fillers_on_the_host_where_it_lands(fleet, out
     """Idle-class fillers hold every GPU of the fleet (7); a normal task lands on some host, its fillers there
     yield, it runs, and the filler it displaced finishes later from a fresh start: no trial lost."""
     fillers = fleet.trigger("fleet_idle", out=str(out_file), seconds=40)
-    wait_until(lambda: len({r["tag"] for r in read_out(out_file) if r["event"] == "start"}) == 7, timeout=180,
-               what="7 idle fillers holding every GPU")
+    wait_until(
+        lambda: len({r["tag"] for r in read_out(out_file) if r["event"] == "start"}) == 7,
+        timeout=180,
+        what="7 idle fillers holding every GPU",
+    )
     asked = time.time()
     urgent = fleet.trigger("fleet_normal", out=str(out_file), seconds=3)
     assert fleet.wait_run("fleet_normal", urgent, timeout=180) == "success"
     records = read_out(out_file)
     run = next(r for r in records if r["tag"] == "urgent" and r["event"] == "done")
     print(f"normal work started {run['start'] - asked:.1f}s after it was triggered, on {run['host']}")
-    displaced = [r for r in records if r["tag"].startswith("filler") and r["event"] == "start"
-                 and r["host"] == run["host"] and r["start"] < run["start"]
-                 and not any(d["tag"] == r["tag"] and d["event"] == "done" and d["pid"] == r["pid"] for d in records)]
+    displaced = [
+        r
+        for r in records
+        if r["tag"].startswith("filler")
+        and r["event"] == "start"
+        and r["host"] == run["host"]
+        and r["start"] < run["start"]
+        and not any(d["tag"] == r["tag"] and d["event"] == "done" and d["pid"] == r["pid"] for d in records)
+    ]
     assert displaced, "no filler on the normal task's host yielded"
     assert run["start"] - asked < 90, "normal work waited for the fillers to end instead of preempting them"
     assert fleet.wait_run("fleet_idle", fillers, timeout=300) == "success"
@@ -310,8 +339,11 @@ def test_pipeline_stages_run_on_the_fleet_hosts_standing_for_the_partitioners_ho
     devices.yml; each runs on the fleet host that stands for its host (one mapped in the run's conf, the others
     in turn), through that host's own queue."""
     dag_id = "gpusched_pipeline_partition"
-    wait_until(lambda: "stage_on_gpu-c" in {t["task_id"] for t in fleet.get(f"/dags/{dag_id}/tasks")["tasks"]},
-               timeout=180, what="the pipeline DAG parsed with the fleet's hosts")
+    wait_until(
+        lambda: "stage_on_gpu-c" in {t["task_id"] for t in fleet.get(f"/dags/{dag_id}/tasks")["tasks"]},
+        timeout=180,
+        what="the pipeline DAG parsed with the fleet's hosts",
+    )
     run_id = fleet.trigger(dag_id, fleet_hosts={"rcc-3": "gpu-c"})
     assert fleet.wait_run(dag_id, run_id, timeout=300) == "success"
     stages = fleet.xcom(dag_id, run_id, "stage_arguments")
@@ -321,8 +353,11 @@ def test_pipeline_stages_run_on_the_fleet_hosts_standing_for_the_partitioners_ho
         before = stages[n - 1]["env"]
         assert s["env"]["GPUSCHED_STAGE_PREV_ADDR"] == f"{before['GPUSCHED_STAGE_FLEET_HOST']}:{29700 + n - 1}"
         assert before["GPUSCHED_STAGE_NEXT_ADDR"] == s["env"]["GPUSCHED_STAGE_ADDR"]
-    ran = [ti for ti in fleet.task_instances(dag_id, run_id) if ti["task_id"].startswith("stage_on_")
-           and ti["state"] == "success"]
+    ran = [
+        ti
+        for ti in fleet.task_instances(dag_id, run_id)
+        if ti["task_id"].startswith("stage_on_") and ti["state"] == "success"
+    ]
     assert len(ran) == 8
     for ti in ran:
         host = ti["task_id"].removeprefix("stage_on_")
@@ -350,10 +385,14 @@ def test_priority_weights_order_the_queue_across_hosts(fleet, out_file):
     assert len(started["high"]) >= 5 and len(started["low"]) >= 5, started
     hosts = {r["host"] for r in read_out(out_file) if r["tag"].startswith("high")}
     first = min(started["blocker"])
-    print(f"high trials ran on {sorted(hosts)}, started {min(started['high']) - first:.1f}..{max(started['high']) - first:.1f}s "
-          f"after the first blocker; low from {min(started['low']) - first:.1f}s")
+    print(
+        f"high trials ran on {sorted(hosts)}, started {min(started['high']) - first:.1f}..{max(started['high']) - first:.1f}s "
+        f"after the first blocker; low from {min(started['low']) - first:.1f}s"
+    )
     assert max(started["blocker"]) < min(started["high"]), "a waiting trial started before a blocker"
-    assert max(started["high"]) < min(started["low"]), "a low-priority trial took a GPU while a high-priority one waited"
+    assert max(started["high"]) < min(started["low"]), (
+        "a low-priority trial took a GPU while a high-priority one waited"
+    )
     assert len(hosts) >= 2, "the high trials ran on every host that freed a GPU, not one"
 
 
@@ -380,8 +419,11 @@ def _worker_pids(fleet, host: str, top: bool = True) -> list[int]:
         if b"edge worker" in cmdline and (program.startswith("python") or program == "airflow") and comm != "bash":
             out.append(int(pid))
     if top:
-        parents = {pid: int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]) for pid in out
-                   if Path(f"/proc/{pid}/stat").exists()}
+        parents = {
+            pid: int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            for pid in out
+            if Path(f"/proc/{pid}/stat").exists()
+        }
         out = [pid for pid in out if parents.get(pid) not in out]
     return out
 
@@ -397,8 +439,11 @@ def test_a_host_cut_off_for_three_minutes_rejoins_by_itself_and_takes_work_again
     assert len(killed) == 2, killed
     for pid in _worker_pids(fleet, "gpu-c", top=False):  # the two workers and what they started
         os.kill(pid, signal.SIGKILL)
-    wait_until(lambda: (lambda now: len(now) == 2 and not set(now) & set(killed))(_worker_pids(fleet, "gpu-c")),
-               timeout=60, what="gpu-c's two workers started again by their supervisor")
+    wait_until(
+        lambda: (lambda now: len(now) == 2 and not set(now) & set(killed))(_worker_pids(fleet, "gpu-c")),
+        timeout=60,
+        what="gpu-c's two workers started again by their supervisor",
+    )
     assert "starting it again in 5 s" in (fleet.host_dir("gpu-c") / "logs" / "worker-gpu.log").read_text()
     fleet.config.run("cut-host", "gpu-c")
     try:
@@ -409,9 +454,12 @@ def test_a_host_cut_off_for_three_minutes_rejoins_by_itself_and_takes_work_again
 
     def heartbeating():
         workers = _edge_workers(fleet)
-        return all(workers.get(w, {}).get("state") in ("idle", "running") and workers[w]["last_heartbeat"]
-                   and datetime.fromisoformat(workers[w]["last_heartbeat"]).timestamp() > mended
-                   for w in ("gpu-c", "gpu-c-idle"))
+        return all(
+            workers.get(w, {}).get("state") in ("idle", "running")
+            and workers[w]["last_heartbeat"]
+            and datetime.fromisoformat(workers[w]["last_heartbeat"]).timestamp() > mended
+            for w in ("gpu-c", "gpu-c-idle")
+        )
 
     wait_until(heartbeating, timeout=180, what="gpu-c's workers heartbeating after the cut")
     wait_until(lambda: _records(fleet)["gpu-c"]["fresh"], timeout=60, what="gpu-c's record fresh again")

@@ -5,8 +5,10 @@ from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.job_classes import JobClassMapping
 
 #: Idle-class timings short enough for tests (the defaults are minutes).
-FAST_CLASSES = JobClassMapping.from_dict({"idle": {"local": {
-    "idle_for": 0, "min_runtime": 0, "grace_period": 2, "backoff": 0.2, "max_backoff": 1}}}, "test classes")
+FAST_CLASSES = JobClassMapping.from_dict(
+    {"idle": {"local": {"idle_for": 0, "min_runtime": 0, "grace_period": 2, "backoff": 0.2, "max_backoff": 1}}},
+    "test classes",
+)
 
 
 @pytest.fixture

@@ -12,8 +12,13 @@ def gpusched(*args, env_extra=None):
 
     env = {k: v for k, v in os.environ.items() if not k.endswith("SIMULATE_GPUS")}
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", *args], capture_output=True,
-                          text=True, env=env, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "airflow_provider_gpusched.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
 
 
 def test_gpus_table_and_json_show_leases(manager, state_dir):
@@ -22,8 +27,9 @@ def test_gpus_table_and_json_show_leases(manager, state_dir):
     assert out.returncode == 0, out.stderr
     assert "SIMULATED" in out.stdout and "GPU-SIMULATED-0000" in out.stdout
     assert "sweep.trial[3]" in out.stdout and "idle" in out.stdout and "6.0GiB" in out.stdout
-    data = json.loads(gpusched("gpus", "--json", "--state-dir", state_dir,
-                               env_extra={"GPUSCHED_SIMULATE_GPUS": "4x24GiB"}).stdout)
+    data = json.loads(
+        gpusched("gpus", "--json", "--state-dir", state_dir, env_extra={"GPUSCHED_SIMULATE_GPUS": "4x24GiB"}).stdout
+    )
     assert data["source"] == "simulated" and len(data["gpus"]) == 4
     assert data["gpus"][0]["reserved"] == 6 * 2**30 and data["gpus"][0]["available"] == 18 * 2**30
     assert [(x["owner"], x["gpus"], x["job_class"]) for x in data["leases"]] == [("sweep.trial[3]", [0], "idle")]
@@ -39,8 +45,15 @@ def test_gpus_without_nvml_or_simulation_is_a_clear_error(state_dir):
 def test_gpus_shows_preemptible_yielding_waiting_and_gpu_time(manager, state_dir):
     idle, _ = manager.try_acquire(GPURequest(gpus=4), "nas.search[0]", job_class="idle")
     assert manager.try_acquire(GPURequest(gpus=2), "train.main")[0] is None  # asks the idle lease to yield
-    manager.ledger.append({"owner": "nas.search[0]", "job_class": "idle", "gpu_seconds": 400.0, "preempted": "x",
-                     "lost_gpu_seconds": 12.5})
+    manager.ledger.append(
+        {
+            "owner": "nas.search[0]",
+            "job_class": "idle",
+            "gpu_seconds": 400.0,
+            "preempted": "x",
+            "lost_gpu_seconds": 12.5,
+        }
+    )
     manager.ledger.append({"owner": "train.main", "job_class": "normal", "gpu_seconds": 80.0, "preempted": None})
     out = gpusched("gpus", "--simulate", "4x24GiB", "--state-dir", state_dir)
     assert out.returncode == 0, out.stderr

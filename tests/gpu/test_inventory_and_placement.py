@@ -74,8 +74,14 @@ def test_pinned_devices(manager):
 
 def test_foreign_processes_count_as_used_and_whole_gpus_avoid_them(tmp_path):
     usage = tmp_path / "usage.json"
-    usage.write_text(json.dumps({"0": {"memory_used": "20GiB", "utilization": 90, "pids": [999999]},
-                                 "1": {"memory_used": "1GiB", "pids": [999998]}}))
+    usage.write_text(
+        json.dumps(
+            {
+                "0": {"memory_used": "20GiB", "utilization": 90, "pids": [999999]},
+                "1": {"memory_used": "1GiB", "pids": [999998]},
+            }
+        )
+    )
     m = LeaseManager(SimulatedInventory("3x24GiB", usage_file=str(usage)), str(tmp_path / "leases"))
     lease, _ = m.try_acquire(GPURequest(gpu_memory="8GiB"), "x")
     assert lease.gpus == [1]  # GPU 0 has only 4 GiB left next to the colleague's process
@@ -84,29 +90,35 @@ def test_foreign_processes_count_as_used_and_whole_gpus_avoid_them(tmp_path):
     assert m.try_acquire(GPURequest(gpus=1, max_foreign_processes=0), "z")[0] is None
 
 
-@pytest.mark.parametrize("kwargs,argument", [
-    ({"gpu_memory": "lots"}, "gpu_memory"),
-    ({"gpu_memory": "-2GiB"}, "gpu_memory"),
-    ({"gpu_memory": 0}, "gpu_memory"),
-    ({"gpus": 0}, "gpus"),
-    ({"gpus": 1.5}, "gpus"),
-    ({"devices": []}, "devices"),
-    ({"devices": [0, 0]}, "devices"),
-    ({"memory_margin": "a bit"}, "memory_margin"),
-    ({"max_cpu_percent": 250}, "max_cpu_percent"),
-])
+@pytest.mark.parametrize(
+    "kwargs,argument",
+    [
+        ({"gpu_memory": "lots"}, "gpu_memory"),
+        ({"gpu_memory": "-2GiB"}, "gpu_memory"),
+        ({"gpu_memory": 0}, "gpu_memory"),
+        ({"gpus": 0}, "gpus"),
+        ({"gpus": 1.5}, "gpus"),
+        ({"devices": []}, "devices"),
+        ({"devices": [0, 0]}, "devices"),
+        ({"memory_margin": "a bit"}, "memory_margin"),
+        ({"max_cpu_percent": 250}, "max_cpu_percent"),
+    ],
+)
 def test_bad_requests_name_the_argument(kwargs, argument):
     with pytest.raises(InvalidArgumentError) as err:
         GPURequest(**kwargs)
     assert argument in str(err.value)
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"gpus": 5}, "at most 4"),
-    ({"gpu_memory": "30GiB"}, "at most 24.0GiB"),
-    ({"gpus": 2, "devices": [1]}, "at most 1"),
-    ({"devices": [7]}, "indices of this host's GPUs"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"gpus": 5}, "at most 4"),
+        ({"gpu_memory": "30GiB"}, "at most 24.0GiB"),
+        ({"gpus": 2, "devices": [1]}, "at most 1"),
+        ({"devices": [7]}, "indices of this host's GPUs"),
+    ],
+)
 def test_impossible_requests_fail_at_once(manager, kwargs, message):
     with pytest.raises(InvalidArgumentError) as err:
         manager.try_acquire(GPURequest(**kwargs), "x")

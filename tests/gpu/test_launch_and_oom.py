@@ -40,9 +40,17 @@ def program(tmp_path):
 def test_multi_gpu_request_sees_two_distinct_gpus(manager, tmp_path):
     lines = []
     runner = GPUWorkRunner(manager, on_line=lines.append)
-    result = runner.run(GPURequest(gpus=2), Work(argv=[sys.executable, "-c",
-                        "import os; print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['CUDA_DEVICE_ORDER'])"]),
-                        str(tmp_path / "log"))
+    result = runner.run(
+        GPURequest(gpus=2),
+        Work(
+            argv=[
+                sys.executable,
+                "-c",
+                "import os; print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['CUDA_DEVICE_ORDER'])",
+            ]
+        ),
+        str(tmp_path / "log"),
+    )
     visible, order = lines[0].split()
     assert len(set(visible.split(","))) == 2 and order == "PCI_BUS_ID"
     assert [g["index"] for g in result.gpus] == [int(x) for x in visible.split(",")]
@@ -55,16 +63,26 @@ def test_setup_lines_run_in_the_shell_that_starts_the_work_and_arguments_stay_ve
     tricky = ["a b", "it's", '"q"', "x; rm -rf /", "$HOME", "*"]
     lines = []
     result = GPUWorkRunner(manager, on_line=lines.append).run(
-        GPURequest(gpus=1), Work(argv=[sys.executable, "-c", "import os, sys; print(os.environ['TRAIN_ENV'], "
-                                       "os.environ['CUDA_VISIBLE_DEVICES'], sys.argv[1:])", *tricky],
-                                 setup=[f"source {tmp_path}/env.sh", "cd /"]),
-        str(tmp_path / "log"))
+        GPURequest(gpus=1),
+        Work(
+            argv=[
+                sys.executable,
+                "-c",
+                "import os, sys; print(os.environ['TRAIN_ENV'], os.environ['CUDA_VISIBLE_DEVICES'], sys.argv[1:])",
+                *tricky,
+            ],
+            setup=[f"source {tmp_path}/env.sh", "cd /"],
+        ),
+        str(tmp_path / "log"),
+    )
     assert result.exit_code == 0
     assert lines == [f"activated env {result.gpus[0]['index']} {tricky!r}"]
     lines.clear()
     GPUWorkRunner(manager, on_line=lines.append).run(  # a shell command line goes on in the same shell
-        GPURequest(gpus=1), Work(shell_command='echo "$TRAIN_ENV" from "$PWD"', setup=f"source {tmp_path}/env.sh; cd /"),
-        str(tmp_path / "log"))
+        GPURequest(gpus=1),
+        Work(shell_command='echo "$TRAIN_ENV" from "$PWD"', setup=f"source {tmp_path}/env.sh; cd /"),
+        str(tmp_path / "log"),
+    )
     assert lines == ["activated env from /"]
 
 
@@ -81,17 +99,29 @@ def test_cpus_are_reserved_like_host_memory_and_the_child_is_pinned_to_them(mana
         second, _ = manager.try_acquire(GPURequest(gpu_memory="1GiB", cpus=rest), "b")
         assert second.cpus == host[1:]
     third, why = manager.try_acquire(GPURequest(gpu_memory="1GiB", cpus=1), "c")
-    assert third is None and why == f"host CPUs: {len(host)} of {len(host)} are reserved by {1 + bool(rest)} lease(s); " \
-                                     "the request wants 1"
+    assert (
+        third is None
+        and why
+        == f"host CPUs: {len(host)} of {len(host)} are reserved by {1 + bool(rest)} lease(s); the request wants 1"
+    )
     for lease in manager.leases():
         manager.release(lease)
     lines = []
     GPUWorkRunner(manager, on_line=lines.append).run(
-        GPURequest(gpu_memory="1GiB", cpus=1), Work(argv=[sys.executable, "-c", (
-            "import os, subprocess, sys; print(sorted(os.sched_getaffinity(0)), os.environ['GPUSCHED_CPUS'], "
-            "os.environ['OMP_NUM_THREADS'], subprocess.run([sys.executable, '-c', 'import os; "
-            "print(sorted(os.sched_getaffinity(0)))'], capture_output=True, text=True).stdout.strip())")]),
-        str(tmp_path / "log"))
+        GPURequest(gpu_memory="1GiB", cpus=1),
+        Work(
+            argv=[
+                sys.executable,
+                "-c",
+                (
+                    "import os, subprocess, sys; print(sorted(os.sched_getaffinity(0)), os.environ['GPUSCHED_CPUS'], "
+                    "os.environ['OMP_NUM_THREADS'], subprocess.run([sys.executable, '-c', 'import os; "
+                    "print(sorted(os.sched_getaffinity(0)))'], capture_output=True, text=True).stdout.strip())"
+                ),
+            ]
+        ),
+        str(tmp_path / "log"),
+    )
     assert lines == [f"{host[:1]} {host[0]} 1 {host[:1]}"]  # pinned, and what it starts inherits the pinning
     with pytest.raises(InvalidArgumentError, match="cpus"):
         manager.check_possible(GPURequest(cpus=len(host) + 1))
@@ -105,13 +135,20 @@ def test_work_is_stopped_at_its_time_limit_and_fails_saying_so(manager, tmp_path
     from airflow_provider_gpusched.core.gpu.runner import GPUWorkFailed
 
     started = time.monotonic()
-    with pytest.raises(GPUWorkFailed, match=r"reached its time limit \(00:00:01\) after 1\.\d+s and was stopped") as failed:
-        GPUWorkRunner(manager, grace=1).run(GPURequest(gpus=1), Work(argv=["sleep", "60"], time_limit=1),
-                                            str(tmp_path / "log"))
+    with pytest.raises(
+        GPUWorkFailed, match=r"reached its time limit \(00:00:01\) after 1\.\d+s and was stopped"
+    ) as failed:
+        GPUWorkRunner(manager, grace=1).run(
+            GPURequest(gpus=1), Work(argv=["sleep", "60"], time_limit=1), str(tmp_path / "log")
+        )
     assert failed.value.timed_out and not failed.value.oom
     assert time.monotonic() - started < 10 and manager.leases() == []  # stopped, not waited for
-    assert GPUWorkRunner(manager).run(GPURequest(gpus=1), Work(argv=["true"], time_limit=5),
-                                      str(tmp_path / "log")).exit_code == 0  # within its limit: no effect
+    assert (
+        GPUWorkRunner(manager)
+        .run(GPURequest(gpus=1), Work(argv=["true"], time_limit=5), str(tmp_path / "log"))
+        .exit_code
+        == 0
+    )  # within its limit: no effect
 
 
 def test_setup_must_be_shell_lines():
@@ -132,8 +169,7 @@ def test_shared_gpu_children_get_memory_hints(manager, tmp_path):
 def test_oom_is_retried_with_a_bigger_reservation(manager, program, tmp_path):
     events = []
     runner = GPUWorkRunner(manager, oom_policy=OOMRetryPolicy(retries=2, factor=1.5), on_event=events.append)
-    result = runner.run(GPURequest(gpu_memory="4GiB"), Work(argv=[sys.executable, program, "5"]),
-                        str(tmp_path / "log"))
+    result = runner.run(GPURequest(gpu_memory="4GiB"), Work(argv=[sys.executable, program, "5"]), str(tmp_path / "log"))
     assert result.exit_code == 0 and result.oom_retries == 1
     assert [a.request for a in result.attempts] == ["4.0GiB on 1 GPU", "6.0GiB on 1 GPU"]
     assert any("retrying with 6.0GiB" in e for e in events)
@@ -161,14 +197,17 @@ def test_oom_beyond_the_limit_and_ordinary_failures_are_not_retried(manager, pro
     assert "GPU out of memory" in str(err.value)
 
 
-@pytest.mark.parametrize("line", [
-    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB",
-    "torch.cuda.OutOfMemoryError: CUDA out of memory.",
-    "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape",
-    "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.2GiB.",
-    "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
-    "cudaErrorMemoryAllocation: out of memory",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB",
+        "torch.cuda.OutOfMemoryError: CUDA out of memory.",
+        "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape",
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.2GiB.",
+        "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+        "cudaErrorMemoryAllocation: out of memory",
+    ],
+)
 def test_oom_messages_of_each_framework(line):
     assert find_oom(["step 1", line, "bye"]) == line
 
@@ -189,9 +228,11 @@ def test_oom_policy_validation():
 
 def test_stop_kills_grandchildren_and_escapees(tmp_path):
     script = tmp_path / "spawn.sh"
-    script.write_text("sleep 300 &\necho $! > " + str(tmp_path / "grandchild") + "\n"
-                      "setsid sleep 301 &\necho $! > " + str(tmp_path / "escapee") + "\n"
-                      "trap '' TERM\nwait\n")  # the child itself ignores SIGTERM: SIGKILL after the grace
+    script.write_text(
+        "sleep 300 &\necho $! > " + str(tmp_path / "grandchild") + "\n"
+        "setsid sleep 301 &\necho $! > " + str(tmp_path / "escapee") + "\n"
+        "trap '' TERM\nwait\n"
+    )  # the child itself ignores SIGTERM: SIGKILL after the grace
     child = GPUChild(["bash", str(script)], env=dict(os.environ), cwd=None, log_path=str(tmp_path / "log")).start()
     deadline = time.time() + 10
     while not (tmp_path / "escapee").exists() and time.time() < deadline:
@@ -218,6 +259,7 @@ def test_stop_event_stops_the_run_and_frees_the_gpu(manager, tmp_path):
 def test_python_callable_runs_on_the_gpu_and_returns_its_value(manager, tmp_path):
     def train(lr, epochs=1):
         import os
+
         return {"lr": lr, "epochs": epochs, "gpus": os.environ["CUDA_VISIBLE_DEVICES"]}
 
     call_dir = str(tmp_path / "call")
@@ -230,6 +272,7 @@ def test_string_commands_need_shell_said_explicitly(tmp_path):
     with pytest.raises(TypeError, match="shell=True"):
         GPUChild("echo hi; rm -rf /", env={}, cwd=None, log_path=str(tmp_path / "l"))
     from airflow_provider_gpusched.core.errors import GpuschedError
+
     with pytest.raises(GpuschedError, match="shell_command"):
         Work(argv="echo hi")
 
@@ -242,7 +285,8 @@ def test_oom_recognised_from_gpu_memory_evidence_without_a_message(tmp_path):
 
     usage = tmp_path / "usage.json"
     script = tmp_path / "silent.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import json, os, sys, time
         have = int(os.environ["GPUSCHED_GPU_MEMORY_BYTES"])
         gpu = os.environ["CUDA_VISIBLE_DEVICES"]
@@ -252,7 +296,8 @@ def test_oom_recognised_from_gpu_memory_evidence_without_a_message(tmp_path):
         if have < 5 * 2**30:
             sys.exit(1)   # died silently
         print("ok")
-    """))
+    """)
+    )
     manager = LeaseManager(SimulatedInventory("4x24GiB", usage_file=str(usage)), str(tmp_path / "leases"))
     runner = GPUWorkRunner(manager, sample_interval=0.1)
     result = runner.run(GPURequest(gpu_memory="4GiB"), Work(argv=[sys.executable, str(script)]), str(tmp_path / "log"))
@@ -285,8 +330,11 @@ def test_work_that_ends_leaves_no_process_running_before_its_gpu_is_given_out(ma
     runner = GPUWorkRunner(manager, grace=1.0)
     lines = []
     runner.on_line = lines.append
-    result = runner.run(GPURequest(gpus=1), Work(argv=[sys.executable, "-c", LEAVES_PROCESSES, str(tmp_path / "pids")]),
-                        str(tmp_path / "log"))
+    result = runner.run(
+        GPURequest(gpus=1),
+        Work(argv=[sys.executable, "-c", LEAVES_PROCESSES, str(tmp_path / "pids")]),
+        str(tmp_path / "log"),
+    )
     assert result.exit_code == 0
     pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
     assert len(pids) == 3
@@ -301,10 +349,8 @@ def test_processes_of_other_leases_and_of_the_caller_are_left_alone(tmp_path):
 
     from airflow_provider_gpusched.core.gpu.launch import leftover_processes
 
-    other = subprocess.Popen(["sleep", "60"], env={**os.environ, "GPUSCHED_LEASE_ID": "0" * 16},
-                             start_new_session=True)
-    mine = subprocess.Popen(["sleep", "60"], env={**os.environ, "GPUSCHED_LEASE_ID": "1" * 16},
-                            start_new_session=True)
+    other = subprocess.Popen(["sleep", "60"], env={**os.environ, "GPUSCHED_LEASE_ID": "0" * 16}, start_new_session=True)
+    mine = subprocess.Popen(["sleep", "60"], env={**os.environ, "GPUSCHED_LEASE_ID": "1" * 16}, start_new_session=True)
     try:
         assert leftover_processes(-1, "1" * 16) == [mine.pid]
         assert leftover_processes(other.pid, None) == [other.pid]  # its session
@@ -318,16 +364,21 @@ def test_processes_of_other_leases_and_of_the_caller_are_left_alone(tmp_path):
 def test_a_traceback_names_the_error_line_not_the_echoed_source_line():
     # as PyTorch 2.11 printed it on an H100 (tests/real_gpu): the source line echoed first mentions the error
     error = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.50 GiB. GPU 0 has a total capacity"
-    lines = ["Traceback (most recent call last):", '  File "train.py", line 9, in <module>',
-             '    block = torch.empty(n, device="cuda")  # may raise torch.cuda.OutOfMemoryError', error]
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "train.py", line 9, in <module>',
+        '    block = torch.empty(n, device="cuda")  # may raise torch.cuda.OutOfMemoryError',
+        error,
+    ]
     assert find_oom(lines) == error
 
 
 def test_gpu_time_counts_a_memory_slice_as_its_share_of_the_gpu(manager, tmp_path):
     from airflow_provider_gpusched.core.gpu.accounting import accounting_totals
 
-    sliced = GPUWorkRunner(manager).run(GPURequest(gpu_memory="6GiB"), Work(shell_command="sleep 0.5"),
-                                        str(tmp_path / "slice"))
+    sliced = GPUWorkRunner(manager).run(
+        GPURequest(gpu_memory="6GiB"), Work(shell_command="sleep 0.5"), str(tmp_path / "slice")
+    )
     whole = GPUWorkRunner(manager).run(GPURequest(gpus=2), Work(shell_command="sleep 0.5"), str(tmp_path / "whole"))
     (a,), (b,) = sliced.attempts, whole.attempts
     assert a.gpu_seconds == pytest.approx(0.25 * a.seconds, rel=0.01)  # 6 of 24 GiB
@@ -388,8 +439,9 @@ def test_no_escape_outlives_the_work_even_without_the_lease_id(manager, tmp_path
     runner = GPUWorkRunner(manager, grace=1.0)
     lines = []
     runner.on_line = lines.append
-    result = runner.run(GPURequest(gpus=1), Work(argv=[sys.executable, "-c", ESCAPES, str(tmp_path / "pids")]),
-                        str(tmp_path / "log"))
+    result = runner.run(
+        GPURequest(gpus=1), Work(argv=[sys.executable, "-c", ESCAPES, str(tmp_path / "pids")]), str(tmp_path / "log")
+    )
     assert result.exit_code == 0
     pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
     assert len(pids) == 5
@@ -411,6 +463,7 @@ def _cmdline(pid):
 def test_the_shim_passes_the_works_exit_and_signals_on(tmp_path):
     """The child's exit code and death by signal reach the launcher unchanged through the containment shim; a
     command that cannot run says so in the log."""
+
     def run(argv):
         child = GPUChild(argv, env=dict(os.environ), cwd=None, log_path=str(tmp_path / "log")).start()
         return child.wait(30), child
@@ -434,8 +487,10 @@ def test_a_process_the_driver_still_shows_on_the_leased_gpu_after_the_work_is_re
     usage = tmp_path / "usage.json"
     outsider = subprocess.Popen(["sleep", "120"])
     try:
-        script = (f"import json; json.dump({{'0': {{'memory_used': '3GiB', 'processes': [{{'pid': {outsider.pid}, "
-                  f"'used_memory': '3GiB'}}]}}}}, open({str(usage)!r}, 'w'))")
+        script = (
+            f"import json; json.dump({{'0': {{'memory_used': '3GiB', 'processes': [{{'pid': {outsider.pid}, "
+            f"'used_memory': '3GiB'}}]}}}}, open({str(usage)!r}, 'w'))"
+        )
         manager = LeaseManager(SimulatedInventory("1x24GiB", usage_file=str(usage)), str(tmp_path / "leases"))
         lines = []
         runner = GPUWorkRunner(manager, grace=1.0)

@@ -36,8 +36,9 @@ m.release(lease)
 
 
 def _spawn(state, memory, hold, out):
-    return subprocess.Popen([sys.executable, "-c", HOLDER, state, memory, str(hold), out],
-                            stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", HOLDER, state, memory, str(hold), out], stdout=subprocess.PIPE, text=True
+    )
 
 
 def test_twenty_processes_racing_never_exceed_capacity(state_dir, tmp_path):
@@ -48,7 +49,9 @@ def test_twenty_processes_racing_never_exceed_capacity(state_dir, tmp_path):
         assert p.wait(timeout=120) == 0
     holds = [json.loads(line) for line in Path(out).read_text().splitlines()]
     assert len(holds) == 20
-    events = sorted([(h["start"], 1, h) for h in holds] + [(h["end"], -1, h) for h in holds], key=lambda e: (e[0], e[1]))
+    events = sorted(
+        [(h["start"], 1, h) for h in holds] + [(h["end"], -1, h) for h in holds], key=lambda e: (e[0], e[1])
+    )
     reserved = {i: 0 for i in range(4)}
     whole = {i: 0 for i in range(4)}
     holders = {i: 0 for i in range(4)}
@@ -62,9 +65,21 @@ def test_twenty_processes_racing_never_exceed_capacity(state_dir, tmp_path):
 
 
 def test_sigkill_of_a_holder_frees_its_lease(state_dir, tmp_path, manager):
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER.replace("req = GPURequest(gpu_memory=None if memory == \"whole\" else memory)",
-                                                                   "req = GPURequest(gpus=4)"),
-                               state_dir, "whole", "300", str(tmp_path / "x")], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            HOLDER.replace(
+                'req = GPURequest(gpu_memory=None if memory == "whole" else memory)', "req = GPURequest(gpus=4)"
+            ),
+            state_dir,
+            "whole",
+            "300",
+            str(tmp_path / "x"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().startswith("held [0, 1, 2, 3]")
     assert manager.try_acquire(GPURequest(gpus=1), "me")[0] is None
     holder.send_signal(signal.SIGKILL)
@@ -84,7 +99,7 @@ from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.gpu.launch import GPUChild, gpu_environment
 m = LeaseManager(SimulatedInventory("4x24GiB"), {state_dir!r})
 lease = m.acquire(GPURequest(gpus=4), "task")
-child = GPUChild(["sleep", "300"], env=gpu_environment(lease, {{}}), cwd=None, log_path={str(tmp_path / 'c.log')!r},
+child = GPUChild(["sleep", "300"], env=gpu_environment(lease, {{}}), cwd=None, log_path={str(tmp_path / "c.log")!r},
                  lease=lease).start()
 m.record_child(lease, child.pid)
 print(child.pid, flush=True)
@@ -144,8 +159,11 @@ def test_a_dead_workers_child_is_stopped_and_its_retry_waits_for_it(state_dir, t
     """The worker (lease holder) is SIGKILLed while its GPU child runs: the child keeps the GPUs only until the
     next look at the leases stops it (SIGTERM, then SIGKILL after the lease's grace period); a second try of the
     same task gets no GPUs while the first copy lives, other work does."""
-    holder = subprocess.Popen([sys.executable, "-c", ORPHANED_HOLDER, state_dir, str(tmp_path / "child.log")],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", ORPHANED_HOLDER, state_dir, str(tmp_path / "child.log")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     child_pid = int(holder.stdout.readline())
     holder.kill()
     holder.wait(timeout=10)
@@ -221,8 +239,9 @@ def test_host_ram_reservations_say_why_and_refuse_the_impossible(state_dir):
     again = LeaseManager(SimulatedInventory("2x24GiB"), state_dir, host_memory="32GiB")  # another process's view
     assert again.leases()[0].host_memory == 24 * GiB  # stored in the lease file, read back checked
     lease, reason = again.try_acquire(GPURequest(gpu_memory="2GiB", host_memory="10GiB"), "b")
-    assert lease is None and reason == ("host RAM: 24.0GiB of the 32.0GiB budget is reserved by 1 lease(s); "
-                                        "the request wants 10.0GiB")
+    assert lease is None and reason == (
+        "host RAM: 24.0GiB of the 32.0GiB budget is reserved by 1 lease(s); the request wants 10.0GiB"
+    )
     assert again.why_not(GPURequest(gpu_memory="2GiB", host_memory="10GiB"), "b") == reason
     small, _ = again.try_acquire(GPURequest(gpu_memory="2GiB", host_memory="8GiB"), "c")
     assert small is not None  # 24 + 8 fits exactly

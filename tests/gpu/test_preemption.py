@@ -31,8 +31,11 @@ def make_manager(state_dir, usage_file=None, **local):
 
 
 def trainer_work(tmp_path, name, steps):
-    return Work(argv=[sys.executable, str(TRAINER), str(steps)], cwd=str(tmp_path / name),
-                checkpoint_dir=str(tmp_path / name / "ckpt"))
+    return Work(
+        argv=[sys.executable, str(TRAINER), str(steps)],
+        cwd=str(tmp_path / name),
+        checkpoint_dir=str(tmp_path / name / "ckpt"),
+    )
 
 
 class Background:
@@ -74,7 +77,9 @@ def idle_runner(manager):
 
 def test_normal_work_preempts_idle_within_grace_and_idle_resumes_from_checkpoint(tmp_path, state_dir):
     manager = make_manager(state_dir)
-    idle = Background(idle_runner(manager), GPURequest(gpus=4), trainer_work(tmp_path, "idle", 40), str(tmp_path / "idle.log"))
+    idle = Background(
+        idle_runner(manager), GPURequest(gpus=4), trainer_work(tmp_path, "idle", 40), str(tmp_path / "idle.log")
+    )
     wait_for_lease(manager, "idle")
     time.sleep(1.0)  # ~10 steps done, a checkpoint at step 10
     asked = time.monotonic()
@@ -133,8 +138,11 @@ def test_a_preempted_python_call_that_raised_on_sigterm_is_judged_by_its_relaunc
 
 def test_work_without_checkpoints_loses_the_whole_attempt(tmp_path, state_dir):
     manager = make_manager(state_dir)
-    work = Work(argv=[sys.executable, "-c", "import time; time.sleep(60)"], cwd=str(tmp_path / "w"),
-                checkpoint_dir=str(tmp_path / "w" / "ckpt"))
+    work = Work(
+        argv=[sys.executable, "-c", "import time; time.sleep(60)"],
+        cwd=str(tmp_path / "w"),
+        checkpoint_dir=str(tmp_path / "w" / "ckpt"),
+    )
     idle = Background(idle_runner(manager), GPURequest(gpus=2), work, str(tmp_path / "idle.log"))
     wait_for_lease(manager, "idle")
     time.sleep(0.5)
@@ -147,12 +155,16 @@ def test_work_without_checkpoints_loses_the_whole_attempt(tmp_path, state_dir):
     manager.release(lease)
     record = [r for r in GPUTimeLedger(state_dir).records() if r["job_class"] == "idle"][0]
     assert record["preempted"] == "preempted for urgent"
-    assert record["lost_gpu_seconds"] == pytest.approx(record["gpu_seconds"], abs=2 * 0.3)  # SIGTERM kills sleep at once
+    assert record["lost_gpu_seconds"] == pytest.approx(
+        record["gpu_seconds"], abs=2 * 0.3
+    )  # SIGTERM kills sleep at once
 
 
 def test_minimum_runtime_delays_preemption(tmp_path, state_dir):
     manager = make_manager(state_dir, min_runtime=2.0)
-    idle = Background(idle_runner(manager), GPURequest(gpus=4), trainer_work(tmp_path, "idle", 30), str(tmp_path / "i.log"))
+    idle = Background(
+        idle_runner(manager), GPURequest(gpus=4), trainer_work(tmp_path, "idle", 30), str(tmp_path / "i.log")
+    )
     held = wait_for_lease(manager, "idle")[0]
     lease, why = manager.try_acquire(GPURequest(gpus=1), "main")
     assert lease is None and "become preemptible after their minimum runtime" in why and held.lease_id in why
@@ -164,7 +176,9 @@ def test_minimum_runtime_delays_preemption(tmp_path, state_dir):
 
 def test_after_max_preemptions_idle_work_finishes(tmp_path, state_dir):
     manager = make_manager(state_dir, max_preemptions=1)
-    idle = Background(idle_runner(manager), GPURequest(gpus=4), trainer_work(tmp_path, "idle", 30), str(tmp_path / "i.log"))
+    idle = Background(
+        idle_runner(manager), GPURequest(gpus=4), trainer_work(tmp_path, "idle", 30), str(tmp_path / "i.log")
+    )
     wait_for_lease(manager, "idle")
     lease = manager.acquire(GPURequest(gpus=4), "first", poll_interval=0.1, timeout=30)
     manager.release(lease)
@@ -201,8 +215,10 @@ def write_usage(path, usage):
 
 def test_foreign_process_keeps_idle_work_off_its_gpu(tmp_path, state_dir):
     usage = tmp_path / "usage.json"
-    write_usage(usage, {"0": {"memory_used": "8GiB", "processes": [{"pid": 999999, "used_memory": "8GiB"}]},
-                        "2": {"utilization": 90}})
+    write_usage(
+        usage,
+        {"0": {"memory_used": "8GiB", "processes": [{"pid": 999999, "used_memory": "8GiB"}]}, "2": {"utilization": 90}},
+    )
     manager = make_manager(state_dir, usage_file=str(usage))
     leases = [manager.try_acquire(GPURequest(gpus=1), f"idle-{i}", job_class="idle")[0] for i in range(3)]
     assert sorted(x.gpus[0] for x in leases if x) == [1, 3]  # 0 has a colleague's process, 2 is busy
@@ -230,8 +246,12 @@ def test_idle_work_yields_when_a_foreign_process_appears(tmp_path, state_dir):
     usage = tmp_path / "usage.json"
     write_usage(usage, {})
     manager = make_manager(state_dir, usage_file=str(usage), max_preemptions=1)
-    idle = Background(idle_runner(manager), GPURequest(gpus=1, devices=[1]), trainer_work(tmp_path, "idle", 25),
-                      str(tmp_path / "i.log"))
+    idle = Background(
+        idle_runner(manager),
+        GPURequest(gpus=1, devices=[1]),
+        trainer_work(tmp_path, "idle", 25),
+        str(tmp_path / "i.log"),
+    )
     wait_for_lease(manager, "idle")
     time.sleep(0.3)
     write_usage(usage, {"1": {"memory_used": "4GiB", "processes": [{"pid": 999999, "used_memory": "4GiB"}]}})
@@ -246,8 +266,12 @@ def test_idle_work_yields_when_a_foreign_process_appears(tmp_path, state_dir):
 
 def test_choose_victims_takes_the_fewest_lowest_priority_youngest():
     gpus = SimulatedInventory("4x24GiB").gpus()
-    views = {"a": LeaseView({0: gpus[0].memory_total}, True), "b": LeaseView({1: gpus[1].memory_total}, True),
-             "c": LeaseView({2: gpus[2].memory_total}, True), "d": LeaseView({3: 10 * 2**30}, False)}
+    views = {
+        "a": LeaseView({0: gpus[0].memory_total}, True),
+        "b": LeaseView({1: gpus[1].memory_total}, True),
+        "c": LeaseView({2: gpus[2].memory_total}, True),
+        "d": LeaseView({3: 10 * 2**30}, False),
+    }
     cands = [("a", 0, 100.0), ("b", 0, 200.0), ("c", 5, 300.0), ("d", 0, 50.0)]
     assert choose_victims(GPURequest(gpus=1), gpus, views, cands) == ["b"]  # youngest of the lowest priority
     assert sorted(choose_victims(GPURequest(gpus=2), gpus, views, cands)) == ["a", "b"]

@@ -53,8 +53,11 @@ def gone(pid):
 
 
 def start_holder(state_dir, tmp_path, dag="d1", hang=False):
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, state_dir, dag, "hang" if hang else "run",
-                             str(tmp_path / f"{dag}.log")], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, state_dir, dag, "hang" if hang else "run", str(tmp_path / f"{dag}.log")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     return proc
 
 
@@ -88,8 +91,19 @@ def test_list_shows_each_lease_with_its_task_and_filters(manager, state_dir, tmp
         table = gpusched("queue", "list", "--no-slurm", "--simulate", "4x24GiB", "--state-dir", state_dir)
         assert "d1.train[2]" in table.stdout and "lr: lr=0.1" in table.stdout and "manual__1" in table.stdout
         assert "Slurm not looked at (--no-slurm)" in table.stdout
-        watched = gpusched("queue", "list", "--no-slurm", "--simulate", "4x24GiB", "--state-dir", state_dir,
-                           "--watch", "0.1", "--count", "3")
+        watched = gpusched(
+            "queue",
+            "list",
+            "--no-slurm",
+            "--simulate",
+            "4x24GiB",
+            "--state-dir",
+            state_dir,
+            "--watch",
+            "0.1",
+            "--count",
+            "3",
+        )
         assert watched.stdout.count("2 of 2 running") == 3
     finally:
         for p in (one, two):
@@ -102,12 +116,36 @@ def test_stop_by_dag_stops_the_child_through_its_holder_and_says_who(manager, st
     try:
         entries = wait_running(state_dir, 2)
         child = next(e["pid"] for e in entries if e["tag"]["dag_id"] == "stopme")
-        dry = gpusched("queue", "stop", "--dag", "stopme", "--dry-run", "--no-slurm", "--simulate", "4x24GiB",
-                       "--state-dir", state_dir)
+        dry = gpusched(
+            "queue",
+            "stop",
+            "--dag",
+            "stopme",
+            "--dry-run",
+            "--no-slurm",
+            "--simulate",
+            "4x24GiB",
+            "--state-dir",
+            state_dir,
+        )
         assert dry.returncode == 0 and "would stop 1" in dry.stdout and _started_at(child)
         started = time.monotonic()
-        out = gpusched("queue", "stop", "--dag", "stopme", "--reason", "node reboot; sorry 'all'", "--hold", "0",
-                       "--no-slurm", "--simulate", "4x24GiB", "--state-dir", state_dir, "--json")
+        out = gpusched(
+            "queue",
+            "stop",
+            "--dag",
+            "stopme",
+            "--reason",
+            "node reboot; sorry 'all'",
+            "--hold",
+            "0",
+            "--no-slurm",
+            "--simulate",
+            "4x24GiB",
+            "--state-dir",
+            state_dir,
+            "--json",
+        )
         took = time.monotonic() - started
         assert out.returncode == 0, out.stderr
         result = json.loads(out.stdout)
@@ -115,7 +153,9 @@ def test_stop_by_dag_stops_the_child_through_its_holder_and_says_who(manager, st
         assert result["stop_order"] is None  # --hold 0
         attempt = json.loads(stop.communicate(timeout=30)[0].split("ATTEMPT ", 1)[1])
         assert attempt["stopped"] and attempt["exit_code"] != 0 and attempt["preempted"] is None
-        assert "stopped by `gpusched queue stop`" in attempt["halted"] and "node reboot; sorry 'all'" in attempt["halted"]
+        assert (
+            "stopped by `gpusched queue stop`" in attempt["halted"] and "node reboot; sorry 'all'" in attempt["halted"]
+        )
         assert gone(child), "the child still runs"
         assert took < 10, f"stopping took {took:.1f}s"
         assert [e["tag"]["dag_id"] for e in listed(state_dir)["entries"]] == ["keep"]  # the other work runs on
@@ -130,8 +170,19 @@ def test_a_holder_that_does_not_act_has_its_child_killed(manager, state_dir, tmp
     try:
         assert hung.stdout.readline().strip() == "READY"
         [entry] = listed(state_dir)["entries"]
-        out = gpusched("queue", "stop", entry["id"], "--wait", "0.5", "--no-slurm", "--simulate", "4x24GiB",
-                       "--state-dir", state_dir, "--json")
+        out = gpusched(
+            "queue",
+            "stop",
+            entry["id"],
+            "--wait",
+            "0.5",
+            "--no-slurm",
+            "--simulate",
+            "4x24GiB",
+            "--state-dir",
+            state_dir,
+            "--json",
+        )
         [stopped] = json.loads(out.stdout)["stopped"]
         assert stopped["action"] == "forced" and "did not stop it" in stopped["detail"], stopped
         assert gone(entry["pid"])
@@ -160,15 +211,25 @@ def test_a_lease_taken_outside_airflow_is_listed_without_a_task(manager, state_d
 
 
 def test_health_checks_the_lease_directory(state_dir, tmp_path):
-    out = gpusched("queue", "health", "--no-slurm", "--no-airflow", "--simulate", "2x16GiB", "--state-dir",
-                   str(tmp_path))
+    out = gpusched(
+        "queue", "health", "--no-slurm", "--no-airflow", "--simulate", "2x16GiB", "--state-dir", str(tmp_path)
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "[warn] GPU inventory: SIMULATED: 2 GPU(s)" in out.stdout and "[  ok] lease directory" in out.stdout
     assert "[skip] slurm reachable: Slurm not looked at (--no-slurm)" in out.stdout
     os.chmod(tmp_path, 0o777)
     try:
-        out = gpusched("queue", "health", "--no-slurm", "--no-airflow", "--simulate", "2x16GiB", "--state-dir",
-                       str(tmp_path), "--json")
+        out = gpusched(
+            "queue",
+            "health",
+            "--no-slurm",
+            "--no-airflow",
+            "--simulate",
+            "2x16GiB",
+            "--state-dir",
+            str(tmp_path),
+            "--json",
+        )
         assert out.returncode == 1
         [bad] = [c for c in json.loads(out.stdout)["checks"] if c["status"] == "FAIL"]
         assert bad["name"] == "lease directory" and "writable by every user" in bad["detail"]
@@ -180,14 +241,26 @@ def test_health_checks_the_lease_directory(state_dir, tmp_path):
 
 def test_health_names_stale_leases_of_dead_holders(state_dir, tmp_path):
     """A holder that died without releasing leaves its lease file; health warns about it (and changes nothing)."""
-    died = subprocess.run([sys.executable, "-c", HOLDER.split("request = GPURequest")[0].replace(
-        "if hang:", "import os; os._exit(0)\nif hang:"), state_dir, "dead", "run", str(tmp_path / "x.log")])
+    died = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            HOLDER.split("request = GPURequest")[0].replace("if hang:", "import os; os._exit(0)\nif hang:"),
+            state_dir,
+            "dead",
+            "run",
+            str(tmp_path / "x.log"),
+        ]
+    )
     assert died.returncode == 0
-    out = gpusched("queue", "health", "--no-slurm", "--no-airflow", "--simulate", "4x24GiB", "--state-dir",
-                   state_dir, "--json")
+    out = gpusched(
+        "queue", "health", "--no-slurm", "--no-airflow", "--simulate", "4x24GiB", "--state-dir", state_dir, "--json"
+    )
     checks = {c["name"]: c for c in json.loads(out.stdout)["checks"]}
-    assert checks["stale leases"]["status"] == "warn" and "1 lease file(s) of dead processes" in \
-        checks["stale leases"]["detail"], checks
+    assert (
+        checks["stale leases"]["status"] == "warn"
+        and "1 lease file(s) of dead processes" in checks["stale leases"]["detail"]
+    ), checks
     assert checks["orphaned GPU processes"]["status"] == "ok"
     assert out.returncode == 0  # a warning, not a failure
     assert any(name.endswith(".json") and len(name) == 21 for name in os.listdir(state_dir))  # left as it was
@@ -205,9 +278,13 @@ def test_a_stop_of_one_batched_group_records_every_trial_in_flight_as_stopped(ma
     from airflow_provider_gpusched.core.sweep.batch import run_local_batch
     from airflow_provider_gpusched.core.sweep.session import SweepSession
 
-    spec = SweepSpec(name="halt", test_config=[{"x": [1, 2]}], objective=Objective("y"),
-                     command=[sys.executable, "-c", "import time; time.sleep(60)", "{x}"],
-                     results_root=str(tmp_path / "results"))
+    spec = SweepSpec(
+        name="halt",
+        test_config=[{"x": [1, 2]}],
+        objective=Objective("y"),
+        command=[sys.executable, "-c", "import time; time.sleep(60)", "{x}"],
+        results_root=str(tmp_path / "results"),
+    )
     session = SweepSession(spec)
     manifest = session.prepare()
     tag = WorkTag(dag_id="d", run_id="r", task_id="halt.run_batch", sweep="halt", job_class="normal")
@@ -215,8 +292,15 @@ def test_a_stop_of_one_batched_group_records_every_trial_in_flight_as_stopped(ma
 
     def run():
         try:
-            run_local_batch(manifest, manifest.pending, manager, GPURequest(gpu_memory="4GiB"), parallel=2,
-                            trials_per_process=1, work=tag)
+            run_local_batch(
+                manifest,
+                manifest.pending,
+                manager,
+                GPURequest(gpu_memory="4GiB"),
+                parallel=2,
+                trials_per_process=1,
+                work=tag,
+            )
         except WorkHalted as exc:
             raised.append(exc)
 
@@ -238,5 +322,7 @@ def test_a_stop_of_one_batched_group_records_every_trial_in_flight_as_stopped(ma
     for trial in manifest.pending:
         status = session.store.status(trial)
         assert status["state"] == "stopped", status  # started and stopped: not a failure
-        assert "stopped by `gpusched queue stop`" in status["error"] and "only the first lease" in status["error"], status
+        assert "stopped by `gpusched queue stop`" in status["error"] and "only the first lease" in status["error"], (
+            status
+        )
     assert not manager.leases()

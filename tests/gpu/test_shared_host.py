@@ -26,6 +26,7 @@ def test_default_directory_is_per_user_and_private(monkeypatch, tmp_path):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no fallback directory from an earlier squatting
     import tempfile
+
     monkeypatch.setattr(tempfile, "tempdir", None)
     path = default_state_dir()
     assert path == os.path.join(str(tmp_path), f"gpusched-{os.geteuid()}")
@@ -90,8 +91,9 @@ def test_files_are_private_and_links_in_the_directory_are_never_written_through(
     assert victim.read_text() == "untouched\n"
 
 
-@pytest.mark.parametrize("content", ['{"memory": []}', '{"gpus": [0], "memory": []}', "[1, 2]",
-                                     '{"lease_id": "x"', "", "\x00\x01garbage"])
+@pytest.mark.parametrize(
+    "content", ['{"memory": []}', '{"gpus": [0], "memory": []}', "[1, 2]", '{"lease_id": "x"', "", "\x00\x01garbage"]
+)
 def test_bad_lease_file_of_a_live_holder_counts_as_taken_and_never_crashes(tmp_path, content):
     m = manager_for(tmp_path / "leases")
     lease, _ = m.try_acquire(GPURequest(), "holder")  # holds GPU 0, its lock held by this process
@@ -132,8 +134,11 @@ def test_bad_file_of_a_dead_holder_is_cleaned_up(tmp_path):
 
 def test_bad_waiting_marks_and_yield_requests_do_not_crash(tmp_path):
     m = manager_for(tmp_path / "leases")
-    for name, content in (("waiting-00.json", '{"owner": 5, "until": "soon"}'), ("waiting-01.json", "[]"),
-                          ("activity.json", '{"0": "x"}')):
+    for name, content in (
+        ("waiting-00.json", '{"owner": 5, "until": "soon"}'),
+        ("waiting-01.json", "[]"),
+        ("activity.json", '{"0": "x"}'),
+    ):
         with open(os.path.join(m.state_dir, name), "w") as fh:
             fh.write(content)
     assert m.yields.waiting() == []
@@ -142,9 +147,11 @@ def test_bad_waiting_marks_and_yield_requests_do_not_crash(tmp_path):
         fh.write("not json")
     assert m.yields.request_for(lease.lease_id) is None
     with open(os.path.join(m.state_dir, "accounting.jsonl"), "w") as fh:
-        fh.write('{"job_class": "normal", "gpu_seconds": "lots"}\nnot json\n[]\n'
-                 '{"job_class": "idle", "gpu_seconds": 2.5}\n')
+        fh.write(
+            '{"job_class": "normal", "gpu_seconds": "lots"}\nnot json\n[]\n{"job_class": "idle", "gpu_seconds": 2.5}\n'
+        )
     from airflow_provider_gpusched.core.gpu.accounting import accounting_totals
+
     assert accounting_totals(m.ledger.records())["idle"]["gpu_seconds"] == 2.5
     m.release(lease)
 
@@ -171,12 +178,14 @@ def test_a_squatted_default_lease_directory_leads_to_a_private_fallback(tmp_path
         os.chown(usual, NOBODY, NOBODY)
     env = {k: v for k, v in os.environ.items() if k not in ("GPUSCHED_STATE_DIR", "AIRFLOW__GPUSCHED__GPU_STATE_DIR")}
     env.update(TMPDIR=str(tmp), HOME=str(home))
-    code = ("from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory\n"
-            "from airflow_provider_gpusched.core.gpu.leases import LeaseManager\n"
-            "from airflow_provider_gpusched.core.gpu.placement import GPURequest\n"
-            "m = LeaseManager(SimulatedInventory('1x8GiB'))\n"
-            "lease, why = m.try_acquire(GPURequest(gpus=1), 'me')\n"
-            "print(m.state_dir, lease is not None)\n")
+    code = (
+        "from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory\n"
+        "from airflow_provider_gpusched.core.gpu.leases import LeaseManager\n"
+        "from airflow_provider_gpusched.core.gpu.placement import GPURequest\n"
+        "m = LeaseManager(SimulatedInventory('1x8GiB'))\n"
+        "lease, why = m.try_acquire(GPURequest(gpus=1), 'me')\n"
+        "print(m.state_dir, lease is not None)\n"
+    )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert run.returncode == 0, run.stderr
     fallback = home / ".cache" / "gpusched" / "leases"

@@ -35,15 +35,26 @@ GIB = 1 << 30
 
 
 def _gpu(index, procs=(), util=50):
-    return GPUInfo(index, f"GPU-{index}", "Test GPU", 24 * GIB, 8 * GIB, util,
-                   [GPUProcess(pid, mem) for pid, mem in procs], temperature=61, power_watts=180.5)
+    return GPUInfo(
+        index,
+        f"GPU-{index}",
+        "Test GPU",
+        24 * GIB,
+        8 * GIB,
+        util,
+        [GPUProcess(pid, mem) for pid, mem in procs],
+        temperature=61,
+        power_watts=180.5,
+    )
 
 
 def test_a_sample_attributes_each_process_to_its_lease_and_marks_the_others():
     gpus = [_gpu(0, [(101, 6 * GIB), (202, 2 * GIB)]), _gpu(1, [(303, None)])]
     samples = sample_gpus(gpus, {"a" * 16: {101}}, now=1000.0, user_of=lambda pid: f"user{pid}")
     assert [(p.pid, p.lease_id, p.user) for p in samples[0].processes] == [
-        (101, "a" * 16, "user101"), (202, "", "user202")]
+        (101, "a" * 16, "user101"),
+        (202, "", "user202"),
+    ]
     assert samples[1].processes[0].lease_id == "" and samples[1].processes[0].used_memory is None
     assert samples[0].row() == [1000.0, 50, 8 * GIB, 61, 180.5]
     # the leases could not be read: nobody is called "not ours"
@@ -82,8 +93,9 @@ def test_the_ring_keeps_ten_minutes_at_ten_second_resolution():
 
 def test_measured_use_flags_a_lease_over_its_reservation_and_counts_others():
     lease = "b" * 16
-    samples = sample_gpus([_gpu(0, [(11, 6 * GIB), (12, 1 * GIB), (99, 3 * GIB)])], {lease: {11, 12}}, now=500.0,
-                          user_of=lambda pid: "")
+    samples = sample_gpus(
+        [_gpu(0, [(11, 6 * GIB), (12, 1 * GIB), (99, 3 * GIB)])], {lease: {11, 12}}, now=500.0, user_of=lambda pid: ""
+    )
     measured = measured_gpus(_record(samples, source="simulated"), now=505.0)[0]
     assert measured["simulated"] and not measured["stale"] and measured["utilization"] == 50
     assert measured["others"] == 1 and measured["others_memory"] == 3 * GIB
@@ -96,15 +108,18 @@ def test_measured_use_flags_a_lease_over_its_reservation_and_counts_others():
     assert measured_gpus(_record(samples), now=600.0)[0]["stale"]
 
 
-@pytest.mark.parametrize("mutate, key", [
-    (lambda r: r.update(version=9), "version"),
-    (lambda r: r.update(source="nvidia"), "source"),
-    (lambda r: r["gpus"]["0"].update(series=[[1.0, 101, 5, None, None]]), "gpus.0.series[0]"),
-    (lambda r: r["gpus"]["0"].update(series=[[1.0, 5, -1, None, None]]), "gpus.0.series[0]"),
-    (lambda r: r["gpus"]["0"].update(series=[[1.0, 5, 1, None, None]] * 100), "gpus.0.series"),
-    (lambda r: r["gpus"]["0"].update(processes=[{"pid": "1"}]), "gpus.0.processes[0]"),
-    (lambda r: r["gpus"].update({"x": {}}), "gpus.x"),
-])
+@pytest.mark.parametrize(
+    "mutate, key",
+    [
+        (lambda r: r.update(version=9), "version"),
+        (lambda r: r.update(source="nvidia"), "source"),
+        (lambda r: r["gpus"]["0"].update(series=[[1.0, 101, 5, None, None]]), "gpus.0.series[0]"),
+        (lambda r: r["gpus"]["0"].update(series=[[1.0, 5, -1, None, None]]), "gpus.0.series[0]"),
+        (lambda r: r["gpus"]["0"].update(series=[[1.0, 5, 1, None, None]] * 100), "gpus.0.series"),
+        (lambda r: r["gpus"]["0"].update(processes=[{"pid": "1"}]), "gpus.0.processes[0]"),
+        (lambda r: r["gpus"].update({"x": {}}), "gpus.x"),
+    ],
+)
 def test_a_bad_record_is_refused_naming_its_key(mutate, key):
     ring = TelemetryRing("gpu-a", "nvml")
     ring.add(sample_gpus([_gpu(0, [(5, GIB)])], {}, now=10.0, user_of=lambda pid: ""))
@@ -126,8 +141,20 @@ def test_a_host_sample_attributes_a_real_child_of_a_lease(tmp_path):
     try:
         manager.record_child(lease, child.pid)
         gpu = lease.gpus[0]
-        usage.write_text(json.dumps({str(gpu): {"memory_used": "9GiB", "utilization": 87, "processes": [
-            {"pid": child.pid, "used_memory": "6GiB"}, {"pid": colleague, "used_memory": "3GiB"}]}}))
+        usage.write_text(
+            json.dumps(
+                {
+                    str(gpu): {
+                        "memory_used": "9GiB",
+                        "utilization": 87,
+                        "processes": [
+                            {"pid": child.pid, "used_memory": "6GiB"},
+                            {"pid": colleague, "used_memory": "3GiB"},
+                        ],
+                    }
+                }
+            )
+        )
         ring = TelemetryRing("gpu-a", manager.inventory.source)
         sampler = HostSampler(ring, lambda: sample_host(manager), every=0.05).start()
         time.sleep(0.3)

@@ -30,29 +30,59 @@ def test_an_oom_retry_leaves_an_oom_segment_then_a_succeeded_one_on_this_host(ma
     program = tmp_path / "train.py"
     program.write_text(NEEDS_MEMORY)
     log = SegmentLog()
-    runner = GPUWorkRunner(manager, oom_policy=OOMRetryPolicy(retries=2, factor=1.5), host="gpu-a",
-                           on_attempt=lambda a, lease: log.add(segment_of(a, job_class="normal", label="t")))
+    runner = GPUWorkRunner(
+        manager,
+        oom_policy=OOMRetryPolicy(retries=2, factor=1.5),
+        host="gpu-a",
+        on_attempt=lambda a, lease: log.add(segment_of(a, job_class="normal", label="t")),
+    )
     before = time.time()
     runner.run(GPURequest(gpu_memory="4GiB"), Work(argv=[sys.executable, str(program), "5"]), str(tmp_path / "log"))
     segments = read_history_record(log.record(), "test")["segments"]
     assert [s["outcome"] for s in segments] == ["oom", "succeeded"]
     assert all(s["host"] == "gpu-a" and len(s["gpus"]) == 1 for s in segments)
     assert "GPU out of memory with 4.0GiB on 1 GPU" in segments[0]["detail"]
-    assert before <= segments[0]["start"] <= segments[0]["end"] <= segments[1]["start"] <= segments[1]["end"] <= time.time() + 0.001  # stamps kept to the ms
+    assert (
+        before
+        <= segments[0]["start"]
+        <= segments[0]["end"]
+        <= segments[1]["start"]
+        <= segments[1]["end"]
+        <= time.time() + 0.001
+    )  # stamps kept to the ms
     assert [s["attempt"] for s in segments] == [1, 2]
 
 
 def test_a_batched_sweep_tells_each_group_of_trials_with_its_label(manager, tmp_path):
-    spec = SweepSpec(name="tl", search="random", space={"x": uniform(0, 1)}, count=12, seed=0,
-                     python_callable=lambda p: {"y": p["x"]}, objective=Objective("y"), results_root=str(tmp_path))
+    spec = SweepSpec(
+        name="tl",
+        search="random",
+        space={"x": uniform(0, 1)},
+        count=12,
+        seed=0,
+        python_callable=lambda p: {"y": p["x"]},
+        objective=Objective("y"),
+        results_root=str(tmp_path),
+    )
     manifest = SweepSession(spec).prepare()
     seen: list[tuple[str, str]] = []
     ticks = []
-    run_local_batch(manifest, manifest.pending, manager, GPURequest(gpus=1), parallel=2, trials_per_process=4,
-                    on_attempt=lambda a, label: seen.append((label, segment_of(a, job_class="normal")["outcome"])),
-                    on_tick=lambda: ticks.append(1), tick_seconds=0.05)
-    assert sorted(seen) == [("trials 0-3 (4)", "succeeded"), ("trials 4-7 (4)", "succeeded"),
-                            ("trials 8-11 (4)", "succeeded")]
+    run_local_batch(
+        manifest,
+        manifest.pending,
+        manager,
+        GPURequest(gpus=1),
+        parallel=2,
+        trials_per_process=4,
+        on_attempt=lambda a, label: seen.append((label, segment_of(a, job_class="normal")["outcome"])),
+        on_tick=lambda: ticks.append(1),
+        tick_seconds=0.05,
+    )
+    assert sorted(seen) == [
+        ("trials 0-3 (4)", "succeeded"),
+        ("trials 4-7 (4)", "succeeded"),
+        ("trials 8-11 (4)", "succeeded"),
+    ]
     assert ticks  # the caller's thread was woken while the trials ran
 
 
@@ -64,13 +94,16 @@ def outcome_of(**kw):
 def test_how_each_attempt_ended_is_named():
     assert outcome_of()["outcome"] == "succeeded"
     assert outcome_of(exit_code=1)["outcome"] == "failed"
-    assert outcome_of(exit_code=-15, stopped=True, preempted="normal work of dag.t needs the GPU")["outcome"] == "preempted"
+    assert (
+        outcome_of(exit_code=-15, stopped=True, preempted="normal work of dag.t needs the GPU")["outcome"]
+        == "preempted"
+    )
     assert outcome_of(exit_code=1, oom="CUDA out of memory")["outcome"] == "oom"
     assert outcome_of(exit_code=-15, stopped=True, timed_out="reached its time limit")["outcome"] == "timeout"
     assert outcome_of(exit_code=-15, stopped=True, halted="stopped by alice")["outcome"] == "stopped"
     assert outcome_of()["end"] == 102.0
     assert outcome_of(started=None) is None  # a payload from before attempts carried their start
-    assert outcome_of(gpus=[]) is None       # never held a GPU (a load stage that failed)
+    assert outcome_of(gpus=[]) is None  # never held a GPU (a load stage that failed)
 
 
 def test_a_segment_log_keeps_the_newest_and_counts_the_rest():
@@ -85,23 +118,55 @@ def test_a_segment_log_keeps_the_newest_and_counts_the_rest():
     assert MAX_SEGMENTS >= 1000
 
 
-@pytest.mark.parametrize("bad, says", [
-    ({"segments": "x"}, "a list 'segments'"),
-    ({"segments": [], "dropped": -1}, "'dropped': expected a count"),
-    ({"segments": [{"job_class": "", "gpus": [0], "start": 1, "end": 2, "outcome": "succeeded"}]}, "segments[0]: key 'job_class'"),
-    ({"segments": [{"job_class": "idle", "gpus": [], "start": 1, "end": 2, "outcome": "succeeded"}]}, "key 'gpus'"),
-    ({"segments": [{"job_class": "idle", "gpus": [0], "start": "1", "end": 2, "outcome": "succeeded"}]}, "key 'start'"),
-    ({"segments": [{"job_class": "idle", "gpus": [0], "start": 3, "end": 2, "outcome": "succeeded"}]}, "before its start"),
-    ({"segments": [{"job_class": "idle", "gpus": [0], "start": 1, "end": 2, "outcome": "exploded"}]}, "key 'outcome'"),
-    ({"segments": [{"job_class": "idle", "gpus": [0], "start": 1, "end": 2, "outcome": "oom", "map_index": "3"}]}, "'map_index'"),
-    # issue 53, item 3: bounds of one record (a forged 3 MB history drew 1,024 GPUs of made-up hosts)
-    ({"segments": [{"job_class": "idle", "gpus": list(range(1024)), "start": 1, "end": 2, "outcome": "oom"}]},
-     "at most 64 GPU indices"),
-    ({"segments": [{"job_class": "idle", "gpus": [0], "start": 1, "end": 2, "outcome": "oom", "label": "x" * 201}]},
-     "key 'label': expected a string of at most 200 characters"),
-    ({"segments": [{"job_class": "idle", "gpus": [0], "start": 1, "end": 2, "outcome": "oom"}] * 2001},
-     "expected at most 2000"),
-])
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        ({"segments": "x"}, "a list 'segments'"),
+        ({"segments": [], "dropped": -1}, "'dropped': expected a count"),
+        (
+            {"segments": [{"job_class": "", "gpus": [0], "start": 1, "end": 2, "outcome": "succeeded"}]},
+            "segments[0]: key 'job_class'",
+        ),
+        ({"segments": [{"job_class": "idle", "gpus": [], "start": 1, "end": 2, "outcome": "succeeded"}]}, "key 'gpus'"),
+        (
+            {"segments": [{"job_class": "idle", "gpus": [0], "start": "1", "end": 2, "outcome": "succeeded"}]},
+            "key 'start'",
+        ),
+        (
+            {"segments": [{"job_class": "idle", "gpus": [0], "start": 3, "end": 2, "outcome": "succeeded"}]},
+            "before its start",
+        ),
+        (
+            {"segments": [{"job_class": "idle", "gpus": [0], "start": 1, "end": 2, "outcome": "exploded"}]},
+            "key 'outcome'",
+        ),
+        (
+            {
+                "segments": [
+                    {"job_class": "idle", "gpus": [0], "start": 1, "end": 2, "outcome": "oom", "map_index": "3"}
+                ]
+            },
+            "'map_index'",
+        ),
+        # issue 53, item 3: bounds of one record (a forged 3 MB history drew 1,024 GPUs of made-up hosts)
+        (
+            {"segments": [{"job_class": "idle", "gpus": list(range(1024)), "start": 1, "end": 2, "outcome": "oom"}]},
+            "at most 64 GPU indices",
+        ),
+        (
+            {
+                "segments": [
+                    {"job_class": "idle", "gpus": [0], "start": 1, "end": 2, "outcome": "oom", "label": "x" * 201}
+                ]
+            },
+            "key 'label': expected a string of at most 200 characters",
+        ),
+        (
+            {"segments": [{"job_class": "idle", "gpus": [0], "start": 1, "end": 2, "outcome": "oom"}] * 2001},
+            "expected at most 2000",
+        ),
+    ],
+)
 def test_a_bad_history_record_is_refused_naming_the_key(bad, says):
     with pytest.raises(BadRecordError) as err:
         read_history_record(bad, "XCom gpusched_lease_history of d.t[-1] (r)")
@@ -109,13 +174,27 @@ def test_a_bad_history_record_is_refused_naming_the_key(bad, says):
 
 
 def seg(gpu, start, end, outcome="succeeded", job_class="normal", host="h", task="t"):
-    return {"host": host, "gpus": [gpu], "job_class": job_class, "start": start, "end": end, "outcome": outcome,
-            "detail": "", "request": "", "label": "", "dag_id": "d", "run_id": "r", "task_id": task, "map_index": -1}
+    return {
+        "host": host,
+        "gpus": [gpu],
+        "job_class": job_class,
+        "start": start,
+        "end": end,
+        "outcome": outcome,
+        "detail": "",
+        "request": "",
+        "label": "",
+        "dag_id": "d",
+        "run_id": "r",
+        "task_id": task,
+        "map_index": -1,
+    }
 
 
 def test_the_timeline_clips_to_the_window_and_lists_idle_gpus():
-    t = build_timeline([seg(0, 50, 150), seg(0, 900, 1200), seg(1, 10, 20)], since=100, until=1000,
-                       known_gpus={"h": [0, 1, 2]})
+    t = build_timeline(
+        [seg(0, 50, 150), seg(0, 900, 1200), seg(1, 10, 20)], since=100, until=1000, known_gpus={"h": [0, 1, 2]}
+    )
     rows = {(r["host"], r["gpu"]): r for r in t["rows"]}
     assert sorted(rows) == [("h", 0), ("h", 1), ("h", 2)]  # GPU 1's only lease ended before the window
     bars = rows[("h", 0)]["bars"]
@@ -146,8 +225,9 @@ def test_short_bars_merge_but_preemptions_and_ooms_stay_marks():
 
 
 def test_leases_sharing_a_gpu_at_once_get_lanes():
-    t = build_timeline([seg(0, 0, 100, task="a"), seg(0, 50, 150, task="b"), seg(0, 120, 200, task="c")],
-                       since=0, until=200)
+    t = build_timeline(
+        [seg(0, 0, 100, task="a"), seg(0, 50, 150, task="b"), seg(0, 120, 200, task="c")], since=0, until=200
+    )
     row = t["rows"][0]
     assert row["lanes"] == 2
     assert [(b["task_id"], b["lane"]) for b in row["bars"]] == [("a", 0), ("b", 1), ("c", 0)]
@@ -160,7 +240,9 @@ def test_a_timeline_answer_is_bounded_and_says_what_it_cut():
 
     rows = [seg(g % 64, 10, 20, host=f"h{g // 64:03d}") for g in range(MAX_ROWS + 100)]
     timeline = build_timeline(rows, since=0, until=100)
-    assert len(timeline["rows"]) == MAX_ROWS and timeline["cut"] == [f"100 GPU row(s) past the first {MAX_ROWS} are not drawn"]
+    assert len(timeline["rows"]) == MAX_ROWS and timeline["cut"] == [
+        f"100 GPU row(s) past the first {MAX_ROWS} are not drawn"
+    ]
     crowded = [seg(0, i * 0.001, i * 0.001 + 0.0005, outcome="oom", host=f"h{i % 40}") for i in range(MAX_BARS + 2000)]
     timeline = build_timeline(crowded, since=0, until=100)
     assert timeline["bars"] <= MAX_BARS + 1000 and any("bars at most" in c for c in timeline["cut"]), timeline["cut"]

@@ -49,6 +49,7 @@ def _run_in_thread(runner, request, work, log):
             box["result"] = runner.run(request, work, log)
         except Exception as exc:  # noqa: BLE001 - the test looks at it
             box["error"] = exc
+
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread, box
@@ -57,8 +58,10 @@ def _run_in_thread(runner, request, work, log):
 def test_the_load_stage_sees_no_gpu_and_the_train_stage_gets_the_placed_one(manager, program, tmp_path):
     lines = []
     result = GPUWorkRunner(manager, on_line=lines.append).run(
-        GPURequest(gpu_memory="6GiB", host_memory="1GiB", load_stage=True), Work(argv=[sys.executable, program]),
-        str(tmp_path / "log"))
+        GPURequest(gpu_memory="6GiB", host_memory="1GiB", load_stage=True),
+        Work(argv=[sys.executable, program]),
+        str(tmp_path / "log"),
+    )
     work_lines = [line for line in lines if not line.startswith("[gpusched]")]
     assert work_lines[0] == "load: CUDA_VISIBLE_DEVICES=''"
     index = result.gpus[0]["index"]
@@ -85,19 +88,30 @@ def test_the_load_stage_waits_for_host_ram_while_gpus_are_free(state_dir):
 
 
 def test_the_train_stage_waits_for_gpu_memory_holding_its_ram_and_max_waiting_bounds_the_loaded(
-        state_dir, program, tmp_path):
+    state_dir, program, tmp_path
+):
     manager = LeaseManager(SimulatedInventory("1x24GiB"), state_dir, host_memory="10GiB")
     gpu_holder, _ = manager.try_acquire(GPURequest(gpu_memory="20GiB"), "someone training")
     lines = []
     request = GPURequest(gpu_memory="8GiB", host_memory="3GiB", load_stage=True, max_waiting=1)
-    thread, box = _run_in_thread(GPUWorkRunner(manager, on_line=lines.append), request,
-                                 Work(argv=[sys.executable, program]), str(tmp_path / "log"))
-    wait_until(lambda: any(lease.stage == "wait" for lease in manager.leases()), timeout=30,
-               what="the task to load and wait for GPU memory")
+    thread, box = _run_in_thread(
+        GPUWorkRunner(manager, on_line=lines.append),
+        request,
+        Work(argv=[sys.executable, program]),
+        str(tmp_path / "log"),
+    )
+    wait_until(
+        lambda: any(lease.stage == "wait" for lease in manager.leases()),
+        timeout=30,
+        what="the task to load and wait for GPU memory",
+    )
     waiting = next(lease for lease in manager.leases() if lease.stage == "wait")
     assert waiting.gpus == [] and waiting.host_memory == 3 * 2**30  # its RAM stays reserved while it waits
-    wait_until(lambda: any(line.startswith("[gpusched] waiting for GPUs:") for line in lines), timeout=10,
-               what="the wait reason in the log")
+    wait_until(
+        lambda: any(line.startswith("[gpusched] waiting for GPUs:") for line in lines),
+        timeout=10,
+        what="the wait reason in the log",
+    )
     assert not any(line.startswith("train:") for line in lines)
 
     # max_waiting=1: a second load-stage task does not start loading while one is loaded and waiting
@@ -121,8 +135,11 @@ def test_the_time_limit_counts_the_wait_for_gpus(state_dir, program, tmp_path):
     manager = LeaseManager(SimulatedInventory("1x24GiB"), state_dir)
     holder, _ = manager.try_acquire(GPURequest(gpus=1), "holder")
     with pytest.raises(GPUWorkFailed, match="reached its time limit") as failed:
-        GPUWorkRunner(manager, grace=1).run(GPURequest(gpus=1, load_stage=True),
-                                            Work(argv=[sys.executable, program], time_limit=2), str(tmp_path / "log"))
+        GPUWorkRunner(manager, grace=1).run(
+            GPURequest(gpus=1, load_stage=True),
+            Work(argv=[sys.executable, program], time_limit=2),
+            str(tmp_path / "log"),
+        )
     assert failed.value.timed_out and failed.value.attempts[0].gpus == []
     assert failed.value.attempts[0].gpu_seconds == 0
     manager.release(holder)
@@ -130,9 +147,11 @@ def test_the_time_limit_counts_the_wait_for_gpus(state_dir, program, tmp_path):
 
 
 def test_work_that_never_asks_for_gpus_holds_none(manager, tmp_path):
-    result = GPUWorkRunner(manager).run(GPURequest(gpus=1, host_memory="1GiB", load_stage=True),
-                                        Work(argv=[sys.executable, "-c", "print('only loading')"]),
-                                        str(tmp_path / "log"))
+    result = GPUWorkRunner(manager).run(
+        GPURequest(gpus=1, host_memory="1GiB", load_stage=True),
+        Work(argv=[sys.executable, "-c", "print('only loading')"]),
+        str(tmp_path / "log"),
+    )
     assert result.attempts[0].gpus == [] and result.attempts[0].gpu_seconds == 0
     assert result.attempts[0].gpu_wait_seconds is None
 
@@ -143,7 +162,8 @@ def test_a_shell_command_with_setup_lines_speaks_the_same_channel(manager, progr
     GPUWorkRunner(manager, on_line=lines.append).run(
         GPURequest(gpus=1, load_stage=True),
         Work(shell_command=f'echo "$STAGED"; "{sys.executable}" "{program}"', setup=[f"source {tmp_path}/env.sh"]),
-        str(tmp_path / "log"))
+        str(tmp_path / "log"),
+    )
     work_lines = [line for line in lines if not line.startswith("[gpusched]")]
     assert work_lines[0] == "yes" and work_lines[2].startswith("train: [")
 
@@ -167,8 +187,11 @@ def test_cuda_touched_in_the_load_stage_is_a_clear_error(monkeypatch):
     try:
         monkeypatch.setenv(stages.STAGE_ENV, f"{read_fd},{write_fd}")
         monkeypatch.setitem(sys.modules, "torch", FakeTorch)
-        with pytest.raises(stages.StageError, match=r"CUDA was initialised during the load stage, before "
-                                                    r"wait_for_gpus\(\)"):
+        with pytest.raises(
+            stages.StageError,
+            match=r"CUDA was initialised during the load stage, before "
+            r"wait_for_gpus\(\)",
+        ):
             stages.wait_for_gpus()
     finally:
         os.close(read_fd)
@@ -181,7 +204,8 @@ def test_bad_two_stage_settings_are_refused_by_name(manager, tmp_path):
     with pytest.raises(InvalidArgumentError, match="load_stage"):
         GPURequest(load_stage="yes")
     with pytest.raises(InvalidArgumentError, match="load_stage"):
-        GPUWorkRunner(manager).run(GPURequest(gpus=2, load_stage=True),
-                                   Work(argv=["true"], distributed="srun"), str(tmp_path / "log"))
+        GPUWorkRunner(manager).run(
+            GPURequest(gpus=2, load_stage=True), Work(argv=["true"], distributed="srun"), str(tmp_path / "log")
+        )
     time.sleep(0)
     assert manager.leases() == []

@@ -47,13 +47,15 @@ def test_a_release_in_this_process_wakes_the_waiter_before_its_poll(manager):
 
 
 def test_a_release_in_another_process_wakes_the_waiter(manager, state_dir):
-    script = (f"import sys; sys.path.insert(0, {str(REPO)!r})\n"
-              "from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory\n"
-              "from airflow_provider_gpusched.core.gpu.leases import LeaseManager\n"
-              "from airflow_provider_gpusched.core.gpu.placement import GPURequest\n"
-              f"m = LeaseManager(SimulatedInventory('4x24GiB'), {state_dir!r})\n"
-              "lease, why = m.try_acquire(GPURequest(gpus=4), 'other process')\n"
-              "print('held', flush=True); sys.stdin.readline(); m.release(lease); print('released', flush=True)\n")
+    script = (
+        f"import sys; sys.path.insert(0, {str(REPO)!r})\n"
+        "from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory\n"
+        "from airflow_provider_gpusched.core.gpu.leases import LeaseManager\n"
+        "from airflow_provider_gpusched.core.gpu.placement import GPURequest\n"
+        f"m = LeaseManager(SimulatedInventory('4x24GiB'), {state_dir!r})\n"
+        "lease, why = m.try_acquire(GPURequest(gpus=4), 'other process')\n"
+        "print('held', flush=True); sys.stdin.readline(); m.release(lease); print('released', flush=True)\n"
+    )
     other = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert other.stdout.readline().strip() == "held"
@@ -99,8 +101,14 @@ def test_identical_waiters_do_not_all_retry_after_one_release(manager):
 
     manager.try_acquire = counting_try
     results = []
-    threads = [threading.Thread(target=lambda i=i: results.append(
-        manager.acquire(GPURequest(gpus=1), f"waiter {i}", poll_interval=30, timeout=60))) for i in range(8)]
+    threads = [
+        threading.Thread(
+            target=lambda i=i: results.append(
+                manager.acquire(GPURequest(gpus=1), f"waiter {i}", poll_interval=30, timeout=60)
+            )
+        )
+        for i in range(8)
+    ]
     for t in threads:
         t.start()
     time.sleep(0.5)
@@ -164,13 +172,21 @@ def test_memory_evidence_counts_the_childs_descendants(tmp_path):
     usage.write_text("{}")
     manager = LeaseManager(SimulatedInventory("1x24GiB", usage_file=str(usage)), str(tmp_path / "leases"))
     lease, _ = manager.try_acquire(GPURequest(gpu_memory="12GiB"), "me")
-    script = (f"import json, subprocess, sys, time\n"
-              f"p = subprocess.Popen(['sleep', '30'])\n"
-              f"json.dump({{'0': {{'processes': [{{'pid': p.pid, 'used_memory': '20GiB'}}]}}}}, open({str(usage)!r}, 'w'))\n"
-              f"time.sleep(1.5); p.kill(); sys.exit(1)\n")
-    outcome = run_attempt(manager, lease, Work(argv=[sys.executable, "-c", script]), number=1,
-                          request=GPURequest(gpu_memory="12GiB"), log_path=str(tmp_path / "log"),
-                          sample_interval=0.1)
+    script = (
+        f"import json, subprocess, sys, time\n"
+        f"p = subprocess.Popen(['sleep', '30'])\n"
+        f"json.dump({{'0': {{'processes': [{{'pid': p.pid, 'used_memory': '20GiB'}}]}}}}, open({str(usage)!r}, 'w'))\n"
+        f"time.sleep(1.5); p.kill(); sys.exit(1)\n"
+    )
+    outcome = run_attempt(
+        manager,
+        lease,
+        Work(argv=[sys.executable, "-c", script]),
+        number=1,
+        request=GPURequest(gpu_memory="12GiB"),
+        log_path=str(tmp_path / "log"),
+        sample_interval=0.1,
+    )
     manager.release(lease)
     assert outcome.attempt.exit_code == 1
     assert outcome.attempt.oom, "20 GiB used of a 12 GiB reservation by the child's own child"

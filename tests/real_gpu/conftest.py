@@ -49,6 +49,11 @@ def manager(nvml_inventory, tmp_path):
 
 
 def nvidia_smi(*fields: str) -> list[list[str]]:
-    out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, check=True, timeout=60).stdout
+    out = subprocess.run(
+        ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
     return [[cell.strip() for cell in line.split(",")] for line in out.strip().splitlines()]

@@ -49,8 +49,9 @@ def test_cuda_visible_devices_makes_pytorch_see_exactly_the_leased_gpus_in_pci_o
     wanted = [gpus[-1].index] if len(gpus) == 1 else [gpus[-1].index, gpus[0].index]  # out of order on purpose
     call_dir = str(tmp_path / "call")
     write_call(call_dir, _visible_devices)
-    result = GPUWorkRunner(manager).run(GPURequest(gpus=len(wanted), devices=wanted), Work(call_dir=call_dir),
-                                        str(tmp_path / "log"))
+    result = GPUWorkRunner(manager).run(
+        GPURequest(gpus=len(wanted), devices=wanted), Work(call_dir=call_dir), str(tmp_path / "log")
+    )
     leased = sorted(result.gpus, key=lambda g: g["index"])
     seen = result.value
     assert [d["uuid"] for d in seen] == [g["uuid"] for g in leased]  # these GPUs, no others, in PCI order
@@ -71,8 +72,12 @@ def _hold_memory(nbytes: int, seconds: float) -> dict:
     time.sleep(seconds)
     from airflow_provider_gpusched.core.sweep.store import where_running  # what a trial's status.json records
 
-    return {"started": started, "ended": time.time(), "allocated": torch.cuda.memory_allocated(),
-            "gpu_share": where_running()["gpu_share"]}
+    return {
+        "started": started,
+        "ended": time.time(),
+        "allocated": torch.cuda.memory_allocated(),
+        "gpu_share": where_running()["gpu_share"],
+    }
 
 
 def test_two_trials_share_one_gpu_in_their_slices_and_a_third_that_does_not_fit_waits(manager, cuda_torch, tmp_path):
@@ -85,7 +90,10 @@ def test_two_trials_share_one_gpu_in_their_slices_and_a_third_that_does_not_fit_
         call_dir = str(tmp_path / name)
         write_call(call_dir, _hold_memory, (hold, seconds))
         results[name] = GPUWorkRunner(manager, owner=name, poll_interval=0.2, sample_interval=0.2).run(
-            GPURequest(gpu_memory=slice_bytes, devices=[gpu.index]), Work(call_dir=call_dir), str(tmp_path / f"{name}.log"))
+            GPURequest(gpu_memory=slice_bytes, devices=[gpu.index]),
+            Work(call_dir=call_dir),
+            str(tmp_path / f"{name}.log"),
+        )
 
     threads = [threading.Thread(target=trial, args=(n, 8.0)) for n in ("a", "b")]
     for t in threads:
@@ -118,8 +126,10 @@ def test_two_trials_share_one_gpu_in_their_slices_and_a_third_that_does_not_fit_
         attempt = results[name].attempts[-1]
         assert attempt.gpu_seconds == pytest.approx(fraction * attempt.seconds, rel=0.01)
         assert results[name].value["gpu_share"] == pytest.approx(fraction, abs=1e-3)
-        print(f"[slices] trial {name}: {attempt.seconds:.2f} s on a {fraction:.2f} slice -> "
-              f"{attempt.gpu_seconds:.2f} GPU-s")
+        print(
+            f"[slices] trial {name}: {attempt.seconds:.2f} s on a {fraction:.2f} slice -> "
+            f"{attempt.gpu_seconds:.2f} GPU-s"
+        )
 
 
 def _allocate(nbytes: int) -> int:
@@ -143,7 +153,8 @@ def test_a_real_cuda_out_of_memory_error_is_retried_with_a_bigger_reservation(ma
     call_dir = str(tmp_path / "call")
     write_call(call_dir, _allocate, (need,))
     result = GPUWorkRunner(manager, oom_policy=OOMRetryPolicy(retries=2, factor=1.5)).run(
-        GPURequest(gpu_memory=reserve, devices=[gpu.index]), Work(call_dir=call_dir), str(tmp_path / "log"))
+        GPURequest(gpu_memory=reserve, devices=[gpu.index]), Work(call_dir=call_dir), str(tmp_path / "log")
+    )
     assert result.value == need
     first, *rest = result.attempts
     assert first.oom and "out of memory" in first.oom.lower()
@@ -158,18 +169,28 @@ def test_the_gpu_board_shows_the_real_gpu_and_what_a_running_task_holds(manager,
     call_dir = str(tmp_path / "call")
     write_call(call_dir, _hold_memory, (512 * MiB, 6.0))
     box: dict = {}
-    thread = threading.Thread(target=lambda: box.update(r=GPUWorkRunner(manager, sample_interval=0.2).run(
-        GPURequest(gpu_memory="2GiB", devices=[gpu.index]), Work(call_dir=call_dir), str(tmp_path / "log"))))
+    thread = threading.Thread(
+        target=lambda: box.update(
+            r=GPUWorkRunner(manager, sample_interval=0.2).run(
+                GPURequest(gpu_memory="2GiB", devices=[gpu.index]), Work(call_dir=call_dir), str(tmp_path / "log")
+            )
+        )
+    )
     thread.start()
     deadline = time.monotonic() + 60
     while not manager.leases() and time.monotonic() < deadline:
         time.sleep(0.1)
     deadline = time.monotonic() + 60  # until the child has PyTorch and CUDA up and its block allocated
-    while manager.leases() and time.monotonic() < deadline and next(
-            g for g in manager.inventory.gpus() if g.index == gpu.index).memory_used < 512 * MiB:
+    while (
+        manager.leases()
+        and time.monotonic() < deadline
+        and next(g for g in manager.inventory.gpus() if g.index == gpu.index).memory_used < 512 * MiB
+    ):
         time.sleep(0.2)
     (lease,) = manager.leases()
-    record = lease_record("this-host", dataclasses.asdict(lease), manager.inventory.gpus(), dag_id="d", run_id="r", task_id="t")
+    record = lease_record(
+        "this-host", dataclasses.asdict(lease), manager.inventory.gpus(), dag_id="d", run_id="r", task_id="t"
+    )
     board = build_board([read_lease_record(record, "record")], waiting=[], now=time.time())
     (host,) = board["hosts"]
     shown = next(g for g in host["gpus"] if g["index"] == gpu.index)
@@ -186,13 +207,26 @@ def test_the_digits_example_trains_on_the_leased_gpu(manager, cuda_torch, tmp_pa
 
     gpu = manager.inventory.gpus()[-1]
     call_dir = str(tmp_path / "call")
-    write_call(call_dir, train_digits, ({"model": "cnn", "block0": {"channels": 32, "kernel": 3},
-                                         "block1": {"channels": 64, "kernel": 3}, "epochs": 8, "lr": 0.003},))
-    result = GPUWorkRunner(manager).run(GPURequest(gpu_memory="2GiB", devices=[gpu.index]), Work(call_dir=call_dir),
-                                        str(tmp_path / "log"))
+    write_call(
+        call_dir,
+        train_digits,
+        (
+            {
+                "model": "cnn",
+                "block0": {"channels": 32, "kernel": 3},
+                "block1": {"channels": 64, "kernel": 3},
+                "epochs": 8,
+                "lr": 0.003,
+            },
+        ),
+    )
+    result = GPUWorkRunner(manager).run(
+        GPURequest(gpu_memory="2GiB", devices=[gpu.index]), Work(call_dir=call_dir), str(tmp_path / "log")
+    )
     value = result.value
     assert value["device"].startswith("cuda:0 (") and gpu.name in value["device"]
     assert f"CUDA_VISIBLE_DEVICES={gpu.index}" in value["device"]
     assert value["accuracy"] > 0.9
-    print(f"digits CNN on {value['device']}: accuracy {value['accuracy']:.3f} in {value['seconds']:.1f}s",
-          file=sys.stderr)
+    print(
+        f"digits CNN on {value['device']}: accuracy {value['accuracy']:.3f} in {value['seconds']:.1f}s", file=sys.stderr
+    )

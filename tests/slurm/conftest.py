@@ -22,7 +22,6 @@ def out(tmp_path):
 
 
 def scontrol(conf, *args):
-    return subprocess.run(["scontrol", *args], env={**os.environ, "SLURM_CONF": conf}, capture_output=True,
-                          text=True, check=False)
-
-
+    return subprocess.run(
+        ["scontrol", *args], env={**os.environ, "SLURM_CONF": conf}, capture_output=True, text=True, check=False
+    )

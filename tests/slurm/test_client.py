@@ -15,9 +15,13 @@ pytestmark = pytest.mark.slurm
 
 def test_success_and_arguments_arrive_verbatim(client, tmp_path):
     args = ["a b", "it's", 'say "hi"', "x;y", "$HOME", "`id`", "*"]
-    job = client.submit(SlurmJobSpec(command=["python3", "-c", "import sys, json; print(json.dumps(sys.argv[1:]))",
-                                              *args], job_name="verbatim; echo pwned",
-                                     output=str(tmp_path / "verbatim-%j.out")))
+    job = client.submit(
+        SlurmJobSpec(
+            command=["python3", "-c", "import sys, json; print(json.dumps(sys.argv[1:]))", *args],
+            job_name="verbatim; echo pwned",
+            output=str(tmp_path / "verbatim-%j.out"),
+        )
+    )
     status = client.wait(job.job_id, poll_interval=0.5, timeout=60)
     assert status.phase is JobPhase.SUCCEEDED and status.exit_code == 0
     assert status.name == "verbatim; echo pwned"
@@ -54,8 +58,13 @@ def test_time_limit(client, out):
 
 
 def test_array_with_per_task_states(client, tmp_path):
-    job = client.submit(SlurmJobSpec(command='sleep 1; exit $(( SLURM_ARRAY_TASK_ID == 2 ? 4 : 0 ))',
-                                     array="0-3%2", output=str(tmp_path / "arr-%A_%a.out")))
+    job = client.submit(
+        SlurmJobSpec(
+            command="sleep 1; exit $(( SLURM_ARRAY_TASK_ID == 2 ? 4 : 0 ))",
+            array="0-3%2",
+            output=str(tmp_path / "arr-%A_%a.out"),
+        )
+    )
     status = client.wait(job.job_id, poll_interval=0.5, timeout=120, array_size=4)
     assert sorted(status.tasks) == [f"{job.job_id}_{i}" for i in range(4)]
     assert status.tasks[f"{job.job_id}_2"].phase is JobPhase.FAILED
@@ -67,8 +76,9 @@ def test_array_with_per_task_states(client, tmp_path):
 
 
 def test_gres_gpus_are_visible_to_the_job(client, tmp_path):
-    job = client.submit(SlurmJobSpec(command='echo "CVD=$CUDA_VISIBLE_DEVICES"', gpus=2,
-                                     output=str(tmp_path / "gres-%j.out")))
+    job = client.submit(
+        SlurmJobSpec(command='echo "CVD=$CUDA_VISIBLE_DEVICES"', gpus=2, output=str(tmp_path / "gres-%j.out"))
+    )
     assert client.wait(job.job_id, poll_interval=0.5, timeout=60).phase is JobPhase.SUCCEEDED
     line = (tmp_path / f"gres-{job.job_id}.out").read_text().strip()
     devices = line.split("=", 1)[1].split(",")
@@ -86,18 +96,30 @@ def test_unknown_partition_gives_a_clear_error(client, out):
 
 def test_idle_job_is_preempted_requeued_and_completes(client, slurm_cluster, tmp_path):
     # the idle job fills every GPU of the cluster (both nodes); a normal job on one node preempts it
-    idle = client.submit(SlurmJobSpec(command="echo start; sleep 4; echo done", partition="idle", nodes=2,
-                                      gpus_per_node=4, requeue=True, output=str(tmp_path / "idle-%j.out")))
+    idle = client.submit(
+        SlurmJobSpec(
+            command="echo start; sleep 4; echo done",
+            partition="idle",
+            nodes=2,
+            gpus_per_node=4,
+            requeue=True,
+            output=str(tmp_path / "idle-%j.out"),
+        )
+    )
     wait_until(lambda: client.status(idle.job_id).phase is JobPhase.RUNNING, what="idle job running")
-    normal = client.submit(SlurmJobSpec(command="sleep 2", partition="batch", gpus=4,
-                                        output=str(tmp_path / "batch-%j.out")))
-    requeued = wait_until(lambda: (s := client.status(idle.job_id)).restarts >= 1 and s, timeout=60,
-                          what="idle job requeued")
+    normal = client.submit(
+        SlurmJobSpec(command="sleep 2", partition="batch", gpus=4, output=str(tmp_path / "batch-%j.out"))
+    )
+    requeued = wait_until(
+        lambda: (s := client.status(idle.job_id)).restarts >= 1 and s, timeout=60, what="idle job requeued"
+    )
     assert not requeued.is_terminal
     assert client.wait(normal.job_id, poll_interval=0.5, timeout=60).phase is JobPhase.SUCCEEDED
     # Slurm holds a requeued job back for ~2 minutes; release it now as an operator would
-    wait_until(lambda: scontrol(slurm_cluster, "update", f"JobId={idle.job_id}", "StartTime=now").returncode == 0,
-               what="release requeued job")
+    wait_until(
+        lambda: scontrol(slurm_cluster, "update", f"JobId={idle.job_id}", "StartTime=now").returncode == 0,
+        what="release requeued job",
+    )
     final = client.wait(idle.job_id, poll_interval=0.5, timeout=120)
     assert final.phase is JobPhase.SUCCEEDED and final.restarts >= 1
     text = (tmp_path / f"idle-{idle.job_id}.out").read_text()
@@ -107,8 +129,11 @@ def test_idle_job_is_preempted_requeued_and_completes(client, slurm_cluster, tmp
 def test_status_survives_slurmctld_restart(client, out):
     jobs = [client.submit(SlurmJobSpec(command="sleep 6", output=out())).job_id for _ in range(3)]
     wait_until(lambda: all(s.phase is JobPhase.RUNNING for s in client.statuses(jobs).values()), what="running")
-    restart = subprocess.Popen(["bash", str(REPO / "scripts" / "slurm-cluster.sh"), "restart-ctld", "3"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    restart = subprocess.Popen(
+        ["bash", str(REPO / "scripts" / "slurm-cluster.sh"), "restart-ctld", "3"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         finals = [client.wait(j, poll_interval=0.5, timeout=120) for j in jobs]
     finally:

@@ -57,8 +57,11 @@ def test_job_script_never_goes_through_a_path_another_user_controls(client, tmp_
     before = set(os.listdir(planted))
     secret = f"sk-{uuid.uuid4().hex}"
     out = tmp_path / "job-%j.out"
-    job = client.submit(SlurmJobSpec(command=["sh", "-c", 'echo "ran ours: ${#API_KEY} chars"'],
-                                     environment={"API_KEY": secret}, output=str(out)))
+    job = client.submit(
+        SlurmJobSpec(
+            command=["sh", "-c", 'echo "ran ours: ${#API_KEY} chars"'], environment={"API_KEY": secret}, output=str(out)
+        )
+    )
     assert set(os.listdir(planted)) == before  # nothing written where another user could swap it
     status = client.wait(job.job_id, poll_interval=0.5, timeout=60)
     assert status.phase is JobPhase.SUCCEEDED
@@ -114,9 +117,13 @@ def test_control_characters_never_reach_slurm(field):
 def test_a_job_name_with_a_newline_from_elsewhere_is_tracked_to_the_end(client, slurm_cluster, tmp_path):
     """A job submitted by another tool with a newline in its name splits its completion record across two
     lines: it must still be seen as completed, never as pending."""
-    proc = subprocess.run(["sbatch", "--parsable", "--job-name=evil\nname", f"--output={tmp_path}/%j.out",
-                           "--wrap", "true"], capture_output=True, text=True,
-                          env={**os.environ, "SLURM_CONF": slurm_cluster}, check=True)
+    proc = subprocess.run(
+        ["sbatch", "--parsable", "--job-name=evil\nname", f"--output={tmp_path}/%j.out", "--wrap", "true"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SLURM_CONF": slurm_cluster},
+        check=True,
+    )
     job_id = proc.stdout.strip().split(";")[0]
     status = client.wait(job_id, poll_interval=0.5, timeout=60)
     assert status.phase is JobPhase.SUCCEEDED
@@ -128,18 +135,24 @@ def test_a_job_name_with_a_newline_from_elsewhere_is_tracked_to_the_end(client, 
 
 
 def test_jobcomp_records_join_continuation_lines_and_drop_stateless_ones():
-    text = ("JobId=7 UserId=a(1) Name=evil\nname JobState=COMPLETED Partition=batch ExitCode=0:0\n"
-            "JobId=8 UserId=a(1) Name=ok JobState=FAILED ExitCode=3:0\n")
+    text = (
+        "JobId=7 UserId=a(1) Name=evil\nname JobState=COMPLETED Partition=batch ExitCode=0:0\n"
+        "JobId=8 UserId=a(1) Name=ok JobState=FAILED ExitCode=3:0\n"
+    )
     records = [parse_jobcomp_line(r) for r in jobcomp_records(text)]
     assert [(r["JobId"], r["JobState"], r["Name"]) for r in records] == [
-        ("7", "COMPLETED", "evil\nname"), ("8", "FAILED", "ok")]
+        ("7", "COMPLETED", "evil\nname"),
+        ("8", "FAILED", "ok"),
+    ]
 
 
 def test_timeout_and_cancelled_never_say_exit_code_0():
     timeout = JobStatus("5", JobPhase.TIMEOUT, state="TIMEOUT", exit_code=0)
     assert timeout.describe() == "job 5 TIMEOUT (reached its time limit)"
     cancelled = JobStatus("6", JobPhase.CANCELLED, state="CANCELLED", exit_code=0, signal=15)
-    assert cancelled.describe() == "job 6 CANCELLED (cancelled (scancel, an administrator, or Slurm); signal 15 (SIGTERM))"
+    assert (
+        cancelled.describe() == "job 6 CANCELLED (cancelled (scancel, an administrator, or Slurm); signal 15 (SIGTERM))"
+    )
     failed = JobStatus("7", JobPhase.FAILED, state="FAILED", exit_code=3)
     assert failed.describe() == "job 7 FAILED (exit code 3)"
 

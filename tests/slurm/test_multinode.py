@@ -49,21 +49,23 @@ dist.destroy_process_group()
 """
 
 
-
-
 def cluster_script(conf: str, *args: str) -> subprocess.CompletedProcess:
     """scripts/slurm-cluster.sh for the cluster of ``conf`` (its root is two levels up)."""
     root = str(Path(conf).resolve().parents[1])
-    return subprocess.run(["bash", str(REPO / "scripts" / "slurm-cluster.sh"), *args], capture_output=True, text=True,
-                          env={**os.environ, "GPUSCHED_SLURM_ROOT": root}, timeout=120)
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / "slurm-cluster.sh"), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GPUSCHED_SLURM_ROOT": root},
+        timeout=120,
+    )
 
 
 def node_states(conf: str) -> dict[str, str]:
-    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], env={**os.environ, "SLURM_CONF": conf},
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%N %T"], env={**os.environ, "SLURM_CONF": conf}, capture_output=True, text=True
+    ).stdout
     return dict(line.split() for line in sorted(set(out.splitlines())) if line.strip())
-
-
 
 
 def job_processes(token: str) -> list[tuple[int, str, str]]:
@@ -83,7 +85,7 @@ def job_processes(token: str) -> list[tuple[int, str, str]]:
             continue
         if needle not in env or stat.rsplit(b")", 1)[1].split()[0] == b"Z":
             continue
-        comm = stat[stat.index(b"(") + 1:stat.rindex(b")")].decode(errors="replace")
+        comm = stat[stat.index(b"(") + 1 : stat.rindex(b")")].decode(errors="replace")
         node = next((e.split(b"=", 1)[1].decode() for e in env if e.startswith(b"SLURMD_NODENAME=")), "")
         found.append((int(name), comm, node))
     return found
@@ -109,14 +111,19 @@ def nodes_back(slurm_cluster):
     for name in cluster_script(slurm_cluster, "nodes").stdout.split():
         if node_states(slurm_cluster).get(name) not in ("idle", "mixed", "allocated"):
             cluster_script(slurm_cluster, "start-node", name)
-    wait_until(lambda: all(s in ("idle", "mixed", "allocated") for s in node_states(slurm_cluster).values()), 90,
-             "every node back")
+    wait_until(
+        lambda: all(s in ("idle", "mixed", "allocated") for s in node_states(slurm_cluster).values()),
+        90,
+        "every node back",
+    )
 
 
 def test_the_test_cluster_has_two_real_nodes_with_their_own_hostnames(client, out, tmp_path):
     states = node_states(os.environ["SLURM_CONF"])
     assert len(states) >= 2 and {"n1", "n2"} <= set(states), states
-    spec = SlurmJobSpec(command="srun hostname; srun cat /etc/hostname", nodes=2, ntasks_per_node=1, output=out("hosts"))
+    spec = SlurmJobSpec(
+        command="srun hostname; srun cat /etc/hostname", nodes=2, ntasks_per_node=1, output=out("hosts")
+    )
     job = client.submit(spec)
     final = client.wait(job.job_id, poll_interval=0.5, timeout=120)
     assert final.state == "COMPLETED" and final.nodes == "n[1-2]", final
@@ -127,8 +134,17 @@ def test_the_test_cluster_has_two_real_nodes_with_their_own_hostnames(client, ou
 def test_job_shape_reaches_slurm(client, out):
     name = f"shape-{uuid.uuid4().hex[:6]}"
     conf = os.environ["SLURM_CONF"]
-    whole = SlurmJobSpec(command=["sleep", "20"], nodes=2, ntasks_per_node=2, gpus_per_node=2, cpus_per_gpu=1,
-                         nodelist="n[1-2]", exclusive=True, job_name=name, output=out("shape"))
+    whole = SlurmJobSpec(
+        command=["sleep", "20"],
+        nodes=2,
+        ntasks_per_node=2,
+        gpus_per_node=2,
+        cpus_per_gpu=1,
+        nodelist="n[1-2]",
+        exclusive=True,
+        job_name=name,
+        output=out("shape"),
+    )
     job = client.submit(whole)
     try:
         wait_until(lambda: client.status(job.job_id).phase.name == "RUNNING", 60, "the job to run")
@@ -153,8 +169,13 @@ def test_srun_start_sets_every_rank_variable_and_passes_arguments_verbatim(clien
     folder = tmp_path / "ranks"
     folder.mkdir()
     args = ["a b", "it's", "x;y", "$HOME", "--"]
-    spec = SlurmJobSpec(command=[sys.executable, str(script), str(folder), *args], nodes=2, gpus_per_node=2,
-                        distributed="srun", output=out("srun"))
+    spec = SlurmJobSpec(
+        command=[sys.executable, str(script), str(folder), *args],
+        nodes=2,
+        gpus_per_node=2,
+        distributed="srun",
+        output=out("srun"),
+    )
     job = client.submit(spec)
     final = client.wait(job.job_id, poll_interval=0.5, timeout=120)
     assert final.state == "COMPLETED", (final, Path(spec.output.replace("%j", job.job_id)).read_text())
@@ -182,9 +203,15 @@ def test_torch_all_reduce_across_two_nodes_with_two_ranks_each(client, out, tmp_
     script.write_text(ALL_REDUCE)
     folder = tmp_path / "ranks"
     folder.mkdir()
-    spec = SlurmJobSpec(command=[sys.executable, str(script), str(folder)], nodes=2, gpus_per_node=2,
-                        distributed=mode, torchrun=[sys.executable, "-m", "torch.distributed.run"], output=out(mode),
-                        environment={"PATH": os.environ["PATH"]})
+    spec = SlurmJobSpec(
+        command=[sys.executable, str(script), str(folder)],
+        nodes=2,
+        gpus_per_node=2,
+        distributed=mode,
+        torchrun=[sys.executable, "-m", "torch.distributed.run"],
+        output=out(mode),
+        environment={"PATH": os.environ["PATH"]},
+    )
     job = client.submit(spec)
     final = client.wait(job.job_id, poll_interval=0.5, timeout=180)
     text = Path(spec.output.replace("%j", job.job_id)).read_text()
@@ -204,8 +231,14 @@ def test_two_jobs_sharing_a_node_rendezvous_on_different_ports(client, out, tmp_
         folder = tmp_path / f"job{k}"
         folder.mkdir()
         folders.append(folder)
-        spec = SlurmJobSpec(command=[sys.executable, str(script), str(folder)], nodes=1, nodelist=["n1"],
-                            gpus_per_node=2, distributed="srun", output=out(f"port{k}"))
+        spec = SlurmJobSpec(
+            command=[sys.executable, str(script), str(folder)],
+            nodes=1,
+            nodelist=["n1"],
+            gpus_per_node=2,
+            distributed="srun",
+            output=out(f"port{k}"),
+        )
         jobs.append(client.submit(spec).job_id)
     finals = [client.wait(j, poll_interval=0.5, timeout=120) for j in jobs]
     assert [f.state for f in finals] == ["COMPLETED", "COMPLETED"]
@@ -223,8 +256,13 @@ def test_free_port_skips_a_port_in_use(tmp_path):
     job_id = 4242
     wanted = PORT_BASE + job_id % PORT_SPAN
     script = slurm_launch_function("srun", 1) + "\ngpusched_free_port\n"
-    free = subprocess.run(["bash", "-c", script], env={**os.environ, "SLURM_JOB_ID": str(job_id)},
-                          capture_output=True, text=True, check=True).stdout.strip()
+    free = subprocess.run(
+        ["bash", "-c", script],
+        env={**os.environ, "SLURM_JOB_ID": str(job_id)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     with socket.socket() as busy:
         busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -232,19 +270,32 @@ def test_free_port_skips_a_port_in_use(tmp_path):
         except OSError:
             pytest.fail(f"port {wanted} is taken on this machine; the test needs it free")
         busy.listen()
-        taken = subprocess.run(["bash", "-c", script], env={**os.environ, "SLURM_JOB_ID": str(job_id)},
-                               capture_output=True, text=True, check=True).stdout.strip()
+        taken = subprocess.run(
+            ["bash", "-c", script],
+            env={**os.environ, "SLURM_JOB_ID": str(job_id)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     assert int(free) == wanted and int(taken) == wanted + 1
 
 
 def test_a_killed_rank_ends_the_job_at_once_not_at_its_time_limit(client, out):
     token = uuid.uuid4().hex
-    spec = SlurmJobSpec(command=["sleep", "300"], nodes=2, gpus_per_node=2, distributed="srun", time_limit=10,
-                        environment={"GPUSCHED_TEST_TOKEN": token}, output=out("killrank"))
+    spec = SlurmJobSpec(
+        command=["sleep", "300"],
+        nodes=2,
+        gpus_per_node=2,
+        distributed="srun",
+        time_limit=10,
+        environment={"GPUSCHED_TEST_TOKEN": token},
+        output=out("killrank"),
+    )
     job = client.submit(spec)
     try:
-        ranks = wait_until(lambda: (lambda p: p if len(p) >= 4 else None)(ranks_running(token)), 60,
-                           "four sleeping ranks")
+        ranks = wait_until(
+            lambda: (lambda p: p if len(p) >= 4 else None)(ranks_running(token)), 60, "four sleeping ranks"
+        )
         victim = ranks[-1][0]
         killed_at = time.monotonic()
         os.kill(victim, signal.SIGKILL)
@@ -260,8 +311,15 @@ def test_a_killed_rank_ends_the_job_at_once_not_at_its_time_limit(client, out):
 def test_a_rank_that_hangs_after_the_others_ended_is_stopped_after_the_grace(client, out):
     token = uuid.uuid4().hex
     command = 'if [ "$RANK" = 1 ]; then sleep 300; fi; echo "rank $RANK done"'
-    spec = SlurmJobSpec(command=command, nodes=2, gpus_per_node=1, distributed="srun", rank_exit_grace=3,
-                        environment={"GPUSCHED_TEST_TOKEN": token}, output=out("hang"))
+    spec = SlurmJobSpec(
+        command=command,
+        nodes=2,
+        gpus_per_node=1,
+        distributed="srun",
+        rank_exit_grace=3,
+        environment={"GPUSCHED_TEST_TOKEN": token},
+        output=out("hang"),
+    )
     started = time.monotonic()
     job = client.submit(spec)
     final = client.wait(job.job_id, poll_interval=0.5, timeout=120)
@@ -274,33 +332,52 @@ def test_a_rank_that_hangs_after_the_others_ended_is_stopped_after_the_grace(cli
 
 def test_cancelling_stops_every_step_on_every_node(client, out):
     token = uuid.uuid4().hex
-    spec = SlurmJobSpec(command="sleep 300 & sleep 300; wait", nodes=2, gpus_per_node=2, distributed="srun",
-                        environment={"GPUSCHED_TEST_TOKEN": token}, output=out("cancel"))
+    spec = SlurmJobSpec(
+        command="sleep 300 & sleep 300; wait",
+        nodes=2,
+        gpus_per_node=2,
+        distributed="srun",
+        environment={"GPUSCHED_TEST_TOKEN": token},
+        output=out("cancel"),
+    )
     job = client.submit(spec)
-    wait_until(lambda: (lambda r: len(r) >= 8 and {node for _, _, node in r} == {"n1", "n2"})(ranks_running(token)),
-               60, "sleeps on both nodes")
+    wait_until(
+        lambda: (lambda r: len(r) >= 8 and {node for _, _, node in r} == {"n1", "n2"})(ranks_running(token)),
+        60,
+        "sleeps on both nodes",
+    )
     client.cancel([job.job_id])
     final = client.wait(job.job_id, poll_interval=0.5, timeout=60)
     assert final.state == "CANCELLED", final
     wait_until(lambda: not processes_with(token), 30, "every step on every node stopped")
 
 
-def test_a_dying_node_fails_a_job_as_slurm_reports_it_and_requeues_a_requeueable_one(client, out, tmp_path,
-                                                                                     nodes_back):
+def test_a_dying_node_fails_a_job_as_slurm_reports_it_and_requeues_a_requeueable_one(client, out, tmp_path, nodes_back):
     conf = os.environ["SLURM_CONF"]
     log = tmp_path / "starts.log"
-    plain = SlurmJobSpec(command=["sleep", "300"], nodes=2, ntasks_per_node=1, distributed="srun", requeue=False,
-                         output=out("nodefail"))
-    again = SlurmJobSpec(command=f'echo "start $(hostname)" >> {log}; sleep 300', nodes=2, ntasks_per_node=1,
-                         distributed="srun", requeue=True, time_limit=10, output=out("requeue"))
+    plain = SlurmJobSpec(
+        command=["sleep", "300"], nodes=2, ntasks_per_node=1, distributed="srun", requeue=False, output=out("nodefail")
+    )
+    again = SlurmJobSpec(
+        command=f'echo "start $(hostname)" >> {log}; sleep 300',
+        nodes=2,
+        ntasks_per_node=1,
+        distributed="srun",
+        requeue=True,
+        time_limit=10,
+        output=out("requeue"),
+    )
     plain_id, again_id = client.submit(plain).job_id, client.submit(again).job_id
     wait_until(lambda: all(client.status(j).phase.name == "RUNNING" for j in (plain_id, again_id)), 60, "both running")
     wait_until(lambda: log.exists() and log.read_text().count("start") == 2, 30, "both ranks of the requeueable job")
     assert cluster_script(conf, "kill-node", "n2").returncode == 0
     final = client.wait(plain_id, poll_interval=1, timeout=120)
     assert final.state == "NODE_FAIL" and not final.phase.is_success, final
-    requeued = wait_until(lambda: (lambda s: s if s.restarts >= 1 else None)(client.status(again_id)), 60,
-                        "the requeueable job back in the queue")
+    requeued = wait_until(
+        lambda: (lambda s: s if s.restarts >= 1 else None)(client.status(again_id)),
+        60,
+        "the requeueable job back in the queue",
+    )
     assert not requeued.is_terminal, requeued
     assert node_states(conf)["n2"].startswith("down"), node_states(conf)
     cluster_script(conf, "start-node", "n2")
@@ -320,22 +397,63 @@ def test_queue_list_shows_a_multi_node_jobs_nodes(client, tmp_path, slurm_cluste
 
     tag = WorkTag(dag_id="ddp", task_id="train", job_class="normal")
     comment = job_comment("m" * 24, 1, task="t" * 16, work="w" * 16, tag=tag)
-    running = client.submit(SlurmJobSpec(command="sleep 60", nodes=2, gpus_per_node=1, comment=comment,
-                                         output=str(tmp_path / "%j.out")))
-    waiting = client.submit(SlurmJobSpec(command="sleep 60", nodes=2, gpus_per_node=4, comment=comment,
-                                         nodelist="n[1-2]", exclusive=True, output=str(tmp_path / "%j.out")))
+    running = client.submit(
+        SlurmJobSpec(command="sleep 60", nodes=2, gpus_per_node=1, comment=comment, output=str(tmp_path / "%j.out"))
+    )
+    waiting = client.submit(
+        SlurmJobSpec(
+            command="sleep 60",
+            nodes=2,
+            gpus_per_node=4,
+            comment=comment,
+            nodelist="n[1-2]",
+            exclusive=True,
+            output=str(tmp_path / "%j.out"),
+        )
+    )
     try:
         wait_until(lambda: client.status(running.job_id).phase.name == "RUNNING", 60, "the first job running")
-        out = subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", "queue", "list", "--no-local",
-                              "--no-fleet", "--dag", "ddp", "--json"], capture_output=True, text=True, timeout=60,
-                             env={**os.environ, "SLURM_CONF": slurm_cluster}, cwd=REPO)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "airflow_provider_gpusched.cli",
+                "queue",
+                "list",
+                "--no-local",
+                "--no-fleet",
+                "--dag",
+                "ddp",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "SLURM_CONF": slurm_cluster},
+            cwd=REPO,
+        )
         assert out.returncode == 0, out.stderr
         entries = {e["id"]: e for e in json.loads(out.stdout)["entries"]}
         assert entries[running.job_id]["where"] == "batch on n[1-2] (2 nodes)", entries
         assert entries[waiting.job_id]["where"] == "batch (2 nodes)", entries  # waits for the first: no nodes yet
-        text = subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", "queue", "list", "--no-local",
-                               "--no-fleet", "--dag", "ddp"], capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "SLURM_CONF": slurm_cluster}, cwd=REPO).stdout
+        text = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "airflow_provider_gpusched.cli",
+                "queue",
+                "list",
+                "--no-local",
+                "--no-fleet",
+                "--dag",
+                "ddp",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "SLURM_CONF": slurm_cluster},
+            cwd=REPO,
+        ).stdout
         assert "n[1-2] (2 nodes)" in text
     finally:
         client.cancel([running.job_id, waiting.job_id])
@@ -367,20 +485,30 @@ def test_a_second_cluster_has_its_own_munged_and_its_down_leaves_the_first_worki
     second = tmp_path / "second-cluster"  # below pytest's 0700 directory: munged (user munge) need not reach it
     env = {**os.environ, "GPUSCHED_SLURM_ROOT": str(second), "GPUSCHED_SLURM_NODES": "1"}
     env.pop("SLURM_CONF", None)
-    up = subprocess.run(["bash", str(REPO / "scripts" / "slurm-cluster.sh"), "up"], env=env, capture_output=True,
-                        text=True, timeout=300)
+    up = subprocess.run(
+        ["bash", str(REPO / "scripts" / "slurm-cluster.sh"), "up"], env=env, capture_output=True, text=True, timeout=300
+    )
     try:
         assert up.returncode == 0, up.stderr[-2000:]
         mine, theirs = (Path(_munge_socket(root)).parent / "munged.pid" for root in (first, second))
         assert mine != theirs and mine.read_text() != theirs.read_text()
         assert f"AuthInfo=socket={_munge_socket(second)}" in (second / "etc" / "slurm.conf").read_text()
-        job = subprocess.run(["sbatch", "--parsable", "--wait", f"--output={tmp_path}/second-%j.out", "--wrap",
-                              "hostname"], env={**env, "SLURM_CONF": str(second / "etc" / "slurm.conf")},
-                             capture_output=True, text=True, timeout=120)
+        job = subprocess.run(
+            ["sbatch", "--parsable", "--wait", f"--output={tmp_path}/second-%j.out", "--wrap", "hostname"],
+            env={**env, "SLURM_CONF": str(second / "etc" / "slurm.conf")},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert job.returncode == 0, job.stderr
     finally:
-        down = subprocess.run(["bash", str(REPO / "scripts" / "slurm-cluster.sh"), "down"], env=env,
-                              capture_output=True, text=True, timeout=300)
+        down = subprocess.run(
+            ["bash", str(REPO / "scripts" / "slurm-cluster.sh"), "down"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert down.returncode == 0, down.stderr[-2000:]
     assert not theirs.exists()
     os.kill(int(mine.read_text()), 0)  # the first cluster's munged still runs

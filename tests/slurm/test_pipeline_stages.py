@@ -30,8 +30,12 @@ def test_each_stage_runs_as_a_step_on_its_node_with_its_neighbours(client, out):
     stages = [{"host": "n2", "layers": [1, 4]}, {"host": "n1", "layers": [5, 8]}]
     plan = stage_plan(stages, base_port=29800)
     odd = "a b;'c\"$HOME"
-    spec = SlurmJobSpec(command=launch_command(plan, [sys.executable, "-c", REPORT, odd], pinned=True),
-                        nodes=2, nodelist=["n1", "n2"], output=out("stages"))
+    spec = SlurmJobSpec(
+        command=launch_command(plan, [sys.executable, "-c", REPORT, odd], pinned=True),
+        nodes=2,
+        nodelist=["n1", "n2"],
+        output=out("stages"),
+    )
     job_id = client.submit(spec).job_id
     final = client.wait(job_id, poll_interval=0.5, timeout=120)
     text = Path(spec.output.replace("%j", job_id)).read_text()
@@ -43,23 +47,35 @@ def test_each_stage_runs_as_a_step_on_its_node_with_its_neighbours(client, out):
 
 def test_one_stage_failing_stops_the_others_and_fails_the_job_naming_it(client, out):
     stages = [{"host": "n1", "layers": [1, 3]}, {"host": "n2", "layers": [4, 6]}]
-    spec = SlurmJobSpec(command=launch_command(stage_plan(stages), [sys.executable, "-c", REPORT], pinned=True),
-                        nodes=2, nodelist=["n1", "n2"], output=out("fail"),
-                        environment={"FAIL_STAGE": "2", "SLEEP": "300"})
+    spec = SlurmJobSpec(
+        command=launch_command(stage_plan(stages), [sys.executable, "-c", REPORT], pinned=True),
+        nodes=2,
+        nodelist=["n1", "n2"],
+        output=out("fail"),
+        environment={"FAIL_STAGE": "2", "SLEEP": "300"},
+    )
     started = time.monotonic()
     job_id = client.submit(spec).job_id
     final = client.wait(job_id, poll_interval=0.5, timeout=200)
     text = Path(spec.output.replace("%j", job_id)).read_text()
     assert final.state == "FAILED" and final.exit_code == 3, (final, text)
     assert time.monotonic() - started < 150, "stage 1 (sleeping 300 s) was not stopped"
-    assert ("gpusched stages: stage 2 of 2 (host n2, layers 4-6) failed with exit status 3; the other stages were "
-            "stopped") in text
+    assert (
+        "gpusched stages: stage 2 of 2 (host n2, layers 4-6) failed with exit status 3; the other stages were stopped"
+    ) in text
 
 
 def test_unpinned_stages_all_run_on_the_jobs_node_addressed_by_its_name(client, out):
-    stages = [{"host": "mb-0", "layers": [1, 2]}, {"host": "rcc-0", "layers": [3, 3]}, {"host": "mb-1", "layers": [4, 9]}]
-    spec = SlurmJobSpec(command=launch_command(stage_plan(stages, base_port=29900), [sys.executable, "-c", REPORT],
-                                               pinned=False), nodes=1, output=out("unpinned"))
+    stages = [
+        {"host": "mb-0", "layers": [1, 2]},
+        {"host": "rcc-0", "layers": [3, 3]},
+        {"host": "mb-1", "layers": [4, 9]},
+    ]
+    spec = SlurmJobSpec(
+        command=launch_command(stage_plan(stages, base_port=29900), [sys.executable, "-c", REPORT], pinned=False),
+        nodes=1,
+        output=out("unpinned"),
+    )
     job_id = client.submit(spec).job_id
     final = client.wait(job_id, poll_interval=0.5, timeout=120)
     text = Path(spec.output.replace("%j", job_id)).read_text()

@@ -24,14 +24,28 @@ def submit(client, tmp_path, tag, run="manual__2026-11-23T10:00:00+00:00"):
     folder = tmp_path / tag.task_id
     folder.mkdir(mode=0o700)
     comment = job_comment("k" * 24, 1, task="t" * 16, work="w" * 16, run=run, tag=tag)
-    job = client.submit(SlurmJobSpec(command="sleep 120", job_name=f"{tag.dag_id}.{tag.task_id}",
-                                     output=str(folder / "%j.out"), comment=comment, partition="batch"))
+    job = client.submit(
+        SlurmJobSpec(
+            command="sleep 120",
+            job_name=f"{tag.dag_id}.{tag.task_id}",
+            output=str(folder / "%j.out"),
+            comment=comment,
+            partition="batch",
+        )
+    )
     return job.job_id, str(folder / "%j.out")
 
 
 def test_provider_jobs_are_listed_with_their_tags_and_stopped_with_a_mark(client, tmp_path):
-    odd = WorkTag(dag_id="hpo", run_id="x", task_id="sweep.trial", map_index=7, try_number=1,
-                  sweep="lr sweep: it's \"big\"; =1", job_class="idle")
+    odd = WorkTag(
+        dag_id="hpo",
+        run_id="x",
+        task_id="sweep.trial",
+        map_index=7,
+        try_number=1,
+        sweep='lr sweep: it\'s "big"; =1',
+        job_class="idle",
+    )
     mine, output = submit(client, tmp_path, odd)
     other = WorkTag(dag_id="other", task_id="train", job_class="normal")
     theirs, _ = submit(client, tmp_path, other)
@@ -70,27 +84,57 @@ def test_the_comment_stays_within_what_sbatch_takes(client, tmp_path):
 
 
 def test_health_of_the_test_cluster(client):
-    checks = {c.name: c for c in check_slurm(client, {"normal": {"partition": "batch"},
-                                                      "idle": {"partition": "idle"}}, "test cluster")}
+    checks = {
+        c.name: c
+        for c in check_slurm(client, {"normal": {"partition": "batch"}, "idle": {"partition": "idle"}}, "test cluster")
+    }
     assert all(c.status == OK for c in checks.values()), checks
     assert "PriorityTier 1 < 'batch' 10" in checks["idle work preemptible"].detail
-    checks = {c.name: c for c in check_slurm(client, {"normal": {"partition": "gpu-large"},
-                                                      "idle": {"partition": "batch", "qos": "scavenger"}}, "x")}
-    assert checks["normal class partition"].status == FAIL and "'gpu-large' is not a partition" in \
-        checks["normal class partition"].detail
+    checks = {
+        c.name: c
+        for c in check_slurm(
+            client, {"normal": {"partition": "gpu-large"}, "idle": {"partition": "batch", "qos": "scavenger"}}, "x"
+        )
+    }
+    assert (
+        checks["normal class partition"].status == FAIL
+        and "'gpu-large' is not a partition" in checks["normal class partition"].detail
+    )
     assert checks["idle work preemptible"].status == "skip"  # its partition is missing: said above
     assert checks["QOS"].status == "warn"  # the test cluster keeps no accounting database: QOS cannot be listed
-    checks = {c.name: c for c in check_slurm(client, {"normal": {"partition": "idle"},
-                                                      "idle": {"partition": "batch"}}, "x")}
-    assert checks["idle work preemptible"].status == FAIL and "PreemptMode=OFF" in checks["idle work preemptible"].detail
+    checks = {
+        c.name: c for c in check_slurm(client, {"normal": {"partition": "idle"}, "idle": {"partition": "batch"}}, "x")
+    }
+    assert (
+        checks["idle work preemptible"].status == FAIL and "PreemptMode=OFF" in checks["idle work preemptible"].detail
+    )
 
 
 def test_queue_health_command_on_the_cluster(slurm_cluster, tmp_path):
-    env = {**os.environ, "SLURM_CONF": slurm_cluster,
-           "AIRFLOW__GPUSCHED__JOB_CLASSES": json.dumps({"idle": {"slurm": {"partition": "idle"}}})}
-    out = subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.cli", "queue", "health", "--no-airflow",
-                          "--simulate", "2x16GiB", "--state-dir", str(tmp_path)], capture_output=True, text=True,
-                         env=env, cwd=REPO, timeout=60)
+    env = {
+        **os.environ,
+        "SLURM_CONF": slurm_cluster,
+        "AIRFLOW__GPUSCHED__JOB_CLASSES": json.dumps({"idle": {"slurm": {"partition": "idle"}}}),
+    }
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "airflow_provider_gpusched.cli",
+            "queue",
+            "health",
+            "--no-airflow",
+            "--simulate",
+            "2x16GiB",
+            "--state-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "[  ok] slurm reachable: the local Slurm commands: partitions batch, idle" in out.stdout
     assert "[  ok] idle work preemptible: preempt/partition_prio" in out.stdout

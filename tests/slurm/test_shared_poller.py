@@ -34,8 +34,10 @@ async def _follow(poller, job_id, problems):
 
 def test_twenty_waiters_share_one_squeue_call_per_poll(slurm_cluster, tmp_path):
     client = SlurmClient(CommandRunner(slurm_conf=slurm_cluster))
-    jobs = [client.submit(SlurmJobSpec(command=f"sleep {1 + i % 3}", output=str(tmp_path / "p-%j.out"))).job_id
-            for i in range(20)]
+    jobs = [
+        client.submit(SlurmJobSpec(command=f"sleep {1 + i % 3}", output=str(tmp_path / "p-%j.out"))).job_id
+        for i in range(20)
+    ]
 
     async def main():
         poller = SharedJobPoller.shared("test-share", lambda: SlurmClient(CommandRunner(slurm_conf=slurm_cluster)))
@@ -53,15 +55,19 @@ def test_twenty_waiters_share_one_squeue_call_per_poll(slurm_cluster, tmp_path):
 
 def test_poller_rides_out_a_slurmctld_restart(slurm_cluster, tmp_path):
     client = SlurmClient(CommandRunner(slurm_conf=slurm_cluster))
-    jobs = [client.submit(SlurmJobSpec(command="sleep 30", output=str(tmp_path / "r-%j.out"))).job_id
-            for _ in range(2)]
+    jobs = [client.submit(SlurmJobSpec(command="sleep 30", output=str(tmp_path / "r-%j.out"))).job_id for _ in range(2)]
 
     async def main():
         poller = SharedJobPoller.shared("test-restart", lambda: SlurmClient(CommandRunner(slurm_conf=slurm_cluster)))
         problems: list = []
         restart = await asyncio.create_subprocess_exec(
-            "bash", str(REPO / "scripts" / "slurm-cluster.sh"), "restart-ctld", "35",
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            "bash",
+            str(REPO / "scripts" / "slurm-cluster.sh"),
+            "restart-ctld",
+            "35",
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         finals = await asyncio.gather(*(_follow(poller, j, problems) for j in jobs))
         assert await restart.wait() == 0
         return finals, problems

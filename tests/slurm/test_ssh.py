@@ -15,19 +15,26 @@ pytestmark = pytest.mark.slurm
 @pytest.fixture
 def ssh_client(login_host, slurm_cluster):
     port, options = login_host
-    return SlurmClient(SSHCommandRunner(host="127.0.0.1", user="root", port=port, ssh_options=options,
-                                        slurm_conf=slurm_cluster))
+    return SlurmClient(
+        SSHCommandRunner(host="127.0.0.1", user="root", port=port, ssh_options=options, slurm_conf=slurm_cluster)
+    )
 
 
 def test_submit_track_tail_and_cancel_through_ssh(ssh_client, tmp_path):
     args = ["a b", "it's", 'say "hi"', "x;y", "$HOME", "`id`", "*", "--flag=1 2"]
     out = str(tmp_path / "ssh-%j.out")
-    job = ssh_client.submit(SlurmJobSpec(
-        command=["python3", "-c", "import sys, json; print(json.dumps(sys.argv[1:])); sys.exit(3)", *args],
-        job_name="over ssh; echo pwned", environment={"NOTE": "it's a 'test'; ok"}, output=out))
+    job = ssh_client.submit(
+        SlurmJobSpec(
+            command=["python3", "-c", "import sys, json; print(json.dumps(sys.argv[1:])); sys.exit(3)", *args],
+            job_name="over ssh; echo pwned",
+            environment={"NOTE": "it's a 'test'; ok"},
+            output=out,
+        )
+    )
     status = ssh_client.wait(job.job_id, poll_interval=0.5, timeout=60)
     assert (status.phase, status.exit_code, status.name) == (JobPhase.FAILED, 3, "over ssh; echo pwned")
     import json
+
     assert json.loads(ssh_client.tail(out.replace("%j", job.job_id), 1)) == args
     assert ssh_client.runner.calls["sbatch"] == 1
 
@@ -41,8 +48,11 @@ def test_submit_track_tail_and_cancel_through_ssh(ssh_client, tmp_path):
 def test_unreachable_login_host_is_a_transient_error(slurm_cluster):
     from airflow_provider_gpusched.core.slurm import SlurmUnavailableError
 
-    client = SlurmClient(SSHCommandRunner(host="127.0.0.1", port=free_port(), ssh_options=["-o", "ConnectTimeout=3"],
-                                          slurm_conf=slurm_cluster))
+    client = SlurmClient(
+        SSHCommandRunner(
+            host="127.0.0.1", port=free_port(), ssh_options=["-o", "ConnectTimeout=3"], slurm_conf=slurm_cluster
+        )
+    )
     with pytest.raises(SlurmUnavailableError):
         client.squeue(["1"])
 
@@ -53,9 +63,17 @@ def test_a_running_jobs_output_is_followed_over_ssh_while_it_runs(ssh_client, tm
     from airflow_provider_gpusched.core.slurm.output import OutputFollower
 
     out = str(tmp_path / "it's a job; %j.out")
-    job = ssh_client.submit(SlurmJobSpec(
-        command=["python3", "-u", "-c", "import time\nfor i in range(12):\n    print('tick', i)\n    time.sleep(0.5)"],
-        output=out)).job_id
+    job = ssh_client.submit(
+        SlurmJobSpec(
+            command=[
+                "python3",
+                "-u",
+                "-c",
+                "import time\nfor i in range(12):\n    print('tick', i)\n    time.sleep(0.5)",
+            ],
+            output=out,
+        )
+    ).job_id
     follower = OutputFollower(out.replace("%j", job), ssh_client.runner, max_bytes=20)
     seen, while_running = [], []
     deadline = time.monotonic() + 90

@@ -31,15 +31,27 @@ class StackConfig:
     def run(self, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
         """``scripts/<script> ARGS`` for this stack (the caller's Airflow settings left out)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW") and k != "GPUSCHED_STATE_DIR"}
-        env.update({"GPUSCHED_STACK_DIR": str(self.directory), "GPUSCHED_STACK_PORT": str(self.port),
-                    "GPUSCHED_STACK_PG_PORT": str(self.pg_port), "GPUSCHED_STACK_ENV": self.env_lines})
+        env.update(
+            {
+                "GPUSCHED_STACK_DIR": str(self.directory),
+                "GPUSCHED_STACK_PORT": str(self.port),
+                "GPUSCHED_STACK_PG_PORT": str(self.pg_port),
+                "GPUSCHED_STACK_ENV": self.env_lines,
+            }
+        )
         if self.extra_dags:
             env["GPUSCHED_STACK_EXTRA_DAGS"] = str(self.extra_dags)
-        out = subprocess.run(["bash", str(REPO / "scripts" / self.script), *args], env=env, capture_output=True,
-                             text=True, timeout=timeout)
+        out = subprocess.run(
+            ["bash", str(REPO / "scripts" / self.script), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if check and out.returncode != 0:
-            raise AssertionError(f"scripts/{self.script} {' '.join(args)} failed ({out.returncode}):\n"
-                                 f"{out.stdout}\n{out.stderr}")
+            raise AssertionError(
+                f"scripts/{self.script} {' '.join(args)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}"
+            )
         return out
 
     def running(self) -> bool:
@@ -59,10 +71,12 @@ class Stack:
         self.lease_dir = self.dir / "gpu-leases"
         self.extra_dags = config.extra_dags
         password = (self.dir / "admin-password").read_text().strip()
-        token = httpx.post(f"{self.url}/auth/token", json={"username": "admin", "password": password},
-                           timeout=30).json()["access_token"]
-        self.http = httpx.Client(base_url=f"{self.url}/api/v2", headers={"Authorization": f"Bearer {token}"},
-                                 timeout=60)
+        token = httpx.post(
+            f"{self.url}/auth/token", json={"username": "admin", "password": password}, timeout=30
+        ).json()["access_token"]
+        self.http = httpx.Client(
+            base_url=f"{self.url}/api/v2", headers={"Authorization": f"Bearer {token}"}, timeout=60
+        )
 
     def get(self, path: str, **params) -> dict:
         response = self.http.get(path, params=params)
@@ -83,16 +97,18 @@ class Stack:
         response = self.http.patch(f"/dags/{dag_id}", json={"is_paused": False})  # DAGs start paused
         assert response.status_code == 200, response.text
         run_id = f"e2e-{uuid.uuid4().hex[:8]}"
-        response = self.http.post(f"/dags/{dag_id}/dagRuns", json={"dag_run_id": run_id, "logical_date": None,
-                                                                    "conf": conf})
+        response = self.http.post(
+            f"/dags/{dag_id}/dagRuns", json={"dag_run_id": run_id, "logical_date": None, "conf": conf}
+        )
         assert response.status_code == 200, f"trigger {dag_id}: {response.status_code} {response.text[:500]}"
         return run_id
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
         """A task try's log as the UI shows it (the worker's, and the triggerer's while it was deferred): one line
         per event."""
-        page = self.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
-                        full_content="true")
+        page = self.get(
+            f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}", full_content="true"
+        )
         content = page.get("content")
         if isinstance(content, str):
             return content
@@ -128,8 +144,11 @@ class Stack:
         raise AssertionError(f"{dag_id} {run_id} still {state} after {timeout}s: {tis}")
 
     def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value", map_index: int = -1):
-        return self.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}",
-                        map_index=map_index, deserialize=True)["value"]
+        return self.get(
+            f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}",
+            map_index=map_index,
+            deserialize=True,
+        )["value"]
 
     def ensure_pool(self, name: str, slots: int, include_deferred: bool = False) -> None:
         body = {"name": name, "slots": slots, "include_deferred": include_deferred}
@@ -140,8 +159,12 @@ class Stack:
 
     def gpusched(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
         """The `gpusched` command as an operator runs it on the deployment's host: with its env.sh."""
-        return subprocess.run(["bash", "-c", 'source "$1/env.sh" && shift && exec gpusched "$@"', "_", str(self.dir),
-                               *args], capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            ["bash", "-c", 'source "$1/env.sh" && shift && exec gpusched "$@"', "_", str(self.dir), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def restart(self, component: str, signal: str = "KILL") -> None:
         self.config.run("kill", component, signal)

@@ -15,13 +15,18 @@ import pytest
 from tests.stack.client import REPO, Stack, StackConfig
 
 #: idle-class timings short enough for a test (the defaults are minutes)
-FAST_CLASSES = json.dumps({"idle": {"local": {"idle_for": 0, "min_runtime": 0, "grace_period": 3, "backoff": 2,
-                                              "max_backoff": 4}}})
+FAST_CLASSES = json.dumps(
+    {"idle": {"local": {"idle_for": 0, "min_runtime": 0, "grace_period": 3, "backoff": 2, "max_backoff": 4}}}
+)
 STACK_DIR = REPO / ".stack-test"
 EXTRA_DAGS = STACK_DIR / "e2e-dags"  # a copy of tests/stack/dagfiles: tests add broken files to it
-CONFIG = StackConfig(STACK_DIR, int(os.environ.get("GPUSCHED_E2E_PORT", "28091")),
-                     int(os.environ.get("GPUSCHED_E2E_PG_PORT", "55442")), EXTRA_DAGS,
-                     f"export AIRFLOW__GPUSCHED__JOB_CLASSES='{FAST_CLASSES}'")
+CONFIG = StackConfig(
+    STACK_DIR,
+    int(os.environ.get("GPUSCHED_E2E_PORT", "28091")),
+    int(os.environ.get("GPUSCHED_E2E_PG_PORT", "55442")),
+    EXTRA_DAGS,
+    f"export AIRFLOW__GPUSCHED__JOB_CLASSES='{FAST_CLASSES}'",
+)
 
 
 @pytest.fixture(scope="session")
@@ -51,5 +56,3 @@ def out_dir(stack):
     path = stack.dir / "e2e-out" / uuid.uuid4().hex[:8]
     path.mkdir(parents=True)
     return path
-
-

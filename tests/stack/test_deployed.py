@@ -48,8 +48,10 @@ def test_sixteen_trials_pack_four_to_a_gpu_across_worker_processes(stack, out_di
     print(f"packing: {overlap} of 16 trials ran at the same time")
     assert overlap >= 12
     # no GPU ever above its 24 GiB: replay every start and end
-    events = sorted([(r["start"], 1, r) for r in records.values()] + [(r["end"], -1, r) for r in records.values()],
-                    key=lambda e: (e[0], e[1]))
+    events = sorted(
+        [(r["start"], 1, r) for r in records.values()] + [(r["end"], -1, r) for r in records.values()],
+        key=lambda e: (e[0], e[1]),
+    )
     reserved: dict[str, int] = {}
     for _, sign, r in events:
         assert r["memory"] == 6 * GiB and "," not in r["cuda"]
@@ -73,8 +75,11 @@ def test_idle_fillers_yield_to_normal_work_and_finish_without_airflow_retries(st
         peak["running"] = max(peak["running"], p["running_slots"])
         assert p["running_slots"] <= p["slots"], p
 
-    wait_until(lambda: pool_within_slots() or sum(r["how"] == "running" for r in read_records(out_dir)) == 4, 300,
-               "4 fillers holding every GPU")
+    wait_until(
+        lambda: pool_within_slots() or sum(r["how"] == "running" for r in read_records(out_dir)) == 4,
+        300,
+        "4 fillers holding every GPU",
+    )
     normal = stack.trigger("e2e_normal", out=str(out_dir), seconds=4)
     assert stack.wait_run("e2e_normal", normal, timeout=300, during=pool_within_slots) == "success"
     assert stack.wait_run("e2e_idle_fillers", fill, timeout=420, during=pool_within_slots) == "success"
@@ -82,8 +87,10 @@ def test_idle_fillers_yield_to_normal_work_and_finish_without_airflow_retries(st
     [main] = [r for r in records if r["name"] == "normal"]
     [main_ti] = stack.task_instances("e2e_normal", normal)
     delay = main["start"] - started(main_ti)
-    print(f"idle filling: normal work started its GPU child {delay:.1f}s after its task started "
-          f"(fillers' grace period 3s); idle pool peak {peak['running']} of 4 slots")
+    print(
+        f"idle filling: normal work started its GPU child {delay:.1f}s after its task started "
+        f"(fillers' grace period 3s); idle pool peak {peak['running']} of 4 slots"
+    )
     assert delay < 25
     fillers = [r for r in records if r["name"].startswith("filler")]
     stopped = [r for r in fillers if r["how"] == "terminated"]
@@ -96,7 +103,9 @@ def test_idle_fillers_yield_to_normal_work_and_finish_without_airflow_retries(st
     assert set(by_name) == {f"filler{i}" for i in range(6)}
     for attempts in by_name.values():
         assert attempts[-1]["how"] == "finished"
-        for before, after in zip(attempts, attempts[1:], strict=False):  # relaunched after a preemption, from its checkpoint
+        for before, after in zip(
+            attempts, attempts[1:], strict=False
+        ):  # relaunched after a preemption, from its checkpoint
             # (a filler preempted within its first second has written none yet: it starts again from 0)
             assert before["how"] == "terminated" and after["preemptions"] >= 1
             assert after["resumed_at"] == before["checkpointed"], (before, after)
@@ -186,8 +195,11 @@ def test_two_hundred_deferred_slurm_tasks_one_squeue_per_poll_and_restarts(stack
         wait_until(lambda: deferred() == 200, 900, "200 deferred Slurm tasks", interval=3)
         print(f"200 Slurm tasks submitted and deferred in {time.monotonic() - t0:.0f}s")
         waiter = stack.trigger("e2e_gpu_waiter", out=str(out_dir), seconds=2)
-        wait_until(lambda: stack.task_instances("e2e_gpu_waiter", waiter)[0]["state"] == "deferred", 120,
-                   "the local-GPU task deferred behind the holder")
+        wait_until(
+            lambda: stack.task_instances("e2e_gpu_waiter", waiter)[0]["state"] == "deferred",
+            120,
+            "the local-GPU task deferred behind the holder",
+        )
         # one shared poll: count the controller's job-info RPCs over a quiet window (poll interval 2 s)
         before, t1 = _sdiag_counts(), time.monotonic()
         time.sleep(20)
@@ -237,7 +249,7 @@ def test_a_killed_worker_leaves_no_second_copy_running(stack, out_dir):
     assert ti["try_number"] == 2
 
 
-BROKEN_SWEEP = '''
+BROKEN_SWEEP = """
 import pendulum
 from airflow.sdk import DAG
 from airflow_provider_gpusched.task_groups.sweep import sweep_task_group
@@ -245,13 +257,14 @@ from airflow_provider_gpusched.task_groups.sweep import sweep_task_group
 with DAG("e2e_broken_sweep", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
     sweep_task_group({"name": "broken", "command": ["python3", "train.py"], "test_config": [{"lr": [0.1]}],
                       "max_trials": "many"})
-'''
+"""
 
 
 def test_a_broken_sweep_file_is_an_import_error_naming_the_key_and_the_rest_keeps_running(stack, out_dir):
     bad = Path(stack.extra_dags) / "e2e_broken_sweep.py"
     bad.write_text(BROKEN_SWEEP)
     try:
+
         def error() -> str:
             for e in stack.get("/importErrors")["import_errors"]:
                 if e["filename"].endswith("e2e_broken_sweep.py"):
@@ -281,16 +294,18 @@ def test_queue_stop_ends_a_running_dag_run_without_retries(stack, out_dir):
     assert {e["tag"]["dag_id"] for e in listing["entries"]} == {"e2e_queue_stop"}
     assert sorted(e["tag"]["map_index"] for e in listing["entries"])[:1] != [-1]
     started = time.monotonic()
-    stop = stack.gpusched("queue", "stop", "--dag", "e2e_queue_stop", "--run", run, "--reason",
-                             "e2e: make room", "--json")
+    stop = stack.gpusched(
+        "queue", "stop", "--dag", "e2e_queue_stop", "--run", run, "--reason", "e2e: make room", "--json"
+    )
     assert stop.returncode == 0, stop.stdout + stop.stderr
     result = json.loads(stop.stdout)
     assert [s["action"] for s in result["stopped"]] == ["stopped"] * 4, result
     assert stack.wait_run("e2e_queue_stop", run, timeout=180) == "failed"
     took = time.monotonic() - started
     tis = stack.task_instances("e2e_queue_stop", run)
-    assert len(tis) == 8 and {(t["state"], t["try_number"]) for t in tis} == {("failed", 1)}, \
-        [(t["map_index"], t["state"], t["try_number"]) for t in tis]
+    assert len(tis) == 8 and {(t["state"], t["try_number"]) for t in tis} == {("failed", 1)}, [
+        (t["map_index"], t["state"], t["try_number"]) for t in tis
+    ]
     records = read_records(out_dir)
     assert len(records) == 4 and {r["how"] for r in records} == {"terminated"}  # the 4 waiting never started
     print(f"queue stop: 8 task instances failed {took:.1f}s after the stop")
@@ -303,8 +318,13 @@ def test_queue_health_of_the_deployment(stack):
     out = stack.gpusched("queue", "health")
     print(out.stdout)
     assert out.returncode == 0, out.stdout + out.stderr
-    for line in ("[  ok] slurm reachable", "[warn] GPU inventory: SIMULATED: 4 GPU(s)", "[  ok] lease directory",
-                 "[  ok] airflow pools: gpusched_idle (4 slots)", "[  ok] triggerer alive"):
+    for line in (
+        "[  ok] slurm reachable",
+        "[warn] GPU inventory: SIMULATED: 4 GPU(s)",
+        "[  ok] lease directory",
+        "[  ok] airflow pools: gpusched_idle (4 slots)",
+        "[  ok] triggerer alive",
+    ):
         assert line in out.stdout
 
 
@@ -322,7 +342,7 @@ def test_a_1000_trial_batched_sweep_through_the_deployment(stack):
     scores = [json.loads(p.read_text())["score"] for p in folder.glob("trials/*/result.json")]
     assert len(scores) == 1000
     assert summary["best"]["score"] == max(scores)
-    assert [r["score"] for r in summary["leaderboard"]] == sorted(scores, reverse=True)[:len(summary["leaderboard"])]
+    assert [r["score"] for r in summary["leaderboard"]] == sorted(scores, reverse=True)[: len(summary["leaderboard"])]
 
     response = stack.http.get(f"{stack.url}/gpusched/api/dags/e2e_sweep_1000/sweeps", params={"run_id": run})
     assert response.status_code == 200, response.text[:500]

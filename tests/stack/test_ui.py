@@ -95,8 +95,9 @@ PLOT_GEOMETRY = """() => [...document.querySelectorAll('svg[data-testid^=plot-]'
 
 def tick_labels(page, plot: str) -> list[str]:
     """The x tick labels of a plot as drawn (an SVG text's own text, not its hover title)."""
-    return page.eval_on_selector_all(f"[data-testid={plot}] text[data-tick=x]",
-                                     "ts => ts.map(t => t.firstChild.textContent)")
+    return page.eval_on_selector_all(
+        f"[data-testid={plot}] text[data-tick=x]", "ts => ts.map(t => t.firstChild.textContent)"
+    )
 
 
 def assert_plots_readable(page) -> None:
@@ -121,21 +122,43 @@ def test_an_idle_board_lists_every_gpu_of_the_host(stack, browser_page):
 def test_gpu_board_shows_the_leases_of_running_tasks(stack, browser_page, out_dir):
     page = browser_page
     run_id = stack.trigger("e2e_packing", out=str(out_dir), seconds=45)
-    wait_until(lambda: sum(ti["state"] == "running" for ti in stack.task_instances("e2e_packing", run_id)) >= 4,
-               timeout=120, what="4 packing trials running")
+    wait_until(
+        lambda: sum(ti["state"] == "running" for ti in stack.task_instances("e2e_packing", run_id)) >= 4,
+        timeout=120,
+        what="4 packing trials running",
+    )
     open_page(stack, page, "/plugin/gpusched-gpus", "[data-testid=gpu-board]")
     # running tasks publish their leases one by one; the page refreshes every 5 s
     page.wait_for_function("document.querySelectorAll('[data-testid=lease]').length >= 4", timeout=60_000)
     board = page.locator("[data-testid=gpu-board]")
     # measured use: the simulated driver reports one trial's process using 8 GiB of its 6 GiB reservation, and a
     # colleague's process (not a descendant of any task) on the same GPU; the api-server samples every 10 s
-    lease = next(r for r in (json.loads(p.read_text()) for p in stack.lease_dir.glob("*.json")
-                             if re.fullmatch(r"[0-9a-f]{16}\.json", p.name)) if r.get("child_pids"))
+    lease = next(
+        r
+        for r in (
+            json.loads(p.read_text())
+            for p in stack.lease_dir.glob("*.json")
+            if re.fullmatch(r"[0-9a-f]{16}\.json", p.name)
+        )
+        if r.get("child_pids")
+    )
     colleague = start_foreign_process(600)
     usage = stack.dir / "simulated-usage.json"
     gpu = lease["gpus"][0]
-    usage.write_text(json.dumps({str(gpu): {"utilization": 71, "memory_used": "10GiB", "processes": [
-        {"pid": lease["child_pids"][0], "used_memory": "8GiB"}, {"pid": colleague, "used_memory": "2GiB"}]}}))
+    usage.write_text(
+        json.dumps(
+            {
+                str(gpu): {
+                    "utilization": 71,
+                    "memory_used": "10GiB",
+                    "processes": [
+                        {"pid": lease["child_pids"][0], "used_memory": "8GiB"},
+                        {"pid": colleague, "used_memory": "2GiB"},
+                    ],
+                }
+            }
+        )
+    )
     try:
         page.wait_for_selector("[data-testid=over-reservation]", timeout=60_000)
         page.wait_for_selector("[data-testid=foreign-processes]", timeout=60_000)
@@ -164,8 +187,12 @@ def test_gpu_board_shows_the_leases_of_running_tasks(stack, browser_page, out_di
     shot(page, "dashboard")
     stack.wait_run("e2e_packing", run_id, timeout=300)
     # the "GPU lease" link of a finished task: the board says the lease ended, where and when it ran
-    open_page(stack, page, f"/plugin/gpusched-gpus?dag_id=e2e_packing&run_id={run_id}&task_id=trial&map_index=3",
-              "[data-testid=task-lease] b")
+    open_page(
+        stack,
+        page,
+        f"/plugin/gpusched-gpus?dag_id=e2e_packing&run_id={run_id}&task_id=trial&map_index=3",
+        "[data-testid=task-lease] b",
+    )
     ended = page.locator("[data-testid=task-lease]").inner_text()
     assert "e2e_packing › trial[3]" in ended and "This task's lease has ended" in ended, ended
     assert re.search(r"ran on host \S+, GPU \d \(6\.0 GiB of 24\.0 GiB\)", ended) and "task success" in ended, ended
@@ -176,8 +203,12 @@ def test_the_slurm_job_tab_of_a_local_gpu_task_says_it_ran_on_local_gpus(stack, 
     page = browser_page
     run_id = stack.trigger("e2e_normal", out=str(out_dir), seconds=1)
     assert stack.wait_run("e2e_normal", run_id, timeout=300) == "success"
-    open_page(stack, page, f"/dags/e2e_normal/runs/{run_id}/tasks/train/plugin/gpusched-slurm-job",
-              "[data-testid=no-slurm-job]")
+    open_page(
+        stack,
+        page,
+        f"/dags/e2e_normal/runs/{run_id}/tasks/train/plugin/gpusched-slurm-job",
+        "[data-testid=no-slurm-job]",
+    )
     text = page.locator("[data-testid=slurm-job]").inner_text()
     assert "ran on local GPUs, not through Slurm" in text and "404" not in text
     assert page.locator("[role=alert]").count() == 0  # no red error box
@@ -188,8 +219,12 @@ def test_the_slurm_job_tab_of_a_local_gpu_task_says_it_ran_on_local_gpus(stack, 
 def test_sweeps_tab_shows_counts_leaderboard_and_plots_of_a_finished_sweep(stack, browser_page):
     page = browser_page
     run_id = finished_run(stack, "gpusched_sweep_grid")
-    open_page(stack, page, f"/dags/gpusched_sweep_grid/plugin/gpusched-sweeps?run_id={run_id}",
-              "[data-testid=leaderboard] tbody tr")
+    open_page(
+        stack,
+        page,
+        f"/dags/gpusched_sweep_grid/plugin/gpusched-sweeps?run_id={run_id}",
+        "[data-testid=leaderboard] tbody tr",
+    )
     counts = page.locator("[data-testid=counts]").inner_text()
     assert "defined 4" in counts and "succeeded 4" in counts and "failed 0" in counts
     rows = page.locator("[data-testid=leaderboard] tbody tr")
@@ -208,8 +243,12 @@ def test_sweeps_tab_shows_the_pareto_front_of_a_two_objective_sweep(stack, brows
     page = browser_page
     page.set_viewport_size({"width": 1280, "height": 1000})  # a laptop's width: the leaderboard must not wrap
     run_id = finished_run(stack, "gpusched_sweep_pareto")
-    open_page(stack, page, f"/dags/gpusched_sweep_pareto/plugin/gpusched-sweeps?run_id={run_id}",
-              "[data-testid=leaderboard] tbody tr")
+    open_page(
+        stack,
+        page,
+        f"/dags/gpusched_sweep_pareto/plugin/gpusched-sweeps?run_id={run_id}",
+        "[data-testid=leaderboard] tbody tr",
+    )
     card = page.locator("[data-testid=sweep-pareto_size]")
     assert "maximize val_accuracy, minimize latency_ms" in card.inner_text()
     assert "defined 18" in page.locator("[data-testid=counts]").inner_text()
@@ -245,7 +284,9 @@ def test_sweeps_tab_shows_the_pareto_front_of_a_two_objective_sweep(stack, brows
     # analysis over every trial: parallel coordinates (a line each), Optuna's importance of the four parameters
     assert page.locator("[data-testid=plot-parallel] polyline").count() == 18
     page.wait_for_selector("[data-testid=plot-importance] g[data-param]", timeout=60_000)
-    ranked = page.eval_on_selector_all("[data-testid=plot-importance] g[data-param]", "gs => gs.map(g => g.dataset.param)")
+    ranked = page.eval_on_selector_all(
+        "[data-testid=plot-importance] g[data-param]", "gs => gs.map(g => g.dataset.param)"
+    )
     assert sorted(ranked) == ["activation", "depth", "lr", "width"], ranked
     assert "Optuna's PED-ANOVA" in page.locator("[data-testid=importance]").inner_text()
     # drag along the score axis (the last): only the trials in that range keep their colour
@@ -274,8 +315,9 @@ def test_sweeps_tab_shows_the_pareto_front_of_a_two_objective_sweep(stack, brows
 
 
 def _curve_lengths(page) -> list[int]:
-    return page.eval_on_selector_all("[data-testid=plot-reports] polyline",
-                                     "ls => ls.map(l => l.getAttribute('points').trim().split(' ').length)")
+    return page.eval_on_selector_all(
+        "[data-testid=plot-reports] polyline", "ls => ls.map(l => l.getAttribute('points').trim().split(' ').length)"
+    )
 
 
 def test_sweeps_tab_of_a_rerun_and_of_an_older_run_after_a_forced_rerun(stack, browser_page):
@@ -286,8 +328,12 @@ def test_sweeps_tab_of_a_rerun_and_of_an_older_run_after_a_forced_rerun(stack, b
     shutil.rmtree(stack.dir / "sweeps" / "e2e_rerun", ignore_errors=True)  # a kept stack: start the sweep anew
     first = finished_run(stack, "e2e_sweep_rerun")
     second = finished_run(stack, "e2e_sweep_rerun")
-    open_page(stack, page, f"/dags/e2e_sweep_rerun/plugin/gpusched-sweeps?run_id={second}",
-              "[data-testid=plot-reports] polyline")
+    open_page(
+        stack,
+        page,
+        f"/dags/e2e_sweep_rerun/plugin/gpusched-sweeps?run_id={second}",
+        "[data-testid=plot-reports] polyline",
+    )
     counts = page.locator("[data-testid=counts]").inner_text()
     assert "succeeded 3" in counts and "pruned 3" in counts and "6 from earlier runs" in counts, counts
     assert page.locator("[data-testid=plot-reports] g[data-state=pruned]").count() == 3
@@ -310,19 +356,30 @@ def test_sweeps_tab_of_a_rerun_and_of_an_older_run_after_a_forced_rerun(stack, b
     shot_at(page, "compare", "sweeps-compare")
     shot_at(page, "pruned", "sweeps-rerun-pruned")
     forced = finished_run(stack, "e2e_sweep_rerun_forced")
-    open_page(stack, page, f"/dags/e2e_sweep_rerun_forced/plugin/gpusched-sweeps?run_id={forced}",
-              "[data-testid=plot-reports] polyline")
+    open_page(
+        stack,
+        page,
+        f"/dags/e2e_sweep_rerun_forced/plugin/gpusched-sweeps?run_id={forced}",
+        "[data-testid=plot-reports] polyline",
+    )
     assert sorted(_curve_lengths(page)) == [2, 2, 2, 5, 5, 5]
     for older in (first, second):  # each older run: its own 3-step curves, not the forced run's 5-step ones
-        open_page(stack, page, f"/dags/e2e_sweep_rerun/plugin/gpusched-sweeps?run_id={older}",
-                  "[data-testid=plot-reports] polyline")
+        open_page(
+            stack,
+            page,
+            f"/dags/e2e_sweep_rerun/plugin/gpusched-sweeps?run_id={older}",
+            "[data-testid=plot-reports] polyline",
+        )
         assert sorted(_curve_lengths(page)) == [2, 2, 2, 3, 3, 3], older
         assert page.locator("[data-testid=plot-reports] g[data-state=pruned]").count() == 3
 
 
 def _trial_records(folder: Path) -> dict:
-    return {d.name: json.loads((d / "status.json").read_text()) for d in sorted((folder / "trials").iterdir())
-            if (d / "status.json").exists()}
+    return {
+        d.name: json.loads((d / "status.json").read_text())
+        for d in sorted((folder / "trials").iterdir())
+        if (d / "status.json").exists()
+    }
 
 
 def test_sweeps_tab_of_a_forced_rerun_stopped_by_queue_stop_and_of_the_run_before(stack, browser_page):
@@ -336,8 +393,14 @@ def test_sweeps_tab_of_a_forced_rerun_stopped_by_queue_stop_and_of_the_run_befor
     shutil.rmtree(folder, ignore_errors=True)  # a kept stack: start the sweep anew
     first = finished_run(stack, "e2e_sweep_stop")
     before = _trial_records(folder)
-    assert sorted(r["state"] for r in before.values()) == ["failed", "pruned", "pruned", "succeeded", "succeeded",
-                                                         "succeeded"], before
+    assert sorted(r["state"] for r in before.values()) == [
+        "failed",
+        "pruned",
+        "pruned",
+        "succeeded",
+        "succeeded",
+        "succeeded",
+    ], before
     best = json.loads((folder / "best.json").read_text())
 
     (folder / "SLOW").touch()  # the re-run's trials wait until the stop comes
@@ -384,8 +447,7 @@ def test_sweeps_tab_of_a_forced_rerun_stopped_by_queue_stop_and_of_the_run_befor
     assert marks.count() >= len(interrupted), marks.count()
     shot(page, "timeline-stopped")
 
-    open_page(stack, page, f"/dags/e2e_sweep_stop/plugin/gpusched-sweeps?run_id={first}",
-              "[data-testid=plot-parallel]")
+    open_page(stack, page, f"/dags/e2e_sweep_stop/plugin/gpusched-sweeps?run_id={first}", "[data-testid=plot-parallel]")
     assert page.locator("[data-testid=plot-parallel] polyline").count() == 3  # the scored trials
     counts = page.locator("[data-testid=counts]").inner_text()
     assert "succeeded 3" in counts and "pruned 2" in counts and "failed 1" in counts, counts
@@ -396,8 +458,10 @@ def test_sweeps_tab_of_a_forced_rerun_stopped_by_queue_stop_and_of_the_run_befor
     importance = page.locator("[data-testid=importance]").inner_text()
     assert "3 scored trial(s): importance needs at least 8" in importance, importance
     assert "the 2 pruned trial(s) have no final score" in importance, importance
-    lr_ticks = page.eval_on_selector_all("[data-testid=plot-parallel] g[data-axis=lr] g[data-tick=pc] text",
-                                         "ts => ts.map(t => t.firstChild.textContent)")
+    lr_ticks = page.eval_on_selector_all(
+        "[data-testid=plot-parallel] g[data-axis=lr] g[data-tick=pc] text",
+        "ts => ts.map(t => t.firstChild.textContent)",
+    )
     # the scored trials' lr spans 1e-4..0.01: each decade labelled, 0.001 included (the middle-only labels skipped it)
     assert lr_ticks == ["1e-4", "0.001", "0.01"], lr_ticks
     assert_plots_readable(page)
@@ -415,8 +479,12 @@ def test_sweeps_tab_of_a_forced_rerun_stopped_by_queue_stop_and_of_the_run_befor
 def test_slurm_job_tab_shows_array_tasks_state_and_output(stack, browser_page):
     page = browser_page
     run_id = finished_run(stack, "gpusched_slurm_array")
-    open_page(stack, page, f"/dags/gpusched_slurm_array/runs/{run_id}/tasks/seeds/plugin/gpusched-slurm-job",
-              "[data-field=state]")
+    open_page(
+        stack,
+        page,
+        f"/dags/gpusched_slurm_array/runs/{run_id}/tasks/seeds/plugin/gpusched-slurm-job",
+        "[data-field=state]",
+    )
     assert page.locator("[data-field=state]").inner_text().startswith("COMPLETED")
     assert page.locator("[data-field=node]").inner_text() != "–"
     assert page.locator("[data-testid=array-tasks] tbody tr").count() == 4
@@ -434,8 +502,13 @@ def _ten_thousand_trial_view() -> dict:
     plans, outcomes = _ten_thousand_trial_records()
     view = build_sweep_view(plans, outcomes, {})
     view["group"] = "big"
-    return {"dag_id": "gpusched_sweep_grid", "run_id": "manual__big", "runs": ["manual__big"], "sweeps": [view],
-            "problems": []}
+    return {
+        "dag_id": "gpusched_sweep_grid",
+        "run_id": "manual__big",
+        "runs": ["manual__big"],
+        "sweeps": [view],
+        "problems": [],
+    }
 
 
 def _ten_thousand_trial_records():
@@ -446,16 +519,43 @@ def _ten_thousand_trial_records():
 
     rnd = random.Random(3)
     n = 10_000
-    trials = [{"index": i, "trial_id": f"{i:012x}", "label": f"lr={10 ** rnd.uniform(-5, -1):.3g}",
-               "params": {"lr": 10 ** rnd.uniform(-5, -1), "wd": rnd.uniform(0, 0.1), "opt": rnd.choice(["sgd", "adam"])}}
-              for i in range(n)]
-    plan = read_plan_record({"sweep": "big", "search": "random", "round": None, "backend": "local",
-                             "trial_task": "big.run_batch", "chunk_size": 5000, "run": "manual__big",
-                             "objective": {"metric": "acc", "mode": "maximize"}, "defined": n, "trials": trials,
-                             "pending": [t["trial_id"] for t in trials], "skipped": [], "log_params": ["lr"]}, "plan")
-    outcomes = {t["trial_id"]: {"trial_id": t["trial_id"], "state": "succeeded", "seconds": 1.0, "error": None,
-                                "result": {"acc": 0.9 - abs(t["params"]["wd"] - 0.03) - rnd.uniform(0, 0.2)}}
-                for t in trials}
+    trials = [
+        {
+            "index": i,
+            "trial_id": f"{i:012x}",
+            "label": f"lr={10 ** rnd.uniform(-5, -1):.3g}",
+            "params": {"lr": 10 ** rnd.uniform(-5, -1), "wd": rnd.uniform(0, 0.1), "opt": rnd.choice(["sgd", "adam"])},
+        }
+        for i in range(n)
+    ]
+    plan = read_plan_record(
+        {
+            "sweep": "big",
+            "search": "random",
+            "round": None,
+            "backend": "local",
+            "trial_task": "big.run_batch",
+            "chunk_size": 5000,
+            "run": "manual__big",
+            "objective": {"metric": "acc", "mode": "maximize"},
+            "defined": n,
+            "trials": trials,
+            "pending": [t["trial_id"] for t in trials],
+            "skipped": [],
+            "log_params": ["lr"],
+        },
+        "plan",
+    )
+    outcomes = {
+        t["trial_id"]: {
+            "trial_id": t["trial_id"],
+            "state": "succeeded",
+            "seconds": 1.0,
+            "error": None,
+            "result": {"acc": 0.9 - abs(t["params"]["wd"] - 0.03) - rnd.uniform(0, 0.2)},
+        }
+        for t in trials
+    }
     return [plan], outcomes
 
 
@@ -489,8 +589,10 @@ def test_the_sweeps_tab_of_a_10000_trial_sweep_renders_in_under_3_seconds_and_st
 
     page.route("**/gpusched/api/dags/gpusched_sweep_grid/sweeps*", answer)
     importance = _ten_thousand_trial_importance()
-    page.route("**/gpusched/api/dags/gpusched_sweep_grid/sweeps/importance*", lambda route: route.fulfill(
-        status=200, content_type="application/json", body=json.dumps(importance)))
+    page.route(
+        "**/gpusched/api/dags/gpusched_sweep_grid/sweeps/importance*",
+        lambda route: route.fulfill(status=200, content_type="application/json", body=json.dumps(importance)),
+    )
     try:
         page.goto(f"{stack.url}/dags/gpusched_sweep_grid/plugin/gpusched-sweeps?run_id=manual__big")
         page.wait_for_selector("[data-testid=plot-progress] circle", timeout=60_000)
@@ -501,7 +603,7 @@ def test_the_sweeps_tab_of_a_10000_trial_sweep_renders_in_under_3_seconds_and_st
         SHOTS.mkdir(parents=True, exist_ok=True)
         (SHOTS / "sweeps-10000-trials.json").write_text(json.dumps({"answer_bytes": len(body), "drawn_s": seconds}))
         assert seconds < 10.0, seconds  # the figure is recorded (target 3 s, docs/benchmarks.md); this catches a
-                                        # page that draws every trial again
+        # page that draws every trial again
         counts = page.locator("[data-testid=counts]").inner_text()
         assert "defined 10000" in counts and "succeeded 10000" in counts
         assert "show 2,000 of 10,000 scored trials" in page.locator("[data-testid=points-note]").inner_text()
@@ -510,8 +612,9 @@ def test_the_sweeps_tab_of_a_10000_trial_sweep_renders_in_under_3_seconds_and_st
         assert tick_labels(page, "plot-lr")[:2] == ["1e-5", "1e-4"]  # loguniform: log axis
         assert "0.05" in tick_labels(page, "plot-wd")  # uniform(0, 0.1): linear, though its draws reach 1e-6
         # parallel coordinates draw the plots' 2,000 trials; the importance ranks all 10,000 (wd drives the score)
-        lines = page.eval_on_selector_all("[data-testid=plot-parallel] path[data-lines]",
-                                          "ps => ps.map(p => +p.dataset.lines)")
+        lines = page.eval_on_selector_all(
+            "[data-testid=plot-parallel] path[data-lines]", "ps => ps.map(p => +p.dataset.lines)"
+        )
         assert sum(lines) == 2000 and len(lines) <= 14, lines  # in colour bands: a few elements, not 2,000
         page.wait_for_selector("[data-testid=plot-importance] g[data-param]", timeout=60_000)
         assert page.locator("[data-testid=plot-importance] g[data-param]").first.get_attribute("data-param") == "wd"
@@ -534,21 +637,44 @@ def test_the_gpu_board_stays_readable_with_64_gpus_on_8_hosts(stack, browser_pag
     now = time.time()
     leases = []
     for h in range(8):
-        inventory = [GPUInfo(index=i, uuid=f"GPU-SIM-{h}-{i}", name="NVIDIA A100-SXM4-80GB",
-                             memory_total=80 * 2**30, memory_used=0, simulated=True) for i in range(8)]
+        inventory = [
+            GPUInfo(
+                index=i,
+                uuid=f"GPU-SIM-{h}-{i}",
+                name="NVIDIA A100-SXM4-80GB",
+                memory_total=80 * 2**30,
+                memory_used=0,
+                simulated=True,
+            )
+            for i in range(8)
+        ]
         for i in range(5):  # five leases per host: whole GPUs and 20 GiB slices
             whole = i % 2 == 0
-            record = lease_record(f"gpu-host-{h}.lab.example", {
-                "lease_id": f"{h:02d}{i:02d}" + "0" * 12, "gpus": [i], "memory": {i: (80 if whole else 20) * 2**30},
-                "whole": whole, "job_class": "idle" if i == 4 else "normal", "priority": 0, "created": now - 600 * i},
-                inventory, dag_id="nas_evolution", run_id="scheduled__2026-11-26", task_id="round_3.trial", map_index=h * 8 + i)
+            record = lease_record(
+                f"gpu-host-{h}.lab.example",
+                {
+                    "lease_id": f"{h:02d}{i:02d}" + "0" * 12,
+                    "gpus": [i],
+                    "memory": {i: (80 if whole else 20) * 2**30},
+                    "whole": whole,
+                    "job_class": "idle" if i == 4 else "normal",
+                    "priority": 0,
+                    "created": now - 600 * i,
+                },
+                inventory,
+                dag_id="nas_evolution",
+                run_id="scheduled__2026-11-26",
+                task_id="round_3.trial",
+                map_index=h * 8 + i,
+            )
             leases.append(read_lease_record(record, "test"))
     board = build_board(leases, now=now)
     board["api_server_host"] = "gpu-host-0.lab.example"
     body = json.dumps(board)
     page = browser_page
-    page.route("**/gpusched/api/gpus", lambda route: route.fulfill(status=200, content_type="application/json",
-                                                                  body=body))
+    page.route(
+        "**/gpusched/api/gpus", lambda route: route.fulfill(status=200, content_type="application/json", body=body)
+    )
     try:
         open_page(stack, page, "/plugin/gpusched-gpus", "[data-testid=gpu-board]")
         page.wait_for_function("document.querySelectorAll('[data-testid=lease]').length >= 40", timeout=60_000)
@@ -586,29 +712,41 @@ def test_the_gpu_timeline_shows_each_lease_with_its_preemptions_and_oom_retries(
         stack.wait_for_dag(dag_id)
     oom = stack.trigger("e2e_oom_retry")
     fill = stack.trigger("e2e_idle_fillers", out=str(out_dir), seconds=12)
-    wait_until(lambda: sum(ti["state"] == "running" for ti in stack.task_instances("e2e_idle_fillers", fill)) >= 4,
-               timeout=300, what="4 fillers holding every GPU")
+    wait_until(
+        lambda: sum(ti["state"] == "running" for ti in stack.task_instances("e2e_idle_fillers", fill)) >= 4,
+        timeout=300,
+        what="4 fillers holding every GPU",
+    )
     time.sleep(3)  # the fillers' children start and hold their GPUs
     normal = stack.trigger("e2e_normal", out=str(out_dir), seconds=3)
     for dag_id, run_id in (("e2e_oom_retry", oom), ("e2e_normal", normal), ("e2e_idle_fillers", fill)):
         assert stack.wait_run(dag_id, run_id, timeout=420) == "success", dag_id
-    preemptions = sum(stack.xcom("e2e_idle_fillers", fill, "filler", key="gpu_time", map_index=i)["preemptions"]
-                      for i in range(6))
+    preemptions = sum(
+        stack.xcom("e2e_idle_fillers", fill, "filler", key="gpu_time", map_index=i)["preemptions"] for i in range(6)
+    )
     assert preemptions >= 1
+
     # a window from just before these runs (?hours= takes any length; the server offers 1 h to 3 d)
     def window() -> str:
         return f"/plugin/gpusched-timeline?hours={(time.time() - began + 20) / 3600:.4f}"
 
     open_page(stack, page, window(), "[data-testid=plot-timeline]")
-    page.wait_for_function("document.querySelectorAll('[data-testid=timeline-mark][data-outcome=preempted]').length >= 1"
-                           " && document.querySelectorAll('[data-testid=timeline-mark][data-outcome=oom]').length >= 1",
-                           timeout=60_000)
+    page.wait_for_function(
+        "document.querySelectorAll('[data-testid=timeline-mark][data-outcome=preempted]').length >= 1"
+        " && document.querySelectorAll('[data-testid=timeline-mark][data-outcome=oom]').length >= 1",
+        timeout=60_000,
+    )
     assert page.locator("[data-testid=timeline-row]").count() >= 4  # this host's 4 (simulated) GPUs
     # the address's window is offered beside the server's (1 h to 3 d) and pressed
-    assert re.fullmatch(r"[\d.]+ min", page.locator("[data-testid=timeline-window] button[aria-pressed=true]").inner_text())
+    assert re.fullmatch(
+        r"[\d.]+ min", page.locator("[data-testid=timeline-window] button[aria-pressed=true]").inner_text()
+    )
     fillers = page.locator(f"a[data-testid=timeline-bar][href*='/dags/e2e_idle_fillers/runs/{fill}/']")
     assert leases(page, fillers) == 6 + preemptions  # each filler's last attempt, and one per preempted attempt
-    assert page.locator(f"a[data-testid=timeline-bar][data-outcome=preempted][href*='/runs/{fill}/']").count() == preemptions
+    assert (
+        page.locator(f"a[data-testid=timeline-bar][data-outcome=preempted][href*='/runs/{fill}/']").count()
+        == preemptions
+    )
     assert {fillers.nth(i).get_attribute("data-class") for i in range(fillers.count())} == {"idle"}
     trains = page.locator(f"a[data-testid=timeline-bar][href*='/dags/e2e_normal/runs/{normal}/tasks/train']")
     assert leases(page, trains) == 4  # a 4-GPU lease: one bar on each GPU's row
@@ -621,8 +759,10 @@ def test_the_gpu_timeline_shows_each_lease_with_its_preemptions_and_oom_retries(
     assert_plots_readable(page)
     shot(page, "gpu-timeline")
     page.click("[data-testid=timeline-window] button:has-text('1 d')")
-    page.wait_for_function("document.querySelector('[data-testid=timeline-window] button[aria-pressed=true]')"
-                           ".textContent === '1 d'", timeout=30_000)
+    page.wait_for_function(
+        "document.querySelector('[data-testid=timeline-window] button[aria-pressed=true]').textContent === '1 d'",
+        timeout=30_000,
+    )
     page.wait_for_selector(f"a[data-testid=timeline-bar][href*='/runs/{oom}/']", timeout=30_000)
     assert_plots_readable(page)
     open_page(stack, page, window(), "[data-testid=plot-timeline]")
@@ -646,24 +786,39 @@ def test_a_day_of_10000_leases_on_16_gpus_draws_a_few_thousand_bars(stack, brows
     for k in range(10_000):
         start = now - 86400 + rnd.uniform(0, 86400 - 60)
         outcome = rnd.choices(["succeeded", "failed", "preempted", "oom"], [96, 2, 1.5, 0.5])[0]
-        segments.append({"host": f"gpu-host-{k % 2}.lab.example", "gpus": [k // 2 % 8], "start": start,
-                         "end": start + rnd.uniform(20, 60), "job_class": rnd.choice(["normal", "idle", "high"]),
-                         "outcome": outcome, "detail": "", "request": "1 GPU", "label": f"trial {k}",
-                         "dag_id": "nas_evolution", "run_id": "scheduled__2026-11-25", "task_id": "round_3.trial",
-                         "map_index": k})
+        segments.append(
+            {
+                "host": f"gpu-host-{k % 2}.lab.example",
+                "gpus": [k // 2 % 8],
+                "start": start,
+                "end": start + rnd.uniform(20, 60),
+                "job_class": rnd.choice(["normal", "idle", "high"]),
+                "outcome": outcome,
+                "detail": "",
+                "request": "1 GPU",
+                "label": f"trial {k}",
+                "dag_id": "nas_evolution",
+                "run_id": "scheduled__2026-11-25",
+                "task_id": "round_3.trial",
+                "map_index": k,
+            }
+        )
     timeline = build_timeline(segments, since=now - 86400, until=now)
     timeline["hours"] = 24
     body = json.dumps(timeline)
     assert len(body) < 1_000_000, len(body)
     page = browser_page
-    page.route("**/gpusched/api/timeline*", lambda route: route.fulfill(status=200, content_type="application/json",
-                                                                       body=body))
+    page.route(
+        "**/gpusched/api/timeline*", lambda route: route.fulfill(status=200, content_type="application/json", body=body)
+    )
     try:
         t0 = time.monotonic()
         open_page(stack, page, "/plugin/gpusched-timeline?hours=24", "[data-testid=plot-timeline]")
         drawn = page.locator("[data-testid=timeline-bar]").count()
-        print(f"timeline of 10,000 leases in a day: {len(body) / 1e6:.2f} MB answer, {timeline['bars']} bars, "
-              f"page open {time.monotonic() - t0:.1f}s")
+        print(
+            f"timeline of 10,000 leases in a day: {len(body) / 1e6:.2f} MB answer, {timeline['bars']} bars, "
+            f"page open {time.monotonic() - t0:.1f}s"
+        )
         assert drawn == timeline["bars"] < 4000  # one per run of short leases (a visible gap apart), and the marks
         assert page.locator("[data-testid=timeline-row]").count() == 16
         marks = timeline["counts"]["preempted"] + timeline["counts"]["oom"]

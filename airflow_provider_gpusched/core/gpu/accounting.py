@@ -69,8 +69,10 @@ class PreemptionHistory:
         self.preemptions += 1
         self.lost_gpu_seconds += attempt.lost_gpu_seconds
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime())
-        line = (f"preempted at {stamp} after {attempt.seconds:.1f}s ({attempt.preempted}); "
-                f"{attempt.lost_gpu_seconds:.1f} GPU-s since the last checkpoint lost; preemption {self.preemptions}")
+        line = (
+            f"preempted at {stamp} after {attempt.seconds:.1f}s ({attempt.preempted}); "
+            f"{attempt.lost_gpu_seconds:.1f} GPU-s since the last checkpoint lost; preemption {self.preemptions}"
+        )
         self.events.append(line)
         return line
 
@@ -114,9 +116,14 @@ class GPUTimeLedger:
                     record = json.loads(line)
                 except ValueError:
                     continue
-                if (isinstance(record, dict) and isinstance(record.get("job_class", "normal"), str)
-                        and all(isinstance(record.get(k, 0), (int, float)) and not isinstance(record.get(k, 0), bool)
-                                for k in _ACCOUNTING_NUMBERS)):
+                if (
+                    isinstance(record, dict)
+                    and isinstance(record.get("job_class", "normal"), str)
+                    and all(
+                        isinstance(record.get(k, 0), (int, float)) and not isinstance(record.get(k, 0), bool)
+                        for k in _ACCOUNTING_NUMBERS
+                    )
+                ):
                     records.append(record)
         return records
 
@@ -128,8 +135,9 @@ def accounting_totals(records: Iterable[dict]) -> dict[str, dict[str, float]]:
     """Per class: attempts, GPU-seconds used, GPU-seconds lost, preemptions."""
     totals: dict[str, dict[str, float]] = {}
     for r in records:
-        t = totals.setdefault(r.get("job_class", "normal"),
-                              {"attempts": 0, "gpu_seconds": 0.0, "lost_gpu_seconds": 0.0, "preemptions": 0})
+        t = totals.setdefault(
+            r.get("job_class", "normal"), {"attempts": 0, "gpu_seconds": 0.0, "lost_gpu_seconds": 0.0, "preemptions": 0}
+        )
         t["attempts"] += 1
         t["gpu_seconds"] += float(r.get("gpu_seconds", 0))
         t["lost_gpu_seconds"] += float(r.get("lost_gpu_seconds", 0))

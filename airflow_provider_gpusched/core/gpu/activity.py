@@ -23,8 +23,10 @@ ACTIVITY_FILE = "activity.json"
 def gpu_is_busy(usage: GPUUsage, policy: LocalClassPolicy) -> str:
     """'' if nothing we do not know about is using the GPU, else what is."""
     if usage.foreign_used > policy.max_foreign_memory:
-        return (f"GPU {usage.gpu.index}: {usage.foreign_processes or 'unknown'} foreign process(es) use "
-                f"{format_bytes(usage.foreign_used)}")
+        return (
+            f"GPU {usage.gpu.index}: {usage.foreign_processes or 'unknown'} foreign process(es) use "
+            f"{format_bytes(usage.foreign_used)}"
+        )
     util = usage.gpu.utilization
     if usage.leases == 0 and util is not None and util > policy.max_utilization:
         return f"GPU {usage.gpu.index}: {util}% utilisation with no lease on it"
@@ -46,8 +48,9 @@ class GPUActivity:
         except (OSError, BadRecordError, ValueError, TypeError, AttributeError):
             return {}
 
-    def quiet_since(self, usage: dict[int, GPUUsage], policies: Sequence[LocalClassPolicy], *,
-                    record: bool = True) -> dict[int, float]:
+    def quiet_since(
+        self, usage: dict[int, GPUUsage], policies: Sequence[LocalClassPolicy], *, record: bool = True
+    ) -> dict[int, float]:
         """Per GPU, since when it has been quiet, counting what is busy now; ``record`` writes that down."""
         now = self.clock()
         data = self._recorded()

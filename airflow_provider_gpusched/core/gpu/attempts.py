@@ -45,7 +45,7 @@ class Attempt:
     seconds: float
     stopped: bool = False
     preempted: str | None = None  # why the attempt was stopped to give its GPUs back
-    halted: str | None = None     # who stopped it for good (gpusched queue stop), when and why
+    halted: str | None = None  # who stopped it for good (gpusched queue stop), when and why
     timed_out: str | None = None  # stopped at the work's time limit ("reached its time limit (00:00:03) ...")
     gpu_seconds: float = 0.0
     lost_gpu_seconds: float = 0.0
@@ -88,34 +88,49 @@ class WorkProgress:
         return {"GPUSCHED_PREEMPTIONS": str(self.history.preemptions)}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"request": asdict(self.request), "attempts": [asdict(a) for a in self.attempts],
-                "history": self.history.to_dict()}
+        return {
+            "request": asdict(self.request),
+            "attempts": [asdict(a) for a in self.attempts],
+            "history": self.history.to_dict(),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WorkProgress:
         """The inverse of :meth:`to_dict` (a deferred task's payload, written by this package)."""
-        return cls(GPURequest(**data["request"]), [Attempt(**a) for a in data.get("attempts") or []],
-                   PreemptionHistory.from_dict(data.get("history")))
+        return cls(
+            GPURequest(**data["request"]),
+            [Attempt(**a) for a in data.get("attempts") or []],
+            PreemptionHistory.from_dict(data.get("history")),
+        )
 
 
 class Action(enum.Enum):
-    RELAUNCH = "relaunch"          # preempted: run again (same request) after ``wait`` seconds
+    RELAUNCH = "relaunch"  # preempted: run again (same request) after ``wait`` seconds
     RETRY_BIGGER = "retry_bigger"  # GPU OOM: run again with the bigger ``progress.request`` now
     SUCCEEDED = "succeeded"
     FAILED = "failed"
-    HALTED = "halted"              # stopped for good by `gpusched queue stop`: fail, and retrying cannot help
-    TIMED_OUT = "timed_out"        # stopped at its time limit, as Slurm stops a job at --time: fail (state timeout)
+    HALTED = "halted"  # stopped for good by `gpusched queue stop`: fail, and retrying cannot help
+    TIMED_OUT = "timed_out"  # stopped at its time limit, as Slurm stops a job at --time: fail (state timeout)
 
 
 @dataclass(frozen=True)
 class NextStep:
     action: Action
-    message: str        # what to log (for FAILED: why, for people)
-    wait: float = 0.0   # seconds before the next attempt may start
+    message: str  # what to log (for FAILED: why, for people)
+    wait: float = 0.0  # seconds before the next attempt may start
 
 
-def decide(progress: WorkProgress, outcome: AttemptOutcome, *, job_class: str, policy: LocalClassPolicy,
-           oom_policy: OOMRetryPolicy, gpu_sizes: Sequence[int], stopping: bool, work: Work) -> NextStep:
+def decide(
+    progress: WorkProgress,
+    outcome: AttemptOutcome,
+    *,
+    job_class: str,
+    policy: LocalClassPolicy,
+    oom_policy: OOMRetryPolicy,
+    gpu_sizes: Sequence[int],
+    stopping: bool,
+    work: Work,
+) -> NextStep:
     """Record ``outcome`` in ``progress`` and say what comes next. ``stopping``: the caller is being
     stopped (a killed task), so nothing is relaunched or retried. ``work``: what ran (for the failure message)."""
     a = outcome.attempt
@@ -126,19 +141,25 @@ def decide(progress: WorkProgress, outcome: AttemptOutcome, *, job_class: str, p
         return NextStep(Action.HALTED, f"work on GPU(s) {a.gpus} {a.halted}")
     if a.preempted and not stopping:
         wait = policy.backoff_for(history.preemptions)
-        last = ("" if history.preemptible(policy)
-                else f"; the next run is not preemptible (max_preemptions={policy.max_preemptions})")
+        last = (
+            ""
+            if history.preemptible(policy)
+            else f"; the next run is not preemptible (max_preemptions={policy.max_preemptions})"
+        )
         return NextStep(Action.RELAUNCH, f"{line}; relaunching after {wait:.1f}s{last}", wait)
     if a.timed_out:
         tail = "\n".join(outcome.tail[-20:])
-        return NextStep(Action.TIMED_OUT, f"work on GPU(s) {a.gpus} {a.timed_out}\n--- last lines of output ---\n{tail}")
+        return NextStep(
+            Action.TIMED_OUT, f"work on GPU(s) {a.gpus} {a.timed_out}\n--- last lines of output ---\n{tail}"
+        )
     if a.exit_code == 0:
         return NextStep(Action.SUCCEEDED, history.summary(job_class))
     if a.oom and not stopping:
         bigger = oom_policy.escalate(progress.request, progress.oom_failures, gpu_sizes)
         if bigger is not None:
-            message = (f"GPU out of memory with {progress.request.describe()} ({a.oom}); "
-                       f"retrying with {bigger.describe()}")
+            message = (
+                f"GPU out of memory with {progress.request.describe()} ({a.oom}); retrying with {bigger.describe()}"
+            )
             progress.request = bigger
             return NextStep(Action.RETRY_BIGGER, message)
     return NextStep(Action.FAILED, failure_message(outcome, [x.request for x in progress.attempts], work))
@@ -162,19 +183,31 @@ def failure_message(outcome: AttemptOutcome, requests: list[str], work: Work) ->
 
 def gpu_descriptions(lease: Lease, inventory: GPUInventory) -> list[dict]:
     names = {g.index: g.name for g in inventory.gpus()}
-    return [{"index": i, "uuid": u, "name": names.get(i, ""), "simulated": lease.simulated,
-             "memory_reserved": lease.memory.get(i)} for i, u in zip(lease.gpus, lease.uuids, strict=True)]
+    return [
+        {
+            "index": i,
+            "uuid": u,
+            "name": names.get(i, ""),
+            "simulated": lease.simulated,
+            "memory_reserved": lease.memory.get(i),
+        }
+        for i, u in zip(lease.gpus, lease.uuids, strict=True)
+    ]
 
 
 def attempt_banner(number: int, request: GPURequest, lease: Lease, gpus: list[dict], job_class: str) -> str:
     """The line that starts an attempt: what, where, which class."""
     where = ", ".join(f"{g['index']} ({g['uuid']}{', SIMULATED' if g['simulated'] else ''})" for g in gpus)
     if lease.stage == "load":
-        return (f"attempt {number}: {request.describe()}: load stage started on host resources"
-                + (f" ({format_bytes(lease.host_memory)} of RAM)" if lease.host_memory else "")
-                + f", no GPU visible until it calls wait_for_gpus(), {job_class} class")
-    return (f"attempt {number}: {request.describe()} on GPU {where}, CUDA_VISIBLE_DEVICES={lease.cuda_visible_devices}, "
-            f"{job_class} class" + (" (preemptible)" if lease.preemptible else ""))
+        return (
+            f"attempt {number}: {request.describe()}: load stage started on host resources"
+            + (f" ({format_bytes(lease.host_memory)} of RAM)" if lease.host_memory else "")
+            + f", no GPU visible until it calls wait_for_gpus(), {job_class} class"
+        )
+    return (
+        f"attempt {number}: {request.describe()} on GPU {where}, CUDA_VISIBLE_DEVICES={lease.cuda_visible_devices}, "
+        f"{job_class} class" + (" (preemptible)" if lease.preemptible else "")
+    )
 
 
 @dataclass
@@ -194,9 +227,15 @@ class RunResult:
 
     def to_dict(self) -> dict:
         """What a program's task returns (its XCom)."""
-        return {"exit_code": self.exit_code, "gpus": self.gpus, "log_path": self.log_path,
-                "simulated": any(g["simulated"] for g in self.gpus), "oom_retries": self.oom_retries,
-                "attempts": [asdict(a) for a in self.attempts], "gpu_time": self.history.to_dict()}
+        return {
+            "exit_code": self.exit_code,
+            "gpus": self.gpus,
+            "log_path": self.log_path,
+            "simulated": any(g["simulated"] for g in self.gpus),
+            "oom_retries": self.oom_retries,
+            "attempts": [asdict(a) for a in self.attempts],
+            "gpu_time": self.history.to_dict(),
+        }
 
 
 def work_value(work: Work) -> object:

@@ -60,22 +60,42 @@ class BoardLease:
     inventory: list[BoardGPU] = field(default_factory=list)
 
 
-def lease_record(host: str, lease_view: dict, gpus: Iterable[GPUInfo], *, dag_id: str, run_id: str, task_id: str,
-                 map_index: int = -1, yielding_to: str = "") -> dict:
+def lease_record(
+    host: str,
+    lease_view: dict,
+    gpus: Iterable[GPUInfo],
+    *,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    map_index: int = -1,
+    yielding_to: str = "",
+) -> dict:
     """The record a task publishes while it holds a lease (``lease_view``: the lease's own fields)."""
     return {
-        "host": host, "lease_id": lease_view["lease_id"], "gpus": list(lease_view["gpus"]),
-        "memory": {str(k): int(v) for k, v in lease_view["memory"].items()}, "whole": bool(lease_view["whole"]),
-        "job_class": lease_view.get("job_class", "normal"), "priority": int(lease_view.get("priority", 0)),
-        "started": float(lease_view.get("created", time.time())), "dag_id": dag_id, "run_id": run_id,
-        "task_id": task_id, "map_index": map_index, "yielding_to": yielding_to,
-        "inventory": [{"index": g.index, "uuid": g.uuid, "name": g.name, "memory_total": g.memory_total,
-                       "simulated": g.simulated} for g in gpus],
+        "host": host,
+        "lease_id": lease_view["lease_id"],
+        "gpus": list(lease_view["gpus"]),
+        "memory": {str(k): int(v) for k, v in lease_view["memory"].items()},
+        "whole": bool(lease_view["whole"]),
+        "job_class": lease_view.get("job_class", "normal"),
+        "priority": int(lease_view.get("priority", 0)),
+        "started": float(lease_view.get("created", time.time())),
+        "dag_id": dag_id,
+        "run_id": run_id,
+        "task_id": task_id,
+        "map_index": map_index,
+        "yielding_to": yielding_to,
+        "inventory": [
+            {"index": g.index, "uuid": g.uuid, "name": g.name, "memory_total": g.memory_total, "simulated": g.simulated}
+            for g in gpus
+        ],
     }
 
 
 def read_lease_record(data: Any, source: str) -> BoardLease:
     """A published lease record, checked field by field; :class:`BadRecordError` names ``source`` and the key."""
+
     def bad(key: str, expected: str) -> BadRecordError:
         return BadRecordError(f"{source}: key {key!r}: expected {expected}")
 
@@ -85,20 +105,31 @@ def read_lease_record(data: Any, source: str) -> BoardLease:
         if not isinstance(data.get(key), str) or not data[key] or len(data[key]) > MAX_NAME:
             raise bad(key, f"a non-empty string of at most {MAX_NAME} characters")
     gpus = data.get("gpus")
-    if not isinstance(gpus, list) or not 0 < len(gpus) <= MAX_HOST_GPUS or \
-            not all(is_int(i) and 0 <= i < MAX_HOST_GPUS for i in gpus):
+    if (
+        not isinstance(gpus, list)
+        or not 0 < len(gpus) <= MAX_HOST_GPUS
+        or not all(is_int(i) and 0 <= i < MAX_HOST_GPUS for i in gpus)
+    ):
         raise bad("gpus", f"a non-empty list of at most {MAX_HOST_GPUS} GPU indices below {MAX_HOST_GPUS}")
     memory = data.get("memory")
-    if not isinstance(memory, dict) or len(memory) > MAX_HOST_GPUS or not all(
+    if (
+        not isinstance(memory, dict)
+        or len(memory) > MAX_HOST_GPUS
+        or not all(
             isinstance(k, str) and k.isdigit() and len(k) <= 3 and is_int(v) and 0 <= v <= MAX_GPU_MEMORY
-            for k, v in memory.items()):
+            for k, v in memory.items()
+        )
+    ):
         raise bad("memory", "an object of GPU index -> reserved bytes")
     if not isinstance(data.get("whole"), bool):
         raise bad("whole", "true or false")
     if not is_finite_number(data.get("started")):
         raise bad("started", "a time stamp")
-    for key, check, expected in (("map_index", is_int, "an integer"), ("priority", is_int, "an integer"),
-                                 ("yielding_to", lambda v: isinstance(v, str) and len(v) <= 500, "a string")):
+    for key, check, expected in (
+        ("map_index", is_int, "an integer"),
+        ("priority", is_int, "an integer"),
+        ("yielding_to", lambda v: isinstance(v, str) and len(v) <= 500, "a string"),
+    ):
         if key in data and not check(data[key]):
             raise bad(key, expected)
     inventory = []
@@ -106,19 +137,40 @@ def read_lease_record(data: Any, source: str) -> BoardLease:
     if not isinstance(listed, list) or len(listed) > MAX_HOST_GPUS:
         raise bad("inventory", f"a list of at most {MAX_HOST_GPUS} GPUs")
     for i, g in enumerate(listed):
-        if not (isinstance(g, dict) and is_int(g.get("index")) and 0 <= g["index"] < MAX_HOST_GPUS
-                and isinstance(g.get("uuid"), str) and len(g["uuid"]) <= MAX_NAME
-                and isinstance(g.get("name"), str) and len(g["name"]) <= MAX_NAME
-                and is_int(g.get("memory_total")) and 0 <= g["memory_total"] <= MAX_GPU_MEMORY
-                and isinstance(g.get("simulated"), bool)):
-            raise bad(f"inventory[{i}]", f"an object with index (below {MAX_HOST_GPUS}), uuid, name, memory_total "
-                                         f"(at most 16 TiB) and simulated")
+        if not (
+            isinstance(g, dict)
+            and is_int(g.get("index"))
+            and 0 <= g["index"] < MAX_HOST_GPUS
+            and isinstance(g.get("uuid"), str)
+            and len(g["uuid"]) <= MAX_NAME
+            and isinstance(g.get("name"), str)
+            and len(g["name"]) <= MAX_NAME
+            and is_int(g.get("memory_total"))
+            and 0 <= g["memory_total"] <= MAX_GPU_MEMORY
+            and isinstance(g.get("simulated"), bool)
+        ):
+            raise bad(
+                f"inventory[{i}]",
+                f"an object with index (below {MAX_HOST_GPUS}), uuid, name, memory_total "
+                f"(at most 16 TiB) and simulated",
+            )
         inventory.append(BoardGPU(g["index"], g["uuid"], g["name"], g["memory_total"], g["simulated"]))
-    return BoardLease(host=data["host"], lease_id=data["lease_id"], gpus=list(gpus),
-                      memory={int(k): v for k, v in memory.items()}, whole=data["whole"], job_class=data["job_class"],
-                      started=float(data["started"]), dag_id=data["dag_id"], run_id=data["run_id"],
-                      task_id=data["task_id"], map_index=data.get("map_index", -1), priority=data.get("priority", 0),
-                      yielding_to=data.get("yielding_to", ""), inventory=inventory)
+    return BoardLease(
+        host=data["host"],
+        lease_id=data["lease_id"],
+        gpus=list(gpus),
+        memory={int(k): v for k, v in memory.items()},
+        whole=data["whole"],
+        job_class=data["job_class"],
+        started=float(data["started"]),
+        dag_id=data["dag_id"],
+        run_id=data["run_id"],
+        task_id=data["task_id"],
+        map_index=data.get("map_index", -1),
+        priority=data.get("priority", 0),
+        yielding_to=data.get("yielding_to", ""),
+        inventory=inventory,
+    )
 
 
 @dataclass
@@ -139,16 +191,30 @@ def fleet_known_host(record, now: float) -> KnownHost:
     lists it: its whole inventory, whether it is up, the GPUs that others hold."""
     age = max(0.0, record.age(now))
     fresh = record.fresh(now)
-    seen = (f"its fleet record, {age:.0f}s old" if fresh
-            else f"its fleet record: NO RECORD FOR {age:.0f}s, the host or its worker is down")
+    seen = (
+        f"its fleet record, {age:.0f}s old"
+        if fresh
+        else f"its fleet record: NO RECORD FOR {age:.0f}s, the host or its worker is down"
+    )
     if record.clock_off:
         seen += f" ({record.clock_note()})"
-    return KnownHost(record.host, [BoardGPU(g.index, g.uuid, g.name, g.memory_total, g.simulated or
-                                            record.source == "simulated") for g in record.gpus], seen,
-                     fleet={"published": record.seen, "age": round(age, 1), "up": fresh,
-                            "clock_off": round(record.clock_off, 1),
-                            "foreign_busy": list(record.foreign_busy), "leases": len(record.leases),
-                            "address": record.address})
+    return KnownHost(
+        record.host,
+        [
+            BoardGPU(g.index, g.uuid, g.name, g.memory_total, g.simulated or record.source == "simulated")
+            for g in record.gpus
+        ],
+        seen,
+        fleet={
+            "published": record.seen,
+            "age": round(age, 1),
+            "up": fresh,
+            "clock_off": round(record.clock_off, 1),
+            "foreign_busy": list(record.foreign_busy),
+            "leases": len(record.leases),
+            "address": record.address,
+        },
+    )
 
 
 _LEASE_ID = re.compile(r"\b[0-9a-f]{16}\b")
@@ -162,11 +228,32 @@ def explain_wait(why: str, names: dict[str, str]) -> dict:
     return {"reason": parts[0] if parts else "no reason recorded", "details": parts[1:]}
 
 
-def wait_record(host: str, request: str, job_class: str, priority: int, why: str, since: float, *, dag_id: str,
-                run_id: str, task_id: str, map_index: int = -1) -> dict:
+def wait_record(
+    host: str,
+    request: str,
+    job_class: str,
+    priority: int,
+    why: str,
+    since: float,
+    *,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    map_index: int = -1,
+) -> dict:
     """The record a task publishes when it starts waiting for GPUs (``request``: what it asks for, in words)."""
-    return {"host": host, "request": request, "job_class": job_class, "priority": int(priority), "why": why[:500],
-            "since": float(since), "dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index}
+    return {
+        "host": host,
+        "request": request,
+        "job_class": job_class,
+        "priority": int(priority),
+        "why": why[:500],
+        "since": float(since),
+        "dag_id": dag_id,
+        "run_id": run_id,
+        "task_id": task_id,
+        "map_index": map_index,
+    }
 
 
 def read_wait_record(data: Any, source: str) -> dict:
@@ -197,8 +284,13 @@ def read_gpu_time_record(data: Any, source: str, ended: float | None = None) -> 
     when = data.get("time", ended)
     if not is_finite_number(when):
         raise BadRecordError(f"{source}: key 'time': expected a time stamp")
-    return {"time": float(when), "job_class": data["job_class"], "gpu_seconds": float(data.get("gpu_seconds", 0)),
-            "lost_gpu_seconds": float(data.get("lost_gpu_seconds", 0)), "preemptions": data.get("preemptions", 0)}
+    return {
+        "time": float(when),
+        "job_class": data["job_class"],
+        "gpu_seconds": float(data.get("gpu_seconds", 0)),
+        "lost_gpu_seconds": float(data.get("lost_gpu_seconds", 0)),
+        "preemptions": data.get("preemptions", 0),
+    }
 
 
 def _task_name(dag_id: str, task_id: str, map_index: int) -> str:
@@ -224,9 +316,16 @@ def _add_measured(gpus: list[dict], record: Mapping[str, Any], names: Mapping[st
             lease["over_reservation"] = over_reservation(used, lease["memory"], lease["whole"])
 
 
-def build_board(leases: Iterable[BoardLease], *, waiting: Iterable[dict] = (), ledger: Iterable[dict] = (),
-                problems: Iterable[str] = (), now: float | None = None, known_hosts: Iterable[KnownHost] = (),
-                telemetry: Mapping[str, Mapping[str, Any]] | None = None) -> dict:
+def build_board(
+    leases: Iterable[BoardLease],
+    *,
+    waiting: Iterable[dict] = (),
+    ledger: Iterable[dict] = (),
+    problems: Iterable[str] = (),
+    now: float | None = None,
+    known_hosts: Iterable[KnownHost] = (),
+    telemetry: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict:
     """The board as JSON-ready data: hosts (sorted) with their GPUs, each GPU's leases and memory leased/free
     (``known_hosts`` are listed too, their GPUs free unless a lease says otherwise); the work waiting, each
     reason split by :func:`explain_wait` and the details every waiting task shares said once
@@ -245,15 +344,37 @@ def build_board(leases: Iterable[BoardLease], *, waiting: Iterable[dict] = (), l
         for g in lease.inventory:  # the newest record's inventory wins; a GPU no record names is unknown
             gpus.setdefault(g.index, {**asdict(g), "memory_leased": 0, "whole_taken": False, "leases": []})
         for index in lease.gpus:
-            gpu = gpus.setdefault(index, {"index": index, "uuid": "", "name": "(not reported)", "memory_total": 0,
-                                          "simulated": False, "memory_leased": 0, "whole_taken": False, "leases": []})
+            gpu = gpus.setdefault(
+                index,
+                {
+                    "index": index,
+                    "uuid": "",
+                    "name": "(not reported)",
+                    "memory_total": 0,
+                    "simulated": False,
+                    "memory_leased": 0,
+                    "whole_taken": False,
+                    "leases": [],
+                },
+            )
             gpu["memory_leased"] += lease.memory.get(index, 0)
             gpu["whole_taken"] |= lease.whole
-            gpu["leases"].append({
-                "lease_id": lease.lease_id, "dag_id": lease.dag_id, "run_id": lease.run_id, "task_id": lease.task_id,
-                "map_index": lease.map_index, "job_class": lease.job_class, "priority": lease.priority,
-                "started": lease.started, "seconds": max(0.0, now - lease.started), "whole": lease.whole,
-                "memory": lease.memory.get(index, 0), "yielding_to": lease.yielding_to})
+            gpu["leases"].append(
+                {
+                    "lease_id": lease.lease_id,
+                    "dag_id": lease.dag_id,
+                    "run_id": lease.run_id,
+                    "task_id": lease.task_id,
+                    "map_index": lease.map_index,
+                    "job_class": lease.job_class,
+                    "priority": lease.priority,
+                    "started": lease.started,
+                    "seconds": max(0.0, now - lease.started),
+                    "whole": lease.whole,
+                    "memory": lease.memory.get(index, 0),
+                    "yielding_to": lease.yielding_to,
+                }
+            )
     for known in known_hosts:
         gpus = hosts.setdefault(known.host, {})
         if known.fleet is not None and known.host not in fleet:
@@ -274,19 +395,31 @@ def build_board(leases: Iterable[BoardLease], *, waiting: Iterable[dict] = (), l
         others = set(fleet.get(host, {}).get("foreign_busy", ()))
         for gpu in gpus:
             gpu["held_by_others"] = gpu["index"] in others and not gpu["leases"]
-            gpu["memory_free"] = 0 if gpu["whole_taken"] or gpu["held_by_others"] else max(
-                0, gpu["memory_total"] - gpu["memory_leased"])
+            gpu["memory_free"] = (
+                0 if gpu["whole_taken"] or gpu["held_by_others"] else max(0, gpu["memory_total"] - gpu["memory_leased"])
+            )
             gpu["leases"].sort(key=lambda lease: lease["started"])
-        board_hosts.append({"host": host, "simulated": any(g["simulated"] for g in gpus), "gpus": gpus,
-                            "seen": seen[host], "fleet": fleet.get(host)})
+        board_hosts.append(
+            {
+                "host": host,
+                "simulated": any(g["simulated"] for g in gpus),
+                "gpus": gpus,
+                "seen": seen[host],
+                "fleet": fleet.get(host),
+            }
+        )
     names = {lease.lease_id: _task_name(lease.dag_id, lease.task_id, lease.map_index) for lease in leases_seen}
     for entry in board_hosts:
         record = (telemetry or {}).get(entry["host"])
         entry["telemetry"] = None
         if record is not None:
-            entry["telemetry"] = {"source": record["source"], "sampled_by": record.get("sampled_by", ""),
-                                  "error": record.get("error", ""), "resolution": record["resolution"],
-                                  "window": record["window"]}
+            entry["telemetry"] = {
+                "source": record["source"],
+                "sampled_by": record.get("sampled_by", ""),
+                "error": record.get("error", ""),
+                "resolution": record["resolution"],
+                "window": record["window"],
+            }
             _add_measured(entry["gpus"], record, names, now)
     waits = []
     for record in waiting:
@@ -301,11 +434,18 @@ def build_board(leases: Iterable[BoardLease], *, waiting: Iterable[dict] = (), l
     for name, seconds in WINDOWS.items():
         totals = accounting_totals(r for r in ledger if r["time"] >= now - seconds)
         for lease in leases_seen:  # work still running counts with its time inside the window so far
-            t = totals.setdefault(lease.job_class, {"attempts": 0, "gpu_seconds": 0.0, "lost_gpu_seconds": 0.0,
-                                                    "preemptions": 0})
+            t = totals.setdefault(
+                lease.job_class, {"attempts": 0, "gpu_seconds": 0.0, "lost_gpu_seconds": 0.0, "preemptions": 0}
+            )
             t["gpu_seconds"] += max(0.0, min(now - lease.started, seconds)) * len(lease.gpus)
             t.setdefault("running", 0)
             t["running"] += 1
         gpu_time[name] = totals
-    return {"generated": now, "hosts": board_hosts, "waiting": waits, "waiting_shared": shared,
-            "gpu_time": gpu_time, "problems": list(problems)}
+    return {
+        "generated": now,
+        "hosts": board_hosts,
+        "waiting": waits,
+        "waiting_shared": shared,
+        "gpu_time": gpu_time,
+        "problems": list(problems),
+    }

@@ -119,12 +119,19 @@ class NVMLInventory:
                 power = round(nv.nvmlDeviceGetPowerUsage(handle) / 1000.0, 1)  # milliwatts
             except nv.NVMLError:
                 power = None
-            result.append(GPUInfo(
-                index=index, uuid=uuid.decode() if isinstance(uuid, bytes) else uuid,
-                name=name.decode() if isinstance(name, bytes) else name,
-                memory_total=int(mem.total), memory_used=int(mem.used), utilization=util,
-                processes=processes, temperature=temperature, power_watts=power,
-            ))
+            result.append(
+                GPUInfo(
+                    index=index,
+                    uuid=uuid.decode() if isinstance(uuid, bytes) else uuid,
+                    name=name.decode() if isinstance(name, bytes) else name,
+                    memory_total=int(mem.total),
+                    memory_used=int(mem.used),
+                    utilization=util,
+                    processes=processes,
+                    temperature=temperature,
+                    power_watts=power,
+                )
+            )
         return result
 
 
@@ -188,8 +195,9 @@ class SimulatedInventory:
     def _number(self, usage: dict, key: str, index: int, default, low: float, high: float):
         value = usage.get(key, default)
         if not is_number(value) or not low <= value <= high:
-            raise GPUInventoryError(f"{self.usage_file}: key {index}.{key}: expected a number from {low:g} to "
-                                    f"{high:g}, got {value!r:.40}")
+            raise GPUInventoryError(
+                f"{self.usage_file}: key {index}.{key}: expected a number from {low:g} to {high:g}, got {value!r:.40}"
+            )
         return int(value) if key == "utilization" else value
 
     def gpus(self) -> list[GPUInfo]:
@@ -199,19 +207,31 @@ class SimulatedInventory:
             u = usage.get(str(index), {})
             used = parse_bytes(u.get("memory_used", 0), argument=f"{self.usage_file}[{index}].memory_used")
             procs = [GPUProcess(int(p), None) for p in u.get("pids", [])]
-            procs += [GPUProcess(int(p["pid"]), parse_bytes(p["used_memory"], argument=f"{self.usage_file}[{index}]"))
-                      for p in u.get("processes", [])]
+            procs += [
+                GPUProcess(int(p["pid"]), parse_bytes(p["used_memory"], argument=f"{self.usage_file}[{index}]"))
+                for p in u.get("processes", [])
+            ]
             util = self._number(u, "utilization", index, 0, 0, 100)
-            result.append(GPUInfo(index=index, uuid=f"GPU-SIMULATED-{index:04d}", name=f"{self.name} {index}",
-                                  memory_total=total, memory_used=min(used, total),
-                                  utilization=util, processes=procs, simulated=True,
-                                  temperature=int(self._number(u, "temperature", index, 30 + util // 3, -50, 150)),
-                                  power_watts=float(self._number(u, "power_watts", index, 50.0 + 2.5 * util, 0, 5000))))
+            result.append(
+                GPUInfo(
+                    index=index,
+                    uuid=f"GPU-SIMULATED-{index:04d}",
+                    name=f"{self.name} {index}",
+                    memory_total=total,
+                    memory_used=min(used, total),
+                    utilization=util,
+                    processes=procs,
+                    simulated=True,
+                    temperature=int(self._number(u, "temperature", index, 30 + util // 3, -50, 150)),
+                    power_watts=float(self._number(u, "power_watts", index, 50.0 + 2.5 * util, 0, 5000)),
+                )
+            )
         return result
 
 
-def get_inventory(simulate: str | None = None, usage_file: str | None = None,
-                  prefer_simulated: bool = False) -> GPUInventory:
+def get_inventory(
+    simulate: str | None = None, usage_file: str | None = None, prefer_simulated: bool = False
+) -> GPUInventory:
     """NVML where it works; else the simulated inventory ``simulate`` (or ``$GPUSCHED_SIMULATE_GPUS``);
     else a clear error. ``prefer_simulated`` uses the simulation even where NVML works (tests)."""
     simulate = simulate or os.environ.get(SIMULATE_ENV) or None
@@ -229,4 +249,5 @@ def get_inventory(simulate: str | None = None, usage_file: str | None = None,
         return SimulatedInventory(simulate, usage_file)
     raise GPUInventoryError(
         f"No GPU inventory: {reason}, and no simulated inventory is configured. On a machine without "
-        f"NVIDIA GPUs set {SIMULATE_ENV}=4x24GiB (or [gpusched] simulate_gpus) to use simulated GPUs.")
+        f"NVIDIA GPUs set {SIMULATE_ENV}=4x24GiB (or [gpusched] simulate_gpus) to use simulated GPUs."
+    )

@@ -35,12 +35,16 @@ LEASE_ENV = "GPUSCHED_LEASE_ID"
 #: Framework settings that make packing several processes on one GPU work (each only where unset).
 SHARED_GPU_ENV = {
     "XLA_PYTHON_CLIENT_PREALLOCATE": "false",  # JAX would take 75% of the GPU at start
-    "TF_FORCE_GPU_ALLOW_GROWTH": "true",       # TensorFlow would take all of it
+    "TF_FORCE_GPU_ALLOW_GROWTH": "true",  # TensorFlow would take all of it
 }
 
 
-def gpu_environment(lease: Lease, gpu_totals: Mapping[int, int], base: Mapping[str, str] | None = None,
-                    extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def gpu_environment(
+    lease: Lease,
+    gpu_totals: Mapping[int, int],
+    base: Mapping[str, str] | None = None,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     env.update({str(k): str(v) for k, v in (extra or {}).items()})
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA numbers GPUs like NVML
@@ -66,10 +70,20 @@ def gpu_environment(lease: Lease, gpu_totals: Mapping[int, int], base: Mapping[s
 class GPUChild:
     """One running child. ``argv`` is run as is; a shell command needs ``shell=True`` said explicitly."""
 
-    def __init__(self, argv: Sequence[str] | str, *, env: Mapping[str, str], cwd: str | None, log_path: str,
-                 lease: Lease | None = None, shell: bool = False,
-                 on_line: Callable[[str], None] | None = None, tail_lines: int = 200,
-                 extra_fds: Sequence[int] = (), grace: float = 10.0) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str] | str,
+        *,
+        env: Mapping[str, str],
+        cwd: str | None,
+        log_path: str,
+        lease: Lease | None = None,
+        shell: bool = False,
+        on_line: Callable[[str], None] | None = None,
+        tail_lines: int = 200,
+        extra_fds: Sequence[int] = (),
+        grace: float = 10.0,
+    ) -> None:
         if shell:
             if not isinstance(argv, str):
                 raise TypeError("shell=True takes one command string")
@@ -101,9 +115,17 @@ class GPUChild:
         # pinned to the lease's CPUs before it runs anything (one system call between fork and exec): what it
         # starts inherits them
         shim = [sys.executable, "-I", "-S", CONTAIN_SCRIPT, str(self.grace), ",".join(map(str, pass_fds)), "--"]
-        self.proc = subprocess.Popen(shim + self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=self.env, cwd=self.cwd, start_new_session=True, pass_fds=pass_fds,
-                                     preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+        self.proc = subprocess.Popen(
+            shim + self.argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env,
+            cwd=self.cwd,
+            start_new_session=True,
+            pass_fds=pass_fds,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+        )
         self._reader = threading.Thread(target=self._read, name=f"gpu-child-{self.proc.pid}", daemon=True)
         self._reader.start()
         return self
@@ -221,8 +243,10 @@ class GPUChild:
             if _alive(pid):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
-        self.say(f"[gpusched] the work left {len(left)} process(es) running after it ended "
-                 f"({', '.join(map(str, left[:10]))}); stopped them before its GPUs are given out again")
+        self.say(
+            f"[gpusched] the work left {len(left)} process(es) running after it ended "
+            f"({', '.join(map(str, left[:10]))}); stopped them before its GPUs are given out again"
+        )
         return len(left)
 
     def say(self, line: str) -> None:

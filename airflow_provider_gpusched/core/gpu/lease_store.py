@@ -53,6 +53,7 @@ STATE_DIR_ENV = "GPUSCHED_STATE_DIR"
 class _NotALock(Exception):
     """A lease's lock file that cannot be opened as one (gone, or not a regular file)."""
 
+
 SHARED_ENV = "GPUSCHED_STATE_DIR_SHARED"
 
 
@@ -76,7 +77,11 @@ def default_state_dir() -> str:
 
     logging.getLogger(__name__).warning(
         "GPU lease directory %s %s; using this user's private %s instead (set $GPUSCHED_STATE_DIR or "
-        "[gpusched] gpu_state_dir to choose one)", usual, squatted, fallback)
+        "[gpusched] gpu_state_dir to choose one)",
+        usual,
+        squatted,
+        fallback,
+    )
     return fallback
 
 
@@ -128,10 +133,10 @@ class Lease:
     preemptible: bool = False
     min_runtime: float = 0.0
     child_pids: list[int] = field(default_factory=list)
-    task_key: str = ""       # the task (not the try) this lease runs for: one copy per task at a time
+    task_key: str = ""  # the task (not the try) this lease runs for: one copy per task at a time
     pid_started: float = 0.0  # the holder's start time: a reused pid is not mistaken for the holder
-    grace: float = 10.0       # seconds between SIGTERM and SIGKILL when its child is stopped
-    host_memory: int = 0      # bytes of host RAM reserved (0: none asked)
+    grace: float = 10.0  # seconds between SIGTERM and SIGKILL when its child is stopped
+    host_memory: int = 0  # bytes of host RAM reserved (0: none asked)
     cpus: list[int] = field(default_factory=list)  # the host CPUs reserved, which its child is pinned to
     work: dict = field(default_factory=dict)  # the WorkTag (DAG, run, task, map index, sweep) it runs for
     #: a two-stage task's stage: "load" (host resources only), "wait" (loaded, waiting for GPUs), "train" (GPUs
@@ -178,8 +183,11 @@ class Lease:
         memory = data["memory"]
         if not all(isinstance(k, str) and k.isdigit() and is_int(v) and v >= 0 for k, v in memory.items()):
             raise bad("memory", "an object of GPU index -> reserved bytes")
-        values = {k: v for k, v in data.items()
-                  if k in cls.__dataclass_fields__ and k not in ("fd", "path", "orphaned_at", "unreadable")}
+        values = {
+            k: v
+            for k, v in data.items()
+            if k in cls.__dataclass_fields__ and k not in ("fd", "path", "orphaned_at", "unreadable")
+        }
         values["memory"] = {int(k): int(v) for k, v in memory.items()}
         if "work" in data:
             values["work"] = WorkTag.from_dict(data["work"], f"{source}: key 'work'").to_dict()
@@ -201,7 +209,6 @@ class Lease:
 
 
 _STORED_FIELDS = tuple(name for name in Lease.__dataclass_fields__ if name not in ("fd", "path"))
-
 
 
 def _int_list(value: Any) -> bool:
@@ -311,7 +318,6 @@ def _family(pids: set[int]) -> set[int]:
     return family
 
 
-
 LEASE_FILE = re.compile(r"^[0-9a-f]{16}\.json$")
 #: files next to a lease that go with it: a yield request, an orphan's stop mark, a `gpusched queue stop` request
 SIDE_FILES = (".preempt", ".orphan", ".stop")
@@ -344,8 +350,9 @@ class LeaseStore:
     def __init__(self, inventory: GPUInventory, state_dir: str | None = None, shared: bool | None = None) -> None:
         self.inventory = inventory
         self.shared = shared_from_env() if shared is None else shared
-        self.state_dir = ensure_private_dir(state_dir or default_state_dir(), shared=self.shared,
-                                            what="GPU lease directory")
+        self.state_dir = ensure_private_dir(
+            state_dir or default_state_dir(), shared=self.shared, what="GPU lease directory"
+        )
         self.file_mode = 0o660 if self.shared else 0o600
         #: lease files of live holders that could not be read (their GPUs count as taken): ``[(file, why)]``
         self.unreadable: list[tuple[str, str]] = []
@@ -482,15 +489,41 @@ class LeaseStore:
             _signal_family(lease.child_pids, signal.SIGKILL)
         lease.orphaned_at = since
 
-    def write(self, placement: Placement, gpus: list[GPUInfo], owner: str, job_class: str, priority: int,
-              preemptible: bool = False, min_runtime: float = 0.0, task_key: str = "", grace: float = 10.0,
-              host_memory: int = 0, cpus: list[int] | None = None, work: WorkTag | None = None,
-              stage: str = "") -> Lease:
+    def write(
+        self,
+        placement: Placement,
+        gpus: list[GPUInfo],
+        owner: str,
+        job_class: str,
+        priority: int,
+        preemptible: bool = False,
+        min_runtime: float = 0.0,
+        task_key: str = "",
+        grace: float = 10.0,
+        host_memory: int = 0,
+        cpus: list[int] | None = None,
+        work: WorkTag | None = None,
+        stage: str = "",
+    ) -> Lease:
         """A new lease for ``placement``, held by this process (the caller holds the allocation lock)."""
         lease = Lease(
-            lease_id=uuid.uuid4().hex[:16], gpus=[], uuids=[], memory={}, whole=placement.whole, owner=owner,
-            pid=os.getpid(), job_class=job_class, priority=priority, preemptible=preemptible, min_runtime=min_runtime, task_key=task_key, pid_started=_own_started_at(), grace=float(grace),
-            host_memory=int(host_memory), cpus=list(cpus or []), work=work.to_dict() if work is not None else {},
+            lease_id=uuid.uuid4().hex[:16],
+            gpus=[],
+            uuids=[],
+            memory={},
+            whole=placement.whole,
+            owner=owner,
+            pid=os.getpid(),
+            job_class=job_class,
+            priority=priority,
+            preemptible=preemptible,
+            min_runtime=min_runtime,
+            task_key=task_key,
+            pid_started=_own_started_at(),
+            grace=float(grace),
+            host_memory=int(host_memory),
+            cpus=list(cpus or []),
+            work=work.to_dict() if work is not None else {},
             stage=stage,
         )
         place_on(lease, placement, gpus)
@@ -541,7 +574,8 @@ class LeaseStore:
         the lease directory, else (in a fleet) where the head node asks this host to stop work
         (:attr:`fleet_stops`, ``<fleet_dir>/stops/<host>``)."""
         for path in [self.path(lease_id + ".stop")] + (
-                [os.path.join(self.fleet_stops, lease_id + ".stop")] if self.fleet_stops else []):
+            [os.path.join(self.fleet_stops, lease_id + ".stop")] if self.fleet_stops else []
+        ):
             try:
                 return read_json_record(path)
             except FileNotFoundError:
@@ -615,8 +649,13 @@ def _unreadable_lease(lease_id: str, data: Any, gpus: list[GPUInfo], why: str) -
     known = {g.index: g for g in gpus}
     named = data.get("gpus") if isinstance(data, dict) else None
     held = sorted(set(named) & set(known)) if _int_list(named) and set(named) & set(known) else sorted(known)
-    return Lease(lease_id=lease_id, gpus=held, uuids=[known[i].uuid for i in held],
-                 memory={i: known[i].memory_total for i in held}, whole=True,
-                 owner=f"? (unreadable lease file: {why})", pid=0, unreadable=why)
-
-
+    return Lease(
+        lease_id=lease_id,
+        gpus=held,
+        uuids=[known[i].uuid for i in held],
+        memory={i: known[i].memory_total for i in held},
+        whole=True,
+        owner=f"? (unreadable lease file: {why})",
+        pid=0,
+        unreadable=why,
+    )

@@ -63,8 +63,9 @@ class _SameRequests:
         self.failed_at: int | None = None  # the release count at which the last attempt failed
 
     @classmethod
-    def of(cls, state_dir: str, request: GPURequest, job_class: str, priority: int,
-           preemptible: bool | None) -> _SameRequests:
+    def of(
+        cls, state_dir: str, request: GPURequest, job_class: str, priority: int, preemptible: bool | None
+    ) -> _SameRequests:
         key = (state_dir, repr(request), job_class, priority, preemptible)
         with cls._all_lock:
             return cls._all.setdefault(key, cls())
@@ -73,10 +74,15 @@ class _SameRequests:
 class LeaseManager:
     """Allocates GPUs of ``inventory`` to requests, across all processes that share ``state_dir``."""
 
-    def __init__(self, inventory: GPUInventory, state_dir: str | None = None,
-                 host_check: Callable[[GPURequest], str] | None = None,
-                 classes: JobClassMapping | None = None, shared: bool | None = None,
-                 host_memory: int | str | None = None) -> None:
+    def __init__(
+        self,
+        inventory: GPUInventory,
+        state_dir: str | None = None,
+        host_check: Callable[[GPURequest], str] | None = None,
+        classes: JobClassMapping | None = None,
+        shared: bool | None = None,
+        host_memory: int | str | None = None,
+    ) -> None:
         """``shared``: the state directory is a group directory set up on purpose for several users
         (default ``$GPUSCHED_STATE_DIR_SHARED``); otherwise it must be this user's own. ``host_memory``: the
         host RAM that requests' ``host_memory`` reservations share (default ``$GPUSCHED_HOST_MEMORY``, else
@@ -127,8 +133,11 @@ class LeaseManager:
         request.check_possible(self.inventory.gpus())
         self._check_host_memory_possible(request)
         if request.cpus and request.cpus > len(self.host_cpus()):
-            raise InvalidArgumentError("cpus", request.cpus, f"at most this host's {len(self.host_cpus())} CPUs "
-                                       "(those this process may run on)")
+            raise InvalidArgumentError(
+                "cpus",
+                request.cpus,
+                f"at most this host's {len(self.host_cpus())} CPUs (those this process may run on)",
+            )
 
     @staticmethod
     def host_cpus() -> list[int]:
@@ -142,17 +151,22 @@ class LeaseManager:
         taken = {c for lease in leases for c in lease.cpus}
         free = [c for c in self.host_cpus() if c not in taken]
         if len(free) >= request.cpus:
-            return free[:request.cpus], ""
+            return free[: request.cpus], ""
         holders = sum(1 for lease in leases if lease.cpus)
-        return [], (f"host CPUs: {len(taken)} of {len(self.host_cpus())} are reserved by {holders} lease(s); the "
-                    f"request wants {request.cpus}")
+        return [], (
+            f"host CPUs: {len(taken)} of {len(self.host_cpus())} are reserved by {holders} lease(s); the "
+            f"request wants {request.cpus}"
+        )
 
     def _check_host_memory_possible(self, request: GPURequest) -> None:
         if request.host_memory and request.host_memory > self.host_memory_budget():
-            raise InvalidArgumentError("host_memory", format_bytes(request.host_memory),
-                                       f"at most this host's budget for reservations, "
-                                       f"{format_bytes(self.host_memory_budget())} ($GPUSCHED_HOST_MEMORY, else 90% "
-                                       f"of its RAM)")
+            raise InvalidArgumentError(
+                "host_memory",
+                format_bytes(request.host_memory),
+                f"at most this host's budget for reservations, "
+                f"{format_bytes(self.host_memory_budget())} ($GPUSCHED_HOST_MEMORY, else 90% "
+                f"of its RAM)",
+            )
 
     def _look(self, request: GPURequest, owner: str, job_class: str, task_key: str, *, write: bool) -> _Look:
         """Placement (or the reason there is none) under the job-class rules; the caller holds the
@@ -163,10 +177,19 @@ class LeaseManager:
         earlier = [lease for lease in leases if task_key and lease.task_key == task_key and lease.owner != owner]
         if earlier:
             lease = earlier[0]
-            state = (f"its worker (pid {lease.pid}) is gone; stopping its process group {lease.child_pids}"
-                     if lease.orphaned_at else f"pid {lease.pid} still runs it")
-            return _Look(None, (f"another try of this task still holds lease {lease.lease_id} on GPU "
-                                f"{lease.cuda_visible_devices} ({lease.owner}; {state})"), gpus)
+            state = (
+                f"its worker (pid {lease.pid}) is gone; stopping its process group {lease.child_pids}"
+                if lease.orphaned_at
+                else f"pid {lease.pid} still runs it"
+            )
+            return _Look(
+                None,
+                (
+                    f"another try of this task still holds lease {lease.lease_id} on GPU "
+                    f"{lease.cuda_visible_devices} ({lease.owner}; {state})"
+                ),
+                gpus,
+            )
         if request.load_stage:  # the load stage takes no GPU: only host RAM, CPUs and max_waiting admit it
             return self._look_load_stage(request, owner, gpus, leases)
         views = dict(zip((lease.lease_id for lease in leases), self.store.views(gpus, leases), strict=True))
@@ -179,17 +202,24 @@ class LeaseManager:
             if waiting:
                 return _Look(None, f"normal work is waiting for GPUs ({waiting[0].get('owner', '?')})", gpus)
             now = time.time()
-            noisy = {i: gpu_is_busy(u, policy) or
-                     (f"GPU {i}: quiet for {now - quiet_since.get(i, now):.0f}s of the {policy.idle_for:.0f}s "
-                      f"idle work waits for" if now - quiet_since.get(i, now) < policy.idle_for else "")
-                     for i, u in usage.items()}
+            noisy = {
+                i: gpu_is_busy(u, policy)
+                or (
+                    f"GPU {i}: quiet for {now - quiet_since.get(i, now):.0f}s of the {policy.idle_for:.0f}s "
+                    f"idle work waits for"
+                    if now - quiet_since.get(i, now) < policy.idle_for
+                    else ""
+                )
+                for i, u in usage.items()
+            }
             placement, reason = place(request, {i: u for i, u in usage.items() if not noisy[i]})
             busy = "; ".join(why for why in noisy.values() if why)
             return _Look(placement, reason + (f"; not idle: {busy}" if busy and placement is None else ""), gpus)
         placement, reason = place(request, usage)
         if placement is None and self.store.unreadable:
-            reason += "; unreadable lease file(s) of live holders count as taken: " + \
-                "; ".join(why for _, why in self.store.unreadable)
+            reason += "; unreadable lease file(s) of live holders count as taken: " + "; ".join(
+                why for _, why in self.store.unreadable
+            )
         return _Look(placement, reason, gpus, leases, views, may_preempt=placement is None and bool(owner))
 
     @staticmethod
@@ -198,8 +228,15 @@ class LeaseManager:
         staged = [lease for lease in leases if lease.stage in ("load", "wait") and lease.owner != owner]
         if request.max_waiting and len(staged) >= request.max_waiting:
             loading = sum(1 for lease in staged if lease.stage == "load")
-            return _Look(None, (f"max_waiting={request.max_waiting}: {loading} task(s) loading and "
-                                f"{len(staged) - loading} loaded and waiting for GPUs on this host"), gpus, leases)
+            return _Look(
+                None,
+                (
+                    f"max_waiting={request.max_waiting}: {loading} task(s) loading and "
+                    f"{len(staged) - loading} loaded and waiting for GPUs on this host"
+                ),
+                gpus,
+                leases,
+            )
         return _Look(Placement([], {}, True), "", gpus, leases)
 
     def _hold_place(self, request: GPURequest, owner: str, look: _Look) -> str:
@@ -255,13 +292,24 @@ class LeaseManager:
         if reserved + request.host_memory <= budget:
             return ""
         holders = sum(1 for lease in leases if lease.host_memory)
-        return (f"host RAM: {format_bytes(reserved)} of the {format_bytes(budget)} budget is reserved by {holders} "
-                f"lease(s); the request wants {format_bytes(request.host_memory)}")
+        return (
+            f"host RAM: {format_bytes(reserved)} of the {format_bytes(budget)} budget is reserved by {holders} "
+            f"lease(s); the request wants {format_bytes(request.host_memory)}"
+        )
 
     # -- taking and giving back -----------------------------------------------------------------------
-    def try_acquire(self, request: GPURequest, owner: str, *, job_class: str = "normal",
-                    priority: int = 0, preemptible: bool | None = None, task_key: str = "",
-                    grace: float = 10.0, work: WorkTag | None = None) -> tuple[Lease | None, str]:
+    def try_acquire(
+        self,
+        request: GPURequest,
+        owner: str,
+        *,
+        job_class: str = "normal",
+        priority: int = 0,
+        preemptible: bool | None = None,
+        task_key: str = "",
+        grace: float = 10.0,
+        work: WorkTag | None = None,
+    ) -> tuple[Lease | None, str]:
         """Take a lease now, or return ``(None, reason)``. ``preemptible`` defaults to the class's policy.
         ``task_key`` names the task (not the try): while another try's lease for it lives, none is given.
         ``work`` says which DAG run, task and sweep the lease runs for (``gpusched queue``)."""
@@ -274,10 +322,21 @@ class LeaseManager:
             if host_problem:
                 return None, host_problem
             policy = self.classes[job_class].local
-            lease = self.store.write(look.placement, look.gpus, owner, job_class, priority,
-                                     policy.preemptible if preemptible is None else preemptible, policy.min_runtime,
-                                     task_key=task_key, grace=grace, host_memory=request.host_memory or 0,
-                                     cpus=cpus, work=work, stage="load" if request.load_stage else "")
+            lease = self.store.write(
+                look.placement,
+                look.gpus,
+                owner,
+                job_class,
+                priority,
+                policy.preemptible if preemptible is None else preemptible,
+                policy.min_runtime,
+                task_key=task_key,
+                grace=grace,
+                host_memory=request.host_memory or 0,
+                cpus=cpus,
+                work=work,
+                stage="load" if request.load_stage else "",
+            )
             self.yields.clear_waiting(owner)
             return lease, ""
 
@@ -303,9 +362,19 @@ class LeaseManager:
             self.yields.clear_waiting(lease.owner)
         return ""
 
-    def acquire(self, request: GPURequest, owner: str, *, timeout: float | None = None, poll_interval: float = 1.0,
-                job_class: str = "normal", priority: int = 0, preemptible: bool | None = None,
-                on_wait: Callable[[str], None] | None = None, work: WorkTag | None = None) -> Lease:
+    def acquire(
+        self,
+        request: GPURequest,
+        owner: str,
+        *,
+        timeout: float | None = None,
+        poll_interval: float = 1.0,
+        job_class: str = "normal",
+        priority: int = 0,
+        preemptible: bool | None = None,
+        on_wait: Callable[[str], None] | None = None,
+        work: WorkTag | None = None,
+    ) -> Lease:
         """Wait until the request fits and take the lease. Raises TimeoutError after ``timeout`` s.
 
         Between attempts the waiter sleeps until a lease is released (woken at once in this process, within
@@ -322,8 +391,9 @@ class LeaseManager:
                 if woken and same.failed_at == seen:
                     lease = None  # an identical request here already tried after this release, and failed
                 else:
-                    lease, reason = self.try_acquire(request, owner, job_class=job_class, priority=priority,
-                                                     preemptible=preemptible, work=work)
+                    lease, reason = self.try_acquire(
+                        request, owner, job_class=job_class, priority=priority, preemptible=preemptible, work=work
+                    )
                     if lease is None:
                         same.failed_at = seen
             if lease is not None:
@@ -401,7 +471,9 @@ def check_host_limits(request: GPURequest) -> str:
     if request.min_free_ram is not None:
         available = psutil.virtual_memory().available
         if available < int(request.min_free_ram):
-            return f"host has {format_bytes(available)} RAM free, the request wants {format_bytes(request.min_free_ram)}"
+            return (
+                f"host has {format_bytes(available)} RAM free, the request wants {format_bytes(request.min_free_ram)}"
+            )
     if request.max_cpu_percent is not None:
         busy = psutil.cpu_percent(interval=0.2)
         if busy > float(request.max_cpu_percent):

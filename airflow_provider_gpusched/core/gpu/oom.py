@@ -17,16 +17,17 @@ from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 
 OOM_PATTERNS = [
-    re.compile(p, re.IGNORECASE) for p in (
-        r"CUDA out of memory",                                # PyTorch
-        r"\b(?:torch\.(?:cuda\.)?)?OutOfMemoryError\b",       # torch.OutOfMemoryError / torch.cuda.OutOfMemoryError
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        r"CUDA out of memory",  # PyTorch
+        r"\b(?:torch\.(?:cuda\.)?)?OutOfMemoryError\b",  # torch.OutOfMemoryError / torch.cuda.OutOfMemoryError
         r"CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation",  # CUDA driver / runtime
         r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED",
-        r"ResourceExhaustedError",                            # TensorFlow
-        r"OOM when allocating tensor",                        # TensorFlow
-        r"RESOURCE_EXHAUSTED:.*(?:out of memory|allocat)",    # XLA / JAX
-        r"Out of memory while trying to allocate",            # XLA
-        r"failed to allocate .* on device",                   # XLA
+        r"ResourceExhaustedError",  # TensorFlow
+        r"OOM when allocating tensor",  # TensorFlow
+        r"RESOURCE_EXHAUSTED:.*(?:out of memory|allocat)",  # XLA / JAX
+        r"Out of memory while trying to allocate",  # XLA
+        r"failed to allocate .* on device",  # XLA
     )
 ]
 
@@ -49,8 +50,10 @@ def memory_evidence(peaks: dict[int, int], reserved: dict[int, int], threshold: 
         if limit and peak >= threshold * limit:
             from airflow_provider_gpusched.core.units import format_bytes
 
-            return (f"GPU memory evidence: the job's processes used {format_bytes(peak)} of the "
-                    f"{format_bytes(limit)} reserved on GPU {index}")
+            return (
+                f"GPU memory evidence: the job's processes used {format_bytes(peak)} of the "
+                f"{format_bytes(limit)} reserved on GPU {index}"
+            )
     return None
 
 

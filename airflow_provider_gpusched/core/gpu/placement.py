@@ -61,9 +61,12 @@ class GPURequest:
     def __post_init__(self) -> None:
         if self.device_groups is not None:
             groups = self.device_groups
-            if (isinstance(groups, (str, bytes)) or not isinstance(groups, (list, tuple)) or not groups
-                    or not all(isinstance(g, (list, tuple)) and g and all(
-                        is_int(d) and d >= 0 for d in g) for g in groups)):
+            if (
+                isinstance(groups, (str, bytes))
+                or not isinstance(groups, (list, tuple))
+                or not groups
+                or not all(isinstance(g, (list, tuple)) and g and all(is_int(d) and d >= 0 for d in g) for g in groups)
+            ):
                 raise InvalidArgumentError("device_groups", groups, "GPU index groups such as [[0, 1], [2, 3]]")
             flat = [d for g in groups for d in g]
             if len(set(flat)) != len(flat):
@@ -100,9 +103,13 @@ class GPURequest:
             if len(set(devices)) != len(devices):
                 raise InvalidArgumentError("devices", self.devices, "distinct GPU indices")
             self.devices = devices
-        if self.max_cpu_percent is not None and (not is_number(self.max_cpu_percent) or not 0 < self.max_cpu_percent <= 100):
+        if self.max_cpu_percent is not None and (
+            not is_number(self.max_cpu_percent) or not 0 < self.max_cpu_percent <= 100
+        ):
             raise InvalidArgumentError("max_cpu_percent", self.max_cpu_percent, "a percentage in (0, 100]")
-        if self.max_foreign_processes is not None and (not is_int(self.max_foreign_processes) or self.max_foreign_processes < 0):
+        if self.max_foreign_processes is not None and (
+            not is_int(self.max_foreign_processes) or self.max_foreign_processes < 0
+        ):
             raise InvalidArgumentError("max_foreign_processes", self.max_foreign_processes, "a whole number >= 0")
 
     @property
@@ -116,20 +123,25 @@ class GPURequest:
         return dataclasses.replace(self, load_stage=False, max_waiting=0, host_memory=None, cpus=None)
 
     def describe(self) -> str:
-        what = f"{self.gpus} whole GPU{'s' if self.gpus > 1 else ''}" if self.whole else \
-            f"{format_bytes(self.gpu_memory)} on {self.gpus} GPU{'s' if self.gpus > 1 else ''}"
+        what = (
+            f"{self.gpus} whole GPU{'s' if self.gpus > 1 else ''}"
+            if self.whole
+            else f"{format_bytes(self.gpu_memory)} on {self.gpus} GPU{'s' if self.gpus > 1 else ''}"
+        )
         if self.devices is not None:
             what += f" among {self.devices}"
         if self.device_groups is not None:
-            what = (("one whole GPU group" if self.whole else f"{format_bytes(self.gpu_memory)} on each GPU of one "
-                     "group") + f" of {self.device_groups}")
+            what = (
+                "one whole GPU group" if self.whole else f"{format_bytes(self.gpu_memory)} on each GPU of one group"
+            ) + f" of {self.device_groups}"
         if self.host_memory:
             what += f" and {format_bytes(self.host_memory)} of host RAM"
         if self.cpus:
             what += f" and {self.cpus} CPU(s)"
         if self.load_stage:
-            what += ", the GPUs after a load stage" + (f" (at most {self.max_waiting} loading or waiting)"
-                                                       if self.max_waiting else "")
+            what += ", the GPUs after a load stage" + (
+                f" (at most {self.max_waiting} loading or waiting)" if self.max_waiting else ""
+            )
         return what
 
     def check_possible(self, gpus: Sequence[GPUInfo]) -> None:
@@ -138,13 +150,17 @@ class GPURequest:
         if self.device_groups is not None:
             unknown = [d for g in self.device_groups for d in g if d not in indices]
             if unknown:
-                raise InvalidArgumentError("device_groups", self.device_groups,
-                                           f"indices of this host's GPUs {sorted(indices)}")
+                raise InvalidArgumentError(
+                    "device_groups", self.device_groups, f"indices of this host's GPUs {sorted(indices)}"
+                )
             if not self.whole:
                 totals = {g.index: g.memory_total - self.memory_margin for g in gpus}
                 if not any(all(totals[i] >= self.gpu_memory for i in group) for group in self.device_groups):
-                    raise InvalidArgumentError("gpu_memory", format_bytes(self.gpu_memory),
-                                               "at most what every GPU of one of the groups holds (minus the margin)")
+                    raise InvalidArgumentError(
+                        "gpu_memory",
+                        format_bytes(self.gpu_memory),
+                        "at most what every GPU of one of the groups holds (minus the margin)",
+                    )
             return
         if self.devices is not None:
             unknown = [d for d in self.devices if d not in indices]
@@ -152,15 +168,21 @@ class GPURequest:
                 raise InvalidArgumentError("devices", self.devices, f"indices of this host's GPUs {sorted(indices)}")
         candidates = [g for g in gpus if self.devices is None or g.index in self.devices]
         if self.gpus > len(candidates):
-            raise InvalidArgumentError("gpus", self.gpus, f"at most {len(candidates)} (GPUs available to this "
-                                       f"request: {[g.index for g in candidates]})")
+            raise InvalidArgumentError(
+                "gpus",
+                self.gpus,
+                f"at most {len(candidates)} (GPUs available to this request: {[g.index for g in candidates]})",
+            )
         if not self.whole:
             sizes = sorted((g.memory_total - self.memory_margin for g in candidates), reverse=True)
             if sizes[self.gpus - 1] < self.gpu_memory:
-                raise InvalidArgumentError("gpu_memory", format_bytes(self.gpu_memory),
-                                           f"at most {format_bytes(sizes[self.gpus - 1])} (the "
-                                           f"{'largest GPU' if self.gpus == 1 else f'{self.gpus} largest GPUs'} "
-                                           f"minus the margin)")
+                raise InvalidArgumentError(
+                    "gpu_memory",
+                    format_bytes(self.gpu_memory),
+                    f"at most {format_bytes(sizes[self.gpus - 1])} (the "
+                    f"{'largest GPU' if self.gpus == 1 else f'{self.gpus} largest GPUs'} "
+                    f"minus the margin)",
+                )
 
 
 @dataclass
@@ -223,12 +245,19 @@ def place(request: GPURequest, usage: dict[int, GPUUsage]) -> tuple[Placement | 
     candidates = [u for i, u in sorted(usage.items()) if request.devices is None or i in request.devices]
     margin = int(request.memory_margin)
     if request.whole:
-        free = [u for u in candidates if u.leases == 0 and
-                (request.max_foreign_processes is None or u.foreign_processes <= request.max_foreign_processes)]
+        free = [
+            u
+            for u in candidates
+            if u.leases == 0
+            and (request.max_foreign_processes is None or u.foreign_processes <= request.max_foreign_processes)
+        ]
         free.sort(key=lambda u: (u.foreign_processes, -u.available(margin), u.gpu.index))
         if len(free) < request.gpus:
-            busy = ", ".join(f"GPU {u.gpu.index}: {u.leases} lease(s), {u.foreign_processes} foreign process(es)"
-                             for u in candidates if u not in free)
+            busy = ", ".join(
+                f"GPU {u.gpu.index}: {u.leases} lease(s), {u.foreign_processes} foreign process(es)"
+                for u in candidates
+                if u not in free
+            )
             return None, f"needs {request.gpus} GPU(s) without leases, {len(free)} free ({busy})"
         chosen = free[: request.gpus]
         return Placement([u.gpu.index for u in chosen], {u.gpu.index: u.gpu.memory_total for u in chosen}, True), ""
@@ -236,8 +265,11 @@ def place(request: GPURequest, usage: dict[int, GPUUsage]) -> tuple[Placement | 
     fits = [u for u in candidates if not u.whole_taken and u.available(margin) >= need]
     fits.sort(key=lambda u: (u.available(margin) - need, u.foreign_processes, u.gpu.index))
     if len(fits) < request.gpus:
-        state = ", ".join(f"GPU {u.gpu.index}: {format_bytes(max(0, u.available(margin)))} available"
-                          + (" (whole-GPU lease)" if u.whole_taken else "") for u in candidates)
+        state = ", ".join(
+            f"GPU {u.gpu.index}: {format_bytes(max(0, u.available(margin)))} available"
+            + (" (whole-GPU lease)" if u.whole_taken else "")
+            for u in candidates
+        )
         return None, f"needs {format_bytes(need)} on {request.gpus} GPU(s); {state}"
     chosen = fits[: request.gpus]
     return Placement(sorted(u.gpu.index for u in chosen), {u.gpu.index: need for u in chosen}, False), ""
@@ -252,8 +284,11 @@ def _place_group(request: GPURequest, usage: dict[int, GPUUsage]) -> tuple[Place
         if len(members) != len(group):
             continue
         if request.whole:
-            if all(u.leases == 0 and (request.max_foreign_processes is None
-                                      or u.foreign_processes <= request.max_foreign_processes) for u in members):
+            if all(
+                u.leases == 0
+                and (request.max_foreign_processes is None or u.foreign_processes <= request.max_foreign_processes)
+                for u in members
+            ):
                 return Placement(list(group), {u.gpu.index: u.gpu.memory_total for u in members}, True), ""
         elif all(not u.whole_taken and u.available(margin) >= int(request.gpu_memory) for u in members):
             return Placement(list(group), {u.gpu.index: int(request.gpu_memory) for u in members}, False), ""

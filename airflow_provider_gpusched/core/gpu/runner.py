@@ -124,25 +124,44 @@ def _report_left_on_gpus(manager: LeaseManager, lease: Lease, before: set[int] |
         return
     kin = gpu_process_kin(gpus)
     others = {pid for other in leases if other.lease_id != lease.lease_id for pid in other.view(kin).pids}
-    left = [(g.index, p.pid, p.used_memory) for g in gpus if g.index in lease.gpus for p in g.processes
-            if p.pid not in before and p.pid not in others and _alive(p.pid)]
+    left = [
+        (g.index, p.pid, p.used_memory)
+        for g in gpus
+        if g.index in lease.gpus
+        for p in g.processes
+        if p.pid not in before and p.pid not in others and _alive(p.pid)
+    ]
     if not left:
         return
     from airflow_provider_gpusched.core.units import format_bytes
 
     shown = ", ".join(f"GPU {i} pid {pid}" + (f" ({format_bytes(used)})" if used else "") for i, pid, used in left[:10])
-    child.say(f"[gpusched] after the work ended, the driver still shows process(es) on its GPU(s) that started "
-              f"while it ran and belong to no lease: {shown}. They escaped the work's containment or are someone "
-              f"else's; their memory is not free when this lease is given back")
+    child.say(
+        f"[gpusched] after the work ended, the driver still shows process(es) on its GPU(s) that started "
+        f"while it ran and belong to no lease: {shown}. They escaped the work's containment or are someone "
+        f"else's; their memory is not free when this lease is given back"
+    )
 
 
-def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int, request: GPURequest,
-                log_path: str, on_line: Callable[[str], None] | None = None,
-                started: Callable[[GPUChild], None] | None = None, grace: float = 10.0,
-                stop_event: threading.Event | None = None, timeout: float | None = None,
-                sample_interval: float = 1.0, yield_interval: float = 1.0,
-                extra_env: Mapping[str, str] | None = None,
-                on_gpus: Callable[[Lease], None] | None = None, host: str = "") -> AttemptOutcome:
+def run_attempt(
+    manager: LeaseManager,
+    lease: Lease,
+    work: Work,
+    *,
+    number: int,
+    request: GPURequest,
+    log_path: str,
+    on_line: Callable[[str], None] | None = None,
+    started: Callable[[GPUChild], None] | None = None,
+    grace: float = 10.0,
+    stop_event: threading.Event | None = None,
+    timeout: float | None = None,
+    sample_interval: float = 1.0,
+    yield_interval: float = 1.0,
+    extra_env: Mapping[str, str] | None = None,
+    on_gpus: Callable[[Lease], None] | None = None,
+    host: str = "",
+) -> AttemptOutcome:
     """Run ``work`` once on ``lease`` (the caller releases the lease). A failure counts as a GPU OOM when
     the output says so, or when the child's GPU memory reached its reservation (NVML evidence).
 
@@ -170,16 +189,28 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
         env.update(stage.child_env())
     argv, shell = work.child_argv(len(lease.gpus), env)
     before = _pids_on(manager.inventory, lease.gpus)
-    child = GPUChild(argv, env=env, cwd=work.cwd, log_path=log_path, lease=lease, shell=shell, on_line=on_line, grace=grace,
-                     extra_fds=stage.child_fds if stage is not None else ())
+    child = GPUChild(
+        argv,
+        env=env,
+        cwd=work.cwd,
+        log_path=log_path,
+        lease=lease,
+        shell=shell,
+        on_line=on_line,
+        grace=grace,
+        extra_fds=stage.child_fds if stage is not None else (),
+    )
     try:
         child.start()
     finally:
         if stage is not None:
             stage.started()
     manager.record_child(lease, child.pid)
-    sampler = (MemorySampler(manager.inventory, lease, child, sample_interval).start()
-               if stage is None and MemorySampler.useful(manager.inventory, lease) else None)
+    sampler = (
+        MemorySampler(manager.inventory, lease, child, sample_interval).start()
+        if stage is None and MemorySampler.useful(manager.inventory, lease)
+        else None
+    )
     if started:
         started(child)
     two_stage = _TwoStages(manager, lease, request, child, stage, totals, on_line, on_gpus) if stage else None
@@ -197,13 +228,18 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
             if code is not None:
                 break
             if two_stage is not None and two_stage.step():
-                sampler = (MemorySampler(manager.inventory, lease, child, sample_interval).start()
-                           if MemorySampler.useful(manager.inventory, lease) else None)
+                sampler = (
+                    MemorySampler(manager.inventory, lease, child, sample_interval).start()
+                    if MemorySampler.useful(manager.inventory, lease)
+                    else None
+                )
             if stop_event is not None and stop_event.is_set():
                 code = child.stop(grace)
             elif deadline is not None and time.monotonic() > deadline:
-                timed_out = (f"reached its time limit ({format_time_limit(math.ceil(timeout))}) after "
-                             f"{time.monotonic() - child.started_at:.1f}s and was stopped")
+                timed_out = (
+                    f"reached its time limit ({format_time_limit(math.ceil(timeout))}) after "
+                    f"{time.monotonic() - child.started_at:.1f}s and was stopped"
+                )
                 code = child.stop(grace)
             elif time.monotonic() >= next_yield_check:
                 next_yield_check = time.monotonic() + yield_interval
@@ -237,25 +273,55 @@ def run_attempt(manager: LeaseManager, lease: Lease, work: Work, *, number: int,
         since = started_wall if two_stage is None else two_stage.gpus_given_wall
         checkpoint = newest_checkpoint(work.checkpoint_dir, since)
         lost = round(share * (time.time() - (checkpoint or since)), 3)
-    attempt = Attempt(number=number, request=request.describe(), gpus=list(lease.gpus), exit_code=code, oom=oom,
-                      seconds=seconds, stopped=child.stopped_by_us, preempted=preempted, halted=halted or None,
-                      timed_out=timed_out,
-                      gpu_seconds=round(share * on_gpus_seconds, 3), lost_gpu_seconds=lost,
-                      load_seconds=two_stage.load_seconds if two_stage else None,
-                      gpu_wait_seconds=two_stage.gpu_wait_seconds() if two_stage else None,
-                      started=round(started_wall, 3), host=host or this_host())
-    manager.ledger.append({"owner": lease.owner, "job_class": lease.job_class, "gpus": list(lease.gpus),
-                     "seconds": on_gpus_seconds, "gpu_seconds": attempt.gpu_seconds, "preempted": preempted,
-                     "lost_gpu_seconds": lost, "exit_code": code, "simulated": lease.simulated})
+    attempt = Attempt(
+        number=number,
+        request=request.describe(),
+        gpus=list(lease.gpus),
+        exit_code=code,
+        oom=oom,
+        seconds=seconds,
+        stopped=child.stopped_by_us,
+        preempted=preempted,
+        halted=halted or None,
+        timed_out=timed_out,
+        gpu_seconds=round(share * on_gpus_seconds, 3),
+        lost_gpu_seconds=lost,
+        load_seconds=two_stage.load_seconds if two_stage else None,
+        gpu_wait_seconds=two_stage.gpu_wait_seconds() if two_stage else None,
+        started=round(started_wall, 3),
+        host=host or this_host(),
+    )
+    manager.ledger.append(
+        {
+            "owner": lease.owner,
+            "job_class": lease.job_class,
+            "gpus": list(lease.gpus),
+            "seconds": on_gpus_seconds,
+            "gpu_seconds": attempt.gpu_seconds,
+            "preempted": preempted,
+            "lost_gpu_seconds": lost,
+            "exit_code": code,
+            "simulated": lease.simulated,
+        }
+    )
     return AttemptOutcome(attempt, lease, list(child.tail))
 
 
 class _TwoStages:
     """The parent's side of a two-stage task during one attempt: see the child load, then add its GPUs."""
 
-    def __init__(self, manager: LeaseManager, lease: Lease, request: GPURequest, child: GPUChild,
-                 stage: StageChannel, totals: Mapping[int, int], on_line: Callable[[str], None] | None,
-                 on_gpus: Callable[[Lease], None] | None, retry_interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        manager: LeaseManager,
+        lease: Lease,
+        request: GPURequest,
+        child: GPUChild,
+        stage: StageChannel,
+        totals: Mapping[int, int],
+        on_line: Callable[[str], None] | None,
+        on_gpus: Callable[[Lease], None] | None,
+        retry_interval: float = 0.5,
+    ) -> None:
         self.manager, self.lease, self.request, self.child, self.stage = manager, lease, request, child, stage
         self.totals, self.on_gpus, self.retry_interval = totals, on_gpus, retry_interval
         self.say = on_line or (lambda line: None)
@@ -277,8 +343,10 @@ class _TwoStages:
             self.loaded_at = now
             self.load_seconds = round(now - self.child.started_at, 3)
             self.manager.mark_loaded(self.lease)
-            self.say(f"[gpusched] load stage done after {self.load_seconds:.1f}s; waiting for "
-                     f"{self.request.gpu_part().describe()}")
+            self.say(
+                f"[gpusched] load stage done after {self.load_seconds:.1f}s; waiting for "
+                f"{self.request.gpu_part().describe()}"
+            )
         if now < self._next_try:
             return False
         self._next_try = now + self.retry_interval
@@ -290,10 +358,14 @@ class _TwoStages:
             return False
         self.gpus_given_at, self.gpus_given_wall = time.monotonic(), time.time()
         env = gpu_environment(self.lease, self.totals, base={})
-        defaults = {k: env.pop(k) for k in list(env) if k in SHARED_GPU_ENV or k in ("OMP_NUM_THREADS", "GPUSCHED_CPUS")}
+        defaults = {
+            k: env.pop(k) for k in list(env) if k in SHARED_GPU_ENV or k in ("OMP_NUM_THREADS", "GPUSCHED_CPUS")
+        }
         self.stage.give(env, defaults)
-        self.say(f"[gpusched] train stage on GPU {self.lease.cuda_visible_devices} after "
-                 f"{self.gpu_wait_seconds():.1f}s waiting for GPUs")
+        self.say(
+            f"[gpusched] train stage on GPU {self.lease.cuda_visible_devices} after "
+            f"{self.gpu_wait_seconds():.1f}s waiting for GPUs"
+        )
         if self.on_gpus:
             self.on_gpus(self.lease)
         return True
@@ -308,8 +380,15 @@ class _TwoStages:
 
 
 class GPUWorkFailed(GpuschedError):
-    def __init__(self, message: str, attempts: list[Attempt], tail: list[str], oom: bool, halted: bool = False,
-                 timed_out: bool = False):
+    def __init__(
+        self,
+        message: str,
+        attempts: list[Attempt],
+        tail: list[str],
+        oom: bool,
+        halted: bool = False,
+        timed_out: bool = False,
+    ):
         super().__init__(message)
         self.attempts = attempts
         self.tail = tail
@@ -363,12 +442,26 @@ class AttemptHooks:
 
     def failed(self, step: NextStep, outcome: AttemptOutcome, progress: WorkProgress) -> None:
         """The work failed for good (``step.action``: FAILED, HALTED or TIMED_OUT); raise."""
-        raise GPUWorkFailed(step.message, progress.attempts, outcome.tail, bool(outcome.attempt.oom),
-                            halted=step.action is Action.HALTED, timed_out=step.action is Action.TIMED_OUT)
+        raise GPUWorkFailed(
+            step.message,
+            progress.attempts,
+            outcome.tail,
+            bool(outcome.attempt.oom),
+            halted=step.action is Action.HALTED,
+            timed_out=step.action is Action.TIMED_OUT,
+        )
 
 
-def attempt_loop(manager: LeaseManager, progress: WorkProgress, hooks: AttemptHooks, *, job_class: str,
-                 oom_policy: OOMRetryPolicy, stop_event: threading.Event, grace: float) -> object:
+def attempt_loop(
+    manager: LeaseManager,
+    progress: WorkProgress,
+    hooks: AttemptHooks,
+    *,
+    job_class: str,
+    oom_policy: OOMRetryPolicy,
+    stop_event: threading.Event,
+    grace: float,
+) -> object:
     """Run the work until it succeeds or fails for good: acquire a lease, run one attempt on it, release it,
     and let :func:`~airflow_provider_gpusched.core.gpu.attempts.decide` say what comes next. ``progress`` carries
     the request and the attempts so far (a deferred operator resumes with the one it saved)."""
@@ -380,24 +473,41 @@ def attempt_loop(manager: LeaseManager, progress: WorkProgress, hooks: AttemptHo
         try:
             work = hooks.work()
             gpus = gpu_descriptions(lease, manager.inventory)
-            hooks.starting(attempt_banner(progress.next_number, progress.request, lease, gpus, job_class), lease,
-                           log_path)
-            outcome = run_attempt(manager, lease, work, number=progress.next_number, request=progress.request,
-                                  log_path=log_path, grace=grace, stop_event=stop_event,
-                                  extra_env=progress.relaunch_env(), **hooks.attempt_options())
+            hooks.starting(
+                attempt_banner(progress.next_number, progress.request, lease, gpus, job_class), lease, log_path
+            )
+            outcome = run_attempt(
+                manager,
+                lease,
+                work,
+                number=progress.next_number,
+                request=progress.request,
+                log_path=log_path,
+                grace=grace,
+                stop_event=stop_event,
+                extra_env=progress.relaunch_env(),
+                **hooks.attempt_options(),
+            )
             if lease.stage:  # a two-stage task's GPUs came after its load stage
                 gpus = gpu_descriptions(lease, manager.inventory)
         finally:
             manager.release(lease)
             hooks.released(lease)
-        step = decide(progress, outcome, job_class=job_class, policy=policy, oom_policy=oom_policy, gpu_sizes=sizes,
-                      stopping=stop_event.is_set(), work=work)
+        step = decide(
+            progress,
+            outcome,
+            job_class=job_class,
+            policy=policy,
+            oom_policy=oom_policy,
+            gpu_sizes=sizes,
+            stopping=stop_event.is_set(),
+            work=work,
+        )
         hooks.ended(outcome, step, progress)
         if step.action is Action.RELAUNCH:
             hooks.wait_to_relaunch(step, outcome, progress)
         elif step.action is Action.SUCCEEDED:
-            return hooks.succeeded(RunResult(0, gpus, progress.attempts, log_path, hooks.value(work),
-                                             progress.history))
+            return hooks.succeeded(RunResult(0, gpus, progress.attempts, log_path, hooks.value(work), progress.history))
         elif step.action is not Action.RETRY_BIGGER:
             hooks.failed(step, outcome, progress)
             raise GpuschedError(f"attempt hooks {type(hooks).__name__}.failed returned instead of raising")
@@ -412,10 +522,17 @@ class _Blocking(AttemptHooks):
 
     def acquire(self, progress: WorkProgress) -> Lease:
         r = self.runner
-        return r.manager.acquire(progress.request, r.owner, timeout=self.acquire_timeout,
-                                 poll_interval=r.poll_interval, job_class=r.job_class, priority=r.priority,
-                                 preemptible=progress.history.preemptible(self.policy),
-                                 on_wait=lambda why: r.on_event(f"waiting for GPUs: {why}"), work=r.work)
+        return r.manager.acquire(
+            progress.request,
+            r.owner,
+            timeout=self.acquire_timeout,
+            poll_interval=r.poll_interval,
+            job_class=r.job_class,
+            priority=r.priority,
+            preemptible=progress.history.preemptible(self.policy),
+            on_wait=lambda why: r.on_event(f"waiting for GPUs: {why}"),
+            work=r.work,
+        )
 
     def work(self) -> Work:
         return self._work
@@ -425,9 +542,13 @@ class _Blocking(AttemptHooks):
 
     def attempt_options(self) -> dict:
         r = self.runner
-        return {"on_line": r.on_line, "sample_interval": r.sample_interval, "yield_interval": r.yield_interval,
-                "on_gpus": lambda grown: r.on_event(f"train stage on GPU {grown.cuda_visible_devices}"),
-                "host": r.host}
+        return {
+            "on_line": r.on_line,
+            "sample_interval": r.sample_interval,
+            "yield_interval": r.yield_interval,
+            "on_gpus": lambda grown: r.on_event(f"train stage on GPU {grown.cuda_visible_devices}"),
+            "host": r.host,
+        }
 
     def starting(self, banner: str, lease: Lease, log_path: str) -> None:
         self.runner.on_event(banner)
@@ -439,18 +560,32 @@ class _Blocking(AttemptHooks):
 
     def wait_to_relaunch(self, step: NextStep, outcome: AttemptOutcome, progress: WorkProgress) -> None:
         if self.runner.stop_event.wait(step.wait):
-            raise GPUWorkFailed("stopped while waiting to relaunch after a preemption", progress.attempts,
-                                outcome.tail, False)
+            raise GPUWorkFailed(
+                "stopped while waiting to relaunch after a preemption", progress.attempts, outcome.tail, False
+            )
 
 
 class GPUWorkRunner:
     """Acquire, run, release, and retry GPU OOMs with a bigger reservation (blocking)."""
 
-    def __init__(self, manager: LeaseManager, *, oom_policy: OOMRetryPolicy | None = None, owner: str = "",
-                 job_class: str = "normal", priority: int = 0, grace: float = 10.0, poll_interval: float = 0.5,
-                 sample_interval: float = 1.0, yield_interval: float = 1.0, on_line: Callable[[str], None] | None = None,
-                 on_event: Callable[[str], None] | None = None, work: WorkTag | None = None,
-                 on_attempt: Callable[[Attempt, Lease], None] | None = None, host: str = "") -> None:
+    def __init__(
+        self,
+        manager: LeaseManager,
+        *,
+        oom_policy: OOMRetryPolicy | None = None,
+        owner: str = "",
+        job_class: str = "normal",
+        priority: int = 0,
+        grace: float = 10.0,
+        poll_interval: float = 0.5,
+        sample_interval: float = 1.0,
+        yield_interval: float = 1.0,
+        on_line: Callable[[str], None] | None = None,
+        on_event: Callable[[str], None] | None = None,
+        work: WorkTag | None = None,
+        on_attempt: Callable[[Attempt, Lease], None] | None = None,
+        host: str = "",
+    ) -> None:
         self.manager = manager
         #: told of every attempt when it ends (with its lease): the GPU timeline's bars
         self.on_attempt = on_attempt
@@ -475,6 +610,12 @@ class GPUWorkRunner:
         """Run ``work`` to its end on leases of ``request`` (:func:`attempt_loop`, blocking); GPUWorkFailed when it
         fails for good."""
         self.manager.check_possible(request)
-        return attempt_loop(self.manager, WorkProgress(request), _Blocking(self, work, log_path, acquire_timeout),
-                            job_class=self.job_class, oom_policy=self.oom_policy, stop_event=self.stop_event,
-                            grace=self.grace)
+        return attempt_loop(
+            self.manager,
+            WorkProgress(request),
+            _Blocking(self, work, log_path, acquire_timeout),
+            job_class=self.job_class,
+            oom_policy=self.oom_policy,
+            stop_event=self.stop_event,
+            grace=self.grace,
+        )

@@ -66,9 +66,11 @@ def wait_for_gpus() -> list[int]:
     except ValueError:
         raise StageError(f"${STAGE_ENV}={raw!r}: expected two file descriptors 'read,write'") from None
     if _cuda_initialised():
-        raise StageError("CUDA was initialised during the load stage, before wait_for_gpus(): it has no GPU then "
-                         "(CUDA_VISIBLE_DEVICES is empty) and cannot see the GPUs given later; touch CUDA only "
-                         "after wait_for_gpus() returns")
+        raise StageError(
+            "CUDA was initialised during the load stage, before wait_for_gpus(): it has no GPU then "
+            "(CUDA_VISIBLE_DEVICES is empty) and cannot see the GPUs given later; touch CUDA only "
+            "after wait_for_gpus() returns"
+        )
     try:
         os.write(write_fd, LOADED)
         line = _read_line(read_fd)
@@ -91,8 +93,9 @@ def wait_for_gpus() -> list[int]:
         raise StageError(f"gpusched gave no GPUs: {answer['error']}")
     for key in ("set", "default"):
         values = answer.get(key, {})
-        if not isinstance(values, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                   for k, v in values.items()):
+        if not isinstance(values, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in values.items()
+        ):
             raise StageError(f"gpusched's answer: key {key!r}: expected an object of variable -> string value")
     os.environ.update(answer.get("set", {}))
     for name, value in answer.get("default", {}).items():

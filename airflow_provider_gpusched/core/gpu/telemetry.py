@@ -78,8 +78,12 @@ def _user_of(pid: int) -> str:
         return ""
 
 
-def sample_gpus(gpus: Iterable[GPUInfo], lease_pids: Mapping[str, set[int]] | None, now: float | None = None,
-                user_of: Callable[[int], str] = _user_of) -> list[GPUSample]:
+def sample_gpus(
+    gpus: Iterable[GPUInfo],
+    lease_pids: Mapping[str, set[int]] | None,
+    now: float | None = None,
+    user_of: Callable[[int], str] = _user_of,
+) -> list[GPUSample]:
     """One sample of each GPU of ``gpus``; each process listed on it is attributed to the lease whose processes
     (``lease_pids``: lease id -> pids, see :meth:`~.lease_store.Lease.view`) include it. ``lease_pids`` None:
     this host's leases could not be read, so no process is attributed (none is called "not ours" either: its
@@ -92,8 +96,9 @@ def sample_gpus(gpus: Iterable[GPUInfo], lease_pids: Mapping[str, set[int]] | No
         for p in sorted(g.processes, key=lambda p: -(p.used_memory or 0))[:MAX_PROCESSES]:
             lease_id = owner.get(p.pid, "") if lease_pids is not None else "?"
             procs.append(ProcessUse(p.pid, p.used_memory, lease_id, user_of(p.pid)))
-        samples.append(GPUSample(g.index, now, g.memory_total, g.memory_used, g.utilization, g.temperature,
-                                 g.power_watts, procs))
+        samples.append(
+            GPUSample(g.index, now, g.memory_total, g.memory_used, g.utilization, g.temperature, g.power_watts, procs)
+        )
     return samples
 
 
@@ -123,19 +128,28 @@ class TelemetryRing:
 
     def to_dict(self) -> dict:
         with self._lock:
-            return {"version": RECORD_VERSION, "host": self.host, "source": self.source,
-                    "resolution": self.resolution, "window": self.window,
-                    "gpus": {str(i): {"memory_total": g["memory_total"], "time": g["time"],
-                                      "series": [list(r) for r in g["series"]],
-                                      "processes": [dict(p) for p in g["processes"]]}
-                             for i, g in sorted(self._gpus.items())}}
-
-
+            return {
+                "version": RECORD_VERSION,
+                "host": self.host,
+                "source": self.source,
+                "resolution": self.resolution,
+                "window": self.window,
+                "gpus": {
+                    str(i): {
+                        "memory_total": g["memory_total"],
+                        "time": g["time"],
+                        "series": [list(r) for r in g["series"]],
+                        "processes": [dict(p) for p in g["processes"]],
+                    }
+                    for i, g in sorted(self._gpus.items())
+                },
+            }
 
 
 def read_telemetry_record(data: Any, source: str) -> dict:
     """A ring's record read back, every field checked and bounded; :class:`BadRecordError` names ``source`` and
     the key."""
+
     def check(cond: bool, key: str, expected: str) -> None:
         if not cond:
             raise BadRecordError(f"{source}: key {key!r}: expected {expected}")
@@ -159,36 +173,72 @@ def read_telemetry_record(data: Any, source: str) -> dict:
         check(is_int(g.get("memory_total")) and g["memory_total"] >= 0, f"{key}.memory_total", "bytes")
         check(is_finite_number(g.get("time")), f"{key}.time", "a time stamp")
         series = g.get("series")
-        check(isinstance(series, list) and len(series) <= most_rows, f"{key}.series",
-              f"a list of at most {most_rows} rows")
+        check(
+            isinstance(series, list) and len(series) <= most_rows,
+            f"{key}.series",
+            f"a list of at most {most_rows} rows",
+        )
         for n, row in enumerate(series):
-            check(isinstance(row, list) and len(row) == 5 and is_finite_number(row[0])
-                  and (row[1] is None or (is_int(row[1]) and 0 <= row[1] <= 100))
-                  and is_int(row[2]) and row[2] >= 0
-                  and (row[3] is None or is_int(row[3])) and (row[4] is None or is_finite_number(row[4])),
-                  f"{key}.series[{n}]", "[time, utilization 0-100 or null, memory used, temperature or null, "
-                                        "watts or null]")
+            check(
+                isinstance(row, list)
+                and len(row) == 5
+                and is_finite_number(row[0])
+                and (row[1] is None or (is_int(row[1]) and 0 <= row[1] <= 100))
+                and is_int(row[2])
+                and row[2] >= 0
+                and (row[3] is None or is_int(row[3]))
+                and (row[4] is None or is_finite_number(row[4])),
+                f"{key}.series[{n}]",
+                "[time, utilization 0-100 or null, memory used, temperature or null, watts or null]",
+            )
         procs = g.get("processes")
-        check(isinstance(procs, list) and len(procs) <= MAX_PROCESSES, f"{key}.processes",
-              f"a list of at most {MAX_PROCESSES} processes")
+        check(
+            isinstance(procs, list) and len(procs) <= MAX_PROCESSES,
+            f"{key}.processes",
+            f"a list of at most {MAX_PROCESSES} processes",
+        )
         for n, p in enumerate(procs):
-            check(isinstance(p, dict) and is_int(p.get("pid")) and p["pid"] > 0
-                  and (p.get("used_memory") is None or (is_int(p["used_memory"]) and p["used_memory"] >= 0))
-                  and isinstance(p.get("lease_id", ""), str) and len(p.get("lease_id", "")) <= 64
-                  and isinstance(p.get("user", ""), str) and len(p.get("user", "")) <= 64,
-                  f"{key}.processes[{n}]", "{pid, used_memory, lease_id, user}")
-        out[str(int(index))] = {"memory_total": g["memory_total"], "time": float(g["time"]),
-                                "series": [list(r) for r in series],
-                                "processes": [{"pid": p["pid"], "used_memory": p.get("used_memory"),
-                                               "lease_id": p.get("lease_id", ""), "user": p.get("user", "")}
-                                              for p in procs]}
-    return {"version": RECORD_VERSION, "host": data["host"], "source": data["source"],
-            "resolution": float(data["resolution"]), "window": float(data["window"]), "gpus": out}
+            check(
+                isinstance(p, dict)
+                and is_int(p.get("pid"))
+                and p["pid"] > 0
+                and (p.get("used_memory") is None or (is_int(p["used_memory"]) and p["used_memory"] >= 0))
+                and isinstance(p.get("lease_id", ""), str)
+                and len(p.get("lease_id", "")) <= 64
+                and isinstance(p.get("user", ""), str)
+                and len(p.get("user", "")) <= 64,
+                f"{key}.processes[{n}]",
+                "{pid, used_memory, lease_id, user}",
+            )
+        out[str(int(index))] = {
+            "memory_total": g["memory_total"],
+            "time": float(g["time"]),
+            "series": [list(r) for r in series],
+            "processes": [
+                {
+                    "pid": p["pid"],
+                    "used_memory": p.get("used_memory"),
+                    "lease_id": p.get("lease_id", ""),
+                    "user": p.get("user", ""),
+                }
+                for p in procs
+            ],
+        }
+    return {
+        "version": RECORD_VERSION,
+        "host": data["host"],
+        "source": data["source"],
+        "resolution": float(data["resolution"]),
+        "window": float(data["window"]),
+        "gpus": out,
+    }
 
 
 def lease_memory(processes: Iterable[Mapping], lease_id: str) -> int | None:
     """GPU memory the processes of ``lease_id`` use on one GPU (None when none of them is listed with a figure)."""
-    figures = [p["used_memory"] for p in processes if p.get("lease_id") == lease_id and p.get("used_memory") is not None]
+    figures = [
+        p["used_memory"] for p in processes if p.get("lease_id") == lease_id and p.get("used_memory") is not None
+    ]
     return sum(figures) if figures else None
 
 
@@ -208,15 +258,28 @@ def measured_gpus(record: Mapping, now: float | None = None) -> dict[int, dict]:
         if not g["series"]:
             continue
         t, util, used, temp, power = g["series"][-1]
-        procs = [{**p, "ours": bool(p["lease_id"]) and p["lease_id"] != "?",
-                  "unattributed": p["lease_id"] == "?"} for p in g["processes"]]
+        procs = [
+            {**p, "ours": bool(p["lease_id"]) and p["lease_id"] != "?", "unattributed": p["lease_id"] == "?"}
+            for p in g["processes"]
+        ]
         others = [p for p in procs if not p["ours"] and not p["unattributed"]]
         out[int(index)] = {
-            "time": t, "age": round(max(0.0, now - t), 1), "stale": now - t > STALE_AFTER,
-            "utilization": util, "memory_used": used, "memory_total": g["memory_total"], "temperature": temp,
-            "power_watts": power, "simulated": simulated, "series": g["series"], "processes": procs,
-            "others": len(others), "others_memory": sum(p["used_memory"] or 0 for p in others),
-            "resolution": record["resolution"], "window": record["window"]}
+            "time": t,
+            "age": round(max(0.0, now - t), 1),
+            "stale": now - t > STALE_AFTER,
+            "utilization": util,
+            "memory_used": used,
+            "memory_total": g["memory_total"],
+            "temperature": temp,
+            "power_watts": power,
+            "simulated": simulated,
+            "series": g["series"],
+            "processes": procs,
+            "others": len(others),
+            "others_memory": sum(p["used_memory"] or 0 for p in others),
+            "resolution": record["resolution"],
+            "window": record["window"],
+        }
     return out
 
 
@@ -239,8 +302,13 @@ class HostSampler:
     each GPU; ``on_sample(samples)`` is told of each, to emit metrics). A failed sample is kept as ``error`` and
     tried again next time; the thread never dies of it."""
 
-    def __init__(self, ring: TelemetryRing, take: Callable[[], list[GPUSample]], every: float = RESOLUTION,
-                 on_sample: Callable[[list[GPUSample]], None] | None = None) -> None:
+    def __init__(
+        self,
+        ring: TelemetryRing,
+        take: Callable[[], list[GPUSample]],
+        every: float = RESOLUTION,
+        on_sample: Callable[[list[GPUSample]], None] | None = None,
+    ) -> None:
         self.ring, self.take, self.every, self.on_sample = ring, take, every, on_sample
         self.error = ""
         self._stop = threading.Event()

@@ -55,26 +55,77 @@ def attempt_outcome(attempt: Any) -> tuple[str, str]:
     return "failed", f"exit code {attempt.exit_code}"
 
 
-def segment_of(attempt: Any, *, job_class: str, priority: int = 0, label: str = "",
-               dag_id: str = "", run_id: str = "", task_id: str = "", map_index: int = -1) -> dict | None:
+def segment_of(
+    attempt: Any,
+    *,
+    job_class: str,
+    priority: int = 0,
+    label: str = "",
+    dag_id: str = "",
+    run_id: str = "",
+    task_id: str = "",
+    map_index: int = -1,
+) -> dict | None:
     """The timeline segment of one ended attempt (None for an attempt that never held a GPU, or one recorded
     before attempts carried their start)."""
     if attempt.started is None or not attempt.gpus:
         return None
     outcome, detail = attempt_outcome(attempt)
-    return _segment(host=attempt.host or "", gpus=attempt.gpus, job_class=job_class, priority=priority,
-                    start=float(attempt.started), end=round(float(attempt.started) + float(attempt.seconds), 3),
-                    outcome=outcome, detail=detail, request=attempt.request, attempt=attempt.number, label=label,
-                    dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index)
+    return _segment(
+        host=attempt.host or "",
+        gpus=attempt.gpus,
+        job_class=job_class,
+        priority=priority,
+        start=float(attempt.started),
+        end=round(float(attempt.started) + float(attempt.seconds), 3),
+        outcome=outcome,
+        detail=detail,
+        request=attempt.request,
+        attempt=attempt.number,
+        label=label,
+        dag_id=dag_id,
+        run_id=run_id,
+        task_id=task_id,
+        map_index=map_index,
+    )
 
 
-def _segment(*, host: str, gpus: Iterable[int], job_class: str, priority: int, start: float, end: float,
-             outcome: str, detail: str, request: str, attempt: int, label: str, dag_id: str, run_id: str,
-             task_id: str, map_index: int) -> dict:
+def _segment(
+    *,
+    host: str,
+    gpus: Iterable[int],
+    job_class: str,
+    priority: int,
+    start: float,
+    end: float,
+    outcome: str,
+    detail: str,
+    request: str,
+    attempt: int,
+    label: str,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    map_index: int,
+) -> dict:
     """A segment as tasks publish it and :func:`build_timeline` reads it (its detail and label cut to length)."""
-    return {"host": host, "gpus": list(gpus), "job_class": job_class, "priority": priority, "start": start,
-            "end": end, "outcome": outcome, "detail": detail[:500], "request": request, "attempt": attempt,
-            "label": label[:200], "dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index}
+    return {
+        "host": host,
+        "gpus": list(gpus),
+        "job_class": job_class,
+        "priority": priority,
+        "start": start,
+        "end": end,
+        "outcome": outcome,
+        "detail": detail[:500],
+        "request": request,
+        "attempt": attempt,
+        "label": label[:200],
+        "dag_id": dag_id,
+        "run_id": run_id,
+        "task_id": task_id,
+        "map_index": map_index,
+    }
 
 
 class SegmentLog:
@@ -114,23 +165,38 @@ def read_history_record(data: Any, source: str) -> dict:
     if not is_int(data.get("dropped", 0)) or data.get("dropped", 0) < 0:
         raise BadRecordError(f"{source}: key 'dropped': expected a count")
     if len(data["segments"]) > MAX_SEGMENTS:
-        raise BadRecordError(f"{source}: key 'segments': expected at most {MAX_SEGMENTS} (a task publishes its newest "
-                             f"{MAX_SEGMENTS}), got {len(data['segments'])}")
+        raise BadRecordError(
+            f"{source}: key 'segments': expected at most {MAX_SEGMENTS} (a task publishes its newest "
+            f"{MAX_SEGMENTS}), got {len(data['segments'])}"
+        )
     for i, s in enumerate(data["segments"]):
         where = f"{source}: segments[{i}]"
         if not isinstance(s, dict):
             raise BadRecordError(f"{where}: expected an object")
-        for key, most in (("host", MAX_NAME), ("job_class", MAX_NAME), ("detail", 500), ("request", MAX_NAME),
-                          ("label", 200), ("dag_id", MAX_NAME), ("run_id", MAX_NAME), ("task_id", MAX_NAME)):
+        for key, most in (
+            ("host", MAX_NAME),
+            ("job_class", MAX_NAME),
+            ("detail", 500),
+            ("request", MAX_NAME),
+            ("label", 200),
+            ("dag_id", MAX_NAME),
+            ("run_id", MAX_NAME),
+            ("task_id", MAX_NAME),
+        ):
             if not isinstance(s.get(key, ""), str) or len(s.get(key, "")) > most:
                 raise BadRecordError(f"{where}: key {key!r}: expected a string of at most {most} characters")
         if not s.get("job_class"):
             raise BadRecordError(f"{where}: key 'job_class': expected a non-empty string")
         gpus = s.get("gpus")
-        if not isinstance(gpus, list) or not 0 < len(gpus) <= MAX_HOST_GPUS or \
-                not all(is_int(g) and 0 <= g < MAX_HOST_GPUS for g in gpus):
-            raise BadRecordError(f"{where}: key 'gpus': expected a non-empty list of at most {MAX_HOST_GPUS} GPU "
-                                 f"indices below {MAX_HOST_GPUS}")
+        if (
+            not isinstance(gpus, list)
+            or not 0 < len(gpus) <= MAX_HOST_GPUS
+            or not all(is_int(g) and 0 <= g < MAX_HOST_GPUS for g in gpus)
+        ):
+            raise BadRecordError(
+                f"{where}: key 'gpus': expected a non-empty list of at most {MAX_HOST_GPUS} GPU "
+                f"indices below {MAX_HOST_GPUS}"
+            )
         for key in ("start", "end"):
             if not is_json_number(s.get(key)):
                 raise BadRecordError(f"{where}: key {key!r}: expected a time stamp")
@@ -144,23 +210,52 @@ def read_history_record(data: Any, source: str) -> dict:
     return data
 
 
-
 def running_segment(lease: Any, now: float) -> dict:
     """The open bar of a lease a running task holds now (a :class:`~.board.BoardLease`)."""
-    return _segment(host=lease.host, gpus=lease.gpus, job_class=lease.job_class, priority=lease.priority,
-                    start=float(lease.started), end=now, outcome="running",
-                    detail=f"holds it now{f'; yielding to {lease.yielding_to}' if lease.yielding_to else ''}",
-                    request="whole GPU" if lease.whole else "", attempt=0, label="", dag_id=lease.dag_id,
-                    run_id=lease.run_id, task_id=lease.task_id, map_index=lease.map_index)
+    return _segment(
+        host=lease.host,
+        gpus=lease.gpus,
+        job_class=lease.job_class,
+        priority=lease.priority,
+        start=float(lease.started),
+        end=now,
+        outcome="running",
+        detail=f"holds it now{f'; yielding to {lease.yielding_to}' if lease.yielding_to else ''}",
+        request="whole GPU" if lease.whole else "",
+        attempt=0,
+        label="",
+        dag_id=lease.dag_id,
+        run_id=lease.run_id,
+        task_id=lease.task_id,
+        map_index=lease.map_index,
+    )
 
 
-_BAR_KEYS = ("job_class", "outcome", "detail", "request", "attempt", "label", "dag_id", "run_id", "task_id",
-             "map_index", "priority")
+_BAR_KEYS = (
+    "job_class",
+    "outcome",
+    "detail",
+    "request",
+    "attempt",
+    "label",
+    "dag_id",
+    "run_id",
+    "task_id",
+    "map_index",
+    "priority",
+)
 
 
-def build_timeline(segments: Iterable[Mapping], *, since: float, until: float,
-                   known_gpus: Mapping[str, Sequence[int]] | None = None, resolution: int = ROW_RESOLUTION,
-                   problems: Sequence[str] = (), dropped: int = 0) -> dict:
+def build_timeline(
+    segments: Iterable[Mapping],
+    *,
+    since: float,
+    until: float,
+    known_gpus: Mapping[str, Sequence[int]] | None = None,
+    resolution: int = ROW_RESOLUTION,
+    problems: Sequence[str] = (),
+    dropped: int = 0,
+) -> dict:
     """The timeline of ``segments`` between ``since`` and ``until``: ``rows`` (one per host and GPU, with GPUs of
     ``known_gpus`` that held nothing too), each with its ``bars`` (clipped to the window) in ``lanes``; ``classes``
     seen, and the leases counted per outcome. A row of more than ``resolution`` bars has its runs of bars shorter
@@ -193,15 +288,32 @@ def build_timeline(segments: Iterable[Mapping], *, since: float, until: float,
             cut.append(f"rows from {host} GPU {gpu} on are not drawn: the answer holds {MAX_BARS} bars at most")
             break
         found.sort(key=lambda s: (s["start"], s["end"]))
-        bars = _merged(found, since, until, short) if len(found) > resolution else \
-            [_bar(s, since, until) for s in found]
+        bars = (
+            _merged(found, since, until, short) if len(found) > resolution else [_bar(s, since, until) for s in found]
+        )
         bars_total += len(bars)
         lanes = _lay_out(bars)
-        rows.append({"host": host, "gpu": gpu, "bars": bars, "lanes": lanes,
-                     "busy_fraction": round(_covered(found, since, until) / (until - since), 4)})
-    return {"since": since, "until": until, "rows": rows, "classes": sorted(classes), "counts": counts,
-            "bars": bars_total, "dropped": dropped, "problems": list(problems)[:50], "windows": list(WINDOW_HOURS),
-            "cut": cut}
+        rows.append(
+            {
+                "host": host,
+                "gpu": gpu,
+                "bars": bars,
+                "lanes": lanes,
+                "busy_fraction": round(_covered(found, since, until) / (until - since), 4),
+            }
+        )
+    return {
+        "since": since,
+        "until": until,
+        "rows": rows,
+        "classes": sorted(classes),
+        "counts": counts,
+        "bars": bars_total,
+        "dropped": dropped,
+        "problems": list(problems)[:50],
+        "windows": list(WINDOW_HOURS),
+        "cut": cut,
+    }
 
 
 _DEFAULTS = {"map_index": -1, "priority": 0, "attempt": 1}
@@ -241,9 +353,17 @@ def _merged(found: Sequence[Mapping], since: float, until: float, short: float) 
                 bar.pop(key)
         elif bar.get("count"):  # drawn in the colour of the class most of its leases had; the first lease's link
             first = {k: bar[k] for k in ("dag_id", "run_id", "task_id", "map_index") if k in bar}
-            bars[i] = {"start": bar["start"], "end": bar["end"], "count": bar["count"], "busy": round(bar["busy"], 1),
-                       "outcomes": bar["outcomes"], "classes": bar["classes"], "outcome": "merged",
-                       "job_class": max(sorted(bar["classes"]), key=lambda c: bar["classes"][c]), **first}
+            bars[i] = {
+                "start": bar["start"],
+                "end": bar["end"],
+                "count": bar["count"],
+                "busy": round(bar["busy"], 1),
+                "outcomes": bar["outcomes"],
+                "classes": bar["classes"],
+                "outcome": "merged",
+                "job_class": max(sorted(bar["classes"]), key=lambda c: bar["classes"][c]),
+                **first,
+            }
     return bars
 
 

@@ -46,14 +46,17 @@ class Work:
         if len(given) != 1:
             raise GpuschedError("give exactly one of argv (list), shell_command (string) or a Python callable")
         if self.argv is not None and (isinstance(self.argv, str) or not self.argv):
-            raise GpuschedError("argv must be a non-empty list; for a shell command line use shell_command "
-                                "(or bash_command on the operator)")
+            raise GpuschedError(
+                "argv must be a non-empty list; for a shell command line use shell_command "
+                "(or bash_command on the operator)"
+            )
         if self.time_limit is not None and (not is_number(self.time_limit) or not self.time_limit > 0):
             raise InvalidArgumentError("time_limit", self.time_limit, "seconds (a number > 0)")
         if isinstance(self.setup, str):
             self.setup = [self.setup]
-        if not isinstance(self.setup, (list, tuple)) or not all(isinstance(x, str) and "\x00" not in x
-                                                                 for x in self.setup):
+        if not isinstance(self.setup, (list, tuple)) or not all(
+            isinstance(x, str) and "\x00" not in x for x in self.setup
+        ):
             raise InvalidArgumentError("setup", self.setup, "a list of shell lines")
 
     def child_argv(self, nproc: int = 1, env: Mapping[str, str] | None = None) -> tuple[list[str] | str, bool]:
@@ -63,15 +66,19 @@ class Work:
         elif self.call_dir is not None:
             import sys
 
-            argv, shell = [self.python or sys.executable, "-m", "airflow_provider_gpusched.core.pyfunc", self.call_dir], False
+            argv, shell = (
+                [self.python or sys.executable, "-m", "airflow_provider_gpusched.core.pyfunc", self.call_dir],
+                False,
+            )
         else:
             argv, shell = [str(a) for a in self.argv], False
         if self.distributed:
             if shell:
                 argv, shell = ["/bin/bash", "-c", argv], False
             grace = launcher_grace(self.rank_exit_grace, python_call=self.call_dir is not None)
-            argv = local_launch_argv(self.distributed, argv, nproc, grace, torchrun=torchrun_command(env, self.python),
-                                     python=self.python)
+            argv = local_launch_argv(
+                self.distributed, argv, nproc, grace, torchrun=torchrun_command(env, self.python), python=self.python
+            )
         return self._after_setup(argv, shell)
 
     def _after_setup(self, argv: list[str] | str, shell: bool) -> tuple[list[str] | str, bool]:

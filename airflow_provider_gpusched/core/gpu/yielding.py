@@ -28,8 +28,12 @@ from airflow_provider_gpusched.core.gpu.placement import GPURequest, LeaseView, 
 from airflow_provider_gpusched.core.safe_files import BadRecordError, read_json_record, write_json_atomic
 
 
-def choose_victims(request: GPURequest, gpus: Sequence[GPUInfo], views: dict[str, LeaseView],
-                   candidates: Sequence[tuple[str, int, float]]) -> list[str] | None:
+def choose_victims(
+    request: GPURequest,
+    gpus: Sequence[GPUInfo],
+    views: dict[str, LeaseView],
+    candidates: Sequence[tuple[str, int, float]],
+) -> list[str] | None:
     """Lease ids to preempt so that ``request`` fits, or None if preempting every candidate would not do.
 
     ``views``: every live lease by id; ``candidates``: ``(lease id, priority, started)`` of the leases
@@ -55,22 +59,28 @@ def choose_victims(request: GPURequest, gpus: Sequence[GPUInfo], views: dict[str
     return chosen
 
 
-def plan_preemption(request: GPURequest, gpus: Sequence[GPUInfo], leases: Sequence[Lease],
-                    views: dict[str, LeaseView], now: float) -> tuple[list[str], str]:
+def plan_preemption(
+    request: GPURequest, gpus: Sequence[GPUInfo], leases: Sequence[Lease], views: dict[str, LeaseView], now: float
+) -> tuple[list[str], str]:
     """The lease ids to ask to yield so that ``request`` fits (empty when none would do, or none may be
     preempted yet), and the tail of the wait reason that says so."""
     preemptible = [lease for lease in leases if lease.preemptible and not lease.unreadable]
     if not preemptible:
         return [], ""
-    eligible = [(lease.lease_id, lease.priority, lease.created) for lease in preemptible
-                if now - lease.created >= lease.min_runtime]
+    eligible = [
+        (lease.lease_id, lease.priority, lease.created)
+        for lease in preemptible
+        if now - lease.created >= lease.min_runtime
+    ]
     victims = choose_victims(request, gpus, views, eligible) if eligible else None
     if victims:
         return victims, f"; preempting idle lease(s) {', '.join(victims)}"
-    young = [f"{lease.lease_id} in {lease.min_runtime - (now - lease.created):.0f}s" for lease in preemptible
-             if now - lease.created < lease.min_runtime]
-    return [], (f"; idle lease(s) become preemptible after their minimum runtime: {', '.join(young)}"
-                if young else "")
+    young = [
+        f"{lease.lease_id} in {lease.min_runtime - (now - lease.created):.0f}s"
+        for lease in preemptible
+        if now - lease.created < lease.min_runtime
+    ]
+    return [], (f"; idle lease(s) become preemptible after their minimum runtime: {', '.join(young)}" if young else "")
 
 
 class YieldMarks:

@@ -11,5 +11,14 @@ from airflow_provider_gpusched.core.partition.problem import (
 )
 from airflow_provider_gpusched.core.partition.solver import Schedule, Stage, check_schedule, partition
 
-__all__ = ["DTYPE_SIZES", "DeviceType", "PartitionInputError", "Problem", "Schedule", "Stage", "check_schedule",
-           "load_problem", "partition"]
+__all__ = [
+    "DTYPE_SIZES",
+    "DeviceType",
+    "PartitionInputError",
+    "Problem",
+    "Schedule",
+    "Stage",
+    "check_schedule",
+    "load_problem",
+    "partition",
+]

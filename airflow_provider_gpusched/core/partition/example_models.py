@@ -38,8 +38,9 @@ def convnet(seed: int = 0):
     torch.manual_seed(seed)
     blocks, channels = [], 3
     for out in (32, 64, 128, 256):
-        blocks.append(nn.Sequential(nn.Conv2d(channels, out, 3, padding=1), nn.BatchNorm2d(out), nn.ReLU(),
-                                    nn.MaxPool2d(2)))
+        blocks.append(
+            nn.Sequential(nn.Conv2d(channels, out, 3, padding=1), nn.BatchNorm2d(out), nn.ReLU(), nn.MaxPool2d(2))
+        )
         channels = out
     blocks.append(nn.Sequential(nn.Flatten(), nn.Linear(256 * 2 * 2, 10)))
     return nn.Sequential(*blocks)
@@ -68,8 +69,12 @@ def tiny_vit(seed: int = 0, image: int = 64, patch: int = 8, width: int = 192, d
         def forward(self, x):
             return self.fc(self.norm(x).mean(dim=1))
 
-    blocks = [nn.TransformerEncoderLayer(width, heads, dim_feedforward=4 * width, dropout=0.0, batch_first=True,
-                                         norm_first=True) for _ in range(depth)]
+    blocks = [
+        nn.TransformerEncoderLayer(
+            width, heads, dim_feedforward=4 * width, dropout=0.0, batch_first=True, norm_first=True
+        )
+        for _ in range(depth)
+    ]
     return nn.Sequential(PatchEmbedding(), *blocks, Head())
 
 

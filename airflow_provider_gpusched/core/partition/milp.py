@@ -71,8 +71,10 @@ def check(model, x: float, deadline: float | None = None, *, relaxed: bool = Fal
     kind = np.fromiter((a[2] for a in arcs), dtype=np.int64, count=n)
     cols = np.arange(n)
     # flow balance at each boundary 0..L (in - out): -1 at 0, +1 at L, 0 between
-    balance = csr_matrix((np.concatenate([-np.ones(n), np.ones(n)]), (np.concatenate([start, end]),
-                                                                      np.concatenate([cols, cols]))), shape=(L + 1, n))
+    balance = csr_matrix(
+        (np.concatenate([-np.ones(n), np.ones(n)]), (np.concatenate([start, end]), np.concatenate([cols, cols]))),
+        shape=(L + 1, n),
+    )
     target = np.zeros(L + 1)
     target[0], target[L] = -1.0, 1.0
     hosts = csr_matrix((np.ones(n), (kind, cols)), shape=(T, n))  # stages per type <= its hosts
@@ -83,12 +85,25 @@ def check(model, x: float, deadline: float | None = None, *, relaxed: bool = Fal
             return CheckResult(None, False)
         options["time_limit"] = left
     if relaxed:  # the interior-point method: ~10x faster than simplex on these feasibility problems
-        result = linprog(np.zeros(n), A_ub=hosts, b_ub=np.array(model.counts, dtype=float), A_eq=balance,
-                         b_eq=target, bounds=(0, 1), method="highs-ipm", options=options)
+        result = linprog(
+            np.zeros(n),
+            A_ub=hosts,
+            b_ub=np.array(model.counts, dtype=float),
+            A_eq=balance,
+            b_eq=target,
+            bounds=(0, 1),
+            method="highs-ipm",
+            options=options,
+        )
         return CheckResult(None, result.status == 2)
     constraints = [LinearConstraint(balance, target, target), LinearConstraint(hosts, 0, np.array(model.counts))]
-    result = milp(np.zeros(n), constraints=constraints, integrality=np.ones(n), bounds=Bounds(0, 1),
-                  options={"presolve": True, **options})
+    result = milp(
+        np.zeros(n),
+        constraints=constraints,
+        integrality=np.ones(n),
+        bounds=Bounds(0, 1),
+        options={"presolve": True, **options},
+    )
     if result.status == 2:  # infeasible: proven
         return CheckResult(None, True)
     if result.x is None:

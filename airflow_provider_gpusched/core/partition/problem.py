@@ -50,9 +50,9 @@ class Problem:
     buffers_out: int
     layers: int
     mem_mb: list[float]
-    out_bytes: list[float]          # out(j), j = 1..L at index j-1
-    in_bytes_first: float           # in(1)
-    types: list[DeviceType]         # only types with a matching profile (hosts may be empty)
+    out_bytes: list[float]  # out(j), j = 1..L at index j-1
+    in_bytes_first: float  # in(1)
+    types: list[DeviceType]  # only types with a matching profile (hosts may be empty)
     skipped_types: dict[str, str] = field(default_factory=dict)  # name -> why it takes no part
 
     def in_bytes(self, first: int) -> float:
@@ -94,10 +94,17 @@ def _number_list(value: Any, where: str, *, allow_zero: bool = False, integer: b
     return [_number(v, f"{where}[{i}]", integer=integer, allow_zero=allow_zero) for i, v in enumerate(value)]
 
 
-def load_problem(models_file: str = "models.yml", device_types_file: str = "device_types.yml",
-                 devices_file: str = "devices.yml", *, model: str = "google/vit-base-patch16-224",
-                 dtype: str = "torch.float32", batch_size: int = 8, buffers_in: int = 2,
-                 buffers_out: int = 2) -> Problem:
+def load_problem(
+    models_file: str = "models.yml",
+    device_types_file: str = "device_types.yml",
+    devices_file: str = "devices.yml",
+    *,
+    model: str = "google/vit-base-patch16-224",
+    dtype: str = "torch.float32",
+    batch_size: int = 8,
+    buffers_in: int = 2,
+    buffers_out: int = 2,
+) -> Problem:
     """Read and check the three files for ``model``; raise :class:`PartitionInputError` on bad input."""
     if dtype not in DTYPE_SIZES:
         raise PartitionInputError(f"dtype: {dtype!r} is not supported; expected one of {', '.join(DTYPE_SIZES)}")
@@ -128,8 +135,9 @@ def load_problem(models_file: str = "models.yml", device_types_file: str = "devi
     params_in = _number(m["parameters_in"], f"{where}.parameters_in", integer=True, allow_zero=layers == 0)
     params_out = _number_list(m["parameters_out"], f"{where}.parameters_out", integer=True)
     if len(params_out) > layers:
-        raise PartitionInputError(f"{where}.parameters_out: expected at most {layers} entries (layers), "
-                                  f"got {len(params_out)}")
+        raise PartitionInputError(
+            f"{where}.parameters_out: expected at most {layers} entries (layers), got {len(params_out)}"
+        )
     if layers and not params_out:
         raise PartitionInputError(f"{where}.parameters_out: expected at least one entry")
     size = DTYPE_SIZES[dtype]
@@ -147,8 +155,10 @@ def load_problem(models_file: str = "models.yml", device_types_file: str = "devi
     for name, hosts in devices.items():
         for h in hosts or []:
             if re.search(r"[\x00-\x1f\x7f]", str(h)) or not str(h).strip():
-                raise PartitionInputError(f"{devices_file}: {name}: host {h!r}: expected a host name without "
-                                          f"control characters (newline, tab, ...)")
+                raise PartitionInputError(
+                    f"{devices_file}: {name}: host {h!r}: expected a host name without "
+                    f"control characters (newline, tab, ...)"
+                )
             if str(h) in seen_hosts:
                 raise PartitionInputError(f"{devices_file}: host {h!r} is listed twice ({seen_hosts[str(h)]}, {name})")
             seen_hosts[str(h)] = name
@@ -159,12 +169,16 @@ def load_problem(models_file: str = "models.yml", device_types_file: str = "devi
         hosts = [str(h) for h in (devices.get(name) or [])]
         all_profiles = t.get("model_profiles") or {}
         if not isinstance(all_profiles, dict):
-            raise PartitionInputError(f"{where_t}.model_profiles: expected a mapping of model name -> list of "
-                                      f"profiles, got {type(all_profiles).__name__}")
+            raise PartitionInputError(
+                f"{where_t}.model_profiles: expected a mapping of model name -> list of "
+                f"profiles, got {type(all_profiles).__name__}"
+            )
         profiles = all_profiles.get(model)
         if profiles is not None and not isinstance(profiles, list):
-            raise PartitionInputError(f"{where_t}.model_profiles.{model}: expected a list of profiles (batch_size, "
-                                      f"dtype, time_s), got {type(profiles).__name__}")
+            raise PartitionInputError(
+                f"{where_t}.model_profiles.{model}: expected a list of profiles (batch_size, "
+                f"dtype, time_s), got {type(profiles).__name__}"
+            )
         match = None
         for i, p in enumerate(profiles or []):
             if isinstance(p, dict) and p.get("dtype") == dtype and p.get("batch_size") == batch_size:
@@ -185,6 +199,16 @@ def load_problem(models_file: str = "models.yml", device_types_file: str = "devi
         if len(times) != layers:
             raise PartitionInputError(f"{where_p}: expected {layers} entries (layers), got {len(times)}")
         types.append(DeviceType(str(name), float(bw), float(mem), times, hosts))
-    return Problem(model=model, dtype=dtype, batch_size=int(batch_size), buffers_in=int(buffers_in),
-                   buffers_out=int(buffers_out), layers=layers, mem_mb=mem_mb, out_bytes=out_bytes,
-                   in_bytes_first=size * params_in * batch_size, types=types, skipped_types=skipped)
+    return Problem(
+        model=model,
+        dtype=dtype,
+        batch_size=int(batch_size),
+        buffers_in=int(buffers_in),
+        buffers_out=int(buffers_out),
+        layers=layers,
+        mem_mb=mem_mb,
+        out_bytes=out_bytes,
+        in_bytes_first=size * params_in * batch_size,
+        types=types,
+        skipped_types=skipped,
+    )

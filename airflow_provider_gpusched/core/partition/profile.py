@@ -37,11 +37,11 @@ TORCH_DTYPES = {name: name.split(".", 1)[1] for name in DTYPE_SIZES}
 
 @dataclass
 class LayerProfile:
-    name: str               # the layer's class, e.g. "TransformerEncoderLayer"
-    time_s: float           # forward time of one micro-batch
+    name: str  # the layer's class, e.g. "TransformerEncoderLayer"
+    time_s: float  # forward time of one micro-batch
     weights_bytes: int
     activation_bytes: int
-    out_elements: int       # per sample
+    out_elements: int  # per sample
 
 
 @dataclass
@@ -50,7 +50,7 @@ class ModelProfile:
     dtype: str
     batch_size: int
     input_shape: tuple[int, ...]
-    device: str             # "cpu" or "cuda:0 (NVIDIA H100 80GB HBM3)"
+    device: str  # "cpu" or "cuda:0 (NVIDIA H100 80GB HBM3)"
     device_memory_mb: float
     layers: list[LayerProfile]
 
@@ -70,23 +70,24 @@ def load_model(spec: str, *, seed: int = 0):
         model = build(seed=seed)
     else:
         if ":" not in spec:
-            raise PartitionInputError(f"model {spec!r}: expected a built-in model ({', '.join(BUILTIN)}) or "
-                                      f"'package.module:callable'")
+            raise PartitionInputError(
+                f"model {spec!r}: expected a built-in model ({', '.join(BUILTIN)}) or 'package.module:callable'"
+            )
         try:
             obj = import_attribute(spec)
         except TargetImportError as exc:
             if exc.module_failed:
                 raise PartitionInputError(f"model {spec!r}: cannot import module {exc.module!r} ({exc})") from None
-            raise PartitionInputError(f"model {spec!r}: module {exc.module!r} has no attribute {exc.attr!r}") \
-                from None
+            raise PartitionInputError(f"model {spec!r}: module {exc.module!r} has no attribute {exc.attr!r}") from None
         attr = spec.partition(":")[2]
         if not callable(obj):
             raise PartitionInputError(f"model {spec!r}: {attr!r} is not callable")
         try:
             model = obj()
         except Exception as exc:  # noqa: BLE001 - the user's builder
-            raise PartitionInputError(f"model {spec!r}: calling {attr}() failed ({type(exc).__name__}: {exc})") \
-                from None
+            raise PartitionInputError(
+                f"model {spec!r}: calling {attr}() failed ({type(exc).__name__}: {exc})"
+            ) from None
         shape = None
     return layers_of(model, spec), shape
 
@@ -94,13 +95,16 @@ def load_model(spec: str, *, seed: int = 0):
 def layers_of(model: Any, spec: str) -> list:
     from torch import nn
 
-    if isinstance(model, nn.Sequential) or (isinstance(model, (list, tuple, nn.ModuleList))
-                                            and all(isinstance(m, nn.Module) for m in model)):
+    if isinstance(model, nn.Sequential) or (
+        isinstance(model, (list, tuple, nn.ModuleList)) and all(isinstance(m, nn.Module) for m in model)
+    ):
         layers = list(model)
         if layers:
             return layers
-    raise PartitionInputError(f"model {spec!r}: expected an nn.Sequential (or a list of modules) with at least one "
-                              f"layer, got {type(model).__name__}: pipeline stages are runs of consecutive layers")
+    raise PartitionInputError(
+        f"model {spec!r}: expected an nn.Sequential (or a list of modules) with at least one "
+        f"layer, got {type(model).__name__}: pipeline stages are runs of consecutive layers"
+    )
 
 
 def parse_shape(text: str | list | tuple) -> tuple[int, ...]:
@@ -111,14 +115,23 @@ def parse_shape(text: str | list | tuple) -> tuple[int, ...]:
     except ValueError:
         shape = ()
     if not shape or any(n < 1 for n in shape):
-        raise PartitionInputError(f"input shape: expected one sample's shape as positive whole numbers without the "
-                                  f"batch dimension, e.g. 3,224,224; got {text!r}")
+        raise PartitionInputError(
+            f"input shape: expected one sample's shape as positive whole numbers without the "
+            f"batch dimension, e.g. 3,224,224; got {text!r}"
+        )
     return shape
 
 
-def profile_model(spec: str, *, dtype: str = "torch.float32", batch_size: int = 8,
-                  input_shape: tuple[int, ...] | None = None, device: str = "auto", warmup: int = 2,
-                  repeat: int = 5) -> ModelProfile:
+def profile_model(
+    spec: str,
+    *,
+    dtype: str = "torch.float32",
+    batch_size: int = 8,
+    input_shape: tuple[int, ...] | None = None,
+    device: str = "auto",
+    warmup: int = 2,
+    repeat: int = 5,
+) -> ModelProfile:
     """Measure ``spec``'s layers on ``device`` (``auto``: the GPU PyTorch sees, i.e. the leased one, else the
     CPU)."""
     import torch
@@ -139,8 +152,10 @@ def profile_model(spec: str, *, dtype: str = "torch.float32", batch_size: int = 
     if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
         raise PartitionInputError(f"device: expected auto, cpu, cuda or cuda:N, got {device!r}")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise PartitionInputError(f"device: {device} asked for, but PyTorch sees no GPU (CUDA_VISIBLE_DEVICES="
-                                  f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
+        raise PartitionInputError(
+            f"device: {device} asked for, but PyTorch sees no GPU (CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
+        )
     torch_device = torch.device(device)
     torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
     if torch_device.type == "cuda":
@@ -161,13 +176,17 @@ def profile_model(spec: str, *, dtype: str = "torch.float32", batch_size: int = 
                 message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 raise PartitionInputError(
                     f"input shape {','.join(map(str, shape))}: does not fit model {spec!r}: layer {index + 1} of "
-                    f"{len(layers)} ({type(layer).__name__}) got {tuple(x.shape)} and failed: {message}") from None
+                    f"{len(layers)} ({type(layer).__name__}) got {tuple(x.shape)} and failed: {message}"
+                ) from None
             if not isinstance(y, torch.Tensor):
-                raise PartitionInputError(f"model {spec!r}: layer {index + 1} ({type(layer).__name__}) returned "
-                                          f"{type(y).__name__}, expected one tensor (the next layer's input)")
+                raise PartitionInputError(
+                    f"model {spec!r}: layer {index + 1} ({type(layer).__name__}) returned "
+                    f"{type(y).__name__}, expected one tensor (the next layer's input)"
+                )
             weights = sum(t.numel() * t.element_size() for t in list(layer.parameters()) + list(layer.buffers()))
-            profiles.append(LayerProfile(type(layer).__name__, seconds, int(weights), int(activation),
-                                         int(y.numel() // batch_size)))
+            profiles.append(
+                LayerProfile(type(layer).__name__, seconds, int(weights), int(activation), int(y.numel() // batch_size))
+            )
             x = y
     return ModelProfile(spec, dtype, batch_size, shape, where, memory_mb, profiles)
 
@@ -223,8 +242,16 @@ def host_device_type() -> str:
     return "cpu-" + ("-".join(model.split()) if model else platform.machine())
 
 
-def write_profile(profile: ModelProfile, *, models_file: str, device_types_file: str, device_type: str,
-                  name: str | None = None, bw_mbps: float | None = None, mem_mb: float | None = None) -> dict:
+def write_profile(
+    profile: ModelProfile,
+    *,
+    models_file: str,
+    device_types_file: str,
+    device_type: str,
+    name: str | None = None,
+    bw_mbps: float | None = None,
+    mem_mb: float | None = None,
+) -> dict:
     """Merge ``profile`` into the two files: the model's entry in models.yml (created, or updated when its
     layer count agrees), and ``device_type``'s profile for this dtype and batch size in device_types.yml
     (replaced, other profiles and types kept). ``bw_mbps`` / ``mem_mb`` set the type's bandwidth and memory;
@@ -234,8 +261,15 @@ def write_profile(profile: ModelProfile, *, models_file: str, device_types_file:
     with contextlib.ExitStack() as stack:  # profilers on several hosts merging into the same shared files
         for folder in folders:
             stack.enter_context(_locked(folder))
-        return _merge(profile, models_file=models_file, device_types_file=device_types_file,
-                      device_type=device_type, name=name, bw_mbps=bw_mbps, mem_mb=mem_mb)
+        return _merge(
+            profile,
+            models_file=models_file,
+            device_types_file=device_types_file,
+            device_type=device_type,
+            name=name,
+            bw_mbps=bw_mbps,
+            mem_mb=mem_mb,
+        )
 
 
 @contextlib.contextmanager
@@ -246,8 +280,9 @@ def _locked(folder: str):
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
-        raise PartitionInputError(f"{folder}: cannot open the folder to write the profile ({exc.strerror})",
-                                  exit_code=3) from None
+        raise PartitionInputError(
+            f"{folder}: cannot open the folder to write the profile ({exc.strerror})", exit_code=3
+        ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -255,8 +290,16 @@ def _locked(folder: str):
         os.close(fd)
 
 
-def _merge(profile: ModelProfile, *, models_file: str, device_types_file: str, device_type: str, name: str,
-           bw_mbps: float | None, mem_mb: float | None) -> dict:
+def _merge(
+    profile: ModelProfile,
+    *,
+    models_file: str,
+    device_types_file: str,
+    device_type: str,
+    name: str,
+    bw_mbps: float | None,
+    mem_mb: float | None,
+) -> dict:
     import yaml
 
     from airflow_provider_gpusched.core.safe_files import write_atomic
@@ -267,19 +310,31 @@ def _merge(profile: ModelProfile, *, models_file: str, device_types_file: str, d
     old = models.get(name)
     if old is not None:
         if not isinstance(old, dict) or "layers" not in old:
-            raise PartitionInputError(f"{models_file}: {name}: expected a mapping with layers, mem_MB, "
-                                      f"parameters_in, parameters_out")
+            raise PartitionInputError(
+                f"{models_file}: {name}: expected a mapping with layers, mem_MB, parameters_in, parameters_out"
+            )
         if old["layers"] != layers:
-            raise PartitionInputError(f"{models_file}: {name}.layers: the file says {old['layers']}, the profiled "
-                                      f"model has {layers} layers; profile it under another name (--name) or "
-                                      f"remove the old entry")
+            raise PartitionInputError(
+                f"{models_file}: {name}.layers: the file says {old['layers']}, the profiled "
+                f"model has {layers} layers; profile it under another name (--name) or "
+                f"remove the old entry"
+            )
     for type_name, entry in types.items():  # other types' profiles of this model must agree on the layers
         for i, p in enumerate(((entry or {}).get("model_profiles") or {}).get(name) or []):
-            if isinstance(p, dict) and isinstance(p.get("time_s"), list) and len(p["time_s"]) != layers \
-                    and not (type_name == device_type and p.get("dtype") == profile.dtype
-                             and p.get("batch_size") == profile.batch_size):
-                raise PartitionInputError(f"{device_types_file}: {type_name}.model_profiles.{name}[{i}].time_s: "
-                                          f"{len(p['time_s'])} entries, the profiled model has {layers} layers")
+            if (
+                isinstance(p, dict)
+                and isinstance(p.get("time_s"), list)
+                and len(p["time_s"]) != layers
+                and not (
+                    type_name == device_type
+                    and p.get("dtype") == profile.dtype
+                    and p.get("batch_size") == profile.batch_size
+                )
+            ):
+                raise PartitionInputError(
+                    f"{device_types_file}: {type_name}.model_profiles.{name}[{i}].time_s: "
+                    f"{len(p['time_s'])} entries, the profiled model has {layers} layers"
+                )
     mb = [round((lp.weights_bytes + lp.activation_bytes) / MiB, 6) for lp in profile.layers]
     models[name] = {
         "layers": layers,
@@ -293,23 +348,35 @@ def _merge(profile: ModelProfile, *, models_file: str, device_types_file: str, d
     }
     entry = types.get(device_type)
     if entry is not None and not isinstance(entry, dict):
-        raise PartitionInputError(f"{device_types_file}: {device_type}: expected a mapping with bw_Mbps, mem_MB, "
-                                  f"model_profiles")
+        raise PartitionInputError(
+            f"{device_types_file}: {device_type}: expected a mapping with bw_Mbps, mem_MB, model_profiles"
+        )
     entry = dict(entry or {})
     if bw_mbps is not None:
         entry["bw_Mbps"] = bw_mbps
     elif "bw_Mbps" not in entry:
-        raise PartitionInputError(f"{device_types_file}: {device_type}: a new device type needs its link bandwidth "
-                                  f"(--bw-mbps, in 2^20 bits/s)")
+        raise PartitionInputError(
+            f"{device_types_file}: {device_type}: a new device type needs its link bandwidth "
+            f"(--bw-mbps, in 2^20 bits/s)"
+        )
     if mem_mb is not None:
         entry["mem_MB"] = mem_mb
     elif "mem_MB" not in entry:
         entry["mem_MB"] = int(profile.device_memory_mb)
     profiles = dict(entry.get("model_profiles") or {})
-    kept = [p for p in profiles.get(name) or []
-            if not (isinstance(p, dict) and p.get("dtype") == profile.dtype and p.get("batch_size") == profile.batch_size)]
-    kept.append({"batch_size": profile.batch_size, "dtype": profile.dtype,
-                 "time_s": [round(lp.time_s, 9) for lp in profile.layers], "device": profile.device})
+    kept = [
+        p
+        for p in profiles.get(name) or []
+        if not (isinstance(p, dict) and p.get("dtype") == profile.dtype and p.get("batch_size") == profile.batch_size)
+    ]
+    kept.append(
+        {
+            "batch_size": profile.batch_size,
+            "dtype": profile.dtype,
+            "time_s": [round(lp.time_s, 9) for lp in profile.layers],
+            "device": profile.device,
+        }
+    )
     profiles[name] = kept
     entry["model_profiles"] = profiles
     types[device_type] = entry
@@ -318,19 +385,21 @@ def _merge(profile: ModelProfile, *, models_file: str, device_types_file: str, d
     return {"model": name, "device_type": device_type, "layers": layers, "device": profile.device}
 
 
-def check_profile_files(*, models_file: str, device_types_file: str, device_type: str,
-                        bw_mbps: float | None) -> None:
+def check_profile_files(*, models_file: str, device_types_file: str, device_type: str, bw_mbps: float | None) -> None:
     """What :func:`write_profile` would refuse after measuring, said before: files that cannot be read as the
     mappings they should be, and a new device type without its link bandwidth."""
     _read_mapping(models_file, "models")
     types = _read_mapping(device_types_file, "device types")
     entry = types.get(device_type)
     if entry is not None and not isinstance(entry, dict):
-        raise PartitionInputError(f"{device_types_file}: {device_type}: expected a mapping with bw_Mbps, mem_MB, "
-                                  f"model_profiles")
+        raise PartitionInputError(
+            f"{device_types_file}: {device_type}: expected a mapping with bw_Mbps, mem_MB, model_profiles"
+        )
     if bw_mbps is None and "bw_Mbps" not in (entry or {}):
-        raise PartitionInputError(f"{device_types_file}: {device_type}: a new device type needs its link bandwidth "
-                                  f"(--bw-mbps, in 2^20 bits/s); nothing was measured")
+        raise PartitionInputError(
+            f"{device_types_file}: {device_type}: a new device type needs its link bandwidth "
+            f"(--bw-mbps, in 2^20 bits/s); nothing was measured"
+        )
 
 
 @contextlib.contextmanager
@@ -342,9 +411,11 @@ def time_limit(seconds: float, what: str = "profiling"):
     import threading
 
     def expired(_signum, _frame):
-        raise PartitionInputError(f"{what} took longer than {seconds:g}s (--time-limit): stopped. A model that "
-                                  f"hangs, or one too big for this device? Raise the limit if it is just slow",
-                                  exit_code=124)
+        raise PartitionInputError(
+            f"{what} took longer than {seconds:g}s (--time-limit): stopped. A model that "
+            f"hangs, or one too big for this device? Raise the limit if it is just slow",
+            exit_code=124,
+        )
 
     def hard_stop():
         sys.stderr.write(f"gpusched: {what} is stuck past its time limit ({seconds:g}s) and did not stop: exiting\n")
@@ -377,5 +448,14 @@ def _read_mapping(path: str, what: str) -> dict:
     return doc
 
 
-__all__ = ["LayerProfile", "ModelProfile", "check_profile_files", "host_device_type", "time_limit", "load_model", "parse_shape", "profile_model",
-           "write_profile"]
+__all__ = [
+    "LayerProfile",
+    "ModelProfile",
+    "check_profile_files",
+    "host_device_type",
+    "time_limit",
+    "load_model",
+    "parse_shape",
+    "profile_model",
+    "write_profile",
+]

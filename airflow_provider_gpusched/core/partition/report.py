@@ -25,10 +25,17 @@ def schedule_yaml(schedule: Schedule) -> str:
 
 def schedule_json(problem: Problem, schedule: Schedule) -> dict:
     return {
-        "model": problem.model, "dtype": problem.dtype, "batch_size": problem.batch_size,
-        "buffers_in": problem.buffers_in, "buffers_out": problem.buffers_out, "layers": problem.layers,
-        "feasible": schedule.feasible, "bottleneck_s": schedule.bottleneck_s,
-        "optimal": schedule.optimal, "lower_bound_s": schedule.lower_bound_s, "gap": schedule.gap,
+        "model": problem.model,
+        "dtype": problem.dtype,
+        "batch_size": problem.batch_size,
+        "buffers_in": problem.buffers_in,
+        "buffers_out": problem.buffers_out,
+        "layers": problem.layers,
+        "feasible": schedule.feasible,
+        "bottleneck_s": schedule.bottleneck_s,
+        "optimal": schedule.optimal,
+        "lower_bound_s": schedule.lower_bound_s,
+        "gap": schedule.gap,
         "bottleneck_stage": None if schedule.bottleneck_stage is None else schedule.bottleneck_stage + 1,
         "stages": [s.to_dict() for s in schedule.stages],
         "skipped_device_types": problem.skipped_types,
@@ -38,23 +45,38 @@ def schedule_json(problem: Problem, schedule: Schedule) -> dict:
 def not_proven_note(schedule: Schedule, time_limit: float | None) -> str:
     """One line saying that the schedule is the best found, not a proven optimum, with the proven bound."""
     limit = f"the time limit ({time_limit:g} s)" if time_limit is not None else "the time limit"
-    return (f"not proven optimal: {limit} stopped the search; bottleneck {schedule.bottleneck_s:.6f} s, proven "
-            f"lower bound {schedule.lower_bound_s:.6f} s (gap {100 * schedule.gap:.1f}%)")
+    return (
+        f"not proven optimal: {limit} stopped the search; bottleneck {schedule.bottleneck_s:.6f} s, proven "
+        f"lower bound {schedule.lower_bound_s:.6f} s (gap {100 * schedule.gap:.1f}%)"
+    )
 
 
 def explain_table(problem: Problem, schedule: Schedule) -> str:
     if not schedule.feasible:
         why = "; ".join(f"{k}: {v}" for k, v in problem.skipped_types.items())
-        return (f"no feasible schedule for {problem.model} ({problem.layers} layers)"
-                + (f"; device types without a profile: {why}" if why else ""))
+        return f"no feasible schedule for {problem.model} ({problem.layers} layers)" + (
+            f"; device types without a profile: {why}" if why else ""
+        )
     from airflow_provider_gpusched.core.text import format_table
 
     mib = 1024 * 1024
     worst = schedule.bottleneck_stage
-    rows = [(n + 1, s.host, s.device_type, f"{s.first}-{s.last}", f"{s.compute_s:.6f}", f"{s.comm_s:.6f}",
-             f"{s.memory_bytes / mib:.1f}/{s.memory_limit_bytes / mib:.0f}", "<- bottleneck" if n == worst else "")
-            for n, s in enumerate(schedule.stages)]
+    rows = [
+        (
+            n + 1,
+            s.host,
+            s.device_type,
+            f"{s.first}-{s.last}",
+            f"{s.compute_s:.6f}",
+            f"{s.comm_s:.6f}",
+            f"{s.memory_bytes / mib:.1f}/{s.memory_limit_bytes / mib:.0f}",
+            "<- bottleneck" if n == worst else "",
+        )
+        for n, s in enumerate(schedule.stages)
+    ]
     table = format_table(rows, ["stage", "host", "type", "layers", "compute s", "send s", "memory MiB", ""])
-    return (f"{problem.model}, {problem.dtype}, batch {problem.batch_size}, buffers in/out "
-            f"{problem.buffers_in}/{problem.buffers_out}: bottleneck {schedule.bottleneck_s:.6f} s "
-            f"(stage {worst + 1}, {1 / schedule.bottleneck_s:.3f} microbatches/s)\n{table}")
+    return (
+        f"{problem.model}, {problem.dtype}, batch {problem.batch_size}, buffers in/out "
+        f"{problem.buffers_in}/{problem.buffers_out}: bottleneck {schedule.bottleneck_s:.6f} s "
+        f"(stage {worst + 1}, {1 / schedule.bottleneck_s:.3f} microbatches/s)\n{table}"
+    )

@@ -38,8 +38,8 @@ class Stage:
     first: int
     last: int
     compute_s: float
-    comm_s: float           # sending the last layer's output to the next stage (0 for the last stage)
-    memory_bytes: float     # weights + buffers, as the fit rule counts them
+    comm_s: float  # sending the last layer's output to the next stage (0 for the last stage)
+    memory_bytes: float  # weights + buffers, as the fit rule counts them
     memory_limit_bytes: float
 
     @property
@@ -47,9 +47,16 @@ class Stage:
         return max(self.compute_s, self.comm_s)
 
     def to_dict(self) -> dict:
-        return {"host": self.host, "device_type": self.device_type, "layers": [self.first, self.last],
-                "compute_s": self.compute_s, "comm_s": self.comm_s, "time_s": self.time_s,
-                "memory_bytes": self.memory_bytes, "memory_limit_bytes": self.memory_limit_bytes}
+        return {
+            "host": self.host,
+            "device_type": self.device_type,
+            "layers": [self.first, self.last],
+            "compute_s": self.compute_s,
+            "comm_s": self.comm_s,
+            "time_s": self.time_s,
+            "memory_bytes": self.memory_bytes,
+            "memory_limit_bytes": self.memory_limit_bytes,
+        }
 
 
 @dataclass
@@ -388,7 +395,7 @@ def _any_schedule(model: _Model, values: list[float], lo: int) -> list[tuple[int
 def _count_grid(shape: tuple[int, ...]) -> tuple[list[int], list[int]]:
     """For a count grid of this shape: each axis's stride in C order, and per axis the bitset of the
     vectors whose count on that axis is below its maximum (those that may take one more host)."""
-    strides = [math.prod(shape[a + 1:]) for a in range(len(shape))]
+    strides = [math.prod(shape[a + 1 :]) for a in range(len(shape))]
     total = math.prod(shape)
     below = []
     for size, stride in zip(shape, strides, strict=True):
@@ -435,8 +442,9 @@ def _bottleneck(model: _Model, found: list[tuple[int, int, int]]) -> float:
     return worst
 
 
-def _stages(model: _Model, found: list[tuple[int, int, int]], checks: int, lower_bound_s: float,
-            optimal: bool = True) -> Schedule:
+def _stages(
+    model: _Model, found: list[tuple[int, int, int]], checks: int, lower_bound_s: float, optimal: bool = True
+) -> Schedule:
     used = [0] * model.T
     stages = []
     for n, (k, first, last) in enumerate(found):
@@ -446,10 +454,18 @@ def _stages(model: _Model, found: list[tuple[int, int, int]], checks: int, lower
         comm = 0.0
         if n + 1 < len(found):
             comm = model.comm[last - 1][k][found[n + 1][0]]
-        stages.append(Stage(host=host, device_type=t.name, first=first, last=last,
-                            compute_s=model.comp(k, first - 1, last - 1), comm_s=comm,
-                            memory_bytes=model.stage_memory(first - 1, last - 1),
-                            memory_limit_bytes=t.mem_mb * MiB))
+        stages.append(
+            Stage(
+                host=host,
+                device_type=t.name,
+                first=first,
+                last=last,
+                compute_s=model.comp(k, first - 1, last - 1),
+                comm_s=comm,
+                memory_bytes=model.stage_memory(first - 1, last - 1),
+                memory_limit_bytes=t.mem_mb * MiB,
+            )
+        )
     return Schedule(stages, checks, optimal=optimal, lower_bound_s=lower_bound_s)
 
 

@@ -38,8 +38,9 @@ from airflow_provider_gpusched.core.checks import is_int
 _HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
 
-def stage_plan(stages: Sequence[dict], *, base_port: int = 29700, address_of: dict[str, str] | None = None
-               ) -> list[dict[str, str]]:
+def stage_plan(
+    stages: Sequence[dict], *, base_port: int = 29700, address_of: dict[str, str] | None = None
+) -> list[dict[str, str]]:
     """Each stage's environment (the table above). ``stages`` as PipelinePartitionOperator returns them
     (``host``, ``layers``); stage N listens on ``base_port + N - 1`` at ``address_of[host]`` (default: the
     host's own name)."""
@@ -55,19 +56,34 @@ def stage_plan(stages: Sequence[dict], *, base_port: int = 29700, address_of: di
     plan = []
     for n, s in enumerate(stages):
         first, last = s["layers"]
-        plan.append({"GPUSCHED_STAGE": str(n + 1), "GPUSCHED_STAGES": str(len(stages)),
-                     "GPUSCHED_STAGE_HOST": str(s["host"]), "GPUSCHED_STAGE_FIRST": str(first),
-                     "GPUSCHED_STAGE_LAST": str(last), "GPUSCHED_STAGE_ADDR": addresses[n],
-                     "GPUSCHED_STAGE_PREV_ADDR": addresses[n - 1] if n else "",
-                     "GPUSCHED_STAGE_NEXT_ADDR": addresses[n + 1] if n + 1 < len(stages) else ""})
+        plan.append(
+            {
+                "GPUSCHED_STAGE": str(n + 1),
+                "GPUSCHED_STAGES": str(len(stages)),
+                "GPUSCHED_STAGE_HOST": str(s["host"]),
+                "GPUSCHED_STAGE_FIRST": str(first),
+                "GPUSCHED_STAGE_LAST": str(last),
+                "GPUSCHED_STAGE_ADDR": addresses[n],
+                "GPUSCHED_STAGE_PREV_ADDR": addresses[n - 1] if n else "",
+                "GPUSCHED_STAGE_NEXT_ADDR": addresses[n + 1] if n + 1 < len(stages) else "",
+            }
+        )
     return plan
 
 
-def launch_command(plan: list[dict[str, str]], command: Sequence[str], *, pinned: bool,
-                   python: str | None = None) -> list[str]:
+def launch_command(
+    plan: list[dict[str, str]], command: Sequence[str], *, pinned: bool, python: str | None = None
+) -> list[str]:
     """The job's command: this module's launcher with the plan, then the stage command after ``--``."""
-    return [python or sys.executable, "-m", "airflow_provider_gpusched.core.partition.stages",
-            "--plan", json.dumps({"pinned": pinned, "stages": plan}, separators=(",", ":")), "--", *command]
+    return [
+        python or sys.executable,
+        "-m",
+        "airflow_provider_gpusched.core.partition.stages",
+        "--plan",
+        json.dumps({"pinned": pinned, "stages": plan}, separators=(",", ":")),
+        "--",
+        *command,
+    ]
 
 
 def _read_plan(text: str) -> tuple[bool, list[dict[str, str]]]:
@@ -76,11 +92,20 @@ def _read_plan(text: str) -> tuple[bool, list[dict[str, str]]]:
     except ValueError as exc:
         raise SystemExit(f"gpusched stages: --plan: not JSON ({exc})") from None
     stages = doc.get("stages") if isinstance(doc, dict) else None
-    if not isinstance(stages, list) or not stages or not all(
-            isinstance(s, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in s.items())
-            and _HOST.match(s.get("GPUSCHED_STAGE_HOST", "")) for s in stages):
-        raise SystemExit("gpusched stages: --plan: expected {\"pinned\": bool, \"stages\": [{env of each stage, "
-                         "GPUSCHED_STAGE_HOST a host name}]}")
+    if (
+        not isinstance(stages, list)
+        or not stages
+        or not all(
+            isinstance(s, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in s.items())
+            and _HOST.match(s.get("GPUSCHED_STAGE_HOST", ""))
+            for s in stages
+        )
+    ):
+        raise SystemExit(
+            'gpusched stages: --plan: expected {"pinned": bool, "stages": [{env of each stage, '
+            "GPUSCHED_STAGE_HOST a host name}]}"
+        )
     unknown = {k for s in stages for k in s if not k.startswith("GPUSCHED_STAGE")}
     if unknown:
         raise SystemExit(f"gpusched stages: --plan: unexpected variables {sorted(unknown)}")
@@ -110,8 +135,16 @@ def run(plan_text: str, command: list[str]) -> int:
             s = {**s, **{k: re.sub(r"^[^:]+:", f"{here}:", v) if v else v for k, v in s.items() if k.endswith("_ADDR")}}
         env.update(s)
         node = s["GPUSCHED_STAGE_HOST"] if pinned else here
-        argv = ["srun", "--nodes=1", "--ntasks=1", "--overlap", f"--nodelist={node}",
-                f"--job-name=stage-{s['GPUSCHED_STAGE']}", "--", *command]
+        argv = [
+            "srun",
+            "--nodes=1",
+            "--ntasks=1",
+            "--overlap",
+            f"--nodelist={node}",
+            f"--job-name=stage-{s['GPUSCHED_STAGE']}",
+            "--",
+            *command,
+        ]
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         procs.append((s, proc))
         t = threading.Thread(target=pump, args=(f"stage {s['GPUSCHED_STAGE']} on {node}", proc.stdout), daemon=True)
@@ -135,9 +168,13 @@ def run(plan_text: str, command: list[str]) -> int:
         t.join(timeout=5)
     if failed is not None:
         s, code = failed
-        print(f"gpusched stages: stage {s['GPUSCHED_STAGE']} of {s['GPUSCHED_STAGES']} (host "
-              f"{s['GPUSCHED_STAGE_HOST']}, layers {s['GPUSCHED_STAGE_FIRST']}-{s['GPUSCHED_STAGE_LAST']}) failed with "
-              f"exit status {code}; the other stages were stopped", file=sys.stderr, flush=True)
+        print(
+            f"gpusched stages: stage {s['GPUSCHED_STAGE']} of {s['GPUSCHED_STAGES']} (host "
+            f"{s['GPUSCHED_STAGE_HOST']}, layers {s['GPUSCHED_STAGE_FIRST']}-{s['GPUSCHED_STAGE_LAST']}) failed with "
+            f"exit status {code}; the other stages were stopped",
+            file=sys.stderr,
+            flush=True,
+        )
         return code if 0 < code < 256 else 1
     print(f"gpusched stages: all {len(stages)} stages finished", flush=True)
     return 0
@@ -148,10 +185,13 @@ def main(argv: list[str] | None = None) -> int:
     command: list[str] = []
     if "--" in argv:
         at = argv.index("--")
-        argv, command = argv[:at], argv[at + 1:]
-    parser = argparse.ArgumentParser(prog="python -m airflow_provider_gpusched.core.partition.stages",
-                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--plan", required=True, help="JSON: {\"pinned\": bool, \"stages\": [stage env, ...]}")
+        argv, command = argv[:at], argv[at + 1 :]
+    parser = argparse.ArgumentParser(
+        prog="python -m airflow_provider_gpusched.core.partition.stages",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--plan", required=True, help='JSON: {"pinned": bool, "stages": [stage env, ...]}')
     args = parser.parse_args(argv)
     return run(args.plan, command)
 

@@ -13,8 +13,21 @@ from airflow_provider_gpusched.core.slurm.states import JobPhase, JobStatus, Job
 from airflow_provider_gpusched.core.slurm.tracking import PollProblem, SharedJobPoller
 
 __all__ = [
-    "CommandRunner", "JobPhase", "JobStatus", "JobTracker", "PollProblem", "SSHCommandRunner",
-    "SharedJobPoller", "SlurmClient", "SlurmCommandError", "SlurmJobSpec", "SlurmUnavailableError",
-    "SubmittedJob", "classify_state", "job_comment", "parse_array_indices", "runner_from_description",
+    "CommandRunner",
+    "JobPhase",
+    "JobStatus",
+    "JobTracker",
+    "PollProblem",
+    "SSHCommandRunner",
+    "SharedJobPoller",
+    "SlurmClient",
+    "SlurmCommandError",
+    "SlurmJobSpec",
+    "SlurmUnavailableError",
+    "SubmittedJob",
+    "classify_state",
+    "job_comment",
+    "parse_array_indices",
+    "runner_from_description",
     "task_key",
 ]

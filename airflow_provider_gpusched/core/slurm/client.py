@@ -36,15 +36,27 @@ from airflow_provider_gpusched.core.slurm.states import (
 log = logging.getLogger(__name__)
 
 # squeue --Format fields, each followed by "|" (Name last: it may itself contain "|")
-_SQUEUE_FIELDS = ("JobID", "ArrayJobID", "ArrayTaskID", "State", "Reason", "RestartCnt", "Partition",
-                  "NodeList", "TimeUsed", "Name")
+_SQUEUE_FIELDS = (
+    "JobID",
+    "ArrayJobID",
+    "ArrayTaskID",
+    "State",
+    "Reason",
+    "RestartCnt",
+    "Partition",
+    "NodeList",
+    "TimeUsed",
+    "Name",
+)
 SQUEUE_FORMAT = ",".join(f"{f}:|" for f in _SQUEUE_FIELDS)
 _SACCT_FIELDS = ("JobIDRaw", "JobID", "State", "ExitCode", "Partition", "NodeList", "ElapsedRaw", "JobName")
 _JOBCOMP_KEY = re.compile(r"(?:^| )([A-Za-z][A-Za-z0-9_]*)=")
 _INVALID_JOB_ID = "invalid job id specified"
 #: every state of a job that has not finished (squeue -t)
-_LIVE_STATES = ("PENDING,RUNNING,CONFIGURING,COMPLETING,SUSPENDED,REQUEUED,REQUEUE_HOLD,REQUEUE_FED,RESV_DEL_HOLD,"
-                "SPECIAL_EXIT,STOPPED,SIGNALING,STAGE_OUT,RESIZING")
+_LIVE_STATES = (
+    "PENDING,RUNNING,CONFIGURING,COMPLETING,SUSPENDED,REQUEUED,REQUEUE_HOLD,REQUEUE_FED,RESV_DEL_HOLD,"
+    "SPECIAL_EXIT,STOPPED,SIGNALING,STAGE_OUT,RESIZING"
+)
 
 
 _JOB_ID = re.compile(r"^\d+(_\d+)?$")
@@ -141,8 +153,9 @@ class SlurmClient:
             reason = exc.stderr.replace("sbatch: error: ", "").strip()
             if array and "invalid job array specification" in reason.lower():
                 reason += self._array_limit_hint(array)
-            raise SlurmCommandError(argv, exc.returncode, f"Slurm rejected the job: {reason} "
-                                    f"(sbatch options: {' '.join(argv[1:])})") from exc
+            raise SlurmCommandError(
+                argv, exc.returncode, f"Slurm rejected the job: {reason} (sbatch options: {' '.join(argv[1:])})"
+            ) from exc
 
     def _array_limit_hint(self, array: str) -> str:
         """Why Slurm refused an array, when it is its size: Slurm only says "Invalid job array specification"."""
@@ -153,9 +166,11 @@ class SlurmClient:
         highest = max((int(n) for n in re.findall(r"\d+", array.split("%")[0])), default=0)
         if highest < limit:
             return ""
-        return (f" — array {array!r} goes up to index {highest}, and this cluster's MaxArraySize is {limit} "
-                f"(indices 0 to {limit - 1}); split it into arrays of at most {limit} tasks (a batched Slurm sweep: "
-                f"chunk_size <= {limit})")
+        return (
+            f" — array {array!r} goes up to index {highest}, and this cluster's MaxArraySize is {limit} "
+            f"(indices 0 to {limit - 1}); split it into arrays of at most {limit} tasks (a batched Slurm sweep: "
+            f"chunk_size <= {limit})"
+        )
 
     # -- status -----------------------------------------------------------------------------------
     def accounting(self) -> AccountingInfo:
@@ -201,14 +216,22 @@ class SlurmClient:
             raw_id, array_id, task_id, state, reason, restarts, partition, nodes, used, name = cols
             is_array = task_id not in ("N/A", "", "(null)")
             state = normalize_state(state)
-            statuses.append(JobStatus(
-                job_id=f"{array_id}_{task_id}" if is_array else raw_id,
-                phase=classify_state(state), state=state, reason=reason,
-                restarts=int(restarts) if restarts.isdigit() else 0,
-                partition=partition, nodes=nodes, name=name, elapsed=parse_duration(used),
-                array_job_id=array_id if is_array else None,
-                array_task_id=task_id if is_array else None, source="squeue",
-            ))
+            statuses.append(
+                JobStatus(
+                    job_id=f"{array_id}_{task_id}" if is_array else raw_id,
+                    phase=classify_state(state),
+                    state=state,
+                    reason=reason,
+                    restarts=int(restarts) if restarts.isdigit() else 0,
+                    partition=partition,
+                    nodes=nodes,
+                    name=name,
+                    elapsed=parse_duration(used),
+                    array_job_id=array_id if is_array else None,
+                    array_task_id=task_id if is_array else None,
+                    source="squeue",
+                )
+            )
         return statuses
 
     def completion_records(self, job_ids: Iterable[str]) -> dict[str, JobStatus]:
@@ -235,11 +258,20 @@ class SlurmClient:
             array_id, _, task = job_id.partition("_")
             code, sig = parse_exit_code(exit_code)
             state = normalize_state(state)
-            records[job_id] = JobStatus(job_id=job_id, phase=classify_state(state), state=state,
-                                        exit_code=code, signal=sig, partition=partition, nodes=nodes,
-                                        name=name, array_job_id=array_id if task else None,
-                                        array_task_id=task or None, source="sacct",
-                                        elapsed=float(elapsed) if elapsed.isdigit() else None)
+            records[job_id] = JobStatus(
+                job_id=job_id,
+                phase=classify_state(state),
+                state=state,
+                exit_code=code,
+                signal=sig,
+                partition=partition,
+                nodes=nodes,
+                name=name,
+                array_job_id=array_id if task else None,
+                array_task_id=task or None,
+                source="sacct",
+                elapsed=float(elapsed) if elapsed.isdigit() else None,
+            )
         return records
 
     def _read_jobcomp(self) -> None:
@@ -280,11 +312,20 @@ class SlurmClient:
             code, sig = parse_exit_code(rec.get("ExitCode"))
             state = normalize_state(rec.get("JobState", ""))
             array_id, _, task = key.partition("_")
-            records[key] = JobStatus(job_id=key, phase=classify_state(state), state=state, exit_code=code,
-                                     signal=sig, partition=rec.get("Partition", ""),
-                                     nodes=rec.get("NodeList", ""), name=rec.get("Name", ""),
-                                     array_job_id=array_id if task else None, array_task_id=task or None,
-                                     source="jobcomp", elapsed=jobcomp_elapsed(rec))
+            records[key] = JobStatus(
+                job_id=key,
+                phase=classify_state(state),
+                state=state,
+                exit_code=code,
+                signal=sig,
+                partition=rec.get("Partition", ""),
+                nodes=rec.get("NodeList", ""),
+                name=rec.get("Name", ""),
+                array_job_id=array_id if task else None,
+                array_task_id=task or None,
+                source="jobcomp",
+                elapsed=jobcomp_elapsed(rec),
+            )
         return records
 
     def _scontrol_exit_code(self, job_id: str) -> tuple[int | None, int | None]:
@@ -292,8 +333,7 @@ class SlurmClient:
         match = re.search(r"(?:^| )ExitCode=(\S+)", result.stdout)
         return parse_exit_code(match.group(1)) if match else (None, None)
 
-    def statuses(self, job_ids: Sequence[str],
-                 array_sizes: Mapping[str, int] | None = None) -> dict[str, JobStatus]:
+    def statuses(self, job_ids: Sequence[str], array_sizes: Mapping[str, int] | None = None) -> dict[str, JobStatus]:
         """The status of every job in ``job_ids``: one ``squeue`` call, plus one completion-record
         lookup only when some job has finished or left the queue. Array jobs (ids in ``array_sizes``,
         or any id whose tasks show up) get one aggregated status with the tasks in ``.tasks``."""
@@ -307,8 +347,11 @@ class SlurmClient:
             if s.array_job_id:
                 groups.setdefault(s.array_job_id, {})[s.job_id] = s
         missing = [j for j in wanted if j not in by_id and j not in groups]
-        need_record = finished | set(missing) | {j for j in wanted if j in groups and any(
-            t.is_terminal for t in groups[j].values())}
+        need_record = (
+            finished
+            | set(missing)
+            | {j for j in wanted if j in groups and any(t.is_terminal for t in groups[j].values())}
+        )
         if need_record:
             records = self.completion_records(need_record)
             for key, rec in records.items():
@@ -331,8 +374,7 @@ class SlurmClient:
             elif job_id in by_id:
                 result[job_id] = by_id[job_id]
             else:
-                result[job_id] = JobStatus(job_id=job_id, phase=JobPhase.NOT_FOUND, state="NOT_FOUND",
-                                           source="none")
+                result[job_id] = JobStatus(job_id=job_id, phase=JobPhase.NOT_FOUND, state="NOT_FOUND", source="none")
         return result
 
     def status(self, job_id: str, array_size: int | None = None) -> JobStatus:
@@ -355,8 +397,21 @@ class SlurmClient:
         in one ``squeue`` call: ``job_id`` (``ARRAY_TASK`` for a started array task), ``state``, ``reason``,
         ``restarts``, ``partition``, ``nodes`` (its node list), ``node_count`` (nodes held, or asked for while
         pending), ``elapsed``, ``output`` (the ``--output`` pattern), ``comment``, ``name``."""
-        fields = ("JobID", "ArrayJobID", "ArrayTaskID", "State", "Reason", "RestartCnt", "Partition", "NodeList",
-                  "TimeUsed", "STDOUT", "NumNodes", "Comment", "Name")
+        fields = (
+            "JobID",
+            "ArrayJobID",
+            "ArrayTaskID",
+            "State",
+            "Reason",
+            "RestartCnt",
+            "Partition",
+            "NodeList",
+            "TimeUsed",
+            "STDOUT",
+            "NumNodes",
+            "Comment",
+            "Name",
+        )
         argv = ["squeue", "--me", "-h", "-t", _LIVE_STATES, "-O", ",".join(f"{f}:|" for f in fields)]
         jobs = []
         for line in self.runner.run(argv).stdout.splitlines():
@@ -364,15 +419,26 @@ class SlurmClient:
             cols = (cols[:-1] if cols.endswith("|") else cols).split("|", len(fields) - 1)
             if len(cols) != len(fields) or not cols[11].startswith(COMMENT_PREFIX):
                 continue
-            raw_id, array_id, task_id, state, reason, restarts, partition, nodes, used, output, count, comment, \
-                name = cols
+            raw_id, array_id, task_id, state, reason, restarts, partition, nodes, used, output, count, comment, name = (
+                cols
+            )
             is_array = task_id not in ("N/A", "", "(null)")
-            jobs.append({"job_id": f"{array_id}_{task_id}" if is_array else raw_id, "state": normalize_state(state),
-                         "reason": reason, "restarts": int(restarts) if restarts.isdigit() else 0,
-                         "partition": partition, "nodes": "" if nodes in ("", "(null)") else nodes,
-                         "elapsed": parse_duration(used), "output": output, "comment": comment,
-                         "node_count": int(count) if count.strip().isdigit() else None,
-                         "fields": parse_job_comment(comment), "name": name})
+            jobs.append(
+                {
+                    "job_id": f"{array_id}_{task_id}" if is_array else raw_id,
+                    "state": normalize_state(state),
+                    "reason": reason,
+                    "restarts": int(restarts) if restarts.isdigit() else 0,
+                    "partition": partition,
+                    "nodes": "" if nodes in ("", "(null)") else nodes,
+                    "elapsed": parse_duration(used),
+                    "output": output,
+                    "comment": comment,
+                    "node_count": int(count) if count.strip().isdigit() else None,
+                    "fields": parse_job_comment(comment),
+                    "name": name,
+                }
+            )
         return jobs
 
     def output_path(self, job_id: str) -> str | None:
@@ -426,10 +492,17 @@ class SlurmClient:
         result = self.runner.run(["tail", "-n", str(lines), "--", path], check=False)
         return result.stdout.rstrip("\n") if result.returncode == 0 else ""
 
-    def follow(self, job_id: str, *, poll_interval: float = 5.0, timeout: float | None = None,
-               array_size: int | None = None, not_found_timeout: float = 300.0,
-               on_line: Callable[[str], None] | None = None,
-               on_poll: Callable[[JobStatus], None] | None = None) -> JobTracker:
+    def follow(
+        self,
+        job_id: str,
+        *,
+        poll_interval: float = 5.0,
+        timeout: float | None = None,
+        array_size: int | None = None,
+        not_found_timeout: float = 300.0,
+        on_line: Callable[[str], None] | None = None,
+        on_poll: Callable[[JobStatus], None] | None = None,
+    ) -> JobTracker:
         """Block until the job finishes (scripts, the blocking operator mode); return its tracker.
         State changes and requeues go to ``on_line``; ``on_poll`` is told every status seen (the operator shows
         the job's new output lines then). Slurm being unreachable is retried with backoff
@@ -495,5 +568,5 @@ def parse_jobcomp_line(line: str) -> dict[str, str]:
     text = line.strip()
     for i, m in enumerate(matches):
         end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
-        record[m.group(1)] = text[m.end():end]
+        record[m.group(1)] = text[m.end() : end]
     return record

@@ -42,12 +42,14 @@ def contain_prelude() -> list[str]:
     the node has no ``python3``."""
     from airflow_provider_gpusched.core.contain import shim_source
 
-    return [f"gpusched_shim={shlex.quote(shim_source())}",
-            # once per job: a job this one submits (sbatch passes the environment on) is contained again
-            'if [ "${GPUSCHED_CONTAINED:-}" != "${SLURM_JOB_ID:-none}" ] && command -v python3 >/dev/null 2>&1; then',
-            '  export GPUSCHED_CONTAINED="${SLURM_JOB_ID:-none}"',
-            '  exec python3 -I -S -c "$gpusched_shim" 10 "" -- "$0" "$@"',
-            "fi"]
+    return [
+        f"gpusched_shim={shlex.quote(shim_source())}",
+        # once per job: a job this one submits (sbatch passes the environment on) is contained again
+        'if [ "${GPUSCHED_CONTAINED:-}" != "${SLURM_JOB_ID:-none}" ] && command -v python3 >/dev/null 2>&1; then',
+        '  export GPUSCHED_CONTAINED="${SLURM_JOB_ID:-none}"',
+        '  exec python3 -I -S -c "$gpusched_shim" 10 "" -- "$0" "$@"',
+        "fi",
+    ]
 
 
 @dataclass
@@ -124,8 +126,11 @@ class SlurmJobSpec:
             if value and _CONTROL.search(value):
                 raise InvalidArgumentError(name, value, "a value without control characters (newline, tab, ...)")
         if (self.command is None) == (self.script is None):
-            raise InvalidArgumentError("command/script", (self.command, self.script),
-                                       "exactly one of command (argv list or shell string) or script")
+            raise InvalidArgumentError(
+                "command/script",
+                (self.command, self.script),
+                "exactly one of command (argv list or shell string) or script",
+            )
         if isinstance(self.command, (list, tuple)):
             if not self.command or not all(isinstance(a, (str, int, float)) for a in self.command):
                 raise InvalidArgumentError("command", self.command, "a non-empty list of strings")
@@ -151,8 +156,9 @@ class SlurmJobSpec:
         if isinstance(self.setup, str):
             self.setup = [self.setup]
         if isinstance(self.sbatch_args, str):
-            raise InvalidArgumentError("sbatch_args", self.sbatch_args,
-                                       "a list of arguments such as ['--exclusive', '--constraint=a100']")
+            raise InvalidArgumentError(
+                "sbatch_args", self.sbatch_args, "a list of arguments such as ['--exclusive', '--constraint=a100']"
+            )
         for arg in self.sbatch_args:
             if not str(arg).startswith("-"):
                 raise InvalidArgumentError("sbatch_args", arg, "options starting with '-' (one list item each)")
@@ -176,17 +182,32 @@ class SlurmJobSpec:
         combinations Slurm would refuse late."""
         self.distributed = dist.check_mode(self.distributed)
         self.rank_exit_grace = dist.check_grace(self.rank_exit_grace)
-        shape = check_shape({f: getattr(self, f) for f in SHAPE_FIELDS}, gpus=self.gpus, gres=self.gres,
-                            cpus_per_task=self.cpus_per_task, distributed=self.distributed)
+        shape = check_shape(
+            {f: getattr(self, f) for f in SHAPE_FIELDS},
+            gpus=self.gpus,
+            gres=self.gres,
+            cpus_per_task=self.cpus_per_task,
+            distributed=self.distributed,
+        )
         self.nodelist, self.exclude = shape["nodelist"], shape["exclude"]
-        if isinstance(self.torchrun, str) or not isinstance(self.torchrun, (list, tuple)) or not self.torchrun \
-                or not all(isinstance(a, str) and a for a in self.torchrun):
-            raise InvalidArgumentError("torchrun", self.torchrun, "the command that starts torchrun, as a list such "
-                                       "as ['torchrun'] or ['python', '-m', 'torch.distributed.run']")
+        if (
+            isinstance(self.torchrun, str)
+            or not isinstance(self.torchrun, (list, tuple))
+            or not self.torchrun
+            or not all(isinstance(a, str) and a for a in self.torchrun)
+        ):
+            raise InvalidArgumentError(
+                "torchrun",
+                self.torchrun,
+                "the command that starts torchrun, as a list such "
+                "as ['torchrun'] or ['python', '-m', 'torch.distributed.run']",
+            )
         if self.distributed and self.script is not None:
-            raise InvalidArgumentError("distributed", self.distributed,
-                                       "a command (argv list or shell string), not a whole script: the command "
-                                       "is what every rank runs")
+            raise InvalidArgumentError(
+                "distributed",
+                self.distributed,
+                "a command (argv list or shell string), not a whole script: the command is what every rank runs",
+            )
 
     @property
     def gpus_on_each_node(self) -> int:
@@ -201,20 +222,30 @@ class SlurmJobSpec:
     # -- rendering --------------------------------------------------------------------------------
     def sbatch_argv(self) -> list[str]:
         """The sbatch options, one argument each (no shell involved)."""
+
         def given(value):  # options whose 0 or "" means "not asked for"
             return value or None
 
         valued = (  # --name=value, in this order, for each value that is set
-            ("job-name", given(self.job_name)), ("partition", given(self.partition)), ("qos", given(self.qos)),
-            ("account", given(self.account)), ("gres", f"gpu:{self.gpus}" if self.gpus else None),
-            ("gres", given(self.gres)), ("cpus-per-task", given(self.cpus_per_task)),
+            ("job-name", given(self.job_name)),
+            ("partition", given(self.partition)),
+            ("qos", given(self.qos)),
+            ("account", given(self.account)),
+            ("gres", f"gpu:{self.gpus}" if self.gpus else None),
+            ("gres", given(self.gres)),
+            ("cpus-per-task", given(self.cpus_per_task)),
             ("mem", f"{self._mem_mb}M" if self.mem is not None else None),
-            ("time", self._time if self.time_limit is not None else None), ("array", self.array),
+            ("time", self._time if self.time_limit is not None else None),
+            ("array", self.array),
             ("nodes", self.nodes),
             ("ntasks-per-node", self.nproc_per_node if self.distributed or self.ntasks_per_node else None),
-            ("gpus-per-node", self.gpus_per_node), ("gpus-per-task", given(self.gpus_per_task)),
-            ("cpus-per-gpu", given(self.cpus_per_gpu)), ("constraint", given(self.constraint)),
-            ("nodelist", given(self.nodelist)), ("exclude", given(self.exclude)), ("nice", self.nice),
+            ("gpus-per-node", self.gpus_per_node),
+            ("gpus-per-task", given(self.gpus_per_task)),
+            ("cpus-per-gpu", given(self.cpus_per_gpu)),
+            ("constraint", given(self.constraint)),
+            ("nodelist", given(self.nodelist)),
+            ("exclude", given(self.exclude)),
+            ("nice", self.nice),
         )
         args = ["--parsable", *(f"--{name}={value}" for name, value in valued if value is not None)]
         if self.exclusive:
@@ -223,8 +254,13 @@ class SlurmJobSpec:
             args.append("--requeue")
         elif self.requeue is False:
             args.append("--no-requeue")
-        for name, value in (("open-mode", self.open_mode), ("output", self.output), ("error", self.error),
-                            ("chdir", self.working_dir), ("comment", self.comment)):
+        for name, value in (
+            ("open-mode", self.open_mode),
+            ("output", self.output),
+            ("error", self.error),
+            ("chdir", self.working_dir),
+            ("comment", self.comment),
+        ):
             if value:
                 args.append(f"--{name}={value}")
         args.extend(str(a) for a in self.sbatch_args)
@@ -245,8 +281,9 @@ class SlurmJobSpec:
         if self.script is not None:
             lines.append(body)
         elif self.distributed:
-            lines.append(dist.slurm_launch_function(self.distributed, self.nproc_per_node, self.rank_exit_grace,
-                                                    self.torchrun))
+            lines.append(
+                dist.slurm_launch_function(self.distributed, self.nproc_per_node, self.rank_exit_grace, self.torchrun)
+            )
             argv = ["bash", "-c", self.command] if isinstance(self.command, str) else [str(a) for a in self.command]
             lines.append("gpusched_launch " + shlex.join(argv))
         elif isinstance(self.command, str):
@@ -270,8 +307,7 @@ def array_range(count: int, max_parallel: int | None = None) -> str:
     """The array spec for tasks ``0..count-1``, at most ``max_parallel`` at once: ``array_range(5, 2)`` -> ``'0-4%2'``."""
     if not is_int(count) or count < 1:
         raise InvalidArgumentError("array size", count, "a whole number >= 1")
-    if max_parallel is not None and (not is_int(max_parallel)
-                                     or max_parallel < 1):
+    if max_parallel is not None and (not is_int(max_parallel) or max_parallel < 1):
         raise InvalidArgumentError("max_array_parallel", max_parallel, "a whole number >= 1")
     return f"0-{count - 1}" + (f"%{max_parallel}" if max_parallel else "")
 
@@ -290,8 +326,15 @@ def parse_array_indices(array: str) -> list[int]:
     return sorted(ids)
 
 
-def job_comment(key: str, try_number: int | None = None, *, task: str | None = None, work: str | None = None,
-                run: str | None = None, tag: WorkTag | None = None) -> str:
+def job_comment(
+    key: str,
+    try_number: int | None = None,
+    *,
+    task: str | None = None,
+    work: str | None = None,
+    run: str | None = None,
+    tag: WorkTag | None = None,
+) -> str:
     """The ``--comment`` that marks a job as submitted for a given task instance (see :func:`task_key`):
     ``gpusched:KEY[:task=T][:work=W][:run=R]:try=N``. ``task`` (:func:`task_family_key`) finds the same
     task's jobs in other DAG runs, ``work`` (:func:`work_key`) tells whether such a job does the same work,
@@ -318,7 +361,7 @@ def parse_job_comment(comment: str) -> dict[str, str]:
     ``{}`` for a comment this provider did not write."""
     if not comment.startswith(COMMENT_PREFIX):
         return {}
-    key, *rest = comment[len(COMMENT_PREFIX):].split(":")
+    key, *rest = comment[len(COMMENT_PREFIX) :].split(":")
     fields_ = {"key": key}
     for part in rest:
         name, sep, value = part.partition("=")

@@ -28,16 +28,33 @@ def via(runner_description: Mapping[str, Any]) -> str:
     return f"{user + '@' if user else ''}{host}{f':{port}' if port else ''}"
 
 
-def job_record(job_id: str, *, output_path: str, runner: Mapping[str, Any], array: str | None = None,
-               submitted: float | None = None, status: JobStatus | None = None, preemptions: int = 0,
-               preemption_events: list[str] | None = None, tail: str = "", tail_path: str = "",
-               problem: str | None = None) -> dict:
+def job_record(
+    job_id: str,
+    *,
+    output_path: str,
+    runner: Mapping[str, Any],
+    array: str | None = None,
+    submitted: float | None = None,
+    status: JobStatus | None = None,
+    preemptions: int = 0,
+    preemption_events: list[str] | None = None,
+    tail: str = "",
+    tail_path: str = "",
+    problem: str | None = None,
+) -> dict:
     """The record published at submission (``status`` None) and when the job ended (``final``)."""
     record: dict[str, Any] = {
-        "job_id": str(job_id), "output_path": output_path, "via": via(runner), "array": array or "",
-        "submitted": submitted if submitted is not None else time.time(), "final": status is not None or bool(problem),
-        "status": status.to_dict() if status is not None else None, "preemptions": int(preemptions),
-        "preemption_events": list(preemption_events or [])[-20:], "tail": tail[-20000:], "tail_path": tail_path,
+        "job_id": str(job_id),
+        "output_path": output_path,
+        "via": via(runner),
+        "array": array or "",
+        "submitted": submitted if submitted is not None else time.time(),
+        "final": status is not None or bool(problem),
+        "status": status.to_dict() if status is not None else None,
+        "preemptions": int(preemptions),
+        "preemption_events": list(preemption_events or [])[-20:],
+        "tail": tail[-20000:],
+        "tail_path": tail_path,
         "problem": problem or "",
     }
     return record
@@ -75,30 +92,60 @@ def job_view(record: Mapping[str, Any], live: JobStatus | None = None, tails: Ma
     source = "recorded at the end of the job" if status else "recorded at submission"
     if live is not None and not record.get("final"):
         status, source = live.to_dict(), f"live ({live.source}, cached)"
-    view: dict[str, Any] = {"job_id": record["job_id"], "output_path": record["output_path"], "array": record["array"],
-                            "via": record["via"],
-                            "submitted": record.get("submitted"), "final": record["final"], "source": source,
-                            "preemptions": record.get("preemptions", 0),
-                            "preemption_events": record.get("preemption_events", []),
-                            "problem": record.get("problem", "")}
+    view: dict[str, Any] = {
+        "job_id": record["job_id"],
+        "output_path": record["output_path"],
+        "array": record["array"],
+        "via": record["via"],
+        "submitted": record.get("submitted"),
+        "final": record["final"],
+        "source": source,
+        "preemptions": record.get("preemptions", 0),
+        "preemption_events": record.get("preemption_events", []),
+        "problem": record.get("problem", ""),
+    }
     if status is None:
-        view.update(state="SUBMITTED", phase="pending", exit_code=None, nodes="", partition="", requeues=0,
-                    elapsed=None, reason="", tasks=[])
+        view.update(
+            state="SUBMITTED",
+            phase="pending",
+            exit_code=None,
+            nodes="",
+            partition="",
+            requeues=0,
+            elapsed=None,
+            reason="",
+            tasks=[],
+        )
     else:
         tasks = status.get("tasks") or {}
         # an array's own status has no node or partition: its tasks have
         nodes = status.get("nodes") or ",".join(sorted({t.get("nodes") for t in tasks.values() if t.get("nodes")}))
-        partition = status.get("partition") or ",".join(sorted({t.get("partition") for t in tasks.values()
-                                                                 if t.get("partition")}))
-        view.update(state=status.get("state") or status.get("phase", "").upper(), phase=status.get("phase"),
-                    exit_code=status.get("exit_code"), signal=status.get("signal"), nodes=nodes,
-                    partition=partition,
-                    requeues=max(int(status.get("restarts") or 0), int(record.get("preemptions") or 0)),
-                    elapsed=status.get("elapsed"), reason=status.get("reason", ""),
-                    tasks=[{"key": k, "task": tasks[k].get("array_task_id"), "state": tasks[k].get("state"),
-                            "exit_code": tasks[k].get("exit_code"), "nodes": tasks[k].get("nodes", ""),
-                            "elapsed": tasks[k].get("elapsed"), "requeues": tasks[k].get("restarts", 0)}
-                           for k in sorted(tasks, key=array_task_order)])
+        partition = status.get("partition") or ",".join(
+            sorted({t.get("partition") for t in tasks.values() if t.get("partition")})
+        )
+        view.update(
+            state=status.get("state") or status.get("phase", "").upper(),
+            phase=status.get("phase"),
+            exit_code=status.get("exit_code"),
+            signal=status.get("signal"),
+            nodes=nodes,
+            partition=partition,
+            requeues=max(int(status.get("restarts") or 0), int(record.get("preemptions") or 0)),
+            elapsed=status.get("elapsed"),
+            reason=status.get("reason", ""),
+            tasks=[
+                {
+                    "key": k,
+                    "task": tasks[k].get("array_task_id"),
+                    "state": tasks[k].get("state"),
+                    "exit_code": tasks[k].get("exit_code"),
+                    "nodes": tasks[k].get("nodes", ""),
+                    "elapsed": tasks[k].get("elapsed"),
+                    "requeues": tasks[k].get("restarts", 0),
+                }
+                for k in sorted(tasks, key=array_task_order)
+            ],
+        )
     tails = dict(tails or {})
     if not tails and record.get("tail"):
         tails = {"": record["tail"]}

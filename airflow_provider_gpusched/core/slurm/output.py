@@ -46,15 +46,18 @@ def printable_line(text: str) -> str:
 
 #: the remote read: the file's size on one line, then up to MAX bytes from OFFSET. The path, offset and count are
 #: arguments ($1..$3) of this fixed script, never part of it: a path with spaces, quotes or ';' is read verbatim.
-_REMOTE_READ = ('f=$1; size=$(stat -c %s -- "$f" 2>/dev/null) || { echo missing; exit 0; }; echo "$size"; '
-                'dd if="$f" iflag=skip_bytes,count_bytes skip="$2" count="$3" status=none')
+_REMOTE_READ = (
+    'f=$1; size=$(stat -c %s -- "$f" 2>/dev/null) || { echo missing; exit 0; }; echo "$size"; '
+    'dd if="$f" iflag=skip_bytes,count_bytes skip="$2" count="$3" status=none'
+)
 
 
 class OutputFollower:
     """The new lines of one output file at each :meth:`read` (see the module's docstring)."""
 
-    def __init__(self, path: str, runner: CommandRunner | None = None, *, max_bytes: int = MAX_BYTES,
-                 max_line: int = MAX_LINE) -> None:
+    def __init__(
+        self, path: str, runner: CommandRunner | None = None, *, max_bytes: int = MAX_BYTES, max_line: int = MAX_LINE
+    ) -> None:
         self.path = path
         self.runner = runner
         self.max_bytes, self.max_line = max_bytes, max_line
@@ -72,8 +75,7 @@ class OutputFollower:
         exist."""
         count = count or self.max_bytes
         if self.remote:
-            code, out, err = self.runner.run_bytes(["sh", "-c", _REMOTE_READ, "sh", self.path, str(offset),
-                                                    str(count)])
+            code, out, err = self.runner.run_bytes(["sh", "-c", _REMOTE_READ, "sh", self.path, str(offset), str(count)])
             if code != 0:
                 raise OSError(f"reading {self.path} on {self.runner.target}: {err.strip()[:300]}")
             head, _, data = out.partition(b"\n")
@@ -129,7 +131,7 @@ class OutputFollower:
                 return notes
             _size, data = found
             cut = data.find(b"\n")
-            start, data = (start + cut + 1, data[cut + 1:]) if cut >= 0 else (start + 1, data[1:])
+            start, data = (start + cut + 1, data[cut + 1 :]) if cut >= 0 else (start + 1, data[1:])
             notes.append(f"[{start} bytes of {self.path} written earlier not shown]")
         self.offset, self._seen = start, b""
         if start:
@@ -147,7 +149,7 @@ class OutputFollower:
             self._partial = b""
         out = []
         for raw in parts:
-            text = printable_line(raw[:self.max_line].decode(errors="replace").rstrip("\r"))
+            text = printable_line(raw[: self.max_line].decode(errors="replace").rstrip("\r"))
             if len(raw) > self.max_line:
                 text += f" [... {len(raw) - self.max_line} more bytes of this line not shown]"
             out.append(text)
@@ -157,4 +159,4 @@ class OutputFollower:
     def flush(self) -> list[str]:
         """The last line, if the job ended without a newline after it."""
         rest, self._partial = self._partial, b""
-        return [printable_line(rest[:self.max_line].decode(errors="replace"))] if rest else []
+        return [printable_line(rest[: self.max_line].decode(errors="replace"))] if rest else []

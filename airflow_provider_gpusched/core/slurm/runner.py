@@ -105,19 +105,31 @@ class CommandRunner:
             env["SLURM_CONF"] = self.slurm_conf
         return env
 
-    def run(self, argv: Sequence[str], *, input: str | None = None, check: bool = True,
-            timeout: float | None = None) -> CommandResult:
+    def run(
+        self, argv: Sequence[str], *, input: str | None = None, check: bool = True, timeout: float | None = None
+    ) -> CommandResult:
         argv = [str(a) for a in argv]
         with self._lock:
             self.calls[argv[0]] += 1
         full = self.wrap(argv)
         via_ssh = full[0] == "ssh"
         try:
-            proc = subprocess.run(full, input=input, capture_output=True, text=True,
-                                  timeout=timeout or self.timeout, env=self.env(), check=False)
+            proc = subprocess.run(
+                full,
+                input=input,
+                capture_output=True,
+                text=True,
+                timeout=timeout or self.timeout,
+                env=self.env(),
+                check=False,
+            )
         except FileNotFoundError as exc:
-            raise SlurmCommandError(argv, 127, f"{full[0]}: command not found; is Slurm installed "
-                                    f"on this host (or set a login host on the connection)?") from exc
+            raise SlurmCommandError(
+                argv,
+                127,
+                f"{full[0]}: command not found; is Slurm installed "
+                f"on this host (or set a login host on the connection)?",
+            ) from exc
         except subprocess.TimeoutExpired as exc:
             raise SlurmUnavailableError(argv, -1, f"timed out after {exc.timeout:.0f}s") from exc
         result = CommandResult(argv, proc.returncode, proc.stdout, proc.stderr, via_ssh)
@@ -131,8 +143,9 @@ class CommandRunner:
         argv = [str(a) for a in argv]
         full = self.wrap(argv)
         try:
-            proc = subprocess.run(full, capture_output=True, timeout=timeout or self.timeout, env=self.env(),
-                                  check=False)
+            proc = subprocess.run(
+                full, capture_output=True, timeout=timeout or self.timeout, env=self.env(), check=False
+            )
         except FileNotFoundError as exc:
             raise SlurmCommandError(argv, 127, f"{full[0]}: command not found") from exc
         except subprocess.TimeoutExpired as exc:
@@ -156,11 +169,13 @@ class SSHCommandRunner(CommandRunner):
     def __post_init__(self) -> None:
         # a host such as "-oProxyCommand=..." would be an ssh option that runs a local command
         if not isinstance(self.host, str) or not _HOST.match(self.host):
-            raise InvalidArgumentError("host", self.host, "a host name or address (letters, digits, '.', '-', "
-                                       "':', '_'; not starting with '-')")
+            raise InvalidArgumentError(
+                "host", self.host, "a host name or address (letters, digits, '.', '-', ':', '_'; not starting with '-')"
+            )
         if self.user is not None and (not isinstance(self.user, str) or not _USER.match(self.user)):
-            raise InvalidArgumentError("login", self.user, "a user name (letters, digits, '_', '.', '-'; not "
-                                       "starting with '-')")
+            raise InvalidArgumentError(
+                "login", self.user, "a user name (letters, digits, '_', '.', '-'; not starting with '-')"
+            )
         if self.port is not None and (not is_int(self.port) or not 0 < self.port < 65536):
             raise InvalidArgumentError("port", self.port, "a TCP port 1-65535")
         if isinstance(self.ssh_options, str) or not all(isinstance(o, str) for o in self.ssh_options):
@@ -183,8 +198,13 @@ class SSHCommandRunner(CommandRunner):
         return dict(os.environ)
 
     def describe(self) -> dict:
-        return {**super().describe(), "host": self.host, "user": self.user, "port": self.port,
-                "ssh_options": list(self.ssh_options)}
+        return {
+            **super().describe(),
+            "host": self.host,
+            "user": self.user,
+            "port": self.port,
+            "ssh_options": list(self.ssh_options),
+        }
 
 
 def runner_from_description(desc: dict) -> CommandRunner:

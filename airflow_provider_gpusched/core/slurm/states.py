@@ -43,8 +43,18 @@ class JobPhase(str, enum.Enum):
 
 #: Slurm states of jobs that have not started running yet (or wait to run again).
 PENDING_STATES = frozenset(
-    {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SPECIAL_EXIT",
-     "RESV_DEL_HOLD", "SUSPENDED", "STOPPED", "RESIZING"}
+    {
+        "PENDING",
+        "CONFIGURING",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "SPECIAL_EXIT",
+        "RESV_DEL_HOLD",
+        "SUSPENDED",
+        "STOPPED",
+        "RESIZING",
+    }
 )
 #: Slurm states of jobs that are running or finishing.
 RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "SIGNALING", "STAGE_OUT"})
@@ -63,11 +73,30 @@ TERMINAL_STATES = {
 }
 # squeue's and sacct's short codes, for output that uses %t instead of %T
 _SHORT = {
-    "PD": "PENDING", "R": "RUNNING", "CG": "COMPLETING", "CF": "CONFIGURING", "CD": "COMPLETED",
-    "F": "FAILED", "CA": "CANCELLED", "TO": "TIMEOUT", "PR": "PREEMPTED", "OOM": "OUT_OF_MEMORY",
-    "NF": "NODE_FAIL", "BF": "BOOT_FAIL", "DL": "DEADLINE", "RV": "REVOKED", "S": "SUSPENDED",
-    "ST": "STOPPED", "SI": "SIGNALING", "SO": "STAGE_OUT", "RS": "RESIZING", "RQ": "REQUEUED",
-    "RH": "REQUEUE_HOLD", "RF": "REQUEUE_FED", "SE": "SPECIAL_EXIT", "RD": "RESV_DEL_HOLD",
+    "PD": "PENDING",
+    "R": "RUNNING",
+    "CG": "COMPLETING",
+    "CF": "CONFIGURING",
+    "CD": "COMPLETED",
+    "F": "FAILED",
+    "CA": "CANCELLED",
+    "TO": "TIMEOUT",
+    "PR": "PREEMPTED",
+    "OOM": "OUT_OF_MEMORY",
+    "NF": "NODE_FAIL",
+    "BF": "BOOT_FAIL",
+    "DL": "DEADLINE",
+    "RV": "REVOKED",
+    "S": "SUSPENDED",
+    "ST": "STOPPED",
+    "SI": "SIGNALING",
+    "SO": "STAGE_OUT",
+    "RS": "RESIZING",
+    "RQ": "REQUEUED",
+    "RH": "REQUEUE_HOLD",
+    "RF": "REQUEUE_FED",
+    "SE": "SPECIAL_EXIT",
+    "RD": "RESV_DEL_HOLD",
 }
 
 
@@ -159,8 +188,11 @@ class JobStatus:
         text = f"job {self.job_id} {self.state or self.phase.value}"
         meaning = _MEANING.get(self.phase)
         if self.signal:
-            text += f" (exit code {self.exit_code}, {signal_name(self.signal)})" if self.exit_code else \
-                f" ({meaning + '; ' if meaning else ''}{signal_name(self.signal)})"
+            text += (
+                f" (exit code {self.exit_code}, {signal_name(self.signal)})"
+                if self.exit_code
+                else f" ({meaning + '; ' if meaning else ''}{signal_name(self.signal)})"
+            )
         elif meaning and not self.exit_code:
             text += f" ({meaning})"  # Slurm's records say 0:0 here: an exit code 0 would mislead
         elif self.exit_code is not None:
@@ -225,17 +257,41 @@ def aggregate_array(job_id: str, tasks: dict[str, JobStatus], expected: int | No
         phase = JobPhase.RUNNING if any(t.phase is JobPhase.RUNNING for t in unfinished) else JobPhase.PENDING
         if not tasks:
             phase = JobPhase.NOT_FOUND
-        return JobStatus(job_id=job_id, phase=phase, state=phase.value.upper(), restarts=restarts,
-                         tasks=tasks, source="array", elapsed=elapsed)
+        return JobStatus(
+            job_id=job_id,
+            phase=phase,
+            state=phase.value.upper(),
+            restarts=restarts,
+            tasks=tasks,
+            source="array",
+            elapsed=elapsed,
+        )
 
     failed = [tasks[k] for k in sorted(tasks, key=array_task_order) if not tasks[k].phase.is_success]
     if not failed:
-        return JobStatus(job_id=job_id, phase=JobPhase.SUCCEEDED, state="COMPLETED", exit_code=0,
-                         restarts=restarts, tasks=tasks, source="array", elapsed=elapsed)
+        return JobStatus(
+            job_id=job_id,
+            phase=JobPhase.SUCCEEDED,
+            state="COMPLETED",
+            exit_code=0,
+            restarts=restarts,
+            tasks=tasks,
+            source="array",
+            elapsed=elapsed,
+        )
     first = failed[0]
-    return JobStatus(job_id=job_id, phase=first.phase, state=first.state, exit_code=first.exit_code,
-                     signal=first.signal, restarts=restarts, tasks=tasks, source="array", elapsed=elapsed,
-                     reason=f"{len(failed)} of {len(tasks)} array tasks did not succeed")
+    return JobStatus(
+        job_id=job_id,
+        phase=first.phase,
+        state=first.state,
+        exit_code=first.exit_code,
+        signal=first.signal,
+        restarts=restarts,
+        tasks=tasks,
+        source="array",
+        elapsed=elapsed,
+        reason=f"{len(failed)} of {len(tasks)} array tasks did not succeed",
+    )
 
 
 @dataclass
@@ -259,8 +315,10 @@ class JobTracker:
         if status.phase is JobPhase.NOT_FOUND:
             if self._not_found_since is None:
                 self._not_found_since = self.clock()
-                lines.append(f"job {self.job_id} is not known to squeue or the completion record; "
-                             f"waiting up to {self.not_found_timeout:.0f}s for it to show up")
+                lines.append(
+                    f"job {self.job_id} is not known to squeue or the completion record; "
+                    f"waiting up to {self.not_found_timeout:.0f}s for it to show up"
+                )
             self.events.extend(lines)
             return lines  # keep the last known status
         else:
@@ -268,8 +326,10 @@ class JobTracker:
         if prev is not None and status.restarts > prev.restarts:
             self.preemptions += status.restarts - prev.restarts
             seen = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.wall_clock()))
-            line = (f"job {self.job_id} was preempted/requeued (restart {status.restarts}, seen {seen}); "
-                    f"still waiting for it to complete")
+            line = (
+                f"job {self.job_id} was preempted/requeued (restart {status.restarts}, seen {seen}); "
+                f"still waiting for it to complete"
+            )
             self.preemption_events.append(line)
             lines.append(line)
         if prev is None or (status.state, status.reason) != (prev.state, prev.reason):
@@ -280,8 +340,7 @@ class JobTracker:
 
     @property
     def lost(self) -> bool:
-        return (self._not_found_since is not None
-                and self.clock() - self._not_found_since > self.not_found_timeout)
+        return self._not_found_since is not None and self.clock() - self._not_found_since > self.not_found_timeout
 
     @property
     def done(self) -> bool:
@@ -289,7 +348,11 @@ class JobTracker:
 
     def final_status(self) -> JobStatus:
         if self.lost:
-            return JobStatus(job_id=self.job_id, phase=JobPhase.NOT_FOUND, state="NOT_FOUND",
-                             reason="the job disappeared from squeue and no completion record was found")
+            return JobStatus(
+                job_id=self.job_id,
+                phase=JobPhase.NOT_FOUND,
+                state="NOT_FOUND",
+                reason="the job disappeared from squeue and no completion record was found",
+            )
         assert self.last is not None
         return self.last

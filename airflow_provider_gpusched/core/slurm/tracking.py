@@ -65,8 +65,9 @@ class SharedJobPoller:
             cls._registry[reg_key] = poller
         return poller
 
-    async def watch(self, job_id: str, *, poll_interval: float = 10.0,
-                    array_size: int | None = None) -> AsyncIterator[JobStatus | PollProblem]:
+    async def watch(
+        self, job_id: str, *, poll_interval: float = 10.0, array_size: int | None = None
+    ) -> AsyncIterator[JobStatus | PollProblem]:
         """Yield the job's status after every poll (or a :class:`PollProblem`) until the caller stops."""
         waiter = _Waiter(str(job_id), float(poll_interval), array_size, asyncio.Queue())
         self._waiters.append(waiter)

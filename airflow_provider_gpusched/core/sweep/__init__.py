@@ -11,13 +11,31 @@ from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
     "Objective": "objective",
-    "SweepSpec": "spec", "TrialResources": "spec", "EvolutionSettings": "search_kinds",
-    "choice": "spaces", "uniform": "spaces", "loguniform": "spaces", "randint": "spaces", "quniform": "spaces",
-    "when": "spaces", "ModelCost": "model_cost",
+    "SweepSpec": "spec",
+    "TrialResources": "spec",
+    "EvolutionSettings": "search_kinds",
+    "choice": "spaces",
+    "uniform": "spaces",
+    "loguniform": "spaces",
+    "randint": "spaces",
+    "quniform": "spaces",
+    "when": "spaces",
+    "ModelCost": "model_cost",
 }
 
-__all__ = ["Objective", "SweepSpec", "TrialResources", "EvolutionSettings", "choice", "uniform", "loguniform",
-           "randint", "quniform", "when", "ModelCost"]
+__all__ = [
+    "Objective",
+    "SweepSpec",
+    "TrialResources",
+    "EvolutionSettings",
+    "choice",
+    "uniform",
+    "loguniform",
+    "randint",
+    "quniform",
+    "when",
+    "ModelCost",
+]
 
 
 def __getattr__(name: str) -> Any:

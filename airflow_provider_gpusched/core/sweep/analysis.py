@@ -28,8 +28,14 @@ MIN_TRIALS = 8
 MAX_PAIRS = 2000
 
 
-def param_importance(points: Sequence[Mapping], axes: Mapping[str, Any], objective: Objective,
-                     *, use_optuna: bool = True, pruned: int = 0) -> dict:
+def param_importance(
+    points: Sequence[Mapping],
+    axes: Mapping[str, Any],
+    objective: Objective,
+    *,
+    use_optuna: bool = True,
+    pruned: int = 0,
+) -> dict:
     """Importance of each parameter of ``axes`` (:func:`~..view.param_axes`) for the score of ``points``.
     ``use_optuna=False`` forces the fallback. ``pruned``: how many trials were pruned. They have no final score and
     are left out, as Optuna's own importance evaluators leave them out: a value reached at the step where a trial
@@ -40,10 +46,20 @@ def param_importance(points: Sequence[Mapping], axes: Mapping[str, Any], objecti
     if not names:
         return {**out, "method": "none", "method_label": "", "note": "no parameter varies between the scored trials"}
     if len(points) < MIN_TRIALS:
-        why = (f"; the {pruned} pruned trial(s) have no final score and are left out, as Optuna leaves them out: run "
-               f"more trials, or prune later (warmup_steps, min_trials)") if pruned else ""
-        return {**out, "method": "none", "method_label": "",
-                "note": f"{len(points)} scored trial(s): importance needs at least {MIN_TRIALS}{why}"}
+        why = (
+            (
+                f"; the {pruned} pruned trial(s) have no final score and are left out, as Optuna leaves them out: run "
+                f"more trials, or prune later (warmup_steps, min_trials)"
+            )
+            if pruned
+            else ""
+        )
+        return {
+            **out,
+            "method": "none",
+            "method_label": "",
+            "note": f"{len(points)} scored trial(s): importance needs at least {MIN_TRIALS}{why}",
+        }
     if use_optuna:
         try:
             found = _optuna_ped_anova(points, axes, objective)
@@ -54,17 +70,26 @@ def param_importance(points: Sequence[Mapping], axes: Mapping[str, Any], objecti
             found = None
             out["note"] = f"Optuna's PED-ANOVA could not rank these trials ({type(exc).__name__}: {exc})"[:300]
         if found is not None:
-            return {**out, "method": "optuna-ped-anova",
-                    "method_label": "Optuna's PED-ANOVA importance evaluator", "importances": found}
-    return {**out, "method": "variance-explained",
-            "method_label": "share of the score's variance each parameter explains on its own",
-            "importances": _variance_explained(points, axes, objective)}
+            return {
+                **out,
+                "method": "optuna-ped-anova",
+                "method_label": "Optuna's PED-ANOVA importance evaluator",
+                "importances": found,
+            }
+    return {
+        **out,
+        "method": "variance-explained",
+        "method_label": "share of the score's variance each parameter explains on its own",
+        "importances": _variance_explained(points, axes, objective),
+    }
 
 
 def _ranked(raw: Mapping[str, float]) -> list[dict]:
     total = sum(max(0.0, v) for v in raw.values())
-    return sorted(({"name": n, "importance": round(max(0.0, v) / total, 4) if total > 0 else 0.0}
-                   for n, v in raw.items()), key=lambda x: (-x["importance"], x["name"]))
+    return sorted(
+        ({"name": n, "importance": round(max(0.0, v) / total, 4) if total > 0 else 0.0} for n, v in raw.items()),
+        key=lambda x: (-x["importance"], x["name"]),
+    )
 
 
 def _optuna_ped_anova(points: Sequence[Mapping], axes: Mapping[str, Any], objective: Objective) -> list[dict]:
@@ -85,10 +110,14 @@ def _optuna_ped_anova(points: Sequence[Mapping], axes: Mapping[str, Any], object
     trials = []
     for p in points:
         params = {n: p["params"][n] for n in numeric if n in p["params"]}
-        params.update({n: p["categories"][n] for n in cats if n in (p.get("categories") or {})
-                       and p["categories"][n] in cats[n]})
-        trials.append(optuna.trial.create_trial(params=params, distributions={n: dists[n] for n in params},
-                                                value=float(p["score"])))
+        params.update(
+            {n: p["categories"][n] for n in cats if n in (p.get("categories") or {}) and p["categories"][n] in cats[n]}
+        )
+        trials.append(
+            optuna.trial.create_trial(
+                params=params, distributions={n: dists[n] for n in params}, value=float(p["score"])
+            )
+        )
     study = optuna.create_study(direction="maximize" if objective.maximize else "minimize")
     study.add_trials(trials)
     found = get_param_importances(study, evaluator=PedAnovaImportanceEvaluator(), normalize=True)
@@ -107,7 +136,7 @@ def _variance_explained(points: Sequence[Mapping], axes: Mapping[str, Any], obje
         groups: list[list[float]] = []
         size = max(1, math.ceil(len(pairs) / BINS))
         for i in range(0, len(pairs), size):  # equal-count bins; equal values stay in one bin
-            chunk = pairs[i:i + size]
+            chunk = pairs[i : i + size]
             if groups and groups[-1] and chunk and chunk[0][0] == pairs[i - 1][0]:
                 groups[-1].extend(s for _v, s in chunk)
             else:
@@ -143,8 +172,17 @@ def compare_runs(a: Mapping[str, Any], b: Mapping[str, Any], objective: Objectiv
     by_a = {p["trial_id"]: p for p in a["points"]}
     by_b = {p["trial_id"]: p for p in b["points"]}
     both = [t for t in by_a if t in by_b]
-    pairs = [{"trial_id": t, "index": by_a[t]["index"], "label": by_a[t]["label"], "a": by_a[t]["score"],
-              "b": by_b[t]["score"], "diff": by_b[t]["score"] - by_a[t]["score"]} for t in both]
+    pairs = [
+        {
+            "trial_id": t,
+            "index": by_a[t]["index"],
+            "label": by_a[t]["label"],
+            "a": by_a[t]["score"],
+            "b": by_b[t]["score"],
+            "diff": by_b[t]["score"] - by_a[t]["score"],
+        }
+        for t in both
+    ]
     pairs.sort(key=lambda p: (-abs(p["diff"]), p["index"]))
     changed = [p for p in pairs if p["diff"] != 0]
 
@@ -153,12 +191,26 @@ def compare_runs(a: Mapping[str, Any], b: Mapping[str, Any], objective: Objectiv
         for p in run["points"]:
             if best is None or objective.better(p["score"], best["score"]):
                 best = p
-        return {"run": run["run"], "counts": run.get("counts") or {}, "scored": len(run["points"]),
-                "best": {k: best[k] for k in ("index", "label", "score", "trial_id")} if best else None,
-                "best_so_far": best_so_far(run["points"], objective)}
+        return {
+            "run": run["run"],
+            "counts": run.get("counts") or {},
+            "scored": len(run["points"]),
+            "best": {k: best[k] for k in ("index", "label", "score", "trial_id")} if best else None,
+            "best_so_far": best_so_far(run["points"], objective),
+        }
 
     better_in_b = sum(1 for p in changed if objective.better(p["b"], p["a"]))
-    return {"metric": objective.score_label, "maximize": objective.maximize, "a": summary(a), "b": summary(b),
-            "both": len(pairs), "only_a": len(by_a) - len(both), "only_b": len(by_b) - len(both),
-            "changed": len(changed), "better_in_b": better_in_b, "worse_in_b": len(changed) - better_in_b,
-            "pairs": pairs[:MAX_PAIRS], "pairs_total": len(pairs)}
+    return {
+        "metric": objective.score_label,
+        "maximize": objective.maximize,
+        "a": summary(a),
+        "b": summary(b),
+        "both": len(pairs),
+        "only_a": len(by_a) - len(both),
+        "only_b": len(by_b) - len(both),
+        "changed": len(changed),
+        "better_in_b": better_in_b,
+        "worse_in_b": len(changed) - better_in_b,
+        "pairs": pairs[:MAX_PAIRS],
+        "pairs_total": len(pairs),
+    }

@@ -39,15 +39,28 @@ def default_parallel(manager: LeaseManager, request: GPURequest) -> int:
     return max(1, len(gpus) // max(1, request.gpus))
 
 
-def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseManager, request: GPURequest, *,
-                    parallel: int | None = None, trials_per_process: int = 8, owner: str = "",
-                    job_class: str = "normal", priority: int = 0, oom_policy: OOMRetryPolicy | None = None,
-                    on_event: Callable[[str], None] | None = None,
-                    stop_event: threading.Event | None = None, work: WorkTag | None = None,
-                    setup: Sequence[str] = (), time_limit: float | None = None,
-                    on_attempt: Callable[[Attempt, str], None] | None = None,
-                    on_tick: Callable[[], None] | None = None, tick_seconds: float = 30.0,
-                    host: str = "") -> dict[str, list[str]]:
+def run_local_batch(
+    manifest: Manifest,
+    trials: Sequence[Trial],
+    manager: LeaseManager,
+    request: GPURequest,
+    *,
+    parallel: int | None = None,
+    trials_per_process: int = 8,
+    owner: str = "",
+    job_class: str = "normal",
+    priority: int = 0,
+    oom_policy: OOMRetryPolicy | None = None,
+    on_event: Callable[[str], None] | None = None,
+    stop_event: threading.Event | None = None,
+    work: WorkTag | None = None,
+    setup: Sequence[str] = (),
+    time_limit: float | None = None,
+    on_attempt: Callable[[Attempt, str], None] | None = None,
+    on_tick: Callable[[], None] | None = None,
+    tick_seconds: float = 30.0,
+    host: str = "",
+) -> dict[str, list[str]]:
     """Run ``trials`` with up to ``parallel`` leases at a time; returns trial ids by final state. ``setup``:
     shell lines each trial process runs first (the sweep's ``resources.setup``); ``time_limit``: seconds each
     trial may run (then it is stopped and ends ``timeout``; each trial then runs in a process of its own, as does each
@@ -69,10 +82,25 @@ def run_local_batch(manifest: Manifest, trials: Sequence[Trial], manager: LeaseM
     trials run (a task publishes what it has so far); ``host``: this host's name on the timeline (default: as
     :func:`~airflow_provider_gpusched.core.fleet.this_host` gives it).
     """
-    batch = LocalBatch(manifest, trials, manager, request, parallel=parallel, trials_per_process=trials_per_process,
-                       owner=owner, job_class=job_class, priority=priority, oom_policy=oom_policy, on_event=on_event,
-                       stop_event=stop_event, work=work, setup=setup, time_limit=time_limit, on_attempt=on_attempt,
-                       host=host)
+    batch = LocalBatch(
+        manifest,
+        trials,
+        manager,
+        request,
+        parallel=parallel,
+        trials_per_process=trials_per_process,
+        owner=owner,
+        job_class=job_class,
+        priority=priority,
+        oom_policy=oom_policy,
+        on_event=on_event,
+        stop_event=stop_event,
+        work=work,
+        setup=setup,
+        time_limit=time_limit,
+        on_attempt=on_attempt,
+        host=host,
+    )
     return batch.run(on_tick=on_tick, tick_seconds=tick_seconds)
 
 
@@ -85,16 +113,37 @@ class LocalBatch:
     and ``ran_trials`` (what the groups so far took, which decides when the tail shrinks) and ``halted`` (why the
     batch was stopped, when it was)."""
 
-    def __init__(self, manifest: Manifest, trials: Sequence[Trial], manager: LeaseManager, request: GPURequest, *,
-                 parallel: int | None = None, trials_per_process: int = 8, owner: str = "",
-                 job_class: str = "normal", priority: int = 0, oom_policy: OOMRetryPolicy | None = None,
-                 on_event: Callable[[str], None] | None = None, stop_event: threading.Event | None = None,
-                 work: WorkTag | None = None, setup: Sequence[str] = (), time_limit: float | None = None,
-                 on_attempt: Callable[[Attempt, str], None] | None = None, host: str = "") -> None:
+    def __init__(
+        self,
+        manifest: Manifest,
+        trials: Sequence[Trial],
+        manager: LeaseManager,
+        request: GPURequest,
+        *,
+        parallel: int | None = None,
+        trials_per_process: int = 8,
+        owner: str = "",
+        job_class: str = "normal",
+        priority: int = 0,
+        oom_policy: OOMRetryPolicy | None = None,
+        on_event: Callable[[str], None] | None = None,
+        stop_event: threading.Event | None = None,
+        work: WorkTag | None = None,
+        setup: Sequence[str] = (),
+        time_limit: float | None = None,
+        on_attempt: Callable[[Attempt, str], None] | None = None,
+        host: str = "",
+    ) -> None:
         self.manifest, self.store, self.trials = manifest, manifest.store, list(trials)
         self.manager, self.request = manager, request
-        self.runner_settings = {"oom_policy": oom_policy, "owner": owner, "job_class": job_class,
-                                "priority": priority, "work": work, "host": host}
+        self.runner_settings = {
+            "oom_policy": oom_policy,
+            "owner": owner,
+            "job_class": job_class,
+            "priority": priority,
+            "work": work,
+            "host": host,
+        }
         self.on_event = on_event or (lambda message: None)
         self.on_attempt, self.work, self.setup, self.time_limit = on_attempt, work, setup, time_limit
         if time_limit is not None or request.load_stage:
@@ -198,9 +247,11 @@ class LocalBatch:
             on_attempt, label = self.on_attempt, group_label(group)
             runner.on_attempt = lambda attempt, _lease: on_attempt(attempt, label)
         try:
-            runner.run(self.request, Work(argv=group_argv(sliced, group), setup=self.setup,
-                                          time_limit=self.time_limit),
-                       os.path.join(self.logs, f"{group[0].trial_id}.log"))
+            runner.run(
+                self.request,
+                Work(argv=group_argv(sliced, group), setup=self.setup, time_limit=self.time_limit),
+                os.path.join(self.logs, f"{group[0].trial_id}.log"),
+            )
         except GPUWorkFailed as exc:
             if exc.halted:
                 self.halt(str(exc).splitlines()[0])
@@ -208,8 +259,9 @@ class LocalBatch:
             oom = exc.oom
             lone = len(group) == 1
             if exc.timed_out and lone and self.store.state(group[0]) in ("waiting", "running"):
-                self.store.mark_finished(group[0], ok=False, exit_code=None, error=str(exc).splitlines()[0],
-                                         state="timeout")
+                self.store.mark_finished(
+                    group[0], ok=False, exit_code=None, error=str(exc).splitlines()[0], state="timeout"
+                )
             elif oom and lone:
                 self.store.mark_finished(group[0], ok=False, exit_code=None, error=str(exc).splitlines()[0])
         finally:
@@ -249,14 +301,17 @@ class LocalBatch:
         never started keep their records (the store's one transition, TrialStore.end_unfinished)."""
         for trial in self.trials:
             if trial.trial_id not in self.finished:
-                self.store.end_unfinished(trial, run=self.manifest.data.get("run"), state="stopped",
-                                          reason=self.halted[0])
+                self.store.end_unfinished(
+                    trial, run=self.manifest.data.get("run"), state="stopped", reason=self.halted[0]
+                )
 
 
 def group_label(group: Sequence[Trial]) -> str:
     """What a group of trials run in one process is called on the GPU timeline."""
     if len(group) == 1:
         return f"trial {group[0].index} {group[0].label}"
-    return f"trials {group[0].index}-{group[-1].index} ({len(group)})" if all(
-        b.index == a.index + 1 for a, b in zip(group, group[1:], strict=False)) else \
-        f"trials {', '.join(str(t.index) for t in group[:6])}{'...' if len(group) > 6 else ''} ({len(group)})"
+    return (
+        f"trials {group[0].index}-{group[-1].index} ({len(group)})"
+        if all(b.index == a.index + 1 for a, b in zip(group, group[1:], strict=False))
+        else f"trials {', '.join(str(t.index) for t in group[:6])}{'...' if len(group) > 6 else ''} ({len(group)})"
+    )

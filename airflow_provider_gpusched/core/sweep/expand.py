@@ -36,17 +36,20 @@ MAX_PARAMS_BYTES = 64 * 1024
 def trial_id(params: Mapping[str, Any], code_version: str | None = None, index: int | None = None) -> str:
     """A short hash of the parameters (and code version), identical across processes and runs. Parameters over
     :data:`MAX_PARAMS_BYTES` as JSON are refused here, when the sweep is planned (``index``: the trial's, named)."""
-    canonical = json.dumps({"params": params, "code_version": code_version}, sort_keys=True,
-                           separators=(",", ":"), default=str)
+    canonical = json.dumps(
+        {"params": params, "code_version": code_version}, sort_keys=True, separators=(",", ":"), default=str
+    )
     if len(canonical) > MAX_PARAMS_BYTES:
         from airflow_provider_gpusched.core.errors import InvalidArgumentError
 
         big = max(params, key=lambda k: len(json.dumps(params[k], default=str)), default="")
         raise InvalidArgumentError(
-            f"trial {index}" if index is not None else "trial parameters", f"{len(canonical):,} bytes of parameters "
-            f"(the largest: {big!r})", f"at most {MAX_PARAMS_BYTES:,} bytes as JSON: they reach the trial in one "
+            f"trial {index}" if index is not None else "trial parameters",
+            f"{len(canonical):,} bytes of parameters (the largest: {big!r})",
+            f"at most {MAX_PARAMS_BYTES:,} bytes as JSON: they reach the trial in one "
             f"environment variable (GPUSCHED_TRIAL_PARAMS), which Linux caps at 128 KiB. Pass a path to a file "
-            f"instead of its content")
+            f"instead of its content",
+        )
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
@@ -72,16 +75,19 @@ class LabelFormat:
     instance_separator: str = "+"
 
     def check(self, where: str) -> None:
-        if not isinstance(self.instance_separator, str) or not 1 <= len(self.instance_separator) <= 10 or \
-                "\x00" in self.instance_separator:
+        if (
+            not isinstance(self.instance_separator, str)
+            or not 1 <= len(self.instance_separator) <= 10
+            or "\x00" in self.instance_separator
+        ):
             raise InvalidArgumentError(f"{where}.instance_separator", self.instance_separator, "1 to 10 characters")
         for name in ("indicator", "separator"):  # these go into folder names
             value = getattr(self, name)
             if not isinstance(value, str) or not 1 <= len(value) <= 5 or any(c in value for c in "/\\\x00\n\r\t "):
-                raise InvalidArgumentError(f"{where}.{name}", value, "1 to 5 characters, no '/', '\\', space or "
-                                                                     "control character")
-        if not is_int(self.value_maxlen) or \
-                not 1 <= self.value_maxlen <= 200:
+                raise InvalidArgumentError(
+                    f"{where}.{name}", value, "1 to 5 characters, no '/', '\\', space or control character"
+                )
+        if not is_int(self.value_maxlen) or not 1 <= self.value_maxlen <= 200:
             raise InvalidArgumentError(f"{where}.value_maxlen", self.value_maxlen, "a whole number from 1 to 200")
 
     def label(self, params: Mapping[str, Any], keys: Sequence[str] | None = None) -> str:
@@ -92,8 +98,9 @@ class LabelFormat:
 DEFAULT_LABELS = LabelFormat()
 
 
-def trial_label(params: Mapping[str, Any], keys: Sequence[str] | None = None,
-                label_format: LabelFormat = DEFAULT_LABELS) -> str:
+def trial_label(
+    params: Mapping[str, Any], keys: Sequence[str] | None = None, label_format: LabelFormat = DEFAULT_LABELS
+) -> str:
     return label_format.label(params, keys)
 
 
@@ -144,8 +151,13 @@ def nested(params: Mapping[str, Any]) -> dict:
     return out
 
 
-def make_trial(params: Mapping[str, Any], varying: Sequence[str], code_version: str | None, index: int,
-               label_format: LabelFormat = DEFAULT_LABELS) -> Trial:
+def make_trial(
+    params: Mapping[str, Any],
+    varying: Sequence[str],
+    code_version: str | None,
+    index: int,
+    label_format: LabelFormat = DEFAULT_LABELS,
+) -> Trial:
     params = dict(params)
     return Trial(params, trial_id(params, code_version, index), label_format.label(params, varying), index)
 
@@ -153,8 +165,9 @@ def make_trial(params: Mapping[str, Any], varying: Sequence[str], code_version: 
 def _check_condition(where: str, key: str, dim: Conditional, known: Sequence[str]) -> None:
     for ckey in dim.keys:
         if ckey not in known:
-            raise InvalidArgumentError(f"{where}.{key}.when", ckey,
-                                       f"a parameter defined before {key!r} (one of {sorted(known)})")
+            raise InvalidArgumentError(
+                f"{where}.{key}.when", ckey, f"a parameter defined before {key!r} (one of {sorted(known)})"
+            )
 
 
 def _dim_count(where: str, value: Any, grid_steps: int | None) -> int:
@@ -242,7 +255,9 @@ class GridSweep:
             for key, dim in block.items():
                 path = f"{self.where}: test_config[{i}].{key}"
                 if isinstance(dim, Conditional):
-                    _check_condition(f"{self.where}: test_config[{i}]", key, dim, [*base, *list(block)[:list(block).index(key)]])
+                    _check_condition(
+                        f"{self.where}: test_config[{i}]", key, dim, [*base, *list(block)[: list(block).index(key)]]
+                    )
                     values = _dim_values(path, dim.dim, self.grid_steps)
                     partials = [q for p in partials for q in ([{**p, key: v} for v in values] if dim.holds(p) else [p])]
                 else:
@@ -291,9 +306,17 @@ def check_space(space: Mapping[str, Any], where: str = "space", fixed: Mapping[s
     return flat
 
 
-def random_trials(space: Mapping[str, Any], count: int, seed: int, *, fixed: Mapping[str, Any] | None = None,
-                  code_version: str | None = None, max_tries: int | None = None, where: str = "space",
-                  label_format: LabelFormat = DEFAULT_LABELS) -> list[Trial]:
+def random_trials(
+    space: Mapping[str, Any],
+    count: int,
+    seed: int,
+    *,
+    fixed: Mapping[str, Any] | None = None,
+    code_version: str | None = None,
+    max_tries: int | None = None,
+    where: str = "space",
+    label_format: LabelFormat = DEFAULT_LABELS,
+) -> list[Trial]:
     """``count`` distinct trials sampled from ``space`` (values: search spaces, lists = choice, scalars fixed)
     with a seeded generator: the same seed gives the same trials in every process."""
     if not is_int(count) or count < 1:
@@ -302,9 +325,11 @@ def random_trials(space: Mapping[str, Any], count: int, seed: int, *, fixed: Map
     base = flatten(fixed or {})
     size = finite_space_size(flat)
     if size is not None and count > size:
-        raise InvalidArgumentError(f"{where.rsplit(':', 1)[0]}: count" if ":" in where else "count", count,
-                                   f"at most the {size:,} distinct points of this space (use search: grid to try "
-                                   f"them all)")
+        raise InvalidArgumentError(
+            f"{where.rsplit(':', 1)[0]}: count" if ":" in where else "count",
+            count,
+            f"at most the {size:,} distinct points of this space (use search: grid to try them all)",
+        )
     rng = random.Random(seed)
     trials: list[Trial] = []
     seen: set[str] = set()
@@ -321,7 +346,9 @@ def random_trials(space: Mapping[str, Any], count: int, seed: int, *, fixed: Map
             trials.append(trial)
             since_new = 0
     if len(trials) < count:
-        raise InvalidArgumentError(f"{where.rsplit(':', 1)[0]}: count" if ":" in where else "count", count,
-                                   f"at most the {len(trials):,} distinct trials found in this space after "
-                                   f"{tries:,} draws")
+        raise InvalidArgumentError(
+            f"{where.rsplit(':', 1)[0]}: count" if ":" in where else "count",
+            count,
+            f"at most the {len(trials):,} distinct trials found in this space after {tries:,} draws",
+        )
     return trials

@@ -58,13 +58,21 @@ class ModelCost:
 
     def check(self, where: str) -> None:
         if not callable(self.build) and not (isinstance(self.build, str) and ":" in self.build):
-            raise InvalidArgumentError(f"{where}.build", self.build,
-                                       "a function params -> torch.nn.Module, or 'package.module:function'")
+            raise InvalidArgumentError(
+                f"{where}.build", self.build, "a function params -> torch.nn.Module, or 'package.module:function'"
+            )
         shape = self.input_shape
-        if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or not shape or any(
-                not is_int(n) or n < 1 for n in shape):
-            raise InvalidArgumentError(f"{where}.input_shape", shape,
-                                       "the shape of one model input, batch dimension first, e.g. [1, 3, 224, 224]")
+        if (
+            isinstance(shape, (str, bytes))
+            or not isinstance(shape, Sequence)
+            or not shape
+            or any(not is_int(n) or n < 1 for n in shape)
+        ):
+            raise InvalidArgumentError(
+                f"{where}.input_shape",
+                shape,
+                "the shape of one model input, batch dimension first, e.g. [1, 3, 224, 224]",
+            )
         if self.units not in UNITS:
             raise InvalidArgumentError(f"{where}.units", self.units, f"one of {', '.join(map(repr, UNITS))}")
 
@@ -80,14 +88,19 @@ class ModelCost:
             data["input_shape"] = data.pop("default_shape")
         unknown = sorted(set(data) - {"build", "input_shape", "units"})
         if unknown:
-            raise InvalidArgumentError(f"{where}.{unknown[0]}", data[unknown[0]],
-                                       "one of build, input_shape (or default_shape), units")
+            raise InvalidArgumentError(
+                f"{where}.{unknown[0]}", data[unknown[0]], "one of build, input_shape (or default_shape), units"
+            )
         for name in ("build", "input_shape"):
             if name not in data:
-                raise InvalidArgumentError(f"{where}.{name}", None, "a value (the evaluator builds and measures "
-                                           "each candidate's model)")
-        cost = cls(build=data["build"], input_shape=tuple(data["input_shape"]) if isinstance(
-            data["input_shape"], list) else data["input_shape"], units=data.get("units", "M"))
+                raise InvalidArgumentError(
+                    f"{where}.{name}", None, "a value (the evaluator builds and measures each candidate's model)"
+                )
+        cost = cls(
+            build=data["build"],
+            input_shape=tuple(data["input_shape"]) if isinstance(data["input_shape"], list) else data["input_shape"],
+            units=data.get("units", "M"),
+        )
         cost.check(where)
         return cost
 

@@ -44,10 +44,18 @@ class Objective:
         several = not isinstance(self.metric, str)
         metrics = list(self.metric) if several and isinstance(self.metric, Sequence) else [self.metric]
         if several and (not isinstance(self.metric, Sequence) or len(metrics) < 2):
-            raise InvalidArgumentError("objective.metric", self.metric, "the name of a metric in the trial result, "
-                                       "or a list of two or more names")
-        modes = ([self.mode] * len(metrics) if isinstance(self.mode, str)
-                 else list(self.mode) if isinstance(self.mode, Sequence) else [self.mode])
+            raise InvalidArgumentError(
+                "objective.metric",
+                self.metric,
+                "the name of a metric in the trial result, or a list of two or more names",
+            )
+        modes = (
+            [self.mode] * len(metrics)
+            if isinstance(self.mode, str)
+            else list(self.mode)
+            if isinstance(self.mode, Sequence)
+            else [self.mode]
+        )
         if len(modes) != len(metrics):
             raise InvalidArgumentError("objective.mode", self.mode, f"one mode per metric ({len(metrics)})")
         for i, name in enumerate(metrics):
@@ -67,14 +75,24 @@ class Objective:
             if isinstance(weights, Mapping):  # {metric: weight}
                 unknown = [k for k in weights if k not in metrics]
                 if unknown:
-                    raise InvalidArgumentError(f"objective.weights.{unknown[0]}", weights[unknown[0]],
-                                               f"a weight for one of the metrics {metrics}")
+                    raise InvalidArgumentError(
+                        f"objective.weights.{unknown[0]}",
+                        weights[unknown[0]],
+                        f"a weight for one of the metrics {metrics}",
+                    )
                 weights = [weights.get(m, 0.0) for m in metrics]
-            if (isinstance(weights, str) or not isinstance(weights, Sequence) or len(weights) != len(metrics)
-                    or not all(is_finite_number(w)
-                               and w >= 0 for w in weights) or not any(weights)):
-                raise InvalidArgumentError("objective.weights", self.weights,
-                                           f"{len(metrics)} numbers >= 0, not all 0 (one per metric, in order)")
+            if (
+                isinstance(weights, str)
+                or not isinstance(weights, Sequence)
+                or len(weights) != len(metrics)
+                or not all(is_finite_number(w) and w >= 0 for w in weights)
+                or not any(weights)
+            ):
+                raise InvalidArgumentError(
+                    "objective.weights",
+                    self.weights,
+                    f"{len(metrics)} numbers >= 0, not all 0 (one per metric, in order)",
+                )
             object.__setattr__(self, "weights", tuple(float(w) for w in weights))
         object.__setattr__(self, "metric", tuple(metrics) if several else metrics[0])
         object.__setattr__(self, "mode", tuple(modes) if several else modes[0])
@@ -85,9 +103,13 @@ class Objective:
         separated by commas: ``maximize accuracy, minimize latency_ms``."""
         items = [part.strip().split(None, 1) for part in text.split(",")] if isinstance(text, str) else [[]]
         if not all(len(parts) == 2 and parts[0] in MODES for parts in items):
-            raise InvalidArgumentError(where, text, "'maximize METRIC' or 'minimize METRIC' (METRIC: a key, a dotted "
-                                                    "path, or R['key']), several separated by commas, or a mapping "
-                                                    "{metric: ..., mode: ...}")
+            raise InvalidArgumentError(
+                where,
+                text,
+                "'maximize METRIC' or 'minimize METRIC' (METRIC: a key, a dotted "
+                "path, or R['key']), several separated by commas, or a mapping "
+                "{metric: ..., mode: ...}",
+            )
         try:
             if len(items) == 1:
                 return cls(items[0][1].strip(), items[0][0])
@@ -123,9 +145,14 @@ class Objective:
     def score_label(self) -> str:
         """What :meth:`score` is, for headings."""
         if self.weights:
-            return "weighted sum (" + " ".join(
-                f"{'+' if mode == 'maximize' else '-'}{w:g}*{m}" for m, mode, w in zip(self.metrics, self.modes,
-                                                                                    self.weights, strict=True)) + ")"
+            return (
+                "weighted sum ("
+                + " ".join(
+                    f"{'+' if mode == 'maximize' else '-'}{w:g}*{m}"
+                    for m, mode, w in zip(self.metrics, self.modes, self.weights, strict=True)
+                )
+                + ")"
+            )
         return self.metrics[0]
 
     def values(self, result: Any) -> tuple[float, ...] | None:
@@ -150,7 +177,10 @@ class Objective:
         if values is None:
             return None
         if self.weights:
-            return sum(w * (v if mode == "maximize" else -v) for v, mode, w in zip(values, self.modes, self.weights, strict=True))
+            return sum(
+                w * (v if mode == "maximize" else -v)
+                for v, mode, w in zip(values, self.modes, self.weights, strict=True)
+            )
         return values[0]
 
     def problem(self, result: Any) -> str:
@@ -189,7 +219,9 @@ class Objective:
         return ", ".join(f"{mode} {metric}" for metric, mode in zip(self.metrics, self.modes, strict=True))
 
 
-def pareto_fronts(points: Sequence[Sequence[float]], modes: Sequence[str], enough: int | None = None) -> list[list[int]]:
+def pareto_fronts(
+    points: Sequence[Sequence[float]], modes: Sequence[str], enough: int | None = None
+) -> list[list[int]]:
     """Non-dominated sorting: the indices of ``points`` by front (front 0 first), each front in input order.
     ``enough``: stop once the fronts found hold at least that many points (a leaderboard needs its top only).
 
@@ -239,7 +271,9 @@ def _peel(oriented: Sequence[tuple[float, ...]], left: Sequence[int], front: lis
     for i in left:
         p = oriented[i]
         if members is None:
-            dominated = any(all(a >= b for a, b in zip(oriented[j], p, strict=True)) and oriented[j] != p for j in front)
+            dominated = any(
+                all(a >= b for a, b in zip(oriented[j], p, strict=True)) and oriented[j] != p for j in front
+            )
         else:
             found, q = members[:count], np.asarray(p)
             dominated = bool(np.any(np.all(found >= q, axis=1) & np.any(found > q, axis=1)))
@@ -254,7 +288,7 @@ def _peel(oriented: Sequence[tuple[float, ...]], left: Sequence[int], front: lis
             import numpy as np
 
             members = np.empty((len(left), len(p)))
-            members[:len(front)] = [oriented[j] for j in front]
+            members[: len(front)] = [oriented[j] for j in front]
             count = len(front)
 
 
@@ -288,7 +322,7 @@ def _r_path(text: str) -> str:
         if not match:
             raise InvalidArgumentError("objective.metric", text, "R['key'] or R['key']['inner'] (DI-toolkit's form)")
         keys.append(match.group(1) or match.group(2))
-        rest = rest[match.end():].lstrip()
+        rest = rest[match.end() :].lstrip()
     if not keys:
         raise InvalidArgumentError("objective.metric", text, "R['key'] or R['key']['inner'] (DI-toolkit's form)")
     return ".".join(keys)
@@ -333,10 +367,18 @@ def leaderboard(records: Iterable[Mapping], objective: Objective, top_n: int = 1
 def pareto_front(records: Iterable[Mapping], objective: Objective) -> list[dict]:
     """Every succeeded record on the Pareto front of a multi-metric objective, best first metric first,
     each with ``values`` (metric -> value)."""
-    scored = [(r, v) for r in records if r.get("state") == "succeeded"
-              for v in [objective.values(r.get("result"))] if v is not None]
+    scored = [
+        (r, v)
+        for r in records
+        if r.get("state") == "succeeded"
+        for v in [objective.values(r.get("result"))]
+        if v is not None
+    ]
     fronts = pareto_fronts([v for _, v in scored], objective.modes, enough=1)
-    rows = [{**scored[i][0], "values": dict(zip(objective.metrics, scored[i][1], strict=True))} for i in (fronts[0] if fronts else [])]
+    rows = [
+        {**scored[i][0], "values": dict(zip(objective.metrics, scored[i][1], strict=True))}
+        for i in (fronts[0] if fronts else [])
+    ]
     first, mode = objective.metrics[0], objective.modes[0]
     rows.sort(key=lambda r: (-r["values"][first] if mode == "maximize" else r["values"][first], r.get("index", 0)))
     return rows

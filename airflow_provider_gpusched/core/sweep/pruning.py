@@ -36,9 +36,13 @@ from airflow_provider_gpusched.core.sweep.store import read_json
 RULES = ("median", "asha", "optuna")
 #: Optuna's pruners that judge from intermediate values alone (Hyperband's brackets hang on a study's trial
 #: numbers, which a study rebuilt from the reports cannot keep stable; Wilcoxon needs scipy)
-OPTUNA_PRUNERS = {"median": "MedianPruner", "percentile": "PercentilePruner",
-                  "successive_halving": "SuccessiveHalvingPruner", "threshold": "ThresholdPruner",
-                  "patient": "PatientPruner"}
+OPTUNA_PRUNERS = {
+    "median": "MedianPruner",
+    "percentile": "PercentilePruner",
+    "successive_halving": "SuccessiveHalvingPruner",
+    "threshold": "ThresholdPruner",
+    "patient": "PatientPruner",
+}
 PRUNING_ENV = "GPUSCHED_PRUNING"  # the rule (JSON) a trial's report() applies; set by the trial runner
 
 
@@ -50,14 +54,14 @@ class TrialPruned(Exception):
 @dataclass
 class PruningRule:
     rule: str = "median"
-    metric: str | None = None      # default: the objective's metric
-    mode: str | None = None        # default: the objective's mode
-    warmup_steps: int = 0          # median: judge no step before this
-    min_trials: int = 3            # median: peers that must have reached the step
-    min_steps: int = 1             # asha: the first rung
-    reduction_factor: int = 3      # asha: keep the top 1/reduction_factor at each rung
-    pruner: str | None = None      # optuna: which of Optuna's pruners
-    options: dict | None = None    # optuna: keyword arguments of its constructor (patient: also "wrapped")
+    metric: str | None = None  # default: the objective's metric
+    mode: str | None = None  # default: the objective's mode
+    warmup_steps: int = 0  # median: judge no step before this
+    min_trials: int = 3  # median: peers that must have reached the step
+    min_steps: int = 1  # asha: the first rung
+    reduction_factor: int = 3  # asha: keep the top 1/reduction_factor at each rung
+    pruner: str | None = None  # optuna: which of Optuna's pruners
+    options: dict | None = None  # optuna: keyword arguments of its constructor (patient: also "wrapped")
 
     def check(self, where: str) -> None:
         if self.rule not in RULES:
@@ -76,14 +80,17 @@ class PruningRule:
             return
         if self.pruner not in OPTUNA_PRUNERS:
             raise InvalidArgumentError(f"{where}.pruner", self.pruner, f"one of {list(OPTUNA_PRUNERS)}")
-        if self.options is not None and not (isinstance(self.options, Mapping)
-                                             and all(isinstance(k, str) for k in self.options)):
+        if self.options is not None and not (
+            isinstance(self.options, Mapping) and all(isinstance(k, str) for k in self.options)
+        ):
             raise InvalidArgumentError(f"{where}.options", self.options, "a mapping of the pruner's arguments")
         self.options = dict(self.options or {})
         if self.pruner == "successive_halving" and (not is_int(self.options.get("min_resource"))):
-            raise InvalidArgumentError(f"{where}.options.min_resource", self.options.get("min_resource"),
-                                       "a whole number of steps (the rungs are rebuilt from the reports; 'auto' "
-                                       "is not supported)")
+            raise InvalidArgumentError(
+                f"{where}.options.min_resource",
+                self.options.get("min_resource"),
+                "a whole number of steps (the rungs are rebuilt from the reports; 'auto' is not supported)",
+            )
         make_optuna_pruner(self, where)  # its arguments are checked now, not in the middle of a trial
 
     def to_dict(self) -> dict:
@@ -106,8 +113,11 @@ def make_optuna_pruner(rule: PruningRule, where: str = "pruning"):
     try:
         import optuna
     except ImportError:
-        raise InvalidArgumentError(f"{where}.rule", "optuna", "Optuna installed for Optuna's pruners: pip install "
-                                                              "'airflow-provider-gpusched[optuna]'") from None
+        raise InvalidArgumentError(
+            f"{where}.rule",
+            "optuna",
+            "Optuna installed for Optuna's pruners: pip install 'airflow-provider-gpusched[optuna]'",
+        ) from None
     options = dict(rule.options or {})
     import warnings
 
@@ -117,15 +127,19 @@ def make_optuna_pruner(rule: PruningRule, where: str = "pruning"):
             wrapped = options.pop("wrapped", None)
             inner = None
             if wrapped is not None:
-                if not isinstance(wrapped, Mapping) or wrapped.get("pruner") not in OPTUNA_PRUNERS or \
-                        wrapped.get("pruner") == "patient":
+                if (
+                    not isinstance(wrapped, Mapping)
+                    or wrapped.get("pruner") not in OPTUNA_PRUNERS
+                    or wrapped.get("pruner") == "patient"
+                ):
                     raise InvalidArgumentError(f"{where}.options.wrapped", wrapped, "{pruner: median, options: {...}}")
                 inner = getattr(optuna.pruners, OPTUNA_PRUNERS[wrapped["pruner"]])(**dict(wrapped.get("options") or {}))
             return optuna.pruners.PatientPruner(inner, **options)
         return getattr(optuna.pruners, OPTUNA_PRUNERS[rule.pruner])(**options)
     except (TypeError, ValueError) as exc:
-        raise InvalidArgumentError(f"{where}.options", rule.options, f"arguments of optuna.pruners."
-                                                                    f"{OPTUNA_PRUNERS[rule.pruner]} ({exc})") from None
+        raise InvalidArgumentError(
+            f"{where}.options", rule.options, f"arguments of optuna.pruners.{OPTUNA_PRUNERS[rule.pruner]} ({exc})"
+        ) from None
 
 
 class OptunaJudge:
@@ -156,8 +170,9 @@ class OptunaJudge:
         optuna = self.optuna
         states = optuna.trial.TrialState
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        study = optuna.create_study(direction=self.rule.mode, pruner=self.pruner,
-                                    sampler=optuna.samplers.RandomSampler(seed=0))
+        study = optuna.create_study(
+            direction=self.rule.mode, pruner=self.pruner, sampler=optuna.samplers.RandomSampler(seed=0)
+        )
         rungs = _halving_rungs(self.rule) if self.rule.pruner == "successive_halving" else None
         made = []
         for state, reports in peers:
@@ -166,21 +181,37 @@ class OptunaJudge:
                 continue
             # successive halving compares values recorded at each rung (system attributes Optuna's pruner writes
             # as it judges): rebuilt here from each peer's curve, its value when it first reached the rung
-            attrs = {} if rungs is None else {f"completed_rung_{k}": values[min(s for s in values if s >= step)]
-                                              for k, step in enumerate(rungs(max(values)))}
+            attrs = (
+                {}
+                if rungs is None
+                else {
+                    f"completed_rung_{k}": values[min(s for s in values if s >= step)]
+                    for k, step in enumerate(rungs(max(values)))
+                }
+            )
             kind = {"succeeded": states.COMPLETE, "pruned": states.PRUNED}.get(state, states.RUNNING)
-            made.append(optuna.trial.create_trial(state=kind, value=values[max(values)] if kind == states.COMPLETE
-                                                  else None, intermediate_values=values, system_attrs=attrs))
+            made.append(
+                optuna.trial.create_trial(
+                    state=kind,
+                    value=values[max(values)] if kind == states.COMPLETE else None,
+                    intermediate_values=values,
+                    system_attrs=attrs,
+                )
+            )
         study.add_trials(made)
         self._study, self._trial, self._reported = study, study.ask(), set()
 
-    def judge(self, own: Sequence[Mapping], peers: Sequence[tuple[str, Sequence[Mapping]]],
-              peers_key: Any = None) -> str:
+    def judge(
+        self, own: Sequence[Mapping], peers: Sequence[tuple[str, Sequence[Mapping]]], peers_key: Any = None
+    ) -> str:
         """'' or why this trial stops. ``peers_key``: changes whenever a peer's reports or state changed
         (None: rebuild every time)."""
         now = time.monotonic()
-        if self._study is None or peers_key is None or (peers_key != self._peers_key
-                                                         and now - self._built_at >= self.REBUILD_SECONDS):
+        if (
+            self._study is None
+            or peers_key is None
+            or (peers_key != self._peers_key and now - self._built_at >= self.REBUILD_SECONDS)
+        ):
             self._build(peers)
             self._peers_key, self._built_at = peers_key, now
         values = self._curve(own)
@@ -193,12 +224,15 @@ class OptunaJudge:
         if not self._trial.should_prune():
             return ""
         step = max(values)
-        return (f"Optuna's {type(self.pruner).__name__} at step {step}: {self.rule.metric} {values[step]:.6g} "
-                f"({len(self._study.trials) - 1} other trials with reports)")
+        return (
+            f"Optuna's {type(self.pruner).__name__} at step {step}: {self.rule.metric} {values[step]:.6g} "
+            f"({len(self._study.trials) - 1} other trials with reports)"
+        )
 
 
-def judge_with_optuna(rule: PruningRule, own: Sequence[Mapping], peers: Sequence[tuple[str, Sequence[Mapping]]],
-                      pruner: Any = None) -> str:
+def judge_with_optuna(
+    rule: PruningRule, own: Sequence[Mapping], peers: Sequence[tuple[str, Sequence[Mapping]]], pruner: Any = None
+) -> str:
     """Optuna's pruner on an in-memory study of the peers (state, reports) and this trial (RUNNING), built
     for this one judgement (:class:`OptunaJudge` keeps it between judgements)."""
     return OptunaJudge(rule, pruner).judge(own, peers)
@@ -220,8 +254,9 @@ def _halving_rungs(rule: PruningRule):
     return up_to
 
 
-def judge(rule: PruningRule, own: Sequence[Mapping], peers: Sequence[Sequence[Mapping]],
-          judged_up_to: int | None = None) -> str:
+def judge(
+    rule: PruningRule, own: Sequence[Mapping], peers: Sequence[Sequence[Mapping]], judged_up_to: int | None = None
+) -> str:
     """'' when the trial whose reports are ``own`` goes on, else why it stops. ``rule`` has its metric and
     mode filled in. ``judged_up_to``: the last step already judged (default: the step before the latest
     report): ASHA judges each rung once, when the trial first reports at or past it."""
@@ -247,8 +282,10 @@ def judge(rule: PruningRule, own: Sequence[Mapping], peers: Sequence[Sequence[Ma
         mid = len(values) // 2
         median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
         if worse(best, median):
-            return (f"median stopping at step {step}: best {metric} {best:.6g} is worse than the median "
-                    f"{median:.6g} of {len(values)} other trials")
+            return (
+                f"median stopping at step {step}: best {metric} {best:.6g} is worse than the median "
+                f"{median:.6g} of {len(values)} other trials"
+            )
         return ""
     # asha: each rung this trial reached since the last judgement, with its value when it reached it
     if judged_up_to is None:
@@ -268,8 +305,10 @@ def judge(rule: PruningRule, own: Sequence[Mapping], peers: Sequence[Sequence[Ma
         # trial is not held to the single best of them
         cutoff = _top_fraction_cutoff(recorded + [at_rung], 1 / rule.reduction_factor, better_high)
         if worse(at_rung, cutoff):
-            return (f"ASHA at rung {rung} (step {step}): {metric} {at_rung:.6g} is outside the top "
-                    f"1/{rule.reduction_factor} of {len(recorded)} other trials (cutoff {cutoff:.6g})")
+            return (
+                f"ASHA at rung {rung} (step {step}): {metric} {at_rung:.6g} is outside the top "
+                f"1/{rule.reduction_factor} of {len(recorded)} other trials (cutoff {cutoff:.6g})"
+            )
     return ""
 
 
@@ -321,7 +360,9 @@ class SweepReports:
             if judge_of is None:
                 judge_of = self._optuna[folder_name] = OptunaJudge(rule)
             peers = [(self._state(name), reports) for name, reports in sorted(everything.items())]
-            key = tuple((name, self._cache_key(name), state) for name, (state, _) in zip(sorted(everything), peers, strict=True))
+            key = tuple(
+                (name, self._cache_key(name), state) for name, (state, _) in zip(sorted(everything), peers, strict=True)
+            )
             return judge_of.judge(own, peers, key)
         return judge(rule, own, list(everything.values()), judged_up_to)
 

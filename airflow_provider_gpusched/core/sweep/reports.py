@@ -34,6 +34,7 @@ UI_REPORTS_BYTES = 512 * 2**10
 #: how reports_of_run's note begins when a later run replaced the curve (the UI counts those trials)
 RAN_AGAIN = "ran again in DAG run"
 
+
 def parse_report_line(line: str) -> dict:
     """One report line as ``{"step", "metrics", "checkpoint"?, "time"?}``; ValueError says what is wrong."""
     text = line.strip()
@@ -70,8 +71,10 @@ def parse_report_line(line: str) -> dict:
     for key, value in metrics.items():
         if value is not None and (not is_number(value)):
             raise ValueError(f"metric {key!r}: expected a number or null, got {brief_repr(value)}")
-    record: dict[str, Any] = {"step": step, "metrics": {str(k): (v if v is None or math.isfinite(v) else None)
-                                                        for k, v in metrics.items()}}
+    record: dict[str, Any] = {
+        "step": step,
+        "metrics": {str(k): (v if v is None or math.isfinite(v) else None) for k, v in metrics.items()},
+    }
     if checkpoint is not None:
         record["checkpoint"] = str(checkpoint)
     if is_number(stamp):
@@ -79,8 +82,9 @@ def parse_report_line(line: str) -> dict:
     return record
 
 
-def read_reports(path: str, root: str | None = None,
-                 max_bytes: int = MAX_REPORTS_BYTES) -> tuple[list[dict], list[str]]:
+def read_reports(
+    path: str, root: str | None = None, max_bytes: int = MAX_REPORTS_BYTES
+) -> tuple[list[dict], list[str]]:
     """The reports in ``path`` in the order written, and the problems (``path:line: why``) of lines that are
     not reports. A missing file has none. ``root``: read only a regular file under it, reached without a
     symbolic link (the UI reads paths built from published records)."""

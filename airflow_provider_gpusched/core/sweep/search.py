@@ -70,8 +70,9 @@ class RoundSearch:
             key = _key(params)
             if key in told or key not in by_key:
                 continue
-            self._record(by_key[key], dict(params), None if values is None else tuple(values),
-                         pruned[0] if pruned else None)
+            self._record(
+                by_key[key], dict(params), None if values is None else tuple(values), pruned[0] if pruned else None
+            )
             told.add(key)
             new += 1
         stored["told"] = sorted(told)
@@ -82,8 +83,13 @@ class RoundSearch:
     def _propose(self, round_no: int) -> list[dict]:
         raise NotImplementedError
 
-    def _record(self, proposal: dict, params: dict, values: tuple[float, ...] | None,
-                pruned: Sequence[tuple[int, float]] | None = None) -> None:
+    def _record(
+        self,
+        proposal: dict,
+        params: dict,
+        values: tuple[float, ...] | None,
+        pruned: Sequence[tuple[int, float]] | None = None,
+    ) -> None:
         raise NotImplementedError
 
     def _score(self, values: Sequence[float]) -> float:
@@ -117,15 +123,18 @@ class EvolutionSearch(RoundSearch):
         k = self.settings.candidate_top_k
         objective = self.objective
         if objective.several and not objective.weights:
-            scored = [h for h in self.history() if isinstance(h.get("values"), list)
-                      and len(h["values"]) == len(objective.metrics)]
+            scored = [
+                h
+                for h in self.history()
+                if isinstance(h.get("values"), list) and len(h["values"]) == len(objective.metrics)
+            ]
             chosen: list[dict] = []
             for front in pareto_fronts([h["values"] for h in scored], objective.modes, enough=k):
                 members = [scored[i] for i in front]
                 if len(chosen) + len(members) > k:
                     distance = crowding_distances([h["values"] for h in members])
                     order = sorted(range(len(members)), key=lambda i: -distance[i])
-                    members = [members[i] for i in order[:k - len(chosen)]]
+                    members = [members[i] for i in order[: k - len(chosen)]]
                 chosen.extend(members)
             return chosen
         scored = [h for h in self.history() if h.get("score") is not None]
@@ -139,8 +148,10 @@ class EvolutionSearch(RoundSearch):
         measured = self.settings.measure(nested(params)) or {}
         for key, limit in constraints.items():
             if key not in measured:
-                raise GpuschedError(f"evolution.measure returned no {key!r} (it returned {sorted(measured)}); "
-                                    f"constraints name {sorted(constraints)}")
+                raise GpuschedError(
+                    f"evolution.measure returned no {key!r} (it returned {sorted(measured)}); "
+                    f"constraints name {sorted(constraints)}"
+                )
             if measured[key] > limit:
                 return False
         return True
@@ -168,11 +179,23 @@ class EvolutionSearch(RoundSearch):
         if top:
             budget = s.candidate_pool_size
             for _ in range(min(s.num_mutation, budget)):
-                add(lambda: {k: rng.choice(self.choices[k]) if rng.random() < s.mutate_prob else p[k]
-                             for p in [rng.choice(top)] for k in self.choices}, "mutation")
+                add(
+                    lambda: {
+                        k: rng.choice(self.choices[k]) if rng.random() < s.mutate_prob else p[k]
+                        for p in [rng.choice(top)]
+                        for k in self.choices
+                    },
+                    "mutation",
+                )
             for _ in range(min(s.num_crossover, budget - len(out))):
-                add(lambda: {k: rng.choice((a[k], b[k])) for a, b in [(rng.choice(top), rng.choice(top))]
-                             for k in self.choices}, "crossover")
+                add(
+                    lambda: {
+                        k: rng.choice((a[k], b[k]))
+                        for a, b in [(rng.choice(top), rng.choice(top))]
+                        for k in self.choices
+                    },
+                    "crossover",
+                )
         while len(out) < s.candidate_pool_size:
             if not add(random_candidate, "random"):
                 break
@@ -180,7 +203,9 @@ class EvolutionSearch(RoundSearch):
             # random draws keep hitting candidates already evaluated: in a small space, take what is left
             import itertools
 
-            rest = [dict(zip(self.choices, values, strict=True)) for values in itertools.product(*self.choices.values())]
+            rest = [
+                dict(zip(self.choices, values, strict=True)) for values in itertools.product(*self.choices.values())
+            ]
             rng.shuffle(rest)
             for candidate in rest:
                 if len(out) >= s.candidate_pool_size:
@@ -192,24 +217,38 @@ class EvolutionSearch(RoundSearch):
                     out.append({"params": params, "origin": "remaining"})
         if not out:
             if self.space_size() > ENUMERATE_UP_TO:
-                raise GpuschedError("evolution: none of 100 random draws gave a candidate not yet evaluated that "
-                                    f"satisfies the constraints {dict(s.constraints)}")
+                raise GpuschedError(
+                    "evolution: none of 100 random draws gave a candidate not yet evaluated that "
+                    f"satisfies the constraints {dict(s.constraints)}"
+                )
             if not self.history():
-                raise GpuschedError(f"evolution: none of the {self.space_size():,} candidates of the space "
-                                    f"satisfies the constraints {dict(s.constraints)}")
+                raise GpuschedError(
+                    f"evolution: none of the {self.space_size():,} candidates of the space "
+                    f"satisfies the constraints {dict(s.constraints)}"
+                )
             return []  # every feasible candidate has been evaluated: the search is complete
         return out
 
     def space_size(self) -> int:
         return finite_space_size(self.space) or 0  # evolution spaces are lists of choices: always finite
 
-    def _record(self, proposal: dict, params: dict, values: tuple[float, ...] | None,
-                pruned: Sequence[tuple[int, float]] | None = None) -> None:
+    def _record(
+        self,
+        proposal: dict,
+        params: dict,
+        values: tuple[float, ...] | None,
+        pruned: Sequence[tuple[int, float]] | None = None,
+    ) -> None:
         data = read_json(self.history_path)
         data = data if isinstance(data, dict) else {"evaluated": []}
-        data["evaluated"].append({"params": params, "score": None if values is None else self._score(values),
-                                  "values": None if values is None else list(values),
-                                  "origin": proposal.get("origin")})
+        data["evaluated"].append(
+            {
+                "params": params,
+                "score": None if values is None else self._score(values),
+                "values": None if values is None else list(values),
+                "origin": proposal.get("origin"),
+            }
+        )
         write_json(self.history_path, data)
 
 
@@ -219,7 +258,9 @@ class OptunaSearch(RoundSearch):
         try:
             import optuna
         except ImportError:
-            raise GpuschedError("search: optuna needs Optuna: pip install 'airflow-provider-gpusched[optuna]'") from None
+            raise GpuschedError(
+                "search: optuna needs Optuna: pip install 'airflow-provider-gpusched[optuna]'"
+            ) from None
         from optuna.storages import JournalStorage
         from optuna.storages.journal import JournalFileBackend
 
@@ -229,18 +270,26 @@ class OptunaSearch(RoundSearch):
         objective = spec.objective
         #: several metrics without weights: a multi-objective study; else one value (the metric, or the weighted sum)
         self.multi = objective.several and not objective.weights
-        directions = (list(objective.modes) if self.multi
-                      else ["maximize" if objective.maximize else "minimize"])
+        directions = list(objective.modes) if self.multi else ["maximize" if objective.maximize else "minimize"]
         try:
-            self.study = optuna.create_study(study_name=spec.name, storage=storage, sampler=self._sampler(0),
-                                             load_if_exists=True, directions=directions)
+            self.study = optuna.create_study(
+                study_name=spec.name,
+                storage=storage,
+                sampler=self._sampler(0),
+                load_if_exists=True,
+                directions=directions,
+            )
         except ValueError as exc:  # the journal holds a study with other directions
-            raise GpuschedError(f"sweep {spec.name}: the Optuna study in {state_dir} does not match the objective "
-                                f"({objective.describe()}): {exc}; use a new sweep name or delete the folder") from None
+            raise GpuschedError(
+                f"sweep {spec.name}: the Optuna study in {state_dir} does not match the objective "
+                f"({objective.describe()}): {exc}; use a new sweep name or delete the folder"
+            ) from None
         if list(self.study.directions) != [getattr(optuna.study.StudyDirection, d.upper()) for d in directions]:
-            raise GpuschedError(f"sweep {spec.name}: the Optuna study in {state_dir} was made for other directions "
-                                f"({[d.name.lower() for d in self.study.directions]}) than the objective "
-                                f"({objective.describe()}); use a new sweep name or delete the folder")
+            raise GpuschedError(
+                f"sweep {spec.name}: the Optuna study in {state_dir} was made for other directions "
+                f"({[d.name.lower() for d in self.study.directions]}) than the objective "
+                f"({objective.describe()}); use a new sweep name or delete the folder"
+            )
 
     def _sampler(self, round_no: int):
         """A sampler seeded for this round (from the sweep's seed): a round's proposals depend on the
@@ -255,8 +304,9 @@ class OptunaSearch(RoundSearch):
 
             with warnings.catch_warnings():  # Optuna 4.0 marks constant_liar experimental
                 warnings.simplefilter("ignore", self.optuna.exceptions.ExperimentalWarning)
-                return self.optuna.samplers.TPESampler(seed=seed, n_startup_trials=self.spec.per_round,
-                                                       constant_liar=True)
+                return self.optuna.samplers.TPESampler(
+                    seed=seed, n_startup_trials=self.spec.per_round, constant_liar=True
+                )
         return self.optuna.samplers.RandomSampler(seed=seed)
 
     def _suggest(self, trial) -> dict:
@@ -290,8 +340,11 @@ class OptunaSearch(RoundSearch):
         self.study.sampler = self._sampler(round_no)
         states = self.optuna.trial.TrialState
         finished = (states.COMPLETE, states.FAIL, states.PRUNED)
-        evaluated = {_key({**self.fixed, **t.params}) for t in self.study.get_trials(deepcopy=False, states=finished)
-                     if "duplicate" not in t.user_attrs}
+        evaluated = {
+            _key({**self.fixed, **t.params})
+            for t in self.study.get_trials(deepcopy=False, states=finished)
+            if "duplicate" not in t.user_attrs
+        }
         size = finite_space_size(self.space)
         out: list[dict] = []
         taken: set[str] = set()
@@ -315,8 +368,13 @@ class OptunaSearch(RoundSearch):
         self._running = {t.number for t in self.study.get_trials(deepcopy=False, states=(running,))}
         return super().tell(round_no, outcomes)
 
-    def _record(self, proposal: dict, params: dict, values: tuple[float, ...] | None,
-                pruned: Sequence[tuple[int, float]] | None = None) -> None:
+    def _record(
+        self,
+        proposal: dict,
+        params: dict,
+        values: tuple[float, ...] | None,
+        pruned: Sequence[tuple[int, float]] | None = None,
+    ) -> None:
         if proposal["number"] not in self._running:  # told already (a retried task), or failed by Optuna
             return
         self._running.discard(proposal["number"])
@@ -326,7 +384,8 @@ class OptunaSearch(RoundSearch):
             # the curve is in the study's terms only when the pruning metric is its one objective
             if pruned and not objective.several and rule is not None and rule.metric == objective.metric:
                 trial_id = self.storage.get_trial_id_from_study_id_trial_number(
-                    self.storage.get_study_id_from_name(self.spec.name), proposal["number"])
+                    self.storage.get_study_id_from_name(self.spec.name), proposal["number"]
+                )
                 trial = self.optuna.trial.Trial(self.study, trial_id)
                 for step, value in pruned:
                     trial.report(value, step)

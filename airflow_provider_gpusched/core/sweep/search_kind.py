@@ -38,8 +38,11 @@ class SearchKind:
         return spec.per_round
 
     def trials(self, spec: SweepSpec) -> list[Trial]:
-        raise InvalidArgumentError(f"{spec.where}: search", spec.search,
-                                   "'grid' or 'random' here; optuna and evolution sweeps make trials round by round")
+        raise InvalidArgumentError(
+            f"{spec.where}: search",
+            spec.search,
+            "'grid' or 'random' here; optuna and evolution sweeps make trials round by round",
+        )
 
     def round_search(self, spec: SweepSpec, state_dir: str) -> RoundSearch:
         raise GpuschedError(f"search {spec.search!r} does not run in rounds")

@@ -46,8 +46,9 @@ class GridKind(SearchKind):
 
     def _grid(self, spec: SweepSpec, *, full: bool = False) -> GridSweep:
         if full:
-            return GridSweep(spec.global_config, spec.test_config, spec.grid_steps, spec.code_version, spec.where,
-                             spec.label_format)
+            return GridSweep(
+                spec.global_config, spec.test_config, spec.grid_steps, spec.code_version, spec.where, spec.label_format
+            )
         return GridSweep(spec.global_config, spec.test_config, spec.grid_steps, where=spec.where)
 
     def check(self, spec: SweepSpec) -> None:
@@ -76,17 +77,25 @@ class RandomKind(SearchKind):
             raise InvalidArgumentError(f"{spec.where}: count", None, "the number of random trials (search: random)")
         size = finite_space_size(flatten(spec.space))
         if size is not None and spec.count > size:
-            raise InvalidArgumentError(f"{spec.where}: count", spec.count,
-                                       f"at most the {size:,} distinct points of this space (use search: grid to "
-                                       f"try them all)")
+            raise InvalidArgumentError(
+                f"{spec.where}: count",
+                spec.count,
+                f"at most the {size:,} distinct points of this space (use search: grid to try them all)",
+            )
 
     def stage_size(self, spec: SweepSpec) -> int:
         return spec.count
 
     def trials(self, spec: SweepSpec) -> list[Trial]:
-        return random_trials(spec.space, spec.count, spec.seed, fixed=spec.global_config,
-                             code_version=spec.code_version, where=f"{spec.where}: space",
-                             label_format=spec.label_format)
+        return random_trials(
+            spec.space,
+            spec.count,
+            spec.seed,
+            fixed=spec.global_config,
+            code_version=spec.code_version,
+            where=f"{spec.where}: space",
+            label_format=spec.label_format,
+        )
 
 
 class OptunaKind(SearchKind):
@@ -135,20 +144,29 @@ class EvolutionSettings:
             if isinstance(self.evaluator, Mapping):
                 self.evaluator = ModelCost.from_mapping(self.evaluator, f"{where}.evaluator")
             if not isinstance(self.evaluator, ModelCost):
-                raise InvalidArgumentError(f"{where}.evaluator", self.evaluator,
-                                           "a ModelCost or {build: 'package.module:function', input_shape: [...]}")
+                raise InvalidArgumentError(
+                    f"{where}.evaluator",
+                    self.evaluator,
+                    "a ModelCost or {build: 'package.module:function', input_shape: [...]}",
+                )
             self.evaluator.check(f"{where}.evaluator")
             if self.measure is not None and self.measure is not self.evaluator:
-                raise InvalidArgumentError(f"{where}.evaluator", self.evaluator,
-                                           "either evaluator or measure, not both (both say how to measure)")
+                raise InvalidArgumentError(
+                    f"{where}.evaluator",
+                    self.evaluator,
+                    "either evaluator or measure, not both (both say how to measure)",
+                )
             self.measure = self.evaluator
         for name in ("candidate_pool_size", "candidate_top_k", "max_epoch"):
             check_int(getattr(self, name), f"{where}.{name}", 1)
         for name in ("num_mutation", "num_crossover"):
             check_int(getattr(self, name), f"{where}.{name}", 0)
         if self.candidate_top_k > self.candidate_pool_size:
-            raise InvalidArgumentError(f"{where}.candidate_top_k", self.candidate_top_k,
-                                       f"at most candidate_pool_size ({self.candidate_pool_size})")
+            raise InvalidArgumentError(
+                f"{where}.candidate_top_k",
+                self.candidate_top_k,
+                f"at most candidate_pool_size ({self.candidate_pool_size})",
+            )
         if not is_number(self.mutate_prob) or not 0 <= self.mutate_prob <= 1:
             raise InvalidArgumentError(f"{where}.mutate_prob", self.mutate_prob, "a probability between 0 and 1")
         if not isinstance(self.constraints, Mapping):
@@ -157,9 +175,11 @@ class EvolutionSettings:
             if not is_number(limit):
                 raise InvalidArgumentError(f"{where}.constraints.{key}", limit, "a number (an upper bound)")
         if self.constraints and self.measure is None:
-            raise InvalidArgumentError(f"{where}.measure", None,
-                                       "a function params -> {constraint name: value} (or an evaluator) when "
-                                       "constraints are given")
+            raise InvalidArgumentError(
+                f"{where}.measure",
+                None,
+                "a function params -> {constraint name: value} (or an evaluator) when constraints are given",
+            )
         if self.measure is not None and not callable(self.measure):
             raise InvalidArgumentError(f"{where}.measure", self.measure, "a callable")
 
@@ -180,8 +200,11 @@ class EvolutionKind(SearchKind):
         spec.evolution.check(f"{spec.where}: evolution")
         for key, dim in flatten(spec.space).items():
             if not isinstance(dim, (list, tuple, spaces.Choice)):
-                raise InvalidArgumentError(f"{spec.where}: space.{key}", dim,
-                                           "a list of choices (evolution searches over discrete choices per position)")
+                raise InvalidArgumentError(
+                    f"{spec.where}: space.{key}",
+                    dim,
+                    "a list of choices (evolution searches over discrete choices per position)",
+                )
         spec.rounds = spec.evolution.max_epoch
         spec.per_round = spec.evolution.candidate_pool_size
 
@@ -192,5 +215,6 @@ class EvolutionKind(SearchKind):
 
 
 #: every search type, by the name a spec's ``search`` gives
-SEARCH_KINDS: dict[str, SearchKind] = {kind.name: kind for kind in (GridKind(), RandomKind(), OptunaKind(),
-                                                                    EvolutionKind())}
+SEARCH_KINDS: dict[str, SearchKind] = {
+    kind.name: kind for kind in (GridKind(), RandomKind(), OptunaKind(), EvolutionKind())
+}

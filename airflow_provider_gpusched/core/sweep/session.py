@@ -97,8 +97,14 @@ class SweepSession:
                 trials.append(trial)
         return trials
 
-    def prepare(self, round_no: int | None = None, chunk_size: int | None = None, run: str | None = None,
-                force_rerun: bool | None = None, backend: str = "local") -> Manifest:
+    def prepare(
+        self,
+        round_no: int | None = None,
+        chunk_size: int | None = None,
+        run: str | None = None,
+        force_rerun: bool | None = None,
+        backend: str = "local",
+    ) -> Manifest:
         """Write the manifest of this run (or of round ``round_no``) and return it. ``run``: the DAG run
         (trials record which run ran them; two runs of the sweep share trials, never a manifest);
         ``force_rerun``: this run's choice (e.g. from the DAG run's conf), else the spec's; ``backend``: where
@@ -112,14 +118,28 @@ class SweepSession:
         pending, skipped = self.store.plan(trials, force_rerun)
         name = manifest_name(round_no, run)
         objective = self.spec.objective.to_dict() if self.spec.objective else None
-        path = write_manifest(self.store, name, trials=trials, pending=pending, target=self._target(),
-                              objective=objective, env=self.spec.resources.env, chunk_size=chunk_size,
-                              extra={"skipped": [t.trial_id for t in skipped], "round": round_no,
-                                     "varying": self.spec.varying(), "run": run, "planned_at": time.time(),
-                                     "force_rerun": bool(force_rerun), "base_dir": self.spec.base_dir,
-                                     "on_invalid_result": self.spec.on_invalid_result,
-                                     "distributed": self.spec.resources.distributed_settings(backend),
-                                     "pruning": self.spec.pruning.to_dict() if self.spec.pruning else None})
+        path = write_manifest(
+            self.store,
+            name,
+            trials=trials,
+            pending=pending,
+            target=self._target(),
+            objective=objective,
+            env=self.spec.resources.env,
+            chunk_size=chunk_size,
+            extra={
+                "skipped": [t.trial_id for t in skipped],
+                "round": round_no,
+                "varying": self.spec.varying(),
+                "run": run,
+                "planned_at": time.time(),
+                "force_rerun": bool(force_rerun),
+                "base_dir": self.spec.base_dir,
+                "on_invalid_result": self.spec.on_invalid_result,
+                "distributed": self.spec.resources.distributed_settings(backend),
+                "pruning": self.spec.pruning.to_dict() if self.spec.pruning else None,
+            },
+        )
         return Manifest(path)
 
     def _adopt_gts_results(self, trials) -> None:
@@ -128,8 +148,12 @@ class SweepSession:
         for trial in trials:
             legacy = os.path.join(self.store.root, trial.label)
             if trial.label and os.path.isdir(legacy) and self.store.state(trial) not in DONE_STATES:
-                self.store.mark_finished(trial, ok=True, exit_code=0,
-                                         note=f"finished by GPU Task Scheduler: its result folder {legacy} exists")
+                self.store.mark_finished(
+                    trial,
+                    ok=True,
+                    exit_code=0,
+                    note=f"finished by GPU Task Scheduler: its result folder {legacy} exists",
+                )
 
     def finish_round(self, round_no: int, run: str | None = None) -> dict:
         manifest = self.manifest(round_no, run)
@@ -142,7 +166,9 @@ class SweepSession:
             trial = manifest.trial(record["trial_id"])
             if record["state"] == "pruned":  # the search hears it was pruned, with its curve
                 found, _ = read_reports(os.path.join(record["folder"], REPORTS_FILE))
-                curve = [(r["step"], float(r["metrics"][metric])) for r in found if is_json_number(r["metrics"].get(metric))]
+                curve = [
+                    (r["step"], float(r["metrics"][metric])) for r in found if is_json_number(r["metrics"].get(metric))
+                ]
                 outcomes.append((trial.params, None, curve))
             else:
                 outcomes.append((trial.params, values))
@@ -152,8 +178,15 @@ class SweepSession:
         best = (max if objective.maximize else min)(scores) if scores else None
         return {"round": round_no, "trials": len(outcomes), "told": told, "scored": len(scores), "round_best": best}
 
-    def settle(self, round_no: int | None, run: str | None, log=lambda line: None, *, state: str = "failed",
-               why: str = "its runner stopped before recording an outcome (killed, or its job/process died)") -> int:
+    def settle(
+        self,
+        round_no: int | None,
+        run: str | None,
+        log=lambda line: None,
+        *,
+        state: str = "failed",
+        why: str = "its runner stopped before recording an outcome (killed, or its job/process died)",
+    ) -> int:
         """After a stage's trial tasks all ended: a trial this run started that is still ``running`` with nobody
         holding its claim (its runner died) is marked ``failed`` with that reason, or gets back the outcome its
         re-run would have replaced (TrialStore.end_unfinished). A trial this run never started keeps its record
@@ -171,9 +204,12 @@ class SweepSession:
             if written is None:
                 continue
             name = printable(trial.label or trial.trial_id)
-            log(f"trial {trial.index} {name} marked {written}: {why}" if written == state else
-                f"trial {trial.index} {name}: its re-run ended without an outcome ({why}); its earlier outcome "
-                f"({written}) stands")
+            log(
+                f"trial {trial.index} {name} marked {written}: {why}"
+                if written == state
+                else f"trial {trial.index} {name}: its re-run ended without an outcome ({why}); its earlier outcome "
+                f"({written}) stands"
+            )
             marked += 1
         return marked
 
@@ -205,25 +241,45 @@ class SweepSession:
         # the counts are this run's (a trial it did not start is not_started); the leaderboard, best and Pareto
         # front are the sweep's: every outcome that stands, whichever run established it
         table = state_counts(records, skipped, run, planned_at)
-        summary: dict[str, Any] = {"sweep": self.spec.name, "folder": self.store.dir, "search": self.spec.search,
-                                   "counts": {k: len(v) for k, v in table.items()}}
+        summary: dict[str, Any] = {
+            "sweep": self.spec.name,
+            "folder": self.store.dir,
+            "search": self.spec.search,
+            "counts": {k: len(v) for k, v in table.items()},
+        }
         self.store.write("summary.json", {**summary, "table": table, "records": records})
         text = format_counts(table)
         if self.spec.objective is not None:
             board = leaderboard(records, self.spec.objective, self.spec.top_n)
             self.store.write("leaderboard.json", {"objective": self.spec.objective.to_dict(), "leaderboard": board})
-            summary["leaderboard"] = [{k: r[k] for k in ("rank", "score", "label", "trial_id", "params", "front",
-                                                         "values") if k in r} for r in board]
+            summary["leaderboard"] = [
+                {k: r[k] for k in ("rank", "score", "label", "trial_id", "params", "front", "values") if k in r}
+                for r in board
+            ]
             if self.spec.objective.several:
                 front = pareto_front(records, self.spec.objective)
                 summary["pareto_front"] = [{k: r[k] for k in ("label", "trial_id", "params", "values")} for r in front]
-                self.store.write("pareto.json", {"objective": self.spec.objective.to_dict(),
-                                                 "front": [{k: r[k] for k in ("index", "label", "trial_id", "params",
-                                                                              "values", "folder")} for r in front]})
+                self.store.write(
+                    "pareto.json",
+                    {
+                        "objective": self.spec.objective.to_dict(),
+                        "front": [
+                            {k: r[k] for k in ("index", "label", "trial_id", "params", "values", "folder")}
+                            for r in front
+                        ],
+                    },
+                )
             summary["best"] = summary["leaderboard"][0] if board else None
             if board:
-                self.store.write("best.json", {"objective": self.spec.objective.to_dict(), **summary["best"],
-                                               "result": board[0]["result"], "folder": board[0]["folder"]})
+                self.store.write(
+                    "best.json",
+                    {
+                        "objective": self.spec.objective.to_dict(),
+                        **summary["best"],
+                        "result": board[0]["result"],
+                        "folder": board[0]["folder"],
+                    },
+                )
             text += "\n" + format_leaderboard(board, self.spec.objective)
         failed_here = {i for state in FAILED_STATES for i in table.get(state, [])}  # this run's failures
         failed = [r for r in records if r["index"] in failed_here and r["state"] in FAILED_STATES]
@@ -231,13 +287,16 @@ class SweepSession:
             text += "\nfailed, invalid or timed-out trials:\n" + "\n".join(
                 f"  {r['index']} {printable(r['label'] or r['trial_id'])} [{r['state']}]: {printable(str(r['error']))}"
                 + (f" (log: {printable(r['log'])})" if r.get("log") else "")
-                for r in failed[:20])
+                for r in failed[:20]
+            )
         summary["problems"] = [{k: r[k] for k in ("index", "trial_id", "label", "state", "error")} for r in failed]
         if self.spec.in_rounds and trials and not any(m.pending for m in manifests):
             # a finished adaptive sweep run again: its rounds replay what earlier runs proposed and ran
-            summary["note"] = (f"sweep {self.spec.name}: all {len(manifests)} round(s) were run by earlier runs "
-                               f"({len(trials)} trials, none new); raise rounds (now {self.spec.rounds}) to search "
-                               f"further, or force_rerun to evaluate them again")
+            summary["note"] = (
+                f"sweep {self.spec.name}: all {len(manifests)} round(s) were run by earlier runs "
+                f"({len(trials)} trials, none new); raise rounds (now {self.spec.rounds}) to search "
+                f"further, or force_rerun to evaluate them again"
+            )
             text = summary["note"] + "\n" + text
         summary["text"] = text
         return summary
@@ -252,13 +311,32 @@ class SweepSession:
                 n = self.spec.per_round if left is None else min(self.spec.per_round, left)
                 rows.append({"round": r, "trials": n})
                 left = None if left is None else left - n
-            return {"sweep": self.spec.name, "search": self.spec.search, "rounds": rows,
-                    "trials": sum(r["trials"] for r in rows), "folder": self.store.dir,
-                    "space_size": size}
+            return {
+                "sweep": self.spec.name,
+                "search": self.spec.search,
+                "rounds": rows,
+                "trials": sum(r["trials"] for r in rows),
+                "folder": self.store.dir,
+                "space_size": size,
+            }
         trials = self.spec.trials()
         states = {t.trial_id: self.store.state(t) for t in trials}
         would_run = sum(1 for t in trials if self.spec.force_rerun or states[t.trial_id] not in DONE_STATES)
-        return {"sweep": self.spec.name, "search": self.spec.search, "folder": self.store.dir, "trials": len(trials),
-                "would_run": would_run, "would_skip": len(trials) - would_run,
-                "table": [{"index": t.index, "trial_id": t.trial_id, "state": states[t.trial_id], "label": t.label,
-                           "params": nested(t.params)} for t in trials]}
+        return {
+            "sweep": self.spec.name,
+            "search": self.spec.search,
+            "folder": self.store.dir,
+            "trials": len(trials),
+            "would_run": would_run,
+            "would_skip": len(trials) - would_run,
+            "table": [
+                {
+                    "index": t.index,
+                    "trial_id": t.trial_id,
+                    "state": states[t.trial_id],
+                    "label": t.label,
+                    "params": nested(t.params),
+                }
+                for t in trials
+            ],
+        }

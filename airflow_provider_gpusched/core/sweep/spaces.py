@@ -136,8 +136,9 @@ class QUniform:
     def _points(self) -> list[float]:
         first, last = self._range()
         if last - first + 1 > MAX_POINTS:
-            raise InvalidArgumentError("quniform", (self.low, self.high, self.q),
-                                       f"at most {MAX_POINTS:,} multiples of q between low and high")
+            raise InvalidArgumentError(
+                "quniform", (self.low, self.high, self.q), f"at most {MAX_POINTS:,} multiples of q between low and high"
+            )
         return [_tidy(k * self.q) for k in range(first, last + 1)]
 
     def count(self, steps: int | None = None) -> int:

@@ -152,11 +152,16 @@ class TrialResources:
         if self.backend is not None and self.backend not in ("local", "slurm"):
             raise InvalidArgumentError(f"{where}.backend", self.backend, "'local' or 'slurm'")
         if self.devices is not None:
-            if (isinstance(self.devices, (str, bytes)) or not isinstance(self.devices, Sequence) or not self.devices
-                    or not all(is_int(d) and d >= 0 for d in self.devices)
-                    or len(set(self.devices)) != len(self.devices)):
-                raise InvalidArgumentError(f"{where}.devices", self.devices, "a list of distinct GPU indices such as "
-                                                                             "[0, 2]")
+            if (
+                isinstance(self.devices, (str, bytes))
+                or not isinstance(self.devices, Sequence)
+                or not self.devices
+                or not all(is_int(d) and d >= 0 for d in self.devices)
+                or len(set(self.devices)) != len(self.devices)
+            ):
+                raise InvalidArgumentError(
+                    f"{where}.devices", self.devices, "a list of distinct GPU indices such as [0, 2]"
+                )
             if len(self.devices) < max(1, self.gpus):
                 raise InvalidArgumentError(f"{where}.devices", self.devices, f"at least gpus={self.gpus} indices")
             self.devices = list(self.devices)
@@ -172,15 +177,19 @@ class TrialResources:
         if self.gpus_per_node is not None and (not is_int(self.gpus_per_node) or self.gpus_per_node < 0):
             raise InvalidArgumentError(f"{where}.gpus_per_node", self.gpus_per_node, "a whole number >= 0")
         if self.gpus_per_node is not None and self.gpus not in (1, self.gpus_per_node):
-            raise InvalidArgumentError(f"{where}.gpus_per_node", self.gpus_per_node,
-                                       f"the same as gpus ({self.gpus}), or gpus left out: on Slurm gpus is per node")
+            raise InvalidArgumentError(
+                f"{where}.gpus_per_node",
+                self.gpus_per_node,
+                f"the same as gpus ({self.gpus}), or gpus left out: on Slurm gpus is per node",
+            )
         if self.load_stage is not None and not isinstance(self.load_stage, bool):
             raise InvalidArgumentError(f"{where}.load_stage", self.load_stage, "true or false")
         if self.max_waiting is not None and (not is_int(self.max_waiting) or self.max_waiting < 0):
             raise InvalidArgumentError(f"{where}.max_waiting", self.max_waiting, "a whole number >= 0 (0: no bound)")
         if self.load_stage and self.distributed:
-            raise InvalidArgumentError(f"{where}.load_stage", self.load_stage,
-                                       "a trial started as one process (not with distributed=...)")
+            raise InvalidArgumentError(
+                f"{where}.load_stage", self.load_stage, "a trial started as one process (not with distributed=...)"
+            )
         self.distributed = check_mode(self.distributed, f"{where}.distributed")
         self.rank_exit_grace = check_grace(self.rank_exit_grace, f"{where}.rank_exit_grace")
         if isinstance(self.nodelist, tuple):
@@ -188,8 +197,13 @@ class TrialResources:
         if isinstance(self.exclude, tuple):
             self.exclude = list(self.exclude)
         # the job's shape, by the rules every Slurm job's is checked by (core/job_shape.py)
-        check_shape({n: getattr(self, n) for n in SHAPE_FIELDS}, cpus_per_task=self.cpus,
-                    distributed=self.distributed, where=f"{where}.", names={"cpus_per_task": "cpus"})
+        check_shape(
+            {n: getattr(self, n) for n in SHAPE_FIELDS},
+            cpus_per_task=self.cpus,
+            distributed=self.distributed,
+            where=f"{where}.",
+            names={"cpus_per_task": "cpus"},
+        )
 
     #: the job-shape settings that only Slurm has (gpus_per_node is the local backend's gpus too)
     SLURM_SHAPE = tuple(n for n in SHAPE_FIELDS if n != "gpus_per_node")
@@ -214,17 +228,24 @@ class TrialResources:
         """How the trial runner starts a trial's command as ranks (written into the manifest), or None."""
         if not self.distributed:
             return None
-        return {"mode": self.distributed, "backend": backend, "grace": self.rank_exit_grace,
-                "nproc_per_node": self.nproc_per_node}
+        return {
+            "mode": self.distributed,
+            "backend": backend,
+            "grace": self.rank_exit_grace,
+            "nproc_per_node": self.nproc_per_node,
+        }
 
     #: settings the local backend cannot honour yet: a trial that asks for them is refused, never run without them
     #: (docs/sweeps.md: each setting against each backend)
     NOT_LOCAL = {"partition": "a Slurm partition", "qos": "a Slurm QOS"}
     #: settings the Slurm backend cannot honour: they describe this host's GPUs
-    NOT_SLURM = {"gpu_memory": "a share of a GPU's memory (Slurm allocates GPUs whole)",
-                 "devices": "this host's GPU indices", "device_groups": "this host's GPU groups",
-                 "load_stage": "a load stage before the GPUs (a Slurm job gets its GPUs when it starts)",
-                 "max_waiting": "a bound on this host's load stages"}
+    NOT_SLURM = {
+        "gpu_memory": "a share of a GPU's memory (Slurm allocates GPUs whole)",
+        "devices": "this host's GPU indices",
+        "device_groups": "this host's GPU groups",
+        "load_stage": "a load stage before the GPUs (a Slurm job gets its GPUs when it starts)",
+        "max_waiting": "a bound on this host's load stages",
+    }
 
     def not_local(self) -> list[str]:
         """The settings given that the local backend cannot honour, as ``name=value``."""
@@ -234,41 +255,62 @@ class TrialResources:
         """Refuse the settings that ``backend`` cannot honour (docs/sweeps.md: each setting per backend), naming the
         setting and the backend: nothing is dropped without a word."""
         if self.backend is not None and self.backend != backend:
-            raise GpuschedError(f"sweep {sweep}: resources.backend={self.backend!r} (pavi's launcher): these trials "
-                                f"run on {self.backend} only, not on the {backend} backend")
+            raise GpuschedError(
+                f"sweep {sweep}: resources.backend={self.backend!r} (pavi's launcher): these trials "
+                f"run on {self.backend} only, not on the {backend} backend"
+            )
         if backend == "slurm":
             given = [name for name in self.NOT_SLURM if getattr(self, name) not in (None, False)]
             if given:
                 name = given[0]
-                raise GpuschedError(f"sweep {sweep}: resources.{name}={getattr(self, name)!r}: {self.NOT_SLURM[name]} "
-                                    f"is not something the Slurm backend honours; leave {name} out for "
-                                    f"backend='slurm' (docs/sweeps.md lists each setting per backend)")
+                raise GpuschedError(
+                    f"sweep {sweep}: resources.{name}={getattr(self, name)!r}: {self.NOT_SLURM[name]} "
+                    f"is not something the Slurm backend honours; leave {name} out for "
+                    f"backend='slurm' (docs/sweeps.md lists each setting per backend)"
+                )
             return
         if backend != "local":
             return
-        slurm_only = [n for n in self.SLURM_SHAPE if getattr(self, n) is not None
-                      and not (n == "nodes" and self.nodes in (1, "1"))]
+        slurm_only = [
+            n
+            for n in self.SLURM_SHAPE
+            if getattr(self, n) is not None and not (n == "nodes" and self.nodes in (1, "1"))
+        ]
         if slurm_only:
             name = slurm_only[0]
-            raise GpuschedError(f"sweep {sweep}: resources.{name}={getattr(self, name)!r} is a Slurm job setting "
-                                f"that the local backend cannot honour (local GPUs are one host); run such trials "
-                                f"with backend='slurm', or leave {name} out")
+            raise GpuschedError(
+                f"sweep {sweep}: resources.{name}={getattr(self, name)!r} is a Slurm job setting "
+                f"that the local backend cannot honour (local GPUs are one host); run such trials "
+                f"with backend='slurm', or leave {name} out"
+            )
         refused = self.not_local()
         if refused:
             name = refused[0].split("=")[0]
-            raise GpuschedError(f"sweep {sweep}: resources.{refused[0]}: {self.NOT_LOCAL[name]} is not something "
-                                f"the local backend honours; run such trials with backend='slurm', or leave {name} "
-                                f"out (docs/sweeps.md lists each setting per backend)")
+            raise GpuschedError(
+                f"sweep {sweep}: resources.{refused[0]}: {self.NOT_LOCAL[name]} is not something "
+                f"the local backend honours; run such trials with backend='slurm', or leave {name} "
+                f"out (docs/sweeps.md lists each setting per backend)"
+            )
 
     def local_gpu_arguments(self) -> dict[str, Any]:
         """What a trial on local GPUs asks for (``LocalGPUOperator`` arguments): at least one GPU; ``mem``
         (Slurm's --mem) is the host RAM it reserves, ``cpus`` the host CPUs (pinned); ``setup`` lines run in the
         trial's shell first."""
-        return {"gpus": max(1, self.gpus_on_each_node), "gpu_memory": self.gpu_memory, "mem": self.mem,
-                "job_class": self.job_class, "priority": self.priority, "env": self.env or None,
-                "devices": self.devices, "device_groups": self.device_groups, "setup": self.setup or None,
-                "cpus": self.cpus,
-                "time_limit": self.time_limit, "load_stage": bool(self.load_stage), "max_waiting": self.max_waiting}
+        return {
+            "gpus": max(1, self.gpus_on_each_node),
+            "gpu_memory": self.gpu_memory,
+            "mem": self.mem,
+            "job_class": self.job_class,
+            "priority": self.priority,
+            "env": self.env or None,
+            "devices": self.devices,
+            "device_groups": self.device_groups,
+            "setup": self.setup or None,
+            "cpus": self.cpus,
+            "time_limit": self.time_limit,
+            "load_stage": bool(self.load_stage),
+            "max_waiting": self.max_waiting,
+        }
 
     def local_gpu_request(self, host_limits: Mapping[str, Any]) -> Any:
         """The :class:`~airflow_provider_gpusched.core.gpu.placement.GPURequest` of one trial on local GPUs, with
@@ -280,16 +322,32 @@ class TrialResources:
         limits = dict(host_limits)
         if wanted["max_waiting"] is not None:
             limits["max_waiting"] = wanted["max_waiting"]
-        return GPURequest(gpus=wanted["gpus"], gpu_memory=wanted["gpu_memory"], host_memory=wanted["mem"],
-                          devices=wanted["devices"], cpus=wanted["cpus"], device_groups=wanted["device_groups"],
-                          load_stage=wanted["load_stage"], **limits)
+        return GPURequest(
+            gpus=wanted["gpus"],
+            gpu_memory=wanted["gpu_memory"],
+            host_memory=wanted["mem"],
+            devices=wanted["devices"],
+            cpus=wanted["cpus"],
+            device_groups=wanted["device_groups"],
+            load_stage=wanted["load_stage"],
+            **limits,
+        )
 
     def slurm_arguments(self) -> dict[str, Any]:
         """What a trial on Slurm asks for (``SlurmJobOperator`` arguments); unset ones are left to Slurm."""
-        return {"gpus": self.gpus_on_each_node or None, "cpus": self.cpus, "mem": self.mem,
-                "partition": self.partition, "qos": self.qos, "time_limit": self.time_limit,
-                "setup": self.setup or None, "job_class": self.job_class, "priority": self.priority,
-                "env": self.env or None, **self.job_shape()}
+        return {
+            "gpus": self.gpus_on_each_node or None,
+            "cpus": self.cpus,
+            "mem": self.mem,
+            "partition": self.partition,
+            "qos": self.qos,
+            "time_limit": self.time_limit,
+            "setup": self.setup or None,
+            "job_class": self.job_class,
+            "priority": self.priority,
+            "env": self.env or None,
+            **self.job_shape(),
+        }
 
 
 @dataclass
@@ -347,9 +405,13 @@ class SweepSpec:
         w = self.where
         check_sweep_name(self.name, f"{w}: name")
         if "." in self.name:  # Airflow's group ids: '.' joins a group's id to its tasks' ids
-            raise InvalidArgumentError(f"{w}: name", self.name, "a sweep name of letters, digits, '_' and '-' (it "
-                                                                "becomes the Airflow task group id, where '.' is not "
-                                                                "allowed)")
+            raise InvalidArgumentError(
+                f"{w}: name",
+                self.name,
+                "a sweep name of letters, digits, '_' and '-' (it "
+                "becomes the Airflow task group id, where '.' is not "
+                "allowed)",
+            )
         if not isinstance(self.search, str) or self.search not in SEARCH_KINDS:
             raise InvalidArgumentError(f"{w}: search", self.search, f"one of {list(SEARCH_KINDS)}")
         self._check_shared_fields()
@@ -360,9 +422,12 @@ class SweepSpec:
         size = self.stage_size()
         if size > self.max_trials:
             raise InvalidArgumentError(
-                f"{w}: {self.kind.size_key}", f"{size:,} trials", f"at most max_trials={self.max_trials:,} trials per "
+                f"{w}: {self.kind.size_key}",
+                f"{size:,} trials",
+                f"at most max_trials={self.max_trials:,} trials per "
                 f"stage: split the sweep, lower grid_steps/count, or raise max_trials (in the spec, or "
-                f"$GPUSCHED_MAX_TRIALS) to run it")
+                f"$GPUSCHED_MAX_TRIALS) to run it",
+            )
         self._check_placeholders()
 
     def _check_shared_fields(self) -> None:
@@ -379,8 +444,9 @@ class SweepSpec:
         if isinstance(self.objective, str):
             self.objective = Objective.parse(self.objective, f"{w}: objective")
         if self.objective is not None and not isinstance(self.objective, (Objective, Mapping)):
-            raise InvalidArgumentError(f"{w}: objective", self.objective, "a mapping such as {metric: acc, mode: "
-                                                                          "maximize}, or 'maximize acc'")
+            raise InvalidArgumentError(
+                f"{w}: objective", self.objective, "a mapping such as {metric: acc, mode: maximize}, or 'maximize acc'"
+            )
         if not isinstance(self.resources, (TrialResources, Mapping)):
             raise InvalidArgumentError(f"{w}: resources", self.resources, "a mapping such as {gpus: 1}")
         if self.evolution is not None and not isinstance(self.evolution, (EvolutionSettings, Mapping)):
@@ -390,23 +456,33 @@ class SweepSpec:
         for name in ("force_rerun", "shared_with_other_dags"):  # YAML 'no' in quotes is a string, and would be true
             if not isinstance(getattr(self, name), bool):
                 raise InvalidArgumentError(f"{w}: {name}", getattr(self, name), "true or false")
-        if self.results_root is not None and (not isinstance(self.results_root, str) or not self.results_root
-                                              or "\x00" in self.results_root):
+        if self.results_root is not None and (
+            not isinstance(self.results_root, str) or not self.results_root or "\x00" in self.results_root
+        ):
             raise InvalidArgumentError(f"{w}: results_root", self.results_root, "a directory path")
         if self.code_version is not None and not isinstance(self.code_version, str):
             raise InvalidArgumentError(f"{w}: code_version", self.code_version, "a string")
-        if self.grid_steps is not None and (not is_int(self.grid_steps)
-                                            or not 1 <= self.grid_steps <= spaces.MAX_POINTS):
-            raise InvalidArgumentError(f"{w}: grid_steps", self.grid_steps, f"an integer from 1 to {spaces.MAX_POINTS:,}")
+        if self.grid_steps is not None and (
+            not is_int(self.grid_steps) or not 1 <= self.grid_steps <= spaces.MAX_POINTS
+        ):
+            raise InvalidArgumentError(
+                f"{w}: grid_steps", self.grid_steps, f"an integer from 1 to {spaces.MAX_POINTS:,}"
+            )
         if self.max_trials is None:
             self.max_trials = _env_max_trials(w)
         check_int(self.max_trials, f"{w}: max_trials", 1)
-        for key, value in (("global_config", self.global_config), ("test_config", self.test_config),
-                           ("space", self.space)):
+        for key, value in (
+            ("global_config", self.global_config),
+            ("test_config", self.test_config),
+            ("space", self.space),
+        ):
             _check_finite(value, f"{w}: {key}")
         if isinstance(self.test_config, Sequence) and not isinstance(self.test_config, str) and not self.test_config:
-            raise InvalidArgumentError(f"{w}: test_config", self.test_config,
-                                       "a non-empty list of mappings (leave it out for one trial of global_config)")
+            raise InvalidArgumentError(
+                f"{w}: test_config",
+                self.test_config,
+                "a non-empty list of mappings (leave it out for one trial of global_config)",
+            )
 
     def _build_parts(self) -> None:
         """The objective, resources, labels and pruning rule, from mappings where the spec gave mappings."""
@@ -420,8 +496,11 @@ class SweepSpec:
         if isinstance(self.label_format, Mapping):
             self.label_format = _build(LabelFormat, self.label_format, f"{w}: label_format")
         if not isinstance(self.label_format, LabelFormat):
-            raise InvalidArgumentError(f"{w}: label_format", self.label_format,
-                                       "a mapping such as {indicator: '-', separator: ',', value_maxlen: 30}")
+            raise InvalidArgumentError(
+                f"{w}: label_format",
+                self.label_format,
+                "a mapping such as {indicator: '-', separator: ',', value_maxlen: 30}",
+            )
         self.label_format.check(f"{w}: label_format")
         self.resources.check(f"{w}: resources")
         if isinstance(self.pruning, str):
@@ -434,44 +513,58 @@ class SweepSpec:
     def _check_pruning(self) -> None:
         w = self.where
         if not isinstance(self.pruning, PruningRule):
-            raise InvalidArgumentError(f"{w}: pruning", self.pruning, "a rule such as {rule: median} or "
-                                                                      "{rule: asha, reduction_factor: 3}")
+            raise InvalidArgumentError(
+                f"{w}: pruning", self.pruning, "a rule such as {rule: median} or {rule: asha, reduction_factor: 3}"
+            )
         self.pruning.check(f"{w}: pruning")
         if self.objective is None and (self.pruning.metric is None or self.pruning.mode is None):
-            raise InvalidArgumentError(f"{w}: pruning", self.pruning.rule, "an objective (or pruning.metric "
-                                                                           "and pruning.mode) to judge trials by")
+            raise InvalidArgumentError(
+                f"{w}: pruning",
+                self.pruning.rule,
+                "an objective (or pruning.metric and pruning.mode) to judge trials by",
+            )
         if self.objective is not None:
             # several metrics: the rule judges the first unless pruning.metric names another
             primary = self.objective.primary
             self.pruning.metric = self.pruning.metric or primary.metric
             self.pruning.mode = self.pruning.mode or (
-                dict(zip(self.objective.metrics, self.objective.modes, strict=True)).get(self.pruning.metric, primary.mode))
+                dict(zip(self.objective.metrics, self.objective.modes, strict=True)).get(
+                    self.pruning.metric, primary.mode
+                )
+            )
 
     def _check_target(self) -> None:
         """What a trial runs: exactly one of an argv list or a Python callable, and the optional env function."""
         w = self.where
         if (self.command is None) == (self.python_callable is None):
-            raise InvalidArgumentError(f"{w}: command", self.command,
-                                       "exactly one of command (an argv list) or python_callable")
+            raise InvalidArgumentError(
+                f"{w}: command", self.command, "exactly one of command (an argv list) or python_callable"
+            )
         if self.resources.distributed and self.python_callable is not None:
-            raise InvalidArgumentError(f"{w}: resources.distributed", self.resources.distributed,
-                                       "a command target (a python_callable trial runs inside the trial runner's own "
-                                       "process; start the ranks from a command such as ['python', 'train.py'])")
+            raise InvalidArgumentError(
+                f"{w}: resources.distributed",
+                self.resources.distributed,
+                "a command target (a python_callable trial runs inside the trial runner's own "
+                "process; start the ranks from a command such as ['python', 'train.py'])",
+            )
         if self.command is not None:
             if isinstance(self.command, str) or not isinstance(self.command, Sequence) or not self.command:
-                raise InvalidArgumentError(f"{w}: command", self.command,
-                                           "a non-empty argv list such as [python, train.py, --lr, '{lr}']")
+                raise InvalidArgumentError(
+                    f"{w}: command", self.command, "a non-empty argv list such as [python, train.py, --lr, '{lr}']"
+                )
             for i, arg in enumerate(self.command):
                 if isinstance(arg, bool) or not isinstance(arg, (str, int, float)) or "\x00" in str(arg):
-                    raise InvalidArgumentError(f"{w}: command[{i}]", arg, "a string or number (quote true/false/"
-                                                                          "null and lists in YAML)")
+                    raise InvalidArgumentError(
+                        f"{w}: command[{i}]", arg, "a string or number (quote true/false/null and lists in YAML)"
+                    )
             self.command = [str(a) for a in self.command]
             self._resolve_command_paths()
         if isinstance(self.required_env, str):
             self.required_env = import_callable(self.required_env, f"{w}: required_env")
         if self.required_env is not None and not callable(self.required_env):
-            raise InvalidArgumentError(f"{w}: required_env", self.required_env,
-                                       "a function (params, trial_dir) -> {name: value}")
+            raise InvalidArgumentError(
+                f"{w}: required_env", self.required_env, "a function (params, trial_dir) -> {name: value}"
+            )
         if self.python_callable is not None and not callable(self.python_callable):
             raise InvalidArgumentError(f"{w}: python_callable", self.python_callable, "a callable")
 
@@ -483,8 +576,13 @@ class SweepSpec:
         check_int(self.seed, f"{w}: seed")
         if self.on_invalid_result not in ("fail", "record"):
             raise InvalidArgumentError(f"{w}: on_invalid_result", self.on_invalid_result, "'fail' or 'record'")
-        check_int(self.max_failed_trials, f"{w}: max_failed_trials", 0, optional=True,
-                  expected="a whole number >= 0, or null for any number")
+        check_int(
+            self.max_failed_trials,
+            f"{w}: max_failed_trials",
+            0,
+            optional=True,
+            expected="a whole number >= 0, or null for any number",
+        )
 
     def _check_placeholders(self) -> None:
         """Every ``{{ name }}`` in the config template and ``{name}`` in the command names something a trial has."""
@@ -495,19 +593,25 @@ class SweepSpec:
             known = set(self.parameter_names()) | set(TRIAL_FIELDS)
             unknown = [n for n in self._template.names if n not in known]
             if unknown:
-                raise InvalidArgumentError(f"{w}: config_template", f"{self.config_template}: {{{{ {unknown[0]} }}}}",
-                                           f"placeholders naming a parameter or one of {list(TRIAL_FIELDS)} "
-                                           f"(parameters: {sorted(self.parameter_names())})")
+                raise InvalidArgumentError(
+                    f"{w}: config_template",
+                    f"{self.config_template}: {{{{ {unknown[0]} }}}}",
+                    f"placeholders naming a parameter or one of {list(TRIAL_FIELDS)} "
+                    f"(parameters: {sorted(self.parameter_names())})",
+                )
         if self.command is not None:
             known = set(self.parameter_names()) | set(TRIAL_FIELDS) | ({"config"} if self._template else set())
             for arg in self.command:
                 for name in _PLACEHOLDER.findall(re.sub(r"\{\{|\}\}", "", arg)):
                     if name not in known:
-                        raise InvalidArgumentError(f"{w}: command", arg,
-                                                   f"placeholders naming a parameter or one of {list(TRIAL_FIELDS)}; "
-                                                   f"{{{name}}} is neither (parameters: {sorted(self.parameter_names())}). "
-                                                   "A brace meant literally (inline code, such as Python's f'{x}') "
-                                                   "is written twice: f'{{x}}' reaches the program as f'{x}'")
+                        raise InvalidArgumentError(
+                            f"{w}: command",
+                            arg,
+                            f"placeholders naming a parameter or one of {list(TRIAL_FIELDS)}; "
+                            f"{{{name}}} is neither (parameters: {sorted(self.parameter_names())}). "
+                            "A brace meant literally (inline code, such as Python's f'{x}') "
+                            "is written twice: f'{{x}}' reaches the program as f'{x}'",
+                        )
 
     def _resolve_command_paths(self) -> None:
         """A trial's command runs in the trial's own folder, so a relative path there would name nothing: a
@@ -578,8 +682,11 @@ class SweepSpec:
     def from_dict(cls, data: Any, where: str = "sweep") -> SweepSpec:
         if not isinstance(data, Mapping):
             raise InvalidArgumentError(where, data, "a mapping with name, command and a search space")
-        allowed = {f.name for f in fields(cls)} - {"where", "python_callable"} | {"callable", "scheduler_config",
-                                                                                "function_resource"}
+        allowed = {f.name for f in fields(cls)} - {"where", "python_callable"} | {
+            "callable",
+            "scheduler_config",
+            "function_resource",
+        }
         if "name" not in data:
             raise InvalidArgumentError(f"{where}: name", None, "a sweep name (the key is missing)")
         unknown = [k for k in data if k not in allowed]
@@ -588,8 +695,9 @@ class SweepSpec:
         kwargs = dict(data)
         if "function_resource" in kwargs:  # pavi's name for the resources of each call
             if "resources" in kwargs:
-                raise InvalidArgumentError(f"{where}: function_resource", kwargs["function_resource"],
-                                           "one place: resources is given too")
+                raise InvalidArgumentError(
+                    f"{where}: function_resource", kwargs["function_resource"], "one place: resources is given too"
+                )
             kwargs["resources"] = kwargs.pop("function_resource")
         if "scheduler_config" in kwargs:
             kwargs = _scheduler_config(kwargs, where)
@@ -598,12 +706,17 @@ class SweepSpec:
         if "test_config" in kwargs and isinstance(kwargs["test_config"], list):
             kwargs["test_config"] = [
                 {k: parse_dim(v, f"{where}: test_config[{i}].{k}") for k, v in block.items()}
-                if isinstance(block, Mapping) else block for i, block in enumerate(kwargs["test_config"])]
+                if isinstance(block, Mapping)
+                else block
+                for i, block in enumerate(kwargs["test_config"])
+            ]
         if "space" in kwargs and isinstance(kwargs["space"], Mapping):
             kwargs["space"] = {k: parse_dim(v, f"{where}: space.{k}") for k, v in kwargs["space"].items()}
         if isinstance(kwargs.get("evolution"), Mapping) and isinstance(kwargs["evolution"].get("measure"), str):
-            kwargs["evolution"] = {**kwargs["evolution"], "measure": import_callable(
-                kwargs["evolution"]["measure"], f"{where}: evolution.measure")}
+            kwargs["evolution"] = {
+                **kwargs["evolution"],
+                "measure": import_callable(kwargs["evolution"]["measure"], f"{where}: evolution.measure"),
+            }
         return cls(**kwargs, where=where)
 
     @classmethod
@@ -630,19 +743,27 @@ class SweepSpec:
             raise InvalidArgumentError(f"{path}:{at}", getattr(exc, "problem", str(exc)), "valid YAML") from None
         if isinstance(data, Mapping) and isinstance(data.get("config_template"), str):
             # a relative template path is relative to the spec file, wherever the command is run from
-            data = {**data, "config_template": os.path.join(os.path.dirname(os.path.abspath(path)),
-                                                            os.path.expanduser(data["config_template"]))}
+            data = {
+                **data,
+                "config_template": os.path.join(
+                    os.path.dirname(os.path.abspath(path)), os.path.expanduser(data["config_template"])
+                ),
+            }
         if isinstance(data, Mapping):  # relative paths in the command: relative to the spec file
             data = {"base_dir": os.path.dirname(os.path.abspath(path)), **data}
         return cls.from_dict(data, where=path)
 
 
 #: GPU Task Scheduler's scheduler_config keys, and where each goes
-SCHEDULER_CONFIG = {"gpu": "resources.devices", "result_root_folder": "results_root", "force_rerun": "force_rerun",
-                    "test_config_string_indicator": "label_format.indicator",
-                    "test_config_string_separator": "label_format.separator",
-                    "config_string_value_maxlen": "label_format.value_maxlen",
-                    "test_config_string_inst_separator": "label_format.instance_separator"}
+SCHEDULER_CONFIG = {
+    "gpu": "resources.devices",
+    "result_root_folder": "results_root",
+    "force_rerun": "force_rerun",
+    "test_config_string_indicator": "label_format.indicator",
+    "test_config_string_separator": "label_format.separator",
+    "config_string_value_maxlen": "label_format.value_maxlen",
+    "test_config_string_inst_separator": "label_format.instance_separator",
+}
 
 
 def _scheduler_config(data: Mapping, where: str) -> dict:
@@ -660,8 +781,11 @@ def _scheduler_config(data: Mapping, where: str) -> dict:
     ignored = ("temp_folder", "log_file", "scheduler_log_file_path")
     unknown = [k for k in block if k not in SCHEDULER_CONFIG and k not in ignored]
     if unknown:
-        raise InvalidArgumentError(f"{w}.{unknown[0]}", block[unknown[0]],
-                                   f"a GPU Task Scheduler key (one of {sorted([*SCHEDULER_CONFIG, *ignored])})")
+        raise InvalidArgumentError(
+            f"{w}.{unknown[0]}",
+            block[unknown[0]],
+            f"a GPU Task Scheduler key (one of {sorted([*SCHEDULER_CONFIG, *ignored])})",
+        )
     for key, value in block.items():
         if key in ignored:
             continue
@@ -681,8 +805,9 @@ def _scheduler_config(data: Mapping, where: str) -> dict:
         if key == "gpu":
             gpus, devices, groups = value
             if "devices" in section or "device_groups" in section:
-                raise InvalidArgumentError(f"{w}.gpu", block[key], "one place: resources.devices (or device_groups) "
-                                           "is given too")
+                raise InvalidArgumentError(
+                    f"{w}.gpu", block[key], "one place: resources.devices (or device_groups) is given too"
+                )
             if groups is not None:  # groups, or a mixed list: each trial takes one whole group
                 section["device_groups"] = groups
             else:
@@ -703,14 +828,19 @@ def _scheduler_config(data: Mapping, where: str) -> dict:
 def _gpu_groups(value: Any, where: str) -> tuple[int, list[int], list[list[int]] | None]:
     """``(gpus, devices, None)`` for a list of GPU ids (each trial one GPU of them); ``(largest group, ids,
     groups)`` when the list holds groups (``[["0", "1"], ["2", "3"]]``, or mixed ``["0", ["1", "2"]]``)."""
-    groups = [g if isinstance(g, (list, tuple)) else [g] for g in value] \
-        if isinstance(value, (list, tuple)) and value else None
+    groups = (
+        [g if isinstance(g, (list, tuple)) else [g] for g in value]
+        if isinstance(value, (list, tuple)) and value
+        else None
+    )
     try:
         indices = [[int(str(d), 10) for d in g] for g in groups] if groups else None
     except ValueError:
         indices = None
     if not indices or any(not g or min(g) < 0 for g in indices):
-        raise InvalidArgumentError(where, value, "GPU ids such as ['0', '1'] or groups such as [['0', '1'], ['2', '3']]")
+        raise InvalidArgumentError(
+            where, value, "GPU ids such as ['0', '1'] or groups such as [['0', '1'], ['2', '3']]"
+        )
     flat = [d for g in indices for d in g]
     if len(set(flat)) != len(flat):
         raise InvalidArgumentError(where, value, "each GPU id once")
@@ -762,9 +892,13 @@ def _pavi_launch(data: dict, where: str) -> dict:
     runs the trials on Slurm only (``backend``), ``dist_params`` starts them as ranks (one per GPU: srun on Slurm,
     torchrun elsewhere) with ``$GPUSCHED_DIST_BACKEND`` naming the backend for ``init_process_group``."""
     if "executor" in data:
-        raise InvalidArgumentError(f"{where}.executor", data["executor"], "no executor: pavi's cluster name has no "
-                                   "meaning here; the sweep's Slurm connection picks the cluster "
-                                   "(sweep_task_group(spec, backend='slurm', slurm_conn_id=...))")
+        raise InvalidArgumentError(
+            f"{where}.executor",
+            data["executor"],
+            "no executor: pavi's cluster name has no "
+            "meaning here; the sweep's Slurm connection picks the cluster "
+            "(sweep_task_group(spec, backend='slurm', slurm_conn_id=...))",
+        )
     launcher = data.pop("launcher", None)
     if launcher is not None and launcher not in PAVI_LAUNCHERS:
         raise InvalidArgumentError(f"{where}.launcher", launcher, f"one of {sorted(PAVI_LAUNCHERS)} (pavi's launchers)")
@@ -808,7 +942,7 @@ def _refuse_misspelt_space(value: Mapping, where: str) -> None:
     rest = {k: v for k, v in value.items() if k != "when"}
     if len(rest) != 1:
         return
-    (key, args), = rest.items()
+    ((key, args),) = rest.items()
     if not isinstance(key, str) or not isinstance(args, list):
         return
     import difflib
@@ -822,8 +956,9 @@ def _refuse_misspelt_space(value: Mapping, where: str) -> None:
 def parse_dim(value: Any, where: str) -> Any:
     """YAML form of a dimension: a list of values, ``{uniform: [lo, hi]}`` and friends, ``{values: [...]}``,
     each optionally with ``when: {param: value-or-list}``; a nested plain mapping stays nested."""
-    if isinstance(value, (spaces.Choice, spaces.Uniform, spaces.LogUniform, spaces.RandInt, spaces.QUniform,
-                          spaces.Conditional)):
+    if isinstance(
+        value, (spaces.Choice, spaces.Uniform, spaces.LogUniform, spaces.RandInt, spaces.QUniform, spaces.Conditional)
+    ):
         return value
     if not isinstance(value, Mapping):
         return value
@@ -835,8 +970,9 @@ def parse_dim(value: Any, where: str) -> Any:
         return {k: parse_dim(v, f"{where}.{k}") for k, v in value.items()}
     extra = [k for k in value if k not in (*kinds, "when")]
     if len(kinds) > 1 or extra:
-        raise InvalidArgumentError(where, dict(value), "one space (choice/uniform/loguniform/randint/quniform/values) "
-                                                       "and optionally when")
+        raise InvalidArgumentError(
+            where, dict(value), "one space (choice/uniform/loguniform/randint/quniform/values) and optionally when"
+        )
     kind = kinds[0]
     args = value[kind]
     try:
@@ -880,8 +1016,16 @@ MAX_CONFIG_TEMPLATE = 1 << 20
 #: how a value is written into each kind of config template (by file extension): a literal of the file's language,
 #: so that a value can never become code or syntax. Other extensions take the value as text, refused when it holds
 #: a newline or another control character (it could add a key or a command).
-TEMPLATE_KINDS = {".py": "python", ".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "yaml",
-                  ".sh": "shell", ".bash": "shell", ".zsh": "shell"}
+TEMPLATE_KINDS = {
+    ".py": "python",
+    ".json": "json",
+    ".yaml": "yaml",
+    ".yml": "yaml",
+    ".toml": "yaml",
+    ".sh": "shell",
+    ".bash": "shell",
+    ".zsh": "shell",
+}
 
 
 class ConfigTemplate:
@@ -898,9 +1042,12 @@ class ConfigTemplate:
         self.kind = TEMPLATE_KINDS.get(os.path.splitext(name)[1].lower(), "text")
         quoted = _quoted_placeholder(text, self.kind)
         if quoted:
-            raise InvalidArgumentError("config_template", f"{name}: {quoted}",
-                                       "a placeholder outside quotes: it is written as a quoted literal of the "
-                                       "file's language (remove the quotes around it)")
+            raise InvalidArgumentError(
+                "config_template",
+                f"{name}: {quoted}",
+                "a placeholder outside quotes: it is written as a quoted literal of the "
+                "file's language (remove the quotes around it)",
+            )
         #: placeholders (by offset) that stand in a shell comment: their value may hold no newline
         self.in_comment: set[int] = set()
         if self.kind == "shell":
@@ -908,10 +1055,12 @@ class ConfigTemplate:
             if why:
                 line = text.count("\n", 0, where) + 1
                 raise InvalidArgumentError(
-                    "config_template", f"{name}, line {line}: {_TEMPLATE_PLACEHOLDER.match(text, where).group(0)}",
+                    "config_template",
+                    f"{name}, line {line}: {_TEMPLATE_PLACEHOLDER.match(text, where).group(0)}",
                     f"a placeholder where its quoted value stays one shell word, not {why} (there a value can "
                     f"become code). Write it outside (e.g. printf '%s\\n' {{{{ name }}}} >> file) or use a "
-                    f".yaml/.json/.cfg template")
+                    f".yaml/.json/.cfg template",
+                )
 
     @classmethod
     def read(cls, path: Any, where: str) -> ConfigTemplate:
@@ -935,8 +1084,11 @@ class ConfigTemplate:
         def literal(match: re.Match) -> str:
             name = match.group(1)
             if name not in values:
-                raise InvalidArgumentError("config_template", f"{self.name}: {{{{ {name} }}}}",
-                                           f"a parameter this trial has (it has {sorted(values)}; a conditional one?)")
+                raise InvalidArgumentError(
+                    "config_template",
+                    f"{self.name}: {{{{ {name} }}}}",
+                    f"a parameter this trial has (it has {sorted(values)}; a conditional one?)",
+                )
             value = values[name]
             if self.kind == "python":
                 return repr(value)
@@ -947,15 +1099,21 @@ class ConfigTemplate:
 
                 text = _text(value)
                 if match.start() in self.in_comment and _CONTROL.search(text):
-                    raise InvalidArgumentError("config_template", f"{self.name}: {{{{ {name} }}}} = {text!r}",
-                                               "a value without newlines or control characters in a shell comment "
-                                               "(a newline would end the comment and start a command)")
+                    raise InvalidArgumentError(
+                        "config_template",
+                        f"{self.name}: {{{{ {name} }}}} = {text!r}",
+                        "a value without newlines or control characters in a shell comment "
+                        "(a newline would end the comment and start a command)",
+                    )
                 return shlex.quote(text)
             text = _text(value)
             if _CONTROL.search(text):
-                raise InvalidArgumentError("config_template", f"{self.name}: {{{{ {name} }}}} = {text!r}",
-                                           "a value without newlines or control characters in a plain-text "
-                                           "template (it could add a line of its own)")
+                raise InvalidArgumentError(
+                    "config_template",
+                    f"{self.name}: {{{{ {name} }}}} = {text!r}",
+                    "a value without newlines or control characters in a plain-text "
+                    "template (it could add a line of its own)",
+                )
             return text
 
         return _TEMPLATE_PLACEHOLDER.sub(literal, self.text)
@@ -1022,7 +1180,7 @@ def _shell_placeholder_contexts(text: str) -> tuple[int, str, set[int]]:
             quote = c
         elif text.startswith("<<", i) and not text.startswith("<<<", i):
             here = _HEREDOC.match(text, i)
-            named = _TEMPLATE_PLACEHOLDER.match(text, len(text) - len(text[i + 2:].lstrip("-'\" \t\\")))
+            named = _TEMPLATE_PLACEHOLDER.match(text, len(text) - len(text[i + 2 :].lstrip("-'\" \t\\")))
             delimiter = next((g for g in here.group(2, 3, 4) if g is not None), "") if here else ""
             if named or _TEMPLATE_PLACEHOLDER.search(delimiter):
                 return (named or _TEMPLATE_PLACEHOLDER.search(text, i)).start(), "as a heredoc's delimiter", comments
@@ -1047,8 +1205,11 @@ def _quoted_placeholder(text: str, kind: str) -> str:
         marked = _TEMPLATE_PLACEHOLDER.sub(lambda m: f"__gpusched_placeholder_{m.start()}__", text)
         try:
             for token in tokenize.generate_tokens(io.StringIO(marked).readline):
-                if token.type != tokenize.COMMENT and token.type not in (tokenize.NAME, tokenize.OP) and \
-                        "__gpusched_placeholder_" in token.string:
+                if (
+                    token.type != tokenize.COMMENT
+                    and token.type not in (tokenize.NAME, tokenize.OP)
+                    and "__gpusched_placeholder_" in token.string
+                ):
                     start = int(token.string.split("__gpusched_placeholder_", 1)[1].split("__", 1)[0])
                     return _TEMPLATE_PLACEHOLDER.match(text, start).group(0)
         except (tokenize.TokenError, SyntaxError, IndentationError):
@@ -1087,8 +1248,9 @@ def placeholder_values(params: Mapping[str, Any], trial_dir: str, trial: Trial) 
     return {**params, "trial_dir": trial_dir, "trial_id": trial.trial_id, "label": trial.label}
 
 
-def format_command(command: Sequence[str], params: Mapping[str, Any], trial_dir: str, trial: Trial,
-                   config: str | None = None) -> list[str]:
+def format_command(
+    command: Sequence[str], params: Mapping[str, Any], trial_dir: str, trial: Trial, config: str | None = None
+) -> list[str]:
     """Fill ``{param}`` placeholders (dotted names allowed) in each argv element. Values are put in as text,
     each argument stays one argument (no shell): spaces, quotes and ``;`` arrive verbatim. ``{{``/``}}``
     give literal braces."""
@@ -1111,8 +1273,11 @@ def format_command(command: Sequence[str], params: Mapping[str, Any], trial_dir:
 
 def _fill(fill: Mapping[str, Any], name: str, arg: str, trial: Trial) -> str:
     if name not in fill:
-        raise InvalidArgumentError("command", arg, f"parameters trial {trial.label or trial.trial_id} has; "
-                                                   f"it has no {name!r} (a conditional parameter?)")
+        raise InvalidArgumentError(
+            "command",
+            arg,
+            f"parameters trial {trial.label or trial.trial_id} has; it has no {name!r} (a conditional parameter?)",
+        )
     return _text(fill[name])
 
 

@@ -39,8 +39,7 @@ from airflow_provider_gpusched.core.safe_files import brief_fd, write_json_atomi
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested
 from airflow_provider_gpusched.core.sweep.reports import PREVIOUS_REPORTS_FILE, REPORTS_FILE, read_reports, summarise
 
-STATES = ("defined", "waiting", "running", "succeeded", "failed", "invalid", "timeout", "pruned", "stopped",
-          "skipped")
+STATES = ("defined", "waiting", "running", "succeeded", "failed", "invalid", "timeout", "pruned", "stopped", "skipped")
 #: stopped: started by a run that was stopped (``gpusched queue stop``) before the trial recorded an outcome; run
 #: again by the next run, and not counted against ``max_failed_trials``
 #: one run's view (core/sweep/view.py) also has ``not_started``, never on disk: a trial that run planned but never
@@ -69,8 +68,11 @@ def check_sweep_name(name: Any, where: str = "name") -> str:
     if not isinstance(name, str) or not _SWEEP_NAME.match(name) or ".." in name:
         raise InvalidArgumentError(where, name, "a sweep name of letters, digits, '_', '-', '.' (no '/', no '..')")
     if len(name) > MAX_SWEEP_NAME:
-        raise InvalidArgumentError(where, f"{name[:40]}... ({len(name)} characters)",
-                                   f"at most {MAX_SWEEP_NAME} characters (it becomes the Airflow task group id)")
+        raise InvalidArgumentError(
+            where,
+            f"{name[:40]}... ({len(name)} characters)",
+            f"at most {MAX_SWEEP_NAME} characters (it becomes the Airflow task group id)",
+        )
     return name
 
 
@@ -168,10 +170,12 @@ class _PlainDict(dict):
 _PICKLE_DICTS = {("easydict", "EasyDict"), ("addict.addict", "Dict"), ("munch", "Munch")}
 
 #: what a ``result.pkl`` may hold: plain values, numpy scalars and arrays, nothing that runs code when loaded
-_PICKLE_ALLOWED = {("builtins", n) for n in ("dict", "list", "tuple", "set", "frozenset", "int", "float", "str",
-                                              "bool", "complex")} | {("collections", "OrderedDict")} | {
-    (m, n) for m in ("numpy.core.multiarray", "numpy._core.multiarray") for n in ("scalar", "_reconstruct")} | {
-    ("numpy", "dtype"), ("numpy", "ndarray")}
+_PICKLE_ALLOWED = (
+    {("builtins", n) for n in ("dict", "list", "tuple", "set", "frozenset", "int", "float", "str", "bool", "complex")}
+    | {("collections", "OrderedDict")}
+    | {(m, n) for m in ("numpy.core.multiarray", "numpy._core.multiarray") for n in ("scalar", "_reconstruct")}
+    | {("numpy", "dtype"), ("numpy", "ndarray")}
+)
 
 
 def read_pickled_result(path: str, folder: str | None = None) -> Any:
@@ -186,8 +190,10 @@ def read_pickled_result(path: str, folder: str | None = None) -> Any:
             if (module, name) in _PICKLE_DICTS:  # EasyDict (DI-toolkit's results) and the like: read as a dict
                 return _PlainDict
             if (module, name) not in _PICKLE_ALLOWED:
-                raise pickle.UnpicklingError(f"it holds a {module}.{name}; only dicts (EasyDict too), lists, "
-                                             f"numbers, strings and numpy scalars and arrays are read")
+                raise pickle.UnpicklingError(
+                    f"it holds a {module}.{name}; only dicts (EasyDict too), lists, "
+                    f"numbers, strings and numpy scalars and arrays are read"
+                )
             return super().find_class(module, name)
 
     fh, why = _open_output(path, folder or os.path.dirname(os.path.abspath(path)))
@@ -199,8 +205,19 @@ def read_pickled_result(path: str, folder: str | None = None) -> Any:
         return _plain(value, [MAX_RESULT_VALUES], 0)
     except _TooBig as exc:
         return {"_unreadable": f"{path}: {exc}"}
-    except (OSError, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError,
-            IndexError, KeyError, MemoryError, RecursionError) as exc:
+    except (
+        OSError,
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        ImportError,
+        IndexError,
+        KeyError,
+        MemoryError,
+        RecursionError,
+    ) as exc:
         return {"_unreadable": f"{path}: {type(exc).__name__}: {exc}"[:1000]}
 
 
@@ -261,24 +278,31 @@ def check_results_folders(root: str, folder: str) -> None:
     except FileNotFoundError:
         return
     if stat.S_IMODE(st.st_mode) & stat.S_IWOTH:
-        raise UnsafePathError(f"results_root {root} is writable by every user (mode {stat.S_IMODE(st.st_mode):04o}): "
-                              f"another user could plant a link in it that sends this sweep's files elsewhere. Use a "
-                              f"directory of your own (chmod 700, or a group directory: chmod 2770)")
+        raise UnsafePathError(
+            f"results_root {root} is writable by every user (mode {stat.S_IMODE(st.st_mode):04o}): "
+            f"another user could plant a link in it that sends this sweep's files elsewhere. Use a "
+            f"directory of your own (chmod 700, or a group directory: chmod 2770)"
+        )
     try:
         st = os.lstat(folder)
     except FileNotFoundError:
         return
     if stat.S_ISLNK(st.st_mode):
-        raise UnsafePathError(f"sweep folder {folder} is a symbolic link (to {os.readlink(folder)!r}); refusing to "
-                              f"follow it: another user may have planted it. Remove it, or choose another results_root")
+        raise UnsafePathError(
+            f"sweep folder {folder} is a symbolic link (to {os.readlink(folder)!r}); refusing to "
+            f"follow it: another user may have planted it. Remove it, or choose another results_root"
+        )
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePathError(f"sweep folder {folder} exists and is not a directory")
     if st.st_uid not in (os.geteuid(), 0) and stat.S_IMODE(st.st_mode) & stat.S_IWGRP == 0:
-        raise UnsafePathError(f"sweep folder {folder} belongs to uid {st.st_uid}, not to this user: another user's "
-                              f"sweep of the same name, or a planted folder. Choose another sweep name or results_root")
+        raise UnsafePathError(
+            f"sweep folder {folder} belongs to uid {st.st_uid}, not to this user: another user's "
+            f"sweep of the same name, or a planted folder. Choose another sweep name or results_root"
+        )
     if stat.S_IMODE(st.st_mode) & stat.S_IWOTH:
-        raise UnsafePathError(f"sweep folder {folder} is writable by every user (mode {stat.S_IMODE(st.st_mode):04o}); "
-                              f"chmod o-w it")
+        raise UnsafePathError(
+            f"sweep folder {folder} is writable by every user (mode {stat.S_IMODE(st.st_mode):04o}); chmod o-w it"
+        )
 
 
 class TrialStore:
@@ -372,11 +396,22 @@ class TrialStore:
         previous_run = previous.get("run") if isinstance(previous.get("run"), str) else None
         if kept is not None and previous.get("state") == "running":
             previous_run = kept.get("run") if isinstance(kept.get("run"), str) else None
-        write_json(os.path.join(folder, "status.json"), {
-            "state": "running", "trial_id": trial.trial_id, "label": trial.label, "started": time.time(),
-            "host": os.uname().nodename, "pid": os.getpid(), **where_running(),
-            "attempts": int(previous.get("attempts", 0) or 0) + 1, "previous_run": previous_run,
-            **({"previous": kept} if kept is not None else {}), **extra})
+        write_json(
+            os.path.join(folder, "status.json"),
+            {
+                "state": "running",
+                "trial_id": trial.trial_id,
+                "label": trial.label,
+                "started": time.time(),
+                "host": os.uname().nodename,
+                "pid": os.getpid(),
+                **where_running(),
+                "attempts": int(previous.get("attempts", 0) or 0) + 1,
+                "previous_run": previous_run,
+                **({"previous": kept} if kept is not None else {}),
+                **extra,
+            },
+        )
         return folder
 
     def end_unfinished(self, trial: Trial, *, run: str | None, state: str, reason: str) -> str | None:
@@ -405,13 +440,23 @@ class TrialStore:
                 return None
             kept = status.get("previous")
             if isinstance(kept, dict) and kept.get("state") in FINAL_STATES and state != "timeout":
-                self._restore(trial, kept, {"run": run, "state": state, "reason": reason,
-                                            "started": status.get("started"), "ended": time.time()})
+                self._restore(
+                    trial,
+                    kept,
+                    {
+                        "run": run,
+                        "state": state,
+                        "reason": reason,
+                        "started": status.get("started"),
+                        "ended": time.time(),
+                    },
+                )
                 return kept["state"]
         elif state == "stopped":
             return None
-        self.mark_finished(trial, ok=False, exit_code=None, error=reason, state=state,
-                           **({} if current == "running" else {"run": run}))
+        self.mark_finished(
+            trial, ok=False, exit_code=None, error=reason, state=state, **({} if current == "running" else {"run": run})
+        )
         return state
 
     def _restore(self, trial: Trial, kept: Mapping[str, Any], interrupted: Mapping[str, Any]) -> None:
@@ -424,9 +469,18 @@ class TrialStore:
             os.replace(os.path.join(folder, PREVIOUS_REPORTS_FILE), os.path.join(folder, REPORTS_FILE))
         write_json(os.path.join(folder, "status.json"), {**kept, "interrupted": dict(interrupted)})
 
-    def mark_finished(self, trial: Trial, *, ok: bool, result: Any = None, exit_code: int | None = None,
-                      error: str | None = None, state: str | None = None, note: str | None = None,
-                      run: str | None = None) -> dict:
+    def mark_finished(
+        self,
+        trial: Trial,
+        *,
+        ok: bool,
+        result: Any = None,
+        exit_code: int | None = None,
+        error: str | None = None,
+        state: str | None = None,
+        note: str | None = None,
+        run: str | None = None,
+    ) -> dict:
         """Record the trial's own outcome (``run``: the DAG run it is recorded for, where no start recorded it)."""
         folder = self.prepare(trial)
         if result is not None:
@@ -441,8 +495,16 @@ class TrialStore:
         if run is not None:
             status["run"] = run
         ended = time.time()
-        status.update({"state": state or ("succeeded" if ok else "failed"), "trial_id": trial.trial_id, "label": trial.label,
-                       "ended": ended, "exit_code": exit_code, "error": error})
+        status.update(
+            {
+                "state": state or ("succeeded" if ok else "failed"),
+                "trial_id": trial.trial_id,
+                "label": trial.label,
+                "ended": ended,
+                "exit_code": exit_code,
+                "error": error,
+            }
+        )
         if note:
             status["note"] = note
         status["seconds"] = round(ended - status["started"], 3) if "started" in status else None
@@ -499,8 +561,9 @@ class TrialStore:
         except FileNotFoundError:
             record = {"dags": []}
         except (OSError, BadRecordError) as exc:
-            raise GpuschedError(f"sweep {self.sweep}: {path} cannot be read ({exc}); remove it if the folder is "
-                                f"yours") from None
+            raise GpuschedError(
+                f"sweep {self.sweep}: {path} cannot be read ({exc}); remove it if the folder is yours"
+            ) from None
         dags = record.get("dags") if isinstance(record, dict) else None
         if not isinstance(dags, list) or not all(isinstance(d, str) for d in dags):
             raise GpuschedError(f"sweep {self.sweep}: {path}: key 'dags': expected a list of DAG ids")
@@ -510,8 +573,10 @@ class TrialStore:
             raise GpuschedError(
                 f"sweep {self.sweep}: its results folder {self.dir} belongs to DAG {dags[0]!r}; DAG {dag_id!r} "
                 f"cannot use it (each would show the other's trials). Give this sweep another name or results_root, "
-                f"or set shared_with_other_dags=True in both DAGs' specs to share it on purpose")
+                f"or set shared_with_other_dags=True in both DAGs' specs to share it on purpose"
+            )
         self.write(DAGS_FILE, {"dags": [*dags, dag_id][:1000]})
+
     def plan(self, trials: Sequence[Trial], force_rerun: bool = False) -> tuple[list[Trial], list[Trial]]:
         """(to run, skipped): succeeded and pruned trials are skipped unless ``force_rerun``."""
         if force_rerun:
@@ -525,13 +590,24 @@ class TrialStore:
         out = []
         for trial in trials:
             status = self.status(trial) or {}
-            out.append({"index": trial.index, "trial_id": trial.trial_id, "label": trial.label,
-                        "params": nested(trial.params), "state": self.state(trial),
-                        "result": self.result(trial), "seconds": status.get("seconds"),
-                        "error": status.get("error"), "folder": self.trial_dir(trial),
-                        **{k: status.get(k) for k in ("host", "gpus", "gpu_share", "slurm_job", "log", "run",
-                                                      "ended", "interrupted")},
-                        "reports": self.reports(trial)})
+            out.append(
+                {
+                    "index": trial.index,
+                    "trial_id": trial.trial_id,
+                    "label": trial.label,
+                    "params": nested(trial.params),
+                    "state": self.state(trial),
+                    "result": self.result(trial),
+                    "seconds": status.get("seconds"),
+                    "error": status.get("error"),
+                    "folder": self.trial_dir(trial),
+                    **{
+                        k: status.get(k)
+                        for k in ("host", "gpus", "gpu_share", "slurm_job", "log", "run", "ended", "interrupted")
+                    },
+                    "reports": self.reports(trial),
+                }
+            )
         return out
 
     def write(self, name: str, data: Any) -> str:
@@ -552,8 +628,11 @@ def where_running() -> dict[str, str | None]:
     if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
         job = f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
     gpus = env.get("CUDA_VISIBLE_DEVICES")
-    return {"gpus": gpus, "gpu_share": gpu_share_from_env(gpus, env.get("GPUSCHED_GPU_MEMORY_FRACTION")),
-            "slurm_job": job}
+    return {
+        "gpus": gpus,
+        "gpu_share": gpu_share_from_env(gpus, env.get("GPUSCHED_GPU_MEMORY_FRACTION")),
+        "slurm_job": job,
+    }
 
 
 def gpu_share_from_env(gpus: str | None, fraction: str | None) -> float | None:
@@ -612,8 +691,12 @@ def state_in_run(record: Mapping, run: str | None, planned_at: float | None = No
     return "not_started"
 
 
-def state_counts(records: Sequence[Mapping], skipped_ids: Iterable[str] = (), run: str | None = None,
-                 planned_at: Mapping[str, float] | None = None) -> dict[str, list[int]]:
+def state_counts(
+    records: Sequence[Mapping],
+    skipped_ids: Iterable[str] = (),
+    run: str | None = None,
+    planned_at: Mapping[str, float] | None = None,
+) -> dict[str, list[int]]:
     """DI-toolkit's status table: trial indices per state. ``skipped`` = succeeded (or pruned) in an earlier
     run and not run again; they also count in that state. With ``run``, the other trials count in their state in
     that run (:func:`state_in_run`; ``planned_at``: trial id -> when that run planned it)."""

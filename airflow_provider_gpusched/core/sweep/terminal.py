@@ -43,13 +43,16 @@ def load_spec(target: str | SweepSpec) -> SweepSpec:
     if os.path.exists(target) or target.endswith((".yaml", ".yml")):
         return SweepSpec.from_yaml(target)
     if ":" not in target:
-        raise InvalidArgumentError("spec", target, "a YAML file that exists, or 'package.module:ATTR' naming a SweepSpec")
+        raise InvalidArgumentError(
+            "spec", target, "a YAML file that exists, or 'package.module:ATTR' naming a SweepSpec"
+        )
     value: Any = import_callable_or_value(target)
     if callable(value) and not isinstance(value, SweepSpec):
         value = value()
     if not isinstance(value, SweepSpec):
-        raise InvalidArgumentError("spec", target, f"a SweepSpec (or a function returning one); it is a "
-                                   f"{type(value).__name__}")
+        raise InvalidArgumentError(
+            "spec", target, f"a SweepSpec (or a function returning one); it is a {type(value).__name__}"
+        )
     return value
 
 
@@ -113,8 +116,9 @@ class Progress:
         bar = "#" * int(width * done / total) + "-" * (width - int(width * done / total))
         failed = sum(counts.get(s, 0) for s in ("failed", "invalid", "timeout"))
         stage = "" if self.round is None else f"round {self.round[0] + 1}/{self.round[1]} "
-        text = (f"{stage}[{bar}] {done}/{len(self.trials)} done, {counts.get('running', 0)} running, {failed} failed"
-                + (f", {counts.get('pruned', 0)} pruned" if counts.get("pruned") else ""))
+        text = f"{stage}[{bar}] {done}/{len(self.trials)} done, {counts.get('running', 0)} running, {failed} failed" + (
+            f", {counts.get('pruned', 0)} pruned" if counts.get("pruned") else ""
+        )
         if best is not None:
             text += f", best so far {objective.metrics[0]} {best:.6g}"
         return text
@@ -132,6 +136,7 @@ class Progress:
         def loop() -> None:
             while not self._stop.wait(self.interval):
                 self.show()
+
         self._thread = threading.Thread(target=loop, daemon=True, name="gpusched-sweep-progress")
         self._thread.start()
         return self
@@ -143,10 +148,20 @@ class Progress:
         self.show(final=True)
 
 
-def run_sweep(spec: str | SweepSpec, *, results_root: str | None = None, manager: Any = None,
-              parallel: int | None = None, force_rerun: bool | None = None, progress: bool | Any = True,
-              on_event: Callable[[str], None] | None = None, run: str | None = None, backend: str = "local",
-              slurm: Any = None, poll_interval: float = 2.0) -> dict[str, Any]:
+def run_sweep(
+    spec: str | SweepSpec,
+    *,
+    results_root: str | None = None,
+    manager: Any = None,
+    parallel: int | None = None,
+    force_rerun: bool | None = None,
+    progress: bool | Any = True,
+    on_event: Callable[[str], None] | None = None,
+    run: str | None = None,
+    backend: str = "local",
+    slurm: Any = None,
+    poll_interval: float = 2.0,
+) -> dict[str, Any]:
     """Run the sweep on this host's GPUs (or, ``backend="slurm"``, as Slurm job arrays) and return its summary (``counts``, ``leaderboard``, ``best``, ``text``:
     the status table and leaderboard as ``gpusched sweep results`` prints them).
 
@@ -188,16 +203,28 @@ def run_sweep(spec: str | SweepSpec, *, results_root: str | None = None, manager
         def work(manifest: Any, stop: threading.Event, done: threading.Event, outcome: dict[str, Any]) -> None:
             try:
                 outcome["value"] = run_local_batch(
-                    manifest, manifest.pending, manager, request, parallel=parallel, trials_per_process=1,
-                    owner=f"gpusched sweep run {spec.name} (pid {os.getpid()})", job_class=r.job_class,
-                    priority=r.priority, on_event=on_event, stop_event=stop, setup=r.setup, time_limit=limit)
+                    manifest,
+                    manifest.pending,
+                    manager,
+                    request,
+                    parallel=parallel,
+                    trials_per_process=1,
+                    owner=f"gpusched sweep run {spec.name} (pid {os.getpid()})",
+                    job_class=r.job_class,
+                    priority=r.priority,
+                    on_event=on_event,
+                    stop_event=stop,
+                    setup=r.setup,
+                    time_limit=limit,
+                )
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
                 outcome["error"] = exc
             finally:
                 done.set()
 
-        worker = threading.Thread(target=work, args=(manifest, stop, done, outcome), name=f"gpusched-sweep-{spec.name}",
-                                  daemon=True)
+        worker = threading.Thread(
+            target=work, args=(manifest, stop, done, outcome), name=f"gpusched-sweep-{spec.name}", daemon=True
+        )
         try:
             if board is not None:
                 board.__enter__()
@@ -208,10 +235,14 @@ def run_sweep(spec: str | SweepSpec, *, results_root: str | None = None, manager
         finally:
             if board is not None:
                 board.__exit__(None, None, None)
-        if interrupted.is_set():  # Ctrl-C: every running trial got SIGTERM, its grace period, SIGKILL; leases given back
+        if (
+            interrupted.is_set()
+        ):  # Ctrl-C: every running trial got SIGTERM, its grace period, SIGKILL; leases given back
             _stopped(session, round_no, run, "stopped by Ctrl-C in gpusched sweep run")
-            raise SweepInterrupted(f"sweep {spec.name}: stopped; the trials that finished are kept in "
-                                   f"{session.store.dir}, and the next run goes on with the rest")
+            raise SweepInterrupted(
+                f"sweep {spec.name}: stopped; the trials that finished are kept in "
+                f"{session.store.dir}, and the next run goes on with the rest"
+            )
         if "error" in outcome:
             raise outcome["error"]
         session.settle(round_no, run)
@@ -272,8 +303,15 @@ def slurm_job_arguments(spec: SweepSpec) -> dict[str, Any]:
     return {k: v for k, v in args.items() if v is not None}
 
 
-def _run_on_slurm(spec: SweepSpec, session: SweepSession, client: Any, force_rerun: bool | None, progress: Any,
-                  run: str | None, poll_interval: float) -> dict[str, Any]:
+def _run_on_slurm(
+    spec: SweepSpec,
+    session: SweepSession,
+    client: Any,
+    force_rerun: bool | None,
+    progress: Any,
+    run: str | None,
+    poll_interval: float,
+) -> dict[str, Any]:
     from airflow_provider_gpusched.core.slurm.client import SlurmClient
     from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec, array_range
     from airflow_provider_gpusched.core.sweep.trial_run import chunk_argv
@@ -294,10 +332,16 @@ def _run_on_slurm(spec: SweepSpec, session: SweepSession, client: Any, force_rer
         try:
             for k in range(manifest.chunk_count()):
                 size = len(manifest.chunk(k))
-                job = client.submit(SlurmJobSpec(
-                    command=chunk_argv(manifest, k), array=array_range(size, spec.max_workers),
-                    job_name=f"sweep.{spec.name}", output=os.path.join(logs, "slurm-%A_%a.out"),
-                    comment=f"gpusched sweep run {spec.name}", **base))
+                job = client.submit(
+                    SlurmJobSpec(
+                        command=chunk_argv(manifest, k),
+                        array=array_range(size, spec.max_workers),
+                        job_name=f"sweep.{spec.name}",
+                        output=os.path.join(logs, "slurm-%A_%a.out"),
+                        comment=f"gpusched sweep run {spec.name}",
+                        **base,
+                    )
+                )
                 jobs[job.job_id] = size
             while jobs:
                 states = client.statuses(list(jobs), jobs)
@@ -308,9 +352,11 @@ def _run_on_slurm(spec: SweepSpec, session: SweepSession, client: Any, force_rer
             if jobs:
                 client.cancel(list(jobs))
             _stopped(session, round_no, run, "stopped by Ctrl-C in gpusched sweep run (its Slurm jobs cancelled)")
-            raise SweepInterrupted(f"sweep {spec.name}: stopped (Slurm jobs {', '.join(jobs) or '-'} cancelled); "
-                                   f"the trials that finished are kept in {session.store.dir}, and the next run goes "
-                                   f"on with the rest") from None
+            raise SweepInterrupted(
+                f"sweep {spec.name}: stopped (Slurm jobs {', '.join(jobs) or '-'} cancelled); "
+                f"the trials that finished are kept in {session.store.dir}, and the next run goes "
+                f"on with the rest"
+            ) from None
         finally:
             if board is not None:
                 board.__exit__(None, None, None)

@@ -66,13 +66,30 @@ def save_callable(folder: str, func: Callable, name: str = CALLABLE_FILE) -> str
     return name
 
 
-def write_manifest(store: TrialStore, name: str, *, trials: Sequence[Trial], pending: Sequence[Trial],
-                   target: Mapping, objective: Mapping | None, env: Mapping[str, str] | None = None,
-                   chunk_size: int | None = None, extra: Mapping | None = None) -> str:
+def write_manifest(
+    store: TrialStore,
+    name: str,
+    *,
+    trials: Sequence[Trial],
+    pending: Sequence[Trial],
+    target: Mapping,
+    objective: Mapping | None,
+    env: Mapping[str, str] | None = None,
+    chunk_size: int | None = None,
+    extra: Mapping | None = None,
+) -> str:
     """``trials``: every trial of this run; ``pending``: those to run now (the others were done before)."""
-    data = {"sweep": store.sweep, "root": store.root, "target": dict(target), "objective": objective,
-            "env": dict(env or {}), "chunk_size": chunk_size, "trials": [trial_record(t) for t in trials],
-            "pending": [t.trial_id for t in pending], **dict(extra or {})}
+    data = {
+        "sweep": store.sweep,
+        "root": store.root,
+        "target": dict(target),
+        "objective": objective,
+        "env": dict(env or {}),
+        "chunk_size": chunk_size,
+        "trials": [trial_record(t) for t in trials],
+        "pending": [t.trial_id for t in pending],
+        **dict(extra or {}),
+    }
     return store.write(name, data)
 
 
@@ -98,7 +115,7 @@ class Manifest:
 
     def chunk(self, k: int) -> list[Trial]:
         size = self.data.get("chunk_size") or len(self.pending) or 1
-        return self.pending[k * size:(k + 1) * size]
+        return self.pending[k * size : (k + 1) * size]
 
     def chunk_count(self) -> int:
         size = self.data.get("chunk_size") or len(self.pending) or 1
@@ -126,10 +143,16 @@ def trial_environment(trial: Trial, folder: str, sweep: str, extra: Mapping[str,
     # matplotlib draws to files in a trial, never to a screen (GPU Task Scheduler sets Agg too); a trial that wants
     # another backend says so in its environment or with matplotlib.pyplot.switch_backend
     agg = {} if "MPLBACKEND" in os.environ or "MPLBACKEND" in (extra or {}) else {"MPLBACKEND": "Agg"}
-    return {**agg, **dict(extra or {}), "GPUSCHED_SWEEP": sweep, "GPUSCHED_TRIAL_ID": trial.trial_id,
-            "GPUSCHED_TRIAL_DIR": folder, "GPUSCHED_TRIAL_LABEL": trial.label,
-            "GPUSCHED_REPORT_FILE": os.path.join(folder, "reports.jsonl"),
-            "GPUSCHED_TRIAL_PARAMS": json.dumps(nested(trial.params), default=str)}
+    return {
+        **agg,
+        **dict(extra or {}),
+        "GPUSCHED_SWEEP": sweep,
+        "GPUSCHED_TRIAL_ID": trial.trial_id,
+        "GPUSCHED_TRIAL_DIR": folder,
+        "GPUSCHED_TRIAL_LABEL": trial.label,
+        "GPUSCHED_REPORT_FILE": os.path.join(folder, "reports.jsonl"),
+        "GPUSCHED_TRIAL_PARAMS": json.dumps(nested(trial.params), default=str),
+    }
 
 
 _ENV_NAME = __import__("re").compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -156,8 +179,11 @@ def call_trial(func: Callable, params: dict, folder: str) -> Any:
     try:
         import inspect
 
-        positional = [p for p in inspect.signature(func).parameters.values()
-                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
+        positional = [
+            p
+            for p in inspect.signature(func).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+        ]
     except (TypeError, ValueError):
         positional = [None, None]
     if len(positional) >= 2 or any(p is not None and p.kind == p.VAR_POSITIONAL for p in positional):
@@ -201,8 +227,9 @@ def _finished_elsewhere(manifest: Manifest, trial: Trial) -> tuple[str, int] | N
     if status["state"] in ("succeeded", "pruned") and (not manifest.data.get("force_rerun") or after_plan):
         return status["state"], 0
     if by_other and after_plan:
-        return status["state"], int(status.get("exit_code") or 1) if status["state"] != "invalid" else \
-            (EXIT_INVALID_RESULT if manifest.data.get("on_invalid_result", "fail") == "fail" else 0)
+        return status["state"], int(status.get("exit_code") or 1) if status["state"] != "invalid" else (
+            EXIT_INVALID_RESULT if manifest.data.get("on_invalid_result", "fail") == "fail" else 0
+        )
     return None
 
 
@@ -213,22 +240,31 @@ def run_trial(manifest: Manifest, trial: Trial, *, out=None) -> int:
     claim first; when another run holds it, this one waits and then takes over that run's outcome."""
     out = out or sys.stdout
     store = manifest.store
-    holder = {"host": os.uname().nodename, "pid": os.getpid(), "run": manifest.data.get("run"),
-              "since": time.time()}
+    holder = {"host": os.uname().nodename, "pid": os.getpid(), "run": manifest.data.get("run"), "since": time.time()}
     claim = store.claim(trial, holder, wait=False)
     if claim is None:
-        print(f"[gpusched] trial {trial.index} {trial.label or trial.trial_id} is being run by "
-              f"{describe_holder(store.claim_holder(trial))}; waiting for it instead of running it twice",
-              file=out, flush=True)
+        print(
+            f"[gpusched] trial {trial.index} {trial.label or trial.trial_id} is being run by "
+            f"{describe_holder(store.claim_holder(trial))}; waiting for it instead of running it twice",
+            file=out,
+            flush=True,
+        )
         claim = store.claim(trial, holder, wait=True)
     try:
         done = _finished_elsewhere(manifest, trial)
         if done is not None:
             status = store.status(trial) or {}
-            who = f"DAG run {status['run']}" if status.get("run") and status.get("run") != holder["run"] \
+            who = (
+                f"DAG run {status['run']}"
+                if status.get("run") and status.get("run") != holder["run"]
                 else "an earlier run"
-            print(f"[gpusched] trial {trial.index} {trial.label or trial.trial_id} already {done[0]} "
-                  f"(by {who}); not running it again", file=out, flush=True)
+            )
+            print(
+                f"[gpusched] trial {trial.index} {trial.label or trial.trial_id} already {done[0]} "
+                f"(by {who}); not running it again",
+                file=out,
+                flush=True,
+            )
             return done[1]
         return _run_claimed(manifest, trial, out)
     finally:
@@ -244,12 +280,20 @@ def _finish_ok(manifest: Manifest, trial: Trial, result: Any, out) -> int:
         fail = manifest.data.get("on_invalid_result", "fail") == "fail"
         code = EXIT_INVALID_RESULT if fail else 0
         store.mark_finished(trial, ok=False, state="invalid", exit_code=code, error=f"invalid result: {problem}")
-        print(f"[gpusched] trial {trial.trial_id} ran but its result is invalid: {problem}"
-              + ("" if fail else " (recorded; on_invalid_result: record)"), file=out, flush=True)
+        print(
+            f"[gpusched] trial {trial.trial_id} ran but its result is invalid: {problem}"
+            + ("" if fail else " (recorded; on_invalid_result: record)"),
+            file=out,
+            flush=True,
+        )
         return code
     store.mark_finished(trial, ok=True, result=None, exit_code=0)
-    print(f"[gpusched] trial {trial.trial_id} succeeded"
-          + (f": {json.dumps(result, default=str)[:500]}" if result is not None else ""), file=out, flush=True)
+    print(
+        f"[gpusched] trial {trial.trial_id} succeeded"
+        + (f": {json.dumps(result, default=str)[:500]}" if result is not None else ""),
+        file=out,
+        flush=True,
+    )
     return 0
 
 
@@ -279,8 +323,11 @@ def _run_claimed(manifest: Manifest, trial: Trial, out) -> int:
     pruning = manifest.data.get("pruning")
     if pruning:
         env["GPUSCHED_PRUNING"] = json.dumps(pruning)
-    print(f"[gpusched] trial {trial.index} {trial.label or trial.trial_id} (id {trial.trial_id}) in {folder}",
-          file=out, flush=True)
+    print(
+        f"[gpusched] trial {trial.index} {trial.label or trial.trial_id} (id {trial.trial_id}) in {folder}",
+        file=out,
+        flush=True,
+    )
     if "callable" in target:
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
@@ -364,21 +411,27 @@ def error_line(log_path: str, limit: int = 300) -> str:
     lines = [ln for ln in lines if not ln.startswith("[gpusched]")]
     found = next((ln for ln in reversed(lines) if _ERROR_LINE.match(ln)), lines[-1] if lines else "")
     found = printable(found)
-    return found if len(found) <= limit else found[:limit - 3] + "..."
+    return found if len(found) <= limit else found[: limit - 3] + "..."
 
 
 def relative_path_hint(argv: Sequence[str], folder: str, base_dir: str | None) -> str:
     """When a failed command names a relative file that is not in the trial's folder (where it ran): why, and
     what to do (the spec turned the relative paths it found under its ``base_dir`` into absolute ones)."""
     for i, arg in enumerate(argv[:2]):
-        if not arg or arg.startswith("-") or os.path.isabs(arg) or ("/" not in arg and not arg.endswith(
-                (".py", ".sh", ".bash"))):
+        if (
+            not arg
+            or arg.startswith("-")
+            or os.path.isabs(arg)
+            or ("/" not in arg and not arg.endswith((".py", ".sh", ".bash")))
+        ):
             continue
         if not os.path.exists(os.path.join(folder, arg)):
             where = f" nor in the spec's directory {base_dir}" if base_dir else ""
-            return (f" (command[{i}] {arg!r} is a relative path: the trial ran in its own folder {folder}, where there "
-                    f"is no such file{where}; give an absolute path, a path relative to the spec's directory, or set "
-                    f"the spec's base_dir)")
+            return (
+                f" (command[{i}] {arg!r} is a relative path: the trial ran in its own folder {folder}, where there "
+                f"is no such file{where}; give an absolute path, a path relative to the spec's directory, or set "
+                f"the spec's base_dir)"
+            )
     return ""
 
 
@@ -401,8 +454,10 @@ def distributed_argv(settings: Any, argv: Sequence[str], env: Mapping[str, str])
         return list(argv)
     if settings.get("backend") == "slurm":
         if not env.get("SLURM_JOB_ID"):
-            raise GpuschedError("the sweep's trials start their ranks with srun, but this trial runner is not inside "
-                                "a Slurm job (no SLURM_JOB_ID)")
+            raise GpuschedError(
+                "the sweep's trials start their ranks with srun, but this trial runner is not inside "
+                "a Slurm job (no SLURM_JOB_ID)"
+            )
         nproc = settings.get("nproc_per_node")
         if not is_int(nproc) or nproc < 1:
             raise InvalidArgumentError("manifest distributed.nproc_per_node", nproc, "a whole number >= 1")
@@ -430,8 +485,7 @@ def write_group_manifest(manifest: Manifest, group: Sequence[Trial]) -> Manifest
     that runs a group in batched mode reads its few trials, not the whole plan of thousands. The caller
     removes it (``os.remove(sliced.path)``) once the group has run."""
     data = {key: value for key, value in manifest.data.items() if key not in ("trials", "pending")}
-    data.update(trials=[trial_record(t) for t in group], pending=[t.trial_id for t in group],
-                group_of=manifest.path)
+    data.update(trials=[trial_record(t) for t in group], pending=[t.trial_id for t in group], group_of=manifest.path)
     stem = os.path.splitext(os.path.basename(manifest.path))[0]
     name = os.path.join("groups", f"{stem}-{group[0].trial_id[:16]}-{len(group)}-{os.getpid()}.json")
     return Manifest(manifest.store.write(name, data), data)
@@ -505,8 +559,11 @@ class TrialSet:
     chunk: int | None = None
 
     def to_record(self) -> dict[str, Any]:
-        return {"manifest": self.manifest, "ids": list(self.ids)} if self.chunk is None else \
-            {"manifest": self.manifest, "chunk": self.chunk}
+        return (
+            {"manifest": self.manifest, "ids": list(self.ids)}
+            if self.chunk is None
+            else {"manifest": self.manifest, "chunk": self.chunk}
+        )
 
     @classmethod
     def from_record(cls, data: Any, where: str = "trials") -> TrialSet:
@@ -550,8 +607,10 @@ def mark_unfinished(manifest: Manifest, trials: Sequence[Trial], reason: str, st
         if written == state:
             lines.append(f"trial {trial.index} {trial.label or trial.trial_id} marked {state}: {reason}")
         elif written is not None:
-            lines.append(f"trial {trial.index} {trial.label or trial.trial_id}: its re-run ended without an outcome "
-                         f"({state}: {reason}); its earlier outcome ({written}) stands")
+            lines.append(
+                f"trial {trial.index} {trial.label or trial.trial_id}: its re-run ended without an outcome "
+                f"({state}: {reason}); its earlier outcome ({written}) stands"
+            )
     return lines
 
 
@@ -645,8 +704,9 @@ def _pruned(store: TrialStore, trial: Trial, why: str, out) -> int:
     return 0
 
 
-def _run_command(argv: list[str], cwd: str, env: Mapping[str, str], log_path: str, out,
-                 stop: Callable[[], str] | None = None) -> tuple[int, str]:
+def _run_command(
+    argv: list[str], cwd: str, env: Mapping[str, str], log_path: str, out, stop: Callable[[], str] | None = None
+) -> tuple[int, str]:
     """Run the command with its output to the log and ``out``; with ``stop``, ask it every
     PRUNE_CHECK_SECONDS while the command runs and, when it gives a reason, stop the command (SIGTERM, then
     SIGKILL after PRUNE_GRACE_SECONDS). Returns (exit code, why it was stopped or '')."""
@@ -655,8 +715,9 @@ def _run_command(argv: list[str], cwd: str, env: Mapping[str, str], log_path: st
 
     stopped = [""]
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                pass_fds=channel_fds(env))  # a two-stage trial's channel reaches the command
+        proc = subprocess.Popen(
+            argv, cwd=cwd, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=channel_fds(env)
+        )  # a two-stage trial's channel reaches the command
         assert proc.stdout is not None
 
         def watch() -> None:
@@ -707,11 +768,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_group(manifest, trials)
         return run_trial(manifest, trials[0])
     except OSError as exc:  # a full disk or a quota under the results root: say which file, no traceback
-        print(f"gpusched trial_run: cannot write {exc.filename or 'a file'}: {exc.strerror or exc} (the trial "
-              f"is marked failed once its task ends and the folder can be written again)", file=sys.stderr)
+        print(
+            f"gpusched trial_run: cannot write {exc.filename or 'a file'}: {exc.strerror or exc} (the trial "
+            f"is marked failed once its task ends and the folder can be written again)",
+            file=sys.stderr,
+        )
         return EXIT_WRITE_FAILED
 
 
 if __name__ == "__main__":
     sys.exit(main())
-

@@ -37,25 +37,53 @@ MAX_PUBLISHED_TRIALS = 20000
 #: (the best-so-far line is always computed over every trial)
 MAX_POINTS = 2000
 #: Airflow task-instance states, as the sweep view counts a trial that has no outcome yet
-_TI_AS_TRIAL = {"running": "running", "success": "succeeded", "failed": "failed", "upstream_failed": "failed",
-                "removed": "failed", "skipped": "failed"}
+_TI_AS_TRIAL = {
+    "running": "running",
+    "success": "succeeded",
+    "failed": "failed",
+    "upstream_failed": "failed",
+    "removed": "failed",
+    "skipped": "failed",
+}
 
 
-def plan_record(sweep: str, search: str, round_no: int | None, objective: Objective | None, backend: str,
-                trial_task: str, chunk_size: int | None, trials: Sequence[Trial], pending: Sequence[Trial],
-                store: TrialStore, skipped: Sequence[Trial], run: str, curve_metric: str | None = None,
-                log_params: Sequence[str] = ()) -> dict:
+def plan_record(
+    sweep: str,
+    search: str,
+    round_no: int | None,
+    objective: Objective | None,
+    backend: str,
+    trial_task: str,
+    chunk_size: int | None,
+    trials: Sequence[Trial],
+    pending: Sequence[Trial],
+    store: TrialStore,
+    skipped: Sequence[Trial],
+    run: str,
+    curve_metric: str | None = None,
+    log_params: Sequence[str] = (),
+) -> dict:
     """The record the ``plan`` task publishes (``trial_task``: the full task id that runs the pending trials;
     ``curve_metric``: the reported metric the UI draws by step, the pruning rule's or the objective's first;
     ``log_params``: parameters drawn on a log scale, e.g. from ``loguniform``). A skipped trial carries the
     state it ended in before (succeeded or pruned) and, when pruned, why."""
     return {
-        "sweep": sweep, "search": search, "round": round_no, "backend": backend, "trial_task": trial_task,
-        "chunk_size": chunk_size, "run": run, "objective": objective.to_dict() if objective else None,
-        "folder": store.dir, "curve_metric": curve_metric, "log_params": sorted(log_params),
+        "sweep": sweep,
+        "search": search,
+        "round": round_no,
+        "backend": backend,
+        "trial_task": trial_task,
+        "chunk_size": chunk_size,
+        "run": run,
+        "objective": objective.to_dict() if objective else None,
+        "folder": store.dir,
+        "curve_metric": curve_metric,
+        "log_params": sorted(log_params),
         "defined": len(trials),
-        "trials": [{"index": t.index, "trial_id": t.trial_id, "label": t.label, "params": nested(t.params)}
-                   for t in trials[:MAX_PUBLISHED_TRIALS]],
+        "trials": [
+            {"index": t.index, "trial_id": t.trial_id, "label": t.label, "params": nested(t.params)}
+            for t in trials[:MAX_PUBLISHED_TRIALS]
+        ],
         "pending": [t.trial_id for t in pending],
         "skipped": [_skipped_record(store, t) for t in skipped[:MAX_PUBLISHED_TRIALS]],
     }
@@ -65,8 +93,11 @@ def _skipped_record(store: TrialStore, trial: Trial) -> dict:
     status = store.status(trial)
     status = status if isinstance(status, dict) else {}
     state = store.state(trial)
-    out = {"trial_id": trial.trial_id, "result": store.result(trial),
-           "state": state if state in ("succeeded", "pruned") else "succeeded"}
+    out = {
+        "trial_id": trial.trial_id,
+        "result": store.result(trial),
+        "state": state if state in ("succeeded", "pruned") else "succeeded",
+    }
     if isinstance(status.get("run"), str):  # the DAG run whose curve and result this run carries over
         out["run"] = status["run"][:1000]
     if state == "pruned":
@@ -81,8 +112,9 @@ def _last_step(store: TrialStore, trial: Trial) -> int | None:
     return step if is_int(step) else None
 
 
-def outcome_records(store: TrialStore, trials: Iterable[Trial], run: str | None = None,
-                    planned_at: float | None = None) -> list[dict]:
+def outcome_records(
+    store: TrialStore, trials: Iterable[Trial], run: str | None = None, planned_at: float | None = None
+) -> list[dict]:
     """The outcome of each trial in DAG run ``run`` (what a trial task publishes when it ends; ``planned_at``:
     when that run planned it), with the last step it reported (where a pruned trial was stopped). A trial this run
     did not start is ``not_started``: its record, an earlier run's, stands and is not this run's; one whose re-run
@@ -90,23 +122,36 @@ def outcome_records(store: TrialStore, trials: Iterable[Trial], run: str | None 
     out = []
     for record in store.records(trials):
         step = (record.get("reports") or {}).get("last_step")
-        outcome = {"trial_id": record["trial_id"], "state": record["state"], "result": record["result"],
-                   "seconds": record["seconds"], "error": record["error"], "step": step if is_int(step) else None}
+        outcome = {
+            "trial_id": record["trial_id"],
+            "state": record["state"],
+            "result": record["result"],
+            "seconds": record["seconds"],
+            "error": record["error"],
+            "step": step if is_int(step) else None,
+        }
         state = state_in_run(record, run, planned_at)
         if state != record["state"]:  # (not_started is never a record's own state)
-            earlier = (f"; its record ({record['state']}, DAG run {record.get('run')}) stands"
-                       if record["state"] != "waiting" else "")
+            earlier = (
+                f"; its record ({record['state']}, DAG run {record.get('run')}) stands"
+                if record["state"] != "waiting"
+                else ""
+            )
             interrupted = record.get("interrupted") if isinstance(record.get("interrupted"), dict) else {}
             why = interrupted.get("reason") if state != "not_started" else "not started in this run"
-            outcome.update(state=state, result=None, step=None, error=f"{why}{earlier}"[:1000],
-                           seconds=None if state == "not_started" else outcome["seconds"])
+            outcome.update(
+                state=state,
+                result=None,
+                step=None,
+                error=f"{why}{earlier}"[:1000],
+                seconds=None if state == "not_started" else outcome["seconds"],
+            )
         out.append(outcome)
     return out
 
 
 def _str(v: Any, limit: int = 1000) -> bool:
     return isinstance(v, str) and len(v) <= limit
-
 
 
 def read_plan_record(data: Any, source: str) -> dict:
@@ -127,8 +172,10 @@ def read_plan_record(data: Any, source: str) -> dict:
         try:
             Objective(**objective)
         except (TypeError, InvalidArgumentError):  # not a dict, unknown keys, or bad values
-            raise bad("objective", "{'metric': name(s), 'mode': 'maximize'|'minimize' (one per metric), "
-                                   "'weights': optional} or null") from None
+            raise bad(
+                "objective",
+                "{'metric': name(s), 'mode': 'maximize'|'minimize' (one per metric), 'weights': optional} or null",
+            ) from None
     if not is_int(data.get("defined")) or data["defined"] < 0:
         raise bad("defined", "a count")
     for key in ("folder", "curve_metric"):  # absent in plans published before reports were drawn
@@ -138,8 +185,13 @@ def read_plan_record(data: Any, source: str) -> dict:
     if not isinstance(trials, list):
         raise bad("trials", "a list")
     for i, t in enumerate(trials):
-        if not (isinstance(t, dict) and is_int(t.get("index")) and _str(t.get("trial_id")) and _str(t.get("label"))
-                and isinstance(t.get("params"), dict)):
+        if not (
+            isinstance(t, dict)
+            and is_int(t.get("index"))
+            and _str(t.get("trial_id"))
+            and _str(t.get("label"))
+            and isinstance(t.get("params"), dict)
+        ):
             raise bad(f"trials[{i}]", "an object with index, trial_id, label and params")
     if not isinstance(data.get("pending"), list) or not all(_str(p) for p in data["pending"]):
         raise bad("pending", "a list of trial ids")
@@ -196,8 +248,11 @@ def _numeric_params(params: Mapping) -> dict[str, float]:
 
 def _categorical_params(params: Mapping) -> dict[str, str]:
     """Parameters that are not numbers (strings, booleans, null, lists), as the labels a plot groups by."""
-    return {name: (v if isinstance(v, str) else json.dumps(v, default=str))[:60]
-            for name, v in _leaves(params) if not (is_json_number(v) or isinstance(v, float))}
+    return {
+        name: (v if isinstance(v, str) else json.dumps(v, default=str))[:60]
+        for name, v in _leaves(params)
+        if not (is_json_number(v) or isinstance(v, float))
+    }
 
 
 #: a categorical parameter with more distinct values than this gets no plot (it would be unreadable)
@@ -213,16 +268,26 @@ def _scale(name: str, seen: set[float], declared_log: set[str]) -> str:
     # values over orders of magnitude (a grid such as 1e-4, 1e-3, 1e-2): log; draws spread evenly between a tiny
     # minimum and the maximum (uniform(0, 0.1)) are not, though their ratio is as large: half lie above max / 2
     values = sorted(seen)
-    if (len(values) >= 3 and values[0] > 0 and values[-1] / values[0] >= LOG_AXIS_RATIO
-            and values[len(values) // 2] <= values[-1] / 10):
+    if (
+        len(values) >= 3
+        and values[0] > 0
+        and values[-1] / values[0] >= LOG_AXIS_RATIO
+        and values[len(values) // 2] <= values[-1] / 10
+    ):
         return "log"
     return "linear"
 
 
 def _objective_view(objective: Objective) -> dict:
-    return {**objective.to_dict(), "metrics": list(objective.metrics), "modes": list(objective.modes),
-            "several": objective.several, "describe": objective.describe(), "score_label": objective.score_label,
-            "maximize": objective.maximize}
+    return {
+        **objective.to_dict(),
+        "metrics": list(objective.metrics),
+        "modes": list(objective.modes),
+        "several": objective.several,
+        "describe": objective.describe(),
+        "score_label": objective.score_label,
+        "maximize": objective.maximize,
+    }
 
 
 #: report curves drawn per sweep, points kept per curve (the newest and an even spread of the rest), and
@@ -237,8 +302,10 @@ def report_paths(plans: Sequence[Mapping]) -> dict[str, str]:
         if not plan.get("folder"):
             continue
         for t in plan["trials"]:
-            out.setdefault(t["trial_id"], os.path.join(plan["folder"], "trials", safe_name(t["label"], t["trial_id"]),
-                                                       REPORTS_FILE))
+            out.setdefault(
+                t["trial_id"],
+                os.path.join(plan["folder"], "trials", safe_name(t["label"], t["trial_id"]), REPORTS_FILE),
+            )
     return out
 
 
@@ -258,19 +325,34 @@ def _curves(rows: Sequence[Mapping], read: Callable[[str], Sequence[Mapping] | N
     latest report; ``read(trial_id)`` gives a trial's reports (None: not readable), asked lazily."""
     curves, latest = [], []
     # a trial this run did not start, or whose re-run it stopped (the earlier outcome put back), has no curve of it
-    order = sorted((r for r in rows if r["state"] not in ("not_started", "stopped")),
-                   key=lambda r: (r["state"] != "running", r["index"]))
+    order = sorted(
+        (r for r in rows if r["state"] not in ("not_started", "stopped")),
+        key=lambda r: (r["state"] != "running", r["index"]),
+    )
     for r in order[:MAX_REPORT_READS]:
         if len(curves) >= MAX_CURVES:
             break
         found = read(r["trial_id"]) or []
-        points = [[x["step"], float(v)] for x in found if isinstance(x.get("step"), int)
-                  for v in [x["metrics"].get(metric)] if is_json_number(v) and math.isfinite(v)]
+        points = [
+            [x["step"], float(v)]
+            for x in found
+            if isinstance(x.get("step"), int)
+            for v in [x["metrics"].get(metric)]
+            if is_json_number(v) and math.isfinite(v)
+        ]
         if r["state"] == "running" and found:
             last = found[-1]
-            latest.append({"index": r["index"], "label": r["label"], "step": last.get("step"),
-                           "metrics": last["metrics"], "checkpoint": last.get("checkpoint"),
-                           "task_id": r["task_id"], "map_index": r["map_index"]})
+            latest.append(
+                {
+                    "index": r["index"],
+                    "label": r["label"],
+                    "step": last.get("step"),
+                    "metrics": last["metrics"],
+                    "checkpoint": last.get("checkpoint"),
+                    "task_id": r["task_id"],
+                    "map_index": r["map_index"],
+                }
+            )
         if points:
             if len(points) > MAX_CURVE_POINTS:
                 stride = len(points) / (MAX_CURVE_POINTS - 1)
@@ -302,7 +384,7 @@ def sample_points(points: list[dict], objective: Objective, limit: int | None = 
     if len(points) <= limit:
         return points
     ranked = sorted(range(len(points)), key=lambda i: objective.sort_key(points[i]["score"]))
-    keep = set(ranked[:limit // 4]) | {i for i, p in enumerate(points) if p.get("front")}
+    keep = set(ranked[: limit // 4]) | {i for i, p in enumerate(points) if p.get("front")}
     rest = [i for i in range(len(points)) if i not in keep]
     room = max(0, limit - len(keep))
     if room and rest:
@@ -311,8 +393,9 @@ def sample_points(points: list[dict], objective: Objective, limit: int | None = 
     return [points[i] for i in sorted(keep, key=lambda i: points[i]["index"])]
 
 
-def trial_rows(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
-               ti_states: Mapping[tuple[str, int], str | None]) -> list[dict]:
+def trial_rows(
+    plans: Sequence[Mapping], outcomes: Mapping[str, Mapping], ti_states: Mapping[tuple[str, int], str | None]
+) -> list[dict]:
     """Every listed trial of one sweep in one DAG run, in index order: its parameters, state (from its outcome,
     else from its task instance), result, error, the task instance that ran it and whether it was skipped."""
     trials: dict[str, dict] = {}
@@ -320,19 +403,40 @@ def trial_rows(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
         skipped = {s["trial_id"]: s for s in plan["skipped"]}
         position = {trial_id: i for i, trial_id in enumerate(plan["pending"])}
         for t in plan["trials"]:
-            row = {"index": t["index"], "trial_id": t["trial_id"], "label": t["label"], "params": t["params"],
-                   "round": plan.get("round"), "task_id": None, "map_index": None, "result": None,
-                   "seconds": None, "error": None, "skipped": False, "step": None}
+            row = {
+                "index": t["index"],
+                "trial_id": t["trial_id"],
+                "label": t["label"],
+                "params": t["params"],
+                "round": plan.get("round"),
+                "task_id": None,
+                "map_index": None,
+                "result": None,
+                "seconds": None,
+                "error": None,
+                "skipped": False,
+                "step": None,
+            }
             if t["trial_id"] in skipped:
                 before = skipped[t["trial_id"]]
-                row.update(state=before.get("state", "succeeded"), skipped=True, result=before.get("result"),
-                           error=before.get("error"), step=before.get("step"))
+                row.update(
+                    state=before.get("state", "succeeded"),
+                    skipped=True,
+                    result=before.get("result"),
+                    error=before.get("error"),
+                    step=before.get("step"),
+                )
             elif t["trial_id"] in position:
                 row["task_id"], row["map_index"] = _task_of(plan, position[t["trial_id"]])
                 outcome = outcomes.get(t["trial_id"])
                 if outcome is not None and (outcome["state"] in FINAL_STATES or outcome["state"] == "not_started"):
-                    row.update(state=outcome["state"], result=outcome.get("result"), seconds=outcome.get("seconds"),
-                               error=outcome.get("error"), step=outcome.get("step"))
+                    row.update(
+                        state=outcome["state"],
+                        result=outcome.get("result"),
+                        seconds=outcome.get("seconds"),
+                        error=outcome.get("error"),
+                        step=outcome.get("step"),
+                    )
                 else:
                     ti_state = ti_states.get((row["task_id"], row["map_index"]))
                     row["state"] = _TI_AS_TRIAL.get(str(ti_state), "waiting")
@@ -365,8 +469,15 @@ def scored_points(rows: Sequence[Mapping], objective: Objective) -> tuple[list[d
         labels = _categorical_params(r["params"])
         for name, value in labels.items():
             categories.setdefault(name, set()).add(value)
-        point = {"index": r["index"], "round": r["round"], "score": objective.score(r["result"]), "label": r["label"],
-                 "params": numeric, "categories": labels, "trial_id": r["trial_id"]}
+        point = {
+            "index": r["index"],
+            "round": r["round"],
+            "score": objective.score(r["result"]),
+            "label": r["label"],
+            "params": numeric,
+            "categories": labels,
+            "trial_id": r["trial_id"],
+        }
         if objective.several:
             point["values"] = list(metrics)
         points.append(point)
@@ -378,9 +489,13 @@ def param_axes(plans: Sequence[Mapping], values: Mapping[str, set], categories: 
     with 2 to :data:`MAX_CATEGORIES` values (their values sorted)."""
     numeric = sorted(n for n, seen in values.items() if len(seen) > 1)  # a constant plots nothing
     declared_log = {n for p in plans for n in p.get("log_params") or []}
-    return {"numeric_params": numeric, "param_scales": {n: _scale(n, values[n], declared_log) for n in numeric},
-            "categorical_params": {n: sorted(seen) for n, seen in sorted(categories.items())
-                                   if 1 < len(seen) <= MAX_CATEGORIES}}
+    return {
+        "numeric_params": numeric,
+        "param_scales": {n: _scale(n, values[n], declared_log) for n in numeric},
+        "categorical_params": {
+            n: sorted(seen) for n, seen in sorted(categories.items()) if 1 < len(seen) <= MAX_CATEGORIES
+        },
+    }
 
 
 def trial_counts(plans: Sequence[Mapping], rows: Sequence[Mapping]) -> dict[str, int]:
@@ -396,9 +511,13 @@ def trial_counts(plans: Sequence[Mapping], rows: Sequence[Mapping]) -> dict[str,
     return counts
 
 
-def build_sweep_view(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
-                     ti_states: Mapping[tuple[str, int], str | None], top_n: int = 20,
-                     reports: Callable[[str], Sequence[Mapping] | None] | None = None) -> dict:
+def build_sweep_view(
+    plans: Sequence[Mapping],
+    outcomes: Mapping[str, Mapping],
+    ti_states: Mapping[tuple[str, int], str | None],
+    top_n: int = 20,
+    reports: Callable[[str], Sequence[Mapping] | None] | None = None,
+) -> dict:
     """One sweep's view in one DAG run: ``plans`` (its stages' plan records, rounds in order), ``outcomes``
     (trial id -> published outcome), ``ti_states`` ((task id, map index) -> Airflow state), ``reports``
     (trial id -> its intermediate reports where the caller can read them, asked lazily: drawn by step)."""
@@ -407,27 +526,70 @@ def build_sweep_view(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
     rows = trial_rows(plans, outcomes, ti_states)
     counts = trial_counts(plans, rows)
     view: dict[str, Any] = {
-        "sweep": first["sweep"], "search": first["search"], "backend": first["backend"], "run": first["run"],
-        "objective": _objective_view(objective) if objective else None, "counts": counts,
+        "sweep": first["sweep"],
+        "search": first["search"],
+        "backend": first["backend"],
+        "run": first["run"],
+        "objective": _objective_view(objective) if objective else None,
+        "counts": counts,
         "rounds": len(plans) if first.get("round") is not None else None,
         "truncated": max(0, first["defined"] - len(first["trials"])),
-        "problems": [{k: r[k] for k in ("index", "trial_id", "label", "state", "error", "task_id", "map_index")}
-                     for r in rows if r["state"] in FAILED_STATES][:50],
+        "problems": [
+            {k: r[k] for k in ("index", "trial_id", "label", "state", "error", "task_id", "map_index")}
+            for r in rows
+            if r["state"] in FAILED_STATES
+        ][:50],
         # pruned trials with the step they were stopped at and the rule's reason, as `gpusched sweep results`
-        "pruned": [{**{k: r[k] for k in ("index", "trial_id", "label", "error", "task_id", "map_index", "skipped")},
-                    "step": r.get("step")} for r in rows if r["state"] == "pruned"][:50],
+        "pruned": [
+            {
+                **{k: r[k] for k in ("index", "trial_id", "label", "error", "task_id", "map_index", "skipped")},
+                "step": r.get("step"),
+            }
+            for r in rows
+            if r["state"] == "pruned"
+        ][:50],
     }
     metric = first.get("curve_metric")
-    view.update(_curves(rows, reports, metric) if reports is not None and metric
-                else {"curve_metric": metric, "curves": [], "latest_reports": []})
+    view.update(
+        _curves(rows, reports, metric)
+        if reports is not None and metric
+        else {"curve_metric": metric, "curves": [], "latest_reports": []}
+    )
     if objective is None:
-        view.update(leaderboard=[], best=None, points=[], points_total=0, best_so_far=[], numeric_params=[],
-                    categorical_params={}, param_scales={})
+        view.update(
+            leaderboard=[],
+            best=None,
+            points=[],
+            points_total=0,
+            best_so_far=[],
+            numeric_params=[],
+            categorical_params={},
+            param_scales={},
+        )
         return view
     board = leaderboard(rows, objective, top_n)
-    view["leaderboard"] = [{k: r[k] for k in ("rank", "score", "index", "label", "trial_id", "params", "round",
-                                              "task_id", "map_index", "seconds", "skipped", "front", "values")
-                            if k in r} for r in board]
+    view["leaderboard"] = [
+        {
+            k: r[k]
+            for k in (
+                "rank",
+                "score",
+                "index",
+                "label",
+                "trial_id",
+                "params",
+                "round",
+                "task_id",
+                "map_index",
+                "seconds",
+                "skipped",
+                "front",
+                "values",
+            )
+            if k in r
+        }
+        for r in board
+    ]
     view["best"] = view["leaderboard"][0] if board else None
     points, values, categories = scored_points(rows, objective)
     if objective.several and points:  # mark the Pareto front for the plot of the first two metrics
@@ -438,9 +600,11 @@ def build_sweep_view(plans: Sequence[Mapping], outcomes: Mapping[str, Mapping],
     view["points_total"] = len(points)
     view["points"] = sample_points(points, objective)
     if len(view["points"]) < len(points):
-        view["points_note"] = (f"The plots show {len(view['points']):,} of {len(points):,} scored trials: the best "
-                               f"{MAX_POINTS // 4:,}{' and the Pareto front' if objective.several else ''}, and an "
-                               f"even sample of the rest; the best-so-far line and the leaderboard count every trial.")
+        view["points_note"] = (
+            f"The plots show {len(view['points']):,} of {len(points):,} scored trials: the best "
+            f"{MAX_POINTS // 4:,}{' and the Pareto front' if objective.several else ''}, and an "
+            f"even sample of the rest; the best-so-far line and the leaderboard count every trial."
+        )
     # categorical parameters (optimizer, activation...): one strip of scores per value, values sorted
     view.update(param_axes(plans, values, categories))
     return view

@@ -18,7 +18,14 @@ with DAG(dag_id="test_blocking_long_job", schedule=None, start_date=pendulum.dat
         deferrable=False,
         poll_interval=0.5,
         execution_timeout=timedelta(seconds=float(os.environ.get("GPUSCHED_TEST_TIMEOUT", "600"))),
-        **({"nodes": int(os.environ["GPUSCHED_TEST_NODES"]), "gpus_per_node": 2, "distributed": "srun",
-            "env": {"GPUSCHED_TEST_TOKEN": os.environ.get("GPUSCHED_TEST_TOKEN", "")}}
-           if os.environ.get("GPUSCHED_TEST_NODES") else {}),
+        **(
+            {
+                "nodes": int(os.environ["GPUSCHED_TEST_NODES"]),
+                "gpus_per_node": 2,
+                "distributed": "srun",
+                "env": {"GPUSCHED_TEST_TOKEN": os.environ.get("GPUSCHED_TEST_TOKEN", "")},
+            }
+            if os.environ.get("GPUSCHED_TEST_NODES")
+            else {}
+        ),
     )

@@ -29,10 +29,22 @@ def train_until_preempted(params: dict) -> dict:
 
 
 with DAG(dag_id="t_digits_idle", schedule=None, start_date=START) as idle_training:
-    LocalGPUOperator(task_id="train", job_class="idle", gpus=1, devices=[0], poll_interval=0.3,
-                     python_callable=train_until_preempted,
-                     op_kwargs={"params": {"block0": {"channels": 16, "kernel": 3}, "block1": {"channels": 32, "kernel": 3},
-                                           "epochs": 8, "lr": 0.003}})
+    LocalGPUOperator(
+        task_id="train",
+        job_class="idle",
+        gpus=1,
+        devices=[0],
+        poll_interval=0.3,
+        python_callable=train_until_preempted,
+        op_kwargs={
+            "params": {
+                "block0": {"channels": 16, "kernel": 3},
+                "block1": {"channels": 32, "kernel": 3},
+                "epochs": 8,
+                "lr": 0.003,
+            }
+        },
+    )
 
 with DAG(dag_id="t_digits_urgent", schedule=None, start_date=START) as urgent:
     LocalGPUOperator(task_id="urgent", gpus=1, devices=[0], poll_interval=0.3, command=["sleep", "1"])

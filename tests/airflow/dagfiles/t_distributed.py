@@ -21,11 +21,18 @@ def all_reduce(rank_info) -> dict:
     places = [None] * dist.get_world_size()
     dist.all_gather_object(places, rank_info.to_dict())
     dist.destroy_process_group()
-    return {"sum": value.item(), "hosts": hosts, "rank": rank_info.rank, "world_size": rank_info.world_size,
-            "places": places, "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    return {
+        "sum": value.item(),
+        "hosts": hosts,
+        "rank": rank_info.rank,
+        "world_size": rank_info.world_size,
+        "places": places,
+        "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
 
 
 with DAG(dag_id="t_distributed", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")) as dag:
+
     @task.slurm(nodes=2, gpus_per_node=2, distributed="srun", poll_interval=0.5, time_limit=10)
     def slurm_srun(rank_info=None):
         return all_reduce(rank_info)

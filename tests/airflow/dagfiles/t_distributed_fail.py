@@ -5,6 +5,7 @@ import pendulum
 from airflow.sdk import DAG, task
 
 with DAG(dag_id="t_distributed_fail", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")) as dag:
+
     @task.slurm(nodes=2, ntasks_per_node=2, distributed="srun", poll_interval=0.5, time_limit=10, retries=0)
     def one_rank_raises(rank_info=None):
         import time
@@ -16,8 +17,15 @@ with DAG(dag_id="t_distributed_fail", schedule=None, start_date=pendulum.datetim
 
         load_shard(rank_info.rank)
 
-    @task.slurm(nodes=2, ntasks_per_node=1, distributed="torchrun", rank_exit_grace=3, poll_interval=0.5,
-                time_limit=10, retries=0)
+    @task.slurm(
+        nodes=2,
+        ntasks_per_node=1,
+        distributed="torchrun",
+        rank_exit_grace=3,
+        poll_interval=0.5,
+        time_limit=10,
+        retries=0,
+    )
     def one_rank_hangs(rank_info=None):
         import time
 

@@ -15,9 +15,14 @@ START = pendulum.datetime(2026, 1, 1, tz="UTC")
 TRAINER = os.environ.get("GPUSCHED_TEST_TRAINER", "checkpointing_trainer.py")
 
 with DAG(dag_id="t_local_idle", schedule=None, start_date=START) as local_idle:
-    LocalGPUOperator(task_id="fill", job_class="idle", gpus=4, poll_interval=0.3,
-                     # up to 120 s until preempted (the normal task's process needs ~10 s to start), then 15 s
-                     command=[sys.executable, TRAINER, "150", "1200"])
+    LocalGPUOperator(
+        task_id="fill",
+        job_class="idle",
+        gpus=4,
+        poll_interval=0.3,
+        # up to 120 s until preempted (the normal task's process needs ~10 s to start), then 15 s
+        command=[sys.executable, TRAINER, "150", "1200"],
+    )
 
 with DAG(dag_id="t_local_normal", schedule=None, start_date=START) as local_normal:
     LocalGPUOperator(task_id="urgent", gpus=4, poll_interval=0.3, command=["sleep", "1"])
@@ -26,9 +31,16 @@ NAME = os.environ.get("GPUSCHED_TEST_JOB_NAME", "idle-fill")
 
 with DAG(dag_id="t_slurm_idle", schedule=None, start_date=START) as slurm_idle:
     # every GPU of the two-node cluster, so that the normal job (4 GPUs on one node) must preempt it
-    SlurmJobOperator(task_id="fill", job_name=NAME, job_class="idle", nodes=2, gpus_per_node=4, poll_interval=0.5,
-                     # long the first time (it gets preempted), short once requeued
-                     command='echo run; if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then sleep 120; else sleep 1; fi')
+    SlurmJobOperator(
+        task_id="fill",
+        job_name=NAME,
+        job_class="idle",
+        nodes=2,
+        gpus_per_node=4,
+        poll_interval=0.5,
+        # long the first time (it gets preempted), short once requeued
+        command='echo run; if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then sleep 120; else sleep 1; fi',
+    )
 
 with DAG(dag_id="t_slurm_normal", schedule=None, start_date=START) as slurm_normal:
     SlurmJobOperator(task_id="urgent", job_name=NAME + "-normal", gpus=4, poll_interval=0.5, command="sleep 1")
@@ -51,5 +63,11 @@ def until_requeued(marker: str) -> dict:
 
 
 with DAG(dag_id="t_slurm_requeue_python", schedule=None, start_date=START) as slurm_requeue_python:
-    SlurmPythonOperator(task_id="call", job_name=NAME, requeue=True, poll_interval=0.5, python_callable=until_requeued,
-                        op_kwargs={"marker": os.environ.get("GPUSCHED_TEST_MARKER", "/nonexistent")})
+    SlurmPythonOperator(
+        task_id="call",
+        job_name=NAME,
+        requeue=True,
+        poll_interval=0.5,
+        python_callable=until_requeued,
+        op_kwargs={"marker": os.environ.get("GPUSCHED_TEST_MARKER", "/nonexistent")},
+    )

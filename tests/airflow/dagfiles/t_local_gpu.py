@@ -12,16 +12,25 @@ START = pendulum.datetime(2026, 1, 1, tz="UTC")
 
 with DAG(dag_id="t_local_whole_host", schedule=None, start_date=START) as whole_host:
     # waits (deferred) while the test holds every GPU, then runs on all four
-    LocalGPUOperator(task_id="all_gpus", gpus=4, poll_interval=0.5,
-                     command=["python3", "-c", "import os; print('CVD', os.environ['CUDA_VISIBLE_DEVICES'])"])
+    LocalGPUOperator(
+        task_id="all_gpus",
+        gpus=4,
+        poll_interval=0.5,
+        command=["python3", "-c", "import os; print('CVD', os.environ['CUDA_VISIBLE_DEVICES'])"],
+    )
 
 with DAG(dag_id="t_local_looks_again_here", schedule=None, start_date=START) as looks_again_here:
     # finds a GPU busy, looks again in its worker (defer_after) and takes it when it frees: no deferral
     LocalGPUOperator(task_id="all_gpus", gpus=4, poll_interval=0.5, defer_after=60, command=["true"])
 
 with DAG(dag_id="t_local_kill", schedule=None, start_date=START) as kill:
-    LocalGPUOperator(task_id="spawner", gpus=1, grace_period=1, execution_timeout=timedelta(seconds=4),
-                     bash_command=f"sleep 300 & echo $! > {os.environ.get('GPUSCHED_TEST_PIDFILE', '/dev/null')}; wait")
+    LocalGPUOperator(
+        task_id="spawner",
+        gpus=1,
+        grace_period=1,
+        execution_timeout=timedelta(seconds=4),
+        bash_command=f"sleep 300 & echo $! > {os.environ.get('GPUSCHED_TEST_PIDFILE', '/dev/null')}; wait",
+    )
 
 with DAG(dag_id="t_local_errors", schedule=None, start_date=START) as errors:
     LocalGPUOperator(task_id="too_many", gpus=5, command=["true"])
@@ -30,6 +39,7 @@ with DAG(dag_id="t_local_errors", schedule=None, start_date=START) as errors:
     def raises():
         def deep():
             raise KeyError("missing-column")
+
         deep()
 
     raises()

@@ -11,12 +11,14 @@ from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
 from airflow_provider_gpusched.operators.slurm import SlurmJobOperator
 from airflow_provider_gpusched.task_groups.sweep import sweep_task_group
 
-OOM_ONCE = ("import os, sys\n"
-            "if not os.path.exists('tried'):\n"
-            "    open('tried', 'w').close()\n"
-            "    print('RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB')\n"
-            "    sys.exit(1)\n"
-            "print('fits now')")
+OOM_ONCE = (
+    "import os, sys\n"
+    "if not os.path.exists('tried'):\n"
+    "    open('tried', 'w').close()\n"
+    "    print('RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB')\n"
+    "    sys.exit(1)\n"
+    "print('fits now')"
+)
 
 
 def score(params):
@@ -24,10 +26,24 @@ def score(params):
 
 
 with DAG("metrics_events", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")) as metrics_events:
-    LocalGPUOperator(task_id="oom_once", command=[sys.executable, "-c", OOM_ONCE], gpus=1, gpu_memory="2GiB",
-                     oom_retries=1, retries=0)
-    sweep_task_group(SweepSpec(name="metric_grid", test_config=[{"lr": [0.1, 0.2]}], python_callable=score,
-                               objective=Objective("acc"), resources=TrialResources(gpu_memory="1GiB")),
-                     backend="local")
-    SlurmJobOperator(task_id="slurm_job", command=["sleep", "4"], partition="batch", poll_interval=1, retries=0,
-                     deferrable=True)
+    LocalGPUOperator(
+        task_id="oom_once",
+        command=[sys.executable, "-c", OOM_ONCE],
+        gpus=1,
+        gpu_memory="2GiB",
+        oom_retries=1,
+        retries=0,
+    )
+    sweep_task_group(
+        SweepSpec(
+            name="metric_grid",
+            test_config=[{"lr": [0.1, 0.2]}],
+            python_callable=score,
+            objective=Objective("acc"),
+            resources=TrialResources(gpu_memory="1GiB"),
+        ),
+        backend="local",
+    )
+    SlurmJobOperator(
+        task_id="slurm_job", command=["sleep", "4"], partition="batch", poll_interval=1, retries=0, deferrable=True
+    )

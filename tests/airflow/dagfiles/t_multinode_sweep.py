@@ -30,11 +30,30 @@ RESOURCES = TrialResources(nodes=2, gpus_per_node=2, distributed="srun", time_li
 COMMAND = [sys.executable, "-c", RANK_TRIAL, "{x}"]
 
 with DAG("t_multinode_sweep_mapped", schedule=None, start_date=START) as mapped:
-    sweep_task_group(SweepSpec(name="multinode_mapped", test_config=[{"x": [1, 2, 3]}], command=COMMAND,
-                               objective=Objective("score"), resources=RESOURCES),
-                     backend="slurm", batching="mapped", poll_interval=0.5)
+    sweep_task_group(
+        SweepSpec(
+            name="multinode_mapped",
+            test_config=[{"x": [1, 2, 3]}],
+            command=COMMAND,
+            objective=Objective("score"),
+            resources=RESOURCES,
+        ),
+        backend="slurm",
+        batching="mapped",
+        poll_interval=0.5,
+    )
 
 with DAG("t_multinode_sweep_batched", schedule=None, start_date=START) as batched:
-    sweep_task_group(SweepSpec(name="multinode_batched", test_config=[{"x": [1, 2, 3]}], command=COMMAND,
-                               objective=Objective("score"), resources=RESOURCES),
-                     backend="slurm", batching="batched", chunk_size=3, poll_interval=0.5)
+    sweep_task_group(
+        SweepSpec(
+            name="multinode_batched",
+            test_config=[{"x": [1, 2, 3]}],
+            command=COMMAND,
+            objective=Objective("score"),
+            resources=RESOURCES,
+        ),
+        backend="slurm",
+        batching="batched",
+        chunk_size=3,
+        poll_interval=0.5,
+    )

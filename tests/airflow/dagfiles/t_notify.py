@@ -24,26 +24,46 @@ def train(params):
 
 
 with DAG("t_notify_sweep", schedule=None, start_date=START) as sweep_dag:
-    sweep_task_group(SweepSpec(name="notified", test_config=[{"lr": [0.01, 0.1, 0.3]}], python_callable=train,
-                               objective=Objective("acc"), resources=TrialResources(gpu_memory="2GiB"),
-                               max_failed_trials=1),
-                     backend="local",
-                     notify=[EmailNotifier(to=["lab@example.org"], smtp_conn_id="gpusched_test_smtp",
-                                           from_email="gpusched@example.org"),
-                             WebhookNotifier(url=f"{HOOK}/slack", style="slack")])
+    sweep_task_group(
+        SweepSpec(
+            name="notified",
+            test_config=[{"lr": [0.01, 0.1, 0.3]}],
+            python_callable=train,
+            objective=Objective("acc"),
+            resources=TrialResources(gpu_memory="2GiB"),
+            max_failed_trials=1,
+        ),
+        backend="local",
+        notify=[
+            EmailNotifier(to=["lab@example.org"], smtp_conn_id="gpusched_test_smtp", from_email="gpusched@example.org"),
+            WebhookNotifier(url=f"{HOOK}/slack", style="slack"),
+        ],
+    )
 
 with DAG("t_notify_failure", schedule=None, start_date=START) as failure_dag:
-    LocalGPUOperator(task_id="train", gpus=1, retries=0,
-                     command=[sys.executable, "-c", "import sys; print('step 1 ok'); print('CUDA error: an illegal "
-                                                    "memory access'); sys.exit(2)"],
-                     on_failure_callback=WebhookNotifier(webhook_conn_id="gpusched_test_hook", style="generic"))
+    LocalGPUOperator(
+        task_id="train",
+        gpus=1,
+        retries=0,
+        command=[
+            sys.executable,
+            "-c",
+            "import sys; print('step 1 ok'); print('CUDA error: an illegal memory access'); sys.exit(2)",
+        ],
+        on_failure_callback=WebhookNotifier(webhook_conn_id="gpusched_test_hook", style="generic"),
+    )
 
 with DAG("t_notify_slurm_failure", schedule=None, start_date=START) as slurm_failure_dag:
     from airflow_provider_gpusched.operators.slurm import SlurmJobOperator
 
-    SlurmJobOperator(task_id="job", partition="batch", poll_interval=1, retries=0,
-                     command=["bash", "-c", "echo 'loading data'; echo 'RuntimeError: CUDA out of memory' >&2; exit 4"],
-                     on_failure_callback=WebhookNotifier(url=f"{HOOK}/slurm", style="generic"))
+    SlurmJobOperator(
+        task_id="job",
+        partition="batch",
+        poll_interval=1,
+        retries=0,
+        command=["bash", "-c", "echo 'loading data'; echo 'RuntimeError: CUDA out of memory' >&2; exit 4"],
+        on_failure_callback=WebhookNotifier(url=f"{HOOK}/slurm", style="generic"),
+    )
 
 
 def score(subnet):
@@ -53,10 +73,20 @@ def score(subnet):
 with DAG("t_notify_rounds", schedule=None, start_date=START) as rounds_dag:
     from airflow_provider_gpusched.core.sweep import EvolutionSettings
 
-    sweep_task_group(SweepSpec(name="notified_rounds", search="evolution", seed=1, python_callable=score,
-                               space={f"b{i}": {"kernel": [3, 5], "expand": [3, 6]} for i in range(2)},
-                               objective=Objective("acc"), resources=TrialResources(gpu_memory="2GiB"),
-                               evolution=EvolutionSettings(candidate_pool_size=3, candidate_top_k=2, num_mutation=2,
-                                                           num_crossover=1, max_epoch=2)),
-                     backend="local", notify=[WebhookNotifier(url=f"{HOOK}/rounds", style="generic")],
-                     notify_rounds=True)
+    sweep_task_group(
+        SweepSpec(
+            name="notified_rounds",
+            search="evolution",
+            seed=1,
+            python_callable=score,
+            space={f"b{i}": {"kernel": [3, 5], "expand": [3, 6]} for i in range(2)},
+            objective=Objective("acc"),
+            resources=TrialResources(gpu_memory="2GiB"),
+            evolution=EvolutionSettings(
+                candidate_pool_size=3, candidate_top_k=2, num_mutation=2, num_crossover=1, max_epoch=2
+            ),
+        ),
+        backend="local",
+        notify=[WebhookNotifier(url=f"{HOOK}/rounds", style="generic")],
+        notify_rounds=True,
+    )

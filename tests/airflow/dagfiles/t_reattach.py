@@ -22,5 +22,11 @@ class CrashAfterSubmit(SlurmJobOperator):
 
 
 with DAG(dag_id="t_reattach", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")) as dag:
-    CrashAfterSubmit(task_id="job", command="sleep 15", job_name=os.environ.get("GPUSCHED_TEST_JOB_NAME", "x"),
-                     retries=1, retry_delay=timedelta(seconds=0), poll_interval=0.5)
+    CrashAfterSubmit(
+        task_id="job",
+        command="sleep 15",
+        job_name=os.environ.get("GPUSCHED_TEST_JOB_NAME", "x"),
+        retries=1,
+        retry_delay=timedelta(seconds=0),
+        poll_interval=0.5,
+    )

@@ -30,9 +30,15 @@ def learn(params):
 
 
 with DAG("t_rerun_stop", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")) as dag:
-    sweep_task_group(SweepSpec(name=NAME, test_config=[{"quality": [0.1, 0.2, 3.0, 5.0, 0.15]}],
-                               python_callable=learn, objective=Objective("loss", "minimize"),
-                               pruning={"rule": "optuna", "pruner": "threshold",
-                                        "options": {"upper": 2.0, "n_warmup_steps": 1}},
-                               resources=TrialResources(gpu_memory="2GiB")),
-                     backend="local", trial_kwargs={"grace_period": 2})
+    sweep_task_group(
+        SweepSpec(
+            name=NAME,
+            test_config=[{"quality": [0.1, 0.2, 3.0, 5.0, 0.15]}],
+            python_callable=learn,
+            objective=Objective("loss", "minimize"),
+            pruning={"rule": "optuna", "pruner": "threshold", "options": {"upper": 2.0, "n_warmup_steps": 1}},
+            resources=TrialResources(gpu_memory="2GiB"),
+        ),
+        backend="local",
+        trial_kwargs={"grace_period": 2},
+    )

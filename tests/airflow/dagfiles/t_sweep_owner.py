@@ -17,9 +17,16 @@ def score(params):
 
 
 def owned_sweep():
-    return sweep_task_group(SweepSpec(name=NAME, test_config=[{"x": [1, 2]}], python_callable=score,
-                                      objective=Objective("y"), resources=TrialResources(gpu_memory="2GiB")),
-                            backend="local")
+    return sweep_task_group(
+        SweepSpec(
+            name=NAME,
+            test_config=[{"x": [1, 2]}],
+            python_callable=score,
+            objective=Objective("y"),
+            resources=TrialResources(gpu_memory="2GiB"),
+        ),
+        backend="local",
+    )
 
 
 with DAG("t_sweep_owner_private", schedule=None, start_date=START) as private:

@@ -21,15 +21,35 @@ def score(params):
 
 
 with DAG("ui_private_mixed", schedule=None, start_date=START) as private:
-    sweep_task_group(SweepSpec(name="ui_grid", test_config=[{"lr": [0.001, 0.01, 0.3], "depth": [2, 4]}],
-                               python_callable=score, objective=Objective("acc"),
-                               resources=TrialResources(gpu_memory="2GiB")), backend="local")
-    SlurmJobOperator(task_id="array", command=[sys.executable, "-c", "import os; print('array task', "
-                                               "os.environ['SLURM_ARRAY_TASK_ID'], 'done')"],
-                     array="0-2", partition="batch", poll_interval=1)
-    LocalGPUOperator(task_id="gpu_work", command=[sys.executable, "-c", "print('on', __import__('os').environ"
-                                                  "['CUDA_VISIBLE_DEVICES'])"], gpus=1, job_class="idle")
+    sweep_task_group(
+        SweepSpec(
+            name="ui_grid",
+            test_config=[{"lr": [0.001, 0.01, 0.3], "depth": [2, 4]}],
+            python_callable=score,
+            objective=Objective("acc"),
+            resources=TrialResources(gpu_memory="2GiB"),
+        ),
+        backend="local",
+    )
+    SlurmJobOperator(
+        task_id="array",
+        command=[sys.executable, "-c", "import os; print('array task', os.environ['SLURM_ARRAY_TASK_ID'], 'done')"],
+        array="0-2",
+        partition="batch",
+        poll_interval=1,
+    )
+    LocalGPUOperator(
+        task_id="gpu_work",
+        command=[sys.executable, "-c", "print('on', __import__('os').environ['CUDA_VISIBLE_DEVICES'])"],
+        gpus=1,
+        job_class="idle",
+    )
 
 with DAG("ui_open_job", schedule=None, start_date=START) as public:
-    SlurmJobOperator(task_id="job", command=["bash", "-c", "echo line one; echo 'line two; with a quote \"'; exit 3"],
-                     partition="batch", poll_interval=1, retries=0)
+    SlurmJobOperator(
+        task_id="job",
+        command=["bash", "-c", "echo line one; echo 'line two; with a quote \"'; exit 3"],
+        partition="batch",
+        poll_interval=1,
+        retries=0,
+    )

@@ -9,7 +9,7 @@ from airflow.sdk import DAG
 
 from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
 
-RECORD = r'''
+RECORD = r"""
 import json, os, socket, sys, time
 out, tag, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
 start = time.time()
@@ -20,10 +20,15 @@ def write(event):
 write("start")
 time.sleep(seconds)
 write("done")
-'''
+"""
 
-ARGS = dict(start_date=datetime.datetime(2026, 1, 1), schedule=None, catchup=False, is_paused_upon_creation=False,
-            default_args={"retries": 2, "retry_delay": datetime.timedelta(seconds=1)})
+ARGS = dict(
+    start_date=datetime.datetime(2026, 1, 1),
+    schedule=None,
+    catchup=False,
+    is_paused_upon_creation=False,
+    default_args={"retries": 2, "retry_delay": datetime.timedelta(seconds=1)},
+)
 
 
 def _record(tag: str, seconds: str = "{{ dag_run.conf.get('seconds', 2) }}") -> list[str]:
@@ -32,7 +37,8 @@ def _record(tag: str, seconds: str = "{{ dag_run.conf.get('seconds', 2) }}") -> 
 
 with DAG("fleet_spread", **ARGS):
     LocalGPUOperator.partial(task_id="trial", gpus=1, poll_interval=1).expand(
-        command=[_record(f"trial-{i}") for i in range(24)])
+        command=[_record(f"trial-{i}") for i in range(24)]
+    )
 
 with DAG("fleet_memory", **ARGS):
     for i in range(3):
@@ -44,17 +50,19 @@ with DAG("fleet_memory", **ARGS):
 
 with DAG("fleet_hold", **ARGS):  # long trials to look at and stop from the head node
     LocalGPUOperator.partial(task_id="hold", gpus=1, poll_interval=1).expand(
-        command=[_record(f"hold-{i}", "{{ dag_run.conf.get('seconds', 120) }}") for i in range(3)])
+        command=[_record(f"hold-{i}", "{{ dag_run.conf.get('seconds', 120) }}") for i in range(3)]
+    )
 
 with DAG("fleet_idle", **ARGS):  # idle-class fillers: one per GPU of the fleet (7)
     LocalGPUOperator.partial(task_id="filler", gpus=1, job_class="idle", poll_interval=1).expand(
-        command=[_record(f"filler-{i}", "{{ dag_run.conf.get('seconds', 40) }}") for i in range(7)])
+        command=[_record(f"filler-{i}", "{{ dag_run.conf.get('seconds', 40) }}") for i in range(7)]
+    )
 
 with DAG("fleet_normal", **ARGS):  # normal work that needs a GPU the fillers hold
     LocalGPUOperator(task_id="urgent", gpus=1, poll_interval=1, command=_record("urgent"))
 
 with DAG("fleet_priority", **ARGS):  # priority weights across hosts: blockers first, then high, then low
     for name, weight, count, seconds in (("blocker", 1000, 7, "12"), ("high", 100, 7, "10"), ("low", 1, 7, "2")):
-        LocalGPUOperator.partial(task_id=name, gpus=1, poll_interval=1, priority_weight=weight,
-                                 weight_rule="absolute").expand(
-            command=[_record(f"{name}-{i}", seconds) for i in range(count)])
+        LocalGPUOperator.partial(
+            task_id=name, gpus=1, poll_interval=1, priority_weight=weight, weight_rule="absolute"
+        ).expand(command=[_record(f"{name}-{i}", seconds) for i in range(count)])

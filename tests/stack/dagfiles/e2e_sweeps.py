@@ -35,10 +35,16 @@ def learn_5_steps(params: dict) -> dict:
 
 def rerun_sweep(learn, force_rerun: bool) -> SweepSpec:
     # the median rule never stops a trial with min_trials=100; it makes pruning count (a raised TrialPruned)
-    return SweepSpec(name="e2e_rerun", test_config=[{"q": [1, 2, 3, 4, 5, 6]}], python_callable=learn,
-                     objective=Objective("loss", "minimize"), resources=TrialResources(gpu_memory="2GiB"),
-                     pruning={"rule": "median", "min_trials": 100}, force_rerun=force_rerun,
-                     shared_with_other_dags=True)  # the two DAGs below share it on purpose
+    return SweepSpec(
+        name="e2e_rerun",
+        test_config=[{"q": [1, 2, 3, 4, 5, 6]}],
+        python_callable=learn,
+        objective=Objective("loss", "minimize"),
+        resources=TrialResources(gpu_memory="2GiB"),
+        pruning={"rule": "median", "min_trials": 100},
+        force_rerun=force_rerun,
+        shared_with_other_dags=True,
+    )  # the two DAGs below share it on purpose
 
 
 with DAG("e2e_sweep_rerun", schedule=None, start_date=START, catchup=False, max_active_runs=1):
@@ -58,10 +64,23 @@ with DAG("e2e_sweep_1000", schedule=None, start_date=START, catchup=False, max_a
     # Sweeps API's answer are checked by tests/stack/test_deployed.py
     from airflow_provider_gpusched.core.sweep import uniform
 
-    sweep_task_group(SweepSpec(name="e2e_1000", search="random", space={"x": uniform(0, 1)}, count=1000, seed=11,
-                               python_callable=quick_score, objective=Objective("score", "maximize"),
-                               resources=TrialResources(gpu_memory="4GiB"), force_rerun=True),
-                     backend="local", batching="batched", chunk_size=500, publish_asset=False)
+    sweep_task_group(
+        SweepSpec(
+            name="e2e_1000",
+            search="random",
+            space={"x": uniform(0, 1)},
+            count=1000,
+            seed=11,
+            python_callable=quick_score,
+            objective=Objective("score", "maximize"),
+            resources=TrialResources(gpu_memory="4GiB"),
+            force_rerun=True,
+        ),
+        backend="local",
+        batching="batched",
+        chunk_size=500,
+        publish_asset=False,
+    )
 
 
 #: a command trial (any language): reports loss = q + 1/step for 5 steps; waits 90 s first while the sweep folder
@@ -85,11 +104,19 @@ with DAG("e2e_sweep_stop", schedule=None, start_date=START, catchup=False, max_a
     # decades, so the parallel coordinates draw it on a log axis
     import sys
 
-    sweep_task_group(SweepSpec(
-        name="e2e_stop", test_config=[{"q": [q], "lr": [lr]} for q, lr in
-                                      ((1, 1e-4), (2, 1e-3), (3, 1e-2), (5, 1e-1), (6, 3e-2), (7, 3e-3))],
-        command=[sys.executable, "-c", STOP_TRIAL, "{q}", "{trial_dir}"],
-        objective=Objective("loss", "minimize"), resources=TrialResources(gpu_memory="2GiB"), max_failed_trials=1,
-        max_workers=2,  # two trials at a time: a stop finds some running and some not started
-        pruning={"rule": "optuna", "pruner": "threshold", "options": {"upper": 4.5, "n_warmup_steps": 1}}),
-        backend="local", trial_kwargs={"grace_period": 2})
+    sweep_task_group(
+        SweepSpec(
+            name="e2e_stop",
+            test_config=[
+                {"q": [q], "lr": [lr]} for q, lr in ((1, 1e-4), (2, 1e-3), (3, 1e-2), (5, 1e-1), (6, 3e-2), (7, 3e-3))
+            ],
+            command=[sys.executable, "-c", STOP_TRIAL, "{q}", "{trial_dir}"],
+            objective=Objective("loss", "minimize"),
+            resources=TrialResources(gpu_memory="2GiB"),
+            max_failed_trials=1,
+            max_workers=2,  # two trials at a time: a stop finds some running and some not started
+            pruning={"rule": "optuna", "pruner": "threshold", "options": {"upper": 4.5, "n_warmup_steps": 1}},
+        ),
+        backend="local",
+        trial_kwargs={"grace_period": 2},
+    )
