@@ -48,7 +48,7 @@ def fleet_dir(args, required: bool = True) -> str:
     if getattr(args, "no_fleet", False):
         return ""
     folder = getattr(args, "fleet_dir", None) or os.environ.get("AIRFLOW__GPUSCHED__FLEET_DIR", "")
-    if not folder:
+    if not folder and airflow_config_may_set("fleet_dir"):
         try:
             from airflow_provider_gpusched import settings
 
@@ -60,3 +60,23 @@ def fleet_dir(args, required: bool = True) -> str:
             "no fleet directory: give --fleet-dir DIR or set AIRFLOW__GPUSCHED__FLEET_DIR ([gpusched] fleet_dir)"
         )
     return os.path.expanduser(folder)
+
+
+def airflow_config_may_set(name: str) -> bool:
+    """Whether Airflow's configuration could give ``[gpusched] name`` a value: a variable of the environment for it
+    (``AIRFLOW__GPUSCHED__NAME``, ``..._CMD``, ``..._SECRET``) or the name in its ``airflow.cfg``
+    (``AIRFLOW_CONFIG``, else ``$AIRFLOW_HOME/airflow.cfg``). Where neither is there the option has its default,
+    and the command need not import Airflow to learn it: ``gpusched gpus`` answers in a tenth of a second instead
+    of two."""
+    import os
+
+    variable = f"AIRFLOW__GPUSCHED__{name.upper()}"
+    if any(key == variable or key.startswith(variable + "_") for key in os.environ):
+        return True
+    home = os.environ.get("AIRFLOW_HOME") or os.path.join("~", "airflow")
+    path = os.environ.get("AIRFLOW_CONFIG") or os.path.join(os.path.expanduser(home), "airflow.cfg")
+    try:
+        with open(os.path.expanduser(path), encoding="utf-8", errors="replace") as fh:
+            return name in fh.read()
+    except OSError:  # no file (Airflow would write its defaults) or none readable: the default
+        return False

@@ -773,7 +773,7 @@ def test_hostile_result_files_make_the_trial_invalid_with_the_reason(tmp_path, n
         name="hostile",
         test_config=[{"x": [1]}],
         objective=Objective("loss", "minimize"),
-        command=[sys.executable, "-c", f"open({name!r}, 'wb').write(bytes.fromhex(Path('payload').read_text()))"],
+        command=[sys.executable, "-c", f"open({name!r}, 'wb').write(bytes.fromhex(open('payload').read()))"],
         results_root=str(tmp_path),
     )
     session = SweepSession(spec)

@@ -66,3 +66,32 @@ def test_gpus_shows_preemptible_yielding_waiting_and_gpu_time(manager, state_dir
     assert data["gpu_time"]["idle"]["lost_gpu_seconds"] == 12.5
     assert [w["owner"] for w in data["waiting"]] == ["train.main"]
     manager.release(idle)
+
+
+def test_gpus_imports_airflow_only_where_its_configuration_names_a_fleet(tmp_path, manager, state_dir):
+    """`gpusched gpus` learns the fleet directory from Airflow's configuration, but imports Airflow (2 s) only where
+    ``airflow.cfg`` or the environment could set it; otherwise it answers in a tenth of a second."""
+    import os
+
+    home, fleet = tmp_path / "home", tmp_path / "fleet"
+    home.mkdir()
+    fleet.mkdir()
+    code = (
+        "import sys; from airflow_provider_gpusched.cli import main; "
+        f"code = main(['gpus', '--simulate', '4x24GiB', '--state-dir', {state_dir!r}]); "
+        "print('airflow imported:', 'airflow' in sys.modules); sys.exit(code)"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__GPUSCHED__FLEET_DIR")}
+    env.update(AIRFLOW_HOME=str(home))
+    env.pop("AIRFLOW_CONFIG", None)
+
+    def run():
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+
+    out = run()
+    assert out.returncode == 0 and "airflow imported: False" in out.stdout, out
+    assert "GPU-SIMULATED-0000" in out.stdout, out  # this host's own table
+    (home / "airflow.cfg").write_text(f"[gpusched]\nfleet_dir = {fleet}\n")
+    out = run()
+    assert out.returncode == 0 and "airflow imported: True" in out.stdout, out
+    assert "no host has published a record" in out.stdout  # the fleet's view, from the configured directory
