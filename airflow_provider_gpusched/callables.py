@@ -8,12 +8,12 @@ from typing import Any
 
 
 def callable_arguments(
-    func: Callable,
+    func: Callable[..., Any],
     op_args: Sequence[Any],
     op_kwargs: Mapping[str, Any],
     context: Mapping[str, Any],
     log: logging.Logger | Any,
-) -> tuple[list, dict]:
+) -> tuple[list[Any], dict[str, Any]]:
     """``op_args`` and ``op_kwargs``, plus the context values ``func`` names as parameters (``ds``,
     ``run_id``, ``params``...) when they can be pickled; live objects (``ti``, ``dag_run``) become None."""
     import cloudpickle

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
+from typing import Any
 
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.text import printable
@@ -298,7 +299,7 @@ def queue_lift(args) -> int:
 
 
 # -- health ---------------------------------------------------------------------------------------------------
-def _airflow_checks(args, simulate: str | None) -> list:
+def _airflow_checks(args, simulate: str | None) -> list[Any]:
     """Pools against the job-class mapping, and the triggerer's heartbeat, through Airflow's metadata
     database (where this host reaches it)."""
     from airflow_provider_gpusched.core.health import FAIL, OK, SKIP, WARN, Check

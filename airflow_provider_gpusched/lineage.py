@@ -39,8 +39,8 @@ def _facets():
         backend: str
         jobClass: str
         priority: int
-        request: dict
-        placement: dict
+        request: dict[str, Any]
+        placement: dict[str, Any]
         attempts: int
         preemptions: int
         oomRetries: int
@@ -50,8 +50,8 @@ def _facets():
         """The sweep trials a task ran, with the sweep run they belong to."""
 
         sweep: str
-        sweepRun: dict
-        trials: list
+        sweepRun: dict[str, Any]
+        trials: list[Any]
         leftOut: str = ""  # what the size cap (MAX_TRIAL_FACET_BYTES) left out, said; "" when nothing
 
     @define
@@ -67,10 +67,10 @@ def _facets():
 def operator_lineage(
     *,
     job_type: str,
-    run: dict | None = None,
+    run: dict[str, Any] | None = None,
     external_id: str = "",
     external_source: str = "",
-    trial: dict | None = None,
+    trial: dict[str, Any] | None = None,
     failure: tuple[str, str] | None = None,
 ):
     """The ``OperatorLineage`` of one task (see the module's docstring)."""
@@ -105,7 +105,7 @@ def operator_lineage(
 MAX_TRIAL_FACET_BYTES = 256 * 1024
 
 
-def capped_trials(trial: dict, limit: int = MAX_TRIAL_FACET_BYTES) -> dict:
+def capped_trials(trial: dict[str, Any], limit: int = MAX_TRIAL_FACET_BYTES) -> dict:
     """``trial`` (the facet's fields) with its trials cut to ``limit`` bytes of JSON: the first that fit are kept
     (one too large on its own keeps its id, label and state, its parameters and result left out), and ``leftOut``
     says what was left out and where the rest is."""
@@ -135,13 +135,13 @@ def capped_trials(trial: dict, limit: int = MAX_TRIAL_FACET_BYTES) -> dict:
     return {**trial, "trials": kept, "leftOut": "; ".join(notes)}
 
 
-def slurm_source(runner_description: dict | None) -> str:
+def slurm_source(runner_description: dict[str, Any] | None) -> str:
     """Where a Slurm job id means something: ``slurm://<login host>`` (or this host, where the commands run)."""
     host = (runner_description or {}).get("host") or socket.getfqdn()
     return f"slurm://{host}"
 
 
-def trial_facet(manifest: Any, trials: Any, sweep: str, task_instance) -> dict:
+def trial_facet(manifest: Any, trials: Any, sweep: str, task_instance) -> dict[str, Any]:
     """The ``gpuschedTrial`` facet of a sweep's trial task: its trials (the manifest's records, from the results
     folder) and the sweep run."""
     records = {r["trial_id"]: r for r in manifest.store.records(trials)}

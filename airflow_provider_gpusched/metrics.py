@@ -113,7 +113,7 @@ def timing(name: str, seconds: float, tags: dict[str, Any] | None = None) -> Non
 
 
 # -- what gpusched measures ----------------------------------------------------------------------------------
-def emit_gpu_samples(host: str, samples: Iterable, manager=None, *, busy_utilization: int = 10) -> None:
+def emit_gpu_samples(host: str, samples: Iterable[Any], manager=None, *, busy_utilization: int = 10) -> None:
     """A host's GPUs now (one sample each, core/gpu/telemetry.py): GPUs leased, free and measured in use on the
     host, and each GPU's utilisation, memory in use and temperature; with ``manager``, the tasks waiting there."""
     samples = list(samples)
@@ -174,7 +174,7 @@ class SlurmJobCounts:
     def __init__(self) -> None:
         self.seen: set[tuple[str, str]] = set()
 
-    def __call__(self, statuses: dict) -> None:
+    def __call__(self, statuses: dict[str, Any]) -> None:
         counts: dict[tuple[str, str], int] = {}
         for status in statuses.values():
             state = getattr(status.phase, "value", "")

@@ -5,13 +5,15 @@ Importing this module must stay cheap: it imports nothing from Airflow or the re
 
 from __future__ import annotations
 
+from typing import Any
+
 from airflow_provider_gpusched import __version__
 from airflow_provider_gpusched.core.options import provider_config
 
 PACKAGE = "airflow_provider_gpusched"
 
 
-def get_provider_info() -> dict:
+def get_provider_info() -> dict[str, Any]:
     return {
         "package-name": "airflow-provider-gpusched",
         "name": "GPU scheduling (local GPUs and Slurm)",

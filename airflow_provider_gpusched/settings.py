@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+from typing import Any
 
 from airflow.sdk import conf
 
@@ -19,7 +20,7 @@ def _value(name: str):
     return _GETTERS[option.type](SECTION, name, fallback=option.default)
 
 
-def host_limit_defaults() -> dict:
+def host_limit_defaults() -> dict[str, Any]:
     """``[gpusched] max_cpu_percent``, ``min_free_ram``, ``gpu_memory_margin`` as GPURequest arguments."""
     from airflow_provider_gpusched.core.options import host_limit_defaults as defaults
 

@@ -2,8 +2,8 @@
 #  - system packages: python3-venv (and, for the tests, openssh and chromium), installed with apt-get when missing;
 #    Slurm and munge are installed by scripts/slurm-cluster.sh, which use_test_cluster calls
 #    (needs root; as another user, install them yourself first)
-#  - .venv with this package and its test and examples extras (PyTorch: the CPU build where that is the one pip
-#    finds), pinned by constraints/airflow-3.3.2.txt
+#  - .venv with this package and its dev extra: the tests, the examples (PyTorch: the CPU build where that is the
+#    one pip finds) and the code checks, not Ray; pinned by constraints/airflow-3.3.2.txt
 # Re-running is cheap: nothing is reinstalled unless pyproject.toml or the constraints changed.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -43,7 +43,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   say "installing airflow-provider-gpusched and Apache Airflow 3.3.2 into .venv (a few minutes the first time)"
   log="$REPO/.venv/pip-install.log"
   if ! { "$REPO/.venv/bin/python" -m pip install --disable-pip-version-check --upgrade pip \
-         && "$REPO/.venv/bin/python" -m pip install --disable-pip-version-check -c "$CONSTRAINTS" -e "$REPO[test,examples]"; \
+         && "$REPO/.venv/bin/python" -m pip install --disable-pip-version-check -c "$CONSTRAINTS" -e "$REPO[dev]"; \
        } >"$log" 2>&1; then
     tail -n 40 "$log" >&2
     say "pip install failed; full log in $log"

@@ -58,6 +58,30 @@ if os.environ.get("GPUSCHED_EXPECT_INSTALLED"):  # scripts/test-compat.sh: test 
         )
 
 
+#: the fixtures that start or need a service, and the markers of tiers that do (docs/development.md "Tiers"). A test
+#: that uses none of them, directly or through another fixture, is marked ``fast``: scripts/test-fast.sh runs those.
+SERVICE_FIXTURES = ("slurm_cluster", "airflow_db", "login_host", "stack", "fleet")
+SERVICE_MARKERS = ("slurm", "stack", "fleet", "gpu")
+#: set by scripts/test-fast.sh: a service fixture asked for there is a mistake in the tiers, said at once
+FAST_TIER = os.environ.get("GPUSCHED_TIER") == "fast"
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        needs = [f for f in SERVICE_FIXTURES if f in item.fixturenames]
+        needs += [m for m in SERVICE_MARKERS if item.get_closest_marker(m)]
+        if not needs:
+            item.add_marker(pytest.mark.fast)
+
+
+def no_service_in_the_fast_tier(what: str) -> None:
+    if FAST_TIER:
+        pytest.fail(
+            f"the fast tier (scripts/test-fast.sh) must start no service, and this test asks for {what}: "
+            f"mark it with its tier (tests/conftest.py SERVICE_MARKERS) or use the fixture that starts it"
+        )
+
+
 def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)
 
@@ -73,6 +97,7 @@ def _sinfo_ok(env: dict) -> bool:
 @pytest.fixture(scope="session")
 def slurm_cluster():
     """SLURM_CONF of a running cluster: two nodes (n1, n2) of 4 GPUs each, partitions batch/idle."""
+    no_service_in_the_fast_tier("the Slurm test cluster")
     env = dict(os.environ)
     if env.get("SLURM_CONF") and _sinfo_ok(env):
         yield env["SLURM_CONF"]
@@ -108,6 +133,7 @@ def slurm_cluster():
 @pytest.fixture(scope="session")
 def airflow_db():
     """An initialised SQLite metadata DB in the temporary AIRFLOW_HOME."""
+    no_service_in_the_fast_tier("an Airflow metadata database")
     proc = subprocess.run(
         [sys.executable, "-m", "airflow", "db", "migrate"], capture_output=True, text=True, timeout=600
     )
@@ -124,6 +150,7 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def login_host(tmp_path_factory):
     """(port, ssh options) of an sshd on 127.0.0.1 that accepts a fresh key for root."""
+    no_service_in_the_fast_tier("an sshd")
     if not os.path.exists("/usr/sbin/sshd") or not shutil.which("ssh") or os.geteuid() != 0:
         if IN_CI:
             pytest.fail("sshd/ssh not installed or not root (scripts/test.sh installs openssh-server)")

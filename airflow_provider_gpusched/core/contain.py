@@ -59,13 +59,13 @@ def descendants(root):
     return found
 
 
-def _signal(pids, sig):
+def _signal(pids, sig) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)
 
 
-def _reap():
+def _reap() -> None:
     while True:
         try:
             pid, _status = os.waitpid(-1, os.WNOHANG)
@@ -82,7 +82,7 @@ def main(argv):
     contained = become_subreaper()
     me = os.getpid()
 
-    def pass_on(signum, _frame):
+    def pass_on(signum, _frame) -> None:
         _signal(descendants(me), signum)
 
     for sig in PASSED_ON:

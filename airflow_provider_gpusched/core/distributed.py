@@ -38,6 +38,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.contain import shim_source
@@ -107,7 +108,7 @@ class RankInfo:
             f"local rank {self.local_rank})"
         )
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
@@ -309,7 +310,7 @@ def run_ranks(argv: Sequence[str], nproc: int, grace: float, *, out=None, poll: 
     ended are stopped. SIGTERM/SIGINT are passed on to every rank. Returns the exit status (the first failure's)."""
     out = out or sys.stderr
     port = free_local_port()
-    procs: list[subprocess.Popen] = []
+    procs: list[subprocess.Popen[Any]] = []
     base = dict(os.environ)
     for rank in range(nproc):
         env = {
@@ -331,7 +332,7 @@ def run_ranks(argv: Sequence[str], nproc: int, grace: float, *, out=None, poll: 
         flush=True,
     )
 
-    def forward(signum, _frame):
+    def forward(signum, _frame) -> None:
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signum)

@@ -96,7 +96,9 @@ def host_queue(host: str, lane: str = "gpu") -> str:
     return f"{lane}-on-{host}"
 
 
-def map_hosts(wanted: Iterable[str], fleet_hosts: Iterable[str], mapping: dict | None = None) -> dict[str, str]:
+def map_hosts(
+    wanted: Iterable[str], fleet_hosts: Iterable[str], mapping: dict[str, Any] | None = None
+) -> dict[str, str]:
     """Which fleet host stands for each host another tool named (the partitioner's ``devices.yml`` hosts):
     ``mapping`` first (each value must be a fleet host), then a host of the same name, then the fleet's hosts in
     turn, in the order the names first appear (so two named hosts may share one fleet host when the fleet is
@@ -136,9 +138,9 @@ class HostLease:
     job_class: str
     owner: str
     created: float
-    work: dict = field(default_factory=dict)
+    work: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "lease_id": self.lease_id,
             "gpus": list(self.gpus),
@@ -220,7 +222,7 @@ class HostRecord:
             return False
         return True
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "version": RECORD_VERSION,
             "host": self.host,
@@ -411,7 +413,7 @@ class FleetView:
         return fits, "; ".join(why)
 
 
-def _read_host_files(folder: str, read, max_bytes: int) -> tuple[list, list[tuple[str, str]]]:
+def _read_host_files(folder: str, read, max_bytes: int) -> tuple[list[Any], list[tuple[str, str]]]:
     """Every ``<host>.json`` in ``folder`` read back by ``read(data, path)``: the records, and ``(path, why)`` for
     each file that could not be read or names another host than its file's name."""
     try:
@@ -452,7 +454,7 @@ def telemetry_dir(fleet_dir: str) -> str:
     return os.path.join(fleet_dir, "telemetry")
 
 
-def publish_telemetry(fleet_dir: str, record: dict, *, shared: bool = False) -> str:
+def publish_telemetry(fleet_dir: str, record: dict[str, Any], *, shared: bool = False) -> str:
     """Write a host's telemetry ring (:meth:`~.gpu.telemetry.TelemetryRing.to_dict`) where the head node reads it
     (0644: GPU figures and process ids, no secret). Only that host's sampler writes its file."""
     host = record.get("host", "")
@@ -465,7 +467,7 @@ def publish_telemetry(fleet_dir: str, record: dict, *, shared: bool = False) -> 
     return path
 
 
-def read_fleet_telemetry(fleet_dir: str, now: float | None = None) -> tuple[dict[str, dict], list[str]]:
+def read_fleet_telemetry(fleet_dir: str, now: float | None = None) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """Every host's telemetry ring that has a sample from the last :data:`~.gpu.telemetry.WINDOW` seconds (host ->
     checked record), and why any file could not be read."""
     from airflow_provider_gpusched.core.gpu.telemetry import WINDOW, read_telemetry_record

@@ -35,7 +35,7 @@ def import_attribute(target: str) -> Any:
     return obj
 
 
-def import_callable(target: Any, where: str) -> Callable:
+def import_callable(target: Any, where: str) -> Callable[..., Any]:
     """The function ``'package.module:function'`` names; an InvalidArgumentError naming ``where`` otherwise."""
     if not isinstance(target, str) or ":" not in target:
         raise InvalidArgumentError(where, target, "'package.module:function'")

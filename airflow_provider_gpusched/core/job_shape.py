@@ -41,7 +41,7 @@ def check_shape(
     distributed: str | None = None,
     where: str = "",
     names: Mapping[str, str] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """``shape`` (SHAPE_FIELDS) checked, each field refused by name (``where`` + the name; ``names`` renames the
     caller's own fields, e.g. ``{"cpus_per_task": "cpus"}``), with the combinations Slurm would refuse late.
     Returns it normalised: ``nodelist``/``exclude`` as one comma-separated string."""
@@ -50,7 +50,7 @@ def check_shape(
     def name(field: str) -> str:
         return where + names.get(field, field)
 
-    def refuse(fields: str, value: Any, expected: str):
+    def refuse(fields: str, value: Any, expected: str) -> None:
         raise InvalidArgumentError("/".join(name(f) for f in fields.split("/")), value, expected)
 
     out = {f: shape.get(f) for f in SHAPE_FIELDS}

@@ -82,7 +82,7 @@ def _importable_elsewhere(module_name: str) -> bool:
     return spec is not None and spec.origin is not None and "site-packages" in (spec.origin or "")
 
 
-def dumps(func: Callable, obj: Any) -> bytes:
+def dumps(func: Callable[..., Any], obj: Any) -> bytes:
     """cloudpickle ``obj`` (which holds ``func``), taking ``func``'s module by value when it cannot be
     imported elsewhere (a DAG file), so its closures and module-level helpers travel with it."""
     import cloudpickle
@@ -121,7 +121,12 @@ def clear_outcome_line(run_dir: str) -> str:
 
 
 def write_call(
-    run_dir: str, func: Callable, args: tuple = (), kwargs: dict | None = None, *, rank_exit_grace: float | None = None
+    run_dir: str,
+    func: Callable[..., Any],
+    args: tuple[Any, ...] = (),
+    kwargs: dict[str, Any] | None = None,
+    *,
+    rank_exit_grace: float | None = None,
 ) -> str:
     """Pickle ``func(*args, **kwargs)`` into ``run_dir``; return the path of the call file. With
     ``rank_exit_grace`` (seconds, 0: no limit) the call runs on every rank of a distributed start."""
@@ -238,7 +243,7 @@ def run_call(run_dir: str) -> int:
     return 0
 
 
-def _run_rank(run_dir: str, call: dict) -> int:
+def _run_rank(run_dir: str, call: dict[str, Any]) -> int:
     """One rank of a distributed call (see the module's docstring)."""
     import pickle
 
@@ -302,7 +307,7 @@ def _run_rank(run_dir: str, call: dict) -> int:
     return 0
 
 
-def _takes(func: Callable, name: str) -> bool:
+def _takes(func: Callable[..., Any], name: str) -> bool:
     try:
         return name in inspect.signature(func).parameters
     except (TypeError, ValueError):

@@ -123,7 +123,7 @@ def local_entries(manager: LeaseManager) -> list[QueueEntry]:
     return entries
 
 
-def slurm_where(job: dict) -> str:
+def slurm_where(job: dict[str, Any]) -> str:
     """``batch on n3``; a multi-node job ``batch on n[1-2] (2 nodes)``, or ``batch (2 nodes)`` while it waits."""
     count = job.get("node_count")
     several = f" ({count} nodes)" if isinstance(count, int) and count > 1 else ""

@@ -83,7 +83,7 @@ def _check_size(root: Any, max_values: int, max_depth: int) -> None:
             raise YAMLLimitError(f"the document is nested more than {max_depth} levels deep")
 
 
-def _children(node: Any) -> list:
+def _children(node: Any) -> list[Any]:
     if isinstance(node, yaml.MappingNode):
         return [part for pair in node.value for part in pair]
     if isinstance(node, yaml.SequenceNode):

@@ -23,7 +23,7 @@ class _LocalGPUDecoratedOperator(DecoratedOperator, LocalGPUOperator):
     custom_operator_name = "@task.local_gpu"
     template_fields: Sequence[str] = LocalGPUOperator.template_fields
 
-    def __init__(self, *, python_callable: Callable, op_args=None, op_kwargs=None, **kwargs: Any) -> None:
+    def __init__(self, *, python_callable: Callable[..., Any], op_args=None, op_kwargs=None, **kwargs: Any) -> None:
         super().__init__(
             python_callable=python_callable,
             op_args=op_args,
@@ -34,7 +34,7 @@ class _LocalGPUDecoratedOperator(DecoratedOperator, LocalGPUOperator):
 
 
 def local_gpu_task(
-    python_callable: Callable | None = None, multiple_outputs: bool | None = None, **kwargs: Any
+    python_callable: Callable[..., Any] | None = None, multiple_outputs: bool | None = None, **kwargs: Any
 ) -> TaskDecorator:
     """Wrap a function into a :class:`LocalGPUOperator` (``@task.local_gpu``)."""
     # mapped tasks (.expand) take pool and weight from these arguments: apply the job class here

@@ -28,7 +28,7 @@ class _SlurmDecoratedOperator(DecoratedOperator, SlurmPythonOperator):
     custom_operator_name = "@task.slurm"
     template_fields: Sequence[str] = SlurmPythonOperator.template_fields
 
-    def __init__(self, *, python_callable: Callable, op_args=None, op_kwargs=None, **kwargs: Any) -> None:
+    def __init__(self, *, python_callable: Callable[..., Any], op_args=None, op_kwargs=None, **kwargs: Any) -> None:
         super().__init__(
             python_callable=python_callable,
             op_args=op_args,
@@ -39,7 +39,7 @@ class _SlurmDecoratedOperator(DecoratedOperator, SlurmPythonOperator):
 
 
 def slurm_task(
-    python_callable: Callable | None = None, multiple_outputs: bool | None = None, **kwargs: Any
+    python_callable: Callable[..., Any] | None = None, multiple_outputs: bool | None = None, **kwargs: Any
 ) -> TaskDecorator:
     """Wrap a function into a :class:`SlurmPythonOperator` (``@task.slurm``)."""
     # mapped tasks (.expand) take pool and weight from these arguments: apply the job class here

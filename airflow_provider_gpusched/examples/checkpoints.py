@@ -92,7 +92,7 @@ class Checkpoints:
         write_atomic(self.path, buffer.getvalue(), 0o600)
         return self.path
 
-    def load(self, map_location: Any = "cpu") -> dict | None:
+    def load(self, map_location: Any = "cpu") -> dict[str, Any] | None:
         """What the last :meth:`save` wrote, or None when there is no checkpoint yet."""
         if not self.folder:
             return None

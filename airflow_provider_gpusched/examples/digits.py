@@ -119,7 +119,7 @@ def check_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-def blocks_of(params: Mapping[str, Any], check: bool = False) -> list[dict]:
+def blocks_of(params: Mapping[str, Any], check: bool = False) -> list[dict[str, Any]]:
     """The CNN blocks ``block0``, ``block1``, ... in order (a CNN without any: one 16-channel 3x3 block)."""
     found = sorted((int(m.group(1)), k) for k in params if (m := _BLOCK.match(str(k))))
     if check and [i for i, _ in found] != list(range(len(found))):
@@ -242,8 +242,8 @@ def train_digits(
     trial_dir: str | None = None,
     *,
     checkpoints: str | None = None,
-    on_epoch_end: Callable[[int, dict], None] | None = None,
-) -> dict:
+    on_epoch_end: Callable[[int, dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
     """Train on ``digits`` and return the metrics (see the module's docstring). ``checkpoints``: the folder
     (default: :func:`~.checkpoints.checkpoint_dir`). ``on_epoch_end(epoch, metrics)`` is called after each
     epoch's report and checkpoint."""

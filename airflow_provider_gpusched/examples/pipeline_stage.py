@@ -27,6 +27,7 @@ import socket
 import struct
 import sys
 import time
+from typing import Any
 
 MAGIC = b"GPSP"
 HEADER = struct.Struct("!4sBB")  # magic, dtype code, rank (0: end of stream)
@@ -186,7 +187,7 @@ def reference_output(
     batch_size: int = 8,
     seed: int = 0,
     input_shape: tuple[int, ...] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """The same summary with the whole model in one process: what the pipeline's last stage must match."""
     import torch
 
@@ -223,7 +224,7 @@ class OutputSummary:
         if self.first_row is None:
             self.first_row = [float(v) for v in y[0].flatten()[:10]]
 
-    def record(self) -> dict:
+    def record(self) -> dict[str, Any]:
         return {"sum": self.total, "first_row": self.first_row}
 
 

@@ -38,7 +38,7 @@ class SlurmHook(BaseHook):
         self.slurm_conn_id = slurm_conn_id
         self._client: SlurmClient | None = None
         self._extras: dict[str, Any] | None = None
-        self._runner_description: dict | None = None
+        self._runner_description: dict[str, Any] | None = None
 
     def _load(self) -> None:
         if self._extras is not None:
@@ -100,7 +100,7 @@ class SlurmHook(BaseHook):
         return extras
 
     @property
-    def runner_description(self) -> dict:
+    def runner_description(self) -> dict[str, Any]:
         """How to reach Slurm, as plain data (triggers carry it instead of looking up the connection)."""
         self._load()
         assert self._runner_description is not None

@@ -44,7 +44,7 @@ class Message:
     text: str
     markdown: str
     html: str
-    payload: dict = field(default_factory=dict)  # the machine-readable document (generic webhook)
+    payload: dict[str, Any] = field(default_factory=dict)  # the machine-readable document (generic webhook)
 
 
 class GpuschedNotifier(BaseNotifier):
@@ -264,7 +264,7 @@ class WebhookNotifier(GpuschedNotifier):
             )
         return url
 
-    def body(self, message: Message) -> dict:
+    def body(self, message: Message) -> dict[str, Any]:
         if self.style in ("slack", "teams"):
             return {"text": message.markdown}
         if self.style == "wechat":
@@ -328,7 +328,7 @@ def redact(text: str, url: str) -> str:
     return text[:500]
 
 
-def post_json(url: str, data: bytes, timeout: float, connection: list) -> tuple[int, str]:
+def post_json(url: str, data: bytes, timeout: float, connection: list[Any]) -> tuple[int, str]:
     """POST ``data`` as JSON to ``url`` (user:password in it becomes Basic auth); (status, reason). The open
     connection is put in ``connection`` so that the caller can close it at its deadline."""
     import base64

@@ -3,6 +3,7 @@ the task and the argument, instead of deep inside the task later."""
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -68,7 +69,8 @@ def argument_error(task_id: str, exc: InvalidArgumentError, names: Mapping[str, 
     """``exc`` (from a core object the operator built: a GPU request, a Slurm job spec) as the task's error, the
     argument named as the operator calls it (``names``: the core object's name -> the operator's), so that
     ``mem=-1`` is not answered with ``host_memory: ...``."""
-    head, dot, rest = exc.argument.partition(".")
+    match = re.match(r"[A-Za-z_]\w*", exc.argument)  # 'environment' of "environment['X']" or 'x' of 'x.y'
+    head = match.group() if match else ""
     if head in names:
-        exc = InvalidArgumentError(names[head] + dot + rest, exc.value, exc.expected)
+        exc = InvalidArgumentError(names[head] + exc.argument[len(head) :], exc.value, exc.expected)
     return AirflowException(f"{task_id}: {exc}")

@@ -104,7 +104,7 @@ class LocalGPUOperator(BaseOperator):
         *,
         command: Sequence[str] | None = None,
         bash_command: str | None = None,
-        python_callable: Callable | None = None,
+        python_callable: Callable[..., Any] | None = None,
         op_args: Collection[Any] | None = None,
         op_kwargs: Mapping[str, Any] | None = None,
         gpus: int = 1,
@@ -233,7 +233,7 @@ class LocalGPUOperator(BaseOperator):
         self._waiting_since: float | None = None  # when this try began waiting for GPUs (published to the board)
         self._wait_measured: float | None = None  # the wait whose length went out as a metric
         self._fleet_hosts: list[str] = []  # in a fleet: the hosts this try landed on, in order
-        self._attempts: list = []  # this try's attempts so far (OpenLineage facets)
+        self._attempts: list[Any] = []  # this try's attempts so far (OpenLineage facets)
 
     # -- helpers -------------------------------------------------------------------------------------
     def _run_dir(self, context) -> str:
@@ -256,7 +256,7 @@ class LocalGPUOperator(BaseOperator):
     def _owner(self, context) -> str:
         return self._task_key(context)[:-1] + f", try {context['ti'].try_number})"
 
-    def call_arguments(self, context) -> tuple[list, dict]:
+    def call_arguments(self, context) -> tuple[list[Any], dict[str, Any]]:
         return callable_arguments(self.python_callable, self.op_args, self.op_kwargs, context, self.log)
 
     def _work(self, context) -> Work:
@@ -323,7 +323,7 @@ class LocalGPUOperator(BaseOperator):
     # -- OpenLineage (the provider calls these; lineage.py) --------------------------------------------------
     lineage_job_type = "LOCAL_GPU"
 
-    def _lineage_run(self) -> dict:
+    def _lineage_run(self) -> dict[str, Any]:
         tried = self._attempts
         last = tried[-1] if tried else None
         return {
@@ -343,7 +343,7 @@ class LocalGPUOperator(BaseOperator):
             "oomRetries": sum(1 for a in tried[:-1] if a.oom),
         }
 
-    def _lineage_trial(self, task_instance) -> dict | None:
+    def _lineage_trial(self, task_instance) -> dict[str, Any] | None:
         return None
 
     def get_openlineage_facets_on_start(self):
@@ -394,7 +394,7 @@ class _TaskAttempts(AttemptHooks):
     def log_path(self) -> str:
         return os.path.join(self.op._run_dir(self.context), "output.log")
 
-    def attempt_options(self) -> dict:
+    def attempt_options(self) -> dict[str, Any]:
         op, context, manager = self.op, self.context, self.manager
         return {
             "on_line": lambda line: op.log.info("%s", line),
@@ -592,7 +592,7 @@ class _TaskWaiting:
             raise AirflowException(f"{self.op.task_id}: stopped while idle work was yielding its GPUs")
         return True
 
-    def land_in_fleet(self, context, manager, hook, progress: attempts.WorkProgress, owner: str, task_key: str):
+    def land_in_fleet(self, context, manager, hook, progress: attempts.WorkProgress, owner: str, task_key: str) -> None:
         """In a fleet: record the host this try landed on (XCom ``gpusched_fleet_hosts``); refuse a request no
         host can ever hold, naming the hosts' sizes; and wait for room elsewhere when this host cannot hold it."""
         from airflow_provider_gpusched.core.fleet import FLEET_HOSTS_XCOM

@@ -56,7 +56,7 @@ class PipelinePartitionOperator(BaseOperator):
         self.buffers_out = buffers_out
         self.fail_if_infeasible = fail_if_infeasible
 
-    def execute(self, context) -> dict:
+    def execute(self, context) -> dict[str, Any]:
         try:
             problem = load_problem(
                 self.models_file,

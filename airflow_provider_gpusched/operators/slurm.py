@@ -59,7 +59,7 @@ _LIVE_TI_STATES = frozenset(
 class SlurmJobFailed(AirflowException):
     """The Slurm job ended in a state other than COMPLETED."""
 
-    def __init__(self, message: str, status: dict | None = None):
+    def __init__(self, message: str, status: dict[str, Any] | None = None):
         super().__init__(message)
         self.status = status or {}
 
@@ -523,7 +523,9 @@ class SlurmJobOperator(BaseOperator):
             None if event.get("job") else event.get("message"),
         )
 
-    def _finish(self, context, job: dict | None, output_path: str, preemptions: int, problem: str | None) -> Any:
+    def _finish(
+        self, context, job: dict[str, Any] | None, output_path: str, preemptions: int, problem: str | None
+    ) -> Any:
         client = SlurmHook(self.slurm_conn_id).get_conn()
         if job is None:
             raise SlurmJobFailed(f"Slurm job {self._job_id or '?'}: {problem}")
@@ -571,7 +573,7 @@ class SlurmJobOperator(BaseOperator):
     # -- OpenLineage (the provider calls these; lineage.py) --------------------------------------------------
     lineage_job_type = "SLURM_JOB"
 
-    def _lineage_run(self) -> dict:
+    def _lineage_run(self) -> dict[str, Any]:
         status = self._final_status
         return {
             "backend": "slurm",
@@ -597,7 +599,7 @@ class SlurmJobOperator(BaseOperator):
             "oomRetries": 0,
         }
 
-    def _lineage_trial(self, task_instance) -> dict | None:
+    def _lineage_trial(self, task_instance) -> dict[str, Any] | None:
         return None
 
     def _lineage(self, task_instance, failure=None):
@@ -699,7 +701,7 @@ class SlurmPythonOperator(SlurmJobOperator):
     def __init__(
         self,
         *,
-        python_callable: Callable,
+        python_callable: Callable[..., Any],
         op_args: Collection[Any] | None = None,
         op_kwargs: Mapping[str, Any] | None = None,
         python: str | None = None,
@@ -716,7 +718,7 @@ class SlurmPythonOperator(SlurmJobOperator):
     def _call_dir(self, context) -> str:
         return os.path.join(self._task_dir(context), "call")
 
-    def call_arguments(self, context) -> tuple[list, dict]:
+    def call_arguments(self, context) -> tuple[list[Any], dict[str, Any]]:
         return callable_arguments(self.python_callable, self.op_args, self.op_kwargs, context, self.log)
 
     def _command(self, context) -> list[str]:

@@ -7,6 +7,7 @@ are built on first use by the api-server (``cached_property``)."""
 from __future__ import annotations
 
 from functools import cached_property
+from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
@@ -31,13 +32,13 @@ class GpuschedPlugin(AirflowPlugin):
     name = "gpusched"
 
     @cached_property
-    def fastapi_apps(self) -> list[dict]:  # type: ignore[override]
+    def fastapi_apps(self) -> list[dict[str, Any]]:  # type: ignore[override]
         from airflow_provider_gpusched.plugins.api import create_app
 
         return [{"app": create_app(), "url_prefix": URL_PREFIX, "name": "gpusched"}]
 
     @cached_property
-    def react_apps(self) -> list[dict]:  # type: ignore[override]
+    def react_apps(self) -> list[dict[str, Any]]:  # type: ignore[override]
         url = bundle_url()
         return [
             {

@@ -326,7 +326,7 @@ def gpu_board(user, session) -> dict[str, Any]:
     return board
 
 
-def _fleet_leases(view, leases: list, hide, problems: list[str], now: float) -> None:
+def _fleet_leases(view, leases: list[Any], hide, problems: list[str], now: float) -> None:
     """In a fleet (``[gpusched] fleet_dir``): a lease an up host's record lists that no running task's XCom has
     yet (the task just took it) is added to ``leases``."""
     have = {lease.lease_id for lease in leases}
@@ -394,7 +394,7 @@ _own_sampler: dict[str, Any] = {"sampler": None}
 _own_sampler_lock = threading.Lock()
 
 
-def own_telemetry(host: KnownHost) -> dict | None:
+def own_telemetry(host: KnownHost) -> dict[str, Any] | None:
     """The api-server's own GPU host (outside a fleet) sampled every 10 s on a thread of the api-server, started by
     the first look at the board: its telemetry record (core/gpu/telemetry.py)."""
     with _own_sampler_lock:
@@ -426,7 +426,7 @@ def reset_own_telemetry() -> None:
         sampler.stop()
 
 
-def _telemetry(problems: list[str]) -> dict[str, dict]:
+def _telemetry(problems: list[str]) -> dict[str, dict[str, Any]]:
     """Measured GPU use per host: in a fleet, what each host's worker published; else the api-server's own host."""
     from airflow_provider_gpusched.fleet import enabled as in_a_fleet
 
@@ -452,7 +452,7 @@ def gpu_timeline(user, session, hours: float) -> dict[str, Any]:
     readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session)
     now = time.time()
     since = now - hours * 3600
-    segments: list[dict] = []
+    segments: list[dict[str, Any]] = []
     problems: list[str] = []
     dropped = 0
     hide = _name_hider(readable, also=("label", "detail"))
@@ -575,7 +575,7 @@ def _sweep_records(dag_id: str, run_id: str, session, problems: list[str], group
     """What the sweeps of one DAG run published: ``(plans, outcomes, states)``, plans by sweep group (rounds in
     order), outcomes by trial id, and the Airflow state of each trial task instance; records that cannot be
     read go to ``problems``. ``group``: that sweep only."""
-    plans: dict[str, list[dict]] = {}
+    plans: dict[str, list[dict[str, Any]]] = {}
     for value, _d, _r, task_id, _m, _s, _e, _h in _xcoms(
         session, PLAN_XCOM, dag_id=dag_id, run_id=run_id, problems=problems
     ):
@@ -591,7 +591,7 @@ def _sweep_records(dag_id: str, run_id: str, session, problems: list[str], group
     for group_plans in plans.values():
         group_plans.sort(key=lambda p: -1 if p.get("round") is None else p["round"])
     trial_tasks = {p["trial_task"] for group_plans in plans.values() for p in group_plans}
-    outcomes: dict[str, dict] = {}
+    outcomes: dict[str, dict[str, Any]] = {}
     for value, _d, _r, task_id, map_index, _s, _e, _h in _xcoms(
         session, OUTCOMES_XCOM, dag_id=dag_id, run_id=run_id, problems=problems
     ):
@@ -632,7 +632,7 @@ def _one_sweep(dag_id: str, run_id: str, group: str, session):
 
 #: importance answers kept, keyed by sweep, run and what was scored (a finished sweep's never changes); the
 #: api-server answers in several threads
-_importance_cache: OrderedDict[tuple, dict] = OrderedDict()
+_importance_cache: OrderedDict[tuple[Any, ...], dict[str, Any]] = OrderedDict()
 _importance_lock = threading.Lock()
 
 
@@ -768,7 +768,7 @@ def sweeps(dag_id: str, run_id: str | None, session) -> dict[str, Any]:
             paths = {}
         replaced: list[str] = []
 
-        def read(trial_id: str, paths=paths, curve_runs=curve_runs, replaced=replaced) -> list[dict] | None:
+        def read(trial_id: str, paths=paths, curve_runs=curve_runs, replaced=replaced) -> list[dict[str, Any]] | None:
             # only under [gpusched] sweep_results_root: a published record cannot make us read elsewhere; and
             # only this run's curve (or, for a trial it skipped, the curve of the run that did it): a trial that a
             # later run ran again keeps this run's aside, or has none
@@ -862,7 +862,7 @@ def create_app() -> FastAPI:
         session: SessionDep,
         run_id: str = Query(..., max_length=250),
         group: str = Query(..., max_length=250),
-    ) -> dict:
+    ) -> dict[str, Any]:
         return sweep_importance(dag_id, run_id, group, session)
 
     @app.get(
@@ -874,7 +874,7 @@ def create_app() -> FastAPI:
         run_id: str = Query(..., max_length=250),
         other: str = Query(..., max_length=250),
         group: str = Query(..., max_length=250),
-    ) -> dict:
+    ) -> dict[str, Any]:
         return sweep_comparison(dag_id, run_id, other, group, session)
 
     @app.get(
@@ -886,11 +886,13 @@ def create_app() -> FastAPI:
         run_id: str = Query(..., max_length=250),
         group: str = Query(..., max_length=250),
         trial_id: str = Query(..., max_length=250),
-    ) -> dict:
+    ) -> dict[str, Any]:
         return sweep_trial(dag_id, run_id, group, trial_id, session)
 
     @app.get("/api/dags/{dag_id}/sweeps", dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.XCOM))])
-    def get_sweeps(dag_id: str, session: SessionDep, run_id: str | None = Query(None, max_length=250)) -> dict:
+    def get_sweeps(
+        dag_id: str, session: SessionDep, run_id: str | None = Query(None, max_length=250)
+    ) -> dict[str, Any]:
         return sweeps(dag_id, run_id, session)
 
     @app.get(
@@ -899,7 +901,7 @@ def create_app() -> FastAPI:
     )
     def get_slurm_job(
         dag_id: str, run_id: str, task_id: str, session: SessionDep, map_index: int = Query(-1, ge=-1)
-    ) -> dict:
+    ) -> dict[str, Any]:
         return slurm_job(dag_id, run_id, task_id, map_index, session)
 
     @app.get(
@@ -908,7 +910,7 @@ def create_app() -> FastAPI:
     )
     def get_task_lease(
         dag_id: str, run_id: str, task_id: str, session: SessionDep, map_index: int = Query(-1, ge=-1)
-    ) -> dict:
+    ) -> dict[str, Any]:
         return task_lease(dag_id, run_id, task_id, map_index, session)
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -68,12 +68,12 @@ class SlurmJobSensor(BaseSensorOperator):
         self._check(status)
         return True
 
-    def _check(self, status: JobStatus) -> dict:
+    def _check(self, status: JobStatus) -> dict[str, Any]:
         if not status.phase.is_success:
             raise SlurmJobFailed(f"Slurm {status.describe()}", status.to_dict())
         return {"job_id": status.job_id, "state": status.state, "exit_code": status.exit_code}
 
-    def execute_complete(self, context, event: dict[str, Any]) -> dict:
+    def execute_complete(self, context, event: dict[str, Any]) -> dict[str, Any]:
         if not event.get("job"):
             raise SlurmJobFailed(f"Slurm job {self.job_id}: {event.get('message')}")
         return self._check(JobStatus.from_dict(event["job"]))

@@ -39,7 +39,7 @@ from airflow_provider_gpusched.operators.queue_stops import WorkStopped
 from airflow_provider_gpusched.task_groups.execution import SweepExecution
 
 
-def load_spec(spec: SweepSpec | Mapping | str) -> SweepSpec:
+def load_spec(spec: SweepSpec | Mapping[str, Any] | str) -> SweepSpec:
     try:
         if isinstance(spec, SweepSpec):
             return spec
@@ -51,7 +51,7 @@ def load_spec(spec: SweepSpec | Mapping | str) -> SweepSpec:
 
 
 def sweep_task_group(
-    spec: SweepSpec | Mapping | str,
+    spec: SweepSpec | Mapping[str, Any] | str,
     *,
     execution: SweepExecution | None = None,
     group_id: str | None = None,
@@ -106,7 +106,7 @@ def sweep_task_group(
     return group
 
 
-def _bind_notifiers(notify: Sequence[Any] | None, session: SweepSession, round_no: int | None = None) -> list:
+def _bind_notifiers(notify: Sequence[Any] | None, session: SweepSession, round_no: int | None = None) -> list[Any]:
     """Each notifier, bound to this sweep's folder (and round) where it is one of ours."""
     from airflow.sdk import BaseNotifier
 
@@ -150,7 +150,7 @@ def _rounds(stage: _Stage, notify: Sequence[Any] | None = None):
             told_to = _bind_notifiers(notify, session, round_no=r) if notify is not None else []
 
             @task(task_id="tell", trigger_rule="all_done", on_success_callback=told_to or None)
-            def tell(round_no: int = r, report: bool = bool(told_to)) -> dict:
+            def tell(round_no: int = r, report: bool = bool(told_to)) -> dict[str, Any]:
                 from airflow.sdk import get_current_context
 
                 run_id = get_current_context()["run_id"]
@@ -176,7 +176,7 @@ def _collect(session: SweepSession, notifiers: Sequence[Any] = ()):
     spec = session.spec
 
     @task(task_id="collect", trigger_rule="all_done", on_failure_callback=list(notifiers) or None)
-    def collect() -> dict:
+    def collect() -> dict[str, Any]:
         from airflow.sdk import get_current_context
 
         run_id = get_current_context()["run_id"]
@@ -193,7 +193,7 @@ def _check_trials(spec: SweepSpec, notifiers: Sequence[Any] = ()):
     @task(
         task_id="check_trials", on_success_callback=list(notifiers) or None, on_failure_callback=list(notifiers) or None
     )
-    def check_trials(summary: dict) -> dict:
+    def check_trials(summary: dict[str, Any]) -> dict:
         """The run is green only when it ran every trial of its plan (none stopped or not started) and at most
         ``max_failed_trials`` of them failed, were invalid or timed out."""
         from airflow_provider_gpusched.core.sweep.store import FAILED_STATES
@@ -229,7 +229,7 @@ def _check_trials(spec: SweepSpec, notifiers: Sequence[Any] = ()):
 
 def _leaderboard(spec: SweepSpec, asset: Asset | None):
     @task(task_id="leaderboard", outlets=[asset] if asset else [])
-    def leaderboard(summary: dict) -> dict | None:
+    def leaderboard(summary: dict[str, Any]) -> dict | None:
         if spec.objective is None:
             print(f"no objective: {summary['counts']['succeeded']} trials succeeded; results in {summary['folder']}")
             return None
@@ -313,7 +313,7 @@ class _Stage:
             max_array_parallel = min(max_array_parallel or self.spec.max_workers, self.spec.max_workers)
 
         @task(task_id="plan")
-        def plan() -> list:
+        def plan() -> list[Any]:
             from airflow.sdk import get_current_context
 
             context = get_current_context()
@@ -411,7 +411,7 @@ class _Stage:
                 task_id="run_batch", map_index_template="chunk {{ chunk }}", **self.execution.trial_kwargs
             )
         )
-        def run_batch(chunk: int) -> dict:
+        def run_batch(chunk: int) -> dict[str, Any]:
             from airflow.sdk import get_current_context
 
             from airflow_provider_gpusched.core.units import time_limit_seconds
@@ -444,7 +444,7 @@ class _Stage:
                     )
                 )
 
-            def outcomes() -> list[dict]:  # this run's outcome of each trial of the chunk
+            def outcomes() -> list[dict[str, Any]]:  # this run's outcome of each trial of the chunk
                 return outcome_records(session.store, trials, manifest.data.get("run"), manifest.data.get("planned_at"))
 
             def publish() -> None:  # the GPU timeline's bars of this runner so far

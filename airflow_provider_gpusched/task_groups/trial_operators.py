@@ -41,7 +41,7 @@ class _RecordsTrialFailures:
 
     trials: Any
 
-    def trial_set(self) -> tuple[Any, list] | None:
+    def trial_set(self) -> tuple[Any, list[Any]] | None:
         """This task's manifest and trials, or None for a task given none (or whose manifest is gone)."""
         if not hasattr(self, "_trial_set"):
             try:
@@ -98,7 +98,7 @@ class _RecordsTrialFailures:
     def execute(self, context) -> Any:  # the operator publishes its extra links (these included) itself
         return self._recording(super().execute, context)  # type: ignore[misc]
 
-    def _lineage_trial(self, task_instance) -> dict | None:
+    def _lineage_trial(self, task_instance) -> dict[str, Any] | None:
         """OpenLineage: the trials this task ran, their hyper-parameters, and the sweep run (lineage.py)."""
         try:
             found = self.trial_set()
@@ -114,7 +114,7 @@ class SweepTrialGPUOperator(_RecordsTrialFailures, LocalGPUOperator):
     lineage_job_type = "SWEEP_TRIAL_LOCAL_GPU"
     operator_extra_links = (*LocalGPUOperator.operator_extra_links, SweepLeaderboardLink())
 
-    def __init__(self, *, sweep_name: str = "", trials: dict | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, sweep_name: str = "", trials: dict[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.sweep_name = sweep_name  # for the "Sweep leaderboard" link
         self.trials = trials
@@ -127,7 +127,7 @@ class SweepTrialSlurmOperator(_RecordsTrialFailures, SlurmJobOperator):
     lineage_job_type = "SWEEP_TRIAL_SLURM"
     operator_extra_links = (*SlurmJobOperator.operator_extra_links, SweepLeaderboardLink())
 
-    def __init__(self, *, sweep_name: str = "", trials: dict | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, sweep_name: str = "", trials: dict[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.sweep_name = sweep_name  # for the "Sweep leaderboard" link
         self.trials = trials

@@ -26,11 +26,11 @@ class GPUAvailableTrigger(BaseTrigger):
 
     def __init__(
         self,
-        request: dict,
+        request: dict[str, Any],
         simulate: str | None = None,
         state_dir: str | None = None,
         poll_interval: float = options.default("gpu_poll_interval"),
-        payload: dict | None = None,
+        payload: dict[str, Any] | None = None,
         owner: str = "",
         job_class: str = "normal",
         not_before: float | None = None,
@@ -113,10 +113,10 @@ class FleetRoomTrigger(BaseTrigger):
 
     def __init__(
         self,
-        request: dict,
+        request: dict[str, Any],
         fleet_dir: str,
         poll_interval: float = options.default("gpu_poll_interval"),
-        payload: dict | None = None,
+        payload: dict[str, Any] | None = None,
         not_before: float | None = None,
         fire_after: float | None = None,
     ) -> None:

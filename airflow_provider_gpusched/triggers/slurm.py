@@ -33,7 +33,7 @@ class SlurmJobTrigger(BaseTrigger):
     def __init__(
         self,
         job_id: str,
-        runner: dict,
+        runner: dict[str, Any],
         poll_interval: float = options.default("slurm_poll_interval"),
         array_size: int | None = None,
         not_found_timeout: float = options.default("slurm_not_found_timeout"),

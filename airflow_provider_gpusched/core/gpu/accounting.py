@@ -82,11 +82,11 @@ class PreemptionHistory:
             text += f", {self.lost_gpu_seconds:.1f} GPU-s lost to {self.preemptions} preemption(s)"
         return text
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict | None) -> PreemptionHistory:
+    def from_dict(cls, data: dict[str, Any] | None) -> PreemptionHistory:
         return cls(**data) if data else cls()
 
 
@@ -99,11 +99,11 @@ class GPUTimeLedger:
         self.file_mode = file_mode
         self.clock = clock
 
-    def append(self, record: dict) -> None:
+    def append(self, record: dict[str, Any]) -> None:
         """Add one attempt (stamped with the time)."""
         append_line(self.path, json.dumps({"time": self.clock(), **record}, sort_keys=True) + "\n", self.file_mode)
 
-    def records(self) -> list[dict]:
+    def records(self) -> list[dict[str, Any]]:
         """The ledger's records; lines that are not a record of the right shape are left out."""
         records = []
         try:
@@ -131,7 +131,7 @@ class GPUTimeLedger:
 _ACCOUNTING_NUMBERS = ("gpu_seconds", "lost_gpu_seconds")
 
 
-def accounting_totals(records: Iterable[dict]) -> dict[str, dict[str, float]]:
+def accounting_totals(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """Per class: attempts, GPU-seconds used, GPU-seconds lost, preemptions."""
     totals: dict[str, dict[str, float]] = {}
     for r in records:

@@ -181,7 +181,7 @@ def failure_message(outcome: AttemptOutcome, requests: list[str], work: Work) ->
     return f"work on GPU(s) {a.gpus} failed: {what}\n--- last lines of output ---\n{tail}"
 
 
-def gpu_descriptions(lease: Lease, inventory: GPUInventory) -> list[dict]:
+def gpu_descriptions(lease: Lease, inventory: GPUInventory) -> list[dict[str, Any]]:
     names = {g.index: g.name for g in inventory.gpus()}
     return [
         {
@@ -195,7 +195,7 @@ def gpu_descriptions(lease: Lease, inventory: GPUInventory) -> list[dict]:
     ]
 
 
-def attempt_banner(number: int, request: GPURequest, lease: Lease, gpus: list[dict], job_class: str) -> str:
+def attempt_banner(number: int, request: GPURequest, lease: Lease, gpus: list[dict[str, Any]], job_class: str) -> str:
     """The line that starts an attempt: what, where, which class."""
     where = ", ".join(f"{g['index']} ({g['uuid']}{', SIMULATED' if g['simulated'] else ''})" for g in gpus)
     if lease.stage == "load":
@@ -215,7 +215,7 @@ class RunResult:
     """A successful piece of work: where it ran, its attempts and GPU time, and the callable's value."""
 
     exit_code: int
-    gpus: list[dict]
+    gpus: list[dict[str, Any]]
     attempts: list[Attempt]
     log_path: str
     value: object = None
@@ -225,7 +225,7 @@ class RunResult:
     def oom_retries(self) -> int:
         return sum(1 for a in self.attempts if a.oom)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """What a program's task returns (its XCom)."""
         return {
             "exit_code": self.exit_code,

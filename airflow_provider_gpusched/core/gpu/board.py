@@ -62,7 +62,7 @@ class BoardLease:
 
 def lease_record(
     host: str,
-    lease_view: dict,
+    lease_view: dict[str, Any],
     gpus: Iterable[GPUInfo],
     *,
     dag_id: str,
@@ -70,7 +70,7 @@ def lease_record(
     task_id: str,
     map_index: int = -1,
     yielding_to: str = "",
-) -> dict:
+) -> dict[str, Any]:
     """The record a task publishes while it holds a lease (``lease_view``: the lease's own fields)."""
     return {
         "host": host,
@@ -183,7 +183,7 @@ class KnownHost:
     seen: str
     #: a fleet host (docs/fleet.md): when it last published its record, whether that is recent enough to count it
     #: as up, and the GPUs that processes of others hold
-    fleet: dict | None = None
+    fleet: dict[str, Any] | None = None
 
 
 def fleet_known_host(record, now: float) -> KnownHost:
@@ -220,7 +220,7 @@ def fleet_known_host(record, now: float) -> KnownHost:
 _LEASE_ID = re.compile(r"\b[0-9a-f]{16}\b")
 
 
-def explain_wait(why: str, names: dict[str, str]) -> dict:
+def explain_wait(why: str, names: dict[str, str]) -> dict[str, Any]:
     """A wait reason as the board shows it: the first clause as ``reason``, the others as ``details``, and each
     lease id replaced by the task that holds it (``names``: lease id -> task), else ``lease <first 8 digits>``."""
     text = _LEASE_ID.sub(lambda m: names.get(m.group(0), f"lease {m.group(0)[:8]}"), why or "")
@@ -240,7 +240,7 @@ def wait_record(
     run_id: str,
     task_id: str,
     map_index: int = -1,
-) -> dict:
+) -> dict[str, Any]:
     """The record a task publishes when it starts waiting for GPUs (``request``: what it asks for, in words)."""
     return {
         "host": host,
@@ -256,7 +256,7 @@ def wait_record(
     }
 
 
-def read_wait_record(data: Any, source: str) -> dict:
+def read_wait_record(data: Any, source: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise BadRecordError(f"{source}: expected a JSON object, got {type(data).__name__}")
     for key in ("host", "request", "job_class", "dag_id", "run_id", "task_id"):
@@ -272,7 +272,7 @@ def read_wait_record(data: Any, source: str) -> dict:
     return data
 
 
-def read_gpu_time_record(data: Any, source: str, ended: float | None = None) -> dict:
+def read_gpu_time_record(data: Any, source: str, ended: float | None = None) -> dict[str, Any]:
     """A task's published GPU time as a ledger record (``time``: when the task ended)."""
     if not isinstance(data, dict) or not isinstance(data.get("job_class"), str):
         raise BadRecordError(f"{source}: expected an object with a job_class")
@@ -299,7 +299,7 @@ def _task_name(dag_id: str, task_id: str, map_index: int) -> str:
     return f"{dag_id} › {task_id}" + (f"[{map_index}]" if map_index >= 0 else "")
 
 
-def _add_measured(gpus: list[dict], record: Mapping[str, Any], names: Mapping[str, str], now: float) -> None:
+def _add_measured(gpus: list[dict[str, Any]], record: Mapping[str, Any], names: Mapping[str, str], now: float) -> None:
     """Each GPU's measured use from its host's telemetry record (core/gpu/telemetry.py), each lease's measured
     memory on it and whether that is over what it reserved, and who each process on it belongs to."""
     measured = measured_gpus(record, now)
@@ -319,13 +319,13 @@ def _add_measured(gpus: list[dict], record: Mapping[str, Any], names: Mapping[st
 def build_board(
     leases: Iterable[BoardLease],
     *,
-    waiting: Iterable[dict] = (),
-    ledger: Iterable[dict] = (),
+    waiting: Iterable[dict[str, Any]] = (),
+    ledger: Iterable[dict[str, Any]] = (),
     problems: Iterable[str] = (),
     now: float | None = None,
     known_hosts: Iterable[KnownHost] = (),
     telemetry: Mapping[str, Mapping[str, Any]] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """The board as JSON-ready data: hosts (sorted) with their GPUs, each GPU's leases and memory leased/free
     (``known_hosts`` are listed too, their GPUs free unless a lease says otherwise); the work waiting, each
     reason split by :func:`explain_wait` and the details every waiting task shares said once
@@ -334,9 +334,9 @@ def build_board(
     ``telemetry`` (host -> its checked telemetry record, with ``sampled_by`` and ``error``) adds what each GPU is
     measured doing (``measured``) and flags a lease whose processes use more memory than it reserved."""
     now = time.time() if now is None else now
-    hosts: dict[str, dict[int, dict]] = {}
+    hosts: dict[str, dict[int, dict[str, Any]]] = {}
     seen: dict[str, str] = {}
-    fleet: dict[str, dict] = {}
+    fleet: dict[str, dict[str, Any]] = {}
     leases_seen = list(leases)
     for lease in leases_seen:
         seen[lease.host] = "running work"

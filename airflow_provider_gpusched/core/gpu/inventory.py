@@ -13,7 +13,7 @@ import os
 import re
 import threading
 from dataclasses import asdict, dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from airflow_provider_gpusched.core.checks import is_number
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
@@ -51,7 +51,7 @@ class GPUInfo:
     def memory_free(self) -> int:
         return max(0, self.memory_total - self.memory_used)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["memory_free"] = self.memory_free
         return data
@@ -183,7 +183,7 @@ class SimulatedInventory:
         """Only a usage file gives simulated GPUs processes; without one there is nothing to sample."""
         return bool(self.usage_file)
 
-    def _usage(self) -> dict:
+    def _usage(self) -> dict[str, Any]:
         if not self.usage_file or not os.path.exists(self.usage_file):
             return {}
         try:
@@ -192,7 +192,7 @@ class SimulatedInventory:
         except (OSError, ValueError) as exc:
             raise GPUInventoryError(f"{self.usage_file}: not a valid simulated-usage JSON file ({exc})") from exc
 
-    def _number(self, usage: dict, key: str, index: int, default, low: float, high: float):
+    def _number(self, usage: dict[str, Any], key: str, index: int, default, low: float, high: float):
         value = usage.get(key, default)
         if not is_number(value) or not low <= value <= high:
             raise GPUInventoryError(

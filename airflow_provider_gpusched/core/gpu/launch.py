@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from airflow_provider_gpusched.core.gpu.lease_store import Lease
 
@@ -99,7 +100,7 @@ class GPUChild:
         self.extra_fds = tuple(extra_fds)  # kept open in the child (a two-stage task's channel)
         self.grace = grace  # how long the shim waits for what the work left after it ended
         self.tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[Any] | None = None
         self._reader: threading.Thread | None = None
         self.started_at = 0.0
         self.stopped_by_us = False

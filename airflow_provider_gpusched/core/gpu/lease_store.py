@@ -138,7 +138,7 @@ class Lease:
     grace: float = 10.0  # seconds between SIGTERM and SIGKILL when its child is stopped
     host_memory: int = 0  # bytes of host RAM reserved (0: none asked)
     cpus: list[int] = field(default_factory=list)  # the host CPUs reserved, which its child is pinned to
-    work: dict = field(default_factory=dict)  # the WorkTag (DAG, run, task, map index, sweep) it runs for
+    work: dict[str, Any] = field(default_factory=dict)  # the WorkTag (DAG, run, task, map index, sweep) it runs for
     #: a two-stage task's stage: "load" (host resources only), "wait" (loaded, waiting for GPUs), "train" (GPUs
     #: added); "" for a lease taken with its GPUs at once
     stage: str = ""
@@ -159,7 +159,7 @@ class Lease:
         twin.memory, twin.work, twin.fd = dict(self.memory), dict(self.work), None
         return twin
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in _STORED_FIELDS}
         data["gpus"], data["uuids"], data["child_pids"] = list(self.gpus), list(self.uuids), list(self.child_pids)
         data["memory"] = {str(k): v for k, v in self.memory.items()}
@@ -563,7 +563,7 @@ class LeaseStore:
             lease.fd = None
 
     # -- stop requests (gpusched queue stop) ------------------------------------------------------------
-    def request_stop(self, lease_id: str, record: dict) -> None:
+    def request_stop(self, lease_id: str, record: dict[str, Any]) -> None:
         """Ask the holder of ``lease_id`` to stop its work for good (``record``: who, why, when)."""
         if not LEASE_FILE.match(lease_id + ".json"):
             raise GpuschedError(f"lease id {lease_id!r}: expected 16 hex digits")

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.accounting import GPUTimeLedger
@@ -55,7 +56,7 @@ class _SameRequests:
     release, the others do not try again until the next release or their poll interval: 16 identical
     waiters cost one or two attempts per release, not 16 (each holds the allocation lock for a while)."""
 
-    _all: dict[tuple, _SameRequests] = {}
+    _all: dict[tuple[Any, ...], _SameRequests] = {}
     _all_lock = threading.Lock()
 
     def __init__(self) -> None:

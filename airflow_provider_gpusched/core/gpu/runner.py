@@ -17,6 +17,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from airflow_provider_gpusched.core import pyfunc
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
@@ -414,7 +415,7 @@ class AttemptHooks:
         """Where each attempt's output goes."""
         raise NotImplementedError
 
-    def attempt_options(self) -> dict:
+    def attempt_options(self) -> dict[str, Any]:
         """Further :func:`run_attempt` arguments (on_line, started, sample_interval, yield_interval, host,
         on_gpus)."""
         return {}
@@ -540,7 +541,7 @@ class _Blocking(AttemptHooks):
     def log_path(self) -> str:
         return self._log_path
 
-    def attempt_options(self) -> dict:
+    def attempt_options(self) -> dict[str, Any]:
         r = self.runner
         return {
             "on_line": r.on_line,

@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import sys
+from typing import Any
 
 from airflow_provider_gpusched.core.errors import GpuschedError
 
@@ -103,7 +104,7 @@ def wait_for_gpus() -> list[int]:
     return _visible_gpus()
 
 
-def channel_fds(env: dict | None = None) -> tuple[int, ...]:
+def channel_fds(env: dict[str, Any] | None = None) -> tuple[int, ...]:
     """The channel's fds named in ``env`` (default ``os.environ``), for a wrapper that starts the work as its own
     child (``subprocess.Popen(..., pass_fds=channel_fds())``): () when there is none."""
     raw = (os.environ if env is None else env).get(STAGE_ENV, "")
@@ -168,7 +169,7 @@ class StageChannel:
     def refuse(self, why: str) -> None:
         self._send({"error": why})
 
-    def _send(self, answer: dict) -> None:
+    def _send(self, answer: dict[str, Any]) -> None:
         with contextlib.suppress(OSError):  # the child is gone: its exit is seen by the caller
             os.write(self._to_child, json.dumps(answer).encode() + b"\n")
 

@@ -47,7 +47,7 @@ class ProcessUse:
     lease_id: str = ""
     user: str = ""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"pid": self.pid, "used_memory": self.used_memory, "lease_id": self.lease_id, "user": self.user}
 
 
@@ -64,7 +64,7 @@ class GPUSample:
     power_watts: float | None = None
     processes: list[ProcessUse] = field(default_factory=list)
 
-    def row(self) -> list:
+    def row(self) -> list[Any]:
         """The compact row a ring keeps: ``[time, utilization, memory_used, temperature, power_watts]``."""
         return [round(self.time, 1), self.utilization, self.memory_used, self.temperature, self.power_watts]
 
@@ -108,7 +108,7 @@ class TelemetryRing:
 
     def __init__(self, host: str, source: str, window: float = WINDOW, resolution: float = RESOLUTION) -> None:
         self.host, self.source, self.window, self.resolution = host, source, window, resolution
-        self._gpus: dict[int, dict] = {}
+        self._gpus: dict[int, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
     def add(self, samples: Iterable[GPUSample]) -> None:
@@ -126,7 +126,7 @@ class TelemetryRing:
                 gpu["processes"] = [p.to_dict() for p in s.processes]
                 gpu["time"] = round(s.time, 1)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         with self._lock:
             return {
                 "version": RECORD_VERSION,
@@ -146,7 +146,7 @@ class TelemetryRing:
             }
 
 
-def read_telemetry_record(data: Any, source: str) -> dict:
+def read_telemetry_record(data: Any, source: str) -> dict[str, Any]:
     """A ring's record read back, every field checked and bounded; :class:`BadRecordError` names ``source`` and
     the key."""
 
@@ -234,7 +234,7 @@ def read_telemetry_record(data: Any, source: str) -> dict:
     }
 
 
-def lease_memory(processes: Iterable[Mapping], lease_id: str) -> int | None:
+def lease_memory(processes: Iterable[Mapping[str, Any]], lease_id: str) -> int | None:
     """GPU memory the processes of ``lease_id`` use on one GPU (None when none of them is listed with a figure)."""
     figures = [
         p["used_memory"] for p in processes if p.get("lease_id") == lease_id and p.get("used_memory") is not None
@@ -247,7 +247,7 @@ def over_reservation(used: int | None, reserved: int, whole: bool) -> bool:
     return used is not None and not whole and used > reserved
 
 
-def measured_gpus(record: Mapping, now: float | None = None) -> dict[int, dict]:
+def measured_gpus(record: Mapping[str, Any], now: float | None = None) -> dict[int, dict[str, Any]]:
     """What the board draws per GPU from a read-back ring record: the newest row's figures (``stale`` when the
     host stopped sampling), the series, the processes (``ours`` or not) and the memory that processes of others
     use."""

@@ -65,7 +65,7 @@ def segment_of(
     run_id: str = "",
     task_id: str = "",
     map_index: int = -1,
-) -> dict | None:
+) -> dict[str, Any] | None:
     """The timeline segment of one ended attempt (None for an attempt that never held a GPU, or one recorded
     before attempts carried their start)."""
     if attempt.started is None or not attempt.gpus:
@@ -107,7 +107,7 @@ def _segment(
     run_id: str,
     task_id: str,
     map_index: int,
-) -> dict:
+) -> dict[str, Any]:
     """A segment as tasks publish it and :func:`build_timeline` reads it (its detail and label cut to length)."""
     return {
         "host": host,
@@ -134,11 +134,11 @@ class SegmentLog:
 
     def __init__(self, limit: int = MAX_SEGMENTS) -> None:
         self.limit = limit
-        self._segments: list[dict] = []
+        self._segments: list[dict[str, Any]] = []
         self._dropped = 0
         self._lock = threading.Lock()
 
-    def add(self, segment: dict | None) -> None:
+    def add(self, segment: dict[str, Any] | None) -> None:
         if segment is None:
             return
         with self._lock:
@@ -151,13 +151,13 @@ class SegmentLog:
     def __len__(self) -> int:
         return len(self._segments)
 
-    def record(self) -> dict:
+    def record(self) -> dict[str, Any]:
         """What the task publishes (XCom :data:`LEASE_HISTORY_XCOM`)."""
         with self._lock:
             return {"segments": list(self._segments), "dropped": self._dropped}
 
 
-def read_history_record(data: Any, source: str) -> dict:
+def read_history_record(data: Any, source: str) -> dict[str, Any]:
     """A published :meth:`SegmentLog.record`, checked field by field; :class:`BadRecordError` names ``source``, the
     segment and the key."""
     if not isinstance(data, dict) or not isinstance(data.get("segments"), list):
@@ -210,7 +210,7 @@ def read_history_record(data: Any, source: str) -> dict:
     return data
 
 
-def running_segment(lease: Any, now: float) -> dict:
+def running_segment(lease: Any, now: float) -> dict[str, Any]:
     """The open bar of a lease a running task holds now (a :class:`~.board.BoardLease`)."""
     return _segment(
         host=lease.host,
@@ -247,7 +247,7 @@ _BAR_KEYS = (
 
 
 def build_timeline(
-    segments: Iterable[Mapping],
+    segments: Iterable[Mapping[str, Any]],
     *,
     since: float,
     until: float,
@@ -255,7 +255,7 @@ def build_timeline(
     resolution: int = ROW_RESOLUTION,
     problems: Sequence[str] = (),
     dropped: int = 0,
-) -> dict:
+) -> dict[str, Any]:
     """The timeline of ``segments`` between ``since`` and ``until``: ``rows`` (one per host and GPU, with GPUs of
     ``known_gpus`` that held nothing too), each with its ``bars`` (clipped to the window) in ``lanes``; ``classes``
     seen, and the leases counted per outcome. A row of more than ``resolution`` bars has its runs of bars shorter
@@ -265,7 +265,7 @@ def build_timeline(
     if until <= since:
         raise ValueError("until must be after since")
     short = (until - since) / max(1, resolution)
-    per_gpu: dict[tuple[str, int], list[dict]] = {}
+    per_gpu: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for host, gpus in (known_gpus or {}).items():
         for g in gpus:
             per_gpu.setdefault((host, g), [])
@@ -319,7 +319,7 @@ def build_timeline(
 _DEFAULTS = {"map_index": -1, "priority": 0, "attempt": 1}
 
 
-def _bar(s: Mapping, since: float, until: float) -> dict:
+def _bar(s: Mapping[str, Any], since: float, until: float) -> dict[str, Any]:
     bar = {"start": round(max(s["start"], since), 1), "end": round(min(s["end"], until), 1)}
     for key in _BAR_KEYS:
         value = s.get(key)
@@ -329,9 +329,9 @@ def _bar(s: Mapping, since: float, until: float) -> dict:
     return bar
 
 
-def _merged(found: Sequence[Mapping], since: float, until: float, short: float) -> list[dict]:
+def _merged(found: Sequence[Mapping[str, Any]], since: float, until: float, short: float) -> list[dict[str, Any]]:
     """Bars of one crowded row: each run of short leases (not a preemption, an OOM or a running lease) one bar."""
-    bars: list[dict] = []
+    bars: list[dict[str, Any]] = []
     for s in found:
         start, end = max(s["start"], since), min(s["end"], until)
         tiny = end - start < short and s["outcome"] not in MARKED and s["outcome"] != "running"
@@ -367,7 +367,7 @@ def _merged(found: Sequence[Mapping], since: float, until: float, short: float) 
     return bars
 
 
-def _lay_out(bars: list[dict]) -> int:
+def _lay_out(bars: list[dict[str, Any]]) -> int:
     """Give each bar (sorted by start) a ``lane``: leases that share a GPU at once (memory slices) are drawn one
     above the other. Returns the number of lanes."""
     ends: list[float] = []
@@ -380,7 +380,7 @@ def _lay_out(bars: list[dict]) -> int:
     return max(1, len(ends))
 
 
-def _covered(segments: Sequence[Mapping], since: float, until: float) -> float:
+def _covered(segments: Sequence[Mapping[str, Any]], since: float, until: float) -> float:
     """Seconds of the window in which at least one of ``segments`` (sorted by start) held the GPU."""
     total, reach = 0.0, since
     for s in segments:

@@ -20,6 +20,7 @@ import hashlib
 import os
 import time
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_json_number
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
@@ -113,7 +114,7 @@ class YieldMarks:
         with contextlib.suppress(FileNotFoundError):
             os.remove(self._waiting_path(owner))
 
-    def waiting(self, *, prune: bool = True) -> list[dict]:
+    def waiting(self, *, prune: bool = True) -> list[dict[str, Any]]:
         """Normal requests waiting now: ``[{"owner", "until"}]``; with ``prune`` expired and unreadable
         marks are removed (they hold nothing back either way)."""
         marks = []
@@ -142,7 +143,7 @@ class YieldMarks:
             if not os.path.lexists(path):
                 write_json_atomic(path, {"by": by, "at": now}, self.file_mode)
 
-    def request_for(self, lease_id: str) -> dict | None:
+    def request_for(self, lease_id: str) -> dict[str, Any] | None:
         """``{"by": owner, "at": time}`` if a normal request asked this lease to yield, else None."""
         try:
             asked = read_json_record(os.path.join(self.state_dir, lease_id + ".preempt"))

@@ -13,6 +13,7 @@ Each takes ``seed`` so that every stage of a pipeline builds the same weights.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 
 def _torch():
@@ -79,7 +80,7 @@ def tiny_vit(seed: int = 0, image: int = 64, patch: int = 8, width: int = 192, d
 
 
 #: name -> (builder, the input shape of one sample)
-BUILTIN: dict[str, tuple[Callable, tuple[int, ...]]] = {
+BUILTIN: dict[str, tuple[Callable[..., Any], tuple[int, ...]]] = {
     "mlp": (mlp, (784,)),
     "convnet": (convnet, (3, 32, 32)),
     "tiny-vit": (tiny_vit, (3, 64, 64)),

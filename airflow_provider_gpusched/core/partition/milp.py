@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from airflow_provider_gpusched.core.partition.bits import bit_positions
 from airflow_provider_gpusched.core.partition.problem import PartitionInputError
@@ -78,7 +79,7 @@ def check(model, x: float, deadline: float | None = None, *, relaxed: bool = Fal
     target = np.zeros(L + 1)
     target[0], target[L] = -1.0, 1.0
     hosts = csr_matrix((np.ones(n), (kind, cols)), shape=(T, n))  # stages per type <= its hosts
-    options: dict = {}
+    options: dict[str, Any] = {}
     if deadline is not None:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -166,7 +167,7 @@ def weighted_path(model, x: float, rounds: int = 200) -> list[tuple[int, int, in
     for s, r, k in stage_arcs(model, x):
         leaving[s].append((r, k))
     price = [0.0] * T
-    seen: dict[tuple, None] = {}  # the paths tried, for splicing
+    seen: dict[tuple[Any, ...], None] = {}  # the paths tried, for splicing
     for n in range(rounds):
         weight = [1.0 + p for p in price]
         cost = [math.inf] * (L + 1)

@@ -92,7 +92,7 @@ def load_model(spec: str, *, seed: int = 0):
     return layers_of(model, spec), shape
 
 
-def layers_of(model: Any, spec: str) -> list:
+def layers_of(model: Any, spec: str) -> list[Any]:
     from torch import nn
 
     if isinstance(model, nn.Sequential) or (
@@ -107,7 +107,7 @@ def layers_of(model: Any, spec: str) -> list:
     )
 
 
-def parse_shape(text: str | list | tuple) -> tuple[int, ...]:
+def parse_shape(text: str | list[Any] | tuple[Any, ...]) -> tuple[int, ...]:
     """``3,224,224`` (or a list) -> (3, 224, 224): one sample's input shape, without the batch dimension."""
     parts = text.replace("x", ",").split(",") if isinstance(text, str) else list(text)
     try:
@@ -197,7 +197,7 @@ def _measure(layer, x, device, warmup: int, repeat: int):
     cuda = device.type == "cuda"
     largest = [0]
 
-    def note(_module, _inputs, output):
+    def note(_module, _inputs, output) -> None:
         if isinstance(output, torch.Tensor):
             largest[0] = max(largest[0], output.numel() * output.element_size())
 
@@ -251,7 +251,7 @@ def write_profile(
     name: str | None = None,
     bw_mbps: float | None = None,
     mem_mb: float | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Merge ``profile`` into the two files: the model's entry in models.yml (created, or updated when its
     layer count agrees), and ``device_type``'s profile for this dtype and batch size in device_types.yml
     (replaced, other profiles and types kept). ``bw_mbps`` / ``mem_mb`` set the type's bandwidth and memory;
@@ -299,7 +299,7 @@ def _merge(
     name: str,
     bw_mbps: float | None,
     mem_mb: float | None,
-) -> dict:
+) -> dict[str, Any]:
     import yaml
 
     from airflow_provider_gpusched.core.safe_files import write_atomic
@@ -410,14 +410,14 @@ def time_limit(seconds: float, what: str = "profiling"):
     import sys
     import threading
 
-    def expired(_signum, _frame):
+    def expired(_signum, _frame) -> None:
         raise PartitionInputError(
             f"{what} took longer than {seconds:g}s (--time-limit): stopped. A model that "
             f"hangs, or one too big for this device? Raise the limit if it is just slow",
             exit_code=124,
         )
 
-    def hard_stop():
+    def hard_stop() -> None:
         sys.stderr.write(f"gpusched: {what} is stuck past its time limit ({seconds:g}s) and did not stop: exiting\n")
         sys.stderr.flush()
         os._exit(124)
@@ -435,7 +435,7 @@ def time_limit(seconds: float, what: str = "profiling"):
         signal.signal(signal.SIGALRM, previous)
 
 
-def _read_mapping(path: str, what: str) -> dict:
+def _read_mapping(path: str, what: str) -> dict[str, Any]:
     from airflow_provider_gpusched.core.partition.problem import load_yaml_file
 
     if not os.path.exists(path):

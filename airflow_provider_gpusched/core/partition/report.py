@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from airflow_provider_gpusched.core.partition.problem import Problem
 from airflow_provider_gpusched.core.partition.solver import Schedule
 
@@ -23,7 +25,7 @@ def schedule_yaml(schedule: Schedule) -> str:
     return "\n".join(lines)
 
 
-def schedule_json(problem: Problem, schedule: Schedule) -> dict:
+def schedule_json(problem: Problem, schedule: Schedule) -> dict[str, Any]:
     return {
         "model": problem.model,
         "dtype": problem.dtype,

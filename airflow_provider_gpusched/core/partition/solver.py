@@ -24,6 +24,7 @@ import functools
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from airflow_provider_gpusched.core.partition import milp
 from airflow_provider_gpusched.core.partition.bits import bit_positions
@@ -46,7 +47,7 @@ class Stage:
     def time_s(self) -> float:
         return max(self.compute_s, self.comm_s)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "host": self.host,
             "device_type": self.device_type,

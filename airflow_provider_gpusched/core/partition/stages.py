@@ -32,6 +32,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_int
 
@@ -39,7 +40,7 @@ _HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
 
 def stage_plan(
-    stages: Sequence[dict], *, base_port: int = 29700, address_of: dict[str, str] | None = None
+    stages: Sequence[dict[str, Any]], *, base_port: int = 29700, address_of: dict[str, str] | None = None
 ) -> list[dict[str, str]]:
     """Each stage's environment (the table above). ``stages`` as PipelinePartitionOperator returns them
     (``host``, ``layers``); stage N listens on ``base_port + N - 1`` at ``address_of[host]`` (default: the
@@ -119,7 +120,7 @@ def run(plan_text: str, command: list[str]) -> int:
     here = os.environ.get("SLURMD_NODENAME", "")
     if not pinned and not here:
         raise SystemExit("gpusched stages: not inside a Slurm job (no SLURMD_NODENAME)")
-    procs: list[tuple[dict[str, str], subprocess.Popen]] = []
+    procs: list[tuple[dict[str, str], subprocess.Popen[Any]]] = []
     lock = threading.Lock()
 
     def pump(label: str, stream) -> None:

@@ -13,6 +13,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.job_shape import gres_gpu_count
@@ -392,7 +393,7 @@ class SlurmClient:
                 found.setdefault(master, cols[3])
         return sorted(found.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0)
 
-    def provider_jobs(self) -> list[dict]:
+    def provider_jobs(self) -> list[dict[str, Any]]:
         """This user's unfinished jobs that this provider submitted (their comment starts with ``gpusched:``),
         in one ``squeue`` call: ``job_id`` (``ARRAY_TASK`` for a started array task), ``state``, ``reason``,
         ``restarts``, ``partition``, ``nodes`` (its node list), ``node_count`` (nodes held, or asked for while

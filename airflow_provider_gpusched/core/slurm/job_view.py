@@ -41,7 +41,7 @@ def job_record(
     tail: str = "",
     tail_path: str = "",
     problem: str | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """The record published at submission (``status`` None) and when the job ended (``final``)."""
     record: dict[str, Any] = {
         "job_id": str(job_id),
@@ -60,7 +60,7 @@ def job_record(
     return record
 
 
-def read_job_record(data: Any, source: str) -> dict:
+def read_job_record(data: Any, source: str) -> dict[str, Any]:
     def bad(key: str, expected: str) -> BadRecordError:
         return BadRecordError(f"{source}: key {key!r}: expected {expected}")
 
@@ -85,7 +85,9 @@ def read_job_record(data: Any, source: str) -> dict:
     return data
 
 
-def job_view(record: Mapping[str, Any], live: JobStatus | None = None, tails: Mapping[str, str] | None = None) -> dict:
+def job_view(
+    record: Mapping[str, Any], live: JobStatus | None = None, tails: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """JSON for the page: the newest status (live if given and the record is not final), one row per array task,
     and output tails (``tails``: array task id or "" -> text; falls back to the recorded tail)."""
     status = record.get("status")

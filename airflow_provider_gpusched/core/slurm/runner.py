@@ -15,6 +15,7 @@ import threading
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_int
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
@@ -89,7 +90,7 @@ class CommandRunner:
 
     slurm_conf: str | None = None
     timeout: float = 60.0
-    calls: Counter = field(default_factory=Counter, compare=False, repr=False)
+    calls: Counter[Any] = field(default_factory=Counter, compare=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     @property
@@ -152,7 +153,7 @@ class CommandRunner:
             raise SlurmUnavailableError(argv, -1, f"timed out after {exc.timeout:.0f}s") from exc
         return proc.returncode, proc.stdout, proc.stderr.decode(errors="replace")
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """Everything needed to build an equal runner elsewhere (the triggerer)."""
         return {"slurm_conf": self.slurm_conf, "timeout": self.timeout}
 
@@ -197,7 +198,7 @@ class SSHCommandRunner(CommandRunner):
     def env(self) -> dict[str, str]:
         return dict(os.environ)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {
             **super().describe(),
             "host": self.host,
@@ -207,7 +208,7 @@ class SSHCommandRunner(CommandRunner):
         }
 
 
-def runner_from_description(desc: dict) -> CommandRunner:
+def runner_from_description(desc: dict[str, Any]) -> CommandRunner:
     """Inverse of :meth:`CommandRunner.describe`."""
     desc = dict(desc)
     if desc.get("host"):

@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from airflow_provider_gpusched.core.slurm.client import SlurmClient
 from airflow_provider_gpusched.core.slurm.runner import SlurmUnavailableError
@@ -35,7 +35,7 @@ class _Waiter:
     job_id: str
     poll_interval: float
     array_size: int | None
-    queue: asyncio.Queue
+    queue: asyncio.Queue[Any]
 
 
 class SharedJobPoller:

@@ -29,13 +29,13 @@ MAX_PAIRS = 2000
 
 
 def param_importance(
-    points: Sequence[Mapping],
+    points: Sequence[Mapping[str, Any]],
     axes: Mapping[str, Any],
     objective: Objective,
     *,
     use_optuna: bool = True,
     pruned: int = 0,
-) -> dict:
+) -> dict[str, Any]:
     """Importance of each parameter of ``axes`` (:func:`~..view.param_axes`) for the score of ``points``.
     ``use_optuna=False`` forces the fallback. ``pruned``: how many trials were pruned. They have no final score and
     are left out, as Optuna's own importance evaluators leave them out: a value reached at the step where a trial
@@ -84,7 +84,7 @@ def param_importance(
     }
 
 
-def _ranked(raw: Mapping[str, float]) -> list[dict]:
+def _ranked(raw: Mapping[str, float]) -> list[dict[str, Any]]:
     total = sum(max(0.0, v) for v in raw.values())
     return sorted(
         ({"name": n, "importance": round(max(0.0, v) / total, 4) if total > 0 else 0.0} for n, v in raw.items()),
@@ -92,7 +92,9 @@ def _ranked(raw: Mapping[str, float]) -> list[dict]:
     )
 
 
-def _optuna_ped_anova(points: Sequence[Mapping], axes: Mapping[str, Any], objective: Objective) -> list[dict]:
+def _optuna_ped_anova(
+    points: Sequence[Mapping[str, Any]], axes: Mapping[str, Any], objective: Objective
+) -> list[dict[str, Any]]:
     import optuna
     from optuna.distributions import CategoricalDistribution, FloatDistribution
     from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
@@ -124,7 +126,9 @@ def _optuna_ped_anova(points: Sequence[Mapping], axes: Mapping[str, Any], object
     return _ranked({n: float(found.get(n, 0.0)) for n in dists})
 
 
-def _variance_explained(points: Sequence[Mapping], axes: Mapping[str, Any], objective: Objective) -> list[dict]:
+def _variance_explained(
+    points: Sequence[Mapping[str, Any]], axes: Mapping[str, Any], objective: Objective
+) -> list[dict[str, Any]]:
     """One-way: for each parameter, the share of the score's variance between its groups, less what chance alone
     puts there (epsilon squared: a parameter that does nothing scores about 0, not (groups - 1) / trials)."""
     scores = [float(p["score"]) for p in points]
@@ -165,7 +169,7 @@ def _between(groups: Sequence[Sequence[float]], mean: float) -> float:
     return max(0.0, between - (k - 1) * within / (n - k))
 
 
-def compare_runs(a: Mapping[str, Any], b: Mapping[str, Any], objective: Objective) -> dict:
+def compare_runs(a: Mapping[str, Any], b: Mapping[str, Any], objective: Objective) -> dict[str, Any]:
     """Two runs of one sweep: ``a`` and ``b`` are ``{"run": run id, "points": scored points, "counts": ...}``.
     Returns each run's summary, the trials both scored (``pairs``: index, label, score in a and in b, at most
     :data:`MAX_PAIRS`, the largest differences first) and how many trials only one of them scored."""
@@ -186,7 +190,7 @@ def compare_runs(a: Mapping[str, Any], b: Mapping[str, Any], objective: Objectiv
     pairs.sort(key=lambda p: (-abs(p["diff"]), p["index"]))
     changed = [p for p in pairs if p["diff"] != 0]
 
-    def summary(run: Mapping[str, Any]) -> dict:
+    def summary(run: Mapping[str, Any]) -> dict[str, Any]:
         best = None
         for p in run["points"]:
             if best is None or objective.better(p["score"], best["score"]):

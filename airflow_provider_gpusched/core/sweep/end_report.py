@@ -31,9 +31,9 @@ class SweepEndReport:
     folder: str
     counts: dict[str, int]
     objective: Objective | None = None
-    top: list[dict] = field(default_factory=list)
-    pareto_front: list[dict] = field(default_factory=list)
-    failures: list[dict] = field(default_factory=list)
+    top: list[dict[str, Any]] = field(default_factory=list)
+    pareto_front: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)
     gpu_seconds: dict[str, float] = field(default_factory=dict)
     run: str | None = None
     round_no: int | None = None  # a report at the end of this round (0-based) of a search in rounds
@@ -204,7 +204,7 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.2f} GPU-h" if seconds >= 360 else f"{seconds:.0f} GPU-s"
 
 
-def _gpu_count(record: Mapping, default: int) -> float:
+def _gpu_count(record: Mapping[str, Any], default: int) -> float:
     """The GPUs a trial held: its recorded share (a memory slice counts as its fraction of the GPU), else the GPUs
     its status names, else the spec's count (Slurm)."""
     share = record.get("gpu_share")

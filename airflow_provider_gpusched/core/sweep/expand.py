@@ -113,7 +113,7 @@ def safe_name(label: str, tid: str, maxlen: int = 120) -> str:
 
 @dataclass(frozen=True)
 class Trial:
-    params: dict
+    params: dict[str, Any]
     trial_id: str
     label: str
     index: int = 0
@@ -123,10 +123,10 @@ class Trial:
         return safe_name(self.label, self.trial_id)
 
 
-def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict:
+def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """Nested plain mappings become dotted keys (``{"policy": {"lr": x}}`` -> ``{"policy.lr": x}``), so a
     space can mirror the structure of a training config (DI-toolkit). Search spaces and values stay as they are."""
-    flat: dict = {}
+    flat: dict[str, Any] = {}
     for key, value in mapping.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping) and value and not isinstance(value, SPACES + (Conditional,)):
@@ -136,9 +136,9 @@ def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict:
     return flat
 
 
-def nested(params: Mapping[str, Any]) -> dict:
+def nested(params: Mapping[str, Any]) -> dict[str, Any]:
     """The inverse of :func:`flatten`: dotted keys back into nested dicts (what a trial's code receives)."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     for key, value in params.items():
         parts = key.split(".")
         node = out
@@ -188,7 +188,7 @@ def finite_space_size(flat: Mapping[str, Any]) -> int | None:
     return total
 
 
-def _dim_values(where: str, value: Any, grid_steps: int | None) -> list:
+def _dim_values(where: str, value: Any, grid_steps: int | None) -> list[Any]:
     return _dimension(where, value, grid_steps, "grid")
 
 
@@ -215,7 +215,7 @@ class GridSweep:
     where: str = "sweep"  # for error messages: a file name, or "sweep"
     label_format: LabelFormat = DEFAULT_LABELS
 
-    def blocks(self) -> list[dict]:
+    def blocks(self) -> list[dict[str, Any]]:
         if not isinstance(self.global_config, Mapping):
             raise InvalidArgumentError(f"{self.where}: global_config", self.global_config, "a mapping of fixed values")
         if isinstance(self.test_config, (Mapping, str)) or not isinstance(self.test_config, Sequence):
@@ -251,7 +251,7 @@ class GridSweep:
         trials: list[Trial] = []
         seen: set[str] = set()
         for i, block in enumerate(blocks):
-            partials: list[dict] = [dict(base)]
+            partials: list[dict[str, Any]] = [dict(base)]
             for key, dim in block.items():
                 path = f"{self.where}: test_config[{i}].{key}"
                 if isinstance(dim, Conditional):
@@ -271,7 +271,9 @@ class GridSweep:
         return trials
 
 
-def sample_params(space: Mapping[str, Any], rng: random.Random, fixed: Mapping[str, Any] | None = None) -> dict:
+def sample_params(
+    space: Mapping[str, Any], rng: random.Random, fixed: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """One draw from a (flattened) space: spaces sampled, lists are choices, scalars fixed, conditional
     parameters only where their condition holds."""
     params = dict(fixed or {})
@@ -289,7 +291,9 @@ def sample_params(space: Mapping[str, Any], rng: random.Random, fixed: Mapping[s
     return params
 
 
-def check_space(space: Mapping[str, Any], where: str = "space", fixed: Mapping[str, Any] | None = None) -> dict:
+def check_space(
+    space: Mapping[str, Any], where: str = "space", fixed: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     if not isinstance(space, Mapping) or not space:
         raise InvalidArgumentError(where, space, "a non-empty mapping of parameter -> search space or value list")
     flat = flatten(space)

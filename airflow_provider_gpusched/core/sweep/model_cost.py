@@ -54,7 +54,7 @@ class ModelCost:
     build: Callable[[Mapping[str, Any]], Any] | str
     input_shape: Sequence[int]
     units: str = "M"
-    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def check(self, where: str) -> None:
         if not callable(self.build) and not (isinstance(self.build, str) and ":" in self.build):

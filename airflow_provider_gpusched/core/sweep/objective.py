@@ -207,10 +207,10 @@ class Objective:
     def sort_key(self, score: float) -> float:
         return -score if self.maximize else score
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         if not self.several:
             return {"metric": self.metric, "mode": self.mode}
-        out: dict = {"metric": list(self.metric), "mode": list(self.mode)}
+        out: dict[str, Any] = {"metric": list(self.metric), "mode": list(self.mode)}
         if self.weights:
             out["weights"] = list(self.weights)
         return out
@@ -328,7 +328,7 @@ def _r_path(text: str) -> str:
     return ".".join(keys)
 
 
-def _dig(result: Mapping, path: str) -> Any:
+def _dig(result: Mapping[str, Any], path: str) -> Any:
     node: Any = result
     for part in path.split("."):
         if not isinstance(node, Mapping) or part not in node:
@@ -337,7 +337,7 @@ def _dig(result: Mapping, path: str) -> Any:
     return node
 
 
-def leaderboard(records: Iterable[Mapping], objective: Objective, top_n: int = 10) -> list[dict]:
+def leaderboard(records: Iterable[Mapping[str, Any]], objective: Objective, top_n: int = 10) -> list[dict[str, Any]]:
     """The ``top_n`` succeeded records with a score, best first (ties keep trial order). With several
     metrics each row also has ``values`` (metric -> value) and ``front`` (1 = on the Pareto front; fronts
     are numbered until they hold ``top_n`` trials, later ones are None); without weights rows are ranked by
@@ -364,7 +364,7 @@ def leaderboard(records: Iterable[Mapping], objective: Objective, top_n: int = 1
     return [{"rank": i + 1, **r} for i, r in enumerate(scored[:top_n])]
 
 
-def pareto_front(records: Iterable[Mapping], objective: Objective) -> list[dict]:
+def pareto_front(records: Iterable[Mapping[str, Any]], objective: Objective) -> list[dict[str, Any]]:
     """Every succeeded record on the Pareto front of a multi-metric objective, best first metric first,
     each with ``values`` (metric -> value)."""
     scored = [
@@ -384,7 +384,7 @@ def pareto_front(records: Iterable[Mapping], objective: Objective) -> list[dict]
     return rows
 
 
-def format_leaderboard(board: Sequence[Mapping], objective: Objective) -> str:
+def format_leaderboard(board: Sequence[Mapping[str, Any]], objective: Objective) -> str:
     if not board:
         return f"no succeeded trial reported {' and '.join(map(repr, objective.metrics))}"
     if not objective.several:

@@ -61,7 +61,7 @@ class PruningRule:
     min_steps: int = 1  # asha: the first rung
     reduction_factor: int = 3  # asha: keep the top 1/reduction_factor at each rung
     pruner: str | None = None  # optuna: which of Optuna's pruners
-    options: dict | None = None  # optuna: keyword arguments of its constructor (patient: also "wrapped")
+    options: dict[str, Any] | None = None  # optuna: keyword arguments of its constructor (patient: also "wrapped")
 
     def check(self, where: str) -> None:
         if self.rule not in RULES:
@@ -93,7 +93,7 @@ class PruningRule:
             )
         make_optuna_pruner(self, where)  # its arguments are checked now, not in the middle of a trial
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def rungs(self, up_to: int) -> list[int]:
@@ -104,7 +104,7 @@ class PruningRule:
         return out
 
 
-def _value(report: Mapping, metric: str) -> float | None:
+def _value(report: Mapping[str, Any], metric: str) -> float | None:
     value: Any = report["metrics"].get(metric)
     return float(value) if is_number(value) else None
 
@@ -163,10 +163,10 @@ class OptunaJudge:
         self._reported: set[int] = set()
         self._built_at = 0.0
 
-    def _curve(self, reports: Sequence[Mapping]) -> dict[int, float]:
+    def _curve(self, reports: Sequence[Mapping[str, Any]]) -> dict[int, float]:
         return {r["step"]: v for r in reports if (v := _value(r, self.rule.metric)) is not None}
 
-    def _build(self, peers: Sequence[tuple[str, Sequence[Mapping]]]) -> None:
+    def _build(self, peers: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> None:
         optuna = self.optuna
         states = optuna.trial.TrialState
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -202,7 +202,7 @@ class OptunaJudge:
         self._study, self._trial, self._reported = study, study.ask(), set()
 
     def judge(
-        self, own: Sequence[Mapping], peers: Sequence[tuple[str, Sequence[Mapping]]], peers_key: Any = None
+        self, own: Sequence[Mapping[str, Any]], peers: Sequence[tuple[str, Sequence[Mapping]]], peers_key: Any = None
     ) -> str:
         """'' or why this trial stops. ``peers_key``: changes whenever a peer's reports or state changed
         (None: rebuild every time)."""
@@ -231,7 +231,10 @@ class OptunaJudge:
 
 
 def judge_with_optuna(
-    rule: PruningRule, own: Sequence[Mapping], peers: Sequence[tuple[str, Sequence[Mapping]]], pruner: Any = None
+    rule: PruningRule,
+    own: Sequence[Mapping[str, Any]],
+    peers: Sequence[tuple[str, Sequence[Mapping]]],
+    pruner: Any = None,
 ) -> str:
     """Optuna's pruner on an in-memory study of the peers (state, reports) and this trial (RUNNING), built
     for this one judgement (:class:`OptunaJudge` keeps it between judgements)."""
@@ -255,7 +258,10 @@ def _halving_rungs(rule: PruningRule):
 
 
 def judge(
-    rule: PruningRule, own: Sequence[Mapping], peers: Sequence[Sequence[Mapping]], judged_up_to: int | None = None
+    rule: PruningRule,
+    own: Sequence[Mapping[str, Any]],
+    peers: Sequence[Sequence[Mapping]],
+    judged_up_to: int | None = None,
 ) -> str:
     """'' when the trial whose reports are ``own`` goes on, else why it stops. ``rule`` has its metric and
     mode filled in. ``judged_up_to``: the last step already judged (default: the step before the latest
@@ -328,11 +334,11 @@ class SweepReports:
 
     def __init__(self, sweep_dir: str) -> None:
         self.trials_dir = os.path.join(sweep_dir, "trials")
-        self._cache: dict[str, tuple[tuple[int, int], list[dict]]] = {}
+        self._cache: dict[str, tuple[tuple[int, int], list[dict[str, Any]]]] = {}
         self._states: dict[str, tuple[tuple[int, int], str]] = {}
         self._optuna: dict[str, OptunaJudge] = {}  # rule optuna: per trial, its pruner and study
 
-    def all(self) -> dict[str, list[dict]]:
+    def all(self) -> dict[str, list[dict[str, Any]]]:
         out = {}
         try:
             names = os.listdir(self.trials_dir)

@@ -35,7 +35,7 @@ UI_REPORTS_BYTES = 512 * 2**10
 RAN_AGAIN = "ran again in DAG run"
 
 
-def parse_report_line(line: str) -> dict:
+def parse_report_line(line: str) -> dict[str, Any]:
     """One report line as ``{"step", "metrics", "checkpoint"?, "time"?}``; ValueError says what is wrong."""
     text = line.strip()
     if text.startswith("{"):
@@ -84,7 +84,7 @@ def parse_report_line(line: str) -> dict:
 
 def read_reports(
     path: str, root: str | None = None, max_bytes: int = MAX_REPORTS_BYTES
-) -> tuple[list[dict], list[str]]:
+) -> tuple[list[dict[str, Any]], list[str]]:
     """The reports in ``path`` in the order written, and the problems (``path:line: why``) of lines that are
     not reports. A missing file has none. ``root``: read only a regular file under it, reached without a
     symbolic link (the UI reads paths built from published records)."""
@@ -130,7 +130,7 @@ def read_reports(
     return reports, problems
 
 
-def summarise(reports: list[dict]) -> dict | None:
+def summarise(reports: list[dict[str, Any]]) -> dict | None:
     """What a results table shows of a trial's reports: how many, the last step and its metrics."""
     if not reports:
         return None
@@ -142,7 +142,7 @@ def summarise(reports: list[dict]) -> dict | None:
     return out
 
 
-def reports_of_run(path: str, run: str, root: str) -> tuple[list[dict] | None, str]:
+def reports_of_run(path: str, run: str, root: str) -> tuple[list[dict[str, Any]] | None, str]:
     """The reports that DAG run ``run`` recorded in ``path`` (a trial's ``reports.jsonl`` under ``root``), and
     a note. The trial's ``status.json`` beside says which run its current file belongs to (``run``) and which
     run the kept-aside one belongs to (``previous_run``): a run that the trial ran in again later sees its own

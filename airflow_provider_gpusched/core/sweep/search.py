@@ -47,7 +47,7 @@ class RoundSearch:
     def _round_path(self, round_no: int) -> str:
         return os.path.join(self.state_dir, f"round-{round_no:03d}.json")
 
-    def ask(self, round_no: int) -> list[dict]:
+    def ask(self, round_no: int) -> list[dict[str, Any]]:
         """This round's trial parameters (flat, with the fixed values), the same on every call."""
         stored = read_json(self._round_path(round_no))
         if isinstance(stored, dict) and "proposals" in stored:
@@ -56,7 +56,7 @@ class RoundSearch:
         write_json(self._round_path(round_no), {"round": round_no, "proposals": proposals, "told": []})
         return [p["params"] for p in proposals]
 
-    def tell(self, round_no: int, outcomes: Sequence[tuple]) -> int:
+    def tell(self, round_no: int, outcomes: Sequence[tuple[Any, ...]]) -> int:
         """Record each trial's outcome: ``(params, values)`` with its metric values in the objective's order
         (None = failed or no score), or ``(params, None, curve)`` for a pruned trial with its reports of the
         pruning metric as ``[(step, value), ...]``. Returns how many were new."""
@@ -80,13 +80,13 @@ class RoundSearch:
         return new
 
     # subclasses
-    def _propose(self, round_no: int) -> list[dict]:
+    def _propose(self, round_no: int) -> list[dict[str, Any]]:
         raise NotImplementedError
 
     def _record(
         self,
-        proposal: dict,
-        params: dict,
+        proposal: dict[str, Any],
+        params: dict[str, Any],
         values: tuple[float, ...] | None,
         pruned: Sequence[tuple[int, float]] | None = None,
     ) -> None:
@@ -113,11 +113,11 @@ class EvolutionSearch(RoundSearch):
         self.objective = spec.objective
         self.history_path = os.path.join(state_dir, "evolution.json")
 
-    def history(self) -> list[dict]:
+    def history(self) -> list[dict[str, Any]]:
         data = read_json(self.history_path)
         return data.get("evaluated", []) if isinstance(data, dict) else []
 
-    def top_k(self) -> list[dict]:
+    def top_k(self) -> list[dict[str, Any]]:
         """The parents: the best ``candidate_top_k`` evaluated so far, by score; with several metrics and no
         weights, by Pareto front, the last front that does not fit whole taken by crowding distance."""
         k = self.settings.candidate_top_k
@@ -128,7 +128,7 @@ class EvolutionSearch(RoundSearch):
                 for h in self.history()
                 if isinstance(h.get("values"), list) and len(h["values"]) == len(objective.metrics)
             ]
-            chosen: list[dict] = []
+            chosen: list[dict[str, Any]] = []
             for front in pareto_fronts([h["values"] for h in scored], objective.modes, enough=k):
                 members = [scored[i] for i in front]
                 if len(chosen) + len(members) > k:
@@ -156,11 +156,11 @@ class EvolutionSearch(RoundSearch):
                 return False
         return True
 
-    def _propose(self, round_no: int) -> list[dict]:
+    def _propose(self, round_no: int) -> list[dict[str, Any]]:
         s = self.settings
         rng = random.Random(f"{self.spec.seed}:{round_no}")
         seen = {_key(h["params"]) for h in self.history()}
-        out: list[dict] = []
+        out: list[dict[str, Any]] = []
 
         def add(make, origin: str) -> bool:
             for _ in range(100):
@@ -172,7 +172,7 @@ class EvolutionSearch(RoundSearch):
                     return True
             return False
 
-        def random_candidate() -> dict:
+        def random_candidate() -> dict[str, Any]:
             return {k: rng.choice(v) for k, v in self.choices.items()}
 
         top = [h["params"] for h in self.top_k()] if round_no > 0 else []
@@ -234,8 +234,8 @@ class EvolutionSearch(RoundSearch):
 
     def _record(
         self,
-        proposal: dict,
-        params: dict,
+        proposal: dict[str, Any],
+        params: dict[str, Any],
         values: tuple[float, ...] | None,
         pruned: Sequence[tuple[int, float]] | None = None,
     ) -> None:
@@ -309,7 +309,7 @@ class OptunaSearch(RoundSearch):
                 )
         return self.optuna.samplers.RandomSampler(seed=seed)
 
-    def _suggest(self, trial) -> dict:
+    def _suggest(self, trial) -> dict[str, Any]:
         params = dict(self.fixed)
         for key, dim in self.space.items():
             if isinstance(dim, spaces.Conditional):
@@ -332,7 +332,7 @@ class OptunaSearch(RoundSearch):
                 params[key] = dim
         return params
 
-    def _propose(self, round_no: int) -> list[dict]:
+    def _propose(self, round_no: int) -> list[dict[str, Any]]:
         """``per_round`` distinct points not evaluated before. A repeat is not left running in the study (the
         constant liar would count it for good): it is told as pruned with a ``duplicate`` mark, which TPE
         takes as a poor result there and moves away from, and the sampler is asked again (at most 10 asks
@@ -346,7 +346,7 @@ class OptunaSearch(RoundSearch):
             if "duplicate" not in t.user_attrs
         }
         size = finite_space_size(self.space)
-        out: list[dict] = []
+        out: list[dict[str, Any]] = []
         taken: set[str] = set()
         for _ in range(10 * self.spec.per_round):
             if len(out) == self.spec.per_round or (size is not None and len(evaluated | taken) >= size):
@@ -370,8 +370,8 @@ class OptunaSearch(RoundSearch):
 
     def _record(
         self,
-        proposal: dict,
-        params: dict,
+        proposal: dict[str, Any],
+        params: dict[str, Any],
         values: tuple[float, ...] | None,
         pruned: Sequence[tuple[int, float]] | None = None,
     ) -> None:

@@ -132,7 +132,7 @@ class EvolutionSettings:
     mutate_prob: float = 0.1
     max_epoch: int = 5
     constraints: dict[str, float] = field(default_factory=dict)
-    measure: Callable[[dict], Mapping[str, float]] | None = None
+    measure: Callable[[dict[str, Any]], Mapping[str, float]] | None = None
     #: the built-in measure (pavi's ``evaluator``): the FLOPs and parameters of the model that a user function
     #: builds from the candidate (core/sweep/model_cost.py), a ModelCost or ``{build, input_shape, units}``
     evaluator: Any = None

@@ -75,7 +75,7 @@ class SweepSession:
         return Manifest(self.manifest_path(round_no, run))
 
     # -- planning --------------------------------------------------------------------------------------
-    def _target(self) -> dict:
+    def _target(self) -> dict[str, Any]:
         template = self.spec._template
         extra = {"config_template": {"name": template.name, "text": template.text}} if template else {}
         if self.spec.required_env is not None:
@@ -155,7 +155,7 @@ class SweepSession:
                     note=f"finished by GPU Task Scheduler: its result folder {legacy} exists",
                 )
 
-    def finish_round(self, round_no: int, run: str | None = None) -> dict:
+    def finish_round(self, round_no: int, run: str | None = None) -> dict[str, Any]:
         manifest = self.manifest(round_no, run)
         objective = self.spec.objective
         outcomes = []

@@ -36,14 +36,14 @@ def _clean(x: float) -> float:
 
 @dataclass(frozen=True)
 class Choice:
-    values: tuple
+    values: tuple[Any, ...]
 
     def __post_init__(self) -> None:
         if not isinstance(self.values, (list, tuple)) or not self.values:
             raise InvalidArgumentError("choice", self.values, "a non-empty list of values")
         object.__setattr__(self, "values", tuple(self.values))
 
-    def grid(self, steps: int | None = None) -> list:
+    def grid(self, steps: int | None = None) -> list[Any]:
         return list(self.values)
 
     def count(self, steps: int | None = None) -> int:
@@ -177,7 +177,7 @@ def _steps(steps: int | None, space: Any) -> int:
 Space = Choice | Uniform | LogUniform | RandInt | QUniform
 
 
-def choice(values: Sequence) -> Choice:
+def choice(values: Sequence[Any]) -> Choice:
     return Choice(tuple(values))
 
 
@@ -203,10 +203,10 @@ class Conditional:
     ``when({"optimizer": "sgd"}, uniform(0.8, 0.99))`` — ``momentum`` only for SGD trials. Condition values
     may be a single value or a list of allowed values. The dimension is a search space or a value list."""
 
-    condition: tuple  # ((key, (allowed, ...)), ...)
+    condition: tuple[Any, ...]  # ((key, (allowed, ...)), ...)
     dim: Any
 
-    def holds(self, params: dict) -> bool:
+    def holds(self, params: dict[str, Any]) -> bool:
         return all(key in params and params[key] in allowed for key, allowed in self.condition)
 
     @property
@@ -214,7 +214,7 @@ class Conditional:
         return [key for key, _ in self.condition]
 
 
-def when(condition: dict, dim: Any) -> Conditional:
+def when(condition: dict[str, Any], dim: Any) -> Conditional:
     if not isinstance(condition, dict) or not condition:
         raise InvalidArgumentError("when", condition, "a mapping such as {'optimizer': 'sgd'}")
     if isinstance(dim, Conditional):

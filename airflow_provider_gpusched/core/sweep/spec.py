@@ -364,7 +364,7 @@ class SweepSpec:
     grid_steps: int | None = None
     code_version: str | None = None
     command: Sequence[str] | None = None
-    python_callable: Callable | None = None
+    python_callable: Callable[..., Any] | None = None
     objective: Objective | None = None
     results_root: str | None = None
     force_rerun: bool = False
@@ -395,7 +395,7 @@ class SweepSpec:
     max_workers: int | None = None
     #: GPU Task Scheduler's ``required_env``: ``(params, trial_dir) -> {name: value}``, called in each trial before
     #: it starts; its variables join the trial's environment (``package.module:function`` in YAML)
-    required_env: Callable | None = None
+    required_env: Callable[..., Any] | None = None
     #: GPU Task Scheduler's own result folders count: a trial whose ``<results_root>/<label>`` folder exists (as
     #: that tool names them) is not run again unless force_rerun (set by a ``scheduler_config`` block)
     gts_result_folders: bool = False
@@ -766,7 +766,7 @@ SCHEDULER_CONFIG = {
 }
 
 
-def _scheduler_config(data: Mapping, where: str) -> dict:
+def _scheduler_config(data: Mapping[str, Any], where: str) -> dict[str, Any]:
     """GPU Task Scheduler's ``scheduler_config`` block as our keys (a key given both ways is an error). Its
     ``gpu`` list (``["0", "1"]``, or groups ``[["0", "1"], ["2", "3"]]``) becomes ``resources.devices`` and
     ``resources.gpus`` (each group's size; trials may take any free GPUs of the list, not only a listed group).
@@ -873,7 +873,7 @@ def _check_finite(value: Any, where: str, depth: int = 0) -> None:
             _check_finite(v, f"{where}[{i}]", depth + 1)
 
 
-def _objective(data: Mapping, where: str) -> Objective:
+def _objective(data: Mapping[str, Any], where: str) -> Objective:
     unknown = [k for k in data if k not in ("metric", "mode", "weights")]
     if unknown:
         raise InvalidArgumentError(f"{where}.{unknown[0]}", data[unknown[0]], "only metric, mode and weights")
@@ -887,7 +887,7 @@ def _objective(data: Mapping, where: str) -> Objective:
 PAVI_LAUNCHERS = {"slurm": ("slurm", "srun"), "pytorch": (None, "torchrun"), "none": (None, None)}
 
 
-def _pavi_launch(data: dict, where: str) -> dict:
+def _pavi_launch(data: dict[str, Any], where: str) -> dict:
     """pavi's ``function_resource`` keys ``launcher`` and ``dist_params`` as our settings: ``launcher='slurm'``
     runs the trials on Slurm only (``backend``), ``dist_params`` starts them as ranks (one per GPU: srun on Slurm,
     torchrun elsewhere) with ``$GPUSCHED_DIST_BACKEND`` naming the backend for ``init_process_group``."""
@@ -917,7 +917,7 @@ def _pavi_launch(data: dict, where: str) -> dict:
     return data
 
 
-def _build(kind: type, data: Mapping, where: str) -> Any:
+def _build(kind: type, data: Mapping[str, Any], where: str) -> Any:
     data = dict(data)
     if kind is TrialResources:  # seed 000 spellings
         for seed_name, ours in (("num_gpus", "gpus"), ("num_cpus", "cpus"), ("source", "setup")):
@@ -935,7 +935,7 @@ def _build(kind: type, data: Mapping, where: str) -> Any:
 _SPACE_MAKERS = {"choice": 1, "uniform": 2, "loguniform": 2, "randint": 2, "quniform": 3}
 
 
-def _refuse_misspelt_space(value: Mapping, where: str) -> None:
+def _refuse_misspelt_space(value: Mapping[str, Any], where: str) -> None:
     """A one-key mapping (beside ``when``) whose key looks like a space type (``{logunifrom: [1e-4, 0.1]}``)
     is a typo, not a nested parameter ``lr.logunifrom`` with two values: refused, naming the key and the closest
     space type. A real nested parameter of that spelling can be written as ``{values: [...]}`` under its key."""
@@ -1081,7 +1081,7 @@ class ConfigTemplate:
         return cls(os.path.basename(path), text)
 
     def render(self, values: Mapping[str, Any]) -> str:
-        def literal(match: re.Match) -> str:
+        def literal(match: re.Match[str]) -> str:
             name = match.group(1)
             if name not in values:
                 raise InvalidArgumentError(

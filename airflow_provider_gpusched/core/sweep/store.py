@@ -327,7 +327,7 @@ class TrialStore:
         return path
 
     # -- per-trial state -------------------------------------------------------------------------------
-    def status(self, trial: Trial) -> dict | None:
+    def status(self, trial: Trial) -> dict[str, Any] | None:
         return read_json(os.path.join(self.trial_dir(trial), "status.json"))
 
     def state(self, trial: Trial) -> str:
@@ -345,7 +345,7 @@ class TrialStore:
                     return read_pickled_result(path, folder)
         return result
 
-    def reports(self, trial: Trial) -> dict | None:
+    def reports(self, trial: Trial) -> dict[str, Any] | None:
         """A summary of the trial's intermediate reports (count, last step and metrics, last checkpoint,
         problems of lines that are not reports), or None when it reported nothing."""
         folder = self.trial_dir(trial)
@@ -480,7 +480,7 @@ class TrialStore:
         state: str | None = None,
         note: str | None = None,
         run: str | None = None,
-    ) -> dict:
+    ) -> dict[str, Any]:
         """Record the trial's own outcome (``run``: the DAG run it is recorded for, where no start recorded it)."""
         folder = self.prepare(trial)
         if result is not None:
@@ -530,7 +530,7 @@ class TrialStore:
         os.pwrite(fd, json.dumps(dict(holder), default=str).encode(), 0)
         return TrialClaim(fd, path)
 
-    def claim_holder(self, trial: Trial) -> dict | None:
+    def claim_holder(self, trial: Trial) -> dict[str, Any] | None:
         """Who runs the trial now (``{"host", "pid", "run", "since"}``), or None when nobody does."""
         path = os.path.join(self.trial_dir(trial), CLAIM_FILE)
         try:
@@ -586,7 +586,7 @@ class TrialStore:
             (skipped if self.state(trial) in DONE_STATES else run).append(trial)
         return run, skipped
 
-    def records(self, trials: Iterable[Trial]) -> list[dict]:
+    def records(self, trials: Iterable[Trial]) -> list[dict[str, Any]]:
         out = []
         for trial in trials:
             status = self.status(trial) or {}
@@ -669,7 +669,7 @@ def describe_holder(holder: Mapping[str, Any] | None) -> str:
     return f"DAG run {holder['run']} ({where})" if holder.get("run") else where
 
 
-def state_in_run(record: Mapping, run: str | None, planned_at: float | None = None) -> str:
+def state_in_run(record: Mapping[str, Any], run: str | None, planned_at: float | None = None) -> str:
     """A trial's state as DAG run ``run`` knows it, from its record (:meth:`TrialStore.records`). The record is
     this run's when this run wrote it, or when another run finished the trial after this run was planned (this run's
     runner waited for that one and took its outcome over). Otherwise this run did not start the trial:
@@ -692,7 +692,7 @@ def state_in_run(record: Mapping, run: str | None, planned_at: float | None = No
 
 
 def state_counts(
-    records: Sequence[Mapping],
+    records: Sequence[Mapping[str, Any]],
     skipped_ids: Iterable[str] = (),
     run: str | None = None,
     planned_at: Mapping[str, float] | None = None,

@@ -75,13 +75,13 @@ class Progress:
 
     def __init__(self, session: SweepSession, out=None, interval: float = 1.0) -> None:
         self.session, self.out, self.interval = session, out or sys.stderr, interval
-        self.trials: list = []
+        self.trials: list[Any] = []
         self._last = ""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.tty = bool(getattr(self.out, "isatty", lambda: False)())
 
-    def watch(self, trials: list, round_no: int | None = None, rounds: int | None = None) -> None:
+    def watch(self, trials: list[Any], round_no: int | None = None, rounds: int | None = None) -> None:
         """Follow ``trials`` (a stage's: round ``round_no`` of ``rounds``); the best so far is the sweep's, over
         every stage watched, not the stage's own."""
         if self.trials:
@@ -92,7 +92,7 @@ class Progress:
     _best_before: float | None = None
     round: tuple[int, int | None] | None = None
 
-    def _best(self, trials: list, best: float | None) -> float | None:
+    def _best(self, trials: list[Any], best: float | None) -> float | None:
         store, objective = self.session.store, self.session.spec.objective
         if objective is None or objective.several:
             return None

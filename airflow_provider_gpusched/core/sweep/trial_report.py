@@ -21,7 +21,7 @@ from airflow_provider_gpusched.core.sweep.reports import REPORT_ENV
 _steps: dict[str, int] = {}  # per report file: the next step when report() is given none
 
 
-def report(step: int | None = None, *, checkpoint: str | None = None, **metrics: float) -> dict:
+def report(step: int | None = None, *, checkpoint: str | None = None, **metrics: float) -> dict[str, Any]:
     """Record this trial's metrics at ``step`` (default: one more than the last step reported from this
     process). Values must be numbers; NaN and infinities are written as ``null`` (a diverged loss is
     recorded, not refused). Returns the record written."""
@@ -58,7 +58,9 @@ def report(step: int | None = None, *, checkpoint: str | None = None, **metrics:
 
 
 _sweep_reports: dict[str, Any] = {}  # per sweep folder: its SweepReports (files re-read only when changed)
-_rules: dict[tuple, Any] = {}  # ($GPUSCHED_PRUNING, $GPUSCHED_TRIAL_DIR) -> (rule, sweep folder, trial folder)
+_rules: dict[
+    tuple[Any, ...], Any
+] = {}  # ($GPUSCHED_PRUNING, $GPUSCHED_TRIAL_DIR) -> (rule, sweep folder, trial folder)
 
 
 def _prune_check() -> None:

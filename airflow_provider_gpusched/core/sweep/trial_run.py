@@ -46,15 +46,15 @@ EXIT_WRITE_FAILED = 4  # the trial runner could not write under the results root
 INVALID_RESULT_POLICIES = ("fail", "record")
 
 
-def manifest_trial(data: Mapping) -> Trial:
+def manifest_trial(data: Mapping[str, Any]) -> Trial:
     return Trial(dict(data["params"]), data["trial_id"], data["label"], data["index"])
 
 
-def trial_record(trial: Trial) -> dict:
+def trial_record(trial: Trial) -> dict[str, Any]:
     return {"trial_id": trial.trial_id, "label": trial.label, "index": trial.index, "params": trial.params}
 
 
-def save_callable(folder: str, func: Callable, name: str = CALLABLE_FILE) -> str:
+def save_callable(folder: str, func: Callable[..., Any], name: str = CALLABLE_FILE) -> str:
     """Pickle a trial callable (or the spec's ``required_env``) by value when its module is not importable
     elsewhere (a DAG file); returns the file's name in ``folder``."""
     from airflow_provider_gpusched.core import pyfunc
@@ -72,11 +72,11 @@ def write_manifest(
     *,
     trials: Sequence[Trial],
     pending: Sequence[Trial],
-    target: Mapping,
-    objective: Mapping | None,
+    target: Mapping[str, Any],
+    objective: Mapping[str, Any] | None,
     env: Mapping[str, str] | None = None,
     chunk_size: int | None = None,
-    extra: Mapping | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> str:
     """``trials``: every trial of this run; ``pending``: those to run now (the others were done before)."""
     data = {
@@ -105,7 +105,7 @@ class Manifest:
         self.trials = [manifest_trial(t) for t in data["trials"]]
         self._by_id = {t.trial_id: t for t in self.trials}
         self.pending = [self._by_id[i] for i in data.get("pending", [])]
-        self._callable: Callable | None = None
+        self._callable: Callable[..., Any] | None = None
 
     def trial(self, trial_id: str) -> Trial:
         try:
@@ -121,14 +121,14 @@ class Manifest:
         size = self.data.get("chunk_size") or len(self.pending) or 1
         return -(-len(self.pending) // size)
 
-    def load_required_env(self) -> Callable:
+    def load_required_env(self) -> Callable[..., Any]:
         """GPU Task Scheduler's ``required_env``: the function the spec pickled (core/sweep/session.py)."""
         import pickle
 
         with open(os.path.join(self.store.dir, self.data["target"]["required_env"]), "rb") as fh:
             return pickle.load(fh)
 
-    def load_callable(self) -> Callable:
+    def load_callable(self) -> Callable[..., Any]:
         """The sweep's callable, unpickled once per manifest object (a group runs several trials with it)."""
         if self._callable is None:
             import pickle  # cloudpickle writes it; reading needs only pickle, which imports cloudpickle's
@@ -174,7 +174,7 @@ def required_env(manifest: Manifest, trial: Trial, folder: str) -> dict[str, str
     return out
 
 
-def call_trial(func: Callable, params: dict, folder: str) -> Any:
+def call_trial(func: Callable[..., Any], params: dict[str, Any], folder: str) -> Any:
     """``func(params, trial_dir)``; ``func(params)`` when it takes one argument."""
     try:
         import inspect
@@ -191,7 +191,7 @@ def call_trial(func: Callable, params: dict, folder: str) -> Any:
     return func(params)
 
 
-def result_document(value: Any, objective: Mapping | None) -> Any:
+def result_document(value: Any, objective: Mapping[str, Any] | None) -> Any:
     """A callable's return value as stored: dicts as they are, a bare number under the objective's metric."""
     if value is None or isinstance(value, Mapping):
         return value
@@ -200,7 +200,7 @@ def result_document(value: Any, objective: Mapping | None) -> Any:
     return {"value": value}
 
 
-def result_problem(result: Any, objective: Mapping | None) -> str:
+def result_problem(result: Any, objective: Mapping[str, Any] | None) -> str:
     """'' when ``result`` gives the objective a finite number (or there is no objective), else why not."""
     if isinstance(result, Mapping) and "_unreadable" in result:
         return f"its result cannot be read ({result['_unreadable']})"
@@ -674,7 +674,7 @@ PRUNE_CHECK_SECONDS = 0.5
 PRUNE_GRACE_SECONDS = 10.0
 
 
-def _pruning_watch(pruning: Mapping, sweep_dir: str, folder: str) -> Callable[[], str]:
+def _pruning_watch(pruning: Mapping[str, Any], sweep_dir: str, folder: str) -> Callable[[], str]:
     """For a command trial: a check, called while it runs, that says why the rule stops it ('' = go on);
     it judges again only when the trial's reports file grew."""
     from airflow_provider_gpusched.core.sweep.pruning import PruningRule, SweepReports

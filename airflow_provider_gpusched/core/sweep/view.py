@@ -62,7 +62,7 @@ def plan_record(
     run: str,
     curve_metric: str | None = None,
     log_params: Sequence[str] = (),
-) -> dict:
+) -> dict[str, Any]:
     """The record the ``plan`` task publishes (``trial_task``: the full task id that runs the pending trials;
     ``curve_metric``: the reported metric the UI draws by step, the pruning rule's or the objective's first;
     ``log_params``: parameters drawn on a log scale, e.g. from ``loguniform``). A skipped trial carries the
@@ -89,7 +89,7 @@ def plan_record(
     }
 
 
-def _skipped_record(store: TrialStore, trial: Trial) -> dict:
+def _skipped_record(store: TrialStore, trial: Trial) -> dict[str, Any]:
     status = store.status(trial)
     status = status if isinstance(status, dict) else {}
     state = store.state(trial)
@@ -114,7 +114,7 @@ def _last_step(store: TrialStore, trial: Trial) -> int | None:
 
 def outcome_records(
     store: TrialStore, trials: Iterable[Trial], run: str | None = None, planned_at: float | None = None
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """The outcome of each trial in DAG run ``run`` (what a trial task publishes when it ends; ``planned_at``:
     when that run planned it), with the last step it reported (where a pruned trial was stopped). A trial this run
     did not start is ``not_started``: its record, an earlier run's, stands and is not this run's; one whose re-run
@@ -154,7 +154,7 @@ def _str(v: Any, limit: int = 1000) -> bool:
     return isinstance(v, str) and len(v) <= limit
 
 
-def read_plan_record(data: Any, source: str) -> dict:
+def read_plan_record(data: Any, source: str) -> dict[str, Any]:
     def bad(key: str, expected: str) -> BadRecordError:
         return BadRecordError(f"{source}: key {key!r}: expected {expected}")
 
@@ -213,7 +213,7 @@ def read_plan_record(data: Any, source: str) -> dict:
     return data
 
 
-def read_outcome_records(data: Any, source: str) -> list[dict]:
+def read_outcome_records(data: Any, source: str) -> list[dict[str, Any]]:
     if not isinstance(data, list):
         raise BadRecordError(f"{source}: expected a list of trial outcomes, got {type(data).__name__}")
     for i, o in enumerate(data):
@@ -226,13 +226,13 @@ def read_outcome_records(data: Any, source: str) -> list[dict]:
     return data
 
 
-def _task_of(plan: Mapping, position: int) -> tuple[str, int]:
+def _task_of(plan: Mapping[str, Any], position: int) -> tuple[str, int]:
     """The task instance (task id, map index) that runs the plan's pending trial number ``position``."""
     size = plan.get("chunk_size")
     return plan["trial_task"], (position // size if size else position)
 
 
-def _leaves(params: Mapping, prefix: str = "") -> Iterable[tuple[str, Any]]:
+def _leaves(params: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any]]:
     """(dotted name, value) of each parameter, nested mappings walked into."""
     for key, value in params.items():
         name = f"{prefix}{key}"
@@ -242,11 +242,11 @@ def _leaves(params: Mapping, prefix: str = "") -> Iterable[tuple[str, Any]]:
             yield name, value
 
 
-def _numeric_params(params: Mapping) -> dict[str, float]:
+def _numeric_params(params: Mapping[str, Any]) -> dict[str, float]:
     return {name: float(v) for name, v in _leaves(params) if is_json_number(v) and math.isfinite(v)}
 
 
-def _categorical_params(params: Mapping) -> dict[str, str]:
+def _categorical_params(params: Mapping[str, Any]) -> dict[str, str]:
     """Parameters that are not numbers (strings, booleans, null, lists), as the labels a plot groups by."""
     return {
         name: (v if isinstance(v, str) else json.dumps(v, default=str))[:60]
@@ -278,7 +278,7 @@ def _scale(name: str, seen: set[float], declared_log: set[str]) -> str:
     return "linear"
 
 
-def _objective_view(objective: Objective) -> dict:
+def _objective_view(objective: Objective) -> dict[str, Any]:
     return {
         **objective.to_dict(),
         "metrics": list(objective.metrics),
@@ -295,7 +295,7 @@ def _objective_view(objective: Objective) -> dict:
 MAX_CURVES, MAX_CURVE_POINTS, MAX_REPORT_READS = 60, 120, 300
 
 
-def report_paths(plans: Sequence[Mapping]) -> dict[str, str]:
+def report_paths(plans: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     """trial id -> the path of its reports file, for the trials of ``plans`` (which name their folder)."""
     out = {}
     for plan in plans:
@@ -309,7 +309,7 @@ def report_paths(plans: Sequence[Mapping]) -> dict[str, str]:
     return out
 
 
-def report_runs(plans: Sequence[Mapping], run: str) -> dict[str, str]:
+def report_runs(plans: Sequence[Mapping[str, Any]], run: str) -> dict[str, str]:
     """trial id -> the DAG run whose curve the view of ``run`` draws: ``run`` itself, or for a trial it skipped
     (done before), the run that did it."""
     out = {}
@@ -320,7 +320,9 @@ def report_runs(plans: Sequence[Mapping], run: str) -> dict[str, str]:
     return out
 
 
-def _curves(rows: Sequence[Mapping], read: Callable[[str], Sequence[Mapping] | None], metric: str) -> dict:
+def _curves(
+    rows: Sequence[Mapping[str, Any]], read: Callable[[str], Sequence[Mapping] | None], metric: str
+) -> dict[str, Any]:
     """The curves of ``metric`` by step (running trials first, then by index) and each running trial's
     latest report; ``read(trial_id)`` gives a trial's reports (None: not readable), asked lazily."""
     curves, latest = [], []
@@ -361,7 +363,7 @@ def _curves(rows: Sequence[Mapping], read: Callable[[str], Sequence[Mapping] | N
     return {"curve_metric": metric, "curves": curves, "latest_reports": latest[:MAX_CURVES]}
 
 
-def best_so_far(points: Sequence[Mapping], objective: Objective) -> list[list[float]]:
+def best_so_far(points: Sequence[Mapping[str, Any]], objective: Objective) -> list[list[float]]:
     """The best score so far by trial index, over every point: ``[[index, best], ...]`` where it improves (and the
     last index, so the line reaches the end)."""
     line: list[list[float]] = []
@@ -376,7 +378,7 @@ def best_so_far(points: Sequence[Mapping], objective: Objective) -> list[list[fl
     return line
 
 
-def sample_points(points: list[dict], objective: Objective, limit: int | None = None) -> list[dict]:
+def sample_points(points: list[dict[str, Any]], objective: Objective, limit: int | None = None) -> list[dict]:
     """At most ``limit`` points (default :data:`MAX_POINTS`) for the plots, in index order: all when they fit;
     else the best quarter by score (and every point on the Pareto front), then an even sample of the rest by index,
     so the best region is drawn whole and the rest keeps its shape."""
@@ -394,11 +396,11 @@ def sample_points(points: list[dict], objective: Objective, limit: int | None = 
 
 
 def trial_rows(
-    plans: Sequence[Mapping], outcomes: Mapping[str, Mapping], ti_states: Mapping[tuple[str, int], str | None]
-) -> list[dict]:
+    plans: Sequence[Mapping[str, Any]], outcomes: Mapping[str, Mapping], ti_states: Mapping[tuple[str, int], str | None]
+) -> list[dict[str, Any]]:
     """Every listed trial of one sweep in one DAG run, in index order: its parameters, state (from its outcome,
     else from its task instance), result, error, the task instance that ran it and whether it was skipped."""
-    trials: dict[str, dict] = {}
+    trials: dict[str, dict[str, Any]] = {}
     for plan in plans:
         skipped = {s["trial_id"]: s for s in plan["skipped"]}
         position = {trial_id: i for i, trial_id in enumerate(plan["pending"])}
@@ -450,12 +452,14 @@ def trial_rows(
     return sorted(trials.values(), key=lambda r: r["index"])
 
 
-def sweep_objective(plans: Sequence[Mapping]) -> Objective | None:
+def sweep_objective(plans: Sequence[Mapping[str, Any]]) -> Objective | None:
     first = plans[0]
     return Objective(**first["objective"]) if first.get("objective") else None
 
 
-def scored_points(rows: Sequence[Mapping], objective: Objective) -> tuple[list[dict], dict[str, set], dict[str, set]]:
+def scored_points(
+    rows: Sequence[Mapping[str, Any]], objective: Objective
+) -> tuple[list[dict[str, Any]], dict[str, set[Any]], dict[str, set]]:
     """The succeeded trials as plot points (index, round, score, label, numeric ``params``, ``categories``; with
     several metrics their ``values``), and the values seen of each numeric and categorical parameter."""
     points, values, categories = [], {}, {}
@@ -484,7 +488,9 @@ def scored_points(rows: Sequence[Mapping], objective: Objective) -> tuple[list[d
     return points, values, categories
 
 
-def param_axes(plans: Sequence[Mapping], values: Mapping[str, set], categories: Mapping[str, set]) -> dict:
+def param_axes(
+    plans: Sequence[Mapping[str, Any]], values: Mapping[str, set[Any]], categories: Mapping[str, set]
+) -> dict[str, Any]:
     """The parameters worth drawing: numeric ones that vary (with their scale, log or linear) and categorical ones
     with 2 to :data:`MAX_CATEGORIES` values (their values sorted)."""
     numeric = sorted(n for n, seen in values.items() if len(seen) > 1)  # a constant plots nothing
@@ -498,7 +504,7 @@ def param_axes(plans: Sequence[Mapping], values: Mapping[str, set], categories: 
     }
 
 
-def trial_counts(plans: Sequence[Mapping], rows: Sequence[Mapping]) -> dict[str, int]:
+def trial_counts(plans: Sequence[Mapping[str, Any]], rows: Sequence[Mapping]) -> dict[str, int]:
     """How many trials are in each state (:data:`STATES`), with ``defined`` and ``skipped``; trials whose
     parameters are not published yet count as ``waiting``."""
     counts = {state: 0 for state in RUN_STATES}
@@ -512,12 +518,12 @@ def trial_counts(plans: Sequence[Mapping], rows: Sequence[Mapping]) -> dict[str,
 
 
 def build_sweep_view(
-    plans: Sequence[Mapping],
-    outcomes: Mapping[str, Mapping],
+    plans: Sequence[Mapping[str, Any]],
+    outcomes: Mapping[str, Mapping[str, Any]],
     ti_states: Mapping[tuple[str, int], str | None],
     top_n: int = 20,
-    reports: Callable[[str], Sequence[Mapping] | None] | None = None,
-) -> dict:
+    reports: Callable[[str], Sequence[Mapping[str, Any]] | None] | None = None,
+) -> dict[str, Any]:
     """One sweep's view in one DAG run: ``plans`` (its stages' plan records, rounds in order), ``outcomes``
     (trial id -> published outcome), ``ti_states`` ((task id, map index) -> Airflow state), ``reports``
     (trial id -> its intermediate reports where the caller can read them, asked lazily: drawn by step)."""

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The checks that read the code (docs/development.md "Checks that read the code"): ruff's rules, ruff format, and
+# mypy (strict on core/), all from the dev extra in .venv. CI runs it before the tests; .pre-commit-config.yaml runs
+# the same tools on each commit. `bash scripts/lint.sh --fix` lets ruff fix and format what it can first.
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+[ -x "$REPO/.venv/bin/mypy" ] || source "$REPO/scripts/bootstrap.sh"
+cd "$REPO"
+paths=(airflow_provider_gpusched tests dags bench scripts)
+if [ "${1:-}" = "--fix" ]; then
+  .venv/bin/ruff check --fix "${paths[@]}"
+  .venv/bin/ruff format "${paths[@]}"
+fi
+status=0
+.venv/bin/ruff check "${paths[@]}" || status=1
+.venv/bin/ruff format --check "${paths[@]}" || status=1
+.venv/bin/mypy || status=1
+exit $status

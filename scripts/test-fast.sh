@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The fast tier: every test that needs no Slurm cluster, Airflow database, stack, fleet or sshd (marker `fast`, set
+# by tests/conftest.py from the fixtures each test uses), on parallel workers. About 60 s on 2 cores
+# (docs/development.md "Tiers"). Starts no service, and installs nothing once .venv exists (without one, it runs
+# scripts/bootstrap.sh first). Arguments are passed on to pytest: `bash scripts/test-fast.sh -k lease -x`.
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [ ! -x "$REPO/.venv/bin/python" ]; then
+  source "$REPO/scripts/bootstrap.sh"
+fi
+cd "$REPO"
+export GPUSCHED_TIER=fast
+exec "$REPO/.venv/bin/python" -m pytest -m fast -n "${GPUSCHED_WORKERS:-auto}" --dist worksteal -p no:cacheprovider "$@"
