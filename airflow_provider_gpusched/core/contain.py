@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Sequence
 
 PR_SET_CHILD_SUBREAPER = 36
 #: signals the shim passes to every descendant rather than acting on
@@ -59,7 +60,7 @@ def descendants(root):
     return found
 
 
-def _signal(pids, sig) -> None:
+def _signal(pids: Sequence[int], sig) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)

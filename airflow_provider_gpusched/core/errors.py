@@ -25,7 +25,7 @@ class GpuschedError(Exception):
 class InvalidArgumentError(GpuschedError, ValueError):
     """A value given by the user is malformed; the message names the argument and what was expected."""
 
-    def __init__(self, argument: str, value: object, expected: str):
+    def __init__(self, argument: str, value: object, expected: str) -> None:
         self.argument = argument
         self.value = value
         self.expected = expected

@@ -55,7 +55,7 @@ class RemoteCallError(Exception):
         rank: int | None = None,
         host: str | None = None,
         world_size: int | None = None,
-    ):
+    ) -> None:
         self.exc_type = exc_type
         self.remote_traceback = remote_traceback
         self.rank, self.host, self.world_size = rank, host, world_size

@@ -259,7 +259,7 @@ class GPUChild:
             with contextlib.suppress(Exception):
                 self.on_line(line)
 
-    def _signal_all(self, sig: int, pids) -> None:
+    def _signal_all(self, sig: int, pids: Sequence[int]) -> None:
         assert self.proc is not None
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, sig)  # the child's process group (its pid), even if the child itself is gone

@@ -389,7 +389,7 @@ class GPUWorkFailed(GpuschedError):
         oom: bool,
         halted: bool = False,
         timed_out: bool = False,
-    ):
+    ) -> None:
         super().__init__(message)
         self.attempts = attempts
         self.tail = tail

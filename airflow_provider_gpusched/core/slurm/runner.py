@@ -42,7 +42,7 @@ _TRANSIENT_MARKERS = (
 class SlurmCommandError(GpuschedError):
     """A Slurm command failed for a reason that retrying will not fix (bad partition, bad option...)."""
 
-    def __init__(self, argv: Sequence[str], returncode: int, stderr: str, stdout: str = ""):
+    def __init__(self, argv: Sequence[str], returncode: int, stderr: str, stdout: str = "") -> None:
         self.argv = list(argv)
         self.returncode = returncode
         self.stderr = stderr.strip()

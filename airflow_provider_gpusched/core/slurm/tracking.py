@@ -46,7 +46,7 @@ class SharedJobPoller:
     #: consecutive non-transient failures (e.g. squeue missing) before waiters are told to give up
     max_permanent_failures: int = 5
 
-    def __init__(self, client: SlurmClient, key: str):
+    def __init__(self, client: SlurmClient, key: str) -> None:
         self.client = client
         self.key = key
         #: told every poll's statuses (job id -> status): the Airflow side sends job counts as metrics
