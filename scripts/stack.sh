@@ -26,6 +26,8 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
 STACK="${GPUSCHED_STACK_DIR:-$REPO/.stack}"
+# the Slurm test cluster the stack submits to: scripts/slurm-cluster.sh's (its root: $GPUSCHED_SLURM_ROOT, else .slurm)
+SLURM_ROOT="$(realpath -m "${GPUSCHED_SLURM_ROOT:-$REPO/.slurm}")"
 COMPONENTS=(api-server scheduler dag-processor triggerer)
 say() { echo "[stack] $*" >&2; }
 die() { say "$*"; exit 1; }
@@ -189,7 +191,7 @@ export AIRFLOW__GPUSCHED__SLURM_OUTPUT_DIR="$STACK/slurm-out"
 export AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT="$STACK/sweeps"
 export AIRFLOW__GPUSCHED__SLURM_POLL_INTERVAL=\${AIRFLOW__GPUSCHED__SLURM_POLL_INTERVAL:-2}
 export AIRFLOW__GPUSCHED__GPU_POLL_INTERVAL=\${AIRFLOW__GPUSCHED__GPU_POLL_INTERVAL:-1}
-export SLURM_CONF="$REPO/.slurm/etc/slurm.conf"
+export SLURM_CONF="$SLURM_ROOT/etc/slurm.conf"
 EOF
   if [ -n "$simulate" ]; then
     echo "export AIRFLOW__GPUSCHED__SIMULATE_GPUS=$simulate  # no NVML here: SIMULATED GPUs" >>"$STACK/env.sh"
@@ -292,9 +294,9 @@ up() {
   mkdir -p "$STACK"/{pids,logs,airflow,gpu-leases,local-runs,slurm-out,sweeps}
   chmod 700 "$STACK" "$STACK/gpu-leases"
   local t0=$SECONDS
-  if ! SLURM_CONF="$REPO/.slurm/etc/slurm.conf" sinfo -h >/dev/null 2>&1; then
-    bash "$REPO/scripts/slurm-cluster.sh" up
-    touch "$STACK/started-slurm"  # `down` stops the cluster again; one that was already up is left alone
+  if ! SLURM_CONF="$SLURM_ROOT/etc/slurm.conf" sinfo -h >/dev/null 2>&1; then
+    GPUSCHED_SLURM_ROOT="$SLURM_ROOT" bash "$REPO/scripts/slurm-cluster.sh" up
+    echo "$SLURM_ROOT" >"$STACK/started-slurm"  # `down` stops this cluster again; one that was already up is left alone
   fi
   start_postgres
   write_env
@@ -331,7 +333,10 @@ stop_components() {
 down() {
   stop_components
   stop_postgres
-  if [ -f "$STACK/started-slurm" ]; then bash "$REPO/scripts/slurm-cluster.sh" down; rm -f "$STACK/started-slurm"; fi
+  if [ -f "$STACK/started-slurm" ]; then
+    GPUSCHED_SLURM_ROOT="$(head -n 1 "$STACK/started-slurm")" bash "$REPO/scripts/slurm-cluster.sh" down
+    rm -f "$STACK/started-slurm"
+  fi
   say "down"
   if [ -f "$STACK/pgdata" ] && [ -z "${DESTROYING:-}" ]; then
     say "kept: its PostgreSQL data in $(cat "$STACK/pgdata") and its files in $STACK (the next up starts from them;" \

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# The whole test suite: sets up (scripts/bootstrap.sh), brings up the two-node Slurm test cluster,
-# runs pytest (arguments are passed on), and stops the cluster again if this script started it.
+# The whole test suite: sets up (scripts/bootstrap.sh: .venv, and the system packages the tiers use), then runs
+# pytest on parallel workers (pytest-xdist; arguments are passed on: `-n 0` runs in one process). Nothing is started
+# here: the Slurm test cluster, sshd, the stack, the fleet and Chromium are started by the fixtures of the tests
+# that need them (tests/conftest.py; each worker gets its own Slurm cluster) and stopped at the end, so
+# `bash scripts/test.sh tests/core` starts none of them. docs/development.md "Tiers" has the tiers and their times.
 set -euo pipefail
 GPUSCHED_NEED_SSHD=1 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
 cd "$REPO"
-use_test_cluster
-python -m pytest "$@"
+# the tests that share one deployment (the stack tier, the fleet tier) stay on one worker (xdist_group, set by
+# tests/conftest.py); the slowest tests are printed at the end
+python -m pytest -n "${GPUSCHED_WORKERS:-4}" --dist loadgroup --durations=30 "$@"

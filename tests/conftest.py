@@ -66,12 +66,20 @@ SERVICE_MARKERS = ("slurm", "stack", "fleet", "gpu")
 FAST_TIER = os.environ.get("GPUSCHED_TIER") == "fast"
 
 
+#: tiers whose tests share one deployment (a session fixture that takes minutes to start): on pytest-xdist they run
+#: on one worker, as one unit of work (scripts/test.sh: --dist loadgroup)
+SHARED_DEPLOYMENTS = ("stack", "fleet")
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         needs = [f for f in SERVICE_FIXTURES if f in item.fixturenames]
         needs += [m for m in SERVICE_MARKERS if item.get_closest_marker(m)]
         if not needs:
             item.add_marker(pytest.mark.fast)
+        for tier in SHARED_DEPLOYMENTS:
+            if item.get_closest_marker(tier):
+                item.add_marker(pytest.mark.xdist_group(tier))
 
 
 def no_service_in_the_fast_tier(what: str) -> None:
@@ -94,18 +102,54 @@ def _sinfo_ok(env: dict) -> bool:
     return out.returncode == 0 and any(s in out.stdout for s in ("idle", "mixed", "alloc"))
 
 
+#: this process's place among pytest-xdist's workers ("gw0", "gw1", ...; "" without workers)
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+
+
+def _worker_index() -> int:
+    return int(WORKER[2:]) if WORKER.startswith("gw") and WORKER[2:].isdigit() else 0
+
+
+def _cluster_settings(root: Path) -> dict:
+    """The environment for ``scripts/slurm-cluster.sh up`` of this worker's own cluster: its root, a controller
+    port and a subnet no other worker's cluster starts with (two started at once would otherwise both pick the first
+    free one)."""
+    env = {"GPUSCHED_SLURM_ROOT": str(root)}
+    if not WORKER:
+        return env  # one cluster: the script picks its free port and subnet itself
+    index = _worker_index()
+    for port in range(17000 + 20 * index, 17020 + 20 * index):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) != 0:
+                env["GPUSCHED_SLURMCTLD_PORT"] = str(port)
+                break
+    if not (root / "net").exists():
+        used = subprocess.run(["ip", "-4", "addr"], capture_output=True, text=True).stdout
+        for octet in range(200 + index, 255, 10):
+            if f"10.204.{octet}." not in used:
+                env["GPUSCHED_SLURM_NET"] = str(octet)
+                break
+    return env
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster():
-    """SLURM_CONF of a running cluster: two nodes (n1, n2) of 4 GPUs each, partitions batch/idle."""
+    """SLURM_CONF of a running cluster: two nodes (n1, n2) of 4 GPUs each, partitions batch/idle.
+
+    The cluster ``SLURM_CONF`` names if it answers; otherwise this process's own, started on first use and stopped at
+    the end: ``.slurm/`` in a run without workers, ``.slurm-gwN/`` on pytest-xdist's worker N, so that a test that
+    restarts the controller or kills a node never pulls the cluster from under another worker's test."""
     no_service_in_the_fast_tier("the Slurm test cluster")
     env = dict(os.environ)
     if env.get("SLURM_CONF") and _sinfo_ok(env):
         yield env["SLURM_CONF"]
         return
     script = REPO / "scripts" / "slurm-cluster.sh"
-    conf = REPO / ".slurm" / "etc" / "slurm.conf"
+    root = REPO / (f".slurm-{WORKER}" if WORKER else ".slurm")
+    conf = root / "etc" / "slurm.conf"
+    os.environ["GPUSCHED_SLURM_ROOT"] = str(root)  # scripts the tests run (restart-ctld, stack.sh) act on this one
     if conf.exists() and _sinfo_ok({**env, "SLURM_CONF": str(conf)}):
-        os.environ["SLURM_CONF"] = str(conf)  # already up (e.g. scripts/test.sh started it): leave it up
+        os.environ["SLURM_CONF"] = str(conf)  # already up (kept by an earlier session): leave it up
         yield str(conf)
         return
     problem = None
@@ -113,7 +157,13 @@ def slurm_cluster():
     if os.geteuid() != 0:
         problem = "the test cluster needs root (or set SLURM_CONF to a running cluster)"
     else:
-        proc = subprocess.run(["bash", str(script), "up"], capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            ["bash", str(script), "up"],
+            env={**env, **_cluster_settings(root)},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if proc.returncode != 0:
             problem = f"scripts/slurm-cluster.sh up failed:\n{proc.stdout}\n{proc.stderr}"
         else:
@@ -127,7 +177,12 @@ def slurm_cluster():
         yield str(conf)
     finally:
         if started and not os.environ.get("GPUSCHED_KEEP_CLUSTER"):
-            subprocess.run(["bash", str(script), "down"], capture_output=True, timeout=120)
+            subprocess.run(
+                ["bash", str(script), "down"],
+                env={**os.environ, "GPUSCHED_SLURM_ROOT": str(root)},
+                capture_output=True,
+                timeout=120,
+            )
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,92 @@
+"""The tiers (docs/development.md "Tiers"): the fast tier's command runs only tests that need no service, starts
+none, and a test that asks for one there fails saying so."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+#: what starting a service or installing something would run
+SERVICES = ("sinfo", "slurmctld", "slurmd", "munged", "sshd", "chromium", "apt-get", "initdb", "pg_ctl", "docker")
+
+
+def shims(tmp_path: Path) -> tuple[dict, Path]:
+    """An environment whose PATH finds a recording stand-in for each of SERVICES first, and the log they write."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "called.log"
+    bin_dir.mkdir()
+    for name in SERVICES:
+        (bin_dir / name).write_text(f'#!/bin/sh\necho "{name} $*" >> {log}\nexit 1\n')
+        (bin_dir / name).chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("SLURM_CONF", "GPUSCHED_TIER", "PYTEST_XDIST_WORKER")}
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    return env, log
+
+
+def test_the_fast_tier_selects_only_tests_that_need_no_service(tmp_path):
+    env, log = shims(tmp_path)
+    out = subprocess.run(
+        ["bash", "scripts/test-fast.sh", "--collect-only", "-q", "-n", "0"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    ids = [line for line in out.stdout.splitlines() if "::" in line]
+    assert len(ids) > 800, out.stdout[-2000:]
+    tiers = {i.split("/")[1] for i in ids if i.startswith("tests/") and i.count("/") > 1}
+    assert {"core", "gpu", "examples", "airflow"} <= tiers  # airflow: the tests that need no database
+    assert not tiers & {"slurm", "stack", "fleet", "real_gpu"}, tiers
+    assert not any("test_ui_api.py" in i or "test_slurm_dags.py::test_dag" in i for i in ids)
+    assert not log.exists(), log.read_text()
+
+
+def test_the_fast_tier_runs_its_tests_and_starts_nothing(tmp_path):
+    env, log = shims(tmp_path)
+    out = subprocess.run(
+        ["bash", "scripts/test-fast.sh", "-q", "-n", "0", "tests/core/test_units.py", "tests/gpu/test_cli.py"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert " passed" in out.stdout and "deselected" not in out.stdout, out.stdout[-1000:]
+    assert not log.exists(), log.read_text()
+
+
+def test_a_test_that_asks_for_a_service_in_the_fast_tier_fails_saying_so(tmp_path):
+    (tmp_path / "test_wrong_tier.py").write_text("def test_needs_slurm(slurm_cluster):\n    pass\n")
+    env, log = shims(tmp_path)
+    env["GPUSCHED_TIER"] = "fast"
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "tests.conftest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-n",
+            "0",
+            str(tmp_path / "test_wrong_tier.py"),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 1, out.stdout[-3000:]
+    assert (
+        "the fast tier (scripts/test-fast.sh) must start no service, and this test asks for the Slurm test "
+        "cluster" in out.stdout
+    ), out.stdout[-3000:]
+    assert not log.exists(), log.read_text()
