@@ -20,24 +20,23 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
 
 PR_SET_CHILD_SUBREAPER = 36
 #: signals the shim passes to every descendant rather than acting on
 PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
-def become_subreaper():
+def become_subreaper() -> bool:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
 
 
-def descendants(root):
+def descendants(root: int) -> "list[int]":  # quoted: never evaluated, so Python 3.6 runs it
     """Every live process below ``root`` (read from /proc: parent links)."""
-    children = {}
+    children = {}  # type: dict[int, list[int]]
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -60,7 +59,7 @@ def descendants(root):
     return found
 
 
-def _signal(pids: Sequence[int], sig) -> None:
+def _signal(pids: "list[int]", sig: int) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)
@@ -76,14 +75,14 @@ def _reap() -> None:
             return
 
 
-def main(argv):
+def main(argv: "list[str]") -> int:
     grace = float(argv[0])
     fds = tuple(int(fd) for fd in argv[1].split(",") if fd)
     command = argv[3:] if argv[2:3] == ["--"] else argv[2:]
     contained = become_subreaper()
     me = os.getpid()
 
-    def pass_on(signum, _frame) -> None:
+    def pass_on(signum: int, _frame: object) -> None:
         _signal(descendants(me), signum)
 
     for sig in PASSED_ON:
@@ -139,15 +138,15 @@ def main(argv):
             flush=True,
         )
     if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        if sig not in (signal.SIGKILL, signal.SIGSTOP):
-            signal.signal(sig, signal.SIG_DFL)
-        os.kill(me, sig)
-        return 128 + sig
+        killed_by = os.WTERMSIG(status)
+        if killed_by not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(killed_by, signal.SIG_DFL)
+        os.kill(me, killed_by)
+        return 128 + killed_by
     return os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status >> 8
 
 
-def shim_source():
+def shim_source() -> str:
     """This file's code without its docstring, for a job script to run with ``python3 -I -S -c``."""
     with open(__file__) as fh:
         text = fh.read()

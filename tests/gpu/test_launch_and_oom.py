@@ -506,3 +506,23 @@ def test_a_process_the_driver_still_shows_on_the_leased_gpu_after_the_work_is_re
     finally:
         outsider.kill()
         outsider.wait()
+
+
+def test_the_shim_stays_standalone_python_3_6_code():
+    """A Slurm job script carries the shim's source to compute nodes whose python3 may be old and lack this package:
+    the standard library only, and syntax Python 3.6 reads (annotations a 3.6 interpreter would evaluate are
+    quoted)."""
+    import ast
+
+    from airflow_provider_gpusched.core import contain
+
+    source = contain.shim_source()
+    tree = ast.parse(source, feature_version=(3, 6))
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported <= {"contextlib", "ctypes", "os", "signal", "sys", "time"}, imported
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.arg)):
+            note = node.returns if isinstance(node, ast.FunctionDef) else node.annotation
+            # evaluated when the def runs: only names 3.6 has at run time (a subscript such as list[int] is not)
+            assert note is None or isinstance(note, (ast.Name, ast.Constant)), ast.unparse(note)
