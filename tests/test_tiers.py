@@ -27,8 +27,19 @@ def shims(tmp_path: Path) -> tuple[dict, Path]:
 
 def test_the_fast_tier_selects_only_tests_that_need_no_service(tmp_path):
     env, log = shims(tmp_path)
+    files = [
+        "tests/core/test_units.py",
+        "tests/gpu/test_cli.py",
+        "tests/airflow/test_provider.py",
+        "tests/airflow/test_ui_api.py",
+        "tests/airflow/test_slurm_dags.py",
+        "tests/slurm/test_client.py",
+        "tests/stack/test_deployed.py",
+        "tests/fleet/test_fleet.py",
+        "tests/test_docker.py",
+    ]
     out = subprocess.run(
-        ["bash", "scripts/test-fast.sh", "--collect-only", "-q", "-n", "0"],
+        ["bash", "scripts/test-fast.sh", "--collect-only", "-q", "-n", "0", *files],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -36,12 +47,14 @@ def test_the_fast_tier_selects_only_tests_that_need_no_service(tmp_path):
         timeout=300,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    ids = [line for line in out.stdout.splitlines() if "::" in line]
-    assert len(ids) > 800, out.stdout[-2000:]
-    tiers = {i.split("/")[1] for i in ids if i.startswith("tests/") and i.count("/") > 1}
-    assert {"core", "gpu", "examples", "airflow"} <= tiers  # airflow: the tests that need no database
-    assert not tiers & {"slurm", "stack", "fleet", "real_gpu"}, tiers
-    assert not any("test_ui_api.py" in i or "test_slurm_dags.py::test_dag" in i for i in ids)
+    chosen = {line.split("::")[0] for line in out.stdout.splitlines() if "::" in line}
+    # tests/airflow/test_provider.py needs Airflow but no database; the others need a cluster, a database, a stack
+    assert chosen == {
+        "tests/core/test_units.py",
+        "tests/gpu/test_cli.py",
+        "tests/airflow/test_provider.py",
+        "tests/test_docker.py",
+    }, chosen
     assert not log.exists(), log.read_text()
 
 

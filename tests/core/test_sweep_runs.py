@@ -153,11 +153,22 @@ def test_batched_mode_runs_a_few_thousand_tiny_trials_on_simulated_gpus(tmp_path
     assert manifest.chunk_count() == 2
     manager = LeaseManager(SimulatedInventory("4x24GiB"), str(tmp_path / "leases"))
     done = {"succeeded": 0, "failed": 0}
+    processes: list[str] = []
     for k in range(2):
-        outcome = run_local_batch(manifest, manifest.chunk(k), manager, GPURequest(gpu_memory="4GiB"), parallel=4)
+        outcome = run_local_batch(
+            manifest,
+            manifest.chunk(k),
+            manager,
+            GPURequest(gpu_memory="4GiB"),
+            parallel=4,
+            on_attempt=lambda _attempt, label: processes.append(label),
+        )
         for key in done:
             done[key] += len(outcome[key])
     assert done == {"succeeded": 2000, "failed": 0}
+    # trials this short grow their groups past the first 8 (a process start costs more than they do): 2000 trials
+    # in well under the 250 processes groups of 8 would start
+    assert 20 <= len(processes) <= 150, len(processes)
     assert manager.leases() == []
     summary = session.collect()
     assert summary["counts"]["succeeded"] == 2000

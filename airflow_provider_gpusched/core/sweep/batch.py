@@ -28,6 +28,10 @@ from airflow_provider_gpusched.core.work_tag import WorkTag
 
 #: seconds per trial (a group's wall time over its trials) from which the last groups are made smaller
 SHRINK_TAIL_ABOVE = 1.0
+#: below this many seconds per trial a process start (about 0.1 s: the shim and the trial runner) costs more than the
+#: trials it runs: the groups grow, up to GROW_TO trials and never past an even share of what is left
+GROW_BELOW = 0.1
+GROW_TO = 64
 
 
 def default_parallel(manager: LeaseManager, request: GPURequest) -> int:
@@ -215,9 +219,13 @@ class LocalBatch:
     def _group_size(self) -> int:
         """Tail shrinking: once trials are seen to take SHRINK_TAIL_ABOVE seconds or more, the groups near the end
         get smaller so the slots finish together; short trials are cheaper run in full groups than in the extra
-        processes smaller groups would start."""
+        processes smaller groups would start. Growing: once two groups' worth of trials have taken under GROW_BELOW
+        seconds each, the groups grow (a process start then costs more than its trials)."""
+        even_share = -(-len(self.todo) // self.parallel)
         if self.ran_trials and self.ran_seconds / self.ran_trials >= SHRINK_TAIL_ABOVE:
-            return max(1, min(self.trials_per_process, -(-len(self.todo) // self.parallel)))
+            return max(1, min(self.trials_per_process, even_share))
+        if self.ran_trials >= 2 * self.trials_per_process and self.ran_seconds / self.ran_trials < GROW_BELOW:
+            return max(self.trials_per_process, min(GROW_TO, even_share))
         return self.trials_per_process
 
     def _worker(self) -> None:
