@@ -7,17 +7,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import fields
-from typing import Any
+from typing import Any, TypeGuard
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError, UnknownKeyError
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: Any) -> TypeGuard[int]:
     """An ``int`` that is not a ``bool``."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: Any) -> TypeGuard[int | float]:
     """An ``int`` or ``float`` that is not a ``bool`` (NaN and infinities included)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 

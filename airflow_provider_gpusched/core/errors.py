@@ -49,4 +49,4 @@ class UnknownKeyError(InvalidArgumentError):
         self.args = (f"{argument}: unknown {what} {key!r}{hint} (known: {', '.join(self.known)})",)
 
     def __str__(self) -> str:
-        return self.args[0]
+        return str(self.args[0])

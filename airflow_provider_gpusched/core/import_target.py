@@ -45,4 +45,5 @@ def import_callable(target: Any, where: str) -> Callable[..., Any]:
         raise InvalidArgumentError(where, target, f"an importable function ({exc})") from None
     if not callable(obj):
         raise InvalidArgumentError(where, target, "a callable")
-    return obj
+    function: Callable[..., Any] = obj
+    return function

@@ -115,13 +115,16 @@ def gpus_on_each_node(shape: Mapping[str, Any], gpus: Any = None, gres: str | No
     """GPUs a (checked) shape asks for on each node: gpus_per_node, else ``gpus`` or a gpu GRES (per node on
     Slurm), else gpus_per_task x ntasks_per_node; 0 when none."""
     if shape.get("gpus_per_node") is not None:
-        return int(_TYPED_COUNT_RE.match(str(shape["gpus_per_node"])).group(1))
+        count = _TYPED_COUNT_RE.match(str(shape["gpus_per_node"]))
+        if count is None:
+            raise InvalidArgumentError("gpus_per_node", shape["gpus_per_node"], "a count such as 4 or 'a100:4'")
+        return int(count.group(1))
     if gpus:
         return int(gpus)
     if gres:
         return gres_gpu_count(gres)
     if shape.get("gpus_per_task") and shape.get("ntasks_per_node"):
-        return shape["gpus_per_task"] * shape["ntasks_per_node"]
+        return int(shape["gpus_per_task"]) * int(shape["ntasks_per_node"])
     return 0
 
 

@@ -53,11 +53,12 @@ def parse_bytes(value: int | float | str, *, argument: str = "size") -> int:
 
 def format_bytes(n: int) -> str:
     """Human-readable size in binary units, e.g. ``24.0GiB``."""
+    size = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024:
-            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
-        n /= 1024
-    return f"{n:.1f}TiB"
+        if abs(size) < 1024:
+            return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
+        size /= 1024
+    return f"{size:.1f}TiB"
 
 
 _SLURM_TIME_RE = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
@@ -80,9 +81,10 @@ def time_limit_seconds(value: int | timedelta | str, *, argument: str = "time_li
         m = _SLURM_TIME_RE.match(text)
         if not m:
             raise InvalidArgumentError(argument, value, _TIME_EXPECTED)
-        days, a, b, c = (int(x) if x is not None else None for x in m.groups())
-        days = days or 0
-        if b is None and c is None:  # "MM" or "D-HH"
+        days_text, a_text, b_text, c_text = m.groups()
+        days, a = int(days_text or 0), int(a_text)
+        b, c = (None if t is None else int(t) for t in (b_text, c_text))
+        if b is None:  # "MM" or "D-HH" (the pattern fills b before c)
             seconds = days * 86400 + (a * 3600 if m.group(1) else a * 60)
         elif c is None:  # "MM:SS" or "D-HH:MM"
             seconds = days * 86400 + (a * 3600 + b * 60 if m.group(1) else a * 60 + b)

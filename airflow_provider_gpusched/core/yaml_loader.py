@@ -31,14 +31,17 @@ class YAMLLimitError(yaml.YAMLError):
 
 
 def safe_load(
-    stream: str | bytes | IO, *, max_bytes: int = MAX_BYTES, max_values: int = MAX_VALUES, max_depth: int = MAX_DEPTH
+    stream: str | bytes | IO[str] | IO[bytes],
+    *,
+    max_bytes: int = MAX_BYTES,
+    max_values: int = MAX_VALUES,
+    max_depth: int = MAX_DEPTH,
 ) -> Any:
     """The plain data of one YAML document; :class:`YAMLLimitError` when it is over a bound."""
-    if hasattr(stream, "read"):
-        stream = stream.read(max_bytes + 1)
-    if len(stream) > max_bytes:
+    text = stream if isinstance(stream, (str, bytes)) else stream.read(max_bytes + 1)
+    if len(text) > max_bytes:
         raise YAMLLimitError(f"the document is over {max_bytes:,} bytes: not read (is this the file you meant?)")
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(stream)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
     try:
         try:
             node = loader.get_single_node()

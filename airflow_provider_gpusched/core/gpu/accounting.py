@@ -12,7 +12,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -94,7 +94,7 @@ class GPUTimeLedger:
     """``accounting.jsonl`` in ``state_dir``: O_APPEND writes of one short line do not interleave; never
     through a link."""
 
-    def __init__(self, state_dir: str, file_mode: int = 0o600, clock=time.time) -> None:
+    def __init__(self, state_dir: str, file_mode: int = 0o600, clock: Callable[[], float] = time.time) -> None:
         self.path = os.path.join(state_dir, ACCOUNTING_FILE)
         self.file_mode = file_mode
         self.clock = clock
@@ -105,7 +105,7 @@ class GPUTimeLedger:
 
     def records(self) -> list[dict[str, Any]]:
         """The ledger's records; lines that are not a record of the right shape are left out."""
-        records = []
+        records: list[dict[str, Any]] = []
         try:
             fd = open_regular(self.path, os.O_RDONLY)
         except (FileNotFoundError, OSError, UnsafePathError):

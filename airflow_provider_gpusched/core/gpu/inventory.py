@@ -59,10 +59,14 @@ class GPUInfo:
 
 class GPUInventory(Protocol):
     source: str  # "nvml" or "simulated"
-    #: whether ``gpus()`` lists each process's memory (what OOM evidence is sampled from)
-    reports_processes: bool
+
+    @property
+    def reports_processes(self) -> bool:
+        """Whether ``gpus()`` lists each process's memory (what OOM evidence is sampled from)."""
 
     def gpus(self) -> list[GPUInfo]: ...
+
+    def driver_version(self) -> str: ...
 
 
 class NVMLInventory:
@@ -183,16 +187,20 @@ class SimulatedInventory:
         """Only a usage file gives simulated GPUs processes; without one there is nothing to sample."""
         return bool(self.usage_file)
 
+    def driver_version(self) -> str:
+        return "none (SIMULATED GPUs)"
+
     def _usage(self) -> dict[str, Any]:
         if not self.usage_file or not os.path.exists(self.usage_file):
             return {}
         try:
             with open(self.usage_file) as fh:
-                return json.load(fh)
+                usage: dict[str, Any] = json.load(fh)
+                return usage
         except (OSError, ValueError) as exc:
             raise GPUInventoryError(f"{self.usage_file}: not a valid simulated-usage JSON file ({exc})") from exc
 
-    def _number(self, usage: dict[str, Any], key: str, index: int, default, low: float, high: float):
+    def _number(self, usage: dict[str, Any], key: str, index: int, default: float, low: float, high: float) -> float:
         value = usage.get(key, default)
         if not is_number(value) or not low <= value <= high:
             raise GPUInventoryError(

@@ -219,8 +219,7 @@ class GPUChild:
         family = self.descendants()
         self._signal_all(signal.SIGTERM, family)
         code = self.wait(timeout=grace)
-        family = set(family) | set(self.descendants())
-        self._signal_all(signal.SIGKILL, family)
+        self._signal_all(signal.SIGKILL, sorted(set(family) | set(self.descendants())))
         if code is None:
             code = self.wait(timeout=10)
         self.stop_leftovers(grace)

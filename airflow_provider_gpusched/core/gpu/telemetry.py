@@ -20,11 +20,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_gpusched.core.checks import is_finite_number, is_int
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
 from airflow_provider_gpusched.core.safe_files import BadRecordError
+
+if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 
 RECORD_VERSION = 1
 #: seconds between samples
@@ -283,7 +286,7 @@ def measured_gpus(record: Mapping[str, Any], now: float | None = None) -> dict[i
     return out
 
 
-def sample_host(manager, now: float | None = None) -> list[GPUSample]:
+def sample_host(manager: LeaseManager, now: float | None = None) -> list[GPUSample]:
     """One sample of a host's GPUs through its lease manager (:class:`~.leases.LeaseManager`): the inventory, and
     this host's live leases to attribute the processes (None when the lease directory cannot be read)."""
     from airflow_provider_gpusched.core.errors import GpuschedError

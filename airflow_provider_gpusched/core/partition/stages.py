@@ -32,7 +32,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import IO, Any
 
 from airflow_provider_gpusched.core.checks import is_int
 
@@ -123,7 +123,7 @@ def run(plan_text: str, command: list[str]) -> int:
     procs: list[tuple[dict[str, str], subprocess.Popen[Any]]] = []
     lock = threading.Lock()
 
-    def pump(label: str, stream) -> None:
+    def pump(label: str, stream: IO[bytes]) -> None:
         for raw in iter(stream.readline, b""):
             with lock:
                 sys.stdout.write(f"[{label}] {raw.decode(errors='replace').rstrip()}\n")

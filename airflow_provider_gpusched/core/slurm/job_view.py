@@ -82,7 +82,8 @@ def read_job_record(data: Any, source: str) -> dict[str, Any]:
             data = {**data, "status": JobStatus.from_dict(status).to_dict()}
         except (TypeError, ValueError, KeyError):
             raise bad("status", "a job status as JobStatus.to_dict() writes it") from None
-    return data
+    checked: dict[str, Any] = data
+    return checked
 
 
 def job_view(

@@ -52,7 +52,7 @@ class SharedJobPoller:
         #: told every poll's statuses (job id -> status): the Airflow side sends job counts as metrics
         self.on_poll: Callable[[dict[str, JobStatus]], None] | None = None
         self._waiters: list[_Waiter] = []
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self.polls = 0
 
     @classmethod

@@ -130,7 +130,7 @@ def read_reports(
     return reports, problems
 
 
-def summarise(reports: list[dict[str, Any]]) -> dict | None:
+def summarise(reports: list[dict[str, Any]]) -> dict[str, Any] | None:
     """What a results table shows of a trial's reports: how many, the last step and its metrics."""
     if not reports:
         return None
