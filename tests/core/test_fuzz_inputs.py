@@ -331,8 +331,9 @@ SPEC_ARGS = {
 
 
 def _names_one_of(exc: InvalidArgumentError, keys) -> bool:
-    """The argument named is one of ``keys`` (``environment.X`` and ``sbatch_args[1]`` name their key)."""
-    return re.split(r"[.\[ ]", exc.argument, maxsplit=1)[0] in keys
+    """The argument named is one of ``keys`` (``environment.X`` and ``sbatch_args[1]`` name their key;
+    ``command/script`` and ``gpus/gres`` name the two that conflict)."""
+    return any(part in keys for part in re.split(r"[.\[ ]", exc.argument, maxsplit=1)[0].split("/"))
 
 
 def test_fuzz_slurm_job_arguments():
