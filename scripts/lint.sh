@@ -4,7 +4,7 @@
 # the same tools on each commit. `bash scripts/lint.sh --fix` lets ruff fix and format what it can first.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-[ -x "$REPO/.venv/bin/mypy" ] || source "$REPO/scripts/bootstrap.sh"
+source "$REPO/scripts/bootstrap.sh"  # .venv with the dev extra (nothing to do once it is there)
 cd "$REPO"
 paths=(airflow_provider_gpusched tests dags bench scripts)
 if [ "${1:-}" = "--fix" ]; then
