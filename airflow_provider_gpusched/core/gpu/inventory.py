@@ -227,7 +227,7 @@ class SimulatedInventory:
                     name=f"{self.name} {index}",
                     memory_total=total,
                     memory_used=min(used, total),
-                    utilization=util,
+                    utilization=int(util),
                     processes=procs,
                     simulated=True,
                     temperature=int(self._number(u, "temperature", index, 30 + util // 3, -50, 150)),

@@ -85,7 +85,8 @@ def _number(value: Any, where: str, *, positive: bool = True, integer: bool = Fa
         kind = "a whole number" if integer else "a number"
         bound = " >= 0" if allow_zero else (" > 0" if positive else "")
         raise PartitionInputError(f"{where}: expected {kind}{bound}, got {value!r}")
-    return value
+    number: float = value  # checked above: a finite int or float
+    return number
 
 
 def _number_list(value: Any, where: str, *, allow_zero: bool = False, integer: bool = False) -> list[float]:

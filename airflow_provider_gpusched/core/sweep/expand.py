@@ -172,7 +172,7 @@ def _check_condition(where: str, key: str, dim: Conditional, known: Sequence[str
 
 def _dim_count(where: str, value: Any, grid_steps: int | None) -> int:
     """How many values :func:`_dim_values` gives, without making them."""
-    return _dimension(where, value, grid_steps, "count")
+    return int(_dimension(where, value, grid_steps, "count"))
 
 
 def finite_space_size(flat: Mapping[str, Any]) -> int | None:
@@ -189,7 +189,7 @@ def finite_space_size(flat: Mapping[str, Any]) -> int | None:
 
 
 def _dim_values(where: str, value: Any, grid_steps: int | None) -> list[Any]:
-    return _dimension(where, value, grid_steps, "grid")
+    return list(_dimension(where, value, grid_steps, "grid"))
 
 
 def _dimension(where: str, value: Any, grid_steps: int | None, what: str) -> Any:
