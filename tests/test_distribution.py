@@ -57,6 +57,7 @@ def test_the_wheel_has_the_license_the_ui_bundle_and_the_entry_points(dist):
         info = f"airflow_provider_gpusched-{version}.dist-info"
         assert f"{info}/licenses/LICENSE" in names
         assert "airflow_provider_gpusched/plugins/static/gpusched.js" in names
+        assert "airflow_provider_gpusched/py.typed" in names  # PEP 561: users' type checkers read the annotations
         assert not [n for n in names if n.startswith(("tests/", "dags/", "docker/"))]
         entry_points = zf.read(f"{info}/entry_points.txt").decode()
         meta = Parser().parsestr(zf.read(f"{info}/METADATA").decode())
@@ -93,6 +94,9 @@ def test_the_sdist_carries_license_tests_examples_and_docker(dist):
         "dags/slurm_command.py",
         "scripts/slurm-cluster.sh",
         "scripts/test-compat.sh",
+        "scripts/test-fast.sh",
+        "scripts/lint.sh",
+        ".pre-commit-config.yaml",
         "docker/compose.yaml",
         "constraints/airflow-3.3.2.txt",
         "airflow_provider_gpusched/plugins/static/gpusched.js",
