@@ -28,9 +28,12 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_gpusched.core.safe_files import BadRecordError, read_json_record, write_atomic, write_json_atomic
+
+if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.distributed import RankInfo
 
 CALL_FILE = "call.pkl"
 RESULT_FILE = "result.pkl"
@@ -46,6 +49,8 @@ EXIT_RANK_STOPPED = 3
 class RemoteCallError(Exception):
     """The callable raised in the other process; ``remote_traceback`` is its traceback text. In a distributed
     call, ``rank`` and ``host`` say where."""
+
+    time: float = float("inf")  # when the rank recorded it (read back from its record)
 
     def __init__(
         self,
@@ -92,7 +97,8 @@ def dumps(func: Callable[..., Any], obj: Any) -> bytes:
     if by_value:
         cloudpickle.register_pickle_by_value(module)
     try:
-        return cloudpickle.dumps(obj)
+        data: bytes = cloudpickle.dumps(obj)
+        return data
     finally:
         if by_value:
             cloudpickle.unregister_pickle_by_value(module)
@@ -314,7 +320,7 @@ def _takes(func: Callable[..., Any], name: str) -> bool:
         return False
 
 
-def _outlive_watch(run_dir: str, info, host: str, grace: float, fail: Callable[[str, str, str], int]) -> None:
+def _outlive_watch(run_dir: str, info: RankInfo, host: str, grace: float, fail: Callable[[str, str, str], int]) -> None:
     """Stop this rank when it is still running ``grace`` seconds after another rank ended: a rank that hangs
     (in a collective whose peers are gone) would otherwise hold every GPU of the job until its time limit. The
     error says where it was (its main thread's stack)."""
@@ -331,7 +337,7 @@ def _outlive_watch(run_dir: str, info, host: str, grace: float, fail: Callable[[
                     break
             continue
         if time.monotonic() - seen >= grace:
-            frame = sys._current_frames().get(main.ident)
+            frame = sys._current_frames().get(main.ident) if main.ident is not None else None
             where = "".join(traceback.format_stack(frame)) if frame is not None else ""
             fail(
                 "RankStillRunning",

@@ -127,7 +127,7 @@ def slurm_where(job: dict[str, Any]) -> str:
     """``batch on n3``; a multi-node job ``batch on n[1-2] (2 nodes)``, or ``batch (2 nodes)`` while it waits."""
     count = job.get("node_count")
     several = f" ({count} nodes)" if isinstance(count, int) and count > 1 else ""
-    return job["partition"] + (f" on {job['nodes']}" if job["nodes"] else "") + several
+    return str(job["partition"]) + (f" on {job['nodes']}" if job["nodes"] else "") + several
 
 
 def slurm_entries(client: SlurmClient) -> list[QueueEntry]:
@@ -152,7 +152,7 @@ def slurm_entries(client: SlurmClient) -> list[QueueEntry]:
 
 
 def list_work(
-    *, client: SlurmClient | None = None, manager: LeaseManager = None, orders: StopOrders | None = None
+    *, client: SlurmClient | None = None, manager: LeaseManager | None = None, orders: StopOrders | None = None
 ) -> QueueListing:
     """Everything the provider runs that ``client`` (Slurm) and ``manager`` (this host's leases) can see; a
     part that cannot be looked at is a problem in the listing, never an exception."""
@@ -196,7 +196,7 @@ def stop_work(
     request: StopRequest,
     *,
     client: SlurmClient | None = None,
-    manager: LeaseManager = None,
+    manager: LeaseManager | None = None,
     dry_run: bool = False,
     wait: float = 30.0,
 ) -> list[StopOutcome]:
@@ -211,6 +211,8 @@ def stop_work(
     if dry_run:
         return [StopOutcome(e, "would stop", e.describe()) for e in entries]
     if jobs:
+        if client is None:
+            raise GpuschedError(f"{len(jobs)} Slurm job(s) to stop and no Slurm client to stop them with")
         outcomes += _cancel_jobs(jobs, request, client)
     if leases:
         outcomes += _stop_leases(leases, request, manager, wait)

@@ -158,7 +158,10 @@ def is_under(path: str, root: str) -> bool:
 
 
 class BadRecordError(GpuschedError):
-    """A file in a state directory that cannot be read as the record it should be."""
+    """A file in a state directory that cannot be read as the record it should be (``record``: what it held, where
+    a caller still reads part of it)."""
+
+    record: Any = None
 
 
 def read_json_record(path: str, max_bytes: int = 1 << 20) -> Any:

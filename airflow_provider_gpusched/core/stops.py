@@ -250,7 +250,7 @@ class StopOrders:
         return removed
 
     def _read(self, *, own_only: bool = False) -> list[tuple[str, StopOrder | None]]:
-        found = []
+        found: list[tuple[str, StopOrder | None]] = []
         self.problems = []
         paths = []
         for folder in [self.state_dir] + ([] if own_only else self.also):

@@ -31,7 +31,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from airflow_provider_gpusched.core.checks import is_int, is_json_number
 from airflow_provider_gpusched.core.errors import GpuschedError
@@ -211,7 +211,7 @@ class Lease:
 _STORED_FIELDS = tuple(name for name in Lease.__dataclass_fields__ if name not in ("fd", "path"))
 
 
-def _int_list(value: Any) -> bool:
+def _int_list(value: Any) -> TypeGuard[list[int]]:
     return isinstance(value, list) and all(is_int(v) and v >= 0 for v in value)
 
 
@@ -602,9 +602,10 @@ class LeaseStore:
         return int(raw) if len(raw) == 20 and raw.isdigit() else -1
 
     def __del__(self) -> None:
-        if getattr(self, "_releases_fd", None) is not None:
+        fd = getattr(self, "_releases_fd", None)
+        if fd is not None:
             with contextlib.suppress(OSError):
-                os.close(self._releases_fd)
+                os.close(fd)
 
     def _count_release(self) -> None:
         """One more release (the caller holds the allocation lock); wakes this process's waiters."""
