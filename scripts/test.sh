@@ -7,6 +7,6 @@
 set -euo pipefail
 GPUSCHED_NEED_SSHD=1 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
 cd "$REPO"
-# the tests that share one deployment (the stack tier, the fleet tier) stay on one worker (xdist_group, set by
+# the tests that share one deployment (the stack tier, the fleet tier) stay on one worker (pytest_xdist_make_scheduler in
 # tests/conftest.py); the slowest tests are printed at the end
 python -m pytest -n "${GPUSCHED_WORKERS:-4}" --dist loadgroup --durations=30 "$@"

@@ -66,8 +66,8 @@ SERVICE_MARKERS = ("slurm", "stack", "fleet", "gpu")
 FAST_TIER = os.environ.get("GPUSCHED_TIER") == "fast"
 
 
-#: tiers whose tests share one deployment (a session fixture that takes minutes to start): on pytest-xdist they run
-#: on one worker, as one unit of work (scripts/test.sh: --dist loadgroup)
+#: tiers whose tests share one deployment (a session fixture that takes minutes to start, on fixed ports): on
+#: pytest-xdist each is one unit of work on one worker (scripts/test.sh: --dist loadgroup, pytest_xdist_make_scheduler)
 SHARED_DEPLOYMENTS = ("stack", "fleet")
 
 
@@ -77,9 +77,30 @@ def pytest_collection_modifyitems(config, items):
         needs += [m for m in SERVICE_MARKERS if item.get_closest_marker(m)]
         if not needs:
             item.add_marker(pytest.mark.fast)
-        for tier in SHARED_DEPLOYMENTS:
-            if item.get_closest_marker(tier):
-                item.add_marker(pytest.mark.xdist_group(tier))
+
+
+def tier_unit(nodeid: str) -> str:
+    """The unit of work a test is scheduled in: its tier for the tiers that share a deployment, else itself."""
+    for tier in SHARED_DEPLOYMENTS:
+        if nodeid.startswith(f"tests/{tier}/"):
+            return tier
+    return nodeid
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` (scripts/test.sh): the tests of a shared deployment go to one worker as one unit, the
+    largest units first (so the stack and the fleet start at once), every other test on its own. pytest-xdist's
+    own loadgroup reads ``xdist_group`` marks from node ids it rewrites, which pytest 9 no longer lets it do."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TierScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return tier_unit(nodeid)
+
+    return TierScheduling(config, log)
 
 
 def no_service_in_the_fast_tier(what: str) -> None:

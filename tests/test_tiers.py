@@ -103,3 +103,16 @@ def test_a_test_that_asks_for_a_service_in_the_fast_tier_fails_saying_so(tmp_pat
         "cluster" in out.stdout
     ), out.stdout[-3000:]
     assert not log.exists(), log.read_text()
+
+
+def test_the_tests_of_a_shared_deployment_are_one_unit_of_work_on_the_workers():
+    """scripts/test.sh's workers: the stack tier's tests (one deployment on fixed ports) and the fleet tier's go to
+    one worker each, as one unit; any other test is a unit of its own."""
+    from tests.conftest import tier_unit
+
+    assert (
+        tier_unit("tests/stack/test_ui.py::test_pages") == tier_unit("tests/stack/test_deployed.py::test_x") == "stack"
+    )
+    assert tier_unit("tests/fleet/test_fleet.py::test_y") == "fleet"
+    assert tier_unit("tests/slurm/test_client.py::test_cancel") == "tests/slurm/test_client.py::test_cancel"
+    assert tier_unit("tests/core/test_stacked.py::test_z") == "tests/core/test_stacked.py::test_z"
