@@ -3,10 +3,12 @@ directory, whether it is shared, the fleet directory. Shared by cli.py and cli_q
 
 from __future__ import annotations
 
+import argparse
+
 from airflow_provider_gpusched.core.errors import GpuschedError
 
 
-def simulate_option(args) -> str | None:
+def simulate_option(args: argparse.Namespace) -> str | None:
     """The simulated inventory: ``--simulate``, else ``AIRFLOW__GPUSCHED__SIMULATE_GPUS`` (``get_inventory``
     itself falls back to ``GPUSCHED_SIMULATE_GPUS``)."""
     import os
@@ -14,7 +16,7 @@ def simulate_option(args) -> str | None:
     return args.simulate or os.environ.get("AIRFLOW__GPUSCHED__SIMULATE_GPUS") or None
 
 
-def state_dir_option(args) -> str | None:
+def state_dir_option(args: argparse.Namespace) -> str | None:
     """The lease directory: ``--state-dir`` (which must exist), else ``AIRFLOW__GPUSCHED__GPU_STATE_DIR``
     (``LeaseManager`` itself falls back to ``GPUSCHED_STATE_DIR``, then ``<tmp>/gpusched-<uid>``)."""
     import os
@@ -40,7 +42,7 @@ def shared_option() -> bool:
     )
 
 
-def fleet_dir(args, required: bool = True) -> str:
+def fleet_dir(args: argparse.Namespace, required: bool = True) -> str:
     """``--fleet-dir``, else ``[gpusched] fleet_dir`` (its environment variable, else Airflow's configuration
     where Airflow is installed); '' with ``required=False`` when none is set (one host)."""
     import os
