@@ -14,4 +14,5 @@ export GPUSCHED_TIER=fast
 # worker, and each process the tests start, would otherwise compile the same modules again (collection alone:
 # 12 s of CPU per worker instead of 6)
 unset PYTHONDONTWRITEBYTECODE
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"  # the workers share the cores
 exec "$REPO/.venv/bin/python" -m pytest -m fast -n "${GPUSCHED_WORKERS:-auto}" --dist worksteal -p no:cacheprovider "$@"

@@ -11,6 +11,9 @@ cd "$REPO"
 # worker, and each process the tests start, would otherwise compile the same modules again (collection alone:
 # 12 s of CPU per worker instead of 6)
 unset PYTHONDONTWRITEBYTECODE
+# PyTorch and NumPy compute on one thread in each test process: four workers already share the cores, and OpenMP
+# threads that spin waiting for a core they cannot get burn CPU the other workers need
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
 # the tests that share one deployment (the stack tier, the fleet tier) stay on one worker (pytest_xdist_make_scheduler in
 # tests/conftest.py); the slowest tests are printed at the end
 python -m pytest -n "${GPUSCHED_WORKERS:-4}" --dist loadgroup --durations=30 "$@"

@@ -18,20 +18,39 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory):
+    """The wheel and the sdist, built from a copy of the checkout: the sdist build writes setuptools' metadata
+    (``*.egg-info``) next to the sources, and in the checkout itself that is a second copy of the package for every
+    process the other test workers start meanwhile (see
+    test_a_process_started_in_the_checkout_sees_one_installed_distribution)."""
     out = tmp_path_factory.mktemp("dist")
-    egg_info = REPO / "airflow_provider_gpusched.egg-info"
-    had_egg_info = egg_info.exists()
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "build", "--outdir", str(out), str(REPO)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-    finally:  # the sdist build leaves setuptools' metadata in the checkout: a second copy of the package's
-        if not had_egg_info:  # (see test_a_process_started_in_the_checkout_sees_one_installed_distribution)
-            shutil.rmtree(egg_info, ignore_errors=True)
+    source = tmp_path_factory.mktemp("source") / "checkout"
+    shutil.copytree(
+        REPO,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git",
+            ".venv",
+            ".slurm*",
+            ".stack*",
+            ".airflow-demo",
+            "test-artifacts",
+            "__pycache__",
+            "*.egg-info",
+            ".mypy_cache",
+            ".ruff_cache",
+            ".hypothesis",
+            "build",
+            "dist",
+        ),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(out), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not (REPO / "airflow_provider_gpusched.egg-info").exists()
     wheels, sdists = list(out.glob("*.whl")), list(out.glob("*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1, list(out.iterdir())
     return wheels[0], sdists[0]

@@ -498,7 +498,7 @@ def test_a_second_cluster_has_its_own_munged_and_its_down_leaves_the_first_worki
             env={**env, "SLURM_CONF": str(second / "etc" / "slurm.conf")},
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=300,  # a fresh cluster's first job, while the other workers' tiers load both cores
         )
         assert job.returncode == 0, job.stderr
     finally:
