@@ -68,21 +68,26 @@ class OutputFollower:
 
     @property
     def remote(self) -> bool:
-        return self.runner is not None and self.runner.target != "local"
+        return self._remote_runner() is not None
+
+    def _remote_runner(self) -> CommandRunner | None:
+        """The runner that reads the file on another host (ssh); None where it is read here."""
+        return self.runner if self.runner is not None and self.runner.target != "local" else None
 
     def _chunk(self, offset: int, count: int | None = None) -> tuple[int, bytes] | None:
         """The file's size and up to ``count`` (``max_bytes``) bytes from ``offset``; None while it does not
         exist."""
         count = count or self.max_bytes
-        if self.remote:
-            code, out, err = self.runner.run_bytes(["sh", "-c", _REMOTE_READ, "sh", self.path, str(offset), str(count)])
+        runner = self._remote_runner()
+        if runner is not None:
+            code, out, err = runner.run_bytes(["sh", "-c", _REMOTE_READ, "sh", self.path, str(offset), str(count)])
             if code != 0:
-                raise OSError(f"reading {self.path} on {self.runner.target}: {err.strip()[:300]}")
+                raise OSError(f"reading {self.path} on {runner.target}: {err.strip()[:300]}")
             head, _, data = out.partition(b"\n")
             if head.strip() == b"missing":
                 return None
             if not head.strip().isdigit():
-                raise OSError(f"reading {self.path} on {self.runner.target}: unexpected answer {head[:80]!r}")
+                raise OSError(f"reading {self.path} on {runner.target}: unexpected answer {head[:80]!r}")
             return int(head), data
         try:  # a regular file only: a FIFO planted at the path would block the read forever
             fd = open_regular(self.path, os.O_RDONLY)
@@ -114,7 +119,7 @@ class OutputFollower:
 
     def _advance(self, data: bytes) -> None:
         self._seen = (self._seen + data)[-FINGERPRINT:]
-        self.offset += len(data)
+        self.offset = (self.offset or 0) + len(data)
 
     def _first_look(self, notes: list[str]) -> list[str]:
         """At most the last max_bytes of the file, from a line's start, saying how much was left out."""
