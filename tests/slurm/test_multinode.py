@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -482,7 +484,9 @@ def test_a_second_cluster_has_its_own_munged_and_its_down_leaves_the_first_worki
     the other cluster lost authentication. Each has its own munged (key, socket, pid); the second's `down` stops
     only its own, and the first cluster keeps running jobs."""
     first = Path(os.environ["SLURM_CONF"]).resolve().parents[1]
-    second = tmp_path / "second-cluster"  # below pytest's 0700 directory: munged (user munge) need not reach it
+    # a short private root: slurmstepd's sockets live below it and a Unix socket path has at most 108 bytes (under
+    # pytest-xdist, tmp_path alone is 70)
+    second = Path(tempfile.mkdtemp(prefix="gss2-"))
     env = {**os.environ, "GPUSCHED_SLURM_ROOT": str(second), "GPUSCHED_SLURM_NODES": "1"}
     env.pop("SLURM_CONF", None)
     up = subprocess.run(
@@ -509,6 +513,7 @@ def test_a_second_cluster_has_its_own_munged_and_its_down_leaves_the_first_worki
             text=True,
             timeout=300,
         )
+    shutil.rmtree(second, ignore_errors=True)
     assert down.returncode == 0, down.stderr[-2000:]
     assert not theirs.exists()
     os.kill(int(mine.read_text()), 0)  # the first cluster's munged still runs

@@ -63,18 +63,23 @@ def test_a_running_jobs_output_is_followed_over_ssh_while_it_runs(ssh_client, tm
     from airflow_provider_gpusched.core.slurm.output import OutputFollower
 
     out = str(tmp_path / "it's a job; %j.out")
+    go = tmp_path / "go"  # the job prints only once the follower has had its first look (from the file's start)
     job = ssh_client.submit(
         SlurmJobSpec(
             command=[
                 "python3",
                 "-u",
                 "-c",
-                "import time\nfor i in range(12):\n    print('tick', i)\n    time.sleep(0.5)",
+                "import os, sys, time\nwhile not os.path.exists(sys.argv[1]):\n    time.sleep(0.1)\n"
+                "for i in range(12):\n    print('tick', i)\n    time.sleep(0.5)",
+                str(go),
             ],
             output=out,
         )
     ).job_id
     follower = OutputFollower(out.replace("%j", job), ssh_client.runner, max_bytes=20)
+    assert follower.read() == []  # nothing written yet: followed from the first byte, however slow the machine
+    go.touch()
     seen, while_running = [], []
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
