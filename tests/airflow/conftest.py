@@ -120,7 +120,9 @@ def run_in_subprocess(path: Path, dag_id: str, timeout: float = 240) -> dict:
     return process_result(dag_test_process(path, dag_id), dag_id, timeout)
 
 
-def preempted_by_normal_work(idle_dag, dagfile: Path, normal_dag_id: str, lease_manager, wait: float = 120) -> tuple:
+def preempted_by_normal_work(
+    idle_dag, dagfile: Path, normal_dag_id: str, lease_manager, wait: float = 120, ready=None
+) -> tuple:
     """Run ``idle_dag`` here and, once an idle-class lease is held, the DAG ``normal_dag_id`` of ``dagfile`` in a
     second process (a second worker). Returns (normal's {"state", ...}, idle run state, xcoms, task states)."""
     import threading
@@ -131,7 +133,8 @@ def preempted_by_normal_work(idle_dag, dagfile: Path, normal_dag_id: str, lease_
     def run_normal_when_idle_holds_the_gpus():
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            if any(lease.job_class == "idle" for lease in lease_manager.leases()):
+            # ``ready``: the idle work has got far enough to be preempted (its SIGTERM handler is in place)
+            if any(lease.job_class == "idle" for lease in lease_manager.leases()) and (ready is None or ready()):
                 break
             time.sleep(0.1)
         else:
