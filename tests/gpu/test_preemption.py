@@ -17,6 +17,7 @@ from airflow_provider_gpusched.core.gpu.placement import GPURequest, LeaseView
 from airflow_provider_gpusched.core.gpu.runner import GPUWorkRunner, Work
 from airflow_provider_gpusched.core.gpu.yielding import choose_victims
 from airflow_provider_gpusched.core.job_classes import JobClassMapping
+from tests.polling import wait_until
 
 TRAINER = Path(__file__).resolve().parents[1] / "checkpointing_trainer.py"
 
@@ -111,6 +112,8 @@ def test_a_preempted_python_call_that_raised_on_sigterm_is_judged_by_its_relaunc
     error record; the relaunch returns a value, and that value is the outcome."""
     from airflow_provider_gpusched.core.pyfunc import write_call
 
+    ready = tmp_path / "handler-set"
+
     def train():
         import os
         import signal
@@ -119,6 +122,7 @@ def test_a_preempted_python_call_that_raised_on_sigterm_is_judged_by_its_relaunc
 
         if os.environ["GPUSCHED_PREEMPTIONS"] == "0":
             signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
+            ready.touch()  # a preemption before this line would kill it with -15, leaving no error record
             while True:
                 time.sleep(0.05)
         return "finished after a preemption"
@@ -128,6 +132,7 @@ def test_a_preempted_python_call_that_raised_on_sigterm_is_judged_by_its_relaunc
     write_call(call_dir, train)
     idle = Background(idle_runner(manager), GPURequest(gpus=4), Work(call_dir=call_dir), str(tmp_path / "idle.log"))
     wait_for_lease(manager, "idle")
+    wait_until(ready.exists, timeout=30, what="the first start's SIGTERM handler")
     lease = manager.acquire(GPURequest(gpus=4), "train-main", poll_interval=0.1, timeout=30)
     manager.release(lease)
     result = idle.join()

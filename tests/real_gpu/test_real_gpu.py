@@ -5,6 +5,7 @@ example training on the GPU. Run with ``bash scripts/test-gpu.sh``; results go t
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 import threading
 import time
@@ -229,4 +230,81 @@ def test_the_digits_example_trains_on_the_leased_gpu(manager, cuda_torch, tmp_pa
     assert value["accuracy"] > 0.9
     print(
         f"digits CNN on {value['device']}: accuracy {value['accuracy']:.3f} in {value['seconds']:.1f}s", file=sys.stderr
+    )
+
+
+def test_gpusched_gpus_reads_nvml_without_airflow_and_shows_a_held_lease(manager, capsys):
+    """``gpusched gpus --json`` on the real GPUs: NVML's driver and memory, the lease another process holds, and
+    no Airflow import on the way (the lent machine has no Airflow: the import would fail)."""
+    from airflow_provider_gpusched import cli
+
+    gpu = manager.inventory.gpus()[0]
+    lease = manager.acquire(GPURequest(gpu_memory="1GiB", devices=[gpu.index]), "real-gpu-tier", timeout=30)
+    try:
+        assert cli.main(["gpus", "--json", "--this-host", "--state-dir", manager.state_dir]) == 0
+    finally:
+        manager.release(lease)
+    shown = json.loads(capsys.readouterr().out)
+    (driver,) = {row[0] for row in nvidia_smi("driver_version")}
+    assert shown["source"] == "nvml" and shown["driver"] == driver
+    by_index = {g["index"]: g for g in shown["gpus"]}
+    assert by_index[gpu.index]["uuid"] == gpu.uuid and by_index[gpu.index]["memory_total"] == gpu.memory_total
+    assert by_index[gpu.index]["reserved"] == 1024 * MiB
+    assert [entry["owner"] for entry in shown["leases"]] == ["real-gpu-tier"]
+    assert "airflow" not in sys.modules
+    print(f"gpusched gpus: driver {driver}, GPU {gpu.index} {gpu.name}, 1 lease shown", file=sys.stderr)
+
+
+def test_the_profiler_measures_each_layer_on_the_gpu(cuda_torch):
+    """The profiler's CUDA path: layer times after synchronisation, activation memory from CUDA's peak counter."""
+    from airflow_provider_gpusched.core.partition.profile import profile_model
+
+    profile = profile_model("convnet", dtype="torch.float16", batch_size=32, device="auto", warmup=2, repeat=5)
+    assert profile.device.startswith("cuda:0 (") and cuda_torch.cuda.get_device_name(0) in profile.device
+    assert profile.device_memory_mb > 1000
+    assert profile.layers and all(lp.time_s > 0 for lp in profile.layers)
+    assert any(lp.activation_bytes > 0 for lp in profile.layers)  # torch.cuda.max_memory_allocated saw them
+    assert sum(lp.weights_bytes for lp in profile.layers) > 0
+    total_ms = 1000 * sum(lp.time_s for lp in profile.layers)
+    print(
+        f"profile convnet float16 x32 on {profile.device}: {len(profile.layers)} layers, {total_ms:.3f} ms",
+        file=sys.stderr,
+    )
+
+
+WAIT_FOR_GPUS = """
+import json, os, sys
+import torch
+from airflow_provider_gpusched import wait_for_gpus
+data = torch.randn(1024, 1024)  # the load stage: data in host RAM, CUDA untouched
+loading = os.environ["CUDA_VISIBLE_DEVICES"]
+gpus = wait_for_gpus()
+props = torch.cuda.get_device_properties(0)
+y = (data.to("cuda") @ data.to("cuda")).sum().item()
+print(json.dumps({"loading": loading, "gpus": gpus, "visible": os.environ["CUDA_VISIBLE_DEVICES"],
+                  "count": torch.cuda.device_count(), "uuid": "GPU-" + str(props.uuid), "finite": y == y}),
+      flush=True)
+"""
+
+
+def test_wait_for_gpus_hands_the_placed_gpu_to_a_loaded_process(manager, cuda_torch, tmp_path):
+    """A two-stage task on the real GPU: no GPU while loading, then exactly the placed GPU, used by CUDA."""
+    program = tmp_path / "two_stage.py"
+    program.write_text(WAIT_FOR_GPUS)
+    lines: list[str] = []
+    result = GPUWorkRunner(manager, on_line=lines.append).run(
+        GPURequest(gpu_memory="2GiB", host_memory="1GiB", load_stage=True),
+        Work(argv=[sys.executable, str(program)]),
+        str(tmp_path / "log"),
+    )
+    seen = json.loads(next(line for line in lines if line.startswith("{")))
+    (placed,) = result.gpus
+    assert seen["loading"] == "" and seen["gpus"] == [placed["index"]] and seen["visible"] == str(placed["index"])
+    assert seen["count"] == 1 and seen["uuid"] == placed["uuid"] and seen["finite"]
+    attempt = result.attempts[0]
+    assert attempt.load_seconds is not None and attempt.gpu_wait_seconds is not None
+    print(
+        f"wait_for_gpus: loaded in {attempt.load_seconds:.2f}s, then GPU {placed['index']} after "
+        f"{attempt.gpu_wait_seconds:.2f}s",
+        file=sys.stderr,
     )

@@ -157,6 +157,8 @@ def profile_model(
             f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
         )
     torch_device = torch.device(device)
+    if torch_device.type == "cuda" and torch_device.index is None:  # "cuda" / auto: name the device it is
+        torch_device = torch.device("cuda", torch.cuda.current_device())
     torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
     if torch_device.type == "cuda":
         props = torch.cuda.get_device_properties(torch_device)
