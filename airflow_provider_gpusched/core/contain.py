@@ -4,7 +4,8 @@
 ``argv`` and waits. A process the work starts and orphans — ``cmd &``, ``setsid``, ``env -i``/``env -u`` (no lease
 id left in its environment), a double fork, a daemon that clears its environment — is re-parented to this shim,
 not to init, so it stays its descendant whatever it does to its session or environment. When the work exits, the
-shim stops every descendant still there (SIGTERM, then SIGKILL after ``GRACE`` seconds), says so on its output
+shim stops every descendant still there (SIGTERM, unless it passed one on already: never a second; then SIGKILL
+after ``GRACE`` seconds), says so on its output
 (the task log), and exits as the work did (the same code, or killed by the same signal). SIGTERM, SIGINT, SIGHUP, SIGQUIT
 and SIGUSR1/2 sent to the shim are passed to every descendant.
 
@@ -81,9 +82,13 @@ def main(argv: "list[str]") -> int:
     command = argv[3:] if argv[2:3] == ["--"] else argv[2:]
     contained = become_subreaper()
     me = os.getpid()
+    termed = set()  # type: set[int]  # passed a SIGTERM already: not sent another when the work ends
 
     def pass_on(signum: int, _frame: object) -> None:
-        _signal(descendants(me), signum)
+        family = descendants(me)
+        if signum == signal.SIGTERM:
+            termed.update(family)
+        _signal(family, signum)
 
     for sig in PASSED_ON:
         signal.signal(sig, pass_on)
@@ -118,7 +123,7 @@ def main(argv: "list[str]") -> int:
         others = False
     left = descendants(me) if others or not contained else []
     if left:
-        _signal(left, signal.SIGTERM)
+        _signal([pid for pid in left if pid not in termed], signal.SIGTERM)  # one SIGTERM each, never a second
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             _reap()

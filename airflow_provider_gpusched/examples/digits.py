@@ -172,15 +172,33 @@ def build_model(params: Mapping[str, Any] | None = None):
     )
 
 
+def digits_arrays():
+    """``(images, target)``: scikit-learn's ``load_digits()`` images (``1797 x 8 x 8``, values 0..16) and labels,
+    read from the CSV file scikit-learn ships, without importing scikit-learn (its import costs each trial
+    process about 2 s of CPU, more than a few epochs of training)."""
+    import gzip
+    import importlib.util
+
+    import numpy as np
+
+    spec = importlib.util.find_spec("sklearn")  # finds the package; runs none of its code
+    if spec is None or not spec.submodule_search_locations:
+        require_examples_extra()
+        raise ImportError("the digits example needs scikit-learn's digits data (sklearn/datasets/data/digits.csv.gz)")
+    path = os.path.join(list(spec.submodule_search_locations)[0], "datasets", "data", "digits.csv.gz")
+    with gzip.open(path, "rt") as f:
+        data = np.loadtxt(f, delimiter=",")
+    return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
+
+
 def load_digits_split(seed: int = 0, device: Any = "cpu"):
     """``(x_train, y_train, x_val, y_val)``: the 1,797 images scaled to [0, 1] as ``N x 1 x 8 x 8`` tensors, a
     seeded three-to-one split (the same for every trial of a sweep with the same seed)."""
     import torch
-    from sklearn.datasets import load_digits
 
-    digits = load_digits()
-    x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    y = torch.tensor(digits.target, dtype=torch.long)
+    images, target = digits_arrays()
+    x = torch.tensor(images, dtype=torch.float32).unsqueeze(1) / 16.0
+    y = torch.tensor(target, dtype=torch.long)
     order = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
     val = int(len(y) * VAL_FRACTION)
     val_idx, train_idx = order[:val], order[val:]

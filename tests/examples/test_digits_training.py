@@ -85,6 +85,33 @@ def test_a_run_stopped_mid_epoch_resumes_there_and_ends_exactly_as_an_uninterrup
     assert again["epochs_run"] == 0 and again["curve"] == whole["curve"]
 
 
+def test_the_digits_data_is_scikit_learns_read_without_importing_it():
+    import subprocess
+    import sys
+
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    from airflow_provider_gpusched.examples.digits import digits_arrays
+
+    images, target = digits_arrays()
+    reference = load_digits()
+    assert images.shape == (1797, 8, 8) and np.array_equal(images, reference.images)
+    assert np.array_equal(target, reference.target)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from airflow_provider_gpusched.examples.digits import digits_arrays; digits_arrays(); "
+            "print('sklearn' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "False"  # its import costs each trial process ~2 s of CPU
+
+
 def test_sigterm_saves_a_checkpoint_and_exits_143_and_the_next_start_resumes(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(

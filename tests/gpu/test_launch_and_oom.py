@@ -248,6 +248,42 @@ def test_stop_kills_grandchildren_and_escapees(tmp_path):
     assert alive == []
 
 
+COUNT_SIGTERMS = """
+import os, signal, subprocess, sys, time
+out = sys.argv[1]
+def note(*_):
+    with open(out, "a") as f:
+        f.write("%d\\n" % os.getpid())
+signal.signal(signal.SIGTERM, note)
+if len(sys.argv) > 2:  # the work: a helper process in its group, and one that left it
+    subprocess.Popen([sys.executable, __file__, out])
+    subprocess.Popen([sys.executable, __file__, out], start_new_session=True)
+open(out + ".ready." + str(os.getpid()), "w").close()
+deadline = time.monotonic() + 3  # long past the stop: a second SIGTERM would be written down
+while time.monotonic() < deadline:
+    time.sleep(0.05)
+"""
+
+
+def test_stop_sends_each_process_of_the_work_one_sigterm(tmp_path):
+    """The shim passes SIGTERM on to every descendant; the launcher signals only the shim. Signalling the group too
+    reached the work twice, and training code whose handler raises SystemExit (to checkpoint and exit) got a second
+    SystemExit inside its own cleanup: seen as a preempted task whose error record was never written."""
+    script = tmp_path / "count.py"
+    script.write_text(COUNT_SIGTERMS)
+    out = tmp_path / "sigterms"
+    child = GPUChild(
+        [sys.executable, str(script), str(out), "work"], env=dict(os.environ), cwd=None, log_path=str(tmp_path / "log")
+    ).start()
+    deadline = time.monotonic() + 30
+    while len(list(tmp_path.glob("sigterms.ready.*"))) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(list(tmp_path.glob("sigterms.ready.*"))) == 3
+    child.stop(grace=5.0)  # each handles SIGTERM and lives on until the grace period's SIGKILL
+    received = out.read_text().split()
+    assert sorted(received) == sorted(p.name.rsplit(".", 1)[1] for p in tmp_path.glob("sigterms.ready.*")), received
+
+
 def test_stop_event_stops_the_run_and_frees_the_gpu(manager, tmp_path):
     runner = GPUWorkRunner(manager, grace=1.0)
     threading.Timer(1.0, runner.stop).start()

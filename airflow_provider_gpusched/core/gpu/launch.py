@@ -2,8 +2,9 @@
 
 The child runs in its own process group (``start_new_session``) with ``CUDA_VISIBLE_DEVICES`` set to its
 lease's GPUs, a working directory, and its output (stdout and stderr together) written to a log file and
-passed line by line to a callback (the Airflow task log). Stopping sends SIGTERM to the group and to
-every descendant, waits ``grace`` seconds, then SIGKILLs what is left: no orphan keeps GPU memory.
+passed line by line to a callback (the Airflow task log). Stopping sends one SIGTERM to every process of the
+work (through the shim), waits ``grace`` seconds, then SIGKILLs the group and every descendant: no orphan keeps
+GPU memory.
 
 The child runs under a containment shim (``contain.py``, a child subreaper): whatever the work starts stays the
 shim's descendant even if it leaves the session and clears its environment (``setsid env -i``, a double fork, a
@@ -208,8 +209,13 @@ class GPUChild:
             return []
 
     def stop(self, grace: float = 10.0) -> int | None:
-        """SIGTERM the whole process group and every descendant; SIGKILL after ``grace`` seconds. Whatever
-        the child leaves once it has exited is stopped too (:meth:`stop_leftovers`)."""
+        """SIGTERM every process of the work, each once; SIGKILL the whole process group and every descendant after
+        ``grace`` seconds. Whatever the child leaves once it has exited is stopped too (:meth:`stop_leftovers`).
+
+        The SIGTERM goes to the shim, which passes it on to every descendant (it is their subreaper). Sending it to
+        the process group as well would reach the work twice, and a second SIGTERM interrupts the handler that
+        checkpoints on the first (a handler that raises SystemExit raises it again inside the work's own cleanup).
+        Only when the shim is gone does the group get it directly."""
         if self.proc is None:
             return None
         if self.proc.poll() is not None:
@@ -217,7 +223,10 @@ class GPUChild:
             return self.proc.returncode
         self.stopped_by_us = True
         family = self.descendants()
-        self._signal_all(signal.SIGTERM, family)
+        try:
+            os.kill(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            self._signal_all(signal.SIGTERM, family)
         code = self.wait(timeout=grace)
         self._signal_all(signal.SIGKILL, sorted(set(family) | set(self.descendants())))
         if code is None:

@@ -16,6 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
+from airflow_provider_gpusched.core.checks import is_number
 from airflow_provider_gpusched.core.gpu.attempts import Attempt
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
@@ -28,9 +29,10 @@ from airflow_provider_gpusched.core.work_tag import WorkTag
 
 #: seconds per trial (a group's wall time over its trials) from which the last groups are made smaller
 SHRINK_TAIL_ABOVE = 1.0
-#: below this many seconds per trial a process start (about 0.1 s: the shim and the trial runner) costs more than the
-#: trials it runs: the groups grow, up to GROW_TO trials and never past an even share of what is left
-GROW_BELOW = 0.1
+#: the groups grow, up to GROW_TO trials and never past an even share of what is left, once the trials are seen to take
+#: less time than the processes that run them cost on top (the process start, the shim, the lease): then a process
+#: start costs more than the trials it runs. Both are measured on this host in this batch, so a busy host, where
+#: both take longer, decides as an idle one does.
 GROW_TO = 64
 
 
@@ -164,6 +166,7 @@ class LocalBatch:
         self.finished: dict[str, str] = {}
         self.ran_seconds = 0.0
         self.ran_trials = 0
+        self.trial_seconds = 0.0  # of ran_seconds, what the trials themselves took (their status.json "seconds")
         self.halted: list[str] = []
         self.runners: list[GPUWorkRunner] = []
 
@@ -219,12 +222,14 @@ class LocalBatch:
     def _group_size(self) -> int:
         """Tail shrinking: once trials are seen to take SHRINK_TAIL_ABOVE seconds or more, the groups near the end
         get smaller so the slots finish together; short trials are cheaper run in full groups than in the extra
-        processes smaller groups would start. Growing: once two groups' worth of trials have taken under GROW_BELOW
-        seconds each, the groups grow (a process start then costs more than its trials)."""
+        processes smaller groups would start. Growing: once two groups' worth of trials have run and took less time
+        themselves than their processes cost besides them, the groups grow (a process start costs more than its
+        trials)."""
         even_share = -(-len(self.todo) // self.parallel)
         if self.ran_trials and self.ran_seconds / self.ran_trials >= SHRINK_TAIL_ABOVE:
             return max(1, min(self.trials_per_process, even_share))
-        if self.ran_trials >= 2 * self.trials_per_process and self.ran_seconds / self.ran_trials < GROW_BELOW:
+        overhead = self.ran_seconds - self.trial_seconds  # what the processes cost besides their trials
+        if self.ran_trials >= 2 * self.trials_per_process and self.trial_seconds < overhead:
             return max(self.trials_per_process, min(GROW_TO, even_share))
         return self.trials_per_process
 
@@ -275,9 +280,11 @@ class LocalBatch:
         finally:
             with contextlib.suppress(OSError):
                 os.remove(sliced.path)
+            own = sum(_trial_seconds(self.store.status(trial)) for trial in group)
             with self._lock:
                 self.ran_seconds += time.monotonic() - started
                 self.ran_trials += len(group)
+                self.trial_seconds += own
         return oom
 
     def _settle(self, group: tuple[Trial, ...], oom: bool) -> None:
@@ -312,6 +319,12 @@ class LocalBatch:
                 self.store.end_unfinished(
                     trial, run=self.manifest.data.get("run"), state="stopped", reason=self.halted[0]
                 )
+
+
+def _trial_seconds(status: object) -> float:
+    """What a trial took by its own record (0 without one: a trial that never started cost nothing itself)."""
+    seconds = status.get("seconds") if isinstance(status, dict) else None
+    return float(seconds) if is_number(seconds) and seconds >= 0 else 0.0
 
 
 def group_label(group: Sequence[Trial]) -> str:
