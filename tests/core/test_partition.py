@@ -2,8 +2,6 @@
 feasibility, valid schedules), the seed's example, hand-made edge cases and bad input."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +9,7 @@ import yaml
 
 from airflow_provider_gpusched.core.partition import PartitionInputError, check_schedule, load_problem, partition
 from airflow_provider_gpusched.core.partition.report import schedule_yaml
+from tests.cli import gpusched
 from tests.data.pipeline_partition import make_cluster_instance, materialize
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,38 +118,14 @@ def test_time_limit_gives_the_best_schedule_found_and_a_proven_bound(shared, tmp
         cut.bottleneck_s, rel=1e-12
     )
     folder = tmp_path
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "airflow_provider_gpusched.cli",
-            "partition",
-            "-m",
-            problem.model,
-            "--time-limit",
-            "1e-9",
-        ],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-    )
+    out = gpusched("partition", "-m", problem.model, "--time-limit", "1e-9", cwd=folder)
     assert out.returncode == 0, out.stderr
     assert "warning: not proven optimal: the time limit (1e-09 s) stopped the search" in out.stderr
     assert out.stdout.splitlines()[-1].startswith("# not proven optimal") and "gap" in out.stdout.splitlines()[-1]
     assert len(yaml.safe_load(out.stdout)) == len(cut.stages)  # still valid YAML, the note a comment
-    out = subprocess.run(
-        [sys.executable, "-m", "airflow_provider_gpusched.cli", "partition", "-m", problem.model, "--time-limit", "0"],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-    )
+    out = gpusched("partition", "-m", problem.model, "--time-limit", "0", cwd=folder)
     assert out.returncode == 2 and "--time-limit: expected a number of seconds > 0, got 0.0" in out.stderr
-    out = subprocess.run(
-        [sys.executable, "-m", "airflow_provider_gpusched.cli", "partition", "-m", problem.model, "--json"],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-    )
+    out = gpusched("partition", "-m", problem.model, "--json", cwd=folder)
     doc = json.loads(out.stdout)
     assert doc["optimal"] is True and doc["gap"] == 0.0 and doc["lower_bound_s"] == best.bottleneck_s
 
@@ -310,16 +285,6 @@ def test_bad_arguments(tmp_path):
         problem_in(folder, dtype="torch.int8")
     with pytest.raises(PartitionInputError, match=r"batch size \(-b\): expected a whole number > 0, got 0"):
         problem_in(folder, batch_size=0)
-
-
-def gpusched(*args, cwd):
-    return subprocess.run(
-        [sys.executable, "-m", "airflow_provider_gpusched.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=120,
-    )
 
 
 def test_cli_defaults_output_format_json_explain_and_exit_codes(tmp_path):

@@ -2,8 +2,6 @@
 written and merged, `gpusched partition` reading them, and bad input named. Also the stage plan (neighbour
 addresses) and the example pipeline runtime run as two local processes."""
 
-import contextlib
-import io
 import json
 import math
 import os
@@ -18,6 +16,8 @@ import yaml
 from airflow_provider_gpusched.core.partition import check_schedule, load_problem, partition
 from airflow_provider_gpusched.core.partition.stages import stage_plan
 
+from ..cli import gpusched
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -31,34 +31,6 @@ def gpusched_process(*args, cwd, env=None):
         timeout=300,
         env={**os.environ, **(env or {})},
     )
-
-
-def gpusched(*args, cwd, pythonpath=None):
-    """``gpusched ARGS`` through the command's own ``main()`` in this process, in ``cwd``: its exit status, stdout
-    and stderr, as a process would give them. PyTorch is imported once per test process instead of once per
-    command (about 2 s of CPU each). ``pythonpath``: a folder of the user's modules, put first on ``sys.path``
-    meanwhile (as ``PYTHONPATH`` would), and the modules imported from it forgotten afterwards."""
-    from airflow_provider_gpusched.cli import main
-
-    out, err, before = io.StringIO(), io.StringIO(), os.getcwd()
-    modules = set(sys.modules)
-    os.chdir(cwd)
-    if pythonpath:
-        sys.path.insert(0, str(pythonpath))
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = main(list(args))
-            except SystemExit as exc:  # argparse's usage errors
-                code = exc.code if isinstance(exc.code, int) else 1
-    finally:
-        os.chdir(before)
-        if pythonpath:
-            sys.path.remove(str(pythonpath))
-            for name in set(sys.modules) - modules:
-                if (getattr(sys.modules[name], "__file__", None) or "").startswith(str(pythonpath)):
-                    del sys.modules[name]
-    return subprocess.CompletedProcess(["gpusched", *args], code, out.getvalue(), err.getvalue())
 
 
 def test_profile_writes_both_files_and_partition_reads_them(tmp_path):
