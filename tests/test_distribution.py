@@ -1,8 +1,6 @@
 """What goes to PyPI: `python -m build` makes a wheel and an sdist that `twine check` accepts; the sdist carries
 LICENSE and what it takes to run the tests; metadata has what a provider on PyPI has."""
 
-import fcntl
-import os
 import shutil
 import subprocess
 import sys
@@ -14,26 +12,18 @@ from pathlib import Path
 import pytest
 
 import airflow_provider_gpusched
+from tests.session_files import made_once
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory):
-    """The wheel and the sdist, built once per test session (the first test worker to need them builds them under a
-    lock, the others wait and read them), from a copy of the checkout: the sdist build writes setuptools' metadata
-    (``*.egg-info``) next to the sources, and in the checkout itself that is a second copy of the package for every
-    process the other test workers start meanwhile (see
+    """The wheel and the sdist, built once per test session (tests/session_files.py), from a copy of the checkout:
+    the sdist build writes setuptools' metadata (``*.egg-info``) next to the sources, and in the checkout itself that
+    is a second copy of the package for every process the other test workers start meanwhile (see
     test_a_process_started_in_the_checkout_sees_one_installed_distribution)."""
-    session = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        session = session.parent  # the session's folder, above each worker's own
-    out = session / "dist-of-this-session"
-    with open(session / "dist-of-this-session.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (out / "built").exists():
-            _build(tmp_path_factory, out)
-            (out / "built").touch()
+    out = made_once(tmp_path_factory, "dist", lambda folder: _build(tmp_path_factory, folder))
     wheels, sdists = list(out.glob("*.whl")), list(out.glob("*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1, list(out.iterdir())
     return wheels[0], sdists[0]

@@ -11,6 +11,7 @@ from airflow_provider_gpusched.core.partition import PartitionInputError, check_
 from airflow_provider_gpusched.core.partition.report import schedule_yaml
 from tests.cli import gpusched
 from tests.data.pipeline_partition import make_cluster_instance, materialize
+from tests.session_files import made_once
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "dags" / "partition"
@@ -19,7 +20,7 @@ EXAMPLES = REPO / "dags" / "partition"
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
     """../shared/pipeline-partition, from the copy vendored in tests/data."""
-    return materialize(tmp_path_factory.mktemp("pipeline-partition"))
+    return made_once(tmp_path_factory, "pipeline-partition", materialize)
 
 
 def load(folder: Path, args: dict):
