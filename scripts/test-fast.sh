@@ -15,4 +15,6 @@ export GPUSCHED_TIER=fast
 # 12 s of CPU per worker instead of 6)
 unset PYTHONDONTWRITEBYTECODE
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"  # the workers share the cores
-exec "$REPO/.venv/bin/python" -m pytest -m fast -n "${GPUSCHED_WORKERS:-auto}" --dist worksteal -p no:cacheprovider "$@"
+# four workers on two cores: many tests wait on processes they start; the tests that import PyTorch in the test process
+# are one unit of work (tests/conftest.py tier_unit), so one worker pays that import
+exec "$REPO/.venv/bin/python" -m pytest -m fast -n "${GPUSCHED_WORKERS:-4}" --dist loadgroup -p no:cacheprovider "$@"

@@ -69,6 +69,13 @@ FAST_TIER = os.environ.get("GPUSCHED_TIER") == "fast"
 #: tiers whose tests share one deployment (a session fixture that takes minutes to start, on fixed ports): on
 #: pytest-xdist each is one unit of work on one worker (scripts/test.sh: --dist loadgroup, pytest_xdist_make_scheduler)
 SHARED_DEPLOYMENTS = ("stack", "fleet")
+#: test modules that import PyTorch in the test process: one unit of work too, so one worker pays the import (about
+#: 3.5 s of CPU with torch._dynamo, which the optimizers load) instead of each
+PYTORCH_IN_PROCESS = (
+    "tests/core/test_model_cost.py",
+    "tests/core/test_profile.py",
+    "tests/examples/test_digits_training.py",
+)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -84,13 +91,16 @@ def tier_unit(nodeid: str) -> str:
     for tier in SHARED_DEPLOYMENTS:
         if nodeid.startswith(f"tests/{tier}/"):
             return tier
+    if nodeid.split("::")[0] in PYTORCH_IN_PROCESS:
+        return "pytorch"
     return nodeid
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """``--dist loadgroup`` (scripts/test.sh): the tests of a shared deployment go to one worker as one unit, the
-    largest units first (so the stack and the fleet start at once), every other test on its own. pytest-xdist's
+    """``--dist loadgroup`` (scripts/test.sh, scripts/test-fast.sh): the tests of a shared deployment go to one worker
+    as one unit, as do those that import PyTorch in the test process, the largest units first (so the stack and the
+    fleet start at once), every other test on its own. pytest-xdist's
     own loadgroup reads ``xdist_group`` marks from node ids it rewrites, which pytest 9 no longer lets it do."""
     if config.getvalue("dist") != "loadgroup":
         return None

@@ -116,3 +116,5 @@ def test_the_tests_of_a_shared_deployment_are_one_unit_of_work_on_the_workers():
     assert tier_unit("tests/fleet/test_fleet.py::test_y") == "fleet"
     assert tier_unit("tests/slurm/test_client.py::test_cancel") == "tests/slurm/test_client.py::test_cancel"
     assert tier_unit("tests/core/test_stacked.py::test_z") == "tests/core/test_stacked.py::test_z"
+    # the modules that import PyTorch in the test process: one unit, so one worker pays the import
+    assert tier_unit("tests/core/test_profile.py::test_a") == tier_unit("tests/core/test_model_cost.py::b") == "pytorch"

@@ -126,9 +126,10 @@ def test_time_limit_gives_the_best_schedule_found_and_a_proven_bound(shared, tmp
     assert len(yaml.safe_load(out.stdout)) == len(cut.stages)  # still valid YAML, the note a comment
     out = gpusched("partition", "-m", problem.model, "--time-limit", "0", cwd=folder)
     assert out.returncode == 2 and "--time-limit: expected a number of seconds > 0, got 0.0" in out.stderr
-    out = gpusched("partition", "-m", problem.model, "--json", cwd=folder)
-    doc = json.loads(out.stdout)
-    assert doc["optimal"] is True and doc["gap"] == 0.0 and doc["lower_bound_s"] == best.bottleneck_s
+    out = gpusched("partition", "-m", problem.model, "--json", "--time-limit", "1e-9", cwd=folder)
+    doc = json.loads(out.stdout)  # the JSON says what the comment said: not proven, the bound and the gap
+    assert doc["optimal"] is False and doc["bottleneck_s"] == cut.bottleneck_s
+    assert doc["lower_bound_s"] == cut.lower_bound_s and doc["gap"] == cut.gap
 
 
 def test_seed_example_beats_the_defective_reference(shared):
@@ -295,6 +296,7 @@ def test_cli_defaults_output_format_json_explain_and_exit_codes(tmp_path):
     assert out.stdout.splitlines()[0] == "- mb-0: [1, 5]" and len(stages) == 8
     data = json.loads(gpusched("partition", "--json", "-m", "google/vit-large-patch16-224", cwd=EXAMPLES).stdout)
     assert data["feasible"] and data["stages"][data["bottleneck_stage"] - 1]["time_s"] == data["bottleneck_s"]
+    assert data["optimal"] is True and data["gap"] == 0.0 and data["lower_bound_s"] == data["bottleneck_s"]
     explained = gpusched("partition", "--explain", "-b", "8", "-i", "2", "-o", "2", cwd=EXAMPLES).stdout
     assert "<- bottleneck" in explained and yaml.safe_load(explained) == stages  # the table is YAML comments
     assert gpusched("partition", "-m", "DummyModel", cwd=EXAMPLES).stdout.strip() == "[]"

@@ -138,18 +138,22 @@ def test_manager_on_a_fresh_inventory_object_sees_the_same_leases(state_dir):
 
 
 ORPHANED_HOLDER = """
-import sys, time
+import os, sys, time
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.launch import GPUChild
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 state, out = sys.argv[1], sys.argv[2]
 m = LeaseManager(SimulatedInventory("4x24GiB"), state)
+# a grace period the test's next looks fit in even on a busy host (with 1.5 s the orphan was stopped and gone between
+# two looks on a loaded 2-core machine)
 lease, why = m.try_acquire(GPURequest(gpus=2), "dag.train (run1, try 1)", task_key="dag.train (run1)", grace=1.5)
 # a child that ignores SIGTERM (a trainer stuck in a CUDA call): only SIGKILL ends it
-child = GPUChild(["bash", "-c", "trap '' TERM; while true; do sleep 0.1; done"], env={}, cwd=None,
-                 log_path=out, lease=lease).start()
+child = GPUChild(["bash", "-c", "trap '' TERM; : > " + out + ".trapped; while true; do sleep 0.1; done"], env={},
+                 cwd=None, log_path=out, lease=lease).start()
 m.record_child(lease, child.pid)
+while not os.path.exists(out + ".trapped"):  # a SIGTERM before the trap would end it at once
+    time.sleep(0.01)
 print(child.pid, flush=True)
 time.sleep(600)
 """
