@@ -95,7 +95,7 @@ def _send(kind: str, name: str, value: float | None = None, tags: dict[str, Any]
         elif kind == "gauge":
             stats.gauge(name, value, tags=tags)
         else:
-            stats.timing(name, timedelta(seconds=value), tags=tags)
+            stats.timing(name, timedelta(seconds=value or 0.0), tags=tags)
     except Exception as exc:  # noqa: BLE001 - a metrics backend failing never fails the work
         log.debug("gpusched metric %s not sent: %s", name, exc)
 

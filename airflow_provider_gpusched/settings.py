@@ -5,13 +5,19 @@ from __future__ import annotations
 import functools
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
 from airflow.sdk import conf
 
 from airflow_provider_gpusched.core.options import BY_NAME, SECTION, default_directory
 
-_GETTERS = {"float": conf.getfloat, "integer": conf.getint, "boolean": conf.getboolean, "string": conf.get}
+_GETTERS: dict[str, Callable[..., Any]] = {
+    "float": conf.getfloat,
+    "integer": conf.getint,
+    "boolean": conf.getboolean,
+    "string": conf.get,
+}
 
 
 def _value(name: str):

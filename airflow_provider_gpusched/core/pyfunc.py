@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_gpusched.core.checks import is_json_number
 from airflow_provider_gpusched.core.safe_files import BadRecordError, read_json_record, write_atomic, write_json_atomic
 
 if TYPE_CHECKING:
@@ -172,7 +173,8 @@ def _read_error(path: str) -> RemoteCallError | None:
     world = data.get("world_size") if isinstance(data.get("world_size"), int) else None
     host = data.get("host") if isinstance(data.get("host"), str) else None
     error = RemoteCallError(data["type"], data["message"], data["traceback"], rank, host, world)
-    error.time = data.get("time") if isinstance(data.get("time"), (int, float)) else float("inf")
+    when = data.get("time")
+    error.time = float(when) if is_json_number(when) else float("inf")
     return error
 
 

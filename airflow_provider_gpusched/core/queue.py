@@ -215,6 +215,8 @@ def stop_work(
             raise GpuschedError(f"{len(jobs)} Slurm job(s) to stop and no Slurm client to stop them with")
         outcomes += _cancel_jobs(jobs, request, client)
     if leases:
+        if manager is None:
+            raise GpuschedError(f"{len(leases)} GPU lease(s) to stop and no lease manager to stop them with")
         outcomes += _stop_leases(leases, request, manager, wait)
     return outcomes
 

@@ -189,12 +189,23 @@ class StopOrder:
     request: StopRequest
     until: float
 
+    def _selector(self) -> Selector:
+        """The order's selector (its record holds the tag fields only: ``Selector.by_tag``)."""
+        s = self.selector
+        return Selector(
+            dag_id=s.get("dag_id", ""),
+            run_id=s.get("run_id", ""),
+            task_id=s.get("task_id", ""),
+            sweep=s.get("sweep", ""),
+            job_class=s.get("job_class", ""),
+        )
+
     def matches(self, tag: WorkTag) -> bool:
-        return Selector(**self.selector).matches_tag(tag)
+        return self._selector().matches_tag(tag)
 
     @property
     def selection(self) -> str:
-        return Selector(**self.selector).describe()
+        return self._selector().describe()
 
     def seconds_left(self) -> float:
         return max(0.0, self.until - time.time())

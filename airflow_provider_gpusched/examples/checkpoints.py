@@ -80,27 +80,28 @@ class Checkpoints:
 
     def save(self, state: Mapping[str, Any]) -> str | None:
         """Write ``state`` (tensors, numbers, strings, lists, dicts) atomically; returns the file's path."""
-        if not self.folder:
+        path = self.path
+        if path is None:
             return None
         import torch
 
         from airflow_provider_gpusched.core.safe_files import write_atomic
 
-        os.makedirs(self.folder, mode=0o700, exist_ok=True)
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         buffer = io.BytesIO()
         torch.save({**state, "format": FORMAT, "fingerprint": self.fingerprint}, buffer)
-        write_atomic(self.path, buffer.getvalue(), 0o600)
-        return self.path
+        write_atomic(path, buffer.getvalue(), 0o600)
+        return path
 
     def load(self, map_location: Any = "cpu") -> dict[str, Any] | None:
         """What the last :meth:`save` wrote, or None when there is no checkpoint yet."""
-        if not self.folder:
+        path = self.path
+        if path is None:
             return None
         import torch
 
         from airflow_provider_gpusched.core.safe_files import BadRecordError, read_record_bytes
 
-        path = self.path
         try:
             data = read_record_bytes(path, MAX_CHECKPOINT_BYTES)
         except FileNotFoundError:

@@ -105,10 +105,10 @@ def check_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
             raise ValueError(
                 f"train_digits: params.{name}: expected a number {'> 0' if name == 'lr' else '>= 0'}, got {value!r}"
             )
-    for name, (low, high) in _FRACTIONS.items():
+    for name, (least, most) in _FRACTIONS.items():
         value = out[name]
-        if not is_number(value) or not low <= value <= high:
-            raise ValueError(f"train_digits: params.{name}: expected a number from {low} to {high}, got {value!r}")
+        if not is_number(value) or not least <= value <= most:
+            raise ValueError(f"train_digits: params.{name}: expected a number from {least} to {most}, got {value!r}")
     if out["optimizer"] not in ("adam", "adamw", "sgd"):
         raise ValueError(f"train_digits: params.optimizer: expected adam, adamw or sgd, got {out['optimizer']!r}")
     if out["model"] not in ("mlp", "cnn"):

@@ -217,7 +217,8 @@ class OutputSummary:
     """What the last stage (or the whole model) says of its output: the sum of every value, and the first row."""
 
     def __init__(self) -> None:
-        self.total, self.first_row = 0.0, None
+        self.total = 0.0
+        self.first_row: list[float] | None = None
 
     def add(self, y) -> None:
         self.total += float(y.double().sum())

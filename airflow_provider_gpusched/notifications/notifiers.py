@@ -88,15 +88,15 @@ class GpuschedNotifier(BaseNotifier):
     # -- the message -----------------------------------------------------------------------------------
     def message(self, context) -> Message:
         if self.sweep_folder:
-            return self._sweep_message(context)
+            return self._sweep_message(context, self.sweep_folder)
         return self._task_message(context)
 
-    def _sweep_message(self, context) -> Message:
+    def _sweep_message(self, context, folder: str) -> Message:
         from airflow_provider_gpusched.core.sweep.end_report import build_end_report
 
         run = getattr(context.get("dag_run"), "run_id", None) or context.get("run_id")
         report = build_end_report(
-            self.sweep_folder,
+            folder,
             top_n=self.top_n,
             job_class=self.job_class,
             gpus_per_trial=self.gpus_per_trial,
@@ -254,6 +254,8 @@ class WebhookNotifier(GpuschedNotifier):
     def _url(self) -> str:
         if self.url:
             return self.url
+        if self.webhook_conn_id is None:  # __init__ takes exactly one of the two
+            raise InvalidArgumentError("webhook_conn_id", None, "a connection id when no url is given")
         conn = BaseHook.get_connection(self.webhook_conn_id)
         extra = conn.extra_dejson if isinstance(conn.extra_dejson, dict) else {}
         url = extra.get("url") or conn.host or ""

@@ -34,7 +34,12 @@ class SearchKind:
         return list(flatten(spec.space))
 
     def stage_size(self, spec: SweepSpec) -> int:
-        """Trials one stage maps over, known without expanding anything."""
+        """Trials one stage maps over, known without expanding anything (a round kind's ``check`` sets
+        ``per_round``)."""
+        if spec.per_round is None:
+            raise GpuschedError(
+                f"{spec.where}: search {spec.search!r}: per_round is not set (the kind's check did not run)"
+            )
         return spec.per_round
 
     def trials(self, spec: SweepSpec) -> list[Trial]:
