@@ -1,6 +1,7 @@
 """`gpusched queue list / stop` on this host's GPU leases, with real holder and child processes (SIMULATED
 GPUs: this machine has none)."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -61,6 +62,20 @@ def start_holder(state_dir, tmp_path, dag="d1", hang=False):
     return proc
 
 
+def stop_holders(state_dir, *holders):
+    """Kill the holders and the GPU children they leave (each in a session of its own): a holder killed alone leaves
+    its child running as an orphan until the next look at the leases stops it."""
+    import signal
+
+    children = [e["pid"] for e in listed(state_dir)["entries"] if e.get("pid")]
+    for p in holders:
+        p.kill()
+        p.wait()
+    for pid in children:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+
+
 def listed(state_dir, *args):
     out = gpusched("queue", "list", "--json", "--no-slurm", "--simulate", "4x24GiB", "--state-dir", state_dir, *args)
     assert out.returncode == 0, out.stderr
@@ -106,9 +121,7 @@ def test_list_shows_each_lease_with_its_task_and_filters(manager, state_dir, tmp
         )
         assert watched.stdout.count("2 of 2 running") == 3
     finally:
-        for p in (one, two):
-            p.kill()
-            p.wait()
+        stop_holders(state_dir, one, two)
 
 
 def test_stop_by_dag_stops_the_child_through_its_holder_and_says_who(manager, state_dir, tmp_path):
@@ -160,9 +173,7 @@ def test_stop_by_dag_stops_the_child_through_its_holder_and_says_who(manager, st
         assert took < 10, f"stopping took {took:.1f}s"
         assert [e["tag"]["dag_id"] for e in listed(state_dir)["entries"]] == ["keep"]  # the other work runs on
     finally:
-        for p in (keep, stop):
-            p.kill()
-            p.wait()
+        stop_holders(state_dir, keep, stop)
 
 
 def test_a_holder_that_does_not_act_has_its_child_killed(manager, state_dir, tmp_path):
