@@ -311,10 +311,16 @@ up() {
 }
 
 kill_component() {
-  local name="$1" sig="${2:-TERM}" p
+  local name="$1" sig="${2:-TERM}" p i
   p="$(pid_of "$name")"
   [ -n "$p" ] || { say "$name: no pid file"; return 0; }
   kill -"$sig" -- "-$p" 2>/dev/null || kill -"$sig" "$p" 2>/dev/null || true
+  # SIGKILL: return once it is gone, so that `start NAME` right after it does not find it still there (on a busy
+  # host it outlived a one-second pause, `start` said "already running", and the stack was left without it)
+  if [ "$sig" = KILL ] || [ "$sig" = 9 ]; then
+    for i in $(seq 1 100); do alive "$name" || return 0; sleep 0.1; done
+    say "$name (pid $p) still there 10 s after SIGKILL"
+  fi
 }
 
 # the Airflow components: SIGTERM to each process group, 20 s to end, then SIGKILL

@@ -167,8 +167,7 @@ class Stack:
         )
 
     def restart(self, component: str, signal: str = "KILL") -> None:
-        self.config.run("kill", component, signal)
-        time.sleep(1)
+        self.config.run("kill", component, signal)  # with KILL, returns once the component is gone
         self.config.run("start", component)
 
 

@@ -50,6 +50,17 @@ def stack(slurm_cluster):
             CONFIG.run("destroy", check=False)  # its database and directory too
 
 
+@pytest.fixture(autouse=True)
+def _every_component_up(request):
+    """Before each test of the tier: a component an earlier test killed and could not bring back (its failure says
+    why) is started again, so one test's failure stays that test's and does not fail every test after it."""
+    if "stack" not in request.fixturenames or CONFIG.running():
+        return
+    for component in ("api-server", "scheduler", "dag-processor", "triggerer"):
+        CONFIG.run("start", component, check=False)  # "already running" for those that are
+    assert CONFIG.running(), CONFIG.run("status", check=False).stdout
+
+
 @pytest.fixture
 def out_dir(stack):
     """Where this test's GPU children write their records (inside the stack's private directory)."""
