@@ -343,16 +343,18 @@ def test_each_batch_process_reads_only_its_own_trials(tmp_path, monkeypatch):
     assert session.collect(run="run 1")["counts"]["succeeded"] == 40
 
 
-def test_the_last_groups_shrink_only_for_long_trials(tmp_path, monkeypatch):
+def batch_group_sizes(tmp_path, monkeypatch, name, count, seed, trial):
+    """Run ``count`` trials of ``trial`` in batched mode (2 slots, groups of 8 to start with); the size of each
+    group a process ran, and the outcome."""
     from airflow_provider_gpusched.core.sweep import batch
 
     spec = SweepSpec(
-        name="tail",
+        name=name,
         search="random",
         space={"x": uniform(0, 1)},
-        count=24,
-        seed=2,
-        python_callable=lambda p: {"y": p["x"]},
+        count=count,
+        seed=seed,
+        python_callable=trial,
         objective=Objective("y"),
         results_root=str(tmp_path),
     )
@@ -360,11 +362,18 @@ def test_the_last_groups_shrink_only_for_long_trials(tmp_path, monkeypatch):
     sizes = []
     real_argv = batch.group_argv
     monkeypatch.setattr(batch, "group_argv", lambda m, g, python=None: sizes.append(len(g)) or real_argv(m, g))
-    monkeypatch.setattr(batch, "SHRINK_TAIL_ABOVE", 0.0)  # every trial counts as long
     manager = LeaseManager(SimulatedInventory("1x24GiB"), str(tmp_path / "leases"))
     outcome = run_local_batch(
         manifest, manifest.pending, manager, GPURequest(gpu_memory="4GiB"), parallel=2, trials_per_process=8
     )
+    return sizes, outcome
+
+
+def test_the_last_groups_shrink_only_for_long_trials(tmp_path, monkeypatch):
+    from airflow_provider_gpusched.core.sweep import batch
+
+    monkeypatch.setattr(batch, "SHRINK_TAIL_ABOVE", 0.0)  # every trial counts as long
+    sizes, outcome = batch_group_sizes(tmp_path, monkeypatch, "tail", 24, 2, lambda p: {"y": p["x"]})
     assert len(outcome["succeeded"]) == 24
     assert sizes[0] == 8 and min(sizes) < 8 and sum(sizes) == 24  # smaller groups once the tail is near
 
@@ -372,7 +381,6 @@ def test_the_last_groups_shrink_only_for_long_trials(tmp_path, monkeypatch):
 def test_groups_grow_only_while_the_trials_cost_less_than_their_processes(tmp_path, monkeypatch):
     """Trials of 0.15 s each cost more than the process that runs them: the groups stay at 8. (The former rule,
     grow below 0.1 s per trial of group wall time, grew them or not depending on how busy the host was.)"""
-    from airflow_provider_gpusched.core.sweep import batch
 
     def slow(p):
         import time
@@ -380,24 +388,7 @@ def test_groups_grow_only_while_the_trials_cost_less_than_their_processes(tmp_pa
         time.sleep(0.15)
         return {"y": p["x"]}
 
-    spec = SweepSpec(
-        name="steady",
-        search="random",
-        space={"x": uniform(0, 1)},
-        count=48,
-        seed=3,
-        python_callable=slow,
-        objective=Objective("y"),
-        results_root=str(tmp_path),
-    )
-    manifest = SweepSession(spec).prepare()
-    sizes = []
-    real_argv = batch.group_argv
-    monkeypatch.setattr(batch, "group_argv", lambda m, g, python=None: sizes.append(len(g)) or real_argv(m, g))
-    manager = LeaseManager(SimulatedInventory("1x24GiB"), str(tmp_path / "leases"))
-    outcome = run_local_batch(
-        manifest, manifest.pending, manager, GPURequest(gpu_memory="4GiB"), parallel=2, trials_per_process=8
-    )
+    sizes, outcome = batch_group_sizes(tmp_path, monkeypatch, "steady", 48, 3, slow)
     assert len(outcome["succeeded"]) == 48
     assert sizes == [8] * 6
 
