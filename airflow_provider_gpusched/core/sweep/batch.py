@@ -280,19 +280,19 @@ class LocalBatch:
         finally:
             with contextlib.suppress(OSError):
                 os.remove(sliced.path)
-            own = sum(_trial_seconds(self.store.status(trial)) for trial in group)
             with self._lock:
                 self.ran_seconds += time.monotonic() - started
                 self.ran_trials += len(group)
-                self.trial_seconds += own
         return oom
 
     def _settle(self, group: tuple[Trial, ...], oom: bool) -> None:
         """Record each trial's outcome; put back, to run alone, the trials of a failed group without one (and,
         after an OOM, its failed ones: OOM escalation then applies to each alone)."""
-        again = []
+        again, own = [], 0.0
         for trial in group:
-            state = self.store.state(trial)
+            status = self.store.status(trial)  # read once: its state, and what the trial itself took
+            own += _trial_seconds(status)
+            state = self.store.state_of(status)
             if state in ("waiting", "running") and self.halted:
                 # another group's lease was stopped and the shared stop ended this one before its trial recorded
                 # an outcome: _mark_halted marks it with who stopped it, not as a dead runner
@@ -303,6 +303,7 @@ class LocalBatch:
             with self._lock:
                 self.finished[trial.trial_id] = state if state in ("succeeded", "pruned", "timeout") else "failed"
         with self._lock:
+            self.trial_seconds += own
             for trial in again:
                 self.retried.add(trial.trial_id)
                 self.todo.append((trial,))

@@ -331,7 +331,11 @@ class TrialStore:
         return read_json(os.path.join(self.trial_dir(trial), "status.json"))
 
     def state(self, trial: Trial) -> str:
-        status = self.status(trial)
+        return self.state_of(self.status(trial))
+
+    @staticmethod
+    def state_of(status: dict[str, Any] | None) -> str:
+        """The state a trial's ``status.json`` (as :meth:`status` read it) says."""
         state = status.get("state") if isinstance(status, dict) else None
         return state if state in ("running", *FINAL_STATES) else "waiting"
 
