@@ -86,13 +86,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.fast)
 
 
-def tier_unit(nodeid: str) -> str:
-    """The unit of work a test is scheduled in: its tier for the tiers that share a deployment, else itself."""
+def tier_unit(nodeid: str, fast_tier: bool = FAST_TIER) -> str:
+    """The unit of work a test is scheduled in: its tier for the tiers that share a deployment, else itself.
+    In the fast tier, the tests under tests/airflow (those that need no Airflow database: they import Airflow in the
+    test process, 2.7 s of CPU) are one unit too, so one worker imports Airflow instead of each; their modules
+    import it in the tests, not when every worker collects them (tests/test_tiers.py checks both)."""
     for tier in SHARED_DEPLOYMENTS:
         if nodeid.startswith(f"tests/{tier}/"):
             return tier
     if nodeid.split("::")[0] in PYTORCH_IN_PROCESS:
         return "pytorch"
+    if fast_tier and nodeid.startswith("tests/airflow/"):
+        return "airflow"
     return nodeid
 
 

@@ -118,3 +118,22 @@ def test_the_tests_of_a_shared_deployment_are_one_unit_of_work_on_the_workers():
     assert tier_unit("tests/core/test_stacked.py::test_z") == "tests/core/test_stacked.py::test_z"
     # the modules that import PyTorch in the test process: one unit, so one worker pays the import
     assert tier_unit("tests/core/test_profile.py::test_a") == tier_unit("tests/core/test_model_cost.py::b") == "pytorch"
+    # the fast tier's tests that import Airflow in the test process: one unit, so one worker pays that import
+    assert tier_unit("tests/airflow/test_provider.py::a", fast_tier=True) == "airflow"
+    assert tier_unit("tests/airflow/test_ui_api.py::b", fast_tier=False) == "tests/airflow/test_ui_api.py::b"
+
+
+def test_collecting_the_tests_imports_no_airflow():
+    """Every pytest-xdist worker imports every test module to collect it; a module that imports Airflow (2.7 s of
+    CPU) at its top makes each worker pay for it, where the fast tier gives the tests that need Airflow to one."""
+    code = (
+        "import importlib, pathlib, sys\n"
+        "for path in sorted(pathlib.Path('tests').rglob('*.py')):\n"
+        "    if not (path.name.startswith('test_') or path.name == 'conftest.py'):\n"
+        "        continue  # what pytest collects, and what those import\n"
+        "    importlib.import_module('.'.join(path.with_suffix('').parts))\n"
+        "    if 'airflow' in sys.modules:\n"
+        "        sys.exit(f'{path} imports Airflow when it is collected')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]

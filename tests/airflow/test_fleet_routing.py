@@ -1,17 +1,16 @@
 """In a fleet ([gpusched] fleet_dir set), a local GPU task that names no queue is routed by lane and memory tier,
 and a request no host can hold is refused when the DAG is parsed, naming the hosts' sizes."""
 
+# Airflow is imported in the tests, not here: collecting this module on every pytest-xdist worker would import it
+# on each (2.7 s of CPU); the fast tier runs tests/airflow on one worker (tests/conftest.py tier_unit)
+
 from __future__ import annotations
 
 import pytest
-from airflow.sdk import DAG
-from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_gpusched.core import fleet
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
-from airflow_provider_gpusched.decorators.local_gpu import local_gpu_task
-from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
 
 pytestmark = pytest.mark.airflow
 
@@ -31,6 +30,11 @@ def _train():
 
 
 def test_tasks_are_routed_by_lane_and_memory_tier(fleet_dir):
+    from airflow.sdk import DAG
+
+    from airflow_provider_gpusched.decorators.local_gpu import local_gpu_task
+    from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
+
     with DAG("fleet_routing", schedule=None):
         whole = LocalGPUOperator(task_id="whole", gpus=2, command=["true"])
         big = LocalGPUOperator(task_id="big", gpu_memory="60GiB", command=["true"])
@@ -45,6 +49,11 @@ def test_tasks_are_routed_by_lane_and_memory_tier(fleet_dir):
 
 
 def test_a_request_no_host_can_hold_is_refused_at_parse_time(fleet_dir):
+    from airflow.sdk import DAG
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
+
     with DAG("fleet_refused", schedule=None):
         with pytest.raises(AirflowException, match=r"five: .*gpu-a 2x24.0GiB, gpu-b 4x80.0GiB"):
             LocalGPUOperator(task_id="five", gpus=5, command=["true"])
@@ -53,6 +62,10 @@ def test_a_request_no_host_can_hold_is_refused_at_parse_time(fleet_dir):
 
 
 def test_without_a_fleet_nothing_is_routed(monkeypatch):
+    from airflow.sdk import DAG
+
+    from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
+
     monkeypatch.delenv("AIRFLOW__GPUSCHED__FLEET_DIR", raising=False)
     with DAG("one_host", schedule=None):
         task = LocalGPUOperator(task_id="t", gpu_memory="60GiB", command=["true"])

@@ -13,7 +13,6 @@ import pytest
 
 from airflow_provider_gpusched.core.slurm import CommandRunner, JobPhase, SlurmJobSpec
 from airflow_provider_gpusched.core.slurm.job import job_comment, task_key
-from airflow_provider_gpusched.triggers.slurm import SlurmJobTrigger
 
 from .conftest import REPO, jobs_named, the_dag
 
@@ -104,6 +103,8 @@ def test_sensor_waits_for_an_existing_job_deferrable_and_poking(run_dag, slurm, 
 
 
 def test_trigger_on_kill_cancels_the_job(slurm, slurm_cluster, tmp_path):
+    from airflow_provider_gpusched.triggers.slurm import SlurmJobTrigger  # here: see tests/airflow/test_triggers.py
+
     job = slurm.submit(SlurmJobSpec(command="sleep 300", output=str(tmp_path / "k-%j.out"))).job_id
     trigger = SlurmJobTrigger(job_id=job, runner=CommandRunner(slurm_conf=slurm_cluster).describe(), poll_interval=0.5)
 
@@ -118,6 +119,8 @@ def test_trigger_on_kill_cancels_the_job(slurm, slurm_cluster, tmp_path):
 
 
 def test_trigger_round_trips_through_serialize():
+    from airflow_provider_gpusched.triggers.slurm import SlurmJobTrigger
+
     trigger = SlurmJobTrigger(
         job_id="12",
         runner={"slurm_conf": "/x", "timeout": 60.0},

@@ -1,13 +1,10 @@
 """How a sweep runs is one SweepExecution; bad options are refused naming the option."""
 
 import pytest
-from airflow.sdk import DAG
-from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_gpusched.core.sweep import SweepSpec
-from airflow_provider_gpusched.task_groups.execution import SweepExecution
-from airflow_provider_gpusched.task_groups.sweep import sweep_task_group
 
+# Airflow is imported by the tests, not when this module is collected (see tests/airflow/test_fleet_routing.py)
 pytestmark = pytest.mark.airflow
 
 
@@ -16,6 +13,8 @@ def spec(n):
 
 
 def test_batching_and_chunks():
+    from airflow_provider_gpusched.task_groups.execution import SweepExecution
+
     auto = SweepExecution(max_mapped_trials=10)
     assert not auto.batched(10) and auto.batched(11) and SweepExecution(batching="batched").batched(1)
     assert not SweepExecution(batching="mapped", max_mapped_trials=1).batched(1000)
@@ -36,17 +35,33 @@ def test_batching_and_chunks():
     ],
 )
 def test_bad_options_are_named(options, problem, tmp_path):
+    from airflow.sdk import DAG
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_provider_gpusched.task_groups.sweep import sweep_task_group
+
     with DAG("t_exec_bad", schedule=None), pytest.raises(AirflowException) as err:
         sweep_task_group(spec(2), results_root=str(tmp_path), **options)
     assert problem in str(err.value) and str(err.value).startswith("sweep exec: ")
 
 
 def test_execution_object_or_shortcuts_not_both(tmp_path):
+    from airflow.sdk import DAG
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_provider_gpusched.task_groups.execution import SweepExecution
+    from airflow_provider_gpusched.task_groups.sweep import sweep_task_group
+
     with DAG("t_exec_both", schedule=None), pytest.raises(AirflowException, match="not both"):
         sweep_task_group(spec(2), results_root=str(tmp_path), execution=SweepExecution(), backend="slurm")
 
 
 def test_execution_object_builds_the_same_group_as_shortcuts(tmp_path):
+    from airflow.sdk import DAG
+
+    from airflow_provider_gpusched.task_groups.execution import SweepExecution
+    from airflow_provider_gpusched.task_groups.sweep import sweep_task_group
+
     shapes = []
     for i, kwargs in enumerate(
         (
@@ -71,3 +86,13 @@ def test_execution_object_builds_the_same_group_as_shortcuts(tmp_path):
             (sorted(dag.task_ids), array.partial_kwargs.get("retries"), array.partial_kwargs["slurm_conn_id"])
         )
     assert shapes[0] == shapes[1] and shapes[0][1:] == (2, "slurm_default")
+
+
+def test_a_sweep_name_the_spec_accepts_is_a_group_id_airflow_accepts():
+    """Issue 53, item 8: the spec refuses the names Airflow would refuse as a task group id
+    (tests/core/test_sweep_spec.py), and the ones it accepts Airflow accepts."""
+    from airflow.sdk import DAG, TaskGroup
+
+    name = SweepSpec(name="lr-v2_b", command=["train"], test_config=[{"lr": [0.1]}]).name
+    with DAG("names", schedule=None):
+        assert TaskGroup(name).group_id == "lr-v2_b"

@@ -11,7 +11,9 @@ import pytest
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
-from airflow_provider_gpusched.triggers.local_gpu import GPUAvailableTrigger
+
+# the trigger (and with it Airflow) is imported by the tests, not when this module is collected (see
+# tests/airflow/test_fleet_routing.py)
 
 pytestmark = pytest.mark.airflow
 
@@ -21,7 +23,9 @@ async def _first_event(trigger):
         return event
 
 
-def _trigger(tmp_path, **kwargs) -> GPUAvailableTrigger:
+def _trigger(tmp_path, **kwargs):
+    from airflow_provider_gpusched.triggers.local_gpu import GPUAvailableTrigger
+
     return GPUAvailableTrigger(
         request={"gpus": 1},
         simulate="4x24GiB",
@@ -49,7 +53,7 @@ def test_the_floor_survives_serialisation_and_gpus_taken_meanwhile_are_waited_fo
     during the hold, it looks again instead of firing on a stale answer."""
     classpath, kwargs = _trigger(tmp_path, fire_after=time.time() + 1.0).serialize()
     assert classpath.endswith("GPUAvailableTrigger") and kwargs["fire_after"]
-    restored = GPUAvailableTrigger(**kwargs)
+    restored = type(_trigger(tmp_path))(**kwargs)
     manager = LeaseManager(SimulatedInventory("4x24GiB"), str(tmp_path / "leases"))
     taken: list = []
 
