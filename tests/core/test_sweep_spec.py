@@ -420,3 +420,23 @@ def test_a_sweep_name_airflow_would_refuse_as_a_group_id_is_refused_when_the_spe
     ):
         SweepSpec(name="lr.v2", command=["train"], test_config=[{"lr": [0.1]}])
     # the names it accepts, Airflow accepts: tests/airflow/test_sweep_execution.py
+
+
+@pytest.mark.parametrize("anchored", [False, True], ids=["tree", "with-anchors"])
+def test_the_yaml_bounds_are_the_same_with_and_without_anchors(anchored):
+    """A document without anchors is checked as a tree (a faster walk); one with anchors through the memoised
+    count of every node as if its aliases were expanded. Both refuse and accept at the same bounds."""
+    from airflow_provider_gpusched.core.yaml_loader import YAMLLimitError, safe_load
+
+    anchor = "  other: &a [1]\n" if anchored else "  other: [1]\n"
+    # 1 mapping + 2 keys + the list of 3 + its 3 values + the list of 1 + its value = 11 values, 3 levels deep
+    text = "top:\n  xs: [1, 2, 3]\n" + anchor
+    assert safe_load(text, max_values=11, max_depth=3) == {"top": {"xs": [1, 2, 3], "other": [1]}}
+    with pytest.raises(YAMLLimitError, match="more than 10 values"):
+        safe_load(text, max_values=10)
+    with pytest.raises(YAMLLimitError, match="nested more than 2 levels deep"):
+        safe_load(text, max_depth=2)
+    # a string holding '&' only takes the slower walk, with the same answer
+    assert safe_load("a: 'x & y'\n", max_values=3) == {"a": "x & y"}
+    with pytest.raises(YAMLLimitError, match="more than 2 values"):
+        safe_load("a: 'x & y'\n", max_values=2)
