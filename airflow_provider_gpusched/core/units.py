@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from typing import overload
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 
@@ -110,3 +111,56 @@ def slurm_time_limit(value: int | timedelta | str, *, argument: str = "time_limi
     """Normalise a time limit to Slurm's ``[D-]HH:MM:SS`` form (Slurm rounds up to whole minutes)."""
     seconds = time_limit_seconds(value, argument=argument)
     return "UNLIMITED" if seconds is None else format_time_limit(seconds)
+
+
+class _SizeField:
+    """A dataclass field holding a size in bytes: set from bytes or text such as ``"10GiB"`` (parsed and checked as
+    it is set, the error naming the field), read as an ``int``. Typed for checkers as a descriptor-typed dataclass
+    field: the constructor takes what ``__set__`` takes, a read gives what ``__get__`` returns."""
+
+    def __init__(self, *, positive: bool = False, example: str = "10GiB") -> None:
+        self.positive, self.example = positive, example
+        self.name = self.attribute = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name, self.attribute = name, f"_{name}_bytes"
+
+    def parse(self, value: int | float | str) -> int:
+        size = parse_bytes(value, argument=self.name)
+        if self.positive and size <= 0:
+            raise InvalidArgumentError(self.name, size, f"a positive size such as '{self.example}'")
+        return size
+
+
+class OptionalSize(_SizeField):
+    """A size in bytes, or None (its default)."""
+
+    @overload
+    def __get__(self, instance: None, owner: type) -> None: ...
+    @overload
+    def __get__(self, instance: object, owner: type | None = None) -> int | None: ...
+    def __get__(self, instance: object, owner: type | None = None) -> int | None:
+        if instance is None:
+            return None  # the dataclass's default
+        value: int | None = instance.__dict__.get(self.attribute)
+        return value
+
+    def __set__(self, instance: object, value: int | float | str | None) -> None:
+        instance.__dict__[self.attribute] = None if value is None else self.parse(value)
+
+
+class Size(_SizeField):
+    """A size in bytes, ``default`` until set."""
+
+    def __init__(self, default: int = 0, *, positive: bool = False, example: str = "10GiB") -> None:
+        super().__init__(positive=positive, example=example)
+        self.default = default
+
+    def __get__(self, instance: object, owner: type | None = None) -> int:
+        if instance is None:
+            return self.default  # the dataclass's default
+        value: int = instance.__dict__.get(self.attribute, self.default)
+        return value
+
+    def __set__(self, instance: object, value: int | float | str) -> None:
+        instance.__dict__[self.attribute] = self.parse(value)

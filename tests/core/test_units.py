@@ -57,3 +57,24 @@ def test_slurm_time_limit(value, expected):
 def test_slurm_time_limit_rejects(bad):
     with pytest.raises(InvalidArgumentError, match="time_limit"):
         slurm_time_limit(bad)
+
+
+def test_size_fields_parse_when_set_and_read_as_bytes():
+    """GPURequest's sizes (core/units.py OptionalSize, Size): given as text or bytes, held as bytes, checked as
+    they are set (the error names the field), and kept through dataclasses.replace and equality."""
+    import dataclasses
+
+    from airflow_provider_gpusched.core.gpu.placement import GPURequest
+
+    request = GPURequest(gpu_memory="10GiB", memory_margin="512MiB")
+    assert (request.gpu_memory, request.memory_margin, request.host_memory) == (10 << 30, 512 << 20, None)
+    assert GPURequest().memory_margin == 0 and GPURequest().gpu_memory is None
+    copy = dataclasses.replace(request, host_memory="1GiB")
+    assert copy.host_memory == 1 << 30 and copy.gpu_memory == 10 << 30 and copy != request
+    assert dataclasses.replace(copy, host_memory=None) == request
+    with pytest.raises(InvalidArgumentError, match=r"host_memory.*positive size such as '16GiB'"):
+        GPURequest(host_memory=0)
+    with pytest.raises(InvalidArgumentError, match=r"^min_free_ram: "):
+        GPURequest(min_free_ram="lots")
+    request.gpu_memory = "2GiB"
+    assert request.gpu_memory == 2 << 30

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
-from airflow_provider_gpusched.core.units import format_bytes, parse_bytes
+from airflow_provider_gpusched.core.units import OptionalSize, Size, format_bytes
 
 
 @dataclass
@@ -34,15 +34,16 @@ class GPURequest:
     """What a task needs: ``gpus`` whole GPUs, or ``gpu_memory`` on each of ``gpus`` shared GPUs."""
 
     gpus: int = 1
-    gpu_memory: int | str | None = None
+    #: sizes are given as bytes or text such as "10GiB", and read as bytes (parsed and checked when set)
+    gpu_memory: OptionalSize = OptionalSize(positive=True)
     devices: Sequence[int] | None = None
-    memory_margin: int | str = 0
+    memory_margin: Size = Size(0)
     max_foreign_processes: int | None = None
-    min_free_ram: int | str | None = None
+    min_free_ram: OptionalSize = OptionalSize()
     max_cpu_percent: float | None = None
     #: host RAM this task reserves while it runs (fedflow's estimate_memory), counted against the host's
     #: budget with every other lease's reservation: two tasks never both count the same free RAM
-    host_memory: int | str | None = None
+    host_memory: OptionalSize = OptionalSize(positive=True, example="16GiB")
     #: host CPUs this task reserves while it runs: as many CPU numbers no other lease holds, and its child is
     #: pinned to them (CPU affinity), as Slurm's --cpus-per-task with task/affinity
     cpus: int | None = None
@@ -83,17 +84,6 @@ class GPURequest:
             raise InvalidArgumentError("cpus", self.cpus, "a whole number of CPUs >= 1")
         if not is_int(self.gpus) or self.gpus < 1:
             raise InvalidArgumentError("gpus", self.gpus, "a whole number of GPUs >= 1")
-        if self.gpu_memory is not None:
-            self.gpu_memory = parse_bytes(self.gpu_memory, argument="gpu_memory")
-            if self.gpu_memory <= 0:
-                raise InvalidArgumentError("gpu_memory", self.gpu_memory, "a positive size such as '10GiB'")
-        self.memory_margin = parse_bytes(self.memory_margin, argument="memory_margin")
-        if self.min_free_ram is not None:
-            self.min_free_ram = parse_bytes(self.min_free_ram, argument="min_free_ram")
-        if self.host_memory is not None:
-            self.host_memory = parse_bytes(self.host_memory, argument="host_memory")
-            if self.host_memory <= 0:
-                raise InvalidArgumentError("host_memory", self.host_memory, "a positive size such as '16GiB'")
         if self.devices is not None:
             if not isinstance(self.devices, (list, tuple)):
                 raise InvalidArgumentError("devices", self.devices, "a non-empty list of GPU indices such as [0, 2]")
@@ -125,14 +115,16 @@ class GPURequest:
     def describe(self) -> str:
         what = (
             f"{self.gpus} whole GPU{'s' if self.gpus > 1 else ''}"
-            if self.whole
+            if self.gpu_memory is None
             else f"{format_bytes(self.gpu_memory)} on {self.gpus} GPU{'s' if self.gpus > 1 else ''}"
         )
         if self.devices is not None:
             what += f" among {self.devices}"
         if self.device_groups is not None:
             what = (
-                "one whole GPU group" if self.whole else f"{format_bytes(self.gpu_memory)} on each GPU of one group"
+                "one whole GPU group"
+                if self.gpu_memory is None
+                else f"{format_bytes(self.gpu_memory)} on each GPU of one group"
             ) + f" of {self.device_groups}"
         if self.host_memory:
             what += f" and {format_bytes(self.host_memory)} of host RAM"
@@ -153,7 +145,7 @@ class GPURequest:
                 raise InvalidArgumentError(
                     "device_groups", self.device_groups, f"indices of this host's GPUs {sorted(indices)}"
                 )
-            if not self.whole:
+            if self.gpu_memory is not None:
                 totals = {g.index: g.memory_total - self.memory_margin for g in gpus}
                 if not any(all(totals[i] >= self.gpu_memory for i in group) for group in self.device_groups):
                     raise InvalidArgumentError(
@@ -173,7 +165,7 @@ class GPURequest:
                 self.gpus,
                 f"at most {len(candidates)} (GPUs available to this request: {[g.index for g in candidates]})",
             )
-        if not self.whole:
+        if self.gpu_memory is not None:
             sizes = sorted((g.memory_total - self.memory_margin for g in candidates), reverse=True)
             if sizes[self.gpus - 1] < self.gpu_memory:
                 raise InvalidArgumentError(
@@ -224,7 +216,7 @@ def gpu_usage(gpus: Iterable[GPUInfo], leases: Iterable[LeaseView]) -> dict[int,
         mine = [p for p in u.gpu.processes if p.pid in ours]
         u.foreign_processes = len(foreign)
         if u.gpu.processes and all(p.used_memory is not None for p in u.gpu.processes):
-            u.foreign_used = sum(p.used_memory for p in foreign)
+            u.foreign_used = sum(p.used_memory or 0 for p in foreign)
         else:  # no per-process figures: what is in use beyond our reservations is someone else's
             our_used = sum(p.used_memory or 0 for p in mine) or min(u.gpu.memory_used, u.reserved)
             u.foreign_used = max(0, u.gpu.memory_used - our_used)
@@ -243,8 +235,9 @@ def place(request: GPURequest, usage: dict[int, GPUUsage]) -> tuple[Placement | 
     if request.device_groups is not None:
         return _place_group(request, usage)
     candidates = [u for i, u in sorted(usage.items()) if request.devices is None or i in request.devices]
-    margin = int(request.memory_margin)
-    if request.whole:
+    margin = request.memory_margin
+    need = request.gpu_memory
+    if need is None:  # whole GPUs
         free = [
             u
             for u in candidates
@@ -261,7 +254,6 @@ def place(request: GPURequest, usage: dict[int, GPUUsage]) -> tuple[Placement | 
             return None, f"needs {request.gpus} GPU(s) without leases, {len(free)} free ({busy})"
         chosen = free[: request.gpus]
         return Placement([u.gpu.index for u in chosen], {u.gpu.index: u.gpu.memory_total for u in chosen}, True), ""
-    need = int(request.gpu_memory)
     fits = [u for u in candidates if not u.whole_taken and u.available(margin) >= need]
     fits.sort(key=lambda u: (u.available(margin) - need, u.foreign_processes, u.gpu.index))
     if len(fits) < request.gpus:
@@ -278,19 +270,19 @@ def place(request: GPURequest, usage: dict[int, GPUUsage]) -> tuple[Placement | 
 def _place_group(request: GPURequest, usage: dict[int, GPUUsage]) -> tuple[Placement | None, str]:
     """One of the request's fixed GPU groups, whole: the first (in the order given) whose every GPU is free (whole
     requests) or holds the slice (shared ones)."""
-    margin = int(request.memory_margin)
-    for group in request.device_groups:
+    margin, need, groups = request.memory_margin, request.gpu_memory, request.device_groups or []
+    for group in groups:
         members = [usage[i] for i in group if i in usage]
         if len(members) != len(group):
             continue
-        if request.whole:
+        if need is None:  # whole GPUs
             if all(
                 u.leases == 0
                 and (request.max_foreign_processes is None or u.foreign_processes <= request.max_foreign_processes)
                 for u in members
             ):
                 return Placement(list(group), {u.gpu.index: u.gpu.memory_total for u in members}, True), ""
-        elif all(not u.whole_taken and u.available(margin) >= int(request.gpu_memory) for u in members):
-            return Placement(list(group), {u.gpu.index: int(request.gpu_memory) for u in members}, False), ""
-    busy = ", ".join(f"GPU {i}: {usage[i].leases} lease(s)" for g in request.device_groups for i in g if i in usage)
+        elif all(not u.whole_taken and u.available(margin) >= need for u in members):
+            return Placement(list(group), {u.gpu.index: need for u in members}, False), ""
+    busy = ", ".join(f"GPU {i}: {usage[i].leases} lease(s)" for g in groups for i in g if i in usage)
     return None, f"needs one of the GPU groups {request.device_groups} free ({busy})"
