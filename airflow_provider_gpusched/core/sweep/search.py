@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.sweep import spaces
@@ -33,12 +33,20 @@ from airflow_provider_gpusched.core.sweep.objective import crowding_distances, p
 from airflow_provider_gpusched.core.sweep.store import read_json, write_json
 
 if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.sweep.objective import Objective
+    from airflow_provider_gpusched.core.sweep.search_kinds import EvolutionSettings
     from airflow_provider_gpusched.core.sweep.spec import SweepSpec
 
 
 class RoundSearch:
     def __init__(self, spec: SweepSpec, state_dir: str) -> None:
+        # the search kind gave an adaptive spec these (core/sweep/search_kinds.py); a spec that reached a search
+        # without them is a bug here, said as one
+        if spec.objective is None or spec.per_round is None:
+            raise GpuschedError(f"sweep {spec.name}: search {spec.search!r} needs an objective and per_round")
         self.spec = spec
+        self.objective: Objective = spec.objective
+        self.per_round: int = spec.per_round
         self.state_dir = state_dir
         self.fixed = flatten(spec.global_config)
         self.space = flatten(spec.space)
@@ -94,7 +102,10 @@ class RoundSearch:
 
     def _score(self, values: Sequence[float]) -> float:
         """The objective's score (a single metric, or the weighted sum) of a trial's metric values."""
-        return self.spec.objective.score(dict(zip(self.spec.objective.metrics, values, strict=True)))
+        score = self.objective.score(dict(zip(self.objective.metrics, values, strict=True)))
+        if score is None:  # the values told are the objective's own, checked finite (Objective.values)
+            raise GpuschedError(f"sweep {self.spec.name}: no score from the metric values {list(values)}")
+        return score
 
 
 def _key(params: Mapping[str, Any]) -> str:
@@ -108,9 +119,10 @@ ENUMERATE_UP_TO = 100_000
 class EvolutionSearch(RoundSearch):
     def __init__(self, spec: SweepSpec, state_dir: str) -> None:
         super().__init__(spec, state_dir)
-        self.settings = spec.evolution
+        if spec.evolution is None:
+            raise GpuschedError(f"sweep {spec.name}: search 'evolution' needs its settings (evolution)")
+        self.settings: EvolutionSettings = spec.evolution
         self.choices = {k: list(v.values if isinstance(v, spaces.Choice) else v) for k, v in self.space.items()}
-        self.objective = spec.objective
         self.history_path = os.path.join(state_dir, "evolution.json")
 
     def history(self) -> list[dict[str, Any]]:
@@ -145,7 +157,10 @@ class EvolutionSearch(RoundSearch):
         constraints = self.settings.constraints
         if not constraints:
             return True
-        measured = self.settings.measure(nested(params)) or {}
+        measure = self.settings.measure
+        if measure is None:
+            raise GpuschedError(f"evolution: constraints {sorted(constraints)} need a measure")
+        measured = measure(nested(params)) or {}
         for key, limit in constraints.items():
             if key not in measured:
                 raise GpuschedError(
@@ -162,7 +177,7 @@ class EvolutionSearch(RoundSearch):
         seen = {_key(h["params"]) for h in self.history()}
         out: list[dict[str, Any]] = []
 
-        def add(make, origin: str) -> bool:
+        def add(make: Callable[[], dict[str, Any]], origin: str) -> bool:
             for _ in range(100):
                 params = {**self.fixed, **make()}
                 key = _key(params)
@@ -267,10 +282,11 @@ class OptunaSearch(RoundSearch):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.optuna = optuna
         storage = self.storage = JournalStorage(JournalFileBackend(os.path.join(state_dir, "optuna.journal")))
-        objective = spec.objective
+        objective = self.objective
         #: several metrics without weights: a multi-objective study; else one value (the metric, or the weighted sum)
         self.multi = objective.several and not objective.weights
-        directions = list(objective.modes) if self.multi else ["maximize" if objective.maximize else "minimize"]
+        modes = objective.modes if self.multi else ("maximize" if objective.maximize else "minimize",)
+        directions = cast("list[Literal['minimize', 'maximize']]", list(modes))  # Objective checked each mode
         try:
             self.study = optuna.create_study(
                 study_name=spec.name,
@@ -291,12 +307,12 @@ class OptunaSearch(RoundSearch):
                 f"({objective.describe()}); use a new sweep name or delete the folder"
             )
 
-    def _sampler(self, round_no: int):
+    def _sampler(self, round_no: int) -> Any:
         """A sampler seeded for this round (from the sweep's seed): a round's proposals depend on the
         history and the seed only, not on whether earlier rounds were asked in this process."""
         seed = None if self.spec.seed is None else self.spec.seed * 1_000_003 + round_no
         if self.spec.sampler == "nsga2":
-            return self.optuna.samplers.NSGAIISampler(seed=seed, population_size=max(2, self.spec.per_round))
+            return self.optuna.samplers.NSGAIISampler(seed=seed, population_size=max(2, self.per_round))
         if self.spec.sampler == "tpe":
             # constant liar: the trials asked earlier in this round count as bad while they run, so one
             # round does not pile onto one point
@@ -305,11 +321,11 @@ class OptunaSearch(RoundSearch):
             with warnings.catch_warnings():  # Optuna 4.0 marks constant_liar experimental
                 warnings.simplefilter("ignore", self.optuna.exceptions.ExperimentalWarning)
                 return self.optuna.samplers.TPESampler(
-                    seed=seed, n_startup_trials=self.spec.per_round, constant_liar=True
+                    seed=seed, n_startup_trials=self.per_round, constant_liar=True
                 )
         return self.optuna.samplers.RandomSampler(seed=seed)
 
-    def _suggest(self, trial) -> dict[str, Any]:
+    def _suggest(self, trial: Any) -> dict[str, Any]:
         params = dict(self.fixed)
         for key, dim in self.space.items():
             if isinstance(dim, spaces.Conditional):
@@ -348,8 +364,8 @@ class OptunaSearch(RoundSearch):
         size = finite_space_size(self.space)
         out: list[dict[str, Any]] = []
         taken: set[str] = set()
-        for _ in range(10 * self.spec.per_round):
-            if len(out) == self.spec.per_round or (size is not None and len(evaluated | taken) >= size):
+        for _ in range(10 * self.per_round):
+            if len(out) == self.per_round or (size is not None and len(evaluated | taken) >= size):
                 break
             trial = self.study.ask()
             trial.set_user_attr("round", round_no)
@@ -380,7 +396,7 @@ class OptunaSearch(RoundSearch):
         self._running.discard(proposal["number"])
         if pruned is not None:
             # PRUNED with its curve as intermediate values: TPE ranks a pruned trial by its last one
-            objective, rule = self.spec.objective, self.spec.pruning
+            objective, rule = self.objective, self.spec.pruning
             # the curve is in the study's terms only when the pruning metric is its one objective
             if pruned and not objective.several and rule is not None and rule.metric == objective.metric:
                 trial_id = self.storage.get_trial_id_from_study_id_trial_number(
