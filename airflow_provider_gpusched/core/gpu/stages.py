@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_gpusched.core.errors import GpuschedError
@@ -104,7 +105,7 @@ def wait_for_gpus() -> list[int]:
     return _visible_gpus()
 
 
-def channel_fds(env: dict[str, Any] | None = None) -> tuple[int, ...]:
+def channel_fds(env: Mapping[str, Any] | None = None) -> tuple[int, ...]:
     """The channel's fds named in ``env`` (default ``os.environ``), for a wrapper that starts the work as its own
     child (``subprocess.Popen(..., pass_fds=channel_fds())``): () when there is none."""
     raw = (os.environ if env is None else env).get(STAGE_ENV, "")

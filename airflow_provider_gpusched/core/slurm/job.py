@@ -15,6 +15,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
+from typing import Any
 
 from airflow_provider_gpusched.core import distributed as dist
 from airflow_provider_gpusched.core.checks import is_int
@@ -223,7 +224,7 @@ class SlurmJobSpec:
     def sbatch_argv(self) -> list[str]:
         """The sbatch options, one argument each (no shell involved)."""
 
-        def given(value):  # options whose 0 or "" means "not asked for"
+        def given(value: object) -> object:  # options whose 0 or "" means "not asked for"
             return value or None
 
         valued = (  # --name=value, in this order, for each value that is set
@@ -278,21 +279,22 @@ class SlurmJobSpec:
         for key, value in self.environment.items():
             lines.append(f"export {key}={shlex.quote(str(value))}")
         lines.extend(str(s) for s in self.setup)
+        command = self.command if self.command is not None else ()  # None only beside a script (__post_init__)
         if self.script is not None:
             lines.append(body)
         elif self.distributed:
             lines.append(
                 dist.slurm_launch_function(self.distributed, self.nproc_per_node, self.rank_exit_grace, self.torchrun)
             )
-            argv = ["bash", "-c", self.command] if isinstance(self.command, str) else [str(a) for a in self.command]
+            argv = ["bash", "-c", command] if isinstance(command, str) else [str(a) for a in command]
             lines.append("gpusched_launch " + shlex.join(argv))
-        elif isinstance(self.command, str):
-            lines.append(self.command)
+        elif isinstance(command, str):
+            lines.append(command)
         else:
-            lines.append(shlex.join(str(a) for a in self.command))
+            lines.append(shlex.join(str(a) for a in command))
         return "\n".join(lines) + "\n"
 
-    def with_defaults(self, **defaults) -> SlurmJobSpec:
+    def with_defaults(self, **defaults: Any) -> SlurmJobSpec:
         """A copy where unset fields take ``defaults`` (a connection's partition, account...)."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         for key, value in defaults.items():

@@ -320,9 +320,7 @@ class OptunaSearch(RoundSearch):
 
             with warnings.catch_warnings():  # Optuna 4.0 marks constant_liar experimental
                 warnings.simplefilter("ignore", self.optuna.exceptions.ExperimentalWarning)
-                return self.optuna.samplers.TPESampler(
-                    seed=seed, n_startup_trials=self.per_round, constant_liar=True
-                )
+                return self.optuna.samplers.TPESampler(seed=seed, n_startup_trials=self.per_round, constant_liar=True)
         return self.optuna.samplers.RandomSampler(seed=seed)
 
     def _suggest(self, trial: Any) -> dict[str, Any]:

@@ -32,7 +32,7 @@ import os
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.safe_files import brief_fd, write_json_atomic
@@ -516,6 +516,10 @@ class TrialStore:
         return status
 
     # -- one runner per trial -------------------------------------------------------------------------
+    @overload
+    def claim(self, trial: Trial, holder: Mapping[str, Any], *, wait: Literal[True]) -> TrialClaim: ...
+    @overload
+    def claim(self, trial: Trial, holder: Mapping[str, Any], *, wait: bool) -> TrialClaim | None: ...
     def claim(self, trial: Trial, holder: Mapping[str, Any], *, wait: bool) -> TrialClaim | None:
         """Take the trial's claim (an exclusive ``flock`` on ``claim.lock``, released by the kernel when the
         holder dies). ``wait=False``: None when another process holds it; ``wait=True``: block until free."""

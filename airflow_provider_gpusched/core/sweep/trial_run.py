@@ -22,9 +22,9 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
@@ -126,7 +126,8 @@ class Manifest:
         import pickle
 
         with open(os.path.join(self.store.dir, self.data["target"]["required_env"]), "rb") as fh:
-            return pickle.load(fh)
+            func: Callable[..., Any] = pickle.load(fh)
+        return func
 
     def load_callable(self) -> Callable[..., Any]:
         """The sweep's callable, unpickled once per manifest object (a group runs several trials with it)."""
@@ -179,14 +180,11 @@ def call_trial(func: Callable[..., Any], params: dict[str, Any], folder: str) ->
     try:
         import inspect
 
-        positional = [
-            p
-            for p in inspect.signature(func).parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
-        ]
-    except (TypeError, ValueError):
-        positional = [None, None]
-    if len(positional) >= 2 or any(p is not None and p.kind == p.VAR_POSITIONAL for p in positional):
+        kinds = [p.kind for p in inspect.signature(func).parameters.values()]
+    except (TypeError, ValueError):  # no signature to read (a builtin): both arguments
+        return func(params, folder)
+    positional = [k for k in kinds if k in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    if len(positional) >= 2 or inspect.Parameter.VAR_POSITIONAL in kinds:
         return func(params, folder)
     return func(params)
 
@@ -211,7 +209,7 @@ def result_problem(result: Any, objective: Mapping[str, Any] | None) -> str:
     metric = objective.get("metric")
     if result is None:
         return f"the trial wrote no result.json (the objective needs {metric!r})"
-    return Objective(metric, objective.get("mode", "maximize")).problem(result)
+    return Objective(objective["metric"], objective.get("mode", "maximize")).problem(result)
 
 
 def _finished_elsewhere(manifest: Manifest, trial: Trial) -> tuple[str, int] | None:
@@ -233,7 +231,7 @@ def _finished_elsewhere(manifest: Manifest, trial: Trial) -> tuple[str, int] | N
     return None
 
 
-def run_trial(manifest: Manifest, trial: Trial, *, out=None) -> int:
+def run_trial(manifest: Manifest, trial: Trial, *, out: TextIO | None = None) -> int:
     """Run ``trial`` here and now; record its state and result; return its exit code.
 
     Only one process runs a trial at a time, whichever DAG run it belongs to: the runner takes the trial's
@@ -271,7 +269,7 @@ def run_trial(manifest: Manifest, trial: Trial, *, out=None) -> int:
         claim.release()
 
 
-def _finish_ok(manifest: Manifest, trial: Trial, result: Any, out) -> int:
+def _finish_ok(manifest: Manifest, trial: Trial, result: Any, out: TextIO) -> int:
     """Record a trial whose command/callable succeeded: ``succeeded``, or ``invalid`` when its result
     cannot be scored (the trial task then fails unless ``on_invalid_result: record``)."""
     store = manifest.store
@@ -297,7 +295,7 @@ def _finish_ok(manifest: Manifest, trial: Trial, result: Any, out) -> int:
     return 0
 
 
-def _run_claimed(manifest: Manifest, trial: Trial, out) -> int:
+def _run_claimed(manifest: Manifest, trial: Trial, out: TextIO) -> int:
     store = manifest.store
     log_path = os.path.join(store.trial_dir(trial), OUTPUT_LOG_FILE)
     folder = store.mark_running(trial, run=manifest.data.get("run"), log=log_path)
@@ -640,7 +638,7 @@ def render_config(template: Mapping[str, str], trial: Trial, folder: str) -> str
 class _Tee:
     """Writes to a stream and to the trial's log file."""
 
-    def __init__(self, stream, log) -> None:
+    def __init__(self, stream: TextIO, log: TextIO) -> None:
         self.stream, self.log = stream, log
 
     def write(self, text: str) -> int:
@@ -651,12 +649,12 @@ class _Tee:
         self.log.flush()
         self.stream.flush()
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self.stream, name)
 
 
 @contextlib.contextmanager
-def _output_copied_to(path: str):
+def _output_copied_to(path: str) -> Iterator[None]:
     """While a callable trial runs, what it prints through Python's ``sys.stdout``/``sys.stderr`` also goes
     to its ``output.log`` (the runner's own output, the task log or Slurm output file, still gets it)."""
     saved = sys.stdout, sys.stderr
@@ -697,7 +695,7 @@ def _pruning_watch(pruning: Mapping[str, Any], sweep_dir: str, folder: str) -> C
     return check
 
 
-def _pruned(store: TrialStore, trial: Trial, why: str, out) -> int:
+def _pruned(store: TrialStore, trial: Trial, why: str, out: TextIO) -> int:
     """A trial the pruning rule stopped: ``pruned``, not failed; its task succeeds (no retry)."""
     store.mark_finished(trial, ok=False, state="pruned", error=why)
     print(f"[gpusched] trial {trial.trial_id} pruned: {why}", file=out, flush=True)
@@ -705,7 +703,7 @@ def _pruned(store: TrialStore, trial: Trial, why: str, out) -> int:
 
 
 def _run_command(
-    argv: list[str], cwd: str, env: Mapping[str, str], log_path: str, out, stop: Callable[[], str] | None = None
+    argv: list[str], cwd: str, env: Mapping[str, str], log_path: str, out: TextIO, stop: Callable[[], str] | None = None
 ) -> tuple[int, str]:
     """Run the command with its output to the log and ``out``; with ``stop``, ask it every
     PRUNE_CHECK_SECONDS while the command runs and, when it gives a reason, stop the command (SIGTERM, then
@@ -720,7 +718,7 @@ def _run_command(
         )  # a two-stage trial's channel reaches the command
         assert proc.stdout is not None
 
-        def watch() -> None:
+        def watch(stop: Callable[[], str]) -> None:
             while proc.poll() is None:
                 try:
                     why = stop()
@@ -737,7 +735,7 @@ def _run_command(
                     return
                 time.sleep(PRUNE_CHECK_SECONDS)
 
-        watcher = threading.Thread(target=watch, daemon=True) if stop else None
+        watcher = threading.Thread(target=watch, args=(stop,), daemon=True) if stop else None
         if watcher:
             watcher.start()
         for raw in proc.stdout:
