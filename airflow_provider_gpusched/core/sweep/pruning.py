@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -96,6 +96,13 @@ class PruningRule:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def judged_metric(self) -> str:
+        """The metric the rule judges by: its own, or the objective's (which the sweep spec fills in)."""
+        if self.metric is None:
+            raise InvalidArgumentError("pruning.metric", None, "a metric (the sweep spec gives the objective's)")
+        return self.metric
+
     def rungs(self, up_to: int) -> list[int]:
         out, rung = [], self.min_steps
         while rung <= up_to:
@@ -109,7 +116,7 @@ def _value(report: Mapping[str, Any], metric: str) -> float | None:
     return float(value) if is_number(value) else None
 
 
-def make_optuna_pruner(rule: PruningRule, where: str = "pruning"):
+def make_optuna_pruner(rule: PruningRule, where: str = "pruning") -> Any:
     try:
         import optuna
     except ImportError:
@@ -119,6 +126,9 @@ def make_optuna_pruner(rule: PruningRule, where: str = "pruning"):
             "Optuna installed for Optuna's pruners: pip install 'airflow-provider-gpusched[optuna]'",
         ) from None
     options = dict(rule.options or {})
+    class_name = OPTUNA_PRUNERS.get(rule.pruner or "")
+    if class_name is None:
+        raise InvalidArgumentError(f"{where}.pruner", rule.pruner, f"one of {list(OPTUNA_PRUNERS)}")
     import warnings
 
     try:
@@ -135,10 +145,10 @@ def make_optuna_pruner(rule: PruningRule, where: str = "pruning"):
                     raise InvalidArgumentError(f"{where}.options.wrapped", wrapped, "{pruner: median, options: {...}}")
                 inner = getattr(optuna.pruners, OPTUNA_PRUNERS[wrapped["pruner"]])(**dict(wrapped.get("options") or {}))
             return optuna.pruners.PatientPruner(inner, **options)
-        return getattr(optuna.pruners, OPTUNA_PRUNERS[rule.pruner])(**options)
+        return getattr(optuna.pruners, class_name)(**options)
     except (TypeError, ValueError) as exc:
         raise InvalidArgumentError(
-            f"{where}.options", rule.options, f"arguments of optuna.pruners.{OPTUNA_PRUNERS[rule.pruner]} ({exc})"
+            f"{where}.options", rule.options, f"arguments of optuna.pruners.{class_name} ({exc})"
         ) from None
 
 
@@ -164,7 +174,7 @@ class OptunaJudge:
         self._built_at = 0.0
 
     def _curve(self, reports: Sequence[Mapping[str, Any]]) -> dict[int, float]:
-        return {r["step"]: v for r in reports if (v := _value(r, self.rule.metric)) is not None}
+        return {r["step"]: v for r in reports if (v := _value(r, self.rule.judged_metric)) is not None}
 
     def _build(self, peers: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> None:
         optuna = self.optuna
@@ -202,7 +212,10 @@ class OptunaJudge:
         self._study, self._trial, self._reported = study, study.ask(), set()
 
     def judge(
-        self, own: Sequence[Mapping[str, Any]], peers: Sequence[tuple[str, Sequence[Mapping]]], peers_key: Any = None
+        self,
+        own: Sequence[Mapping[str, Any]],
+        peers: Sequence[tuple[str, Sequence[Mapping[str, Any]]]],
+        peers_key: Any = None,
     ) -> str:
         """'' or why this trial stops. ``peers_key``: changes whenever a peer's reports or state changed
         (None: rebuild every time)."""
@@ -233,7 +246,7 @@ class OptunaJudge:
 def judge_with_optuna(
     rule: PruningRule,
     own: Sequence[Mapping[str, Any]],
-    peers: Sequence[tuple[str, Sequence[Mapping]]],
+    peers: Sequence[tuple[str, Sequence[Mapping[str, Any]]]],
     pruner: Any = None,
 ) -> str:
     """Optuna's pruner on an in-memory study of the peers (state, reports) and this trial (RUNNING), built
@@ -241,7 +254,7 @@ def judge_with_optuna(
     return OptunaJudge(rule, pruner).judge(own, peers)
 
 
-def _halving_rungs(rule: PruningRule):
+def _halving_rungs(rule: PruningRule) -> Callable[[int], list[int]]:
     """Optuna's successive halving rungs: step ``min_resource * reduction_factor**(min_early_stopping_rate + k)``."""
     options = rule.options or {}
     first, factor = options["min_resource"], options.get("reduction_factor", 4)
@@ -260,18 +273,21 @@ def _halving_rungs(rule: PruningRule):
 def judge(
     rule: PruningRule,
     own: Sequence[Mapping[str, Any]],
-    peers: Sequence[Sequence[Mapping]],
+    peers: Sequence[Sequence[Mapping[str, Any]]],
     judged_up_to: int | None = None,
 ) -> str:
     """'' when the trial whose reports are ``own`` goes on, else why it stops. ``rule`` has its metric and
     mode filled in. ``judged_up_to``: the last step already judged (default: the step before the latest
     report): ASHA judges each rung once, when the trial first reports at or past it."""
-    metric, better_high = rule.metric, rule.mode == "maximize"
+    metric, better_high = rule.judged_metric, rule.mode == "maximize"
     scored = [(r["step"], v) for r in own if (v := _value(r, metric)) is not None]
     if not scored:
         return ""
     step, current = scored[-1]
-    worse = (lambda a, b: a < b) if better_high else (lambda a, b: a > b)
+
+    def worse(a: float, b: float) -> bool:
+        return a < b if better_high else a > b
+
     if rule.rule == "median":
         if step < rule.warmup_steps:
             return ""
@@ -339,7 +355,7 @@ class SweepReports:
         self._optuna: dict[str, OptunaJudge] = {}  # rule optuna: per trial, its pruner and study
 
     def all(self) -> dict[str, list[dict[str, Any]]]:
-        out = {}
+        out: dict[str, list[dict[str, Any]]] = {}
         try:
             names = os.listdir(self.trials_dir)
         except FileNotFoundError:
