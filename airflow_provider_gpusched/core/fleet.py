@@ -23,14 +23,14 @@ import contextlib
 import os
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo, GPUProcess
-from airflow_provider_gpusched.core.gpu.placement import GPURequest, LeaseView, gpu_usage, place
+from airflow_provider_gpusched.core.gpu.placement import GPURequest, GPUUsage, LeaseView, gpu_usage, place
 from airflow_provider_gpusched.core.host_name import this_host
 from airflow_provider_gpusched.core.safe_files import (
     BadRecordError,
@@ -39,6 +39,11 @@ from airflow_provider_gpusched.core.safe_files import (
     write_json_atomic,
 )
 from airflow_provider_gpusched.core.units import format_bytes
+
+if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+    from airflow_provider_gpusched.core.queue import QueueEntry, StopOutcome
+    from airflow_provider_gpusched.core.stops import StopRequest
 
 RECORD_VERSION = 1
 #: common GPU memory sizes (GiB): a memory request is routed to the smallest that holds it
@@ -75,7 +80,7 @@ def queue_for(request: GPURequest, lane: str = "gpu") -> str:
     """The executor queue for ``request``: its lane, and its memory tier when it asks for memory per GPU."""
     if lane not in LANES:
         raise InvalidArgumentError("lane", lane, f"one of {', '.join(LANES)}")
-    return lane if request.whole else f"{lane}-{memory_tier(int(request.gpu_memory))}g"
+    return lane if request.gpu_memory is None else f"{lane}-{memory_tier(request.gpu_memory)}g"
 
 
 def host_queues(gpus: Iterable[GPUInfo], lane: str = "gpu", host: str = "") -> list[str]:
@@ -205,7 +210,7 @@ class HostRecord:
             counts[g.memory_total] = counts.get(g.memory_total, 0) + 1
         return "+".join(f"{n}x{format_bytes(size)}" for size, n in sorted(counts.items())) or "no GPUs"
 
-    def usage(self):
+    def usage(self) -> dict[int, GPUUsage]:
         return gpu_usage(self.gpus, [LeaseView(memory=dict(lease.memory), whole=lease.whole) for lease in self.leases])
 
     def room_for(self, request: GPURequest) -> str:
@@ -245,12 +250,12 @@ def read_host_record(data: Any, source: str) -> HostRecord:
     if not isinstance(data, dict):
         raise BadRecordError(f"{source}: expected a JSON object, got {type(data).__name__}")
     _check(data.get("version") == RECORD_VERSION, source, "version", str(RECORD_VERSION), data.get("version"))
-    host = data.get("host")
+    host: Any = data.get("host")  # each field checked before it is used
     _check(isinstance(host, str) and bool(_HOST_NAME.match(host)), source, "host", "a host name", host)
     _check(is_number(data.get("time")), source, "time", "a time in seconds", data.get("time"))
     _check(data.get("source") in ("nvml", "simulated"), source, "source", "'nvml' or 'simulated'", data.get("source"))
     _check(isinstance(data.get("address", ""), str), source, "address", "a string", data.get("address"))
-    raw_gpus = data.get("gpus")
+    raw_gpus: Any = data.get("gpus")
     _check(isinstance(raw_gpus, list) and len(raw_gpus) <= 64, source, "gpus", "a list of GPUs", raw_gpus)
     gpus = []
     for i, g in enumerate(raw_gpus):
@@ -283,7 +288,7 @@ def read_host_record(data: Any, source: str) -> HostRecord:
             )
         )
     indices = {g.index for g in gpus}
-    raw_leases = data.get("leases")
+    raw_leases: Any = data.get("leases")
     _check(isinstance(raw_leases, list), source, "leases", "a list of leases", raw_leases)
     leases = []
     for i, lease in enumerate(raw_leases):
@@ -335,7 +340,7 @@ def hosts_dir(fleet_dir: str) -> str:
     return os.path.join(fleet_dir, "hosts")
 
 
-def record_of(manager, host: str, address: str = "") -> HostRecord:
+def record_of(manager: LeaseManager, host: str, address: str = "") -> HostRecord:
     """This host's record from its lease manager (:class:`~..gpu.leases.LeaseManager`): one look at its GPUs
     and live leases, as every task of ours on the host sees them."""
     gpus, leases = manager.snapshot()
@@ -413,7 +418,9 @@ class FleetView:
         return fits, "; ".join(why)
 
 
-def _read_host_files(folder: str, read, max_bytes: int) -> tuple[list[Any], list[tuple[str, str]]]:
+def _read_host_files(
+    folder: str, read: Callable[[Any, str], Any], max_bytes: int
+) -> tuple[list[Any], list[tuple[str, str]]]:
     """Every ``<host>.json`` in ``folder`` read back by ``read(data, path)``: the records, and ``(path, why)`` for
     each file that could not be read or names another host than its file's name."""
     try:
@@ -489,23 +496,24 @@ def orders_dir(fleet_dir: str) -> str:
     return os.path.join(fleet_dir, "stop-orders")
 
 
-def join(manager, fleet_dir: str, host: str | None = None) -> None:
+def join(manager: LeaseManager, fleet_dir: str, host: str | None = None) -> None:
     """Make a host's lease manager heed the head node: stop requests in :func:`stops_dir` and the fleet's stop
     orders (:func:`orders_dir`), besides its own lease directory's."""
     manager.store.fleet_stops = stops_dir(fleet_dir, host or this_host())
     manager.fleet_orders = orders_dir(fleet_dir)
 
 
-def queue_entries(view: FleetView, fleet_dir: str, now: float | None = None):
+def queue_entries(view: FleetView, fleet_dir: str, now: float | None = None) -> tuple[list[QueueEntry], list[str]]:
     """Every lease the fleet's hosts published, as ``gpusched queue`` lists work (backend ``local``, with its
     host). A host whose record is stale has its leases listed ``orphaned``: it or its worker is down."""
     from airflow_provider_gpusched.core.queue import QueueEntry
     from airflow_provider_gpusched.core.work_tag import WorkTag
 
     now = now or time.time()
-    entries, problems = [], []
+    entries: list[QueueEntry] = []
+    problems: list[str] = []
     for record in view.hosts:
-        asked = set()
+        asked: set[str] = set()
         with contextlib.suppress(FileNotFoundError, NotADirectoryError):
             asked = {n[:-5] for n in os.listdir(stops_dir(fleet_dir, record.host)) if n.endswith(".stop")}
         for lease in record.leases:
@@ -537,7 +545,15 @@ def queue_entries(view: FleetView, fleet_dir: str, now: float | None = None):
     return entries, problems
 
 
-def stop_on_hosts(fleet_dir: str, entries, request, *, shared: bool = False, wait: float = 30.0, poll: float = 0.5):
+def stop_on_hosts(
+    fleet_dir: str,
+    entries: Iterable[QueueEntry],
+    request: StopRequest,
+    *,
+    shared: bool = False,
+    wait: float = 30.0,
+    poll: float = 0.5,
+) -> list[StopOutcome]:
     """Ask each entry's host (:func:`queue_entries`) to stop it: a stop request in :func:`stops_dir`, which the
     lease's holder there acts on within a second exactly as for a local ``gpusched queue stop`` (SIGTERM to its
     child, the class's grace period, SIGKILL; the task fails saying who stopped it). Waits up to ``wait``

@@ -58,7 +58,7 @@ class SweepEndReport:
         if self.stopped and self.round_no is None:
             return f"[gpusched] sweep {self.sweep} was stopped: {done or 'nothing ran'}"
         best = ""
-        if self.top:
+        if self.top and self.objective is not None:  # a leaderboard comes with its objective
             best = f"; best {self.objective.score_label} {self.top[0]['score']:.6g}"
         if self.round_no is not None:
             return f"[gpusched] sweep {self.sweep} round {self.round_no + 1} of {self.rounds}: so far {done}{best}"
@@ -91,7 +91,7 @@ class SweepEndReport:
             f"results: {self.folder}" + (f" (DAG run {self.run})" if self.run else ""),
             "counts: " + ", ".join(f"{k} {v}" for k, v in self.counts.items() if v),
         ]
-        if self.top:
+        if self.top and self.objective is not None:  # a leaderboard comes with its objective
             head, rows = self._rows()
             widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
             lines += [
@@ -120,7 +120,7 @@ class SweepEndReport:
             "|" + "---|" * sum(1 for v in self.counts.values() if v),
             "| " + " | ".join(str(v) for v in self.counts.values() if v) + " |",
         ]
-        if self.top:
+        if self.top and self.objective is not None:  # a leaderboard comes with its objective
             head, rows = self._rows()
             lines += [
                 "",
@@ -151,7 +151,7 @@ class SweepEndReport:
             + "".join(f"<td>{v}</td>" for v in self.counts.values() if v)
             + "</tr></table>",
         ]
-        if self.top:
+        if self.top and self.objective is not None:  # a leaderboard comes with its objective
             head, rows = self._rows()
             parts.append(
                 f"<p>Top {len(rows)} ({e(self.objective.describe())}):</p><table><tr>"
@@ -207,7 +207,7 @@ def _hours(seconds: float) -> str:
 def _gpu_count(record: Mapping[str, Any], default: int) -> float:
     """The GPUs a trial held: its recorded share (a memory slice counts as its fraction of the GPU), else the GPUs
     its status names, else the spec's count (Slurm)."""
-    share = record.get("gpu_share")
+    share: Any = record.get("gpu_share")
     if is_json_number(share) and 0 < share <= 1024:
         return float(share)
     gpus = record.get("gpus")
@@ -241,11 +241,12 @@ def build_end_report(
         )
     records = [r for r in summary["records"] if isinstance(r, dict)]
     counts = {k: int(v) for k, v in summary["counts"].items() if k in (*RUN_STATES, "defined") and isinstance(v, int)}
-    table = summary.get("table") if isinstance(summary.get("table"), dict) else {}
+    table: dict[str, Any] = summary["table"] if isinstance(summary.get("table"), dict) else {}
     # this run's failures (the summary's table is per run), not an earlier run's that still stand
     failed_here = {i for state in FAILED_STATES for i in (table.get(state) or []) if isinstance(i, int)}
     board = read_json(os.path.join(folder, "leaderboard.json"))
-    objective, top = None, []
+    objective: Objective | None = None
+    top: list[dict[str, Any]] = []
     if (
         isinstance(board, dict)
         and isinstance(board.get("objective"), dict)
@@ -260,7 +261,7 @@ def build_end_report(
         ]
     pareto = read_json(os.path.join(folder, "pareto.json"))
     front = pareto.get("front", []) if isinstance(pareto, dict) and isinstance(pareto.get("front"), list) else []
-    failures = []
+    failures: list[dict[str, Any]] = []
     for r in records:
         if r.get("state") not in FAILED_STATES or len(failures) >= MAX_FAILURES:
             continue
@@ -301,4 +302,5 @@ def format_for(kind: str, report: SweepEndReport) -> str:
     """``text``, ``markdown`` or ``html``."""
     if kind not in ("text", "markdown", "html"):
         raise GpuschedError(f"report format {kind!r}: expected 'text', 'markdown' or 'html'")
-    return getattr(report, kind)()
+    text: str = getattr(report, kind)()
+    return text

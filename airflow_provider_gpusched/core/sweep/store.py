@@ -159,7 +159,7 @@ def read_result_json(path: str, folder: str) -> Any:
         return {"_unreadable": f"{path}: not valid JSON ({exc})"}
 
 
-class _PlainDict(dict):
+class _PlainDict(dict[str, Any]):
     """What a pickled EasyDict is read as: its items (the attributes it also pickles are the same values)."""
 
     def __setstate__(self, state: Any) -> None:
@@ -328,7 +328,9 @@ class TrialStore:
 
     # -- per-trial state -------------------------------------------------------------------------------
     def status(self, trial: Trial) -> dict[str, Any] | None:
-        return read_json(os.path.join(self.trial_dir(trial), "status.json"))
+        """The trial's status record; None when it has none (or it is not a mapping: never a half-written one)."""
+        status = read_json(os.path.join(self.trial_dir(trial), "status.json"))
+        return status if isinstance(status, dict) else None
 
     def state(self, trial: Trial) -> str:
         return self.state_of(self.status(trial))
@@ -455,7 +457,7 @@ class TrialStore:
                         "ended": time.time(),
                     },
                 )
-                return kept["state"]
+                return str(kept["state"])
         elif state == "stopped":
             return None
         self.mark_finished(
@@ -589,7 +591,8 @@ class TrialStore:
         """(to run, skipped): succeeded and pruned trials are skipped unless ``force_rerun``."""
         if force_rerun:
             return list(trials), []
-        run, skipped = [], []
+        run: list[Trial] = []
+        skipped: list[Trial] = []
         for trial in trials:
             (skipped if self.state(trial) in DONE_STATES else run).append(trial)
         return run, skipped
@@ -628,7 +631,7 @@ class TrialStore:
         return read_json(self.path(name))
 
 
-def where_running() -> dict[str, str | None]:
+def where_running() -> dict[str, str | float | None]:
     """The GPUs this process was given (``CUDA_VISIBLE_DEVICES`` as set by the local-GPU launcher or Slurm)
     and its Slurm job (``<array job>_<task>`` for an array task), for a trial's status."""
     env = os.environ
@@ -684,7 +687,7 @@ def state_in_run(record: Mapping[str, Any], run: str | None, planned_at: float |
     ``not_started`` (the record, if any, is an earlier run's and stands), or the state its re-run in this run ended
     in (``stopped``) when this run's re-run was interrupted and the earlier outcome put back. ``run`` None: the
     record's own state (a sweep run without a DAG run: the CLI)."""
-    state = record["state"]
+    state = str(record["state"])
     if run is None:
         return state
     if state != "waiting":

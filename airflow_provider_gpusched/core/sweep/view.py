@@ -137,7 +137,7 @@ def outcome_records(
                 if record["state"] != "waiting"
                 else ""
             )
-            interrupted = record.get("interrupted") if isinstance(record.get("interrupted"), dict) else {}
+            interrupted: dict[str, Any] = record["interrupted"] if isinstance(record.get("interrupted"), dict) else {}
             why = interrupted.get("reason") if state != "not_started" else "not started in this run"
             outcome.update(
                 state=state,
@@ -297,7 +297,7 @@ MAX_CURVES, MAX_CURVE_POINTS, MAX_REPORT_READS = 60, 120, 300
 
 def report_paths(plans: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     """trial id -> the path of its reports file, for the trials of ``plans`` (which name their folder)."""
-    out = {}
+    out: dict[str, str] = {}
     for plan in plans:
         if not plan.get("folder"):
             continue
@@ -312,7 +312,7 @@ def report_paths(plans: Sequence[Mapping[str, Any]]) -> dict[str, str]:
 def report_runs(plans: Sequence[Mapping[str, Any]], run: str) -> dict[str, str]:
     """trial id -> the DAG run whose curve the view of ``run`` draws: ``run`` itself, or for a trial it skipped
     (done before), the run that did it."""
-    out = {}
+    out: dict[str, str] = {}
     for plan in plans:
         before = {s["trial_id"]: s.get("run") for s in plan["skipped"]}
         for t in plan["trials"]:
@@ -321,11 +321,12 @@ def report_runs(plans: Sequence[Mapping[str, Any]], run: str) -> dict[str, str]:
 
 
 def _curves(
-    rows: Sequence[Mapping[str, Any]], read: Callable[[str], Sequence[Mapping] | None], metric: str
+    rows: Sequence[Mapping[str, Any]], read: Callable[[str], Sequence[Mapping[str, Any]] | None], metric: str
 ) -> dict[str, Any]:
     """The curves of ``metric`` by step (running trials first, then by index) and each running trial's
     latest report; ``read(trial_id)`` gives a trial's reports (None: not readable), asked lazily."""
-    curves, latest = [], []
+    curves: list[dict[str, Any]] = []
+    latest: list[dict[str, Any]] = []
     # a trial this run did not start, or whose re-run it stopped (the earlier outcome put back), has no curve of it
     order = sorted(
         (r for r in rows if r["state"] not in ("not_started", "stopped")),
@@ -367,7 +368,7 @@ def best_so_far(points: Sequence[Mapping[str, Any]], objective: Objective) -> li
     """The best score so far by trial index, over every point: ``[[index, best], ...]`` where it improves (and the
     last index, so the line reaches the end)."""
     line: list[list[float]] = []
-    best = None
+    best: Any = None
     ordered = sorted(points, key=lambda p: p["index"])
     for p in ordered:
         if best is None or objective.better(p["score"], best):
@@ -378,7 +379,7 @@ def best_so_far(points: Sequence[Mapping[str, Any]], objective: Objective) -> li
     return line
 
 
-def sample_points(points: list[dict[str, Any]], objective: Objective, limit: int | None = None) -> list[dict]:
+def sample_points(points: list[dict[str, Any]], objective: Objective, limit: int | None = None) -> list[dict[str, Any]]:
     """At most ``limit`` points (default :data:`MAX_POINTS`) for the plots, in index order: all when they fit;
     else the best quarter by score (and every point on the Pareto front), then an even sample of the rest by index,
     so the best region is drawn whole and the rest keeps its shape."""
@@ -396,7 +397,9 @@ def sample_points(points: list[dict[str, Any]], objective: Objective, limit: int
 
 
 def trial_rows(
-    plans: Sequence[Mapping[str, Any]], outcomes: Mapping[str, Mapping], ti_states: Mapping[tuple[str, int], str | None]
+    plans: Sequence[Mapping[str, Any]],
+    outcomes: Mapping[str, Mapping[str, Any]],
+    ti_states: Mapping[tuple[str, int], str | None],
 ) -> list[dict[str, Any]]:
     """Every listed trial of one sweep in one DAG run, in index order: its parameters, state (from its outcome,
     else from its task instance), result, error, the task instance that ran it and whether it was skipped."""
@@ -459,10 +462,12 @@ def sweep_objective(plans: Sequence[Mapping[str, Any]]) -> Objective | None:
 
 def scored_points(
     rows: Sequence[Mapping[str, Any]], objective: Objective
-) -> tuple[list[dict[str, Any]], dict[str, set[Any]], dict[str, set]]:
+) -> tuple[list[dict[str, Any]], dict[str, set[Any]], dict[str, set[Any]]]:
     """The succeeded trials as plot points (index, round, score, label, numeric ``params``, ``categories``; with
     several metrics their ``values``), and the values seen of each numeric and categorical parameter."""
-    points, values, categories = [], {}, {}
+    points: list[dict[str, Any]] = []
+    values: dict[str, set[Any]] = {}
+    categories: dict[str, set[Any]] = {}
     for r in rows:
         metrics = objective.values(r["result"]) if r["state"] == "succeeded" else None
         if metrics is None:
@@ -471,8 +476,8 @@ def scored_points(
         for name, value in numeric.items():
             values.setdefault(name, set()).add(value)
         labels = _categorical_params(r["params"])
-        for name, value in labels.items():
-            categories.setdefault(name, set()).add(value)
+        for name, label in labels.items():
+            categories.setdefault(name, set()).add(label)
         point = {
             "index": r["index"],
             "round": r["round"],
@@ -489,7 +494,7 @@ def scored_points(
 
 
 def param_axes(
-    plans: Sequence[Mapping[str, Any]], values: Mapping[str, set[Any]], categories: Mapping[str, set]
+    plans: Sequence[Mapping[str, Any]], values: Mapping[str, set[Any]], categories: Mapping[str, set[Any]]
 ) -> dict[str, Any]:
     """The parameters worth drawing: numeric ones that vary (with their scale, log or linear) and categorical ones
     with 2 to :data:`MAX_CATEGORIES` values (their values sorted)."""
@@ -504,7 +509,7 @@ def param_axes(
     }
 
 
-def trial_counts(plans: Sequence[Mapping[str, Any]], rows: Sequence[Mapping]) -> dict[str, int]:
+def trial_counts(plans: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     """How many trials are in each state (:data:`STATES`), with ``defined`` and ``skipped``; trials whose
     parameters are not published yet count as ``waiting``."""
     counts = {state: 0 for state in RUN_STATES}
