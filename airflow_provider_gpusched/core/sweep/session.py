@@ -13,11 +13,19 @@ import hashlib
 import os
 import re
 import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_json_number
 from airflow_provider_gpusched.core.errors import GpuschedError
-from airflow_provider_gpusched.core.sweep.expand import Trial, finite_space_size, flatten, make_trial, nested
+from airflow_provider_gpusched.core.sweep.expand import (
+    DEFAULT_LABELS,
+    Trial,
+    finite_space_size,
+    flatten,
+    make_trial,
+    nested,
+)
 from airflow_provider_gpusched.core.sweep.objective import format_leaderboard, leaderboard, pareto_front
 from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports
 from airflow_provider_gpusched.core.sweep.search import RoundSearch, make_search
@@ -77,21 +85,23 @@ class SweepSession:
     # -- planning --------------------------------------------------------------------------------------
     def _target(self) -> dict[str, Any]:
         template = self.spec._template
-        extra = {"config_template": {"name": template.name, "text": template.text}} if template else {}
+        extra: dict[str, Any] = {"config_template": {"name": template.name, "text": template.text}} if template else {}
         if self.spec.required_env is not None:
             extra["required_env"] = save_callable(self.store.dir, self.spec.required_env, REQUIRED_ENV_FILE)
         if self.spec.python_callable is not None:
             save_callable(self.store.dir, self.spec.python_callable)
             return {"callable": CALLABLE_FILE, **extra}
-        return {"command": list(self.spec.command), **extra}
+        return {"command": list(self.spec.command or ()), **extra}  # a command or a callable: SweepSpec checked
 
     def round_trials(self, round_no: int) -> list[Trial]:
         params = self.search.ask(round_no)
         varying = self.spec.varying()
-        first = round_no * self.spec.per_round  # trial numbers run on across rounds: 0..7 in round 0, 8..15 in round 1
+        first = (
+            round_no * self.search.per_round
+        )  # trial numbers run on across rounds: 0..7 in round 0, 8..15 in round 1
         trials, seen = [], set()
         for i, p in enumerate(params):
-            trial = make_trial(p, varying, self.spec.code_version, first + i, self.spec.label_format)
+            trial = make_trial(p, varying, self.spec.code_version, first + i, self.spec.label_format or DEFAULT_LABELS)
             if trial.trial_id not in seen:
                 seen.add(trial.trial_id)
                 trials.append(trial)
@@ -142,7 +152,7 @@ class SweepSession:
         )
         return Manifest(path)
 
-    def _adopt_gts_results(self, trials) -> None:
+    def _adopt_gts_results(self, trials: Iterable[Trial]) -> None:
         """GPU Task Scheduler skips a test instance whose result folder exists; so do we: such a trial is recorded
         as succeeded (by that tool, its results in that folder), once."""
         for trial in trials:
@@ -157,9 +167,9 @@ class SweepSession:
 
     def finish_round(self, round_no: int, run: str | None = None) -> dict[str, Any]:
         manifest = self.manifest(round_no, run)
-        objective = self.spec.objective
-        outcomes = []
-        scores = []
+        objective = self.search.objective
+        outcomes: list[tuple[Any, ...]] = []
+        scores: list[float] = []
         metric = self.spec.report_metric
         for record in self.store.records(manifest.trials):
             values = objective.values(record["result"]) if record["state"] == "succeeded" else None
@@ -172,8 +182,9 @@ class SweepSession:
                 outcomes.append((trial.params, None, curve))
             else:
                 outcomes.append((trial.params, values))
-            if values is not None:
-                scores.append(objective.score(record["result"]))
+            score = objective.score(record["result"]) if values is not None else None
+            if score is not None:
+                scores.append(score)
         told = self.search.tell(round_no, outcomes)
         best = (max if objective.maximize else min)(scores) if scores else None
         return {"round": round_no, "trials": len(outcomes), "told": told, "scored": len(scores), "round_best": best}
@@ -182,7 +193,7 @@ class SweepSession:
         self,
         round_no: int | None,
         run: str | None,
-        log=lambda line: None,
+        log: Callable[[str], None] = lambda line: None,
         *,
         state: str = "failed",
         why: str = "its runner stopped before recording an outcome (killed, or its job/process died)",
@@ -307,8 +318,9 @@ class SweepSession:
             # a finite space caps the trials: no round proposes a point already evaluated
             size = left = finite_space_size(flatten(self.spec.space))
             rows = []
-            for r in range(self.spec.rounds):
-                n = self.spec.per_round if left is None else min(self.spec.per_round, left)
+            rounds, per_round = self.spec.rounds or 0, self.spec.per_round or 0  # a round search's kind set both
+            for r in range(rounds):
+                n = per_round if left is None else min(per_round, left)
                 rows.append({"round": r, "trials": n})
                 left = None if left is None else left - n
             return {
