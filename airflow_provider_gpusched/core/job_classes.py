@@ -85,7 +85,7 @@ class LocalClassPolicy:
 
     def backoff_for(self, preemptions: int) -> float:
         """Seconds to wait before relaunching after the ``preemptions``-th preemption."""
-        return min(self.max_backoff, self.backoff * 2 ** max(0, preemptions - 1))
+        return float(min(self.max_backoff, self.backoff * 2 ** max(0, preemptions - 1)))
 
 
 @dataclass(frozen=True)
@@ -200,7 +200,7 @@ class JobClassMapping:
             if not isinstance(body, Mapping):
                 raise JobClassConfigError(f"{source}: {name}: expected a mapping with airflow/slurm/local sections")
             base = classes[name]
-            parts = {"airflow": base.airflow, "slurm": base.slurm, "local": base.local}
+            parts: dict[str, Any] = {"airflow": base.airflow, "slurm": base.slurm, "local": base.local}
             for section, values in body.items():
                 if section not in _SECTIONS:
                     raise JobClassConfigError(

@@ -173,7 +173,7 @@ def _read_error(path: str) -> RemoteCallError | None:
     world = data.get("world_size") if isinstance(data.get("world_size"), int) else None
     host = data.get("host") if isinstance(data.get("host"), str) else None
     error = RemoteCallError(data["type"], data["message"], data["traceback"], rank, host, world)
-    when = data.get("time")
+    when: Any = data.get("time")
     error.time = float(when) if is_json_number(when) else float("inf")
     return error
 

@@ -73,10 +73,10 @@ class OOMRetryPolicy:
 
     def escalate(self, request: GPURequest, oom_failures: int, gpu_sizes: Sequence[int]) -> GPURequest | None:
         """The request for the next attempt after the ``oom_failures``-th OOM, or None (give up)."""
-        if oom_failures > self.retries or request.whole:
+        if oom_failures > self.retries or request.gpu_memory is None:  # whole GPUs: nothing to grow
             return None
-        bigger = int(math.ceil(int(request.gpu_memory) * self.factor))
-        largest = max(gpu_sizes) - int(request.memory_margin) if gpu_sizes else 0
+        bigger = int(math.ceil(request.gpu_memory * self.factor))
+        largest = max(gpu_sizes) - request.memory_margin if gpu_sizes else 0
         if oom_failures == self.retries or bigger > largest:
             return replace(request, gpu_memory=None)
         return replace(request, gpu_memory=bigger)

@@ -18,10 +18,13 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_gpusched.core.partition.bits import bit_positions
 from airflow_provider_gpusched.core.partition.problem import PartitionInputError
+
+if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.partition.solver import _Model
 
 
 @dataclass
@@ -33,13 +36,13 @@ class CheckResult:
     proven_infeasible: bool
 
 
-def stage_arcs(model, x: float) -> list[tuple[int, int, int]]:
+def stage_arcs(model: _Model, x: float) -> list[tuple[int, int, int]]:
     """Every stage (start s, 0-based; end r, 1-based; type k) whose compute time, memory and both links are
     within x. A type can stand at boundary j (after layer j, 0 < j < L) iff sending out(j) between two hosts of
     that type is within x."""
 
     L = model.L
-    arcs = []
+    arcs: list[tuple[int, int, int]] = []
     ends = model._end_bits(x)
     for k in range(model.T):
         at = [True] + [model.comm[j - 1][k][k] <= x for j in range(1, L)] + [True]
@@ -57,7 +60,7 @@ def stage_arcs(model, x: float) -> list[tuple[int, int, int]]:
 SIMPLEX_UP_TO = 1000
 
 
-def check(model, x: float, deadline: float | None = None, *, relaxed: bool = False) -> CheckResult:
+def check(model: _Model, x: float, deadline: float | None = None, *, relaxed: bool = False) -> CheckResult:
     """Is there a schedule within x respecting host counts? ``relaxed`` solves the linear relaxation only (a
     refutation is a proof; a fractional answer proves nothing and returns no stages)."""
     try:
@@ -126,7 +129,7 @@ def check(model, x: float, deadline: float | None = None, *, relaxed: bool = Fal
     return CheckResult(stages, False)
 
 
-def lower_bound_index(model, values: list[float], lo: int, deadline: float | None) -> tuple[int, int]:
+def lower_bound_index(model: _Model, values: list[float], lo: int, deadline: float | None) -> tuple[int, int]:
     """The first index at or above ``lo`` whose linear relaxation is feasible: every value below it is refuted
     (a proven lower bound). Galloping upward from ``lo``, then bisection: the relaxation is cheap to refute
     near ``lo``, where few stages are within the value, and costly far above it. Stops early at the deadline
@@ -165,7 +168,7 @@ def lower_bound_index(model, values: list[float], lo: int, deadline: float | Non
     return lo, solved
 
 
-def weighted_path(model, x: float, rounds: int = 200) -> list[tuple[int, int, int]] | None:
+def weighted_path(model: _Model, x: float, rounds: int = 200) -> list[tuple[int, int, int]] | None:
     """A quick schedule within x respecting host counts, or None: no proof either way. The cheapest path when
     a stage on type k costs 1 + p[k], the prices p raised for types the path uses more hosts of than there are
     and lowered (not below 0) for types with hosts to spare (subgradient steps on the count constraints), for
@@ -191,9 +194,12 @@ def weighted_path(model, x: float, rounds: int = 200) -> list[tuple[int, int, in
                     cost[r], via[r] = c, (s, k)
         if cost[L] == math.inf:
             return None  # no path at all within x
-        stages, at = [], L
+        stages: list[tuple[int, int, int]] = []
+        at = L
         while at:
-            s, k = via[at]
+            step_back = via[at]
+            assert step_back is not None  # every boundary on the cheapest path to L was reached from one before
+            s, k = step_back
             stages.append((k, s + 1, at))
             at = s
         used = [0] * T
@@ -205,7 +211,7 @@ def weighted_path(model, x: float, rounds: int = 200) -> list[tuple[int, int, in
         step = 1.0 / math.sqrt(n + 1)
         for k in range(T):
             price[k] = max(0.0, price[k] + step * (used[k] - caps[k]) / max(1, caps[k]))
-    return _crossover(list(seen), caps)
+    return _crossover([list(path) for path in seen], caps)
 
 
 def _crossover(paths: list[list[tuple[int, int, int]]], caps: list[int]) -> list[tuple[int, int, int]] | None:

@@ -49,12 +49,13 @@ def not_proven_note(schedule: Schedule, time_limit: float | None) -> str:
     limit = f"the time limit ({time_limit:g} s)" if time_limit is not None else "the time limit"
     return (
         f"not proven optimal: {limit} stopped the search; bottleneck {schedule.bottleneck_s:.6f} s, proven "
-        f"lower bound {schedule.lower_bound_s:.6f} s (gap {100 * schedule.gap:.1f}%)"
+        f"lower bound {schedule.lower_bound_s:.6f} s (gap {100 * (schedule.gap or 0.0):.1f}%)"
     )
 
 
 def explain_table(problem: Problem, schedule: Schedule) -> str:
-    if not schedule.feasible:
+    bottleneck, worst = schedule.bottleneck_s, schedule.bottleneck_stage
+    if bottleneck is None or worst is None:  # no stages: not feasible
         why = "; ".join(f"{k}: {v}" for k, v in problem.skipped_types.items())
         return f"no feasible schedule for {problem.model} ({problem.layers} layers)" + (
             f"; device types without a profile: {why}" if why else ""
@@ -62,7 +63,6 @@ def explain_table(problem: Problem, schedule: Schedule) -> str:
     from airflow_provider_gpusched.core.text import format_table
 
     mib = 1024 * 1024
-    worst = schedule.bottleneck_stage
     rows = [
         (
             n + 1,
@@ -80,5 +80,5 @@ def explain_table(problem: Problem, schedule: Schedule) -> str:
     return (
         f"{problem.model}, {problem.dtype}, batch {problem.batch_size}, buffers in/out "
         f"{problem.buffers_in}/{problem.buffers_out}: bottleneck {schedule.bottleneck_s:.6f} s "
-        f"(stage {worst + 1}, {1 / schedule.bottleneck_s:.3f} microbatches/s)\n{table}"
+        f"(stage {worst + 1}, {1 / bottleneck:.3f} microbatches/s)\n{table}"
     )

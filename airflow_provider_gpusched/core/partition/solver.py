@@ -23,6 +23,7 @@ import bisect
 import functools
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,9 +71,10 @@ class Schedule:
     @property
     def gap(self) -> float | None:
         """How far the bottleneck may be above the optimum, as a fraction of the bottleneck (0 when optimal)."""
-        if not self.stages or self.lower_bound_s is None:
+        bottleneck = self.bottleneck_s
+        if bottleneck is None or self.lower_bound_s is None:
             return None
-        return 0.0 if self.optimal else (self.bottleneck_s - self.lower_bound_s) / self.bottleneck_s
+        return 0.0 if self.optimal else (bottleneck - self.lower_bound_s) / bottleneck
 
     @property
     def feasible(self) -> bool:
@@ -273,9 +275,9 @@ class _Model:
                     key = tuple(k0 for k0 in sources if links[k0][k2] <= x)
                     if not key:
                         continue
-                    src = merged.get(key)
-                    if src is None:
-                        src = merged[key] = _or_all(row[k0] for k0 in key)
+                    if key not in merged:
+                        merged[key] = _or_all(row[k0] for k0 in key)
+                    src = merged[key]
                 if k2 in axis:  # one more host of type k2
                     a = axis[k2]
                     src = (src & below_cap[a]) << strides[a]
@@ -419,7 +421,7 @@ def _repeat(block: int, period: int, times: int) -> int:
     return result
 
 
-def _prefix_sums(values) -> list[float]:
+def _prefix_sums(values: Iterable[float]) -> list[float]:
     sums, total = [0.0], 0.0
     for value in values:
         total += value
@@ -427,7 +429,7 @@ def _prefix_sums(values) -> list[float]:
     return sums
 
 
-def _or_all(values) -> int:
+def _or_all(values: Iterable[int]) -> int:
     result = 0
     for value in values:
         result |= value

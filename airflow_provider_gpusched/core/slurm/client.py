@@ -19,6 +19,7 @@ from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgument
 from airflow_provider_gpusched.core.job_shape import gres_gpu_count
 from airflow_provider_gpusched.core.slurm.job import COMMENT_PREFIX, SlurmJobSpec, parse_job_comment
 from airflow_provider_gpusched.core.slurm.runner import (
+    CommandResult,
     CommandRunner,
     SlurmCommandError,
     SlurmUnavailableError,
@@ -145,7 +146,7 @@ class SlurmClient:
             if not os.access(directory, os.W_OK | os.X_OK):
                 raise InvalidArgumentError(name, path, f"a file in a directory this user can write ({directory})")
 
-    def _run_sbatch(self, argv: list[str], script: str | None, array: str | None = None):
+    def _run_sbatch(self, argv: list[str], script: str | None, array: str | None = None) -> CommandResult:
         try:
             return self.runner.run(argv, input=script)
         except SlurmUnavailableError:
@@ -416,8 +417,8 @@ class SlurmClient:
         argv = ["squeue", "--me", "-h", "-t", _LIVE_STATES, "-O", ",".join(f"{f}:|" for f in fields)]
         jobs = []
         for line in self.runner.run(argv).stdout.splitlines():
-            cols = line.rstrip("\n")
-            cols = (cols[:-1] if cols.endswith("|") else cols).split("|", len(fields) - 1)
+            text = line.rstrip("\n")
+            cols = (text[:-1] if text.endswith("|") else text).split("|", len(fields) - 1)
             if len(cols) != len(fields) or not cols[11].startswith(COMMENT_PREFIX):
                 continue
             raw_id, array_id, task_id, state, reason, restarts, partition, nodes, used, output, count, comment, name = (
@@ -531,7 +532,7 @@ class SlurmClient:
                 raise TimeoutError(f"job {job_id} did not finish within {timeout}s (now {status.describe()})")
             time.sleep(poll_interval)
 
-    def wait(self, job_id: str, **kwargs) -> JobStatus:
+    def wait(self, job_id: str, **kwargs: Any) -> JobStatus:
         """:meth:`follow`, returning the final status."""
         return self.follow(job_id, **kwargs).final_status()
 
