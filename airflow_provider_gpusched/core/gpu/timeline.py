@@ -265,7 +265,7 @@ def build_timeline(
     if until <= since:
         raise ValueError("until must be after since")
     short = (until - since) / max(1, resolution)
-    per_gpu: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    per_gpu: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
     for host, gpus in (known_gpus or {}).items():
         for g in gpus:
             per_gpu.setdefault((host, g), [])
@@ -352,7 +352,7 @@ def _merged(found: Sequence[Mapping[str, Any]], since: float, until: float, shor
             for key in ("count", "busy", "outcomes", "classes"):
                 bar.pop(key)
         elif bar.get("count"):  # drawn in the colour of the class most of its leases had; the first lease's link
-            first = {k: bar[k] for k in ("dag_id", "run_id", "task_id", "map_index") if k in bar}
+            first: dict[str, Any] = {k: bar[k] for k in ("dag_id", "run_id", "task_id", "map_index") if k in bar}
             bars[i] = {
                 "start": bar["start"],
                 "end": bar["end"],

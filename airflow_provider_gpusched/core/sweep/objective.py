@@ -68,7 +68,7 @@ class Objective:
                 raise InvalidArgumentError("objective.mode", mode, "'maximize' or 'minimize'")
         if len(set(metrics)) != len(metrics):
             raise InvalidArgumentError("objective.metric", self.metric, "distinct metric names")
-        weights = self.weights
+        weights: Any = self.weights  # a list, or {metric: weight} (made a list here); checked below
         if weights is not None:
             if not several:
                 raise InvalidArgumentError("objective.weights", weights, "weights only with several metrics")
@@ -267,7 +267,8 @@ NUMPY_FRONT = 64
 
 def _peel(oriented: Sequence[tuple[float, ...]], left: Sequence[int], front: list[int], rest: list[int]) -> None:
     """One front of three or more metrics: ``left`` (sorted best-first) split into ``front`` and ``rest``."""
-    members, count, np = None, 0, None  # numpy is imported once the front is large
+    members: Any = None  # numpy is imported once the front is large
+    count = 0
     for i in left:
         p = oriented[i]
         if members is None:
@@ -275,6 +276,8 @@ def _peel(oriented: Sequence[tuple[float, ...]], left: Sequence[int], front: lis
                 all(a >= b for a, b in zip(oriented[j], p, strict=True)) and oriented[j] != p for j in front
             )
         else:
+            import numpy as np
+
             found, q = members[:count], np.asarray(p)
             dominated = bool(np.any(np.all(found >= q, axis=1) & np.any(found > q, axis=1)))
         if dominated:

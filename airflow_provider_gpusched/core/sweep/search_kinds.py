@@ -19,6 +19,7 @@ from airflow_provider_gpusched.core.checks import check_int, is_number, record_f
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.sweep import spaces
 from airflow_provider_gpusched.core.sweep.expand import (
+    DEFAULT_LABELS,
     GridSweep,
     Trial,
     check_space,
@@ -47,7 +48,12 @@ class GridKind(SearchKind):
     def _grid(self, spec: SweepSpec, *, full: bool = False) -> GridSweep:
         if full:
             return GridSweep(
-                spec.global_config, spec.test_config, spec.grid_steps, spec.code_version, spec.where, spec.label_format
+                spec.global_config,
+                spec.test_config,
+                spec.grid_steps,
+                spec.code_version,
+                spec.where,
+                spec.label_format or DEFAULT_LABELS,
             )
         return GridSweep(spec.global_config, spec.test_config, spec.grid_steps, where=spec.where)
 
@@ -83,18 +89,24 @@ class RandomKind(SearchKind):
                 f"at most the {size:,} distinct points of this space (use search: grid to try them all)",
             )
 
-    def stage_size(self, spec: SweepSpec) -> int:
+    @staticmethod
+    def _count(spec: SweepSpec) -> int:
+        if spec.count is None:  # check() refused it; a spec that skipped check() is refused here too
+            raise InvalidArgumentError(f"{spec.where}: count", None, "the number of random trials (search: random)")
         return spec.count
+
+    def stage_size(self, spec: SweepSpec) -> int:
+        return self._count(spec)
 
     def trials(self, spec: SweepSpec) -> list[Trial]:
         return random_trials(
             spec.space,
-            spec.count,
+            self._count(spec),
             spec.seed,
             fixed=spec.global_config,
             code_version=spec.code_version,
             where=f"{spec.where}: space",
-            label_format=spec.label_format,
+            label_format=spec.label_format or DEFAULT_LABELS,
         )
 
 
