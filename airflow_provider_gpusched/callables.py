@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 
 def callable_arguments(
     func: Callable[..., Any],
-    op_args: Sequence[Any],
+    op_args: Collection[Any],
     op_kwargs: Mapping[str, Any],
     context: Mapping[str, Any],
     log: logging.Logger | Any,

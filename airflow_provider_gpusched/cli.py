@@ -141,7 +141,7 @@ def _gpus(args) -> int:
             if lease.orphaned_at:
                 state = f"  [ORPHAN: its worker died; stopping it since {now - lease.orphaned_at:.0f}s]"
             elif lease.lease_id in yielding:
-                state = f"  [yielding to {yielding[lease.lease_id].get('by', '?')}]"
+                state = f"  [yielding to {(yielding[lease.lease_id] or {}).get('by', '?')}]"
             elif lease.preemptible:
                 state = "  [preemptible]"
             print(
@@ -197,6 +197,7 @@ def _sweep_run(args) -> int:
 
 
 def _sweep_preview(args) -> int:
+    from airflow_provider_gpusched.core.sweep.expand import DEFAULT_LABELS
     from airflow_provider_gpusched.core.sweep.session import SweepSession
     from airflow_provider_gpusched.core.sweep.terminal import load_spec
     from airflow_provider_gpusched.core.text import format_table
@@ -210,7 +211,7 @@ def _sweep_preview(args) -> int:
             raise GpuschedError(
                 f"{args.spec}: search {spec.search} makes its trials round by round: no labels before it runs"
             )
-        print(spec.label_format.instance_separator.join(t["label"] for t in preview["table"]))
+        print((spec.label_format or DEFAULT_LABELS).instance_separator.join(t["label"] for t in preview["table"]))
         return 0
     if args.json:
         print(json.dumps(preview, indent=2, default=str))

@@ -38,7 +38,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TextIO
 
 from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.contain import shim_source
@@ -301,10 +301,11 @@ def local_launch_argv(
 def free_local_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
-def run_ranks(argv: Sequence[str], nproc: int, grace: float, *, out=None, poll: float = 0.1) -> int:
+def run_ranks(argv: Sequence[str], nproc: int, grace: float, *, out: TextIO | None = None, poll: float = 0.1) -> int:
     """Start ``argv`` ``nproc`` times with the rank variables set and watch them as ``srun --kill-on-bad-exit
     --wait`` does: a rank that fails stops the others; ranks still running ``grace`` seconds after the first one
     ended are stopped. SIGTERM/SIGINT are passed on to every rank. Returns the exit status (the first failure's)."""
@@ -332,7 +333,7 @@ def run_ranks(argv: Sequence[str], nproc: int, grace: float, *, out=None, poll: 
         flush=True,
     )
 
-    def forward(signum, _frame) -> None:
+    def forward(signum: int, _frame: object) -> None:
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signum)
@@ -356,11 +357,12 @@ def run_ranks(argv: Sequence[str], nproc: int, grace: float, *, out=None, poll: 
     first_end: tuple[float, int] | None = None
     while True:
         codes = [p.poll() for p in procs]
-        failed = next((r for r, c in enumerate(codes) if c not in (None, 0)), None)
+        failed = next(((r, c) for r, c in enumerate(codes) if c is not None and c != 0), None)
         if failed is not None:
+            rank, code = failed
             if any(c is None for c in codes):
-                stop_all(f"rank {failed} exited with {codes[failed]}; stopping the other ranks")
-            return codes[failed] if codes[failed] > 0 else 128 - codes[failed]
+                stop_all(f"rank {rank} exited with {code}; stopping the other ranks")
+            return code if code > 0 else 128 - code
         if all(c == 0 for c in codes):
             return 0
         if first_end is None:

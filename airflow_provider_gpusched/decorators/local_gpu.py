@@ -21,6 +21,7 @@ from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
 
 class _LocalGPUDecoratedOperator(DecoratedOperator, LocalGPUOperator):
     custom_operator_name = "@task.local_gpu"
+    python_callable: Callable[..., Any]  # always given here (the operator may run a command instead)
     template_fields: Sequence[str] = LocalGPUOperator.template_fields
 
     def __init__(self, *, python_callable: Callable[..., Any], op_args=None, op_kwargs=None, **kwargs: Any) -> None:

@@ -26,6 +26,7 @@ from airflow_provider_gpusched.operators.slurm import SlurmPythonOperator
 
 class _SlurmDecoratedOperator(DecoratedOperator, SlurmPythonOperator):
     custom_operator_name = "@task.slurm"
+    python_callable: Callable[..., Any]  # always given here (the operator may run a command instead)
     template_fields: Sequence[str] = SlurmPythonOperator.template_fields
 
     def __init__(self, *, python_callable: Callable[..., Any], op_args=None, op_kwargs=None, **kwargs: Any) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Iterable, Mapping
+from types import FrameType
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowException
@@ -29,7 +30,8 @@ def check_argument_types(task_id: str, checks: Iterable[Check], *, positive: Ite
         if value is None:
             continue
         wrong_bool = isinstance(value, bool) and bool not in types
-        if not isinstance(value, types) or wrong_bool or (name in positive and not value > 0):
+        not_positive = name in positive and isinstance(value, (int, float)) and not value > 0
+        if not isinstance(value, types) or wrong_bool or not_positive:
             raise AirflowException(f"{task_id}: {name}: expected {expected}, got {brief_repr(value)}")
 
 
@@ -58,8 +60,9 @@ def _callers_level() -> int:
 
     import airflow_provider_gpusched
 
-    inside = tuple(os.path.dirname(m.__file__) + os.sep for m in (airflow, airflow_provider_gpusched))
-    level, frame = 2, sys._getframe(2)  # 1: renamed_argument's caller's caller is where counting starts
+    inside = tuple(os.path.dirname(m.__file__ or "") + os.sep for m in (airflow, airflow_provider_gpusched))
+    level = 2
+    frame: FrameType | None = sys._getframe(2)  # 1: renamed_argument's caller's caller is where counting starts
     while frame is not None and frame.f_code.co_filename.startswith(inside):
         frame, level = frame.f_back, level + 1
     return level

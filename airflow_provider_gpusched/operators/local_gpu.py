@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseOperator, BaseOperatorLink
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider_gpusched import fleet, lineage, metrics, settings
@@ -29,8 +29,9 @@ from airflow_provider_gpusched.core.gpu.inventory import GPUInventoryError
 from airflow_provider_gpusched.core.gpu.launch import GPUChild
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
-from airflow_provider_gpusched.core.gpu.runner import AttemptHooks, Work, attempt_loop
+from airflow_provider_gpusched.core.gpu.runner import AttemptHooks, attempt_loop
 from airflow_provider_gpusched.core.gpu.timeline import LEASE_HISTORY_XCOM, SegmentLog, attempt_outcome, segment_of
+from airflow_provider_gpusched.core.gpu.work import Work
 from airflow_provider_gpusched.core.units import time_limit_seconds
 from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
@@ -96,7 +97,7 @@ class LocalGPUOperator(BaseOperator):
     template_fields: Sequence[str] = ("command", "bash_command", "env", "cwd", "op_args", "op_kwargs", "setup")
     template_fields_renderers = {"bash_command": "bash", "env": "json"}
     ui_color = "#d5f5e3"
-    operator_extra_links = (GPULeaseLink(),)
+    operator_extra_links: tuple[BaseOperatorLink, ...] = (GPULeaseLink(),)
     partial = JobClassPartial(local_gpus=True)  # mapped tasks get the class's pool, weight and queue too
 
     def __init__(
@@ -190,8 +191,8 @@ class LocalGPUOperator(BaseOperator):
         self.command = list(command) if command is not None else None
         self.bash_command = bash_command
         self.python_callable = python_callable
-        self.op_args = list(op_args or [])
-        self.op_kwargs = dict(op_kwargs or {})
+        self.op_args: Collection[Any] = list(op_args or [])  # typed as DecoratedOperator types them
+        self.op_kwargs: Mapping[str, Any] = dict(op_kwargs or {})
         try:
             self.request = GPURequest(
                 gpus=gpus,
@@ -257,13 +258,15 @@ class LocalGPUOperator(BaseOperator):
         return self._task_key(context)[:-1] + f", try {context['ti'].try_number})"
 
     def call_arguments(self, context) -> tuple[list[Any], dict[str, Any]]:
+        if self.python_callable is None:
+            raise AirflowException(f"{self.task_id}: no python_callable to call")
         return callable_arguments(self.python_callable, self.op_args, self.op_kwargs, context, self.log)
 
     def _work(self, context) -> Work:
         run_dir = self._run_dir(context)
         cwd = self.cwd or os.path.join(run_dir, "work")
         checkpoints = os.path.join(run_dir, "checkpoint")  # kept across relaunches within this try
-        launch = {
+        launch: dict[str, Any] = {
             "distributed": self.distributed,
             "rank_exit_grace": self.rank_exit_grace,
             "setup": self.setup,
@@ -601,6 +604,9 @@ class _TaskWaiting:
         self.op._fleet_hosts.append(this_host())
         context["ti"].xcom_push(key=FLEET_HOSTS_XCOM, value=list(self.op._fleet_hosts))
         view = fleet.read_this_fleet()
+        if view is None:  # called only in a fleet (fleet.enabled()); its directory went from the configuration since
+            manager.check_possible(progress.request)
+            return
         view.refuse_impossible(progress.request)  # InvalidArgumentError: the task fails, naming the sizes
         try:
             manager.check_possible(progress.request)

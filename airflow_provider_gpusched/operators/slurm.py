@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseOperator, BaseOperatorLink
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_gpusched import lineage, settings
@@ -123,7 +123,7 @@ class SlurmJobOperator(BaseOperator):
     )
     template_fields_renderers = {"script": "bash", "command": "py", "environment": "json"}
     ui_color = "#dbe9f6"
-    operator_extra_links = (SlurmJobLink(),)
+    operator_extra_links: tuple[BaseOperatorLink, ...] = (SlurmJobLink(),)
     partial = JobClassPartial()  # mapped tasks get the class's pool and weight too
 
     def __init__(
@@ -205,7 +205,7 @@ class SlurmJobOperator(BaseOperator):
         self.mem = mem
         self.time_limit = time_limit
         self.array = array
-        self.shape = {
+        self.shape: dict[str, Any] = {  # checked by check_shape (core/job_shape.py)
             "nodes": nodes,
             "ntasks_per_node": ntasks_per_node,
             "gpus_per_node": gpus_per_node,
@@ -327,7 +327,7 @@ class SlurmJobOperator(BaseOperator):
                 job_id,
                 comment,
             )
-            output_path = self._output_pattern(context)
+            output_path: str | None = self._output_pattern(context)
         else:
             tag = self.work_tag(context)
             refuse_if_stopped(self.task_id, tag)
@@ -660,7 +660,7 @@ class SlurmJobOperator(BaseOperator):
             self.log.warning("Could not publish the Slurm job record for the UI: %s", exc)
 
     def result_value(self, context, status: JobStatus, output_path: str, preemptions: int) -> Any:
-        result = {
+        result: dict[str, Any] = {
             "job_id": status.job_id,
             "state": status.state,
             "exit_code": status.exit_code,
@@ -711,8 +711,8 @@ class SlurmPythonOperator(SlurmJobOperator):
             raise AirflowException(f"python_callable must be callable, got {python_callable!r}")
         super().__init__(**kwargs)
         self.python_callable = python_callable
-        self.op_args = list(op_args or [])
-        self.op_kwargs = dict(op_kwargs or {})
+        self.op_args: Collection[Any] = list(op_args or [])  # typed as DecoratedOperator types them
+        self.op_kwargs: Mapping[str, Any] = dict(op_kwargs or {})
         self.python = python or sys.executable
 
     def _call_dir(self, context) -> str:

@@ -279,17 +279,17 @@ def gpu_board(user, session) -> dict[str, Any]:
         session, WAIT_XCOM, states=_WAITING_STATES, problems=problems
     ):
         try:
-            record = dict(read_wait_record(value, f"XCom {WAIT_XCOM} of {dag_id}.{task_id}[{map_index}] ({run_id})"))
-            _own_identity(record, dag_id, run_id, task_id, map_index)
-            hosts.check_name(record["host"], ran_on, f"XCom {WAIT_XCOM} of {dag_id}.{task_id}[{map_index}] ({run_id})")
+            wait = dict(read_wait_record(value, f"XCom {WAIT_XCOM} of {dag_id}.{task_id}[{map_index}] ({run_id})"))
+            _own_identity(wait, dag_id, run_id, task_id, map_index)
+            hosts.check_name(wait["host"], ran_on, f"XCom {WAIT_XCOM} of {dag_id}.{task_id}[{map_index}] ({run_id})")
         except BadRecordError as exc:
             bad(exc, dag_id)
             continue
-        if lease_started.get((dag_id, run_id, task_id, map_index), -1) >= record["since"]:
+        if lease_started.get((dag_id, run_id, task_id, map_index), -1) >= wait["since"]:
             continue  # it got its GPUs after waiting
-        record["state"] = str(state)
-        hide(record, dag_id)
-        waiting.append(record)
+        wait["state"] = str(state)
+        hide(wait, dag_id)
+        waiting.append(wait)
     waiting.sort(key=lambda r: (-r["priority"], r["since"]))
     ledger = []
     since = datetime.now(timezone.utc) - timedelta(seconds=max(WINDOWS.values()))  # the board's longest window
@@ -435,7 +435,8 @@ def _telemetry(problems: list[str]) -> dict[str, dict[str, Any]]:
         problems += bad
         return {host: {**record, "sampled_by": "its Edge worker"} for host, record in found.items()}
     own = own_host()
-    return {own.host: own_telemetry(own)} if own is not None else {}
+    telemetry = own_telemetry(own) if own is not None else None
+    return {own.host: telemetry} if own is not None and telemetry is not None else {}
 
 
 #: segments the timeline reads at most, over every task's record (the answer says when more were left out)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from airflow.sdk import Asset, TaskGroup, task
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -144,7 +144,7 @@ def _rounds(stage: _Stage, notify: Sequence[Any] | None = None):
     ``notify``, each tell also writes the summary so far and tells the notifiers (bound to its round)."""
     session, spec = stage.session, stage.spec
     previous = None
-    for r in range(spec.rounds):
+    for r in range(spec.rounds or 0):  # a round search's kind set it
         with TaskGroup(group_id=f"round_{r}", tooltip=f"round {r + 1} of {spec.rounds}"):
             plan, run = stage.build(round_no=r)
             told_to = _bind_notifiers(notify, session, round_no=r) if notify is not None else []
@@ -418,7 +418,8 @@ class _Stage:
             from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
 
             context = get_current_context()
-            context["chunk"] = chunk
+            # for map_index_template ("chunk {{ chunk }}"): Airflow renders it from the context the task leaves
+            cast("dict[str, Any]", context)["chunk"] = chunk
             manifest = session.manifest(round_no, context["run_id"])
             trials = manifest.chunk(chunk)
             r = spec.resources

@@ -7,7 +7,7 @@ view, which may run where the results folder is not visible."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_gpusched import lineage, metrics
 from airflow_provider_gpusched.core.errors import GpuschedError
@@ -21,6 +21,9 @@ from airflow_provider_gpusched.links import SweepLeaderboardLink
 from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator, WorkTimedOut
 from airflow_provider_gpusched.operators.queue_stops import WorkStopped
 from airflow_provider_gpusched.operators.slurm import SlurmJobFailed, SlurmJobOperator
+
+if TYPE_CHECKING:
+    from airflow.sdk.types import Logger
 
 
 def _ended_as(exc: Exception) -> str:
@@ -40,6 +43,11 @@ class _RecordsTrialFailures:
     plan task made it); their manifest is read once per task instance (:meth:`trial_set`)."""
 
     trials: Any
+
+    if TYPE_CHECKING:  # the operator's logger: this is a mix-in of LocalGPUOperator and SlurmJobOperator
+
+        @property
+        def log(self) -> Logger: ...
 
     def trial_set(self) -> tuple[Any, list[Any]] | None:
         """This task's manifest and trials, or None for a task given none (or whose manifest is gone)."""

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_gpusched.core.checks import is_finite_number, is_int
 from airflow_provider_gpusched.core.gpu.accounting import accounting_totals
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
 from airflow_provider_gpusched.core.gpu.telemetry import lease_memory, measured_gpus, over_reservation
 from airflow_provider_gpusched.core.safe_files import BadRecordError
+
+if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.fleet import HostRecord
 
 WINDOWS = {"hour": 3600.0, "day": 86400.0}
 #: the XCom keys under which a local-GPU task publishes its lease, that it waits for GPUs, and its GPU time
@@ -125,11 +128,12 @@ def read_lease_record(data: Any, source: str) -> BoardLease:
         raise bad("whole", "true or false")
     if not is_finite_number(data.get("started")):
         raise bad("started", "a time stamp")
-    for key, check, expected in (
+    checks: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
         ("map_index", is_int, "an integer"),
         ("priority", is_int, "an integer"),
         ("yielding_to", lambda v: isinstance(v, str) and len(v) <= 500, "a string"),
-    ):
+    )
+    for key, check, expected in checks:
         if key in data and not check(data[key]):
             raise bad(key, expected)
     inventory = []
@@ -186,7 +190,7 @@ class KnownHost:
     fleet: dict[str, Any] | None = None
 
 
-def fleet_known_host(record, now: float) -> KnownHost:
+def fleet_known_host(record: HostRecord, now: float) -> KnownHost:
     """A fleet host's published record (:class:`~airflow_provider_gpusched.core.fleet.HostRecord`) as the board
     lists it: its whole inventory, whether it is up, the GPUs that others hold."""
     age = max(0.0, record.age(now))
@@ -281,7 +285,7 @@ def read_gpu_time_record(data: Any, source: str, ended: float | None = None) -> 
             raise BadRecordError(f"{source}: key {key!r}: expected a non-negative number")
     if not is_int(data.get("preemptions", 0)):
         raise BadRecordError(f"{source}: key 'preemptions': expected an integer")
-    when = data.get("time", ended)
+    when: Any = data.get("time", ended)
     if not is_finite_number(when):
         raise BadRecordError(f"{source}: key 'time': expected a time stamp")
     return {
@@ -389,11 +393,11 @@ def build_board(
         indices = {g.index for g in known.inventory}
         for index in [i for i, gpu in gpus.items() if i not in indices and not gpu["leases"]]:
             del gpus[index]  # a task's inventory names a GPU the host does not have
-    board_hosts = []
+    board_hosts: list[dict[str, Any]] = []
     for host in sorted(hosts):
-        gpus = [hosts[host][i] for i in sorted(hosts[host])]
+        row = [hosts[host][i] for i in sorted(hosts[host])]
         others = set(fleet.get(host, {}).get("foreign_busy", ()))
-        for gpu in gpus:
+        for gpu in row:
             gpu["held_by_others"] = gpu["index"] in others and not gpu["leases"]
             gpu["memory_free"] = (
                 0 if gpu["whole_taken"] or gpu["held_by_others"] else max(0, gpu["memory_total"] - gpu["memory_leased"])
@@ -402,8 +406,8 @@ def build_board(
         board_hosts.append(
             {
                 "host": host,
-                "simulated": any(g["simulated"] for g in gpus),
-                "gpus": gpus,
+                "simulated": any(g["simulated"] for g in row),
+                "gpus": row,
                 "seen": seen[host],
                 "fleet": fleet.get(host),
             }

@@ -16,7 +16,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from airflow_provider_gpusched.core import pyfunc
@@ -101,7 +101,7 @@ class MemorySampler:
         return self.peaks
 
 
-def _pids_on(inventory: GPUInventory, gpus) -> set[int] | None:
+def _pids_on(inventory: GPUInventory, gpus: Iterable[int]) -> set[int] | None:
     """The processes the driver (NVML) shows on ``gpus`` now; None where it cannot be asked."""
     try:
         return {p.pid for g in inventory.gpus() if g.index in gpus for p in g.processes}
@@ -217,12 +217,13 @@ def run_attempt(
     two_stage = _TwoStages(manager, lease, request, child, stage, totals, on_line, on_gpus) if stage else None
     timeout = work.time_limit if timeout is None else timeout
     deadline = None if timeout is None else time.monotonic() + timeout
+    limit_text = "" if timeout is None else format_time_limit(math.ceil(timeout))
     timed_out = None
     started_wall = time.time() - (time.monotonic() - child.started_at)  # when the child started, as `seconds` counts
     next_yield_check = time.monotonic() + yield_interval
     code = None
-    preempted = None
-    halted = ""
+    preempted: str | None = None
+    halted: str | None = ""
     try:
         while code is None:
             code = child.wait(timeout=0.2)
@@ -238,7 +239,7 @@ def run_attempt(
                 code = child.stop(grace)
             elif deadline is not None and time.monotonic() > deadline:
                 timed_out = (
-                    f"reached its time limit ({format_time_limit(math.ceil(timeout))}) after "
+                    f"reached its time limit ({limit_text}) after "
                     f"{time.monotonic() - child.started_at:.1f}s and was stopped"
                 )
                 code = child.stop(grace)
@@ -253,7 +254,7 @@ def run_attempt(
                     preempted = reason
                     code = child.stop(manager.classes[lease.job_class].local.grace_period)
     finally:
-        if code is None or child.proc.poll() is None:
+        if code is None or (child.proc is not None and child.proc.poll() is None):
             code = child.stop(grace)
         else:  # it ended on its own: what it left running (cmd &, setsid, double fork) goes before the lease
             child.stop_leftovers(grace)
@@ -611,7 +612,7 @@ class GPUWorkRunner:
         """Run ``work`` to its end on leases of ``request`` (:func:`attempt_loop`, blocking); GPUWorkFailed when it
         fails for good."""
         self.manager.check_possible(request)
-        return attempt_loop(
+        result = attempt_loop(
             self.manager,
             WorkProgress(request),
             _Blocking(self, work, log_path, acquire_timeout),
@@ -620,3 +621,5 @@ class GPUWorkRunner:
             stop_event=self.stop_event,
             grace=self.grace,
         )
+        assert isinstance(result, RunResult)  # what the blocking hooks end the loop with
+        return result

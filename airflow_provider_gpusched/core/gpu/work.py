@@ -61,6 +61,7 @@ class Work:
 
     def child_argv(self, nproc: int = 1, env: Mapping[str, str] | None = None) -> tuple[list[str] | str, bool]:
         """What the child runs, and whether by a shell; a distributed start runs ``nproc`` ranks of it."""
+        argv: list[str] | str
         if self.shell_command is not None:
             argv, shell = self.shell_command, True
         elif self.call_dir is not None:
@@ -71,9 +72,9 @@ class Work:
                 False,
             )
         else:
-            argv, shell = [str(a) for a in self.argv], False
+            argv, shell = [str(a) for a in self.argv or ()], False  # exactly one of the three: __post_init__
         if self.distributed:
-            if shell:
+            if isinstance(argv, str):  # a shell command line
                 argv, shell = ["/bin/bash", "-c", argv], False
             grace = launcher_grace(self.rank_exit_grace, python_call=self.call_dir is not None)
             argv = local_launch_argv(
@@ -86,6 +87,6 @@ class Work:
         if not self.setup:
             return argv, shell
         lines = "\n".join(self.setup) + "\n"
-        if shell:  # a command line: the same shell goes on with it
+        if isinstance(argv, str):  # a command line: the same shell goes on with it
             return lines + argv, True
         return ["/bin/bash", "-c", lines + 'exec "$@"', "gpusched-setup", *argv], False

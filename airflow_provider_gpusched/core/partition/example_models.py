@@ -16,14 +16,15 @@ from collections.abc import Callable
 from typing import Any
 
 
-def _torch():
+def _torch() -> tuple[Any, Any]:
+    """PyTorch and its ``nn``, imported on first use (the package works without PyTorch)."""
     import torch
     from torch import nn
 
     return torch, nn
 
 
-def mlp(seed: int = 0):
+def mlp(seed: int = 0) -> Any:
     torch, nn = _torch()
     torch.manual_seed(seed)
     layers, width = [], 784
@@ -34,7 +35,7 @@ def mlp(seed: int = 0):
     return nn.Sequential(*layers)
 
 
-def convnet(seed: int = 0):
+def convnet(seed: int = 0) -> Any:
     torch, nn = _torch()
     torch.manual_seed(seed)
     blocks, channels = [], 3
@@ -47,27 +48,29 @@ def convnet(seed: int = 0):
     return nn.Sequential(*blocks)
 
 
-def tiny_vit(seed: int = 0, image: int = 64, patch: int = 8, width: int = 192, depth: int = 6, heads: int = 3):
+def tiny_vit(seed: int = 0, image: int = 64, patch: int = 8, width: int = 192, depth: int = 6, heads: int = 3) -> Any:
     torch, nn = _torch()
     torch.manual_seed(seed)
+    # PyTorch is imported here, on first use, so mypy sees nn.Module as Any: subclassing it is what a model does
+    module: Any = nn.Module
 
-    class PatchEmbedding(nn.Module):
+    class PatchEmbedding(module):  # type: ignore[misc]
         def __init__(self) -> None:
             super().__init__()
             self.proj = nn.Conv2d(3, width, patch, stride=patch)
             self.position = nn.Parameter(torch.zeros(1, (image // patch) ** 2, width))
             nn.init.trunc_normal_(self.position, std=0.02)
 
-        def forward(self, x):
+        def forward(self, x: Any) -> Any:
             return self.proj(x).flatten(2).transpose(1, 2) + self.position
 
-    class Head(nn.Module):
+    class Head(module):  # type: ignore[misc]
         def __init__(self) -> None:
             super().__init__()
             self.norm = nn.LayerNorm(width)
             self.fc = nn.Linear(width, 10)
 
-        def forward(self, x):
+        def forward(self, x: Any) -> Any:
             return self.fc(self.norm(x).mean(dim=1))
 
     blocks = [

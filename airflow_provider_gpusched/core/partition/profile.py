@@ -24,6 +24,7 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +60,7 @@ class ModelProfile:
         return math.prod(self.input_shape)
 
 
-def load_model(spec: str, *, seed: int = 0):
+def load_model(spec: str, *, seed: int = 0) -> Any:
     """The model ``spec`` names: a built-in name (``mlp``, ``convnet``, ``tiny-vit``) or
     ``package.module:callable`` (called with no arguments), as a list of layers, with the built-in's input shape
     (None for a callable). Errors name the spec and what was wrong."""
@@ -193,13 +194,13 @@ def profile_model(
     return ModelProfile(spec, dtype, batch_size, shape, where, memory_mb, profiles)
 
 
-def _measure(layer, x, device, warmup: int, repeat: int):
+def _measure(layer: Any, x: Any, device: Any, warmup: int, repeat: int) -> Any:
     import torch
 
     cuda = device.type == "cuda"
     largest = [0]
 
-    def note(_module, _inputs, output) -> None:
+    def note(_module: Any, _inputs: Any, output: Any) -> None:
         if isinstance(output, torch.Tensor):
             largest[0] = max(largest[0], output.numel() * output.element_size())
 
@@ -275,7 +276,7 @@ def write_profile(
 
 
 @contextlib.contextmanager
-def _locked(folder: str):
+def _locked(folder: str) -> Iterator[None]:
     """An exclusive lock on the folder itself (flock on its descriptor: no lock file to plant or leave)."""
     import fcntl
 
@@ -405,14 +406,14 @@ def check_profile_files(*, models_file: str, device_types_file: str, device_type
 
 
 @contextlib.contextmanager
-def time_limit(seconds: float, what: str = "profiling"):
+def time_limit(seconds: float, what: str = "profiling") -> Iterator[None]:
     """``what`` gets ``seconds``: then :class:`PartitionInputError` (exit code 124) is raised in the main thread;
     if it is stuck where Python cannot raise (a hung GPU kernel), the process exits 124 ten seconds later."""
     import signal
     import sys
     import threading
 
-    def expired(_signum, _frame) -> None:
+    def expired(_signum: int, _frame: object) -> None:
         raise PartitionInputError(
             f"{what} took longer than {seconds:g}s (--time-limit): stopped. A model that "
             f"hangs, or one too big for this device? Raise the limit if it is just slow",

@@ -15,13 +15,15 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_number
 from airflow_provider_gpusched.core.gpu.attempts import Attempt
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
-from airflow_provider_gpusched.core.gpu.runner import GPUWorkFailed, GPUWorkRunner, Work
+from airflow_provider_gpusched.core.gpu.runner import GPUWorkFailed, GPUWorkRunner
+from airflow_provider_gpusched.core.gpu.work import Work
 from airflow_provider_gpusched.core.stops import WorkHalted
 from airflow_provider_gpusched.core.sweep.expand import Trial
 from airflow_provider_gpusched.core.sweep.trial_run import Manifest, group_argv, write_group_manifest
@@ -142,7 +144,7 @@ class LocalBatch:
     ) -> None:
         self.manifest, self.store, self.trials = manifest, manifest.store, list(trials)
         self.manager, self.request = manager, request
-        self.runner_settings = {
+        self.runner_settings: dict[str, Any] = {
             "oom_policy": oom_policy,
             "owner": owner,
             "job_class": job_class,

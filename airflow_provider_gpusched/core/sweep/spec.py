@@ -31,6 +31,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from types import FrameType
 from typing import Any
 
 from airflow_provider_gpusched.core.checks import check_int, is_int, record_from_mapping
@@ -172,7 +173,7 @@ class TrialResources:
                 request = GPURequest(device_groups=self.device_groups, devices=self.devices)
             except InvalidArgumentError as exc:
                 raise InvalidArgumentError(f"{where}.{exc.argument}", exc.value, exc.expected) from None
-            self.device_groups = [list(g) for g in request.device_groups]
+            self.device_groups = [list(g) for g in request.device_groups or ()]
             self.gpus = request.gpus  # the largest group (pool slots, the board)
         if self.gpus_per_node is not None and (not is_int(self.gpus_per_node) or self.gpus_per_node < 0):
             raise InvalidArgumentError(f"{where}.gpus_per_node", self.gpus_per_node, "a whole number >= 0")
@@ -420,7 +421,7 @@ class SweepSpec:
         self._check_counts()
         self.kind.check(self)
         size = self.stage_size()
-        if size > self.max_trials:
+        if self.max_trials is not None and size > self.max_trials:  # None only before _check_shared_fields
             raise InvalidArgumentError(
                 f"{w}: {self.kind.size_key}",
                 f"{size:,} trials",
@@ -526,11 +527,10 @@ class SweepSpec:
         if self.objective is not None:
             # several metrics: the rule judges the first unless pruning.metric names another
             primary = self.objective.primary
-            self.pruning.metric = self.pruning.metric or primary.metric
+            metric = self.pruning.metric or primary.metrics[0]
+            self.pruning.metric = metric
             self.pruning.mode = self.pruning.mode or (
-                dict(zip(self.objective.metrics, self.objective.modes, strict=True)).get(
-                    self.pruning.metric, primary.mode
-                )
+                dict(zip(self.objective.metrics, self.objective.modes, strict=True)).get(metric, primary.modes[0])
             )
 
     def _check_target(self) -> None:
@@ -620,7 +620,8 @@ class SweepSpec:
         for (trial_run.relative_path_hint)."""
         base = os.path.abspath(os.path.expanduser(self.base_dir)) if self.base_dir else _defining_directory()
         self.base_dir = base
-        for i, arg in enumerate(self.command):
+        command = list(self.command or ())
+        for i, arg in enumerate(command):
             if "{" in arg or arg.startswith("-") or os.path.isabs(os.path.expanduser(arg)) or not arg:
                 continue
             pathlike = "/" in arg or os.path.splitext(arg)[1] in _FILE_SUFFIXES
@@ -628,7 +629,8 @@ class SweepSpec:
                 continue
             candidate = os.path.normpath(os.path.join(base, os.path.expanduser(arg)))
             if os.path.isfile(candidate):
-                self.command[i] = candidate
+                command[i] = candidate
+        self.command = command
 
     # -- what the spec means --------------------------------------------------------------------------
     @property
@@ -660,7 +662,7 @@ class SweepSpec:
         first (None without either)."""
         if self.pruning is not None:
             return self.pruning.metric
-        return self.objective.primary.metric if self.objective is not None else None
+        return self.objective.metrics[0] if self.objective is not None else None
 
     @property
     def log_scaled_params(self) -> list[str]:
@@ -878,7 +880,8 @@ def _objective(data: Mapping[str, Any], where: str) -> Objective:
     if unknown:
         raise InvalidArgumentError(f"{where}.{unknown[0]}", data[unknown[0]], "only metric, mode and weights")
     try:
-        return Objective(data.get("metric"), data.get("mode", "maximize"), data.get("weights"))
+        metric: Any = data.get("metric")  # Objective checks it and names what it expected
+        return Objective(metric, data.get("mode", "maximize"), data.get("weights"))
     except InvalidArgumentError as exc:
         raise InvalidArgumentError(f"{where}.{exc.argument.split('.')[-1]}", exc.value, exc.expected) from None
 
@@ -887,7 +890,7 @@ def _objective(data: Mapping[str, Any], where: str) -> Objective:
 PAVI_LAUNCHERS = {"slurm": ("slurm", "srun"), "pytorch": (None, "torchrun"), "none": (None, None)}
 
 
-def _pavi_launch(data: dict[str, Any], where: str) -> dict:
+def _pavi_launch(data: dict[str, Any], where: str) -> dict[str, Any]:
     """pavi's ``function_resource`` keys ``launcher`` and ``dist_params`` as our settings: ``launcher='slurm'``
     runs the trials on Slurm only (``backend``), ``dist_params`` starts them as ranks (one per GPU: srun on Slurm,
     torchrun elsewhere) with ``$GPUSCHED_DIST_BACKEND`` naming the backend for ``init_process_group``."""
@@ -1000,7 +1003,7 @@ def _defining_directory() -> str:
     import sys
 
     package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
         if not name.startswith(package) and not name.startswith("<") and "dataclasses" not in os.path.basename(name):
@@ -1010,6 +1013,14 @@ def _defining_directory() -> str:
 
 
 _TEMPLATE_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\}\}")
+
+
+def _placeholder_at(text: str, where: int) -> str:
+    """The ``{{ name }}`` placeholder that starts at ``where`` (found there before), for an error message."""
+    match = _TEMPLATE_PLACEHOLDER.match(text, where)
+    return match.group(0) if match else text[where : where + 40]
+
+
 MAX_CONFIG_TEMPLATE = 1 << 20
 
 
@@ -1056,7 +1067,7 @@ class ConfigTemplate:
                 line = text.count("\n", 0, where) + 1
                 raise InvalidArgumentError(
                     "config_template",
-                    f"{name}, line {line}: {_TEMPLATE_PLACEHOLDER.match(text, where).group(0)}",
+                    f"{name}, line {line}: {_placeholder_at(text, where)}",
                     f"a placeholder where its quoted value stays one shell word, not {why} (there a value can "
                     f"become code). Write it outside (e.g. printf '%s\\n' {{{{ name }}}} >> file) or use a "
                     f".yaml/.json/.cfg template",
@@ -1183,7 +1194,8 @@ def _shell_placeholder_contexts(text: str) -> tuple[int, str, set[int]]:
             named = _TEMPLATE_PLACEHOLDER.match(text, len(text) - len(text[i + 2 :].lstrip("-'\" \t\\")))
             delimiter = next((g for g in here.group(2, 3, 4) if g is not None), "") if here else ""
             if named or _TEMPLATE_PLACEHOLDER.search(delimiter):
-                return (named or _TEMPLATE_PLACEHOLDER.search(text, i)).start(), "as a heredoc's delimiter", comments
+                found = named or _TEMPLATE_PLACEHOLDER.search(text, i)
+                return (found.start() if found else i), "as a heredoc's delimiter", comments
             if here is None:  # `<<` and no word: not a heredoc the shell would run either
                 i += 2
                 continue
@@ -1211,7 +1223,7 @@ def _quoted_placeholder(text: str, kind: str) -> str:
                     and "__gpusched_placeholder_" in token.string
                 ):
                     start = int(token.string.split("__gpusched_placeholder_", 1)[1].split("__", 1)[0])
-                    return _TEMPLATE_PLACEHOLDER.match(text, start).group(0)
+                    return _placeholder_at(text, start)
         except (tokenize.TokenError, SyntaxError, IndentationError):
             return ""  # not Python we can read: rendered literals still cannot leave their own quotes
         return ""

@@ -20,14 +20,17 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TextIO
 
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.options import host_limit_defaults
 from airflow_provider_gpusched.core.sweep.session import SweepSession
 from airflow_provider_gpusched.core.sweep.spec import SweepSpec
 from airflow_provider_gpusched.core.units import time_limit_seconds
+
+if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 
 
 class SweepInterrupted(GpuschedError):
@@ -73,7 +76,7 @@ class Progress:
     """A line that says how far the sweep is: done of total, running, failed, best so far. Redrawn in place on a
     terminal, a new line per change elsewhere (logs, notebooks)."""
 
-    def __init__(self, session: SweepSession, out=None, interval: float = 1.0) -> None:
+    def __init__(self, session: SweepSession, out: TextIO | None = None, interval: float = 1.0) -> None:
         self.session, self.out, self.interval = session, out or sys.stderr, interval
         self.trials: list[Any] = []
         self._last = ""
@@ -119,7 +122,7 @@ class Progress:
         text = f"{stage}[{bar}] {done}/{len(self.trials)} done, {counts.get('running', 0)} running, {failed} failed" + (
             f", {counts.get('pruned', 0)} pruned" if counts.get("pruned") else ""
         )
-        if best is not None:
+        if best is not None and objective is not None:
             text += f", best so far {objective.metrics[0]} {best:.6g}"
         return text
 
@@ -141,7 +144,7 @@ class Progress:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5)
@@ -191,7 +194,7 @@ def run_sweep(
         parallel = min(parallel or spec.max_workers, spec.max_workers)
     run = run or f"terminal__{time.strftime('%Y-%m-%dT%H:%M:%S')}__{os.getpid()}"
     limit = None if r.time_limit is None else time_limit_seconds(r.time_limit)
-    stages = list(range(spec.rounds)) if spec.in_rounds else [None]
+    stages: list[int | None] = list(range(spec.rounds or 0)) if spec.in_rounds else [None]
     board = Progress(session, out=None if progress is True else progress) if progress else None
     for round_no in stages:
         manifest = session.prepare(round_no, run=run, force_rerun=force_rerun, backend="local")
@@ -260,7 +263,7 @@ def _stopped(session: SweepSession, round_no: int | None, run: str, why: str) ->
 
 
 @contextlib.contextmanager
-def _ctrl_c_stops(stop: threading.Event, interrupted: threading.Event):
+def _ctrl_c_stops(stop: threading.Event, interrupted: threading.Event) -> Iterator[None]:
     """While in the block, SIGINT (Ctrl-C) sets ``interrupted`` and ``stop`` instead of raising KeyboardInterrupt, so the trials in
     flight are stopped in order (the stopped ones stay without an outcome: the next run runs them); a second
     Ctrl-C raises KeyboardInterrupt at once. (A KeyboardInterrupt raised inside ``Thread.join`` can mark a
@@ -269,7 +272,7 @@ def _ctrl_c_stops(stop: threading.Event, interrupted: threading.Event):
         yield
         return
 
-    def on_sigint(signum, frame) -> None:
+    def on_sigint(signum: int, frame: object) -> None:
         if interrupted.is_set():
             raise KeyboardInterrupt
         interrupted.set()
@@ -318,7 +321,7 @@ def _run_on_slurm(
 
     client = client or SlurmClient()
     run = run or f"terminal__{time.strftime('%Y-%m-%dT%H:%M:%S')}__{os.getpid()}"
-    stages = list(range(spec.rounds)) if spec.in_rounds else [None]
+    stages: list[int | None] = list(range(spec.rounds or 0)) if spec.in_rounds else [None]
     board = Progress(session, out=None if progress is True else progress) if progress else None
     logs = os.path.join(session.store.dir, "logs")
     os.makedirs(logs, exist_ok=True)
@@ -366,7 +369,7 @@ def _run_on_slurm(
     return session.collect(run)
 
 
-def _default_manager():
+def _default_manager() -> LeaseManager:
     from airflow_provider_gpusched.core.gpu.inventory import get_inventory
     from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 
