@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The fast tier: every test that needs no Slurm cluster, Airflow database, stack, fleet or sshd (marker `fast`, set
-# by tests/conftest.py from the fixtures each test uses), on parallel workers. About 80 s on 2 cores (budget 60 s)
+# by tests/conftest.py from the fixtures each test uses), on parallel workers. 75-82 s on 2 cores (budget 60 s)
 # (docs/development.md "Tiers"). Starts no service, and installs nothing once .venv exists (without one, it runs
 # scripts/bootstrap.sh first). Arguments are passed on to pytest: `bash scripts/test-fast.sh -k lease -x`.
 set -euo pipefail
