@@ -79,19 +79,18 @@ class RandomKind(SearchKind):
 
     def check(self, spec: SweepSpec) -> None:
         check_space(spec.space, f"{spec.where}: space", spec.global_config)
-        if spec.count is None:
-            raise InvalidArgumentError(f"{spec.where}: count", None, "the number of random trials (search: random)")
+        count = self._count(spec)
         size = finite_space_size(flatten(spec.space))
-        if size is not None and spec.count > size:
+        if size is not None and count > size:
             raise InvalidArgumentError(
                 f"{spec.where}: count",
-                spec.count,
+                count,
                 f"at most the {size:,} distinct points of this space (use search: grid to try them all)",
             )
 
     @staticmethod
     def _count(spec: SweepSpec) -> int:
-        if spec.count is None:  # check() refused it; a spec that skipped check() is refused here too
+        if spec.count is None:
             raise InvalidArgumentError(f"{spec.where}: count", None, "the number of random trials (search: random)")
         return spec.count
 
