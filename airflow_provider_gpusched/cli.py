@@ -376,6 +376,8 @@ def _partition(args) -> int:
         schedule_yaml,
     )
 
+    if args.time_limit is not None and not args.time_limit > 0:  # said before the inputs are read
+        raise PartitionInputError(f"--time-limit: expected a number of seconds > 0, got {args.time_limit}")
     problem = load_problem(
         args.models,
         args.device_types,
@@ -386,8 +388,6 @@ def _partition(args) -> int:
         buffers_in=args.buffers_in,
         buffers_out=args.buffers_out,
     )
-    if args.time_limit is not None and not args.time_limit > 0:
-        raise PartitionInputError(f"--time-limit: expected a number of seconds > 0, got {args.time_limit}")
     schedule = partition(problem, time_limit=args.time_limit)
     if not schedule.optimal:
         print(f"gpusched: warning: {not_proven_note(schedule, args.time_limit)}", file=sys.stderr)

@@ -69,13 +69,16 @@ FAST_TIER = os.environ.get("GPUSCHED_TIER") == "fast"
 #: tiers whose tests share one deployment (a session fixture that takes minutes to start, on fixed ports): on
 #: pytest-xdist each is one unit of work on one worker (scripts/test.sh: --dist loadgroup, pytest_xdist_make_scheduler)
 SHARED_DEPLOYMENTS = ("stack", "fleet")
-#: test modules that import PyTorch in the test process: one unit of work too, so one worker pays the import (about
-#: 3.5 s of CPU with torch._dynamo, which the optimizers load) instead of each
-PYTORCH_IN_PROCESS = (
-    "tests/core/test_model_cost.py",
-    "tests/core/test_profile.py",
-    "tests/examples/test_digits_training.py",
-)
+#: test modules whose tests share a costly start, each set one unit of work on one worker: those that import PyTorch
+#: in the test process (about 3.5 s of CPU with torch._dynamo, which the optimizers load), so one worker pays the
+#: import instead of each; the partitioner's, whose module fixtures read its 998 cases and solve the 64-host cluster
+#: once for the tests that share them (about 5 s of CPU)
+SHARED_START_UNITS = {
+    "tests/core/test_model_cost.py": "pytorch",
+    "tests/core/test_profile.py": "pytorch",
+    "tests/examples/test_digits_training.py": "pytorch",
+    "tests/core/test_partition.py": "partition",
+}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -94,8 +97,9 @@ def tier_unit(nodeid: str, fast_tier: bool = FAST_TIER) -> str:
     for tier in SHARED_DEPLOYMENTS:
         if nodeid.startswith(f"tests/{tier}/"):
             return tier
-    if nodeid.split("::")[0] in PYTORCH_IN_PROCESS:
-        return "pytorch"
+    module = nodeid.split("::")[0]
+    if module in SHARED_START_UNITS:
+        return SHARED_START_UNITS[module]
     if fast_tier and nodeid.startswith("tests/airflow/"):
         return "airflow"
     return nodeid
@@ -104,7 +108,7 @@ def tier_unit(nodeid: str, fast_tier: bool = FAST_TIER) -> str:
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadgroup`` (scripts/test.sh, scripts/test-fast.sh): the tests of a shared deployment go to one worker
-    as one unit, as do those that import PyTorch in the test process, the largest units first (so the stack and the
+    as one unit, as do the modules that share a costly start (SHARED_START_UNITS), the largest units first (so the stack and the
     fleet start at once), every other test on its own. pytest-xdist's
     own loadgroup reads ``xdist_group`` marks from node ids it rewrites, which pytest 9 no longer lets it do."""
     if config.getvalue("dist") != "loadgroup":

@@ -10,19 +10,23 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli import gpusched as in_process
 from tests.conftest import REPO
 
 
-def gpusched(*args, env_extra=None, timeout=120, **kw):
-    env = {**os.environ, **(env_extra or {})}
+def gpusched(*args, env_extra=None, process=False):
+    """``gpusched ARGS`` in the repository: through its ``main()`` in this process (tests/cli.py: the same exit
+    status, stdout and stderr, and an exception that escaped it fails the test), or, with ``process``, as a process
+    of its own (where the test is about one)."""
+    if not process:
+        return in_process(*args, cwd=REPO, env=env_extra)
     return subprocess.run(
         [sys.executable, "-m", "airflow_provider_gpusched.cli", *args],
         capture_output=True,
         text=True,
-        env=env,
-        timeout=timeout,
+        env={**os.environ, **(env_extra or {})},
+        timeout=120,
         cwd=REPO,
-        **kw,
     )
 
 
@@ -147,7 +151,7 @@ def test_unreachable_controller_costs_one_call_and_says_so(slurm_cluster, tmp_pa
     subprocess.run(["squeue", "-h", "-j", "1"], env={**os.environ, **env}, capture_output=True)
     one_call = time.monotonic() - started
     started = time.monotonic()
-    proc = gpusched("slurm", "status", "1", env_extra=env)
+    proc = gpusched("slurm", "status", "1", env_extra=env, process=True)  # its time: the process's own
     took = time.monotonic() - started
     clear_error(proc, "Unable to contact slurm controller")
     assert took < one_call * 1.5 + 3, (took, one_call)
@@ -239,8 +243,8 @@ def test_careless_inputs_found_by_the_second_hardening_round(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     try:
-        clear_error(gpusched("sweep", "preview", str(fifo), timeout=30), "not a FIFO")
-        clear_error(gpusched("slurm", "tail", str(fifo), timeout=30), "not a regular file")
+        clear_error(gpusched("sweep", "preview", str(fifo), process=True), "not a FIFO")
+        clear_error(gpusched("slurm", "tail", str(fifo), process=True), "not a regular file")
     finally:
         fifo.unlink()  # pytest keeps temporary folders: a FIFO left there blocks whoever reads every file
     clear_error(

@@ -118,6 +118,10 @@ def test_the_tests_of_a_shared_deployment_are_one_unit_of_work_on_the_workers():
     assert tier_unit("tests/core/test_stacked.py::test_z") == "tests/core/test_stacked.py::test_z"
     # the modules that import PyTorch in the test process: one unit, so one worker pays the import
     assert tier_unit("tests/core/test_profile.py::test_a") == tier_unit("tests/core/test_model_cost.py::b") == "pytorch"
+    # the partitioner's tests share its cases, read once per module: one unit, so they are read once
+    assert (
+        tier_unit("tests/core/test_partition.py::a") == tier_unit("tests/core/test_partition.py::b[64]") == "partition"
+    )
     # the fast tier's tests that import Airflow in the test process: one unit, so one worker pays that import
     assert tier_unit("tests/airflow/test_provider.py::a", fast_tier=True) == "airflow"
     assert tier_unit("tests/airflow/test_ui_api.py::b", fast_tier=False) == "tests/airflow/test_ui_api.py::b"

@@ -23,6 +23,25 @@ def shared(tmp_path_factory):
     return made_once(tmp_path_factory, "pipeline-partition", materialize)
 
 
+@pytest.fixture(scope="module")
+def small_cases(shared):
+    """The 998 small cases, each read once for the module: (name, expected.json, problem). Two tests solve them
+    all (the default solver, and the integer program forced), and reading them is a third of the cost."""
+    cases = []
+    for folder in sorted((shared / "cases").glob("c*")):
+        expected = json.loads((folder / "expected.json").read_text())
+        cases.append((folder.name, expected, load(folder, expected["args"])))
+    return cases
+
+
+@pytest.fixture(scope="module")
+def cluster_64(shared, tmp_path_factory):
+    """The 64-host cluster-scale instance and its optimal schedule, solved once for the tests that need both."""
+    folder = tmp_path_factory.mktemp("cluster64")
+    problem = load(folder, make_cluster_instance(shared / "scaling", folder, hosts=64))
+    return folder, problem, partition(problem)
+
+
 def load(folder: Path, args: dict):
     return load_problem(
         str(folder / "models.yml"),
@@ -44,13 +63,10 @@ def assert_optimal(problem, schedule, feasible: bool, bottleneck: float | None, 
         assert recomputed == pytest.approx(schedule.bottleneck_s, rel=1e-12)
 
 
-def test_every_small_case_is_optimal_and_valid(shared):
-    cases = sorted((shared / "cases").glob("c*"))
-    assert len(cases) == 998
-    for folder in cases:
-        expected = json.loads((folder / "expected.json").read_text())
-        problem = load(folder, expected["args"])
-        assert_optimal(problem, partition(problem), expected["feasible"], expected.get("bottleneck_s"), folder.name)
+def test_every_small_case_is_optimal_and_valid(small_cases):
+    assert len(small_cases) == 998
+    for name, expected, problem in small_cases:
+        assert_optimal(problem, partition(problem), expected["feasible"], expected.get("bottleneck_s"), name)
 
 
 def test_every_scaling_case_is_optimal_and_valid(shared):
@@ -59,7 +75,7 @@ def test_every_scaling_case_is_optimal_and_valid(shared):
         assert_optimal(problem, partition(problem), True, ref["bottleneck_s"], ref["case"])
 
 
-def test_integer_program_agrees_where_the_dense_grid_would_be_used(shared, monkeypatch):
+def test_integer_program_agrees_where_the_dense_grid_would_be_used(shared, small_cases, monkeypatch):
     """Large host-count spaces use the integer program (milp.py) instead of the dense grid; force it on every
     case, so its stage-by-stage link model is checked against the optimum wherever host counts bind."""
     from airflow_provider_gpusched.core.partition import milp, solver
@@ -70,10 +86,9 @@ def test_integer_program_agrees_where_the_dense_grid_would_be_used(shared, monke
     monkeypatch.setattr(
         milp, "check", lambda *a, **kw: exact_checks.append(kw.get("relaxed", False)) or check(*a, **kw)
     )
-    for folder in sorted((shared / "cases").glob("c*")):
-        expected = json.loads((folder / "expected.json").read_text())
-        problem = load(folder, expected["args"])
-        assert_optimal(problem, partition(problem), expected["feasible"], expected.get("bottleneck_s"), folder.name)
+    assert len(small_cases) == 998
+    for name, expected, problem in small_cases:
+        assert_optimal(problem, partition(problem), expected["feasible"], expected.get("bottleneck_s"), name)
     for ref in json.loads((shared / "scaling" / "reference.json").read_text()):
         if ref["case"] in ("L48_T3_D16", "L96_T4_D16"):
             problem = load(shared / "scaling" / ref["case"], ref["args"])
@@ -86,16 +101,19 @@ def test_integer_program_agrees_where_the_dense_grid_would_be_used(shared, monke
 
 
 @pytest.mark.parametrize("hosts", [64, 256, 1024])
-def test_cluster_scale_gets_a_proven_optimum(shared, tmp_path, hosts):
+def test_cluster_scale_gets_a_proven_optimum(shared, tmp_path, request, hosts):
     """200 layers, 8 device types and 64-1,024 hosts (built from L96_T4_D64): the schedule is valid, the
     bound it comes with equals its bottleneck, and the exact check refutes the next smaller value."""
     import bisect
 
     from airflow_provider_gpusched.core.partition import solver
 
-    problem = load(tmp_path, make_cluster_instance(shared / "scaling", tmp_path, hosts=hosts))
+    if hosts == 64:
+        _, problem, schedule = request.getfixturevalue("cluster_64")  # solved once, for the time-limit test too
+    else:
+        problem = load(tmp_path, make_cluster_instance(shared / "scaling", tmp_path, hosts=hosts))
+        schedule = partition(problem)
     assert (problem.layers, len(problem.types), sum(len(t.hosts) for t in problem.types)) == (200, 8, hosts)
-    schedule = partition(problem)
     assert schedule.optimal and schedule.gap == 0.0 and schedule.lower_bound_s == schedule.bottleneck_s
     assert check_schedule(problem, [(s.host, s.first, s.last) for s in schedule.stages]) == pytest.approx(
         schedule.bottleneck_s, rel=1e-12
@@ -108,9 +126,8 @@ def test_cluster_scale_gets_a_proven_optimum(shared, tmp_path, hosts):
     assert model.exact(below).proven_infeasible
 
 
-def test_time_limit_gives_the_best_schedule_found_and_a_proven_bound(shared, tmp_path):
-    problem = load(tmp_path, make_cluster_instance(shared / "scaling", tmp_path, hosts=64))
-    best = partition(problem)
+def test_time_limit_gives_the_best_schedule_found_and_a_proven_bound(cluster_64):
+    folder, problem, best = cluster_64
     cut = partition(problem, time_limit=1e-9)  # out of time before the first exact check
     assert cut.feasible and not cut.optimal
     assert cut.lower_bound_s < best.bottleneck_s <= cut.bottleneck_s
@@ -118,7 +135,6 @@ def test_time_limit_gives_the_best_schedule_found_and_a_proven_bound(shared, tmp
     assert check_schedule(problem, [(s.host, s.first, s.last) for s in cut.stages]) == pytest.approx(
         cut.bottleneck_s, rel=1e-12
     )
-    folder = tmp_path
     out = gpusched("partition", "-m", problem.model, "--time-limit", "1e-9", cwd=folder)
     assert out.returncode == 0, out.stderr
     assert "warning: not proven optimal: the time limit (1e-09 s) stopped the search" in out.stderr
@@ -316,3 +332,42 @@ def test_host_names_yaml_would_misread_are_quoted_on_one_line(tmp_path):
     parsed = yaml.safe_load(text)
     assert len(text.splitlines()) == len(parsed)
     assert all(isinstance(next(iter(stage)), str) and next(iter(stage)) in hosts for stage in parsed)
+
+
+def test_the_splice_of_two_paths_is_the_first_that_fits_every_types_hosts():
+    """The time-limit heuristic's splice (milp._crossover, host counts packed into one integer per path) against
+    the plain search it replaces: the same splice, in path and boundary order, or none where none fits."""
+    import random
+
+    from airflow_provider_gpusched.core.partition.milp import _crossover
+
+    def plain(paths, caps):
+        for a, first in enumerate(paths):
+            for b, second in enumerate(paths):
+                if a == b:
+                    continue
+                ends_b = {0} | {last for _, _, last in second}
+                for boundary in [0] + [last for _, _, last in first]:
+                    if boundary not in ends_b:
+                        continue
+                    splice = [st for st in first if st[2] <= boundary] + [st for st in second if st[1] > boundary]
+                    if all(sum(1 for k, _, _ in splice if k == t) <= caps[t] for t in range(len(caps))):
+                        return splice
+        return None
+
+    rng, found = random.Random(7), 0
+    for _ in range(3000):
+        layers, types = rng.randint(2, 12), rng.randint(1, 4)
+        caps = [rng.randint(0, 4) for _ in range(types)]
+        paths = []
+        for _ in range(rng.randint(0, 6)):
+            bounds = [0, *sorted(rng.sample(range(1, layers), rng.randint(0, layers - 1))), layers]
+            paths.append([(rng.randrange(types), bounds[i] + 1, bounds[i + 1]) for i in range(len(bounds) - 1)])
+        expected = plain(paths, caps)
+        assert _crossover(paths, caps) == expected, (paths, caps)
+        found += expected is not None
+    assert 1000 < found < 2900  # both answers were asked for many times
+    # counts near the field width do not spill into the next type's field
+    big = [(0, 1, 1), (1, 2, 2)]
+    assert _crossover([big, big], [2**31 - 1, 0]) is None
+    assert _crossover([big, big], [1, 1]) == big

@@ -203,9 +203,9 @@ def test_an_optuna_sweep_prunes_with_optunas_pruner_and_tells_the_study_pruned_w
 SLOW_COMMAND = (
     "import json, os, sys, time\n"
     "q = float(sys.argv[1])\n"
-    "for step in range(100):\n"
+    "for step in range(20 if q < 1 else 100):\n"
     "    open(os.environ['GPUSCHED_REPORT_FILE'], 'a').write('step=%d loss=%s\\n' % (step, q + 1 / (step + 1)))\n"
-    "    time.sleep(0.1 if q < 1 else 0.3)\n"
+    "    time.sleep(0.05 if q < 1 else 0.3)\n"
     "json.dump(dict(loss=q), open('result.json', 'w'))\n"
 )
 
@@ -225,7 +225,7 @@ def test_a_command_trial_is_stopped_by_its_runner(tmp_path):
     manifest = session.prepare()
     good = [t for t in manifest.pending if t.params["q"] < 1]
     for t in good:
-        assert run_trial(manifest, t, out=io.StringIO()) == 0  # 100 steps of 0.1 s each
+        assert run_trial(manifest, t, out=io.StringIO()) == 0  # 20 steps of 0.05 s each
     bad = [t for t in manifest.pending if t.params["q"] > 1][0]
     started = time.monotonic()
     assert run_trial(manifest, bad, out=io.StringIO()) == 0

@@ -47,7 +47,8 @@ def test_a_trial_running_for_another_run_is_waited_for_and_not_run_again(tmp_pat
     trial = run_a.pending[0]
     first = runner(run_a, trial)
     deadline = time.monotonic() + 30
-    while session.store.claim_holder(trial) is None and time.monotonic() < deadline:
+    # until the runner has said who holds the claim: between its lock and its write, the holder is {} (unknown)
+    while not session.store.claim_holder(trial) and time.monotonic() < deadline:
         time.sleep(0.05)
     holder = session.store.claim_holder(trial)
     assert holder and holder["run"] == "run-a"

@@ -133,15 +133,11 @@ def test_exactly_one_target_and_objective_needed_for_optuna():
 
 def test_preview_cli_prints_trials_and_bad_specs_give_one_line(tmp_path):
     import json
-    import subprocess
-    import sys
 
-    from airflow_provider_gpusched.cli import main  # noqa: F401 - the entry point exists
+    from tests.cli import gpusched
 
     def cli(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "airflow_provider_gpusched.cli", "sweep", *args], capture_output=True, text=True
-        )
+        return gpusched("sweep", *args)
 
     good = write(
         tmp_path,

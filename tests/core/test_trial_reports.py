@@ -4,7 +4,6 @@
 import io
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from airflow_provider_gpusched.core.sweep.reports import parse_report_line, read
 from airflow_provider_gpusched.core.sweep.session import SweepSession
 from airflow_provider_gpusched.core.sweep.trial_run import run_trial
 from airflow_provider_gpusched.trial import report
+from tests.cli import gpusched
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -75,12 +75,7 @@ def test_callable_and_command_trials_report_while_running(tmp_path):
         "reports.jsonl:3: expected key=value words, got 'not'"
     )  # named, not dropped; the cut line is left out
 
-    out = subprocess.run(
-        [sys.executable, "-m", "airflow_provider_gpusched.cli", "sweep", "results", str(tmp_path / "cmd")],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
+    out = gpusched("sweep", "results", str(tmp_path / "cmd"), cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert "latest reports (1 trials" in out.stdout and "loss=0.3" in out.stdout
     assert "reports.jsonl:3: expected key=value words" in out.stdout

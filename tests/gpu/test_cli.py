@@ -8,17 +8,15 @@ from airflow_provider_gpusched.core.gpu.placement import GPURequest
 
 
 def gpusched(*args, env_extra=None):
+    """``gpusched ARGS`` through its ``main()`` in this process (tests/cli.py), without a simulated inventory from
+    the environment unless ``env_extra`` sets one."""
     import os
 
-    env = {k: v for k, v in os.environ.items() if not k.endswith("SIMULATE_GPUS")}
+    from tests.cli import gpusched as in_process
+
+    env: dict[str, str | None] = {k: None for k in os.environ if k.endswith("SIMULATE_GPUS")}
     env.update(env_extra or {})
-    return subprocess.run(
-        [sys.executable, "-m", "airflow_provider_gpusched.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    return in_process(*args, env=env)
 
 
 def test_gpus_table_and_json_show_leases(manager, state_dir):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -214,28 +215,43 @@ def weighted_path(model: _Model, x: float, rounds: int = 200) -> list[tuple[int,
     return _crossover([list(path) for path in seen], caps)
 
 
+#: bits per type in a packed vector of host counts (:func:`_crossover`): a count is below 2**31, the top bit guards
+_FIELD = 32
+
+
+def _packed(counts: Sequence[int]) -> int:
+    """Host counts per type as one integer, a ``_FIELD``-bit field per type: adding two packed vectors adds them
+    type by type, and one comparison with the guard bits checks every type at once."""
+    return sum(c << (_FIELD * k) for k, c in enumerate(counts))
+
+
 def _crossover(paths: list[list[tuple[int, int, int]]], caps: list[int]) -> list[tuple[int, int, int]] | None:
     """Two paths that each use too many hosts of some type may not when one's stages up to a boundary they
     share are followed by the other's after it: try every such splice (the stages are independent of each
-    other within x, so any splice is a schedule within x)."""
+    other within x, so any splice is a schedule within x). The first that fits, in path and boundary order.
+
+    Host counts are packed (:func:`_packed`): with a guard bit set in each field of the caps, subtracting the
+    hosts a splice uses leaves every guard bit set exactly when no type uses more than it has."""
     T = len(caps)
-    prefix = []  # per path: {boundary: hosts used per type by the stages up to it}
+    guard = _packed([1 << (_FIELD - 1)] * T)
+    room = _packed(caps) | guard
+    heads = []  # per path: {boundary: hosts used by the stages up to it}, in boundary order
+    tails = []  # per path: {boundary: hosts used by the stages after it}
     for path in paths:
-        counts, used = {0: (0,) * T}, [0] * T
+        head, used = {0: 0}, [0] * T
         for k, _, last in path:
             used[k] += 1
-            counts[last] = tuple(used)
-        prefix.append(counts)
-    for a, first in enumerate(prefix):
-        for b, second in enumerate(prefix):
+            head[last] = _packed(used)
+        total = head[max(head)]
+        heads.append(head)
+        tails.append({boundary: total - before for boundary, before in head.items()})
+    for a, first in enumerate(heads):
+        for b, rest in enumerate(tails):
             if a == b:
                 continue
-            total = second[max(second)]
-            for boundary, head in first.items():
-                tail_start = second.get(boundary)
-                if tail_start is None:
-                    continue
-                if all(head[k] + total[k] - tail_start[k] <= caps[k] for k in range(T)):
+            for boundary, head_used in first.items():
+                tail_used = rest.get(boundary)
+                if tail_used is not None and (room - head_used - tail_used) & guard == guard:
                     return [st for st in paths[a] if st[2] <= boundary] + [st for st in paths[b] if st[1] > boundary]
     return None
 
