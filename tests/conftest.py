@@ -72,12 +72,13 @@ SHARED_DEPLOYMENTS = ("stack", "fleet")
 #: test modules whose tests share a costly start, each set one unit of work on one worker: those that import PyTorch
 #: in the test process (about 3.5 s of CPU with torch._dynamo, which the optimizers load), so one worker pays the
 #: import instead of each; the partitioner's, whose module fixtures read its 998 cases and solve the 64-host cluster
-#: once for the tests that share them (about 5 s of CPU)
+#: once for the tests that share them (about 5 s of CPU); the layering checks', which parse the package once
 SHARED_START_UNITS = {
     "tests/core/test_model_cost.py": "pytorch",
     "tests/core/test_profile.py": "pytorch",
     "tests/examples/test_digits_training.py": "pytorch",
     "tests/core/test_partition.py": "partition",
+    "tests/core/test_architecture.py": "architecture",
 }
 
 

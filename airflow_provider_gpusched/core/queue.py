@@ -241,6 +241,10 @@ def _cancel_jobs(jobs: list[QueueEntry], request: StopRequest, client: SlurmClie
     return [StopOutcome(job, "cancelled", "scancel" + notes.get(job.stop_id, "")) for job in jobs]
 
 
+#: how long `gpusched queue stop` waits for the processes it killed to have ended before it says so
+KILL_WAIT_SECONDS = 2.0
+
+
 def _stop_leases(
     leases: list[QueueEntry], request: StopRequest, manager: LeaseManager, wait: float
 ) -> list[StopOutcome]:
@@ -271,7 +275,7 @@ def _stop_leases(
         if asked:
             time.sleep(0.2)
     for entry, lease in asked:  # the holder did not act (hung, or not a provider operator): kill the child
-        killed = kill_family(lease.child_pids)
+        killed = kill_family(lease.child_pids, wait=KILL_WAIT_SECONDS)
         outcomes[entry.id] = StopOutcome(
             entry,
             "forced" if killed else "still running",

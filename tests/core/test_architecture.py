@@ -19,13 +19,17 @@ def figures():
     return module
 
 
-def test_no_import_cycle(figures):
-    graph = figures.import_graph(figures.modules())
+@pytest.fixture(scope="module")
+def graph(figures):
+    """The package's import graph (every module parsed): read once for the checks below."""
+    return figures.import_graph(figures.modules())
+
+
+def test_no_import_cycle(figures, graph):
     assert figures.cycles(graph) == []
 
 
-def test_no_upward_arrow(figures):
-    graph = figures.import_graph(figures.modules())
+def test_no_upward_arrow(figures, graph):
     assert figures.upward_arrows(graph) == []
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+from tests.cli import gpusched
 
 WRITE = (
     "import json, os, sys, time; x = float(sys.argv[2]);"
@@ -119,16 +120,15 @@ def test_gpusched_sweep_run_stops_on_ctrl_c_and_the_next_run_goes_on_with_the_re
     # issue 53, item 17: the stopped trial is recorded as stopped, not left running until the next run
     status = json.loads(next(folder.glob("x=1*/status.json")).read_text() or "{}")
     assert status["state"] == "stopped" and "Ctrl-C" in status.get("reason", status.get("error", "")), status
-    listed = json.loads(_cli("results", str(tmp_path / "sweeps" / "resumable"), "--json").communicate(timeout=60)[0])
+    listed = json.loads(gpusched("sweep", "results", str(tmp_path / "sweeps" / "resumable"), "--json").stdout)
     assert listed["counts"].get("running", 0) == 0 and listed["counts"]["stopped"] == 1, listed["counts"]
     second = _cli("run", spec, *common)
     out, err = second.communicate(timeout=120)
     assert second.returncode == 0, (out, err)
-    summary = _cli("results", str(tmp_path / "sweeps" / "resumable"), "--json")
-    data = json.loads(summary.communicate(timeout=60)[0])
+    data = json.loads(gpusched("sweep", "results", str(tmp_path / "sweeps" / "resumable"), "--json").stdout)
     assert data["counts"]["succeeded"] == 3
-    preview = _cli("preview", spec, "--results-root", str(tmp_path / "sweeps"), "--json")
-    rows = json.loads(preview.communicate(timeout=60)[0])["table"]
+    preview = gpusched("sweep", "preview", spec, "--results-root", str(tmp_path / "sweeps"), "--json")
+    rows = json.loads(preview.stdout)["table"]
     assert [r["state"] for r in rows] == ["succeeded"] * 3
 
 

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from airflow_provider_gpusched.core.gpu.lease_store import Lease
+from airflow_provider_gpusched.core.gpu.lease_store import Lease, process_alive
 
 #: the containment shim every child runs under (a standalone script: ``python -I -S`` starts it in milliseconds)
 CONTAIN_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "contain.py")
@@ -246,10 +246,10 @@ class GPUChild:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(_alive(pid) for pid in left):
+        while time.monotonic() < deadline and any(process_alive(pid) for pid in left):
             time.sleep(0.05)
         for pid in left:
-            if _alive(pid):
+            if process_alive(pid):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
         self.say(
@@ -276,15 +276,6 @@ class GPUChild:
                 os.kill(pid, sig)
 
 
-def _alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False
-
-
 def leftover_processes(session: int, lease_id: str | None) -> list[int]:
     """This user's live processes that belong to a child that has exited: the members of its session
     (``session``: the child's pid, which leads it) and, for those that left it (``setsid``, a double fork),
@@ -307,7 +298,7 @@ def leftover_processes(session: int, lease_id: str | None) -> list[int]:
             continue
         pid = int(name)
         try:
-            if os.stat(f"/proc/{pid}").st_uid != uid or not _alive(pid):
+            if os.stat(f"/proc/{pid}").st_uid != uid or not process_alive(pid):
                 continue
             if os.getsid(pid) == session:
                 found.append(pid)

@@ -298,11 +298,27 @@ def _signal_family(pids: list[int], sig: int) -> None:
                 kill(pid, sig)
 
 
-def kill_family(pids: list[int]) -> int:
-    """SIGKILL the children ``pids``, their process groups and descendants; how many processes were alive."""
+def kill_family(pids: list[int], wait: float = 0.0) -> int:
+    """SIGKILL the children ``pids``, their process groups and descendants; how many processes were alive. With
+    ``wait``, for up to that many seconds until they have ended (a SIGKILL takes effect when the kernel next runs
+    the process: whoever is told "killed" and looks at once must not find it still running)."""
     family = {pid for pid in _family(set(pids)) if _started_at(pid)}
     _signal_family(list(family), signal.SIGKILL)
+    deadline = time.monotonic() + wait
+    while family and time.monotonic() < deadline:
+        if not any(process_alive(pid) for pid in family):
+            break
+        time.sleep(0.02)
     return len(family)
+
+
+def process_alive(pid: int) -> bool:
+    """The process exists and is not a zombie (ended, waiting for its parent to reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _family(pids: set[int]) -> set[int]:

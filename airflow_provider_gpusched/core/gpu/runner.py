@@ -116,8 +116,7 @@ def _report_left_on_gpus(manager: LeaseManager, lease: Lease, before: set[int] |
     someone who took the GPU meanwhile; either way its memory is not free when the lease is given back."""
     if before is None or not lease.gpus:
         return
-    from airflow_provider_gpusched.core.gpu.launch import _alive
-    from airflow_provider_gpusched.core.gpu.lease_store import gpu_process_kin
+    from airflow_provider_gpusched.core.gpu.lease_store import gpu_process_kin, process_alive
 
     try:
         gpus, leases = manager.snapshot()
@@ -130,7 +129,7 @@ def _report_left_on_gpus(manager: LeaseManager, lease: Lease, before: set[int] |
         for g in gpus
         if g.index in lease.gpus
         for p in g.processes
-        if p.pid not in before and p.pid not in others and _alive(p.pid)
+        if p.pid not in before and p.pid not in others and process_alive(p.pid)
     ]
     if not left:
         return
