@@ -15,19 +15,25 @@ export GPUSCHED_TIER=fast
 # 12 s of CPU per worker instead of 6)
 unset PYTHONDONTWRITEBYTECODE
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"  # the workers share the cores
-# four workers on two cores: many tests wait on processes they start; the tests that import PyTorch in the test process
-# are one unit of work (tests/conftest.py tier_unit), so one worker pays that import
+# three workers per core (6 on 2 cores, at most 16): many tests wait on the processes they start, and more workers fill
+# those waits (on 2 cores, 2026-11-28: 4 workers 59-63 s, 5: 59-61 s, 6: 58-59 s); the tests that share a costly
+# start (PyTorch imported in the test process, the partitioner's cases) are one unit of work each (tests/conftest.py
+# tier_unit), so one worker pays that start
+cores="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"  # nproc itself answers OMP_NUM_THREADS where it is set
+workers="${GPUSCHED_WORKERS:-$(( cores * 3 > 16 ? 16 : cores * 3 ))}"
 # the tests' own files (tmp_path: trial folders, leases, logs) in memory where /dev/shm is a tmpfs: the tier creates
 # tens of thousands of small files, and creating one costs about 0.7 ms on this VM's disk and microseconds there
 # (12 s of CPU of the tier's 128). A folder of this run's own (mktemp: 0700, a new name), removed when every test
 # passed and kept, with its path printed, when one failed. GPUSCHED_FAST_TMP=disk keeps pytest's default (/tmp).
-args=()
+# every test under tests/stack and tests/fleet needs its deployment (each module is marked so: tests/test_tiers.py
+# checks it): not collected at all, so that no worker imports their modules and clients (0.14 s of CPU per process)
+args=(--ignore=tests/stack --ignore=tests/fleet)
 if [ "${GPUSCHED_FAST_TMP:-shm}" = shm ] && [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] && [ -w /dev/shm ]; then
   tmp="$(mktemp -d /dev/shm/gpusched-fast.XXXXXX)"
-  args=(--basetemp "$tmp/t")
+  args+=(--basetemp "$tmp/t")
 fi
 set +e
-"$REPO/.venv/bin/python" -m pytest -m fast -n "${GPUSCHED_WORKERS:-4}" --dist loadgroup -p no:cacheprovider "${args[@]}" "$@"
+"$REPO/.venv/bin/python" -m pytest -m fast -n "$workers" --dist loadgroup -p no:cacheprovider "${args[@]}" "$@"
 rc=$?
 set -e
 if [ -n "${tmp:-}" ]; then

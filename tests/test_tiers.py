@@ -141,3 +141,14 @@ def test_collecting_the_tests_imports_no_airflow():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
+
+
+def test_the_deployment_tiers_which_the_fast_tier_does_not_collect_mark_every_module():
+    """scripts/test-fast.sh does not collect tests/stack and tests/fleet at all (their modules' imports cost each
+    worker): that is right only while every module there is marked as needing its deployment."""
+    for tier in ("stack", "fleet"):
+        modules = sorted((REPO / "tests" / tier).glob("test_*.py"))
+        assert modules, tier
+        for module in modules:
+            text = module.read_text()
+            assert f"pytestmark = pytest.mark.{tier}" in text or f"pytestmark = [pytest.mark.{tier}" in text, module
