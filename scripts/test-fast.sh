@@ -23,24 +23,15 @@ cores="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"  # nproc itself answ
 workers="${GPUSCHED_WORKERS:-$(( cores * 3 > 16 ? 16 : cores * 3 ))}"
 # the tests' own files (tmp_path: trial folders, leases, logs) in memory where /dev/shm is a tmpfs: the tier creates
 # tens of thousands of small files, and creating one costs about 0.7 ms on this VM's disk and microseconds there
-# (12 s of CPU of the tier's 128). A folder of this run's own (mktemp: 0700, a new name), removed when every test
-# passed and kept, with its path printed, when one failed. GPUSCHED_FAST_TMP=disk keeps pytest's default (/tmp).
+# (12 s of CPU of the tier's 128). A folder of this run's own (mktemp: 0700, a new name), removed at the end unless
+# tests failed (then kept, its path printed). GPUSCHED_FAST_TMP=disk keeps pytest's default (/tmp).
 # every test under tests/stack and tests/fleet needs its deployment (each module is marked so: tests/test_tiers.py
 # checks it): not collected at all, so that no worker imports their modules and clients (0.14 s of CPU per process)
 args=(--ignore=tests/stack --ignore=tests/fleet)
 if [ "${GPUSCHED_FAST_TMP:-shm}" = shm ] && [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] && [ -w /dev/shm ]; then
   tmp="$(mktemp -d /dev/shm/gpusched-fast.XXXXXX)"
   args+=(--basetemp "$tmp/t")
+  # on any exit (a pass, a stop, a signal) the folder goes, unless tests failed (pytest's status 1)
+  trap 'rc=$?; if [ "$rc" = 1 ]; then echo "test-fast.sh: the failed tests'"'"' files are kept in $tmp/t (in memory: rm -rf $tmp when done)" >&2; else rm -rf "$tmp"; fi' EXIT
 fi
-set +e
 "$REPO/.venv/bin/python" -m pytest -m fast -n "$workers" --dist loadgroup -p no:cacheprovider "${args[@]}" "$@"
-rc=$?
-set -e
-if [ -n "${tmp:-}" ]; then
-  if [ "$rc" = 0 ] || [ "$rc" = 5 ]; then
-    rm -rf "$tmp"
-  else
-    echo "test-fast.sh: the failed tests' files are kept in $tmp/t (in memory: rm -rf $tmp when done)" >&2
-  fi
-fi
-exit "$rc"
