@@ -126,9 +126,9 @@ def tier_unit(nodeid: str, fast_tier: bool = FAST_TIER) -> str:
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadgroup`` (scripts/test.sh, scripts/test-fast.sh): the tests of a shared deployment go to one worker
-    as one unit, as do the modules that share a costly start (SHARED_START_UNITS), the largest units first (so the stack and the
-    fleet start at once), every other test on its own. pytest-xdist's
-    own loadgroup reads ``xdist_group`` marks from node ids it rewrites, which pytest 9 no longer lets it do."""
+    as one unit, as do the modules that share a costly start (SHARED_START_UNITS), the largest units first (so the
+    stack and the fleet start at once), every other test on its own. pytest-xdist's own loadgroup reads
+    ``xdist_group`` marks from node ids it rewrites, which pytest 9 no longer lets it do."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling

@@ -152,3 +152,11 @@ def test_the_deployment_tiers_which_the_fast_tier_does_not_collect_mark_every_mo
         for module in modules:
             text = module.read_text()
             assert f"pytestmark = pytest.mark.{tier}" in text or f"pytestmark = [pytest.mark.{tier}" in text, module
+
+
+def test_the_modules_the_scheduling_names_exist():
+    """A module renamed or removed would silently leave its unit or its early start (tests/conftest.py)."""
+    from tests.conftest import SHARED_START_UNITS, START_EARLY
+
+    for module in (*SHARED_START_UNITS, *START_EARLY):
+        assert (REPO / module).is_file(), module
