@@ -316,10 +316,13 @@ kill_component() {
   [ -n "$p" ] || { say "$name: no pid file"; return 0; }
   kill -"$sig" -- "-$p" 2>/dev/null || kill -"$sig" "$p" 2>/dev/null || true
   # SIGKILL: return once it is gone, so that `start NAME` right after it does not find it still there (on a busy
-  # host it outlived a one-second pause, `start` said "already running", and the stack was left without it)
+  # host it outlived a one-second pause, `start` said "already running", and the stack was left without it; with the
+  # disk and both cores busy, a killed scheduler once took over 10 s to end). Not gone in 120 s: an error, not a
+  # `start` that finds it "already running" and leaves the stack without it once it does end.
   if [ "$sig" = KILL ] || [ "$sig" = 9 ]; then
-    for i in $(seq 1 100); do alive "$name" || return 0; sleep 0.1; done
-    say "$name (pid $p) still there 10 s after SIGKILL"
+    local deadline=$((SECONDS + 120))
+    while [ $SECONDS -lt $deadline ]; do alive "$name" || return 0; sleep 0.1; done
+    die "$name (pid $p) still running 120 s after SIGKILL (state: $(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | cut -d' ' -f1))"
   fi
 }
 

@@ -75,11 +75,15 @@ def jobs_named(slurm, name):
 
 def dag_test_process(path: Path, dag_id: str, env: dict | None = None):
     """Start dag.test() of ``dag_id`` from ``path`` in another process (a second worker, or with ``env``: another
-    simulated host), with this process's environment plus ``env``. Its stdout ends with a ``RESULT {json}`` line."""
+    simulated host), with this process's environment plus ``env``. It writes its result as JSON to a file of its
+    own (``proc.result_path``), not to stdout: a log line a thread wrote there once landed inside the result line."""
     import os
     import subprocess
     import sys
+    import tempfile
 
+    fd, result_path = tempfile.mkstemp(prefix=f"dag-test-{dag_id}-", suffix=".json")
+    os.close(fd)
     script = f"""
 import json, sys
 sys.path.insert(0, {str(REPO)!r})
@@ -89,10 +93,12 @@ module = load_dag_file(__import__("pathlib").Path({str(path)!r}))
 dag = next(v for v in vars(module).values() if isinstance(v, DAG) and v.dag_id == {dag_id!r})
 run = dag.test()
 xcoms, states = dag_run_results(run)
-print("RESULT " + json.dumps({{"state": run.state, "xcoms": {{str(k): v for k, v in xcoms.items()}},
-                              "states": {{str(k): v for k, v in states.items()}}}}, default=str))
+result = json.dumps({{"state": run.state, "xcoms": {{str(k): v for k, v in xcoms.items()}},
+                     "states": {{str(k): v for k, v in states.items()}}}}, default=str)
+with open({result_path!r}, "w") as fh:
+    fh.write(result)
 """
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "-c", script],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -100,18 +106,25 @@ print("RESULT " + json.dumps({{"state": run.state, "xcoms": {{str(k): v for k, v
         cwd=REPO,
         env={**os.environ, **(env or {})},
     )
+    proc.result_path = result_path
+    return proc
 
 
 def process_result(proc, dag_id: str, timeout: float = 240) -> dict:
     """{"state", "xcoms", "states"} (task keys as strings) of a :func:`dag_test_process`."""
     import json
+    import os
 
     stdout, stderr = proc.communicate(timeout=timeout)
-    line = next((x for x in stdout.splitlines() if x.startswith("RESULT ")), None)
-    assert line, (
+    try:
+        with open(proc.result_path) as fh:
+            text = fh.read()
+    finally:
+        os.unlink(proc.result_path)
+    assert text, (
         f"dag {dag_id} in a subprocess gave no result (rc {proc.returncode}):\n{stdout[-3000:]}\n{stderr[-3000:]}"
     )
-    return json.loads(line[len("RESULT ") :])
+    return json.loads(text)
 
 
 def run_in_subprocess(path: Path, dag_id: str, timeout: float = 240) -> dict:
