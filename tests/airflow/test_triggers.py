@@ -37,8 +37,9 @@ def _trigger(tmp_path, **kwargs):
 
 
 def test_free_gpus_fire_at_once_without_a_floor(tmp_path):
+    trigger = _trigger(tmp_path)  # made first: its import (Airflow's, the first time in a worker) is not the wait
     start = time.time()
-    event = asyncio.run(_first_event(_trigger(tmp_path)))
+    event = asyncio.run(_first_event(trigger))
     assert event.payload["status"] == "available" and time.time() - start < 1.0
 
 
