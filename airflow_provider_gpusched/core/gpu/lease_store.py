@@ -305,9 +305,7 @@ def kill_family(pids: list[int], wait: float = 0.0) -> int:
     family = {pid for pid in _family(set(pids)) if _started_at(pid)}
     _signal_family(list(family), signal.SIGKILL)
     deadline = time.monotonic() + wait
-    while family and time.monotonic() < deadline:
-        if not any(process_alive(pid) for pid in family):
-            break
+    while time.monotonic() < deadline and any(process_alive(pid) for pid in family):
         time.sleep(0.02)
     return len(family)
 
