@@ -7,6 +7,7 @@ import json
 import sys
 
 from airflow_provider_gpusched.cli_options import fleet_dir, shared_option, simulate_option, state_dir_option
+from airflow_provider_gpusched.core.backends import DEFAULT_BACKEND, backend_names
 from airflow_provider_gpusched.core.errors import GpuschedError
 
 # Each subcommand imports what it uses, inside its function: `gpusched partition` must not pay for the
@@ -164,22 +165,19 @@ def _gpus(args) -> int:
 
 
 def _sweep_run(args) -> int:
-    from airflow_provider_gpusched.core.gpu.inventory import get_inventory
-    from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+    from airflow_provider_gpusched.core.backends import get_backend
     from airflow_provider_gpusched.core.sweep.store import FAILED_STATES
     from airflow_provider_gpusched.core.sweep.terminal import SweepInterrupted, load_spec, run_sweep
 
     spec = load_spec(args.spec)
-    manager = (
-        None
-        if args.backend == "slurm"
-        else LeaseManager(get_inventory(simulate_option(args)), state_dir_option(args), shared=shared_option())
+    handle = get_backend(args.backend).default_handle(
+        simulate=simulate_option(args), state_dir=state_dir_option(args), shared=shared_option()
     )
     try:
         summary = run_sweep(
             spec,
             results_root=args.results_root,
-            manager=manager,
+            handle=handle,
             parallel=args.parallel,
             force_rerun=True if args.force_rerun else None,
             backend=args.backend,
@@ -629,8 +627,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parallel", type=_positive_int, help="trials at once (default: what fits on the GPUs)")
     p.add_argument(
         "--backend",
-        choices=["local", "slurm"],
-        default="local",
+        choices=sorted(backend_names()),
+        default=DEFAULT_BACKEND,
         help="this host's GPUs (default), or Slurm: job arrays through the local Slurm CLI",
     )
     p.add_argument("--force-rerun", action="store_true", help="run succeeded and pruned trials again")
@@ -652,8 +650,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--backend",
-        choices=["local", "slurm"],
-        default="local",
+        choices=sorted(backend_names()),
+        default=DEFAULT_BACKEND,
         help="count this host's GPUs (local, default) or the classes' Slurm partitions' GPUs",
     )
     p.add_argument("--slurm-conn-id", help="Slurm connection for --backend slurm (default slurm_default)")

@@ -16,6 +16,7 @@ import sys
 import time
 from typing import Any
 
+from airflow_provider_gpusched.core.backends import DEFAULT_BACKEND, backend_names
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.text import printable
 
@@ -310,8 +311,7 @@ def _airflow_checks(args, simulate: str | None) -> list[Any]:
 
         from airflow_provider_gpusched.pools import desired_pools, sync_pools
 
-        backend = "slurm" if args.pools_backend == "slurm" else "local"
-        rows = sync_pools(desired_pools(backend, args.slurm_conn_id, simulate=simulate), dry_run=True)
+        rows = sync_pools(desired_pools(args.pools_backend, args.slurm_conn_id, simulate=simulate), dry_run=True)
         wrong = [r for r in rows if r["action"] != "unchanged"]
         if not rows:
             checks.append(Check("airflow pools", OK, "the job-class mapping names no pools"))
@@ -546,8 +546,8 @@ def add_queue_parser(sub) -> None:
     )
     p.add_argument(
         "--pools-backend",
-        choices=["local", "slurm"],
-        default="local",
+        choices=sorted(backend_names()),
+        default=DEFAULT_BACKEND,
         help="count pool slots as gpusched pools sync --backend does (default local)",
     )
     p.set_defaults(func=queue_health)

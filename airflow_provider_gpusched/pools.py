@@ -13,34 +13,18 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_provider_gpusched import settings
-from airflow_provider_gpusched.core.job_classes import JobClass
+from airflow_provider_gpusched.core.backends import DEFAULT_BACKEND
 
 
 def desired_pools(
-    backend: str = "local", slurm_conn_id: str | None = None, simulate: str | None = None
+    backend: str = DEFAULT_BACKEND, slurm_conn_id: str | None = None, simulate: str | None = None
 ) -> dict[str, dict[str, Any]]:
-    """The pools the job-class mapping wants; ``simulate`` overrides ``[gpusched] simulate_gpus`` (local)."""
-    mapping = settings.job_class_mapping()
-    if backend == "local":
-        from airflow_provider_gpusched.core.gpu.inventory import get_inventory
-        from airflow_provider_gpusched.fleet import read_this_fleet
+    """The pools the job-class mapping wants, with a slot per GPU that ``backend`` counts for each class;
+    ``simulate`` overrides ``[gpusched] simulate_gpus`` (local)."""
+    from airflow_provider_gpusched.backends import airflow_backend
 
-        view = None if simulate else read_this_fleet()
-        if view is not None and view.hosts:  # several GPU hosts: every GPU any of them published
-            count = sum(len(h.gpus) for h in view.hosts)
-        else:
-            count = len(get_inventory(simulate or settings.simulate_gpus() or None).gpus())
-        return mapping.pool_plan(lambda cls: count, settings.pool_slots_per_gpu())
-    from airflow_provider_gpusched.hooks.slurm import SlurmHook
-
-    hook = SlurmHook(slurm_conn_id or SlurmHook.default_conn_name)
-    client = hook.get_conn()
-
-    def partition_gpus(cls: JobClass) -> int:
-        partition = hook.class_settings(cls.name).get("partition") or hook.job_defaults().get("partition")
-        return client.partition_gpus(partition)
-
-    return mapping.pool_plan(partition_gpus, settings.pool_slots_per_gpu())
+    gpus = airflow_backend(backend).pool_gpus(slurm_conn_id, simulate)
+    return settings.job_class_mapping().pool_plan(gpus, settings.pool_slots_per_gpu())
 
 
 def sync_pools(plan: dict[str, dict[str, Any]], dry_run: bool = False) -> list[dict[str, Any]]:

@@ -59,6 +59,7 @@ from airflow_provider_gpusched.core.slurm.job_view import (
     job_view,
     read_job_record,
 )
+from airflow_provider_gpusched.core.slurm.runner import LOCAL_TARGET
 from airflow_provider_gpusched.core.sweep.analysis import compare_runs, param_importance
 from airflow_provider_gpusched.core.sweep.reports import RAN_AGAIN, reports_of_run
 from airflow_provider_gpusched.core.sweep.store import OUTPUT_LOG_FILE, folder_dags
@@ -817,10 +818,10 @@ def slurm_job(dag_id: str, run_id: str, task_id: str, map_index: int, session) -
     except BadRecordError as exc:
         raise HTTPException(500, str(exc)) from None
     live = None
-    if not record["final"] and record["via"] == "local" and settings.ui_live_slurm():
+    if not record["final"] and record["via"] == LOCAL_TARGET and settings.ui_live_slurm():
         from airflow_provider_gpusched.core.slurm import CommandRunner, SlurmClient
 
-        live = _live_statuses.get("local", record["job_id"], lambda: SlurmClient(CommandRunner()))
+        live = _live_statuses.get(LOCAL_TARGET, record["job_id"], lambda: SlurmClient(CommandRunner()))
     root = settings.slurm_output_dir()
     lines = settings.output_tail_lines()
     tails = {}

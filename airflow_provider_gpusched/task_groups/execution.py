@@ -16,16 +16,16 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_provider_gpusched.core.backends import DEFAULT_BACKEND, backend_names
 from airflow_provider_gpusched.core.checks import is_int, is_number
 
-BACKENDS = ("local", "slurm")
 BATCHING = ("auto", "mapped", "batched")
 DEFAULT_MAX_CHUNK = 500
 
 
 @dataclass(frozen=True)
 class SweepExecution:
-    """:param backend: ``"local"`` (this host's GPUs) or ``"slurm"``.
+    """:param backend: a backend's name (core/backends.py): ``"local"`` (this host's GPUs) or ``"slurm"``.
     :param batching: ``"mapped"`` (a task per trial), ``"batched"`` (runner tasks or job arrays over chunks)
         or ``"auto"``: batched when a stage has more than ``max_mapped_trials`` trials.
     :param chunk_size: trials per runner task / job array (default: 500, or fewer so there are >= 2 chunks).
@@ -42,7 +42,7 @@ class SweepExecution:
         e.g. ``retries`` or ``execution_timeout``.
     """
 
-    backend: str = "local"
+    backend: str = DEFAULT_BACKEND
     batching: str = "auto"
     max_mapped_trials: int = 256
     chunk_size: int | None = None
@@ -55,8 +55,8 @@ class SweepExecution:
     trial_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise AirflowException(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.backend not in backend_names():
+            raise AirflowException(f"backend must be one of {tuple(sorted(backend_names()))}, got {self.backend!r}")
         if self.batching not in BATCHING:
             raise AirflowException(f"batching must be one of {BATCHING}, got {self.batching!r}")
         for name in ("max_mapped_trials", "chunk_size", "parallel", "trials_per_process", "max_array_parallel"):

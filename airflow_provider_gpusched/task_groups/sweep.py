@@ -19,23 +19,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 from airflow.sdk import Asset, TaskGroup, task
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_provider_gpusched import fleet, settings
+from airflow_provider_gpusched import settings
+from airflow_provider_gpusched.backends import airflow_backend
+from airflow_provider_gpusched.core.backends import get_backend
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
-from airflow_provider_gpusched.core.gpu.timeline import LEASE_HISTORY_XCOM, SegmentLog, segment_of
-from airflow_provider_gpusched.core.slurm.job import array_range
-from airflow_provider_gpusched.core.stops import WorkHalted
-from airflow_provider_gpusched.core.sweep.batch import run_local_batch
 from airflow_provider_gpusched.core.sweep.session import SweepSession
 from airflow_provider_gpusched.core.sweep.spec import SweepSpec
-from airflow_provider_gpusched.core.sweep.trial_run import Manifest, chunk_argv, trial_argv, trial_set
-from airflow_provider_gpusched.core.sweep.view import OUTCOMES_XCOM, PLAN_XCOM, outcome_records, plan_record
-from airflow_provider_gpusched.core.work_tag import WorkTag
-from airflow_provider_gpusched.operators.queue_stops import WorkStopped
+from airflow_provider_gpusched.core.sweep.trial_run import Manifest, trial_argv, trial_set
+from airflow_provider_gpusched.core.sweep.view import PLAN_XCOM, plan_record
 from airflow_provider_gpusched.task_groups.execution import SweepExecution
 
 
@@ -83,7 +79,7 @@ def sweep_task_group(
     root = results_root or spec.results_root or settings.sweep_results_root()
     session = SweepSession(spec, root)
     size = spec.stage_size()
-    stage = _Stage(session, execution, execution.batched(size), execution.chunk_size_for(size))
+    stage = SweepStage(session, execution, execution.batched(size), execution.chunk_size_for(size))
     # named by its URI: the same sweep name under another results root is another asset
     asset = (
         Asset(uri=f"file://{os.path.join(session.store.dir, 'best.json')}")
@@ -139,7 +135,7 @@ def _bind_notifiers(notify: Sequence[Any] | None, session: SweepSession, round_n
     return out
 
 
-def _rounds(stage: _Stage, notify: Sequence[Any] | None = None):
+def _rounds(stage: SweepStage, notify: Sequence[Any] | None = None):
     """``round_0`` ... ``round_<n-1>``: plan, trials, tell; each round after the previous one's tell. With
     ``notify``, each tell also writes the summary so far and tells the notifiers (bound to its round)."""
     session, spec = stage.session, stage.spec
@@ -270,7 +266,7 @@ def _publish_plan(
     """The stage's plan for the UI's sweep view (XCom ``gpusched_sweep_plan``)."""
     ti = context["ti"]
     group = ti.task_id.rsplit(".", 1)[0]
-    trial_task = f"{group}.{'trial' if not batched else 'run_batch' if backend == 'local' else 'trial_array'}"
+    trial_task = f"{group}.{get_backend(backend).chunk_task if batched else 'trial'}"
     skipped_ids = set(manifest.data["skipped"])
     spec = session.spec
     ti.xcom_push(
@@ -294,19 +290,20 @@ def _publish_plan(
     )
 
 
-class _Stage:
+class SweepStage:
     """plan -> run trials, in mapped or batched form, on one backend."""
 
     def __init__(self, session: SweepSession, execution: SweepExecution, batched: bool, chunk_size: int) -> None:
         self.spec, self.session, self.execution = session.spec, session, execution
         self.backend, self.batched, self.chunk_size = execution.backend, batched, chunk_size
+        self.adapter = airflow_backend(self.backend)
         try:
             self.spec.resources.check_backend(self.backend, self.spec.name)
         except GpuschedError as exc:
             raise AirflowException(str(exc)) from None
 
     def build(self, round_no: int | None = None):
-        session, python = self.session, self.execution.interpreter
+        session, python, adapter = self.session, self.execution.interpreter, self.adapter
         batched, backend, chunk_size = self.batched, self.backend, self.chunk_size
         max_array_parallel = self.execution.max_array_parallel
         if self.spec.max_workers is not None:
@@ -346,28 +343,16 @@ class _Stage:
                     {"command": trial_argv(manifest, t, python), "trials": trial_set(manifest, [t])}
                     for t in manifest.pending
                 ]
-            chunks = manifest.chunk_count()
-            if backend == "local":
-                return list(range(chunks))
-            return [
-                {
-                    "command": chunk_argv(manifest, k, python),
-                    "trials": trial_set(manifest, chunk=k),
-                    "array": array_range(len(manifest.chunk(k)), max_array_parallel),
-                }
-                for k in range(chunks)
-            ]
+            return adapter.plan_chunks(manifest, python, max_array_parallel)
 
         planned = plan()
         if not batched:
-            run = self._trial_operator("trial", "{{ task.command[-1] }}").expand_kwargs(planned)
-        elif backend == "local":
-            run = self._local_runner(round_no).expand(chunk=planned)
+            run = self.trial_operator("trial", "{{ task.command[-1] }}").expand_kwargs(planned)
         else:
-            run = self._trial_operator("trial_array", "chunk {{ task.command[-1] }}").expand_kwargs(planned)
+            run = self.adapter.run_chunks(self, round_no, planned)
         return planned, run
 
-    def _class_kwargs(self, **kwargs):
+    def class_kwargs(self, **kwargs):
         """The job class's pool and weight for the batch-runner task (the operators' ``partial`` applies
         them to mapped trials by itself)."""
         from airflow_provider_gpusched.operators.job_class import apply_job_class
@@ -378,8 +363,10 @@ class _Stage:
             kwargs.setdefault("max_active_tis_per_dagrun", 1)
         return kwargs
 
-    def _trial_operator(self, task_id: str, label_template: str):
-        r, ex = self.spec.resources, self.execution
+    def trial_operator(self, task_id: str, label_template: str):
+        """The operator (partial) that runs one trial, or (batched on a backend whose chunks are tasks of the
+        same operator, such as Slurm's job arrays) one chunk."""
+        ex = self.execution
         common = dict(
             task_id=task_id,
             map_index_template=label_template,
@@ -390,99 +377,4 @@ class _Stage:
         if self.spec.max_workers is not None:  # DI-toolkit's max_workers: trials of a DAG run at once (a job
             # array holds up to max_workers itself, with %N: then one array at a time)
             common.setdefault("max_active_tis_per_dagrun", 1 if task_id == "trial_array" else self.spec.max_workers)
-        if self.backend == "local":
-            from airflow_provider_gpusched.task_groups.trial_operators import SweepTrialGPUOperator
-
-            return SweepTrialGPUOperator.partial(**r.local_gpu_arguments(), **common)
-        from airflow_provider_gpusched.task_groups.trial_operators import SweepTrialSlurmOperator
-
-        return SweepTrialSlurmOperator.partial(
-            **r.slurm_arguments(), slurm_conn_id=ex.slurm_conn_id, job_name=f"sweep.{self.spec.name}", **common
-        )
-
-    def _local_runner(self, round_no: int | None):
-        session, spec = self.session, self.spec
-        parallel, per_process = self.execution.parallel, self.execution.trials_per_process
-        if spec.max_workers is not None:
-            parallel = min(parallel or spec.max_workers, spec.max_workers)
-
-        @task(
-            **self._class_kwargs(
-                task_id="run_batch", map_index_template="chunk {{ chunk }}", **self.execution.trial_kwargs
-            )
-        )
-        def run_batch(chunk: int) -> dict[str, Any]:
-            from airflow.sdk import get_current_context
-
-            from airflow_provider_gpusched.core.units import time_limit_seconds
-            from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
-
-            context = get_current_context()
-            # for map_index_template ("chunk {{ chunk }}"): Airflow renders it from the context the task leaves
-            cast("dict[str, Any]", context)["chunk"] = chunk
-            manifest = session.manifest(round_no, context["run_id"])
-            trials = manifest.chunk(chunk)
-            r = spec.resources
-            request = r.local_gpu_request(settings.host_limit_defaults())
-            manager = LocalGPUHook().get_conn()
-            ti = context["ti"]
-            print(f"chunk {chunk}: {len(trials)} trials on {manager.inventory.source} GPUs")
-            tag = WorkTag.of_task(ti, sweep=spec.name, trial=f"chunk {chunk}", job_class=r.job_class)
-            segments = SegmentLog()
-            map_index = ti.map_index if ti.map_index is not None else -1
-
-            def on_attempt(attempt, label: str) -> None:
-                segments.add(
-                    segment_of(
-                        attempt,
-                        job_class=r.job_class,
-                        priority=r.priority,
-                        label=label,
-                        dag_id=ti.dag_id,
-                        run_id=ti.run_id,
-                        task_id=ti.task_id,
-                        map_index=map_index,
-                    )
-                )
-
-            def outcomes() -> list[dict[str, Any]]:  # this run's outcome of each trial of the chunk
-                return outcome_records(session.store, trials, manifest.data.get("run"), manifest.data.get("planned_at"))
-
-            def publish() -> None:  # the GPU timeline's bars of this runner so far
-                ti.xcom_push(key=LEASE_HISTORY_XCOM, value=segments.record())
-
-            try:
-                outcome = run_local_batch(
-                    manifest,
-                    trials,
-                    manager,
-                    request,
-                    parallel=parallel,
-                    trials_per_process=per_process,
-                    owner=f"{ti.dag_id}.{ti.task_id}[{chunk}] ({ti.run_id})",
-                    job_class=r.job_class,
-                    priority=r.priority,
-                    on_event=print,
-                    work=tag,
-                    setup=r.setup,
-                    time_limit=None if r.time_limit is None else time_limit_seconds(r.time_limit),
-                    on_attempt=on_attempt,
-                    on_tick=publish,
-                    host=fleet.worker_host(ti),
-                )
-            except WorkHalted as exc:  # no retry: someone stopped it
-                ti.xcom_push(key=OUTCOMES_XCOM, value=outcomes())
-                raise WorkStopped(f"chunk {chunk}: {exc}") from exc
-            finally:
-                publish()
-            ti.xcom_push(key=OUTCOMES_XCOM, value=outcomes())
-            counts = {k: len(v) for k, v in outcome.items()}
-            print(
-                f"chunk {chunk}: {counts['succeeded']} succeeded, {counts['pruned']} pruned, "
-                f"{counts['failed']} failed, {counts['timeout']} stopped at their time limit"
-            )
-            if (counts["failed"] or counts["timeout"]) and not counts["succeeded"] and not counts["pruned"]:
-                raise AirflowException(f"chunk {chunk}: every trial failed (see {session.store.dir}/logs)")
-            return counts
-
-        return run_batch
+        return self.adapter.trial_operator(self, common)

@@ -73,6 +73,18 @@ def jobs_named(slurm, name):
     return [line.split("|") for line in out.split()]
 
 
+_RESULT_DIR: list[Path] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _dag_test_result_dir(tmp_path_factory):
+    """Where :func:`dag_test_process` results go: under pytest's own temporary folder, so a process killed before
+    :func:`process_result` read its file leaves nothing in /tmp."""
+    _RESULT_DIR.append(tmp_path_factory.mktemp("dag-test-results"))
+    yield
+    _RESULT_DIR.clear()
+
+
 def dag_test_process(path: Path, dag_id: str, env: dict | None = None):
     """Start dag.test() of ``dag_id`` from ``path`` in another process (a second worker, or with ``env``: another
     simulated host), with this process's environment plus ``env``. It writes its result as JSON to a file of its
@@ -82,7 +94,7 @@ def dag_test_process(path: Path, dag_id: str, env: dict | None = None):
     import sys
     import tempfile
 
-    fd, result_path = tempfile.mkstemp(prefix=f"dag-test-{dag_id}-", suffix=".json")
+    fd, result_path = tempfile.mkstemp(prefix=f"dag-test-{dag_id}-", suffix=".json", dir=_RESULT_DIR[-1])
     os.close(fd)
     script = f"""
 import json, sys

@@ -115,7 +115,7 @@ class SlurmClient:
         The script never touches a file system: no path another user could create or replace between
         writing and submitting, and its ``environment`` values (API keys) are in no file to read or leave
         behind. Errors name sbatch's reason."""
-        if self.runner.target == "local":
+        if self.runner.is_local:
             self._check_paths(spec)
         script = spec.render_script()
         argv = ["sbatch", *spec.sbatch_argv()]
@@ -278,7 +278,7 @@ class SlurmClient:
 
     def _read_jobcomp(self) -> None:
         path = self.accounting().jobcomp_loc
-        if self.runner.target == "local":
+        if self.runner.is_local:
             try:
                 size = os.path.getsize(path)
             except OSError:
@@ -479,7 +479,7 @@ class SlurmClient:
         """The last ``lines`` lines of a job's output file ('' if it does not exist yet)."""
         if not path:
             return ""
-        if self.runner.target == "local":
+        if self.runner.is_local:
             from airflow_provider_gpusched.core.safe_files import open_regular
 
             try:  # a regular file only: a FIFO planted at the path would block the read forever

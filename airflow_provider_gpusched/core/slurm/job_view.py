@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow_provider_gpusched.core.safe_files import BadRecordError
+from airflow_provider_gpusched.core.slurm.runner import LOCAL_TARGET
 from airflow_provider_gpusched.core.slurm.states import JobStatus, array_task_order
 
 SLURM_JOB_XCOM = "gpusched_slurm_job"
@@ -23,7 +24,7 @@ def via(runner_description: Mapping[str, Any]) -> str:
     """Where a runner sends Slurm commands, for people: ``local`` or ``[user@]host[:port]``."""
     host = runner_description.get("host")
     if not host:
-        return "local"
+        return LOCAL_TARGET
     user, port = runner_description.get("user"), runner_description.get("port")
     return f"{user + '@' if user else ''}{host}{f':{port}' if port else ''}"
 

@@ -72,7 +72,7 @@ class OutputFollower:
 
     def _remote_runner(self) -> CommandRunner | None:
         """The runner that reads the file on another host (ssh); None where it is read here."""
-        return self.runner if self.runner is not None and self.runner.target != "local" else None
+        return self.runner if self.runner is not None and not self.runner.is_local else None
 
     def _chunk(self, offset: int, count: int | None = None) -> tuple[int, bytes] | None:
         """The file's size and up to ``count`` (``max_bytes``) bytes from ``offset``; None while it does not

@@ -39,6 +39,10 @@ _TRANSIENT_MARKERS = (
 )
 
 
+#: a runner's target when the Slurm CLI is on this host (an ssh runner's target is its host)
+LOCAL_TARGET = "local"
+
+
 class SlurmCommandError(GpuschedError):
     """A Slurm command failed for a reason that retrying will not fix (bad partition, bad option...)."""
 
@@ -95,7 +99,12 @@ class CommandRunner:
 
     @property
     def target(self) -> str:
-        return "local"
+        return LOCAL_TARGET
+
+    @property
+    def is_local(self) -> bool:
+        """Whether the Slurm commands run on this host (the CLI here), not over ssh."""
+        return self.target == LOCAL_TARGET
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
         return list(argv)

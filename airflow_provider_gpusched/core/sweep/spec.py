@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, fields
 from types import FrameType
 from typing import Any
 
+from airflow_provider_gpusched.core.backends import get_backend
 from airflow_provider_gpusched.core.checks import check_int, is_int, record_from_mapping
 from airflow_provider_gpusched.core.distributed import DEFAULT_RANK_EXIT_GRACE, check_grace, check_mode
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError, UnknownKeyError
@@ -150,8 +151,8 @@ class TrialResources:
             if not isinstance(value, (str, int, float)) or isinstance(value, bool) or "\x00" in str(value):
                 raise InvalidArgumentError(f"{where}.env.{key}", value, "a string or number")
         self.env = {str(k): str(v) for k, v in self.env.items()}
-        if self.backend is not None and self.backend not in ("local", "slurm"):
-            raise InvalidArgumentError(f"{where}.backend", self.backend, "'local' or 'slurm'")
+        if self.backend is not None:
+            get_backend(self.backend, f"{where}.backend")
         if self.devices is not None:
             if (
                 isinstance(self.devices, (str, bytes))
@@ -236,22 +237,6 @@ class TrialResources:
             "nproc_per_node": self.nproc_per_node,
         }
 
-    #: settings the local backend cannot honour yet: a trial that asks for them is refused, never run without them
-    #: (docs/sweeps.md: each setting against each backend)
-    NOT_LOCAL = {"partition": "a Slurm partition", "qos": "a Slurm QOS"}
-    #: settings the Slurm backend cannot honour: they describe this host's GPUs
-    NOT_SLURM = {
-        "gpu_memory": "a share of a GPU's memory (Slurm allocates GPUs whole)",
-        "devices": "this host's GPU indices",
-        "device_groups": "this host's GPU groups",
-        "load_stage": "a load stage before the GPUs (a Slurm job gets its GPUs when it starts)",
-        "max_waiting": "a bound on this host's load stages",
-    }
-
-    def not_local(self) -> list[str]:
-        """The settings given that the local backend cannot honour, as ``name=value``."""
-        return [f"{name}={getattr(self, name)!r}" for name in self.NOT_LOCAL if getattr(self, name) is not None]
-
     def check_backend(self, backend: str, sweep: str) -> None:
         """Refuse the settings that ``backend`` cannot honour (docs/sweeps.md: each setting per backend), naming the
         setting and the backend: nothing is dropped without a word."""
@@ -260,38 +245,7 @@ class TrialResources:
                 f"sweep {sweep}: resources.backend={self.backend!r} (pavi's launcher): these trials "
                 f"run on {self.backend} only, not on the {backend} backend"
             )
-        if backend == "slurm":
-            given = [name for name in self.NOT_SLURM if getattr(self, name) not in (None, False)]
-            if given:
-                name = given[0]
-                raise GpuschedError(
-                    f"sweep {sweep}: resources.{name}={getattr(self, name)!r}: {self.NOT_SLURM[name]} "
-                    f"is not something the Slurm backend honours; leave {name} out for "
-                    f"backend='slurm' (docs/sweeps.md lists each setting per backend)"
-                )
-            return
-        if backend != "local":
-            return
-        slurm_only = [
-            n
-            for n in self.SLURM_SHAPE
-            if getattr(self, n) is not None and not (n == "nodes" and self.nodes in (1, "1"))
-        ]
-        if slurm_only:
-            name = slurm_only[0]
-            raise GpuschedError(
-                f"sweep {sweep}: resources.{name}={getattr(self, name)!r} is a Slurm job setting "
-                f"that the local backend cannot honour (local GPUs are one host); run such trials "
-                f"with backend='slurm', or leave {name} out"
-            )
-        refused = self.not_local()
-        if refused:
-            name = refused[0].split("=")[0]
-            raise GpuschedError(
-                f"sweep {sweep}: resources.{refused[0]}: {self.NOT_LOCAL[name]} is not something "
-                f"the local backend honours; run such trials with backend='slurm', or leave {name} "
-                f"out (docs/sweeps.md lists each setting per backend)"
-            )
+        get_backend(backend).check_resources(self, sweep)
 
     def local_gpu_arguments(self) -> dict[str, Any]:
         """What a trial on local GPUs asks for (``LocalGPUOperator`` arguments): at least one GPU; ``mem``

@@ -23,11 +23,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
+from airflow_provider_gpusched.core.backends import DEFAULT_BACKEND, get_backend
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
-from airflow_provider_gpusched.core.options import host_limit_defaults
 from airflow_provider_gpusched.core.sweep.session import SweepSession
 from airflow_provider_gpusched.core.sweep.spec import SweepSpec
-from airflow_provider_gpusched.core.units import time_limit_seconds
 
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.gpu.leases import LeaseManager
@@ -161,100 +160,46 @@ def run_sweep(
     progress: bool | Any = True,
     on_event: Callable[[str], None] | None = None,
     run: str | None = None,
-    backend: str = "local",
+    backend: str = DEFAULT_BACKEND,
     slurm: Any = None,
+    handle: Any = None,
     poll_interval: float = 2.0,
 ) -> dict[str, Any]:
-    """Run the sweep on this host's GPUs (or, ``backend="slurm"``, as Slurm job arrays) and return its summary (``counts``, ``leaderboard``, ``best``, ``text``:
-    the status table and leaderboard as ``gpusched sweep results`` prints them).
+    """Run the sweep on a backend (this host's GPUs by default, or Slurm job arrays) and return its summary
+    (``counts``, ``leaderboard``, ``best``, ``text``: the status table and leaderboard as ``gpusched sweep
+    results`` prints them).
 
     :param spec: a :class:`SweepSpec`, a YAML file, or ``package.module:ATTR``.
     :param manager: the ``LeaseManager`` (default: NVML's GPUs, or the simulated ones of
         ``$GPUSCHED_SIMULATE_GPUS``, in the lease directory Airflow's tasks use).
     :param parallel: trials at once (default: what fits on the GPUs).
     :param progress: draw the progress line (to stderr; or give a file).
-    :param backend: ``"local"`` or ``"slurm"``: each stage's trials as job arrays (``slurm``: the
-        ``SlurmClient``, default the local Slurm CLI), followed every ``poll_interval`` seconds; Ctrl-C cancels them.
+    :param backend: a backend's name (core/backends.py): ``local``, or ``slurm``: each stage's trials as job
+        arrays (``slurm``: the ``SlurmClient``, default the local Slurm CLI), followed every ``poll_interval``
+        seconds; Ctrl-C cancels them.
+    :param handle: what the backend works through (its ``default_handle`` when None; ``manager`` and ``slurm``
+        are the local and Slurm backends' handles by their older names).
     :raises SweepInterrupted: on Ctrl-C, after the running trials were stopped.
     """
     spec = load_spec(spec)
-    if backend not in ("local", "slurm"):
-        raise InvalidArgumentError("backend", backend, "'local' or 'slurm'")
+    chosen = get_backend(backend)
     spec.resources.check_backend(backend, spec.name)
     session = SweepSession(spec, results_root)
-    if backend == "slurm":
-        return _run_on_slurm(spec, session, slurm, force_rerun, progress, run, poll_interval)
-    from airflow_provider_gpusched.core.sweep.batch import run_local_batch
-
-    manager = manager or _default_manager()
-    r = spec.resources
-    request = r.local_gpu_request(host_limit_defaults())
-    manager.check_possible(request)
-    if spec.max_workers is not None:
-        parallel = min(parallel or spec.max_workers, spec.max_workers)
     run = run or f"terminal__{time.strftime('%Y-%m-%dT%H:%M:%S')}__{os.getpid()}"
-    limit = None if r.time_limit is None else time_limit_seconds(r.time_limit)
-    stages: list[int | None] = list(range(spec.rounds or 0)) if spec.in_rounds else [None]
-    board = Progress(session, out=None if progress is True else progress) if progress else None
-    for round_no in stages:
-        manifest = session.prepare(round_no, run=run, force_rerun=force_rerun, backend="local")
-        if board is not None:
-            board.watch(manifest.trials, round_no, spec.rounds if spec.in_rounds else None)
-        stop, done, interrupted = threading.Event(), threading.Event(), threading.Event()
-        outcome: dict[str, Any] = {}
-
-        def work(manifest: Any, stop: threading.Event, done: threading.Event, outcome: dict[str, Any]) -> None:
-            try:
-                outcome["value"] = run_local_batch(
-                    manifest,
-                    manifest.pending,
-                    manager,
-                    request,
-                    parallel=parallel,
-                    trials_per_process=1,
-                    owner=f"gpusched sweep run {spec.name} (pid {os.getpid()})",
-                    job_class=r.job_class,
-                    priority=r.priority,
-                    on_event=on_event,
-                    stop_event=stop,
-                    setup=r.setup,
-                    time_limit=limit,
-                )
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-                outcome["error"] = exc
-            finally:
-                done.set()
-
-        worker = threading.Thread(
-            target=work, args=(manifest, stop, done, outcome), name=f"gpusched-sweep-{spec.name}", daemon=True
-        )
-        try:
-            if board is not None:
-                board.__enter__()
-            with _ctrl_c_stops(stop, interrupted):
-                worker.start()
-                while not done.wait(0.5):
-                    pass
-        finally:
-            if board is not None:
-                board.__exit__(None, None, None)
-        if (
-            interrupted.is_set()
-        ):  # Ctrl-C: every running trial got SIGTERM, its grace period, SIGKILL; leases given back
-            _stopped(session, round_no, run, "stopped by Ctrl-C in gpusched sweep run")
-            raise SweepInterrupted(
-                f"sweep {spec.name}: stopped; the trials that finished are kept in "
-                f"{session.store.dir}, and the next run goes on with the rest"
-            )
-        if "error" in outcome:
-            raise outcome["error"]
-        session.settle(round_no, run)
-        if round_no is not None:
-            session.finish_round(round_no, run)
-    return session.collect(run)
+    return chosen.run_sweep(
+        spec,
+        session,
+        run,
+        handle=handle if handle is not None else {"manager": manager, "client": slurm}.get(chosen.handle),
+        parallel=parallel,
+        force_rerun=force_rerun,
+        progress=progress,
+        on_event=on_event,
+        poll_interval=poll_interval,
+    )
 
 
-def _stopped(session: SweepSession, round_no: int | None, run: str, why: str) -> None:
+def stopped_run(session: SweepSession, round_no: int | None, run: str, why: str) -> None:
     """A run stopped by Ctrl-C: its trials that started and have no outcome are recorded ``stopped`` (not left
     ``running`` until the next run), and its summary is written, so ``gpusched sweep results`` and the Sweeps tab
     say what this run did."""
@@ -263,7 +208,7 @@ def _stopped(session: SweepSession, round_no: int | None, run: str, why: str) ->
 
 
 @contextlib.contextmanager
-def _ctrl_c_stops(stop: threading.Event, interrupted: threading.Event) -> Iterator[None]:
+def ctrl_c_stops(stop: threading.Event, interrupted: threading.Event) -> Iterator[None]:
     """While in the block, SIGINT (Ctrl-C) sets ``interrupted`` and ``stop`` instead of raising KeyboardInterrupt, so the trials in
     flight are stopped in order (the stopped ones stay without an outcome: the next run runs them); a second
     Ctrl-C raises KeyboardInterrupt at once. (A KeyboardInterrupt raised inside ``Thread.join`` can mark a
@@ -285,91 +230,7 @@ def _ctrl_c_stops(stop: threading.Event, interrupted: threading.Event) -> Iterat
         signal.signal(signal.SIGINT, previous)
 
 
-#: trials per job array (below Slurm's usual MaxArraySize of 1001)
-SLURM_CHUNK = 1000
-
-
-def slurm_job_arguments(spec: SweepSpec) -> dict[str, Any]:
-    """The spec's resources and job class as SlurmJobSpec fields (sbatch's names)."""
-    from airflow_provider_gpusched.core.job_classes import JobClassMapping
-
-    r = spec.resources
-    args = dict(r.slurm_arguments())
-    job_class, priority = args.pop("job_class"), args.pop("priority")
-    args["cpus_per_task"] = args.pop("cpus")
-    args["environment"] = args.pop("env") or {}
-    args["setup"] = args.get("setup") or ()
-    classes = JobClassMapping.load(os.environ.get("AIRFLOW__GPUSCHED__JOB_CLASSES") or None)
-    for key, value in classes[job_class].slurm_settings(priority).items():
-        if args.get(key) is None:
-            args[key] = value
-    return {k: v for k, v in args.items() if v is not None}
-
-
-def _run_on_slurm(
-    spec: SweepSpec,
-    session: SweepSession,
-    client: Any,
-    force_rerun: bool | None,
-    progress: Any,
-    run: str | None,
-    poll_interval: float,
-) -> dict[str, Any]:
-    from airflow_provider_gpusched.core.slurm.client import SlurmClient
-    from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec, array_range
-    from airflow_provider_gpusched.core.sweep.trial_run import chunk_argv
-
-    client = client or SlurmClient()
-    run = run or f"terminal__{time.strftime('%Y-%m-%dT%H:%M:%S')}__{os.getpid()}"
-    stages: list[int | None] = list(range(spec.rounds or 0)) if spec.in_rounds else [None]
-    board = Progress(session, out=None if progress is True else progress) if progress else None
-    logs = os.path.join(session.store.dir, "logs")
-    os.makedirs(logs, exist_ok=True)
-    base = slurm_job_arguments(spec)
-    for round_no in stages:
-        manifest = session.prepare(round_no, SLURM_CHUNK, run=run, force_rerun=force_rerun, backend="slurm")
-        if board is not None:
-            board.watch(manifest.trials, round_no, spec.rounds if spec.in_rounds else None)
-            board.__enter__()
-        jobs: dict[str, int] = {}
-        try:
-            for k in range(manifest.chunk_count()):
-                size = len(manifest.chunk(k))
-                job = client.submit(
-                    SlurmJobSpec(
-                        command=chunk_argv(manifest, k),
-                        array=array_range(size, spec.max_workers),
-                        job_name=f"sweep.{spec.name}",
-                        output=os.path.join(logs, "slurm-%A_%a.out"),
-                        comment=f"gpusched sweep run {spec.name}",
-                        **base,
-                    )
-                )
-                jobs[job.job_id] = size
-            while jobs:
-                states = client.statuses(list(jobs), jobs)
-                jobs = {j: n for j, n in jobs.items() if not states[j].is_terminal}
-                if jobs:
-                    time.sleep(poll_interval)
-        except KeyboardInterrupt:
-            if jobs:
-                client.cancel(list(jobs))
-            _stopped(session, round_no, run, "stopped by Ctrl-C in gpusched sweep run (its Slurm jobs cancelled)")
-            raise SweepInterrupted(
-                f"sweep {spec.name}: stopped (Slurm jobs {', '.join(jobs) or '-'} cancelled); "
-                f"the trials that finished are kept in {session.store.dir}, and the next run goes "
-                f"on with the rest"
-            ) from None
-        finally:
-            if board is not None:
-                board.__exit__(None, None, None)
-        session.settle(round_no, run)
-        if round_no is not None:
-            session.finish_round(round_no, run)
-    return session.collect(run)
-
-
-def _default_manager() -> LeaseManager:
+def default_manager() -> LeaseManager:
     from airflow_provider_gpusched.core.gpu.inventory import get_inventory
     from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 

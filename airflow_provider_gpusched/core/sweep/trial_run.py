@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from airflow_provider_gpusched.core.backends import DEFAULT_BACKEND, get_backend
 from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.stages import channel_fds
@@ -436,13 +437,8 @@ def relative_path_hint(argv: Sequence[str], folder: str, base_dir: str | None) -
 def distributed_argv(settings: Any, argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
     """A trial's command started as ranks, as the manifest says (``TrialResources.distributed_settings``): inside
     the trial's Slurm job, srun over its nodes; on local GPUs, one rank per GPU of the lease
-    (``CUDA_VISIBLE_DEVICES``). The manifest's record is checked before use."""
-    from airflow_provider_gpusched.core.distributed import (
-        check_grace,
-        check_mode,
-        local_launch_argv,
-        slurm_launch_argv,
-    )
+    (``CUDA_VISIBLE_DEVICES``): the manifest's backend decides. The manifest's record is checked before use."""
+    from airflow_provider_gpusched.core.distributed import check_grace, check_mode
 
     if not isinstance(settings, Mapping):
         raise InvalidArgumentError("manifest distributed", settings, "a mapping written by the sweep's plan task")
@@ -450,18 +446,8 @@ def distributed_argv(settings: Any, argv: Sequence[str], env: Mapping[str, str])
     grace = check_grace(settings.get("grace"), "manifest distributed.grace")
     if mode is None:
         return list(argv)
-    if settings.get("backend") == "slurm":
-        if not env.get("SLURM_JOB_ID"):
-            raise GpuschedError(
-                "the sweep's trials start their ranks with srun, but this trial runner is not inside "
-                "a Slurm job (no SLURM_JOB_ID)"
-            )
-        nproc = settings.get("nproc_per_node")
-        if not is_int(nproc) or nproc < 1:
-            raise InvalidArgumentError("manifest distributed.nproc_per_node", nproc, "a whole number >= 1")
-        return slurm_launch_argv(mode, argv, nproc, grace)
-    gpus = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    return local_launch_argv(mode, argv, max(1, len(gpus)), grace)
+    backend = get_backend(settings.get("backend", DEFAULT_BACKEND), "manifest distributed.backend")
+    return backend.rank_argv(mode, argv, settings, env, grace)
 
 
 # -- the trial runner's command line: built and parsed here, nowhere else --------------------------------

@@ -1,0 +1,67 @@
+"""The Airflow side of each backend (core/backends.py holds the backends themselves, without Airflow).
+
+An :class:`AirflowBackend` says what a sweep stage becomes in a DAG on its backend (the operator of one trial,
+the tasks of a batched stage) and how many GPUs each job class's Airflow pool gets. The core backend names its
+Airflow side by ``module:Class`` (``Backend.airflow``); :func:`airflow_backend` imports it on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_gpusched.core.backends import get_backend
+from airflow_provider_gpusched.core.errors import GpuschedError
+
+if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.job_classes import JobClass
+    from airflow_provider_gpusched.core.sweep.trial_run import Manifest
+    from airflow_provider_gpusched.task_groups.sweep import SweepStage
+
+
+class AirflowBackend:
+    """What a backend is under Airflow. The defaults run a batched stage's chunks with the trial operator
+    itself (one mapped task per chunk, the chunk's command as its command): a backend whose operator runs a
+    command somewhere needs only :meth:`trial_operator` and :meth:`pool_gpus`."""
+
+    def trial_operator(self, stage: SweepStage, arguments: dict[str, Any]) -> Any:
+        """The operator's ``partial`` that runs one trial (``arguments``: task id, sweep name, poll interval,
+        the execution's ``trial_kwargs``...), with the spec's resources added."""
+        raise NotImplementedError
+
+    def plan_chunks(self, manifest: Manifest, python: str, max_parallel: int | None) -> list[Any]:
+        """What the plan task returns for a batched stage: one item per chunk, each mapped onto the chunk task."""
+        from airflow_provider_gpusched.core.sweep.trial_run import chunk_argv, trial_set
+
+        return [
+            {"command": chunk_argv(manifest, k, python), "trials": trial_set(manifest, chunk=k)}
+            for k in range(manifest.chunk_count())
+        ]
+
+    def run_chunks(self, stage: SweepStage, round_no: int | None, planned: Any) -> Any:
+        """The mapped task that runs a batched stage's chunks."""
+        return stage.trial_operator(
+            get_backend(stage.backend).chunk_task, "chunk {{ task.command[-1] }}"
+        ).expand_kwargs(planned)
+
+    def pool_gpus(self, conn_id: str | None, simulate: str | None) -> Callable[[JobClass], int]:
+        """GPUs a job class's pool stands for (``gpusched pools sync``: a slot per GPU)."""
+        raise NotImplementedError
+
+
+_loaded: dict[str, AirflowBackend] = {}
+
+
+def airflow_backend(name: str) -> AirflowBackend:
+    """The Airflow side of the backend called ``name``."""
+    backend = get_backend(name)
+    key = f"{name}={backend.airflow}"
+    if key not in _loaded:
+        module, _, attr = backend.airflow.partition(":")
+        try:
+            cls = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise GpuschedError(f"backend {name!r}: cannot load its Airflow side {backend.airflow!r} ({exc})") from exc
+        _loaded[key] = cls()
+    return _loaded[key]

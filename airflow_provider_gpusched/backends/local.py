@@ -1,0 +1,136 @@
+"""The local backend under Airflow: a trial is a ``SweepTrialGPUOperator`` (a lease of this host's GPUs); a batched
+stage is one ``run_batch`` task per chunk, running the chunk's trials under leases several at once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
+
+from airflow.sdk import task
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_provider_gpusched import fleet, settings
+from airflow_provider_gpusched.backends import AirflowBackend
+from airflow_provider_gpusched.core.gpu.timeline import LEASE_HISTORY_XCOM, SegmentLog, segment_of
+from airflow_provider_gpusched.core.stops import WorkHalted
+from airflow_provider_gpusched.core.sweep.batch import run_local_batch
+from airflow_provider_gpusched.core.sweep.view import OUTCOMES_XCOM, outcome_records
+from airflow_provider_gpusched.core.work_tag import WorkTag
+from airflow_provider_gpusched.operators.queue_stops import WorkStopped
+
+if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.job_classes import JobClass
+    from airflow_provider_gpusched.core.sweep.trial_run import Manifest
+    from airflow_provider_gpusched.task_groups.sweep import SweepStage
+
+
+class LocalAirflowBackend(AirflowBackend):
+    def trial_operator(self, stage: SweepStage, arguments: dict[str, Any]) -> Any:
+        from airflow_provider_gpusched.task_groups.trial_operators import SweepTrialGPUOperator
+
+        return SweepTrialGPUOperator.partial(**stage.spec.resources.local_gpu_arguments(), **arguments)
+
+    def plan_chunks(self, manifest: Manifest, python: str, max_parallel: int | None) -> list[Any]:
+        """The chunks' numbers: each ``run_batch`` task reads its chunk from the manifest."""
+        return list(range(manifest.chunk_count()))
+
+    def pool_gpus(self, conn_id: str | None, simulate: str | None) -> Callable[[JobClass], int]:
+        """Every GPU of this host's inventory (NVML, or the configured simulation), or with ``[gpusched]
+        fleet_dir`` every GPU the fleet's hosts published."""
+        from airflow_provider_gpusched.core.gpu.inventory import get_inventory
+        from airflow_provider_gpusched.fleet import read_this_fleet
+
+        view = None if simulate else read_this_fleet()
+        if view is not None and view.hosts:  # several GPU hosts: every GPU any of them published
+            count = sum(len(h.gpus) for h in view.hosts)
+        else:
+            count = len(get_inventory(simulate or settings.simulate_gpus() or None).gpus())
+        return lambda cls: count
+
+    def run_chunks(self, stage: SweepStage, round_no: int | None, planned: Any) -> Any:
+        """One ``run_batch`` task per chunk: the chunk's trials under leases of this host's GPUs, several at once."""
+        session, spec = stage.session, stage.spec
+        parallel, per_process = stage.execution.parallel, stage.execution.trials_per_process
+        if spec.max_workers is not None:
+            parallel = min(parallel or spec.max_workers, spec.max_workers)
+
+        @task(
+            **stage.class_kwargs(
+                task_id="run_batch", map_index_template="chunk {{ chunk }}", **stage.execution.trial_kwargs
+            )
+        )
+        def run_batch(chunk: int) -> dict[str, Any]:
+            from airflow.sdk import get_current_context
+
+            from airflow_provider_gpusched.core.units import time_limit_seconds
+            from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
+
+            context = get_current_context()
+            # for map_index_template ("chunk {{ chunk }}"): Airflow renders it from the context the task leaves
+            cast("dict[str, Any]", context)["chunk"] = chunk
+            manifest = session.manifest(round_no, context["run_id"])
+            trials = manifest.chunk(chunk)
+            r = spec.resources
+            request = r.local_gpu_request(settings.host_limit_defaults())
+            manager = LocalGPUHook().get_conn()
+            ti = context["ti"]
+            print(f"chunk {chunk}: {len(trials)} trials on {manager.inventory.source} GPUs")
+            tag = WorkTag.of_task(ti, sweep=spec.name, trial=f"chunk {chunk}", job_class=r.job_class)
+            segments = SegmentLog()
+            map_index = ti.map_index if ti.map_index is not None else -1
+
+            def on_attempt(attempt, label: str) -> None:
+                segments.add(
+                    segment_of(
+                        attempt,
+                        job_class=r.job_class,
+                        priority=r.priority,
+                        label=label,
+                        dag_id=ti.dag_id,
+                        run_id=ti.run_id,
+                        task_id=ti.task_id,
+                        map_index=map_index,
+                    )
+                )
+
+            def outcomes() -> list[dict[str, Any]]:  # this run's outcome of each trial of the chunk
+                return outcome_records(session.store, trials, manifest.data.get("run"), manifest.data.get("planned_at"))
+
+            def publish() -> None:  # the GPU timeline's bars of this runner so far
+                ti.xcom_push(key=LEASE_HISTORY_XCOM, value=segments.record())
+
+            try:
+                outcome = run_local_batch(
+                    manifest,
+                    trials,
+                    manager,
+                    request,
+                    parallel=parallel,
+                    trials_per_process=per_process,
+                    owner=f"{ti.dag_id}.{ti.task_id}[{chunk}] ({ti.run_id})",
+                    job_class=r.job_class,
+                    priority=r.priority,
+                    on_event=print,
+                    work=tag,
+                    setup=r.setup,
+                    time_limit=None if r.time_limit is None else time_limit_seconds(r.time_limit),
+                    on_attempt=on_attempt,
+                    on_tick=publish,
+                    host=fleet.worker_host(ti),
+                )
+            except WorkHalted as exc:  # no retry: someone stopped it
+                ti.xcom_push(key=OUTCOMES_XCOM, value=outcomes())
+                raise WorkStopped(f"chunk {chunk}: {exc}") from exc
+            finally:
+                publish()
+            ti.xcom_push(key=OUTCOMES_XCOM, value=outcomes())
+            counts = {k: len(v) for k, v in outcome.items()}
+            print(
+                f"chunk {chunk}: {counts['succeeded']} succeeded, {counts['pruned']} pruned, "
+                f"{counts['failed']} failed, {counts['timeout']} stopped at their time limit"
+            )
+            if (counts["failed"] or counts["timeout"]) and not counts["succeeded"] and not counts["pruned"]:
+                raise AirflowException(f"chunk {chunk}: every trial failed (see {session.store.dir}/logs)")
+            return counts
+
+        return run_batch.expand(chunk=planned)

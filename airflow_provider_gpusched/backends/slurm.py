@@ -1,0 +1,48 @@
+"""The Slurm backend under Airflow: a trial is a deferrable ``SweepTrialSlurmOperator`` job; a batched stage is one
+job array per chunk (the same operator, mapped over the chunks)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_gpusched.backends import AirflowBackend
+
+if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.job_classes import JobClass
+    from airflow_provider_gpusched.core.sweep.trial_run import Manifest
+    from airflow_provider_gpusched.task_groups.sweep import SweepStage
+
+
+class SlurmAirflowBackend(AirflowBackend):
+    def trial_operator(self, stage: SweepStage, arguments: dict[str, Any]) -> Any:
+        from airflow_provider_gpusched.task_groups.trial_operators import SweepTrialSlurmOperator
+
+        return SweepTrialSlurmOperator.partial(
+            **stage.spec.resources.slurm_arguments(),
+            slurm_conn_id=stage.execution.slurm_conn_id,
+            job_name=f"sweep.{stage.spec.name}",
+            **arguments,
+        )
+
+    def plan_chunks(self, manifest: Manifest, python: str, max_parallel: int | None) -> list[Any]:
+        """A job array per chunk, at most ``max_parallel`` of its tasks at once."""
+        from airflow_provider_gpusched.core.slurm.job import array_range
+
+        chunks = super().plan_chunks(manifest, python, max_parallel)
+        for k, chunk in enumerate(chunks):
+            chunk["array"] = array_range(len(manifest.chunk(k)), max_parallel)
+        return chunks
+
+    def pool_gpus(self, conn_id: str | None, simulate: str | None) -> Callable[[JobClass], int]:
+        """The GPUs of the class's Slurm partition (the connection's class settings, or its default partition)."""
+        from airflow_provider_gpusched.hooks.slurm import SlurmHook
+
+        hook = SlurmHook(conn_id or SlurmHook.default_conn_name)
+        client = hook.get_conn()
+
+        def partition_gpus(cls: JobClass) -> int:
+            partition = hook.class_settings(cls.name).get("partition") or hook.job_defaults().get("partition")
+            return client.partition_gpus(partition)
+
+        return partition_gpus

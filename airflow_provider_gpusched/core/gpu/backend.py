@@ -1,0 +1,254 @@
+"""The ``local`` backend: this host's GPUs, through leases (core/gpu/leases.py). See core/backends.py."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_gpusched.core.backends import Backend
+from airflow_provider_gpusched.core.errors import GpuschedError
+from airflow_provider_gpusched.core.queue import QueueEntry, StopOutcome
+
+if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+    from airflow_provider_gpusched.core.stops import StopRequest
+    from airflow_provider_gpusched.core.sweep.session import SweepSession
+    from airflow_provider_gpusched.core.sweep.spec import ResourceSpec, SweepSpec
+
+#: how long `gpusched queue stop` waits for the processes it killed to have ended before it says so
+KILL_WAIT_SECONDS = 2.0
+#: the states `gpusched queue list` gives local leases
+LOCAL_STATES = ("running", "starting", "yielding", "stopping", "orphaned")
+
+
+class LocalBackend(Backend):
+    """This host's GPUs: a lease per trial or task (memory packing, OOM retry, preemption by job class)."""
+
+    name = "local"
+    summary = "local"
+    airflow = "airflow_provider_gpusched.backends.local:LocalAirflowBackend"
+    handle = "manager"
+    handle_noun = "lease manager"
+    work_noun = "GPU lease"
+    #: settings the local backend cannot honour yet: a trial that asks for them is refused, never run without
+    #: them (docs/sweeps.md: each setting against each backend)
+    unsupported = {"partition": "a Slurm partition", "qos": "a Slurm QOS"}
+    chunk_task = "run_batch"
+
+    def check_resources(self, resources: ResourceSpec, sweep: str) -> None:
+        slurm_only = [
+            n
+            for n in resources.SLURM_SHAPE
+            if getattr(resources, n) is not None and not (n == "nodes" and resources.nodes in (1, "1"))
+        ]
+        if slurm_only:
+            name = slurm_only[0]
+            raise GpuschedError(
+                f"sweep {sweep}: resources.{name}={getattr(resources, name)!r} is a Slurm job setting "
+                f"that the local backend cannot honour (local GPUs are one host); run such trials "
+                f"with backend='slurm', or leave {name} out"
+            )
+        refused = [n for n in self.unsupported if getattr(resources, n) is not None]
+        if refused:
+            name = refused[0]
+            raise GpuschedError(
+                f"sweep {sweep}: resources.{name}={getattr(resources, name)!r}: {self.unsupported[name]} is not "
+                f"something the local backend honours; run such trials with backend='slurm', or leave {name} "
+                f"out (docs/sweeps.md lists each setting per backend)"
+            )
+
+    def rank_argv(
+        self, mode: str, argv: Sequence[str], settings: Mapping[str, Any], env: Mapping[str, str], grace: float
+    ) -> list[str]:
+        """One rank per GPU of the lease (``CUDA_VISIBLE_DEVICES``)."""
+        from airflow_provider_gpusched.core.distributed import local_launch_argv
+
+        gpus = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+        return local_launch_argv(mode, list(argv), max(1, len(gpus)), grace)
+
+    def states(self) -> tuple[str, ...]:
+        return LOCAL_STATES
+
+    def default_handle(self, *, simulate: str | None = None, state_dir: str | None = None, shared: bool = False) -> Any:
+        """A lease manager of this host's GPUs (NVML, or ``simulate``) in ``state_dir``."""
+        from airflow_provider_gpusched.core.gpu.inventory import get_inventory
+        from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+
+        return LeaseManager(get_inventory(simulate), state_dir, shared=shared)
+
+    def queue_entries(self, handle: LeaseManager) -> tuple[list[QueueEntry], list[str]]:
+        return local_entries(handle), [f"unreadable lease file {path}: {why}" for path, why in handle.unreadable]
+
+    def stop(
+        self, entries: list[QueueEntry], request: StopRequest, handle: LeaseManager, wait: float
+    ) -> list[StopOutcome]:
+        return stop_leases(entries, request, handle, wait)
+
+    def run_sweep(
+        self,
+        spec: SweepSpec,
+        session: SweepSession,
+        run: str,
+        *,
+        handle: LeaseManager | None = None,
+        parallel: int | None = None,
+        force_rerun: bool | None = None,
+        progress: Any = True,
+        on_event: Any = None,
+        poll_interval: float = 2.0,
+    ) -> dict[str, Any]:
+        """Each stage's pending trials as one local batch (leases from the lease directory Airflow's tasks use);
+        Ctrl-C stops the running trials (SIGTERM, grace period, SIGKILL) and records them ``stopped``."""
+        from airflow_provider_gpusched.core.options import host_limit_defaults
+        from airflow_provider_gpusched.core.sweep.batch import run_local_batch
+        from airflow_provider_gpusched.core.sweep.terminal import (
+            Progress,
+            SweepInterrupted,
+            ctrl_c_stops,
+            default_manager,
+            stopped_run,
+        )
+        from airflow_provider_gpusched.core.units import time_limit_seconds
+
+        manager = handle or default_manager()
+        r = spec.resources
+        request = r.local_gpu_request(host_limit_defaults())
+        manager.check_possible(request)
+        if spec.max_workers is not None:
+            parallel = min(parallel or spec.max_workers, spec.max_workers)
+        limit = None if r.time_limit is None else time_limit_seconds(r.time_limit)
+        stages: list[int | None] = list(range(spec.rounds or 0)) if spec.in_rounds else [None]
+        board = Progress(session, out=None if progress is True else progress) if progress else None
+        for round_no in stages:
+            manifest = session.prepare(round_no, run=run, force_rerun=force_rerun, backend=self.name)
+            if board is not None:
+                board.watch(manifest.trials, round_no, spec.rounds if spec.in_rounds else None)
+            stop, done, interrupted = threading.Event(), threading.Event(), threading.Event()
+            outcome: dict[str, Any] = {}
+
+            def work(manifest: Any, stop: threading.Event, done: threading.Event, outcome: dict[str, Any]) -> None:
+                try:
+                    outcome["value"] = run_local_batch(
+                        manifest,
+                        manifest.pending,
+                        manager,
+                        request,
+                        parallel=parallel,
+                        trials_per_process=1,
+                        owner=f"gpusched sweep run {spec.name} (pid {os.getpid()})",
+                        job_class=r.job_class,
+                        priority=r.priority,
+                        on_event=on_event,
+                        stop_event=stop,
+                        setup=r.setup,
+                        time_limit=limit,
+                    )
+                except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                    outcome["error"] = exc
+                finally:
+                    done.set()
+
+            worker = threading.Thread(
+                target=work, args=(manifest, stop, done, outcome), name=f"gpusched-sweep-{spec.name}", daemon=True
+            )
+            try:
+                if board is not None:
+                    board.__enter__()
+                with ctrl_c_stops(stop, interrupted):
+                    worker.start()
+                    while not done.wait(0.5):
+                        pass
+            finally:
+                if board is not None:
+                    board.__exit__(None, None, None)
+            if (
+                interrupted.is_set()
+            ):  # Ctrl-C: every running trial got SIGTERM, its grace period, SIGKILL; leases given back
+                stopped_run(session, round_no, run, "stopped by Ctrl-C in gpusched sweep run")
+                raise SweepInterrupted(
+                    f"sweep {spec.name}: stopped; the trials that finished are kept in "
+                    f"{session.store.dir}, and the next run goes on with the rest"
+                )
+            if "error" in outcome:
+                raise outcome["error"]
+            session.settle(round_no, run)
+            if round_no is not None:
+                session.finish_round(round_no, run)
+        return session.collect(run)
+
+
+def local_entries(manager: LeaseManager) -> list[QueueEntry]:
+    """The live leases of a :class:`~airflow_provider_gpusched.core.gpu.leases.LeaseManager`."""
+    now = time.time()
+    entries = []
+    for lease in manager.leases():
+        tag = lease.tag
+        stop = manager.store.stop_request(lease.lease_id)
+        asked = manager.yields.request_for(lease.lease_id)
+        if lease.unreadable:
+            state, reason = "unreadable", lease.unreadable
+        elif lease.orphaned_at:
+            state, reason = "orphaned", "its worker died; its child is being stopped"
+        elif stop is not None:
+            state, reason = "stopping", str(stop.get("reason", ""))[:200] if isinstance(stop, dict) else ""
+        elif asked:
+            state, reason = "yielding", f"preempted for {asked.get('by', '?')}"
+        else:
+            state, reason = ("running" if lease.child_pids else "starting"), ""
+        entries.append(
+            QueueEntry(
+                backend=LocalBackend.name,
+                id=lease.lease_id,
+                tag=tag,
+                state=state,
+                elapsed=round(now - lease.created, 1),
+                where="GPU " + ",".join(map(str, lease.gpus)),
+                reason=reason,
+                pid=lease.child_pids[-1] if lease.child_pids else lease.pid,
+                job_name=lease.owner,
+            )
+        )
+    return entries
+
+
+def stop_leases(
+    leases: list[QueueEntry], request: StopRequest, manager: LeaseManager, wait: float
+) -> list[StopOutcome]:
+    from airflow_provider_gpusched.core.gpu.lease_store import kill_family
+
+    by_id = {lease.lease_id: lease for lease in manager.leases()}
+    outcomes: dict[str, StopOutcome] = {}
+    asked = []
+    for entry in leases:
+        lease = by_id.get(entry.id)
+        if lease is None:
+            outcomes[entry.id] = StopOutcome(entry, "stopped", "it had already ended")
+            continue
+        manager.store.request_stop(entry.id, request.to_dict())
+        asked.append((entry, lease))
+    grace = max((lease.grace for _, lease in asked), default=0.0)
+    deadline = time.monotonic() + grace + wait
+    while asked and time.monotonic() < deadline:
+        live = {lease.lease_id for lease in manager.leases()}
+        for entry, lease in list(asked):
+            if entry.id not in live:
+                outcomes[entry.id] = StopOutcome(
+                    entry,
+                    "stopped",
+                    f"its holder stopped GPU process(es) {','.join(map(str, lease.child_pids)) or '-'}",
+                )
+                asked.remove((entry, lease))
+        if asked:
+            time.sleep(0.2)
+    for entry, lease in asked:  # the holder did not act (hung, or not a provider operator): kill the child
+        killed = kill_family(lease.child_pids, wait=KILL_WAIT_SECONDS)
+        outcomes[entry.id] = StopOutcome(
+            entry,
+            "forced" if killed else "still running",
+            f"its holder (pid {lease.pid}) did not stop it within {grace + wait:.0f}s; "
+            + (f"killed {killed} process(es)" if killed else "no child process to kill"),
+        )
+    return [outcomes[e.id] for e in leases]

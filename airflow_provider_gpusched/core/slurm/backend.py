@@ -1,0 +1,226 @@
+"""The ``slurm`` backend: Slurm jobs through the CLI, locally or over ssh (core/slurm/client.py). See
+core/backends.py."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_gpusched.core.backends import Backend
+from airflow_provider_gpusched.core.errors import GpuschedError
+from airflow_provider_gpusched.core.queue import QueueEntry, StopOutcome
+from airflow_provider_gpusched.core.stops import write_slurm_stop_mark
+from airflow_provider_gpusched.core.work_tag import WorkTag
+
+if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.slurm.client import SlurmClient
+    from airflow_provider_gpusched.core.stops import StopRequest
+    from airflow_provider_gpusched.core.sweep.session import SweepSession
+    from airflow_provider_gpusched.core.sweep.spec import SweepSpec
+
+
+class SlurmBackend(Backend):
+    """Slurm: a job per task or trial, a job array per chunk of a batched stage, multi-node shapes, deferrable."""
+
+    name = "slurm"
+    summary = "Slurm"
+    airflow = "airflow_provider_gpusched.backends.slurm:SlurmAirflowBackend"
+    handle = "client"
+    handle_noun = "Slurm client"
+    work_noun = "Slurm job"
+    #: settings the Slurm backend cannot honour: they describe this host's GPUs
+    unsupported = {
+        "gpu_memory": "a share of a GPU's memory (Slurm allocates GPUs whole)",
+        "devices": "this host's GPU indices",
+        "device_groups": "this host's GPU groups",
+        "load_stage": "a load stage before the GPUs (a Slurm job gets its GPUs when it starts)",
+        "max_waiting": "a bound on this host's load stages",
+    }
+    chunk_task = "trial_array"
+
+    def rank_argv(
+        self, mode: str, argv: Sequence[str], settings: Mapping[str, Any], env: Mapping[str, str], grace: float
+    ) -> list[str]:
+        """srun (or torchrun over the job's nodes) inside the trial's Slurm job."""
+        from airflow_provider_gpusched.core.checks import is_int
+        from airflow_provider_gpusched.core.distributed import slurm_launch_argv
+        from airflow_provider_gpusched.core.errors import InvalidArgumentError
+
+        if not env.get("SLURM_JOB_ID"):
+            raise GpuschedError(
+                "the sweep's trials start their ranks with srun, but this trial runner is not inside "
+                "a Slurm job (no SLURM_JOB_ID)"
+            )
+        nproc = settings.get("nproc_per_node")
+        if not is_int(nproc) or nproc < 1:
+            raise InvalidArgumentError("manifest distributed.nproc_per_node", nproc, "a whole number >= 1")
+        return slurm_launch_argv(mode, list(argv), nproc, grace)
+
+    def stop_id(self, entry_id: str) -> str:
+        """The array's job id for an array task (scancel cancels all its tasks)."""
+        return entry_id.split("_")[0]
+
+    def states(self) -> tuple[str, ...]:
+        from airflow_provider_gpusched.core.slurm.states import PENDING_STATES, RUNNING_STATES, TERMINAL_STATES
+
+        return (*PENDING_STATES, *RUNNING_STATES, *TERMINAL_STATES)
+
+    def default_handle(self, *, simulate: str | None = None, state_dir: str | None = None, shared: bool = False) -> Any:
+        """A client of the local Slurm CLI."""
+        from airflow_provider_gpusched.core.slurm.client import SlurmClient
+
+        return SlurmClient()
+
+    def queue_entries(self, handle: SlurmClient) -> tuple[list[QueueEntry], list[str]]:
+        from airflow_provider_gpusched.core.slurm.runner import SlurmCommandError, SlurmUnavailableError
+
+        try:
+            return slurm_entries(handle), []
+        except (SlurmUnavailableError, SlurmCommandError, OSError) as exc:
+            return [], [f"Slurm: {exc}"]
+
+    def stop(
+        self, entries: list[QueueEntry], request: StopRequest, handle: SlurmClient, wait: float
+    ) -> list[StopOutcome]:
+        return cancel_jobs(entries, request, handle)
+
+    def run_sweep(
+        self,
+        spec: SweepSpec,
+        session: SweepSession,
+        run: str,
+        *,
+        handle: SlurmClient | None = None,
+        parallel: int | None = None,
+        force_rerun: bool | None = None,
+        progress: Any = True,
+        on_event: Any = None,
+        poll_interval: float = 2.0,
+    ) -> dict[str, Any]:
+        """Each stage's pending trials as job arrays of up to :data:`SLURM_CHUNK` tasks, followed every
+        ``poll_interval`` seconds; Ctrl-C cancels them and records the trials ``stopped``."""
+        from airflow_provider_gpusched.core.slurm.client import SlurmClient
+        from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec, array_range
+        from airflow_provider_gpusched.core.sweep.terminal import Progress, SweepInterrupted, stopped_run
+        from airflow_provider_gpusched.core.sweep.trial_run import chunk_argv
+
+        client = handle or SlurmClient()
+        stages: list[int | None] = list(range(spec.rounds or 0)) if spec.in_rounds else [None]
+        board = Progress(session, out=None if progress is True else progress) if progress else None
+        logs = os.path.join(session.store.dir, "logs")
+        os.makedirs(logs, exist_ok=True)
+        base = slurm_job_arguments(spec)
+        for round_no in stages:
+            manifest = session.prepare(round_no, SLURM_CHUNK, run=run, force_rerun=force_rerun, backend=self.name)
+            if board is not None:
+                board.watch(manifest.trials, round_no, spec.rounds if spec.in_rounds else None)
+                board.__enter__()
+            jobs: dict[str, int] = {}
+            try:
+                for k in range(manifest.chunk_count()):
+                    size = len(manifest.chunk(k))
+                    job = client.submit(
+                        SlurmJobSpec(
+                            command=chunk_argv(manifest, k),
+                            array=array_range(size, spec.max_workers),
+                            job_name=f"sweep.{spec.name}",
+                            output=os.path.join(logs, "slurm-%A_%a.out"),
+                            comment=f"gpusched sweep run {spec.name}",
+                            **base,
+                        )
+                    )
+                    jobs[job.job_id] = size
+                while jobs:
+                    states = client.statuses(list(jobs), jobs)
+                    jobs = {j: n for j, n in jobs.items() if not states[j].is_terminal}
+                    if jobs:
+                        time.sleep(poll_interval)
+            except KeyboardInterrupt:
+                if jobs:
+                    client.cancel(list(jobs))
+                stopped_run(
+                    session, round_no, run, "stopped by Ctrl-C in gpusched sweep run (its Slurm jobs cancelled)"
+                )
+                raise SweepInterrupted(
+                    f"sweep {spec.name}: stopped (Slurm jobs {', '.join(jobs) or '-'} cancelled); "
+                    f"the trials that finished are kept in {session.store.dir}, and the next run goes "
+                    f"on with the rest"
+                ) from None
+            finally:
+                if board is not None:
+                    board.__exit__(None, None, None)
+            session.settle(round_no, run)
+            if round_no is not None:
+                session.finish_round(round_no, run)
+        return session.collect(run)
+
+
+#: trials per job array (below Slurm's usual MaxArraySize of 1001)
+SLURM_CHUNK = 1000
+
+
+def slurm_job_arguments(spec: SweepSpec) -> dict[str, Any]:
+    """The spec's resources and job class as SlurmJobSpec fields (sbatch's names)."""
+    from airflow_provider_gpusched.core.job_classes import JobClassMapping
+
+    r = spec.resources
+    args = dict(r.slurm_arguments())
+    job_class, priority = args.pop("job_class"), args.pop("priority")
+    args["cpus_per_task"] = args.pop("cpus")
+    args["environment"] = args.pop("env") or {}
+    args["setup"] = args.get("setup") or ()
+    classes = JobClassMapping.load(os.environ.get("AIRFLOW__GPUSCHED__JOB_CLASSES") or None)
+    for key, value in classes[job_class].slurm_settings(priority).items():
+        if args.get(key) is None:
+            args[key] = value
+    return {k: v for k, v in args.items() if v is not None}
+
+
+def slurm_where(job: dict[str, Any]) -> str:
+    """``batch on n3``; a multi-node job ``batch on n[1-2] (2 nodes)``, or ``batch (2 nodes)`` while it waits."""
+    count = job.get("node_count")
+    several = f" ({count} nodes)" if isinstance(count, int) and count > 1 else ""
+    return str(job["partition"]) + (f" on {job['nodes']}" if job["nodes"] else "") + several
+
+
+def slurm_entries(client: SlurmClient) -> list[QueueEntry]:
+    """This user's unfinished Slurm jobs that the provider submitted (one ``squeue`` call)."""
+    entries = []
+    for job in client.provider_jobs():
+        entries.append(
+            QueueEntry(
+                backend=SlurmBackend.name,
+                id=job["job_id"],
+                tag=WorkTag.from_comment(job["fields"]),
+                state=job["state"],
+                elapsed=job["elapsed"],
+                requeues=job["restarts"],
+                where=slurm_where(job),
+                reason="" if job["reason"] in ("None", "") else job["reason"],
+                output=job["output"],
+                job_name=job["name"],
+            )
+        )
+    return entries
+
+
+def cancel_jobs(jobs: list[QueueEntry], request: StopRequest, client: SlurmClient) -> list[StopOutcome]:
+    from airflow_provider_gpusched.core.slurm.runner import SlurmCommandError, SlurmUnavailableError
+
+    notes: dict[str, str] = {}
+    for job in jobs:
+        if not job.output or job.stop_id in notes:
+            continue
+        try:
+            write_slurm_stop_mark(job.output, job.stop_id, request)
+            notes[job.stop_id] = ""
+        except (OSError, GpuschedError) as exc:
+            notes[job.stop_id] = f"; no stop mark ({exc}): its task will report a plain CANCELLED"
+    ids = sorted({job.stop_id for job in jobs}, key=lambda j: int(j) if j.isdigit() else 0)
+    try:
+        client.cancel(ids)
+    except (SlurmUnavailableError, SlurmCommandError) as exc:
+        return [StopOutcome(job, "failed", f"scancel: {exc}") for job in jobs]
+    return [StopOutcome(job, "cancelled", "scancel" + notes.get(job.stop_id, "")) for job in jobs]
