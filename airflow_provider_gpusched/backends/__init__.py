@@ -21,33 +21,29 @@ if TYPE_CHECKING:
 
 
 class AirflowBackend:
-    """What a backend is under Airflow. The defaults run a batched stage's chunks with the trial operator
-    itself (one mapped task per chunk, the chunk's command as its command): a backend whose operator runs a
-    command somewhere needs only :meth:`trial_operator` and :meth:`pool_gpus`."""
+    """What a backend is under Airflow. A backend that runs batched stages (``batching="batched"``, or ``"auto"``
+    above ``max_mapped_trials``) sets ``batches`` and overrides :meth:`plan_chunks` and :meth:`run_chunks`."""
+
+    #: whether it runs a stage's trials in chunks (runner tasks, job arrays)
+    batches: bool = False
 
     def trial_operator(self, stage: SweepStage, arguments: dict[str, Any]) -> Any:
         """The operator's ``partial`` that runs one trial (``arguments``: task id, sweep name, poll interval,
-        the execution's ``trial_kwargs``...), with the spec's resources added."""
-        raise NotImplementedError
+        the execution's ``trial_kwargs``...; each mapped task gets ``command`` and ``trials``), with the spec's
+        resources added."""
+        raise NotImplementedError(f"{type(self).__name__}.trial_operator")
 
     def plan_chunks(self, manifest: Manifest, python: str, max_parallel: int | None) -> list[Any]:
         """What the plan task returns for a batched stage: one item per chunk, each mapped onto the chunk task."""
-        from airflow_provider_gpusched.core.sweep.trial_run import chunk_argv, trial_set
-
-        return [
-            {"command": chunk_argv(manifest, k, python), "trials": trial_set(manifest, chunk=k)}
-            for k in range(manifest.chunk_count())
-        ]
+        raise NotImplementedError(f"{type(self).__name__}.plan_chunks")
 
     def run_chunks(self, stage: SweepStage, round_no: int | None, planned: Any) -> Any:
         """The mapped task that runs a batched stage's chunks."""
-        return stage.trial_operator(
-            get_backend(stage.backend).chunk_task, "chunk {{ task.command[-1] }}"
-        ).expand_kwargs(planned)
+        raise NotImplementedError(f"{type(self).__name__}.run_chunks")
 
     def pool_gpus(self, conn_id: str | None, simulate: str | None) -> Callable[[JobClass], int]:
         """GPUs a job class's pool stands for (``gpusched pools sync``: a slot per GPU)."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__}.pool_gpus")
 
 
 _loaded: dict[str, AirflowBackend] = {}

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 
 class LocalAirflowBackend(AirflowBackend):
+    batches = True
+
     def trial_operator(self, stage: SweepStage, arguments: dict[str, Any]) -> Any:
         from airflow_provider_gpusched.task_groups.trial_operators import SweepTrialGPUOperator
 

@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 
 
 class SlurmAirflowBackend(AirflowBackend):
+    batches = True
+
     def trial_operator(self, stage: SweepStage, arguments: dict[str, Any]) -> Any:
         from airflow_provider_gpusched.task_groups.trial_operators import SweepTrialSlurmOperator
 
@@ -28,11 +30,20 @@ class SlurmAirflowBackend(AirflowBackend):
     def plan_chunks(self, manifest: Manifest, python: str, max_parallel: int | None) -> list[Any]:
         """A job array per chunk, at most ``max_parallel`` of its tasks at once."""
         from airflow_provider_gpusched.core.slurm.job import array_range
+        from airflow_provider_gpusched.core.sweep.trial_run import chunk_argv, trial_set
 
-        chunks = super().plan_chunks(manifest, python, max_parallel)
-        for k, chunk in enumerate(chunks):
-            chunk["array"] = array_range(len(manifest.chunk(k)), max_parallel)
-        return chunks
+        return [
+            {
+                "command": chunk_argv(manifest, k, python),
+                "trials": trial_set(manifest, chunk=k),
+                "array": array_range(len(manifest.chunk(k)), max_parallel),
+            }
+            for k in range(manifest.chunk_count())
+        ]
+
+    def run_chunks(self, stage: SweepStage, round_no: int | None, planned: Any) -> Any:
+        """The trial operator mapped over the chunks: each task one job array."""
+        return stage.trial_operator("trial_array", "chunk {{ task.command[-1] }}").expand_kwargs(planned)
 
     def pool_gpus(self, conn_id: str | None, simulate: str | None) -> Callable[[JobClass], int]:
         """The GPUs of the class's Slurm partition (the connection's class settings, or its default partition)."""

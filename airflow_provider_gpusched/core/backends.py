@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from airflow_provider_gpusched.core.queue import QueueEntry, StopOutcome
     from airflow_provider_gpusched.core.stops import StopRequest
     from airflow_provider_gpusched.core.sweep.session import SweepSession
-    from airflow_provider_gpusched.core.sweep.spec import ResourceSpec, SweepSpec
+    from airflow_provider_gpusched.core.sweep.spec import SweepSpec, TrialResources
 
 #: the entry-point group other packages register backends under
 ENTRY_POINT_GROUP = "airflow_provider_gpusched.backends"
@@ -59,7 +59,7 @@ class Backend:
     chunk_task: ClassVar[str] = "run_batch"
 
     # -- the sweep spec ------------------------------------------------------------------------------------
-    def check_resources(self, resources: ResourceSpec, sweep: str) -> None:
+    def check_resources(self, resources: TrialResources, sweep: str) -> None:
         """Refuse the settings of ``resources`` this backend cannot honour, naming the setting and the backend."""
         given = [name for name in self.unsupported if getattr(resources, name) not in (None, False)]
         if given:
@@ -99,9 +99,21 @@ class Backend:
         return None
 
     # -- gpusched sweep run ------------------------------------------------------------------------------------
-    def run_sweep(self, spec: SweepSpec, session: SweepSession, run: str, **options: Any) -> dict[str, Any]:
-        """Run every stage of ``spec`` in this process and return the session's summary (``run_sweep``'s options:
-        ``handle``, ``parallel``, ``force_rerun``, ``progress``, ``on_event``, ``poll_interval``)."""
+    def run_sweep(
+        self,
+        spec: SweepSpec,
+        session: SweepSession,
+        run: str,
+        *,
+        handle: Any = None,
+        parallel: int | None = None,
+        force_rerun: bool | None = None,
+        progress: Any = True,
+        on_event: Any = None,
+        poll_interval: float = 2.0,
+    ) -> dict[str, Any]:
+        """Run every stage of ``spec`` in this process and return the session's summary (``run_sweep``'s
+        options; ``handle``: what it works through, its :meth:`default_handle` when None)."""
         raise GpuschedError(f"gpusched sweep run: the {self.name} backend cannot run a sweep from the terminal")
 
 
@@ -124,7 +136,7 @@ def register_backend(cls: type[Backend] | str, name: str | None = None) -> None:
             raise InvalidArgumentError("register_backend name", name, "a name for the 'module:Class' backend")
     elif not (isinstance(cls, type) and issubclass(cls, Backend)) or not cls.name:
         raise InvalidArgumentError("register_backend", cls, "a Backend subclass with a name")
-    key = name or getattr(cls, "name", "")
+    key = name if name else cls.name if not isinstance(cls, str) else ""
     with _lock:
         _registered[key] = cls
         _instances.pop(key, None)
@@ -134,6 +146,18 @@ def unregister_backend(name: str) -> None:
     with _lock:
         _registered.pop(name, None)
         _instances.pop(name, None)
+
+
+def refresh_backends() -> None:
+    """Forget what was loaded and read the entry points again (after a package that adds a backend was installed
+    into a running process, such as a notebook's)."""
+    global _entry_points_read
+    with _lock:
+        for name, target in list(_registered.items()):
+            if isinstance(target, str) and name not in _BUILT_IN:
+                del _registered[name]
+        _instances.clear()
+        _entry_points_read = False
 
 
 def _read_entry_points() -> None:

@@ -297,6 +297,11 @@ class SweepStage:
         self.spec, self.session, self.execution = session.spec, session, execution
         self.backend, self.batched, self.chunk_size = execution.backend, batched, chunk_size
         self.adapter = airflow_backend(self.backend)
+        if batched and not self.adapter.batches:
+            raise AirflowException(
+                f"sweep {self.spec.name}: the {self.backend} backend runs no batched stages; give "
+                f"batching='mapped' (this stage has {self.spec.stage_size()} trials)"
+            )
         try:
             self.spec.resources.check_backend(self.backend, self.spec.name)
         except GpuschedError as exc:

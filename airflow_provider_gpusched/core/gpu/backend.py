@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from airflow_provider_gpusched.core.gpu.leases import LeaseManager
     from airflow_provider_gpusched.core.stops import StopRequest
     from airflow_provider_gpusched.core.sweep.session import SweepSession
-    from airflow_provider_gpusched.core.sweep.spec import ResourceSpec, SweepSpec
+    from airflow_provider_gpusched.core.sweep.spec import SweepSpec, TrialResources
 
 #: how long `gpusched queue stop` waits for the processes it killed to have ended before it says so
 KILL_WAIT_SECONDS = 2.0
@@ -38,7 +38,7 @@ class LocalBackend(Backend):
     unsupported = {"partition": "a Slurm partition", "qos": "a Slurm QOS"}
     chunk_task = "run_batch"
 
-    def check_resources(self, resources: ResourceSpec, sweep: str) -> None:
+    def check_resources(self, resources: TrialResources, sweep: str) -> None:
         slurm_only = [
             n
             for n in resources.SLURM_SHAPE
@@ -93,7 +93,7 @@ class LocalBackend(Backend):
         session: SweepSession,
         run: str,
         *,
-        handle: LeaseManager | None = None,
+        handle: Any = None,
         parallel: int | None = None,
         force_rerun: bool | None = None,
         progress: Any = True,

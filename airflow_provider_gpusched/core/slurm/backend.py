@@ -92,7 +92,7 @@ class SlurmBackend(Backend):
         session: SweepSession,
         run: str,
         *,
-        handle: SlurmClient | None = None,
+        handle: Any = None,
         parallel: int | None = None,
         force_rerun: bool | None = None,
         progress: Any = True,
