@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     # sweeps, searches and their parts (core: no Airflow)
     "SweepSpec": "core.sweep.spec",
-    "TrialResources": "core.sweep.spec",
+    "TrialResources": "core.sweep.resources",
     "EvolutionSettings": "core.sweep.search_kinds",
     "Objective": "core.sweep.objective",
     "PruningRule": "core.sweep.pruning",
@@ -110,9 +110,10 @@ if TYPE_CHECKING:
     from airflow_provider_gpusched.core.sweep.model_cost import ModelCost
     from airflow_provider_gpusched.core.sweep.objective import Objective
     from airflow_provider_gpusched.core.sweep.pruning import PruningRule
+    from airflow_provider_gpusched.core.sweep.resources import TrialResources
     from airflow_provider_gpusched.core.sweep.search_kinds import EvolutionSettings
     from airflow_provider_gpusched.core.sweep.spaces import choice, loguniform, quniform, randint, uniform, when
-    from airflow_provider_gpusched.core.sweep.spec import SweepSpec, TrialResources
+    from airflow_provider_gpusched.core.sweep.spec import SweepSpec
     from airflow_provider_gpusched.core.sweep.terminal import load_spec, run_sweep
     from airflow_provider_gpusched.core.sweep.trial_report import report
     from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook

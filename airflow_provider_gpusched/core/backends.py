@@ -27,8 +27,9 @@ from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgument
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.queue import QueueEntry, StopOutcome
     from airflow_provider_gpusched.core.stops import StopRequest
+    from airflow_provider_gpusched.core.sweep.resources import TrialResources
     from airflow_provider_gpusched.core.sweep.session import SweepSession
-    from airflow_provider_gpusched.core.sweep.spec import SweepSpec, TrialResources
+    from airflow_provider_gpusched.core.sweep.spec import SweepSpec
 
 #: the entry-point group other packages register backends under
 ENTRY_POINT_GROUP = "airflow_provider_gpusched.backends"

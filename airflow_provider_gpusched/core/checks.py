@@ -54,3 +54,18 @@ def record_from_mapping(kind: type, data: Mapping[str, Any], where: str) -> Any:
     if unknown:
         raise UnknownKeyError(f"{where}.{unknown[0]}", unknown[0], names)
     return kind(**data)
+
+
+def check_finite(value: Any, where: str, depth: int = 0) -> None:
+    """NaN and infinities are refused wherever a parameter value can be written (they break ids, JSON and
+    comparisons)."""
+    if depth > 50:
+        raise InvalidArgumentError(where, "...", "values nested less than 50 levels deep")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidArgumentError(where, value, "a finite number (not NaN or infinity)")
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            check_finite(v, f"{where}.{k}", depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            check_finite(v, f"{where}[{i}]", depth + 1)

@@ -30,6 +30,7 @@ from airflow_provider_gpusched.core.backends import get_backend
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.sweep.session import SweepSession
 from airflow_provider_gpusched.core.sweep.spec import SweepSpec
+from airflow_provider_gpusched.core.sweep.terminal import script_directory
 from airflow_provider_gpusched.core.sweep.trial_run import Manifest, trial_argv, trial_set
 from airflow_provider_gpusched.core.sweep.view import PLAN_XCOM, plan_record
 from airflow_provider_gpusched.task_groups.execution import SweepExecution
@@ -94,6 +95,8 @@ def sweep_task_group(
         )
 
     with TaskGroup(group_id=group_id or spec.name, tooltip=f"{spec.search} sweep {spec.name}") as group:
+        # a relative path in the command: found next to the DAG file (unless the spec says base_dir)
+        spec.anchor(os.path.dirname(os.path.abspath(group.dag.fileloc)) if group.dag else script_directory())
         last = _rounds(stage, notify if notify_rounds else None) if spec.in_rounds else stage.build()[1]
         summary = _collect(session, notifiers)
         last >> summary

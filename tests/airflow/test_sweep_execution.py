@@ -96,3 +96,23 @@ def test_a_sweep_name_the_spec_accepts_is_a_group_id_airflow_accepts():
     name = SweepSpec(name="lr-v2_b", command=["train"], test_config=[{"lr": [0.1]}]).name
     with DAG("names", schedule=None):
         assert TaskGroup(name).group_id == "lr-v2_b"
+
+
+def test_a_relative_script_of_a_spec_made_in_a_dag_file_is_found_next_to_the_dag_file(tmp_path):
+    """The DAG file's folder (Airflow's ``dag.fileloc``) anchors the command's relative paths: the trial runs in
+    its own folder, where ``scripts/train.py`` would name nothing."""
+    from .conftest import load_dag_file
+
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "train.py").write_text("print('train')\n")
+    (tmp_path / "dag_with_relative_script.py").write_text(
+        "from airflow.sdk import DAG\n"
+        "from airflow_provider_gpusched import SweepSpec\n"
+        "from airflow_provider_gpusched.task_groups.sweep import sweep_task_group\n"
+        "SPEC = SweepSpec(name='relative', test_config=[{'x': [1, 2]}], command=['python', 'scripts/train.py', '{x}'])\n"
+        "with DAG('relative_script', schedule=None) as dag:\n"
+        "    sweep_task_group(SPEC)\n"
+    )
+    module = load_dag_file(tmp_path / "dag_with_relative_script.py")
+    assert module.SPEC.base_dir == str(tmp_path)
+    assert module.SPEC.command == ["python", str(tmp_path / "scripts" / "train.py"), "{x}"]

@@ -19,8 +19,8 @@ from airflow_provider_gpusched.core.sweep.objective import (
     pareto_fronts,
 )
 from airflow_provider_gpusched.core.sweep.search import EvolutionSearch
+from airflow_provider_gpusched.core.sweep.search_kinds import EvolutionSettings
 from airflow_provider_gpusched.core.sweep.session import SweepSession
-from airflow_provider_gpusched.core.sweep.spec import EvolutionSettings
 from airflow_provider_gpusched.core.sweep.trial_run import run_trial
 
 ACC_LAT = Objective(["acc", "lat"], ["maximize", "minimize"])

@@ -762,7 +762,7 @@ def test_a_config_template_is_rendered_into_each_trial(tmp_path):
 
 
 def test_config_values_are_written_in_the_files_language(tmp_path):
-    from airflow_provider_gpusched.core.sweep.spec import ConfigTemplate
+    from airflow_provider_gpusched.core.sweep.config_template import ConfigTemplate
 
     values = {"a": "x y", "b": [1, 2.5], "c": True, "d": None}
     text = "{{ a }} {{ b }} {{c}} {{ d }}"
@@ -936,7 +936,7 @@ def test_a_sweep_folder_belongs_to_the_dag_that_planned_in_it_first(tmp_path):
 def test_a_placeholder_inside_quotes_is_refused(tmp_path, name, text):
     """Issue 30, item 6: inside a string a value could close the quotes and go on as code; the literal brings its
     own quotes, so a quoted placeholder is refused when the spec is read."""
-    from airflow_provider_gpusched.core.sweep.spec import ConfigTemplate
+    from airflow_provider_gpusched.core.sweep.config_template import ConfigTemplate
 
     with pytest.raises(InvalidArgumentError, match="a placeholder outside quotes"):
         ConfigTemplate(name, text)
@@ -964,14 +964,14 @@ HOSTILE = 'x"; __import__("os").system("touch ran-code"); "\n[evil]\nkey = 1'
     ],
 )
 def test_a_hostile_value_stays_one_value_in_every_template_kind(tmp_path, name, text, check):
-    from airflow_provider_gpusched.core.sweep.spec import ConfigTemplate
+    from airflow_provider_gpusched.core.sweep.config_template import ConfigTemplate
 
     out = ConfigTemplate(name, text).render({"v": HOSTILE})
     assert check(out), out  # read back by the file's own parser: one value, exactly the parameter
 
 
 def test_a_plain_text_template_refuses_a_value_with_a_newline():
-    from airflow_provider_gpusched.core.sweep.spec import ConfigTemplate
+    from airflow_provider_gpusched.core.sweep.config_template import ConfigTemplate
 
     template = ConfigTemplate("c.ini", "[train]\nlr = {{ v }}\n")
     assert template.render({"v": 0.1}) == "[train]\nlr = 0.1\n"
@@ -1059,7 +1059,7 @@ def test_a_shell_template_refuses_the_contexts_a_quoted_value_cannot_be_made_saf
     """Issue 53, item 9: in `cat > train.cfg <<EOT / name={{ exp }} / EOT` the value `$(touch X)` ran, and so did a
     value holding a line `EOT` and a command. Heredocs, backticks and heredoc delimiters are refused when the spec is
     read, naming the line."""
-    from airflow_provider_gpusched.core.sweep.spec import ConfigTemplate
+    from airflow_provider_gpusched.core.sweep.config_template import ConfigTemplate
 
     with pytest.raises(InvalidArgumentError, match=re.escape(why)) as caught:
         ConfigTemplate("job.sh", text)
@@ -1071,7 +1071,7 @@ def test_hostile_values_in_a_shell_template_run_no_code(tmp_path):
     in a comment's value is refused (it would end the comment and start a command)."""
     import subprocess
 
-    from airflow_provider_gpusched.core.sweep.spec import ConfigTemplate
+    from airflow_provider_gpusched.core.sweep.config_template import ConfigTemplate
 
     template = ConfigTemplate(
         "job.sh",

@@ -8,8 +8,8 @@ import pytest
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.sweep import Objective, SweepSpec, uniform
+from airflow_provider_gpusched.core.sweep.command import format_command
 from airflow_provider_gpusched.core.sweep.spaces import Conditional, LogUniform
-from airflow_provider_gpusched.core.sweep.spec import format_command
 
 
 def write(tmp_path, text, name="spec.yaml"):

@@ -163,6 +163,42 @@ def test_a_relative_script_is_found_next_to_the_spec_and_a_missing_one_is_explai
     assert f"nor in the spec's directory {project}" in problem["error"]
 
 
+def test_a_python_spec_finds_a_relative_script_next_to_the_module_that_defines_it(tmp_path, manager):
+    """``package.module:ATTR``: relative paths of the command are the module's folder's, wherever the command runs
+    (and a spec that names its base_dir keeps it)."""
+    from airflow_provider_gpusched import run_sweep
+
+    project = tmp_path / "project"
+    (project / "scripts").mkdir(parents=True)
+    (project / "scripts" / "train.py").write_text(
+        "import json, sys\njson.dump({'y': float(sys.argv[1])}, open('result.json', 'w'))\n"
+    )
+    (project / "anchored_specs.py").write_text(
+        textwrap.dedent(f"""
+        import sys
+        from airflow_provider_gpusched import SweepSpec
+
+        SPEC = SweepSpec(name="anchored", test_config=[{{"x": [1, 2]}}], objective={{"metric": "y", "mode": "maximize"}},
+                         command=[sys.executable, "scripts/train.py", "{{x}}"])
+        ELSEWHERE = SweepSpec(name="elsewhere", test_config=[{{"x": [1]}}], base_dir={str(tmp_path)!r},
+                              command=[sys.executable, "scripts/train.py", "{{x}}"])
+    """)
+    )
+    sys.path.insert(0, str(project))
+    try:
+        summary = run_sweep(
+            "anchored_specs:SPEC", results_root=str(tmp_path / "sweeps"), manager=manager, progress=False
+        )
+        assert summary["counts"]["succeeded"] == 2 and summary["best"]["score"] == 2.0
+        from anchored_specs import ELSEWHERE, SPEC
+
+        assert SPEC.base_dir == str(project) and SPEC.command[1] == str(project / "scripts" / "train.py")
+        assert ELSEWHERE.base_dir == str(tmp_path) and ELSEWHERE.command[1] == "scripts/train.py"  # not there
+    finally:
+        sys.path.remove(str(project))
+        sys.modules.pop("anchored_specs", None)
+
+
 def test_gpu_task_scheduler_gpu_groups_each_trial_takes_one_whole_group(tmp_path):
     """GPU Task Scheduler's own words: ``[["0", "1"], ["2", "3"]]`` "means each test may require two GPUs, and the
     scheduler will distribute tasks among the two two-GPU pairs in parallel"; mixed lists too."""
@@ -200,7 +236,7 @@ def test_gpu_task_scheduler_gpu_groups_each_trial_takes_one_whole_group(tmp_path
 def test_di_toolkit_max_workers_caps_the_trials_running_at_once(tmp_path):
     """DI-toolkit's ``.max_workers(4)``: here 2 on a host where 4 trials would fit."""
     from airflow_provider_gpusched import SweepSpec, run_sweep
-    from airflow_provider_gpusched.core.sweep.spec import TrialResources
+    from airflow_provider_gpusched.core.sweep.resources import TrialResources
 
     state = tmp_path / "leases"
     state.mkdir(mode=0o700)
@@ -233,7 +269,7 @@ def test_gpu_task_scheduler_required_env_and_matplotlib_agg_reach_each_trial(tmp
     """GPUTask.required_env(): "extra environment variable settings ... called before the test starts running";
     and "the scheduler will automatically set matplotlib's backend to Agg"."""
     from airflow_provider_gpusched import SweepSpec, run_sweep
-    from airflow_provider_gpusched.core.sweep.spec import TrialResources
+    from airflow_provider_gpusched.core.sweep.resources import TrialResources
 
     def required_env(params, trial_dir):  # as GPUTask.required_env, with its _config and _work_dir
         return {"OMP_NUM_THREADS": params["num_run"], "GAN_OUT": os.path.join(trial_dir, "out")}

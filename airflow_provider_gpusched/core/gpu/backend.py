@@ -15,8 +15,9 @@ from airflow_provider_gpusched.core.queue import QueueEntry, StopOutcome
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.gpu.leases import LeaseManager
     from airflow_provider_gpusched.core.stops import StopRequest
+    from airflow_provider_gpusched.core.sweep.resources import TrialResources
     from airflow_provider_gpusched.core.sweep.session import SweepSession
-    from airflow_provider_gpusched.core.sweep.spec import SweepSpec, TrialResources
+    from airflow_provider_gpusched.core.sweep.spec import SweepSpec
 
 #: how long `gpusched queue stop` waits for the processes it killed to have ended before it says so
 KILL_WAIT_SECONDS = 2.0

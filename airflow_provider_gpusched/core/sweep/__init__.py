@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS = {
     "Objective": "objective",
     "SweepSpec": "spec",
-    "TrialResources": "spec",
+    "TrialResources": "resources",
     "EvolutionSettings": "search_kinds",
     "choice": "spaces",
     "uniform": "spaces",
@@ -49,6 +49,7 @@ def __getattr__(name: str) -> Any:
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.sweep.model_cost import ModelCost
     from airflow_provider_gpusched.core.sweep.objective import Objective
+    from airflow_provider_gpusched.core.sweep.resources import TrialResources
     from airflow_provider_gpusched.core.sweep.search_kinds import EvolutionSettings
     from airflow_provider_gpusched.core.sweep.spaces import choice, loguniform, quniform, randint, uniform, when
-    from airflow_provider_gpusched.core.sweep.spec import SweepSpec, TrialResources
+    from airflow_provider_gpusched.core.sweep.spec import SweepSpec

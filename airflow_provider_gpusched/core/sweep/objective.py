@@ -403,3 +403,16 @@ def format_leaderboard(board: Sequence[Mapping[str, Any]], objective: Objective)
             row.append(round(r["score"], 6))
         rows.append(tuple(row + [r["label"] or r["trial_id"], r["trial_id"]]))
     return format_table(rows, head + ["parameters", "trial"])
+
+
+def objective_from_mapping(data: Mapping[str, Any], where: str) -> Objective:
+    """An objective written as a mapping (``{metric: acc, mode: maximize, weights: [...]}``), errors naming
+    ``where`` and the key."""
+    unknown = [k for k in data if k not in ("metric", "mode", "weights")]
+    if unknown:
+        raise InvalidArgumentError(f"{where}.{unknown[0]}", data[unknown[0]], "only metric, mode and weights")
+    try:
+        metric: Any = data.get("metric")  # Objective checks it and names what it expected
+        return Objective(metric, data.get("mode", "maximize"), data.get("weights"))
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"{where}.{exc.argument.split('.')[-1]}", exc.value, exc.expected) from None

@@ -29,7 +29,7 @@ from airflow_provider_gpusched.core.sweep.expand import (
 from airflow_provider_gpusched.core.sweep.objective import format_leaderboard, leaderboard, pareto_front
 from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports
 from airflow_provider_gpusched.core.sweep.search import RoundSearch, make_search
-from airflow_provider_gpusched.core.sweep.spec import SweepSpec, default_results_root
+from airflow_provider_gpusched.core.sweep.spec import SweepSpec
 from airflow_provider_gpusched.core.sweep.store import (
     DONE_STATES,
     FAILED_STATES,
@@ -352,3 +352,11 @@ class SweepSession:
                 for t in trials
             ],
         }
+
+
+def default_results_root() -> str:
+    """Outside Airflow (the CLI, scripts): ``$AIRFLOW__GPUSCHED__SWEEP_RESULTS_ROOT``, else
+    ``<AIRFLOW_HOME>/gpusched/sweeps`` — the same default the Airflow side uses (core/options.py)."""
+    from airflow_provider_gpusched.core.options import directory_outside_airflow
+
+    return directory_outside_airflow("sweep_results_root")

@@ -55,7 +55,15 @@ def load_spec(target: str | SweepSpec) -> SweepSpec:
         raise InvalidArgumentError(
             "spec", target, f"a SweepSpec (or a function returning one); it is a {type(value).__name__}"
         )
-    return value
+    module = sys.modules.get(target.split(":", 1)[0])
+    return value.anchor(os.path.dirname(os.path.abspath(module.__file__))) if module and module.__file__ else value
+
+
+def script_directory() -> str:
+    """The running script's directory (``python sweep.py``), or the working directory (a notebook, ``python
+    -c``): where a spec made in Python and run from here finds its relative paths, unless it says."""
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    return os.path.dirname(os.path.abspath(main)) if main else os.getcwd()
 
 
 def import_callable_or_value(target: str) -> Any:
@@ -181,7 +189,7 @@ def run_sweep(
         are the local and Slurm backends' handles by their older names).
     :raises SweepInterrupted: on Ctrl-C, after the running trials were stopped.
     """
-    spec = load_spec(spec)
+    spec = load_spec(spec).anchor(script_directory())
     chosen = get_backend(backend)
     spec.resources.check_backend(backend, spec.name)
     session = SweepSession(spec, results_root)

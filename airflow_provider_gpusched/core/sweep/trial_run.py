@@ -360,7 +360,7 @@ def _run_claimed(manifest: Manifest, trial: Trial, out: TextIO) -> int:
             except (TypeError, ValueError) as exc:
                 result = {"_unreadable": f"the callable returned a value that is not JSON: {exc}"}
         return _finish_ok(manifest, trial, result if result is not None else store.result(trial), out)
-    from airflow_provider_gpusched.core.sweep.spec import format_command  # only command targets need the spec
+    from airflow_provider_gpusched.core.sweep.command import format_command
 
     argv = format_command(target["command"], trial.params, folder, trial, config)
     if manifest.data.get("distributed"):
@@ -612,7 +612,8 @@ def render_config(template: Mapping[str, str], trial: Trial, folder: str) -> str
     """Write the trial's copy of the sweep's config template into its folder (private to the user: a config
     may hold credentials); returns its path."""
     from airflow_provider_gpusched.core.safe_files import write_atomic
-    from airflow_provider_gpusched.core.sweep.spec import ConfigTemplate, placeholder_values
+    from airflow_provider_gpusched.core.sweep.command import placeholder_values
+    from airflow_provider_gpusched.core.sweep.config_template import ConfigTemplate
 
     name = os.path.basename(str(template["name"]))
     text = ConfigTemplate(name, str(template["text"])).render(placeholder_values(trial.params, folder, trial))
