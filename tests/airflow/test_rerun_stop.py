@@ -23,7 +23,7 @@ DAGFILE = REPO / "tests" / "airflow" / "dagfiles" / "t_rerun_stop.py"
 def sweeps_api(run_id):
     from airflow.utils.session import create_session
 
-    from airflow_provider_gpusched.plugins.api import sweeps
+    from airflow_provider_gpusched.plugins.api.sweeps import sweeps
 
     with create_session() as session:
         return sweeps("t_rerun_stop", run_id, session)

@@ -214,12 +214,12 @@ def test_the_board_shows_what_the_api_servers_own_gpus_measure(client, runs, tmp
 
     from airflow.utils.net import get_hostname
 
-    from airflow_provider_gpusched.plugins import api
+    from airflow_provider_gpusched.plugins.api.telemetry import OWN_SAMPLER
     from tests.processes import start_foreign_process
 
     usage = tmp_path / "usage.json"
     monkeypatch.setenv("GPUSCHED_SIMULATE_USAGE", str(usage))
-    api.reset_own_telemetry()
+    assert OWN_SAMPLER.restart()  # with the usage file set above
     colleague = start_foreign_process(120)
     try:
         usage.write_text(
@@ -247,7 +247,7 @@ def test_the_board_shows_what_the_api_servers_own_gpus_measure(client, runs, tmp
         assert len(busy["series"]) >= 1 and busy["series"][-1][1:3] == [64, 5 * 2**30]
     finally:
         os.kill(colleague, signal.SIGKILL)
-        api.reset_own_telemetry()
+        OWN_SAMPLER.restart()
 
 
 def test_gpu_board_after_the_runs_shows_gpu_time_by_class_and_no_lease(client, runs):

@@ -1,0 +1,341 @@
+"""The GPU pages: the board (leases, waiting tasks, GPU time, measured use), the timeline (who held which GPU),
+and one task's lease; behind the cluster-activity view (a task's lease: read access to its DAG)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import asdict
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from airflow.api_fastapi.app import get_auth_manager
+from airflow.api_fastapi.auth.managers.models.resource_details import AccessView, DagAccessEntity
+from airflow.api_fastapi.common.db.common import SessionDep
+from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag, requires_access_view
+from airflow.models import TaskInstance  # the api-server's ORM models: no Task SDK equivalent exists
+from fastapi import APIRouter, Depends, HTTPException, Query
+from sqlalchemy import select
+
+from airflow_provider_gpusched.core.gpu.board import (
+    GPU_TIME_XCOM,
+    LEASE_XCOM,
+    WAIT_XCOM,
+    WINDOWS,
+    BoardLease,
+    build_board,
+    fleet_known_host,
+    read_gpu_time_record,
+    read_lease_record,
+    read_wait_record,
+)
+from airflow_provider_gpusched.core.gpu.timeline import (
+    LEASE_HISTORY_XCOM,
+    build_timeline,
+    read_history_record,
+    running_segment,
+)
+from airflow_provider_gpusched.core.safe_files import BadRecordError
+from airflow_provider_gpusched.core.work_tag import WorkTag
+from airflow_provider_gpusched.plugins.api.telemetry import host_telemetry, own_host
+from airflow_provider_gpusched.plugins.api.xcoms import (
+    WAITING_STATES,
+    HostCheck,
+    name_hider,
+    own_identity,
+    problem_line,
+    xcom_records,
+)
+
+router = APIRouter(tags=["GPUs"])
+
+#: the GPU pages' bounds: hosts listed, leases and waits drawn (each answer says what it cut)
+MAX_BOARD_HOSTS = 256
+MAX_BOARD_LEASES = 4096
+
+
+def gpu_board(user, session) -> dict[str, Any]:
+    """Leases of running tasks, tasks waiting for GPUs, GPU time of tasks that ended in the last day; tasks of
+    DAGs the user cannot read are shown without their names. Hosts come from the fleet's records and the
+    api-server's own host; a task's record adds its lease on the host its task instance runs on, never a host."""
+    from airflow_provider_gpusched.fleet import enabled as in_a_fleet
+    from airflow_provider_gpusched.fleet import read_this_fleet
+
+    readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session)
+    hide = name_hider(readable)
+    problems: list[str] = []
+    now = time.time()
+    view = read_this_fleet() if in_a_fleet() else None
+    own = None if in_a_fleet() else own_host()
+    known = [own] if own is not None else []
+    fleet_leases: dict[str, tuple[float, set[str]]] = {}
+    if view is not None:
+        problems += [why for _path, why in view.unreadable]
+        for record in view.hosts:
+            known.append(fleet_known_host(record, now))
+            if record.fresh(now):
+                fleet_leases[record.host] = (record.seen, {held.lease_id for held in record.leases})
+    hosts = HostCheck({k.host for k in known}, fleet_leases)
+
+    def bad(exc: Exception, dag_id: str) -> None:
+        problems.append(problem_line(exc, dag_id, readable))
+
+    leases, lease_started = [], {}
+    for value, dag_id, run_id, task_id, map_index, _state, _end, ran_on in xcom_records(
+        session, LEASE_XCOM, states=("running",), problems=problems
+    ):
+        try:
+            lease = read_lease_record(value, f"XCom {LEASE_XCOM} of {dag_id}.{task_id}[{map_index}] ({run_id})")
+            own_identity(lease, dag_id, run_id, task_id, map_index)
+            hosts.check(lease, ran_on)
+        except BadRecordError as exc:
+            bad(exc, dag_id)
+            continue
+        lease_started[(dag_id, run_id, task_id, map_index)] = lease.started
+        hide(lease, dag_id)
+        leases.append(lease)
+    waiting = []
+    for value, dag_id, run_id, task_id, map_index, state, _end, ran_on in xcom_records(
+        session, WAIT_XCOM, states=WAITING_STATES, problems=problems
+    ):
+        try:
+            wait = dict(read_wait_record(value, f"XCom {WAIT_XCOM} of {dag_id}.{task_id}[{map_index}] ({run_id})"))
+            own_identity(wait, dag_id, run_id, task_id, map_index)
+            hosts.check_name(wait["host"], ran_on, f"XCom {WAIT_XCOM} of {dag_id}.{task_id}[{map_index}] ({run_id})")
+        except BadRecordError as exc:
+            bad(exc, dag_id)
+            continue
+        if lease_started.get((dag_id, run_id, task_id, map_index), -1) >= wait["since"]:
+            continue  # it got its GPUs after waiting
+        wait["state"] = str(state)
+        hide(wait, dag_id)
+        waiting.append(wait)
+    waiting.sort(key=lambda r: (-r["priority"], r["since"]))
+    ledger = []
+    since = datetime.now(timezone.utc) - timedelta(seconds=max(WINDOWS.values()))  # the board's longest window
+    for value, dag_id, _run_id, task_id, _map_index, _state, end, _host in xcom_records(
+        session, GPU_TIME_XCOM, problems=problems
+    ):
+        if end is None or end < since:
+            continue
+        try:
+            ledger.append(read_gpu_time_record(value, f"XCom {GPU_TIME_XCOM} of {dag_id}.{task_id}", end.timestamp()))
+        except BadRecordError as exc:
+            bad(exc, dag_id)
+    if view is not None:
+        _fleet_leases(view, leases, hide, problems, now)
+    cut = []
+    if len(leases) > MAX_BOARD_LEASES:
+        cut.append(f"{len(leases) - MAX_BOARD_LEASES} lease(s) past the first {MAX_BOARD_LEASES} are not drawn")
+        leases = sorted(leases, key=lambda lease: lease.started)[:MAX_BOARD_LEASES]
+    if len(waiting) > MAX_BOARD_LEASES:
+        cut.append(
+            f"{len(waiting) - MAX_BOARD_LEASES} waiting task(s) past the first {MAX_BOARD_LEASES} are not listed"
+        )
+        waiting = waiting[:MAX_BOARD_LEASES]
+    telemetry = host_telemetry(problems)
+    board = build_board(
+        leases, waiting=waiting, ledger=ledger, problems=problems, now=now, known_hosts=known, telemetry=telemetry
+    )
+    if len(board["hosts"]) > MAX_BOARD_HOSTS:
+        cut.append(f"{len(board['hosts']) - MAX_BOARD_HOSTS} host(s) past the first {MAX_BOARD_HOSTS} are not listed")
+        board["hosts"] = board["hosts"][:MAX_BOARD_HOSTS]
+    board["cut"] = cut
+    board["problems"] = board["problems"][:100]
+    board["api_server_host"] = socket.gethostname()
+    return board
+
+
+def _fleet_leases(view, leases: list[Any], hide, problems: list[str], now: float) -> None:
+    """In a fleet (``[gpusched] fleet_dir``): a lease an up host's record lists that no running task's XCom has
+    yet (the task just took it) is added to ``leases``."""
+    have = {lease.lease_id for lease in leases}
+    for record in view.hosts:
+        if not record.fresh(now):
+            continue  # a dead host's leases are history: its tasks are failed or running elsewhere
+        for held in record.leases:
+            if held.lease_id in have:
+                continue
+            try:
+                tag = WorkTag.from_dict(held.work, f"{record.host}'s record: lease {held.lease_id}")
+            except BadRecordError as exc:
+                problems.append(str(exc))
+                continue
+            lease = BoardLease(
+                host=record.host,
+                lease_id=held.lease_id,
+                gpus=list(held.gpus),
+                memory=dict(held.memory),
+                whole=held.whole,
+                job_class=held.job_class,
+                started=held.created,
+                dag_id=tag.dag_id or f"(not an Airflow task: {held.owner})",
+                run_id=tag.run_id,
+                task_id=tag.task_id,
+                map_index=tag.map_index,
+            )
+            if tag.dag_id:
+                hide(lease, tag.dag_id)
+            leases.append(lease)
+
+
+#: segments the timeline reads at most, over every task's record (the answer says when more were left out)
+MAX_TIMELINE_SEGMENTS = 100_000
+
+
+def gpu_timeline(user, session, hours: float) -> dict[str, Any]:
+    """Who held which GPU in the last ``hours``: the segments tasks published (XCom ``gpusched_lease_history``) of
+    task instances that ran in the window, and the leases running tasks hold now (open bars). Each segment is
+    drawn under the task instance whose XCom it is and only on a host it may name (:class:`HostCheck`)."""
+    from airflow_provider_gpusched.fleet import enabled as in_a_fleet
+    from airflow_provider_gpusched.fleet import read_this_fleet
+
+    readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session)
+    now = time.time()
+    since = now - hours * 3600
+    segments: list[dict[str, Any]] = []
+    problems: list[str] = []
+    dropped = 0
+    hide = name_hider(readable, also=("label", "detail"))
+    known: dict[str, list[int]] = {}
+    host = None if in_a_fleet() else own_host()
+    if host is not None:
+        known[host.host] = [g.index for g in host.inventory]
+    view = read_this_fleet() if in_a_fleet() else None
+    fleet_names = {record.host for record in view.hosts} if view is not None else set()
+    hosts = HostCheck(set(known) | fleet_names, {})
+    refused: dict[str, int] = {}
+    left_out = 0
+
+    ended_since = datetime.fromtimestamp(since, timezone.utc)
+    for value, dag_id, run_id, task_id, map_index, _state, _end, ran_on in xcom_records(
+        session, LEASE_HISTORY_XCOM, ended_since=ended_since, problems=problems
+    ):
+        source = f"XCom {LEASE_HISTORY_XCOM} of {dag_id}.{task_id}[{map_index}] ({run_id})"
+        try:
+            record = read_history_record(value, source)
+        except BadRecordError as exc:
+            problems.append(problem_line(exc, dag_id, readable))
+            continue
+        dropped += record.get("dropped", 0)
+        for segment in record["segments"]:
+            try:
+                hosts.check_name(segment["host"], ran_on, source)
+            except BadRecordError:
+                refused[dag_id] = refused.get(dag_id, 0) + 1
+                continue
+            if len(segments) >= MAX_TIMELINE_SEGMENTS:
+                left_out += 1
+                continue
+            segment = {**segment, "dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index}
+            hide(segment, dag_id)
+            segments.append(segment)
+    for value, dag_id, run_id, task_id, map_index, _state, _end, ran_on in xcom_records(
+        session, LEASE_XCOM, states=("running",)
+    ):
+        try:
+            lease = read_lease_record(value, f"XCom {LEASE_XCOM} of {dag_id}.{task_id}[{map_index}] ({run_id})")
+            own_identity(lease, dag_id, run_id, task_id, map_index)
+            hosts.check_name(lease.host, ran_on, "")
+        except BadRecordError:
+            continue  # the board says so
+        segment = running_segment(lease, now)
+        hide(segment, dag_id)
+        segments.append(segment)
+    for dag_id, count in sorted(refused.items()):
+        problems.append(
+            problem_line(
+                BadRecordError(
+                    f"{count} segment(s) published by DAG {dag_id} name a host its tasks do not run on and no fleet record "
+                    f"lists: not drawn"
+                ),
+                dag_id,
+                readable,
+            )
+        )
+    timeline = build_timeline(segments, since=since, until=now, known_gpus=known, problems=problems, dropped=dropped)
+    if left_out:
+        timeline["cut"].insert(0, f"{left_out} segment(s) past the first {MAX_TIMELINE_SEGMENTS:,} were not read")
+    timeline["hours"] = hours
+    return timeline
+
+
+def task_lease(dag_id: str, run_id: str, task_id: str, map_index: int, session) -> dict[str, Any]:
+    """One task instance's GPU lease as it published it (running or ended), its wait and GPU time, and when and
+    where the task ran: what the "GPU lease" link shows once the task's lease is no longer on the board."""
+    ti = session.execute(
+        select(
+            TaskInstance.state,
+            TaskInstance.start_date,
+            TaskInstance.end_date,
+            TaskInstance.hostname,
+            TaskInstance.try_number,
+        ).where(
+            TaskInstance.dag_id == dag_id,
+            TaskInstance.run_id == run_id,
+            TaskInstance.task_id == task_id,
+            TaskInstance.map_index == map_index,
+        )
+    ).first()
+    if ti is None:
+        raise HTTPException(404, f"no task instance {task_id} (map index {map_index}) in run {run_id} of {dag_id}")
+    state, start, end, hostname, try_number = ti
+    out: dict[str, Any] = {
+        "dag_id": dag_id,
+        "run_id": run_id,
+        "task_id": task_id,
+        "map_index": map_index,
+        "task_state": str(state.value if hasattr(state, "value") else state),
+        "start_date": start.timestamp() if start else None,
+        "end_date": end.timestamp() if end else None,
+        "hostname": hostname or "",
+        "try_number": try_number,
+        "lease": None,
+        "wait": None,
+        "gpu_time": None,
+        "problems": [],
+    }
+    where = f"{dag_id}.{task_id}[{map_index}] ({run_id})"
+    readers = {
+        LEASE_XCOM: lambda v, src: asdict(read_lease_record(v, src)),
+        WAIT_XCOM: read_wait_record,
+        GPU_TIME_XCOM: lambda v, src: read_gpu_time_record(v, src, end.timestamp() if end else time.time()),
+    }
+    for key, field in ((LEASE_XCOM, "lease"), (WAIT_XCOM, "wait"), (GPU_TIME_XCOM, "gpu_time")):
+        for value, *_rest in xcom_records(
+            session, key, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index, problems=out["problems"]
+        ):
+            try:
+                out[field] = readers[key](value, f"XCom {key} of {where}")
+            except BadRecordError as exc:
+                out["problems"].append(str(exc))
+    return out
+
+
+@router.get(
+    "/api/gpus",
+    summary="The GPU board",
+    dependencies=[Depends(requires_access_view(AccessView.CLUSTER_ACTIVITY))],
+)
+def get_gpu_board(user: GetUserDep, session: SessionDep) -> dict[str, Any]:
+    return gpu_board(user, session)
+
+
+@router.get(
+    "/api/timeline",
+    summary="Who held which GPU in the last hours",
+    dependencies=[Depends(requires_access_view(AccessView.CLUSTER_ACTIVITY))],
+)
+def get_timeline(user: GetUserDep, session: SessionDep, hours: float = Query(6.0, gt=0, le=24 * 14)) -> dict[str, Any]:
+    return gpu_timeline(user, session, hours)
+
+
+@router.get(
+    "/api/dags/{dag_id}/runs/{run_id}/tasks/{task_id}/lease",
+    summary="One task instance's GPU lease, wait and GPU time",
+    dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.XCOM))],
+)
+def get_task_lease(
+    dag_id: str, run_id: str, task_id: str, session: SessionDep, map_index: int = Query(-1, ge=-1)
+) -> dict[str, Any]:
+    return task_lease(dag_id, run_id, task_id, map_index, session)

@@ -1,0 +1,86 @@
+"""The Slurm tab: a task instance's Slurm job as its task published it, its live state through one shared, cached
+poll of the api-server's own local Slurm client (optional), and output tails read under ``[gpusched]
+slurm_output_dir``; behind read access to the DAG."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+from airflow.api_fastapi.common.db.common import SessionDep
+from airflow.api_fastapi.core_api.security import requires_access_dag
+from fastapi import APIRouter, Depends, HTTPException, Query
+
+from airflow_provider_gpusched import settings
+from airflow_provider_gpusched.core.gpu.board import LEASE_XCOM
+from airflow_provider_gpusched.core.safe_files import BadRecordError, read_tail
+from airflow_provider_gpusched.core.slurm.job_view import SLURM_JOB_XCOM, CachedStatuses, job_view, read_job_record
+from airflow_provider_gpusched.core.slurm.runner import LOCAL_TARGET
+from airflow_provider_gpusched.plugins.api.xcoms import xcom_records
+
+router = APIRouter(tags=["Slurm"])
+_live_statuses = CachedStatuses()
+
+
+def slurm_job(dag_id: str, run_id: str, task_id: str, map_index: int, session) -> dict[str, Any]:
+    rows = list(
+        xcom_records(session, SLURM_JOB_XCOM, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index)
+    )
+    if not rows:
+        # the tab is on every task instance (Airflow has no per-operator tabs): a task without a Slurm job gets a
+        # plain answer, with its local GPU lease where it had one
+        lease = list(
+            xcom_records(session, LEASE_XCOM, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index)
+        )
+        return {
+            "found": False,
+            "dag_id": dag_id,
+            "run_id": run_id,
+            "task_id": task_id,
+            "map_index": map_index,
+            "local_gpus": bool(lease),
+            "message": (
+                f"task {task_id} (map index {map_index}) of run {run_id} has no Slurm job recorded"
+                + ("; it ran on local GPUs (see its GPU lease)" if lease else "")
+            ),
+        }
+    value, *_ignored, state, _end, _host = rows[0]
+    try:
+        record = read_job_record(value, f"XCom {SLURM_JOB_XCOM} of {task_id}")
+    except BadRecordError as exc:
+        raise HTTPException(500, str(exc)) from None
+    live = None
+    if not record["final"] and record["via"] == LOCAL_TARGET and settings.ui_live_slurm():
+        from airflow_provider_gpusched.core.slurm import CommandRunner, SlurmClient
+
+        live = _live_statuses.get(LOCAL_TARGET, record["job_id"], lambda: SlurmClient(CommandRunner()))
+    root = settings.slurm_output_dir()
+    lines = settings.output_tail_lines()
+    tails = {}
+    pattern = record["output_path"]
+    view = job_view(record, live)
+    keys = [t["task"] for t in view["tasks"] if t["task"]] or [""]
+    for key in keys[:200]:
+        path = pattern.replace("%a", key) if key else pattern
+        text = read_tail(path, root, lines)
+        if text is not None:
+            tails[key] = text
+    if tails:
+        view["tails"] = tails
+        view["tail_source"] = f"read now from {root}"
+    else:
+        view["tail_source"] = "recorded when the job ended" if view["tails"] else "not available yet"
+    view["task_state"] = str(state.value if hasattr(state, "value") else state)
+    view["found"] = True
+    return view
+
+
+@router.get(
+    "/api/dags/{dag_id}/runs/{run_id}/tasks/{task_id}/slurm",
+    summary="A task instance's Slurm job",
+    dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.XCOM))],
+)
+def get_slurm_job(
+    dag_id: str, run_id: str, task_id: str, session: SessionDep, map_index: int = Query(-1, ge=-1)
+) -> dict[str, Any]:
+    return slurm_job(dag_id, run_id, task_id, map_index, session)

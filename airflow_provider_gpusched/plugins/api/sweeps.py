@@ -1,0 +1,300 @@
+"""The Sweeps tab: every sweep of a DAG run (plans, outcomes, states, curves), a trial's output, parameter
+importance and two runs compared; behind read access to the DAG."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+from airflow.api_fastapi.common.db.common import SessionDep
+from airflow.api_fastapi.core_api.security import requires_access_dag
+from airflow.models import DagRun, TaskInstance  # the api-server's ORM models: no Task SDK equivalent exists
+from airflow.models.xcom import XComModel
+from fastapi import APIRouter, Depends, HTTPException, Query
+from sqlalchemy import and_, select
+
+from airflow_provider_gpusched import settings
+from airflow_provider_gpusched.core.safe_files import BadRecordError, is_under, read_tail
+from airflow_provider_gpusched.core.sweep.analysis import compare_runs, param_importance
+from airflow_provider_gpusched.core.sweep.reports import RAN_AGAIN, reports_of_run
+from airflow_provider_gpusched.core.sweep.store import OUTPUT_LOG_FILE, folder_dags
+from airflow_provider_gpusched.core.sweep.view import (
+    OUTCOMES_XCOM,
+    PLAN_XCOM,
+    build_sweep_view,
+    param_axes,
+    read_outcome_records,
+    read_plan_record,
+    report_paths,
+    report_runs,
+    scored_points,
+    sweep_objective,
+    trial_counts,
+    trial_rows,
+)
+from airflow_provider_gpusched.plugins.api.xcoms import xcom_records
+
+router = APIRouter(tags=["Sweeps"])
+READ_DAG = [Depends(requires_access_dag("GET", DagAccessEntity.XCOM))]
+
+
+def _sweep_records(dag_id: str, run_id: str, session, problems: list[str], group: str | None = None):
+    """What the sweeps of one DAG run published: ``(plans, outcomes, states)``, plans by sweep group (rounds in
+    order), outcomes by trial id, and the Airflow state of each trial task instance; records that cannot be
+    read go to ``problems``. ``group``: that sweep only."""
+    plans: dict[str, list[dict[str, Any]]] = {}
+    for value, _d, _r, task_id, _m, _s, _e, _h in xcom_records(
+        session, PLAN_XCOM, dag_id=dag_id, run_id=run_id, problems=problems
+    ):
+        name = task_id.rsplit(".plan", 1)[0].split(".round_")[0]
+        if group is not None and name != group:
+            continue
+        try:
+            plan = read_plan_record(value, f"XCom {PLAN_XCOM} of {task_id}")
+        except BadRecordError as exc:
+            problems.append(str(exc))
+            continue
+        plans.setdefault(name, []).append(plan)
+    for group_plans in plans.values():
+        group_plans.sort(key=lambda p: -1 if p.get("round") is None else p["round"])
+    trial_tasks = {p["trial_task"] for group_plans in plans.values() for p in group_plans}
+    outcomes: dict[str, dict[str, Any]] = {}
+    for value, _d, _r, task_id, map_index, _s, _e, _h in xcom_records(
+        session, OUTCOMES_XCOM, dag_id=dag_id, run_id=run_id, problems=problems
+    ):
+        if group is not None and task_id not in trial_tasks:
+            continue
+        try:
+            for o in read_outcome_records(value, f"XCom {OUTCOMES_XCOM} of {task_id}[{map_index}]"):
+                outcomes[o["trial_id"]] = o
+        except BadRecordError as exc:
+            problems.append(str(exc))
+    states = (
+        {
+            (t, m): (s.value if hasattr(s, "value") else s)
+            for t, m, s in session.execute(
+                select(TaskInstance.task_id, TaskInstance.map_index, TaskInstance.state).where(
+                    TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.task_id.in_(trial_tasks)
+                )
+            ).all()
+        }
+        if trial_tasks
+        else {}
+    )
+    return plans, outcomes, states
+
+
+def _one_sweep(dag_id: str, run_id: str, group: str, session):
+    """``(plans, rows, objective)`` of sweep ``group`` in one DAG run; 404 when that run planned no such sweep."""
+    problems: list[str] = []
+    plans, outcomes, states = _sweep_records(dag_id, run_id, session, problems, group=group)
+    if group not in plans:
+        raise HTTPException(
+            404,
+            f"run {run_id} of {dag_id} planned no sweep {group!r}"
+            + (f" ({'; '.join(problems)[:500]})" if problems else ""),
+        )
+    return plans[group], trial_rows(plans[group], outcomes, states), sweep_objective(plans[group])
+
+
+#: importance answers kept, keyed by sweep, run and what was scored (a finished sweep's never changes); the
+#: api-server answers in several threads
+_importance_cache: OrderedDict[tuple[Any, ...], dict[str, Any]] = OrderedDict()
+_importance_lock = threading.Lock()
+
+
+def sweep_importance(dag_id: str, run_id: str, group: str, session) -> dict[str, Any]:
+    """Parameter importance over every scored trial of one sweep in one run (core/sweep/analysis.py)."""
+    plans, rows, objective = _one_sweep(dag_id, run_id, group, session)
+    if objective is None:
+        return {"method": "none", "note": "the sweep has no objective", "importances": [], "trials": 0}
+    points, values, categories = scored_points(rows, objective)
+    key = (dag_id, run_id, group, len(points), round(sum(p["score"] for p in points), 9))
+    with _importance_lock:
+        if key in _importance_cache:
+            _importance_cache.move_to_end(key)
+            return _importance_cache[key]
+    t0 = time.monotonic()
+    found = param_importance(
+        points, param_axes(plans, values, categories), objective, pruned=sum(1 for r in rows if r["state"] == "pruned")
+    )
+    found["seconds"] = round(time.monotonic() - t0, 3)
+    with _importance_lock:
+        _importance_cache[key] = found
+        while len(_importance_cache) > 64:
+            _importance_cache.popitem(last=False)
+    return found
+
+
+def sweep_comparison(dag_id: str, run_id: str, other: str, group: str, session) -> dict[str, Any]:
+    """Two runs of one sweep side by side (core/sweep/analysis.py)."""
+    plans_a, rows_a, objective = _one_sweep(dag_id, run_id, group, session)
+    plans_b, rows_b, _objective_b = _one_sweep(dag_id, other, group, session)
+    if objective is None:
+        raise HTTPException(400, f"sweep {group!r} has no objective: there is no score to compare")
+    return {
+        "group": group,
+        **compare_runs(
+            {"run": run_id, "points": scored_points(rows_a, objective)[0], "counts": trial_counts(plans_a, rows_a)},
+            {"run": other, "points": scored_points(rows_b, objective)[0], "counts": trial_counts(plans_b, rows_b)},
+            objective,
+        ),
+    }
+
+
+#: lines of a trial's output the Sweeps tab shows
+TRIAL_LOG_LINES = 200
+
+
+def sweep_trial(dag_id: str, run_id: str, group: str, trial_id: str, session) -> dict[str, Any]:
+    """One trial of a sweep: its row (parameters, state, result, error, task instance) and the tail of its output
+    (``output.log`` in its folder, read only under ``[gpusched] sweep_results_root``)."""
+    plans, rows, _objective = _one_sweep(dag_id, run_id, group, session)
+    row = next((r for r in rows if r["trial_id"] == trial_id), None)
+    if row is None:
+        raise HTTPException(404, f"sweep {group!r} of run {run_id} lists no trial {trial_id!r}")
+    out: dict[str, Any] = {
+        k: row[k]
+        for k in (
+            "index",
+            "trial_id",
+            "label",
+            "params",
+            "state",
+            "result",
+            "error",
+            "seconds",
+            "task_id",
+            "map_index",
+            "skipped",
+            "step",
+            "round",
+        )
+    }
+    out.update(log_tail=None, log_path=None, log_note="")
+    reports = report_paths(plans).get(trial_id)
+    if reports is None:
+        out["log_note"] = "this sweep's plan names no results folder"
+        return out
+    root = settings.sweep_results_root()
+    path = os.path.join(os.path.dirname(reports), OUTPUT_LOG_FILE)
+    out["log_path"] = path
+    refusal = _folder_refusal(os.path.dirname(os.path.dirname(os.path.dirname(reports))), dag_id, root)
+    if refusal:
+        out["log_note"] = refusal
+        return out
+    out["log_tail"] = read_tail(path, root, TRIAL_LOG_LINES)
+    if out["log_tail"] is None:
+        out["log_note"] = (
+            "no output yet" if row["state"] in ("waiting", "running") else "its output file is not readable"
+        )
+    elif row["skipped"]:
+        out["log_note"] = "from the earlier DAG run that ran it"
+    return out
+
+
+def _folder_refusal(folder: str, dag_id: str, root: str) -> str:
+    """Why the files of sweep folder ``folder`` are not shown under DAG ``dag_id`` ("" when they are): only a folder
+    under ``[gpusched] sweep_results_root`` whose ``dags.json`` lists that DAG. A plan record is an XCom any DAG
+    author can push: naming another DAG's folder must not show that DAG's trial output to this DAG's readers."""
+    if not is_under(folder, root):
+        return f"files are read from [gpusched] sweep_results_root ({root}) only; this sweep keeps them elsewhere"
+    dags = folder_dags(folder)
+    if dags is None or dag_id not in dags:
+        return (
+            f"the sweep folder this plan names does not list DAG {dag_id} among the DAGs that planned in it "
+            f"(its dags.json): its files are not shown here"
+        )
+    return ""
+
+
+def sweeps(dag_id: str, run_id: str | None, session) -> dict[str, Any]:
+    """Every sweep of one run of the DAG (default: its latest run that planned a sweep), and the runs to pick."""
+    latest = (
+        select(XComModel.run_id, DagRun.run_after)
+        .join(DagRun, and_(DagRun.dag_id == XComModel.dag_id, DagRun.run_id == XComModel.run_id))
+        .where(XComModel.dag_id == dag_id, XComModel.key == PLAN_XCOM)
+        .distinct()
+        .order_by(DagRun.run_after.desc())
+        .limit(50)
+    )
+    runs = [r for r, _after in session.execute(latest).all()]
+    if run_id is None:
+        run_id = runs[0] if runs else None
+    if run_id is None:
+        return {"dag_id": dag_id, "run_id": None, "runs": [], "sweeps": [], "problems": []}
+    problems: list[str] = []
+    plans, outcomes, states = _sweep_records(dag_id, run_id, session, problems)
+    views = []
+    root = settings.sweep_results_root()
+    for group, group_plans in sorted(plans.items()):
+        paths, curve_runs = report_paths(group_plans), report_runs(group_plans, run_id)
+        folder = next((p["folder"] for p in group_plans if p.get("folder")), None)
+        refusal = _folder_refusal(folder, dag_id, root) if folder else ""
+        if refusal:
+            paths = {}
+        replaced: list[str] = []
+
+        def read(trial_id: str, paths=paths, curve_runs=curve_runs, replaced=replaced) -> list[dict[str, Any]] | None:
+            # only under [gpusched] sweep_results_root: a published record cannot make us read elsewhere; and
+            # only this run's curve (or, for a trial it skipped, the curve of the run that did it): a trial that a
+            # later run ran again keeps this run's aside, or has none
+            if trial_id not in paths:
+                return None
+            found, why = reports_of_run(paths[trial_id], curve_runs[trial_id], root)
+            if found is None and why.startswith(RAN_AGAIN):
+                replaced.append(trial_id)
+            return found
+
+        view = build_sweep_view(group_plans, outcomes, states, reports=read)
+        if replaced:
+            view["reports_note"] = (
+                f"{len(replaced)} trial(s) ran again in a later DAG run; their curves of this "
+                f"run are not kept, so they are not drawn"
+            )
+        if refusal:
+            view["reports_note"] = refusal
+        view["group"] = group
+        views.append(view)
+    return {"dag_id": dag_id, "run_id": run_id, "runs": runs, "sweeps": views, "problems": problems}
+
+
+@router.get("/api/dags/{dag_id}/sweeps/importance", summary="Parameter importance of one sweep", dependencies=READ_DAG)
+def get_sweep_importance(
+    dag_id: str,
+    session: SessionDep,
+    run_id: str = Query(..., max_length=250),
+    group: str = Query(..., max_length=250),
+) -> dict[str, Any]:
+    return sweep_importance(dag_id, run_id, group, session)
+
+
+@router.get("/api/dags/{dag_id}/sweeps/compare", summary="Two runs of one sweep side by side", dependencies=READ_DAG)
+def get_sweep_comparison(
+    dag_id: str,
+    session: SessionDep,
+    run_id: str = Query(..., max_length=250),
+    other: str = Query(..., max_length=250),
+    group: str = Query(..., max_length=250),
+) -> dict[str, Any]:
+    return sweep_comparison(dag_id, run_id, other, group, session)
+
+
+@router.get("/api/dags/{dag_id}/sweeps/trial", summary="One trial and its output's tail", dependencies=READ_DAG)
+def get_sweep_trial(
+    dag_id: str,
+    session: SessionDep,
+    run_id: str = Query(..., max_length=250),
+    group: str = Query(..., max_length=250),
+    trial_id: str = Query(..., max_length=250),
+) -> dict[str, Any]:
+    return sweep_trial(dag_id, run_id, group, trial_id, session)
+
+
+@router.get("/api/dags/{dag_id}/sweeps", summary="Every sweep of one DAG run", dependencies=READ_DAG)
+def get_sweeps(dag_id: str, session: SessionDep, run_id: str | None = Query(None, max_length=250)) -> dict[str, Any]:
+    return sweeps(dag_id, run_id, session)
