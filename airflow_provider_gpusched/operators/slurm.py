@@ -32,15 +32,15 @@ from airflow_provider_gpusched.core.slurm import (
     JobStatus,
     SlurmCommandError,
     SlurmJobSpec,
-    SlurmUnavailableError,
     job_comment,
     parse_array_indices,
     task_key,
 )
-from airflow_provider_gpusched.core.slurm.job import parse_job_comment, task_family_key, work_key
+from airflow_provider_gpusched.core.slurm.job import task_family_key, work_key
 from airflow_provider_gpusched.core.slurm.job_view import SLURM_JOB_XCOM, job_record
 from airflow_provider_gpusched.core.slurm.output import OutputFollower
 from airflow_provider_gpusched.core.slurm.states import array_task_order
+from airflow_provider_gpusched.core.slurm.submission import Submission
 from airflow_provider_gpusched.core.stops import read_slurm_stop_mark
 from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.hooks.slurm import SlurmHook
@@ -51,9 +51,6 @@ from airflow_provider_gpusched.operators.queue_stops import WorkStopped, refuse_
 from airflow_provider_gpusched.triggers.slurm import SlurmJobTrigger
 
 #: task states of a run whose job is still wanted: its own task is (or will be again) waiting for it
-_LIVE_TI_STATES = frozenset(
-    {"running", "deferred", "queued", "scheduled", "up_for_retry", "up_for_reschedule", "restarting"}
-)
 
 
 class SlurmJobFailed(AirflowException):
@@ -319,30 +316,32 @@ class SlurmJobOperator(BaseOperator):
         client = hook.get_conn()
         ti = context["ti"]
         key = task_key(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
-        live = self._find_live(client, key)
-        if live:
-            job_id, comment = live[0]
-            self.log.info(
-                "Re-attaching to Slurm job %s (%s), still alive from an earlier try; not submitting a duplicate",
-                job_id,
-                comment,
-            )
-            output_path: str | None = self._output_pattern(context)
-        else:
+        family = task_family_key(ti.dag_id, ti.task_id, ti.map_index)
+        submission = Submission(
+            client, key, family=family, owner_state=lambda run: self._task_state_in_run(ti, run), log=self.log
+        )
+
+        def build() -> tuple[SlurmJobSpec, str]:
             tag = self.work_tag(context)
             refuse_if_stopped(self.task_id, tag)
-            family = task_family_key(ti.dag_id, ti.task_id, ti.map_index)
             spec = hook.apply_defaults(self.build_spec(context, job_comment(key)), self.job_class, self.priority)
             work = self.work_key(context, spec)
             spec.comment = job_comment(key, ti.try_number, task=family, work=work, run=ti.run_id, tag=tag)
-            adopted = self._handle_orphans(client, context, key, family, work)
-            if adopted is not None:
-                job_id = adopted
-                output_path = client.output_path(job_id) or self._output_pattern(context)
-            else:
-                job_id = self._submit(client, spec, key)
-                output_path = spec.output
-                self.log.info("Submitted Slurm job %s (sbatch %s)", job_id, " ".join(spec.sbatch_argv()))
+            return spec, work
+
+        try:
+            attached, spec = submission.start(build)
+        except SlurmCommandError as exc:  # sbatch refused the job: not something a retry fixes
+            raise AirflowException(f"{self.task_id}: {exc}") from exc
+        job_id = attached.job_id
+        if attached.how == "re-attached":
+            output_path: str | None = self._output_pattern(context)
+        elif attached.how == "adopted":
+            output_path = client.output_path(job_id) or self._output_pattern(context)
+        else:
+            assert spec is not None
+            output_path = spec.output
+            self.log.info("Submitted Slurm job %s (sbatch %s)", job_id, " ".join(spec.sbatch_argv()))
         self._job_id = job_id
         output_path = (output_path or "").replace("%j", job_id).replace("%A", job_id)
         ti.xcom_push(key="slurm_job_id", value=job_id)
@@ -411,51 +410,6 @@ class SlurmJobOperator(BaseOperator):
         skip = ("--comment=", "--output=", "--error=", "--job-name=")
         return work_key(spec.render_script(), *(a for a in spec.sbatch_argv() if not a.startswith(skip)))
 
-    def _handle_orphans(self, client, context, key: str, family: str, work: str) -> str | None:
-        """Jobs this task left running in *other* DAG runs whose task is no longer alive (its worker was killed):
-        re-attach to one doing the same work (returns its id), cancel the others. Jobs of runs whose task
-        still runs, or whose state cannot be read, are left alone. Every decision is logged."""
-        ti = context["ti"]
-        try:
-            jobs = client.find_live_jobs(job_comment(""))  # every live job this provider submitted for this user
-        except (SlurmUnavailableError, SlurmCommandError) as exc:
-            self.log.warning("Could not look for jobs left by earlier DAG runs (%s); submitting", exc)
-            return None
-        adopted = None
-        for job_id, comment in jobs:
-            info = parse_job_comment(comment)
-            if info.get("task") != family or info.get("key") == key or not info.get("run"):
-                continue
-            run = info["run"]
-            state = self._task_state_in_run(ti, run)
-            if state is None or state in _LIVE_TI_STATES:
-                self.log.info(
-                    "Slurm job %s belongs to this task in DAG run %s, whose task is %s: leaving it",
-                    job_id,
-                    run,
-                    state or "of unknown state",
-                )
-                continue
-            if adopted is None and info.get("work") == work:
-                adopted = job_id
-                self.log.warning(
-                    "Re-attaching to Slurm job %s, left running by DAG run %s (its task is %s: its "
-                    "worker died); it does the same work, so no second job is submitted",
-                    job_id,
-                    run,
-                    state,
-                )
-                continue
-            client.cancel([job_id])
-            self.log.warning(
-                "Cancelled orphaned Slurm job %s of DAG run %s: its task is %s, so nothing waits for "
-                "it any more (a killed worker leaves its job running)",
-                job_id,
-                run,
-                state,
-            )
-        return adopted
-
     @staticmethod
     def _task_state_in_run(ti, run_id: str) -> str | None:
         """This task's state in another DAG run ('absent' when that run has no such task instance), None if
@@ -473,38 +427,6 @@ class SlurmJobOperator(BaseOperator):
         name = ti.task_id if ti.map_index is None or ti.map_index < 0 else f"{ti.task_id}_{ti.map_index}"
         state = mine.get(name)
         return str(state.value if hasattr(state, "value") else state) if state is not None else "absent"
-
-    def _find_live(self, client, key: str) -> list[tuple[str, str]]:
-        for attempt in range(5):
-            try:
-                return client.find_live_jobs(job_comment(key))
-            except SlurmUnavailableError as exc:
-                self.log.warning("Slurm unreachable while looking for earlier jobs (%s); retrying", exc)
-                time.sleep(min(2**attempt, 30))
-        return client.find_live_jobs(job_comment(key))
-
-    def _submit(self, client, spec: SlurmJobSpec, key: str) -> str:
-        """sbatch, retried while Slurm is unreachable or full for now (its MaxJobCount, where every array
-        task counts); before each retry, check whether the earlier attempt got through after all (the
-        comment finds it), so a retry never duplicates the job."""
-        for attempt in range(6):
-            try:
-                return client.submit(spec).job_id
-            except SlurmUnavailableError as exc:
-                wait = min(2**attempt, 30)
-                self.log.warning(
-                    "Slurm did not take the job (unreachable or full for now: %s); trying again in %d s (try %d of 7)",
-                    exc,
-                    wait,
-                    attempt + 2,
-                )
-                time.sleep(wait)
-                live = self._find_live(client, key)
-                if live:
-                    return live[0][0]
-            except SlurmCommandError as exc:
-                raise AirflowException(f"{self.task_id}: {exc}") from exc
-        return client.submit(spec).job_id
 
     def _output_pattern(self, context) -> str:
         """The job's output file, with Slurm's ``%j`` / ``%A_%a`` (the same for every try, so a

@@ -54,17 +54,45 @@ def kill_worker_while_its_job_runs(slurm, name):
         return ti.run_id, job_id
 
 
-def test_same_work_left_by_a_killed_worker_is_re_attached(run_dag, slurm, monkeypatch, capfd):
+def test_same_work_left_by_a_killed_worker_is_re_attached(run_dag, slurm, monkeypatch, capfd, tmp_path):
+    """The orphan waits for a gate that opens only once the new run's task follows a job (its XCom
+    slurm_job_id): however long the new run takes to start, the orphan is still there to be found."""
+    import threading
+
     name = f"orphan-{uuid.uuid4().hex[:8]}"
+    gate = tmp_path / "gate"
     monkeypatch.setenv("GPUSCHED_TEST_JOB_NAME", name)
-    monkeypatch.delenv("GPUSCHED_TEST_ORPHAN_CMD", raising=False)
+    monkeypatch.setenv("GPUSCHED_TEST_ORPHAN_CMD", f"while [ ! -e {gate} ]; do sleep 0.2; done; echo done")
     old_run, orphan = kill_worker_while_its_job_runs(slurm, name)
+    opener = threading.Thread(target=_open_when_a_new_run_follows, args=(orphan, old_run, gate), daemon=True)
+    opener.start()
     state, xcoms, states = run_and_collect(load_dag_file(DAGFILE).dag)
     assert state == "success", states
     assert xcoms["job"]["return_value"]["job_id"] == orphan  # its result is the orphan's
     assert [j for j, _ in jobs_named(slurm, name)] == [orphan]  # no second job
     out = capfd.readouterr().out
     assert f"Re-attaching to Slurm job {orphan}, left running by DAG run {old_run}" in out
+
+
+def _open_when_a_new_run_follows(job_id, old_run, gate, timeout=240):
+    """Opens ``gate`` once a DAG run other than ``old_run`` published ``job_id`` as its Slurm job (or after
+    ``timeout``: a run that submitted a job of its own then ends, and the test says so)."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with create_session() as session:
+            rows = session.execute(
+                select(XComModel.value).where(
+                    XComModel.dag_id == "t_orphan", XComModel.key == "slurm_job_id", XComModel.run_id != old_run
+                )
+            ).all()
+        if any(str(XComModel.deserialize_value(row)) == job_id for row in rows):  # "86" reads back as 86
+            break
+        time.sleep(0.3)
+    gate.write_text("")
 
 
 def test_other_work_left_by_a_killed_worker_is_cancelled(run_dag, slurm, monkeypatch, capfd):

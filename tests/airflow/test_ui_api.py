@@ -219,7 +219,6 @@ def test_the_board_shows_what_the_api_servers_own_gpus_measure(client, runs, tmp
 
     usage = tmp_path / "usage.json"
     monkeypatch.setenv("GPUSCHED_SIMULATE_USAGE", str(usage))
-    assert OWN_SAMPLER.restart()  # with the usage file set above
     colleague = start_foreign_process(120)
     try:
         usage.write_text(
@@ -233,6 +232,7 @@ def test_the_board_shows_what_the_api_servers_own_gpus_measure(client, runs, tmp
                 }
             )
         )
+        assert OWN_SAMPLER.restart()  # its first sample reads the usage file written above
         board = client.get("/gpusched/api/gpus", headers=token(client, "viewer")).json()
         (host,) = [h for h in board["hosts"] if h["host"] == get_hostname()]
         assert host["telemetry"]["sampled_by"] == "the api-server" and host["telemetry"]["error"] == ""
@@ -247,7 +247,8 @@ def test_the_board_shows_what_the_api_servers_own_gpus_measure(client, runs, tmp
         assert len(busy["series"]) >= 1 and busy["series"][-1][1:3] == [64, 5 * 2**30]
     finally:
         os.kill(colleague, signal.SIGKILL)
-        OWN_SAMPLER.restart()
+        monkeypatch.delenv("GPUSCHED_SIMULATE_USAGE")
+        OWN_SAMPLER.restart()  # the other tests see the simulated GPUs idle again
 
 
 def test_gpu_board_after_the_runs_shows_gpu_time_by_class_and_no_lease(client, runs):

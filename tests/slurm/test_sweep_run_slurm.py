@@ -72,3 +72,66 @@ def test_gpusched_sweep_run_backend_slurm_from_a_terminal(slurm_cluster, tmp_pat
     )
     assert out.returncode == 0, out.stderr
     assert "x=2" in out.stdout and "succeeded" in out.stdout
+
+
+def test_a_killed_terminal_run_leaves_its_arrays_and_the_next_run_re_attaches_instead_of_submitting_again(
+    slurm_cluster, client, tmp_path
+):
+    """`gpusched sweep run --backend slurm` SIGKILLed while its job array runs (a closed laptop lid, an OOM-killed
+    shell): the array goes on. The next run of the same trials finds that array by its key (core/slurm/
+    submission.py) and follows it: one job in all, every trial once."""
+    import signal
+    import time
+    import uuid
+
+    name = f"reattach_{uuid.uuid4().hex[:6]}"
+    gate = tmp_path / "gate"
+    spec = tmp_path / "s.yaml"
+    wait_then_write = (
+        "import json, os, sys, time\n"
+        f"while not os.path.exists({str(gate)!r}): time.sleep(0.2)\n"
+        "x = float(sys.argv[1])\n"
+        "json.dump(dict(y=x, job=os.environ['SLURM_ARRAY_JOB_ID']), open('result.json', 'w'))\n"
+    )
+    spec.write_text(
+        json.dumps(
+            {
+                "name": name,
+                "test_config": [{"x": [1, 2, 3]}],
+                "objective": "maximize y",
+                "command": [sys.executable, "-c", wait_then_write, "{x}"],
+                "resources": {"gpus": 0, "cpus": 1, "time_limit": 5},
+            }
+        )
+    )
+    argv = [sys.executable, "-m", "airflow_provider_gpusched.cli", "sweep", "run", str(spec), "--backend", "slurm"]
+    argv += ["--results-root", str(tmp_path), "--json"]
+    env = {**os.environ, "SLURM_CONF": slurm_cluster}
+
+    def jobs():
+        out = client.runner.run(["squeue", "-h", "-t", "all", "-n", f"sweep.{name}", "-o", "%i|%T"], check=False)
+        return sorted({line.split("|")[0].split("_")[0] for line in out.stdout.split()})
+
+    first = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not jobs():
+        time.sleep(0.3)
+    (job,) = jobs()
+    first.send_signal(signal.SIGKILL)  # no Ctrl-C handler runs: the array is left behind
+    first.wait()
+    said = tmp_path / "second.err"
+    with open(said, "w") as err_file:
+        second = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=err_file, text=True)
+        following = f"Slurm job {job} of an earlier run does these trials; following it"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and following not in said.read_text() and second.poll() is None:
+            time.sleep(0.2)
+        gate.write_text("")  # the trials may end only once the second run follows them
+        out, _ = second.communicate(timeout=240)
+    assert second.returncode == 0, said.read_text()
+    assert following in said.read_text()
+    assert jobs() == [job]  # nothing submitted twice
+    summary = json.loads(out)
+    assert summary["best"]["score"] == 3.0
+    records = json.loads((tmp_path / name / "summary.json").read_text())["records"]
+    assert sorted((r["state"], r["result"]["job"]) for r in records) == [("succeeded", job)] * 3

@@ -3,7 +3,9 @@ core/backends.py."""
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -13,6 +15,8 @@ from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.queue import QueueEntry, StopOutcome
 from airflow_provider_gpusched.core.stops import write_slurm_stop_mark
 from airflow_provider_gpusched.core.work_tag import WorkTag
+
+_LOG = logging.getLogger("airflow_provider_gpusched.sweep")
 
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.slurm.client import SlurmClient
@@ -102,7 +106,8 @@ class SlurmBackend(Backend):
         """Each stage's pending trials as job arrays of up to :data:`SLURM_CHUNK` tasks, followed every
         ``poll_interval`` seconds; Ctrl-C cancels them and records the trials ``stopped``."""
         from airflow_provider_gpusched.core.slurm.client import SlurmClient
-        from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec, array_range
+        from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec, array_range, job_comment, work_key
+        from airflow_provider_gpusched.core.slurm.submission import Submission
         from airflow_provider_gpusched.core.sweep.terminal import Progress, SweepInterrupted, stopped_run
         from airflow_provider_gpusched.core.sweep.trial_run import chunk_argv
 
@@ -120,18 +125,28 @@ class SlurmBackend(Backend):
             jobs: dict[str, int] = {}
             try:
                 for k in range(manifest.chunk_count()):
-                    size = len(manifest.chunk(k))
-                    job = client.submit(
-                        SlurmJobSpec(
-                            command=chunk_argv(manifest, k),
-                            array=array_range(size, spec.max_workers),
-                            job_name=f"sweep.{spec.name}",
-                            output=os.path.join(logs, "slurm-%A_%a.out"),
-                            comment=f"gpusched sweep run {spec.name}",
-                            **base,
-                        )
+                    chunk = manifest.chunk(k)
+                    # the key is the work: this sweep folder's stage and these trials. A run killed while its
+                    # arrays ran left them running; the next run of the same trials re-attaches to them
+                    key = work_key("gpusched sweep run", session.store.dir, str(round_no), *(t.trial_id for t in chunk))
+                    tag = WorkTag(run_id=run, sweep=spec.name, job_class=spec.resources.job_class)
+
+                    job = SlurmJobSpec(
+                        command=chunk_argv(manifest, k),
+                        array=array_range(len(chunk), spec.max_workers),
+                        job_name=f"sweep.{spec.name}",
+                        output=os.path.join(logs, "slurm-%A_%a.out"),
+                        comment=job_comment(key, run=run, tag=tag),
+                        **base,
                     )
-                    jobs[job.job_id] = size
+                    attached = Submission(client, key, log=_LOG).start_job(job, key)
+                    if not attached.submitted:
+                        print(
+                            f"sweep {spec.name}: chunk {k}: Slurm job {attached.job_id} of an earlier run does these "
+                            f"trials; following it instead of submitting them again",
+                            file=sys.stderr,
+                        )
+                    jobs[attached.job_id] = len(chunk)
                 while jobs:
                     states = client.statuses(list(jobs), jobs)
                     jobs = {j: n for j, n in jobs.items() if not states[j].is_terminal}
