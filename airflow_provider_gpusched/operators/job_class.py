@@ -61,30 +61,16 @@ def apply_local_gpu_class(
     return job_class, priority
 
 
-class JobClassPartial:
-    """``Operator.partial(...)`` that applies the job class to the partial arguments: a mapped task takes
-    its pool and weight from them when it is scheduled (the operator's ``__init__`` runs only later,
-    when a task instance runs)."""
-
-    def __init__(self, local_gpus: bool = False) -> None:
-        self.local_gpus = local_gpus  # a local GPU operator: apply_local_gpu_class (the fleet's queue too)
-
-    def __get__(self, obj, cls):
-        from airflow.sdk import BaseOperator
-
-        inner = BaseOperator.__dict__["partial"].__get__(obj, cls)
-        if obj is not None:
-            return inner  # Airflow's guard: .partial on a task object is an error
-
-        def partial(**kwargs):
-            job_class, priority = kwargs.get("job_class", "normal"), kwargs.get("priority", 0)
-            gpus = kwargs.get("gpus", 1)
-            if self.local_gpus:
-                apply_local_gpu_class(kwargs, job_class, priority, gpus, kwargs.get("gpu_memory"))
-            else:
-                apply_job_class(
-                    kwargs, job_class, priority, slurm_gpu_total(gpus, kwargs.get("gpus_per_node"), kwargs.get("nodes"))
-                )
-            return inner(**kwargs)
-
-        return partial
+def apply_partial_job_class(kwargs: dict[str, Any], local_gpus: bool) -> None:
+    """The job class applied to ``Operator.partial(...)``'s arguments: a mapped task takes its pool and weight
+    from them when it is scheduled (the operator's ``__init__`` runs only later, when a task instance runs).
+    The operators call it from their own ``partial`` classmethod, which Airflow lets an operator class define
+    (``BaseOperatorMeta`` keeps a subclass's own ``partial``)."""
+    job_class, priority = kwargs.get("job_class", "normal"), kwargs.get("priority", 0)
+    gpus = kwargs.get("gpus", 1)
+    if local_gpus:  # a local GPU task: in a fleet, the queue of its lane and memory tier too
+        apply_local_gpu_class(kwargs, job_class, priority, gpus, kwargs.get("gpu_memory"))
+    else:
+        apply_job_class(
+            kwargs, job_class, priority, slurm_gpu_total(gpus, kwargs.get("gpus_per_node"), kwargs.get("nodes"))
+        )

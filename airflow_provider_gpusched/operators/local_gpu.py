@@ -37,7 +37,7 @@ from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
 from airflow_provider_gpusched.links import GPULeaseLink, publish_links
 from airflow_provider_gpusched.operators.arguments import argument_error, check_argument_types, renamed_argument
-from airflow_provider_gpusched.operators.job_class import JobClassPartial, apply_local_gpu_class
+from airflow_provider_gpusched.operators.job_class import apply_local_gpu_class, apply_partial_job_class
 from airflow_provider_gpusched.operators.queue_stops import WorkStopped, refuse_if_stopped, work_tag
 from airflow_provider_gpusched.triggers.local_gpu import FleetRoomTrigger, GPUAvailableTrigger
 
@@ -98,7 +98,12 @@ class LocalGPUOperator(BaseOperator):
     template_fields_renderers = {"bash_command": "bash", "env": "json"}
     ui_color = "#d5f5e3"
     operator_extra_links: tuple[BaseOperatorLink, ...] = (GPULeaseLink(),)
-    partial = JobClassPartial(local_gpus=True)  # mapped tasks get the class's pool, weight and queue too
+
+    @classmethod
+    def partial(cls, **kwargs: Any) -> Any:
+        """Airflow's ``partial``, with the job class's pool and weight and, in a fleet, queue for the mapped tasks."""
+        apply_partial_job_class(kwargs, local_gpus=True)
+        return super().partial(**kwargs)
 
     def __init__(
         self,

@@ -46,7 +46,7 @@ from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.hooks.slurm import SlurmHook
 from airflow_provider_gpusched.links import SlurmJobLink, publish_links
 from airflow_provider_gpusched.operators.arguments import argument_error, check_argument_types, renamed_argument
-from airflow_provider_gpusched.operators.job_class import JobClassPartial, apply_job_class, slurm_gpu_total
+from airflow_provider_gpusched.operators.job_class import apply_job_class, apply_partial_job_class, slurm_gpu_total
 from airflow_provider_gpusched.operators.queue_stops import WorkStopped, refuse_if_stopped, work_tag
 from airflow_provider_gpusched.triggers.slurm import SlurmJobTrigger
 
@@ -121,7 +121,12 @@ class SlurmJobOperator(BaseOperator):
     template_fields_renderers = {"script": "bash", "command": "py", "environment": "json"}
     ui_color = "#dbe9f6"
     operator_extra_links: tuple[BaseOperatorLink, ...] = (SlurmJobLink(),)
-    partial = JobClassPartial()  # mapped tasks get the class's pool and weight too
+
+    @classmethod
+    def partial(cls, **kwargs: Any) -> Any:
+        """Airflow's ``partial``, with the job class's pool and weight for the mapped tasks."""
+        apply_partial_job_class(kwargs, local_gpus=False)
+        return super().partial(**kwargs)
 
     def __init__(
         self,
