@@ -232,17 +232,13 @@ class LocalGPUOperator(BaseOperator):
         self.defer_after = defer_after
         self.job_class = job_class
         self.priority = priority
-        self._child: GPUChild | None = None
-        self._stop = threading.Event()
-        self._yield_deadline: float | None = None  # how long to wait here for idle work to yield
-        self._busy_since: float | None = None  # when this try found the GPUs busy (defer_after counts from it)
-        self._waiting_since: float | None = None  # when this try began waiting for GPUs (published to the board)
-        self._wait_measured: float | None = None  # the wait whose length went out as a metric
-        self._fleet_hosts: list[str] = []  # in a fleet: the hosts this try landed on, in order
-        self._attempts: list[Any] = []  # this try's attempts so far (OpenLineage facets)
+        self.child: GPUChild | None = None  # the GPU process of the attempt that runs now (on_kill stops it)
+        self.stop_requested = threading.Event()  # set by on_kill: every wait of this try ends
+        self.wait_state = WaitState()  # how this try waits for GPUs: _TaskWaiting changes it
+        self.attempts: list[Any] = []  # this try's attempts so far (OpenLineage facets): _TaskAttempts sets it
 
     # -- helpers -------------------------------------------------------------------------------------
-    def _run_dir(self, context) -> str:
+    def run_dir(self, context) -> str:
         ti = context["ti"]
         return settings.task_directory(settings.local_run_dir(), ti, f"try-{ti.try_number}")
 
@@ -267,8 +263,8 @@ class LocalGPUOperator(BaseOperator):
             raise AirflowException(f"{self.task_id}: no python_callable to call")
         return callable_arguments(self.python_callable, self.op_args, self.op_kwargs, context, self.log)
 
-    def _work(self, context) -> Work:
-        run_dir = self._run_dir(context)
+    def work(self, context) -> Work:
+        run_dir = self.run_dir(context)
         cwd = self.cwd or os.path.join(run_dir, "work")
         checkpoints = os.path.join(run_dir, "checkpoint")  # kept across relaunches within this try
         launch: dict[str, Any] = {
@@ -299,8 +295,7 @@ class LocalGPUOperator(BaseOperator):
 
     def resume(self, context, event: dict[str, Any]) -> Any:
         state = event["payload"]
-        self._waiting_since = state.get("waiting_since")
-        self._fleet_hosts = [h for h in state.get("fleet_hosts") or [] if isinstance(h, str)][:100]
+        self.wait_state = WaitState.from_payload(state)
         return self._run(context, attempts.WorkProgress.from_dict(state))
 
     def _run(self, context, progress: attempts.WorkProgress) -> Any:
@@ -324,7 +319,7 @@ class LocalGPUOperator(BaseOperator):
             hooks,
             job_class=self.job_class,
             oom_policy=self.oom_policy,
-            stop_event=self._stop,
+            stop_event=self.stop_requested,
             grace=self.grace_period,
         )
 
@@ -332,7 +327,7 @@ class LocalGPUOperator(BaseOperator):
     lineage_job_type = "LOCAL_GPU"
 
     def _lineage_run(self) -> dict[str, Any]:
-        tried = self._attempts
+        tried = self.attempts
         last = tried[-1] if tried else None
         return {
             "backend": "local_gpu",
@@ -363,7 +358,7 @@ class LocalGPUOperator(BaseOperator):
         )
 
     def get_openlineage_facets_on_failure(self, task_instance):
-        last = self._attempts[-1] if self._attempts else None
+        last = self.attempts[-1] if self.attempts else None
         failure = attempt_outcome(last) if last is not None else ("not started", "it never got its GPUs")
         return lineage.operator_lineage(
             job_type=self.lineage_job_type,
@@ -372,15 +367,37 @@ class LocalGPUOperator(BaseOperator):
             failure=failure,
         )
 
-    def _started(self, child: GPUChild) -> None:
-        self._child = child
-
     def on_kill(self) -> None:
-        self._stop.set()
-        child = self._child
+        self.stop_requested.set()
+        child = self.child
         if child is not None:
             self.log.info("Task killed: stopping the GPU process group %d", child.pid)
             child.stop(self.grace_period)
+
+
+@dataclasses.dataclass
+class WaitState:
+    """How one try of a LocalGPUOperator task waits for GPUs; :class:`_TaskWaiting` changes it, a deferral carries
+    what must survive it (:meth:`payload`, :meth:`from_payload`)."""
+
+    #: when this try began waiting for GPUs (published to the board)
+    waiting_since: float | None = None
+    #: the wait whose length went out as a metric
+    wait_measured: float | None = None
+    #: when this try found the GPUs busy (defer_after counts from it)
+    busy_since: float | None = None
+    #: how long to wait here for idle work to yield
+    yield_deadline: float | None = None
+    #: in a fleet: the hosts this try landed on, in order
+    fleet_hosts: list[str] = dataclasses.field(default_factory=list)
+
+    def payload(self, fleet: bool = True) -> dict[str, Any]:
+        return {"waiting_since": self.waiting_since, **({"fleet_hosts": self.fleet_hosts} if fleet else {})}
+
+    @classmethod
+    def from_payload(cls, state: dict[str, Any]) -> WaitState:
+        hosts = [h for h in state.get("fleet_hosts") or [] if isinstance(h, str)][:100]
+        return cls(waiting_since=state.get("waiting_since"), fleet_hosts=hosts)
 
 
 class _TaskAttempts(AttemptHooks):
@@ -391,22 +408,22 @@ class _TaskAttempts(AttemptHooks):
     def __init__(self, operator: LocalGPUOperator, context, manager, hook, owner: str, task_key: str) -> None:
         self.op, self.context, self.manager, self.hook = operator, context, manager, hook
         self.owner, self.task_key = owner, task_key
-        self.waiting = _TaskWaiting(operator)
+        self.waiting = _TaskWaiting(operator, operator.wait_state)
 
     def acquire(self, progress: attempts.WorkProgress):
         return self.waiting.acquire(self.context, self.manager, self.hook, progress, self.owner, self.task_key)
 
     def work(self) -> Work:
-        return self.op._work(self.context)
+        return self.op.work(self.context)
 
     def log_path(self) -> str:
-        return os.path.join(self.op._run_dir(self.context), "output.log")
+        return os.path.join(self.op.run_dir(self.context), "output.log")
 
     def attempt_options(self) -> dict[str, Any]:
         op, context, manager = self.op, self.context, self.manager
         return {
             "on_line": lambda line: op.log.info("%s", line),
-            "started": op._started,
+            "started": self._started,
             "on_gpus": lambda grown: self._publish_lease(context, grown, manager),
             "host": fleet.worker_host(context["ti"]),
         }
@@ -416,20 +433,23 @@ class _TaskAttempts(AttemptHooks):
         if lease.gpus:  # a load stage has none yet: published when they are added (on_gpus)
             self._publish_lease(self.context, lease, self.manager)
 
+    def _started(self, child: GPUChild) -> None:
+        self.op.child = child
+
     def released(self, lease) -> None:
-        self.op._child = None
+        self.op.child = None
         fleet.publish_quietly(self.manager)  # in a fleet: the head node sees the GPUs free at once
 
     def ended(self, outcome: attempts.AttemptOutcome, step: attempts.NextStep, progress: attempts.WorkProgress) -> None:
         op = self.op
         self._publish_history(self.context, progress)
-        op._attempts = list(progress.attempts)
+        op.attempts = list(progress.attempts)
         if outcome.attempt.preempted:
             metrics.preemption(op.job_class, outcome.attempt.host)
         if step.action is attempts.Action.RELAUNCH:
             op.log.warning("%s; no Airflow retry used", step.message)
             return
-        op._waiting_since = None
+        self.waiting.state.waiting_since = None
         if step.action is attempts.Action.RETRY_BIGGER:
             metrics.oom_retry(op.job_class, outcome.attempt.host)
             op.log.warning("%s", step.message)
@@ -523,8 +543,8 @@ class _TaskWaiting:
     looking in the worker (``block``); idle work yielding to it is waited for here. The attempt loop gets it
     through _TaskAttempts.acquire and wait_to_relaunch."""
 
-    def __init__(self, operator: LocalGPUOperator) -> None:
-        self.op = operator
+    def __init__(self, operator: LocalGPUOperator, state: WaitState) -> None:
+        self.op, self.state = operator, state
 
     def wait_for_gpus(
         self,
@@ -546,11 +566,7 @@ class _TaskWaiting:
                     poll_interval=interval,
                     not_before=not_before,
                     fire_after=time.time() + settings.min_deferral(),
-                    payload={
-                        **progress.to_dict(),
-                        "waiting_since": self.op._waiting_since,
-                        "fleet_hosts": self.op._fleet_hosts,
-                    },
+                    payload={**progress.to_dict(), **self.state.payload()},
                 ),
                 method_name="resume",
             )
@@ -567,7 +583,7 @@ class _TaskWaiting:
                     not_before=not_before,
                     task_key=task_key,
                     fire_after=time.time() + settings.min_deferral(),
-                    payload={**progress.to_dict(), "waiting_since": self.op._waiting_since},
+                    payload={**progress.to_dict(), **self.state.payload(fleet=False)},
                 ),
                 method_name="resume",
             )
@@ -579,7 +595,7 @@ class _TaskWaiting:
 
             raise AirflowRescheduleException(timezone.utcnow() + timedelta(seconds=interval))
         delay = max(interval, (not_before or 0) - time.time())
-        if self.op._stop.wait(delay):
+        if self.op.stop_requested.wait(delay):
             raise AirflowException(f"{self.op.task_id}: stopped while waiting for GPUs ({why})")
 
     def wait_for_yield(self, manager, owner: str, why: str) -> bool:
@@ -591,12 +607,12 @@ class _TaskWaiting:
         yielding = manager.yielding_to(owner)
         if not yielding:
             return False
-        if self.op._yield_deadline is None:
-            self.op._yield_deadline = time.monotonic() + manager.yield_grace(yielding) + 10
+        if self.state.yield_deadline is None:
+            self.state.yield_deadline = time.monotonic() + manager.yield_grace(yielding) + 10
             self.op.log.info("Idle work is yielding its GPUs to this task; waiting for it: %s", why)
-        if time.monotonic() > self.op._yield_deadline:
+        if time.monotonic() > self.state.yield_deadline:
             return False
-        if self.op._stop.wait(0.5):
+        if self.op.stop_requested.wait(0.5):
             raise AirflowException(f"{self.op.task_id}: stopped while idle work was yielding its GPUs")
         return True
 
@@ -606,8 +622,8 @@ class _TaskWaiting:
         from airflow_provider_gpusched.core.fleet import FLEET_HOSTS_XCOM
         from airflow_provider_gpusched.core.host_name import this_host
 
-        self.op._fleet_hosts.append(this_host())
-        context["ti"].xcom_push(key=FLEET_HOSTS_XCOM, value=list(self.op._fleet_hosts))
+        self.state.fleet_hosts.append(this_host())
+        context["ti"].xcom_push(key=FLEET_HOSTS_XCOM, value=list(self.state.fleet_hosts))
         view = fleet.read_this_fleet()
         if view is None:  # called only in a fleet (fleet.enabled()); its directory went from the configuration since
             manager.check_possible(progress.request)
@@ -642,19 +658,21 @@ class _TaskWaiting:
                 work=tag,
             )
             if lease is not None:
-                self.op._busy_since = None
+                self.state.busy_since = None
                 fleet.publish_quietly(manager)
-                if self.op._waiting_since is not None and self.op._wait_measured != self.op._waiting_since:
-                    self.op._wait_measured = self.op._waiting_since  # metric gpusched.gpu_wait.<class>, once per wait
+                if self.state.waiting_since is not None and self.state.wait_measured != self.state.waiting_since:
+                    self.state.wait_measured = (
+                        self.state.waiting_since
+                    )  # metric gpusched.gpu_wait.<class>, once per wait
                     metrics.gpu_wait(
-                        time.time() - self.op._waiting_since, self.op.job_class, fleet.worker_host(context["ti"])
+                        time.time() - self.state.waiting_since, self.op.job_class, fleet.worker_host(context["ti"])
                     )
                 return lease
             if self.wait_for_yield(manager, owner, why):
                 continue
-            first = self.op._busy_since is None
+            first = self.state.busy_since is None
             if first:
-                self.op._busy_since = time.monotonic()
+                self.state.busy_since = time.monotonic()
             here = self.look_again_here()
             if first or not here:
                 self.op.log.info(
@@ -665,7 +683,7 @@ class _TaskWaiting:
                 )
                 self.publish_wait(context, manager, progress.request, why)
             if here:
-                if self.op._stop.wait(0.2):
+                if self.op.stop_requested.wait(0.2):
                     raise AirflowException(f"{self.op.task_id}: stopped while waiting for GPUs ({why})")
                 continue
             self.wait_for_gpus(manager, hook, progress, owner, why, task_key=task_key)
@@ -677,15 +695,15 @@ class _TaskWaiting:
         """Deferring mode, GPUs busy: whether to look again in the worker (within ``defer_after`` of the first
         look) instead of deferring. A GPU that frees meanwhile is taken at once, where a deferral would cost at
         least ``min_deferral`` and a task restart."""
-        if self.op.wait_mode != "defer" or self.op._busy_since is None:
+        if self.op.wait_mode != "defer" or self.state.busy_since is None:
             return False
-        return time.monotonic() - self.op._busy_since < self.defer_after()
+        return time.monotonic() - self.state.busy_since < self.defer_after()
 
     def publish_wait(self, context, manager, request: GPURequest, why: str) -> None:
         """Tell the GPU board this try waits for GPUs (XCom ``gpusched_wait``), once per wait."""
-        if self.op._waiting_since is not None:
+        if self.state.waiting_since is not None:
             return
-        self.op._waiting_since = time.time()
+        self.state.waiting_since = time.time()
         ti = context["ti"]
         ti.xcom_push(
             key=WAIT_XCOM,
@@ -695,7 +713,7 @@ class _TaskWaiting:
                 self.op.job_class,
                 self.op.priority,
                 why,
-                self.op._waiting_since,
+                self.state.waiting_since,
                 dag_id=ti.dag_id,
                 run_id=ti.run_id,
                 task_id=ti.task_id,
