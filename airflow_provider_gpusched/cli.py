@@ -194,6 +194,13 @@ def _sweep_run(args) -> int:
     return 1 if allowed is not None and bad > allowed else 0
 
 
+def _sweep_schema(args) -> int:
+    from airflow_provider_gpusched.core.sweep.spec_schema import sweep_schema
+
+    print(json.dumps(sweep_schema(), indent=2))
+    return 0
+
+
 def _sweep_preview(args) -> int:
     from airflow_provider_gpusched.core.sweep.expand import DEFAULT_LABELS
     from airflow_provider_gpusched.core.sweep.session import SweepSession
@@ -642,6 +649,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("folder", help="the sweep's folder (<results root>/<sweep name>)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_sweep_results)
+    p = sweep.add_parser(
+        "schema", help="the JSON Schema of a sweep spec file, for editors that complete and check YAML"
+    )
+    p.set_defaults(func=_sweep_schema)
     pools = sub.add_parser("pools", help="Airflow pools of the job classes").add_subparsers(
         dest="pools_command", required=True
     )

@@ -9,7 +9,7 @@ from typing import Any
 from airflow_provider_gpusched.core.errors import InvalidArgumentError, UnknownKeyError
 from airflow_provider_gpusched.core.sweep import spaces
 
-_SPACE_MAKERS = {"choice": 1, "uniform": 2, "loguniform": 2, "randint": 2, "quniform": 3}
+SPACE_MAKERS = {"choice": 1, "uniform": 2, "loguniform": 2, "randint": 2, "quniform": 3}
 
 
 def _refuse_misspelt_space(value: Mapping[str, Any], where: str) -> None:
@@ -24,7 +24,7 @@ def _refuse_misspelt_space(value: Mapping[str, Any], where: str) -> None:
         return
     import difflib
 
-    names = [*_SPACE_MAKERS, "values"]
+    names = [*SPACE_MAKERS, "values"]
     close = difflib.get_close_matches(key.lower(), names, n=1, cutoff=0.75)
     if close:
         raise UnknownKeyError(f"{where}.{key}", key, names, what="search space type")
@@ -39,7 +39,7 @@ def parse_dim(value: Any, where: str) -> Any:
         return value
     if not isinstance(value, Mapping):
         return value
-    kinds = [k for k in value if k in _SPACE_MAKERS or k == "values"]
+    kinds = [k for k in value if k in SPACE_MAKERS or k == "values"]
     if not kinds:
         _refuse_misspelt_space(value, where)
         if "when" in value:
@@ -58,8 +58,8 @@ def parse_dim(value: Any, where: str) -> Any:
                 raise InvalidArgumentError(kind, args, "a non-empty list of values")
             dim: Any = list(args) if kind == "values" else spaces.choice(args)
         else:
-            if not isinstance(args, list) or len(args) != _SPACE_MAKERS[kind]:
-                raise InvalidArgumentError(kind, args, f"a list of {_SPACE_MAKERS[kind]} numbers")
+            if not isinstance(args, list) or len(args) != SPACE_MAKERS[kind]:
+                raise InvalidArgumentError(kind, args, f"a list of {SPACE_MAKERS[kind]} numbers")
             dim = getattr(spaces, kind)(*args)
         if "when" in value:
             dim = spaces.when(value["when"], dim)
