@@ -36,12 +36,12 @@ from airflow_provider_gpusched.core.slurm import (
     parse_array_indices,
     task_key,
 )
+from airflow_provider_gpusched.core.slurm.finish import job_end
 from airflow_provider_gpusched.core.slurm.job import task_family_key, work_key
 from airflow_provider_gpusched.core.slurm.job_view import SLURM_JOB_XCOM, job_record
 from airflow_provider_gpusched.core.slurm.output import OutputFollower
 from airflow_provider_gpusched.core.slurm.states import array_task_order
 from airflow_provider_gpusched.core.slurm.submission import Submission
-from airflow_provider_gpusched.core.stops import read_slurm_stop_mark
 from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.hooks.slurm import SlurmHook
 from airflow_provider_gpusched.links import SlurmJobLink, publish_links
@@ -456,15 +456,9 @@ class SlurmJobOperator(BaseOperator):
         client = SlurmHook(self.slurm_conn_id).get_conn()
         if job is None:
             raise SlurmJobFailed(f"Slurm job {self._job_id or '?'}: {problem}")
-        status = JobStatus.from_dict(job)
+        end = job_end(client, JobStatus.from_dict(job), output_path, problem, settings.output_tail_lines())
+        status, tail, tail_path = end.status, end.tail, end.tail_path
         self._job_id = status.job_id
-        tail_lines = settings.output_tail_lines()
-        failed_task = next((t for t in status.tasks.values() if not t.phase.is_success), None)
-        tail_path = output_path
-        if status.tasks:
-            task_id = (failed_task or next(iter(status.tasks.values()))).array_task_id or ""
-            tail_path = output_path.replace("%a", task_id)
-        tail = client.tail(tail_path, tail_lines) if tail_path else ""
         if preemptions:
             self.log.warning(
                 "Slurm job %s was preempted and requeued %d time(s) before finishing:\n  %s",
@@ -485,16 +479,10 @@ class SlurmJobOperator(BaseOperator):
         self._final_status, self._preemptions, self._problem = status, preemptions, problem
         # where the job id means something, for OpenLineage (whose methods must not look connections up)
         self._lineage_source = lineage.slurm_source(client.runner.describe())
-        stopped = read_slurm_stop_mark(output_path, status.job_id) if not status.phase.is_success else None
-        if stopped is not None:
-            raise WorkStopped(
-                f"Slurm job {status.job_id} {stopped.describe()}; Slurm says {status.describe()}"
-            )  # no retry: someone stopped it
-        if problem or not status.phase.is_success:
-            message = f"Slurm {status.describe()}" if not problem else f"Slurm job {status.job_id}: {problem}"
-            if tail:
-                message += f"\n--- last lines of {tail_path} ---\n{tail}"
-            raise SlurmJobFailed(message, status.to_dict())
+        if end.stopped is not None:
+            raise WorkStopped(end.stop_message())  # no retry: someone stopped it
+        if not end.succeeded:
+            raise SlurmJobFailed(end.failure_message(), status.to_dict())
         return self.result_value(context, status, output_path, preemptions)
 
     # -- OpenLineage (the provider calls these; lineage.py) --------------------------------------------------

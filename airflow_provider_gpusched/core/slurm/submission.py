@@ -13,10 +13,10 @@ A :class:`Submission` is the work of one task instance, one sweep chunk or one t
   looked for, so an attempt that got through after all is not submitted twice.
 
 Every call to Slurm goes through one declared retry policy, :data:`SLURM_RETRY` (tenacity). Following a job to
-its end is ``SlurmClient.follow`` (or, deferred, the triggerer's shared poller); what a finished job means for its
-task (its tail, a stop mark, the failure message) is :func:`airflow_provider_gpusched.core.slurm.job_view`'s and
-the operator's. The users: ``SlurmJobOperator`` (and the sweep trial and array operators built on it) and
-``gpusched sweep run --backend slurm``.
+its end is ``SlurmClient.follow`` (or, deferred, the triggerer's shared poller); what its end means for the task
+(its tail, a stop mark, the failure message) is core/slurm/finish.py's ``job_end``. The users:
+``SlurmJobOperator`` (and the sweep trial and array operators built on it) and ``gpusched sweep run --backend
+slurm``.
 """
 
 from __future__ import annotations
