@@ -167,6 +167,11 @@ export AIRFLOW__CORE__DAGS_FOLDER="$REPO/dags"
 export AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST='$bundles'
 export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL=5
 export AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL=30  # Airflow's default; 10 cost a fifth of the CPU in a busy run
+# a GPU box's cores are busy with training: a DAG file's parse that outlasts Airflow's 30/50 s marks its DAGs stale
+# (they vanish from triggering until the next parse), so parses get more time here
+export AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT=120
+export AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT=180
+export AIRFLOW__DAG_PROCESSOR__STALE_DAG_THRESHOLD=180
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__CORE__EXECUTOR=LocalExecutor
 export AIRFLOW__CORE__PARALLELISM=$PARALLELISM

@@ -12,9 +12,9 @@ from __future__ import annotations
 import base64
 import re
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from airflow_provider_gpusched.core.safe_files import BadRecordError
+from airflow_provider_gpusched.core.records import RecordType, record, says
 
 #: longest value kept per field (a Slurm comment and a lease file stay small; Airflow's own ids are <= 250)
 MAX_FIELD = 250
@@ -25,16 +25,21 @@ def _text(value: Any) -> str:
     return str(value)[:MAX_FIELD] if value is not None else ""
 
 
+TagText = Annotated[str, says(f"a string of at most {MAX_FIELD} characters", max_length=MAX_FIELD)]
+Number = Annotated[int, says("a whole number")]
+
+
+@record
 @dataclass(frozen=True)
 class WorkTag:
-    dag_id: str = ""
-    run_id: str = ""
-    task_id: str = ""
-    map_index: int = -1
-    try_number: int = 0
-    sweep: str = ""
-    trial: str = ""  # the trial's label (local leases only: a Slurm comment has no room for it)
-    job_class: str = ""
+    dag_id: TagText = ""
+    run_id: TagText = ""
+    task_id: TagText = ""
+    map_index: Number = -1
+    try_number: Number = 0
+    sweep: TagText = ""
+    trial: TagText = ""  # the trial's label (local leases only: a Slurm comment has no room for it)
+    job_class: TagText = ""
 
     @classmethod
     def of_task(cls, ti: Any, *, sweep: str = "", trial: str = "", job_class: str = "") -> WorkTag:
@@ -65,20 +70,7 @@ class WorkTag:
     @classmethod
     def from_dict(cls, data: Any, source: str = "work tag") -> WorkTag:
         """A tag read back from disk, every key checked (:class:`BadRecordError` names the key)."""
-        if not isinstance(data, dict):
-            raise BadRecordError(f"{source}: expected an object, got {type(data).__name__}")
-        values: dict[str, Any] = {}
-        for name, default in asdict(cls()).items():
-            value = data.get(name, default)
-            if isinstance(default, int):
-                if not isinstance(value, int) or isinstance(value, bool):
-                    raise BadRecordError(f"{source}: key {name!r}: expected a whole number, got {value!r:.80}")
-            elif not isinstance(value, str) or len(value) > MAX_FIELD:
-                raise BadRecordError(
-                    f"{source}: key {name!r}: expected a string of at most {MAX_FIELD} characters, got {value!r:.80}"
-                )
-            values[name] = value
-        return cls(**values)
+        return WORK_TAG.read(data, source)
 
     # -- in a Slurm comment --------------------------------------------------------------------------
     def comment_fields(self) -> list[str]:
@@ -112,6 +104,9 @@ class WorkTag:
             sweep=_decode(fields.get("sweep", "")),
             job_class=_decode(fields.get("class", "")),
         )
+
+
+WORK_TAG = RecordType(WorkTag, name="work tag")
 
 
 def _encode(value: str) -> str:

@@ -24,7 +24,14 @@ from airflow_provider_gpusched.core import pyfunc
 from airflow_provider_gpusched.core.distributed import DEFAULT_RANK_EXIT_GRACE, check_grace, check_mode
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.gpu import attempts
-from airflow_provider_gpusched.core.gpu.board import GPU_TIME_XCOM, LEASE_XCOM, WAIT_XCOM, lease_record, wait_record
+from airflow_provider_gpusched.core.gpu.board import (
+    GPU_TIME_XCOM,
+    LEASE_XCOM,
+    WAIT_XCOM,
+    gpu_time_record,
+    lease_record,
+    wait_record,
+)
 from airflow_provider_gpusched.core.gpu.inventory import GPUInventoryError
 from airflow_provider_gpusched.core.gpu.launch import GPUChild
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
@@ -498,7 +505,7 @@ class _TaskAttempts(AttemptHooks):
     def _publish_gpu_time(self, context, progress: attempts.WorkProgress) -> None:
         """GPU time used and lost by this try, for the board's per-class totals (XCom ``gpu_time``)."""
         context["ti"].xcom_push(
-            key=GPU_TIME_XCOM, value={"job_class": self.op.job_class, "time": time.time(), **progress.history.to_dict()}
+            key=GPU_TIME_XCOM, value=gpu_time_record(self.op.job_class, time.time(), progress.history.to_dict())
         )
 
     def _publish_history(self, context, progress: attempts.WorkProgress) -> None:

@@ -72,13 +72,15 @@ def test_gpu_time_per_class_over_the_last_hour_and_day():
     [
         ({"host": ""}, "host"),
         ({"gpus": []}, "gpus"),
-        ({"gpus": [True]}, "gpus"),
-        ({"memory": {"0": -1}}, "memory"),
+        ({"gpus": [True]}, "gpus[0]"),
+        ({"gpus": [64]}, "gpus[0]"),
+        ({"memory": {"0": -1}}, "memory.0"),
+        ({"memory": {"x": 1}}, "memory.x"),
         ({"memory": []}, "memory"),
         ({"whole": "yes"}, "whole"),
         ({"started": float("nan")}, "started"),
         ({"map_index": "7"}, "map_index"),
-        ({"inventory": [{"index": 0}]}, "inventory[0]"),
+        ({"inventory": [{"index": 0}]}, "inventory[0].uuid"),
         ({"dag_id": None}, "dag_id"),
     ],
 )

@@ -113,10 +113,11 @@ def test_measured_use_flags_a_lease_over_its_reservation_and_counts_others():
     [
         (lambda r: r.update(version=9), "version"),
         (lambda r: r.update(source="nvidia"), "source"),
-        (lambda r: r["gpus"]["0"].update(series=[[1.0, 101, 5, None, None]]), "gpus.0.series[0]"),
-        (lambda r: r["gpus"]["0"].update(series=[[1.0, 5, -1, None, None]]), "gpus.0.series[0]"),
+        (lambda r: r["gpus"]["0"].update(series=[[1.0, 101, 5, None, None]]), "gpus.0.series[0][1]"),
+        (lambda r: r["gpus"]["0"].update(series=[[1.0, 5, -1, None, None]]), "gpus.0.series[0][2]"),
+        (lambda r: r["gpus"]["0"].update(series=[[1.0, 5, 1, None]]), "gpus.0.series[0]"),
         (lambda r: r["gpus"]["0"].update(series=[[1.0, 5, 1, None, None]] * 100), "gpus.0.series"),
-        (lambda r: r["gpus"]["0"].update(processes=[{"pid": "1"}]), "gpus.0.processes[0]"),
+        (lambda r: r["gpus"]["0"].update(processes=[{"pid": "1"}]), "gpus.0.processes[0].pid"),
         (lambda r: r["gpus"].update({"x": {}}), "gpus.x"),
     ],
 )

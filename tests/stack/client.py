@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 import uuid
@@ -84,22 +85,47 @@ class Stack:
         return response.json()
 
     def wait_for_dag(self, dag_id: str, timeout: float = 180) -> None:
+        """Until the DAG can be triggered: parsed, without import errors, and not stale (Airflow marks a DAG stale
+        while its file's last parse failed or timed out, and refuses to trigger it: 404)."""
         deadline = time.monotonic() + timeout
+        seen: dict = {}
         while time.monotonic() < deadline:
-            if self.http.get(f"/dags/{dag_id}").status_code == 200:
-                return
+            response = self.http.get(f"/dags/{dag_id}")
+            if response.status_code == 200:
+                seen = response.json()
+                if not seen.get("is_stale") and not seen.get("has_import_errors"):
+                    return
             time.sleep(1)
         errors = self.get("/importErrors")
-        raise AssertionError(f"DAG {dag_id} not parsed within {timeout}s; import errors: {errors}")
+        state = {k: seen.get(k) for k in ("is_stale", "has_import_errors", "last_parsed_time")} if seen else "absent"
+        raise AssertionError(
+            f"DAG {dag_id} not triggerable within {timeout}s ({state}); import errors: {errors}; "
+            f"dag-processor log: {self.log_tail('dag-processor', 'stale|timed out|Deactivat|' + dag_id)}"
+        )
+
+    def log_tail(self, component: str, pattern: str, lines: int = 20) -> str:
+        """The last ``lines`` lines of a component's log that match ``pattern`` (a regular expression)."""
+        path = self.dir / "logs" / f"{component}.log"
+        try:
+            text = path.read_text(errors="replace")
+        except OSError as exc:
+            return f"({exc})"
+        return "\n".join([line for line in text.splitlines() if re.search(pattern, line)][-lines:])
 
     def trigger(self, dag_id: str, **conf) -> str:
-        self.wait_for_dag(dag_id)
-        response = self.http.patch(f"/dags/{dag_id}", json={"is_paused": False})  # DAGs start paused
-        assert response.status_code == 200, response.text
         run_id = f"e2e-{uuid.uuid4().hex[:8]}"
-        response = self.http.post(
-            f"/dags/{dag_id}/dagRuns", json={"dag_run_id": run_id, "logical_date": None, "conf": conf}
-        )
+        for attempt in range(3):
+            self.wait_for_dag(dag_id)
+            response = self.http.patch(f"/dags/{dag_id}", json={"is_paused": False})  # DAGs start paused
+            assert response.status_code == 200, response.text
+            response = self.http.post(
+                f"/dags/{dag_id}/dagRuns", json={"dag_run_id": run_id, "logical_date": None, "conf": conf}
+            )
+            # 404: the DAG went stale between the check and the trigger (a parse of its file timed out): once it
+            # is parsed again it can be triggered; the log says what happened
+            if response.status_code != 404 or attempt == 2:
+                break
+            print(f"trigger {dag_id}: {response.text[:200]}; dag-processor: {self.log_tail('dag-processor', dag_id)}")
         assert response.status_code == 200, f"trigger {dag_id}: {response.status_code} {response.text[:500]}"
         return run_id
 

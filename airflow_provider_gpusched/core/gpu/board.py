@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from airflow_provider_gpusched.core.checks import is_finite_number, is_int
+from pydantic import Field
+
+from airflow_provider_gpusched.core.checks import is_finite_number
 from airflow_provider_gpusched.core.gpu.accounting import accounting_totals
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
 from airflow_provider_gpusched.core.gpu.telemetry import lease_memory, measured_gpus, over_reservation
+from airflow_provider_gpusched.core.records import IndexKey, RecordType, Seconds, Timestamp, record, says
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 
 if TYPE_CHECKING:
@@ -34,33 +37,58 @@ MAX_GPU_MEMORY = 1 << 44  # 16 TiB: far above any GPU, far below a forged petaby
 MAX_NAME = 250
 
 
+Name = Annotated[str, says(f"a non-empty string of at most {MAX_NAME} characters", min_length=1, max_length=MAX_NAME)]
+HostGPUIndex = Annotated[int, says(f"a GPU index below {MAX_HOST_GPUS}", ge=0, lt=MAX_HOST_GPUS)]
+GPUBytes = Annotated[int, says("bytes of GPU memory (at most 16 TiB)", ge=0, le=MAX_GPU_MEMORY)]
+
+
+@record
 @dataclass
 class BoardGPU:
-    index: int
-    uuid: str
-    name: str
-    memory_total: int
-    simulated: bool
+    """A GPU of a host, as the board lists it."""
+
+    index: HostGPUIndex
+    uuid: Annotated[str, says("a GPU UUID", max_length=MAX_NAME)]
+    name: Annotated[str, says("a GPU model name", max_length=MAX_NAME)]
+    memory_total: GPUBytes
+    simulated: Annotated[bool, says("true or false")]
 
 
+@record
 @dataclass
 class BoardLease:
-    """One task's lease as it published it."""
+    """One task's lease as it published it (XCom :data:`LEASE_XCOM`, written by :func:`lease_record`)."""
 
-    host: str
-    lease_id: str
-    gpus: list[int]
-    memory: dict[int, int]
-    whole: bool
-    job_class: str
-    started: float
-    dag_id: str
-    run_id: str
-    task_id: str
-    map_index: int = -1
-    priority: int = 0
-    yielding_to: str = ""  # the normal work this (idle) lease was asked to yield to
-    inventory: list[BoardGPU] = field(default_factory=list)
+    host: Name
+    lease_id: Name
+    gpus: Annotated[
+        list[HostGPUIndex],
+        Field(
+            min_length=1,
+            max_length=MAX_HOST_GPUS,
+            description=f"a non-empty list of at most {MAX_HOST_GPUS} GPU indices below {MAX_HOST_GPUS}",
+        ),
+    ]
+    memory: Annotated[
+        dict[IndexKey, GPUBytes],
+        Field(max_length=MAX_HOST_GPUS, description="an object of GPU index -> reserved bytes"),
+    ]
+    whole: Annotated[bool, says("true or false")]
+    job_class: Name
+    started: Annotated[Timestamp, Field(description="a time stamp")]
+    dag_id: Name
+    run_id: Name
+    task_id: Name
+    map_index: Annotated[int, says("an integer")] = -1
+    priority: Annotated[int, says("an integer")] = 0
+    #: the normal work this (idle) lease was asked to yield to
+    yielding_to: Annotated[str, says("a string", max_length=500)] = ""
+    inventory: Annotated[
+        list[BoardGPU], Field(max_length=MAX_HOST_GPUS, description=f"a list of at most {MAX_HOST_GPUS} GPUs")
+    ] = field(default_factory=list)
+
+
+BOARD_LEASE = RecordType(BoardLease, name="published lease")
 
 
 def lease_record(
@@ -75,106 +103,29 @@ def lease_record(
     yielding_to: str = "",
 ) -> dict[str, Any]:
     """The record a task publishes while it holds a lease (``lease_view``: the lease's own fields)."""
-    return {
-        "host": host,
-        "lease_id": lease_view["lease_id"],
-        "gpus": list(lease_view["gpus"]),
-        "memory": {str(k): int(v) for k, v in lease_view["memory"].items()},
-        "whole": bool(lease_view["whole"]),
-        "job_class": lease_view.get("job_class", "normal"),
-        "priority": int(lease_view.get("priority", 0)),
-        "started": float(lease_view.get("created", time.time())),
-        "dag_id": dag_id,
-        "run_id": run_id,
-        "task_id": task_id,
-        "map_index": map_index,
-        "yielding_to": yielding_to,
-        "inventory": [
-            {"index": g.index, "uuid": g.uuid, "name": g.name, "memory_total": g.memory_total, "simulated": g.simulated}
-            for g in gpus
-        ],
-    }
+    return BOARD_LEASE.dump(
+        BoardLease(
+            host=host,
+            lease_id=lease_view["lease_id"],
+            gpus=list(lease_view["gpus"]),
+            memory={int(k): int(v) for k, v in lease_view["memory"].items()},
+            whole=bool(lease_view["whole"]),
+            job_class=lease_view.get("job_class", "normal"),
+            priority=int(lease_view.get("priority", 0)),
+            started=float(lease_view.get("created", time.time())),
+            dag_id=dag_id,
+            run_id=run_id,
+            task_id=task_id,
+            map_index=map_index,
+            yielding_to=yielding_to,
+            inventory=[BoardGPU(g.index, g.uuid, g.name, g.memory_total, g.simulated) for g in gpus],
+        )
+    )
 
 
 def read_lease_record(data: Any, source: str) -> BoardLease:
     """A published lease record, checked field by field; :class:`BadRecordError` names ``source`` and the key."""
-
-    def bad(key: str, expected: str) -> BadRecordError:
-        return BadRecordError(f"{source}: key {key!r}: expected {expected}")
-
-    if not isinstance(data, dict):
-        raise BadRecordError(f"{source}: expected a JSON object, got {type(data).__name__}")
-    for key in ("host", "lease_id", "job_class", "dag_id", "run_id", "task_id"):
-        if not isinstance(data.get(key), str) or not data[key] or len(data[key]) > MAX_NAME:
-            raise bad(key, f"a non-empty string of at most {MAX_NAME} characters")
-    gpus = data.get("gpus")
-    if (
-        not isinstance(gpus, list)
-        or not 0 < len(gpus) <= MAX_HOST_GPUS
-        or not all(is_int(i) and 0 <= i < MAX_HOST_GPUS for i in gpus)
-    ):
-        raise bad("gpus", f"a non-empty list of at most {MAX_HOST_GPUS} GPU indices below {MAX_HOST_GPUS}")
-    memory = data.get("memory")
-    if (
-        not isinstance(memory, dict)
-        or len(memory) > MAX_HOST_GPUS
-        or not all(
-            isinstance(k, str) and k.isdigit() and len(k) <= 3 and is_int(v) and 0 <= v <= MAX_GPU_MEMORY
-            for k, v in memory.items()
-        )
-    ):
-        raise bad("memory", "an object of GPU index -> reserved bytes")
-    if not isinstance(data.get("whole"), bool):
-        raise bad("whole", "true or false")
-    if not is_finite_number(data.get("started")):
-        raise bad("started", "a time stamp")
-    checks: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
-        ("map_index", is_int, "an integer"),
-        ("priority", is_int, "an integer"),
-        ("yielding_to", lambda v: isinstance(v, str) and len(v) <= 500, "a string"),
-    )
-    for key, check, expected in checks:
-        if key in data and not check(data[key]):
-            raise bad(key, expected)
-    inventory = []
-    listed = data.get("inventory") or []
-    if not isinstance(listed, list) or len(listed) > MAX_HOST_GPUS:
-        raise bad("inventory", f"a list of at most {MAX_HOST_GPUS} GPUs")
-    for i, g in enumerate(listed):
-        if not (
-            isinstance(g, dict)
-            and is_int(g.get("index"))
-            and 0 <= g["index"] < MAX_HOST_GPUS
-            and isinstance(g.get("uuid"), str)
-            and len(g["uuid"]) <= MAX_NAME
-            and isinstance(g.get("name"), str)
-            and len(g["name"]) <= MAX_NAME
-            and is_int(g.get("memory_total"))
-            and 0 <= g["memory_total"] <= MAX_GPU_MEMORY
-            and isinstance(g.get("simulated"), bool)
-        ):
-            raise bad(
-                f"inventory[{i}]",
-                f"an object with index (below {MAX_HOST_GPUS}), uuid, name, memory_total "
-                f"(at most 16 TiB) and simulated",
-            )
-        inventory.append(BoardGPU(g["index"], g["uuid"], g["name"], g["memory_total"], g["simulated"]))
-    return BoardLease(
-        host=data["host"],
-        lease_id=data["lease_id"],
-        gpus=list(gpus),
-        memory={int(k): v for k, v in memory.items()},
-        whole=data["whole"],
-        job_class=data["job_class"],
-        started=float(data["started"]),
-        dag_id=data["dag_id"],
-        run_id=data["run_id"],
-        task_id=data["task_id"],
-        map_index=data.get("map_index", -1),
-        priority=data.get("priority", 0),
-        yielding_to=data.get("yielding_to", ""),
-        inventory=inventory,
-    )
+    return BOARD_LEASE.read(data, source)
 
 
 @dataclass
@@ -232,6 +183,26 @@ def explain_wait(why: str, names: dict[str, str]) -> dict[str, Any]:
     return {"reason": parts[0] if parts else "no reason recorded", "details": parts[1:]}
 
 
+@record
+@dataclass
+class WaitRecord:
+    """What a task publishes when it starts waiting for GPUs (XCom :data:`WAIT_XCOM`)."""
+
+    host: Name
+    request: Name  # what it asks for, in words
+    job_class: Name
+    dag_id: Name
+    run_id: Name
+    task_id: Name
+    since: Annotated[Timestamp, Field(description="a time stamp")]
+    priority: Annotated[int, says("an integer")] = 0
+    map_index: Annotated[int, says("an integer")] = -1
+    why: Annotated[str, says("a string of at most 2000 characters", max_length=2000)] = ""
+
+
+WAIT = RecordType(WaitRecord, name="published wait")
+
+
 def wait_record(
     host: str,
     request: str,
@@ -246,55 +217,73 @@ def wait_record(
     map_index: int = -1,
 ) -> dict[str, Any]:
     """The record a task publishes when it starts waiting for GPUs (``request``: what it asks for, in words)."""
-    return {
-        "host": host,
-        "request": request,
-        "job_class": job_class,
-        "priority": int(priority),
-        "why": why[:500],
-        "since": float(since),
-        "dag_id": dag_id,
-        "run_id": run_id,
-        "task_id": task_id,
-        "map_index": map_index,
-    }
+    return WAIT.dump(
+        WaitRecord(
+            host=host,
+            request=request,
+            job_class=job_class,
+            priority=int(priority),
+            why=why[:500],
+            since=float(since),
+            dag_id=dag_id,
+            run_id=run_id,
+            task_id=task_id,
+            map_index=map_index,
+        )
+    )
 
 
 def read_wait_record(data: Any, source: str) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise BadRecordError(f"{source}: expected a JSON object, got {type(data).__name__}")
-    for key in ("host", "request", "job_class", "dag_id", "run_id", "task_id"):
-        if not isinstance(data.get(key), str) or not data[key] or len(data[key]) > MAX_NAME:
-            raise BadRecordError(f"{source}: key {key!r}: expected a non-empty string")
-    if not is_finite_number(data.get("since")):
-        raise BadRecordError(f"{source}: key 'since': expected a time stamp")
-    for key in ("priority", "map_index"):
-        if not is_int(data.get(key)):
-            raise BadRecordError(f"{source}: key {key!r}: expected an integer")
-    if not isinstance(data.get("why", ""), str) or len(data.get("why", "")) > 2000:
-        raise BadRecordError(f"{source}: key 'why': expected a string")
-    return data
+    """A published wait record, checked (as the board's data: a dict)."""
+    return WAIT.dump(WAIT.read(data, source))
+
+
+NonNegativeSeconds = Annotated[float, Field(ge=0, description="a non-negative number")]
+
+
+@record
+@dataclass
+class GPUTimeRecord:
+    """A task's GPU time, published when it ends (XCom :data:`GPU_TIME_XCOM`): a ledger record of the board's
+    per-class GPU time (``time``: when the task ended; absent in records of older versions, then the task's end)."""
+
+    job_class: Annotated[str, says("a job class name", max_length=MAX_NAME)]
+    gpu_seconds: Annotated[Seconds, Field(description="a non-negative number")] = 0.0
+    lost_gpu_seconds: Annotated[Seconds, Field(description="a non-negative number")] = 0.0
+    preemptions: Annotated[int, says("an integer")] = 0
+    time: Annotated[Timestamp | None, Field(description="a time stamp")] = None
+    #: what happened to it: each preemption, in words
+    events: Annotated[
+        list[Annotated[str, says("a string", max_length=2000)]],
+        Field(max_length=1000, description="a list of at most 1000 strings"),
+    ] = field(default_factory=list)
+
+
+GPU_TIME = RecordType(GPUTimeRecord, name="published GPU time")
+
+
+def gpu_time_record(job_class: str, ended: float, history: Mapping[str, Any]) -> dict[str, Any]:
+    """The record a local-GPU task publishes when it ends (``history``: its preemption history's counts)."""
+    return GPU_TIME.dump(
+        GPUTimeRecord(
+            job_class=job_class,
+            time=ended,
+            gpu_seconds=float(history.get("gpu_seconds", 0.0)),
+            lost_gpu_seconds=float(history.get("lost_gpu_seconds", 0.0)),
+            preemptions=int(history.get("preemptions", 0)),
+            events=[str(e)[:2000] for e in history.get("events", ())][-1000:],
+        )
+    )
 
 
 def read_gpu_time_record(data: Any, source: str, ended: float | None = None) -> dict[str, Any]:
     """A task's published GPU time as a ledger record (``time``: when the task ended)."""
-    if not isinstance(data, dict) or not isinstance(data.get("job_class"), str):
-        raise BadRecordError(f"{source}: expected an object with a job_class")
-    for key in ("gpu_seconds", "lost_gpu_seconds"):
-        if not is_finite_number(data.get(key, 0)) or data.get(key, 0) < 0:
-            raise BadRecordError(f"{source}: key {key!r}: expected a non-negative number")
-    if not is_int(data.get("preemptions", 0)):
-        raise BadRecordError(f"{source}: key 'preemptions': expected an integer")
-    when: Any = data.get("time", ended)
-    if not is_finite_number(when):
-        raise BadRecordError(f"{source}: key 'time': expected a time stamp")
-    return {
-        "time": float(when),
-        "job_class": data["job_class"],
-        "gpu_seconds": float(data.get("gpu_seconds", 0)),
-        "lost_gpu_seconds": float(data.get("lost_gpu_seconds", 0)),
-        "preemptions": data.get("preemptions", 0),
-    }
+    got = GPU_TIME.read(data, source)
+    if got.time is None:
+        if ended is None:
+            raise BadRecordError(f"{source}: key 'time': expected a time stamp, got None")
+        got.time = float(ended)
+    return GPU_TIME.dump(got)
 
 
 def _task_name(dag_id: str, task_id: str, map_index: int) -> str:

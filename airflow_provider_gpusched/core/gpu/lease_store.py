@@ -29,14 +29,17 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import Annotated, Any, Literal, TypeGuard
+
+from pydantic import Field
 
 from airflow_provider_gpusched.core.checks import is_int, is_json_number
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo, GPUInventory
 from airflow_provider_gpusched.core.gpu.placement import LeaseView, Placement
+from airflow_provider_gpusched.core.records import Float, IndexKey, RecordType, Seconds, record, says
 from airflow_provider_gpusched.core.safe_files import (
     BadRecordError,
     brief_fd,
@@ -115,37 +118,62 @@ def shared_from_env() -> bool:
 
 #: a lease's stages: taken with its GPUs at once; a two-stage task's load, wait (loaded) and train stages
 STAGES = ("", "load", "wait", "train")
+_STAGE_WORDS = "one of " + ", ".join(repr(s) for s in STAGES)
 
 
+Index = Annotated[int, says("a GPU index", ge=0)]
+Pid = Annotated[int, says("a process id", ge=0)]
+TimeStamp = Annotated[Float, Field(description="a time stamp")]
+Flag = Annotated[bool, says("true or false")]
+Text = Annotated[str, says("a string")]
+
+
+@record
 @dataclass
 class Lease:
-    lease_id: str
-    gpus: list[int]
-    uuids: list[str]
-    memory: dict[int, int]
-    whole: bool
-    owner: str
-    pid: int
-    job_class: str = "normal"
-    priority: int = 0
-    created: float = field(default_factory=time.time)
-    simulated: bool = False
-    preemptible: bool = False
-    min_runtime: float = 0.0
-    child_pids: list[int] = field(default_factory=list)
-    task_key: str = ""  # the task (not the try) this lease runs for: one copy per task at a time
-    pid_started: float = 0.0  # the holder's start time: a reused pid is not mistaken for the holder
-    grace: float = 10.0  # seconds between SIGTERM and SIGKILL when its child is stopped
-    host_memory: int = 0  # bytes of host RAM reserved (0: none asked)
-    cpus: list[int] = field(default_factory=list)  # the host CPUs reserved, which its child is pinned to
-    work: dict[str, Any] = field(default_factory=dict)  # the WorkTag (DAG, run, task, map index, sweep) it runs for
+    """A lease on GPUs of this host: its file in the state directory (read back by :meth:`from_dict`, every field
+    checked) and, while it is held, its holder's lock."""
+
+    lease_id: Annotated[str, says("16 hex digits", pattern=r"^[0-9a-f]{16}$")]
+    gpus: Annotated[list[Index], Field(description="a list of GPU indices")]
+    uuids: Annotated[list[Annotated[str, says("a GPU UUID")]], Field(description="a list of GPU UUIDs")]
+    memory: Annotated[
+        dict[IndexKey, Annotated[int, says("reserved bytes", ge=0)]],
+        Field(description="an object of GPU index -> reserved bytes"),
+    ]
+    whole: Flag
+    owner: Text
+    pid: Annotated[int, says("a process id", gt=0)]
+    job_class: Annotated[str, says("a job class name")] = "normal"
+    priority: Annotated[int, says("a whole number")] = 0
+    created: TimeStamp = field(default_factory=time.time)
+    simulated: Flag = False
+    preemptible: Flag = False
+    min_runtime: Annotated[Float, Field(description="seconds")] = 0.0
+    child_pids: Annotated[list[Pid], Field(description="a list of process ids")] = field(default_factory=list)
+    task_key: Text = ""  # the task (not the try) this lease runs for: one copy per task at a time
+    pid_started: TimeStamp = 0.0  # the holder's start time: a reused pid is not mistaken for the holder
+    #: seconds between SIGTERM and SIGKILL when its child is stopped
+    grace: Annotated[Seconds, Field(description="seconds (>= 0)")] = 10.0
+    #: bytes of host RAM reserved (0: none asked)
+    host_memory: Annotated[int, says("bytes of host RAM (>= 0)", ge=0)] = 0
+    #: the host CPUs reserved, which its child is pinned to
+    cpus: Annotated[list[Annotated[int, says("a CPU number", ge=0)]], Field(description="a list of CPU numbers")] = (
+        field(default_factory=list)
+    )
+    #: the WorkTag (DAG, run, task, map index, sweep) it runs for
+    work: Annotated[dict[str, Any], Field(description="an object naming the DAG run and task")] = field(
+        default_factory=dict
+    )
     #: a two-stage task's stage: "load" (host resources only), "wait" (loaded, waiting for GPUs), "train" (GPUs
     #: added); "" for a lease taken with its GPUs at once
-    stage: str = ""
-    orphaned_at: float = 0.0  # when its holder was found dead with the child still running (not stored)
-    unreadable: str = ""  # why the lease file could not be read (its GPUs then count as taken)
-    fd: int | None = field(default=None, repr=False, compare=False)
-    path: str | None = field(default=None, repr=False, compare=False)
+    stage: Annotated[Literal["", "load", "wait", "train"], Field(description=_STAGE_WORDS)] = ""
+    #: not stored: when its holder was found dead with the child still running
+    orphaned_at: Annotated[float, Field(exclude=True)] = 0.0
+    #: not stored: why the lease file could not be read (its GPUs then count as taken)
+    unreadable: Annotated[str, Field(exclude=True)] = ""
+    fd: Annotated[int | None, Field(exclude=True)] = field(default=None, repr=False, compare=False)
+    path: Annotated[str | None, Field(exclude=True)] = field(default=None, repr=False, compare=False)
 
     @property
     def cuda_visible_devices(self) -> str:
@@ -160,38 +188,15 @@ class Lease:
         return twin
 
     def to_dict(self) -> dict[str, Any]:
-        data = {name: getattr(self, name) for name in _STORED_FIELDS}
-        data["gpus"], data["uuids"], data["child_pids"] = list(self.gpus), list(self.uuids), list(self.child_pids)
-        data["memory"] = {str(k): v for k, v in self.memory.items()}
-        data["work"] = dict(self.work)
-        return data
+        return LEASE.dump(self)
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "lease") -> Lease:
         """A lease read back from disk, every field checked: :class:`BadRecordError` names the file and key."""
-        if not isinstance(data, dict):
-            raise BadRecordError(f"{source}: expected a JSON object, got {type(data).__name__}")
-
-        def bad(key: str, expected: str) -> BadRecordError:
-            return BadRecordError(f"{source}: key {key!r}: expected {expected}, got {data.get(key)!r:.80}")
-
-        for key, check, expected in _LEASE_FIELDS:
-            if key in data and not check(data[key]):
-                raise bad(key, expected)
-            if key not in data and key in _REQUIRED:
-                raise BadRecordError(f"{source}: key {key!r} is missing")
-        memory = data["memory"]
-        if not all(isinstance(k, str) and k.isdigit() and is_int(v) and v >= 0 for k, v in memory.items()):
-            raise bad("memory", "an object of GPU index -> reserved bytes")
-        values = {
-            k: v
-            for k, v in data.items()
-            if k in cls.__dataclass_fields__ and k not in ("fd", "path", "orphaned_at", "unreadable")
-        }
-        values["memory"] = {int(k): int(v) for k, v in memory.items()}
-        if "work" in data:
-            values["work"] = WorkTag.from_dict(data["work"], f"{source}: key 'work'").to_dict()
-        return cls(**values)
+        lease = LEASE.read(data, source)
+        if lease.work:
+            lease.work = WorkTag.from_dict(lease.work, f"{source}: key 'work'").to_dict()
+        return lease
 
     @property
     def tag(self) -> WorkTag:
@@ -208,37 +213,11 @@ class Lease:
         return LeaseView(memory=self.memory, whole=self.whole, pids=pids)
 
 
-_STORED_FIELDS = tuple(name for name in Lease.__dataclass_fields__ if name not in ("fd", "path"))
+LEASE = RecordType(Lease, name="lease")
 
 
 def _int_list(value: Any) -> TypeGuard[list[int]]:
     return isinstance(value, list) and all(is_int(v) and v >= 0 for v in value)
-
-
-_LEASE_FIELDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
-    ("lease_id", lambda v: isinstance(v, str) and bool(re.fullmatch(r"[0-9a-f]{16}", v)), "16 hex digits"),
-    ("gpus", _int_list, "a list of GPU indices"),
-    ("uuids", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of GPU UUIDs"),
-    ("memory", lambda v: isinstance(v, dict), "an object of GPU index -> reserved bytes"),
-    ("whole", lambda v: isinstance(v, bool), "true or false"),
-    ("owner", lambda v: isinstance(v, str), "a string"),
-    ("pid", lambda v: is_int(v) and v > 0, "a process id"),
-    ("job_class", lambda v: isinstance(v, str), "a job class name"),
-    ("priority", is_int, "a whole number"),
-    ("created", is_json_number, "a time stamp"),
-    ("simulated", lambda v: isinstance(v, bool), "true or false"),
-    ("preemptible", lambda v: isinstance(v, bool), "true or false"),
-    ("min_runtime", is_json_number, "seconds"),
-    ("child_pids", _int_list, "a list of process ids"),
-    ("task_key", lambda v: isinstance(v, str), "a string"),
-    ("pid_started", is_json_number, "a time stamp"),
-    ("grace", lambda v: is_json_number(v) and v >= 0, "seconds (>= 0)"),
-    ("host_memory", lambda v: is_int(v) and v >= 0, "bytes of host RAM (>= 0)"),
-    ("cpus", lambda v: _int_list(v) and all(x >= 0 for x in v), "a list of CPU numbers"),
-    ("work", lambda v: isinstance(v, dict), "an object naming the DAG run and task"),
-    ("stage", lambda v: v in STAGES, "one of " + ", ".join(repr(s) for s in STAGES)),
-)
-_REQUIRED = frozenset({"lease_id", "gpus", "uuids", "memory", "whole", "owner", "pid"})
 
 
 def _started_at(pid: int) -> float:
@@ -538,7 +517,7 @@ class LeaseStore:
             host_memory=int(host_memory),
             cpus=list(cpus or []),
             work=work.to_dict() if work is not None else {},
-            stage=stage,
+            stage=stage,  # type: ignore[arg-type] # one of STAGES: the callers' own constants
         )
         place_on(lease, placement, gpus)
         base = self.path(lease.lease_id)

@@ -16,20 +16,23 @@ Pure Python, no Airflow imports.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from airflow_provider_gpusched.core.checks import is_finite_number, is_int
+from pydantic import Field
+
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
+from airflow_provider_gpusched.core.records import Float, IndexKey, Int, RecordType, record, says
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 
-RECORD_VERSION = 1
+RECORD_VERSION: Literal[1] = 1
 #: seconds between samples
 RESOLUTION = 10.0
 #: seconds of samples kept
@@ -40,18 +43,65 @@ MAX_PROCESSES = 32
 STALE_AFTER = 3 * RESOLUTION
 
 
+Bytes = Annotated[int, says("bytes", ge=0)]
+
+
+@record
 @dataclass
 class ProcessUse:
     """A process on a GPU: its memory there (None where the driver does not say), the lease of ours it belongs to
     ('' when not ours), its Unix user ('' when unknown)."""
 
-    pid: int
-    used_memory: int | None
-    lease_id: str = ""
-    user: str = ""
+    pid: Annotated[int, says("a process id", gt=0)]
+    used_memory: Bytes | None
+    lease_id: Annotated[str, says("a lease id", max_length=64)] = ""
+    user: Annotated[str, says("a user name", max_length=64)] = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"pid": self.pid, "used_memory": self.used_memory, "lease_id": self.lease_id, "user": self.user}
+        return dataclasses.asdict(self)
+
+
+#: one sample as a ring keeps it: ``[time, utilization 0-100 or null, memory used, temperature or null, watts or null]``
+Row = Annotated[
+    tuple[
+        Float,
+        Annotated[int, says("a utilization of 0-100", ge=0, le=100)] | None,
+        Bytes,
+        Int | None,
+        Float | None,
+    ],
+    Field(description="[time, utilization 0-100 or null, memory used, temperature or null, watts or null]"),
+]
+
+
+@record
+@dataclass
+class GPUSeries:
+    """One GPU in a ring's record: its memory, its newest sample's time and processes, its rows."""
+
+    memory_total: Bytes
+    time: Annotated[Float, Field(description="a time stamp")]
+    series: Annotated[list[Row], Field(max_length=10_000, description="a list of rows")]
+    processes: Annotated[
+        list[ProcessUse],
+        Field(max_length=MAX_PROCESSES, description=f"a list of at most {MAX_PROCESSES} processes"),
+    ]
+
+
+@record
+@dataclass
+class TelemetryRecord:
+    """A host's ring of samples as it travels (:meth:`TelemetryRing.to_dict`, :func:`read_telemetry_record`)."""
+
+    version: Annotated[Literal[1], Field(description=str(RECORD_VERSION))]
+    host: Annotated[str, says("a non-empty string", min_length=1, max_length=255)]
+    source: Annotated[Literal["nvml", "simulated"], Field(description="'nvml' or 'simulated'")]
+    resolution: Annotated[Float, Field(gt=0, description="seconds (> 0)")]
+    window: Annotated[Float, Field(gt=0, description="seconds (> 0)")]
+    gpus: Annotated[dict[IndexKey, GPUSeries], Field(max_length=1024, description="an object of GPU index -> samples")]
+
+
+TELEMETRY = RecordType(TelemetryRecord, name="telemetry")
 
 
 @dataclass
@@ -131,110 +181,37 @@ class TelemetryRing:
 
     def to_dict(self) -> dict[str, Any]:
         with self._lock:
-            return {
-                "version": RECORD_VERSION,
-                "host": self.host,
-                "source": self.source,
-                "resolution": self.resolution,
-                "window": self.window,
-                "gpus": {
-                    str(i): {
-                        "memory_total": g["memory_total"],
-                        "time": g["time"],
-                        "series": [list(r) for r in g["series"]],
-                        "processes": [dict(p) for p in g["processes"]],
-                    }
-                    for i, g in sorted(self._gpus.items())
-                },
-            }
+            return TELEMETRY.dump(
+                TelemetryRecord(
+                    version=RECORD_VERSION,
+                    host=self.host,
+                    source=self.source,  # type: ignore[arg-type]
+                    resolution=self.resolution,
+                    window=self.window,
+                    gpus={
+                        i: GPUSeries(
+                            memory_total=g["memory_total"],
+                            time=g["time"],
+                            series=[tuple(r) for r in g["series"]],
+                            processes=[ProcessUse(**p) for p in g["processes"]],
+                        )
+                        for i, g in sorted(self._gpus.items())
+                    },
+                )
+            )
 
 
 def read_telemetry_record(data: Any, source: str) -> dict[str, Any]:
     """A ring's record read back, every field checked and bounded; :class:`BadRecordError` names ``source`` and
     the key."""
-
-    def check(cond: bool, key: str, expected: str) -> None:
-        if not cond:
-            raise BadRecordError(f"{source}: key {key!r}: expected {expected}")
-
-    check(isinstance(data, dict), "(record)", "a JSON object")
-    check(data.get("version") == RECORD_VERSION, "version", str(RECORD_VERSION))
-    for key in ("host", "source"):
-        check(isinstance(data.get(key), str) and 0 < len(data[key]) <= 255, key, "a non-empty string")
-    check(data["source"] in ("nvml", "simulated"), "source", "'nvml' or 'simulated'")
-    for key in ("resolution", "window"):
-        check(is_finite_number(data.get(key)) and data[key] > 0, key, "seconds (> 0)")
-    most_rows = int(data["window"] / data["resolution"]) + 2
-    check(most_rows <= 10_000, "window", "at most 10,000 samples")
-    gpus = data.get("gpus")
-    check(isinstance(gpus, dict) and len(gpus) <= 1024, "gpus", "an object of GPU index -> samples")
-    out = {}
-    for index, g in gpus.items():
-        key = f"gpus.{index}"
-        check(isinstance(index, str) and index.isdigit(), key, "a GPU index")
-        check(isinstance(g, dict), key, "an object")
-        check(is_int(g.get("memory_total")) and g["memory_total"] >= 0, f"{key}.memory_total", "bytes")
-        check(is_finite_number(g.get("time")), f"{key}.time", "a time stamp")
-        series = g.get("series")
-        check(
-            isinstance(series, list) and len(series) <= most_rows,
-            f"{key}.series",
-            f"a list of at most {most_rows} rows",
-        )
-        for n, row in enumerate(series):
-            check(
-                isinstance(row, list)
-                and len(row) == 5
-                and is_finite_number(row[0])
-                and (row[1] is None or (is_int(row[1]) and 0 <= row[1] <= 100))
-                and is_int(row[2])
-                and row[2] >= 0
-                and (row[3] is None or is_int(row[3]))
-                and (row[4] is None or is_finite_number(row[4])),
-                f"{key}.series[{n}]",
-                "[time, utilization 0-100 or null, memory used, temperature or null, watts or null]",
-            )
-        procs = g.get("processes")
-        check(
-            isinstance(procs, list) and len(procs) <= MAX_PROCESSES,
-            f"{key}.processes",
-            f"a list of at most {MAX_PROCESSES} processes",
-        )
-        for n, p in enumerate(procs):
-            check(
-                isinstance(p, dict)
-                and is_int(p.get("pid"))
-                and p["pid"] > 0
-                and (p.get("used_memory") is None or (is_int(p["used_memory"]) and p["used_memory"] >= 0))
-                and isinstance(p.get("lease_id", ""), str)
-                and len(p.get("lease_id", "")) <= 64
-                and isinstance(p.get("user", ""), str)
-                and len(p.get("user", "")) <= 64,
-                f"{key}.processes[{n}]",
-                "{pid, used_memory, lease_id, user}",
-            )
-        out[str(int(index))] = {
-            "memory_total": g["memory_total"],
-            "time": float(g["time"]),
-            "series": [list(r) for r in series],
-            "processes": [
-                {
-                    "pid": p["pid"],
-                    "used_memory": p.get("used_memory"),
-                    "lease_id": p.get("lease_id", ""),
-                    "user": p.get("user", ""),
-                }
-                for p in procs
-            ],
-        }
-    return {
-        "version": RECORD_VERSION,
-        "host": data["host"],
-        "source": data["source"],
-        "resolution": float(data["resolution"]),
-        "window": float(data["window"]),
-        "gpus": out,
-    }
+    got = TELEMETRY.read(data, source)
+    most_rows = int(got.window / got.resolution) + 2
+    if most_rows > 10_000:
+        raise BadRecordError(f"{source}: key 'window': expected at most 10,000 samples, got {got.window!r}")
+    for index, g in got.gpus.items():
+        if len(g.series) > most_rows:
+            raise BadRecordError(f"{source}: key 'gpus.{index}.series': expected a list of at most {most_rows} rows")
+    return TELEMETRY.dump(got)
 
 
 def lease_memory(processes: Iterable[Mapping[str, Any]], lease_id: str) -> int | None:
