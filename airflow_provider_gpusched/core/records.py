@@ -25,7 +25,7 @@ import functools
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Generic, Literal, TypeVar, get_args, get_origin
 
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, Strict, TypeAdapter, ValidationError
@@ -56,6 +56,18 @@ def says(description: str, **constraints: Any) -> Any:
     """A field's metadata: the words a refusal uses for what was expected, and its bounds (``Field``'s keywords:
     ``ge``, ``max_length``, ``pattern``...); strict, so no type is coerced into another."""
     return Field(description=description, strict=True, **constraints)
+
+
+def one_of(values: Sequence[Any]) -> AfterValidator:
+    """A check that a value is one of ``values`` (for choices a ``Literal`` cannot spell: a tuple defined elsewhere)."""
+    allowed = frozenset(values)
+
+    def check(value: Any) -> Any:
+        if value not in allowed:
+            raise ValueError("one of " + ", ".join(repr(v) for v in values))
+        return value
+
+    return AfterValidator(check)
 
 
 def _index_key(value: Any) -> Any:
@@ -112,7 +124,7 @@ class RecordType(Generic[T]):
         return self.adapter.json_schema()
 
 
-def record(cls: type[T] | None = None, *, extra: Literal["ignore", "forbid"] = "ignore") -> Any:
+def record_class(cls: type[T] | None = None, *, extra: Literal["ignore", "forbid"] = "ignore") -> Any:
     """Class decorator: a dataclass whose unknown keys are ``extra`` ("ignore": records from a newer version
     still read; "forbid": a typo is refused)."""
 
@@ -204,9 +216,11 @@ def refusal(exc: ValidationError, cls: Any, source: str) -> str:
     if kind == "extra_forbidden":
         return f"{source}: key {path!r} is not a known key"
     expected = (expected_at(cls, loc) if "[key]" not in loc else "") or _plain(error["msg"])
-    got = error.get("input")
+    got = _short(error.get("input"))
+    if kind in ("too_long", "too_short") and "actual_length" in error.get("ctx", {}):
+        got = f"{error['ctx']['actual_length']} items"
     where = f"key {path!r}: " if path else ""
-    return f"{source}: {where}expected {expected}, got {_short(got)}"
+    return f"{source}: {where}expected {expected}, got {got}"
 
 
 def _plain(msg: str) -> str:

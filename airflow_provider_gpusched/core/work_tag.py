@@ -14,7 +14,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Annotated, Any
 
-from airflow_provider_gpusched.core.records import RecordType, record, says
+from airflow_provider_gpusched.core.records import RecordType, record_class, says
 
 #: longest value kept per field (a Slurm comment and a lease file stay small; Airflow's own ids are <= 250)
 MAX_FIELD = 250
@@ -29,7 +29,7 @@ TagText = Annotated[str, says(f"a string of at most {MAX_FIELD} characters", max
 Number = Annotated[int, says("a whole number")]
 
 
-@record
+@record_class
 @dataclass(frozen=True)
 class WorkTag:
     dag_id: TagText = ""

@@ -291,8 +291,8 @@ def test_batched_trials_map_to_their_chunk_and_a_silent_failed_task_says_so():
         ({"trial_task": ""}, "trial_task"),
         ({"chunk_size": 0}, "chunk_size"),
         ({"objective": {"metric": "a", "mode": "up"}}, "objective"),
-        ({"trials": [{"index": "0"}]}, "trials[0]"),
-        ({"pending": [1]}, "pending"),
+        ({"trials": [{"index": "0"}]}, "trials[0].index"),
+        ({"pending": [1]}, "pending[0]"),
     ],
 )
 def test_a_bad_plan_record_is_refused_naming_the_key(change, key):

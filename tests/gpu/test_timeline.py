@@ -121,16 +121,20 @@ def test_a_segment_log_keeps_the_newest_and_counts_the_rest():
 @pytest.mark.parametrize(
     "bad, says",
     [
-        ({"segments": "x"}, "a list 'segments'"),
+        ({"segments": "x"}, "key 'segments': expected a list of at most 2000 segments"),
+        ({"dropped": 0}, "key 'segments' is missing"),
         ({"segments": [], "dropped": -1}, "'dropped': expected a count"),
         (
             {"segments": [{"job_class": "", "gpus": [0], "start": 1, "end": 2, "outcome": "succeeded"}]},
-            "segments[0]: key 'job_class'",
+            "key 'segments[0].job_class'",
         ),
-        ({"segments": [{"job_class": "idle", "gpus": [], "start": 1, "end": 2, "outcome": "succeeded"}]}, "key 'gpus'"),
+        (
+            {"segments": [{"job_class": "idle", "gpus": [], "start": 1, "end": 2, "outcome": "succeeded"}]},
+            "key 'segments[0].gpus'",
+        ),
         (
             {"segments": [{"job_class": "idle", "gpus": [0], "start": "1", "end": 2, "outcome": "succeeded"}]},
-            "key 'start'",
+            "key 'segments[0].start'",
         ),
         (
             {"segments": [{"job_class": "idle", "gpus": [0], "start": 3, "end": 2, "outcome": "succeeded"}]},
@@ -138,7 +142,7 @@ def test_a_segment_log_keeps_the_newest_and_counts_the_rest():
         ),
         (
             {"segments": [{"job_class": "idle", "gpus": [0], "start": 1, "end": 2, "outcome": "exploded"}]},
-            "key 'outcome'",
+            "key 'segments[0].outcome'",
         ),
         (
             {
@@ -146,7 +150,7 @@ def test_a_segment_log_keeps_the_newest_and_counts_the_rest():
                     {"job_class": "idle", "gpus": [0], "start": 1, "end": 2, "outcome": "oom", "map_index": "3"}
                 ]
             },
-            "'map_index'",
+            "key 'segments[0].map_index'",
         ),
         # issue 53, item 3: bounds of one record (a forged 3 MB history drew 1,024 GPUs of made-up hosts)
         (
@@ -159,11 +163,11 @@ def test_a_segment_log_keeps_the_newest_and_counts_the_rest():
                     {"job_class": "idle", "gpus": [0], "start": 1, "end": 2, "outcome": "oom", "label": "x" * 201}
                 ]
             },
-            "key 'label': expected a string of at most 200 characters",
+            "key 'segments[0].label': expected a string of at most 200 characters",
         ),
         (
             {"segments": [{"job_class": "idle", "gpus": [0], "start": 1, "end": 2, "outcome": "oom"}] * 2001},
-            "expected at most 2000",
+            "key 'segments': expected a list of at most 2000 segments (a task publishes its newest 2000), got 2001 items",
         ),
     ],
 )

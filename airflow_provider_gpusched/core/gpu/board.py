@@ -20,7 +20,7 @@ from airflow_provider_gpusched.core.checks import is_finite_number
 from airflow_provider_gpusched.core.gpu.accounting import accounting_totals
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
 from airflow_provider_gpusched.core.gpu.telemetry import lease_memory, measured_gpus, over_reservation
-from airflow_provider_gpusched.core.records import IndexKey, RecordType, Seconds, Timestamp, record, says
+from airflow_provider_gpusched.core.records import IndexKey, RecordType, Seconds, Timestamp, record_class, says
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ HostGPUIndex = Annotated[int, says(f"a GPU index below {MAX_HOST_GPUS}", ge=0, l
 GPUBytes = Annotated[int, says("bytes of GPU memory (at most 16 TiB)", ge=0, le=MAX_GPU_MEMORY)]
 
 
-@record
+@record_class
 @dataclass
 class BoardGPU:
     """A GPU of a host, as the board lists it."""
@@ -54,7 +54,7 @@ class BoardGPU:
     simulated: Annotated[bool, says("true or false")]
 
 
-@record
+@record_class
 @dataclass
 class BoardLease:
     """One task's lease as it published it (XCom :data:`LEASE_XCOM`, written by :func:`lease_record`)."""
@@ -183,7 +183,7 @@ def explain_wait(why: str, names: dict[str, str]) -> dict[str, Any]:
     return {"reason": parts[0] if parts else "no reason recorded", "details": parts[1:]}
 
 
-@record
+@record_class
 @dataclass
 class WaitRecord:
     """What a task publishes when it starts waiting for GPUs (XCom :data:`WAIT_XCOM`)."""
@@ -241,7 +241,7 @@ def read_wait_record(data: Any, source: str) -> dict[str, Any]:
 NonNegativeSeconds = Annotated[float, Field(ge=0, description="a non-negative number")]
 
 
-@record
+@record_class
 @dataclass
 class GPUTimeRecord:
     """A task's GPU time, published when it ends (XCom :data:`GPU_TIME_XCOM`): a ledger record of the board's

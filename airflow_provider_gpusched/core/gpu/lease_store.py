@@ -39,7 +39,7 @@ from airflow_provider_gpusched.core.checks import is_int, is_json_number
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo, GPUInventory
 from airflow_provider_gpusched.core.gpu.placement import LeaseView, Placement
-from airflow_provider_gpusched.core.records import Float, IndexKey, RecordType, Seconds, record, says
+from airflow_provider_gpusched.core.records import Float, IndexKey, RecordType, Seconds, record_class, says
 from airflow_provider_gpusched.core.safe_files import (
     BadRecordError,
     brief_fd,
@@ -128,7 +128,7 @@ Flag = Annotated[bool, says("true or false")]
 Text = Annotated[str, says("a string")]
 
 
-@record
+@record_class
 @dataclass
 class Lease:
     """A lease on GPUs of this host: its file in the state directory (read back by :meth:`from_dict`, every field

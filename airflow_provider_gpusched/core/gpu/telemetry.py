@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Field
 
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
-from airflow_provider_gpusched.core.records import Float, IndexKey, Int, RecordType, record, says
+from airflow_provider_gpusched.core.records import Float, IndexKey, Int, RecordType, record_class, says
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ STALE_AFTER = 3 * RESOLUTION
 Bytes = Annotated[int, says("bytes", ge=0)]
 
 
-@record
+@record_class
 @dataclass
 class ProcessUse:
     """A process on a GPU: its memory there (None where the driver does not say), the lease of ours it belongs to
@@ -74,7 +74,7 @@ Row = Annotated[
 ]
 
 
-@record
+@record_class
 @dataclass
 class GPUSeries:
     """One GPU in a ring's record: its memory, its newest sample's time and processes, its rows."""
@@ -88,7 +88,7 @@ class GPUSeries:
     ]
 
 
-@record
+@record_class
 @dataclass
 class TelemetryRecord:
     """A host's ring of samples as it travels (:meth:`TelemetryRing.to_dict`, :func:`read_telemetry_record`)."""

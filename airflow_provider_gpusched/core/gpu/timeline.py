@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 
-from airflow_provider_gpusched.core.checks import is_int, is_json_number
+from pydantic import Field
+
 from airflow_provider_gpusched.core.gpu.board import MAX_HOST_GPUS, MAX_NAME
+from airflow_provider_gpusched.core.records import Float, RecordType, one_of, record_class, says
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 
 LEASE_HISTORY_XCOM = "gpusched_lease_history"
@@ -90,6 +93,59 @@ def segment_of(
     )
 
 
+def _text(most: int, *, min_length: int = 0) -> Any:
+    return says(f"a string of at most {most} characters", max_length=most, min_length=min_length)
+
+
+@record_class
+@dataclass
+class Segment:
+    """One attempt's hold of GPUs, as tasks publish it (XCom :data:`LEASE_HISTORY_XCOM`) and
+    :func:`build_timeline` reads it; an open one (``running``) for a lease held now."""
+
+    job_class: Annotated[str, _text(MAX_NAME, min_length=1)]
+    gpus: Annotated[
+        list[Annotated[int, says(f"a GPU index below {MAX_HOST_GPUS}", ge=0, lt=MAX_HOST_GPUS)]],
+        Field(
+            min_length=1,
+            max_length=MAX_HOST_GPUS,
+            description=f"a non-empty list of at most {MAX_HOST_GPUS} GPU indices below {MAX_HOST_GPUS}",
+        ),
+    ]
+    start: Annotated[Float, Field(description="a time stamp")]
+    end: Annotated[Float, Field(description="a time stamp")]
+    outcome: Annotated[str, says("one of " + ", ".join(OUTCOMES)), one_of(OUTCOMES)]
+    host: Annotated[str, _text(MAX_NAME)] = ""
+    priority: Annotated[int, says("an integer")] = 0
+    detail: Annotated[str, _text(500)] = ""
+    request: Annotated[str, _text(MAX_NAME)] = ""
+    attempt: Annotated[int, says("an integer")] = 1
+    label: Annotated[str, _text(200)] = ""
+    dag_id: Annotated[str, _text(MAX_NAME)] = ""
+    run_id: Annotated[str, _text(MAX_NAME)] = ""
+    task_id: Annotated[str, _text(MAX_NAME)] = ""
+    map_index: Annotated[int, says("an integer")] = -1
+
+
+@record_class
+@dataclass
+class History:
+    """What one task publishes: its newest segments, and how many older ones it left out."""
+
+    segments: Annotated[
+        list[Segment],
+        Field(
+            max_length=MAX_SEGMENTS,
+            description=f"a list of at most {MAX_SEGMENTS} segments (a task publishes its newest {MAX_SEGMENTS})",
+        ),
+    ]
+    dropped: Annotated[int, says("a count", ge=0)] = 0
+
+
+SEGMENT = RecordType(Segment, name="timeline segment")
+HISTORY = RecordType(History, name="lease history")
+
+
 def _segment(
     *,
     host: str,
@@ -109,23 +165,25 @@ def _segment(
     map_index: int,
 ) -> dict[str, Any]:
     """A segment as tasks publish it and :func:`build_timeline` reads it (its detail and label cut to length)."""
-    return {
-        "host": host,
-        "gpus": list(gpus),
-        "job_class": job_class,
-        "priority": priority,
-        "start": start,
-        "end": end,
-        "outcome": outcome,
-        "detail": detail[:500],
-        "request": request,
-        "attempt": attempt,
-        "label": label[:200],
-        "dag_id": dag_id,
-        "run_id": run_id,
-        "task_id": task_id,
-        "map_index": map_index,
-    }
+    return SEGMENT.dump(
+        Segment(
+            host=host,
+            gpus=list(gpus),
+            job_class=job_class,
+            priority=priority,
+            start=start,
+            end=end,
+            outcome=outcome,
+            detail=detail[:500],
+            request=request,
+            attempt=attempt,
+            label=label[:200],
+            dag_id=dag_id,
+            run_id=run_id,
+            task_id=task_id,
+            map_index=map_index,
+        )
+    )
 
 
 class SegmentLog:
@@ -160,54 +218,11 @@ class SegmentLog:
 def read_history_record(data: Any, source: str) -> dict[str, Any]:
     """A published :meth:`SegmentLog.record`, checked field by field; :class:`BadRecordError` names ``source``, the
     segment and the key."""
-    if not isinstance(data, dict) or not isinstance(data.get("segments"), list):
-        raise BadRecordError(f"{source}: expected an object with a list 'segments'")
-    if not is_int(data.get("dropped", 0)) or data.get("dropped", 0) < 0:
-        raise BadRecordError(f"{source}: key 'dropped': expected a count")
-    if len(data["segments"]) > MAX_SEGMENTS:
-        raise BadRecordError(
-            f"{source}: key 'segments': expected at most {MAX_SEGMENTS} (a task publishes its newest "
-            f"{MAX_SEGMENTS}), got {len(data['segments'])}"
-        )
-    for i, s in enumerate(data["segments"]):
-        where = f"{source}: segments[{i}]"
-        if not isinstance(s, dict):
-            raise BadRecordError(f"{where}: expected an object")
-        for key, most in (
-            ("host", MAX_NAME),
-            ("job_class", MAX_NAME),
-            ("detail", 500),
-            ("request", MAX_NAME),
-            ("label", 200),
-            ("dag_id", MAX_NAME),
-            ("run_id", MAX_NAME),
-            ("task_id", MAX_NAME),
-        ):
-            if not isinstance(s.get(key, ""), str) or len(s.get(key, "")) > most:
-                raise BadRecordError(f"{where}: key {key!r}: expected a string of at most {most} characters")
-        if not s.get("job_class"):
-            raise BadRecordError(f"{where}: key 'job_class': expected a non-empty string")
-        gpus = s.get("gpus")
-        if (
-            not isinstance(gpus, list)
-            or not 0 < len(gpus) <= MAX_HOST_GPUS
-            or not all(is_int(g) and 0 <= g < MAX_HOST_GPUS for g in gpus)
-        ):
-            raise BadRecordError(
-                f"{where}: key 'gpus': expected a non-empty list of at most {MAX_HOST_GPUS} GPU "
-                f"indices below {MAX_HOST_GPUS}"
-            )
-        for key in ("start", "end"):
-            if not is_json_number(s.get(key)):
-                raise BadRecordError(f"{where}: key {key!r}: expected a time stamp")
-        if s["end"] < s["start"]:
-            raise BadRecordError(f"{where}: key 'end': before its start")
-        if s.get("outcome") not in OUTCOMES:
-            raise BadRecordError(f"{where}: key 'outcome': expected one of {', '.join(OUTCOMES)}")
-        for key in ("priority", "map_index", "attempt"):
-            if key in s and not is_int(s[key]):
-                raise BadRecordError(f"{where}: key {key!r}: expected an integer")
-    return data
+    history = HISTORY.read(data, source)
+    for i, segment in enumerate(history.segments):
+        if segment.end < segment.start:
+            raise BadRecordError(f"{source}: key 'segments[{i}].end': before its start, got {segment.end!r}")
+    return HISTORY.dump(history)
 
 
 def running_segment(lease: Any, now: float) -> dict[str, Any]:

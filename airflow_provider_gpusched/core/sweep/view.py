@@ -18,11 +18,14 @@ import json
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, Field
 
 from airflow_provider_gpusched.core.checks import is_int, is_json_number
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
-from airflow_provider_gpusched.core.safe_files import BadRecordError
+from airflow_provider_gpusched.core.records import Float, RecordType, one_of, record_class, says
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested, safe_name
 from airflow_provider_gpusched.core.sweep.objective import Objective, leaderboard, pareto_fronts
 from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE
@@ -47,6 +50,88 @@ _TI_AS_TRIAL = {
 }
 
 
+Id = Annotated[str, says("a non-empty string", min_length=1, max_length=1000)]
+Note = Annotated[str, says("a string", max_length=1000)]
+
+
+def _objective(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    if value is not None:
+        try:
+            Objective(**value)
+        except (TypeError, InvalidArgumentError):  # unknown keys, or bad values
+            raise ValueError(
+                "{'metric': name(s), 'mode': 'maximize'|'minimize' (one per metric), 'weights': optional} or null"
+            ) from None
+    return value
+
+
+@record_class
+@dataclass
+class PlanTrial:
+    index: Annotated[int, says("an integer")]
+    trial_id: Note
+    label: Note
+    params: Annotated[dict[str, Any], Field(description="an object of parameters")]
+
+
+@record_class
+@dataclass
+class SkippedTrial:
+    """A trial of the plan that an earlier run finished: how it ended then (state, error and step are absent in
+    plans published before they were)."""
+
+    trial_id: Note
+    result: Any = None
+    state: Annotated[Literal["succeeded", "pruned"], Field(description="'succeeded' or 'pruned'")] = "succeeded"
+    error: Note | None = None
+    step: Annotated[int, says("an integer or null")] | None = None
+    run: Note | None = None  # the DAG run whose curve and result this run carries over
+
+
+@record_class
+@dataclass
+class PlanRecord:
+    """What a sweep stage's ``plan`` task publishes (XCom :data:`PLAN_XCOM`, written by :func:`plan_record`)."""
+
+    sweep: Id
+    search: Id
+    backend: Id
+    trial_task: Id  # the full task id that runs the pending trials
+    run: Id
+    defined: Annotated[int, says("a count", ge=0)]
+    trials: Annotated[list[PlanTrial], Field(description="a list")]
+    pending: Annotated[list[Note], Field(description="a list of trial ids")]
+    skipped: Annotated[list[SkippedTrial], Field(description="a list of {'trial_id', 'result'}")]
+    round: Annotated[int, says("an integer or null")] | None = None
+    chunk_size: Annotated[int, says("a positive integer or null", gt=0)] | None = None
+    objective: Annotated[dict[str, Any] | None, AfterValidator(_objective)] = None
+    #: absent in plans published before reports were drawn
+    folder: Annotated[str, says("a non-empty string or null", min_length=1, max_length=4096)] | None = None
+    curve_metric: Annotated[str, says("a non-empty string or null", min_length=1, max_length=4096)] | None = None
+    log_params: Annotated[
+        list[Annotated[str, says("a parameter name", max_length=200)]], Field(description="a list of parameter names")
+    ] = field(default_factory=list)
+
+
+PLAN = RecordType(PlanRecord, name="sweep plan")
+
+
+@record_class
+@dataclass
+class TrialOutcome:
+    """How one trial ended in one DAG run, as its trial task publishes it (XCom :data:`OUTCOMES_XCOM`)."""
+
+    trial_id: Note
+    state: Annotated[str, says(f"a state of {RUN_STATES}"), one_of(RUN_STATES)]
+    result: Any = None
+    seconds: Annotated[Float, Field(description="a number or null")] | None = None
+    error: Annotated[str, says("a string or null")] | None = None
+    step: Annotated[int, says("an integer or null")] | None = None
+
+
+OUTCOME = RecordType(TrialOutcome, name="trial outcome")
+
+
 def plan_record(
     sweep: str,
     search: str,
@@ -67,43 +152,41 @@ def plan_record(
     ``curve_metric``: the reported metric the UI draws by step, the pruning rule's or the objective's first;
     ``log_params``: parameters drawn on a log scale, e.g. from ``loguniform``). A skipped trial carries the
     state it ended in before (succeeded or pruned) and, when pruned, why."""
-    return {
-        "sweep": sweep,
-        "search": search,
-        "round": round_no,
-        "backend": backend,
-        "trial_task": trial_task,
-        "chunk_size": chunk_size,
-        "run": run,
-        "objective": objective.to_dict() if objective else None,
-        "folder": store.dir,
-        "curve_metric": curve_metric,
-        "log_params": sorted(log_params),
-        "defined": len(trials),
-        "trials": [
-            {"index": t.index, "trial_id": t.trial_id, "label": t.label, "params": nested(t.params)}
-            for t in trials[:MAX_PUBLISHED_TRIALS]
-        ],
-        "pending": [t.trial_id for t in pending],
-        "skipped": [_skipped_record(store, t) for t in skipped[:MAX_PUBLISHED_TRIALS]],
-    }
+    return PLAN.dump(
+        PlanRecord(
+            sweep=sweep,
+            search=search,
+            round=round_no,
+            backend=backend,
+            trial_task=trial_task,
+            chunk_size=chunk_size,
+            run=run,
+            objective=objective.to_dict() if objective else None,
+            folder=store.dir,
+            curve_metric=curve_metric,
+            log_params=sorted(log_params),
+            defined=len(trials),
+            trials=[PlanTrial(t.index, t.trial_id, t.label, nested(t.params)) for t in trials[:MAX_PUBLISHED_TRIALS]],
+            pending=[t.trial_id for t in pending],
+            skipped=[_skipped_record(store, t) for t in skipped[:MAX_PUBLISHED_TRIALS]],
+        )
+    )
 
 
-def _skipped_record(store: TrialStore, trial: Trial) -> dict[str, Any]:
+def _skipped_record(store: TrialStore, trial: Trial) -> SkippedTrial:
     status = store.status(trial)
     status = status if isinstance(status, dict) else {}
     state = store.state(trial)
-    out = {
-        "trial_id": trial.trial_id,
-        "result": store.result(trial),
-        "state": state if state in ("succeeded", "pruned") else "succeeded",
-    }
-    if isinstance(status.get("run"), str):  # the DAG run whose curve and result this run carries over
-        out["run"] = status["run"][:1000]
-    if state == "pruned":
-        out["error"] = str(status.get("error") or "")[:1000]
-        out["step"] = _last_step(store, trial)
-    return out
+    pruned = state == "pruned"
+    return SkippedTrial(
+        trial_id=trial.trial_id,
+        result=store.result(trial),
+        state="pruned" if pruned else "succeeded",
+        # the DAG run whose curve and result this run carries over
+        run=status["run"][:1000] if isinstance(status.get("run"), str) else None,
+        error=str(status.get("error") or "")[:1000] if pruned else None,
+        step=_last_step(store, trial) if pruned else None,
+    )
 
 
 def _last_step(store: TrialStore, trial: Trial) -> int | None:
@@ -122,14 +205,14 @@ def outcome_records(
     out = []
     for record in store.records(trials):
         step = (record.get("reports") or {}).get("last_step")
-        outcome = {
-            "trial_id": record["trial_id"],
-            "state": record["state"],
-            "result": record["result"],
-            "seconds": record["seconds"],
-            "error": record["error"],
-            "step": step if is_int(step) else None,
-        }
+        outcome = TrialOutcome(
+            trial_id=record["trial_id"],
+            state=record["state"],
+            result=record["result"],
+            seconds=record["seconds"],
+            error=record["error"],
+            step=step if is_int(step) else None,
+        )
         state = state_in_run(record, run, planned_at)
         if state != record["state"]:  # (not_started is never a record's own state)
             earlier = (
@@ -139,91 +222,24 @@ def outcome_records(
             )
             interrupted: dict[str, Any] = record["interrupted"] if isinstance(record.get("interrupted"), dict) else {}
             why = interrupted.get("reason") if state != "not_started" else "not started in this run"
-            outcome.update(
+            outcome = TrialOutcome(
+                trial_id=outcome.trial_id,
                 state=state,
-                result=None,
-                step=None,
                 error=f"{why}{earlier}"[:1000],
-                seconds=None if state == "not_started" else outcome["seconds"],
+                seconds=None if state == "not_started" else outcome.seconds,
             )
-        out.append(outcome)
+        out.append(OUTCOME.dump(outcome))
     return out
 
 
-def _str(v: Any, limit: int = 1000) -> bool:
-    return isinstance(v, str) and len(v) <= limit
-
-
 def read_plan_record(data: Any, source: str) -> dict[str, Any]:
-    def bad(key: str, expected: str) -> BadRecordError:
-        return BadRecordError(f"{source}: key {key!r}: expected {expected}")
-
-    if not isinstance(data, dict):
-        raise BadRecordError(f"{source}: expected a JSON object, got {type(data).__name__}")
-    for key in ("sweep", "search", "backend", "trial_task", "run"):
-        if not _str(data.get(key)) or not data[key]:
-            raise bad(key, "a non-empty string")
-    if data.get("round") is not None and not is_int(data["round"]):
-        raise bad("round", "an integer or null")
-    if data.get("chunk_size") is not None and not (is_int(data["chunk_size"]) and data["chunk_size"] > 0):
-        raise bad("chunk_size", "a positive integer or null")
-    objective = data.get("objective")
-    if objective is not None:
-        try:
-            Objective(**objective)
-        except (TypeError, InvalidArgumentError):  # not a dict, unknown keys, or bad values
-            raise bad(
-                "objective",
-                "{'metric': name(s), 'mode': 'maximize'|'minimize' (one per metric), 'weights': optional} or null",
-            ) from None
-    if not is_int(data.get("defined")) or data["defined"] < 0:
-        raise bad("defined", "a count")
-    for key in ("folder", "curve_metric"):  # absent in plans published before reports were drawn
-        if data.get(key) is not None and (not _str(data[key], 4096) or not data[key]):
-            raise bad(key, "a non-empty string or null")
-    trials = data.get("trials")
-    if not isinstance(trials, list):
-        raise bad("trials", "a list")
-    for i, t in enumerate(trials):
-        if not (
-            isinstance(t, dict)
-            and is_int(t.get("index"))
-            and _str(t.get("trial_id"))
-            and _str(t.get("label"))
-            and isinstance(t.get("params"), dict)
-        ):
-            raise bad(f"trials[{i}]", "an object with index, trial_id, label and params")
-    if not isinstance(data.get("pending"), list) or not all(_str(p) for p in data["pending"]):
-        raise bad("pending", "a list of trial ids")
-    skipped = data.get("skipped")
-    if not isinstance(skipped, list) or not all(isinstance(s, dict) and _str(s.get("trial_id")) for s in skipped):
-        raise bad("skipped", "a list of {'trial_id', 'result'}")
-    for i, s in enumerate(skipped):  # state, error and step: absent in plans published before they were
-        if s.get("state", "succeeded") not in ("succeeded", "pruned"):
-            raise bad(f"skipped[{i}].state", "'succeeded' or 'pruned'")
-        if s.get("error") is not None and not _str(s["error"]):
-            raise bad(f"skipped[{i}].error", "a string or null")
-        if s.get("step") is not None and not is_int(s["step"]):
-            raise bad(f"skipped[{i}].step", "an integer or null")
-        if s.get("run") is not None and not _str(s["run"]):
-            raise bad(f"skipped[{i}].run", "a string or null")
-    log_params = data.get("log_params", [])
-    if not isinstance(log_params, list) or not all(_str(n, 200) for n in log_params):
-        raise bad("log_params", "a list of parameter names")
-    return data
+    """A published plan, checked field by field (as the view's data: a dict)."""
+    return PLAN.dump(PLAN.read(data, source))
 
 
 def read_outcome_records(data: Any, source: str) -> list[dict[str, Any]]:
-    if not isinstance(data, list):
-        raise BadRecordError(f"{source}: expected a list of trial outcomes, got {type(data).__name__}")
-    for i, o in enumerate(data):
-        if not (isinstance(o, dict) and _str(o.get("trial_id")) and o.get("state") in RUN_STATES):
-            raise BadRecordError(f"{source}: item {i}: expected an object with trial_id and a state of {RUN_STATES}")
-        if o.get("seconds") is not None and not isinstance(o["seconds"], (int, float)):
-            raise BadRecordError(f"{source}: item {i}: key 'seconds': expected a number or null")
-        if o.get("step") is not None and not is_int(o["step"]):
-            raise BadRecordError(f"{source}: item {i}: key 'step': expected an integer or null")
-    return data
+    """A trial task's published outcomes, each checked (``item 3: key 'step': ...``)."""
+    return [OUTCOME.dump(o) for o in OUTCOME.read_list(data, source)]
 
 
 def _task_of(plan: Mapping[str, Any], position: int) -> tuple[str, int]:
