@@ -15,6 +15,12 @@ else
   python="$here/.venv/bin/python"
 fi
 command -v nvidia-smi >/dev/null || { echo "[test-gpu] no nvidia-smi: this tier needs NVIDIA GPUs and their driver" >&2; exit 2; }
+"$python" -c 'import pydantic, yaml, psutil, cloudpickle' 2>/dev/null || {
+  echo "[test-gpu] $python lacks a dependency of the package's core (pydantic, pyyaml, psutil, cloudpickle):" \
+    "install them (pip install 'pydantic>=2.11' pyyaml psutil cloudpickle) or point GPUSCHED_PYTHON at a Python" \
+    "that has them" >&2
+  exit 2
+}
 echo "=== devices"
 nvidia-smi --query-gpu=index,name,memory.total,pci.bus_id,driver_version --format=csv
 nvidia-smi | sed -n 's/.*\(CUDA Version: [0-9.]*\).*/\1/p' | head -1

@@ -96,7 +96,7 @@ class LocalAirflowBackend(AirflowBackend):
                 )
 
             def outcomes() -> list[dict[str, Any]]:  # this run's outcome of each trial of the chunk
-                return outcome_records(session.store, trials, manifest.data.get("run"), manifest.data.get("planned_at"))
+                return outcome_records(session.store, trials, manifest.record.run, manifest.record.planned_at)
 
             def publish() -> None:  # the GPU timeline's bars of this runner so far
                 ti.xcom_push(key=LEASE_HISTORY_XCOM, value=segments.record())

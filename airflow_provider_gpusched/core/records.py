@@ -89,12 +89,19 @@ class RecordType(Generic[T]):
     def __init__(self, cls: type[T], *, name: str = "") -> None:
         self.cls = cls
         self.name = name or cls.__name__
-        self.adapter: TypeAdapter[T] = TypeAdapter(cls)
-        #: fields that live only in memory (``Field(exclude=True)``): never written, never taken from a record
-        self.runtime = frozenset(
-            f.name
-            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
-            if any(getattr(m, "exclude", None) for m in get_args(_hints(cls)[f.name])[1:])  # type: ignore[arg-type]
+        self.fields = tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+
+    # built on first use: a process (a trial runner) pays only for the records it reads
+    @functools.cached_property
+    def adapter(self) -> TypeAdapter[T]:
+        return TypeAdapter(self.cls)
+
+    @functools.cached_property
+    def runtime(self) -> frozenset[str]:
+        """Fields that live only in memory (``Field(exclude=True)``): never written, never taken from a record."""
+        hints = _hints(self.cls)
+        return frozenset(
+            name for name in self.fields if any(getattr(m, "exclude", None) for m in get_args(hints[name])[1:])
         )
 
     def read(self, data: Any, source: str) -> T:
@@ -107,7 +114,23 @@ class RecordType(Generic[T]):
         try:
             return self.adapter.validate_python(data)
         except ValidationError as exc:
-            raise BadRecordError(refusal(exc, self.cls, source)) from None
+            raise BadRecordError(refusal(exc, self.cls).message(source)) from None
+
+    def read_argument(self, data: Any, argument: str, expected: str) -> T:
+        """``data`` given as an argument (an operator's, a command line's): :class:`InvalidArgumentError` naming
+        ``argument`` and the key path (``trials.ids``), what was expected there and what was given."""
+        from airflow_provider_gpusched.core.errors import InvalidArgumentError
+
+        if not isinstance(data, Mapping):
+            raise InvalidArgumentError(argument, data, expected)
+        try:
+            return self.adapter.validate_python(dict(data))
+        except ValidationError as exc:
+            why = refusal(exc, self.cls)
+            name = f"{argument}.{why.path}" if why.path else argument
+            if why.problem == "unknown":
+                raise InvalidArgumentError(name, why.value, "one of " + ", ".join(self.fields)) from None
+            raise InvalidArgumentError(name, why.value if why.problem != "missing" else None, why.expected) from None
 
     def read_list(self, data: Any, source: str, *, max_items: int = 100_000) -> list[T]:
         """A JSON list of records (each refused by its position: ``item 3: key ...``)."""
@@ -133,6 +156,13 @@ def record_class(cls: type[T] | None = None, *, extra: Literal["ignore", "forbid
         return c
 
     return wrap(cls) if cls is not None else wrap
+
+
+def open_view(cls: type[T]) -> type[T]:
+    """Class decorator for an answer's ``TypedDict`` (an api-server response model): keys it does not declare pass
+    through as they are, never dropped (the declared ones are checked)."""
+    cls.__pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[attr-defined]
+    return cls
 
 
 # -- refusals in this package's shape -----------------------------------------------------------------------------
@@ -199,7 +229,27 @@ def expected_at(cls: Any, loc: tuple[Any, ...]) -> str:
     return description or found
 
 
-def refusal(exc: ValidationError, cls: Any, source: str) -> str:
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """Why a record was refused: the key path, what was expected there (or "is missing"/"is not a known key"),
+    and what was there."""
+
+    path: str
+    expected: str
+    got: str
+    value: Any = None
+    problem: str = ""  # "missing", "unknown", or "" (a wrong value)
+
+    def message(self, source: str) -> str:
+        if self.problem == "missing":
+            return f"{source}: key {self.path!r} is missing"
+        if self.problem == "unknown":
+            return f"{source}: key {self.path!r} is not a known key"
+        where = f"key {self.path!r}: " if self.path else ""
+        return f"{source}: {where}expected {self.expected}, got {self.got}"
+
+
+def refusal(exc: ValidationError, cls: Any) -> Refusal:
     """The first error of ``exc`` as this package words a refused record."""
     error = exc.errors(include_url=False)[0]
     loc = tuple(error["loc"])
@@ -209,18 +259,18 @@ def refusal(exc: ValidationError, cls: Any, source: str) -> str:
     )
     path = key_path(loc)
     kind = error["type"]
+    value = error.get("input")
     if kind == "missing" and loc and isinstance(loc[-1], int):  # a row too short: say what the row should be
         loc, path = loc[:-1], key_path(loc[:-1])
     elif kind == "missing":
-        return f"{source}: key {path!r} is missing"
-    if kind == "extra_forbidden":
-        return f"{source}: key {path!r} is not a known key"
+        return Refusal(path, "a value", "nothing", problem="missing")
+    if kind in ("extra_forbidden", "unexpected_keyword_argument"):
+        return Refusal(path, "a known key", _short(value), value, problem="unknown")
     expected = (expected_at(cls, loc) if "[key]" not in loc else "") or _plain(error["msg"])
-    got = _short(error.get("input"))
+    got = _short(value)
     if kind in ("too_long", "too_short") and "actual_length" in error.get("ctx", {}):
         got = f"{error['ctx']['actual_length']} items"
-    where = f"key {path!r}: " if path else ""
-    return f"{source}: {where}expected {expected}, got {got}"
+    return Refusal(path, expected, got, value)
 
 
 def _plain(msg: str) -> str:

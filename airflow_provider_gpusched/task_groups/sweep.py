@@ -270,7 +270,7 @@ def _publish_plan(
     ti = context["ti"]
     group = ti.task_id.rsplit(".", 1)[0]
     trial_task = f"{group}.{get_backend(backend).chunk_task if batched else 'trial'}"
-    skipped_ids = set(manifest.data["skipped"])
+    skipped_ids = set(manifest.record.skipped)
     spec = session.spec
     ti.xcom_push(
         key=PLAN_XCOM,
@@ -281,7 +281,7 @@ def _publish_plan(
             spec.objective,
             backend,
             trial_task,
-            manifest.data.get("chunk_size") if batched else None,
+            manifest.record.chunk_size if batched else None,
             manifest.trials,
             manifest.pending,
             session.store,
@@ -334,12 +334,12 @@ class SweepStage:
                 )
             except GpuschedError as exc:
                 raise AirflowFailException(f"sweep {session.spec.name}: {exc}") from exc
-            skipped = len(manifest.data["skipped"])
+            skipped = len(manifest.record.skipped)
             _publish_plan(session, manifest, round_no, backend, batched, get_current_context())
             print(
                 f"sweep {session.spec.name}{'' if round_no is None else f' round {round_no}'}: "
                 f"{len(manifest.trials)} trials, {len(manifest.pending)} to run, {skipped} already succeeded or pruned "
-                f"(skipped{'' if not manifest.data.get('force_rerun') else '; force_rerun'}); manifest {manifest.path}"
+                f"(skipped{'' if not manifest.record.force_rerun else '; force_rerun'}); manifest {manifest.path}"
             )
             if round_no is not None and not manifest.trials:
                 print(

@@ -84,9 +84,7 @@ class _RecordsTrialFailures:
             found = self.trial_set()
             if found is not None:
                 manifest, trials = found
-                records = outcome_records(
-                    manifest.store, trials, manifest.data.get("run"), manifest.data.get("planned_at")
-                )
+                records = outcome_records(manifest.store, trials, manifest.record.run, manifest.record.planned_at)
                 context["ti"].xcom_push(key=OUTCOMES_XCOM, value=records)
                 for record in records:  # metric gpusched.sweep_trials.<sweep>.<state> (docs/metrics.md)
                     if record["state"] in FINAL_STATES:

@@ -30,6 +30,38 @@ def test_the_openapi_describes_every_endpoint_under_its_page():
     assert params == {"dag_id", "run_id", "group", "trial_id"}
 
 
+def _resolve(schema: dict, node: dict) -> dict:
+    while "$ref" in node:
+        node = schema["components"]["schemas"][node["$ref"].rsplit("/", 1)[-1]]
+    return node
+
+
+def test_every_endpoint_answers_with_a_declared_model_whose_records_are_the_core_ones():
+    """Issue 55: each answer is a typed model in the OpenAPI (not a bare object), and where it carries a record
+    (a lease, a wait, GPU time) it is the record's own definition, the one its writer and reader use."""
+    from airflow_provider_gpusched.plugins.api import create_app
+
+    schema = create_app().openapi()
+    for path, methods in schema["paths"].items():
+        (operation,) = methods.values()
+        answer = operation["responses"]["200"]["content"]["application/json"]["schema"]
+        models = [_resolve(schema, m) for m in answer.get("anyOf", [answer])]
+        for model in models:
+            assert model.get("properties") and model.get("required"), (path, model)
+    board = _resolve(
+        schema, schema["paths"]["/api/gpus"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    )
+    assert {"hosts", "waiting", "gpu_time", "problems"} <= set(board["required"])
+    host = _resolve(schema, board["properties"]["hosts"]["items"])
+    gpu = _resolve(schema, host["properties"]["gpus"]["items"])
+    assert {"index", "memory_total", "memory_free", "leases"} <= set(gpu["required"])
+    lease = schema["paths"]["/api/dags/{dag_id}/runs/{run_id}/tasks/{task_id}/lease"]["get"]
+    task = _resolve(schema, lease["responses"]["200"]["content"]["application/json"]["schema"])
+    published = _resolve(schema, task["properties"]["lease"]["anyOf"][0])
+    assert published["properties"]["gpus"]["maxItems"] == 64  # BoardLease's own bounds
+    assert published["properties"]["host"]["description"].startswith("a non-empty string")
+
+
 def test_the_own_gpu_sampler_runs_while_the_app_does():
     from fastapi.testclient import TestClient
 

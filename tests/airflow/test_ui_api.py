@@ -587,7 +587,10 @@ def test_a_dag_that_forges_records_sees_nothing_of_another_dag_and_adds_no_host(
         drawn = [lease for g in hosts[get_hostname()]["gpus"] for lease in g["leases"] if lease["lease_id"] == "f" * 16]
         assert [(d["dag_id"], d["task_id"]) for d in drawn] == [("ui_forger", "stolen.plan")], drawn
         refused = " ".join(board["problems"])
-        assert "names host 'gpu-forged'" in refused and "key 'inventory[0]'" in refused, board["problems"]
+        assert (
+            "names host 'gpu-forged'" in refused
+            and "key 'inventory[0].memory_total': expected bytes of GPU memory (at most 16 TiB)" in refused
+        ), board["problems"]
         # 3. the timeline draws no made-up host, says why, and stays small
         r = client.get("/gpusched/api/timeline?hours=72", headers=outsider)
         timeline = r.json()

@@ -74,7 +74,7 @@ def test_bad_trials_end_pruned_and_are_not_run_again(tmp_path):
     assert summary["counts"]["pruned"] == 2 and summary["counts"]["failed"] == 0
     assert summary["best"]["score"] == 0.1 and len(summary["leaderboard"]) == 3  # pruned trials are not ranked
     again = session.prepare()
-    assert again.pending == [] and len(again.data["skipped"]) == 5  # pruned ones are done, like succeeded ones
+    assert again.pending == [] and len(again.record.skipped) == 5  # pruned ones are done, like succeeded ones
     with pytest.raises(Exception, match="pruning: expected an objective"):
         SweepSpec(name="x", test_config=[{"a": [1]}], command=["true"], pruning="median")
     with pytest.raises(Exception, match=r"pruning.rule: expected one of \['median', 'asha', 'optuna'\]"):

@@ -64,11 +64,11 @@ def view_of(session, manifest, run):
         manifest.trials,
         manifest.pending,
         session.store,
-        [manifest.trial(i) for i in manifest.data["skipped"]],
+        [manifest.trial(i) for i in manifest.record.skipped],
         run,
     )
     outcomes = {
-        o["trial_id"]: o for o in outcome_records(session.store, manifest.pending, run, manifest.data["planned_at"])
+        o["trial_id"]: o for o in outcome_records(session.store, manifest.pending, run, manifest.record.planned_at)
     }
     return build_sweep_view([plan], outcomes, {("rr.trial", i): "failed" for i in range(len(manifest.pending))})
 
@@ -138,7 +138,7 @@ def test_run_force_rerun_stop_and_plain_rerun_keep_every_earlier_outcome(tmp_pat
 
     # the next plain run skips every trial that still stands: succeeded and pruned alike, none re-run
     third = session.prepare(run="r3")
-    assert third.pending == [] and len(third.data["skipped"]) == 5
+    assert third.pending == [] and len(third.record.skipped) == 5
     view3 = view_of(session, third, "r3")
     assert view3["counts"]["skipped"] == 5 and view3["best"]["score"] == 0.1
 

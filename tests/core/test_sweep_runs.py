@@ -87,11 +87,11 @@ def test_rerun_skips_succeeded_and_reruns_failed_unless_force_rerun(tmp_path):
         run_trial(manifest, t, out=io.StringIO())
     again = session.prepare()
     assert [t.params["x"] for t in again.pending] == [3]  # only the failed one
-    assert len(again.data["skipped"]) == 3
+    assert len(again.record.skipped) == 3
     counts = session.collect()["counts"]
     assert counts["skipped"] == 3 and counts["failed"] == 1
     forced = SweepSession(command_spec(tmp_path, force_rerun=True)).prepare()
-    assert len(forced.pending) == 4 and forced.data["skipped"] == []
+    assert len(forced.pending) == 4 and forced.record.skipped == []
     preview = session.preview()
     assert (preview["would_run"], preview["would_skip"]) == (1, 3)
 
@@ -337,7 +337,7 @@ def test_each_batch_process_reads_only_its_own_trials(tmp_path, monkeypatch):
     for path, ids, data in seen:
         assert path != manifest.path and not os.path.exists(path)  # removed after the group ran
         assert data["pending"] == ids and len(ids) <= 8
-        assert data["run"] == "run 1" and data["target"] == manifest.data["target"]
+        assert data["run"] == "run 1" and data["target"] == manifest.record.target
         assert data["group_of"] == manifest.path
     assert [len(ids) for _, ids, _ in seen] == [8] * 5  # tiny trials: full groups to the end
     assert session.collect(run="run 1")["counts"]["succeeded"] == 40

@@ -12,15 +12,24 @@ import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 from pydantic import Field
+from typing_extensions import NotRequired, TypedDict
 
 from airflow_provider_gpusched.core.checks import is_finite_number
 from airflow_provider_gpusched.core.gpu.accounting import accounting_totals
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
 from airflow_provider_gpusched.core.gpu.telemetry import lease_memory, measured_gpus, over_reservation
-from airflow_provider_gpusched.core.records import IndexKey, RecordType, Seconds, Timestamp, record_class, says
+from airflow_provider_gpusched.core.records import (
+    IndexKey,
+    RecordType,
+    Seconds,
+    Timestamp,
+    open_view,
+    record_class,
+    says,
+)
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 
 if TYPE_CHECKING:
@@ -309,6 +318,105 @@ def _add_measured(gpus: list[dict[str, Any]], record: Mapping[str, Any], names: 
             lease["over_reservation"] = over_reservation(used, lease["memory"], lease["whole"])
 
 
+# -- the board as the api-server answers it (GET /gpusched/api/gpus: its response model) -------------------------
+
+
+@open_view
+class BoardLeaseView(TypedDict):
+    """A lease on one GPU of the board."""
+
+    lease_id: str
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+    job_class: str
+    priority: int
+    started: float
+    seconds: float
+    whole: bool
+    memory: int  # bytes reserved on this GPU
+    yielding_to: str
+    memory_used: NotRequired[int | None]  # measured (telemetry)
+    over_reservation: NotRequired[bool]
+
+
+@open_view
+class BoardGPUView(TypedDict):
+    index: int
+    uuid: str
+    name: str
+    memory_total: int
+    simulated: bool
+    memory_leased: int
+    whole_taken: bool
+    leases: list[BoardLeaseView]
+    held_by_others: bool  # a process of another user holds it (a fleet host's record says)
+    memory_free: int
+    measured: NotRequired[dict[str, Any]]  # what telemetry measured: core/gpu/telemetry.measured_gpus
+
+
+@open_view
+class HostTelemetryView(TypedDict):
+    source: str
+    sampled_by: str
+    error: str
+    resolution: float
+    window: float
+
+
+@open_view
+class BoardHostView(TypedDict):
+    host: str
+    simulated: bool
+    gpus: list[BoardGPUView]
+    seen: str  # how the board knows the host
+    fleet: dict[str, Any] | None  # a fleet host's record: published, age, up, foreign_busy, address...
+    telemetry: HostTelemetryView | None
+
+
+@open_view
+class WaitView(TypedDict):
+    """A task waiting for GPUs: its published wait record (:class:`WaitRecord`) and its reason split."""
+
+    host: str
+    request: str
+    job_class: str
+    dag_id: str
+    run_id: str
+    task_id: str
+    since: float
+    priority: int
+    map_index: int
+    why: str
+    reason: str
+    details: list[str]
+    state: NotRequired[str]
+
+
+@open_view
+class ClassTime(TypedDict):
+    attempts: int
+    gpu_seconds: float
+    lost_gpu_seconds: float
+    preemptions: int
+    running: NotRequired[int]
+
+
+@open_view
+class BoardView(TypedDict):
+    """The GPU board (:func:`build_board`), as ``GET /gpusched/api/gpus`` answers it."""
+
+    generated: float
+    hosts: list[BoardHostView]
+    waiting: list[WaitView]
+    waiting_shared: list[str]  # what every waiting task says alike, said once
+    gpu_time: dict[str, dict[str, ClassTime]]  # window ("hour", "day") -> job class -> totals
+    problems: list[str]  # records that were refused, and why
+    cut: NotRequired[list[str]]  # what the answer left out (too many leases, hosts...)
+    api_server_host: NotRequired[str]
+
+
 def build_board(
     leases: Iterable[BoardLease],
     *,
@@ -318,7 +426,7 @@ def build_board(
     now: float | None = None,
     known_hosts: Iterable[KnownHost] = (),
     telemetry: Mapping[str, Mapping[str, Any]] | None = None,
-) -> dict[str, Any]:
+) -> BoardView:
     """The board as JSON-ready data: hosts (sorted) with their GPUs, each GPU's leases and memory leased/free
     (``known_hosts`` are listed too, their GPUs free unless a lease says otherwise); the work waiting, each
     reason split by :func:`explain_wait` and the details every waiting task shares said once
@@ -434,11 +542,13 @@ def build_board(
             t.setdefault("running", 0)
             t["running"] += 1
         gpu_time[name] = totals
+    # the hosts, waits and totals are built up key by key above: their shape is BoardView's (the api-server's
+    # response model checks every answer against it)
     return {
         "generated": now,
-        "hosts": board_hosts,
-        "waiting": waits,
+        "hosts": cast("list[BoardHostView]", board_hosts),
+        "waiting": cast("list[WaitView]", waits),
         "waiting_shared": shared,
-        "gpu_time": gpu_time,
+        "gpu_time": cast("dict[str, dict[str, ClassTime]]", gpu_time),
         "problems": list(problems),
     }

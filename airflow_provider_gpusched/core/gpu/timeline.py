@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import Field
+from typing_extensions import NotRequired, TypedDict
 
 from airflow_provider_gpusched.core.gpu.board import MAX_HOST_GPUS, MAX_NAME
-from airflow_provider_gpusched.core.records import Float, RecordType, one_of, record_class, says
+from airflow_provider_gpusched.core.records import Float, RecordType, one_of, open_view, record_class, says
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 
 LEASE_HISTORY_XCOM = "gpusched_lease_history"
@@ -261,6 +262,34 @@ _BAR_KEYS = (
 )
 
 
+@open_view
+class TimelineRow(TypedDict):
+    """One GPU of one host: its bars (segments cut to the window), stacked in lanes where they overlap."""
+
+    host: str
+    gpu: int
+    bars: list[dict[str, Any]]  # start, end, job_class, outcome, detail, request, attempt, label, task...
+    lanes: int
+    busy_fraction: float
+
+
+@open_view
+class TimelineView(TypedDict):
+    """Who held which GPU (:func:`build_timeline`), as ``GET /gpusched/api/timeline`` answers it."""
+
+    since: float
+    until: float
+    rows: list[TimelineRow]
+    classes: list[str]
+    counts: dict[str, Any]  # bars per outcome and per job class
+    bars: int
+    dropped: int  # segments tasks left out of their records (each keeps its newest)
+    problems: list[str]
+    windows: list[float]  # the hours the page offers
+    cut: list[str]  # what the answer left out
+    hours: NotRequired[float]
+
+
 def build_timeline(
     segments: Iterable[Mapping[str, Any]],
     *,
@@ -270,7 +299,7 @@ def build_timeline(
     resolution: int = ROW_RESOLUTION,
     problems: Sequence[str] = (),
     dropped: int = 0,
-) -> dict[str, Any]:
+) -> TimelineView:
     """The timeline of ``segments`` between ``since`` and ``until``: ``rows`` (one per host and GPU, with GPUs of
     ``known_gpus`` that held nothing too), each with its ``bars`` (clipped to the window) in ``lanes``; ``classes``
     seen, and the leases counted per outcome. A row of more than ``resolution`` bars has its runs of bars shorter
@@ -293,7 +322,7 @@ def build_timeline(
         classes.add(s["job_class"])
         for g in s["gpus"]:
             per_gpu.setdefault((s["host"], g), []).append(s)
-    rows = []
+    rows: list[TimelineRow] = []
     bars_total = 0
     cut = []
     if len(per_gpu) > MAX_ROWS:

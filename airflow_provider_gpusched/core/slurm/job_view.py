@@ -11,8 +11,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
+from typing_extensions import NotRequired, TypedDict
+
+from airflow_provider_gpusched.core.records import open_view
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 from airflow_provider_gpusched.core.slurm.runner import LOCAL_TARGET
 from airflow_provider_gpusched.core.slurm.states import JobStatus, array_task_order
@@ -87,9 +90,40 @@ def read_job_record(data: Any, source: str) -> dict[str, Any]:
     return checked
 
 
+@open_view
+class JobView(TypedDict):
+    """A task instance's Slurm job (:func:`job_view`), as the Slurm tab gets it."""
+
+    job_id: str
+    output_path: str
+    array: str | None
+    via: str  # the transport: this host's CLI or ssh to a login node
+    submitted: float | None
+    final: bool
+    source: str  # where the status comes from: live (cached) or recorded
+    preemptions: int
+    preemption_events: list[Any]
+    problem: str
+    state: str
+    phase: str | None
+    exit_code: int | None
+    nodes: str
+    partition: str
+    requeues: int
+    elapsed: float | None
+    reason: str
+    tasks: list[dict[str, Any]]  # an array's tasks: key, task, state, exit_code, nodes, elapsed, requeues
+    tails: dict[str, str]  # array task id or "" -> its output's tail
+    tail_path: str
+    signal: NotRequired[int | None]
+    tail_source: NotRequired[str]
+    task_state: NotRequired[str]
+    found: NotRequired[bool]
+
+
 def job_view(
     record: Mapping[str, Any], live: JobStatus | None = None, tails: Mapping[str, str] | None = None
-) -> dict[str, Any]:
+) -> JobView:
     """JSON for the page: the newest status (live if given and the record is not final), one row per array task,
     and output tails (``tails``: array task id or "" -> text; falls back to the recorded tail)."""
     status = record.get("status")
@@ -155,7 +189,7 @@ def job_view(
         tails = {"": record["tail"]}
     view["tails"] = tails
     view["tail_path"] = record.get("tail_path", "")
-    return view
+    return cast(JobView, view)
 
 
 class CachedStatuses:

@@ -319,9 +319,7 @@ class LocalBatch:
         never started keep their records (the store's one transition, TrialStore.end_unfinished)."""
         for trial in self.trials:
             if trial.trial_id not in self.finished:
-                self.store.end_unfinished(
-                    trial, run=self.manifest.data.get("run"), state="stopped", reason=self.halted[0]
-                )
+                self.store.end_unfinished(trial, run=self.manifest.record.run, state="stopped", reason=self.halted[0])
 
 
 def _trial_seconds(status: object) -> float:

@@ -137,18 +137,16 @@ class SweepSession:
             objective=objective,
             env=self.spec.resources.env,
             chunk_size=chunk_size,
-            extra={
-                "skipped": [t.trial_id for t in skipped],
-                "round": round_no,
-                "varying": self.spec.varying(),
-                "run": run,
-                "planned_at": time.time(),
-                "force_rerun": bool(force_rerun),
-                "base_dir": self.spec.base_dir,
-                "on_invalid_result": self.spec.on_invalid_result,
-                "distributed": self.spec.resources.distributed_settings(backend),
-                "pruning": self.spec.pruning.to_dict() if self.spec.pruning else None,
-            },
+            skipped=[t.trial_id for t in skipped],
+            round=round_no,
+            varying=self.spec.varying(),
+            run=run,
+            planned_at=time.time(),
+            force_rerun=bool(force_rerun),
+            base_dir=self.spec.base_dir,
+            on_invalid_result=self.spec.on_invalid_result,
+            distributed=self.spec.resources.distributed_settings(backend),
+            pruning=self.spec.pruning.to_dict() if self.spec.pruning else None,
         )
         return Manifest(path)
 
@@ -246,8 +244,8 @@ class SweepSession:
         for manifest in manifests:
             for trial in manifest.trials:
                 trials.setdefault(trial.trial_id, trial)
-                planned_at.setdefault(trial.trial_id, float(manifest.data.get("planned_at") or 0))
-            skipped.update(manifest.data.get("skipped", []))
+                planned_at.setdefault(trial.trial_id, float(manifest.record.planned_at or 0))
+            skipped.update(manifest.record.skipped)
         records = self.store.records(trials.values())
         # the counts are this run's (a trial it did not start is not_started); the leaderboard, best and Pareto
         # front are the sweep's: every outcome that stands, whichever run established it

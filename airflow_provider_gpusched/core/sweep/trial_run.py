@@ -17,19 +17,24 @@ The trailing LABEL is ignored; it makes process lists and Airflow's mapped-task 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, TextIO
+from dataclasses import dataclass, field
+from typing import Annotated, Any, TextIO
+
+from pydantic import Field
 
 from airflow_provider_gpusched.core.backends import DEFAULT_BACKEND, get_backend
-from airflow_provider_gpusched.core.checks import is_int, is_number
+from airflow_provider_gpusched.core.checks import is_number
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.stages import channel_fds
+from airflow_provider_gpusched.core.records import Float, RecordType, one_of, record_class, says
+from airflow_provider_gpusched.core.safe_files import BadRecordError
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested
 from airflow_provider_gpusched.core.sweep.store import (
     FINAL_STATES,
@@ -47,12 +52,61 @@ EXIT_WRITE_FAILED = 4  # the trial runner could not write under the results root
 INVALID_RESULT_POLICIES = ("fail", "record")
 
 
-def manifest_trial(data: Mapping[str, Any]) -> Trial:
-    return Trial(dict(data["params"]), data["trial_id"], data["label"], data["index"])
+Text = Annotated[str, says("a string")]
 
 
-def trial_record(trial: Trial) -> dict[str, Any]:
-    return {"trial_id": trial.trial_id, "label": trial.label, "index": trial.index, "params": trial.params}
+@record_class
+@dataclass
+class ManifestTrial:
+    """A trial as a manifest lists it."""
+
+    trial_id: Annotated[str, says("a trial id", min_length=1, max_length=1000)]
+    label: Text
+    index: Annotated[int, says("an integer")]
+    params: Annotated[dict[str, Any], Field(description="an object of parameters")]
+
+    @classmethod
+    def of(cls, trial: Trial) -> ManifestTrial:
+        return cls(trial.trial_id, trial.label, trial.index, trial.params)
+
+    def trial(self) -> Trial:
+        return Trial(dict(self.params), self.trial_id, self.label, self.index)
+
+
+@record_class
+@dataclass
+class ManifestRecord:
+    """What a sweep stage's plan writes for its trial runners (``manifest.json``, ``manifest-rN.json``...) and
+    :class:`Manifest` reads back: which trials to run and how. One definition for the writer
+    (:func:`write_manifest`), the reader and the group manifests of batched runs."""
+
+    sweep: Annotated[str, says("a sweep name", min_length=1)]
+    root: Annotated[str, says("a results root", min_length=1)]
+    #: the trial's command (``command``: argv list) or pickled callable (``callable``: its file name), with the
+    #: config template and the pickled ``required_env`` where the spec has them
+    target: Annotated[dict[str, Any], Field(description="an object with 'command' or 'callable'")]
+    trials: Annotated[list[ManifestTrial], Field(description="a list of trials")]
+    pending: Annotated[list[Text], Field(description="a list of trial ids")]
+    objective: Annotated[dict[str, Any], Field(description="an objective or null")] | None = None
+    env: Annotated[dict[str, Text], Field(description="an object of environment variables")] = field(
+        default_factory=dict
+    )
+    chunk_size: Annotated[int, says("a positive integer or null", gt=0)] | None = None
+    skipped: Annotated[list[Text], Field(description="a list of trial ids")] = field(default_factory=list)
+    round: Annotated[int, says("an integer or null")] | None = None
+    varying: Annotated[list[Text], Field(description="a list of parameter names")] = field(default_factory=list)
+    run: Annotated[str, says("a DAG run id or null")] | None = None
+    planned_at: Annotated[Float, Field(description="a time stamp or null")] | None = None
+    force_rerun: Annotated[bool, says("true or false")] = False
+    base_dir: Annotated[str, says("a folder or null")] | None = None
+    on_invalid_result: Annotated[str, says("'fail' or 'record'"), one_of(INVALID_RESULT_POLICIES)] = "fail"
+    distributed: Annotated[dict[str, Any], Field(description="how ranks start, or null")] | None = None
+    pruning: Annotated[dict[str, Any], Field(description="a pruning rule or null")] | None = None
+    #: a batched group's manifest: the manifest it was cut from
+    group_of: Annotated[str, says("a manifest path or null")] | None = None
+
+
+MANIFEST = RecordType(ManifestRecord, name="sweep manifest")
 
 
 def save_callable(folder: str, func: Callable[..., Any], name: str = CALLABLE_FILE) -> str:
@@ -77,35 +131,41 @@ def write_manifest(
     objective: Mapping[str, Any] | None,
     env: Mapping[str, str] | None = None,
     chunk_size: int | None = None,
-    extra: Mapping[str, Any] | None = None,
+    **settings: Any,
 ) -> str:
-    """``trials``: every trial of this run; ``pending``: those to run now (the others were done before)."""
-    data = {
-        "sweep": store.sweep,
-        "root": store.root,
-        "target": dict(target),
-        "objective": objective,
-        "env": dict(env or {}),
-        "chunk_size": chunk_size,
-        "trials": [trial_record(t) for t in trials],
-        "pending": [t.trial_id for t in pending],
-        **dict(extra or {}),
-    }
-    return store.write(name, data)
+    """``trials``: every trial of this run; ``pending``: those to run now (the others were done before);
+    ``settings``: the manifest's other fields (:class:`ManifestRecord`)."""
+    record = ManifestRecord(
+        sweep=store.sweep,
+        root=store.root,
+        target=dict(target),
+        objective=dict(objective) if objective is not None else None,
+        env=dict(env or {}),
+        chunk_size=chunk_size,
+        trials=[ManifestTrial.of(t) for t in trials],
+        pending=[t.trial_id for t in pending],
+        **settings,
+    )
+    return store.write(name, MANIFEST.dump(record))
 
 
 class Manifest:
     def __init__(self, path: str, data: Any = None) -> None:
-        """The manifest in ``path`` (``data``: its content, when the caller just wrote it)."""
+        """The manifest in ``path`` (``data``: its content, when the caller just wrote it), every field checked."""
         data = read_json(path) if data is None else data
         if not isinstance(data, dict) or "_unreadable" in data or "trials" not in data:
             raise InvalidArgumentError("manifest", path, "a sweep manifest written by the sweep's expand task")
+        try:
+            self.record = MANIFEST.read(data, path)
+        except BadRecordError as exc:
+            raise InvalidArgumentError(
+                "manifest", path, f"a sweep manifest written by the sweep's plan ({exc})"
+            ) from None
         self.path = os.path.abspath(path)
-        self.data = data
-        self.store = TrialStore(data["root"], data["sweep"])
-        self.trials = [manifest_trial(t) for t in data["trials"]]
+        self.store = TrialStore(self.record.root, self.record.sweep)
+        self.trials = [t.trial() for t in self.record.trials]
         self._by_id = {t.trial_id: t for t in self.trials}
-        self.pending = [self._by_id[i] for i in data.get("pending", [])]
+        self.pending = [self._by_id[i] for i in self.record.pending]
         self._callable: Callable[..., Any] | None = None
 
     def trial(self, trial_id: str) -> Trial:
@@ -115,18 +175,18 @@ class Manifest:
             raise InvalidArgumentError("trial_id", trial_id, f"a trial of {self.path}") from None
 
     def chunk(self, k: int) -> list[Trial]:
-        size = self.data.get("chunk_size") or len(self.pending) or 1
+        size = self.record.chunk_size or len(self.pending) or 1
         return self.pending[k * size : (k + 1) * size]
 
     def chunk_count(self) -> int:
-        size = self.data.get("chunk_size") or len(self.pending) or 1
+        size = self.record.chunk_size or len(self.pending) or 1
         return -(-len(self.pending) // size)
 
     def load_required_env(self) -> Callable[..., Any]:
         """GPU Task Scheduler's ``required_env``: the function the spec pickled (core/sweep/session.py)."""
         import pickle
 
-        with open(os.path.join(self.store.dir, self.data["target"]["required_env"]), "rb") as fh:
+        with open(os.path.join(self.store.dir, self.record.target["required_env"]), "rb") as fh:
             func: Callable[..., Any] = pickle.load(fh)
         return func
 
@@ -136,7 +196,7 @@ class Manifest:
             import pickle  # cloudpickle writes it; reading needs only pickle, which imports cloudpickle's
             # helpers itself when the callable was pickled by value (a lambda, a closure), not by reference
 
-            with open(os.path.join(self.store.dir, self.data["target"]["callable"]), "rb") as fh:
+            with open(os.path.join(self.store.dir, self.record.target["callable"]), "rb") as fh:
                 self._callable = pickle.load(fh)
         return self._callable
 
@@ -220,14 +280,14 @@ def _finished_elsewhere(manifest: Manifest, trial: Trial) -> tuple[str, int] | N
     status = manifest.store.status(trial)
     if not isinstance(status, dict) or status.get("state") not in FINAL_STATES or status.get("state") == "stopped":
         return None  # (a stop is not an outcome to take over: the trial runs here)
-    run = manifest.data.get("run")
+    run = manifest.record.run
     by_other = bool(status.get("run")) and status.get("run") != run
-    after_plan = float(status.get("ended") or 0) >= float(manifest.data.get("planned_at") or 0)
-    if status["state"] in ("succeeded", "pruned") and (not manifest.data.get("force_rerun") or after_plan):
+    after_plan = float(status.get("ended") or 0) >= float(manifest.record.planned_at or 0)
+    if status["state"] in ("succeeded", "pruned") and (not manifest.record.force_rerun or after_plan):
         return status["state"], 0
     if by_other and after_plan:
         return status["state"], int(status.get("exit_code") or 1) if status["state"] != "invalid" else (
-            EXIT_INVALID_RESULT if manifest.data.get("on_invalid_result", "fail") == "fail" else 0
+            EXIT_INVALID_RESULT if manifest.record.on_invalid_result == "fail" else 0
         )
     return None
 
@@ -239,7 +299,7 @@ def run_trial(manifest: Manifest, trial: Trial, *, out: TextIO | None = None) ->
     claim first; when another run holds it, this one waits and then takes over that run's outcome."""
     out = out or sys.stdout
     store = manifest.store
-    holder = {"host": os.uname().nodename, "pid": os.getpid(), "run": manifest.data.get("run"), "since": time.time()}
+    holder = {"host": os.uname().nodename, "pid": os.getpid(), "run": manifest.record.run, "since": time.time()}
     claim = store.claim(trial, holder, wait=False)
     if claim is None:
         print(
@@ -274,9 +334,9 @@ def _finish_ok(manifest: Manifest, trial: Trial, result: Any, out: TextIO) -> in
     """Record a trial whose command/callable succeeded: ``succeeded``, or ``invalid`` when its result
     cannot be scored (the trial task then fails unless ``on_invalid_result: record``)."""
     store = manifest.store
-    problem = result_problem(result, manifest.data.get("objective"))
+    problem = result_problem(result, manifest.record.objective)
     if problem:
-        fail = manifest.data.get("on_invalid_result", "fail") == "fail"
+        fail = manifest.record.on_invalid_result == "fail"
         code = EXIT_INVALID_RESULT if fail else 0
         store.mark_finished(trial, ok=False, state="invalid", exit_code=code, error=f"invalid result: {problem}")
         print(
@@ -299,9 +359,9 @@ def _finish_ok(manifest: Manifest, trial: Trial, result: Any, out: TextIO) -> in
 def _run_claimed(manifest: Manifest, trial: Trial, out: TextIO) -> int:
     store = manifest.store
     log_path = os.path.join(store.trial_dir(trial), OUTPUT_LOG_FILE)
-    folder = store.mark_running(trial, run=manifest.data.get("run"), log=log_path)
-    env = trial_environment(trial, folder, store.sweep, manifest.data.get("env"))
-    target = manifest.data["target"]
+    folder = store.mark_running(trial, run=manifest.record.run, log=log_path)
+    env = trial_environment(trial, folder, store.sweep, manifest.record.env)
+    target = manifest.record.target
     if target.get("required_env"):
         try:
             env.update(required_env(manifest, trial, folder))
@@ -319,7 +379,7 @@ def _run_claimed(manifest: Manifest, trial: Trial, out: TextIO) -> int:
             print(f"[gpusched] trial {trial.trial_id}: config_template: {exc}", file=out, flush=True)
             return 2
         env["GPUSCHED_TRIAL_CONFIG"] = config
-    pruning = manifest.data.get("pruning")
+    pruning = manifest.record.pruning
     if pruning:
         env["GPUSCHED_PRUNING"] = json.dumps(pruning)
     print(
@@ -353,7 +413,7 @@ def _run_claimed(manifest: Manifest, trial: Trial, out: TextIO) -> int:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
-        result = result_document(value, manifest.data.get("objective"))
+        result = result_document(value, manifest.record.objective)
         if result is not None:
             try:
                 store.write_result(trial, result)
@@ -363,9 +423,9 @@ def _run_claimed(manifest: Manifest, trial: Trial, out: TextIO) -> int:
     from airflow_provider_gpusched.core.sweep.command import format_command
 
     argv = format_command(target["command"], trial.params, folder, trial, config)
-    if manifest.data.get("distributed"):
+    if manifest.record.distributed:
         try:
-            argv = distributed_argv(manifest.data["distributed"], argv, {**os.environ, **env})
+            argv = distributed_argv(manifest.record.distributed, argv, {**os.environ, **env})
         except GpuschedError as exc:
             store.mark_finished(trial, ok=False, exit_code=EXIT_USAGE, error=f"distributed: {exc}")
             print(f"[gpusched] trial {trial.trial_id}: {exc}", file=out, flush=True)
@@ -374,7 +434,7 @@ def _run_claimed(manifest: Manifest, trial: Trial, out: TextIO) -> int:
     try:
         code, pruned = _run_command(argv, folder, {**os.environ, **env}, log_path, out, stop)
     except OSError as exc:
-        why = f"cannot run {argv[0]!r}: {exc}{relative_path_hint(argv, folder, manifest.data.get('base_dir'))}"
+        why = f"cannot run {argv[0]!r}: {exc}{relative_path_hint(argv, folder, manifest.record.base_dir)}"
         store.mark_finished(trial, ok=False, exit_code=127, error=why)
         print(f"[gpusched] {why}", file=out, flush=True)
         return 127
@@ -383,7 +443,7 @@ def _run_claimed(manifest: Manifest, trial: Trial, out: TextIO) -> int:
     result = store.result(trial)
     if code == 0:
         return _finish_ok(manifest, trial, result, out)
-    hint = relative_path_hint(argv, folder, manifest.data.get("base_dir"))
+    hint = relative_path_hint(argv, folder, manifest.record.base_dir)
     last = error_line(log_path)
     why = f"exit code {code}" + (f": {last}" if last else "")
     store.mark_finished(trial, ok=False, result=None, exit_code=code, error=f"{why}{hint}")
@@ -468,8 +528,13 @@ def write_group_manifest(manifest: Manifest, group: Sequence[Trial]) -> Manifest
     """A manifest of only ``group``, with ``manifest``'s settings (target, objective, run, ...): the process
     that runs a group in batched mode reads its few trials, not the whole plan of thousands. The caller
     removes it (``os.remove(sliced.path)``) once the group has run."""
-    data = {key: value for key, value in manifest.data.items() if key not in ("trials", "pending")}
-    data.update(trials=[trial_record(t) for t in group], pending=[t.trial_id for t in group], group_of=manifest.path)
+    record = dataclasses.replace(
+        manifest.record,
+        trials=[ManifestTrial.of(t) for t in group],
+        pending=[t.trial_id for t in group],
+        group_of=manifest.path,
+    )
+    data = MANIFEST.dump(record)
     stem = os.path.splitext(os.path.basename(manifest.path))[0]
     name = os.path.join("groups", f"{stem}-{group[0].trial_id[:16]}-{len(group)}-{os.getpid()}.json")
     return Manifest(manifest.store.write(name, data), data)
@@ -532,48 +597,49 @@ def parse_runner_args(args: Sequence[str]) -> RunnerCommand:
     return RunnerCommand(args[0], trial_id=args[1])
 
 
+@record_class(extra="forbid")
 @dataclass(frozen=True)
 class TrialSet:
     """The trials one task runs, as data: the manifest's path and the trial ids (or a chunk of it, for a Slurm
     array). The task group hands it to each trial operator (its ``trials`` argument) next to the command line, so
     the operator never parses trial identity back out of argv; :meth:`read` reads the manifest once."""
 
-    manifest: str
-    ids: tuple[str, ...] = ()
-    chunk: int | None = None
+    manifest: Annotated[str, says("a manifest path", min_length=1, pattern=r"^[^\x00]+$")]
+    ids: Annotated[
+        tuple[Annotated[str, says("a trial id", min_length=1)], ...], Field(description="a non-empty list of trial ids")
+    ] = ()
+    chunk: Annotated[int, says("a chunk number >= 0 (and no ids)", ge=0)] | None = None
 
     def to_record(self) -> dict[str, Any]:
+        data = TRIAL_SET.dump(self)
         return (
-            {"manifest": self.manifest, "ids": list(self.ids)}
+            {"manifest": data["manifest"], "ids": data["ids"]}
             if self.chunk is None
-            else {"manifest": self.manifest, "chunk": self.chunk}
+            else {
+                "manifest": data["manifest"],
+                "chunk": data["chunk"],
+            }
         )
 
     @classmethod
     def from_record(cls, data: Any, where: str = "trials") -> TrialSet:
         """A record from :meth:`to_record` (a task's argument, after Airflow's XCom); InvalidArgumentError
         naming the key otherwise."""
-        if not isinstance(data, Mapping):
-            raise InvalidArgumentError(where, data, "{manifest: PATH, ids: [TRIAL_ID, ...]} or {manifest, chunk}")
-        unknown = [k for k in data if k not in ("manifest", "ids", "chunk")]
-        if unknown:
-            raise InvalidArgumentError(f"{where}.{unknown[0]}", data[unknown[0]], "manifest, ids or chunk")
-        manifest, ids, chunk = data.get("manifest"), data.get("ids"), data.get("chunk")
-        if not isinstance(manifest, str) or not manifest or "\x00" in manifest:
-            raise InvalidArgumentError(f"{where}.manifest", manifest, "a manifest path")
-        if chunk is not None:
-            if not is_int(chunk) or chunk < 0 or ids:
-                raise InvalidArgumentError(f"{where}.chunk", chunk, "a chunk number >= 0 (and no ids)")
-            return cls(manifest, chunk=chunk)
-        if not isinstance(ids, (list, tuple)) or not ids or not all(isinstance(i, str) and i for i in ids):
-            raise InvalidArgumentError(f"{where}.ids", ids, "a non-empty list of trial ids")
-        return cls(manifest, tuple(ids))
+        found = TRIAL_SET.read_argument(data, where, "{manifest: PATH, ids: [TRIAL_ID, ...]} or {manifest, chunk}")
+        if found.chunk is not None and found.ids:
+            raise InvalidArgumentError(f"{where}.chunk", found.chunk, "a chunk number >= 0 (and no ids)")
+        if found.chunk is None and not found.ids:
+            raise InvalidArgumentError(f"{where}.ids", list(found.ids), "a non-empty list of trial ids")
+        return found
 
     def read(self) -> tuple[Manifest, list[Trial]]:
         """The manifest and these trials (GpuschedError when it is gone or does not hold them): the same lookup
         as the trial runner's command line (RunnerCommand.trials; a chunk: the whole chunk)."""
         manifest = Manifest(self.manifest)
         return manifest, RunnerCommand(self.manifest, ids=self.ids, chunk=self.chunk).trials(manifest)
+
+
+TRIAL_SET = RecordType(TrialSet, name="trial set")
 
 
 def trial_set(manifest: Manifest, trials: Sequence[Trial] = (), *, chunk: int | None = None) -> dict[str, Any]:
@@ -587,7 +653,7 @@ def mark_unfinished(manifest: Manifest, trials: Sequence[Trial], reason: str, st
     (:meth:`TrialStore.end_unfinished`: a run never rewrites another run's record or an outcome that stands)."""
     lines = []
     for trial in trials:
-        written = manifest.store.end_unfinished(trial, run=manifest.data.get("run"), state=state, reason=reason)
+        written = manifest.store.end_unfinished(trial, run=manifest.record.run, state=state, reason=reason)
         if written == state:
             lines.append(f"trial {trial.index} {trial.label or trial.trial_id} marked {state}: {reason}")
         elif written is not None:

@@ -19,13 +19,14 @@ import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import AfterValidator, Field
+from typing_extensions import NotRequired, TypedDict
 
 from airflow_provider_gpusched.core.checks import is_int, is_json_number
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
-from airflow_provider_gpusched.core.records import Float, RecordType, one_of, record_class, says
+from airflow_provider_gpusched.core.records import Float, RecordType, one_of, open_view, record_class, says
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested, safe_name
 from airflow_provider_gpusched.core.sweep.objective import Objective, leaderboard, pareto_fronts
 from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE
@@ -538,13 +539,44 @@ def trial_counts(plans: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str,
     return counts
 
 
+@open_view
+class SweepView(TypedDict):
+    """One sweep in one DAG run (:func:`build_sweep_view`), as ``GET /gpusched/api/dags/{dag_id}/sweeps`` lists
+    it."""
+
+    sweep: str
+    search: str
+    backend: str
+    run: str
+    objective: dict[str, Any] | None  # metric(s), mode(s), weights
+    counts: dict[str, int]  # trials per state, and defined / skipped
+    rounds: int | None
+    truncated: int  # trials whose parameters the plan did not publish (past MAX_PUBLISHED_TRIALS)
+    problems: list[dict[str, Any]]  # failed trials: index, trial_id, label, state, error, task_id, map_index
+    pruned: list[dict[str, Any]]  # pruned trials with their step and the rule's reason
+    curve_metric: str | None
+    curves: list[dict[str, Any]]  # per trial: its reports by step
+    latest_reports: list[dict[str, Any]]
+    leaderboard: list[dict[str, Any]]  # rank, score, index, label, trial_id, params, task...
+    best: dict[str, Any] | None
+    points: list[dict[str, Any]]  # scored trials drawn (a sample past MAX_POINTS)
+    points_total: int
+    best_so_far: list[list[float]]
+    numeric_params: list[str]
+    categorical_params: dict[str, list[str]]
+    param_scales: dict[str, str]
+    points_note: NotRequired[str]
+    group: NotRequired[str]  # the task group the sweep is
+    reports_note: NotRequired[str]
+
+
 def build_sweep_view(
     plans: Sequence[Mapping[str, Any]],
     outcomes: Mapping[str, Mapping[str, Any]],
     ti_states: Mapping[tuple[str, int], str | None],
     top_n: int = 20,
     reports: Callable[[str], Sequence[Mapping[str, Any]] | None] | None = None,
-) -> dict[str, Any]:
+) -> SweepView:
     """One sweep's view in one DAG run: ``plans`` (its stages' plan records, rounds in order), ``outcomes``
     (trial id -> published outcome), ``ti_states`` ((task id, map index) -> Airflow state), ``reports``
     (trial id -> its intermediate reports where the caller can read them, asked lazily: drawn by step)."""
@@ -593,7 +625,7 @@ def build_sweep_view(
             categorical_params={},
             param_scales={},
         )
-        return view
+        return cast(SweepView, view)
     board = leaderboard(rows, objective, top_n)
     view["leaderboard"] = [
         {
@@ -634,4 +666,4 @@ def build_sweep_view(
         )
     # categorical parameters (optimizer, activation...): one strip of scores per value, values sorted
     view.update(param_axes(plans, values, categories))
-    return view
+    return cast(SweepView, view)  # built up key by key: the api-server's response model checks its shape

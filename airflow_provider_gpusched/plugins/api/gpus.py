@@ -7,7 +7,7 @@ import socket
 import time
 from dataclasses import asdict
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, cast
 
 from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.resource_details import AccessView, DagAccessEntity
@@ -16,6 +16,7 @@ from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_da
 from airflow.models import TaskInstance  # the api-server's ORM models: no Task SDK equivalent exists
 from fastapi import APIRouter, Depends, HTTPException, Query
 from sqlalchemy import select
+from typing_extensions import TypedDict
 
 from airflow_provider_gpusched.core.gpu.board import (
     GPU_TIME_XCOM,
@@ -23,6 +24,9 @@ from airflow_provider_gpusched.core.gpu.board import (
     WAIT_XCOM,
     WINDOWS,
     BoardLease,
+    BoardView,
+    GPUTimeRecord,
+    WaitRecord,
     build_board,
     fleet_known_host,
     read_gpu_time_record,
@@ -31,10 +35,12 @@ from airflow_provider_gpusched.core.gpu.board import (
 )
 from airflow_provider_gpusched.core.gpu.timeline import (
     LEASE_HISTORY_XCOM,
+    TimelineView,
     build_timeline,
     read_history_record,
     running_segment,
 )
+from airflow_provider_gpusched.core.records import open_view
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.plugins.api.telemetry import host_telemetry, own_host
@@ -54,7 +60,7 @@ MAX_BOARD_HOSTS = 256
 MAX_BOARD_LEASES = 4096
 
 
-def gpu_board(user, session) -> dict[str, Any]:
+def gpu_board(user, session) -> BoardView:
     """Leases of running tasks, tasks waiting for GPUs, GPU time of tasks that ended in the last day; tasks of
     DAGs the user cannot read are shown without their names. Hosts come from the fleet's records and the
     api-server's own host; a task's record adds its lease on the host its task instance runs on, never a host."""
@@ -183,7 +189,7 @@ def _fleet_leases(view, leases: list[Any], hide, problems: list[str], now: float
 MAX_TIMELINE_SEGMENTS = 100_000
 
 
-def gpu_timeline(user, session, hours: float) -> dict[str, Any]:
+def gpu_timeline(user, session, hours: float) -> TimelineView:
     """Who held which GPU in the last ``hours``: the segments tasks published (XCom ``gpusched_lease_history``) of
     task instances that ran in the window, and the leases running tasks hold now (open bars). Each segment is
     drawn under the task instance whose XCom it is and only on a host it may name (:class:`HostCheck`)."""
@@ -260,7 +266,26 @@ def gpu_timeline(user, session, hours: float) -> dict[str, Any]:
     return timeline
 
 
-def task_lease(dag_id: str, run_id: str, task_id: str, map_index: int, session) -> dict[str, Any]:
+@open_view
+class TaskLeaseView(TypedDict):
+    """One task instance's GPU lease, wait and GPU time, as it published them, and when and where it ran."""
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+    task_state: str
+    start_date: float | None
+    end_date: float | None
+    hostname: str
+    try_number: int
+    lease: BoardLease | None  # the published lease record (core/gpu/board.BoardLease)
+    wait: WaitRecord | None
+    gpu_time: GPUTimeRecord | None
+    problems: list[str]  # records that were refused, and why
+
+
+def task_lease(dag_id: str, run_id: str, task_id: str, map_index: int, session) -> TaskLeaseView:
     """One task instance's GPU lease as it published it (running or ended), its wait and GPU time, and when and
     where the task ran: what the "GPU lease" link shows once the task's lease is no longer on the board."""
     ti = session.execute(
@@ -309,7 +334,7 @@ def task_lease(dag_id: str, run_id: str, task_id: str, map_index: int, session) 
                 out[field] = readers[key](value, f"XCom {key} of {where}")
             except BadRecordError as exc:
                 out["problems"].append(str(exc))
-    return out
+    return cast(TaskLeaseView, out)
 
 
 @router.get(
@@ -317,7 +342,7 @@ def task_lease(dag_id: str, run_id: str, task_id: str, map_index: int, session) 
     summary="The GPU board",
     dependencies=[Depends(requires_access_view(AccessView.CLUSTER_ACTIVITY))],
 )
-def get_gpu_board(user: GetUserDep, session: SessionDep) -> dict[str, Any]:
+def get_gpu_board(user: GetUserDep, session: SessionDep) -> BoardView:
     return gpu_board(user, session)
 
 
@@ -326,7 +351,7 @@ def get_gpu_board(user: GetUserDep, session: SessionDep) -> dict[str, Any]:
     summary="Who held which GPU in the last hours",
     dependencies=[Depends(requires_access_view(AccessView.CLUSTER_ACTIVITY))],
 )
-def get_timeline(user: GetUserDep, session: SessionDep, hours: float = Query(6.0, gt=0, le=24 * 14)) -> dict[str, Any]:
+def get_timeline(user: GetUserDep, session: SessionDep, hours: float = Query(6.0, gt=0, le=24 * 14)) -> TimelineView:
     return gpu_timeline(user, session, hours)
 
 
@@ -337,5 +362,5 @@ def get_timeline(user: GetUserDep, session: SessionDep, hours: float = Query(6.0
 )
 def get_task_lease(
     dag_id: str, run_id: str, task_id: str, session: SessionDep, map_index: int = Query(-1, ge=-1)
-) -> dict[str, Any]:
+) -> TaskLeaseView:
     return task_lease(dag_id, run_id, task_id, map_index, session)

@@ -4,17 +4,23 @@ slurm_output_dir``; behind read access to the DAG."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import requires_access_dag
 from fastapi import APIRouter, Depends, HTTPException, Query
+from typing_extensions import TypedDict
 
 from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.core.gpu.board import LEASE_XCOM
+from airflow_provider_gpusched.core.records import open_view
 from airflow_provider_gpusched.core.safe_files import BadRecordError, read_tail
-from airflow_provider_gpusched.core.slurm.job_view import SLURM_JOB_XCOM, CachedStatuses, job_view, read_job_record
+from airflow_provider_gpusched.core.slurm.job_view import (
+    SLURM_JOB_XCOM,
+    CachedStatuses,
+    JobView,
+    job_view,
+    read_job_record,
+)
 from airflow_provider_gpusched.core.slurm.runner import LOCAL_TARGET
 from airflow_provider_gpusched.plugins.api.xcoms import xcom_records
 
@@ -22,7 +28,20 @@ router = APIRouter(tags=["Slurm"])
 _live_statuses = CachedStatuses()
 
 
-def slurm_job(dag_id: str, run_id: str, task_id: str, map_index: int, session) -> dict[str, Any]:
+@open_view
+class NoSlurmJob(TypedDict):
+    """The answer for a task instance without a Slurm job (the tab is on every task instance)."""
+
+    found: bool  # False
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+    local_gpus: bool  # it ran on local GPUs instead (see its GPU lease)
+    message: str
+
+
+def slurm_job(dag_id: str, run_id: str, task_id: str, map_index: int, session) -> JobView | NoSlurmJob:
     rows = list(
         xcom_records(session, SLURM_JOB_XCOM, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index)
     )
@@ -82,5 +101,5 @@ def slurm_job(dag_id: str, run_id: str, task_id: str, map_index: int, session) -
 )
 def get_slurm_job(
     dag_id: str, run_id: str, task_id: str, session: SessionDep, map_index: int = Query(-1, ge=-1)
-) -> dict[str, Any]:
+) -> JobView | NoSlurmJob:
     return slurm_job(dag_id, run_id, task_id, map_index, session)

@@ -7,7 +7,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from typing import Any
+from typing import Any, cast
 
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.common.db.common import SessionDep
@@ -16,8 +16,10 @@ from airflow.models import DagRun, TaskInstance  # the api-server's ORM models: 
 from airflow.models.xcom import XComModel
 from fastapi import APIRouter, Depends, HTTPException, Query
 from sqlalchemy import and_, select
+from typing_extensions import NotRequired, TypedDict
 
 from airflow_provider_gpusched import settings
+from airflow_provider_gpusched.core.records import open_view
 from airflow_provider_gpusched.core.safe_files import BadRecordError, is_under, read_tail
 from airflow_provider_gpusched.core.sweep.analysis import compare_runs, param_importance
 from airflow_provider_gpusched.core.sweep.reports import RAN_AGAIN, reports_of_run
@@ -25,6 +27,7 @@ from airflow_provider_gpusched.core.sweep.store import OUTPUT_LOG_FILE, folder_d
 from airflow_provider_gpusched.core.sweep.view import (
     OUTCOMES_XCOM,
     PLAN_XCOM,
+    SweepView,
     build_sweep_view,
     param_axes,
     read_outcome_records,
@@ -107,7 +110,65 @@ _importance_cache: OrderedDict[tuple[Any, ...], dict[str, Any]] = OrderedDict()
 _importance_lock = threading.Lock()
 
 
-def sweep_importance(dag_id: str, run_id: str, group: str, session) -> dict[str, Any]:
+@open_view
+class ImportanceView(TypedDict):
+    """Parameter importance over the scored trials of one sweep (core/sweep/analysis.param_importance)."""
+
+    method: str  # "optuna-ped-anova", "variance-explained" or "none"
+    importances: list[dict[str, Any]]  # per parameter: name, importance...
+    trials: int
+    note: str
+    metric: NotRequired[str]
+    method_label: NotRequired[str]
+    seconds: NotRequired[float]
+
+
+@open_view
+class ComparisonView(TypedDict):
+    """Two runs of one sweep side by side (core/sweep/analysis.compare_runs)."""
+
+    group: str
+    metric: str
+    maximize: bool
+    a: dict[str, Any]  # run, counts, scored, best, best_so_far
+    b: dict[str, Any]
+    both: int  # trials scored in both runs
+
+
+@open_view
+class TrialView(TypedDict):
+    """One trial of a sweep and the tail of its output."""
+
+    index: int
+    trial_id: str
+    label: str
+    params: dict[str, Any]
+    state: str
+    result: Any
+    error: str | None
+    seconds: float | None
+    task_id: str | None
+    map_index: int | None
+    skipped: bool
+    step: int | None
+    round: int | None
+    log_tail: str | None
+    log_path: str | None
+    log_note: str
+
+
+@open_view
+class SweepsView(TypedDict):
+    """Every sweep of one DAG run (the Sweeps tab)."""
+
+    dag_id: str
+    run_id: str | None
+    runs: list[str]  # the DAG run ids that have sweeps, newest first
+    sweeps: list[SweepView]
+    problems: list[str]
+
+
+def sweep_importance(dag_id: str, run_id: str, group: str, session) -> ImportanceView:
     """Parameter importance over every scored trial of one sweep in one run (core/sweep/analysis.py)."""
     plans, rows, objective = _one_sweep(dag_id, run_id, group, session)
     if objective is None:
@@ -117,7 +178,7 @@ def sweep_importance(dag_id: str, run_id: str, group: str, session) -> dict[str,
     with _importance_lock:
         if key in _importance_cache:
             _importance_cache.move_to_end(key)
-            return _importance_cache[key]
+            return cast(ImportanceView, _importance_cache[key])
     t0 = time.monotonic()
     found = param_importance(
         points, param_axes(plans, values, categories), objective, pruned=sum(1 for r in rows if r["state"] == "pruned")
@@ -127,30 +188,33 @@ def sweep_importance(dag_id: str, run_id: str, group: str, session) -> dict[str,
         _importance_cache[key] = found
         while len(_importance_cache) > 64:
             _importance_cache.popitem(last=False)
-    return found
+    return cast(ImportanceView, found)
 
 
-def sweep_comparison(dag_id: str, run_id: str, other: str, group: str, session) -> dict[str, Any]:
+def sweep_comparison(dag_id: str, run_id: str, other: str, group: str, session) -> ComparisonView:
     """Two runs of one sweep side by side (core/sweep/analysis.py)."""
     plans_a, rows_a, objective = _one_sweep(dag_id, run_id, group, session)
     plans_b, rows_b, _objective_b = _one_sweep(dag_id, other, group, session)
     if objective is None:
         raise HTTPException(400, f"sweep {group!r} has no objective: there is no score to compare")
-    return {
-        "group": group,
-        **compare_runs(
-            {"run": run_id, "points": scored_points(rows_a, objective)[0], "counts": trial_counts(plans_a, rows_a)},
-            {"run": other, "points": scored_points(rows_b, objective)[0], "counts": trial_counts(plans_b, rows_b)},
-            objective,
-        ),
-    }
+    return cast(
+        ComparisonView,
+        {
+            "group": group,
+            **compare_runs(
+                {"run": run_id, "points": scored_points(rows_a, objective)[0], "counts": trial_counts(plans_a, rows_a)},
+                {"run": other, "points": scored_points(rows_b, objective)[0], "counts": trial_counts(plans_b, rows_b)},
+                objective,
+            ),
+        },
+    )
 
 
 #: lines of a trial's output the Sweeps tab shows
 TRIAL_LOG_LINES = 200
 
 
-def sweep_trial(dag_id: str, run_id: str, group: str, trial_id: str, session) -> dict[str, Any]:
+def sweep_trial(dag_id: str, run_id: str, group: str, trial_id: str, session) -> TrialView:
     """One trial of a sweep: its row (parameters, state, result, error, task instance) and the tail of its output
     (``output.log`` in its folder, read only under ``[gpusched] sweep_results_root``)."""
     plans, rows, _objective = _one_sweep(dag_id, run_id, group, session)
@@ -159,7 +223,7 @@ def sweep_trial(dag_id: str, run_id: str, group: str, trial_id: str, session) ->
         raise HTTPException(404, f"sweep {group!r} of run {run_id} lists no trial {trial_id!r}")
     out: dict[str, Any] = {
         k: row[k]
-        for k in (
+        for k in (  # TrialView's keys
             "index",
             "trial_id",
             "label",
@@ -179,14 +243,14 @@ def sweep_trial(dag_id: str, run_id: str, group: str, trial_id: str, session) ->
     reports = report_paths(plans).get(trial_id)
     if reports is None:
         out["log_note"] = "this sweep's plan names no results folder"
-        return out
+        return cast(TrialView, out)
     root = settings.sweep_results_root()
     path = os.path.join(os.path.dirname(reports), OUTPUT_LOG_FILE)
     out["log_path"] = path
     refusal = _folder_refusal(os.path.dirname(os.path.dirname(os.path.dirname(reports))), dag_id, root)
     if refusal:
         out["log_note"] = refusal
-        return out
+        return cast(TrialView, out)
     out["log_tail"] = read_tail(path, root, TRIAL_LOG_LINES)
     if out["log_tail"] is None:
         out["log_note"] = (
@@ -194,7 +258,7 @@ def sweep_trial(dag_id: str, run_id: str, group: str, trial_id: str, session) ->
         )
     elif row["skipped"]:
         out["log_note"] = "from the earlier DAG run that ran it"
-    return out
+    return cast(TrialView, out)
 
 
 def _folder_refusal(folder: str, dag_id: str, root: str) -> str:
@@ -212,7 +276,7 @@ def _folder_refusal(folder: str, dag_id: str, root: str) -> str:
     return ""
 
 
-def sweeps(dag_id: str, run_id: str | None, session) -> dict[str, Any]:
+def sweeps(dag_id: str, run_id: str | None, session) -> SweepsView:
     """Every sweep of one run of the DAG (default: its latest run that planned a sweep), and the runs to pick."""
     latest = (
         select(XComModel.run_id, DagRun.run_after)
@@ -269,7 +333,7 @@ def get_sweep_importance(
     session: SessionDep,
     run_id: str = Query(..., max_length=250),
     group: str = Query(..., max_length=250),
-) -> dict[str, Any]:
+) -> ImportanceView:
     return sweep_importance(dag_id, run_id, group, session)
 
 
@@ -280,7 +344,7 @@ def get_sweep_comparison(
     run_id: str = Query(..., max_length=250),
     other: str = Query(..., max_length=250),
     group: str = Query(..., max_length=250),
-) -> dict[str, Any]:
+) -> ComparisonView:
     return sweep_comparison(dag_id, run_id, other, group, session)
 
 
@@ -291,10 +355,10 @@ def get_sweep_trial(
     run_id: str = Query(..., max_length=250),
     group: str = Query(..., max_length=250),
     trial_id: str = Query(..., max_length=250),
-) -> dict[str, Any]:
+) -> TrialView:
     return sweep_trial(dag_id, run_id, group, trial_id, session)
 
 
 @router.get("/api/dags/{dag_id}/sweeps", summary="Every sweep of one DAG run", dependencies=READ_DAG)
-def get_sweeps(dag_id: str, session: SessionDep, run_id: str | None = Query(None, max_length=250)) -> dict[str, Any]:
+def get_sweeps(dag_id: str, session: SessionDep, run_id: str | None = Query(None, max_length=250)) -> SweepsView:
     return sweeps(dag_id, run_id, session)
