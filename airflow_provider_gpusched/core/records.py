@@ -99,7 +99,7 @@ class RecordType(Generic[T]):
     @functools.cached_property
     def runtime(self) -> frozenset[str]:
         """Fields that live only in memory (``Field(exclude=True)``): never written, never taken from a record."""
-        hints = _hints(self.cls)
+        hints = _hints(self.cls)  # type: ignore[arg-type]
         return frozenset(
             name for name in self.fields if any(getattr(m, "exclude", None) for m in get_args(hints[name])[1:])
         )
