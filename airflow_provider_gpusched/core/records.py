@@ -22,18 +22,92 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import hmac
+import json
+import os
 import re
+import secrets
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Generic, Literal, TypeVar, get_args, get_origin
-
-from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, Strict, TypeAdapter, ValidationError
-from pydantic.fields import FieldInfo
 
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 
+if typing.TYPE_CHECKING:
+    from pydantic import TypeAdapter, ValidationError
+
 T = TypeVar("T")
+
+# pydantic is imported where a record is first read, written or described, never by importing a module that
+# defines one: a trial runner process starts in 0.1 s, and pydantic's import alone would add as much again. The
+# metadata below stands for pydantic's own (``Field``'s bounds and ``strict``, validators) until then.
+
+_CONTAINERS = frozenset({"list", "tuple", "dict", "set", "frozenset"})
+
+
+def _constrain(schema: dict[str, Any], strict: bool | None, constraints: Mapping[str, Any]) -> dict[str, Any]:
+    """Put ``strict`` and the bounds on the schema that validates the value itself (under any validator
+    functions wrapped around it)."""
+    target = schema
+    while target.get("type", "").startswith("function-") and "schema" in target:
+        target = target["schema"]
+    if strict is not None and target.get("type") not in _CONTAINERS:
+        target["strict"] = strict
+    target.update(constraints)
+    return schema
+
+
+class Says:
+    """A field's metadata: the words a refusal (and the JSON Schema) uses for what was expected, and its bounds
+    (pydantic ``Field``'s keywords: ``ge``, ``max_length``, ``pattern``...). Strict unless ``strict=False``:
+    no type is coerced into another (a container's items carry their own)."""
+
+    def __init__(self, description: str = "", *, strict: bool | None = True, **constraints: Any) -> None:
+        self.description = description
+        self.strict = strict
+        self.constraints = constraints
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        return _constrain(handler(source), self.strict, self.constraints)
+
+    def __get_pydantic_json_schema__(self, schema: Any, handler: Any) -> Any:
+        found = handler(schema)
+        return {**found, "description": self.description} if self.description else found
+
+
+class Check:
+    """A validator function on the checked value (pydantic's ``AfterValidator``); ``before``: on the raw value
+    (``BeforeValidator``)."""
+
+    def __init__(self, function: Callable[[Any], Any], before: bool = False) -> None:
+        self.function, self.before = function, before
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        from pydantic_core import core_schema
+
+        wrap = (
+            core_schema.no_info_before_validator_function
+            if self.before
+            else core_schema.no_info_after_validator_function
+        )
+        return wrap(self.function, handler(source))
+
+
+class RuntimeOnly:
+    """A field that lives only in memory: never written to a record, never taken from one."""
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        return handler(source)
+
+
+RUNTIME_ONLY = RuntimeOnly()
+
+
+def says(description: str, *, strict: bool | None = True, **constraints: Any) -> Says:
+    """See :class:`Says`."""
+    return Says(description, strict=strict, **constraints)
 
 
 def _finite(value: float) -> float:
@@ -43,22 +117,16 @@ def _finite(value: float) -> float:
 
 
 #: strict JSON types: a ``true`` is no number, ``1`` no string, ``1.5`` no count
-Int = Annotated[int, Strict()]
-Float = Annotated[float, Strict(), AfterValidator(_finite)]  # an int is a float too, NaN and infinities are not
-Bool = Annotated[bool, Strict()]
-Str = Annotated[str, Strict()]
-Count = Annotated[int, Strict(), Field(ge=0)]
-Seconds = Annotated[float, Strict(), AfterValidator(_finite), Field(ge=0)]
+Int = Annotated[int, Says()]
+Float = Annotated[float, Says(), Check(_finite)]  # an int is a float too, NaN and infinities are not
+Bool = Annotated[bool, Says()]
+Str = Annotated[str, Says()]
+Count = Annotated[int, Says(ge=0)]
+Seconds = Annotated[float, Says(ge=0), Check(_finite)]
 Timestamp = Float
 
 
-def says(description: str, **constraints: Any) -> Any:
-    """A field's metadata: the words a refusal uses for what was expected, and its bounds (``Field``'s keywords:
-    ``ge``, ``max_length``, ``pattern``...); strict, so no type is coerced into another."""
-    return Field(description=description, strict=True, **constraints)
-
-
-def one_of(values: Sequence[Any]) -> AfterValidator:
+def one_of(values: Sequence[Any]) -> Check:
     """A check that a value is one of ``values`` (for choices a ``Literal`` cannot spell: a tuple defined elsewhere)."""
     allowed = frozenset(values)
 
@@ -67,7 +135,7 @@ def one_of(values: Sequence[Any]) -> AfterValidator:
             raise ValueError("one of " + ", ".join(repr(v) for v in values))
         return value
 
-    return AfterValidator(check)
+    return Check(check)
 
 
 def _index_key(value: Any) -> Any:
@@ -80,7 +148,7 @@ def _index_key(value: Any) -> Any:
 
 
 #: a GPU index as a JSON object's key ("0".."999"), an int in Python
-IndexKey = Annotated[int, BeforeValidator(_index_key)]
+IndexKey = Annotated[int, Check(_index_key, before=True)]
 
 
 class RecordType(Generic[T]):
@@ -94,6 +162,8 @@ class RecordType(Generic[T]):
     # built on first use: a process (a trial runner) pays only for the records it reads
     @functools.cached_property
     def adapter(self) -> TypeAdapter[T]:
+        from pydantic import TypeAdapter
+
         return TypeAdapter(self.cls)
 
     @functools.cached_property
@@ -101,16 +171,26 @@ class RecordType(Generic[T]):
         """Fields that live only in memory (``Field(exclude=True)``): never written, never taken from a record."""
         hints = _hints(self.cls)  # type: ignore[arg-type]
         return frozenset(
-            name for name in self.fields if any(getattr(m, "exclude", None) for m in get_args(hints[name])[1:])
+            name for name in self.fields if any(isinstance(m, RuntimeOnly) for m in get_args(hints[name])[1:])
         )
 
-    def read(self, data: Any, source: str) -> T:
+    def read(self, data: Any, source: str, *, key: bytes | None = None) -> T:
         """``data`` (parsed JSON) as the record, every field checked: :class:`BadRecordError` naming ``source``,
-        the key path and what was expected."""
+        the key path and what was expected. ``key``: a record sealed with it (:func:`seal`) by the process that
+        checked it before writing it is taken as that process wrote it (its seal proves it is), at no cost;
+        any other is checked."""
         if not isinstance(data, dict):
             raise BadRecordError(f"{source}: expected a JSON object, got {type(data).__name__}")
+        if key is not None and SEAL in data:
+            body = {k: v for k, v in data.items() if k != SEAL}
+            if isinstance(data[SEAL], str) and hmac.compare_digest(_mac(body, key), data[SEAL]):
+                built: T = _build(self.cls, body)
+                return built
+        data = {k: v for k, v in data.items() if k != SEAL}
         if self.runtime & data.keys():
             data = {k: v for k, v in data.items() if k not in self.runtime}
+        from pydantic import ValidationError
+
         try:
             return self.adapter.validate_python(data)
         except ValidationError as exc:
@@ -123,6 +203,8 @@ class RecordType(Generic[T]):
 
         if not isinstance(data, Mapping):
             raise InvalidArgumentError(argument, data, expected)
+        from pydantic import ValidationError
+
         try:
             return self.adapter.validate_python(dict(data))
         except ValidationError as exc:
@@ -138,13 +220,73 @@ class RecordType(Generic[T]):
             raise BadRecordError(f"{source}: expected a list of at most {max_items} {self.name} records")
         return [self.read(item, f"{source}: item {i}") for i, item in enumerate(data)]
 
+    def dump_sealed(self, value: T, key: bytes) -> dict[str, Any]:
+        """:meth:`dump` with a seal: the MAC under ``key`` that lets a process given the key read it back
+        without checking it again (a batch's group manifests, read by the trial runners it starts)."""
+        body = self.dump(value)
+        return {**body, SEAL: _mac(body, key)}
+
     def dump(self, value: T) -> dict[str, Any]:
         """The record as JSON-ready data (GPU-index keys as strings)."""
-        out: dict[str, Any] = self.adapter.dump_python(value, mode="json")
+        out: dict[str, Any] = self.adapter.dump_python(value, mode="json", exclude=set(self.runtime) or None)
         return out
 
     def json_schema(self) -> dict[str, Any]:
         return self.adapter.json_schema()
+
+
+#: a sealed record's key holding its MAC (HMAC-SHA256 of its canonical JSON)
+SEAL = "_seal"
+#: where a process started to read sealed records finds their key (hex); it takes it out of its environment
+RECORD_KEY_ENV = "GPUSCHED_RECORD_KEY"
+
+
+def _mac(body: Mapping[str, Any], key: bytes) -> str:
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+
+
+def new_record_key() -> bytes:
+    return secrets.token_bytes(32)
+
+
+def take_record_key() -> bytes | None:
+    """The key this process was given to read sealed records (:data:`RECORD_KEY_ENV`), removed from the
+    environment so that nothing it starts inherits it."""
+    text = os.environ.pop(RECORD_KEY_ENV, "")
+    try:
+        return bytes.fromhex(text) if len(text) == 64 else None
+    except ValueError:
+        return None
+
+
+def _build(tp: Any, value: Any) -> Any:
+    """``value`` (a sealed record's JSON, checked by the process that sealed it) as the record's dataclasses:
+    nested records, lists, tuples and GPU-index keys turned back into what reading it checked would give."""
+    bare, _ = _described(tp)
+    if value is None:
+        return None
+    if dataclasses.is_dataclass(bare) and isinstance(bare, type):
+        hints = _hints(bare)
+        return bare(
+            **{f.name: _build(hints[f.name], value[f.name]) for f in dataclasses.fields(bare) if f.name in value}
+        )
+    origin, args = get_origin(bare), get_args(bare)
+    if origin is list and args:
+        return [_build(args[0], v) for v in value]
+    if origin is tuple and args:
+        items = args[:1] * len(value) if args[-1] is Ellipsis else args
+        return tuple(_build(t, v) for t, v in zip(items, value, strict=True))
+    if origin is dict and len(args) == 2:
+        return {_build_key(args[0], k): _build(args[1], v) for k, v in value.items()}
+    return value
+
+
+def _build_key(tp: Any, key: Any) -> Any:
+    for meta in get_args(tp)[1:] if get_origin(tp) is Annotated else ():
+        if isinstance(meta, Check) and meta.before:
+            return meta.function(key)
+    return key
 
 
 def record_class(cls: type[T] | None = None, *, extra: Literal["ignore", "forbid"] = "ignore") -> Any:
@@ -152,7 +294,7 @@ def record_class(cls: type[T] | None = None, *, extra: Literal["ignore", "forbid
     still read; "forbid": a typo is refused)."""
 
     def wrap(c: type[T]) -> type[T]:
-        c.__pydantic_config__ = ConfigDict(extra=extra)  # type: ignore[attr-defined]
+        c.__pydantic_config__ = {"extra": extra}  # type: ignore[attr-defined] # pydantic's ConfigDict
         return c
 
     return wrap(cls) if cls is not None else wrap
@@ -161,7 +303,7 @@ def record_class(cls: type[T] | None = None, *, extra: Literal["ignore", "forbid
 def open_view(cls: type[T]) -> type[T]:
     """Class decorator for an answer's ``TypedDict`` (an api-server response model): keys it does not declare pass
     through as they are, never dropped (the declared ones are checked)."""
-    cls.__pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[attr-defined]
+    cls.__pydantic_config__ = {"extra": "allow"}  # type: ignore[attr-defined] # pydantic's ConfigDict
     return cls
 
 
@@ -189,7 +331,7 @@ def _described(tp: Any) -> tuple[Any, str]:
         if get_origin(tp) is Annotated:
             args = get_args(tp)
             for meta in args[1:]:
-                if isinstance(meta, FieldInfo) and meta.description:
+                if isinstance(meta, Says) and meta.description:
                     description = description or meta.description
             tp = args[0]
         elif get_origin(tp) in (typing.Union, types.UnionType):

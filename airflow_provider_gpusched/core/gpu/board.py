@@ -14,7 +14,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
-from pydantic import Field
 from typing_extensions import NotRequired, TypedDict
 
 from airflow_provider_gpusched.core.checks import is_finite_number
@@ -72,19 +71,20 @@ class BoardLease:
     lease_id: Name
     gpus: Annotated[
         list[HostGPUIndex],
-        Field(
+        says(
+            f"a non-empty list of at most {MAX_HOST_GPUS} GPU indices below {MAX_HOST_GPUS}",
+            strict=None,
             min_length=1,
             max_length=MAX_HOST_GPUS,
-            description=f"a non-empty list of at most {MAX_HOST_GPUS} GPU indices below {MAX_HOST_GPUS}",
         ),
     ]
     memory: Annotated[
         dict[IndexKey, GPUBytes],
-        Field(max_length=MAX_HOST_GPUS, description="an object of GPU index -> reserved bytes"),
+        says("an object of GPU index -> reserved bytes", strict=None, max_length=MAX_HOST_GPUS),
     ]
     whole: Annotated[bool, says("true or false")]
     job_class: Name
-    started: Annotated[Timestamp, Field(description="a time stamp")]
+    started: Annotated[Timestamp, says("a time stamp", strict=None)]
     dag_id: Name
     run_id: Name
     task_id: Name
@@ -93,7 +93,7 @@ class BoardLease:
     #: the normal work this (idle) lease was asked to yield to
     yielding_to: Annotated[str, says("a string", max_length=500)] = ""
     inventory: Annotated[
-        list[BoardGPU], Field(max_length=MAX_HOST_GPUS, description=f"a list of at most {MAX_HOST_GPUS} GPUs")
+        list[BoardGPU], says(f"a list of at most {MAX_HOST_GPUS} GPUs", strict=None, max_length=MAX_HOST_GPUS)
     ] = field(default_factory=list)
 
 
@@ -203,7 +203,7 @@ class WaitRecord:
     dag_id: Name
     run_id: Name
     task_id: Name
-    since: Annotated[Timestamp, Field(description="a time stamp")]
+    since: Annotated[Timestamp, says("a time stamp", strict=None)]
     priority: Annotated[int, says("an integer")] = 0
     map_index: Annotated[int, says("an integer")] = -1
     why: Annotated[str, says("a string of at most 2000 characters", max_length=2000)] = ""
@@ -247,7 +247,7 @@ def read_wait_record(data: Any, source: str) -> dict[str, Any]:
     return WAIT.dump(WAIT.read(data, source))
 
 
-NonNegativeSeconds = Annotated[float, Field(ge=0, description="a non-negative number")]
+NonNegativeSeconds = Annotated[float, says("a non-negative number", strict=None, ge=0)]
 
 
 @record_class
@@ -257,14 +257,14 @@ class GPUTimeRecord:
     per-class GPU time (``time``: when the task ended; absent in records of older versions, then the task's end)."""
 
     job_class: Annotated[str, says("a job class name", max_length=MAX_NAME)]
-    gpu_seconds: Annotated[Seconds, Field(description="a non-negative number")] = 0.0
-    lost_gpu_seconds: Annotated[Seconds, Field(description="a non-negative number")] = 0.0
+    gpu_seconds: Annotated[Seconds, says("a non-negative number", strict=None)] = 0.0
+    lost_gpu_seconds: Annotated[Seconds, says("a non-negative number", strict=None)] = 0.0
     preemptions: Annotated[int, says("an integer")] = 0
-    time: Annotated[Timestamp | None, Field(description="a time stamp")] = None
+    time: Annotated[Timestamp | None, says("a time stamp", strict=None)] = None
     #: what happened to it: each preemption, in words
     events: Annotated[
         list[Annotated[str, says("a string", max_length=2000)]],
-        Field(max_length=1000, description="a list of at most 1000 strings"),
+        says("a list of at most 1000 strings", strict=None, max_length=1000),
     ] = field(default_factory=list)
 
 

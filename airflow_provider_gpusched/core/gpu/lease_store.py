@@ -33,13 +33,19 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, TypeGuard
 
-from pydantic import Field
-
 from airflow_provider_gpusched.core.checks import is_int, is_json_number
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo, GPUInventory
 from airflow_provider_gpusched.core.gpu.placement import LeaseView, Placement
-from airflow_provider_gpusched.core.records import Float, IndexKey, RecordType, Seconds, record_class, says
+from airflow_provider_gpusched.core.records import (
+    RUNTIME_ONLY,
+    Float,
+    IndexKey,
+    RecordType,
+    Seconds,
+    record_class,
+    says,
+)
 from airflow_provider_gpusched.core.safe_files import (
     BadRecordError,
     brief_fd,
@@ -123,7 +129,7 @@ _STAGE_WORDS = "one of " + ", ".join(repr(s) for s in STAGES)
 
 Index = Annotated[int, says("a GPU index", ge=0)]
 Pid = Annotated[int, says("a process id", ge=0)]
-TimeStamp = Annotated[Float, Field(description="a time stamp")]
+TimeStamp = Annotated[Float, says("a time stamp", strict=None)]
 Flag = Annotated[bool, says("true or false")]
 Text = Annotated[str, says("a string")]
 
@@ -135,11 +141,11 @@ class Lease:
     checked) and, while it is held, its holder's lock."""
 
     lease_id: Annotated[str, says("16 hex digits", pattern=r"^[0-9a-f]{16}$")]
-    gpus: Annotated[list[Index], Field(description="a list of GPU indices")]
-    uuids: Annotated[list[Annotated[str, says("a GPU UUID")]], Field(description="a list of GPU UUIDs")]
+    gpus: Annotated[list[Index], says("a list of GPU indices", strict=None)]
+    uuids: Annotated[list[Annotated[str, says("a GPU UUID")]], says("a list of GPU UUIDs", strict=None)]
     memory: Annotated[
         dict[IndexKey, Annotated[int, says("reserved bytes", ge=0)]],
-        Field(description="an object of GPU index -> reserved bytes"),
+        says("an object of GPU index -> reserved bytes", strict=None),
     ]
     whole: Flag
     owner: Text
@@ -149,31 +155,31 @@ class Lease:
     created: TimeStamp = field(default_factory=time.time)
     simulated: Flag = False
     preemptible: Flag = False
-    min_runtime: Annotated[Float, Field(description="seconds")] = 0.0
-    child_pids: Annotated[list[Pid], Field(description="a list of process ids")] = field(default_factory=list)
+    min_runtime: Annotated[Float, says("seconds", strict=None)] = 0.0
+    child_pids: Annotated[list[Pid], says("a list of process ids", strict=None)] = field(default_factory=list)
     task_key: Text = ""  # the task (not the try) this lease runs for: one copy per task at a time
     pid_started: TimeStamp = 0.0  # the holder's start time: a reused pid is not mistaken for the holder
     #: seconds between SIGTERM and SIGKILL when its child is stopped
-    grace: Annotated[Seconds, Field(description="seconds (>= 0)")] = 10.0
+    grace: Annotated[Seconds, says("seconds (>= 0)", strict=None)] = 10.0
     #: bytes of host RAM reserved (0: none asked)
     host_memory: Annotated[int, says("bytes of host RAM (>= 0)", ge=0)] = 0
     #: the host CPUs reserved, which its child is pinned to
-    cpus: Annotated[list[Annotated[int, says("a CPU number", ge=0)]], Field(description="a list of CPU numbers")] = (
+    cpus: Annotated[list[Annotated[int, says("a CPU number", ge=0)]], says("a list of CPU numbers", strict=None)] = (
         field(default_factory=list)
     )
     #: the WorkTag (DAG, run, task, map index, sweep) it runs for
-    work: Annotated[dict[str, Any], Field(description="an object naming the DAG run and task")] = field(
+    work: Annotated[dict[str, Any], says("an object naming the DAG run and task", strict=None)] = field(
         default_factory=dict
     )
     #: a two-stage task's stage: "load" (host resources only), "wait" (loaded, waiting for GPUs), "train" (GPUs
     #: added); "" for a lease taken with its GPUs at once
-    stage: Annotated[Literal["", "load", "wait", "train"], Field(description=_STAGE_WORDS)] = ""
+    stage: Annotated[Literal["", "load", "wait", "train"], says(_STAGE_WORDS, strict=None)] = ""
     #: not stored: when its holder was found dead with the child still running
-    orphaned_at: Annotated[float, Field(exclude=True)] = 0.0
+    orphaned_at: Annotated[float, RUNTIME_ONLY] = 0.0
     #: not stored: why the lease file could not be read (its GPUs then count as taken)
-    unreadable: Annotated[str, Field(exclude=True)] = ""
-    fd: Annotated[int | None, Field(exclude=True)] = field(default=None, repr=False, compare=False)
-    path: Annotated[str | None, Field(exclude=True)] = field(default=None, repr=False, compare=False)
+    unreadable: Annotated[str, RUNTIME_ONLY] = ""
+    fd: Annotated[int | None, RUNTIME_ONLY] = field(default=None, repr=False, compare=False)
+    path: Annotated[str | None, RUNTIME_ONLY] = field(default=None, repr=False, compare=False)
 
     @property
     def cuda_visible_devices(self) -> str:

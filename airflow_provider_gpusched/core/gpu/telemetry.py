@@ -23,8 +23,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field
-
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
 from airflow_provider_gpusched.core.records import Float, IndexKey, Int, RecordType, record_class, says
 from airflow_provider_gpusched.core.safe_files import BadRecordError
@@ -70,7 +68,7 @@ Row = Annotated[
         Int | None,
         Float | None,
     ],
-    Field(description="[time, utilization 0-100 or null, memory used, temperature or null, watts or null]"),
+    says("[time, utilization 0-100 or null, memory used, temperature or null, watts or null]", strict=None),
 ]
 
 
@@ -80,11 +78,11 @@ class GPUSeries:
     """One GPU in a ring's record: its memory, its newest sample's time and processes, its rows."""
 
     memory_total: Bytes
-    time: Annotated[Float, Field(description="a time stamp")]
-    series: Annotated[list[Row], Field(max_length=10_000, description="a list of rows")]
+    time: Annotated[Float, says("a time stamp", strict=None)]
+    series: Annotated[list[Row], says("a list of rows", strict=None, max_length=10_000)]
     processes: Annotated[
         list[ProcessUse],
-        Field(max_length=MAX_PROCESSES, description=f"a list of at most {MAX_PROCESSES} processes"),
+        says(f"a list of at most {MAX_PROCESSES} processes", strict=None, max_length=MAX_PROCESSES),
     ]
 
 
@@ -93,12 +91,12 @@ class GPUSeries:
 class TelemetryRecord:
     """A host's ring of samples as it travels (:meth:`TelemetryRing.to_dict`, :func:`read_telemetry_record`)."""
 
-    version: Annotated[Literal[1], Field(description=str(RECORD_VERSION))]
+    version: Annotated[Literal[1], says(str(RECORD_VERSION), strict=None)]
     host: Annotated[str, says("a non-empty string", min_length=1, max_length=255)]
-    source: Annotated[Literal["nvml", "simulated"], Field(description="'nvml' or 'simulated'")]
-    resolution: Annotated[Float, Field(gt=0, description="seconds (> 0)")]
-    window: Annotated[Float, Field(gt=0, description="seconds (> 0)")]
-    gpus: Annotated[dict[IndexKey, GPUSeries], Field(max_length=1024, description="an object of GPU index -> samples")]
+    source: Annotated[Literal["nvml", "simulated"], says("'nvml' or 'simulated'", strict=None)]
+    resolution: Annotated[Float, says("seconds (> 0)", strict=None, gt=0)]
+    window: Annotated[Float, says("seconds (> 0)", strict=None, gt=0)]
+    gpus: Annotated[dict[IndexKey, GPUSeries], says("an object of GPU index -> samples", strict=None, max_length=1024)]
 
 
 TELEMETRY = RecordType(TelemetryRecord, name="telemetry")

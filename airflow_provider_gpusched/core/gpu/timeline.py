@@ -20,7 +20,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import Field
 from typing_extensions import NotRequired, TypedDict
 
 from airflow_provider_gpusched.core.gpu.board import MAX_HOST_GPUS, MAX_NAME
@@ -107,14 +106,15 @@ class Segment:
     job_class: Annotated[str, _text(MAX_NAME, min_length=1)]
     gpus: Annotated[
         list[Annotated[int, says(f"a GPU index below {MAX_HOST_GPUS}", ge=0, lt=MAX_HOST_GPUS)]],
-        Field(
+        says(
+            f"a non-empty list of at most {MAX_HOST_GPUS} GPU indices below {MAX_HOST_GPUS}",
+            strict=None,
             min_length=1,
             max_length=MAX_HOST_GPUS,
-            description=f"a non-empty list of at most {MAX_HOST_GPUS} GPU indices below {MAX_HOST_GPUS}",
         ),
     ]
-    start: Annotated[Float, Field(description="a time stamp")]
-    end: Annotated[Float, Field(description="a time stamp")]
+    start: Annotated[Float, says("a time stamp", strict=None)]
+    end: Annotated[Float, says("a time stamp", strict=None)]
     outcome: Annotated[str, says("one of " + ", ".join(OUTCOMES)), one_of(OUTCOMES)]
     host: Annotated[str, _text(MAX_NAME)] = ""
     priority: Annotated[int, says("an integer")] = 0
@@ -135,9 +135,10 @@ class History:
 
     segments: Annotated[
         list[Segment],
-        Field(
+        says(
+            f"a list of at most {MAX_SEGMENTS} segments (a task publishes its newest {MAX_SEGMENTS})",
+            strict=None,
             max_length=MAX_SEGMENTS,
-            description=f"a list of at most {MAX_SEGMENTS} segments (a task publishes its newest {MAX_SEGMENTS})",
         ),
     ]
     dropped: Annotated[int, says("a count", ge=0)] = 0

@@ -24,6 +24,7 @@ from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.gpu.runner import GPUWorkFailed, GPUWorkRunner
 from airflow_provider_gpusched.core.gpu.work import Work
+from airflow_provider_gpusched.core.records import RECORD_KEY_ENV, new_record_key
 from airflow_provider_gpusched.core.stops import WorkHalted
 from airflow_provider_gpusched.core.sweep.expand import Trial
 from airflow_provider_gpusched.core.sweep.trial_run import Manifest, group_argv, write_group_manifest
@@ -171,6 +172,8 @@ class LocalBatch:
         self.trial_seconds = 0.0  # of ran_seconds, what the trials themselves took (their status.json "seconds")
         self.halted: list[str] = []
         self.runners: list[GPUWorkRunner] = []
+        #: seals this batch's group manifests; only the runners it starts are given it (core/records.py)
+        self.record_key = new_record_key()
 
     # -- the batch ---------------------------------------------------------------------------------
     def run(self, on_tick: Callable[[], None] | None = None, tick_seconds: float = 30.0) -> dict[str, list[str]]:
@@ -257,14 +260,19 @@ class LocalBatch:
         """Run one group on a lease; whether it ended in a GPU OOM (None: the batch was halted)."""
         oom = False
         started = time.monotonic()
-        sliced = write_group_manifest(self.manifest, group)
+        sliced = write_group_manifest(self.manifest, group, self.record_key)
         if self.on_attempt is not None:
             on_attempt, label = self.on_attempt, group_label(group)
             runner.on_attempt = lambda attempt, _lease: on_attempt(attempt, label)
         try:
             runner.run(
                 self.request,
-                Work(argv=group_argv(sliced, group), setup=self.setup, time_limit=self.time_limit),
+                Work(
+                    argv=group_argv(sliced, group),
+                    setup=self.setup,
+                    time_limit=self.time_limit,
+                    env={RECORD_KEY_ENV: self.record_key.hex()},
+                ),
                 os.path.join(self.logs, f"{group[0].trial_id}.log"),
             )
         except GPUWorkFailed as exc:

@@ -27,13 +27,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TextIO
 
-from pydantic import Field
-
 from airflow_provider_gpusched.core.backends import DEFAULT_BACKEND, get_backend
 from airflow_provider_gpusched.core.checks import is_number
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.stages import channel_fds
-from airflow_provider_gpusched.core.records import Float, RecordType, one_of, record_class, says
+from airflow_provider_gpusched.core.records import Float, RecordType, one_of, record_class, says, take_record_key
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested
 from airflow_provider_gpusched.core.sweep.store import (
@@ -63,7 +61,7 @@ class ManifestTrial:
     trial_id: Annotated[str, says("a trial id", min_length=1, max_length=1000)]
     label: Text
     index: Annotated[int, says("an integer")]
-    params: Annotated[dict[str, Any], Field(description="an object of parameters")]
+    params: Annotated[dict[str, Any], says("an object of parameters", strict=None)]
 
     @classmethod
     def of(cls, trial: Trial) -> ManifestTrial:
@@ -84,24 +82,24 @@ class ManifestRecord:
     root: Annotated[str, says("a results root", min_length=1)]
     #: the trial's command (``command``: argv list) or pickled callable (``callable``: its file name), with the
     #: config template and the pickled ``required_env`` where the spec has them
-    target: Annotated[dict[str, Any], Field(description="an object with 'command' or 'callable'")]
-    trials: Annotated[list[ManifestTrial], Field(description="a list of trials")]
-    pending: Annotated[list[Text], Field(description="a list of trial ids")]
-    objective: Annotated[dict[str, Any], Field(description="an objective or null")] | None = None
-    env: Annotated[dict[str, Text], Field(description="an object of environment variables")] = field(
+    target: Annotated[dict[str, Any], says("an object with 'command' or 'callable'", strict=None)]
+    trials: Annotated[list[ManifestTrial], says("a list of trials", strict=None)]
+    pending: Annotated[list[Text], says("a list of trial ids", strict=None)]
+    objective: Annotated[dict[str, Any], says("an objective or null", strict=None)] | None = None
+    env: Annotated[dict[str, Text], says("an object of environment variables", strict=None)] = field(
         default_factory=dict
     )
     chunk_size: Annotated[int, says("a positive integer or null", gt=0)] | None = None
-    skipped: Annotated[list[Text], Field(description="a list of trial ids")] = field(default_factory=list)
+    skipped: Annotated[list[Text], says("a list of trial ids", strict=None)] = field(default_factory=list)
     round: Annotated[int, says("an integer or null")] | None = None
-    varying: Annotated[list[Text], Field(description="a list of parameter names")] = field(default_factory=list)
+    varying: Annotated[list[Text], says("a list of parameter names", strict=None)] = field(default_factory=list)
     run: Annotated[str, says("a DAG run id or null")] | None = None
-    planned_at: Annotated[Float, Field(description="a time stamp or null")] | None = None
+    planned_at: Annotated[Float, says("a time stamp or null", strict=None)] | None = None
     force_rerun: Annotated[bool, says("true or false")] = False
     base_dir: Annotated[str, says("a folder or null")] | None = None
     on_invalid_result: Annotated[str, says("'fail' or 'record'"), one_of(INVALID_RESULT_POLICIES)] = "fail"
-    distributed: Annotated[dict[str, Any], Field(description="how ranks start, or null")] | None = None
-    pruning: Annotated[dict[str, Any], Field(description="a pruning rule or null")] | None = None
+    distributed: Annotated[dict[str, Any], says("how ranks start, strict=None, or null")] | None = None
+    pruning: Annotated[dict[str, Any], says("a pruning rule or null", strict=None)] | None = None
     #: a batched group's manifest: the manifest it was cut from
     group_of: Annotated[str, says("a manifest path or null")] | None = None
 
@@ -150,13 +148,14 @@ def write_manifest(
 
 
 class Manifest:
-    def __init__(self, path: str, data: Any = None) -> None:
-        """The manifest in ``path`` (``data``: its content, when the caller just wrote it), every field checked."""
+    def __init__(self, path: str, data: Any = None, *, key: bytes | None = None) -> None:
+        """The manifest in ``path`` (``data``: its content, when the caller just wrote it), every field checked
+        (``key``: unless it is sealed with it, core/records.py)."""
         data = read_json(path) if data is None else data
         if not isinstance(data, dict) or "_unreadable" in data or "trials" not in data:
             raise InvalidArgumentError("manifest", path, "a sweep manifest written by the sweep's expand task")
         try:
-            self.record = MANIFEST.read(data, path)
+            self.record = MANIFEST.read(data, path, key=key)
         except BadRecordError as exc:
             raise InvalidArgumentError(
                 "manifest", path, f"a sweep manifest written by the sweep's plan ({exc})"
@@ -524,20 +523,21 @@ def trial_argv(manifest: Manifest, trial: Trial, python: str | None = None) -> l
     return runner_argv(manifest, trial.trial_id, trial.label or trial.trial_id, python=python)
 
 
-def write_group_manifest(manifest: Manifest, group: Sequence[Trial]) -> Manifest:
+def write_group_manifest(manifest: Manifest, group: Sequence[Trial], key: bytes | None = None) -> Manifest:
     """A manifest of only ``group``, with ``manifest``'s settings (target, objective, run, ...): the process
     that runs a group in batched mode reads its few trials, not the whole plan of thousands. The caller
-    removes it (``os.remove(sliced.path)``) once the group has run."""
+    removes it (``os.remove(sliced.path)``) once the group has run. ``key``: sealed with it (the runner it starts
+    is given the key, core/records.py), so that runner need not check it again."""
     record = dataclasses.replace(
         manifest.record,
         trials=[ManifestTrial.of(t) for t in group],
         pending=[t.trial_id for t in group],
         group_of=manifest.path,
     )
-    data = MANIFEST.dump(record)
+    data = MANIFEST.dump_sealed(record, key) if key is not None else MANIFEST.dump(record)
     stem = os.path.splitext(os.path.basename(manifest.path))[0]
     name = os.path.join("groups", f"{stem}-{group[0].trial_id[:16]}-{len(group)}-{os.getpid()}.json")
-    return Manifest(manifest.store.write(name, data), data)
+    return Manifest(manifest.store.write(name, data), data, key=key)
 
 
 def group_argv(manifest: Manifest, group: Sequence[Trial], python: str | None = None) -> list[str]:
@@ -606,7 +606,7 @@ class TrialSet:
 
     manifest: Annotated[str, says("a manifest path", min_length=1, pattern=r"^[^\x00]+$")]
     ids: Annotated[
-        tuple[Annotated[str, says("a trial id", min_length=1)], ...], Field(description="a non-empty list of trial ids")
+        tuple[Annotated[str, says("a trial id", min_length=1)], ...], says("a non-empty list of trial ids", strict=None)
     ] = ()
     chunk: Annotated[int, says("a chunk number >= 0 (and no ids)", ge=0)] | None = None
 
@@ -808,7 +808,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         command = parse_runner_args(args)
-        manifest = Manifest(command.manifest)
+        manifest = Manifest(command.manifest, key=take_record_key())
         array_task = os.environ.get("SLURM_ARRAY_TASK_ID", "") if command.chunk is not None else None
         trials = command.trials(manifest, array_task)
     except GpuschedError as exc:

@@ -21,12 +21,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, cast
 
-from pydantic import AfterValidator, Field
 from typing_extensions import NotRequired, TypedDict
 
 from airflow_provider_gpusched.core.checks import is_int, is_json_number
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
-from airflow_provider_gpusched.core.records import Float, RecordType, one_of, open_view, record_class, says
+from airflow_provider_gpusched.core.records import Check, Float, RecordType, one_of, open_view, record_class, says
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested, safe_name
 from airflow_provider_gpusched.core.sweep.objective import Objective, leaderboard, pareto_fronts
 from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE
@@ -72,7 +71,7 @@ class PlanTrial:
     index: Annotated[int, says("an integer")]
     trial_id: Note
     label: Note
-    params: Annotated[dict[str, Any], Field(description="an object of parameters")]
+    params: Annotated[dict[str, Any], says("an object of parameters", strict=None)]
 
 
 @record_class
@@ -83,7 +82,7 @@ class SkippedTrial:
 
     trial_id: Note
     result: Any = None
-    state: Annotated[Literal["succeeded", "pruned"], Field(description="'succeeded' or 'pruned'")] = "succeeded"
+    state: Annotated[Literal["succeeded", "pruned"], says("'succeeded' or 'pruned'", strict=None)] = "succeeded"
     error: Note | None = None
     step: Annotated[int, says("an integer or null")] | None = None
     run: Note | None = None  # the DAG run whose curve and result this run carries over
@@ -100,17 +99,17 @@ class PlanRecord:
     trial_task: Id  # the full task id that runs the pending trials
     run: Id
     defined: Annotated[int, says("a count", ge=0)]
-    trials: Annotated[list[PlanTrial], Field(description="a list")]
-    pending: Annotated[list[Note], Field(description="a list of trial ids")]
-    skipped: Annotated[list[SkippedTrial], Field(description="a list of {'trial_id', 'result'}")]
+    trials: Annotated[list[PlanTrial], says("a list", strict=None)]
+    pending: Annotated[list[Note], says("a list of trial ids", strict=None)]
+    skipped: Annotated[list[SkippedTrial], says("a list of {'trial_id', 'result'}", strict=None)]
     round: Annotated[int, says("an integer or null")] | None = None
     chunk_size: Annotated[int, says("a positive integer or null", gt=0)] | None = None
-    objective: Annotated[dict[str, Any] | None, AfterValidator(_objective)] = None
+    objective: Annotated[dict[str, Any] | None, Check(_objective)] = None
     #: absent in plans published before reports were drawn
     folder: Annotated[str, says("a non-empty string or null", min_length=1, max_length=4096)] | None = None
     curve_metric: Annotated[str, says("a non-empty string or null", min_length=1, max_length=4096)] | None = None
     log_params: Annotated[
-        list[Annotated[str, says("a parameter name", max_length=200)]], Field(description="a list of parameter names")
+        list[Annotated[str, says("a parameter name", max_length=200)]], says("a list of parameter names", strict=None)
     ] = field(default_factory=list)
 
 
@@ -125,7 +124,7 @@ class TrialOutcome:
     trial_id: Note
     state: Annotated[str, says(f"a state of {RUN_STATES}"), one_of(RUN_STATES)]
     result: Any = None
-    seconds: Annotated[Float, Field(description="a number or null")] | None = None
+    seconds: Annotated[Float, says("a number or null", strict=None)] | None = None
     error: Annotated[str, says("a string or null")] | None = None
     step: Annotated[int, says("an integer or null")] | None = None
 
