@@ -15,9 +15,9 @@ from airflow_provider_gpusched.core.errors import GpuschedError
 
 
 def _slurm_client():
-    from airflow_provider_gpusched.core.slurm import CommandRunner, SlurmClient
+    from airflow_provider_gpusched.core.slurm import SlurmClient, SlurmTransport
 
-    return SlurmClient(CommandRunner())
+    return SlurmClient(SlurmTransport())
 
 
 def _slurm_status(args) -> int:

@@ -42,9 +42,9 @@ def _slurm(args) -> tuple[object | None, str, str]:
         )
         return hook.get_conn(), how, ""
     if shutil.which("squeue"):
-        from airflow_provider_gpusched.core.slurm import CommandRunner, SlurmClient
+        from airflow_provider_gpusched.core.slurm import SlurmClient, SlurmTransport
 
-        return SlurmClient(CommandRunner()), "the local Slurm commands", ""
+        return SlurmClient(SlurmTransport()), "the local Slurm commands", ""
     return None, "", "Slurm not looked at: no squeue on the PATH (--slurm-conn-id ID to use a connection)"
 
 

@@ -33,7 +33,7 @@ import time
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
-from airflow_provider_gpusched.core.gpu.runner import GPUWorkFailed, GPUWorkRunner, Work
+from airflow_provider_gpusched.core.gpu.supervisor import GPUWorkFailed, GPUWorkSupervisor, Work
 from airflow_provider_gpusched.core.job_classes import JobClassMapping
 
 GPUS = 4
@@ -99,7 +99,7 @@ def run(mode: str, jobs, seconds: float, fillers: int, filler_steps: int) -> dic
                 if message.startswith("attempt 1:") and not started:
                     started.append(time.monotonic())
 
-            runner = GPUWorkRunner(manager, owner=f"normal-{i}", poll_interval=0.1, on_event=event)
+            runner = GPUWorkSupervisor(manager, owner=f"normal-{i}", poll_interval=0.1, on_event=event)
             runner.run(
                 GPURequest(gpus=gpus),
                 Work(argv=["sleep", f"{duration:.2f}"], cwd=os.path.join(tmp, f"n{i}")),
@@ -111,7 +111,7 @@ def run(mode: str, jobs, seconds: float, fillers: int, filler_steps: int) -> dic
         def filler(k: int) -> None:
             unit = 0
             while not stop.is_set():
-                runner = GPUWorkRunner(
+                runner = GPUWorkSupervisor(
                     manager, owner=f"filler-{k}", job_class="idle", poll_interval=0.1, yield_interval=0.2
                 )
                 stop_watch = threading.Thread(target=lambda r=runner: (stop.wait(), r.stop()), daemon=True)

@@ -30,7 +30,7 @@ import time
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
-from airflow_provider_gpusched.core.gpu.runner import GPUWorkRunner, Work
+from airflow_provider_gpusched.core.gpu.supervisor import GPUWorkSupervisor, Work
 
 
 def run_layout(
@@ -45,7 +45,7 @@ def run_layout(
         lock = threading.Lock()
 
         def worker() -> None:
-            runner = GPUWorkRunner(manager)
+            runner = GPUWorkSupervisor(manager)
             while True:
                 try:
                     i = todo.get_nowait()

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from airflow_provider_gpusched.core.slurm import CommandRunner, SlurmClient, SlurmJobSpec
+from airflow_provider_gpusched.core.slurm import SlurmClient, SlurmJobSpec, SlurmTransport
 
 REPO = Path(__file__).resolve().parents[1]
 RANK = (
@@ -86,7 +86,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     conf = os.environ.get("SLURM_CONF") or str(REPO / ".slurm" / "etc" / "slurm.conf")
-    client = SlurmClient(CommandRunner(slurm_conf=conf))
+    client = SlurmClient(SlurmTransport(slurm_conf=conf))
     work = Path(tempfile.mkdtemp(prefix="gpusched-bench-startup-"))
     print(
         f"{time.strftime('%Y-%m-%d')}, {platform.node()} ({os.cpu_count()} cores), SLURM_CONF={conf}, "

@@ -23,12 +23,12 @@ from collections import Counter
 from pathlib import Path
 
 from airflow_provider_gpusched.core.slurm import (
-    CommandRunner,
     JobTracker,
     PollProblem,
     SharedJobPoller,
     SlurmClient,
     SlurmJobSpec,
+    SlurmTransport,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,7 +54,7 @@ async def follow(source, job_id: str, interval: float) -> None:
 
 
 async def shared_design(conf: str, jobs: list[str], interval: float) -> tuple[Counter, int]:
-    poller = SharedJobPoller.shared(f"bench-{time.time()}", lambda: SlurmClient(CommandRunner(slurm_conf=conf)))
+    poller = SharedJobPoller.shared(f"bench-{time.time()}", lambda: SlurmClient(SlurmTransport(slurm_conf=conf)))
     await asyncio.gather(*(follow(poller, j, interval) for j in jobs))
     return poller.client.runner.calls, poller.polls
 
@@ -65,7 +65,7 @@ async def per_job_design(conf: str, jobs: list[str], interval: float) -> tuple[C
 
     async def one(job_id: str) -> None:
         nonlocal intervals
-        client = SlurmClient(CommandRunner(slurm_conf=conf))
+        client = SlurmClient(SlurmTransport(slurm_conf=conf))
         tracker = JobTracker(job_id)
         while not tracker.done:
             status = await asyncio.to_thread(client.status, job_id)
@@ -86,7 +86,7 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=1.0)
     args = parser.parse_args()
     conf = os.environ.get("SLURM_CONF") or str(REPO / ".slurm" / "etc" / "slurm.conf")
-    client = SlurmClient(CommandRunner(slurm_conf=conf))
+    client = SlurmClient(SlurmTransport(slurm_conf=conf))
     print(f"# slurm tracking benchmark: {args.jobs} concurrent jobs, poll interval {args.interval}s")
     print(f"# {time.strftime('%Y-%m-%d')} on {platform.node()} ({os.cpu_count()} cores), SLURM_CONF={conf}")
     rows = []

@@ -41,7 +41,7 @@ class Check:
 def check_slurm(client: Any, classes: Mapping[str, Mapping[str, Any]], where: str) -> list[Check]:
     """Slurm reachable through ``client`` (``where`` says how), the partitions and QOS the job classes name
     exist, and the idle class's partition can be preempted by normal work's."""
-    from airflow_provider_gpusched.core.slurm.runner import SlurmCommandError, SlurmUnavailableError
+    from airflow_provider_gpusched.core.slurm.transport import SlurmCommandError, SlurmUnavailableError
 
     try:
         out = client.runner.run(["sinfo", "-h", "-o", "%P|%a|%D|%G"]).stdout
@@ -81,7 +81,7 @@ def check_slurm(client: Any, classes: Mapping[str, Mapping[str, Any]], where: st
 
 
 def _check_qos(client: Any, classes: Mapping[str, Mapping[str, Any]]) -> list[Check]:
-    from airflow_provider_gpusched.core.slurm.runner import SlurmCommandError, SlurmUnavailableError
+    from airflow_provider_gpusched.core.slurm.transport import SlurmCommandError, SlurmUnavailableError
 
     wanted = {c: v["qos"] for c, v in classes.items() if v.get("qos")}
     if not wanted:

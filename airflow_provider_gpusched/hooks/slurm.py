@@ -19,11 +19,11 @@ from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.job_classes import slurm_class_settings
 from airflow_provider_gpusched.core.slurm import (
-    CommandRunner,
     SlurmClient,
     SlurmJobSpec,
-    SSHCommandRunner,
-    runner_from_description,
+    SlurmTransport,
+    SSHTransport,
+    transport_from_description,
 )
 
 
@@ -50,7 +50,7 @@ class SlurmHook(BaseHook):
                 raise
             self.log.info("No connection %r: running Slurm commands on this host", self.slurm_conn_id)
             self._extras = {}
-            self._runner_description = CommandRunner().describe()
+            self._runner_description = SlurmTransport().describe()
             return
         extras = self._extras_of(conn)
         # the UI stores conn-fields as extra__slurm__<name> in some versions; accept both spellings
@@ -66,7 +66,7 @@ class SlurmHook(BaseHook):
                     f"connection {self.slurm_conn_id!r} extra 'ssh_options'", options, "a string of ssh options"
                 )
             try:
-                runner = SSHCommandRunner(
+                runner = SSHTransport(
                     slurm_conf=slurm_conf,
                     host=conn.host,
                     user=conn.login or None,
@@ -79,7 +79,7 @@ class SlurmHook(BaseHook):
                 ) from None
             self._runner_description = runner.describe()
         else:
-            self._runner_description = CommandRunner(slurm_conf=slurm_conf).describe()
+            self._runner_description = SlurmTransport(slurm_conf=slurm_conf).describe()
 
     def _extras_of(self, conn) -> dict[str, Any]:
         """The connection's extra as a dict; bad JSON is an error naming the connection (Airflow's own
@@ -108,7 +108,7 @@ class SlurmHook(BaseHook):
 
     def get_conn(self) -> SlurmClient:
         if self._client is None:
-            self._client = SlurmClient(runner_from_description(self.runner_description))
+            self._client = SlurmClient(transport_from_description(self.runner_description))
         return self._client
 
     def job_defaults(self) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from airflow_provider_gpusched.core.gpu.inventory import GPUInventoryError
 from airflow_provider_gpusched.core.gpu.launch import GPUChild
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
-from airflow_provider_gpusched.core.gpu.runner import AttemptHooks, attempt_loop
+from airflow_provider_gpusched.core.gpu.supervisor import AttemptHooks, attempt_loop
 from airflow_provider_gpusched.core.gpu.timeline import LEASE_HISTORY_XCOM, SegmentLog, attempt_outcome, segment_of
 from airflow_provider_gpusched.core.gpu.work import Work
 from airflow_provider_gpusched.core.units import time_limit_seconds
@@ -306,7 +306,7 @@ class LocalGPUOperator(BaseOperator):
         return self._run(context, attempts.WorkProgress.from_dict(state))
 
     def _run(self, context, progress: attempts.WorkProgress) -> Any:
-        """The attempt loop (:func:`~airflow_provider_gpusched.core.gpu.runner.attempt_loop`, the one the blocking
+        """The attempt loop (:func:`~airflow_provider_gpusched.core.gpu.supervisor.attempt_loop`, the one the blocking
         runner uses too); this operator adds only how to wait (defer, reschedule or block: _TaskWaiting) and
         what it publishes."""
         hook = LocalGPUHook()

@@ -23,7 +23,7 @@ from airflow_provider_gpusched.core.slurm import (
     PollProblem,
     SharedJobPoller,
     SlurmClient,
-    runner_from_description,
+    transport_from_description,
 )
 from airflow_provider_gpusched.core.slurm.output import OutputFollower
 from airflow_provider_gpusched.triggers.deferral import hold_until
@@ -71,7 +71,7 @@ class SlurmJobTrigger(BaseTrigger):
 
     def _poller(self) -> SharedJobPoller:
         key = json.dumps(self.runner, sort_keys=True)
-        poller = SharedJobPoller.shared(key, lambda: SlurmClient(runner_from_description(self.runner)))
+        poller = SharedJobPoller.shared(key, lambda: SlurmClient(transport_from_description(self.runner)))
         if poller.on_poll is None:  # gpusched.slurm_jobs.<partition>.<pending|running> (docs/metrics.md)
             poller.on_poll = metrics.SlurmJobCounts()
         return poller
@@ -80,7 +80,7 @@ class SlurmJobTrigger(BaseTrigger):
         """The job's output followed into the task log while it runs: one file (not an array's, one per task)."""
         if not self.follow_output or not self.output_path or self.array_size or "%" in self.output_path:
             return None
-        return OutputFollower(self.output_path, runner_from_description(self.runner))
+        return OutputFollower(self.output_path, transport_from_description(self.runner))
 
     async def _show_output(self, follower: OutputFollower | None, final: bool = False) -> None:
         if follower is None:
@@ -146,5 +146,5 @@ class SlurmJobTrigger(BaseTrigger):
         if not self.cancel_on_kill:
             return
         self.log.info("Task killed while deferred: cancelling Slurm job %s", self.job_id)
-        client = SlurmClient(runner_from_description(self.runner))
+        client = SlurmClient(transport_from_description(self.runner))
         await asyncio.to_thread(client.cancel, [self.job_id])

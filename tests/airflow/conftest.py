@@ -62,9 +62,9 @@ def run_dag(airflow_db, slurm_cluster):
 @pytest.fixture
 def slurm(slurm_cluster):
     """A client of the test cluster (for what the tests do next to the DAGs)."""
-    from airflow_provider_gpusched.core.slurm import CommandRunner, SlurmClient
+    from airflow_provider_gpusched.core.slurm import SlurmClient, SlurmTransport
 
-    return SlurmClient(CommandRunner(slurm_conf=slurm_cluster))
+    return SlurmClient(SlurmTransport(slurm_conf=slurm_cluster))
 
 
 def jobs_named(slurm, name):

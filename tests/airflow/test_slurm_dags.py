@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_gpusched.core.slurm import CommandRunner, JobPhase, SlurmJobSpec
+from airflow_provider_gpusched.core.slurm import JobPhase, SlurmJobSpec, SlurmTransport
 from airflow_provider_gpusched.core.slurm.job import job_comment, task_key
 
 from .conftest import REPO, jobs_named, the_dag
@@ -106,7 +106,7 @@ def test_trigger_on_kill_cancels_the_job(slurm, slurm_cluster, tmp_path):
     from airflow_provider_gpusched.triggers.slurm import SlurmJobTrigger  # here: see tests/airflow/test_triggers.py
 
     job = slurm.submit(SlurmJobSpec(command="sleep 300", output=str(tmp_path / "k-%j.out"))).job_id
-    trigger = SlurmJobTrigger(job_id=job, runner=CommandRunner(slurm_conf=slurm_cluster).describe(), poll_interval=0.5)
+    trigger = SlurmJobTrigger(job_id=job, runner=SlurmTransport(slurm_conf=slurm_cluster).describe(), poll_interval=0.5)
 
     async def main():
         run = asyncio.create_task(anext(trigger.run()))

@@ -10,14 +10,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from airflow_provider_gpusched.core.slurm.runner import CommandResult, CommandRunner, SlurmCommandError
+from airflow_provider_gpusched.core.slurm.transport import CommandResult, SlurmCommandError, SlurmTransport
 
 OUTPUTS = json.loads((Path(__file__).resolve().parents[1] / "data" / "slurm_outputs.json").read_text())
 RECORDED, CONSTRUCTED = OUTPUTS["recorded"], OUTPUTS["constructed"]
 
 
 @dataclass
-class ReplayRunner(CommandRunner):
+class ReplayRunner(SlurmTransport):
     """Answers each program (``argv[0]``) from its queue of recorded answers, in order; the last answer of a
     queue repeats. An answer is the stdout text, or ``{"returncode", "stdout", "stderr"}``. Every command it
     was asked to run is kept in ``seen``. Its target is not "local", so the jobcomp file is read through

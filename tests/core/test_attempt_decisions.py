@@ -12,7 +12,7 @@ from airflow_provider_gpusched.core.gpu.attempts import (
 from airflow_provider_gpusched.core.gpu.lease_store import Lease
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
-from airflow_provider_gpusched.core.gpu.runner import Work
+from airflow_provider_gpusched.core.gpu.supervisor import Work
 from airflow_provider_gpusched.core.job_classes import LocalClassPolicy
 
 GiB = 1024**3

@@ -6,8 +6,8 @@ from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.slurm import JobPhase, JobStatus, JobTracker, SlurmJobSpec, classify_state
 from airflow_provider_gpusched.core.slurm.client import parse_jobcomp_line
 from airflow_provider_gpusched.core.slurm.job import job_comment, parse_array_indices, task_key
-from airflow_provider_gpusched.core.slurm.runner import SSHCommandRunner, is_transient_failure
 from airflow_provider_gpusched.core.slurm.states import aggregate_array, parse_exit_code
+from airflow_provider_gpusched.core.slurm.transport import SSHTransport, is_transient_failure
 
 ALL_STATES = {
     "PENDING": JobPhase.PENDING,
@@ -175,9 +175,7 @@ def test_task_key_is_stable_and_distinct():
 
 
 def test_ssh_runner_quotes_each_argument():
-    runner = SSHCommandRunner(
-        host="login1", user="ann", port=2222, ssh_options=["-i", "/k"], slurm_conf="/a b/slurm.conf"
-    )
+    runner = SSHTransport(host="login1", user="ann", port=2222, ssh_options=["-i", "/k"], slurm_conf="/a b/slurm.conf")
     argv = runner.wrap(["sbatch", "--job-name=a b;c", "it's"])
     assert argv[: argv.index("--")] == ["ssh", "-o", "BatchMode=yes", "-i", "/k", "-p", "2222"]
     assert argv[argv.index("--") + 1] == "ann@login1"  # after "--": never an option

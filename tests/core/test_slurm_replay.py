@@ -3,7 +3,7 @@
 import pytest
 
 from airflow_provider_gpusched.core.slurm import JobPhase, JobTracker, SlurmClient, SlurmJobSpec
-from airflow_provider_gpusched.core.slurm.runner import SlurmCommandError, SlurmUnavailableError
+from airflow_provider_gpusched.core.slurm.transport import SlurmCommandError, SlurmUnavailableError
 from tests.core.slurm_replay import CONSTRUCTED, RECORDED, ReplayRunner
 
 

@@ -8,8 +8,8 @@ import logging
 import pytest
 
 from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec, job_comment
-from airflow_provider_gpusched.core.slurm.runner import SlurmCommandError, SlurmUnavailableError
 from airflow_provider_gpusched.core.slurm.submission import SLURM_RETRY, RetryPolicy, Submission
+from airflow_provider_gpusched.core.slurm.transport import SlurmCommandError, SlurmUnavailableError
 
 
 class FlakySlurm:

@@ -14,7 +14,7 @@ import pytest
 from airflow_provider_gpusched.core.gpu.launch import GPUChild, gpu_environment
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy, find_oom
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
-from airflow_provider_gpusched.core.gpu.runner import GPUWorkFailed, GPUWorkRunner, Work
+from airflow_provider_gpusched.core.gpu.supervisor import GPUWorkFailed, GPUWorkSupervisor, Work
 from airflow_provider_gpusched.core.pyfunc import write_call
 
 GiB = 1024**3
@@ -39,7 +39,7 @@ def program(tmp_path):
 
 def test_multi_gpu_request_sees_two_distinct_gpus(manager, tmp_path):
     lines = []
-    runner = GPUWorkRunner(manager, on_line=lines.append)
+    runner = GPUWorkSupervisor(manager, on_line=lines.append)
     result = runner.run(
         GPURequest(gpus=2),
         Work(
@@ -62,7 +62,7 @@ def test_setup_lines_run_in_the_shell_that_starts_the_work_and_arguments_stay_ve
     (tmp_path / "env.sh").write_text("export TRAIN_ENV='activated env'\n")
     tricky = ["a b", "it's", '"q"', "x; rm -rf /", "$HOME", "*"]
     lines = []
-    result = GPUWorkRunner(manager, on_line=lines.append).run(
+    result = GPUWorkSupervisor(manager, on_line=lines.append).run(
         GPURequest(gpus=1),
         Work(
             argv=[
@@ -78,7 +78,7 @@ def test_setup_lines_run_in_the_shell_that_starts_the_work_and_arguments_stay_ve
     assert result.exit_code == 0
     assert lines == [f"activated env {result.gpus[0]['index']} {tricky!r}"]
     lines.clear()
-    GPUWorkRunner(manager, on_line=lines.append).run(  # a shell command line goes on in the same shell
+    GPUWorkSupervisor(manager, on_line=lines.append).run(  # a shell command line goes on in the same shell
         GPURequest(gpus=1),
         Work(shell_command='echo "$TRAIN_ENV" from "$PWD"', setup=f"source {tmp_path}/env.sh; cd /"),
         str(tmp_path / "log"),
@@ -107,7 +107,7 @@ def test_cpus_are_reserved_like_host_memory_and_the_child_is_pinned_to_them(mana
     for lease in manager.leases():
         manager.release(lease)
     lines = []
-    GPUWorkRunner(manager, on_line=lines.append).run(
+    GPUWorkSupervisor(manager, on_line=lines.append).run(
         GPURequest(gpu_memory="1GiB", cpus=1),
         Work(
             argv=[
@@ -132,19 +132,19 @@ def test_cpus_are_reserved_like_host_memory_and_the_child_is_pinned_to_them(mana
 def test_work_is_stopped_at_its_time_limit_and_fails_saying_so(manager, tmp_path):
     import time
 
-    from airflow_provider_gpusched.core.gpu.runner import GPUWorkFailed
+    from airflow_provider_gpusched.core.gpu.supervisor import GPUWorkFailed
 
     started = time.monotonic()
     with pytest.raises(
         GPUWorkFailed, match=r"reached its time limit \(00:00:01\) after 1\.\d+s and was stopped"
     ) as failed:
-        GPUWorkRunner(manager, grace=1).run(
+        GPUWorkSupervisor(manager, grace=1).run(
             GPURequest(gpus=1), Work(argv=["sleep", "60"], time_limit=1), str(tmp_path / "log")
         )
     assert failed.value.timed_out and not failed.value.oom
     assert time.monotonic() - started < 10 and manager.leases() == []  # stopped, not waited for
     assert (
-        GPUWorkRunner(manager)
+        GPUWorkSupervisor(manager)
         .run(GPURequest(gpus=1), Work(argv=["true"], time_limit=5), str(tmp_path / "log"))
         .exit_code
         == 0
@@ -168,7 +168,7 @@ def test_shared_gpu_children_get_memory_hints(manager, tmp_path):
 
 def test_oom_is_retried_with_a_bigger_reservation(manager, program, tmp_path):
     events = []
-    runner = GPUWorkRunner(manager, oom_policy=OOMRetryPolicy(retries=2, factor=1.5), on_event=events.append)
+    runner = GPUWorkSupervisor(manager, oom_policy=OOMRetryPolicy(retries=2, factor=1.5), on_event=events.append)
     result = runner.run(GPURequest(gpu_memory="4GiB"), Work(argv=[sys.executable, program, "5"]), str(tmp_path / "log"))
     assert result.exit_code == 0 and result.oom_retries == 1
     assert [a.request for a in result.attempts] == ["4.0GiB on 1 GPU", "6.0GiB on 1 GPU"]
@@ -177,13 +177,13 @@ def test_oom_is_retried_with_a_bigger_reservation(manager, program, tmp_path):
 
 
 def test_oom_escalates_to_a_whole_gpu_last(manager, program, tmp_path):
-    runner = GPUWorkRunner(manager, oom_policy=OOMRetryPolicy(retries=2, factor=1.5))
+    runner = GPUWorkSupervisor(manager, oom_policy=OOMRetryPolicy(retries=2, factor=1.5))
     result = runner.run(GPURequest(gpu_memory="4GiB"), Work(argv=[sys.executable, program, "20"]), str(tmp_path / "l"))
     assert [a.request for a in result.attempts] == ["4.0GiB on 1 GPU", "6.0GiB on 1 GPU", "1 whole GPU"]
 
 
 def test_oom_beyond_the_limit_and_ordinary_failures_are_not_retried(manager, program, tmp_path):
-    runner = GPUWorkRunner(manager, oom_policy=OOMRetryPolicy(retries=1, factor=1.5))
+    runner = GPUWorkSupervisor(manager, oom_policy=OOMRetryPolicy(retries=1, factor=1.5))
     with pytest.raises(GPUWorkFailed) as err:
         runner.run(GPURequest(gpu_memory="4GiB"), Work(shell_command="echo oops >&2; exit 3"), str(tmp_path / "a"))
     assert len(err.value.attempts) == 1 and not err.value.oom and "exit code 3" in str(err.value)
@@ -285,7 +285,7 @@ def test_stop_sends_each_process_of_the_work_one_sigterm(tmp_path):
 
 
 def test_stop_event_stops_the_run_and_frees_the_gpu(manager, tmp_path):
-    runner = GPUWorkRunner(manager, grace=1.0)
+    runner = GPUWorkSupervisor(manager, grace=1.0)
     threading.Timer(1.0, runner.stop).start()
     with pytest.raises(GPUWorkFailed):
         runner.run(GPURequest(gpus=4), Work(argv=["sleep", "300"]), str(tmp_path / "log"))
@@ -300,7 +300,9 @@ def test_python_callable_runs_on_the_gpu_and_returns_its_value(manager, tmp_path
 
     call_dir = str(tmp_path / "call")
     write_call(call_dir, train, (0.1,), {"epochs": 3})
-    result = GPUWorkRunner(manager).run(GPURequest(gpu_memory="1GiB"), Work(call_dir=call_dir), str(tmp_path / "log"))
+    result = GPUWorkSupervisor(manager).run(
+        GPURequest(gpu_memory="1GiB"), Work(call_dir=call_dir), str(tmp_path / "log")
+    )
     assert result.value == {"lr": 0.1, "epochs": 3, "gpus": "0"}
 
 
@@ -335,7 +337,7 @@ def test_oom_recognised_from_gpu_memory_evidence_without_a_message(tmp_path):
     """)
     )
     manager = LeaseManager(SimulatedInventory("4x24GiB", usage_file=str(usage)), str(tmp_path / "leases"))
-    runner = GPUWorkRunner(manager, sample_interval=0.1)
+    runner = GPUWorkSupervisor(manager, sample_interval=0.1)
     result = runner.run(GPURequest(gpu_memory="4GiB"), Work(argv=[sys.executable, str(script)]), str(tmp_path / "log"))
     assert result.oom_retries == 1
     assert "GPU memory evidence" in result.attempts[0].oom
@@ -363,7 +365,7 @@ open(out, "w").write(" ".join(map(str, pids)))
 def test_work_that_ends_leaves_no_process_running_before_its_gpu_is_given_out(manager, tmp_path):
     """Issue 30: a child that exits 0 after starting `cmd &`, a setsid child and a double-forked one: all three are
     stopped (found by session and by the lease id in their environment) before the lease is released."""
-    runner = GPUWorkRunner(manager, grace=1.0)
+    runner = GPUWorkSupervisor(manager, grace=1.0)
     lines = []
     runner.on_line = lines.append
     result = runner.run(
@@ -412,10 +414,10 @@ def test_a_traceback_names_the_error_line_not_the_echoed_source_line():
 def test_gpu_time_counts_a_memory_slice_as_its_share_of_the_gpu(manager, tmp_path):
     from airflow_provider_gpusched.core.gpu.accounting import accounting_totals
 
-    sliced = GPUWorkRunner(manager).run(
+    sliced = GPUWorkSupervisor(manager).run(
         GPURequest(gpu_memory="6GiB"), Work(shell_command="sleep 0.5"), str(tmp_path / "slice")
     )
-    whole = GPUWorkRunner(manager).run(GPURequest(gpus=2), Work(shell_command="sleep 0.5"), str(tmp_path / "whole"))
+    whole = GPUWorkSupervisor(manager).run(GPURequest(gpus=2), Work(shell_command="sleep 0.5"), str(tmp_path / "whole"))
     (a,), (b,) = sliced.attempts, whole.attempts
     assert a.gpu_seconds == pytest.approx(0.25 * a.seconds, rel=0.01)  # 6 of 24 GiB
     assert b.gpu_seconds == pytest.approx(2 * b.seconds, rel=0.01)
@@ -472,7 +474,7 @@ def test_no_escape_outlives_the_work_even_without_the_lease_id(manager, tmp_path
     """Issue 53, item 11: `setsid env -i`, `env -u GPUSCHED_LEASE_ID`, a late-starting setsid shell, a double fork
     with a clean environment and a daemon that clears its environment: none carries the lease id or stays in the
     child's session, yet all are stopped before the lease is released (the shim is their subreaper)."""
-    runner = GPUWorkRunner(manager, grace=1.0)
+    runner = GPUWorkSupervisor(manager, grace=1.0)
     lines = []
     runner.on_line = lines.append
     result = runner.run(
@@ -529,7 +531,7 @@ def test_a_process_the_driver_still_shows_on_the_leased_gpu_after_the_work_is_re
         )
         manager = LeaseManager(SimulatedInventory("1x24GiB", usage_file=str(usage)), str(tmp_path / "leases"))
         lines = []
-        runner = GPUWorkRunner(manager, grace=1.0)
+        runner = GPUWorkSupervisor(manager, grace=1.0)
         runner.on_line = lines.append
         result = runner.run(GPURequest(gpus=1), Work(argv=[sys.executable, "-c", script]), str(tmp_path / "log"))
         assert result.exit_code == 0

@@ -14,7 +14,7 @@ from airflow_provider_gpusched.core.gpu.accounting import GPUTimeLedger, account
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.placement import GPURequest, LeaseView
-from airflow_provider_gpusched.core.gpu.runner import GPUWorkRunner, Work
+from airflow_provider_gpusched.core.gpu.supervisor import GPUWorkSupervisor, Work
 from airflow_provider_gpusched.core.gpu.yielding import choose_victims
 from airflow_provider_gpusched.core.job_classes import JobClassMapping
 from tests.polling import wait_until
@@ -40,7 +40,7 @@ def trainer_work(tmp_path, name, steps):
 
 
 class Background:
-    """Runs a GPUWorkRunner in a thread and keeps its result or error."""
+    """Runs a GPUWorkSupervisor in a thread and keeps its result or error."""
 
     def __init__(self, runner, request, work, log):
         self.runner, self.events, self.result, self.error = runner, [], None, None
@@ -73,7 +73,7 @@ def wait_for_lease(manager, job_class, timeout=20):
 
 
 def idle_runner(manager):
-    return GPUWorkRunner(manager, owner="idle-fill", job_class="idle", poll_interval=0.1, yield_interval=0.2)
+    return GPUWorkSupervisor(manager, owner="idle-fill", job_class="idle", poll_interval=0.1, yield_interval=0.2)
 
 
 def test_normal_work_preempts_idle_within_grace_and_idle_resumes_from_checkpoint(tmp_path, state_dir):

@@ -22,7 +22,7 @@ from dataclasses import asdict
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
-from airflow_provider_gpusched.core.gpu.runner import Work, run_attempt
+from airflow_provider_gpusched.core.gpu.supervisor import Work, run_attempt
 from airflow_provider_gpusched.core.work_tag import WorkTag
 state_dir, dag, hang = sys.argv[1], sys.argv[2], sys.argv[3] == "hang"
 manager = LeaseManager(SimulatedInventory("4x24GiB"), state_dir)

@@ -11,7 +11,7 @@ import pytest
 from airflow_provider_gpusched.core.gpu.attempts import Attempt
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
-from airflow_provider_gpusched.core.gpu.runner import GPUWorkRunner, Work
+from airflow_provider_gpusched.core.gpu.supervisor import GPUWorkSupervisor, Work
 from airflow_provider_gpusched.core.gpu.timeline import (
     MAX_SEGMENTS,
     SegmentLog,
@@ -30,7 +30,7 @@ def test_an_oom_retry_leaves_an_oom_segment_then_a_succeeded_one_on_this_host(ma
     program = tmp_path / "train.py"
     program.write_text(NEEDS_MEMORY)
     log = SegmentLog()
-    runner = GPUWorkRunner(
+    runner = GPUWorkSupervisor(
         manager,
         oom_policy=OOMRetryPolicy(retries=2, factor=1.5),
         host="gpu-a",

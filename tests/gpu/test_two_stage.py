@@ -19,7 +19,7 @@ from airflow_provider_gpusched.core.gpu import stages
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
-from airflow_provider_gpusched.core.gpu.runner import GPUWorkFailed, GPUWorkRunner, Work
+from airflow_provider_gpusched.core.gpu.supervisor import GPUWorkFailed, GPUWorkSupervisor, Work
 from tests.polling import wait_until
 
 #: a fedflow-style task: load (host RAM only, no GPU visible), then train on the GPU it is given
@@ -57,7 +57,7 @@ def _run_in_thread(runner, request, work, log):
 
 def test_the_load_stage_sees_no_gpu_and_the_train_stage_gets_the_placed_one(manager, program, tmp_path):
     lines = []
-    result = GPUWorkRunner(manager, on_line=lines.append).run(
+    result = GPUWorkSupervisor(manager, on_line=lines.append).run(
         GPURequest(gpu_memory="6GiB", host_memory="1GiB", load_stage=True),
         Work(argv=[sys.executable, program]),
         str(tmp_path / "log"),
@@ -95,7 +95,7 @@ def test_the_train_stage_waits_for_gpu_memory_holding_its_ram_and_max_waiting_bo
     lines = []
     request = GPURequest(gpu_memory="8GiB", host_memory="3GiB", load_stage=True, max_waiting=1)
     thread, box = _run_in_thread(
-        GPUWorkRunner(manager, on_line=lines.append),
+        GPUWorkSupervisor(manager, on_line=lines.append),
         request,
         Work(argv=[sys.executable, program]),
         str(tmp_path / "log"),
@@ -135,7 +135,7 @@ def test_the_time_limit_counts_the_wait_for_gpus(state_dir, program, tmp_path):
     manager = LeaseManager(SimulatedInventory("1x24GiB"), state_dir)
     holder, _ = manager.try_acquire(GPURequest(gpus=1), "holder")
     with pytest.raises(GPUWorkFailed, match="reached its time limit") as failed:
-        GPUWorkRunner(manager, grace=1).run(
+        GPUWorkSupervisor(manager, grace=1).run(
             GPURequest(gpus=1, load_stage=True),
             Work(argv=[sys.executable, program], time_limit=2),
             str(tmp_path / "log"),
@@ -147,7 +147,7 @@ def test_the_time_limit_counts_the_wait_for_gpus(state_dir, program, tmp_path):
 
 
 def test_work_that_never_asks_for_gpus_holds_none(manager, tmp_path):
-    result = GPUWorkRunner(manager).run(
+    result = GPUWorkSupervisor(manager).run(
         GPURequest(gpus=1, host_memory="1GiB", load_stage=True),
         Work(argv=[sys.executable, "-c", "print('only loading')"]),
         str(tmp_path / "log"),
@@ -159,7 +159,7 @@ def test_work_that_never_asks_for_gpus_holds_none(manager, tmp_path):
 def test_a_shell_command_with_setup_lines_speaks_the_same_channel(manager, program, tmp_path):
     (tmp_path / "env.sh").write_text("export STAGED='yes'\n")
     lines = []
-    GPUWorkRunner(manager, on_line=lines.append).run(
+    GPUWorkSupervisor(manager, on_line=lines.append).run(
         GPURequest(gpus=1, load_stage=True),
         Work(shell_command=f'echo "$STAGED"; "{sys.executable}" "{program}"', setup=[f"source {tmp_path}/env.sh"]),
         str(tmp_path / "log"),
@@ -204,7 +204,7 @@ def test_bad_two_stage_settings_are_refused_by_name(manager, tmp_path):
     with pytest.raises(InvalidArgumentError, match="load_stage"):
         GPURequest(load_stage="yes")
     with pytest.raises(InvalidArgumentError, match="load_stage"):
-        GPUWorkRunner(manager).run(
+        GPUWorkSupervisor(manager).run(
             GPURequest(gpus=2, load_stage=True), Work(argv=["true"], distributed="srun"), str(tmp_path / "log")
         )
     time.sleep(0)

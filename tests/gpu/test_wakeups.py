@@ -15,7 +15,7 @@ from airflow_provider_gpusched.core.gpu.launch import GPUChild
 from airflow_provider_gpusched.core.gpu.lease_store import RELEASES_FILE
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
-from airflow_provider_gpusched.core.gpu.runner import MemorySampler, Work, run_attempt
+from airflow_provider_gpusched.core.gpu.supervisor import MemorySampler, Work, run_attempt
 from tests.conftest import REPO
 
 WHOLE = GPURequest(gpus=4)

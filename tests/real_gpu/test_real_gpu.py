@@ -13,7 +13,7 @@ import time
 import pytest
 
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
-from airflow_provider_gpusched.core.gpu.runner import GPUWorkRunner, Work
+from airflow_provider_gpusched.core.gpu.supervisor import GPUWorkSupervisor, Work
 from airflow_provider_gpusched.core.pyfunc import write_call
 
 from .conftest import nvidia_smi
@@ -50,7 +50,7 @@ def test_cuda_visible_devices_makes_pytorch_see_exactly_the_leased_gpus_in_pci_o
     wanted = [gpus[-1].index] if len(gpus) == 1 else [gpus[-1].index, gpus[0].index]  # out of order on purpose
     call_dir = str(tmp_path / "call")
     write_call(call_dir, _visible_devices)
-    result = GPUWorkRunner(manager).run(
+    result = GPUWorkSupervisor(manager).run(
         GPURequest(gpus=len(wanted), devices=wanted), Work(call_dir=call_dir), str(tmp_path / "log")
     )
     leased = sorted(result.gpus, key=lambda g: g["index"])
@@ -90,7 +90,7 @@ def test_two_trials_share_one_gpu_in_their_slices_and_a_third_that_does_not_fit_
     def trial(name: str, seconds: float) -> None:
         call_dir = str(tmp_path / name)
         write_call(call_dir, _hold_memory, (hold, seconds))
-        results[name] = GPUWorkRunner(manager, owner=name, poll_interval=0.2, sample_interval=0.2).run(
+        results[name] = GPUWorkSupervisor(manager, owner=name, poll_interval=0.2, sample_interval=0.2).run(
             GPURequest(gpu_memory=slice_bytes, devices=[gpu.index]),
             Work(call_dir=call_dir),
             str(tmp_path / f"{name}.log"),
@@ -153,7 +153,7 @@ def test_a_real_cuda_out_of_memory_error_is_retried_with_a_bigger_reservation(ma
     need = int(2.5 * 1024 * MiB)  # more than the first slice, less than the second (x 1.5 = 3 GiB)
     call_dir = str(tmp_path / "call")
     write_call(call_dir, _allocate, (need,))
-    result = GPUWorkRunner(manager, oom_policy=OOMRetryPolicy(retries=2, factor=1.5)).run(
+    result = GPUWorkSupervisor(manager, oom_policy=OOMRetryPolicy(retries=2, factor=1.5)).run(
         GPURequest(gpu_memory=reserve, devices=[gpu.index]), Work(call_dir=call_dir), str(tmp_path / "log")
     )
     assert result.value == need
@@ -172,7 +172,7 @@ def test_the_gpu_board_shows_the_real_gpu_and_what_a_running_task_holds(manager,
     box: dict = {}
     thread = threading.Thread(
         target=lambda: box.update(
-            r=GPUWorkRunner(manager, sample_interval=0.2).run(
+            r=GPUWorkSupervisor(manager, sample_interval=0.2).run(
                 GPURequest(gpu_memory="2GiB", devices=[gpu.index]), Work(call_dir=call_dir), str(tmp_path / "log")
             )
         )
@@ -221,7 +221,7 @@ def test_the_digits_example_trains_on_the_leased_gpu(manager, cuda_torch, tmp_pa
             },
         ),
     )
-    result = GPUWorkRunner(manager).run(
+    result = GPUWorkSupervisor(manager).run(
         GPURequest(gpu_memory="2GiB", devices=[gpu.index]), Work(call_dir=call_dir), str(tmp_path / "log")
     )
     value = result.value
@@ -292,7 +292,7 @@ def test_wait_for_gpus_hands_the_placed_gpu_to_a_loaded_process(manager, cuda_to
     program = tmp_path / "two_stage.py"
     program.write_text(WAIT_FOR_GPUS)
     lines: list[str] = []
-    result = GPUWorkRunner(manager, on_line=lines.append).run(
+    result = GPUWorkSupervisor(manager, on_line=lines.append).run(
         GPURequest(gpu_memory="2GiB", host_memory="1GiB", load_stage=True),
         Work(argv=[sys.executable, str(program)]),
         str(tmp_path / "log"),

@@ -5,14 +5,14 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_gpusched.core.slurm import CommandRunner, SlurmClient
+from airflow_provider_gpusched.core.slurm import SlurmClient, SlurmTransport
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def client(slurm_cluster):
-    return SlurmClient(CommandRunner(slurm_conf=slurm_cluster))
+    return SlurmClient(SlurmTransport(slurm_conf=slurm_cluster))
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
-from airflow_provider_gpusched.core.slurm import JobPhase, SlurmJobSpec, SSHCommandRunner
+from airflow_provider_gpusched.core.slurm import JobPhase, SlurmJobSpec, SSHTransport
 from airflow_provider_gpusched.core.slurm.client import jobcomp_records, parse_jobcomp_line
 from airflow_provider_gpusched.core.slurm.states import JobStatus
 from tests.polling import wait_until
@@ -92,16 +92,16 @@ def test_cancel_refuses_option_like_and_malformed_ids(client, out):
 @pytest.mark.parametrize("host", ["-oProxyCommand=touch /tmp/pwned", "-p", "host name", "a;b", "", "\nhost"])
 def test_ssh_host_that_would_be_an_option_is_refused(host):
     with pytest.raises(InvalidArgumentError, match="host"):
-        SSHCommandRunner(host=host)
+        SSHTransport(host=host)
 
 
 def test_ssh_destination_follows_double_dash():
-    argv = SSHCommandRunner(host="login.cluster.org", user="ann", port=2222).wrap(["squeue", "--me"])
+    argv = SSHTransport(host="login.cluster.org", user="ann", port=2222).wrap(["squeue", "--me"])
     assert argv[argv.index("--") + 1] == "ann@login.cluster.org"
     with pytest.raises(InvalidArgumentError, match="login"):
-        SSHCommandRunner(host="h", user="-oProxyCommand=x")
+        SSHTransport(host="h", user="-oProxyCommand=x")
     with pytest.raises(InvalidArgumentError, match="port"):
-        SSHCommandRunner(host="h", port=0)
+        SSHTransport(host="h", port=0)
 
 
 @pytest.mark.parametrize("field", ["job_name", "partition", "account", "output", "comment"])

@@ -6,7 +6,6 @@ import subprocess
 import pytest
 
 from airflow_provider_gpusched.core.slurm import (
-    CommandRunner,
     JobPhase,
     JobStatus,
     JobTracker,
@@ -14,6 +13,7 @@ from airflow_provider_gpusched.core.slurm import (
     SharedJobPoller,
     SlurmClient,
     SlurmJobSpec,
+    SlurmTransport,
 )
 
 from .conftest import REPO
@@ -33,14 +33,14 @@ async def _follow(poller, job_id, problems):
 
 
 def test_twenty_waiters_share_one_squeue_call_per_poll(slurm_cluster, tmp_path):
-    client = SlurmClient(CommandRunner(slurm_conf=slurm_cluster))
+    client = SlurmClient(SlurmTransport(slurm_conf=slurm_cluster))
     jobs = [
         client.submit(SlurmJobSpec(command=f"sleep {1 + i % 3}", output=str(tmp_path / "p-%j.out"))).job_id
         for i in range(20)
     ]
 
     async def main():
-        poller = SharedJobPoller.shared("test-share", lambda: SlurmClient(CommandRunner(slurm_conf=slurm_cluster)))
+        poller = SharedJobPoller.shared("test-share", lambda: SlurmClient(SlurmTransport(slurm_conf=slurm_cluster)))
         problems: list = []
         finals = await asyncio.gather(*(_follow(poller, j, problems) for j in jobs))
         return poller, finals, problems
@@ -54,11 +54,11 @@ def test_twenty_waiters_share_one_squeue_call_per_poll(slurm_cluster, tmp_path):
 
 
 def test_poller_rides_out_a_slurmctld_restart(slurm_cluster, tmp_path):
-    client = SlurmClient(CommandRunner(slurm_conf=slurm_cluster))
+    client = SlurmClient(SlurmTransport(slurm_conf=slurm_cluster))
     jobs = [client.submit(SlurmJobSpec(command="sleep 30", output=str(tmp_path / "r-%j.out"))).job_id for _ in range(2)]
 
     async def main():
-        poller = SharedJobPoller.shared("test-restart", lambda: SlurmClient(CommandRunner(slurm_conf=slurm_cluster)))
+        poller = SharedJobPoller.shared("test-restart", lambda: SlurmClient(SlurmTransport(slurm_conf=slurm_cluster)))
         problems: list = []
         restart = await asyncio.create_subprocess_exec(
             "bash",

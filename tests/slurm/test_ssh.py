@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from airflow_provider_gpusched.core.slurm import JobPhase, SlurmClient, SlurmJobSpec, SSHCommandRunner
+from airflow_provider_gpusched.core.slurm import JobPhase, SlurmClient, SlurmJobSpec, SSHTransport
 from tests.polling import wait_until
 
 from ..conftest import free_port
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slurm
 def ssh_client(login_host, slurm_cluster):
     port, options = login_host
     return SlurmClient(
-        SSHCommandRunner(host="127.0.0.1", user="root", port=port, ssh_options=options, slurm_conf=slurm_cluster)
+        SSHTransport(host="127.0.0.1", user="root", port=port, ssh_options=options, slurm_conf=slurm_cluster)
     )
 
 
@@ -49,7 +49,7 @@ def test_unreachable_login_host_is_a_transient_error(slurm_cluster):
     from airflow_provider_gpusched.core.slurm import SlurmUnavailableError
 
     client = SlurmClient(
-        SSHCommandRunner(
+        SSHTransport(
             host="127.0.0.1", port=free_port(), ssh_options=["-o", "ConnectTimeout=3"], slurm_conf=slurm_cluster
         )
     )

@@ -61,7 +61,7 @@ class PreemptionHistory:
         return policy.preemptible and self.preemptions < policy.max_preemptions
 
     def record(self, attempt: Any) -> str:
-        """Add one :class:`~airflow_provider_gpusched.core.gpu.runner.Attempt` (its ``seconds``,
+        """Add one :class:`~airflow_provider_gpusched.core.gpu.supervisor.Attempt` (its ``seconds``,
         ``gpu_seconds``, ``lost_gpu_seconds``, ``preempted``); return the log line for a preemption ('' otherwise)."""
         self.gpu_seconds += attempt.gpu_seconds
         if not attempt.preempted:

@@ -6,9 +6,9 @@ succeed, or fail. :func:`decide` is that step, and the only place it is written.
 is what the loop carries between attempts; it turns into a plain dict and back, so that an Airflow
 operator can carry it across a deferral.
 
-One loop uses it, :func:`~airflow_provider_gpusched.core.gpu.runner.attempt_loop`; its users differ only in how
-they wait (an :class:`~airflow_provider_gpusched.core.gpu.runner.AttemptHooks`): the blocking
-:class:`~airflow_provider_gpusched.core.gpu.runner.GPUWorkRunner` (scripts, batched sweep trials, the
+One loop uses it, :func:`~airflow_provider_gpusched.core.gpu.supervisor.attempt_loop`; its users differ only in how
+they wait (an :class:`~airflow_provider_gpusched.core.gpu.supervisor.AttemptHooks`): the blocking
+:class:`~airflow_provider_gpusched.core.gpu.supervisor.GPUWorkSupervisor` (scripts, batched sweep trials, the
 benchmarks) and :class:`~airflow_provider_gpusched.operators.local_gpu.LocalGPUOperator` (defers to the
 triggerer, reschedules, or blocks in the worker; on a fleet host too). This is what
 :class:`~airflow_provider_gpusched.core.slurm.states.JobTracker` is for Slurm jobs.

@@ -16,7 +16,6 @@ mark the request waiting and ask for yields.
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 import time
@@ -24,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.accounting import GPUTimeLedger
 from airflow_provider_gpusched.core.gpu.activity import GPUActivity, gpu_is_busy
+from airflow_provider_gpusched.core.gpu.host_reservations import HostReservations
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo, GPUInventory
 from airflow_provider_gpusched.core.gpu.lease_store import Lease, LeaseStore, place_on
 from airflow_provider_gpusched.core.gpu.placement import GPURequest, LeaseView, Placement, gpu_usage, place
@@ -34,7 +33,7 @@ from airflow_provider_gpusched.core.gpu.yielding import YieldMarks, plan_preempt
 from airflow_provider_gpusched.core.job_classes import JobClassMapping
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 from airflow_provider_gpusched.core.stops import StopOrders, StopRequest
-from airflow_provider_gpusched.core.units import format_bytes, parse_bytes
+from airflow_provider_gpusched.core.units import format_bytes
 from airflow_provider_gpusched.core.work_tag import WorkTag
 
 
@@ -89,7 +88,8 @@ class LeaseManager:
         host RAM that requests' ``host_memory`` reservations share (default ``$GPUSCHED_HOST_MEMORY``, else
         90% of the host's RAM)."""
         self.inventory = inventory
-        self._host_memory = host_memory
+        #: the host's CPUs and RAM as leases reserve them
+        self.host = HostReservations(host_memory)
         self.store = LeaseStore(inventory, state_dir, shared)
         self.host_check = host_check or check_host_limits
         self.classes = classes or JobClassMapping()
@@ -132,42 +132,7 @@ class LeaseManager:
 
     def check_possible(self, request: GPURequest) -> None:
         request.check_possible(self.inventory.gpus())
-        self._check_host_memory_possible(request)
-        if request.cpus and request.cpus > len(self.host_cpus()):
-            raise InvalidArgumentError(
-                "cpus",
-                request.cpus,
-                f"at most this host's {len(self.host_cpus())} CPUs (those this process may run on)",
-            )
-
-    @staticmethod
-    def host_cpus() -> list[int]:
-        """The CPUs that ``cpus`` reservations share: those this process may run on."""
-        return sorted(os.sched_getaffinity(0))
-
-    def cpus_for(self, request: GPURequest, leases: list[Lease]) -> tuple[list[int], str]:
-        """The CPUs to reserve for ``request`` (the lowest numbers no live lease holds), or ``([], why not)``."""
-        if not request.cpus:
-            return [], ""
-        taken = {c for lease in leases for c in lease.cpus}
-        free = [c for c in self.host_cpus() if c not in taken]
-        if len(free) >= request.cpus:
-            return free[: request.cpus], ""
-        holders = sum(1 for lease in leases if lease.cpus)
-        return [], (
-            f"host CPUs: {len(taken)} of {len(self.host_cpus())} are reserved by {holders} lease(s); the "
-            f"request wants {request.cpus}"
-        )
-
-    def _check_host_memory_possible(self, request: GPURequest) -> None:
-        if request.host_memory and request.host_memory > self.host_memory_budget():
-            raise InvalidArgumentError(
-                "host_memory",
-                format_bytes(request.host_memory),
-                f"at most this host's budget for reservations, "
-                f"{format_bytes(self.host_memory_budget())} ($GPUSCHED_HOST_MEMORY, else 90% "
-                f"of its RAM)",
-            )
+        self.host.check_possible(request)
 
     def _look(self, request: GPURequest, owner: str, job_class: str, task_key: str, *, write: bool) -> _Look:
         """Placement (or the reason there is none) under the job-class rules; the caller holds the
@@ -253,7 +218,7 @@ class LeaseManager:
             look = self._look(request, owner, job_class, task_key, write=False)
             if look.placement is None:
                 return look.reason
-            ram = self.host_memory_problem(request, look.leases) or self.cpus_for(request, look.leases)[1]
+            ram = self.host.problem(request, look.leases)
         return ram or self.host_check(request) or ""
 
     def hold_place(self, request: GPURequest, owner: str, *, job_class: str = "normal", task_key: str = "") -> str:
@@ -263,40 +228,8 @@ class LeaseManager:
             look = self._look(request, owner, job_class, task_key, write=True)
             if look.placement is None:
                 return look.reason + (self._hold_place(request, owner, look) if look.may_preempt else "")
-            ram = self.host_memory_problem(request, look.leases) or self.cpus_for(request, look.leases)[1]
+            ram = self.host.problem(request, look.leases)
         return ram or self.host_check(request) or ""
-
-    def host_memory_budget(self) -> int:
-        """The host RAM that ``host_memory`` reservations share."""
-        if self._host_memory is None:
-            raw = os.environ.get("GPUSCHED_HOST_MEMORY", "")
-            if raw:
-                self._host_memory = parse_bytes(raw, argument="$GPUSCHED_HOST_MEMORY")
-            else:
-                import psutil
-
-                self._host_memory = int(psutil.virtual_memory().total * 0.9)
-        elif isinstance(self._host_memory, str):
-            self._host_memory = parse_bytes(self._host_memory, argument="host_memory")
-        return int(self._host_memory)
-
-    def host_memory_problem(self, request: GPURequest, leases: list[Lease] | None = None) -> str:
-        """'' when the request's host RAM fits beside what live leases reserved (the caller holds the
-        allocation lock, so no two requests count the same RAM), else why not."""
-        if not request.host_memory:
-            return ""
-        self._check_host_memory_possible(request)
-        if leases is None:
-            leases = self.store.live(tidy=False)
-        reserved = sum(lease.host_memory for lease in leases)
-        budget = self.host_memory_budget()
-        if reserved + request.host_memory <= budget:
-            return ""
-        holders = sum(1 for lease in leases if lease.host_memory)
-        return (
-            f"host RAM: {format_bytes(reserved)} of the {format_bytes(budget)} budget is reserved by {holders} "
-            f"lease(s); the request wants {format_bytes(request.host_memory)}"
-        )
 
     # -- taking and giving back -----------------------------------------------------------------------
     def try_acquire(
@@ -318,8 +251,8 @@ class LeaseManager:
             look = self._look(request, owner, job_class, task_key, write=True)
             if look.placement is None:
                 return None, look.reason + (self._hold_place(request, owner, look) if look.may_preempt else "")
-            cpus, cpu_problem = self.cpus_for(request, look.leases)
-            host_problem = self.host_memory_problem(request, look.leases) or cpu_problem or self.host_check(request)
+            cpus, cpu_problem = self.host.cpus_for(request, look.leases)
+            host_problem = self.host.memory_problem(request, look.leases) or cpu_problem or self.host_check(request)
             if host_problem:
                 return None, host_problem
             policy = self.classes[job_class].local

@@ -27,7 +27,7 @@ from airflow_provider_gpusched.core.records import Float, RecordType, one_of, op
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 
 LEASE_HISTORY_XCOM = "gpusched_lease_history"
-#: segments one task publishes at most (its newest); a batched sweep's runner task makes one per group of trials
+#: segments one task publishes at most (its newest); a batched sweep's batch task makes one per group of trials
 MAX_SEGMENTS = 2000
 OUTCOMES = ("succeeded", "failed", "preempted", "oom", "timeout", "stopped", "running")
 #: outcomes drawn as a mark at the bar's end, and never merged away
@@ -189,7 +189,7 @@ def _segment(
 
 
 class SegmentLog:
-    """One task's segments, the newest :data:`MAX_SEGMENTS` kept (thread-safe: a batched runner's lease threads
+    """One task's segments, the newest :data:`MAX_SEGMENTS` kept (thread-safe: a batch's lease threads
     add to one log)."""
 
     def __init__(self, limit: int = MAX_SEGMENTS) -> None:

@@ -1,5 +1,5 @@
 """What one piece of local-GPU work runs: a program, a shell command line or a Python call, with its environment,
-checkpoint folder, distributed start, time limit and setup lines. The attempt loop (core/gpu/runner.py) starts
+checkpoint folder, distributed start, time limit and setup lines. The attempt loop (core/gpu/supervisor.py) starts
 it once per attempt; the decision step (core/gpu/attempts.py) reads it for the failure message."""
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ class SlurmBackend(Backend):
         return SlurmClient()
 
     def queue_entries(self, handle: SlurmClient) -> tuple[list[QueueEntry], list[str]]:
-        from airflow_provider_gpusched.core.slurm.runner import SlurmCommandError, SlurmUnavailableError
+        from airflow_provider_gpusched.core.slurm.transport import SlurmCommandError, SlurmUnavailableError
 
         try:
             return slurm_entries(handle), []
@@ -222,7 +222,7 @@ def slurm_entries(client: SlurmClient) -> list[QueueEntry]:
 
 
 def cancel_jobs(jobs: list[QueueEntry], request: StopRequest, client: SlurmClient) -> list[StopOutcome]:
-    from airflow_provider_gpusched.core.slurm.runner import SlurmCommandError, SlurmUnavailableError
+    from airflow_provider_gpusched.core.slurm.transport import SlurmCommandError, SlurmUnavailableError
 
     notes: dict[str, str] = {}
     for job in jobs:

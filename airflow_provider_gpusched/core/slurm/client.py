@@ -18,12 +18,6 @@ from typing import Any
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.job_shape import gres_gpu_count
 from airflow_provider_gpusched.core.slurm.job import COMMENT_PREFIX, SlurmJobSpec, parse_job_comment
-from airflow_provider_gpusched.core.slurm.runner import (
-    CommandResult,
-    CommandRunner,
-    SlurmCommandError,
-    SlurmUnavailableError,
-)
 from airflow_provider_gpusched.core.slurm.states import (
     JobPhase,
     JobStatus,
@@ -33,6 +27,12 @@ from airflow_provider_gpusched.core.slurm.states import (
     normalize_state,
     parse_duration,
     parse_exit_code,
+)
+from airflow_provider_gpusched.core.slurm.transport import (
+    CommandResult,
+    SlurmCommandError,
+    SlurmTransport,
+    SlurmUnavailableError,
 )
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class AccountingInfo:
 
 @dataclass
 class SlurmClient:
-    runner: CommandRunner = field(default_factory=CommandRunner)
+    runner: SlurmTransport = field(default_factory=SlurmTransport)
 
     _accounting: AccountingInfo | None = field(default=None, init=False, repr=False)
     _jobcomp_offset: int = field(default=0, init=False, repr=False)

@@ -17,8 +17,8 @@ from typing_extensions import NotRequired, TypedDict
 
 from airflow_provider_gpusched.core.records import open_view
 from airflow_provider_gpusched.core.safe_files import BadRecordError
-from airflow_provider_gpusched.core.slurm.runner import LOCAL_TARGET
 from airflow_provider_gpusched.core.slurm.states import JobStatus, array_task_order
+from airflow_provider_gpusched.core.slurm.transport import LOCAL_TARGET
 
 SLURM_JOB_XCOM = "gpusched_slurm_job"
 

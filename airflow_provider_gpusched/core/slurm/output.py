@@ -1,5 +1,5 @@
 """A running Slurm job's output, followed: the lines written since the last look, read incrementally and bounded,
-from this host's file system or over ssh on the login host (the same :class:`~.runner.CommandRunner` that runs
+from this host's file system or over ssh on the login host (the same :class:`~.runner.SlurmTransport` that runs
 the Slurm commands).
 
 Each :meth:`OutputFollower.read` reads at most ``max_bytes`` from where the last one stopped: a job that writes
@@ -24,7 +24,7 @@ import os
 import re
 
 from airflow_provider_gpusched.core.safe_files import open_regular
-from airflow_provider_gpusched.core.slurm.runner import CommandRunner
+from airflow_provider_gpusched.core.slurm.transport import SlurmTransport
 
 #: at most this much of the file per read
 MAX_BYTES = 64 * 1024
@@ -56,7 +56,7 @@ class OutputFollower:
     """The new lines of one output file at each :meth:`read` (see the module's docstring)."""
 
     def __init__(
-        self, path: str, runner: CommandRunner | None = None, *, max_bytes: int = MAX_BYTES, max_line: int = MAX_LINE
+        self, path: str, runner: SlurmTransport | None = None, *, max_bytes: int = MAX_BYTES, max_line: int = MAX_LINE
     ) -> None:
         self.path = path
         self.runner = runner
@@ -70,7 +70,7 @@ class OutputFollower:
     def remote(self) -> bool:
         return self._remote_runner() is not None
 
-    def _remote_runner(self) -> CommandRunner | None:
+    def _remote_runner(self) -> SlurmTransport | None:
         """The runner that reads the file on another host (ssh); None where it is read here."""
         return self.runner if self.runner is not None and not self.runner.is_local else None
 

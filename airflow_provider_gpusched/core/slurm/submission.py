@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from airflow_provider_gpusched.core.slurm.job import job_comment, parse_job_comment
-from airflow_provider_gpusched.core.slurm.runner import SlurmUnavailableError
+from airflow_provider_gpusched.core.slurm.transport import SlurmUnavailableError
 
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.slurm.client import SlurmClient

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from airflow_provider_gpusched.core.slurm.client import SlurmClient
-from airflow_provider_gpusched.core.slurm.runner import SlurmUnavailableError
 from airflow_provider_gpusched.core.slurm.states import JobStatus
+from airflow_provider_gpusched.core.slurm.transport import SlurmUnavailableError
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """Batched mode on local GPUs: one process drives many trials through the GPU launcher.
 
 Airflow maps at most ``max_map_length`` items per task and its scheduler slows down long before that, so
-a large or short-trial sweep runs as a few *runner* tasks, each taking a chunk of the manifest's pending
-trials. A runner keeps up to ``parallel`` GPU leases busy (leases are shared with every other task on the
+a large or short-trial sweep runs as a few *batch* tasks (``run_batch``), each taking a chunk of the manifest's pending
+trials. A batch task keeps up to ``parallel`` GPU leases busy (leases are shared with every other task on the
 host through the lease files); each lease runs the trial runner — which records state and result — for a
 small group of trials, and OOM escalation still applies per trial.
 """
@@ -22,7 +22,7 @@ from airflow_provider_gpusched.core.gpu.attempts import Attempt
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
-from airflow_provider_gpusched.core.gpu.runner import GPUWorkFailed, GPUWorkRunner
+from airflow_provider_gpusched.core.gpu.supervisor import GPUWorkFailed, GPUWorkSupervisor
 from airflow_provider_gpusched.core.gpu.work import Work
 from airflow_provider_gpusched.core.records import RECORD_KEY_ENV, new_record_key
 from airflow_provider_gpusched.core.stops import WorkHalted
@@ -115,7 +115,7 @@ def run_local_batch(
 
 class LocalBatch:
     """One batch of trials on this host's GPUs (see :func:`run_local_batch`): ``parallel`` worker threads, each
-    holding a GPU work runner, take groups of trials from one queue until it is empty or the batch is halted.
+    holding a GPU work supervisor, take groups of trials from one queue until it is empty or the batch is halted.
 
     Its state, shared by the workers under ``_lock``: ``todo`` (groups still to run; a trial put back to run
     alone is a group of one), ``retried`` (those trials), ``finished`` (trial id -> final state), ``ran_seconds``
@@ -145,7 +145,7 @@ class LocalBatch:
     ) -> None:
         self.manifest, self.store, self.trials = manifest, manifest.store, list(trials)
         self.manager, self.request = manager, request
-        self.runner_settings: dict[str, Any] = {
+        self.supervisor_settings: dict[str, Any] = {
             "oom_policy": oom_policy,
             "owner": owner,
             "job_class": job_class,
@@ -161,7 +161,7 @@ class LocalBatch:
         self.parallel = max(1, min(parallel or default_parallel(manager, request), max(1, len(self.trials))))
         self.logs = os.path.join(self.store.dir, "logs")
         os.makedirs(self.logs, exist_ok=True)
-        self.stop = stop_event or threading.Event()  # every runner shares it: set, it stops the trials in flight
+        self.stop = stop_event or threading.Event()  # every supervisor shares it: set, it stops the trials in flight
         self.orders = manager.stop_orders() if work is not None else None
         self._lock = threading.Lock()
         self.todo: deque[tuple[Trial, ...]] = deque((t,) for t in self.trials)
@@ -171,8 +171,8 @@ class LocalBatch:
         self.ran_trials = 0
         self.trial_seconds = 0.0  # of ran_seconds, what the trials themselves took (their status.json "seconds")
         self.halted: list[str] = []
-        self.runners: list[GPUWorkRunner] = []
-        #: seals this batch's group manifests; only the runners it starts are given it (core/records.py)
+        self.supervisors: list[GPUWorkSupervisor] = []
+        #: seals this batch's group manifests; only the trial runners it starts are given it (core/records.py)
         self.record_key = new_record_key()
 
     # -- the batch ---------------------------------------------------------------------------------
@@ -188,15 +188,15 @@ class LocalBatch:
                         on_tick()
                         break
         finally:
-            for runner in self.runners:
-                runner.stop()
+            for supervisor in self.supervisors:
+                supervisor.stop()
         if self.halted:
             self._mark_halted()
             raise WorkHalted(self.halted[0])
         return self.outcome()
 
     def halt(self, message: str) -> None:
-        """Stop the whole batch: the runners' children get SIGTERM, the grace period, SIGKILL."""
+        """Stop the whole batch: the supervisors' children get SIGTERM, the grace period, SIGKILL."""
         with self._lock:
             self.halted.append(message)
         self.stop.set()
@@ -239,10 +239,12 @@ class LocalBatch:
         return self.trials_per_process
 
     def _worker(self) -> None:
-        runner = GPUWorkRunner(self.manager, poll_interval=0.05, sample_interval=5.0, **self.runner_settings)
-        runner.stop_event = self.stop
+        supervisor = GPUWorkSupervisor(
+            self.manager, poll_interval=0.05, sample_interval=5.0, **self.supervisor_settings
+        )
+        supervisor.stop_event = self.stop
         with self._lock:
-            self.runners.append(runner)
+            self.supervisors.append(supervisor)
         while not self.stop.is_set():
             order = self.orders.order_for(self.work) if self.orders is not None and self.work is not None else None
             if order is not None:
@@ -251,21 +253,21 @@ class LocalBatch:
             group = self.next_group()
             if group is None:
                 return
-            oom = self._run_group(runner, group)
+            oom = self._run_group(supervisor, group)
             if oom is None:
                 return
             self._settle(group, oom)
 
-    def _run_group(self, runner: GPUWorkRunner, group: tuple[Trial, ...]) -> bool | None:
+    def _run_group(self, supervisor: GPUWorkSupervisor, group: tuple[Trial, ...]) -> bool | None:
         """Run one group on a lease; whether it ended in a GPU OOM (None: the batch was halted)."""
         oom = False
         started = time.monotonic()
         sliced = write_group_manifest(self.manifest, group, self.record_key)
         if self.on_attempt is not None:
             on_attempt, label = self.on_attempt, group_label(group)
-            runner.on_attempt = lambda attempt, _lease: on_attempt(attempt, label)
+            supervisor.on_attempt = lambda attempt, _lease: on_attempt(attempt, label)
         try:
-            runner.run(
+            supervisor.run(
                 self.request,
                 Work(
                     argv=group_argv(sliced, group),
@@ -305,7 +307,7 @@ class LocalBatch:
             state = self.store.state_of(status)
             if state in ("waiting", "running") and self.halted:
                 # another group's lease was stopped and the shared stop ended this one before its trial recorded
-                # an outcome: _mark_halted marks it with who stopped it, not as a dead runner
+                # an outcome: _mark_halted marks it with who stopped it, not as a dead supervisor
                 continue
             if len(group) > 1 and (state in ("waiting", "running") or (state == "failed" and oom)):
                 again.append(trial)

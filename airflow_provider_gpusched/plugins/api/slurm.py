@@ -21,7 +21,7 @@ from airflow_provider_gpusched.core.slurm.job_view import (
     job_view,
     read_job_record,
 )
-from airflow_provider_gpusched.core.slurm.runner import LOCAL_TARGET
+from airflow_provider_gpusched.core.slurm.transport import LOCAL_TARGET
 from airflow_provider_gpusched.plugins.api.xcoms import xcom_records
 
 router = APIRouter(tags=["Slurm"])
@@ -70,9 +70,9 @@ def slurm_job(dag_id: str, run_id: str, task_id: str, map_index: int, session) -
         raise HTTPException(500, str(exc)) from None
     live = None
     if not record["final"] and record["via"] == LOCAL_TARGET and settings.ui_live_slurm():
-        from airflow_provider_gpusched.core.slurm import CommandRunner, SlurmClient
+        from airflow_provider_gpusched.core.slurm import SlurmClient, SlurmTransport
 
-        live = _live_statuses.get(LOCAL_TARGET, record["job_id"], lambda: SlurmClient(CommandRunner()))
+        live = _live_statuses.get(LOCAL_TARGET, record["job_id"], lambda: SlurmClient(SlurmTransport()))
     root = settings.slurm_output_dir()
     lines = settings.output_tail_lines()
     tails = {}

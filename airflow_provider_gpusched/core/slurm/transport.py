@@ -85,7 +85,7 @@ def is_transient_failure(returncode: int, stderr: str, *, via_ssh: bool = False)
 
 
 @dataclass
-class CommandRunner:
+class SlurmTransport:
     """Runs Slurm commands on this host.
 
     ``slurm_conf`` sets ``SLURM_CONF`` for the commands (a cluster whose config is not in the default
@@ -168,7 +168,7 @@ class CommandRunner:
 
 
 @dataclass
-class SSHCommandRunner(CommandRunner):
+class SSHTransport(SlurmTransport):
     """Runs Slurm commands on a login host: ``ssh [options] [-p port] -- [user@]host 'argv'...``."""
 
     host: str = ""
@@ -217,10 +217,10 @@ class SSHCommandRunner(CommandRunner):
         }
 
 
-def runner_from_description(desc: dict[str, Any]) -> CommandRunner:
-    """Inverse of :meth:`CommandRunner.describe`."""
+def transport_from_description(desc: dict[str, Any]) -> SlurmTransport:
+    """Inverse of :meth:`SlurmTransport.describe`."""
     desc = dict(desc)
     if desc.get("host"):
-        return SSHCommandRunner(**desc)
+        return SSHTransport(**desc)
     desc.pop("host", None)
-    return CommandRunner(**{k: v for k, v in desc.items() if k in ("slurm_conf", "timeout")})
+    return SlurmTransport(**{k: v for k, v in desc.items() if k in ("slurm_conf", "timeout")})

@@ -4,7 +4,7 @@
 attempts together (acquire, run, release, then :func:`~airflow_provider_gpusched.core.gpu.attempts.decide`:
 relaunch, retry bigger, succeed or fail), and is the only place that loop is written. What differs between its
 users is an :class:`AttemptHooks`: how to wait for a lease and between attempts (block here, or, in the Airflow
-operator, defer to the triggerer or reschedule) and what to tell whom. :class:`GPUWorkRunner` is the blocking
+operator, defer to the triggerer or reschedule) and what to tell whom. :class:`GPUWorkSupervisor` is the blocking
 user (scripts, batched sweep trials, the benchmarks); ``LocalGPUOperator`` is the other, on one host or on each
 host of a fleet (its Edge workers run the same operator).
 """
@@ -515,14 +515,14 @@ def attempt_loop(
 
 
 class _Blocking(AttemptHooks):
-    """:class:`GPUWorkRunner`'s way: wait for a lease and before a relaunch in this thread, tell ``on_event``."""
+    """:class:`GPUWorkSupervisor`'s way: wait for a lease and before a relaunch in this thread, tell ``on_event``."""
 
-    def __init__(self, runner: GPUWorkRunner, work: Work, log_path: str, acquire_timeout: float | None) -> None:
-        self.runner, self._work, self._log_path, self.acquire_timeout = runner, work, log_path, acquire_timeout
-        self.policy = runner.manager.classes[runner.job_class].local
+    def __init__(self, supervisor: GPUWorkSupervisor, work: Work, log_path: str, acquire_timeout: float | None) -> None:
+        self.supervisor, self._work, self._log_path, self.acquire_timeout = supervisor, work, log_path, acquire_timeout
+        self.policy = supervisor.manager.classes[supervisor.job_class].local
 
     def acquire(self, progress: WorkProgress) -> Lease:
-        r = self.runner
+        r = self.supervisor
         return r.manager.acquire(
             progress.request,
             r.owner,
@@ -542,7 +542,7 @@ class _Blocking(AttemptHooks):
         return self._log_path
 
     def attempt_options(self) -> dict[str, Any]:
-        r = self.runner
+        r = self.supervisor
         return {
             "on_line": r.on_line,
             "sample_interval": r.sample_interval,
@@ -552,21 +552,21 @@ class _Blocking(AttemptHooks):
         }
 
     def starting(self, banner: str, lease: Lease, log_path: str) -> None:
-        self.runner.on_event(banner)
+        self.supervisor.on_event(banner)
 
     def ended(self, outcome: AttemptOutcome, step: NextStep, progress: WorkProgress) -> None:
-        if self.runner.on_attempt is not None:
-            self.runner.on_attempt(outcome.attempt, outcome.lease)
-        self.runner.on_event(step.message)
+        if self.supervisor.on_attempt is not None:
+            self.supervisor.on_attempt(outcome.attempt, outcome.lease)
+        self.supervisor.on_event(step.message)
 
     def wait_to_relaunch(self, step: NextStep, outcome: AttemptOutcome, progress: WorkProgress) -> None:
-        if self.runner.stop_event.wait(step.wait):
+        if self.supervisor.stop_event.wait(step.wait):
             raise GPUWorkFailed(
                 "stopped while waiting to relaunch after a preemption", progress.attempts, outcome.tail, False
             )
 
 
-class GPUWorkRunner:
+class GPUWorkSupervisor:
     """Acquire, run, release, and retry GPU OOMs with a bigger reservation (blocking)."""
 
     def __init__(
