@@ -28,6 +28,7 @@ import json
 import os
 import re
 import secrets
+import stat
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -181,11 +182,10 @@ class RecordType(Generic[T]):
         any other is checked."""
         if not isinstance(data, dict):
             raise BadRecordError(f"{source}: expected a JSON object, got {type(data).__name__}")
-        if key is not None and SEAL in data:
-            body = {k: v for k, v in data.items() if k != SEAL}
-            if isinstance(data[SEAL], str) and hmac.compare_digest(_mac(body, key), data[SEAL]):
-                built: T = _build(self.cls, body)
-                return built
+        if key is not None:
+            unsealed = self.unseal(data, key)
+            if unsealed is not None:
+                return unsealed
         data = {k: v for k, v in data.items() if k != SEAL}
         if self.runtime & data.keys():
             data = {k: v for k, v in data.items() if k not in self.runtime}
@@ -220,6 +220,17 @@ class RecordType(Generic[T]):
             raise BadRecordError(f"{source}: expected a list of at most {max_items} {self.name} records")
         return [self.read(item, f"{source}: item {i}") for i, item in enumerate(data)]
 
+    def unseal(self, data: Mapping[str, Any], key: bytes) -> T | None:
+        """The record when ``data`` carries a seal made under ``key`` over exactly this content; None otherwise."""
+        seal = data.get(SEAL)
+        if not isinstance(seal, str):
+            return None
+        body = {k: v for k, v in data.items() if k != SEAL}
+        if not hmac.compare_digest(_mac(body, key), seal):
+            return None
+        built: T = _build(self.cls, body)
+        return built
+
     def dump_sealed(self, value: T, key: bytes) -> dict[str, Any]:
         """:meth:`dump` with a seal: the MAC under ``key`` that lets a process given the key read it back
         without checking it again (a batch's group manifests, read by the trial runners it starts)."""
@@ -227,8 +238,10 @@ class RecordType(Generic[T]):
         return {**body, SEAL: _mac(body, key)}
 
     def dump(self, value: T) -> dict[str, Any]:
-        """The record as JSON-ready data (GPU-index keys as strings)."""
-        out: dict[str, Any] = self.adapter.dump_python(value, mode="json", exclude=set(self.runtime) or None)
+        """The record as JSON-ready data (nested records as objects, tuples as lists, GPU-index keys as strings;
+        runtime-only fields left out). No pydantic: a record made in code has the types its annotations say
+        (a test compares this with pydantic's own dump of every record type)."""
+        out: dict[str, Any] = _json_ready(value, self.runtime)
         return out
 
     def json_schema(self) -> dict[str, Any]:
@@ -258,6 +271,48 @@ def take_record_key() -> bytes | None:
         return bytes.fromhex(text) if len(text) == 64 else None
     except ValueError:
         return None
+
+
+def _json_ready(value: Any, leave_out: frozenset[str] = frozenset()) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            f.name: _json_ready(getattr(value, f.name)) for f in dataclasses.fields(value) if f.name not in leave_out
+        }
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k) if isinstance(k, int) else k: _json_ready(v) for k, v in value.items()}
+    return value
+
+
+def private_key(folder: str, name: str = "record-key") -> bytes | None:
+    """The key in ``folder/name`` that this user's processes seal their records with (made on first use: 32
+    random bytes, mode 0600, never through a link); None when the file is not a regular file of this user that
+    only they can read, or cannot be made (its records are then checked in full)."""
+    path = os.path.join(folder, name)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    else:
+        try:
+            os.write(fd, new_record_key())
+        finally:
+            os.close(fd)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077 or st.st_size != 32:
+            return None
+        key = os.read(fd, 64)
+    finally:
+        os.close(fd)
+    return key if len(key) == 32 else None
 
 
 def _build(tp: Any, value: Any) -> Any:
@@ -408,14 +463,14 @@ def refusal(exc: ValidationError, cls: Any) -> Refusal:
         return Refusal(path, "a value", "nothing", problem="missing")
     if kind in ("extra_forbidden", "unexpected_keyword_argument"):
         return Refusal(path, "a known key", _short(value), value, problem="unknown")
-    expected = (expected_at(cls, loc) if "[key]" not in loc else "") or _plain(error["msg"])
+    expected = (expected_at(cls, loc) if "[key]" not in loc else "") or _plain_words(error["msg"])
     got = _short(value)
     if kind in ("too_long", "too_short") and "actual_length" in error.get("ctx", {}):
         got = f"{error['ctx']['actual_length']} items"
     return Refusal(path, expected, got, value)
 
 
-def _plain(msg: str) -> str:
+def _plain_words(msg: str) -> str:
     msg = re.sub(r"^(Value error, |Assertion failed, )", "", msg)
     return re.sub(r"^Input should be ", "", msg)
 

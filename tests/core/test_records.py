@@ -168,3 +168,86 @@ def test_a_batch_group_runner_reads_its_sealed_manifest_without_pydantic_and_kee
     )
     assert done.returncode == 0, done.stderr
     assert "PYDANTIC True" in done.stdout
+
+
+def test_dump_writes_what_pydantic_would_for_every_record_type():
+    """RecordType.dump needs no pydantic; for each record type it writes exactly pydantic's own JSON dump."""
+    from airflow_provider_gpusched.core.gpu.board import BOARD_LEASE, BoardGPU, BoardLease
+    from airflow_provider_gpusched.core.gpu.lease_store import LEASE, Lease
+    from airflow_provider_gpusched.core.gpu.telemetry import TELEMETRY, GPUSeries, ProcessUse, TelemetryRecord
+    from airflow_provider_gpusched.core.gpu.timeline import HISTORY, History, Segment
+
+    lease = Lease("0" * 16, [0, 2], ["u0", "u2"], {0: 5, 2: 7}, False, "me", 12, work={"dag_id": "d"}, cpus=[1])
+    lease.fd, lease.unreadable = 9, "runtime only"
+    samples = [
+        (LEASE, lease),
+        (
+            BOARD_LEASE,
+            BoardLease(
+                "h", "l", [1], {1: 3}, True, "idle", 1.5, "d", "r", "t", inventory=[BoardGPU(1, "u", "n", 9, True)]
+            ),
+        ),
+        (
+            TELEMETRY,
+            TelemetryRecord(
+                1,
+                "h",
+                "nvml",
+                10.0,
+                600.0,
+                {0: GPUSeries(9, 1.0, [(1.0, 5, 3, None, 2.5)], [ProcessUse(4, None, "l")])},
+            ),
+        ),
+        (HISTORY, History([Segment("idle", [0], 1.0, 2.0, "oom", label="x")], 3)),
+    ]
+    for record_type, value in samples:
+        mine = record_type.dump(value)
+        theirs = record_type.adapter.dump_python(value, mode="json", exclude=set(record_type.runtime) or None)
+        assert mine == theirs, record_type.name
+        assert record_type.read(json.loads(json.dumps(mine)), "x") == record_type.read(theirs, "x")
+    assert "fd" not in SAMPLE.dump(SAMPLE.read(GOOD, "f")) and "unreadable" not in LEASE.dump(lease)
+
+
+def test_a_private_lease_directory_seals_its_leases_and_reads_them_without_pydantic(tmp_path):
+    """A user's own lease directory holds a key only they can read; their processes seal each lease file with it
+    and take a sealed one as written, so a short process (`gpusched gpus`, a racing holder) needs no pydantic. A
+    lease file changed behind the seal is checked in full, and refused when bad."""
+    from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
+    from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+    from airflow_provider_gpusched.core.gpu.placement import GPURequest
+
+    state = tmp_path / "leases"
+    manager = LeaseManager(SimulatedInventory("2x24GiB"), str(state))
+    lease = manager.acquire(GPURequest(gpus=1), owner="me", timeout=5)
+    key_file = state / "record-key"
+    assert oct(key_file.stat().st_mode & 0o777) == "0o600" and key_file.stat().st_size == 32
+    data = json.loads((state / f"{lease.lease_id}.json").read_text())
+    assert SEAL in data
+    code = (
+        "import sys; from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory; "
+        "from airflow_provider_gpusched.core.gpu.leases import LeaseManager; "
+        f"m = LeaseManager(SimulatedInventory('2x24GiB'), {str(state)!r}); "
+        "print([l.lease_id for l in m.leases()], 'pydantic' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == f"['{lease.lease_id}'] False"
+    data["gpus"] = [-1]  # changed behind its seal: checked, refused, its GPUs still counted as taken
+    (state / f"{lease.lease_id}.json").write_text(json.dumps(data))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().endswith("True")
+    other = LeaseManager(SimulatedInventory("2x24GiB"), str(state))
+    other.leases()
+    assert any("key 'gpus[0]'" in why for _name, why in other.store.unreadable), other.store.unreadable
+    manager.release(lease)
+
+
+def test_a_key_file_another_user_could_read_or_replace_is_not_used(tmp_path):
+    from airflow_provider_gpusched.core.records import private_key
+
+    key = private_key(str(tmp_path))
+    assert key is not None and private_key(str(tmp_path)) == key
+    os.chmod(tmp_path / "record-key", 0o644)
+    assert private_key(str(tmp_path)) is None
+    os.remove(tmp_path / "record-key")
+    os.symlink("/etc/hostname", tmp_path / "record-key")
+    assert private_key(str(tmp_path)) is None

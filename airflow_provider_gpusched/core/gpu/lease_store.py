@@ -43,6 +43,7 @@ from airflow_provider_gpusched.core.records import (
     IndexKey,
     RecordType,
     Seconds,
+    private_key,
     record_class,
     says,
 )
@@ -197,8 +198,13 @@ class Lease:
         return LEASE.dump(self)
 
     @classmethod
-    def from_dict(cls, data: Any, source: str = "lease") -> Lease:
-        """A lease read back from disk, every field checked: :class:`BadRecordError` names the file and key."""
+    def from_dict(cls, data: Any, source: str = "lease", key: bytes | None = None) -> Lease:
+        """A lease read back from disk, every field checked: :class:`BadRecordError` names the file and key.
+        ``key``: a lease sealed with it (by a process of this user, :class:`LeaseStore`) is taken as written."""
+        if key is not None and isinstance(data, dict):
+            sealed = LEASE.unseal(data, key)
+            if sealed is not None:
+                return sealed
         lease = LEASE.read(data, source)
         if lease.work:
             lease.work = WorkTag.from_dict(lease.work, f"{source}: key 'work'").to_dict()
@@ -353,6 +359,9 @@ class LeaseStore:
             state_dir or default_state_dir(), shared=self.shared, what="GPU lease directory"
         )
         self.file_mode = 0o660 if self.shared else 0o600
+        #: this user's own directory: its lease files are sealed with the key only this user can read, and a
+        #: sealed one is read without checking it again (core/records.py); a shared directory's are checked
+        self.record_key = None if self.shared else private_key(self.state_dir)
         #: lease files of live holders that could not be read (their GPUs count as taken): ``[(file, why)]``
         self.unreadable: list[tuple[str, str]] = []
         # lease files already read and checked, by name: (inode, size, mtime, ctime), the lease. Holders
@@ -449,7 +458,7 @@ class LeaseStore:
             return cached[1].copy()
         data = read_json_record(path)
         try:
-            lease = Lease.from_dict(data, source=path)
+            lease = Lease.from_dict(data, source=path, key=self.record_key)
             if lease.lease_id != name[:-5]:
                 raise BadRecordError(f"{path}: key 'lease_id': {lease.lease_id!r} does not match the file name")
         except BadRecordError as exc:
@@ -536,9 +545,7 @@ class LeaseStore:
 
     def save(self, lease: Lease) -> None:
         assert lease.path
-        data = lease.to_dict()
-        data.pop("unreadable", None)
-        data.pop("orphaned_at", None)
+        data = LEASE.dump_sealed(lease, self.record_key) if self.record_key is not None else lease.to_dict()
         write_json_atomic(lease.path, data, self.file_mode)
 
     def record_child(self, lease: Lease, pid: int) -> None:
