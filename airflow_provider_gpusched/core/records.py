@@ -404,9 +404,11 @@ def _hints(cls: type) -> Mapping[str, Any]:
 
 
 def expected_at(cls: Any, loc: tuple[Any, ...]) -> str:
-    """The description of the deepest described field on the way to ``loc``."""
+    """The description of the deepest described field on the way to ``loc`` (``[key]``: a mapping's key)."""
     tp, found = cls, ""
-    for part in loc:
+    for i, part in enumerate(loc):
+        if part == "[key]":
+            continue
         tp, description = _described(tp)
         found = description or found
         origin, args = get_origin(tp), get_args(tp)
@@ -419,7 +421,10 @@ def expected_at(cls: Any, loc: tuple[Any, ...]) -> str:
         elif origin in (list, tuple) and args:
             tp = args[0]
         elif origin in (dict, Mapping) and len(args) == 2:
-            tp = args[1]
+            is_key = i + 1 < len(loc) and loc[i + 1] == "[key]"
+            tp = args[0] if is_key else args[1]
+            if is_key:
+                found = ""  # a key's words are its own type's, not the mapping's
         else:
             return found
     _, description = _described(tp)
@@ -463,7 +468,7 @@ def refusal(exc: ValidationError, cls: Any) -> Refusal:
         return Refusal(path, "a value", "nothing", problem="missing")
     if kind in ("extra_forbidden", "unexpected_keyword_argument"):
         return Refusal(path, "a known key", _short(value), value, problem="unknown")
-    expected = (expected_at(cls, loc) if "[key]" not in loc else "") or _plain_words(error["msg"])
+    expected = expected_at(cls, loc) or _plain_words(error["msg"])
     got = _short(value)
     if kind in ("too_long", "too_short") and "actual_length" in error.get("ctx", {}):
         got = f"{error['ctx']['actual_length']} items"

@@ -4,9 +4,10 @@ backend's arguments."""
 from __future__ import annotations
 
 import re
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from airflow_provider_gpusched.core.backends import get_backend
 from airflow_provider_gpusched.core.checks import is_int
@@ -14,26 +15,51 @@ from airflow_provider_gpusched.core.distributed import DEFAULT_RANK_EXIT_GRACE, 
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.job_classes import JOB_CLASSES
 from airflow_provider_gpusched.core.job_shape import SHAPE_FIELDS, check_shape
+from airflow_provider_gpusched.core.records import Check, RecordType, one_of, record_class, says
 from airflow_provider_gpusched.core.units import parse_bytes, slurm_time_limit
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
+SlurmName = Annotated[str, says("a Slurm name (letters, digits, '_', '-', '.')", pattern=r"^[A-Za-z0-9_.-]+$")]
+EnvName = Annotated[str, says("environment variable names", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+def _env_value(value: Any) -> str:
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool) or "\x00" in str(value):
+        raise ValueError("a string or number")
+    return str(value)
+
+
+def _lines(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value  # one shell line may be given as a string
+
+
+EnvValue = Annotated[Any, says("a string or number", strict=None), Check(_env_value)]
+
+
+@record_class(extra="forbid")
 @dataclass
 class TrialResources:
     """Per-trial resources (seed 000's ``function_resource``): used by the local and the Slurm backend."""
 
-    gpus: int = 1
+    gpus: Annotated[int, says("an integer >= 0", ge=0)] = 1
     gpu_memory: int | str | None = None
-    cpus: int | None = None
+    cpus: Annotated[int, says("an integer >= 1", ge=1)] | None = None
     mem: int | str | None = None
-    partition: str | None = None
-    qos: str | None = None
+    partition: SlurmName | None = None
+    qos: SlurmName | None = None
     time_limit: int | str | None = None
-    setup: list[str] = field(default_factory=list)
-    job_class: str = "normal"
-    priority: int = 0
-    env: dict[str, str] = field(default_factory=dict)
+    setup: Annotated[
+        list[Annotated[str, says("a shell line")]],
+        says("a list of shell lines", strict=None),
+        Check(_lines, before=True),
+    ] = field(default_factory=list)
+    job_class: Annotated[str, says(f"one of {list(JOB_CLASSES)}"), one_of(JOB_CLASSES)] = "normal"
+    priority: Annotated[int, says("a whole number")] = 0
+    env: Annotated[dict[EnvName, EnvValue], says("a mapping of environment variables", strict=None)] = field(
+        default_factory=dict
+    )
     #: local GPUs: the GPU indices trials may use (GPU Task Scheduler's ``gpu`` list); None: any
     devices: list[int] | None = None
     #: the only backend these trials may run on (pavi's ``launcher='slurm'``); None: either
@@ -44,7 +70,7 @@ class TrialResources:
     #: Slurm: nodes per trial (a multi-node trial), GPUs on each node (``gpus`` is per node on Slurm too), and the
     #: rest of a job's shape (SlurmJobOperator's arguments of the same names)
     nodes: int | str | None = None
-    gpus_per_node: int | None = None
+    gpus_per_node: Annotated[int, says("a whole number >= 0", ge=0)] | None = None
     ntasks_per_node: int | None = None
     gpus_per_task: int | None = None
     cpus_per_gpu: int | None = None
@@ -59,40 +85,21 @@ class TrialResources:
     #: local GPUs: fedflow's two-stage trial, loading on host RAM (``mem``) before it gets its GPUs
     #: (``wait_for_gpus()``), with at most ``max_waiting`` load stages on the host at once (None: ``[gpusched]
     #: max_waiting``)
-    load_stage: bool | None = None
-    max_waiting: int | None = None
+    load_stage: Annotated[bool, says("true or false")] | None = None
+    max_waiting: Annotated[int, says("a whole number >= 0 (0: no bound)", ge=0)] | None = None
 
     def check(self, where: str) -> None:
-        if not is_int(self.gpus) or self.gpus < 0:
-            raise InvalidArgumentError(f"{where}.gpus", self.gpus, "an integer >= 0")
+        # the settings' types and bounds (their annotations), then what relates them or needs parsing
+        checked = RESOURCES.read_argument(
+            {name: getattr(self, name) for name in _ANNOTATED}, where, "a mapping of trial resources"
+        )
+        self.setup, self.env = checked.setup, checked.env
         for name in ("gpu_memory", "mem"):  # "lots", "-1GiB", 0: refused here, not when a trial runs
             value = getattr(self, name)
             if value is not None and parse_bytes(value, argument=f"{where}.{name}") <= 0:
                 raise InvalidArgumentError(f"{where}.{name}", value, "a positive size such as '6GiB'")
         if self.time_limit is not None:
             slurm_time_limit(self.time_limit, argument=f"{where}.time_limit")
-        for name in ("partition", "qos"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not _NAME_RE.match(value)):
-                raise InvalidArgumentError(f"{where}.{name}", value, "a Slurm name (letters, digits, '_', '-', '.')")
-        if not is_int(self.priority):
-            raise InvalidArgumentError(f"{where}.priority", self.priority, "a whole number")
-        if self.cpus is not None and (not is_int(self.cpus) or self.cpus < 1):
-            raise InvalidArgumentError(f"{where}.cpus", self.cpus, "an integer >= 1")
-        if self.job_class not in JOB_CLASSES:
-            raise InvalidArgumentError(f"{where}.job_class", self.job_class, f"one of {list(JOB_CLASSES)}")
-        if isinstance(self.setup, str):
-            self.setup = [self.setup]
-        if not isinstance(self.setup, list) or not all(isinstance(s, str) for s in self.setup):
-            raise InvalidArgumentError(f"{where}.setup", self.setup, "a list of shell lines")
-        if not isinstance(self.env, Mapping):
-            raise InvalidArgumentError(f"{where}.env", self.env, "a mapping of environment variables")
-        for key, value in self.env.items():
-            if not isinstance(key, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-                raise InvalidArgumentError(f"{where}.env", key, "environment variable names")
-            if not isinstance(value, (str, int, float)) or isinstance(value, bool) or "\x00" in str(value):
-                raise InvalidArgumentError(f"{where}.env.{key}", value, "a string or number")
-        self.env = {str(k): str(v) for k, v in self.env.items()}
         if self.backend is not None:
             get_backend(self.backend, f"{where}.backend")
         if self.devices is not None:
@@ -118,18 +125,12 @@ class TrialResources:
                 raise InvalidArgumentError(f"{where}.{exc.argument}", exc.value, exc.expected) from None
             self.device_groups = [list(g) for g in request.device_groups or ()]
             self.gpus = request.gpus  # the largest group (pool slots, the board)
-        if self.gpus_per_node is not None and (not is_int(self.gpus_per_node) or self.gpus_per_node < 0):
-            raise InvalidArgumentError(f"{where}.gpus_per_node", self.gpus_per_node, "a whole number >= 0")
         if self.gpus_per_node is not None and self.gpus not in (1, self.gpus_per_node):
             raise InvalidArgumentError(
                 f"{where}.gpus_per_node",
                 self.gpus_per_node,
                 f"the same as gpus ({self.gpus}), or gpus left out: on Slurm gpus is per node",
             )
-        if self.load_stage is not None and not isinstance(self.load_stage, bool):
-            raise InvalidArgumentError(f"{where}.load_stage", self.load_stage, "true or false")
-        if self.max_waiting is not None and (not is_int(self.max_waiting) or self.max_waiting < 0):
-            raise InvalidArgumentError(f"{where}.max_waiting", self.max_waiting, "a whole number >= 0 (0: no bound)")
         if self.load_stage and self.distributed:
             raise InvalidArgumentError(
                 f"{where}.load_stage", self.load_stage, "a trial started as one process (not with distributed=...)"
@@ -245,3 +246,13 @@ class TrialResources:
             "env": self.env or None,
             **self.job_shape(),
         }
+
+
+RESOURCES = RecordType(TrialResources, name="trial resources")
+#: the settings whose type and bounds their annotation says (checked through RESOURCES); the others (sizes, time
+#: limits, the job's shape, devices) are parsed or related to each other by check() itself
+_ANNOTATED = tuple(
+    name
+    for name, hint in typing.get_type_hints(TrialResources, include_extras=True).items()
+    if "Annotated" in repr(hint)
+)
