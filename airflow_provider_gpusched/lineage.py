@@ -164,3 +164,45 @@ def trial_facet(manifest: Any, trials: Any, sweep: str, task_instance) -> dict[s
             for t in trials
         ],
     }
+
+
+class LineageFacets:
+    """The OpenLineage methods the provider calls on an operator (start, complete, failure), once for
+    LocalGPUOperator and SlurmJobOperator: each says what it ran and where (``_lineage_run``), how it failed
+    (``_lineage_failure``), the external job it ran as (``_lineage_external``); a sweep's trial operators add the
+    trial (``_lineage_trial``)."""
+
+    lineage_job_type = ""
+
+    def _lineage_run(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _lineage_failure(self) -> tuple[str, str]:
+        raise NotImplementedError
+
+    def _lineage_external(self) -> tuple[str, str]:
+        """(external job id, its source), e.g. a Slurm job id; ("", "") when there is none."""
+        return "", ""
+
+    def _lineage_trial(self, task_instance) -> dict[str, Any] | None:
+        return None
+
+    def _lineage(self, task_instance, failure: tuple[str, str] | None = None):
+        external_id, external_source = self._lineage_external()
+        return operator_lineage(
+            job_type=self.lineage_job_type,
+            run=self._lineage_run(),
+            external_id=external_id,
+            external_source=external_source,
+            trial=self._lineage_trial(task_instance) if task_instance is not None else None,
+            failure=failure,
+        )
+
+    def get_openlineage_facets_on_start(self):
+        return self._lineage(None)
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        return self._lineage(task_instance)
+
+    def get_openlineage_facets_on_failure(self, task_instance):
+        return self._lineage(task_instance, self._lineage_failure())

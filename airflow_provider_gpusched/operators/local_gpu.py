@@ -53,7 +53,7 @@ class WorkTimedOut(AirflowException):
     """The work reached its ``time_limit`` and was stopped (Airflow's retries apply, as to any failure)."""
 
 
-class LocalGPUOperator(BaseOperator):
+class LocalGPUOperator(lineage.LineageFacets, BaseOperator):
     """Run work on local GPUs.
 
     :param command: argv list, run directly (no shell). Templated.
@@ -353,26 +353,9 @@ class LocalGPUOperator(BaseOperator):
             "oomRetries": sum(1 for a in tried[:-1] if a.oom),
         }
 
-    def _lineage_trial(self, task_instance) -> dict[str, Any] | None:
-        return None
-
-    def get_openlineage_facets_on_start(self):
-        return lineage.operator_lineage(job_type=self.lineage_job_type, run=self._lineage_run())
-
-    def get_openlineage_facets_on_complete(self, task_instance):
-        return lineage.operator_lineage(
-            job_type=self.lineage_job_type, run=self._lineage_run(), trial=self._lineage_trial(task_instance)
-        )
-
-    def get_openlineage_facets_on_failure(self, task_instance):
+    def _lineage_failure(self) -> tuple[str, str]:
         last = self.attempts[-1] if self.attempts else None
-        failure = attempt_outcome(last) if last is not None else ("not started", "it never got its GPUs")
-        return lineage.operator_lineage(
-            job_type=self.lineage_job_type,
-            run=self._lineage_run(),
-            trial=self._lineage_trial(task_instance),
-            failure=failure,
-        )
+        return attempt_outcome(last) if last is not None else ("not started", "it never got its GPUs")
 
     def on_kill(self) -> None:
         self.stop_requested.set()

@@ -65,7 +65,25 @@ class SlurmJobFailed(AirflowException):
 _SPEC_NAMES = {"cpus_per_task": "cpus", "environment": "env"}
 
 
-class SlurmJobOperator(BaseOperator):
+def task_state_in_run(ti, run_id: str) -> str | None:
+    """This task's state in another DAG run ('absent' when that run has no such task instance), None if
+    Airflow cannot tell."""
+    try:
+        states = ti.get_task_states(
+            dag_id=ti.dag_id,
+            task_ids=[ti.task_id],
+            run_ids=[run_id],
+            map_index=ti.map_index if ti.map_index is not None and ti.map_index >= 0 else None,
+        )
+    except Exception:  # noqa: BLE001 - an older API or no API server: say so, never guess
+        return None
+    mine = (states or {}).get(run_id) or {}
+    name = ti.task_id if ti.map_index is None or ti.map_index < 0 else f"{ti.task_id}_{ti.map_index}"
+    state = mine.get(name)
+    return str(state.value if hasattr(state, "value") else state) if state is not None else "absent"
+
+
+class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
     """Submit a Slurm batch job and wait for it.
 
     :param command: argv list (passed verbatim) or a shell command line (a string). Templated.
@@ -323,7 +341,7 @@ class SlurmJobOperator(BaseOperator):
         key = task_key(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
         family = task_family_key(ti.dag_id, ti.task_id, ti.map_index)
         submission = Submission(
-            client, key, family=family, owner_state=lambda run: self._task_state_in_run(ti, run), log=self.log
+            client, key, family=family, owner_state=lambda run: task_state_in_run(ti, run), log=self.log
         )
 
         def build() -> tuple[SlurmJobSpec, str]:
@@ -415,24 +433,6 @@ class SlurmJobOperator(BaseOperator):
         skip = ("--comment=", "--output=", "--error=", "--job-name=")
         return work_key(spec.render_script(), *(a for a in spec.sbatch_argv() if not a.startswith(skip)))
 
-    @staticmethod
-    def _task_state_in_run(ti, run_id: str) -> str | None:
-        """This task's state in another DAG run ('absent' when that run has no such task instance), None if
-        Airflow cannot tell."""
-        try:
-            states = ti.get_task_states(
-                dag_id=ti.dag_id,
-                task_ids=[ti.task_id],
-                run_ids=[run_id],
-                map_index=ti.map_index if ti.map_index is not None and ti.map_index >= 0 else None,
-            )
-        except Exception:  # noqa: BLE001 - an older API or no API server: say so, never guess
-            return None
-        mine = (states or {}).get(run_id) or {}
-        name = ti.task_id if ti.map_index is None or ti.map_index < 0 else f"{ti.task_id}_{ti.map_index}"
-        state = mine.get(name)
-        return str(state.value if hasattr(state, "value") else state) if state is not None else "absent"
-
     def _output_pattern(self, context) -> str:
         """The job's output file, with Slurm's ``%j`` / ``%A_%a`` (the same for every try, so a
         re-attached job's output is found too)."""
@@ -514,32 +514,14 @@ class SlurmJobOperator(BaseOperator):
             "oomRetries": 0,
         }
 
-    def _lineage_trial(self, task_instance) -> dict[str, Any] | None:
-        return None
+    def _lineage_external(self) -> tuple[str, str]:
+        return (str(self._job_id or ""), self._lineage_source) if self._lineage_source else ("", "")
 
-    def _lineage(self, task_instance, failure=None):
-        return lineage.operator_lineage(
-            job_type=self.lineage_job_type,
-            run=self._lineage_run(),
-            external_id=str(self._job_id or "") if self._lineage_source else "",
-            external_source=self._lineage_source,
-            trial=self._lineage_trial(task_instance) if task_instance is not None else None,
-            failure=failure,
-        )
-
-    def get_openlineage_facets_on_start(self):
-        return self._lineage(None)
-
-    def get_openlineage_facets_on_complete(self, task_instance):
-        return self._lineage(task_instance)
-
-    def get_openlineage_facets_on_failure(self, task_instance):
+    def _lineage_failure(self) -> tuple[str, str]:
         status = self._final_status
         if status is not None:
-            failure = (status.phase.value, self._problem or status.describe())
-        else:
-            failure = ("not submitted" if not self._job_id else "lost", self._problem or "no final state was seen")
-        return self._lineage(task_instance, failure)
+            return status.phase.value, self._problem or status.describe()
+        return ("not submitted" if not self._job_id else "lost", self._problem or "no final state was seen")
 
     def _publish_final(
         self,
