@@ -11,7 +11,7 @@ import pytest
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.slurm import JobPhase, SlurmJobSpec, SSHTransport
-from airflow_provider_gpusched.core.slurm.client import jobcomp_records, parse_jobcomp_line
+from airflow_provider_gpusched.core.slurm.client import JobCompletionFile, jobcomp_records, parse_jobcomp_line
 from airflow_provider_gpusched.core.slurm.states import JobStatus
 from tests.polling import wait_until
 
@@ -128,9 +128,9 @@ def test_a_job_name_with_a_newline_from_elsewhere_is_tracked_to_the_end(client, 
     status = client.wait(job_id, poll_interval=0.5, timeout=60)
     assert status.phase is JobPhase.SUCCEEDED
     # the completion record alone (the job gone from squeue): joined back, complete
-    client._jobcomp_offset = 0
-    client._read_jobcomp()
-    record = client._jobcomp_records[job_id]
+    completions = JobCompletionFile()  # read from the start of the file
+    assert completions.statuses(client.runner, client.accounting().jobcomp_loc, [job_id])[job_id].state == "COMPLETED"
+    record = completions.records[job_id]
     assert record["JobState"] == "COMPLETED" and record["Name"] == "evil\nname"
 
 

@@ -100,13 +100,76 @@ class AccountingInfo:
         return self.jobcomp_type.endswith("/filetxt") and bool(self.jobcomp_loc)
 
 
+class JobCompletionFile:
+    """Slurm's jobcomp file (``JobCompType=jobcomp/filetxt``) where accounting has no ``sacct``: read on from
+    where it was last read (a half-written last line is read next time, a rotated file from its start), here or
+    through the transport's ``tail``; the newest record of each job (and array task) kept."""
+
+    def __init__(self) -> None:
+        self._offset = 0
+        self.records: dict[str, dict[str, str]] = {}
+
+    def _read(self, runner: SlurmTransport, path: str) -> None:
+        if runner.is_local:
+            try:
+                size = os.path.getsize(path)
+            except OSError:
+                return
+            if size < self._offset:  # the file was rotated
+                self._offset = 0
+            with open(path, "rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+        else:
+            data = runner.run(["tail", "-c", f"+{self._offset + 1}", "--", path]).stdout.encode()
+        complete = data[: data.rfind(b"\n") + 1]  # a half-written last line is read next time
+        self._offset += len(complete)
+        for line in jobcomp_records(complete.decode(errors="replace")):
+            record = parse_jobcomp_line(line)
+            if "JobId" not in record or not record.get("JobState"):
+                log.warning("ignoring a completion record without a job id or state: %r", line[:300])
+                continue
+            if record.get("ArrayJobId") and record.get("ArrayTaskId"):
+                key = f"{record['ArrayJobId']}_{record['ArrayTaskId']}"
+            else:
+                key = record["JobId"]
+            self.records[key] = record  # later runs of a requeued job win
+
+    def statuses(self, runner: SlurmTransport, path: str, ids: list[str]) -> dict[str, JobStatus]:
+        """The final states of jobs ``ids`` (and their array tasks) the file holds so far."""
+        self._read(runner, path)
+        wanted = set(ids)
+        records = {}
+        for key, rec in self.records.items():
+            if key.split("_")[0] not in wanted:
+                continue
+            code, sig = parse_exit_code(rec.get("ExitCode"))
+            state = normalize_state(rec.get("JobState", ""))
+            array_id, _, task = key.partition("_")
+            records[key] = JobStatus(
+                job_id=key,
+                phase=classify_state(state),
+                state=state,
+                exit_code=code,
+                signal=sig,
+                partition=rec.get("Partition", ""),
+                nodes=rec.get("NodeList", ""),
+                name=rec.get("Name", ""),
+                array_job_id=array_id if task else None,
+                array_task_id=task or None,
+                source="jobcomp",
+                elapsed=jobcomp_elapsed(rec),
+            )
+        return records
+
+
 @dataclass
 class SlurmClient:
     runner: SlurmTransport = field(default_factory=SlurmTransport)
 
     _accounting: AccountingInfo | None = field(default=None, init=False, repr=False)
-    _jobcomp_offset: int = field(default=0, init=False, repr=False)
-    _jobcomp_records: dict[str, dict[str, str]] = field(default_factory=dict, init=False, repr=False)
+    #: the jobcomp file, followed where accounting has no sacct
+    _completions: JobCompletionFile = field(default_factory=lambda: JobCompletionFile(), init=False, repr=False)
 
     # -- submission -------------------------------------------------------------------------------
     def submit(self, spec: SlurmJobSpec) -> SubmittedJob:
@@ -245,7 +308,7 @@ class SlurmClient:
         if acct.has_sacct:
             return self._sacct(ids)
         if acct.has_jobcomp_file:
-            return self._jobcomp(ids)
+            return self._completions.statuses(self.runner, self.accounting().jobcomp_loc, ids)
         return {}
 
     def _sacct(self, ids: list[str]) -> dict[str, JobStatus]:
@@ -273,60 +336,6 @@ class SlurmClient:
                 array_task_id=task or None,
                 source="sacct",
                 elapsed=float(elapsed) if elapsed.isdigit() else None,
-            )
-        return records
-
-    def _read_jobcomp(self) -> None:
-        path = self.accounting().jobcomp_loc
-        if self.runner.is_local:
-            try:
-                size = os.path.getsize(path)
-            except OSError:
-                return
-            if size < self._jobcomp_offset:  # the file was rotated
-                self._jobcomp_offset = 0
-            with open(path, "rb") as fh:
-                fh.seek(self._jobcomp_offset)
-                data = fh.read()
-        else:
-            data = self.runner.run(["tail", "-c", f"+{self._jobcomp_offset + 1}", "--", path]).stdout.encode()
-        complete = data[: data.rfind(b"\n") + 1]  # a half-written last line is read next time
-        self._jobcomp_offset += len(complete)
-        for line in jobcomp_records(complete.decode(errors="replace")):
-            record = parse_jobcomp_line(line)
-            if "JobId" not in record or not record.get("JobState"):
-                log.warning("ignoring a completion record without a job id or state: %r", line[:300])
-                continue
-            if "JobId" in record:
-                if record.get("ArrayJobId") and record.get("ArrayTaskId"):
-                    key = f"{record['ArrayJobId']}_{record['ArrayTaskId']}"
-                else:
-                    key = record["JobId"]
-                self._jobcomp_records[key] = record  # later runs of a requeued job win
-
-    def _jobcomp(self, ids: list[str]) -> dict[str, JobStatus]:
-        self._read_jobcomp()
-        wanted = set(ids)
-        records = {}
-        for key, rec in self._jobcomp_records.items():
-            if key.split("_")[0] not in wanted:
-                continue
-            code, sig = parse_exit_code(rec.get("ExitCode"))
-            state = normalize_state(rec.get("JobState", ""))
-            array_id, _, task = key.partition("_")
-            records[key] = JobStatus(
-                job_id=key,
-                phase=classify_state(state),
-                state=state,
-                exit_code=code,
-                signal=sig,
-                partition=rec.get("Partition", ""),
-                nodes=rec.get("NodeList", ""),
-                name=rec.get("Name", ""),
-                array_job_id=array_id if task else None,
-                array_task_id=task or None,
-                source="jobcomp",
-                elapsed=jobcomp_elapsed(rec),
             )
         return records
 
