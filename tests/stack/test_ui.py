@@ -105,6 +105,10 @@ def assert_plots_readable(page) -> None:
     assert plots, "no plot on the page"
     bad = [p for p in plots if p["outside"] or p["overlapping"]]
     assert not bad, bad
+    # drawn at the sizes the bundle sets and its margins assume (the UI's stylesheet overrode an SVG font-size
+    # attribute: labels 14 px high crossed the timeline's right edge)
+    sizes = page.eval_on_selector_all("svg[data-testid^=plot-] text", "ts => ts.map(t => getComputedStyle(t).fontSize)")
+    assert set(sizes) <= {"10px", "11px"}, sorted(set(sizes))
 
 
 def test_an_idle_board_lists_every_gpu_of_the_host(stack, browser_page):

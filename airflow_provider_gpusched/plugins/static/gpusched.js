@@ -338,8 +338,11 @@ function barTitle(b) {
 }
 
 function TimelineChart({ data, width = 1300 }) {
-  const label = 210, right = 30, top = 28, lane = 14, gap = 6;
+  const label = 210, top = 28, lane = 14, gap = 6;
   const span = data.until - data.since;
+  const { ticks, step } = timeTicks(data.since, data.until, width - label - 30);
+  // a tick may sit at the window's right end: room for half its label (CHAR: a 10 px label's width per character)
+  const right = Math.max(30, Math.ceil((clock(data.until, span, step).length * CHAR) / 2) + 4);
   const X = (t) => label + ((t - data.since) / span) * (width - label - right);
   const hostOf = (i) => (i === 0 || data.rows[i - 1].host !== data.rows[i].host);
   const head = 20;  // a host's name on a line of its own above its GPUs' rows
@@ -349,18 +352,17 @@ function TimelineChart({ data, width = 1300 }) {
     const at = y; y += row.lanes * lane + gap; return { row, at };
   });
   const height = Math.max(y + 4, top + 30);
-  const { ticks, step } = timeTicks(data.since, data.until, width - label - right);
   return h("svg", { width, height, "data-testid": "plot-timeline", role: "img", "aria-label": "GPU leases over time" },
     ticks.map((t) => h("g", { key: t },
       h("line", { x1: X(t), x2: X(t), y1: top - 4, y2: height, stroke: "currentColor", opacity: 0.12 }),
-      h("text", { x: X(t), y: 16, fontSize: 10, textAnchor: "middle", fill: "currentColor", "data-tick": "x" }, clock(t, span, step)))),
+      h("text", { x: X(t), y: 16, style: { fontSize: "10px" }, textAnchor: "middle", fill: "currentColor", "data-tick": "x" }, clock(t, span, step)))),
     rows.map(({ row, at }, i) => h("g", { key: `${row.host}-${row.gpu}`, "data-testid": "timeline-row",
                                            "data-host": row.host, "data-gpu": row.gpu },
       hostOf(i) && i > 0 ? h("line", { x1: 0, x2: width, y1: at - head - gap / 2, y2: at - head - gap / 2,
                                        stroke: "currentColor", opacity: 0.3 }) : null,
-      hostOf(i) ? h("text", { x: 4, y: at - 7, fontSize: 11, fontWeight: 600, fill: "currentColor", "data-testid": "timeline-host" },
+      hostOf(i) ? h("text", { x: 4, y: at - 7, style: { fontSize: "11px" }, fontWeight: 600, fill: "currentColor", "data-testid": "timeline-host" },
         row.host.length > 80 ? `${row.host.slice(0, 79)}…` : row.host) : null,
-      h("text", { x: label - 6, y: at + 11, fontSize: 11, textAnchor: "end", fill: "currentColor" },
+      h("text", { x: label - 6, y: at + 11, style: { fontSize: "11px" }, textAnchor: "end", fill: "currentColor" },
         `GPU ${row.gpu} · ${(100 * row.busy_fraction).toFixed(0)}%`,
         h("title", null, `${row.host} GPU ${row.gpu}: busy ${(100 * row.busy_fraction).toFixed(0)}% of the window`)),
       h("rect", { x: label, y: at, width: width - label - right, height: row.lanes * lane, fill: "currentColor", opacity: 0.04 }),
@@ -478,7 +480,9 @@ function categoryAxis(names, maxChars) {
            labels: names.map((n) => (n.length > maxChars ? `${n.slice(0, maxChars - 1)}…` : n)), full: names,
            at: (i) => (i + 0.5) / k };
 }
-const CHAR = 9;  // px per character of a 10 px tick label, at most (measured in Chromium: 7-9)
+// px per character of a 10 px tick label, at most (Chromium draws a digit 5.6 px wide; room for wider letters). Text sizes are set in each text's
+// style: the Airflow UI's stylesheet overrides an SVG font-size attribute (labels were drawn at 14 px)
+const CHAR = 9;
 
 // the frame every plot shares: axes, ticks that never overlap the titles or leave the picture, and the marks
 // that draw(X, Y) returns; margins are computed from the labels
@@ -501,14 +505,14 @@ function Frame({ x, y, xLabel, yLabel, width, height, testid, label, draw }) {
                     "aria-label": label || `${yLabel} against ${xLabel}`, style: { margin: "4px 12px 4px 0" } },
     h("line", { x1: pad.l, y1: height - pad.b, x2: width - pad.r, y2: height - pad.b, stroke: "currentColor", opacity: 0.4 }),
     h("line", { x1: pad.l, y1: pad.t, x2: pad.l, y2: height - pad.b, stroke: "currentColor", opacity: 0.4 }),
-    x.ticks.map((t, i) => h("text", { key: `x${i}`, x: X(t), y: height - pad.b + 19, fontSize: 10, textAnchor: "middle",
+    x.ticks.map((t, i) => h("text", { key: `x${i}`, x: X(t), y: height - pad.b + 19, style: { fontSize: "10px" }, textAnchor: "middle",
                                       fill: "currentColor", "data-tick": "x" }, x.labels[i],
       x.full ? h("title", null, x.full[i]) : null)),
-    y.ticks.map((t, i) => h("text", { key: `y${i}`, x: pad.l - 4, y: Y(t) + 3, fontSize: 10, textAnchor: "end",
+    y.ticks.map((t, i) => h("text", { key: `y${i}`, x: pad.l - 4, y: Y(t) + 3, style: { fontSize: "10px" }, textAnchor: "end",
                                       fill: "currentColor", "data-tick": "y" }, y.labels[i])),
-    h("text", { x: (pad.l + width - pad.r) / 2, y: height - 4, fontSize: 11, textAnchor: "middle", fill: "currentColor",
+    h("text", { x: (pad.l + width - pad.r) / 2, y: height - 4, style: { fontSize: "11px" }, textAnchor: "middle", fill: "currentColor",
                 "data-title": "x" }, fit(xTitle, width - pad.l - pad.r), h("title", null, xTitle)),
-    h("text", { x: 14, y: (pad.t + height - pad.b) / 2, fontSize: 11, textAnchor: "middle", fill: "currentColor",
+    h("text", { x: 14, y: (pad.t + height - pad.b) / 2, style: { fontSize: "11px" }, textAnchor: "middle", fill: "currentColor",
                 "data-title": "y", transform: `rotate(-90 14 ${(pad.t + height - pad.b) / 2})` },
       fit(yLabel, height - pad.t - pad.b), h("title", null, yLabel)),
     draw(X, Y));
@@ -695,7 +699,7 @@ function ParallelCoordinates({ sweep, points, onPick, picked }) {
         "data-trial": pickedPoint.trial_id }, h("title", null, `trial ${pickedPoint.index} ${pickedPoint.label}`)) : null,
       scaled.map(({ a, s }, k) => h("g", { key: a.name, "data-axis": a.name },
         h("line", { x1: X(k), x2: X(k), y1: top, y2: top + inner, stroke: "currentColor", opacity: 0.6 }),
-        h("text", { x: X(k), y: 16, fontSize: 11, textAnchor: "middle", fill: "currentColor", fontWeight: a.kind === "score" ? 700 : 400 },
+        h("text", { x: X(k), y: 16, style: { fontSize: "11px" }, textAnchor: "middle", fill: "currentColor", fontWeight: a.kind === "score" ? 700 : 400 },
           fit(a.name + (s.scale === "log" ? " (log)" : ""), k === axes.length - 1 ? 2 * padR - 8 : spacing - 8),
           h("title", null, a.name)),
         // every tick when they fit (a log axis keeps each decade: 1e-4, 0.001, 0.01, 0.1), else every n-th; each label
@@ -706,7 +710,7 @@ function ParallelCoordinates({ sweep, points, onPick, picked }) {
             return h("g", { key: `t${i}`, "data-tick": "pc" },
               h("rect", { x: X(k) - 3 - boxW, y: Yf(s, v) - 6, width: boxW, height: 12, rx: 2, style: { fill: "Canvas" },
                           opacity: 0.85 }),
-              h("text", { x: X(k) - 4, y: Yf(s, v) + 3, fontSize: 10, textAnchor: "end", fill: "currentColor", style: HALO },
+              h("text", { x: X(k) - 4, y: Yf(s, v) + 3, textAnchor: "end", fill: "currentColor", style: { ...HALO, fontSize: "10px" } },
                 text, s.full ? h("title", null, s.full[i]) : null));
           }),
         brushes[a.name] ? h("rect", { x: X(k) - 7, width: 14, y: Math.min(...brushes[a.name]), height: Math.abs(brushes[a.name][1] - brushes[a.name][0]) || 2,
@@ -737,10 +741,10 @@ function Importance({ dagId, run, group }) {
     rows.length ? h("svg", { width, height: rows.length * rowH + 8, "data-testid": "plot-importance", role: "img",
                              "aria-label": "parameter importance" },
       rows.map((r, i) => h("g", { key: r.name, "data-param": r.name },
-        h("text", { x: label - 6, y: i * rowH + 15, fontSize: 11, textAnchor: "end", fill: "currentColor" },
+        h("text", { x: label - 6, y: i * rowH + 15, style: { fontSize: "11px" }, textAnchor: "end", fill: "currentColor" },
           r.name.length > 22 ? `${r.name.slice(0, 21)}…` : r.name, h("title", null, r.name)),
         h("rect", { x: label, y: i * rowH + 4, height: rowH - 6, width: Math.max(1, r.importance * barMax), rx: 2, fill: "#2b7bd6" }),
-        h("text", { x: label + Math.max(1, r.importance * barMax) + 4, y: i * rowH + 15, fontSize: 10, fill: "currentColor" },
+        h("text", { x: label + Math.max(1, r.importance * barMax) + 4, y: i * rowH + 15, style: { fontSize: "10px" }, fill: "currentColor" },
           `${(100 * r.importance).toFixed(1)}%`)))) : null);
 }
 
