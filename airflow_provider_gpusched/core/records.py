@@ -49,14 +49,21 @@ _CONTAINERS = frozenset({"list", "tuple", "dict", "set", "frozenset"})
 
 
 def _constrain(schema: dict[str, Any], strict: bool | None, constraints: Mapping[str, Any]) -> dict[str, Any]:
-    """Put ``strict`` and the bounds on the schema that validates the value itself (under any validator
-    functions wrapped around it)."""
-    target = schema
-    while target.get("type", "").startswith("function-") and "schema" in target:
-        target = target["schema"]
-    if strict is not None and target.get("type") not in _CONTAINERS:
-        target["strict"] = strict
-    target.update(constraints)
+    """Put ``strict`` and the bounds on the schema that validates the value itself: under any validator functions
+    wrapped around it, on both the JSON and the Python side, at the end of a chain (``Sequence[str]``: an
+    instance check, then the list)."""
+    kind = schema.get("type", "")
+    if kind.startswith("function-") and "schema" in schema:
+        _constrain(schema["schema"], strict, constraints)
+    elif kind == "json-or-python":
+        _constrain(schema["json_schema"], strict, constraints)
+        _constrain(schema["python_schema"], strict, constraints)
+    elif kind == "chain":
+        _constrain(schema["steps"][-1], strict, constraints)
+    else:
+        if strict is not None and kind not in _CONTAINERS:
+            schema["strict"] = strict
+        schema.update(constraints)
     return schema
 
 
@@ -196,9 +203,10 @@ class RecordType(Generic[T]):
         except ValidationError as exc:
             raise BadRecordError(refusal(exc, self.cls).message(source)) from None
 
-    def read_argument(self, data: Any, argument: str, expected: str) -> T:
+    def read_argument(self, data: Any, argument: str, expected: str, *, joiner: str = ".") -> T:
         """``data`` given as an argument (an operator's, a command line's): :class:`InvalidArgumentError` naming
-        ``argument`` and the key path (``trials.ids``), what was expected there and what was given."""
+        ``argument`` and the key path joined by ``joiner`` (``trials.ids``; a spec's ``sweep.yaml: count``), what
+        was expected there and what was given."""
         from airflow_provider_gpusched.core.errors import InvalidArgumentError
 
         if not isinstance(data, Mapping):
@@ -209,7 +217,7 @@ class RecordType(Generic[T]):
             return self.adapter.validate_python(dict(data))
         except ValidationError as exc:
             why = refusal(exc, self.cls)
-            name = f"{argument}.{why.path}" if why.path else argument
+            name = joiner.join(part for part in (argument, why.path) if part)
             if why.problem == "unknown":
                 raise InvalidArgumentError(name, why.value, "one of " + ", ".join(self.fields)) from None
             raise InvalidArgumentError(name, why.value if why.problem != "missing" else None, why.expected) from None
@@ -246,6 +254,50 @@ class RecordType(Generic[T]):
 
     def json_schema(self) -> dict[str, Any]:
         return self.adapter.json_schema()
+
+
+class Settings(Generic[T]):
+    """The settings of a class that parses and relates its settings itself (a dataclass whose ``__post_init__``
+    does): those whose annotation says their type and bounds (``Annotated[int, says(...)] | None``) are checked
+    together as one record, the first wrong one refused as an argument named by its key path (``gres``,
+    ``environment.A``, ``resources.env.A``); the class's own code is left what needs parsing or relates settings."""
+
+    def __init__(self, cls: type[T]) -> None:
+        self.cls = cls
+
+    @functools.cached_property
+    def record(self) -> RecordType[Any]:
+        hints = _hints(self.cls)  # type: ignore[arg-type]
+        said = [f.name for f in dataclasses.fields(self.cls) if _says(hints[f.name])]  # type: ignore[arg-type]
+        shadow = dataclasses.make_dataclass(
+            f"{self.cls.__name__}Settings", [(n, hints[n], dataclasses.field(default=None)) for n in said]
+        )
+        return RecordType(shadow, name=f"{self.cls.__name__} settings")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.record.fields
+
+    def check(
+        self, owner: T | Mapping[str, Any], argument: str = "", expected: str = "settings", *, joiner: str = "."
+    ) -> Any:
+        """``owner``'s annotated settings checked (an object with the settings, or a mapping of them): the checked
+        values as attributes; :class:`InvalidArgumentError` for the first wrong one."""
+        values = (
+            {n: owner[n] for n in self.names if n in owner}
+            if isinstance(owner, Mapping)
+            else {n: getattr(owner, n) for n in self.names}
+        )
+        return self.record.read_argument(values, argument, expected, joiner=joiner)
+
+
+def _says(hint: Any) -> bool:
+    """Whether an annotation (or a member of its union) carries :class:`Says`."""
+    if get_origin(hint) is Annotated:
+        return any(isinstance(m, Says) for m in get_args(hint)[1:])
+    if get_origin(hint) in (typing.Union, types.UnionType):
+        return any(_says(member) for member in get_args(hint))
+    return False
 
 
 #: a sealed record's key holding its MAC (HMAC-SHA256 of its canonical JSON)
@@ -418,7 +470,7 @@ def expected_at(cls: Any, loc: tuple[Any, ...]) -> str:
                 return found
         elif origin is tuple and isinstance(part, int) and args and args[-1] is not Ellipsis:
             tp = args[part] if part < len(args) else Any
-        elif origin in (list, tuple) and args:
+        elif origin in (list, tuple, set, frozenset, Sequence) and args:
             tp = args[0]
         elif origin in (dict, Mapping) and len(args) == 2:
             is_key = i + 1 < len(loc) and loc[i + 1] == "[key]"

@@ -15,25 +15,34 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
-from typing import Any
+from typing import Annotated, Any
 
 from airflow_provider_gpusched.core import distributed as dist
 from airflow_provider_gpusched.core.checks import is_int
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.job_shape import SHAPE_FIELDS, check_shape, gpus_on_each_node
+from airflow_provider_gpusched.core.records import Check, Settings, one_of, says
 from airflow_provider_gpusched.core.units import parse_bytes, slurm_time_limit
 from airflow_provider_gpusched.core.work_tag import WorkTag
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_ARRAY_RE = re.compile(r"^(\d+(-\d+(:\d+)?)?)(,\d+(-\d+(:\d+)?)?)*(%\d+)?$")
-_GRES_RE = re.compile(r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_ARRAY = r"^(\d+(-\d+(:\d+)?)?)(,\d+(-\d+(:\d+)?)?)*(%\d+)?$"
+_ARRAY_RE = re.compile(_ARRAY)
 COMMENT_PREFIX = "gpusched:"
 #: sbatch refuses a comment of more than about 1,020 characters ("parameter too long", Slurm 22.05)
 MAX_COMMENT = 1000
-#: values that become sbatch options or Slurm records: no control characters (a newline in a job name
-#: splits Slurm's completion record, and the job would look unfinished forever)
-_OPTION_FIELDS = ("job_name", "partition", "qos", "account", "output", "error", "working_dir", "comment", "shell")
+
+#: a value that becomes an sbatch option or a Slurm record: no control characters (a newline in a job name splits
+#: Slurm's completion record, and the job would look unfinished forever)
+OptionText = Annotated[
+    str, says("a string without control characters (newline, tab, ...)", pattern=r"^[^\x00-\x1f\x7f]*$")
+]
+_ENV_NAME = Annotated[str, says("an environment variable name", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+def _no_nul(value: Any) -> Any:
+    if "\x00" in str(value):
+        raise ValueError("a value without NUL characters")
+    return value
 
 
 def contain_prelude() -> list[str]:
@@ -59,16 +68,25 @@ class SlurmJobSpec:
 
     command: Sequence[str] | str | None = None
     script: str | None = None
-    job_name: str | None = None
-    partition: str | None = None
-    qos: str | None = None
-    account: str | None = None
-    gpus: int | None = None
-    gres: str | None = None
-    cpus_per_task: int | None = None
+    job_name: OptionText | None = None
+    partition: OptionText | None = None
+    qos: OptionText | None = None
+    account: OptionText | None = None
+    gpus: Annotated[int, says("a whole number >= 0", ge=0)] | None = None
+    gres: (
+        Annotated[
+            str,
+            says(
+                "a Slurm GRES list such as 'gpu:2' or 'gpu:a100:1'",
+                pattern=r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*$",
+            ),
+        ]
+        | None
+    ) = None
+    cpus_per_task: Annotated[int, says("a whole number >= 1", ge=1)] | None = None
     mem: int | str | None = None
     time_limit: int | str | timedelta | None = None
-    array: str | None = None
+    array: Annotated[str, says("a Slurm array spec such as '0-9', '1,3,5', '0-15:4%2'", pattern=_ARRAY)] | None = None
     #: job shape: nodes (``2`` or a range ``"2-4"``), tasks per node, GPUs per node (``4`` or ``"a100:4"``) or per
     #: task, CPUs per GPU, a whole node to itself, node features, nodes to use or to avoid
     nodes: int | str | None = None
@@ -84,18 +102,42 @@ class SlurmJobSpec:
     distributed: str | None = None
     rank_exit_grace: float = dist.DEFAULT_RANK_EXIT_GRACE
     #: how to start torchrun on the nodes (``distributed="torchrun"``)
-    torchrun: Sequence[str] = ("torchrun",)
-    nice: int | None = None
+    torchrun: Annotated[
+        Sequence[Annotated[str, says("", min_length=1)]],
+        says(
+            "the command that starts torchrun, as a list such as ['torchrun'] or "
+            "['python', '-m', 'torch.distributed.run']",
+            min_length=1,
+        ),
+    ] = ("torchrun",)
+    nice: Annotated[int, says("an integer")] | None = None
     requeue: bool | None = None
-    open_mode: str | None = "append"
-    output: str | None = None
-    error: str | None = None
-    working_dir: str | None = None
-    environment: Mapping[str, str] = field(default_factory=dict)
-    setup: Sequence[str] = field(default_factory=tuple)
-    sbatch_args: Sequence[str] = field(default_factory=tuple)
-    comment: str | None = None
-    shell: str = "/bin/bash"
+    open_mode: Annotated[str, says("'append', 'truncate' or None"), one_of(("append", "truncate"))] | None = "append"
+    output: OptionText | None = None
+    error: OptionText | None = None
+    working_dir: OptionText | None = None
+    environment: Annotated[
+        Mapping[_ENV_NAME, Annotated[Any, says("a value without NUL characters", strict=None), Check(_no_nul)]],
+        says("a mapping of variable name -> value"),
+    ] = field(default_factory=dict)
+    setup: Annotated[
+        Sequence[Annotated[str, says("a shell line without NUL characters", pattern=r"^[^\x00]*$")]],
+        says("a list of shell lines"),
+    ] = field(default_factory=tuple)
+    sbatch_args: Annotated[
+        Sequence[
+            Annotated[
+                str,
+                says(
+                    "options starting with '-' (one list item each) without control characters",
+                    pattern=r"^-[^\x00-\x1f\x7f]*$",
+                ),
+            ]
+        ],
+        says("a list of arguments such as ['--exclusive', '--constraint=a100']"),
+    ] = field(default_factory=tuple)
+    comment: OptionText | None = None
+    shell: OptionText = "/bin/bash"
 
     def __post_init__(self) -> None:
         self.validate()
@@ -104,28 +146,13 @@ class SlurmJobSpec:
     def validate(self) -> None:
         if self.environment is None:
             self.environment = {}
-        if not isinstance(self.environment, Mapping):
-            raise InvalidArgumentError("environment", self.environment, "a mapping of variable name -> value")
         if self.setup is None:
             self.setup = ()
         if isinstance(self.setup, str):
             self.setup = [self.setup]
-        if not isinstance(self.setup, (list, tuple)) or not all(isinstance(x, str) for x in self.setup):
-            raise InvalidArgumentError("setup", self.setup, "a list of shell lines")
         if self.sbatch_args is None:
             self.sbatch_args = ()
-        if not isinstance(self.sbatch_args, (list, tuple, str)):
-            raise InvalidArgumentError("sbatch_args", self.sbatch_args, "a list of sbatch options")
-        for name in ("gres", "array"):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, str):
-                raise InvalidArgumentError(name, value, "a string")
-        for name in _OPTION_FIELDS:
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, str):
-                raise InvalidArgumentError(name, value, "a string")
-            if value and _CONTROL.search(value):
-                raise InvalidArgumentError(name, value, "a value without control characters (newline, tab, ...)")
+        _SETTINGS.check(self)  # each setting's type and bounds (their annotations)
         if (self.command is None) == (self.script is None):
             raise InvalidArgumentError(
                 "command/script",
@@ -137,40 +164,11 @@ class SlurmJobSpec:
                 raise InvalidArgumentError("command", self.command, "a non-empty list of strings")
         elif self.command is not None and (not isinstance(self.command, str) or not self.command.strip()):
             raise InvalidArgumentError("command", self.command, "a non-empty shell command string or argv list")
-        for name, least in (("gpus", 0), ("cpus_per_task", 1)):
-            value = getattr(self, name)
-            if value is not None and (not is_int(value) or value < least):
-                raise InvalidArgumentError(name, value, f"a whole number >= {least}")
-        if self.nice is not None and (not is_int(self.nice)):
-            raise InvalidArgumentError("nice", self.nice, "an integer")
-        if self.gres is not None and not _GRES_RE.match(self.gres):
-            raise InvalidArgumentError("gres", self.gres, "a Slurm GRES list such as 'gpu:2' or 'gpu:a100:1'")
         if self.gres and self.gpus:
             raise InvalidArgumentError("gpus/gres", (self.gpus, self.gres), "either gpus or gres, not both")
-        if self.array is not None and not _ARRAY_RE.match(str(self.array)):
-            raise InvalidArgumentError("array", self.array, "a Slurm array spec such as '0-9', '1,3,5', '0-15:4%2'")
-        if self.open_mode not in (None, "append", "truncate"):
-            raise InvalidArgumentError("open_mode", self.open_mode, "'append', 'truncate' or None")
-        for key in self.environment:
-            if not _ENV_NAME.match(str(key)):
-                raise InvalidArgumentError(f"environment[{key!r}]", key, "an environment variable name")
-        if isinstance(self.setup, str):
-            self.setup = [self.setup]
-        if isinstance(self.sbatch_args, str):
-            raise InvalidArgumentError(
-                "sbatch_args", self.sbatch_args, "a list of arguments such as ['--exclusive', '--constraint=a100']"
-            )
-        for arg in self.sbatch_args:
-            if not str(arg).startswith("-"):
-                raise InvalidArgumentError("sbatch_args", arg, "options starting with '-' (one list item each)")
-            if _CONTROL.search(str(arg)):
-                raise InvalidArgumentError("sbatch_args", arg, "options without control characters")
-        for key, value in self.environment.items():
-            if "\x00" in str(value):
-                raise InvalidArgumentError(f"environment[{key!r}]", value, "a value without NUL characters")
         texts = [self.command] if isinstance(self.command, str) else list(self.command or [])
-        if any("\x00" in str(t) for t in [*texts, self.script or "", *map(str, self.setup)]):
-            raise InvalidArgumentError("command/script/setup", "...", "text without NUL characters")
+        if any("\x00" in str(t) for t in [*texts, self.script or ""]):
+            raise InvalidArgumentError("command/script", "...", "text without NUL characters")
         self._validate_shape()
         # normalise the values sbatch needs in its own syntax (and fail early on bad ones)
         if self.mem is not None:
@@ -191,18 +189,6 @@ class SlurmJobSpec:
             distributed=self.distributed,
         )
         self.nodelist, self.exclude = shape["nodelist"], shape["exclude"]
-        if (
-            isinstance(self.torchrun, str)
-            or not isinstance(self.torchrun, (list, tuple))
-            or not self.torchrun
-            or not all(isinstance(a, str) and a for a in self.torchrun)
-        ):
-            raise InvalidArgumentError(
-                "torchrun",
-                self.torchrun,
-                "the command that starts torchrun, as a list such "
-                "as ['torchrun'] or ['python', '-m', 'torch.distributed.run']",
-            )
         if self.distributed and self.script is not None:
             raise InvalidArgumentError(
                 "distributed",
@@ -303,6 +289,9 @@ class SlurmJobSpec:
             elif values.get(key) in (None, "", (), []):
                 values[key] = value
         return SlurmJobSpec(**values)
+
+
+_SETTINGS = Settings(SlurmJobSpec)
 
 
 def array_range(count: int, max_parallel: int | None = None) -> str:

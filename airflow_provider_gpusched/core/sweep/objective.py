@@ -340,8 +340,10 @@ def _dig(result: Mapping[str, Any], path: str) -> Any:
     return node
 
 
-def leaderboard(records: Iterable[Mapping[str, Any]], objective: Objective, top_n: int = 10) -> list[dict[str, Any]]:
-    """The ``top_n`` succeeded records with a score, best first (ties keep trial order). With several
+def leaderboard(
+    records: Iterable[Mapping[str, Any]], objective: Objective, top_n: int | None = 10
+) -> list[dict[str, Any]]:
+    """The ``top_n`` (None: all) succeeded records with a score, best first (ties keep trial order). With several
     metrics each row also has ``values`` (metric -> value) and ``front`` (1 = on the Pareto front; fronts
     are numbered until they hold ``top_n`` trials, later ones are None); without weights rows are ranked by
     front, then by the first metric, and with weights by the weighted sum."""

@@ -19,11 +19,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Annotated, Any
 
-from airflow_provider_gpusched.core.checks import check_finite, check_int, is_int, record_from_mapping
+from airflow_provider_gpusched.core.checks import check_finite, record_from_mapping
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.import_target import import_callable
+from airflow_provider_gpusched.core.records import Settings, one_of, says
 from airflow_provider_gpusched.core.sweep import spaces
 from airflow_provider_gpusched.core.sweep.command import (
     TRIAL_FIELDS,
@@ -48,39 +49,44 @@ from airflow_provider_gpusched.core.sweep.store import check_sweep_name
 #: the most trials one stage of a sweep may have unless the spec raises ``max_trials`` (or
 #: ``$GPUSCHED_MAX_TRIALS``): counted before anything is expanded
 DEFAULT_MAX_TRIALS = 100_000
+AtLeastOne = Annotated[int, says("an integer >= 1", ge=1)]
+#: YAML's 'no' in quotes is a string, and would be true
+TrueOrFalse = Annotated[bool, says("true or false")]
 
 
 @dataclass
 class SweepSpec:
     name: str
     search: str = "grid"
-    global_config: Mapping[str, Any] = field(default_factory=dict)
+    global_config: Annotated[Mapping[Any, Any], says("a mapping of fixed values")] = field(default_factory=dict)
     test_config: Sequence[Mapping[str, Any]] = field(default_factory=lambda: [{}])
-    space: Mapping[str, Any] = field(default_factory=dict)
-    count: int | None = None
-    rounds: int | None = None
-    per_round: int | None = None
-    seed: int = 0
-    grid_steps: int | None = None
-    code_version: str | None = None
+    space: Annotated[Mapping[Any, Any], says("a mapping of parameter -> search space")] = field(default_factory=dict)
+    count: AtLeastOne | None = None
+    rounds: AtLeastOne | None = None
+    per_round: AtLeastOne | None = None
+    seed: Annotated[int, says("an integer")] = 0
+    grid_steps: (
+        Annotated[int, says(f"an integer from 1 to {spaces.MAX_POINTS:,}", ge=1, le=spaces.MAX_POINTS)] | None
+    ) = None
+    code_version: Annotated[str, says("a string")] | None = None
     command: Sequence[str] | None = None
     python_callable: Callable[..., Any] | None = None
     objective: Objective | None = None
-    results_root: str | None = None
-    force_rerun: bool = False
+    results_root: Annotated[str, says("a directory path", min_length=1, pattern=r"^[^\x00]*$")] | None = None
+    force_rerun: TrueOrFalse = False
     #: other DAGs may use this sweep's results folder too (each DAG's Sweeps tab then shows trials the others
     #: ran); by default a folder belongs to the first DAG that planned in it, and another DAG is refused
-    shared_with_other_dags: bool = False
-    top_n: int = 10
-    sampler: str = "tpe"
+    shared_with_other_dags: TrueOrFalse = False
+    top_n: AtLeastOne | None = 10
+    sampler: Annotated[str, says("'tpe', 'random' or 'nsga2'")] = "tpe"
     resources: TrialResources = field(default_factory=TrialResources)
     evolution: EvolutionSettings | None = None
     #: a trial that ran but whose result cannot be scored: "fail" its task, or only "record" it as invalid
-    on_invalid_result: str = "fail"
+    on_invalid_result: Annotated[str, says("'fail' or 'record'"), one_of(("fail", "record"))] = "fail"
     #: refuse a stage of more trials than this (counted before expanding); default $GPUSCHED_MAX_TRIALS or 100,000
-    max_trials: int | None = None
+    max_trials: AtLeastOne | None = None
     #: failed + invalid trials a run may have and still succeed (None: any number)
-    max_failed_trials: int | None = 0
+    max_failed_trials: Annotated[int, says("a whole number >= 0, or null for any number", ge=0)] | None = 0
     #: DI-toolkit's way of passing parameters: a config file with ``{{ param }}`` placeholders, rendered into
     #: each trial's folder (commands get its path as ``{config}``, every trial as $GPUSCHED_TRIAL_CONFIG)
     config_template: str | None = None
@@ -92,7 +98,7 @@ class SweepSpec:
     #: directory, or the directory of the DAG file, module or script that uses the spec (:meth:`anchor`)
     base_dir: str | None = None
     #: at most this many trials run at once, on any backend (DI-toolkit's ``.max_workers(4)``); None: what fits
-    max_workers: int | None = None
+    max_workers: Annotated[int, says("a whole number >= 1", ge=1)] | None = None
     #: GPU Task Scheduler's ``required_env``: ``(params, trial_dir) -> {name: value}``, called in each trial before
     #: it starts; its variables join the trial's environment (``package.module:function`` in YAML)
     required_env: Callable[..., Any] | None = None
@@ -117,7 +123,6 @@ class SweepSpec:
         self._check_shared_fields()
         self._build_parts()
         self._check_target()
-        self._check_counts()
         self.kind.check(self)
         size = self.stage_size()
         if self.max_trials is not None and size > self.max_trials:  # None only before _check_shared_fields
@@ -135,12 +140,11 @@ class SweepSpec:
         w = self.where
         if self.global_config is None:
             self.global_config = {}
-        if not isinstance(self.global_config, Mapping):
-            raise InvalidArgumentError(f"{w}: global_config", self.global_config, "a mapping of fixed values")
         if self.space is None:
             self.space = {}
-        if not isinstance(self.space, Mapping):
-            raise InvalidArgumentError(f"{w}: space", self.space, "a mapping of parameter -> search space")
+        if self.max_trials is None:
+            self.max_trials = _env_max_trials(w)
+        _SETTINGS.check(self, w, joiner=": ")  # each setting's type and bounds (their annotations)
         if isinstance(self.objective, str):
             self.objective = Objective.parse(self.objective, f"{w}: objective")
         if self.objective is not None and not isinstance(self.objective, (Objective, Mapping)):
@@ -151,26 +155,6 @@ class SweepSpec:
             raise InvalidArgumentError(f"{w}: resources", self.resources, "a mapping such as {gpus: 1}")
         if self.evolution is not None and not isinstance(self.evolution, (EvolutionSettings, Mapping)):
             raise InvalidArgumentError(f"{w}: evolution", self.evolution, "a mapping of evolution settings")
-        if not isinstance(self.sampler, str):
-            raise InvalidArgumentError(f"{w}: sampler", self.sampler, "'tpe', 'random' or 'nsga2'")
-        for name in ("force_rerun", "shared_with_other_dags"):  # YAML 'no' in quotes is a string, and would be true
-            if not isinstance(getattr(self, name), bool):
-                raise InvalidArgumentError(f"{w}: {name}", getattr(self, name), "true or false")
-        if self.results_root is not None and (
-            not isinstance(self.results_root, str) or not self.results_root or "\x00" in self.results_root
-        ):
-            raise InvalidArgumentError(f"{w}: results_root", self.results_root, "a directory path")
-        if self.code_version is not None and not isinstance(self.code_version, str):
-            raise InvalidArgumentError(f"{w}: code_version", self.code_version, "a string")
-        if self.grid_steps is not None and (
-            not is_int(self.grid_steps) or not 1 <= self.grid_steps <= spaces.MAX_POINTS
-        ):
-            raise InvalidArgumentError(
-                f"{w}: grid_steps", self.grid_steps, f"an integer from 1 to {spaces.MAX_POINTS:,}"
-            )
-        if self.max_trials is None:
-            self.max_trials = _env_max_trials(w)
-        check_int(self.max_trials, f"{w}: max_trials", 1)
         for key, value in (
             ("global_config", self.global_config),
             ("test_config", self.test_config),
@@ -269,22 +253,6 @@ class SweepSpec:
         if self.python_callable is not None and not callable(self.python_callable):
             raise InvalidArgumentError(f"{w}: python_callable", self.python_callable, "a callable")
 
-    def _check_counts(self) -> None:
-        w = self.where
-        check_int(self.max_workers, f"{w}: max_workers", 1, optional=True, expected="a whole number >= 1")
-        for name in ("count", "rounds", "per_round", "top_n"):
-            check_int(getattr(self, name), f"{w}: {name}", 1, optional=True)
-        check_int(self.seed, f"{w}: seed")
-        if self.on_invalid_result not in ("fail", "record"):
-            raise InvalidArgumentError(f"{w}: on_invalid_result", self.on_invalid_result, "'fail' or 'record'")
-        check_int(
-            self.max_failed_trials,
-            f"{w}: max_failed_trials",
-            0,
-            optional=True,
-            expected="a whole number >= 0, or null for any number",
-        )
-
     def _check_placeholders(self) -> None:
         """Every ``{{ name }}`` in the config template and ``{name}`` in the command names something a trial has."""
         w = self.where
@@ -377,6 +345,9 @@ class SweepSpec:
         from airflow_provider_gpusched.core.sweep.spec_files import read_spec_file
 
         return cls.from_dict(read_spec_file(path), where=path)
+
+
+_SETTINGS = Settings(SweepSpec)
 
 
 def _env_max_trials(where: str) -> int:
