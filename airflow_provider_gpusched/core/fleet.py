@@ -58,9 +58,20 @@ REMEMBER_FOR = 24 * 3600.0
 LANES = ("gpu", "idle")
 #: XCom of a local GPU task in a fleet: the hosts its try was taken by, in order (one unless it moved)
 FLEET_HOSTS_XCOM = "gpusched_fleet_hosts"
-#: overrides this host's name in the fleet (its record, its own queue, its leases on the board)
+#: a host's name in the fleet (its record, its own queue, its leases on the board): it goes into file and queue names
 _HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 GIB = 1 << 30
+
+
+def _check_host_name(host: Any) -> None:
+    """A host's name goes into file names and queue names: letters, digits, '.', '_', '-'."""
+    if not isinstance(host, str) or not _HOST_NAME.match(host):
+        raise InvalidArgumentError("host", host, "a host name of letters, digits, '.', '_' or '-'")
+
+
+def _check_lane(lane: Any) -> None:
+    if lane not in LANES:
+        raise InvalidArgumentError("lane", lane, f"one of {', '.join(LANES)}")
 
 
 #: above the last tier, tiers are every multiple of this many GiB
@@ -78,8 +89,7 @@ def memory_tier(gpu_memory: int) -> int:
 
 def queue_for(request: GPURequest, lane: str = "gpu") -> str:
     """The executor queue for ``request``: its lane, and its memory tier when it asks for memory per GPU."""
-    if lane not in LANES:
-        raise InvalidArgumentError("lane", lane, f"one of {', '.join(LANES)}")
+    _check_lane(lane)
     return lane if request.gpu_memory is None else f"{lane}-{memory_tier(request.gpu_memory)}g"
 
 
@@ -94,10 +104,8 @@ def host_queues(gpus: Iterable[GPUInfo], lane: str = "gpu", host: str = "") -> l
 
 def host_queue(host: str, lane: str = "gpu") -> str:
     """The queue only ``host``'s worker for ``lane`` serves: ``gpu-on-<host>``."""
-    if not _HOST_NAME.match(host):
-        raise InvalidArgumentError("host", host, "a host name of letters, digits, '.', '_' or '-'")
-    if lane not in LANES:
-        raise InvalidArgumentError("lane", lane, f"one of {', '.join(LANES)}")
+    _check_host_name(host)
+    _check_lane(lane)
     return f"{lane}-on-{host}"
 
 
@@ -372,8 +380,7 @@ def record_of(manager: LeaseManager, host: str, address: str = "") -> HostRecord
 def publish(fleet_dir: str, record: HostRecord, *, shared: bool = False) -> str:
     """Write this host's record (0644: the head node's processes read it; it holds no secret). ``shared``:
     the fleet directory is a group directory (several Unix users' workers), as for the lease directory."""
-    if not _HOST_NAME.match(record.host):
-        raise InvalidArgumentError("host", record.host, "a host name of letters, digits, '.', '_' or '-'")
+    _check_host_name(record.host)
     ensure_private_dir(fleet_dir, shared=shared, what="fleet directory")
     folder = ensure_private_dir(hosts_dir(fleet_dir), shared=shared, what="fleet host records directory")
     path = os.path.join(folder, f"{record.host}.json")
@@ -465,8 +472,7 @@ def publish_telemetry(fleet_dir: str, record: dict[str, Any], *, shared: bool = 
     """Write a host's telemetry ring (:meth:`~.gpu.telemetry.TelemetryRing.to_dict`) where the head node reads it
     (0644: GPU figures and process ids, no secret). Only that host's sampler writes its file."""
     host = record.get("host", "")
-    if not isinstance(host, str) or not _HOST_NAME.match(host):
-        raise InvalidArgumentError("host", host, "a host name of letters, digits, '.', '_' or '-'")
+    _check_host_name(host)
     ensure_private_dir(fleet_dir, shared=shared, what="fleet directory")
     folder = ensure_private_dir(telemetry_dir(fleet_dir), shared=shared, what="fleet telemetry directory")
     path = os.path.join(folder, f"{host}.json")

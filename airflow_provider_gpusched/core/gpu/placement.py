@@ -22,53 +22,58 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Annotated
 
-from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
+from airflow_provider_gpusched.core.records import Settings, says
 from airflow_provider_gpusched.core.units import OptionalSize, Size, format_bytes
+
+GPUIndex = Annotated[int, says("a GPU index (a whole number >= 0)", ge=0)]
 
 
 @dataclass
 class GPURequest:
     """What a task needs: ``gpus`` whole GPUs, or ``gpu_memory`` on each of ``gpus`` shared GPUs."""
 
-    gpus: int = 1
+    gpus: Annotated[int, says("a whole number of GPUs >= 1", ge=1)] = 1
     #: sizes are given as bytes or text such as "10GiB", and read as bytes (parsed and checked when set)
     gpu_memory: OptionalSize = OptionalSize(positive=True)
-    devices: Sequence[int] | None = None
+    devices: (
+        Annotated[Sequence[GPUIndex], says("a non-empty list of GPU indices such as [0, 2]", min_length=1)] | None
+    ) = None
     memory_margin: Size = Size(0)
-    max_foreign_processes: int | None = None
+    max_foreign_processes: Annotated[int, says("a whole number >= 0", ge=0)] | None = None
     min_free_ram: OptionalSize = OptionalSize()
-    max_cpu_percent: float | None = None
+    max_cpu_percent: Annotated[float, says("a percentage in (0, 100]", gt=0, le=100)] | None = None
     #: host RAM this task reserves while it runs (fedflow's estimate_memory), counted against the host's
     #: budget with every other lease's reservation: two tasks never both count the same free RAM
     host_memory: OptionalSize = OptionalSize(positive=True, example="16GiB")
     #: host CPUs this task reserves while it runs: as many CPU numbers no other lease holds, and its child is
     #: pinned to them (CPU affinity), as Slurm's --cpus-per-task with task/affinity
-    cpus: int | None = None
+    cpus: Annotated[int, says("a whole number of CPUs >= 1", ge=1)] | None = None
     #: fixed GPU groups (GPU Task Scheduler's ``gpu: [["0", "1"], ["2", "3"]]`` or mixed ``["0", ["1", "2"]]``): the
     #: work takes one whole group, whichever is free first, and sees exactly its GPUs; ``gpus`` is then the
     #: largest group's size
-    device_groups: Sequence[Sequence[int]] | None = None
+    device_groups: (
+        Annotated[
+            Sequence[Annotated[Sequence[GPUIndex], says("", min_length=1)]],
+            says("GPU index groups such as [[0, 1], [2, 3]]", min_length=1),
+        ]
+        | None
+    ) = None
     #: fedflow's two-stage task: the work starts with host resources only (``host_memory``, ``cpus``; no GPU
     #: visible) and gets its GPUs when it says its load stage is done (:func:`~airflow_provider_gpusched.core.gpu.
     #: stages.wait_for_gpus`); its train stage is then admitted by GPU memory like any request
-    load_stage: bool = False
+    load_stage: Annotated[bool, says("true or false")] = False
     #: with ``load_stage``: start loading only while fewer than this many load-stage tasks on the host are loading
     #: or loaded and waiting for GPUs (fedflow's ``scheduler.max-waiting``, host-wide); 0: no bound
-    max_waiting: int = 0
+    max_waiting: Annotated[int, says("a whole number >= 0 (0: no bound)", ge=0)] = 0
 
     def __post_init__(self) -> None:
+        _SETTINGS.check(self)  # each setting's type and bounds (their annotations)
         if self.device_groups is not None:
             groups = self.device_groups
-            if (
-                isinstance(groups, (str, bytes))
-                or not isinstance(groups, (list, tuple))
-                or not groups
-                or not all(isinstance(g, (list, tuple)) and g and all(is_int(d) and d >= 0 for d in g) for g in groups)
-            ):
-                raise InvalidArgumentError("device_groups", groups, "GPU index groups such as [[0, 1], [2, 3]]")
             flat = [d for g in groups for d in g]
             if len(set(flat)) != len(flat):
                 raise InvalidArgumentError("device_groups", groups, "each GPU in one group only")
@@ -76,31 +81,11 @@ class GPURequest:
                 raise InvalidArgumentError("device_groups", groups, "either devices or device_groups, not both")
             self.device_groups = [sorted(g) for g in groups]
             self.gpus = max(len(g) for g in self.device_groups)
-        if not isinstance(self.load_stage, bool):
-            raise InvalidArgumentError("load_stage", self.load_stage, "true or false")
-        if not is_int(self.max_waiting) or self.max_waiting < 0:
-            raise InvalidArgumentError("max_waiting", self.max_waiting, "a whole number >= 0 (0: no bound)")
-        if self.cpus is not None and (not is_int(self.cpus) or self.cpus < 1):
-            raise InvalidArgumentError("cpus", self.cpus, "a whole number of CPUs >= 1")
-        if not is_int(self.gpus) or self.gpus < 1:
-            raise InvalidArgumentError("gpus", self.gpus, "a whole number of GPUs >= 1")
         if self.devices is not None:
-            if not isinstance(self.devices, (list, tuple)):
-                raise InvalidArgumentError("devices", self.devices, "a non-empty list of GPU indices such as [0, 2]")
             devices = list(self.devices)
-            if not devices or not all(is_int(d) and d >= 0 for d in devices):
-                raise InvalidArgumentError("devices", self.devices, "a non-empty list of GPU indices such as [0, 2]")
             if len(set(devices)) != len(devices):
                 raise InvalidArgumentError("devices", self.devices, "distinct GPU indices")
             self.devices = devices
-        if self.max_cpu_percent is not None and (
-            not is_number(self.max_cpu_percent) or not 0 < self.max_cpu_percent <= 100
-        ):
-            raise InvalidArgumentError("max_cpu_percent", self.max_cpu_percent, "a percentage in (0, 100]")
-        if self.max_foreign_processes is not None and (
-            not is_int(self.max_foreign_processes) or self.max_foreign_processes < 0
-        ):
-            raise InvalidArgumentError("max_foreign_processes", self.max_foreign_processes, "a whole number >= 0")
 
     @property
     def whole(self) -> bool:
@@ -175,6 +160,9 @@ class GPURequest:
                     f"{'largest GPU' if self.gpus == 1 else f'{self.gpus} largest GPUs'} "
                     f"minus the margin)",
                 )
+
+
+_SETTINGS = Settings(GPURequest)
 
 
 @dataclass

@@ -18,10 +18,11 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from airflow_provider_gpusched.core.checks import is_int
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.records import Settings, says
 from airflow_provider_gpusched.core.sweep.spaces import Choice, Conditional, LogUniform, QUniform, RandInt, Uniform
 
 SPACES = (Choice, Uniform, LogUniform, RandInt, QUniform)
@@ -61,6 +62,12 @@ def _value_text(value: Any, maxlen: int) -> str:
     return text[:maxlen]
 
 
+#: text that goes into folder names
+FolderText = Annotated[
+    str, says("1 to 5 characters, no '/', '\\', space or control character", pattern=r"^[^/\\\x00\n\r\t ]{1,5}$")
+]
+
+
 @dataclass(frozen=True)
 class LabelFormat:
     """How a trial's label (and so its result folder) is spelled: GPU Task Scheduler's
@@ -68,31 +75,21 @@ class LabelFormat:
     (its ``test_config_string_indicator``, ``test_config_string_separator``, ``config_string_value_maxlen``
     and ``test_config_string_inst_separator``; our defaults are ``=`` and ``,``, its are ``-`` and ``,``)."""
 
-    indicator: str = "="
-    separator: str = ","
-    value_maxlen: int = 30
+    indicator: FolderText = "="
+    separator: FolderText = ","
+    value_maxlen: Annotated[int, says("a whole number from 1 to 200", ge=1, le=200)] = 30
     #: between trials when all labels are listed as one string (``gpusched sweep preview --labels``)
-    instance_separator: str = "+"
+    instance_separator: Annotated[str, says("1 to 10 characters", pattern=r"^[^\x00]{1,10}$")] = "+"
 
     def check(self, where: str) -> None:
-        if (
-            not isinstance(self.instance_separator, str)
-            or not 1 <= len(self.instance_separator) <= 10
-            or "\x00" in self.instance_separator
-        ):
-            raise InvalidArgumentError(f"{where}.instance_separator", self.instance_separator, "1 to 10 characters")
-        for name in ("indicator", "separator"):  # these go into folder names
-            value = getattr(self, name)
-            if not isinstance(value, str) or not 1 <= len(value) <= 5 or any(c in value for c in "/\\\x00\n\r\t "):
-                raise InvalidArgumentError(
-                    f"{where}.{name}", value, "1 to 5 characters, no '/', '\\', space or control character"
-                )
-        if not is_int(self.value_maxlen) or not 1 <= self.value_maxlen <= 200:
-            raise InvalidArgumentError(f"{where}.value_maxlen", self.value_maxlen, "a whole number from 1 to 200")
+        _LABELS.check(self, where)  # each setting's type and bounds (their annotations)
 
     def label(self, params: Mapping[str, Any], keys: Sequence[str] | None = None) -> str:
         keys = list(params) if keys is None else [k for k in keys if k in params]
         return self.separator.join(f"{k}{self.indicator}{_value_text(params[k], self.value_maxlen)}" for k in keys)
+
+
+_LABELS = Settings(LabelFormat)
 
 
 DEFAULT_LABELS = LabelFormat()

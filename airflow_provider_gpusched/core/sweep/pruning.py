@@ -26,10 +26,11 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.records import Settings, one_of, says
 from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports
 from airflow_provider_gpusched.core.sweep.store import read_json
 
@@ -53,37 +54,31 @@ class TrialPruned(Exception):
 
 @dataclass
 class PruningRule:
-    rule: str = "median"
-    metric: str | None = None  # default: the objective's metric
-    mode: str | None = None  # default: the objective's mode
-    warmup_steps: int = 0  # median: judge no step before this
-    min_trials: int = 3  # median: peers that must have reached the step
-    min_steps: int = 1  # asha: the first rung
-    reduction_factor: int = 3  # asha: keep the top 1/reduction_factor at each rung
+    rule: Annotated[str, says(f"one of {list(RULES)}"), one_of(RULES)] = "median"
+    #: default: the objective's metric
+    metric: Annotated[str, says("a metric name the trials report", min_length=1)] | None = None
+    #: default: the objective's mode
+    mode: Annotated[str, says("'maximize' or 'minimize'"), one_of(("maximize", "minimize"))] | None = None
+    warmup_steps: Annotated[int, says("a whole number >= 0", ge=0)] = 0  # median: judge no step before this
+    min_trials: Annotated[int, says("a whole number >= 1", ge=1)] = 3  # median: peers that must have reached the step
+    min_steps: Annotated[int, says("a whole number >= 1", ge=1)] = 1  # asha: the first rung
+    #: asha: keep the top 1/reduction_factor at each rung
+    reduction_factor: Annotated[int, says("a whole number >= 2", ge=2)] = 3
     pruner: str | None = None  # optuna: which of Optuna's pruners
-    options: dict[str, Any] | None = None  # optuna: keyword arguments of its constructor (patient: also "wrapped")
+    #: optuna: keyword arguments of its constructor (patient: also "wrapped")
+    options: (
+        Annotated[dict[Annotated[str, says("an argument name")], Any], says("a mapping of the pruner's arguments")]
+        | None
+    ) = None
 
     def check(self, where: str) -> None:
-        if self.rule not in RULES:
-            raise InvalidArgumentError(f"{where}.rule", self.rule, f"one of {list(RULES)}")
-        if self.metric is not None and (not isinstance(self.metric, str) or not self.metric):
-            raise InvalidArgumentError(f"{where}.metric", self.metric, "a metric name the trials report")
-        if self.mode not in (None, "maximize", "minimize"):
-            raise InvalidArgumentError(f"{where}.mode", self.mode, "'maximize' or 'minimize'")
-        for name, low in (("warmup_steps", 0), ("min_trials", 1), ("min_steps", 1), ("reduction_factor", 2)):
-            value = getattr(self, name)
-            if not is_int(value) or value < low:
-                raise InvalidArgumentError(f"{where}.{name}", value, f"a whole number >= {low}")
+        _RULE.check(self, where)  # each setting's type and bounds (their annotations)
         if self.rule != "optuna":
             if self.pruner is not None or self.options is not None:
                 raise InvalidArgumentError(f"{where}.pruner", self.pruner, "pruner and options only with rule: optuna")
             return
         if self.pruner not in OPTUNA_PRUNERS:
             raise InvalidArgumentError(f"{where}.pruner", self.pruner, f"one of {list(OPTUNA_PRUNERS)}")
-        if self.options is not None and not (
-            isinstance(self.options, Mapping) and all(isinstance(k, str) for k in self.options)
-        ):
-            raise InvalidArgumentError(f"{where}.options", self.options, "a mapping of the pruner's arguments")
         self.options = dict(self.options or {})
         if self.pruner == "successive_halving" and (not is_int(self.options.get("min_resource"))):
             raise InvalidArgumentError(
@@ -109,6 +104,9 @@ class PruningRule:
             out.append(rung)
             rung *= self.reduction_factor
         return out
+
+
+_RULE = Settings(PruningRule)
 
 
 def _value(report: Mapping[str, Any], metric: str) -> float | None:

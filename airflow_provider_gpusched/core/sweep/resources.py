@@ -4,7 +4,6 @@ backend's arguments."""
 from __future__ import annotations
 
 import re
-import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
@@ -15,7 +14,7 @@ from airflow_provider_gpusched.core.distributed import DEFAULT_RANK_EXIT_GRACE, 
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.job_classes import JOB_CLASSES
 from airflow_provider_gpusched.core.job_shape import SHAPE_FIELDS, check_shape
-from airflow_provider_gpusched.core.records import Check, RecordType, one_of, record_class, says
+from airflow_provider_gpusched.core.records import Check, Settings, one_of, record_class, says
 from airflow_provider_gpusched.core.units import parse_bytes, slurm_time_limit
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -90,9 +89,7 @@ class TrialResources:
 
     def check(self, where: str) -> None:
         # the settings' types and bounds (their annotations), then what relates them or needs parsing
-        checked = RESOURCES.read_argument(
-            {name: getattr(self, name) for name in _ANNOTATED}, where, "a mapping of trial resources"
-        )
+        checked = _SETTINGS.check(self, where, "a mapping of trial resources")
         self.setup, self.env = checked.setup, checked.env
         for name in ("gpu_memory", "mem"):  # "lots", "-1GiB", 0: refused here, not when a trial runs
             value = getattr(self, name)
@@ -248,11 +245,6 @@ class TrialResources:
         }
 
 
-RESOURCES = RecordType(TrialResources, name="trial resources")
-#: the settings whose type and bounds their annotation says (checked through RESOURCES); the others (sizes, time
-#: limits, the job's shape, devices) are parsed or related to each other by check() itself
-_ANNOTATED = tuple(
-    name
-    for name, hint in typing.get_type_hints(TrialResources, include_extras=True).items()
-    if "Annotated" in repr(hint)
-)
+#: the settings whose type and bounds their annotation says; the others (sizes, time limits, the job's shape,
+#: devices) are parsed or related to each other by check() itself
+_SETTINGS = Settings(TrialResources)

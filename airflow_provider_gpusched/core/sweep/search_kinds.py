@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
-from airflow_provider_gpusched.core.checks import check_int, is_number, record_from_mapping
+from airflow_provider_gpusched.core.checks import record_from_mapping
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.records import Settings, says
 from airflow_provider_gpusched.core.sweep import spaces
 from airflow_provider_gpusched.core.sweep.expand import (
     DEFAULT_LABELS,
@@ -132,23 +133,30 @@ class OptunaKind(SearchKind):
         return OptunaSearch(spec, state_dir)
 
 
+AtLeastOne = Annotated[int, says("an integer >= 1", ge=1)]
+AtLeastZero = Annotated[int, says("an integer >= 0", ge=0)]
+
+
 @dataclass
 class EvolutionSettings:
     """Seed 000's ``EvolutionModelSearcher`` fields: the settings of ``search: evolution``."""
 
-    candidate_pool_size: int = 10
-    candidate_top_k: int = 3
-    num_mutation: int = 5
-    num_crossover: int = 5
-    mutate_prob: float = 0.1
-    max_epoch: int = 5
-    constraints: dict[str, float] = field(default_factory=dict)
+    candidate_pool_size: AtLeastOne = 10
+    candidate_top_k: AtLeastOne = 3
+    num_mutation: AtLeastZero = 5
+    num_crossover: AtLeastZero = 5
+    mutate_prob: Annotated[float, says("a probability between 0 and 1", ge=0, le=1)] = 0.1
+    max_epoch: AtLeastOne = 5
+    constraints: Annotated[
+        dict[Any, Annotated[float, says("a number (an upper bound)")]], says("a mapping such as {flops: 600}")
+    ] = field(default_factory=dict)
     measure: Callable[[dict[str, Any]], Mapping[str, float]] | None = None
     #: the built-in measure (pavi's ``evaluator``): the FLOPs and parameters of the model that a user function
     #: builds from the candidate (core/sweep/model_cost.py), a ModelCost or ``{build, input_shape, units}``
     evaluator: Any = None
 
     def check(self, where: str) -> None:
+        _EVOLUTION.check(self, where)  # each setting's type and bounds (their annotations)
         if self.evaluator is not None:
             from airflow_provider_gpusched.core.sweep.model_cost import ModelCost
 
@@ -168,23 +176,12 @@ class EvolutionSettings:
                     "either evaluator or measure, not both (both say how to measure)",
                 )
             self.measure = self.evaluator
-        for name in ("candidate_pool_size", "candidate_top_k", "max_epoch"):
-            check_int(getattr(self, name), f"{where}.{name}", 1)
-        for name in ("num_mutation", "num_crossover"):
-            check_int(getattr(self, name), f"{where}.{name}", 0)
         if self.candidate_top_k > self.candidate_pool_size:
             raise InvalidArgumentError(
                 f"{where}.candidate_top_k",
                 self.candidate_top_k,
                 f"at most candidate_pool_size ({self.candidate_pool_size})",
             )
-        if not is_number(self.mutate_prob) or not 0 <= self.mutate_prob <= 1:
-            raise InvalidArgumentError(f"{where}.mutate_prob", self.mutate_prob, "a probability between 0 and 1")
-        if not isinstance(self.constraints, Mapping):
-            raise InvalidArgumentError(f"{where}.constraints", self.constraints, "a mapping such as {flops: 600}")
-        for key, limit in self.constraints.items():
-            if not is_number(limit):
-                raise InvalidArgumentError(f"{where}.constraints.{key}", limit, "a number (an upper bound)")
         if self.constraints and self.measure is None:
             raise InvalidArgumentError(
                 f"{where}.measure",
@@ -193,6 +190,9 @@ class EvolutionSettings:
             )
         if self.measure is not None and not callable(self.measure):
             raise InvalidArgumentError(f"{where}.measure", self.measure, "a callable")
+
+
+_EVOLUTION = Settings(EvolutionSettings)
 
 
 class EvolutionKind(SearchKind):
