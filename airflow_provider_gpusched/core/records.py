@@ -143,7 +143,18 @@ def one_of(values: Sequence[Any]) -> Check:
             raise ValueError("one of " + ", ".join(repr(v) for v in values))
         return value
 
-    return Check(check)
+    return _OneOf(check, tuple(values))
+
+
+class _OneOf(Check):
+    """:func:`one_of`'s check; the JSON Schema lists the values (``enum``)."""
+
+    def __init__(self, function: Callable[[Any], Any], values: tuple[Any, ...]) -> None:
+        super().__init__(function)
+        self.values = values
+
+    def __get_pydantic_json_schema__(self, schema: Any, handler: Any) -> Any:
+        return {**handler(schema), "enum": list(self.values)}
 
 
 def _index_key(value: Any) -> Any:

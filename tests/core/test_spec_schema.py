@@ -72,6 +72,15 @@ def test_every_field_of_the_spec_is_in_the_schema(validator):
         ({"resources": {"backend": "k8s"}}, "resources"),
         ({"objective": {"metric": "acc", "mode": "maximise"}}, "objective"),
         ({"command": "python train.py"}, "command"),
+        # the settings' bounds and choices are their annotations: the schema has them too
+        ({"count": 0}, "count"),
+        ({"grid_steps": 10**9}, "grid_steps"),
+        ({"on_invalid_result": "ignore"}, "on_invalid_result"),
+        ({"force_rerun": "no"}, "force_rerun"),
+        ({"pruning": {"rule": "hyperband"}}, "pruning"),
+        ({"label_format": {"indicator": "a/b"}}, "label_format"),
+        ({"evolution": {"mutate_prob": 1.5}}, "evolution"),
+        ({"resources": {"gpus": -1}}, "resources"),
     ],
 )
 def test_what_the_spec_refuses_the_schema_refuses_at_its_key(validator, change, key):
@@ -79,3 +88,11 @@ def test_what_the_spec_refuses_the_schema_refuses_at_its_key(validator, change, 
     errors = list(validator.iter_errors(data))
     assert errors, change
     assert any(key in [*e.path, *(e.message.split("'")[1:2])] for e in errors), [e.message for e in errors]
+
+
+def test_a_setting_says_what_it_expects_in_the_schema(validator):
+    """An editor shows the same words the spec's refusal uses."""
+    count = next(a for a in validator.schema["properties"]["count"]["anyOf"] if a.get("type") == "integer")
+    assert count["minimum"] == 1 and count["description"] == "an integer >= 1"
+    with pytest.raises(Exception, match="count: expected an integer >= 1, got 0"):
+        SweepSpec(name="s", search="random", count=0, space={"x": [1]}, command=["true"])

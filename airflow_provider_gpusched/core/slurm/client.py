@@ -143,21 +143,14 @@ class JobCompletionFile:
         for key, rec in self.records.items():
             if key.split("_")[0] not in wanted:
                 continue
-            code, sig = parse_exit_code(rec.get("ExitCode"))
-            state = normalize_state(rec.get("JobState", ""))
-            array_id, _, task = key.partition("_")
-            records[key] = JobStatus(
-                job_id=key,
-                phase=classify_state(state),
-                state=state,
-                exit_code=code,
-                signal=sig,
+            records[key] = JobStatus.from_accounting(
+                key,
+                rec.get("JobState", ""),
+                rec.get("ExitCode"),
+                "jobcomp",
                 partition=rec.get("Partition", ""),
                 nodes=rec.get("NodeList", ""),
                 name=rec.get("Name", ""),
-                array_job_id=array_id if task else None,
-                array_task_id=task or None,
-                source="jobcomp",
                 elapsed=jobcomp_elapsed(rec),
             )
         return records
@@ -320,21 +313,14 @@ class SlurmClient:
             if len(cols) < len(_SACCT_FIELDS):
                 continue
             raw_id, job_id, state, exit_code, partition, nodes, elapsed, name = cols
-            array_id, _, task = job_id.partition("_")
-            code, sig = parse_exit_code(exit_code)
-            state = normalize_state(state)
-            records[job_id] = JobStatus(
-                job_id=job_id,
-                phase=classify_state(state),
-                state=state,
-                exit_code=code,
-                signal=sig,
+            records[job_id] = JobStatus.from_accounting(
+                job_id,
+                state,
+                exit_code,
+                "sacct",
                 partition=partition,
                 nodes=nodes,
                 name=name,
-                array_job_id=array_id if task else None,
-                array_task_id=task or None,
-                source="sacct",
                 elapsed=float(elapsed) if elapsed.isdigit() else None,
             )
         return records

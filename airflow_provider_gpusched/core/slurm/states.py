@@ -180,6 +180,25 @@ class JobStatus:
     elapsed: float | None = None  # seconds the job has run (its last run, when requeued)
     tasks: dict[str, JobStatus] = field(default_factory=dict)  # array tasks, keyed "ID_TASK"
 
+    @classmethod
+    def from_accounting(cls, job_id: str, state: str, exit_code: str | None, source: str, **known: Any) -> JobStatus:
+        """A finished job as an accounting record says it (sacct's columns, a jobcomp line): Slurm's state word
+        and ``exit_code`` text (``0:9``) read here, once; ``job_id`` ``ID_TASK`` is an array task."""
+        code, sig = parse_exit_code(exit_code)
+        state = normalize_state(state)
+        array_id, _, task = job_id.partition("_")
+        return cls(
+            job_id=job_id,
+            phase=classify_state(state),
+            state=state,
+            exit_code=code,
+            signal=sig,
+            array_job_id=array_id if task else None,
+            array_task_id=task or None,
+            source=source,
+            **known,
+        )
+
     @property
     def is_terminal(self) -> bool:
         return self.phase.is_terminal

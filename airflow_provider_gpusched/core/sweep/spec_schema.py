@@ -67,8 +67,8 @@ def _adapted(hint: Any) -> dict[str, Any]:
 
 def sweep_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a sweep spec file."""
-    hints = typing.get_type_hints(SweepSpec)
-    evolution_hints = typing.get_type_hints(EvolutionSettings)
+    hints = typing.get_type_hints(SweepSpec, include_extras=True)  # with their bounds and descriptions
+    evolution_hints = typing.get_type_hints(EvolutionSettings, include_extras=True)
     evolution = {
         f.name: {k: v for k, v in _adapted(evolution_hints[f.name]).items() if k != "title"}
         for f in dataclasses.fields(EvolutionSettings)
