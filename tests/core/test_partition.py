@@ -77,7 +77,9 @@ def test_every_scaling_case_is_optimal_and_valid(shared):
 
 def test_integer_program_agrees_where_the_dense_grid_would_be_used(shared, small_cases, monkeypatch):
     """Large host-count spaces use the integer program (milp.py) instead of the dense grid; force it on every
-    case, so its stage-by-stage link model is checked against the optimum wherever host counts bind."""
+    other case (499 of the 998: its CPU is the fast tier's largest single cost; every case is solved the default
+    way by the test above), so its stage-by-stage link model is checked against the optimum wherever host counts
+    bind."""
     from airflow_provider_gpusched.core.partition import milp, solver
 
     monkeypatch.setattr(solver._Model, "dense_cells", 0)
@@ -87,14 +89,14 @@ def test_integer_program_agrees_where_the_dense_grid_would_be_used(shared, small
         milp, "check", lambda *a, **kw: exact_checks.append(kw.get("relaxed", False)) or check(*a, **kw)
     )
     assert len(small_cases) == 998
-    for name, expected, problem in small_cases:
+    for name, expected, problem in small_cases[::2]:
         assert_optimal(problem, partition(problem), expected["feasible"], expected.get("bottleneck_s"), name)
     for ref in json.loads((shared / "scaling" / "reference.json").read_text()):
         if ref["case"] in ("L48_T3_D16", "L96_T4_D16"):
             problem = load(shared / "scaling" / ref["case"], ref["args"])
             assert_optimal(problem, partition(problem), True, ref["bottleneck_s"], ref["case"])
     # the integer program and its relaxation really decided cases (the others end at the relaxed bound)
-    assert exact_checks.count(False) > 400 and exact_checks.count(True) > 1000, (
+    assert exact_checks.count(False) > 200 and exact_checks.count(True) > 900, (
         exact_checks.count(False),
         exact_checks.count(True),
     )

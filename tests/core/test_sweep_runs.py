@@ -137,19 +137,19 @@ def test_trial_folders_stay_under_the_results_root(tmp_path):
         assert os.path.realpath(folder).startswith(str(tmp_path / "root" / "evil" / "trials") + os.sep)
 
 
-def test_batched_mode_runs_a_few_thousand_tiny_trials_on_simulated_gpus(tmp_path):
+def test_batched_mode_runs_a_thousand_tiny_trials_on_simulated_gpus(tmp_path):
     spec = SweepSpec(
         name="many",
         search="random",
         space={"x": uniform(0, 1)},
-        count=2000,
+        count=1000,
         seed=0,
         python_callable=lambda p: {"y": p["x"]},
         objective=Objective("y"),
         results_root=str(tmp_path),
     )
     session = SweepSession(spec)
-    manifest = session.prepare(chunk_size=1000)
+    manifest = session.prepare(chunk_size=500)
     assert manifest.chunk_count() == 2
     manager = LeaseManager(SimulatedInventory("4x24GiB"), str(tmp_path / "leases"))
     done = {"succeeded": 0, "failed": 0}
@@ -165,14 +165,14 @@ def test_batched_mode_runs_a_few_thousand_tiny_trials_on_simulated_gpus(tmp_path
         )
         for key in done:
             done[key] += len(outcome[key])
-    assert done == {"succeeded": 2000, "failed": 0}
-    # trials this short grow their groups past the first 8 (a process start costs more than they do): 2000 trials
-    # in well under the 250 processes groups of 8 would start (56 here, idle or with both cores busy: the rule
+    assert done == {"succeeded": 1000, "failed": 0}
+    # trials this short grow their groups past the first 8 (a process start costs more than they do): 1000 trials
+    # in well under the 125 processes groups of 8 would start (40 here, idle or with both cores busy: the rule
     # compares two times measured on the same host, so load does not change it)
-    assert 20 <= len(processes) <= 80, len(processes)
+    assert 10 <= len(processes) <= 60, len(processes)
     assert manager.leases() == []
     summary = session.collect()
-    assert summary["counts"]["succeeded"] == 2000
+    assert summary["counts"]["succeeded"] == 1000
     assert summary["best"]["score"] == max(t.params["x"] for t in manifest.trials)
 
 
