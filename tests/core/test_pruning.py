@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_gpusched.core.sweep import Objective, SweepSpec
+from airflow_provider_gpusched.core.sweep.pruners import ASHARule
 from airflow_provider_gpusched.core.sweep.pruning import PruningRule, judge
 from airflow_provider_gpusched.core.sweep.session import SweepSession
 from airflow_provider_gpusched.core.sweep.trial_run import run_trial
@@ -34,7 +35,7 @@ def test_median_rule():
 
 def test_asha_rule():
     rule = PruningRule("asha", metric="loss", mode="minimize", min_steps=1, reduction_factor=2)
-    assert rule.rungs(10) == [1, 2, 4, 8]
+    assert ASHARule(rule).rungs(10) == [1, 2, 4, 8]
     peers = [curve([1.0, 0.3, 0.2]), curve([1.0, 0.4, 0.3]), curve([1.0, 0.8, 0.7]), curve([1.0, 0.9, 0.8])]
     assert judge(rule, curve([1.0]), peers) == ""  # step 0: no rung yet
     why = judge(rule, curve([1.0, 0.85]), peers)  # rung 1: the top half of 0.3, 0.4, 0.8, 0.85 (its own), 0.9
@@ -83,7 +84,7 @@ def test_bad_trials_end_pruned_and_are_not_run_again(tmp_path):
 
 def test_optuna_pruners_judge_from_the_reports_of_the_other_trials():
     pytest.importorskip("optuna")
-    from airflow_provider_gpusched.core.sweep.pruning import judge_with_optuna
+    from airflow_provider_gpusched.core.sweep.pruners import judge_with_optuna
 
     median = PruningRule(
         "optuna", metric="loss", mode="minimize", pruner="median", options={"n_startup_trials": 2, "n_warmup_steps": 1}

@@ -1,19 +1,8 @@
-"""Early stopping of running trials from their intermediate reports (core/sweep/reports.py).
-
-Two built-in rules, each judging a trial's latest report against the reports of the sweep's other trials:
-
-* ``median`` (Optuna's ``MedianPruner``, Vizier's median stopping): after ``warmup_steps``, stop a trial whose
-  best value so far is worse than the median of the other trials' values at the same step (each peer's
-  latest value at or before that step, among peers that reached it), once ``min_trials`` peers have.
-* ``asha`` (asynchronous successive halving, as Ray Tune's ASHA stops trials): rungs at ``min_steps *
-  reduction_factor**k`` steps; when a trial first reports at or past a rung, it stops if its value is worse
-  than the cutoff of the top ``1/reduction_factor`` of the values recorded at that rung, its own included
-  (interpolated between neighbours, as a percentile; no other trial recorded yet: it goes on).
-
-and Optuna's own pruners (``rule: optuna``, ``pruner``: ``median``, ``percentile``, ``successive_halving``,
-``threshold`` or ``patient``, with ``options`` passed to its constructor), which judge the trial in an
-in-memory study rebuilt from the sweep's reports: each other trial with reports is COMPLETE (it succeeded),
-PRUNED, or RUNNING, with its reports as intermediate values. Any search can use them, Optuna's or not.
+"""Early stopping of running trials from their intermediate reports (core/sweep/reports.py): a sweep's pruning
+rule (``pruning: {rule: median, ...}``), its settings (:class:`PruningRule`) and the reports it judges
+(:class:`SweepReports`). Each rule is a small class (core/sweep/pruner.py: the interface and registry;
+core/sweep/pruners.py: the built-in ``median``, ``asha`` and ``optuna``), as Optuna's pruners and Ray Tune's
+trial schedulers are.
 
 The metric is the sweep objective's (or ``metric``), in its direction. A stopped trial ends ``pruned``: its
 own state, never retried and never ``failed``; its GPU is given back when it ends.
@@ -23,27 +12,16 @@ from __future__ import annotations
 
 import json
 import os
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Annotated, Any
 
-from airflow_provider_gpusched.core.checks import is_int, is_number
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.records import Settings, one_of, says
+from airflow_provider_gpusched.core.sweep.pruner import OPTIONAL_SETTINGS, Peer, Pruner, pruner_class, pruner_names
 from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports
 from airflow_provider_gpusched.core.sweep.store import read_json
 
-RULES = ("median", "asha", "optuna")
-#: Optuna's pruners that judge from intermediate values alone (Hyperband's brackets hang on a study's trial
-#: numbers, which a study rebuilt from the reports cannot keep stable; Wilcoxon needs scipy)
-OPTUNA_PRUNERS = {
-    "median": "MedianPruner",
-    "percentile": "PercentilePruner",
-    "successive_halving": "SuccessiveHalvingPruner",
-    "threshold": "ThresholdPruner",
-    "patient": "PatientPruner",
-}
 PRUNING_ENV = "GPUSCHED_PRUNING"  # the rule (JSON) a trial's report() applies; set by the trial runner
 
 
@@ -54,11 +32,13 @@ class TrialPruned(Exception):
 
 @dataclass
 class PruningRule:
-    rule: Annotated[str, says(f"one of {list(RULES)}"), one_of(RULES)] = "median"
+    #: the rule's name (core/sweep/pruner.py's registry: median, asha, optuna, and those registered)
+    rule: Annotated[str, says("the name of a pruning rule")] = "median"
     #: default: the objective's metric
     metric: Annotated[str, says("a metric name the trials report", min_length=1)] | None = None
     #: default: the objective's mode
     mode: Annotated[str, says("'maximize' or 'minimize'"), one_of(("maximize", "minimize"))] | None = None
+    # the settings of one rule (each rule's class lists those it ``reads``)
     warmup_steps: Annotated[int, says("a whole number >= 0", ge=0)] = 0  # median: judge no step before this
     min_trials: Annotated[int, says("a whole number >= 1", ge=1)] = 3  # median: peers that must have reached the step
     min_steps: Annotated[int, says("a whole number >= 1", ge=1)] = 1  # asha: the first rung
@@ -72,21 +52,20 @@ class PruningRule:
     ) = None
 
     def check(self, where: str) -> None:
+        """The settings' types and bounds, then what the rule itself asks of them (its class's ``check``)."""
         _RULE.check(self, where)  # each setting's type and bounds (their annotations)
-        if self.rule != "optuna":
-            if self.pruner is not None or self.options is not None:
-                raise InvalidArgumentError(f"{where}.pruner", self.pruner, "pruner and options only with rule: optuna")
-            return
-        if self.pruner not in OPTUNA_PRUNERS:
-            raise InvalidArgumentError(f"{where}.pruner", self.pruner, f"one of {list(OPTUNA_PRUNERS)}")
-        self.options = dict(self.options or {})
-        if self.pruner == "successive_halving" and (not is_int(self.options.get("min_resource"))):
-            raise InvalidArgumentError(
-                f"{where}.options.min_resource",
-                self.options.get("min_resource"),
-                "a whole number of steps (the rungs are rebuilt from the reports; 'auto' is not supported)",
-            )
-        make_optuna_pruner(self, where)  # its arguments are checked now, not in the middle of a trial
+        rule = pruner_class(self.rule, f"{where}.rule")
+        for name in OPTIONAL_SETTINGS:
+            if getattr(self, name) is not None and name not in rule.reads:
+                readers = [n for n in pruner_names() if name in _reads(n)]
+                raise InvalidArgumentError(
+                    f"{where}.{name}", getattr(self, name), f"{name} only with rule: {', '.join(readers)}"
+                )
+        rule.check(self, where)
+
+    def make_judge(self) -> Pruner:
+        """This rule's judge (one per sweep folder that judges: it may keep state between judgements)."""
+        return pruner_class(self.rule)(self)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,174 +77,15 @@ class PruningRule:
             raise InvalidArgumentError("pruning.metric", None, "a metric (the sweep spec gives the objective's)")
         return self.metric
 
-    def rungs(self, up_to: int) -> list[int]:
-        out, rung = [], self.min_steps
-        while rung <= up_to:
-            out.append(rung)
-            rung *= self.reduction_factor
-        return out
-
 
 _RULE = Settings(PruningRule)
 
 
-def _value(report: Mapping[str, Any], metric: str) -> float | None:
-    value: Any = report["metrics"].get(metric)
-    return float(value) if is_number(value) else None
-
-
-def make_optuna_pruner(rule: PruningRule, where: str = "pruning") -> Any:
+def _reads(name: str) -> tuple[str, ...]:
     try:
-        import optuna
-    except ImportError:
-        raise InvalidArgumentError(
-            f"{where}.rule",
-            "optuna",
-            "Optuna installed for Optuna's pruners: pip install 'airflow-provider-gpusched[optuna]'",
-        ) from None
-    options = dict(rule.options or {})
-    class_name = OPTUNA_PRUNERS.get(rule.pruner or "")
-    if class_name is None:
-        raise InvalidArgumentError(f"{where}.pruner", rule.pruner, f"one of {list(OPTUNA_PRUNERS)}")
-    import warnings
-
-    try:
-        if rule.pruner == "patient":
-            warnings.filterwarnings("ignore", "PatientPruner is experimental", optuna.exceptions.ExperimentalWarning)
-            wrapped = options.pop("wrapped", None)
-            inner = None
-            if wrapped is not None:
-                if (
-                    not isinstance(wrapped, Mapping)
-                    or wrapped.get("pruner") not in OPTUNA_PRUNERS
-                    or wrapped.get("pruner") == "patient"
-                ):
-                    raise InvalidArgumentError(f"{where}.options.wrapped", wrapped, "{pruner: median, options: {...}}")
-                inner = getattr(optuna.pruners, OPTUNA_PRUNERS[wrapped["pruner"]])(**dict(wrapped.get("options") or {}))
-            return optuna.pruners.PatientPruner(inner, **options)
-        return getattr(optuna.pruners, class_name)(**options)
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgumentError(
-            f"{where}.options", rule.options, f"arguments of optuna.pruners.{class_name} ({exc})"
-        ) from None
-
-
-class OptunaJudge:
-    """Optuna's pruner on an in-memory study: the other trials (state, reports) as COMPLETE, PRUNED or RUNNING
-    trials with their reports as intermediate values, and this trial as a RUNNING trial it reports to and asks
-    ``should_prune()`` (Optuna's public API). The study is kept while the peers are unchanged; only this
-    trial's new reports are added to it, so a judgement costs what Optuna's own pruning call costs. While
-    other trials keep reporting, the study is rebuilt at most once per ``REBUILD_SECONDS`` (a rebuild copies
-    every peer's curve into Optuna's storage: ~25 ms for 30 peers of 27 steps on a slow 2-core VM)."""
-
-    REBUILD_SECONDS = 1.0
-
-    def __init__(self, rule: PruningRule, pruner: Any = None) -> None:
-        import optuna
-
-        self.optuna, self.rule = optuna, rule
-        self.pruner = pruner or make_optuna_pruner(rule)
-        self._peers_key: Any = None
-        self._study: Any = None
-        self._trial: Any = None
-        self._reported: set[int] = set()
-        self._built_at = 0.0
-
-    def _curve(self, reports: Sequence[Mapping[str, Any]]) -> dict[int, float]:
-        return {r["step"]: v for r in reports if (v := _value(r, self.rule.judged_metric)) is not None}
-
-    def _build(self, peers: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> None:
-        optuna = self.optuna
-        states = optuna.trial.TrialState
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        study = optuna.create_study(
-            direction=self.rule.mode, pruner=self.pruner, sampler=optuna.samplers.RandomSampler(seed=0)
-        )
-        rungs = _halving_rungs(self.rule) if self.rule.pruner == "successive_halving" else None
-        made = []
-        for state, reports in peers:
-            values = self._curve(reports)
-            if not values or state not in ("succeeded", "pruned", "running", "waiting"):
-                continue
-            # successive halving compares values recorded at each rung (system attributes Optuna's pruner writes
-            # as it judges): rebuilt here from each peer's curve, its value when it first reached the rung
-            attrs = (
-                {}
-                if rungs is None
-                else {
-                    f"completed_rung_{k}": values[min(s for s in values if s >= step)]
-                    for k, step in enumerate(rungs(max(values)))
-                }
-            )
-            kind = {"succeeded": states.COMPLETE, "pruned": states.PRUNED}.get(state, states.RUNNING)
-            made.append(
-                optuna.trial.create_trial(
-                    state=kind,
-                    value=values[max(values)] if kind == states.COMPLETE else None,
-                    intermediate_values=values,
-                    system_attrs=attrs,
-                )
-            )
-        study.add_trials(made)
-        self._study, self._trial, self._reported = study, study.ask(), set()
-
-    def judge(
-        self,
-        own: Sequence[Mapping[str, Any]],
-        peers: Sequence[tuple[str, Sequence[Mapping[str, Any]]]],
-        peers_key: Any = None,
-    ) -> str:
-        """'' or why this trial stops. ``peers_key``: changes whenever a peer's reports or state changed
-        (None: rebuild every time)."""
-        now = time.monotonic()
-        if (
-            self._study is None
-            or peers_key is None
-            or (peers_key != self._peers_key and now - self._built_at >= self.REBUILD_SECONDS)
-        ):
-            self._build(peers)
-            self._peers_key, self._built_at = peers_key, now
-        values = self._curve(own)
-        if not values:
-            return ""
-        for step in sorted(values):
-            if step not in self._reported:
-                self._trial.report(values[step], step)
-                self._reported.add(step)
-        if not self._trial.should_prune():
-            return ""
-        step = max(values)
-        return (
-            f"Optuna's {type(self.pruner).__name__} at step {step}: {self.rule.metric} {values[step]:.6g} "
-            f"({len(self._study.trials) - 1} other trials with reports)"
-        )
-
-
-def judge_with_optuna(
-    rule: PruningRule,
-    own: Sequence[Mapping[str, Any]],
-    peers: Sequence[tuple[str, Sequence[Mapping[str, Any]]]],
-    pruner: Any = None,
-) -> str:
-    """Optuna's pruner on an in-memory study of the peers (state, reports) and this trial (RUNNING), built
-    for this one judgement (:class:`OptunaJudge` keeps it between judgements)."""
-    return OptunaJudge(rule, pruner).judge(own, peers)
-
-
-def _halving_rungs(rule: PruningRule) -> Callable[[int], list[int]]:
-    """Optuna's successive halving rungs: step ``min_resource * reduction_factor**(min_early_stopping_rate + k)``."""
-    options = rule.options or {}
-    first, factor = options["min_resource"], options.get("reduction_factor", 4)
-    rate = options.get("min_early_stopping_rate", 0)
-
-    def up_to(last_step: int) -> list[int]:
-        out, k = [], 0
-        while first * factor ** (rate + k) <= last_step:
-            out.append(first * factor ** (rate + k))
-            k += 1
-        return out
-
-    return up_to
+        return pruner_class(name).reads
+    except InvalidArgumentError:  # an installed rule that cannot be imported reads nothing here
+        return ()
 
 
 def judge(
@@ -274,72 +94,9 @@ def judge(
     peers: Sequence[Sequence[Mapping[str, Any]]],
     judged_up_to: int | None = None,
 ) -> str:
-    """'' when the trial whose reports are ``own`` goes on, else why it stops. ``rule`` has its metric and
-    mode filled in. ``judged_up_to``: the last step already judged (default: the step before the latest
-    report): ASHA judges each rung once, when the trial first reports at or past it."""
-    metric, better_high = rule.judged_metric, rule.mode == "maximize"
-    scored = [(r["step"], v) for r in own if (v := _value(r, metric)) is not None]
-    if not scored:
-        return ""
-    step, current = scored[-1]
-
-    def worse(a: float, b: float) -> bool:
-        return a < b if better_high else a > b
-
-    if rule.rule == "median":
-        if step < rule.warmup_steps:
-            return ""
-        best = (max if better_high else min)(v for _, v in scored)
-        values = []
-        for reports in peers:
-            peer = [(r["step"], v) for r in reports if (v := _value(r, metric)) is not None]
-            if peer and peer[-1][0] >= step:  # it reached this step: its latest value at or before it
-                upto = [v for s, v in peer if s <= step]
-                values.append(upto[-1] if upto else peer[0][1])
-        if len(values) < rule.min_trials:
-            return ""
-        values.sort()
-        mid = len(values) // 2
-        median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
-        if worse(best, median):
-            return (
-                f"median stopping at step {step}: best {metric} {best:.6g} is worse than the median "
-                f"{median:.6g} of {len(values)} other trials"
-            )
-        return ""
-    # asha: each rung this trial reached since the last judgement, with its value when it reached it
-    if judged_up_to is None:
-        judged_up_to = scored[-2][0] if len(scored) > 1 else -1
-    for rung in rule.rungs(step):
-        if any(s >= rung for s, _ in scored if s <= judged_up_to):
-            continue  # judged before
-        at_rung = next(v for s, v in scored if s >= rung)
-        recorded = []
-        for reports in peers:
-            at = [v for r in reports if r["step"] >= rung and (v := _value(r, metric)) is not None]
-            if at:
-                recorded.append(at[0])  # the peer's value when it reached the rung
-        if not recorded:
-            continue
-        # the cutoff counts this trial's own value too, as Ray Tune's ASHA does: with few peers at a rung a
-        # trial is not held to the single best of them
-        cutoff = _top_fraction_cutoff(recorded + [at_rung], 1 / rule.reduction_factor, better_high)
-        if worse(at_rung, cutoff):
-            return (
-                f"ASHA at rung {rung} (step {step}): {metric} {at_rung:.6g} is outside the top "
-                f"1/{rule.reduction_factor} of {len(recorded)} other trials (cutoff {cutoff:.6g})"
-            )
-    return ""
-
-
-def _top_fraction_cutoff(values: list[float], fraction: float, better_high: bool) -> float:
-    """The value that the best ``fraction`` of ``values`` reach, interpolated between neighbours (as
-    numpy's percentile does; Ray Tune's ASHA cuts the same way): one value is its own cutoff."""
-    ordered = sorted(values, reverse=better_high)  # best first
-    position = fraction * (len(ordered) - 1)
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+    """One judgement by ``rule`` (checked, its metric and mode filled in), ``peers`` as each peer's reports: ''
+    when the trial whose reports are ``own`` goes on, else why it stops."""
+    return rule.make_judge().judge("", own, [Peer(str(i), reports) for i, reports in enumerate(peers)], judged_up_to)
 
 
 class SweepReports:
@@ -350,7 +107,7 @@ class SweepReports:
         self.trials_dir = os.path.join(sweep_dir, "trials")
         self._cache: dict[str, tuple[tuple[int, int], list[dict[str, Any]]]] = {}
         self._states: dict[str, tuple[tuple[int, int], str]] = {}
-        self._optuna: dict[str, OptunaJudge] = {}  # rule optuna: per trial, its pruner and study
+        self._pruner: Pruner | None = None  # the rule's judge, kept between judgements
 
     def all(self) -> dict[str, list[dict[str, Any]]]:
         out: dict[str, list[dict[str, Any]]] = {}
@@ -373,18 +130,17 @@ class SweepReports:
         return out
 
     def judge(self, rule: PruningRule, folder_name: str, judged_up_to: int | None = None) -> str:
+        """Trial ``folder_name`` judged by ``rule`` against every other trial of the folder as last written."""
+        if self._pruner is None or self._pruner.rule != rule:
+            self._pruner = rule.make_judge()
         everything = self.all()
         own = everything.pop(folder_name, [])
-        if rule.rule == "optuna":
-            judge_of = self._optuna.get(folder_name)  # its own study: a batch process runs trials one by one
-            if judge_of is None:
-                judge_of = self._optuna[folder_name] = OptunaJudge(rule)
-            peers = [(self._state(name), reports) for name, reports in sorted(everything.items())]
-            key = tuple(
-                (name, self._cache_key(name), state) for name, (state, _) in zip(sorted(everything), peers, strict=True)
-            )
-            return judge_of.judge(own, peers, key)
-        return judge(rule, own, list(everything.values()), judged_up_to)
+        states = type(self._pruner).needs_states
+        peers = [
+            Peer(name, reports, self._state(name) if states else "", self._cache_key(name))
+            for name, reports in sorted(everything.items())
+        ]
+        return self._pruner.judge(folder_name, own, peers, judged_up_to)
 
     def _cache_key(self, folder_name: str) -> Any:
         cached = self._cache.get(os.path.join(self.trials_dir, folder_name, REPORTS_FILE))

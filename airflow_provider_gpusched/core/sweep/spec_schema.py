@@ -16,6 +16,7 @@ import typing
 from typing import Any
 
 from airflow_provider_gpusched.core.backends import backend_names
+from airflow_provider_gpusched.core.sweep.pruner import pruner_names
 from airflow_provider_gpusched.core.sweep.search_kinds import SEARCH_KINDS, EvolutionSettings
 from airflow_provider_gpusched.core.sweep.space_yaml import SPACE_MAKERS
 from airflow_provider_gpusched.core.sweep.spec import SweepSpec
@@ -135,6 +136,8 @@ def sweep_schema() -> dict[str, Any]:
     for name in ("PruningRule", "LabelFormat"):
         if name in defs:
             defs[name]["additionalProperties"] = False
+    # the pruning rules registered now (an entry point's too)
+    defs["PruningRule"]["properties"]["rule"]["enum"] = pruner_names()
     properties["callable"] = {**TARGET, "description": "the trial function (instead of command)"}
     properties["scheduler_config"] = {"type": "object", "description": "GPU Task Scheduler's block"}
     properties["function_resource"] = {"$ref": "#/$defs/TrialResources", "description": "pavi's name for resources"}

@@ -1,0 +1,130 @@
+"""What a pruning rule is: one small class per rule (``pruning: {rule: NAME, ...}`` in a spec), found in a registry
+by its name, as search types and backends are (docs/development.md "Adding a pruning rule"). The anchors are
+Optuna's ``BasePruner`` (a pruner judges one trial from the intermediate values of the study's trials) and Ray
+Tune's ``TrialScheduler`` (a class per scheduler, chosen by the tuner's configuration).
+
+A rule is handed the trial's own reports and its peers' (each peer's folder name, reports and, for a rule that asks,
+its state) and answers ``''`` (go on) or why the trial stops. It judges wherever a trial reports: in the trial's own
+process (a callable's ``report()``) or in the trial runner that watches a command trial. So a rule of another
+package is found there through the entry-point group ``airflow_provider_gpusched.pruners`` (name = ``module:Class``),
+or registered with :func:`register_pruner` in a module both processes import.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.sweep.pruning import PruningRule
+
+ENTRY_POINT_GROUP = "airflow_provider_gpusched.pruners"
+#: the settings of a rule given as a mapping that only some rules read: refused with any other rule
+OPTIONAL_SETTINGS = ("pruner", "options")
+
+Reports = Sequence[Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Another trial of the sweep, as a rule sees it."""
+
+    name: str  # its trial folder's name
+    reports: Reports  # its reports so far, in step order
+    state: str = ""  # its state (status.json), read only for a rule that ``needs_states``
+    version: Any = None  # changes whenever its reports changed (a rule that keeps state may rebuild on it)
+
+
+class Pruner:
+    """One pruning rule: made once per sweep folder and rule by whoever judges (a trial, a trial runner), then asked
+    about each report. Subclasses set ``name``, list the settings only they read in ``reads``, check those in
+    :meth:`check`, and answer in :meth:`judge`."""
+
+    name: ClassVar[str] = ""
+    #: the settings of :class:`~airflow_provider_gpusched.core.sweep.pruning.PruningRule` this rule reads besides
+    #: ``metric`` and ``mode`` (``pruner``/``options`` given to a rule that does not read them are refused)
+    reads: ClassVar[tuple[str, ...]] = ()
+    #: whether :meth:`judge` needs each peer's state (one status.json read per peer and change)
+    needs_states: ClassVar[bool] = False
+
+    def __init__(self, rule: PruningRule) -> None:
+        self.rule = rule
+
+    @classmethod
+    def check(cls, rule: PruningRule, where: str) -> None:
+        """Refuse this rule's own settings when the spec is made (the shared ones, their types and bounds, are
+        checked before)."""
+
+    def judge(self, trial: str, own: Reports, peers: Sequence[Peer], judged_up_to: int | None = None) -> str:
+        """``''`` when trial ``trial`` (its folder name), whose reports are ``own``, goes on; else why it stops.
+        ``judged_up_to``: the last step already judged (None: the step before the latest report)."""
+        raise NotImplementedError
+
+
+_BUILT_IN = {
+    "median": "airflow_provider_gpusched.core.sweep.pruners:MedianRule",
+    "asha": "airflow_provider_gpusched.core.sweep.pruners:ASHARule",
+    "optuna": "airflow_provider_gpusched.core.sweep.pruners:OptunaRule",
+}
+_registered: dict[str, str | type[Pruner]] = dict(_BUILT_IN)
+_lock = threading.Lock()
+_entry_points_read = False
+
+
+def register_pruner(cls: type[Pruner]) -> type[Pruner]:
+    """Make a rule known by its ``name`` (usable as a class decorator). Registering a name again replaces it."""
+    if not (isinstance(cls, type) and issubclass(cls, Pruner)) or not cls.name:
+        raise InvalidArgumentError("register_pruner", cls, "a Pruner subclass with a name")
+    with _lock:
+        _registered[cls.name] = cls
+    return cls
+
+
+def unregister_pruner(name: str) -> None:
+    with _lock:
+        if name in _BUILT_IN:
+            _registered[name] = _BUILT_IN[name]
+        else:
+            _registered.pop(name, None)
+
+
+def _read_entry_points() -> None:
+    global _entry_points_read
+    if _entry_points_read:
+        return
+    _entry_points_read = True
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        _registered.setdefault(ep.name, ep.value)
+
+
+def pruner_names() -> list[str]:
+    """The rules a spec may name: the built-in ones, the registered ones and those of installed packages."""
+    with _lock:
+        _read_entry_points()
+        return list(_registered)
+
+
+def pruner_class(name: str, where: str = "pruning.rule") -> type[Pruner]:
+    """The class of rule ``name`` (a ``module:Class`` entry loaded on first use); an unknown name is refused
+    naming ``where`` and the known rules."""
+    with _lock:
+        found = _registered.get(name) if isinstance(name, str) else None
+        if found is None:  # installed packages' rules are looked for only then (reading them costs 0.1-0.2 s)
+            _read_entry_points()
+            found = _registered.get(name) if isinstance(name, str) else None
+        if found is None:
+            raise InvalidArgumentError(where, name, f"one of {list(_registered)}")
+        if isinstance(found, str):
+            from airflow_provider_gpusched.core.import_target import import_callable
+
+            loaded = import_callable(found, where)
+            if not (isinstance(loaded, type) and issubclass(loaded, Pruner)):
+                raise InvalidArgumentError(where, found, "a Pruner subclass ('module:Class')")
+            _registered[name] = found = loaded
+        return found
