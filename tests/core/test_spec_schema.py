@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 import yaml
 
+from airflow_provider_gpusched.core.sweep.pruner import pruner_names
 from airflow_provider_gpusched.core.sweep.search_kinds import SEARCH_KINDS
 from airflow_provider_gpusched.core.sweep.spec import SweepSpec
 from tests.cli import gpusched
@@ -34,8 +35,14 @@ def _documented_specs() -> list[tuple[str, dict]]:
     for doc in ("docs/development.md", "docs/sweeps.md"):
         for i, block in enumerate(re.findall(r"```yaml\n(.*?)```", (REPO / doc).read_text(), re.S)):
             data = yaml.safe_load(block)
-            if isinstance(data, dict) and "name" in data and data.get("search", "grid") in SEARCH_KINDS:
-                # (the ablation kind of "Adding a search type" is registered only by its own test)
+            if (
+                isinstance(data, dict)
+                and "name" in data
+                and data.get("search", "grid") in SEARCH_KINDS
+                and (data.get("pruning") or {}).get("rule", "median") in pruner_names()
+            ):
+                # (the ablation kind of "Adding a search type" and the plateau rule of "Adding a pruning rule" are
+                # registered only by their own tests)
                 found.append((f"{doc} yaml block {i}", data))
     return found
 
