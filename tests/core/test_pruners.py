@@ -155,4 +155,7 @@ def test_settings_a_rule_does_not_read_are_refused_naming_the_rules_that_do(plat
             objective=Objective("loss", "minimize"),
             pruning={"rule": "median", "options": {"patience": 2}},
         )
-    assert err.value.argument.endswith("pruning.options") and err.value.expected == "options only with rule: optuna, plateau"
+    assert (
+        err.value.argument.endswith("pruning.options")
+        and err.value.expected == "options only with rule: optuna, plateau"
+    )
