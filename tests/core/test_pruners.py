@@ -116,6 +116,12 @@ def test_the_pages_rule_stops_a_command_trial_found_through_its_entry_point(tmp_
     assert "plateau: no loss better than 0.5 in the last 2 reports" in statuses[0.5]["error"]
 
 
+def _spec_pruned_by(pruning: dict) -> SweepSpec:
+    return SweepSpec(
+        name="x", test_config=[{"a": [1]}], command=["true"], objective=Objective("loss", "minimize"), pruning=pruning
+    )
+
+
 @pytest.fixture
 def plateau():
     """The page's rule registered in this process (as a notebook would), removed afterwards."""
@@ -136,25 +142,13 @@ def plateau():
 )
 def test_the_pages_rule_refuses_its_bad_settings_when_the_spec_is_made(plateau, options, argument, expected):
     with pytest.raises(InvalidArgumentError) as err:
-        SweepSpec(
-            name="x",
-            test_config=[{"a": [1]}],
-            command=["true"],
-            objective=Objective("loss", "minimize"),
-            pruning={"rule": "plateau", "options": options},
-        )
+        _spec_pruned_by({"rule": "plateau", "options": options})
     assert err.value.argument.endswith(argument) and err.value.expected == expected
 
 
 def test_settings_a_rule_does_not_read_are_refused_naming_the_rules_that_do(plateau):
     with pytest.raises(InvalidArgumentError) as err:
-        SweepSpec(
-            name="x",
-            test_config=[{"a": [1]}],
-            command=["true"],
-            objective=Objective("loss", "minimize"),
-            pruning={"rule": "median", "options": {"patience": 2}},
-        )
+        _spec_pruned_by({"rule": "median", "options": {"patience": 2}})
     assert (
         err.value.argument.endswith("pruning.options")
         and err.value.expected == "options only with rule: optuna, plateau"

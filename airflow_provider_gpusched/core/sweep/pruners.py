@@ -46,6 +46,12 @@ def _scored(reports: Reports, metric: str) -> list[tuple[int, float]]:
     return [(r["step"], v) for r in reports if (v := _value(r, metric)) is not None]
 
 
+def _own_curve(rule: PruningRule, own: Reports) -> tuple[str, bool, list[tuple[int, float]]]:
+    """The judged metric, whether higher is better, and the trial's (step, value) reports of that metric."""
+    metric = rule.judged_metric
+    return metric, rule.mode == "maximize", _scored(own, metric)
+
+
 def _worse(better_high: bool) -> Callable[[float, float], bool]:
     return (lambda a, b: a < b) if better_high else (lambda a, b: a > b)
 
@@ -58,12 +64,10 @@ class MedianRule(Pruner):
 
     def judge(self, trial: str, own: Reports, peers: Sequence[Peer], judged_up_to: int | None = None) -> str:
         rule = self.rule
-        metric, better_high = rule.judged_metric, rule.mode == "maximize"
-        scored = _scored(own, metric)
+        metric, better_high, scored = _own_curve(rule, own)
         if not scored:
             return ""
-        step = scored[-1][0]
-        worse = _worse(better_high)
+        step, worse = scored[-1][0], _worse(better_high)
         if step < rule.warmup_steps:
             return ""
         best = (max if better_high else min)(v for _, v in scored)
@@ -102,12 +106,10 @@ class ASHARule(Pruner):
 
     def judge(self, trial: str, own: Reports, peers: Sequence[Peer], judged_up_to: int | None = None) -> str:
         rule = self.rule
-        metric, better_high = rule.judged_metric, rule.mode == "maximize"
-        scored = _scored(own, metric)
+        metric, better_high, scored = _own_curve(rule, own)
         if not scored:
             return ""
-        step = scored[-1][0]
-        worse = _worse(better_high)
+        step, worse = scored[-1][0], _worse(better_high)
         # each rung this trial reached since the last judgement, with its value when it reached it
         if judged_up_to is None:
             judged_up_to = scored[-2][0] if len(scored) > 1 else -1
