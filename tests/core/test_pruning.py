@@ -135,7 +135,8 @@ def test_optuna_pruners_judge_from_the_reports_of_the_other_trials():
     ("pruning", "argument", "expected"),
     [
         ({"rule": "optuna"}, "pruning.pruner", "one of ['median', 'percentile'"),
-        ({"rule": "optuna", "pruner": "hyperband"}, "pruning.pruner", "one of ['median'"),
+        ({"rule": "optuna", "pruner": "hyperband"}, "pruning.pruner", "use it with search: optuna and asynchronous"),
+        ({"rule": "optuna", "pruner": "wilcoxon"}, "pruning.pruner", "use it with search: optuna and asynchronous"),
         (
             {"rule": "optuna", "pruner": "median", "options": {"n_startup": 2}},
             "pruning.options",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_gpusched.core.backends import Backend
@@ -15,6 +15,8 @@ from airflow_provider_gpusched.core.queue import QueueEntry, StopOutcome
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.gpu.leases import LeaseManager
     from airflow_provider_gpusched.core.stops import StopRequest
+    from airflow_provider_gpusched.core.sweep.asynchronous import AsyncRun
+    from airflow_provider_gpusched.core.sweep.expand import Trial
     from airflow_provider_gpusched.core.sweep.resources import TrialResources
     from airflow_provider_gpusched.core.sweep.session import SweepSession
     from airflow_provider_gpusched.core.sweep.spec import SweepSpec
@@ -123,18 +125,32 @@ class LocalBackend(Backend):
         limit = None if r.time_limit is None else time_limit_seconds(r.time_limit)
         stages: list[int | None] = list(range(spec.rounds or 0)) if spec.in_rounds else [None]
         board = Progress(session, out=None if progress is True else progress) if progress else None
+        # an asynchronous search: each slot asks for its next trial as it frees (core/sweep/asynchronous.py)
+        searching = session.asynchronous(run, force_rerun) if spec.asks_as_it_goes else None
+        if searching is not None:
+            parallel = parallel or spec.per_round
         for round_no in stages:
-            manifest = session.prepare(round_no, run=run, force_rerun=force_rerun, backend=self.name)
+            if searching is not None:
+                manifest = searching.plan(backend=self.name)
+            else:
+                manifest = session.prepare(round_no, run=run, force_rerun=force_rerun, backend=self.name)
             if board is not None:
                 board.watch(manifest.trials, round_no, spec.rounds if spec.in_rounds else None)
+            source = None if searching is None else _next_trial(searching, board)
             stop, done, interrupted = threading.Event(), threading.Event(), threading.Event()
             outcome: dict[str, Any] = {}
 
-            def work(manifest: Any, stop: threading.Event, done: threading.Event, outcome: dict[str, Any]) -> None:
+            def work(
+                manifest: Any,
+                stop: threading.Event,
+                done: threading.Event,
+                outcome: dict[str, Any],
+                source: Callable[[], Trial | None] | None,
+            ) -> None:
                 try:
                     outcome["value"] = run_local_batch(
                         manifest,
-                        manifest.pending,
+                        manifest.pending if source is None else [],
                         manager,
                         request,
                         parallel=parallel,
@@ -146,6 +162,8 @@ class LocalBackend(Backend):
                         stop_event=stop,
                         setup=r.setup,
                         time_limit=limit,
+                        source=source,
+                        on_finished=None if searching is None else searching.finish,
                     )
                 except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
                     outcome["error"] = exc
@@ -153,7 +171,10 @@ class LocalBackend(Backend):
                     done.set()
 
             worker = threading.Thread(
-                target=work, args=(manifest, stop, done, outcome), name=f"gpusched-sweep-{spec.name}", daemon=True
+                target=work,
+                args=(manifest, stop, done, outcome, source),
+                name=f"gpusched-sweep-{spec.name}",
+                daemon=True,
             )
             try:
                 if board is not None:
@@ -179,6 +200,19 @@ class LocalBackend(Backend):
             if round_no is not None:
                 session.finish_round(round_no, run)
         return session.collect(run)
+
+
+def _next_trial(searching: AsyncRun, board: Any) -> Callable[[], Trial | None]:
+    """A free slot's next trial from an asynchronous search (the progress board follows it too)."""
+    worker = f"{os.uname().nodename}:{os.getpid()}"
+
+    def next_trial() -> Trial | None:
+        trial = searching.next_trial(worker)
+        if trial is not None and board is not None:
+            board.trials.append(trial)
+        return trial
+
+    return next_trial
 
 
 def local_entries(manager: LeaseManager) -> list[QueueEntry]:

@@ -69,6 +69,8 @@ def run_local_batch(
     on_tick: Callable[[], None] | None = None,
     tick_seconds: float = 30.0,
     host: str = "",
+    source: Callable[[], Trial | None] | None = None,
+    on_finished: Callable[[Trial], object] | None = None,
 ) -> dict[str, list[str]]:
     """Run ``trials`` with up to ``parallel`` leases at a time; returns trial ids by final state. ``setup``:
     shell lines each trial process runs first (the sweep's ``resources.setup``); ``time_limit``: seconds each
@@ -90,6 +92,10 @@ def run_local_batch(
     the GPU timeline's bars); ``on_tick()`` is called every ``tick_seconds`` from the calling thread while the
     trials run (a task publishes what it has so far); ``host``: this host's name on the timeline (default: as
     :func:`~airflow_provider_gpusched.core.fleet.this_host` gives it).
+
+    ``source``: an asynchronous search's next trial (core/sweep/asynchronous.py), asked for whenever a slot frees
+    and ``trials`` is used up, until it gives None; each such trial runs alone in its process, and
+    ``on_finished(trial)`` is called the moment it ends (the search hears its outcome before the slot asks again).
     """
     batch = LocalBatch(
         manifest,
@@ -109,6 +115,8 @@ def run_local_batch(
         time_limit=time_limit,
         on_attempt=on_attempt,
         host=host,
+        source=source,
+        on_finished=on_finished,
     )
     return batch.run(on_tick=on_tick, tick_seconds=tick_seconds)
 
@@ -142,6 +150,8 @@ class LocalBatch:
         time_limit: float | None = None,
         on_attempt: Callable[[Attempt, str], None] | None = None,
         host: str = "",
+        source: Callable[[], Trial | None] | None = None,
+        on_finished: Callable[[Trial], object] | None = None,
     ) -> None:
         self.manifest, self.store, self.trials = manifest, manifest.store, list(trials)
         self.manager, self.request = manager, request
@@ -155,10 +165,14 @@ class LocalBatch:
         }
         self.on_event = on_event or (lambda message: None)
         self.on_attempt, self.work, self.setup, self.time_limit = on_attempt, work, setup, time_limit
-        if time_limit is not None or request.load_stage:
-            trials_per_process = 1  # the limit is each trial's, a load stage holds its own data: one per process
+        if time_limit is not None or request.load_stage or source is not None:
+            # the limit is each trial's, a load stage holds its own data, an asynchronous search hears each trial
+            # end before it asks for the next: one per process
+            trials_per_process = 1
         self.trials_per_process = trials_per_process
-        self.parallel = max(1, min(parallel or default_parallel(manager, request), max(1, len(self.trials))))
+        self.source, self.on_finished = source, on_finished
+        most = parallel or default_parallel(manager, request)
+        self.parallel = max(1, most if source is not None else min(most, max(1, len(self.trials))))
         self.logs = os.path.join(self.store.dir, "logs")
         os.makedirs(self.logs, exist_ok=True)
         self.stop = stop_event or threading.Event()  # every supervisor shares it: set, it stops the trials in flight
@@ -214,7 +228,11 @@ class LocalBatch:
         """The next trials to run in one process, or None when none are left."""
         with self._lock:
             if not self.todo:
-                return None
+                trial = self.source() if self.source is not None and not self.stop.is_set() else None
+                if trial is None:
+                    return None
+                self.trials.append(trial)
+                return (trial,)
             first = self.todo.popleft()
             if len(first) > 1 or first[0].trial_id in self.retried:
                 return first
@@ -312,6 +330,8 @@ class LocalBatch:
             if len(group) > 1 and (state in ("waiting", "running") or (state == "failed" and oom)):
                 again.append(trial)
                 continue
+            if self.on_finished is not None:
+                state = str(self.on_finished(trial))
             with self._lock:
                 self.finished[trial.trial_id] = state if state in ("succeeded", "pruned", "timeout") else "failed"
         with self._lock:
@@ -321,7 +341,7 @@ class LocalBatch:
                 self.todo.append((trial,))
             done = len(self.finished)
             failed = sum(1 for v in self.finished.values() if v in ("failed", "timeout"))
-        if done and (done % max(1, len(self.trials) // 20) < len(group) or failed):
+        if done and (self.source is not None or done % max(1, len(self.trials) // 20) < len(group) or failed):
             self.on_event(f"{done}/{len(self.trials)} trials done ({failed} failed)")
 
     def _mark_halted(self) -> None:

@@ -51,8 +51,21 @@ class Pruner:
     #: whether :meth:`judge` needs each peer's state (one status.json read per peer and change)
     needs_states: ClassVar[bool] = False
 
+    #: whether it judges an asynchronous search's trials in the sweep's shared Optuna study (:meth:`judge_in_study`)
+    #: rather than from the peers' reports
+    judges_in_study: ClassVar[bool] = False
+
     def __init__(self, rule: PruningRule) -> None:
         self.rule = rule
+
+    @classmethod
+    def needs_shared_study(cls, rule: PruningRule) -> bool:
+        """Whether ``rule`` judges only in an asynchronous search's shared study (a spec in rounds is refused)."""
+        return False
+
+    def judge_in_study(self, sweep_dir: str, trial: str, own: Reports) -> str:
+        """'' or why trial folder ``trial`` stops, judged in the study of the asynchronous search in ``sweep_dir``."""
+        raise NotImplementedError
 
     @classmethod
     def check(cls, rule: PruningRule, where: str) -> None:

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -34,7 +35,12 @@ OPTUNA_PRUNERS = {
     "successive_halving": "SuccessiveHalvingPruner",
     "threshold": "ThresholdPruner",
     "patient": "PatientPruner",
+    "hyperband": "HyperbandPruner",
+    "wilcoxon": "WilcoxonPruner",
 }
+#: Optuna's pruners that keep state per study trial (Hyperband's brackets are chosen by trial number; Wilcoxon
+#: compares a trial with the study's best, step by step): only in an asynchronous search's shared study
+IN_STUDY_ONLY = ("hyperband", "wilcoxon")
 
 
 def _value(report: Mapping[str, Any], metric: str) -> float | None:
@@ -152,10 +158,12 @@ class OptunaRule(Pruner):
     name = "optuna"
     reads = ("pruner", "options")
     needs_states = True
+    judges_in_study = True
 
     def __init__(self, rule: PruningRule) -> None:
         super().__init__(rule)
         self._judges: dict[str, OptunaJudge] = {}
+        self._in_study: StudyJudge | None = None
 
     @classmethod
     def check(cls, rule: PruningRule, where: str) -> None:
@@ -169,6 +177,18 @@ class OptunaRule(Pruner):
                 "a whole number of steps (the rungs are rebuilt from the reports; 'auto' is not supported)",
             )
         make_optuna_pruner(rule, where)  # its arguments are checked now, not in the middle of a trial
+
+    @classmethod
+    def needs_shared_study(cls, rule: PruningRule) -> bool:
+        return rule.pruner in IN_STUDY_ONLY
+
+    def judge_in_study(self, sweep_dir: str, trial: str, own: Reports) -> str:
+        """An asynchronous search's trial, judged in the sweep's own study (core/sweep/asynchronous.py): its new
+        reports go to its RUNNING study trial, and the study's pruner decides, as in Optuna's own distributed
+        optimisation (Hyperband's brackets, the median of the study's COMPLETE trials...)."""
+        if self._in_study is None:
+            self._in_study = StudyJudge(self.rule, sweep_dir)
+        return self._in_study.judge(trial, own)
 
     def judge(self, trial: str, own: Reports, peers: Sequence[Peer], judged_up_to: int | None = None) -> str:
         judge_of = self._judges.get(trial)
@@ -207,7 +227,9 @@ def make_optuna_pruner(rule: PruningRule, where: str = "pruning") -> Any:
                     raise InvalidArgumentError(f"{where}.options.wrapped", wrapped, "{pruner: median, options: {...}}")
                 inner = getattr(optuna.pruners, OPTUNA_PRUNERS[wrapped["pruner"]])(**dict(wrapped.get("options") or {}))
             return optuna.pruners.PatientPruner(inner, **options)
-        return getattr(optuna.pruners, class_name)(**options)
+        with warnings.catch_warnings():  # Optuna marks WilcoxonPruner experimental
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return getattr(optuna.pruners, class_name)(**options)
     except (TypeError, ValueError) as exc:
         raise InvalidArgumentError(
             f"{where}.options", rule.options, f"arguments of optuna.pruners.{class_name} ({exc})"
@@ -302,6 +324,58 @@ class OptunaJudge:
         return (
             f"Optuna's {type(self.pruner).__name__} at step {step}: {self.rule.metric} {values[step]:.6g} "
             f"({len(self._study.trials) - 1} other trials with reports)"
+        )
+
+
+class StudyJudge:
+    """Optuna's pruner on the shared study of an asynchronous search (``<sweep>/search/optuna.journal``, the study
+    named as the sweep): a trial's RUNNING study trial is the one labelled with its folder."""
+
+    def __init__(self, rule: PruningRule, sweep_dir: str) -> None:
+        import optuna
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.optuna, self.rule = optuna, rule
+        journal = os.path.join(sweep_dir, "search", "optuna.journal")
+        if not os.path.isfile(journal):
+            raise InvalidArgumentError("pruning", rule.rule, f"the sweep's study in {journal} (it is missing)")
+        self.pruner = make_optuna_pruner(rule)
+        storage = JournalStorage(JournalFileBackend(journal))
+        self.study = optuna.load_study(study_name=os.path.basename(sweep_dir), storage=storage, pruner=self.pruner)
+        self._trials: dict[str, Any] = {}  # trial folder -> its study trial (optuna.trial.Trial)
+
+    def _study_trial(self, folder: str) -> Any:
+        found = self._trials.get(folder)
+        if found is None:
+            running = self.optuna.trial.TrialState.RUNNING
+            mine = [
+                t
+                for t in self.study.get_trials(deepcopy=False, states=(running,))
+                if t.user_attrs.get("folder") == folder
+            ]
+            if not mine:
+                return None
+            latest = max(mine, key=lambda t: t.number)
+            found = self._trials[folder] = self.optuna.trial.Trial(self.study, latest._trial_id)
+        return found
+
+    def judge(self, folder: str, own: Reports) -> str:
+        trial = self._study_trial(folder)
+        if trial is None:
+            return ""
+        heard = trial.storage.get_trial(trial._trial_id).intermediate_values
+        values = {r["step"]: v for r in own if (v := _value(r, self.rule.judged_metric)) is not None}
+        for step in sorted(values):
+            if step not in heard:
+                trial.report(values[step], step)
+        if not values or not trial.should_prune():
+            return ""
+        step = max(values)
+        return (
+            f"Optuna's {type(self.pruner).__name__} in the sweep's study at step {step}: "
+            f"{self.rule.judged_metric} {values[step]:.6g}"
         )
 
 

@@ -23,6 +23,7 @@ from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_repo
 from airflow_provider_gpusched.core.sweep.store import read_json
 
 PRUNING_ENV = "GPUSCHED_PRUNING"  # the rule (JSON) a trial's report() applies; set by the trial runner
+SHARED_STUDY_ENV = "GPUSCHED_SHARED_STUDY"  # "1": the sweep is an asynchronous search (its study judges)
 
 
 class TrialPruned(Exception):
@@ -103,7 +104,9 @@ class SweepReports:
     """The reports of all trials of a sweep folder, re-read only when a file changed (a report decision
     reads every peer's file)."""
 
-    def __init__(self, sweep_dir: str) -> None:
+    def __init__(self, sweep_dir: str, shared_study: bool = False) -> None:
+        """``shared_study``: the sweep is an asynchronous search, whose trials a rule that can judges in its study."""
+        self.sweep_dir, self.shared_study = sweep_dir, shared_study
         self.trials_dir = os.path.join(sweep_dir, "trials")
         self._cache: dict[str, tuple[tuple[int, int], list[dict[str, Any]]]] = {}
         self._states: dict[str, tuple[tuple[int, int], str]] = {}
@@ -133,6 +136,9 @@ class SweepReports:
         """Trial ``folder_name`` judged by ``rule`` against every other trial of the folder as last written."""
         if self._pruner is None or self._pruner.rule != rule:
             self._pruner = rule.make_judge()
+        if self.shared_study and self._pruner.judges_in_study:
+            path = os.path.join(self.trials_dir, folder_name, REPORTS_FILE)
+            return self._pruner.judge_in_study(self.sweep_dir, folder_name, read_reports(path)[0])
         everything = self.all()
         own = everything.pop(folder_name, [])
         states = type(self._pruner).needs_states
@@ -170,7 +176,7 @@ class SweepReports:
 
 def rule_from_env() -> tuple[PruningRule, str, str] | None:
     """In a trial process: (the rule, the sweep folder, this trial's folder name) when the sweep prunes."""
-    raw = os.environ.get(PRUNING_ENV)
+    raw = os.environ.get(PRUNING_ENV)  # (with $GPUSCHED_SHARED_STUDY=1 its sweep is an asynchronous search)
     trial_dir = os.environ.get("GPUSCHED_TRIAL_DIR")
     if not raw or not trial_dir:
         return None

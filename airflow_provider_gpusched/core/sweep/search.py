@@ -268,7 +268,9 @@ class EvolutionSearch(RoundSearch):
 
 
 class OptunaSearch(RoundSearch):
-    def __init__(self, spec: SweepSpec, state_dir: str) -> None:
+    def __init__(self, spec: SweepSpec, state_dir: str, pruner: Any = None) -> None:
+        """``pruner``: the study's Optuna pruner (an asynchronous search judges its trials in the study itself;
+        TPE then samples within Hyperband's brackets, which is BOHB)."""
         super().__init__(spec, state_dir)
         try:
             import optuna
@@ -292,6 +294,7 @@ class OptunaSearch(RoundSearch):
                 study_name=spec.name,
                 storage=storage,
                 sampler=self._sampler(0),
+                pruner=pruner,
                 load_if_exists=True,
                 directions=directions,
             )
@@ -311,16 +314,24 @@ class OptunaSearch(RoundSearch):
         """A sampler seeded for this round (from the sweep's seed): a round's proposals depend on the
         history and the seed only, not on whether earlier rounds were asked in this process."""
         seed = None if self.spec.seed is None else self.spec.seed * 1_000_003 + round_no
-        if self.spec.sampler == "nsga2":
-            return self.optuna.samplers.NSGAIISampler(seed=seed, population_size=max(2, self.per_round))
-        if self.spec.sampler == "tpe":
-            # constant liar: the trials asked earlier in this round count as bad while they run, so one
-            # round does not pile onto one point
-            import warnings
+        samplers, sampler = self.optuna.samplers, self.spec.sampler
+        import warnings
 
-            with warnings.catch_warnings():  # Optuna 4.0 marks constant_liar experimental
-                warnings.simplefilter("ignore", self.optuna.exceptions.ExperimentalWarning)
-                return self.optuna.samplers.TPESampler(seed=seed, n_startup_trials=self.per_round, constant_liar=True)
+        with warnings.catch_warnings():  # Optuna marks constant_liar and GPSampler experimental
+            warnings.simplefilter("ignore", self.optuna.exceptions.ExperimentalWarning)
+            if sampler == "nsga2":
+                return samplers.NSGAIISampler(seed=seed, population_size=max(2, self.per_round))
+            if sampler == "tpe":
+                # constant liar: the trials asked before and still running count as bad, so the trials that run
+                # at once (a round, or an asynchronous search's workers) do not pile onto one point
+                return samplers.TPESampler(seed=seed, n_startup_trials=self.per_round, constant_liar=True)
+            if sampler == "gp":
+                return samplers.GPSampler(seed=seed, n_startup_trials=self.per_round)
+            if sampler == "cmaes":
+                # categorical parameters are drawn at random (CMA-ES searches continuous ones)
+                return samplers.CmaEsSampler(
+                    seed=seed, n_startup_trials=self.per_round, warn_independent_sampling=False
+                )
         return self.optuna.samplers.RandomSampler(seed=seed)
 
     def _suggest(self, trial: Any) -> dict[str, Any]:
@@ -392,22 +403,33 @@ class OptunaSearch(RoundSearch):
         if proposal["number"] not in self._running:  # told already (a retried task), or failed by Optuna
             return
         self._running.discard(proposal["number"])
-        if pruned is not None:
-            # PRUNED with its curve as intermediate values: TPE ranks a pruned trial by its last one
-            objective, rule = self.objective, self.spec.pruning
-            # the curve is in the study's terms only when the pruning metric is its one objective
-            if pruned and not objective.several and rule is not None and rule.metric == objective.metric:
-                trial_id = self.storage.get_trial_id_from_study_id_trial_number(
-                    self.storage.get_study_id_from_name(self.spec.name), proposal["number"]
-                )
-                trial = self.optuna.trial.Trial(self.study, trial_id)
-                for step, value in pruned:
+        self.tell_number(proposal["number"], values, pruned)
+
+    def tell_number(
+        self, number: int, values: tuple[float, ...] | None, pruned: Sequence[tuple[int, float]] | None = None
+    ) -> None:
+        """Tell study trial ``number`` (RUNNING) how it ended: its metric values, or None (failed; pruned when its
+        curve of the pruning metric, ``pruned``, is given: reported first, the steps the study has not heard)."""
+        states = self.optuna.trial.TrialState
+        objective, rule = self.objective, self.spec.pruning
+        # the curve is in the study's terms only when the pruning metric is its one objective
+        if pruned and not objective.several and rule is not None and rule.metric == objective.metric:
+            # a pruned trial's curve as intermediate values (TPE ranks a pruned trial by its last one); an
+            # asynchronous search's finished trial's too, the steps its judge had not reported yet
+            trial_id = self.storage.get_trial_id_from_study_id_trial_number(
+                self.storage.get_study_id_from_name(self.spec.name), number
+            )
+            heard = self.storage.get_trial(trial_id).intermediate_values
+            trial = self.optuna.trial.Trial(self.study, trial_id)
+            for step, value in pruned:
+                if step not in heard:
                     trial.report(value, step)
-            self.study.tell(proposal["number"], state=self.optuna.trial.TrialState.PRUNED)
+        if pruned is not None and values is None:
+            self.study.tell(number, state=states.PRUNED)
         elif values is None:
-            self.study.tell(proposal["number"], state=self.optuna.trial.TrialState.FAIL)
+            self.study.tell(number, state=states.FAIL)
         else:
-            self.study.tell(proposal["number"], list(values) if self.multi else self._score(values))
+            self.study.tell(number, list(values) if self.multi else self._score(values))
 
 
 def make_search(spec: SweepSpec, state_dir: str) -> RoundSearch:

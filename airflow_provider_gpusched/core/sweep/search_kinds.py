@@ -111,11 +111,15 @@ class RandomKind(SearchKind):
 
 
 class OptunaKind(SearchKind):
-    """Optuna's samplers (TPE, random, NSGA-II) asked for ``per_round`` trials per round (DI-toolkit's HPO)."""
+    """Optuna's samplers (TPE, GP, CMA-ES, random, NSGA-II) on one study in the sweep folder: asked for
+    ``per_round`` trials per round (DI-toolkit's HPO), or, with ``asynchronous: true``, by a pool of workers that
+    each ask for the next trial the moment its slot frees (core/sweep/asynchronous.py)."""
 
     name = "optuna"
     in_rounds = True
-    SAMPLERS: ClassVar[tuple[str, ...]] = ("tpe", "random", "nsga2")
+    SAMPLERS: ClassVar[tuple[str, ...]] = ("tpe", "gp", "cmaes", "random", "nsga2")
+    #: samplers that optimise one value (several metrics need weights, or tpe/nsga2/random/gp)
+    SINGLE_OBJECTIVE: ClassVar[tuple[str, ...]] = ("cmaes",)
     DEFAULT_ROUNDS: ClassVar[int] = 3
     DEFAULT_PER_ROUND: ClassVar[int] = 4
 
@@ -123,9 +127,38 @@ class OptunaKind(SearchKind):
         check_space(spec.space, f"{spec.where}: space", spec.global_config)
         _objective_needed(spec, "a metric to optimise")
         if spec.sampler not in self.SAMPLERS:
-            raise InvalidArgumentError(f"{spec.where}: sampler", spec.sampler, "'tpe', 'random' or 'nsga2'")
+            raise InvalidArgumentError(
+                f"{spec.where}: sampler", spec.sampler, "one of " + ", ".join(repr(s) for s in self.SAMPLERS)
+            )
+        objective = spec.objective
+        if (
+            spec.sampler in self.SINGLE_OBJECTIVE
+            and objective is not None
+            and objective.several
+            and not objective.weights
+        ):
+            raise InvalidArgumentError(
+                f"{spec.where}: sampler",
+                spec.sampler,
+                "a multi-objective sampler for several metrics without weights ('tpe', 'nsga2', 'gp' or 'random'); "
+                "or give the objective weights",
+            )
+        if spec.count is not None and not spec.asynchronous:
+            raise InvalidArgumentError(
+                f"{spec.where}: count",
+                spec.count,
+                "count only with asynchronous: true (a search in rounds runs rounds x per_round trials)",
+            )
         spec.rounds = spec.rounds or self.DEFAULT_ROUNDS
         spec.per_round = spec.per_round or self.DEFAULT_PER_ROUND
+        if spec.asynchronous:
+            # the budget: the trials a search in rounds would run, unless count says
+            spec.count = spec.count or spec.rounds * spec.per_round
+
+    def stage_size(self, spec: SweepSpec) -> int:
+        if spec.asynchronous and spec.count is not None:
+            return spec.count
+        return super().stage_size(spec)
 
     def round_search(self, spec: SweepSpec, state_dir: str) -> RoundSearch:
         from airflow_provider_gpusched.core.sweep.search import OptunaSearch
@@ -216,6 +249,13 @@ class EvolutionKind(SearchKind):
                     dim,
                     "a list of choices (evolution searches over discrete choices per position)",
                 )
+        if spec.asynchronous:
+            raise InvalidArgumentError(
+                f"{spec.where}: asynchronous",
+                True,
+                "false for search: evolution (each generation is bred from the scores of the last: it runs in "
+                "rounds; use search: optuna for an asynchronous search)",
+            )
         spec.rounds = spec.evolution.max_epoch
         spec.per_round = spec.evolution.candidate_pool_size
 

@@ -13,8 +13,8 @@ import hashlib
 import os
 import re
 import time
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_gpusched.core.checks import is_json_number
 from airflow_provider_gpusched.core.errors import GpuschedError
@@ -45,6 +45,9 @@ from airflow_provider_gpusched.core.sweep.trial_run import (
     write_manifest,
 )
 from airflow_provider_gpusched.core.text import printable
+
+if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.sweep.asynchronous import AsyncRun
 
 ONE_SHOT_MANIFEST = "manifest.json"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -122,15 +125,48 @@ class SweepSession:
         if self.spec.in_rounds and round_no is None:
             raise GpuschedError(f"sweep {self.spec.name}: search {self.spec.search} runs in rounds; give round_no")
         force_rerun = self.spec.force_rerun if force_rerun is None else force_rerun
+        if self.spec.asks_as_it_goes:  # its trials are asked for as slots free: the plan holds the earlier ones
+            return self.asynchronous(run, force_rerun).plan(chunk_size, backend)
         trials = self.spec.trials() if round_no is None else self.round_trials(round_no)
         if self.spec.gts_result_folders and not force_rerun:
             self._adopt_gts_results(trials)
         pending, skipped = self.store.plan(trials, force_rerun)
-        name = manifest_name(round_no, run)
+        return Manifest(
+            self.write_stage_manifest(
+                round_no,
+                run,
+                trials=trials,
+                pending=pending,
+                skipped=skipped,
+                force_rerun=force_rerun,
+                chunk_size=chunk_size,
+                backend=backend,
+            )
+        )
+
+    def asynchronous(self, run: str | None = None, force_rerun: bool | None = None) -> AsyncRun:
+        """The run ``run`` of an asynchronous search (core/sweep/asynchronous.py): its plan, its hand-outs."""
+        from airflow_provider_gpusched.core.sweep.asynchronous import AsyncRun
+
+        return AsyncRun(self, run, force_rerun)
+
+    def write_stage_manifest(
+        self,
+        round_no: int | None,
+        run: str | None,
+        *,
+        trials: Sequence[Trial],
+        pending: Sequence[Trial],
+        skipped: Sequence[Trial],
+        force_rerun: bool,
+        chunk_size: int | None,
+        backend: str,
+    ) -> str:
+        """Write the manifest of a stage of ``run`` (the trial runners read it) and return its path."""
         objective = self.spec.objective.to_dict() if self.spec.objective else None
-        path = write_manifest(
+        return write_manifest(
             self.store,
-            name,
+            manifest_name(round_no, run),
             trials=trials,
             pending=pending,
             target=self._target(),
@@ -147,8 +183,8 @@ class SweepSession:
             on_invalid_result=self.spec.on_invalid_result,
             distributed=self.spec.resources.distributed_settings(backend),
             pruning=self.spec.pruning.to_dict() if self.spec.pruning else None,
+            shared_study=self.spec.asks_as_it_goes,
         )
-        return Manifest(path)
 
     def _adopt_gts_results(self, trials: Iterable[Trial]) -> None:
         """GPU Task Scheduler skips a test instance whose result folder exists; so do we: such a trial is recorded
@@ -326,6 +362,18 @@ class SweepSession:
                 "search": self.spec.search,
                 "rounds": rows,
                 "trials": sum(r["trials"] for r in rows),
+                "folder": self.store.dir,
+                "space_size": size,
+            }
+        if self.spec.asks_as_it_goes:
+            size = finite_space_size(flatten(self.spec.space))
+            count = self.spec.count or 0  # the kind set it
+            return {
+                "sweep": self.spec.name,
+                "search": self.spec.search,
+                "asynchronous": True,
+                "trials": count if size is None else min(count, size),
+                "workers": self.spec.max_workers or self.spec.per_round,
                 "folder": self.store.dir,
                 "space_size": size,
             }

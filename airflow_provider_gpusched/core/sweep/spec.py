@@ -78,7 +78,11 @@ class SweepSpec:
     #: ran); by default a folder belongs to the first DAG that planned in it, and another DAG is refused
     shared_with_other_dags: TrueOrFalse = False
     top_n: AtLeastOne | None = 10
-    sampler: Annotated[str, says("'tpe', 'random' or 'nsga2'")] = "tpe"
+    sampler: Annotated[str, says("'tpe', 'gp', 'cmaes', 'random' or 'nsga2'")] = "tpe"
+    #: optuna: a pool of workers that each ask for the next trial the moment its slot frees (no round barrier):
+    #: ``count`` trials in all (default rounds x per_round), ``max_workers`` at once (default per_round);
+    #: core/sweep/asynchronous.py. Grid and random searches never wait on rounds; evolution is refused
+    asynchronous: TrueOrFalse = False
     resources: TrialResources = field(default_factory=TrialResources)
     evolution: EvolutionSettings | None = None
     #: a trial that ran but whose result cannot be scored: "fail" its task, or only "record" it as invalid
@@ -201,6 +205,13 @@ class SweepSpec:
                 f"{w}: pruning", self.pruning, "a rule such as {rule: median} or {rule: asha, reduction_factor: 3}"
             )
         self.pruning.check(f"{w}: pruning")
+        if self.pruning.make_judge().needs_shared_study(self.pruning) and not self.asks_as_it_goes:
+            raise InvalidArgumentError(
+                f"{w}: pruning.pruner",
+                self.pruning.pruner,
+                "a pruner that judges from the trials' reports in a search in rounds or a grid/random search; "
+                "this one keeps state in the study itself: use it with search: optuna and asynchronous: true",
+            )
         if self.objective is None and (self.pruning.metric is None or self.pruning.mode is None):
             raise InvalidArgumentError(
                 f"{w}: pruning",
@@ -291,7 +302,13 @@ class SweepSpec:
 
     @property
     def in_rounds(self) -> bool:
-        return self.kind.in_rounds
+        """Whether the sweep runs in rounds that each wait for their slowest trial (an asynchronous search does not)."""
+        return self.kind.in_rounds and not self.asynchronous
+
+    @property
+    def asks_as_it_goes(self) -> bool:
+        """An adaptive search that runs asynchronously: each trial is asked for when a slot frees."""
+        return self.kind.in_rounds and self.asynchronous
 
     def parameter_names(self) -> list[str]:
         names = list(flatten(self.global_config))

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_int, is_number
-from airflow_provider_gpusched.core.sweep.pruning import SweepReports, TrialPruned, rule_from_env
+from airflow_provider_gpusched.core.sweep.pruning import SHARED_STUDY_ENV, SweepReports, TrialPruned, rule_from_env
 from airflow_provider_gpusched.core.sweep.reports import REPORT_ENV
 
 _steps: dict[str, int] = {}  # per report file: the next step when report() is given none
@@ -74,7 +74,8 @@ def _prune_check() -> None:
     if found is None:
         return
     rule, sweep_dir, name = found
-    reports = _sweep_reports.setdefault(sweep_dir, SweepReports(sweep_dir))
+    shared = os.environ.get(SHARED_STUDY_ENV) == "1"
+    reports = _sweep_reports.setdefault(sweep_dir, SweepReports(sweep_dir, shared))
     why = reports.judge(rule, name)
     if why:
         raise TrialPruned(why)

@@ -100,6 +100,9 @@ class ManifestRecord:
     on_invalid_result: Annotated[str, says("'fail' or 'record'"), one_of(INVALID_RESULT_POLICIES)] = "fail"
     distributed: Annotated[dict[str, Any], says("how ranks start, strict=None, or null")] | None = None
     pruning: Annotated[dict[str, Any], says("a pruning rule or null", strict=None)] | None = None
+    #: an asynchronous search's stage: its trials are asked for as slots free, and the pruning rule may judge them in
+    #: the sweep's shared Optuna study (core/sweep/asynchronous.py)
+    shared_study: Annotated[bool, says("true or false")] = False
     #: a batched group's manifest: the manifest it was cut from
     group_of: Annotated[str, says("a manifest path or null")] | None = None
 
@@ -379,8 +382,12 @@ def _run_claimed(manifest: Manifest, trial: Trial, out: TextIO) -> int:
             return 2
         env["GPUSCHED_TRIAL_CONFIG"] = config
     pruning = manifest.record.pruning
-    if pruning:
+    if pruning and "callable" in target:
+        # a callable's report() judges and raises TrialPruned; a command is judged and stopped by this runner
+        # (its own report() then only writes: two judges would race, and the command would end failed)
         env["GPUSCHED_PRUNING"] = json.dumps(pruning)
+        if manifest.record.shared_study:
+            env["GPUSCHED_SHARED_STUDY"] = "1"
     print(
         f"[gpusched] trial {trial.index} {trial.label or trial.trial_id} (id {trial.trial_id}) in {folder}",
         file=out,
@@ -429,7 +436,7 @@ def _run_claimed(manifest: Manifest, trial: Trial, out: TextIO) -> int:
             store.mark_finished(trial, ok=False, exit_code=EXIT_USAGE, error=f"distributed: {exc}")
             print(f"[gpusched] trial {trial.trial_id}: {exc}", file=out, flush=True)
             return EXIT_USAGE
-    stop = _pruning_watch(pruning, store.dir, folder) if pruning else None
+    stop = _pruning_watch(pruning, store.dir, folder, manifest.record.shared_study) if pruning else None
     try:
         code, pruned = _run_command(argv, folder, {**os.environ, **env}, log_path, out, stop)
     except OSError as exc:
@@ -725,12 +732,15 @@ PRUNE_CHECK_SECONDS = 0.5
 PRUNE_GRACE_SECONDS = 10.0
 
 
-def _pruning_watch(pruning: Mapping[str, Any], sweep_dir: str, folder: str) -> Callable[[], str]:
+def _pruning_watch(
+    pruning: Mapping[str, Any], sweep_dir: str, folder: str, shared_study: bool = False
+) -> Callable[[], str]:
     """For a command trial: a check, called while it runs, that says why the rule stops it ('' = go on);
     it judges again only when the trial's reports file grew."""
     from airflow_provider_gpusched.core.sweep.pruning import PruningRule, SweepReports
 
-    rule, reports, name = PruningRule(**pruning), SweepReports(sweep_dir), os.path.basename(folder)
+    rule, name = PruningRule(**pruning), os.path.basename(folder)
+    reports = SweepReports(sweep_dir, shared_study)
     path, seen, judged = os.path.join(folder, "reports.jsonl"), [-1], [-1]
 
     def check() -> str:

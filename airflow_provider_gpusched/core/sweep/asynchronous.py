@@ -1,0 +1,292 @@
+"""Asynchronous search: a pool of workers, each asking for its next trial the moment its slot frees, all sharing one
+Optuna study (``search: optuna`` with ``asynchronous: true``). No round waits for its slowest trial.
+
+The study is the one a search in rounds keeps (``search/optuna.journal``, Optuna's ``JournalStorage`` in the sweep
+folder): a plain file next to the trials it describes, on the shared file system every worker already writes its
+trials to (a Slurm cluster's, a fleet's), with no database server to run, and Optuna's own format for several
+processes (``optuna-dashboard`` reads it). Each study trial carries the gpusched trial it ran (its ``trial_id``,
+``index``, folder and run) as user attributes: the one record of which trials the search asked for.
+
+One run of the sweep (:class:`AsyncRun`):
+
+* :meth:`AsyncRun.plan` writes the run's manifest: every trial the study asked for before, those that succeeded or
+  were pruned as done (skip-on-re-run; all of them again with ``force_rerun``), the others (failed, stopped, never
+  finished because a worker died) to run again first, with the same parameters;
+* :meth:`AsyncRun.next_trial` hands a free slot its next trial: one of those, else a new one from the sampler, until
+  the study holds ``count`` trials; under an exclusive lock on the search folder (``flock``), so two workers (threads,
+  processes, hosts) never get the same trial, and a trial is added to the manifest before it is handed out;
+* :meth:`AsyncRun.finish` tells the study how the trial ended, from its record in the trial store.
+
+A trial handed out runs under its claim (core/sweep/store.py), as every trial does: it never runs twice at once.
+A worker that dies leaves its trial RUNNING in the study and without an outcome in the store; the next run (or the
+retried task) plans it again and runs it on the same study trial, so nothing is lost.
+
+Optuna's pruners judge in the study itself (``pruning: {rule: optuna, pruner: hyperband}``): the trial runner
+reports each step to the trial's RUNNING study trial and asks the study's pruner
+(:func:`judge_in_study`); the sampler knows the pruner, so TPE samples within Hyperband's brackets (BOHB).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_gpusched.core.checks import is_json_number
+from airflow_provider_gpusched.core.errors import GpuschedError
+from airflow_provider_gpusched.core.sweep.expand import DEFAULT_LABELS, Trial, finite_space_size, make_trial
+from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports
+from airflow_provider_gpusched.core.sweep.search import OptunaSearch, _key
+from airflow_provider_gpusched.core.sweep.store import FINAL_STATES
+
+if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.sweep.session import SweepSession
+    from airflow_provider_gpusched.core.sweep.spec import SweepSpec
+    from airflow_provider_gpusched.core.sweep.trial_run import Manifest
+
+#: the file, next to a run's manifest, of the trials handed out in that run: trial id -> study trial number
+HANDED_FILE = "handed.json"
+#: a sampler is asked at most this many times per new trial before the search says the space is used up
+ASKS_PER_TRIAL = 10
+#: the study trials' user attributes that name their gpusched trial
+TRIAL_ATTRS = ("trial_id", "index", "folder", "run")
+
+
+class AsyncOptunaSearch(OptunaSearch):
+    """The shared study, asked one trial at a time (the caller holds the search lock)."""
+
+    def __init__(self, spec: SweepSpec, state_dir: str) -> None:
+        pruner = None
+        if spec.pruning is not None and spec.pruning.rule == "optuna":
+            from airflow_provider_gpusched.core.sweep.pruners import make_optuna_pruner
+
+            pruner = make_optuna_pruner(spec.pruning)
+        super().__init__(spec, state_dir, pruner=pruner)
+
+    def known(self) -> dict[str, Any]:
+        """trial id -> its latest study trial (FrozenTrial), for every gpusched trial the study asked for."""
+        out: dict[str, Any] = {}
+        for t in self.study.get_trials(deepcopy=False):
+            tid = t.user_attrs.get("trial_id")
+            if not isinstance(tid, str) or t.user_attrs.get("duplicate"):
+                continue
+            if tid not in out or t.number > out[tid].number:
+                out[tid] = t
+        return out
+
+    def ask_new(self, evaluated: set[str]) -> tuple[dict[str, Any], int] | None:
+        """A new point (params with the fixed values, study trial number) not among ``evaluated`` (params keys);
+        None when the sampler keeps proposing points already tried (a finite space used up). A repeat is told as
+        pruned with a ``duplicate`` mark, as in rounds."""
+        size = finite_space_size(self.space)
+        for _ in range(ASKS_PER_TRIAL):
+            if size is not None and len(evaluated) >= size:
+                return None
+            # a sampler seeded from the sweep's seed and the study's size: a worker in another process (or a run
+            # after a killed one) asks as this one would, never repeating what an equal sampler proposed before;
+            # which trials come first depends on which slot frees first, so the search is reproducible given the
+            # order of its asks
+            self.study.sampler = self._sampler(len(self.study.get_trials(deepcopy=False)))
+            trial = self.study.ask()
+            params = self._suggest(trial)
+            if _key(params) in evaluated:
+                trial.set_user_attr("duplicate", True)
+                self.study.tell(trial.number, state=self.optuna.trial.TrialState.PRUNED)
+                continue
+            return params, trial.number
+        return None
+
+    def ask_again(self, earlier: Any) -> int:
+        """A new RUNNING study trial with the parameters of ``earlier`` (a trial run again: the study's record of
+        the earlier run stays as it ended)."""
+        self.study.enqueue_trial(dict(earlier.params), skip_if_exists=False)
+        trial = self.study.ask()
+        self._suggest(trial)  # the enqueued values: the same distributions, the same parameters
+        return int(trial.number)
+
+    def label(self, number: int, trial: Trial, run: str | None) -> None:
+        trial_id = self._storage_id(number)
+        for key, value in zip(TRIAL_ATTRS, (trial.trial_id, trial.index, trial.folder, run or ""), strict=True):
+            self.storage.set_trial_user_attr(trial_id, key, value)
+
+    def state_of(self, number: int) -> Any:
+        return self.storage.get_trial(self._storage_id(number)).state
+
+    def _storage_id(self, number: int) -> int:
+        return int(
+            self.storage.get_trial_id_from_study_id_trial_number(
+                self.storage.get_study_id_from_name(self.spec.name), number
+            )
+        )
+
+
+class AsyncRun:
+    """One run of an asynchronous search: its plan, the trials it hands out, what it tells the study."""
+
+    def __init__(self, session: SweepSession, run: str | None = None, force_rerun: bool | None = None) -> None:
+        spec = session.spec
+        if not spec.asks_as_it_goes or spec.count is None:
+            raise GpuschedError(f"sweep {spec.name}: search {spec.search!r} is not an asynchronous search")
+        self.session, self.spec, self.run = session, spec, run
+        self.force_rerun = spec.force_rerun if force_rerun is None else force_rerun
+        self.count: int = spec.count
+        self.store = session.store
+        self.search_dir = self.store.path("search")
+        os.makedirs(self.search_dir, exist_ok=True)
+        self._threads = threading.Lock()
+        self._search: AsyncOptunaSearch | None = None
+
+    @property
+    def search(self) -> AsyncOptunaSearch:
+        if self._search is None:
+            self._search = AsyncOptunaSearch(self.spec, self.search_dir)
+        return self._search
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """The search's lock: threads of this process, and every process on any host (flock on the folder)."""
+        with self._threads:
+            fd = os.open(self.search_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)
+
+    @property
+    def manifest_path(self) -> str:
+        return self.session.manifest_path(None, self.run)
+
+    def _handed_path(self) -> str:
+        return os.path.join(os.path.dirname(self.manifest_path), HANDED_FILE)
+
+    def _handed(self) -> dict[str, Any]:
+        from airflow_provider_gpusched.core.sweep.store import read_json
+
+        data = read_json(self._handed_path())
+        return data.get("handed", {}) if isinstance(data, dict) and isinstance(data.get("handed"), dict) else {}
+
+    def _trial(self, frozen: Any) -> Trial:
+        params = {**self.search.fixed, **frozen.params}
+        index = frozen.user_attrs.get("index")
+        return make_trial(
+            params,
+            self.spec.varying(),
+            self.spec.code_version,
+            int(index) if isinstance(index, int) else frozen.number,
+            self.spec.label_format or DEFAULT_LABELS,
+        )
+
+    # -- the run -------------------------------------------------------------------------------------
+    def plan(self, chunk_size: int | None = None, backend: str = "local") -> Manifest:
+        """Write this run's manifest: the trials the study asked for before (done ones skipped unless
+        ``force_rerun``; the others pending, to run first), and an empty hand-out list."""
+        from airflow_provider_gpusched.core.sweep.trial_run import Manifest
+
+        with self.locked():
+            known = sorted(self.search.known().values(), key=lambda t: t.user_attrs.get("index", t.number))
+            trials = [self._trial(t) for t in known]
+            pending, skipped = self.store.plan(trials, self.force_rerun)
+            path = self.session.write_stage_manifest(
+                None,
+                self.run,
+                trials=trials,
+                pending=pending,
+                skipped=skipped,
+                force_rerun=self.force_rerun,
+                chunk_size=chunk_size,
+                backend=backend,
+            )
+            self.store.write(os.path.relpath(self._handed_path(), self.store.dir), {"handed": {}})
+        return Manifest(path)
+
+    def next_trial(self, worker: str = "") -> Trial | None:
+        """The next trial for a free slot, or None when the search has handed out all it will: a trial of the plan
+        not handed out yet, else a new one, while the study holds fewer than ``count`` trials."""
+        from airflow_provider_gpusched.core.sweep.trial_run import Manifest, ManifestTrial
+
+        with self.locked():
+            manifest = Manifest(self.manifest_path)
+            handed = self._handed()
+            search = self.search
+            known = search.known()
+            trial = next((t for t in manifest.pending if t.trial_id not in handed), None)
+            if trial is not None:
+                earlier = known.get(trial.trial_id)
+                if earlier is None:
+                    raise GpuschedError(
+                        f"sweep {self.spec.name}: trial {trial.trial_id} of {manifest.path} is not in the study "
+                        f"({search.state_dir}); was the search folder replaced?"
+                    )
+                running = self.search.optuna.trial.TrialState.RUNNING
+                number = earlier.number if earlier.state == running else search.ask_again(earlier)
+            else:
+                if len(known) >= self.count:
+                    return None
+                evaluated = {_key({**search.fixed, **t.params}) for t in known.values()}
+                asked = search.ask_new(evaluated)
+                if asked is None:
+                    return None
+                params, number = asked
+                trial = make_trial(
+                    params,
+                    self.spec.varying(),
+                    self.spec.code_version,
+                    len(known),
+                    self.spec.label_format or DEFAULT_LABELS,
+                )
+                record = manifest.record
+                record.trials.append(ManifestTrial.of(trial))
+                record.pending.append(trial.trial_id)
+                from airflow_provider_gpusched.core.sweep.trial_run import MANIFEST
+
+                self.store.write(os.path.relpath(manifest.path, self.store.dir), MANIFEST.dump(record))
+            search.label(number, trial, self.run)
+            handed[trial.trial_id] = {"number": number, "worker": worker, "at": time.time()}
+            self.store.write(os.path.relpath(self._handed_path(), self.store.dir), {"handed": handed})
+            return trial
+
+    def finish(self, trial: Trial) -> str:
+        """Tell the study how ``trial`` (handed out by this run) ended, from its record; returns its state. A trial
+        whose runner died without an outcome is marked failed first; a stopped one stays RUNNING in the study (the
+        next run goes on with it)."""
+        with self.locked():
+            entry = self._handed().get(trial.trial_id)
+            if not isinstance(entry, dict) or not isinstance(entry.get("number"), int):
+                raise GpuschedError(f"sweep {self.spec.name}: trial {trial.trial_id} was not handed out by this run")
+            state = self.store.state(trial)
+            if state not in FINAL_STATES:
+                written = self.store.end_unfinished(
+                    trial,
+                    run=self.run,
+                    state="failed",
+                    reason="its runner stopped before recording an outcome (killed, or its process died)",
+                )
+                state = written or self.store.state(trial)
+            search, number = self.search, entry["number"]
+            if state == "stopped" or search.state_of(number) != search.optuna.trial.TrialState.RUNNING:
+                return state  # stopped: the next run goes on with it; told already: nothing to add
+            values = None
+            if state == "succeeded":
+                values = self.spec.objective.values(self.store.result(trial)) if self.spec.objective else None
+            curve = None
+            if state in ("pruned", "succeeded"):
+                curve = _curve(self.store.trial_dir(trial), self.spec.report_metric)
+            search.tell_number(number, values, curve if state == "pruned" or values is not None else None)
+            return state
+
+    def done(self) -> bool:
+        """Whether every trial of the plan was handed out and the study holds ``count`` trials."""
+        return len(self.search.known()) >= self.count
+
+
+def _curve(folder: str, metric: str | None) -> list[tuple[int, float]]:
+    """A pruned trial's reports of ``metric``, as (step, value)."""
+    if not metric:
+        return []
+    found, _ = read_reports(os.path.join(folder, REPORTS_FILE))
+    return [(r["step"], float(r["metrics"][metric])) for r in found if is_json_number(r["metrics"].get(metric))]

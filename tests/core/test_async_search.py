@@ -1,0 +1,232 @@
+"""Asynchronous search (core/sweep/asynchronous.py): workers ask one shared Optuna study for their next trial the
+moment a slot frees. Real trial runner processes on simulated GPUs (no GPU here), a real journal file."""
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
+from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+from airflow_provider_gpusched.core.sweep import EvolutionSettings, Objective, SweepSpec, uniform
+from airflow_provider_gpusched.core.sweep.session import SweepSession
+from airflow_provider_gpusched.core.sweep.terminal import run_sweep
+
+optuna = pytest.importorskip("optuna")
+
+#: a command trial: 6 steps of a curve whose level is set by x; trials with x > 0 sleep longer per step, so the
+#: slots free at different times (what a round would wait for)
+TRAIN = (
+    "import json, os, sys, time; p = json.loads(os.environ['GPUSCHED_TRIAL_PARAMS']); "
+    "d = os.environ['GPUSCHED_TRIAL_DIR']\n"
+    "from airflow_provider_gpusched.trial import report\n"
+    "for s in range(1, 7):\n"
+    "    time.sleep(0.25 if p['x'] > 0 else 0.02); report(step=s, y=-(p['x'] - 1) ** 2 * (1 + 1 / s))\n"
+    "json.dump({'y': -(p['x'] - 1) ** 2}, open(os.path.join(d, 'result.json'), 'w'))"
+)
+
+
+def spec(root, **kw):
+    settings = dict(
+        name="asy",
+        search="optuna",
+        asynchronous=True,
+        count=8,
+        per_round=3,
+        seed=1,
+        space={"x": uniform(-4, 4)},
+        command=[sys.executable, "-c", TRAIN],
+        objective=Objective("y"),
+        results_root=str(root),
+    )
+    settings.update(kw)
+    return SweepSpec(**settings)
+
+
+def manager(root, gpus="3x24GiB"):
+    return LeaseManager(SimulatedInventory(gpus), str(root / "leases"))
+
+
+def study(root, name="asy"):
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    journal = JournalFileBackend(str(root / name / "search" / "optuna.journal"))
+    return optuna.load_study(study_name=name, storage=JournalStorage(journal))
+
+
+def statuses(root, name="asy"):
+    out = {}
+    trials = root / name / "trials"
+    for folder in os.listdir(trials):
+        path = trials / folder / "status.json"
+        if path.exists():
+            status = json.loads(path.read_text())
+            out[status["trial_id"]] = {**status, "folder_name": folder}
+    return out
+
+
+def test_workers_share_one_study_and_a_freed_slot_takes_the_next_trial_at_once(tmp_path):
+    """8 trials on 3 slots, with Optuna's Hyperband pruner judging in the study itself: every trial of the study is
+    a trial of the sweep, run once and told once; trials start while slower ones of the first three still run."""
+    pruning = {"rule": "optuna", "pruner": "hyperband", "options": {"min_resource": 1, "max_resource": 6}}
+    summary = run_sweep(spec(tmp_path, pruning=pruning), manager=manager(tmp_path), progress=False, run="r1")
+    counts = summary["counts"]
+    assert counts["defined"] == 8 and counts["succeeded"] + counts["pruned"] == 8, counts
+    s = study(tmp_path)
+    assert Counter(t.state.name for t in s.trials) == Counter(
+        {"COMPLETE": counts["succeeded"], "PRUNED": counts["pruned"]}
+    )
+    assert sorted(t.user_attrs["index"] for t in s.trials) == list(range(8))
+    records = statuses(tmp_path)
+    assert {t.user_attrs["trial_id"] for t in s.trials} == set(records)
+    for t in s.trials:  # the study's values are the trials' own results
+        record = records[t.user_attrs["trial_id"]]
+        assert t.user_attrs["folder"] == record["folder_name"]
+        if t.state.name == "COMPLETE":
+            result = json.loads((tmp_path / "asy" / "trials" / t.user_attrs["folder"] / "result.json").read_text())
+            assert t.value == pytest.approx(result["y"])
+            assert sorted(t.intermediate_values) == list(range(1, 7))  # the whole curve reached the study
+    # no barrier: the 4th trial started before the last of the first three ended
+    index = {t.user_attrs["trial_id"]: t.user_attrs["index"] for t in s.trials}
+    by_index = sorted(records.values(), key=lambda r: index[r["trial_id"]])
+    first_x = sorted(t.params["x"] for t in s.trials if t.user_attrs["index"] < 3)
+    assert first_x[0] <= 0 < first_x[-1]  # (the seed's first three: a slow trial and a fast one)
+    assert by_index[3]["started"] < max(r["ended"] for r in by_index[:3])
+    # the pruner that decided is Optuna's, in the study
+    for record in records.values():
+        if record["state"] == "pruned":
+            assert "HyperbandPruner in the sweep's study" in record["error"]
+
+
+def drive(root, run, **kw):
+    """One run of the search in this process, as a worker pool does it without processes: hand out, record the
+    trial's result in the store as its runner would, tell; returns the run's summary."""
+    session = SweepSession(spec(root, **kw), str(root))
+    searching = session.asynchronous(run)
+    searching.plan()
+    while (trial := searching.next_trial("w")) is not None:
+        session.store.mark_running(trial, run=run)
+        result = {"y": -((trial.params["x"] - 1) ** 2)}
+        session.store.mark_finished(trial, ok=True, result=result, exit_code=0)
+        assert searching.finish(trial) == "succeeded"
+    return session.collect(run)
+
+
+def test_a_rerun_skips_what_is_done_and_force_rerun_runs_them_again_on_new_study_trials(tmp_path):
+    drive(tmp_path, "r1", count=4)
+    first = {t.user_attrs["trial_id"]: t.params for t in study(tmp_path).trials}
+    again = drive(tmp_path, "r2", count=4)
+    assert again["counts"]["skipped"] == 4 and len(study(tmp_path).trials) == 4  # nothing asked, nothing run
+    more = drive(tmp_path, "r3", count=6)
+    assert more["counts"]["skipped"] == 4 and more["counts"]["succeeded"] == 6
+    forced = drive(tmp_path, "r4", count=6, force_rerun=True)
+    assert forced["counts"]["succeeded"] == 6 and forced["counts"]["skipped"] == 0
+    trials = study(tmp_path).trials
+    assert len(trials) == 12 and all(t.state.name == "COMPLETE" for t in trials)  # 6 + the 6 run again
+    assert {tid: p for tid, p in ((t.user_attrs["trial_id"], t.params) for t in trials) if tid in first} == first
+    assert {s["run"] for s in statuses(tmp_path).values()} == {"r4"}
+    assert len(forced["leaderboard"]) == 6
+
+
+def test_a_killed_run_resumes_its_trials_on_the_same_study_trials(tmp_path):
+    """A worker that dies after taking trials leaves them RUNNING in the study without an outcome (one had started:
+    ``running`` in the store): the next run plans them first and runs them on the same study trials; the study ends
+    with count trials, none lost or doubled."""
+    session = SweepSession(spec(tmp_path, count=5), str(tmp_path))
+    dead = session.asynchronous("r1")
+    dead.plan()
+    taken = [dead.next_trial("w1"), dead.next_trial("w2")]
+    session.store.mark_running(taken[1], run="r1")
+    numbers = {t.user_attrs["trial_id"]: t.number for t in study(tmp_path).trials}
+    assert [numbers[t.trial_id] for t in taken] == [0, 1]
+    # (the worker dies here)
+    summary = run_sweep(spec(tmp_path, count=5), manager=manager(tmp_path), progress=False, run="r2")
+    assert summary["counts"]["succeeded"] == 5 and summary["counts"]["skipped"] == 0
+    trials = study(tmp_path).trials
+    assert len(trials) == 5 and all(t.state.name == "COMPLETE" for t in trials)
+    assert {t.user_attrs["trial_id"]: t.number for t in trials if t.number < 2} == {
+        t.trial_id: numbers[t.trial_id] for t in taken
+    }
+    assert all(s["run"] == "r2" for s in statuses(tmp_path).values())
+
+
+HAND_OUT = """
+import json, sys
+sys.path.insert(0, sys.argv[3])
+from test_async_search import spec
+from pathlib import Path
+from airflow_provider_gpusched.core.sweep.session import SweepSession
+run = SweepSession(spec(Path(sys.argv[1]), count=12), sys.argv[1]).asynchronous("r1")
+got = []
+while (trial := run.next_trial(sys.argv[2])) is not None:
+    got.append(trial.trial_id)
+print(json.dumps(got))
+"""
+
+
+def test_processes_handing_out_trials_at_once_never_get_the_same_one(tmp_path):
+    SweepSession(spec(tmp_path, count=12), str(tmp_path)).asynchronous("r1").plan()
+    here = os.path.dirname(os.path.abspath(__file__))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", HAND_OUT, str(tmp_path), f"w{i}", here], stdout=subprocess.PIPE, text=True
+        )
+        for i in range(3)
+    ]
+    got = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    handed = [tid for ids in got for tid in ids]
+    assert len(handed) == 12 == len(set(handed))
+    s = study(tmp_path)
+    assert len(s.trials) == 12 and {t.user_attrs["trial_id"] for t in s.trials} == set(handed)
+    manifest = SweepSession(spec(tmp_path, count=12), str(tmp_path)).manifest(None, "r1")
+    assert [t.trial_id for t in manifest.trials] == [t.user_attrs["trial_id"] for t in s.trials]
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "gp", "cmaes", "random", "nsga2"])
+def test_every_sampler_runs_asynchronously(tmp_path, sampler):
+    if sampler == "gp":
+        pytest.importorskip("torch")
+    summary = drive(tmp_path, "r1", count=5, per_round=2, sampler=sampler)
+    assert summary["counts"]["succeeded"] == 5
+    assert len({tuple(t.params.items()) for t in study(tmp_path).trials}) == 5
+
+
+@pytest.mark.parametrize(
+    ("settings", "argument", "expected"),
+    [
+        ({"search": "evolution", "space": {"x": [1, 2]}}, "asynchronous", "false for search: evolution"),
+        ({"asynchronous": False, "count": 5}, "count", "count only with asynchronous: true"),
+        (
+            {"asynchronous": False, "pruning": {"rule": "optuna", "pruner": "hyperband"}},
+            "pruning.pruner",
+            "use it with search: optuna and asynchronous: true",
+        ),
+        (
+            {"sampler": "cmaes", "objective": Objective(["a", "b"], ["maximize", "minimize"])},
+            "sampler",
+            "a multi-objective sampler",
+        ),
+        ({"sampler": "bayes"}, "sampler", "one of 'tpe', 'gp', 'cmaes', 'random', 'nsga2'"),
+        ({"asynchronous": "yes"}, "asynchronous", "true or false"),
+        ({"count": 0}, "count", "an integer >= 1"),
+    ],
+)
+def test_bad_asynchronous_settings_are_refused_naming_the_key(tmp_path, settings, argument, expected):
+    if settings.get("search") == "evolution":
+        settings = {**settings, "evolution": EvolutionSettings()}
+    with pytest.raises(InvalidArgumentError) as err:
+        spec(tmp_path, **settings)
+    assert err.value.argument.endswith(argument), err.value
+    assert expected in err.value.expected, err.value
+
+
+def test_the_preview_says_how_many_trials_and_workers(tmp_path):
+    preview = SweepSession(spec(tmp_path, count=9, max_workers=2), str(tmp_path)).preview()
+    assert preview["asynchronous"] is True and preview["trials"] == 9 and preview["workers"] == 2
+    assert not (tmp_path / "asy" / "search").exists()  # a preview writes nothing
