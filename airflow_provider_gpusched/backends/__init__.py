@@ -26,6 +26,8 @@ class AirflowBackend:
 
     #: whether it runs a stage's trials in chunks (runner tasks, job arrays)
     batches: bool = False
+    #: whether it runs an asynchronous search's worker tasks (:meth:`run_chunks` given one number per worker)
+    runs_workers: bool = False
 
     def trial_operator(self, stage: SweepStage, arguments: dict[str, Any]) -> Any:
         """The operator's ``partial`` that runs one trial (``arguments``: task id, sweep name, poll interval,

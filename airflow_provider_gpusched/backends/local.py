@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 class LocalAirflowBackend(AirflowBackend):
     batches = True
+    runs_workers = True
 
     def trial_operator(self, stage: SweepStage, arguments: dict[str, Any]) -> Any:
         from airflow_provider_gpusched.task_groups.trial_operators import SweepTrialGPUOperator
@@ -56,11 +57,10 @@ class LocalAirflowBackend(AirflowBackend):
         if spec.max_workers is not None:
             parallel = min(parallel or spec.max_workers, spec.max_workers)
 
-        @task(
-            **stage.class_kwargs(
-                task_id="run_batch", map_index_template="chunk {{ chunk }}", **stage.execution.trial_kwargs
-            )
-        )
+        asynchronous = spec.asks_as_it_goes  # each chunk is then a worker: one slot asking for trials as it frees
+        label = "worker {{ chunk }}" if asynchronous else "chunk {{ chunk }}"
+
+        @task(**stage.class_kwargs(task_id="run_batch", map_index_template=label, **stage.execution.trial_kwargs))
         def run_batch(chunk: int) -> dict[str, Any]:
             from airflow.sdk import get_current_context
 
@@ -71,13 +71,18 @@ class LocalAirflowBackend(AirflowBackend):
             # for map_index_template ("chunk {{ chunk }}"): Airflow renders it from the context the task leaves
             cast("dict[str, Any]", context)["chunk"] = chunk
             manifest = session.manifest(round_no, context["run_id"])
-            trials = manifest.chunk(chunk)
+            trials = manifest.chunk(chunk) if not asynchronous else []
+            searching = session.asynchronous(context["run_id"]) if asynchronous else None
             r = spec.resources
             request = r.local_gpu_request(settings.host_limit_defaults())
             manager = LocalGPUHook().get_conn()
             ti = context["ti"]
-            print(f"chunk {chunk}: {len(trials)} trials on {manager.inventory.source} GPUs")
-            tag = WorkTag.of_task(ti, sweep=spec.name, trial=f"chunk {chunk}", job_class=r.job_class)
+            name = f"worker {chunk}" if asynchronous else f"chunk {chunk}"
+            if searching is None:
+                print(f"chunk {chunk}: {len(trials)} trials on {manager.inventory.source} GPUs")
+            else:
+                print(f"worker {chunk}: asking the search for trials on {manager.inventory.source} GPUs")
+            tag = WorkTag.of_task(ti, sweep=spec.name, trial=name, job_class=r.job_class)
             segments = SegmentLog()
             map_index = ti.map_index if ti.map_index is not None else -1
 
@@ -96,10 +101,25 @@ class LocalAirflowBackend(AirflowBackend):
                 )
 
             def outcomes() -> list[dict[str, Any]]:  # this run's outcome of each trial of the chunk
-                return outcome_records(session.store, trials, manifest.record.run, manifest.record.planned_at)
+                return outcome_records(
+                    session.store,
+                    trials,
+                    manifest.record.run,
+                    manifest.record.planned_at,
+                    described=searching is not None,  # (an asynchronous search's trials are in no plan)
+                )
 
-            def publish() -> None:  # the GPU timeline's bars of this runner so far
+            def publish() -> None:  # the GPU timeline's bars of this runner so far (and a worker's trials)
                 ti.xcom_push(key=LEASE_HISTORY_XCOM, value=segments.record())
+                if searching is not None:
+                    ti.xcom_push(key=OUTCOMES_XCOM, value=outcomes())
+
+            def next_trial() -> Any:
+                trial = searching.next_trial(f"{ti.task_id}[{chunk}] ({ti.run_id})") if searching else None
+                if trial is not None:
+                    trials.append(trial)
+                    publish()
+                return trial
 
             try:
                 outcome = run_local_batch(
@@ -107,7 +127,7 @@ class LocalAirflowBackend(AirflowBackend):
                     trials,
                     manager,
                     request,
-                    parallel=parallel,
+                    parallel=parallel if searching is None else 1,
                     trials_per_process=per_process,
                     owner=f"{ti.dag_id}.{ti.task_id}[{chunk}] ({ti.run_id})",
                     job_class=r.job_class,
@@ -119,20 +139,22 @@ class LocalAirflowBackend(AirflowBackend):
                     on_attempt=on_attempt,
                     on_tick=publish,
                     host=fleet.worker_host(ti),
+                    source=None if searching is None else next_trial,
+                    on_finished=None if searching is None else searching.finish,
                 )
             except WorkHalted as exc:  # no retry: someone stopped it
                 ti.xcom_push(key=OUTCOMES_XCOM, value=outcomes())
-                raise WorkStopped(f"chunk {chunk}: {exc}") from exc
+                raise WorkStopped(f"{name}: {exc}") from exc
             finally:
                 publish()
             ti.xcom_push(key=OUTCOMES_XCOM, value=outcomes())
             counts = {k: len(v) for k, v in outcome.items()}
             print(
-                f"chunk {chunk}: {counts['succeeded']} succeeded, {counts['pruned']} pruned, "
+                f"{name}: {counts['succeeded']} succeeded, {counts['pruned']} pruned, "
                 f"{counts['failed']} failed, {counts['timeout']} stopped at their time limit"
             )
             if (counts["failed"] or counts["timeout"]) and not counts["succeeded"] and not counts["pruned"]:
-                raise AirflowException(f"chunk {chunk}: every trial failed (see {session.store.dir}/logs)")
+                raise AirflowException(f"{name}: every trial failed (see {session.store.dir}/logs)")
             return counts
 
         return run_batch.expand(chunk=planned)

@@ -80,7 +80,9 @@ def sweep_task_group(
     root = results_root or spec.results_root or settings.sweep_results_root()
     session = SweepSession(spec, root)
     size = spec.stage_size()
-    stage = SweepStage(session, execution, execution.batched(size), execution.chunk_size_for(size))
+    # an asynchronous search runs as worker tasks, each asking for its next trial as its slot frees
+    batched = execution.batched(size) or spec.asks_as_it_goes
+    stage = SweepStage(session, execution, batched, execution.chunk_size_for(size))
     # named by its URI: the same sweep name under another results root is another asset
     asset = (
         Asset(uri=f"file://{os.path.join(session.store.dir, 'best.json')}")
@@ -283,7 +285,9 @@ def _publish_plan(
             trial_task,
             manifest.record.chunk_size if batched else None,
             manifest.trials,
-            manifest.pending,
+            # an asynchronous search's trials run in whichever worker asks first: their rows come from the workers'
+            # outcomes, not from a position in the plan
+            manifest.pending if not spec.asks_as_it_goes else [],
             session.store,
             [t for t in manifest.trials if t.trial_id in skipped_ids],
             context["run_id"],
@@ -300,6 +304,12 @@ class SweepStage:
         self.spec, self.session, self.execution = session.spec, session, execution
         self.backend, self.batched, self.chunk_size = execution.backend, batched, chunk_size
         self.adapter = airflow_backend(self.backend)
+        if session.spec.asks_as_it_goes and not self.adapter.runs_workers:
+            raise AirflowException(
+                f"sweep {self.spec.name}: asynchronous: true runs as worker tasks on the local backend (and a "
+                f"fleet of GPU hosts); the {self.backend} backend runs a search in rounds here: leave out "
+                f"asynchronous, or run it with backend='local'"
+            )
         if batched and not self.adapter.batches:
             raise AirflowException(
                 f"sweep {self.spec.name}: the {self.backend} backend runs no batched stages; give "
@@ -314,6 +324,7 @@ class SweepStage:
         session, python, adapter = self.session, self.execution.interpreter, self.adapter
         batched, backend, chunk_size = self.batched, self.backend, self.chunk_size
         max_array_parallel = self.execution.max_array_parallel
+        workers = self.spec.max_workers or self.execution.parallel or self.spec.per_round or 1
         if self.spec.max_workers is not None:
             max_array_parallel = min(max_array_parallel or self.spec.max_workers, self.spec.max_workers)
 
@@ -346,6 +357,8 @@ class SweepStage:
                     f"sweep {session.spec.name}: every candidate of the space has been evaluated; "
                     f"round {round_no} has nothing left to try (the search is complete)"
                 )
+            if session.spec.asks_as_it_goes:  # one task per worker: each asks for its trials as its slot frees
+                return list(range(workers))
             if not batched:  # each trial task gets its command and, as data, the trial it runs
                 return [
                     {"command": trial_argv(manifest, t, python), "trials": trial_set(manifest, [t])}
@@ -367,7 +380,9 @@ class SweepStage:
 
         r = self.spec.resources
         apply_job_class(kwargs, r.job_class, r.priority, r.gpus)
-        if self.spec.max_workers is not None:  # one chunk at a time, each with at most max_workers trials at once
+        if self.spec.max_workers is not None and not self.spec.asks_as_it_goes:
+            # one chunk at a time, each with at most max_workers trials at once (an asynchronous search's worker
+            # tasks are one slot each: max_workers of them)
             kwargs.setdefault("max_active_tis_per_dagrun", 1)
         return kwargs
 

@@ -3,6 +3,7 @@ PyTorch trains on scikit-learn's digits, on SIMULATED GPU leases (4 x 24 GiB; a 
 no GPU, so the training itself runs on the CPU). The figures they produce are in docs/examples.md."""
 
 import json
+from collections import Counter
 
 import pytest
 
@@ -54,6 +55,45 @@ def test_optuna_tpe_search_with_median_pruning_trains_and_prunes(airflow_db, swe
         p = r["params"]
         assert 1e-4 <= p["lr"] <= 1e-1 and p["width"] in (16, 32, 64, 128) and 0 <= p["dropout"] <= 0.5
         assert p["epochs"] == 10 and p["model"] == "mlp"
+
+
+def test_bohb_example_searches_asynchronously_and_hyperband_prunes_in_the_shared_study(airflow_db, sweeps_root):
+    """dags/digits_bohb.py through dag.test(): worker tasks ask the study for trials (dag.test runs tasks one at a
+    time, so the first worker takes them all and the others find the budget spent); Optuna's HyperbandPruner stops
+    trials at the rungs of their brackets; every trial is in the study once, with its whole curve."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    state, xcoms, states = run_and_collect(the_dag(REPO / "dags" / "digits_bohb.py"))
+    assert state == "success", states
+    workers = sorted(k for k in states if isinstance(k, tuple) and k[0] == "digits_bohb.run_batch")
+    assert len(workers) == 3 and all(states[k][0] == "success" for k in workers)
+    rows = records(sweeps_root, "digits_bohb")
+    assert len(rows) == 12
+    pruned = [r for r in rows if r["state"] == "pruned"]
+    done = [r for r in rows if r["state"] == "succeeded"]
+    assert pruned and done and len(pruned) + len(done) == 12
+    assert all("HyperbandPruner in the sweep's study" in r["error"] for r in pruned)
+    # stopped at a rung of its bracket (1, 3 or 9 epochs: the last rung may stop a trial too, as Optuna's does)
+    assert all(r["reports"]["last_step"] in (1, 3, 9) for r in pruned) and any(
+        r["reports"]["last_step"] < 9 for r in pruned
+    )
+    assert all(r["result"]["epochs"] == 9 for r in done)
+    journal = JournalFileBackend(str(sweeps_root / "digits_bohb" / "search" / "optuna.journal"))
+    study = optuna.load_study(study_name="digits_bohb", storage=JournalStorage(journal))
+    assert sorted(t.user_attrs["trial_id"] for t in study.trials) == sorted(r["trial_id"] for r in rows)
+    assert {t.state.name for t in study.trials} == {"COMPLETE", "PRUNED"}
+    best = xcoms["digits_bohb.leaderboard"]["return_value"]
+    assert best["score"] == max(r["result"]["accuracy"] for r in done) > 0.9
+    # the Sweeps page's rows: every trial, from the workers' published outcomes (no plan lists them)
+    from airflow_provider_gpusched.core.sweep.view import trial_rows
+
+    plan = xcoms["digits_bohb.plan"]["gpusched_sweep_plan"]
+    outcomes = {o["trial_id"]: o for k in workers for o in xcoms[k].get("gpusched_trial_outcomes", [])}
+    view = trial_rows([plan], outcomes, {})
+    assert [r["index"] for r in view] == list(range(12))
+    assert Counter(r["state"] for r in view) == Counter(r["state"] for r in rows)
 
 
 def test_nas_evolution_keeps_every_candidate_within_its_flops_and_parameter_budget(airflow_db, sweeps_root):

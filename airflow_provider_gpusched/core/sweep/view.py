@@ -127,6 +127,8 @@ class TrialOutcome:
     seconds: Annotated[Float, says("a number or null", strict=None)] | None = None
     error: Annotated[str, says("a string or null")] | None = None
     step: Annotated[int, says("an integer or null")] | None = None
+    #: the trial itself, for a trial no plan lists (an asynchronous search asks for its trials as slots free)
+    trial: PlanTrial | None = None
 
 
 OUTCOME = RecordType(TrialOutcome, name="trial outcome")
@@ -196,13 +198,21 @@ def _last_step(store: TrialStore, trial: Trial) -> int | None:
 
 
 def outcome_records(
-    store: TrialStore, trials: Iterable[Trial], run: str | None = None, planned_at: float | None = None
+    store: TrialStore,
+    trials: Iterable[Trial],
+    run: str | None = None,
+    planned_at: float | None = None,
+    *,
+    described: bool = False,
 ) -> list[dict[str, Any]]:
     """The outcome of each trial in DAG run ``run`` (what a trial task publishes when it ends; ``planned_at``:
     when that run planned it), with the last step it reported (where a pruned trial was stopped). A trial this run
     did not start is ``not_started``: its record, an earlier run's, stands and is not this run's; one whose re-run
-    in this run was stopped is ``stopped``, the earlier outcome standing (core/sweep/store.state_in_run)."""
+    in this run was stopped is ``stopped``, the earlier outcome standing (core/sweep/store.state_in_run).
+    ``described``: each outcome carries its trial (index, label, parameters), for trials no plan lists."""
     out = []
+    trials = list(trials)
+    about = {t.trial_id: PlanTrial(t.index, t.trial_id, t.label, nested(t.params)) for t in trials} if described else {}
     for record in store.records(trials):
         step = (record.get("reports") or {}).get("last_step")
         outcome = TrialOutcome(
@@ -228,6 +238,7 @@ def outcome_records(
                 error=f"{why}{earlier}"[:1000],
                 seconds=None if state == "not_started" else outcome.seconds,
             )
+        outcome.trial = about.get(outcome.trial_id)
         out.append(OUTCOME.dump(outcome))
     return out
 
@@ -467,8 +478,45 @@ def trial_rows(
                         row["error"] = f"its task is {ti_state} and published no outcome (see the task's log)"
             else:
                 row["state"] = "waiting"
+                _take_outcome(row, outcomes.get(t["trial_id"]))
             trials.setdefault(t["trial_id"], row)
+    for trial_id, outcome in outcomes.items():  # an asynchronous search's trials: asked as slots freed
+        about = outcome.get("trial")
+        if trial_id in trials or not isinstance(about, Mapping):
+            continue
+        row = {
+            "index": about["index"],
+            "trial_id": trial_id,
+            "label": about["label"],
+            "params": about["params"],
+            "round": None,
+            "task_id": None,
+            "map_index": None,
+            "result": None,
+            "seconds": None,
+            "error": None,
+            "skipped": False,
+            "step": None,
+            "state": "waiting",
+        }
+        _take_outcome(row, outcome)
+        trials[trial_id] = row
     return sorted(trials.values(), key=lambda r: r["index"])
+
+
+def _take_outcome(row: dict[str, Any], outcome: Mapping[str, Any] | None) -> None:
+    """A row whose trial no task of the plan runs (an asynchronous search's): its state is its outcome's, running
+    included (the worker that runs it publishes it as it starts)."""
+    if outcome is None:
+        return
+    state = outcome["state"]
+    row.update(
+        state="waiting" if state == "defined" else state,
+        result=outcome.get("result"),
+        seconds=outcome.get("seconds"),
+        error=outcome.get("error"),
+        step=outcome.get("step"),
+    )
 
 
 def sweep_objective(plans: Sequence[Mapping[str, Any]]) -> Objective | None:
