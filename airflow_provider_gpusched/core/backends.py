@@ -58,6 +58,8 @@ class Backend:
     unsupported: ClassVar[Mapping[str, str]] = {}
     #: how its batched sweep stages are named in the Sweeps tab (the task that runs a chunk)
     chunk_task: ClassVar[str] = "run_batch"
+    #: whether ``run_sweep`` runs an asynchronous search (its slots ask for trials as they free)
+    asynchronous_search: ClassVar[bool] = False
 
     # -- the sweep spec ------------------------------------------------------------------------------------
     def check_resources(self, resources: TrialResources, sweep: str) -> None:

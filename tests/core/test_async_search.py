@@ -230,3 +230,11 @@ def test_the_preview_says_how_many_trials_and_workers(tmp_path):
     preview = SweepSession(spec(tmp_path, count=9, max_workers=2), str(tmp_path)).preview()
     assert preview["asynchronous"] is True and preview["trials"] == 9 and preview["workers"] == 2
     assert not (tmp_path / "asy" / "search").exists()  # a preview writes nothing
+
+
+def test_a_backend_that_runs_no_asynchronous_search_refuses_it_by_name(tmp_path):
+    from airflow_provider_gpusched.core.errors import GpuschedError
+
+    with pytest.raises(GpuschedError, match=r"asynchronous: true runs on the local backend.*the slurm backend"):
+        run_sweep(spec(tmp_path), backend="slurm", handle=object(), progress=False)
+    assert not (tmp_path / "asy").exists()  # refused before anything was planned

@@ -40,6 +40,7 @@ class LocalBackend(Backend):
     #: them (docs/sweeps.md: each setting against each backend)
     unsupported = {"partition": "a Slurm partition", "qos": "a Slurm QOS"}
     chunk_task = "run_batch"
+    asynchronous_search = True
 
     def check_resources(self, resources: TrialResources, sweep: str) -> None:
         slurm_only = [

@@ -192,6 +192,12 @@ def run_sweep(
     spec = load_spec(spec).anchor(script_directory())
     chosen = get_backend(backend)
     spec.resources.check_backend(backend, spec.name)
+    if spec.asks_as_it_goes and not chosen.asynchronous_search:
+        raise GpuschedError(
+            f"sweep {spec.name}: asynchronous: true runs on the local backend (its slots ask for trials as they "
+            f"free); the {backend} backend runs an Optuna search in rounds: leave out asynchronous, or run it with "
+            f"backend='local'"
+        )
     session = SweepSession(spec, results_root)
     run = run or f"terminal__{time.strftime('%Y-%m-%dT%H:%M:%S')}__{os.getpid()}"
     return chosen.run_sweep(
