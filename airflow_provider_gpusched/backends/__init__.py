@@ -39,6 +39,11 @@ class AirflowBackend:
         """What the plan task returns for a batched stage: one item per chunk, each mapped onto the chunk task."""
         raise NotImplementedError(f"{type(self).__name__}.plan_chunks")
 
+    def plan_workers(self, manifest: Manifest, python: str, workers: int) -> list[Any]:
+        """What the plan task of an asynchronous search returns (``runs_workers``): mapped onto :meth:`run_chunks`,
+        ``workers`` slots that each ask for trials as they free."""
+        raise NotImplementedError(f"{type(self).__name__}.plan_workers")
+
     def run_chunks(self, stage: SweepStage, round_no: int | None, planned: Any) -> Any:
         """The mapped task that runs a batched stage's chunks."""
         raise NotImplementedError(f"{type(self).__name__}.run_chunks")

@@ -37,6 +37,10 @@ class LocalAirflowBackend(AirflowBackend):
         """The chunks' numbers: each ``run_batch`` task reads its chunk from the manifest."""
         return list(range(manifest.chunk_count()))
 
+    def plan_workers(self, manifest: Manifest, python: str, workers: int) -> list[Any]:
+        """One ``run_batch`` task per worker, each one slot (in a fleet, each may run on another host)."""
+        return list(range(workers))
+
     def pool_gpus(self, conn_id: str | None, simulate: str | None) -> Callable[[JobClass], int]:
         """Every GPU of this host's inventory (NVML, or the configured simulation), or with ``[gpusched]
         fleet_dir`` every GPU the fleet's hosts published."""

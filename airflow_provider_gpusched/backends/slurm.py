@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 class SlurmAirflowBackend(AirflowBackend):
     batches = True
+    runs_workers = True
 
     def trial_operator(self, stage: SweepStage, arguments: dict[str, Any]) -> Any:
         from airflow_provider_gpusched.task_groups.trial_operators import SweepTrialSlurmOperator
@@ -41,9 +42,24 @@ class SlurmAirflowBackend(AirflowBackend):
             for k in range(manifest.chunk_count())
         ]
 
+    def plan_workers(self, manifest: Manifest, python: str, workers: int) -> list[Any]:
+        """One job array of ``workers`` tasks, each a worker asking for trials until none are left; its trials are
+        the stage's, read when the array ends (whichever worker ran them)."""
+        from airflow_provider_gpusched.core.slurm.job import array_range
+        from airflow_provider_gpusched.core.sweep.trial_run import trial_set, worker_argv
+
+        return [
+            {
+                "command": worker_argv(manifest, "airflow", python),
+                "trials": trial_set(manifest, chunk=0),
+                "array": array_range(workers),
+            }
+        ]
+
     def run_chunks(self, stage: SweepStage, round_no: int | None, planned: Any) -> Any:
         """The trial operator mapped over the chunks: each task one job array."""
-        return stage.trial_operator("trial_array", "chunk {{ task.command[-1] }}").expand_kwargs(planned)
+        label = "workers" if stage.spec.asks_as_it_goes else "chunk {{ task.command[-1] }}"
+        return stage.trial_operator("trial_array", label).expand_kwargs(planned)
 
     def pool_gpus(self, conn_id: str | None, simulate: str | None) -> Callable[[JobClass], int]:
         """The GPUs of the class's Slurm partition (the connection's class settings, or its default partition)."""

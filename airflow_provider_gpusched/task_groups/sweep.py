@@ -306,9 +306,9 @@ class SweepStage:
         self.adapter = airflow_backend(self.backend)
         if session.spec.asks_as_it_goes and not self.adapter.runs_workers:
             raise AirflowException(
-                f"sweep {self.spec.name}: asynchronous: true runs as worker tasks on the local backend (and a "
-                f"fleet of GPU hosts); the {self.backend} backend runs a search in rounds here: leave out "
-                f"asynchronous, or run it with backend='local'"
+                f"sweep {self.spec.name}: asynchronous: true runs as workers on the local backend (and a fleet of "
+                f"GPU hosts) and on Slurm; the {self.backend} backend runs no workers: leave out asynchronous, or "
+                f"run it with backend='local'"
             )
         if batched and not self.adapter.batches:
             raise AirflowException(
@@ -357,8 +357,8 @@ class SweepStage:
                     f"sweep {session.spec.name}: every candidate of the space has been evaluated; "
                     f"round {round_no} has nothing left to try (the search is complete)"
                 )
-            if session.spec.asks_as_it_goes:  # one task per worker: each asks for its trials as its slot frees
-                return list(range(workers))
+            if session.spec.asks_as_it_goes:  # workers, each asking for its trials as its slot frees
+                return adapter.plan_workers(manifest, python, workers)
             if not batched:  # each trial task gets its command and, as data, the trial it runs
                 return [
                     {"command": trial_argv(manifest, t, python), "trials": trial_set(manifest, [t])}

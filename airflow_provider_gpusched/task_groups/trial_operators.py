@@ -84,7 +84,13 @@ class _RecordsTrialFailures:
             found = self.trial_set()
             if found is not None:
                 manifest, trials = found
-                records = outcome_records(manifest.store, trials, manifest.record.run, manifest.record.planned_at)
+                records = outcome_records(
+                    manifest.store,
+                    trials,
+                    manifest.record.run,
+                    manifest.record.planned_at,
+                    described=manifest.record.shared_study,  # an asynchronous search's trials are in no plan
+                )
                 context["ti"].xcom_push(key=OUTCOMES_XCOM, value=records)
                 for record in records:  # metric gpusched.sweep_trials.<sweep>.<state> (docs/metrics.md)
                     if record["state"] in FINAL_STATES:
@@ -152,6 +158,7 @@ class SweepTrialSlurmOperator(_RecordsTrialFailures, SlurmJobOperator):
         skip = ("--comment=", "--output=", "--error=", "--job-name=")
         return work_key(
             manifest.store.dir,
-            *sorted(t.trial_id for t in trials),
+            # an asynchronous search's workers: their run's (they ask for their trials)
+            *(sorted(t.trial_id for t in trials) if not manifest.record.shared_study else [manifest.path]),
             *(a for a in spec.sbatch_argv() if not a.startswith(skip)),
         )

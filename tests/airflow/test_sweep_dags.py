@@ -203,6 +203,32 @@ def test_slurm_mapped_and_array_sweeps(airflow_db, sweeps_root, slurm_cluster):
 
 
 @pytest.mark.slurm
+def test_an_asynchronous_search_on_slurm_is_one_array_of_workers_and_the_sweeps_view_lists_its_trials(
+    airflow_db, sweeps_root, slurm_cluster
+):
+    from airflow_provider_gpusched.core.sweep.view import trial_rows
+
+    from .conftest import load_dag_file
+
+    module = load_dag_file(REPO / "tests" / "airflow" / "dagfiles" / "t_sweeps.py")
+    run = module.slurm_async.test()
+    xcoms, states = dag_run_results(run)
+    assert run.state == "success", states
+    arrays = sorted(k for k in states if isinstance(k, tuple) and k[0] == "slurm_async.trial_array")
+    assert len(arrays) == 1 and map_labels(run, "slurm_async.trial_array") == {0: "workers"}
+    summary = xcoms["slurm_async.collect"]["return_value"]
+    assert summary["counts"]["succeeded"] == 6 and summary["counts"]["defined"] == 6
+    records = json.loads((sweeps_root / "slurm_async" / "summary.json").read_text())["records"]
+    assert {r["slurm_job"].split("_")[0] for r in records} == {xcoms[arrays[0]]["slurm_job_id"]}
+    rows = trial_rows(
+        [xcoms["slurm_async.plan"]["gpusched_sweep_plan"]],
+        {o["trial_id"]: o for o in xcoms[arrays[0]]["gpusched_trial_outcomes"]},
+        {},
+    )
+    assert [r["index"] for r in rows] == list(range(6)) and {r["state"] for r in rows} == {"succeeded"}
+
+
+@pytest.mark.slurm
 def test_a_command_trial_on_slurm_is_pruned_by_the_runner_in_its_job(airflow_db, sweeps_root, slurm_cluster):
     """The same rule on the Slurm cluster: the trial runner inside the bad trial's Slurm job reads its report
     lines, stops the command at step 1 or 2 (it would have run 30 s), and the job and its task end green."""

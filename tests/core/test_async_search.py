@@ -233,8 +233,16 @@ def test_the_preview_says_how_many_trials_and_workers(tmp_path):
 
 
 def test_a_backend_that_runs_no_asynchronous_search_refuses_it_by_name(tmp_path):
+    from airflow_provider_gpusched.core.backends import Backend, register_backend, unregister_backend
     from airflow_provider_gpusched.core.errors import GpuschedError
 
-    with pytest.raises(GpuschedError, match=r"asynchronous: true runs on the local backend.*the slurm backend"):
-        run_sweep(spec(tmp_path), backend="slurm", handle=object(), progress=False)
+    class InRounds(Backend):
+        name = "in_rounds"
+
+    register_backend(InRounds)
+    try:
+        with pytest.raises(GpuschedError, match=r"asynchronous: true runs on.*the in_rounds backend"):
+            run_sweep(spec(tmp_path), backend="in_rounds", handle=object(), progress=False)
+    finally:
+        unregister_backend("in_rounds")
     assert not (tmp_path / "asy").exists()  # refused before anything was planned

@@ -135,3 +135,50 @@ def test_a_killed_terminal_run_leaves_its_arrays_and_the_next_run_re_attaches_in
     assert summary["best"]["score"] == 3.0
     records = json.loads((tmp_path / name / "summary.json").read_text())["records"]
     assert sorted((r["state"], r["result"]["job"]) for r in records) == [("succeeded", job)] * 3
+
+
+ASYNC_TRAIN = (
+    "import json, os, sys, time; p = json.loads(os.environ['GPUSCHED_TRIAL_PARAMS'])\n"
+    "from airflow_provider_gpusched.trial import report\n"
+    "for s in range(1, 4):\n"
+    "    time.sleep(0.1); report(step=s, y=-(p['x'] - 1) ** 2 * (1 + 1 / s))\n"
+    "json.dump(dict(y=-(p['x'] - 1) ** 2, job=os.environ['SLURM_ARRAY_JOB_ID'],"
+    " task=os.environ['SLURM_ARRAY_TASK_ID'], host=os.uname().nodename), open('result.json', 'w'))"
+)
+
+
+def test_an_asynchronous_search_on_slurm_runs_as_one_array_of_workers_sharing_the_study(client, tmp_path):
+    """asynchronous: true on Slurm: one job array of 2 worker tasks (on the cluster's nodes), each asking the study
+    in the shared results folder for trials until 6 were run; each trial once, each told to the study."""
+    optuna = pytest.importorskip("optuna")
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from airflow_provider_gpusched import Objective, SweepSpec, TrialResources, run_sweep
+    from airflow_provider_gpusched.core.sweep import uniform
+
+    spec = SweepSpec(
+        name="async_slurm",
+        search="optuna",
+        asynchronous=True,
+        count=6,
+        max_workers=2,
+        seed=2,
+        space={"x": uniform(-3, 3)},
+        command=[sys.executable, "-c", ASYNC_TRAIN],
+        objective=Objective("y", "maximize"),
+        resources=TrialResources(gpus=0, cpus=1, time_limit=5),
+    )
+    summary = run_sweep(
+        spec, backend="slurm", slurm=client, results_root=str(tmp_path), progress=False, poll_interval=0.5
+    )
+    assert summary["counts"]["succeeded"] == 6, summary["text"]
+    records = json.loads((tmp_path / "async_slurm" / "summary.json").read_text())["records"]
+    assert len({r["result"]["job"] for r in records}) == 1  # one job array: the workers
+    assert {r["result"]["task"] for r in records} <= {"0", "1"}
+    assert {r["result"]["host"] for r in records} <= {"n1", "n2"}
+    journal = JournalFileBackend(str(tmp_path / "async_slurm" / "search" / "optuna.journal"))
+    study = optuna.load_study(study_name="async_slurm", storage=JournalStorage(journal))
+    assert sorted(t.user_attrs["trial_id"] for t in study.trials) == sorted(r["trial_id"] for r in records)
+    assert all(t.state.name == "COMPLETE" and len(t.intermediate_values) == 3 for t in study.trials)
+    assert {t.value for t in study.trials} == {r["result"]["y"] for r in records}

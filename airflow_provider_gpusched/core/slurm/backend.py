@@ -43,6 +43,7 @@ class SlurmBackend(Backend):
         "max_waiting": "a bound on this host's load stages",
     }
     chunk_task = "trial_array"
+    asynchronous_search = True
 
     def rank_argv(
         self, mode: str, argv: Sequence[str], settings: Mapping[str, Any], env: Mapping[str, str], grace: float
@@ -109,31 +110,56 @@ class SlurmBackend(Backend):
         from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec, array_range, job_comment, work_key
         from airflow_provider_gpusched.core.slurm.submission import Submission
         from airflow_provider_gpusched.core.sweep.terminal import Progress, SweepInterrupted, stopped_run
-        from airflow_provider_gpusched.core.sweep.trial_run import chunk_argv
+        from airflow_provider_gpusched.core.sweep.trial_run import chunk_argv, worker_argv
 
         client = handle or SlurmClient()
+        # an asynchronous search: one job array of worker tasks, each asking for trials until none are left
+        searching = session.asynchronous(run, force_rerun) if spec.asks_as_it_goes else None
+        workers = parallel or spec.max_workers or spec.per_round or 1
         stages: list[int | None] = list(range(spec.rounds or 0)) if spec.in_rounds else [None]
         board = Progress(session, out=None if progress is True else progress) if progress else None
         logs = os.path.join(session.store.dir, "logs")
         os.makedirs(logs, exist_ok=True)
         base = slurm_job_arguments(spec)
         for round_no in stages:
-            manifest = session.prepare(round_no, SLURM_CHUNK, run=run, force_rerun=force_rerun, backend=self.name)
+            if searching is not None:
+                manifest = searching.plan(SLURM_CHUNK, backend=self.name)
+            else:
+                manifest = session.prepare(round_no, SLURM_CHUNK, run=run, force_rerun=force_rerun, backend=self.name)
+            # (command, array, key, trials) of each job array: a chunk of the stage, or the workers
+            arrays = (
+                [
+                    (
+                        worker_argv(manifest, "slurm"),
+                        array_range(workers, None),
+                        work_key("gpusched sweep run", session.store.dir, "workers", run),
+                        workers,
+                    )
+                ]
+                if searching is not None
+                else [
+                    (
+                        chunk_argv(manifest, k),
+                        array_range(len(chunk), spec.max_workers),
+                        # the key is the work: this sweep folder's stage and these trials. A run killed while
+                        # its arrays ran left them running; the next run of the same trials re-attaches to them
+                        work_key("gpusched sweep run", session.store.dir, str(round_no), *(t.trial_id for t in chunk)),
+                        len(chunk),
+                    )
+                    for k, chunk in enumerate(manifest.chunk(k) for k in range(manifest.chunk_count()))
+                ]
+            )
             if board is not None:
                 board.watch(manifest.trials, round_no, spec.rounds if spec.in_rounds else None)
                 board.__enter__()
             jobs: dict[str, int] = {}
             try:
-                for k in range(manifest.chunk_count()):
-                    chunk = manifest.chunk(k)
-                    # the key is the work: this sweep folder's stage and these trials. A run killed while its
-                    # arrays ran left them running; the next run of the same trials re-attaches to them
-                    key = work_key("gpusched sweep run", session.store.dir, str(round_no), *(t.trial_id for t in chunk))
+                for k, (command, array, key, size) in enumerate(arrays):
                     tag = WorkTag(run_id=run, sweep=spec.name, job_class=spec.resources.job_class)
 
                     job = SlurmJobSpec(
-                        command=chunk_argv(manifest, k),
-                        array=array_range(len(chunk), spec.max_workers),
+                        command=command,
+                        array=array,
                         job_name=f"sweep.{spec.name}",
                         output=os.path.join(logs, "slurm-%A_%a.out"),
                         comment=job_comment(key, run=run, tag=tag),
@@ -146,7 +172,7 @@ class SlurmBackend(Backend):
                             f"trials; following it instead of submitting them again",
                             file=sys.stderr,
                         )
-                    jobs[attached.job_id] = len(chunk)
+                    jobs[attached.job_id] = size
                 while jobs:
                     states = client.statuses(list(jobs), jobs)
                     jobs = {j: n for j, n in jobs.items() if not states[j].is_terminal}

@@ -54,6 +54,10 @@ HANDED_FILE = "handed.json"
 ASKS_PER_TRIAL = 10
 #: the study trials' user attributes that name their gpusched trial
 TRIAL_ATTRS = ("trial_id", "index", "folder", "run")
+#: the spec a worker in another process or on another host asks with (``search/spec.pkl``, private to the user:
+#: written by the plan, read only by the trial runner's ``--worker``), its callables left out (a worker runs the
+#: trials through the manifest's target)
+SPEC_FILE = "spec.pkl"
 
 
 class AsyncOptunaSearch(OptunaSearch):
@@ -184,7 +188,8 @@ class AsyncRun:
     # -- the run -------------------------------------------------------------------------------------
     def plan(self, chunk_size: int | None = None, backend: str = "local") -> Manifest:
         """Write this run's manifest: the trials the study asked for before (done ones skipped unless
-        ``force_rerun``; the others pending, to run first), and an empty hand-out list."""
+        ``force_rerun``; the others pending, to run first), and an empty hand-out list. (``chunk_size`` is not
+        used: the workers' one chunk is every trial they take.)"""
         from airflow_provider_gpusched.core.sweep.trial_run import Manifest
 
         with self.locked():
@@ -198,11 +203,24 @@ class AsyncRun:
                 pending=pending,
                 skipped=skipped,
                 force_rerun=self.force_rerun,
-                chunk_size=chunk_size,
+                chunk_size=None,  # (its one chunk: every trial the workers take)
                 backend=backend,
             )
             self.store.write(os.path.relpath(self._handed_path(), self.store.dir), {"handed": {}})
+            self._save_spec()
         return Manifest(path)
+
+    def _save_spec(self) -> None:
+        """The spec for workers elsewhere (:func:`run_worker`): its settings, not its callables."""
+        import copy
+
+        import cloudpickle
+
+        from airflow_provider_gpusched.core.safe_files import write_atomic
+
+        spec = copy.copy(self.spec)
+        spec.python_callable = spec.required_env = None
+        write_atomic(os.path.join(self.search_dir, SPEC_FILE), cloudpickle.dumps(spec), 0o600)
 
     def next_trial(self, worker: str = "") -> Trial | None:
         """The next trial for a free slot, or None when the search has handed out all it will: a trial of the plan
@@ -290,3 +308,30 @@ def _curve(folder: str, metric: str | None) -> list[tuple[int, float]]:
         return []
     found, _ = read_reports(os.path.join(folder, REPORTS_FILE))
     return [(r["step"], float(r["metrics"][metric])) for r in found if is_json_number(r["metrics"].get(metric))]
+
+
+def run_worker(manifest: Manifest, name: str) -> int:
+    """One worker of an asynchronous search, in this process (``python -m ...trial_run MANIFEST --worker NAME``: a
+    Slurm job or array task): ask for a trial, run it, tell its outcome, until the search hands out no more.
+    Returns 0 when every trial it ran succeeded or was pruned, else the last other exit code."""
+    import pickle
+
+    from airflow_provider_gpusched.core.sweep.session import SweepSession
+    from airflow_provider_gpusched.core.sweep.trial_run import run_trial
+
+    path = os.path.join(manifest.store.dir, "search", SPEC_FILE)
+    try:
+        with open(path, "rb") as fh:
+            spec = pickle.load(fh)
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
+        raise GpuschedError(
+            f"worker {name}: cannot read the search's spec {path} ({exc}); a run's plan writes it"
+        ) from None
+    searching = AsyncRun(SweepSession(spec, manifest.record.root), manifest.record.run, manifest.record.force_rerun)
+    code = 0
+    while (trial := searching.next_trial(name)) is not None:
+        rc = run_trial(manifest, trial)
+        state = searching.finish(trial)
+        if rc != 0 and state not in ("succeeded", "pruned"):
+            code = rc
+    return code

@@ -411,9 +411,10 @@ class OptunaSearch(RoundSearch):
         """Tell study trial ``number`` (RUNNING) how it ended: its metric values, or None (failed; pruned when its
         curve of the pruning metric, ``pruned``, is given: reported first, the steps the study has not heard)."""
         states = self.optuna.trial.TrialState
-        objective, rule = self.objective, self.spec.pruning
-        # the curve is in the study's terms only when the pruning metric is its one objective
-        if pruned and not objective.several and rule is not None and rule.metric == objective.metric:
+        objective = self.objective
+        # the curve is in the study's terms only when its metric (the pruning rule's, or the objective's) is the
+        # study's one objective
+        if pruned and not objective.several and self.spec.report_metric == objective.metric:
             # a pruned trial's curve as intermediate values (TPE ranks a pruned trial by its last one); an
             # asynchronous search's finished trial's too, the steps its judge had not reported yet
             trial_id = self.storage.get_trial_id_from_study_id_trial_number(

@@ -194,9 +194,9 @@ def run_sweep(
     spec.resources.check_backend(backend, spec.name)
     if spec.asks_as_it_goes and not chosen.asynchronous_search:
         raise GpuschedError(
-            f"sweep {spec.name}: asynchronous: true runs on the local backend (its slots ask for trials as they "
-            f"free); the {backend} backend runs an Optuna search in rounds: leave out asynchronous, or run it with "
-            f"backend='local'"
+            f"sweep {spec.name}: asynchronous: true runs on the local and slurm backends (slots that ask for "
+            f"trials as they free); the {backend} backend runs an Optuna search in rounds: leave out asynchronous, "
+            f"or run it with backend='local'"
         )
     session = SweepSession(spec, results_root)
     run = run or f"terminal__{time.strftime('%Y-%m-%dT%H:%M:%S')}__{os.getpid()}"

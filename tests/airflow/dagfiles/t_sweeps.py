@@ -70,6 +70,24 @@ with DAG("t_sweep_slurm_arrays", schedule=None, start_date=START) as slurm_array
         poll_interval=1,
     )
 
+with DAG("t_sweep_slurm_async", schedule=None, start_date=START) as slurm_async:
+    sweep_task_group(
+        SweepSpec(
+            name="slurm_async",
+            search="optuna",
+            asynchronous=True,
+            count=6,
+            max_workers=2,
+            seed=3,
+            space={"x": uniform(0, 1)},
+            python_callable=score,
+            objective=Objective("y"),
+            resources=TrialResources(gpus=0, cpus=1, time_limit=5),
+        ),
+        backend="slurm",
+        poll_interval=1,
+    )
+
 
 def learn(params):
     from airflow_provider_gpusched.trial import report
