@@ -87,13 +87,15 @@ def test_bohb_example_searches_asynchronously_and_hyperband_prunes_in_the_shared
     best = xcoms["digits_bohb.leaderboard"]["return_value"]
     assert best["score"] == max(r["result"]["accuracy"] for r in done) > 0.9
     # the Sweeps page's rows: every trial, from the workers' published outcomes (no plan lists them)
-    from airflow_provider_gpusched.core.sweep.view import trial_rows
+    from airflow_provider_gpusched.core.sweep.view import trial_counts, trial_rows
 
     plan = xcoms["digits_bohb.plan"]["gpusched_sweep_plan"]
     outcomes = {o["trial_id"]: o for k in workers for o in xcoms[k].get("gpusched_trial_outcomes", [])}
     view = trial_rows([plan], outcomes, {})
     assert [r["index"] for r in view] == list(range(12))
     assert Counter(r["state"] for r in view) == Counter(r["state"] for r in rows)
+    counts = trial_counts([plan], view)
+    assert counts["defined"] == 12 and counts["succeeded"] + counts["pruned"] == 12
 
 
 def test_nas_evolution_keeps_every_candidate_within_its_flops_and_parameter_budget(airflow_db, sweeps_root):

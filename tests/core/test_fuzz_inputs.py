@@ -84,8 +84,27 @@ SPEC_KEYS = [
     "on_invalid_result",
     "max_failed_trials",
     "max_trials",
+    "asynchronous",
+    "pruning",
+    "max_workers",
     "bogus",
 ]
+#: pruning settings, good and bad: every rule, Optuna's pruners (hyperband only for an asynchronous search)
+PRUNING = st.one_of(
+    st.sampled_from(
+        [
+            "median",
+            "asha",
+            {"rule": "optuna", "pruner": "hyperband", "options": {"min_resource": 1, "reduction_factor": 3}},
+            {"rule": "optuna", "pruner": "hyperband", "options": {"min_resource": 0}},
+            {"rule": "optuna", "pruner": "wilcoxon"},
+            {"rule": "optuna", "pruner": "successive_halving", "options": {"min_resource": 2}},
+            {"rule": "asha", "reduction_factor": 1},
+            {"rule": "median", "pruner": "median"},
+        ]
+    ),
+    values,
+)
 
 
 @st.composite
@@ -100,10 +119,14 @@ def sweep_dicts(draw):
     )
     space = draw(st.dictionaries(st.sampled_from(["x", "y", "lr"]), good_dim, min_size=1, max_size=3))
     spec = {"name": "fz", "command": ["python", "train.py", "{trial_dir}"], "objective": {"metric": "acc"}}
-    if draw(st.booleans()):
+    kind = draw(st.sampled_from(["grid", "random", "optuna"]))
+    if kind == "grid":
         spec.update(search="grid", test_config=[space], grid_steps=draw(st.integers(1, 5)))
-    else:
+    elif kind == "random":
         spec.update(search="random", space=space, count=draw(st.integers(1, 5)))
+    else:  # an asynchronous Optuna search (BOHB when it draws the Hyperband pruner)
+        spec.update(search="optuna", space=space, asynchronous=True, count=draw(st.integers(1, 20)))
+        spec.update(sampler=draw(st.sampled_from(["tpe", "gp", "cmaes", "random", "nsga2"])))
     for key in draw(st.lists(st.sampled_from(SPEC_KEYS), max_size=3)):
         if key == "test_config":
             spec[key] = draw(
@@ -135,6 +158,8 @@ def sweep_dicts(draw):
                     values,
                 )
             )
+        elif key == "pruning":
+            spec[key] = draw(PRUNING)
         else:
             spec[key] = draw(st.one_of(scalars, values, st.integers(0, 10**9)))
     return spec

@@ -577,7 +577,8 @@ def trial_counts(plans: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str,
     """How many trials are in each state (:data:`STATES`), with ``defined`` and ``skipped``; trials whose
     parameters are not published yet count as ``waiting``."""
     counts = {state: 0 for state in RUN_STATES}
-    counts["defined"] = sum(p["defined"] for p in plans) if len(plans) == 1 else len(rows)
+    # (an asynchronous search's plan lists the trials known when it planned; its workers publish the others)
+    counts["defined"] = max(sum(p["defined"] for p in plans), len(rows)) if len(plans) == 1 else len(rows)
     for r in rows:
         counts[r["state"]] += 1
         counts["skipped"] += r["skipped"]
