@@ -246,3 +246,25 @@ def test_a_backend_that_runs_no_asynchronous_search_refuses_it_by_name(tmp_path)
     finally:
         unregister_backend("in_rounds")
     assert not (tmp_path / "asy").exists()  # refused before anything was planned
+
+
+def test_a_worker_process_runs_trials_until_none_are_left_and_says_what_it_lacks(tmp_path, capsys):
+    """core/sweep/worker.py, as a Slurm array task runs it (here in this process): its usage, a plan without the
+    spec it asks with, and a plan with it: it runs the trials and tells the study."""
+    from airflow_provider_gpusched.core.sweep.worker import main
+
+    assert main(["only-one-argument"]) == 2
+    assert "usage: python -m airflow_provider_gpusched.core.sweep.worker MANIFEST NAME" in capsys.readouterr().err
+    session = SweepSession(
+        spec(tmp_path, count=2, python_callable=lambda p: {"y": p["x"]}, command=None), str(tmp_path)
+    )
+    manifest = session.asynchronous("r1").plan()
+    saved = tmp_path / "asy" / "search" / "spec.pkl"
+    assert oct(saved.stat().st_mode & 0o777) == "0o600"
+    saved.rename(tmp_path / "elsewhere.pkl")
+    assert main([manifest.path, "w1"]) == 2
+    assert f"cannot read the search's spec {saved}" in capsys.readouterr().err
+    (tmp_path / "elsewhere.pkl").rename(saved)
+    assert main([manifest.path, "w1"]) == 0
+    trials = study(tmp_path).trials
+    assert len(trials) == 2 and all(t.state.name == "COMPLETE" and t.value == t.params["x"] for t in trials)

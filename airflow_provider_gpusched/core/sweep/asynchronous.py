@@ -55,7 +55,7 @@ ASKS_PER_TRIAL = 10
 #: the study trials' user attributes that name their gpusched trial
 TRIAL_ATTRS = ("trial_id", "index", "folder", "run")
 #: the spec a worker in another process or on another host asks with (``search/spec.pkl``, private to the user:
-#: written by the plan, read only by the trial runner's ``--worker``), its callables left out (a worker runs the
+#: written by the plan, read only by a worker, core/sweep/worker.py), its callables left out (a worker runs the
 #: trials through the manifest's target)
 SPEC_FILE = "spec.pkl"
 
@@ -211,7 +211,7 @@ class AsyncRun:
         return Manifest(path)
 
     def _save_spec(self) -> None:
-        """The spec for workers elsewhere (:func:`run_worker`): its settings, not its callables."""
+        """The spec for workers elsewhere (core/sweep/worker.py): its settings, not its callables."""
         import copy
 
         import cloudpickle
@@ -308,30 +308,3 @@ def _curve(folder: str, metric: str | None) -> list[tuple[int, float]]:
         return []
     found, _ = read_reports(os.path.join(folder, REPORTS_FILE))
     return [(r["step"], float(r["metrics"][metric])) for r in found if is_json_number(r["metrics"].get(metric))]
-
-
-def run_worker(manifest: Manifest, name: str) -> int:
-    """One worker of an asynchronous search, in this process (``python -m ...trial_run MANIFEST --worker NAME``: a
-    Slurm job or array task): ask for a trial, run it, tell its outcome, until the search hands out no more.
-    Returns 0 when every trial it ran succeeded or was pruned, else the last other exit code."""
-    import pickle
-
-    from airflow_provider_gpusched.core.sweep.session import SweepSession
-    from airflow_provider_gpusched.core.sweep.trial_run import run_trial
-
-    path = os.path.join(manifest.store.dir, "search", SPEC_FILE)
-    try:
-        with open(path, "rb") as fh:
-            spec = pickle.load(fh)
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
-        raise GpuschedError(
-            f"worker {name}: cannot read the search's spec {path} ({exc}); a run's plan writes it"
-        ) from None
-    searching = AsyncRun(SweepSession(spec, manifest.record.root), manifest.record.run, manifest.record.force_rerun)
-    code = 0
-    while (trial := searching.next_trial(name)) is not None:
-        rc = run_trial(manifest, trial)
-        state = searching.finish(trial)
-        if rc != 0 and state not in ("succeeded", "pruned"):
-            code = rc
-    return code

@@ -554,9 +554,13 @@ def group_argv(manifest: Manifest, group: Sequence[Trial], python: str | None = 
     return runner_argv(manifest, "--ids", ",".join(t.trial_id for t in group), python=python)
 
 
+#: an asynchronous search's worker (core/sweep/worker.py)
+WORKER_MODULE = "airflow_provider_gpusched.core.sweep.worker"
+
+
 def worker_argv(manifest: Manifest, name: str, python: str | None = None) -> list[str]:
     """An asynchronous search's worker (a Slurm job or array task): it asks for trials until none are left."""
-    return runner_argv(manifest, "--worker", name, python=python)
+    return [python or sys.executable, "-m", WORKER_MODULE, manifest.path, name]
 
 
 def chunk_argv(manifest: Manifest, chunk: int, python: str | None = None) -> list[str]:
@@ -572,8 +576,6 @@ class RunnerCommand:
     trial_id: str | None = None
     ids: tuple[str, ...] = ()
     chunk: int | None = None
-    #: an asynchronous search's worker: it asks for its trials (core/sweep/asynchronous.py)
-    worker: str | None = None
 
     def trials(self, manifest: Manifest, array_task: str | None = None) -> list[Trial]:
         """The trials it runs (a chunk: the one for ``array_task``, or the whole chunk when None)."""
@@ -594,13 +596,9 @@ class RunnerCommand:
 def parse_runner_args(args: Sequence[str]) -> RunnerCommand:
     """The arguments after ``-m RUNNER_MODULE``; :class:`InvalidArgumentError` for anything else."""
     args = [str(a) for a in args]
-    usage = "MANIFEST TRIAL_ID [LABEL], MANIFEST --ids ID,ID,..., MANIFEST --chunk K or MANIFEST --worker NAME"
+    usage = "MANIFEST TRIAL_ID [LABEL], MANIFEST --ids ID,ID,... or MANIFEST --chunk K"
     if len(args) < 2:
         raise InvalidArgumentError("trial runner arguments", " ".join(args), usage)
-    if args[1] == "--worker":
-        if len(args) != 3 or not args[2].strip():
-            raise InvalidArgumentError("--worker", " ".join(args[2:]), "one worker name")
-        return RunnerCommand(args[0], worker=args[2])
     if args[1] == "--chunk":
         if len(args) != 3 or not args[2].isdigit():
             raise InvalidArgumentError("--chunk", " ".join(args[2:]), "one chunk number")
@@ -831,21 +829,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = parse_runner_args(args)
         manifest = Manifest(command.manifest, key=take_record_key())
         array_task = os.environ.get("SLURM_ARRAY_TASK_ID", "") if command.chunk is not None else None
-        trials = command.trials(manifest, array_task) if command.worker is None else []
+        trials = command.trials(manifest, array_task)
     except GpuschedError as exc:
         print(f"gpusched trial_run: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        if command.worker is not None:
-            from airflow_provider_gpusched.core.sweep.asynchronous import run_worker
-
-            where = os.environ.get("SLURM_JOB_ID", "")
-            where += f"_{os.environ['SLURM_ARRAY_TASK_ID']}" if os.environ.get("SLURM_ARRAY_TASK_ID") else ""
-            try:
-                return run_worker(manifest, f"{command.worker} (Slurm job {where})" if where else command.worker)
-            except GpuschedError as exc:
-                print(f"gpusched trial_run: {exc}", file=sys.stderr)
-                return EXIT_USAGE
         if command.ids:
             return run_group(manifest, trials)
         return run_trial(manifest, trials[0])
