@@ -9,6 +9,10 @@
             ...                                # between steps: if stop_requested(): save, then exit 143
             checkpoints.save({"epoch": epoch + 1, "model": model.state_dict(), ...})
 
+Population-based training (``search: pbt``) fills a new trial's checkpoint folder with the checkpoint it starts
+from (its member's last one, or the one it exploits) and a ``handed_over.json`` note: ``load`` then returns that
+checkpoint although it was written for other parameters, and the run goes on from it with its own.
+
 Where a checkpoint lives (:func:`checkpoint_dir`): ``$GPUSCHED_CHECKPOINT_DIR`` where gpusched's local GPU
 runner gives one (kept across the relaunches after a preemption; the runner counts the GPU time lost since
 the newest file there), else ``checkpoint/`` in the sweep trial's folder (kept across Slurm requeues and
@@ -120,6 +124,18 @@ class Checkpoints:
                 f"checkpoint {path}: not written by Checkpoints.save (expected format {FORMAT!r}); "
                 "remove it to start from scratch"
             )
+        from airflow_provider_gpusched.core.sweep.pbt import read_handed_over
+
+        handed = read_handed_over(self.folder) if self.folder else None
+        if self.fingerprint and state.get("fingerprint") != self.fingerprint and handed is not None:
+            # population-based training copied another member's checkpoint here on purpose: this run goes on from
+            # it with its own (perturbed) parameters
+            print(
+                f"starting from the checkpoint of PBT member {handed.get('from_member')} (generation "
+                f"{handed.get('generation')}, {path}) with this run's parameters",
+                flush=True,
+            )
+            return state
         if self.fingerprint and state.get("fingerprint") != self.fingerprint:
             raise CheckpointError(
                 f"checkpoint {path}: written for other parameters (fingerprint "

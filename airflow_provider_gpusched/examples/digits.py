@@ -298,6 +298,10 @@ def train_digits(
             )
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
+        for group in optimizer.param_groups:  # this run's values (PBT may start it from another member's state)
+            group["lr"], group["weight_decay"] = p["lr"], p["weight_decay"]
+            if "momentum" in group and p["optimizer"] == "sgd":
+                group["momentum"] = p["momentum"]
         torch.set_rng_state(state["rng"].cpu() if hasattr(state["rng"], "cpu") else state["rng"])
         epoch, batch, epoch_loss = int(state["epoch"]), int(state["batch"]), float(state["epoch_loss"])
         starts, stops, curve = list(state["starts"]), list(state["stops"]), list(state["curve"])

@@ -98,6 +98,32 @@ def test_bohb_example_searches_asynchronously_and_hyperband_prunes_in_the_shared
     assert counts["defined"] == 12 and counts["succeeded"] + counts["pruned"] == 12
 
 
+def test_pbt_example_trains_in_generations_and_the_worst_member_goes_on_from_the_best_ones_checkpoint(
+    airflow_db, sweeps_root
+):
+    """dags/digits_pbt.py through dag.test(): 4 members, 2 generations of 3 epochs; in generation 1 the worst member
+    starts from the best one's checkpoint (epoch 3) with perturbed values, every other from its own."""
+    state, xcoms, states = run_and_collect(the_dag(REPO / "dags" / "digits_pbt.py"))
+    assert state == "success", states
+    rows = {r["trial_id"]: r for r in records(sweeps_root, "digits_pbt")}
+    assert len(rows) == 8 and {r["state"] for r in rows.values()} == {"succeeded"}
+    lineage = json.loads((sweeps_root / "digits_pbt" / "search" / "pbt.json").read_text())
+    members, exploits = lineage["members"], lineage["exploits"]
+    assert len(exploits) == 1 and exploits[0]["generation"] == 1 and exploits[0]["step"] == 3
+    worst, best = exploits[0]["member"], exploits[0]["from_member"]
+    first = [m[0]["score"] for m in members]
+    assert first[worst] == min(first) and first[best] == max(first)
+    for k, m in enumerate(members):
+        later = rows[m[1]["trial_id"]]["result"]
+        assert later["resumed_from"] == {"epoch": 3, "batch": 0} and later["epochs_run"] == 3
+        source = members[best][0] if k == worst else m[0]
+        # its curve goes on from its source's: the first 3 epochs are the source trial's own
+        assert later["curve"][:3] == rows[source["trial_id"]]["result"]["curve"]
+        assert m[1]["score"] == later["accuracy"]
+    assert members[worst][1]["hyper"] != members[best][0]["hyper"]  # explored
+    assert max(m[1]["score"] for m in members) > 0.9
+
+
 def test_nas_evolution_keeps_every_candidate_within_its_flops_and_parameter_budget(airflow_db, sweeps_root):
     import torch
 

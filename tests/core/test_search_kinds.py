@@ -42,17 +42,17 @@ def ablation():
 
 
 def test_the_built_in_kinds_are_registered_under_their_names():
-    assert list(search_kinds.SEARCH_KINDS) == ["grid", "random", "optuna", "evolution"]
+    assert list(search_kinds.SEARCH_KINDS) == ["grid", "random", "optuna", "evolution", "pbt"]
     for name, kind in search_kinds.SEARCH_KINDS.items():
         assert isinstance(kind, SearchKind) and kind.name == name
-    assert [k for k, v in search_kinds.SEARCH_KINDS.items() if v.in_rounds] == ["optuna", "evolution"]
+    assert [k for k, v in search_kinds.SEARCH_KINDS.items() if v.in_rounds] == ["optuna", "evolution", "pbt"]
 
 
 def test_an_unknown_search_lists_the_registered_kinds():
     with pytest.raises(
         InvalidArgumentError,
         match=r"search: expected one of \['grid', 'random', 'optuna', "
-        r"'evolution'\], got 'bayes'",
+        r"'evolution', 'pbt'\], got 'bayes'",
     ):
         SweepSpec(name="s", search="bayes", space={"a": [1]}, command=["true"])
 

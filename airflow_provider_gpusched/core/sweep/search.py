@@ -33,9 +33,11 @@ from airflow_provider_gpusched.core.sweep.objective import crowding_distances, p
 from airflow_provider_gpusched.core.sweep.store import read_json, write_json
 
 if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.sweep.expand import Trial
     from airflow_provider_gpusched.core.sweep.objective import Objective
     from airflow_provider_gpusched.core.sweep.search_kinds import EvolutionSettings
     from airflow_provider_gpusched.core.sweep.spec import SweepSpec
+    from airflow_provider_gpusched.core.sweep.store import TrialStore
 
 
 class RoundSearch:
@@ -86,6 +88,21 @@ class RoundSearch:
         stored["told"] = sorted(told)
         write_json(self._round_path(round_no), stored)
         return new
+
+    def tell_trials(self, round_no: int, outcomes: Sequence[tuple[Any, ...]]) -> int:
+        """:meth:`tell`, given each trial: ``(trial, values)`` or ``(trial, None, curve)``. A search whose trials
+        are not told apart by their parameters alone (PBT's members) finds them by trial id."""
+        return self.tell(round_no, [(trial.params, *rest) for trial, *rest in outcomes])
+
+    def identities(self, round_no: int) -> list[str | None]:
+        """What, besides its parameters, tells this round's trials apart (PBT's member): ``identity`` of each
+        stored proposal, None for most searches."""
+        stored = read_json(self._round_path(round_no))
+        proposals = stored.get("proposals", []) if isinstance(stored, dict) else []
+        return [p.get("identity") for p in proposals]
+
+    def prepare_trials(self, round_no: int, trials: Sequence[Trial], store: TrialStore) -> None:
+        """Called with a round's trials when it is planned (PBT copies the checkpoints they start from)."""
 
     # subclasses
     def _propose(self, round_no: int) -> list[dict[str, Any]]:

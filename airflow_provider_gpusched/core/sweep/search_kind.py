@@ -24,6 +24,9 @@ class SearchKind:
     in_rounds: ClassVar[bool] = False
     #: the spec key an error names when one stage has more than ``max_trials`` trials
     size_key: ClassVar[str] = "per_round"
+    #: whether a trial's checkpoints must be in its own folder (``checkpoint/``), whatever runs it: the search
+    #: hands them on to later trials (PBT)
+    hands_on_checkpoints: ClassVar[bool] = False
 
     def check(self, spec: SweepSpec) -> None:
         """Validate the settings this kind reads and fill its defaults (may set ``spec.rounds`` and

@@ -98,16 +98,21 @@ class SweepSession:
 
     def round_trials(self, round_no: int) -> list[Trial]:
         params = self.search.ask(round_no)
+        identities = self.search.identities(round_no)
         varying = self.spec.varying()
         first = (
             round_no * self.search.per_round
         )  # trial numbers run on across rounds: 0..7 in round 0, 8..15 in round 1
         trials, seen = [], set()
         for i, p in enumerate(params):
-            trial = make_trial(p, varying, self.spec.code_version, first + i, self.spec.label_format or DEFAULT_LABELS)
+            identity = identities[i] if i < len(identities) else None
+            # (a PBT member's trial: its member keeps it apart from another member's with the same values)
+            version = self.spec.code_version if identity is None else f"{self.spec.code_version or ''}|{identity}"
+            trial = make_trial(p, varying, version, first + i, self.spec.label_format or DEFAULT_LABELS)
             if trial.trial_id not in seen:
                 seen.add(trial.trial_id)
                 trials.append(trial)
+        self.search.prepare_trials(round_no, trials, self.store)
         return trials
 
     def prepare(
@@ -184,6 +189,7 @@ class SweepSession:
             distributed=self.spec.resources.distributed_settings(backend),
             pruning=self.spec.pruning.to_dict() if self.spec.pruning else None,
             shared_study=self.spec.asks_as_it_goes,
+            checkpoints_in_trial=self.spec.kind.hands_on_checkpoints,
         )
 
     def _adopt_gts_results(self, trials: Iterable[Trial]) -> None:
@@ -202,7 +208,7 @@ class SweepSession:
     def finish_round(self, round_no: int, run: str | None = None) -> dict[str, Any]:
         manifest = self.manifest(round_no, run)
         objective = self.search.objective
-        outcomes: list[tuple[Any, ...]] = []
+        outcomes: list[tuple[Any, ...]] = []  # (trial, values) or (trial, None, curve) when pruned
         scores: list[float] = []
         metric = self.spec.report_metric
         for record in self.store.records(manifest.trials):
@@ -213,13 +219,13 @@ class SweepSession:
                 curve = [
                     (r["step"], float(r["metrics"][metric])) for r in found if is_json_number(r["metrics"].get(metric))
                 ]
-                outcomes.append((trial.params, None, curve))
+                outcomes.append((trial, None, curve))
             else:
-                outcomes.append((trial.params, values))
+                outcomes.append((trial, values))
             score = objective.score(record["result"]) if values is not None else None
             if score is not None:
                 scores.append(score)
-        told = self.search.tell(round_no, outcomes)
+        told = self.search.tell_trials(round_no, outcomes)
         best = (max if objective.maximize else min)(scores) if scores else None
         return {"round": round_no, "trials": len(outcomes), "told": told, "scored": len(scores), "round_best": best}
 

@@ -103,6 +103,9 @@ class ManifestRecord:
     #: an asynchronous search's stage: its trials are asked for as slots free, and the pruning rule may judge them in
     #: the sweep's shared Optuna study (core/sweep/asynchronous.py)
     shared_study: Annotated[bool, says("true or false")] = False
+    #: each trial keeps its checkpoints in its own folder (``checkpoint/``, $GPUSCHED_CHECKPOINT_DIR), whatever runs
+    #: it: population-based training hands them on to the next generation (core/sweep/pbt.py)
+    checkpoints_in_trial: Annotated[bool, says("true or false")] = False
     #: a batched group's manifest: the manifest it was cut from
     group_of: Annotated[str, says("a manifest path or null")] | None = None
 
@@ -363,6 +366,8 @@ def _run_claimed(manifest: Manifest, trial: Trial, out: TextIO) -> int:
     log_path = os.path.join(store.trial_dir(trial), OUTPUT_LOG_FILE)
     folder = store.mark_running(trial, run=manifest.record.run, log=log_path)
     env = trial_environment(trial, folder, store.sweep, manifest.record.env)
+    if manifest.record.checkpoints_in_trial:
+        env["GPUSCHED_CHECKPOINT_DIR"] = os.path.join(folder, "checkpoint")
     target = manifest.record.target
     if target.get("required_env"):
         try:

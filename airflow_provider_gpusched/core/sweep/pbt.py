@@ -1,0 +1,371 @@
+"""Population-based training (``search: pbt``; Jaderberg et al., 2017, as Ray Tune's ``PopulationBasedTraining``
+runs it, here in synchronous generations).
+
+A population of ``population`` members trains in generations of ``perturbation_interval`` reported steps, up to
+``steps``. Each generation is a round of the sweep: member ``k``'s trial trains from the checkpoint its member left
+(``step_param``, default ``epochs``, is the step it trains up to) and is scored by the objective. Between two
+generations the members in the bottom ``quantile_fraction`` *exploit* one of the top ``quantile_fraction`` (their next
+trial starts from its checkpoint) and *explore*: each hyper-parameter is resampled from ``space`` with probability
+``resample_probability``, else a number is multiplied by one of ``perturbation_factors`` (kept within its range) and
+a choice moves to a neighbouring value. The others go on from their own checkpoint with their own values.
+
+Checkpoints: a trial's checkpoint folder is ``<trial folder>/checkpoint`` (``$GPUSCHED_CHECKPOINT_DIR`` inside the
+examples' ``Checkpoints``). Before a generation runs, each member's new trial folder gets a copy of the checkpoint
+folder it starts from (its own last one, or its donor's), with ``handed_over.json`` saying whose it is: the examples'
+``Checkpoints.load`` then accepts a checkpoint written for other parameters, and a command trial simply resumes from
+its folder. A trial that leaves no checkpoint stops the search with an error naming the folder.
+
+The lineage (which member copied whom at which step, with which new values, and each member's score per generation)
+is ``search/pbt.json``: :meth:`PBTSearch.lineage`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any
+
+from airflow_provider_gpusched.core.checks import record_from_mapping
+from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.records import Settings, says
+from airflow_provider_gpusched.core.sweep import spaces
+from airflow_provider_gpusched.core.sweep.expand import check_space, flatten, sample_params
+from airflow_provider_gpusched.core.sweep.search import RoundSearch
+from airflow_provider_gpusched.core.sweep.search_kind import SearchKind
+from airflow_provider_gpusched.core.sweep.store import read_json, write_json
+
+if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.sweep.expand import Trial
+    from airflow_provider_gpusched.core.sweep.spec import SweepSpec
+    from airflow_provider_gpusched.core.sweep.store import TrialStore
+
+#: the folder in a trial's folder its checkpoints go to (the examples' ``checkpoint_dir`` default)
+CHECKPOINT_FOLDER = "checkpoint"
+#: the file, in a checkpoint folder PBT filled, that says whose checkpoint it is
+HANDED_OVER_FILE = "handed_over.json"
+LINEAGE_FILE = "pbt.json"
+
+Fraction = Annotated[float, says("a fraction above 0 and at most 0.5", gt=0, le=0.5)]
+
+
+@dataclass
+class PBTSettings:
+    """The settings of ``search: pbt`` (Ray Tune's ``PopulationBasedTraining`` names and defaults)."""
+
+    population: Annotated[int, says("a whole number >= 2", ge=2)] = 4
+    #: reported steps per generation (Ray Tune's ``perturbation_interval``, in ``time_attr`` units)
+    perturbation_interval: Annotated[int, says("a whole number of steps >= 1", ge=1)] = 2
+    #: each member's budget in reported steps (the last generation may be shorter)
+    steps: Annotated[int, says("a whole number of steps >= 1", ge=1)] = 10
+    #: the trial parameter that says up to which step a trial trains (the digits example's ``epochs``)
+    step_param: Annotated[str, says("a parameter name", min_length=1)] = "epochs"
+    quantile_fraction: Fraction = 0.25
+    resample_probability: Annotated[float, says("a probability between 0 and 1", ge=0, le=1)] = 0.25
+    perturbation_factors: Annotated[
+        list[Annotated[float, says("a positive number", gt=0)]], says("a list of positive factors such as [1.2, 0.8]")
+    ] = field(default_factory=lambda: [1.2, 0.8])
+
+    def check(self, where: str) -> None:
+        _SETTINGS.check(self, where)
+        if not self.perturbation_factors:
+            raise InvalidArgumentError(
+                f"{where}.perturbation_factors", [], "a list of positive factors such as [1.2, 0.8]"
+            )
+        if self.perturbation_interval > self.steps:
+            raise InvalidArgumentError(
+                f"{where}.perturbation_interval",
+                self.perturbation_interval,
+                f"at most steps ({self.steps}): a perturbation interval longer than the budget never perturbs",
+            )
+
+    @property
+    def generations(self) -> int:
+        return math.ceil(self.steps / self.perturbation_interval)
+
+    def step_of(self, generation: int) -> int:
+        """The step generation ``generation`` trains up to."""
+        return min(self.steps, (generation + 1) * self.perturbation_interval)
+
+
+_SETTINGS = Settings(PBTSettings)
+
+
+class PBTKind(SearchKind):
+    """Population-based training in synchronous generations (see the module's docstring)."""
+
+    name = "pbt"
+    in_rounds = True
+    size_key = "pbt.population"
+    hands_on_checkpoints = True
+
+    def check(self, spec: SweepSpec) -> None:
+        where = spec.where
+        check_space(spec.space, f"{where}: space", spec.global_config)
+        if spec.objective is None:
+            raise InvalidArgumentError(f"{where}: objective", None, "a metric to rank the population by (search: pbt)")
+        if spec.objective.several and not spec.objective.weights:
+            raise InvalidArgumentError(
+                f"{where}: objective", spec.objective.describe(), "one metric, or weights (PBT ranks one score)"
+            )
+        if spec.asynchronous:
+            raise InvalidArgumentError(
+                f"{where}: asynchronous", True, "false for search: pbt (its members exploit each other by generation)"
+            )
+        if spec.pruning is not None:
+            raise InvalidArgumentError(
+                f"{where}: pruning",
+                spec.pruning.rule,
+                "no pruning with search: pbt (it replaces its poor members itself)",
+            )
+        raw = spec.pbt
+        if raw is None:
+            raw = PBTSettings()
+        if isinstance(raw, Mapping):
+            raw = record_from_mapping(PBTSettings, raw, f"{where}: pbt")
+        if not isinstance(raw, PBTSettings):
+            raise InvalidArgumentError(f"{where}: pbt", raw, "a mapping of PBT settings such as {population: 4}")
+        raw.check(f"{where}: pbt")
+        spec.pbt = raw
+        flat = flatten(spec.space)
+        if raw.step_param in flat:
+            raise InvalidArgumentError(
+                f"{where}: pbt.step_param",
+                raw.step_param,
+                f"a parameter PBT sets itself (up to which step a trial trains), not one of space's {sorted(flat)}",
+            )
+        if not flat:
+            raise InvalidArgumentError(f"{where}: space", {}, "the hyper-parameters PBT explores (search: pbt)")
+        spec.rounds = raw.generations
+        spec.per_round = raw.population
+
+    def varying(self, spec: SweepSpec) -> list[str]:
+        settings = spec.pbt if isinstance(spec.pbt, PBTSettings) else PBTSettings()
+        return [*flatten(spec.space), settings.step_param]
+
+    def round_search(self, spec: SweepSpec, state_dir: str) -> RoundSearch:
+        return PBTSearch(spec, state_dir)
+
+
+class PBTSearch(RoundSearch):
+    """The population's generations (rounds): what each member runs next, from whose checkpoint."""
+
+    def __init__(self, spec: SweepSpec, state_dir: str) -> None:
+        super().__init__(spec, state_dir)
+        if not isinstance(spec.pbt, PBTSettings):
+            raise GpuschedError(f"sweep {spec.name}: search 'pbt' needs its settings (pbt)")
+        self.settings: PBTSettings = spec.pbt
+        self.lineage_path = os.path.join(state_dir, LINEAGE_FILE)
+
+    # -- the record --------------------------------------------------------------------------------
+    def lineage(self) -> dict[str, Any]:
+        """``{"members": [[generation entry, ...] per member], "exploits": [...]}``: each entry its trial's
+        parameters, step, score, and where its checkpoint came from."""
+        data = read_json(self.lineage_path)
+        if isinstance(data, dict) and isinstance(data.get("members"), list):
+            return data
+        return {"members": [[] for _ in range(self.settings.population)], "exploits": []}
+
+    def _save(self, data: Mapping[str, Any]) -> None:
+        write_json(self.lineage_path, dict(data))
+
+    # -- proposing a generation --------------------------------------------------------------------
+    def _propose(self, round_no: int) -> list[dict[str, Any]]:
+        s, rng = self.settings, random.Random(f"{self.spec.seed}:pbt:{round_no}")
+        data = self.lineage()
+        members = data["members"]
+        step = s.step_of(round_no)
+        out = []
+        if round_no == 0:
+            for k in range(s.population):
+                hyper = sample_params(self.space, rng, {})
+                out.append(self._proposal(k, round_no, hyper, step, None))
+        else:
+            if any(len(m) < round_no for m in members):
+                raise GpuschedError(f"sweep {self.spec.name}: PBT generation {round_no - 1} was not planned yet")
+            last: list[dict[str, Any]] = [m[round_no - 1] for m in members]
+            order = sorted(range(s.population), key=lambda k: self._rank_key(last[k]))  # best first
+            cut = max(1, int(s.population * s.quantile_fraction))
+            top, bottom = order[:cut], set(order[-cut:])
+            for k in range(s.population):
+                entry = last[k]
+                if k in bottom and k not in top:
+                    donor = rng.choice(top)
+                    hyper = self.explore(dict(last[donor]["hyper"]), rng)
+                    source = last[donor]
+                    data["exploits"].append(
+                        {
+                            "generation": round_no,
+                            "step": last[donor]["step"],
+                            "member": k,
+                            "from_member": donor,
+                            "old": entry["hyper"],
+                            "new": hyper,
+                            "score": entry.get("score"),
+                            "donor_score": last[donor].get("score"),
+                        }
+                    )
+                else:
+                    hyper, source = dict(entry["hyper"]), entry
+                out.append(self._proposal(k, round_no, hyper, step, source))
+        for proposal in out:
+            k = proposal["member"]
+            members[k] = members[k][:round_no] + [
+                {
+                    "member": k,
+                    "generation": round_no,
+                    "step": step,
+                    "hyper": proposal["hyper"],
+                    "from": proposal["from"],
+                    "score": None,
+                    "trial_id": None,
+                }
+            ]
+        self._save(data)
+        return out
+
+    def _proposal(
+        self, member: int, generation: int, hyper: dict[str, Any], step: int, source: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        params = {**self.fixed, **hyper, self.settings.step_param: step}
+        origin = None
+        if source is not None:
+            origin = {"member": source["member"], "generation": source["generation"], "trial_id": source["trial_id"]}
+        return {
+            "params": params,
+            "hyper": hyper,
+            "member": member,
+            "generation": generation,
+            "from": origin,
+            # trials of two members with equal values stay two trials
+            "identity": f"pbt member {member}",
+        }
+
+    def _rank_key(self, entry: Mapping[str, Any]) -> tuple[int, float]:
+        score = entry.get("score")
+        if score is None:  # a failed member ranks last: it exploits the top
+            return (1, 0.0)
+        return (0, self.objective.sort_key(score))
+
+    def explore(self, hyper: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+        """Ray Tune's explore: resample with ``resample_probability``, else perturb by a factor (numbers, kept in
+        range) or move to a neighbouring choice."""
+        s = self.settings
+        out = dict(hyper)
+        for key, dim in self.space.items():
+            if isinstance(dim, spaces.Conditional):
+                dim = dim.dim
+            if key not in out:
+                continue
+            if isinstance(dim, (list, tuple)):
+                dim = spaces.Choice(tuple(dim))
+            if rng.random() < s.resample_probability:
+                out[key] = sample_params({key: dim}, rng, {})[key]
+            elif isinstance(dim, spaces.Choice):
+                values = list(dim.values)
+                i = values.index(out[key]) if out[key] in values else 0
+                out[key] = values[max(0, min(len(values) - 1, i + rng.choice((-1, 1))))]
+            elif isinstance(dim, (spaces.Uniform, spaces.LogUniform, spaces.QUniform)):
+                out[key] = min(dim.high, max(dim.low, float(out[key]) * rng.choice(s.perturbation_factors)))
+                if isinstance(dim, spaces.QUniform):
+                    out[key] = round(out[key] / dim.q) * dim.q
+            elif isinstance(dim, spaces.RandInt):
+                out[key] = int(min(dim.high, max(dim.low, round(int(out[key]) * rng.choice(s.perturbation_factors)))))
+        return out
+
+    # -- before a generation runs: the checkpoints it starts from ---------------------------------------
+    def prepare_trials(self, round_no: int, trials: Sequence[Trial], store: TrialStore) -> None:
+        """Copy into each new trial's checkpoint folder the one it starts from (once: a re-planned round finds it),
+        and note the trials in the lineage."""
+        stored = read_json(self._round_path(round_no))
+        proposals = stored.get("proposals", []) if isinstance(stored, dict) else []
+        data = self.lineage()
+        by_member = {}
+        for trial, proposal in zip(trials, proposals, strict=False):
+            by_member[proposal["member"]] = trial
+            entry = data["members"][proposal["member"]][round_no]
+            entry["trial_id"] = trial.trial_id
+            entry["folder"] = store.trial_dir(trial)
+            source = proposal.get("from")
+            if source is None:
+                continue
+            before = data["members"][source["member"]][source["generation"]]
+            src = os.path.join(before["folder"], CHECKPOINT_FOLDER)
+            dst = os.path.join(store.trial_dir(trial), CHECKPOINT_FOLDER)
+            if os.path.exists(os.path.join(dst, HANDED_OVER_FILE)):
+                continue
+            files = _checkpoint_files(src)
+            if not files:
+                raise GpuschedError(
+                    f"sweep {self.spec.name}: PBT member {source['member']}'s trial of generation "
+                    f"{source['generation']} left no checkpoint in {src}; a PBT trial must save its state there "
+                    f"($GPUSCHED_CHECKPOINT_DIR, or the examples' Checkpoints) for the next generation to start from"
+                )
+            os.makedirs(dst, mode=0o700, exist_ok=True)
+            for name in files:
+                shutil.copyfile(os.path.join(src, name), os.path.join(dst, name), follow_symlinks=False)
+                os.chmod(os.path.join(dst, name), 0o600)
+            write_json(
+                os.path.join(dst, HANDED_OVER_FILE),
+                {
+                    "from_member": source["member"],
+                    "generation": source["generation"],
+                    "trial_id": source["trial_id"],
+                    "folder": src,
+                    "exploited": source["member"] != proposal["member"],
+                },
+            )
+        self._save(data)
+
+    def tell_trials(self, round_no: int, outcomes: Sequence[tuple[Any, ...]]) -> int:
+        """Each member's score in generation ``round_no``, found by its trial's id (two members may run equal
+        values). Returns how many were new."""
+        data = self.lineage()
+        entries = {m[round_no]["trial_id"]: m[round_no] for m in data["members"] if len(m) > round_no}
+        new = 0
+        for trial, values, *_ in outcomes:
+            entry = entries.get(trial.trial_id)
+            if entry is None or entry.get("told"):
+                continue
+            entry["score"] = None if values is None else self._score(values)
+            entry["told"] = True
+            new += 1
+        self._save(data)
+        return new
+
+    def _record(
+        self,
+        proposal: dict[str, Any],
+        params: dict[str, Any],
+        values: tuple[float, ...] | None,
+        pruned: Sequence[tuple[int, float]] | None = None,
+    ) -> None:
+        raise GpuschedError("PBT is told through tell_trials (its members may run equal values)")
+
+
+def _checkpoint_files(folder: str) -> list[str]:
+    """The regular files of a checkpoint folder (never through a link), without PBT's own note."""
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        path = os.path.join(folder, name)
+        if name != HANDED_OVER_FILE and os.path.isfile(path) and not os.path.islink(path):
+            out.append(name)
+    return out
+
+
+def read_handed_over(folder: str) -> dict[str, Any] | None:
+    """What PBT noted in a checkpoint folder it filled (``handed_over.json``), or None."""
+    try:
+        with open(os.path.join(folder, HANDED_OVER_FILE), encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
