@@ -87,6 +87,7 @@ SPEC_KEYS = [
     "asynchronous",
     "pruning",
     "max_workers",
+    "pbt",
     "bogus",
 ]
 #: pruning settings, good and bad: every rule, Optuna's pruners (hyperband only for an asynchronous search)
@@ -119,11 +120,26 @@ def sweep_dicts(draw):
     )
     space = draw(st.dictionaries(st.sampled_from(["x", "y", "lr"]), good_dim, min_size=1, max_size=3))
     spec = {"name": "fz", "command": ["python", "train.py", "{trial_dir}"], "objective": {"metric": "acc"}}
-    kind = draw(st.sampled_from(["grid", "random", "optuna"]))
+    kind = draw(st.sampled_from(["grid", "random", "optuna", "pbt"]))
     if kind == "grid":
         spec.update(search="grid", test_config=[space], grid_steps=draw(st.integers(1, 5)))
     elif kind == "random":
         spec.update(search="random", space=space, count=draw(st.integers(1, 5)))
+    elif kind == "pbt":  # population-based training, its settings good or bad
+        settings = st.one_of(st.integers(-1, 12), st.floats(-1, 2), scalars)
+        spec.update(
+            search="pbt",
+            space=space,
+            pbt=draw(
+                st.fixed_dictionaries(
+                    {},
+                    optional={
+                        k: settings
+                        for k in ("population", "perturbation_interval", "steps", "quantile_fraction", "step_param")
+                    },
+                )
+            ),
+        )
     else:  # an asynchronous Optuna search (BOHB when it draws the Hyperband pruner)
         spec.update(search="optuna", space=space, asynchronous=True, count=draw(st.integers(1, 20)))
         spec.update(sampler=draw(st.sampled_from(["tpe", "gp", "cmaes", "random", "nsga2"])))
