@@ -285,6 +285,8 @@ class AsyncRun:
                     reason="its runner stopped before recording an outcome (killed, or its process died)",
                 )
                 state = written or self.store.state(trial)
+                if state not in FINAL_STATES:  # another run holds it now: its outcome will be that run's to tell
+                    return state
             search, number = self.search, entry["number"]
             if state == "stopped" or search.state_of(number) != search.optuna.trial.TrialState.RUNNING:
                 return state  # stopped: the next run goes on with it; told already: nothing to add
@@ -296,10 +298,6 @@ class AsyncRun:
                 curve = _curve(self.store.trial_dir(trial), self.spec.report_metric)
             search.tell_number(number, values, curve if state == "pruned" or values is not None else None)
             return state
-
-    def done(self) -> bool:
-        """Whether every trial of the plan was handed out and the study holds ``count`` trials."""
-        return len(self.search.known()) >= self.count
 
 
 def _curve(folder: str, metric: str | None) -> list[tuple[int, float]]:
