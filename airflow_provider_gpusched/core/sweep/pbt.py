@@ -337,15 +337,6 @@ class PBTSearch(RoundSearch):
         self._save(data)
         return new
 
-    def _record(
-        self,
-        proposal: dict[str, Any],
-        params: dict[str, Any],
-        values: tuple[float, ...] | None,
-        pruned: Sequence[tuple[int, float]] | None = None,
-    ) -> None:
-        raise GpuschedError("PBT is told through tell_trials (its members may run equal values)")
-
 
 def _checkpoint_files(folder: str) -> list[str]:
     """The regular files of a checkpoint folder (never through a link), without PBT's own note."""

@@ -435,20 +435,7 @@ def trial_rows(
         skipped = {s["trial_id"]: s for s in plan["skipped"]}
         position = {trial_id: i for i, trial_id in enumerate(plan["pending"])}
         for t in plan["trials"]:
-            row = {
-                "index": t["index"],
-                "trial_id": t["trial_id"],
-                "label": t["label"],
-                "params": t["params"],
-                "round": plan.get("round"),
-                "task_id": None,
-                "map_index": None,
-                "result": None,
-                "seconds": None,
-                "error": None,
-                "skipped": False,
-                "step": None,
-            }
+            row = _new_row(t, plan.get("round"))
             if t["trial_id"] in skipped:
                 before = skipped[t["trial_id"]]
                 row.update(
@@ -484,24 +471,28 @@ def trial_rows(
         about = outcome.get("trial")
         if trial_id in trials or not isinstance(about, Mapping):
             continue
-        row = {
-            "index": about["index"],
-            "trial_id": trial_id,
-            "label": about["label"],
-            "params": about["params"],
-            "round": None,
-            "task_id": None,
-            "map_index": None,
-            "result": None,
-            "seconds": None,
-            "error": None,
-            "skipped": False,
-            "step": None,
-            "state": "waiting",
-        }
+        row = {**_new_row(about, None), "state": "waiting"}
         _take_outcome(row, outcome)
         trials[trial_id] = row
     return sorted(trials.values(), key=lambda r: r["index"])
+
+
+def _new_row(trial: Mapping[str, Any], round_no: int | None) -> dict[str, Any]:
+    """A trial's row before its state is known: what its plan (or its outcome) says about it."""
+    return {
+        "index": trial["index"],
+        "trial_id": trial["trial_id"],
+        "label": trial["label"],
+        "params": trial["params"],
+        "round": round_no,
+        "task_id": None,
+        "map_index": None,
+        "result": None,
+        "seconds": None,
+        "error": None,
+        "skipped": False,
+        "step": None,
+    }
 
 
 def _take_outcome(row: dict[str, Any], outcome: Mapping[str, Any] | None) -> None:
