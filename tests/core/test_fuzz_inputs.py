@@ -88,6 +88,7 @@ SPEC_KEYS = [
     "pruning",
     "max_workers",
     "pbt",
+    "hyperband",
     "bogus",
 ]
 #: pruning settings, good and bad: every rule, Optuna's pruners (hyperband only for an asynchronous search)
@@ -120,25 +121,23 @@ def sweep_dicts(draw):
     )
     space = draw(st.dictionaries(st.sampled_from(["x", "y", "lr"]), good_dim, min_size=1, max_size=3))
     spec = {"name": "fz", "command": ["python", "train.py", "{trial_dir}"], "objective": {"metric": "acc"}}
-    kind = draw(st.sampled_from(["grid", "random", "optuna", "pbt"]))
+    kind = draw(st.sampled_from(["grid", "random", "optuna", "pbt", "hyperband"]))
     if kind == "grid":
         spec.update(search="grid", test_config=[space], grid_steps=draw(st.integers(1, 5)))
     elif kind == "random":
         spec.update(search="random", space=space, count=draw(st.integers(1, 5)))
-    elif kind == "pbt":  # population-based training, its settings good or bad
+    elif kind in ("pbt", "hyperband"):  # population-based training or Hyperband, their settings good or bad
         settings = st.one_of(st.integers(-1, 12), st.floats(-1, 2), scalars)
+        keys = {
+            "pbt": ("population", "perturbation_interval", "steps", "quantile_fraction", "step_param"),
+            "hyperband": ("max_t", "min_t", "reduction_factor", "step_param"),
+        }[kind]
         spec.update(
-            search="pbt",
-            space=space,
-            pbt=draw(
-                st.fixed_dictionaries(
-                    {},
-                    optional={
-                        k: settings
-                        for k in ("population", "perturbation_interval", "steps", "quantile_fraction", "step_param")
-                    },
-                )
-            ),
+            {
+                "search": kind,
+                "space": space,
+                kind: draw(st.fixed_dictionaries({}, optional=dict.fromkeys(keys, settings))),
+            }
         )
     else:  # an asynchronous Optuna search (BOHB when it draws the Hyperband pruner)
         spec.update(search="optuna", space=space, asynchronous=True, count=draw(st.integers(1, 20)))

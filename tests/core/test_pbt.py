@@ -107,7 +107,10 @@ NO_CHECKPOINT = "import json, os; json.dump({'score': 1.0}, open(os.path.join(os
 
 
 def test_a_trial_that_leaves_no_checkpoint_stops_the_next_generation_naming_the_folder(tmp_path):
-    with pytest.raises(GpuschedError, match=r"left no checkpoint in .*/checkpoint; a PBT trial must save its state"):
+    with pytest.raises(
+        GpuschedError,
+        match=r"PBT member 0's trial of generation 0 left no checkpoint in .*/checkpoint; its trials must save",
+    ):
         run_sweep(
             spec(tmp_path, command=[sys.executable, "-c", NO_CHECKPOINT]),
             manager=manager(tmp_path),

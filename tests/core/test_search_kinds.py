@@ -42,17 +42,22 @@ def ablation():
 
 
 def test_the_built_in_kinds_are_registered_under_their_names():
-    assert list(search_kinds.SEARCH_KINDS) == ["grid", "random", "optuna", "evolution", "pbt"]
+    assert list(search_kinds.SEARCH_KINDS) == ["grid", "random", "optuna", "evolution", "pbt", "hyperband"]
     for name, kind in search_kinds.SEARCH_KINDS.items():
         assert isinstance(kind, SearchKind) and kind.name == name
-    assert [k for k, v in search_kinds.SEARCH_KINDS.items() if v.in_rounds] == ["optuna", "evolution", "pbt"]
+    assert [k for k, v in search_kinds.SEARCH_KINDS.items() if v.in_rounds] == [
+        "optuna",
+        "evolution",
+        "pbt",
+        "hyperband",
+    ]
 
 
 def test_an_unknown_search_lists_the_registered_kinds():
     with pytest.raises(
         InvalidArgumentError,
         match=r"search: expected one of \['grid', 'random', 'optuna', "
-        r"'evolution', 'pbt'\], got 'bayes'",
+        r"'evolution', 'pbt', 'hyperband'\], got 'bayes'",
     ):
         SweepSpec(name="s", search="bayes", space={"a": [1]}, command=["true"])
 

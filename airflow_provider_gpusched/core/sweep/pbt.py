@@ -284,9 +284,7 @@ class PBTSearch(RoundSearch):
         stored = read_json(self._round_path(round_no))
         proposals = stored.get("proposals", []) if isinstance(stored, dict) else []
         data = self.lineage()
-        by_member = {}
         for trial, proposal in zip(trials, proposals, strict=False):
-            by_member[proposal["member"]] = trial
             entry = data["members"][proposal["member"]][round_no]
             entry["trial_id"] = trial.trial_id
             entry["folder"] = store.trial_dir(trial)
@@ -294,30 +292,16 @@ class PBTSearch(RoundSearch):
             if source is None:
                 continue
             before = data["members"][source["member"]][source["generation"]]
-            src = os.path.join(before["folder"], CHECKPOINT_FOLDER)
-            dst = os.path.join(store.trial_dir(trial), CHECKPOINT_FOLDER)
-            if os.path.exists(os.path.join(dst, HANDED_OVER_FILE)):
-                continue
-            files = _checkpoint_files(src)
-            if not files:
-                raise GpuschedError(
-                    f"sweep {self.spec.name}: PBT member {source['member']}'s trial of generation "
-                    f"{source['generation']} left no checkpoint in {src}; a PBT trial must save its state there "
-                    f"($GPUSCHED_CHECKPOINT_DIR, or the examples' Checkpoints) for the next generation to start from"
-                )
-            os.makedirs(dst, mode=0o700, exist_ok=True)
-            for name in files:
-                shutil.copyfile(os.path.join(src, name), os.path.join(dst, name), follow_symlinks=False)
-                os.chmod(os.path.join(dst, name), 0o600)
-            write_json(
-                os.path.join(dst, HANDED_OVER_FILE),
+            hand_over(
+                before["folder"],
+                store.trial_dir(trial),
                 {
                     "from_member": source["member"],
                     "generation": source["generation"],
                     "trial_id": source["trial_id"],
-                    "folder": src,
                     "exploited": source["member"] != proposal["member"],
                 },
+                f"sweep {self.spec.name}: PBT member {source['member']}'s trial of generation {source['generation']}",
             )
         self._save(data)
 
@@ -336,6 +320,27 @@ class PBTSearch(RoundSearch):
             new += 1
         self._save(data)
         return new
+
+
+def hand_over(source: str, target: str, note: Mapping[str, Any], what: str) -> None:
+    """Start trial folder ``target`` from the checkpoint of trial folder ``source``: a copy of its checkpoint folder's
+    files (regular files, never through a link, private) and ``handed_over.json`` (``note``, with the source folder).
+    Done once: a target that has its note already is left as it is. ``what`` names the source in the error when it
+    left no checkpoint."""
+    src, dst = os.path.join(source, CHECKPOINT_FOLDER), os.path.join(target, CHECKPOINT_FOLDER)
+    if os.path.exists(os.path.join(dst, HANDED_OVER_FILE)):
+        return
+    files = _checkpoint_files(src)
+    if not files:
+        raise GpuschedError(
+            f"{what} left no checkpoint in {src}; its trials must save their state there ($GPUSCHED_CHECKPOINT_DIR, "
+            f"or the examples' Checkpoints) for the next trial to start from"
+        )
+    os.makedirs(dst, mode=0o700, exist_ok=True)
+    for name in files:
+        shutil.copyfile(os.path.join(src, name), os.path.join(dst, name), follow_symlinks=False)
+        os.chmod(os.path.join(dst, name), 0o600)
+    write_json(os.path.join(dst, HANDED_OVER_FILE), {**note, "folder": src})
 
 
 def _checkpoint_files(folder: str) -> list[str]:

@@ -28,6 +28,7 @@ from airflow_provider_gpusched.core.sweep.expand import (
     flatten,
     random_trials,
 )
+from airflow_provider_gpusched.core.sweep.hyperband import HyperbandKind
 from airflow_provider_gpusched.core.sweep.pbt import PBTKind
 from airflow_provider_gpusched.core.sweep.search_kind import SearchKind
 
@@ -268,5 +269,5 @@ class EvolutionKind(SearchKind):
 
 #: every search type, by the name a spec's ``search`` gives
 SEARCH_KINDS: dict[str, SearchKind] = {
-    kind.name: kind for kind in (GridKind(), RandomKind(), OptunaKind(), EvolutionKind(), PBTKind())
+    kind.name: kind for kind in (GridKind(), RandomKind(), OptunaKind(), EvolutionKind(), PBTKind(), HyperbandKind())
 }

@@ -38,6 +38,7 @@ from airflow_provider_gpusched.core.sweep.expand import (
     Trial,
     flatten,
 )
+from airflow_provider_gpusched.core.sweep.hyperband import HyperbandSettings
 from airflow_provider_gpusched.core.sweep.objective import Objective, objective_from_mapping
 from airflow_provider_gpusched.core.sweep.pbt import PBTSettings
 from airflow_provider_gpusched.core.sweep.pruning import PruningRule
@@ -88,6 +89,8 @@ class SweepSpec:
     evolution: EvolutionSettings | None = None
     #: population-based training's settings (``search: pbt``, core/sweep/pbt.py)
     pbt: PBTSettings | None = None
+    #: synchronous Hyperband's settings (``search: hyperband``, core/sweep/hyperband.py)
+    hyperband: HyperbandSettings | None = None
     #: a trial that ran but whose result cannot be scored: "fail" its task, or only "record" it as invalid
     on_invalid_result: Annotated[str, says("'fail' or 'record'"), one_of(("fail", "record"))] = "fail"
     #: refuse a stage of more trials than this (counted before expanding); default $GPUSCHED_MAX_TRIALS or 100,000
@@ -162,8 +165,9 @@ class SweepSpec:
             raise InvalidArgumentError(f"{w}: resources", self.resources, "a mapping such as {gpus: 1}")
         if self.evolution is not None and not isinstance(self.evolution, (EvolutionSettings, Mapping)):
             raise InvalidArgumentError(f"{w}: evolution", self.evolution, "a mapping of evolution settings")
-        if self.pbt is not None and self.search != "pbt":
-            raise InvalidArgumentError(f"{w}: pbt", "...", "pbt settings only with search: pbt")
+        for key in ("pbt", "hyperband"):  # the settings of one search type, named as that type
+            if getattr(self, key) is not None and self.search != key:
+                raise InvalidArgumentError(f"{w}: {key}", "...", f"{key} settings only with search: {key}")
         for key, value in (
             ("global_config", self.global_config),
             ("test_config", self.test_config),
