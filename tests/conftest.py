@@ -77,7 +77,6 @@ SHARED_START_UNITS = {
     "tests/core/test_model_cost.py": "pytorch",
     "tests/core/test_profile.py": "pytorch",
     "tests/examples/test_digits_training.py": "pytorch",
-    "tests/core/test_async_search_gp.py": "pytorch",
     "tests/core/test_partition.py": "partition",
     "tests/core/test_architecture.py": "architecture",
 }

@@ -25,7 +25,7 @@ TRAIN = (
     "d = os.environ['GPUSCHED_TRIAL_DIR']\n"
     "from airflow_provider_gpusched.trial import report\n"
     "for s in range(1, 7):\n"
-    "    time.sleep(0.25 if p['x'] > 0 else 0.02); report(step=s, y=-(p['x'] - 1) ** 2 * (1 + 1 / s))\n"
+    "    time.sleep(0.15 if p['x'] > 0 else 0.02); report(step=s, y=-(p['x'] - 1) ** 2 * (1 + 1 / s))\n"
     "json.dump({'y': -(p['x'] - 1) ** 2}, open(os.path.join(d, 'result.json'), 'w'))"
 )
 
@@ -137,7 +137,7 @@ def test_a_killed_run_resumes_its_trials_on_the_same_study_trials(tmp_path):
     """A worker that dies after taking trials leaves them RUNNING in the study without an outcome (one had started:
     ``running`` in the store): the next run plans them first and runs them on the same study trials; the study ends
     with count trials, none lost or doubled."""
-    session = SweepSession(spec(tmp_path, count=5), str(tmp_path))
+    session = SweepSession(spec(tmp_path, count=3), str(tmp_path))
     dead = session.asynchronous("r1")
     dead.plan()
     taken = [dead.next_trial("w1"), dead.next_trial("w2")]
@@ -145,10 +145,10 @@ def test_a_killed_run_resumes_its_trials_on_the_same_study_trials(tmp_path):
     numbers = {t.user_attrs["trial_id"]: t.number for t in study(tmp_path).trials}
     assert [numbers[t.trial_id] for t in taken] == [0, 1]
     # (the worker dies here)
-    summary = run_sweep(spec(tmp_path, count=5), manager=manager(tmp_path), progress=False, run="r2")
-    assert summary["counts"]["succeeded"] == 5 and summary["counts"]["skipped"] == 0
+    summary = run_sweep(spec(tmp_path, count=3), manager=manager(tmp_path), progress=False, run="r2")
+    assert summary["counts"]["succeeded"] == 3 and summary["counts"]["skipped"] == 0
     trials = study(tmp_path).trials
-    assert len(trials) == 5 and all(t.state.name == "COMPLETE" for t in trials)
+    assert len(trials) == 3 and all(t.state.name == "COMPLETE" for t in trials)
     assert {t.user_attrs["trial_id"]: t.number for t in trials if t.number < 2} == {
         t.trial_id: numbers[t.trial_id] for t in taken
     }

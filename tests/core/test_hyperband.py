@@ -15,7 +15,7 @@ from .test_pbt import spec as pbt_spec
 
 
 def spec(root, **kw):
-    settings = {"search": "hyperband", "name": "hb", "pbt": None, "hyperband": {"max_t": 9, "reduction_factor": 3}}
+    settings = {"search": "hyperband", "name": "hb", "pbt": None, "hyperband": {"max_t": 4, "reduction_factor": 2}}
     settings.update(kw)
     return pbt_spec(root, **settings)
 
@@ -36,13 +36,13 @@ def test_the_brackets_are_hyperbands():
     }
 
 
-def test_each_rung_keeps_the_best_third_and_they_go_on_from_their_checkpoints(tmp_path):
-    """max_t 9, eta 3: round 0 runs 9 configurations at 1 step, 5 at 3 and 3 at 9; round 1 the best 3 of the first
-    bracket at 3 steps and the best of the second at 9; round 2 the best of those 3 at 9. 22 trials in all."""
+def test_each_rung_keeps_the_best_and_they_go_on_from_their_checkpoints(tmp_path):
+    """max_t 4, eta 2: round 0 runs 4 configurations at 1 step, 3 at 2 and 3 at 4; round 1 the best 2 of the first
+    bracket at 2 steps and the best of the second at 4; round 2 the better of those 2 at 4. 14 trials in all."""
     summary = run_sweep(spec(tmp_path), manager=manager(tmp_path), progress=False, run="r1")
-    assert summary["counts"]["succeeded"] == 22
+    assert summary["counts"]["succeeded"] == 14
     record = SweepSession(spec(tmp_path), str(tmp_path)).search.record()["brackets"]
-    assert {s: [len(rung) for rung in rungs] for s, rungs in record.items()} == {"2": [9, 3, 1], "1": [5, 1], "0": [3]}
+    assert {s: [len(rung) for rung in rungs] for s, rungs in record.items()} == {"2": [4, 2, 1], "1": [3, 1], "0": [3]}
     results = {}
     for rungs in record.values():
         for rung in rungs:
@@ -61,7 +61,7 @@ def test_each_rung_keeps_the_best_third_and_they_go_on_from_their_checkpoints(tm
                 assert results[e["trial_id"]]["start"] == results[last["trial_id"]]["end"]
                 assert e["hyper"] == last["hyper"]
     again = run_sweep(spec(tmp_path), manager=manager(tmp_path), progress=False, run="r2")
-    assert again["counts"]["skipped"] == 22
+    assert again["counts"]["skipped"] == 14
 
 
 @pytest.mark.parametrize(
