@@ -111,3 +111,53 @@ def test_the_documented_kind_validates_its_own_settings(ablation):
         SweepSpec(
             name="s", search="ablation", global_config={"lr": 0.1}, space={"width": [64]}, command=["true"], where="s"
         )
+
+
+def _scheduler_blocks() -> list[str]:
+    text = DOC.read_text()
+    section = text[text.index("## Adding a scheduler") :]
+    section = section[: section.index("\n## ", 3)]
+    return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+def test_the_pages_scheduler_halves_its_configurations_and_each_goes_on_from_its_checkpoint(tmp_path):
+    """docs/development.md "Adding a scheduler", run as written: 4 configurations of a checkpointing trainer
+    (tests/core/test_pbt.py's), rungs of 4, 2 and 1, each trial that goes on resuming where its last one stopped."""
+    import json
+
+    from .test_pbt import TRAIN
+
+    module_code, registry_line = _scheduler_blocks()
+    namespace: dict = {}
+    exec(compile(module_code, "docs/development.md (halving.py)", "exec"), namespace)
+    exec(
+        compile(registry_line, "docs/development.md (registry line)", "exec"),
+        {"SEARCH_KINDS": search_kinds.SEARCH_KINDS, "HalvingKind": namespace["HalvingKind"]},
+    )
+    try:
+        from airflow_provider_gpusched.core.sweep import Objective, loguniform
+
+        spec = SweepSpec(
+            name="halving",
+            search="halving",
+            count=4,
+            seed=2,
+            space={"lr": loguniform(0.001, 0.5)},
+            command=[sys.executable, "-c", TRAIN],
+            objective=Objective("score", "maximize"),
+            results_root=str(tmp_path),
+        )
+        manager = LeaseManager(SimulatedInventory("4x24GiB"), str(tmp_path / "leases"))
+        summary = run_sweep(spec, manager=manager, progress=False, run="r1")
+    finally:
+        search_kinds.SEARCH_KINDS.pop("halving", None)
+    assert summary["counts"]["succeeded"] == 7  # 4 + 2 + 1
+    results = [json.loads(p.read_text()) for p in (tmp_path / "halving" / "trials").glob("*/result.json")]
+    by_steps = {steps: [r for r in results if r["end"]["step"] == steps] for steps in (1, 2, 4)}
+    assert [len(by_steps[s]) for s in (1, 2, 4)] == [4, 2, 1]
+    best_two = sorted(by_steps[1], key=lambda r: -r["score"])[:2]
+    assert sorted(r["lr"] for r in by_steps[2]) == sorted(r["lr"] for r in best_two)  # the better half went on
+    for later, earlier_steps in ((by_steps[2], 1), (by_steps[4], 2)):
+        for r in later:  # from its own checkpoint: it started where its configuration's last trial ended
+            before = next(b for b in by_steps[earlier_steps] if b["lr"] == r["lr"])
+            assert r["start"] == before["end"]

@@ -193,8 +193,7 @@ class HyperbandSearch(RoundSearch):
 
     def prepare_trials(self, round_no: int, trials: Sequence[Trial], store: TrialStore) -> None:
         """Note each trial in its rung; a configuration that goes on starts from its last trial's checkpoint."""
-        stored = read_json(self._round_path(round_no))
-        proposals = stored.get("proposals", []) if isinstance(stored, dict) else []
+        proposals = self.ask_proposals(round_no)
         data = self.record()
         for trial, proposal in zip(trials, proposals, strict=False):
             rung = data["brackets"][str(proposal["bracket"])][round_no]

@@ -281,8 +281,7 @@ class PBTSearch(RoundSearch):
     def prepare_trials(self, round_no: int, trials: Sequence[Trial], store: TrialStore) -> None:
         """Copy into each new trial's checkpoint folder the one it starts from (once: a re-planned round finds it),
         and note the trials in the lineage."""
-        stored = read_json(self._round_path(round_no))
-        proposals = stored.get("proposals", []) if isinstance(stored, dict) else []
+        proposals = self.ask_proposals(round_no)
         data = self.lineage()
         for trial, proposal in zip(trials, proposals, strict=False):
             entry = data["members"][proposal["member"]][round_no]

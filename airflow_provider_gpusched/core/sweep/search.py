@@ -94,12 +94,16 @@ class RoundSearch:
         are not told apart by their parameters alone (PBT's members) finds them by trial id."""
         return self.tell(round_no, [(trial.params, *rest) for trial, *rest in outcomes])
 
+    def ask_proposals(self, round_no: int) -> list[dict[str, Any]]:
+        """This round's stored proposals, each as :meth:`_propose` made it (``params`` and what the search noted)."""
+        stored = read_json(self._round_path(round_no))
+        proposals = stored.get("proposals", []) if isinstance(stored, dict) else []
+        return [p for p in proposals if isinstance(p, dict)]
+
     def identities(self, round_no: int) -> list[str | None]:
         """What, besides its parameters, tells this round's trials apart (PBT's member): ``identity`` of each
         stored proposal, None for most searches."""
-        stored = read_json(self._round_path(round_no))
-        proposals = stored.get("proposals", []) if isinstance(stored, dict) else []
-        return [p.get("identity") for p in proposals]
+        return [p.get("identity") for p in self.ask_proposals(round_no)]
 
     def prepare_trials(self, round_no: int, trials: Sequence[Trial], store: TrialStore) -> None:
         """Called with a round's trials when it is planned (PBT copies the checkpoints they start from)."""
