@@ -81,3 +81,8 @@ def test_bad_hyperband_settings_are_refused_when_the_spec_is_made(tmp_path, sett
         spec(tmp_path, **settings)
     assert err.value.argument.endswith(argument), err.value
     assert expected in str(err.value), err.value
+
+
+def test_the_preview_counts_each_rung_of_every_bracket(tmp_path):
+    preview = SweepSession(spec(tmp_path, hyperband={"max_t": 9, "reduction_factor": 3}), str(tmp_path)).preview()
+    assert [r["trials"] for r in preview["rounds"]] == [17, 4, 1] and preview["trials"] == 22

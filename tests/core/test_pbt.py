@@ -138,3 +138,8 @@ def test_bad_pbt_settings_are_refused_when_the_spec_is_made(tmp_path, settings, 
         spec(tmp_path, **settings)
     assert err.value.argument.endswith(argument), err.value
     assert expected in str(err.value), err.value
+
+
+def test_the_preview_counts_every_member_of_every_generation(tmp_path):
+    preview = SweepSession(spec(tmp_path, space={"lr": [0.01, 0.1]}), str(tmp_path)).preview()
+    assert [r["trials"] for r in preview["rounds"]] == [4, 4, 4]  # (values repeat across members: no cap)

@@ -128,6 +128,12 @@ class HyperbandKind(SearchKind):
         spec.rounds = raw.s_max + 1
         spec.per_round = sum(rungs[0][0] for rungs in brackets.values())
 
+    def round_sizes(self, spec: SweepSpec, space_size: int | None) -> list[int]:
+        """Rung ``k`` of every bracket that has one (a configuration that goes on is a trial again)."""
+        settings = spec.hyperband if isinstance(spec.hyperband, HyperbandSettings) else HyperbandSettings()
+        rungs = settings.brackets().values()
+        return [sum(r[k][0] for r in rungs if len(r) > k) for k in range(settings.s_max + 1)]
+
     def varying(self, spec: SweepSpec) -> list[str]:
         settings = spec.hyperband if isinstance(spec.hyperband, HyperbandSettings) else HyperbandSettings()
         return [*flatten(spec.space), settings.step_param]

@@ -143,6 +143,10 @@ class PBTKind(SearchKind):
         spec.rounds = raw.generations
         spec.per_round = raw.population
 
+    def round_sizes(self, spec: SweepSpec, space_size: int | None) -> list[int]:
+        """Every member in every generation (a member's values may repeat another's)."""
+        return [spec.per_round or 0] * (spec.rounds or 0)
+
     def varying(self, spec: SweepSpec) -> list[str]:
         settings = spec.pbt if isinstance(spec.pbt, PBTSettings) else PBTSettings()
         return [*flatten(spec.space), settings.step_param]

@@ -45,6 +45,17 @@ class SearchKind:
             )
         return spec.per_round
 
+    def round_sizes(self, spec: SweepSpec, space_size: int | None) -> list[int]:
+        """How many trials each round of a round kind has at most (``gpusched sweep preview``): ``per_round`` each,
+        capped by what a finite space of ``space_size`` points still holds (no round proposes a point already
+        evaluated)."""
+        out, left, per_round = [], space_size, spec.per_round or 0
+        for _ in range(spec.rounds or 0):
+            n = per_round if left is None else min(per_round, left)
+            out.append(n)
+            left = None if left is None else left - n
+        return out
+
     def trials(self, spec: SweepSpec) -> list[Trial]:
         raise InvalidArgumentError(
             f"{spec.where}: search",

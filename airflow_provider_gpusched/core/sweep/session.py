@@ -355,14 +355,8 @@ class SweepSession:
     def preview(self) -> dict[str, Any]:
         """The trials a run would have, with their current state, without running or writing anything."""
         if self.spec.in_rounds:
-            # a finite space caps the trials: no round proposes a point already evaluated
-            size = left = finite_space_size(flatten(self.spec.space))
-            rows = []
-            rounds, per_round = self.spec.rounds or 0, self.spec.per_round or 0  # a round search's kind set both
-            for r in range(rounds):
-                n = per_round if left is None else min(per_round, left)
-                rows.append({"round": r, "trials": n})
-                left = None if left is None else left - n
+            size = finite_space_size(flatten(self.spec.space))
+            rows = [{"round": r, "trials": n} for r, n in enumerate(self.spec.kind.round_sizes(self.spec, size))]
             return {
                 "sweep": self.spec.name,
                 "search": self.spec.search,
