@@ -22,11 +22,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
+from airflow_provider_gpusched.core.checks import record_from_mapping
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.records import Settings, says
-from airflow_provider_gpusched.core.sweep.expand import sample_params
-from airflow_provider_gpusched.core.sweep.pbt import SteppedKind, hand_over
+from airflow_provider_gpusched.core.sweep.expand import check_space, flatten, sample_params
+from airflow_provider_gpusched.core.sweep.pbt import hand_over
 from airflow_provider_gpusched.core.sweep.search import RoundSearch
+from airflow_provider_gpusched.core.sweep.search_kind import SearchKind
 from airflow_provider_gpusched.core.sweep.store import read_json, write_json
 
 if TYPE_CHECKING:
@@ -80,28 +82,61 @@ class HyperbandSettings:
 _SETTINGS = Settings(HyperbandSettings)
 
 
-class HyperbandKind(SteppedKind):
+class HyperbandKind(SearchKind):
     """Synchronous Hyperband (see the module's docstring)."""
 
     name = "hyperband"
+    in_rounds = True
     size_key = "hyperband.max_t"
-    settings_key = "hyperband"
-    settings_class = HyperbandSettings
-    label, ranks, uses_space, example = "Hyperband", "each rung", "draws", "{max_t: 27, reduction_factor: 3}"
-    refused: ClassVar[dict[str, str]] = {
-        "asynchronous": "none with search: hyperband (its rungs wait for each other)",
-        "pruning": "none with search: hyperband (its rungs stop trials)",
-    }
+    hands_on_checkpoints = True
+    #: the settings mapping of the spec this kind reads
+    settings_key: ClassVar[str] = "hyperband"
 
-    def size(self, spec: SweepSpec, settings: Any) -> None:
-        spec.rounds = settings.s_max + 1
-        spec.per_round = sum(rungs[0][0] for rungs in settings.brackets().values())
+    def check(self, spec: SweepSpec) -> None:
+        where = spec.where
+        check_space(spec.space, f"{where}: space", spec.global_config)
+        if spec.objective is None:
+            raise InvalidArgumentError(f"{where}: objective", None, "a metric to rank each rung by (search: hyperband)")
+        if spec.objective.several and not spec.objective.weights:
+            raise InvalidArgumentError(
+                f"{where}: objective", spec.objective.describe(), "one metric, or weights (a rung ranks one score)"
+            )
+        for key, why in (("asynchronous", "its rungs wait for each other"), ("pruning", "its rungs stop trials")):
+            if getattr(spec, key):
+                raise InvalidArgumentError(
+                    f"{where}: {key}", getattr(spec, key), f"none with search: hyperband ({why})"
+                )
+        raw = spec.hyperband if spec.hyperband is not None else HyperbandSettings()
+        if isinstance(raw, Mapping):
+            raw = record_from_mapping(HyperbandSettings, raw, f"{where}: hyperband")
+        if not isinstance(raw, HyperbandSettings):
+            raise InvalidArgumentError(f"{where}: hyperband", raw, "a mapping such as {max_t: 27, reduction_factor: 3}")
+        raw.check(f"{where}: hyperband")
+        spec.hyperband = raw
+        flat = flatten(spec.space)
+        if raw.step_param in flat:
+            raise InvalidArgumentError(
+                f"{where}: hyperband.step_param",
+                raw.step_param,
+                f"a parameter Hyperband sets itself (up to which step a trial trains), not one of {sorted(flat)}",
+            )
+        if not flat:
+            raise InvalidArgumentError(
+                f"{where}: space", {}, "the hyper-parameters Hyperband draws (search: hyperband)"
+            )
+        brackets = raw.brackets()
+        spec.rounds = raw.s_max + 1
+        spec.per_round = sum(rungs[0][0] for rungs in brackets.values())
 
     def round_sizes(self, spec: SweepSpec, space_size: int | None) -> list[int]:
         """Rung ``k`` of every bracket that has one (a configuration that goes on is a trial again)."""
-        settings = self.settings_of(spec)
+        settings = spec.hyperband if isinstance(spec.hyperband, HyperbandSettings) else HyperbandSettings()
         rungs = settings.brackets().values()
         return [sum(r[k][0] for r in rungs if len(r) > k) for k in range(settings.s_max + 1)]
+
+    def varying(self, spec: SweepSpec) -> list[str]:
+        settings = spec.hyperband if isinstance(spec.hyperband, HyperbandSettings) else HyperbandSettings()
+        return [*flatten(spec.space), settings.step_param]
 
     def round_search(self, spec: SweepSpec, state_dir: str) -> RoundSearch:
         return HyperbandSearch(spec, state_dir)

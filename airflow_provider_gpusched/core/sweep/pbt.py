@@ -28,7 +28,7 @@ import random
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any
 
 from airflow_provider_gpusched.core.checks import record_from_mapping
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
@@ -95,95 +95,61 @@ class PBTSettings:
 _SETTINGS = Settings(PBTSettings)
 
 
-class SteppedKind(SearchKind):
-    """A round search whose trials train up to a step it sets (``step_param``) and go on from their checkpoints
-    (PBT, Hyperband): what their specs share. Subclasses set the settings class and key, and the words of their
-    refusals."""
-
-    in_rounds = True
-    hands_on_checkpoints = True
-    #: the spec's field with this kind's settings, and their class (a dataclass with ``check`` and ``step_param``)
-    settings_key: ClassVar[str]
-    settings_class: ClassVar[type[Any]]
-    #: how errors call the kind ("PBT"), what it ranks ("the population"), what ``space`` is to it ("explores")
-    label: ClassVar[str]
-    ranks: ClassVar[str]
-    uses_space: ClassVar[str]
-    #: the spec settings it refuses, with what it expects instead
-    refused: ClassVar[dict[str, str]]
-    example: ClassVar[str]
-
-    def settings_of(self, spec: SweepSpec) -> Any:
-        found = getattr(spec, self.settings_key)
-        return found if isinstance(found, self.settings_class) else self.settings_class()
-
-    def check(self, spec: SweepSpec) -> None:
-        where, key = spec.where, self.settings_key
-        check_space(spec.space, f"{where}: space", spec.global_config)
-        if spec.objective is None:
-            raise InvalidArgumentError(f"{where}: objective", None, f"a metric to rank {self.ranks} by (search: {key})")
-        if spec.objective.several and not spec.objective.weights:
-            raise InvalidArgumentError(
-                f"{where}: objective",
-                spec.objective.describe(),
-                f"one metric, or weights ({self.label} ranks one score)",
-            )
-        for name, expected in self.refused.items():
-            value = getattr(spec, name)
-            if value:
-                raise InvalidArgumentError(f"{where}: {name}", getattr(value, "rule", value), expected)
-        raw: Any = getattr(spec, key)
-        raw = self.settings_class() if raw is None else raw
-        if isinstance(raw, Mapping):
-            raw = record_from_mapping(self.settings_class, raw, f"{where}: {key}")
-        if not isinstance(raw, self.settings_class):
-            raise InvalidArgumentError(
-                f"{where}: {key}", raw, f"a mapping of {self.label} settings such as {self.example}"
-            )
-        raw.check(f"{where}: {key}")
-        setattr(spec, key, raw)
-        flat = flatten(spec.space)
-        if raw.step_param in flat:
-            raise InvalidArgumentError(
-                f"{where}: {key}.step_param",
-                raw.step_param,
-                f"a parameter {self.label} sets itself (up to which step a trial trains), not one of space's "
-                f"{sorted(flat)}",
-            )
-        if not flat:
-            raise InvalidArgumentError(
-                f"{where}: space", {}, f"the hyper-parameters {self.label} {self.uses_space} (search: {key})"
-            )
-        self.size(spec, raw)
-
-    def size(self, spec: SweepSpec, settings: Any) -> None:
-        """Set ``spec.rounds`` and ``spec.per_round`` from the checked settings."""
-        raise NotImplementedError
-
-    def varying(self, spec: SweepSpec) -> list[str]:
-        return [*flatten(spec.space), self.settings_of(spec).step_param]
-
-
-class PBTKind(SteppedKind):
+class PBTKind(SearchKind):
     """Population-based training in synchronous generations (see the module's docstring)."""
 
     name = "pbt"
+    in_rounds = True
     size_key = "pbt.population"
-    settings_key = "pbt"
-    settings_class = PBTSettings
-    label, ranks, uses_space, example = "PBT", "the population", "explores", "{population: 4}"
-    refused: ClassVar[dict[str, str]] = {
-        "asynchronous": "false for search: pbt (its members exploit each other by generation)",
-        "pruning": "no pruning with search: pbt (it replaces its poor members itself)",
-    }
+    hands_on_checkpoints = True
 
-    def size(self, spec: SweepSpec, settings: Any) -> None:
-        spec.rounds = settings.generations
-        spec.per_round = settings.population
+    def check(self, spec: SweepSpec) -> None:
+        where = spec.where
+        check_space(spec.space, f"{where}: space", spec.global_config)
+        if spec.objective is None:
+            raise InvalidArgumentError(f"{where}: objective", None, "a metric to rank the population by (search: pbt)")
+        if spec.objective.several and not spec.objective.weights:
+            raise InvalidArgumentError(
+                f"{where}: objective", spec.objective.describe(), "one metric, or weights (PBT ranks one score)"
+            )
+        if spec.asynchronous:
+            raise InvalidArgumentError(
+                f"{where}: asynchronous", True, "false for search: pbt (its members exploit each other by generation)"
+            )
+        if spec.pruning is not None:
+            raise InvalidArgumentError(
+                f"{where}: pruning",
+                spec.pruning.rule,
+                "no pruning with search: pbt (it replaces its poor members itself)",
+            )
+        raw = spec.pbt
+        if raw is None:
+            raw = PBTSettings()
+        if isinstance(raw, Mapping):
+            raw = record_from_mapping(PBTSettings, raw, f"{where}: pbt")
+        if not isinstance(raw, PBTSettings):
+            raise InvalidArgumentError(f"{where}: pbt", raw, "a mapping of PBT settings such as {population: 4}")
+        raw.check(f"{where}: pbt")
+        spec.pbt = raw
+        flat = flatten(spec.space)
+        if raw.step_param in flat:
+            raise InvalidArgumentError(
+                f"{where}: pbt.step_param",
+                raw.step_param,
+                f"a parameter PBT sets itself (up to which step a trial trains), not one of space's {sorted(flat)}",
+            )
+        if not flat:
+            raise InvalidArgumentError(f"{where}: space", {}, "the hyper-parameters PBT explores (search: pbt)")
+        spec.rounds = raw.generations
+        spec.per_round = raw.population
 
     def round_sizes(self, spec: SweepSpec, space_size: int | None) -> list[int]:
         """Every member in every generation (a member's values may repeat another's)."""
         return [spec.per_round or 0] * (spec.rounds or 0)
+
+    def varying(self, spec: SweepSpec) -> list[str]:
+        settings = spec.pbt if isinstance(spec.pbt, PBTSettings) else PBTSettings()
+        return [*flatten(spec.space), settings.step_param]
 
     def round_search(self, spec: SweepSpec, state_dir: str) -> RoundSearch:
         return PBTSearch(spec, state_dir)
