@@ -66,7 +66,11 @@ def test_bohb_example_searches_asynchronously_and_hyperband_prunes_in_the_shared
     from optuna.storages.journal import JournalFileBackend
 
     state, xcoms, states = run_and_collect(the_dag(REPO / "dags" / "digits_bohb.py"))
-    assert state == "success", states
+    assert state == "success", (
+        states,
+        {k: v for k, v in xcoms.get("digits_bohb.collect", {}).get("return_value", {}).items() if k != "text"},
+        [(r["index"], r["state"], r.get("run"), r.get("error")) for r in records(sweeps_root, "digits_bohb")],
+    )
     workers = sorted(k for k in states if isinstance(k, tuple) and k[0] == "digits_bohb.run_batch")
     assert len(workers) == 3 and all(states[k][0] == "success" for k in workers)
     rows = records(sweeps_root, "digits_bohb")

@@ -585,10 +585,17 @@ def test_the_sweeps_tab_of_a_10000_trial_sweep_renders_in_under_3_seconds_and_st
     page = browser_page
     body = json.dumps(_ten_thousand_trial_view())
     assert len(body) < 2_000_000, len(body)
-    answered: list[float] = []
+    answered: list[tuple[float, float]] = []
+    # the page's main-thread CPU time (Chrome's own counter, in thread ticks): what the page costs, which another
+    # process busy on the same cores does not inflate as it does the wall-clock time
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Performance.enable", {"timeDomain": "threadTicks"})
+
+    def main_thread_s() -> float:
+        return next(m["value"] for m in cdp.send("Performance.getMetrics")["metrics"] if m["name"] == "TaskDuration")
 
     def answer(route) -> None:
-        answered.append(time.monotonic())
+        answered.append((time.monotonic(), main_thread_s()))
         route.fulfill(status=200, content_type="application/json", body=body)
 
     page.route("**/gpusched/api/dags/gpusched_sweep_grid/sweeps*", answer)
@@ -602,12 +609,21 @@ def test_the_sweeps_tab_of_a_10000_trial_sweep_renders_in_under_3_seconds_and_st
         page.wait_for_selector("[data-testid=plot-progress] circle", timeout=60_000)
         page.wait_for_selector("[data-testid=leaderboard] tbody tr", timeout=60_000)
         # from the API's answer to the page drawn (the Airflow UI around it loads first and is not ours)
-        seconds = time.monotonic() - answered[0]
-        print(f"10,000-trial Sweeps page: {len(body) / 1e6:.2f} MB answer, drawn {seconds:.2f} s after it arrived")
+        seconds = time.monotonic() - answered[0][0]
+        cpu = main_thread_s() - answered[0][1]
+        print(
+            f"10,000-trial Sweeps page: {len(body) / 1e6:.2f} MB answer, drawn {seconds:.2f} s after it arrived "
+            f"({cpu:.2f} s of the page's main thread)"
+        )
         SHOTS.mkdir(parents=True, exist_ok=True)
-        (SHOTS / "sweeps-10000-trials.json").write_text(json.dumps({"answer_bytes": len(body), "drawn_s": seconds}))
-        assert seconds < 10.0, seconds  # the figure is recorded (target 3 s, docs/benchmarks.md); this catches a
-        # page that draws every trial again
+        (SHOTS / "sweeps-10000-trials.json").write_text(
+            json.dumps({"answer_bytes": len(body), "drawn_s": seconds, "main_thread_s": cpu})
+        )
+        # the wall-clock figure is recorded (target 3 s, docs/benchmarks.md) but not asserted: on two cores shared
+        # with the rest of the suite it varied from 1.5 to 10.1 s. The page's own main-thread CPU time varies far
+        # less (1.8 s with the other core busy, 2026-11-28): more than 5 s is a page grown 3-fold slower. A page that
+        # draws every trial again is caught by the counts below (2,000 circles, a few parallel-coordinate bands).
+        assert 0 < cpu < 5.0, cpu
         counts = page.locator("[data-testid=counts]").inner_text()
         assert "defined 10000" in counts and "succeeded 10000" in counts
         assert "show 2,000 of 10,000 scored trials" in page.locator("[data-testid=points-note]").inner_text()

@@ -19,8 +19,9 @@ def plan():
     forged = json.loads(Path(os.environ["UI_FORGED"]).read_text())
     ti = get_current_context()["ti"]
     ti.xcom_push(key="gpusched_sweep_plan", value=forged["plan"])
-    ti.xcom_push(key="gpusched_lease", value=forged["leases"][0])
     ti.xcom_push(key="gpusched_lease_history", value=forged["history"])
+    # the lease last: the test waits for it to be drawn, and then reads the plan and history pushed before it
+    ti.xcom_push(key="gpusched_lease", value=forged["leases"][0])
     while not os.path.exists(os.environ["UI_RELEASE"]):
         time.sleep(0.2)
 
