@@ -126,6 +126,22 @@ def test_pbt_example_trains_in_generations_and_the_worst_member_goes_on_from_the
         assert m[1]["score"] == later["accuracy"]
     assert members[worst][1]["hyper"] != members[best][0]["hyper"]  # explored
     assert max(m[1]["score"] for m in members) > 0.9
+    # the Sweeps tab's population, from the plans the rounds published and the lineage and reports as the
+    # api-server reads them: each member's curve over both generations, the exploit where it happened
+    from airflow_provider_gpusched.core.sweep.pbt import read_lineage
+    from airflow_provider_gpusched.core.sweep.reports import read_reports
+    from airflow_provider_gpusched.core.sweep.view import build_sweep_view, report_paths
+
+    plans = [xcoms[f"digits_pbt.round_{g}.plan"]["gpusched_sweep_plan"] for g in (0, 1)]
+    paths = report_paths(plans)
+    read, why = read_lineage(str(sweeps_root / "digits_pbt"))
+    assert why == "", why
+    view = build_sweep_view(plans, {}, {}, reports=lambda t: read_reports(paths[t])[0], lineage=read)
+    population = view["population"]
+    assert population["metric"] == "accuracy" and population["params"] == ["dropout", "lr"]
+    assert [[p[0] for p in m["curve"]] for m in population["members"]] == [[1, 2, 3, 4, 5, 6]] * 4
+    assert [(e["member"], e["from_member"], e["step"]) for e in population["exploits"]] == [(worst, best, 3)]
+    assert [g["from_member"] for g in population["members"][worst]["generations"]] == [None, best]
 
 
 def test_nas_evolution_keeps_every_candidate_within_its_flops_and_parameter_budget(airflow_db, sweeps_root):

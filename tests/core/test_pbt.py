@@ -98,9 +98,69 @@ def test_the_population_trains_in_generations_and_the_bottom_exploits_the_top_fr
             ).read_text()
         )
         assert note["from_member"] == donor and note["exploited"] is True
+    # the Sweeps tab's population, from the lineage as the api-server reads it and the trials' own reports
+    from airflow_provider_gpusched.core.sweep.pbt import population_view, read_lineage
+    from airflow_provider_gpusched.core.sweep.reports import read_reports
+
+    read, why = read_lineage(str(tmp_path / "pbt"))
+    assert why == "" and read is not None
+    entries = [e for m in members for e in m]
+    rows = [{"trial_id": e["trial_id"], "index": i} for i, e in enumerate(entries)]
+    curves = [
+        {
+            "index": i,
+            "points": [
+                [r["step"], r["metrics"]["score"]]
+                for r in read_reports(
+                    str(tmp_path / "pbt" / "trials" / e["folder"].rsplit("/", 1)[-1] / "reports.jsonl")
+                )[0]
+            ],
+        }
+        for i, e in enumerate(entries)
+    ]
+    view = population_view(read, rows, curves, "score")
+    assert view["params"] == ["lr"] and len(view["members"]) == 4 and view["exploits"] == exploits
+    for m in view["members"]:
+        k = m["member"]
+        assert [p[0] for p in m["curve"]] == [1, 2, 3, 4, 5, 6]  # every step once, over its three generations
+        assert [g["score"] for g in m["generations"]] == [e["score"] for e in members[k]]
+        assert m["curve"][-1][1] == pytest.approx(members[k][-1]["score"])  # it ends where its last trial ended
+        for g in m["generations"]:
+            exploited = [e for e in exploits if e["member"] == k and e["generation"] == g["generation"]]
+            assert g["from_member"] == (exploited[0]["from_member"] if exploited else None)
+            assert g["index"] == rows[entries.index(members[k][g["generation"]])]["index"]
     # a re-run replays the generations: nothing runs again
     again = run_sweep(spec(tmp_path), manager=manager(tmp_path), progress=False, run="r2")
     assert again["counts"]["skipped"] == 12
+
+
+def test_a_damaged_lineage_is_refused_naming_the_file_and_the_key(tmp_path):
+    """search/pbt.json read back: a damaged one stops the next generation with the file and key named, and the
+    Sweeps tab says why it draws no population; a link is never followed."""
+    from airflow_provider_gpusched.core.sweep.pbt import read_lineage
+
+    folder = tmp_path / "pbt" / "search"
+    folder.mkdir(parents=True)
+    entry = {"member": 0, "generation": 0, "step": 2, "hyper": {"lr": 0.1}, "from": None, "score": 0.5}
+    (folder / "pbt.json").write_text(json.dumps({"members": [[{**entry, "step": "two"}]] * 4, "exploits": []}))
+    session = SweepSession(spec(tmp_path), str(tmp_path))
+    with pytest.raises(
+        GpuschedError, match=r"pbt\.json: key 'members\[0\]\[0\]\.step': Input should be a valid integer"
+    ):
+        session.search.lineage()
+    assert "key 'members[0][0].step'" in read_lineage(str(tmp_path / "pbt"))[1]
+    (folder / "pbt.json").write_text(json.dumps({"members": [[entry]] * 3, "exploits": []}))
+    with pytest.raises(GpuschedError, match=r"expected 4 members \(pbt.population\), found 3"):
+        session.search.lineage()
+    (folder / "pbt.json").write_text("{not json")
+    with pytest.raises(GpuschedError, match="PBT lineage .*pbt.json"):
+        session.search.lineage()
+    (folder / "pbt.json").unlink()
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(json.dumps({"members": [[entry]] * 4, "exploits": []}))
+    (folder / "pbt.json").symlink_to(elsewhere)
+    lineage, why = read_lineage(str(tmp_path / "pbt"))
+    assert lineage is None and "link" in why, why
 
 
 NO_CHECKPOINT = "import json, os; json.dump({'score': 1.0}, open(os.path.join(os.environ['GPUSCHED_TRIAL_DIR'], 'result.json'), 'w'))"

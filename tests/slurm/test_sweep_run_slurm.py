@@ -182,3 +182,35 @@ def test_an_asynchronous_search_on_slurm_runs_as_one_array_of_workers_sharing_th
     assert sorted(t.user_attrs["trial_id"] for t in study.trials) == sorted(r["trial_id"] for r in records)
     assert all(t.state.name == "COMPLETE" and len(t.intermediate_values) == 3 for t in study.trials)
     assert {t.value for t in study.trials} == {r["result"]["y"] for r in records}
+
+
+def test_pbt_on_slurm_runs_each_generation_as_an_array_and_the_exploiting_member_resumes_the_donors_checkpoint(
+    client, tmp_path
+):
+    """search: pbt on Slurm: each generation of 4 members a job array on the cluster's nodes, on the shared results
+    folder; the worst member's trial of generation 1 starts from the checkpoint the best one's left (copied into its
+    own folder before the array was submitted), the others from their own."""
+    from airflow_provider_gpusched import TrialResources, run_sweep
+    from airflow_provider_gpusched.core.sweep.session import SweepSession
+    from tests.core.test_pbt import spec as pbt_spec
+
+    spec = pbt_spec(
+        tmp_path,
+        pbt={"population": 4, "perturbation_interval": 2, "steps": 4, "quantile_fraction": 0.25},
+        resources=TrialResources(gpus=0, cpus=1, time_limit=5),
+    )
+    summary = run_sweep(
+        spec, backend="slurm", slurm=client, results_root=str(tmp_path), progress=False, poll_interval=0.5
+    )
+    assert summary["counts"]["succeeded"] == 8, summary["text"]
+    lineage = SweepSession(spec, str(tmp_path)).search.lineage()
+    [exploit] = lineage["exploits"]
+    results = {}
+    for m in lineage["members"]:
+        for entry in m:
+            folder = tmp_path / "pbt" / "trials" / entry["folder"].rsplit("/", 1)[-1]
+            results[(entry["member"], entry["generation"])] = json.loads((folder / "result.json").read_text())
+    for k in range(4):
+        source = (exploit["from_member"], 0) if k == exploit["member"] else (k, 0)
+        assert results[(k, 1)]["start"] == results[source]["end"]  # went on from the checkpoint, on a compute node
+        assert results[(k, 1)]["end"]["step"] == 4

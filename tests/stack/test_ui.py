@@ -646,6 +646,100 @@ def test_the_sweeps_tab_of_a_10000_trial_sweep_renders_in_under_3_seconds_and_st
         page.unroute("**/gpusched/api/dags/gpusched_sweep_grid/sweeps/importance*")
 
 
+def _pbt_view(tmp_path) -> dict:
+    """The Sweeps API's answer for a PBT sweep that ran for real (tests/core/test_pbt.py's toy training: 4 members,
+    3 generations of 2 steps, through the local backend), built by the api-server's own code from the plans such a
+    sweep publishes, its lineage and its trials' reports."""
+    from airflow_provider_gpusched.core.sweep.pbt import read_lineage
+    from airflow_provider_gpusched.core.sweep.reports import read_reports
+    from airflow_provider_gpusched.core.sweep.session import SweepSession
+    from airflow_provider_gpusched.core.sweep.terminal import run_sweep
+    from airflow_provider_gpusched.core.sweep.view import build_sweep_view, read_plan_record, report_paths
+    from tests.core.test_pbt import manager, spec
+
+    run_sweep(spec(tmp_path), manager=manager(tmp_path), progress=False, run="manual__pbt")
+    lineage, why = read_lineage(str(tmp_path / "pbt"))
+    assert why == "", why
+    scores = {e["trial_id"]: e["score"] for m in lineage["members"] for e in m}
+    plans, outcomes = [], {}
+    for g, manifest in enumerate(SweepSession(spec(tmp_path), str(tmp_path)).manifests("manual__pbt")):
+        trials = [
+            {"index": t.index, "trial_id": t.trial_id, "label": t.label, "params": t.params} for t in manifest.trials
+        ]
+        record = {
+            "sweep": "pbt",
+            "search": "pbt",
+            "round": g,
+            "backend": "local",
+            "trial_task": f"pbt.round_{g}.trial",
+            "run": "manual__pbt",
+            "objective": {"metric": "score", "mode": "maximize"},
+            "defined": len(trials),
+            "trials": trials,
+            "pending": [t["trial_id"] for t in trials],
+            "skipped": [],
+            "folder": str(tmp_path / "pbt"),
+            "curve_metric": "score",
+            "log_params": ["lr"],
+        }
+        plans.append(read_plan_record(record, "plan"))
+        for t in trials:
+            outcomes[t["trial_id"]] = {
+                "trial_id": t["trial_id"],
+                "state": "succeeded",
+                "seconds": 1.0,
+                "error": None,
+                "result": {"score": scores[t["trial_id"]]},
+            }
+    assert len(plans) == 3
+    paths = report_paths(plans)
+    view = build_sweep_view(plans, outcomes, {}, reports=lambda t: read_reports(paths[t])[0], lineage=lineage)
+    view["group"] = "pbt"
+    return {
+        "dag_id": "gpusched_sweep_grid",
+        "run_id": "manual__pbt",
+        "runs": ["manual__pbt"],
+        "sweeps": [view],
+        "problems": [],
+    }
+
+
+def test_the_sweeps_tab_draws_a_pbt_population_its_exploits_and_each_members_schedule(stack, browser_page, tmp_path):
+    """Issue 56, item 3: a PBT sweep's Sweeps tab draws each member's curve over steps in its colour, each exploit
+    as a marker with a dashed line from the donor (its title says who copied whom, at which step, with which values),
+    and the members' hyper-parameter schedules, generation by generation."""
+    answer = _pbt_view(tmp_path)
+    population = answer["sweeps"][0]["population"]
+    page = browser_page
+    page.route(
+        "**/gpusched/api/dags/gpusched_sweep_grid/sweeps*",
+        lambda route: route.fulfill(status=200, content_type="application/json", body=json.dumps(answer)),
+    )
+    try:
+        page.goto(f"{stack.url}/dags/gpusched_sweep_grid/plugin/gpusched-sweeps?run_id=manual__pbt")
+        page.wait_for_selector("[data-testid=plot-population] polyline", timeout=60_000)
+        # a line per member and generation (each generation trains 2 steps), a marker per exploit
+        assert page.locator("[data-testid=plot-population] g[data-member] polyline").count() == 4 * 3
+        exploits = page.locator("[data-testid=plot-population] [data-testid=exploit]")
+        assert exploits.count() == len(population["exploits"]) == 2
+        first = population["exploits"][0]
+        title = exploits.first.locator("title").text_content()
+        assert (
+            f"member {first['member']} went on from member {first['from_member']}'s checkpoint at step {first['step']}"
+            in title
+        )
+        assert "lr=" in title and "→" in title
+        schedule = page.locator("[data-testid=population-schedule] tbody tr")
+        assert schedule.count() == 4
+        row = schedule.nth(first["member"]).inner_text()
+        assert f"→ {first['from_member']}" in row and "lr=" in row
+        assert "4 members, 2 exploit(s)" in page.locator("[data-testid=population-section]").inner_text()
+        assert_plots_readable(page)
+        shot_at(page, "population-section", "sweeps-pbt-population")
+    finally:
+        page.unroute("**/gpusched/api/dags/gpusched_sweep_grid/sweeps*")
+
+
 def test_the_gpu_board_stays_readable_with_64_gpus_on_8_hosts(stack, browser_page):
     """The board page with the API's answer for 8 hosts of 8 GPUs, 40 of them leased (built by the api-server's own
     code, core/gpu/board.py): every host and GPU listed, nothing cut off or overlapping."""

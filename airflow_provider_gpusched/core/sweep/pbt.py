@@ -30,9 +30,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
 
+from typing_extensions import NotRequired, TypedDict
+
 from airflow_provider_gpusched.core.checks import record_from_mapping
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
-from airflow_provider_gpusched.core.records import Settings, says
+from airflow_provider_gpusched.core.records import Settings, key_path, open_view, says
 from airflow_provider_gpusched.core.sweep import spaces
 from airflow_provider_gpusched.core.sweep.expand import check_space, flatten, sample_params
 from airflow_provider_gpusched.core.sweep.search import RoundSearch
@@ -168,11 +170,18 @@ class PBTSearch(RoundSearch):
     # -- the record --------------------------------------------------------------------------------
     def lineage(self) -> dict[str, Any]:
         """``{"members": [[generation entry, ...] per member], "exploits": [...]}``: each entry its trial's
-        parameters, step, score, and where its checkpoint came from."""
+        parameters, step, score, and where its checkpoint came from (:class:`LineageRecord`, checked when read
+        back: GpuschedError naming the file and the key)."""
         data = read_json(self.lineage_path)
-        if isinstance(data, dict) and isinstance(data.get("members"), list):
-            return data
-        return {"members": [[] for _ in range(self.settings.population)], "exploits": []}
+        if data is None:
+            return {"members": [[] for _ in range(self.settings.population)], "exploits": []}
+        check_lineage(data, self.lineage_path)
+        if len(data["members"]) != self.settings.population:
+            raise GpuschedError(
+                f"{self.lineage_path}: key 'members': expected {self.settings.population} members (pbt.population), "
+                f"found {len(data['members'])}; a sweep's population cannot change (give the sweep a new name)"
+            )
+        return dict(data)
 
     def _save(self, data: Mapping[str, Any]) -> None:
         write_json(self.lineage_path, dict(data))
@@ -368,3 +377,162 @@ def read_handed_over(folder: str) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+# -- the lineage as a record, and as the Sweeps tab draws it ---------------------------------------------------------
+#: the most members and exploits the Sweeps tab's answer carries
+MAX_VIEW_MEMBERS = 64
+MAX_VIEW_EXPLOITS = 500
+
+
+class LineageFrom(TypedDict):
+    member: Annotated[int, says("a member number", ge=0)]
+    generation: Annotated[int, says("a generation number", ge=0)]
+    trial_id: NotRequired[str | None]
+
+
+#: one member's trial in one generation (``from``: the trial whose checkpoint it starts from; its own or a donor's)
+LineageEntry = TypedDict(
+    "LineageEntry",
+    {
+        "member": Annotated[int, says("a member number", ge=0)],
+        "generation": Annotated[int, says("a generation number", ge=0)],
+        "step": Annotated[int, says("a step", ge=0)],
+        "hyper": dict[str, Any],
+        "from": NotRequired[LineageFrom | None],
+        "score": NotRequired[float | None],
+        "trial_id": NotRequired[str | None],
+    },
+)
+
+
+class LineageExploit(TypedDict):
+    """Member ``member`` went on, in ``generation``, from ``from_member``'s checkpoint at ``step``, with ``new``
+    values (it had ``old``)."""
+
+    generation: Annotated[int, says("a generation number", ge=0)]
+    step: Annotated[int, says("a step", ge=0)]
+    member: Annotated[int, says("a member number", ge=0)]
+    from_member: Annotated[int, says("a member number", ge=0)]
+    old: dict[str, Any]
+    new: dict[str, Any]
+    score: NotRequired[float | None]
+    donor_score: NotRequired[float | None]
+
+
+class LineageRecord(TypedDict):
+    """``search/pbt.json``: every member's trial per generation, and every exploit."""
+
+    members: Annotated[list[list[LineageEntry]], says("a list of members", max_length=10_000)]
+    exploits: Annotated[list[LineageExploit], says("a list of exploits", max_length=1_000_000)]
+
+
+_LINEAGE_ADAPTER: list[Any] = []
+
+
+def check_lineage(data: Any, source: str) -> None:
+    """GpuschedError naming ``source``, the key and what was expected when ``data`` is not a :class:`LineageRecord`
+    (pydantic checks it); nothing when it is."""
+    from pydantic import TypeAdapter, ValidationError
+
+    if not _LINEAGE_ADAPTER:
+        _LINEAGE_ADAPTER.append(TypeAdapter(LineageRecord))
+    if isinstance(data, dict) and "_unreadable" in data:
+        raise GpuschedError(f"PBT lineage {data['_unreadable']}")
+    try:
+        _LINEAGE_ADAPTER[0].validate_python(data, strict=False)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise GpuschedError(
+            f"{source}: key '{key_path(tuple(first['loc'])) or '(top)'}': {first['msg']} (not a PBT lineage this "
+            f"package wrote)"
+        ) from None
+
+
+def read_lineage(sweep_folder: str) -> tuple[dict[str, Any] | None, str]:
+    """``(lineage, "")`` from a sweep folder's ``search/pbt.json`` (a regular file, never through a link, at most
+    8 MiB, checked), or ``(None, why not)``."""
+    from airflow_provider_gpusched.core.safe_files import BadRecordError, read_json_record
+
+    path = os.path.join(sweep_folder, "search", LINEAGE_FILE)
+    try:
+        data = read_json_record(path, 8 << 20)
+        check_lineage(data, path)
+    except FileNotFoundError:
+        return None, f"no lineage yet ({path})"
+    except (BadRecordError, GpuschedError, OSError) as exc:
+        return None, str(exc)
+    return data, ""
+
+
+@open_view
+class PopulationGeneration(TypedDict):
+    """One member's trial in one generation: its values, what it started from, its score."""
+
+    generation: int
+    step: int  # the step it trained up to
+    trial_id: str | None
+    index: int | None  # the trial's number on the page (None: the view does not list it)
+    hyper: dict[str, Any]
+    from_member: int | None  # set when it went on from another member's checkpoint (an exploit)
+    score: float | None
+
+
+@open_view
+class PopulationMember(TypedDict):
+    member: int
+    generations: list[PopulationGeneration]
+    curve: list[list[float]]  # [step, value] over all its generations, from its trials' reports
+
+
+@open_view
+class PopulationView(TypedDict):
+    """A PBT sweep's population as the Sweeps tab draws it (:func:`population_view`)."""
+
+    metric: str | None
+    params: list[str]
+    members: list[PopulationMember]
+    exploits: list[LineageExploit]
+    cut: NotRequired[str]
+
+
+def population_view(
+    lineage: Mapping[str, Any],
+    rows: Sequence[Mapping[str, Any]],
+    curves: Sequence[Mapping[str, Any]],
+    metric: str | None,
+) -> PopulationView:
+    """The population of a checked lineage (:func:`check_lineage`): each member's generations (values, the member
+    it copied, score) and its curve over steps (its trials' reports, joined in step order); the exploits."""
+    index_of = {r["trial_id"]: r["index"] for r in rows}
+    points_of = {c["index"]: c["points"] for c in curves}
+    members: list[PopulationMember] = []
+    for k, entries in enumerate(lineage["members"][:MAX_VIEW_MEMBERS]):
+        generations: list[PopulationGeneration] = []
+        by_step: dict[float, float] = {}
+        for entry in entries:
+            index = index_of.get(entry.get("trial_id") or "")
+            source = entry.get("from")
+            generations.append(
+                {
+                    "generation": entry["generation"],
+                    "step": entry["step"],
+                    "trial_id": entry.get("trial_id"),
+                    "index": index,
+                    "hyper": dict(entry["hyper"]),
+                    "from_member": source["member"] if source and source["member"] != k else None,
+                    "score": entry.get("score"),
+                }
+            )
+            for step, value in points_of.get(index, []) if index is not None else []:
+                by_step[step] = value  # a later generation's report of a step wins (it is the member's now)
+        members.append({"member": k, "generations": generations, "curve": [[s, by_step[s]] for s in sorted(by_step)]})
+    view: PopulationView = {
+        "metric": metric,
+        "params": sorted({name for m in members for g in m["generations"] for name in g["hyper"]}),
+        "members": members,
+        "exploits": [e for e in lineage["exploits"] if e["member"] < MAX_VIEW_MEMBERS][:MAX_VIEW_EXPLOITS],
+    }
+    if len(lineage["members"]) > MAX_VIEW_MEMBERS:
+        view["cut"] = f"the first {MAX_VIEW_MEMBERS} of {len(lineage['members'])} members are drawn"
+    return view

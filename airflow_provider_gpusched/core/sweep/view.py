@@ -28,6 +28,7 @@ from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.records import Check, Float, RecordType, one_of, open_view, record_class, says
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested, safe_name
 from airflow_provider_gpusched.core.sweep.objective import Objective, leaderboard, pareto_fronts
+from airflow_provider_gpusched.core.sweep.pbt import PopulationView
 from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE
 from airflow_provider_gpusched.core.sweep.store import FAILED_STATES, FINAL_STATES, RUN_STATES, TrialStore, state_in_run
 
@@ -607,6 +608,8 @@ class SweepView(TypedDict):
     points_note: NotRequired[str]
     group: NotRequired[str]  # the task group the sweep is
     reports_note: NotRequired[str]
+    population: NotRequired[PopulationView]  # search: pbt, where its folder's lineage is readable
+    population_note: NotRequired[str]  # why a PBT sweep's population is not drawn
 
 
 def build_sweep_view(
@@ -615,10 +618,12 @@ def build_sweep_view(
     ti_states: Mapping[tuple[str, int], str | None],
     top_n: int = 20,
     reports: Callable[[str], Sequence[Mapping[str, Any]] | None] | None = None,
+    lineage: Mapping[str, Any] | None = None,
 ) -> SweepView:
     """One sweep's view in one DAG run: ``plans`` (its stages' plan records, rounds in order), ``outcomes``
     (trial id -> published outcome), ``ti_states`` ((task id, map index) -> Airflow state), ``reports``
-    (trial id -> its intermediate reports where the caller can read them, asked lazily: drawn by step)."""
+    (trial id -> its intermediate reports where the caller can read them, asked lazily: drawn by step),
+    ``lineage`` (a PBT sweep's checked lineage, :func:`~.pbt.read_lineage`: drawn as its population)."""
     first = plans[0]
     objective = sweep_objective(plans)
     rows = trial_rows(plans, outcomes, ti_states)
@@ -653,6 +658,10 @@ def build_sweep_view(
         if reports is not None and metric
         else {"curve_metric": metric, "curves": [], "latest_reports": []}
     )
+    if lineage is not None:
+        from airflow_provider_gpusched.core.sweep.pbt import population_view
+
+        view["population"] = population_view(lineage, rows, view["curves"], metric)
     if objective is None:
         view.update(
             leaderboard=[],

@@ -22,6 +22,7 @@ from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.core.records import open_view
 from airflow_provider_gpusched.core.safe_files import BadRecordError, is_under, read_tail
 from airflow_provider_gpusched.core.sweep.analysis import compare_runs, param_importance
+from airflow_provider_gpusched.core.sweep.pbt import read_lineage
 from airflow_provider_gpusched.core.sweep.reports import RAN_AGAIN, reports_of_run
 from airflow_provider_gpusched.core.sweep.store import OUTPUT_LOG_FILE, folder_dags
 from airflow_provider_gpusched.core.sweep.view import (
@@ -314,7 +315,15 @@ def sweeps(dag_id: str, run_id: str | None, session) -> SweepsView:
                 replaced.append(trial_id)
             return found
 
-        view = build_sweep_view(group_plans, outcomes, states, reports=read)
+        lineage, why_not = None, ""
+        if group_plans[0]["search"] == "pbt":
+            if folder and not refusal:  # (a refused folder: reports_note says why nothing of it is shown)
+                lineage, why_not = read_lineage(folder)
+            elif not folder:
+                why_not = "the plan names no sweep folder: the population is not drawn"
+        view = build_sweep_view(group_plans, outcomes, states, reports=read, lineage=lineage)
+        if why_not:
+            view["population_note"] = why_not
         if replaced:
             view["reports_note"] = (
                 f"{len(replaced)} trial(s) ran again in a later DAG run; their curves of this "

@@ -808,6 +808,73 @@ function Section({ title, testid, children, note }) {
     h("div", { style: { fontWeight: 600 } }, title, note ? h("span", { style: { ...S.muted, fontWeight: 400 } }, ` · ${note}`) : null), children);
 }
 
+// population-based training: each member's curve over steps (a line per generation, in the member's colour), each
+// exploit a dashed line from the donor's point to where the member went on, with its new values; and the members'
+// hyper-parameter schedules, generation by generation
+function memberColor(k) { return ROUND_COLORS[k % ROUND_COLORS.length]; }
+function hyperText(hyper, names) {
+  return names.filter((n) => n in (hyper || {})).map((n) => `${n}=${fmtValue(hyper[n])}`).join(", ");
+}
+function Population({ pop, width = 560, height = 280 }) {
+  const all = pop.members.flatMap((m) => m.curve);
+  const valueAt = (k, step) => {
+    const m = pop.members.find((x) => x.member === k);
+    const p = m && m.curve.filter((q) => q[0] <= step).pop();
+    return p ? p[1] : null;
+  };
+  let plot = null;
+  if (all.length) {
+    const x = linearAxis(all.map((p) => p[0]), true);
+    const y = linearAxis(all.map((p) => p[1]), false);
+    plot = h(Frame, { x, y, xLabel: "step", yLabel: pop.metric || "score", width, height, testid: "plot-population",
+      label: `${pop.metric} by step, one colour per member`, draw: (X, Y) => [
+        ...pop.members.map((m) => h("g", { key: `m${m.member}`, "data-member": m.member },
+          h("title", null, `member ${m.member}`),
+          m.generations.map((g, i) => {
+            const from = i === 0 ? -Infinity : m.generations[i - 1].step;
+            const pts = m.curve.filter((p) => p[0] > from && p[0] <= g.step);
+            return pts.length > 1 ? h("polyline", { key: g.generation, fill: "none", stroke: memberColor(m.member), strokeWidth: 1.6,
+              opacity: 0.9, points: pts.map((p) => `${X(p[0])},${Y(p[1])}`).join(" ") }) :
+              pts.length ? h("circle", { key: g.generation, cx: X(pts[0][0]), cy: Y(pts[0][1]), r: 2.5, fill: memberColor(m.member) }) : null;
+          }))),
+        ...pop.exploits.map((e, i) => {
+          const from = valueAt(e.from_member, e.step);
+          const m = pop.members.find((x) => x.member === e.member);
+          const next = m && m.curve.find((q) => q[0] > e.step);
+          if (from === null) return null;
+          const title = `generation ${e.generation}: member ${e.member} went on from member ${e.from_member}'s checkpoint at step ` +
+            `${e.step} (${fmtValue(e.donor_score)} against its own ${fmtValue(e.score)}); ${hyperText(e.old, pop.params)} → ` +
+            `${hyperText(e.new, pop.params)}`;
+          return h("g", { key: `e${i}`, "data-testid": "exploit", "data-member": e.member, "data-from": e.from_member },
+            h("title", null, title),
+            next ? h("line", { x1: X(e.step), y1: Y(from), x2: X(next[0]), y2: Y(next[1]), stroke: memberColor(e.member),
+              strokeWidth: 1.6, strokeDasharray: "4 3" }) : null,
+            h("path", { d: `M${X(e.step)},${Y(from) - 7} l5,8 l-10,0 z`, fill: memberColor(e.member), stroke: "black", strokeWidth: 0.8 }));
+        })] });
+  }
+  const generations = Math.max(0, ...pop.members.map((m) => m.generations.length));
+  return h("div", { "data-testid": "population" },
+    h(Legend, { testid: "legend-population", items: pop.members.map((m) => [`member ${m.member}`, memberColor(m.member), "line"])
+      .concat(pop.exploits.length ? [["exploit (copied a better member's checkpoint)", "#495057"]] : []) }),
+    plot || h("div", { style: S.muted }, "No member has reported yet."),
+    h("div", { style: { ...S.muted, marginTop: "4px" } }, `Hyper-parameter schedule: each member's values per generation ` +
+      `(→ k: it went on from member k's checkpoint with these values)`),
+    h("div", { style: { overflowX: "auto" } }, h(Table, { testid: "population-schedule",
+      head: ["member"].concat(Array.from({ length: generations }, (_, g) => `generation ${g}`)),
+      rows: pop.members.map((m) => ({ cells: [h("span", { style: { whiteSpace: "nowrap" } },
+        h("span", { style: { display: "inline-block", width: "10px", height: "10px", borderRadius: "50%", background: memberColor(m.member),
+          marginRight: "4px" } }), `${m.member}`)].concat(Array.from({ length: generations }, (_, g) => {
+        const gen = m.generations[g];
+        if (!gen) return "–";
+        return h("span", { "data-generation": g, style: { whiteSpace: "nowrap" } },
+          gen.from_member !== null && gen.from_member !== undefined ? badge(`→ ${gen.from_member}`, memberColor(gen.from_member),
+            `went on from member ${gen.from_member}'s checkpoint`) : null,
+          hyperText(gen.hyper, pop.params),
+          gen.score !== null && gen.score !== undefined ? h("span", { style: S.muted }, ` · ${fmtValue(gen.score)}`) : null);
+      })) })) })),
+    pop.cut ? h("div", { style: S.muted }, pop.cut) : null);
+}
+
 function SweepCard({ sweep, dagId, focus, runs }) {
   const [picked, setPicked] = useState(null);
   const [logScore, setLogScore] = useState(false);
@@ -923,6 +990,9 @@ function SweepCard({ sweep, dagId, focus, runs }) {
           r.checkpoint || "", r.task_id ? h("a", { href: tiHref(dagId, sweep.run, r.task_id, r.map_index), style: S.a }, "task") : ""] })) })
         : null) : null,
     sweep.reports_note ? h("div", { style: S.muted, "data-testid": "reports-note" }, sweep.reports_note) : null,
+    sweep.population ? h(Section, { title: "Population", testid: "population-section", note: `${sweep.population.members.length} ` +
+      `members, ${sweep.population.exploits.length} exploit(s)` }, h(Population, { pop: sweep.population })) : null,
+    sweep.population_note ? h("div", { style: S.muted, "data-testid": "population-note" }, sweep.population_note) : null,
     sweep.truncated ? h("div", { style: S.muted }, `${sweep.truncated} trials are not listed (too many to publish).`) : null,
     sweep.pruned && sweep.pruned.length ? h("div", null,
       h("div", { style: { fontWeight: 600, marginTop: "6px" } }, `Pruned (${counts.pruned || sweep.pruned.length})`),
