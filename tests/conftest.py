@@ -77,6 +77,7 @@ SHARED_START_UNITS = {
     "tests/core/test_model_cost.py": "pytorch",
     "tests/core/test_profile.py": "pytorch",
     "tests/examples/test_digits_training.py": "pytorch",
+    "tests/core/test_async_search_gp.py": "pytorch",  # Optuna's GP sampler imports PyTorch in the test process
     "tests/core/test_partition.py": "partition",
     "tests/core/test_architecture.py": "architecture",
 }
