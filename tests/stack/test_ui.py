@@ -648,60 +648,50 @@ def test_the_sweeps_tab_of_a_10000_trial_sweep_renders_in_under_3_seconds_and_st
 
 def _pbt_view(tmp_path) -> dict:
     """The Sweeps API's answer for a PBT sweep that ran for real (tests/core/test_pbt.py's toy training: 4 members,
-    3 generations of 2 steps, through the local backend), built by the api-server's own code from the plans such a
-    sweep publishes, its lineage and its trials' reports."""
+    3 generations of 2 steps, through the local backend), built by the api-server's own code from the plans and
+    outcomes such a sweep publishes (the plan and trial tasks' own record builders), its lineage and its trials'
+    reports."""
     from airflow_provider_gpusched.core.sweep.pbt import read_lineage
     from airflow_provider_gpusched.core.sweep.reports import read_reports
     from airflow_provider_gpusched.core.sweep.session import SweepSession
     from airflow_provider_gpusched.core.sweep.terminal import run_sweep
-    from airflow_provider_gpusched.core.sweep.view import build_sweep_view, read_plan_record, report_paths
+    from airflow_provider_gpusched.core.sweep.view import build_sweep_view, outcome_records, plan_record, report_paths
     from tests.core.test_pbt import manager, spec
 
-    run_sweep(spec(tmp_path), manager=manager(tmp_path), progress=False, run="manual__pbt")
+    run = "manual__pbt"
+    run_sweep(spec(tmp_path), manager=manager(tmp_path), progress=False, run=run)
     lineage, why = read_lineage(str(tmp_path / "pbt"))
     assert why == "", why
-    scores = {e["trial_id"]: e["score"] for m in lineage["members"] for e in m}
+    session = SweepSession(spec(tmp_path), str(tmp_path))
     plans, outcomes = [], {}
-    for g, manifest in enumerate(SweepSession(spec(tmp_path), str(tmp_path)).manifests("manual__pbt")):
-        trials = [
-            {"index": t.index, "trial_id": t.trial_id, "label": t.label, "params": t.params} for t in manifest.trials
-        ]
-        record = {
-            "sweep": "pbt",
-            "search": "pbt",
-            "round": g,
-            "backend": "local",
-            "trial_task": f"pbt.round_{g}.trial",
-            "run": "manual__pbt",
-            "objective": {"metric": "score", "mode": "maximize"},
-            "defined": len(trials),
-            "trials": trials,
-            "pending": [t["trial_id"] for t in trials],
-            "skipped": [],
-            "folder": str(tmp_path / "pbt"),
-            "curve_metric": "score",
-            "log_params": ["lr"],
-        }
-        plans.append(read_plan_record(record, "plan"))
-        for t in trials:
-            outcomes[t["trial_id"]] = {
-                "trial_id": t["trial_id"],
-                "state": "succeeded",
-                "seconds": 1.0,
-                "error": None,
-                "result": {"score": scores[t["trial_id"]]},
-            }
-    assert len(plans) == 3
+    for g, manifest in enumerate(session.manifests(run)):
+        trials = manifest.trials
+        plans.append(
+            plan_record(
+                "pbt",
+                "pbt",
+                g,
+                session.spec.objective,
+                "local",
+                f"pbt.round_{g}.trial",
+                None,
+                trials,
+                trials,
+                session.store,
+                [],
+                run,
+                curve_metric="score",
+                log_params=["lr"],
+            )
+        )
+        outcomes.update(
+            (o["trial_id"], o) for o in outcome_records(session.store, trials, run, manifest.record.planned_at)
+        )
+    assert len(plans) == 3 and len(outcomes) == 12
     paths = report_paths(plans)
     view = build_sweep_view(plans, outcomes, {}, reports=lambda t: read_reports(paths[t])[0], lineage=lineage)
     view["group"] = "pbt"
-    return {
-        "dag_id": "gpusched_sweep_grid",
-        "run_id": "manual__pbt",
-        "runs": ["manual__pbt"],
-        "sweeps": [view],
-        "problems": [],
-    }
+    return {"dag_id": "gpusched_sweep_grid", "run_id": run, "runs": [run], "sweeps": [view], "problems": []}
 
 
 def test_the_sweeps_tab_draws_a_pbt_population_its_exploits_and_each_members_schedule(stack, browser_page, tmp_path):
