@@ -118,11 +118,10 @@ class LocalAirflowBackend(AirflowBackend):
                 if searching is not None:
                     ti.xcom_push(key=OUTCOMES_XCOM, value=outcomes())
 
-            def next_trial() -> Any:
+            def next_trial() -> Any:  # (on a slot's thread: the batch publishes it from this one, on_tick)
                 trial = searching.next_trial(f"{ti.task_id}[{chunk}] ({ti.run_id})") if searching else None
                 if trial is not None:
                     trials.append(trial)
-                    publish()
                 return trial
 
             try:

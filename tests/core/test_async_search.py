@@ -267,3 +267,58 @@ def test_a_worker_process_runs_trials_until_none_are_left_and_says_what_it_lacks
     assert main([manifest.path, "w1"]) == 0
     trials = study(tmp_path).trials
     assert len(trials) == 2 and all(t.state.name == "COMPLETE" and t.value == t.params["x"] for t in trials)
+
+
+def test_the_caller_hears_each_trial_a_slot_takes_on_its_own_thread_and_a_slot_failure_is_raised(tmp_path):
+    """A task publishes what its slots took (Airflow's calls made from one thread: dag.test's in-process supervisor
+    answers a call with its channel removed, so a slot's thread calling at that moment failed the task). on_tick
+    runs on the calling thread, woken the moment a slot takes a trial, not at the next 60 s tick; a slot whose
+    search fails ends the batch with that error, not one slot short."""
+    import threading
+
+    from airflow_provider_gpusched.core.gpu.placement import GPURequest
+    from airflow_provider_gpusched.core.sweep.batch import run_local_batch
+
+    session = SweepSession(spec(tmp_path, count=4), str(tmp_path))
+    searching = session.asynchronous("r1")
+    manifest = searching.plan()
+    handed: list[str] = []
+    ticks: list[tuple[bool, list[str]]] = []
+
+    def source():
+        trial = searching.next_trial("w")
+        if trial is not None:
+            handed.append(trial.trial_id)
+        return trial
+
+    outcome = run_local_batch(
+        manifest,
+        [],
+        manager(tmp_path),
+        GPURequest(gpus=1),
+        parallel=2,
+        on_tick=lambda: ticks.append((threading.current_thread() is threading.main_thread(), list(handed))),
+        tick_seconds=60.0,
+        source=source,
+        on_finished=searching.finish,
+    )
+    assert len(handed) == 4 and sorted(sum(outcome.values(), [])) == sorted(handed)
+    assert ticks and all(on_main for on_main, _ in ticks)
+    seen = {tid for _, ids in ticks for tid in ids}
+    assert set(handed[:3]) <= seen  # each trial told while it ran (the 4th may be the last, its slot then ending)
+
+    def broken_finish(trial):
+        raise OSError(f"the search folder is gone (trial {trial.trial_id})")
+
+    session2 = SweepSession(spec(tmp_path, name="asy2", count=2), str(tmp_path))
+    searching2 = session2.asynchronous("r1")
+    with pytest.raises(OSError, match="the search folder is gone"):
+        run_local_batch(
+            searching2.plan(),
+            [],
+            manager(tmp_path),
+            GPURequest(gpus=1),
+            parallel=1,
+            source=lambda: searching2.next_trial("w"),
+            on_finished=broken_finish,
+        )

@@ -89,9 +89,10 @@ def run_local_batch(
     is raised.
 
     ``on_attempt(attempt, label)`` is told of every attempt on a lease when it ends (``label`` names its trials:
-    the GPU timeline's bars); ``on_tick()`` is called every ``tick_seconds`` from the calling thread while the
-    trials run (a task publishes what it has so far); ``host``: this host's name on the timeline (default: as
-    :func:`~airflow_provider_gpusched.core.fleet.this_host` gives it).
+    the GPU timeline's bars); ``on_tick()`` is called from the calling thread only, every ``tick_seconds`` while
+    the trials run and as soon as a slot takes a trial from ``source`` (a task publishes what it has so far);
+    ``host``: this host's name on the timeline (default: as :func:`~airflow_provider_gpusched.core.fleet.this_host`
+    gives it).
 
     ``source``: an asynchronous search's next trial (core/sweep/asynchronous.py), asked for whenever a slot frees
     and ``trials`` is used up, until it gives None; each such trial runs alone in its process, and
@@ -186,27 +187,34 @@ class LocalBatch:
         self.trial_seconds = 0.0  # of ran_seconds, what the trials themselves took (their status.json "seconds")
         self.halted: list[str] = []
         self.supervisors: list[GPUWorkSupervisor] = []
+        self._news = threading.Event()  # wakes the calling thread: a trial taken from the source, a worker done
+        self.errors: list[BaseException] = []  # what ended a worker thread early (raised by run())
         #: seals this batch's group manifests; only the trial runners it starts are given it (core/records.py)
         self.record_key = new_record_key()
 
     # -- the batch ---------------------------------------------------------------------------------
     def run(self, on_tick: Callable[[], None] | None = None, tick_seconds: float = 30.0) -> dict[str, list[str]]:
+        """Run the batch; ``on_tick`` is called from this (the calling) thread only: every ``tick_seconds``, and as
+        soon as a slot takes a trial from ``source``. The workers never call it: a task's calls to Airflow are
+        made from one thread (``dag.test``'s in-process supervisor removes its channel while it answers a call, so
+        a second thread's call then fails)."""
         threads = [threading.Thread(target=self._worker, daemon=True) for _ in range(self.parallel)]
         for thread in threads:
             thread.start()
         try:
             while any(thread.is_alive() for thread in threads):
-                for thread in threads:
-                    thread.join(timeout=tick_seconds if on_tick is not None else None)
-                    if on_tick is not None and thread.is_alive():
-                        on_tick()
-                        break
+                self._news.wait(timeout=tick_seconds)  # a trial taken from the source, or a worker done
+                self._news.clear()
+                if on_tick is not None and any(thread.is_alive() for thread in threads):
+                    on_tick()
         finally:
             for supervisor in self.supervisors:
                 supervisor.stop()
         if self.halted:
             self._mark_halted()
             raise WorkHalted(self.halted[0])
+        if self.errors:  # a slot's own failure (the search's, the store's): never a batch quietly one slot short
+            raise self.errors[0]
         return self.outcome()
 
     def halt(self, message: str) -> None:
@@ -232,6 +240,7 @@ class LocalBatch:
                 if trial is None:
                     return None
                 self.trials.append(trial)
+                self._news.set()
                 return (trial,)
             first = self.todo.popleft()
             if len(first) > 1 or first[0].trial_id in self.retried:
@@ -257,6 +266,15 @@ class LocalBatch:
         return self.trials_per_process
 
     def _worker(self) -> None:
+        try:
+            self._work()
+        except BaseException as exc:  # noqa: BLE001 - raised again in the calling thread once the others end
+            with self._lock:
+                self.errors.append(exc)
+        finally:
+            self._news.set()
+
+    def _work(self) -> None:
         supervisor = GPUWorkSupervisor(
             self.manager, poll_interval=0.05, sample_interval=5.0, **self.supervisor_settings
         )
