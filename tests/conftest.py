@@ -59,7 +59,9 @@ if os.environ.get("GPUSCHED_EXPECT_INSTALLED"):  # scripts/test-compat.sh: test 
 
 
 #: the fixtures that start or need a service, and the markers of tiers that do (docs/development.md "Tiers"). A test
-#: that uses none of them, directly or through another fixture, is marked ``fast``: scripts/test-fast.sh runs those.
+#: that uses none of them, directly or through another fixture, and is not marked ``heavy`` (one test's 2.5 s of CPU
+#: or more: the fast tier's 60 s on 2 cores are about 120 s of CPU for 1,000 tests) is marked ``fast``:
+#: scripts/test-fast.sh runs those; the whole suite runs every test.
 SERVICE_FIXTURES = ("slurm_cluster", "airflow_db", "login_host", "stack", "fleet")
 SERVICE_MARKERS = ("slurm", "stack", "fleet", "gpu")
 #: set by scripts/test-fast.sh: a service fixture asked for there is a mistake in the tiers, said at once
@@ -103,7 +105,7 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.nodeid.split("::")[0] not in START_EARLY)
     for item in items:
         needs = [f for f in SERVICE_FIXTURES if f in item.fixturenames]
-        needs += [m for m in SERVICE_MARKERS if item.get_closest_marker(m)]
+        needs += [m for m in SERVICE_MARKERS + ("heavy",) if item.get_closest_marker(m)]
         if not needs:
             item.add_marker(pytest.mark.fast)
 

@@ -62,6 +62,7 @@ def _build(tmp_path_factory, out: Path) -> None:
     assert not (REPO / "airflow_provider_gpusched.egg-info").exists()
 
 
+@pytest.mark.heavy
 def test_twine_accepts_both(dist):
     proc = subprocess.run(
         [sys.executable, "-m", "twine", "check", "--strict", *map(str, dist)],
@@ -73,6 +74,7 @@ def test_twine_accepts_both(dist):
     assert proc.stdout.count("PASSED") == 2, proc.stdout
 
 
+@pytest.mark.heavy
 def test_the_wheel_has_the_license_the_ui_bundle_and_the_entry_points(dist):
     wheel, _ = dist
     version = airflow_provider_gpusched.__version__
@@ -106,6 +108,7 @@ def test_the_wheel_has_the_license_the_ui_bundle_and_the_entry_points(dist):
     assert any(r.startswith("asyncpg") and 'extra == "postgres"' in r for r in requires), requires
 
 
+@pytest.mark.heavy
 def test_the_sdist_carries_license_tests_examples_and_docker(dist):
     _, sdist = dist
     with tarfile.open(sdist) as tf:

@@ -29,10 +29,11 @@ def test_up_refuses_a_port_another_program_listens_on(tmp_path):
                 "GPUSCHED_STACK_PORT": str(port),
             },
         )
-    assert out.returncode == 1, out.stderr
-    assert f"port {port} is already in use by another program" in out.stderr
-    assert "GPUSCHED_STACK_PORT" in out.stderr
-    assert not stack_dir.exists()
+    said = (out.returncode, out.stdout[-2000:], out.stderr[-2000:])  # every assertion shows what the script said
+    assert out.returncode == 1, said
+    assert f"port {port} is already in use by another program" in out.stderr, said
+    assert "GPUSCHED_STACK_PORT" in out.stderr, said
+    assert not stack_dir.exists(), said
 
 
 def _stack(tmp_path, *args, **env):

@@ -37,6 +37,7 @@ def test_the_fast_tier_selects_only_tests_that_need_no_service(tmp_path):
         "tests/stack/test_deployed.py",
         "tests/fleet/test_fleet.py",
         "tests/test_docker.py",
+        "tests/test_distribution.py",
     ]
     out = subprocess.run(
         ["bash", "scripts/test-fast.sh", "--collect-only", "-q", "-n", "0", *files],
@@ -48,13 +49,21 @@ def test_the_fast_tier_selects_only_tests_that_need_no_service(tmp_path):
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     chosen = {line.split("::")[0] for line in out.stdout.splitlines() if "::" in line}
+    ids = {line.strip() for line in out.stdout.splitlines() if "::" in line}
     # tests/airflow/test_provider.py needs Airflow but no database; the others need a cluster, a database, a stack
     assert chosen == {
         "tests/core/test_units.py",
         "tests/gpu/test_cli.py",
         "tests/airflow/test_provider.py",
         "tests/test_docker.py",
+        "tests/test_distribution.py",
     }, chosen
+    # a test marked heavy (building the wheel) runs in the whole suite only; its module's other tests run here
+    assert "tests/test_distribution.py::test_twine_accepts_both" not in ids, sorted(ids)
+    assert (
+        "tests/test_distribution.py::test_python_classifiers_are_the_versions_docs_compatibility_says_were_tested"
+        in ids
+    )
     assert not log.exists(), log.read_text()
 
 

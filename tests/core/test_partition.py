@@ -75,6 +75,7 @@ def test_every_scaling_case_is_optimal_and_valid(shared):
         assert_optimal(problem, partition(problem), True, ref["bottleneck_s"], ref["case"])
 
 
+@pytest.mark.heavy
 def test_integer_program_agrees_where_the_dense_grid_would_be_used(shared, small_cases, monkeypatch):
     """Large host-count spaces use the integer program (milp.py) instead of the dense grid; force it on every
     other case (499 of the 998: its CPU is the fast tier's largest single cost; every case is solved the default

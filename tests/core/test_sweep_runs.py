@@ -137,6 +137,7 @@ def test_trial_folders_stay_under_the_results_root(tmp_path):
         assert os.path.realpath(folder).startswith(str(tmp_path / "root" / "evil" / "trials") + os.sep)
 
 
+@pytest.mark.heavy
 def test_batched_mode_runs_a_thousand_tiny_trials_on_simulated_gpus(tmp_path):
     spec = SweepSpec(
         name="many",

@@ -112,6 +112,7 @@ def test_the_digits_data_is_scikit_learns_read_without_importing_it():
     assert out.stdout.strip() == "False"  # its import costs each trial process ~2 s of CPU
 
 
+@pytest.mark.heavy
 def test_sigterm_saves_a_checkpoint_and_exits_143_and_the_next_start_resumes(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
@@ -41,6 +42,7 @@ def _spawn(state, memory, hold, out):
     )
 
 
+@pytest.mark.heavy
 def test_twenty_processes_racing_never_exceed_capacity(state_dir, tmp_path):
     out = str(tmp_path / "holds.jsonl")
     sizes = ["8GiB", "10GiB", "whole", "6GiB"]
@@ -214,6 +216,7 @@ m.release(lease)
 """
 
 
+@pytest.mark.heavy
 def test_host_ram_is_a_reservation_processes_racing_never_exceed_the_budget(state_dir, tmp_path):
     """fedflow sampled free RAM, so two tasks admitted together both counted the same RAM. A request's
     host_memory is reserved in its lease under the allocation lock: 12 processes asking 16 GiB (plenty of GPU
