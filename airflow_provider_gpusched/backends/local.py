@@ -118,12 +118,6 @@ class LocalAirflowBackend(AirflowBackend):
                 if searching is not None:
                     ti.xcom_push(key=OUTCOMES_XCOM, value=outcomes())
 
-            def next_trial() -> Any:  # (on a slot's thread: the batch publishes it from this one, on_tick)
-                trial = searching.next_trial(f"{ti.task_id}[{chunk}] ({ti.run_id})") if searching else None
-                if trial is not None:
-                    trials.append(trial)
-                return trial
-
             try:
                 outcome = run_local_batch(
                     manifest,
@@ -142,8 +136,9 @@ class LocalAirflowBackend(AirflowBackend):
                     on_attempt=on_attempt,
                     on_tick=publish,
                     host=fleet.worker_host(ti),
-                    source=None if searching is None else next_trial,
-                    on_finished=None if searching is None else searching.finish,
+                    search=searching,
+                    worker=f"{ti.task_id}[{chunk}] ({ti.run_id})",
+                    on_taken=trials.append,  # (the batch publishes them from this thread: on_tick)
                 )
             except WorkHalted as exc:  # no retry: someone stopped it
                 ti.xcom_push(key=OUTCOMES_XCOM, value=outcomes())

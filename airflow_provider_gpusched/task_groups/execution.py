@@ -31,7 +31,8 @@ class SweepExecution:
     :param chunk_size: trials per runner task / job array (default: 500, or fewer so there are >= 2 chunks).
     :param parallel: local batched mode: leases in flight per runner (default: what fits on the GPUs).
     :param trials_per_process: local batched mode: trials run one after another in one process under one
-        lease (saves a Python start per trial for short trials).
+        lease (saves a Python start per trial for short trials); an asynchronous search's slot runs its trials in
+        worker processes of this many trials each (1: a process per trial, with OOM escalation per trial).
     :param python: interpreter that runs the trial runner (default: this one; on Slurm nodes it must have
         this package installed and see the results folder).
     :param slurm_conn_id: the Slurm connection (Slurm backend).

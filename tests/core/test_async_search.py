@@ -272,53 +272,107 @@ def test_a_worker_process_runs_trials_until_none_are_left_and_says_what_it_lacks
 def test_the_caller_hears_each_trial_a_slot_takes_on_its_own_thread_and_a_slot_failure_is_raised(tmp_path):
     """A task publishes what its slots took (Airflow's calls made from one thread: dag.test's in-process supervisor
     answers a call with its channel removed, so a slot's thread calling at that moment failed the task). on_tick
-    runs on the calling thread, woken the moment a slot takes a trial, not at the next 60 s tick; a slot whose
-    search fails ends the batch with that error, not one slot short."""
+    runs on the calling thread, woken as soon as a slot takes a trial, not at the next 60 s tick, with each slot
+    a worker process running trial after trial (the default) and with a process per trial (a time limit); a slot
+    whose search fails ends the batch with that error, not one slot short."""
     import threading
 
     from airflow_provider_gpusched.core.gpu.placement import GPURequest
     from airflow_provider_gpusched.core.sweep.batch import run_local_batch
 
-    session = SweepSession(spec(tmp_path, count=4), str(tmp_path))
-    searching = session.asynchronous("r1")
-    manifest = searching.plan()
-    handed: list[str] = []
-    ticks: list[tuple[bool, list[str]]] = []
-
-    def source():
-        trial = searching.next_trial("w")
-        if trial is not None:
-            handed.append(trial.trial_id)
-        return trial
-
-    outcome = run_local_batch(
-        manifest,
-        [],
-        manager(tmp_path),
-        GPURequest(gpus=1),
-        parallel=2,
-        on_tick=lambda: ticks.append((threading.current_thread() is threading.main_thread(), list(handed))),
-        tick_seconds=60.0,
-        source=source,
-        on_finished=searching.finish,
-    )
-    assert len(handed) == 4 and sorted(sum(outcome.values(), [])) == sorted(handed)
-    assert ticks and all(on_main for on_main, _ in ticks)
-    seen = {tid for _, ids in ticks for tid in ids}
-    assert set(handed[:3]) <= seen  # each trial told while it ran (the 4th may be the last, its slot then ending)
-
-    def broken_finish(trial):
-        raise OSError(f"the search folder is gone (trial {trial.trial_id})")
-
-    session2 = SweepSession(spec(tmp_path, name="asy2", count=2), str(tmp_path))
-    searching2 = session2.asynchronous("r1")
-    with pytest.raises(OSError, match="the search folder is gone"):
-        run_local_batch(
-            searching2.plan(),
+    for name, time_limit, per_process in (("slots", None, 8), ("limited", 600.0, 8), ("one-each", None, 1)):
+        session = SweepSession(spec(tmp_path, name=name, count=4), str(tmp_path))
+        searching = session.asynchronous("r1")
+        manifest = searching.plan()
+        taken: list[str] = []
+        ticks: list[tuple[bool, list[str]]] = []
+        outcome = run_local_batch(
+            manifest,
             [],
             manager(tmp_path),
             GPURequest(gpus=1),
-            parallel=1,
-            source=lambda: searching2.next_trial("w"),
-            on_finished=broken_finish,
+            parallel=2,
+            on_tick=lambda: ticks.append((threading.current_thread() is threading.main_thread(), list(taken))),  # noqa: B023
+            tick_seconds=60.0,
+            search=searching,
+            worker="w",
+            on_taken=lambda trial: taken.append(trial.trial_id),  # noqa: B023 - used within this loop's call
+            time_limit=time_limit,
+            trials_per_process=per_process,
         )
+        assert len(taken) == 4 and sorted(sum(outcome.values(), [])) == sorted(taken), (name, outcome)
+        assert sum(len(v) for k, v in outcome.items() if k in ("succeeded", "pruned")) == 4, (name, outcome)
+        assert ticks and all(on_main for on_main, _ in ticks), name
+        seen = {tid for _, ids in ticks for tid in ids}
+        assert set(taken[:3]) <= seen, (name, ticks)  # told while they ran (the 4th may be its slot's last act)
+        assert Counter(t.state.name for t in study(tmp_path, name).trials) == Counter(
+            {"COMPLETE": len(outcome["succeeded"]), "PRUNED": len(outcome["pruned"])}
+        )
+        handed = json.loads(next((tmp_path / name / "runs").glob("*/handed.json")).read_text())["handed"]
+        assert {e["worker"] for e in handed.values()} == {"w slot 0", "w slot 1"}, name
+        logs = sorted(p.name for p in (tmp_path / name / "logs").iterdir())
+        if name == "slots":  # one worker process per slot ran its trials, not a process per trial
+            assert logs == ["worker-w_slot_0.log", "worker-w_slot_1.log"], logs
+        else:
+            assert len(logs) == 4 and not any(n.startswith("worker-") for n in logs), logs
+
+    class Broken:
+        def next_trial(self, worker="", resume=False):
+            raise OSError("the search folder is gone")
+
+        def finish(self, trial):
+            raise AssertionError("never reached")
+
+        def taken(self, worker):
+            return []
+
+    with pytest.raises(OSError, match="the search folder is gone"):
+        run_local_batch(
+            manifest, [], manager(tmp_path), GPURequest(gpus=1), parallel=1, search=Broken(), time_limit=600.0
+        )
+
+
+def test_a_slot_whose_worker_process_dies_fails_that_trial_once_and_goes_on_with_the_search(tmp_path):
+    """A slot's worker process (trial after trial in one process) that dies mid-trial: that trial ends failed,
+    saying its runner stopped, the study hears it, and the slot starts a new worker that runs the rest, each
+    worker at most trials_per_process."""
+    from airflow_provider_gpusched.core.gpu.placement import GPURequest
+    from airflow_provider_gpusched.core.sweep.batch import run_local_batch
+
+    mark = str(tmp_path / "died-once")
+
+    def train(p):
+        if not os.path.exists(mark):  # the first trial kills its whole process, as a segfault would
+            open(mark, "w").close()
+            os._exit(139)
+        return {"y": -((p["x"] - 1) ** 2)}
+
+    session = SweepSession(spec(tmp_path, count=4, command=None, python_callable=train), str(tmp_path))
+    searching = session.asynchronous("r1")
+    events: list[str] = []
+    attempts: list[str] = []
+    outcome = run_local_batch(
+        searching.plan(),
+        [],
+        manager(tmp_path),
+        GPURequest(gpus=1),
+        parallel=1,
+        trials_per_process=2,
+        search=searching,
+        worker="w",
+        on_event=events.append,
+        on_attempt=lambda attempt, label: attempts.append(label),
+    )
+    assert len(outcome["failed"]) == 1 and len(outcome["succeeded"]) == 3, outcome
+    (dead,) = outcome["failed"]
+    assert "its runner stopped before recording an outcome" in statuses(tmp_path)[dead]["error"]
+    states = Counter(t.state.name for t in study(tmp_path).trials)
+    assert states == Counter({"FAIL": 1, "COMPLETE": 3}), states
+    assert events[-1] == "4/4 trials done (1 failed)", events
+    # three processes ran the four trials: the one that died, one that ran its trials_per_process (2), the last;
+    # each is a bar of the GPU timeline named by the trials it ran
+    assert [label.split(": ")[0] for label in attempts] == ["w", "w", "w"], attempts
+    first = searching.taken("w")[0]
+    assert attempts == ["w: trial 0 " + first.label, "w: trials 1-2 (2)", "w: trial 3 " + searching.taken("w")[3].label]
+    log = (tmp_path / "asy" / "logs" / "worker-w.log").read_text()
+    assert log.count("(id ") == 4, log

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_gpusched.core.backends import Backend
@@ -15,8 +15,6 @@ from airflow_provider_gpusched.core.queue import QueueEntry, StopOutcome
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.gpu.leases import LeaseManager
     from airflow_provider_gpusched.core.stops import StopRequest
-    from airflow_provider_gpusched.core.sweep.asynchronous import AsyncRun
-    from airflow_provider_gpusched.core.sweep.expand import Trial
     from airflow_provider_gpusched.core.sweep.resources import TrialResources
     from airflow_provider_gpusched.core.sweep.session import SweepSession
     from airflow_provider_gpusched.core.sweep.spec import SweepSpec
@@ -137,7 +135,6 @@ class LocalBackend(Backend):
                 manifest = session.prepare(round_no, run=run, force_rerun=force_rerun, backend=self.name)
             if board is not None:
                 board.watch(manifest.trials, round_no, spec.rounds if spec.in_rounds else None)
-            source = None if searching is None else _next_trial(searching, board)
             stop, done, interrupted = threading.Event(), threading.Event(), threading.Event()
             outcome: dict[str, Any] = {}
 
@@ -146,12 +143,11 @@ class LocalBackend(Backend):
                 stop: threading.Event,
                 done: threading.Event,
                 outcome: dict[str, Any],
-                source: Callable[[], Trial | None] | None,
             ) -> None:
                 try:
                     outcome["value"] = run_local_batch(
                         manifest,
-                        manifest.pending if source is None else [],
+                        manifest.pending if searching is None else [],
                         manager,
                         request,
                         parallel=parallel,
@@ -163,8 +159,9 @@ class LocalBackend(Backend):
                         stop_event=stop,
                         setup=r.setup,
                         time_limit=limit,
-                        source=source,
-                        on_finished=None if searching is None else searching.finish,
+                        search=searching,
+                        worker=f"{os.uname().nodename}:{os.getpid()}",
+                        on_taken=None if board is None else board.trials.append,
                     )
                 except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
                     outcome["error"] = exc
@@ -173,7 +170,7 @@ class LocalBackend(Backend):
 
             worker = threading.Thread(
                 target=work,
-                args=(manifest, stop, done, outcome, source),
+                args=(manifest, stop, done, outcome),
                 name=f"gpusched-sweep-{spec.name}",
                 daemon=True,
             )
@@ -201,19 +198,6 @@ class LocalBackend(Backend):
             if round_no is not None:
                 session.finish_round(round_no, run)
         return session.collect(run)
-
-
-def _next_trial(searching: AsyncRun, board: Any) -> Callable[[], Trial | None]:
-    """A free slot's next trial from an asynchronous search (the progress board follows it too)."""
-    worker = f"{os.uname().nodename}:{os.getpid()}"
-
-    def next_trial() -> Trial | None:
-        trial = searching.next_trial(worker)
-        if trial is not None and board is not None:
-            board.trials.append(trial)
-        return trial
-
-    return next_trial
 
 
 def local_entries(manager: LeaseManager) -> list[QueueEntry]:

@@ -222,14 +222,23 @@ class AsyncRun:
         spec.python_callable = spec.required_env = None
         write_atomic(os.path.join(self.search_dir, SPEC_FILE), cloudpickle.dumps(spec), 0o600)
 
-    def next_trial(self, worker: str = "") -> Trial | None:
+    def next_trial(self, worker: str = "", resume: bool = False) -> Trial | None:
         """The next trial for a free slot, or None when the search has handed out all it will: a trial of the plan
-        not handed out yet, else a new one, while the study holds fewer than ``count`` trials."""
+        not handed out yet, else a new one, while the study holds fewer than ``count`` trials.
+
+        ``resume``: first a trial handed to this same ``worker`` earlier in this run that has no outcome (a worker
+        process that runs one trial after another, relaunched after a GPU OOM or a preemption, or requeued by
+        Slurm: it goes on with the trial it was running, from its checkpoint). Only for a worker name that one
+        process at a time uses."""
         from airflow_provider_gpusched.core.sweep.trial_run import Manifest, ManifestTrial
 
         with self.locked():
             manifest = Manifest(self.manifest_path)
             handed = self._handed()
+            if resume:
+                mine = self._unfinished(manifest, handed, worker)
+                if mine is not None:
+                    return mine
             search = self.search
             known = search.known()
             trial = next((t for t in manifest.pending if t.trial_id not in handed), None)
@@ -267,6 +276,27 @@ class AsyncRun:
             handed[trial.trial_id] = {"number": number, "worker": worker, "at": time.time()}
             self.store.write(os.path.relpath(self._handed_path(), self.store.dir), {"handed": handed})
             return trial
+
+    def _unfinished(self, manifest: Manifest, handed: dict[str, Any], worker: str) -> Trial | None:
+        by_id = {t.trial_id: t for t in manifest.trials}
+        for trial_id, entry in handed.items():
+            mine = isinstance(entry, dict) and entry.get("worker") == worker and trial_id in by_id
+            if mine and self.store.state(by_id[trial_id]) not in FINAL_STATES:
+                return by_id[trial_id]
+        return None
+
+    def taken(self, worker: str) -> list[Trial]:
+        """The trials handed to ``worker`` in this run, in the order they were handed out."""
+        from airflow_provider_gpusched.core.sweep.trial_run import Manifest
+
+        handed = self._handed()  # (written whole, atomically: read without the lock)
+        by_id = {t.trial_id: t for t in Manifest(self.manifest_path).trials}
+        mine = [
+            (entry.get("at", 0), trial_id)
+            for trial_id, entry in handed.items()
+            if isinstance(entry, dict) and entry.get("worker") == worker and trial_id in by_id
+        ]
+        return [by_id[trial_id] for _, trial_id in sorted(mine)]
 
     def finish(self, trial: Trial) -> str:
         """Tell the study how ``trial`` (handed out by this run) ended, from its record; returns its state. A trial

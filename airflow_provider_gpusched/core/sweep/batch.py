@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from airflow_provider_gpusched.core.checks import is_number
+from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.gpu.attempts import Attempt
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
@@ -27,7 +29,8 @@ from airflow_provider_gpusched.core.gpu.work import Work
 from airflow_provider_gpusched.core.records import RECORD_KEY_ENV, new_record_key
 from airflow_provider_gpusched.core.stops import WorkHalted
 from airflow_provider_gpusched.core.sweep.expand import Trial
-from airflow_provider_gpusched.core.sweep.trial_run import Manifest, group_argv, write_group_manifest
+from airflow_provider_gpusched.core.sweep.store import FAILED_STATES, FINAL_STATES
+from airflow_provider_gpusched.core.sweep.trial_run import Manifest, group_argv, worker_argv, write_group_manifest
 from airflow_provider_gpusched.core.work_tag import WorkTag
 
 #: seconds per trial (a group's wall time over its trials) from which the last groups are made smaller
@@ -37,6 +40,21 @@ SHRINK_TAIL_ABOVE = 1.0
 #: start costs more than the trials it runs. Both are measured on this host in this batch, so a busy host, where
 #: both take longer, decides as an idle one does.
 GROW_TO = 64
+#: a slot's worker process (an asynchronous search) that dies with a trial unfinished is started again, at most this
+#: many times in a row without a trial finished in between
+WORKER_RESTARTS = 3
+#: how often the calling thread looks for the trials the slots' worker processes took (it publishes new ones)
+TAKEN_POLL_SECONDS = 1.0
+
+
+class SlotSearch(Protocol):
+    """An asynchronous search as a batch's source of trials (core/sweep/asynchronous.py's AsyncRun)."""
+
+    def next_trial(self, worker: str = "", resume: bool = False) -> Trial | None: ...
+
+    def finish(self, trial: Trial) -> str: ...
+
+    def taken(self, worker: str) -> list[Trial]: ...
 
 
 def default_parallel(manager: LeaseManager, request: GPURequest) -> int:
@@ -69,8 +87,9 @@ def run_local_batch(
     on_tick: Callable[[], None] | None = None,
     tick_seconds: float = 30.0,
     host: str = "",
-    source: Callable[[], Trial | None] | None = None,
-    on_finished: Callable[[Trial], object] | None = None,
+    search: SlotSearch | None = None,
+    worker: str = "",
+    on_taken: Callable[[Trial], None] | None = None,
 ) -> dict[str, list[str]]:
     """Run ``trials`` with up to ``parallel`` leases at a time; returns trial ids by final state. ``setup``:
     shell lines each trial process runs first (the sweep's ``resources.setup``); ``time_limit``: seconds each
@@ -94,9 +113,19 @@ def run_local_batch(
     ``host``: this host's name on the timeline (default: as :func:`~airflow_provider_gpusched.core.fleet.this_host`
     gives it).
 
-    ``source``: an asynchronous search's next trial (core/sweep/asynchronous.py), asked for whenever a slot frees
-    and ``trials`` is used up, until it gives None; each such trial runs alone in its process, and
-    ``on_finished(trial)`` is called the moment it ends (the search hears its outcome before the slot asks again).
+    ``search``: an asynchronous search (core/sweep/asynchronous.py) whose trials the slots run, each slot asking
+    for its next trial the moment it frees, until the search hands out no more. Each slot is a worker process
+    (core/sweep/worker.py, named ``worker`` and, with several slots, ``slot N``) that runs up to
+    ``trials_per_process`` trials one after another on the slot's lease, asking and telling the search itself, then
+    a new one: the trainable is imported once per process, not once per trial (PyTorch: 3-5 s of CPU each time). A
+    worker that dies with a trial unfinished (a crash) leaves that trial failed and is started again
+    (WORKER_RESTARTS); one relaunched by its supervisor (after a GPU OOM, with more memory; after a preemption)
+    goes on with the same trial. A trial's own GPU OOM inside a worker fails that trial; with
+    ``trials_per_process`` 1, a time limit or a load stage (which are each trial's own), each trial runs in a
+    process of its own instead, the slot asking for it and telling it, and OOM escalation applies to each trial
+    alone. ``on_taken(trial)`` is told of each trial a slot took (on any thread, under the batch's lock: keep it to
+    recording it), before ``on_tick`` runs.
+    the batch's lock: keep it to recording it), before ``on_tick`` runs.
     """
     batch = LocalBatch(
         manifest,
@@ -116,8 +145,9 @@ def run_local_batch(
         time_limit=time_limit,
         on_attempt=on_attempt,
         host=host,
-        source=source,
-        on_finished=on_finished,
+        search=search,
+        worker=worker,
+        on_taken=on_taken,
     )
     return batch.run(on_tick=on_tick, tick_seconds=tick_seconds)
 
@@ -151,8 +181,9 @@ class LocalBatch:
         time_limit: float | None = None,
         on_attempt: Callable[[Attempt, str], None] | None = None,
         host: str = "",
-        source: Callable[[], Trial | None] | None = None,
-        on_finished: Callable[[Trial], object] | None = None,
+        search: SlotSearch | None = None,
+        worker: str = "",
+        on_taken: Callable[[Trial], None] | None = None,
     ) -> None:
         self.manifest, self.store, self.trials = manifest, manifest.store, list(trials)
         self.manager, self.request = manager, request
@@ -166,14 +197,20 @@ class LocalBatch:
         }
         self.on_event = on_event or (lambda message: None)
         self.on_attempt, self.work, self.setup, self.time_limit = on_attempt, work, setup, time_limit
-        if time_limit is not None or request.load_stage or source is not None:
-            # the limit is each trial's, a load stage holds its own data, an asynchronous search hears each trial
-            # end before it asks for the next: one per process
+        own_process = time_limit is not None or bool(request.load_stage)
+        #: an asynchronous search's slots run as worker processes, each running up to trials_per_process trials
+        self.slot_workers = search is not None and not own_process and trials_per_process > 1
+        if own_process or (search is not None and not self.slot_workers):
+            # the limit is each trial's, a load stage holds its own data: one per process (and for a search,
+            # trials_per_process 1: each trial in its own process, the slot asking for it and telling it)
             trials_per_process = 1
         self.trials_per_process = trials_per_process
-        self.source, self.on_finished = source, on_finished
+        self.search, self.on_taken = search, on_taken
         most = parallel or default_parallel(manager, request)
-        self.parallel = max(1, most if source is not None else min(most, max(1, len(self.trials))))
+        self.parallel = max(1, most if search is not None else min(most, max(1, len(self.trials))))
+        self.slot_names = [worker if self.parallel == 1 else f"{worker} slot {i}".strip() for i in range(self.parallel)]
+        self._known = {t.trial_id for t in self.trials}
+        self._reported_final: dict[str, str] = {}  # trial id -> the final state a progress line counted
         self.logs = os.path.join(self.store.dir, "logs")
         os.makedirs(self.logs, exist_ok=True)
         self.stop = stop_event or threading.Event()  # every supervisor shares it: set, it stops the trials in flight
@@ -195,21 +232,28 @@ class LocalBatch:
     # -- the batch ---------------------------------------------------------------------------------
     def run(self, on_tick: Callable[[], None] | None = None, tick_seconds: float = 30.0) -> dict[str, list[str]]:
         """Run the batch; ``on_tick`` is called from this (the calling) thread only: every ``tick_seconds``, and as
-        soon as a slot takes a trial from ``source``. The workers never call it: a task's calls to Airflow are
-        made from one thread (``dag.test``'s in-process supervisor removes its channel while it answers a call, so
-        a second thread's call then fails)."""
-        threads = [threading.Thread(target=self._worker, daemon=True) for _ in range(self.parallel)]
+        soon as a slot takes a trial from the search. The slots never call it: a task's calls to Airflow are made
+        from one thread (``dag.test``'s in-process supervisor removes its channel while it answers a call, so a
+        second thread's call then fails)."""
+        threads = [threading.Thread(target=self._worker, args=(i,), daemon=True) for i in range(self.parallel)]
         for thread in threads:
             thread.start()
+        wait = min(tick_seconds, TAKEN_POLL_SECONDS) if self.slot_workers else tick_seconds
+        ticked = time.monotonic()
         try:
             while any(thread.is_alive() for thread in threads):
-                self._news.wait(timeout=tick_seconds)  # a trial taken from the source, or a worker done
+                woke = self._news.wait(timeout=wait)  # a trial taken from the search, or a slot done
                 self._news.clear()
-                if on_tick is not None and any(thread.is_alive() for thread in threads):
+                fresh = self._collect_taken() if self.slot_workers else False
+                due = time.monotonic() - ticked >= tick_seconds
+                if on_tick is not None and (woke or fresh or due) and any(t.is_alive() for t in threads):
                     on_tick()
+                    ticked = time.monotonic()
         finally:
             for supervisor in self.supervisors:
                 supervisor.stop()
+        if self.slot_workers:
+            self._collect_taken()
         if self.halted:
             self._mark_halted()
             raise WorkHalted(self.halted[0])
@@ -231,15 +275,43 @@ class LocalBatch:
                 out[self.finished[trial.trial_id]].append(trial.trial_id)
         return out
 
+    # -- the trials an asynchronous search hands out ---------------------------------------------------------
+    def _took(self, trial: Trial) -> bool:
+        """Note a trial a slot took (under the lock); whether it is new to the batch."""
+        if trial.trial_id in self._known:
+            return False
+        self._known.add(trial.trial_id)
+        self.trials.append(trial)
+        if self.on_taken is not None:
+            self.on_taken(trial)
+        return True
+
+    def _collect_taken(self) -> bool:
+        """The trials the slots' worker processes took so far (the search's record of who took what), and a
+        progress line when more of them ended; whether a slot took a new one."""
+        assert self.search is not None
+        taken = [trial for name in self.slot_names for trial in self.search.taken(name)]
+        with self._lock:
+            fresh = [trial for trial in taken if self._took(trial)]
+            pending = [t for t in self.trials if t.trial_id not in self._reported_final]
+        ended = {t.trial_id: state for t in pending if (state := self.store.state(t)) in FINAL_STATES}
+        if ended:
+            self._reported_final.update(ended)
+            failed = sum(1 for state in self._reported_final.values() if state in FAILED_STATES)
+            self.on_event(f"{len(self._reported_final)}/{len(self.trials)} trials done ({failed} failed)")
+        return bool(fresh)
+
     # -- groups ------------------------------------------------------------------------------------
-    def next_group(self) -> tuple[Trial, ...] | None:
+    def next_group(self, slot: int = 0) -> tuple[Trial, ...] | None:
         """The next trials to run in one process, or None when none are left."""
         with self._lock:
             if not self.todo:
-                trial = self.source() if self.source is not None and not self.stop.is_set() else None
+                if self.search is None or self.stop.is_set():
+                    return None
+                trial = self.search.next_trial(self.slot_names[slot])
                 if trial is None:
                     return None
-                self.trials.append(trial)
+                self._took(trial)
                 self._news.set()
                 return (trial,)
             first = self.todo.popleft()
@@ -265,28 +337,44 @@ class LocalBatch:
             return max(self.trials_per_process, min(GROW_TO, even_share))
         return self.trials_per_process
 
-    def _worker(self) -> None:
+    def _worker(self, slot: int) -> None:
         try:
-            self._work()
+            self._work(slot)
         except BaseException as exc:  # noqa: BLE001 - raised again in the calling thread once the others end
             with self._lock:
                 self.errors.append(exc)
         finally:
             self._news.set()
 
-    def _work(self) -> None:
+    def _work(self, slot: int) -> None:
         supervisor = GPUWorkSupervisor(
             self.manager, poll_interval=0.05, sample_interval=5.0, **self.supervisor_settings
         )
         supervisor.stop_event = self.stop
         with self._lock:
             self.supervisors.append(supervisor)
+        restarts = 0
         while not self.stop.is_set():
             order = self.orders.order_for(self.work) if self.orders is not None and self.work is not None else None
             if order is not None:
                 self.halt(order.refusal())
                 return
-            group = self.next_group()
+            if self.slot_workers:
+                ended = self._run_slot_worker(supervisor, self.slot_names[slot])
+                if ended is None:  # halted
+                    return
+                unfinished, finished, ran = ended
+                if not unfinished:  # it ended as a worker ends: it ran its trials_per_process, or no more are left
+                    if ran < self.trials_per_process:
+                        return
+                    restarts = 0
+                    continue
+                restarts = 0 if finished else restarts + 1
+                if restarts >= WORKER_RESTARTS:
+                    self.on_event(f"{self.slot_names[slot]}: its worker process died {restarts} times in a row")
+                    return
+                continue
+            group = self.next_group(slot)
             if group is None:
                 return
             oom = self._run_group(supervisor, group)
@@ -333,6 +421,56 @@ class LocalBatch:
                 self.ran_trials += len(group)
         return oom
 
+    def _run_slot_worker(self, supervisor: GPUWorkSupervisor, name: str) -> tuple[int, int, int] | None:
+        """One worker process of an asynchronous search on a lease of this slot (core/sweep/worker.py), then every
+        trial it took told to the search; returns (trials it left unfinished, trials it finished, trials it took),
+        None when the batch was halted."""
+        assert self.search is not None
+        before = {t.trial_id for t in self.search.taken(name)}
+        log = os.path.join(self.logs, f"worker-{re.sub(r'[^A-Za-z0-9_.-]+', '_', name).strip('_')[:120]}.log")
+        if self.on_attempt is not None:  # the GPU timeline's bar: the trials this process took
+            on_attempt, search = self.on_attempt, self.search
+
+            def label() -> str:
+                mine = [t for t in search.taken(name) if t.trial_id not in before]
+                return f"{name}: {group_label(mine) if mine else 'no trial'}"
+
+            supervisor.on_attempt = lambda attempt, _lease: on_attempt(attempt, label())
+        oom, error, started = False, "", time.monotonic()
+        try:
+            argv = worker_argv(self.manifest, name, max_trials=self.trials_per_process)
+            supervisor.run(self.request, Work(argv=argv, setup=self.setup), log)
+        except GPUWorkFailed as exc:
+            if exc.halted:
+                self.halt(str(exc).splitlines()[0])
+                return None
+            oom, error = exc.oom, str(exc).splitlines()[0]
+        taken = self.search.taken(name)
+        unfinished = finished = 0
+        own = 0.0
+        for trial in taken:
+            with self._lock:
+                self._took(trial)
+                if trial.trial_id in self.finished:
+                    continue
+            status = self.store.status(trial)
+            own += _trial_seconds(status)
+            if self.store.state_of(status) not in FINAL_STATES:
+                unfinished += 1
+                if oom:  # (else the search marks it failed: its runner stopped before recording an outcome)
+                    self.store.mark_finished(trial, ok=False, exit_code=None, error=error)
+            state = str(self.search.finish(trial))
+            finished += state in FINAL_STATES
+            with self._lock:
+                self.finished[trial.trial_id] = state if state in ("succeeded", "pruned", "timeout") else "failed"
+        with self._lock:
+            self.ran_seconds += time.monotonic() - started
+            self.ran_trials += len(taken) - len(before)
+            self.trial_seconds += own
+        if error and not oom and len(taken) == len(before):
+            raise GpuschedError(f"{name}: its worker process failed before running a trial: {error} (log {log})")
+        return unfinished, finished - unfinished, len(taken) - len(before)
+
     def _settle(self, group: tuple[Trial, ...], oom: bool) -> None:
         """Record each trial's outcome; put back, to run alone, the trials of a failed group without one (and,
         after an OOM, its failed ones: OOM escalation then applies to each alone)."""
@@ -348,8 +486,8 @@ class LocalBatch:
             if len(group) > 1 and (state in ("waiting", "running") or (state == "failed" and oom)):
                 again.append(trial)
                 continue
-            if self.on_finished is not None:
-                state = str(self.on_finished(trial))
+            if self.search is not None:
+                state = str(self.search.finish(trial))
             with self._lock:
                 self.finished[trial.trial_id] = state if state in ("succeeded", "pruned", "timeout") else "failed"
         with self._lock:
@@ -359,7 +497,7 @@ class LocalBatch:
                 self.todo.append((trial,))
             done = len(self.finished)
             failed = sum(1 for v in self.finished.values() if v in ("failed", "timeout"))
-        if done and (self.source is not None or done % max(1, len(self.trials) // 20) < len(group) or failed):
+        if done and (self.search is not None or done % max(1, len(self.trials) // 20) < len(group) or failed):
             self.on_event(f"{done}/{len(self.trials)} trials done ({failed} failed)")
 
     def _mark_halted(self) -> None:

@@ -563,9 +563,11 @@ def group_argv(manifest: Manifest, group: Sequence[Trial], python: str | None = 
 WORKER_MODULE = "airflow_provider_gpusched.core.sweep.worker"
 
 
-def worker_argv(manifest: Manifest, name: str, python: str | None = None) -> list[str]:
-    """An asynchronous search's worker (a Slurm job or array task): it asks for trials until none are left."""
-    return [python or sys.executable, "-m", WORKER_MODULE, manifest.path, name]
+def worker_argv(manifest: Manifest, name: str, python: str | None = None, max_trials: int | None = None) -> list[str]:
+    """An asynchronous search's worker (a Slurm job or array task, a slot on local GPUs): it asks for trials until
+    none are left, or until it ran ``max_trials``."""
+    argv = [python or sys.executable, "-m", WORKER_MODULE, manifest.path, name]
+    return argv if max_trials is None else [*argv, str(max_trials)]
 
 
 def chunk_argv(manifest: Manifest, chunk: int, python: str | None = None) -> list[str]:
