@@ -161,6 +161,12 @@ def test_a_damaged_lineage_is_refused_naming_the_file_and_the_key(tmp_path):
     (folder / "pbt.json").symlink_to(elsewhere)
     lineage, why = read_lineage(str(tmp_path / "pbt"))
     assert lineage is None and "link" in why, why
+    # the UI reads only under the results root: a folder a record names outside it is refused before any read
+    (folder / "pbt.json").unlink()
+    (folder / "pbt.json").write_text(json.dumps({"members": [[entry]] * 4, "exploits": []}))
+    assert read_lineage(str(tmp_path / "pbt"), str(tmp_path))[0] is not None
+    lineage, why = read_lineage(str(tmp_path / "pbt"), str(tmp_path / "other-root"))
+    assert lineage is None and "not under the results root" in why, why
 
 
 NO_CHECKPOINT = "import json, os; json.dump({'score': 1.0}, open(os.path.join(os.environ['GPUSCHED_TRIAL_DIR'], 'result.json'), 'w'))"

@@ -504,3 +504,62 @@ def test_a_small_sweep_view_shows_every_point():
     assert [(p["index"], p["score"]) for p in view["points"]] == [(0, 0.5), (1, 0.4), (2, 0.7), (3, 0.6)]
     assert view["points_total"] == 4 and "points_note" not in view
     assert view["best_so_far"] == [[0, 0.5], [2, 0.7], [3, 0.7]]  # improvements, then on to the last trial
+
+
+def test_a_large_pbt_population_draws_every_members_curve_past_the_curve_cap():
+    """8 members over 10 generations are 80 trials, more than the MAX_CURVES curves the reports plot draws: the
+    population reads every member trial's curve (up to MAX_REPORT_READS, said when more)."""
+    from airflow_provider_gpusched.core.sweep.view import MAX_CURVES
+
+    members, generations = 8, 10
+    trials = [
+        {"index": i, "trial_id": f"t{i}", "label": f"m{i % members}", "params": {"lr": 0.1}}
+        for i in range(members * generations)
+    ]
+    record = plan(
+        search="pbt",
+        trials=trials,
+        pending=[t["trial_id"] for t in trials],
+        skipped=[],
+        defined=len(trials),
+        folder="/nowhere",
+        curve_metric="score",
+    )
+    lineage = {
+        "members": [
+            [
+                {
+                    "member": k,
+                    "generation": g,
+                    "step": 2 * (g + 1),
+                    "hyper": {"lr": 0.1},
+                    "from": None,
+                    "score": g / 10,
+                    "trial_id": f"t{g * members + k}",
+                }
+                for g in range(generations)
+            ]
+            for k in range(members)
+        ],
+        "exploits": [],
+    }
+    outcomes = {
+        t["trial_id"]: {
+            "trial_id": t["trial_id"],
+            "state": "succeeded",
+            "result": {"acc": 1},
+            "seconds": 1,
+            "error": None,
+        }
+        for t in trials
+    }
+
+    def read(trial_id):  # trial g*8+k reports steps 2g+1 and 2g+2
+        g = int(trial_id[1:]) // members
+        return [{"step": s, "metrics": {"score": s / 100}} for s in (2 * g + 1, 2 * g + 2)]
+
+    view = build_sweep_view([record], outcomes, {}, reports=read, lineage=lineage)
+    assert len(view["curves"]) == MAX_CURVES < len(trials)
+    population = view["population"]
+    assert [len(m["curve"]) for m in population["members"]] == [2 * generations] * members
+    assert "population_note" not in view

@@ -449,12 +449,15 @@ def check_lineage(data: Any, source: str) -> None:
         ) from None
 
 
-def read_lineage(sweep_folder: str) -> tuple[dict[str, Any] | None, str]:
+def read_lineage(sweep_folder: str, root: str | None = None) -> tuple[dict[str, Any] | None, str]:
     """``(lineage, "")`` from a sweep folder's ``search/pbt.json`` (a regular file, never through a link, at most
-    8 MiB, checked), or ``(None, why not)``."""
-    from airflow_provider_gpusched.core.safe_files import BadRecordError, read_json_record
+    8 MiB, checked), or ``(None, why not)``. ``root``: only a file under it, reached without a symbolic link (the
+    UI reads folders named by published records)."""
+    from airflow_provider_gpusched.core.safe_files import BadRecordError, is_under, read_json_record
 
     path = os.path.join(sweep_folder, "search", LINEAGE_FILE)
+    if root is not None and not is_under(path, root):
+        return None, f"{path}: not under the results root {root}"
     try:
         data = read_json_record(path, 8 << 20)
         check_lineage(data, path)

@@ -28,7 +28,7 @@ from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.records import Check, Float, RecordType, one_of, open_view, record_class, says
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested, safe_name
 from airflow_provider_gpusched.core.sweep.objective import Objective, leaderboard, pareto_fronts
-from airflow_provider_gpusched.core.sweep.pbt import PopulationView
+from airflow_provider_gpusched.core.sweep.pbt import PopulationView, population_view
 from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE
 from airflow_provider_gpusched.core.sweep.store import FAILED_STATES, FINAL_STATES, RUN_STATES, TrialStore, state_in_run
 
@@ -349,10 +349,13 @@ def report_runs(plans: Sequence[Mapping[str, Any]], run: str) -> dict[str, str]:
 
 
 def _curves(
-    rows: Sequence[Mapping[str, Any]], read: Callable[[str], Sequence[Mapping[str, Any]] | None], metric: str
+    rows: Sequence[Mapping[str, Any]],
+    read: Callable[[str], Sequence[Mapping[str, Any]] | None],
+    metric: str,
+    most: int = MAX_CURVES,
 ) -> dict[str, Any]:
-    """The curves of ``metric`` by step (running trials first, then by index) and each running trial's
-    latest report; ``read(trial_id)`` gives a trial's reports (None: not readable), asked lazily."""
+    """The curves of ``metric`` by step (running trials first, then by index, ``most`` of them) and each running
+    trial's latest report; ``read(trial_id)`` gives a trial's reports (None: not readable), asked lazily."""
     curves: list[dict[str, Any]] = []
     latest: list[dict[str, Any]] = []
     # a trial this run did not start, or whose re-run it stopped (the earlier outcome put back), has no curve of it
@@ -361,7 +364,7 @@ def _curves(
         key=lambda r: (r["state"] != "running", r["index"]),
     )
     for r in order[:MAX_REPORT_READS]:
-        if len(curves) >= MAX_CURVES:
+        if len(curves) >= most:
             break
         found = read(r["trial_id"]) or []
         points = [
@@ -609,7 +612,7 @@ class SweepView(TypedDict):
     group: NotRequired[str]  # the task group the sweep is
     reports_note: NotRequired[str]
     population: NotRequired[PopulationView]  # search: pbt, where its folder's lineage is readable
-    population_note: NotRequired[str]  # why a PBT sweep's population is not drawn
+    population_note: NotRequired[str]  # what of a PBT sweep's population is not drawn, and why
 
 
 def build_sweep_view(
@@ -659,9 +662,16 @@ def build_sweep_view(
         else {"curve_metric": metric, "curves": [], "latest_reports": []}
     )
     if lineage is not None:
-        from airflow_provider_gpusched.core.sweep.pbt import population_view
-
-        view["population"] = population_view(lineage, rows, view["curves"], metric)
+        # every member's curve, not only the first MAX_CURVES trials' (a population of 8 over 10 generations is 80
+        # trials), up to MAX_REPORT_READS trials read, said when more
+        curves = view["curves"]
+        if reports is not None and metric and len(rows) > MAX_CURVES:
+            curves = _curves(rows, reports, metric, MAX_REPORT_READS)["curves"]
+        view["population"] = population_view(lineage, rows, curves, metric)
+        if len(rows) > MAX_REPORT_READS:
+            view["population_note"] = (
+                f"curves are drawn for {MAX_REPORT_READS} of the population's {len(rows)} trials (running first)"
+            )
     if objective is None:
         view.update(
             leaderboard=[],

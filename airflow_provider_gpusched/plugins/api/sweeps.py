@@ -318,7 +318,7 @@ def sweeps(dag_id: str, run_id: str | None, session) -> SweepsView:
         lineage, why_not = None, ""
         if group_plans[0]["search"] == "pbt":
             if folder and not refusal:  # (a refused folder: reports_note says why nothing of it is shown)
-                lineage, why_not = read_lineage(folder)
+                lineage, why_not = read_lineage(folder, root)
             elif not folder:
                 why_not = "the plan names no sweep folder: the population is not drawn"
         view = build_sweep_view(group_plans, outcomes, states, reports=read, lineage=lineage)
