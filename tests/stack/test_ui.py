@@ -724,6 +724,9 @@ def test_the_sweeps_tab_draws_a_pbt_population_its_exploits_and_each_members_sch
         row = schedule.nth(first["member"]).inner_text()
         assert f"→ {first['from_member']}" in row and "lr=" in row
         assert "4 members, 2 exploit(s)" in page.locator("[data-testid=population-section]").inner_text()
+        # the legend's exploit key is the triangle the plot marks exploits with
+        legend = page.locator("[data-testid=legend-population] [data-shape=triangle]")
+        assert legend.count() == 1 and "exploit" in legend.inner_text()
         assert_plots_readable(page)
         shot_at(page, "population-section", "sweeps-pbt-population")
     finally:

@@ -143,6 +143,8 @@ class AsyncRun:
         os.makedirs(self.search_dir, exist_ok=True)
         self._threads = threading.Lock()
         self._search: AsyncOptunaSearch | None = None
+        #: the manifest's trials as last read by taken(), with the file's (inode, mtime, size) then
+        self._read_manifest: tuple[tuple[int, int, int], dict[str, Trial]] | None = None
 
     @property
     def search(self) -> AsyncOptunaSearch:
@@ -286,11 +288,16 @@ class AsyncRun:
         return None
 
     def taken(self, worker: str) -> list[Trial]:
-        """The trials handed to ``worker`` in this run, in the order they were handed out."""
+        """The trials handed to ``worker`` in this run, in the order they were handed out (a local batch asks each
+        second: the manifest is read again only when it changed)."""
         from airflow_provider_gpusched.core.sweep.trial_run import Manifest
 
         handed = self._handed()  # (written whole, atomically: read without the lock)
-        by_id = {t.trial_id: t for t in Manifest(self.manifest_path).trials}
+        st = os.stat(self.manifest_path)
+        if self._read_manifest is None or self._read_manifest[0] != (st.st_ino, st.st_mtime_ns, st.st_size):
+            trials = Manifest(self.manifest_path).trials
+            self._read_manifest = ((st.st_ino, st.st_mtime_ns, st.st_size), {t.trial_id: t for t in trials})
+        by_id = self._read_manifest[1]
         mine = [
             (entry.get("at", 0), trial_id)
             for trial_id, entry in handed.items()

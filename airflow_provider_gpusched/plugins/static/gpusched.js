@@ -522,10 +522,12 @@ function Legend({ items, testid }) {
   if (!items.length) return null;
   return h("div", { "data-testid": testid || "legend", style: { ...S.muted, display: "flex", flexWrap: "wrap", gap: "10px",
                                                                  margin: "0 0 4px 56px" } },
-    items.map(([label, color, shape]) => h("span", { key: label, "data-legend": label },
-      h("span", { style: { display: "inline-block", width: shape === "line" ? "14px" : "9px", height: shape === "line" ? "3px" : "9px",
-        borderRadius: shape === "line" ? "0" : "50%", background: color, marginRight: "4px",
-        verticalAlign: "middle" } }), label)));
+    items.map(([label, color, shape]) => h("span", { key: label, "data-legend": label, "data-shape": shape || "dot" },
+      h("span", { style: shape === "triangle"
+        ? { display: "inline-block", width: 0, height: 0, borderLeft: "5px solid transparent", borderRight: "5px solid transparent",
+            borderBottom: `9px solid ${color}`, marginRight: "4px", verticalAlign: "middle" }
+        : { display: "inline-block", width: shape === "line" ? "14px" : "9px", height: shape === "line" ? "3px" : "9px",
+            borderRadius: shape === "line" ? "0" : "50%", background: color, marginRight: "4px", verticalAlign: "middle" } }), label)));
 }
 
 function axisFor(values, scale, whole) {
@@ -855,7 +857,7 @@ function Population({ pop, width = 560, height = 280 }) {
   const generations = Math.max(0, ...pop.members.map((m) => m.generations.length));
   return h("div", { "data-testid": "population" },
     h(Legend, { testid: "legend-population", items: pop.members.map((m) => [`member ${m.member}`, memberColor(m.member), "line"])
-      .concat(pop.exploits.length ? [["exploit (copied a better member's checkpoint)", "#495057"]] : []) }),
+      .concat(pop.exploits.length ? [["exploit (copied a better member's checkpoint)", "#495057", "triangle"]] : []) }),
     plot || h("div", { style: S.muted }, "No member has reported yet."),
     h("div", { style: { ...S.muted, marginTop: "4px" } }, `Hyper-parameter schedule: each member's values per generation ` +
       `(→ k: it went on from member k's checkpoint with these values)`),
