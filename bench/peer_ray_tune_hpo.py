@@ -8,6 +8,8 @@ method, below) and the same number of slots (``--slots``, default 2: one per cor
 
   method   Ray Tune                                        gpusched
   random   BasicVariantGenerator, 6 trials x 9 epochs      search: random, count 6, 9 epochs
+           (both run the same 6 draws per seed: gpusched's, given to Ray as points_to_evaluate, so their best
+           differs only by what the tools did, not by which 6 points each happened to draw)
   asha     ASHAScheduler(max_t 9, grace 1, eta 3), 12      search: random, count 12, pruning: asha (min_steps 1, eta 3)
   bohb     TuneBOHB + HyperBandForBOHB(max_t 9, eta 3), 12 search: optuna (TPE), asynchronous, count 12,
                                                            pruning: optuna hyperband (min 1, max 9, eta 3)
@@ -48,6 +50,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = ("random", "asha", "bohb", "pbt")
+#: Ray's random search is given gpusched's draws through this variable (random_points)
+POINTS_ENV = "GPUSCHED_BENCH_POINTS"
 FIXED = {
     "model": "cnn",
     "block0": {"channels": 32, "kernel": 3},
@@ -140,7 +144,10 @@ def ray_child(method: str, seed: int, slots: int, log: str) -> None:
     )
     space = {"lr": tune.loguniform(*LR), "dropout": tune.uniform(*DROPOUT)}
     scheduler, search = None, tune.search.basic_variant.BasicVariantGenerator(random_state=seed)
-    if method == "asha":
+    if method == "random":  # the points gpusched's random search draws for this seed (run_ray)
+        points = json.loads(os.environ[POINTS_ENV])
+        search = tune.search.basic_variant.BasicVariantGenerator(points_to_evaluate=points, random_state=seed)
+    elif method == "asha":
         scheduler = tune.schedulers.ASHAScheduler(
             time_attr="training_iteration", max_t=EPOCHS, grace_period=1, reduction_factor=3
         )
@@ -183,8 +190,19 @@ def ray_child(method: str, seed: int, slots: int, log: str) -> None:
     print("RAY_RESULT " + json.dumps({"start": start, "end": end, "ray": ray.__version__}), flush=True)
 
 
+def random_points(seed: int) -> list[dict]:
+    """The configurations gpusched's random search runs for ``seed`` (the same seeded draws in every process)."""
+    from airflow_provider_gpusched.core.sweep import loguniform, uniform
+    from airflow_provider_gpusched.core.sweep.expand import random_trials
+
+    space = {"lr": loguniform(*LR), "dropout": uniform(*DROPOUT)}
+    return [{k: t.params[k] for k in space} for t in random_trials(space, TRIALS["random"], seed)]
+
+
 def run_ray(method: str, seed: int, slots: int, python: str, log: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    if method == "random":
+        env[POINTS_ENV] = json.dumps(random_points(seed))
     argv = [python, __file__, "--ray-child", method, str(seed), str(slots), log]
     out = subprocess.run(argv, capture_output=True, text=True, env=env)
     lines = [line for line in out.stdout.splitlines() if line.startswith("RAY_RESULT ")]
