@@ -281,11 +281,7 @@ class AsyncRun:
 
     def _unfinished(self, manifest: Manifest, handed: dict[str, Any], worker: str) -> Trial | None:
         by_id = {t.trial_id: t for t in manifest.trials}
-        for trial_id, entry in handed.items():
-            mine = isinstance(entry, dict) and entry.get("worker") == worker and trial_id in by_id
-            if mine and self.store.state(by_id[trial_id]) not in FINAL_STATES:
-                return by_id[trial_id]
-        return None
+        return next((t for t in _handed_to(handed, by_id, worker) if self.store.state(t) not in FINAL_STATES), None)
 
     def taken(self, worker: str) -> list[Trial]:
         """The trials handed to ``worker`` in this run, in the order they were handed out (a local batch asks each
@@ -297,13 +293,7 @@ class AsyncRun:
         if self._read_manifest is None or self._read_manifest[0] != (st.st_ino, st.st_mtime_ns, st.st_size):
             trials = Manifest(self.manifest_path).trials
             self._read_manifest = ((st.st_ino, st.st_mtime_ns, st.st_size), {t.trial_id: t for t in trials})
-        by_id = self._read_manifest[1]
-        mine = [
-            (entry.get("at", 0), trial_id)
-            for trial_id, entry in handed.items()
-            if isinstance(entry, dict) and entry.get("worker") == worker and trial_id in by_id
-        ]
-        return [by_id[trial_id] for _, trial_id in sorted(mine)]
+        return _handed_to(handed, self._read_manifest[1], worker)
 
     def finish(self, trial: Trial) -> str:
         """Tell the study how ``trial`` (handed out by this run) ended, from its record; returns its state. A trial
@@ -335,6 +325,16 @@ class AsyncRun:
                 curve = _curve(self.store.trial_dir(trial), self.spec.report_metric)
             search.tell_number(number, values, curve if state == "pruned" or values is not None else None)
             return state
+
+
+def _handed_to(handed: dict[str, Any], by_id: dict[str, Trial], worker: str) -> list[Trial]:
+    """The trials of ``by_id`` the hand-out record ``handed`` gives to ``worker``, in the order handed out."""
+    mine = [
+        (entry.get("at", 0), trial_id)
+        for trial_id, entry in handed.items()
+        if isinstance(entry, dict) and entry.get("worker") == worker and trial_id in by_id
+    ]
+    return [by_id[trial_id] for _, trial_id in sorted(mine)]
 
 
 def _curve(folder: str, metric: str | None) -> list[tuple[int, float]]:

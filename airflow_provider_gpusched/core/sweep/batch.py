@@ -109,7 +109,7 @@ def run_local_batch(
 
     ``on_attempt(attempt, label)`` is told of every attempt on a lease when it ends (``label`` names its trials:
     the GPU timeline's bars); ``on_tick()`` is called from the calling thread only, every ``tick_seconds`` while
-    the trials run and as soon as a slot takes a trial from ``source`` (a task publishes what it has so far);
+    the trials run and as soon as a slot takes a trial from ``search`` (a task publishes what it has so far);
     ``host``: this host's name on the timeline (default: as :func:`~airflow_provider_gpusched.core.fleet.this_host`
     gives it).
 
@@ -125,7 +125,6 @@ def run_local_batch(
     process of its own instead, the slot asking for it and telling it, and OOM escalation applies to each trial
     alone. ``on_taken(trial)`` is told of each trial a slot took (on any thread, under the batch's lock: keep it to
     recording it), before ``on_tick`` runs.
-    the batch's lock: keep it to recording it), before ``on_tick`` runs.
     """
     batch = LocalBatch(
         manifest,
@@ -224,7 +223,7 @@ class LocalBatch:
         self.trial_seconds = 0.0  # of ran_seconds, what the trials themselves took (their status.json "seconds")
         self.halted: list[str] = []
         self.supervisors: list[GPUWorkSupervisor] = []
-        self._news = threading.Event()  # wakes the calling thread: a trial taken from the source, a worker done
+        self._news = threading.Event()  # wakes the calling thread: a trial taken from the search, a slot done
         self.errors: list[BaseException] = []  # what ended a worker thread early (raised by run())
         #: seals this batch's group manifests; only the trial runners it starts are given it (core/records.py)
         self.record_key = new_record_key()
@@ -436,7 +435,7 @@ class LocalBatch:
                 return f"{name}: {group_label(mine) if mine else 'no trial'}"
 
             supervisor.on_attempt = lambda attempt, _lease: on_attempt(attempt, label())
-        oom, error, started = False, "", time.monotonic()
+        oom, error = False, ""
         try:
             argv = worker_argv(self.manifest, name, max_trials=self.trials_per_process)
             supervisor.run(self.request, Work(argv=argv, setup=self.setup), log)
@@ -447,26 +446,18 @@ class LocalBatch:
             oom, error = exc.oom, str(exc).splitlines()[0]
         taken = self.search.taken(name)
         unfinished = finished = 0
-        own = 0.0
         for trial in taken:
             with self._lock:
                 self._took(trial)
                 if trial.trial_id in self.finished:
                     continue
-            status = self.store.status(trial)
-            own += _trial_seconds(status)
-            if self.store.state_of(status) not in FINAL_STATES:
+            if self.store.state(trial) not in FINAL_STATES:
                 unfinished += 1
                 if oom:  # (else the search marks it failed: its runner stopped before recording an outcome)
                     self.store.mark_finished(trial, ok=False, exit_code=None, error=error)
             state = str(self.search.finish(trial))
             finished += state in FINAL_STATES
-            with self._lock:
-                self.finished[trial.trial_id] = state if state in ("succeeded", "pruned", "timeout") else "failed"
-        with self._lock:
-            self.ran_seconds += time.monotonic() - started
-            self.ran_trials += len(taken) - len(before)
-            self.trial_seconds += own
+            self._record_finished(trial, state)
         if error and not oom and len(taken) == len(before):
             raise GpuschedError(f"{name}: its worker process failed before running a trial: {error} (log {log})")
         return unfinished, finished - unfinished, len(taken) - len(before)
@@ -488,8 +479,7 @@ class LocalBatch:
                 continue
             if self.search is not None:
                 state = str(self.search.finish(trial))
-            with self._lock:
-                self.finished[trial.trial_id] = state if state in ("succeeded", "pruned", "timeout") else "failed"
+            self._record_finished(trial, state)
         with self._lock:
             self.trial_seconds += own
             for trial in again:
@@ -499,6 +489,11 @@ class LocalBatch:
             failed = sum(1 for v in self.finished.values() if v in ("failed", "timeout"))
         if done and (self.search is not None or done % max(1, len(self.trials) // 20) < len(group) or failed):
             self.on_event(f"{done}/{len(self.trials)} trials done ({failed} failed)")
+
+    def _record_finished(self, trial: Trial, state: str) -> None:
+        """A trial's outcome in this batch: succeeded, pruned, timeout, or failed (every other final state)."""
+        with self._lock:
+            self.finished[trial.trial_id] = state if state in ("succeeded", "pruned", "timeout") else "failed"
 
     def _mark_halted(self) -> None:
         """The batch was stopped: its trials that started and have no outcome are marked ``stopped``; those that

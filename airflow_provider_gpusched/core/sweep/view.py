@@ -656,18 +656,17 @@ def build_sweep_view(
         ][:50],
     }
     metric = first.get("curve_metric")
-    view.update(
-        _curves(rows, reports, metric)
+    # a PBT population draws every member's curve, not only the reports plot's first MAX_CURVES (a population of 8
+    # over 10 generations is 80 trials): read once, up to MAX_REPORT_READS trials, said when more
+    most = MAX_REPORT_READS if lineage is not None else MAX_CURVES
+    read = (
+        _curves(rows, reports, metric, most)
         if reports is not None and metric
         else {"curve_metric": metric, "curves": [], "latest_reports": []}
     )
+    view.update(read, curves=read["curves"][:MAX_CURVES])
     if lineage is not None:
-        # every member's curve, not only the first MAX_CURVES trials' (a population of 8 over 10 generations is 80
-        # trials), up to MAX_REPORT_READS trials read, said when more
-        curves = view["curves"]
-        if reports is not None and metric and len(rows) > MAX_CURVES:
-            curves = _curves(rows, reports, metric, MAX_REPORT_READS)["curves"]
-        view["population"] = population_view(lineage, rows, curves, metric)
+        view["population"] = population_view(lineage, rows, read["curves"], metric)
         if len(rows) > MAX_REPORT_READS:
             view["population_note"] = (
                 f"curves are drawn for {MAX_REPORT_READS} of the population's {len(rows)} trials (running first)"
