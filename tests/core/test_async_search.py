@@ -269,6 +269,7 @@ def test_a_worker_process_runs_trials_until_none_are_left_and_says_what_it_lacks
     assert len(trials) == 2 and all(t.state.name == "COMPLETE" and t.value == t.params["x"] for t in trials)
 
 
+@pytest.mark.heavy  # three real batches: 3.4 s of CPU
 def test_the_caller_hears_each_trial_a_slot_takes_on_its_own_thread_and_a_slot_failure_is_raised(tmp_path):
     """A task publishes what its slots took (Airflow's calls made from one thread: dag.test's in-process supervisor
     answers a call with its channel removed, so a slot's thread calling at that moment failed the task). on_tick
