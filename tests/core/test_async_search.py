@@ -70,6 +70,7 @@ def statuses(root, name="asy"):
     return out
 
 
+@pytest.mark.heavy  # worker processes sharing a study: 2.8 s of CPU
 def test_workers_share_one_study_and_a_freed_slot_takes_the_next_trial_at_once(tmp_path):
     """8 trials on 3 slots, with Optuna's Hyperband pruner judging in the study itself: every trial of the study is
     a trial of the sweep, run once and told once; trials start while slower ones of the first three still run."""

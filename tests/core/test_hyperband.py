@@ -36,6 +36,7 @@ def test_the_brackets_are_hyperbands():
     }
 
 
+@pytest.mark.heavy  # a trial process per rung member: 2.8 s of CPU
 def test_each_rung_keeps_the_best_and_they_go_on_from_their_checkpoints(tmp_path):
     """max_t 4, eta 2: round 0 runs 4 configurations at 1 step, 3 at 2 and 3 at 4; round 1 the best 2 of the first
     bracket at 2 steps and the best of the second at 4; round 2 the better of those 2 at 4. 14 trials in all."""

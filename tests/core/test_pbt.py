@@ -53,6 +53,7 @@ def manager(root):
     return LeaseManager(SimulatedInventory("4x24GiB"), str(root / "leases"))
 
 
+@pytest.mark.heavy  # a trial process per member and generation: 2.6 s of CPU
 def test_the_population_trains_in_generations_and_the_bottom_exploits_the_top_from_its_checkpoint(tmp_path):
     summary = run_sweep(spec(tmp_path), manager=manager(tmp_path), progress=False, run="r1")
     assert summary["counts"]["succeeded"] == 12  # 4 members x 3 generations of 2 steps

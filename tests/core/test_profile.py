@@ -290,6 +290,7 @@ def test_stage_plan_gives_each_stage_its_neighbours_addresses():
         stage_plan(stages, address_of={"n1": "n1; rm -rf"})
 
 
+@pytest.mark.heavy  # two stage processes that import PyTorch: 4.3 s of CPU
 def test_the_example_runtime_streams_through_two_local_stages_and_matches_the_whole_model(tmp_path):
     import socket
 

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from tests.stack.client import REPO, Stack, StackConfig
+from tests.stack.client import REPO, TEST_STACK_ENV, Stack, StackConfig
 
 FAST_CLASSES = json.dumps(
     {"idle": {"local": {"idle_for": 0, "min_runtime": 0, "grace_period": 3, "backoff": 2, "max_backoff": 4}}}
@@ -24,7 +24,7 @@ CONFIG = StackConfig(
     int(os.environ.get("GPUSCHED_FLEET_PG_PORT", "55447")),
     EXTRA_DAGS,
     f"export AIRFLOW__GPUSCHED__JOB_CLASSES='{FAST_CLASSES}'\n"
-    "export AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT=20",
+    f"export AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT=20\n{TEST_STACK_ENV}",
     script="fleet.sh",
 )
 SIZES = {"gpu-a": (2, 24), "gpu-b": (4, 80), "gpu-c": (1, 48)}

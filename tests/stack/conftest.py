@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from tests.stack.client import REPO, Stack, StackConfig
+from tests.stack.client import REPO, TEST_STACK_ENV, Stack, StackConfig
 
 #: idle-class timings short enough for a test (the defaults are minutes)
 FAST_CLASSES = json.dumps(
@@ -25,7 +25,7 @@ CONFIG = StackConfig(
     int(os.environ.get("GPUSCHED_E2E_PORT", "28091")),
     int(os.environ.get("GPUSCHED_E2E_PG_PORT", "55442")),
     EXTRA_DAGS,
-    f"export AIRFLOW__GPUSCHED__JOB_CLASSES='{FAST_CLASSES}'",
+    f"export AIRFLOW__GPUSCHED__JOB_CLASSES='{FAST_CLASSES}'\n{TEST_STACK_ENV}",
 )
 
 
