@@ -18,11 +18,12 @@ import httpx
 REPO = Path(__file__).resolve().parents[2]
 
 
-#: settings every test deployment adds to scripts/stack.sh's: its dag-processor parses a file again only when the file
-#: changed or was added (Airflow queues those at once whatever this interval) or after 10 minutes, not every 30 s.
-#: The periodic re-parse of unchanged files was about a fifth of a core per deployment on the 2-core CI machine
-#: (2026-11-29: 120 s of CPU in 12 minutes, process accounting), and no test changes what a DAG file reads.
-TEST_STACK_ENV = "export AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL=600"
+#: settings every test deployment adds to scripts/stack.sh's: its dag-processor parses an unchanged file again every
+#: 2 minutes, not every 30 s (Airflow queues a new or changed file at once whatever this interval; a parse that failed
+#: or timed out under load is tried again within a test's 180 s wait_for_dag). The periodic re-parse of unchanged
+#: files was about a fifth of a core per deployment on the 2-core CI machine (2026-11-29: 158 s of CPU in 12 minutes
+#: for one deployment, process accounting), and no test changes what a DAG file reads.
+TEST_STACK_ENV = "export AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL=120"
 
 
 @dataclass
