@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import threading
 import time
 from collections import deque
@@ -28,7 +27,7 @@ from airflow_provider_gpusched.core.gpu.supervisor import GPUWorkFailed, GPUWork
 from airflow_provider_gpusched.core.gpu.work import Work
 from airflow_provider_gpusched.core.records import RECORD_KEY_ENV, new_record_key
 from airflow_provider_gpusched.core.stops import WorkHalted
-from airflow_provider_gpusched.core.sweep.expand import Trial
+from airflow_provider_gpusched.core.sweep.expand import Trial, safe_text
 from airflow_provider_gpusched.core.sweep.store import FAILED_STATES, FINAL_STATES
 from airflow_provider_gpusched.core.sweep.trial_run import Manifest, group_argv, worker_argv, write_group_manifest
 from airflow_provider_gpusched.core.work_tag import WorkTag
@@ -426,7 +425,7 @@ class LocalBatch:
         None when the batch was halted."""
         assert self.search is not None
         before = {t.trial_id for t in self.search.taken(name)}
-        log = os.path.join(self.logs, f"worker-{re.sub(r'[^A-Za-z0-9_.-]+', '_', name).strip('_')[:120]}.log")
+        log = os.path.join(self.logs, f"worker-{safe_text(name) or 'slot'}.log")
         if self.on_attempt is not None:  # the GPU timeline's bar: the trials this process took
             on_attempt, search = self.on_attempt, self.search
 

@@ -101,10 +101,16 @@ def trial_label(
     return label_format.label(params, keys)
 
 
+def safe_text(text: str, maxlen: int = 120) -> str:
+    """``text`` as part of a file name: unsafe characters replaced, no leading or trailing ``.``/``_``, at most
+    ``maxlen`` characters; may be empty."""
+    return _UNSAFE.sub("_", text).strip("._")[:maxlen]
+
+
 def safe_name(label: str, tid: str, maxlen: int = 120) -> str:
     """A folder name for a trial: the label with unsafe characters replaced, plus the id (so names that
     sanitise alike stay distinct). Never empty, never ``.``/``..``, never containing ``/``."""
-    text = _UNSAFE.sub("_", label).strip("._")[:maxlen]
+    text = safe_text(label, maxlen)
     return f"{text}.{tid[:8]}" if text else tid
 
 
