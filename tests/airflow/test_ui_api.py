@@ -361,11 +361,13 @@ def test_gpu_board_of_two_hosts_while_work_runs_waits_and_is_hidden_from_who_may
 
     try:
         try:
-            wait_until(lambda: len(ours(board_now())) == 2, timeout=120, what="leases on both simulated hosts")
+            # each host is a dag.test() process: Airflow's start and its first calls cost 13-17 s of CPU, several
+            # times that in wall time on a loaded 2-core machine (100 s for this test in one CI run)
+            wait_until(lambda: len(ours(board_now())) == 2, timeout=240, what="leases on both simulated hosts")
             procs["ui_private_waiter"] = dag_test_process(path, "ui_private_waiter", a)
             wait_until(
                 lambda: any(w["host"] == "gpu-host-a" for w in board_now()["waiting"]),
-                timeout=120,
+                timeout=240,
                 what="the waiter on host A",
             )
         except AssertionError as exc:

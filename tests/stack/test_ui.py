@@ -77,6 +77,24 @@ def shot(page, name: str) -> None:
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
+@contextlib.contextmanager
+def api_answers(page, answers: dict):
+    """While the block runs, the page's requests to each URL pattern of ``answers`` get its JSON text instead of the
+    api-server's answer (a view built here: 10,000 trials, 64 GPUs, a day of leases), or go to its handler when it is
+    a function of the route; the routes are removed at the end, whatever happened."""
+
+    def fulfil(body: str):  # a handler of one argument: Playwright passes the request too to one that takes two
+        return lambda route: route.fulfill(status=200, content_type="application/json", body=body)
+
+    for pattern, answer in answers.items():
+        page.route(pattern, answer if callable(answer) else fulfil(answer))
+    try:
+        yield
+    finally:
+        for pattern in answers:
+            page.unroute(pattern)
+
+
 #: for every plot of a page: tick labels and axis titles that leave the picture or overlap one another
 PLOT_GEOMETRY = """() => [...document.querySelectorAll('svg[data-testid^=plot-]')].map((svg) => {
   const r = svg.getBoundingClientRect();
@@ -598,13 +616,14 @@ def test_the_sweeps_tab_of_a_10000_trial_sweep_renders_in_under_3_seconds_and_st
         answered.append((time.monotonic(), main_thread_s()))
         route.fulfill(status=200, content_type="application/json", body=body)
 
-    page.route("**/gpusched/api/dags/gpusched_sweep_grid/sweeps*", answer)
-    importance = _ten_thousand_trial_importance()
-    page.route(
-        "**/gpusched/api/dags/gpusched_sweep_grid/sweeps/importance*",
-        lambda route: route.fulfill(status=200, content_type="application/json", body=json.dumps(importance)),
-    )
-    try:
+    importance = json.dumps(_ten_thousand_trial_importance())
+    with api_answers(
+        page,
+        {
+            "**/gpusched/api/dags/gpusched_sweep_grid/sweeps*": answer,
+            "**/gpusched/api/dags/gpusched_sweep_grid/sweeps/importance*": importance,
+        },
+    ):
         page.goto(f"{stack.url}/dags/gpusched_sweep_grid/plugin/gpusched-sweeps?run_id=manual__big")
         page.wait_for_selector("[data-testid=plot-progress] circle", timeout=60_000)
         page.wait_for_selector("[data-testid=leaderboard] tbody tr", timeout=60_000)
@@ -641,9 +660,6 @@ def test_the_sweeps_tab_of_a_10000_trial_sweep_renders_in_under_3_seconds_and_st
         assert "from all 10,000 scored trials" in page.locator("[data-testid=importance]").inner_text()
         assert_plots_readable(page)
         shot(page, "sweeps-10000-trials")
-    finally:
-        page.unroute("**/gpusched/api/dags/gpusched_sweep_grid/sweeps*")
-        page.unroute("**/gpusched/api/dags/gpusched_sweep_grid/sweeps/importance*")
 
 
 def _pbt_view(tmp_path) -> dict:
@@ -701,11 +717,7 @@ def test_the_sweeps_tab_draws_a_pbt_population_its_exploits_and_each_members_sch
     answer = _pbt_view(tmp_path)
     population = answer["sweeps"][0]["population"]
     page = browser_page
-    page.route(
-        "**/gpusched/api/dags/gpusched_sweep_grid/sweeps*",
-        lambda route: route.fulfill(status=200, content_type="application/json", body=json.dumps(answer)),
-    )
-    try:
+    with api_answers(page, {"**/gpusched/api/dags/gpusched_sweep_grid/sweeps*": json.dumps(answer)}):
         page.goto(f"{stack.url}/dags/gpusched_sweep_grid/plugin/gpusched-sweeps?run_id=manual__pbt")
         page.wait_for_selector("[data-testid=plot-population] polyline", timeout=60_000)
         # a line per member and generation (each generation trains 2 steps), a marker per exploit
@@ -729,8 +741,6 @@ def test_the_sweeps_tab_draws_a_pbt_population_its_exploits_and_each_members_sch
         assert legend.count() == 1 and "exploit" in legend.inner_text()
         assert_plots_readable(page)
         shot_at(page, "population-section", "sweeps-pbt-population")
-    finally:
-        page.unroute("**/gpusched/api/dags/gpusched_sweep_grid/sweeps*")
 
 
 def test_the_gpu_board_stays_readable_with_64_gpus_on_8_hosts(stack, browser_page):
@@ -779,10 +789,7 @@ def test_the_gpu_board_stays_readable_with_64_gpus_on_8_hosts(stack, browser_pag
     board["api_server_host"] = "gpu-host-0.lab.example"
     body = json.dumps(board)
     page = browser_page
-    page.route(
-        "**/gpusched/api/gpus", lambda route: route.fulfill(status=200, content_type="application/json", body=body)
-    )
-    try:
+    with api_answers(page, {"**/gpusched/api/gpus": body}):
         open_page(stack, page, "/plugin/gpusched-gpus", "[data-testid=gpu-board]")
         page.wait_for_function("document.querySelectorAll('[data-testid=lease]').length >= 40", timeout=60_000)
         text = page.locator("[data-testid=gpu-board]").inner_text()
@@ -800,8 +807,6 @@ def test_the_gpu_board_stays_readable_with_64_gpus_on_8_hosts(stack, browser_pag
             .filter((td) => td.scrollWidth > td.clientWidth + 1).map((td) => td.textContent)""")
         assert clipped == [], clipped[:5]
         shot(page, "gpu-board-64-gpus-8-hosts")
-    finally:
-        page.unroute("**/gpusched/api/gpus")
 
 
 def leases(page, bars) -> int:
@@ -915,10 +920,7 @@ def test_a_day_of_10000_leases_on_16_gpus_draws_a_few_thousand_bars(stack, brows
     body = json.dumps(timeline)
     assert len(body) < 1_000_000, len(body)
     page = browser_page
-    page.route(
-        "**/gpusched/api/timeline*", lambda route: route.fulfill(status=200, content_type="application/json", body=body)
-    )
-    try:
+    with api_answers(page, {"**/gpusched/api/timeline*": body}):
         t0 = time.monotonic()
         open_page(stack, page, "/plugin/gpusched-timeline?hours=24", "[data-testid=plot-timeline]")
         drawn = page.locator("[data-testid=timeline-bar]").count()
@@ -933,5 +935,3 @@ def test_a_day_of_10000_leases_on_16_gpus_draws_a_few_thousand_bars(stack, brows
         assert "10000 lease(s) in the window" in page.locator("[data-testid=timeline-counts]").inner_text()
         assert_plots_readable(page)
         shot(page, "gpu-timeline-10000-leases")
-    finally:
-        page.unroute("**/gpusched/api/timeline*")
