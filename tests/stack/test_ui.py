@@ -81,7 +81,10 @@ def shot(page, name: str) -> None:
 def api_answers(page, answers: dict):
     """While the block runs, the page's requests to each URL pattern of ``answers`` get its JSON text instead of the
     api-server's answer (a view built here: 10,000 trials, 64 GPUs, a day of leases), or go to its handler when it is
-    a function of the route; the routes are removed at the end, whatever happened."""
+    a function of the route. At the end, whatever happened, every route of the page is removed and a handler that
+    runs late is ignored: a page that refreshes itself (the Sweeps tab every few seconds) can have a request in
+    flight when the block ends, and Playwright then ran the old handler during the next test, which failed that test
+    with "Route is already handled" (a CI run with the other core busy, 2026-11-29)."""
 
     def fulfil(body: str):  # a handler of one argument: Playwright passes the request too to one that takes two
         return lambda route: route.fulfill(status=200, content_type="application/json", body=body)
@@ -91,8 +94,7 @@ def api_answers(page, answers: dict):
     try:
         yield
     finally:
-        for pattern in answers:
-            page.unroute(pattern)
+        page.unroute_all(behavior="ignoreErrors")
 
 
 #: for every plot of a page: tick labels and axis titles that leave the picture or overlap one another
