@@ -372,7 +372,7 @@ def test_gpu_board_of_two_hosts_while_work_runs_waits_and_is_hidden_from_who_may
             )
         except AssertionError as exc:
             raise AssertionError(f"{exc}; the board said last: {last_board()}") from None
-        board = client.get("/gpusched/api/gpus", headers=admin).json()
+        board = board_now()
         hosts = ours(board)
         assert [len(hosts[h]["gpus"]) for h in ("gpu-host-a", "gpu-host-b")] == [1, 2]
         assert hosts["gpu-host-a"]["simulated"] and hosts["gpu-host-b"]["simulated"]
