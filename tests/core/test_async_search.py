@@ -30,6 +30,22 @@ TRAIN = (
 )
 
 
+#: TRAIN whose slow trials (x > 0) also wait, up to 60 s, until a fourth trial of the run has begun. Only a freed slot
+#: that takes the next trial at once lets them go on: behind a round barrier they would wait the whole minute and end
+#: after the fourth trial's start. (Timing the slow trials against the fast ones alone failed on a loaded machine,
+#: where a trial process's start-up outweighed the 0.8 s between them.)
+TRAIN_UNTIL_A_FOURTH_BEGINS = TRAIN.replace(
+    "from airflow_provider_gpusched.trial import report\n",
+    "from airflow_provider_gpusched.trial import report\n"
+    "began = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(d))), 'began')\n"
+    "os.makedirs(began, exist_ok=True); open(os.path.join(began, os.path.basename(d)), 'w').close()\n"
+    "deadline = time.monotonic() + 60\n"
+    "while p['x'] > 0 and len(os.listdir(began)) < 4 and time.monotonic() < deadline:\n"
+    "    time.sleep(0.05)\n",
+)
+assert TRAIN_UNTIL_A_FOURTH_BEGINS != TRAIN
+
+
 def spec(root, **kw):
     settings = dict(
         name="asy",
@@ -75,9 +91,13 @@ def test_workers_share_one_study_and_a_freed_slot_takes_the_next_trial_at_once(t
     """8 trials on 3 slots, with Optuna's Hyperband pruner judging in the study itself: every trial of the study is
     a trial of the sweep, run once and told once; trials start while slower ones of the first three still run."""
     pruning = {"rule": "optuna", "pruner": "hyperband", "options": {"min_resource": 1, "max_resource": 6}}
-    summary = run_sweep(spec(tmp_path, pruning=pruning), manager=manager(tmp_path), progress=False, run="r1")
+    command = [sys.executable, "-c", TRAIN_UNTIL_A_FOURTH_BEGINS]
+    summary = run_sweep(
+        spec(tmp_path, pruning=pruning, command=command), manager=manager(tmp_path), progress=False, run="r1"
+    )
     counts = summary["counts"]
     assert counts["defined"] == 8 and counts["succeeded"] + counts["pruned"] == 8, counts
+    assert len(os.listdir(tmp_path / "began")) == 8  # (every trial ran the waiting command)
     s = study(tmp_path)
     assert Counter(t.state.name for t in s.trials) == Counter(
         {"COMPLETE": counts["succeeded"], "PRUNED": counts["pruned"]}
@@ -92,7 +112,8 @@ def test_workers_share_one_study_and_a_freed_slot_takes_the_next_trial_at_once(t
             result = json.loads((tmp_path / "asy" / "trials" / t.user_attrs["folder"] / "result.json").read_text())
             assert t.value == pytest.approx(result["y"])
             assert sorted(t.intermediate_values) == list(range(1, 7))  # the whole curve reached the study
-    # no barrier: the 4th trial started before the last of the first three ended
+    # no barrier: the 4th trial started before the last of the first three ended (the slow ones waited for it, and
+    # would have waited a minute and ended after it behind a barrier)
     index = {t.user_attrs["trial_id"]: t.user_attrs["index"] for t in s.trials}
     by_index = sorted(records.values(), key=lambda r: index[r["trial_id"]])
     first_x = sorted(t.params["x"] for t in s.trials if t.user_attrs["index"] < 3)
