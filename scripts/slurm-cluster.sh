@@ -134,7 +134,8 @@ SlurmctldPort=${ctld_port}
 SlurmdPort=${slurmd_port}
 SlurmUser=root
 AuthType=auth/munge
-AuthInfo=socket=$munge_dir/munge.socket
+# cred_expire: a requeued job (a time-limit chain's next segment) starts again 21 s after its requeue, not 121 s
+AuthInfo=socket=$munge_dir/munge.socket,cred_expire=20
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none

@@ -153,7 +153,13 @@ def main(argv: "list[str]") -> int:
 
 def shim_source() -> str:
     """This file's code without its docstring, for a job script to run with ``python3 -I -S -c``."""
-    with open(__file__) as fh:
+    return carried_source(__file__)
+
+
+def carried_source(path: str) -> str:
+    """A standalone module's code (``path``: its docstring first, ``def shim_source`` after the code a job runs),
+    without its docstring, blank lines and comment lines, ending in a call of its ``main``."""
+    with open(path) as fh:
         text = fh.read()
     code = text.split('"""', 2)[2].split("\ndef shim_source", 1)[0]
     lines = [line for line in code.splitlines() if line.strip() and not line.lstrip().startswith("#")]

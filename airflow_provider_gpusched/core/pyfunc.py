@@ -239,6 +239,7 @@ def run_call(run_dir: str) -> int:
         )
     if call.get("ranks") is not None:
         return _run_rank(run_dir, call)
+    _checkpoint_on_chain_signal(run_dir, call)
     try:
         value = call["func"](*call["args"], **call["kwargs"])
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are reported too
@@ -249,6 +250,62 @@ def run_call(run_dir: str) -> int:
         return fail(type(exc).__name__, f"the return value could not be pickled: {exc}", traceback.format_exc())
     write_atomic(os.path.join(run_dir, RESULT_FILE), data)
     return 0
+
+
+class DelayedCall:
+    """What a checkpoint method returns: the call the next segment of a time-limit chain makes (submitit's
+    ``DelayedSubmission``, which has the same three attributes, is taken as well)."""
+
+    def __init__(self, function: Any, *args: Any, **kwargs: Any) -> None:
+        self.function, self.args, self.kwargs = function, args, kwargs
+
+
+class Checkpointable:
+    """A callable class whose instances a time-limit chain continues (submitit's ``helpers.Checkpointable``): when
+    the chain's signal comes, :meth:`checkpoint` is called with the call's arguments, and the call it returns,
+    this object with its state as it is now by default, is what the next segment runs."""
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedCall | None:
+        return DelayedCall(self, *args, **kwargs)
+
+
+def checkpoint_hook(func: Any) -> Callable[..., Any] | None:
+    """The callable's checkpoint method: ``__submitit_checkpoint__`` or ``checkpoint`` (submitit's contract)."""
+    for name in ("__submitit_checkpoint__", "checkpoint"):
+        hook = getattr(func, name, None)
+        if callable(hook):
+            return hook  # type: ignore[no-any-return]
+    return None
+
+
+def _checkpoint_on_chain_signal(run_dir: str, call: dict[str, Any]) -> None:
+    """In a time-limit chain (core/slurm/chain.py), a callable with a checkpoint method is asked for the next call
+    when the chain's signal comes; the new call file is the segment's checkpoint. A callable without one is left
+    to handle the signal itself (it checkpoints where the chain's ``checkpoint`` setting says)."""
+    import signal
+
+    name = os.environ.get("GPUSCHED_CHAIN_SIGNAL")
+    hook = checkpoint_hook(call["func"])
+    if not name or hook is None:
+        return
+
+    def on_signal(_signum: int, _frame: Any) -> None:
+        try:
+            delayed = hook(*call["args"], **call["kwargs"])
+        except BaseException:  # noqa: BLE001 - said in the job's output; the chain sees no new checkpoint
+            sys.stderr.write("[gpusched] the checkpoint method raised:\n" + traceback.format_exc())
+            sys.stderr.flush()
+            os._exit(1)
+        if delayed is None:
+            print("[gpusched] the checkpoint method returned None: no next segment", flush=True)
+            os._exit(1)
+        func, args, kwargs = delayed.function, tuple(delayed.args or ()), dict(delayed.kwargs or {})
+        payload = dumps(func, {**call, "func": func, "args": args, "kwargs": kwargs})
+        write_atomic(os.path.join(run_dir, CALL_FILE), payload)
+        print(f"[gpusched] checkpoint: the next segment calls {getattr(func, '__name__', func)!r} again", flush=True)
+        os._exit(143)
+
+    signal.signal(getattr(signal, f"SIG{name}"), on_signal)
 
 
 def _run_rank(run_dir: str, call: dict[str, Any]) -> int:

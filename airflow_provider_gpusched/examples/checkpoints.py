@@ -36,7 +36,8 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-CHECKPOINT_ENV = "GPUSCHED_CHECKPOINT_DIR"
+from airflow_provider_gpusched.core.gpu.work import CHECKPOINT_ENV
+
 CHECKPOINT_FILE = "last.pt"
 FORMAT = "gpusched-checkpoint/1"
 MAX_CHECKPOINT_BYTES = 4 << 30
@@ -44,6 +45,7 @@ MAX_CHECKPOINT_BYTES = 4 << 30
 EXIT_STOPPED = 143
 
 _stop = threading.Event()
+_stopped_by = ["SIGTERM"]  # the signal that asked for the stop
 
 
 class CheckpointError(ValueError):
@@ -58,6 +60,11 @@ def checkpoint_dir(trial_dir: str | os.PathLike | None = None) -> str | None:
     if trial_dir:
         return os.path.join(os.fspath(trial_dir), "checkpoint")
     return None
+
+
+def stop_signal() -> str:
+    """The name of the signal that asked the loop to stop (``SIGTERM``, or a time-limit chain's ``SIGUSR1``)."""
+    return _stopped_by[0]
 
 
 def stop_requested() -> bool:
@@ -148,13 +155,25 @@ class Checkpoints:
     def stop_on_sigterm(self) -> Iterator[None]:
         """Within the block, SIGTERM sets :func:`stop_requested` instead of ending the process, so the loop can
         save and stop between two steps (the runner's grace period, ``grace_period`` of the job class, is the
-        time it has). Outside the main thread, or with checkpointing off, SIGTERM is left as it is."""
+        time it has). In a Slurm time-limit chain (``$GPUSCHED_CHAIN_SIGNAL``, docs/slurm.md) the chain's signal
+        does the same: the next segment goes on from that checkpoint. Outside the main thread, or with
+        checkpointing off, the signals are left as they are."""
         if not self.folder or threading.current_thread() is not threading.main_thread():
             yield
             return
         _stop.clear()
-        previous = signal.signal(signal.SIGTERM, lambda signum, frame: _stop.set())
+        chain = os.environ.get("GPUSCHED_CHAIN_SIGNAL", "")
+        signals = [signal.SIGTERM]
+        if chain in ("USR1", "USR2"):
+            signals.append(getattr(signal, f"SIG{chain}"))
+
+        def stop(signum: int, _frame: Any) -> None:
+            _stopped_by[0] = signal.Signals(signum).name
+            _stop.set()
+
+        previous = {sig: signal.signal(sig, stop) for sig in signals}
         try:
             yield
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)

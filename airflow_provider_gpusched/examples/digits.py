@@ -41,6 +41,7 @@ from airflow_provider_gpusched.examples.checkpoints import (
     Checkpoints,
     checkpoint_dir,
     stop_requested,
+    stop_signal,
 )
 
 DEFAULTS: dict[str, Any] = {
@@ -338,7 +339,7 @@ def train_digits(
                 if stop_requested():
                     stops.append({"epoch": epoch, "batch": batch})
                     path = save()
-                    print(f"stopped by SIGTERM at epoch {epoch}, batch {batch}: checkpoint {path}", flush=True)
+                    print(f"stopped by {stop_signal()} at epoch {epoch}, batch {batch}: checkpoint {path}", flush=True)
                     raise SystemExit(EXIT_STOPPED)
                 idx = order[batch * p["batch_size"] : (batch + 1) * p["batch_size"]]
                 loss = F.cross_entropy(model(x_train[idx]), y_train[idx])

@@ -12,6 +12,7 @@ the same task instance while an earlier try's job is still alive: they find it b
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -28,6 +29,7 @@ from airflow_provider_gpusched.core import pyfunc
 from airflow_provider_gpusched.core.checks import is_number
 from airflow_provider_gpusched.core.distributed import DEFAULT_RANK_EXIT_GRACE, launcher_grace
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.gpu.work import CHECKPOINT_ENV
 from airflow_provider_gpusched.core.slurm import (
     JobStatus,
     SlurmCommandError,
@@ -36,6 +38,8 @@ from airflow_provider_gpusched.core.slurm import (
     parse_array_indices,
     task_key,
 )
+from airflow_provider_gpusched.core.slurm.chain import TimeLimitChain, chain_failure, read_chain
+from airflow_provider_gpusched.core.slurm.chain import time_limit_chain as time_limit_chain_settings
 from airflow_provider_gpusched.core.slurm.finish import job_end
 from airflow_provider_gpusched.core.slurm.job import task_family_key, work_key
 from airflow_provider_gpusched.core.slurm.job_view import SLURM_JOB_XCOM, job_record
@@ -115,6 +119,11 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
     :param follow_output: while the job runs, new lines of its output file appear in the task log as they are
         written (read incrementally, at most 64 KiB per poll; over ssh through the login host when the connection
         names one). Default True; an array job's tasks each have a file and are shown as a tail at the end.
+    :param time_limit_chain: go on past the time limit (docs/slurm.md, "Training longer than the time limit"):
+        ``True`` or a mapping of ``checkpoint`` (the file or folder whose newer version proves progress),
+        ``max_requeues`` (3), ``signal`` (``"USR1"``), ``signal_delay`` (90 s before the limit) and ``grace``. The
+        job is signalled before its limit, checkpoints, and is requeued while it makes progress; the task follows
+        every segment and logs each one.
     :param job_class, priority: ``"normal"`` (default) or ``"idle"`` (fill-in work), and a whole-number
         priority. The ``[gpusched] job_classes`` mapping turns them into the Airflow pool, slots and weight
         and the Slurm partition/QOS/nice/requeue (idle: the preemptible ``idle`` partition with requeue;
@@ -188,6 +197,7 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
         follow_output: bool = True,
         job_class: str = "normal",
         priority: int = 0,
+        time_limit_chain: bool | Mapping[str, Any] | TimeLimitChain | None = None,
         cpus_per_task: int | None = None,  # the old names of cpus and env
         environment: Mapping[str, str] | None = None,
         **kwargs: Any,
@@ -252,6 +262,11 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
         self.poll_interval = poll_interval
         self.cancel_on_kill = cancel_on_kill
         self.follow_output = follow_output
+        try:
+            self.time_limit_chain = time_limit_chain_settings(time_limit_chain)
+        except InvalidArgumentError as exc:
+            raise argument_error(self.task_id, exc, {}) from exc
+        self._segments: list[dict[str, Any]] = []  # a time-limit chain's segments, once it ended
         self._followed_lines: int | None = None  # lines of the output already shown in the log as they came
         self._final_status: JobStatus | None = None  # how the job ended, its requeues, a problem (OpenLineage)
         self._preemptions = 0
@@ -283,6 +298,9 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
                 environment=self.environment,
                 sbatch_args=self.sbatch_args,
                 array=self.array if self.array and "{{" not in str(self.array) else None,
+                requeue=self.requeue,
+                time_limit_chain=self._chain(None),
+                chain_records="/" if self.time_limit_chain else None,
                 **self._launch(None),
             )
         except InvalidArgumentError as exc:
@@ -301,6 +319,28 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
     def _setup(self, context) -> list[str]:
         """The lines the job script runs before the command, at each start of the job (a requeue starts it again)."""
         return list(self.setup)
+
+    def _chain(self, context) -> TimeLimitChain | None:
+        """The job's time-limit chain, its checkpoint filled in: the folder ``checkpoint`` in the task's folder
+        unless given (the job gets it as ``$GPUSCHED_CHECKPOINT_DIR``, where the examples' checkpoints go)."""
+        chain = self.time_limit_chain
+        if chain is None or chain.checkpoint:
+            return chain
+        where = self._checkpoint_dir(context) if context is not None else "/checkpoint"
+        return dataclasses.replace(chain, checkpoint=where)
+
+    def _checkpoint_dir(self, context) -> str:
+        return os.path.join(self._task_dir(context), "checkpoint")
+
+    def _environment(self, context) -> dict[str, Any]:
+        """The job's variables: the user's, and the chain's default checkpoint folder."""
+        env = dict(self.environment)
+        if self.time_limit_chain is not None and not self.time_limit_chain.checkpoint:
+            chain = self._chain(context)
+            if chain is not None and chain.checkpoint == self._checkpoint_dir(context):
+                os.makedirs(chain.checkpoint, mode=0o700, exist_ok=True)
+                env.setdefault(CHECKPOINT_ENV, chain.checkpoint)
+        return env
 
     def build_spec(self, context, comment: str) -> SlurmJobSpec:
         ti = context["ti"]
@@ -326,10 +366,12 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
             output=output,
             error=self.error_path,
             working_dir=self.working_dir,
-            environment=self.environment,
+            environment=self._environment(context),
             setup=self._setup(context),
             sbatch_args=self.sbatch_args,
             comment=comment,
+            time_limit_chain=self._chain(context),
+            chain_records=self._task_dir(context) if self.time_limit_chain else None,
             **self._launch(context),
         )
 
@@ -371,7 +413,13 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
         ti.xcom_push(key="slurm_output", value=output_path)
         ti.xcom_push(
             key=SLURM_JOB_XCOM,
-            value=job_record(job_id, output_path=output_path, array=self.array, runner=hook.runner_description),
+            value=job_record(
+                job_id,
+                output_path=output_path,
+                array=self.array,
+                runner=hook.runner_description,
+                chain_records=self._task_dir(context) if self.time_limit_chain else "",
+            ),
         )
         publish_links(self, context)
         array_size = len(parse_array_indices(self.array)) if self.array else None
@@ -424,6 +472,30 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
             context, final.to_dict(), output_path, tracker.preemptions, final.reason if tracker.lost else None
         )
 
+    def _log_chain(self, context, client, status: JobStatus) -> str | None:
+        """A time-limit chain's segments in the task log (and for the job view); why the chain ended, if it ended
+        without finishing its work."""
+        if not self.time_limit_chain:
+            return None
+        keys = sorted(status.tasks, key=array_task_order) if status.tasks else [status.job_id]
+        try:
+            segments, problems = read_chain(client, self._task_dir(context), keys)
+        except GpuschedError as exc:
+            self.log.warning("Cannot read the time-limit chain's records: %s", exc)
+            return None
+        for line in problems:
+            self.log.warning("Ignored a line of the time-limit chain's records: %s", line)
+        self._segments = [s.to_dict() for s in segments]
+        if segments:
+            self.log.info(
+                "Time-limit chain of Slurm job %s, %d segment(s):\n  %s",
+                status.job_id,
+                len(segments),
+                "\n  ".join(s.describe() for s in segments),
+            )
+        failures = [chain_failure([s for s in segments if s.job == key]) for key in keys]
+        return next((f for f in failures if f), None)
+
     def work_tag(self, context) -> WorkTag:
         """Which DAG run, task and sweep this job is for, as its comment records it (``gpusched queue``)."""
         return work_tag(context, self.job_class)
@@ -459,6 +531,9 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
         end = job_end(client, JobStatus.from_dict(job), output_path, problem, settings.output_tail_lines())
         status, tail, tail_path = end.status, end.tail, end.tail_path
         self._job_id = status.job_id
+        chain_problem = self._log_chain(context, client, status)
+        if chain_problem and not problem and not end.stopped:
+            problem = chain_problem
         if preemptions:
             self.log.warning(
                 "Slurm job %s was preempted and requeued %d time(s) before finishing:\n  %s",
@@ -548,6 +623,8 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
                 status=status,
                 preemptions=preemptions,
                 preemption_events=list(self._preemption_events),
+                chain_records=self._task_dir(context) if self.time_limit_chain else "",
+                segments=list(self._segments),
                 tail=tail,
                 tail_path=tail_path,
                 problem=problem,
@@ -567,6 +644,8 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
             "preemptions": preemptions,
             "preemption_events": list(self._preemption_events),
         }
+        if self._segments:
+            result["segments"] = list(self._segments)
         if status.tasks:
             result["array_tasks"] = {k: {"state": t.state, "exit_code": t.exit_code} for k, t in status.tasks.items()}
         return result
@@ -623,6 +702,17 @@ class SlurmPythonOperator(SlurmJobOperator):
         grace = self.shape["rank_exit_grace"] if self.shape["distributed"] else None
         pyfunc.write_call(self._call_dir(context), self.python_callable, tuple(args), kwargs, rank_exit_grace=grace)
         return [self.python, "-m", "airflow_provider_gpusched.core.pyfunc", self._call_dir(context)]
+
+    def _chain(self, context) -> TimeLimitChain | None:
+        """A callable with a checkpoint method (``__submitit_checkpoint__`` or ``checkpoint``) is continued from the
+        call that method returns: the call file is the chain's checkpoint. Any other callable checkpoints itself,
+        where the chain's ``checkpoint`` says (by default ``$GPUSCHED_CHECKPOINT_DIR``, as for a command)."""
+        chain = self.time_limit_chain
+        func = getattr(self, "python_callable", None)
+        if chain is None or chain.checkpoint or func is None or pyfunc.checkpoint_hook(func) is None:
+            return super()._chain(context)
+        where = os.path.join(self._call_dir(context), pyfunc.CALL_FILE) if context is not None else "/call.pkl"
+        return dataclasses.replace(chain, checkpoint=where)
 
     def _setup(self, context) -> list[str]:
         """A requeued job starts afresh: what its preempted start left (an error, ranks' ends) goes first."""

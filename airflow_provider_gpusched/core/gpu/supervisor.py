@@ -41,7 +41,7 @@ from airflow_provider_gpusched.core.gpu.leases import LeaseManager, reason_kind
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy, find_oom, memory_evidence
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.gpu.stages import StageChannel
-from airflow_provider_gpusched.core.gpu.work import Work
+from airflow_provider_gpusched.core.gpu.work import CHECKPOINT_ENV, Work
 from airflow_provider_gpusched.core.host_name import this_host
 from airflow_provider_gpusched.core.units import format_time_limit
 from airflow_provider_gpusched.core.work_tag import WorkTag
@@ -178,7 +178,7 @@ def run_attempt(
         pyfunc.clear_outcome(work.call_dir)
     if work.checkpoint_dir:
         os.makedirs(work.checkpoint_dir, exist_ok=True)
-        env_extra["GPUSCHED_CHECKPOINT_DIR"] = work.checkpoint_dir
+        env_extra[CHECKPOINT_ENV] = work.checkpoint_dir
     env_extra.update(extra_env or {})
     env = gpu_environment(lease, totals, extra=env_extra)
     stage = StageChannel() if lease.stage == "load" else None

@@ -489,6 +489,20 @@ class SlurmClient:
         result = self.runner.run(["tail", "-n", str(lines), "--", path], check=False)
         return result.stdout.rstrip("\n") if result.returncode == 0 else ""
 
+    def read_text(self, path: str, max_bytes: int = 1 << 20) -> str | None:
+        """A small file's text (its first ``max_bytes``), here or through the login host; None if it does not
+        exist or cannot be read (a regular file only: a FIFO planted at the path would block the read)."""
+        if self.runner.is_local:
+            from airflow_provider_gpusched.core.safe_files import open_regular
+
+            try:
+                with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as fh:
+                    return fh.read(max_bytes).decode(errors="replace")
+            except OSError:
+                return None
+        result = self.runner.run(["head", "-c", str(max_bytes), "--", path], check=False)
+        return result.stdout if result.returncode == 0 else None
+
     def follow(
         self,
         job_id: str,

@@ -22,7 +22,8 @@ from airflow_provider_gpusched.core.checks import is_int
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.job_shape import SHAPE_FIELDS, check_shape, gpus_on_each_node
 from airflow_provider_gpusched.core.records import Check, Settings, one_of, says
-from airflow_provider_gpusched.core.units import parse_bytes, slurm_time_limit
+from airflow_provider_gpusched.core.slurm.chain import TimeLimitChain, time_limit_chain
+from airflow_provider_gpusched.core.units import parse_bytes, slurm_time_limit, time_limit_seconds
 from airflow_provider_gpusched.core.work_tag import WorkTag
 
 _ARRAY = r"^(\d+(-\d+(:\d+)?)?)(,\d+(-\d+(:\d+)?)?)*(%\d+)?$"
@@ -138,6 +139,10 @@ class SlurmJobSpec:
     ] = field(default_factory=tuple)
     comment: OptionText | None = None
     shell: OptionText = "/bin/bash"
+    #: go on past the time limit from a checkpoint (core/slurm/chain.py): True, a mapping of its settings or a
+    #: TimeLimitChain; ``chain_records``: the folder (seen from the nodes) where its segments are recorded
+    time_limit_chain: Any = None
+    chain_records: OptionText | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -175,6 +180,34 @@ class SlurmJobSpec:
             self._mem_mb = max(1, -(-parse_bytes(self.mem, argument="mem") // 1024**2))
         if self.time_limit is not None:
             self._time = slurm_time_limit(self.time_limit)
+        self._validate_chain()
+
+    def _validate_chain(self) -> None:
+        """A time-limit chain needs a command (the wrapper runs it), a checkpoint that proves progress, a folder for
+        its records, requeues allowed, and a signal that comes inside the time limit."""
+        chain = self.time_limit_chain = time_limit_chain(self.time_limit_chain)
+        if chain is None:
+            return
+        if self.script is not None:
+            raise InvalidArgumentError(
+                "time_limit_chain", "script", "a command (argv list or shell string): the chain's wrapper runs it"
+            )
+        if self.distributed:
+            raise InvalidArgumentError(
+                "time_limit_chain", self.distributed, "a job without a distributed start (not supported yet)"
+            )
+        if not chain.checkpoint:
+            raise InvalidArgumentError(
+                "time_limit_chain.checkpoint",
+                None,
+                "the file or folder the job checkpoints to (a newer one proves a segment made progress)",
+            )
+        if not self.chain_records:
+            raise InvalidArgumentError("chain_records", None, "a folder the compute nodes can write")
+        if self.requeue is False:
+            raise InvalidArgumentError("requeue", False, "True or None with time_limit_chain (it requeues the job)")
+        seconds = time_limit_seconds(self.time_limit) if self.time_limit is not None else None
+        chain.check_against(None if seconds is None else -(-seconds // 60))
 
     def _validate_shape(self) -> None:
         """The job's shape (core/job_shape.py: each option refused by name), the distributed start, and the
@@ -250,6 +283,8 @@ class SlurmJobSpec:
         ):
             if value:
                 args.append(f"--{name}={value}")
+        if self.time_limit_chain is not None:
+            args.extend(a for a in self.time_limit_chain.sbatch_args() if a not in args)
         args.extend(str(a) for a in self.sbatch_args)
         return args
 
@@ -274,6 +309,11 @@ class SlurmJobSpec:
             )
             argv = ["bash", "-c", command] if isinstance(command, str) else [str(a) for a in command]
             lines.append("gpusched_launch " + shlex.join(argv))
+        elif self.time_limit_chain is not None:
+            chain: TimeLimitChain = self.time_limit_chain
+            argv = [self.shell, "-c", command] if isinstance(command, str) else [str(a) for a in command]
+            assert self.chain_records is not None and chain.checkpoint  # (_validate_chain)
+            lines.extend(chain.wrap(argv, self.chain_records, chain.checkpoint))
         elif isinstance(command, str):
             lines.append(command)
         else:

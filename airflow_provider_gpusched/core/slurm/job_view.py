@@ -45,8 +45,11 @@ def job_record(
     tail: str = "",
     tail_path: str = "",
     problem: str | None = None,
+    chain_records: str = "",
+    segments: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The record published at submission (``status`` None) and when the job ended (``final``)."""
+    """The record published at submission (``status`` None) and when the job ended (``final``). A time-limit
+    chain's job says where its segments are recorded (``chain_records``), and at its end what they were."""
     record: dict[str, Any] = {
         "job_id": str(job_id),
         "output_path": output_path,
@@ -61,6 +64,9 @@ def job_record(
         "tail_path": tail_path,
         "problem": problem or "",
     }
+    if chain_records:
+        record["chain_records"] = chain_records
+        record["segments"] = list(segments or [])[-1000:]
     return record
 
 
@@ -73,7 +79,7 @@ def read_job_record(data: Any, source: str) -> dict[str, Any]:
     job_id = data.get("job_id")
     if not isinstance(job_id, str) or not job_id.replace("_", "").isdigit():
         raise bad("job_id", "a Slurm job id")
-    for key in ("output_path", "array", "tail", "tail_path", "problem"):
+    for key in ("output_path", "array", "tail", "tail_path", "problem", "chain_records"):
         if not isinstance(data.get(key, ""), str):
             raise bad(key, "a string")
     if not isinstance(data.get("via"), str):
@@ -86,6 +92,11 @@ def read_job_record(data: Any, source: str) -> dict[str, Any]:
             data = {**data, "status": JobStatus.from_dict(status).to_dict()}
         except (TypeError, ValueError, KeyError):
             raise bad("status", "a job status as JobStatus.to_dict() writes it") from None
+    if "segments" in data:
+        from airflow_provider_gpusched.core.slurm.chain import SEGMENT
+
+        segments = SEGMENT.read_list(data["segments"], f"{source}: key 'segments'", max_items=1000)
+        data = {**data, "segments": [s.to_dict() for s in segments]}
     checked: dict[str, Any] = data
     return checked
 
@@ -116,6 +127,7 @@ class JobView(TypedDict):
     tails: dict[str, str]  # array task id or "" -> its output's tail
     tail_path: str
     signal: NotRequired[int | None]
+    segments: NotRequired[list[dict[str, Any]]]  # a time-limit chain's (core/slurm/chain.py Segment)
     tail_source: NotRequired[str]
     task_state: NotRequired[str]
     found: NotRequired[bool]
@@ -142,6 +154,8 @@ def job_view(
         "preemption_events": record.get("preemption_events", []),
         "problem": record.get("problem", ""),
     }
+    if "segments" in record:
+        view["segments"] = list(record["segments"])
     if status is None:
         view.update(
             state="SUBMITTED",

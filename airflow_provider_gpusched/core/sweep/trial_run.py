@@ -31,6 +31,7 @@ from airflow_provider_gpusched.core.backends import DEFAULT_BACKEND, get_backend
 from airflow_provider_gpusched.core.checks import is_number
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.stages import channel_fds
+from airflow_provider_gpusched.core.gpu.work import CHECKPOINT_ENV
 from airflow_provider_gpusched.core.records import Float, RecordType, one_of, record_class, says, take_record_key
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested
@@ -367,7 +368,7 @@ def _run_claimed(manifest: Manifest, trial: Trial, out: TextIO) -> int:
     folder = store.mark_running(trial, run=manifest.record.run, log=log_path)
     env = trial_environment(trial, folder, store.sweep, manifest.record.env)
     if manifest.record.checkpoints_in_trial:
-        env["GPUSCHED_CHECKPOINT_DIR"] = os.path.join(folder, "checkpoint")
+        env[CHECKPOINT_ENV] = os.path.join(folder, "checkpoint")
     target = manifest.record.target
     if target.get("required_env"):
         try:

@@ -4,6 +4,8 @@ slurm_output_dir``; behind read access to the DAG."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import requires_access_dag
@@ -84,6 +86,8 @@ def slurm_job(dag_id: str, run_id: str, task_id: str, map_index: int, session) -
         text = read_tail(path, root, lines)
         if text is not None:
             tails[key] = text
+    if record.get("chain_records") and not record["final"]:
+        view["segments"] = live_segments(record["chain_records"], keys, record["job_id"], root)
     if tails:
         view["tails"] = tails
         view["tail_source"] = f"read now from {root}"
@@ -92,6 +96,21 @@ def slurm_job(dag_id: str, run_id: str, task_id: str, map_index: int, session) -
     view["task_state"] = str(state.value if hasattr(state, "value") else state)
     view["found"] = True
     return view
+
+
+def live_segments(records_dir: str, array_tasks: list[str], job_id: str, root: str) -> list[dict[str, Any]]:
+    """A running time-limit chain's segments, read now from its record files: only under the Slurm output folder
+    (a record in XCom names the folder, and anyone who may write XCom could name another)."""
+    from airflow_provider_gpusched.core.slurm.chain import parse_segments, records_path
+
+    segments: list[dict[str, Any]] = []
+    for key in [f"{job_id}_{t}" for t in array_tasks if t] or [job_id]:
+        path = records_path(records_dir, key)
+        text = read_tail(path, root, 2000)
+        if text:
+            found, _problems = parse_segments(text, path)
+            segments.extend(s.to_dict() for s in found if s.job == key)
+    return segments
 
 
 @router.get(

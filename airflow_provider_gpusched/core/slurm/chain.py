@@ -1,0 +1,243 @@
+"""Training longer than the time limit: a Slurm job that goes on, segment after segment, from its checkpoint.
+
+:class:`TimeLimitChain` is what a job declares. The job is submitted with ``--signal=B:SIG@DELAY`` and
+``--requeue``; its command runs under the chain's wrapper (core/slurm/chain_shim.py, carried in the script), which on
+the signal lets the work checkpoint and exit, then requeues the job (the same job id) while the checkpoint is newer
+than at the segment's start and requeues are left. The Airflow task follows the one job id across its segments,
+as it follows a preempted and requeued job. What each segment did is in the chain's record file
+(:func:`records_path`), read back here, checked, as :class:`Segment`\\s for the task log and the Slurm job view.
+
+The hand-over takes Slurm's own time: a requeued job may start again only after its old credential expired
+(``AuthInfo=cred_expire``, 120 s by default), plus a scheduling pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any
+
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.records import RecordType, one_of, record_class, says
+from airflow_provider_gpusched.core.safe_files import BadRecordError
+
+if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.slurm.client import SlurmClient
+
+#: what a command is told (docs/slurm.md): the signal it gets before the limit, and the chain's state
+CHAIN_ENV = (
+    "GPUSCHED_CHAIN_SIGNAL",
+    "GPUSCHED_CHAIN_SEGMENT",
+    "GPUSCHED_CHAIN_MAX_REQUEUES",
+    "GPUSCHED_CHAIN_CHECKPOINT",
+)
+#: how a segment ended, as the wrapper writes it
+OUTCOMES = ("requeued", "completed", "failed", "stopped", "no-progress", "out-of-requeues", "requeue-failed")
+#: outcomes that end a chain that had more to do: the task fails with the segment's words
+CHAIN_FAILURES = ("no-progress", "out-of-requeues", "requeue-failed")
+
+
+@record_class(extra="forbid")
+@dataclass(frozen=True)
+class TimeLimitChain:
+    """A job that continues past its time limit (submitit's ``slurm_max_num_timeout`` and
+    ``slurm_signal_delay_s``, with the same defaults)."""
+
+    #: the file or folder whose newer modification time proves a segment made progress (``%j``, ``%A``, ``%a``
+    #: allowed); a Python callable with a checkpoint method needs none (its call file is the checkpoint)
+    checkpoint: (
+        Annotated[str, says("a path (a file or folder; %j, %A, %a allowed)", min_length=1, pattern=r"^[^\x00-\x1f]*$")]
+        | None
+    ) = None
+    #: requeues after the first segment (segments: at most max_requeues + 1)
+    max_requeues: Annotated[int, says("a whole number from 0 to 1000", ge=0, le=1000)] = 3
+    #: the signal Slurm sends before the limit, to the work as to the wrapper
+    signal: Annotated[str, says("'USR1' or 'USR2'"), one_of(("USR1", "USR2"))] = "USR1"
+    #: seconds before the time limit that the signal comes
+    signal_delay: Annotated[int, says("seconds from 10 to 65535", ge=10, le=65535)] = 90
+    #: seconds the work has after the signal to checkpoint and exit, then it is stopped (default: signal_delay - 5).
+    #: slurmctld sends the signal at its periodic check (every 30 s), so it comes signal_delay to signal_delay + 30
+    #: seconds before the limit: the grace always ends before the limit does
+    grace: Annotated[float, says("seconds > 0", gt=0)] | None = None
+
+    @property
+    def grace_seconds(self) -> float:
+        return float(self.grace) if self.grace is not None else float(self.signal_delay - 5)
+
+    def sbatch_args(self) -> list[str]:
+        return [f"--signal=B:{self.signal}@{self.signal_delay}", "--requeue"]
+
+    def check_against(self, time_limit_minutes: int | None, argument: str = "time_limit_chain") -> None:
+        """Refuse a delay or grace that do not fit in the job's time limit (Slurm takes them as they are)."""
+        if self.grace is not None and self.grace >= self.signal_delay:
+            raise InvalidArgumentError(
+                f"{argument}.grace", self.grace, f"fewer seconds than signal_delay ({self.signal_delay})"
+            )
+        if time_limit_minutes is not None and self.signal_delay >= time_limit_minutes * 60:
+            raise InvalidArgumentError(
+                f"{argument}.signal_delay",
+                self.signal_delay,
+                f"fewer seconds than the job's time limit ({time_limit_minutes * 60} s)",
+            )
+
+    def wrap(self, argv: Sequence[str], records_dir: str, checkpoint: str) -> list[str]:
+        """The job script's lines that run ``argv`` under the chain's wrapper (its source carried along)."""
+        from airflow_provider_gpusched.core.slurm.chain_shim import shim_source
+
+        config = {
+            "checkpoint": checkpoint,
+            "max_requeues": self.max_requeues,
+            "signal": self.signal,
+            "grace": self.grace_seconds,
+            "records": records_dir,
+        }
+        return [
+            f"gpusched_chain={shlex.quote(shim_source())}",
+            'exec python3 -I -S -c "$gpusched_chain" '
+            + shlex.join([json.dumps(config, sort_keys=True), "--", *(str(a) for a in argv)]),
+        ]
+
+
+CHAIN = RecordType(TimeLimitChain, name="time-limit chain")
+
+
+def time_limit_chain(value: Any, argument: str = "time_limit_chain") -> TimeLimitChain | None:
+    """An operator's or spec's ``time_limit_chain``: None or False (off), True (the defaults), a mapping of
+    settings or a :class:`TimeLimitChain`."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return TimeLimitChain()
+    if isinstance(value, TimeLimitChain):
+        return value
+    expected = "True, or a mapping of checkpoint, max_requeues, signal, signal_delay, grace"
+    if not isinstance(value, Mapping):
+        raise InvalidArgumentError(argument, value, expected)
+    return CHAIN.read_argument(value, argument, expected)
+
+
+def records_path(records_dir: str, job_key: str) -> str:
+    """Where the wrapper keeps job ``job_key``'s segments (``ID`` or ``ARRAYID_TASK``)."""
+    return os.path.join(records_dir, f"chain-{job_key}.jsonl")
+
+
+# -- the records, read back ---------------------------------------------------------------------------------------
+
+
+@record_class
+@dataclass(frozen=True)
+class SegmentRecord:
+    """One line of the wrapper's record file: a segment's start or end."""
+
+    v: Annotated[int, says("record version 1", ge=1, le=1)]
+    job: Annotated[str, says("a Slurm job id such as 123 or 123_4", pattern=r"^\d+(_\d+)?$")]
+    segment: Annotated[int, says("a segment number >= 1", ge=1)]
+    event: Annotated[str, says("'start' or 'end'"), one_of(("start", "end"))]
+    at: Annotated[float, says("a time (seconds since 1970)", ge=0, strict=False)]
+    node: Annotated[str, says("a node name", max_length=256)] | None = None
+    outcome: Annotated[str, says("one of " + ", ".join(OUTCOMES)), one_of(OUTCOMES)] | None = None
+    detail: Annotated[str, says("text", max_length=4096)] | None = None
+    exit: Annotated[int, says("an exit status")] | None = None
+    signalled: Annotated[float, says("a time (seconds since 1970)", ge=0, strict=False)] | None = None
+
+
+SEGMENT_RECORD = RecordType(SegmentRecord, name="chain segment record")
+
+
+@record_class
+@dataclass(frozen=True)
+class Segment:
+    """One segment of a chain: where and when it ran, and how it ended (None while it runs). The Slurm job view
+    gets these in the job's record (checked when read back)."""
+
+    job: Annotated[str, says("a Slurm job id such as 123 or 123_4", pattern=r"^\d+(_\d+)?$")]
+    segment: Annotated[int, says("a segment number >= 1", ge=1)]
+    node: Annotated[str, says("a node name", max_length=256)] | None = None
+    started: Annotated[float, says("a time (seconds since 1970)", ge=0, strict=False)] | None = None
+    ended: Annotated[float, says("a time (seconds since 1970)", ge=0, strict=False)] | None = None
+    outcome: Annotated[str, says("one of " + ", ".join(OUTCOMES)), one_of(OUTCOMES)] | None = None
+    detail: Annotated[str, says("text", max_length=4096)] | None = None
+    signalled: Annotated[float, says("a time (seconds since 1970)", ge=0, strict=False)] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def describe(self) -> str:
+        import time
+
+        def at(t: float | None) -> str:
+            return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t)) if t is not None else "?"
+
+        head = f"segment {self.segment} of job {self.job} on {self.node or '?'}: {at(self.started)}"
+        if self.ended is None:
+            return head + " - (running)"
+        return f"{head} - {at(self.ended)}, {self.outcome}: {self.detail or ''}".rstrip(": ")
+
+
+def parse_segments(text: str, source: str) -> tuple[list[Segment], list[str]]:
+    """The segments in a record file's text, in order, and a problem for each line that is not a record (named by
+    ``source`` and line: never silently dropped)."""
+    problems: list[str] = []
+    starts: dict[tuple[str, int], SegmentRecord] = {}
+    ends: dict[tuple[str, int], SegmentRecord] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except ValueError as exc:
+            problems.append(f"{source}: line {number}: not JSON ({exc})")
+            continue
+        try:
+            record = SEGMENT_RECORD.read(data, f"{source}: line {number}")
+        except BadRecordError as exc:
+            problems.append(str(exc))
+            continue
+        (starts if record.event == "start" else ends)[(record.job, record.segment)] = record
+    segments = []
+    for key in sorted(set(starts) | set(ends), key=lambda k: (k[0], k[1])):
+        start, end = starts.get(key), ends.get(key)
+        segments.append(
+            Segment(
+                job=key[0],
+                segment=key[1],
+                node=start.node if start else None,
+                started=start.at if start else None,
+                ended=end.at if end else None,
+                outcome=end.outcome if end else None,
+                detail=end.detail if end else None,
+                signalled=end.signalled if end else None,
+            )
+        )
+    return segments, problems
+
+
+def chain_failure(segments: Sequence[Segment]) -> str | None:
+    """Why the chain ended without finishing its work (its last segment's words), or None."""
+    if segments and segments[-1].outcome in CHAIN_FAILURES:
+        last = segments[-1]
+        return f"the time-limit chain ended in segment {last.segment}: {last.detail}"
+    return None
+
+
+def read_chain(client: SlurmClient, records_dir: str, job_keys: Sequence[str]) -> tuple[list[Segment], list[str]]:
+    r"""The segments of jobs ``job_keys`` (``ID``, or an array's ``ID_TASK``\s) from their record files, here or
+    through the login host; with a problem for each line that is not a record."""
+    segments: list[Segment] = []
+    problems: list[str] = []
+    for key in job_keys:
+        path = records_path(records_dir, key)
+        text = client.read_text(path)
+        if text is None:
+            continue
+        found, bad = parse_segments(text, path)
+        segments.extend(s for s in found if s.job == key)
+        problems.extend(bad)
+    return segments, problems
+
+
+SEGMENT = RecordType(Segment, name="chain segment")

@@ -1,0 +1,209 @@
+"""The time-limit chain's settings, its wrapper's decisions and its records, without Slurm (core/slurm/chain.py and
+chain_shim.py). The wrapper runs for real as ``python3 -I -S`` with a stand-in ``scontrol`` on PATH that records its
+arguments; the chain on the real cluster is in tests/slurm/test_time_limit_chain.py."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.safe_files import BadRecordError
+from airflow_provider_gpusched.core.slurm.chain import chain_failure, parse_segments, time_limit_chain
+from airflow_provider_gpusched.core.slurm.chain_shim import shim_source
+from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec
+from airflow_provider_gpusched.core.slurm.job_view import job_record, job_view, read_job_record
+
+#: saves its step count on the chain's signal and exits 143; "hang": ignores the signal, never saves
+WORK = r"""
+import json, os, signal, sys, time
+ck, stop = os.environ["GPUSCHED_CHAIN_CHECKPOINT"], []
+mode = sys.argv[1]
+signal.signal(signal.SIGUSR1, (lambda *a: stop.append(1)) if mode == "signal" else signal.SIG_IGN)
+print("ready", flush=True)
+for step in range(600):
+    time.sleep(0.05)
+    if stop:
+        json.dump({"step": step}, open(ck, "w"))
+        sys.exit(143)
+"""
+
+
+def run_wrapper(tmp_path, mode, *, max_requeues=3, earlier=(), send=signal.SIGUSR1, grace=2.0):
+    """The wrapper around WORK as a job would run it; ``send`` reaches it once the work is ready."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    fake = bin_dir / "scontrol"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.calls"}\n')
+    fake.chmod(0o700)
+    records = tmp_path / "records"
+    records.mkdir(exist_ok=True, mode=0o700)
+    for line in earlier:
+        with open(records / "chain-42.jsonl", "a") as fh:
+            fh.write(json.dumps(line) + "\n")
+    config = {
+        "checkpoint": str(tmp_path / "ck-%j.json"),
+        "max_requeues": max_requeues,
+        "signal": "USR1",
+        "grace": grace,
+        "records": str(records),
+    }
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42", "SLURM_RESTART_COUNT": str(len(earlier))}
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", shim_source(), json.dumps(config), "--", sys.executable, "-c", WORK, mode],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.strip() == "ready":
+            break
+    time.sleep(0.2)
+    proc.send_signal(send)
+    out, _ = proc.communicate(timeout=60)
+    text = (records / "chain-42.jsonl").read_text()
+    segments, problems = parse_segments(text, "chain-42.jsonl")
+    assert not problems
+    calls = (tmp_path / "scontrol.calls").read_text() if (tmp_path / "scontrol.calls").exists() else ""
+    return proc.returncode, "".join(lines) + out, segments, calls
+
+
+def test_a_segment_that_saved_a_newer_checkpoint_is_requeued_by_its_own_job_id(tmp_path):
+    code, out, segments, calls = run_wrapper(tmp_path, "signal")
+    assert code == 0 and calls == "requeue 42\n"
+    [segment] = segments
+    assert (segment.segment, segment.outcome, segment.job) == (1, "requeued", "42")
+    assert segment.detail.startswith("time limit near (SIGUSR1 at ") and "requeued (1 of at most 3)" in segment.detail
+    assert segment.started <= segment.signalled <= segment.ended
+    assert "[gpusched chain] segment 1 of job 42 (at most 4) started" in out
+    assert json.loads((tmp_path / "ck-42.json").read_text())["step"] >= 0  # %j filled in
+    assert chain_failure(segments) is None
+
+
+def test_the_segment_number_and_the_requeues_left_come_from_the_earlier_records(tmp_path):
+    earlier = [
+        {"v": 1, "job": "42", "segment": 1, "event": "start", "at": 1.0},
+        {"v": 1, "job": "42", "segment": 1, "event": "end", "at": 2.0, "outcome": "requeued"},
+        {"v": 1, "job": "9", "segment": 1, "event": "end", "at": 2.0, "outcome": "requeued"},  # another job's
+    ]
+    code, out, segments, calls = run_wrapper(tmp_path, "signal", max_requeues=1, earlier=earlier)
+    assert code == 143 and calls == ""  # the work's own status; nothing requeued
+    assert [s.outcome for s in segments if s.job == "42"] == ["requeued", "out-of-requeues"]
+    assert "segment 2 of job 42 (at most 2) started" in out
+    failure = chain_failure([s for s in segments if s.job == "42"])
+    assert failure == (
+        "the time-limit chain ended in segment 2: out of requeues: the time limit came after 1 requeue(s) "
+        "(max_requeues=1)"
+    )
+
+
+def test_a_work_that_ignores_the_signal_and_saves_nothing_is_stopped_and_ends_the_chain(tmp_path):
+    t0 = time.monotonic()
+    code, _out, [segment], calls = run_wrapper(tmp_path, "hang", grace=1.0)
+    assert code == 1 and calls == ""
+    assert segment.outcome == "no-progress"
+    assert "no newer checkpoint at" in segment.detail and "it ignored the signal and was stopped" in segment.detail
+    assert segment.ended - segment.signalled >= 1.0
+    assert time.monotonic() - t0 < 20
+
+
+def test_a_sigterm_without_the_chain_signal_is_never_followed_by_a_requeue(tmp_path):
+    """scancel (or a preemption) sends SIGTERM: the job ends as its work does, and is not requeued."""
+    _code, _out, [segment], calls = run_wrapper(tmp_path, "signal", send=signal.SIGTERM)
+    assert calls == "" and segment.outcome == "stopped"
+
+
+def test_the_wrapper_needs_only_the_standard_library_and_passes_the_exit_status_on(tmp_path):
+    records = tmp_path / "rec"
+    records.mkdir()
+    config = {
+        "checkpoint": str(tmp_path / "ck"),
+        "max_requeues": 1,
+        "signal": "USR1",
+        "grace": 5,
+        "records": str(records),
+    }
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", shim_source(), json.dumps(config), "--", "sh", "-c", "exit 3"],
+        env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": "7"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 3, done.stderr
+    assert "segment 1 of job 7 (at most 2) started" in done.stdout
+    segments, _ = parse_segments((records / "chain-7.jsonl").read_text(), "x")
+    assert [(s.outcome, s.detail) for s in segments] == [("failed", "the work exited with 3")]
+    assert oct((records / "chain-7.jsonl").stat().st_mode & 0o777) == "0o600"
+
+
+@pytest.mark.parametrize(
+    ("settings", "argument", "expected"),
+    [
+        ({"signal_delay": 20}, "time_limit_chain.checkpoint", "the file or folder the job checkpoints to"),
+        ({"checkpoint": "/c", "signal_delay": 90}, "time_limit_chain.signal_delay", "fewer seconds than the job's"),
+        ({"checkpoint": "/c", "signal": "KILL"}, "time_limit_chain.signal", "'USR1' or 'USR2'"),
+        ({"checkpoint": "/c", "max_requeue": 3}, "time_limit_chain.max_requeue", "one of checkpoint, max_requeues"),
+        ({"checkpoint": "/c", "grace": 50, "signal_delay": 30}, "time_limit_chain.grace", "fewer seconds than"),
+        ("yes", "time_limit_chain", "True, or a mapping of"),
+    ],
+)
+def test_bad_chain_settings_are_refused_naming_the_key(tmp_path, settings, argument, expected):
+    with pytest.raises(InvalidArgumentError) as info:
+        SlurmJobSpec(command=["train"], time_limit=1, chain_records=str(tmp_path), time_limit_chain=settings)
+    assert str(info.value).startswith(f"{argument}: expected {expected}")
+
+
+def test_a_chain_needs_a_command_and_requeues(tmp_path):
+    with pytest.raises(InvalidArgumentError, match="^time_limit_chain: expected a command"):
+        SlurmJobSpec(script="true", chain_records=str(tmp_path), time_limit_chain={"checkpoint": "/c"})
+    with pytest.raises(InvalidArgumentError, match="^requeue: expected True or None"):
+        SlurmJobSpec(command="x", requeue=False, chain_records=str(tmp_path), time_limit_chain={"checkpoint": "/c"})
+    with pytest.raises(InvalidArgumentError, match="^chain_records"):
+        SlurmJobSpec(command="x", time_limit_chain={"checkpoint": "/c"})
+
+
+def test_a_chained_job_is_signalled_requeueable_and_runs_its_command_under_the_wrapper(tmp_path):
+    spec = SlurmJobSpec(
+        command=["python3", "train.py", "--name", "a b; rm -rf /"],
+        time_limit="00:30:00",
+        chain_records=str(tmp_path),
+        time_limit_chain={"checkpoint": "/ck", "signal": "USR2", "signal_delay": 120},
+    )
+    assert spec.sbatch_argv()[-2:] == ["--signal=B:USR2@120", "--requeue"]
+    last = spec.render_script().splitlines()[-1]
+    assert last.startswith('exec python3 -I -S -c "$gpusched_chain" ')
+    assert last.endswith("-- python3 train.py --name 'a b; rm -rf /'")  # one argument, never a shell line
+    assert time_limit_chain(True).max_requeues == 3 and time_limit_chain(None) is None
+
+
+def test_a_record_line_that_is_not_a_segment_is_named_never_dropped_silently():
+    text = "\n".join(
+        [
+            json.dumps({"v": 1, "job": "5", "segment": 1, "event": "start", "at": 10.0, "node": "n1"}),
+            "not json",
+            json.dumps({"v": 1, "job": "5; rm", "segment": 1, "event": "end", "at": 11.0}),
+            json.dumps({"v": 1, "job": "5", "segment": 1, "event": "end", "at": 12.0, "outcome": "completed"}),
+        ]
+    )
+    segments, problems = parse_segments(text, "chain-5.jsonl")
+    assert [(s.segment, s.node, s.started, s.ended, s.outcome) for s in segments] == [
+        (1, "n1", 10.0, 12.0, "completed")
+    ]
+    assert problems[0].startswith("chain-5.jsonl: line 2: not JSON")
+    assert problems[1].startswith("chain-5.jsonl: line 3: key 'job': expected a Slurm job id")
+
+
+def test_the_job_view_shows_the_segments_and_refuses_forged_ones():
+    segment = {"job": "5", "segment": 1, "node": "n1", "started": 1.0, "ended": 2.0, "outcome": "requeued",
+               "detail": "x", "signalled": 1.5}  # fmt: skip
+    record = job_record("5", output_path="/o", runner={}, chain_records="/r", segments=[segment])
+    assert job_view(read_job_record(record, "xcom"))["segments"] == [segment]
+    with pytest.raises(BadRecordError, match="key 'segments': item 0: key 'outcome'"):
+        read_job_record({**record, "segments": [{**segment, "outcome": "<script>"}]}, "xcom")

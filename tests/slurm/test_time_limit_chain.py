@@ -1,0 +1,175 @@
+"""Time-limit chains on the real test cluster (core/slurm/chain.py): jobs with a 1-minute limit, signalled 10 s
+before it (slurmctld sends the signal at its 30-second check, so 10-40 s before), requeued from their checkpoints.
+
+The scenarios run at once (each job sleeps; they share the cluster's 16 CPUs), then each test reads its job's end:
+a command that checkpoints on the signal, one that ignores the signal but checkpoints on its own, a hung one, one
+that runs out of requeues, and one cancelled in its second segment."""
+
+import json
+import sys
+import time
+
+import pytest
+
+from airflow_provider_gpusched.core.slurm import JobPhase, SlurmClient, SlurmTransport
+from airflow_provider_gpusched.core.slurm.chain import read_chain
+from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec
+
+pytestmark = pytest.mark.slurm
+
+#: a step a second up to argv[2] steps, its count kept in the checkpoint file; mode "signal" saves and exits on the
+#: chain's signal, "ignore" ignores it and saves every 3 steps, "hang" ignores it and never saves
+WORK = r"""
+import json, os, signal, sys, time
+mode, total = sys.argv[1], int(sys.argv[2])
+ck = os.environ["GPUSCHED_CHAIN_CHECKPOINT"]
+stop = []
+sig = getattr(signal, "SIG" + os.environ["GPUSCHED_CHAIN_SIGNAL"])
+signal.signal(sig, (lambda *a: stop.append(1)) if mode == "signal" else signal.SIG_IGN)
+done = json.load(open(ck))["done"] if os.path.exists(ck) else 0
+print("segment", os.environ["GPUSCHED_CHAIN_SEGMENT"], "of", int(os.environ["GPUSCHED_CHAIN_MAX_REQUEUES"]) + 1,
+      "from step", done, flush=True)
+
+def save():
+    with open(ck + ".tmp", "w") as fh:
+        json.dump({"done": done}, fh)
+    os.replace(ck + ".tmp", ck)
+
+while done < total:
+    time.sleep(1)
+    if mode == "hang":
+        continue
+    done += 1
+    if mode == "ignore" and done % 3 == 0:
+        save()
+    if stop:
+        save()
+        print("saved at step", done, flush=True)
+        sys.exit(143)
+save()
+print("finished at step", done, flush=True)
+"""
+
+CHAIN = {"signal_delay": 10}
+#: (mode, steps, max_requeues): the work of each scenario
+SCENARIOS = {
+    "continues": ("signal", 55, 3),  # more than one segment's 20-50 s
+    "ignores": ("ignore", 55, 3),
+    "hangs": ("hang", 1000, 3),
+    "runs-out": ("signal", 1000, 1),
+    "cancelled": ("signal", 1000, 3),
+}
+
+
+@pytest.fixture(scope="module")
+def chains(slurm_cluster, tmp_path_factory):
+    """Every scenario's job, submitted at once and waited for: name -> (job id, final status, folder)."""
+    client = SlurmClient(SlurmTransport(slurm_conf=slurm_cluster))
+    root = tmp_path_factory.mktemp("chains")
+    jobs = {}
+    for name, (mode, steps, requeues) in SCENARIOS.items():
+        folder = root / name
+        folder.mkdir(mode=0o700)
+        spec = SlurmJobSpec(
+            command=[sys.executable, "-c", WORK, mode, str(steps)],
+            job_name=f"chain-{name}",
+            time_limit=1,
+            output=str(folder / "%j.out"),
+            time_limit_chain={**CHAIN, "checkpoint": str(folder / "ck.json"), "max_requeues": requeues},
+            chain_records=str(folder),
+        )
+        jobs[name] = (client.submit(spec).job_id, folder)
+    cancelled_id, cancelled_dir = jobs["cancelled"]
+
+    def second_segment_running() -> bool:
+        segments, _ = read_chain(client, str(cancelled_dir), [cancelled_id])
+        return len(segments) >= 2 and segments[-1].ended is None
+
+    deadline = time.monotonic() + 240
+    while not second_segment_running():
+        assert time.monotonic() < deadline, "the cancelled scenario never started its second segment"
+        time.sleep(1)
+    client.cancel([cancelled_id])
+    cancelled_at = time.time()
+    finals = {name: client.wait(job_id, poll_interval=2, timeout=600) for name, (job_id, _) in jobs.items()}
+    time.sleep(max(0.0, cancelled_at + 45 - time.time()))  # past a hand-over: nothing started it again
+    return {
+        name: (job_id, finals[name], folder, client.status(job_id), cancelled_at)
+        for name, (job_id, folder) in jobs.items()
+    }
+
+
+def segments_of(client_conf, chains, name):
+    job_id, _status, folder, _now, _at = chains[name]
+    segments, problems = read_chain(SlurmClient(SlurmTransport(slurm_conf=client_conf)), str(folder), [job_id])
+    assert not problems
+    return segments
+
+
+def output_of(chains, name):
+    job_id, _status, folder, _now, _at = chains[name]
+    return (folder / f"{job_id}.out").read_text()
+
+
+def steps_done(chains, name):
+    return json.loads((chains[name][2] / "ck.json").read_text())["done"]
+
+
+def test_a_command_goes_on_from_its_checkpoint_in_one_job_until_its_work_is_done(slurm_cluster, chains):
+    job_id, status, _folder, _now, _at = chains["continues"]
+    assert status.phase is JobPhase.SUCCEEDED, status.describe()
+    segments = segments_of(slurm_cluster, chains, "continues")
+    assert len(segments) >= 2, segments  # 55 s of work; a segment gets at most 50 s of its minute
+    assert [s.segment for s in segments] == list(range(1, len(segments) + 1))
+    assert all(s.outcome == "requeued" for s in segments[:-1]) and segments[-1].outcome == "completed"
+    assert all(s.job == job_id and s.node and s.started <= s.ended for s in segments)
+    assert all(s.signalled is not None and s.started < s.signalled <= s.ended for s in segments[:-1])
+    assert status.restarts == len(segments) - 1  # one job id, requeued
+    assert steps_done(chains, "continues") == 55
+    out = output_of(chains, "continues")
+    # each segment went on where the one before saved, and said so
+    starts = [int(line.rsplit(" ", 1)[1]) for line in out.splitlines() if line.startswith("segment ")]
+    saves = [int(line.rsplit(" ", 1)[1]) for line in out.splitlines() if line.startswith("saved at step")]
+    assert starts == [0, *saves] and len(starts) == len(segments)
+    assert out.count("[gpusched chain] segment") == 2 * len(segments)
+    assert "finished at step 55" in out
+
+
+def test_a_job_that_ignores_the_signal_is_stopped_and_continued_from_its_own_checkpoint(slurm_cluster, chains):
+    _job_id, status, _folder, _now, _at = chains["ignores"]
+    assert status.phase is JobPhase.SUCCEEDED, status.describe()
+    segments = segments_of(slurm_cluster, chains, "ignores")
+    assert len(segments) >= 2 and segments[-1].outcome == "completed"
+    for segment in segments[:-1]:
+        assert segment.outcome == "requeued" and "it ignored the signal and was stopped" in segment.detail
+        assert segment.ended - segment.signalled >= 5  # its grace (signal_delay - 5 s) was waited out
+    assert steps_done(chains, "ignores") == 55
+
+
+def test_a_hung_job_ends_the_chain_for_lack_of_progress(slurm_cluster, chains):
+    _job_id, status, folder, _now, _at = chains["hangs"]
+    assert status.phase is JobPhase.FAILED, status.describe()
+    [segment] = segments_of(slurm_cluster, chains, "hangs")
+    assert segment.outcome == "no-progress"
+    assert segment.detail.startswith(f"no progress: no newer checkpoint at {folder / 'ck.json'} since the segment")
+    assert "it ignored the signal and was stopped" in segment.detail
+    assert status.restarts == 0
+
+
+def test_a_chain_out_of_requeues_fails_saying_so(slurm_cluster, chains):
+    _job_id, status, _folder, _now, _at = chains["runs-out"]
+    assert status.phase is JobPhase.FAILED, status.describe()
+    segments = segments_of(slurm_cluster, chains, "runs-out")
+    assert [s.outcome for s in segments] == ["requeued", "out-of-requeues"]
+    assert "out of requeues: the time limit came after 1 requeue(s) (max_requeues=1)" in segments[-1].detail
+    assert status.restarts == 1
+
+
+def test_cancelling_a_chain_stops_its_segment_and_nothing_starts_it_again(slurm_cluster, chains):
+    _job_id, status, _folder, now, cancelled_at = chains["cancelled"]
+    assert status.phase is JobPhase.CANCELLED, status.describe()
+    assert now.phase is JobPhase.CANCELLED  # 45 s after the cancel: not requeued
+    segments = segments_of(slurm_cluster, chains, "cancelled")
+    assert len(segments) == 2 and segments[0].outcome == "requeued"
+    assert segments[1].outcome in ("stopped", None)  # SIGTERM said so, or the kill came first
+    assert all(s.started < cancelled_at for s in segments)
