@@ -112,7 +112,8 @@ remove_network() {
     [ -z "$pids" ] || kill -9 $pids 2>/dev/null || true
     ip netns del "$ns" 2>/dev/null || true
   done
-  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep "^gss${x}" || true); do
+  # exactly this cluster's names: a prefix match ("^gss20") would take another cluster's links (gss200br, gss201n1h)
+  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep -E "^gss${x}(br|n[0-9]+h?)$" || true); do
     ip link del "$link" 2>/dev/null || true
   done
   rm -f "$root/net"

@@ -242,7 +242,19 @@ def run_call(run_dir: str) -> int:
     _checkpoint_on_chain_signal(run_dir, call)
     try:
         value = call["func"](*call["args"], **call["kwargs"])
-    except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are reported too
+    except SystemExit as exc:
+        if os.environ.get("GPUSCHED_CHAIN_SIGNAL"):  # a time-limit chain's segment that stopped for the limit
+            write_json_atomic(
+                os.path.join(run_dir, ERROR_FILE),
+                {"type": "SystemExit", "message": str(exc), "traceback": traceback.format_exc()},
+            )
+            print(
+                f"[gpusched] the callable exited ({exc.code}) in segment {os.environ.get('GPUSCHED_CHAIN_SEGMENT')}",
+                flush=True,
+            )
+            return exc.code if isinstance(exc.code, int) else 1
+        return fail(type(exc).__name__, str(exc), traceback.format_exc())
+    except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt is reported too
         return fail(type(exc).__name__, str(exc), traceback.format_exc())
     try:
         data = pickle.dumps(value)

@@ -243,3 +243,51 @@ def test_python_function_task_on_slurm_returns_the_trained_models_metrics(run_da
     assert [r["model"] for r in results] == ["mlp", "cnn"]
     assert all(r["accuracy"] > 0.9 and len(r["curve"]) == r["epochs"] for r in results)
     assert all(xcoms[("train", i)]["slurm_job_id"] for i in range(2))
+
+
+#: the chain example's training without a time limit, in a process of its own with one thread (as the job has)
+UNINTERRUPTED = """
+import json, sys
+from airflow_provider_gpusched.examples.digits import train_digits
+result = train_digits(json.loads(sys.argv[1]), checkpoints=sys.argv[2])
+json.dump(result, open(sys.argv[3], "w"))
+"""
+
+
+@pytest.mark.slurm
+def test_digits_training_crosses_time_limits_in_segments_and_ends_as_an_uninterrupted_run(run_dag, tmp_path):
+    """Issue 57: the example's 1-minute job trains across at least 3 segments; its metrics, learning curve and
+    weights equal, number for number, those of the same training run without a limit."""
+    import os
+    import subprocess
+    import sys
+
+    need_torch()
+    from airflow_provider_gpusched.examples.checkpoints import Checkpoints
+    from airflow_provider_gpusched.examples.digits import check_params
+
+    module = load_dag_file(REPO / "dags" / "digits_slurm_chain.py")
+    config = {**module.CNN, "epochs": 16}
+    reference = subprocess.Popen(  # meanwhile, on this machine
+        [sys.executable, "-c", UNINTERRUPTED, json.dumps(config), str(tmp_path / "ck"), str(tmp_path / "ref.json")],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    state, xcoms, states = run_dag(module.digits_slurm_chain_dag, run_conf={"epochs": 16, "epoch_pause": 6.0})
+    assert reference.wait(timeout=300) == 0
+    assert state == "success", states
+    result = xcoms["train"]["return_value"]
+    segments = xcoms["train"]["gpusched_slurm_job"]["segments"]
+    # 16 epochs of 6 s or more: a segment trains at most the 40 s before its signal (its minute less 10-40 s)
+    assert len(segments) >= 3, segments
+    assert [s["outcome"] for s in segments] == ["requeued"] * (len(segments) - 1) + ["completed"]
+    assert len(result["stops"]) == len(segments) - 1 and result["resumed_from"] is not None
+    assert states["train"][1] == 1  # one try: the chain is one task's one job
+    ref = json.loads((tmp_path / "ref.json").read_text())
+    assert ref["stops"] == [] and ref["resumed_from"] is None
+    for key in ("accuracy", "best_accuracy", "val_loss", "loss", "epochs", "curve", "params", "flops"):
+        assert result[key] == ref[key], key
+    chained = Checkpoints(os.path.dirname(result["checkpoint"]), fingerprint=check_params(config)).load()
+    alone = Checkpoints(str(tmp_path / "ck"), fingerprint=check_params(config)).load()
+    assert chained["model"].keys() == alone["model"].keys()
+    for name, tensor in alone["model"].items():
+        assert chained["model"][name].equal(tensor), name  # the same weights, bit for bit

@@ -8,9 +8,12 @@ that runs out of requeues, and one cancelled in its second segment."""
 import json
 import sys
 import time
+from itertools import pairwise
 
 import pytest
 
+from airflow_provider_gpusched.core import pyfunc
+from airflow_provider_gpusched.core.pyfunc import Checkpointable
 from airflow_provider_gpusched.core.slurm import JobPhase, SlurmClient, SlurmTransport
 from airflow_provider_gpusched.core.slurm.chain import read_chain
 from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec
@@ -50,6 +53,24 @@ save()
 print("finished at step", done, flush=True)
 """
 
+
+class Steps(Checkpointable):
+    """A Python callable the chain continues through its checkpoint method (submitit's contract): the step count
+    is its state, pickled with it when the signal comes (Checkpointable's default checkpoint)."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done, self.segments = total, 0, []
+
+    def __call__(self) -> dict:
+        import os
+
+        self.segments.append((int(os.environ["GPUSCHED_CHAIN_SEGMENT"]), self.done))
+        while self.done < self.total:
+            time.sleep(1)
+            self.done += 1
+        return {"done": self.done, "segments": self.segments}
+
+
 CHAIN = {"signal_delay": 10}
 #: (mode, steps, max_requeues): the work of each scenario
 SCENARIOS = {
@@ -58,6 +79,7 @@ SCENARIOS = {
     "hangs": ("hang", 1000, 3),
     "runs-out": ("signal", 1000, 1),
     "cancelled": ("signal", 1000, 3),
+    "array": ("signal", 55, 3),  # two array tasks, each its own chain
 }
 
 
@@ -70,15 +92,33 @@ def chains(slurm_cluster, tmp_path_factory):
     for name, (mode, steps, requeues) in SCENARIOS.items():
         folder = root / name
         folder.mkdir(mode=0o700)
+        array = name == "array"
         spec = SlurmJobSpec(
             command=[sys.executable, "-c", WORK, mode, str(steps)],
             job_name=f"chain-{name}",
             time_limit=1,
-            output=str(folder / "%j.out"),
-            time_limit_chain={**CHAIN, "checkpoint": str(folder / "ck.json"), "max_requeues": requeues},
+            array="0-1" if array else None,
+            output=str(folder / ("%A_%a.out" if array else "%j.out")),
+            time_limit_chain={
+                **CHAIN,
+                "checkpoint": str(folder / ("ck-%a.json" if array else "ck.json")),
+                "max_requeues": requeues,
+            },
             chain_records=str(folder),
         )
         jobs[name] = (client.submit(spec).job_id, folder)
+    folder = root / "python-hook"  # a Python call continued by its checkpoint method
+    folder.mkdir(mode=0o700)
+    call = pyfunc.write_call(str(folder / "call"), Steps(55))
+    spec = SlurmJobSpec(
+        command=[sys.executable, "-m", "airflow_provider_gpusched.core.pyfunc", str(folder / "call")],
+        job_name="chain-python-hook",
+        time_limit=1,
+        output=str(folder / "%j.out"),
+        time_limit_chain={**CHAIN, "checkpoint": call},
+        chain_records=str(folder),
+    )
+    jobs["python-hook"] = (client.submit(spec).job_id, folder)
     cancelled_id, cancelled_dir = jobs["cancelled"]
 
     def second_segment_running() -> bool:
@@ -91,7 +131,10 @@ def chains(slurm_cluster, tmp_path_factory):
         time.sleep(1)
     client.cancel([cancelled_id])
     cancelled_at = time.time()
-    finals = {name: client.wait(job_id, poll_interval=2, timeout=600) for name, (job_id, _) in jobs.items()}
+    finals = {
+        name: client.wait(job_id, poll_interval=2, timeout=600, array_size=2 if name == "array" else None)
+        for name, (job_id, _) in jobs.items()
+    }
     time.sleep(max(0.0, cancelled_at + 45 - time.time()))  # past a hand-over: nothing started it again
     return {
         name: (job_id, finals[name], folder, client.status(job_id), cancelled_at)
@@ -173,3 +216,32 @@ def test_cancelling_a_chain_stops_its_segment_and_nothing_starts_it_again(slurm_
     assert len(segments) == 2 and segments[0].outcome == "requeued"
     assert segments[1].outcome in ("stopped", None)  # SIGTERM said so, or the kill came first
     assert all(s.started < cancelled_at for s in segments)
+
+
+def test_each_array_task_is_its_own_chain(slurm_cluster, chains):
+    job_id, status, folder, _now, _at = chains["array"]
+    assert status.phase is JobPhase.SUCCEEDED, status.describe()
+    keys = [f"{job_id}_0", f"{job_id}_1"]
+    assert sorted(status.tasks) == keys
+    segments, problems = read_chain(SlurmClient(SlurmTransport(slurm_conf=slurm_cluster)), str(folder), keys)
+    assert not problems
+    for task, key in enumerate(keys):
+        mine = [s for s in segments if s.job == key]
+        assert len(mine) >= 2 and mine[-1].outcome == "completed", mine
+        assert all(s.outcome == "requeued" for s in mine[:-1])
+        assert json.loads((folder / f"ck-{task}.json").read_text())["done"] == 55  # %a: each task's own checkpoint
+        assert "finished at step 55" in (folder / f"{key}.out").read_text()
+
+
+def test_a_python_callable_is_continued_from_the_call_its_checkpoint_method_returns(slurm_cluster, chains):
+    job_id, status, folder, _now, _at = chains["python-hook"]
+    assert status.phase is JobPhase.SUCCEEDED, status.describe()
+    segments = segments_of(slurm_cluster, chains, "python-hook")
+    assert len(segments) >= 2 and segments[-1].outcome == "completed"
+    outcome = pyfunc.read_outcome(str(folder / "call"))
+    assert outcome.finished and outcome.value["done"] == 55
+    # every segment began where the pickled state of the one before left off
+    starts = outcome.value["segments"]
+    assert [n for n, _ in starts] == list(range(1, len(segments) + 1))
+    assert starts[0][1] == 0 and all(b > a for (_, a), (_, b) in pairwise(starts))
+    assert "[gpusched] checkpoint: the next segment calls" in (folder / f"{job_id}.out").read_text()

@@ -202,8 +202,8 @@ def main(argv: "list[str]") -> int:
         )
         outcome = "out-of-requeues"
     else:
-        result = subprocess.run(
-            ["scontrol", "requeue", os.environ.get("SLURM_JOB_ID", "0")],
+        result = subprocess.run(  # an array task by its own key: the array's id would requeue every task
+            ["scontrol", "requeue", job],
             capture_output=True,
             text=True,
         )
