@@ -36,7 +36,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from airflow_provider_gpusched.core.gpu.work import CHECKPOINT_ENV
+from airflow_provider_gpusched.core.work_env import CHECKPOINT_ENV
 
 CHECKPOINT_FILE = "last.pt"
 FORMAT = "gpusched-checkpoint/1"

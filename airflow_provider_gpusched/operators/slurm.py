@@ -29,7 +29,6 @@ from airflow_provider_gpusched.core import pyfunc
 from airflow_provider_gpusched.core.checks import is_number
 from airflow_provider_gpusched.core.distributed import DEFAULT_RANK_EXIT_GRACE, launcher_grace
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
-from airflow_provider_gpusched.core.gpu.work import CHECKPOINT_ENV
 from airflow_provider_gpusched.core.slurm import (
     JobStatus,
     SlurmCommandError,
@@ -46,6 +45,7 @@ from airflow_provider_gpusched.core.slurm.job_view import SLURM_JOB_XCOM, job_re
 from airflow_provider_gpusched.core.slurm.output import OutputFollower
 from airflow_provider_gpusched.core.slurm.states import array_task_order
 from airflow_provider_gpusched.core.slurm.submission import Submission
+from airflow_provider_gpusched.core.work_env import CHECKPOINT_ENV
 from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.hooks.slurm import SlurmHook
 from airflow_provider_gpusched.links import SlurmJobLink, publish_links

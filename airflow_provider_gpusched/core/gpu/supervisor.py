@@ -41,9 +41,10 @@ from airflow_provider_gpusched.core.gpu.leases import LeaseManager, reason_kind
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy, find_oom, memory_evidence
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.gpu.stages import StageChannel
-from airflow_provider_gpusched.core.gpu.work import CHECKPOINT_ENV, Work
+from airflow_provider_gpusched.core.gpu.work import Work
 from airflow_provider_gpusched.core.host_name import this_host
 from airflow_provider_gpusched.core.units import format_time_limit
+from airflow_provider_gpusched.core.work_env import CHECKPOINT_ENV
 from airflow_provider_gpusched.core.work_tag import WorkTag
 
 

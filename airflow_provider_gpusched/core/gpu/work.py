@@ -16,10 +16,6 @@ from airflow_provider_gpusched.core.distributed import (
 )
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 
-#: where work keeps its checkpoints, as every runner tells it: the local GPU runner (kept across relaunches), a
-#: sweep trial (its folder's ``checkpoint/``) and a Slurm time-limit chain (its task folder's ``checkpoint/``)
-CHECKPOINT_ENV = "GPUSCHED_CHECKPOINT_DIR"
-
 
 @dataclass
 class Work:

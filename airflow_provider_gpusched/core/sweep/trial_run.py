@@ -31,7 +31,6 @@ from airflow_provider_gpusched.core.backends import DEFAULT_BACKEND, get_backend
 from airflow_provider_gpusched.core.checks import is_number
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.stages import channel_fds
-from airflow_provider_gpusched.core.gpu.work import CHECKPOINT_ENV
 from airflow_provider_gpusched.core.records import Float, RecordType, one_of, record_class, says, take_record_key
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested
@@ -42,6 +41,7 @@ from airflow_provider_gpusched.core.sweep.store import (
     describe_holder,
     read_json,
 )
+from airflow_provider_gpusched.core.work_env import CHECKPOINT_ENV
 
 CALLABLE_FILE = "callable.pkl"
 REQUIRED_ENV_FILE = "required_env.pkl"
