@@ -436,6 +436,7 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
                     output_path=output_path,
                     fire_after=time.time() + settings.min_deferral(),
                     follow_output=self.follow_output,
+                    chain=self.time_limit_chain is not None,
                 ),
                 method_name="execute_complete",
             )
@@ -461,6 +462,7 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
             not_found_timeout=settings.not_found_timeout(),
             on_line=lambda line: self.log.info("%s", line),
             on_poll=show_output,
+            chain=self.time_limit_chain is not None,
         )
         if follower is not None:
             for line in follower.flush():
@@ -534,7 +536,14 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
         chain_problem = self._log_chain(context, client, status)
         if chain_problem and not problem and not end.stopped:
             problem = chain_problem
-        if preemptions:
+        if preemptions and self.time_limit_chain is not None:
+            self.log.info(
+                "Slurm job %s was requeued %d time(s) by its time-limit chain:\n  %s",
+                status.job_id,
+                preemptions,
+                "\n  ".join(self._preemption_events),
+            )
+        elif preemptions:
             self.log.warning(
                 "Slurm job %s was preempted and requeued %d time(s) before finishing:\n  %s",
                 status.job_id,

@@ -41,8 +41,10 @@ class SlurmJobTrigger(BaseTrigger):
         output_path: str = "",
         fire_after: float | None = None,
         follow_output: bool = True,
+        chain: bool = False,
     ) -> None:
         super().__init__()
+        self.chain = chain
         self.follow_output = follow_output
         self.fire_after = fire_after
         self.job_id = str(job_id)
@@ -66,6 +68,7 @@ class SlurmJobTrigger(BaseTrigger):
                 "output_path": self.output_path,
                 "fire_after": self.fire_after,
                 "follow_output": self.follow_output,
+                "chain": self.chain,
             },
         )
 
@@ -94,7 +97,7 @@ class SlurmJobTrigger(BaseTrigger):
             self.log.info("%s", line)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        tracker = JobTracker(self.job_id, not_found_timeout=self.not_found_timeout)
+        tracker = JobTracker(self.job_id, not_found_timeout=self.not_found_timeout, chain=self.chain)
         poller = self._poller()
         follower = self._follower()
         self.log.info(

@@ -114,3 +114,20 @@ def test_fuzz_local_gpu_operator_arguments():
     from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
 
     _fuzz_operator(LocalGPUOperator, LOCAL_ARGS, ("command", "bash_command"))
+
+
+@pytest.mark.parametrize(
+    ("chain", "expected"),
+    [
+        ({"max_requeue": 2}, "time_limit_chain.max_requeue"),
+        ({"signal": "KILL"}, "time_limit_chain.signal: expected 'USR1' or 'USR2'"),
+        ({"signal_delay": 90}, "time_limit_chain.signal_delay: expected fewer seconds than the job's time limit"),
+    ],
+)
+def test_a_bad_time_limit_chain_is_refused_when_the_dag_is_parsed_naming_the_task_and_key(chain, expected):
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_provider_gpusched.operators.slurm import SlurmJobOperator
+
+    with pytest.raises(AirflowException, match="^train: " + re.escape(expected)):
+        SlurmJobOperator(task_id="train", command=["python", "train.py"], time_limit=1, time_limit_chain=chain)

@@ -127,8 +127,10 @@ def test_trigger_round_trips_through_serialize():
         poll_interval=3,
         array_size=4,
         output_path="/o/%a.out",
+        chain=True,
     )
     path, kwargs = trigger.serialize()
+    assert kwargs["chain"] is True
     assert path == "airflow_provider_gpusched.triggers.slurm.SlurmJobTrigger"
     assert SlurmJobTrigger(**kwargs).serialize() == (path, kwargs)
 

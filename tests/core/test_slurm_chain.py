@@ -207,3 +207,17 @@ def test_the_job_view_shows_the_segments_and_refuses_forged_ones():
     assert job_view(read_job_record(record, "xcom"))["segments"] == [segment]
     with pytest.raises(BadRecordError, match="key 'segments': item 0: key 'outcome'"):
         read_job_record({**record, "segments": [{**segment, "outcome": "<script>"}]}, "xcom")
+
+
+def test_a_chains_requeues_are_logged_as_its_segments_not_as_preemptions():
+    from airflow_provider_gpusched.core.slurm.states import JobPhase, JobStatus, JobTracker
+
+    def status(restarts):
+        return JobStatus(job_id="7", phase=JobPhase.RUNNING, state="RUNNING", restarts=restarts)
+
+    chained, plain = JobTracker("7", chain=True), JobTracker("7")
+    for tracker in (chained, plain):
+        tracker.update(status(0))
+    [line] = [x for x in chained.update(status(1)) if "requeued" in x]
+    assert line.startswith("job 7 was requeued for segment 2 of its time-limit chain (restart 1, seen ")
+    assert any(x.startswith("job 7 was preempted/requeued (restart 1") for x in plain.update(status(1)))

@@ -513,12 +513,13 @@ class SlurmClient:
         not_found_timeout: float = 300.0,
         on_line: Callable[[str], None] | None = None,
         on_poll: Callable[[JobStatus], None] | None = None,
+        chain: bool = False,
     ) -> JobTracker:
         """Block until the job finishes (scripts, the blocking operator mode); return its tracker.
         State changes and requeues go to ``on_line``; ``on_poll`` is told every status seen (the operator shows
         the job's new output lines then). Slurm being unreachable is retried with backoff
         (up to 60 s), never reported as the job failing."""
-        tracker = JobTracker(job_id, not_found_timeout=not_found_timeout)
+        tracker = JobTracker(job_id, not_found_timeout=not_found_timeout, chain=chain)
         deadline = time.monotonic() + timeout if timeout else None
         backoff = poll_interval
         while True:

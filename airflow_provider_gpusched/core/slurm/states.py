@@ -325,6 +325,8 @@ class JobTracker:
     events: list[str] = field(default_factory=list)
     preemption_events: list[str] = field(default_factory=list)
     wall_clock: Callable[[], float] = time.time
+    #: the job is a time-limit chain (core/slurm/chain.py): its requeues are its next segments, not preemptions
+    chain: bool = False
     _not_found_since: float | None = None
 
     def update(self, status: JobStatus) -> list[str]:
@@ -345,10 +347,16 @@ class JobTracker:
         if prev is not None and status.restarts > prev.restarts:
             self.preemptions += status.restarts - prev.restarts
             seen = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.wall_clock()))
-            line = (
-                f"job {self.job_id} was preempted/requeued (restart {status.restarts}, seen {seen}); "
-                f"still waiting for it to complete"
-            )
+            if self.chain:
+                line = (
+                    f"job {self.job_id} was requeued for segment {status.restarts + 1} of its time-limit chain "
+                    f"(restart {status.restarts}, seen {seen}); still waiting for it to complete"
+                )
+            else:
+                line = (
+                    f"job {self.job_id} was preempted/requeued (restart {status.restarts}, seen {seen}); "
+                    f"still waiting for it to complete"
+                )
             self.preemption_events.append(line)
             lines.append(line)
         if prev is None or (status.state, status.reason) != (prev.state, prev.reason):
