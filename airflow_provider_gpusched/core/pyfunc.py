@@ -220,6 +220,7 @@ def run_call(run_dir: str) -> int:
         sys.stderr.write(tb)
         return 1
 
+    _note_an_early_chain_signal()
     try:
         with open(os.path.join(run_dir, CALL_FILE), "rb") as fh:
             call = pickle.load(fh)
@@ -290,6 +291,22 @@ def checkpoint_hook(func: Any) -> Callable[..., Any] | None:
     return None
 
 
+#: set in the process's environment when a time-limit chain's signal came before the work could take it
+CHAIN_SIGNALLED_ENV = "GPUSCHED_CHAIN_SIGNALLED"
+
+
+def _note_an_early_chain_signal() -> None:
+    """In a time-limit chain, the signal may come while the call is still loading (PyTorch's import takes seconds),
+    and its default action would end the process with nothing saved. Until the work takes the signal itself, it is
+    noted instead (``$GPUSCHED_CHAIN_SIGNALLED``): the examples' checkpoint loop stops at its first step, and a
+    checkpoint method is called as soon as it is known."""
+    import signal
+
+    name = os.environ.get("GPUSCHED_CHAIN_SIGNAL")
+    if name in ("USR1", "USR2"):
+        signal.signal(getattr(signal, f"SIG{name}"), lambda _s, _f: os.environ.__setitem__(CHAIN_SIGNALLED_ENV, "1"))
+
+
 def _checkpoint_on_chain_signal(run_dir: str, call: dict[str, Any]) -> None:
     """In a time-limit chain (core/slurm/chain.py), a callable with a checkpoint method is asked for the next call
     when the chain's signal comes; the new call file is the segment's checkpoint. A callable without one is left
@@ -318,6 +335,8 @@ def _checkpoint_on_chain_signal(run_dir: str, call: dict[str, Any]) -> None:
         os._exit(143)
 
     signal.signal(getattr(signal, f"SIG{name}"), on_signal)
+    if os.environ.get(CHAIN_SIGNALLED_ENV):  # it came while the call was loading
+        on_signal(0, None)
 
 
 def _run_rank(run_dir: str, call: dict[str, Any]) -> int:

@@ -172,6 +172,9 @@ class Checkpoints:
             _stop.set()
 
         previous = {sig: signal.signal(sig, stop) for sig in signals}
+        if chain and os.environ.get("GPUSCHED_CHAIN_SIGNALLED"):  # it came before this loop could take it
+            _stopped_by[0] = f"SIG{chain}"
+            _stop.set()
         try:
             yield
         finally:

@@ -221,3 +221,39 @@ def test_a_chains_requeues_are_logged_as_its_segments_not_as_preemptions():
     [line] = [x for x in chained.update(status(1)) if "requeued" in x]
     assert line.startswith("job 7 was requeued for segment 2 of its time-limit chain (restart 1, seen ")
     assert any(x.startswith("job 7 was preempted/requeued (restart 1") for x in plain.update(status(1)))
+
+
+def _loop_after_a_slow_start(folder):
+    """A training loop on the examples' checkpoint module that takes a second to start (an import): the chain's
+    signal comes in that second."""
+    from airflow_provider_gpusched.examples.checkpoints import Checkpoints, stop_requested, stop_signal
+
+    open(os.path.join(folder, "started"), "w").close()
+    time.sleep(1.0)
+    with Checkpoints(folder).stop_on_sigterm():
+        for step in range(200):
+            if stop_requested():
+                return {"stopped_at": step, "by": stop_signal()}
+            time.sleep(0.05)
+    return {"stopped_at": None, "by": None}
+
+
+def test_a_chain_signal_that_comes_before_the_loop_takes_it_stops_the_loop_at_its_first_step(tmp_path):
+    """Without this, the signal's default action would end the process with nothing saved: no progress."""
+    from airflow_provider_gpusched.core import pyfunc
+
+    folder = tmp_path / "work"
+    folder.mkdir()
+    pyfunc.write_call(str(tmp_path / "call"), _loop_after_a_slow_start, (str(folder),))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "airflow_provider_gpusched.core.pyfunc", str(tmp_path / "call")],
+        env={**os.environ, "GPUSCHED_CHAIN_SIGNAL": "USR1", "GPUSCHED_CHAIN_SEGMENT": "1"},
+    )
+    deadline = time.monotonic() + 30
+    while not (folder / "started").exists():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGUSR1)
+    assert proc.wait(timeout=30) == 0
+    outcome = pyfunc.read_outcome(str(tmp_path / "call"))
+    assert outcome.value == {"stopped_at": 0, "by": "SIGUSR1"}
