@@ -75,3 +75,28 @@ def test_the_own_gpu_sampler_runs_while_the_app_does():
         assert record is not None and record["sampled_by"] == "the api-server"
         assert record["source"] == "simulated"
     assert OWN_SAMPLER.record() is None  # stopped with the app
+
+
+def test_the_slurm_tab_reads_a_running_chains_segments_only_under_the_slurm_output_folder(tmp_path):
+    """A record in XCom names the chain's record folder (anyone who may write XCom could name another): the tab reads
+    the segments there only under ``[gpusched] slurm_output_dir``, each line checked."""
+    import json
+
+    from airflow_provider_gpusched.plugins.api.slurm import live_segments
+
+    root, outside = tmp_path / "slurm-out", tmp_path / "elsewhere"
+    for folder in (root / "dag" / "run" / "train", outside):
+        folder.mkdir(parents=True)
+        lines = [
+            {"v": 1, "job": "41", "segment": 1, "event": "start", "at": 10.0, "node": "n1"},
+            {"v": 1, "job": "41", "segment": 1, "event": "end", "at": 70.0, "outcome": "requeued", "detail": "x"},
+            {"v": 1, "job": "41", "segment": 2, "event": "start", "at": 95.0, "node": "n2"},
+            {"v": 1, "job": "41", "segment": 2, "event": "end", "at": 96.0, "outcome": "<b>forged</b>"},
+        ]
+        (folder / "chain-41.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    segments = live_segments(str(root / "dag" / "run" / "train"), [], "41", str(root))
+    assert [(s["segment"], s["node"], s["outcome"], s["ended"]) for s in segments] == [
+        (1, "n1", "requeued", 70.0),
+        (2, "n2", None, None),  # its forged end was not a record: the segment shows as running
+    ]
+    assert live_segments(str(outside), [], "41", str(root)) == []
