@@ -82,6 +82,8 @@ SHARED_START_UNITS = {
     "tests/core/test_async_search_gp.py": "pytorch",  # Optuna's GP sampler imports PyTorch in the test process
     "tests/core/test_partition.py": "partition",
     "tests/core/test_architecture.py": "architecture",
+    # its module fixture runs every time-limit chain scenario at once on the worker's cluster (2 minutes, sleeping)
+    "tests/slurm/test_time_limit_chain.py": "slurm-chain",
 }
 
 
@@ -97,6 +99,7 @@ START_EARLY = (
     "tests/core/test_fleet.py",
     "tests/core/test_sweep_once.py",
     "tests/gpu/test_queue.py",
+    "tests/slurm/test_time_limit_chain.py",
 )
 
 
