@@ -68,7 +68,8 @@ def test_slurm_normal_task_preempts_idle_task_requeued_and_both_succeed(run_dag,
             time.sleep(0.3)
         job_id = jobs_named(slurm, name)[0][0]
         normal.update(run_in_subprocess(DAGFILE, "t_slurm_normal"))
-        while time.monotonic() < deadline + 90:  # Slurm holds a requeued job ~2 min: start it now
+        time.sleep(3)  # not within the second of the requeue (see requeue_then_release below)
+        while time.monotonic() < deadline + 90:  # Slurm holds a requeued job (cred_expire + 1 s): start it now
             state = dict(jobs_named(slurm, name)).get(job_id)
             if state != "PENDING":
                 return
@@ -110,7 +111,11 @@ def test_a_requeued_python_call_is_judged_by_its_second_start(run_dag, slurm, mo
             return
         job_id = jobs_named(slurm, name)[0][0]
         slurm.runner.run(["scontrol", "requeue", job_id], check=True)
-        while time.monotonic() < deadline + 60 and not done.is_set():  # Slurm holds a requeued job: start it now
+        # Slurm holds a requeued job (cred_expire + 1 s): start it now, but not within the second of the requeue: a
+        # node refuses a credential made in the same second as the old one's revocation ("Job credential revoked")
+        # and the job fails instead (a CI run, 2026-11-29)
+        time.sleep(3)
+        while time.monotonic() < deadline + 60 and not done.is_set():
             if (
                 dict(jobs_named(slurm, name)).get(job_id) == "PENDING"
                 and slurm.runner.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=False).returncode

@@ -2,6 +2,7 @@
 
 import json
 import subprocess
+import time
 
 import pytest
 
@@ -115,7 +116,9 @@ def test_idle_job_is_preempted_requeued_and_completes(client, slurm_cluster, tmp
     )
     assert not requeued.is_terminal
     assert client.wait(normal.job_id, poll_interval=0.5, timeout=60).phase is JobPhase.SUCCEEDED
-    # Slurm holds a requeued job back for ~2 minutes; release it now as an operator would
+    # Slurm holds a requeued job back (cred_expire + 1 s); release it now as an operator would, but not within the
+    # second of the requeue: a node refuses a credential made in the same second as the old one's revocation
+    time.sleep(3)
     wait_until(
         lambda: scontrol(slurm_cluster, "update", f"JobId={idle.job_id}", "StartTime=now").returncode == 0,
         what="release requeued job",
