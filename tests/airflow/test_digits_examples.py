@@ -280,7 +280,9 @@ def test_digits_training_crosses_time_limits_in_segments_and_ends_as_an_uninterr
     # 16 epochs of 6 s or more: a segment trains at most the 40 s before its signal (its minute less 10-40 s)
     assert len(segments) >= 3, segments
     assert [s["outcome"] for s in segments] == ["requeued"] * (len(segments) - 1) + ["completed"]
-    assert len(result["stops"]) == len(segments) - 1 and result["resumed_from"] is not None
+    # each requeue follows a stop on the signal, but for one case: a segment whose training ended just as the signal
+    # came exits 0 with a newer checkpoint, is requeued (docs/slurm.md), and its next segment has nothing left to do
+    assert len(segments) - 2 <= len(result["stops"]) <= len(segments) - 1 and result["resumed_from"] is not None
     assert states["train"][1] == 1  # one try: the chain is one task's one job
     ref = json.loads((tmp_path / "ref.json").read_text())
     assert ref["stops"] == [] and ref["resumed_from"] is None
