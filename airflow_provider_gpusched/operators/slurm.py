@@ -332,14 +332,17 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
     def _checkpoint_dir(self, context) -> str:
         return os.path.join(self._task_dir(context), "checkpoint")
 
+    def _chain_records(self, context) -> str:
+        """Where a time-limit chain's segments are recorded: the task's folder ('' without a chain)."""
+        return self._task_dir(context) if self.time_limit_chain else ""
+
     def _environment(self, context) -> dict[str, Any]:
-        """The job's variables: the user's, and the chain's default checkpoint folder."""
+        """The job's variables: the user's, and a chain's default checkpoint folder (when it names none)."""
         env = dict(self.environment)
         if self.time_limit_chain is not None and not self.time_limit_chain.checkpoint:
-            chain = self._chain(context)
-            if chain is not None and chain.checkpoint == self._checkpoint_dir(context):
-                os.makedirs(chain.checkpoint, mode=0o700, exist_ok=True)
-                env.setdefault(CHECKPOINT_ENV, chain.checkpoint)
+            folder = self._checkpoint_dir(context)
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            env.setdefault(CHECKPOINT_ENV, folder)
         return env
 
     def build_spec(self, context, comment: str) -> SlurmJobSpec:
@@ -371,7 +374,7 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
             sbatch_args=self.sbatch_args,
             comment=comment,
             time_limit_chain=self._chain(context),
-            chain_records=self._task_dir(context) if self.time_limit_chain else None,
+            chain_records=self._chain_records(context) or None,
             **self._launch(context),
         )
 
@@ -418,7 +421,7 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
                 output_path=output_path,
                 array=self.array,
                 runner=hook.runner_description,
-                chain_records=self._task_dir(context) if self.time_limit_chain else "",
+                chain_records=self._chain_records(context),
             ),
         )
         publish_links(self, context)
@@ -632,7 +635,7 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
                 status=status,
                 preemptions=preemptions,
                 preemption_events=list(self._preemption_events),
-                chain_records=self._task_dir(context) if self.time_limit_chain else "",
+                chain_records=self._chain_records(context),
                 segments=list(self._segments),
                 tail=tail,
                 tail_path=tail_path,

@@ -28,13 +28,6 @@ from airflow_provider_gpusched.core.safe_files import BadRecordError
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.slurm.client import SlurmClient
 
-#: what a command is told (docs/slurm.md): the signal it gets before the limit, and the chain's state
-CHAIN_ENV = (
-    "GPUSCHED_CHAIN_SIGNAL",
-    "GPUSCHED_CHAIN_SEGMENT",
-    "GPUSCHED_CHAIN_MAX_REQUEUES",
-    "GPUSCHED_CHAIN_CHECKPOINT",
-)
 #: how a segment ended, as the wrapper writes it
 OUTCOMES = ("requeued", "completed", "failed", "stopped", "no-progress", "out-of-requeues", "requeue-failed")
 #: outcomes that end a chain that had more to do: the task fails with the segment's words
