@@ -17,6 +17,9 @@
 # with its own spool directory and log. Per node: 8 CPUs, 16000 MB, 4 fake GPUs as GRES (symlinks to /dev/null, so
 # jobs get CUDA_VISIBLE_DEVICES), features fakegpu and rack<i> (for --constraint). slurmctld runs on this host, at the bridge's address. Partitions:
 #   batch (default, PriorityTier=10, never preempted)
+# Slurm's REST API: slurmrestd (Debian's package) with auth/jwt, on the first free port from 6820 at the controller's
+# address, run as user nobody; its URL is in $root/rest-url, the JWT key in $root/etc/jwt_hs256.key (0600). A token:
+# `scontrol token username=USER lifespan=SECONDS`.
 #   idle  (PriorityTier=1, PreemptMode=REQUEUE: preempted and requeued by batch jobs)
 # No slurmdbd: final job states go to a jobcomp file that `sacct -c` reads. A node that stops answering is DOWN after
 # SlurmdTimeout=20 s (its jobs end NODE_FAIL, or are requeued) and comes back when its slurmd registers again.
@@ -29,6 +32,8 @@ root="$(realpath -m "${GPUSCHED_SLURM_ROOT:-$here/.slurm}")"
 conf="$root/etc/slurm.conf"
 # this cluster's munged (key, socket, pid, log): one directory per cluster root
 munge_dir="/run/gpusched-munge-$(printf '%s' "$root" | sha256sum | cut -c1-12)"
+# the copy of its slurm.conf that slurmrestd (user nobody) reads
+rest_dir="/run/gpusched-rest-$(printf '%s' "$root" | sha256sum | cut -c1-12)"
 ctld_port="${GPUSCHED_SLURMCTLD_PORT:-}"  # empty: the first free port from 6817 (another cluster may hold 6817)
 slurmd_port="${GPUSCHED_SLURMD_PORT:-6818}"
 node_count="${GPUSCHED_SLURM_NODES:-2}"
@@ -48,13 +53,15 @@ esac
 
 install_packages() {
   if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null \
-     && command -v ip >/dev/null && command -v nsenter >/dev/null; then
+     && command -v ip >/dev/null && command -v nsenter >/dev/null && command -v slurmrestd >/dev/null \
+     && ls /usr/lib/*/slurm-wlm/auth_jwt.so >/dev/null 2>&1; then
     return
   fi
-  log "installing slurm-wlm, munge and iproute2 with apt-get"
+  log "installing slurm-wlm, slurmrestd, its JWT plugin, munge and iproute2 with apt-get"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q >/dev/null
-  apt-get install -y -q --no-install-recommends slurm-wlm munge iproute2 util-linux >/dev/null
+  apt-get install -y -q --no-install-recommends slurm-wlm slurmrestd slurm-wlm-jwt-plugin munge iproute2 util-linux \
+    >/dev/null
 }
 
 # -- the nodes' network: one bridge on this host, one veth pair and one network namespace per node --------------
@@ -137,6 +144,9 @@ SlurmUser=root
 AuthType=auth/munge
 # cred_expire: a requeued job (a time-limit chain's next segment) starts again 21 s after its requeue, not 121 s
 AuthInfo=socket=$munge_dir/munge.socket,cred_expire=20
+# slurmrestd's users: JWTs signed with this cluster's key (scontrol token)
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=${root}/etc/jwt_hs256.key
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -182,6 +192,35 @@ CONF
     for ((i = 1; i <= node_count; i++)); do echo "$(node_addr "$i") n$i"; done
   } >"$root/etc/hosts"
   echo "export SLURM_CONF=$conf" >"$root/env.sh"
+  if [ ! -s "$root/etc/jwt_hs256.key" ]; then
+    (umask 077; dd if=/dev/urandom of="$root/etc/jwt_hs256.key" bs=32 count=1 status=none)
+  fi
+  chmod 600 "$root/etc/jwt_hs256.key"
+}
+
+# slurmrestd: SLURM_JWT=daemon makes it speak auth/jwt to slurmctld (without it every token is refused: "Rejecting
+# thread config token"); -u nobody: it never runs as root; its pid file is ours (it writes none)
+start_rest() {
+  local port
+  pid_alive "$root/run/slurmrestd.pid" && return
+  port="${GPUSCHED_SLURMRESTD_PORT:-$(free_port 6820)}"
+  # user nobody reads the config after dropping root: a copy where it can (the checkout may be in a closed home)
+  install -d -m 0755 "$rest_dir"
+  install -m 0644 "$conf" "$rest_dir/slurm.conf"
+  SLURM_JWT=daemon setsid slurmrestd -f "$rest_dir/slurm.conf" -a rest_auth/jwt -s openapi/v0.0.38 -u nobody -g nogroup \
+    "$(head_addr):$port" >"$root/log/slurmrestd.log" 2>&1 </dev/null &
+  echo $! >"$root/run/slurmrestd.pid"
+  for _ in $(seq 100); do
+    if (exec 3<>"/dev/tcp/$(head_addr)/$port") 2>/dev/null; then
+      echo "http://$(head_addr):$port" >"$root/rest-url"
+      return
+    fi
+    pid_alive "$root/run/slurmrestd.pid" || break
+    sleep 0.1
+  done
+  log "slurmrestd did not come up; see $root/log/slurmrestd.log"
+  tail -n 20 "$root/log/slurmrestd.log" >&2 || true
+  return 1
 }
 
 pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
@@ -262,6 +301,7 @@ wait_ready() {
 
 all_running() {
   pid_alive "$root/run/slurmctld.pid" || return 1
+  pid_alive "$root/run/slurmrestd.pid" || return 1
   local i
   for ((i = 1; i <= node_count; i++)); do pid_alive "$root/run/slurmd.n$i.pid" || return 1; done
 }
@@ -287,8 +327,9 @@ up() {
   local i
   for ((i = 1; i <= node_count; i++)); do start_node "$i"; done
   wait_ready
+  start_rest
   for name in $(node_names); do scontrol update NodeName="$name" State=RESUME >/dev/null 2>&1 || true; done
-  log "up: $(sinfo -h -N -o '%N(%T,%G)' | sort -u | tr '\n' ' ')partitions $(sinfo -h -o %P | tr '\n' ' ')(SLURM_CONF=$conf)"
+  log "up: $(sinfo -h -N -o '%N(%T,%G)' | sort -u | tr '\n' ' ')partitions $(sinfo -h -o %P | tr '\n' ' ')(SLURM_CONF=$conf; slurmrestd $(cat "$root/rest-url"))"
 }
 
 stop_pidfile() {
@@ -310,6 +351,8 @@ down() {
     sleep 1
   fi
   for f in "$root"/run/slurmd.*.pid; do [ -e "$f" ] && stop_pidfile "$f"; done
+  stop_pidfile "$root/run/slurmrestd.pid"
+  rm -rf -- "$root/rest-url" "$rest_dir"
   stop_pidfile "$root/run/slurmctld.pid"
   stop_pidfile "$munge_dir/munged.pid"  # this cluster's own munged, never another's
   rm -rf -- "$munge_dir"
@@ -342,12 +385,14 @@ case "${1:-}" in
   nodes) node_names ;;
   status)
     export SLURM_CONF="$conf"
-    for f in "$munge_dir/munged.pid" "$root/run/slurmctld.pid" "$root"/run/slurmd.*.pid; do
+    for f in "$munge_dir/munged.pid" "$root/run/slurmctld.pid" "$root/run/slurmrestd.pid" "$root"/run/slurmd.*.pid; do
       [ -e "$f" ] || continue
       d="$(basename "$f" .pid)"
       if pid_alive "$f"; then echo "$d: running (pid $(cat "$f"))"; else echo "$d: not running"; fi
     done
     sinfo -N 2>/dev/null || true ;;
-  env) echo "export SLURM_CONF=$conf" ;;
+  env)
+    echo "export SLURM_CONF=$conf"
+    [ ! -f "$root/rest-url" ] || echo "export GPUSCHED_SLURM_REST_URL=$(cat "$root/rest-url")" ;;
   *) echo "usage: $0 up|down|status|env|nodes|kill-node NODE|start-node NODE|restart-ctld [seconds]" >&2; exit 2 ;;
 esac

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import socket
 import subprocess
@@ -187,6 +188,11 @@ def _cluster_settings(root: Path) -> dict:
             if s.connect_ex(("127.0.0.1", port)) != 0:
                 env["GPUSCHED_SLURMCTLD_PORT"] = str(port)
                 break
+    for port in range(17019 + 20 * index, 17010 + 20 * index, -1):  # slurmrestd's, from the range's other end
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) != 0 and str(port) != env.get("GPUSCHED_SLURMCTLD_PORT"):
+                env["GPUSCHED_SLURMRESTD_PORT"] = str(port)
+                break
     if not (root / "net").exists():
         used = subprocess.run(["ip", "-4", "addr"], capture_output=True, text=True).stdout
         for octet in range(200 + index, 255, 10):
@@ -247,6 +253,29 @@ def slurm_cluster():
                 capture_output=True,
                 timeout=120,
             )
+
+
+@pytest.fixture(scope="session")
+def slurm_rest(slurm_cluster):
+    """How to reach the test cluster's slurmrestd: ``rest_url``, ``user``, ``token`` (a JWT for this user, one
+    day) and the ``environment`` its jobs get (this process's PATH and SLURM_CONF, as sbatch would pass on)."""
+    url_file = Path(slurm_cluster).parents[1] / "rest-url"
+    assert url_file.exists(), f"the test cluster has no slurmrestd ({url_file} is missing): scripts/slurm-cluster.sh up"
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    token = subprocess.run(
+        ["scontrol", "token", f"username={user}", "lifespan=86400"],
+        env={**os.environ, "SLURM_CONF": slurm_cluster},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert token.startswith("SLURM_JWT="), token
+    return {
+        "rest_url": url_file.read_text().strip(),
+        "user": user,
+        "token": token.split("=", 1)[1],
+        "environment": {"PATH": os.environ["PATH"], "SLURM_CONF": slurm_cluster, "HOME": os.environ.get("HOME", "/")},
+    }
 
 
 @pytest.fixture(scope="session")

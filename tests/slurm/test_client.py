@@ -1,4 +1,4 @@
-"""SlurmClient against the project's real Slurm test cluster (two nodes)."""
+"""SlurmClient against the project's real Slurm test cluster (two nodes), through the CLI and through slurmrestd."""
 
 import json
 import subprocess
@@ -9,9 +9,9 @@ import pytest
 from airflow_provider_gpusched.core.slurm import JobPhase, SlurmCommandError, SlurmJobSpec
 from tests.polling import wait_until
 
-from .conftest import REPO, scontrol
+from .conftest import REPO, over_every_transport, scontrol
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, over_every_transport]
 
 
 def test_success_and_arguments_arrive_verbatim(client, tmp_path):
@@ -146,9 +146,9 @@ def test_status_survives_slurmctld_restart(client, out):
 
 def test_many_jobs_cost_one_squeue_call(client, out):
     jobs = [client.submit(SlurmJobSpec(command="true", output=out())).job_id for _ in range(20)]
-    before = client.runner.calls["squeue"]
+    before = client.runner.calls[client.status_call]
     statuses = client.statuses(jobs)
-    assert client.runner.calls["squeue"] - before == 1
+    assert client.runner.calls[client.status_call] - before == 1
     assert set(statuses) == set(jobs)
 
 

@@ -77,8 +77,10 @@ class TimeLimitChain:
                 f"fewer seconds than the job's time limit ({time_limit_minutes * 60} s)",
             )
 
-    def wrap(self, argv: Sequence[str], records_dir: str, checkpoint: str) -> list[str]:
-        """The job script's lines that run ``argv`` under the chain's wrapper (its source carried along)."""
+    def wrap(self, argv: Sequence[str], records_dir: str, checkpoint: str, *, self_signal: bool = False) -> list[str]:
+        """The job script's lines that run ``argv`` under the chain's wrapper (its source carried along).
+        ``self_signal``: Slurm will not signal the batch shell (the REST transport), so the wrapper does, at
+        ``signal_delay`` seconds before the job's end time."""
         from airflow_provider_gpusched.core.slurm.chain_shim import shim_source
 
         config = {
@@ -88,6 +90,8 @@ class TimeLimitChain:
             "grace": self.grace_seconds,
             "records": records_dir,
         }
+        if self_signal:
+            config["self_signal"] = self.signal_delay
         return [
             f"gpusched_chain={shlex.quote(shim_source())}",
             'exec python3 -I -S -c "$gpusched_chain" '

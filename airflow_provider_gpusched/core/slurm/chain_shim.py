@@ -110,6 +110,43 @@ def say(text: str) -> None:
     print("[gpusched chain] " + text, flush=True)
 
 
+def job_end_time(job_id: str) -> "float | None":
+    """This run's end time (its start plus the time limit), from ``scontrol show job``; None if unknown."""
+    try:
+        out = subprocess.run(
+            ["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for word in out.split():
+        if word.startswith("EndTime="):
+            try:
+                return time.mktime(time.strptime(word[len("EndTime=") :], "%Y-%m-%dT%H:%M:%S"))
+            except ValueError:
+                return None
+    return None
+
+
+def arm_self_signal(delay: int, signum: int, target: int) -> None:
+    """Send ``signum`` to ``target`` (the batch shell) ``delay`` seconds before the job's end time, as Slurm's
+    ``--signal=B:`` would: for transports that cannot ask Slurm for it (slurmrestd 22.05 refuses ``B:``)."""
+    import threading
+
+    end = job_end_time(os.environ.get("SLURM_JOB_ID", ""))
+    if end is None:
+        say("the job's end time is unknown (scontrol show job): no signal before the time limit")
+        return
+    at = end - delay
+
+    def fire() -> None:
+        time.sleep(max(0.0, at - _now()))
+        with contextlib.suppress(OSError):
+            os.kill(target, signum)
+
+    threading.Thread(target=fire, daemon=True).start()
+    say(f"SIG{signal.Signals(signum).name[3:]} will come at {_stamp(at)} ({delay} s before the time limit)")
+
+
 def main(argv: "list[str]") -> int:
     config = json.loads(argv[0])
     command = argv[2:] if argv[1:2] == ["--"] else argv[1:]
@@ -152,6 +189,8 @@ def main(argv: "list[str]") -> int:
 
     signal.signal(chain_signal, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    if config.get("self_signal"):  # the batch shell: the containment shim, which passes it to the whole job
+        arm_self_signal(int(config["self_signal"]), chain_signal, os.getppid() if contained else os.getpid())
     try:
         child = subprocess.Popen(command, env=env)
     except OSError as exc:

@@ -158,7 +158,13 @@ class JobCompletionFile:
 
 @dataclass
 class SlurmClient:
+    """Slurm through its command-line tools, here or over ssh (:class:`~.rest.SlurmRestClient`: through slurmrestd;
+    :func:`client_for` picks the one for a transport)."""
+
     runner: SlurmTransport = field(default_factory=SlurmTransport)
+
+    #: the call that reads every job's status, as ``runner.calls`` counts it
+    status_call = "squeue"
 
     _accounting: AccountingInfo | None = field(default=None, init=False, repr=False)
     #: the jobcomp file, followed where accounting has no sacct
@@ -456,6 +462,26 @@ class SlurmClient:
             argv += [f"--signal={signal}", "--full"]
         self.runner.run([*argv, "--", *ids])
 
+    def partitions(self) -> dict[str, dict[str, Any]]:
+        """Every partition: ``state`` (up/down...), ``default``, ``gpus`` (nodes x GPUs in their gres)."""
+        out: dict[str, dict[str, Any]] = {}
+        for line in self.runner.run(["sinfo", "-h", "-o", "%P|%a|%D|%G"]).stdout.splitlines():
+            cols = line.strip().split("|")
+            if len(cols) != 4:
+                continue
+            name = cols[0].rstrip("*")
+            part = out.setdefault(name, {"state": cols[1], "default": cols[0].endswith("*"), "gpus": 0})
+            part["gpus"] += int(cols[2]) * gres_gpu_count(cols[3]) if cols[2].isdigit() else 0
+        return out
+
+    def check_connection(self) -> str:
+        """Slurm answers: a line that says where and what it has (raises the command's error otherwise)."""
+        where = "the local Slurm commands" if self.runner.is_local else f"ssh {self.runner.target}"
+        parts = self.partitions()
+        return f"{where}: " + "; ".join(
+            f"{n}{'*' if p['default'] else ''} {p['state']} {p['gpus']} GPUs" for n, p in parts.items()
+        )
+
     def partition_gpus(self, partition: str | None = None) -> int:
         """GPUs in ``partition`` (the default partition if None): nodes x GPUs in each node's gres."""
         argv = ["sinfo", "-h", "-o", "%D|%G|%P"] + (["-p", partition] if partition else [])
@@ -582,3 +608,19 @@ def parse_jobcomp_line(line: str) -> dict[str, str]:
         end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
         record[m.group(1)] = text[m.end() : end]
     return record
+
+
+def client_for(transport: SlurmTransport) -> SlurmClient:
+    """The client of a transport: the one place where the CLI and REST paths are chosen."""
+    from airflow_provider_gpusched.core.slurm.rest import SlurmRestClient, SlurmRestTransport
+
+    if isinstance(transport, SlurmRestTransport):
+        return SlurmRestClient(transport)
+    return SlurmClient(transport)
+
+
+def client_from_description(desc: Mapping[str, Any], token: str | None = None) -> SlurmClient:
+    """:func:`client_for` the transport ``desc`` describes (``token``: the REST transport's, never in ``desc``)."""
+    from airflow_provider_gpusched.core.slurm.transport import transport_from_description
+
+    return client_for(transport_from_description(dict(desc), token=token))
