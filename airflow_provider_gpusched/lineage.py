@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import socket
+import urllib.parse
 from typing import Any
 
 INTEGRATION = "GPUSCHED"
@@ -136,8 +137,11 @@ def capped_trials(trial: dict[str, Any], limit: int = MAX_TRIAL_FACET_BYTES) -> 
 
 
 def slurm_source(runner_description: dict[str, Any] | None) -> str:
-    """Where a Slurm job id means something: ``slurm://<login host>`` (or this host, where the commands run)."""
-    host = (runner_description or {}).get("host") or socket.getfqdn()
+    """Where a Slurm job id means something: ``slurm://<login host>``, slurmrestd's host, or this host (where the
+    commands run)."""
+    desc = runner_description or {}
+    rest = urllib.parse.urlsplit(desc["rest_url"]).hostname if desc.get("rest_url") else None
+    host = desc.get("host") or rest or socket.getfqdn()
     return f"slurm://{host}"
 
 

@@ -44,16 +44,11 @@ def check_slurm(client: Any, classes: Mapping[str, Mapping[str, Any]], where: st
     from airflow_provider_gpusched.core.slurm.transport import SlurmCommandError, SlurmUnavailableError
 
     try:
-        out = client.runner.run(["sinfo", "-h", "-o", "%P|%a|%D|%G"]).stdout
+        found = client.partitions()
     except (SlurmUnavailableError, SlurmCommandError, OSError) as exc:
         return [Check("slurm reachable", FAIL, f"{where}: {exc}")]
-    partitions: dict[str, str] = {}
-    default = ""
-    for line in out.splitlines():
-        cols = line.strip().split("|")
-        if len(cols) == 4:
-            partitions[cols[0].rstrip("*")] = cols[1]
-            default = cols[0].rstrip("*") if cols[0].endswith("*") else default
+    partitions = {name: str(p["state"]).lower() for name, p in found.items()}
+    default = next((name for name, p in found.items() if p["default"]), "")
     checks = [Check("slurm reachable", OK, f"{where}: partitions {', '.join(sorted(partitions)) or 'none'}")]
     for job_class, values in sorted(classes.items()):
         partition = values.get("partition")
@@ -86,6 +81,8 @@ def _check_qos(client: Any, classes: Mapping[str, Mapping[str, Any]]) -> list[Ch
     wanted = {c: v["qos"] for c, v in classes.items() if v.get("qos")}
     if not wanted:
         return [Check("QOS", OK, "the job classes name none")]
+    if _is_rest(client):
+        return [Check("QOS", WARN, "not checked through slurmrestd: its API v0.0.38 lists no QOS without slurmdbd")]
     try:
         out = client.runner.run(["sacctmgr", "-n", "-P", "show", "qos", "format=Name"]).stdout
     except (SlurmUnavailableError, SlurmCommandError, OSError) as exc:
@@ -99,6 +96,41 @@ def _check_qos(client: Any, classes: Mapping[str, Mapping[str, Any]]) -> list[Ch
         )
         for c, q in sorted(wanted.items())
     ]
+
+
+def _is_rest(client: Any) -> bool:
+    from airflow_provider_gpusched.core.slurm.rest import SlurmRestClient
+
+    return isinstance(client, SlurmRestClient)
+
+
+def _rest_preemption(client: Any, idle: str, normal: str) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """What the preemption check reads, from slurmrestd's partitions (it shows no PreemptType: assumed
+    partition_prio, said so)."""
+    parts = client.partitions()
+
+    def fields(name: str) -> dict[str, str]:
+        p = parts.get(name) or {}
+        mode = "OFF" if p.get("preempt_mode") in ("DISABLED", "OFF") else str(p.get("preempt_mode") or "?")
+        return {"PreemptMode": mode, "PriorityTier": str(p.get("priority_tier", "0"))}
+
+    return (
+        {"PreemptType": "preempt/partition_prio (assumed: slurmrestd does not show it)"},
+        fields(idle),
+        (fields(normal) if normal else {}),
+    )
+
+
+def _cli_preemption(client: Any, idle: str, normal: str) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """What the preemption check reads: ``scontrol show config`` and the two partitions."""
+    config = dict(
+        re.findall(r"^(\w+)\s*=\s*(\S*)", client.runner.run(["scontrol", "show", "config"]).stdout, re.MULTILINE)
+    )
+    idle_part = _scontrol_fields(client.runner.run(["scontrol", "-o", "show", "partition", idle]).stdout)
+    normal_part = (
+        _scontrol_fields(client.runner.run(["scontrol", "-o", "show", "partition", normal]).stdout) if normal else {}
+    )
+    return config, idle_part, normal_part
 
 
 def _scontrol_fields(text: str) -> dict[str, str]:
@@ -117,15 +149,10 @@ def _check_preemption(client: Any, classes: Mapping[str, Mapping[str, Any]], def
             "cannot be preempted by partition priority",
         )
     try:
-        config = dict(
-            re.findall(r"^(\w+)\s*=\s*(\S*)", client.runner.run(["scontrol", "show", "config"]).stdout, re.MULTILINE)
-        )
-        idle_part = _scontrol_fields(client.runner.run(["scontrol", "-o", "show", "partition", idle]).stdout)
-        normal_part = (
-            _scontrol_fields(client.runner.run(["scontrol", "-o", "show", "partition", normal]).stdout)
-            if normal
-            else {}
-        )
+        if _is_rest(client):
+            config, idle_part, normal_part = _rest_preemption(client, idle, normal)
+        else:
+            config, idle_part, normal_part = _cli_preemption(client, idle, normal)
     except Exception as exc:  # noqa: BLE001 - any failure here is what the check reports
         return Check(name, FAIL, f"scontrol: {str(exc)[:200]}")
     preempt_type = config.get("PreemptType", "?")
@@ -134,7 +161,7 @@ def _check_preemption(client: Any, classes: Mapping[str, Mapping[str, Any]], def
         return Check(name, FAIL, f"PreemptType is {preempt_type}: nothing is ever preempted")
     if mode.upper().startswith("OFF"):
         return Check(name, FAIL, f"partition {idle!r} has PreemptMode=OFF")
-    if preempt_type == "preempt/partition_prio" and normal_part:
+    if preempt_type.startswith("preempt/partition_prio") and normal_part:
         tiers = idle_part.get("PriorityTier", "0"), normal_part.get("PriorityTier", "0")
         if not (tiers[0].isdigit() and tiers[1].isdigit() and int(tiers[0]) < int(tiers[1])):
             return Check(

@@ -1,9 +1,16 @@
 """SlurmHook: a :class:`~airflow_provider_gpusched.core.slurm.SlurmClient` built from an Airflow connection.
 
-Connection (type ``slurm``): *host* is an optional login host (commands then run through
-``ssh [login@]host --``; empty means "Slurm's CLI is on this machine"), *login*/*port* are for ssh, and
-the extra fields give defaults for every job (partition, account, qos, sbatch options) plus a
-``slurm_conf`` path. Without a connection named ``slurm_default`` the hook uses the local CLI.
+Connection (type ``slurm``), one of three transports (docs/slurm.md "Which transport"):
+
+* **CLI**: no *host*: Slurm's commands on this machine (``slurm_conf`` extra: its config file).
+* **ssh**: *host* is a login host (commands run through ``ssh [login@]host --``), *login*/*port* for ssh.
+* **REST**: *host* is slurmrestd's URL (``http(s)://...``; or the extra ``transport: "rest"`` with ``rest_url``),
+  *login* the Slurm user, *password* the JWT (``scontrol token``), kept as the connection's secret and never carried
+  in a trigger. Extras: ``api_version`` (``v0.0.38``), ``job_environment`` (a JSON object: every job's environment;
+  PATH at least) and ``working_dir`` (a job's directory when it names none).
+
+The extra fields give defaults for every job (partition, account, qos, sbatch options). Without a connection named
+``slurm_default`` the hook uses the local CLI.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from airflow_provider_gpusched.core.slurm import (
     SlurmJobSpec,
     SlurmTransport,
     SSHTransport,
-    transport_from_description,
+    client_from_description,
 )
 
 
@@ -39,6 +46,7 @@ class SlurmHook(BaseHook):
         self._client: SlurmClient | None = None
         self._extras: dict[str, Any] | None = None
         self._runner_description: dict[str, Any] | None = None
+        self._token: str | None = None
 
     def _load(self) -> None:
         if self._extras is not None:
@@ -59,7 +67,14 @@ class SlurmHook(BaseHook):
                 extras.setdefault(key[len("extra__slurm__") :], extras.pop(key))
         self._extras = extras
         slurm_conf = extras.get("slurm_conf") or None
-        if conn.host:
+        if extras.get("transport") == "rest" or str(conn.host or "").startswith(("http://", "https://")):
+            self._runner_description = self._rest_description(conn, extras)
+            self._token = conn.password or ""
+        elif extras.get("transport") not in (None, "", "cli", "ssh"):
+            raise InvalidArgumentError(
+                f"connection {self.slurm_conn_id!r} extra 'transport'", extras["transport"], "'cli', 'ssh' or 'rest'"
+            )
+        elif conn.host:
             options = extras.get("ssh_options") or ""
             if not isinstance(options, str):
                 raise InvalidArgumentError(
@@ -80,6 +95,34 @@ class SlurmHook(BaseHook):
             self._runner_description = runner.describe()
         else:
             self._runner_description = SlurmTransport(slurm_conf=slurm_conf).describe()
+
+    def _rest_description(self, conn, extras: dict[str, Any]) -> dict[str, Any]:
+        """The REST transport of a connection, checked (errors name the connection and the field)."""
+        from airflow_provider_gpusched.core.slurm.rest import SlurmRestTransport
+
+        url = str(extras.get("rest_url") or conn.host or "")
+        if conn.port and url and url.count(":") < 2:
+            url = f"{url.rstrip('/')}:{conn.port}"
+        environment = extras.get("job_environment")
+        if isinstance(environment, str) and environment.strip():
+            try:
+                environment = json.loads(environment)
+            except ValueError as exc:
+                raise InvalidArgumentError(
+                    f"connection {self.slurm_conn_id!r} extra 'job_environment'", environment, f"a JSON object ({exc})"
+                ) from None
+        settings_: dict[str, Any] = {"url": url, "user": conn.login or "", "conn_id": self.slurm_conn_id}
+        if environment:
+            settings_["environment"] = environment
+        for key in ("api_version", "working_dir"):
+            if extras.get(key):
+                settings_[key] = extras[key]
+        try:
+            return SlurmRestTransport(**settings_).describe()
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(
+                f"connection {self.slurm_conn_id!r} {exc.argument}", exc.value, exc.expected
+            ) from None
 
     def _extras_of(self, conn) -> dict[str, Any]:
         """The connection's extra as a dict; bad JSON is an error naming the connection (Airflow's own
@@ -108,7 +151,7 @@ class SlurmHook(BaseHook):
 
     def get_conn(self) -> SlurmClient:
         if self._client is None:
-            self._client = SlurmClient(transport_from_description(self.runner_description))
+            self._client = client_from_description(self.runner_description, token=self._token)
         return self._client
 
     def job_defaults(self) -> dict[str, Any]:
@@ -145,8 +188,21 @@ class SlurmHook(BaseHook):
         return spec.with_defaults(**self.class_settings(job_class, priority)).with_defaults(**self.job_defaults())
 
     def test_connection(self) -> tuple[bool, str]:
+        """Slurm answers through this connection: for REST, the URL reached, the token accepted (not expired, for
+        this user) and the API version spoken, or the message says which of them to fix."""
         try:
-            out = self.get_conn().runner.run(["sinfo", "-h", "-o", "%P %a %D %G"]).stdout
+            return True, self.get_conn().check_connection()
         except Exception as exc:  # noqa: BLE001
             return False, str(exc)
-        return True, "sinfo: " + "; ".join(out.split("\n")[:5])
+
+
+async def rest_token(description: dict[str, Any]) -> str | None:
+    """The REST transport's token, looked up again in its connection (a trigger carries no secret); None for the
+    other transports."""
+    if not description.get("rest_url"):
+        return None
+    conn_id = description.get("conn_id")
+    if not conn_id:
+        return None
+    conn = await BaseHook.aget_connection(conn_id)
+    return conn.password or ""

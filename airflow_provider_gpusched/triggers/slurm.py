@@ -22,10 +22,11 @@ from airflow_provider_gpusched.core.slurm import (
     JobTracker,
     PollProblem,
     SharedJobPoller,
-    SlurmClient,
+    client_from_description,
     transport_from_description,
 )
 from airflow_provider_gpusched.core.slurm.output import OutputFollower
+from airflow_provider_gpusched.hooks.slurm import rest_token
 from airflow_provider_gpusched.triggers.deferral import hold_until
 
 
@@ -72,9 +73,9 @@ class SlurmJobTrigger(BaseTrigger):
             },
         )
 
-    def _poller(self) -> SharedJobPoller:
+    def _poller(self, token: str | None) -> SharedJobPoller:
         key = json.dumps(self.runner, sort_keys=True)
-        poller = SharedJobPoller.shared(key, lambda: SlurmClient(transport_from_description(self.runner)))
+        poller = SharedJobPoller.shared(key, lambda: client_from_description(self.runner, token=token))
         if poller.on_poll is None:  # gpusched.slurm_jobs.<partition>.<pending|running> (docs/metrics.md)
             poller.on_poll = metrics.SlurmJobCounts()
         return poller
@@ -98,7 +99,7 @@ class SlurmJobTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         tracker = JobTracker(self.job_id, not_found_timeout=self.not_found_timeout, chain=self.chain)
-        poller = self._poller()
+        poller = self._poller(await rest_token(self.runner))
         follower = self._follower()
         self.log.info(
             "Waiting for Slurm job %s (shared poller, every %.0fs)%s",
@@ -149,5 +150,5 @@ class SlurmJobTrigger(BaseTrigger):
         if not self.cancel_on_kill:
             return
         self.log.info("Task killed while deferred: cancelling Slurm job %s", self.job_id)
-        client = SlurmClient(transport_from_description(self.runner))
+        client = client_from_description(self.runner, token=await rest_token(self.runner))
         await asyncio.to_thread(client.cancel, [self.job_id])

@@ -1,4 +1,5 @@
-"""`gpusched queue` on the real test cluster: the provider's jobs found by their comment in one squeue call, their
+"""`gpusched queue` on the real test cluster (through the CLI and slurmrestd): the provider's jobs found by their
+comment in one squeue (or GET jobs) call, their
 work tags read back, stop marks and cancellation, and the health checks of partitions and preemption."""
 
 import json
@@ -15,7 +16,7 @@ from airflow_provider_gpusched.core.slurm.job import MAX_COMMENT, job_comment
 from airflow_provider_gpusched.core.stops import Selector, StopRequest, read_slurm_stop_mark
 from airflow_provider_gpusched.core.work_tag import WorkTag
 
-from .conftest import REPO
+from .conftest import REPO, over_every_transport
 
 pytestmark = pytest.mark.slurm
 
@@ -36,6 +37,7 @@ def submit(client, tmp_path, tag, run="manual__2026-11-23T10:00:00+00:00"):
     return job.job_id, str(folder / "%j.out")
 
 
+@over_every_transport
 def test_provider_jobs_are_listed_with_their_tags_and_stopped_with_a_mark(client, tmp_path):
     odd = WorkTag(
         dag_id="hpo",
@@ -71,6 +73,7 @@ def test_provider_jobs_are_listed_with_their_tags_and_stopped_with_a_mark(client
         client.cancel([mine, theirs, foreign.job_id])
 
 
+@over_every_transport
 def test_the_comment_stays_within_what_sbatch_takes(client, tmp_path):
     long = WorkTag(dag_id="d" * 250, run_id="r", task_id="t" * 250, map_index=3, sweep="s é" * 80, job_class="normal")
     comment = job_comment("k" * 24, 2, task="t" * 16, work="w" * 16, run="r" * 290, tag=long)
@@ -83,6 +86,7 @@ def test_the_comment_stays_within_what_sbatch_takes(client, tmp_path):
         client.cancel([job_id])
 
 
+@over_every_transport
 def test_health_of_the_test_cluster(client):
     checks = {
         c.name: c

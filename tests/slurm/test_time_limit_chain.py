@@ -3,7 +3,8 @@ before it (slurmctld sends the signal at its 30-second check, so 10-40 s before)
 
 The scenarios run at once (each job sleeps; they share the cluster's 16 CPUs), then each test reads its job's end:
 a command that checkpoints on the signal, one that ignores the signal but checkpoints on its own, a hung one, one
-that runs out of requeues, and one cancelled in its second segment."""
+that runs out of requeues, and one cancelled in its second segment. Three of them run through slurmrestd too
+(``-rest``): there the chain's wrapper signals the batch shell itself (slurmrestd 22.05 refuses ``--signal=B:``)."""
 
 import json
 import sys
@@ -14,9 +15,11 @@ import pytest
 
 from airflow_provider_gpusched.core import pyfunc
 from airflow_provider_gpusched.core.pyfunc import Checkpointable
-from airflow_provider_gpusched.core.slurm import JobPhase, SlurmClient, SlurmTransport
+from airflow_provider_gpusched.core.slurm import JobPhase, SlurmClient, SlurmTransport, client_for
 from airflow_provider_gpusched.core.slurm.chain import read_chain
 from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec
+
+from .conftest import make_transport
 
 pytestmark = pytest.mark.slurm
 
@@ -81,18 +84,26 @@ SCENARIOS = {
     "cancelled": ("signal", 1000, 3),
     "array": ("signal", 55, 3),  # two array tasks, each its own chain
 }
+#: scenarios submitted (and cancelled) through slurmrestd, as the CLI one they are named after
+REST_SCENARIOS = ("continues", "array", "cancelled")
+SCENARIOS.update({f"{name}-rest": SCENARIOS[name] for name in REST_SCENARIOS})
 
 
 @pytest.fixture(scope="module")
-def chains(slurm_cluster, tmp_path_factory):
+def chains(slurm_cluster, slurm_rest, tmp_path_factory):
     """Every scenario's job, submitted at once and waited for: name -> (job id, final status, folder)."""
     client = SlurmClient(SlurmTransport(slurm_conf=slurm_cluster))
+    rest = client_for(make_transport("rest", slurm_cluster, slurm_rest))
+
+    def client_of(name: str) -> SlurmClient:
+        return rest if name.endswith("-rest") else client
+
     root = tmp_path_factory.mktemp("chains")
     jobs = {}
     for name, (mode, steps, requeues) in SCENARIOS.items():
         folder = root / name
         folder.mkdir(mode=0o700)
-        array = name == "array"
+        array = name.startswith("array")
         spec = SlurmJobSpec(
             command=[sys.executable, "-c", WORK, mode, str(steps)],
             job_name=f"chain-{name}",
@@ -106,7 +117,7 @@ def chains(slurm_cluster, tmp_path_factory):
             },
             chain_records=str(folder),
         )
-        jobs[name] = (client.submit(spec).job_id, folder)
+        jobs[name] = (client_of(name).submit(spec).job_id, folder)
     folder = root / "python-hook"  # a Python call continued by its checkpoint method
     folder.mkdir(mode=0o700)
     call = pyfunc.write_call(str(folder / "call"), Steps(55))
@@ -119,25 +130,30 @@ def chains(slurm_cluster, tmp_path_factory):
         chain_records=str(folder),
     )
     jobs["python-hook"] = (client.submit(spec).job_id, folder)
-    cancelled_id, cancelled_dir = jobs["cancelled"]
 
-    def second_segment_running() -> bool:
-        segments, _ = read_chain(client, str(cancelled_dir), [cancelled_id])
+    def second_segment_running(name: str) -> bool:
+        job_id, folder = jobs[name]
+        segments, _ = read_chain(client, str(folder), [job_id])
         return len(segments) >= 2 and segments[-1].ended is None
 
     deadline = time.monotonic() + 240
-    while not second_segment_running():
-        assert time.monotonic() < deadline, "the cancelled scenario never started its second segment"
+    cancelled_at = {}
+    while len(cancelled_at) < 2:
+        for name in ("cancelled", "cancelled-rest"):
+            if name not in cancelled_at and second_segment_running(name):
+                client_of(name).cancel([jobs[name][0]])
+                cancelled_at[name] = time.time()
+        assert time.monotonic() < deadline, f"a cancelled scenario never started its second segment: {cancelled_at}"
         time.sleep(1)
-    client.cancel([cancelled_id])
-    cancelled_at = time.time()
     finals = {
-        name: client.wait(job_id, poll_interval=2, timeout=600, array_size=2 if name == "array" else None)
+        name: client_of(name).wait(
+            job_id, poll_interval=2, timeout=600, array_size=2 if name.startswith("array") else None
+        )
         for name, (job_id, _) in jobs.items()
     }
-    time.sleep(max(0.0, cancelled_at + 45 - time.time()))  # past a hand-over: nothing started it again
+    time.sleep(max(0.0, max(cancelled_at.values()) + 45 - time.time()))  # past a hand-over: nothing started it again
     return {
-        name: (job_id, finals[name], folder, client.status(job_id), cancelled_at)
+        name: (job_id, finals[name], folder, client_of(name).status(job_id), cancelled_at.get(name))
         for name, (job_id, folder) in jobs.items()
     }
 
@@ -158,24 +174,27 @@ def steps_done(chains, name):
     return json.loads((chains[name][2] / "ck.json").read_text())["done"]
 
 
-def test_a_command_goes_on_from_its_checkpoint_in_one_job_until_its_work_is_done(slurm_cluster, chains):
-    job_id, status, _folder, _now, _at = chains["continues"]
+@pytest.mark.parametrize("name", ["continues", "continues-rest"])
+def test_a_command_goes_on_from_its_checkpoint_in_one_job_until_its_work_is_done(slurm_cluster, chains, name):
+    job_id, status, _folder, _now, _at = chains[name]
     assert status.phase is JobPhase.SUCCEEDED, status.describe()
-    segments = segments_of(slurm_cluster, chains, "continues")
+    segments = segments_of(slurm_cluster, chains, name)
     assert len(segments) >= 2, segments  # 55 s of work; a segment gets at most 50 s of its minute
     assert [s.segment for s in segments] == list(range(1, len(segments) + 1))
     assert all(s.outcome == "requeued" for s in segments[:-1]) and segments[-1].outcome == "completed"
     assert all(s.job == job_id and s.node and s.started <= s.ended for s in segments)
     assert all(s.signalled is not None and s.started < s.signalled <= s.ended for s in segments[:-1])
     assert status.restarts == len(segments) - 1  # one job id, requeued
-    assert steps_done(chains, "continues") == 55
-    out = output_of(chains, "continues")
+    assert steps_done(chains, name) == 55
+    out = output_of(chains, name)
     # each segment went on where the one before saved, and said so
     starts = [int(line.rsplit(" ", 1)[1]) for line in out.splitlines() if line.startswith("segment ")]
     saves = [int(line.rsplit(" ", 1)[1]) for line in out.splitlines() if line.startswith("saved at step")]
     assert starts == [0, *saves] and len(starts) == len(segments)
     assert out.count("[gpusched chain] segment") == 2 * len(segments)
     assert "finished at step 55" in out
+    if name.endswith("-rest"):  # the wrapper signalled the batch shell itself, at the job's end time less 10 s
+        assert out.count("[gpusched chain] SIGUSR1 will come at") == len(segments)
 
 
 def test_a_job_that_ignores_the_signal_is_stopped_and_continued_from_its_own_checkpoint(slurm_cluster, chains):
@@ -208,18 +227,20 @@ def test_a_chain_out_of_requeues_fails_saying_so(slurm_cluster, chains):
     assert status.restarts == 1
 
 
-def test_cancelling_a_chain_stops_its_segment_and_nothing_starts_it_again(slurm_cluster, chains):
-    _job_id, status, _folder, now, cancelled_at = chains["cancelled"]
+@pytest.mark.parametrize("name", ["cancelled", "cancelled-rest"])
+def test_cancelling_a_chain_stops_its_segment_and_nothing_starts_it_again(slurm_cluster, chains, name):
+    _job_id, status, _folder, now, cancelled_at = chains[name]
     assert status.phase is JobPhase.CANCELLED, status.describe()
     assert now.phase is JobPhase.CANCELLED  # 45 s after the cancel: not requeued
-    segments = segments_of(slurm_cluster, chains, "cancelled")
+    segments = segments_of(slurm_cluster, chains, name)
     assert len(segments) == 2 and segments[0].outcome == "requeued"
     assert segments[1].outcome in ("stopped", None)  # SIGTERM said so, or the kill came first
     assert all(s.started < cancelled_at for s in segments)
 
 
-def test_each_array_task_is_its_own_chain(slurm_cluster, chains):
-    job_id, status, folder, _now, _at = chains["array"]
+@pytest.mark.parametrize("name", ["array", "array-rest"])
+def test_each_array_task_is_its_own_chain(slurm_cluster, chains, name):
+    job_id, status, folder, _now, _at = chains[name]
     assert status.phase is JobPhase.SUCCEEDED, status.describe()
     keys = [f"{job_id}_0", f"{job_id}_1"]
     assert sorted(status.tasks) == keys
