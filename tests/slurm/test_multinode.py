@@ -20,7 +20,7 @@ import pytest
 from airflow_provider_gpusched.core.slurm import JobPhase, SlurmJobSpec
 
 from ..polling import need_torch, wait_until
-from .conftest import REPO, scontrol
+from .conftest import REPO, scontrol, over_every_transport
 
 pytestmark = pytest.mark.slurm
 
@@ -120,6 +120,7 @@ def nodes_back(slurm_cluster):
     )
 
 
+@over_every_transport
 def test_the_test_cluster_has_two_real_nodes_with_their_own_hostnames(client, out, tmp_path):
     states = node_states(os.environ["SLURM_CONF"])
     assert len(states) >= 2 and {"n1", "n2"} <= set(states), states
@@ -165,6 +166,7 @@ def test_job_shape_reaches_slurm(client, out):
     assert placed == {"exclude": "n2", "constraint": "n1"}
 
 
+@over_every_transport
 def test_srun_start_sets_every_rank_variable_and_passes_arguments_verbatim(client, out, tmp_path):
     script = tmp_path / "report.py"
     script.write_text(RANK_REPORT)

@@ -14,9 +14,10 @@ from airflow_provider_gpusched.core.slurm import (
     SlurmClient,
     SlurmJobSpec,
     SlurmTransport,
+    client_for,
 )
 
-from .conftest import REPO
+from .conftest import REPO, over_every_transport
 
 pytestmark = pytest.mark.slurm
 
@@ -32,15 +33,16 @@ async def _follow(poller, job_id, problems):
             return tracker.final_status()
 
 
-def test_twenty_waiters_share_one_squeue_call_per_poll(slurm_cluster, tmp_path):
-    client = SlurmClient(SlurmTransport(slurm_conf=slurm_cluster))
+@over_every_transport
+def test_twenty_waiters_share_one_squeue_call_per_poll(transport, tmp_path):
+    client = client_for(transport())
     jobs = [
         client.submit(SlurmJobSpec(command=f"sleep {1 + i % 3}", output=str(tmp_path / "p-%j.out"))).job_id
         for i in range(20)
     ]
 
     async def main():
-        poller = SharedJobPoller.shared("test-share", lambda: SlurmClient(SlurmTransport(slurm_conf=slurm_cluster)))
+        poller = SharedJobPoller.shared("test-share", lambda: client_for(transport()))
         problems: list = []
         finals = await asyncio.gather(*(_follow(poller, j, problems) for j in jobs))
         return poller, finals, problems
@@ -49,8 +51,9 @@ def test_twenty_waiters_share_one_squeue_call_per_poll(slurm_cluster, tmp_path):
     assert [f.phase for f in finals] == [JobPhase.SUCCEEDED] * 20
     assert problems == []
     assert poller.polls >= 2
-    assert poller.client.runner.calls["squeue"] == poller.polls  # one squeue per poll, not one per job
-    assert poller.client.runner.calls["scontrol"] <= 1  # 'show config', once
+    calls = poller.client.runner.calls
+    assert calls[poller.client.status_call] == poller.polls  # one squeue (GET jobs) per poll, not one per job
+    assert sum(calls.values()) - calls[poller.client.status_call] <= 1  # and nothing else but 'show config', once
 
 
 def test_poller_rides_out_a_slurmctld_restart(slurm_cluster, tmp_path):
