@@ -202,6 +202,37 @@ def test_job_through_an_ssh_login_host_connection(run_dag, login_host, slurm_clu
     assert Path(result["output_path"]).read_text().strip() == "['a b', 'x;y', \"it's\"]"
 
 
+def test_jobs_through_a_slurmrestd_connection(run_dag, slurm_rest, monkeypatch):
+    """A connection whose host is slurmrestd's URL and whose password is the JWT: the deferred command job (the
+    trigger looks the token up again: it carries none) and a @task.slurm function, through the REST API only."""
+    import json
+
+    from airflow_provider_gpusched.hooks.slurm import SlurmHook
+
+    conn = {
+        "conn_type": "slurm",
+        "host": slurm_rest["rest_url"],
+        "login": slurm_rest["user"],
+        "password": slurm_rest["token"],
+        "extra": {"job_environment": slurm_rest["environment"], "partition": "batch", "sbatch_options": "--nice=5"},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_SLURM_REST", json.dumps(conn))
+    hook = SlurmHook("slurm_rest")
+    ok, message = hook.test_connection()
+    assert ok and message.startswith(f"slurmrestd {slurm_rest['rest_url']} (Slurm 22.05"), message
+    assert "token" not in hook.runner_description and slurm_rest["token"] not in json.dumps(hook.runner_description)
+    state, xcoms, states = run_dag(dagfile("t_rest"))
+    assert state == "success", states
+    result = xcoms["remote"]["return_value"]
+    assert result["partition"] == "batch"
+    assert Path(result["output_path"]).read_text().strip() == "['a b', 'x;y', \"it's\"]"
+    assert xcoms["add"]["return_value"]["sum"] == 5 and xcoms["add"]["return_value"]["node"] in ("n1", "n2")
+    assert hook.get_conn().runner.calls["POST job/submit"] == 0  # the tasks made their own clients
+    monkeypatch.setenv("AIRFLOW_CONN_SLURM_REST", json.dumps({**conn, "password": "not-a-jwt"}))
+    ok, message = SlurmHook("slurm_rest").test_connection()
+    assert not ok and "the token is not a JWT" in message and "not-a-jwt" not in message
+
+
 def test_bad_operator_arguments_fail_at_parse_time_naming_task_and_argument():
     from airflow.sdk.exceptions import AirflowException
 

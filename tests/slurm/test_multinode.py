@@ -20,7 +20,7 @@ import pytest
 from airflow_provider_gpusched.core.slurm import JobPhase, SlurmJobSpec
 
 from ..polling import need_torch, wait_until
-from .conftest import REPO, scontrol, over_every_transport
+from .conftest import REPO, over_every_transport, scontrol
 
 pytestmark = pytest.mark.slurm
 

@@ -137,7 +137,7 @@ def test_an_option_the_api_cannot_carry_is_refused_before_anything_is_sent(slurm
     ):
         with pytest.raises(InvalidArgumentError) as err:
             client.submit(spec)
-        assert str(err.value).startswith(f"sbatch option: expected an option slurmrestd's job properties can carry")
+        assert str(err.value).startswith("sbatch option: expected an option slurmrestd's job properties can carry")
         assert option in str(err.value) and "use the CLI or ssh transport" in str(err.value)
     assert client.runner.calls["POST job/submit"] == 0
 

@@ -1,6 +1,7 @@
 """Slurm through its command-line tools: job specs, the client, the state model and shared polling."""
 
-from airflow_provider_gpusched.core.slurm.client import SlurmClient, SubmittedJob, client_for, client_from_description
+from airflow_provider_gpusched.core.slurm.client import SlurmClient, SubmittedJob
+from airflow_provider_gpusched.core.slurm.connect import client_for, client_from_description, transport_from_description
 from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec, job_comment, parse_array_indices, task_key
 from airflow_provider_gpusched.core.slurm.states import JobPhase, JobStatus, JobTracker, classify_state
 from airflow_provider_gpusched.core.slurm.tracking import PollProblem, SharedJobPoller
@@ -9,7 +10,6 @@ from airflow_provider_gpusched.core.slurm.transport import (
     SlurmTransport,
     SlurmUnavailableError,
     SSHTransport,
-    transport_from_description,
 )
 
 __all__ = [

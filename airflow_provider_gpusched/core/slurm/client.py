@@ -159,7 +159,7 @@ class JobCompletionFile:
 @dataclass
 class SlurmClient:
     """Slurm through its command-line tools, here or over ssh (:class:`~.rest.SlurmRestClient`: through slurmrestd;
-    :func:`client_for` picks the one for a transport)."""
+    :func:`~.connect.client_for` picks the one for a transport)."""
 
     runner: SlurmTransport = field(default_factory=SlurmTransport)
 
@@ -608,19 +608,3 @@ def parse_jobcomp_line(line: str) -> dict[str, str]:
         end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
         record[m.group(1)] = text[m.end() : end]
     return record
-
-
-def client_for(transport: SlurmTransport) -> SlurmClient:
-    """The client of a transport: the one place where the CLI and REST paths are chosen."""
-    from airflow_provider_gpusched.core.slurm.rest import SlurmRestClient, SlurmRestTransport
-
-    if isinstance(transport, SlurmRestTransport):
-        return SlurmRestClient(transport)
-    return SlurmClient(transport)
-
-
-def client_from_description(desc: Mapping[str, Any], token: str | None = None) -> SlurmClient:
-    """:func:`client_for` the transport ``desc`` describes (``token``: the REST transport's, never in ``desc``)."""
-    from airflow_provider_gpusched.core.slurm.transport import transport_from_description
-
-    return client_for(transport_from_description(dict(desc), token=token))

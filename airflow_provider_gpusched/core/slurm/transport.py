@@ -215,18 +215,3 @@ class SSHTransport(SlurmTransport):
             "port": self.port,
             "ssh_options": list(self.ssh_options),
         }
-
-
-def transport_from_description(desc: dict[str, Any], token: str | None = None) -> SlurmTransport:
-    """Inverse of :meth:`SlurmTransport.describe` (``token``: the REST transport's, which no description carries)."""
-    desc = dict(desc)
-    if desc.get("rest_url"):
-        from airflow_provider_gpusched.core.slurm.rest import SlurmRestTransport
-
-        url = desc.pop("rest_url")
-        keys = ("timeout", "user", "api_version", "environment", "working_dir", "conn_id")
-        return SlurmRestTransport(url=url, token=token or "", **{k: v for k, v in desc.items() if k in keys})
-    if desc.get("host"):
-        return SSHTransport(**desc)
-    desc.pop("host", None)
-    return SlurmTransport(**{k: v for k, v in desc.items() if k in ("slurm_conf", "timeout")})
