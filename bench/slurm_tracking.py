@@ -3,10 +3,11 @@
 Submits N short jobs to the Slurm cluster named by SLURM_CONF (default: the project's test cluster,
 started with scripts/slurm-cluster.sh up) twice and tracks them to the end:
 
-  shared   one SharedJobPoller for all N waiters (what SlurmJobTrigger does in a triggerer)
+  shared   one SharedJobPoller for all N waiters (what SlurmJobTrigger does in a triggerer), through the CLI and
+           through the cluster's slurmrestd (the REST transport: one GET jobs per poll)
   per-job  every waiter polls its own job with its own client (one squeue per job per interval)
 
-and prints the Slurm CLI calls each design made, in total and per poll interval.
+and prints the calls each design made (CLI commands, or REST requests), in total and per poll interval.
 
     .venv/bin/python bench/slurm_tracking.py [--jobs 200] [--interval 1.0]
 """
@@ -17,6 +18,8 @@ import argparse
 import asyncio
 import os
 import platform
+import pwd
+import subprocess
 import tempfile
 import time
 from collections import Counter
@@ -29,7 +32,9 @@ from airflow_provider_gpusched.core.slurm import (
     SlurmClient,
     SlurmJobSpec,
     SlurmTransport,
+    client_for,
 )
+from airflow_provider_gpusched.core.slurm.rest import SlurmRestTransport
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -55,6 +60,26 @@ async def follow(source, job_id: str, interval: float) -> None:
 
 async def shared_design(conf: str, jobs: list[str], interval: float) -> tuple[Counter, int]:
     poller = SharedJobPoller.shared(f"bench-{time.time()}", lambda: SlurmClient(SlurmTransport(slurm_conf=conf)))
+    await asyncio.gather(*(follow(poller, j, interval) for j in jobs))
+    return poller.client.runner.calls, poller.polls
+
+
+def rest_transport(conf: str) -> SlurmRestTransport:
+    """The test cluster's slurmrestd (scripts/slurm-cluster.sh writes its URL beside the config), with a fresh token."""
+    url = (Path(conf).parents[1] / "rest-url").read_text().strip()
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    env = {**os.environ, "SLURM_CONF": conf}
+    token = subprocess.run(
+        ["scontrol", "token", f"username={user}", "lifespan=3600"], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    return SlurmRestTransport(
+        url=url, user=user, token=token.split("=", 1)[1], environment={"PATH": os.environ["PATH"], "SLURM_CONF": conf}
+    )
+
+
+async def shared_rest_design(conf: str, jobs: list[str], interval: float) -> tuple[Counter, int]:
+    transport = rest_transport(conf)
+    poller = SharedJobPoller.shared(f"bench-rest-{time.time()}", lambda: client_for(transport))
     await asyncio.gather(*(follow(poller, j, interval) for j in jobs))
     return poller.client.runner.calls, poller.polls
 
@@ -91,7 +116,11 @@ def main() -> None:
     print(f"# {time.strftime('%Y-%m-%d')} on {platform.node()} ({os.cpu_count()} cores), SLURM_CONF={conf}")
     rows = []
     with tempfile.TemporaryDirectory() as out_dir:
-        for name, design in (("shared poller", shared_design), ("one poll per job", per_job_design)):
+        for name, design in (
+            ("shared poller", shared_design),
+            ("shared, REST", shared_rest_design),
+            ("one poll per job", per_job_design),
+        ):
             jobs = submit(client, args.jobs, out_dir)
             start = time.monotonic()
             calls, polls = asyncio.run(design(conf, jobs, args.interval))
@@ -99,15 +128,14 @@ def main() -> None:
             total = sum(v for k, v in calls.items())
             rows.append((name, total, calls, polls, elapsed))
     print(
-        f"{'design':<18} {'CLI calls':>9} {'squeue':>7} {'other':>6} {'intervals':>9} {'calls/interval':>14} "
-        f"{'wall s':>7}"
+        f"{'design':<18} {'calls':>9} {'status':>7} {'other':>6} {'intervals':>9} {'calls/interval':>14} {'wall s':>7}"
     )
     for name, total, calls, polls, elapsed in rows:
-        other = total - calls["squeue"]
+        status = calls["squeue"] + calls["GET jobs"]
         print(
-            f"{name:<18} {total:>9} {calls['squeue']:>7} {other:>6} {polls:>9} {total / polls:>14.1f} {elapsed:>7.1f}"
+            f"{name:<18} {total:>9} {status:>7} {total - status:>6} {polls:>9} {total / polls:>14.1f} {elapsed:>7.1f}"
         )
-    shared, naive = rows
+    shared, _rest, naive = rows
     print(
         f"per-job polling made {naive[1] / shared[1]:.0f}x the CLI calls of the shared poller "
         f"({naive[1] / naive[3]:.0f} vs {shared[1] / shared[3]:.1f} per interval)"

@@ -1,7 +1,9 @@
 """The time-limit chain's wrapper, run in a Slurm job around the work: ``python3 -I -S -c SOURCE CONFIG -- argv...``.
 
-Slurm signals the job a while before its time limit (``--signal=B:USR1@90``). The work (its child) gets the same
-signal from the containment shim (core/contain.py), saves a checkpoint and exits. Then this wrapper decides:
+Slurm signals the job a while before its time limit (``--signal=B:USR1@90``); where the transport cannot ask for
+that (slurmrestd 22.05 refuses ``B:``), the config's ``self_signal`` has this wrapper send the signal to the batch
+shell itself, ``self_signal`` seconds before the job's end time. The work (its child) gets the same signal from the
+containment shim (core/contain.py), saves a checkpoint and exits. Then this wrapper decides:
 
 * the checkpoint is newer than at the segment's start and requeues are left: ``scontrol requeue`` the job, which
   Slurm starts again (the same job id) as the chain's next segment;
