@@ -77,7 +77,7 @@ def test_an_expired_token_is_named_at_the_connection_test_and_at_first_use(slurm
     with pytest.raises(SlurmRestError) as err:  # first use, past the connection test: slurmctld's refusal, explained
         client.status("1")
     message = str(err.value)
-    assert "GET jobs" not in message or "/slurm/v0.0.38/jobs" in message
+    assert message.startswith(f"GET {slurm_rest['rest_url']}/slurm/v0.0.38/jobs: ")  # the endpoint, named
     assert "the token expired at" in message and expired not in message
 
 
