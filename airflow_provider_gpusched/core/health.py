@@ -148,13 +148,11 @@ def _check_preemption(client: Any, classes: Mapping[str, Mapping[str, Any]], def
             "the idle class names no partition: idle jobs queue with normal ones and "
             "cannot be preempted by partition priority",
         )
+    read = _rest_preemption if _is_rest(client) else _cli_preemption
     try:
-        if _is_rest(client):
-            config, idle_part, normal_part = _rest_preemption(client, idle, normal)
-        else:
-            config, idle_part, normal_part = _cli_preemption(client, idle, normal)
+        config, idle_part, normal_part = read(client, idle, normal)
     except Exception as exc:  # noqa: BLE001 - any failure here is what the check reports
-        return Check(name, FAIL, f"scontrol: {str(exc)[:200]}")
+        return Check(name, FAIL, f"{'slurmrestd' if _is_rest(client) else 'scontrol'}: {str(exc)[:200]}")
     preempt_type = config.get("PreemptType", "?")
     mode = idle_part.get("PreemptMode", "?")
     if preempt_type in ("preempt/none", "?"):

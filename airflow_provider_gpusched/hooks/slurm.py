@@ -89,9 +89,7 @@ class SlurmHook(BaseHook):
                     ssh_options=shlex.split(options),
                 )
             except InvalidArgumentError as exc:
-                raise InvalidArgumentError(
-                    f"connection {self.slurm_conn_id!r} {exc.argument}", exc.value, exc.expected
-                ) from None
+                raise self._named(exc) from None
             self._runner_description = runner.describe()
         else:
             self._runner_description = SlurmTransport(slurm_conf=slurm_conf).describe()
@@ -105,24 +103,33 @@ class SlurmHook(BaseHook):
             url = f"{url.rstrip('/')}:{conn.port}"
         environment = extras.get("job_environment")
         if isinstance(environment, str) and environment.strip():
-            try:
-                environment = json.loads(environment)
-            except ValueError as exc:
-                raise InvalidArgumentError(
-                    f"connection {self.slurm_conn_id!r} extra 'job_environment'", environment, f"a JSON object ({exc})"
-                ) from None
-        settings_: dict[str, Any] = {"url": url, "user": conn.login or "", "conn_id": self.slurm_conn_id}
+            environment = self._json_object(environment, "extra 'job_environment'")
+        given: dict[str, Any] = {"url": url, "user": conn.login or "", "conn_id": self.slurm_conn_id}
         if environment:
-            settings_["environment"] = environment
+            given["environment"] = environment
         for key in ("api_version", "working_dir"):
             if extras.get(key):
-                settings_[key] = extras[key]
+                given[key] = extras[key]
         try:
-            return SlurmRestTransport(**settings_).describe()
+            return SlurmRestTransport(**given).describe()
         except InvalidArgumentError as exc:
+            raise self._named(exc) from None
+
+    def _named(self, exc: InvalidArgumentError) -> InvalidArgumentError:
+        """A transport's refusal of a setting, with the connection named."""
+        return InvalidArgumentError(f"connection {self.slurm_conn_id!r} {exc.argument}", exc.value, exc.expected)
+
+    def _json_object(self, raw: str, what: str) -> dict[str, Any]:
+        """``raw`` read as a JSON object; otherwise an error naming the connection and ``what`` (its field)."""
+        try:
+            value = json.loads(raw)
+        except ValueError as exc:
             raise InvalidArgumentError(
-                f"connection {self.slurm_conn_id!r} {exc.argument}", exc.value, exc.expected
+                f"connection {self.slurm_conn_id!r} {what}", raw, f"a JSON object ({exc})"
             ) from None
+        if not isinstance(value, dict):
+            raise InvalidArgumentError(f"connection {self.slurm_conn_id!r} {what}", raw, "a JSON object")
+        return value
 
     def _extras_of(self, conn) -> dict[str, Any]:
         """The connection's extra as a dict; bad JSON is an error naming the connection (Airflow's own
@@ -132,15 +139,7 @@ class SlurmHook(BaseHook):
             return {}
         if isinstance(raw, dict):
             return dict(raw)
-        try:
-            extras = json.loads(raw)
-        except ValueError as exc:
-            raise InvalidArgumentError(
-                f"connection {self.slurm_conn_id!r} extra", raw, f"a JSON object ({exc})"
-            ) from None
-        if not isinstance(extras, dict):
-            raise InvalidArgumentError(f"connection {self.slurm_conn_id!r} extra", raw, "a JSON object")
-        return extras
+        return self._json_object(raw, "extra")
 
     @property
     def runner_description(self) -> dict[str, Any]:

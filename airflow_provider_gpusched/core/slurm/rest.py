@@ -221,7 +221,7 @@ class SlurmRestTransport(SlurmTransport):
         if query:
             url += "?" + urllib.parse.urlencode(query)
         data = json.dumps(body).encode() if body is not None else None
-        headers = {"X-SLURM-USER-NAME": self.user, "X-SLURM-USER-TOKEN": self.token, "Accept": "application/json"}
+        headers = self._headers()
         if data is not None:
             headers["Content-Type"] = "application/json"
         req = urllib.request.Request(url, data=data, method=method, headers=headers)
@@ -273,12 +273,13 @@ class SlurmRestTransport(SlurmTransport):
             raise SlurmRestError(endpoint, status, f"Slurm answered with errors{subject}: {message}")
         return answer
 
+    def _headers(self) -> dict[str, str]:
+        return {"X-SLURM-USER-NAME": self.user, "X-SLURM-USER-TOKEN": self.token, "Accept": "application/json"}
+
     def version_hint(self) -> str:
         """Which API versions the server offers, read from its OpenAPI document."""
         try:
-            req = urllib.request.Request(f"{self.url}/openapi/v3", headers={"Accept": "application/json"})
-            req.add_header("X-SLURM-USER-NAME", self.user)
-            req.add_header("X-SLURM-USER-TOKEN", self.token)
+            req = urllib.request.Request(f"{self.url}/openapi/v3", headers=self._headers())
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 paths = json.loads(resp.read()).get("paths", {})
         except (OSError, ValueError, AttributeError):
@@ -437,10 +438,11 @@ def job_properties(argv: Sequence[str], transport: SlurmRestTransport) -> dict[s
 
 
 def _supported() -> str:
+    known = ", --".join(sorted({*_VALUED, *_FLAGS} - {"parsable"}))
     return (
         "an option slurmrestd's job properties can carry (the REST transport cannot submit --nodelist, --exclude or "
-        f"{{others}}; use the CLI or ssh transport for them): --{', --'.join(sorted({*_VALUED, *_FLAGS} - {'parsable'}))}"
-    ).replace("{others}", "options not listed here")
+        f"options not listed here; use the CLI or ssh transport for them): --{known}"
+    )
 
 
 def _exit_status(raw: Any) -> tuple[int | None, int | None]:
