@@ -173,11 +173,16 @@ def _slurm_nodes() -> str:
     return ",".join(sorted(set(names)))
 
 
-def test_two_hundred_deferred_slurm_tasks_one_squeue_per_poll_and_restarts(stack, out_dir):
-    """200 SlurmJobOperator tasks deferred in one triggerer (every node drained, so every job pends), plus a local-GPU
+#: the tasks of e2e_slurm_many (tests/stack/dagfiles/e2e_slurm.py)
+MANY = 100
+
+
+def test_a_hundred_deferred_slurm_tasks_one_squeue_per_poll_and_restarts(stack, out_dir):
+    """100 SlurmJobOperator tasks deferred in one triggerer (every node drained, so every job pends), plus a local-GPU
     task deferred behind a process outside Airflow that holds every GPU; the triggerer and then the scheduler are
     SIGKILLed (their whole process groups) and started again meanwhile. One squeue per poll interval, every job
-    submitted once, every task ends in success in its first try."""
+    submitted once, every task ends in success in its first try. (100, not 200: the same one squeue per poll at half the task
+    processes; the poller at 200 jobs is bench/slurm_tracking.py's.)"""
     nodes = _slurm_nodes()
     subprocess.run(["scontrol", "update", f"NodeName={nodes}", "State=DRAIN", "Reason=e2e: jobs pend"], check=True)
     submitted_before = _sdiag_counts().get("REQUEST_SUBMIT_BATCH_JOB", 0)
@@ -192,8 +197,8 @@ def test_two_hundred_deferred_slurm_tasks_one_squeue_per_poll_and_restarts(stack
         def deferred() -> int:
             return sum(ti["state"] == "deferred" for ti in stack.task_instances("e2e_slurm_many", many))
 
-        wait_until(lambda: deferred() == 200, 900, "200 deferred Slurm tasks", interval=3)
-        print(f"200 Slurm tasks submitted and deferred in {time.monotonic() - t0:.0f}s")
+        wait_until(lambda: deferred() == MANY, 900, f"{MANY} deferred Slurm tasks", interval=3)
+        print(f"{MANY} Slurm tasks submitted and deferred in {time.monotonic() - t0:.0f}s")
         waiter = stack.trigger("e2e_gpu_waiter", out=str(out_dir), seconds=2)
         wait_until(
             lambda: stack.task_instances("e2e_gpu_waiter", waiter)[0]["state"] == "deferred",
@@ -205,11 +210,11 @@ def test_two_hundred_deferred_slurm_tasks_one_squeue_per_poll_and_restarts(stack
         time.sleep(20)
         after, window = _sdiag_counts(), time.monotonic() - t1
         calls = sum(after.get(k, 0) - before.get(k, 0) for k in ("REQUEST_JOB_INFO", "REQUEST_JOB_INFO_SINGLE"))
-        print(f"{calls} squeue calls in {window:.0f}s for 200 deferred tasks (poll interval 2s)")
+        print(f"{calls} squeue calls in {window:.0f}s for {MANY} deferred tasks (poll interval 2s)")
         assert window / 2 - 3 <= calls <= window / 2 + 3
         stack.restart("triggerer")
         stack.restart("scheduler")
-        assert deferred() == 200  # nothing was failed or resubmitted by the restarts
+        assert deferred() == MANY  # nothing was failed or resubmitted by the restarts
         assert stack.task_instances("e2e_gpu_waiter", waiter)[0]["state"] == "deferred"
         assert not read_records(out_dir)  # the GPUs are still taken: the waiter has not run
     finally:
@@ -219,9 +224,9 @@ def test_two_hundred_deferred_slurm_tasks_one_squeue_per_poll_and_restarts(stack
     assert stack.wait_run("e2e_slurm_many", many, timeout=600) == "success"
     assert stack.wait_run("e2e_gpu_waiter", waiter, timeout=300) == "success"
     tis = stack.task_instances("e2e_slurm_many", many)
-    assert len(tis) == 200 and all(ti["state"] == "success" and ti["try_number"] == 1 for ti in tis)
+    assert len(tis) == MANY and all(ti["state"] == "success" and ti["try_number"] == 1 for ti in tis)
     assert stack.task_instances("e2e_gpu_waiter", waiter)[0]["try_number"] == 1
-    assert _sdiag_counts()["REQUEST_SUBMIT_BATCH_JOB"] - submitted_before == 200  # no job submitted twice
+    assert _sdiag_counts()["REQUEST_SUBMIT_BATCH_JOB"] - submitted_before == MANY  # no job submitted twice
     [record] = read_records(out_dir)
     assert record["name"] == "waiter" and record["start"] >= released_at  # waited for the GPUs, then ran
 
