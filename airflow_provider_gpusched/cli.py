@@ -55,6 +55,96 @@ def _slurm_tail(args) -> int:
     return 0
 
 
+def _sweep_folder(args) -> str:
+    """A sweep's folder from NAME (under --results-root, the configured root) or a folder path."""
+    import os
+
+    from airflow_provider_gpusched.core.sweep.session import default_results_root
+    from airflow_provider_gpusched.core.sweep.store import check_sweep_name
+
+    if os.sep in args.sweep or args.sweep in (".", ".."):
+        folder = os.path.abspath(args.sweep)
+    else:
+        check_sweep_name(args.sweep, "NAME")
+        folder = os.path.join(os.path.abspath(args.results_root or default_results_root()), args.sweep)
+    if not os.path.isdir(os.path.join(folder, "trials")) and not os.path.isdir(os.path.join(folder, "search")):
+        raise GpuschedError(f"{folder}: not a sweep's folder (no trials/ in it); give NAME and --results-root")
+    return folder
+
+
+def _sweep_dashboard(args) -> int:
+    """optuna-dashboard on the sweep's own Optuna journal, as it is (nothing converted or copied)."""
+    import os
+
+    folder = _sweep_folder(args)
+    journal = os.path.join(folder, "search", "optuna.journal")
+    if not os.path.isfile(journal):
+        raise GpuschedError(
+            f"{journal}: no Optuna journal; only search: optuna sweeps keep one (for every sweep, the Sweeps tab, "
+            f"MLflow, TensorBoard or W&B: docs/tracking.md)"
+        )
+    try:
+        import optuna_dashboard
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+    except ImportError as exc:
+        raise GpuschedError(
+            f"optuna-dashboard is not installed ({exc}): pip install 'airflow-provider-gpusched[dashboard]'"
+        ) from None
+    storage = JournalStorage(JournalFileBackend(journal))
+    print(f"optuna-dashboard: {journal} at http://{args.host}:{args.port}/ (Ctrl-C stops it)", flush=True)
+    optuna_dashboard.run_server(storage, host=args.host, port=args.port)
+    return 0
+
+
+def _sweep_track(args) -> int:
+    """Send a sweep's trials to its trackers now: what an earlier sync could not send (a server that was down),
+    or a sweep that ran before it had trackers (``--to``)."""
+    import os
+
+    from airflow_provider_gpusched.core.sweep.store import read_json
+    from airflow_provider_gpusched.core.sweep.trial_run import Manifest
+    from airflow_provider_gpusched.core.tracking import SweepRun, TrackingSync, parse_tracking
+    from airflow_provider_gpusched.tracking import _score, build_callbacks
+
+    folder = _sweep_folder(args)
+    manifests: dict[str | None, Manifest] = {}
+    for base, _dirs, files in os.walk(folder):
+        for name in files:
+            if name.endswith("manifest.json") and os.path.relpath(base, folder).split(os.sep)[0] in (
+                ".",
+                "runs",
+                "rounds",
+            ):
+                try:
+                    m = Manifest(os.path.join(base, name))
+                except GpuschedError:
+                    continue
+                if m.record.group_of is None and (args.run is None or m.record.run == args.run):
+                    manifests.setdefault(m.record.run, m)
+    if not manifests:
+        raise GpuschedError(f"{folder}: no plan of {'run ' + repr(args.run) if args.run else 'any run'} in it")
+    summary = read_json(os.path.join(folder, "summary.json"))
+    told = 0
+    for run, manifest in sorted(manifests.items(), key=lambda kv: str(kv[0])):
+        record = manifest.record
+        configs = parse_tracking(args.to.split(",") if args.to else record.tracking, "--to" if args.to else "tracking")
+        callbacks = build_callbacks(configs, folder, print)
+        if not callbacks:
+            print(f"run {run}: no trackers (the spec has no tracking; give --to mlflow,tensorboard,wandb)")
+            continue
+        sweep = SweepRun(
+            sweep=record.sweep, run=run, folder=folder, search=record.search or "", objective=record.objective
+        )
+        ends = summary if isinstance(summary, dict) and summary.get("run") == run else None
+        outcome = TrackingSync(sweep, callbacks, score=_score(record.objective)).sync(final=True, summary=ends)
+        print(f"run {run}: {outcome.describe()}")
+        told += sum(o.told for o in outcome.callbacks.values())
+        if any(o.error for o in outcome.callbacks.values()):
+            return 1
+    return 0
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -649,6 +739,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("folder", help="the sweep's folder (<results root>/<sweep name>)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_sweep_results)
+    p = sweep.add_parser(
+        "track",
+        help="send a sweep's trials to its experiment trackers now (what waited, or --to for a sweep that ran "
+        "without them; docs/tracking.md)",
+    )
+    p.add_argument("sweep", metavar="NAME", help="the sweep's name (or its folder)")
+    p.add_argument("--results-root", help="where the sweep keeps results (default: the configured root)")
+    p.add_argument("--run", help="only this DAG run (default: every run planned in the folder)")
+    p.add_argument("--to", help="these trackers instead of the spec's (comma-separated: mlflow,tensorboard,wandb)")
+    p.set_defaults(func=_sweep_track)
+    p = sweep.add_parser(
+        "dashboard", help="serve an Optuna sweep's study in optuna-dashboard, from its journal as it is"
+    )
+    p.add_argument("sweep", metavar="NAME", help="the sweep's name (or its folder)")
+    p.add_argument("--results-root", help="where the sweep keeps results (default: the configured root)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    p.set_defaults(func=_sweep_dashboard)
     p = sweep.add_parser(
         "schema", help="the JSON Schema of a sweep spec file, for editors that complete and check YAML"
     )

@@ -33,6 +33,11 @@ def host_limit_defaults() -> dict[str, Any]:
     return defaults(_value)
 
 
+def tracking() -> str:
+    """``[gpusched] tracking``: the trackers every sweep sends to (comma-separated names), "" for none."""
+    return str(_value("tracking") or "")
+
+
 def poll_interval() -> float:
     return _value("slurm_poll_interval")
 

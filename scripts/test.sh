@@ -16,4 +16,7 @@ unset PYTHONDONTWRITEBYTECODE
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
 # the tests that share one deployment (the stack tier, the fleet tier) stay on one worker (pytest_xdist_make_scheduler in
 # tests/conftest.py); the slowest tests are printed at the end
+# the MLflow server's own venv (scripts/mlflow-venv.sh, a few minutes the first time) is made while the tests run;
+# the tracking tests' fixture waits for it
+bash scripts/mlflow-venv.sh >/dev/null 2>&1 &
 python -m pytest -n "${GPUSCHED_WORKERS:-4}" --dist loadgroup --durations=30 "$@"

@@ -17,6 +17,7 @@ from airflow_provider_gpusched.core.sweep.batch import run_local_batch
 from airflow_provider_gpusched.core.sweep.view import OUTCOMES_XCOM, outcome_records
 from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.operators.queue_stops import WorkStopped
+from airflow_provider_gpusched.tracking import BackgroundSender, send_manifest_trials
 
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.job_classes import JobClass
@@ -113,10 +114,14 @@ class LocalAirflowBackend(AirflowBackend):
                     described=searching is not None,  # (an asynchronous search's trials are in no plan)
                 )
 
+            # the trials' starts, reports and ends to the sweep's trackers, from a thread of its own (tracking.py)
+            sender = BackgroundSender(lambda: send_manifest_trials(manifest, list(trials), context, print))
+
             def publish() -> None:  # the GPU timeline's bars of this runner so far (and a worker's trials)
                 ti.xcom_push(key=LEASE_HISTORY_XCOM, value=segments.record())
                 if searching is not None:
                     ti.xcom_push(key=OUTCOMES_XCOM, value=outcomes())
+                sender.poke()
 
             try:
                 outcome = run_local_batch(
@@ -145,6 +150,7 @@ class LocalAirflowBackend(AirflowBackend):
                 raise WorkStopped(f"{name}: {exc}") from exc
             finally:
                 publish()
+                sender.finish()
             ti.xcom_push(key=OUTCOMES_XCOM, value=outcomes())
             counts = {k: len(v) for k, v in outcome.items()}
             print(

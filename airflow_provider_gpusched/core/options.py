@@ -47,6 +47,14 @@ class Option:
 
 OPTIONS: tuple[Option, ...] = (
     Option(
+        "tracking",
+        "string",
+        "",
+        "Experiment trackers every sweep sends its trials to, on top of those its spec lists (comma-separated: "
+        "mlflow, tensorboard, wandb; docs/tracking.md). MLflow's server is the connection mlflow_default.",
+        "mlflow",
+    ),
+    Option(
         "slurm_poll_interval",
         "float",
         10.0,

@@ -24,7 +24,7 @@ from typing import Any
 from airflow.sdk import Asset, TaskGroup, task
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_provider_gpusched import settings
+from airflow_provider_gpusched import settings, tracking
 from airflow_provider_gpusched.backends import airflow_backend
 from airflow_provider_gpusched.core.backends import get_backend
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
@@ -157,6 +157,7 @@ def _rounds(stage: SweepStage, notify: Sequence[Any] | None = None):
                 run_id = get_current_context()["run_id"]
                 session.settle(round_no, run_id, print)
                 outcome = session.finish_round(round_no, run_id)
+                tracking.send_session(session, get_current_context())
                 print(
                     f"round {round_no}: {outcome['scored']}/{outcome['trials']} trials scored, "
                     f"round best {outcome['round_best']}"
@@ -185,6 +186,8 @@ def _collect(session: SweepSession, notifiers: Sequence[Any] = ()):
             session.settle(None, run_id, print)
         summary = session.collect(run_id)
         print(summary.pop("text"))
+        # the sweep run's last sync: every trial not sent yet, then its end (tracking.py; never fails the task)
+        tracking.send_session(session, get_current_context(), summary)
         return summary
 
     return collect()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_gpusched import lineage, metrics
+from airflow_provider_gpusched import lineage, metrics, tracking
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.slurm.job import work_key
 from airflow_provider_gpusched.core.slurm.states import JobPhase
@@ -97,6 +97,12 @@ class _RecordsTrialFailures:
                         metrics.trial_finished(str(getattr(self, "sweep_name", "") or "sweep"), record["state"])
         except Exception as exc:  # noqa: BLE001 - the trial's outcome is on disk either way
             self.log.warning("Could not publish the trial outcomes for the UI: %s", exc)
+        found = self.trial_set()
+        if found is not None:  # to the sweep's experiment trackers (tracking.py; never fails the task)
+            manifest, trials = found
+            tracking.send_manifest_trials(
+                manifest, None if manifest.record.shared_study else trials, context, self.log.info
+            )
 
     def work_tag(self, context) -> WorkTag:
         """The task's tag plus its sweep and its trials' labels (``gpusched queue list --sweep``)."""

@@ -68,8 +68,11 @@ def check(model: _Model, x: float, deadline: float | None = None, *, relaxed: bo
         import numpy as np
         from scipy.optimize import Bounds, LinearConstraint, linprog, milp
         from scipy.sparse import csc_matrix
-    except ImportError as exc:  # pragma: no cover - scipy is a dependency of the package
-        raise PartitionInputError(f"this instance needs SciPy's HiGHS solver ({exc}); pip install scipy") from None
+    except ImportError as exc:  # NumPy and SciPy are the partition extra, not dependencies of the package
+        raise PartitionInputError(
+            f"this instance (host counts that the exact search alone cannot settle) needs SciPy's HiGHS solver, "
+            f"which is not installed ({exc}): pip install 'airflow-provider-gpusched[partition]'"
+        ) from None
     L, T = model.L, model.T
     arcs = stage_arcs(model, x)
     if not arcs:

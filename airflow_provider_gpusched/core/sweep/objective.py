@@ -12,6 +12,7 @@ weighted sum where ``weights`` are given.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -263,6 +264,8 @@ def pareto_fronts(
 #: a front of three or more metrics larger than this is checked with numpy (a point against the whole front
 #: in one array operation); smaller ones in plain Python, which is faster there
 NUMPY_FRONT = 64
+#: NumPy is not a dependency of the package (the partition extra brings it; so do Optuna and PyTorch)
+_HAS_NUMPY = importlib.util.find_spec("numpy") is not None
 
 
 def _peel(oriented: Sequence[tuple[float, ...]], left: Sequence[int], front: list[int], rest: list[int]) -> None:
@@ -287,7 +290,7 @@ def _peel(oriented: Sequence[tuple[float, ...]], left: Sequence[int], front: lis
         if members is not None:
             members[count] = p
             count += 1
-        elif len(front) > NUMPY_FRONT:
+        elif len(front) > NUMPY_FRONT and _HAS_NUMPY:  # (without NumPy, plain Python all the way)
             import numpy as np
 
             members = np.empty((len(left), len(p)))

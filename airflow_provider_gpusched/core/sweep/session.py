@@ -190,6 +190,8 @@ class SweepSession:
             pruning=self.spec.pruning.to_dict() if self.spec.pruning else None,
             shared_study=self.spec.asks_as_it_goes,
             checkpoints_in_trial=self.spec.kind.hands_on_checkpoints,
+            search=self.spec.search,
+            tracking=[c.to_dict() for c in self.spec.tracking or ()],
         )
 
     def _adopt_gts_results(self, trials: Iterable[Trial]) -> None:
@@ -294,6 +296,7 @@ class SweepSession:
         table = state_counts(records, skipped, run, planned_at)
         summary: dict[str, Any] = {
             "sweep": self.spec.name,
+            "run": run,
             "folder": self.store.dir,
             "search": self.spec.search,
             "counts": {k: len(v) for k, v in table.items()},

@@ -115,6 +115,9 @@ class SweepSpec:
     #: GPU Task Scheduler's own result folders count: a trial whose ``<results_root>/<label>`` folder exists (as
     #: that tool names them) is not run again unless force_rerun (set by a ``scheduler_config`` block)
     gts_result_folders: bool = False
+    #: experiment trackers the trials are sent to: mlflow, tensorboard, wandb or a callback of your own
+    #: (core/tracking/config.py, docs/tracking.md); off by default
+    tracking: Sequence[Any] | None = None
     where: str = "sweep"
 
     def __post_init__(self) -> None:
@@ -206,6 +209,9 @@ class SweepSpec:
             self.pruning = _build(PruningRule, self.pruning, f"{w}: pruning")
         if self.pruning is not None:
             self._check_pruning()
+        from airflow_provider_gpusched.core.tracking.config import parse_tracking
+
+        self.tracking = parse_tracking(self.tracking, f"{w}: tracking")
 
     def _check_pruning(self) -> None:
         w = self.where

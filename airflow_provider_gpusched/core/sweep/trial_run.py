@@ -109,6 +109,9 @@ class ManifestRecord:
     checkpoints_in_trial: Annotated[bool, says("true or false")] = False
     #: a batched group's manifest: the manifest it was cut from
     group_of: Annotated[str, says("a manifest path or null")] | None = None
+    #: the spec's search type and experiment trackers (core/tracking/config.py): the trial tasks send their trials
+    search: Annotated[str, says("a search type or null")] | None = None
+    tracking: Annotated[list[dict[str, Any]], says("a list of trackers", strict=None)] = field(default_factory=list)
 
 
 MANIFEST = RecordType(ManifestRecord, name="sweep manifest")

@@ -1,0 +1,155 @@
+"""A sweep spec's ``tracking`` list: which trackers its trials go to (off by default).
+
+Each entry is a tracker's name, or a mapping with ``kind`` (a built-in tracker) or ``callback`` (``package.module:
+Class``, a :class:`TrackingCallback` of your own) and that tracker's settings::
+
+    tracking:
+      - mlflow                                    # the server of connection mlflow_default
+      - {kind: mlflow, experiment: digits, conn_id: mlflow_lab}
+      - {kind: tensorboard}                       # event files under <sweep folder>/tensorboard
+      - {kind: wandb, project: digits}            # offline run files under <sweep folder>/wandb
+      - {callback: my_lab.tracking:SlackCallback, channel: "#sweeps"}
+
+The ``[gpusched] tracking`` option names trackers every sweep sends to (``mlflow,tensorboard``), on top of its own.
+Errors name the key (``sweeps/hpo.yaml: tracking[1].experiment: expected a string``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_gpusched.core.checks import is_number
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.import_target import import_attribute
+from airflow_provider_gpusched.core.tracking.callback import TrackingCallback
+
+#: the built-in trackers: name -> (the class, 'module:Class'; imported only when a sweep uses it)
+TRACKERS: dict[str, str] = {
+    "mlflow": "airflow_provider_gpusched.core.tracking.mlflow:MLflowCallback",
+    "tensorboard": "airflow_provider_gpusched.core.tracking.tensorboard:TensorBoardCallback",
+    "wandb": "airflow_provider_gpusched.core.tracking.wandb:WandbCallback",
+}
+
+
+def _string(value: Any) -> bool:
+    return isinstance(value, str) and bool(value) and "\x00" not in value
+
+
+#: each built-in tracker's settings: key -> (check, what is expected)
+SETTINGS: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
+    "mlflow": {
+        "tracking_uri": (_string, "the tracking server's URL, such as http://mlflow:5000"),
+        "conn_id": (_string, "an Airflow connection id (default mlflow_default)"),
+        "experiment": (_string, "an MLflow experiment name (default: the sweep's name)"),
+        "artifacts": (lambda v: isinstance(v, bool), "true or false (upload output.log and result.json)"),
+        "timeout": (lambda v: is_number(v) and 0 < v <= 120, "seconds from 0 to 120 per request"),
+    },
+    "tensorboard": {
+        "log_dir": (_string, "a directory (default <sweep folder>/tensorboard)"),
+    },
+    "wandb": {
+        "project": (_string, "a W&B project (default: the sweep's name)"),
+        "entity": (_string, "a W&B entity (team or user)"),
+        "mode": (
+            lambda v: v in ("offline", "online"),
+            "'offline' (default: run files, `wandb sync` later) or 'online'",
+        ),
+        "dir": (_string, "a directory for the run files (default <sweep folder>/wandb)"),
+    },
+}
+
+
+@dataclass(frozen=True)
+class TrackerConfig:
+    """One entry of ``tracking``: a built-in ``kind`` or a ``callback`` target, and its settings."""
+
+    kind: str | None
+    callback: str | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    where: str = "tracking"
+
+    @property
+    def label(self) -> str:
+        return self.kind or str(self.callback)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**({"kind": self.kind} if self.kind else {"callback": self.callback}), **self.settings}
+
+    def build(self, sweep_folder: str, resolved: Mapping[str, Any] | None = None) -> TrackingCallback:
+        """The callback, made with its settings (and ``resolved``: what the Airflow side looked up, such as an
+        MLflow connection's URL and credentials)."""
+        target = TRACKERS[self.kind] if self.kind else str(self.callback)
+        try:
+            cls = import_attribute(target)
+        except Exception as exc:  # noqa: BLE001 - a user's module may raise anything on import
+            raise InvalidArgumentError(f"{self.where}", target, f"an importable TrackingCallback ({exc})") from None
+        if not (isinstance(cls, type) and issubclass(cls, TrackingCallback)):
+            raise InvalidArgumentError(self.where, target, "a TrackingCallback subclass")
+        options = {**self.settings, **(resolved or {})}
+        if self.kind:
+            options["sweep_folder"] = sweep_folder
+        try:
+            callback = cls(**options)
+        except TypeError as exc:
+            raise InvalidArgumentError(self.where, self.to_dict(), f"settings {target} takes ({exc})") from None
+        return callback
+
+
+def parse_tracking(value: Any, where: str = "tracking") -> tuple[TrackerConfig, ...]:
+    """The ``tracking`` setting as configs; every error names the entry and the key."""
+    if value is None:
+        return ()
+    if isinstance(value, (str, Mapping)):
+        value = [value]
+    if not isinstance(value, Sequence):
+        raise InvalidArgumentError(where, value, "a list of trackers, such as [mlflow, tensorboard]")
+    out: list[TrackerConfig] = []
+    for i, entry in enumerate(value):
+        at = f"{where}[{i}]"
+        if isinstance(entry, TrackerConfig):
+            out.append(entry)
+            continue
+        if isinstance(entry, str):
+            entry = {"kind": entry}
+        if not isinstance(entry, Mapping):
+            raise InvalidArgumentError(at, entry, f"a tracker's name ({', '.join(TRACKERS)}) or a mapping with kind")
+        kind, target = entry.get("kind"), entry.get("callback")
+        if (kind is None) == (target is None):
+            raise InvalidArgumentError(
+                at, dict(entry), f"exactly one of kind ({', '.join(TRACKERS)}) or callback (package.module:Class)"
+            )
+        settings = {str(k): v for k, v in entry.items() if k not in ("kind", "callback")}
+        if kind is not None:
+            if kind not in TRACKERS:
+                raise InvalidArgumentError(f"{at}.kind", kind, f"one of {', '.join(TRACKERS)}")
+            known = SETTINGS[kind]
+            for key, setting in settings.items():
+                if key not in known:
+                    raise InvalidArgumentError(
+                        f"{at}.{key}", setting, f"one of the {kind} settings: {', '.join(known)}"
+                    )
+                check, expected = known[key]
+                if not check(setting):
+                    raise InvalidArgumentError(f"{at}.{key}", setting, expected)
+            out.append(TrackerConfig(kind=kind, settings=settings, where=at))
+        else:
+            if not isinstance(target, str) or ":" not in target:
+                raise InvalidArgumentError(f"{at}.callback", target, "'package.module:Class'")
+            out.append(TrackerConfig(kind=None, callback=target, settings=settings, where=at))
+    labels = [c.to_dict().get("kind") or c.callback for c in out]
+    for label in labels:
+        if labels.count(label) > 1 and label in TRACKERS:
+            raise InvalidArgumentError(
+                where, label, f"each tracker once ({label} is listed {labels.count(label)} times)"
+            )
+    return tuple(out)
+
+
+def merge_default(configs: Sequence[TrackerConfig], default: str) -> tuple[TrackerConfig, ...]:
+    """The spec's trackers plus the ``[gpusched] tracking`` option's (comma-separated names) it does not list."""
+    names = [n.strip() for n in default.split(",") if n.strip()]
+    extra = parse_tracking(names, "[gpusched] tracking") if names else ()
+    have = {c.kind for c in configs if c.kind}
+    return (*configs, *(c for c in extra if c.kind not in have))
