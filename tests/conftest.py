@@ -10,9 +10,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -63,7 +65,7 @@ if os.environ.get("GPUSCHED_EXPECT_INSTALLED"):  # scripts/test-compat.sh: test 
 #: that uses none of them, directly or through another fixture, and is not marked ``heavy`` (one test's 2.5 s of CPU
 #: or more: the fast tier's 60 s on 2 cores are about 120 s of CPU for 1,000 tests) is marked ``fast``:
 #: scripts/test-fast.sh runs those; the whole suite runs every test.
-SERVICE_FIXTURES = ("slurm_cluster", "airflow_db", "login_host", "stack", "fleet")
+SERVICE_FIXTURES = ("slurm_cluster", "airflow_db", "login_host", "stack", "fleet", "mlflow_server")
 SERVICE_MARKERS = ("slurm", "stack", "fleet", "gpu")
 #: set by scripts/test-fast.sh: a service fixture asked for there is a mistake in the tiers, said at once
 FAST_TIER = os.environ.get("GPUSCHED_TIER") == "fast"
@@ -85,6 +87,9 @@ SHARED_START_UNITS = {
     "tests/core/test_architecture.py": "architecture",
     # its module fixture runs every time-limit chain scenario at once on the worker's cluster (2 minutes, sleeping)
     "tests/slurm/test_time_limit_chain.py": "slurm-chain",
+    # one MLflow server (a minute to make its venv the first time, seconds to start) for the tests that talk to it
+    "tests/tracking/test_mlflow.py": "mlflow",
+    "tests/airflow/test_tracking_dags.py": "mlflow",
 }
 
 
@@ -354,3 +359,90 @@ def login_host(tmp_path_factory):
     yield port, options
     proc.terminate()
     proc.wait(timeout=10)
+
+
+class MLflowServer:
+    """A real ``mlflow server`` (SQLite backend, artifacts served) in its own venv (scripts/mlflow-venv.sh)."""
+
+    def __init__(self, url: str, venv: Path, proc):
+        self.url, self.venv, self.proc = url, venv, proc
+
+    def read(self, experiment: str | None = None) -> dict:
+        """Every run (of ``experiment``), read back with MLflow's own client in the server's venv: info, params,
+        tags, each metric's history (step, value) and the artifacts' names."""
+        script = (
+            "import json, sys\n"
+            "from mlflow.tracking import MlflowClient\n"
+            "c = MlflowClient(sys.argv[1]); out = {}\n"
+            "for e in c.search_experiments():\n"
+            "    if sys.argv[2] and e.name != sys.argv[2]: continue\n"
+            "    for r in c.search_runs([e.experiment_id], max_results=5000):\n"
+            "        out[r.info.run_id] = {'experiment': e.name, 'name': r.info.run_name, 'status': r.info.status,\n"
+            "            'params': r.data.params, 'tags': r.data.tags,\n"
+            "            'metrics': {k: sorted((m.step, m.value) for m in c.get_metric_history(r.info.run_id, k))\n"
+            "                        for k in r.data.metrics},\n"
+            "            'artifacts': sorted(a.path for a in c.list_artifacts(r.info.run_id))}\n"
+            "print(json.dumps(out))\n"
+        )
+        done = subprocess.run(
+            [str(self.venv / "bin" / "python"), "-c", script, self.url, experiment or ""],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs = json.loads(done.stdout)
+        for run in runs.values():  # (step, value) pairs as tuples
+            run["metrics"] = {k: [tuple(p) for p in v] for k, v in run["metrics"].items()}
+        return runs
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    """A real MLflow tracking server on 127.0.0.1 for this worker's session (the tests that use it are one unit of
+    work, tests/conftest.py SHARED_START_UNITS), stopped at the end."""
+    no_service_in_the_fast_tier("an MLflow server")
+    venv = Path(__file__).resolve().parents[1] / ".venv-mlflow"
+    made = subprocess.run(["bash", str(venv.parent / "scripts" / "mlflow-venv.sh")], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr[-3000:]
+    d = tmp_path_factory.mktemp("mlflow")
+    port = free_port()
+    log = open(d / "server.log", "wb")
+    proc = subprocess.Popen(
+        [
+            str(venv / "bin" / "mlflow"),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{d / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(d / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=d,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    import urllib.request
+
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            pass
+        assert proc.poll() is None, (d / "server.log").read_text()[-3000:]
+        assert time.monotonic() < deadline, "mlflow server did not answer in 120 s"
+        time.sleep(0.3)
+    yield MLflowServer(url, venv, proc)
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=30)
+    log.close()

@@ -70,3 +70,56 @@ class FakeSweep:
         summary = self.session.collect(self.run)
         summary.pop("text")
         return summary
+
+
+def read_wandb_run(path):
+    """The records of a W&B run file (``run-<id>.wandb``), read with W&B's own protocol buffers: the file is
+    LevelDB's log format (32 KiB blocks of records, each with a 7-byte header: CRC, length, type) after W&B's 7-byte
+    header (``:W&B``, magic 0xBEE1, version). Returns {"config", "history": [(step, {key: value})], "summary", "exit"}."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2
+
+    data = open(path, "rb").read()
+    ident, magic, _version = struct.unpack("<4sHB", data[:7])
+    assert ident == b":W&B" and magic == 0xBEE1, path
+    block, pos, records, partial = 32768, 7, [], b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # the rest of a block too small for a header is padding
+            pos += left
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        chunk = data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind == 0 and length == 0:
+            continue
+        if kind == 1:  # FULL
+            records.append(chunk)
+        elif kind == 2:  # FIRST
+            partial = chunk
+        elif kind == 3:  # MIDDLE
+            partial += chunk
+        elif kind == 4:  # LAST
+            records.append(partial + chunk)
+    out = {"config": {}, "history": [], "summary": {}, "exit": None, "run": None}
+    for raw in records:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(raw)
+        which = record.WhichOneof("record_type")
+        if which == "run":
+            out["run"] = record.run
+            for item in record.run.config.update:
+                out["config"][item.key] = json.loads(item.value_json)
+        elif which == "config":
+            for item in record.config.update:
+                out["config"][item.key] = json.loads(item.value_json)
+        elif which == "history":
+            items = {("/".join(i.nested_key) or i.key): json.loads(i.value_json) for i in record.history.item}
+            out["history"].append((record.history.step.num, items))
+        elif which == "summary":
+            for item in record.summary.update:
+                out["summary"][("/".join(item.nested_key) or item.key)] = json.loads(item.value_json)
+        elif which == "exit":
+            out["exit"] = record.exit.exit_code
+    return out

@@ -6,7 +6,7 @@ package; no TensorFlow, no PyTorch). Layout under ``log_dir`` (default ``<sweep 
     <run>/                          the HParams experiment: every parameter and the metrics reported
     <run>/<trial label>-<id>-<n>/   one trial attempt: its scalars, its hyper-parameters (one row of the table)
 
-``tensorboard --logdir <sweep folder>/tensorboard`` then shows curves across trials and, in HPARAMS, the table,
+``tensorboard --logdir <sweep folder>/tensorboard`` shows curves across trials and, in HPARAMS, the table,
 parallel coordinates and scatter plots of parameters against metrics.
 """
 
@@ -109,7 +109,6 @@ class TensorBoardCallback(TrackingCallback):
                 metrics.append(f"result/{key}")
         if summary:
             self._summary(path, self.Summary(value=summary), 0, end.ended)
-        self._write_experiment(trial.sweep)  # the table's columns grow with the metrics trials report
 
     def _write_experiment(self, sweep: SweepRun) -> None:
         hp = self.hp
@@ -122,6 +121,8 @@ class TensorBoardCallback(TrackingCallback):
         self._summary(self._run_dir(sweep), config)
 
     def on_sweep_end(self, sweep: SweepRun, summary: Mapping[str, Any]) -> None:
+        """The table's columns, once (TensorBoard keeps the first experiment it reads); until then the HParams
+        dashboard infers them from the trials' own records."""
         self._write_experiment(sweep)
 
     def close(self) -> None:
