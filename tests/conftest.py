@@ -407,7 +407,7 @@ def mlflow_server(tmp_path_factory):
     assert made.returncode == 0, made.stderr[-3000:]
     d = tmp_path_factory.mktemp("mlflow")
     port = free_port()
-    log = open(d / "server.log", "wb")
+    log = open(d / "server.log", "wb")  # noqa: SIM115 - the server's log for the session, closed after it
     proc = subprocess.Popen(
         [
             str(venv / "bin" / "mlflow"),

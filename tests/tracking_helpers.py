@@ -80,7 +80,8 @@ def read_wandb_run(path):
 
     from wandb.proto import wandb_internal_pb2
 
-    data = open(path, "rb").read()
+    with open(path, "rb") as fh:
+        data = fh.read()
     ident, magic, _version = struct.unpack("<4sHB", data[:7])
     assert ident == b":W&B" and magic == 0xBEE1, path
     block, pos, records, partial = 32768, 7, [], b""

@@ -27,7 +27,7 @@ def send(sweep, url, **settings):
 def by_parent(runs):
     parents = {k: v for k, v in runs.items() if "mlflow.parentRunId" not in v["tags"]}
     children = {}
-    for run_id, run in runs.items():
+    for run in runs.values():
         if "mlflow.parentRunId" in run["tags"]:
             children.setdefault(run["tags"]["mlflow.parentRunId"], []).append(run)
     return parents, children
