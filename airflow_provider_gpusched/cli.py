@@ -865,11 +865,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_command(args.func, args)
+
+
+def run_command(func, args) -> int:
+    """Run one subcommand's function: its exit code, and errors said in one line (no traceback). ``gpusched`` and
+    ``airflow gpusched`` (cli_airflow.py) both come here."""
     import os
 
-    args = build_parser().parse_args(argv)
     try:
-        code = args.func(args)
+        code = func(args)
         sys.stdout.flush()
         return code
     except GpuschedError as exc:

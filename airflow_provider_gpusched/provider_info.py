@@ -107,5 +107,8 @@ def get_provider_info() -> dict[str, Any]:
                 },
             }
         ],
+        "plugins": [{"name": "gpusched", "plugin-class": f"{PACKAGE}.plugins.GpuschedPlugin"}],
+        # `airflow gpusched ...`: the gpusched command as a group of Airflow's CLI (cli_airflow.py)
+        "cli": [f"{PACKAGE}.cli_airflow.get_cli_commands"],
         "config": provider_config(),
     }

@@ -49,6 +49,52 @@ def test_providers_list_and_hooks_show_the_provider(airflow_db):
     )
 
 
+def test_airflow_gpusched_is_the_gpusched_command_inside_airflows_cli(airflow_db, tmp_path):
+    """Provider info declares the plugin and the `airflow gpusched` group: Airflow lists them, and the group has
+    every subcommand and option of `gpusched`, running the same functions (an error said the same way)."""
+    import argparse
+
+    info = get_provider_info()
+    assert info["plugins"] == [{"name": "gpusched", "plugin-class": "airflow_provider_gpusched.plugins.GpuschedPlugin"}]
+    shown = _airflow("providers", "get", "airflow-provider-gpusched", "--full", "-o", "json")
+    assert "airflow_provider_gpusched.cli_airflow.get_cli_commands" in shown and "GpuschedPlugin" in shown
+    top = _airflow("gpusched", "--help")
+    assert "airflow gpusched" in top
+    for name in ("gpus", "fleet", "slurm", "sweep", "pools", "queue", "partition", "profile"):
+        assert f"\n    {name}" in top, name
+
+    from airflow.cli.cli_parser import get_parser
+
+    from airflow_provider_gpusched.cli import build_parser
+
+    def leaves(parser, path=()):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    yield from leaves(child, (*path, name))
+                return
+        yield (
+            path,
+            sorted(
+                tuple(a.option_strings) or (a.dest,) for a in parser._actions if not isinstance(a, argparse._HelpAction)
+            ),
+        )
+
+    ours = dict(leaves(build_parser()))
+    airflow_tree = dict(leaves(get_parser()))
+    assert len(ours) >= 20
+    for path, arguments in ours.items():
+        assert airflow_tree[("gpusched", *path)] == arguments, path
+    out = subprocess.run(
+        [sys.executable, "-m", "airflow", "gpusched", "sweep", "results", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2 and "gpusched: error:" in out.stderr and "no such sweep folder" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
 def test_connection_form_fields_and_triggers_are_declared(airflow_db):
     from airflow.providers_manager import ProvidersManager
 
