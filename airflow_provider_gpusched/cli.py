@@ -105,7 +105,8 @@ def _sweep_track(args) -> int:
     from airflow_provider_gpusched.core.sweep.store import read_json
     from airflow_provider_gpusched.core.sweep.trial_run import Manifest
     from airflow_provider_gpusched.core.tracking import SweepRun, TrackingSync, parse_tracking
-    from airflow_provider_gpusched.tracking import _score, build_callbacks
+    from airflow_provider_gpusched.core.tracking.config import score_of
+    from airflow_provider_gpusched.tracking import build_callbacks
 
     folder = _sweep_folder(args)
     manifests: dict[str | None, Manifest] = {}
@@ -137,7 +138,7 @@ def _sweep_track(args) -> int:
             sweep=record.sweep, run=run, folder=folder, search=record.search or "", objective=record.objective
         )
         ends = summary if isinstance(summary, dict) and summary.get("run") == run else None
-        outcome = TrackingSync(sweep, callbacks, score=_score(record.objective)).sync(final=True, summary=ends)
+        outcome = TrackingSync(sweep, callbacks, score=score_of(record.objective)).sync(final=True, summary=ends)
         print(f"run {run}: {outcome.describe()}")
         told += sum(o.told for o in outcome.callbacks.values())
         if any(o.error for o in outcome.callbacks.values()):

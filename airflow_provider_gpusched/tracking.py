@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.core.tracking.callback import SweepRun, TrackingCallback
-from airflow_provider_gpusched.core.tracking.config import TrackerConfig, merge_default, parse_tracking
+from airflow_provider_gpusched.core.tracking.config import TrackerConfig, merge_default, parse_tracking, score_of
+from airflow_provider_gpusched.core.tracking.config import build_callbacks as core_build
 from airflow_provider_gpusched.core.tracking.sync import TrackingSync
 
 if TYPE_CHECKING:
@@ -59,26 +60,12 @@ def _resolved(config: TrackerConfig) -> dict[str, Any]:
 def build_callbacks(
     configs: Sequence[TrackerConfig], folder: str, say: Callable[[str], None]
 ) -> list[TrackingCallback]:
-    """The callbacks of ``configs`` and of ``[gpusched] tracking``; one that cannot be made is said, and left out."""
+    """The callbacks of ``configs`` and of ``[gpusched] tracking``, MLflow's server looked up in its connection."""
     try:
         configs = merge_default(configs, settings.tracking())
     except Exception as exc:  # noqa: BLE001 - a bad option must not fail the trials
         say(f"tracking: [gpusched] tracking: {exc}")
-    out = []
-    for config in configs:
-        try:
-            out.append(config.build(folder, _resolved(config)))
-        except Exception as exc:  # noqa: BLE001 - a tracker that cannot be set up never fails a trial
-            say(f"tracking: {config.label}: not sent: {exc}")
-    return out
-
-
-def _score(objective: Mapping[str, Any] | None) -> Callable[[Any], float | None] | None:
-    if not objective:
-        return None
-    from airflow_provider_gpusched.core.sweep.objective import objective_from_mapping
-
-    return objective_from_mapping(objective, "objective").score
+    return core_build(configs, folder, say, _resolved)
 
 
 def _send(
@@ -95,7 +82,7 @@ def _send(
         callbacks = build_callbacks(configs, sweep.folder, say)
         if not callbacks:
             return
-        outcome = TrackingSync(sweep, callbacks, score=_score(sweep.objective), log=say).sync(
+        outcome = TrackingSync(sweep, callbacks, score=score_of(sweep.objective), log=say).sync(
             folders, final=final, summary=summary, tasks=tasks
         )
         say(outcome.describe())

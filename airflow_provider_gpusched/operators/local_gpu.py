@@ -65,13 +65,13 @@ class LocalGPUOperator(lineage.LineageFacets, BaseOperator):
     :param devices: restrict to these GPU indices.
     :param device_groups: fixed GPU groups (``[[0, 1], [2, 3]]``, or mixed ``[[0], [1, 2]]``): the work takes one
         whole group, whichever is free first, and sees exactly its GPUs (GPU Task Scheduler's GPU groups).
-    :param memory_margin, max_foreign_processes, min_free_ram, max_cpu_percent: admission limits (not given:
+    :param memory_margin: (and ``max_foreign_processes``, ``min_free_ram``, ``max_cpu_percent``) admission limits (not given:
         ``[gpusched] gpu_memory_margin``, ``min_free_ram``, ``max_cpu_percent``: fedflow's host limits).
     :param cpus: host CPUs this task reserves while it runs: CPUs no other lease holds, its child pinned to them
         (CPU affinity; ``$GPUSCHED_CPUS`` lists them, ``OMP_NUM_THREADS`` defaults to their number).
     :param mem: host RAM this task reserves while it runs (``'16GiB'``): admitted only while the
         reservations of all live leases on this host fit its budget ($GPUSCHED_HOST_MEMORY, else 90% of RAM).
-    :param oom_retries, oom_factor: GPU OOM retries, each reserving ``oom_factor`` x more, the last a
+    :param oom_retries: (and ``oom_factor``) GPU OOM retries, each reserving ``oom_factor`` x more, the last a
         whole GPU. Other failures go to Airflow's ``retries``.
     :param env: extra environment (templated); ``cwd``: working directory (default: a per-run directory).
     :param time_limit: how long each start of the work may run, as Slurm's ``--time`` (minutes as an int,
@@ -85,7 +85,7 @@ class LocalGPUOperator(lineage.LineageFacets, BaseOperator):
         try again later; for several GPU hosts) or ``"block"`` (wait in the worker).
     :param defer_after: deferring mode: seconds to look for GPUs again in the worker (every 0.2 s) before deferring,
         so a GPU that frees soon is taken at once (default ``[gpusched] defer_after``, 0: defer at once).
-    :param job_class, priority: ``"normal"`` (default) or ``"idle"``, and a whole-number priority. The
+    :param job_class: (and ``priority``) ``"normal"`` (default) or ``"idle"``, and a whole-number priority. The
         ``[gpusched] job_classes`` mapping turns them into the Airflow pool, ``pool_slots`` (one per GPU by
         default) and ``priority_weight``; an idle lease is preemptible (see docs/idle-filling.md).
     :param distributed: start the work as one rank per leased GPU: ``"torchrun"`` (``torchrun --standalone``,

@@ -93,24 +93,23 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
     :param command: argv list (passed verbatim) or a shell command line (a string). Templated.
     :param script: a whole batch script body instead of ``command``. Templated.
     :param job_name: Slurm job name (default ``<dag_id>.<task_id>``).
-    :param partition, qos, account: Slurm placement (defaults from the connection).
+    :param partition: (and ``qos``, ``account``) Slurm placement (defaults from the connection).
     :param gpus: GPUs per job (``--gres=gpu:N``); or ``gres`` for a raw GRES string such as ``gpu:a100:2``.
-    :param cpus, mem, time_limit: resources (``cpus``: sbatch's ``--cpus-per-task``; its old name ``cpus_per_task``
+    :param cpus: (and ``mem``, ``time_limit``) resources (``cpus``: sbatch's ``--cpus-per-task``; its old name ``cpus_per_task``
         still works, with a warning) (``mem`` accepts ``'16G'``, ``'2.5GB'``; ``time_limit``
         minutes, a timedelta or ``'HH:MM:SS'``).
     :param array: job array spec (``'0-9%2'``): the task succeeds when every array task succeeds (each array task
         has the whole shape: an array of multi-node jobs).
-    :param nodes, ntasks_per_node, gpus_per_node, gpus_per_task, cpus_per_gpu, exclusive, constraint, nodelist,
-        exclude: the job's shape (``nodes=2`` or ``"2-4"``; ``gpus_per_node=4`` or ``"a100:4"``; ``nodelist`` and
+    :param nodes: (and ``ntasks_per_node``, ``gpus_per_node``, ``gpus_per_task``, ``cpus_per_gpu``, ``exclusive``, ``constraint``, ``nodelist``, ``exclude``) the job's shape (``nodes=2`` or ``"2-4"``; ``gpus_per_node=4`` or ``"a100:4"``; ``nodelist`` and
         ``exclude`` as a list or a hostlist such as ``"gpu[01-04]"``). ``gpus`` is per node too (``--gres``).
     :param distributed: start the command as ranks on every node: ``"torchrun"`` (one torchrun per node,
         ``nproc_per_node`` = GPUs per node, c10d rendezvous on the first node) or ``"srun"`` (one process per GPU
         with ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``). See docs/slurm.md.
     :param rank_exit_grace: seconds the other ranks may run on after the first one ended (then they are stopped:
         a hung rank never holds the job until its time limit); 0: no limit. Default 300.
-    :param nice, requeue, open_mode: scheduling knobs (``open_mode='append'`` by default so a requeued job
+    :param nice: (and ``requeue``, ``open_mode``) scheduling knobs (``open_mode='append'`` by default so a requeued job
         keeps its earlier output).
-    :param output_path, error_path: output files (``%j``, ``%A``, ``%a`` allowed); default under ``[gpusched] slurm_output_dir``.
+    :param output_path: (and ``error_path``) output files (``%j``, ``%A``, ``%a`` allowed); default under ``[gpusched] slurm_output_dir``.
     :param env: variables exported in the job script (old name: ``environment``). ``setup``: lines run before the command
         (for example ``source /shared/envs/pt2.sh``). ``sbatch_args``: extra sbatch options.
     :param deferrable: wait in the triggerer (default ``[gpusched] default_deferrable``) or in the worker.
@@ -124,7 +123,7 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
         ``max_requeues`` (3), ``signal`` (``"USR1"``), ``signal_delay`` (90 s before the limit) and ``grace``. The
         job is signalled before its limit, checkpoints, and is requeued while it makes progress; the task follows
         every segment and logs each one.
-    :param job_class, priority: ``"normal"`` (default) or ``"idle"`` (fill-in work), and a whole-number
+    :param job_class: (and ``priority``) ``"normal"`` (default) or ``"idle"`` (fill-in work), and a whole-number
         priority. The ``[gpusched] job_classes`` mapping turns them into the Airflow pool, slots and weight
         and the Slurm partition/QOS/nice/requeue (idle: the preemptible ``idle`` partition with requeue;
         connection extras ``idle_partition`` / ``idle_qos`` change where). Explicit arguments win.

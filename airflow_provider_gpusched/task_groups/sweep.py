@@ -58,7 +58,7 @@ def sweep_task_group(
     notify_rounds: bool = False,
     **options: Any,
 ) -> TaskGroup:
-    """Build the task group of ``spec`` (a :class:`SweepSpec`, its dict, or a YAML path) in the DAG being defined.
+    """Build the task group of ``spec`` (a :class:`~airflow_provider_gpusched.core.sweep.spec.SweepSpec`, its dict, or a YAML path) in the DAG being defined.
 
     :param execution: how the trials run (:class:`~airflow_provider_gpusched.task_groups.execution.SweepExecution`:
         backend, batching, chunking, the trial operator's arguments); or give its fields as keyword

@@ -177,7 +177,7 @@ def run_sweep(
     (``counts``, ``leaderboard``, ``best``, ``text``: the status table and leaderboard as ``gpusched sweep
     results`` prints them).
 
-    :param spec: a :class:`SweepSpec`, a YAML file, or ``package.module:ATTR``.
+    :param spec: a :class:`~airflow_provider_gpusched.core.sweep.spec.SweepSpec`, a YAML file, or ``package.module:ATTR``.
     :param manager: the ``LeaseManager`` (default: NVML's GPUs, or the simulated ones of
         ``$GPUSCHED_SIMULATE_GPUS``, in the lease directory Airflow's tasks use).
     :param parallel: trials at once (default: what fits on the GPUs).
@@ -200,7 +200,7 @@ def run_sweep(
         )
     session = SweepSession(spec, results_root)
     run = run or f"terminal__{time.strftime('%Y-%m-%dT%H:%M:%S')}__{os.getpid()}"
-    return chosen.run_sweep(
+    summary = chosen.run_sweep(
         spec,
         session,
         run,
@@ -211,6 +211,23 @@ def run_sweep(
         on_event=on_event,
         poll_interval=poll_interval,
     )
+    if spec.tracking:  # the spec's trackers, once the run ended (MLflow's server: the spec's, or $MLFLOW_TRACKING_URI)
+        from airflow_provider_gpusched.core.tracking.callback import SweepRun
+        from airflow_provider_gpusched.core.tracking.config import build_callbacks, score_of
+        from airflow_provider_gpusched.core.tracking.sync import TrackingSync
+
+        say = on_event or (lambda line: print(line, file=sys.stderr))
+        objective = spec.objective.to_dict() if spec.objective else None
+        sweep = SweepRun(sweep=spec.name, run=run, folder=session.store.dir, search=spec.search, objective=objective)
+        callbacks = build_callbacks(spec.tracking, session.store.dir, say)
+        if callbacks:
+            ends = {k: v for k, v in summary.items() if k != "text"}
+            say(
+                TrackingSync(sweep, callbacks, score=score_of(objective), log=say)
+                .sync(final=True, summary=ends)
+                .describe()
+            )
+    return summary
 
 
 def stopped_run(session: SweepSession, round_no: int | None, run: str, why: str) -> None:

@@ -1,7 +1,7 @@
 """A sweep spec's ``tracking`` list: which trackers its trials go to (off by default).
 
 Each entry is a tracker's name, or a mapping with ``kind`` (a built-in tracker) or ``callback`` (``package.module:
-Class``, a :class:`TrackingCallback` of your own) and that tracker's settings::
+Class``, a :class:`~airflow_provider_gpusched.core.tracking.callback.TrackingCallback` of your own) and that tracker's settings::
 
     tracking:
       - mlflow                                    # the server of connection mlflow_default
@@ -153,3 +153,29 @@ def merge_default(configs: Sequence[TrackerConfig], default: str) -> tuple[Track
     extra = parse_tracking(names, "[gpusched] tracking") if names else ()
     have = {c.kind for c in configs if c.kind}
     return (*configs, *(c for c in extra if c.kind not in have))
+
+
+def build_callbacks(
+    configs: Sequence[TrackerConfig],
+    folder: str,
+    say: Callable[[str], None],
+    resolve: Callable[[TrackerConfig], Mapping[str, Any]] | None = None,
+) -> list[TrackingCallback]:
+    """The callbacks of ``configs`` (``resolve``: what the Airflow side looks up for one, such as an MLflow
+    connection); one that cannot be made is said, and left out: a tracker never fails the trials."""
+    out = []
+    for config in configs:
+        try:
+            out.append(config.build(folder, resolve(config) if resolve else None))
+        except Exception as exc:  # noqa: BLE001 - a tracker that cannot be set up never fails a trial
+            say(f"tracking: {config.label}: not sent: {exc}")
+    return out
+
+
+def score_of(objective: Mapping[str, Any] | None) -> Callable[[Any], float | None] | None:
+    """The score function of an objective as a manifest or SweepRun keeps it (``Objective.to_dict``)."""
+    if not objective:
+        return None
+    from airflow_provider_gpusched.core.sweep.objective import objective_from_mapping
+
+    return objective_from_mapping(objective, "objective").score
