@@ -228,7 +228,9 @@ class MLflowCallback(TrackingCallback):
         self.no_proxy_said = False
 
     # -- the parent run ----------------------------------------------------------------------------------------
-    def _parent(self, sweep: SweepRun) -> tuple[str, str]:
+    def _parent(self, sweep: SweepRun, start: float | None = None) -> tuple[str, str]:
+        """The sweep run's parent run (made once; ``start``: its first trial's start, so that its duration is the
+        sweep's)."""
         memo = sweep.memo
         if "experiment_id" not in memo:
             memo["experiment_id"] = self.client.experiment_id(self.experiment or sweep.sweep)
@@ -241,7 +243,8 @@ class MLflowCallback(TrackingCallback):
                 **({"airflow.dag_id": sweep.dag_id} if sweep.dag_id else {}),
                 **({"airflow.run_id": sweep.run} if sweep.run else {}),
             }
-            run = self.client.create_run(memo["experiment_id"], f"{sweep.sweep} {sweep.run or ''}".strip(), None, tags)
+            name = f"{sweep.sweep} {sweep.run or ''}".strip()
+            run = self.client.create_run(memo["experiment_id"], name, start, tags)
             memo.update(run_id=run["run_id"], artifact_uri=run["artifact_uri"])
             if sweep.objective:
                 self.client.log_batch(run["run_id"], params={f"objective.{k}": v for k, v in sweep.objective.items()})
@@ -251,7 +254,7 @@ class MLflowCallback(TrackingCallback):
     def on_trial_start(self, trial: TrialRun) -> None:
         if "run_id" in trial.memo:
             return
-        experiment_id, parent = self._parent(trial.sweep)
+        experiment_id, parent = self._parent(trial.sweep, trial.started)
         task = trial.task or {}
         tags = {
             "mlflow.parentRunId": parent,

@@ -135,10 +135,21 @@ class TrackingSync:
         outcome = SyncOutcome()
         if not self.callbacks:
             return outcome
-        names = sorted(set(folders)) if folders is not None else self._all_folders()
+        names = self._by_start(sorted(set(folders)) if folders is not None else self._all_folders())
         for callback in self.callbacks:
             outcome.callbacks[callback.name] = self._sync_one(callback, names, final, summary, tasks or {})
         return outcome
+
+    def _by_start(self, names: list[str]) -> list[str]:
+        """Trial folders in the order their attempts started (a tracker then sees the sweep as it happened: MLflow's
+        parent run starts with the first trial)."""
+
+        def started(name: str) -> float:
+            status = read_json(os.path.join(self.trials_dir, name, "status.json")) if os.sep not in name else None
+            value = status.get("started") if isinstance(status, dict) else None
+            return float(value) if is_number(value) else float("inf")
+
+        return sorted(names, key=started)
 
     def _all_folders(self) -> list[str]:
         try:
