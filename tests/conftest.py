@@ -427,6 +427,9 @@ def mlflow_server(tmp_path_factory):
         stderr=subprocess.STDOUT,
         cwd=d,
         start_new_session=True,
+        # no job runners (MLflow 3's huey consumers, for GenAI evaluation jobs): tracking needs none, and they are
+        # processes polling beside the tests
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
