@@ -249,3 +249,23 @@ def test_the_development_guides_callback_runs_as_written(tmp_path, monkeypatch):
     assert sorted(r[1] for r in rows[1:]) == sorted(t.label for t in sweep.trials)
     assert [r[2] for r in rows[1:]] == ["succeeded"] * 3
     assert sorted(float(r[3]) for r in rows[1:]) == pytest.approx([0.7, 0.75, 0.8])
+
+
+def test_a_tracker_failing_at_its_setup_or_the_sweeps_end_is_told_it_again_next_time(tmp_path):
+    sweep = FakeSweep(tmp_path, lrs=(0.1,))
+    sweep.run_all(steps=1)
+
+    class SetupFails(Recorder):
+        def setup(self, sweep_run):
+            raise OSError("no disk")
+
+    said = []
+    out = sync(sweep, SetupFails(), final=True, summary=sweep.summary(), log=said.append)
+    assert out.callbacks["recorder"].error == "the setup: OSError: no disk" and len(said) == 1
+    end_fails = Recorder(fail_on=lambda e: e[0] == "sweep_end")
+    out = sync(sweep, end_fails, final=True, summary=sweep.summary(), log=said.append)
+    assert out.callbacks["recorder"].error.startswith("the sweep's end: ConnectionError")
+    assert [e[0] for e in end_fails.events] == ["start", "report", "end"]
+    up = Recorder()
+    sync(sweep, up, final=True, summary=sweep.summary(), log=said.append)
+    assert [e[0] for e in up.events] == ["sweep_end"] and "works again" in said[-1]

@@ -191,14 +191,17 @@ class TrackingSync:
                 raise GpuschedError(f"{run_path}: not the tracking record of run {self.sweep.run!r}")
             sweep = SweepRun(**{**self.sweep.__dict__, "memo": run_record["memo"]})
             try:
-                callback.setup(sweep)
+                _told(lambda: callback.setup(sweep), "the setup")
                 for folder in folders:
                     if deadline is not None and time.monotonic() > deadline:
                         out.pending = True
                         break
                     out.told += self._trial(callback, sweep, base, folder, tasks.get(folder), run_path, run_record)
                 if summary is not None and not run_record.get("ended") and not out.pending:
-                    callback.on_sweep_end(sweep, summary)
+                    try:
+                        _told(lambda: callback.on_sweep_end(sweep, summary), "the sweep's end")
+                    finally:
+                        self._write(run_path, run_record)  # what the callback kept (its parent run) before it failed
                     run_record["ended"] = True
                     self._write(run_path, run_record)
                     out.told += 1
@@ -268,11 +271,10 @@ class TrackingSync:
 
         def tell(call: Callable[[], None], what: str) -> None:
             try:
-                call()
-            except Exception as exc:
+                _told(call, f"{what} of trial {trial.label}")
+            except _CallbackFailed:
                 save()  # what the callback kept (a run id) before it failed
-                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-                raise _CallbackFailed(f"{what} of trial {trial.label}: {type(exc).__name__}: {first}") from exc
+                raise
 
         if not cursor["started"]:
             tell(lambda: callback.on_trial_start(trial), "the start")
@@ -372,6 +374,15 @@ class TrackingSync:
                     os.close(fd)
                     return None
                 time.sleep(0.05)
+
+
+def _told(call: Callable[[], None], what: str) -> None:
+    """Make one call of a callback; any error it raises becomes the one that stops this callback's sync."""
+    try:
+        call()
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise _CallbackFailed(f"{what}: {type(exc).__name__}: {first}") from exc
 
 
 def _text(value: Any) -> str | None:
