@@ -1,6 +1,7 @@
 """What goes to PyPI: `python -m build` makes a wheel and an sdist that `twine check` accepts; the sdist carries
 LICENSE and what it takes to run the tests; metadata has what a provider on PyPI has."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -106,6 +107,15 @@ def test_the_wheel_has_the_license_the_ui_bundle_and_the_entry_points(dist):
         r.startswith("apache-airflow<4,>=3.3.2") or r.startswith("apache-airflow>=3.3.2,<4") for r in requires
     ), requires
     assert any(r.startswith("asyncpg") and 'extra == "postgres"' in r for r in requires), requires
+    # NumPy and SciPy only with the partitioner's extra (docs/compatibility.md); the trackers' packages in theirs
+    for name, extra in (
+        ("numpy", "partition"),
+        ("scipy", "partition"),
+        ("tensorboard", "tensorboard"),
+        ("wandb", "wandb"),
+    ):
+        found = [r for r in requires if re.match(rf"{name}\b", r)]
+        assert found and all(f'extra == "{extra}"' in r for r in found), (name, found)
 
 
 @pytest.mark.heavy
