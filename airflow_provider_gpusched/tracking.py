@@ -40,10 +40,11 @@ def mlflow_connection(conn_id: str) -> dict[str, Any]:
     host = (conn.host or "").rstrip("/")
     if not host:
         return {}
-    if "://" not in host:
+    bare = "://" not in host
+    if bare:
         host = f"{conn.schema or 'http'}://{host}"
-    if conn.port:
-        host = f"{host}:{conn.port}"
+    if conn.port or bare:  # a bare host name: MLflow's own port unless the connection says another
+        host = f"{host}:{conn.port or 5000}"
     extra = conn.extra_dejson or {}
     if extra.get("auth") == "bearer":
         return {"tracking_uri": host, "token": conn.password}
@@ -53,8 +54,7 @@ def mlflow_connection(conn_id: str) -> dict[str, Any]:
 def _resolved(config: TrackerConfig) -> dict[str, Any]:
     if config.kind != "mlflow" or config.settings.get("tracking_uri"):
         return {}
-    found = mlflow_connection(str(config.settings.get("conn_id") or DEFAULT_MLFLOW_CONN))
-    return found
+    return mlflow_connection(str(config.settings.get("conn_id") or DEFAULT_MLFLOW_CONN))
 
 
 def build_callbacks(

@@ -155,7 +155,9 @@ def main() -> None:
     venv = REPO / ".venv-mlflow"
     from airflow_provider_gpusched.core.tracking import TrackingCallback, TrackingSync, parse_tracking
 
-    print(f"{time.strftime('%Y-%m-%d %H:%M')}, {platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
+    print(
+        f"{time.strftime('%Y-%m-%d %H:%M')}, {platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         proc, url = start_server(venv, tmp_path / "server")

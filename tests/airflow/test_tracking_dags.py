@@ -77,3 +77,22 @@ def test_slurm_trials_are_tracked_from_the_results_folder(tracking_env, mlflow_s
     assert state == "success", states
     children = check_tracked(mlflow_server, tracking_env, "trk_slurm", "t_track_slurm", 2, "trk_slurm.trial")
     assert all(c["tags"].get("gpusched.slurm_job") for c in children)
+
+
+@pytest.mark.parametrize(
+    ("conn", "expected"),
+    [
+        ({"host": "mlflow.lab"}, {"tracking_uri": "http://mlflow.lab:5000", "username": None, "password": None}),
+        ({"host": "mlflow.lab", "port": 8080, "schema": "https"}, {"tracking_uri": "https://mlflow.lab:8080"}),
+        ({"host": "https://mlflow.lab/prefix/"}, {"tracking_uri": "https://mlflow.lab/prefix"}),
+        ({"host": "mlflow.lab", "login": "ann", "password": "s3"}, {"username": "ann", "password": "s3"}),
+        ({"host": "mlflow.lab", "password": "tok", "extra": {"auth": "bearer"}}, {"token": "tok"}),
+    ],
+)
+def test_the_mlflow_connection_gives_the_server_and_its_credentials(airflow_db, monkeypatch, conn, expected):
+    from airflow_provider_gpusched.tracking import mlflow_connection
+
+    monkeypatch.setenv("AIRFLOW_CONN_MLFLOW_LAB", json.dumps({"conn_type": "http", **conn}))
+    found = mlflow_connection("mlflow_lab")
+    assert {k: found.get(k) for k in expected} == expected
+    assert mlflow_connection("no_such_connection") == {}
