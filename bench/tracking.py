@@ -179,7 +179,7 @@ def main() -> None:
                     text=True,
                     check=True,
                 )
-                rows.append((f"mlflow-{mode}", json.loads(done.stdout)["seconds"], ""))
+                rows.append((f"mlflow-{mode}", json.loads(done.stdout.strip().splitlines()[-1])["seconds"], ""))
             for name, seconds, note in rows:
                 counted = subprocess.run(
                     [str(venv / "bin" / "python"), "-c", COUNT, url, name if name != "gpusched" else "gpusched"],
@@ -187,7 +187,7 @@ def main() -> None:
                     text=True,
                     check=True,
                 )
-                c = json.loads(counted.stdout)
+                c = json.loads(counted.stdout.strip().splitlines()[-1])
                 print(
                     f"  {name:13s} {seconds:7.2f} s  {seconds / args.trials * 1000:6.1f} ms/trial  runs {c['runs']}, "
                     f"metric points in 20 runs {c['points_in_20_runs']}, artifacts in 20 runs "

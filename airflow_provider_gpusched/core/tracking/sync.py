@@ -197,6 +197,8 @@ class TrackingSync:
                         out.pending = True
                         break
                     out.told += self._trial(callback, sweep, base, folder, tasks.get(folder), run_path, run_record)
+                if out.told:  # what the trials' events added to the sweep run's memo (TensorBoard's columns)
+                    self._write(run_path, run_record)
                 if summary is not None and not run_record.get("ended") and not out.pending:
                     try:
                         _told(lambda: callback.on_sweep_end(sweep, summary), "the sweep's end")
@@ -265,9 +267,10 @@ class TrackingSync:
         )
         told = 0
 
-        def save() -> None:
+        def save(run_too: bool = True) -> None:
             self._write(cursor_path, record)
-            self._write(run_path, run_record)
+            if run_too:
+                self._write(run_path, run_record)
 
         def tell(call: Callable[[], None], what: str) -> None:
             try:
@@ -280,7 +283,8 @@ class TrackingSync:
             tell(lambda: callback.on_trial_start(trial), "the start")
             cursor["started"] = True
             told += 1
-            save()
+            if state not in FINAL_STATES:  # a running trial's next events come in a later sync: keep its run id now
+                save()
         reports, _problems = read_reports(os.path.join(where, REPORTS_FILE), where)
         sent = int(cursor.get("reports", 0) or 0)
         if len(reports) > sent:
@@ -295,7 +299,6 @@ class TrackingSync:
             tell(lambda: callback.on_trial_reports(trial, new), f"{len(new)} report(s)")
             cursor["reports"] = len(reports)
             told += len(new)
-            save()
         if state in FINAL_STATES and not cursor["ended"]:
             result = read_result_json(os.path.join(where, "result.json"), where)
             files = [
@@ -316,7 +319,9 @@ class TrackingSync:
             tell(lambda: callback.on_trial_end(trial, end), "the end")
             cursor["ended"] = True
             told += 1
-            save()
+        if told:
+            # one write for what was told here (a process killed before it tells it again: at least once)
+            save(run_too=False)
         return told
 
     # -- records -----------------------------------------------------------------------------------------------
