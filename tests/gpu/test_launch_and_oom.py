@@ -1,7 +1,9 @@
 """Launching children on leased (simulated) GPUs, stopping them, and OOM retry."""
 
+import contextlib
 import os
 import re
+import signal
 import sys
 import textwrap
 import threading
@@ -389,14 +391,23 @@ def test_processes_of_other_leases_and_of_the_caller_are_left_alone(tmp_path):
 
     other = subprocess.Popen(["sleep", "60"], env={**os.environ, "GPUSCHED_LEASE_ID": "0" * 16}, start_new_session=True)
     mine = subprocess.Popen(["sleep", "60"], env={**os.environ, "GPUSCHED_LEASE_ID": "1" * 16}, start_new_session=True)
+    # a child that exited and left a process in its session (its leader gone, reaped)
+    gone = subprocess.Popen(["sh", "-c", "sleep 60 & echo $!"], stdout=subprocess.PIPE, start_new_session=True)
+    left = int(gone.stdout.readline())
+    gone.wait()
     try:
         assert leftover_processes(-1, "1" * 16) == [mine.pid]
-        assert leftover_processes(other.pid, None) == [other.pid]  # its session
+        assert leftover_processes(gone.pid, None) == [left]  # what the exited child left in its session
+        # a live process with the id of the session asked about is not the exited child: its pid came round again,
+        # and that session is somebody else's work (never stopped for the child's)
+        assert leftover_processes(other.pid, None) == []
         assert os.getpid() not in leftover_processes(os.getsid(0), None)
     finally:
         for p in (other, mine):
             p.kill()
             p.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(left, signal.SIGKILL)
 
 
 def test_a_traceback_names_the_error_line_not_the_echoed_source_line():

@@ -287,6 +287,10 @@ def leftover_processes(session: int, lease_id: str | None) -> list[int]:
 
         mine.update(p.pid for p in psutil.Process().parents())
     uid = os.getuid()
+    # the child has exited: a live process with its pid now is another one, and then no process of the child's
+    # session is left (Linux gives a pid out again only once no session or group of that id lives), so a session of
+    # that id is somebody else's (pid_max is 32,768 on many hosts: ids come round within minutes of busy work)
+    theirs = process_alive(session)
     needle = f"\0{LEASE_ENV}={lease_id}\0".encode() if lease_id else None
     found = []
     try:
@@ -300,7 +304,7 @@ def leftover_processes(session: int, lease_id: str | None) -> list[int]:
         try:
             if os.stat(f"/proc/{pid}").st_uid != uid or not process_alive(pid):
                 continue
-            if os.getsid(pid) == session:
+            if not theirs and os.getsid(pid) == session:
                 found.append(pid)
                 continue
             if needle is None:
