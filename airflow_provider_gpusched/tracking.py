@@ -17,7 +17,7 @@ from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.core.tracking.callback import SweepRun, TrackingCallback
 from airflow_provider_gpusched.core.tracking.config import TrackerConfig, merge_default, parse_tracking, score_of
 from airflow_provider_gpusched.core.tracking.config import build_callbacks as core_build
-from airflow_provider_gpusched.core.tracking.sync import TrackingSync
+from airflow_provider_gpusched.core.tracking.sync import send_to
 
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.sweep.session import SweepSession
@@ -80,12 +80,9 @@ def _send(
 ) -> None:
     try:
         callbacks = build_callbacks(configs, sweep.folder, say)
-        if not callbacks:
-            return
-        outcome = TrackingSync(sweep, callbacks, score=score_of(sweep.objective), log=say).sync(
-            folders, final=final, summary=summary, tasks=tasks
+        send_to(
+            callbacks, sweep, say, score_of(sweep.objective), folders=folders, final=final, summary=summary, tasks=tasks
         )
-        say(outcome.describe())
     except Exception as exc:  # noqa: BLE001 - tracking never fails the task that runs trials
         say(f"tracking: not sent ({type(exc).__name__}: {exc}); the next sync tries again")
 

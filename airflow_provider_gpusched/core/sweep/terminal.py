@@ -214,19 +214,20 @@ def run_sweep(
     if spec.tracking:  # the spec's trackers, once the run ended (MLflow's server: the spec's, or $MLFLOW_TRACKING_URI)
         from airflow_provider_gpusched.core.tracking.callback import SweepRun
         from airflow_provider_gpusched.core.tracking.config import build_callbacks, score_of
-        from airflow_provider_gpusched.core.tracking.sync import TrackingSync
+        from airflow_provider_gpusched.core.tracking.sync import send_to
 
         say = on_event or (lambda line: print(line, file=sys.stderr))
         objective = spec.objective.to_dict() if spec.objective else None
         sweep = SweepRun(sweep=spec.name, run=run, folder=session.store.dir, search=spec.search, objective=objective)
-        callbacks = build_callbacks(spec.tracking, session.store.dir, say)
-        if callbacks:
-            ends = {k: v for k, v in summary.items() if k != "text"}
-            say(
-                TrackingSync(sweep, callbacks, score=score_of(objective), log=say)
-                .sync(final=True, summary=ends)
-                .describe()
-            )
+        ends = {k: v for k, v in summary.items() if k != "text"}
+        send_to(
+            build_callbacks(spec.tracking, session.store.dir, say),
+            sweep,
+            say,
+            score_of(objective),
+            final=True,
+            summary=ends,
+        )
     return summary
 
 

@@ -392,3 +392,19 @@ def _told(call: Callable[[], None], what: str) -> None:
 
 def _text(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+def send_to(
+    callbacks: Sequence[TrackingCallback],
+    sweep: SweepRun,
+    say: Callable[[str], None],
+    score: Callable[[Any], float | None] | None = None,
+    **sync: Any,
+) -> SyncOutcome | None:
+    """One sync of ``callbacks`` (made by config.build_callbacks) with its one line said; None when there are none.
+    The one way the Airflow side, ``gpusched sweep run`` and ``gpusched sweep track`` send."""
+    if not callbacks:
+        return None
+    outcome = TrackingSync(sweep, callbacks, score=score, log=say).sync(**sync)
+    say(outcome.describe())
+    return outcome
