@@ -459,7 +459,41 @@ def _pools_sync(args) -> int:
     for r in rows:
         what = verb.get(r["action"], "unchanged")
         was = f" (was {r['was']})" if r["action"] == "update" else ""
-        print(f"{r['pool']}: {what}, {r['slots']} slots{was}, for {', '.join(r['classes'])}-class work")
+        whom = f"{', '.join(r['classes'])}-class work" if r["classes"] else f"group {r['pool'].split('_group_', 1)[-1]}"
+        print(f"{r['pool']}: {what}, {r['slots']} slots{was}, for {whom}")
+    return 0
+
+
+def _quota_book(args):
+    from airflow_provider_gpusched.cli_options import quota_book
+
+    book, capacity = quota_book(args, state_dir_option(args))
+    if book is None:
+        print("no team quotas: set [gpusched] quotas (AIRFLOW__GPUSCHED__QUOTAS) or give --quotas (docs/quotas.md)")
+    return book, capacity
+
+
+def _quota_accounts(args) -> int:
+    from airflow_provider_gpusched.core.quota.slurm import sacctmgr_plan
+
+    book, capacity = _quota_book(args)
+    if book is not None:
+        for argv in sacctmgr_plan(book.config, args.cluster, int(capacity) or None):
+            print(" ".join(argv))
+    return 0
+
+
+def _quota(args) -> int:
+    from airflow_provider_gpusched.core.quota.report import quota_view, starved
+
+    book, capacity = _quota_book(args)
+    if book is None:
+        return 0
+    view = quota_view(book, capacity)
+    if args.json:
+        print(json.dumps({**view.to_dict(), "config": book.config.to_dict(), "starved": starved(view)}, indent=2))
+        return 0
+    print("\n".join(view.lines()))
     return 0
 
 
@@ -778,6 +812,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_pools_sync)
+    quota = sub.add_parser("quota", help="team quotas: each group's quota, use, borrowed and lent GPUs, who waits")
+    qsub = quota.add_subparsers(dest="quota_command", required=True)
+    for name, text in (
+        ("show", "each group's quota, use, borrowed and lent GPUs, and who waits on whom (docs/quotas.md)"),
+        ("slurm", "the sacctmgr commands that give each group its Slurm account and QOS with its limits"),
+    ):
+        p = qsub.add_parser(name, help=text)
+        p.add_argument("--quotas", help="the quota file or inline YAML (default: [gpusched] quotas)")
+        p.add_argument("--fleet-dir", help="the fleet directory (default: [gpusched] fleet_dir)")
+        p.add_argument("--state-dir", help="lease directory on one host (default: $GPUSCHED_STATE_DIR)")
+        p.add_argument(
+            "--simulate", help="simulated inventory where NVML finds no GPU (default: $GPUSCHED_SIMULATE_GPUS)"
+        )
+        if name == "show":
+            p.add_argument("--json", action="store_true", help="machine-readable output")
+        else:
+            p.add_argument(
+                "--cluster", default="", help="the Slurm cluster name for the accounts (default: none given)"
+            )
+        p.set_defaults(func=_quota if name == "show" else _quota_accounts)
     from airflow_provider_gpusched.cli_queue import add_queue_parser
 
     add_queue_parser(sub)

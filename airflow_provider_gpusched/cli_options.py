@@ -82,3 +82,46 @@ def airflow_config_may_set(name: str) -> bool:
             return name in fh.read()
     except OSError:  # no file (Airflow would write its defaults) or none readable: the default
         return False
+
+
+def quota_config(args: argparse.Namespace):
+    """The team quotas: ``--quotas`` (a file or inline YAML), else ``[gpusched] quotas`` (its environment variable,
+    else Airflow's configuration where Airflow is installed). ``QuotaConfig()`` (off) when none is set."""
+    import os
+
+    from airflow_provider_gpusched.core.quota.config import QuotaConfig
+
+    value = getattr(args, "quotas", None) or os.environ.get("AIRFLOW__GPUSCHED__QUOTAS", "")
+    if not value and airflow_config_may_set("quotas"):
+        try:
+            from airflow_provider_gpusched import settings
+
+            return settings.quota_config()
+        except ImportError:
+            pass
+    return QuotaConfig.load(value)
+
+
+def quota_book(args: argparse.Namespace, state_dir: str | None = None):
+    """``(book, capacity)`` of the team quotas this command looks at, or ``(None, 0.0)`` when there are none: the
+    fleet's book (``<fleet_dir>/quota``) or this host's (``<lease dir>/quota``)."""
+    import os
+
+    config = quota_config(args)
+    if not config.enabled:
+        return None, 0.0
+    from airflow_provider_gpusched.core.fleet import fleet_capacity
+    from airflow_provider_gpusched.core.gpu.lease_store import default_state_dir
+    from airflow_provider_gpusched.core.quota.book import QuotaBook, book_dir
+
+    folder = fleet_dir(args, required=False)
+    state = state_dir or os.environ.get("AIRFLOW__GPUSCHED__GPU_STATE_DIR") or default_state_dir()
+    book = QuotaBook(book_dir(folder, state), config, shared=shared_option())
+    if folder:
+        capacity = fleet_capacity(folder, config.resource)
+    else:
+        from airflow_provider_gpusched.core.gpu.inventory import get_inventory
+
+        gpus = get_inventory(simulate_option(args)).gpus()
+        capacity = float(sum(g.memory_total for g in gpus)) if config.resource == "gpu_memory" else float(len(gpus))
+    return book, capacity

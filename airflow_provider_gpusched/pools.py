@@ -1,4 +1,4 @@
-"""Creating the Airflow pools that the job-class mapping names (``gpusched pools sync``).
+"""Creating the Airflow pools that the job-class mapping and the team quotas name (``gpusched pools sync``).
 
 Slots: one per GPU the pool's classes can use (``[gpusched] pool_slots_per_gpu`` per GPU when set above 1: then
 deferred tasks count against the pool too) — this host's GPU inventory (NVML, or the configured
@@ -24,7 +24,12 @@ def desired_pools(
     from airflow_provider_gpusched.backends import airflow_backend
 
     gpus = airflow_backend(backend).pool_gpus(slurm_conn_id, simulate)
-    return settings.job_class_mapping().pool_plan(gpus, settings.pool_slots_per_gpu())
+    mapping = settings.job_class_mapping()
+    plan = mapping.pool_plan(gpus, settings.pool_slots_per_gpu())
+    quotas = settings.quota_config()
+    if quotas.enabled:  # one pool per quota group: its quota plus borrowing limit (docs/quotas.md)
+        plan.update(quotas.pool_plan(max(1, gpus(mapping["normal"]))))
+    return plan
 
 
 def sync_pools(plan: dict[str, dict[str, Any]], dry_run: bool = False) -> list[dict[str, Any]]:

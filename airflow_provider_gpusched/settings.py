@@ -150,6 +150,30 @@ def job_class_mapping():
     return _mapping_for(_value("job_classes") or "")
 
 
+def quota_config():
+    """The team quotas (``[gpusched] quotas``: a YAML/JSON file path or inline text; empty: no quotas). Parsed
+    once per distinct value."""
+    return _quotas_for(_value("quotas") or "")
+
+
+@functools.lru_cache(maxsize=8)
+def _quotas_for(value: str):
+    from airflow_provider_gpusched.core.quota.config import QuotaConfig
+
+    return QuotaConfig.load(value)
+
+
+def attach_quotas(manager) -> None:
+    """Put ``manager`` (a host's lease manager) under the team quotas, if any: the book in ``<fleet_dir>/quota``
+    (one for the fleet) or ``<lease dir>/quota`` (one host)."""
+    config = quota_config()
+    if not config.enabled:
+        return
+    from airflow_provider_gpusched.core.fleet import attach_quotas
+
+    attach_quotas(manager, config, fleet_dir())
+
+
 @functools.lru_cache(maxsize=8)
 def _mapping_for(value: str):
     from airflow_provider_gpusched.core.job_classes import JobClassMapping

@@ -106,6 +106,7 @@ START_EARLY = (
     "tests/core/test_sweep_once.py",
     "tests/gpu/test_queue.py",
     "tests/slurm/test_time_limit_chain.py",
+    "tests/quota/test_quota_leases.py",
 )
 
 

@@ -16,6 +16,7 @@ from airflow_provider_gpusched.core.stops import WorkHalted
 from airflow_provider_gpusched.core.sweep.batch import run_local_batch
 from airflow_provider_gpusched.core.sweep.view import OUTCOMES_XCOM, outcome_records
 from airflow_provider_gpusched.core.work_tag import WorkTag
+from airflow_provider_gpusched.operators.job_class import apply_quota_group
 from airflow_provider_gpusched.operators.queue_stops import WorkStopped
 from airflow_provider_gpusched.tracking import BackgroundSender, send_manifest_trials
 
@@ -87,7 +88,8 @@ class LocalAirflowBackend(AirflowBackend):
                 print(f"chunk {chunk}: {len(trials)} trials on {manager.inventory.source} GPUs")
             else:
                 print(f"worker {chunk}: asking the search for trials on {manager.inventory.source} GPUs")
-            tag = WorkTag.of_task(ti, sweep=spec.name, trial=name, job_class=r.job_class)
+            group = apply_quota_group({"task_id": ti.task_id, "owner": context["task"].owner}, r.group, r.job_class)
+            tag = WorkTag.of_task(ti, sweep=spec.name, trial=name, job_class=r.job_class, group=group)
             segments = SegmentLog()
             map_index = ti.map_index if ti.map_index is not None else -1
 

@@ -32,6 +32,8 @@ from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo, GPUProcess
 from airflow_provider_gpusched.core.gpu.placement import GPURequest, GPUUsage, LeaseView, gpu_usage, place
 from airflow_provider_gpusched.core.host_name import this_host
+from airflow_provider_gpusched.core.quota.book import QuotaBook, book_dir
+from airflow_provider_gpusched.core.quota.config import QuotaConfig
 from airflow_provider_gpusched.core.safe_files import (
     BadRecordError,
     ensure_private_dir,
@@ -598,3 +600,39 @@ def stop_on_hosts(
             ),
         )
     return [outcomes[e.id] for e in entries]
+
+
+# -- team quotas (core/quota): one book for the fleet, quotas shares of every host's GPUs -----------------------
+#: seconds the fleet's capacity (read from the hosts' records) is reused before it is read again
+QUOTA_CAPACITY_FOR = 10.0
+
+
+def fleet_capacity(fleet_dir: str, resource: str, own: float = 0.0, own_host: str = "") -> float:
+    """The fleet's GPUs (or GPU memory): every host that published a record in the last day, a host that died
+    included (a group's quota does not shrink because a host is down), and this host's ``own`` if it has not
+    published yet."""
+    total, seen = 0.0, False
+    for record in read_fleet(fleet_dir).hosts:
+        total += sum(g.memory_total for g in record.gpus) if resource == "gpu_memory" else len(record.gpus)
+        seen |= record.host == own_host
+    return total + (0.0 if seen else own)
+
+
+def attach_quotas(manager: LeaseManager, config: QuotaConfig, fleet_dir: str = "", host: str = "") -> QuotaBook:
+    """Admit ``manager``'s normal-class work under ``config``; returns the book."""
+    book = QuotaBook(book_dir(fleet_dir, manager.state_dir), config, shared=manager.shared)
+    if not fleet_dir:
+        manager.use_quotas(book, host=host)
+        return book
+    me = host or this_host()
+    cached: list[float] = [0.0, -1e9]
+
+    def capacity() -> float:
+        if time.monotonic() - cached[1] > QUOTA_CAPACITY_FOR:
+            gpus = manager.inventory.gpus()
+            own = float(sum(g.memory_total for g in gpus)) if config.resource == "gpu_memory" else float(len(gpus))
+            cached[:] = [fleet_capacity(fleet_dir, config.resource, own, me), time.monotonic()]
+        return cached[0]
+
+    manager.use_quotas(book, capacity, me)
+    return book

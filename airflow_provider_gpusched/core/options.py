@@ -169,6 +169,16 @@ OPTIONS: tuple[Option, ...] = (
         "(docs/idle-filling.md).",
         "/etc/airflow/gpusched-classes.yaml",
     ),
+    Option(
+        "quotas",
+        "string",
+        "",
+        "Team quotas: a YAML/JSON file path or inline YAML/JSON declaring groups with a guaranteed share of the "
+        "fleet's GPUs (or GPU memory), a borrowing limit, a fair-share weight, members (DAG owners) and Slurm "
+        "account/QOS. Work beyond its group's quota borrows idle GPUs and is reclaimed when their group needs "
+        "them. Empty: no quotas (docs/quotas.md).",
+        "/etc/airflow/gpusched-quotas.yaml",
+    ),
     # fedflow's host limits (its utilization-limit.cpu, remain-limit.memory, remain-limit.cuda-memory), as the
     # defaults of every local-GPU request that does not give its own
     Option(

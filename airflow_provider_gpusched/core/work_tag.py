@@ -40,9 +40,10 @@ class WorkTag:
     sweep: TagText = ""
     trial: TagText = ""  # the trial's label (local leases only: a Slurm comment has no room for it)
     job_class: TagText = ""
+    group: TagText = ""  # the quota group it counts for (docs/quotas.md); '' when quotas are off
 
     @classmethod
-    def of_task(cls, ti: Any, *, sweep: str = "", trial: str = "", job_class: str = "") -> WorkTag:
+    def of_task(cls, ti: Any, *, sweep: str = "", trial: str = "", job_class: str = "", group: str = "") -> WorkTag:
         """The tag of an Airflow task instance (anything with ``dag_id``, ``run_id``, ``task_id``,
         ``map_index``, ``try_number``)."""
         map_index = getattr(ti, "map_index", -1)
@@ -55,6 +56,7 @@ class WorkTag:
             sweep=_text(sweep),
             trial=_text(trial),
             job_class=_text(job_class),
+            group=_text(group),
         )
 
     @property
@@ -82,6 +84,7 @@ class WorkTag:
             ("ti", self.task_id),
             ("sweep", self.sweep),
             ("class", self.job_class),
+            ("group", self.group),
         ):
             if value:
                 parts.append(f"{name}={_encode(value)}")
@@ -103,6 +106,7 @@ class WorkTag:
             try_number=int(try_text) if try_text.isdigit() else 0,
             sweep=_decode(fields.get("sweep", "")),
             job_class=_decode(fields.get("class", "")),
+            group=_decode(fields.get("group", "")),
         )
 
 

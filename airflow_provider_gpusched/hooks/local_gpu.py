@@ -40,4 +40,5 @@ class LocalGPUHook(BaseHook):
             )
             if settings.fleet_dir():  # heed the head node's stop requests and stop orders (docs/fleet.md)
                 fleet.join(self._manager, settings.fleet_dir())
+            settings.attach_quotas(self._manager)  # team quotas, if any (docs/quotas.md)
         return self._manager

@@ -31,6 +31,26 @@ def apply_job_class(kwargs: dict[str, Any], job_class: str, priority: int, gpus:
     return job_class, priority
 
 
+def apply_quota_group(kwargs: dict[str, Any], group: str | None, job_class: str, *, pool: bool = True) -> str:
+    """The quota group the task counts for (docs/quotas.md): ``group`` when given, else the group whose members
+    list the task's ``owner`` (its ``owner=`` or ``default_args``' owner), else the quotas' ``default_group``;
+    '' when there are no quotas. Normal-class local-GPU work (``pool``) that names no pool goes to its group's pool. An unknown group,
+    or an owner in no group without a default, fails the DAG file's import naming the task."""
+    where = kwargs.get("task_id", "?")
+    config = settings.quota_config()
+    if not config.enabled:
+        if group:
+            raise AirflowException(f"{where}: group={group!r} given, but [gpusched] quotas declares no groups")
+        return ""
+    try:
+        name = config.group_for(group, kwargs.get("owner"))
+    except GpuschedError as exc:
+        raise AirflowException(f"{where}: {exc}") from exc
+    if pool and job_class != "idle":
+        kwargs.setdefault("pool", config.pool(name))
+    return name
+
+
 def slurm_gpu_total(gpus: Any, gpus_per_node: Any = None, nodes: Any = None) -> int | None:
     """The GPUs a Slurm job holds at least (its pool slots): per node (``gpus`` or ``gpus_per_node``, an int or
     ``"a100:4"``) x its (least) number of nodes; None when it asks for none that way."""
@@ -68,6 +88,8 @@ def apply_partial_job_class(kwargs: dict[str, Any], local_gpus: bool) -> None:
     (``BaseOperatorMeta`` keeps a subclass's own ``partial``)."""
     job_class, priority = kwargs.get("job_class", "normal"), kwargs.get("priority", 0)
     gpus = kwargs.get("gpus", 1)
+    if local_gpus and (settings.quota_config().enabled or kwargs.get("group")):
+        kwargs["group"] = apply_quota_group(kwargs, kwargs.get("group"), job_class) or None
     if local_gpus:  # a local GPU task: in a fleet, the queue of its lane and memory tier too
         apply_local_gpu_class(kwargs, job_class, priority, gpus, kwargs.get("gpu_memory"))
     else:

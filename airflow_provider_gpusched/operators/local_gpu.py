@@ -44,7 +44,11 @@ from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
 from airflow_provider_gpusched.links import GPULeaseLink, publish_links
 from airflow_provider_gpusched.operators.arguments import argument_error, check_argument_types, renamed_argument
-from airflow_provider_gpusched.operators.job_class import apply_local_gpu_class, apply_partial_job_class
+from airflow_provider_gpusched.operators.job_class import (
+    apply_local_gpu_class,
+    apply_partial_job_class,
+    apply_quota_group,
+)
 from airflow_provider_gpusched.operators.queue_stops import WorkStopped, refuse_if_stopped, work_tag
 from airflow_provider_gpusched.triggers.local_gpu import FleetRoomTrigger, GPUAvailableTrigger
 
@@ -88,6 +92,9 @@ class LocalGPUOperator(lineage.LineageFacets, BaseOperator):
     :param job_class: (and ``priority``) ``"normal"`` (default) or ``"idle"``, and a whole-number priority. The
         ``[gpusched] job_classes`` mapping turns them into the Airflow pool, ``pool_slots`` (one per GPU by
         default) and ``priority_weight``; an idle lease is preemptible (see docs/idle-filling.md).
+    :param group: with team quotas (``[gpusched] quotas``), the group the work counts for; default: the group whose
+        ``members`` list the task's ``owner``, else the quotas' ``default_group``. Work beyond its group's quota
+        borrows idle GPUs and gives them back when their group needs them (docs/quotas.md).
     :param distributed: start the work as one rank per leased GPU: ``"torchrun"`` (``torchrun --standalone``,
         ``nproc_per_node`` = the lease's GPUs) or ``"srun"`` (the same per-GPU processes and variables as on Slurm,
         ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, started by gpusched: there is no
@@ -142,6 +149,7 @@ class LocalGPUOperator(lineage.LineageFacets, BaseOperator):
         defer_after: float | None = None,
         job_class: str = "normal",
         priority: int = 0,
+        group: str | None = None,
         distributed: str | None = None,
         rank_exit_grace: float = DEFAULT_RANK_EXIT_GRACE,
         load_stage: bool = False,
@@ -162,6 +170,7 @@ class LocalGPUOperator(lineage.LineageFacets, BaseOperator):
         ):
             gpus = max(len(g) for g in device_groups)  # a whole group: its pool slots are its largest group's GPUs
         job_class, priority = apply_local_gpu_class(kwargs, job_class, priority, gpus, gpu_memory)
+        group = apply_quota_group(kwargs, group, job_class)
         super().__init__(**kwargs)
         given = [x for x in (command, bash_command, python_callable) if x is not None]
         if len(given) != 1:
@@ -239,6 +248,7 @@ class LocalGPUOperator(lineage.LineageFacets, BaseOperator):
         self.defer_after = defer_after
         self.job_class = job_class
         self.priority = priority
+        self.group = group  # the quota group it counts for ('' without quotas; docs/quotas.md)
         self.child: GPUChild | None = None  # the GPU process of the attempt that runs now (on_kill stops it)
         self.stop_requested = threading.Event()  # set by on_kill: every wait of this try ends
         self.wait_state = WaitState()  # how this try waits for GPUs: _TaskWaiting changes it
@@ -260,7 +270,7 @@ class LocalGPUOperator(lineage.LineageFacets, BaseOperator):
 
     def work_tag(self, context) -> WorkTag:
         """Which DAG run, task and sweep this work is for, as its lease records it (``gpusched queue``)."""
-        return work_tag(context, self.job_class)
+        return work_tag(context, self.job_class, group=self.group)
 
     def _owner(self, context) -> str:
         return self._task_key(context)[:-1] + f", try {context['ti'].try_number})"
@@ -557,6 +567,7 @@ class _TaskWaiting:
                     not_before=not_before,
                     fire_after=time.time() + settings.min_deferral(),
                     payload={**progress.to_dict(), **self.state.payload()},
+                    waiter=manager.quota_waiter(owner),
                 ),
                 method_name="resume",
             )
@@ -574,6 +585,7 @@ class _TaskWaiting:
                     task_key=task_key,
                     fire_after=time.time() + settings.min_deferral(),
                     payload={**progress.to_dict(), **self.state.payload(fleet=False)},
+                    group=self.op.group,
                 ),
                 method_name="resume",
             )

@@ -19,8 +19,8 @@ class WorkStopped(AirflowFailException):
     retry. A sweep's trials it had started are then marked ``stopped``, those it had not keep their records."""
 
 
-def work_tag(context, job_class: str, *, sweep: str = "", trial: str = "") -> WorkTag:
-    return WorkTag.of_task(context["ti"], sweep=sweep, trial=trial, job_class=job_class)
+def work_tag(context, job_class: str, *, sweep: str = "", trial: str = "", group: str = "") -> WorkTag:
+    return WorkTag.of_task(context["ti"], sweep=sweep, trial=trial, job_class=job_class, group=group)
 
 
 def refuse_if_stopped(task_id: str, tag: WorkTag, state_dir: str | None = None) -> None:

@@ -50,7 +50,12 @@ from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.hooks.slurm import SlurmHook
 from airflow_provider_gpusched.links import SlurmJobLink, publish_links
 from airflow_provider_gpusched.operators.arguments import argument_error, check_argument_types, renamed_argument
-from airflow_provider_gpusched.operators.job_class import apply_job_class, apply_partial_job_class, slurm_gpu_total
+from airflow_provider_gpusched.operators.job_class import (
+    apply_job_class,
+    apply_partial_job_class,
+    apply_quota_group,
+    slurm_gpu_total,
+)
 from airflow_provider_gpusched.operators.queue_stops import WorkStopped, refuse_if_stopped, work_tag
 from airflow_provider_gpusched.triggers.slurm import SlurmJobTrigger
 
@@ -123,6 +128,9 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
         ``max_requeues`` (3), ``signal`` (``"USR1"``), ``signal_delay`` (90 s before the limit) and ``grace``. The
         job is signalled before its limit, checkpoints, and is requeued while it makes progress; the task follows
         every segment and logs each one.
+    :param group: with team quotas (``[gpusched] quotas``), the group the job counts for (default: the group of the
+        task's ``owner``, else ``default_group``): its Slurm ``account`` and, for normal-class work, ``qos``, unless
+        given here (docs/quotas.md).
     :param job_class: (and ``priority``) ``"normal"`` (default) or ``"idle"`` (fill-in work), and a whole-number
         priority. The ``[gpusched] job_classes`` mapping turns them into the Airflow pool, slots and weight
         and the Slurm partition/QOS/nice/requeue (idle: the preemptible ``idle`` partition with requeue;
@@ -196,6 +204,7 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
         follow_output: bool = True,
         job_class: str = "normal",
         priority: int = 0,
+        group: str | None = None,
         time_limit_chain: bool | Mapping[str, Any] | TimeLimitChain | None = None,
         cpus_per_task: int | None = None,  # the old names of cpus and env
         environment: Mapping[str, str] | None = None,
@@ -207,6 +216,14 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
         self.job_class, self.priority = apply_job_class(
             kwargs, job_class, priority, slurm_gpu_total(gpus, gpus_per_node, nodes)
         )
+        self.group = apply_quota_group(kwargs, group, self.job_class, pool=False)
+        if self.group:  # the group's Slurm account and QOS (docs/quotas.md); explicit arguments win
+            from airflow_provider_gpusched.core.quota.slurm import slurm_settings
+
+            by_group = slurm_settings(settings.quota_config(), self.group)
+            account = account or by_group.get("account")
+            if self.job_class == "normal":
+                qos = qos or by_group.get("qos")
         super().__init__(**kwargs)
         check_argument_types(
             self.task_id,

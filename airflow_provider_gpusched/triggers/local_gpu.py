@@ -36,10 +36,12 @@ class GPUAvailableTrigger(BaseTrigger):
         not_before: float | None = None,
         task_key: str = "",
         fire_after: float | None = None,
+        group: str = "",
     ) -> None:
         super().__init__()
         self.fire_after = fire_after
         self.task_key = task_key
+        self.group = group
         self.owner = owner
         self.job_class = job_class
         self.not_before = not_before
@@ -63,6 +65,7 @@ class GPUAvailableTrigger(BaseTrigger):
                 "not_before": self.not_before,
                 "task_key": self.task_key,
                 "fire_after": self.fire_after,
+                "group": self.group,
             },
         )
 
@@ -73,6 +76,7 @@ class GPUAvailableTrigger(BaseTrigger):
             classes=settings.job_class_mapping(),
             shared=settings.gpu_state_dir_shared(),
         )
+        settings.attach_quotas(manager)  # the same quota book as the task's (docs/quotas.md)
         request = GPURequest(**self.request)
         if self.not_before is not None and self.not_before > time.time():
             self.log.info("Relaunching after a preemption: backing off %.0fs", self.not_before - time.time())
@@ -81,7 +85,12 @@ class GPUAvailableTrigger(BaseTrigger):
         while True:  # a normal request that does not fit asks idle leases to yield (see LeaseManager)
             seen = manager.store.release_count()
             why = await asyncio.to_thread(
-                manager.hold_place, request, self.owner, job_class=self.job_class, task_key=self.task_key
+                manager.hold_place,
+                request,
+                self.owner,
+                job_class=self.job_class,
+                task_key=self.task_key,
+                group=self.group,
             )
             if not why and self.fire_after is not None and self.fire_after > time.time():
                 await hold_until(self.fire_after)  # then look again: the GPUs may have gone meanwhile
@@ -119,10 +128,14 @@ class FleetRoomTrigger(BaseTrigger):
         payload: dict[str, Any] | None = None,
         not_before: float | None = None,
         fire_after: float | None = None,
+        waiter: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.request = dict(request)
         self.fleet_dir = fleet_dir
+        #: with team quotas: the waiting request's mark (core/quota Waiter), kept while it waits here so that no
+        #: group borrows the GPUs reclaimed for it
+        self.waiter = dict(waiter) if waiter else None
         self.poll_interval = float(poll_interval)
         self.payload = dict(payload or {})
         self.not_before = not_before
@@ -138,8 +151,20 @@ class FleetRoomTrigger(BaseTrigger):
                 "payload": self.payload,
                 "not_before": self.not_before,
                 "fire_after": self.fire_after,
+                "waiter": self.waiter,
             },
         )
+
+    def _keep_waiting_mark(self) -> None:
+        from airflow_provider_gpusched.core.quota.book import WAITER_TTL, QuotaBook, book_dir
+        from airflow_provider_gpusched.core.quota.policy import WAITER
+
+        config = settings.quota_config()
+        if not self.waiter or not config.enabled:
+            return
+        now = time.time()
+        waiter = WAITER.read({**self.waiter, "until": now + WAITER_TTL}, "the deferred task's waiting mark")
+        QuotaBook(book_dir(self.fleet_dir, ""), config, shared=settings.gpu_state_dir_shared()).mark_waiting(waiter)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_provider_gpusched.core import fleet
@@ -148,6 +173,7 @@ class FleetRoomTrigger(BaseTrigger):
         await hold_until(max(self.not_before or 0, self.fire_after or 0))
         last = None
         while True:
+            await asyncio.to_thread(self._keep_waiting_mark)
             view = await asyncio.to_thread(fleet.read_fleet, self.fleet_dir)
             hosts, why = view.room(request)
             if hosts:

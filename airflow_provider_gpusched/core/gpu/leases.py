@@ -16,21 +16,25 @@ mark the request waiting and ask for yields.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from airflow_provider_gpusched.core.gpu.accounting import GPUTimeLedger
+from airflow_provider_gpusched.core.gpu.accounting import GPUTimeLedger, gpu_share
 from airflow_provider_gpusched.core.gpu.activity import GPUActivity, gpu_is_busy
 from airflow_provider_gpusched.core.gpu.host_reservations import HostReservations
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo, GPUInventory
 from airflow_provider_gpusched.core.gpu.lease_store import Lease, LeaseStore, place_on
 from airflow_provider_gpusched.core.gpu.placement import GPURequest, LeaseView, Placement, gpu_usage, place
 from airflow_provider_gpusched.core.gpu.yielding import YieldMarks, plan_preemption
+from airflow_provider_gpusched.core.host_name import this_host
 from airflow_provider_gpusched.core.job_classes import JobClassMapping
+from airflow_provider_gpusched.core.quota.book import CLAIM_TTL, WAITER_TTL, QuotaBook
+from airflow_provider_gpusched.core.quota.policy import Claim, Waiter, admit, reclaim_order
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 from airflow_provider_gpusched.core.stops import StopOrders, StopRequest
 from airflow_provider_gpusched.core.units import format_bytes
@@ -47,6 +51,14 @@ class _Look:
     leases: list[Lease] = field(default_factory=list)
     views: dict[str, LeaseView] = field(default_factory=dict)
     may_preempt: bool = False  # a normal request that does not fit: fill-in leases may be asked to yield
+    #: with quotas: "quota" (within the group's quota), "borrow" (beyond it, reclaimable) or "" (no quotas)
+    quota: str = ""
+    amount: float = 0.0  # what the request counts against its group's quota
+    #: borrowed leases of other groups on this host that an in-quota request may reclaim, in order
+    reclaim: list[tuple[str, int, float]] = field(default_factory=list)
+    #: borrowed claims of other groups on other hosts, in reclaim order: asked when nothing here would do
+    reclaim_elsewhere: list[Claim] = field(default_factory=list)
+    group: str = ""
 
 
 class _SameRequests:
@@ -98,6 +110,41 @@ class LeaseManager:
         self.ledger = GPUTimeLedger(self.state_dir, self.file_mode)
         #: in a fleet, the fleet's stop orders folder (core/fleet.py :func:`join`), heeded besides this host's
         self.fleet_orders = ""
+        #: team quotas (core/quota; :meth:`use_quotas`): the book every host shares, and what it is a share of
+        self.quotas: QuotaBook | None = None
+        self.quota_capacity: Callable[[], float] | None = None
+        self.host_name = ""
+
+    def use_quotas(self, book: QuotaBook, capacity: Callable[[], float] | None = None, host: str = "") -> None:
+        """Admit normal-class work under ``book``'s quotas: ``capacity`` says how much there is in all (the
+        fleet's GPUs or GPU memory; default this host's), ``host`` this host's name in the book."""
+        self.quotas = book
+        self.quota_capacity = capacity
+        self.host_name = host or this_host()
+
+    def capacity(self, gpus: list[GPUInfo] | None = None) -> float:
+        """What the quotas are shares of: the fleet's (``quota_capacity``) or this host's GPUs or GPU memory."""
+        if self.quota_capacity is not None:
+            return self.quota_capacity()
+        gpus = self.inventory.gpus() if gpus is None else gpus
+        if self.quotas is not None and self.quotas.config.resource == "gpu_memory":
+            return float(sum(g.memory_total for g in gpus))
+        return float(len(gpus))
+
+    def group_of(self, group: str) -> str:
+        """The quota group a request counts for ('' : none, when quotas are off or it names none and there is no
+        default group)."""
+        if self.quotas is None:
+            return ""
+        return group or self.quotas.config.default_group
+
+    @contextlib.contextmanager
+    def _quota_lock(self, group: str) -> Iterator[None]:
+        if self.quotas is not None and self.group_of(group):
+            with self.quotas.lock():
+                yield
+        else:
+            yield
 
     def stop_orders(self) -> StopOrders:
         """The stop orders this host's work heeds: its lease directory's, and the fleet's."""
@@ -134,9 +181,12 @@ class LeaseManager:
         request.check_possible(self.inventory.gpus())
         self.host.check_possible(request)
 
-    def _look(self, request: GPURequest, owner: str, job_class: str, task_key: str, *, write: bool) -> _Look:
-        """Placement (or the reason there is none) under the job-class rules; the caller holds the
-        allocation lock. ``write``: tidy dead leases and record GPU activity on the way."""
+    def _look(
+        self, request: GPURequest, owner: str, job_class: str, task_key: str, *, write: bool, group: str = ""
+    ) -> _Look:
+        """Placement (or the reason there is none) under the job-class rules and the quotas; the caller holds
+        the allocation lock (and with a group, the quota lock). ``write``: tidy dead leases, record GPU activity
+        and mark a request that waits, on the way."""
         gpus = self.inventory.gpus()
         request.check_possible(gpus)
         leases = self.store.live(gpus, tidy=write)
@@ -186,7 +236,62 @@ class LeaseManager:
             reason += "; unreadable lease file(s) of live holders count as taken: " + "; ".join(
                 why for _, why in self.store.unreadable
             )
-        return _Look(placement, reason, gpus, leases, views, may_preempt=placement is None and bool(owner))
+        look = _Look(placement, reason, gpus, leases, views, may_preempt=placement is None and bool(owner))
+        if self.quotas is not None and self.group_of(group) and owner:
+            self._quota_gate(look, request, owner, self.group_of(group), write=write)
+        return look
+
+    def _amount(self, request: GPURequest, placement: Placement | None, gpus: list[GPUInfo]) -> float:
+        """What ``request`` counts against its group: GPUs (a memory slice as its fraction) or bytes of GPU memory."""
+        assert self.quotas is not None
+        totals = {g.index: g.memory_total for g in gpus}
+        biggest = max(totals.values(), default=0)
+        if self.quotas.config.resource == "gpu_memory":
+            if placement is not None:
+                return float(sum(placement.memory.values()))
+            return float(request.gpus * (request.gpu_memory or biggest))
+        if placement is not None:
+            return gpu_share(placement.indices, placement.memory, placement.whole, totals)
+        if request.gpu_memory is None or biggest <= 0:
+            return float(request.gpus)
+        return request.gpus * min(1.0, request.gpu_memory / biggest)
+
+    def _quota_gate(self, look: _Look, request: GPURequest, owner: str, group: str, *, write: bool) -> None:
+        """Put the quotas on ``look`` (the caller holds the quota lock): a request beyond its group's quota that
+        may not borrow waits; an in-quota request that does not fit may reclaim borrowed leases here."""
+        book = self.quotas
+        assert book is not None
+        now = time.time()
+        capacity = self.capacity(look.gpus)
+        claims = book.claims(host=self.host_name, live=[lease.lease_id for lease in look.leases] if write else None)
+        waiters = book.waiters(now)
+        look.amount = self._amount(request, look.placement, look.gpus)
+        look.group = group
+        verdict = admit(
+            book.config, capacity, claims, waiters, group=group, amount=look.amount, host=self.host_name, owner=owner
+        )
+        kind: Literal["quota", "borrow"] = "borrow" if verdict.kind != "quota" else "quota"
+        look.quota = verdict.kind
+        if verdict.kind == "wait":
+            look.placement, look.reason, look.may_preempt = None, verdict.reason, False
+        elif look.placement is None and verdict.kind == "quota":
+            taken = {lid for (_, lid), by in book.reclaims().items() if by != owner}  # others' already
+            ready, young = reclaim_order(book.config, capacity, claims, group=group, host=self.host_name, now=now)
+            look.reclaim = [(c.lease_id, c.priority, c.created) for c in ready if c.lease_id not in taken]
+            look.reclaim_elsewhere = [
+                c
+                for c in reclaim_order(book.config, capacity, claims, group=group, host="", now=now)[0]
+                if c.lease_id not in taken
+            ]
+            if young and not ready:
+                look.reason += "; borrowed lease(s) here may be reclaimed after reclaim.min_runtime: " + ", ".join(
+                    f"{c.lease_id} ({c.group}) in {book.config.reclaim.min_runtime - (now - c.created):.0f}s"
+                    for c in young
+                )
+        if look.placement is None and write:
+            book.mark_waiting(
+                Waiter(owner, self.host_name, group, look.amount, kind, now, now + WAITER_TTL, look.reason[:500])
+            )
 
     @staticmethod
     def _look_load_stage(request: GPURequest, owner: str, gpus: list[GPUInfo], leases: list[Lease]) -> _Look:
@@ -208,24 +313,63 @@ class LeaseManager:
     def _hold_place(self, request: GPURequest, owner: str, look: _Look) -> str:
         """Mark ``owner`` waiting and ask the fewest eligible fill-in leases to yield; the reason's tail."""
         self.yields.mark_waiting(owner)
-        victims, tail = plan_preemption(request, look.gpus, look.leases, look.views, time.time())
-        self.yields.ask(victims, owner)
+        victims, tail = plan_preemption(request, look.gpus, look.leases, look.views, time.time(), borrowed=look.reclaim)
+        borrowed = {c[0] for c in look.reclaim}
+        self.yields.ask([v for v in victims if v not in borrowed], owner)
+        if self.quotas is not None:  # through the book, so that every host's requests see whom others asked
+            group = self.group_of(look.group)
+            for v in victims:
+                if v in borrowed:
+                    self.quotas.ask_reclaim(self.host_name, v, owner, group)
+        if not victims and look.quota == "quota" and look.reclaim_elsewhere:
+            tail += self._reclaim_elsewhere(owner, look)
         return tail
 
-    def why_not(self, request: GPURequest, owner: str = "", *, job_class: str = "normal", task_key: str = "") -> str:
+    def _reclaim_elsewhere(self, owner: str, look: _Look) -> str:
+        """An in-quota request that nothing on this host can make fit: ask borrowed leases on the one other host
+        whose borrowed work covers the request (newest first) to give their GPUs back; the request then waits for
+        room in the fleet (its task moves there). Borrowing waits meanwhile (policy.admit)."""
+        book = self.quotas
+        assert book is not None
+        pending = book.reclaims_by(owner)
+        if pending:
+            return "; waiting for borrowed lease(s) " + ", ".join(f"{lid} on {h}" for h, lid in pending)
+        by_host: dict[str, list[Claim]] = {}
+        for c in look.reclaim_elsewhere:
+            if c.host != self.host_name:
+                by_host.setdefault(c.host, []).append(c)
+        for host, claims in sorted(by_host.items(), key=lambda kv: -sum(c.amount for c in kv[1])):
+            chosen, got = [], 0.0
+            for c in claims:
+                chosen.append(c)
+                got += c.amount
+                if got >= look.amount - 1e-9:
+                    break
+            if got >= look.amount - 1e-9:
+                for c in chosen:
+                    book.ask_reclaim(host, c.lease_id, owner, look.group)
+                return f"; reclaiming borrowed lease(s) {', '.join(c.lease_id for c in chosen)} on {host}"
+        return ""
+
+    def why_not(
+        self, request: GPURequest, owner: str = "", *, job_class: str = "normal", task_key: str = "", group: str = ""
+    ) -> str:
         """'' if the request could be placed now, else the reason. Only looks: nothing is written."""
-        with self.store.allocation_lock():
-            look = self._look(request, owner, job_class, task_key, write=False)
+        with self.store.allocation_lock(), self._quota_lock(group):
+            look = self._look(request, owner, job_class, task_key, write=False, group=group)
             if look.placement is None:
                 return look.reason
             ram = self.host.problem(request, look.leases)
         return ram or self.host_check(request) or ""
 
-    def hold_place(self, request: GPURequest, owner: str, *, job_class: str = "normal", task_key: str = "") -> str:
+    def hold_place(
+        self, request: GPURequest, owner: str, *, job_class: str = "normal", task_key: str = "", group: str = ""
+    ) -> str:
         """:meth:`why_not` for a request that waits (a deferred task's poll): a normal request that does
-        not fit also marks itself waiting and asks fill-in leases to yield, as :meth:`try_acquire` does."""
-        with self.store.allocation_lock():
-            look = self._look(request, owner, job_class, task_key, write=True)
+        not fit also marks itself waiting and asks fill-in leases (and, within its group's quota, borrowed
+        leases) to yield, as :meth:`try_acquire` does."""
+        with self.store.allocation_lock(), self._quota_lock(group):
+            look = self._look(request, owner, job_class, task_key, write=True, group=group)
             if look.placement is None:
                 return look.reason + (self._hold_place(request, owner, look) if look.may_preempt else "")
             ram = self.host.problem(request, look.leases)
@@ -246,9 +390,10 @@ class LeaseManager:
     ) -> tuple[Lease | None, str]:
         """Take a lease now, or return ``(None, reason)``. ``preemptible`` defaults to the class's policy.
         ``task_key`` names the task (not the try): while another try's lease for it lives, none is given.
-        ``work`` says which DAG run, task and sweep the lease runs for (``gpusched queue``)."""
-        with self.store.allocation_lock():
-            look = self._look(request, owner, job_class, task_key, write=True)
+        ``work`` says which DAG run, task and sweep the lease runs for (``gpusched queue``), and its quota group."""
+        group = work.group if work is not None else ""
+        with self.store.allocation_lock(), self._quota_lock(group):
+            look = self._look(request, owner, job_class, task_key, write=True, group=group)
             if look.placement is None:
                 return None, look.reason + (self._hold_place(request, owner, look) if look.may_preempt else "")
             cpus, cpu_problem = self.host.cpus_for(request, look.leases)
@@ -272,7 +417,48 @@ class LeaseManager:
                 stage="load" if request.load_stage else "",
             )
             self.yields.clear_waiting(owner)
+            self._claim(lease, look, group, priority)
             return lease, ""
+
+    def _claim(self, lease: Lease, look: _Look, group: str, priority: int) -> None:
+        """Count ``lease`` against its group (the caller holds the quota lock); nothing without quotas."""
+        if self.quotas is None or not look.quota:
+            return
+        now = time.time()
+        self.quotas.add_claim(
+            Claim(
+                lease.lease_id,
+                self.host_name,
+                self.group_of(group),
+                look.amount,
+                now,
+                priority,
+                lease.owner,
+                now + CLAIM_TTL,
+            )
+        )
+        self.quotas.clear_waiting("", lease.owner)
+
+    def quota_waiter(self, owner: str) -> dict[str, Any] | None:
+        """``owner``'s waiting mark in the quota book (for a task that defers: its trigger keeps it), or None."""
+        if self.quotas is None:
+            return None
+        from airflow_provider_gpusched.core.quota.policy import WAITER
+
+        waiter = self.quotas.waiter(self.host_name, owner)
+        return WAITER.dump(waiter) if waiter is not None else None
+
+    def quota_state(self, lease: Lease) -> str:
+        """'' without quotas; else whether ``lease`` runs ``within`` its group's quota or ``borrowed``."""
+        if self.quotas is None:
+            return ""
+        from airflow_provider_gpusched.core.quota.policy import borrowed_ids
+
+        claims = self.quotas.claims()
+        if not any(c.lease_id == lease.lease_id for c in claims):
+            return ""
+        borrowed = borrowed_ids(self.quotas.config, claims, self.capacity())
+        return "borrowed" if lease.lease_id in borrowed else "within"
 
     # -- a two-stage task: the load stage's lease grows its GPUs ----------------------------------------
     def mark_loaded(self, lease: Lease) -> None:
@@ -286,14 +472,16 @@ class LeaseManager:
         part (the lease holds that already) under the job-class rules; '' when done, else why not. A normal
         request that does not fit holds its place and asks fill-in leases to yield, as :meth:`try_acquire`."""
         gpu_part = request.gpu_part()
-        with self.store.allocation_lock():
-            look = self._look(gpu_part, lease.owner, lease.job_class, task_key, write=True)
+        group = lease.tag.group
+        with self.store.allocation_lock(), self._quota_lock(group):
+            look = self._look(gpu_part, lease.owner, lease.job_class, task_key, write=True, group=group)
             if look.placement is None:
                 return look.reason + (self._hold_place(gpu_part, lease.owner, look) if look.may_preempt else "")
             place_on(lease, look.placement, look.gpus)
             lease.stage = "train"
             self.store.save(lease)
             self.yields.clear_waiting(lease.owner)
+            self._claim(lease, look, group, lease.priority)
         return ""
 
     def acquire(
@@ -345,6 +533,9 @@ class LeaseManager:
 
     def release(self, lease: Lease) -> None:
         self.store.release(lease)
+        if self.quotas is not None:  # after the GPUs are free: the group never counts less than it holds
+            self.quotas.drop_claim(self.host_name, lease.lease_id)
+            self.quotas.drop_reclaim(self.host_name, lease.lease_id)
 
     # -- stopping for good (gpusched queue stop) -------------------------------------------------------
     def stop_reason(self, lease: Lease) -> str:
@@ -365,6 +556,11 @@ class LeaseManager:
         asked = self.yields.request_for(lease.lease_id)
         if asked is not None:
             return f"preempted for {asked.get('by', 'normal work')}"
+        if self.quotas is not None and lease.tag.group:
+            self.quotas.renew(self.host_name, lease.lease_id)
+            remote = self.quotas.reclaim_request(self.host_name, lease.lease_id)
+            if remote is not None:
+                return f"reclaimed for {remote['by']} (group {remote['group']}'s quota)"
         if not lease.preemptible:
             return ""
         policy = self.classes[lease.job_class].local
@@ -381,14 +577,23 @@ class LeaseManager:
     def yielding_to(self, owner: str) -> list[Lease]:
         """The live leases that ``owner`` (a waiting normal request) has asked to yield."""
         asked = set(self.yields.asked_by(owner))
+        if self.quotas is not None:
+            asked |= {lid for host, lid in self.quotas.reclaims_by(owner) if host == self.host_name}
         if not asked:
             return []
         with self.store.allocation_lock():
             return [lease for lease in self.store.live(tidy=False) if lease.lease_id in asked]
 
     def yield_grace(self, leases: list[Lease]) -> float:
-        """How long these leases may take to give their GPUs back (their classes' grace periods)."""
-        return max((self.classes[lease.job_class].local.grace_period for lease in leases), default=0.0)
+        """How long these leases may take to give their GPUs back (their classes' grace periods; borrowed quota
+        work: the quotas' ``reclaim.grace_period``)."""
+        return max((self._grace(lease) for lease in leases), default=0.0)
+
+    def _grace(self, lease: Lease) -> float:
+        policy = self.classes[lease.job_class].local
+        if self.quotas is not None and lease.tag.group and not policy.preemptible:
+            return self.quotas.config.reclaim.grace_period
+        return policy.grace_period
 
 
 def reason_kind(reason: str) -> str:

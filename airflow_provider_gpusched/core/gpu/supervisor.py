@@ -252,7 +252,7 @@ def run_attempt(
                 reason = manager.yield_reason(lease)
                 if reason:
                     preempted = reason
-                    code = child.stop(manager.classes[lease.job_class].local.grace_period)
+                    code = child.stop(manager.yield_grace([lease]))
     finally:
         if code is None or (child.proc is not None and child.proc.poll() is None):
             code = child.stop(grace)

@@ -60,22 +60,42 @@ def choose_victims(
     return chosen
 
 
+#: fill-in leases go before borrowed quota work: a priority below any a task can have
+_FILL_IN_FIRST = -(10**12)
+
+
 def plan_preemption(
-    request: GPURequest, gpus: Sequence[GPUInfo], leases: Sequence[Lease], views: dict[str, LeaseView], now: float
+    request: GPURequest,
+    gpus: Sequence[GPUInfo],
+    leases: Sequence[Lease],
+    views: dict[str, LeaseView],
+    now: float,
+    *,
+    borrowed: Sequence[tuple[str, int, float]] = (),
 ) -> tuple[list[str], str]:
     """The lease ids to ask to yield so that ``request`` fits (empty when none would do, or none may be
-    preempted yet), and the tail of the wait reason that says so."""
+    preempted yet), and the tail of the wait reason that says so. ``borrowed``: ``(lease id, priority, created)``
+    of other groups' borrowed leases that an in-quota request may reclaim (core/quota), after the fill-in ones."""
     preemptible = [lease for lease in leases if lease.preemptible and not lease.unreadable]
-    if not preemptible:
+    if not preemptible and not borrowed:
         return [], ""
     eligible = [
-        (lease.lease_id, lease.priority, lease.created)
+        (lease.lease_id, _FILL_IN_FIRST + lease.priority, lease.created)
         for lease in preemptible
         if now - lease.created >= lease.min_runtime
     ]
+    live = set(views)
+    eligible += [c for c in borrowed if c[0] in live and c[0] not in {e[0] for e in eligible}]
     victims = choose_victims(request, gpus, views, eligible) if eligible else None
     if victims:
-        return victims, f"; preempting idle lease(s) {', '.join(victims)}"
+        reclaimed = {c[0] for c in borrowed} & set(victims)
+        idle = [v for v in victims if v not in reclaimed]
+        said = []
+        if idle:
+            said.append(f"preempting idle lease(s) {', '.join(idle)}")
+        if reclaimed:
+            said.append(f"reclaiming borrowed lease(s) {', '.join(v for v in victims if v in reclaimed)}")
+        return victims, "; " + "; ".join(said)
     young = [
         f"{lease.lease_id} in {lease.min_runtime - (now - lease.created):.0f}s"
         for lease in preemptible

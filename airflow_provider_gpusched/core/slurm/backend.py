@@ -209,6 +209,15 @@ def slurm_job_arguments(spec: SweepSpec) -> dict[str, Any]:
     r = spec.resources
     args = dict(r.slurm_arguments())
     job_class, priority = args.pop("job_class"), args.pop("priority")
+    group = args.pop("group", None)
+    if group:  # the quota group's Slurm account and QOS (docs/quotas.md)
+        from airflow_provider_gpusched.core.quota.config import QuotaConfig
+        from airflow_provider_gpusched.core.quota.slurm import slurm_settings
+
+        by_group = slurm_settings(QuotaConfig.load(os.environ.get("AIRFLOW__GPUSCHED__QUOTAS") or None), group)
+        args["account"] = args.get("account") or by_group.get("account")
+        if job_class == "normal":
+            args["qos"] = args.get("qos") or by_group.get("qos")
     args["cpus_per_task"] = args.pop("cpus")
     args["environment"] = args.pop("env") or {}
     args["setup"] = args.get("setup") or ()

@@ -56,6 +56,8 @@ class TrialResources:
     ] = field(default_factory=list)
     job_class: Annotated[str, says(f"one of {list(JOB_CLASSES)}"), one_of(JOB_CLASSES)] = "normal"
     priority: Annotated[int, says("a whole number")] = 0
+    #: with team quotas: the group the trials count for (default: the DAG owner's group; docs/quotas.md)
+    group: Annotated[str, says("a quota group name", pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")] | None = None
     env: Annotated[dict[EnvName, EnvValue], says("a mapping of environment variables", strict=None)] = field(
         default_factory=dict
     )
@@ -205,6 +207,7 @@ class TrialResources:
             "time_limit": self.time_limit,
             "load_stage": bool(self.load_stage),
             "max_waiting": self.max_waiting,
+            **({"group": self.group} if self.group else {}),
         }
 
     def local_gpu_request(self, host_limits: Mapping[str, Any]) -> Any:
@@ -241,6 +244,7 @@ class TrialResources:
             "job_class": self.job_class,
             "priority": self.priority,
             "env": self.env or None,
+            **({"group": self.group} if self.group else {}),
             **self.job_shape(),
         }
 

@@ -1,0 +1,252 @@
+"""The quota book: which leases count against which group, and who waits, across every host of the fleet.
+
+One directory every host shares (``<fleet_dir>/quota``, or ``<lease dir>/quota`` on a single host)::
+
+    lock                           flock'd while a host decides an admission and writes its claim
+    claims/<host>/<lease id>.json  one per lease of quota work: group, amount, when, until when renewed
+    waiting/<host>/<hash>.json     one per waiting request: group, amount, in quota or borrowing, why
+    reclaim/<host>/<lease id>.json a request from another host that this borrowed lease give its GPUs back
+
+A host takes its own lease lock first and then this lock, decides with :mod:`.policy`, and writes the lease and
+its claim before letting go: two hosts never both admit a group into the same quota. Only the host named in a
+path writes there. Every record read back is checked (:data:`~.policy.CLAIM`); a file that fails the check is
+named in :attr:`QuotaBook.problems` (``gpusched queue health`` and the board say so) and counts for no group;
+its lease still holds its GPUs on its host, so no host is oversubscribed by it.
+
+A claim's holder renews it (``until``) while it runs. A claim of a host that died stops being renewed and stops
+counting after :data:`CLAIM_TTL` seconds; until then the group is taken to still hold those GPUs, so a host's
+death never lets a group run beyond its quota elsewhere. The host itself drops claims whose lease is gone at its
+next look.
+
+Pure Python, no Airflow imports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import time
+from collections.abc import Iterable, Iterator
+
+from airflow_provider_gpusched.core.quota.config import QuotaConfig
+from airflow_provider_gpusched.core.quota.policy import CLAIM, WAITER, Claim, Waiter
+from airflow_provider_gpusched.core.safe_files import (
+    BadRecordError,
+    ensure_private_dir,
+    open_regular,
+    read_json_record,
+    write_json_atomic,
+)
+
+#: seconds a claim counts after its holder last renewed it
+CLAIM_TTL = 60.0
+#: a holder renews its claim when it has less than this left
+RENEW_BEFORE = 45.0
+#: seconds a waiting mark counts after its request last looked
+WAITER_TTL = 30.0
+
+
+def book_dir(fleet_dir: str, state_dir: str) -> str:
+    """``<fleet_dir>/quota`` in a fleet (one book for every host), else ``<lease dir>/quota`` (this host)."""
+    return os.path.join(fleet_dir or state_dir, "quota")
+
+
+class QuotaBook:
+    """The claims and waiters under ``root`` (created private, or group-shared with ``shared``)."""
+
+    def __init__(self, root: str, config: QuotaConfig, *, shared: bool = False) -> None:
+        self.root = ensure_private_dir(root, shared=shared, what="quota directory")
+        self.config = config
+        self.file_mode = 0o660 if shared else 0o600
+        self.shared = shared
+        #: records that could not be read at the last look: ``[(file, why)]``
+        self.problems: list[tuple[str, str]] = []
+        self._renewed: dict[str, float] = {}  # lease id -> until, of claims this process wrote or renewed
+        self._lock_depth = 0
+        self._lock_fd: int | None = None
+
+    def _dir(self, kind: str, host: str) -> str:
+        ensure_private_dir(os.path.join(self.root, kind), shared=self.shared, what="quota directory")
+        return ensure_private_dir(os.path.join(self.root, kind, host), shared=self.shared, what="quota directory")
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """The fleet-wide admission lock (re-entrant in this object)."""
+        if self._lock_depth:
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+            return
+        fd = open_regular(os.path.join(self.root, "lock"), os.O_RDWR | os.O_CREAT, self.file_mode)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._lock_depth = 1
+            yield
+        finally:
+            self._lock_depth = 0
+            os.close(fd)  # closing drops the flock
+
+    # -- claims ---------------------------------------------------------------------------------------
+    def claims(self, *, host: str = "", live: Iterable[str] | None = None, now: float | None = None) -> list[Claim]:
+        """Every claim that counts now. With ``host`` and ``live`` (that host's live lease ids), that host's claims
+        whose lease is gone are removed (the caller holds :meth:`lock` and is that host)."""
+        now = time.time() if now is None else now
+        alive = set(live) if live is not None else None
+        out: list[Claim] = []
+        self.problems = []
+        base = os.path.join(self.root, "claims")
+        for h in _listdir(base):
+            folder = os.path.join(base, h)
+            for name in _listdir(folder):
+                if not name.endswith(".json"):
+                    continue
+                path = os.path.join(folder, name)
+                try:
+                    claim = CLAIM.read(read_json_record(path), path)
+                    if claim.host != h or claim.lease_id + ".json" != name:
+                        raise BadRecordError(f"{path}: its host or lease id is not the one its path names")
+                except FileNotFoundError:
+                    continue
+                except (OSError, BadRecordError) as exc:
+                    self.problems.append((path, str(exc)))
+                    continue
+                if h == host and alive is not None and claim.lease_id not in alive:
+                    _remove(path)
+                    continue
+                if claim.until < now:
+                    if h == host:
+                        _remove(path)
+                    continue
+                out.append(claim)
+        return out
+
+    def add_claim(self, claim: Claim) -> None:
+        path = os.path.join(self._dir("claims", claim.host), claim.lease_id + ".json")
+        write_json_atomic(path, CLAIM.dump(claim), self.file_mode)
+        self._renewed[claim.lease_id] = claim.until
+
+    def claim_of(self, host: str, lease_id: str) -> Claim | None:
+        path = os.path.join(self.root, "claims", host, lease_id + ".json")
+        try:
+            return CLAIM.read(read_json_record(path), path)
+        except (OSError, BadRecordError):
+            return None
+
+    def renew(self, host: str, lease_id: str, now: float | None = None) -> None:
+        """Keep a running lease's claim counting (cheap: writes only when less than RENEW_BEFORE is left)."""
+        now = time.time() if now is None else now
+        if self._renewed.get(lease_id, 0.0) - now > RENEW_BEFORE:
+            return
+        claim = self.claim_of(host, lease_id)
+        if claim is None:
+            return
+        import dataclasses
+
+        self.add_claim(dataclasses.replace(claim, until=now + CLAIM_TTL))
+
+    def drop_claim(self, host: str, lease_id: str) -> None:
+        self._renewed.pop(lease_id, None)
+        _remove(os.path.join(self.root, "claims", host, lease_id + ".json"))
+
+    # -- waiters --------------------------------------------------------------------------------------
+    @staticmethod
+    def _waiter_name(owner: str) -> str:
+        return hashlib.sha1(owner.encode()).hexdigest()[:16] + ".json"
+
+    def mark_waiting(self, waiter: Waiter) -> None:
+        path = os.path.join(self._dir("waiting", waiter.host), self._waiter_name(waiter.owner))
+        since = waiter.since
+        with contextlib.suppress(OSError, BadRecordError):
+            old = WAITER.read(read_json_record(path), path)
+            if old.owner == waiter.owner and old.until >= time.time():
+                since = old.since  # still the same wait
+        import dataclasses
+
+        write_json_atomic(path, WAITER.dump(dataclasses.replace(waiter, since=since)), self.file_mode)
+
+    def clear_waiting(self, host: str, owner: str) -> None:
+        """Remove ``owner``'s waiting mark on ``host`` (every host's: ``host=""``, a task that moved)."""
+        for h in [host] if host else _listdir(os.path.join(self.root, "waiting")):
+            _remove(os.path.join(self.root, "waiting", h, self._waiter_name(owner)))
+
+    def waiter(self, host: str, owner: str) -> Waiter | None:
+        path = os.path.join(self.root, "waiting", host, self._waiter_name(owner))
+        try:
+            return WAITER.read(read_json_record(path), path)
+        except (OSError, BadRecordError):
+            return None
+
+    def waiters(self, now: float | None = None) -> list[Waiter]:
+        now = time.time() if now is None else now
+        out = []
+        base = os.path.join(self.root, "waiting")
+        for h in _listdir(base):
+            folder = os.path.join(base, h)
+            for name in _listdir(folder):
+                path = os.path.join(folder, name)
+                try:
+                    w = WAITER.read(read_json_record(path), path)
+                except FileNotFoundError:
+                    continue
+                except (OSError, BadRecordError) as exc:
+                    self.problems.append((path, str(exc)))
+                    continue
+                if w.host == h and w.until >= now:
+                    out.append(w)
+        return out
+
+    # -- reclaim requests across hosts -----------------------------------------------------------------
+    def ask_reclaim(self, host: str, lease_id: str, by: str, group: str) -> None:
+        """Ask borrowed lease ``lease_id`` on ``host`` to give its GPUs back to ``by`` (a request within ``group``'s
+        quota that its own host cannot satisfy); a request already there is kept."""
+        path = os.path.join(self._dir("reclaim", host), lease_id + ".json")
+        if not os.path.lexists(path):
+            write_json_atomic(path, {"by": by, "group": group, "at": time.time()}, self.file_mode)
+
+    def reclaim_request(self, host: str, lease_id: str) -> dict[str, str] | None:
+        """``{"by", "group"}`` when a request asked lease ``lease_id`` of ``host`` to give its GPUs back."""
+        path = os.path.join(self.root, "reclaim", host, lease_id + ".json")
+        try:
+            data = read_json_record(path)
+        except FileNotFoundError:
+            return None
+        except (OSError, BadRecordError) as exc:
+            return {"by": f"an unreadable reclaim request ({exc})", "group": "?"}
+        if not isinstance(data, dict):
+            return {"by": "an unreadable reclaim request", "group": "?"}
+        return {"by": str(data.get("by", "?"))[:250], "group": str(data.get("group", "?"))[:250]}
+
+    def reclaims(self) -> dict[tuple[str, str], str]:
+        """Every pending reclaim request: ``{(host, lease id): by}``."""
+        out = {}
+        base = os.path.join(self.root, "reclaim")
+        for h in _listdir(base):
+            for name in _listdir(os.path.join(base, h)):
+                if name.endswith(".json"):
+                    asked = self.reclaim_request(h, name[:-5])
+                    if asked:
+                        out[(h, name[:-5])] = asked["by"]
+        return out
+
+    def reclaims_by(self, by: str) -> list[tuple[str, str]]:
+        """``[(host, lease id)]`` that ``by`` asked to give their GPUs back and that have not yet."""
+        return [key for key, who in self.reclaims().items() if who == by]
+
+    def drop_reclaim(self, host: str, lease_id: str) -> None:
+        _remove(os.path.join(self.root, "reclaim", host, lease_id + ".json"))
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)
