@@ -71,18 +71,29 @@ def test_borrowing_then_the_lender_takes_its_quota_back_on_the_same_host(tmp_pat
     b.release(held[5])
     got = take(b, "n0", "nlp")
     assert states(hosts)[got.lease_id] == "within"
-    # a second nlp request on gpu-a, where vision holds only its own quota: the reclaim goes to another host
-    lease, why = a.try_acquire(ONE, "n1", work=WorkTag(group="nlp"))
-    assert lease is None and f"reclaiming borrowed lease(s) {held[4].lease_id} on gpu-b" in why
-    assert b.yield_reason(held[4]) == "reclaimed for n1 (group nlp's quota)"
-    # asking again does not ask another lease
-    assert (
-        f"waiting for borrowed lease(s) {held[4].lease_id} on gpu-b"
-        in a.try_acquire(ONE, "n1", work=WorkTag(group="nlp"))[1]
-    )
-    b.release(held[4])
-    take(b, "n1", "nlp")  # the task moved there (in a fleet, FleetRoomTrigger sends it)
-    assert c.try_acquire(ONE, "v7", work=WorkTag(group="vision"))[0] is not None  # nobody waits: borrowing again
+    c.release(held[6])  # nobody waits within a quota any more: vision may borrow again
+    assert c.try_acquire(ONE, "v7", work=WorkTag(group="vision"))[0] is not None
+
+
+def test_a_request_on_a_host_with_nothing_to_reclaim_reclaims_on_another(tmp_path):
+    """nlp fills gpu-a with its own work; vision holds gpu-b and gpu-c, one GPU beyond its quota. nlp's next
+    request lands on gpu-a: nothing there is anyone else's, so vision's newest lease on another host is asked."""
+    hosts = fleet(tmp_path, {"groups": {"vision": 4, "nlp": 3}})
+    a, b, c = hosts.values()
+    take(a, "n0", "nlp"), take(a, "n1", "nlp")
+    vision = [take(b, f"v{i}", "vision") for i in range(4)] + [take(c, "v4", "vision")]
+    lease, why = a.try_acquire(ONE, "n2", work=WorkTag(group="nlp"))
+    assert lease is None and f"reclaiming borrowed lease(s) {vision[4].lease_id} on gpu-c" in why
+    assert c.yield_reason(vision[4]) == "reclaimed for n2 (group nlp's quota)"
+    assert all(b.yield_reason(x) == "" for x in vision[:4])
+    # asking again asks nothing more, and says what it waits for
+    again = a.try_acquire(ONE, "n2", work=WorkTag(group="nlp"))[1]
+    assert f"waiting for borrowed lease(s) {vision[4].lease_id} on gpu-c" in again
+    # vision may not take the GPU back while nlp waits within its quota
+    c.release(vision[4])
+    assert "nlp's work within its quota waits" in c.try_acquire(ONE, "v5", work=WorkTag(group="vision"))[1]
+    take(c, "n2", "nlp")  # the task moved there (in a fleet, FleetRoomTrigger sends it)
+    assert quota_view(c.quotas, 7.0).groups[1].waiters == []  # its waiting mark on gpu-a went with it
 
 
 def test_weights_decide_who_borrows_the_next_free_gpu(tmp_path):

@@ -180,7 +180,7 @@ def test_borrowers_are_ordered_by_borrowed_per_weight():
 def test_reclaim_order_is_lowest_priority_then_newest_and_respects_min_runtime():
     c = config({"groups": {"a": 1, "b": 3}, "reclaim": {"min_runtime": 10}})
     claims = [
-        claim("1", "a", created=0),  # in quota
+        claim("1", "a", created=0),
         claim("2", "a", created=1),
         claim("3", "a", created=5, priority=5),
         claim("4", "a", created=3),
@@ -188,10 +188,19 @@ def test_reclaim_order_is_lowest_priority_then_newest_and_respects_min_runtime()
         claim("6", "a", created=2, host="h2"),
     ]
     ready, young = reclaim_order(c, 8, claims, group="b", host="h1", now=100)
-    assert [x.lease_id[-1] for x in ready] == ["4", "2", "3"] and [x.lease_id[-1] for x in young] == ["5"]
+    # a holds 6 with a quota of 1: any 5 of them may go, whichever host they are on
+    assert [x.lease_id[-1] for x in ready] == ["4", "2", "1", "3"] and [x.lease_id[-1] for x in young] == ["5"]
     assert reclaim_order(c, 8, claims, group="a", host="h1", now=100) == ([], [])  # never its own group's
-    everywhere, _ = reclaim_order(c, 8, claims, group="b", host="", now=100)
-    assert "0000000000000006" in [x.lease_id for x in everywhere]
+    assert [x.lease_id[-1] for x in reclaim_order(c, 8, claims, group="b", host="h2", now=100)[0]] == ["6"]
+
+
+def test_reclaim_never_takes_a_group_below_its_quota():
+    c = config({"groups": {"a": 4, "b": 4}})
+    claims = [claim(str(i), "a", created=i) for i in range(1, 7)]  # 6 held, 2 beyond the quota
+    ready, _ = reclaim_order(c, 8, claims, group="b", host="h1", now=100)
+    assert [x.lease_id[-1] for x in ready] == ["6", "5"]
+    two = [claim("1", "a", amount=3, created=1), claim("2", "a", amount=2, created=2)]  # 5 held, 1 beyond
+    assert reclaim_order(c, 8, two, group="b", host="h1", now=100)[0] == []  # either lease would take too much
 
 
 def test_fair_shares_water_fill_by_weight_and_jain_index():

@@ -280,7 +280,8 @@ class LeaseManager:
             look.reclaim = [(c.lease_id, c.priority, c.created) for c in ready if c.lease_id not in taken]
             look.reclaim_elsewhere = [
                 c
-                for c in reclaim_order(book.config, capacity, claims, group=group, host="", now=now)[0]
+                for other in sorted({c.host for c in claims} - {self.host_name})
+                for c in reclaim_order(book.config, capacity, claims, group=group, host=other, now=now)[0]
                 if c.lease_id not in taken
             ]
             if young and not ready:
@@ -334,11 +335,11 @@ class LeaseManager:
         pending = book.reclaims_by(owner)
         if pending:
             return "; waiting for borrowed lease(s) " + ", ".join(f"{lid} on {h}" for h, lid in pending)
-        by_host: dict[str, list[Claim]] = {}
-        for c in look.reclaim_elsewhere:
+        by_host: dict[str, list[Claim]] = {}  # hosts in the order of their first candidate: lowest priority, newest
+        for c in sorted(look.reclaim_elsewhere, key=lambda c: (c.priority, -c.created, c.lease_id)):
             if c.host != self.host_name:
                 by_host.setdefault(c.host, []).append(c)
-        for host, claims in sorted(by_host.items(), key=lambda kv: -sum(c.amount for c in kv[1])):
+        for host, claims in by_host.items():
             chosen, got = [], 0.0
             for c in claims:
                 chosen.append(c)

@@ -189,13 +189,30 @@ def admit(
 def reclaim_order(
     config: QuotaConfig, capacity: float, claims: Sequence[Claim], *, group: str, host: str, now: float
 ) -> tuple[list[Claim], list[Claim]]:
-    """Borrowed claims on ``host`` (every host: ``""``) of groups other than ``group``: ``(may be reclaimed now, in
-    the order to reclaim them; still inside their min_runtime)``. Order: lowest priority first, then the newest."""
-    borrowed = borrowed_ids(config, claims, capacity)
-    theirs = [c for c in claims if (not host or c.host == host) and c.group != group and c.lease_id in borrowed]
-    ready = [c for c in theirs if now - c.created >= config.reclaim.min_runtime]
-    young = [c for c in theirs if now - c.created < config.reclaim.min_runtime]
-    return sorted(ready, key=lambda c: (c.priority, -c.created, c.lease_id)), young
+    """What an in-quota request of ``group`` may reclaim on ``host``: ``(may be reclaimed now, in the order to reclaim
+    them; still inside their min_runtime)``. Any claim of another group that holds more than its quota may go, up to
+    what that group borrows (it keeps its quota), lowest priority first, then the newest: which of a group's leases
+    counts as borrowed is a matter of age, but the GPUs a request needs are on one host."""
+    use: dict[str, float] = {}
+    for c in claims:
+        use[c.group] = use.get(c.group, 0.0) + c.amount
+    over = {g: u - config.quota(g, capacity) for g, u in use.items() if g != group}
+    ready: list[Claim] = []
+    young: list[Claim] = []
+    theirs = sorted(
+        (c for c in claims if c.host == host and over.get(c.group, 0.0) > EPS),
+        key=lambda c: (c.priority, -c.created, c.lease_id),
+    )
+    budget = dict(over)
+    for c in theirs:
+        if c.amount > budget[c.group] + EPS:
+            continue  # taking it would take the group below its quota
+        if now - c.created >= config.reclaim.min_runtime:
+            budget[c.group] -= c.amount
+            ready.append(c)
+        else:
+            young.append(c)
+    return ready, young
 
 
 def fair_shares(
