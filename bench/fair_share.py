@@ -43,7 +43,6 @@ from airflow_provider_gpusched.core.quota.policy import (
     Claim,
     Waiter,
     admit,
-    borrowed_ids,
     fair_shares,
     jain_index,
     reclaim_order,
@@ -319,9 +318,8 @@ class Sim:
             job = by_id[jid]
             if kind == "arrive":
                 self.waiting.append(job)
-            elif kind == "end":
-                if jid in self.running and abs(job.run_start + job.work - at) < 1e-6:
-                    self.finish(job)
+            elif kind == "end" and jid in self.running and abs(job.run_start + job.work - at) < 1e-6:
+                self.finish(job)
             # "wake": a relaunch may start now
             if self.events and self.events[0][0] == at:
                 continue  # every event at this instant first, then one scheduling pass
