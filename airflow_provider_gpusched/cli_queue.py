@@ -136,30 +136,40 @@ def _elapsed(seconds) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
-def _table(entries) -> str:
+def _table(entries, quota_states: dict[str, str] | None = None) -> str:
+    """The listing; with team quotas a ``group`` column: the lease's group, and ``borrowed`` when it runs beyond
+    its group's quota (``quota_states``: lease id -> "within" / "borrowed")."""
     from airflow_provider_gpusched.core.text import format_table
 
+    groups = any(e.tag.group for e in entries)
     rows = []
     for e in entries:
         what = e.tag.task or (f"({e.job_name})" if e.job_name else "-")
         sweep = e.tag.sweep + (f": {e.tag.trial}" if e.tag.trial else "") if e.tag.sweep else ""
-        rows.append(
-            (
-                e.backend,
-                e.id,
-                e.state + (f" ({e.reason})" if e.reason else ""),
-                _elapsed(e.elapsed),
-                "-" if e.requeues is None else e.requeues,
-                e.where,
-                e.job_class or "-",
-                what,
-                e.tag.run_id or "-",
-                sweep[:60] or "-",
-            )
-        )
-    return format_table(
-        rows, ["backend", "id", "state", "elapsed", "requeues", "where", "class", "task", "run", "sweep"]
-    )
+        row = [
+            e.backend,
+            e.id,
+            e.state + (f" ({e.reason})" if e.reason else ""),
+            _elapsed(e.elapsed),
+            "-" if e.requeues is None else e.requeues,
+            e.where,
+            e.job_class or "-",
+        ]
+        if groups:
+            state = (quota_states or {}).get(e.id, "")
+            row.append((e.tag.group or "-") + (" (borrowed)" if state == "borrowed" else ""))
+        rows.append((*row, what, e.tag.run_id or "-", sweep[:60] or "-"))
+    heads = ["backend", "id", "state", "elapsed", "requeues", "where", "class"]
+    return format_table(rows, [*heads, *(["group"] if groups else []), "task", "run", "sweep"])
+
+
+def _quotas(args):
+    """The team quotas' view now (core/quota/report.QuotaView), or None without quotas."""
+    from airflow_provider_gpusched.cli_options import quota_book, state_dir_option
+    from airflow_provider_gpusched.core.quota.report import quota_view
+
+    book, capacity = quota_book(args, state_dir_option(args) if hasattr(args, "state_dir") else None)
+    return None if book is None else quota_view(book, capacity)
 
 
 def queue_list(args) -> int:
@@ -168,6 +178,8 @@ def queue_list(args) -> int:
     while True:
         listing, _, _, how = _listing(args)
         entries = [e for e in listing.entries if selector.matches(e)]
+        quotas = _quotas(args)
+        states = {k: v["state"] for k, v in quotas.leases.items()} if quotas is not None else {}
         if args.json:
             print(
                 json.dumps(
@@ -178,6 +190,7 @@ def queue_list(args) -> int:
                         "entries": [e.to_dict() for e in entries],
                         "problems": listing.problems,
                         "stop_orders": [o.describe() for o in listing.orders],
+                        "quotas": quotas.to_dict() if quotas is not None else None,
                     },
                     indent=2,
                 )
@@ -191,7 +204,9 @@ def queue_list(args) -> int:
                 + (f"; Slurm through {how}" if how else "")
             )
             if entries:
-                print(_table(entries))
+                print(_table(entries, states))
+            if quotas is not None:
+                print("\n".join(printable(line) for line in quotas.lines()))
             for order in listing.orders:  # a reason may hold newlines or terminal escapes: shown escaped
                 print(f"stop order in force: {printable(order.describe())}")
             for problem in listing.problems:
@@ -431,6 +446,15 @@ def queue_health(args) -> int:
         from airflow_provider_gpusched.core.health import check_fleet
 
         checks += check_fleet(fleet_dir)
+    try:
+        quotas = _quotas(args)
+    except GpuschedError as exc:
+        checks.append(Check("team quotas", FAIL, str(exc)))
+    else:
+        if quotas is not None:
+            from airflow_provider_gpusched.core.health import check_quotas
+
+            checks += check_quotas(quotas)
     if use_airflow:
         from airflow_provider_gpusched import settings
 

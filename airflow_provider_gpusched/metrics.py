@@ -134,6 +134,12 @@ def emit_gpu_samples(host: str, samples: Iterable[Any], manager=None, *, busy_ut
     gauge(f"{PREFIX}.gpus_free.{h}", len([s for s in samples if s.index not in held]), tags)
     gauge(f"{PREFIX}.gpus_in_use.{h}", len(in_use), tags)
     gauge(f"{PREFIX}.tasks_waiting_for_gpus.{h}", waiting, tags)
+    quotas = getattr(manager, "quotas", None)
+    if quotas is not None:
+        try:
+            emit_quotas(quotas, manager.capacity())
+        except Exception:  # the quota book unreadable now: the GPU figures still go out
+            log.debug("gpusched quota metrics not sent", exc_info=True)
     for s in samples:
         gpu_tags = {"host": host, "gpu": s.index}
         if s.utilization is not None:
@@ -141,6 +147,33 @@ def emit_gpu_samples(host: str, samples: Iterable[Any], manager=None, *, busy_ut
         gauge(f"{PREFIX}.gpu_memory_used.{h}.{s.index}", s.memory_used, gpu_tags)
         if s.temperature is not None:
             gauge(f"{PREFIX}.gpu_temperature.{h}.{s.index}", s.temperature, gpu_tags)
+
+
+def emit_quotas(book, capacity: float) -> None:
+    """Each quota group now (core/quota/report.py): its quota, what it holds (within its quota and borrowed), what
+    of its quota others borrow (lent), what it waits for, and how many of its requests wait within their quota (in
+    the fleet's resource: GPUs or bytes of GPU memory)."""
+    from airflow_provider_gpusched.core.quota.report import quota_view
+
+    view = quota_view(book, capacity)
+    for g in view.groups:
+        tags = {"group": g.group}
+        name = part(g.group)
+        for key, value in (
+            ("quota", g.quota),
+            ("used", g.used),
+            ("in_quota", g.in_quota),
+            ("borrowed", g.borrowed),
+            ("lent", g.lent),
+            ("waiting", g.waiting),
+        ):
+            gauge(f"{PREFIX}.quota_{key}.{name}", value, tags)
+        gauge(f"{PREFIX}.quota_waiting_within.{name}", sum(1 for w in g.waiters if w["kind"] == "quota"), tags)
+
+
+def quota_reclaim(group: str, host: str, count: int = 1) -> None:
+    """Work of ``group`` gave back GPUs it borrowed (reclaimed for their own group's work)."""
+    incr(f"{PREFIX}.quota_reclaims.{part(group)}", count, {"group": group, "host": host})
 
 
 def gpu_wait(seconds: float, job_class: str, host: str) -> None:

@@ -104,6 +104,7 @@ class LocalAirflowBackend(AirflowBackend):
                         run_id=ti.run_id,
                         task_id=ti.task_id,
                         map_index=map_index,
+                        group=group,
                     )
                 )
 

@@ -446,6 +446,8 @@ class _TaskAttempts(AttemptHooks):
         op.attempts = list(progress.attempts)
         if outcome.attempt.preempted:
             metrics.preemption(op.job_class, outcome.attempt.host)
+            if op.group and outcome.attempt.preempted.startswith("reclaimed for"):
+                metrics.quota_reclaim(op.group, outcome.attempt.host)
         if step.action is attempts.Action.RELAUNCH:
             op.log.warning("%s; no Airflow retry used", step.message)
             return
@@ -515,6 +517,7 @@ class _TaskAttempts(AttemptHooks):
                     run_id=ti.run_id,
                     task_id=ti.task_id,
                     map_index=ti.map_index if ti.map_index is not None else -1,
+                    group=self.op.group,
                 )
             )
         ti.xcom_push(key=LEASE_HISTORY_XCOM, value=log.record())

@@ -95,6 +95,8 @@ class BoardLease:
     inventory: Annotated[
         list[BoardGPU], says(f"a list of at most {MAX_HOST_GPUS} GPUs", strict=None, max_length=MAX_HOST_GPUS)
     ] = field(default_factory=list)
+    #: the quota group it counts for (docs/quotas.md); '' without quotas
+    group: Annotated[str, says("a string", max_length=MAX_NAME)] = ""
 
 
 BOARD_LEASE = RecordType(BoardLease, name="published lease")
@@ -128,6 +130,7 @@ def lease_record(
             map_index=map_index,
             yielding_to=yielding_to,
             inventory=[BoardGPU(g.index, g.uuid, g.name, g.memory_total, g.simulated) for g in gpus],
+            group=str((lease_view.get("work") or {}).get("group", ""))[:MAX_NAME],
         )
     )
 
@@ -339,6 +342,8 @@ class BoardLeaseView(TypedDict):
     yielding_to: str
     memory_used: NotRequired[int | None]  # measured (telemetry)
     over_reservation: NotRequired[bool]
+    group: NotRequired[str]  # the quota group (docs/quotas.md)
+    quota: NotRequired[str]  # "within" its group's quota, or "borrowed" (reclaimable)
 
 
 @open_view
@@ -415,6 +420,8 @@ class BoardView(TypedDict):
     problems: list[str]  # records that were refused, and why
     cut: NotRequired[list[str]]  # what the answer left out (too many leases, hosts...)
     api_server_host: NotRequired[str]
+    #: team quotas (core/quota/report.QuotaView): each group's quota, use, borrowed, lent, who waits on whom
+    quotas: NotRequired[dict[str, Any] | None]
 
 
 def build_board(
@@ -426,6 +433,7 @@ def build_board(
     now: float | None = None,
     known_hosts: Iterable[KnownHost] = (),
     telemetry: Mapping[str, Mapping[str, Any]] | None = None,
+    quotas: Mapping[str, Any] | None = None,
 ) -> BoardView:
     """The board as JSON-ready data: hosts (sorted) with their GPUs, each GPU's leases and memory leased/free
     (``known_hosts`` are listed too, their GPUs free unless a lease says otherwise); the work waiting, each
@@ -433,7 +441,10 @@ def build_board(
     (``waiting_shared``); GPU time per class over the last hour and day (``ledger``: accounting records with
     ``time``, ``job_class``, ``gpu_seconds``, ``lost_gpu_seconds``, ``preempted``); records that were refused.
     ``telemetry`` (host -> its checked telemetry record, with ``sampled_by`` and ``error``) adds what each GPU is
-    measured doing (``measured``) and flags a lease whose processes use more memory than it reserved."""
+    measured doing (``measured``) and flags a lease whose processes use more memory than it reserved. ``quotas``
+    (a :class:`~airflow_provider_gpusched.core.quota.report.QuotaView` as a dict) adds each lease's group and
+    whether it runs within its quota or borrowed, and the groups' table."""
+    quota_leases = (quotas or {}).get("leases", {})
     now = time.time() if now is None else now
     hosts: dict[str, dict[int, dict[str, Any]]] = {}
     seen: dict[str, str] = {}
@@ -474,6 +485,8 @@ def build_board(
                     "whole": lease.whole,
                     "memory": lease.memory.get(index, 0),
                     "yielding_to": lease.yielding_to,
+                    **({"group": lease.group} if lease.group else {}),
+                    **({"quota": quota_leases[lease.lease_id]["state"]} if lease.lease_id in quota_leases else {}),
                 }
             )
     for known in known_hosts:
@@ -551,4 +564,5 @@ def build_board(
         "waiting_shared": shared,
         "gpu_time": cast("dict[str, dict[str, ClassTime]]", gpu_time),
         "problems": list(problems),
+        "quotas": dict(quotas) if quotas is not None else None,
     }

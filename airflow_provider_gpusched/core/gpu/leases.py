@@ -59,6 +59,8 @@ class _Look:
     #: borrowed claims of other groups on other hosts, in reclaim order: asked when nothing here would do
     reclaim_elsewhere: list[Claim] = field(default_factory=list)
     group: str = ""
+    #: with quotas: the waiting mark written for a request that does not start (its reason completed by _hold_place)
+    waiter: Waiter | None = None
 
 
 class _SameRequests:
@@ -290,9 +292,10 @@ class LeaseManager:
                     for c in young
                 )
         if look.placement is None and write:
-            book.mark_waiting(
-                Waiter(owner, self.host_name, group, look.amount, kind, now, now + WAITER_TTL, look.reason[:500])
+            look.waiter = Waiter(
+                owner, self.host_name, group, look.amount, kind, now, now + WAITER_TTL, look.reason[:500]
             )
+            book.mark_waiting(look.waiter)
 
     @staticmethod
     def _look_load_stage(request: GPURequest, owner: str, gpus: list[GPUInfo], leases: list[Lease]) -> _Look:
@@ -324,6 +327,10 @@ class LeaseManager:
                     self.quotas.ask_reclaim(self.host_name, v, owner, group)
         if not victims and look.quota == "quota" and look.reclaim_elsewhere:
             tail += self._reclaim_elsewhere(owner, look)
+        if look.waiter is not None and tail and self.quotas is not None:  # who it waits on, for the board and CLI
+            import dataclasses
+
+            self.quotas.mark_waiting(dataclasses.replace(look.waiter, reason=(look.reason + tail)[:500]))
         return tail
 
     def _reclaim_elsewhere(self, owner: str, look: _Look) -> str:

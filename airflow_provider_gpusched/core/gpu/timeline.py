@@ -68,6 +68,7 @@ def segment_of(
     run_id: str = "",
     task_id: str = "",
     map_index: int = -1,
+    group: str = "",
 ) -> dict[str, Any] | None:
     """The timeline segment of one ended attempt (None for an attempt that never held a GPU, or one recorded
     before attempts carried their start)."""
@@ -90,6 +91,7 @@ def segment_of(
         run_id=run_id,
         task_id=task_id,
         map_index=map_index,
+        group=group,
     )
 
 
@@ -126,6 +128,8 @@ class Segment:
     run_id: Annotated[str, _text(MAX_NAME)] = ""
     task_id: Annotated[str, _text(MAX_NAME)] = ""
     map_index: Annotated[int, says("an integer")] = -1
+    #: the quota group the work counted for (docs/quotas.md); '' without quotas
+    group: Annotated[str, _text(MAX_NAME)] = ""
 
 
 @record_class
@@ -165,6 +169,7 @@ def _segment(
     run_id: str,
     task_id: str,
     map_index: int,
+    group: str = "",
 ) -> dict[str, Any]:
     """A segment as tasks publish it and :func:`build_timeline` reads it (its detail and label cut to length)."""
     return SEGMENT.dump(
@@ -184,6 +189,7 @@ def _segment(
             run_id=run_id,
             task_id=task_id,
             map_index=map_index,
+            group=group,
         )
     )
 
@@ -245,10 +251,12 @@ def running_segment(lease: Any, now: float) -> dict[str, Any]:
         run_id=lease.run_id,
         task_id=lease.task_id,
         map_index=lease.map_index,
+        group=getattr(lease, "group", ""),
     )
 
 
 _BAR_KEYS = (
+    "group",
     "job_class",
     "outcome",
     "detail",
@@ -282,6 +290,7 @@ class TimelineView(TypedDict):
     until: float
     rows: list[TimelineRow]
     classes: list[str]
+    groups: list[str]  # quota groups seen (docs/quotas.md): the page colours by group when there are any
     counts: dict[str, Any]  # bars per outcome and per job class
     bars: int
     dropped: int  # segments tasks left out of their records (each keeps its newest)
@@ -316,11 +325,14 @@ def build_timeline(
             per_gpu.setdefault((host, g), [])
     counts = {o: 0 for o in OUTCOMES}
     classes: set[str] = set()
+    groups: set[str] = set()
     for s in segments:
         if s["end"] < since or s["start"] >= until:
             continue
         counts[s["outcome"]] += 1
         classes.add(s["job_class"])
+        if s.get("group"):
+            groups.add(s["group"])
         for g in s["gpus"]:
             per_gpu.setdefault((s["host"], g), []).append(s)
     rows: list[TimelineRow] = []
@@ -352,6 +364,7 @@ def build_timeline(
         "until": until,
         "rows": rows,
         "classes": sorted(classes),
+        "groups": sorted(groups),
         "counts": counts,
         "bars": bars_total,
         "dropped": dropped,
@@ -387,14 +400,22 @@ def _merged(found: Sequence[Mapping[str, Any]], since: float, until: float, shor
             last["busy"] += end - start
             last["outcomes"][s["outcome"]] = last["outcomes"].get(s["outcome"], 0) + 1
             last["classes"][s["job_class"]] = last["classes"].get(s["job_class"], 0) + 1
+            if s.get("group"):
+                last["groups"][s["group"]] = last["groups"].get(s["group"], 0) + 1
             continue
         bar = _bar(s, since, until)
         if tiny:  # may start a merged run; stays a plain bar if nothing joins it
-            bar.update(count=1, busy=end - start, outcomes={s["outcome"]: 1}, classes={s["job_class"]: 1})
+            bar.update(
+                count=1,
+                busy=end - start,
+                outcomes={s["outcome"]: 1},
+                classes={s["job_class"]: 1},
+                groups={s["group"]: 1} if s.get("group") else {},
+            )
         bars.append(bar)
     for i, bar in enumerate(bars):
         if bar.get("count") == 1:
-            for key in ("count", "busy", "outcomes", "classes"):
+            for key in ("count", "busy", "outcomes", "classes", "groups"):
                 bar.pop(key)
         elif bar.get("count"):  # drawn in the colour of the class most of its leases had; the first lease's link
             first: dict[str, Any] = {k: bar[k] for k in ("dag_id", "run_id", "task_id", "map_index") if k in bar}
@@ -407,6 +428,7 @@ def _merged(found: Sequence[Mapping[str, Any]], since: float, until: float, shor
                 "classes": bar["classes"],
                 "outcome": "merged",
                 "job_class": max(sorted(bar["classes"]), key=lambda c: bar["classes"][c]),
+                **({"group": max(sorted(bar["groups"]), key=lambda g: bar["groups"][g])} if bar["groups"] else {}),
                 **first,
             }
     return bars

@@ -140,8 +140,16 @@ def gpu_board(user, session) -> BoardView:
         )
         waiting = waiting[:MAX_BOARD_LEASES]
     telemetry = host_telemetry(problems)
+    quotas = quota_table(problems)
     board = build_board(
-        leases, waiting=waiting, ledger=ledger, problems=problems, now=now, known_hosts=known, telemetry=telemetry
+        leases,
+        waiting=waiting,
+        ledger=ledger,
+        problems=problems,
+        now=now,
+        known_hosts=known,
+        telemetry=telemetry,
+        quotas=quotas,
     )
     if len(board["hosts"]) > MAX_BOARD_HOSTS:
         cut.append(f"{len(board['hosts']) - MAX_BOARD_HOSTS} host(s) past the first {MAX_BOARD_HOSTS} are not listed")
@@ -150,6 +158,42 @@ def gpu_board(user, session) -> BoardView:
     board["problems"] = board["problems"][:100]
     board["api_server_host"] = socket.gethostname()
     return board
+
+
+def quota_table(problems: list[str]) -> dict[str, Any] | None:
+    """The team quotas now (core/quota/report.py), from the fleet's quota book or this host's; None without quotas.
+    The book's own problems go to ``problems``; a book that cannot be read is one problem, not a failed board."""
+    from airflow_provider_gpusched import settings
+    from airflow_provider_gpusched.core.errors import GpuschedError
+    from airflow_provider_gpusched.core.fleet import fleet_capacity
+    from airflow_provider_gpusched.core.gpu.lease_store import default_state_dir
+    from airflow_provider_gpusched.core.quota.book import QuotaBook, book_dir
+    from airflow_provider_gpusched.core.quota.report import quota_view
+
+    try:
+        config = settings.quota_config()
+        if not config.enabled:
+            return None
+        folder = settings.fleet_dir()
+        book = QuotaBook(
+            book_dir(folder, settings.gpu_state_dir() or default_state_dir()),
+            config,
+            shared=settings.gpu_state_dir_shared(),
+        )
+        if folder:
+            capacity = fleet_capacity(folder, config.resource)
+        else:
+            own = own_host()
+            inventory = own.inventory if own is not None else []
+            capacity = float(
+                sum(g.memory_total for g in inventory) if config.resource == "gpu_memory" else len(inventory)
+            )
+        view = quota_view(book, capacity).to_dict()
+    except (GpuschedError, OSError) as exc:
+        problems.append(f"team quotas: {exc}")
+        return None
+    problems.extend(view["problems"])
+    return view
 
 
 def _fleet_leases(view, leases: list[Any], hide, problems: list[str], now: float) -> None:
