@@ -3,10 +3,10 @@ whose lease directory holds the quota book."""
 
 import json
 
+from airflow_provider_gpusched.core.fleet import attach_quotas
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
-from airflow_provider_gpusched.core.fleet import attach_quotas
 from airflow_provider_gpusched.core.quota.config import QuotaConfig
 from airflow_provider_gpusched.core.work_tag import WorkTag
 from tests.cli import gpusched
@@ -44,7 +44,9 @@ def test_quota_show_lists_use_borrowing_and_who_waits(tmp_path):
     assert vision.split()[1:7] == ["1", "3", "1", "2", "0", "0"]  # quota, used, in quota, borrowed, lent, waiting
     nlp = next(line for line in lines if line.strip().startswith("nlp"))
     assert nlp.split()[1:7] == ["3", "0", "0", "0", "2", "2"] and "(borrows at most 1)" in nlp
-    assert any(line.startswith("  waiting: nlp: n0 on gpu-a, 2 within its quota") and "reclaiming" in line for line in lines)
+    assert any(
+        line.startswith("  waiting: nlp: n0 on gpu-a, 2 within its quota") and "reclaiming" in line for line in lines
+    )
     data = json.loads(gpusched("quota", "show", "--json", env=env(state_dir)).stdout)
     assert data["capacity"] == 4 and data["config"]["groups"]["nlp"]["borrowing_limit"] == "1 GPU"
     assert sorted(v["state"] for v in data["leases"].values()) == ["borrowed", "borrowed", "within"]
@@ -64,7 +66,10 @@ def test_quotas_that_do_not_fit_fail_health_and_bad_ones_are_named(tmp_path):
     too_big = '{"groups": {"a": 3, "b": 2}}'
     health = gpusched("queue", "health", "--no-slurm", "--no-airflow", env=env(state_dir, too_big))
     assert health.returncode == 1
-    assert "[FAIL] quotas fit the fleet: [gpusched] quotas: the groups' quotas add up to 5 GPUs, more than the 4 GPUs" in health.stdout
+    assert (
+        "[FAIL] quotas fit the fleet: [gpusched] quotas: the groups' quotas add up to 5 GPUs, more than the 4 GPUs"
+        in health.stdout
+    )
     bad = gpusched("quota", "show", env=env(state_dir, '{"groups": {"a": {"quota": -1}}}'))
     assert bad.returncode != 0
     assert "[gpusched] quotas: groups.a.quota: expected a number of GPUs >= 0" in bad.stderr
