@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -152,12 +153,18 @@ def job_class_mapping():
 
 def quota_config():
     """The team quotas (``[gpusched] quotas``: a YAML/JSON file path or inline text; empty: no quotas). Parsed
-    once per distinct value."""
-    return _quotas_for(_value("quotas") or "")
+    once per distinct value, and for a file again when it changes: the triggerer and the api-server see an admin's
+    edit without a restart."""
+    value = _value("quotas") or ""
+    stamp = 0.0
+    if value.strip() and "\n" not in value and not value.strip().startswith("{"):
+        with contextlib.suppress(OSError):
+            stamp = os.stat(os.path.expanduser(value.strip())).st_mtime_ns
+    return _quotas_for(value, stamp)
 
 
 @functools.lru_cache(maxsize=8)
-def _quotas_for(value: str):
+def _quotas_for(value: str, stamp: float = 0.0):
     from airflow_provider_gpusched.core.quota.config import QuotaConfig
 
     return QuotaConfig.load(value)

@@ -88,7 +88,9 @@ class LocalAirflowBackend(AirflowBackend):
                 print(f"chunk {chunk}: {len(trials)} trials on {manager.inventory.source} GPUs")
             else:
                 print(f"worker {chunk}: asking the search for trials on {manager.inventory.source} GPUs")
-            group = apply_quota_group({"task_id": ti.task_id, "owner": context["task"].owner}, r.group, r.job_class)
+            group = apply_quota_group(
+                {"task_id": ti.task_id, "owner": context["task"].owner}, r.group, r.job_class, pool=False
+            )
             tag = WorkTag.of_task(ti, sweep=spec.name, trial=name, job_class=r.job_class, group=group)
             segments = SegmentLog()
             map_index = ti.map_index if ti.map_index is not None else -1

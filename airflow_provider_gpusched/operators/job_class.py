@@ -32,10 +32,10 @@ def apply_job_class(kwargs: dict[str, Any], job_class: str, priority: int, gpus:
 
 
 def apply_quota_group(kwargs: dict[str, Any], group: str | None, job_class: str, *, pool: bool = True) -> str:
-    """The quota group the task counts for (docs/quotas.md): ``group`` when given, else the group whose members
-    list the task's ``owner`` (its ``owner=`` or ``default_args``' owner), else the quotas' ``default_group``;
-    '' when there are no quotas. Normal-class local-GPU work (``pool``) that names no pool goes to its group's pool. An unknown group,
-    or an owner in no group without a default, fails the DAG file's import naming the task."""
+    """The quota group a task counts for (docs/quotas.md): ``group`` when given, else the group whose members list
+    the task's ``owner`` (``kwargs["owner"]``), else the quotas' ``default_group``, else ``unassigned``; '' when there
+    are no quotas. With ``pool``, normal-class work that names no pool (``kwargs["pool"]`` missing or Airflow's
+    ``default_pool``) goes to its group's pool. An undeclared group fails the DAG file's import naming the task."""
     where = kwargs.get("task_id", "?")
     config = settings.quota_config()
     if not config.enabled:
@@ -46,9 +46,34 @@ def apply_quota_group(kwargs: dict[str, Any], group: str | None, job_class: str,
         name = config.group_for(group, kwargs.get("owner"))
     except GpuschedError as exc:
         raise AirflowException(f"{where}: {exc}") from exc
-    if pool and job_class != "idle":
-        kwargs.setdefault("pool", config.pool(name))
+    if pool and job_class != "idle" and kwargs.get("pool") in (None, "default_pool"):
+        kwargs["pool"] = config.pool(name)
     return name
+
+
+def apply_quota_group_to(operator: Any, group: str | None, job_class: str, *, pool: bool = True) -> str:
+    """:func:`apply_quota_group` for an operator after ``BaseOperator.__init__``: its ``owner`` is known then (Airflow
+    has merged the DAG's ``default_args``), and its ``pool`` is set when it named none."""
+    values = {"task_id": operator.task_id, "owner": operator.owner, "pool": operator.pool}
+    name = apply_quota_group(values, group, job_class, pool=pool)
+    if pool:
+        operator.pool = values["pool"]
+    return name
+
+
+def quota_pool_for_partial(partial: Any, job_class: str) -> Any:
+    """``Operator.partial(...)``'s result with team quotas: the mapped tasks' group (``group=``, else their owner's,
+    which Airflow has merged from the DAG's ``default_args`` by now) checked, and its pool set where no pool was named
+    (Airflow filled in ``default_pool``). Each task resolves its group again when it runs (the operator's
+    ``__init__``)."""
+    config = settings.quota_config()
+    kwargs = getattr(partial, "kwargs", None)
+    if not config.enabled or not isinstance(kwargs, dict):
+        return partial
+    name = apply_quota_group(dict(kwargs), kwargs.get("group"), job_class, pool=False)
+    if job_class != "idle" and kwargs.get("pool") in (None, "default_pool"):
+        kwargs["pool"] = config.pool(name)
+    return partial
 
 
 def slurm_gpu_total(gpus: Any, gpus_per_node: Any = None, nodes: Any = None) -> int | None:
@@ -88,8 +113,8 @@ def apply_partial_job_class(kwargs: dict[str, Any], local_gpus: bool) -> None:
     (``BaseOperatorMeta`` keeps a subclass's own ``partial``)."""
     job_class, priority = kwargs.get("job_class", "normal"), kwargs.get("priority", 0)
     gpus = kwargs.get("gpus", 1)
-    if local_gpus and (settings.quota_config().enabled or kwargs.get("group")):
-        kwargs["group"] = apply_quota_group(kwargs, kwargs.get("group"), job_class) or None
+    if local_gpus and kwargs.get("group") and not settings.quota_config().enabled:
+        apply_quota_group(kwargs, kwargs.get("group"), job_class)  # the error: quotas are off
     if local_gpus:  # a local GPU task: in a fleet, the queue of its lane and memory tier too
         apply_local_gpu_class(kwargs, job_class, priority, gpus, kwargs.get("gpu_memory"))
     else:

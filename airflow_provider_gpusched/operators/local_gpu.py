@@ -47,7 +47,8 @@ from airflow_provider_gpusched.operators.arguments import argument_error, check_
 from airflow_provider_gpusched.operators.job_class import (
     apply_local_gpu_class,
     apply_partial_job_class,
-    apply_quota_group,
+    apply_quota_group_to,
+    quota_pool_for_partial,
 )
 from airflow_provider_gpusched.operators.queue_stops import WorkStopped, refuse_if_stopped, work_tag
 from airflow_provider_gpusched.triggers.local_gpu import FleetRoomTrigger, GPUAvailableTrigger
@@ -117,7 +118,7 @@ class LocalGPUOperator(lineage.LineageFacets, BaseOperator):
     def partial(cls, **kwargs: Any) -> Any:
         """Airflow's ``partial``, with the job class's pool and weight and, in a fleet, queue for the mapped tasks."""
         apply_partial_job_class(kwargs, local_gpus=True)
-        return super().partial(**kwargs)
+        return quota_pool_for_partial(super().partial(**kwargs), kwargs.get("job_class", "normal"))
 
     def __init__(
         self,
@@ -170,7 +171,6 @@ class LocalGPUOperator(lineage.LineageFacets, BaseOperator):
         ):
             gpus = max(len(g) for g in device_groups)  # a whole group: its pool slots are its largest group's GPUs
         job_class, priority = apply_local_gpu_class(kwargs, job_class, priority, gpus, gpu_memory)
-        group = apply_quota_group(kwargs, group, job_class)
         super().__init__(**kwargs)
         given = [x for x in (command, bash_command, python_callable) if x is not None]
         if len(given) != 1:
@@ -248,7 +248,7 @@ class LocalGPUOperator(lineage.LineageFacets, BaseOperator):
         self.defer_after = defer_after
         self.job_class = job_class
         self.priority = priority
-        self.group = group  # the quota group it counts for ('' without quotas; docs/quotas.md)
+        self.group = apply_quota_group_to(self, group, job_class)  # its quota group ('' without quotas)
         self.child: GPUChild | None = None  # the GPU process of the attempt that runs now (on_kill stops it)
         self.stop_requested = threading.Event()  # set by on_kill: every wait of this try ends
         self.wait_state = WaitState()  # how this try waits for GPUs: _TaskWaiting changes it

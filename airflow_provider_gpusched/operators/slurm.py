@@ -53,7 +53,7 @@ from airflow_provider_gpusched.operators.arguments import argument_error, check_
 from airflow_provider_gpusched.operators.job_class import (
     apply_job_class,
     apply_partial_job_class,
-    apply_quota_group,
+    apply_quota_group_to,
     slurm_gpu_total,
 )
 from airflow_provider_gpusched.operators.queue_stops import WorkStopped, refuse_if_stopped, work_tag
@@ -216,7 +216,8 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
         self.job_class, self.priority = apply_job_class(
             kwargs, job_class, priority, slurm_gpu_total(gpus, gpus_per_node, nodes)
         )
-        self.group = apply_quota_group(kwargs, group, self.job_class, pool=False)
+        super().__init__(**kwargs)
+        self.group = apply_quota_group_to(self, group, self.job_class, pool=False)
         if self.group:  # the group's Slurm account and QOS (docs/quotas.md); explicit arguments win
             from airflow_provider_gpusched.core.quota.slurm import slurm_settings
 
@@ -224,7 +225,6 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
             account = account or by_group.get("account")
             if self.job_class == "normal":
                 qos = qos or by_group.get("qos")
-        super().__init__(**kwargs)
         check_argument_types(
             self.task_id,
             (

@@ -18,6 +18,9 @@ FAST_CLASSES = json.dumps(
 )
 STACK_DIR = REPO / ".stack-fleet-test"
 EXTRA_DAGS = STACK_DIR / "fleet-dags"
+#: the team quotas of the deployment: empty (quotas off) but while tests/fleet's quota test writes its groups there;
+#: every process reads the file again when it changes (settings.quota_config)
+QUOTAS = STACK_DIR / "quotas.yaml"
 CONFIG = StackConfig(
     STACK_DIR,
     int(os.environ.get("GPUSCHED_FLEET_PORT", "28097")),
@@ -27,7 +30,8 @@ CONFIG = StackConfig(
     f"export AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT=20\n"
     # an idle fleet of 7 Edge workers polling every 1 s (the demo's setting) costs the machine 11.3 s of CPU a
     # minute, every 3 s 9.2 s (measured); 2 s here, so a queued task still starts within about a second
-    f"export AIRFLOW__EDGE__JOB_POLL_INTERVAL=2\n{TEST_STACK_ENV}",
+    f"export AIRFLOW__EDGE__JOB_POLL_INTERVAL=2\n"
+    f"export AIRFLOW__GPUSCHED__QUOTAS={QUOTAS}\n{TEST_STACK_ENV}",
     script="fleet.sh",
 )
 SIZES = {"gpu-a": (2, 24), "gpu-b": (4, 80), "gpu-c": (1, 48)}
@@ -39,9 +43,19 @@ class Fleet(Stack):
     def host_dir(self, name: str):
         return STACK_DIR / "fleet" / name
 
+    def airflow(self, *args: str) -> subprocess.CompletedProcess:
+        """The `airflow` command on the head node, with the deployment's env.sh."""
+        return subprocess.run(
+            ["bash", "-c", 'source "$1/env.sh" && shift && exec airflow "$@"', "_", str(self.dir), *args],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+
     def gpusched(self, *args: str) -> subprocess.CompletedProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
         env["AIRFLOW__GPUSCHED__FLEET_DIR"] = str(self.records)
+        env["AIRFLOW__GPUSCHED__QUOTAS"] = str(QUOTAS)
         return subprocess.run(
             [str(REPO / ".venv" / "bin" / "gpusched"), *args], env=env, capture_output=True, text=True, timeout=120
         )
@@ -53,6 +67,7 @@ def fleet(slurm_cluster):
         pytest.skip("the fleet tier needs root: network, UTS and PID namespaces (scripts/fleet.sh)")
     CONFIG.run("destroy", check=False)
     EXTRA_DAGS.mkdir(parents=True, exist_ok=True)
+    QUOTAS.write_text("")  # quotas off
     for src in (REPO / "tests" / "fleet" / "dagfiles").glob("*.py"):
         shutil.copy(src, EXTRA_DAGS)
     up = CONFIG.run("up", "--hosts", "3", timeout=900)

@@ -468,3 +468,74 @@ def test_a_host_cut_off_for_three_minutes_rejoins_by_itself_and_takes_work_again
     done = [r for r in read_out(out_file) if r["event"] == "done"]
     assert sorted(r["tag"] for r in done) == sorted(f"trial-{i}" for i in range(24)), "each trial done exactly once"
     assert any(r["host"] == "gpu-c" for r in done), {r["host"] for r in done}
+
+
+def _set_gpu_slots(fleet, per_gpu: int) -> None:
+    """Each host's gpu-lane Edge worker takes ``per_gpu`` tasks per GPU: with quotas, work within its group's quota
+    must be able to land on a host whose GPUs borrowed work holds (docs/quotas.md "In a fleet")."""
+    for host, (count, _) in SIZES.items():
+        done = fleet.airflow("edge", "set-worker-concurrency", "-H", host, "-c", str(count * per_gpu))
+        assert done.returncode == 0, done.stderr[-2000:]
+    wait_until(
+        lambda: all(
+            (_edge_workers(fleet)[h].get("sysinfo") or {}).get("concurrency") == c * per_gpu
+            for h, (c, _) in SIZES.items()
+        ),
+        timeout=60,
+        what=f"every gpu worker at {per_gpu} slot(s) per GPU",
+    )
+
+
+def test_team_quotas_borrowed_gpus_are_reclaimed_for_the_group_within_its_quota(fleet, out_file):
+    """vision (quota 3) fills all 7 GPUs of the three hosts, 4 of them borrowed; nlp (quota 4) then asks for 4
+    within its quota: it gets them within the reclaim grace period and its landing (no nlp task waits for vision's
+    work to end), vision's borrowed trainers checkpoint on SIGTERM and resume from there, every trainer finishes
+    exactly once, and no host ever holds more than it has. The board and `gpusched quota show` say who borrowed."""
+    from tests.fleet.conftest import QUOTAS
+
+    QUOTAS.write_text(
+        "groups:\n  vision: {quota: 3, members: [alice]}\n  nlp: {quota: 4, members: [bob]}\nreclaim: {grace_period: 3}\n"
+    )
+    for group in ("vision", "nlp", "unassigned"):  # what `gpusched pools sync` makes (sized here not to bind)
+        fleet.ensure_pool(f"gpusched_group_{group}", 32)
+    _set_gpu_slots(fleet, 2)
+    sampler = LeaseSampler(fleet)
+    sampler.start()
+    try:
+        vision = fleet.trigger("fleet_quota_vision", out=str(out_file), steps=70)
+        wait_until(
+            lambda: len({r["tag"] for r in read_out(out_file) if r["event"] == "start"}) == 7,
+            timeout=240,
+            what="vision's 7 trainers on every GPU of the fleet",
+        )
+        shown = fleet.gpusched("quota", "show", "--json")
+        assert shown.returncode == 0, shown.stderr
+        groups = {g["group"]: g for g in json.loads(shown.stdout)["groups"]}
+        assert (groups["vision"]["in_quota"], groups["vision"]["borrowed"], groups["nlp"]["lent"]) == (3, 4, 4)
+        board = fleet.http.get(f"{fleet.url}/gpusched/api/gpus").json()
+        states = sorted(x["quota"] for h in board["hosts"] for g in h["gpus"] for x in g["leases"])
+        assert states == ["borrowed"] * 4 + ["within"] * 3, states
+        asked = time.time()
+        nlp = fleet.trigger("fleet_quota_nlp", out=str(out_file), steps=6)
+        assert fleet.wait_run("fleet_quota_nlp", nlp, timeout=240) == "success"
+        starts = [r for r in read_out(out_file) if r["tag"].startswith("nlp") and r["event"] == "start"]
+        waited = max(r["start"] for r in starts) - asked
+        print(f"nlp's 4 trainers all started {waited:.1f}s after their run was triggered")
+        assert len(starts) == 4 and waited < 60, f"nlp waited {waited:.0f}s within its quota"
+        assert fleet.wait_run("fleet_quota_vision", vision, timeout=300) == "success"
+    finally:
+        sampler.stop.set()
+        sampler.join()
+        QUOTAS.write_text("")
+        _set_gpu_slots(fleet, 1)
+    records = read_out(out_file)
+    done = [r["tag"] for r in records if r["event"] == "done"]
+    assert sorted(done) == sorted([f"vision-{i}" for i in range(7)] + [f"nlp-{i}" for i in range(4)]), done
+    stopped = [r for r in records if r["event"] == "stopped"]
+    assert len({r["tag"] for r in stopped}) >= 4 and all(r["tag"].startswith("vision") for r in stopped)
+    for r in stopped:  # it resumed where it checkpointed when it was reclaimed
+        again = [x for x in records if x["tag"] == r["tag"] and x["event"] == "start" and x["time"] > r["time"]]
+        assert again and again[0]["from_step"] == r["step"] > 0, (r, again)
+    assert not sampler.problems, sampler.problems
+    for host, (count, _) in SIZES.items():
+        assert sampler.peak[host] <= count, (host, sampler.peak[host])

@@ -105,9 +105,13 @@ def test_which_group_work_counts_for():
         InvalidArgumentError, match=r"group: expected a group of quotas.yaml \(vision, nlp, misc\), got 'nope'"
     ):
         c.group_for("nope", "alice")
-    no_default = config({"groups": {"a": 1}})
-    with pytest.raises(InvalidArgumentError, match="the owner 'carol' is a member of none and no default_group is set"):
-        no_default.group_for(None, "carol")
+    # no default group: work in no group is "unassigned" (no quota: it only borrows), and turning quotas on breaks
+    # no DAG; the name is reserved
+    assert config({"groups": {"a": 1}}).group_for(None, "carol") == "unassigned"
+    with pytest.raises(QuotaConfigError, match="groups.unassigned: 'unassigned' is the group of work in no group"):
+        config({"groups": {"unassigned": 1}})
+    assert "gpusched_group_unassigned" in config({"groups": {"a": 1}}).pool_plan(8)
+    assert "gpusched_group_unassigned" not in config().pool_plan(8)  # with a default group, nothing is unassigned
     assert QuotaConfig().group_for("x", "y") == ""  # quotas off
 
 

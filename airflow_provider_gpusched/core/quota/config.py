@@ -42,6 +42,9 @@ _GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
 #: the Airflow pool that admits a group's tasks (its quota plus borrowing limit, in GPUs)
 POOL_PREFIX = "gpusched_group_"
+#: the group of work that names none, whose owner is in none, with no default_group: it has no quota, so it runs only
+#: on GPUs no group uses and gives them back to any group that needs its quota (turning quotas on breaks no DAG)
+UNASSIGNED = "unassigned"
 
 
 class QuotaConfigError(GpuschedError):
@@ -118,7 +121,8 @@ class QuotaConfig:
     def group_for(self, group: str | None = None, owner: str | None = None, *, argument: str = "group") -> str:
         """The group work counts for: ``group`` when given (it must be declared), else the group whose
         ``members`` lists ``owner`` (the DAG's owner; several owners ``"a,b"``: the first that is a member),
-        else ``default_group``. '' when quotas are off. :class:`InvalidArgumentError` names ``argument``."""
+        else ``default_group``, else :data:`UNASSIGNED` (no quota: it only borrows, and is reclaimed for anyone).
+        '' when quotas are off. :class:`InvalidArgumentError` (naming ``argument``) for an undeclared group."""
         if not self.enabled:
             return ""
         if group:
@@ -129,14 +133,7 @@ class QuotaConfig:
             for g in self.groups.values():
                 if name in g.members:
                     return g.name
-        if self.default_group:
-            return self.default_group
-        raise InvalidArgumentError(
-            argument,
-            None,
-            f"a group of {self.source} ({', '.join(self.groups)}): the owner {owner!r} is a member of none and no "
-            "default_group is set",
-        )
+        return self.default_group or UNASSIGNED
 
     def pool(self, group: str) -> str:
         return POOL_PREFIX + group
@@ -146,7 +143,10 @@ class QuotaConfig:
         limit, in GPUs, at most the fleet's): a group's tasks beyond that never leave the scheduler, so a
         group's backlog cannot fill the workers' slots ahead of another group's work."""
         plan: dict[str, dict[str, Any]] = {}
-        for g in self.groups.values():
+        groups = list(self.groups.values())
+        if not self.default_group:  # work in no group borrows only: its pool is the fleet's size
+            groups.append(Group(UNASSIGNED, Amount(0.0)))
+        for g in groups:
             if self.resource == "gpus":
                 most = g.quota.of(capacity_gpus) + (
                     capacity_gpus if g.borrowing_limit is None else g.borrowing_limit.of(capacity_gpus)
@@ -216,6 +216,10 @@ class QuotaConfig:
             where = f"{source}: groups.{name}"
             if not isinstance(name, str) or not _GROUP_NAME.match(name):
                 raise QuotaConfigError(f"{where}: a group name is letters, digits, '_' or '-' (at most 63)")
+            if name == UNASSIGNED:
+                raise QuotaConfigError(
+                    f"{where}: '{UNASSIGNED}' is the group of work in no group (quota 0); name a default_group instead"
+                )
             groups[name] = _group(name, body, resource, where)
             for member in groups[name].members:
                 if member in owners:

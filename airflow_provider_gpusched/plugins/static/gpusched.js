@@ -175,6 +175,52 @@ function FleetOverview({ hosts }) {
         gib(host.gpus.reduce((n, g) => n + (g.memory_free || 0), 0))] })) }));
 }
 
+// ---------------------------------------------------------------------------------------------------- team quotas
+const GROUP_COLORS = ["#1c7ed6", "#e8590c", "#2f9e44", "#ae3ec9", "#f08c00", "#0c8599", "#c2255c", "#5c940d"];
+function groupColor(name, groups) {
+  const i = groups.indexOf(name);
+  return GROUP_COLORS[(i < 0 ? groups.length : i) % GROUP_COLORS.length];
+}
+function quotaGroups(board) { return board.quotas ? board.quotas.groups.map((g) => g.group) : []; }
+function amount(v, resource) {
+  if (v === null || v === undefined) return "–";
+  return resource === "gpu_memory" ? gib(v) : `${+v.toFixed(2)}`;
+}
+// one group's use against its quota: its own part solid, what it borrows hatched beyond the quota mark
+function QuotaBar({ g, most, color, width = 260 }) {
+  const X = (v) => (most > 0 ? (v / most) * width : 0);
+  return h("svg", { width: width + 2, height: 16, "data-testid": "quota-bar", role: "img",
+                    "aria-label": `${g.group}: ${g.used} used of a quota of ${g.quota}` },
+    h("rect", { x: 0, y: 3, width, height: 10, fill: "currentColor", opacity: 0.08, rx: 2 }),
+    h("rect", { x: 0, y: 3, width: X(g.in_quota), height: 10, fill: color, rx: 2 }),
+    h("rect", { x: X(g.in_quota), y: 3, width: X(g.borrowed), height: 10, fill: color, opacity: 0.45, rx: 2 }),
+    h("line", { x1: X(g.quota), x2: X(g.quota), y1: 0, y2: 16, stroke: "currentColor", strokeWidth: 2 }));
+}
+function Quotas({ quotas }) {
+  const groups = quotas.groups.map((g) => g.group);
+  const most = Math.max(quotas.capacity, ...quotas.groups.map((g) => Math.max(g.used, g.quota)));
+  const r = quotas.resource;
+  const waiters = quotas.groups.flatMap((g) => g.waiters.map((w) => ({ ...w, group: g.group })));
+  return h("div", { "data-testid": "quotas" },
+    h("h2", { style: S.h2 }, "Team quotas"),
+    h("div", { style: S.muted }, `${quotas.source} · ${amount(quotas.capacity, r)} ${r === "gpus" ? "GPUs" : ""} in the fleet · ` +
+      "solid: within the quota (the mark), pale: borrowed from groups that do not use theirs (given back when they need it)"),
+    h(Table, { testid: "quota-groups", head: ["group", "use", "quota", "used", "within", "borrowed", "lent", "waiting", "weight"],
+      rows: quotas.groups.map((g) => ({ cells: [
+        badge(g.group, groupColor(g.group, groups)),
+        h(QuotaBar, { g, most, color: groupColor(g.group, groups) }),
+        amount(g.quota, r) + (g.borrowing_limit !== null ? ` (+${amount(g.borrowing_limit, r)} at most)` : ""),
+        amount(g.used, r), amount(g.in_quota, r), amount(g.borrowed, r), amount(g.lent, r),
+        g.waiting ? h("span", { style: { color: "#d9480f" } }, amount(g.waiting, r)) : "0", `${g.weight}`] })) }),
+    waiters.length ? h("div", { "data-testid": "quota-waiting" }, h("b", null, "Who waits on whom"),
+      h(Table, { testid: "quota-waiters", head: ["group", "request", "asks for", "on", "waiting", "why"],
+        rows: waiters.map((w) => ({ cells: [badge(w.group, groupColor(w.group, groups)), w.owner,
+          `${amount(w.amount, r)} ${w.kind === "quota" ? "within its quota" : "to borrow"}`, w.host, dur(w.for_s),
+          h("span", { "data-testid": "quota-why" }, w.reason)] })) })) : null,
+    quotas.problems.length ? h("ul", { "data-testid": "quota-problems" },
+      quotas.problems.map((p, i) => h("li", { key: i, style: { color: "#e03131" } }, p))) : null);
+}
+
 function GpuBoard() {
   const { data, error } = useJson(`${API}/gpus`, 5000);
   const mark = highlightFromQuery();
@@ -219,7 +265,13 @@ function GpuBoard() {
             h("span", { style: S.muted }, "free")) : g.leases.map((l) => h("div", {
             key: l.lease_id, "data-testid": "lease", style: same(l, mark) ?
               { outline: "2px solid #f59f00", borderRadius: "4px", padding: "2px" } : { padding: "2px" } },
-            badge(l.job_class, COLORS[l.job_class]), tiLink(l),
+            badge(l.job_class, COLORS[l.job_class]),
+            l.group ? h("span", { "data-testid": "lease-group" }, badge(l.group, groupColor(l.group, quotaGroups(data)),
+              l.quota === "borrowed" ? `group ${l.group}: beyond its quota, on GPUs it borrowed (given back when their group needs them)`
+                : `group ${l.group}: within its quota`),
+              l.quota === "borrowed" ? badge("borrowed", "#d9480f", "reclaimable: SIGTERM, its grace period, relaunched later") : null)
+              : null,
+            tiLink(l),
             h("span", { style: S.muted }, ` · since ${new Date(l.started * 1000).toLocaleTimeString()} (${dur(l.seconds)})`,
               l.whole ? " · whole GPU" : ` · ${gib(l.memory)}`,
               l.memory_used !== undefined && l.memory_used !== null ? ` · uses ${gib(l.memory_used)}` : ""),
@@ -228,6 +280,7 @@ function GpuBoard() {
             l.yielding_to ? h("span", null, " ", badge("yielding", "#d9480f", `asked to yield to ${l.yielding_to}`),
               h("span", { style: S.muted }, `to ${l.yielding_to}`)) : null)),
         ] })) }))),
+    data.quotas ? h(Quotas, { quotas: data.quotas }) : null,
     h("h2", { style: S.h2 }, `Waiting for GPUs (${data.waiting.length})`),
     data.waiting_shared && data.waiting_shared.length ? h("div", { style: S.muted, "data-testid": "waiting-shared" },
       "All of them see: ", data.waiting_shared.join("; ")) : null,
@@ -333,7 +386,7 @@ function barTitle(b) {
   if (b.count) return `${b.count} short leases, ${times}, ${dur(b.busy)} of GPU time: ` +
     Object.entries(b.outcomes).map(([o, n]) => `${n} ${o}`).join(", ") + " · classes: " +
     Object.entries(b.classes || {}).map(([c, n]) => `${n} ${c}`).join(", ") + ` · first: ${who}. Choose a shorter window to see each.`;
-  return `${who} · ${b.job_class} class${b.label ? ` · ${b.label}` : ""} · ${times} · ${b.outcome}` +
+  return `${who} · ${b.job_class} class${b.group ? ` · group ${b.group}` : ""}${b.label ? ` · ${b.label}` : ""} · ${times} · ${b.outcome}` +
     (b.attempt > 1 ? ` (attempt ${b.attempt})` : "") + (b.request ? ` · ${b.request}` : "") + (b.detail ? ` · ${b.detail}` : "");
 }
 
@@ -368,7 +421,8 @@ function TimelineChart({ data, width = 1300 }) {
       h("rect", { x: label, y: at, width: width - label - right, height: row.lanes * lane, fill: "currentColor", opacity: 0.04 }),
       row.bars.map((b, k) => {
         const x1 = X(b.start), w = Math.max(2, X(b.end) - x1), by = at + (b.lane || 0) * lane + 1;
-        const colour = classColor(b.job_class, data.classes);
+        const colour = data.groups && data.groups.length ? groupColor(b.group || "", data.groups)
+          : classColor(b.job_class, data.classes);
         const mark = MARKS[b.outcome];
         const bar = h("rect", { x: x1, y: by, width: w, height: lane - 2, rx: 2, fill: colour,
           opacity: b.count ? 0.55 : b.outcome === "running" ? 0.95 : 0.8,
@@ -381,7 +435,7 @@ function TimelineChart({ data, width = 1300 }) {
                 : `M${x1 + w - 4} ${by - 1} h8 l-4 ${lane - 1} z` }) : null;
         const content = [h("title", { key: "t" }, barTitle(b)), bar, flag];
         const attrs = { key: k, "data-testid": "timeline-bar", "data-outcome": b.outcome, "data-class": b.job_class,
-                        "data-count": b.count || 1 };
+                        "data-group": b.group || "", "data-count": b.count || 1 };
         return b.run_id ? h("a", { ...attrs, href: tiHref(b.dag_id, b.run_id, b.task_id, b.map_index) }, ...content)
           : h("g", attrs, ...content);
       }))));
@@ -403,11 +457,13 @@ function GpuTimeline() {
     errorBox(error) || status("loading…"));
   const c = data.counts;
   const leases = Object.values(c).reduce((n, v) => n + v, 0);
-  const key = data.classes.map((name) => [`${name} class`, classColor(name, data.classes)])
+  const byGroup = data.groups && data.groups.length > 0;  // with team quotas: coloured by group
+  const key = (byGroup ? data.groups.map((name) => [`group ${name}`, groupColor(name, data.groups)])
+    : data.classes.map((name) => [`${name} class`, classColor(name, data.classes)]))
     .concat([["merged short leases", "rgba(43,123,214,0.45)"]]);
   return h("div", { style: S.page, "data-testid": "gpu-timeline" },
     h("h1", { style: S.h1 }, "GPU timeline"),
-    h("div", { style: S.muted }, "Who held which GPU: one bar per lease, coloured by job class; a bar links to its task " +
+    h("div", { style: S.muted }, `Who held which GPU: one bar per lease, coloured by ${byGroup ? "quota group" : "job class"}; a bar links to its task ` +
       `instance · refreshes every ${hours > 6 ? "minute" : "15 s"} · updated ${new Date(data.until * 1000).toLocaleTimeString()} · `,
       h("a", { href: `${UI}/plugin/gpusched-gpus`, style: S.a }, "GPU board")),
     h("div", { style: { margin: "8px 0" } }, pick),

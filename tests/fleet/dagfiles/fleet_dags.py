@@ -66,3 +66,43 @@ with DAG("fleet_priority", **ARGS):  # priority weights across hosts: blockers f
         LocalGPUOperator.partial(
             task_id=name, gpus=1, poll_interval=1, priority_weight=weight, weight_rule="absolute"
         ).expand(command=[_record(f"{name}-{i}", seconds) for i in range(count)])
+
+
+# team quotas (docs/quotas.md): the owner says the group (alice: vision, bob: nlp, in the quota file the test writes;
+# with that file empty, quotas are off and these are plain tasks). A trainer that checkpoints every 0.5 s step and on
+# SIGTERM, and resumes from its checkpoint: each start and each end is recorded with the step it began at.
+TRAINER = r"""
+import json, os, pathlib, signal, socket, sys, time
+out, tag, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+ck = pathlib.Path(os.environ["GPUSCHED_CHECKPOINT_DIR"]) / "step"
+step = int(ck.read_text()) if ck.exists() else 0
+first, start, stop = step, time.time(), []
+def write(event):
+    with open(out, "a") as fh:
+        fh.write(json.dumps({"tag": tag, "event": event, "host": socket.gethostname(), "pid": os.getpid(),
+                             "from_step": first, "step": step, "start": start, "time": time.time(),
+                             "preemptions": int(os.environ.get("GPUSCHED_PREEMPTIONS", "0"))}) + "\n")
+signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+write("start")
+while step < steps and not stop:
+    time.sleep(0.5)
+    step += 1
+    ck.write_text(str(step))
+write("stopped" if stop else "done")
+sys.exit(143 if stop else 0)
+"""
+
+
+def _trainer(tag: str, steps: str) -> list[str]:
+    return ["python", "-c", TRAINER, "{{ dag_run.conf['out'] }}", tag, steps]
+
+
+with DAG("fleet_quota_vision", **{**ARGS, "default_args": {**ARGS["default_args"], "owner": "alice"}}):
+    LocalGPUOperator.partial(task_id="sweep", gpus=1, poll_interval=1).expand(
+        command=[_trainer(f"vision-{i}", "{{ dag_run.conf.get('steps', 80) }}") for i in range(7)]
+    )
+
+with DAG("fleet_quota_nlp", **{**ARGS, "default_args": {**ARGS["default_args"], "owner": "bob"}}):
+    LocalGPUOperator.partial(task_id="train", gpus=1, poll_interval=1).expand(
+        command=[_trainer(f"nlp-{i}", "{{ dag_run.conf.get('steps', 6) }}") for i in range(4)]
+    )
