@@ -6,6 +6,7 @@ import datetime
 
 import pytest
 
+START = datetime.datetime(2026, 1, 1)
 QUOTAS = "groups:\n  vision: {quota: 3, members: [alice]}\n  nlp: {quota: 4, slurm: {account: nl}}\n"
 
 
@@ -50,17 +51,19 @@ def test_a_bad_group_fails_the_import_naming_the_task(quotas, monkeypatch):
 
     from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
 
-    with pytest.raises(
-        AirflowException, match=r"bad: group: expected a group of .*quotas.yaml \(vision, nlp\), got 'nope'"
+    with (
+        pytest.raises(
+            AirflowException, match=r"bad: group: expected a group of .*quotas.yaml \(vision, nlp\), got 'nope'"
+        ),
+        DAG("q2", start_date=datetime.datetime(2026, 1, 1), schedule=None),
     ):
-        with DAG("q2", start_date=datetime.datetime(2026, 1, 1), schedule=None):
-            LocalGPUOperator(task_id="bad", gpus=1, command=["true"], group="nope")
+        LocalGPUOperator(task_id="bad", gpus=1, command=["true"], group="nope")
     monkeypatch.setenv("AIRFLOW__GPUSCHED__QUOTAS", "")
-    with pytest.raises(AirflowException, match=r"group='nlp' given, but \[gpusched\] quotas declares no groups"):
-        with DAG("q3", start_date=datetime.datetime(2026, 1, 1), schedule=None):
-            LocalGPUOperator(task_id="off", gpus=1, command=["true"], group="nlp")
+    off = r"group='nlp' given, but \[gpusched\] quotas declares no groups"
+    with pytest.raises(AirflowException, match=off), DAG("q3", start_date=START, schedule=None):
+        LocalGPUOperator(task_id="off", gpus=1, command=["true"], group="nlp")
     quotas.write_text("groups: {a: {quota: many}}")
     monkeypatch.setenv("AIRFLOW__GPUSCHED__QUOTAS", str(quotas))
-    with pytest.raises(Exception, match=r"quotas.yaml: groups.a.quota: expected a number of GPUs"):
-        with DAG("q4", start_date=datetime.datetime(2026, 1, 1), schedule=None):
-            LocalGPUOperator(task_id="any", gpus=1, command=["true"])
+    bad = r"quotas.yaml: groups.a.quota: expected a number of GPUs"
+    with pytest.raises(Exception, match=bad), DAG("q4", start_date=START, schedule=None):
+        LocalGPUOperator(task_id="any", gpus=1, command=["true"])
