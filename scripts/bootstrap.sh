@@ -30,6 +30,10 @@ if [ -n "${GPUSCHED_NEED_SSHD:-}" ]; then  # the tests drive Slurm through a rea
   [ -x /usr/sbin/sshd ] || need+=(openssh-server)
   command -v ssh >/dev/null || need+=(openssh-client)
   [ -x /usr/bin/chromium ] || need+=(chromium)  # the UI tests drive Debian's headless Chromium (Playwright)
+  # the team-quota test's Slurm cluster with real accounting (tests/slurm/test_quota_accounts.py): installed here,
+  # before the test workers start, so that no two apt-get runs race
+  command -v slurmdbd >/dev/null || need+=(slurmdbd)
+  command -v mariadbd >/dev/null || need+=(mariadb-server)
 fi
 [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
 

@@ -67,7 +67,9 @@ export AIRFLOW__EDGE__API_URL="http://$gw:$PORT/edge_worker/v1/rpcapi"
 export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://$gw:$PORT/execution/"
 export AIRFLOW__LOGGING__BASE_LOG_FOLDER="$dir/logs"
 export AIRFLOW__GPUSCHED__GPU_STATE_DIR="$dir/gpu-leases"
-export AIRFLOW__GPUSCHED__LOCAL_RUN_DIR="$dir/local-runs"
+# one run directory for every host (NFS on real hosts): work preempted on one host and relaunched on another
+# resumes from the checkpoint it left in \$GPUSCHED_CHECKPOINT_DIR (docs/fleet.md)
+export AIRFLOW__GPUSCHED__LOCAL_RUN_DIR="$FLEET/local-runs"
 export AIRFLOW__GPUSCHED__SIMULATE_GPUS="$size"  # SIMULATED GPUs of this host
 export GPUSCHED_SIMULATE_USAGE="$dir/simulated-usage.json"  # what processes of others hold (tests write it)
 unset AIRFLOW__DATABASE__SQL_ALCHEMY_CONN  # a worker talks HTTP (and, with Celery, to the broker) only
@@ -110,7 +112,7 @@ start_host() {
   i="$(index_of "$name")"; size="$(grep "^$name " "$FLEET/hosts" | cut -d' ' -f2)"; ns="$(ns_of "$i")"
   [ -n "$size" ] || die "$name is not a host of this fleet"
   [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] || { say "$name already running"; return; }
-  mkdir -p "$FLEET/$name"/{airflow,airflow-idle,logs,gpu-leases,local-runs}
+  mkdir -p "$FLEET/$name"/{airflow,airflow-idle,logs,gpu-leases} "$FLEET/local-runs"
   # nothing of the host runs (checked above): a worker's pid file is a killed one's, and in the host's fresh pid
   # namespace its number may be the new worker's own, which the Edge worker then refuses to start on
   rm -f "$FLEET/$name"/airflow{,-idle}/airflow-edge-worker.pid

@@ -21,7 +21,10 @@
 # address, run as user nobody; its URL is in $root/rest-url, the JWT key in $root/etc/jwt_hs256.key (0600). A token:
 # `scontrol token username=USER lifespan=SECONDS`.
 #   idle  (PriorityTier=1, PreemptMode=REQUEUE: preempted and requeued by batch jobs)
-# No slurmdbd: final job states go to a jobcomp file that `sacct -c` reads. A node that stops answering is DOWN after
+# No slurmdbd by default: final job states go to a jobcomp file that `sacct -c` reads. With
+# GPUSCHED_SLURM_ACCOUNTING=1 the cluster has real accounting: Debian's MariaDB (its own data directory and port under
+# $root) and slurmdbd, AccountingStorageEnforce=associations,limits,qos, the cluster registered with sacctmgr; accounts,
+# QOS and their limits (GrpTRES=gres/gpu=N) then work as on a site's cluster (tests/slurm/test_quota_accounts.py). A node that stops answering is DOWN after
 # SlurmdTimeout=20 s (its jobs end NODE_FAIL, or are requeued) and comes back when its slurmd registers again.
 # State lives under $GPUSCHED_SLURM_ROOT (default: <repo>/.slurm). The filesystem is shared by all nodes, as a
 # cluster's shared home is. Needs root (SlurmUser=root, namespaces). docs/slurm.md has the layout and why.
@@ -37,6 +40,7 @@ rest_dir="/run/gpusched-rest-$(printf '%s' "$root" | sha256sum | cut -c1-12)"
 ctld_port="${GPUSCHED_SLURMCTLD_PORT:-}"  # empty: the first free port from 6817 (another cluster may hold 6817)
 slurmd_port="${GPUSCHED_SLURMD_PORT:-6818}"
 node_count="${GPUSCHED_SLURM_NODES:-2}"
+accounting="${GPUSCHED_SLURM_ACCOUNTING:-0}"
 log() { echo "[slurm-cluster] $*" >&2; }
 
 need_root() {
@@ -52,6 +56,12 @@ case "$node_count" in
 esac
 
 install_packages() {
+  if [ "$accounting" = 1 ] && ! { command -v slurmdbd >/dev/null && command -v mariadbd >/dev/null; }; then
+    log "installing slurmdbd and mariadb-server with apt-get (GPUSCHED_SLURM_ACCOUNTING=1)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null
+    apt-get install -y -q -o DPkg::Lock::Timeout=300 --no-install-recommends slurmdbd mariadb-server >/dev/null
+  fi
   if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null \
      && command -v ip >/dev/null && command -v nsenter >/dev/null && command -v slurmrestd >/dev/null \
      && ls /usr/lib/*/slurm-wlm/auth_jwt.so >/dev/null 2>&1; then
@@ -163,7 +173,7 @@ SlurmctldPidFile=${root}/run/slurmctld.pid
 SlurmdPidFile=${root}/run/slurmd.%n.pid
 SlurmctldLogFile=${root}/log/slurmctld.log
 SlurmdLogFile=${root}/log/slurmd.%n.log
-AccountingStorageType=accounting_storage/none
+$(accounting_lines)
 JobCompType=jobcomp/filetxt
 JobCompLoc=${root}/log/jobcomp.txt
 MinJobAge=300
@@ -224,6 +234,77 @@ start_rest() {
 }
 
 pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+# -- accounting (GPUSCHED_SLURM_ACCOUNTING=1): MariaDB and slurmdbd of this cluster's own, on ports of their own ---
+accounting_lines() {
+  if [ "$accounting" != 1 ]; then echo "AccountingStorageType=accounting_storage/none"; return; fi
+  cat <<ACCT
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=$(head_addr)
+AccountingStoragePort=$(cat "$root/dbd-port")
+AccountingStoragePass=$munge_dir/munge.socket
+AccountingStorageEnforce=associations,limits,qos
+AccountingStorageTRES=gres/gpu
+ACCT
+}
+
+start_accounting() {
+  [ "$accounting" = 1 ] || return 0
+  local db="$root/mysql" sock="$root/run/mysqld.sock" dbport pass
+  [ -f "$root/db-port" ] || free_port 13306 >"$root/db-port"
+  [ -f "$root/dbd-port" ] || free_port 6819 >"$root/dbd-port"
+  dbport="$(cat "$root/db-port")"
+  if [ ! -d "$db/mysql" ]; then
+    mkdir -p "$db"
+    mariadb-install-db --user=root --datadir="$db" --auth-root-authentication-method=socket >"$root/log/mariadb-install.log" 2>&1
+  fi
+  if ! pid_alive "$root/run/mariadb.pid"; then
+    setsid mariadbd --user=root --datadir="$db" --socket="$sock" --port="$dbport" --bind-address=127.0.0.1 \
+      --pid-file="$root/run/mariadb.pid" --log-error="$root/log/mariadb.log" --skip-name-resolve </dev/null >/dev/null 2>&1 &
+    for _ in $(seq 150); do mariadb --socket="$sock" -e "select 1" >/dev/null 2>&1 && break; sleep 0.2; done
+  fi
+  if [ ! -s "$root/etc/db-password" ]; then
+    (umask 077; head -c 18 /dev/urandom | base64 | tr -d '/+=' >"$root/etc/db-password")
+  fi
+  pass="$(cat "$root/etc/db-password")"
+  mariadb --socket="$sock" -e "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$pass';
+    ALTER USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$pass';
+    GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; FLUSH PRIVILEGES;" \
+    || { log "MariaDB did not come up; see $root/log/mariadb.log"; tail -n 20 "$root/log/mariadb.log" >&2; return 1; }
+  (umask 077; cat >"$root/etc/slurmdbd.conf" <<DBD
+AuthType=auth/munge
+AuthInfo=socket=$munge_dir/munge.socket
+DbdHost=localhost
+DbdAddr=$(head_addr)
+DbdPort=$(cat "$root/dbd-port")
+SlurmUser=root
+PidFile=$root/run/slurmdbd.pid
+LogFile=$root/log/slurmdbd.log
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$dbport
+StorageUser=slurm
+StoragePass=$pass
+StorageLoc=slurm_acct_db
+DBD
+  )
+  chmod 600 "$root/etc/slurmdbd.conf"
+  if ! pid_alive "$root/run/slurmdbd.pid"; then
+    SLURM_CONF="$conf" slurmdbd  # reads slurmdbd.conf beside slurm.conf
+  fi
+  for _ in $(seq 150); do
+    (exec 3<>"/dev/tcp/$(head_addr)/$(cat "$root/dbd-port")") 2>/dev/null && break
+    sleep 0.2
+  done
+  # the cluster must exist in the database before slurmctld registers (associations are enforced)
+  for _ in $(seq 10); do
+    SLURM_CONF="$conf" sacctmgr -i -n list cluster format=cluster 2>/dev/null | grep -qw gpusched && return 0
+    SLURM_CONF="$conf" sacctmgr -i add cluster gpusched >/dev/null 2>&1 || true
+    sleep 0.2
+  done
+  log "slurmdbd did not take the cluster; see $root/log/slurmdbd.log"; tail -n 20 "$root/log/slurmdbd.log" >&2
+  return 1
+}
 
 # this cluster's own munged: its own key, socket, pid and log in $munge_dir, so that two clusters on one machine
 # (two checkouts) never share one and `down` stops only its own (slurm.conf's AuthInfo names the socket, for the
@@ -321,8 +402,13 @@ up() {
   start_munge
   make_network
   [ -n "$ctld_port" ] || ctld_port="$(free_port 6817)"
+  if [ "$accounting" = 1 ]; then  # ports first: slurm.conf names slurmdbd's
+    [ -f "$root/db-port" ] || free_port 13306 >"$root/db-port"
+    [ -f "$root/dbd-port" ] || free_port 6819 >"$root/dbd-port"
+  fi
   write_config
   export SLURM_CONF="$conf"
+  start_accounting
   pid_alive "$root/run/slurmctld.pid" || slurmctld -c -f "$conf"
   local i
   for ((i = 1; i <= node_count; i++)); do start_node "$i"; done
@@ -354,6 +440,8 @@ down() {
   stop_pidfile "$root/run/slurmrestd.pid"
   rm -rf -- "$root/rest-url" "$rest_dir"
   stop_pidfile "$root/run/slurmctld.pid"
+  stop_pidfile "$root/run/slurmdbd.pid"
+  stop_pidfile "$root/run/mariadb.pid"
   stop_pidfile "$munge_dir/munged.pid"  # this cluster's own munged, never another's
   rm -rf -- "$munge_dir"
   remove_network                        # and whatever still ran in a node's namespace (a job's processes)

@@ -470,6 +470,22 @@ def test_a_host_cut_off_for_three_minutes_rejoins_by_itself_and_takes_work_again
     assert any(r["host"] == "gpu-c" for r in done), {r["host"] for r in done}
 
 
+def _quota_screenshot(fleet, page_name: str, shot: str, ready: str) -> None:
+    """A page in a real browser (Debian's Chromium) once ``ready`` (a JS condition) holds; saved for people to look at
+    (test-artifacts/ui/<shot>)."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.stack.test_ui import SHOTS, logged_in_page
+
+    with sync_playwright() as p:
+        browser, page = logged_in_page(p, fleet)
+        page.goto(f"{fleet.url}/plugin/{page_name}", wait_until="networkidle")
+        page.wait_for_function(ready, timeout=60_000)
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(SHOTS / shot), full_page=True)
+        browser.close()
+
+
 def _set_gpu_slots(fleet, per_gpu: int) -> None:
     """Each host's gpu-lane Edge worker takes ``per_gpu`` tasks per GPU: with quotas, work within its group's quota
     must be able to land on a host whose GPUs borrowed work holds (docs/quotas.md "In a fleet")."""
@@ -502,27 +518,54 @@ def test_team_quotas_borrowed_gpus_are_reclaimed_for_the_group_within_its_quota(
     sampler = LeaseSampler(fleet)
     sampler.start()
     try:
-        vision = fleet.trigger("fleet_quota_vision", out=str(out_file), steps=70)
-        wait_until(
-            lambda: len({r["tag"] for r in read_out(out_file) if r["event"] == "start"}) == 7,
+        vision = fleet.trigger("fleet_quota_vision", out=str(out_file), steps=200)
+
+        def quota_groups() -> dict:
+            shown = fleet.gpusched("quota", "show", "--json")
+            assert shown.returncode == 0, shown.stderr
+            return {g["group"]: g for g in json.loads(shown.stdout)["groups"]}
+
+        groups = wait_until(
+            lambda: (g := quota_groups())["vision"]["used"] == 7 and g,
             timeout=240,
-            what="vision's 7 trainers on every GPU of the fleet",
+            what="vision's 7 trainers holding every GPU of the fleet",
         )
-        shown = fleet.gpusched("quota", "show", "--json")
-        assert shown.returncode == 0, shown.stderr
-        groups = {g["group"]: g for g in json.loads(shown.stdout)["groups"]}
         assert (groups["vision"]["in_quota"], groups["vision"]["borrowed"], groups["nlp"]["lent"]) == (3, 4, 4)
-        board = fleet.http.get(f"{fleet.url}/gpusched/api/gpus").json()
+        board = wait_until(  # once every task has published its lease
+            lambda: (
+                (b := fleet.http.get(f"{fleet.url}/gpusched/api/gpus").json())
+                and sum(len(g["leases"]) for h in b["hosts"] for g in h["gpus"]) == 7
+                and b
+            ),
+            timeout=60,
+            what="the board listing 7 leases",
+        )
         states = sorted(x["quota"] for h in board["hosts"] for g in h["gpus"] for x in g["leases"])
         assert states == ["borrowed"] * 4 + ["within"] * 3, states
+        assert {g["group"]: g["borrowed"] for g in board["quotas"]["groups"]} == {"vision": 4, "nlp": 0}
+        _quota_screenshot(
+            fleet,
+            "gpusched-gpus",
+            "gpu-board-quotas.png",
+            "document.querySelectorAll('[data-testid=quota-bar]').length === 2"
+            " && document.querySelectorAll('[data-testid=lease-group]').length === 7",
+        )
         asked = time.time()
-        nlp = fleet.trigger("fleet_quota_nlp", out=str(out_file), steps=6)
+        nlp = fleet.trigger("fleet_quota_nlp", out=str(out_file), steps=6)  # 3 s each
         assert fleet.wait_run("fleet_quota_nlp", nlp, timeout=240) == "success"
         starts = [r for r in read_out(out_file) if r["tag"].startswith("nlp") and r["event"] == "start"]
         waited = max(r["start"] for r in starts) - asked
         print(f"nlp's 4 trainers all started {waited:.1f}s after their run was triggered")
         assert len(starts) == 4 and waited < 60, f"nlp waited {waited:.0f}s within its quota"
-        assert fleet.wait_run("fleet_quota_vision", vision, timeout=300) == "success"
+        assert fleet.wait_run("fleet_quota_vision", vision, timeout=420) == "success"
+        timeline = fleet.http.get(f"{fleet.url}/gpusched/api/timeline", params={"hours": 0.25}).json()
+        assert {"vision", "nlp"} <= set(timeline["groups"]), timeline["groups"]
+        _quota_screenshot(
+            fleet,
+            "gpusched-timeline?hours=0.25",
+            "gpu-timeline-quotas.png",
+            "document.querySelectorAll('[data-group=nlp]').length >= 4",
+        )
     finally:
         sampler.stop.set()
         sampler.join()
