@@ -22,7 +22,9 @@
 # that exits (an Edge worker gives up when the api-server is unreachable for a while) is started again 5 s later,
 # so a host cut off the network rejoins by itself (docs/fleet.md has the systemd unit for real hosts).
 # Hosts publish their GPUs and leases to $GPUSCHED_STACK_DIR/fleet/records ([gpusched] fleet_dir).
-# Settings: those of scripts/stack.sh, and GPUSCHED_FLEET_NET (the third octet of 10.203.X.0/24; default: a free one).
+# Settings: those of scripts/stack.sh, GPUSCHED_FLEET_NET (the third octet of 10.203.X.0/24; default: a free one), and
+# GPUSCHED_FLEET_SLOTS_PER_GPU (default 1; 2 with team quotas, so work within its quota can land where borrowed work
+# holds the GPUs: docs/quotas.md).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/bootstrap.sh"
@@ -137,7 +139,7 @@ start_host() {
       supervise "$dir/logs/worker-idle.log" "$dir/airflow-idle" airflow celery worker -H "$name-idle" -q "$(gpusched fleet queues --lane idle)" -c "$gpus" --skip-serve-logs &
       while true; do gpusched fleet publish >/dev/null 2>>"$dir/logs/publish.log"; sleep 5; done &
     else
-      supervise "$dir/logs/worker-gpu.log" "$dir/airflow" airflow edge worker -H "$name" -q "$(gpusched fleet queues --lane gpu)" -c "$gpus" &
+      supervise "$dir/logs/worker-gpu.log" "$dir/airflow" airflow edge worker -H "$name" -q "$(gpusched fleet queues --lane gpu)" -c "$((gpus * ${GPUSCHED_FLEET_SLOTS_PER_GPU:-1}))" &
       supervise "$dir/logs/worker-idle.log" "$dir/airflow-idle" airflow edge worker -H "$name-idle" -q "$(gpusched fleet queues --lane idle)" -c "$gpus" &
     fi
     wait' fleet-host "$name" "$FLEET/$name" "$(executor)" </dev/null >>"$FLEET/$name/logs/host.log" 2>&1 &

@@ -185,3 +185,39 @@ def test_a_fleet_host_with_running_work_says_both_and_its_record_gives_the_inven
     assert [g["memory_total"] for g in host["gpus"]] == [80 * GiB, 80 * GiB]  # not the XCom's older 4x24GiB
     gpu0 = host["gpus"][0]
     assert gpu0["memory_total"] == 80 * GiB and gpu0["memory_leased"] == 6 * GiB and gpu0["memory_free"] == 74 * GiB
+
+
+def test_with_team_quotas_each_lease_says_its_group_and_whether_it_borrows(tmp_path):
+    """The board's quota view (core/quota/report.py) from a real book: leases carry their group (from the lease's
+    work tag) and "within"/"borrowed"; the groups' table comes as it is."""
+    from airflow_provider_gpusched.core.quota.book import QuotaBook
+    from airflow_provider_gpusched.core.quota.config import QuotaConfig
+    from airflow_provider_gpusched.core.quota.policy import Claim
+    from airflow_provider_gpusched.core.quota.report import quota_view
+
+    book = QuotaBook(str(tmp_path / "quota"), QuotaConfig.from_dict({"groups": {"vision": 1, "nlp": 3}}))
+    ids = ["00000000000000a1", "00000000000000a2"]
+    for i, lease_id in enumerate(ids):
+        book.add_claim(Claim(lease_id, "gpu-a", "vision", 1.0, 1000.0 + i, 0, f"t{i}", 1e12))
+    view = quota_view(book, 4.0).to_dict()
+    leases = [read_lease_record(_record("gpu-a", lease_id, [i], None), "record") for i, lease_id in enumerate(ids)]
+    for lease in leases:
+        lease.group = "vision"
+    board = build_board(leases, now=1060.0, quotas=view)
+    got = {x["lease_id"]: (x["group"], x["quota"]) for g in board["hosts"][0]["gpus"] for x in g["leases"]}
+    assert got == {ids[0]: ("vision", "within"), ids[1]: ("vision", "borrowed")}
+    groups = {g["group"]: g for g in board["quotas"]["groups"]}
+    assert (groups["vision"]["borrowed"], groups["nlp"]["lent"]) == (1.0, 1.0)
+    assert build_board(leases, now=1060.0)["quotas"] is None
+
+
+def test_a_published_lease_takes_its_group_from_its_work_tag():
+    view = {
+        "lease_id": "00000000000000b1",
+        "gpus": [0],
+        "whole": True,
+        "memory": {0: 24 * GiB},
+        "work": {"group": "nlp", "dag_id": "d"},
+    }
+    record = lease_record("gpu-a", view, SimulatedInventory("1x24GiB").gpus(), dag_id="d", run_id="r", task_id="t")
+    assert read_lease_record(record, "record").group == "nlp"

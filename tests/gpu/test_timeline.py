@@ -251,3 +251,17 @@ def test_a_timeline_answer_is_bounded_and_says_what_it_cut():
     timeline = build_timeline(crowded, since=0, until=100)
     assert timeline["bars"] <= MAX_BARS + 1000 and any("bars at most" in c for c in timeline["cut"]), timeline["cut"]
     assert build_timeline([seg(0, 1, 2)], since=0, until=100)["cut"] == []
+
+
+def test_segments_carry_their_quota_group_to_the_bars_and_merged_runs():
+    """With team quotas the timeline colours by group: each bar keeps its group, the answer lists the groups, and a
+    merged run of short leases takes the group most of them had."""
+    segments = [{**seg(0, 100 + i, 100.5 + i), "group": "vision" if i % 3 else "nlp"} for i in range(30)]
+    segments.append({**seg(1, 100, 200), "group": "nlp"})
+    timeline = build_timeline(segments, since=0, until=1000, resolution=10)
+    assert timeline["groups"] == ["nlp", "vision"]
+    rows = {r["gpu"]: r for r in timeline["rows"]}
+    merged = [b for b in rows[0]["bars"] if b.get("count")]
+    assert merged and all(b["group"] == "vision" for b in merged)
+    assert rows[1]["bars"][0]["group"] == "nlp"
+    assert build_timeline([seg(0, 1, 2)], since=0, until=10)["groups"] == []

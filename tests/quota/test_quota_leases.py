@@ -96,6 +96,17 @@ def test_a_request_on_a_host_with_nothing_to_reclaim_reclaims_on_another(tmp_pat
     assert quota_view(c.quotas, 7.0).groups[1].waiters == []  # its waiting mark on gpu-a went with it
 
 
+def test_a_request_that_gets_gpus_withdraws_the_reclaims_it_asked_for(tmp_path):
+    hosts = fleet(tmp_path, {"groups": {"vision": 1, "nlp": 6}}, {"gpu-b": "4x80GiB"})
+    b = hosts["gpu-b"]
+    vision = [take(b, f"v{i}", "vision") for i in range(4)]
+    lease, why = b.try_acquire(ONE, "n0", work=WorkTag(group="nlp"))
+    assert lease is None and f"reclaiming borrowed lease(s) {vision[3].lease_id}" in why
+    b.release(vision[0])  # a GPU frees by itself before the reclaimed work gives its back
+    take(b, "n0", "nlp")
+    assert b.yield_reason(vision[3]) == "" and b.quotas.reclaims() == {}  # nothing more is taken from vision
+
+
 def test_weights_decide_who_borrows_the_next_free_gpu(tmp_path):
     hosts = fleet(
         tmp_path, {"groups": {"light": {"quota": 1}, "heavy": {"quota": 1, "weight": 3}}}, {"gpu-b": "4x80GiB"}

@@ -263,3 +263,14 @@ def test_the_book_checks_what_it_reads_back_and_expires_dead_holders(tmp_path):
     # the host itself drops its claims whose lease is gone
     assert book.claims(host="h1", live=[], now=100) == []
     assert not (tmp_path / "quota" / "claims" / "h1" / "0000000000000001.json").exists()
+
+
+def test_two_requests_never_reclaim_a_group_below_its_quota_between_them():
+    c = config({"groups": {"a": 4, "b": 4}})
+    claims = [claim(str(i), "a", created=i) for i in range(1, 6)]  # 5 held, 1 beyond the quota
+    first, _ = reclaim_order(c, 8, claims, group="b", host="h1", now=100, owner="b1")
+    assert [x.lease_id[-1] for x in first] == ["5"]
+    asked = {first[0].lease_id: "b1"}
+    # b1 asks again while its reclaim is under way: the same lease; b2 finds nothing left to take
+    assert reclaim_order(c, 8, claims, group="b", host="h1", now=100, asked=asked, owner="b1")[0] == first
+    assert reclaim_order(c, 8, claims, group="b", host="h1", now=100, asked=asked, owner="b2")[0] == []

@@ -277,14 +277,17 @@ class LeaseManager:
         if verdict.kind == "wait":
             look.placement, look.reason, look.may_preempt = None, verdict.reason, False
         elif look.placement is None and verdict.kind == "quota":
-            taken = {lid for (_, lid), by in book.reclaims().items() if by != owner}  # others' already
-            ready, young = reclaim_order(book.config, capacity, claims, group=group, host=self.host_name, now=now)
-            look.reclaim = [(c.lease_id, c.priority, c.created) for c in ready if c.lease_id not in taken]
+            asked = {lid: by for (_, lid), by in book.reclaims().items()}  # reclaims under way, and for whom
+            ready, young = reclaim_order(
+                book.config, capacity, claims, group=group, host=self.host_name, now=now, asked=asked, owner=owner
+            )
+            look.reclaim = [(c.lease_id, c.priority, c.created) for c in ready]
             look.reclaim_elsewhere = [
                 c
                 for other in sorted({c.host for c in claims} - {self.host_name})
-                for c in reclaim_order(book.config, capacity, claims, group=group, host=other, now=now)[0]
-                if c.lease_id not in taken
+                for c in reclaim_order(
+                    book.config, capacity, claims, group=group, host=other, now=now, asked=asked, owner=owner
+                )[0]
             ]
             if young and not ready:
                 look.reason += "; borrowed lease(s) here may be reclaimed after reclaim.min_runtime: " + ", ".join(
@@ -446,6 +449,8 @@ class LeaseManager:
             )
         )
         self.quotas.clear_waiting("", lease.owner)
+        for host, lease_id in self.quotas.reclaims_by(lease.owner):  # it has its GPUs: nobody else need give theirs
+            self.quotas.drop_reclaim(host, lease_id)
 
     def quota_waiter(self, owner: str) -> dict[str, Any] | None:
         """``owner``'s waiting mark in the quota book (for a task that defers: its trigger keeps it), or None."""

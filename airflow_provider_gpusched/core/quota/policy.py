@@ -187,20 +187,38 @@ def admit(
 
 
 def reclaim_order(
-    config: QuotaConfig, capacity: float, claims: Sequence[Claim], *, group: str, host: str, now: float
+    config: QuotaConfig,
+    capacity: float,
+    claims: Sequence[Claim],
+    *,
+    group: str,
+    host: str,
+    now: float,
+    asked: Mapping[str, str] | None = None,
+    owner: str = "",
 ) -> tuple[list[Claim], list[Claim]]:
-    """What an in-quota request of ``group`` may reclaim on ``host``: ``(may be reclaimed now, in the order to reclaim
-    them; still inside their min_runtime)``. Any claim of another group that holds more than its quota may go, up to
-    what that group borrows (it keeps its quota), lowest priority first, then the newest: which of a group's leases
-    counts as borrowed is a matter of age, but the GPUs a request needs are on one host."""
+    """What an in-quota request (``owner``) of ``group`` may reclaim on ``host``: ``(may be reclaimed now, in the
+    order to reclaim them; still inside their min_runtime)``. Any claim of another group that holds more than its quota
+    may go, up to what that group borrows (it keeps its quota), lowest priority first, then the newest: which of a
+    group's leases counts as borrowed is a matter of age, but the GPUs a request needs are on one host. ``asked``
+    (lease id -> who asked) are reclaims already under way: those others asked are neither offered again nor counted
+    twice against their group's borrowing (two requests never take a group below its quota between them)."""
     use: dict[str, float] = {}
     for c in claims:
         use[c.group] = use.get(c.group, 0.0) + c.amount
     over = {g: u - config.quota(g, capacity) for g, u in use.items() if g != group}
+    asked = asked or {}
+    for c in claims:
+        if asked.get(c.lease_id, owner) != owner and c.group in over:
+            over[c.group] -= c.amount
     ready: list[Claim] = []
     young: list[Claim] = []
     theirs = sorted(
-        (c for c in claims if c.host == host and over.get(c.group, 0.0) > EPS),
+        (
+            c
+            for c in claims
+            if c.host == host and over.get(c.group, 0.0) > EPS and asked.get(c.lease_id, owner) == owner
+        ),
         key=lambda c: (c.priority, -c.created, c.lease_id),
     )
     budget = dict(over)

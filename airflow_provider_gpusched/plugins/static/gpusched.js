@@ -176,10 +176,12 @@ function FleetOverview({ hosts }) {
 }
 
 // ---------------------------------------------------------------------------------------------------- team quotas
-const GROUP_COLORS = ["#1c7ed6", "#e8590c", "#2f9e44", "#ae3ec9", "#f08c00", "#0c8599", "#c2255c", "#5c940d"];
+// a group has one colour on every page: its place among the group names sorted (none is the job classes' blue/grey)
+const GROUP_COLORS = ["#7048e8", "#e8590c", "#2f9e44", "#c2255c", "#f08c00", "#0c8599", "#5c940d", "#862e9c"];
 function groupColor(name, groups) {
-  const i = groups.indexOf(name);
-  return GROUP_COLORS[(i < 0 ? groups.length : i) % GROUP_COLORS.length];
+  const sorted = [...groups].sort();
+  const i = sorted.indexOf(name);
+  return GROUP_COLORS[(i < 0 ? sorted.length : i) % GROUP_COLORS.length];
 }
 function quotaGroups(board) { return board.quotas ? board.quotas.groups.map((g) => g.group) : []; }
 function amount(v, resource) {
