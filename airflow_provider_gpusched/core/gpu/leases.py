@@ -298,7 +298,8 @@ class LeaseManager:
             look.waiter = Waiter(
                 owner, self.host_name, group, look.amount, kind, now, now + WAITER_TTL, look.reason[:500]
             )
-            book.mark_waiting(look.waiter)
+            if not look.may_preempt:  # else _hold_place marks it, with whom it asked to yield
+                book.mark_waiting(look.waiter)
 
     @staticmethod
     def _look_load_stage(request: GPURequest, owner: str, gpus: list[GPUInfo], leases: list[Lease]) -> _Look:
@@ -330,7 +331,7 @@ class LeaseManager:
                     self.quotas.ask_reclaim(self.host_name, v, owner, group)
         if not victims and look.quota == "quota" and look.reclaim_elsewhere:
             tail += self._reclaim_elsewhere(owner, look)
-        if look.waiter is not None and tail and self.quotas is not None:  # who it waits on, for the board and CLI
+        if look.waiter is not None and self.quotas is not None:  # who it waits on, for the board and CLI
             import dataclasses
 
             self.quotas.mark_waiting(dataclasses.replace(look.waiter, reason=(look.reason + tail)[:500]))

@@ -27,8 +27,10 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import re
 import time
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from airflow_provider_gpusched.core.quota.config import QuotaConfig
 from airflow_provider_gpusched.core.quota.policy import CLAIM, WAITER, Claim, Waiter
@@ -64,6 +66,8 @@ class QuotaBook:
         #: records that could not be read at the last look: ``[(file, why)]``
         self.problems: list[tuple[str, str]] = []
         self._renewed: dict[str, float] = {}  # lease id -> until, of claims this process wrote or renewed
+        #: (host, owner) -> (until, what it waits for) of the waiting marks this object wrote
+        self._marked: dict[tuple[str, str], tuple[float, tuple[Any, ...]]] = {}
         self._lock_depth = 0
         self._lock_fd: int | None = None
 
@@ -158,6 +162,14 @@ class QuotaBook:
         return hashlib.sha1(owner.encode()).hexdigest()[:16] + ".json"
 
     def mark_waiting(self, waiter: Waiter) -> None:
+        """Mark ``waiter`` waiting (until its ``until``). A request that looks again every 0.2 s writes its mark again
+        only when what it waits for changed, or when less than half its time is left."""
+        key = (waiter.host, waiter.owner)
+        said = (waiter.kind, waiter.amount, re.sub(r"\d+(\.\d+)?", "#", waiter.reason))
+        last = self._marked.get(key)
+        if last is not None and last[1] == said and last[0] - time.time() > WAITER_TTL / 2:
+            return
+        self._marked[key] = (waiter.until, said)
         path = os.path.join(self._dir("waiting", waiter.host), self._waiter_name(waiter.owner))
         since = waiter.since
         with contextlib.suppress(OSError, BadRecordError):
@@ -170,6 +182,8 @@ class QuotaBook:
 
     def clear_waiting(self, host: str, owner: str) -> None:
         """Remove ``owner``'s waiting mark on ``host`` (every host's: ``host=""``, a task that moved)."""
+        for key in [k for k in self._marked if k[1] == owner and (not host or k[0] == host)]:
+            del self._marked[key]
         for h in [host] if host else _listdir(os.path.join(self.root, "waiting")):
             _remove(os.path.join(self.root, "waiting", h, self._waiter_name(owner)))
 
