@@ -110,18 +110,14 @@ def quota_book(args: argparse.Namespace, state_dir: str | None = None):
     config = quota_config(args)
     if not config.enabled:
         return None, 0.0
-    from airflow_provider_gpusched.core.fleet import fleet_capacity
+    from airflow_provider_gpusched.core.fleet import open_quota_book
     from airflow_provider_gpusched.core.gpu.lease_store import default_state_dir
-    from airflow_provider_gpusched.core.quota.book import QuotaBook, book_dir
 
     folder = fleet_dir(args, required=False)
     state = state_dir or os.environ.get("AIRFLOW__GPUSCHED__GPU_STATE_DIR") or default_state_dir()
-    book = QuotaBook(book_dir(folder, state), config, shared=shared_option())
     if folder:
-        capacity = fleet_capacity(folder, config.resource)
-    else:
-        from airflow_provider_gpusched.core.gpu.inventory import get_inventory
+        return open_quota_book(config, folder, state, shared=shared_option())
+    from airflow_provider_gpusched.core.gpu.inventory import get_inventory
 
-        gpus = get_inventory(simulate_option(args)).gpus()
-        capacity = float(sum(g.memory_total for g in gpus)) if config.resource == "gpu_memory" else float(len(gpus))
-    return book, capacity
+    gpus = get_inventory(simulate_option(args)).gpus()
+    return open_quota_book(config, "", state, shared=shared_option(), gpus=gpus)

@@ -155,9 +155,11 @@ def quota_config():
     """The team quotas (``[gpusched] quotas``: a YAML/JSON file path or inline text; empty: no quotas). Parsed
     once per distinct value, and for a file again when it changes: the triggerer and the api-server see an admin's
     edit without a restart."""
+    from airflow_provider_gpusched.core.yaml_loader import names_a_file
+
     value = _value("quotas") or ""
     stamp = 0.0
-    if value.strip() and "\n" not in value and not value.strip().startswith("{"):
+    if names_a_file(value):
         with contextlib.suppress(OSError):
             stamp = os.stat(os.path.expanduser(value.strip())).st_mtime_ns
     return _quotas_for(value, stamp)

@@ -611,11 +611,22 @@ def fleet_capacity(fleet_dir: str, resource: str, own: float = 0.0, own_host: st
     """The fleet's GPUs (or GPU memory): every host that published a record in the last day, a host that died
     included (a group's quota does not shrink because a host is down), and this host's ``own`` if it has not
     published yet."""
+    counting = QuotaConfig(resource=resource)
     total, seen = 0.0, False
     for record in read_fleet(fleet_dir).hosts:
-        total += sum(g.memory_total for g in record.gpus) if resource == "gpu_memory" else len(record.gpus)
+        total += counting.capacity_of(record.gpus)
         seen |= record.host == own_host
     return total + (0.0 if seen else own)
+
+
+def open_quota_book(
+    config: QuotaConfig, fleet_dir: str, state_dir: str, *, shared: bool = False, gpus: Iterable[Any] = ()
+) -> tuple[QuotaBook, float]:
+    """The quota book a reader (the CLI, the board) looks at, and what the quotas are shares of: the fleet's
+    (``<fleet_dir>/quota``, every host's GPUs) or one host's (``<state_dir>/quota``, ``gpus``)."""
+    book = QuotaBook(book_dir(fleet_dir, state_dir), config, shared=shared)
+    capacity = fleet_capacity(fleet_dir, config.resource) if fleet_dir else config.capacity_of(gpus)
+    return book, capacity
 
 
 def attach_quotas(manager: LeaseManager, config: QuotaConfig, fleet_dir: str = "", host: str = "") -> QuotaBook:
@@ -629,8 +640,7 @@ def attach_quotas(manager: LeaseManager, config: QuotaConfig, fleet_dir: str = "
 
     def capacity() -> float:
         if time.monotonic() - cached[1] > QUOTA_CAPACITY_FOR:
-            gpus = manager.inventory.gpus()
-            own = float(sum(g.memory_total for g in gpus)) if config.resource == "gpu_memory" else float(len(gpus))
+            own = config.capacity_of(manager.inventory.gpus())
             cached[:] = [fleet_capacity(fleet_dir, config.resource, own, me), time.monotonic()]
         return cached[0]
 

@@ -20,7 +20,6 @@ what it leaves out keeps the defaults below. Explicit operator arguments win ove
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
@@ -219,24 +218,11 @@ class JobClassMapping:
         """From a YAML/JSON file path, or inline YAML/JSON text; empty means the defaults."""
         if not text_or_path or not str(text_or_path).strip():
             return cls()
-        value = str(text_or_path).strip()
-        looks_inline = value.startswith("{") or "\n" in value or ":" in value.split("/")[0]
-        if not looks_inline:
-            path = os.path.expanduser(value)
-            if not os.path.isfile(path):
-                raise JobClassConfigError(f"{path}: job-class mapping file not found")
-            from airflow_provider_gpusched.core.yaml_loader import MAX_BYTES
+        from airflow_provider_gpusched.core.yaml_loader import load_setting
 
-            with open(path) as fh:
-                value, source = fh.read(MAX_BYTES + 1), path
-        else:
-            source = "[gpusched] job_classes"
-        try:
-            from airflow_provider_gpusched.core.yaml_loader import safe_load
-
-            data = safe_load(value)
-        except Exception as exc:
-            raise JobClassConfigError(f"{source}: not valid YAML/JSON ({exc})".replace("\n", " ")) from exc
+        data, source = load_setting(
+            str(text_or_path), "[gpusched] job_classes", "job-class mapping file", JobClassConfigError
+        )
         return cls.from_dict(data, source)
 
 

@@ -124,3 +124,29 @@ def _children(node: Any) -> list[Any]:
     if isinstance(node, yaml.SequenceNode):
         return list(node.value)
     return []
+
+
+def names_a_file(value: str) -> bool:
+    """Whether a setting that takes "a YAML/JSON file path or inline YAML/JSON text" names a file: not ``{...}``, one
+    line, no ``key:`` before its first ``/``."""
+    value = value.strip()
+    return bool(value) and not (value.startswith("{") or "\n" in value or ":" in value.split("/")[0])
+
+
+def load_setting(value: str, option: str, what: str, error: type[Exception]) -> tuple[Any, str]:
+    """``(data, source)`` of a setting that is a YAML/JSON file path or inline YAML/JSON text (``option`` names it,
+    ``[gpusched] quotas``); ``error`` (naming the file, or the option, and what is wrong) for a file that is not
+    there or text that is not YAML/JSON. ``what`` names the file in the first case ("quota file")."""
+    import os
+
+    value, source = value.strip(), option
+    if names_a_file(value):
+        path = os.path.expanduser(value)
+        if not os.path.isfile(path):
+            raise error(f"{path}: {what} not found")
+        with open(path) as fh:
+            value, source = fh.read(MAX_BYTES + 1), path
+    try:
+        return safe_load(value), source
+    except Exception as exc:
+        raise error(f"{source}: not valid YAML/JSON ({exc})".replace("\n", " ")) from exc

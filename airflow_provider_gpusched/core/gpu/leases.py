@@ -129,9 +129,9 @@ class LeaseManager:
         if self.quota_capacity is not None:
             return self.quota_capacity()
         gpus = self.inventory.gpus() if gpus is None else gpus
-        if self.quotas is not None and self.quotas.config.resource == "gpu_memory":
-            return float(sum(g.memory_total for g in gpus))
-        return float(len(gpus))
+        if self.quotas is None:
+            return float(len(gpus))
+        return self.quotas.config.capacity_of(gpus)
 
     def group_of(self, group: str) -> str:
         """The quota group a request counts for ('' : none, when quotas are off or it names none and there is no
@@ -461,18 +461,6 @@ class LeaseManager:
 
         waiter = self.quotas.waiter(self.host_name, owner)
         return WAITER.dump(waiter) if waiter is not None else None
-
-    def quota_state(self, lease: Lease) -> str:
-        """'' without quotas; else whether ``lease`` runs ``within`` its group's quota or ``borrowed``."""
-        if self.quotas is None:
-            return ""
-        from airflow_provider_gpusched.core.quota.policy import borrowed_ids
-
-        claims = self.quotas.claims()
-        if not any(c.lease_id == lease.lease_id for c in claims):
-            return ""
-        borrowed = borrowed_ids(self.quotas.config, claims, self.capacity())
-        return "borrowed" if lease.lease_id in borrowed else "within"
 
     # -- a two-stage task: the load stage's lease grows its GPUs ----------------------------------------
     def mark_loaded(self, lease: Lease) -> None:

@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,6 +102,12 @@ class QuotaConfig:
     @property
     def enabled(self) -> bool:
         return bool(self.groups)
+
+    def capacity_of(self, gpus: Iterable[Any]) -> float:
+        """What ``gpus`` (anything with ``memory_total``: an inventory's, a host record's) count towards the quotas:
+        their number, or their memory with ``resource: gpu_memory``."""
+        gpus = list(gpus)
+        return float(sum(g.memory_total for g in gpus)) if self.resource == "gpu_memory" else float(len(gpus))
 
     def quota(self, group: str, capacity: float) -> float:
         g = self.groups.get(group)
@@ -241,23 +246,9 @@ class QuotaConfig:
         """From a YAML/JSON file path or inline YAML/JSON text; empty: quotas off."""
         if not text_or_path or not str(text_or_path).strip():
             return cls()
-        value = str(text_or_path).strip()
-        looks_inline = value.startswith("{") or "\n" in value or ":" in value.split("/")[0]
-        source = "[gpusched] quotas"
-        if not looks_inline:
-            path = os.path.expanduser(value)
-            if not os.path.isfile(path):
-                raise QuotaConfigError(f"{path}: quota file not found")
-            from airflow_provider_gpusched.core.yaml_loader import MAX_BYTES
+        from airflow_provider_gpusched.core.yaml_loader import load_setting
 
-            with open(path) as fh:
-                value, source = fh.read(MAX_BYTES + 1), path
-        try:
-            from airflow_provider_gpusched.core.yaml_loader import safe_load
-
-            data = safe_load(value)
-        except Exception as exc:
-            raise QuotaConfigError(f"{source}: not valid YAML/JSON ({exc})".replace("\n", " ")) from exc
+        data, source = load_setting(str(text_or_path), "[gpusched] quotas", "quota file", QuotaConfigError)
         return cls.from_dict(data, source)
 
 

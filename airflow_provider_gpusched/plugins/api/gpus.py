@@ -165,9 +165,8 @@ def quota_table(problems: list[str]) -> dict[str, Any] | None:
     The book's own problems go to ``problems``; a book that cannot be read is one problem, not a failed board."""
     from airflow_provider_gpusched import settings
     from airflow_provider_gpusched.core.errors import GpuschedError
-    from airflow_provider_gpusched.core.fleet import fleet_capacity
+    from airflow_provider_gpusched.core.fleet import open_quota_book
     from airflow_provider_gpusched.core.gpu.lease_store import default_state_dir
-    from airflow_provider_gpusched.core.quota.book import QuotaBook, book_dir
     from airflow_provider_gpusched.core.quota.report import quota_view
 
     try:
@@ -175,19 +174,14 @@ def quota_table(problems: list[str]) -> dict[str, Any] | None:
         if not config.enabled:
             return None
         folder = settings.fleet_dir()
-        book = QuotaBook(
-            book_dir(folder, settings.gpu_state_dir() or default_state_dir()),
+        own = None if folder else own_host()
+        book, capacity = open_quota_book(
             config,
+            folder,
+            settings.gpu_state_dir() or default_state_dir(),
             shared=settings.gpu_state_dir_shared(),
+            gpus=own.inventory if own is not None else (),
         )
-        if folder:
-            capacity = fleet_capacity(folder, config.resource)
-        else:
-            own = own_host()
-            inventory = own.inventory if own is not None else []
-            capacity = float(
-                sum(g.memory_total for g in inventory) if config.resource == "gpu_memory" else len(inventory)
-            )
         view = quota_view(book, capacity).to_dict()
     except (GpuschedError, OSError) as exc:
         problems.append(f"team quotas: {exc}")

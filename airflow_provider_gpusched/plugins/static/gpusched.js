@@ -183,6 +183,7 @@ function groupColor(name, groups) {
   const i = sorted.indexOf(name);
   return GROUP_COLORS[(i < 0 ? sorted.length : i) % GROUP_COLORS.length];
 }
+const NO_GROUP = "#adb5bd";  // leases with no quota group, on a timeline coloured by group
 function quotaGroups(board) { return board.quotas ? board.quotas.groups.map((g) => g.group) : []; }
 function amount(v, resource) {
   if (v === null || v === undefined) return "–";
@@ -423,7 +424,7 @@ function TimelineChart({ data, width = 1300 }) {
       h("rect", { x: label, y: at, width: width - label - right, height: row.lanes * lane, fill: "currentColor", opacity: 0.04 }),
       row.bars.map((b, k) => {
         const x1 = X(b.start), w = Math.max(2, X(b.end) - x1), by = at + (b.lane || 0) * lane + 1;
-        const colour = data.groups && data.groups.length ? groupColor(b.group || "", data.groups)
+        const colour = data.groups && data.groups.length ? (b.group ? groupColor(b.group, data.groups) : NO_GROUP)
           : classColor(b.job_class, data.classes);
         const mark = MARKS[b.outcome];
         const bar = h("rect", { x: x1, y: by, width: w, height: lane - 2, rx: 2, fill: colour,
@@ -461,6 +462,7 @@ function GpuTimeline() {
   const leases = Object.values(c).reduce((n, v) => n + v, 0);
   const byGroup = data.groups && data.groups.length > 0;  // with team quotas: coloured by group
   const key = (byGroup ? data.groups.map((name) => [`group ${name}`, groupColor(name, data.groups)])
+    .concat([["no group (work from before the quotas, or outside Airflow)", NO_GROUP]])
     : data.classes.map((name) => [`${name} class`, classColor(name, data.classes)]))
     .concat([["merged short leases", "rgba(43,123,214,0.45)"]]);
   return h("div", { style: S.page, "data-testid": "gpu-timeline" },
