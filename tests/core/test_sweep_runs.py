@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -379,12 +380,44 @@ def test_the_last_groups_shrink_only_for_long_trials(tmp_path, monkeypatch):
     assert sizes[0] == 8 and min(sizes) < 8 and sum(sizes) == 24  # smaller groups once the tail is near
 
 
-def test_groups_grow_only_while_the_trials_cost_less_than_their_processes(tmp_path, monkeypatch):
-    """Trials of 0.3 s each cost more than the process that runs them: the groups stay at 8. (The former rule,
-    grow below 0.1 s per trial of group wall time, grew them or not depending on how busy the host was.) A group
-    of 8 such trials takes 2.4 s; the process starting them takes a fraction of a second, and up to 1.5 s on a
-    host whose cores are all taken (trials of 0.15 s, 1.2 s a group, made the groups grow there: a start slowed
-    by load does cost more than such trials, and growing is then the right call)."""
+def group_size_after(ran_trials: int, ran_seconds: float, trial_seconds: float, todo: int = 100) -> int:
+    """The size LocalBatch gives its next group once its groups so far took ``ran_seconds`` (wall time) for
+    ``ran_trials`` trials, of which the trials themselves took ``trial_seconds`` (2 slots, groups of 8)."""
+    from airflow_provider_gpusched.core.sweep import batch
+
+    b = object.__new__(batch.LocalBatch)
+    b.todo, b.parallel, b.trials_per_process = deque([()] * todo), 2, 8
+    b.ran_trials, b.ran_seconds, b.trial_seconds = ran_trials, ran_seconds, trial_seconds
+    return b._group_size()
+
+
+def test_groups_grow_only_while_the_trials_cost_less_than_their_processes():
+    """The rule on measured figures: groups grow (up to GROW_TO, never past an even share of what is left) once two
+    groups' worth of trials ran and the trials took less time than their processes cost besides them."""
+    from airflow_provider_gpusched.core.sweep.batch import GROW_TO
+
+    assert group_size_after(16, 16 * 0.3 + 2 * 0.4, 16 * 0.3) == 8  # 0.3 s trials, 0.4 s a process start: no
+    assert group_size_after(16, 16 * 0.3 + 2 * 3.0, 16 * 0.3) == 50  # a start of 3 s (a loaded host): an even share
+    assert group_size_after(16, 16 * 0.3 + 2 * 3.0, 16 * 0.3, todo=1000) == GROW_TO
+    assert group_size_after(8, 8 * 0.01 + 1.0, 8 * 0.01) == 8  # one group is not yet enough to judge
+    assert group_size_after(16, 16 * 1.2, 16 * 1.0, todo=6) == 3  # long trials: the tail shrinks instead
+
+
+def test_a_batch_sizes_its_groups_by_what_it_measured(tmp_path, monkeypatch):
+    """Trials of 0.3 s: each decision the batch took is the rule applied to what it had measured then (the trials'
+    own time from their status records, at least 0.3 s each), whatever the load of this host made the process starts
+    cost; the first two groups are 8 before anything is known."""
+    from airflow_provider_gpusched.core.sweep import batch
+
+    decisions = []
+    real = batch.LocalBatch._group_size
+
+    def watched(self):
+        size = real(self)
+        decisions.append((self.ran_trials, self.ran_seconds, self.trial_seconds, len(self.todo) + 1, size))
+        return size
+
+    monkeypatch.setattr(batch.LocalBatch, "_group_size", watched)
 
     def slow(p):
         import time
@@ -393,8 +426,12 @@ def test_groups_grow_only_while_the_trials_cost_less_than_their_processes(tmp_pa
         return {"y": p["x"]}
 
     sizes, outcome = batch_group_sizes(tmp_path, monkeypatch, "steady", 40, 3, slow)
-    assert len(outcome["succeeded"]) == 40
-    assert sizes == [8] * 5  # groups 4 and 5 are sized after two groups' worth of trials ran: the rule applies
+    assert len(outcome["succeeded"]) == 40 and sum(sizes) == 40
+    assert sizes[:2] == [8, 8]
+    assert len(decisions) == len(sizes)
+    for ran_trials, ran_seconds, trial_seconds, todo, size in list(decisions):  # (the rule below adds to it)
+        assert trial_seconds >= 0.3 * ran_trials - 1e-6  # the trials' own time is measured, not the groups' wall
+        assert size == group_size_after(ran_trials, ran_seconds, trial_seconds, todo=todo - 1)
 
 
 def test_evolution_on_a_small_space_ends_once_every_candidate_is_evaluated(tmp_path):
