@@ -55,6 +55,21 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   fi
   echo "$want" >"$stamp"
 fi
+# The UI's frontend project (ui/): Node (Debian's nodejs and npm where there is none; 18.19 or newer) and its packages
+# from ui/package-lock.json (npm ci; again only when the lock file changed). The tests run its unit tests, type check
+# and build (tests/ui); the package itself needs none of it: the built bundle is committed.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then apt_install nodejs npm; fi
+ui_stamp="$REPO/ui/node_modules/.gpusched-lock"
+ui_want="$(sha256sum "$REPO/ui/package-lock.json" | cut -d' ' -f1)"
+if [ "$(cat "$ui_stamp" 2>/dev/null)" != "$ui_want" ]; then
+  say "installing the UI's npm packages (npm ci in ui/)"
+  if ! (cd "$REPO/ui" && npm ci --no-audit --no-fund --loglevel=error >"$REPO/.venv/npm-ci.log" 2>&1); then
+    tail -n 40 "$REPO/.venv/npm-ci.log" >&2
+    say "npm ci failed; full log in $REPO/.venv/npm-ci.log"
+    exit 1
+  fi
+  echo "$ui_want" >"$ui_stamp"
+fi
 # The editable install's metadata lives in .venv; setuptools also leaves a copy in the checkout, which a process
 # started there (sys.path '') sees as a second distribution: Airflow's Task SDK then stops loading plugins at
 # the duplicate (the OpenLineage provider's listener among them). Never keep it.

@@ -85,6 +85,8 @@ def test_the_wheel_has_the_license_the_ui_bundle_and_the_entry_points(dist):
         info = f"airflow_provider_gpusched-{version}.dist-info"
         assert f"{info}/licenses/LICENSE" in names
         assert "airflow_provider_gpusched/plugins/static/gpusched.js" in names
+        with open(REPO / "airflow_provider_gpusched" / "plugins" / "static" / "gpusched.js", "rb") as f:
+            assert zf.read("airflow_provider_gpusched/plugins/static/gpusched.js") == f.read()  # the built bundle
         assert "airflow_provider_gpusched/py.typed" in names  # PEP 561: users' type checkers read the annotations
         assert not [n for n in names if n.startswith(("tests/", "dags/", "docker/"))]
         entry_points = zf.read(f"{info}/entry_points.txt").decode()
@@ -138,8 +140,13 @@ def test_the_sdist_carries_license_tests_examples_and_docker(dist):
         "docker/compose.yaml",
         "constraints/airflow-3.3.2.txt",
         "airflow_provider_gpusched/plugins/static/gpusched.js",
+        "ui/package.json",  # the UI's sources and lock file: the bundle can be built again from the sdist
+        "ui/package-lock.json",
+        "ui/src/main.tsx",
+        "ui/openapi.json",
     ):
         assert path in names, path
+    assert not [n for n in names if "node_modules" in n]
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
 

@@ -20,6 +20,7 @@ from airflow_provider_gpusched.core.checks import is_finite_number
 from airflow_provider_gpusched.core.gpu.accounting import accounting_totals
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
 from airflow_provider_gpusched.core.gpu.telemetry import lease_memory, measured_gpus, over_reservation
+from airflow_provider_gpusched.core.quota.report import QuotaViewDict
 from airflow_provider_gpusched.core.records import (
     IndexKey,
     RecordType,
@@ -347,6 +348,53 @@ class BoardLeaseView(TypedDict):
 
 
 @open_view
+class GPUProcessView(TypedDict):
+    """A process on a GPU, as its host's telemetry saw it (``ours``: a lease of this provider's)."""
+
+    pid: int
+    user: NotRequired[str | None]
+    used_memory: NotRequired[int | None]
+    lease_id: NotRequired[str | None]
+    ours: bool
+    unattributed: bool
+
+
+@open_view
+class MeasuredView(TypedDict):
+    """What a GPU is measured doing (core/gpu/telemetry.measured_gpus): the newest figures and the recent series
+    (``[time, utilisation %, memory used, temperature, power]`` rows)."""
+
+    time: float
+    age: float
+    stale: bool
+    utilization: float | None
+    memory_used: int
+    memory_total: int
+    temperature: float | None
+    power_watts: float | None
+    simulated: bool
+    series: list[list[float | None]]
+    processes: list[GPUProcessView]
+    others: int
+    others_memory: int
+    resolution: float
+    window: float
+
+
+@open_view
+class FleetHostRecord(TypedDict):
+    """A fleet host's published record, as the board shows it."""
+
+    published: float
+    age: float
+    up: bool
+    clock_off: float
+    foreign_busy: list[int]
+    leases: int
+    address: str | None
+
+
+@open_view
 class BoardGPUView(TypedDict):
     index: int
     uuid: str
@@ -358,7 +406,7 @@ class BoardGPUView(TypedDict):
     leases: list[BoardLeaseView]
     held_by_others: bool  # a process of another user holds it (a fleet host's record says)
     memory_free: int
-    measured: NotRequired[dict[str, Any]]  # what telemetry measured: core/gpu/telemetry.measured_gpus
+    measured: NotRequired[MeasuredView]  # what telemetry measured: core/gpu/telemetry.measured_gpus
 
 
 @open_view
@@ -376,7 +424,7 @@ class BoardHostView(TypedDict):
     simulated: bool
     gpus: list[BoardGPUView]
     seen: str  # how the board knows the host
-    fleet: dict[str, Any] | None  # a fleet host's record: published, age, up, foreign_busy, address...
+    fleet: FleetHostRecord | None  # a fleet host's record
     telemetry: HostTelemetryView | None
 
 
@@ -421,7 +469,7 @@ class BoardView(TypedDict):
     cut: NotRequired[list[str]]  # what the answer left out (too many leases, hosts...)
     api_server_host: NotRequired[str]
     #: team quotas (core/quota/report.QuotaView): each group's quota, use, borrowed, lent, who waits on whom
-    quotas: NotRequired[dict[str, Any] | None]
+    quotas: NotRequired[QuotaViewDict | None]
 
 
 def build_board(
@@ -564,5 +612,5 @@ def build_board(
         "waiting_shared": shared,
         "gpu_time": cast("dict[str, dict[str, ClassTime]]", gpu_time),
         "problems": list(problems),
-        "quotas": dict(quotas) if quotas is not None else None,
+        "quotas": cast(QuotaViewDict, dict(quotas)) if quotas is not None else None,
     }

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from typing_extensions import NotRequired, TypedDict
 
@@ -272,12 +272,39 @@ _BAR_KEYS = (
 
 
 @open_view
+class TimelineBar(TypedDict):
+    """One lease (or a run of short ones merged: ``count`` and what they were) on one GPU row. A bar leaves out
+    the fields it has no value for (its task's when it ran outside Airflow)."""
+
+    start: float
+    end: float
+    map_index: int
+    lane: NotRequired[int]
+    group: NotRequired[str]
+    job_class: NotRequired[str]
+    outcome: NotRequired[str]
+    detail: NotRequired[str]
+    request: NotRequired[str]
+    attempt: NotRequired[int]
+    label: NotRequired[str]
+    dag_id: NotRequired[str]
+    run_id: NotRequired[str]
+    task_id: NotRequired[str]
+    priority: NotRequired[int]
+    count: NotRequired[int]
+    busy: NotRequired[float]
+    outcomes: NotRequired[dict[str, int]]
+    classes: NotRequired[dict[str, int]]
+    groups: NotRequired[dict[str, int]]
+
+
+@open_view
 class TimelineRow(TypedDict):
     """One GPU of one host: its bars (segments cut to the window), stacked in lanes where they overlap."""
 
     host: str
     gpu: int
-    bars: list[dict[str, Any]]  # start, end, job_class, outcome, detail, request, attempt, label, task...
+    bars: list[TimelineBar]
     lanes: int
     busy_fraction: float
 
@@ -291,7 +318,7 @@ class TimelineView(TypedDict):
     rows: list[TimelineRow]
     classes: list[str]
     groups: list[str]  # quota groups seen (docs/quotas.md): the page colours by group when there are any
-    counts: dict[str, Any]  # bars per outcome and per job class
+    counts: dict[str, int]  # leases per outcome
     bars: int
     dropped: int  # segments tasks left out of their records (each keeps its newest)
     problems: list[str]
@@ -354,7 +381,7 @@ def build_timeline(
             {
                 "host": host,
                 "gpu": gpu,
-                "bars": bars,
+                "bars": cast("list[TimelineBar]", bars),
                 "lanes": lanes,
                 "busy_fraction": round(_covered(found, since, until) / (until - since), 4),
             }

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
+
+from typing_extensions import TypedDict
 
 from airflow_provider_gpusched.core.quota.book import QuotaBook
 from airflow_provider_gpusched.core.quota.config import describe_amount
@@ -15,6 +17,48 @@ from airflow_provider_gpusched.core.quota.policy import borrowed_ids, usage
 
 #: an in-quota request waiting longer than this is a health problem (reclaiming takes a grace period)
 STARVED_AFTER = 300.0
+
+
+class QuotaWaiterView(TypedDict):
+    """A request that waits for GPUs of its group's quota (``kind`` "quota") or to borrow (``kind`` "borrow")."""
+
+    owner: str
+    host: str
+    amount: float
+    kind: str
+    for_s: float
+    reason: str
+
+
+class QuotaGroupView(TypedDict):
+    group: str
+    quota: float
+    used: float
+    in_quota: float
+    borrowed: float
+    lent: float
+    waiting: float
+    weight: float
+    borrowing_limit: float | None
+    leases: int
+    waiters: list[QuotaWaiterView]
+
+
+class QuotaLeaseView(TypedDict):
+    group: str
+    state: str  # "within" or "borrowed"
+    host: str
+
+
+class QuotaViewDict(TypedDict):
+    """:class:`QuotaView` as JSON (the GPU board's ``quotas``)."""
+
+    resource: str  # "gpus" or "gpu_memory"
+    capacity: float
+    source: str
+    groups: list[QuotaGroupView]
+    leases: dict[str, QuotaLeaseView]
+    problems: list[str]
 
 
 @dataclass
@@ -43,8 +87,8 @@ class QuotaView:
     leases: dict[str, dict[str, str]]
     problems: list[str]
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> QuotaViewDict:
+        return cast(QuotaViewDict, asdict(self))
 
     def lines(self) -> list[str]:
         """The table people read (``gpusched quota``, ``queue list``)."""

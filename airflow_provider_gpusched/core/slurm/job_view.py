@@ -102,6 +102,30 @@ def read_job_record(data: Any, source: str) -> dict[str, Any]:
 
 
 @open_view
+class ArrayTaskView(TypedDict):
+    task: str | None
+    state: str | None
+    exit_code: int | None
+    nodes: str
+    elapsed: float | None
+    requeues: int
+
+
+@open_view
+class SegmentView(TypedDict):
+    """A time-limit chain's segment (core/slurm/chain.py Segment)."""
+
+    job: str
+    segment: int
+    node: str | None
+    started: float | None
+    ended: float | None
+    outcome: str | None
+    detail: str | None
+    signalled: NotRequired[float | None]
+
+
+@open_view
 class JobView(TypedDict):
     """A task instance's Slurm job (:func:`job_view`), as the Slurm tab gets it."""
 
@@ -113,7 +137,7 @@ class JobView(TypedDict):
     final: bool
     source: str  # where the status comes from: live (cached) or recorded
     preemptions: int
-    preemption_events: list[Any]
+    preemption_events: list[str]
     problem: str
     state: str
     phase: str | None
@@ -123,11 +147,11 @@ class JobView(TypedDict):
     requeues: int
     elapsed: float | None
     reason: str
-    tasks: list[dict[str, Any]]  # an array's tasks: key, task, state, exit_code, nodes, elapsed, requeues
+    tasks: list[ArrayTaskView]  # an array's tasks
     tails: dict[str, str]  # array task id or "" -> its output's tail
     tail_path: str
     signal: NotRequired[int | None]
-    segments: NotRequired[list[dict[str, Any]]]  # a time-limit chain's (core/slurm/chain.py Segment)
+    segments: NotRequired[list[SegmentView]]  # a time-limit chain's
     tail_source: NotRequired[str]
     task_state: NotRequired[str]
     found: NotRequired[bool]

@@ -583,6 +583,92 @@ def trial_counts(plans: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str,
 
 
 @open_view
+class ObjectiveView(TypedDict):
+    """A sweep's objective as the page reads it: ``metric``/``mode`` as declared (a name, or lists for several),
+    with the lists, the label of the score the leaderboard ranks by and whether more is better."""
+
+    metric: str | list[str]
+    mode: str | list[str]
+    weights: NotRequired[list[float]]
+    metrics: list[str]
+    modes: list[str]
+    several: bool
+    describe: str
+    score_label: str
+    maximize: bool
+
+
+@open_view
+class TrialRef(TypedDict):
+    """A trial in a list of the page (failed, pruned): which one, and its task instance in this run if any."""
+
+    index: int
+    trial_id: str
+    label: str
+    error: str | None
+    task_id: str | None
+    map_index: int | None
+    state: NotRequired[str]
+    skipped: NotRequired[bool]
+    step: NotRequired[int | None]
+
+
+@open_view
+class LeaderRow(TypedDict):
+    """A row of the leaderboard (the best trial is the first)."""
+
+    rank: int
+    score: float
+    index: int
+    label: str
+    trial_id: str
+    params: dict[str, Any]
+    round: NotRequired[int | None]
+    task_id: NotRequired[str | None]
+    map_index: NotRequired[int | None]
+    seconds: NotRequired[float | None]
+    skipped: NotRequired[bool]
+    front: NotRequired[int | None]  # several metrics: the Pareto front it is on (1: the best)
+    values: NotRequired[dict[str, float | None]]
+
+
+@open_view
+class SweepPoint(TypedDict):
+    """A scored trial drawn in the plots."""
+
+    index: int
+    round: int | None
+    score: float
+    label: str
+    params: dict[str, float]  # its numeric parameters (nested names dotted)
+    categories: dict[str, str]
+    trial_id: str
+    values: NotRequired[list[float]]  # several metrics: each one's value
+    front: NotRequired[bool]  # on the Pareto front of the first two metrics
+
+
+@open_view
+class CurveView(TypedDict):
+    """A trial's intermediate reports of the curve metric: ``[step, value]`` points."""
+
+    index: int
+    label: str
+    state: str
+    points: list[list[float]]
+
+
+@open_view
+class LatestReport(TypedDict):
+    index: int
+    label: str
+    step: int | None
+    metrics: dict[str, Any]
+    checkpoint: str | None
+    task_id: str | None
+    map_index: int | None
+
+
+@open_view
 class SweepView(TypedDict):
     """One sweep in one DAG run (:func:`build_sweep_view`), as ``GET /gpusched/api/dags/{dag_id}/sweeps`` lists
     it."""
@@ -591,18 +677,18 @@ class SweepView(TypedDict):
     search: str
     backend: str
     run: str
-    objective: dict[str, Any] | None  # metric(s), mode(s), weights
+    objective: ObjectiveView | None
     counts: dict[str, int]  # trials per state, and defined / skipped
     rounds: int | None
     truncated: int  # trials whose parameters the plan did not publish (past MAX_PUBLISHED_TRIALS)
-    problems: list[dict[str, Any]]  # failed trials: index, trial_id, label, state, error, task_id, map_index
-    pruned: list[dict[str, Any]]  # pruned trials with their step and the rule's reason
+    problems: list[TrialRef]  # failed, invalid or timed out trials
+    pruned: list[TrialRef]  # pruned trials with their step and the rule's reason (error)
     curve_metric: str | None
-    curves: list[dict[str, Any]]  # per trial: its reports by step
-    latest_reports: list[dict[str, Any]]
-    leaderboard: list[dict[str, Any]]  # rank, score, index, label, trial_id, params, task...
-    best: dict[str, Any] | None
-    points: list[dict[str, Any]]  # scored trials drawn (a sample past MAX_POINTS)
+    curves: list[CurveView]
+    latest_reports: list[LatestReport]
+    leaderboard: list[LeaderRow]
+    best: LeaderRow | None
+    points: list[SweepPoint]  # scored trials drawn (a sample past MAX_POINTS)
     points_total: int
     best_so_far: list[list[float]]
     numeric_params: list[str]

@@ -40,6 +40,7 @@ from airflow_provider_gpusched.core.gpu.timeline import (
     read_history_record,
     running_segment,
 )
+from airflow_provider_gpusched.core.quota.report import QuotaViewDict
 from airflow_provider_gpusched.core.records import open_view
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 from airflow_provider_gpusched.core.work_tag import WorkTag
@@ -160,7 +161,7 @@ def gpu_board(user, session) -> BoardView:
     return board
 
 
-def quota_table(problems: list[str]) -> dict[str, Any] | None:
+def quota_table(problems: list[str]) -> QuotaViewDict | None:
     """The team quotas now (core/quota/report.py), from the fleet's quota book or this host's; None without quotas.
     The book's own problems go to ``problems``; a book that cannot be read is one problem, not a failed board."""
     from airflow_provider_gpusched import settings

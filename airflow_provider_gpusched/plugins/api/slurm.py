@@ -4,7 +4,7 @@ slurm_output_dir``; behind read access to the DAG."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.common.db.common import SessionDep
@@ -20,6 +20,7 @@ from airflow_provider_gpusched.core.slurm.job_view import (
     SLURM_JOB_XCOM,
     CachedStatuses,
     JobView,
+    SegmentView,
     job_view,
     read_job_record,
 )
@@ -87,7 +88,9 @@ def slurm_job(dag_id: str, run_id: str, task_id: str, map_index: int, session) -
         if text is not None:
             tails[key] = text
     if record.get("chain_records") and not record["final"]:
-        view["segments"] = live_segments(record["chain_records"], keys, record["job_id"], root)
+        view["segments"] = cast(
+            "list[SegmentView]", live_segments(record["chain_records"], keys, record["job_id"], root)
+        )
     if tails:
         view["tails"] = tails
         view["tail_source"] = f"read now from {root}"

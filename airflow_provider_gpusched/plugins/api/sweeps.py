@@ -112,11 +112,48 @@ _importance_lock = threading.Lock()
 
 
 @open_view
+class ParamImportance(TypedDict):
+    name: str
+    importance: float  # its share, 0..1
+
+
+@open_view
+class RunBest(TypedDict):
+    index: int
+    label: str
+    score: float
+    trial_id: str
+
+
+@open_view
+class RunSummary(TypedDict):
+    """One run in a comparison: its counts, scored trials, best trial and best-so-far line."""
+
+    run: str
+    counts: dict[str, int]
+    scored: int
+    best: RunBest | None
+    best_so_far: list[list[float]]
+
+
+@open_view
+class ScorePair(TypedDict):
+    """A trial scored in both runs."""
+
+    trial_id: str
+    index: int
+    label: str
+    a: float
+    b: float
+    diff: float
+
+
+@open_view
 class ImportanceView(TypedDict):
     """Parameter importance over the scored trials of one sweep (core/sweep/analysis.param_importance)."""
 
     method: str  # "optuna-ped-anova", "variance-explained" or "none"
-    importances: list[dict[str, Any]]  # per parameter: name, importance...
+    importances: list[ParamImportance]
     trials: int
     note: str
     metric: NotRequired[str]
@@ -131,9 +168,16 @@ class ComparisonView(TypedDict):
     group: str
     metric: str
     maximize: bool
-    a: dict[str, Any]  # run, counts, scored, best, best_so_far
-    b: dict[str, Any]
+    a: RunSummary
+    b: RunSummary
     both: int  # trials scored in both runs
+    only_a: int
+    only_b: int
+    changed: int
+    better_in_b: int
+    worse_in_b: int
+    pairs: list[ScorePair]  # the most changed first
+    pairs_total: int
 
 
 @open_view

@@ -1,0 +1,250 @@
+// The ECharts options of every plot on the pages, built from plain data (src/lib/*.ts make that data from the API's
+// answers). Pure functions: the unit tests check what each one asks ECharts to draw.
+import type { EChartsOption } from "./echarts";
+import type { ChartInk } from "./theme";
+import { BEST, TRIAL } from "src/lib/colors";
+import { fmtTick, fmtValue } from "src/lib/format";
+
+export type Scale = "linear" | "log";
+
+export interface XY {
+  x: number;
+  y: number;
+}
+export interface PlotPoint extends XY {
+  id?: string;
+  best?: boolean;
+  picked?: boolean;
+  color?: string;
+  title: string;
+}
+
+/** the axes every plot shares: a title, ticks written short, the page's colours */
+export function axis(ink: ChartInk, name: string, scale: Scale, extra: Record<string, unknown> = {}) {
+  return {
+    type: scale === "log" ? "log" : "value",
+    name: scale === "log" ? `${name} (log)` : name,
+    nameLocation: "middle",
+    nameGap: 28,
+    nameTextStyle: { color: ink.muted, fontSize: 11 },
+    scale: true,
+    axisLine: { show: true, lineStyle: { color: ink.line } },
+    axisTick: { lineStyle: { color: ink.line } },
+    axisLabel: { color: ink.text, fontSize: 10, formatter: (v: number) => fmtTick(v), hideOverlap: true },
+    splitLine: { lineStyle: { color: ink.grid } },
+    ...extra,
+  };
+}
+
+function tooltip(ink: ChartInk) {
+  return {
+    trigger: "item",
+    confine: true,
+    backgroundColor: ink.tooltip,
+    borderColor: ink.line,
+    textStyle: { color: ink.text, fontSize: 12 },
+    formatter: (p: { data?: { title?: string } }) => escapeHtml(p.data?.title ?? ""),
+  };
+}
+
+export function escapeHtml(text: string): string {
+  return text.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+}
+
+/** smaller dots when there are many, so a large sweep's cloud keeps its shape */
+export const dotSize = (n: number) => (n > 500 ? 5 : 8);
+
+export interface ScatterSpec {
+  points: PlotPoint[];
+  line?: XY[];
+  lineColor?: string;
+  xLabel: string;
+  yLabel: string;
+  xScale?: Scale;
+  yScale?: Scale;
+  wholeX?: boolean;
+}
+
+export function scatterOption(spec: ScatterSpec, ink: ChartInk): EChartsOption {
+  const size = dotSize(spec.points.length);
+  return {
+    grid: { left: 64, right: 16, top: 12, bottom: 44 },
+    tooltip: tooltip(ink),
+    xAxis: axis(ink, spec.xLabel, spec.xScale ?? "linear", spec.wholeX ? { minInterval: 1 } : {}),
+    yAxis: axis(ink, spec.yLabel, spec.yScale ?? "linear", { nameGap: 48 }),
+    dataZoom: [{ type: "inside", xAxisIndex: 0, filterMode: "none" }, { type: "inside", yAxisIndex: 0, filterMode: "none", zoomOnMouseWheel: "shift" }],
+    series: [
+      ...(spec.line && spec.line.length > 1
+        ? [{ type: "line", name: "line", silent: true, showSymbol: false, z: 1, lineStyle: { color: spec.lineColor ?? BEST, width: 2 },
+             data: spec.line.map((p) => [p.x, p.y]) }]
+        : []),
+      {
+        type: "scatter",
+        name: "points",
+        z: 2,
+        data: spec.points.map((p) => ({
+          value: [p.x, p.y],
+          id: p.id,
+          title: p.title,
+          symbolSize: p.best ? 12 : size,
+          itemStyle: {
+            color: p.best ? BEST : p.color ?? TRIAL,
+            opacity: 0.85,
+            borderColor: p.best || p.picked ? ink.text : undefined,
+            borderWidth: p.picked ? 2 : p.best ? 1 : 0,
+          },
+          cursor: p.id ? "pointer" : "default",
+        })),
+      },
+    ],
+  };
+}
+
+export interface LineSeries {
+  name: string;
+  color: string;
+  points: number[][];
+  dashed?: boolean;
+  width?: number;
+  opacity?: number;
+  title?: string;
+  z?: number;
+}
+
+export function linesOption(series: LineSeries[], xLabel: string, yLabel: string, ink: ChartInk): EChartsOption {
+  return {
+    grid: { left: 64, right: 16, top: 12, bottom: 44 },
+    tooltip: { ...tooltip(ink), formatter: (p: { seriesName?: string }) => escapeHtml(p.seriesName ?? "") },
+    xAxis: axis(ink, xLabel, "linear", { minInterval: 1 }),
+    yAxis: axis(ink, yLabel, "linear", { nameGap: 48 }),
+    dataZoom: [{ type: "inside", xAxisIndex: 0, filterMode: "none" }],
+    series: series.map((s) => ({
+      type: "line",
+      name: s.title ?? s.name,
+      showSymbol: s.points.length === 1,
+      symbolSize: 5,
+      z: s.z ?? 2,
+      lineStyle: { color: s.color, width: s.width ?? 2, opacity: s.opacity ?? 1, type: s.dashed ? "dashed" : "solid" },
+      itemStyle: { color: s.color },
+      data: s.points,
+    })),
+  };
+}
+
+export interface StripPoint {
+  category: number;
+  y: number;
+  index: number;
+  id?: string;
+  best?: boolean;
+  title: string;
+}
+
+/** a point's place beside its column: the same for the same trial, spread over half the column */
+export function jitter(index: number): number {
+  return (((index * 7919) % 13) / 12 - 0.5) * 0.5;
+}
+
+export function stripOption(points: StripPoint[], categories: string[], xLabel: string, yLabel: string, ink: ChartInk): EChartsOption {
+  const size = dotSize(points.length);
+  return {
+    grid: { left: 64, right: 16, top: 12, bottom: 44 },
+    tooltip: tooltip(ink),
+    xAxis: axis(ink, xLabel, "linear", {
+      min: -0.5, max: categories.length - 0.5, interval: 1, scale: false, splitLine: { show: false },
+      axisLabel: { color: ink.text, fontSize: 10, interval: 0, formatter: (v: number) => (Number.isInteger(v) ? categories[v] ?? "" : ""), width: 60, overflow: "truncate" },
+    }),
+    yAxis: axis(ink, yLabel, "linear", { nameGap: 48 }),
+    series: [{
+      type: "scatter",
+      data: points.map((p) => ({
+        value: [p.category + jitter(p.index), p.y], id: p.id, title: p.title, symbolSize: p.best ? 12 : size,
+        itemStyle: { color: p.best ? BEST : TRIAL, opacity: 0.8, borderColor: p.best ? ink.text : undefined, borderWidth: p.best ? 1 : 0 },
+      })),
+    }],
+  };
+}
+
+export interface Bar {
+  name: string;
+  value: number;
+  label: string;
+}
+
+export function importanceOption(bars: Bar[], ink: ChartInk): EChartsOption {
+  const shown = [...bars].reverse();  // the most important on top
+  return {
+    grid: { left: 150, right: 56, top: 4, bottom: 4 },
+    tooltip: { ...tooltip(ink), formatter: (p: { name?: string; data?: { label?: string } }) => escapeHtml(`${p.name}: ${p.data?.label ?? ""}`) },
+    xAxis: { type: "value", show: false, max: 1 },
+    yAxis: { type: "category", data: shown.map((b) => b.name), axisLabel: { color: ink.text, fontSize: 11, width: 140, overflow: "truncate" },
+             axisLine: { show: false }, axisTick: { show: false } },
+    series: [{
+      type: "bar", barWidth: 14, itemStyle: { color: TRIAL, borderRadius: 2 },
+      label: { show: true, position: "right", color: ink.text, fontSize: 10, formatter: (p: { data: { label: string } }) => p.data.label },
+      data: shown.map((b) => ({ value: Math.max(0.002, b.value), label: b.label, name: b.name })),
+    }],
+  };
+}
+
+export interface ParallelAxis {
+  name: string;
+  kind: "num" | "cat" | "score";
+  scale: Scale;
+  categories?: string[];
+}
+
+export interface ParallelLine {
+  values: (number | string | null)[];
+  color: string;
+  id: string;
+  title: string;
+  width?: number;
+}
+
+export function parallelOption(axes: ParallelAxis[], lines: ParallelLine[], ink: ChartInk): EChartsOption {
+  return {
+    parallel: { left: 64, right: 90, top: 40, bottom: 16, parallelAxisDefault: {
+      nameLocation: "start", nameGap: 14, nameTextStyle: { color: ink.text, fontSize: 11 }, nameTruncate: { maxWidth: 110 },
+      axisLine: { lineStyle: { color: ink.line } }, axisTick: { lineStyle: { color: ink.line } },
+      axisLabel: { color: ink.text, fontSize: 10, formatter: (v: number | string) => (typeof v === "number" ? fmtTick(v) : v), hideOverlap: true },
+      areaSelectStyle: { width: 16, borderColor: BEST, color: "rgba(245,159,0,0.3)", opacity: 0.6 },
+      realtime: true,
+    } },
+    parallelAxis: axes.map((a, dim) => ({
+      dim,
+      name: a.scale === "log" ? `${a.name} (log)` : a.name,
+      inverse: true,
+      ...(a.kind === "cat" ? { type: "category", data: a.categories } : { type: a.scale === "log" ? "log" : "value", scale: true }),
+      ...(a.kind === "score" ? { nameTextStyle: { color: ink.text, fontSize: 11, fontWeight: "bold" } } : {}),
+    })),
+    tooltip: { ...tooltip(ink), trigger: "item" },
+    series: [{
+      type: "parallel",
+      smooth: false,
+      progressive: 2000,
+      inactiveOpacity: 0.08,
+      activeOpacity: 0.9,
+      lineStyle: { width: 1.2, opacity: 0.85 },
+      emphasis: { lineStyle: { width: 3 } },
+      data: lines.map((l) => ({ value: l.values, id: l.id, title: l.title, lineStyle: { color: l.color, width: l.width ?? 1.2 } })),
+    }],
+  };
+}
+
+export function sparklineOption(series: (number | null)[][], memoryTotal: number, ink: ChartInk): EChartsOption {
+  return {
+    grid: { left: 1, right: 1, top: 1, bottom: 1 },
+    xAxis: { type: "value", show: false, scale: true },
+    yAxis: { type: "value", show: false, min: 0, max: 1 },
+    series: [
+      { type: "line", silent: true, showSymbol: false, lineStyle: { color: TRIAL, width: 1.5 },
+        data: series.filter((r) => r[1] !== null).map((r) => [r[0], (r[1] as number) / 100]) },
+      { type: "line", silent: true, showSymbol: false, lineStyle: { color: "#e8590c", width: 1.5 },
+        data: series.map((r) => [r[0], ((r[2] as number) ?? 0) / (memoryTotal || 1)]) },
+    ],
+    backgroundColor: ink.grid,
+  };
+}
+
+export { fmtValue };

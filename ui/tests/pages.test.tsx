@@ -1,0 +1,129 @@
+// The pages, rendered on the API's answers (fetch answers them here), with Chakra UI and ECharts (SVG in jsdom).
+import { ChakraProvider, defaultSystem } from "@chakra-ui/react";
+import { fireEvent, render, screen, waitFor, within } from "@testing-library/react";
+import type { ReactNode } from "react";
+import { beforeEach, describe, expect, it, vi } from "vitest";
+
+import { PAGES } from "src/main";
+import { GpuBoard } from "src/pages/GpuBoard";
+import { GpuTimeline } from "src/pages/GpuTimeline";
+import { SlurmJob } from "src/pages/SlurmJob";
+import { Sweeps } from "src/pages/Sweeps";
+
+import { answer, board, sweeps, timeline } from "./fixtures";
+
+const wrap = (node: ReactNode) => render(<ChakraProvider value={defaultSystem}>{node}</ChakraProvider>);
+
+function serve(routes: Record<string, unknown>) {
+  const fetchMock = vi.fn(async (url: string) => {
+    const path = url.split("?")[0] ?? "";
+    const key = Object.keys(routes).find((k) => path.endsWith(k));
+    return key ? answer(routes[key]) : new Response(JSON.stringify({ detail: "no such page" }), { status: 404, statusText: "Not Found" });
+  });
+  vi.stubGlobal("fetch", fetchMock);
+  return fetchMock;
+}
+
+beforeEach(() => {
+  vi.unstubAllGlobals();
+  window.history.replaceState(null, "", "/");
+});
+
+describe("the plugin", () => {
+  it("registers a component under each react app's name", () => {
+    expect(Object.keys(PAGES).sort()).toEqual(["GPU board", "GPU timeline", "GPUs", "Slurm job", "Sweeps"]);
+    for (const name of Object.keys(PAGES)) expect(typeof (globalThis as Record<string, unknown>)[name]).toBe("function");
+  });
+});
+
+describe("the GPU board", () => {
+  it("lists hosts, GPUs, leases with their group, quotas and who waits", async () => {
+    serve({ "/gpus": board() });
+    wrap(<GpuBoard />);
+    await screen.findByTestId("gpu-board");
+    expect(screen.getByTestId("fleet-overview").textContent).toContain("2 hosts, 3 GPUs, 1 leased");
+    expect(screen.getAllByTestId("gpu-tile")).toHaveLength(3);
+    const lease = screen.getByTestId("lease");
+    expect(lease.textContent).toContain("dag1 › train[2]");
+    expect(within(lease).getByText("borrowed")).toBeTruthy();
+    expect(within(lease).getByRole("link").getAttribute("href")).toBe("/dags/dag1/runs/run1/tasks/train/mapped/2");
+    expect(screen.getByTestId("quota-groups").querySelectorAll("tbody tr")).toHaveLength(2);
+    expect(screen.getByTestId("quota-why").textContent).toBe("reclaiming from vision");
+    expect(screen.getByTestId("waiting").textContent).toContain("all GPUs leased");
+    expect(screen.getByTestId("gpu-time").textContent).toContain("2.00 GPU-h");
+    expect(screen.getByTestId("host-fleet").textContent).toContain("fleet: up");
+  });
+  it("highlights the task the address names", async () => {
+    serve({ "/gpus": board() });
+    window.history.replaceState(null, "", "/?dag_id=dag1&run_id=run1&task_id=train&map_index=2");
+    wrap(<GpuBoard />);
+    expect((await screen.findByTestId("task-lease")).textContent).toContain("Highlighted below");
+  });
+  it("says what went wrong when the API refuses", async () => {
+    serve({});
+    wrap(<GpuBoard />);
+    expect((await screen.findByRole("alert")).textContent).toContain("404 Not Found: no such page");
+  });
+});
+
+describe("the Sweeps tab", () => {
+  it("draws the counts, best trial, plots, parallel coordinates and leaderboard; a click opens a trial", async () => {
+    const fetchMock = serve({ "/sweeps": sweeps(), "/sweeps/trial": { index: 3, trial_id: "id3", label: "t3", params: { lr: 1e-4 }, state: "succeeded", result: { loss: 0.2 },
+      error: null, seconds: 12, task_id: "trial", map_index: 3, skipped: false, step: null, round: 1, log_tail: "epoch 1: loss 0.2", log_path: "/x/output.log", log_note: "" },
+      "/sweeps/importance": { method: "variance-explained", importances: [{ name: "lr", importance: 0.8 }], trials: 6, note: "", metric: "loss", method_label: "variance explained" } });
+    wrap(<Sweeps dagId="dag1" />);
+    const card = await screen.findByTestId("sweep-demo");
+    expect(within(card).getByTestId("counts").textContent).toContain("succeeded 6");
+    expect(within(card).getByTestId("best").textContent).toContain("loss = 0.2");
+    const progress = within(card).getByTestId("plot-progress");
+    expect(progress.dataset.points).toBe("6");
+    expect(progress.dataset.line).toBe("4");
+    expect(progress.querySelector("svg")).toBeTruthy();  // ECharts drew it
+    expect(within(card).getByTestId("plot-lr").dataset.xscale).toBe("log");
+    expect(within(card).getByTestId("plot-act").dataset.categories).toBe("2");
+    expect(within(card).getByTestId("plot-parallel").dataset.axes).toBe("4");
+    expect(within(card).getByTestId("legend-progress").textContent).toContain("round 1");
+    await waitFor(() => expect(within(card).getByTestId("plot-importance").dataset.first).toBe("lr"));
+    expect(within(card).getByTestId("leaderboard").querySelectorAll("tbody tr")).toHaveLength(1);
+    fireEvent.click(within(card).getByTestId("pick-trial"));
+    expect((await screen.findByTestId("trial-log")).textContent).toBe("epoch 1: loss 0.2");
+    expect(fetchMock.mock.calls.some(([u]) => String(u).includes("trial_id=id3"))).toBe(true);
+    fireEvent.click(within(card).getByTestId("log-score"));
+    await waitFor(() => expect(within(card).getByTestId("plot-progress").dataset.yscale).toBe("log"));
+  });
+});
+
+describe("the timeline", () => {
+  it("counts leases, draws a row per GPU and offers the server's windows", async () => {
+    serve({ "/timeline": timeline() });
+    wrap(<GpuTimeline />);
+    const plot = await screen.findByTestId("plot-timeline");
+    expect(plot.dataset.rows).toBe("3");
+    expect(plot.dataset.bars).toBe("3");
+    expect(plot.dataset.marks).toBe("1");
+    expect(screen.getByTestId("timeline-counts").textContent).toContain("1 preempted");
+    expect(screen.getByTestId("timeline-window").querySelectorAll("button")).toHaveLength(3);
+    expect(screen.getByTestId("timeline-key").textContent).toContain("idle class");
+  });
+});
+
+describe("the Slurm tab", () => {
+  it("says plainly when a task ran on local GPUs, with a link to its lease", async () => {
+    serve({ "/slurm": { found: false, dag_id: "d", run_id: "r", task_id: "t", map_index: -1, local_gpus: true, message: "" } });
+    wrap(<SlurmJob dagId="d" runId="r" taskId="t" mapIndex={-1} />);
+    const box = await screen.findByTestId("no-slurm-job");
+    expect(within(box).getByRole("link").getAttribute("href")).toBe("/plugin/gpusched-gpus?dag_id=d&run_id=r&task_id=t&map_index=-1");
+  });
+  it("shows a job's fields, array tasks and each task's output", async () => {
+    serve({ "/slurm": { job_id: "42", output_path: "/o/%A_%a.out", array: "0-1", via: "this host's CLI", submitted: 1, final: true, source: "recorded",
+      preemptions: 0, preemption_events: [], problem: "", state: "COMPLETED", phase: "succeeded", exit_code: 0, nodes: "n1", partition: "gpu",
+      requeues: 0, elapsed: 30, reason: "None", tail_path: "", tail_source: "files", task_state: "success",
+      tasks: [{ task: "0", state: "COMPLETED", exit_code: 0, nodes: "n1", elapsed: 10, requeues: 0 }, { task: "1", state: "COMPLETED", exit_code: 0, nodes: "n2", elapsed: 12, requeues: 0 }],
+      tails: { "0": "seed 0 on GPU 0", "1": "seed 1 on GPU 1" } } });
+    wrap(<SlurmJob dagId="d" runId="r" taskId="t" />);
+    expect((await screen.findByTestId("output-tail")).textContent).toBe("seed 0 on GPU 0");
+    expect(screen.getByTestId("array-tasks").querySelectorAll("tbody tr")).toHaveLength(2);
+    fireEvent.change(screen.getByTestId("tail-task"), { target: { value: "1" } });
+    expect(screen.getByTestId("output-tail").textContent).toBe("seed 1 on GPU 1");
+  });
+});
