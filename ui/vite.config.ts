@@ -41,7 +41,14 @@ export default defineConfig(({ command }) => ({
   },
   server: {
     // the dev page's API calls go to a running stack (GPUSCHED_STACK, default the local stack's api-server)
-    proxy: { "/gpusched/api": { target: process.env.GPUSCHED_STACK || "http://127.0.0.1:28080", changeOrigin: true } },
+    // with the bearer token GPUSCHED_TOKEN (POST /auth/token on the stack), as the API asks of any client
+    proxy: {
+      "/gpusched/api": {
+        target: process.env.GPUSCHED_STACK || "http://127.0.0.1:28080",
+        changeOrigin: true,
+        headers: (process.env.GPUSCHED_TOKEN ? { Authorization: `Bearer ${process.env.GPUSCHED_TOKEN}` } : {}) as Record<string, string>,
+      },
+    },
   },
   test: {
     environment: "jsdom",

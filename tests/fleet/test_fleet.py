@@ -570,7 +570,8 @@ def test_team_quotas_borrowed_gpus_are_reclaimed_for_the_group_within_its_quota(
             fleet,
             "gpusched-timeline?hours=0.06",
             "gpu-timeline-quotas.png",
-            "document.querySelectorAll('[data-group=nlp]').length >= 4",
+            "(globalThis.gpuschedCharts?.['plot-timeline']?.getOption().series[1].data || [])"
+            ".filter((b) => b.group === 'nlp').length >= 4",
         )
     finally:
         sampler.stop.set()

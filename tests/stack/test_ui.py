@@ -97,38 +97,84 @@ def api_answers(page, answers: dict):
         page.unroute_all(behavior="ignoreErrors")
 
 
-#: for every plot of a page: tick labels and axis titles that leave the picture or overlap one another
-PLOT_GEOMETRY = """() => [...document.querySelectorAll('svg[data-testid^=plot-]')].map((svg) => {
-  const r = svg.getBoundingClientRect();
-  const boxes = [...svg.querySelectorAll('text')].map((t) => [t.textContent, t.getBoundingClientRect()]);
-  const outside = boxes.filter(([, b]) => b.left < r.left - 0.5 || b.right > r.right + 0.5 || b.top < r.top - 0.5
-                                          || b.bottom > r.bottom + 0.5).map(([text]) => text);
-  const overlapping = [];
-  for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
-    const [a, b] = [boxes[i][1], boxes[j][1]];
-    if (a.left < b.right - 0.5 && b.left < a.right - 0.5 && a.top < b.bottom - 0.5 && b.top < a.bottom - 0.5)
-      overlapping.push(`${boxes[i][0]} / ${boxes[j][0]}`);
+def shots_light_and_dark(page, name: str) -> None:
+    """The page as it is (light) and in the host UI's dark mode (class "dark" on <html>, as Airflow's colour-mode
+    switch sets it): ``<name>.png`` and ``<name>-dark.png``."""
+    shot(page, name)
+    page.evaluate("document.documentElement.classList.add('dark'); document.documentElement.style.colorScheme = 'dark'")
+    try:
+        shot(page, f"{name}-dark")
+        # the charts redraw in the dark mode's ink (their text light on the dark page)
+        assert page.evaluate(DARK_CHARTS), "a chart kept the light mode's colours"
+    finally:
+        page.evaluate(
+            "document.documentElement.classList.remove('dark'); document.documentElement.style.colorScheme = ''"
+        )
+
+
+#: every chart of the page: what ECharts was asked to draw (ui/src/charts/EChart.tsx lists each instance in
+#: globalThis.gpuschedCharts under its test id) and what it drew (non-blank pixels on its canvas)
+CHARTS = """() => Object.entries(globalThis.gpuschedCharts || {}).map(([id, c]) => {
+  const canvas = c.getDom().querySelector('canvas');
+  let inked = 0;
+  if (canvas && canvas.width && canvas.height) {
+    const px = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+    for (let i = 3; i < px.length; i += 4 * 7) if (px[i] > 0) inked++;
   }
-  return { plot: svg.dataset.testid, outside, overlapping };
+  const series = (c.getOption().series || []).map((s) => (s.data || []).length);
+  return { id, inked, series, connected: c.getDom().isConnected };
 })"""
 
+DARK_CHARTS = """() => Object.values(globalThis.gpuschedCharts || {}).every((c) => {
+  const o = c.getOption();
+  const axes = [...(o.xAxis || []), ...(o.yAxis || []), ...(o.parallelAxis || [])].filter((a) => a.show !== false && a.axisLabel);
+  return axes.every((a) => a.axisLabel.color === undefined || a.axisLabel.color === '#e4e4e7');
+})"""
 
-def tick_labels(page, plot: str) -> list[str]:
-    """The x tick labels of a plot as drawn (an SVG text's own text, not its hover title)."""
-    return page.eval_on_selector_all(
-        f"[data-testid={plot}] text[data-tick=x]", "ts => ts.map(t => t.firstChild.textContent)"
-    )
+#: one chart's series (type, name, how many items) and the labels its axes show (ECharts' own layout: overlapping
+#: labels are hidden, axis names cut to their room)
+CHART = """(id) => {
+  const c = (globalThis.gpuschedCharts || {})[id];
+  if (!c) return null;
+  const labels = (kind, i) => {
+    const m = c.getModel().getComponent(kind, i);
+    return m && m.axis ? m.axis.getViewLabels().map((l) => l.formattedLabel) : null;
+  };
+  const o = c.getOption();
+  return {
+    series: o.series.map((s) => ({ type: s.type, name: s.name, n: (s.data || []).length })),
+    x: labels('xAxis', 0),
+    y: labels('yAxis', 0),
+    parallel: (o.parallelAxis || []).map((a, i) => ({ name: a.name, labels: labels('parallelAxis', i) })),
+  };
+}"""
+
+#: the items of one series: value and the fields the page gave each (link, outcome, trial, title...)
+ITEMS = """([id, k]) => ((globalThis.gpuschedCharts || {})[id].getOption().series[k].data || []).map((d) =>
+  d && typeof d === 'object' && !Array.isArray(d) ? { value: d.value, href: d.href, outcome: d.outcome, cls: d.cls, id: d.id,
+                                                      count: d.count, title: d.title } : { value: d })"""
 
 
-def assert_plots_readable(page) -> None:
-    plots = page.evaluate(PLOT_GEOMETRY)
-    assert plots, "no plot on the page"
-    bad = [p for p in plots if p["outside"] or p["overlapping"]]
-    assert not bad, bad
-    # drawn at the sizes the bundle sets and its margins assume (the UI's stylesheet overrode an SVG font-size
-    # attribute: labels 14 px high crossed the timeline's right edge)
-    sizes = page.eval_on_selector_all("svg[data-testid^=plot-] text", "ts => ts.map(t => getComputedStyle(t).fontSize)")
-    assert set(sizes) <= {"10px", "11px"}, sorted(set(sizes))
+def chart(page, testid: str) -> dict:
+    info = page.evaluate(CHART, testid)
+    assert info is not None, f"no chart {testid} on the page"
+    return info
+
+
+def items(page, testid: str, series: int = 0) -> list[dict]:
+    return page.evaluate(ITEMS, [testid, series])
+
+
+def wait_chart(page, testid: str, timeout: float = 60_000) -> None:
+    page.wait_for_function(f"!!(globalThis.gpuschedCharts || {{}})[{json.dumps(testid)}]", timeout=timeout)
+
+
+def assert_plots_drawn(page) -> None:
+    """Every chart on the page drew something (ink on its canvas) from data (items in its series)."""
+    charts = [c for c in page.evaluate(CHARTS) if c["connected"]]
+    assert charts, "no chart on the page"
+    blank = [c for c in charts if not c["inked"] or not any(c["series"])]
+    assert not blank, blank
 
 
 def test_an_idle_board_lists_every_gpu_of_the_host(stack, browser_page):
@@ -194,7 +240,7 @@ def test_gpu_board_shows_the_leases_of_running_tasks(stack, browser_page, out_di
         assert f"pid {colleague}" in page.locator("[data-testid=foreign-processes]").inner_text()
         assert page.locator("[data-testid=gpu-sparkline]").count() == 4
         assert "sampled every 10" in page.locator("[data-testid=telemetry-note]").inner_text()
-        shot(page, "gpu-board")
+        shots_light_and_dark(page, "gpu-board")
     finally:
         usage.unlink()
         with contextlib.suppress(ProcessLookupError):
@@ -208,7 +254,7 @@ def test_gpu_board_shows_the_leases_of_running_tasks(stack, browser_page, out_di
     assert link.startswith("/dags/e2e_packing/runs/") and "/tasks/trial/mapped/" in link
     open_page(stack, page, "/", "[data-testid=gpu-summary]")
     assert re.search(r"\d of 4 in use on 1 host\(s\)", page.locator("[data-testid=gpu-summary]").inner_text())
-    shot(page, "dashboard")
+    shots_light_and_dark(page, "dashboard")
     stack.wait_run("e2e_packing", run_id, timeout=300)
     # the "GPU lease" link of a finished task: the board says the lease ended, where and when it ran
     open_page(
@@ -237,7 +283,7 @@ def test_the_slurm_job_tab_of_a_local_gpu_task_says_it_ran_on_local_gpus(stack, 
     assert "ran on local GPUs, not through Slurm" in text and "404" not in text
     assert page.locator("[role=alert]").count() == 0  # no red error box
     assert "gpusched-gpus?dag_id=e2e_normal" in page.locator("[data-testid=no-slurm-job] a").get_attribute("href")
-    shot(page, "slurm-job-local-task")
+    shots_light_and_dark(page, "slurm-job-local-task")
 
 
 def test_sweeps_tab_shows_counts_leaderboard_and_plots_of_a_finished_sweep(stack, browser_page):
@@ -255,12 +301,14 @@ def test_sweeps_tab_shows_counts_leaderboard_and_plots_of_a_finished_sweep(stack
     assert rows.count() == 4
     first = rows.first.inner_text()
     assert "7.7" in first and "WGAN" in first  # WGAN, packing 3, zmode 1: 7.0 + 0.9 - 0.2
-    assert page.locator("[data-testid=plot-progress] circle").count() == 4
+    wait_chart(page, "plot-progress")
+    assert page.locator("[data-testid=plot-progress]").get_attribute("data-points") == "4"
     assert page.locator("[data-testid=best]").inner_text().startswith("Best: inception_score = 7.7")
-    # categorical parameters (the GAN's name) get a plot too; every plot's labels are readable
-    assert page.locator("[data-testid^=plot-] circle").count() > 4
-    assert_plots_readable(page)
-    shot(page, "sweeps")
+    # categorical parameters (the GAN's name) get a plot too, a strip of its values
+    strips = page.eval_on_selector_all("[data-testid^=plot-][data-categories]", "ps => ps.map(p => +p.dataset.points)")
+    assert strips and all(n == 4 for n in strips), strips
+    assert_plots_drawn(page)
+    shots_light_and_dark(page, "sweeps")
 
 
 def test_sweeps_tab_shows_the_pareto_front_of_a_two_objective_sweep(stack, browser_page):
@@ -281,22 +329,24 @@ def test_sweeps_tab_shows_the_pareto_front_of_a_two_objective_sweep(stack, brows
     first = page.locator("[data-testid=leaderboard] tbody tr").first.inner_text().split("\t")
     assert first[:2] == ["1", "1"]  # rank 1 is on front 1
     # the plot of latency against accuracy: every scored trial, the front drawn as a line through its points
-    assert page.locator("[data-testid=plot-pareto] circle").count() == 18
-    assert page.locator("[data-testid=plot-pareto] polyline").count() == 1
+    wait_chart(page, "plot-pareto")
+    assert page.locator("[data-testid=plot-pareto]").get_attribute("data-points") == "18"
+    front = chart(page, "plot-pareto")["series"]
+    assert [s["type"] for s in front] == ["line", "scatter"] and front[0]["n"] >= 2, front  # the front, as a line
     best = page.locator("[data-testid=best]").inner_text()
     assert best.startswith("Best: val_accuracy = ") and "(Pareto front, best val_accuracy)" in best
     # every trial reported 10 epochs: one curve each, read by the api-server from the results folder
-    assert page.locator("[data-testid=plot-reports] g[data-state=succeeded] polyline").count() == 18
+    assert page.locator("[data-testid=plot-reports]").get_attribute("data-state-succeeded") == "18"
     assert "val_accuracy by step" in page.locator("[data-testid=reports]").inner_text()
     assert "succeeded" in page.locator("[data-testid=legend-reports]").inner_text()
     assert "round 0" in page.locator("[data-testid=legend-progress]").inner_text()  # colour = round, said
     # lr is loguniform: a log axis with decade ticks; activation (relu/gelu) is categorical: a plot of its own
     assert page.locator("[data-testid=plot-lr]").get_attribute("data-xscale") == "log"
-    ticks = tick_labels(page, "plot-lr")
+    ticks = chart(page, "plot-lr")["x"]
     assert ticks[0] == "1e-4" and ticks[-1] == "0.01", ticks
-    assert tick_labels(page, "plot-activation") == ["gelu", "relu"]
-    assert page.locator("[data-testid=plot-activation] circle").count() == 18
-    assert_plots_readable(page)
+    assert [t for t in chart(page, "plot-activation")["x"] if t] == ["gelu", "relu"]
+    assert page.locator("[data-testid=plot-activation]").get_attribute("data-points") == "18"
+    assert_plots_drawn(page)
     # one column per parameter, values with 4 significant digits: a leaderboard row is one line high
     head = page.locator("[data-testid=leaderboard] thead").inner_text()
     assert all(name in head for name in ("width", "depth", "lr", "activation")) and "parameters" not in head
@@ -306,20 +356,21 @@ def test_sweeps_tab_shows_the_pareto_front_of_a_two_objective_sweep(stack, brows
     assert max(heights) <= 40, heights
     shot(page, "sweeps-pareto")
     # analysis over every trial: parallel coordinates (a line each), Optuna's importance of the four parameters
-    assert page.locator("[data-testid=plot-parallel] polyline").count() == 18
-    page.wait_for_selector("[data-testid=plot-importance] g[data-param]", timeout=60_000)
-    ranked = page.eval_on_selector_all(
-        "[data-testid=plot-importance] g[data-param]", "gs => gs.map(g => g.dataset.param)"
-    )
+    assert page.locator("[data-testid=plot-parallel]").get_attribute("data-lines") == "18"
+    page.wait_for_selector("[data-testid=plot-importance]", timeout=60_000)
+    ranked = page.locator("[data-testid=plot-importance]").get_attribute("data-params").split(",")
     assert sorted(ranked) == ["activation", "depth", "lr", "width"], ranked
     assert "Optuna's PED-ANOVA" in page.locator("[data-testid=importance]").inner_text()
     # drag along the score axis (the last): only the trials in that range keep their colour
     page.locator("[data-testid=plot-parallel]").scroll_into_view_if_needed()  # the mouse acts on the viewport
-    axis = page.locator("[data-testid^=pc-axis-]").last.bounding_box()
-    page.mouse.move(axis["x"] + axis["width"] / 2, axis["y"] + 2)
+    ends = page.evaluate(SCORE_AXIS, "plot-parallel")
+    page.mouse.move(ends["x0"], ends["y0"] + 2)
     page.mouse.down()
-    page.mouse.move(axis["x"] + axis["width"] / 2, axis["y"] + axis["height"] / 2, steps=5)
+    page.mouse.move((ends["x0"] + ends["x1"]) / 2, (ends["y0"] + ends["y1"]) / 2, steps=5)
     page.mouse.up()
+    page.wait_for_function(
+        "document.querySelector('[data-testid=pc-selection]').textContent.includes('selected ranges')"
+    )
     selection = page.locator("[data-testid=pc-selection]").inner_text()
     kept = int(re.match(r"(\d+) of 18 trials in the selected ranges", selection).group(1))
     assert 1 <= kept < 18, selection
@@ -329,19 +380,32 @@ def test_sweeps_tab_shows_the_pareto_front_of_a_two_objective_sweep(stack, brows
     panel = page.locator("[data-testid=trial-panel]").inner_text()
     assert "succeeded" in panel and "val_accuracy" in panel and "width=" in panel, panel
     assert page.locator("[data-testid=trial-log]").inner_text().splitlines()[-1].startswith("epoch 10: val_accuracy")
-    assert_plots_readable(page)
+    assert_plots_drawn(page)
     page.locator("[data-testid=analysis]").scroll_into_view_if_needed()
     page.wait_for_timeout(300)
     page.screenshot(path=str(SHOTS / "sweeps-analysis.png"), full_page=True)
+    shots_light_and_dark(page, "sweeps-pareto-analysis")
     shot_at(page, "reports", "sweeps-reports")
     shot_at(page, "leaderboard", "sweeps-pareto-leaderboard")
     page.set_viewport_size({"width": 1400, "height": 1000})
 
 
+#: the ends of the parallel coordinates' last axis (the score), in the page's pixels: where a range is dragged
+SCORE_AXIS = """(id) => {
+  const c = globalThis.gpuschedCharts[id];
+  const cs = c.getModel().getComponent('parallel').coordinateSystem;
+  const dim = cs.dimensions[cs.dimensions.length - 1];
+  const [a, b] = cs.getAxis(dim).getExtent();
+  const p0 = cs.axisCoordToPoint(a, dim), p1 = cs.axisCoordToPoint(b, dim);
+  const r = c.getDom().getBoundingClientRect();
+  return { x0: r.left + p0[0], y0: r.top + p0[1], x1: r.left + p1[0], y1: r.top + p1[1] };
+}"""
+
+
 def _curve_lengths(page) -> list[int]:
-    return page.eval_on_selector_all(
-        "[data-testid=plot-reports] polyline", "ls => ls.map(l => l.getAttribute('points').trim().split(' ').length)"
-    )
+    """The points of each report curve drawn (a line series per trial)."""
+    wait_chart(page, "plot-reports")
+    return [s["n"] for s in chart(page, "plot-reports")["series"]]
 
 
 def test_sweeps_tab_of_a_rerun_and_of_an_older_run_after_a_forced_rerun(stack, browser_page):
@@ -356,12 +420,12 @@ def test_sweeps_tab_of_a_rerun_and_of_an_older_run_after_a_forced_rerun(stack, b
         stack,
         page,
         f"/dags/e2e_sweep_rerun/plugin/gpusched-sweeps?run_id={second}",
-        "[data-testid=plot-reports] polyline",
+        "[data-testid=plot-reports]",
     )
     counts = page.locator("[data-testid=counts]").inner_text()
     assert "succeeded 3" in counts and "pruned 3" in counts and "6 from earlier runs" in counts, counts
-    assert page.locator("[data-testid=plot-reports] g[data-state=pruned]").count() == 3
-    assert page.locator("[data-testid=plot-reports] g[data-state=succeeded]").count() == 3
+    assert page.locator("[data-testid=plot-reports]").get_attribute("data-state-pruned") == "3"
+    assert page.locator("[data-testid=plot-reports]").get_attribute("data-state-succeeded") == "3"
     legend = page.locator("[data-testid=legend-reports]").inner_text()
     assert "pruned" in legend and "succeeded" in legend
     pruned = page.locator("[data-testid=pruned] tbody tr").all_inner_texts()
@@ -374,9 +438,10 @@ def test_sweeps_tab_of_a_rerun_and_of_an_older_run_after_a_forced_rerun(stack, b
     summary = page.locator("[data-testid=compare-summary]").inner_text()
     assert summary.startswith("3 trial(s) scored in both runs: 0 changed"), summary
     assert page.locator("[data-testid=compare-runs] tbody tr").count() == 2
-    assert page.locator("[data-testid=plot-compare-progress] polyline").count() == 2
-    assert page.locator("[data-testid=plot-compare] circle").count() == 3
-    assert_plots_readable(page)
+    wait_chart(page, "plot-compare")
+    assert page.locator("[data-testid=plot-compare-progress]").get_attribute("data-series") == "2"
+    assert page.locator("[data-testid=plot-compare]").get_attribute("data-points") == "3"
+    assert_plots_drawn(page)
     shot_at(page, "compare", "sweeps-compare")
     shot_at(page, "pruned", "sweeps-rerun-pruned")
     forced = finished_run(stack, "e2e_sweep_rerun_forced")
@@ -384,7 +449,7 @@ def test_sweeps_tab_of_a_rerun_and_of_an_older_run_after_a_forced_rerun(stack, b
         stack,
         page,
         f"/dags/e2e_sweep_rerun_forced/plugin/gpusched-sweeps?run_id={forced}",
-        "[data-testid=plot-reports] polyline",
+        "[data-testid=plot-reports]",
     )
     assert sorted(_curve_lengths(page)) == [2, 2, 2, 5, 5, 5]
     for older in (first, second):  # each older run: its own 3-step curves, not the forced run's 5-step ones
@@ -392,10 +457,10 @@ def test_sweeps_tab_of_a_rerun_and_of_an_older_run_after_a_forced_rerun(stack, b
             stack,
             page,
             f"/dags/e2e_sweep_rerun/plugin/gpusched-sweeps?run_id={older}",
-            "[data-testid=plot-reports] polyline",
+            "[data-testid=plot-reports]",
         )
         assert sorted(_curve_lengths(page)) == [2, 2, 2, 3, 3, 3], older
-        assert page.locator("[data-testid=plot-reports] g[data-state=pruned]").count() == 3
+        assert page.locator("[data-testid=plot-reports]").get_attribute("data-state-pruned") == "3"
 
 
 def _trial_records(folder: Path) -> dict:
@@ -467,12 +532,13 @@ def test_sweeps_tab_of_a_forced_rerun_stopped_by_queue_stop_and_of_the_run_befor
     # the GPU timeline marks the leases the stop ended, and its key says how
     open_page(stack, page, "/plugin/gpusched-timeline?hours=0.5", "[data-testid=plot-timeline]")
     assert "stopped by gpusched queue stop" in page.locator("[data-testid=timeline-key]").inner_text()
-    marks = page.locator("[data-testid=timeline-mark][data-outcome=stopped]")
-    assert marks.count() >= len(interrupted), marks.count()
+    wait_chart(page, "plot-timeline")
+    stopped_bars = [b for b in items(page, "plot-timeline", 1) if b["outcome"] == "stopped"]
+    assert len(stopped_bars) >= len(interrupted), len(stopped_bars)
     shot(page, "timeline-stopped")
 
     open_page(stack, page, f"/dags/e2e_sweep_stop/plugin/gpusched-sweeps?run_id={first}", "[data-testid=plot-parallel]")
-    assert page.locator("[data-testid=plot-parallel] polyline").count() == 3  # the scored trials
+    assert page.locator("[data-testid=plot-parallel]").get_attribute("data-lines") == "3"  # the scored trials
     counts = page.locator("[data-testid=counts]").inner_text()
     assert "succeeded 3" in counts and "pruned 2" in counts and "failed 1" in counts, counts
     assert page.locator("[data-testid=best]").inner_text().startswith("Best: loss = 1")
@@ -482,13 +548,11 @@ def test_sweeps_tab_of_a_forced_rerun_stopped_by_queue_stop_and_of_the_run_befor
     importance = page.locator("[data-testid=importance]").inner_text()
     assert "3 scored trial(s): importance needs at least 8" in importance, importance
     assert "the 2 pruned trial(s) have no final score" in importance, importance
-    lr_ticks = page.eval_on_selector_all(
-        "[data-testid=plot-parallel] g[data-axis=lr] g[data-tick=pc] text",
-        "ts => ts.map(t => t.firstChild.textContent)",
-    )
-    # the scored trials' lr spans 1e-4..0.01: each decade labelled, 0.001 included (the middle-only labels skipped it)
-    assert lr_ticks == ["1e-4", "0.001", "0.01"], lr_ticks
-    assert_plots_readable(page)
+    wait_chart(page, "plot-parallel")
+    lr_ticks = next(a["labels"] for a in chart(page, "plot-parallel")["parallel"] if a["name"] == "lr (log)")
+    # the scored trials' lr spans 1e-4..0.01: each decade labelled, 0.001 included
+    assert [t for t in lr_ticks if t] == ["1e-4", "0.001", "0.01"], lr_ticks
+    assert_plots_drawn(page)
     shot_at(page, "plot-parallel", "sweeps-parallel-log-axis")
     shot_at(page, "problems", "sweeps-failed-error-line")
 
@@ -515,7 +579,7 @@ def test_slurm_job_tab_shows_array_tasks_state_and_output(stack, browser_page):
     assert page.locator("[data-testid=output-tail]").inner_text().startswith("seed 0 on GPU")
     page.select_option("[data-testid=tail-task]", "3")
     assert page.locator("[data-testid=output-tail]").inner_text().startswith("seed 3 on GPU")
-    shot(page, "slurm-job")
+    shots_light_and_dark(page, "slurm-job")
 
 
 def _ten_thousand_trial_view() -> dict:
@@ -627,8 +691,9 @@ def test_the_sweeps_tab_of_a_10000_trial_sweep_renders_in_under_3_seconds_and_st
         },
     ):
         page.goto(f"{stack.url}/dags/gpusched_sweep_grid/plugin/gpusched-sweeps?run_id=manual__big")
-        page.wait_for_selector("[data-testid=plot-progress] circle", timeout=60_000)
+        wait_chart(page, "plot-progress")
         page.wait_for_selector("[data-testid=leaderboard] tbody tr", timeout=60_000)
+        page.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")  # painted
         # from the API's answer to the page drawn (the Airflow UI around it loads first and is not ours)
         seconds = time.monotonic() - answered[0][0]
         cpu = main_thread_s() - answered[0][1]
@@ -648,19 +713,21 @@ def test_the_sweeps_tab_of_a_10000_trial_sweep_renders_in_under_3_seconds_and_st
         counts = page.locator("[data-testid=counts]").inner_text()
         assert "defined 10000" in counts and "succeeded 10000" in counts
         assert "show 2,000 of 10,000 scored trials" in page.locator("[data-testid=points-note]").inner_text()
-        assert page.locator("[data-testid=plot-progress] circle").count() == 2000
+        assert page.locator("[data-testid=plot-progress]").get_attribute("data-points") == "2000"
+        # the best-so-far line counts every trial (the server's line over all 10,000)
+        assert int(page.locator("[data-testid=plot-progress]").get_attribute("data-line")) >= 2
         assert page.locator("[data-testid=leaderboard] tbody tr").count() == 20
-        assert tick_labels(page, "plot-lr")[:2] == ["1e-5", "1e-4"]  # loguniform: log axis
-        assert "0.05" in tick_labels(page, "plot-wd")  # uniform(0, 0.1): linear, though its draws reach 1e-6
+        lr = [t for t in chart(page, "plot-lr")["x"] if t]
+        assert lr[:2] == ["1e-5", "1e-4"], lr  # loguniform: log axis
+        wd = chart(page, "plot-wd")["x"]  # uniform(0, 0.1): linear, though its draws reach 1e-6
+        assert page.locator("[data-testid=plot-wd]").get_attribute("data-xscale") == "linear"
+        assert wd[0] == "0" and wd[-1] == "0.1" and "0.04" in wd, wd
         # parallel coordinates draw the plots' 2,000 trials; the importance ranks all 10,000 (wd drives the score)
-        lines = page.eval_on_selector_all(
-            "[data-testid=plot-parallel] path[data-lines]", "ps => ps.map(p => +p.dataset.lines)"
-        )
-        assert sum(lines) == 2000 and len(lines) <= 14, lines  # in colour bands: a few elements, not 2,000
-        page.wait_for_selector("[data-testid=plot-importance] g[data-param]", timeout=60_000)
-        assert page.locator("[data-testid=plot-importance] g[data-param]").first.get_attribute("data-param") == "wd"
+        assert page.locator("[data-testid=plot-parallel]").get_attribute("data-lines") == "2000"
+        page.wait_for_selector("[data-testid=plot-importance]", timeout=60_000)
+        assert page.locator("[data-testid=plot-importance]").get_attribute("data-first") == "wd"
         assert "from all 10,000 scored trials" in page.locator("[data-testid=importance]").inner_text()
-        assert_plots_readable(page)
+        assert_plots_drawn(page)
         shot(page, "sweeps-10000-trials")
 
 
@@ -721,13 +788,14 @@ def test_the_sweeps_tab_draws_a_pbt_population_its_exploits_and_each_members_sch
     page = browser_page
     with api_answers(page, {"**/gpusched/api/dags/gpusched_sweep_grid/sweeps*": json.dumps(answer)}):
         page.goto(f"{stack.url}/dags/gpusched_sweep_grid/plugin/gpusched-sweeps?run_id=manual__pbt")
-        page.wait_for_selector("[data-testid=plot-population] polyline", timeout=60_000)
+        wait_chart(page, "plot-population")
         # a line per member and generation (each generation trains 2 steps), a marker per exploit
-        assert page.locator("[data-testid=plot-population] g[data-member] polyline").count() == 4 * 3
-        exploits = page.locator("[data-testid=plot-population] [data-testid=exploit]")
-        assert exploits.count() == len(population["exploits"]) == 2
+        assert page.locator("[data-testid=plot-population]").get_attribute("data-segments") == str(4 * 3)
+        series = chart(page, "plot-population")["series"]
+        exploits = items(page, "plot-population", len(series) - 1)
+        assert series[-1]["name"] == "exploits" and len(exploits) == len(population["exploits"]) == 2
         first = population["exploits"][0]
-        title = exploits.first.locator("title").text_content()
+        title = exploits[0]["title"]
         assert (
             f"member {first['member']} went on from member {first['from_member']}'s checkpoint at step {first['step']}"
             in title
@@ -741,7 +809,7 @@ def test_the_sweeps_tab_draws_a_pbt_population_its_exploits_and_each_members_sch
         # the legend's exploit key is the triangle the plot marks exploits with
         legend = page.locator("[data-testid=legend-population] [data-shape=triangle]")
         assert legend.count() == 1 and "exploit" in legend.inner_text()
-        assert_plots_readable(page)
+        assert_plots_drawn(page)
         shot_at(page, "population-section", "sweeps-pbt-population")
 
 
@@ -811,9 +879,27 @@ def test_the_gpu_board_stays_readable_with_64_gpus_on_8_hosts(stack, browser_pag
         shot(page, "gpu-board-64-gpus-8-hosts")
 
 
-def leases(page, bars) -> int:
+def leases(bars: list[dict]) -> int:
     """The leases a set of timeline bars stands for (a bar of merged short leases counts each)."""
-    return sum(int(bars.nth(i).get_attribute("data-count")) for i in range(bars.count()))
+    return sum(b["count"] for b in bars)
+
+
+def bars_to(page, part: str) -> list[dict]:
+    """The timeline's bars that link to an address containing ``part``."""
+    return [b for b in items(page, "plot-timeline", 1) if b["href"] and part in b["href"]]
+
+
+#: where the last bar linking to an address containing the argument is drawn, in the page's pixels (its middle)
+BAR_AT = """(part) => {
+  const c = globalThis.gpuschedCharts['plot-timeline'];
+  const data = c.getOption().series[1].data;
+  const k = data.map((b, i) => [b, i]).filter(([b]) => (b.href || '').includes(part)).pop()[1];
+  const [start, end, top] = data[k].value;
+  const [x0, y] = c.convertToPixel({ gridIndex: 0 }, [start, top]);
+  const [x1] = c.convertToPixel({ gridIndex: 0 }, [end, top]);
+  const r = c.getDom().getBoundingClientRect();
+  return { x: r.left + (x0 + x1) / 2, y: r.top + y + 7 };
+}"""
 
 
 def test_the_gpu_timeline_shows_each_lease_with_its_preemptions_and_oom_retries(stack, browser_page, out_dir):
@@ -845,43 +931,45 @@ def test_the_gpu_timeline_shows_each_lease_with_its_preemptions_and_oom_retries(
         return f"/plugin/gpusched-timeline?hours={(time.time() - began + 20) / 3600:.4f}"
 
     open_page(stack, page, window(), "[data-testid=plot-timeline]")
-    page.wait_for_function(
-        "document.querySelectorAll('[data-testid=timeline-mark][data-outcome=preempted]').length >= 1"
-        " && document.querySelectorAll('[data-testid=timeline-mark][data-outcome=oom]').length >= 1",
-        timeout=60_000,
-    )
-    assert page.locator("[data-testid=timeline-row]").count() >= 4  # this host's 4 (simulated) GPUs
+    wait_chart(page, "plot-timeline")
+    outcomes = {b["outcome"] for b in items(page, "plot-timeline", 1)}
+    assert {"preempted", "oom"} <= outcomes, outcomes
+    assert int(page.locator("[data-testid=plot-timeline]").get_attribute("data-rows")) >= 4  # this host's 4 GPUs
     # the address's window is offered beside the server's (1 h to 3 d) and pressed
     assert re.fullmatch(
         r"[\d.]+ min", page.locator("[data-testid=timeline-window] button[aria-pressed=true]").inner_text()
     )
-    fillers = page.locator(f"a[data-testid=timeline-bar][href*='/dags/e2e_idle_fillers/runs/{fill}/']")
-    assert leases(page, fillers) == 6 + preemptions  # each filler's last attempt, and one per preempted attempt
-    assert (
-        page.locator(f"a[data-testid=timeline-bar][data-outcome=preempted][href*='/runs/{fill}/']").count()
-        == preemptions
-    )
-    assert {fillers.nth(i).get_attribute("data-class") for i in range(fillers.count())} == {"idle"}
-    trains = page.locator(f"a[data-testid=timeline-bar][href*='/dags/e2e_normal/runs/{normal}/tasks/train']")
-    assert leases(page, trains) == 4  # a 4-GPU lease: one bar on each GPU's row
-    oom_bars = page.locator(f"a[data-testid=timeline-bar][href*='/dags/e2e_oom_retry/runs/{oom}/']")
-    assert [oom_bars.nth(i).get_attribute("data-outcome") for i in range(oom_bars.count())] == ["oom", "succeeded"]
-    assert "GPU out of memory with 2.0GiB on 1 GPU" in oom_bars.first.locator("title").text_content()
+    fillers = bars_to(page, f"/dags/e2e_idle_fillers/runs/{fill}/")
+    assert leases(fillers) == 6 + preemptions  # each filler's last attempt, and one per preempted attempt
+    assert sum(b["outcome"] == "preempted" for b in fillers) == preemptions
+    assert {b["cls"] for b in fillers} == {"idle"}
+    trains = bars_to(page, f"/dags/e2e_normal/runs/{normal}/tasks/train")
+    assert leases(trains) == 4  # a 4-GPU lease: one bar on each GPU's row
+    oom_bars = sorted(bars_to(page, f"/dags/e2e_oom_retry/runs/{oom}/"), key=lambda b: b["value"][0])
+    assert [b["outcome"] for b in oom_bars] == ["oom", "succeeded"]
+    assert "GPU out of memory with 2.0GiB on 1 GPU" in oom_bars[0]["title"]
     counts = page.locator("[data-testid=timeline-counts]").inner_text()
     assert re.search(r"[1-9]\d* preempted", counts) and re.search(r"[1-9]\d* out of GPU memory", counts), counts
     assert "idle class" in page.locator("[data-testid=timeline-key]").inner_text()
-    assert_plots_readable(page)
-    shot(page, "gpu-timeline")
+    assert_plots_drawn(page)
+    shots_light_and_dark(page, "gpu-timeline")
     page.click("[data-testid=timeline-window] button:has-text('1 d')")
     page.wait_for_function(
         "document.querySelector('[data-testid=timeline-window] button[aria-pressed=true]').textContent === '1 d'",
         timeout=30_000,
     )
-    page.wait_for_selector(f"a[data-testid=timeline-bar][href*='/runs/{oom}/']", timeout=30_000)
-    assert_plots_readable(page)
+    page.wait_for_function(
+        f"(globalThis.gpuschedCharts['plot-timeline'].getOption().series[1].data || [])"
+        f".some((b) => (b.href || '').includes({json.dumps(f'/runs/{oom}/')}))",
+        timeout=30_000,
+    )
+    assert_plots_drawn(page)
     open_page(stack, page, window(), "[data-testid=plot-timeline]")
-    # a bar links to its task (clicked by event: the fillers that took the GPU right after it are drawn a pixel away)
-    page.locator(f"a[data-testid=timeline-bar][href*='/runs/{oom}/']").last.dispatch_event("click")
+    wait_chart(page, "plot-timeline")
+    # a bar links to its task: a click on the OOM retry's last bar, where ECharts drew it
+    page.locator("[data-testid=plot-timeline]").scroll_into_view_if_needed()
+    at = page.evaluate(BAR_AT, f"/runs/{oom}/")
+    page.mouse.click(at["x"], at["y"])
     page.wait_for_url(re.compile(rf".*/dags/e2e_oom_retry/runs/{re.escape(oom)}/tasks/train.*"), timeout=30_000)
 
 
@@ -925,15 +1013,17 @@ def test_a_day_of_10000_leases_on_16_gpus_draws_a_few_thousand_bars(stack, brows
     with api_answers(page, {"**/gpusched/api/timeline*": body}):
         t0 = time.monotonic()
         open_page(stack, page, "/plugin/gpusched-timeline?hours=24", "[data-testid=plot-timeline]")
-        drawn = page.locator("[data-testid=timeline-bar]").count()
+        wait_chart(page, "plot-timeline")
+        page.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")  # painted
+        drawn = int(page.locator("[data-testid=plot-timeline]").get_attribute("data-bars"))
         print(
             f"timeline of 10,000 leases in a day: {len(body) / 1e6:.2f} MB answer, {timeline['bars']} bars, "
             f"page open {time.monotonic() - t0:.1f}s"
         )
         assert drawn == timeline["bars"] < 4000  # one per run of short leases (a visible gap apart), and the marks
-        assert page.locator("[data-testid=timeline-row]").count() == 16
+        assert page.locator("[data-testid=plot-timeline]").get_attribute("data-rows") == "16"
         marks = timeline["counts"]["preempted"] + timeline["counts"]["oom"]
-        assert page.locator("[data-testid=timeline-mark]").count() == marks > 0
+        assert int(page.locator("[data-testid=plot-timeline]").get_attribute("data-marks")) == marks > 0
         assert "10000 lease(s) in the window" in page.locator("[data-testid=timeline-counts]").inner_text()
-        assert_plots_readable(page)
+        assert_plots_drawn(page)
         shot(page, "gpu-timeline-10000-leases")

@@ -40,6 +40,7 @@ def test_the_ui_unit_tests_pass():
     assert " passed" in run.stdout and "failed" not in run.stdout.split("Tests")[-1], run.stdout[-2000:]
 
 
+@pytest.mark.heavy  # imports the api-server's app (about 3 s of CPU): the suite's, not the fast tier's
 def test_the_committed_openapi_schema_is_the_apis():
     """ui/openapi.json (what the TypeScript types are generated from) is the schema the plugin's API has now: a field
     renamed in Python without `npm run gen:api` fails here."""

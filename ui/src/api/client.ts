@@ -11,17 +11,15 @@ function scriptPath(): string {
   const current = (document.currentScript as HTMLScriptElement | null)?.src;
   if (current) return new URL(current).pathname;
   const found = [...document.querySelectorAll<HTMLScriptElement>("script[src]")].find((s) => s.src.includes("/gpusched/static/gpusched.js"));
-  if (found) return new URL(found.src).pathname;
-  return "";
+  return found ? new URL(found.src).pathname : "";
 }
-// read once, when the bundle runs (document.currentScript is only set then); the Airflow UI imports it as a module,
-// which has no currentScript: the page's <script> is then not there either, and the address of the bundle is taken
-// from the performance timeline (the UI fetched it a moment ago)
+/** The Airflow UI imports the bundle (no script element, no currentScript): its page's <base href> is the UI's own
+ * path ([api] base_url's), which is also where the plugin's app is mounted (<base>/gpusched). */
 function bundlePath(): string {
   const own = scriptPath();
   if (own) return own;
-  const entry = performance.getEntriesByType("resource").map((e) => e.name).find((n) => n.includes("/gpusched/static/gpusched.js"));
-  return entry ? new URL(entry).pathname : "";
+  if (document.querySelector("base[href]")) return `${new URL(document.baseURI).pathname.replace(/\/$/, "")}/gpusched/static/gpusched.js`;
+  return "";
 }
 export const BASES = typeof document === "undefined" ? { api: "/gpusched/api", ui: "" } : bases(bundlePath());
 export const API = BASES.api;

@@ -25,14 +25,16 @@ export interface EChartProps {
   attrs?: Record<string, string | number>;
   onClick?: (params: echarts.ECElementEvent) => void;
   on?: Record<string, (params: unknown) => void>;
+  /** after each drawing: what the chart keeps across its option being rebuilt (the parallel axes' selected ranges) */
+  after?: (chart: ECharts) => void;
 }
 
-export function EChart({ option, width, height, testid, label, attrs, onClick, on }: EChartProps) {
+export function EChart({ option, width, height, testid, label, attrs, onClick, on, after }: EChartProps) {
   const el = useRef<HTMLDivElement>(null);
   const chart = useRef<ECharts | null>(null);
   const mode = useColorMode();
-  const handlers = useRef({ onClick, on });
-  handlers.current = { onClick, on };
+  const handlers = useRef({ onClick, on, after });
+  handlers.current = { onClick, on, after };
   useEffect(() => {
     if (!el.current) return undefined;
     const c = echarts.init(el.current, null, { renderer: defaultRenderer, width, height });
@@ -47,7 +49,9 @@ export function EChart({ option, width, height, testid, label, attrs, onClick, o
     };
   }, [testid, width, height]);
   useEffect(() => {
-    chart.current?.setOption({ animation: false, textStyle: { fontFamily: "inherit" }, ...option(ink(mode)) }, { notMerge: true });
+    if (!chart.current) return;
+    chart.current.setOption({ animation: false, textStyle: { fontFamily: "inherit" }, ...option(ink(mode)) }, { notMerge: true });
+    handlers.current.after?.(chart.current);
   }, [option, mode, width, height]);
   return <div ref={el} data-testid={testid} role="img" aria-label={label} style={{ width, height, margin: "4px 12px 4px 0" }} {...prefixed(attrs)} />;
 }

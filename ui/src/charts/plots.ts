@@ -19,6 +19,15 @@ export interface PlotPoint extends XY {
   title: string;
 }
 
+/** a log axis over whole decades: from the decade at or below the smallest value to the one at or above the largest
+ * (a value a rounding error above 0.01 does not add the decade up to 0.1). Each end a hair inside its decade: ECharts
+ * takes logarithms as ln(v) / ln(10), which puts 0.01 at -1.9999999999999996, past the tick at -2, and labels the
+ * end a second time; inside it, the end's own label is the decade's. */
+export const decades = {
+  min: (v: { min: number }) => 10 ** Math.floor(Math.log10(v.min) + 1e-6) * (1 + 1e-9),
+  max: (v: { max: number }) => 10 ** Math.ceil(Math.log10(v.max) - 1e-6) * (1 - 1e-9),
+};
+
 /** the axes every plot shares: a title, ticks written short, the page's colours */
 export function axis(ink: ChartInk, name: string, scale: Scale, extra: Record<string, unknown> = {}) {
   return {
@@ -28,10 +37,11 @@ export function axis(ink: ChartInk, name: string, scale: Scale, extra: Record<st
     nameGap: 28,
     nameTextStyle: { color: ink.muted, fontSize: 11 },
     scale: true,
-    axisLine: { show: true, lineStyle: { color: ink.line } },
+    axisLine: { show: true, onZero: false, lineStyle: { color: ink.line } },
     axisTick: { lineStyle: { color: ink.line } },
     axisLabel: { color: ink.text, fontSize: 10, formatter: (v: number) => fmtTick(v), hideOverlap: true },
     splitLine: { lineStyle: { color: ink.grid } },
+    ...(scale === "log" ? decades : {}),
     ...extra,
   };
 }
@@ -82,6 +92,7 @@ export function scatterOption(spec: ScatterSpec, ink: ChartInk): EChartsOption {
         type: "scatter",
         name: "points",
         z: 2,
+        clip: false,  // a point on the axis' end is drawn whole
         data: spec.points.map((p) => ({
           value: [p.x, p.y],
           id: p.id,
@@ -147,16 +158,22 @@ export function jitter(index: number): number {
 
 export function stripOption(points: StripPoint[], categories: string[], xLabel: string, yLabel: string, ink: ChartInk): EChartsOption {
   const size = dotSize(points.length);
+  const value = axis(ink, xLabel, "linear");
   return {
     grid: { left: 64, right: 16, top: 12, bottom: 44 },
     tooltip: tooltip(ink),
-    xAxis: axis(ink, xLabel, "linear", {
-      min: -0.5, max: categories.length - 0.5, interval: 1, scale: false, splitLine: { show: false },
-      axisLabel: { color: ink.text, fontSize: 10, interval: 0, formatter: (v: number) => (Number.isInteger(v) ? categories[v] ?? "" : ""), width: 60, overflow: "truncate" },
-    }),
+    // the values named on a category axis; the points on a hidden value axis over the same width (value i at the
+    // middle of category i), so each can sit beside its column
+    xAxis: [
+      { ...value, type: "category", data: categories, scale: false, boundaryGap: true, splitLine: { show: false },
+        axisLabel: { color: ink.text, fontSize: 10, interval: 0, width: 60, overflow: "truncate" } },
+      { type: "value", show: false, min: -0.5, max: categories.length - 0.5 },
+    ],
     yAxis: axis(ink, yLabel, "linear", { nameGap: 48 }),
     series: [{
       type: "scatter",
+      xAxisIndex: 1,
+      clip: false,
       data: points.map((p) => ({
         value: [p.category + jitter(p.index), p.y], id: p.id, title: p.title, symbolSize: p.best ? 12 : size,
         itemStyle: { color: p.best ? BEST : TRIAL, opacity: 0.8, borderColor: p.best ? ink.text : undefined, borderWidth: p.best ? 1 : 0 },
@@ -187,6 +204,9 @@ export function importanceOption(bars: Bar[], ink: ChartInk): EChartsOption {
   };
 }
 
+/** the colour of the picked trial's line: the page's text colour (black on light, white on dark) */
+export const PICKED = "picked";
+
 export interface ParallelAxis {
   name: string;
   kind: "num" | "cat" | "score";
@@ -205,17 +225,19 @@ export interface ParallelLine {
 export function parallelOption(axes: ParallelAxis[], lines: ParallelLine[], ink: ChartInk): EChartsOption {
   return {
     parallel: { left: 64, right: 90, top: 40, bottom: 16, parallelAxisDefault: {
-      nameLocation: "start", nameGap: 14, nameTextStyle: { color: ink.text, fontSize: 11 }, nameTruncate: { maxWidth: 110 },
+      nameLocation: "end", nameGap: 14, nameTextStyle: { color: ink.text, fontSize: 11 }, nameTruncate: { maxWidth: 110 },
       axisLine: { lineStyle: { color: ink.line } }, axisTick: { lineStyle: { color: ink.line } },
-      axisLabel: { color: ink.text, fontSize: 10, formatter: (v: number | string) => (typeof v === "number" ? fmtTick(v) : v), hideOverlap: true },
+      // each label on a box of the page's colour, so the trials' lines pass behind it instead of through it
+      axisLabel: { color: ink.text, fontSize: 10, formatter: (v: number | string) => (typeof v === "number" ? fmtTick(v) : v), hideOverlap: true,
+                   backgroundColor: ink.background, padding: [1, 2], borderRadius: 2 },
       areaSelectStyle: { width: 16, borderColor: BEST, color: "rgba(245,159,0,0.3)", opacity: 0.6 },
       realtime: true,
     } },
     parallelAxis: axes.map((a, dim) => ({
+      id: `axis-${dim}`,  // the range-selection events say the axis by its id
       dim,
       name: a.scale === "log" ? `${a.name} (log)` : a.name,
-      inverse: true,
-      ...(a.kind === "cat" ? { type: "category", data: a.categories } : { type: a.scale === "log" ? "log" : "value", scale: true }),
+      ...(a.kind === "cat" ? { type: "category", data: a.categories } : a.scale === "log" ? { type: "log", ...decades } : { type: "value", scale: true }),
       ...(a.kind === "score" ? { nameTextStyle: { color: ink.text, fontSize: 11, fontWeight: "bold" } } : {}),
     })),
     tooltip: { ...tooltip(ink), trigger: "item" },
@@ -227,7 +249,7 @@ export function parallelOption(axes: ParallelAxis[], lines: ParallelLine[], ink:
       activeOpacity: 0.9,
       lineStyle: { width: 1.2, opacity: 0.85 },
       emphasis: { lineStyle: { width: 3 } },
-      data: lines.map((l) => ({ value: l.values, id: l.id, title: l.title, lineStyle: { color: l.color, width: l.width ?? 1.2 } })),
+      data: lines.map((l) => ({ value: l.values, id: l.id, title: l.title, lineStyle: { color: l.color === PICKED ? ink.text : l.color, width: l.width ?? 1.2 } })),
     }],
   };
 }

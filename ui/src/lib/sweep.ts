@@ -1,6 +1,6 @@
 // What the Sweeps tab draws, made from one sweep's answer: the progress plot, slices, strips, the Pareto front,
 // the parallel coordinates and their range selection.
-import type { PlotPoint, XY, ParallelAxis, ParallelLine, StripPoint } from "src/charts/plots";
+import { PICKED, type PlotPoint, type XY, type ParallelAxis, type ParallelLine, type StripPoint } from "src/charts/plots";
 import type { Objective, Sweep, SweepPoint } from "src/api/types";
 import { GREY, roundColor, scoreColor, trialColor } from "src/lib/colors";
 import { fmtValue } from "src/lib/format";
@@ -120,7 +120,7 @@ export function parallelLines(pts: SweepPoint[], axes: ParallelAxis[], obj: Obje
   const lines = pts.map((p) => {
     const kept = inSelection(p, axes, selection);
     return { kept, g: good(p.score), line: { values: axes.map((a) => axisValue(p, a)), id: p.trial_id, title: pointTitle(p, p.score),
-      color: p.trial_id === picked ? "#000000" : kept ? scoreColor(good(p.score)) : GREY, width: p.trial_id === picked ? 3 : 1.2 } };
+      color: p.trial_id === picked ? PICKED : kept ? scoreColor(good(p.score)) : GREY, width: p.trial_id === picked ? 3 : 1.2 } };
   });
   lines.sort((a, b) => Number(a.kept) - Number(b.kept) || a.g - b.g || Number(a.line.id === picked) - Number(b.line.id === picked));
   const pick = lines.findIndex((l) => l.line.id === picked);

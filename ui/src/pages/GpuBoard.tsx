@@ -30,7 +30,7 @@ function Sparkline({ gpu }: { gpu: BoardGpu }) {
   if (!m || m.series.length < 2) return null;
   return (
     <span title="the last minutes: utilisation (blue) and memory in use (orange)" style={{ display: "inline-block", verticalAlign: "middle" }}>
-      <EChart option={option} width={120} height={26} testid={`gpu-sparkline-${gpu.uuid || gpu.index}`} label="utilisation and memory in use"
+      <EChart option={option} width={120} height={26} testid="gpu-sparkline" label="utilisation and memory in use"
               attrs={{ sparkline: "" }} />
     </span>
   );
@@ -43,11 +43,10 @@ function MeasuredUse({ gpu }: { gpu: BoardGpu }) {
   const over = gpu.leases.filter((l) => l.over_reservation);
   return (
     <Box data-testid="measured" data-utilization={m.utilization ?? ""} data-memory-used={m.memory_used} minW="340px">
-      <Box whiteSpace="nowrap" display="flex" alignItems="center" gap="1">
-        <Sparkline gpu={gpu} />
+      <Box whiteSpace="nowrap">
+        <Sparkline gpu={gpu} />{" "}
         <b>{m.utilization === null ? "–" : `${m.utilization}%`}</b>
-        <span>{` · ${gib(m.memory_used)} in use`}{m.temperature !== null ? ` · ${m.temperature} °C` : ""}
-          {m.power_watts !== null ? ` · ${Math.round(m.power_watts)} W` : ""}</span>
+        {` · ${gib(m.memory_used)} in use${m.temperature !== null ? ` · ${m.temperature} °C` : ""}${m.power_watts !== null ? ` · ${Math.round(m.power_watts)} W` : ""} `}
         {m.simulated ? <Pill text="simulated" color="#c92a2a" title="made-up figures of a simulated GPU, not a real one" /> : null}
         {m.stale ? <Pill text={`${dur(m.age)} old`} title="the host has not sampled lately" /> : null}
       </Box>

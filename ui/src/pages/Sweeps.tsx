@@ -102,6 +102,12 @@ function ParallelCoordinates({ sweep, onPick, picked }: { sweep: Sweep; onPick: 
       <EChart option={option} width={width} height={300} testid="plot-parallel" label="parallel coordinates"
         attrs={{ lines: lines.length, axes: axes.length }}
         onClick={(p) => { const id = (p.data as { id?: string } | undefined)?.id; if (id) onPick(id); }}
+        after={(c) => {  // the ranges selected stay selected when the lines are drawn again (a trial picked, the colour mode)
+          for (const [name, intervals] of Object.entries(selection)) {
+            const k = axes.findIndex((a) => a.name === name);
+            if (k >= 0 && intervals.length) c.dispatchAction({ type: "axisAreaSelect", parallelAxisId: `axis-${k}`, intervals });
+          }
+        }}
         on={{ axisareaselected: (p) => {
           const ev = p as { parallelAxisId?: string; intervals?: number[][] };
           const name = axes[Number(String(ev.parallelAxisId ?? "").replace(/\D+/g, ""))]?.name;
