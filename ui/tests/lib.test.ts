@@ -153,6 +153,7 @@ describe("the timeline", () => {
     expect(barColor(bar, { ...t, groups: ["nlp"] })).toBe(NO_GROUP);
     expect(timelineKey({ ...t, groups: ["nlp"] })[0]).toEqual(["group nlp", groupColor("nlp", ["nlp"])]);
     expect(timelineKey(t).map((k) => k[0])).toContain("stopped by gpusched queue stop (a bar across its end)");
+    expect(timelineKey(t, "#e4e4e7")).toContainEqual(["failed (outlined)", "#e4e4e7"]);  // the dark mode's text colour
   });
   it("says what a bar was on hover, merged short leases too", () => {
     expect(barTitle(t.rows[0]!.bars[1]!)).toMatch(/^d › fill\[1\] · idle class · .* · preempted$/);

@@ -80,11 +80,12 @@ export function timelineOption(since: number, until: number, items: BarItem[], r
           const y = y0 + 1;
           const h = LANE_PX - 2;
           const mark = MARKS[b.outcome];
+          const outline = b.outcome === "failed" ? ink.text : mark?.[0];  // failed: the text's colour (black or white)
           const children: object[] = [{
             type: "rect",
             shape: { x: left, y, width: w, height: h, r: 2 },
             style: { fill: b.color, opacity: b.count > 1 ? 0.55 : b.outcome === "running" ? 0.95 : 0.8,
-                     stroke: mark ? mark[0] : undefined, lineWidth: mark ? 1.5 : 0, lineDash: b.outcome === "running" ? [3, 2] : undefined },
+                     stroke: outline, lineWidth: mark ? 1.5 : 0, lineDash: b.outcome === "running" ? [3, 2] : undefined },
           }];
           if (mark && ["preempted", "oom", "stopped"].includes(b.outcome)) {
             const e = left + w;

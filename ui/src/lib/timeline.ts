@@ -83,7 +83,7 @@ export function barItems(data: Timeline, places: RowPlace[]): BarItem[] {
 }
 
 /** the key: what each colour and mark means */
-export function timelineKey(data: Pick<Timeline, "groups" | "classes">): [string, string][] {
+export function timelineKey(data: Pick<Timeline, "groups" | "classes">, failed: string = MARKS.failed?.[0] ?? ""): [string, string][] {
   const colours: [string, string][] = byGroup(data)
     ? [...data.groups.map((g): [string, string] => [`group ${g}`, groupColor(g, data.groups)]),
        ["no group (work from before the quotas, or outside Airflow)", NO_GROUP]]
@@ -94,7 +94,7 @@ export function timelineKey(data: Pick<Timeline, "groups" | "classes">): [string
     [MARKS.preempted?.[1] ?? "", MARKS.preempted?.[0] ?? ""],
     [MARKS.oom?.[1] ?? "", MARKS.oom?.[0] ?? ""],
     ["stopped by gpusched queue stop (a bar across its end)", MARKS.stopped?.[0] ?? ""],
-    ["failed (outlined)", MARKS.failed?.[0] ?? ""],
+    ["failed (outlined)", failed],
     ["at its time limit (outlined)", MARKS.timeout?.[0] ?? ""],
     ["running (dashed)", "#2b7bd6"],
   ];

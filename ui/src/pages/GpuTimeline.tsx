@@ -6,7 +6,7 @@ import { useCallback, useMemo, useState } from "react";
 import { API, useJson } from "src/api/client";
 import type { Timeline } from "src/api/types";
 import { EChart } from "src/charts/EChart";
-import type { ChartInk } from "src/charts/theme";
+import { type ChartInk, ink, useColorMode } from "src/charts/theme";
 import { timelineHeight, timelineOption } from "src/charts/timeline";
 import { A, Card, CutNote, ErrorBox, Legend, Loading, Note, Page, Problems } from "src/components/common";
 import { hoursLabel } from "src/lib/format";
@@ -31,6 +31,7 @@ export function TimelineChart({ data, width = TIMELINE_WIDTH }: { data: Timeline
 }
 
 export function GpuTimeline() {
+  const mode = useColorMode();
   const q = new URLSearchParams(window.location.search);
   const [hours, setHours] = useState(Number(q.get("hours")) || 6);
   const { data, error } = useJson<Timeline>(`${API}/timeline?hours=${hours}`, hours > 6 ? 60000 : 15000);
@@ -60,7 +61,7 @@ export function GpuTimeline() {
       <Box my="1.5" data-testid="timeline-counts">
         {`${leases} lease(s) in the window: ${c.running ?? 0} running, ${c.succeeded ?? 0} succeeded, ${c.failed ?? 0} failed, ${c.preempted ?? 0} preempted, ${c.oom ?? 0} out of GPU memory, ${c.timeout ?? 0} at their time limit, ${c.stopped ?? 0} stopped`}
       </Box>
-      <Legend testid="timeline-key" items={timelineKey(data)} />
+      <Legend testid="timeline-key" items={timelineKey(data, ink(mode).text)} />
       {data.rows.length === 0
         ? <Card data-testid="timeline-empty">No lease in this window, and no GPU host is known to this api-server.</Card>
         : <Box overflowX="auto"><TimelineChart data={data} /></Box>}
