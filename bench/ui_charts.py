@@ -28,7 +28,10 @@ LIBS = {
     "plotly.js": ("plotly", ["plotly.js-dist-min/plotly.min.js"]),
     "ECharts": ("echarts", ["echarts/dist/echarts.min.js"]),
     "uPlot": ("uplot", ["uplot/dist/uPlot.iife.min.js"]),
-    "Vega-Lite": ("vegalite", ["vega/build/vega.min.js", "vega-lite/build/vega-lite.min.js", "vega-embed/build/vega-embed.min.js"]),
+    "Vega-Lite": (
+        "vegalite",
+        ["vega/build/vega.min.js", "vega-lite/build/vega-lite.min.js", "vega-embed/build/vega-embed.min.js"],
+    ),
 }
 # what each offers for the pages' interactions without code of ours (their documentation)
 INTERACTION = {
@@ -62,6 +65,7 @@ def main() -> int:
     args = ap.parse_args()
     if not os.path.isdir(os.path.join(HERE, "node_modules")):
         subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=HERE, check=True)
+
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
             pass
@@ -78,8 +82,10 @@ def main() -> int:
         for name, (key, files) in LIBS.items():
             scripts = "".join(f'<script src="node_modules/{f}"></script>' for f in files)
             css = '<link rel="stylesheet" href="node_modules/uplot/dist/uPlot.min.css">' if key == "uplot" else ""
-            page_html = (f"<!doctype html><html><head>{css}{scripts}</head><body><div id=chart></div>"
-                         '<script type="module">import "./harness.js"; window.ready = true;</script></body></html>')
+            page_html = (
+                f"<!doctype html><html><head>{css}{scripts}</head><body><div id=chart></div>"
+                '<script type="module">import "./harness.js"; window.ready = true;</script></body></html>'
+            )
             with open(os.path.join(HERE, f"page-{key}.html"), "w") as f:
                 f.write(page_html)
             result = {}
@@ -96,18 +102,27 @@ def main() -> int:
                     except Exception as exc:  # noqa: BLE001 - said in the table
                         result[f"{which}_error"] = str(exc).splitlines()[0][:80]
                     page.close()
-                result[which] = (statistics.median(draws) if draws else None, statistics.median(zooms) if zooms else None)
+                result[which] = (
+                    statistics.median(draws) if draws else None,
+                    statistics.median(zooms) if zooms else None,
+                )
             raw, zipped = sizes(files)
             rows.append((name, version(files[0].split("/")[0]), raw, zipped, result))
         browser.close()
     server.shutdown()
-    print(f"# chart libraries, {time.strftime('%Y-%m-%d')}, {platform.machine()} {os.cpu_count()} cores, Chromium headless,"
-          f" median of {args.repeat}")
-    print(f"{'library':<11} {'version':<8} {'min KB':>7} {'gzip KB':>8} {'sweep draw':>11} {'zoom':>7} {'timeline draw':>14} {'zoom':>7}")
+    print(
+        f"# chart libraries, {time.strftime('%Y-%m-%d')}, {platform.machine()} {os.cpu_count()} cores, Chromium headless,"
+        f" median of {args.repeat}"
+    )
+    print(
+        f"{'library':<11} {'version':<8} {'min KB':>7} {'gzip KB':>8} {'sweep draw':>11} {'zoom':>7} {'timeline draw':>14} {'zoom':>7}"
+    )
     fmt = lambda v: "-" if v is None else f"{v:.0f} ms"  # noqa: E731
     for name, ver, raw, zipped, r in rows:
-        print(f"{name:<11} {ver:<8} {raw / 1024:>7.0f} {zipped / 1024:>8.0f} {fmt(r['sweep'][0]):>11} {fmt(r['sweep'][1]):>7} "
-              f"{fmt(r['timeline'][0]):>14} {fmt(r['timeline'][1]):>7}")
+        print(
+            f"{name:<11} {ver:<8} {raw / 1024:>7.0f} {zipped / 1024:>8.0f} {fmt(r['sweep'][0]):>11} {fmt(r['sweep'][1]):>7} "
+            f"{fmt(r['timeline'][0]):>14} {fmt(r['timeline'][1]):>7}"
+        )
         for k in ("sweep_error", "timeline_error"):
             if k in r:
                 print(f"  {name} {k}: {r[k]}")
