@@ -155,6 +155,13 @@ def test_timeout_and_cancelled_never_say_exit_code_0():
     )
     failed = JobStatus("7", JobPhase.FAILED, state="FAILED", exit_code=3)
     assert failed.describe() == "job 7 FAILED (exit code 3)"
+    # a shell that outlived SIGTERM long enough to exit 143 (seen through slurmrestd on a loaded host): still a timeout
+    late = JobStatus("8", JobPhase.TIMEOUT, state="TIMEOUT", exit_code=143, reason="TimeLimit")
+    assert late.describe() == "job 8 TIMEOUT (reached its time limit; exit code 143) [TimeLimit]"
+    killed = JobStatus("9", JobPhase.FAILED, state="FAILED", exit_code=1, signal=9)
+    assert killed.describe() == "job 9 FAILED (exit code 1, signal 9 (SIGKILL))"
+    done = JobStatus("10", JobPhase.SUCCEEDED, state="COMPLETED", exit_code=0)
+    assert done.describe() == "job 10 COMPLETED (exit code 0)"
 
 
 def test_output_in_a_missing_directory_fails_before_submitting(client, tmp_path):

@@ -206,16 +206,15 @@ class JobStatus:
     def describe(self) -> str:
         text = f"job {self.job_id} {self.state or self.phase.value}"
         meaning = _MEANING.get(self.phase)
+        # what the state means first (a job that reached its time limit did, whatever its shell exited with: 0:0 in
+        # Slurm's records, or 143 where the shell outlived SIGTERM's delivery to its child), then how it exited;
+        # an exit code 0 beside a meaning would mislead and is left out
+        how = [f"exit code {self.exit_code}"] if self.exit_code or (self.exit_code is not None and not meaning) else []
         if self.signal:
-            text += (
-                f" (exit code {self.exit_code}, {signal_name(self.signal)})"
-                if self.exit_code
-                else f" ({meaning + '; ' if meaning else ''}{signal_name(self.signal)})"
-            )
-        elif meaning and not self.exit_code:
-            text += f" ({meaning})"  # Slurm's records say 0:0 here: an exit code 0 would mislead
-        elif self.exit_code is not None:
-            text += f" (exit code {self.exit_code})"
+            how.append(signal_name(self.signal))
+        said = "; ".join(part for part in (meaning, ", ".join(how)) if part)
+        if said:
+            text += f" ({said})"
         if self.reason and self.reason not in ("None", "(null)"):
             text += f" [{self.reason}]"
         if self.restarts:
