@@ -106,7 +106,7 @@ describe("a sweep's plots", () => {
     expect(keptCount(pts, axes, { loss: [[0, 0.35]], act: [[1, 1]] })).toBe(2);
     expect(keptCount(pts, axes, { act: [[0, 0]] })).toBe(3);
     expect(inSelection(pts[0]!, axes, { loss: [[0.35, 0]] })).toBe(false);  // a range dragged upwards
-    const lines = parallelLines(pts, axes, s.objective!, {}, "id1");
+    const lines = parallelLines(pts, axes, s.objective!, "id1");
     expect(lines[lines.length - 1]!.id).toBe("id1");  // the picked trial on top
     expect(lines[lines.length - 2]!.id).toBe("id3");  // then the best
     expect(lines[0]!.values).toEqual([0.1, 0, "gelu", 0.9]);

@@ -3,9 +3,9 @@
 import { cleanup } from "@testing-library/react";
 import { afterEach } from "vitest";
 
-import { useSvgRenderer } from "src/charts/EChart";
+import { drawChartsWithSvg } from "src/charts/EChart";
 import { echarts } from "src/charts/echarts";
 
-useSvgRenderer();
+drawChartsWithSvg();
 echarts.setPlatformAPI({ measureText: (text: string) => ({ width: text.length * 6 }) });
 afterEach(() => cleanup());

@@ -12,7 +12,7 @@ declare global {
 
 /** canvas in a browser; SVG where there is no canvas (the unit tests' jsdom) */
 export let defaultRenderer: "canvas" | "svg" = "canvas";
-export function useSvgRenderer(): void {
+export function drawChartsWithSvg(): void {
   defaultRenderer = "svg";
 }
 

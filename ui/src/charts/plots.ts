@@ -3,7 +3,7 @@
 import type { EChartsOption } from "./echarts";
 import type { ChartInk } from "./theme";
 import { BEST, TRIAL } from "src/lib/colors";
-import { fmtTick, fmtValue } from "src/lib/format";
+import { fmtTick } from "src/lib/format";
 
 export type Scale = "linear" | "log";
 
@@ -269,4 +269,3 @@ export function sparklineOption(series: (number | null)[][], memoryTotal: number
   };
 }
 
-export { fmtValue };

@@ -2,7 +2,7 @@
 // the parallel coordinates and their range selection.
 import { PICKED, type PlotPoint, type XY, type ParallelAxis, type ParallelLine, type StripPoint } from "src/charts/plots";
 import type { Objective, Sweep, SweepPoint } from "src/api/types";
-import { GREY, roundColor, scoreColor, trialColor } from "src/lib/colors";
+import { roundColor, scoreColor, trialColor } from "src/lib/colors";
 import { fmtValue } from "src/lib/format";
 
 export const MAX_PARAM_COLUMNS = 10;
@@ -114,18 +114,15 @@ export function inSelection(p: SweepPoint, axes: ParallelAxis[], selection: Sele
   });
 }
 
-/** a line per trial, coloured by its score (grey when outside the selection), the picked one on top and wider */
-export function parallelLines(pts: SweepPoint[], axes: ParallelAxis[], obj: Objective, selection: Selection, picked: string | null): ParallelLine[] {
+/** a line per trial, coloured by its score (ECharts greys those outside a selected range itself), the best on top
+ * and the picked one above them all, in the text's colour and wider */
+export function parallelLines(pts: SweepPoint[], axes: ParallelAxis[], obj: Objective, picked: string | null): ParallelLine[] {
   const good = goodness(pts, obj);
-  const lines = pts.map((p) => {
-    const kept = inSelection(p, axes, selection);
-    return { kept, g: good(p.score), line: { values: axes.map((a) => axisValue(p, a)), id: p.trial_id, title: pointTitle(p, p.score),
-      color: p.trial_id === picked ? PICKED : kept ? scoreColor(good(p.score)) : GREY, width: p.trial_id === picked ? 3 : 1.2 } };
-  });
-  lines.sort((a, b) => Number(a.kept) - Number(b.kept) || a.g - b.g || Number(a.line.id === picked) - Number(b.line.id === picked));
-  const pick = lines.findIndex((l) => l.line.id === picked);
-  if (pick >= 0) lines.push(...lines.splice(pick, 1));
-  return lines.map((l) => l.line);
+  const order = (p: SweepPoint) => (p.trial_id === picked ? 2 : good(p.score));
+  return [...pts].sort((a, b) => order(a) - order(b)).map((p) => ({
+    values: axes.map((a) => axisValue(p, a)), id: p.trial_id, title: pointTitle(p, p.score),
+    color: p.trial_id === picked ? PICKED : scoreColor(good(p.score)), width: p.trial_id === picked ? 3 : 1.2,
+  }));
 }
 
 export function keptCount(pts: SweepPoint[], axes: ParallelAxis[], selection: Selection): number {

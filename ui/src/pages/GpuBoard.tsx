@@ -52,7 +52,7 @@ function MeasuredUse({ gpu }: { gpu: BoardGpu }) {
       </Box>
       {over.map((l) => (
         <Text key={l.lease_id} data-testid="over-reservation" color={RED}>
-          {`${l.task_id ? taskName(l).split(" › ")[1] : l.dag_id} uses ${gib(l.memory_used)}, more than the ${gib(l.memory)} it reserved`}
+          {`${l.task_id ? `${l.task_id}${l.map_index >= 0 ? `[${l.map_index}]` : ""}` : l.dag_id} uses ${gib(l.memory_used)}, more than the ${gib(l.memory)} it reserved`}
         </Text>
       ))}
       {others.length ? (

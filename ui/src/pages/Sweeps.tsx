@@ -88,7 +88,7 @@ function ParallelCoordinates({ sweep, onPick, picked }: { sweep: Sweep; onPick: 
   const pts = useMemo(() => sortedPoints(sweep), [sweep]);
   const axes = useMemo(() => parallelAxes(sweep), [sweep]);
   const [selection, setSelection] = useState<Selection>({});
-  const lines = useMemo(() => (obj ? parallelLines(pts, axes, obj, {}, picked) : []), [pts, axes, obj, picked]);
+  const lines = useMemo(() => (obj ? parallelLines(pts, axes, obj, picked) : []), [pts, axes, obj, picked]);
   const option = useCallback((ink: ChartInk) => parallelOption(axes, lines, ink), [axes, lines]);
   if (!obj || axes.length < 2 || !pts.length) return null;
   const selected = Object.values(selection).some((x) => x.length);
