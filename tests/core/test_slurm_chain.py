@@ -33,12 +33,13 @@ for step in range(600):
 """
 
 
-def run_wrapper(tmp_path, mode, *, max_requeues=3, earlier=(), send=signal.SIGUSR1, grace=2.0):
-    """The wrapper around WORK as a job would run it; ``send`` reaches it once the work is ready."""
+def run_wrapper(tmp_path, mode, *, max_requeues=3, earlier=(), send=signal.SIGUSR1, grace=2.0, then=""):
+    """The wrapper around WORK as a job would run it; ``send`` reaches it once the work is ready. The stand-in
+    scontrol records its arguments, then runs ``then`` (shell)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     fake = bin_dir / "scontrol"
-    fake.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.calls"}\n')
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.calls"}\n{then}\n')
     fake.chmod(0o700)
     records = tmp_path / "records"
     records.mkdir(exist_ok=True, mode=0o700)
@@ -101,6 +102,40 @@ def test_the_segment_number_and_the_requeues_left_come_from_the_earlier_records(
         "the time-limit chain ended in segment 2: out of requeues: the time limit came after 1 requeue(s) "
         "(max_requeues=1)"
     )
+
+
+def test_a_requeue_is_on_record_even_when_slurm_kills_the_wrapper_as_it_requeues(tmp_path):
+    """Slurm stops the running job when it requeues it (SIGTERM, SIGKILL KillWait seconds later): on a loaded
+    machine the wrapper can be killed before it returns from scontrol. The stand-in kills it at once."""
+    code, out, [segment], calls = run_wrapper(tmp_path, "signal", then="kill -KILL $PPID")
+    assert code == -signal.SIGKILL and calls == "requeue 42\n"
+    assert (segment.segment, segment.outcome) == (1, "requeued")
+    assert "segment 1 of job 42 ended at" in out and "requeued (1 of at most 3)" in out
+
+
+def test_a_refused_requeue_overwrites_the_requeued_record_and_ends_the_chain(tmp_path):
+    code, out, [segment], calls = run_wrapper(tmp_path, "signal", then="echo 'Invalid job id' >&2; exit 1")
+    assert code == 143 and calls == "requeue 42\n"
+    assert (segment.outcome, segment.detail) == ("requeue-failed", "scontrol requeue failed: Invalid job id")
+    assert (
+        chain_failure([segment]) == "the time-limit chain ended in segment 1: scontrol requeue failed: Invalid job id"
+    )
+
+
+def test_a_segment_left_without_an_end_record_still_counts_and_is_shown_as_such(tmp_path):
+    """Segment 1 ended with a requeue; segment 2's wrapper was killed before any end record (a node failure, then
+    Slurm's own requeue): this run is segment 3, with one requeue of the chain's used."""
+    earlier = [
+        {"v": 1, "job": "42", "segment": 1, "event": "start", "at": 1.0, "node": "n1"},
+        {"v": 1, "job": "42", "segment": 1, "event": "end", "at": 2.0, "outcome": "requeued"},
+        {"v": 1, "job": "42", "segment": 2, "event": "start", "at": 3.0, "node": "n2"},
+    ]
+    code, out, segments, calls = run_wrapper(tmp_path, "signal", max_requeues=3, earlier=earlier)
+    assert code == 0 and calls == "requeue 42\n"
+    assert "segment 3 of job 42 (at most 4) started" in out and "requeued (2 of at most 3)" in out
+    assert [(s.segment, s.outcome) for s in segments] == [(1, "requeued"), (2, None), (3, "requeued")]
+    assert segments[1].ended is None and segments[1].describe().endswith("a later segment ran")
+    assert "no end record" in segments[1].describe() and "(running)" not in segments[1].describe()
 
 
 def test_a_work_that_ignores_the_signal_and_saves_nothing_is_stopped_and_ends_the_chain(tmp_path):

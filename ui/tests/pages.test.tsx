@@ -126,4 +126,17 @@ describe("the Slurm tab", () => {
     fireEvent.change(screen.getByTestId("tail-task"), { target: { value: "1" } });
     expect(screen.getByTestId("output-tail").textContent).toBe("seed 1 on GPU 1");
   });
+  it("lists a time-limit chain's segments: ended, left without an end record, running", async () => {
+    const seg = (segment: number, extra: object) => ({ job: "42", segment, node: "n1", started: 1e9, ended: null, outcome: null, detail: null, signalled: null, ...extra });
+    serve({ "/slurm": { job_id: "42", output_path: "/o/%j.out", via: "this host's CLI", submitted: 1, final: false, source: "squeue",
+      preemptions: 0, preemption_events: [], problem: "", state: "RUNNING", phase: "running", exit_code: null, nodes: "n1", partition: "gpu",
+      requeues: 2, elapsed: 30, reason: "None", tail_path: "", tail_source: "files", task_state: "running", tasks: [], tails: {},
+      segments: [seg(1, { ended: 1e9 + 50, outcome: "requeued", detail: "time limit near" }), seg(2, { detail: "no end record: its wrapper was stopped" }), seg(3, {})] } });
+    wrap(<SlurmJob dagId="d" runId="r" taskId="t" />);
+    const rows = (await screen.findByTestId("chain-segments")).querySelectorAll("tbody tr");
+    const ended = [...rows].map((row) => row.querySelectorAll("td")[4]?.textContent);
+    expect(ended[0]).not.toBe("running");
+    expect(ended.slice(1)).toEqual(["–", "running"]);
+    expect(rows[1]?.textContent).toContain("no end record");
+  });
 });

@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 
 #: how a segment ended, as the wrapper writes it
 OUTCOMES = ("requeued", "completed", "failed", "stopped", "no-progress", "out-of-requeues", "requeue-failed")
+#: a segment with no end record but a later segment: its wrapper was killed before it could write its end
+LOST = (
+    "no end record: its wrapper was stopped before it wrote one (a node failure or Slurm's kill); a later segment ran"
+)
 #: outcomes that end a chain that had more to do: the task fails with the segment's words
 CHAIN_FAILURES = ("no-progress", "out-of-requeues", "requeue-failed")
 
@@ -171,7 +175,7 @@ class Segment:
 
         head = f"segment {self.segment} of job {self.job} on {self.node or '?'}: {at(self.started)}"
         if self.ended is None:
-            return head + " - (running)"
+            return f"{head} - {self.detail}" if self.detail else head + " - (running)"
         return f"{head} - {at(self.ended)}, {self.outcome}: {self.detail or ''}".rstrip(": ")
 
 
@@ -194,10 +198,14 @@ def parse_segments(text: str, source: str) -> tuple[list[Segment], list[str]]:
         except BadRecordError as exc:
             problems.append(str(exc))
             continue
+        # a later end of the same segment wins: the wrapper writes "requeued" before it asks Slurm, and overwrites
+        # it with "requeue-failed" when Slurm refuses
         (starts if record.event == "start" else ends)[(record.job, record.segment)] = record
     segments = []
-    for key in sorted(set(starts) | set(ends), key=lambda k: (k[0], k[1])):
+    keys = sorted(set(starts) | set(ends), key=lambda k: (k[0], k[1]))
+    for key in keys:
         start, end = starts.get(key), ends.get(key)
+        later = any(job == key[0] and number > key[1] for job, number in keys)
         segments.append(
             Segment(
                 job=key[0],
@@ -206,7 +214,7 @@ def parse_segments(text: str, source: str) -> tuple[list[Segment], list[str]]:
                 started=start.at if start else None,
                 ended=end.at if end else None,
                 outcome=end.outcome if end else None,
-                detail=end.detail if end else None,
+                detail=end.detail if end else (LOST if later else None),
                 signalled=end.signalled if end else None,
             )
         )

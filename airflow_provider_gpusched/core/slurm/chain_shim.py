@@ -108,6 +108,22 @@ class Records:
             os.close(fd)
 
 
+def count_segments(records: "list[dict[str, object]]", job: str) -> "tuple[int, int]":
+    """The requeues the chain made so far (segments whose last end record says "requeued") and this segment's
+    number (one more than any segment on record, ended or not: a segment whose wrapper was killed before it wrote
+    its end still counts)."""
+    numbers = []  # type: list[int]
+    last_end = {}  # type: dict[int, object]
+    for record in records:
+        number = record.get("segment")
+        if record.get("job") != job or not isinstance(number, int):
+            continue
+        numbers.append(number)
+        if record.get("event") == "end":
+            last_end[number] = record.get("outcome")
+    return sum(1 for outcome in last_end.values() if outcome == "requeued"), max(numbers, default=0) + 1
+
+
 def say(text: str) -> None:
     print("[gpusched chain] " + text, flush=True)
 
@@ -158,9 +174,7 @@ def main(argv: "list[str]") -> int:
     checkpoint = fill(config["checkpoint"])
     job = job_key()
     records = Records(os.path.join(config["records"], f"chain-{job}.jsonl"))
-    earlier = [r for r in records.read() if r.get("job") == job and r.get("event") == "end"]
-    requeues = sum(1 for r in earlier if r.get("outcome") == "requeued")
-    segment = requeues + 1
+    requeues, segment = count_segments(records.read(), job)
     node = socket.gethostname()
     started = _now()
     mark = checkpoint_mark(checkpoint)
@@ -243,18 +257,19 @@ def main(argv: "list[str]") -> int:
         )
         outcome = "out-of-requeues"
     else:
+        # recorded before asking: Slurm stops this run as it requeues the job, and may kill this wrapper (SIGKILL
+        # KillWait seconds after SIGTERM) before a record written afterwards; a failed requeue overwrites it below
+        detail = (
+            f"time limit near ({when}); checkpoint saved; requeued ({requeues + 1} of at most {max_requeues}){ignored}"
+        )
+        records.add(dict(end, outcome="requeued", detail=detail))
+        say(f"segment {segment} of job {job} ended at {_stamp(ended)}: {detail}")
         result = subprocess.run(  # an array task by its own key: the array's id would requeue every task
             ["scontrol", "requeue", job],
             capture_output=True,
             text=True,
         )
         if result.returncode == 0:
-            detail = (
-                f"time limit near ({when}); checkpoint saved; requeued ({requeues + 1} of at most {max_requeues})"
-                f"{ignored}"
-            )
-            records.add(dict(end, outcome="requeued", detail=detail))
-            say(f"segment {segment} of job {job} ended at {_stamp(ended)}: {detail}")
             return 0
         outcome = "requeue-failed"
         detail = f"scontrol requeue failed: {result.stderr.strip() or result.returncode}"

@@ -78,7 +78,7 @@ export function SlurmJob({ dagId, runId, taskId, mapIndex }: TaskProps) {
       {data.segments && data.segments.length ? (
         <Section title={`Time-limit chain: ${data.segments.length} segment(s)`}>
           <DataTable testid="chain-segments" head={["segment", "job", "node", "started", "ended", "outcome", "why it ended"]} rows={data.segments.map((g) => ({ cells: [
-            `${g.segment}`, g.job, g.node || "–", when(g.started), g.ended === null ? "running" : when(g.ended), g.outcome || "–", g.detail || ""] }))} />
+            `${g.segment}`, g.job, g.node || "–", when(g.started), g.ended === null ? (g.detail ? "–" : "running") : when(g.ended), g.outcome || "–", g.detail || ""] }))} />
         </Section>
       ) : null}
       {data.preemption_events.length ? <Section title="Preemptions"><ul>{data.preemption_events.map((x, i) => <li key={i}>{x}</li>)}</ul></Section> : null}
