@@ -484,16 +484,16 @@ def _quota_accounts(args) -> int:
 
 
 def _quota(args) -> int:
-    from airflow_provider_gpusched.core.quota.report import quota_view, starved
+    from airflow_provider_gpusched.core.quota.report import quota_lines, quota_view, starved
 
     book, capacity = _quota_book(args)
     if book is None:
         return 0
     view = quota_view(book, capacity)
     if args.json:
-        print(json.dumps({**view.to_dict(), "config": book.config.to_dict(), "starved": starved(view)}, indent=2))
+        print(json.dumps({**view, "config": book.config.to_dict(), "starved": starved(view)}, indent=2))
         return 0
-    print("\n".join(view.lines()))
+    print("\n".join(quota_lines(view)))
     return 0
 
 

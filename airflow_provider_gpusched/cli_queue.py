@@ -179,7 +179,7 @@ def queue_list(args) -> int:
         listing, _, _, how = _listing(args)
         entries = [e for e in listing.entries if selector.matches(e)]
         quotas = _quotas(args)
-        states = {k: v["state"] for k, v in quotas.leases.items()} if quotas is not None else {}
+        states = {k: v["state"] for k, v in quotas["leases"].items()} if quotas is not None else {}
         if args.json:
             print(
                 json.dumps(
@@ -190,7 +190,7 @@ def queue_list(args) -> int:
                         "entries": [e.to_dict() for e in entries],
                         "problems": listing.problems,
                         "stop_orders": [o.describe() for o in listing.orders],
-                        "quotas": quotas.to_dict() if quotas is not None else None,
+                        "quotas": quotas,
                     },
                     indent=2,
                 )
@@ -206,7 +206,9 @@ def queue_list(args) -> int:
             if entries:
                 print(_table(entries, states))
             if quotas is not None:
-                print("\n".join(printable(line) for line in quotas.lines()))
+                from airflow_provider_gpusched.core.quota.report import quota_lines
+
+                print("\n".join(printable(line) for line in quota_lines(quotas)))
             for order in listing.orders:  # a reason may hold newlines or terminal escapes: shown escaped
                 print(f"stop order in force: {printable(order.describe())}")
             for problem in listing.problems:

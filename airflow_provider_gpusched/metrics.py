@@ -156,19 +156,19 @@ def emit_quotas(book, capacity: float) -> None:
     from airflow_provider_gpusched.core.quota.report import quota_view
 
     view = quota_view(book, capacity)
-    for g in view.groups:
-        tags = {"group": g.group}
-        name = part(g.group)
+    for g in view["groups"]:
+        tags = {"group": g["group"]}
+        name = part(g["group"])
         for key, value in (
-            ("quota", g.quota),
-            ("used", g.used),
-            ("in_quota", g.in_quota),
-            ("borrowed", g.borrowed),
-            ("lent", g.lent),
-            ("waiting", g.waiting),
+            ("quota", g["quota"]),
+            ("used", g["used"]),
+            ("in_quota", g["in_quota"]),
+            ("borrowed", g["borrowed"]),
+            ("lent", g["lent"]),
+            ("waiting", g["waiting"]),
         ):
             gauge(f"{PREFIX}.quota_{key}.{name}", value, tags)
-        gauge(f"{PREFIX}.quota_waiting_within.{name}", sum(1 for w in g.waiters if w["kind"] == "quota"), tags)
+        gauge(f"{PREFIX}.quota_waiting_within.{name}", sum(1 for w in g["waiters"] if w["kind"] == "quota"), tags)
 
 
 def quota_reclaim(group: str, host: str, count: int = 1) -> None:

@@ -13,9 +13,12 @@ import stat
 import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_gpusched.core.errors import GpuschedError
+
+if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.quota.report import QuotaView
 
 OK, FAIL, WARN, SKIP = "ok", "FAIL", "warn", "skip"
 
@@ -340,26 +343,26 @@ def check_fleet(fleet_dir: str, now: float | None = None) -> list[Check]:
 
 
 # -- team quotas ------------------------------------------------------------------------------------------------
-def check_quotas(view: Any) -> list[Check]:
-    """The quotas (a :class:`~airflow_provider_gpusched.core.quota.report.QuotaView`): each group's quota and use;
+def check_quotas(view: QuotaView) -> list[Check]:
+    """The quotas (:func:`~airflow_provider_gpusched.core.quota.report.quota_view`): each group's quota and use;
     a FAIL when the quotas add up to more than there is, or when work has waited within its group's quota for longer
     than reclaiming takes (the guarantee not kept); a warning for each record of the book that could not be read."""
     from airflow_provider_gpusched.core.quota.report import starved
 
     groups = ", ".join(
-        f"{g.group} {g.used:g}/{g.quota:g}" + (f" (+{g.borrowed:g} borrowed)" if g.borrowed else "")
-        for g in view.groups
+        f"{g['group']} {g['used']:g}/{g['quota']:g}" + (f" (+{g['borrowed']:g} borrowed)" if g["borrowed"] else "")
+        for g in view["groups"]
     )
-    if view.resource == "gpu_memory":
-        groups = ", ".join(f"{g.group} {g.used / 2**30:.0f}/{g.quota / 2**30:.0f} GiB" for g in view.groups)
+    if view["resource"] == "gpu_memory":
+        groups = ", ".join(f"{g['group']} {g['used'] / 2**30:.0f}/{g['quota'] / 2**30:.0f} GiB" for g in view["groups"])
     out = [
         Check(
             "team quotas",
             OK,
-            f"{view.source}: {groups} (of {view.capacity:g} {'GPUs' if view.resource == 'gpus' else 'bytes'})",
+            f"{view['source']}: {groups} (of {view['capacity']:g} {'GPUs' if view['resource'] == 'gpus' else 'bytes'})",
         )
     ]
-    over = [p for p in view.problems if "add up to" in p]
+    over = [p for p in view["problems"] if "add up to" in p]
     if over:
         out.append(Check("quotas fit the fleet", FAIL, over[0]))
     late = starved(view)
@@ -368,5 +371,5 @@ def check_quotas(view: Any) -> list[Check]:
         if late
         else Check("work within quota waits", OK, "no request waits beyond reclaiming within its group's quota")
     )
-    out += [Check("quota book", WARN, p) for p in view.problems if "add up to" not in p][:10]
+    out += [Check("quota book", WARN, p) for p in view["problems"] if "add up to" not in p][:10]
     return out

@@ -199,7 +199,7 @@ def test_with_team_quotas_each_lease_says_its_group_and_whether_it_borrows(tmp_p
     ids = ["00000000000000a1", "00000000000000a2"]
     for i, lease_id in enumerate(ids):
         book.add_claim(Claim(lease_id, "gpu-a", "vision", 1.0, 1000.0 + i, 0, f"t{i}", 1e12))
-    view = quota_view(book, 4.0).to_dict()
+    view = quota_view(book, 4.0)
     leases = [read_lease_record(_record("gpu-a", lease_id, [i], None), "record") for i, lease_id in enumerate(ids)]
     for lease in leases:
         lease.group = "vision"

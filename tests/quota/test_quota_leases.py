@@ -48,7 +48,7 @@ def take(manager, owner, group):
 def states(managers):
     """lease id -> "within" / "borrowed", from the book."""
     m = next(iter(managers.values()))
-    return {k: v["state"] for k, v in quota_view(m.quotas, 7.0).leases.items()}
+    return {k: v["state"] for k, v in quota_view(m.quotas, 7.0)["leases"].items()}
 
 
 def test_borrowing_then_the_lender_takes_its_quota_back_on_the_same_host(tmp_path):
@@ -93,7 +93,7 @@ def test_a_request_on_a_host_with_nothing_to_reclaim_reclaims_on_another(tmp_pat
     c.release(vision[4])
     assert "nlp's work within its quota waits" in c.try_acquire(ONE, "v5", work=WorkTag(group="vision"))[1]
     take(c, "n2", "nlp")  # the task moved there (in a fleet, FleetRoomTrigger sends it)
-    assert quota_view(c.quotas, 7.0).groups[1].waiters == []  # its waiting mark on gpu-a went with it
+    assert quota_view(c.quotas, 7.0)["groups"][1]["waiters"] == []  # its waiting mark on gpu-a went with it
 
 
 def test_a_request_that_gets_gpus_withdraws_the_reclaims_it_asked_for(tmp_path):
@@ -218,4 +218,4 @@ def test_reclaimed_work_checkpoints_relaunches_and_finishes_once_and_no_host_is_
         assert resumed and stopped and int(resumed[0].split()[3]) == int(stopped[0].split()[3]) > 0, log
         assert "reclaimed for" in results[owner].attempts[0].preempted
     view = quota_view(hosts["gpu-a"].quotas, 7.0)
-    assert view.leases == {} and all(g.waiters == [] for g in view.groups)
+    assert view["leases"] == {} and all(g["waiters"] == [] for g in view["groups"])

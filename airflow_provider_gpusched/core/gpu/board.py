@@ -20,7 +20,7 @@ from airflow_provider_gpusched.core.checks import is_finite_number
 from airflow_provider_gpusched.core.gpu.accounting import accounting_totals
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
 from airflow_provider_gpusched.core.gpu.telemetry import lease_memory, measured_gpus, over_reservation
-from airflow_provider_gpusched.core.quota.report import QuotaViewDict
+from airflow_provider_gpusched.core.quota.report import QuotaView
 from airflow_provider_gpusched.core.records import (
     IndexKey,
     RecordType,
@@ -469,7 +469,7 @@ class BoardView(TypedDict):
     cut: NotRequired[list[str]]  # what the answer left out (too many leases, hosts...)
     api_server_host: NotRequired[str]
     #: team quotas (core/quota/report.QuotaView): each group's quota, use, borrowed, lent, who waits on whom
-    quotas: NotRequired[QuotaViewDict | None]
+    quotas: NotRequired[QuotaView | None]
 
 
 def build_board(
@@ -612,5 +612,5 @@ def build_board(
         "waiting_shared": shared,
         "gpu_time": cast("dict[str, dict[str, ClassTime]]", gpu_time),
         "problems": list(problems),
-        "quotas": cast(QuotaViewDict, dict(quotas)) if quotas is not None else None,
+        "quotas": cast(QuotaView, dict(quotas)) if quotas is not None else None,
     }

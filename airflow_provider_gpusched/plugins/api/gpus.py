@@ -40,7 +40,7 @@ from airflow_provider_gpusched.core.gpu.timeline import (
     read_history_record,
     running_segment,
 )
-from airflow_provider_gpusched.core.quota.report import QuotaViewDict
+from airflow_provider_gpusched.core.quota.report import QuotaView
 from airflow_provider_gpusched.core.records import open_view
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 from airflow_provider_gpusched.core.work_tag import WorkTag
@@ -161,7 +161,7 @@ def gpu_board(user, session) -> BoardView:
     return board
 
 
-def quota_table(problems: list[str]) -> QuotaViewDict | None:
+def quota_table(problems: list[str]) -> QuotaView | None:
     """The team quotas now (core/quota/report.py), from the fleet's quota book or this host's; None without quotas.
     The book's own problems go to ``problems``; a book that cannot be read is one problem, not a failed board."""
     from airflow_provider_gpusched import settings
@@ -183,7 +183,7 @@ def quota_table(problems: list[str]) -> QuotaViewDict | None:
             shared=settings.gpu_state_dir_shared(),
             gpus=own.inventory if own is not None else (),
         )
-        view = quota_view(book, capacity).to_dict()
+        view = quota_view(book, capacity)
     except (GpuschedError, OSError) as exc:
         problems.append(f"team quotas: {exc}")
         return None

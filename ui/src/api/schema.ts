@@ -369,7 +369,7 @@ export interface components {
             hosts: components["schemas"]["BoardHostView"][];
             /** Problems */
             problems: string[];
-            quotas?: components["schemas"]["QuotaViewDict"] | null;
+            quotas?: components["schemas"]["QuotaView"] | null;
             /** Waiting */
             waiting: components["schemas"]["WaitView"][];
             /** Waiting Shared */
@@ -838,7 +838,10 @@ export interface components {
             /** Params */
             params: string[];
         };
-        /** QuotaGroupView */
+        /**
+         * QuotaGroupView
+         * @description A group: its quota and what it holds, lends and waits for (in the quota's resource: GPUs or bytes).
+         */
         QuotaGroupView: {
             /** Borrowed */
             borrowed: number;
@@ -863,7 +866,10 @@ export interface components {
             /** Weight */
             weight: number;
         };
-        /** QuotaLeaseView */
+        /**
+         * QuotaLeaseView
+         * @description A lease a group holds: within its quota or borrowed from others'.
+         */
         QuotaLeaseView: {
             /** Group */
             group: string;
@@ -873,10 +879,10 @@ export interface components {
             state: string;
         };
         /**
-         * QuotaViewDict
-         * @description :class:`QuotaView` as JSON (the GPU board's ``quotas``).
+         * QuotaView
+         * @description The team quotas now: the one record the CLI, the GPU board (its ``quotas``), health and metrics read.
          */
-        QuotaViewDict: {
+        QuotaView: {
             /** Capacity */
             capacity: number;
             /** Groups */
