@@ -137,7 +137,7 @@ def emit_gpu_samples(host: str, samples: Iterable[Any], manager=None, *, busy_ut
     quotas = getattr(manager, "quotas", None)
     if quotas is not None:
         try:
-            emit_quotas(quotas, manager.capacity())
+            emit_quotas(quotas.book, quotas.capacity())
         except Exception:  # the quota book unreadable now: the GPU figures still go out
             log.debug("gpusched quota metrics not sent", exc_info=True)
     for s in samples:

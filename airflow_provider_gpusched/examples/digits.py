@@ -279,12 +279,6 @@ def train_digits(
     torch.manual_seed(p["seed"])
     x_train, y_train, x_val, y_val = load_digits_split(p["seed"], device)
     model = build_model(p).to(device)
-    # FLOPs for the CNN (what a NAS search constrains); PyTorch's counter takes ~1.5 s to load the first time
-    cost = (
-        model_cost(model, INPUT_SHAPE)
-        if p["model"] == "cnn"
-        else {"params": sum(t.numel() for t in model.parameters()), "flops": None}
-    )
     optimizer = _optimizer(p, model)
     store = Checkpoints(checkpoints or checkpoint_dir(trial_dir), fingerprint=p)
     state = store.load(map_location=device)
@@ -357,6 +351,13 @@ def train_digits(
             report(step=epoch, checkpoint=path, **metrics)  # a pruning rule may stop the trial here
             if on_epoch_end is not None:
                 on_epoch_end(epoch, metrics)
+    # FLOPs for the CNN (what a NAS search constrains), counted after training: PyTorch's counter takes 1.5-2 s to
+    # load (4 s with the cores busy), time a time-limit chain's segment would otherwise spend before its first step
+    cost = (
+        model_cost(model, INPUT_SHAPE)
+        if p["model"] == "cnn"
+        else {"params": sum(t.numel() for t in model.parameters()), "flops": None}
+    )
     last = curve[-1] if curve else {"accuracy": float("nan"), "val_loss": float("nan"), "loss": float("nan")}
     return {
         "accuracy": last["accuracy"],

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_gpusched.core.gpu import leases as leases_module
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.gpu.supervisor import GPUWorkSupervisor, Work
 from airflow_provider_gpusched.core.job_classes import JobClassMapping
+from airflow_provider_gpusched.core.quota import host as host_quotas
 from airflow_provider_gpusched.core.quota.book import QuotaBook
 from airflow_provider_gpusched.core.quota.config import QuotaConfig
 from airflow_provider_gpusched.core.quota.report import quota_view
@@ -41,14 +41,14 @@ def fleet(tmp_path, quotas, hosts=HOSTS):
 
 def take(manager, owner, group):
     lease, why = manager.try_acquire(ONE, owner, work=WorkTag(group=group))
-    assert lease is not None, f"{owner} on {manager.host_name}: {why}"
+    assert lease is not None, f"{owner} on {manager.quotas.host}: {why}"
     return lease
 
 
 def states(managers):
     """lease id -> "within" / "borrowed", from the book."""
     m = next(iter(managers.values()))
-    return {k: v["state"] for k, v in quota_view(m.quotas, 7.0)["leases"].items()}
+    return {k: v["state"] for k, v in quota_view(m.quotas.book, 7.0)["leases"].items()}
 
 
 def test_borrowing_then_the_lender_takes_its_quota_back_on_the_same_host(tmp_path):
@@ -93,7 +93,7 @@ def test_a_request_on_a_host_with_nothing_to_reclaim_reclaims_on_another(tmp_pat
     c.release(vision[4])
     assert "nlp's work within its quota waits" in c.try_acquire(ONE, "v5", work=WorkTag(group="vision"))[1]
     take(c, "n2", "nlp")  # the task moved there (in a fleet, FleetRoomTrigger sends it)
-    assert quota_view(c.quotas, 7.0)["groups"][1]["waiters"] == []  # its waiting mark on gpu-a went with it
+    assert quota_view(c.quotas.book, 7.0)["groups"][1]["waiters"] == []  # its waiting mark on gpu-a went with it
 
 
 def test_a_request_that_gets_gpus_withdraws_the_reclaims_it_asked_for(tmp_path):
@@ -104,7 +104,7 @@ def test_a_request_that_gets_gpus_withdraws_the_reclaims_it_asked_for(tmp_path):
     assert lease is None and f"reclaiming borrowed lease(s) {vision[3].lease_id}" in why
     b.release(vision[0])  # a GPU frees by itself before the reclaimed work gives its back
     take(b, "n0", "nlp")
-    assert b.yield_reason(vision[3]) == "" and b.quotas.reclaims() == {}  # nothing more is taken from vision
+    assert b.yield_reason(vision[3]) == "" and b.quotas.book.reclaims() == {}  # nothing more is taken from vision
 
 
 def test_weights_decide_who_borrows_the_next_free_gpu(tmp_path):
@@ -127,7 +127,7 @@ def test_weights_decide_who_borrows_the_next_free_gpu(tmp_path):
 def test_a_dead_hosts_claims_count_until_they_expire(tmp_path, monkeypatch):
     """gpu-a dies holding vision's whole quota: its claims are not renewed, and until they expire vision cannot
     run beyond its quota elsewhere; then it can."""
-    monkeypatch.setattr(leases_module, "CLAIM_TTL", 0.8)
+    monkeypatch.setattr(host_quotas, "CLAIM_TTL", 0.8)
     hosts = fleet(tmp_path, {"groups": {"vision": {"quota": 2, "borrowing_limit": 0}, "nlp": 5}})
     a, b = hosts["gpu-a"], hosts["gpu-b"]
     take(a, "v0", "vision"), take(a, "v1", "vision")  # never released, never renewed: the host is gone
@@ -138,7 +138,7 @@ def test_a_dead_hosts_claims_count_until_they_expire(tmp_path, monkeypatch):
 
 
 def test_a_renewed_claim_keeps_counting(tmp_path, monkeypatch):
-    monkeypatch.setattr(leases_module, "CLAIM_TTL", 0.8)
+    monkeypatch.setattr(host_quotas, "CLAIM_TTL", 0.8)
     monkeypatch.setattr("airflow_provider_gpusched.core.quota.book.CLAIM_TTL", 0.8)
     monkeypatch.setattr("airflow_provider_gpusched.core.quota.book.RENEW_BEFORE", 0.7)
     hosts = fleet(tmp_path, {"groups": {"vision": {"quota": 1, "borrowing_limit": 0}, "nlp": 6}})
@@ -217,5 +217,5 @@ def test_reclaimed_work_checkpoints_relaunches_and_finishes_once_and_no_host_is_
         resumed = [line for line in log.splitlines() if line.startswith("start at step") and "after 1" in line]
         assert resumed and stopped and int(resumed[0].split()[3]) == int(stopped[0].split()[3]) > 0, log
         assert "reclaimed for" in results[owner].attempts[0].preempted
-    view = quota_view(hosts["gpu-a"].quotas, 7.0)
+    view = quota_view(hosts["gpu-a"].quotas.book, 7.0)
     assert view["leases"] == {} and all(g["waiters"] == [] for g in view["groups"])

@@ -22,9 +22,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from airflow_provider_gpusched.core.gpu.accounting import GPUTimeLedger, gpu_share
+from airflow_provider_gpusched.core.gpu.accounting import GPUTimeLedger
 from airflow_provider_gpusched.core.gpu.activity import GPUActivity, gpu_is_busy
 from airflow_provider_gpusched.core.gpu.host_reservations import HostReservations
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo, GPUInventory
@@ -33,8 +33,8 @@ from airflow_provider_gpusched.core.gpu.placement import GPURequest, LeaseView, 
 from airflow_provider_gpusched.core.gpu.yielding import YieldMarks, plan_preemption
 from airflow_provider_gpusched.core.host_name import this_host
 from airflow_provider_gpusched.core.job_classes import JobClassMapping
-from airflow_provider_gpusched.core.quota.book import CLAIM_TTL, WAITER_TTL, QuotaBook
-from airflow_provider_gpusched.core.quota.policy import Claim, Waiter, admit, reclaim_order
+from airflow_provider_gpusched.core.quota.book import QuotaBook
+from airflow_provider_gpusched.core.quota.host import HostQuotas, QuotaGate
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 from airflow_provider_gpusched.core.stops import StopOrders, StopRequest
 from airflow_provider_gpusched.core.units import format_bytes
@@ -51,16 +51,8 @@ class _Look:
     leases: list[Lease] = field(default_factory=list)
     views: dict[str, LeaseView] = field(default_factory=dict)
     may_preempt: bool = False  # a normal request that does not fit: fill-in leases may be asked to yield
-    #: with quotas: "quota" (within the group's quota), "borrow" (beyond it, reclaimable) or "" (no quotas)
-    quota: str = ""
-    amount: float = 0.0  # what the request counts against its group's quota
-    #: borrowed leases of other groups on this host that an in-quota request may reclaim, in order
-    reclaim: list[tuple[str, int, float]] = field(default_factory=list)
-    #: borrowed claims of other groups on other hosts, in reclaim order: asked when nothing here would do
-    reclaim_elsewhere: list[Claim] = field(default_factory=list)
-    group: str = ""
-    #: with quotas: the waiting mark written for a request that does not start (its reason completed by _hold_place)
-    waiter: Waiter | None = None
+    #: with quotas, for work of a group: what they make of the request (None: no quotas, or no group)
+    quota: QuotaGate | None = None
 
 
 class _SameRequests:
@@ -112,38 +104,18 @@ class LeaseManager:
         self.ledger = GPUTimeLedger(self.state_dir, self.file_mode)
         #: in a fleet, the fleet's stop orders folder (core/fleet.py :func:`join`), heeded besides this host's
         self.fleet_orders = ""
-        #: team quotas (core/quota; :meth:`use_quotas`): the book every host shares, and what it is a share of
-        self.quotas: QuotaBook | None = None
-        self.quota_capacity: Callable[[], float] | None = None
-        self.host_name = ""
+        #: team quotas (core/quota/host.py; :meth:`use_quotas`): the shared book as this host applies it
+        self.quotas: HostQuotas | None = None
 
     def use_quotas(self, book: QuotaBook, capacity: Callable[[], float] | None = None, host: str = "") -> None:
         """Admit normal-class work under ``book``'s quotas: ``capacity`` says how much there is in all (the
         fleet's GPUs or GPU memory; default this host's), ``host`` this host's name in the book."""
-        self.quotas = book
-        self.quota_capacity = capacity
-        self.host_name = host or this_host()
-
-    def capacity(self, gpus: list[GPUInfo] | None = None) -> float:
-        """What the quotas are shares of: the fleet's (``quota_capacity``) or this host's GPUs or GPU memory."""
-        if self.quota_capacity is not None:
-            return self.quota_capacity()
-        gpus = self.inventory.gpus() if gpus is None else gpus
-        if self.quotas is None:
-            return float(len(gpus))
-        return self.quotas.config.capacity_of(gpus)
-
-    def group_of(self, group: str) -> str:
-        """The quota group a request counts for ('' : none, when quotas are off or it names none and there is no
-        default group)."""
-        if self.quotas is None:
-            return ""
-        return group or self.quotas.config.default_group
+        self.quotas = HostQuotas(book, host or this_host(), self.inventory.gpus, capacity)
 
     @contextlib.contextmanager
     def _quota_lock(self, group: str) -> Iterator[None]:
-        if self.quotas is not None and self.group_of(group):
-            with self.quotas.lock():
+        if self.quotas is not None:
+            with self.quotas.lock(group):
                 yield
         else:
             yield
@@ -239,67 +211,17 @@ class LeaseManager:
                 why for _, why in self.store.unreadable
             )
         look = _Look(placement, reason, gpus, leases, views, may_preempt=placement is None and bool(owner))
-        if self.quotas is not None and self.group_of(group) and owner:
-            self._quota_gate(look, request, owner, self.group_of(group), write=write)
+        quotas = self.quotas
+        if quotas is not None and quotas.group_of(group) and owner:
+            live = [lease.lease_id for lease in leases] if write else None
+            gate = look.quota = quotas.gate(request, owner, quotas.group_of(group), placement, gpus, live)
+            if gate.kind == "wait":
+                look.placement, look.reason, look.may_preempt = None, gate.reason, False
+            elif look.placement is None:
+                look.reason += gate.note
+            if look.placement is None and write:  # with may_preempt, _hold_place marks it, with whom it asked
+                quotas.wait(gate, owner, look.reason, mark=not look.may_preempt)
         return look
-
-    def _amount(self, request: GPURequest, placement: Placement | None, gpus: list[GPUInfo]) -> float:
-        """What ``request`` counts against its group: GPUs (a memory slice as its fraction) or bytes of GPU memory."""
-        assert self.quotas is not None
-        totals = {g.index: g.memory_total for g in gpus}
-        biggest = max(totals.values(), default=0)
-        if self.quotas.config.resource == "gpu_memory":
-            if placement is not None:
-                return float(sum(placement.memory.values()))
-            return float(request.gpus * (request.gpu_memory or biggest))
-        if placement is not None:
-            return gpu_share(placement.indices, placement.memory, placement.whole, totals)
-        if request.gpu_memory is None or biggest <= 0:
-            return float(request.gpus)
-        return request.gpus * min(1.0, request.gpu_memory / biggest)
-
-    def _quota_gate(self, look: _Look, request: GPURequest, owner: str, group: str, *, write: bool) -> None:
-        """Put the quotas on ``look`` (the caller holds the quota lock): a request beyond its group's quota that
-        may not borrow waits; an in-quota request that does not fit may reclaim borrowed leases here."""
-        book = self.quotas
-        assert book is not None
-        now = time.time()
-        capacity = self.capacity(look.gpus)
-        claims = book.claims(host=self.host_name, live=[lease.lease_id for lease in look.leases] if write else None)
-        waiters = book.waiters(now)
-        look.amount = self._amount(request, look.placement, look.gpus)
-        look.group = group
-        verdict = admit(
-            book.config, capacity, claims, waiters, group=group, amount=look.amount, host=self.host_name, owner=owner
-        )
-        kind: Literal["quota", "borrow"] = "borrow" if verdict.kind != "quota" else "quota"
-        look.quota = verdict.kind
-        if verdict.kind == "wait":
-            look.placement, look.reason, look.may_preempt = None, verdict.reason, False
-        elif look.placement is None and verdict.kind == "quota":
-            asked = {lid: by for (_, lid), by in book.reclaims().items()}  # reclaims under way, and for whom
-            ready, young = reclaim_order(
-                book.config, capacity, claims, group=group, host=self.host_name, now=now, asked=asked, owner=owner
-            )
-            look.reclaim = [(c.lease_id, c.priority, c.created) for c in ready]
-            look.reclaim_elsewhere = [
-                c
-                for other in sorted({c.host for c in claims} - {self.host_name})
-                for c in reclaim_order(
-                    book.config, capacity, claims, group=group, host=other, now=now, asked=asked, owner=owner
-                )[0]
-            ]
-            if young and not ready:
-                look.reason += "; borrowed lease(s) here may be reclaimed after reclaim.min_runtime: " + ", ".join(
-                    f"{c.lease_id} ({c.group}) in {book.config.reclaim.min_runtime - (now - c.created):.0f}s"
-                    for c in young
-                )
-        if look.placement is None and write:
-            look.waiter = Waiter(
-                owner, self.host_name, group, look.amount, kind, now, now + WAITER_TTL, look.reason[:500]
-            )
-            if not look.may_preempt:  # else _hold_place marks it, with whom it asked to yield
-                book.mark_waiting(look.waiter)
 
     @staticmethod
     def _look_load_stage(request: GPURequest, owner: str, gpus: list[GPUInfo], leases: list[Lease]) -> _Look:
@@ -321,47 +243,14 @@ class LeaseManager:
     def _hold_place(self, request: GPURequest, owner: str, look: _Look) -> str:
         """Mark ``owner`` waiting and ask the fewest eligible fill-in leases to yield; the reason's tail."""
         self.yields.mark_waiting(owner)
-        victims, tail = plan_preemption(request, look.gpus, look.leases, look.views, time.time(), borrowed=look.reclaim)
-        borrowed = {c[0] for c in look.reclaim}
-        self.yields.ask([v for v in victims if v not in borrowed], owner)
-        if self.quotas is not None:  # through the book, so that every host's requests see whom others asked
-            group = self.group_of(look.group)
-            for v in victims:
-                if v in borrowed:
-                    self.quotas.ask_reclaim(self.host_name, v, owner, group)
-        if not victims and look.quota == "quota" and look.reclaim_elsewhere:
-            tail += self._reclaim_elsewhere(owner, look)
-        if look.waiter is not None and self.quotas is not None:  # who it waits on, for the board and CLI
-            import dataclasses
-
-            self.quotas.mark_waiting(dataclasses.replace(look.waiter, reason=(look.reason + tail)[:500]))
+        gate = look.quota
+        borrowed = gate.borrowed if gate is not None else []
+        victims, tail = plan_preemption(request, look.gpus, look.leases, look.views, time.time(), borrowed=borrowed)
+        reclaimable = {c[0] for c in borrowed}
+        self.yields.ask([v for v in victims if v not in reclaimable], owner)
+        if gate is not None and self.quotas is not None:  # borrowed leases are asked through the book
+            tail += self.quotas.hold(gate, owner, victims, look.reason + tail)
         return tail
-
-    def _reclaim_elsewhere(self, owner: str, look: _Look) -> str:
-        """An in-quota request that nothing on this host can make fit: ask borrowed leases on the one other host
-        whose borrowed work covers the request (newest first) to give their GPUs back; the request then waits for
-        room in the fleet (its task moves there). Borrowing waits meanwhile (policy.admit)."""
-        book = self.quotas
-        assert book is not None
-        pending = book.reclaims_by(owner)
-        if pending:
-            return "; waiting for borrowed lease(s) " + ", ".join(f"{lid} on {h}" for h, lid in pending)
-        by_host: dict[str, list[Claim]] = {}  # hosts in the order of their first candidate: lowest priority, newest
-        for c in sorted(look.reclaim_elsewhere, key=lambda c: (c.priority, -c.created, c.lease_id)):
-            if c.host != self.host_name:
-                by_host.setdefault(c.host, []).append(c)
-        for host, claims in by_host.items():
-            chosen, got = [], 0.0
-            for c in claims:
-                chosen.append(c)
-                got += c.amount
-                if got >= look.amount - 1e-9:
-                    break
-            if got >= look.amount - 1e-9:
-                for c in chosen:
-                    book.ask_reclaim(host, c.lease_id, owner, look.group)
-                return f"; reclaiming borrowed lease(s) {', '.join(c.lease_id for c in chosen)} on {host}"
-        return ""
 
     def why_not(
         self, request: GPURequest, owner: str = "", *, job_class: str = "normal", task_key: str = "", group: str = ""
@@ -429,38 +318,17 @@ class LeaseManager:
                 stage="load" if request.load_stage else "",
             )
             self.yields.clear_waiting(owner)
-            self._claim(lease, look, group, priority)
+            self._claim(lease, look, priority)
             return lease, ""
 
-    def _claim(self, lease: Lease, look: _Look, group: str, priority: int) -> None:
+    def _claim(self, lease: Lease, look: _Look, priority: int) -> None:
         """Count ``lease`` against its group (the caller holds the quota lock); nothing without quotas."""
-        if self.quotas is None or not look.quota:
-            return
-        now = time.time()
-        self.quotas.add_claim(
-            Claim(
-                lease.lease_id,
-                self.host_name,
-                self.group_of(group),
-                look.amount,
-                now,
-                priority,
-                lease.owner,
-                now + CLAIM_TTL,
-            )
-        )
-        self.quotas.clear_waiting("", lease.owner)
-        for host, lease_id in self.quotas.reclaims_by(lease.owner):  # it has its GPUs: nobody else need give theirs
-            self.quotas.drop_reclaim(host, lease_id)
+        if self.quotas is not None and look.quota is not None:
+            self.quotas.claim(look.quota, lease.lease_id, lease.owner, priority)
 
     def quota_waiter(self, owner: str) -> dict[str, Any] | None:
         """``owner``'s waiting mark in the quota book (for a task that defers: its trigger keeps it), or None."""
-        if self.quotas is None:
-            return None
-        from airflow_provider_gpusched.core.quota.policy import WAITER
-
-        waiter = self.quotas.waiter(self.host_name, owner)
-        return WAITER.dump(waiter) if waiter is not None else None
+        return self.quotas.waiter_record(owner) if self.quotas is not None else None
 
     # -- a two-stage task: the load stage's lease grows its GPUs ----------------------------------------
     def mark_loaded(self, lease: Lease) -> None:
@@ -483,7 +351,7 @@ class LeaseManager:
             lease.stage = "train"
             self.store.save(lease)
             self.yields.clear_waiting(lease.owner)
-            self._claim(lease, look, group, lease.priority)
+            self._claim(lease, look, lease.priority)
         return ""
 
     def acquire(
@@ -536,8 +404,7 @@ class LeaseManager:
     def release(self, lease: Lease) -> None:
         self.store.release(lease)
         if self.quotas is not None:  # after the GPUs are free: the group never counts less than it holds
-            self.quotas.drop_claim(self.host_name, lease.lease_id)
-            self.quotas.drop_reclaim(self.host_name, lease.lease_id)
+            self.quotas.release(lease.lease_id)
 
     # -- stopping for good (gpusched queue stop) -------------------------------------------------------
     def stop_reason(self, lease: Lease) -> str:
@@ -559,10 +426,9 @@ class LeaseManager:
         if asked is not None:
             return f"preempted for {asked.get('by', 'normal work')}"
         if self.quotas is not None and lease.tag.group:
-            self.quotas.renew(self.host_name, lease.lease_id)
-            remote = self.quotas.reclaim_request(self.host_name, lease.lease_id)
-            if remote is not None:
-                return f"reclaimed for {remote['by']} (group {remote['group']}'s quota)"
+            reclaimed = self.quotas.reclaimed_for(lease.lease_id)
+            if reclaimed:
+                return reclaimed
         if not lease.preemptible:
             return ""
         policy = self.classes[lease.job_class].local
@@ -580,7 +446,7 @@ class LeaseManager:
         """The live leases that ``owner`` (a waiting normal request) has asked to yield."""
         asked = set(self.yields.asked_by(owner))
         if self.quotas is not None:
-            asked |= {lid for host, lid in self.quotas.reclaims_by(owner) if host == self.host_name}
+            asked |= self.quotas.asked_here_by(owner)
         if not asked:
             return []
         with self.store.allocation_lock():
@@ -594,7 +460,7 @@ class LeaseManager:
     def _grace(self, lease: Lease) -> float:
         policy = self.classes[lease.job_class].local
         if self.quotas is not None and lease.tag.group and not policy.preemptible:
-            return self.quotas.config.reclaim.grace_period
+            return self.quotas.grace_period
         return policy.grace_period
 
 
