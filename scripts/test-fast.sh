@@ -14,6 +14,9 @@ export GPUSCHED_TIER=fast
 # worker, and each process the tests start, would otherwise compile the same modules again (collection alone:
 # 12 s of CPU per worker instead of 6)
 unset PYTHONDONTWRITEBYTECODE
+# the fuzz tests try 100 inputs each here, 300 in the whole suite (tests/fuzzing.py; derandomized, so the same first
+# 100): 4-5 s of the tier's CPU
+export GPUSCHED_FUZZ_EXAMPLES="${GPUSCHED_FUZZ_EXAMPLES:-100}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"  # the workers share the cores
 # three workers per core (6 on 2 cores, at most 16): many tests wait on the processes they start, and more workers fill
 # those waits (on 2 cores, 2026-11-28: 4 workers 59-63 s, 5: 59-61 s, 6: 58-59 s); the tests that share a costly

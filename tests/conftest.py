@@ -107,6 +107,7 @@ START_EARLY = (
     "tests/gpu/test_queue.py",
     "tests/slurm/test_time_limit_chain.py",
     "tests/quota/test_quota_leases.py",
+    "tests/ui/test_frontend.py",  # vitest: 5-8 s in its own Node process, collected last of all
 )
 
 

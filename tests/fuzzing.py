@@ -13,7 +13,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis.strategies import SearchStrategy
 
-#: inputs per fuzz test ($GPUSCHED_FUZZ_EXAMPLES; derandomized unless $GPUSCHED_FUZZ_RANDOM is set)
+#: inputs per fuzz test ($GPUSCHED_FUZZ_EXAMPLES: scripts/test-fast.sh sets 100; derandomized unless
+#: $GPUSCHED_FUZZ_RANDOM is set, so those are the suite's first 100)
 EXAMPLES = int(os.environ.get("GPUSCHED_FUZZ_EXAMPLES", "300"))
 SECONDS = 5.0  # the most one input may take
 SETTINGS = settings(
