@@ -74,8 +74,34 @@ class Pruner:
 
     def judge(self, trial: str, own: Reports, peers: Sequence[Peer], judged_up_to: int | None = None) -> str:
         """``''`` when trial ``trial`` (its folder name), whose reports are ``own``, goes on; else why it stops.
-        ``judged_up_to``: the last step already judged (None: the step before the latest report)."""
+        ``judged_up_to``: the last step already judged (None: the step before the latest report). Called by
+        :meth:`decide` only for a trial that has not reached its budget."""
         raise NotImplementedError
+
+    def final_step_setting(self) -> int | None:
+        """The budget in steps the rule's settings give (``max_steps``; a rule with a budget setting of its own,
+        such as Optuna's Hyperband ``max_resource``, overrides this), or None: learned from the peers."""
+        return self.rule.max_steps
+
+    def final_step(self, peers: Sequence[Peer]) -> int | None:
+        """The step at which a trial has trained its whole budget: :meth:`final_step_setting`, else the last step
+        of the peers that succeeded (Optuna's ``max_resource='auto'``: the steps of a finished trial); None while
+        no peer has."""
+        setting = self.final_step_setting()
+        if setting is not None:
+            return setting
+        finished = [p.reports[-1]["step"] for p in peers if p.state == "succeeded" and p.reports]
+        return max(finished) if finished else None
+
+    def decide(self, trial: str, own: Reports, peers: Sequence[Peer], judged_up_to: int | None = None) -> str:
+        """What every judgement goes through: a trial whose latest report reached its budget (:meth:`final_step`)
+        is complete (there is nothing left to save by stopping it, and it must be ranked: Optuna's Hyperband
+        brackets end at ``max_resource``, Ray Tune's ASHA at ``max_t``); any other is :meth:`judge`'d."""
+        if own:
+            final = self.final_step(peers)
+            if final is not None and own[-1]["step"] >= final:
+                return ""
+        return self.judge(trial, own, peers, judged_up_to)
 
 
 _BUILT_IN = {

@@ -182,12 +182,19 @@ class OptunaRule(Pruner):
     def needs_shared_study(cls, rule: PruningRule) -> bool:
         return rule.pruner in IN_STUDY_ONLY
 
+    def final_step_setting(self) -> int | None:
+        """``max_steps``, else Hyperband's ``max_resource`` when it is a number (``auto``: learned)."""
+        if self.rule.max_steps is not None:
+            return self.rule.max_steps
+        budget = (self.rule.options or {}).get("max_resource") if self.rule.pruner == "hyperband" else None
+        return budget if is_int(budget) else None
+
     def judge_in_study(self, sweep_dir: str, trial: str, own: Reports) -> str:
         """An asynchronous search's trial, judged in the sweep's own study (core/sweep/asynchronous.py): its new
         reports go to its RUNNING study trial, and the study's pruner decides, as in Optuna's own distributed
         optimisation (Hyperband's brackets, the median of the study's COMPLETE trials...)."""
         if self._in_study is None:
-            self._in_study = StudyJudge(self.rule, sweep_dir)
+            self._in_study = StudyJudge(self.rule, sweep_dir, self.final_step_setting())
         return self._in_study.judge(trial, own)
 
     def judge(self, trial: str, own: Reports, peers: Sequence[Peer], judged_up_to: int | None = None) -> str:
@@ -331,7 +338,8 @@ class StudyJudge:
     """Optuna's pruner on the shared study of an asynchronous search (``<sweep>/search/optuna.journal``, the study
     named as the sweep): a trial's RUNNING study trial is the one labelled with its folder."""
 
-    def __init__(self, rule: PruningRule, sweep_dir: str) -> None:
+    def __init__(self, rule: PruningRule, sweep_dir: str, final_step: int | None = None) -> None:
+        """``final_step``: the budget in steps (None: the last step of the study's first COMPLETE trials)."""
         import optuna
         from optuna.storages import JournalStorage
         from optuna.storages.journal import JournalFileBackend
@@ -345,6 +353,17 @@ class StudyJudge:
         storage = JournalStorage(JournalFileBackend(journal))
         self.study = optuna.load_study(study_name=os.path.basename(sweep_dir), storage=storage, pruner=self.pruner)
         self._trials: dict[str, Any] = {}  # trial folder -> its study trial (optuna.trial.Trial)
+        self._final_step = final_step
+
+    def final_step(self) -> int | None:
+        """The budget in steps: the setting, else the last step of the study's COMPLETE trials (Optuna's
+        ``max_resource='auto'`` takes it from the first one), once there is one."""
+        if self._final_step is None:
+            complete = self.study.get_trials(deepcopy=False, states=(self.optuna.trial.TrialState.COMPLETE,))
+            steps = [t.last_step for t in complete if t.last_step is not None]
+            if steps:
+                self._final_step = max(steps)
+        return self._final_step
 
     def _study_trial(self, folder: str) -> Any:
         found = self._trials.get(folder)
@@ -370,9 +389,13 @@ class StudyJudge:
         for step in sorted(values):
             if step not in heard:
                 trial.report(values[step], step)
-        if not values or not trial.should_prune():
+        if not values:
             return ""
-        step = max(values)
+        step, final = max(values), self.final_step()
+        if final is not None and step >= final:
+            return ""  # it trained its whole budget: complete, ranked (Pruner.decide), whatever the rung says
+        if not trial.should_prune():
+            return ""
         return (
             f"Optuna's {type(self.pruner).__name__} in the sweep's study at step {step}: "
             f"{self.rule.judged_metric} {values[step]:.6g}"

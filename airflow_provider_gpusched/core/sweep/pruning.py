@@ -39,6 +39,11 @@ class PruningRule:
     metric: Annotated[str, says("a metric name the trials report", min_length=1)] | None = None
     #: default: the objective's mode
     mode: Annotated[str, says("'maximize' or 'minimize'"), one_of(("maximize", "minimize"))] | None = None
+    #: the step at which a trial has trained its whole budget (Optuna's ``max_resource``, Ray Tune's ``max_t``): a
+    #: report there or past it is complete, never pruned (every rule). Default: the rule's own (Optuna's Hyperband:
+    #: its ``max_resource``), else the last step of the trials that succeeded (as Optuna's ``max_resource='auto'``
+    #: learns it from the first finished trial)
+    max_steps: Annotated[int, says("a whole number of steps >= 1", ge=1)] | None = None
     # the settings of one rule (each rule's class lists those it ``reads``)
     warmup_steps: Annotated[int, says("a whole number >= 0", ge=0)] = 0  # median: judge no step before this
     min_trials: Annotated[int, says("a whole number >= 1", ge=1)] = 3  # median: peers that must have reached the step
@@ -97,7 +102,8 @@ def judge(
 ) -> str:
     """One judgement by ``rule`` (checked, its metric and mode filled in), ``peers`` as each peer's reports: ''
     when the trial whose reports are ``own`` goes on, else why it stops."""
-    return rule.make_judge().judge("", own, [Peer(str(i), reports) for i, reports in enumerate(peers)], judged_up_to)
+    peers_seen = [Peer(str(i), reports) for i, reports in enumerate(peers)]
+    return rule.make_judge().decide("", own, peers_seen, judged_up_to)
 
 
 class SweepReports:
@@ -141,12 +147,13 @@ class SweepReports:
             return self._pruner.judge_in_study(self.sweep_dir, folder_name, read_reports(path)[0])
         everything = self.all()
         own = everything.pop(folder_name, [])
-        states = type(self._pruner).needs_states
+        # the peers' states: for a rule that reads them, and to learn the budget from the trials that succeeded
+        states = type(self._pruner).needs_states or self._pruner.final_step_setting() is None
         peers = [
             Peer(name, reports, self._state(name) if states else "", self._cache_key(name))
             for name, reports in sorted(everything.items())
         ]
-        return self._pruner.judge(folder_name, own, peers, judged_up_to)
+        return self._pruner.decide(folder_name, own, peers, judged_up_to)
 
     def _cache_key(self, folder_name: str) -> Any:
         cached = self._cache.get(os.path.join(self.trials_dir, folder_name, REPORTS_FILE))
