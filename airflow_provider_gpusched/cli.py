@@ -303,9 +303,10 @@ def _sweep_preview(args) -> int:
         spec.force_rerun = True
     preview = SweepSession(spec, args.results_root).preview()
     if args.labels:  # GPU Task Scheduler's "all test instances in a string"
-        if spec.in_rounds:
+        if spec.in_rounds or spec.asks_as_it_goes:
             raise GpuschedError(
-                f"{args.spec}: search {spec.search} makes its trials round by round: no labels before it runs"
+                f"{args.spec}: search {spec.search} makes its trials "
+                f"{'round by round' if spec.in_rounds else 'as its workers ask'}: no labels before it runs"
             )
         print((spec.label_format or DEFAULT_LABELS).instance_separator.join(t["label"] for t in preview["table"]))
         return 0
@@ -318,6 +319,19 @@ def _sweep_preview(args) -> int:
         if preview.get("space_size") is not None:
             print(f"the space holds {preview['space_size']:,} distinct points, and the search runs each at most once")
         print("trials of later rounds depend on earlier scores: nothing more to show before running")
+        return 0
+    if preview.get("asynchronous"):
+        print(
+            f"asynchronous: {preview['workers']} worker(s), each asking the study for its next trial as its slot frees"
+        )
+        if preview.get("space_size") is not None:
+            print(f"the space holds {preview['space_size']:,} distinct points, and the search runs each at most once")
+        if preview["would_skip"]:
+            print(
+                f"would run {preview['would_run']}, skip {preview['would_skip']} (already succeeded or pruned; "
+                f"--force-rerun runs them again)"
+            )
+        print("which parameters each trial gets depends on the scores so far: nothing more to show before running")
         return 0
     if preview["would_skip"]:
         print(

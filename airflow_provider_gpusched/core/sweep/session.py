@@ -35,6 +35,7 @@ from airflow_provider_gpusched.core.sweep.store import (
     FAILED_STATES,
     TrialStore,
     format_counts,
+    read_json,
     state_counts,
 )
 from airflow_provider_gpusched.core.sweep.trial_run import (
@@ -355,6 +356,15 @@ class SweepSession:
         summary["text"] = text
         return summary
 
+    def _folder_states(self) -> list[str]:
+        """The state of each trial folder of the sweep (read only: a preview writes nothing)."""
+        trials_dir = os.path.join(self.store.dir, "trials")
+        try:
+            names = sorted(os.listdir(trials_dir))
+        except OSError:
+            return []
+        return [TrialStore.state_of(read_json(os.path.join(trials_dir, name, "status.json"))) for name in names]
+
     def preview(self) -> dict[str, Any]:
         """The trials a run would have, with their current state, without running or writing anything."""
         if self.spec.in_rounds:
@@ -371,14 +381,19 @@ class SweepSession:
         if self.spec.asks_as_it_goes:
             size = finite_space_size(flatten(self.spec.space))
             count = self.spec.count or 0  # the kind set it
+            trials = count if size is None else min(count, size)
+            # the trials earlier runs ended (each is a study trial: a run skips those that succeeded or were pruned)
+            done = 0 if self.spec.force_rerun else sum(1 for s in self._folder_states() if s in DONE_STATES)
             return {
                 "sweep": self.spec.name,
                 "search": self.spec.search,
                 "asynchronous": True,
-                "trials": count if size is None else min(count, size),
+                "trials": trials,
                 "workers": self.spec.max_workers or self.spec.per_round,
                 "folder": self.store.dir,
                 "space_size": size,
+                "would_run": max(0, trials - done),
+                "would_skip": min(done, trials),
             }
         trials = self.spec.trials()
         states = {t.trial_id: self.store.state(t) for t in trials}
