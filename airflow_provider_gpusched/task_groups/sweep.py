@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import Asset, TaskGroup, task
@@ -34,6 +35,12 @@ from airflow_provider_gpusched.core.sweep.terminal import script_directory
 from airflow_provider_gpusched.core.sweep.trial_run import Manifest, trial_argv, trial_set
 from airflow_provider_gpusched.core.sweep.view import PLAN_XCOM, plan_record
 from airflow_provider_gpusched.task_groups.execution import SweepExecution
+
+#: the sweep's bookkeeping tasks (plan, tell, collect, leaderboard, check_trials) retry what fails around them (the
+#: execution API timing out on a loaded machine, a worker lost before the task began: issue 76); what they find
+#: wrong with the sweep itself fails at once (AirflowFailException: no retry)
+BOOKKEEPING_RETRIES = 3
+BOOKKEEPING: dict[str, Any] = {"retries": BOOKKEEPING_RETRIES, "retry_delay": timedelta(seconds=20)}
 
 
 def load_spec(spec: SweepSpec | Mapping[str, Any] | str) -> SweepSpec:
@@ -150,7 +157,7 @@ def _rounds(stage: SweepStage, notify: Sequence[Any] | None = None):
             plan, run = stage.build(round_no=r)
             told_to = _bind_notifiers(notify, session, round_no=r) if notify is not None else []
 
-            @task(task_id="tell", trigger_rule="all_done", on_success_callback=told_to or None)
+            @task(task_id="tell", trigger_rule="all_done", on_success_callback=told_to or None, **BOOKKEEPING)
             def tell(round_no: int = r, report: bool = bool(told_to)) -> dict[str, Any]:
                 from airflow.sdk import get_current_context
 
@@ -177,11 +184,17 @@ def _rounds(stage: SweepStage, notify: Sequence[Any] | None = None):
 def _collect(session: SweepSession, notifiers: Sequence[Any] = ()):
     spec = session.spec
 
-    @task(task_id="collect", trigger_rule="all_done", on_failure_callback=list(notifiers) or None)
+    @task(task_id="collect", trigger_rule="all_done", on_failure_callback=list(notifiers) or None, **BOOKKEEPING)
     def collect() -> dict[str, Any]:
         from airflow.sdk import get_current_context
 
-        run_id = get_current_context()["run_id"]
+        context = get_current_context()
+        run_id = context["run_id"]
+        if not session.manifests(run_id):  # its plan wrote nothing: say why, and no retry can mend it
+            raise AirflowFailException(
+                f"sweep {spec.name}: nothing was planned for run {run_id} in {session.store.dir}: "
+                f"{_plan_outcome(context)}"
+            )
         if not spec.in_rounds:
             session.settle(None, run_id, print)
         summary = session.collect(run_id)
@@ -193,9 +206,33 @@ def _collect(session: SweepSession, notifiers: Sequence[Any] = ()):
     return collect()
 
 
+def _plan_outcome(context: Any) -> str:
+    """Why a sweep run has no manifest: how its (first) plan task ended, from Airflow's record of it."""
+    ti = context["ti"]
+    prefix = ti.task_id.rsplit(".", 1)[0] + "." if "." in ti.task_id else ""
+    plans = [f"{prefix}plan", f"{prefix}round_0.plan"]
+    try:
+        states = ti.get_task_states(dag_id=ti.dag_id, task_ids=plans, run_ids=[ti.run_id]).get(ti.run_id, {})
+    except Exception:  # noqa: BLE001 - the message only: the task fails either way
+        states = {}
+    for plan in plans:
+        if plan in states:
+            state = states[plan]
+            if state in (None, "upstream_failed", "skipped", "removed", "none"):
+                return f"its plan task {plan} never ran ({state or 'no state'}); clear it to plan the sweep"
+            return (
+                f"its plan task {plan} ended {state} before it wrote the plan (its log says why; a failure of "
+                f"Airflow itself is retried {BOOKKEEPING_RETRIES} times); clear it to plan again"
+            )
+    return "its plan task did not write the plan (see the plan task's log); clear it to plan again"
+
+
 def _check_trials(spec: SweepSpec, notifiers: Sequence[Any] = ()):
     @task(
-        task_id="check_trials", on_success_callback=list(notifiers) or None, on_failure_callback=list(notifiers) or None
+        task_id="check_trials",
+        on_success_callback=list(notifiers) or None,
+        on_failure_callback=list(notifiers) or None,
+        **BOOKKEEPING,
     )
     def check_trials(summary: dict[str, Any]) -> dict:
         """The run is green only when it ran every trial of its plan (none stopped or not started) and at most
@@ -232,7 +269,7 @@ def _check_trials(spec: SweepSpec, notifiers: Sequence[Any] = ()):
 
 
 def _leaderboard(spec: SweepSpec, asset: Asset | None):
-    @task(task_id="leaderboard", outlets=[asset] if asset else [])
+    @task(task_id="leaderboard", outlets=[asset] if asset else [], **BOOKKEEPING)
     def leaderboard(summary: dict[str, Any]) -> dict | None:
         if spec.objective is None:
             print(f"no objective: {summary['counts']['succeeded']} trials succeeded; results in {summary['folder']}")
@@ -331,7 +368,7 @@ class SweepStage:
         if self.spec.max_workers is not None:
             max_array_parallel = min(max_array_parallel or self.spec.max_workers, self.spec.max_workers)
 
-        @task(task_id="plan")
+        @task(task_id="plan", **BOOKKEEPING)
         def plan() -> list[Any]:
             from airflow.sdk import get_current_context
 
