@@ -262,7 +262,7 @@ def _sweep_run(args) -> int:
 
     spec = load_spec(args.spec)
     handle = get_backend(args.backend).default_handle(
-        simulate=simulate_option(args), state_dir=state_dir_option(args), shared=shared_option()
+        simulate=simulate_option(args), state_dir=state_dir_option(args, create=True), shared=shared_option()
     )
     try:
         summary = run_sweep(
@@ -380,16 +380,50 @@ def _sweep_results(args) -> int:
             f"and 'leaderboard' written by collect"
         )
     if args.json:
-        print(json.dumps({"counts": summary["counts"], "leaderboard": (board or {}).get("leaderboard")}, indent=2))
+        listed = {"counts": summary["counts"], "leaderboard": (board or {}).get("leaderboard")}
+        print(json.dumps({**listed, "problems": _problems(summary)}, indent=2))
         return 0
     print(f"sweep {summary.get('sweep', '?')} ({summary.get('search', '?')}) in {summary.get('folder', args.folder)}")
     print(format_counts(summary["table"]))
     if isinstance(board, dict):
         print(format_leaderboard(board["leaderboard"], Objective(**board["objective"])))
+    problems = _problem_lines(_problems(summary))
+    if problems:
+        print(problems)
     progress = _latest_reports(args.folder, summary.get("records"))
     if progress:
         print(progress)
     return 0
+
+
+def _problems(summary: dict) -> list:
+    """The run's trials that failed, were invalid or timed out (summary.json's records, as collect wrote them)."""
+    from airflow_provider_gpusched.core.sweep.store import FAILED_STATES
+
+    records = summary.get("records")
+    return [
+        {k: r.get(k) for k in ("index", "trial_id", "label", "state", "error")}
+        for r in (records if isinstance(records, list) else [])
+        if isinstance(r, dict) and r.get("state") in FAILED_STATES
+    ]
+
+
+def _problem_lines(problems, limit: int = 20) -> str:
+    """The trials that failed, were invalid or timed out, each with its error line, as the Sweeps tab and the
+    check_trials task show them (``problems`` as collect wrote them in summary.json; anything else is skipped)."""
+    from airflow_provider_gpusched.core.text import printable
+
+    rows = [p for p in problems if isinstance(p, dict)] if isinstance(problems, list) else []
+    if not rows:
+        return ""
+    lines = [f"{len(rows)} trial(s) failed or gave an invalid result:"]
+    for p in rows[:limit]:
+        name = printable(str(p.get("label") or p.get("trial_id") or "?"))[:80]
+        error = printable(str(p.get("error")))[:300]
+        lines.append(f"  {p.get('index', '?')} {name} [{p.get('state', '?')}]: {error}")
+    if len(rows) > limit:
+        lines.append(f"  ... {len(rows) - limit} more (summary.json)")
+    return "\n".join(lines)
 
 
 def _latest_reports(folder: str, records, limit: int = 20) -> str:

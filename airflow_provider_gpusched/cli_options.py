@@ -16,11 +16,17 @@ def simulate_option(args: argparse.Namespace) -> str | None:
     return args.simulate or os.environ.get("AIRFLOW__GPUSCHED__SIMULATE_GPUS") or None
 
 
-def state_dir_option(args: argparse.Namespace) -> str | None:
-    """The lease directory: ``--state-dir`` (which must exist), else ``AIRFLOW__GPUSCHED__GPU_STATE_DIR``
-    (``LeaseManager`` itself falls back to ``GPUSCHED_STATE_DIR``, then ``<tmp>/gpusched-<uid>``)."""
+def state_dir_option(args: argparse.Namespace, create: bool = False) -> str | None:
+    """The lease directory: ``--state-dir`` (which must exist, unless ``create``: a command that runs work makes it,
+    private to this user), else ``AIRFLOW__GPUSCHED__GPU_STATE_DIR`` (``LeaseManager`` itself falls back to
+    ``GPUSCHED_STATE_DIR``, then ``<tmp>/gpusched-<uid>``)."""
     import os
 
+    if create and args.state_dir and not os.path.lexists(args.state_dir):
+        try:
+            os.makedirs(args.state_dir, mode=0o700)
+        except OSError as exc:
+            raise GpuschedError(f"--state-dir {args.state_dir}: cannot create it ({exc.strerror or exc})") from None
     if args.state_dir and not os.path.isdir(args.state_dir):
         what = "is not a directory" if os.path.exists(args.state_dir) else "does not exist (nothing has run here yet?)"
         raise GpuschedError(f"--state-dir {args.state_dir}: {what}")

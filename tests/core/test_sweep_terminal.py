@@ -369,3 +369,27 @@ def test_an_adaptive_sweep_shows_its_round_and_the_sweeps_best_so_far_and_says_w
         "rounds (now 2) to search further, or force_rerun to evaluate them again"
     )
     assert again["text"].startswith(again["note"])
+
+
+def test_sweep_run_makes_a_missing_state_dir_and_results_lists_the_failed_trials(tmp_path):
+    """Issue 76: ``gpusched sweep run --state-dir DIR`` refused a folder that did not exist yet (the run makes it,
+    private to the user); ``gpusched sweep results`` showed no error lines where every other view does."""
+    spec = tmp_path / "fails.yaml"
+    spec.write_text(
+        "name: fails\ntest_config: [{x: [0, 1, 2]}]\n"
+        f'command: [{sys.executable}, -c, \'import sys; sys.exit("no such dataset: x=" + sys.argv[1]) '
+        "if sys.argv[1] == \"1\" else None', '{x}']\n"
+    )
+    leases = tmp_path / "not-yet" / "leases"
+    done = gpusched(
+        "sweep", "run", str(spec), "--results-root", str(tmp_path / "sweeps"), "--simulate", "1x24GiB",
+        "--state-dir", str(leases),
+    )  # fmt: skip
+    assert done.returncode == 1 and "does not exist" not in done.stderr, (done.stdout, done.stderr)
+    assert leases.is_dir() and (leases.stat().st_mode & 0o077) == 0  # made, private
+    shown = gpusched("sweep", "results", str(tmp_path / "sweeps" / "fails"))
+    assert shown.returncode == 0, shown.stderr
+    assert "1 trial(s) failed or gave an invalid result:" in shown.stdout, shown.stdout
+    assert "x=1" in shown.stdout and "no such dataset: x=1" in shown.stdout, shown.stdout
+    listed = json.loads(gpusched("sweep", "results", str(tmp_path / "sweeps" / "fails"), "--json").stdout)
+    assert [p["state"] for p in listed["problems"]] == ["failed"]
