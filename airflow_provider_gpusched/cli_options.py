@@ -105,7 +105,14 @@ def quota_config(args: argparse.Namespace):
             return settings.quota_config()
         except ImportError:
             pass
-    return QuotaConfig.load(value)
+    if not value:
+        return QuotaConfig.load(value)
+    # a file: its last good version stays in force while it is broken (core/quota/last_good.py), as in Airflow
+    from airflow_provider_gpusched.core.gpu.lease_store import default_state_dir
+    from airflow_provider_gpusched.core.quota.last_good import QUOTAS
+
+    state_dir = getattr(args, "state_dir", None) or os.environ.get("AIRFLOW__GPUSCHED__GPU_STATE_DIR") or ""
+    return QUOTAS.load(value, state_dir or default_state_dir(), shared=shared_option())
 
 
 def quota_book(args: argparse.Namespace, state_dir: str | None = None):

@@ -389,6 +389,29 @@ def _airflow_checks(args, simulate: str | None) -> list[Any]:
     return checks
 
 
+def _job_classes_checked(use_airflow: bool, args) -> tuple[Any, Any]:
+    """The job-class mapping health checks against, and the check of its file: a FAIL while the file is broken (its
+    last good version is the one in force and checked, core/quota/last_good.py; the defaults when there is none)."""
+    from airflow_provider_gpusched.core.health import check_settings_file
+    from airflow_provider_gpusched.core.job_classes import JobClassMapping
+
+    try:
+        if use_airflow:
+            from airflow_provider_gpusched import settings
+
+            mapping = settings.job_class_mapping()
+        else:
+            from airflow_provider_gpusched.cli_options import shared_option, state_dir_option
+            from airflow_provider_gpusched.core.gpu.lease_store import default_state_dir
+            from airflow_provider_gpusched.core.quota.last_good import JOB_CLASSES
+
+            state = state_dir_option(args) or default_state_dir()
+            mapping = JOB_CLASSES.load(os.environ.get("AIRFLOW__GPUSCHED__JOB_CLASSES"), state, shared=shared_option())
+    except GpuschedError as exc:  # broken, and never good here
+        return JobClassMapping(), check_settings_file("job-class file", "", f"{exc} (no good version of it was read)")
+    return mapping, check_settings_file("job-class file", mapping.source, mapping.config_error)
+
+
 def queue_health(args) -> int:
     from airflow_provider_gpusched.core.health import (
         FAIL,
@@ -404,14 +427,8 @@ def queue_health(args) -> int:
     checks: list[Check] = []
     client, how, no_slurm = _slurm(args)
     use_airflow = not args.no_airflow
-    if use_airflow:
-        from airflow_provider_gpusched import settings
-
-        mapping = settings.job_class_mapping()
-    else:
-        from airflow_provider_gpusched.core.job_classes import JobClassMapping
-
-        mapping = JobClassMapping.load(os.environ.get("AIRFLOW__GPUSCHED__JOB_CLASSES"))
+    mapping, classes_check = _job_classes_checked(use_airflow, args)
+    checks.append(classes_check)
     if client is None:
         checks.append(Check("slurm reachable", SKIP, no_slurm))
     else:

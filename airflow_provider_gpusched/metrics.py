@@ -134,6 +134,10 @@ def emit_gpu_samples(host: str, samples: Iterable[Any], manager=None, *, busy_ut
     gauge(f"{PREFIX}.gpus_free.{h}", len([s for s in samples if s.index not in held]), tags)
     gauge(f"{PREFIX}.gpus_in_use.{h}", len(in_use), tags)
     gauge(f"{PREFIX}.tasks_waiting_for_gpus.{h}", waiting, tags)
+    try:
+        emit_settings_files()
+    except Exception:  # Airflow's configuration unreadable now: the GPU figures still go out
+        log.debug("gpusched settings-file metrics not sent", exc_info=True)
     quotas = getattr(manager, "quotas", None)
     if quotas is not None:
         try:
@@ -169,6 +173,24 @@ def emit_quotas(book, capacity: float) -> None:
         ):
             gauge(f"{PREFIX}.quota_{key}.{name}", value, tags)
         gauge(f"{PREFIX}.quota_waiting_within.{name}", sum(1 for w in g["waiters"] if w["kind"] == "quota"), tags)
+
+
+#: the settings files read while the scheduler runs: (the metric's part, how settings.py reads it)
+SETTINGS_FILES = (("quotas", "quota_config"), ("job_classes", "job_class_mapping"))
+
+
+def emit_settings_files() -> None:
+    """``gpusched.settings_file_broken.<setting>``: 1 while the file of ``[gpusched] quotas`` / ``job_classes`` is
+    broken (its last good version in force meanwhile, or none: then every reader fails), else 0."""
+    from airflow_provider_gpusched import settings
+    from airflow_provider_gpusched.core.errors import GpuschedError
+
+    for name, reader in SETTINGS_FILES:
+        try:
+            broken = bool(getattr(settings, reader)().config_error)
+        except GpuschedError:  # broken, and never good in this process or on this host
+            broken = True
+        gauge(f"{PREFIX}.settings_file_broken.{name}", 1 if broken else 0, {"setting": name})
 
 
 def quota_reclaim(group: str, host: str, count: int = 1) -> None:

@@ -5,7 +5,8 @@ deferred tasks count against the pool too) — this host's GPU inventory (NVML, 
 simulation) for local work, or with ``[gpusched] fleet_dir`` every GPU the fleet's hosts published; the
 class's Slurm partition for Slurm work. Uses Airflow's own pool API
 (``Pool.create_or_update_pool``, what ``airflow pools set`` uses), so it runs where the Airflow metadata
-database is reachable. Idempotent: pools already right are left alone.
+database is reachable. Idempotent: pools already right are left alone. While the job-class or quota file is broken,
+the pools are those of its last good version, the one in force (core/quota/last_good.py); the log says so.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
-import functools
+import asyncio
+import logging
 import os
 import re
 from collections.abc import Callable
@@ -12,6 +12,8 @@ from typing import Any
 from airflow.sdk import conf
 
 from airflow_provider_gpusched.core.options import BY_NAME, SECTION, default_directory
+
+log = logging.getLogger(__name__)
 
 _GETTERS: dict[str, Callable[..., Any]] = {
     "float": conf.getfloat,
@@ -146,45 +148,86 @@ def sweep_results_root() -> str:
 
 
 def job_class_mapping():
-    """The job-class mapping (``[gpusched] job_classes``: a YAML/JSON file path or inline text; empty:
-    the built-in defaults). Parsed once per distinct value."""
-    return _mapping_for(_value("job_classes") or "")
+    """The job-class mapping (``[gpusched] job_classes``: a YAML/JSON file path or inline text; empty: the built-in
+    defaults). A file is read again when it changes, and while it is broken its last good version stays in force
+    (``config_error`` says what is wrong, and the log of whatever reads it: core/quota/last_good.py)."""
+    from airflow_provider_gpusched.core.quota.last_good import JOB_CLASSES
+
+    value = _value("job_classes") or ""
+    state_dir, shared = _last_good_state(value)
+    mapping = JOB_CLASSES.load(value, state_dir, shared=shared)
+    if mapping.config_error:
+        _say_broken("[gpusched] job_classes", mapping.config_error)
+    return mapping
 
 
 def quota_config():
-    """The team quotas (``[gpusched] quotas``: a YAML/JSON file path or inline text; empty: no quotas). Parsed
-    once per distinct value, and for a file again when it changes: the triggerer and the api-server see an admin's
-    edit without a restart."""
-    from airflow_provider_gpusched.core.yaml_loader import names_a_file
+    """The team quotas (``[gpusched] quotas``: a YAML/JSON file path or inline text; empty: no quotas). A file is
+    read again when it changes: the triggerer and the api-server see an admin's edit without a restart. While it is
+    broken (a typo), its last good version stays in force: a DAG file's parse, a task, a trigger keep working under
+    the quotas as they were, ``config_error`` says what is wrong (the board, health, the metrics) and so does the
+    log of whatever reads it. Only a file that was never good fails (core/quota/last_good.py)."""
+    from airflow_provider_gpusched.core.quota.last_good import QUOTAS
 
     value = _value("quotas") or ""
-    stamp = 0.0
-    if names_a_file(value):
-        with contextlib.suppress(OSError):
-            stamp = os.stat(os.path.expanduser(value.strip())).st_mtime_ns
-    return _quotas_for(value, stamp)
+    state_dir, shared = _last_good_state(value)
+    config = QUOTAS.load(value, state_dir, shared=shared)
+    if config.config_error:
+        _say_broken("[gpusched] quotas", config.config_error)
+    return config
 
 
-@functools.lru_cache(maxsize=8)
-def _quotas_for(value: str, stamp: float = 0.0):
-    from airflow_provider_gpusched.core.quota.config import QuotaConfig
+def _last_good_state(value: str) -> tuple[str, bool]:
+    """For a setting that names a file: the lease directory (its ``last-good`` folder holds the settings files' last
+    good versions, for every gpusched process of the host) and whether it is a shared group directory."""
+    from airflow_provider_gpusched.core.gpu.lease_store import default_state_dir
+    from airflow_provider_gpusched.core.yaml_loader import names_a_file
 
-    return QuotaConfig.load(value)
+    if not names_a_file(value):
+        return "", False
+    return gpu_state_dir() or default_state_dir(), gpu_state_dir_shared()
+
+
+#: (process, option, error, reader) of the warnings logged: a broken file is said once in each reader's log
+_SAID: dict[tuple[Any, ...], None] = {}
+
+
+def _say_broken(option: str, error: str) -> None:
+    """A settings file that is broken (its last good version in force), said in the log of what reads it: once per
+    task (its task log), per trigger, and per process otherwise (a DAG file's parse, a thread)."""
+    key = (os.getpid(), option, error, _reader())
+    if key in _SAID:
+        return
+    if len(_SAID) >= 1024:
+        _SAID.clear()
+    _SAID[key] = None
+    log.warning("gpusched: %s is broken, its last good version is used: %s", option, error)
+
+
+def _reader() -> Any:
+    """Who reads a setting now: the running task instance, else the running trigger (an asyncio task), else None."""
+    from airflow.sdk import get_current_context
+
+    try:
+        ti = get_current_context().get("ti")
+    except RuntimeError:  # not inside a task's execution
+        ti = None
+    if ti is not None:
+        return ("task", *(getattr(ti, k, None) for k in ("dag_id", "run_id", "task_id", "map_index", "try_number")))
+    try:
+        running = asyncio.current_task()
+    except RuntimeError:  # no event loop in this thread
+        running = None
+    return ("trigger", id(running)) if running is not None else None
 
 
 def attach_quotas(manager) -> None:
     """Put ``manager`` (a host's lease manager) under the team quotas, if any: the book in ``<fleet_dir>/quota``
-    (one for the fleet) or ``<lease dir>/quota`` (one host)."""
+    (one for the fleet) or ``<lease dir>/quota`` (one host). The book follows the quota file from then on (an edit
+    applies without a restart; a broken edit keeps the last good quotas)."""
     config = quota_config()
     if not config.enabled:
         return
     from airflow_provider_gpusched.core.fleet import attach_quotas
 
-    attach_quotas(manager, config, fleet_dir())
-
-
-@functools.lru_cache(maxsize=8)
-def _mapping_for(value: str):
-    from airflow_provider_gpusched.core.job_classes import JobClassMapping
-
-    return JobClassMapping.load(value)
+    attach_quotas(manager, config, fleet_dir()).follow(quota_config)

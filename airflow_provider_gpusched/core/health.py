@@ -342,11 +342,20 @@ def check_fleet(fleet_dir: str, now: float | None = None) -> list[Check]:
     return checks
 
 
-# -- team quotas ------------------------------------------------------------------------------------------------
+# -- settings files and team quotas ----------------------------------------------------------------------------
+def check_settings_file(name: str, source: str, config_error: str) -> Check:
+    """A settings file read while the scheduler runs (the quota file, the job-class file): a FAIL while it is
+    broken (its last good version is in force meanwhile: core/quota/last_good.py), else which one is in force."""
+    if config_error:
+        return Check(name, FAIL, config_error)
+    return Check(name, OK, source)
+
+
 def check_quotas(view: QuotaView) -> list[Check]:
     """The quotas (:func:`~airflow_provider_gpusched.core.quota.report.quota_view`): each group's quota and use;
-    a FAIL when the quotas add up to more than there is, or when work has waited within its group's quota for longer
-    than reclaiming takes (the guarantee not kept); a warning for each record of the book that could not be read."""
+    a FAIL while the quota file is broken (its last good version in force), when the quotas add up to more than there
+    is, or when work has waited within its group's quota for longer than reclaiming takes (the guarantee not kept); a
+    warning for each record of the book that could not be read."""
     from airflow_provider_gpusched.core.quota.report import starved
 
     groups = ", ".join(
@@ -362,6 +371,8 @@ def check_quotas(view: QuotaView) -> list[Check]:
             f"{view['source']}: {groups} (of {view['capacity']:g} {'GPUs' if view['resource'] == 'gpus' else 'bytes'})",
         )
     ]
+    if view["config_error"]:
+        out.append(check_settings_file("quota file", view["source"], view["config_error"]))
     over = [p for p in view["problems"] if "add up to" in p]
     if over:
         out.append(Check("quotas fit the fleet", FAIL, over[0]))

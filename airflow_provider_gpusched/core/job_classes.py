@@ -14,7 +14,8 @@ turns that into
   under thresholds) before fill-in work may start on it.
 
 The mapping comes from a YAML/JSON file or inline text (the Airflow option ``[gpusched] job_classes``);
-what it leaves out keeps the defaults below. Explicit operator arguments win over the class.
+what it leaves out keeps the defaults below. Explicit operator arguments win over the class. Read while the
+scheduler runs, the file goes through core/quota/last_good.py: a broken edit keeps its last good version in force.
 """
 
 from __future__ import annotations
@@ -144,6 +145,9 @@ class JobClassMapping:
 
     classes: dict[str, JobClass] = field(default_factory=lambda: dict(DEFAULT_CLASSES))
     source: str = "built-in defaults"
+    #: what is wrong with the mapping's file now, when this is its last good version kept in force
+    #: (core/quota/last_good.py)
+    config_error: str = ""
 
     def __getitem__(self, job_class: str) -> JobClass:
         return self.classes[check_job_class(job_class)]

@@ -45,7 +45,7 @@ def test_tasks_take_their_group_and_its_pool(quotas):
     assert (slurm_mine.account, slurm_mine.qos) == ("other", "nlp")
 
 
-def test_a_bad_group_fails_the_import_naming_the_task(quotas, monkeypatch):
+def test_a_bad_group_fails_the_import_naming_the_task(quotas, monkeypatch, tmp_path):
     from airflow.sdk import DAG
     from airflow.sdk.exceptions import AirflowException
 
@@ -62,8 +62,10 @@ def test_a_bad_group_fails_the_import_naming_the_task(quotas, monkeypatch):
     off = r"group='nlp' given, but \[gpusched\] quotas declares no groups"
     with pytest.raises(AirflowException, match=off), DAG("q3", start_date=START, schedule=None):
         LocalGPUOperator(task_id="off", gpus=1, command=["true"], group="nlp")
-    quotas.write_text("groups: {a: {quota: many}}")
-    monkeypatch.setenv("AIRFLOW__GPUSCHED__QUOTAS", str(quotas))
-    bad = r"quotas.yaml: groups.a.quota: expected a number of GPUs"
+    # a file never good before (one that was good keeps that version in force: tests/quota/test_settings_files_last_good.py)
+    never_good = tmp_path / "never_good.yaml"
+    never_good.write_text("groups: {a: {quota: many}}")
+    monkeypatch.setenv("AIRFLOW__GPUSCHED__QUOTAS", str(never_good))
+    bad = r"never_good.yaml: groups.a.quota: expected a number of GPUs"
     with pytest.raises(Exception, match=bad), DAG("q4", start_date=START, schedule=None):
         LocalGPUOperator(task_id="any", gpus=1, command=["true"])

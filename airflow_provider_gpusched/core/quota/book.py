@@ -26,12 +26,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import logging
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.quota.config import QuotaConfig
 from airflow_provider_gpusched.core.quota.policy import CLAIM, WAITER, Claim, Waiter
 from airflow_provider_gpusched.core.safe_files import (
@@ -48,6 +50,10 @@ CLAIM_TTL = 60.0
 RENEW_BEFORE = 45.0
 #: seconds a waiting mark counts after its request last looked
 WAITER_TTL = 30.0
+#: seconds a book that follows the quota file (:meth:`QuotaBook.follow`) uses what it read before looking again
+FOLLOW_EVERY = 1.0
+
+log = logging.getLogger(__name__)
 
 
 def book_dir(fleet_dir: str, state_dir: str) -> str:
@@ -60,7 +66,9 @@ class QuotaBook:
 
     def __init__(self, root: str, config: QuotaConfig, *, shared: bool = False) -> None:
         self.root = ensure_private_dir(root, shared=shared, what="quota directory")
-        self.config = config
+        self._config = config
+        self._source: Callable[[], QuotaConfig] | None = None
+        self._looked = 0.0
         self.file_mode = 0o660 if shared else 0o600
         self.shared = shared
         #: records that could not be read at the last look: ``[(file, why)]``
@@ -70,6 +78,30 @@ class QuotaBook:
         self._marked: dict[tuple[str, str], tuple[float, tuple[Any, ...]]] = {}
         self._lock_depth = 0
         self._lock_fd: int | None = None
+
+    @property
+    def config(self) -> QuotaConfig:
+        """The quotas in force: with :meth:`follow`, the quota file's as it is now (its last good version while it
+        is broken), looked at most every :data:`FOLLOW_EVERY` seconds."""
+        if self._source is not None and time.monotonic() - self._looked >= FOLLOW_EVERY:
+            self._looked = time.monotonic()
+            try:
+                config = self._source()
+            except GpuschedError as exc:  # no good version in this process: the one it started with stays
+                log.warning("gpusched: the quotas stay as they were: %s", exc)
+            else:
+                # quotas turned off (a file emptied) are taken up by the next process: this book's work keeps its
+                # groups, which a config without groups would not know
+                if config.enabled:
+                    self._config = config
+        return self._config
+
+    def follow(self, source: Callable[[], QuotaConfig]) -> None:
+        """Take the quotas from ``source`` (the quota file read through core/quota/last_good.py) from now on: a
+        lease manager that runs for long (the triggerer's, a fleet host's) applies an admin's edit without a
+        restart, and keeps the last good quotas while the file is broken."""
+        self._source = source
+        self._looked = 0.0
 
     def _dir(self, kind: str, host: str) -> str:
         ensure_private_dir(os.path.join(self.root, kind), shared=self.shared, what="quota directory")

@@ -98,6 +98,8 @@ class QuotaConfig:
     default_group: str = ""
     reclaim: ReclaimPolicy = field(default_factory=ReclaimPolicy)
     source: str = "no quotas"
+    #: what is wrong with the quota file now, when this is its last good version kept in force (core/quota/last_good.py)
+    config_error: str = ""
 
     @property
     def enabled(self) -> bool:

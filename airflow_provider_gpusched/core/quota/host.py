@@ -115,12 +115,13 @@ class HostQuotas:
         allowed to borrow, it waits; within it and not fitting, it may reclaim borrowed leases. ``live``: the
         lease ids alive here (their claims are kept, the others dropped), or None to only look."""
         book = self.book
+        config = book.config  # one version of the quotas for the whole decision (the book may follow the file)
         now = time.time()
         capacity = self.capacity(gpus)
         claims = book.claims(host=self.host, live=live)
         amount = self.amount(request, placement, gpus)
         verdict = admit(
-            book.config, capacity, claims, book.waiters(now), group=group, amount=amount, host=self.host, owner=owner
+            config, capacity, claims, book.waiters(now), group=group, amount=amount, host=self.host, owner=owner
         )
         gate = QuotaGate(group, verdict.kind, amount)
         if verdict.kind == "wait":
@@ -130,7 +131,7 @@ class HostQuotas:
 
             def order(host: str) -> tuple[list[Claim], list[Claim]]:
                 return reclaim_order(
-                    book.config, capacity, claims, group=group, host=host, now=now, asked=asked, owner=owner
+                    config, capacity, claims, group=group, host=host, now=now, asked=asked, owner=owner
                 )
 
             ready, young = order(self.host)
@@ -140,8 +141,7 @@ class HostQuotas:
             ]
             if young and not ready:
                 gate.note = "; borrowed lease(s) here may be reclaimed after reclaim.min_runtime: " + ", ".join(
-                    f"{c.lease_id} ({c.group}) in {book.config.reclaim.min_runtime - (now - c.created):.0f}s"
-                    for c in young
+                    f"{c.lease_id} ({c.group}) in {config.reclaim.min_runtime - (now - c.created):.0f}s" for c in young
                 )
         return gate
 
