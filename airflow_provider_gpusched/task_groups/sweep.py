@@ -398,7 +398,11 @@ class SweepStage:
                     f"round {round_no} has nothing left to try (the search is complete)"
                 )
             if session.spec.asks_as_it_goes:  # workers, each asking for its trials as its slot frees
-                return adapter.plan_workers(manifest, python, workers)
+                left = session.trials_left(manifest)
+                if left == 0:
+                    print(f"sweep {session.spec.name}: the search has no trial left to run: no worker starts")
+                    return []
+                return adapter.plan_workers(manifest, python, workers if left is None else min(workers, left))
             if not batched:  # each trial task gets its command and, as data, the trial it runs
                 return [
                     {"command": trial_argv(manifest, t, python), "trials": trial_set(manifest, [t])}

@@ -399,3 +399,15 @@ def test_a_slot_whose_worker_process_dies_fails_that_trial_once_and_goes_on_with
     assert attempts == ["w: trial 0 " + first.label, "w: trials 1-2 (2)", "w: trial 3 " + searching.taken("w")[3].label]
     log = (tmp_path / "asy" / "logs" / "worker-w.log").read_text()
     assert log.count("(id ") == 4, log
+
+
+def test_a_finished_search_run_again_needs_no_worker(tmp_path):
+    """Issue 76: re-running a finished asynchronous sweep ("0 to run") held 4 GPUs for about 40 s while its workers
+    found nothing to do. The plan says how many trials are left, and the task group starts that many workers."""
+    drive(tmp_path, "r1", count=4)
+    session = SweepSession(spec(tmp_path, count=4), str(tmp_path))
+    assert session.trials_left(session.prepare(run="r2")) == 0  # done: no worker starts
+    grown = SweepSession(spec(tmp_path, count=6), str(tmp_path))
+    assert grown.trials_left(grown.prepare(run="r3")) == 2  # two more to ask for: at most two workers
+    forced = SweepSession(spec(tmp_path, count=4, force_rerun=True), str(tmp_path))
+    assert forced.trials_left(forced.prepare(run="r4")) is None  # every trial again: as many workers as asked

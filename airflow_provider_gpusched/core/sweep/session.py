@@ -150,6 +150,18 @@ class SweepSession:
             )
         )
 
+    def trials_left(self, manifest: Manifest) -> int | None:
+        """How many trials the workers of an asynchronous run (``manifest``, its plan) can still take: the plan's
+        pending ones and the new ones the study may still ask for (up to ``count`` and the space's size). None with
+        ``force_rerun``: every earlier trial runs again, on a new study trial. A finished sweep run again: 0, and
+        no worker need start (nor hold a GPU to find nothing to do)."""
+        if manifest.record.force_rerun:
+            return None
+        size = finite_space_size(flatten(self.spec.space))
+        count = self.spec.count or 0
+        cap = count if size is None else min(count, size)
+        return len(manifest.pending) + max(0, cap - len(manifest.trials))
+
     def asynchronous(self, run: str | None = None, force_rerun: bool | None = None) -> AsyncRun:
         """The run ``run`` of an asynchronous search (core/sweep/asynchronous.py): its plan, its hand-outs."""
         from airflow_provider_gpusched.core.sweep.asynchronous import AsyncRun
