@@ -16,7 +16,26 @@ unset PYTHONDONTWRITEBYTECODE
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
 # the tests that share one deployment (the stack tier, the fleet tier) stay on one worker (pytest_xdist_make_scheduler in
 # tests/conftest.py); the slowest tests are printed at the end
+# Nothing the tests start outlives the run (tests/services.py): what an earlier run left when it was killed outright
+# (kill -9, a CI job's timeout: no trap ran) is stopped first, and what this run started is stopped when it exits,
+# however it exits (failure, Ctrl-C, kill). The fixtures record what they start, owned by this shell.
+export GPUSCHED_TEST_OWNER=$$
+python -m tests.services reap
 # the MLflow server's own venv (scripts/mlflow-venv.sh, a few minutes the first time) is made while the tests run;
 # the tracking tests' fixture waits for it
-bash scripts/mlflow-venv.sh >/dev/null 2>&1 &
+venv_job=""
+if [ -z "${GPUSCHED_NO_MLFLOW_VENV:-}" ]; then  # (set by tests/test_services.py's runs of this script)
+  bash scripts/mlflow-venv.sh >/dev/null 2>&1 &
+  venv_job=$!
+fi
+on_exit() {
+  local rc=$?
+  trap - EXIT INT TERM
+  [ -z "$venv_job" ] || kill "$venv_job" 2>/dev/null || true
+  python -m tests.services reap --owner "$GPUSCHED_TEST_OWNER" || true
+  exit "$rc"
+}
+trap on_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 python -m pytest -n "${GPUSCHED_WORKERS:-4}" --dist loadgroup --durations=30 "$@"

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import services
+
 REPO = Path(__file__).resolve().parent.parent
 _AIRFLOW_HOME = tempfile.mkdtemp(prefix="gpusched-test-airflow-")
 os.environ["AIRFLOW_HOME"] = _AIRFLOW_HOME
@@ -164,6 +166,8 @@ def no_service_in_the_fast_tier(what: str) -> None:
 
 def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)
+    if not WORKER and services.OWNER_ENV not in os.environ:  # pytest run by hand: its own services (scripts/test.sh
+        services.reap(services.owner())  # stops its run's in its EXIT trap, whatever way the run ends)
 
 
 def _sinfo_ok(env: dict) -> bool:
@@ -245,6 +249,13 @@ def slurm_cluster():
             problem = f"scripts/slurm-cluster.sh up failed:\n{proc.stdout}\n{proc.stderr}"
         else:
             started = True
+    record = None
+    if started and not os.environ.get("GPUSCHED_KEEP_CLUSTER"):  # stopped below, or by tests/services.py
+        record = services.register(
+            f"slurm-cluster-{root.name}",
+            stop=["bash", str(script), "down"],
+            env={**os.environ, "GPUSCHED_SLURM_ROOT": str(root)},
+        )
     if problem:
         if IN_CI:
             pytest.fail(f"Slurm test cluster unavailable in CI: {problem}")
@@ -253,13 +264,14 @@ def slurm_cluster():
     try:
         yield str(conf)
     finally:
-        if started and not os.environ.get("GPUSCHED_KEEP_CLUSTER"):
+        if record is not None:
             subprocess.run(
                 ["bash", str(script), "down"],
                 env={**os.environ, "GPUSCHED_SLURM_ROOT": str(root)},
                 capture_output=True,
                 timeout=120,
             )
+            services.stopped(record)
 
 
 @pytest.fixture(scope="session")
@@ -341,7 +353,9 @@ def login_host(tmp_path_factory):
             f"PidFile={d / 'sshd.pid'}",
         ],
         stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group: tests/services.py stops it if this session cannot
     )
+    record = services.register("sshd", pgid=proc.pid)
     options = [
         "-i",
         str(d / "clientkey"),
@@ -361,6 +375,7 @@ def login_host(tmp_path_factory):
     yield port, options
     proc.terminate()
     proc.wait(timeout=10)
+    services.stopped(record)
 
 
 class MLflowServer:
@@ -433,6 +448,7 @@ def mlflow_server(tmp_path_factory):
         # processes polling beside the tests
         env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
     )
+    record = services.register("mlflow-server", pgid=proc.pid)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     import urllib.request
@@ -451,3 +467,4 @@ def mlflow_server(tmp_path_factory):
     os.killpg(proc.pid, signal.SIGTERM)
     proc.wait(timeout=30)
     log.close()
+    services.stopped(record)

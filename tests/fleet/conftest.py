@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 
+from tests import services
 from tests.stack.client import REPO, TEST_STACK_ENV, Stack, StackConfig
 
 FAST_CLASSES = json.dumps(
@@ -70,12 +71,14 @@ def fleet(slurm_cluster):
     QUOTAS.write_text("")  # quotas off
     for src in (REPO / "tests" / "fleet" / "dagfiles").glob("*.py"):
         shutil.copy(src, EXTRA_DAGS)
+    record = None if os.environ.get("GPUSCHED_E2E_KEEP") else CONFIG.register()
     up = CONFIG.run("up", "--hosts", "3", timeout=900)
     print(up.stderr[-3000:])
     try:
         yield Fleet(CONFIG)
     finally:
-        if not os.environ.get("GPUSCHED_E2E_KEEP"):
+        if record is not None:
             CONFIG.run("destroy", check=False)
+            services.stopped(record)
             left = subprocess.run(["ip", "link", "show"], capture_output=True, text=True).stdout
             assert "gsf" not in left, f"links left behind: {left}"

@@ -39,6 +39,27 @@ class StackConfig:
 
     def run(self, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
         """``scripts/<script> ARGS`` for this stack (the caller's Airflow settings left out)."""
+        out = subprocess.run(
+            self.command(*args), env=self.environment(), capture_output=True, text=True, timeout=timeout
+        )
+        if check and out.returncode != 0:
+            raise AssertionError(
+                f"scripts/{self.script} {' '.join(args)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}"
+            )
+        return out
+
+    def command(self, *args: str) -> list[str]:
+        return ["bash", str(REPO / "scripts" / self.script), *args]
+
+    def register(self) -> Path:
+        """Record this stack as started by the tests (tests/services.py: ``destroy`` stops it if its session
+        cannot)."""
+        from tests import services
+
+        return services.register(self.script.removesuffix(".sh"), stop=self.command("destroy"), env=self.environment())
+
+    def environment(self) -> dict[str, str]:
+        """The script's environment for this stack."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW") and k != "GPUSCHED_STATE_DIR"}
         env.update(
             {
@@ -50,18 +71,7 @@ class StackConfig:
         )
         if self.extra_dags:
             env["GPUSCHED_STACK_EXTRA_DAGS"] = str(self.extra_dags)
-        out = subprocess.run(
-            ["bash", str(REPO / "scripts" / self.script), *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        if check and out.returncode != 0:
-            raise AssertionError(
-                f"scripts/{self.script} {' '.join(args)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}"
-            )
-        return out
+        return env
 
     def running(self) -> bool:
         return self.run("status", check=False).returncode == 0

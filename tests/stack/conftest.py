@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 
+from tests import services
 from tests.stack.client import REPO, TEST_STACK_ENV, Stack, StackConfig
 
 #: idle-class timings short enough for a test (the defaults are minutes)
@@ -40,14 +41,16 @@ def stack(slurm_cluster):
         old.unlink()
     for src in (REPO / "tests" / "stack" / "dagfiles").glob("*.py"):
         shutil.copy(src, EXTRA_DAGS)
+    record = CONFIG.register() if started and not os.environ.get("GPUSCHED_E2E_KEEP") else None
     if started:
         up = CONFIG.run("up")
         print(up.stderr[-2000:])
     try:
         yield Stack(CONFIG)
     finally:
-        if started and not os.environ.get("GPUSCHED_E2E_KEEP"):
+        if record is not None:
             CONFIG.run("destroy", check=False)  # its database and directory too
+            services.stopped(record)
 
 
 @pytest.fixture(autouse=True)
