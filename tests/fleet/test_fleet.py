@@ -339,10 +339,13 @@ def test_pipeline_stages_run_on_the_fleet_hosts_standing_for_the_partitioners_ho
     devices.yml; each runs on the fleet host that stands for its host (one mapped in the run's conf, the others
     in turn), through that host's own queue."""
     dag_id = "gpusched_pipeline_partition"
+
+    def task_ids() -> set[str]:  # (none while its file is not parsed yet: 404, the tier's first test run alone)
+        response = fleet.http.get(f"/dags/{dag_id}/tasks")
+        return {t["task_id"] for t in response.json()["tasks"]} if response.status_code == 200 else set()
+
     wait_until(
-        lambda: "stage_on_gpu-c" in {t["task_id"] for t in fleet.get(f"/dags/{dag_id}/tasks")["tasks"]},
-        timeout=180,
-        what="the pipeline DAG parsed with the fleet's hosts",
+        lambda: "stage_on_gpu-c" in task_ids(), timeout=180, what="the pipeline DAG parsed with the fleet's hosts"
     )
     run_id = fleet.trigger(dag_id, fleet_hosts={"rcc-3": "gpu-c"})
     assert fleet.wait_run(dag_id, run_id, timeout=300) == "success"
@@ -518,8 +521,10 @@ def test_team_quotas_borrowed_gpus_are_reclaimed_for_the_group_within_its_quota(
         fleet.ensure_pool(f"gpusched_group_{group}", 32)
     sampler = LeaseSampler(fleet)
     sampler.start()
+    hold = Path(f"{out_file}.hold")  # vision's trainers go on until nlp's run is over: 4 are borrowed when it asks
+    hold.touch()
     try:
-        vision = fleet.trigger("fleet_quota_vision", out=str(out_file), steps=240)  # 120 s each
+        vision = fleet.trigger("fleet_quota_vision", out=str(out_file), steps=40)  # 20 s each, and while held
 
         def quota_groups() -> dict:
             shown = fleet.gpusched("quota", "show", "--json")
@@ -563,6 +568,7 @@ def test_team_quotas_borrowed_gpus_are_reclaimed_for_the_group_within_its_quota(
         waited = max(r["start"] for r in starts) - asked
         print(f"nlp's 4 trainers all started {waited:.1f}s after their run was triggered")
         assert len(starts) == 4 and waited < 60, f"nlp waited {waited:.0f}s within its quota"
+        hold.unlink()
         assert fleet.wait_run("fleet_quota_vision", vision, timeout=420) == "success"
         timeline = fleet.http.get(f"{fleet.url}/gpusched/api/timeline", params={"hours": 0.06}).json()
         assert {"vision", "nlp"} <= set(timeline["groups"]), timeline["groups"]
@@ -574,6 +580,7 @@ def test_team_quotas_borrowed_gpus_are_reclaimed_for_the_group_within_its_quota(
             ".filter((b) => b.group === 'nlp').length >= 4",
         )
     finally:
+        hold.unlink(missing_ok=True)
         sampler.stop.set()
         sampler.join()
         QUOTAS.write_text("")
