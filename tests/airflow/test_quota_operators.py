@@ -31,11 +31,17 @@ def test_tasks_take_their_group_and_its_pool(quotas):
         plain = LocalGPUOperator(task_id="p", gpus=1, command=["true"])
         stranger = LocalGPUOperator(task_id="s", gpus=1, command=["true"], owner="carol")
         named = LocalGPUOperator.partial(task_id="n", gpus=1, group="nlp").expand(command=[["true"]])
+        sliced = LocalGPUOperator.partial(task_id="sl", gpu_memory="8GiB").expand(command=[["true"]])
+        sliced_one = LocalGPUOperator(task_id="sl1", gpu_memory="8GiB", command=["true"])
         own_pool = LocalGPUOperator(task_id="o", gpus=1, command=["true"], pool="mine")
         filler = LocalGPUOperator(task_id="i", gpus=1, command=["true"], job_class="idle")
         slurm = SlurmJobOperator(task_id="j", command=["true"], group="nlp")
         slurm_mine = SlurmJobOperator(task_id="k", command=["true"], group="nlp", account="other")
     assert mapped.partial_kwargs["pool"] == "gpusched_group_vision"
+    # with GPU quotas a group pool has 4 slots a GPU: a whole GPU takes 4, a memory slice 1 (they pack)
+    assert (mapped.partial_kwargs["pool_slots"], plain.pool_slots) == (4, 4)
+    assert (sliced.partial_kwargs["pool_slots"], sliced_one.pool_slots) == (1, 1)
+    assert filler.pool_slots == 1 and slurm.pool_slots == 1  # their own pools: as the job class says
     assert (plain.group, plain.pool) == ("vision", "gpusched_group_vision")
     assert (stranger.group, stranger.pool) == ("unassigned", "gpusched_group_unassigned")
     assert named.partial_kwargs["pool"] == "gpusched_group_nlp"

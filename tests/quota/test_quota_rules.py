@@ -112,6 +112,10 @@ def test_which_group_work_counts_for():
         config({"groups": {"unassigned": 1}})
     assert "gpusched_group_unassigned" in config({"groups": {"a": 1}}).pool_plan(8)
     assert "gpusched_group_unassigned" not in config().pool_plan(8)  # with a default group, nothing is unassigned
+    # 4 slots a GPU (a whole GPU takes 4, a memory slice 1): a quota of 3 with no borrowing limit, at most 8 GPUs
+    assert config({"groups": {"a": 3}}).pool_plan(8)["gpusched_group_a"]["slots"] == 32
+    assert config({"groups": {"a": {"quota": 3, "borrowing_limit": 1}}}).pool_plan(8)["gpusched_group_a"]["slots"] == 16
+    assert (config().pool_slots(2), config().pool_slots(1, "8GiB"), config().pool_slots(2, "8GiB")) == (8, 1, 2)
     assert QuotaConfig().group_for("x", "y") == ""  # quotas off
 
 
