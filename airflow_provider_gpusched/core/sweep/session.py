@@ -393,19 +393,19 @@ class SweepSession:
         if self.spec.asks_as_it_goes:
             size = finite_space_size(flatten(self.spec.space))
             count = self.spec.count or 0  # the kind set it
-            trials = count if size is None else min(count, size)
+            total = count if size is None else min(count, size)
             # the trials earlier runs ended (each is a study trial: a run skips those that succeeded or were pruned)
             done = 0 if self.spec.force_rerun else sum(1 for s in self._folder_states() if s in DONE_STATES)
             return {
                 "sweep": self.spec.name,
                 "search": self.spec.search,
                 "asynchronous": True,
-                "trials": trials,
+                "trials": total,
                 "workers": self.spec.max_workers or self.spec.per_round,
                 "folder": self.store.dir,
                 "space_size": size,
-                "would_run": max(0, trials - done),
-                "would_skip": min(done, trials),
+                "would_run": max(0, total - done),
+                "would_skip": min(done, total),
             }
         trials = self.spec.trials()
         states = {t.trial_id: self.store.state(t) for t in trials}
