@@ -54,7 +54,11 @@ def mlflow_connection(conn_id: str) -> dict[str, Any]:
 def _resolved(config: TrackerConfig) -> dict[str, Any]:
     if config.kind != "mlflow" or config.settings.get("tracking_uri"):
         return {}
-    return mlflow_connection(str(config.settings.get("conn_id") or DEFAULT_MLFLOW_CONN))
+    conn_id = str(config.settings.get("conn_id") or DEFAULT_MLFLOW_CONN)
+    found = mlflow_connection(conn_id)
+    if found:  # an error about its URL names the connection it came from
+        found["uri_source"] = f"the Airflow connection {conn_id}"
+    return found
 
 
 def build_callbacks(

@@ -209,8 +209,10 @@ def test_mlflow_without_a_server_says_where_to_set_one(tmp_path, monkeypatch):
         GpuschedError, match="no server: set tracking_uri in the spec, the Airflow connection mlflow_default"
     ):
         config.build(str(tmp_path))
-    (config,) = parse_tracking([{"kind": "mlflow", "tracking_uri": "file:///tmp/mlruns"}])
-    with pytest.raises(GpuschedError, match=r"expected http\(s\)://host:port"):
+    with pytest.raises(InvalidArgumentError, match=r"tracking\[0\].tracking_uri: expected an MLflow tracking server"):
+        parse_tracking([{"kind": "mlflow", "tracking_uri": "file:///tmp/mlruns"}])  # refused when the spec loads
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "file:///tmp/mlruns")  # the environment's: when the sync starts
+    with pytest.raises(GpuschedError, match=r"\(\$MLFLOW_TRACKING_URI\) 'file:///tmp/mlruns': expected an MLflow"):
         config.build(str(tmp_path))
 
 

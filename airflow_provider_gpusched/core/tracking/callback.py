@@ -90,6 +90,10 @@ class TrialEnd:
     error: str | None
     #: the files worth keeping, where they exist: output.log and result.json
     files: Sequence[str] = ()
+    #: True for an attempt whose end comes from a later attempt of the trial: it was preempted, reclaimed or its
+    #: runner killed before it recorded an outcome (``stopped``, its ``error`` says so), or its outcome was kept
+    #: aside when the trial started again. The trial folder's reports and files are then the later attempt's.
+    superseded: bool = False
 
 
 class TrackingCallback:

@@ -11,11 +11,17 @@ Class``, a :class:`~airflow_provider_gpusched.core.tracking.callback.TrackingCal
       - {callback: my_lab.tracking:SlackCallback, channel: "#sweeps"}
 
 The ``[gpusched] tracking`` option names trackers every sweep sends to (``mlflow,tensorboard``), on top of its own.
-Errors name the key (``sweeps/hpo.yaml: tracking[1].experiment: expected a string``).
+Errors name the key (``sweeps/hpo.yaml: tracking[1].experiment: expected a string``), and come when the spec is
+loaded: a ``tracking_uri`` MLflow's REST API cannot be reached at (``htp://...``, a ``file:`` store) or a directory
+that cannot be one is refused before any trial runs, not by each trial's task afterwards.
 """
 
 from __future__ import annotations
 
+import difflib
+import os
+import re
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,17 +43,85 @@ def _string(value: Any) -> bool:
     return isinstance(value, str) and bool(value) and "\x00" not in value
 
 
-#: each built-in tracker's settings: key -> (check, what is expected)
-SETTINGS: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
+SERVER_URL = "an MLflow tracking server's URL, http(s)://host[:port][/prefix], such as http://mlflow:5000"
+#: MLflow's tracking URIs that are not a server: its own client writes them (a folder, Databricks, a database)
+_MLFLOW_STORES = ("file", "databricks", "databricks-uc", "uc", "sqlite", "postgresql", "mysql", "mssql")
+_HOST_PORT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*:[0-9]+(/.*)?$")
+
+
+def tracking_uri_problem(value: Any) -> str | None:
+    """What is wrong with ``value`` as the MLflow server's URL (what is expected, with the likely fix), or None.
+    The one check of a URI from the spec, an Airflow connection or ``$MLFLOW_TRACKING_URI``: the provider speaks
+    MLflow's REST API (mlflow.py), so the URI is a server's."""
+    if not _string(value) or any(c.isspace() for c in value):
+        return SERVER_URL
+    if _HOST_PORT.match(value):  # mlflow:5000 (a URL parser reads 'mlflow' as the scheme)
+        return f"{SERVER_URL}; did you mean http://{value}?"
+    parsed = urllib.parse.urlsplit(value)
+    scheme = parsed.scheme.lower()
+    if scheme in ("http", "https"):
+        try:
+            port = parsed.port
+        except ValueError:
+            return f"{SERVER_URL} (its port is not a number from 1 to 65535)"
+        if not parsed.hostname:
+            return f"{SERVER_URL} (it names no host)"
+        if port == 0:
+            return f"{SERVER_URL} (its port is not a number from 1 to 65535)"
+        return None
+    store = scheme.split("+")[0] or (value.lower() if value.lower() in _MLFLOW_STORES else "")
+    if store in _MLFLOW_STORES or not scheme:
+        what = f"a {store} store" if store else "a local folder"
+        return (
+            f"{SERVER_URL}: the provider speaks to MLflow through a tracking server, not to {what}; serve it with "
+            f"`mlflow server --backend-store-uri URI` and give that server's URL (docs/tracking.md, "
+            f"'Setting up an MLflow server')"
+        )
+    close = difflib.get_close_matches(scheme, ["http", "https"], n=1, cutoff=0.5)
+    if close:
+        rest = value.split(":", 1)[1].lstrip("/")
+        return f"{SERVER_URL}; did you mean {close[0]}://{rest}?"
+    return SERVER_URL
+
+
+def _tracking_uri(value: Any) -> bool | str:
+    return tracking_uri_problem(value) or True
+
+
+def _directory(default: str) -> Callable[[Any], bool | str]:
+    """A check of a directory the callback writes to with the file system, on whichever Airflow worker syncs."""
+
+    def check(value: Any) -> bool | str:
+        if not _string(value):
+            return False
+        expected = f"an absolute directory (default {default})"
+        if "://" in value:
+            return f"{expected}: the files are written with the file system, not to a URL"
+        path = os.path.expanduser(value)
+        if not os.path.isabs(path):
+            return (
+                f"{expected}: a relative one would be relative to each task's working directory; "
+                f"leave it out for {default}"
+            )
+        if os.path.exists(path) and not os.path.isdir(path):
+            return f"{expected}: {path} is a file"
+        return True
+
+    return check
+
+
+#: each built-in tracker's settings: key -> (check, what is expected); a check returns True, False (then the value
+#: is not what ``expected`` says) or the particular problem of the value, said instead
+SETTINGS: dict[str, dict[str, tuple[Callable[[Any], bool | str], str]]] = {
     "mlflow": {
-        "tracking_uri": (_string, "the tracking server's URL, such as http://mlflow:5000"),
+        "tracking_uri": (_tracking_uri, SERVER_URL),
         "conn_id": (_string, "an Airflow connection id (default mlflow_default)"),
         "experiment": (_string, "an MLflow experiment name (default: the sweep's name)"),
         "artifacts": (lambda v: isinstance(v, bool), "true or false (upload output.log and result.json)"),
         "timeout": (lambda v: is_number(v) and 0 < v <= 120, "seconds from 0 to 120 per request"),
     },
     "tensorboard": {
-        "log_dir": (_string, "a directory (default <sweep folder>/tensorboard)"),
+        "log_dir": (_directory("<sweep folder>/tensorboard"), "a directory (default <sweep folder>/tensorboard)"),
     },
     "wandb": {
         "project": (_string, "a W&B project (default: the sweep's name)"),
@@ -56,7 +130,7 @@ SETTINGS: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
             lambda v: v in ("offline", "online"),
             "'offline' (default: run files, `wandb sync` later) or 'online'",
         ),
-        "dir": (_string, "a directory for the run files (default <sweep folder>/wandb)"),
+        "dir": (_directory("<sweep folder>/wandb"), "a directory for the run files (default <sweep folder>/wandb)"),
     },
 }
 
@@ -131,8 +205,9 @@ def parse_tracking(value: Any, where: str = "tracking") -> tuple[TrackerConfig, 
                         f"{at}.{key}", setting, f"one of the {kind} settings: {', '.join(known)}"
                     )
                 check, expected = known[key]
-                if not check(setting):
-                    raise InvalidArgumentError(f"{at}.{key}", setting, expected)
+                verdict = check(setting)
+                if verdict is not True:
+                    raise InvalidArgumentError(f"{at}.{key}", setting, verdict or expected)
             out.append(TrackerConfig(kind=kind, settings=settings, where=at))
         else:
             if not isinstance(target, str) or ":" not in target:

@@ -30,6 +30,7 @@ from typing import Any
 
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.tracking.callback import SweepRun, TrackingCallback, TrialEnd, TrialReport, TrialRun
+from airflow_provider_gpusched.core.tracking.config import tracking_uri_problem
 
 #: MLflow's own limits per log-batch request, and on a param value's length (MLflow >= 2.10 takes 6,000)
 MAX_METRICS, MAX_PARAMS, MAX_TAGS, MAX_PARAM_VALUE = 1000, 100, 100, 6000
@@ -65,10 +66,11 @@ class MLflowRest:
         password: str | None = None,
         token: str | None = None,
         timeout: float = 5.0,
+        source: str = "MLflow tracking URI",
     ) -> None:
-        parsed = urllib.parse.urlparse(uri)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise MLflowError(f"MLflow tracking URI {uri!r}: expected http(s)://host:port (a tracking server)")
+        problem = tracking_uri_problem(uri)
+        if problem:  # (the spec's own tracking_uri was checked when it was loaded: this one is a connection's or $'s)
+            raise MLflowError(f"{source} {uri!r}: expected {problem}")
         self.uri, self.timeout = uri.rstrip("/"), timeout
         self.headers = {"Content-Type": "application/json", "User-Agent": "airflow-provider-gpusched"}
         if token:
@@ -93,6 +95,9 @@ class MLflowRest:
                 code = json.loads(detail).get("error_code", "")
             except ValueError:
                 code = ""
+            if exc.code == 403 and "Host header" in detail:  # MLflow 3's guard: names not allowed are refused
+                netloc = urllib.parse.urlsplit(self.uri).netloc
+                detail += f" (start `mlflow server` with --allowed-hosts {netloc}: docs/tracking.md)"
             raise MLflowError(f"MLflow {method} {path}: HTTP {exc.code} {code} {detail}".strip()) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
@@ -209,7 +214,10 @@ class MLflowCallback(TrackingCallback):
         username: str | None = None,
         password: str | None = None,
         token: str | None = None,
+        uri_source: str | None = None,
     ) -> None:
+        """``uri_source``: where ``tracking_uri`` came from when not from the spec (the Airflow connection), for
+        its error."""
         env = os.environ
         uri = tracking_uri or env.get("MLFLOW_TRACKING_URI")
         if not uri:
@@ -217,12 +225,17 @@ class MLflowCallback(TrackingCallback):
                 f"MLflow tracking: no server: set tracking_uri in the spec, the Airflow connection "
                 f"{conn_id or 'mlflow_default'}, or $MLFLOW_TRACKING_URI"
             )
+        if tracking_uri:
+            source = f"MLflow tracking URI ({uri_source})" if uri_source else "MLflow tracking URI"
+        else:
+            source = "MLflow tracking URI ($MLFLOW_TRACKING_URI)"
         self.client = MLflowRest(
             uri,
             username=username or env.get("MLFLOW_TRACKING_USERNAME"),
             password=password or env.get("MLFLOW_TRACKING_PASSWORD"),
             token=token or env.get("MLFLOW_TRACKING_TOKEN"),
             timeout=float(timeout),
+            source=source,
         )
         self.experiment, self.artifacts = experiment, artifacts
         self.no_proxy_said = False
@@ -251,11 +264,30 @@ class MLflowCallback(TrackingCallback):
         return str(memo["experiment_id"]), str(memo["run_id"])
 
     # -- trials ------------------------------------------------------------------------------------------------
+    @staticmethod
+    def _airflow_tags(trial: TrialRun) -> dict[str, Any]:
+        """The tags that link an attempt's run to the Airflow task that ran it, once that task is known and they
+        were not sent yet: an attempt first sent by another task (the sweep's collect, a sync resumed after an
+        outage) gets them with its next request, as a run sent live has them from its start."""
+        task = trial.task or {}
+        if trial.memo.get("airflow_tags") or not task.get("task_id"):
+            return {}
+        dag_id = trial.sweep.dag_id or task.get("dag_id")
+        return {
+            **({"airflow.dag_id": dag_id} if dag_id else {}),
+            **({"airflow.run_id": trial.sweep.run} if trial.sweep.run else {}),
+            **{
+                f"airflow.{k}": v
+                for k, v in task.items()
+                if k in ("task_id", "map_index", "try_number") and v is not None
+            },
+        }
+
     def on_trial_start(self, trial: TrialRun) -> None:
         if "run_id" in trial.memo:
             return
         experiment_id, parent = self._parent(trial.sweep, trial.started)
-        task = trial.task or {}
+        task_tags = self._airflow_tags(trial)
         tags = {
             "mlflow.parentRunId": parent,
             "gpusched.sweep": trial.sweep.sweep,
@@ -269,21 +301,28 @@ class MLflowCallback(TrackingCallback):
             },
             **({"airflow.dag_id": trial.sweep.dag_id} if trial.sweep.dag_id else {}),
             **({"airflow.run_id": trial.sweep.run} if trial.sweep.run else {}),
-            **{f"airflow.{k}": v for k, v in task.items() if k in ("task_id", "map_index", "try_number")},
+            **task_tags,
         }
         run = self.client.create_run(experiment_id, trial.label, trial.started, tags)
-        trial.memo.update(run_id=run["run_id"], artifact_uri=run["artifact_uri"])
+        trial.memo.update(run_id=run["run_id"], artifact_uri=run["artifact_uri"], airflow_tags=bool(task_tags))
         self.client.log_batch(run["run_id"], params=trial.params)
 
     def on_trial_reports(self, trial: TrialRun, reports: Sequence[TrialReport]) -> None:
         metrics = [m for r in reports for m in _metrics(r.metrics, r.step, r.time)]
-        self.client.log_batch(str(trial.memo["run_id"]), metrics=metrics)
+        task_tags = self._airflow_tags(trial)
+        self.client.log_batch(str(trial.memo["run_id"]), metrics=metrics, tags=task_tags)
+        if task_tags:
+            trial.memo["airflow_tags"] = True
         trial.memo["last_step"] = max(int(trial.memo.get("last_step", 0)), *(r.step for r in reports))
 
     def on_trial_end(self, trial: TrialRun, end: TrialEnd) -> None:
         run_id = str(trial.memo["run_id"])
         if not trial.memo.get("result_logged"):
-            tags = {"gpusched.state": end.state, **({"gpusched.error": end.error} if end.error else {})}
+            tags = {
+                "gpusched.state": end.state,
+                **({"gpusched.error": end.error} if end.error else {}),
+                **self._airflow_tags(trial),
+            }
             values = dict(end.metrics)
             if end.score is not None:
                 values["score"] = end.score
@@ -293,6 +332,7 @@ class MLflowCallback(TrackingCallback):
             step = int(trial.memo.get("last_step", 0))
             self.client.log_batch(run_id, metrics=_metrics(values, step, end.ended), tags=tags)
             trial.memo["result_logged"] = True
+            trial.memo["airflow_tags"] = trial.memo.get("airflow_tags") or "airflow.task_id" in tags
         if self.artifacts:
             uploaded = trial.memo.setdefault("uploaded", [])
             for path in end.files:

@@ -8,11 +8,21 @@ sync runs on the Airflow side (the trial's task when it ends, the batch runner a
 
 What each callback has been told is kept under ``<sweep>/tracking/<callback name>/`` (private files, read back
 checked): ``runs/<run>.json`` (the sweep run's memo, whether its end was told), ``trials/<trial folder>.json`` (per
-attempt: started, reports told, ended, memo) and ``health.json`` (since when it fails, and whether that was said).
+attempt: its run, started, reports told, ended, memo) and ``health.json`` (since when it fails). Which Airflow task
+ran each attempt is kept for every callback under ``<sweep>/tracking/_tasks/`` by the first sync that knows it (the
+trial's own task), even while the trackers are down: an attempt sent later (after an outage, by the sweep's
+``collect``) is tagged as one sent live.
+
+An attempt whose trial started again before its end was told (it was preempted, reclaimed, or its runner was killed:
+the trial's record is the later attempt's now) is ended for the callback the first time a sync sees that: with the
+outcome the trial store kept aside for it where there is one, else ``stopped``, saying why (``TrialEnd.superseded``).
+A tracker's run of it never stays open.
+
 A callback that raises is left where it stopped: its events wait for the next sync, which resumes there. While it
 keeps failing, syncs that are not the sweep's last try it at most once per ``retry_after`` seconds and give it at
-most ``budget`` seconds, so a tracker that is down or slow never holds up the tasks that run trials; the failure is
-logged once, and again when it recovers with what was sent late. One sync per callback at a time (a ``flock``).
+most ``budget`` seconds, so a tracker that is down or slow never holds up the tasks that run trials. A process (one
+task's log) says an outage once when it first sees it, then again after 1, 2, 4 ... minutes (at most every 30), and
+once when it works again; the syncs in between say nothing of it. One sync per callback at a time (a ``flock``).
 """
 
 from __future__ import annotations
@@ -22,16 +32,24 @@ import fcntl
 import hashlib
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_number
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.safe_files import BadRecordError, read_json_record, write_json_atomic
 from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports
-from airflow_provider_gpusched.core.sweep.store import FINAL_STATES, OUTPUT_LOG_FILE, read_json, read_result_json
+from airflow_provider_gpusched.core.sweep.store import (
+    FINAL_STATES,
+    OUTPUT_LOG_FILE,
+    PREVIOUS_RESULT_FILE,
+    read_json,
+    read_result_json,
+)
 from airflow_provider_gpusched.core.tracking.callback import (
     SweepRun,
     TrackingCallback,
@@ -41,6 +59,13 @@ from airflow_provider_gpusched.core.tracking.callback import (
 )
 
 TRACKING_DIR = "tracking"
+#: under TRACKING_DIR: the Airflow task of each attempt, shared by the callbacks (no callback name starts with "_")
+TASKS_DIR = "_tasks"
+#: a task's log says an outage again this long after it first said it, the gap doubling up to REMIND_MAX
+REMIND_FIRST, REMIND_MAX = 60.0, 1800.0
+#: what this process said of each outage, by its health file: since when it fails, when to say it next, the gap
+_SAID: dict[str, dict[str, float]] = {}
+_SAID_LOCK = threading.Lock()
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -70,6 +95,8 @@ class CallbackOutcome:
     pending: bool = False
     error: str | None = None
     skipped: str | None = None
+    #: nothing worth a line: an outage this process said already (and said again when due), another sync sending
+    quiet: bool = False
 
 
 @dataclass
@@ -77,8 +104,13 @@ class SyncOutcome:
     callbacks: dict[str, CallbackOutcome] = field(default_factory=dict)
 
     def describe(self) -> str:
+        """One line of what each callback got; "" when none has anything to say (``quiet``)."""
+        if self.callbacks and all(out.quiet for out in self.callbacks.values()):
+            return ""
         parts = []
         for name, out in self.callbacks.items():
+            if out.quiet:
+                continue
             if out.skipped:
                 parts.append(f"{name}: {out.skipped}")
             elif out.error:
@@ -96,7 +128,8 @@ class TrackingSync:
     """Tells ``callbacks`` what the folder of ``sweep`` records for its run ``sweep.run``.
 
     ``score``: the objective's score of a result (None without one). ``log``: where its few lines go (a task's
-    log). ``retry_after``/``budget``: see the module's docstring (a ``final`` sync ignores both)."""
+    log). ``retry_after``/``budget``: see the module's docstring (a ``final`` sync ignores both). ``clock``: the
+    time (epoch seconds) of the health records and of when an outage is said again."""
 
     def __init__(
         self,
@@ -107,10 +140,11 @@ class TrackingSync:
         log: Callable[[str], None] = print,
         retry_after: float = 60.0,
         budget: float = 20.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.sweep, self.callbacks, self.log = sweep, list(callbacks), log
         self.score = score or (lambda result: None)
-        self.retry_after, self.budget = retry_after, budget
+        self.retry_after, self.budget, self.clock = retry_after, budget, clock
         names = [c.name for c in self.callbacks]
         for name in names:
             if not isinstance(name, str) or not _NAME.match(name):
@@ -133,6 +167,8 @@ class TrackingSync:
         Airflow task instance of a trial (by folder name), where the caller knows it. ``final``: the sweep's last
         sync (no back-off, no time budget, waits for the lock)."""
         outcome = SyncOutcome()
+        if tasks:  # before anything can fail or be skipped: an attempt sent later is tagged with its task all the same
+            self._remember_tasks(tasks)
         if not self.callbacks:
             return outcome
         names = self._by_start(sorted(set(folders)) if folders is not None else self._all_folders())
@@ -173,16 +209,18 @@ class TrackingSync:
         lock = self._lock(os.path.join(base, "lock"), 120.0 if final else 5.0)
         if lock is None:
             out.skipped = "another process is sending (what it misses goes at the next sync)"
+            out.quiet = not final
             return out
         try:
             health = self._read(os.path.join(base, "health.json"), {})
             if (
                 not final
                 and health.get("failing_since")
-                and time.time() - float(health.get("last_try", 0)) < (self.retry_after)
+                and self.clock() - float(health.get("last_try", 0)) < (self.retry_after)
             ):
                 out.skipped = f"failing since {time.ctime(float(health['failing_since']))}; tried again later"
                 out.pending = True
+                out.quiet = not self._say_outage(base, callback.name, health, fresh=False)
                 return out
             deadline = None if final else time.monotonic() + self.budget
             run_path = os.path.join(base, "runs", _safe_name(self.sweep.run or "-") + ".json")
@@ -212,7 +250,7 @@ class TrackingSync:
             finally:
                 with contextlib.suppress(Exception):
                     callback.close()
-            self._health(base, health, callback.name, out)
+            self._health(base, health, callback.name, out, final)
             return out
         finally:
             os.close(lock)
@@ -227,7 +265,8 @@ class TrackingSync:
         run_path: str,
         run_record: dict[str, Any],
     ) -> int:
-        """Tell ``callback`` what it has not been told of the attempt of this run in ``folder``; the count."""
+        """Tell ``callback`` what it has not been told of the attempt of this run in ``folder`` (and the end of an
+        earlier attempt there that a later one replaced); the count."""
         if os.sep in folder or folder in ("", ".", ".."):
             return 0
         where = os.path.join(self.trials_dir, folder)
@@ -235,8 +274,6 @@ class TrackingSync:
         if not isinstance(status, dict) or "_unreadable" in status:
             return 0
         state = status.get("state")
-        if state not in ("running", *FINAL_STATES) or status.get("run") != self.sweep.run:
-            return 0  # waiting, or another run's attempt (never rewritten by this run)
         started = status.get("started") if is_number(status.get("started")) else None
         key = f"{started!r}"
         cursor_path = os.path.join(base, "trials", folder + ".json")
@@ -244,28 +281,23 @@ class TrackingSync:
         attempts = record.get("attempts")
         if not isinstance(attempts, dict):
             raise GpuschedError(f"{cursor_path}: key 'attempts': expected a mapping")
-        cursor = attempts.setdefault(key, {"started": False, "reports": 0, "ended": False, "memo": {}})
-        if not isinstance(cursor, dict) or not isinstance(cursor.get("memo"), dict):
-            raise GpuschedError(f"{cursor_path}: attempt {key}: not a tracking cursor")
-        if task:
-            cursor["task"] = dict(task)
         params = read_json(os.path.join(where, "params.json"))
         from airflow_provider_gpusched.core.sweep.expand import flatten
 
-        trial = TrialRun(
-            sweep=sweep,
-            trial_id=str(status.get("trial_id") or folder),
-            label=str(status.get("label") or status.get("trial_id") or folder),
-            params=flatten(params) if isinstance(params, dict) and "_unreadable" not in params else {},
-            started=started,
-            folder=where,
-            host=_text(status.get("host")),
-            gpus=_text(status.get("gpus")),
-            slurm_job=_text(status.get("slurm_job")),
-            task=cursor.get("task") if isinstance(cursor.get("task"), dict) else None,
-            memo=cursor["memo"],
-        )
-        told = 0
+        def trial_of(attempt: dict[str, Any], at: float | None, current: bool) -> TrialRun:
+            return TrialRun(
+                sweep=sweep,
+                trial_id=str(status.get("trial_id") or folder),
+                label=str(status.get("label") or status.get("trial_id") or folder),
+                params=flatten(params) if isinstance(params, dict) and "_unreadable" not in params else {},
+                started=at,
+                folder=where,
+                host=_text(status.get("host")) if current else None,
+                gpus=_text(status.get("gpus")) if current else None,
+                slurm_job=_text(status.get("slurm_job")) if current else None,
+                task=attempt.get("task") if isinstance(attempt.get("task"), dict) else None,
+                memo=attempt["memo"],
+            )
 
         def save(run_too: bool = True) -> None:
             self._write(cursor_path, record)
@@ -274,13 +306,50 @@ class TrackingSync:
 
         def tell(call: Callable[[], None], what: str) -> None:
             try:
-                _told(call, f"{what} of trial {trial.label}")
+                _told(call, what)
             except _CallbackFailed:
                 save()  # what the callback kept (a run id) before it failed
                 raise
 
+        told = 0
+        # an attempt told as started whose trial started again since (or whose record an earlier outcome replaced):
+        # it is over, whichever run it was of; its run at the tracker ends now, never left open
+        for old_key, old in list(attempts.items()):
+            if old_key == key or not isinstance(old, dict) or not old.get("started") or old.get("ended"):
+                continue
+            if not isinstance(old.get("memo"), dict):
+                raise GpuschedError(f"{cursor_path}: attempt {old_key}: not a tracking cursor")
+            if not isinstance(old.get("task"), dict):
+                found = self._recorded_task(folder, old_key)
+                if found:
+                    old["task"] = found
+            old_trial = trial_of(old, _started_of(old_key), current=False)
+            old_end = self._superseded_end(old_key, status, where)
+            tell(
+                partial(callback.on_trial_end, old_trial, old_end),
+                f"the end of an earlier attempt of {old_trial.label}",
+            )
+            old["ended"] = True
+            told += 1
+        if state not in ("running", *FINAL_STATES) or status.get("run") != self.sweep.run:
+            if told:
+                save(run_too=False)
+            return told  # waiting, or another run's attempt (never rewritten by this run)
+        cursor = attempts.setdefault(
+            key, {"run": self.sweep.run, "started": False, "reports": 0, "ended": False, "memo": {}}
+        )
+        if not isinstance(cursor, dict) or not isinstance(cursor.get("memo"), dict):
+            raise GpuschedError(f"{cursor_path}: attempt {key}: not a tracking cursor")
+        if task:
+            cursor["task"] = dict(task)
+        elif not isinstance(cursor.get("task"), dict):
+            found = self._recorded_task(folder, key)
+            if found:
+                cursor["task"] = found
+        trial = trial_of(cursor, started, current=True)
+
         if not cursor["started"]:
-            tell(lambda: callback.on_trial_start(trial), "the start")
+            tell(lambda: callback.on_trial_start(trial), f"the start of trial {trial.label}")
             cursor["started"] = True
             told += 1
             if state not in FINAL_STATES:  # a running trial's next events come in a later sync: keep its run id now
@@ -296,7 +365,7 @@ class TrackingSync:
                 )
                 for r in reports[sent:]
             ]
-            tell(lambda: callback.on_trial_reports(trial, new), f"{len(new)} report(s)")
+            tell(lambda: callback.on_trial_reports(trial, new), f"{len(new)} report(s) of trial {trial.label}")
             cursor["reports"] = len(reports)
             told += len(new)
         if state in FINAL_STATES and not cursor["ended"]:
@@ -316,13 +385,96 @@ class TrackingSync:
                 error=_text(status.get("error")),
                 files=tuple(files),
             )
-            tell(lambda: callback.on_trial_end(trial, end), "the end")
+            tell(lambda: callback.on_trial_end(trial, end), f"the end of trial {trial.label}")
             cursor["ended"] = True
             told += 1
         if told:
             # one write for what was told here (a process killed before it tells it again: at least once)
             save(run_too=False)
         return told
+
+    def _superseded_end(self, key: str, status: Mapping[str, Any], where: str) -> TrialEnd:
+        """How the attempt that started at ``key`` ended, now that the trial's record (``status``) is another's:
+        the outcome the store kept aside for it (``previous``: its own, kept when the trial started again;
+        ``interrupted``: how a run ended it when it put an earlier outcome back), else ``stopped``, saying why."""
+        for name in ("previous", "interrupted"):
+            kept = status.get(name)
+            if not isinstance(kept, Mapping) or kept.get("state") not in FINAL_STATES:
+                continue
+            if f"{kept.get('started') if is_number(kept.get('started')) else None!r}" != key:
+                continue
+            state = str(kept["state"])
+            result = read_result_json(os.path.join(where, PREVIOUS_RESULT_FILE), where) if name == "previous" else None
+            return TrialEnd(
+                state=state,
+                metrics=flat_numbers(result) if isinstance(result, Mapping) else {},
+                result=result if state in ("succeeded", "pruned", "invalid") else None,
+                score=self.score(result) if state == "succeeded" and result is not None else None,
+                ended=float(kept["ended"]) if is_number(kept.get("ended")) else None,
+                seconds=float(kept["seconds"]) if is_number(kept.get("seconds")) else None,
+                error=_text(kept.get("error") if name == "previous" else kept.get("reason")),
+                superseded=True,
+            )
+        then = float(status["started"]) if is_number(status.get("started")) else None
+        since = _started_of(key)
+        later = then is not None and (since is None or then > since)
+        why = (
+            f"the trial started again at {time.ctime(then)}"
+            if then is not None and later
+            else "the trial's record is another's"
+        )
+        return TrialEnd(
+            state="stopped",
+            metrics={},
+            result=None,
+            score=None,
+            ended=then if later else None,
+            seconds=None,
+            error=f"this attempt ended without an outcome: {why} (it was preempted, reclaimed or its runner killed)",
+            superseded=True,
+        )
+
+    # -- the Airflow task of each attempt -----------------------------------------------------------------------
+    def _tasks_path(self, folder: str) -> str:
+        return os.path.join(self.sweep.folder, TRACKING_DIR, TASKS_DIR, folder + ".json")
+
+    def _remember_tasks(self, tasks: Mapping[str, Mapping[str, Any]]) -> None:
+        """Keep the task of each folder's attempt of this run (the one its status names now), for every callback."""
+        for folder, task in tasks.items():
+            if not task or os.sep in folder or folder in ("", ".", ".."):
+                continue
+            status = read_json(os.path.join(self.trials_dir, folder, "status.json"))
+            if not isinstance(status, dict) or "_unreadable" in status or status.get("run") != self.sweep.run:
+                continue
+            if status.get("state") not in ("running", *FINAL_STATES):
+                continue
+            started = status.get("started") if is_number(status.get("started")) else None
+            path = self._tasks_path(folder)
+            try:
+                record = self._read(path, {"attempts": {}})
+            except (GpuschedError, OSError):
+                record = {"attempts": {}}  # (a broken one holds nothing the task does not say again here)
+            attempts = record.get("attempts")
+            if not isinstance(attempts, dict):
+                record = {"attempts": {}}
+                attempts = record["attempts"]
+            if attempts.get(f"{started!r}") == dict(task):
+                continue
+            attempts[f"{started!r}"] = dict(task)
+            try:
+                os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+                self._write(path, record)
+            except OSError:  # the tags are a convenience: a trial's task never fails on them
+                continue
+
+    def _recorded_task(self, folder: str, key: str) -> dict[str, Any] | None:
+        try:
+            record = self._read(self._tasks_path(folder), {"attempts": {}})
+        except (GpuschedError, OSError):
+            return None  # (the tags are a convenience: never what stops a sync)
+        attempts = record.get("attempts")
+        found = attempts.get(key) if isinstance(attempts, dict) else None
+        return dict(found) if isinstance(found, dict) else None
 
     # -- records -----------------------------------------------------------------------------------------------
     @staticmethod
@@ -341,30 +493,61 @@ class TrackingSync:
     def _write(path: str, data: Mapping[str, Any]) -> None:
         write_json_atomic(path, data, 0o600)
 
-    def _health(self, base: str, health: dict[str, Any], name: str, out: CallbackOutcome) -> None:
+    def _health(self, base: str, health: dict[str, Any], name: str, out: CallbackOutcome, final: bool = False) -> None:
         path = os.path.join(base, "health.json")
-        now = time.time()
+        now = self.clock()
         if out.error:
-            first = not health.get("failing_since")
-            health = {
-                "failing_since": health.get("failing_since") or now,
-                "last_try": now,
-                "error": out.error,
-                "reported": True,
-            }
-            if first:  # said once per outage; the task logs of later syncs say 'waits' in their one line
-                self.log(
-                    f"tracking: {name} failed: {out.error}. Nothing is lost: what it was not sent waits in "
-                    f"{base} and goes at the next sync (a later trial's end, the sweep's collect, or "
-                    f"`gpusched sweep track {self.sweep.sweep}`)"
-                )
+            fresh = not health.get("failing_since")
+            health = {"failing_since": health.get("failing_since") or now, "last_try": now, "error": out.error}
             self._write(path, health)
-        elif health.get("failing_since") and not out.pending:
+            said = self._say_outage(base, name, health, fresh=fresh)
+            # the one line of a sync says a failure this process said already only in a final sync or with progress
+            out.quiet = not (said or final or out.told)
+            return
+        if health.get("failing_since") and not out.pending:
             self.log(
                 f"tracking: {name} works again: sent what waited since {time.ctime(float(health['failing_since']))}"
             )
             with contextlib.suppress(FileNotFoundError):
                 os.remove(path)
+            with _SAID_LOCK:
+                _SAID.pop(path, None)
+            return
+        with _SAID_LOCK:  # another process's sync found it working: this log said the outage, so it says its end
+            ended = _SAID.pop(path, None) if not health.get("failing_since") else None
+        if ended is not None:
+            self.log(f"tracking: {name} works again (it failed since {time.ctime(ended['since'])})")
+
+    def _say_outage(self, base: str, name: str, health: Mapping[str, Any], *, fresh: bool) -> bool:
+        """Say that ``name`` fails, once in this process (its task's log) per outage, then again after
+        REMIND_FIRST, doubling up to REMIND_MAX; False when it is not due."""
+        path = os.path.join(base, "health.json")
+        since, now = float(health["failing_since"]), self.clock()
+        with _SAID_LOCK:
+            said = _SAID.get(path)
+            first = said is None or said["since"] != since
+            if said is None or first:
+                _SAID[path] = {"since": since, "next": now + REMIND_FIRST, "gap": REMIND_FIRST}
+            elif now >= said["next"]:
+                said["gap"] = min(said["gap"] * 2, REMIND_MAX)
+                said["next"] = now + said["gap"]
+            else:
+                return False
+        error = health.get("error") or "an error"
+        if first:
+            when = "" if fresh else f" (since {time.ctime(since)})"
+            self.log(
+                f"tracking: {name} failed{when}: {error}. Nothing is lost: what it was not sent waits in "
+                f"{base} and goes at the next sync (a later trial's end, the sweep's collect, or "
+                f"`gpusched sweep track {self.sweep.sweep}`); said again every so often while it lasts, and "
+                f"when it works again"
+            )
+        else:
+            self.log(
+                f"tracking: {name} still failing since {time.ctime(since)} ({error}); what waits goes when it "
+                f"works again"
+            )
+        return True
 
     @staticmethod
     def _lock(path: str, wait: float) -> int | None:
@@ -394,17 +577,32 @@ def _text(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def _started_of(key: str) -> float | None:
+    """The start time of an attempt's cursor key (the ``repr`` of its status's ``started``)."""
+    try:
+        return float(key)
+    except ValueError:
+        return None  # "None": an attempt recorded without a start
+
+
 def send_to(
     callbacks: Sequence[TrackingCallback],
     sweep: SweepRun,
     say: Callable[[str], None],
     score: Callable[[Any], float | None] | None = None,
+    *,
+    clock: Callable[[], float] = time.time,
     **sync: Any,
 ) -> SyncOutcome | None:
-    """One sync of ``callbacks`` (made by config.build_callbacks) with its one line said; None when there are none.
-    The one way the Airflow side, ``gpusched sweep run`` and ``gpusched sweep track`` send."""
+    """One sync of ``callbacks`` (made by config.build_callbacks) with its one line said (none when there is
+    nothing new to say); None when there are no callbacks. The one way the Airflow side, ``gpusched sweep run``
+    and ``gpusched sweep track`` send."""
     if not callbacks:
+        if sync.get("tasks"):  # no tracker can be made now (its setup failed): keep the tasks for a later send
+            TrackingSync(sweep, [], log=say).sync(tasks=sync["tasks"])
         return None
-    outcome = TrackingSync(sweep, callbacks, score=score, log=say).sync(**sync)
-    say(outcome.describe())
+    outcome = TrackingSync(sweep, callbacks, score=score, log=say, clock=clock).sync(**sync)
+    line = outcome.describe()
+    if line:  # (nothing when every callback is quiet: an outage said already)
+        say(line)
     return outcome

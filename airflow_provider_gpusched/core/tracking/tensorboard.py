@@ -49,7 +49,7 @@ class TensorBoardCallback(TrackingCallback):
 
     def __init__(self, *, sweep_folder: str = "", log_dir: str | None = None) -> None:
         self.Event, self.Summary, self.hp, self.EventFileWriter = _writer_parts()
-        self.root = os.path.abspath(log_dir or os.path.join(sweep_folder, "tensorboard"))
+        self.root = os.path.abspath(os.path.expanduser(log_dir or os.path.join(sweep_folder, "tensorboard")))
         self.writers: dict[str, Any] = {}
 
     def _run_dir(self, sweep: SweepRun) -> str:

@@ -39,9 +39,11 @@ class WandbCallback(TrackingCallback):
             ) from None
         self.wandb = wandb
         self.project, self.entity, self.mode = project, entity, mode
-        self.dir = os.path.abspath(dir or os.path.join(sweep_folder, "wandb"))
+        self.dir = os.path.abspath(os.path.expanduser(dir or os.path.join(sweep_folder, "wandb")))
 
     def on_trial_end(self, trial: TrialRun, end: TrialEnd) -> None:
+        if end.superseded:  # a W&B run is written whole at its end, from the folder's reports: they are a later
+            return  # attempt's now, and this attempt never had a run to close
         sweep: SweepRun = trial.sweep
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
         reports, _ = read_reports(os.path.join(trial.folder, REPORTS_FILE), trial.folder)
