@@ -132,13 +132,14 @@ _ACCOUNTING_NUMBERS = ("gpu_seconds", "lost_gpu_seconds")
 
 
 def accounting_totals(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per class: attempts, GPU-seconds used, GPU-seconds lost, preemptions."""
+    """Per class: attempts, GPU-seconds used, GPU-seconds lost, preemptions. A record is one attempt (the ledger's
+    lines), or says how many it sums up (``attempts``: the attempts a task left out of its published history)."""
     totals: dict[str, dict[str, float]] = {}
     for r in records:
         t = totals.setdefault(
             r.get("job_class", "normal"), {"attempts": 0, "gpu_seconds": 0.0, "lost_gpu_seconds": 0.0, "preemptions": 0}
         )
-        t["attempts"] += 1
+        t["attempts"] += int(r["attempts"]) if "attempts" in r else 1
         t["gpu_seconds"] += float(r.get("gpu_seconds", 0))
         t["lost_gpu_seconds"] += float(r.get("lost_gpu_seconds", 0))
         t["preemptions"] += int(r["preemptions"]) if "preemptions" in r else (1 if r.get("preempted") else 0)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 from typing_extensions import NotRequired, TypedDict
 
 from airflow_provider_gpusched.core.checks import is_finite_number
-from airflow_provider_gpusched.core.gpu.accounting import accounting_totals
+from airflow_provider_gpusched.core.gpu.accounting import accounting_totals, gpu_share
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
 from airflow_provider_gpusched.core.gpu.telemetry import lease_memory, measured_gpus, over_reservation
 from airflow_provider_gpusched.core.quota.report import QuotaView
@@ -592,6 +592,13 @@ def build_board(
         for w in waits:
             w["details"] = [d for d in w["details"] if d not in shared]
     ledger = [r for r in ledger if is_finite_number(r.get("time"))]
+    sizes = {(h["host"], g["index"]): g["memory_total"] for h in board_hosts for g in h["gpus"]}
+    shares = {
+        lease.lease_id: gpu_share(
+            lease.gpus, lease.memory, lease.whole, {i: sizes.get((lease.host, i), 0) for i in lease.gpus}
+        )
+        for lease in leases_seen
+    }
     gpu_time = {}
     for name, seconds in WINDOWS.items():
         totals = accounting_totals(r for r in ledger if r["time"] >= now - seconds)
@@ -599,7 +606,8 @@ def build_board(
             t = totals.setdefault(
                 lease.job_class, {"attempts": 0, "gpu_seconds": 0.0, "lost_gpu_seconds": 0.0, "preemptions": 0}
             )
-            t["gpu_seconds"] += max(0.0, min(now - lease.started, seconds)) * len(lease.gpus)
+            # as the ledger will count it when it ends: a memory slice is its share of the GPU
+            t["gpu_seconds"] += max(0.0, min(now - lease.started, seconds)) * shares[lease.lease_id]
             t.setdefault("running", 0)
             t["running"] += 1
         gpu_time[name] = totals

@@ -11,6 +11,11 @@ the lease a running task holds now is its open bar.
 bars too short to see at that window merged into one "N short leases" bar per run of them (preemptions and
 OOMs never: they are the marks a timeline is read for), so a day of ten thousand one-second trials draws as a
 few hundred bars. Every record read back is checked (:func:`read_history_record`).
+
+A segment also carries the attempt's GPU time as the host's ledger counts it (``gpu_seconds``, ``lost_gpu_seconds``:
+core/gpu/accounting.py), so the GPU board totals the GPU time and preemptions of every task that publishes its
+segments, the batched runners and an asynchronous sweep's workers among them, which publish no ``gpu_time`` record
+of their own (:func:`ledger_of_history`).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Annotated, Any, cast
 from typing_extensions import NotRequired, TypedDict
 
 from airflow_provider_gpusched.core.gpu.board import MAX_HOST_GPUS, MAX_NAME
-from airflow_provider_gpusched.core.records import Float, RecordType, one_of, open_view, record_class, says
+from airflow_provider_gpusched.core.records import Float, RecordType, Seconds, one_of, open_view, record_class, says
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 
 LEASE_HISTORY_XCOM = "gpusched_lease_history"
@@ -92,6 +97,8 @@ def segment_of(
         task_id=task_id,
         map_index=map_index,
         group=group,
+        gpu_seconds=float(attempt.gpu_seconds),
+        lost_gpu_seconds=float(attempt.lost_gpu_seconds),
     )
 
 
@@ -130,12 +137,28 @@ class Segment:
     map_index: Annotated[int, says("an integer")] = -1
     #: the quota group the work counted for (docs/quotas.md); '' without quotas
     group: Annotated[str, _text(MAX_NAME)] = ""
+    #: the attempt's GPU time as the host's ledger counts it (a memory slice counts its share of the GPU) and the
+    #: GPU time lost when it was preempted; absent in segments published before they were (then GPUs x seconds)
+    gpu_seconds: Annotated[Seconds, says("a non-negative number", strict=None)] | None = None
+    lost_gpu_seconds: Annotated[Seconds, says("a non-negative number", strict=None)] | None = None
+
+
+@record_class
+@dataclass
+class DroppedTime:
+    """The GPU time of the segments a task left out of its record (it keeps its newest): the board still counts it."""
+
+    gpu_seconds: Annotated[Seconds, says("a non-negative number", strict=None)] = 0.0
+    lost_gpu_seconds: Annotated[Seconds, says("a non-negative number", strict=None)] = 0.0
+    preemptions: Annotated[int, says("a count", ge=0)] = 0
+    #: when the newest of them ended
+    until: Annotated[Float, says("a time stamp", strict=None)] = 0.0
 
 
 @record_class
 @dataclass
 class History:
-    """What one task publishes: its newest segments, and how many older ones it left out."""
+    """What one task publishes: its newest segments, and how many older ones it left out (and their GPU time)."""
 
     segments: Annotated[
         list[Segment],
@@ -146,9 +169,11 @@ class History:
         ),
     ]
     dropped: Annotated[int, says("a count", ge=0)] = 0
+    dropped_time: DroppedTime | None = None
 
 
 SEGMENT = RecordType(Segment, name="timeline segment")
+DROPPED_TIME = RecordType(DroppedTime, name="GPU time left out")
 HISTORY = RecordType(History, name="lease history")
 
 
@@ -170,6 +195,8 @@ def _segment(
     task_id: str,
     map_index: int,
     group: str = "",
+    gpu_seconds: float | None = None,
+    lost_gpu_seconds: float | None = None,
 ) -> dict[str, Any]:
     """A segment as tasks publish it and :func:`build_timeline` reads it (its detail and label cut to length)."""
     return SEGMENT.dump(
@@ -190,6 +217,8 @@ def _segment(
             task_id=task_id,
             map_index=map_index,
             group=group,
+            gpu_seconds=None if gpu_seconds is None else round(gpu_seconds, 3),
+            lost_gpu_seconds=None if lost_gpu_seconds is None else round(lost_gpu_seconds, 3),
         )
     )
 
@@ -202,6 +231,7 @@ class SegmentLog:
         self.limit = limit
         self._segments: list[dict[str, Any]] = []
         self._dropped = 0
+        self._dropped_time = DroppedTime()
         self._lock = threading.Lock()
 
     def add(self, segment: dict[str, Any] | None) -> None:
@@ -211,6 +241,12 @@ class SegmentLog:
             self._segments.append(segment)
             if len(self._segments) > self.limit:
                 extra = len(self._segments) - self.limit
+                for old in self._segments[:extra]:  # the board still counts their GPU time
+                    gone = segment_ledger(old)
+                    self._dropped_time.gpu_seconds += gone["gpu_seconds"]
+                    self._dropped_time.lost_gpu_seconds += gone["lost_gpu_seconds"]
+                    self._dropped_time.preemptions += gone["preemptions"]
+                    self._dropped_time.until = max(self._dropped_time.until, gone["time"])
                 del self._segments[:extra]
                 self._dropped += extra
 
@@ -220,7 +256,10 @@ class SegmentLog:
     def record(self) -> dict[str, Any]:
         """What the task publishes (XCom :data:`LEASE_HISTORY_XCOM`)."""
         with self._lock:
-            return {"segments": list(self._segments), "dropped": self._dropped}
+            record: dict[str, Any] = {"segments": list(self._segments), "dropped": self._dropped}
+            if self._dropped:
+                record["dropped_time"] = DROPPED_TIME.dump(self._dropped_time)
+            return record
 
 
 def read_history_record(data: Any, source: str) -> dict[str, Any]:
@@ -231,6 +270,45 @@ def read_history_record(data: Any, source: str) -> dict[str, Any]:
         if segment.end < segment.start:
             raise BadRecordError(f"{source}: key 'segments[{i}].end': before its start, got {segment.end!r}")
     return HISTORY.dump(history)
+
+
+def segment_ledger(segment: Mapping[str, Any]) -> dict[str, Any]:
+    """One ended segment as a record of the host's ledger (core/gpu/accounting.py): when it ended, its class, the GPU
+    time it used and lost, whether it was preempted. A segment of an older version, without its GPU time, counts
+    each of its GPUs whole for its length."""
+    used = segment.get("gpu_seconds")
+    if used is None:
+        used = len(segment["gpus"]) * max(0.0, segment["end"] - segment["start"])
+    preempted = segment["outcome"] == "preempted"
+    return {
+        "time": float(segment["end"]),
+        "job_class": segment["job_class"],
+        "gpu_seconds": float(used),
+        "lost_gpu_seconds": float(segment.get("lost_gpu_seconds") or 0.0),
+        "preemptions": int(preempted),
+    }
+
+
+def ledger_of_history(history: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A task's published history (:func:`read_history_record`) as the host's ledger has it: one record per ended
+    attempt (:func:`segment_ledger`), and one for the attempts it left out of its record (their GPU time summed,
+    counted as that many attempts by ``attempts``). Open (``running``) segments are left out: the lease is still
+    held, and the board counts it as running work."""
+    out = [segment_ledger(s) for s in history["segments"] if s["outcome"] != "running"]
+    dropped = history.get("dropped_time")
+    if history.get("dropped") and dropped:
+        job_class = history["segments"][0]["job_class"] if history["segments"] else "normal"
+        out.append(
+            {
+                "time": float(dropped["until"]),
+                "job_class": job_class,
+                "gpu_seconds": float(dropped["gpu_seconds"]),
+                "lost_gpu_seconds": float(dropped["lost_gpu_seconds"]),
+                "preemptions": int(dropped["preemptions"]),
+                "attempts": int(history["dropped"]),
+            }
+        )
+    return out
 
 
 def running_segment(lease: Any, now: float) -> dict[str, Any]:

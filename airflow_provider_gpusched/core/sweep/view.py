@@ -323,9 +323,18 @@ def _objective_view(objective: Objective) -> dict[str, Any]:
 MAX_CURVES, MAX_CURVE_POINTS, MAX_REPORT_READS = 60, 120, 300
 
 
-def report_paths(plans: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """trial id -> the path of its reports file, for the trials of ``plans`` (which name their folder)."""
+def _described(outcomes: Mapping[str, Mapping[str, Any]] | None) -> list[Mapping[str, Any]]:
+    """The trials the outcomes describe (an asynchronous search's: no plan lists them)."""
+    return [o["trial"] for o in (outcomes or {}).values() if isinstance(o.get("trial"), Mapping)]
+
+
+def report_paths(
+    plans: Sequence[Mapping[str, Any]], outcomes: Mapping[str, Mapping[str, Any]] | None = None
+) -> dict[str, str]:
+    """trial id -> the path of its reports file, for the trials of ``plans`` (which name their folder) and the
+    trials ``outcomes`` describe (an asynchronous search's, asked for as its workers free: in the sweep's folder)."""
     out: dict[str, str] = {}
+    folder = next((p["folder"] for p in plans if p.get("folder")), None)
     for plan in plans:
         if not plan.get("folder"):
             continue
@@ -334,18 +343,46 @@ def report_paths(plans: Sequence[Mapping[str, Any]]) -> dict[str, str]:
                 t["trial_id"],
                 os.path.join(plan["folder"], "trials", safe_name(t["label"], t["trial_id"]), REPORTS_FILE),
             )
+    if folder:
+        for t in _described(outcomes):
+            out.setdefault(
+                t["trial_id"], os.path.join(folder, "trials", safe_name(t["label"], t["trial_id"]), REPORTS_FILE)
+            )
     return out
 
 
-def report_runs(plans: Sequence[Mapping[str, Any]], run: str) -> dict[str, str]:
+def report_runs(
+    plans: Sequence[Mapping[str, Any]], run: str, outcomes: Mapping[str, Mapping[str, Any]] | None = None
+) -> dict[str, str]:
     """trial id -> the DAG run whose curve the view of ``run`` draws: ``run`` itself, or for a trial it skipped
-    (done before), the run that did it."""
+    (done before), the run that did it. A trial only ``outcomes`` describe ran in ``run``."""
     out: dict[str, str] = {}
     for plan in plans:
         before = {s["trial_id"]: s.get("run") for s in plan["skipped"]}
         for t in plan["trials"]:
             out.setdefault(t["trial_id"], before.get(t["trial_id"]) or run)
+    for t in _described(outcomes):
+        out.setdefault(t["trial_id"], run)
     return out
+
+
+#: how far a trial has got, as outcomes of it from two tasks are weighed (a worker's retry, another worker)
+def _progress(outcome: Mapping[str, Any]) -> int:
+    state = outcome.get("state")
+    return 2 if state in FINAL_STATES else 1 if state == "running" else 0
+
+
+def add_outcomes(
+    outcomes: dict[str, dict[str, Any]], published: Iterable[Mapping[str, Any]], task_id: str, map_index: int
+) -> None:
+    """Add the outcomes one task instance published (checked: :func:`read_outcome_records`) to ``outcomes``
+    (trial id -> outcome), each with the task instance that ran it (``task_id``, ``map_index``: the link of an
+    asynchronous sweep's trial, whose worker no plan names). Where two tasks publish one trial, the outcome that
+    got further stands (ended, then running, then not started)."""
+    for o in published:
+        had = outcomes.get(o["trial_id"])
+        if had is None or _progress(o) >= _progress(had):
+            outcomes[o["trial_id"]] = {**o, "task_id": task_id, "map_index": map_index}
 
 
 def _curves(
@@ -501,7 +538,8 @@ def _new_row(trial: Mapping[str, Any], round_no: int | None) -> dict[str, Any]:
 
 def _take_outcome(row: dict[str, Any], outcome: Mapping[str, Any] | None) -> None:
     """A row whose trial no task of the plan runs (an asynchronous search's): its state is its outcome's, running
-    included (the worker that runs it publishes it as it starts)."""
+    included (the worker that runs it publishes it as it starts), and its task instance the worker that published
+    it (:func:`add_outcomes`)."""
     if outcome is None:
         return
     state = outcome["state"]
@@ -512,6 +550,8 @@ def _take_outcome(row: dict[str, Any], outcome: Mapping[str, Any] | None) -> Non
         error=outcome.get("error"),
         step=outcome.get("step"),
     )
+    if isinstance(outcome.get("task_id"), str) and state != "not_started":
+        row.update(task_id=outcome["task_id"], map_index=outcome.get("map_index"))
 
 
 def sweep_objective(plans: Sequence[Mapping[str, Any]]) -> Objective | None:

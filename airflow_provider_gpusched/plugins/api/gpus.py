@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 import time
 from dataclasses import asdict
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any, cast
 
 from airflow.api_fastapi.app import get_auth_manager
@@ -26,6 +26,7 @@ from airflow_provider_gpusched.core.gpu.board import (
     BoardLease,
     BoardView,
     GPUTimeRecord,
+    KnownHost,
     WaitRecord,
     build_board,
     fleet_known_host,
@@ -37,6 +38,7 @@ from airflow_provider_gpusched.core.gpu.timeline import (
     LEASE_HISTORY_XCOM,
     TimelineView,
     build_timeline,
+    ledger_of_history,
     read_history_record,
     running_segment,
 )
@@ -62,9 +64,13 @@ MAX_BOARD_LEASES = 4096
 
 
 def gpu_board(user, session) -> BoardView:
-    """Leases of running tasks, tasks waiting for GPUs, GPU time of tasks that ended in the last day; tasks of
-    DAGs the user cannot read are shown without their names. Hosts come from the fleet's records and the
-    api-server's own host; a task's record adds its lease on the host its task instance runs on, never a host."""
+    """Leases held now, tasks waiting for GPUs, GPU time of the last day; tasks of DAGs the user cannot read are
+    shown without their names. Hosts come from the fleet's records and the api-server's own host; a task's record
+    adds its lease on the host its task instance runs on, never a host. Every lease a host holds is drawn, also one
+    no task published a record of (a batched runner's, an asynchronous sweep's worker's: they hold several leases
+    one after another, or at once): from the up hosts' fleet records, or outside a fleet from the lease directory of
+    the api-server's own host (what ``gpusched gpus`` lists). GPU time is each task's published attempts (its
+    lease history: one record per attempt, as the host's ledger counts them), else its published ``gpu_time``."""
     from airflow_provider_gpusched.fleet import enabled as in_a_fleet
     from airflow_provider_gpusched.fleet import read_this_fleet
 
@@ -118,19 +124,8 @@ def gpu_board(user, session) -> BoardView:
         hide(wait, dag_id)
         waiting.append(wait)
     waiting.sort(key=lambda r: (-r["priority"], r["since"]))
-    ledger = []
-    since = datetime.now(timezone.utc) - timedelta(seconds=max(WINDOWS.values()))  # the board's longest window
-    for value, dag_id, _run_id, task_id, _map_index, _state, end, _host in xcom_records(
-        session, GPU_TIME_XCOM, problems=problems
-    ):
-        if end is None or end < since:
-            continue
-        try:
-            ledger.append(read_gpu_time_record(value, f"XCom {GPU_TIME_XCOM} of {dag_id}.{task_id}", end.timestamp()))
-        except BadRecordError as exc:
-            bad(exc, dag_id)
-    if view is not None:
-        _fleet_leases(view, leases, hide, problems, now)
+    ledger = task_ledger(session, now - max(WINDOWS.values()), bad, problems)  # the board's longest window
+    leases += held_leases(view, own, {lease.lease_id for lease in leases}, hide, problems, now)
     cut = []
     if len(leases) > MAX_BOARD_LEASES:
         cut.append(f"{len(leases) - MAX_BOARD_LEASES} lease(s) past the first {MAX_BOARD_LEASES} are not drawn")
@@ -191,37 +186,100 @@ def quota_table(problems: list[str]) -> QuotaView | None:
     return view
 
 
-def _fleet_leases(view, leases: list[Any], hide, problems: list[str], now: float) -> None:
-    """In a fleet (``[gpusched] fleet_dir``): a lease an up host's record lists that no running task's XCom has
-    yet (the task just took it) is added to ``leases``."""
-    have = {lease.lease_id for lease in leases}
-    for record in view.hosts:
-        if not record.fresh(now):
-            continue  # a dead host's leases are history: its tasks are failed or running elsewhere
-        for held in record.leases:
-            if held.lease_id in have:
-                continue
-            try:
-                tag = WorkTag.from_dict(held.work, f"{record.host}'s record: lease {held.lease_id}")
-            except BadRecordError as exc:
-                problems.append(str(exc))
-                continue
-            lease = BoardLease(
-                host=record.host,
-                lease_id=held.lease_id,
-                gpus=list(held.gpus),
-                memory=dict(held.memory),
-                whole=held.whole,
-                job_class=held.job_class,
-                started=held.created,
-                dag_id=tag.dag_id or f"(not an Airflow task: {held.owner})",
-                run_id=tag.run_id,
-                task_id=tag.task_id,
-                map_index=tag.map_index,
-            )
-            if tag.dag_id:
-                hide(lease, tag.dag_id)
-            leases.append(lease)
+def task_ledger(session, since: float, bad, problems: list[str]) -> list[dict[str, Any]]:
+    """GPU time since ``since`` as ledger records (``time``, ``job_class``, ``gpu_seconds``, ``lost_gpu_seconds``,
+    ``preemptions``), task instance by task instance, as the host's ledger (core/gpu/accounting.py) counts it: the
+    attempts a task published in its lease history (XCom ``gpusched_lease_history``: every attempt as it ends, of
+    a running task too), else the ``gpu_time`` it published when it ended. A batched runner and an asynchronous
+    sweep's worker publish only their history; a task of an older version, whose segments lack their GPU time,
+    counts by its ``gpu_time``. ``bad(exc, dag_id)`` is told of each record that cannot be read."""
+    start = datetime.fromtimestamp(since, timezone.utc)
+    histories: dict[tuple[str, str, str, int], list[dict[str, Any]]] = {}
+    for value, dag_id, run_id, task_id, map_index, _state, _end, _host in xcom_records(
+        session, LEASE_HISTORY_XCOM, ended_since=start, problems=problems
+    ):
+        source = f"XCom {LEASE_HISTORY_XCOM} of {dag_id}.{task_id}[{map_index}] ({run_id})"
+        try:
+            record = read_history_record(value, source)
+        except BadRecordError:
+            continue  # the timeline says so; the task's gpu_time (if any) counts instead
+        ended = [s for s in record["segments"] if s["outcome"] != "running"]
+        if (ended or record.get("dropped")) and all(s.get("gpu_seconds") is not None for s in ended):
+            histories[(dag_id, run_id, task_id, map_index)] = ledger_of_history(record)
+    ledger = [r for records in histories.values() for r in records if r["time"] >= since]
+    for value, dag_id, run_id, task_id, map_index, _state, end, _host in xcom_records(
+        session, GPU_TIME_XCOM, ended_since=start, problems=problems
+    ):
+        if end is None or end.timestamp() < since or (dag_id, run_id, task_id, map_index) in histories:
+            continue
+        try:
+            ledger.append(read_gpu_time_record(value, f"XCom {GPU_TIME_XCOM} of {dag_id}.{task_id}", end.timestamp()))
+        except BadRecordError as exc:
+            bad(exc, dag_id)
+    return ledger
+
+
+def held_leases(view, own: KnownHost | None, have: set[str], hide, problems: list[str], now: float) -> list[BoardLease]:
+    """The leases hosts hold now that no running task's XCom lists (``have``: the lease ids they list): a task
+    that just took its lease, and the leases of tasks that publish none (a batched runner, an asynchronous
+    sweep's workers, which take a lease per group of trials or per worker process). In a fleet (``view``), what
+    each up host's record lists; outside one, the lease directory of the api-server's own host (``own``), as
+    ``gpusched gpus`` reads it. Each is drawn under the task its work tag names."""
+    found: list[tuple[str, Any]] = []
+    if view is not None:
+        for record in view.hosts:
+            if record.fresh(now):  # a dead host's leases are history: its tasks are failed or running elsewhere
+                found += [(record.host, held) for held in record.leases]
+    elif own is not None:
+        found = [(own.host, held) for held in _own_leases(own, problems)]
+    out = []
+    for host, held in found:
+        if held.lease_id in have:
+            continue
+        try:
+            tag = WorkTag.from_dict(held.work, f"{host}'s lease {held.lease_id}")
+        except BadRecordError as exc:
+            problems.append(str(exc))
+            continue
+        lease = BoardLease(
+            host=host,
+            lease_id=held.lease_id,
+            gpus=list(held.gpus),
+            memory=dict(held.memory),
+            whole=held.whole,
+            job_class=held.job_class,
+            priority=held.priority,
+            started=held.created,
+            dag_id=tag.dag_id or f"(not an Airflow task: {held.owner})",
+            run_id=tag.run_id,
+            task_id=tag.task_id,
+            map_index=tag.map_index,
+            group=tag.group,
+        )
+        if tag.dag_id:
+            hide(lease, tag.dag_id)
+        out.append(lease)
+    return out
+
+
+def _own_leases(own: KnownHost, problems: list[str]) -> list[Any]:
+    """The live leases of the api-server's own host (its ``[gpusched] gpu_state_dir``); a lease directory that
+    cannot be read is one problem, not a failed board."""
+    from airflow_provider_gpusched import settings
+    from airflow_provider_gpusched.core.errors import GpuschedError
+    from airflow_provider_gpusched.core.gpu.inventory import get_inventory
+    from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+
+    try:
+        manager = LeaseManager(
+            get_inventory(settings.simulate_gpus() or None),
+            settings.gpu_state_dir(),
+            shared=settings.gpu_state_dir_shared(),
+        )
+        return manager.snapshot()[1]
+    except (GpuschedError, OSError) as exc:
+        problems.append(f"the leases of {own.host} (the api-server's own host) cannot be read: {exc}")
+        return []
 
 
 #: segments the timeline reads at most, over every task's record (the answer says when more were left out)
@@ -275,6 +333,7 @@ def gpu_timeline(user, session, hours: float) -> TimelineView:
             segment = {**segment, "dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index}
             hide(segment, dag_id)
             segments.append(segment)
+    running = set()
     for value, dag_id, run_id, task_id, map_index, _state, _end, ran_on in xcom_records(
         session, LEASE_XCOM, states=("running",)
     ):
@@ -284,9 +343,14 @@ def gpu_timeline(user, session, hours: float) -> TimelineView:
             hosts.check_name(lease.host, ran_on, "")
         except BadRecordError:
             continue  # the board says so
+        running.add(lease.lease_id)
         segment = running_segment(lease, now)
         hide(segment, dag_id)
         segments.append(segment)
+    # the leases of tasks that publish no lease record (batched runners, asynchronous workers) are open bars too,
+    # drawn while they are held, not only once they end (names hidden as the board hides them)
+    for lease in held_leases(view, host, running, name_hider(readable), problems, now):
+        segments.append(running_segment(lease, now))
     for dag_id, count in sorted(refused.items()):
         problems.append(
             problem_line(

@@ -29,6 +29,7 @@ from airflow_provider_gpusched.core.sweep.view import (
     OUTCOMES_XCOM,
     PLAN_XCOM,
     SweepView,
+    add_outcomes,
     build_sweep_view,
     param_axes,
     read_outcome_records,
@@ -73,8 +74,12 @@ def _sweep_records(dag_id: str, run_id: str, session, problems: list[str], group
         if group is not None and task_id not in trial_tasks:
             continue
         try:
-            for o in read_outcome_records(value, f"XCom {OUTCOMES_XCOM} of {task_id}[{map_index}]"):
-                outcomes[o["trial_id"]] = o
+            add_outcomes(
+                outcomes,
+                read_outcome_records(value, f"XCom {OUTCOMES_XCOM} of {task_id}[{map_index}]"),
+                task_id,
+                map_index,
+            )
         except BadRecordError as exc:
             problems.append(str(exc))
     states = (
@@ -92,8 +97,9 @@ def _sweep_records(dag_id: str, run_id: str, session, problems: list[str], group
     return plans, outcomes, states
 
 
-def _one_sweep(dag_id: str, run_id: str, group: str, session):
-    """``(plans, rows, objective)`` of sweep ``group`` in one DAG run; 404 when that run planned no such sweep."""
+def _one_sweep(dag_id: str, run_id: str, group: str, session, outcomes_too: bool = False):
+    """``(plans, rows, objective)`` of sweep ``group`` in one DAG run (and its outcomes, with ``outcomes_too``);
+    404 when that run planned no such sweep."""
     problems: list[str] = []
     plans, outcomes, states = _sweep_records(dag_id, run_id, session, problems, group=group)
     if group not in plans:
@@ -102,7 +108,8 @@ def _one_sweep(dag_id: str, run_id: str, group: str, session):
             f"run {run_id} of {dag_id} planned no sweep {group!r}"
             + (f" ({'; '.join(problems)[:500]})" if problems else ""),
         )
-    return plans[group], trial_rows(plans[group], outcomes, states), sweep_objective(plans[group])
+    found = plans[group], trial_rows(plans[group], outcomes, states), sweep_objective(plans[group])
+    return (*found, outcomes) if outcomes_too else found
 
 
 #: importance answers kept, keyed by sweep, run and what was scored (a finished sweep's never changes); the
@@ -262,7 +269,7 @@ TRIAL_LOG_LINES = 200
 def sweep_trial(dag_id: str, run_id: str, group: str, trial_id: str, session) -> TrialView:
     """One trial of a sweep: its row (parameters, state, result, error, task instance) and the tail of its output
     (``output.log`` in its folder, read only under ``[gpusched] sweep_results_root``)."""
-    plans, rows, _objective = _one_sweep(dag_id, run_id, group, session)
+    plans, rows, _objective, outcomes = _one_sweep(dag_id, run_id, group, session, outcomes_too=True)
     row = next((r for r in rows if r["trial_id"] == trial_id), None)
     if row is None:
         raise HTTPException(404, f"sweep {group!r} of run {run_id} lists no trial {trial_id!r}")
@@ -285,7 +292,7 @@ def sweep_trial(dag_id: str, run_id: str, group: str, trial_id: str, session) ->
         )
     }
     out.update(log_tail=None, log_path=None, log_note="")
-    reports = report_paths(plans).get(trial_id)
+    reports = report_paths(plans, outcomes).get(trial_id)
     if reports is None:
         out["log_note"] = "this sweep's plan names no results folder"
         return cast(TrialView, out)
@@ -341,7 +348,11 @@ def sweeps(dag_id: str, run_id: str | None, session) -> SweepsView:
     views = []
     root = settings.sweep_results_root()
     for group, group_plans in sorted(plans.items()):
-        paths, curve_runs = report_paths(group_plans), report_runs(group_plans, run_id)
+        # this sweep's outcomes: those its trial tasks published (an asynchronous sweep's trials are in no plan:
+        # the outcomes its workers publish name them, and another sweep's workers' must not land here)
+        tasks = {p["trial_task"] for p in group_plans}
+        ours = {trial_id: o for trial_id, o in outcomes.items() if o["task_id"] in tasks}
+        paths, curve_runs = report_paths(group_plans, ours), report_runs(group_plans, run_id, ours)
         folder = next((p["folder"] for p in group_plans if p.get("folder")), None)
         refusal = _folder_refusal(folder, dag_id, root) if folder else ""
         if refusal:
@@ -365,7 +376,7 @@ def sweeps(dag_id: str, run_id: str | None, session) -> SweepsView:
                 lineage, why_not = read_lineage(folder, root)
             elif not folder:
                 why_not = "the plan names no sweep folder: the population is not drawn"
-        view = build_sweep_view(group_plans, outcomes, states, reports=read, lineage=lineage)
+        view = build_sweep_view(group_plans, ours, states, reports=read, lineage=lineage)
         if why_not:
             view["population_note"] = why_not
         if replaced:

@@ -140,7 +140,7 @@ function TrialPanel({ dagId, run, group, trialId, onClose }: { dagId: string; ru
     <Card highlight data-testid="trial-panel">
       {close}
       <Box fontWeight="semibold">{`Trial ${data.index} ${data.label} `}<Pill text={data.state} color={STATE_COLORS[data.state]} />
-        {data.task_id ? <A href={tiHref(dagId, run, data.task_id, data.map_index)} fontWeight="normal">task instance (Airflow log)</A> : <Muted>ran in an earlier DAG run</Muted>}
+        {data.task_id ? <A href={tiHref(dagId, run, data.task_id, data.map_index)} fontWeight="normal">task instance (Airflow log)</A> : data.skipped ? <Muted>ran in an earlier DAG run</Muted> : null}
       </Box>
       <Note>{Object.entries(flat).map(([k, v]) => `${k}=${typeof v === "number" ? fmtValue(v) : JSON.stringify(v)}`).join(" · ")}</Note>
       {data.result ? <Box data-testid="trial-result">Result: <code>{JSON.stringify(data.result).slice(0, 400)}</code></Box> : null}
@@ -267,8 +267,10 @@ function SweepCard({ sweep, dagId, focus, runs }: { sweep: Sweep; dagId: string;
   const curveStates = [...new Set(sweep.curves.map((c) => c.state))];
   const pickLink = (r: { trial_id?: string | null }) => (r.trial_id
     ? <A href="#" data-testid="pick-trial" title="its parameters and output" onClick={(ev: React.MouseEvent) => { ev.preventDefault(); pick(r.trial_id as string); }}>output</A> : "");
-  const taskLink = (r: { task_id?: string | null; map_index?: number | null }) => (r.task_id
-    ? <A href={tiHref(dagId, sweep.run, r.task_id, r.map_index)}>task</A> : <Muted>earlier run</Muted>);
+  // "earlier run" only for a trial an earlier DAG run did (skipped here); a trial of this run whose task is not
+  // known yet (an asynchronous sweep's trial before its worker publishes it) has no link
+  const taskLink = (r: { task_id?: string | null; map_index?: number | null; skipped?: boolean }) => (r.task_id
+    ? <A href={tiHref(dagId, sweep.run, r.task_id, r.map_index)}>task</A> : r.skipped ? <Muted>earlier run</Muted> : <Muted>–</Muted>);
   const bestLegend: [string, string] = ["best trial", BEST];
   return (
     <Card highlight={focus} id={`sweep-${sweep.group}`} data-testid={`sweep-${sweep.group}`}>
@@ -285,7 +287,7 @@ function SweepCard({ sweep, dagId, focus, runs }: { sweep: Sweep; dagId: string;
         <Box data-testid="best" my="1.5">Best:{" "}
           <b>{several && !obj.weights ? `${obj.metrics.map((m) => `${m} = ${fmtv(sweep.best?.values?.[m])}`).join(", ")} (Pareto front, best ${obj.metrics[0]})` : `${obj.score_label} = ${fmtv(sweep.best.score)}`}</b>
           {` — trial ${sweep.best.index} ${sweep.best.label} `}
-          {sweep.best.task_id ? <A href={tiHref(dagId, sweep.run, sweep.best.task_id, sweep.best.map_index)}>task instance</A> : <Muted>(succeeded in an earlier run)</Muted>}
+          {sweep.best.task_id ? <A href={tiHref(dagId, sweep.run, sweep.best.task_id, sweep.best.map_index)}>task instance</A> : sweep.best.skipped ? <Muted>(succeeded in an earlier run)</Muted> : null}
         </Box>
       ) : null}
       {sweep.points_note ? <Note data-testid="points-note">{sweep.points_note}</Note> : null}
