@@ -1,14 +1,19 @@
 """Training longer than the Slurm time limit: one task, one job, several segments (drop-in example).
 
-``gpusched_digits_slurm_chain`` trains the digits CNN as a ``@task.slurm`` function with a **1-minute** time limit
+``gpusched_digits_slurm_chain`` trains the digits CNN as a ``@task.slurm`` function with a **2-minute** time limit
 and ``time_limit_chain``: Slurm signals the job (SIGUSR1) 10 to 40 s before the limit, ``train_digits`` saves its
 checkpoint between two batches and exits, and the job is requeued, the same job id, to go on from that
 checkpoint, up to 6 times. The task follows the whole chain and logs every segment (job, node, start, end, why it
 ended); the Slurm tab draws them. The result is the model an uninterrupted run trains, number for number.
 
+Why 2 minutes: each segment starts Python, imports PyTorch, loads the data and resumes before it trains, and
+slurmctld may send the signal 30 s earlier than ``signal_delay`` asks. A 1-minute limit leaves a segment as little
+as 20 s before the signal, less than a loaded machine takes to start; 2 minutes leave at least 80 s (docs/slurm.md,
+"What a command needs").
+
 A real run on a 24-hour partition is the same with ``time_limit="24:00:00"`` and the default ``signal_delay`` of
-90 s. Here each epoch is stretched by ``epoch_pause`` seconds so that this small model meets the 1-minute limit
-a few times, as a long training meets a day's.
+90 s. Here each epoch is stretched by ``epoch_pause`` seconds so that this small model meets the 2-minute limit
+once or twice, as a long training meets a day's.
 
 Needs ``pip install 'airflow-provider-gpusched[examples]'`` where the job runs, and ``[gpusched]
 slurm_output_dir`` shared with the compute nodes (the checkpoint is kept in the task's folder there).
@@ -37,13 +42,13 @@ CNN = {
     doc_md=__doc__,
     params={
         "epochs": Param(16, type="integer", minimum=1, description="epochs to train"),
-        "epoch_pause": Param(6.0, type="number", minimum=0, description="seconds to wait after each epoch"),
+        "epoch_pause": Param(8.0, type="number", minimum=0, description="seconds to wait after each epoch"),
     },
 )
 def digits_slurm_chain():
     @task.slurm(
         cpus=1,
-        time_limit=1,
+        time_limit=2,  # minutes: at least 80 s of work before the signal (see above)
         poll_interval=2,
         env={"OMP_NUM_THREADS": "1"},  # one thread: the same arithmetic in every segment, and in a run without one
         time_limit_chain={"max_requeues": 6, "signal_delay": 10},

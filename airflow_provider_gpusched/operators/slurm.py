@@ -426,6 +426,9 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
             assert spec is not None
             output_path = spec.output
             self.log.info("Submitted Slurm job %s (sbatch %s)", job_id, " ".join(spec.sbatch_argv()))
+            advice = spec.chain_advice()
+            if advice:
+                self.log.warning("%s", advice)
         self._job_id = job_id
         output_path = (output_path or "").replace("%j", job_id).replace("%A", job_id)
         ti.xcom_push(key="slurm_job_id", value=job_id)
@@ -555,6 +558,14 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
         chain_problem = self._log_chain(context, client, status)
         if chain_problem and not problem and not end.stopped:
             problem = chain_problem
+        if self.time_limit_chain is not None:
+            # the chain's own records count its requeues, whatever the polls saw (a poll that began late, or a
+            # triggerer that restarted, missed some); for an array, the task that requeued most
+            by_job: dict[str, int] = {}
+            for segment in self._segments:
+                if segment.get("outcome") == "requeued":
+                    by_job[segment["job"]] = by_job.get(segment["job"], 0) + 1
+            preemptions = max([preemptions, *by_job.values()])
         if preemptions and self.time_limit_chain is not None:
             self.log.info(
                 "Slurm job %s was requeued %d time(s) by its time-limit chain:\n  %s",

@@ -256,7 +256,7 @@ json.dump(result, open(sys.argv[3], "w"))
 
 @pytest.mark.slurm
 def test_digits_training_crosses_time_limits_in_segments_and_ends_as_an_uninterrupted_run(run_dag, tmp_path):
-    """Issue 57: the example's 1-minute job trains across at least 3 segments; its metrics, learning curve and
+    """Issue 57: the example's 2-minute job trains across at least 2 segments; its metrics, learning curve and
     weights equal, number for number, those of the same training run without a limit."""
     import os
     import subprocess
@@ -277,8 +277,9 @@ def test_digits_training_crosses_time_limits_in_segments_and_ends_as_an_uninterr
     assert state == "success", states
     result = xcoms["train"]["return_value"]
     segments = xcoms["train"]["gpusched_slurm_job"]["segments"]
-    # 16 epochs of 6 s or more: a segment trains at most the 40 s before its signal (its minute less 10-40 s)
-    assert len(segments) >= 3, segments
+    # 16 epochs of 6 s or more (96 s): a segment trains at most the 80-110 s before its signal (its 2 minutes less
+    # 10-40 s; issue 76: with 1 minute, a segment could be signalled before its first checkpoint)
+    assert len(segments) >= 2, segments
     assert [s["outcome"] for s in segments] == ["requeued"] * (len(segments) - 1) + ["completed"]
     # each requeue follows a stop on the signal, but for one case: a segment whose training ended just as the signal
     # came exits 0 with a newer checkpoint, is requeued (docs/slurm.md), and its next segment has nothing left to do

@@ -36,6 +36,13 @@ LOST = (
 )
 #: outcomes that end a chain that had more to do: the task fails with the segment's words
 CHAIN_FAILURES = ("no-progress", "out-of-requeues", "requeue-failed")
+#: slurmctld checks time limits, and sends ``--signal``'s signal, at its periodic check (every 30 s): the signal
+#: comes ``signal_delay`` to ``signal_delay + SIGNAL_CHECK`` seconds before the limit
+SIGNAL_CHECK = 30
+#: seconds a segment should have before the signal may come: the work's start (imports, data, resuming) and a
+#: checkpoint. A shorter window is said at submission, and a segment signalled sooner than this after its start
+#: is judged as one that had no time to checkpoint, never as a hang (chain_shim.py)
+ADVISED_WORK = 60
 
 
 @record_class(extra="forbid")
@@ -56,9 +63,10 @@ class TimeLimitChain:
     signal: Annotated[str, says("'USR1' or 'USR2'"), one_of(("USR1", "USR2"))] = "USR1"
     #: seconds before the time limit that the signal comes
     signal_delay: Annotated[int, says("seconds from 10 to 65535", ge=10, le=65535)] = 90
-    #: seconds the work has after the signal to checkpoint and exit, then it is stopped (default: signal_delay - 5).
-    #: slurmctld sends the signal at its periodic check (every 30 s), so it comes signal_delay to signal_delay + 30
-    #: seconds before the limit: the grace always ends before the limit does
+    #: seconds the work has after the signal to checkpoint and exit, then it is stopped. The default: until
+    #: 10 s (chain_shim.GRACE_MARGIN) before the limit (the job's end time, read on the node when the signal comes), at
+    #: least signal_delay - 5. slurmctld sends the signal at its periodic check (every 30 s), so it comes
+    #: signal_delay to signal_delay + 30 seconds before the limit: a fixed grace would throw up to 30 s away
     grace: Annotated[float, says("seconds > 0", gt=0)] | None = None
 
     @property
@@ -68,18 +76,45 @@ class TimeLimitChain:
     def sbatch_args(self) -> list[str]:
         return [f"--signal=B:{self.signal}@{self.signal_delay}", "--requeue"]
 
+    def work_before_signal(self, time_limit_minutes: int) -> int:
+        """The seconds a segment is sure to have before the signal may come: the limit less ``signal_delay`` and
+        slurmctld's 30-second check (through slurmrestd the wrapper signals on time, so a segment there gets up to
+        30 s more)."""
+        return time_limit_minutes * 60 - self.signal_delay - SIGNAL_CHECK
+
     def check_against(self, time_limit_minutes: int | None, argument: str = "time_limit_chain") -> None:
-        """Refuse a delay or grace that do not fit in the job's time limit (Slurm takes them as they are)."""
+        """Refuse a delay or grace that do not fit in the job's time limit (Slurm takes them as they are): the
+        signal must leave a segment some time to work, even when slurmctld sends it 30 s early."""
         if self.grace is not None and self.grace >= self.signal_delay:
             raise InvalidArgumentError(
                 f"{argument}.grace", self.grace, f"fewer seconds than signal_delay ({self.signal_delay})"
             )
-        if time_limit_minutes is not None and self.signal_delay >= time_limit_minutes * 60:
+        if time_limit_minutes is not None and self.work_before_signal(time_limit_minutes) <= 0:
+            limit = time_limit_minutes * 60
             raise InvalidArgumentError(
                 f"{argument}.signal_delay",
                 self.signal_delay,
-                f"fewer seconds than the job's time limit ({time_limit_minutes * 60} s)",
+                f"fewer seconds than the job's time limit ({limit} s) less the {SIGNAL_CHECK} s by which Slurm's "
+                f"signal may come early: at most {max(limit - SIGNAL_CHECK - 1, 0)} s, or a longer time_limit "
+                f"(a segment would have no time to work before the signal; docs/slurm.md)",
             )
+
+    def timing_advice(self, time_limit_minutes: int | None) -> str | None:
+        """A sentence for the task log when the time limit leaves a segment less than ADVISED_WORK seconds before
+        the signal may come (a work that starts slowly saves nothing in that time), else None."""
+        if time_limit_minutes is None:
+            return None
+        work = self.work_before_signal(time_limit_minutes)
+        if work >= ADVISED_WORK:
+            return None
+        needed = -(-(ADVISED_WORK + self.signal_delay + SIGNAL_CHECK) // 60)
+        return (
+            f"time_limit_chain: with a {time_limit_minutes}-minute time limit and signal_delay={self.signal_delay}, "
+            f"Slurm's signal may come as soon as {work} s after a segment starts (it comes signal_delay to "
+            f"signal_delay + {SIGNAL_CHECK} s before the limit). The command must start, resume and be able to save "
+            f"a checkpoint within that, or a segment ends with no progress; a time limit of {needed} minutes or "
+            f"more leaves it at least {ADVISED_WORK} s (docs/slurm.md, 'What a command needs')"
+        )
 
     def wrap(self, argv: Sequence[str], records_dir: str, checkpoint: str, *, self_signal: bool = False) -> list[str]:
         """The job script's lines that run ``argv`` under the chain's wrapper (its source carried along).
@@ -93,7 +128,10 @@ class TimeLimitChain:
             "signal": self.signal,
             "grace": self.grace_seconds,
             "records": records_dir,
+            "advised_work": ADVISED_WORK,
         }
+        if self.grace is None:  # the default grace runs on to the job's end time, less a margin
+            config["grace_to_end"] = True
         if self_signal:
             config["self_signal"] = self.signal_delay
         return [

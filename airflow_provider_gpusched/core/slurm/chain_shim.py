@@ -11,8 +11,14 @@ containment shim (core/contain.py), saves a checkpoint and exits. Then this wrap
 * no requeue left: the chain ends, failed;
 * the work finished before the signal (or after it, with nothing new to continue from): the job ends as it did.
 
-A work that ignores the signal is stopped ``grace`` seconds after it (SIGTERM, then SIGKILL), before Slurm's own
-time limit, and judged the same way. A SIGTERM without the chain's signal first (``scancel``, a preemption) is
+A work that has not exited ``grace`` seconds after the signal is stopped (SIGTERM, then SIGKILL), before Slurm's own
+time limit, and judged the same way. The default grace (``grace_to_end``) runs on to ``GRACE_MARGIN`` seconds
+before the job's end time (``scontrol show job``): slurmctld's signal may come 30 s earlier than asked. Whether the
+work *took* the signal (a process of it catches it: ``SigCgt`` in /proc) tells "ignored the signal" apart from "was
+still saving". A first segment signalled before ``advised_work`` seconds, with no newer checkpoint, whose work took the
+signal, is requeued once more rather than taken for a hang (the first segment's allowance: the work may not have
+had the time to save anything); any other segment without a newer checkpoint ends the chain, its words saying how
+soon the signal came. A SIGTERM without the chain's signal first (``scancel``, a preemption) is
 never followed by a requeue here. Each segment's start and end go to the chain's record file (JSON lines, mode 0600,
 opened without following a link) and, in words, to the job's output.
 
@@ -30,6 +36,8 @@ import sys
 import time
 
 RECORD_VERSION = 1
+#: the default grace ends this many seconds before the job's end time: SIGTERM, 5 s for it, then the requeue
+GRACE_MARGIN = 10
 
 
 def _now() -> float:
@@ -128,11 +136,11 @@ def say(text: str) -> None:
     print("[gpusched chain] " + text, flush=True)
 
 
-def job_end_time(job_id: str) -> "float | None":
+def job_end_time(job_id: str, timeout: float = 30) -> "float | None":
     """This run's end time (its start plus the time limit), from ``scontrol show job``; None if unknown."""
     try:
         out = subprocess.run(
-            ["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True, timeout=30
+            ["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True, timeout=timeout
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
@@ -143,6 +151,48 @@ def job_end_time(job_id: str) -> "float | None":
             except ValueError:
                 return None
     return None
+
+
+def _tree(root: int) -> "list[int]":
+    """``root`` and every live process below it (parent links in /proc)."""
+    children = {}  # type: dict[int, list[int]]
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return [root]
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 1 and fields[0] != b"Z":
+            children.setdefault(int(fields[1]), []).append(int(name))
+    found, todo = [root], [root]
+    while todo:
+        for pid in children.get(todo.pop(), ()):
+            found.append(pid)
+            todo.append(pid)
+    return found
+
+
+def takes_signal(root: int, signum: int) -> "bool | None":
+    """Whether a process of the work (``root`` or below) catches ``signum`` (its bit in ``SigCgt``); None where
+    /proc cannot tell (not Linux, or the processes are gone)."""
+    bit, seen = 1 << (signum - 1), False
+    for pid in _tree(root):
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                for line in fh:
+                    if line.startswith("SigCgt:"):
+                        seen = True
+                        if int(line.split()[1], 16) & bit:
+                            return True
+        except (OSError, ValueError, IndexError):
+            continue
+    return False if seen else None
 
 
 def arm_self_signal(delay: int, signum: int, target: int) -> None:
@@ -214,14 +264,38 @@ def main(argv: "list[str]") -> int:
         say(f"segment {segment} cannot start {command[0]!r}: {exc}")
         return 127
     stopped_by_us = False
+    took = None  # type: bool | None  # whether the work catches the chain's signal, seen after it came
+    mark_at_signal = None  # type: int | None
+    looked = 0.0
     while True:
         try:
             code = child.wait(timeout=0.2)
             break
         except subprocess.TimeoutExpired:
             pass
-        if "chain" in seen and _now() - seen["chain"] > grace and not stopped_by_us:
-            say("the work did not end within {:.0f} s of SIG{}; stopping it".format(grace, config["signal"]))
+        # sticky: a work may take the signal late (still loading); looked at before the signal too, as a work that
+        # takes it may be gone before the next look
+        signalled = "chain" in seen
+        if took is not True and (_now() - looked >= (1 if signalled else 5) or (signalled and mark_at_signal is None)):
+            looked = _now()
+            now_takes = takes_signal(child.pid, chain_signal)
+            took = took if now_takes is None else now_takes
+        if not signalled:
+            continue
+        if mark_at_signal is None:  # first look after the signal: what the work has, and how long it may take
+            mark_at_signal = checkpoint_mark(checkpoint)
+            if config.get("grace_to_end"):
+                end_time = job_end_time(os.environ.get("SLURM_JOB_ID", ""), timeout=10)
+                if end_time is not None:
+                    grace = max(float(config["grace"]), end_time - GRACE_MARGIN - seen["chain"])
+            say(
+                "SIG{} came {:.0f} s after the segment started; the work has {:.0f} s to save and exit".format(
+                    config["signal"], seen["chain"] - started, grace
+                )
+            )
+        if _now() - seen["chain"] > grace and not stopped_by_us:
+            how = "took SIG{} but" if took else "ignored SIG{} and" if took is False else "got SIG{} but"
+            say("the work {} had not exited {:.0f} s after it; stopping it".format(how.format(config["signal"]), grace))
             stopped_by_us = True
             child.terminate()
             try:
@@ -230,7 +304,10 @@ def main(argv: "list[str]") -> int:
             except subprocess.TimeoutExpired:
                 child.kill()
     ended = _now()
-    progressed = checkpoint_mark(checkpoint) > mark
+    if code == -chain_signal:  # its default action ended the work: it did not take the signal
+        took = False
+    newest = checkpoint_mark(checkpoint)
+    progressed = newest > mark
     end = dict(base, event="end", at=ended, exit=code)
     if "chain" in seen:
         end["signalled"] = seen["chain"]
@@ -245,35 +322,71 @@ def main(argv: "list[str]") -> int:
         records.add(dict(end, outcome=outcome, detail=detail))
         say(f"segment {segment} of job {job} ended at {_stamp(ended)}: {detail}")
         return code if code >= 0 else 128 - code
-    ignored = " (it ignored the signal and was stopped)" if stopped_by_us else ""
-    if not progressed:
+    after = seen["chain"] - started  # how long the segment had worked when the signal came
+    early = after < float(config.get("advised_work", 0))
+    stop_note = ""  # why the wrapper stopped the work, if it did
+    if stopped_by_us and took and mark_at_signal is not None and newest > mark_at_signal:
+        stop_note = f" (it took the signal and was still saving {grace:.0f} s after it: stopped)"
+    elif stopped_by_us and took:
+        stop_note = f" (it took the signal but had not exited {grace:.0f} s after it: stopped)"
+    elif stopped_by_us and took is False:
+        stop_note = " (it ignored the signal and was stopped)"
+    elif stopped_by_us:  # /proc could not tell
+        stop_note = f" (it had not exited {grace:.0f} s after the signal: stopped)"
+    soon = "SIG{} came {:.0f} s after the segment started".format(config["signal"], after)
+    allowance = not progressed and segment == 1 and early and took and requeues < max_requeues
+    if allowance:
+        # the work took the signal, but had had no time to save anything: not a hang. One more segment (Slurm's
+        # signal comes at its 30-second check, so the next one may have longer); a second one without a
+        # checkpoint ends the chain below
         detail = (
-            f"no progress: no newer checkpoint at {checkpoint} since the segment started ({_stamp(started)}){ignored}"
+            f"no checkpoint yet: {soon}, before the work could save one (it took the signal); requeued to try once "
+            f"more (the first segment's allowance) ({requeues + 1} of at most {max_requeues}){stop_note}"
         )
+        return requeue(records, dict(end, outcome="requeued", detail=detail), job, segment, ended, code)
+    if not progressed:
+        detail = f"no progress: no newer checkpoint at {checkpoint} since the segment started ({_stamp(started)})"
+        if early:
+            detail += (
+                f"; {soon}, sooner than a segment needs ({config.get('advised_work')} s) to start and checkpoint: "
+                "give the job a longer time_limit (a segment works time_limit - signal_delay - up to 30 s before "
+                "the signal; docs/slurm.md)"
+            )
+        detail += stop_note
         outcome = "no-progress"
     elif requeues >= max_requeues:
         detail = (
-            f"out of requeues: the time limit came after {requeues} requeue(s) (max_requeues={max_requeues}){ignored}"
+            f"out of requeues: the time limit came after {requeues} requeue(s) (max_requeues={max_requeues})"
+            + stop_note
         )
         outcome = "out-of-requeues"
     else:
-        # recorded before asking: Slurm stops this run as it requeues the job, and may kill this wrapper (SIGKILL
-        # KillWait seconds after SIGTERM) before a record written afterwards; a failed requeue overwrites it below
         detail = (
-            f"time limit near ({when}); checkpoint saved; requeued ({requeues + 1} of at most {max_requeues}){ignored}"
+            f"time limit near ({when}); checkpoint saved; requeued ({requeues + 1} of at most {max_requeues})"
+            + stop_note
         )
-        records.add(dict(end, outcome="requeued", detail=detail))
-        say(f"segment {segment} of job {job} ended at {_stamp(ended)}: {detail}")
-        result = subprocess.run(  # an array task by its own key: the array's id would requeue every task
-            ["scontrol", "requeue", job],
-            capture_output=True,
-            text=True,
-        )
-        if result.returncode == 0:
-            return 0
-        outcome = "requeue-failed"
-        detail = f"scontrol requeue failed: {result.stderr.strip() or result.returncode}"
+        return requeue(records, dict(end, outcome="requeued", detail=detail), job, segment, ended, code)
     records.add(dict(end, outcome=outcome, detail=detail))
+    say(f"segment {segment} of job {job} ended at {_stamp(ended)}: the chain ends, {detail}")
+    return code if code not in (0, None) and code > 0 else 1
+
+
+def requeue(records: Records, end: "dict[str, object]", job: str, segment: int, ended: float, code: int) -> int:
+    """Record the segment's "requeued" end, then ask Slurm to requeue the job; a refusal overwrites the record and
+    ends the chain."""
+    # recorded before asking: Slurm stops this run as it requeues the job, and may kill this wrapper (SIGKILL
+    # KillWait seconds after SIGTERM) before a record written afterwards; a failed requeue overwrites it below
+    records.add(end)
+    say(f"segment {segment} of job {job} ended at {_stamp(ended)}: {end['detail']}")
+    result = subprocess.run(  # an array task by its own key: the array's id would requeue every task
+        ["scontrol", "requeue", job],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode == 0:
+        return 0
+    detail = f"scontrol requeue failed: {result.stderr.strip() or result.returncode}"
+    records.add(dict(end, outcome="requeue-failed", detail=detail))
     say(f"segment {segment} of job {job} ended at {_stamp(ended)}: the chain ends, {detail}")
     return code if code not in (0, None) and code > 0 else 1
 

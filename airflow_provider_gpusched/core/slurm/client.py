@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_gpusched.core.checks import is_int
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.job_shape import gres_gpu_count
 from airflow_provider_gpusched.core.slurm.job import COMMENT_PREFIX, SlurmJobSpec, parse_job_comment
@@ -62,6 +63,64 @@ _LIVE_STATES = (
 
 
 _JOB_ID = re.compile(r"^\d+(_\d+)?$")
+#: what sbatch (and slurmrestd) say when no node of the partition could ever hold the job: said with the sizes of
+#: the partition's nodes (:meth:`SlurmClient.too_big_hint`), which Slurm leaves out
+TOO_BIG = ("requested node configuration is not available", "memory specification can not be satisfied")
+
+
+@dataclass(frozen=True)
+class NodeSize:
+    """One node as sinfo (or slurmrestd's nodes endpoint) describes it: what a job may ask of it."""
+
+    name: str
+    partitions: tuple[str, ...]
+    cpus: int
+    memory_mb: int
+    gpus: int
+
+
+def partition_option(argv: Sequence[str]) -> str | None:
+    """The partition an sbatch argv names (``--partition=P``, ``--partition P``, ``-p P``, ``-pP``), or None."""
+    found = None
+    for i, arg in enumerate(argv):
+        if arg.startswith("--partition="):
+            found = arg.split("=", 1)[1]
+        elif arg in ("--partition", "-p") and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif arg.startswith("-p") and not arg.startswith("--") and len(arg) > 2:
+            found = arg[2:]
+    return found
+
+
+def too_big_words(spec: SlurmJobSpec, argv: Sequence[str], nodes: Sequence[NodeSize], default: str | None) -> str:
+    """What the job's partition offers on one node, and what of it the job asks for beyond that ('' when the
+    partition is unknown): the words added to Slurm's "Requested node configuration is not available"."""
+    partition = spec.partition or partition_option(argv) or default
+    members = [n for n in nodes if partition is None or partition in n.partitions]
+    if not members:
+        return ""
+    gpus, cpus, memory = (max(getattr(n, k) for n in members) for k in ("gpus", "cpus", "memory_mb"))
+    where = f"partition {partition!r}" if partition else "this cluster"
+    text = (
+        f" — {where} has {len(members)} node(s); the largest has {gpus} GPU(s), {cpus} CPUs and {memory} MB of "
+        f"memory ({', '.join(n.name for n in members if n.gpus == gpus)})"
+    )
+    asks = []
+    if spec.gpus_on_each_node > gpus:
+        asks.append(f"{spec.gpus_on_each_node} GPUs on each node")
+    if spec.cpus_per_task:
+        per_node_cpus = spec.cpus_per_task * (spec.ntasks_per_node or 1)
+    else:
+        per_node_cpus = (spec.cpus_per_gpu or 0) * spec.gpus_on_each_node
+    if per_node_cpus > cpus:
+        asks.append(f"{per_node_cpus} CPUs on each node")
+    if spec.mem is not None and spec._mem_mb > memory:
+        asks.append(f"{spec._mem_mb} MB of memory on each node")
+    if is_int(spec.nodes) and spec.nodes > len(members):
+        asks.append(f"{spec.nodes} nodes")
+    if asks:
+        text += "; this job asks for " + " and ".join(asks)
+    return text
 
 
 def check_job_ids(job_ids: Iterable[str], argument: str = "job_ids") -> list[str]:
@@ -181,7 +240,7 @@ class SlurmClient:
             self._check_paths(spec)
         script = spec.render_script()
         argv = ["sbatch", *spec.sbatch_argv()]
-        result = self._run_sbatch(argv, script, spec.array)
+        result = self._run_sbatch(argv, script, spec.array, spec)
         text = result.stdout.strip().splitlines()
         if not text:
             raise SlurmCommandError(argv, 0, f"sbatch printed no job id: {result.stderr.strip()}")
@@ -208,7 +267,9 @@ class SlurmClient:
             if not os.access(directory, os.W_OK | os.X_OK):
                 raise InvalidArgumentError(name, path, f"a file in a directory this user can write ({directory})")
 
-    def _run_sbatch(self, argv: list[str], script: str | None, array: str | None = None) -> CommandResult:
+    def _run_sbatch(
+        self, argv: list[str], script: str | None, array: str | None = None, spec: SlurmJobSpec | None = None
+    ) -> CommandResult:
         try:
             return self.runner.run(argv, input=script)
         except SlurmUnavailableError:
@@ -217,6 +278,8 @@ class SlurmClient:
             reason = exc.stderr.replace("sbatch: error: ", "").strip()
             if array and "invalid job array specification" in reason.lower():
                 reason += self._array_limit_hint(array)
+            if spec is not None and any(words in reason.lower() for words in TOO_BIG):
+                reason += self.too_big_hint(spec, argv)
             raise SlurmCommandError(
                 argv, exc.returncode, f"Slurm rejected the job: {reason} (sbatch options: {' '.join(argv[1:])})"
             ) from exc
@@ -235,6 +298,37 @@ class SlurmClient:
             f"(indices 0 to {limit - 1}); split it into arrays of at most {limit} tasks (a batched Slurm sweep: "
             f"chunk_size <= {limit})"
         )
+
+    def too_big_hint(self, spec: SlurmJobSpec, argv: Sequence[str]) -> str:
+        """For a job Slurm refused as too big for any node: what the largest node of its partition has ('' when the
+        nodes cannot be read: the refusal is said as it is)."""
+        try:
+            nodes, default = self.node_sizes()
+        except GpuschedError as exc:
+            log.info("cannot read the nodes' sizes for the refusal's words: %s", exc)
+            return ""
+        return too_big_words(spec, argv, nodes, default)
+
+    def node_sizes(self) -> tuple[list[NodeSize], str | None]:
+        """Every node's CPUs, memory and GPUs (one ``sinfo`` call), and the default partition."""
+        merged: dict[str, NodeSize] = {}
+        default = None
+        for line in self.runner.run(["sinfo", "-h", "-N", "-o", "%N|%P|%c|%m|%G"]).stdout.splitlines():
+            cols = line.strip().split("|")
+            if len(cols) != 5:
+                continue
+            name, part, cpus, memory, gres = cols
+            if part.endswith("*"):
+                part = default = part.rstrip("*")
+            known = merged.get(name)
+            merged[name] = NodeSize(
+                name=name,
+                partitions=(*(known.partitions if known else ()), part),
+                cpus=int(cpus) if cpus.isdigit() else 0,
+                memory_mb=int(memory) if memory.isdigit() else 0,
+                gpus=gres_gpu_count(gres),
+            )
+        return list(merged.values()), default
 
     # -- status -----------------------------------------------------------------------------------
     def accounting(self) -> AccountingInfo:

@@ -206,8 +206,18 @@ class SlurmJobSpec:
             raise InvalidArgumentError("chain_records", None, "a folder the compute nodes can write")
         if self.requeue is False:
             raise InvalidArgumentError("requeue", False, "True or None with time_limit_chain (it requeues the job)")
+        chain.check_against(self._limit_minutes())
+
+    def _limit_minutes(self) -> int | None:
+        """The time limit in whole minutes, as Slurm keeps it (rounded up), or None without one."""
         seconds = time_limit_seconds(self.time_limit) if self.time_limit is not None else None
-        chain.check_against(None if seconds is None else -(-seconds // 60))
+        return None if seconds is None else -(-seconds // 60)
+
+    def chain_advice(self) -> str | None:
+        """A time-limit chain's word for the task log when its time limit leaves a segment little time before the
+        signal (:meth:`TimeLimitChain.timing_advice`), else None."""
+        chain = self.time_limit_chain
+        return chain.timing_advice(self._limit_minutes()) if isinstance(chain, TimeLimitChain) else None
 
     def _validate_shape(self) -> None:
         """The job's shape (core/job_shape.py: each option refused by name), the distributed start, and the

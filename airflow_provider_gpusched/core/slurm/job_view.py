@@ -23,6 +23,10 @@ from airflow_provider_gpusched.core.slurm.transport import LOCAL_TARGET
 SLURM_JOB_XCOM = "gpusched_slurm_job"
 
 
+#: how a requeue's line ended before issue 76 (core/slurm/states.py JobTracker)
+_STILL_WAITING = "; still waiting for it to complete"
+
+
 def via(runner_description: Mapping[str, Any]) -> str:
     """Where a runner sends Slurm commands, for people: ``local`` or ``[user@]host[:port]``."""
     host = runner_description.get("host")
@@ -175,7 +179,9 @@ def job_view(
         "final": record["final"],
         "source": source,
         "preemptions": record.get("preemptions", 0),
-        "preemption_events": record.get("preemption_events", []),
+        # records written before issue 76 end each line with "; still waiting for it to complete", which the tab
+        # showed after the job had completed: the line says what happened, and only that
+        "preemption_events": [str(line).removesuffix(_STILL_WAITING) for line in record.get("preemption_events", [])],
         "problem": record.get("problem", ""),
     }
     if "segments" in record:

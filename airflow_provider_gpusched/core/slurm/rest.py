@@ -53,7 +53,9 @@ from typing import Any
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.job_shape import gres_gpu_count
 from airflow_provider_gpusched.core.slurm.client import (
+    TOO_BIG,
     AccountingInfo,
+    NodeSize,
     SlurmClient,
     SubmittedJob,
     check_job_ids,
@@ -454,6 +456,13 @@ def _exit_status(raw: Any) -> tuple[int | None, int | None]:
     return raw >> 8, None
 
 
+def _count(value: Any) -> int:
+    """A number the API gives as it is (v0.0.38) or as ``{"set": true, "number": N}`` (later versions); 0 if neither."""
+    if isinstance(value, dict):
+        value = value.get("number") if value.get("set", True) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def _text(value: Any) -> str:
     return "" if value is None else str(value)
 
@@ -481,8 +490,11 @@ class SlurmRestClient(SlurmClient):
         except SlurmRestUnavailableError:
             raise
         except SlurmRestError as exc:
+            detail = exc.detail
+            if any(words in detail.lower() for words in TOO_BIG):
+                detail += self.too_big_hint(spec, argv)
             raise SlurmRestError(
-                exc.endpoint, exc.status, f"Slurm rejected the job: {exc.detail} (sbatch options: {' '.join(argv)})"
+                exc.endpoint, exc.status, f"Slurm rejected the job: {detail} (sbatch options: {' '.join(argv)})"
             ) from None
         job_id = answer.get("job_id")
         if not isinstance(job_id, int):
@@ -650,6 +662,23 @@ class SlurmRestClient(SlurmClient):
                     "preempt_mode": ",".join(str(m) for m in p.get("preemption_mode") or []).upper(),
                 }
         return out
+
+    def node_sizes(self) -> tuple[list[NodeSize], str | None]:
+        """Every node's CPUs, memory and GPUs (the nodes endpoint), and the default partition."""
+        nodes = self.runner.request("GET", "nodes", what="the nodes").get("nodes") or []
+        sizes = [
+            NodeSize(
+                name=_text(node.get("name")),
+                partitions=tuple(str(p) for p in node.get("partitions") or []),
+                cpus=_count(node.get("cpus")),
+                memory_mb=_count(node.get("real_memory")),
+                gpus=gres_gpu_count(_text(node.get("gres"))),
+            )
+            for node in nodes
+            if isinstance(node, dict) and node.get("name")
+        ]
+        default = next((name for name, p in self.partitions().items() if p["default"]), None)
+        return sizes, default
 
     def partition_gpus(self, partition: str | None = None) -> int:
         parts = self.partitions()

@@ -343,19 +343,20 @@ class JobTracker:
             return lines  # keep the last known status
         else:
             self._not_found_since = None
-        if prev is not None and status.restarts > prev.restarts:
-            self.preemptions += status.restarts - prev.restarts
+        # counted from 0, not from the first status seen: a requeue before it (a triggerer that took its time to
+        # start, a re-attached task) is one of the job's requeues too. Each line is a record kept after the job
+        # ended (the Slurm tab lists them): it says what happened, not what is being done now
+        before = prev.restarts if prev is not None else 0
+        if status.restarts > before:
+            self.preemptions += status.restarts - before
             seen = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.wall_clock()))
             if self.chain:
                 line = (
                     f"job {self.job_id} was requeued for segment {status.restarts + 1} of its time-limit chain "
-                    f"(restart {status.restarts}, seen {seen}); still waiting for it to complete"
+                    f"(restart {status.restarts}, seen {seen})"
                 )
             else:
-                line = (
-                    f"job {self.job_id} was preempted/requeued (restart {status.restarts}, seen {seen}); "
-                    f"still waiting for it to complete"
-                )
+                line = f"job {self.job_id} was preempted/requeued (restart {status.restarts}, seen {seen})"
             self.preemption_events.append(line)
             lines.append(line)
         if prev is None or (status.state, status.reason) != (prev.state, prev.reason):
