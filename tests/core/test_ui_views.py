@@ -184,6 +184,24 @@ def test_sweep_view_counts_and_ranks_from_outcomes_and_task_states():
     assert [p["state"] for p in view["problems"]] == ["invalid"]
 
 
+def test_a_stopped_runs_view_counts_what_never_started_as_not_started():
+    """Issue 76: a stopped run's view counted "waiting 20" for the trials that would never start."""
+    outcomes = {
+        o["trial_id"]: o
+        for o in read_outcome_records(
+            [{"trial_id": "t1", "state": "stopped", "result": None, "seconds": 2.0, "error": "stopped"}], "outcomes"
+        )
+    }
+    states = {("s.trial", 0): "failed", ("s.trial", 1): None, ("s.trial", 2): "scheduled"}  # t1, t2, t3 (t4: none)
+    live = build_sweep_view([plan()], outcomes, states)["counts"]
+    assert (live["waiting"], live["not_started"], live["stopped"]) == (3, 0, 1)  # the run goes on: they may start
+    ended = build_sweep_view([plan()], outcomes, states, run_ended=True)
+    c = ended["counts"]
+    assert (c["waiting"], c["not_started"], c["stopped"], c["skipped"]) == (0, 3, 1, 1), c
+    grown = plan(defined=8)  # (an asynchronous search's plan: trials whose parameters no worker published)
+    assert build_sweep_view([grown], outcomes, states, run_ended=True)["counts"]["not_started"] == 6
+
+
 def test_a_two_metric_sweep_view_shows_fronts_values_and_the_points_on_the_front():
     objective = {"metric": ["acc", "ms"], "mode": ["maximize", "minimize"]}
     outcomes = {

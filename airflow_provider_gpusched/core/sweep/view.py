@@ -468,9 +468,25 @@ def trial_rows(
     plans: Sequence[Mapping[str, Any]],
     outcomes: Mapping[str, Mapping[str, Any]],
     ti_states: Mapping[tuple[str, int], str | None],
+    run_ended: bool = False,
 ) -> list[dict[str, Any]]:
     """Every listed trial of one sweep in one DAG run, in index order: its parameters, state (from its outcome,
-    else from its task instance), result, error, the task instance that ran it and whether it was skipped."""
+    else from its task instance), result, error, the task instance that ran it and whether it was skipped.
+    ``run_ended``: the DAG run is over (stopped, failed, done), so a trial still without an outcome or a task that
+    ran is ``not_started``, not ``waiting``."""
+    rows = _trial_rows(plans, outcomes, ti_states)
+    if run_ended:
+        for row in rows:
+            if row["state"] == "waiting":
+                row.update(state="not_started", error=row.get("error") or "not started: its DAG run ended first")
+    return rows
+
+
+def _trial_rows(
+    plans: Sequence[Mapping[str, Any]],
+    outcomes: Mapping[str, Mapping[str, Any]],
+    ti_states: Mapping[tuple[str, int], str | None],
+) -> list[dict[str, Any]]:
     trials: dict[str, dict[str, Any]] = {}
     for plan in plans:
         skipped = {s["trial_id"]: s for s in plan["skipped"]}
@@ -608,9 +624,11 @@ def param_axes(
     }
 
 
-def trial_counts(plans: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+def trial_counts(
+    plans: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]], run_ended: bool = False
+) -> dict[str, int]:
     """How many trials are in each state (:data:`STATES`), with ``defined`` and ``skipped``; trials whose
-    parameters are not published yet count as ``waiting``."""
+    parameters are not published yet count as ``waiting`` (``not_started`` once the DAG run has ended)."""
     counts = {state: 0 for state in RUN_STATES}
     # (an asynchronous search's plan lists the trials known when it planned; its workers publish the others)
     counts["defined"] = max(sum(p["defined"] for p in plans), len(rows)) if len(plans) == 1 else len(rows)
@@ -618,7 +636,7 @@ def trial_counts(plans: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str,
         counts[r["state"]] += 1
         counts["skipped"] += r["skipped"]
     if len(plans) == 1 and plans[0]["defined"] > len(rows):  # parameters not published for the rest
-        counts["waiting"] += plans[0]["defined"] - len(rows)
+        counts["not_started" if run_ended else "waiting"] += plans[0]["defined"] - len(rows)
     return counts
 
 
@@ -748,15 +766,17 @@ def build_sweep_view(
     top_n: int = 20,
     reports: Callable[[str], Sequence[Mapping[str, Any]] | None] | None = None,
     lineage: Mapping[str, Any] | None = None,
+    run_ended: bool = False,
 ) -> SweepView:
     """One sweep's view in one DAG run: ``plans`` (its stages' plan records, rounds in order), ``outcomes``
     (trial id -> published outcome), ``ti_states`` ((task id, map index) -> Airflow state), ``reports``
     (trial id -> its intermediate reports where the caller can read them, asked lazily: drawn by step),
-    ``lineage`` (a PBT sweep's checked lineage, :func:`~.pbt.read_lineage`: drawn as its population)."""
+    ``lineage`` (a PBT sweep's checked lineage, :func:`~.pbt.read_lineage`: drawn as its population), ``run_ended``
+    (the DAG run is over: what never started is ``not_started``)."""
     first = plans[0]
     objective = sweep_objective(plans)
-    rows = trial_rows(plans, outcomes, ti_states)
-    counts = trial_counts(plans, rows)
+    rows = trial_rows(plans, outcomes, ti_states, run_ended)
+    counts = trial_counts(plans, rows, run_ended)
     view: dict[str, Any] = {
         "sweep": first["sweep"],
         "search": first["search"],

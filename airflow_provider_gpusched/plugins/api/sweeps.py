@@ -97,6 +97,13 @@ def _sweep_records(dag_id: str, run_id: str, session, problems: list[str], group
     return plans, outcomes, states
 
 
+def _run_ended(dag_id: str, run_id: str, session) -> bool:
+    """Whether the DAG run is over (success or failed: a stopped run too), so that trials which never started are
+    ``not_started``, not ``waiting``."""
+    state = session.scalar(select(DagRun.state).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+    return str(getattr(state, "value", state)) in ("success", "failed")
+
+
 def _one_sweep(dag_id: str, run_id: str, group: str, session, outcomes_too: bool = False):
     """``(plans, rows, objective)`` of sweep ``group`` in one DAG run (and its outcomes, with ``outcomes_too``);
     404 when that run planned no such sweep."""
@@ -108,7 +115,8 @@ def _one_sweep(dag_id: str, run_id: str, group: str, session, outcomes_too: bool
             f"run {run_id} of {dag_id} planned no sweep {group!r}"
             + (f" ({'; '.join(problems)[:500]})" if problems else ""),
         )
-    found = plans[group], trial_rows(plans[group], outcomes, states), sweep_objective(plans[group])
+    rows = trial_rows(plans[group], outcomes, states, _run_ended(dag_id, run_id, session))
+    found = plans[group], rows, sweep_objective(plans[group])
     return (*found, outcomes) if outcomes_too else found
 
 
@@ -254,8 +262,16 @@ def sweep_comparison(dag_id: str, run_id: str, other: str, group: str, session) 
         {
             "group": group,
             **compare_runs(
-                {"run": run_id, "points": scored_points(rows_a, objective)[0], "counts": trial_counts(plans_a, rows_a)},
-                {"run": other, "points": scored_points(rows_b, objective)[0], "counts": trial_counts(plans_b, rows_b)},
+                {
+                    "run": run_id,
+                    "points": scored_points(rows_a, objective)[0],
+                    "counts": trial_counts(plans_a, rows_a, _run_ended(dag_id, run_id, session)),
+                },
+                {
+                    "run": other,
+                    "points": scored_points(rows_b, objective)[0],
+                    "counts": trial_counts(plans_b, rows_b, _run_ended(dag_id, other, session)),
+                },
                 objective,
             ),
         },
@@ -345,6 +361,7 @@ def sweeps(dag_id: str, run_id: str | None, session) -> SweepsView:
         return {"dag_id": dag_id, "run_id": None, "runs": [], "sweeps": [], "problems": []}
     problems: list[str] = []
     plans, outcomes, states = _sweep_records(dag_id, run_id, session, problems)
+    ended = _run_ended(dag_id, run_id, session)
     views = []
     root = settings.sweep_results_root()
     for group, group_plans in sorted(plans.items()):
@@ -376,7 +393,7 @@ def sweeps(dag_id: str, run_id: str | None, session) -> SweepsView:
                 lineage, why_not = read_lineage(folder, root)
             elif not folder:
                 why_not = "the plan names no sweep folder: the population is not drawn"
-        view = build_sweep_view(group_plans, ours, states, reports=read, lineage=lineage)
+        view = build_sweep_view(group_plans, ours, states, reports=read, lineage=lineage, run_ended=ended)
         if why_not:
             view["population_note"] = why_not
         if replaced:
