@@ -3,6 +3,7 @@ stage is one ``run_batch`` task per chunk, running the chunk's trials under leas
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -11,6 +12,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_gpusched import fleet, settings
 from airflow_provider_gpusched.backends import AirflowBackend
+from airflow_provider_gpusched.core.gpu.board import HELD_LEASES_XCOM, MAX_HELD_LEASES, lease_record
 from airflow_provider_gpusched.core.gpu.timeline import LEASE_HISTORY_XCOM, SegmentLog, segment_of
 from airflow_provider_gpusched.core.stops import WorkHalted
 from airflow_provider_gpusched.core.sweep.batch import run_local_batch
@@ -94,6 +96,7 @@ class LocalAirflowBackend(AirflowBackend):
             tag = WorkTag.of_task(ti, sweep=spec.name, trial=name, job_class=r.job_class, group=group)
             segments = SegmentLog()
             map_index = ti.map_index if ti.map_index is not None else -1
+            host_name = fleet.worker_host(ti)
 
             def on_attempt(attempt, label: str) -> None:
                 segments.add(
@@ -122,8 +125,32 @@ class LocalAirflowBackend(AirflowBackend):
             # the trials' starts, reports and ends to the sweep's trackers, from a thread of its own (tracking.py)
             sender = BackgroundSender(lambda: send_manifest_trials(manifest, list(trials), context, print))
 
+            def held_now() -> list[dict[str, Any]]:  # the leases this runner holds now, for the board
+                mine = []
+                for lease in manager.leases():
+                    work = lease.work or {}
+                    if (work.get("dag_id"), work.get("run_id"), work.get("task_id"), work.get("map_index")) == (
+                        ti.dag_id,
+                        ti.run_id,
+                        ti.task_id,
+                        map_index,
+                    ):
+                        mine.append(
+                            lease_record(
+                                host_name,
+                                dataclasses.asdict(lease),
+                                manager.inventory.gpus(),
+                                dag_id=ti.dag_id,
+                                run_id=ti.run_id,
+                                task_id=ti.task_id,
+                                map_index=map_index,
+                            )
+                        )
+                return mine[:MAX_HELD_LEASES]
+
             def publish() -> None:  # the GPU timeline's bars of this runner so far (and a worker's trials)
                 ti.xcom_push(key=LEASE_HISTORY_XCOM, value=segments.record())
+                ti.xcom_push(key=HELD_LEASES_XCOM, value=held_now())
                 if searching is not None:
                     ti.xcom_push(key=OUTCOMES_XCOM, value=outcomes())
                 sender.poke()
@@ -145,7 +172,7 @@ class LocalAirflowBackend(AirflowBackend):
                     time_limit=None if r.time_limit is None else time_limit_seconds(r.time_limit),
                     on_attempt=on_attempt,
                     on_tick=publish,
-                    host=fleet.worker_host(ti),
+                    host=host_name,
                     search=searching,
                     worker=f"{ti.task_id}[{chunk}] ({ti.run_id})",
                     on_taken=trials.append,  # (the batch publishes them from this thread: on_tick)

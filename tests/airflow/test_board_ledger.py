@@ -84,19 +84,25 @@ def test_the_boards_gpu_time_agrees_with_the_hosts_ledger_after_each_kind_of_swe
     assert held == []  # ended: nothing of it is held any more
 
 
+@pytest.mark.parametrize("where", ["the api-server's host", "another host"])
 def test_a_workers_lease_is_on_the_board_and_timeline_while_held_and_its_trial_draws_its_curve(
-    airflow_db, sweeps_root, as_admin, tmp_path
+    airflow_db, sweeps_root, as_admin, tmp_path, where
 ):
-    """An asynchronous sweep's worker (a batched runner that publishes no lease record) holds its lease while its
-    trial runs: the board lists it under the worker task, the timeline draws it running, the board's GPU time counts
-    it; the Sweeps tab draws the running trial's curve and links the worker, and says "earlier run" of no trial."""
+    """An asynchronous sweep's worker (a batched runner that holds leases in turn) holds its lease while its trial
+    runs: the board lists it under the worker task, the timeline draws it running, the board's GPU time counts it;
+    the Sweeps tab draws the running trial's curve and links the worker, and says "earlier run" of no trial. On
+    another host (a lease directory the api-server cannot read, outside a fleet) the board knows the lease from what
+    the worker publishes as it runs (XCom ``gpusched_held_leases``)."""
     from airflow.utils.session import create_session
 
     from airflow_provider_gpusched.plugins.api.sweeps import sweeps
     from tests.polling import wait_until
 
     release = tmp_path / "release"
-    proc = dag_test_process(DAGFILE, "board_hold", {"BOARD_RELEASE": str(release)})
+    env = {"BOARD_RELEASE": str(release)}
+    if where == "another host":
+        env["AIRFLOW__GPUSCHED__GPU_STATE_DIR"] = str(tmp_path / "remote-leases")
+    proc = dag_test_process(DAGFILE, "board_hold", env)
     worker = "board_hold.run_batch"
 
     def held():
@@ -117,7 +123,12 @@ def test_a_workers_lease_is_on_the_board_and_timeline_while_held_and_its_trial_d
         assert board["gpu_time"]["day"]["normal"]["running"] >= 1
         with create_session() as session:
             timeline = as_admin.gpu_timeline(None, session, 1.0)
-        bars = [b for row in timeline["rows"] for b in row["bars"] if b.get("task_id") == worker]
+        bars = [  # (this run's: an earlier test's run of the same DAG is on the timeline too)
+            b
+            for row in timeline["rows"]
+            for b in row["bars"]
+            if b.get("task_id") == worker and b.get("run_id") == lease["run_id"]
+        ]
         assert [b["outcome"] for b in bars] == ["running"] and timeline["counts"]["running"] >= 1
         # the running trial's curve, as it reports (its worker publishes it as it takes the trial)
         wait_until(lambda: [len(c["points"]) for c in view()["curves"]] == [2], timeout=120, what="the trial's curve")

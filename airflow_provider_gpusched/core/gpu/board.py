@@ -38,6 +38,12 @@ if TYPE_CHECKING:
 WINDOWS = {"hour": 3600.0, "day": 86400.0}
 #: the XCom keys under which a local-GPU task publishes its lease, that it waits for GPUs, and its GPU time
 LEASE_XCOM = "gpusched_lease"
+#: the leases a task holds now when it holds several or in turn (a batched runner, an asynchronous sweep's worker): a
+#: list of :data:`LEASE_XCOM` records, published on each tick, [] once it holds none; the board reads it from
+#: running tasks, so their leases show while held even where the api-server cannot read the host's lease directory
+HELD_LEASES_XCOM = "gpusched_held_leases"
+#: the most leases one such record may list
+MAX_HELD_LEASES = 256
 WAIT_XCOM = "gpusched_wait"
 GPU_TIME_XCOM = "gpu_time"
 #: bounds of a published record: GPUs one host has (and one lease or segment names), a GPU's memory, a name's length
@@ -139,6 +145,14 @@ def lease_record(
 def read_lease_record(data: Any, source: str) -> BoardLease:
     """A published lease record, checked field by field; :class:`BadRecordError` names ``source`` and the key."""
     return BOARD_LEASE.read(data, source)
+
+
+def read_held_leases_record(data: Any, source: str) -> list[BoardLease]:
+    """A published :data:`HELD_LEASES_XCOM` record: a list of at most :data:`MAX_HELD_LEASES` lease records, each
+    checked (:class:`BadRecordError` names ``source``, the position and the key)."""
+    if not isinstance(data, list) or len(data) > MAX_HELD_LEASES:
+        raise BadRecordError(f"{source}: expected a list of at most {MAX_HELD_LEASES} lease records")
+    return [read_lease_record(item, f"{source}[{i}]") for i, item in enumerate(data)]
 
 
 @dataclass

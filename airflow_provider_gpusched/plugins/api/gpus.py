@@ -20,6 +20,7 @@ from typing_extensions import TypedDict
 
 from airflow_provider_gpusched.core.gpu.board import (
     GPU_TIME_XCOM,
+    HELD_LEASES_XCOM,
     LEASE_XCOM,
     WAIT_XCOM,
     WINDOWS,
@@ -31,6 +32,7 @@ from airflow_provider_gpusched.core.gpu.board import (
     build_board,
     fleet_known_host,
     read_gpu_time_record,
+    read_held_leases_record,
     read_lease_record,
     read_wait_record,
 )
@@ -105,6 +107,9 @@ def gpu_board(user, session) -> BoardView:
             bad(exc, dag_id)
             continue
         lease_started[(dag_id, run_id, task_id, map_index)] = lease.started
+        hide(lease, dag_id)
+        leases.append(lease)
+    for lease, dag_id in running_runners_leases(session, hosts.check, problems, bad):
         hide(lease, dag_id)
         leases.append(lease)
     waiting = []
@@ -184,6 +189,27 @@ def quota_table(problems: list[str]) -> QuotaView | None:
         return None
     problems.extend(view["problems"])
     return view
+
+
+def running_runners_leases(session, check, problems: list[str], bad) -> list[tuple[BoardLease, str]]:
+    """(lease, dag id) of the leases running tasks that hold several list (XCom ``gpusched_held_leases``: batched
+    runners, asynchronous workers), each checked as a task's own lease is (its identity, ``check(lease, ran_on)``);
+    ``bad(exc, dag_id)`` is told of each record that cannot be read."""
+    out = []
+    for value, dag_id, run_id, task_id, map_index, _state, _end, ran_on in xcom_records(
+        session, HELD_LEASES_XCOM, states=("running",), problems=problems
+    ):
+        source = f"XCom {HELD_LEASES_XCOM} of {dag_id}.{task_id}[{map_index}] ({run_id})"
+        try:
+            held = read_held_leases_record(value, source)
+            for lease in held:
+                own_identity(lease, dag_id, run_id, task_id, map_index)
+                check(lease, ran_on)
+        except BadRecordError as exc:
+            bad(exc, dag_id)
+            continue
+        out += [(lease, dag_id) for lease in held]
+    return out
 
 
 def task_ledger(session, since: float, bad, problems: list[str]) -> list[dict[str, Any]]:
@@ -343,6 +369,13 @@ def gpu_timeline(user, session, hours: float) -> TimelineView:
             hosts.check_name(lease.host, ran_on, "")
         except BadRecordError:
             continue  # the board says so
+        running.add(lease.lease_id)
+        segment = running_segment(lease, now)
+        hide(segment, dag_id)
+        segments.append(segment)
+    for lease, dag_id in running_runners_leases(
+        session, lambda lease, ran_on: hosts.check_name(lease.host, ran_on, ""), [], lambda exc, dag_id: None
+    ):
         running.add(lease.lease_id)
         segment = running_segment(lease, now)
         hide(segment, dag_id)
