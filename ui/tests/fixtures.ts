@@ -45,7 +45,7 @@ export function board(): Board {
                 map_index: -1, why: "all GPUs leased", reason: "all GPUs leased", details: ["GPU 0: 16 GiB free"] }],
     gpu_time: { hour: { normal: { attempts: 1, gpu_seconds: 3600, lost_gpu_seconds: 0, preemptions: 0 } },
                 day: { normal: { attempts: 1, gpu_seconds: 7200, lost_gpu_seconds: 60, preemptions: 1, running: 1 } } },
-    quotas: { resource: "gpus", capacity: 3, source: "quotas.yaml", problems: [], leases: {},
+    quotas: { resource: "gpus", capacity: 3, source: "quotas.yaml", problems: [], leases: {}, config_error: "",
       groups: [{ group: "vision", quota: 1, used: 2, in_quota: 1, borrowed: 1, lent: 0, waiting: 0, weight: 1, borrowing_limit: null, leases: 2, waiters: [] },
                { group: "nlp", quota: 2, used: 0, in_quota: 0, borrowed: 0, lent: 1, waiting: 1, weight: 2, borrowing_limit: 1, leases: 0,
                  waiters: [{ owner: "nlp-job", host: "a", amount: 1, kind: "quota", for_s: 30, reason: "reclaiming from vision" }] }] },
@@ -70,3 +70,10 @@ export function timeline(): Timeline {
 export function answer(body: unknown): Response {
   return new Response(JSON.stringify(body), { status: 200, headers: { "Content-Type": "application/json" } });
 }
+
+/** The bounds of a test that draws a page first in its file: each test file runs in a fresh VM context (vite.config.ts:
+ * vmThreads), so React, Chakra UI and ECharts run cold there: 0.5-0.9 s on a shared 2-core machine, 1.6-1.9 s with
+ * vitest on a third of a core (the next page of the same file about half that); the Sweeps test took over vitest's 5 s
+ * when the suite ran it beside 3 pytest workers on 2 cores. Its waits still end as soon as the state they wait for is
+ * there: these bounds only catch a hang. */
+export const COLD = { testMs: 20_000, wait: { timeout: 15_000 } };

@@ -7,7 +7,7 @@ import { expect, it, vi } from "vitest";
 import type { Sweep } from "src/api/types";
 import { Sweeps } from "src/pages/Sweeps";
 
-import { answer, sweep } from "./fixtures";
+import { COLD, answer, sweep } from "./fixtures";
 
 function asynchronous(): Sweep {
   const base = sweep(3);
@@ -17,7 +17,8 @@ function asynchronous(): Sweep {
   });
   const leaderboard = [row(0, 1), row(1, null, true), row(2, null)];
   return {
-    ...base, search: "optuna", counts: { ...base.counts, skipped: 1 }, leaderboard, best: leaderboard[0] ?? null,
+    // no slice or strip plots: this test reads the tables, and each plot costs about 50 ms of jsdom
+    ...base, numeric_params: [], categorical_params: {}, search: "optuna", counts: { ...base.counts, skipped: 1 }, leaderboard, best: leaderboard[0] ?? null,
     pruned: [{ index: 2, trial_id: "id2", label: "t2", error: "pruned at step 3", task_id: "s.run_batch", map_index: 0, skipped: false, step: 3 }],
   };
 }
@@ -25,7 +26,7 @@ function asynchronous(): Sweep {
 it("links each trial of an asynchronous sweep to its worker, and says 'earlier run' only of skipped trials", async () => {
   vi.stubGlobal("fetch", vi.fn(async () => answer({ dag_id: "dag1", run_id: "run1", runs: ["run1"], sweeps: [asynchronous()], problems: [] })));
   render(<ChakraProvider value={defaultSystem}><Sweeps dagId="dag1" /></ChakraProvider>);
-  const card = await screen.findByTestId("sweep-demo");
+  const card = await screen.findByTestId("sweep-demo", undefined, COLD.wait);  // the file's only page: everything cold
   const rows = [...within(card).getByTestId("leaderboard").querySelectorAll("tbody tr")];
   expect(rows).toHaveLength(3);
   const [ran, before, unknown] = rows as [HTMLElement, HTMLElement, HTMLElement];
@@ -35,4 +36,4 @@ it("links each trial of an asynchronous sweep to its worker, and says 'earlier r
   expect(within(card).getByTestId("best").textContent).not.toContain("earlier run");
   expect(within(card).getByTestId("pruned").textContent).not.toContain("earlier run");
   expect(within(card).getByTestId("pruned").querySelector("a[href*='run_batch/mapped/0']")).toBeTruthy();
-});
+}, COLD.testMs);

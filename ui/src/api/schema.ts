@@ -885,6 +885,8 @@ export interface components {
         QuotaView: {
             /** Capacity */
             capacity: number;
+            /** Config Error */
+            config_error: string;
             /** Groups */
             groups: components["schemas"]["QuotaGroupView"][];
             /** Leases */

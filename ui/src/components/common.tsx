@@ -48,12 +48,18 @@ export function Card({ children, highlight, ...rest }: { children: ReactNode; hi
   );
 }
 
-export function ErrorBox({ error }: { error: string | null | undefined }) {
+/** an error banner; with a title, the error is its description (shown as plain text, its lines kept) */
+export function ErrorBox({ error, title, testid }: { error: string | null | undefined; title?: string; testid?: string }) {
   if (!error) return null;
   return (
-    <Alert.Root status="error" my="2" role="alert">
+    <Alert.Root status="error" my="2" role="alert" data-testid={testid}>
       <Alert.Indicator />
-      <Alert.Title>{error}</Alert.Title>
+      {title ? (
+        <Alert.Content>
+          <Alert.Title>{title}</Alert.Title>
+          <Alert.Description whiteSpace="pre-wrap" wordBreak="break-word">{error}</Alert.Description>
+        </Alert.Content>
+      ) : <Alert.Title>{error}</Alert.Title>}
     </Alert.Root>
   );
 }

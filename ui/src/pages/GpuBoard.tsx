@@ -134,6 +134,9 @@ function QuotaSection({ quotas }: { quotas: Quotas }) {
   const waiters = quotas.groups.flatMap((g) => g.waiters.map((w) => ({ ...w, group: g.group })));
   return (
     <Section title="Team quotas" data-testid="quotas">
+      {/* a broken quota file does not stop the work: the last good version stays in force until it is fixed */}
+      <ErrorBox testid="quota-config-error" error={quotas.config_error}
+        title="The quota file is broken: the quotas below are its last good version, in force until the file is fixed" />
       <Note>{`${quotas.source} · ${amount(quotas.capacity, r)} ${r === "gpus" ? "GPUs" : ""} in the fleet · solid: within the quota (the mark), pale: borrowed from groups that do not use theirs (given back when they need it)`}</Note>
       <DataTable testid="quota-groups" head={["group", "use", "quota", "used", "within", "borrowed", "lent", "waiting", "weight"]}
         rows={quotas.groups.map((g) => ({ key: g.group, cells: [

@@ -81,7 +81,13 @@ export function SlurmJob({ dagId, runId, taskId, mapIndex }: TaskProps) {
             `${g.segment}`, g.job, g.node || "–", when(g.started), g.ended === null ? (g.detail ? "–" : "running") : when(g.ended), g.outcome || "–", g.detail || ""] }))} />
         </Section>
       ) : null}
-      {data.preemption_events.length ? <Section title="Preemptions"><ul>{data.preemption_events.map((x, i) => <li key={i}>{x}</li>)}</ul></Section> : null}
+      {/* a time-limit chain's requeues are its segments ending at the limit, not preemptions (the API says
+          `segments`, empty or not, of a chain only) */}
+      {data.preemption_events.length ? (
+        <Section title={data.segments ? "Requeues" : "Preemptions"} data-testid="requeue-events">
+          <ul>{data.preemption_events.map((x, i) => <li key={i}>{x}</li>)}</ul>
+        </Section>
+      ) : null}
       <Section title={<>Output <Note as="span">{`(${data.tail_source ?? ""})`}</Note></>}>
         {keys.length > 1 ? (
           <NativeSelect.Root size="sm" width="240px">
