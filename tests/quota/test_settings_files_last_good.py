@@ -238,6 +238,10 @@ def test_a_typo_in_the_job_class_file_keeps_its_last_good_version_and_fails_heal
     mapping = settings.job_class_mapping()
     assert mapping["idle"].airflow.pool == "lab_idle" and mapping["idle"].local.grace_period == 12
     assert "idle.local.grace_priod: unknown setting" in mapping.config_error
+    from airflow_provider_gpusched.plugins.api.gpus import settings_file_problems  # the GPU board's problem lines
+
+    (line,) = settings_file_problems()
+    assert "job_classes is broken, its last good version is in force" in line and "grace_priod" in line
     JOB_CLASSES.forget()  # `gpusched queue health` in a process of its own: the copy on disk
     health = gpusched("queue", "health", "--no-slurm", "--no-airflow", env=env)
     assert health.returncode == 1
@@ -247,6 +251,7 @@ def test_a_typo_in_the_job_class_file_keeps_its_last_good_version_and_fails_heal
     classes.write_text("idle:\n  airflow: {pool: lab_idle}\n  local: {grace_period: 20}\n")
     mapping = settings.job_class_mapping()
     assert mapping.config_error == "" and mapping["idle"].local.grace_period == 20
+    assert settings_file_problems() == []
     health = gpusched("queue", "health", "--no-slurm", "--no-airflow", env=env)
     assert f"[  ok] job-class file: {classes}" in health.stdout
 

@@ -142,6 +142,7 @@ def gpu_board(user, session) -> BoardView:
         waiting = waiting[:MAX_BOARD_LEASES]
     telemetry = host_telemetry(problems)
     quotas = quota_table(problems)
+    problems.extend(settings_file_problems())
     board = build_board(
         leases,
         waiting=waiting,
@@ -159,6 +160,19 @@ def gpu_board(user, session) -> BoardView:
     board["problems"] = board["problems"][:100]
     board["api_server_host"] = socket.gethostname()
     return board
+
+
+def settings_file_problems() -> list[str]:
+    """A broken job-class file, said on the board (its last good version is in force: core/quota/last_good.py; the
+    quota file's own error is the quota section's ``config_error``)."""
+    from airflow_provider_gpusched import settings
+    from airflow_provider_gpusched.core.errors import GpuschedError
+
+    try:
+        error = settings.job_class_mapping().config_error
+    except GpuschedError as exc:  # a file never good: nothing is in force, every DAG using it says so too
+        return [f"[gpusched] job_classes: {exc}"]
+    return [f"[gpusched] job_classes is broken, its last good version is in force: {error}"] if error else []
 
 
 def quota_table(problems: list[str]) -> QuotaView | None:
