@@ -21,7 +21,7 @@ BUNDLE = os.path.join(REPO, "airflow_provider_gpusched", "plugins", "static", "g
 
 
 def node(
-    *args: str, cwd: str = UI, timeout: float = 240, env: dict[str, str] | None = None
+    *args: str, cwd: str = UI, timeout: float = 600, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     exe = shutil.which("node")
     assert exe, "node is not installed: run scripts/bootstrap.sh (it installs Debian's nodejs and npm)"
