@@ -19,7 +19,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_provider_gpusched import metrics, settings
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
@@ -33,6 +32,23 @@ from tests.cli import gpusched
 from tests.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+class _Imported:
+    """A module imported when first used, not when the tests are collected (``settings`` and ``metrics`` import
+    Airflow: collection imports none, tests/test_tiers.py)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        import importlib
+
+        return getattr(importlib.import_module(self._name), attr)
+
+
+settings = _Imported("airflow_provider_gpusched.settings")
+metrics = _Imported("airflow_provider_gpusched.metrics")
 
 GOOD = """\
 groups:
