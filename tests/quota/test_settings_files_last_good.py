@@ -150,6 +150,7 @@ def statsd(monkeypatch):
     metrics._state["key"] = None
 
 
+@pytest.mark.heavy  # DAG files parsed in fresh processes (Airflow's DagBag), a StatsD round trip: 12 s of CPU
 def test_a_typo_in_the_live_quota_file_keeps_the_last_good_quotas_in_force_everywhere_and_says_so(live, statsd, caplog):
     # before: a lease manager under the quotas (as a task or a trigger attaches it), and a DAG file that parses
     manager = LeaseManager(SimulatedInventory("4x24GiB"), str(live.state))
@@ -241,6 +242,7 @@ def test_a_copy_on_disk_that_is_no_longer_valid_is_not_used(live):
         settings.quota_config()
 
 
+@pytest.mark.heavy  # `gpusched queue health` three times and the api's board module (Airflow's app): 3-4 s of CPU
 def test_a_typo_in_the_job_class_file_keeps_its_last_good_version_and_fails_health(live, monkeypatch):
     classes = live.tmp / "etc" / "classes.yaml"
     classes.write_text("idle:\n  airflow: {pool: lab_idle}\n  local: {grace_period: 12}\n")
