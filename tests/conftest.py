@@ -239,9 +239,16 @@ def slurm_cluster():
         return
     problem = None
     started = False
+    record = None  # (tests/services.py: stopped below, or by scripts/test.sh however the run ends)
     if os.geteuid() != 0:
         problem = "the test cluster needs root (or set SLURM_CONF to a running cluster)"
     else:
+        if not os.environ.get("GPUSCHED_KEEP_CLUSTER"):  # before it starts: a run killed while it starts stops it too
+            record = services.register(
+                f"slurm-cluster-{root.name}",
+                stop=["bash", str(script), "down"],
+                env={**os.environ, "GPUSCHED_SLURM_ROOT": str(root)},
+            )
         proc = subprocess.run(
             ["bash", str(script), "up"],
             env={**env, **_cluster_settings(root)},
@@ -253,13 +260,6 @@ def slurm_cluster():
             problem = f"scripts/slurm-cluster.sh up failed:\n{proc.stdout}\n{proc.stderr}"
         else:
             started = True
-    record = None
-    if started and not os.environ.get("GPUSCHED_KEEP_CLUSTER"):  # stopped below, or by tests/services.py
-        record = services.register(
-            f"slurm-cluster-{root.name}",
-            stop=["bash", str(script), "down"],
-            env={**os.environ, "GPUSCHED_SLURM_ROOT": str(root)},
-        )
     if problem:
         if IN_CI:
             pytest.fail(f"Slurm test cluster unavailable in CI: {problem}")
@@ -268,7 +268,7 @@ def slurm_cluster():
     try:
         yield str(conf)
     finally:
-        if record is not None:
+        if record is not None and started:
             subprocess.run(
                 ["bash", str(script), "down"],
                 env={**os.environ, "GPUSCHED_SLURM_ROOT": str(root)},

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_gpusched.core.slurm import JobPhase, SlurmJobSpec
+from tests import services
 
 from ..polling import need_torch, wait_until
 from .conftest import REPO, over_every_transport, scontrol
@@ -491,6 +492,9 @@ def test_a_second_cluster_has_its_own_munged_and_its_down_leaves_the_first_worki
     second = Path(tempfile.mkdtemp(prefix="gss2-"))
     env = {**os.environ, "GPUSCHED_SLURM_ROOT": str(second), "GPUSCHED_SLURM_NODES": "1"}
     env.pop("SLURM_CONF", None)
+    record = services.register(
+        "slurm-cluster-second", stop=["bash", str(REPO / "scripts" / "slurm-cluster.sh"), "down"], env=env
+    )
     up = subprocess.run(
         ["bash", str(REPO / "scripts" / "slurm-cluster.sh"), "up"], env=env, capture_output=True, text=True, timeout=300
     )
@@ -515,6 +519,7 @@ def test_a_second_cluster_has_its_own_munged_and_its_down_leaves_the_first_worki
             text=True,
             timeout=300,
         )
+    services.stopped(record)
     shutil.rmtree(second, ignore_errors=True)
     assert down.returncode == 0, down.stderr[-2000:]
     assert not theirs.exists()

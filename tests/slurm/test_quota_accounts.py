@@ -12,6 +12,7 @@ import pytest
 from airflow_provider_gpusched.core.quota.config import QuotaConfig
 from airflow_provider_gpusched.core.quota.slurm import sacctmgr_plan, slurm_settings
 from airflow_provider_gpusched.core.slurm import JobPhase, SlurmCommandError, SlurmJobSpec, SlurmTransport, client_for
+from tests import services
 from tests.polling import wait_until
 
 from .conftest import REPO
@@ -45,12 +46,14 @@ def accounting(slurm_cluster):
     }
     env.pop("SLURM_CONF", None)
     script = str(REPO / "scripts" / "slurm-cluster.sh")
+    record = services.register(f"slurm-cluster-{root.name}", stop=["bash", script, "down"], env=env)
     up = subprocess.run(["bash", script, "up"], env=env, capture_output=True, text=True, timeout=600)
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
     try:
         yield str(root / "etc" / "slurm.conf")
     finally:
         subprocess.run(["bash", script, "down"], env=env, capture_output=True, text=True, timeout=300)
+        services.stopped(record)
 
 
 def sacctmgr(conf, *args):

@@ -21,6 +21,7 @@ from airflow_provider_gpusched.core.slurm.rest import (
     SlurmRestTransport,
     SlurmRestUnavailableError,
 )
+from tests import services
 
 pytestmark = pytest.mark.slurm
 
@@ -113,7 +114,9 @@ def test_a_server_that_does_not_speak_the_api_version_says_which_it_speaks(slurm
         env={**os.environ, "SLURM_JWT": "daemon"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group: tests/services.py stops it if this test cannot
     )
+    record = services.register("slurmrestd-v37", pgid=server.pid)
     try:
         deadline = time.monotonic() + 30
         while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
@@ -126,6 +129,7 @@ def test_a_server_that_does_not_speak_the_api_version_says_which_it_speaks(slurm
     finally:
         server.terminate()
         server.wait(timeout=30)
+        services.stopped(record)
         shutil.rmtree(folder)
 
 
