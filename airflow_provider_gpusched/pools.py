@@ -26,10 +26,11 @@ def desired_pools(
 
     gpus = airflow_backend(backend).pool_gpus(slurm_conn_id, simulate)
     mapping = settings.job_class_mapping()
-    plan = mapping.pool_plan(gpus, settings.pool_slots_per_gpu())
+    per_gpu = settings.pool_slots_per_gpu()
+    plan = mapping.pool_plan(gpus, per_gpu)
     quotas = settings.quota_config()
-    if quotas.enabled:  # one pool per quota group: its quota plus borrowing limit (docs/quotas.md)
-        plan.update(quotas.pool_plan(max(1, gpus(mapping["normal"]))))
+    if quotas.enabled:  # one pool per quota group: its quota plus borrowing limit (docs/quotas.md), in the same unit
+        plan.update(quotas.pool_plan(max(1, gpus(mapping["normal"])), per_gpu))
     return plan
 
 

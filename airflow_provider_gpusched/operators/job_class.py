@@ -57,12 +57,6 @@ def apply_quota_group_to(operator: Any, group: str | None, job_class: str, *, po
     values = {"task_id": operator.task_id, "owner": operator.owner, "pool": operator.pool}
     name = apply_quota_group(values, group, job_class, pool=pool)
     if pool:
-        if values["pool"] != operator.pool:  # its group's pool: slots by what it asks for (memory slices pack)
-            request = getattr(operator, "request", None)
-            slots = settings.quota_config().pool_slots(
-                getattr(request, "gpus", 1), getattr(request, "gpu_memory", None)
-            )
-            operator.pool_slots = slots
         operator.pool = values["pool"]
     return name
 
@@ -79,7 +73,6 @@ def quota_pool_for_partial(partial: Any, job_class: str) -> Any:
     name = apply_quota_group(dict(kwargs), kwargs.get("group"), job_class, pool=False)
     if job_class != "idle" and kwargs.get("pool") in (None, "default_pool"):
         kwargs["pool"] = config.pool(name)
-        kwargs["pool_slots"] = config.pool_slots(kwargs.get("gpus", 1), kwargs.get("gpu_memory"))  # (slices pack)
     return partial
 
 

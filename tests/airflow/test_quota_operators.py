@@ -38,10 +38,8 @@ def test_tasks_take_their_group_and_its_pool(quotas):
         slurm = SlurmJobOperator(task_id="j", command=["true"], group="nlp")
         slurm_mine = SlurmJobOperator(task_id="k", command=["true"], group="nlp", account="other")
     assert mapped.partial_kwargs["pool"] == "gpusched_group_vision"
-    # with GPU quotas a group pool has 4 slots a GPU: a whole GPU takes 4, a memory slice 1 (they pack)
-    assert (mapped.partial_kwargs["pool_slots"], plain.pool_slots) == (4, 4)
-    assert (sliced.partial_kwargs["pool_slots"], sliced_one.pool_slots) == (1, 1)
-    assert filler.pool_slots == 1 and slurm.pool_slots == 1  # their own pools: as the job class says
+    # one slot per GPU, a memory slice one (the unit of a fleet worker's slots too: docs/fleet.md)
+    assert (plain.pool_slots, sliced_one.pool_slots, sliced.partial_kwargs.get("pool_slots", 1)) == (1, 1, 1)
     assert (plain.group, plain.pool) == ("vision", "gpusched_group_vision")
     assert (stranger.group, stranger.pool) == ("unassigned", "gpusched_group_unassigned")
     assert named.partial_kwargs["pool"] == "gpusched_group_nlp"

@@ -112,10 +112,18 @@ def test_which_group_work_counts_for():
         config({"groups": {"unassigned": 1}})
     assert "gpusched_group_unassigned" in config({"groups": {"a": 1}}).pool_plan(8)
     assert "gpusched_group_unassigned" not in config().pool_plan(8)  # with a default group, nothing is unassigned
-    # 4 slots a GPU (a whole GPU takes 4, a memory slice 1): a quota of 3 with no borrowing limit, at most 8 GPUs
-    assert config({"groups": {"a": 3}}).pool_plan(8)["gpusched_group_a"]["slots"] == 32
-    assert config({"groups": {"a": {"quota": 3, "borrowing_limit": 1}}}).pool_plan(8)["gpusched_group_a"]["slots"] == 16
-    assert (config().pool_slots(2), config().pool_slots(1, "8GiB"), config().pool_slots(2, "8GiB")) == (8, 1, 2)
+    # a slot per GPU the group may hold (a quota of 3, no borrowing limit: the 8 GPUs), times [gpusched]
+    # pool_slots_per_gpu, the unit of every gpusched pool: with 3, three memory slices of a GPU run at once
+    a = config({"groups": {"a": 3}})
+    assert a.pool_plan(8)["gpusched_group_a"] | {"description": ""} == {
+        "slots": 8, "include_deferred": False, "classes": [], "description": ""
+    }  # fmt: skip
+    assert (
+        a.pool_plan(8, 3)["gpusched_group_a"]["slots"] == 24
+        and a.pool_plan(8, 3)["gpusched_group_a"]["include_deferred"]
+    )
+    limited = config({"groups": {"a": {"quota": 3, "borrowing_limit": 1}}})
+    assert limited.pool_plan(8, 3)["gpusched_group_a"]["slots"] == 12
     assert QuotaConfig().group_for("x", "y") == ""  # quotas off
 
 

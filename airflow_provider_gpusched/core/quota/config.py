@@ -41,9 +41,6 @@ _GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
 #: the Airflow pool that admits a group's tasks (its quota plus borrowing limit, in GPUs)
 POOL_PREFIX = "gpusched_group_"
-#: with GPU quotas, a group pool's slots per GPU: a task of whole GPUs takes this many a GPU, a memory slice one (up to
-#: this many slices share a GPU in the pool's count; the lease decides what really fits)
-SLOTS_PER_GPU = 4
 #: the group of work that names none, whose owner is in none, with no default_group: it has no quota, so it runs only
 #: on GPUs no group uses and gives them back to any group that needs its quota (turning quotas on breaks no DAG)
 UNASSIGNED = "unassigned"
@@ -148,20 +145,13 @@ class QuotaConfig:
     def pool(self, group: str) -> str:
         return POOL_PREFIX + group
 
-    def pool_slots(self, gpus: Any, gpu_memory: Any = None) -> int:
-        """The pool slots a task of ``gpus`` GPUs takes in its group's pool (``pool_plan``): with GPU quotas
-        ``SLOTS_PER_GPU`` a whole GPU and one a memory slice (``gpu_memory`` given: a slice on each of ``gpus``
-        shared GPUs), so that slices pack in the pool as they pack on the GPUs (PBT's 8 GiB members were held to one
-        task per GPU); with memory quotas one a GPU."""
-        count = gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 else 1
-        if self.resource == "gpus" and gpu_memory is None:
-            return SLOTS_PER_GPU * count
-        return count
-
-    def pool_plan(self, capacity_gpus: int) -> dict[str, dict[str, Any]]:
+    def pool_plan(self, capacity_gpus: int, slots_per_gpu: int = 1) -> dict[str, dict[str, Any]]:
         """One Airflow pool per group, sized to what the group may hold at most (its quota plus its borrowing
-        limit, in GPUs, at most the fleet's): a group's tasks beyond that never leave the scheduler, so a
-        group's backlog cannot fill the workers' slots ahead of another group's work."""
+        limit, in GPUs, at most the fleet's) times ``slots_per_gpu`` (``[gpusched] pool_slots_per_gpu``: the unit of
+        the job classes' pools and of a fleet worker's slots, where a task takes one slot per GPU it asks for and a
+        memory slice one, so that with 3 slots per GPU three slices of a GPU run at once): a group's tasks beyond
+        that never leave the scheduler, so a group's backlog cannot fill the workers' slots ahead of another
+        group's work."""
         plan: dict[str, dict[str, Any]] = {}
         groups = list(self.groups.values())
         if not self.default_group:  # work in no group borrows only: its pool is the fleet's size
@@ -171,20 +161,16 @@ class QuotaConfig:
                 most = g.quota.of(capacity_gpus) + (
                     capacity_gpus if g.borrowing_limit is None else g.borrowing_limit.of(capacity_gpus)
                 )
-                slots = SLOTS_PER_GPU * max(1, min(capacity_gpus, int(most + 1e-9) if most >= 1 else 1))
+                slots = slots_per_gpu * max(1, min(capacity_gpus, int(most + 1e-9) if most >= 1 else 1))
             else:  # memory quotas: tasks share GPUs, the lease decides; the pool only bounds the backlog
-                slots = max(1, 4 * capacity_gpus)
+                slots = max(1, 4 * capacity_gpus * slots_per_gpu)
             plan[self.pool(g.name)] = {
                 "slots": slots,
-                "include_deferred": False,
+                "include_deferred": slots_per_gpu > 1,  # as the job classes' pools: the waiting count too
                 "classes": [],
                 "description": f"gpusched: group {g.name} (quota {g.quota.describe(self.resource)}), "
                 "its quota plus borrowing limit"
-                + (
-                    f" ({SLOTS_PER_GPU} slots a GPU: a whole GPU takes {SLOTS_PER_GPU}, a memory slice 1)"
-                    if self.resource == "gpus"
-                    else ""
-                ),
+                + (f", {slots_per_gpu} slots per GPU, deferred tasks counted" if slots_per_gpu > 1 else ""),
             }
         return plan
 
