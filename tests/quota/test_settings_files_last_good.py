@@ -242,6 +242,65 @@ def test_a_copy_on_disk_that_is_no_longer_valid_is_not_used(live):
         settings.quota_config()
 
 
+def the_copy(live) -> Path:
+    (copy,) = [Path(last_good_dir(str(live.state))) / n for n in os.listdir(last_good_dir(str(live.state)))]
+    return copy
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda r: r.pop("data"),  # (a copy of another version's format, or corrupted)
+        lambda r: r.update(mtime_ns="soon"),
+        lambda r: r.update(file="/etc/other.yaml"),
+    ],
+    ids=["no data", "bad stamp", "another file"],
+)
+def test_a_copy_that_is_not_one_never_breaks_a_read_and_is_replaced(live, spoil):
+    """Review of issue 76: a copy without its data made every read of a good quota file fail (KeyError)."""
+    assert settings.quota_config().enabled
+    copy = the_copy(live)
+    record = json.loads(copy.read_text())
+    spoil(record)
+    copy.write_text(json.dumps(record))
+    QUOTAS.forget()  # a fresh process: the file is good, the copy is not one
+    assert settings.quota_config().groups["vision"].quota.describe("gpus") in ("1 GPU", "1 GPUs")
+    assert "data" in json.loads(copy.read_text()) and json.loads(copy.read_text())["file"] == str(live.quotas)
+    QUOTAS.forget()
+    edit(live.quotas, TYPO)  # and the replaced copy keeps the good version in force
+    assert "wieght" in settings.quota_config().config_error
+
+
+def test_the_last_good_version_is_the_files_latest_edit_whatever_a_readers_clock_said(live):
+    """Review of issue 76: a copy stamped in the future by a reader's clock was never replaced, and won over this
+    process's newer good version once the file broke."""
+    assert settings.quota_config().enabled
+    copy = the_copy(live)
+    record = json.loads(copy.read_text())
+    record["read_at"] = 4_000_000_000.0  # (a reader whose clock ran ahead)
+    copy.write_text(json.dumps(record))
+    QUOTAS.forget()
+    edit(live.quotas, FIXED)  # a later edit, good: vision's quota 2
+    assert settings.quota_config().groups["vision"].quota.describe("gpus") == "2 GPUs"
+    assert json.loads(copy.read_text())["data"]["groups"]["vision"]["quota"] == 2  # the copy follows the file
+    edit(live.quotas, TYPO)
+    assert settings.quota_config().groups["vision"].quota.describe("gpus") == "2 GPUs"  # this process's, the later edit
+    QUOTAS.forget()  # and a fresh process's: the copy's
+    assert settings.quota_config().groups["vision"].quota.describe("gpus") == "2 GPUs"
+
+
+def test_in_a_shared_lease_directory_a_copy_by_another_user_is_not_used(live):
+    assert settings.quota_config().enabled
+    copy = the_copy(live)
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the copy to another user")  # (CI runs as root)
+    os.chown(copy, 4321, 4321)
+    QUOTAS.forget()
+    edit(live.quotas, TYPO)
+    with pytest.raises(QuotaConfigError, match="wieght"):  # another user's copy: no last good version here
+        settings.quota_config()
+
+
 @pytest.mark.heavy  # `gpusched queue health` three times and the api's board module (Airflow's app): 3-4 s of CPU
 def test_a_typo_in_the_job_class_file_keeps_its_last_good_version_and_fails_health(live, monkeypatch):
     classes = live.tmp / "etc" / "classes.yaml"

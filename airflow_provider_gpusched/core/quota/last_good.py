@@ -31,12 +31,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Annotated, Any, Generic, Protocol, TypeVar
 
-from airflow_provider_gpusched.core.checks import is_number
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.job_classes import JobClassConfigError, JobClassMapping
 from airflow_provider_gpusched.core.quota.config import QuotaConfig, QuotaConfigError
+from airflow_provider_gpusched.core.records import RecordType, record_class, says
 from airflow_provider_gpusched.core.safe_files import (
     BadRecordError,
     ensure_private_dir,
@@ -69,7 +69,26 @@ def last_good_dir(state_dir: str) -> str:
 @dataclass
 class _Good(Generic[T]):
     value: T
-    read_at: float  # when the file was read and passed: of two versions, the one read last is the file's last good
+    read_at: float  # when the file was read and passed (said in the error: since when the version is in force)
+    #: the file's modification time (ns) when it was read: of two good versions, the one of the later edit is the
+    #: last good one (ordered by the file's own stamp, not by a reader's clock, which another process may have set)
+    mtime_ns: int = 0
+
+
+@record_class
+@dataclass
+class LastGoodCopy:
+    """The copy on disk of a settings file's last good version (``<lease dir>/last-good/<leaf>-<hash>.json``); its
+    ``data`` is checked again by the setting's own check before it is used."""
+
+    option: Annotated[str, says("the option's name", max_length=200)]
+    file: Annotated[str, says("the settings file's path", max_length=4096)]
+    read_at: Annotated[float, says("a time stamp", strict=None)]
+    mtime_ns: Annotated[int, says("the file's modification time in ns", ge=0)]
+    data: Annotated[Any, says("the file's contents")]
+
+
+LAST_GOOD_COPY = RecordType(LastGoodCopy, name="last good settings copy")
 
 
 #: a file changed less than this before it was read may change again with the same (mtime, size, inode): it is
@@ -125,7 +144,7 @@ class LastGood(Generic[T]):
                     raise
                 self._seen[path] = (stamp, trusted, kept)
                 return kept
-            good = _Good(value, time.time())
+            good = _Good(value, time.time(), stamp[0])
             self._good[path] = good
             self._seen[path] = (stamp, trusted, value)
             if state_dir:
@@ -157,7 +176,7 @@ class LastGood(Generic[T]):
         candidates = [g for g in (self._good.get(path), self._copy(path, state_dir)) if g is not None]
         if not candidates:
             return None
-        good = max(candidates, key=lambda g: g.read_at)
+        good = max(candidates, key=lambda g: g.mtime_ns)  # this process's first where the two are of one edit
         self._good[path] = good
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(good.read_at))
         log.info("gpusched: %s is broken (%s); its last good version stays in force", path, error)
@@ -172,15 +191,19 @@ class LastGood(Generic[T]):
         return os.path.join(last_good_dir(state_dir), f"{self.leaf}-{digest}.json")
 
     def _save(self, path: str, data: Any, good: _Good[T], state_dir: str, shared: bool) -> None:
-        """The validated copy of ``path``'s good version, written unless the copy there holds the same or was read
-        later (by another process). A copy that cannot be written costs only the keeping across processes, never
-        the read."""
+        """The validated copy of ``path``'s good version, written unless the copy there holds the same data or is
+        of a later edit of the file (another process read it since). A copy that is not one (unreadable, another
+        user's in a shared directory) is replaced. A copy that cannot be written costs only the keeping across
+        processes, never the read."""
         try:
-            there = self._record(path, state_dir)
-            if there is not None and (there["data"] == json.loads(json.dumps(data)) or there["read_at"] > good.read_at):
+            try:
+                there = self._record(path, state_dir)
+            except GpuschedError:
+                there = None  # (not a copy: replaced)
+            if there is not None and (there.data == json.loads(json.dumps(data)) or there.mtime_ns > good.mtime_ns):
                 return
             ensure_private_dir(last_good_dir(state_dir), shared=shared, what="last-good settings directory")
-            record = {"option": self.option, "file": path, "read_at": good.read_at, "data": data}
+            record = LAST_GOOD_COPY.dump(LastGoodCopy(self.option, path, good.read_at, good.mtime_ns, data))
             write_json_atomic(self._copy_path(path, state_dir), record, 0o660 if shared else 0o600, allow_nan=False)
         except (OSError, GpuschedError, TypeError, ValueError) as exc:
             log.warning("gpusched: no copy of the last good %s kept (%s)", path, exc)
@@ -192,27 +215,34 @@ class LastGood(Generic[T]):
             record = self._record(path, state_dir)
             if record is None:
                 return None
-            return _Good(self.build(record["data"], path), record["read_at"])
+            return _Good(self.build(record.data, path), record.read_at, record.mtime_ns)
         except GpuschedError as exc:
             log.warning("gpusched: the copy of the last good %s is not used (%s)", path, exc)
             return None
 
-    def _record(self, path: str, state_dir: str) -> dict[str, Any] | None:
-        """The copy's record as written (not yet checked: :meth:`_copy`); None when there is none or it is not a
-        copy of ``path``'s (:class:`BadRecordError` when it is not a record at all)."""
+    def _record(self, path: str, state_dir: str) -> LastGoodCopy | None:
+        """The copy's record, read through its record type (its ``data`` not yet checked: :meth:`_copy`); None when
+        there is none; :class:`BadRecordError` when it is not a record, not a copy of ``path``'s, or (in a shared
+        lease directory) written by a user who is neither this one, root nor the file's owner."""
         if not state_dir:
             return None
         where = self._copy_path(path, state_dir)
         try:
-            record = read_json_record(where)
+            owner = os.lstat(where).st_uid
+            raw = read_json_record(where)
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise BadRecordError(f"{where}: {exc}") from None
-        if not isinstance(record, dict) or record.get("file") != path or record.get("option") != self.option:
+        try:
+            file_owner = os.stat(path).st_uid
+        except OSError:
+            file_owner = os.geteuid()
+        if owner not in (os.geteuid(), 0, file_owner):
+            raise BadRecordError(f"{where}: written by user {owner}, not by this user, root or the file's owner")
+        record = LAST_GOOD_COPY.read(raw, where)
+        if record.file != path or record.option != self.option:
             raise BadRecordError(f"{where}: not a copy of {path}")
-        if not is_number(record.get("read_at")):
-            raise BadRecordError(f"{where}: read_at: expected a time stamp, got {record.get('read_at')!r}")
         return record
 
 
