@@ -43,14 +43,51 @@ def owner() -> int:
     return os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid()
 
 
+#: what a stop command needs of the environment it was recorded with (nothing else is kept: no secret of a CI job)
+KEPT_ENV = ("PATH", "HOME", "LANG", "USER")
+KEPT_PREFIXES = ("GPUSCHED_", "SLURM")
+
+
+def boot_id() -> str:
+    """This boot of the machine: a record of another boot names processes long gone (their pids may be anyone's)."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def started(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot, /proc/PID/stat's field 22): a pid reused by another
+    process has another start. None when there is no such process."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def register(
     name: str, *, pgid: int | None = None, stop: Sequence[str] = (), env: dict[str, str] | None = None
 ) -> Path:
-    """Record a service the tests started: its process group ``pgid`` (signalled: SIGTERM, then SIGKILL) and/or the
-    command ``stop`` that stops it (run with ``env``, else this environment). Returns the record's path."""
+    """Record a service the tests started: its process group ``pgid`` (its leader's start too: signalled, SIGTERM
+    then SIGKILL, only while that same leader runs) and/or the command ``stop`` that stops it (run with what it
+    needs of ``env``, else of this environment). Returns the record's path."""
     DIR.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(DIR, 0o700)  # (made by an older version, or by hand: the records name what root will signal)
     path = DIR / f"{name}-{uuid.uuid4().hex[:8]}.json"
-    record = {"name": name, "owner": owner(), "pgid": pgid, "stop": list(stop), "env": env, "at": time.time()}
+    source = env if env is not None else dict(os.environ)
+    kept = {k: v for k, v in source.items() if k in KEPT_ENV or k.startswith(KEPT_PREFIXES)}
+    record = {
+        "name": name,
+        "owner": owner(),
+        "owner_started": started(owner()),
+        "boot": boot_id(),
+        "pgid": pgid,
+        "leader_started": started(pgid) if pgid else None,
+        "stop": list(stop),
+        "env": kept,
+        "at": time.time(),
+    }
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as out:
         json.dump(record, out)
@@ -103,13 +140,17 @@ def _group_alive(pgid: int) -> bool:
 
 
 def stop(record: dict, grace: float = 10.0) -> None:
-    """Stop one service: its stop command, then its process group (SIGTERM, SIGKILL after ``grace``)."""
+    """Stop one service: its stop command, then its process group (SIGTERM, SIGKILL after ``grace``) while its
+    leader is the process recorded. Nothing of a record made before this boot runs (its pids are anyone's now)."""
+    if record.get("boot") != boot_id():
+        return
     if record.get("stop"):
-        env = record.get("env") if isinstance(record.get("env"), dict) else dict(os.environ)
+        env = record.get("env") if isinstance(record.get("env"), dict) else {}
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             subprocess.run(record["stop"], env=env, capture_output=True, timeout=300, cwd=REPO)
     pgid = record.get("pgid")
-    if isinstance(pgid, int) and pgid > 1 and pgid != os.getpgid(0):
+    leader = record.get("leader_started")
+    if isinstance(pgid, int) and pgid > 1 and pgid != os.getpgid(0) and leader is not None and started(pgid) == leader:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGTERM)
         deadline = time.monotonic() + grace
@@ -124,7 +165,15 @@ def reap(of_owner: int | None = None) -> list[str]:
     stopped, a line each."""
     said = []
     for path, record in records():
-        mine = record.get("owner") == of_owner if of_owner is not None else not alive(record.get("owner"))
+        if of_owner is not None:
+            mine = record.get("owner") == of_owner
+        else:  # an owner gone, or its pid reused by another process since (another start), or of another boot
+            holder = record.get("owner")
+            mine = (
+                record.get("boot") != boot_id()
+                or not alive(holder)
+                or (isinstance(holder, int) and started(holder) != record.get("owner_started"))
+            )
         if not mine:
             continue
         stop(record)

@@ -72,3 +72,44 @@ def test_a_stopped_run_leaves_nothing_running(tmp_path, how):
     wait_until(lambda: not services.alive(started["pgid"]), timeout=30, what="the sshd to be gone")
     assert not sshd_answers(started["port"])
     assert not [r for _, r in services.records() if r["owner"] == proc.pid]  # no record left either
+
+
+def _sleeper():
+    return subprocess.Popen(["sleep", "60"], start_new_session=True)
+
+
+def _records_of(pid):
+    return [(p, r) for p, r in services.records() if r.get("pgid") == pid]
+
+
+def test_the_reaper_signals_only_the_process_group_it_recorded(monkeypatch):
+    """A record outlives its processes (a reboot, a wrapped pid): the reaper stops a group only while its leader is
+    the process that was recorded, and runs nothing of a record of another boot."""
+    monkeypatch.setenv(services.OWNER_ENV, "999999999")  # an owner that is gone: reap() without --owner takes it
+    ours, reused, other_boot = _sleeper(), _sleeper(), _sleeper()
+    try:
+        for proc in (ours, reused, other_boot):
+            services.register("sleeper", pgid=proc.pid)
+        ((path, record),) = _records_of(reused.pid)
+        path.write_text(json.dumps({**record, "leader_started": record["leader_started"] - 1}))  # another process
+        ((path, record),) = _records_of(other_boot.pid)
+        path.write_text(json.dumps({**record, "boot": "another-boot"}))
+        stopped = services.reap()
+        assert len(stopped) == 3 and not any(_records_of(p.pid) for p in (ours, reused, other_boot))
+        assert ours.wait(timeout=30) == -signal.SIGTERM
+        assert reused.poll() is None and other_boot.poll() is None  # not theirs to stop
+    finally:
+        for proc in (ours, reused, other_boot):
+            proc.kill()
+            proc.wait()
+
+
+def test_a_record_keeps_only_what_its_stop_command_needs(monkeypatch):
+    monkeypatch.setenv("CI_DEPLOY_TOKEN", "secret")
+    path = services.register("nothing", stop=["true"], env={**os.environ, "GPUSCHED_SLURM_ROOT": "/x"})
+    try:
+        record = json.loads(path.read_text())
+        assert "CI_DEPLOY_TOKEN" not in record["env"] and record["env"]["GPUSCHED_SLURM_ROOT"] == "/x"
+        assert (path.stat().st_mode & 0o077) == 0 and (services.DIR.stat().st_mode & 0o077) == 0
+    finally:
+        services.stopped(path)
