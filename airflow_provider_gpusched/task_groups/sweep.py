@@ -162,8 +162,11 @@ def _rounds(stage: SweepStage, notify: Sequence[Any] | None = None):
                 from airflow.sdk import get_current_context
 
                 run_id = get_current_context()["run_id"]
-                session.settle(round_no, run_id, print)
-                outcome = session.finish_round(round_no, run_id)
+                try:
+                    session.settle(round_no, run_id, print)
+                    outcome = session.finish_round(round_no, run_id)
+                except GpuschedError as exc:  # the sweep's own error: no retry mends it
+                    raise AirflowFailException(f"sweep {session.spec.name} round {round_no}: {exc}") from exc
                 tracking.send_session(session, get_current_context())
                 print(
                     f"round {round_no}: {outcome['scored']}/{outcome['trials']} trials scored, "
@@ -195,9 +198,12 @@ def _collect(session: SweepSession, notifiers: Sequence[Any] = ()):
                 f"sweep {spec.name}: nothing was planned for run {run_id} in {session.store.dir}: "
                 f"{_plan_outcome(context)}"
             )
-        if not spec.in_rounds:
-            session.settle(None, run_id, print)
-        summary = session.collect(run_id)
+        try:
+            if not spec.in_rounds:
+                session.settle(None, run_id, print)
+            summary = session.collect(run_id)
+        except GpuschedError as exc:  # the sweep's own error: no retry mends it
+            raise AirflowFailException(f"sweep {spec.name}: {exc}") from exc
         print(summary.pop("text"))
         # the sweep run's last sync: every trial not sent yet, then its end (tracking.py; never fails the task)
         tracking.send_session(session, get_current_context(), summary)

@@ -23,7 +23,7 @@ def build(dag_id, root, monkeypatch):
 
 def test_every_bookkeeping_task_retries(tmp_path, monkeypatch):
     dag = build("books_retries", tmp_path, monkeypatch)
-    for name in ("plan", "collect", "leaderboard", "check_trials"):
+    for name in ("plan", "collect", "leaderboard", "check_trials"):  # (and each round's tell: _rounds)
         task = dag.get_task(f"books.{name}")
         assert task.retries >= 2 and task.retry_delay <= timedelta(minutes=1), (name, task.retries)
 
@@ -68,3 +68,25 @@ def test_collect_names_the_cause_when_nothing_was_planned(airflow_db, tmp_path, 
     logged = capsys.readouterr()
     text = logged.out + logged.err
     assert "nothing was planned for run" in text and "its plan task books.plan ended failed" in text, text[-3000:]
+
+
+def test_each_rounds_tell_retries_too(tmp_path):
+    import pendulum
+    from airflow.sdk import DAG
+
+    from airflow_provider_gpusched.core.sweep import Objective, SweepSpec, uniform
+    from airflow_provider_gpusched.task_groups.sweep import sweep_task_group
+
+    spec = SweepSpec(
+        name="told",
+        search="optuna",
+        rounds=2,
+        per_round=2,
+        space={"x": uniform(0, 1)},
+        command=["true", "{x}"],
+        objective=Objective("y"),
+    )
+    with DAG("books_rounds", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")) as dag:
+        sweep_task_group(spec, results_root=str(tmp_path))
+    for name in ("told.round_0.plan", "told.round_0.tell", "told.round_1.tell"):
+        assert dag.get_task(name).retries >= 2, name
