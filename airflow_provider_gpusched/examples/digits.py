@@ -348,7 +348,8 @@ def train_digits(
             epoch, batch, epoch_loss = epoch + 1, 0, 0.0
             epochs_run += 1
             path = save()
-            report(step=epoch, checkpoint=path, **metrics)  # a pruning rule may stop the trial here
+            # a pruning rule may stop the trial here, but never at its last epoch (final: its budget trained)
+            report(step=epoch, checkpoint=path, final=epoch == p["epochs"], **metrics)
             if on_epoch_end is not None:
                 on_epoch_end(epoch, metrics)
     # FLOPs for the CNN (what a NAS search constrains), counted after training: PyTorch's counter takes 1.5-2 s to

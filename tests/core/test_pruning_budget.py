@@ -214,3 +214,37 @@ def _states(trials):
         status = json.loads((folder / "status.json").read_text())
         out[status["trial_id"]] = status["state"]
     return out
+
+
+def test_a_report_marked_final_is_never_pruned_whatever_the_peers():
+    """A trial says which report is its last (``report(..., final=True)``, ``"final": true``, ``final=true``): with
+    no budget given and none learned yet (no peer succeeded), or with budgets that vary by trial, it is complete
+    there; the rule judges every report before it."""
+    from airflow_provider_gpusched.core.sweep.reports import parse_report_line
+
+    asha = PruningRule("asha", metric="loss", mode="minimize", min_steps=1, reduction_factor=3)
+    peers = [curve([0.5 - 0.01 * s for s in range(BUDGET)]), curve([0.4 - 0.01 * s for s in range(BUDGET)])]
+    worst = curve([0.45, 0.45, 0.3] + [0.9] * (BUDGET - 3))
+    assert "ASHA at rung 9" in judge(asha, worst, peers)
+    assert judge(asha, [*worst[:-1], {**worst[-1], "final": True}], peers) == ""
+    short = curve([0.45, 0.45, 0.9])  # a trial whose own budget is 3 epochs (epochs searched): final at rung 3
+    assert "ASHA at rung 3" in judge(asha, short, peers)
+    assert judge(asha, [*short[:-1], {**short[-1], "final": True}], peers) == ""
+    assert parse_report_line('{"step": 9, "loss": 0.9, "final": true}')["final"] is True
+    assert parse_report_line("step=9 loss=0.9 final=true") == {"step": 9, "metrics": {"loss": 0.9}, "final": True}
+    assert "final" not in parse_report_line("step=8 loss=0.9 final=false")
+    with pytest.raises(ValueError, match="final: expected true or false"):
+        parse_report_line('{"step": 9, "loss": 0.9, "final": "yes"}')
+
+
+def test_report_writes_final_and_refuses_a_non_bool(tmp_path, monkeypatch):
+    from airflow_provider_gpusched.trial import report
+
+    monkeypatch.setenv("GPUSCHED_REPORT_FILE", str(tmp_path / "reports.jsonl"))
+    monkeypatch.delenv("GPUSCHED_PRUNING", raising=False)
+    report(step=1, loss=0.5)
+    report(step=2, loss=0.4, final=True)
+    lines = [json.loads(line) for line in (tmp_path / "reports.jsonl").read_text().splitlines()]
+    assert ["final" in line for line in lines] == [False, True] and lines[1]["metrics"] == {"loss": 0.4}
+    with pytest.raises(TypeError, match="final"):
+        report(step=3, loss=0.3, final="yes")

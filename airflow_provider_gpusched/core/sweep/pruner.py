@@ -94,10 +94,12 @@ class Pruner:
         return max(finished) if finished else None
 
     def decide(self, trial: str, own: Reports, peers: Sequence[Peer], judged_up_to: int | None = None) -> str:
-        """What every judgement goes through: a trial whose latest report reached its budget (:meth:`final_step`)
-        is complete (there is nothing left to save by stopping it, and it must be ranked: Optuna's Hyperband
+        """What every judgement goes through: a trial whose latest report is its last (``final``, said by the
+        trial) or reached its budget (:meth:`final_step`) is complete (there is nothing left to save by stopping it, and it must be ranked: Optuna's Hyperband
         brackets end at ``max_resource``, Ray Tune's ASHA at ``max_t``); any other is :meth:`judge`'d."""
         if own:
+            if own[-1].get("final"):  # the trial says so: its last report (core/sweep/reports.py)
+                return ""
             final = self.final_step(peers)
             if final is not None and own[-1]["step"] >= final:
                 return ""

@@ -358,12 +358,12 @@ class StudyJudge:
     def final_step(self) -> int | None:
         """The budget in steps: the setting, else the last step of the study's COMPLETE trials (Optuna's
         ``max_resource='auto'`` takes it from the first one), once there is one."""
-        if self._final_step is None:
-            complete = self.study.get_trials(deepcopy=False, states=(self.optuna.trial.TrialState.COMPLETE,))
-            steps = [t.last_step for t in complete if t.last_step is not None]
-            if steps:
-                self._final_step = max(steps)
-        return self._final_step
+        if self._final_step is not None:
+            return self._final_step
+        # learned anew each time (it may grow: a longer trial completes after one that stopped early)
+        complete = self.study.get_trials(deepcopy=False, states=(self.optuna.trial.TrialState.COMPLETE,))
+        steps = [t.last_step for t in complete if t.last_step is not None]
+        return max(steps) if steps else None
 
     def _study_trial(self, folder: str) -> Any:
         found = self._trials.get(folder)
@@ -392,7 +392,7 @@ class StudyJudge:
         if not values:
             return ""
         step, final = max(values), self.final_step()
-        if final is not None and step >= final:
+        if (own and own[-1].get("final")) or (final is not None and step >= final):
             return ""  # it trained its whole budget: complete, ranked (Pruner.decide), whatever the rung says
         if not trial.should_prune():
             return ""

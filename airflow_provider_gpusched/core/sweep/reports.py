@@ -6,6 +6,8 @@ language can report, and a crash loses at most the line being written:
 * a JSON object: ``{"step": 3, "loss": 0.25, "checkpoint": "ckpt/3.pt"}`` (or the metrics under ``"metrics"``);
 * or ``key=value`` words: ``step=3 loss=0.25 checkpoint=ckpt/3.pt`` (``echo ... >> "$GPUSCHED_REPORT_FILE"``).
 
+``"final": true`` (``final=true``) marks a trial's last report, its budget trained: no pruning rule stops it there.
+
 Python trials write them with ``report`` (core/sweep/trial_report.py, ``from airflow_provider_gpusched.trial
 import report``); this module is the format and the reading side.
 
@@ -47,10 +49,10 @@ def parse_report_line(line: str) -> dict[str, Any]:
             raise ValueError("expected a JSON object")
         metrics = data.get("metrics")
         if metrics is None:
-            metrics = {k: v for k, v in data.items() if k not in ("step", "time", "checkpoint")}
-        step, checkpoint, stamp = data.get("step"), data.get("checkpoint"), data.get("time")
+            metrics = {k: v for k, v in data.items() if k not in ("step", "time", "checkpoint", "final")}
+        step, checkpoint, stamp, final = data.get("step"), data.get("checkpoint"), data.get("time"), data.get("final")
     else:
-        metrics, step, checkpoint, stamp = {}, None, None, None
+        metrics, step, checkpoint, stamp, final = {}, None, None, None, None
         for word in text.split():
             key, sep, value = word.partition("=")
             if not sep or not key:
@@ -59,6 +61,8 @@ def parse_report_line(line: str) -> dict[str, Any]:
                 step = int(value) if value.isdigit() else value
             elif key == "checkpoint":
                 checkpoint = value
+            elif key == "final":
+                final = {"true": True, "1": True, "false": False, "0": False}.get(value.lower(), value)
             else:
                 try:
                     metrics[key] = float(value)
@@ -66,6 +70,8 @@ def parse_report_line(line: str) -> dict[str, Any]:
                     raise ValueError(f"{key}={value!r} is not a number") from None
     if not is_int(step) or step < 0:
         raise ValueError(f"step: expected a whole number >= 0, got {step!r}")
+    if final is not None and not isinstance(final, bool):
+        raise ValueError(f"final: expected true or false, got {brief_repr(final)}")
     if not isinstance(metrics, dict) or not metrics:
         raise ValueError("no metrics")
     for key, value in metrics.items():
@@ -79,6 +85,8 @@ def parse_report_line(line: str) -> dict[str, Any]:
         record["checkpoint"] = str(checkpoint)
     if is_number(stamp):
         record["time"] = stamp
+    if final:
+        record["final"] = True
     return record
 
 

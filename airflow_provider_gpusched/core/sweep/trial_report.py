@@ -21,10 +21,13 @@ from airflow_provider_gpusched.core.sweep.reports import REPORT_ENV
 _steps: dict[str, int] = {}  # per report file: the next step when report() is given none
 
 
-def report(step: int | None = None, *, checkpoint: str | None = None, **metrics: float) -> dict[str, Any]:
+def report(
+    step: int | None = None, *, checkpoint: str | None = None, final: bool = False, **metrics: float
+) -> dict[str, Any]:
     """Record this trial's metrics at ``step`` (default: one more than the last step reported from this
     process). Values must be numbers; NaN and infinities are written as ``null`` (a diverged loss is
-    recorded, not refused). Returns the record written."""
+    recorded, not refused). ``final``: this is the trial's last report, its whole budget trained (the last epoch,
+    or an early stop of its own): no pruning rule stops it there. Returns the record written."""
     if step is None:
         step = _steps.get(os.environ.get(REPORT_ENV, ""), 0)
     if not is_int(step) or step < 0:
@@ -41,9 +44,13 @@ def report(step: int | None = None, *, checkpoint: str | None = None, **metrics:
         clean[name] = value if math.isfinite(value) else None
     if checkpoint is not None and not isinstance(checkpoint, (str, os.PathLike)):
         raise TypeError(f"report(checkpoint=...): expected a path, got {type(checkpoint).__name__}")
+    if not isinstance(final, bool):
+        raise TypeError(f"report(final=...): expected True or False, got {type(final).__name__}")
     record: dict[str, Any] = {"step": step, "time": round(time.time(), 3), "metrics": clean}
     if checkpoint is not None:
         record["checkpoint"] = os.fspath(checkpoint)
+    if final:
+        record["final"] = True
     path = os.environ.get(REPORT_ENV)
     if path:
         line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
