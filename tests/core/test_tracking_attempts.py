@@ -158,6 +158,30 @@ def test_the_task_of_an_attempt_sent_after_an_outage_or_by_another_task_is_told(
     assert ends == starts
 
 
+def test_a_remembered_task_that_is_not_one_is_not_told(tmp_path):
+    """The tasks kept under tracking/_tasks/ (private, both folders) are read back checked: a record someone spoiled
+    names no task (a tag of the wrong type sent to MLflow on every sync looked like an endless outage)."""
+    from airflow_provider_gpusched.core.tracking.sync import _task_record
+
+    sweep = FakeSweep(tmp_path)
+    sweep.run_all(steps=1)
+    folders = [t.folder for t in sweep.trials]
+    sync(sweep, Recorder(down=True), folders=folders, tasks={f: task(n) for n, f in enumerate(folders)})
+    kept = Path(sweep.store.dir) / "tracking" / "_tasks"
+    assert (kept.stat().st_mode & 0o077) == 0 and (kept.parent.stat().st_mode & 0o077) == 0
+    assert _task_record(task(3)) == task(3)
+    for spoiled in (
+        {**task(0), "task_id": {"not": "a name"}},
+        {**task(0), "map_index": "0"},
+        {**task(0), "try_number": True},
+        {**task(0), "dag_id": "x" * 1000},
+        {"dag_id": "dag-1"},  # (no task)
+        ["trk.trial"],
+    ):
+        assert _task_record(spoiled) is None, spoiled
+    assert _task_record({**task(0), "extra": object()}) == task(0)  # only the fields a tag is made of
+
+
 class Clock:
     def __init__(self):
         self.now = 1_000_000.0

@@ -462,7 +462,8 @@ class TrackingSync:
                 continue
             attempts[f"{started!r}"] = dict(task)
             try:
-                os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+                for folder_path in (os.path.dirname(os.path.dirname(path)), os.path.dirname(path)):
+                    os.makedirs(folder_path, mode=0o700, exist_ok=True)  # (each private: mode applies to the leaf)
                 self._write(path, record)
             except OSError:  # the tags are a convenience: a trial's task never fails on them
                 continue
@@ -474,7 +475,7 @@ class TrackingSync:
             return None  # (the tags are a convenience: never what stops a sync)
         attempts = record.get("attempts")
         found = attempts.get(key) if isinstance(attempts, dict) else None
-        return dict(found) if isinstance(found, dict) else None
+        return _task_record(found)
 
     # -- records -----------------------------------------------------------------------------------------------
     @staticmethod
@@ -606,3 +607,30 @@ def send_to(
     if line:  # (nothing when every callback is quiet: an outage said already)
         say(line)
     return outcome
+
+
+#: what a remembered task may say (the tags MLflow gets: airflow.dag_id, task_id, map_index, try_number)
+_TASK_TEXT = ("dag_id", "run_id", "task_id")
+_TASK_NUMBERS = ("map_index", "try_number")
+
+
+def _task_record(found: Any) -> dict[str, Any] | None:
+    """A task remembered under ``tracking/_tasks/`` as it was read back: its text fields strings (at most 250
+    characters), its numbers whole numbers; None when it is not such a record (a broken one names no task, and a
+    tracker never gets what it was not checked)."""
+    if not isinstance(found, dict):
+        return None
+    out: dict[str, Any] = {}
+    for key in _TASK_TEXT:
+        value = found.get(key)
+        if value is not None and not (isinstance(value, str) and 0 < len(value) <= 250):
+            return None
+        if value is not None:
+            out[key] = value
+    for key in _TASK_NUMBERS:
+        value = found.get(key)
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool)):
+            return None
+        if value is not None:
+            out[key] = value
+    return out if out.get("task_id") else None
