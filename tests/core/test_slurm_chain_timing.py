@@ -370,3 +370,33 @@ def test_the_slurm_tab_no_longer_says_still_waiting_for_a_job_recorded_before_th
         preemption_events=[old + "; still waiting for it to complete"],
     )
     assert job_view(read_job_record(record, "xcom"))["preemption_events"] == [old]
+
+
+def test_a_launcher_that_passes_signals_on_is_not_taken_for_the_work():
+    """srun, torchrun and mpirun catch every signal to pass it on: that one of them catches SIGUSR1 says nothing of
+    the work, which is judged by the processes below them (review of issue 76)."""
+    import time
+    from pathlib import Path
+
+    from airflow_provider_gpusched.core.slurm.chain_shim import takes_signal
+
+    launcher = (
+        "import signal, subprocess, sys\n"
+        "open('/proc/self/comm', 'w').write(sys.argv[1])\n"
+        "signal.signal(signal.SIGUSR1, lambda *a: None)\n"
+        "subprocess.run(['sleep', '30'])\n"
+    )
+    for name, expected in (("srun", False), ("mytrainer", True)):
+        proc = subprocess.Popen([sys.executable, "-c", launcher, name], start_new_session=True)
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:  # until the launcher has named itself and started its child
+                kids = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+                comm = Path(f"/proc/{proc.pid}/comm").read_text().strip()
+                if kids and comm == name:
+                    break
+                time.sleep(0.05)
+            assert takes_signal(proc.pid, signal.SIGUSR1) is expected, name
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)  # (the launcher and its sleep)
+            proc.wait()

@@ -178,20 +178,35 @@ def _tree(root: int) -> "list[int]":
     return found
 
 
+#: launchers that catch every signal to pass it on to what they start: that one of them catches the chain's signal
+#: says nothing of the work (the processes below them are looked at instead)
+LAUNCHERS = ("srun", "mpirun", "mpiexec", "torchrun", "orterun", "prterun")
+
+
 def takes_signal(root: int, signum: int) -> "bool | None":
-    """Whether a process of the work (``root`` or below) catches ``signum`` (its bit in ``SigCgt``); None where
-    /proc cannot tell (not Linux, or the processes are gone)."""
+    """Whether a process of the work (``root`` or below, launchers aside: :data:`LAUNCHERS`) catches ``signum`` (its
+    bit in ``SigCgt``); None where /proc cannot tell (not Linux, or the processes are gone). Below ``srun`` the
+    work may run on other nodes, out of sight: then None (the wrapper says the work "got" the signal)."""
     bit, seen = 1 << (signum - 1), False
     for pid in _tree(root):
         try:
             with open(f"/proc/{pid}/status") as fh:
+                name, caught = "", 0
                 for line in fh:
-                    if line.startswith("SigCgt:"):
-                        seen = True
-                        if int(line.split()[1], 16) & bit:
-                            return True
+                    if line.startswith("Name:"):
+                        name = line.split(None, 1)[1].strip() if len(line.split()) > 1 else ""
+                    elif line.startswith("SigCgt:"):
+                        caught = int(line.split()[1], 16)
+                        break
+                else:
+                    continue
         except (OSError, ValueError, IndexError):
             continue
+        if name in LAUNCHERS:
+            continue
+        seen = True
+        if caught & bit:
+            return True
     return False if seen else None
 
 
@@ -276,7 +291,8 @@ def main(argv: "list[str]") -> int:
         # sticky: a work may take the signal late (still loading); looked at before the signal too, as a work that
         # takes it may be gone before the next look
         signalled = "chain" in seen
-        if took is not True and (_now() - looked >= (1 if signalled else 5) or (signalled and mark_at_signal is None)):
+        # (before the signal a look every 30 s: a walk of /proc; after it every second, until the work has exited)
+        if took is not True and (_now() - looked >= (1 if signalled else 30) or (signalled and mark_at_signal is None)):
             looked = _now()
             now_takes = takes_signal(child.pid, chain_signal)
             took = took if now_takes is None else now_takes
