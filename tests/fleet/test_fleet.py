@@ -521,7 +521,7 @@ def test_team_quotas_borrowed_gpus_are_reclaimed_for_the_group_within_its_quota(
         fleet.ensure_pool(f"gpusched_group_{group}", 32)
     sampler = LeaseSampler(fleet)
     sampler.start()
-    hold = Path(f"{out_file}.hold")  # vision's trainers go on until nlp's run is over: 4 are borrowed when it asks
+    hold = Path(f"{out_file}.hold-vision")  # vision's trainers go on until nlp's run is over: 4 borrowed when it asks
     hold.touch()
     try:
         vision = fleet.trigger("fleet_quota_vision", out=str(out_file), steps=40)  # 20 s each, and while held

@@ -71,7 +71,7 @@ with DAG("fleet_priority", **ARGS):  # priority weights across hosts: blockers f
 # team quotas (docs/quotas.md): the owner says the group (alice: vision, bob: nlp, in the quota file the test writes;
 # with that file empty, quotas are off and these are plain tasks). A trainer that checkpoints every 0.5 s step and on
 # SIGTERM, and resumes from its checkpoint: each start and each end is recorded with the step it began at. While the
-# file <out>.hold exists it goes on past its steps: a test holds its GPUs for as long as it needs them held, whatever
+# file <out>.hold-<tag's first word> exists it goes on past its steps: a test holds its GPUs for as long as it needs them held, whatever
 # the machine's load (a run that ended on its own before the test looked was taken for a missed reclaim).
 TRAINER = r"""
 import json, os, pathlib, signal, socket, sys, time
@@ -86,7 +86,8 @@ def write(event):
                              "preemptions": int(os.environ.get("GPUSCHED_PREEMPTIONS", "0"))}) + "\n")
 signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
 write("start")
-while (step < steps or os.path.exists(out + ".hold")) and not stop:
+hold = out + ".hold-" + tag.split("-")[0]  # (vision's trainers hold with <out>.hold-vision; nlp's never wait on it)
+while (step < steps or os.path.exists(hold)) and not stop:
     time.sleep(0.5)
     step += 1
     ck.write_text(str(step))
