@@ -248,3 +248,51 @@ def test_report_writes_final_and_refuses_a_non_bool(tmp_path, monkeypatch):
     assert ["final" in line for line in lines] == [False, True] and lines[1]["metrics"] == {"loss": 0.4}
     with pytest.raises(TypeError, match="final"):
         report(step=3, loss=0.3, final="yes")
+
+
+def test_a_trial_that_reports_on_while_it_is_judged_is_judged_again_on_its_newest_reports(tmp_path):
+    """The race behind CI's run of efd1f59: the runner's check judged step k while the trial, reporting every
+    20 ms, went on to its budget; the verdict to stop for step k came after the trial was complete. Here the
+    judgement itself lets the trial report on (deterministically): the check judges again and the trial goes on;
+    a trial that reported on but is still short of its budget is still stopped for the rung it failed."""
+    from airflow_provider_gpusched.core.sweep.pruner import Pruner, register_pruner, unregister_pruner
+    from airflow_provider_gpusched.core.sweep.trial_run import _pruning_watch
+
+    trial = tmp_path / "sweep" / "trials" / "t1"
+    trial.mkdir(parents=True)
+    reports_file = trial / REPORTS_FILE
+    reports_file.write_text("".join(json.dumps(r) + "\n" for r in curve([0.9] * 3)))
+    reported_on_while_judged = {"up_to": BUDGET}
+    judged_at = []
+
+    class SlowRule(Pruner):
+        """Stops every trial; while it judges, the trial reports up to ``reported_on_while_judged``."""
+
+        name = "slow-judge"
+
+        def judge(self, trial, own, peers, judged_up_to=None):
+            judged_at.append((own[-1]["step"], judged_up_to))
+            last = own[-1]["step"]
+            more = curve([0.9] * (reported_on_while_judged["up_to"] - last), start=last + 1)
+            with open(reports_file, "a") as f:
+                f.writelines(json.dumps(r) + "\n" for r in more)
+            return f"stopped at step {last}"
+
+    register_pruner(SlowRule)
+    try:
+        pruning = {"rule": "slow-judge", "metric": "loss", "mode": "minimize", "max_steps": BUDGET}
+        check = _pruning_watch(pruning, str(tmp_path / "sweep"), str(trial))
+        assert check() == ""  # judged at step 3, then again at step 9: the budget, complete
+        assert judged_at == [(3, -1)]  # the second judgement never reached the rule: Pruner.decide ended it
+
+        trial2 = tmp_path / "sweep" / "trials" / "t2"
+        trial2.mkdir()
+        reports_file = trial2 / REPORTS_FILE
+        reports_file.write_text("".join(json.dumps(r) + "\n" for r in curve([0.9] * 3)))
+        reported_on_while_judged["up_to"] = 5
+        judged_at.clear()
+        check = _pruning_watch(pruning, str(tmp_path / "sweep"), str(trial2))
+        assert check() == "stopped at step 5"  # judged again on its newest reports, every rung since -1 again
+        assert judged_at == [(3, -1), (5, -1)]
+    finally:
+        unregister_pruner("slow-judge")

@@ -750,6 +750,8 @@ def _output_copied_to(path: str) -> Iterator[None]:
 #: between SIGTERM and SIGKILL
 PRUNE_CHECK_SECONDS = 0.5
 PRUNE_GRACE_SECONDS = 10.0
+#: how many times in a row a verdict to stop is taken again because the trial reported on while it was judged
+_REJUDGE_AT_MOST = 20
 
 
 def _pruning_watch(
@@ -770,9 +772,20 @@ def _pruning_watch(
             return ""
         if size == seen[0]:
             return ""
-        seen[0] = size
-        why = reports.judge(rule, name, judged[0])  # every rung reached since the last check
-        judged[0] = reports.last_step(name)
+        # a verdict is on the reports as they were when it began: a trial that reported on while it was judged
+        # (a fast trial, a slow study) is judged again on its newest reports, so that one that reached its budget
+        # meanwhile is not stopped for an earlier step (it is complete: Pruner.decide)
+        since = judged[0]
+        for _ in range(_REJUDGE_AT_MOST):
+            seen[0] = size
+            why = reports.judge(rule, name, since)  # every rung reached since the last check
+            judged[0] = reports.last_step(name)
+            try:
+                size = os.stat(path).st_size
+            except OSError:
+                return why
+            if not why or size == seen[0]:
+                return why
         return why
 
     return check
