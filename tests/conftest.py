@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests import services
+from tests.polling import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 _AIRFLOW_HOME = tempfile.mkdtemp(prefix="gpusched-test-airflow-")
@@ -472,3 +473,47 @@ def mlflow_server(tmp_path_factory):
     proc.wait(timeout=30)
     log.close()
     services.stopped(record)
+
+
+@pytest.fixture
+def statsd(monkeypatch):
+    """A StatsD listener on a free UDP port, and Airflow's [metrics] pointed at it. ``statsd(wait=2.0)``: the lines
+    received within ``wait`` s (sooner once some came and a read times out); ``statsd("prefix")``: the lines received
+    until one starts with the prefix (10 s at most)."""
+    import contextlib
+
+    from airflow_provider_gpusched import metrics
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(0.2)
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_ON", "True")
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_HOST", "127.0.0.1")
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_PORT", str(sock.getsockname()[1]))
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_PREFIX", "airflow")
+    metrics._state["key"] = None
+
+    def received(wanted: str | None = None, wait: float = 2.0) -> list[str]:
+        lines: list[str] = []
+        if wanted is not None:
+
+            def seen() -> bool:
+                with contextlib.suppress(TimeoutError):
+                    lines.extend(sock.recv(65536).decode().splitlines())
+                return any(line.startswith(wanted) for line in lines)
+
+            wait_until(seen, timeout=10, what=wanted, interval=0)
+            return lines
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                lines += sock.recv(65536).decode().splitlines()
+            except TimeoutError:
+                if lines:
+                    break
+        return lines
+
+    yield received
+    sock.close()
+    monkeypatch.delenv("AIRFLOW__METRICS__STATSD_ON")
+    metrics._state["key"] = None

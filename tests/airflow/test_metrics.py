@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import socket
 import threading
 import time
 
@@ -12,33 +11,6 @@ import pytest
 from airflow_provider_gpusched import metrics
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo, GPUProcess
 from airflow_provider_gpusched.core.gpu.telemetry import sample_gpus
-
-
-@pytest.fixture
-def statsd(monkeypatch):
-    """A StatsD listener on a free UDP port, and Airflow's [metrics] pointed at it."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.settimeout(0.2)
-    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_ON", "True")
-    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_HOST", "127.0.0.1")
-    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_PORT", str(sock.getsockname()[1]))
-    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_PREFIX", "airflow")
-
-    def received(wait: float = 2.0) -> list[str]:
-        lines, deadline = [], time.monotonic() + wait
-        while time.monotonic() < deadline:
-            try:
-                lines += sock.recv(65536).decode().splitlines()
-            except TimeoutError:
-                if lines:
-                    break
-        return lines
-
-    yield received
-    sock.close()
-    monkeypatch.delenv("AIRFLOW__METRICS__STATSD_ON")
-    metrics._state["key"] = None
 
 
 def test_gpu_samples_reach_statsd_as_gauges_per_host_and_gpu(statsd):

@@ -6,11 +6,9 @@ Fixing the file takes effect without a restart. A file that was never good fails
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -119,35 +117,6 @@ def parse_in_a_fresh_process(dag_dir: Path) -> dict:
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-@pytest.fixture
-def statsd(monkeypatch):
-    """A StatsD listener on a free UDP port, and Airflow's [metrics] pointed at it (as tests/airflow/test_metrics.py)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.settimeout(0.2)
-    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_ON", "True")
-    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_HOST", "127.0.0.1")
-    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_PORT", str(sock.getsockname()[1]))
-    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_PREFIX", "airflow")
-    metrics._state["key"] = None
-
-    def received(wanted: str) -> list[str]:
-        lines: list[str] = []
-
-        def seen() -> bool:
-            with contextlib.suppress(TimeoutError):
-                lines.extend(sock.recv(65536).decode().splitlines())
-            return any(line.startswith(wanted) for line in lines)
-
-        wait_until(seen, timeout=10, what=wanted, interval=0)
-        return lines
-
-    yield received
-    sock.close()
-    monkeypatch.delenv("AIRFLOW__METRICS__STATSD_ON")
-    metrics._state["key"] = None
 
 
 @pytest.mark.heavy  # DAG files parsed in fresh processes (Airflow's DagBag), a StatsD round trip: 12 s of CPU
