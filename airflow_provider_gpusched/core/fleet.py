@@ -619,14 +619,24 @@ def fleet_capacity(fleet_dir: str, resource: str, own: float = 0.0, own_host: st
     return total + (0.0 if seen else own)
 
 
+def fleet_host_known(fleet_dir: str, own_host: str = "") -> Callable[[str], bool]:
+    """Whether a host exists in the fleet: it published a record (``hosts/<host>.json``), or it is ``own_host``.
+    Only such hosts' quota claims and waiting marks count (core/quota/book.py's ``QuotaBook.host_known``)."""
+    folder = hosts_dir(fleet_dir)
+    return lambda host: host == own_host or os.path.isfile(os.path.join(folder, host + ".json"))
+
+
 def open_quota_book(
     config: QuotaConfig, fleet_dir: str, state_dir: str, *, shared: bool = False, gpus: Iterable[Any] = ()
 ) -> tuple[QuotaBook, float]:
     """The quota book a reader (the CLI, the board) looks at, and what the quotas are shares of: the fleet's
-    (``<fleet_dir>/quota``, every host's GPUs) or one host's (``<state_dir>/quota``, ``gpus``)."""
+    (``<fleet_dir>/quota``, every host's GPUs; the claims of hosts that published a record) or one host's
+    (``<state_dir>/quota``, ``gpus``)."""
     book = QuotaBook(book_dir(fleet_dir, state_dir), config, shared=shared)
-    capacity = fleet_capacity(fleet_dir, config.resource) if fleet_dir else config.capacity_of(gpus)
-    return book, capacity
+    if not fleet_dir:
+        return book, config.capacity_of(gpus)
+    book.host_known = fleet_host_known(fleet_dir)
+    return book, fleet_capacity(fleet_dir, config.resource)
 
 
 def attach_quotas(manager: LeaseManager, config: QuotaConfig, fleet_dir: str = "", host: str = "") -> QuotaBook:
@@ -644,5 +654,6 @@ def attach_quotas(manager: LeaseManager, config: QuotaConfig, fleet_dir: str = "
             cached[:] = [fleet_capacity(fleet_dir, config.resource, own, me), time.monotonic()]
         return cached[0]
 
+    book.host_known = fleet_host_known(fleet_dir, me)
     manager.use_quotas(book, capacity, me)
     return book

@@ -255,7 +255,7 @@ def test_the_book_checks_what_it_reads_back_and_expires_dead_holders(tmp_path):
     c = config()
     book = QuotaBook(str(tmp_path / "quota"), c)
     with book.lock():
-        book.add_claim(claim("1", "nlp", host="h1"))
+        book.add_claim(Claim("0000000000000001", "h1", "nlp", 1.0, 0.0, 0, "1", 150.0))  # renewed at t=90
         book.add_claim(Claim("0000000000000002", "h2", "nlp", 1.0, 0.0, 0, "x", 5.0))  # expired at t=5
     bad = tmp_path / "quota" / "claims" / "h1" / "00000000000000ff.json"
     bad.write_text(
@@ -275,6 +275,69 @@ def test_the_book_checks_what_it_reads_back_and_expires_dead_holders(tmp_path):
     # the host itself drops its claims whose lease is gone
     assert book.claims(host="h1", live=[], now=100) == []
     assert not (tmp_path / "quota" / "claims" / "h1" / "0000000000000001.json").exists()
+
+
+def test_claims_and_waiting_marks_that_say_more_than_they_may_count_for_nothing(tmp_path):
+    """A claim counts for at most its lifetime (60 s) plus a little clock skew past the reader's now, for at most
+    the GPUs there are, on a host that exists: a dead host whose clock ran 10 minutes ahead, a forged claim of a
+    host that does not exist (its ``until`` 1e10), NaN, Infinity and 1e308 count for no group and are named, so
+    a group's real lease stays within its quota."""
+    from airflow_provider_gpusched.core.quota.report import quota_view
+
+    book = QuotaBook(str(tmp_path / "quota"), config({"groups": {"nlp": 1, "vision": 7}}))
+    book.host_known = lambda host: host in ("h1", "h2")
+    now = 1000.0
+    folder = tmp_path / "quota" / "claims"
+
+    def write(kind, host, name, record):
+        (tmp_path / "quota" / kind / host).mkdir(parents=True, exist_ok=True)
+        path = tmp_path / "quota" / kind / host / name
+        path.write_text(json.dumps(record) if isinstance(record, dict) else record)  # json.dumps writes NaN too
+        return str(path)
+
+    def raw(lease, host, until, amount=1, created=0):
+        return {"lease_id": lease, "host": host, "group": "nlp", "amount": amount, "created": created, "until": until}
+
+    real = "00000000000000a1"
+    with book.lock():
+        book.add_claim(Claim(real, "h1", "nlp", 1.0, 500.0, 0, "n0", now + 60))  # renewed just now
+    bad = {
+        "skewed": write("claims", "h2", "00000000000000b1.json", raw("00000000000000b1", "h2", now + 600)),
+        "ghost": write("claims", "ghost", "00000000000000b2.json", raw("00000000000000b2", "ghost", 1e10)),
+        "huge": write("claims", "h2", "00000000000000b3.json", raw("00000000000000b3", "h2", now + 30, 1e308)),
+        "inf": write("claims", "h2", "00000000000000b4.json", raw("00000000000000b4", "h2", float("inf"))),
+        "nan": write("claims", "h2", "00000000000000b5.json", raw("00000000000000b5", "h2", now + 30, float("nan"))),
+        "big": write(
+            "claims",
+            "h2",
+            "00000000000000b6.json",
+            '{"lease_id": "00000000000000b6", "host": "h2", '
+            '"group": "nlp", "amount": 1, "created": 0, "until": 1' + "0" * 400 + "}",
+        ),
+    }
+    waiting = write(
+        "waiting",
+        "h2",
+        "forged.json",
+        {"owner": "w", "host": "h2", "group": "nlp", "amount": 1, "kind": "quota", "since": 0, "until": 1e10},
+    )
+    assert [c.lease_id for c in book.claims(now=now, capacity=8.0)] == [real]
+    assert book.waiters(now, 8.0) == []
+    problems = dict(book.problems)
+    assert "600 s ahead of this host's clock, more than a record lives (60 s, 15 s more" in problems[bad["skewed"]]
+    assert "host 'ghost' is not one of the fleet's hosts" in problems[str(folder / "ghost")]
+    assert "key 'amount': 1e+308 is more than there is (8)" in problems[bad["huge"]]
+    for name in ("inf", "big"):
+        assert "key 'until': expected a time stamp (a finite number)" in problems[bad[name]]
+    assert "key 'amount': expected an amount >= 0 (a finite number), got nan" in problems[bad["nan"]]
+    assert "ahead of this host's clock" in problems[waiting]
+    # the group's real lease is within its quota, and `gpusched queue health` (the quota view) names each bad record
+    view = quota_view(book, 8.0, now)
+    assert view["leases"] == {real: {"group": "nlp", "state": "within", "host": "h1"}}
+    assert sorted(view["problems"]) == sorted(problems.values()) and len(problems) == len(bad) + 1
+    # within the lifetime and the skew allowance a claim counts (a host whose clock is a few seconds ahead)
+    write("claims", "h2", "00000000000000c1.json", raw("00000000000000c1", "h2", now + 70, created=900))
+    assert "00000000000000c1" in [c.lease_id for c in book.claims(now=now, capacity=8.0)]
 
 
 def test_two_requests_never_reclaim_a_group_below_its_quota_between_them():

@@ -18,6 +18,12 @@ counting after :data:`CLAIM_TTL` seconds; until then the group is taken to still
 death never lets a group run beyond its quota elsewhere. The host itself drops claims whose lease is gone at its
 next look.
 
+What a record read back may say is bounded by the reader, whoever wrote it: a claim or a waiting mark counts only
+when its ``until`` is at most its lifetime plus :data:`CLOCK_SKEW` ahead of the reader's clock, its amount at most
+what there is (``capacity``, where the reader knows it), and its host one that exists
+(:attr:`QuotaBook.host_known`: in a fleet, a host that published a record); any other is named in :attr:`QuotaBook.problems` and counts for no
+group.
+
 Pure Python, no Airflow imports.
 """
 
@@ -35,7 +41,7 @@ from typing import Any
 
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.quota.config import QuotaConfig
-from airflow_provider_gpusched.core.quota.policy import CLAIM, WAITER, Claim, Waiter
+from airflow_provider_gpusched.core.quota.policy import CLAIM, EPS, WAITER, Claim, Waiter
 from airflow_provider_gpusched.core.safe_files import (
     BadRecordError,
     ensure_private_dir,
@@ -50,6 +56,11 @@ CLAIM_TTL = 60.0
 RENEW_BEFORE = 45.0
 #: seconds a waiting mark counts after its request last looked
 WAITER_TTL = 30.0
+#: seconds by which a claim's or a waiting mark's ``until`` may be further ahead of the reader's clock than the record
+#: lives (CLAIM_TTL, WAITER_TTL): the hosts' clocks may differ this much. A record further ahead (a host whose clock
+#: runs ahead, that would keep counting that much longer after it died; a forged one) counts for nothing, named in
+#: the book's problems
+CLOCK_SKEW = 15.0
 #: seconds a book that follows the quota file (:meth:`QuotaBook.follow`) uses what it read before looking again
 FOLLOW_EVERY = 1.0
 
@@ -71,8 +82,11 @@ class QuotaBook:
         self._looked = 0.0
         self.file_mode = 0o660 if shared else 0o600
         self.shared = shared
-        #: records that could not be read at the last look: ``[(file, why)]``
+        #: records that could not be read at the last look, or that were out of bounds: ``[(file, why)]``
         self.problems: list[tuple[str, str]] = []
+        #: whether a host exists (in a fleet: it published a record, core/fleet.py); None: any host. A claim or a
+        #: waiting mark of another host counts for nothing
+        self.host_known: Callable[[str], bool] | None = None
         self._renewed: dict[str, float] = {}  # lease id -> until, of claims this process wrote or renewed
         #: (host, owner) -> (until, what it waits for) of the waiting marks this object wrote
         self._marked: dict[tuple[str, str], tuple[float, tuple[Any, ...]]] = {}
@@ -127,9 +141,47 @@ class QuotaBook:
             os.close(fd)  # closing drops the flock
 
     # -- claims ---------------------------------------------------------------------------------------
-    def claims(self, *, host: str = "", live: Iterable[str] | None = None, now: float | None = None) -> list[Claim]:
+    def _unknown_host(self, folder: str, host: str) -> bool:
+        """Whether ``host`` (whose records are in ``folder``) is not one of the hosts that exist (named if so)."""
+        if self.host_known is None or self.host_known(host):
+            return False
+        self.problems.append(
+            (
+                folder,
+                f"{folder}: host {host!r} is not one of the fleet's hosts (no host record): its records count for nothing",
+            )
+        )
+        return True
+
+    def _out_of_bounds(
+        self, path: str, until: float, lifetime: float, now: float, amount: float, capacity: float | None
+    ) -> bool:
+        """Whether a record read back says more than a record may (named if so): an ``until`` further ahead than
+        its ``lifetime`` plus :data:`CLOCK_SKEW`, an ``amount`` beyond ``capacity``."""
+        why = ""
+        if until - now > lifetime + CLOCK_SKEW:
+            why = (
+                f"key 'until': {until - now:.4g} s ahead of this host's clock, more than a record lives "
+                f"({lifetime:g} s, {CLOCK_SKEW:g} s more for clocks that differ): a clock that runs ahead, or a "
+                "forged record"
+            )
+        elif capacity is not None and capacity > 0 and amount > capacity * (1 + EPS) + EPS:
+            why = f"key 'amount': {amount:g} is more than there is ({capacity:g})"
+        if why:
+            self.problems.append((path, f"{path}: {why}; it counts for nothing"))
+        return bool(why)
+
+    def claims(
+        self,
+        *,
+        host: str = "",
+        live: Iterable[str] | None = None,
+        now: float | None = None,
+        capacity: float | None = None,
+    ) -> list[Claim]:
         """Every claim that counts now. With ``host`` and ``live`` (that host's live lease ids), that host's claims
-        whose lease is gone are removed (the caller holds :meth:`lock` and is that host)."""
+        whose lease is gone are removed (the caller holds :meth:`lock` and is that host). ``capacity``: what there is
+        in all (a claim of more counts for nothing)."""
         now = time.time() if now is None else now
         alive = set(live) if live is not None else None
         out: list[Claim] = []
@@ -137,6 +189,8 @@ class QuotaBook:
         base = os.path.join(self.root, "claims")
         for h in _listdir(base):
             folder = os.path.join(base, h)
+            if self._unknown_host(folder, h):
+                continue
             for name in _listdir(folder):
                 if not name.endswith(".json"):
                     continue
@@ -156,6 +210,8 @@ class QuotaBook:
                 if claim.until < now:
                     if h == host:
                         _remove(path)
+                    continue
+                if self._out_of_bounds(path, claim.until, CLAIM_TTL, now, claim.amount, capacity):
                     continue
                 out.append(claim)
         return out
@@ -226,12 +282,15 @@ class QuotaBook:
         except (OSError, BadRecordError):
             return None
 
-    def waiters(self, now: float | None = None) -> list[Waiter]:
+    def waiters(self, now: float | None = None, capacity: float | None = None) -> list[Waiter]:
+        """Every waiting mark that counts now (bounded as :meth:`claims` bounds claims)."""
         now = time.time() if now is None else now
         out = []
         base = os.path.join(self.root, "waiting")
         for h in _listdir(base):
             folder = os.path.join(base, h)
+            if self._unknown_host(folder, h):
+                continue
             for name in _listdir(folder):
                 path = os.path.join(folder, name)
                 try:
@@ -241,7 +300,9 @@ class QuotaBook:
                 except (OSError, BadRecordError) as exc:
                     self.problems.append((path, str(exc)))
                     continue
-                if w.host == h and w.until >= now:
+                if w.host != h or w.until < now:
+                    continue
+                if not self._out_of_bounds(path, w.until, WAITER_TTL, now, w.amount, capacity):
                     out.append(w)
         return out
 

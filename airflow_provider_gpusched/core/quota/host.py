@@ -118,10 +118,17 @@ class HostQuotas:
         config = book.config  # one version of the quotas for the whole decision (the book may follow the file)
         now = time.time()
         capacity = self.capacity(gpus)
-        claims = book.claims(host=self.host, live=live)
+        claims = book.claims(host=self.host, live=live, now=now, capacity=capacity)
         amount = self.amount(request, placement, gpus)
         verdict = admit(
-            config, capacity, claims, book.waiters(now), group=group, amount=amount, host=self.host, owner=owner
+            config,
+            capacity,
+            claims,
+            book.waiters(now, capacity),
+            group=group,
+            amount=amount,
+            host=self.host,
+            owner=owner,
         )
         gate = QuotaGate(group, verdict.kind, amount)
         if verdict.kind == "wait":

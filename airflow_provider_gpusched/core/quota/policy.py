@@ -23,12 +23,14 @@ from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 from airflow_provider_gpusched.core.quota.config import QuotaConfig, describe_amount
-from airflow_provider_gpusched.core.records import RecordType, record_class, says
+from airflow_provider_gpusched.core.records import Float, RecordType, record_class, says
 
 EPS = 1e-9
 Name = Annotated[str, says("a name of at most 250 characters", max_length=250)]
-Amount = Annotated[float, says("an amount >= 0", ge=0, strict=None)]
-Time = Annotated[float, says("a time stamp", strict=None)]
+#: finite (NaN, infinities and whole numbers too large for a float are refused); how much at most is the reader's to
+#: say (the book counts no claim of more than the fleet has: core/quota/book.py)
+Amount = Annotated[Float, says("an amount >= 0 (a finite number)", ge=0, strict=None)]
+Time = Annotated[Float, says("a time stamp (a finite number)", strict=None)]
 
 
 @record_class

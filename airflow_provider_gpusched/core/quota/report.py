@@ -106,8 +106,8 @@ def _n(value: float | None, resource: str) -> str:
 def quota_view(book: QuotaBook, capacity: float, now: float | None = None) -> QuotaView:
     now = time.time() if now is None else now
     config = book.config
-    claims = book.claims(now=now)
-    waiters = book.waiters(now)
+    claims = book.claims(now=now, capacity=capacity)
+    waiters = book.waiters(now, capacity)
     problems = [why for _path, why in book.problems]
     use = usage(config, claims, waiters, capacity)
     borrowed = borrowed_ids(config, claims, capacity)
