@@ -85,13 +85,13 @@ def _sweep_dashboard(args) -> int:
         )
     try:
         import optuna_dashboard
-        from optuna.storages import JournalStorage
-        from optuna.storages.journal import JournalFileBackend
     except ImportError as exc:
         raise GpuschedError(
             f"optuna-dashboard is not installed ({exc}): pip install 'airflow-provider-gpusched[dashboard]'"
         ) from None
-    storage = JournalStorage(JournalFileBackend(journal))
+    from airflow_provider_gpusched.core.sweep.search import open_journal
+
+    storage = open_journal(journal)
     print(f"optuna-dashboard: {journal} at http://{args.host}:{args.port}/ (Ctrl-C stops it)", flush=True)
     optuna_dashboard.run_server(storage, host=args.host, port=args.port)
     return 0

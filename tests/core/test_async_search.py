@@ -411,3 +411,23 @@ def test_a_finished_search_run_again_needs_no_worker(tmp_path):
     assert grown.trials_left(grown.prepare(run="r3")) == 2  # two more to ask for: at most two workers
     forced = SweepSession(spec(tmp_path, count=4, force_rerun=True), str(tmp_path))
     assert forced.trials_left(forced.prepare(run="r4")) is None  # every trial again: as many workers as asked
+
+
+def test_a_corrupted_journal_is_named_with_the_way_forward_and_the_way_forward_works(tmp_path):
+    """A journal line that is not a record (not the last one, which Optuna leaves out when a crash cut it) stops
+    the search with the file, the line and what to do, not a raw JSONDecodeError; doing it (moving the journal aside)
+    lets the sweep run again, on a new study."""
+    from airflow_provider_gpusched.core.errors import GpuschedError
+
+    drive(tmp_path, "r1", count=2)
+    journal = tmp_path / "asy" / "search" / "optuna.journal"
+    lines = journal.read_text().splitlines(keepends=True)
+    journal.write_text("".join([*lines[:3], "{not json\n", *lines[3:]]))
+    with pytest.raises(GpuschedError) as raised:
+        drive(tmp_path, "r2", count=2)
+    said = str(raised.value)
+    assert said.startswith(f"{journal}: the Optuna study of the sweep cannot be read (line 4): ")
+    assert f"mv {journal} {journal}.bad" in said and "run the sweep again" in said
+    journal.rename(f"{journal}.bad")
+    again = drive(tmp_path, "r3", count=2)
+    assert again["counts"]["succeeded"] == 2 and len(study(tmp_path).trials) == 2  # a new study, asked anew

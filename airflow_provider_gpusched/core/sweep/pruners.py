@@ -341,8 +341,8 @@ class StudyJudge:
     def __init__(self, rule: PruningRule, sweep_dir: str, final_step: int | None = None) -> None:
         """``final_step``: the budget in steps (None: the last step of the study's first COMPLETE trials)."""
         import optuna
-        from optuna.storages import JournalStorage
-        from optuna.storages.journal import JournalFileBackend
+
+        from airflow_provider_gpusched.core.sweep.search import open_journal
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.optuna, self.rule = optuna, rule
@@ -350,7 +350,7 @@ class StudyJudge:
         if not os.path.isfile(journal):
             raise InvalidArgumentError("pruning", rule.rule, f"the sweep's study in {journal} (it is missing)")
         self.pruner = make_optuna_pruner(rule)
-        storage = JournalStorage(JournalFileBackend(journal))
+        storage = open_journal(journal)
         self.study = optuna.load_study(study_name=os.path.basename(sweep_dir), storage=storage, pruner=self.pruner)
         self._trials: dict[str, Any] = {}  # trial folder -> its study trial (optuna.trial.Trial)
         self._final_step = final_step

@@ -21,6 +21,7 @@ re-run DAG) gives the same trials. ``tell(round, ...)`` ignores trials already t
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -288,6 +289,47 @@ class EvolutionSearch(RoundSearch):
         write_json(self.history_path, data)
 
 
+#: the Optuna study's file in a sweep's ``search/`` folder
+JOURNAL_FILE = "optuna.journal"
+
+
+def open_journal(path: str) -> Any:
+    """Optuna's ``JournalStorage`` on the journal ``path``. A journal Optuna cannot replay (a line that is not JSON
+    or not one of its records, other than a last line cut by a crash, which Optuna leaves out) is refused with a
+    :class:`GpuschedError` that names the file, the line and what to do; never Optuna's raw error."""
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    try:
+        return JournalStorage(JournalFileBackend(path))
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError) as exc:
+        raise GpuschedError(bad_journal(path, exc)) from None
+
+
+def bad_journal(path: str, exc: BaseException) -> str:
+    """What to say of a journal Optuna could not read: the file, its first line that is not a record, and the
+    way forward."""
+    where = ""
+    try:
+        with open(path, "rb") as fh:
+            for number, line in enumerate(fh, 1):
+                try:
+                    ok = line.endswith(b"\n") and isinstance(json.loads(line), dict)
+                except (ValueError, RecursionError):
+                    ok = False
+                if not ok:
+                    where = f" (line {number})"
+                    break
+    except OSError:
+        pass
+    why = str(exc)[:200] or type(exc).__name__
+    return (
+        f"{path}: the Optuna study of the sweep cannot be read{where}: {why}. To go on, move it aside "
+        f"(mv {path} {path}.bad) and run the sweep again: the search starts a new study, which does not know the "
+        "trials already run (their folders and results stay) and asks for its trials anew"
+    )
+
+
 class OptunaSearch(RoundSearch):
     def __init__(self, spec: SweepSpec, state_dir: str, pruner: Any = None) -> None:
         """``pruner``: the study's Optuna pruner (an asynchronous search judges its trials in the study itself;
@@ -299,12 +341,9 @@ class OptunaSearch(RoundSearch):
             raise GpuschedError(
                 "search: optuna needs Optuna: pip install 'airflow-provider-gpusched[optuna]'"
             ) from None
-        from optuna.storages import JournalStorage
-        from optuna.storages.journal import JournalFileBackend
-
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.optuna = optuna
-        storage = self.storage = JournalStorage(JournalFileBackend(os.path.join(state_dir, "optuna.journal")))
+        storage = self.storage = open_journal(os.path.join(state_dir, JOURNAL_FILE))
         objective = self.objective
         #: several metrics without weights: a multi-objective study; else one value (the metric, or the weighted sum)
         self.multi = objective.several and not objective.weights
