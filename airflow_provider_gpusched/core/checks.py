@@ -5,6 +5,7 @@ a sweep spec, a lease record and a partition problem."""
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any, TypeGuard
@@ -27,9 +28,12 @@ def is_json_number(value: Any) -> bool:
     return is_number(value) and value == value
 
 
-def is_finite_number(value: Any) -> bool:
-    """A number that is neither NaN nor infinite."""
-    return is_number(value) and math.isfinite(value)
+def is_finite_number(value: Any) -> TypeGuard[int | float]:
+    """A number that is neither NaN nor infinite: a finite float64 (a whole number too large for one, which JSON
+    allows and ``math.isfinite`` raises OverflowError on, is not)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return is_int(value) and -sys.float_info.max <= value <= sys.float_info.max
 
 
 def check_int(

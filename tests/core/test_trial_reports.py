@@ -111,3 +111,51 @@ def test_report_outside_a_sweep_and_bad_reports(monkeypatch, tmp_path):
     ]:
         with pytest.raises(ValueError, match=why):
             parse_report_line(line)
+
+
+BIG = "1" + "0" * 400  # a whole number JSON allows and no float64 holds
+
+
+def bad_numbers(params):
+    with open(os.environ["GPUSCHED_REPORT_FILE"], "a") as fh:
+        fh.write('{"step": 0, "loss": ' + BIG + "}\n")
+        fh.write('{"step": ' + BIG + ', "loss": 1}\n')
+        fh.write('{"step": 1, "loss": 1, "time": ' + BIG + "}\n")
+        fh.write('{"step": 1, "loss": 1, "time": NaN}\n')
+        fh.write('{"step": 1, "loss": 1, "checkpoint": %s}\n' % ("[" * 5000 + "]" * 5000))
+        fh.write('{"step": 2, "loss": 1e400, "acc": Infinity}\n')  # a diverged metric: null, as report() writes it
+        fh.write("step=3 loss=0.5\n")
+    return {"loss": 0.5}
+
+
+def test_a_report_with_numbers_no_float_holds_is_named_and_skipped_and_the_summary_is_written(tmp_path):
+    """A 400-digit whole number (JSON has no bound) in a metric, the step or the time, NaN for a time, a line nested
+    thousands deep: each line is named by file and line and skipped, the rest of the curve is read and collect
+    writes the summary (it raised OverflowError)."""
+    spec = SweepSpec(
+        name="big",
+        test_config=[{"lr": [0.1]}],
+        python_callable=bad_numbers,
+        objective=Objective("loss", "minimize"),
+        results_root=str(tmp_path),
+    )
+    session = SweepSession(spec)
+    manifest = session.prepare()
+    assert run_trial(manifest, manifest.pending[0], out=io.StringIO()) == 0
+    session.collect()
+    record = json.loads(Path(tmp_path / "big" / "summary.json").read_text())["records"][0]
+    assert record["state"] == "succeeded"
+    reports = record["reports"]
+    assert reports["count"] == 2 and reports["last_step"] == 3
+    path = os.path.join(record["folder"], "reports.jsonl")
+    problems = reports["problems"]
+    assert [p.split(": ", 1)[0] for p in problems] == [f"{path}:{n}" for n in (1, 2, 3, 4, 5)]
+    assert "metric 'loss': expected a number within float range" in problems[0]
+    assert "step: expected a whole number from 0 to 2**53" in problems[1]
+    assert "time: expected seconds since 1970 (a finite number)" in problems[2] and "nan" in problems[3]
+    assert problems[4].endswith("not a report (nested too deeply)")
+    found, _ = read_reports(path)
+    assert found[0]["metrics"] == {"loss": None, "acc": None}
+    # a line longer than a report is not parsed
+    with pytest.raises(ValueError, match="longer than 65536 characters"):
+        parse_report_line('{"step": 1, "loss": 1, "x": "' + "a" * 70000 + '"}')

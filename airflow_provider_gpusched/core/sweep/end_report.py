@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_gpusched.core.checks import is_json_number
+from airflow_provider_gpusched.core.checks import is_finite_number, is_json_number
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.safe_files import read_tail
 from airflow_provider_gpusched.core.sweep.objective import Objective
@@ -280,7 +280,9 @@ def build_end_report(
             }
         )
     gpu_seconds: dict[str, float] = {}
-    used = sum(float(r["seconds"]) * _gpu_count(r, gpus_per_trial) for r in records if is_json_number(r.get("seconds")))
+    used = sum(
+        float(r["seconds"]) * _gpu_count(r, gpus_per_trial) for r in records if is_finite_number(r.get("seconds"))
+    )
     if used:
         gpu_seconds[job_class] = round(used, 1)
     return SweepEndReport(

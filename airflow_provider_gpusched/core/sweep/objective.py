@@ -165,7 +165,7 @@ class Objective:
                 value = result.get(metric) if metric in result else _dig(result, metric)
             elif self.several:
                 return None
-            if not is_number(value) or not math.isfinite(value):
+            if not is_finite_number(value):
                 return None
             out.append(float(value))
         return tuple(out)
@@ -190,7 +190,7 @@ class Objective:
         for metric in self.metrics:
             if not isinstance(result, Mapping):
                 if is_number(result) and not self.several:
-                    return "" if math.isfinite(result) else f"{metric} = {result!r} is not a finite number"
+                    return "" if is_finite_number(result) else f"{metric} = {brief_repr(result)} is not a finite number"
                 return f"the result is {type(result).__name__}, not a JSON object with {metric!r}"
             value = result.get(metric) if metric in result else _dig(result, metric)
             if value is None and metric not in result:
@@ -198,8 +198,8 @@ class Objective:
                 return f"the result has no {metric!r} (its keys: {keys})"
             if not is_number(value):
                 return f"{metric} = {brief_repr(value)} is not a number"
-            if not math.isfinite(value):
-                return f"{metric} = {value!r} is not a finite number"
+            if not is_finite_number(value):
+                return f"{metric} = {brief_repr(value)} is not a finite number"
         return ""
 
     def better(self, a: float, b: float) -> bool:

@@ -12,17 +12,18 @@ Python trials write them with ``report`` (core/sweep/trial_report.py, ``from air
 import report``); this module is the format and the reading side.
 
 :func:`read_reports` reads a file back: a last line without its newline (being written, or cut by a crash) is
-left out; any other line that is not a report is named in ``problems``, never silently dropped.
+left out; any other line that is not a report (not the format, a number out of bounds: see
+:func:`parse_report_line`) is named in ``problems`` by file and line number and skipped, never silently dropped,
+never an error that stops the reader.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 from typing import Any
 
-from airflow_provider_gpusched.core.checks import is_int, is_number
+from airflow_provider_gpusched.core.checks import is_finite_number, is_int, is_number
 from airflow_provider_gpusched.core.errors import GpuschedError, brief_repr
 
 REPORT_ENV = "GPUSCHED_REPORT_FILE"
@@ -37,14 +38,29 @@ UI_REPORTS_BYTES = 512 * 2**10
 RAN_AGAIN = "ran again in DAG run"
 
 
+#: a report line read at most (a JSON line of a few metrics is ~100 bytes; a longer line is refused, not parsed)
+MAX_REPORT_LINE_BYTES = 64 * 2**10
+#: the largest step a report may give: every step is exact as a float64 (a curve's x axis, a pruner's budget)
+MAX_STEP = 2**53
+
+
 def parse_report_line(line: str) -> dict[str, Any]:
-    """One report line as ``{"step", "metrics", "checkpoint"?, "time"?}``; ValueError says what is wrong."""
+    """One report line as ``{"step", "metrics", "checkpoint"?, "time"?}``; ValueError says what is wrong.
+
+    Every number read is bounded here, for every reader after (collect's summary, the UI's curves, the pruning
+    rules, tracking): a metric is a finite float64 or null (NaN and infinities become null, as :func:`report`
+    writes them; a whole number too large for a float64, which JSON allows, is refused), the step a whole
+    number 0..:data:`MAX_STEP`, the time a finite number."""
     text = line.strip()
+    if len(text) > MAX_REPORT_LINE_BYTES:
+        raise ValueError(f"longer than {MAX_REPORT_LINE_BYTES} characters")
     if text.startswith("{"):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise ValueError("not a report (nested too deeply)") from None
         if not isinstance(data, dict):
             raise ValueError("expected a JSON object")
         metrics = data.get("metrics")
@@ -68,22 +84,28 @@ def parse_report_line(line: str) -> dict[str, Any]:
                     metrics[key] = float(value)
                 except ValueError:
                     raise ValueError(f"{key}={value!r} is not a number") from None
-    if not is_int(step) or step < 0:
-        raise ValueError(f"step: expected a whole number >= 0, got {step!r}")
+    if not is_int(step) or not 0 <= step <= MAX_STEP:
+        raise ValueError(f"step: expected a whole number from 0 to 2**53, got {brief_repr(step)}")
     if final is not None and not isinstance(final, bool):
         raise ValueError(f"final: expected true or false, got {brief_repr(final)}")
     if not isinstance(metrics, dict) or not metrics:
         raise ValueError("no metrics")
     for key, value in metrics.items():
         if value is not None and (not is_number(value)):
-            raise ValueError(f"metric {key!r}: expected a number or null, got {brief_repr(value)}")
+            raise ValueError(f"metric {brief_repr(key)}: expected a number or null, got {brief_repr(value)}")
+        if is_int(value) and not is_finite_number(value):
+            raise ValueError(f"metric {brief_repr(key)}: expected a number within float range, got {brief_repr(value)}")
+    if checkpoint is not None and not isinstance(checkpoint, (str, int, float)):
+        raise ValueError(f"checkpoint: expected a path, got {brief_repr(checkpoint)}")
+    if stamp is not None and not is_finite_number(stamp):
+        raise ValueError(f"time: expected seconds since 1970 (a finite number), got {brief_repr(stamp)}")
     record: dict[str, Any] = {
         "step": step,
-        "metrics": {str(k): (v if v is None or math.isfinite(v) else None) for k, v in metrics.items()},
+        "metrics": {str(k): (v if v is None or is_finite_number(v) else None) for k, v in metrics.items()},
     }
     if checkpoint is not None:
         record["checkpoint"] = str(checkpoint)
-    if is_number(stamp):
+    if stamp is not None:
         record["time"] = stamp
     if final:
         record["final"] = True
@@ -130,6 +152,9 @@ def read_reports(
         problems.append(f"{path}: only the newest {max_bytes / 2**20:g} MiB were read")
     for number, raw in enumerate(lines, 1):
         if not raw.strip():
+            continue
+        if len(raw) > MAX_REPORT_LINE_BYTES:
+            problems.append(f"{path}:{number}: longer than {MAX_REPORT_LINE_BYTES} bytes")
             continue
         try:
             reports.append(parse_report_line(raw.decode("utf-8")))

@@ -15,7 +15,6 @@ reported by :class:`BadRecordError` naming the source and the key."""
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from typing import Annotated, Any, Literal, cast
 
 from typing_extensions import NotRequired, TypedDict
 
-from airflow_provider_gpusched.core.checks import is_int, is_json_number
+from airflow_provider_gpusched.core.checks import is_finite_number, is_int, is_json_number
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.records import Check, Float, RecordType, one_of, open_view, record_class, says
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested, safe_name
@@ -271,7 +270,7 @@ def _leaves(params: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, 
 
 
 def _numeric_params(params: Mapping[str, Any]) -> dict[str, float]:
-    return {name: float(v) for name, v in _leaves(params) if is_json_number(v) and math.isfinite(v)}
+    return {name: float(v) for name, v in _leaves(params) if is_finite_number(v)}
 
 
 def _categorical_params(params: Mapping[str, Any]) -> dict[str, str]:
@@ -409,7 +408,7 @@ def _curves(
             for x in found
             if isinstance(x.get("step"), int)
             for v in [x["metrics"].get(metric)]
-            if is_json_number(v) and math.isfinite(v)
+            if is_finite_number(v)
         ]
         if r["state"] == "running" and found:
             last = found[-1]

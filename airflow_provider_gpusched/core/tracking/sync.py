@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from airflow_provider_gpusched.core.checks import is_number
+from airflow_provider_gpusched.core.checks import is_finite_number, is_number
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.safe_files import BadRecordError, read_json_record, write_json_atomic
 from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports
@@ -81,7 +81,7 @@ def flat_numbers(value: Any, prefix: str = "") -> dict[str, float]:
     if isinstance(value, Mapping):
         for key, item in value.items():
             out.update(flat_numbers(item, f"{prefix}{key}."))
-    elif is_number(value) and value == value and abs(value) != float("inf"):
+    elif is_finite_number(value):
         out[prefix.rstrip(".")] = float(value)
     return out
 
@@ -183,7 +183,7 @@ class TrackingSync:
         def started(name: str) -> float:
             status = read_json(os.path.join(self.trials_dir, name, "status.json")) if os.sep not in name else None
             value = status.get("started") if isinstance(status, dict) else None
-            return float(value) if is_number(value) else float("inf")
+            return float(value) if is_finite_number(value) else float("inf")
 
         return sorted(names, key=started)
 
@@ -361,7 +361,7 @@ class TrackingSync:
                 TrialReport(
                     step=int(r["step"]),
                     metrics=dict(r["metrics"]),
-                    time=float(r["time"]) if is_number(r.get("time")) else None,
+                    time=float(r["time"]) if is_finite_number(r.get("time")) else None,
                 )
                 for r in reports[sent:]
             ]
@@ -380,8 +380,8 @@ class TrackingSync:
                 metrics=flat_numbers(result) if isinstance(result, Mapping) else {},
                 result=result if state in ("succeeded", "pruned", "invalid") else None,
                 score=self.score(result) if state == "succeeded" else None,
-                ended=float(status["ended"]) if is_number(status.get("ended")) else None,
-                seconds=float(status["seconds"]) if is_number(status.get("seconds")) else None,
+                ended=float(status["ended"]) if is_finite_number(status.get("ended")) else None,
+                seconds=float(status["seconds"]) if is_finite_number(status.get("seconds")) else None,
                 error=_text(status.get("error")),
                 files=tuple(files),
             )
@@ -410,12 +410,12 @@ class TrackingSync:
                 metrics=flat_numbers(result) if isinstance(result, Mapping) else {},
                 result=result if state in ("succeeded", "pruned", "invalid") else None,
                 score=self.score(result) if state == "succeeded" and result is not None else None,
-                ended=float(kept["ended"]) if is_number(kept.get("ended")) else None,
-                seconds=float(kept["seconds"]) if is_number(kept.get("seconds")) else None,
+                ended=float(kept["ended"]) if is_finite_number(kept.get("ended")) else None,
+                seconds=float(kept["seconds"]) if is_finite_number(kept.get("seconds")) else None,
                 error=_text(kept.get("error") if name == "previous" else kept.get("reason")),
                 superseded=True,
             )
-        then = float(status["started"]) if is_number(status.get("started")) else None
+        then = float(status["started"]) if is_finite_number(status.get("started")) else None
         since = _started_of(key)
         later = then is not None and (since is None or then > since)
         why = (
