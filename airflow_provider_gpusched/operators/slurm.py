@@ -41,7 +41,7 @@ from airflow_provider_gpusched.core.slurm.chain import TimeLimitChain, chain_fai
 from airflow_provider_gpusched.core.slurm.chain import time_limit_chain as time_limit_chain_settings
 from airflow_provider_gpusched.core.slurm.finish import job_end
 from airflow_provider_gpusched.core.slurm.job import task_family_key, work_key
-from airflow_provider_gpusched.core.slurm.job_view import SLURM_JOB_XCOM, job_record
+from airflow_provider_gpusched.core.slurm.job_view import SLURM_JOB_XCOM, claim_output_folder, job_record
 from airflow_provider_gpusched.core.slurm.output import OutputFollower
 from airflow_provider_gpusched.core.slurm.states import array_task_order
 from airflow_provider_gpusched.core.slurm.submission import Submission
@@ -364,6 +364,13 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
     def build_spec(self, context, comment: str) -> SlurmJobSpec:
         ti = context["ti"]
         os.makedirs(self._task_dir(context), exist_ok=True)
+        # the UI reads this folder's files (output, a chain's records) only under the DAG its dags.json lists
+        try:
+            unclaimed = claim_output_folder(self._task_dir(context), ti.dag_id)
+        except GpuschedError as exc:
+            raise AirflowException(f"{self.task_id}: {exc}") from None
+        if unclaimed:
+            self.log.warning("%s", unclaimed)
         output = self._output_pattern(context)
         command = self._command(context)
         return SlurmJobSpec(

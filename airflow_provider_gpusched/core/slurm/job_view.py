@@ -8,6 +8,7 @@ configuration, with the job id checked to be digits. Fields are checked when rea
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -15,6 +16,7 @@ from typing import Any, cast
 
 from typing_extensions import NotRequired, TypedDict
 
+from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.records import open_view
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 from airflow_provider_gpusched.core.slurm.states import JobStatus, array_task_order
@@ -72,6 +74,53 @@ def job_record(
         record["chain_records"] = chain_records
         record["segments"] = list(segments or [])[-1000:]
     return record
+
+
+def claim_output_folder(folder: str, dag_id: str) -> str:
+    """Record that a task of DAG ``dag_id`` keeps its Slurm job's files (output, a chain's records) in its task folder
+    ``folder`` (under ``[gpusched] slurm_output_dir``): ``dags.json``, the record a sweep folder keeps
+    (core/sweep/store.py). The UI reads a task folder's files only under a DAG it lists (:func:`folder_refusal`).
+    A folder that lists another DAG (two DAG ids whose folder names are alike, ``_a`` and ``a``: the first keeps it)
+    is refused (:class:`GpuschedError`): its DAG's readers would see this job's files. Returns '' or why the
+    record could not be written (the job still runs; the UI shows its output once it ends, from its record)."""
+    from airflow_provider_gpusched.core.safe_files import write_json_atomic
+    from airflow_provider_gpusched.core.sweep.store import DAGS_FILE, folder_dags
+
+    dags = folder_dags(folder) or []
+    if dag_id in dags:
+        return ""
+    if dags:
+        raise GpuschedError(
+            f"the task folder {folder} is DAG {dags[0]!r}'s (its {DAGS_FILE}), and DAG {dag_id!r} maps to it too "
+            f"(folder names keep only [A-Za-z0-9_.-] of the ids): each DAG's readers would see the other's job "
+            f"output. Give one of the DAGs another id"
+        )
+    try:
+        write_json_atomic(os.path.join(folder, DAGS_FILE), {"dags": [dag_id]})
+    except OSError as exc:
+        return (
+            f"cannot write {os.path.join(folder, DAGS_FILE)} ({exc.strerror or exc}): the UI will not show this "
+            f"job's output while it runs"
+        )
+    return ""
+
+
+def folder_refusal(folder: str, dag_id: str, root: str) -> str:
+    """Why the files in task folder ``folder`` are not shown under DAG ``dag_id`` ('' when they are): only a folder
+    under ``root`` (``[gpusched] slurm_output_dir``) whose ``dags.json`` lists that DAG (:func:`claim_output_folder`).
+    Folder names are the DAG, run and task ids made safe for a path, so two DAGs may map to one folder."""
+    from airflow_provider_gpusched.core.safe_files import is_under
+    from airflow_provider_gpusched.core.sweep.store import DAGS_FILE, folder_dags
+
+    if not is_under(folder, root):
+        return f"its task folder {folder} is not under [gpusched] slurm_output_dir ({root})"
+    dags = folder_dags(folder)
+    if dags is None or dag_id not in dags:
+        return (
+            f"its task folder {folder} does not list DAG {dag_id} (its {DAGS_FILE}, written when the job is "
+            f"submitted): its files are not shown here"
+        )
+    return ""
 
 
 def read_job_record(data: Any, source: str) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any, cast
@@ -50,9 +51,12 @@ from airflow_provider_gpusched.core.safe_files import BadRecordError
 from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.plugins.api.telemetry import host_telemetry, own_host
 from airflow_provider_gpusched.plugins.api.xcoms import (
+    HIDDEN_DAG,
+    MAX_MAP_INDEX,
     WAITING_STATES,
     HostCheck,
     name_hider,
+    name_scrubber,
     own_identity,
     problem_line,
     xcom_records,
@@ -78,6 +82,7 @@ def gpu_board(user, session) -> BoardView:
 
     readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session)
     hide = name_hider(readable)
+    scrub = name_scrubber(session, readable)
     problems: list[str] = []
     now = time.time()
     view = read_this_fleet() if in_a_fleet() else None
@@ -126,6 +131,7 @@ def gpu_board(user, session) -> BoardView:
         if lease_started.get((dag_id, run_id, task_id, map_index), -1) >= wait["since"]:
             continue  # it got its GPUs after waiting
         wait["state"] = str(state)
+        wait["why"] = scrub(wait["why"])  # it may name whom it waits behind
         hide(wait, dag_id)
         waiting.append(wait)
     waiting.sort(key=lambda r: (-r["priority"], r["since"]))
@@ -142,6 +148,8 @@ def gpu_board(user, session) -> BoardView:
         waiting = waiting[:MAX_BOARD_LEASES]
     telemetry = host_telemetry(problems)
     quotas = quota_table(problems)
+    if quotas is not None:
+        hide_quota_names(quotas, scrub)
     problems.extend(settings_file_problems())
     board = build_board(
         leases,
@@ -203,6 +211,18 @@ def quota_table(problems: list[str]) -> QuotaView | None:
         return None
     problems.extend(view["problems"])
     return view
+
+
+def hide_quota_names(view: QuotaView, scrub: Callable[[str], str]) -> None:
+    """The quota table as the leases are shown: a waiter of a DAG the user cannot read (its ``owner`` names its DAG,
+    task and run: ``scrub`` changes it) is shown without its names or its reason, and the other reasons without
+    the tasks of such DAGs they name (:func:`~.xcoms.name_scrubber`)."""
+    for group in view["groups"]:
+        for waiter in group["waiters"]:
+            if scrub(waiter["owner"]) != waiter["owner"]:
+                waiter["owner"], waiter["reason"] = HIDDEN_DAG, ""
+            else:
+                waiter["reason"] = scrub(waiter["reason"])
 
 
 def running_runners_leases(session, check, problems: list[str], bad) -> list[tuple[BoardLease, str]]:
@@ -322,6 +342,8 @@ def _own_leases(own: KnownHost, problems: list[str]) -> list[Any]:
         return []
 
 
+#: the shortest window the timeline draws (a minute): a shorter one has no width to draw in
+MIN_TIMELINE_HOURS = 1 / 60
 #: segments the timeline reads at most, over every task's record (the answer says when more were left out)
 MAX_TIMELINE_SEGMENTS = 100_000
 
@@ -501,7 +523,11 @@ def get_gpu_board(user: GetUserDep, session: SessionDep) -> BoardView:
     summary="Who held which GPU in the last hours",
     dependencies=[Depends(requires_access_view(AccessView.CLUSTER_ACTIVITY))],
 )
-def get_timeline(user: GetUserDep, session: SessionDep, hours: float = Query(6.0, gt=0, le=24 * 14)) -> TimelineView:
+def get_timeline(
+    user: GetUserDep,
+    session: SessionDep,
+    hours: float = Query(6.0, ge=MIN_TIMELINE_HOURS, le=24 * 14, allow_inf_nan=False),
+) -> TimelineView:
     return gpu_timeline(user, session, hours)
 
 
@@ -511,6 +537,6 @@ def get_timeline(user: GetUserDep, session: SessionDep, hours: float = Query(6.0
     dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.XCOM))],
 )
 def get_task_lease(
-    dag_id: str, run_id: str, task_id: str, session: SessionDep, map_index: int = Query(-1, ge=-1)
+    dag_id: str, run_id: str, task_id: str, session: SessionDep, map_index: int = Query(-1, ge=-1, le=MAX_MAP_INDEX)
 ) -> TaskLeaseView:
     return task_lease(dag_id, run_id, task_id, map_index, session)

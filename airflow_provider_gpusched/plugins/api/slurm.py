@@ -1,10 +1,11 @@
 """The Slurm tab: a task instance's Slurm job as its task published it, its live state through one shared, cached
-poll of the api-server's own local Slurm client (optional), and output tails read under ``[gpusched]
-slurm_output_dir``; behind read access to the DAG."""
+poll of the api-server's own local Slurm client (optional), and output tails read in the task instance's own folder
+under ``[gpusched] slurm_output_dir`` (never a folder its record names), once that folder lists the DAG; behind
+read access to the DAG."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.common.db.common import SessionDep
@@ -15,17 +16,18 @@ from typing_extensions import TypedDict
 from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.core.gpu.board import LEASE_XCOM
 from airflow_provider_gpusched.core.records import open_view
-from airflow_provider_gpusched.core.safe_files import BadRecordError, read_tail
+from airflow_provider_gpusched.core.safe_files import BadRecordError, is_under, read_tail
 from airflow_provider_gpusched.core.slurm.job_view import (
     SLURM_JOB_XCOM,
     CachedStatuses,
     JobView,
     SegmentView,
+    folder_refusal,
     job_view,
     read_job_record,
 )
 from airflow_provider_gpusched.core.slurm.transport import LOCAL_TARGET
-from airflow_provider_gpusched.plugins.api.xcoms import xcom_records
+from airflow_provider_gpusched.plugins.api.xcoms import MAX_MAP_INDEX, xcom_records
 
 router = APIRouter(tags=["Slurm"])
 _live_statuses = CachedStatuses()
@@ -77,33 +79,54 @@ def slurm_job(dag_id: str, run_id: str, task_id: str, map_index: int, session) -
 
         live = _live_statuses.get(LOCAL_TARGET, record["job_id"], lambda: SlurmClient(SlurmTransport()))
     root = settings.slurm_output_dir()
-    lines = settings.output_tail_lines()
-    tails = {}
-    pattern = record["output_path"]
     view = job_view(record, live)
     keys = [t["task"] for t in view["tasks"] if t["task"]] or [""]
-    for key in keys[:200]:
-        path = pattern.replace("%a", key) if key else pattern
-        text = read_tail(path, root, lines)
-        if text is not None:
-            tails[key] = text
-    if record.get("chain_records") and not record["final"]:
-        view["segments"] = cast(
-            "list[SegmentView]", live_segments(record["chain_records"], keys, record["job_id"], root)
-        )
+    # the files read are in this task instance's own folder (its DAG, run and task ids), never where the record
+    # says: any DAG author can push any XCom, and a record naming another DAG's files must not show them here
+    folder = settings.task_directory(root, _TaskInstanceIds(dag_id, run_id, task_id, map_index))
+    refusal = folder_refusal(folder, dag_id, root)
+    tails = {} if refusal else output_tails(record["output_path"], keys, folder, settings.output_tail_lines())
+    if record.get("chain_records") and not record["final"] and not refusal:
+        view["segments"] = cast("list[SegmentView]", live_segments(folder, keys, record["job_id"], folder))
     if tails:
         view["tails"] = tails
-        view["tail_source"] = f"read now from {root}"
+        view["tail_source"] = f"read now from {folder}"
     else:
         view["tail_source"] = "recorded when the job ended" if view["tails"] else "not available yet"
+        if not record["final"] and refusal:
+            view["tail_source"] += f" ({refusal})"
+        elif not record["final"] and not is_under(record["output_path"].replace("%a", "0"), folder):
+            view["tail_source"] += (
+                f" (its output file is not in its task folder {folder}, the only place the UI reads a job's files)"
+            )
     view["task_state"] = str(state.value if hasattr(state, "value") else state)
     view["found"] = True
     return view
 
 
+class _TaskInstanceIds(NamedTuple):
+    """What :func:`settings.task_directory` reads of a task instance."""
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+
+
+def output_tails(pattern: str, keys: list[str], folder: str, lines: int) -> dict[str, str]:
+    """Array task id (or "") -> the tail of its output file: ``pattern`` (the record's output path, ``%a`` the array
+    task id) only where it lies in the task's own ``folder`` (no link, no ``..`` out of it)."""
+    tails = {}
+    for key in keys[:200]:
+        text = read_tail(pattern.replace("%a", key) if key else pattern, folder, lines)
+        if text is not None:
+            tails[key] = text
+    return tails
+
+
 def live_segments(records_dir: str, array_tasks: list[str], job_id: str, root: str) -> list[dict[str, Any]]:
-    """A running time-limit chain's segments, read now from its record files: only under the Slurm output folder
-    (a record in XCom names the folder, and anyone who may write XCom could name another)."""
+    """A running time-limit chain's segments, read now from its record files in ``records_dir`` (the task's own
+    folder), each only under ``root``."""
     from airflow_provider_gpusched.core.slurm.chain import parse_segments, records_path
 
     segments: list[dict[str, Any]] = []
@@ -122,6 +145,6 @@ def live_segments(records_dir: str, array_tasks: list[str], job_id: str, root: s
     dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.XCOM))],
 )
 def get_slurm_job(
-    dag_id: str, run_id: str, task_id: str, session: SessionDep, map_index: int = Query(-1, ge=-1)
+    dag_id: str, run_id: str, task_id: str, session: SessionDep, map_index: int = Query(-1, ge=-1, le=MAX_MAP_INDEX)
 ) -> JobView | NoSlurmJob:
     return slurm_job(dag_id, run_id, task_id, map_index, session)

@@ -4,6 +4,8 @@ a DAG the user cannot read is shown without its names."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +21,9 @@ WAITING_STATES = ("deferred", "running", "up_for_reschedule", "scheduled", "queu
 #: a lease the fleet record of its (up) host does not list, though that record is this much newer, is not drawn
 FLEET_RECORD_SLACK = 60.0
 
+
+#: the highest map index a request may ask for (Airflow keeps it in a 32-bit column: a bigger number is no task's)
+MAX_MAP_INDEX = 2**31 - 1
 
 #: an XCom value longer than this (its JSON text) is not read: a record no task of ours writes that big
 MAX_XCOM_BYTES = 8 << 20
@@ -106,6 +111,21 @@ def name_hider(readable, also: tuple[str, ...] = ()):
                 setattr(record, attr, hidden)
 
     return hide
+
+
+def name_scrubber(session, readable) -> Callable[[str], str]:
+    """``scrub(text)``: ``text`` with each task of a DAG not in ``readable`` named as the GPU code names a lease
+    holder or a waiter (``<dag>.<task>[<map>] (<run>, try N)``: a quota waiter's ``owner``, a reason that names who
+    it waits behind) replaced by :data:`HIDDEN_DAG`. The DAGs are Airflow's (the DAG table)."""
+    from airflow.models import DagModel
+
+    hidden = sorted(set(session.scalars(select(DagModel.dag_id))) - set(readable), key=len, reverse=True)
+    if not hidden:
+        return lambda text: text
+    pattern = re.compile(
+        r"(?<![\w.-])(?:" + "|".join(map(re.escape, hidden)) + r")\.[\w.\-\[\]]*(?: \((?:[^()]|\([^()]*\))*\))?"
+    )
+    return lambda text: pattern.sub(HIDDEN_DAG, text)
 
 
 def problem_line(exc: Exception, dag_id: str, readable) -> str:
