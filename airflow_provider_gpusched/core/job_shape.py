@@ -25,7 +25,7 @@ SHAPE_FIELDS = (
 )
 
 _NODES_RE = re.compile(r"^([1-9]\d*)(?:-([1-9]\d*))?$")
-_TYPED_COUNT_RE = re.compile(r"^(?:[A-Za-z0-9_.-]+:)?(\d+)$")
+_TYPED_COUNT_RE = re.compile(r"^(?:[A-Za-z0-9_.-]+:)?([0-9]{1,6})$")
 #: a node name or a Slurm hostlist ("n1", "gpu[01-04]", "a[1,3]b")
 _HOSTLIST_RE = re.compile(r"^[A-Za-z0-9_.]([A-Za-z0-9_.-]|\[[0-9,-]+\])*$")
 #: a Slurm feature expression ("a100", "a100&ib", "[rack1*2&rack2*4]", "v100|a100")
@@ -133,7 +133,9 @@ def gres_gpu_count(gres: str) -> int:
     total = 0
     for item in re.sub(r"\([^)]*\)", "", gres or "").split(","):
         parts = item.strip().split(":")
-        if parts[0] == "gpu" and len(parts) >= 2 and parts[-1].isdigit():
+        # a count is 1-6 ASCII digits: a node's answer from the cluster (sinfo, slurmrestd) holding a 5000-digit
+        # or non-ASCII count is not a count (int() would raise, deep in a poll)
+        if parts[0] == "gpu" and len(parts) >= 2 and re.fullmatch(r"[0-9]{1,6}", parts[-1]):
             total += int(parts[-1])
     return total
 

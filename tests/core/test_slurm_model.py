@@ -253,6 +253,17 @@ def test_gres_gpu_count():
     assert gres_gpu_count("gpu:a100:8(S:0-1)") == 8
     assert gres_gpu_count("gpu:2,shard:8") == 2
     assert gres_gpu_count("(null)") == 0
+    # a cluster's answer with a count no node has (issue 77 item 10: int() raised ValueError deep in a poll)
+    assert gres_gpu_count("gpu:" + "5" * 5000) == 0 and gres_gpu_count("gpu:\u0664,gpu:2") == 2
+
+
+def test_a_gpu_count_of_5000_digits_is_refused_naming_the_argument():
+    from airflow_provider_gpusched.core.errors import InvalidArgumentError
+    from airflow_provider_gpusched.core.job_shape import gpus_on_each_node
+
+    with pytest.raises(InvalidArgumentError) as err:
+        gpus_on_each_node({"gpus_per_node": "5" * 5000})
+    assert err.value.argument == "gpus_per_node"
 
 
 def test_an_unreadable_state_is_never_pending():
