@@ -114,6 +114,13 @@ def test_a_forged_slurm_record_shows_no_file_of_a_private_dag(client, runs):
     assert "does not list DAG _ui_private_slurm" in same["tail_source"], same["tail_source"]
 
 
+def test_a_slurm_record_that_cannot_be_read_is_said_on_the_tab_never_a_500(client, runs):
+    r = _slurm_tab(client, "ui_forger_slurm", "junk", token(client, "admin"))
+    assert r.status_code == 200, r.text
+    view = r.json()
+    assert not view["found"] and view["message"].startswith("the Slurm job record of task junk cannot be read: "), view
+
+
 def test_a_slurm_task_folder_of_another_dag_is_refused_when_the_job_is_submitted(tmp_path):
     """The operator's claim on its task folder (what the tab checks): a folder another DAG's task claimed (two DAG
     ids whose folders are alike) is refused, naming both."""

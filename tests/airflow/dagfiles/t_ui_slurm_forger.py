@@ -54,6 +54,12 @@ def forge():
     get_current_context()["ti"].xcom_push(key=SLURM_JOB_XCOM, value=_record(output, os.path.dirname(output)))
 
 
+@task
+def junk():
+    """A record no Slurm task writes: the tab says it cannot be read (it was the API's one 500)."""
+    get_current_context()["ti"].xcom_push(key=SLURM_JOB_XCOM, value={"job_id": [[["not a job id"]]], "final": "?"})
+
+
 @task(task_id="job")
 def same_folder():
     """Its own task folder is the private DAG's: names the output there, as its own job would."""
@@ -67,6 +73,7 @@ with DAG("ui_private_slurm", schedule=None, start_date=START) as private:
 
 with DAG("ui_forger_slurm", schedule=None, start_date=START) as forger:
     forge()
+    junk()
 
 with DAG("_ui_private_slurm", schedule=None, start_date=START) as same_folder_forger:
     same_folder()
