@@ -7,15 +7,20 @@ and opens that never follow a symbolic link or block on a FIFO planted by someon
   in, group-writable, not world-writable).
 * :func:`open_regular` / :func:`read_json_record` / :func:`write_json_atomic` / :func:`append_line` —
   ``O_NOFOLLOW`` everywhere, ``O_EXCL`` where a file is created, regular files only.
+* :func:`open_dir` / :func:`open_dir_at` / :func:`copy_tree_at` / :func:`write_at` — a folder tree walked and
+  written by directory fds (``O_NOFOLLOW`` at every level), sparse-aware and bounded (a checkpoint handed over).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import errno
 import grp
 import json
 import os
 import pwd
+import re
 import stat
 import threading
 from collections.abc import Callable, Iterator
@@ -170,12 +175,52 @@ def read_json_record(path: str, max_bytes: int = 1 << 20) -> Any:
     return parse_json_record(path, read_record_bytes(path, max_bytes))
 
 
-def parse_json_record(path: str, data: bytes) -> Any:
-    """The JSON in ``data`` read from ``path``; :class:`BadRecordError` naming the file if it is not JSON."""
+def parse_json_record(path: str, data: bytes, *, max_depth: int | None = None, max_digits: int | None = None) -> Any:
+    """The JSON in ``data`` read from ``path``; :class:`BadRecordError` naming the file if it is not JSON (a whole
+    number over 4300 digits included) or is nested deeper than the interpreter's recursion limit. With ``max_depth``
+    or ``max_digits`` (an answer from a server: ``path`` is then what the caller calls it), checked before anything
+    is parsed: arrays and objects nested more than ``max_depth`` deep, or a number of more than ``max_digits``
+    digits, are refused the same way."""
+    if max_depth is not None or max_digits is not None:
+        outside = _outside_strings(data)
+        if max_depth is not None and json_depth(data, max_depth, outside=outside) > max_depth:
+            raise BadRecordError(f"{path}: nested deeper than {max_depth} levels")
+        if max_digits is not None and re.search(rb"[0-9]{%d}" % (max_digits + 1), outside):
+            raise BadRecordError(f"{path}: holds a number longer than {max_digits} digits")
     try:
         return json.loads(data.decode())
     except (UnicodeDecodeError, ValueError) as exc:
         raise BadRecordError(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise BadRecordError(f"{path}: JSON nested too deep") from None
+
+
+_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
+
+
+def _outside_strings(data: bytes) -> bytes:
+    """JSON text without its strings (what lies between them), found without parsing: escaped backslashes, then
+    escaped quotes, are dropped (left to right, as JSON pairs them), and every other part of a split on the quotes
+    left is outside a string. (A quote or backslash byte is never part of a multi-byte UTF-8 character.)"""
+    return b"".join(data.replace(b"\\\\", b"").replace(b'\\"', b"").split(b'"')[0::2])
+
+
+def json_depth(data: bytes, limit: int = 1 << 30, *, outside: bytes | None = None) -> int:
+    """The deepest nesting of ``[`` and ``{`` in JSON text (outside strings), without parsing it, counted no further
+    than ``limit + 1``. Linear, at the speed of bytes methods (a large slurmrestd answer is scanned at every poll):
+    each round drops the innermost pairs, and the rounds it takes are the depth."""
+    if outside is None:
+        outside = _outside_strings(data)
+    rest = outside.translate(None, _NOT_BRACKETS).replace(b"{", b"[").replace(b"}", b"]")
+    if b"[" * (limit + 1) in rest:
+        return limit + 1
+    depth = 0
+    while rest and depth <= limit:
+        shorter = rest.replace(b"[]", b"")
+        if len(shorter) == len(rest):  # unbalanced: not JSON, which the parser then says
+            break
+        rest, depth = shorter, depth + 1
+    return depth
 
 
 def read_record_bytes(path: str, max_bytes: int = 1 << 20) -> bytes:
@@ -310,3 +355,227 @@ def read_tail(path: str, root: str, lines: int = 40, limit: int = 256 * 1024) ->
         os.close(fd)
     text = data.decode(errors="replace")
     return "\n".join(text.splitlines()[-lines:])
+
+
+# -- copying a folder tree another process filled (a trial's checkpoint): directory fds all the way down ----------
+#: how deep a copied tree may nest and how many entries its walk reads: a bound on a tree someone else filled
+COPY_MAX_DEPTH = 32
+COPY_MAX_ENTRIES = 100_000
+_COPY_CHUNK = 1 << 20
+_ZERO_CHUNK = bytes(_COPY_CHUNK)
+_TMP_PREFIX, _TMP_SUFFIX = ".gpusched-", ".tmp"
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@dataclasses.dataclass
+class TreeCopy:
+    """What :func:`copy_tree_at` did: the files copied, the bytes read and written (holes and all-zero blocks are
+    neither), and each entry left out, as ``"<relative path> (why)"``."""
+
+    files: int = 0
+    data_bytes: int = 0
+    skipped: list[str] = dataclasses.field(default_factory=list)
+
+
+def open_dir(path: str, what: str) -> int:
+    """An fd of the directory ``path``: the way to it checked (:func:`check_path_chain`), the folder itself not a
+    link. :class:`UnsafePathError` naming it; ``FileNotFoundError`` when it is missing."""
+    check_path_chain(path, what)
+    try:
+        return os.open(path, _DIR_FLAGS)
+    except OSError as exc:
+        raise _not_a_folder(exc, path, what) from None
+
+
+def open_dir_at(dir_fd: int, name: str, path: str, what: str, *, create: bool = False) -> int:
+    """An fd of the folder ``name`` in the folder ``dir_fd`` (``path``: its full name, for messages), never through a
+    link; made first (0700) when ``create`` and missing. :class:`UnsafePathError` when it is a link or not a
+    folder; ``FileNotFoundError`` when it is missing."""
+    if create:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o700, dir_fd=dir_fd)
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        raise _not_a_folder(exc, path, what) from None
+
+
+def _not_a_folder(exc: OSError, path: str, what: str) -> OSError | UnsafePathError:
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+        return UnsafePathError(
+            f"{what} {path} is a symbolic link or not a folder; refusing to go through it (another user may have "
+            f"planted it). Remove it"
+        )
+    return exc
+
+
+def regular_file_at(dir_fd: int, name: str) -> bool:
+    """Whether ``name`` in the folder ``dir_fd`` is a regular file (a link is not)."""
+    try:
+        return stat.S_ISREG(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def write_at(dir_fd: int, name: str, path: str, data: bytes, mode: int = 0o600) -> None:
+    """:func:`write_atomic` in the folder ``dir_fd``: a new file (``O_EXCL|O_NOFOLLOW``) renamed over ``name``."""
+    _replace_at(dir_fd, name, path, mode, lambda fd: _write_all(fd, data, 0))
+
+
+def copy_tree_at(
+    src_fd: int, dst_fd: int, src_path: str, dst_path: str, *, exclude: frozenset[str] = frozenset()
+) -> TreeCopy:
+    """Copy the regular files and folders under the folder ``src_fd`` into the folder ``dst_fd`` (``src_path`` and
+    ``dst_path``: their names in messages; ``exclude``: names left out at the top). Every folder is opened by its
+    parent's fd with ``O_NOFOLLOW``: a symbolic link, FIFO, socket or device at any depth on the source side is
+    skipped and listed in the answer; a folder on the target side that is a link or a file is refused
+    (:class:`UnsafePathError`). Each file is written as a new file (``O_EXCL|O_NOFOLLOW``, mode 0600) renamed over
+    its name: a link or file already there is replaced, never written through. Sparse: only the data the source
+    holds is read (``SEEK_DATA``/``SEEK_HOLE``), all-zero blocks are left as holes, and the size is set with
+    ``ftruncate``. Bounded: :data:`COPY_MAX_DEPTH`, :data:`COPY_MAX_ENTRIES`, and the free space on the target's file
+    system, checked before each file; a full disk or quota is a :class:`GpuschedError` naming the file."""
+    report = TreeCopy()
+    _copy_tree(src_fd, dst_fd, src_path, dst_path, "", exclude, 0, report, [0])
+    return report
+
+
+def _copy_tree(
+    src_fd: int,
+    dst_fd: int,
+    src_path: str,
+    dst_path: str,
+    rel: str,
+    exclude: frozenset[str],
+    depth: int,
+    report: TreeCopy,
+    seen: list[int],
+) -> None:
+    with os.scandir(src_fd) as entries:
+        for entry in entries:
+            seen[0] += 1
+            if seen[0] > COPY_MAX_ENTRIES:
+                raise GpuschedError(
+                    f"{src_path}: more than {COPY_MAX_ENTRIES} files and folders; refusing to copy a tree that large"
+                )
+            name = entry.name
+            if (not rel and name in exclude) or (name.startswith(_TMP_PREFIX) and name.endswith(_TMP_SUFFIX)):
+                continue
+            sub = f"{rel}{name}"
+            if entry.is_symlink():
+                report.skipped.append(f"{sub} (a symbolic link)")
+            elif entry.is_dir(follow_symlinks=False):
+                if depth + 1 > COPY_MAX_DEPTH:
+                    raise GpuschedError(
+                        f"{os.path.join(src_path, sub)}: nested more than {COPY_MAX_DEPTH} folders deep; refusing to "
+                        f"copy a tree that deep"
+                    )
+                try:
+                    src_sub = os.open(name, _DIR_FLAGS, dir_fd=src_fd)
+                except OSError as exc:  # replaced meanwhile (by a link: ELOOP), or gone
+                    report.skipped.append(f"{sub} (cannot be opened as a folder: {exc.strerror})")
+                    continue
+                try:
+                    dst_sub = open_dir_at(dst_fd, name, os.path.join(dst_path, sub), "folder", create=True)
+                    try:
+                        _copy_tree(src_sub, dst_sub, src_path, dst_path, f"{sub}/", exclude, depth + 1, report, seen)
+                    finally:
+                        os.close(dst_sub)
+                finally:
+                    os.close(src_sub)
+            elif entry.is_file(follow_symlinks=False):
+                _copy_file_at(src_fd, dst_fd, name, sub, src_path, dst_path, report)
+            else:
+                report.skipped.append(f"{sub} (not a regular file: a FIFO, socket or device)")
+
+
+def _copy_file_at(
+    src_fd: int, dst_fd: int, name: str, rel: str, src_path: str, dst_path: str, report: TreeCopy
+) -> None:
+    src, dst = os.path.join(src_path, rel), os.path.join(dst_path, rel)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=src_fd)
+    except OSError as exc:  # replaced by a link meanwhile (ELOOP), gone, unreadable
+        report.skipped.append(f"{rel} (cannot be opened: {exc.strerror})")
+        return
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            report.skipped.append(f"{rel} (not a regular file)")
+            return
+        os.set_blocking(fd, True)
+        need = min(st.st_size, st.st_blocks * 512)
+        vfs = os.fstatvfs(dst_fd)
+        if need > vfs.f_bavail * vfs.f_frsize:
+            raise GpuschedError(
+                f"{dst}: the {need} bytes of data of {src} do not fit in the {vfs.f_bavail * vfs.f_frsize} bytes "
+                f"free there; free some space (or a quota) and run the sweep again"
+            )
+        copied: list[int] = []
+        _replace_at(dst_fd, name, dst, 0o600, lambda out: copied.append(_copy_sparse(fd, out, st.st_size)), src)
+    finally:
+        os.close(fd)
+    report.files += 1
+    report.data_bytes += copied[0]
+
+
+def _replace_at(
+    dir_fd: int, name: str, path: str, mode: int, fill: Callable[[int], object], source: str | None = None
+) -> None:
+    tmp = f"{_TMP_PREFIX}{os.urandom(6).hex()}{_TMP_SUFFIX}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+    try:
+        try:
+            os.fchmod(fd, mode)  # the mode given to open is cut by the umask
+            fill(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            copying = f" copying {source}" if source else ""
+            raise GpuschedError(
+                f"{path}: {exc.strerror}{copying}; free some space (or a quota) and run the sweep again"
+            ) from None
+        if isinstance(exc, IsADirectoryError):
+            raise UnsafePathError(f"{path} is a folder; refusing to replace it with a file. Remove it") from None
+        raise
+
+
+def _copy_sparse(src: int, dst: int, size: int) -> int:
+    """Copy the first ``size`` bytes of ``src`` into the new file ``dst``, data extents only; the bytes copied."""
+    copied, pos = 0, 0
+    seek_data, seek_hole = getattr(os, "SEEK_DATA", None), getattr(os, "SEEK_HOLE", None)
+    while pos < size:
+        start, end = pos, size
+        if seek_data is not None and seek_hole is not None:
+            try:
+                start = os.lseek(src, pos, seek_data)
+                end = min(size, os.lseek(src, start, seek_hole))
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # nothing but a hole after pos
+                    break
+                if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
+                    raise
+                seek_data = seek_hole = None  # no hole reporting here: read all of it (zero blocks still skipped)
+                start, end = pos, size
+        while start < end:
+            chunk = os.pread(src, min(_COPY_CHUNK, end - start), start)
+            if not chunk:  # the file shrank meanwhile: the rest reads as zeros
+                end = size
+                break
+            if chunk != _ZERO_CHUNK if len(chunk) == _COPY_CHUNK else chunk.count(0) != len(chunk):
+                _write_all(dst, chunk, start)
+                copied += len(chunk)
+            start += len(chunk)
+        pos = end
+    os.ftruncate(dst, size)
+    return copied
+
+
+def _write_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
