@@ -33,9 +33,13 @@ for step in range(600):
 """
 
 
-def run_wrapper(tmp_path, mode, *, max_requeues=3, earlier=(), send=signal.SIGUSR1, grace=2.0, then=""):
+def run_wrapper(
+    tmp_path, mode, *, max_requeues=3, earlier=(), send=signal.SIGUSR1, grace=2.0, then="", restarts=None, first=b""
+):
     """The wrapper around WORK as a job would run it; ``send`` reaches it once the work is ready. The stand-in
-    scontrol records its arguments, then runs ``then`` (shell)."""
+    scontrol records its arguments, then runs ``then`` (shell). ``restarts``: Slurm's restart count
+    (``SLURM_RESTART_COUNT``; by default the earlier segments of job 42); ``first``: bytes in the record file
+    before the ``earlier`` records (left out of the segments returned)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     fake = bin_dir / "scontrol"
@@ -43,6 +47,8 @@ def run_wrapper(tmp_path, mode, *, max_requeues=3, earlier=(), send=signal.SIGUS
     fake.chmod(0o700)
     records = tmp_path / "records"
     records.mkdir(exist_ok=True, mode=0o700)
+    if first:
+        (records / "chain-42.jsonl").write_bytes(first)
     for line in earlier:
         with open(records / "chain-42.jsonl", "a") as fh:
             fh.write(json.dumps(line) + "\n")
@@ -53,7 +59,9 @@ def run_wrapper(tmp_path, mode, *, max_requeues=3, earlier=(), send=signal.SIGUS
         "grace": grace,
         "records": str(records),
     }
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42", "SLURM_RESTART_COUNT": str(len(earlier))}
+    if restarts is None:
+        restarts = max((r["segment"] for r in earlier if r["job"] == "42"), default=0)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42", "SLURM_RESTART_COUNT": str(restarts)}
     proc = subprocess.Popen(
         [sys.executable, "-I", "-S", "-c", shim_source(), json.dumps(config), "--", sys.executable, "-c", WORK, mode],
         env=env,
@@ -68,7 +76,7 @@ def run_wrapper(tmp_path, mode, *, max_requeues=3, earlier=(), send=signal.SIGUS
     time.sleep(0.2)
     proc.send_signal(send)
     out, _ = proc.communicate(timeout=60)
-    text = (records / "chain-42.jsonl").read_text()
+    text = (records / "chain-42.jsonl").read_bytes()[len(first) :].decode()  # the wrapper's own records
     segments, problems = parse_segments(text, "chain-42.jsonl")
     assert not problems
     calls = (tmp_path / "scontrol.calls").read_text() if (tmp_path / "scontrol.calls").exists() else ""
@@ -124,7 +132,7 @@ def test_a_refused_requeue_overwrites_the_requeued_record_and_ends_the_chain(tmp
 
 def test_a_segment_left_without_an_end_record_still_counts_and_is_shown_as_such(tmp_path):
     """Segment 1 ended with a requeue; segment 2's wrapper was killed before any end record (a node failure, then
-    Slurm's own requeue): this run is segment 3, with one requeue of the chain's used."""
+    Slurm's own requeue): this run is segment 3, and both of Slurm's restarts count against max_requeues."""
     earlier = [
         {"v": 1, "job": "42", "segment": 1, "event": "start", "at": 1.0, "node": "n1"},
         {"v": 1, "job": "42", "segment": 1, "event": "end", "at": 2.0, "outcome": "requeued"},
@@ -132,7 +140,7 @@ def test_a_segment_left_without_an_end_record_still_counts_and_is_shown_as_such(
     ]
     code, out, segments, calls = run_wrapper(tmp_path, "signal", max_requeues=3, earlier=earlier)
     assert code == 0 and calls == "requeue 42\n"
-    assert "segment 3 of job 42 (at most 4) started" in out and "requeued (2 of at most 3)" in out
+    assert "segment 3 of job 42 (at most 4) started" in out and "requeued (3 of at most 3)" in out
     assert [(s.segment, s.outcome) for s in segments] == [(1, "requeued"), (2, None), (3, "requeued")]
     assert segments[1].ended is None and segments[1].describe().endswith("a later segment ran")
     assert "no end record" in segments[1].describe() and "(running)" not in segments[1].describe()
@@ -152,6 +160,179 @@ def test_a_sigterm_without_the_chain_signal_is_never_followed_by_a_requeue(tmp_p
     """scancel (or a preemption) sends SIGTERM: the job ends as its work does, and is not requeued."""
     _code, _out, [segment], calls = run_wrapper(tmp_path, "signal", send=signal.SIGTERM)
     assert calls == "" and segment.outcome == "stopped"
+
+
+# -- the record file lies where the work can write it: Slurm's restart count caps the chain -------------------------
+
+#: segments 1 and 2 of job 42, each ended with a requeue: with Slurm's restart count 2, no requeue is left of 2
+TWO_REQUEUES = [
+    {"v": 1, "job": "42", "segment": n, "event": e, "at": float(n), **({"outcome": "requeued"} if e == "end" else {})}
+    for n in (1, 2)
+    for e in ("start", "end")
+]
+
+
+@pytest.mark.parametrize(
+    ("first", "earlier"),
+    [
+        (b"", ()),  # the work erased the record file
+        ((b"x" * 1023 + b"\n") * 1024, TWO_REQUEUES),  # 1 MiB of junk before the records
+        ((b"x" * 1023 + b"\n") * 1024, ()),  # 1 MiB of junk, nothing else
+        (b"", [{**r, "segment": 1, "job": "42"} for r in TWO_REQUEUES[:1]]),  # forged: "this is segment 2"
+    ],
+    ids=["erased", "junk-first", "junk-only", "forged"],
+)
+def test_a_chain_never_requeues_once_slurms_restart_count_reaches_max_requeues(tmp_path, first, earlier):
+    """SLURM_RESTART_COUNT=2, max_requeues=2: whatever the work did to the record file, the wrapper asks no
+    requeue (it asked one on the old code, which counted the requeues in the file's first MiB only)."""
+    code, out, segments, calls = run_wrapper(
+        tmp_path, "signal", max_requeues=2, earlier=earlier, restarts=2, first=first
+    )
+    assert calls == "" and code == 143
+    last = segments[-1]
+    assert (last.segment, last.outcome) == (3, "out-of-requeues")  # numbered by Slurm's count, at least
+    assert last.detail.startswith("out of requeues: the time limit came after 2 requeue(s) (max_requeues=2)")
+    assert "segment 3 of job 42 (at most 3) started" in out
+
+
+def test_a_preemptions_restart_counts_against_max_requeues(tmp_path):
+    """One requeue on record, two of Slurm's restarts (a preemption's too): the cap is Slurm's count."""
+    code, _out, segments, calls = run_wrapper(tmp_path, "signal", max_requeues=2, earlier=TWO_REQUEUES[:2], restarts=2)
+    assert calls == "" and code == 143
+    assert segments[-1].detail == (
+        "out of requeues: the time limit came after 2 requeue(s) (max_requeues=2) (Slurm's restart count: a requeue "
+        "after a preemption or a node failure counts too; 1 on the chain's record)"
+    )
+
+
+def test_the_first_segments_allowance_is_not_given_again_to_a_segment_whose_records_were_erased(tmp_path):
+    """A work that takes the signal and saves nothing, signalled within advised_work: only a first segment is
+    requeued for that. With the record file gone, Slurm's count still says this is segment 2."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "calls"}\n')
+    (bin_dir / "scontrol").chmod(0o700)
+    config = {"checkpoint": str(tmp_path / "ck"), "max_requeues": 3, "signal": "USR1", "grace": 5,
+              "records": str(tmp_path), "advised_work": 600}  # fmt: skip
+    work = "import signal,sys,time; signal.signal(signal.SIGUSR1, lambda *a: sys.exit(143)); print('ready', flush=True); time.sleep(60)"
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42", "SLURM_RESTART_COUNT": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", shim_source(), json.dumps(config), "--", sys.executable, "-c", work],
+        env=env, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    for line in proc.stdout:
+        if line.strip() == "ready":
+            break
+    time.sleep(0.5)  # the wrapper's first look in /proc: the work takes the signal
+    proc.send_signal(signal.SIGUSR1)
+    proc.communicate(timeout=60)
+    [segment], _ = parse_segments((tmp_path / "chain-42.jsonl").read_text(), "x")
+    assert (segment.segment, segment.outcome) == (2, "no-progress") and not (tmp_path / "calls").exists()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"[" * 100000,  # nested too deep: RecursionError in the old wrapper, which then never ran the work
+        b'{"v": 1, "job": "42", "segment": 1' + b"0" * 5000 + b', "event": "end", "outcome": "requeued"}',
+        b'{"v": 1, "job": "42", "segment": 1' + b"0" * 4000 + b', "event": "end", "outcome": "requeued"}',
+        b'{"v": 1, "job": "42", "segment": true, "event": "end", "outcome": "requeued"}',
+        b"\xff\xfe" * 100,
+    ],
+    ids=["deep", "5000-digits", "4000-digits", "bool", "binary"],
+)
+def test_a_junk_record_line_is_skipped_by_the_wrapper(tmp_path, line):
+    code, _out, segments, calls = run_wrapper(tmp_path, "signal", max_requeues=2, first=line + b"\n", restarts=0)
+    assert code == 0 and calls == "requeue 42\n"
+    assert [(s.segment, s.outcome) for s in segments] == [(1, "requeued")]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_record_file_the_work_replaced_neither_stops_nor_hangs_the_wrapper(tmp_path, kind):
+    """The old wrapper raised at its first record (a folder) or blocked opening a FIFO with no reader."""
+    records = tmp_path / "rec"
+    records.mkdir()
+    if kind == "fifo":
+        os.mkfifo(records / "chain-7.jsonl")
+    else:
+        (records / "chain-7.jsonl").mkdir()
+    config = {"checkpoint": str(tmp_path / "ck"), "max_requeues": 1, "signal": "USR1", "grace": 5,
+              "records": str(records)}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", shim_source(), json.dumps(config), "--", "sh", "-c", "exit 3"],
+        env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": "7"},
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    assert done.returncode == 3 and not done.stderr
+    assert f"cannot write the chain's record file {records / 'chain-7.jsonl'}" in done.stdout
+    assert "ended at" in done.stdout and "the work exited with 3" in done.stdout
+
+
+# -- the records read back (task log, job view) ----------------------------------------------------------------------
+
+GOOD = json.dumps({"v": 1, "job": "5", "segment": 1, "event": "start", "at": 10.0, "node": "n1"})
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("[" * 50000, "chain-5.jsonl: line 2: JSON nested too deep"),
+        ('{"a":' * 20000 + "1" + "}" * 20000, "chain-5.jsonl: line 2: longer than 65536 characters"),
+        (GOOD.replace('"segment": 1', '"segment": ' + "9" * 5000), "chain-5.jsonl: line 2: not valid JSON (Exceeds"),
+        (GOOD.replace('"segment": 1', '"segment": ' + "9" * 4000), "chain-5.jsonl: line 2: key 'segment': expected a"),
+        (GOOD.replace('"at": 10.0', '"at": 1e308'), "chain-5.jsonl: line 2: key 'at': expected a time"),
+        (GOOD.replace('"at": 10.0', '"at": Infinity'), "chain-5.jsonl: line 2: key 'at': expected a time"),
+        (GOOD.replace('"at": 10.0', '"at": NaN'), "chain-5.jsonl: line 2: key 'at': expected a time"),
+        (GOOD.replace('"at": 10.0', '"at": 1, "exit": ' + "9" * 400), "chain-5.jsonl: line 2: key 'exit': expected"),
+        (GOOD.replace('"n1"', "[" * 900 + "]" * 900), "chain-5.jsonl: line 2: key 'node': expected a node name"),
+    ],
+    ids=["deep", "deep-objects", "5000-digits", "4000-digits", "1e308", "inf", "nan", "exit", "nested-value"],
+)
+def test_a_bad_record_line_is_named_with_its_file_never_raised(line, expected):
+    """The old reader raised RecursionError (deep nesting), and the task log's describe() OverflowError (a time
+    of 1e308, inf); a 4000-digit segment number was taken."""
+    text = "\n".join([GOOD.replace('"segment": 1', '"segment": 2'), line, GOOD])
+    segments, [problem] = parse_segments(text, "chain-5.jsonl")
+    assert problem.startswith(expected) and len(problem) < 1000
+    assert [s.segment for s in segments] == [1, 2] and all(s.describe() for s in segments)
+
+
+def test_a_record_file_of_junk_is_read_in_bounded_time_and_words():
+    """1 MiB of bad lines: the last MAX_LINES are read, 20 named, the rest counted (the old reader named each,
+    500,000 warnings in the task log). Too many segments: the newest MAX_SEGMENTS (what a job's record holds)."""
+    from airflow_provider_gpusched.core.slurm.chain import MAX_LINES, MAX_PROBLEMS, MAX_SEGMENTS
+
+    segments, problems = parse_segments("x\n" * 500000 + GOOD, "c")
+    assert [s.node for s in segments] == ["n1"]
+    assert problems[0] == f"c: 500001 lines; only the last {MAX_LINES} are read"
+    assert (
+        len(problems) == MAX_PROBLEMS + 2
+        and problems[-1] == f"c: {MAX_LINES - 1 - MAX_PROBLEMS} more line(s) that are not records"
+    )
+    many = "\n".join(GOOD.replace('"segment": 1', f'"segment": {n}') for n in range(1, 3001))
+    segments, problems = parse_segments(many, "c")
+    assert [s.segment for s in segments] == list(range(2001, 3001)) and len(segments) == MAX_SEGMENTS
+    assert problems == [f"c: 3000 segments on record; the newest {MAX_SEGMENTS} are shown"]
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["here", "login-host"])
+def test_the_operator_reads_the_newest_records_after_a_mib_of_junk(tmp_path, remote):
+    """The old reader read the file's first MiB: junk written first hid every record."""
+    from airflow_provider_gpusched.core.slurm import SlurmClient, SlurmTransport
+    from airflow_provider_gpusched.core.slurm.chain import read_chain
+
+    class LoginHost(SlurmTransport):  # `tail` as it runs over ssh, here
+        target = "login"
+
+    path = tmp_path / "chain-5.jsonl"
+    path.write_text(("y" * 1023 + "\n") * 1100 + GOOD + "\n")
+    client = SlurmClient(LoginHost() if remote else SlurmTransport())
+    assert client.runner.is_local is not remote
+    segments, problems = read_chain(client, str(tmp_path), ["5"])
+    assert [(s.segment, s.node) for s in segments] == [(1, "n1")]
+    assert problems[0] == f"{path}: line 1: not valid JSON (Expecting value: line 1 column 1 (char 0))"
 
 
 def test_the_wrapper_needs_only_the_standard_library_and_passes_the_exit_status_on(tmp_path):
@@ -231,7 +412,7 @@ def test_a_record_line_that_is_not_a_segment_is_named_never_dropped_silently():
     assert [(s.segment, s.node, s.started, s.ended, s.outcome) for s in segments] == [
         (1, "n1", 10.0, 12.0, "completed")
     ]
-    assert problems[0].startswith("chain-5.jsonl: line 2: not JSON")
+    assert problems[0].startswith("chain-5.jsonl: line 2: not valid JSON")
     assert problems[1].startswith("chain-5.jsonl: line 3: key 'job': expected a Slurm job id")
 
 

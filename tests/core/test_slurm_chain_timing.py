@@ -87,7 +87,8 @@ def run_wrapper(tmp_path, mode, *, grace=1.0, extra=None, earlier=(), end_in=Non
         "records": str(records),
         **(extra or {}),
     }
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42", "SLURM_RESTART_COUNT": str(len(earlier))}
+    restarts = max((r["segment"] for r in earlier if r["job"] == "42"), default=0)  # Slurm's: one a segment before
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42", "SLURM_RESTART_COUNT": str(restarts)}
     proc = subprocess.Popen(
         [sys.executable, "-I", "-S", "-c", shim_source(), json.dumps(config), "--", sys.executable, "-c", WORK, mode],
         env=env,

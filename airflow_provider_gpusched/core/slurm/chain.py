@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.records import RecordType, one_of, record_class, says
-from airflow_provider_gpusched.core.safe_files import BadRecordError
+from airflow_provider_gpusched.core.safe_files import BadRecordError, parse_json_record
+from airflow_provider_gpusched.core.slurm.chain_shim import LINE_LIMIT, MAX_SEGMENT
 
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.slurm.client import SlurmClient
@@ -43,6 +44,17 @@ SIGNAL_CHECK = 30
 #: checkpoint. A shorter window is said at submission, and a segment signalled sooner than this after its start
 #: is judged as one that had no time to checkpoint, never as a hang (chain_shim.py)
 ADVISED_WORK = 60
+#: the latest time a record may hold (9999-12-31T23:59:59Z): later ones are no times the task log can print
+MAX_TIME = 253402300799.0
+#: a time in a record: its bounds keep it one the task log can print
+Time = Annotated[float, says("a time (seconds since 1970, before the year 10000)", ge=0, le=MAX_TIME, strict=False)]
+SegmentNumber = Annotated[int, says(f"a segment number from 1 to {MAX_SEGMENT}", ge=1, le=MAX_SEGMENT)]
+#: the segments read back at most (the newest): what the job's record holds (job_view.read_job_record)
+MAX_SEGMENTS = 1000
+#: the lines read at most (the last ones): a segment writes two or three
+MAX_LINES = 5 * MAX_SEGMENTS
+#: bad lines named one by one at most; more are counted in one more line
+MAX_PROBLEMS = 20
 
 
 @record_class(extra="forbid")
@@ -174,14 +186,14 @@ class SegmentRecord:
 
     v: Annotated[int, says("record version 1", ge=1, le=1)]
     job: Annotated[str, says("a Slurm job id such as 123 or 123_4", pattern=r"^\d+(_\d+)?$")]
-    segment: Annotated[int, says("a segment number >= 1", ge=1)]
+    segment: SegmentNumber
     event: Annotated[str, says("'start' or 'end'"), one_of(("start", "end"))]
-    at: Annotated[float, says("a time (seconds since 1970)", ge=0, strict=False)]
+    at: Time
     node: Annotated[str, says("a node name", max_length=256)] | None = None
     outcome: Annotated[str, says("one of " + ", ".join(OUTCOMES)), one_of(OUTCOMES)] | None = None
     detail: Annotated[str, says("text", max_length=4096)] | None = None
-    exit: Annotated[int, says("an exit status")] | None = None
-    signalled: Annotated[float, says("a time (seconds since 1970)", ge=0, strict=False)] | None = None
+    exit: Annotated[int, says("an exit status from -255 to 255", ge=-255, le=255)] | None = None
+    signalled: Time | None = None
 
 
 SEGMENT_RECORD = RecordType(SegmentRecord, name="chain segment record")
@@ -194,13 +206,13 @@ class Segment:
     gets these in the job's record (checked when read back)."""
 
     job: Annotated[str, says("a Slurm job id such as 123 or 123_4", pattern=r"^\d+(_\d+)?$")]
-    segment: Annotated[int, says("a segment number >= 1", ge=1)]
+    segment: SegmentNumber
     node: Annotated[str, says("a node name", max_length=256)] | None = None
-    started: Annotated[float, says("a time (seconds since 1970)", ge=0, strict=False)] | None = None
-    ended: Annotated[float, says("a time (seconds since 1970)", ge=0, strict=False)] | None = None
+    started: Time | None = None
+    ended: Time | None = None
     outcome: Annotated[str, says("one of " + ", ".join(OUTCOMES)), one_of(OUTCOMES)] | None = None
     detail: Annotated[str, says("text", max_length=4096)] | None = None
-    signalled: Annotated[float, says("a time (seconds since 1970)", ge=0, strict=False)] | None = None
+    signalled: Time | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -219,31 +231,49 @@ class Segment:
 
 def parse_segments(text: str, source: str) -> tuple[list[Segment], list[str]]:
     """The segments in a record file's text, in order, and a problem for each line that is not a record (named by
-    ``source`` and line: never silently dropped)."""
+    ``source`` and line: never silently dropped). The file lies where the job's work can write it: a line too long,
+    nested too deep or holding a number out of range is such a problem, never an exception. Bounded: only the last
+    :data:`MAX_LINES` lines are read, past :data:`MAX_PROBLEMS` the bad lines are counted, and past
+    :data:`MAX_SEGMENTS` the oldest segments are left out (each said as a problem)."""
     problems: list[str] = []
+    more = 0
     starts: dict[tuple[str, int], SegmentRecord] = {}
     ends: dict[tuple[str, int], SegmentRecord] = {}
-    for number, line in enumerate(text.splitlines(), 1):
+    lines = text.splitlines()
+    skipped = max(0, len(lines) - MAX_LINES)
+    if skipped:
+        problems.append(f"{source}: {len(lines)} lines; only the last {MAX_LINES} are read")
+    for number, line in enumerate(lines[skipped:], skipped + 1):
         if not line.strip():
             continue
+        where = f"{source}: line {number}"
         try:
-            data = json.loads(line)
-        except ValueError as exc:
-            problems.append(f"{source}: line {number}: not JSON ({exc})")
-            continue
-        try:
-            record = SEGMENT_RECORD.read(data, f"{source}: line {number}")
+            if len(line) > LINE_LIMIT:
+                raise BadRecordError(f"{where}: longer than {LINE_LIMIT} characters")
+            record = SEGMENT_RECORD.read(parse_json_record(where, line.encode(errors="replace")), where)
         except BadRecordError as exc:
-            problems.append(str(exc))
+            if len(problems) < MAX_PROBLEMS + bool(skipped):
+                problems.append(str(exc))
+            else:
+                more += 1
             continue
         # a later end of the same segment wins: the wrapper writes "requeued" before it asks Slurm, and overwrites
         # it with "requeue-failed" when Slurm refuses
         (starts if record.event == "start" else ends)[(record.job, record.segment)] = record
+    if more:
+        problems.append(f"{source}: {more} more line(s) that are not records")
+    keys = sorted(set(starts) | set(ends))
+    if len(keys) > MAX_SEGMENTS:
+        problems.append(f"{source}: {len(keys)} segments on record; the newest {MAX_SEGMENTS} are shown")
+        keys = sorted(keys, key=lambda k: k[1])[-MAX_SEGMENTS:]
+        keys.sort()
+    last: dict[str, int] = {}
+    for job, number in keys:
+        last[job] = max(last.get(job, 0), number)
     segments = []
-    keys = sorted(set(starts) | set(ends), key=lambda k: (k[0], k[1]))
     for key in keys:
         start, end = starts.get(key), ends.get(key)
-        later = any(job == key[0] and number > key[1] for job, number in keys)
+        later = last[key[0]] > key[1]
         segments.append(
             Segment(
                 job=key[0],
@@ -268,13 +298,13 @@ def chain_failure(segments: Sequence[Segment]) -> str | None:
 
 
 def read_chain(client: SlurmClient, records_dir: str, job_keys: Sequence[str]) -> tuple[list[Segment], list[str]]:
-    r"""The segments of jobs ``job_keys`` (``ID``, or an array's ``ID_TASK``\s) from their record files, here or
-    through the login host; with a problem for each line that is not a record."""
+    r"""The segments of jobs ``job_keys`` (``ID``, or an array's ``ID_TASK``\s) from their record files (the
+    last MiB of each), here or through the login host; with a problem for each line that is not a record."""
     segments: list[Segment] = []
     problems: list[str] = []
     for key in job_keys:
         path = records_path(records_dir, key)
-        text = client.read_text(path)
+        text = client.read_text(path, tail=True)  # the newest records: junk written first hides none
         if text is None:
             continue
         found, bad = parse_segments(text, path)

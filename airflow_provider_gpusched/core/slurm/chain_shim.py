@@ -8,7 +8,9 @@ containment shim (core/contain.py), saves a checkpoint and exits. Then this wrap
 * the checkpoint is newer than at the segment's start and requeues are left: ``scontrol requeue`` the job, which
   Slurm starts again (the same job id) as the chain's next segment;
 * no newer checkpoint: the work made no progress (hung, or it does not checkpoint): the chain ends, failed;
-* no requeue left: the chain ends, failed;
+* no requeue left: the chain ends, failed. Requeues are counted by Slurm's restart count (``SLURM_RESTART_COUNT``,
+  which the work cannot change; a preemption's or node failure's requeue counts too); the record file, which the
+  work can write, may only lower what is left;
 * the work finished before the signal (or after it, with nothing new to continue from): the job ends as it did.
 
 A work that has not exited ``grace`` seconds after the signal is stopped (SIGTERM, then SIGKILL), before Slurm's own
@@ -31,6 +33,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -84,34 +87,78 @@ def fill(pattern: str) -> str:
     )
 
 
+#: the most of the record file read back: its last MiB (the newest records; junk written first hides nothing)
+READ_LIMIT = 1 << 20
+#: a record line longer than this is not one of the wrapper's (theirs are under 5 KiB): skipped unparsed
+LINE_LIMIT = 64 << 10
+#: a segment number above this is not one of the wrapper's (max_requeues is at most 1000)
+MAX_SEGMENT = 100000
+
+
+def slurm_restarts() -> int:
+    """How many times Slurm has restarted this job (``SLURM_RESTART_COUNT``, absent before the first restart):
+    every requeue counts, the chain's own, a preemption's or a node failure's. Slurm sets it and the work cannot
+    change it for this wrapper, unlike the record file, which the work may write: the chain's cap is on this."""
+    text = os.environ.get("SLURM_RESTART_COUNT", "").strip()
+    return int(text) if text.isdigit() and len(text) <= 9 else 0
+
+
 class Records:
-    """The chain's record file: one JSON object a line, appended."""
+    """The chain's record file: one JSON object a line, appended. It lies where the work can write it (the same
+    user): what is read back only numbers the segments and counts the requeues on record, which may lower the
+    requeues left (never raise them: main caps on :func:`slurm_restarts`)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
 
     def read(self) -> "list[dict[str, object]]":
+        """The records in the file's last :data:`READ_LIMIT` bytes, oldest first; a line that is not a JSON object
+        (too long, nested too deep, a number too big) is skipped."""
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             return []
-        with os.fdopen(fd, "rb") as fh:
-            data = fh.read(1 << 20)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return []
+            start = max(0, st.st_size - READ_LIMIT - 1)
+            data = os.pread(fd, READ_LIMIT + 1, start)
+        except OSError:
+            return []
+        finally:
+            os.close(fd)
+        lines = data.split(b"\n")
+        if start > 0:
+            lines = lines[1:]  # the first is cut (or is the byte before the last MiB, a newline or not)
         out = []
-        for line in data.decode(errors="replace").splitlines():
+        for line in lines:
+            if not line.strip() or len(line) > LINE_LIMIT:
+                continue
             try:
-                record = json.loads(line)
-            except ValueError:
+                record = json.loads(line.decode(errors="replace"))
+            except (ValueError, RecursionError):
                 continue
             if isinstance(record, dict):
                 out.append(record)
         return out
 
     def add(self, record: "dict[str, object]") -> None:
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
-        fd = os.open(self.path, flags, 0o600)
+        """Append ``record``; a file the wrapper cannot write (the work made it a folder, a FIFO, a link) is said,
+        never a reason to stop or to hang."""
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
         try:
+            fd = os.open(self.path, flags, 0o600)
+        except OSError as exc:
+            say(f"cannot write the chain's record file {self.path}: {exc}")
+            return
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                say(f"cannot write the chain's record file {self.path}: not a regular file")
+                return
             os.write(fd, (json.dumps(record, sort_keys=True) + "\n").encode())
+        except OSError as exc:
+            say(f"cannot write the chain's record file {self.path}: {exc}")
         finally:
             os.close(fd)
 
@@ -119,12 +166,12 @@ class Records:
 def count_segments(records: "list[dict[str, object]]", job: str) -> "tuple[int, int]":
     """The requeues the chain made so far (segments whose last end record says "requeued") and this segment's
     number (one more than any segment on record, ended or not: a segment whose wrapper was killed before it wrote
-    its end still counts)."""
+    its end still counts), from the records alone."""
     numbers = []  # type: list[int]
     last_end = {}  # type: dict[int, object]
     for record in records:
         number = record.get("segment")
-        if record.get("job") != job or not isinstance(number, int):
+        if record.get("job") != job or type(number) is not int or not 1 <= number <= MAX_SEGMENT:
             continue
         numbers.append(number)
         if record.get("event") == "end":
@@ -239,12 +286,16 @@ def main(argv: "list[str]") -> int:
     checkpoint = fill(config["checkpoint"])
     job = job_key()
     records = Records(os.path.join(config["records"], f"chain-{job}.jsonl"))
-    requeues, segment = count_segments(records.read(), job)
+    on_record, numbered = count_segments(records.read(), job)
+    # Slurm's restart count caps the chain: the records (the work may have erased or filled them) may only lower
+    # the requeues left, and number the segments no lower than Slurm's count does
+    restarts = slurm_restarts()
+    requeues, segment = max(on_record, restarts), max(numbered, restarts + 1)
     node = socket.gethostname()
     started = _now()
     mark = checkpoint_mark(checkpoint)
     base = {"v": RECORD_VERSION, "job": job, "segment": segment}
-    records.add(dict(base, event="start", at=started, node=node, restart=int(os.environ.get("SLURM_RESTART_COUNT", 0))))
+    records.add(dict(base, event="start", at=started, node=node, restart=restarts))
     say(
         f"segment {segment} of job {job} (at most {max_requeues + 1}) started on {node} at {_stamp(started)}; "
         f"checkpoint {checkpoint}"
@@ -373,6 +424,12 @@ def main(argv: "list[str]") -> int:
     elif requeues >= max_requeues:
         detail = (
             f"out of requeues: the time limit came after {requeues} requeue(s) (max_requeues={max_requeues})"
+            + (
+                f" (Slurm's restart count: a requeue after a preemption or a node failure counts too; "
+                f"{on_record} on the chain's record)"
+                if restarts > on_record
+                else ""
+            )
             + stop_note
         )
         outcome = "out-of-requeues"

@@ -609,19 +609,30 @@ class SlurmClient:
         result = self.runner.run(["tail", "-n", str(lines), "--", path], check=False)
         return result.stdout.rstrip("\n") if result.returncode == 0 else ""
 
-    def read_text(self, path: str, max_bytes: int = 1 << 20) -> str | None:
-        """A small file's text (its first ``max_bytes``), here or through the login host; None if it does not
-        exist or cannot be read (a regular file only: a FIFO planted at the path would block the read)."""
+    def read_text(self, path: str, max_bytes: int = 1 << 20, *, tail: bool = False) -> str | None:
+        """A small file's text (its first ``max_bytes``; ``tail``: its last ``max_bytes``, from the first whole
+        line in them), here or through the login host; None if it does not exist or cannot be read (a regular file
+        only: a FIFO planted at the path would block the read)."""
+        size = max_bytes + 1 if tail else max_bytes  # a byte more: whether the first line may be cut
         if self.runner.is_local:
             from airflow_provider_gpusched.core.safe_files import open_regular
 
             try:
                 with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as fh:
-                    return fh.read(max_bytes).decode(errors="replace")
+                    start = fh.seek(max(0, os.fstat(fh.fileno()).st_size - size)) if tail else 0
+                    data = fh.read(size)
             except OSError:
                 return None
-        result = self.runner.run(["head", "-c", str(max_bytes), "--", path], check=False)
-        return result.stdout if result.returncode == 0 else None
+            if start > 0:
+                data = data.split(b"\n", 1)[1] if b"\n" in data else data[1:]
+            return data.decode(errors="replace")
+        result = self.runner.run(["tail" if tail else "head", "-c", str(size), "--", path], check=False)
+        if result.returncode != 0:
+            return None
+        text = result.stdout
+        if tail and len(text) > max_bytes:  # (a cut first line of multi-byte text may stay: named as no record)
+            text = text.split("\n", 1)[1] if "\n" in text else text[1:]
+        return text
 
     def follow(
         self,
