@@ -413,21 +413,69 @@ def test_a_finished_search_run_again_needs_no_worker(tmp_path):
     assert forced.trials_left(forced.prepare(run="r4")) is None  # every trial again: as many workers as asked
 
 
-def test_a_corrupted_journal_is_named_with_the_way_forward_and_the_way_forward_works(tmp_path):
+def test_a_corrupted_journal_is_named_with_the_way_forward_and_the_way_forward_works(tmp_path, caplog):
     """A journal line that is not a record (not the last one, which Optuna leaves out when a crash cut it) stops
-    the search with the file, the line and what to do, not a raw JSONDecodeError; doing it (moving the journal aside)
-    lets the sweep run again, on a new study."""
+    the search with the file, the line and what to do, not a raw JSONDecodeError. Doing it (moving the journal aside,
+    running again) rebuilds the study from the trial records: no finished trial runs again, they count towards
+    ``count`` (one new trial is asked for the fourth), the summary ranks all of them, and the log says so."""
     from airflow_provider_gpusched.core.errors import GpuschedError
 
-    drive(tmp_path, "r1", count=2)
+    drive(tmp_path, "r1", count=3)
+    first = {t.user_attrs["trial_id"]: (t.params, t.value) for t in study(tmp_path).trials}
     journal = tmp_path / "asy" / "search" / "optuna.journal"
     lines = journal.read_text().splitlines(keepends=True)
     journal.write_text("".join([*lines[:3], "{not json\n", *lines[3:]]))
     with pytest.raises(GpuschedError) as raised:
-        drive(tmp_path, "r2", count=2)
+        drive(tmp_path, "r2", count=4)
     said = str(raised.value)
     assert said.startswith(f"{journal}: the Optuna study of the sweep cannot be read (line 4): ")
     assert f"mv {journal} {journal}.bad" in said and "run the sweep again" in said
+    assert "rebuilds the study from the records" in said and "succeeded or were pruned do not run again" in said
     journal.rename(f"{journal}.bad")
-    again = drive(tmp_path, "r3", count=2)
-    assert again["counts"]["succeeded"] == 2 and len(study(tmp_path).trials) == 2  # a new study, asked anew
+    with caplog.at_level("WARNING", logger="airflow_provider_gpusched.core.sweep.search"):
+        again = drive(tmp_path, "r3", count=4)
+    runs = Counter(s["run"] for s in statuses(tmp_path).values())
+    assert runs == {"r1": 3, "r3": 1}  # the three finished trials did not run again; the fourth is new
+    assert again["counts"]["skipped"] == 3 and len(again["leaderboard"]) == 4
+    trials = study(tmp_path).trials
+    assert len(trials) == 4 and all(t.state.name == "COMPLETE" for t in trials)
+    rebuilt = {
+        t.user_attrs["trial_id"]: (t.params, t.value) for t in trials if t.user_attrs.get("rebuilt_from_records")
+    }
+    assert rebuilt == first  # the study knows them as the first run told them (TPE learns from them)
+    assert sorted(t.user_attrs["index"] for t in trials) == [0, 1, 2, 3]
+    assert f"rebuilt 3 trial(s) from their records in {tmp_path / 'asy' / 'trials'}" in caplog.text
+
+
+def test_a_rebuilt_study_holds_each_trial_as_it_ended_and_names_the_records_it_cannot_read(tmp_path, caplog):
+    """The rebuild reads each finished trial's records: a pruned one with its curve, a failed one (which the next run
+    runs again), a succeeded one with its value; a trial whose status.json cannot be read is left out and named."""
+    drive(tmp_path, "r1", count=4)
+    by_id = {t.user_attrs["trial_id"]: t for t in study(tmp_path).trials}
+    records = sorted(statuses(tmp_path).values(), key=lambda r: by_id[r["trial_id"]].number)
+    folders = [tmp_path / "asy" / "trials" / r["folder_name"] for r in records]
+
+    def restate(folder, state):
+        status = json.loads((folder / "status.json").read_text())
+        (folder / "status.json").write_text(json.dumps({**status, "state": state}))
+
+    restate(folders[0], "failed")
+    restate(folders[1], "pruned")
+    (folders[1] / "reports.jsonl").write_text("".join(json.dumps({"step": s, "y": -s}) + "\n" for s in (1, 2)))
+    (folders[2] / "status.json").write_text("{not json")
+    (tmp_path / "asy" / "search" / "optuna.journal").rename(tmp_path / "moved.journal")
+    with caplog.at_level("WARNING", logger="airflow_provider_gpusched.core.sweep.search"):
+        session = SweepSession(spec(tmp_path, count=4), str(tmp_path))
+        plan = session.prepare(run="r2")
+    assert "rebuilt 3 trial(s)" in caplog.text and "(1 complete, 1 pruned, 1 failed)" in caplog.text
+    assert f"{folders[2].name} (status.json: " in caplog.text  # named, left out
+    trials = {t.user_attrs["trial_id"]: t for t in study(tmp_path).trials}
+    assert [trials[r["trial_id"]].state.name for r in (records[0], records[1], records[3])] == [
+        "FAIL",
+        "PRUNED",
+        "COMPLETE",
+    ]
+    assert trials[records[1]["trial_id"]].intermediate_values == {1: -1.0, 2: -2.0}
+    assert trials[records[3]["trial_id"]].value == by_id[records[3]["trial_id"]].value
+    assert [t.trial_id for t in plan.pending] == [records[0]["trial_id"]]  # the failed one runs again
+    assert session.trials_left(plan) == 2  # it, and a new trial in the place of the one left out

@@ -11,7 +11,9 @@ One run of the sweep (:class:`AsyncRun`):
 
 * :meth:`AsyncRun.plan` writes the run's manifest: every trial the study asked for before, those that succeeded or
   were pruned as done (skip-on-re-run; all of them again with ``force_rerun``), the others (failed, stopped, never
-  finished because a worker died) to run again first, with the same parameters;
+  finished because a worker died) to run again first, with the same parameters. A study begun anew (its journal
+  moved aside) is first rebuilt from the records of the trials that ended (core/sweep/search.py's
+  ``OptunaSearch.rebuild``, under the lock below), so they are planned and counted as if it had asked for them;
 * :meth:`AsyncRun.next_trial` hands a free slot its next trial: one of those, else a new one from the sampler, until
   the study holds ``count`` trials; under an exclusive lock on the search folder (``flock``), so two workers (threads,
   processes, hosts) never get the same trial, and a trial is added to the manifest before it is handed out;
@@ -36,24 +38,21 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_gpusched.core.checks import is_json_number
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.sweep.expand import DEFAULT_LABELS, Trial, finite_space_size, make_trial
-from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports
-from airflow_provider_gpusched.core.sweep.search import OptunaSearch, _key
+from airflow_provider_gpusched.core.sweep.search import TRIAL_ATTRS, OptunaSearch, _key, report_curve
 from airflow_provider_gpusched.core.sweep.store import FINAL_STATES
 
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.sweep.session import SweepSession
     from airflow_provider_gpusched.core.sweep.spec import SweepSpec
+    from airflow_provider_gpusched.core.sweep.store import TrialStore
     from airflow_provider_gpusched.core.sweep.trial_run import Manifest
 
 #: the file, next to a run's manifest, of the trials handed out in that run: trial id -> study trial number
 HANDED_FILE = "handed.json"
 #: a sampler is asked at most this many times per new trial before the search says the space is used up
 ASKS_PER_TRIAL = 10
-#: the study trials' user attributes that name their gpusched trial
-TRIAL_ATTRS = ("trial_id", "index", "folder", "run")
 #: the spec a worker in another process or on another host asks with (``search/spec.pkl``, private to the user:
 #: written by the plan, read only by a worker, core/sweep/worker.py), its callables left out (a worker runs the
 #: trials through the manifest's target)
@@ -63,13 +62,13 @@ SPEC_FILE = "spec.pkl"
 class AsyncOptunaSearch(OptunaSearch):
     """The shared study, asked one trial at a time (the caller holds the search lock)."""
 
-    def __init__(self, spec: SweepSpec, state_dir: str) -> None:
+    def __init__(self, spec: SweepSpec, state_dir: str, store: TrialStore | None = None) -> None:
         pruner = None
         if spec.pruning is not None and spec.pruning.rule == "optuna":
             from airflow_provider_gpusched.core.sweep.pruners import make_optuna_pruner
 
             pruner = make_optuna_pruner(spec.pruning)
-        super().__init__(spec, state_dir, pruner=pruner)
+        super().__init__(spec, state_dir, pruner=pruner, store=store)
 
     def known(self) -> dict[str, Any]:
         """trial id -> its latest study trial (FrozenTrial), for every gpusched trial the study asked for."""
@@ -149,7 +148,7 @@ class AsyncRun:
     @property
     def search(self) -> AsyncOptunaSearch:
         if self._search is None:
-            self._search = AsyncOptunaSearch(self.spec, self.search_dir)
+            self._search = AsyncOptunaSearch(self.spec, self.search_dir, self.store)
         return self._search
 
     @contextlib.contextmanager
@@ -322,7 +321,7 @@ class AsyncRun:
                 values = self.spec.objective.values(self.store.result(trial)) if self.spec.objective else None
             curve = None
             if state in ("pruned", "succeeded"):
-                curve = _curve(self.store.trial_dir(trial), self.spec.report_metric)
+                curve = report_curve(self.store.trial_dir(trial), self.spec.report_metric)
             search.tell_number(number, values, curve if state == "pruned" or values is not None else None)
             return state
 
@@ -335,11 +334,3 @@ def _handed_to(handed: dict[str, Any], by_id: dict[str, Trial], worker: str) -> 
         if isinstance(entry, dict) and entry.get("worker") == worker and trial_id in by_id
     ]
     return [by_id[trial_id] for _, trial_id in sorted(mine)]
-
-
-def _curve(folder: str, metric: str | None) -> list[tuple[int, float]]:
-    """A pruned trial's reports of ``metric``, as (step, value)."""
-    if not metric:
-        return []
-    found, _ = read_reports(os.path.join(folder, REPORTS_FILE))
-    return [(r["step"], float(r["metrics"][metric])) for r in found if is_json_number(r["metrics"].get(metric))]

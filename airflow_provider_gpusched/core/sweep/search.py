@@ -2,7 +2,9 @@
 
 * :class:`OptunaSearch` — Optuna's TPE (or random) sampler; the study lives in a journal file under the
   sweep's folder, so a re-run of the DAG resumes it instead of starting over (``pip install
-  airflow-provider-gpusched[optuna]``).
+  airflow-provider-gpusched[optuna]``). A study begun anew (its journal moved aside or lost) beside trials of the
+  sweep that ended is first rebuilt from their records (:meth:`OptunaSearch.rebuild`): the sampler learns from
+  them, they count towards the trials asked for, and those that succeeded or were pruned do not run again.
 * :class:`EvolutionSearch` — NAS evolution as in seed 000's ``EvolutionModelSearcher``: a pool of
   candidate architectures (one choice per position), the top-k kept over all rounds, the next pool made by
   mutation (each position re-drawn with ``mutate_prob``) and crossover (each position from one of two
@@ -21,17 +23,29 @@ re-run DAG) gives the same trials. ``tell(round, ...)`` ignores trials already t
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from airflow_provider_gpusched.core.checks import is_finite_number, is_json_number
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.sweep import spaces
-from airflow_provider_gpusched.core.sweep.expand import finite_space_size, flatten, nested, trial_id
+from airflow_provider_gpusched.core.sweep.expand import (
+    DEFAULT_LABELS,
+    finite_space_size,
+    flatten,
+    make_trial,
+    nested,
+    trial_id,
+)
 from airflow_provider_gpusched.core.sweep.objective import crowding_distances, pareto_fronts
-from airflow_provider_gpusched.core.sweep.store import read_json, write_json
+from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports
+from airflow_provider_gpusched.core.sweep.store import FINAL_STATES, read_json, write_json
+from airflow_provider_gpusched.core.text import printable
 
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.sweep.expand import Trial
@@ -133,6 +147,8 @@ class RoundSearch:
 def _key(params: Mapping[str, Any]) -> str:
     return trial_id(dict(params))
 
+
+_log = logging.getLogger(__name__)
 
 #: spaces of up to this many candidates are enumerated once random draws keep finding evaluated ones
 ENUMERATE_UP_TO = 100_000
@@ -325,15 +341,46 @@ def bad_journal(path: str, exc: BaseException) -> str:
     why = str(exc)[:200] or type(exc).__name__
     return (
         f"{path}: the Optuna study of the sweep cannot be read{where}: {why}. To go on, move it aside "
-        f"(mv {path} {path}.bad) and run the sweep again: the search starts a new study, which does not know the "
-        "trials already run (their folders and results stay) and asks for its trials anew"
+        f"(mv {path} {path}.bad) and run the sweep again: the search rebuilds the study from the records of the "
+        "trials that ended (their folders under trials/), so the sampler learns from them, they count towards the "
+        "trials asked for, and those that succeeded or were pruned do not run again; the log says how many it "
+        "rebuilt and names any whose records cannot be read"
     )
 
 
+#: the study trials' user attributes that name their gpusched trial: an asynchronous search sets them as it hands a
+#: trial out, a rebuild from the records (:meth:`OptunaSearch.rebuild`) as it adds one
+TRIAL_ATTRS = ("trial_id", "index", "folder", "run")
+#: the user attribute that marks a study trial added from its trial's records, not told by the run that ran it
+REBUILT_ATTR = "rebuilt_from_records"
+
+
+def report_curve(folder: str, metric: str | None) -> list[tuple[int, float]]:
+    """A trial's reports of ``metric`` (its ``reports.jsonl`` in ``folder``), as (step, value)."""
+    if not metric:
+        return []
+    found, _ = read_reports(os.path.join(folder, REPORTS_FILE), folder)
+    return [(r["step"], float(r["metrics"][metric])) for r in found if is_json_number(r["metrics"].get(metric))]
+
+
+def _store_beside(state_dir: str, sweep: str) -> TrialStore | None:
+    """The trial store of the sweep whose search folder is ``state_dir`` (``<root>/<sweep>/search``), when that
+    sweep has a trials folder; else None."""
+    from airflow_provider_gpusched.core.sweep.store import TrialStore
+
+    sweep_dir = os.path.dirname(os.path.abspath(state_dir))
+    if os.path.basename(sweep_dir) != sweep or not os.path.isdir(os.path.join(sweep_dir, "trials")):
+        return None
+    return TrialStore(os.path.dirname(sweep_dir), sweep)
+
+
 class OptunaSearch(RoundSearch):
-    def __init__(self, spec: SweepSpec, state_dir: str, pruner: Any = None) -> None:
+    def __init__(self, spec: SweepSpec, state_dir: str, pruner: Any = None, store: TrialStore | None = None) -> None:
         """``pruner``: the study's Optuna pruner (an asynchronous search judges its trials in the study itself;
-        TPE then samples within Hyperband's brackets, which is BOHB)."""
+        TPE then samples within Hyperband's brackets, which is BOHB). ``store``: the sweep's trials, which a study
+        holding no trials is rebuilt from (:meth:`rebuild`); by default the store of the sweep folder that
+        ``state_dir`` is the ``search`` folder of. The caller holds what keeps another process from opening the study
+        at the same time (an asynchronous search's lock; a search in rounds is asked by its plan alone)."""
         super().__init__(spec, state_dir)
         try:
             import optuna
@@ -369,6 +416,10 @@ class OptunaSearch(RoundSearch):
                 f"({[d.name.lower() for d in self.study.directions]}) than the objective "
                 f"({objective.describe()}); use a new sweep name or delete the folder"
             )
+        if not self.study.get_trials(deepcopy=False):
+            store = store or _store_beside(state_dir, spec.name)
+            if store is not None:
+                self.rebuild(store)
 
     def _sampler(self, round_no: int) -> Any:
         """A sampler seeded for this round (from the sweep's seed): a round's proposals depend on the
@@ -394,8 +445,13 @@ class OptunaSearch(RoundSearch):
                 )
         return self.optuna.samplers.RandomSampler(seed=seed)
 
-    def _suggest(self, trial: Any) -> dict[str, Any]:
+    def _walk(self, value: Callable[[str, Any], Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The space in order: each searched parameter that applies (a conditional one when its condition holds on
+        the values before it) takes ``value(key, its Optuna distribution)``; a fixed value stays. Returns the
+        parameters (with the fixed values) and the searched ones' distributions."""
+        dists = self.optuna.distributions
         params = dict(self.fixed)
+        distributions: dict[str, Any] = {}
         for key, dim in self.space.items():
             if isinstance(dim, spaces.Conditional):
                 if not dim.holds(params):
@@ -404,18 +460,44 @@ class OptunaSearch(RoundSearch):
             if isinstance(dim, (list, tuple)):
                 dim = spaces.Choice(tuple(dim))
             if isinstance(dim, spaces.Choice):
-                params[key] = trial.suggest_categorical(key, list(dim.values))
+                distribution: Any = dists.CategoricalDistribution(list(dim.values))
             elif isinstance(dim, spaces.Uniform):
-                params[key] = trial.suggest_float(key, dim.low, dim.high)
+                distribution = dists.FloatDistribution(dim.low, dim.high)
             elif isinstance(dim, spaces.LogUniform):
-                params[key] = trial.suggest_float(key, dim.low, dim.high, log=True)
+                distribution = dists.FloatDistribution(dim.low, dim.high, log=True)
             elif isinstance(dim, spaces.RandInt):
-                params[key] = trial.suggest_int(key, dim.low, dim.high)
+                distribution = dists.IntDistribution(dim.low, dim.high)
             elif isinstance(dim, spaces.QUniform):
-                params[key] = trial.suggest_float(key, dim.low, dim.high, step=dim.q)
+                distribution = dists.FloatDistribution(dim.low, dim.high, step=dim.q)
             else:
                 params[key] = dim
-        return params
+                continue
+            distributions[key] = distribution
+            params[key] = value(key, distribution)
+        return params, distributions
+
+    def _suggest(self, trial: Any) -> dict[str, Any]:
+        dists = self.optuna.distributions
+
+        def suggest(key: str, distribution: Any) -> Any:
+            if isinstance(distribution, dists.CategoricalDistribution):
+                return trial.suggest_categorical(key, list(distribution.choices))
+            if isinstance(distribution, dists.IntDistribution):
+                return trial.suggest_int(key, distribution.low, distribution.high)
+            return trial.suggest_float(
+                key, distribution.low, distribution.high, step=distribution.step, log=distribution.log
+            )
+
+        return self._walk(suggest)[0]
+
+    def _evaluated(self) -> set[str]:
+        """The points (params keys) of the study's finished trials, repeats told as such left out."""
+        states = self.optuna.trial.TrialState
+        return {
+            _key({**self.fixed, **t.params})
+            for t in self.study.get_trials(deepcopy=False, states=(states.COMPLETE, states.FAIL, states.PRUNED))
+            if "duplicate" not in t.user_attrs
+        }
 
     def _propose(self, round_no: int) -> list[dict[str, Any]]:
         """``per_round`` distinct points not evaluated before. A repeat is not left running in the study (the
@@ -423,13 +505,7 @@ class OptunaSearch(RoundSearch):
         takes as a poor result there and moves away from, and the sampler is asked again (at most 10 asks
         per trial wanted). A finite space may run out: then the round has fewer trials, or none."""
         self.study.sampler = self._sampler(round_no)
-        states = self.optuna.trial.TrialState
-        finished = (states.COMPLETE, states.FAIL, states.PRUNED)
-        evaluated = {
-            _key({**self.fixed, **t.params})
-            for t in self.study.get_trials(deepcopy=False, states=finished)
-            if "duplicate" not in t.user_attrs
-        }
+        evaluated = self._evaluated()
         size = finite_space_size(self.space)
         out: list[dict[str, Any]] = []
         taken: set[str] = set()
@@ -451,6 +527,7 @@ class OptunaSearch(RoundSearch):
     def tell(self, round_no: int, outcomes: Sequence[tuple[Mapping[str, Any], float | None]]) -> int:
         running = self.optuna.trial.TrialState.RUNNING
         self._running = {t.number for t in self.study.get_trials(deepcopy=False, states=(running,))}
+        self._round_no = round_no
         return super().tell(round_no, outcomes)
 
     def _record(
@@ -460,21 +537,22 @@ class OptunaSearch(RoundSearch):
         values: tuple[float, ...] | None,
         pruned: Sequence[tuple[int, float]] | None = None,
     ) -> None:
-        if proposal["number"] not in self._running:  # told already (a retried task), or failed by Optuna
-            return
-        self._running.discard(proposal["number"])
-        self.tell_number(proposal["number"], values, pruned)
+        if proposal["number"] in self._running:
+            self._running.discard(proposal["number"])
+            self.tell_number(proposal["number"], values, pruned)
+        elif _key(params) not in self._evaluated():
+            # a proposal of a study since moved aside (its number is that study's), which ended after this one was
+            # rebuilt from the records: added as it ended. (Told already, by a retried task: nothing to add. A point
+            # of the space as it was, which the spec has changed since: one the study cannot hold.)
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                self.study.add_trial(self._finished(params, values, pruned, {"round": self._round_no}))
 
     def tell_number(
         self, number: int, values: tuple[float, ...] | None, pruned: Sequence[tuple[int, float]] | None = None
     ) -> None:
         """Tell study trial ``number`` (RUNNING) how it ended: its metric values, or None (failed; pruned when its
         curve of the pruning metric, ``pruned``, is given: reported first, the steps the study has not heard)."""
-        states = self.optuna.trial.TrialState
-        objective = self.objective
-        # the curve is in the study's terms only when its metric (the pruning rule's, or the objective's) is the
-        # study's one objective
-        if pruned and not objective.several and self.spec.report_metric == objective.metric:
+        if pruned and self._curve_in_study():
             # a pruned trial's curve as intermediate values (TPE ranks a pruned trial by its last one); an
             # asynchronous search's finished trial's too, the steps its judge had not reported yet
             trial_id = self.storage.get_trial_id_from_study_id_trial_number(
@@ -485,12 +563,139 @@ class OptunaSearch(RoundSearch):
             for step, value in pruned:
                 if step not in heard:
                     trial.report(value, step)
-        if pruned is not None and values is None:
-            self.study.tell(number, state=states.PRUNED)
-        elif values is None:
-            self.study.tell(number, state=states.FAIL)
-        else:
-            self.study.tell(number, list(values) if self.multi else self._score(values))
+        state, told = self._outcome(values, pruned)
+        self.study.tell(number, told, state=state)
+
+    def _curve_in_study(self) -> bool:
+        """Whether a trial's curve is in the study's terms: its metric (the pruning rule's, or the objective's) is
+        the study's one objective."""
+        objective = self.objective
+        return not objective.several and self.spec.report_metric == objective.metric
+
+    def _outcome(
+        self, values: tuple[float, ...] | None, pruned: Sequence[tuple[int, float]] | None
+    ) -> tuple[Any, float | list[float] | None]:
+        """The study's state and value(s) of a trial that ended with metric ``values`` (None: failed; pruned when
+        its curve ``pruned`` is given)."""
+        states = self.optuna.trial.TrialState
+        if values is None:
+            return (states.PRUNED if pruned is not None else states.FAIL), None
+        return states.COMPLETE, list(values) if self.multi else self._score(values)
+
+    def _finished(
+        self,
+        params: Mapping[str, Any],
+        values: tuple[float, ...] | None,
+        curve: Sequence[tuple[int, float]] | None,
+        attrs: Mapping[str, Any],
+    ) -> Any:
+        """A finished study trial (``optuna.trial.FrozenTrial``) to add for a trial that ended as :meth:`tell_number`
+        is told, with the distributions the search asks its parameters with. ``ValueError`` when ``params`` is not a
+        point of the space."""
+        flat = {**self.fixed, **params}
+        walked, distributions = self._walk(lambda key, _: flat[key])  # (KeyError: a parameter it lacks)
+        if walked != flat:
+            raise ValueError(f"the parameters {sorted(flat)} are not a point of the space {sorted(walked)}")
+        state, told = self._outcome(values, curve)
+        return self.optuna.trial.create_trial(
+            state=state,
+            **({"values": told} if isinstance(told, list) else {"value": told}),
+            params={key: flat[key] for key in distributions},
+            distributions=distributions,
+            intermediate_values=dict(curve) if curve and self._curve_in_study() else None,
+            user_attrs={**attrs, REBUILT_ATTR: True},
+        )
+
+    def rebuild(self, store: TrialStore) -> int:
+        """Add to the study (which holds no trials) every trial of the sweep that ended (succeeded, pruned, failed,
+        invalid, timed out), from its records in ``store`` (``status.json``, ``params.json``, the result and the
+        reports of the judged metric), as the run that ran it told it; with the user attributes an asynchronous search
+        labels its trials with (:data:`TRIAL_ATTRS`, indexed in the order they started) and :data:`REBUILT_ATTR`.
+        A folder whose trial is not one of this sweep as specified now (other parameters, space, code version or
+        labels) is left out; one whose records cannot be read is left out and named. Says in the log how many trials
+        it rebuilt; returns that number."""
+        trials_dir = store.path("trials")
+        try:
+            names = sorted(os.listdir(trials_dir))
+        except OSError:
+            return 0
+        varying, labels = self.spec.varying(), self.spec.label_format or DEFAULT_LABELS
+        # (a stopped trial has no outcome: it is left out, and a new trial takes its place)
+        ended = [state for state in FINAL_STATES if state != "stopped"]
+        found: list[tuple[float, str, Trial, dict[str, Any]]] = []
+        unreadable: list[str] = []
+        for name in names:
+            folder = os.path.join(trials_dir, name)
+            if os.path.islink(folder) or not os.path.isdir(folder):
+                continue
+            status = read_json(os.path.join(folder, "status.json"))
+            if status is None:
+                continue  # never begun
+            if not isinstance(status, dict) or "_unreadable" in status:
+                unreadable.append(f"{printable(name)} (status.json: {_why(status)})")
+                continue
+            if status.get("state") not in ended:
+                continue
+            params = read_json(os.path.join(folder, "params.json"))
+            if not isinstance(params, dict) or "_unreadable" in params:
+                unreadable.append(f"{printable(name)} (params.json: {_why(params)})")
+                continue
+            try:
+                trial = make_trial(flatten(params), varying, self.spec.code_version, 0, labels)
+            except GpuschedError as exc:
+                unreadable.append(f"{printable(name)} (params.json: {printable(str(exc))[:300]})")
+                continue
+            if trial.folder == name and status.get("trial_id") == trial.trial_id:  # else another spec's trial
+                started = status.get("started", status.get("ended"))
+                found.append((float(started) if is_finite_number(started) else 0.0, name, trial, status))
+        added: list[Any] = []
+        for _, name, trial, status in sorted(found, key=lambda f: (f[0], f[1])):
+            values = curve = None
+            if status["state"] == "succeeded":
+                try:
+                    result = store.result(trial)
+                except (GpuschedError, OSError) as exc:
+                    result = {"_unreadable": str(exc)}
+                if isinstance(result, dict) and "_unreadable" in result:
+                    unreadable.append(f"{name} (its result: {_why(result)})")
+                    continue
+                values = self.objective.values(result)
+            if status["state"] == "pruned" or values is not None:
+                curve = report_curve(store.trial_dir(trial), self.spec.report_metric)
+            run = status.get("run") if isinstance(status.get("run"), str) else ""
+            attrs = dict(zip(TRIAL_ATTRS, (trial.trial_id, len(added), name, run), strict=True))
+            try:
+                added.append(self._finished(trial.params, values, curve, attrs))
+            except (ValueError, KeyError, TypeError):
+                continue  # a point outside the space as it is now
+        self.study.add_trials(added)
+        if added or unreadable:
+            states = self.optuna.trial.TrialState
+            counted = {state: sum(1 for t in added if t.state == state) for state in states}
+            _log.warning(
+                "sweep %s: its Optuna study (%s) held no trials: rebuilt %d trial(s) from their records in %s "
+                "(%d complete, %d pruned, %d failed): the sampler learns from them, they count towards the trials "
+                "asked for, and those that succeeded or were pruned do not run again%s",
+                self.spec.name,
+                os.path.join(self.state_dir, JOURNAL_FILE),
+                len(added),
+                trials_dir,
+                counted[states.COMPLETE],
+                counted[states.PRUNED],
+                counted[states.FAIL],
+                f"; left out, their records cannot be read: {'; '.join(unreadable[:20])}"
+                + (f" and {len(unreadable) - 20} more" if len(unreadable) > 20 else "")
+                if unreadable
+                else "",
+            )
+        return len(added)
+
+
+def _why(record: Any) -> str:
+    """Why a record read with :func:`read_json` (or a trial's result) is not one."""
+    if isinstance(record, dict) and "_unreadable" in record:
+        return printable(str(record["_unreadable"]))[:300]
+    return f"not a JSON object ({type(record).__name__})"
 
 
 def make_search(spec: SweepSpec, state_dir: str) -> RoundSearch:

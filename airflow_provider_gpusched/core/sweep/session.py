@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_gpusched.core.checks import is_json_number
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.sweep.expand import (
     DEFAULT_LABELS,
@@ -27,8 +26,7 @@ from airflow_provider_gpusched.core.sweep.expand import (
     nested,
 )
 from airflow_provider_gpusched.core.sweep.objective import format_leaderboard, leaderboard, pareto_front
-from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports
-from airflow_provider_gpusched.core.sweep.search import RoundSearch, make_search
+from airflow_provider_gpusched.core.sweep.search import RoundSearch, make_search, report_curve
 from airflow_provider_gpusched.core.sweep.spec import SweepSpec
 from airflow_provider_gpusched.core.sweep.store import (
     DONE_STATES,
@@ -230,11 +228,7 @@ class SweepSession:
             values = objective.values(record["result"]) if record["state"] == "succeeded" else None
             trial = manifest.trial(record["trial_id"])
             if record["state"] == "pruned":  # the search hears it was pruned, with its curve
-                found, _ = read_reports(os.path.join(record["folder"], REPORTS_FILE))
-                curve = [
-                    (r["step"], float(r["metrics"][metric])) for r in found if is_json_number(r["metrics"].get(metric))
-                ]
-                outcomes.append((trial, None, curve))
+                outcomes.append((trial, None, report_curve(record["folder"], metric)))
             else:
                 outcomes.append((trial, values))
             score = objective.score(record["result"]) if values is not None else None
