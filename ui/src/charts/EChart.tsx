@@ -1,8 +1,10 @@
 // One chart: an ECharts instance on a div of a given size, its option rebuilt from the page's data and colour mode.
+// What it asks ECharts to draw goes through textOnly (text.ts): every tooltip shows its text as text, never as markup.
 // Each chart is also listed in globalThis.gpuschedCharts under its test id (the browser tests read what it drew).
 import { useEffect, useRef } from "react";
 
 import { type ECharts, type EChartsOption, echarts } from "./echarts";
+import { textOnly } from "./text";
 import { type ChartInk, ink, useColorMode } from "./theme";
 
 declare global {
@@ -50,14 +52,15 @@ export function EChart({ option, width, height, testid, label, attrs, onClick, o
   }, [testid, width, height]);
   useEffect(() => {
     if (!chart.current) return;
-    chart.current.setOption({ animation: false, textStyle: { fontFamily: "inherit" }, ...option(ink(mode)) }, { notMerge: true });
+    chart.current.setOption(textOnly({ animation: false, textStyle: { fontFamily: "inherit" }, ...option(ink(mode)) }), { notMerge: true });
     handlers.current.after?.(chart.current);
   }, [option, mode, width, height]);
-  return <div ref={el} data-testid={testid} role="img" aria-label={label} style={{ width, height, margin: "4px 12px 4px 0" }} {...prefixed(attrs)} />;
+  return <div ref={el} data-testid={testid} data-echart role="img" aria-label={label} style={{ width, height, margin: "4px 12px 4px 0" }} {...prefixed(attrs)} />;
 }
 
 function prefixed(attrs?: Record<string, string | number>): Record<string, string> {
   const out: Record<string, string> = {};
-  for (const [k, v] of Object.entries(attrs ?? {})) out[`data-${k}`] = String(v);
+  // a key may hold a name from the API (a curve's state): only the characters an attribute name may have
+  for (const [k, v] of Object.entries(attrs ?? {})) out[`data-${k.replace(/[^\w-]/g, "_")}`] = String(v);
   return out;
 }

@@ -1,9 +1,11 @@
 // The ECharts options of every plot on the pages, built from plain data (src/lib/*.ts make that data from the API's
-// answers). Pure functions: the unit tests check what each one asks ECharts to draw.
+// answers). Pure functions: the unit tests check what each one asks ECharts to draw. Their tooltip formatters return
+// plain text: EChart.tsx escapes it (text.ts), as it does every tooltip's.
 import type { EChartsOption } from "./echarts";
 import type { ChartInk } from "./theme";
-import { BEST, TRIAL } from "src/lib/colors";
+import { BEST, TRIAL, memberColor } from "src/lib/colors";
 import { fmtTick } from "src/lib/format";
+import type { ExploitMark } from "src/lib/population";
 
 export type Scale = "linear" | "log";
 
@@ -53,12 +55,8 @@ function tooltip(ink: ChartInk) {
     backgroundColor: ink.tooltip,
     borderColor: ink.line,
     textStyle: { color: ink.text, fontSize: 12 },
-    formatter: (p: { data?: { title?: string } }) => escapeHtml(p.data?.title ?? ""),
+    formatter: (p: { data?: { title?: string } }) => p.data?.title ?? "",
   };
-}
-
-export function escapeHtml(text: string): string {
-  return text.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 }
 
 /** smaller dots when there are many, so a large sweep's cloud keeps its shape */
@@ -125,7 +123,7 @@ export interface LineSeries {
 export function linesOption(series: LineSeries[], xLabel: string, yLabel: string, ink: ChartInk): EChartsOption {
   return {
     grid: { left: 64, right: 16, top: 12, bottom: 44 },
-    tooltip: { ...tooltip(ink), formatter: (p: { seriesName?: string }) => escapeHtml(p.seriesName ?? "") },
+    tooltip: { ...tooltip(ink), formatter: (p: { seriesName?: string }) => p.seriesName ?? "" },
     xAxis: axis(ink, xLabel, "linear", { minInterval: 1 }),
     yAxis: axis(ink, yLabel, "linear", { nameGap: 48 }),
     dataZoom: [{ type: "inside", xAxisIndex: 0, filterMode: "none" }],
@@ -140,6 +138,17 @@ export function linesOption(series: LineSeries[], xLabel: string, yLabel: string
       data: s.points,
     })),
   };
+}
+
+/** a PBT population: each member's curve by generation (lines), each exploit a triangle where it went on */
+export function populationOption(series: LineSeries[], exploits: ExploitMark[], metric: string, ink: ChartInk): EChartsOption {
+  const base = linesOption(series, "step", metric, ink) as { series: object[] } & Record<string, unknown>;
+  return { ...base, series: [...base.series, {
+    type: "scatter", name: "exploits", symbol: "triangle", symbolSize: 11, z: 4,
+    itemStyle: { borderColor: ink.text, borderWidth: 0.8 },
+    data: exploits.map((x) => ({ value: [x.step, x.value], itemStyle: { color: memberColor(x.member) }, title: x.title })),
+    tooltip: { formatter: (p: { data?: { title?: string } }) => p.data?.title ?? "" },
+  }] };
 }
 
 export interface StripPoint {
@@ -192,7 +201,7 @@ export function importanceOption(bars: Bar[], ink: ChartInk): EChartsOption {
   const shown = [...bars].reverse();  // the most important on top
   return {
     grid: { left: 150, right: 56, top: 4, bottom: 4 },
-    tooltip: { ...tooltip(ink), formatter: (p: { name?: string; data?: { label?: string } }) => escapeHtml(`${p.name}: ${p.data?.label ?? ""}`) },
+    tooltip: { ...tooltip(ink), formatter: (p: { name?: string; data?: { label?: string } }) => `${p.name}: ${p.data?.label ?? ""}` },
     xAxis: { type: "value", show: false, max: 1 },
     yAxis: { type: "category", data: shown.map((b) => b.name), axisLabel: { color: ink.text, fontSize: 11, width: 140, overflow: "truncate" },
              axisLine: { show: false }, axisTick: { show: false } },

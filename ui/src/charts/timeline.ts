@@ -1,6 +1,5 @@
 // The timeline's ECharts option: a custom series draws each bar (and its mark), another the rows' labels.
 import type { EChartsOption } from "./echarts";
-import { escapeHtml } from "./plots";
 import type { ChartInk } from "./theme";
 import { MARKS } from "src/lib/colors";
 import { clock } from "src/lib/format";
@@ -29,7 +28,7 @@ export function timelineOption(since: number, until: number, items: BarItem[], r
   return {
     grid: { left: LABEL_PX, right: 30, top: TOP_PX, bottom: 8 },
     tooltip: { trigger: "item", confine: true, backgroundColor: ink.tooltip, borderColor: ink.line, textStyle: { color: ink.text, fontSize: 12 },
-               formatter: (p: { data?: { title?: string } }) => escapeHtml(p.data?.title ?? "") },
+               formatter: (p: { data?: { title?: string } }) => p.data?.title ?? "" },
     xAxis: { type: "value", min: since, max: until, position: "top", axisLine: { show: false }, axisTick: { show: false },
              splitLine: { lineStyle: { color: ink.grid } },
              axisLabel: { color: ink.text, fontSize: 10, formatter: (t: number) => clock(t, span), hideOverlap: true } },

@@ -8,7 +8,9 @@ import { useCallback, useMemo, useState } from "react";
 import { API, useJson } from "src/api/client";
 import type { Comparison, Curve, Importance, Population, Sweep, Sweeps as SweepsAnswer, Trial } from "src/api/types";
 import { EChart } from "src/charts/EChart";
-import { type LineSeries, type PlotPoint, type Scale, type XY, importanceOption, linesOption, parallelOption, scatterOption, stripOption } from "src/charts/plots";
+import {
+  type LineSeries, type PlotPoint, type Scale, type XY, importanceOption, linesOption, parallelOption, populationOption, scatterOption, stripOption,
+} from "src/charts/plots";
 import type { ChartInk } from "src/charts/theme";
 import { A, Card, DataTable, ErrorBox, Legend, Loading, Muted, Note, Page, Pill } from "src/components/common";
 import { BEST, GREY, ORANGE, RED, ROUND_COLORS, STATE_COLORS, TRIAL, memberColor, roundColor, trialColor } from "src/lib/colors";
@@ -209,15 +211,7 @@ function Compare({ dagId, run, group, runs }: { dagId: string; run: string; grou
 
 function PopulationPlot({ pop }: { pop: Population }) {
   const { series, exploits } = useMemo(() => populationSeries(pop), [pop]);
-  const option = useCallback((ink: ChartInk) => {
-    const base = linesOption(series, "step", pop.metric || "score", ink) as { series: object[] } & Record<string, unknown>;
-    return { ...base, series: [...base.series, {
-      type: "scatter", name: "exploits", symbol: "triangle", symbolSize: 11, z: 4,
-      itemStyle: { borderColor: ink.text, borderWidth: 0.8 },
-      data: exploits.map((x) => ({ value: [x.step, x.value], itemStyle: { color: memberColor(x.member) }, title: x.title })),
-      tooltip: { formatter: (p: { data: { title: string } }) => p.data.title },
-    }] };
-  }, [series, exploits, pop.metric]);
+  const option = useCallback((ink: ChartInk) => populationOption(series, exploits, pop.metric || "score", ink), [series, exploits, pop.metric]);
   const generations = Math.max(0, ...pop.members.map((m) => m.generations.length));
   const hyper = (h: Record<string, unknown> | undefined) => pop.params.filter((n) => n in (h ?? {})).map((n) => `${n}=${fmtValue(h?.[n])}`).join(", ");
   return (
