@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -198,7 +199,8 @@ def test_with_team_quotas_each_lease_says_its_group_and_whether_it_borrows(tmp_p
     book = QuotaBook(str(tmp_path / "quota"), QuotaConfig.from_dict({"groups": {"vision": 1, "nlp": 3}}))
     ids = ["00000000000000a1", "00000000000000a2"]
     for i, lease_id in enumerate(ids):
-        book.add_claim(Claim(lease_id, "gpu-a", "vision", 1.0, 1000.0 + i, 0, f"t{i}", 1e12))
+        # live claims, renewed as a holder does (one whose until is further ahead than its lifetime is refused)
+        book.add_claim(Claim(lease_id, "gpu-a", "vision", 1.0, 1000.0 + i, 0, f"t{i}", time.time() + 30))
     view = quota_view(book, 4.0)
     leases = [read_lease_record(_record("gpu-a", lease_id, [i], None), "record") for i, lease_id in enumerate(ids)]
     for lease in leases:
