@@ -16,12 +16,10 @@ document with the whole report).
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import html
 import json
 import os
-import threading
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,6 +30,7 @@ from airflow.sdk import BaseHook, BaseNotifier
 from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.core.checks import is_int
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.http import HttpError, HttpTimeoutError, exchange
 from airflow_provider_gpusched.core.text import cut_to_bytes, printable
 
 #: lines of a failed task's output in an alert
@@ -282,35 +281,29 @@ class WebhookNotifier(GpuschedNotifier):
         }
 
     def deliver(self, message: Message) -> None:
-        """POST the message; the whole exchange (connect, send, answer) takes at most ``timeout`` seconds (a server
-        that trickles its answer is cut off), and no error message holds any part of the URL (a secret)."""
+        """POST the message through one bounded exchange (core/http.py): connect, send and answer take at most
+        ``timeout`` seconds together (a server that trickles its answer is cut off), the answer is read no further
+        than 64 KiB (the rest left unread), a redirect is followed only within the webhook's own origin, and no error message holds any
+        part of the URL (a secret)."""
         url = self._url()
         data = json.dumps(self.body(message), default=str).encode()
-        outcome: dict[str, Any] = {}
-        connection: list[Any] = []
-
-        def exchange() -> None:
-            try:
-                outcome["status"] = post_json(url, data, self.timeout, connection)
-            except BaseException as exc:  # noqa: BLE001 - reported below, redacted
-                outcome["error"] = exc
-
-        worker = threading.Thread(target=exchange, name="gpusched-webhook", daemon=True)
-        worker.start()
-        worker.join(self.timeout)
-        if worker.is_alive():
-            for conn in connection:  # unblocks the worker's read
-                with contextlib.suppress(Exception):
-                    conn.close()
-            raise GpuschedError(f"webhook ({self.style}) did not answer within {self.timeout:g}s")
-        if "error" in outcome:
-            exc = outcome["error"]
+        headers = {"Content-Type": "application/json; charset=utf-8", "User-Agent": "airflow-provider-gpusched"}
+        try:
+            answer = exchange(
+                "POST", url, body=data, headers=headers, timeout=self.timeout, max_bytes=WEBHOOK_ANSWER, keep_first=True
+            )
+        except HttpTimeoutError:
+            raise GpuschedError(f"webhook ({self.style}) did not answer within {self.timeout:g}s") from None
+        except (HttpError, OSError) as exc:
             raise GpuschedError(
                 f"webhook ({self.style}) not reachable: {type(exc).__name__}: {redact(str(exc), url)}"
             ) from None
-        status, reason = outcome["status"]
-        if status >= 400:
-            raise GpuschedError(f"webhook ({self.style}) answered HTTP {status} {redact(reason, url)}")
+        if answer.status >= 400:
+            raise GpuschedError(f"webhook ({self.style}) answered HTTP {answer.status} {redact(answer.reason, url)}")
+
+
+#: the most of a webhook's answer that is read (only its status matters)
+WEBHOOK_ANSWER = 1 << 16
 
 
 def redact(text: str, url: str) -> str:
@@ -328,30 +321,3 @@ def redact(text: str, url: str) -> str:
     for secret in sorted({x for x in secrets if len(x) >= 4}, key=len, reverse=True):
         text = text.replace(secret, "<hidden>")
     return text[:500]
-
-
-def post_json(url: str, data: bytes, timeout: float, connection: list[Any]) -> tuple[int, str]:
-    """POST ``data`` as JSON to ``url`` (user:password in it becomes Basic auth); (status, reason). The open
-    connection is put in ``connection`` so that the caller can close it at its deadline."""
-    import base64
-    import http.client
-
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError("not an http(s) URL with a host")
-    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    conn = kind(parts.hostname, parts.port, timeout=timeout)
-    connection.append(conn)
-    headers = {"Content-Type": "application/json; charset=utf-8", "User-Agent": "airflow-provider-gpusched"}
-    if parts.username is not None:
-        user = urllib.parse.unquote(parts.username)
-        password = urllib.parse.unquote(parts.password or "")
-        headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    try:
-        conn.request("POST", target, body=data, headers=headers)
-        response = conn.getresponse()
-        response.read(65536)
-        return response.status, response.reason
-    finally:
-        conn.close()

@@ -33,7 +33,13 @@ What the API cannot do, and how this client does it instead:
   accounting database only through slurmdbd's endpoints, which this client does not use. A tracked job is polled
   long before that.
 
-Pure Python (the standard library's ``urllib``), no Airflow imports.
+Every request is one bounded exchange (core/http.py): ``timeout`` seconds for all of it, an answer of at most
+:attr:`SlurmRestTransport.max_answer_bytes`, redirects within slurmrestd's origin only (the token is sent nowhere
+else), JSON nested at most 64 deep with no number over 40 digits. What an answer says of a job is text for people:
+control characters are shown escaped; counts past Slurm's own (a restart count over 65,535, a node's GPUs over
+65,536) are refused naming the field.
+
+Pure Python (the standard library), no Airflow imports.
 """
 
 from __future__ import annotations
@@ -43,14 +49,19 @@ import json
 import logging
 import re
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.errors import InvalidArgumentError, brief_repr
+from airflow_provider_gpusched.core.http import (
+    HttpAnswerError,
+    HttpError,
+    HttpUnreachableError,
+    Response,
+    exchange,
+)
 from airflow_provider_gpusched.core.job_shape import gres_gpu_count
 from airflow_provider_gpusched.core.slurm.client import (
     TOO_BIG,
@@ -68,6 +79,7 @@ from airflow_provider_gpusched.core.slurm.transport import (
     SlurmUnavailableError,
     is_transient_failure,
 )
+from airflow_provider_gpusched.core.text import printable
 from airflow_provider_gpusched.core.units import time_limit_seconds
 
 log = logging.getLogger(__name__)
@@ -143,6 +155,8 @@ class SlurmRestTransport(SlurmTransport):
     working_dir: str = "/tmp"
     #: the Airflow connection the token comes from (a trigger looks it up again; the token is never carried)
     conn_id: str | None = None
+    #: the largest answer read (``GET jobs`` lists every job of the cluster: about 5 KB each)
+    max_answer_bytes: ClassVar[int] = 256 << 20
 
     def __post_init__(self) -> None:
         self.url = str(self.url).rstrip("/")
@@ -226,28 +240,19 @@ class SlurmRestTransport(SlurmTransport):
         headers = self._headers()
         if data is not None:
             headers["Content-Type"] = "application/json"
-        req = urllib.request.Request(url, data=data, method=method, headers=headers)
         subject = f" ({what})" if what else ""
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                status, text = resp.status, resp.read().decode(errors="replace")
-        except urllib.error.HTTPError as exc:
-            status, text = exc.code, exc.read().decode(errors="replace")
-        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise SlurmRestUnavailableError(
-                endpoint, -1, f"cannot reach slurmrestd at {self.url}{subject}: {reason}"
-            ) from None
+        resp = self._exchange(method, url, data, headers, endpoint, subject)
+        status, text = resp.status, resp.text()
         if status == 401:
             hint = self.token_problem() or "check the connection's login (the Slurm user) and token"
             raise SlurmRestError(endpoint, status, f"slurmrestd refused the credentials{subject}: {hint}")
         if status == 404 and not text.lstrip().startswith("{"):
             raise SlurmRestError(endpoint, status, f"no such endpoint{subject}: {self.version_hint()}")
         try:
-            answer = json.loads(text) if text.strip() else {}
-        except ValueError:
+            answer = resp.json(label) if text.strip() else {}
+        except HttpAnswerError as exc:
             raise SlurmRestError(
-                endpoint, status, f"not a JSON answer{subject} (HTTP {status}): {text[:200]!r}"
+                endpoint, status, f"not a JSON answer{subject} (HTTP {status}): {exc}; it begins {text[:200]!r}"
             ) from None
         if not isinstance(answer, dict):
             raise SlurmRestError(endpoint, status, f"unexpected answer{subject}: {text[:200]!r}")
@@ -256,14 +261,14 @@ class SlurmRestTransport(SlurmTransport):
         errors = [e for e in every if e.get("error_number", e.get("error_code")) not in allowed]
         if done_if and answer.get(done_if) is not None and status < 400:
             for e in errors:
-                log.info("%s%s: %s", endpoint, subject, e.get("error") or e)
+                log.info("%s%s: %s", endpoint, subject, printable(str(e.get("error") or e))[:500])
             errors = []
         if errors or (status >= 400 and not every):
-            message = (
+            message = printable(
                 "; ".join(
                     " ".join(str(e.get(k)) for k in ("error", "description") if e.get(k)) or json.dumps(e)
                     for e in errors
-                )
+                )[:2000]
                 or f"HTTP {status}"
             )
             if is_transient_failure(1, message):
@@ -275,16 +280,33 @@ class SlurmRestTransport(SlurmTransport):
             raise SlurmRestError(endpoint, status, f"Slurm answered with errors{subject}: {message}")
         return answer
 
+    def _exchange(
+        self, method: str, url: str, data: bytes | None, headers: dict[str, str], endpoint: str, subject: str
+    ) -> Response:
+        """One bounded exchange (core/http.py): ``timeout`` for all of it, :attr:`max_answer_bytes`, redirects within
+        slurmrestd's origin only (the token goes nowhere else). Failures name the endpoint, never the token."""
+        try:
+            return exchange(
+                method, url, body=data, headers=headers, timeout=self.timeout, max_bytes=self.max_answer_bytes
+            )
+        except HttpUnreachableError as exc:
+            raise SlurmRestUnavailableError(
+                endpoint, -1, f"cannot reach slurmrestd at {self.url}{subject}: {exc}"
+            ) from None
+        except HttpError as exc:
+            raise SlurmRestError(endpoint, -1, f"slurmrestd at {self.url}{subject}: {exc}") from None
+
     def _headers(self) -> dict[str, str]:
         return {"X-SLURM-USER-NAME": self.user, "X-SLURM-USER-TOKEN": self.token, "Accept": "application/json"}
 
     def version_hint(self) -> str:
         """Which API versions the server offers, read from its OpenAPI document."""
+        url = f"{self.url}/openapi/v3"
         try:
-            req = urllib.request.Request(f"{self.url}/openapi/v3", headers=self._headers())
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                paths = json.loads(resp.read()).get("paths", {})
-        except (OSError, ValueError, AttributeError):
+            paths = self._exchange("GET", url, None, self._headers(), f"GET {url}", "").json("GET openapi/v3")["paths"]
+            if not isinstance(paths, dict):
+                raise TypeError
+        except (SlurmRestError, HttpError, KeyError, TypeError):
             return f"the server at {self.url} may not speak API {self.api_version}, or the URL is not slurmrestd's"
         offered = sorted({m.group(1) for p in paths if (m := re.match(r"^/slurm/(v[0-9.]+)/", p))})
         if self.api_version in offered:
@@ -449,22 +471,47 @@ def _supported() -> str:
 
 def _exit_status(raw: Any) -> tuple[int | None, int | None]:
     """The API's ``exit_code`` is a wait status (3 << 8 for ``exit 3``; 15 for SIGTERM)."""
-    if not isinstance(raw, int) or isinstance(raw, bool):
+    if not isinstance(raw, int) or isinstance(raw, bool) or not 0 <= raw < 1 << 32:
         return None, None
     if raw & 0x7F:
         return 0, raw & 0x7F
     return raw >> 8, None
 
 
-def _count(value: Any) -> int:
-    """A number the API gives as it is (v0.0.38) or as ``{"set": true, "number": N}`` (later versions); 0 if neither."""
+#: the largest counts believed from slurmrestd: Slurm keeps a job's restart count in 16 bits; a node's GPUs; any
+#: other count (CPUs, memory in MB, nodes) in 64 bits
+MAX_RESTARTS = 65535
+MAX_NODE_GPUS = 65536
+MAX_COUNT = (1 << 64) - 1
+
+
+def _count(value: Any, where: str = "", field_name: str = "", limit: int = MAX_COUNT) -> int:
+    """A number the API gives as it is (v0.0.38) or as ``{"set": true, "number": N}`` (later versions); 0 if neither.
+    Past ``limit`` (or below 0) a :class:`SlurmRestError` names ``where`` (the endpoint and record) and the field."""
     if isinstance(value, dict):
         value = value.get("number") if value.get("set", True) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    if not isinstance(value, int) or isinstance(value, bool):
+        return 0
+    if not 0 <= value <= limit:
+        raise SlurmRestError(
+            where, 0, f"{field_name} is {brief_repr(value)}: expected a whole number from 0 to {limit}"
+        )
+    return value
+
+
+def _node_gpus(node: Mapping[str, Any]) -> int:
+    """The GPUs in a node's ``gres``; a count past :data:`MAX_NODE_GPUS` is refused naming the node."""
+    gres = _text(node.get("gres"))
+    where = f"GET nodes: node {_text(node.get('name'))!r}"
+    if re.search(r"\d{10}", gres):  # a 5,000-digit count is no node's (and int() would refuse to read it)
+        return _count(MAX_NODE_GPUS + 1, where, f"gres {brief_repr(gres)}: its GPU count", MAX_NODE_GPUS)
+    return _count(gres_gpu_count(gres), where, f"gres {gres!r}: its GPU count", MAX_NODE_GPUS)
 
 
 def _text(value: Any) -> str:
-    return "" if value is None else str(value)
+    """A value of slurmrestd's as text for people: control characters (ESC, BEL, CR, LF, NUL) shown escaped, so
+    that a job name or reason cannot rewrite the task log's lines or the terminal showing them."""
+    return "" if value is None else printable(str(value))
 
 
 @dataclass
@@ -522,8 +569,8 @@ class SlurmRestClient(SlurmClient):
         if isinstance(task, int) and isinstance(array, int) and array:
             return f"{array}_{task}", str(array), str(task)
         if isinstance(array, int) and array and job.get("array_task_string"):  # the array's pending remainder
-            return f"{array}_[{job['array_task_string']}]", str(array), None
-        return str(raw), None, None
+            return f"{array}_[{_text(job['array_task_string'])}]", str(array), None
+        return _text(raw), None, None
 
     def _status(self, job: Mapping[str, Any]) -> JobStatus:
         key, array, task = self._key(job)
@@ -542,7 +589,7 @@ class SlurmRestClient(SlurmClient):
             reason="" if job.get("state_reason") in (None, "None") else _text(job.get("state_reason")),
             exit_code=code,
             signal=sig,
-            restarts=int(job.get("restart_cnt") or 0),
+            restarts=_count(job.get("restart_cnt"), f"GET jobs: job {key}", "restart_cnt", MAX_RESTARTS),
             partition=_text(job.get("partition")),
             nodes=_text(job.get("nodes")),
             name=_text(job.get("name")),
@@ -598,7 +645,7 @@ class SlurmRestClient(SlurmClient):
             if not comment.startswith(COMMENT_PREFIX):
                 continue
             status = self._status(job)
-            count = job.get("node_count")
+            count = _count(job.get("node_count"), f"GET jobs: job {status.job_id}", "node_count") or None
             jobs.append(
                 {
                     "job_id": status.job_id,
@@ -610,7 +657,7 @@ class SlurmRestClient(SlurmClient):
                     "elapsed": status.elapsed,
                     "output": _text(job.get("standard_output")),
                     "comment": comment,
-                    "node_count": count if isinstance(count, int) else None,
+                    "node_count": count,
                     "fields": parse_job_comment(comment),
                     "name": status.name,
                 }
@@ -650,16 +697,20 @@ class SlurmRestClient(SlurmClient):
         for node in nodes:
             if isinstance(node, dict):
                 for name in node.get("partitions") or []:
-                    gpus[name] = gpus.get(name, 0) + gres_gpu_count(_text(node.get("gres")))
+                    gpus[_text(name)] = gpus.get(_text(name), 0) + _node_gpus(node)
         out = {}
         for p in parts:
             if isinstance(p, dict) and p.get("name"):
-                out[str(p["name"])] = {
+                out[_text(p["name"])] = {
                     "state": _text(p.get("state")).lower(),
                     "default": "default" in (p.get("flags") or []),
-                    "gpus": gpus.get(str(p["name"]), 0),
-                    "priority_tier": p.get("priority_tier"),
-                    "preempt_mode": ",".join(str(m) for m in p.get("preemption_mode") or []).upper(),
+                    "gpus": gpus.get(_text(p["name"]), 0),
+                    "priority_tier": _count(
+                        p.get("priority_tier"), f"GET partitions: {_text(p['name'])}", "priority_tier"
+                    )
+                    if p.get("priority_tier") is not None
+                    else None,
+                    "preempt_mode": ",".join(_text(m) for m in p.get("preemption_mode") or []).upper(),
                 }
         return out
 
@@ -669,10 +720,12 @@ class SlurmRestClient(SlurmClient):
         sizes = [
             NodeSize(
                 name=_text(node.get("name")),
-                partitions=tuple(str(p) for p in node.get("partitions") or []),
-                cpus=_count(node.get("cpus")),
-                memory_mb=_count(node.get("real_memory")),
-                gpus=gres_gpu_count(_text(node.get("gres"))),
+                partitions=tuple(_text(p) for p in node.get("partitions") or []),
+                cpus=_count(node.get("cpus"), f"GET nodes: node {_text(node.get('name'))!r}", "cpus"),
+                memory_mb=_count(
+                    node.get("real_memory"), f"GET nodes: node {_text(node.get('name'))!r}", "real_memory"
+                ),
+                gpus=_node_gpus(node),
             )
             for node in nodes
             if isinstance(node, dict) and node.get("name")

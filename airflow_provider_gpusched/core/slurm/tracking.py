@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -81,6 +82,10 @@ class SharedJobPoller:
 
     async def _run(self) -> None:
         failures = 0
+        # its own thread, not the event loop's shared pool: a cluster whose slurmrestd is slow (each exchange is
+        # bounded, core/http.py) holds up its own waiters only, never another cluster's poller or the triggerer
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"slurm-poller-{id(self):x}")
+        loop = asyncio.get_running_loop()
         try:
             while self._waiters:
                 waiters = list(self._waiters)
@@ -89,7 +94,7 @@ class SharedJobPoller:
                 sizes = {w.job_id: w.array_size for w in waiters if w.array_size}
                 delay = interval
                 try:
-                    statuses = await asyncio.to_thread(self.client.statuses, ids, sizes)
+                    statuses = await loop.run_in_executor(executor, self.client.statuses, ids, sizes)
                     self.polls += 1
                     failures = 0
                     for w in waiters:
@@ -109,6 +114,7 @@ class SharedJobPoller:
                         w.queue.put_nowait(problem)
                 await asyncio.sleep(delay)
         finally:
+            executor.shutdown(wait=False)
             for reg_key, poller in list(self._registry.items()):
                 if poller is self and not self._waiters:
                     del self._registry[reg_key]

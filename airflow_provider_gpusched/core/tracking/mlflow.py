@@ -22,13 +22,13 @@ import json
 import os
 import re
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_provider_gpusched.core.errors import GpuschedError
+from airflow_provider_gpusched.core.http import HttpAnswerError, HttpError, HttpUnreachableError, exchange
+from airflow_provider_gpusched.core.text import printable
 from airflow_provider_gpusched.core.tracking.callback import SweepRun, TrackingCallback, TrialEnd, TrialReport, TrialRun
 from airflow_provider_gpusched.core.tracking.config import tracking_uri_problem
 
@@ -58,6 +58,9 @@ def metric_name(name: str) -> str:
 class MLflowRest:
     """The few MLflow REST calls a sweep needs, against ``uri`` (``http(s)://host:port[/prefix]``)."""
 
+    #: the largest answer read (MLflow's answers to these calls are a few KB)
+    max_answer_bytes = 16 << 20
+
     def __init__(
         self,
         uri: str,
@@ -79,37 +82,47 @@ class MLflowRest:
             basic = base64.b64encode(f"{username}:{password or ''}".encode()).decode()
             self.headers["Authorization"] = f"Basic {basic}"
 
-    def _request(self, method: str, path: str, body: Any = None, *, data: bytes | None = None) -> dict[str, Any]:
+    def _request(
+        self, method: str, path: str, body: Any = None, *, data: bytes | None = None, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """One bounded exchange (core/http.py): ``timeout`` for all of it (a server that trickles its answer is cut
+        off), an answer of at most :attr:`max_answer_bytes`, redirects within the server's origin only (the
+        credentials go nowhere else), JSON nested and numbered within bounds."""
         url = f"{self.uri}{path}"
         payload = data if data is not None else (json.dumps(body).encode() if body is not None else None)
         headers = dict(self.headers)
         if data is not None:
             headers["Content-Type"] = "application/octet-stream"
-        request = urllib.request.Request(url, data=payload, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                text = response.read()
-        except urllib.error.HTTPError as exc:
-            detail = exc.read()[:500].decode(errors="replace")
+            response = exchange(
+                method,
+                url,
+                body=payload,
+                headers=headers,
+                timeout=timeout or self.timeout,
+                max_bytes=self.max_answer_bytes,
+            )
+        except HttpUnreachableError as exc:
+            raise MLflowError(f"MLflow server {self.uri} unreachable: {exc}") from None
+        except HttpError as exc:
+            raise MLflowError(f"MLflow {method} {path}: {exc}") from None
+        if response.status >= 400:
+            detail = printable(response.body[:500].decode(errors="replace"))
             try:
-                code = json.loads(detail).get("error_code", "")
-            except ValueError:
+                found = json.loads(response.body[:500]).get("error_code", "") if response.body[:1] == b"{" else ""
+                code = printable(found) if isinstance(found, str) else ""
+            except (ValueError, AttributeError, RecursionError):
                 code = ""
-            if exc.code == 403 and "Host header" in detail:  # MLflow 3's guard: names not allowed are refused
+            if response.status == 403 and "Host header" in detail:  # MLflow 3's guard: names not allowed are refused
                 netloc = urllib.parse.urlsplit(self.uri).netloc
                 detail += f" (start `mlflow server` with --allowed-hosts {netloc}: docs/tracking.md)"
-            raise MLflowError(f"MLflow {method} {path}: HTTP {exc.code} {code} {detail}".strip()) from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise MLflowError(f"MLflow server {self.uri} unreachable: {reason}") from None
-        if not text:
+            raise MLflowError(f"MLflow {method} {path}: HTTP {response.status} {code} {detail}".strip())
+        if not response.body:
             return {}
         try:
-            answer = json.loads(text)
-        except ValueError:
-            raise MLflowError(
-                f"MLflow {method} {path}: the answer is not JSON (is {self.uri} an MLflow server?)"
-            ) from None
+            answer = response.json(f"MLflow {method} {path}")
+        except HttpAnswerError as exc:
+            raise MLflowError(f"{exc}: the answer is not JSON as expected (is {self.uri} an MLflow server?)") from None
         if not isinstance(answer, dict):
             raise MLflowError(f"MLflow {method} {path}: expected a JSON object")
         return answer
@@ -179,7 +192,9 @@ class MLflowRest:
         target = urllib.parse.quote(f"{rest}/{os.path.basename(path)}")
         with open(path, "rb") as fh:
             data = fh.read(64 << 20)
-        self._request("PUT", f"/api/2.0/mlflow-artifacts/artifacts/{target}", data=data)
+        # the deadline grows with the file (at least 1 MiB a second): a 64 MiB output.log is not cut off at 5 s
+        timeout = self.timeout + len(data) / (1 << 20)
+        self._request("PUT", f"/api/2.0/mlflow-artifacts/artifacts/{target}", data=data, timeout=timeout)
         return True
 
 
