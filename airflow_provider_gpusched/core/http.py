@@ -15,6 +15,9 @@ A server is a remote party that may be slow, broken or hostile. :func:`exchange`
   :data:`MAX_DEPTH` and numbers longer than :data:`MAX_DIGITS` digits
   (:func:`~airflow_provider_gpusched.core.safe_files.parse_json_record`).
 
+A caller that makes many exchanges for one step (a tracking sync, many requests per trial) bounds them together
+with :func:`time_budget`: inside it, every exchange of this context ends by the budget's end as well.
+
 ``user:password@`` in a URL is sent as Basic auth. Proxies come from the environment (``http_proxy``,
 ``https_proxy``, ``no_proxy``) as ``urllib`` takes them. No error message holds the URL's path, query or user
 information (a webhook's URL is a secret): only its origin, where one is named at all.
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import contextvars
 import http.client
 import socket
 import ssl
@@ -33,7 +37,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +51,8 @@ MAX_DEPTH = 64
 #: the longest number a JSON answer may hold (Slurm's 64-bit NO_VAL64 has 20 digits)
 MAX_DIGITS = 40
 _REDIRECTS = frozenset([301, 302, 303, 307, 308])
+#: the end of the time budget the exchanges of this context share (time.monotonic()), and what it is called
+_BUDGET: contextvars.ContextVar[tuple[float, str] | None] = contextvars.ContextVar("gpusched_http_budget", default=None)
 _CHUNK = 1 << 16
 
 
@@ -108,6 +114,21 @@ def origin(url: str) -> str:
     return f"{scheme}://{host}:{port or (443 if scheme == 'https' else 80)}"
 
 
+@contextlib.contextmanager
+def time_budget(seconds: float | None, what: str) -> Iterator[None]:
+    """Every :func:`exchange` made in this block (this thread or task) ends within ``seconds`` from now, together,
+    each also within its own ``timeout``; one that would start after the budget is spent is refused
+    (:class:`HttpTimeoutError` naming ``what``). None: no budget (the block's exchanges keep their own deadlines)."""
+    if seconds is None:
+        yield
+        return
+    token = _BUDGET.set((time.monotonic() + float(seconds), what))
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
 def exchange(
     method: str,
     url: str,
@@ -136,7 +157,12 @@ def exchange(
         raise HttpError("the URL's port is not a number from 0 to 65535")
     if not timeout or timeout <= 0:
         raise HttpError(f"the exchange needs a deadline in seconds, got {timeout!r}")
-    deadline = time.monotonic() + float(timeout)
+    deadline, within = time.monotonic() + float(timeout), f"within {timeout:g}s"
+    budget = _BUDGET.get()
+    if budget is not None and budget[0] < deadline:
+        deadline, within = budget[0], f"within {budget[1]}"
+        if deadline <= time.monotonic():
+            raise HttpTimeoutError(f"{budget[1]} is spent: the exchange was not started")
     state = _State()
     outcome: dict[str, Any] = {}
 
@@ -153,11 +179,11 @@ def exchange(
     worker.join(max(0.0, deadline - time.monotonic()))
     if worker.is_alive():
         state.cut()  # unblocks the worker's read; the caller does not wait for it
-        raise HttpTimeoutError(f"no complete answer within {timeout:g}s")
+        raise HttpTimeoutError(f"no complete answer {within}")
     if "error" in outcome:
         exc = outcome["error"]
         if state.was_cut:
-            raise HttpTimeoutError(f"no complete answer within {timeout:g}s") from None
+            raise HttpTimeoutError(f"no complete answer {within}") from None
         raise exc
     answer: Response = outcome["answer"]
     return answer

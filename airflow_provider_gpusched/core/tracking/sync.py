@@ -41,6 +41,7 @@ from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_finite_number, is_number
 from airflow_provider_gpusched.core.errors import GpuschedError
+from airflow_provider_gpusched.core.http import time_budget
 from airflow_provider_gpusched.core.safe_files import BadRecordError, read_json_record, write_json_atomic
 from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports
 from airflow_provider_gpusched.core.sweep.store import (
@@ -228,28 +229,34 @@ class TrackingSync:
             if run_record.get("run") != self.sweep.run or not isinstance(run_record.get("memo"), dict):
                 raise GpuschedError(f"{run_path}: not the tracking record of run {self.sweep.run!r}")
             sweep = SweepRun(**{**self.sweep.__dict__, "memo": run_record["memo"]})
-            try:
-                _told(lambda: callback.setup(sweep), "the setup")
-                for folder in folders:
-                    if deadline is not None and time.monotonic() > deadline:
-                        out.pending = True
-                        break
-                    out.told += self._trial(callback, sweep, base, folder, tasks.get(folder), run_path, run_record)
-                if out.told:  # what the trials' events added to the sweep run's memo (TensorBoard's columns)
-                    self._write(run_path, run_record)
-                if summary is not None and not run_record.get("ended") and not out.pending:
-                    try:
-                        _told(lambda: callback.on_sweep_end(sweep, summary), "the sweep's end")
-                    finally:
-                        self._write(run_path, run_record)  # what the callback kept (its parent run) before it failed
-                    run_record["ended"] = True
-                    self._write(run_path, run_record)
-                    out.told += 1
-            except _CallbackFailed as exc:
-                out.error, out.pending = str(exc), True
-            finally:
-                with contextlib.suppress(Exception):
-                    callback.close()
+            # the budget bounds the tracker's requests too, not only the trials started: one trial's events may take
+            # many requests, each within its own timeout (an MLflow server answering slowly held a step 5.5 minutes)
+            spend = time_budget(None if deadline is None else self.budget, f"the tracking step's {self.budget:g}s")
+            with spend:
+                try:
+                    _told(lambda: callback.setup(sweep), "the setup")
+                    for folder in folders:
+                        if deadline is not None and time.monotonic() > deadline:
+                            out.pending = True
+                            break
+                        out.told += self._trial(callback, sweep, base, folder, tasks.get(folder), run_path, run_record)
+                    if out.told:  # what the trials' events added to the sweep run's memo (TensorBoard's columns)
+                        self._write(run_path, run_record)
+                    if summary is not None and not run_record.get("ended") and not out.pending:
+                        try:
+                            _told(lambda: callback.on_sweep_end(sweep, summary), "the sweep's end")
+                        finally:
+                            self._write(
+                                run_path, run_record
+                            )  # what the callback kept (its parent run) before it failed
+                        run_record["ended"] = True
+                        self._write(run_path, run_record)
+                        out.told += 1
+                except _CallbackFailed as exc:
+                    out.error, out.pending = str(exc), True
+                finally:
+                    with contextlib.suppress(Exception):
+                        callback.close()
             self._health(base, health, callback.name, out, final)
             return out
         finally:
