@@ -100,28 +100,6 @@ MAX_RESULT_DEPTH = 64
 MAX_RESULT_VALUES = 100_000
 
 
-def _json_depth(data: bytes) -> int:
-    """The deepest nesting of ``[`` and ``{`` in JSON text (outside strings), without parsing it."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for byte in data:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:  # backslash
-                escaped = True
-            elif byte == 0x22:
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):
-            depth += 1
-            deepest = max(deepest, depth)
-        elif byte in (0x5D, 0x7D):
-            depth -= 1
-    return deepest
-
-
 def _open_output(path: str, folder: str) -> tuple[Any, str]:
     """A file the trial wrote, opened for reading: only a regular file inside ``folder`` reached without a
     symbolic link, and not bigger than MAX_RESULT_BYTES. (file object or None, why not)."""
@@ -151,7 +129,9 @@ def read_result_json(path: str, folder: str) -> Any:
         return {"_unreadable": why} if why else None
     with fh:
         data = fh.read(MAX_RESULT_BYTES + 1)
-    if _json_depth(data) > MAX_RESULT_DEPTH:
+    from airflow_provider_gpusched.core.safe_files import json_depth
+
+    if json_depth(data, MAX_RESULT_DEPTH) > MAX_RESULT_DEPTH:
         return {"_unreadable": f"{path}: nested deeper than {MAX_RESULT_DEPTH} levels"}
     try:
         return json.loads(data)
