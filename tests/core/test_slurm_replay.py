@@ -116,3 +116,13 @@ def test_sacct_records_with_array_ranges_signals_and_cancellations():
     assert array.tasks["2071_0"].exit_code == 3 and array.tasks["2071_1"].phase is JobPhase.CANCELLED
     assert array.tasks["2071_1"].signal == 15
     assert runner.ran("sacct")[0][:5] == ["sacct", "-P", "-n", "-X", "-j"] and not runner.ran("tail")
+
+
+def test_squeue_fields_with_control_characters_or_absurd_counts_are_escaped_or_no_count():
+    """Issue 77 items 10-11 on the CLI path, as slurmrestd's client: a 5000-digit restart count made ``int()`` raise
+    deep in a poll; ESC, BEL and NUL in a reason or a job name reached the task log raw."""
+    line = "2050|2050|N/A|RUNNING|Bad\x1b[31mreason\x07|" + "9" * 5000 + "|batch|vm|0:01|rec\x00-one|\n"
+    c, _ = client(squeue=[line])
+    status = c.statuses(["2050"])["2050"]
+    assert status.restarts == 0 and status.state == "RUNNING"
+    assert status.reason == "Bad\\x1b[31mreason\\x07" and status.name == "rec\\x00-one"

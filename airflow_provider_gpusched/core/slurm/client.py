@@ -35,6 +35,7 @@ from airflow_provider_gpusched.core.slurm.transport import (
     SlurmTransport,
     SlurmUnavailableError,
 )
+from airflow_provider_gpusched.core.text import printable
 
 log = logging.getLogger(__name__)
 
@@ -379,11 +380,11 @@ class SlurmClient:
                     job_id=f"{array_id}_{task_id}" if is_array else raw_id,
                     phase=classify_state(state),
                     state=state,
-                    reason=reason,
-                    restarts=int(restarts) if restarts.isdigit() else 0,
-                    partition=partition,
+                    reason=printable(reason),
+                    restarts=_cli_count(restarts) or 0,
+                    partition=printable(partition),
                     nodes=nodes,
-                    name=name,
+                    name=printable(name),
                     elapsed=parse_duration(used),
                     array_job_id=array_id if is_array else None,
                     array_task_id=task_id if is_array else None,
@@ -524,16 +525,16 @@ class SlurmClient:
                 {
                     "job_id": f"{array_id}_{task_id}" if is_array else raw_id,
                     "state": normalize_state(state),
-                    "reason": reason,
-                    "restarts": int(restarts) if restarts.isdigit() else 0,
+                    "reason": printable(reason),
+                    "restarts": _cli_count(restarts) or 0,
                     "partition": partition,
                     "nodes": "" if nodes in ("", "(null)") else nodes,
                     "elapsed": parse_duration(used),
                     "output": output,
                     "comment": comment,
-                    "node_count": int(count) if count.strip().isdigit() else None,
+                    "node_count": _cli_count(count.strip()),
                     "fields": parse_job_comment(comment),
-                    "name": name,
+                    "name": printable(name),
                 }
             )
         return jobs
@@ -713,3 +714,12 @@ def parse_jobcomp_line(line: str) -> dict[str, str]:
         end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
         record[m.group(1)] = text[m.end() : end]
     return record
+
+
+def _cli_count(text: str, limit: int = 1 << 32) -> int | None:
+    """A count the Slurm CLI printed: 1-10 ASCII digits up to ``limit``, else None (a 5000-digit or non-ASCII
+    "count" is no count: ``int()`` would raise deep in a poll, as slurmrestd's client refuses it)."""
+    if re.fullmatch(r"[0-9]{1,10}", text) is None:
+        return None
+    value = int(text)
+    return value if value <= limit else None
