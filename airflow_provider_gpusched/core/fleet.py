@@ -626,6 +626,13 @@ def fleet_host_known(fleet_dir: str, own_host: str = "") -> Callable[[str], bool
     return lambda host: host == own_host or os.path.isfile(os.path.join(folder, host + ".json"))
 
 
+def fleet_host_capacities(fleet_dir: str, resource: str) -> Callable[[], dict[str, float]]:
+    """What each host that published a record has (its GPUs, or their memory with ``resource: gpu_memory``), read
+    anew at each look: a host's quota claims count together for at most that (``QuotaBook.host_capacities``)."""
+    counting = QuotaConfig(resource=resource)
+    return lambda: {r.host: counting.capacity_of(r.gpus) for r in read_fleet(fleet_dir).hosts}
+
+
 def open_quota_book(
     config: QuotaConfig, fleet_dir: str, state_dir: str, *, shared: bool = False, gpus: Iterable[Any] = ()
 ) -> tuple[QuotaBook, float]:
@@ -636,6 +643,7 @@ def open_quota_book(
     if not fleet_dir:
         return book, config.capacity_of(gpus)
     book.host_known = fleet_host_known(fleet_dir)
+    book.host_capacities = fleet_host_capacities(fleet_dir, config.resource)
     return book, fleet_capacity(fleet_dir, config.resource)
 
 
@@ -655,5 +663,6 @@ def attach_quotas(manager: LeaseManager, config: QuotaConfig, fleet_dir: str = "
         return cached[0]
 
     book.host_known = fleet_host_known(fleet_dir, me)
+    book.host_capacities = fleet_host_capacities(fleet_dir, config.resource)
     manager.use_quotas(book, capacity, me)
     return book

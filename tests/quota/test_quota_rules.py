@@ -340,6 +340,26 @@ def test_claims_and_waiting_marks_that_say_more_than_they_may_count_for_nothing(
     assert "00000000000000c1" in [c.lease_id for c in book.claims(now=now, capacity=8.0)]
 
 
+def test_one_hosts_claims_count_together_for_at_most_what_the_host_has(tmp_path):
+    """Each claim within the fleet's GPUs is not enough: a writer of the book put N claims of a whole host's GPUs
+    under one host (N x its GPUs counted, a group's real leases "borrowed"). A host's claims count together for at
+    most what its record says it has, the oldest first; the others are named and count for nothing."""
+    book = QuotaBook(str(tmp_path / "quota"), config({"groups": {"nlp": 1, "vision": 7}}))
+    book.host_known = lambda host: host in ("h1", "h2")
+    book.host_capacities = lambda: {"h1": 2.0, "h2": 4.0}
+    now = 1000.0
+    with book.lock():
+        book.add_claim(Claim("00000000000000a1", "h1", "nlp", 1.0, 500.0, 0, "n0", now + 60))
+        book.add_claim(Claim("00000000000000a2", "h1", "vision", 1.0, 501.0, 0, "v0", now + 60))
+        for i in range(3):  # later (or forged) claims on the full host
+            book.add_claim(Claim(f"00000000000000f{i}", "h1", "nlp", 2.0, 600.0 + i, 0, f"f{i}", now + 60))
+        book.add_claim(Claim("00000000000000b1", "h2", "vision", 4.0, 700.0, 0, "v1", now + 60))
+    counted = sorted(c.lease_id for c in book.claims(now=now, capacity=6.0))
+    assert counted == ["00000000000000a1", "00000000000000a2", "00000000000000b1"]
+    named = [why for _, why in book.problems]
+    assert len(named) == 3 and all("host 'h1' has 2 in all, and its older claims hold 2" in w for w in named), named
+
+
 def test_two_requests_never_reclaim_a_group_below_its_quota_between_them():
     c = config({"groups": {"a": 4, "b": 4}})
     claims = [claim(str(i), "a", created=i) for i in range(1, 6)]  # 5 held, 1 beyond the quota

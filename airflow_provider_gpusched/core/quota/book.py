@@ -36,7 +36,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from airflow_provider_gpusched.core.errors import GpuschedError
@@ -87,6 +87,9 @@ class QuotaBook:
         #: whether a host exists (in a fleet: it published a record, core/fleet.py); None: any host. A claim or a
         #: waiting mark of another host counts for nothing
         self.host_known: Callable[[str], bool] | None = None
+        #: what each host that published a record has (host -> its capacity, read once per look); None: not known.
+        #: A host's claims count together for at most that much: the oldest first, any beyond it counts for nothing
+        self.host_capacities: Callable[[], Mapping[str, float]] | None = None
         self._renewed: dict[str, float] = {}  # lease id -> until, of claims this process wrote or renewed
         #: (host, owner) -> (until, what it waits for) of the waiting marks this object wrote
         self._marked: dict[tuple[str, str], tuple[float, tuple[Any, ...]]] = {}
@@ -187,10 +190,12 @@ class QuotaBook:
         out: list[Claim] = []
         self.problems = []
         base = os.path.join(self.root, "claims")
+        per_host = self.host_capacities() if self.host_capacities is not None else {}
         for h in _listdir(base):
             folder = os.path.join(base, h)
             if self._unknown_host(folder, h):
                 continue
+            mine: list[Claim] = []
             for name in _listdir(folder):
                 if not name.endswith(".json"):
                     continue
@@ -213,8 +218,30 @@ class QuotaBook:
                     continue
                 if self._out_of_bounds(path, claim.until, CLAIM_TTL, now, claim.amount, capacity):
                     continue
-                out.append(claim)
+                mine.append(claim)
+            out.extend(self._within_host(folder, h, mine, per_host.get(h)))
         return out
+
+    def _within_host(self, folder: str, host: str, claims: list[Claim], capacity: float | None) -> list[Claim]:
+        """A host's claims that fit in what it has (``capacity``; None: not known), the oldest first; the others
+        are named and count for nothing (one host's claims of more GPUs than it has are forged or stale)."""
+        if capacity is None:
+            return claims
+        kept: list[Claim] = []
+        total = 0.0
+        for claim in sorted(claims, key=lambda c: (c.created, c.lease_id)):
+            if total + claim.amount > capacity * (1 + EPS) + EPS:
+                self.problems.append(
+                    (
+                        os.path.join(folder, claim.lease_id + ".json"),
+                        f"{folder}: host {host!r} has {capacity:g} in all, and its older claims hold {total:g}: "
+                        f"claim {claim.lease_id} ({claim.amount:g}) counts for nothing",
+                    )
+                )
+                continue
+            kept.append(claim)
+            total += claim.amount
+        return kept
 
     def add_claim(self, claim: Claim) -> None:
         path = os.path.join(self._dir("claims", claim.host), claim.lease_id + ".json")
