@@ -106,8 +106,8 @@ def origin(url: str) -> str:
     scheme = parts.scheme.lower()
     try:
         port = parts.port
-    except ValueError:
-        port = None
+    except ValueError:  # not a port: an origin of its own, which no configured server has (never followed)
+        return f"{scheme}://<a port that is not a number from 0 to 65535>"
     host = (parts.hostname or "").lower()
     if ":" in host:
         host = f"[{host}]"
