@@ -160,4 +160,3 @@ def test_hostile_names_and_values_are_text_on_every_page_in_chromium(tmp_path):
             assert errors == [], errors
         finally:
             browser.close()
-
