@@ -14,7 +14,7 @@ import pytest
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 from airflow_provider_gpusched.core.slurm.chain import chain_failure, parse_segments, time_limit_chain
-from airflow_provider_gpusched.core.slurm.chain_shim import shim_source
+from airflow_provider_gpusched.core.slurm.chain_shim import shim_source, slurm_restarts
 from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec
 from airflow_provider_gpusched.core.slurm.job_view import job_record, job_view, read_job_record
 
@@ -228,6 +228,103 @@ def test_the_first_segments_allowance_is_not_given_again_to_a_segment_whose_reco
     proc.communicate(timeout=60)
     [segment], _ = parse_segments((tmp_path / "chain-42.jsonl").read_text(), "x")
     assert (segment.segment, segment.outcome) == (2, "no-progress") and not (tmp_path / "calls").exists()
+
+
+def run_script(tmp_path, spec, *, restarts, batch_signal=True):
+    """``spec``'s job script as Slurm runs it (bash, then the containment shim, then the chain's wrapper), with
+    Slurm's ``SLURM_RESTART_COUNT`` and a stand-in scontrol that records its arguments; SIGUSR1 reaches the batch
+    shell (the containment shim, which passes it on) once the work is ready. ``batch_signal=False``: the script the
+    REST transport submits."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.calls"}\n')
+    (bin_dir / "scontrol").chmod(0o700)
+    (bin_dir / "python3").symlink_to(os.path.realpath(sys.executable))
+    script = tmp_path / "job.sh"
+    script.write_text(spec.render_script(batch_signal=batch_signal))
+    script.chmod(0o700)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42", "SLURM_RESTART_COUNT": str(restarts)}
+    proc = subprocess.Popen([str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.strip() == "ready":
+            break
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGUSR1)
+    out, _ = proc.communicate(timeout=60)
+    segments, problems = parse_segments((tmp_path / "records" / "chain-42.jsonl").read_text(), "chain-42.jsonl")
+    assert not problems
+    calls = (tmp_path / "scontrol.calls").read_text() if (tmp_path / "scontrol.calls").exists() else ""
+    return proc.returncode, "".join(lines) + out, segments, calls
+
+
+def chained_spec(tmp_path, **fields):
+    (tmp_path / "records").mkdir(mode=0o700)  # empty: the work erased the chain's records
+    return SlurmJobSpec(
+        command=["python3", "-c", WORK, "signal"],
+        chain_records=str(tmp_path / "records"),
+        time_limit_chain={"checkpoint": str(tmp_path / "ck-%j.json"), "max_requeues": 2, "grace": 2},
+        **fields,
+    )
+
+
+@pytest.mark.parametrize("batch_signal", [True, False], ids=["sbatch", "slurmrestd"])
+@pytest.mark.parametrize(
+    ("fields", "seen"),
+    [
+        ({"environment": {"SLURM_RESTART_COUNT": "0"}}, "'0'"),
+        ({"setup": ["unset SLURM_RESTART_COUNT"]}, "unset"),
+        # and the variable that keeps Slurm's count is read-only to the job's own lines
+        ({"setup": ["unset SLURM_RESTART_COUNT", "gpusched_restarts=0", "unset gpusched_restarts"]}, "unset"),
+    ],
+    ids=["environment", "setup-unset", "setup-overwrite"],
+)
+def test_the_jobs_environment_and_setup_cannot_lower_slurms_restart_count_for_the_chain(
+    tmp_path, fields, seen, batch_signal
+):
+    """Slurm restarted the job twice, max_requeues=2, the record file is erased; the job's environment sets
+    SLURM_RESTART_COUNT=0 (or its setup unsets it) before the wrapper starts. The old script passed that on to the
+    wrapper, which then counted 0 restarts and asked a third requeue; the script now reads Slurm's count before the
+    job's own lines and hands it to the wrapper as an argument."""
+    code, out, segments, calls = run_script(
+        tmp_path, chained_spec(tmp_path, **fields), restarts=2, batch_signal=batch_signal
+    )
+    assert "requeue" not in calls and code == 143, out
+    [segment] = segments
+    assert (segment.segment, segment.outcome) == (3, "out-of-requeues")
+    assert segment.detail.startswith("out of requeues: the time limit came after 2 requeue(s) (max_requeues=2)")
+    assert f"SLURM_RESTART_COUNT is {seen} here (the job's environment or setup lines changed it" in out
+    assert "the chain counts Slurm's 2 restart(s)" in out
+
+
+def test_the_job_script_still_requeues_while_slurms_restart_count_is_below_max_requeues(tmp_path):
+    """The same script, Slurm's count 1: one requeue is left, and asked for (the harness above sees requeues)."""
+    code, out, [segment], calls = run_script(tmp_path, chained_spec(tmp_path), restarts=1)
+    assert calls == "requeue 42\n" and code == 0, out
+    assert (segment.segment, segment.outcome) == (2, "requeued") and "requeued (2 of at most 2)" in segment.detail
+    assert "SLURM_RESTART_COUNT is" not in out  # nothing changed it: nothing said
+
+
+def test_the_wrapper_prefers_the_count_the_script_read_and_falls_back_to_its_environment(monkeypatch):
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "5")
+    assert (slurm_restarts("2"), slurm_restarts(None), slurm_restarts(""), slurm_restarts("x1")) == (2, 5, 5, 5)
+    monkeypatch.delenv("SLURM_RESTART_COUNT")
+    assert (slurm_restarts(None), slurm_restarts("0"), slurm_restarts("1" * 10)) == (0, 0, 0)
+
+
+def test_setting_slurm_restart_count_beside_a_chain_is_said_at_submission(tmp_path):
+    def advice(**fields):
+        return SlurmJobSpec(
+            command="train", chain_records=str(tmp_path), time_limit_chain={"checkpoint": "/c"}, **fields
+        ).chain_advice()
+
+    said = "the job's environment or setup sets or unsets SLURM_RESTART_COUNT: the command sees that value"
+    assert said in (advice(environment={"SLURM_RESTART_COUNT": "0", "SLURM_CPU_BIND": "none"}) or "")
+    assert said in (advice(setup=["module load x", "unset SLURM_RESTART_COUNT"]) or "")
+    assert said in (advice(setup=["export SLURM_RESTART_COUNT=0"]) or "")
+    assert advice(environment={"SLURM_CPU_BIND": "none"}, setup=['echo "restart $SLURM_RESTART_COUNT"']) is None
+    assert SlurmJobSpec(command="t", environment={"SLURM_RESTART_COUNT": "0"}).chain_advice() is None  # no chain
 
 
 @pytest.mark.parametrize(

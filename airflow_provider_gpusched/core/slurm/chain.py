@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.records import RecordType, one_of, record_class, says
 from airflow_provider_gpusched.core.safe_files import BadRecordError, parse_json_record
-from airflow_provider_gpusched.core.slurm.chain_shim import LINE_LIMIT, MAX_SEGMENT
+from airflow_provider_gpusched.core.slurm.chain_shim import LINE_LIMIT, MAX_SEGMENT, RESTARTS_ARG
 
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.slurm.client import SlurmClient
@@ -40,6 +40,8 @@ CHAIN_FAILURES = ("no-progress", "out-of-requeues", "requeue-failed")
 #: slurmctld checks time limits, and sends ``--signal``'s signal, at its periodic check (every 30 s): the signal
 #: comes ``signal_delay`` to ``signal_delay + SIGNAL_CHECK`` seconds before the limit
 SIGNAL_CHECK = 30
+#: the job script's shell variable that holds Slurm's restart count, read before the job's own lines
+RESTARTS_VARIABLE = "gpusched_restarts"
 #: seconds a segment should have before the signal may come: the work's start (imports, data, resuming) and a
 #: checkpoint. A shorter window is said at submission, and a segment signalled sooner than this after its start
 #: is judged as one that had no time to checkpoint, never as a hang (chain_shim.py)
@@ -128,8 +130,21 @@ class TimeLimitChain:
             f"more leaves it at least {ADVISED_WORK} s (docs/slurm.md, 'What a command needs')"
         )
 
+    @staticmethod
+    def read_restarts() -> list[str]:
+        """The job script's lines that keep Slurm's restart count (``SLURM_RESTART_COUNT``, 0 when absent or not
+        digits) in a read-only shell variable for :meth:`wrap`'s lines: they go before any line of the job's own
+        (its environment exports, its setup), which may set or unset the variable but no longer change the count
+        that caps the chain (chain_shim.slurm_restarts)."""
+        return [
+            f'{RESTARTS_VARIABLE}="${{SLURM_RESTART_COUNT:-0}}"',
+            f'case "${RESTARTS_VARIABLE}" in "" | *[!0-9]*) {RESTARTS_VARIABLE}=0 ;; esac',
+            f"readonly {RESTARTS_VARIABLE}",
+        ]
+
     def wrap(self, argv: Sequence[str], records_dir: str, checkpoint: str, *, self_signal: bool = False) -> list[str]:
-        """The job script's lines that run ``argv`` under the chain's wrapper (its source carried along).
+        """The job script's lines that run ``argv`` under the chain's wrapper (its source carried along), with
+        Slurm's restart count as :meth:`read_restarts`'s lines, earlier in the script, kept it.
         ``self_signal``: Slurm will not signal the batch shell (the REST transport), so the wrapper does, at
         ``signal_delay`` seconds before the job's end time."""
         from airflow_provider_gpusched.core.slurm.chain_shim import shim_source
@@ -148,7 +163,7 @@ class TimeLimitChain:
             config["self_signal"] = self.signal_delay
         return [
             f"gpusched_chain={shlex.quote(shim_source())}",
-            'exec python3 -I -S -c "$gpusched_chain" '
+            f'exec python3 -I -S -c "$gpusched_chain" "{RESTARTS_ARG}${RESTARTS_VARIABLE}" '
             + shlex.join([json.dumps(config, sort_keys=True), "--", *(str(a) for a in argv)]),
         ]
 

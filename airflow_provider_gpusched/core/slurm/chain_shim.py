@@ -1,4 +1,5 @@
-"""The time-limit chain's wrapper, run in a Slurm job around the work: ``python3 -I -S -c SOURCE CONFIG -- argv...``.
+"""The time-limit chain's wrapper, run in a Slurm job around the work:
+``python3 -I -S -c SOURCE --slurm-restarts=N CONFIG -- argv...``.
 
 Slurm signals the job a while before its time limit (``--signal=B:USR1@90``); where the transport cannot ask for
 that (slurmrestd 22.05 refuses ``B:``), the config's ``self_signal`` has this wrapper send the signal to the batch
@@ -8,9 +9,11 @@ containment shim (core/contain.py), saves a checkpoint and exits. Then this wrap
 * the checkpoint is newer than at the segment's start and requeues are left: ``scontrol requeue`` the job, which
   Slurm starts again (the same job id) as the chain's next segment;
 * no newer checkpoint: the work made no progress (hung, or it does not checkpoint): the chain ends, failed;
-* no requeue left: the chain ends, failed. Requeues are counted by Slurm's restart count (``SLURM_RESTART_COUNT``,
-  which the work cannot change; a preemption's or node failure's requeue counts too); the record file, which the
-  work can write, may only lower what is left;
+* no requeue left: the chain ends, failed. Requeues are counted by Slurm's restart count (a preemption's or node
+  failure's requeue counts too): ``--slurm-restarts=N``, which the job script reads from ``SLURM_RESTART_COUNT``
+  before any line of the job's own (its ``environment`` exports and ``setup`` lines may set or unset that variable
+  for the work, and do not change this count: :func:`slurm_restarts`). The record file, which the work can write,
+  may only lower what is left;
 * the work finished before the signal (or after it, with nothing new to continue from): the job ends as it did.
 
 A work that has not exited ``grace`` seconds after the signal is stopped (SIGTERM, then SIGKILL), before Slurm's own
@@ -95,12 +98,36 @@ LINE_LIMIT = 64 << 10
 MAX_SEGMENT = 100000
 
 
-def slurm_restarts() -> int:
+#: the argument that carries Slurm's restart count, as the job script read it before the job's own lines
+RESTARTS_ARG = "--slurm-restarts="
+
+
+def slurm_restarts(given: "str | None" = None) -> int:
     """How many times Slurm has restarted this job (``SLURM_RESTART_COUNT``, absent before the first restart):
-    every requeue counts, the chain's own, a preemption's or a node failure's. Slurm sets it and the work cannot
-    change it for this wrapper, unlike the record file, which the work may write: the chain's cap is on this."""
-    text = os.environ.get("SLURM_RESTART_COUNT", "").strip()
-    return int(text) if text.isdigit() and len(text) <= 9 else 0
+    every requeue counts, the chain's own, a preemption's or a node failure's. The chain's cap is on this, never
+    on the record file, which the work may write. ``given``: the count the job script read first thing
+    (:data:`RESTARTS_ARG`), before the job's environment exports and setup lines, which may change the variable;
+    None (a script rendered before the argument existed) or not a count: this wrapper's own environment."""
+
+    def count(text: str) -> "int | None":
+        text = text.strip()
+        return int(text) if text.isdigit() and text.isascii() and len(text) <= 9 else None
+
+    found = count(given) if given is not None else None
+    return found if found is not None else count(os.environ.get("SLURM_RESTART_COUNT", "")) or 0
+
+
+def restarts_note(restarts: int) -> str:
+    """Words for the job's output when ``SLURM_RESTART_COUNT`` in this environment is not the count read before
+    the job's own lines (its environment or setup changed it); empty when they agree."""
+    text = os.environ.get("SLURM_RESTART_COUNT")
+    if (text or "0").strip() == str(restarts):
+        return ""
+    shown = "unset" if text is None else "{!r}".format(text[:40] + ("..." if len(text) > 40 else ""))
+    return (
+        f"SLURM_RESTART_COUNT is {shown} here (the job's environment or setup lines changed it; the work sees that "
+        f"value): the chain counts Slurm's {restarts} restart(s), read before them"
+    )
 
 
 class Records:
@@ -278,6 +305,9 @@ def arm_self_signal(delay: int, signum: int, target: int) -> None:
 
 
 def main(argv: "list[str]") -> int:
+    given = None  # type: str | None
+    if argv[:1] and argv[0].startswith(RESTARTS_ARG):
+        given, argv = argv[0][len(RESTARTS_ARG) :], argv[1:]
     config = json.loads(argv[0])
     command = argv[2:] if argv[1:2] == ["--"] else argv[1:]
     max_requeues = int(config["max_requeues"])
@@ -289,7 +319,7 @@ def main(argv: "list[str]") -> int:
     on_record, numbered = count_segments(records.read(), job)
     # Slurm's restart count caps the chain: the records (the work may have erased or filled them) may only lower
     # the requeues left, and number the segments no lower than Slurm's count does
-    restarts = slurm_restarts()
+    restarts = slurm_restarts(given)
     requeues, segment = max(on_record, restarts), max(numbered, restarts + 1)
     node = socket.gethostname()
     started = _now()
@@ -300,6 +330,9 @@ def main(argv: "list[str]") -> int:
         f"segment {segment} of job {job} (at most {max_requeues + 1}) started on {node} at {_stamp(started)}; "
         f"checkpoint {checkpoint}"
     )
+    note = restarts_note(restarts) if given is not None else ""  # (without the argument they are one)
+    if note:
+        say(note)
     env = dict(os.environ)
     env.update(
         GPUSCHED_CHAIN_SEGMENT=str(segment),

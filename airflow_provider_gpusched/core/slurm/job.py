@@ -37,6 +37,8 @@ MAX_COMMENT = 1000
 OptionText = Annotated[
     str, says("a string without control characters (newline, tab, ...)", pattern=r"^[^\x00-\x1f\x7f]*$")
 ]
+#: a setup line that sets or unsets SLURM_RESTART_COUNT (said at submission beside a time-limit chain)
+_SETS_RESTARTS = re.compile(r"\bSLURM_RESTART_COUNT=|\bunset\b.*\bSLURM_RESTART_COUNT\b")
 _ENV_NAME = Annotated[str, says("an environment variable name", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 
@@ -214,10 +216,20 @@ class SlurmJobSpec:
         return None if seconds is None else -(-seconds // 60)
 
     def chain_advice(self) -> str | None:
-        """A time-limit chain's word for the task log when its time limit leaves a segment little time before the
-        signal (:meth:`TimeLimitChain.timing_advice`), else None."""
+        """A time-limit chain's words for the task log when its time limit leaves a segment little time before the
+        signal (:meth:`TimeLimitChain.timing_advice`), or when the job's environment or setup sets or unsets
+        ``SLURM_RESTART_COUNT`` (its command then sees that value; the chain's cap does not), else None."""
         chain = self.time_limit_chain
-        return chain.timing_advice(self._limit_minutes()) if isinstance(chain, TimeLimitChain) else None
+        if not isinstance(chain, TimeLimitChain):
+            return None
+        words = [chain.timing_advice(self._limit_minutes())]
+        if "SLURM_RESTART_COUNT" in self.environment or any(_SETS_RESTARTS.search(str(s)) for s in self.setup):
+            words.append(
+                "time_limit_chain: the job's environment or setup sets or unsets SLURM_RESTART_COUNT: the command "
+                "sees that value, not Slurm's restart count; max_requeues still caps Slurm's own count, which the "
+                "job script reads before the job's lines"
+            )
+        return "\n".join(w for w in words if w) or None
 
     def _validate_shape(self) -> None:
         """The job's shape (core/job_shape.py: each option refused by name), the distributed start, and the
@@ -310,6 +322,8 @@ class SlurmJobSpec:
                 body = "\n".join(body.splitlines()[1:])
         if lines[0] == f"#!{self.shell}" and os.path.basename(self.shell) in ("bash", "sh", "dash", "zsh", "ksh"):
             lines.extend(contain_prelude())
+        if self.time_limit_chain is not None:  # Slurm's restart count, before the job's own lines may change it
+            lines.extend(TimeLimitChain.read_restarts())
         for key, value in self.environment.items():
             lines.append(f"export {key}={shlex.quote(str(value))}")
         lines.extend(str(s) for s in self.setup)
