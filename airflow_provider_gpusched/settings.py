@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import re
@@ -133,13 +134,29 @@ def local_run_dir() -> str:
 
 
 def task_directory(root: str, ti, *extra: str) -> str:
-    """``root/<dag>/<run>/<task>[.<map index>]/<extra...>`` with every part made safe for a path."""
+    """``root/<dag>/<run>/<task>[.<map index>]/<extra...>``, every part made safe for a path; the DAG's a folder
+    name of its own (:func:`path_part`): two DAGs never share a folder. (A run's and a task's folder names are only
+    made safe, as they always were: two runs or tasks whose ids clean alike are of one DAG, one author's.)"""
     name = ti.task_id + (f".{ti.map_index}" if ti.map_index is not None and ti.map_index >= 0 else "")
-    parts = [ti.dag_id, ti.run_id, name, *extra]
-    return os.path.join(root, *(_UNSAFE.sub("_", p).strip("._") or "_" for p in parts))
+    rest = (_UNSAFE.sub("_", p).strip("._") or "_" for p in (ti.run_id, name, *extra))
+    return os.path.join(root, path_part(ti.dag_id), *rest)
+
+
+def path_part(text: str) -> str:
+    """``text`` as one folder name, one to one. A plain text (``[A-Za-z0-9_.-]``, no ``.`` or ``_`` at either end,
+    at most 200 characters) is kept as it is; any other is ``_`` + its first 200 characters with the others replaced
+    by ``_`` + ``-`` + 16 hex digits of its SHA-256 (``x`` stays ``x``, ``_x`` is ``_x-a01e47cb4cec0963``). A plain
+    name never starts with ``_`` and two changed ones differ in their hash: no DAG, run or task id can make another's
+    folder its own (a second DAG whose id cleans alike took the first one's task folders)."""
+    if len(text) <= 200 and _PLAIN.fullmatch(text):
+        return text
+    cleaned = _UNSAFE.sub("_", text).strip("._")[:200]
+    return f"_{cleaned}-{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+#: a name kept as it is: no character replaced, no ``.``/``_`` at either end (so never ``.`` or ``..``)
+_PLAIN = re.compile(r"[A-Za-z0-9-](?:[A-Za-z0-9_.-]*[A-Za-z0-9-])?")
 
 
 def sweep_results_root() -> str:

@@ -73,6 +73,50 @@ def jobs_named(slurm, name):
     return [line.split("|") for line in out.split()]
 
 
+#: the users of the UI API tests' Airflow app (tests/airflow/ui_auth.py: ``outsider`` may not read ``ui_private*``)
+UI_USERS = {"admin": "admin", "viewer": "viewer", "outsider": "outsider"}
+
+
+@pytest.fixture(scope="module")
+def client(runs, tmp_path_factory):
+    """Airflow's FastAPI app in process (the UI API tests), once the module's ``runs`` fixture ran its DAGs; logins
+    of :data:`UI_USERS` (:func:`token`) under tests/airflow/ui_auth.py's per-DAG auth manager."""
+    import json
+    import os
+
+    from fastapi.testclient import TestClient
+
+    passwords = tmp_path_factory.mktemp("auth") / "passwords.json"
+    passwords.write_text(json.dumps(UI_USERS))
+    env = {
+        "AIRFLOW__CORE__AUTH_MANAGER": "tests.airflow.ui_auth.PerDagAuthManager",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer,outsider:viewer",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+        "AIRFLOW__API_AUTH__JWT_SECRET": "test-secret-for-the-ui-api-tests-" + "x" * 40,
+    }
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    from airflow.api_fastapi.app import create_app
+
+    try:
+        with TestClient(create_app()) as c:
+            yield c
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def token(client, user):
+    """The Authorization header of user ``user`` (:data:`UI_USERS`) of the :func:`client` app."""
+    r = client.post("/auth/token", json={"username": user, "password": UI_USERS[user]})
+    assert r.status_code in (200, 201), r.text
+    return {"Authorization": f"Bearer {r.json()['access_token']}"}
+
+
 _RESULT_DIR: list[Path] = []
 
 

@@ -7,11 +7,9 @@ import re
 
 import pytest
 
-from .conftest import REPO, run_and_collect
+from .conftest import REPO, run_and_collect, token
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slurm]
-
-USERS = {"admin": "admin", "viewer": "viewer", "outsider": "outsider"}
 
 
 def dags():
@@ -46,42 +44,6 @@ def runs(tmp_path_factory, slurm_cluster):
             os.environ.pop("AIRFLOW__GPUSCHED__JOB_CLASSES", None)
         else:
             os.environ["AIRFLOW__GPUSCHED__JOB_CLASSES"] = old
-
-
-@pytest.fixture(scope="module")
-def client(runs, tmp_path_factory):
-    import os
-
-    from fastapi.testclient import TestClient
-
-    passwords = tmp_path_factory.mktemp("auth") / "passwords.json"
-    passwords.write_text(json.dumps(USERS))
-    env = {
-        "AIRFLOW__CORE__AUTH_MANAGER": "tests.airflow.ui_auth.PerDagAuthManager",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer,outsider:viewer",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
-        "AIRFLOW__API_AUTH__JWT_SECRET": "test-secret-for-the-ui-api-tests-" + "x" * 40,
-    }
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    from airflow.api_fastapi.app import create_app
-
-    try:
-        with TestClient(create_app()) as c:
-            yield c
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def token(client, user):
-    r = client.post("/auth/token", json={"username": user, "password": USERS[user]})
-    assert r.status_code in (200, 201), r.text
-    return {"Authorization": f"Bearer {r.json()['access_token']}"}
 
 
 def test_every_endpoint_needs_a_login(client, runs):

@@ -80,9 +80,10 @@ def claim_output_folder(folder: str, dag_id: str) -> str:
     """Record that a task of DAG ``dag_id`` keeps its Slurm job's files (output, a chain's records) in its task folder
     ``folder`` (under ``[gpusched] slurm_output_dir``): ``dags.json``, the record a sweep folder keeps
     (core/sweep/store.py). The UI reads a task folder's files only under a DAG it lists (:func:`folder_refusal`).
-    A folder that lists another DAG (two DAG ids whose folder names are alike, ``_a`` and ``a``: the first keeps it)
-    is refused (:class:`GpuschedError`): its DAG's readers would see this job's files. Returns '' or why the
-    record could not be written (the job still runs; the UI shows its output once it ends, from its record)."""
+    Folder names are one to one (settings.path_part: no two DAG ids share one); a folder that lists another DAG all
+    the same (written by hand, or by a version whose names were not) is refused (:class:`GpuschedError`): its DAG's
+    readers would see this job's files. Returns '' or why the record could not be written (the job still runs; the
+    UI shows its output once it ends, from its record)."""
     from airflow_provider_gpusched.core.safe_files import write_json_atomic
     from airflow_provider_gpusched.core.sweep.store import DAGS_FILE, folder_dags
 
@@ -91,9 +92,10 @@ def claim_output_folder(folder: str, dag_id: str) -> str:
         return ""
     if dags:
         raise GpuschedError(
-            f"the task folder {folder} is DAG {dags[0]!r}'s (its {DAGS_FILE}), and DAG {dag_id!r} maps to it too "
-            f"(folder names keep only [A-Za-z0-9_.-] of the ids): each DAG's readers would see the other's job "
-            f"output. Give one of the DAGs another id"
+            f"the task folder {folder} is DAG {dags[0]!r}'s (its {DAGS_FILE}), and DAG {dag_id!r} maps to it too: "
+            f"each DAG's readers would see the other's job output. Remove the folder if DAG {dags[0]!r} no longer "
+            f"needs it (a folder of an older version, whose folder names two DAG ids could share), else give one of "
+            f"the DAGs another id"
         )
     try:
         write_json_atomic(os.path.join(folder, DAGS_FILE), {"dags": [dag_id]})
@@ -107,20 +109,22 @@ def claim_output_folder(folder: str, dag_id: str) -> str:
 
 def folder_refusal(folder: str, dag_id: str, root: str) -> str:
     """Why the files in task folder ``folder`` are not shown under DAG ``dag_id`` ('' when they are): only a folder
-    under ``root`` (``[gpusched] slurm_output_dir``) whose ``dags.json`` lists that DAG (:func:`claim_output_folder`).
-    Folder names are the DAG, run and task ids made safe for a path, so two DAGs may map to one folder."""
-    from airflow_provider_gpusched.core.safe_files import is_under
-    from airflow_provider_gpusched.core.sweep.store import DAGS_FILE, folder_dags
+    under ``root`` (``[gpusched] slurm_output_dir``) whose ``dags.json`` lists that DAG (:func:`claim_output_folder`;
+    core/sweep/store.py :func:`~airflow_provider_gpusched.core.sweep.store.folder_refusal`)."""
+    from airflow_provider_gpusched.core.sweep.store import DAGS_FILE
+    from airflow_provider_gpusched.core.sweep.store import folder_refusal as refusal
 
-    if not is_under(folder, root):
-        return f"its task folder {folder} is not under [gpusched] slurm_output_dir ({root})"
-    dags = folder_dags(folder)
-    if dags is None or dag_id not in dags:
-        return (
-            f"its task folder {folder} does not list DAG {dag_id} (its {DAGS_FILE}, written when the job is "
-            f"submitted): its files are not shown here"
-        )
-    return ""
+    return refusal(
+        folder,
+        dag_id,
+        root,
+        outside="its task folder {folder} is not under [gpusched] slurm_output_dir ({root})",
+        unlisted=(
+            "its task folder {folder} does not list DAG {dag_id} (its "
+            + DAGS_FILE
+            + ", written when the job is submitted): its files are not shown here"
+        ),
+    )
 
 
 def read_job_record(data: Any, source: str) -> dict[str, Any]:

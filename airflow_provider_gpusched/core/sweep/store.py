@@ -243,6 +243,22 @@ def folder_dags(folder: str) -> list[str] | None:
     return dags
 
 
+def folder_refusal(folder: str, dag_id: str, root: str, *, outside: str, unlisted: str) -> str:
+    """Why the files of ``folder`` (a sweep folder, a Slurm task folder) are not shown under DAG ``dag_id``: ''
+    when it lies under ``root`` (the setting that keeps such folders) and its ``dags.json`` lists that DAG
+    (:func:`folder_dags`), else ``outside`` or ``unlisted``, with ``{folder}``, ``{dag_id}`` and ``{root}`` filled in.
+    A record naming a folder is an XCom any DAG author can push: naming another DAG's folder must not show that
+    DAG's files to this DAG's readers."""
+    from airflow_provider_gpusched.core.safe_files import is_under
+
+    if not is_under(folder, root):
+        return outside.format(folder=folder, dag_id=dag_id, root=root)
+    dags = folder_dags(folder)
+    if dags is None or dag_id not in dags:
+        return unlisted.format(folder=folder, dag_id=dag_id, root=root)
+    return ""
+
+
 def check_results_folders(root: str, folder: str) -> None:
     """The checks the lease directory gets, for a sweep's results: a results root that every user may write to
     (e.g. 1777) is refused (another user could plant ``<root>/<sweep>`` as a link to a place of their choice),

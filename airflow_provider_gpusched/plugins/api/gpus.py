@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any, cast
@@ -55,6 +54,7 @@ from airflow_provider_gpusched.plugins.api.xcoms import (
     MAX_MAP_INDEX,
     WAITING_STATES,
     HostCheck,
+    NameScrubber,
     name_hider,
     name_scrubber,
     own_identity,
@@ -213,13 +213,13 @@ def quota_table(problems: list[str]) -> QuotaView | None:
     return view
 
 
-def hide_quota_names(view: QuotaView, scrub: Callable[[str], str]) -> None:
-    """The quota table as the leases are shown: a waiter of a DAG the user cannot read (its ``owner`` names its DAG,
-    task and run: ``scrub`` changes it) is shown without its names or its reason, and the other reasons without
-    the tasks of such DAGs they name (:func:`~.xcoms.name_scrubber`)."""
+def hide_quota_names(view: QuotaView, scrub: NameScrubber) -> None:
+    """The quota table as the leases are shown: a waiter whose ``owner`` names a task of a DAG the user may not read
+    (or of a DAG Airflow does not list) is shown without its names or its reason, and the other reasons without
+    the tasks of such DAGs they name (:class:`~.xcoms.NameScrubber`)."""
     for group in view["groups"]:
         for waiter in group["waiters"]:
-            if scrub(waiter["owner"]) != waiter["owner"]:
+            if scrub.hides_owner(waiter["owner"]):
                 waiter["owner"], waiter["reason"] = HIDDEN_DAG, ""
             else:
                 waiter["reason"] = scrub(waiter["reason"])

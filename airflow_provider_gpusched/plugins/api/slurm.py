@@ -56,31 +56,17 @@ def slurm_job(dag_id: str, run_id: str, task_id: str, map_index: int, session) -
         lease = list(
             xcom_records(session, LEASE_XCOM, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index)
         )
-        return {
-            "found": False,
-            "dag_id": dag_id,
-            "run_id": run_id,
-            "task_id": task_id,
-            "map_index": map_index,
-            "local_gpus": bool(lease),
-            "message": (
-                f"task {task_id} (map index {map_index}) of run {run_id} has no Slurm job recorded"
-                + ("; it ran on local GPUs (see its GPU lease)" if lease else "")
-            ),
-        }
+        message = f"task {task_id} (map index {map_index}) of run {run_id} has no Slurm job recorded"
+        if lease:
+            message += "; it ran on local GPUs (see its GPU lease)"
+        return _no_job(dag_id, run_id, task_id, map_index, message, local_gpus=bool(lease))
     value, *_ignored, state, _end, _host = rows[0]
     try:
         record = read_job_record(value, f"XCom {SLURM_JOB_XCOM} of {task_id}")
     except BadRecordError as exc:  # any DAG author can push any XCom: a bad one is said, not a server error
-        return {
-            "found": False,
-            "dag_id": dag_id,
-            "run_id": run_id,
-            "task_id": task_id,
-            "map_index": map_index,
-            "local_gpus": False,
-            "message": f"the Slurm job record of task {task_id} cannot be read: {exc}",
-        }
+        return _no_job(
+            dag_id, run_id, task_id, map_index, f"the Slurm job record of task {task_id} cannot be read: {exc}"
+        )
     live = None
     if not record["final"] and record["via"] == LOCAL_TARGET and settings.ui_live_slurm():
         from airflow_provider_gpusched.core.slurm import SlurmClient, SlurmTransport
@@ -110,6 +96,21 @@ def slurm_job(dag_id: str, run_id: str, task_id: str, map_index: int, session) -
     view["task_state"] = str(state.value if hasattr(state, "value") else state)
     view["found"] = True
     return view
+
+
+def _no_job(
+    dag_id: str, run_id: str, task_id: str, map_index: int, message: str, *, local_gpus: bool = False
+) -> NoSlurmJob:
+    """The answer for a task instance that shows no Slurm job (none recorded, or its record cannot be read)."""
+    return {
+        "found": False,
+        "dag_id": dag_id,
+        "run_id": run_id,
+        "task_id": task_id,
+        "map_index": map_index,
+        "local_gpus": local_gpus,
+        "message": message,
+    }
 
 
 class _TaskInstanceIds(NamedTuple):

@@ -20,11 +20,11 @@ from typing_extensions import NotRequired, TypedDict
 
 from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.core.records import open_view
-from airflow_provider_gpusched.core.safe_files import BadRecordError, is_under, read_tail
+from airflow_provider_gpusched.core.safe_files import BadRecordError, read_tail
 from airflow_provider_gpusched.core.sweep.analysis import compare_runs, param_importance
 from airflow_provider_gpusched.core.sweep.pbt import read_lineage
 from airflow_provider_gpusched.core.sweep.reports import RAN_AGAIN, reports_of_run
-from airflow_provider_gpusched.core.sweep.store import OUTPUT_LOG_FILE, folder_dags
+from airflow_provider_gpusched.core.sweep.store import OUTPUT_LOG_FILE, folder_refusal
 from airflow_provider_gpusched.core.sweep.view import (
     OUTCOMES_XCOM,
     PLAN_XCOM,
@@ -331,17 +331,17 @@ def sweep_trial(dag_id: str, run_id: str, group: str, trial_id: str, session) ->
 
 def _folder_refusal(folder: str, dag_id: str, root: str) -> str:
     """Why the files of sweep folder ``folder`` are not shown under DAG ``dag_id`` ("" when they are): only a folder
-    under ``[gpusched] sweep_results_root`` whose ``dags.json`` lists that DAG. A plan record is an XCom any DAG
-    author can push: naming another DAG's folder must not show that DAG's trial output to this DAG's readers."""
-    if not is_under(folder, root):
-        return f"files are read from [gpusched] sweep_results_root ({root}) only; this sweep keeps them elsewhere"
-    dags = folder_dags(folder)
-    if dags is None or dag_id not in dags:
-        return (
-            f"the sweep folder this plan names does not list DAG {dag_id} among the DAGs that planned in it "
-            f"(its dags.json): its files are not shown here"
-        )
-    return ""
+    under ``[gpusched] sweep_results_root`` whose ``dags.json`` lists that DAG (core/sweep/store.py)."""
+    return folder_refusal(
+        folder,
+        dag_id,
+        root,
+        outside="files are read from [gpusched] sweep_results_root ({root}) only; this sweep keeps them elsewhere",
+        unlisted=(
+            "the sweep folder this plan names does not list DAG {dag_id} among the DAGs that planned in it "
+            "(its dags.json): its files are not shown here"
+        ),
+    )
 
 
 def sweeps(dag_id: str, run_id: str | None, session) -> SweepsView:

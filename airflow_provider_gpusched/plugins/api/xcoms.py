@@ -5,7 +5,6 @@ a DAG the user cannot read is shown without its names."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -113,19 +112,57 @@ def name_hider(readable, also: tuple[str, ...] = ()):
     return hide
 
 
-def name_scrubber(session, readable) -> Callable[[str], str]:
-    """``scrub(text)``: ``text`` with each task of a DAG not in ``readable`` named as the GPU code names a lease
-    holder or a waiter (``<dag>.<task>[<map>] (<run>, try N)``: a quota waiter's ``owner``, a reason that names who
-    it waits behind) replaced by :data:`HIDDEN_DAG`. The DAGs are Airflow's (the DAG table)."""
+#: a task as the GPU code names a lease holder or a waiter: ``<dag>.<task>[<map>] (<run>[, try N])`` (Airflow's ids
+#: are ``[\w.-]``, its run ids have no space): the dotted name, its map index, its run
+_TASK_NAME = re.compile(r"(?<![\w.-])([\w-]+(?:\.[\w-]+)+)(\[[^\]\s]*\])?( \([^()\s]*(?:, try \d+)?\))?")
+
+
+class NameScrubber:
+    """Which names of tasks a user may see in the GPU pages' texts (a quota waiter's ``owner``, a reason that names
+    whom it waits behind): an allow-list. A task name shows only where its DAG is one the user may read
+    (``readable``); a DAG not in Airflow's DAG table (deleted, or another deployment's on a shared fleet) is hidden
+    like a private one. Work started outside Airflow (``gpusched sweep run <sweep> (pid N)``, ``pid N``) has no
+    DAG and shows as it is. A DAG id may hold dots (``a.b``'s task ``c`` reads ``a.b.c``, like ``a``'s task
+    ``b.c``): a name shows only if one of its dotted prefixes is readable and none is a DAG of the table the
+    user may not read (``known``)."""
+
+    def __init__(self, readable, known) -> None:
+        self.readable = set(readable)
+        self.unreadable = set(known) - self.readable
+
+    def allowed(self, name: str) -> bool:
+        """Whether dotted name ``name`` (``<dag>.<task>``) is a task of a DAG the user may read."""
+        parts = name.split(".")
+        prefixes = {".".join(parts[:n]) for n in range(1, len(parts))}
+        return bool(prefixes & self.readable) and not prefixes & self.unreadable
+
+    def hides_owner(self, owner: str) -> bool:
+        """Whether ``owner`` (who holds or waits for GPUs) names a task the user may not see. An Airflow task's owner
+        starts with its dotted name; any other (its first word has no dot) is work started outside Airflow."""
+        first = re.split(r"[\s\[(]", owner, maxsplit=1)[0]
+        return "." in first and not self.allowed(first)
+
+    def __call__(self, text: str) -> str:
+        """``text`` with each task it names that the user may not see replaced by :data:`HIDDEN_DAG`: a dotted
+        name followed by a map index or a run (as an owner is written), or one that starts with a DAG's id."""
+
+        def replace(m: re.Match[str]) -> str:
+            name = m.group(1)
+            if self.allowed(name):
+                return m.group(0)
+            parts = name.split(".")
+            prefixes = {".".join(parts[:n]) for n in range(1, len(parts))}
+            named = m.group(2) or m.group(3) or prefixes & (self.readable | self.unreadable)
+            return HIDDEN_DAG if named else m.group(0)
+
+        return _TASK_NAME.sub(replace, text)
+
+
+def name_scrubber(session, readable) -> NameScrubber:
+    """The :class:`NameScrubber` of a user who may read the DAGs ``readable`` (the other DAGs: Airflow's DAG table)."""
     from airflow.models import DagModel
 
-    hidden = sorted(set(session.scalars(select(DagModel.dag_id))) - set(readable), key=len, reverse=True)
-    if not hidden:
-        return lambda text: text
-    pattern = re.compile(
-        r"(?<![\w.-])(?:" + "|".join(map(re.escape, hidden)) + r")\.[\w.\-\[\]]*(?: \((?:[^()]|\([^()]*\))*\))?"
-    )
-    return lambda text: pattern.sub(HIDDEN_DAG, text)
+    return NameScrubber(readable, session.scalars(select(DagModel.dag_id)))
 
 
 def problem_line(exc: Exception, dag_id: str, readable) -> str:

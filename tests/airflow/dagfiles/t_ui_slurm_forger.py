@@ -1,8 +1,10 @@
-"""Issue 77, item 2: a private DAG whose task keeps a Slurm job's files as a Slurm task does (its task folder under
-``[gpusched] slurm_output_dir``, claimed for its DAG: the job's output and a running time-limit chain's records) and
-publishes its job record, still running; and two DAGs that forge records naming those files: one names them
-outright, the other (``_ui_private_slurm``) has an id whose task folder is the private DAG's own (folder names keep
-only ``[A-Za-z0-9_.-]`` and drop leading ``_``). No Slurm runs: the records are what the UI reads."""
+"""Issue 77, items 2 and B: a private DAG whose task keeps a Slurm job's files as a Slurm task does (its task folder
+under ``[gpusched] slurm_output_dir``, claimed for its DAG: the job's output and a running time-limit chain's
+records) and publishes its job record, still running; a DAG that forges a record naming those files outright; and
+``_ui_private_slurm``, whose ids clean as the private DAG's do (``[A-Za-z0-9_.-]``, no leading ``_``): its task folder
+was the private one's, so its run at the same logical date took that folder first and the private job failed. Its
+folder is its own now: it claims it and keeps its own job's output there. No Slurm runs: the records are what the UI
+reads."""
 
 import glob
 import json
@@ -20,6 +22,7 @@ START = pendulum.datetime(2026, 1, 1, tz="UTC")
 JOB = "4242"
 SECRET = "SECRET-OUTPUT of the private job"
 SECRET_NODE = "secret-node-7"
+OWN_OUTPUT = "the output of _ui_private_slurm's own job"
 
 
 def _chain_lines() -> str:
@@ -35,16 +38,23 @@ def _record(output_path: str, chain_records: str) -> dict:
     return job_record(JOB, output_path=output_path, runner={"host": "login"}, chain_records=chain_records)
 
 
-@task
-def job():
+def _keep_output(text: str, chain: bool) -> None:
+    """Claim the task folder, keep the job's output there (and a running chain's records), publish its record: as a
+    Slurm task does (SlurmJobOperator.build_spec claims the folder; the job writes the files)."""
     ti = get_current_context()["ti"]
     folder = settings.task_directory(settings.slurm_output_dir(), ti)
     os.makedirs(folder, exist_ok=True)
-    assert claim_output_folder(folder, ti.dag_id) == ""  # as SlurmJobOperator.build_spec does
+    assert claim_output_folder(folder, ti.dag_id) == ""  # raises where another DAG claimed the folder
     output = os.path.join(folder, f"{JOB}.out")
-    Path(output).write_text(SECRET + "\n")
-    Path(records_path(folder, JOB)).write_text(_chain_lines())
+    Path(output).write_text(text + "\n")
+    if chain:
+        Path(records_path(folder, JOB)).write_text(_chain_lines())
     ti.xcom_push(key=SLURM_JOB_XCOM, value=_record(output, folder))
+
+
+@task
+def job():
+    _keep_output(SECRET, chain=True)
 
 
 @task
@@ -62,10 +72,9 @@ def junk():
 
 @task(task_id="job")
 def same_folder():
-    """Its own task folder is the private DAG's: names the output there, as its own job would."""
-    ti = get_current_context()["ti"]
-    folder = settings.task_directory(settings.slurm_output_dir(), ti)
-    ti.xcom_push(key=SLURM_JOB_XCOM, value=_record(os.path.join(folder, f"{JOB}.out"), folder))
+    """Its own job, in its own task folder (it runs first: its claim made the private job fail while the two
+    DAGs' folders were one)."""
+    _keep_output(OWN_OUTPUT, chain=False)
 
 
 with DAG("ui_private_slurm", schedule=None, start_date=START) as private:
