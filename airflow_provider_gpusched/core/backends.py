@@ -9,7 +9,8 @@ becomes and which pools its job classes need. Nothing outside a backend's own mo
 Built in: ``local`` (this host's GPUs, :mod:`airflow_provider_gpusched.core.gpu.backend`) and ``slurm``
 (:mod:`airflow_provider_gpusched.core.slurm.backend`). Another package adds one through the entry-point group
 ``airflow_provider_gpusched.backends`` (``name = "package.module:Class"``), or a program calls
-:func:`register_backend`. docs/development.md, "Adding a backend", has a worked example.
+:func:`register_backend`: one :class:`~airflow_provider_gpusched.core.registry.Registry`, as pruning rules, search
+kinds and trackers have. docs/development.md, "Adding a backend", has a worked example.
 
 Backends are named by ``module:Class`` strings and imported on first use, so listing this host's leases never
 pays for the Slurm package.
@@ -17,12 +18,11 @@ pays for the Slurm package.
 
 from __future__ import annotations
 
-import importlib
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.errors import GpuschedError
+from airflow_provider_gpusched.core.registry import Registry
 
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.queue import QueueEntry, StopOutcome
@@ -120,95 +120,50 @@ class Backend:
         raise GpuschedError(f"gpusched sweep run: the {self.name} backend cannot run a sweep from the terminal")
 
 
-_BUILT_IN = {
-    # registration order is the listing order of `gpusched queue list`: queued work first
-    "slurm": "airflow_provider_gpusched.core.slurm.backend:SlurmBackend",
-    "local": "airflow_provider_gpusched.core.gpu.backend:LocalBackend",
-}
-_registered: dict[str, str | type[Backend]] = dict(_BUILT_IN)
-_instances: dict[str, Backend] = {}
-_lock = threading.Lock()
-_entry_points_read = False
-
-
-def register_backend(cls: type[Backend] | str, name: str | None = None) -> None:
-    """Make a backend known by its name (``cls.name``, or ``name`` for a ``module:Class`` string). Registering
-    a name again replaces it (a test's stand-in, a site's own Slurm flavour)."""
-    if isinstance(cls, str):
-        if not name:
-            raise InvalidArgumentError("register_backend name", name, "a name for the 'module:Class' backend")
-    elif not (isinstance(cls, type) and issubclass(cls, Backend)) or not cls.name:
-        raise InvalidArgumentError("register_backend", cls, "a Backend subclass with a name")
-    key = name if name else cls.name if not isinstance(cls, str) else ""
-    with _lock:
-        _registered[key] = cls
-        _instances.pop(key, None)
-
-
-def unregister_backend(name: str) -> None:
-    with _lock:
-        _registered.pop(name, None)
-        _instances.pop(name, None)
-
-
-def refresh_backends() -> None:
-    """Forget what was loaded and read the entry points again (after a package that adds a backend was installed
-    into a running process, such as a notebook's)."""
-    global _entry_points_read
-    with _lock:
-        for name, target in list(_registered.items()):
-            if isinstance(target, str) and name not in _BUILT_IN:
-                del _registered[name]
-        _instances.clear()
-        _entry_points_read = False
-
-
-def _read_entry_points() -> None:
-    global _entry_points_read
-    if _entry_points_read:
-        return
-    _entry_points_read = True
-    from importlib.metadata import entry_points
-
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        _registered.setdefault(ep.name, ep.value)
-
-
-def backend_names() -> list[str]:
-    """Every known backend, in registration order (the built-in ones first)."""
-    _read_entry_points()
-    return list(_registered)
-
-
 def describe_names(names: Iterable[str] | None = None) -> str:
     """``'local' or 'slurm'``: the known names for an error's "expected"."""
     names = sorted(backend_names() if names is None else names)
     return ", ".join(repr(n) for n in names[:-1]) + (" or " if len(names) > 1 else "") + repr(names[-1])
 
 
+#: registration order is the listing order of `gpusched queue list`: queued work first
+REGISTRY: Registry[Backend] = Registry(
+    "backend",
+    Backend,
+    ENTRY_POINT_GROUP,
+    {
+        "slurm": "airflow_provider_gpusched.core.slurm.backend:SlurmBackend",
+        "local": "airflow_provider_gpusched.core.gpu.backend:LocalBackend",
+    },
+    function="register_backend",
+    expected=describe_names,
+)
+
+
+def register_backend(cls: type[Backend] | str, name: str | None = None) -> None:
+    """Make a backend known by its name (``cls.name``, or ``name`` for a ``module:Class`` string). Registering
+    a name again replaces it (a test's stand-in, a site's own Slurm flavour)."""
+    REGISTRY.register(cls, name)
+
+
+def unregister_backend(name: str) -> None:
+    REGISTRY.unregister(name)
+
+
+def refresh_backends() -> None:
+    """Forget what was loaded and read the entry points again (after a package that adds a backend was installed
+    into a running process, such as a notebook's)."""
+    REGISTRY.refresh()
+
+
+def backend_names() -> list[str]:
+    """Every known backend, in registration order (the built-in ones first)."""
+    return REGISTRY.names()
+
+
 def get_backend(name: object, argument: str = "backend") -> Backend:
     """The backend called ``name``; an unknown name is an error naming ``argument`` and the known names."""
-    _read_entry_points()
-    if not isinstance(name, str) or name not in _registered:
-        raise InvalidArgumentError(argument, name, describe_names())
-    with _lock:
-        found = _instances.get(name)
-        if found is None:
-            target = _registered[name]
-            cls = _load(target, name) if isinstance(target, str) else target
-            found = _instances[name] = cls()
-    return found
-
-
-def _load(target: str, name: str) -> type[Backend]:
-    module, _, attr = target.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
-        raise GpuschedError(f"backend {name!r}: cannot load {target!r} ({exc})") from exc
-    if not (isinstance(cls, type) and issubclass(cls, Backend)):
-        raise GpuschedError(f"backend {name!r}: {target!r} is not a Backend subclass")
-    return cls
+    return REGISTRY.instance(name, argument)
 
 
 def backends() -> list[Backend]:

@@ -12,12 +12,11 @@ or registered with :func:`register_pruner` in a module both processes import.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.registry import Registry
 
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.sweep.pruning import PruningRule
@@ -106,66 +105,36 @@ class Pruner:
         return self.judge(trial, own, peers, judged_up_to)
 
 
-_BUILT_IN = {
-    "median": "airflow_provider_gpusched.core.sweep.pruners:MedianRule",
-    "asha": "airflow_provider_gpusched.core.sweep.pruners:ASHARule",
-    "optuna": "airflow_provider_gpusched.core.sweep.pruners:OptunaRule",
-}
-_registered: dict[str, str | type[Pruner]] = dict(_BUILT_IN)
-_lock = threading.Lock()
-_entry_points_read = False
+#: the rules a spec may name (one :class:`~airflow_provider_gpusched.core.registry.Registry`, as backends have)
+REGISTRY: Registry[Pruner] = Registry(
+    "pruning rule",
+    Pruner,
+    ENTRY_POINT_GROUP,
+    {
+        "median": "airflow_provider_gpusched.core.sweep.pruners:MedianRule",
+        "asha": "airflow_provider_gpusched.core.sweep.pruners:ASHARule",
+        "optuna": "airflow_provider_gpusched.core.sweep.pruners:OptunaRule",
+    },
+    function="register_pruner",
+)
 
 
 def register_pruner(cls: type[Pruner]) -> type[Pruner]:
     """Make a rule known by its ``name`` (usable as a class decorator). Registering a name again replaces it."""
-    if not (isinstance(cls, type) and issubclass(cls, Pruner)) or not cls.name:
-        raise InvalidArgumentError("register_pruner", cls, "a Pruner subclass with a name")
-    with _lock:
-        _registered[cls.name] = cls
+    REGISTRY.register(cls)
     return cls
 
 
 def unregister_pruner(name: str) -> None:
-    with _lock:
-        if name in _BUILT_IN:
-            _registered[name] = _BUILT_IN[name]
-        else:
-            _registered.pop(name, None)
-
-
-def _read_entry_points() -> None:
-    global _entry_points_read
-    if _entry_points_read:
-        return
-    _entry_points_read = True
-    from importlib.metadata import entry_points
-
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        _registered.setdefault(ep.name, ep.value)
+    REGISTRY.unregister(name)
 
 
 def pruner_names() -> list[str]:
     """The rules a spec may name: the built-in ones, the registered ones and those of installed packages."""
-    with _lock:
-        _read_entry_points()
-        return list(_registered)
+    return REGISTRY.names()
 
 
 def pruner_class(name: str, where: str = "pruning.rule") -> type[Pruner]:
     """The class of rule ``name`` (a ``module:Class`` entry loaded on first use); an unknown name is refused
     naming ``where`` and the known rules."""
-    with _lock:
-        found = _registered.get(name) if isinstance(name, str) else None
-        if found is None:  # installed packages' rules are looked for only then (reading them costs 0.1-0.2 s)
-            _read_entry_points()
-            found = _registered.get(name) if isinstance(name, str) else None
-        if found is None:
-            raise InvalidArgumentError(where, name, f"one of {list(_registered)}")
-        if isinstance(found, str):
-            from airflow_provider_gpusched.core.import_target import import_callable
-
-            loaded = import_callable(found, where)
-            if not (isinstance(loaded, type) and issubclass(loaded, Pruner)):
-                raise InvalidArgumentError(where, found, "a Pruner subclass ('module:Class')")
-            _registered[name] = found = loaded
-        return found
+    return REGISTRY.get(name, where)

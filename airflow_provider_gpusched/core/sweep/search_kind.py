@@ -1,4 +1,5 @@
-"""The interface of a search type (core/sweep/search_kinds.py has the built-in ones and the registry).
+"""The interface of a search type (core/sweep/search_kinds.py has the built-in ones and the registry, which also
+reads the entry-point group ``airflow_provider_gpusched.search_kinds``).
 
 A kind is told the whole spec once its shared fields are valid; it checks the settings only it reads, fills their
 defaults, and answers what the spec means for its type. A one-shot kind (``in_rounds = False``) implements

@@ -3,21 +3,23 @@ core/sweep/search_kind.py) owning its settings, their defaults and validation, a
 (its parameters, the trials of one stage, the search that proposes a round's trials).
 
 ``SweepSpec`` validates what every sweep shares, then hands itself to its kind (``SEARCH_KINDS[spec.search]``).
-Adding a search type is one new module (a ``SearchKind`` subclass) and one line in ``SEARCH_KINDS``: see
-docs/development.md for a worked example.
+Adding a search type is one new module (a ``SearchKind`` subclass) and either an entry point in the group
+``airflow_provider_gpusched.search_kinds`` or one line registering it (``SEARCH_KINDS[name] = Kind()``,
+:func:`register_search_kind`): see docs/development.md for a worked example.
 
 One-shot kinds (grid, random) know every trial before anything runs; round kinds (optuna, evolution) propose
 ``per_round`` trials in each of ``rounds`` rounds from what earlier rounds scored."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from airflow_provider_gpusched.core.checks import record_from_mapping
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.records import Settings, says
+from airflow_provider_gpusched.core.registry import Registry
 from airflow_provider_gpusched.core.sweep import spaces
 from airflow_provider_gpusched.core.sweep.expand import (
     DEFAULT_LABELS,
@@ -28,8 +30,6 @@ from airflow_provider_gpusched.core.sweep.expand import (
     flatten,
     random_trials,
 )
-from airflow_provider_gpusched.core.sweep.hyperband import HyperbandKind
-from airflow_provider_gpusched.core.sweep.pbt import PBTKind
 from airflow_provider_gpusched.core.sweep.search_kind import SearchKind
 
 if TYPE_CHECKING:
@@ -267,7 +267,38 @@ class EvolutionKind(SearchKind):
         return EvolutionSearch(spec, state_dir)
 
 
-#: every search type, by the name a spec's ``search`` gives
-SEARCH_KINDS: dict[str, SearchKind] = {
-    kind.name: kind for kind in (GridKind(), RandomKind(), OptunaKind(), EvolutionKind(), PBTKind(), HyperbandKind())
-}
+#: the entry-point group other packages add search types under (``name = "package.module:KindClass"``)
+ENTRY_POINT_GROUP = "airflow_provider_gpusched.search_kinds"
+_HERE = "airflow_provider_gpusched.core.sweep"
+#: every search type, by the name a spec's ``search`` gives (one
+#: :class:`~airflow_provider_gpusched.core.registry.Registry`, as backends and pruning rules have)
+REGISTRY: Registry[SearchKind] = Registry(
+    "search type",
+    SearchKind,
+    ENTRY_POINT_GROUP,
+    {
+        "grid": f"{_HERE}.search_kinds:GridKind",
+        "random": f"{_HERE}.search_kinds:RandomKind",
+        "optuna": f"{_HERE}.search_kinds:OptunaKind",
+        "evolution": f"{_HERE}.search_kinds:EvolutionKind",
+        "pbt": f"{_HERE}.pbt:PBTKind",
+        "hyperband": f"{_HERE}.hyperband:HyperbandKind",
+    },
+    function="register_search_kind",
+)
+#: name -> the kind (``SEARCH_KINDS["ablation"] = AblationKind()`` registers one)
+SEARCH_KINDS: MutableMapping[str, SearchKind] = REGISTRY.instances()
+
+
+def register_search_kind(kind: type[SearchKind] | SearchKind) -> Any:
+    """Make a search type known by its ``name`` (usable as a class decorator); a name again replaces it."""
+    return REGISTRY.register(kind)
+
+
+def unregister_search_kind(name: str) -> None:
+    REGISTRY.unregister(name)
+
+
+def search_kind(name: object, where: str = "search") -> SearchKind:
+    """The search type called ``name``; an unknown one is refused naming ``where`` and the known types."""
+    return REGISTRY.instance(name, where)

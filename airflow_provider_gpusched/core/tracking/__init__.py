@@ -2,7 +2,8 @@
 
 ``callback.py`` is the interface (trial started, reported, ended; sweep ended), ``sync.py`` the one engine that turns
 what the sweep folder records into those calls, once each, resuming where it stopped; ``config.py`` reads a spec's
-``tracking`` list; ``mlflow.py``, ``tensorboard.py`` and ``wandb.py`` are the built-in callbacks (docs/tracking.md).
+``tracking`` list and keeps the registry of trackers a ``kind`` names (entry-point group
+``airflow_provider_gpusched.tracking``); ``mlflow.py``, ``tensorboard.py`` and ``wandb.py`` are the built-in callbacks (docs/tracking.md).
 """
 
 from airflow_provider_gpusched.core.tracking.callback import (
@@ -12,7 +13,13 @@ from airflow_provider_gpusched.core.tracking.callback import (
     TrialReport,
     TrialRun,
 )
-from airflow_provider_gpusched.core.tracking.config import TRACKERS, TrackerConfig, parse_tracking
+from airflow_provider_gpusched.core.tracking.config import (
+    TRACKERS,
+    TrackerConfig,
+    parse_tracking,
+    register_tracker,
+    unregister_tracker,
+)
 from airflow_provider_gpusched.core.tracking.sync import SyncOutcome, TrackingSync
 
 __all__ = [
@@ -26,4 +33,6 @@ __all__ = [
     "TrialReport",
     "TrialRun",
     "parse_tracking",
+    "register_tracker",
+    "unregister_tracker",
 ]

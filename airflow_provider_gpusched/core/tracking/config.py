@@ -1,6 +1,7 @@
 """A sweep spec's ``tracking`` list: which trackers its trials go to (off by default).
 
-Each entry is a tracker's name, or a mapping with ``kind`` (a built-in tracker) or ``callback`` (``package.module:
+Each entry is a tracker's name, or a mapping with ``kind`` (a built-in tracker, or one an installed package adds
+through the entry-point group ``airflow_provider_gpusched.tracking``) or ``callback`` (``package.module:
 Class``, a :class:`~airflow_provider_gpusched.core.tracking.callback.TrackingCallback` of your own) and that tracker's settings::
 
     tracking:
@@ -29,14 +30,36 @@ from typing import Any
 from airflow_provider_gpusched.core.checks import is_number
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.import_target import import_attribute
+from airflow_provider_gpusched.core.registry import Registry
 from airflow_provider_gpusched.core.tracking.callback import TrackingCallback
 
-#: the built-in trackers: name -> (the class, 'module:Class'; imported only when a sweep uses it)
-TRACKERS: dict[str, str] = {
-    "mlflow": "airflow_provider_gpusched.core.tracking.mlflow:MLflowCallback",
-    "tensorboard": "airflow_provider_gpusched.core.tracking.tensorboard:TensorBoardCallback",
-    "wandb": "airflow_provider_gpusched.core.tracking.wandb:WandbCallback",
-}
+#: the entry-point group other packages add trackers under (``name = "package.module:Class"``, a
+#: TrackingCallback subclass); a spec then names it as ``kind``, its keys passed to its constructor
+ENTRY_POINT_GROUP = "airflow_provider_gpusched.tracking"
+#: the trackers a spec's ``kind`` may name (one :class:`~airflow_provider_gpusched.core.registry.Registry`, as
+#: backends have): the built-in ones are ``module:Class`` strings, imported only when a sweep uses them
+TRACKERS: Registry[TrackingCallback] = Registry(
+    "tracker",
+    TrackingCallback,
+    ENTRY_POINT_GROUP,
+    {
+        "mlflow": "airflow_provider_gpusched.core.tracking.mlflow:MLflowCallback",
+        "tensorboard": "airflow_provider_gpusched.core.tracking.tensorboard:TensorBoardCallback",
+        "wandb": "airflow_provider_gpusched.core.tracking.wandb:WandbCallback",
+    },
+    function="register_tracker",
+    expected=lambda names: "one of " + ", ".join(names),
+)
+
+
+def register_tracker(cls: type[TrackingCallback]) -> type[TrackingCallback]:
+    """Make a tracker known by its ``name`` (usable as a class decorator); a name again replaces it."""
+    TRACKERS.register(cls)
+    return cls
+
+
+def unregister_tracker(name: str) -> None:
+    TRACKERS.unregister(name)
 
 
 def _string(value: Any) -> bool:
@@ -154,15 +177,18 @@ class TrackerConfig:
     def build(self, sweep_folder: str, resolved: Mapping[str, Any] | None = None) -> TrackingCallback:
         """The callback, made with its settings (and ``resolved``: what the Airflow side looked up, such as an
         MLflow connection's URL and credentials)."""
-        target = TRACKERS[self.kind] if self.kind else str(self.callback)
-        try:
-            cls = import_attribute(target)
-        except Exception as exc:  # noqa: BLE001 - a user's module may raise anything on import
-            raise InvalidArgumentError(f"{self.where}", target, f"an importable TrackingCallback ({exc})") from None
-        if not (isinstance(cls, type) and issubclass(cls, TrackingCallback)):
-            raise InvalidArgumentError(self.where, target, "a TrackingCallback subclass")
-        options = {**self.settings, **(resolved or {})}
+        target = self.kind or str(self.callback)
         if self.kind:
+            cls: type[TrackingCallback] = TRACKERS.get(self.kind, f"{self.where}.kind")
+        else:
+            try:
+                cls = import_attribute(target)
+            except Exception as exc:  # noqa: BLE001 - a user's module may raise anything on import
+                raise InvalidArgumentError(f"{self.where}", target, f"an importable TrackingCallback ({exc})") from None
+            if not (isinstance(cls, type) and issubclass(cls, TrackingCallback)):
+                raise InvalidArgumentError(self.where, target, "a TrackingCallback subclass")
+        options = {**self.settings, **(resolved or {})}
+        if self.kind in SETTINGS:  # a built-in tracker writes under the sweep folder by default
             options["sweep_folder"] = sweep_folder
         try:
             callback = cls(**options)
@@ -197,8 +223,11 @@ def parse_tracking(value: Any, where: str = "tracking") -> tuple[TrackerConfig, 
         settings = {str(k): v for k, v in entry.items() if k not in ("kind", "callback")}
         if kind is not None:
             if kind not in TRACKERS:
-                raise InvalidArgumentError(f"{at}.kind", kind, f"one of {', '.join(TRACKERS)}")
-            known = SETTINGS[kind]
+                raise InvalidArgumentError(f"{at}.kind", kind, TRACKERS.describe())
+            known = SETTINGS.get(kind)  # an installed tracker's settings are its constructor's to check
+            if known is None:
+                out.append(TrackerConfig(kind=kind, settings=settings, where=at))
+                continue
             for key, setting in settings.items():
                 if key not in known:
                     raise InvalidArgumentError(
