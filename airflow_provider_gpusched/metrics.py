@@ -223,7 +223,7 @@ def trial_finished(sweep: str, state: str) -> None:
 
 
 class SlurmJobCounts:
-    """A shared Slurm poller's listener (core/slurm/tracking.py): after each poll, the jobs it watches by partition,
+    """A shared Slurm poller's listener (core/slurm/poller.py): after each poll, the jobs it watches by partition,
     pending and running, as gauges; a partition whose jobs all ended goes back to 0."""
 
     def __init__(self) -> None:

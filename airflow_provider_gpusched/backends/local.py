@@ -12,7 +12,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_gpusched import fleet, settings
 from airflow_provider_gpusched.backends import AirflowBackend
-from airflow_provider_gpusched.core.gpu.board import HELD_LEASES_XCOM, MAX_HELD_LEASES, lease_record
+from airflow_provider_gpusched.core.board import HELD_LEASES_XCOM, MAX_HELD_LEASES, lease_record
 from airflow_provider_gpusched.core.gpu.timeline import LEASE_HISTORY_XCOM, SegmentLog, segment_of
 from airflow_provider_gpusched.core.stops import WorkHalted
 from airflow_provider_gpusched.core.sweep.batch import run_local_batch

@@ -34,6 +34,7 @@ from airflow_provider_gpusched.core.gpu.placement import GPURequest, GPUUsage, L
 from airflow_provider_gpusched.core.host_name import this_host
 from airflow_provider_gpusched.core.quota.book import QuotaBook, book_dir
 from airflow_provider_gpusched.core.quota.config import QuotaConfig
+from airflow_provider_gpusched.core.quota.host import HostQuotas
 from airflow_provider_gpusched.core.safe_files import (
     BadRecordError,
     ensure_private_dir,
@@ -648,12 +649,13 @@ def open_quota_book(
 
 
 def attach_quotas(manager: LeaseManager, config: QuotaConfig, fleet_dir: str = "", host: str = "") -> QuotaBook:
-    """Admit ``manager``'s normal-class work under ``config``; returns the book."""
+    """Admit ``manager``'s normal-class work under ``config``: build the book and this host's gate on it
+    (core/quota/host.py) and give the gate to the manager; returns the book."""
     book = QuotaBook(book_dir(fleet_dir, manager.state_dir), config, shared=manager.shared)
-    if not fleet_dir:
-        manager.use_quotas(book, host=host)
-        return book
     me = host or this_host()
+    if not fleet_dir:
+        manager.use_quotas(HostQuotas(book, me, manager.inventory.gpus))
+        return book
     cached: list[float] = [0.0, -1e9]
 
     def capacity() -> float:
@@ -664,5 +666,5 @@ def attach_quotas(manager: LeaseManager, config: QuotaConfig, fleet_dir: str = "
 
     book.host_known = fleet_host_known(fleet_dir, me)
     book.host_capacities = fleet_host_capacities(fleet_dir, config.resource)
-    manager.use_quotas(book, capacity, me)
+    manager.use_quotas(HostQuotas(book, me, manager.inventory.gpus, capacity))
     return book

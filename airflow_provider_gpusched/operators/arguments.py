@@ -11,12 +11,8 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_provider_gpusched.core.deprecation import GpuschedDeprecationWarning
 from airflow_provider_gpusched.core.errors import InvalidArgumentError, brief_repr
-
-
-class GpuschedDeprecationWarning(FutureWarning):
-    """An argument that still works under its old name (shown to DAG authors: a FutureWarning)."""
-
 
 #: (argument, value, accepted types, what is expected); ``seconds`` arguments must also be > 0
 Check = tuple[str, Any, tuple[type, ...], str]

@@ -21,10 +21,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_provider_gpusched import fleet, lineage, metrics, settings
 from airflow_provider_gpusched.callables import callable_arguments
 from airflow_provider_gpusched.core import pyfunc
-from airflow_provider_gpusched.core.distributed import DEFAULT_RANK_EXIT_GRACE, check_grace, check_mode
-from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
-from airflow_provider_gpusched.core.gpu import attempts
-from airflow_provider_gpusched.core.gpu.board import (
+from airflow_provider_gpusched.core.board import (
     GPU_TIME_XCOM,
     LEASE_XCOM,
     WAIT_XCOM,
@@ -32,6 +29,9 @@ from airflow_provider_gpusched.core.gpu.board import (
     lease_record,
     wait_record,
 )
+from airflow_provider_gpusched.core.distributed import DEFAULT_RANK_EXIT_GRACE, check_grace, check_mode
+from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.gpu import attempts
 from airflow_provider_gpusched.core.gpu.inventory import GPUInventoryError
 from airflow_provider_gpusched.core.gpu.launch import GPUChild
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy

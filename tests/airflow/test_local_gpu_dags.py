@@ -8,7 +8,7 @@ import time
 import psutil
 import pytest
 
-from airflow_provider_gpusched.core.gpu.board import LEASE_XCOM, build_board, read_lease_record
+from airflow_provider_gpusched.core.board import LEASE_XCOM, build_board, read_lease_record
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.placement import GPURequest

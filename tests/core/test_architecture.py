@@ -62,3 +62,63 @@ def test_the_checks_find_a_cycle_and_an_upward_arrow_where_there_is_one(figures,
     assert [f"{package}.core.gpu.leases", f"{package}.core.queue"] in found
     assert not any(f"{package}.core.c" in c for c in found)
     assert (f"{package}.core.gpu.leases", f"{package}.core.queue") in figures.upward_arrows(graph, root)
+
+
+def test_the_design_view_counts_type_checking_imports_and_the_layers(figures, tmp_path):
+    """``python scripts/code_figures.py`` counts imports under ``if TYPE_CHECKING:`` (a string annotation does not
+    break a knot) and the layers of :data:`LAYERS`; a deprecated alias of a moved module is left out."""
+    package = figures.PACKAGE
+    root = tmp_path / package
+    for folder in ("core/gpu", "core/quota", "operators", "task_groups", "backends"):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+    checking = f"from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from {package}.core.a import x\n"
+    files = {
+        "__init__.py": f"from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from {package}.operators.op import Op\n",
+        "core/__init__.py": "",
+        "core/a.py": f"from {package}.core import b\n",
+        "core/b.py": checking,  # a <-> b only by design
+        "core/gpu/__init__.py": "",
+        "core/gpu/leases.py": f"from {package}.core.quota.host import HostQuotas\n",
+        "core/gpu/board.py": f"from {package}.core.board import *\nwarn_moved_module(__name__, 'x')\n",
+        "core/board.py": f"from {package}.core.gpu import leases\n",
+        "core/quota/__init__.py": "",
+        "core/quota/host.py": "",
+        "operators/__init__.py": "",
+        "operators/op.py": f"import {package}\nfrom {package} import settings\n",
+        "settings.py": "",
+        "task_groups/__init__.py": "",
+        "task_groups/sweep.py": f"from {package}.backends import local\n",
+        "backends/__init__.py": "",
+        "backends/local.py": "",
+    }
+    for name, text in files.items():
+        (root / name).write_text(text)
+    known = figures.modules(root)
+    runtime = figures.import_graph(known)
+    design = figures.import_graph(known, type_checking=True)
+    assert figures.cycles(runtime) == []
+    assert figures.cycles(design) == [[f"{package}.core.a", f"{package}.core.b"]]  # the root's own do not count
+    up = {
+        (a.removeprefix(package + "."), b.removeprefix(package + "."))
+        for a, b, _ in figures.upward_imports(design, root)
+    }
+    assert up == {
+        ("core.gpu.leases", "core.quota.host"),
+        ("operators.op", package),  # the root named; `from root import settings` is the settings module
+        ("task_groups.sweep", "backends"),
+        ("task_groups.sweep", "backends.local"),
+    }
+    assert figures.upward_arrows(design, root) == []  # none of these is one of the two rules enforced today
+    assert design[f"{package}.core.gpu.board"] == set()  # the alias, left out
+
+
+def test_the_gpu_package_imports_neither_the_quotas_nor_the_fleet_nor_the_board(figures):
+    """Issue 78: the lease manager is given its quota gate (core/gpu/gate.py), the board sits above core/gpu;
+    TYPE_CHECKING imports count."""
+    design = figures.import_graph(figures.modules(), type_checking=True)
+    gpu = f"{figures.PACKAGE}.core.gpu"
+    above = [f"{figures.PACKAGE}.core.{m}" for m in ("quota", "fleet", "board")]
+    wrong = [
+        (m, d) for m, deps in design.items() if m.startswith(gpu + ".") for d in deps if d.startswith(tuple(above))
+    ]
+    assert wrong == []

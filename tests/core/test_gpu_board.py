@@ -1,4 +1,4 @@
-"""The GPU board from published lease records (core/gpu/board.py): what the UI shows per host and GPU."""
+"""The GPU board from published lease records (core/board.py): what the UI shows per host and GPU."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from airflow_provider_gpusched.core.gpu.board import build_board, lease_record, read_lease_record
+from airflow_provider_gpusched.core.board import build_board, lease_record, read_lease_record
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 
@@ -98,7 +98,7 @@ def test_a_record_that_is_not_an_object_is_refused():
 
 def test_hosts_known_without_a_running_lease_are_listed_with_their_gpus_free():
     """An idle host (the api-server's own, or one whose tasks ended lately) is on the board: not "0 of 0 GPUs"."""
-    from airflow_provider_gpusched.core.gpu.board import BoardGPU, KnownHost
+    from airflow_provider_gpusched.core.board import BoardGPU, KnownHost
 
     gpus = [
         BoardGPU(g.index, g.uuid, g.name, g.memory_total, g.simulated) for g in SimulatedInventory("4x24GiB").gpus()
@@ -123,7 +123,7 @@ def test_hosts_known_without_a_running_lease_are_listed_with_their_gpus_free():
 
 
 def test_wait_reasons_name_the_tasks_holding_leases_and_say_shared_details_once():
-    from airflow_provider_gpusched.core.gpu.board import explain_wait
+    from airflow_provider_gpusched.core.board import explain_wait
 
     idle = read_lease_record(_record("gpu-a", "0123456789abcdef", [0], None, "idle", map_index=2), "record")
     state = "GPU 0: 1 lease(s), 0 foreign process(es), GPU 1: 1 lease(s), 0 foreign process(es)"
@@ -152,8 +152,8 @@ def test_wait_reasons_name_the_tasks_holding_leases_and_say_shared_details_once(
 def test_fleet_hosts_are_listed_from_their_own_records_idle_down_or_held_by_others():
     """Every fleet host is on the board from the record it published: its whole inventory though nothing runs,
     whether it is up (a recent record) or down, and the GPUs that processes of others hold (no room there)."""
+    from airflow_provider_gpusched.core.board import fleet_known_host
     from airflow_provider_gpusched.core.fleet import FRESH_FOR, HostRecord
-    from airflow_provider_gpusched.core.gpu.board import fleet_known_host
 
     now = 50_000.0
     idle = HostRecord("gpu-c", now - 3, "simulated", SimulatedInventory("1x48GiB").gpus(), [])
@@ -175,8 +175,8 @@ def test_fleet_hosts_are_listed_from_their_own_records_idle_down_or_held_by_othe
 
 
 def test_a_fleet_host_with_running_work_says_both_and_its_record_gives_the_inventory():
+    from airflow_provider_gpusched.core.board import fleet_known_host
     from airflow_provider_gpusched.core.fleet import HostRecord
-    from airflow_provider_gpusched.core.gpu.board import fleet_known_host
 
     now = 2000.0
     record = HostRecord("gpu-a", now - 2, "simulated", SimulatedInventory("2x80GiB").gpus(), [])

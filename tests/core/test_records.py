@@ -106,7 +106,7 @@ def test_the_record_key_is_taken_out_of_the_environment(monkeypatch):
 def test_importing_the_records_modules_does_not_import_pydantic():
     """A trial runner starts in about 0.1 s; pydantic's import alone would double it for every trial process."""
     code = (
-        "import sys; import airflow_provider_gpusched.core.sweep.trial_run, airflow_provider_gpusched.core.gpu.board, "
+        "import sys; import airflow_provider_gpusched.core.sweep.trial_run, airflow_provider_gpusched.core.board, "
         "airflow_provider_gpusched.core.gpu.lease_store, airflow_provider_gpusched.core.gpu.telemetry, "
         "airflow_provider_gpusched.core.gpu.timeline, airflow_provider_gpusched.core.sweep.view; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'pydantic_core')))"
@@ -172,7 +172,7 @@ def test_a_batch_group_runner_reads_its_sealed_manifest_without_pydantic_and_kee
 
 def test_dump_writes_what_pydantic_would_for_every_record_type():
     """RecordType.dump needs no pydantic; for each record type it writes exactly pydantic's own JSON dump."""
-    from airflow_provider_gpusched.core.gpu.board import BOARD_LEASE, BoardGPU, BoardLease
+    from airflow_provider_gpusched.core.board import BOARD_LEASE, BoardGPU, BoardLease
     from airflow_provider_gpusched.core.gpu.lease_store import LEASE, Lease
     from airflow_provider_gpusched.core.gpu.telemetry import TELEMETRY, GPUSeries, ProcessUse, TelemetryRecord
     from airflow_provider_gpusched.core.gpu.timeline import HISTORY, History, Segment

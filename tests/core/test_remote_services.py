@@ -16,13 +16,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from airflow_provider_gpusched.core.slurm.poller import SharedJobPoller
 from airflow_provider_gpusched.core.slurm.rest import (
     SlurmRestClient,
     SlurmRestError,
     SlurmRestTransport,
     SlurmRestUnavailableError,
 )
-from airflow_provider_gpusched.core.slurm.tracking import SharedJobPoller
 from airflow_provider_gpusched.core.tracking.mlflow import MLflowError, MLflowRest
 
 TOKEN = "eyJhbGciOiJIUzI1NiJ9.eyJzdW4iOiJhZGEifQ.SECRET-SLURM-TOKEN"

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from airflow_provider_gpusched.core.gpu.board import build_board, read_gpu_time_record, read_lease_record
+from airflow_provider_gpusched.core.board import build_board, read_gpu_time_record, read_lease_record
 from airflow_provider_gpusched.core.safe_files import BadRecordError, read_tail
 from airflow_provider_gpusched.core.slurm.client import jobcomp_elapsed
 from airflow_provider_gpusched.core.slurm.job_view import (

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
+from airflow_provider_gpusched.core.board import BoardGPU, BoardLease, build_board
 from airflow_provider_gpusched.core.gpu.accounting import GPUTimeLedger, accounting_totals
-from airflow_provider_gpusched.core.gpu.board import BoardGPU, BoardLease, build_board
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.gpu.timeline import (
     SegmentLog,

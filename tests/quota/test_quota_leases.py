@@ -34,7 +34,9 @@ def fleet(tmp_path, quotas, hosts=HOSTS):
     out = {}
     for host, inventory in hosts.items():
         m = LeaseManager(SimulatedInventory(inventory), str(tmp_path / host), classes=FAST)
-        m.use_quotas(QuotaBook(str(tmp_path / "quota"), config), capacity=lambda: 7.0, host=host)
+        m.use_quotas(
+            host_quotas.HostQuotas(QuotaBook(str(tmp_path / "quota"), config), host, m.inventory.gpus, lambda: 7.0)
+        )
         out[host] = m
     return out
 
@@ -219,3 +221,21 @@ def test_reclaimed_work_checkpoints_relaunches_and_finishes_once_and_no_host_is_
         assert "reclaimed for" in results[owner].attempts[0].preempted
     view = quota_view(hosts["gpu-a"].quotas.book, 7.0)
     assert view["leases"] == {} and all(g["waiters"] == [] for g in view["groups"])
+
+
+def test_the_lease_manager_is_given_its_quota_gate_and_refuses_a_bare_book(tmp_path):
+    """Issue 78: core/gpu builds no HostQuotas (it imports no core/quota); whoever attaches quotas gives the manager
+    the gate. A book given where the gate is expected is refused, naming what was expected."""
+    from airflow_provider_gpusched.core.errors import InvalidArgumentError
+
+    m = LeaseManager(SimulatedInventory("1x24GiB"), str(tmp_path / "host"), classes=FAST)
+    book = QuotaBook(str(tmp_path / "quota"), QuotaConfig.from_dict({"groups": {"vision": {"quota": 1}}}, "q"))
+    with pytest.raises(
+        InvalidArgumentError, match="use_quotas: quotas: expected the host.s quota gate .*got .*QuotaBook"
+    ):
+        m.use_quotas(book)
+    gate = host_quotas.HostQuotas(book, "gpu-a", m.inventory.gpus)
+    m.use_quotas(gate)
+    assert m.quotas is gate
+    assert take(m, "t1", "vision") is not None
+    assert quota_view(book, 1.0)["groups"][0]["used"] == 1

@@ -164,7 +164,7 @@ def test_a_real_cuda_out_of_memory_error_is_retried_with_a_bigger_reservation(ma
 
 
 def test_the_gpu_board_shows_the_real_gpu_and_what_a_running_task_holds(manager, cuda_torch, tmp_path):
-    from airflow_provider_gpusched.core.gpu.board import build_board, lease_record, read_lease_record
+    from airflow_provider_gpusched.core.board import build_board, lease_record, read_lease_record
 
     gpu = manager.inventory.gpus()[0]
     call_dir = str(tmp_path / "call")

@@ -815,10 +815,10 @@ def test_the_sweeps_tab_draws_a_pbt_population_its_exploits_and_each_members_sch
 
 def test_the_gpu_board_stays_readable_with_64_gpus_on_8_hosts(stack, browser_page):
     """The board page with the API's answer for 8 hosts of 8 GPUs, 40 of them leased (built by the api-server's own
-    code, core/gpu/board.py): every host and GPU listed, nothing cut off or overlapping."""
+    code, core/board.py): every host and GPU listed, nothing cut off or overlapping."""
     import json
 
-    from airflow_provider_gpusched.core.gpu.board import build_board, lease_record, read_lease_record
+    from airflow_provider_gpusched.core.board import build_board, lease_record, read_lease_record
     from airflow_provider_gpusched.core.gpu.inventory import GPUInfo
 
     now = time.time()

@@ -24,17 +24,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.accounting import GPUTimeLedger
 from airflow_provider_gpusched.core.gpu.activity import GPUActivity, gpu_is_busy
+from airflow_provider_gpusched.core.gpu.gate import HostQuotaGate, QuotaVerdict
 from airflow_provider_gpusched.core.gpu.host_reservations import HostReservations
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo, GPUInventory
 from airflow_provider_gpusched.core.gpu.lease_store import Lease, LeaseStore, place_on
 from airflow_provider_gpusched.core.gpu.placement import GPURequest, LeaseView, Placement, gpu_usage, place
 from airflow_provider_gpusched.core.gpu.yielding import YieldMarks, plan_preemption
-from airflow_provider_gpusched.core.host_name import this_host
 from airflow_provider_gpusched.core.job_classes import JobClassMapping
-from airflow_provider_gpusched.core.quota.book import QuotaBook
-from airflow_provider_gpusched.core.quota.host import HostQuotas, QuotaGate
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 from airflow_provider_gpusched.core.stops import StopOrders, StopRequest
 from airflow_provider_gpusched.core.units import format_bytes
@@ -52,7 +51,7 @@ class _Look:
     views: dict[str, LeaseView] = field(default_factory=dict)
     may_preempt: bool = False  # a normal request that does not fit: fill-in leases may be asked to yield
     #: with quotas, for work of a group: what they make of the request (None: no quotas, or no group)
-    quota: QuotaGate | None = None
+    quota: QuotaVerdict | None = None
 
 
 class _SameRequests:
@@ -104,13 +103,20 @@ class LeaseManager:
         self.ledger = GPUTimeLedger(self.state_dir, self.file_mode)
         #: in a fleet, the fleet's stop orders folder (core/fleet.py :func:`join`), heeded besides this host's
         self.fleet_orders = ""
-        #: team quotas (core/quota/host.py; :meth:`use_quotas`): the shared book as this host applies it
-        self.quotas: HostQuotas | None = None
+        #: team quotas (core/gpu/gate.py; :meth:`use_quotas`): the shared book as this host applies it
+        self.quotas: HostQuotaGate[Any] | None = None
 
-    def use_quotas(self, book: QuotaBook, capacity: Callable[[], float] | None = None, host: str = "") -> None:
-        """Admit normal-class work under ``book``'s quotas: ``capacity`` says how much there is in all (the
-        fleet's GPUs or GPU memory; default this host's), ``host`` this host's name in the book."""
-        self.quotas = HostQuotas(book, host or this_host(), self.inventory.gpus, capacity)
+    def use_quotas(self, quotas: HostQuotaGate[Any] | None) -> None:
+        """Admit normal-class work under ``quotas``, the team quotas as this host applies them (core/quota/host.py
+        ``HostQuotas``, built by core/fleet.py ``attach_quotas``); None: no quotas."""
+        if quotas is not None and not isinstance(quotas, HostQuotaGate):
+            raise InvalidArgumentError(
+                "LeaseManager.use_quotas: quotas",
+                quotas,
+                "the host's quota gate (core/quota/host.py HostQuotas(book, host, manager.inventory.gpus, capacity), "
+                "as core/fleet.py attach_quotas builds it) or None",
+            )
+        self.quotas = quotas
 
     @contextlib.contextmanager
     def _quota_lock(self, group: str) -> Iterator[None]:

@@ -27,7 +27,7 @@ from typing import Annotated, Any, cast
 
 from typing_extensions import NotRequired, TypedDict
 
-from airflow_provider_gpusched.core.gpu.board import MAX_HOST_GPUS, MAX_NAME
+from airflow_provider_gpusched.core.gpu.published import MAX_HOST_GPUS, MAX_NAME
 from airflow_provider_gpusched.core.records import Float, RecordType, Seconds, one_of, open_view, record_class, says
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 

@@ -3,8 +3,8 @@
 from airflow_provider_gpusched.core.slurm.client import SlurmClient, SubmittedJob
 from airflow_provider_gpusched.core.slurm.connect import client_for, client_from_description, transport_from_description
 from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec, job_comment, parse_array_indices, task_key
+from airflow_provider_gpusched.core.slurm.poller import PollProblem, SharedJobPoller
 from airflow_provider_gpusched.core.slurm.states import JobPhase, JobStatus, JobTracker, classify_state
-from airflow_provider_gpusched.core.slurm.tracking import PollProblem, SharedJobPoller
 from airflow_provider_gpusched.core.slurm.transport import (
     SlurmCommandError,
     SlurmTransport,

@@ -18,7 +18,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query
 from sqlalchemy import select
 from typing_extensions import TypedDict
 
-from airflow_provider_gpusched.core.gpu.board import (
+from airflow_provider_gpusched.core.board import (
     GPU_TIME_XCOM,
     HELD_LEASES_XCOM,
     LEASE_XCOM,
@@ -451,7 +451,7 @@ class TaskLeaseView(TypedDict):
     end_date: float | None
     hostname: str
     try_number: int
-    lease: BoardLease | None  # the published lease record (core/gpu/board.BoardLease)
+    lease: BoardLease | None  # the published lease record (core/board.BoardLease)
     wait: WaitRecord | None
     gpu_time: GPUTimeRecord | None
     problems: list[str]  # records that were refused, and why

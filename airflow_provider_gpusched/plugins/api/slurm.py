@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Query
 from typing_extensions import TypedDict
 
 from airflow_provider_gpusched import settings
-from airflow_provider_gpusched.core.gpu.board import LEASE_XCOM
+from airflow_provider_gpusched.core.board import LEASE_XCOM
 from airflow_provider_gpusched.core.records import open_view
 from airflow_provider_gpusched.core.safe_files import BadRecordError, is_under, read_tail
 from airflow_provider_gpusched.core.slurm.job_view import (

@@ -10,9 +10,9 @@ import time
 from typing import Any
 
 from airflow_provider_gpusched import settings
+from airflow_provider_gpusched.core.board import BoardGPU, KnownHost
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.fleet import read_fleet_telemetry
-from airflow_provider_gpusched.core.gpu.board import BoardGPU, KnownHost
 from airflow_provider_gpusched.core.gpu.telemetry import HostSampler, TelemetryRing, sample_gpus, sample_host
 from airflow_provider_gpusched.metrics import emit_gpu_samples
 

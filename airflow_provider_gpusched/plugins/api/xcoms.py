@@ -12,7 +12,7 @@ from airflow.models import TaskInstance  # the api-server's ORM models: no Task 
 from airflow.models.xcom import XComModel
 from sqlalchemy import Text, and_, cast, func, or_, select
 
-from airflow_provider_gpusched.core.gpu.board import BoardLease
+from airflow_provider_gpusched.core.board import BoardLease
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 
 #: task states in which a task may be waiting for GPUs

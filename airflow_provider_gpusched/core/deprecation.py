@@ -1,0 +1,28 @@
+"""Old names that still work, with a warning: the warning class every surface uses, and the alias of a module
+that moved (the old module imports the new one's names and says where they went)."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from types import FrameType
+
+
+class GpuschedDeprecationWarning(FutureWarning):
+    """An argument or a module that still works under its old name (shown to DAG authors: a FutureWarning)."""
+
+
+def warn_moved_module(old: str, new: str) -> None:
+    """Called at the top level of module ``old``, an alias kept for ``new``: warn the code that imported it,
+    whether through an ``import`` statement or :func:`importlib.import_module` (the warning names its line)."""
+    level = 3  # 1: here, 2: the alias module, 3: the first frame after it that `warnings` counts
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None and "importlib" in frame.f_code.co_filename:
+        if "_bootstrap" not in frame.f_code.co_filename:  # `warnings` skips the bootstrap's frames, not these
+            level += 1
+        frame = frame.f_back
+    warnings.warn(
+        f"{old} is now {new}; the old module still imports but will go in a later release",
+        GpuschedDeprecationWarning,
+        stacklevel=level,
+    )
