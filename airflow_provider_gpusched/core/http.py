@@ -179,11 +179,11 @@ def exchange(
     worker.join(max(0.0, deadline - time.monotonic()))
     if worker.is_alive():
         state.cut()  # unblocks the worker's read; the caller does not wait for it
-        raise HttpTimeoutError(f"no complete answer {within}")
+        raise HttpTimeoutError(f"timed out: no complete answer {within}")
     if "error" in outcome:
         exc = outcome["error"]
         if state.was_cut:
-            raise HttpTimeoutError(f"no complete answer {within}") from None
+            raise HttpTimeoutError(f"timed out: no complete answer {within}") from None
         raise exc
     answer: Response = outcome["answer"]
     return answer
@@ -200,7 +200,7 @@ class _State:
     def use(self, conn: http.client.HTTPConnection | None) -> None:
         with self.lock:
             if self.was_cut:
-                raise HttpTimeoutError("the deadline passed")
+                raise HttpTimeoutError("timed out: the deadline passed")
             self.conn = conn
 
     def cut(self) -> None:
@@ -297,7 +297,7 @@ def _one(
     parts = urllib.parse.urlsplit(url)
     remaining = deadline - time.monotonic()
     if remaining <= 0:
-        raise HttpTimeoutError("the deadline passed")
+        raise HttpTimeoutError("timed out: the deadline passed")
     conn, proxy_headers = _connection(parts, remaining, context)
     state.use(conn)
     response: http.client.HTTPResponse | None = None
@@ -328,7 +328,7 @@ def _one(
             if total > max_bytes:
                 raise HttpTooBigError(f"the answer is larger than the {max_bytes} bytes this client reads")
         if state.was_cut:
-            raise HttpTimeoutError("the deadline passed")
+            raise HttpTimeoutError("timed out: the deadline passed")
         return Response(
             response.status,
             response.reason,
@@ -341,7 +341,7 @@ def _one(
         raise HttpError(f"the server's TLS certificate was refused: {exc.verify_message}") from None
     except (OSError, http.client.HTTPException) as exc:
         if state.was_cut:
-            raise HttpTimeoutError("the deadline passed") from None
+            raise HttpTimeoutError("timed out: the deadline passed") from None
         if isinstance(exc, TimeoutError):
             raise HttpTimeoutError(f"timed out ({exc})") from None
         raise HttpUnreachableError(f"{type(exc).__name__}: {exc}") from None
