@@ -21,6 +21,10 @@ from tests.ui.test_frontend import BUNDLE, node
 pytestmark = pytest.mark.heavy  # Chromium and an esbuild bundle of React and Chakra UI: several seconds of CPU
 
 CHROMIUM = "/usr/bin/chromium"
+#: each page's screenshot on the hostile answers, to look at (as tests/stack/test_ui.py keeps the real pages')
+SHOTS = (
+    Path(os.environ.get("GPUSCHED_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts")) / "ui-hostile"
+)
 ORIGIN = "http://gpusched.test"
 PAGE = '<!doctype html><html><head><meta charset="utf-8"></head><body><div id="root"></div><script src="/harness.js"></script></body></html>'
 MARKER = "<img src=x onerror=window.__xss=1>"  # ui/tests/hostile.ts PAYLOADS[0]
@@ -67,6 +71,11 @@ def _harness(tmp_path) -> bytes:
     run = node("-e", build)
     assert run.returncode == 0, run.stderr[-3000:]
     return out.read_bytes()
+
+
+def _shot(page, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
 def _open(page, name: str, ready: str) -> None:
@@ -142,21 +151,25 @@ def test_hostile_names_and_values_are_text_on_every_page_in_chromium(tmp_path):
             assert any("went on from" in t and MARKER in t for t in tips), tips[-5:]
             assert any(t.startswith("trial ") and MARKER in t for t in tips), tips[-5:]
             assert MARKER in page.locator("[data-testid=trial-panel]").inner_text()
+            _shot(page, "sweeps")
 
             _open(page, "GPU timeline", "plot-timeline")
             assert _hover_every_chart(page) >= 4
             tips = _nothing_ran(page, "GPU timeline")
             assert any("› " in t and MARKER in t for t in tips), tips[-5:]
+            _shot(page, "gpu-timeline")
 
             _open(page, "GPU board", "gpu-board")
             page.locator("[data-testid=gpu-tile]").first.hover()
             _hover_every_chart(page)
             _nothing_ran(page, "GPU board")
             assert MARKER in page.locator("[data-testid=lease]").first.inner_text()
+            _shot(page, "gpu-board")
 
             _open(page, "Slurm job", "output-tail")
             _nothing_ran(page, "Slurm job")
             assert MARKER in page.locator("[data-testid=slurm-job]").inner_text()
+            _shot(page, "slurm-job")
             assert errors == [], errors
         finally:
             browser.close()
