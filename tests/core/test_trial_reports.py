@@ -159,3 +159,20 @@ def test_a_report_with_numbers_no_float_holds_is_named_and_skipped_and_the_summa
     # a line longer than a report is not parsed
     with pytest.raises(ValueError, match="longer than 65536 characters"):
         parse_report_line('{"step": 1, "loss": 1, "x": "' + "a" * 70000 + '"}')
+
+
+def test_a_deeply_nested_report_is_refused_whatever_the_recursion_limit():
+    """CI's run of f42dbdd: a worker process had a raised recursion limit (some library sets it), so a line nested
+    5,000 deep parsed and was refused for another reason. The depth is now checked before parsing."""
+    deep = '{"step": 1, "loss": 1, "checkpoint": %s}' % ("[" * 5000 + "]" * 5000)
+    shallow = '{"step": 1, "loss": 1, "extra": %s}' % ("[" * 10 + "]" * 10)
+    old = sys.getrecursionlimit()
+    try:
+        for limit in (old, 100_000):
+            sys.setrecursionlimit(limit)
+            with pytest.raises(ValueError, match=r"^not a report \(nested too deeply\)$"):
+                parse_report_line(deep)
+            with pytest.raises(ValueError, match="metric 'extra': expected a number or null"):
+                parse_report_line(shallow)  # within the bound: parsed, then refused for what it holds
+    finally:
+        sys.setrecursionlimit(old)

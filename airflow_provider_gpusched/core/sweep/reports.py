@@ -25,6 +25,7 @@ from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_finite_number, is_int, is_number
 from airflow_provider_gpusched.core.errors import GpuschedError, brief_repr
+from airflow_provider_gpusched.core.safe_files import json_depth
 
 REPORT_ENV = "GPUSCHED_REPORT_FILE"
 REPORTS_FILE = "reports.jsonl"
@@ -42,6 +43,8 @@ RAN_AGAIN = "ran again in DAG run"
 MAX_REPORT_LINE_BYTES = 64 * 2**10
 #: the largest step a report may give: every step is exact as a float64 (a curve's x axis, a pruner's budget)
 MAX_STEP = 2**53
+#: the deepest nesting of arrays and objects a report line may hold (a report is an object of metrics: 2 levels)
+MAX_REPORT_DEPTH = 16
 
 
 def parse_report_line(line: str) -> dict[str, Any]:
@@ -55,6 +58,10 @@ def parse_report_line(line: str) -> dict[str, Any]:
     if len(text) > MAX_REPORT_LINE_BYTES:
         raise ValueError(f"longer than {MAX_REPORT_LINE_BYTES} characters")
     if text.startswith("{"):
+        # checked before parsing, not left to RecursionError: whether that comes depends on the interpreter's
+        # recursion limit, which any library in the process may have raised
+        if json_depth(text.encode(), MAX_REPORT_DEPTH) > MAX_REPORT_DEPTH:
+            raise ValueError("not a report (nested too deeply)")
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
