@@ -19,22 +19,75 @@ pays for the Slurm package.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.registry import Registry
+from airflow_provider_gpusched.core.work_tag import WorkTag
 
 if TYPE_CHECKING:
-    from airflow_provider_gpusched.core.queue import QueueEntry, StopOutcome
     from airflow_provider_gpusched.core.stops import StopRequest
-    from airflow_provider_gpusched.core.sweep.resources import TrialResources
-    from airflow_provider_gpusched.core.sweep.session import SweepSession
-    from airflow_provider_gpusched.core.sweep.spec import SweepSpec
 
 #: the entry-point group other packages register backends under
 ENTRY_POINT_GROUP = "airflow_provider_gpusched.backends"
 #: the backend a sweep, a CLI command or a manifest means when it names none
 DEFAULT_BACKEND = "local"
+
+
+# -- what gpusched queue lists and stops: the records every backend answers in (core/queue.py re-exports them) ------
+@dataclass
+class QueueEntry:
+    """One piece of running (or queued, on Slurm) work this provider launched."""
+
+    backend: str  # the backend's name
+    id: str  # Slurm job id (ARRAY_TASK for array tasks) or lease id
+    tag: WorkTag
+    state: str  # Slurm's state, or running / starting / yielding / stopping / orphaned
+    elapsed: float | None = None
+    requeues: int | None = None
+    where: str = ""  # GPUs (local) or partition and nodes (Slurm)
+    host: str = ""  # in a fleet: the GPU host that published the lease ('' for this host's own)
+    reason: str = ""  # Slurm's pending reason, a yield or stop request
+    pid: int | None = None
+    output: str = ""  # a Slurm job's output file
+    job_name: str = ""
+
+    @property
+    def job_class(self) -> str:
+        return self.tag.job_class
+
+    @property
+    def stop_id(self) -> str:
+        """What to cancel or stop: the array's job id for an array task (scancel cancels all its tasks)."""
+        return get_backend(self.backend, "queue entry backend").stop_id(self.id)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["tag"] = self.tag.to_dict()
+        return data
+
+    def describe(self) -> str:
+        what = self.tag.task or self.job_name or "(not launched by an Airflow task)"
+        run = f" run {self.tag.run_id}" if self.tag.run_id else ""
+        return f"{self.backend} {self.id} {self.state}: {what}{run}"
+
+
+@dataclass
+class StopOutcome:
+    entry: QueueEntry
+    action: str  # "cancelled", "stopped", "forced", "still running", "would stop", "failed"
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "backend": self.entry.backend,
+            "id": self.entry.id,
+            "task": self.entry.tag.task,
+            "run_id": self.entry.tag.run_id,
+            "action": self.action,
+            "detail": self.detail,
+        }
 
 
 class Backend:
@@ -62,8 +115,9 @@ class Backend:
     asynchronous_search: ClassVar[bool] = False
 
     # -- the sweep spec ------------------------------------------------------------------------------------
-    def check_resources(self, resources: TrialResources, sweep: str) -> None:
-        """Refuse the settings of ``resources`` this backend cannot honour, naming the setting and the backend."""
+    def check_resources(self, resources: Any, sweep: str) -> None:
+        """Refuse the settings of ``resources`` (a sweep's ``TrialResources``, read by the names in
+        :attr:`unsupported`) this backend cannot honour, naming the setting and the backend."""
         given = [name for name in self.unsupported if getattr(resources, name) not in (None, False)]
         if given:
             name = given[0]
@@ -102,21 +156,11 @@ class Backend:
         return None
 
     # -- gpusched sweep run ------------------------------------------------------------------------------------
-    def run_sweep(
-        self,
-        spec: SweepSpec,
-        session: SweepSession,
-        run: str,
-        *,
-        handle: Any = None,
-        parallel: int | None = None,
-        force_rerun: bool | None = None,
-        progress: Any = True,
-        on_event: Any = None,
-        poll_interval: float = 2.0,
-    ) -> dict[str, Any]:
-        """Run every stage of ``spec`` in this process and return the session's summary (``run_sweep``'s
-        options; ``handle``: what it works through, its :meth:`default_handle` when None)."""
+    def run_sweep(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """Run every stage of a sweep in this process and return the session's summary: the signature is
+        core/sweep/terminal.py's :class:`~airflow_provider_gpusched.core.sweep.terminal.SweepRunner` (``spec``,
+        ``session``, ``run`` and its options; ``handle``: what it works through, its :meth:`default_handle` when
+        None). Declared here without the sweep's types: the sweep is built on this module, not under it."""
         raise GpuschedError(f"gpusched sweep run: the {self.name} backend cannot run a sweep from the terminal")
 
 

@@ -17,13 +17,24 @@ No Airflow import: the CLI (``gpusched queue``) and the operators use it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_gpusched.core.backends import backends, by_backend, get_backend
+from airflow_provider_gpusched.core.backends import QueueEntry, StopOutcome, backends, by_backend, get_backend
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.stops import StopOrder, StopOrders, StopRequest
-from airflow_provider_gpusched.core.work_tag import WorkTag
+
+__all__ = [
+    "QueueEntry",  # the records each backend answers in: defined in core/backends.py, imported from here too
+    "QueueListing",
+    "StopOrder",
+    "StopOrders",
+    "StopOutcome",
+    "StopRequest",
+    "known_states",
+    "list_work",
+    "stop_work",
+]
 
 
 def known_states() -> set[str]:
@@ -32,43 +43,6 @@ def known_states() -> set[str]:
 
 
 # -- what runs -------------------------------------------------------------------------------------------
-@dataclass
-class QueueEntry:
-    """One piece of running (or queued, on Slurm) work this provider launched."""
-
-    backend: str  # the backend's name (core/backends.py)
-    id: str  # Slurm job id (ARRAY_TASK for array tasks) or lease id
-    tag: WorkTag
-    state: str  # Slurm's state, or running / starting / yielding / stopping / orphaned
-    elapsed: float | None = None
-    requeues: int | None = None
-    where: str = ""  # GPUs (local) or partition and nodes (Slurm)
-    host: str = ""  # in a fleet: the GPU host that published the lease ('' for this host's own)
-    reason: str = ""  # Slurm's pending reason, a yield or stop request
-    pid: int | None = None
-    output: str = ""  # a Slurm job's output file
-    job_name: str = ""
-
-    @property
-    def job_class(self) -> str:
-        return self.tag.job_class
-
-    @property
-    def stop_id(self) -> str:
-        """What to cancel or stop: the array's job id for an array task (scancel cancels all its tasks)."""
-        return get_backend(self.backend, "queue entry backend").stop_id(self.id)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["tag"] = self.tag.to_dict()
-        return data
-
-    def describe(self) -> str:
-        what = self.tag.task or self.job_name or "(not launched by an Airflow task)"
-        run = f" run {self.tag.run_id}" if self.tag.run_id else ""
-        return f"{self.backend} {self.id} {self.state}: {what}{run}"
-
-
 @dataclass
 class QueueListing:
     entries: list[QueueEntry] = field(default_factory=list)
@@ -103,23 +77,6 @@ def _check_handles(handles: dict[str, Any]) -> None:
 
 
 # -- stopping ---------------------------------------------------------------------------------------------
-@dataclass
-class StopOutcome:
-    entry: QueueEntry
-    action: str  # "cancelled", "stopped", "forced", "still running", "would stop", "failed"
-    detail: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "backend": self.entry.backend,
-            "id": self.entry.id,
-            "task": self.entry.tag.task,
-            "run_id": self.entry.tag.run_id,
-            "action": self.action,
-            "detail": self.detail,
-        }
-
-
 def stop_work(
     entries: Iterable[QueueEntry],
     request: StopRequest,

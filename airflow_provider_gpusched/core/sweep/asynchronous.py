@@ -35,8 +35,8 @@ import fcntl
 import os
 import threading
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.sweep.expand import DEFAULT_LABELS, Trial, finite_space_size, make_trial
@@ -44,7 +44,6 @@ from airflow_provider_gpusched.core.sweep.search import TRIAL_ATTRS, OptunaSearc
 from airflow_provider_gpusched.core.sweep.store import FINAL_STATES
 
 if TYPE_CHECKING:
-    from airflow_provider_gpusched.core.sweep.session import SweepSession
     from airflow_provider_gpusched.core.sweep.spec import SweepSpec
     from airflow_provider_gpusched.core.sweep.store import TrialStore
     from airflow_provider_gpusched.core.sweep.trial_run import Manifest
@@ -127,10 +126,33 @@ class AsyncOptunaSearch(OptunaSearch):
         )
 
 
+class StageSession(Protocol):
+    """What an asynchronous run needs of its sweep session (core/sweep/session.py's ``SweepSession``, which
+    makes the run: the session is built on this module, not under it)."""
+
+    spec: SweepSpec
+    store: TrialStore
+
+    def manifest_path(self, round_no: int | None = None, run: str | None = None) -> str: ...
+
+    def write_stage_manifest(
+        self,
+        round_no: int | None,
+        run: str | None,
+        *,
+        trials: Sequence[Trial],
+        pending: Sequence[Trial],
+        skipped: Sequence[Trial],
+        force_rerun: bool,
+        chunk_size: int | None,
+        backend: str,
+    ) -> str: ...
+
+
 class AsyncRun:
     """One run of an asynchronous search: its plan, the trials it hands out, what it tells the study."""
 
-    def __init__(self, session: SweepSession, run: str | None = None, force_rerun: bool | None = None) -> None:
+    def __init__(self, session: StageSession, run: str | None = None, force_rerun: bool | None = None) -> None:
         spec = session.spec
         if not spec.asks_as_it_goes or spec.count is None:
             raise GpuschedError(f"sweep {spec.name}: search {spec.search!r} is not an asynchronous search")

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from airflow_provider_gpusched.core.backends import DEFAULT_BACKEND, get_backend
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
@@ -30,6 +30,25 @@ from airflow_provider_gpusched.core.sweep.spec import SweepSpec
 
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+
+
+class SweepRunner(Protocol):
+    """What ``gpusched sweep run`` asks of a backend (core/backends.py's ``Backend.run_sweep``): run every stage of
+    ``spec`` in this process through ``handle`` and return the session's summary."""
+
+    def run_sweep(
+        self,
+        spec: SweepSpec,
+        session: SweepSession,
+        run: str,
+        *,
+        handle: Any = None,
+        parallel: int | None = None,
+        force_rerun: bool | None = None,
+        progress: Any = True,
+        on_event: Any = None,
+        poll_interval: float = 2.0,
+    ) -> dict[str, Any]: ...
 
 
 class SweepInterrupted(GpuschedError):
@@ -191,6 +210,7 @@ def run_sweep(
     """
     spec = load_spec(spec).anchor(script_directory())
     chosen = get_backend(backend)
+    runner: SweepRunner = chosen
     spec.resources.check_backend(backend, spec.name)
     if spec.asks_as_it_goes and not chosen.asynchronous_search:
         raise GpuschedError(
@@ -200,7 +220,7 @@ def run_sweep(
         )
     session = SweepSession(spec, results_root)
     run = run or f"terminal__{time.strftime('%Y-%m-%dT%H:%M:%S')}__{os.getpid()}"
-    summary = chosen.run_sweep(
+    summary = runner.run_sweep(
         spec,
         session,
         run,
