@@ -54,9 +54,8 @@ def _callers_level() -> int:
 
     import airflow
 
-    import airflow_provider_gpusched
-
-    inside = tuple(os.path.dirname(m.__file__ or "") + os.sep for m in (airflow, airflow_provider_gpusched))
+    package = os.path.dirname(os.path.dirname(__file__))  # this package's folder (operators/ is one level down)
+    inside = (os.path.dirname(airflow.__file__ or "") + os.sep, package + os.sep)
     level = 2
     frame: FrameType | None = sys._getframe(2)  # 1: renamed_argument's caller's caller is where counting starts
     while frame is not None and frame.f_code.co_filename.startswith(inside):

@@ -20,13 +20,14 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_gpusched.core.errors import GpuschedError
 
-#: where the child finds the channel's two file descriptors, "read,write"
-STAGE_ENV = "GPUSCHED_STAGE_FDS"
+# the channel's variable and fds (for a wrapper) live in core/load_stage.py, which the trial side imports; kept here too
+from airflow_provider_gpusched.core.load_stage import STAGE_ENV as STAGE_ENV
+from airflow_provider_gpusched.core.load_stage import channel_fds as channel_fds
+
 LOADED = b"loaded\n"
 _MAX_LINE = 1 << 16
 
@@ -103,17 +104,6 @@ def wait_for_gpus() -> list[int]:
     for name, value in answer.get("default", {}).items():
         os.environ.setdefault(name, value)
     return _visible_gpus()
-
-
-def channel_fds(env: Mapping[str, Any] | None = None) -> tuple[int, ...]:
-    """The channel's fds named in ``env`` (default ``os.environ``), for a wrapper that starts the work as its own
-    child (``subprocess.Popen(..., pass_fds=channel_fds())``): () when there is none."""
-    raw = (os.environ if env is None else env).get(STAGE_ENV, "")
-    try:
-        fds = tuple(int(x) for x in raw.split(",")) if raw else ()
-    except ValueError:
-        return ()
-    return fds if len(fds) == 2 and all(fd > 2 for fd in fds) else ()
 
 
 def _read_line(fd: int) -> bytes:

@@ -18,26 +18,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow_provider_gpusched.core.partition.bits import bit_positions
 from airflow_provider_gpusched.core.partition.problem import PartitionInputError
-
-if TYPE_CHECKING:
-    from airflow_provider_gpusched.core.partition.solver import _Model
+from airflow_provider_gpusched.core.partition.types import CheckResult, StageModel
 
 
-@dataclass
-class CheckResult:
-    """``stages`` [(type index, first, last)] when a schedule within x was found; ``proven_infeasible`` when
-    the solver proved that none exists; neither when it ran out of time."""
-
-    stages: list[tuple[int, int, int]] | None
-    proven_infeasible: bool
-
-
-def stage_arcs(model: _Model, x: float) -> list[tuple[int, int, int]]:
+def stage_arcs(model: StageModel, x: float) -> list[tuple[int, int, int]]:
     """Every stage (start s, 0-based; end r, 1-based; type k) whose compute time, memory and both links are
     within x. A type can stand at boundary j (after layer j, 0 < j < L) iff sending out(j) between two hosts of
     that type is within x."""
@@ -61,7 +49,7 @@ def stage_arcs(model: _Model, x: float) -> list[tuple[int, int, int]]:
 SIMPLEX_UP_TO = 1000
 
 
-def check(model: _Model, x: float, deadline: float | None = None, *, relaxed: bool = False) -> CheckResult:
+def check(model: StageModel, x: float, deadline: float | None = None, *, relaxed: bool = False) -> CheckResult:
     """Is there a schedule within x respecting host counts? ``relaxed`` solves the linear relaxation only (a
     refutation is a proof; a fractional answer proves nothing and returns no stages)."""
     try:
@@ -133,7 +121,7 @@ def check(model: _Model, x: float, deadline: float | None = None, *, relaxed: bo
     return CheckResult(stages, False)
 
 
-def lower_bound_index(model: _Model, values: list[float], lo: int, deadline: float | None) -> tuple[int, int]:
+def lower_bound_index(model: StageModel, values: list[float], lo: int, deadline: float | None) -> tuple[int, int]:
     """The first index at or above ``lo`` whose linear relaxation is feasible: every value below it is refuted
     (a proven lower bound). Galloping upward from ``lo``, then bisection: the relaxation is cheap to refute
     near ``lo``, where few stages are within the value, and costly far above it. Stops early at the deadline
@@ -172,7 +160,7 @@ def lower_bound_index(model: _Model, values: list[float], lo: int, deadline: flo
     return lo, solved
 
 
-def weighted_path(model: _Model, x: float, rounds: int = 200) -> list[tuple[int, int, int]] | None:
+def weighted_path(model: StageModel, x: float, rounds: int = 200) -> list[tuple[int, int, int]] | None:
     """A quick schedule within x respecting host counts, or None: no proof either way. The cheapest path when
     a stage on type k costs 1 + p[k], the prices p raised for types the path uses more hosts of than there are
     and lowered (not below 0) for types with hosts to spare (subgradient steps on the count constraints), for

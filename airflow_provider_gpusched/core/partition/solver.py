@@ -29,8 +29,8 @@ from typing import Any
 
 from airflow_provider_gpusched.core.partition import milp
 from airflow_provider_gpusched.core.partition.bits import bit_positions
-from airflow_provider_gpusched.core.partition.milp import CheckResult
 from airflow_provider_gpusched.core.partition.problem import MiB, Problem
+from airflow_provider_gpusched.core.partition.types import CheckResult
 
 
 @dataclass

@@ -19,15 +19,12 @@ import os
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.records import RecordType, one_of, record_class, says
 from airflow_provider_gpusched.core.safe_files import BadRecordError, parse_json_record
 from airflow_provider_gpusched.core.slurm.chain_shim import LINE_LIMIT, MAX_SEGMENT, RESTARTS_ARG
-
-if TYPE_CHECKING:
-    from airflow_provider_gpusched.core.slurm.client import SlurmClient
 
 #: how a segment ended, as the wrapper writes it
 OUTCOMES = ("requeued", "completed", "failed", "stopped", "no-progress", "out-of-requeues", "requeue-failed")
@@ -312,7 +309,14 @@ def chain_failure(segments: Sequence[Segment]) -> str | None:
     return None
 
 
-def read_chain(client: SlurmClient, records_dir: str, job_keys: Sequence[str]) -> tuple[list[Segment], list[str]]:
+class RecordReader(Protocol):
+    """What :func:`read_chain` needs of a ``SlurmClient``: a small file's text, here or through the login host
+    (a protocol, so that this module, which the job spec imports, does not import the client back)."""
+
+    def read_text(self, path: str, max_bytes: int = ..., *, tail: bool = ...) -> str | None: ...
+
+
+def read_chain(client: RecordReader, records_dir: str, job_keys: Sequence[str]) -> tuple[list[Segment], list[str]]:
     r"""The segments of jobs ``job_keys`` (``ID``, or an array's ``ID_TASK``\s) from their record files (the
     last MiB of each), here or through the login host; with a problem for each line that is not a record."""
     segments: list[Segment] = []

@@ -7,19 +7,19 @@ A rule is handed the trial's own reports and its peers' (each peer's folder name
 its state) and answers ``''`` (go on) or why the trial stops. It judges wherever a trial reports: in the trial's own
 process (a callable's ``report()``) or in the trial runner that watches a command trial. So a rule of another
 package is found there through the entry-point group ``airflow_provider_gpusched.pruners`` (name = ``module:Class``),
-or registered with :func:`register_pruner` in a module both processes import.
+or registered with :func:`register_pruner` in a module both processes import. A rule's settings are one
+:class:`PruningRule` (also importable from core/sweep/pruning.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import asdict, dataclass
+from typing import Annotated, Any, ClassVar
 
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.records import Settings, one_of, says
 from airflow_provider_gpusched.core.registry import Registry
-
-if TYPE_CHECKING:
-    from airflow_provider_gpusched.core.sweep.pruning import PruningRule
 
 ENTRY_POINT_GROUP = "airflow_provider_gpusched.pruners"
 #: the settings of a rule given as a mapping that only some rules read: refused with any other rule
@@ -44,8 +44,8 @@ class Pruner:
     :meth:`check`, and answer in :meth:`judge`."""
 
     name: ClassVar[str] = ""
-    #: the settings of :class:`~airflow_provider_gpusched.core.sweep.pruning.PruningRule` this rule reads besides
-    #: ``metric`` and ``mode`` (``pruner``/``options`` given to a rule that does not read them are refused)
+    #: the settings of :class:`PruningRule` this rule reads besides ``metric`` and ``mode``
+    #: (``pruner``/``options`` given to a rule that does not read them are refused)
     reads: ClassVar[tuple[str, ...]] = ()
     #: whether :meth:`judge` needs each peer's state (one status.json read per peer and change)
     needs_states: ClassVar[bool] = False
@@ -138,3 +138,69 @@ def pruner_class(name: str, where: str = "pruning.rule") -> type[Pruner]:
     """The class of rule ``name`` (a ``module:Class`` entry loaded on first use); an unknown name is refused
     naming ``where`` and the known rules."""
     return REGISTRY.get(name, where)
+
+
+# A sweep's pruning rule as its spec gives it (``pruning: {rule: NAME, ...}``): defined here, with the rules that
+# read it, so that the interface needs nothing of core/sweep/pruning.py (which imports it). No docstring: the spec's
+# JSON Schema describes it as it always has.
+@dataclass
+class PruningRule:
+    #: the rule's name (core/sweep/pruner.py's registry: median, asha, optuna, and those registered)
+    rule: Annotated[str, says("the name of a pruning rule")] = "median"
+    #: default: the objective's metric
+    metric: Annotated[str, says("a metric name the trials report", min_length=1)] | None = None
+    #: default: the objective's mode
+    mode: Annotated[str, says("'maximize' or 'minimize'"), one_of(("maximize", "minimize"))] | None = None
+    #: the step at which a trial has trained its whole budget (Optuna's ``max_resource``, Ray Tune's ``max_t``): a
+    #: report there or past it is complete, never pruned (every rule). Default: the rule's own (Optuna's Hyperband:
+    #: its ``max_resource``), else the last step of the trials that succeeded (as Optuna's ``max_resource='auto'``
+    #: learns it from the first finished trial)
+    max_steps: Annotated[int, says("a whole number of steps >= 1", ge=1)] | None = None
+    # the settings of one rule (each rule's class lists those it ``reads``)
+    warmup_steps: Annotated[int, says("a whole number >= 0", ge=0)] = 0  # median: judge no step before this
+    min_trials: Annotated[int, says("a whole number >= 1", ge=1)] = 3  # median: peers that must have reached the step
+    min_steps: Annotated[int, says("a whole number >= 1", ge=1)] = 1  # asha: the first rung
+    #: asha: keep the top 1/reduction_factor at each rung
+    reduction_factor: Annotated[int, says("a whole number >= 2", ge=2)] = 3
+    pruner: str | None = None  # optuna: which of Optuna's pruners
+    #: optuna: keyword arguments of its constructor (patient: also "wrapped")
+    options: (
+        Annotated[dict[Annotated[str, says("an argument name")], Any], says("a mapping of the pruner's arguments")]
+        | None
+    ) = None
+
+    def check(self, where: str) -> None:
+        """The settings' types and bounds, then what the rule itself asks of them (its class's ``check``)."""
+        _RULE.check(self, where)  # each setting's type and bounds (their annotations)
+        rule = pruner_class(self.rule, f"{where}.rule")
+        for name in OPTIONAL_SETTINGS:
+            if getattr(self, name) is not None and name not in rule.reads:
+                readers = [n for n in pruner_names() if name in _reads(n)]
+                raise InvalidArgumentError(
+                    f"{where}.{name}", getattr(self, name), f"{name} only with rule: {', '.join(readers)}"
+                )
+        rule.check(self, where)
+
+    def make_judge(self) -> Pruner:
+        """This rule's judge (one per sweep folder that judges: it may keep state between judgements)."""
+        return pruner_class(self.rule)(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def judged_metric(self) -> str:
+        """The metric the rule judges by: its own, or the objective's (which the sweep spec fills in)."""
+        if self.metric is None:
+            raise InvalidArgumentError("pruning.metric", None, "a metric (the sweep spec gives the objective's)")
+        return self.metric
+
+
+_RULE = Settings(PruningRule)
+
+
+def _reads(name: str) -> tuple[str, ...]:
+    try:
+        return pruner_class(name).reads
+    except InvalidArgumentError:  # an installed rule that cannot be imported reads nothing here
+        return ()

@@ -1,8 +1,8 @@
 """Early stopping of running trials from their intermediate reports (core/sweep/reports.py): a sweep's pruning
-rule (``pruning: {rule: median, ...}``), its settings (:class:`PruningRule`) and the reports it judges
-(:class:`SweepReports`). Each rule is a small class (core/sweep/pruner.py: the interface and registry;
-core/sweep/pruners.py: the built-in ``median``, ``asha`` and ``optuna``), as Optuna's pruners and Ray Tune's
-trial schedulers are.
+rule (``pruning: {rule: median, ...}``), its settings (:class:`PruningRule`, defined with the rules' interface in
+core/sweep/pruner.py and importable here) and the reports it judges (:class:`SweepReports`). Each rule is a small
+class (core/sweep/pruner.py: the interface and registry; core/sweep/pruners.py: the built-in ``median``, ``asha``
+and ``optuna``), as Optuna's pruners and Ray Tune's trial schedulers are.
 
 The metric is the sweep objective's (or ``metric``), in its direction. A stopped trial ends ``pruned``: its
 own state, never retried and never ``failed``; its GPU is given back when it ends.
@@ -13,12 +13,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Annotated, Any
+from typing import Any
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
-from airflow_provider_gpusched.core.records import Settings, one_of, says
-from airflow_provider_gpusched.core.sweep.pruner import OPTIONAL_SETTINGS, Peer, Pruner, pruner_class, pruner_names
+from airflow_provider_gpusched.core.sweep.pruner import Peer, Pruner
+from airflow_provider_gpusched.core.sweep.pruner import PruningRule as PruningRule  # still importable here
 from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports
 from airflow_provider_gpusched.core.sweep.store import read_json
 
@@ -29,69 +28,6 @@ SHARED_STUDY_ENV = "GPUSCHED_SHARED_STUDY"  # "1": the sweep is an asynchronous 
 class TrialPruned(Exception):
     """Raised by ``report()`` in a callable trial that the sweep's pruning rule stops; the runner records the
     trial as ``pruned`` (a command trial is stopped by its runner instead)."""
-
-
-@dataclass
-class PruningRule:
-    #: the rule's name (core/sweep/pruner.py's registry: median, asha, optuna, and those registered)
-    rule: Annotated[str, says("the name of a pruning rule")] = "median"
-    #: default: the objective's metric
-    metric: Annotated[str, says("a metric name the trials report", min_length=1)] | None = None
-    #: default: the objective's mode
-    mode: Annotated[str, says("'maximize' or 'minimize'"), one_of(("maximize", "minimize"))] | None = None
-    #: the step at which a trial has trained its whole budget (Optuna's ``max_resource``, Ray Tune's ``max_t``): a
-    #: report there or past it is complete, never pruned (every rule). Default: the rule's own (Optuna's Hyperband:
-    #: its ``max_resource``), else the last step of the trials that succeeded (as Optuna's ``max_resource='auto'``
-    #: learns it from the first finished trial)
-    max_steps: Annotated[int, says("a whole number of steps >= 1", ge=1)] | None = None
-    # the settings of one rule (each rule's class lists those it ``reads``)
-    warmup_steps: Annotated[int, says("a whole number >= 0", ge=0)] = 0  # median: judge no step before this
-    min_trials: Annotated[int, says("a whole number >= 1", ge=1)] = 3  # median: peers that must have reached the step
-    min_steps: Annotated[int, says("a whole number >= 1", ge=1)] = 1  # asha: the first rung
-    #: asha: keep the top 1/reduction_factor at each rung
-    reduction_factor: Annotated[int, says("a whole number >= 2", ge=2)] = 3
-    pruner: str | None = None  # optuna: which of Optuna's pruners
-    #: optuna: keyword arguments of its constructor (patient: also "wrapped")
-    options: (
-        Annotated[dict[Annotated[str, says("an argument name")], Any], says("a mapping of the pruner's arguments")]
-        | None
-    ) = None
-
-    def check(self, where: str) -> None:
-        """The settings' types and bounds, then what the rule itself asks of them (its class's ``check``)."""
-        _RULE.check(self, where)  # each setting's type and bounds (their annotations)
-        rule = pruner_class(self.rule, f"{where}.rule")
-        for name in OPTIONAL_SETTINGS:
-            if getattr(self, name) is not None and name not in rule.reads:
-                readers = [n for n in pruner_names() if name in _reads(n)]
-                raise InvalidArgumentError(
-                    f"{where}.{name}", getattr(self, name), f"{name} only with rule: {', '.join(readers)}"
-                )
-        rule.check(self, where)
-
-    def make_judge(self) -> Pruner:
-        """This rule's judge (one per sweep folder that judges: it may keep state between judgements)."""
-        return pruner_class(self.rule)(self)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @property
-    def judged_metric(self) -> str:
-        """The metric the rule judges by: its own, or the objective's (which the sweep spec fills in)."""
-        if self.metric is None:
-            raise InvalidArgumentError("pruning.metric", None, "a metric (the sweep spec gives the objective's)")
-        return self.metric
-
-
-_RULE = Settings(PruningRule)
-
-
-def _reads(name: str) -> tuple[str, ...]:
-    try:
-        return pruner_class(name).reads
-    except InvalidArgumentError:  # an installed rule that cannot be imported reads nothing here
-        return ()
 
 
 def judge(

@@ -30,7 +30,7 @@ from typing import Annotated, Any, TextIO
 from airflow_provider_gpusched.core.backends import DEFAULT_BACKEND, get_backend
 from airflow_provider_gpusched.core.checks import is_number
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
-from airflow_provider_gpusched.core.gpu.stages import channel_fds
+from airflow_provider_gpusched.core.load_stage import channel_fds
 from airflow_provider_gpusched.core.records import Float, RecordType, one_of, record_class, says, take_record_key
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 from airflow_provider_gpusched.core.sweep.expand import Trial, nested
