@@ -39,12 +39,10 @@ from airflow_provider_gpusched.core.slurm import (
 )
 from airflow_provider_gpusched.core.slurm.chain import TimeLimitChain, chain_failure, read_chain
 from airflow_provider_gpusched.core.slurm.chain import time_limit_chain as time_limit_chain_settings
-from airflow_provider_gpusched.core.slurm.finish import job_end
 from airflow_provider_gpusched.core.slurm.job import task_family_key, work_key
 from airflow_provider_gpusched.core.slurm.job_view import SLURM_JOB_XCOM, claim_output_folder, job_record
-from airflow_provider_gpusched.core.slurm.output import OutputFollower
 from airflow_provider_gpusched.core.slurm.states import array_task_order
-from airflow_provider_gpusched.core.slurm.submission import Submission
+from airflow_provider_gpusched.core.slurm.submission import JobWait, SlurmJobManager
 from airflow_provider_gpusched.core.work_env import CHECKPOINT_ENV
 from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.hooks.slurm import SlurmHook
@@ -404,13 +402,31 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
     # -- running -----------------------------------------------------------------------------------------
     def execute(self, context) -> Any:
         hook = SlurmHook(self.slurm_conn_id)
-        client = hook.get_conn()
+        manager = self._job_manager(context, hook.get_conn())
+        job_id, output_path = self._submit(context, hook, manager)
+        self._publish_submitted(context, hook, job_id, output_path)
+        array_size = len(parse_array_indices(self.array)) if self.array else None
+        poll = self.poll_interval or settings.poll_interval()
+        if self.deferrable:
+            self._defer(hook, job_id, output_path, array_size, poll)
+        return self._run_blocking(context, manager, job_id, output_path, array_size, poll)
+
+    def _job_manager(self, context, client) -> SlurmJobManager:
+        """The manager of this task instance's job (its key: every try has it; its family: the same task in other
+        DAG runs, whose orphans it adopts or cancels)."""
         ti = context["ti"]
-        key = task_key(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
-        family = task_family_key(ti.dag_id, ti.task_id, ti.map_index)
-        submission = Submission(
-            client, key, family=family, owner_state=lambda run: task_state_in_run(ti, run), log=self.log
+        return SlurmJobManager(
+            client,
+            task_key(ti.dag_id, ti.run_id, ti.task_id, ti.map_index),
+            family=task_family_key(ti.dag_id, ti.task_id, ti.map_index),
+            owner_state=lambda run: task_state_in_run(ti, run),
+            log=self.log,
         )
+
+    def _submit(self, context, hook: SlurmHook, manager: SlurmJobManager) -> tuple[str, str]:
+        """This task instance's job (re-attached, adopted or submitted now) and its output file."""
+        ti = context["ti"]
+        key, family = manager.key, manager.family
 
         def build() -> tuple[SlurmJobSpec, str]:
             tag = self.work_tag(context)
@@ -421,23 +437,22 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
             return spec, work
 
         try:
-            attached, spec = submission.start(build)
+            attached, spec = manager.start(build)
         except SlurmCommandError as exc:  # sbatch refused the job: not something a retry fixes
             raise AirflowException(f"{self.task_id}: {exc}") from exc
-        job_id = attached.job_id
-        if attached.how == "re-attached":
-            output_path: str | None = self._output_pattern(context)
-        elif attached.how == "adopted":
-            output_path = client.output_path(job_id) or self._output_pattern(context)
-        else:
+        output_path = manager.output_path(attached, spec, self._output_pattern(context))
+        if attached.submitted:
             assert spec is not None
-            output_path = spec.output
-            self.log.info("Submitted Slurm job %s (sbatch %s)", job_id, " ".join(spec.sbatch_argv()))
+            self.log.info("Submitted Slurm job %s (sbatch %s)", attached.job_id, " ".join(spec.sbatch_argv()))
             advice = spec.chain_advice()
             if advice:
                 self.log.warning("%s", advice)
-        self._job_id = job_id
-        output_path = (output_path or "").replace("%j", job_id).replace("%A", job_id)
+        self._job_id = attached.job_id
+        return attached.job_id, output_path
+
+    def _publish_submitted(self, context, hook: SlurmHook, job_id: str, output_path: str) -> None:
+        """The job's id and output as XComs, its first record for the Slurm job view, and the task's links."""
+        ti = context["ti"]
         ti.xcom_push(key="slurm_job_id", value=job_id)
         ti.xcom_push(key="slurm_output", value=output_path)
         ti.xcom_push(
@@ -451,57 +466,52 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
             ),
         )
         publish_links(self, context)
-        array_size = len(parse_array_indices(self.array)) if self.array else None
-        poll = self.poll_interval or settings.poll_interval()
-        if self.deferrable:
-            self.defer(
-                trigger=SlurmJobTrigger(
-                    job_id=job_id,
-                    runner=hook.runner_description,
-                    poll_interval=poll,
-                    array_size=array_size,
-                    not_found_timeout=settings.not_found_timeout(),
-                    cancel_on_kill=self.cancel_on_kill,
-                    output_path=output_path,
-                    fire_after=time.time() + settings.min_deferral(),
-                    follow_output=self.follow_output,
-                    chain=self.time_limit_chain is not None,
-                ),
-                method_name="execute_complete",
-            )
-        follower = (
-            OutputFollower(output_path, client.runner)
-            if self.follow_output and output_path and not array_size and "%" not in output_path
-            else None
+
+    def _defer(self, hook: SlurmHook, job_id: str, output_path: str, array_size: int | None, poll: float) -> None:
+        """Wait in the triggerer (:class:`SlurmJobTrigger`); :meth:`execute_complete` takes over at the job's end."""
+        self.defer(
+            trigger=SlurmJobTrigger(
+                job_id=job_id,
+                runner=hook.runner_description,
+                poll_interval=poll,
+                array_size=array_size,
+                not_found_timeout=settings.not_found_timeout(),
+                cancel_on_kill=self.cancel_on_kill,
+                output_path=output_path,
+                fire_after=time.time() + settings.min_deferral(),
+                follow_output=self.follow_output,
+                chain=self.time_limit_chain is not None,
+            ),
+            method_name="execute_complete",
         )
 
-        def show_output(_status) -> None:
-            if follower is None:
-                return
-            try:
-                for line in follower.read():
-                    self.log.info("%s", line)
-            except (OSError, GpuschedError) as exc:
-                self.log.warning("Cannot read the job's output %s now: %s", output_path, exc)
-
-        tracker = client.follow(
+    def _run_blocking(
+        self,
+        context,
+        manager: SlurmJobManager,
+        job_id: str,
+        output_path: str,
+        array_size: int | None,
+        poll: float,
+    ) -> Any:
+        """Wait in the worker, then finish as :meth:`execute_complete` does."""
+        waited = manager.wait(
             job_id,
+            output_path,
             poll_interval=poll,
             array_size=array_size,
             not_found_timeout=settings.not_found_timeout(),
-            on_line=lambda line: self.log.info("%s", line),
-            on_poll=show_output,
+            follow_output=self.follow_output,
             chain=self.time_limit_chain is not None,
         )
-        if follower is not None:
-            for line in follower.flush():
-                self.log.info("%s", line)
-            self._followed_lines = follower.lines
-        final = tracker.final_status()
-        self._preemption_events = tracker.preemption_events
-        return self._finish(
-            context, final.to_dict(), output_path, tracker.preemptions, final.reason if tracker.lost else None
-        )
+        return self._finish_wait(context, waited)
+
+    def _finish_wait(self, context, waited: JobWait) -> Any:
+        """The end of a followed job (here or in the triggerer): its requeues and shown output noted, then
+        :meth:`_finish`."""
+        self._followed_lines = waited.followed_lines
+        self._preemption_events = waited.preemption_events
+        return self._finish(context, waited.job, waited.output_path, waited.preemptions, waited.problem)
 
     def _log_chain(self, context, client, status: JobStatus) -> str | None:
         """A time-limit chain's segments in the task log (and for the job view); why the chain ended, if it ended
@@ -543,15 +553,7 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
 
     def execute_complete(self, context, event: dict[str, Any]) -> Any:
         self._job_id = event.get("job_id")
-        self._preemption_events = event.get("preemption_events", [])
-        self._followed_lines = event.get("followed_lines")
-        return self._finish(
-            context,
-            event.get("job"),
-            event.get("output_path", ""),
-            event.get("preemptions", 0),
-            None if event.get("job") else event.get("message"),
-        )
+        return self._finish_wait(context, JobWait.from_event(event))
 
     def _finish(
         self, context, job: dict[str, Any] | None, output_path: str, preemptions: int, problem: str | None
@@ -559,15 +561,39 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
         client = SlurmHook(self.slurm_conn_id).get_conn()
         if job is None:
             raise SlurmJobFailed(f"Slurm job {self._job_id or '?'}: {problem}")
-        end = job_end(client, JobStatus.from_dict(job), output_path, problem, settings.output_tail_lines())
+        end = self._job_manager(context, client).finish(
+            JobStatus.from_dict(job), output_path, problem, settings.output_tail_lines()
+        )
         status, tail, tail_path = end.status, end.tail, end.tail_path
         self._job_id = status.job_id
         chain_problem = self._log_chain(context, client, status)
         if chain_problem and not problem and not end.stopped:
             problem = chain_problem
+        preemptions = self._log_requeues(status, preemptions)
+        if status.tasks:
+            for key in sorted(status.tasks, key=array_task_order):
+                self.log.info("  array task %s", status.tasks[key].describe())
+        if self._followed_lines is not None and status.phase.is_success and not problem:
+            self.log.info(
+                "The job's output (%d lines) was shown above as it was written: %s", self._followed_lines, tail_path
+            )
+        elif tail:
+            self.log.info("Last lines of %s:\n%s", tail_path, tail)
+        self._publish_final(context, status, output_path, preemptions, tail, tail_path, problem)
+        self._final_status, self._preemptions, self._problem = status, preemptions, problem
+        # where the job id means something, for OpenLineage (whose methods must not look connections up)
+        self._lineage_source = lineage.slurm_source(client.runner.describe())
+        if end.stopped is not None:
+            raise WorkStopped(end.stop_message())  # no retry: someone stopped it
+        if not end.succeeded:
+            raise SlurmJobFailed(end.failure_message(), status.to_dict())
+        return self.result_value(context, status, output_path, preemptions)
+
+    def _log_requeues(self, status: JobStatus, preemptions: int) -> int:
+        """The job's requeues in the task log; returns how many there were. A time-limit chain's own records count
+        them, whatever the polls saw (a poll that began late, or a triggerer that restarted, missed some); for an
+        array, the task that requeued most."""
         if self.time_limit_chain is not None:
-            # the chain's own records count its requeues, whatever the polls saw (a poll that began late, or a
-            # triggerer that restarted, missed some); for an array, the task that requeued most
             by_job: dict[str, int] = {}
             for segment in self._segments:
                 if segment.get("outcome") == "requeued":
@@ -587,24 +613,7 @@ class SlurmJobOperator(lineage.LineageFacets, BaseOperator):
                 preemptions,
                 "\n  ".join(self._preemption_events),
             )
-        if status.tasks:
-            for key in sorted(status.tasks, key=array_task_order):
-                self.log.info("  array task %s", status.tasks[key].describe())
-        if self._followed_lines is not None and status.phase.is_success and not problem:
-            self.log.info(
-                "The job's output (%d lines) was shown above as it was written: %s", self._followed_lines, tail_path
-            )
-        elif tail:
-            self.log.info("Last lines of %s:\n%s", tail_path, tail)
-        self._publish_final(context, status, output_path, preemptions, tail, tail_path, problem)
-        self._final_status, self._preemptions, self._problem = status, preemptions, problem
-        # where the job id means something, for OpenLineage (whose methods must not look connections up)
-        self._lineage_source = lineage.slurm_source(client.runner.describe())
-        if end.stopped is not None:
-            raise WorkStopped(end.stop_message())  # no retry: someone stopped it
-        if not end.succeeded:
-            raise SlurmJobFailed(end.failure_message(), status.to_dict())
-        return self.result_value(context, status, output_path, preemptions)
+        return preemptions
 
     # -- OpenLineage (the provider calls these; lineage.py) --------------------------------------------------
     lineage_job_type = "SLURM_JOB"

@@ -25,7 +25,7 @@ from airflow_provider_gpusched.core.slurm import (
     client_from_description,
     transport_from_description,
 )
-from airflow_provider_gpusched.core.slurm.output import OutputFollower
+from airflow_provider_gpusched.core.slurm.output import OutputFollower, follows_output
 from airflow_provider_gpusched.hooks.slurm import rest_token
 from airflow_provider_gpusched.triggers.deferral import hold_until
 
@@ -82,7 +82,7 @@ class SlurmJobTrigger(BaseTrigger):
 
     def _follower(self) -> OutputFollower | None:
         """The job's output followed into the task log while it runs: one file (not an array's, one per task)."""
-        if not self.follow_output or not self.output_path or self.array_size or "%" in self.output_path:
+        if not follows_output(self.follow_output, self.output_path, self.array_size):
             return None
         return OutputFollower(self.output_path, transport_from_description(self.runner))
 

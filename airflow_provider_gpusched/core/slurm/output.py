@@ -52,6 +52,13 @@ _REMOTE_READ = (
 )
 
 
+def follows_output(follow_output: bool, path: str | None, array_size: int | None) -> bool:
+    """Whether a job's output is followed into the task log while it runs (the operator's blocking wait and the
+    trigger alike): when asked for, and the job writes one file named in full (an array's tasks each have a file,
+    shown as a tail at the end; a path still holding a ``%`` pattern names none yet)."""
+    return bool(follow_output and path and not array_size and "%" not in path)
+
+
 class OutputFollower:
     """The new lines of one output file at each :meth:`read` (see the module's docstring)."""
 

@@ -1,7 +1,8 @@
-"""Getting one piece of work onto Slurm exactly once (the Kubernetes provider's ``PodManager``, for Slurm jobs).
+"""One piece of work's Slurm job, from its submission to its end (the Kubernetes provider's ``PodManager``, for
+Slurm jobs).
 
-A :class:`Submission` is the work of one task instance, one sweep chunk or one terminal stage, named by a stable
-``key`` (recorded in the job's ``--comment``). :meth:`Submission.start` finds its job and returns an
+A :class:`SlurmJobManager` is the work of one task instance, one sweep chunk or one terminal stage, named by a
+stable ``key`` (recorded in the job's ``--comment``). :meth:`SlurmJobManager.start` finds its job and returns an
 :class:`Attached`:
 
 * **re-attach** — a live job of the same key (an earlier try of the same task, whose worker died) is followed
@@ -12,11 +13,14 @@ A :class:`Submission` is the work of one task instance, one sweep chunk or one t
 * **submit once** — sbatch, retried while Slurm is unreachable or full for now; before each retry the comment is
   looked for, so an attempt that got through after all is not submitted twice.
 
-Every call to Slurm goes through one declared retry policy, :data:`SLURM_RETRY` (tenacity). Following a job to
-its end is ``SlurmClient.follow`` (or, deferred, the triggerer's shared poller); what its end means for the task
-(its tail, a stop mark, the failure message) is core/slurm/finish.py's ``job_end``. The users:
-``SlurmJobOperator`` (and the sweep trial and array operators built on it) and ``gpusched sweep run --backend
-slurm``.
+Then :meth:`~SlurmJobManager.output_path` says where the job writes, :meth:`~SlurmJobManager.wait` follows it to
+its end in this process (its output shown as it is written, when :func:`~.output.follows_output` says so; deferred,
+the triggerer's shared poller does this and its event becomes the same :class:`JobWait`), and
+:meth:`~SlurmJobManager.finish` reads what its end means for the task (core/slurm/finish.py's ``job_end``).
+
+Every call to Slurm the submission makes goes through one declared retry policy, :data:`SLURM_RETRY` (tenacity).
+The users: ``SlurmJobOperator`` (and the sweep trial and array operators built on it) and ``gpusched sweep run
+--backend slurm``.
 """
 
 from __future__ import annotations
@@ -24,12 +28,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
+from airflow_provider_gpusched.core.errors import GpuschedError
+from airflow_provider_gpusched.core.slurm.finish import JobEnd, job_end
 from airflow_provider_gpusched.core.slurm.job import job_comment, parse_job_comment
+from airflow_provider_gpusched.core.slurm.output import OutputFollower, follows_output
+from airflow_provider_gpusched.core.slurm.states import JobStatus
 from airflow_provider_gpusched.core.slurm.transport import SlurmUnavailableError
 
 if TYPE_CHECKING:
@@ -103,8 +111,34 @@ class Attached:
         return self.how == "submitted"
 
 
-class Submission:
-    """One piece of work's Slurm job (see the module's text).
+@dataclass(frozen=True)
+class JobWait:
+    """What following a job to its end saw: its final status (``job``, as ``JobStatus.to_dict``; None when it could
+    not be followed to its end), its output file, its requeues, a problem with following it, and how many lines of
+    its output were shown as they were written (None: not followed)."""
+
+    job: dict[str, Any] | None
+    output_path: str
+    preemptions: int = 0
+    preemption_events: list[str] = field(default_factory=list)
+    problem: str | None = None
+    followed_lines: int | None = None
+
+    @classmethod
+    def from_event(cls, event: dict[str, Any]) -> JobWait:
+        """The same, from the event of the triggerer that followed the job (``SlurmJobTrigger``)."""
+        return cls(
+            job=event.get("job"),
+            output_path=event.get("output_path", ""),
+            preemptions=event.get("preemptions", 0),
+            preemption_events=event.get("preemption_events", []),
+            problem=None if event.get("job") else event.get("message"),
+            followed_lines=event.get("followed_lines"),
+        )
+
+
+class SlurmJobManager:
+    """One piece of work's Slurm job, from its submission to its end (see the module's text).
 
     :param client: the ``SlurmClient`` (CLI here, or over ssh).
     :param key: the work's stable key (:func:`~airflow_provider_gpusched.core.slurm.job.task_key`): every try of
@@ -235,3 +269,75 @@ class Submission:
     def start_job(self, spec: SlurmJobSpec, work: str) -> Attached:
         """:meth:`start` for a job whose spec is already built."""
         return self.start(lambda: (spec, work))[0]
+
+    def output_path(self, attached: Attached, spec: SlurmJobSpec | None, pattern: str) -> str:
+        """Where the job writes its output, its ``%j`` and ``%A`` filled in: the spec's for a job submitted now,
+        Slurm's own for an adopted one (another run's, else ``pattern``), ``pattern`` (the same for every try of
+        this work) for a re-attached one."""
+        job_id = attached.job_id
+        if attached.how == "re-attached":
+            path: str | None = pattern
+        elif attached.how == "adopted":
+            path = self.client.output_path(job_id) or pattern
+        else:
+            assert spec is not None
+            path = spec.output
+        return (path or "").replace("%j", job_id).replace("%A", job_id)
+
+    def wait(
+        self,
+        job_id: str,
+        output_path: str,
+        *,
+        poll_interval: float,
+        array_size: int | None,
+        not_found_timeout: float,
+        follow_output: bool,
+        chain: bool,
+    ) -> JobWait:
+        """Follow the job to its end here (``SlurmClient.follow``): its state changes, and its new output lines
+        while it runs (when :func:`follows_output`), go to the log."""
+        follower = (
+            OutputFollower(output_path, self.client.runner)
+            if follows_output(follow_output, output_path, array_size)
+            else None
+        )
+
+        def show_output(_status: JobStatus) -> None:
+            if follower is None:
+                return
+            try:
+                for line in follower.read():
+                    self.log.info("%s", line)
+            except (OSError, GpuschedError) as exc:
+                self.log.warning("Cannot read the job's output %s now: %s", output_path, exc)
+
+        tracker = self.client.follow(
+            job_id,
+            poll_interval=poll_interval,
+            array_size=array_size,
+            not_found_timeout=not_found_timeout,
+            on_line=lambda line: self.log.info("%s", line),
+            on_poll=show_output,
+            chain=chain,
+        )
+        if follower is not None:
+            for line in follower.flush():
+                self.log.info("%s", line)
+        final = tracker.final_status()
+        return JobWait(
+            job=final.to_dict(),
+            output_path=output_path,
+            preemptions=tracker.preemptions,
+            preemption_events=tracker.preemption_events,
+            problem=final.reason if tracker.lost else None,
+            followed_lines=follower.lines if follower is not None else None,
+        )
+
+    def finish(self, status: JobStatus, output_path: str, problem: str | None, tail_lines: int) -> JobEnd:
+        """What the job's end means for its task: its output's tail, a stop mark (core/slurm/finish.py)."""
+        return job_end(self.client, status, output_path, problem, tail_lines)
+
+
+#: the manager's old name (it covered the submission only); still importable
+Submission = SlurmJobManager
