@@ -7,12 +7,8 @@ Airflow side by ``module:Class`` (``Backend.airflow``); :func:`airflow_backend` 
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-
-from airflow_provider_gpusched.core.backends import get_backend
-from airflow_provider_gpusched.core.errors import GpuschedError
 
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.job_classes import JobClass
@@ -53,18 +49,10 @@ class AirflowBackend:
         raise NotImplementedError(f"{type(self).__name__}.pool_gpus")
 
 
-_loaded: dict[str, AirflowBackend] = {}
-
-
 def airflow_backend(name: str) -> AirflowBackend:
-    """The Airflow side of the backend called ``name``."""
-    backend = get_backend(name)
-    key = f"{name}={backend.airflow}"
-    if key not in _loaded:
-        module, _, attr = backend.airflow.partition(":")
-        try:
-            cls = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError, ValueError) as exc:
-            raise GpuschedError(f"backend {name!r}: cannot load its Airflow side {backend.airflow!r} ({exc})") from exc
-        _loaded[key] = cls()
-    return _loaded[key]
+    """The Airflow side of the backend called ``name``, imported on first use (the sweep task groups load it
+    through :func:`~airflow_provider_gpusched.task_groups.sweep.stage_adapter`, the one loader)."""
+    from airflow_provider_gpusched.task_groups.sweep import stage_adapter
+
+    adapter: AirflowBackend = stage_adapter(name)
+    return adapter

@@ -17,16 +17,17 @@ records its state and result in the results folder, so a re-run skips what alrea
 
 from __future__ import annotations
 
+import importlib
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from airflow.sdk import Asset, TaskGroup, task
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider_gpusched import settings, tracking
-from airflow_provider_gpusched.backends import airflow_backend
 from airflow_provider_gpusched.core.backends import get_backend
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.sweep.session import SweepSession
@@ -343,13 +344,51 @@ def _publish_plan(
     )
 
 
+class StageAdapter(Protocol):
+    """What a sweep stage asks of its backend's Airflow side (backends/__init__.py's ``AirflowBackend``, built on
+    this module: a stage hands its adapter itself and the manifest, and gets operators and tasks back)."""
+
+    batches: bool
+    runs_workers: bool
+
+    def trial_operator(self, stage: SweepStage, arguments: dict[str, Any]) -> Any: ...
+
+    def plan_chunks(self, manifest: Manifest, python: str, max_parallel: int | None) -> list[Any]: ...
+
+    def plan_workers(self, manifest: Manifest, python: str, workers: int) -> list[Any]: ...
+
+    def run_chunks(self, stage: SweepStage, round_no: int | None, planned: Any) -> Any: ...
+
+
+_adapters: dict[str, Any] = {}
+_adapters_lock = threading.Lock()
+
+
+def stage_adapter(name: str) -> Any:
+    """The Airflow side of the backend called ``name`` (its ``Backend.airflow``, ``module:Class``), made once per
+    process; :func:`airflow_provider_gpusched.backends.airflow_backend` answers the same object."""
+    backend = get_backend(name)
+    key = f"{name}={backend.airflow}"
+    with _adapters_lock:
+        if key not in _adapters:
+            module, _, attr = backend.airflow.partition(":")
+            try:
+                cls = getattr(importlib.import_module(module), attr)
+            except (ImportError, AttributeError, ValueError) as exc:
+                raise GpuschedError(
+                    f"backend {name!r}: cannot load its Airflow side {backend.airflow!r} ({exc})"
+                ) from exc
+            _adapters[key] = cls()
+        return _adapters[key]
+
+
 class SweepStage:
     """plan -> run trials, in mapped or batched form, on one backend."""
 
     def __init__(self, session: SweepSession, execution: SweepExecution, batched: bool, chunk_size: int) -> None:
         self.spec, self.session, self.execution = session.spec, session, execution
         self.backend, self.batched, self.chunk_size = execution.backend, batched, chunk_size
-        self.adapter = airflow_backend(self.backend)
+        self.adapter: StageAdapter = stage_adapter(self.backend)
         if session.spec.asks_as_it_goes and not self.adapter.runs_workers:
             raise AirflowException(
                 f"sweep {self.spec.name}: asynchronous: true runs as workers on the local backend (and a fleet of "
