@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from airflow_provider_gpusched.core.backends import DEFAULT_BACKEND, get_backend
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.registry import Registry
 from airflow_provider_gpusched.core.sweep.session import SweepSession
 from airflow_provider_gpusched.core.sweep.spec import SweepSpec
 
@@ -49,6 +50,33 @@ class SweepRunner(Protocol):
         on_event: Any = None,
         poll_interval: float = 2.0,
     ) -> dict[str, Any]: ...
+
+
+class RunEndHook:
+    """What is done once a terminal run of a sweep ended, with its summary, before :func:`run_sweep` returns it: a
+    class known by ``name`` in :data:`RUN_END`, made once, called after each run (it decides whether the spec asks
+    anything of it). ``say`` is where the run's lines go (``on_event``, or stderr)."""
+
+    name: str = "hook"
+
+    def __call__(
+        self, spec: SweepSpec, session: SweepSession, run: str, summary: dict[str, Any], say: Callable[[str], None]
+    ) -> None:
+        raise NotImplementedError
+
+
+#: the hooks :func:`run_sweep` calls when a run ended (one :class:`~airflow_provider_gpusched.core.registry.Registry`,
+#: as backends and trackers have: other packages add theirs under the entry-point group
+#: ``airflow_provider_gpusched.run_end``). The built-in one is a ``module:Class`` string, the registry's way, imported
+#: when called: the spec's trackers sent the run's summary (core/tracking/run_end.py; the sweep imports nothing of
+#: the tracking built on it).
+RUN_END: Registry[RunEndHook] = Registry(
+    "run-end hook",
+    RunEndHook,
+    "airflow_provider_gpusched.run_end",
+    {"tracking": "airflow_provider_gpusched.core.tracking.run_end:SendToTrackers"},
+    function="RUN_END.register",
+)
 
 
 class SweepInterrupted(GpuschedError):
@@ -231,23 +259,9 @@ def run_sweep(
         on_event=on_event,
         poll_interval=poll_interval,
     )
-    if spec.tracking:  # the spec's trackers, once the run ended (MLflow's server: the spec's, or $MLFLOW_TRACKING_URI)
-        from airflow_provider_gpusched.core.tracking.callback import SweepRun
-        from airflow_provider_gpusched.core.tracking.config import build_callbacks, score_of
-        from airflow_provider_gpusched.core.tracking.sync import send_to
-
-        say = on_event or (lambda line: print(line, file=sys.stderr))
-        objective = spec.objective.to_dict() if spec.objective else None
-        sweep = SweepRun(sweep=spec.name, run=run, folder=session.store.dir, search=spec.search, objective=objective)
-        ends = {k: v for k, v in summary.items() if k != "text"}
-        send_to(
-            build_callbacks(spec.tracking, session.store.dir, say),
-            sweep,
-            say,
-            score_of(objective),
-            final=True,
-            summary=ends,
-        )
+    say = on_event or (lambda line: print(line, file=sys.stderr))
+    for name in RUN_END:  # the spec's trackers among them (core/tracking/run_end.py)
+        RUN_END.instance(name, RUN_END.kind)(spec, session, run, summary, say)
     return summary
 
 
