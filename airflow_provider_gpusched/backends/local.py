@@ -18,8 +18,11 @@ from airflow_provider_gpusched.core.stops import WorkHalted
 from airflow_provider_gpusched.core.sweep.batch import run_local_batch
 from airflow_provider_gpusched.core.sweep.view import OUTCOMES_XCOM, outcome_records
 from airflow_provider_gpusched.core.work_tag import WorkTag
+from airflow_provider_gpusched.links import SweepLeaderboardLink
 from airflow_provider_gpusched.operators.job_class import apply_quota_group
+from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator
 from airflow_provider_gpusched.operators.queue_stops import WorkStopped
+from airflow_provider_gpusched.task_groups.trial_operators import RecordsTrialFailures
 from airflow_provider_gpusched.tracking import BackgroundSender, send_manifest_trials
 
 if TYPE_CHECKING:
@@ -33,8 +36,6 @@ class LocalAirflowBackend(AirflowBackend):
     runs_workers = True
 
     def trial_operator(self, stage: SweepStage, arguments: dict[str, Any]) -> Any:
-        from airflow_provider_gpusched.task_groups.trial_operators import SweepTrialGPUOperator
-
         return SweepTrialGPUOperator.partial(**stage.spec.resources.local_gpu_arguments(), **arguments)
 
     def plan_chunks(self, manifest: Manifest, python: str, max_parallel: int | None) -> list[Any]:
@@ -194,3 +195,19 @@ class LocalAirflowBackend(AirflowBackend):
             return counts
 
         return run_batch.expand(chunk=planned)
+
+
+class SweepTrialGPUOperator(RecordsTrialFailures, LocalGPUOperator):
+    """One mapped trial of a sweep on this host's GPUs (a lease per task): LocalGPUOperator, recording its
+    trials' failures and publishing their outcomes (task_groups/trial_operators.py)."""
+
+    lineage_job_type = "SWEEP_TRIAL_LOCAL_GPU"
+    operator_extra_links = (*LocalGPUOperator.operator_extra_links, SweepLeaderboardLink())
+
+    def __init__(self, *, sweep_name: str = "", trials: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.sweep_name = sweep_name  # for the "Sweep leaderboard" link
+        self.trials = trials
+
+    def resume(self, context, event: dict[str, Any]) -> Any:
+        return self._recording(super().resume, context, event)

@@ -7,6 +7,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_gpusched.backends import AirflowBackend
+from airflow_provider_gpusched.core.slurm.job import work_key as slurm_work_key
+from airflow_provider_gpusched.links import SweepLeaderboardLink
+from airflow_provider_gpusched.operators.slurm import SlurmJobOperator
+from airflow_provider_gpusched.task_groups.trial_operators import RecordsTrialFailures
 
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.job_classes import JobClass
@@ -19,8 +23,6 @@ class SlurmAirflowBackend(AirflowBackend):
     runs_workers = True
 
     def trial_operator(self, stage: SweepStage, arguments: dict[str, Any]) -> Any:
-        from airflow_provider_gpusched.task_groups.trial_operators import SweepTrialSlurmOperator
-
         return SweepTrialSlurmOperator.partial(
             **stage.spec.resources.slurm_arguments(),
             slurm_conn_id=stage.execution.slurm_conn_id,
@@ -73,3 +75,35 @@ class SlurmAirflowBackend(AirflowBackend):
             return client.partition_gpus(partition)
 
         return partition_gpus
+
+
+class SweepTrialSlurmOperator(RecordsTrialFailures, SlurmJobOperator):
+    """One mapped trial (or a chunk's job array) of a sweep on Slurm: SlurmJobOperator, recording its trials'
+    failures and publishing their outcomes (task_groups/trial_operators.py)."""
+
+    lineage_job_type = "SWEEP_TRIAL_SLURM"
+    operator_extra_links = (*SlurmJobOperator.operator_extra_links, SweepLeaderboardLink())
+
+    def __init__(self, *, sweep_name: str = "", trials: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.sweep_name = sweep_name  # for the "Sweep leaderboard" link
+        self.trials = trials
+
+    def execute_complete(self, context, event: dict[str, Any]) -> Any:
+        return self._recording(super().execute_complete, context, event)
+
+    def work_key(self, context, spec) -> str:
+        """A trial is the same work in every DAG run (each run has its own manifest path in the command):
+        the sweep folder, the trials and the resources. A job an earlier, killed run left running is
+        re-attached to instead of running the trial a second time."""
+        found = self.trial_set()
+        if found is None:
+            return super().work_key(context, spec)
+        manifest, trials = found
+        skip = ("--comment=", "--output=", "--error=", "--job-name=")
+        return slurm_work_key(
+            manifest.store.dir,
+            # an asynchronous search's workers: their run's (they ask for their trials)
+            *(sorted(t.trial_id for t in trials) if not manifest.record.shared_study else [manifest.path]),
+            *(a for a in spec.sbatch_argv() if not a.startswith(skip)),
+        )

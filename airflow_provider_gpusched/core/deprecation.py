@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Callable, Mapping
 from types import FrameType
+from typing import Any
+
+from airflow_provider_gpusched.core.import_target import import_attribute
 
 
 class GpuschedDeprecationWarning(FutureWarning):
@@ -26,3 +30,23 @@ def warn_moved_module(old: str, new: str) -> None:
         GpuschedDeprecationWarning,
         stacklevel=level,
     )
+
+
+def moved_names(module: str, moved: Mapping[str, str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for names that moved out of ``module`` (name -> ``package.module:attr``): the old
+    name still answers, with a warning naming the new home. The target is imported by its string on first use,
+    so the old module does not depend on the one its names moved to (a wing's module above it)."""
+
+    def __getattr__(name: str) -> Any:
+        target = moved.get(name)
+        if target is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        warnings.warn(
+            f"{module}.{name} is now {target.replace(':', '.')}; the old name still imports but will go in a "
+            f"later release",
+            GpuschedDeprecationWarning,
+            stacklevel=2,
+        )
+        return import_attribute(target)
+
+    return __getattr__

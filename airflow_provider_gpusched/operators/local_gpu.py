@@ -57,6 +57,9 @@ from airflow_provider_gpusched.triggers.local_gpu import FleetRoomTrigger, GPUAv
 class WorkTimedOut(AirflowException):
     """The work reached its ``time_limit`` and was stopped (Airflow's retries apply, as to any failure)."""
 
+    #: the state a sweep trial whose task raised this ends in (task_groups/trial_operators.py)
+    trial_end = "timeout"
+
 
 class LocalGPUOperator(lineage.LineageFacets, BaseOperator):
     """Run work on local GPUs.

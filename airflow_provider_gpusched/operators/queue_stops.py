@@ -18,6 +18,9 @@ class WorkStopped(AirflowFailException):
     """The task's work was stopped for good by ``gpusched queue stop`` (or not started under a stop order): no
     retry. A sweep's trials it had started are then marked ``stopped``, those it had not keep their records."""
 
+    #: the state a sweep trial whose task raised this ends in (task_groups/trial_operators.py)
+    trial_end = "stopped"
+
 
 def work_tag(context, job_class: str, *, sweep: str = "", trial: str = "", group: str = "") -> WorkTag:
     return WorkTag.of_task(context["ti"], sweep=sweep, trial=trial, job_class=job_class, group=group)

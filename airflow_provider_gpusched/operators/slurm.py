@@ -41,7 +41,7 @@ from airflow_provider_gpusched.core.slurm.chain import TimeLimitChain, chain_fai
 from airflow_provider_gpusched.core.slurm.chain import time_limit_chain as time_limit_chain_settings
 from airflow_provider_gpusched.core.slurm.job import task_family_key, work_key
 from airflow_provider_gpusched.core.slurm.job_view import SLURM_JOB_XCOM, claim_output_folder, job_record
-from airflow_provider_gpusched.core.slurm.states import array_task_order
+from airflow_provider_gpusched.core.slurm.states import JobPhase, array_task_order
 from airflow_provider_gpusched.core.slurm.submission import JobWait, SlurmJobManager
 from airflow_provider_gpusched.core.work_env import CHECKPOINT_ENV
 from airflow_provider_gpusched.core.work_tag import WorkTag
@@ -66,6 +66,12 @@ class SlurmJobFailed(AirflowException):
     def __init__(self, message: str, status: dict[str, Any] | None = None):
         super().__init__(message)
         self.status = status or {}
+
+    @property
+    def trial_end(self) -> str:
+        """The state a sweep trial whose task raised this ends in: ``timeout`` when Slurm stopped the job at its
+        --time, else ``failed`` (task_groups/trial_operators.py)."""
+        return "timeout" if self.status.get("phase") == JobPhase.TIMEOUT.value else "failed"
 
 
 #: SlurmJobSpec's names for the operator's arguments, where they differ

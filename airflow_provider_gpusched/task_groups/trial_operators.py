@@ -1,4 +1,5 @@
-"""The operators a sweep's mapped trials run as: the local-GPU and Slurm operators, plus two duties — when the
+"""What every backend's sweep-trial operator adds to its backend's operator (backends/local.py's
+SweepTrialGPUOperator, backends/slurm.py's SweepTrialSlurmOperator: each in its backend's wing), two duties — when the
 task fails before its trial could record an outcome (no GPU fits, sbatch refused the job, the job died before
 the trial runner started), the trial is marked ``failed`` with that reason instead of staying ``waiting``; and
 when the task ends, its trials' outcomes are published (XCom ``gpusched_trial_outcomes``) for the UI's sweep
@@ -10,41 +11,45 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_gpusched import lineage, metrics, tracking
+from airflow_provider_gpusched.core.deprecation import moved_names
 from airflow_provider_gpusched.core.errors import GpuschedError
-from airflow_provider_gpusched.core.slurm.job import work_key
-from airflow_provider_gpusched.core.slurm.states import JobPhase
 from airflow_provider_gpusched.core.sweep.store import FINAL_STATES
 from airflow_provider_gpusched.core.sweep.trial_run import TrialSet, mark_unfinished
 from airflow_provider_gpusched.core.sweep.view import OUTCOMES_XCOM, outcome_records
 from airflow_provider_gpusched.core.work_tag import MAX_FIELD, WorkTag
-from airflow_provider_gpusched.links import SweepLeaderboardLink
-from airflow_provider_gpusched.operators.local_gpu import LocalGPUOperator, WorkTimedOut
-from airflow_provider_gpusched.operators.queue_stops import WorkStopped
-from airflow_provider_gpusched.operators.slurm import SlurmJobFailed, SlurmJobOperator
 
 if TYPE_CHECKING:
     from airflow.sdk.types import Logger
 
 
+#: the trial-operator classes that live in their backend's wing now, by their old name here
+__getattr__ = moved_names(
+    __name__,
+    {
+        "SweepTrialGPUOperator": "airflow_provider_gpusched.backends.local:SweepTrialGPUOperator",
+        "SweepTrialSlurmOperator": "airflow_provider_gpusched.backends.slurm:SweepTrialSlurmOperator",
+    },
+)
+
+#: the states a trial's task can end it in (an exception's ``trial_end`` says which; any other is a failure)
+TRIAL_ENDS = ("stopped", "timeout", "failed")
+
+
 def _ended_as(exc: Exception) -> str:
-    """The state a trial whose task raised ``exc`` ends in: ``stopped`` when ``gpusched queue stop`` stopped it,
-    ``timeout`` when it was stopped at its time limit (locally, or by Slurm's --time), else ``failed``."""
-    if isinstance(exc, WorkStopped):
-        return "stopped"
-    if isinstance(exc, WorkTimedOut):
-        return "timeout"
-    if isinstance(exc, SlurmJobFailed) and exc.status.get("phase") == JobPhase.TIMEOUT.value:
-        return "timeout"
-    return "failed"
+    """The state a trial whose task raised ``exc`` ends in: what the exception says as its ``trial_end`` (each
+    backend's own: ``stopped`` when ``gpusched queue stop`` stopped it, ``timeout`` at its time limit), else
+    ``failed``."""
+    said = getattr(exc, "trial_end", None)
+    return said if said in TRIAL_ENDS else "failed"
 
 
-class _RecordsTrialFailures:
+class RecordsTrialFailures:
     """``trials``: the record of the trials this task runs (core/sweep/trial_run.py's TrialSet, as the sweep's
     plan task made it); their manifest is read once per task instance (:meth:`trial_set`)."""
 
     trials: Any
 
-    if TYPE_CHECKING:  # the operator's logger: this is a mix-in of LocalGPUOperator and SlurmJobOperator
+    if TYPE_CHECKING:  # the operator's logger: this is a mix-in of each backend's operator
 
         @property
         def log(self) -> Logger: ...
@@ -128,43 +133,4 @@ class _RecordsTrialFailures:
             return None
 
 
-class SweepTrialGPUOperator(_RecordsTrialFailures, LocalGPUOperator):
-    lineage_job_type = "SWEEP_TRIAL_LOCAL_GPU"
-    operator_extra_links = (*LocalGPUOperator.operator_extra_links, SweepLeaderboardLink())
-
-    def __init__(self, *, sweep_name: str = "", trials: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.sweep_name = sweep_name  # for the "Sweep leaderboard" link
-        self.trials = trials
-
-    def resume(self, context, event: dict[str, Any]) -> Any:
-        return self._recording(super().resume, context, event)
-
-
-class SweepTrialSlurmOperator(_RecordsTrialFailures, SlurmJobOperator):
-    lineage_job_type = "SWEEP_TRIAL_SLURM"
-    operator_extra_links = (*SlurmJobOperator.operator_extra_links, SweepLeaderboardLink())
-
-    def __init__(self, *, sweep_name: str = "", trials: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.sweep_name = sweep_name  # for the "Sweep leaderboard" link
-        self.trials = trials
-
-    def execute_complete(self, context, event: dict[str, Any]) -> Any:
-        return self._recording(super().execute_complete, context, event)
-
-    def work_key(self, context, spec) -> str:
-        """A trial is the same work in every DAG run (each run has its own manifest path in the command):
-        the sweep folder, the trials and the resources. A job an earlier, killed run left running is
-        re-attached to instead of running the trial a second time."""
-        found = self.trial_set()
-        if found is None:
-            return super().work_key(context, spec)
-        manifest, trials = found
-        skip = ("--comment=", "--output=", "--error=", "--job-name=")
-        return work_key(
-            manifest.store.dir,
-            # an asynchronous search's workers: their run's (they ask for their trials)
-            *(sorted(t.trial_id for t in trials) if not manifest.record.shared_study else [manifest.path]),
-            *(a for a in spec.sbatch_argv() if not a.startswith(skip)),
-        )
+_RecordsTrialFailures = RecordsTrialFailures  # its name before the trial operators moved to their wings

@@ -54,3 +54,22 @@ def test_every_lazy_export_resolves():
             value = getattr(module, name)
             assert value is not None, f"{module.__name__}.{name}"
     assert package.EvolutionSettings.__module__ == "airflow_provider_gpusched.core.sweep.search_kinds"
+
+
+def test_the_trial_operators_moved_to_their_wings_still_import_by_their_old_names_with_a_warning():
+    """Each backend's sweep-trial operator lives in its backend's Airflow module; the old module answers the old
+    names with a GpuschedDeprecationWarning naming the new home, and refuses a name it never had."""
+    import airflow_provider_gpusched.task_groups.trial_operators as old
+    from airflow_provider_gpusched.backends.local import SweepTrialGPUOperator
+    from airflow_provider_gpusched.backends.slurm import SweepTrialSlurmOperator
+    from airflow_provider_gpusched.core.deprecation import GpuschedDeprecationWarning
+
+    for name, cls in (
+        ("SweepTrialGPUOperator", SweepTrialGPUOperator),
+        ("SweepTrialSlurmOperator", SweepTrialSlurmOperator),
+    ):
+        with pytest.warns(GpuschedDeprecationWarning, match=rf"trial_operators\.{name} is now .*backends\.\w+\.{name}"):
+            assert getattr(old, name) is cls
+        assert issubclass(cls, old.RecordsTrialFailures)
+    with pytest.raises(AttributeError, match="has no attribute 'Nothing'"):
+        old.Nothing  # noqa: B018

@@ -104,11 +104,11 @@ def test_a_slurm_trial_is_the_same_work_in_every_run(tmp_path):
     """Each run has its own manifest, so the trial commands differ; the work (sweep folder, trial, resources) not."""
     import sys
 
+    from airflow_provider_gpusched.backends.slurm import SweepTrialSlurmOperator
     from airflow_provider_gpusched.core.slurm import SlurmJobSpec
     from airflow_provider_gpusched.core.sweep import Objective, SweepSpec
     from airflow_provider_gpusched.core.sweep.session import SweepSession
     from airflow_provider_gpusched.core.sweep.trial_run import trial_argv, trial_set
-    from airflow_provider_gpusched.task_groups.trial_operators import SweepTrialSlurmOperator
 
     session = SweepSession(
         SweepSpec(
