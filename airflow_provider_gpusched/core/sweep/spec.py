@@ -47,6 +47,7 @@ from airflow_provider_gpusched.core.sweep.search_kind import SearchKind
 from airflow_provider_gpusched.core.sweep.search_kinds import SEARCH_KINDS, EvolutionSettings
 from airflow_provider_gpusched.core.sweep.seed_formats import seed_resources
 from airflow_provider_gpusched.core.sweep.store import check_sweep_name
+from airflow_provider_gpusched.core.sweep.tracking_settings import parse_tracking
 
 #: the most trials one stage of a sweep may have unless the spec raises ``max_trials`` (or
 #: ``$GPUSCHED_MAX_TRIALS``): counted before anything is expanded
@@ -116,7 +117,7 @@ class SweepSpec:
     #: that tool names them) is not run again unless force_rerun (set by a ``scheduler_config`` block)
     gts_result_folders: bool = False
     #: experiment trackers the trials are sent to: mlflow, tensorboard, wandb or a callback of your own
-    #: (core/tracking/config.py, docs/tracking.md); off by default
+    #: (core/sweep/tracking_settings.py, docs/tracking.md); off by default
     tracking: Sequence[Any] | None = None
     where: str = "sweep"
 
@@ -209,8 +210,6 @@ class SweepSpec:
             self.pruning = _build(PruningRule, self.pruning, f"{w}: pruning")
         if self.pruning is not None:
             self._check_pruning()
-        from airflow_provider_gpusched.core.tracking.config import parse_tracking
-
         self.tracking = parse_tracking(self.tracking, f"{w}: tracking")
 
     def _check_pruning(self) -> None:
