@@ -20,7 +20,7 @@ _EXPORTS = {
     # sweeps, searches and their parts (core: no Airflow)
     "SweepSpec": "core.sweep.spec",
     "TrialResources": "core.sweep.resources",
-    "EvolutionSettings": "core.sweep.search_kinds",
+    "EvolutionSettings": "core.sweep.kind_settings",
     "Objective": "core.sweep.objective",
     "PruningRule": "core.sweep.pruning",
     "ModelCost": "core.sweep.model_cost",

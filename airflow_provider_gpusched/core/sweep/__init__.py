@@ -13,7 +13,7 @@ _EXPORTS = {
     "Objective": "objective",
     "SweepSpec": "spec",
     "TrialResources": "resources",
-    "EvolutionSettings": "search_kinds",
+    "EvolutionSettings": "kind_settings",
     "choice": "spaces",
     "uniform": "spaces",
     "loguniform": "spaces",

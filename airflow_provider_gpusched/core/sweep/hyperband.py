@@ -16,16 +16,14 @@ steps it adds. The brackets and rungs (each trial's configuration, steps, score 
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_gpusched.core.checks import record_from_mapping
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
-from airflow_provider_gpusched.core.records import Settings, says
 from airflow_provider_gpusched.core.sweep.expand import check_space, flatten, sample_params
+from airflow_provider_gpusched.core.sweep.kind_settings import HyperbandSettings as HyperbandSettings
 from airflow_provider_gpusched.core.sweep.pbt import hand_over
 from airflow_provider_gpusched.core.sweep.search import RoundSearch
 from airflow_provider_gpusched.core.sweep.search_kind import SearchKind
@@ -39,50 +37,7 @@ if TYPE_CHECKING:
 BRACKETS_FILE = "hyperband.json"
 
 
-@dataclass
-class HyperbandSettings:
-    """The settings of ``search: hyperband`` (Ray Tune's ``HyperBandScheduler`` names; Optuna's ``HyperbandPruner``
-    calls them ``max_resource``, ``min_resource`` and ``reduction_factor``)."""
-
-    #: the most steps a configuration trains (Ray Tune's ``max_t``)
-    max_t: Annotated[int, says("a whole number of steps >= 1", ge=1)] = 81
-    #: the fewest steps a configuration trains before it may be stopped (Optuna's ``min_resource``)
-    min_t: Annotated[int, says("a whole number of steps >= 1", ge=1)] = 1
-    reduction_factor: Annotated[int, says("a whole number >= 2", ge=2)] = 3
-    #: the trial parameter that says up to which step a trial trains (the digits example's ``epochs``)
-    step_param: Annotated[str, says("a parameter name", min_length=1)] = "epochs"
-
-    def check(self, where: str) -> None:
-        _SETTINGS.check(self, where)
-        if self.min_t > self.max_t:
-            raise InvalidArgumentError(f"{where}.min_t", self.min_t, f"at most max_t ({self.max_t})")
-
-    @property
-    def s_max(self) -> int:
-        eta, ratio = self.reduction_factor, self.max_t / self.min_t
-        s = 0
-        while eta ** (s + 1) <= ratio * (1 + 1e-9):
-            s += 1
-        return s
-
-    def bracket(self, s: int) -> list[tuple[int, int]]:
-        """Bracket ``s``'s rungs: (configurations, steps) of each, first to last."""
-        eta = self.reduction_factor
-        n = math.ceil((self.s_max + 1) / (s + 1) * eta**s)
-        rungs = []
-        for i in range(s + 1):
-            steps = min(self.max_t, max(self.min_t, round(self.max_t * eta ** (i - s))))
-            rungs.append((max(1, n // eta**i), steps))
-        return rungs
-
-    def brackets(self) -> dict[int, list[tuple[int, int]]]:
-        return {s: self.bracket(s) for s in range(self.s_max, -1, -1)}
-
-
-_SETTINGS = Settings(HyperbandSettings)
-
-
-class HyperbandKind(SearchKind):
+class HyperbandKind(SearchKind["SweepSpec"]):
     """Synchronous Hyperband (see the module's docstring)."""
 
     name = "hyperband"

@@ -24,20 +24,19 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
 
 from typing_extensions import NotRequired, TypedDict
 
 from airflow_provider_gpusched.core.checks import record_from_mapping
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
-from airflow_provider_gpusched.core.records import Settings, key_path, open_view, says
+from airflow_provider_gpusched.core.records import key_path, open_view, says
 from airflow_provider_gpusched.core.sweep import spaces
 from airflow_provider_gpusched.core.sweep.expand import check_space, flatten, sample_params
+from airflow_provider_gpusched.core.sweep.kind_settings import PBTSettings as PBTSettings
 from airflow_provider_gpusched.core.sweep.search import RoundSearch
 from airflow_provider_gpusched.core.sweep.search_kind import SearchKind
 from airflow_provider_gpusched.core.sweep.store import read_json, write_json
@@ -55,52 +54,8 @@ LINEAGE_FILE = "pbt.json"
 
 log = logging.getLogger(__name__)
 
-Fraction = Annotated[float, says("a fraction above 0 and at most 0.5", gt=0, le=0.5)]
 
-
-@dataclass
-class PBTSettings:
-    """The settings of ``search: pbt`` (Ray Tune's ``PopulationBasedTraining`` names and defaults)."""
-
-    population: Annotated[int, says("a whole number >= 2", ge=2)] = 4
-    #: reported steps per generation (Ray Tune's ``perturbation_interval``, in ``time_attr`` units)
-    perturbation_interval: Annotated[int, says("a whole number of steps >= 1", ge=1)] = 2
-    #: each member's budget in reported steps (the last generation may be shorter)
-    steps: Annotated[int, says("a whole number of steps >= 1", ge=1)] = 10
-    #: the trial parameter that says up to which step a trial trains (the digits example's ``epochs``)
-    step_param: Annotated[str, says("a parameter name", min_length=1)] = "epochs"
-    quantile_fraction: Fraction = 0.25
-    resample_probability: Annotated[float, says("a probability between 0 and 1", ge=0, le=1)] = 0.25
-    perturbation_factors: Annotated[
-        list[Annotated[float, says("a positive number", gt=0)]], says("a list of positive factors such as [1.2, 0.8]")
-    ] = field(default_factory=lambda: [1.2, 0.8])
-
-    def check(self, where: str) -> None:
-        _SETTINGS.check(self, where)
-        if not self.perturbation_factors:
-            raise InvalidArgumentError(
-                f"{where}.perturbation_factors", [], "a list of positive factors such as [1.2, 0.8]"
-            )
-        if self.perturbation_interval > self.steps:
-            raise InvalidArgumentError(
-                f"{where}.perturbation_interval",
-                self.perturbation_interval,
-                f"at most steps ({self.steps}): a perturbation interval longer than the budget never perturbs",
-            )
-
-    @property
-    def generations(self) -> int:
-        return math.ceil(self.steps / self.perturbation_interval)
-
-    def step_of(self, generation: int) -> int:
-        """The step generation ``generation`` trains up to."""
-        return min(self.steps, (generation + 1) * self.perturbation_interval)
-
-
-_SETTINGS = Settings(PBTSettings)
-
-
-class PBTKind(SearchKind):
+class PBTKind(SearchKind["SweepSpec"]):
     """Population-based training in synchronous generations (see the module's docstring)."""
 
     name = "pbt"

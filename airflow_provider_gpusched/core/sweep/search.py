@@ -49,8 +49,8 @@ from airflow_provider_gpusched.core.text import printable
 
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.sweep.expand import Trial
+    from airflow_provider_gpusched.core.sweep.kind_settings import EvolutionSettings
     from airflow_provider_gpusched.core.sweep.objective import Objective
-    from airflow_provider_gpusched.core.sweep.search_kinds import EvolutionSettings
     from airflow_provider_gpusched.core.sweep.spec import SweepSpec
     from airflow_provider_gpusched.core.sweep.store import TrialStore
 
@@ -700,4 +700,5 @@ def _why(record: Any) -> str:
 
 def make_search(spec: SweepSpec, state_dir: str) -> RoundSearch:
     """The search that proposes ``spec``'s rounds: its kind decides (core/sweep/search_kinds.py)."""
-    return spec.kind.round_search(spec, state_dir)
+    # a kind answers the interface (search_kind.SearchInRounds); the built-in ones answer a RoundSearch
+    return cast(RoundSearch, spec.kind.round_search(spec, state_dir))

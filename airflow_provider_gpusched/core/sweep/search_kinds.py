@@ -12,14 +12,11 @@ One-shot kinds (grid, random) know every trial before anything runs; round kinds
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, MutableMapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_gpusched.core.checks import record_from_mapping
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
-from airflow_provider_gpusched.core.records import Settings, says
-from airflow_provider_gpusched.core.registry import Registry
 from airflow_provider_gpusched.core.sweep import spaces
 from airflow_provider_gpusched.core.sweep.expand import (
     DEFAULT_LABELS,
@@ -30,6 +27,10 @@ from airflow_provider_gpusched.core.sweep.expand import (
     flatten,
     random_trials,
 )
+from airflow_provider_gpusched.core.sweep.kind_settings import EvolutionSettings as EvolutionSettings
+from airflow_provider_gpusched.core.sweep.search_kind import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
+from airflow_provider_gpusched.core.sweep.search_kind import REGISTRY as REGISTRY
+from airflow_provider_gpusched.core.sweep.search_kind import SEARCH_KINDS as SEARCH_KINDS
 from airflow_provider_gpusched.core.sweep.search_kind import SearchKind
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ def _objective_needed(spec: SweepSpec, what: str) -> None:
         raise InvalidArgumentError(f"{spec.where}: objective", None, f"{what} (search: {spec.search})")
 
 
-class GridKind(SearchKind):
+class GridKind(SearchKind["SweepSpec"]):
     """Every combination of ``test_config`` blocks (GPU Task Scheduler's grid), expanded lazily."""
 
     name = "grid"
@@ -74,7 +75,7 @@ class GridKind(SearchKind):
         return self._grid(spec, full=True).trials()
 
 
-class RandomKind(SearchKind):
+class RandomKind(SearchKind["SweepSpec"]):
     """``count`` points drawn from ``space`` with ``seed``, duplicates redrawn."""
 
     name = "random"
@@ -112,7 +113,7 @@ class RandomKind(SearchKind):
         )
 
 
-class OptunaKind(SearchKind):
+class OptunaKind(SearchKind["SweepSpec"]):
     """Optuna's samplers (TPE, GP, CMA-ES, random, NSGA-II) on one study in the sweep folder: asked for
     ``per_round`` trials per round (DI-toolkit's HPO), or, with ``asynchronous: true``, by a pool of workers that
     each ask for the next trial the moment its slot frees (core/sweep/asynchronous.py)."""
@@ -168,69 +169,7 @@ class OptunaKind(SearchKind):
         return OptunaSearch(spec, state_dir)
 
 
-AtLeastOne = Annotated[int, says("an integer >= 1", ge=1)]
-AtLeastZero = Annotated[int, says("an integer >= 0", ge=0)]
-
-
-@dataclass
-class EvolutionSettings:
-    """Seed 000's ``EvolutionModelSearcher`` fields: the settings of ``search: evolution``."""
-
-    candidate_pool_size: AtLeastOne = 10
-    candidate_top_k: AtLeastOne = 3
-    num_mutation: AtLeastZero = 5
-    num_crossover: AtLeastZero = 5
-    mutate_prob: Annotated[float, says("a probability between 0 and 1", ge=0, le=1)] = 0.1
-    max_epoch: AtLeastOne = 5
-    constraints: Annotated[
-        dict[Any, Annotated[float, says("a number (an upper bound)")]], says("a mapping such as {flops: 600}")
-    ] = field(default_factory=dict)
-    measure: Callable[[dict[str, Any]], Mapping[str, float]] | None = None
-    #: the built-in measure (pavi's ``evaluator``): the FLOPs and parameters of the model that a user function
-    #: builds from the candidate (core/sweep/model_cost.py), a ModelCost or ``{build, input_shape, units}``
-    evaluator: Any = None
-
-    def check(self, where: str) -> None:
-        _EVOLUTION.check(self, where)  # each setting's type and bounds (their annotations)
-        if self.evaluator is not None:
-            from airflow_provider_gpusched.core.sweep.model_cost import ModelCost
-
-            if isinstance(self.evaluator, Mapping):
-                self.evaluator = ModelCost.from_mapping(self.evaluator, f"{where}.evaluator")
-            if not isinstance(self.evaluator, ModelCost):
-                raise InvalidArgumentError(
-                    f"{where}.evaluator",
-                    self.evaluator,
-                    "a ModelCost or {build: 'package.module:function', input_shape: [...]}",
-                )
-            self.evaluator.check(f"{where}.evaluator")
-            if self.measure is not None and self.measure is not self.evaluator:
-                raise InvalidArgumentError(
-                    f"{where}.evaluator",
-                    self.evaluator,
-                    "either evaluator or measure, not both (both say how to measure)",
-                )
-            self.measure = self.evaluator
-        if self.candidate_top_k > self.candidate_pool_size:
-            raise InvalidArgumentError(
-                f"{where}.candidate_top_k",
-                self.candidate_top_k,
-                f"at most candidate_pool_size ({self.candidate_pool_size})",
-            )
-        if self.constraints and self.measure is None:
-            raise InvalidArgumentError(
-                f"{where}.measure",
-                None,
-                "a function params -> {constraint name: value} (or an evaluator) when constraints are given",
-            )
-        if self.measure is not None and not callable(self.measure):
-            raise InvalidArgumentError(f"{where}.measure", self.measure, "a callable")
-
-
-_EVOLUTION = Settings(EvolutionSettings)
-
-
-class EvolutionKind(SearchKind):
+class EvolutionKind(SearchKind["SweepSpec"]):
     """pavi's NAS evolution: a pool of candidates mutated and crossed over each round (``evolution`` settings);
     ``rounds`` and ``per_round`` come from ``max_epoch`` and ``candidate_pool_size``."""
 
@@ -267,30 +206,7 @@ class EvolutionKind(SearchKind):
         return EvolutionSearch(spec, state_dir)
 
 
-#: the entry-point group other packages add search types under (``name = "package.module:KindClass"``)
-ENTRY_POINT_GROUP = "airflow_provider_gpusched.search_kinds"
-_HERE = "airflow_provider_gpusched.core.sweep"
-#: every search type, by the name a spec's ``search`` gives (one
-#: :class:`~airflow_provider_gpusched.core.registry.Registry`, as backends and pruning rules have)
-REGISTRY: Registry[SearchKind] = Registry(
-    "search type",
-    SearchKind,
-    ENTRY_POINT_GROUP,
-    {
-        "grid": f"{_HERE}.search_kinds:GridKind",
-        "random": f"{_HERE}.search_kinds:RandomKind",
-        "optuna": f"{_HERE}.search_kinds:OptunaKind",
-        "evolution": f"{_HERE}.search_kinds:EvolutionKind",
-        "pbt": f"{_HERE}.pbt:PBTKind",
-        "hyperband": f"{_HERE}.hyperband:HyperbandKind",
-    },
-    function="register_search_kind",
-)
-#: name -> the kind (``SEARCH_KINDS["ablation"] = AblationKind()`` registers one)
-SEARCH_KINDS: MutableMapping[str, SearchKind] = REGISTRY.instances()
-
-
-def register_search_kind(kind: type[SearchKind] | SearchKind) -> Any:
+def register_search_kind(kind: type[SearchKind[Any]] | SearchKind[Any]) -> Any:
     """Make a search type known by its ``name`` (usable as a class decorator); a name again replaces it."""
     return REGISTRY.register(kind)
 
@@ -299,6 +215,6 @@ def unregister_search_kind(name: str) -> None:
     REGISTRY.unregister(name)
 
 
-def search_kind(name: object, where: str = "search") -> SearchKind:
+def search_kind(name: object, where: str = "search") -> SearchKind[Any]:
     """The search type called ``name``; an unknown one is refused naming ``where`` and the known types."""
     return REGISTRY.instance(name, where)

@@ -38,13 +38,11 @@ from airflow_provider_gpusched.core.sweep.expand import (
     Trial,
     flatten,
 )
-from airflow_provider_gpusched.core.sweep.hyperband import HyperbandSettings
+from airflow_provider_gpusched.core.sweep.kind_settings import EvolutionSettings, HyperbandSettings, PBTSettings
 from airflow_provider_gpusched.core.sweep.objective import Objective, objective_from_mapping
-from airflow_provider_gpusched.core.sweep.pbt import PBTSettings
 from airflow_provider_gpusched.core.sweep.pruning import PruningRule
 from airflow_provider_gpusched.core.sweep.resources import TrialResources
-from airflow_provider_gpusched.core.sweep.search_kind import SearchKind
-from airflow_provider_gpusched.core.sweep.search_kinds import SEARCH_KINDS, EvolutionSettings
+from airflow_provider_gpusched.core.sweep.search_kind import SEARCH_KINDS, SearchKind
 from airflow_provider_gpusched.core.sweep.seed_formats import seed_resources
 from airflow_provider_gpusched.core.sweep.store import check_sweep_name
 from airflow_provider_gpusched.core.sweep.tracking_settings import parse_tracking
@@ -310,7 +308,7 @@ class SweepSpec:
 
     # -- what the spec means --------------------------------------------------------------------------
     @property
-    def kind(self) -> SearchKind:
+    def kind(self) -> SearchKind[SweepSpec]:
         """This spec's search type (core/sweep/search_kinds.py)."""
         return SEARCH_KINDS[self.search]
 
