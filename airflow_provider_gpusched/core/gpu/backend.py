@@ -103,16 +103,10 @@ class LocalBackend(Backend):
         poll_interval: float = 2.0,
     ) -> dict[str, Any]:
         """Each stage's pending trials as one local batch (leases from the lease directory Airflow's tasks use);
-        Ctrl-C stops the running trials (SIGTERM, grace period, SIGKILL) and records them ``stopped``."""
+        Ctrl-C stops the running trials (SIGTERM, grace period, SIGKILL) and records them ``stopped``. The stage
+        loop is core/sweep/terminal.py's ``run_stages``; this is the local stage."""
         from airflow_provider_gpusched.core.options import host_limit_defaults
-        from airflow_provider_gpusched.core.sweep.batch import run_local_batch
-        from airflow_provider_gpusched.core.sweep.terminal import (
-            Progress,
-            SweepInterrupted,
-            ctrl_c_stops,
-            default_manager,
-            stopped_run,
-        )
+        from airflow_provider_gpusched.core.sweep.terminal import default_manager, run_stages
         from airflow_provider_gpusched.core.units import time_limit_seconds
 
         manager = handle or default_manager()
@@ -121,83 +115,82 @@ class LocalBackend(Backend):
         manager.check_possible(request)
         if spec.max_workers is not None:
             parallel = min(parallel or spec.max_workers, spec.max_workers)
-        limit = None if r.time_limit is None else time_limit_seconds(r.time_limit)
-        stages: list[int | None] = list(range(spec.rounds or 0)) if spec.in_rounds else [None]
-        board = Progress(session, out=None if progress is True else progress) if progress else None
-        # an asynchronous search: each slot asks for its next trial as it frees (core/sweep/asynchronous.py)
-        searching = session.asynchronous(run, force_rerun) if spec.asks_as_it_goes else None
-        if searching is not None:
+        if spec.asks_as_it_goes:  # each slot asks for its next trial as it frees (core/sweep/asynchronous.py)
             parallel = parallel or spec.per_round
-        for round_no in stages:
-            if searching is not None:
-                manifest = searching.plan(backend=self.name)
-            else:
-                manifest = session.prepare(round_no, run=run, force_rerun=force_rerun, backend=self.name)
-            if board is not None:
-                board.watch(manifest.trials, round_no, spec.rounds if spec.in_rounds else None)
-            stop, done, interrupted = threading.Event(), threading.Event(), threading.Event()
-            outcome: dict[str, Any] = {}
+        batch = {
+            "manager": manager,
+            "request": request,
+            "parallel": parallel,
+            "time_limit": None if r.time_limit is None else time_limit_seconds(r.time_limit),
+            "on_event": on_event,
+        }
 
-            def work(
-                manifest: Any,
-                stop: threading.Event,
-                done: threading.Event,
-                outcome: dict[str, Any],
-            ) -> None:
-                try:
-                    outcome["value"] = run_local_batch(
-                        manifest,
-                        manifest.pending if searching is None else [],
-                        manager,
-                        request,
-                        parallel=parallel,
-                        trials_per_process=1,
-                        owner=f"gpusched sweep run {spec.name} (pid {os.getpid()})",
-                        job_class=r.job_class,
-                        priority=r.priority,
-                        on_event=on_event,
-                        stop_event=stop,
-                        setup=r.setup,
-                        time_limit=limit,
-                        search=searching,
-                        worker=f"{os.uname().nodename}:{os.getpid()}",
-                        on_taken=None if board is None else board.trials.append,
-                    )
-                except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-                    outcome["error"] = exc
-                finally:
-                    done.set()
+        def run_stage(manifest: Any, round_no: int | None, searching: Any, board: Any) -> None:
+            _run_local_stage(spec, session, manifest, searching, board, **batch)
 
-            worker = threading.Thread(
-                target=work,
-                args=(manifest, stop, done, outcome),
-                name=f"gpusched-sweep-{spec.name}",
-                daemon=True,
+        return run_stages(spec, session, run, self.name, run_stage, force_rerun=force_rerun, progress=progress)
+
+
+def _run_local_stage(
+    spec: SweepSpec,
+    session: SweepSession,
+    manifest: Any,
+    searching: Any,
+    board: Any,
+    *,
+    manager: LeaseManager,
+    request: Any,
+    parallel: int | None,
+    time_limit: float | None,
+    on_event: Any,
+) -> None:
+    """One stage of ``gpusched sweep run`` on this host: its pending trials (or an asynchronous search's slots) as
+    one local batch in a thread, while Ctrl-C stops them in order (core/sweep/terminal.py's ctrl_c_stops)."""
+    from airflow_provider_gpusched.core.sweep.batch import run_local_batch
+    from airflow_provider_gpusched.core.sweep.terminal import StageStopped, ctrl_c_stops
+
+    r = spec.resources
+    stop, done, interrupted = threading.Event(), threading.Event(), threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            outcome["value"] = run_local_batch(
+                manifest,
+                manifest.pending if searching is None else [],
+                manager,
+                request,
+                parallel=parallel,
+                trials_per_process=1,
+                owner=f"gpusched sweep run {spec.name} (pid {os.getpid()})",
+                job_class=r.job_class,
+                priority=r.priority,
+                on_event=on_event,
+                stop_event=stop,
+                setup=r.setup,
+                time_limit=time_limit,
+                search=searching,
+                worker=f"{os.uname().nodename}:{os.getpid()}",
+                on_taken=None if board is None else board.trials.append,
             )
-            try:
-                if board is not None:
-                    board.__enter__()
-                with ctrl_c_stops(stop, interrupted):
-                    worker.start()
-                    while not done.wait(0.5):
-                        pass
-            finally:
-                if board is not None:
-                    board.__exit__(None, None, None)
-            if (
-                interrupted.is_set()
-            ):  # Ctrl-C: every running trial got SIGTERM, its grace period, SIGKILL; leases given back
-                stopped_run(session, round_no, run, "stopped by Ctrl-C in gpusched sweep run")
-                raise SweepInterrupted(
-                    f"sweep {spec.name}: stopped; the trials that finished are kept in "
-                    f"{session.store.dir}, and the next run goes on with the rest"
-                )
-            if "error" in outcome:
-                raise outcome["error"]
-            session.settle(round_no, run)
-            if round_no is not None:
-                session.finish_round(round_no, run)
-        return session.collect(run)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=work, name=f"gpusched-sweep-{spec.name}", daemon=True)
+    with ctrl_c_stops(stop, interrupted):
+        worker.start()
+        while not done.wait(0.5):
+            pass
+    if interrupted.is_set():  # Ctrl-C: every running trial got SIGTERM, its grace period, SIGKILL; leases given back
+        raise StageStopped(
+            "stopped by Ctrl-C in gpusched sweep run",
+            f"sweep {spec.name}: stopped; the trials that finished are kept in {session.store.dir}, and the next "
+            f"run goes on with the rest",
+        )
+    if "error" in outcome:
+        raise outcome["error"]
 
 
 def local_entries(manager: LeaseManager) -> list[QueueEntry]:

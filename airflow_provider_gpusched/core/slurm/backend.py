@@ -105,97 +105,105 @@ class SlurmBackend(Backend):
         poll_interval: float = 2.0,
     ) -> dict[str, Any]:
         """Each stage's pending trials as job arrays of up to :data:`SLURM_CHUNK` tasks, followed every
-        ``poll_interval`` seconds; Ctrl-C cancels them and records the trials ``stopped``."""
+        ``poll_interval`` seconds; Ctrl-C cancels them and records the trials ``stopped``. The stage loop is
+        core/sweep/terminal.py's ``run_stages``; this is the Slurm stage."""
         from airflow_provider_gpusched.core.slurm.client import SlurmClient
-        from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec, array_range, job_comment, work_key
-        from airflow_provider_gpusched.core.slurm.submission import Submission
-        from airflow_provider_gpusched.core.sweep.terminal import Progress, SweepInterrupted, stopped_run
-        from airflow_provider_gpusched.core.sweep.trial_run import chunk_argv, worker_argv
+        from airflow_provider_gpusched.core.sweep.terminal import run_stages
 
         client = handle or SlurmClient()
-        # an asynchronous search: one job array of worker tasks, each asking for trials until none are left
-        searching = session.asynchronous(run, force_rerun) if spec.asks_as_it_goes else None
         workers = parallel or spec.max_workers or spec.per_round or 1
-        stages: list[int | None] = list(range(spec.rounds or 0)) if spec.in_rounds else [None]
-        board = Progress(session, out=None if progress is True else progress) if progress else None
         logs = os.path.join(session.store.dir, "logs")
         os.makedirs(logs, exist_ok=True)
         base = slurm_job_arguments(spec)
-        for round_no in stages:
-            if searching is not None:
-                manifest = searching.plan(SLURM_CHUNK, backend=self.name)
-            else:
-                manifest = session.prepare(round_no, SLURM_CHUNK, run=run, force_rerun=force_rerun, backend=self.name)
-            # (command, array, key, trials) of each job array: a chunk of the stage, or the workers
-            arrays = (
-                [
-                    (
-                        worker_argv(manifest, "slurm"),
-                        array_range(workers, None),
-                        work_key("gpusched sweep run", session.store.dir, "workers", run),
-                        workers,
-                    )
-                ]
-                if searching is not None
-                else [
-                    (
-                        chunk_argv(manifest, k),
-                        array_range(len(chunk), spec.max_workers),
-                        # the key is the work: this sweep folder's stage and these trials. A run killed while
-                        # its arrays ran left them running; the next run of the same trials re-attaches to them
-                        work_key("gpusched sweep run", session.store.dir, str(round_no), *(t.trial_id for t in chunk)),
-                        len(chunk),
-                    )
-                    for k, chunk in enumerate(manifest.chunk(k) for k in range(manifest.chunk_count()))
-                ]
-            )
-            if board is not None:
-                board.watch(manifest.trials, round_no, spec.rounds if spec.in_rounds else None)
-                board.__enter__()
-            jobs: dict[str, int] = {}
-            try:
-                for k, (command, array, key, size) in enumerate(arrays):
-                    tag = WorkTag(run_id=run, sweep=spec.name, job_class=spec.resources.job_class)
 
-                    job = SlurmJobSpec(
-                        command=command,
-                        array=array,
-                        job_name=f"sweep.{spec.name}",
-                        output=os.path.join(logs, "slurm-%A_%a.out"),
-                        comment=job_comment(key, run=run, tag=tag),
-                        **base,
-                    )
-                    attached = Submission(client, key, log=_LOG).start_job(job, key)
-                    if not attached.submitted:
-                        print(
-                            f"sweep {spec.name}: chunk {k}: Slurm job {attached.job_id} of an earlier run does these "
-                            f"trials; following it instead of submitting them again",
-                            file=sys.stderr,
-                        )
-                    jobs[attached.job_id] = size
-                while jobs:
-                    states = client.statuses(list(jobs), jobs)
-                    jobs = {j: n for j, n in jobs.items() if not states[j].is_terminal}
-                    if jobs:
-                        time.sleep(poll_interval)
-            except KeyboardInterrupt:
-                if jobs:
-                    client.cancel(list(jobs))
-                stopped_run(
-                    session, round_no, run, "stopped by Ctrl-C in gpusched sweep run (its Slurm jobs cancelled)"
+        def run_stage(manifest: Any, round_no: int | None, searching: Any, board: Any) -> None:
+            arrays = _stage_arrays(spec, session, manifest, round_no, run, workers if searching is not None else None)
+            _run_slurm_stage(spec, session, client, arrays, run, logs, base, poll_interval)
+
+        return run_stages(
+            spec, session, run, self.name, run_stage, force_rerun=force_rerun, progress=progress, chunk_size=SLURM_CHUNK
+        )
+
+
+def _stage_arrays(
+    spec: SweepSpec, session: SweepSession, manifest: Any, round_no: int | None, run: str, workers: int | None
+) -> list[tuple[list[str], str, str, int]]:
+    """(command, array, key, trials) of each job array of a stage: one array of ``workers`` worker tasks for an
+    asynchronous search, else one per chunk of the stage. The key is the work (this sweep folder's stage and these
+    trials): a run killed while its arrays ran left them running, and the next run of the same trials re-attaches
+    to them."""
+    from airflow_provider_gpusched.core.slurm.job import array_range, work_key
+    from airflow_provider_gpusched.core.sweep.trial_run import chunk_argv, worker_argv
+
+    if workers is not None:
+        return [
+            (
+                worker_argv(manifest, "slurm"),
+                array_range(workers, None),
+                work_key("gpusched sweep run", session.store.dir, "workers", run),
+                workers,
+            )
+        ]
+    return [
+        (
+            chunk_argv(manifest, k),
+            array_range(len(chunk), spec.max_workers),
+            work_key("gpusched sweep run", session.store.dir, str(round_no), *(t.trial_id for t in chunk)),
+            len(chunk),
+        )
+        for k, chunk in enumerate(manifest.chunk(k) for k in range(manifest.chunk_count()))
+    ]
+
+
+def _run_slurm_stage(
+    spec: SweepSpec,
+    session: SweepSession,
+    client: SlurmClient,
+    arrays: list[tuple[list[str], str, str, int]],
+    run: str,
+    logs: str,
+    base: dict[str, Any],
+    poll_interval: float,
+) -> None:
+    """Submit (or re-attach to) each job array of a stage and follow them until every one ended; Ctrl-C cancels
+    them (core/sweep/terminal.py's StageStopped)."""
+    from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec, job_comment
+    from airflow_provider_gpusched.core.slurm.submission import Submission
+    from airflow_provider_gpusched.core.sweep.terminal import StageStopped
+
+    jobs: dict[str, int] = {}
+    try:
+        for k, (command, array, key, size) in enumerate(arrays):
+            tag = WorkTag(run_id=run, sweep=spec.name, job_class=spec.resources.job_class)
+            job = SlurmJobSpec(
+                command=command,
+                array=array,
+                job_name=f"sweep.{spec.name}",
+                output=os.path.join(logs, "slurm-%A_%a.out"),
+                comment=job_comment(key, run=run, tag=tag),
+                **base,
+            )
+            attached = Submission(client, key, log=_LOG).start_job(job, key)
+            if not attached.submitted:
+                print(
+                    f"sweep {spec.name}: chunk {k}: Slurm job {attached.job_id} of an earlier run does these "
+                    f"trials; following it instead of submitting them again",
+                    file=sys.stderr,
                 )
-                raise SweepInterrupted(
-                    f"sweep {spec.name}: stopped (Slurm jobs {', '.join(jobs) or '-'} cancelled); "
-                    f"the trials that finished are kept in {session.store.dir}, and the next run goes "
-                    f"on with the rest"
-                ) from None
-            finally:
-                if board is not None:
-                    board.__exit__(None, None, None)
-            session.settle(round_no, run)
-            if round_no is not None:
-                session.finish_round(round_no, run)
-        return session.collect(run)
+            jobs[attached.job_id] = size
+        while jobs:
+            states = client.statuses(list(jobs), jobs)
+            jobs = {j: n for j, n in jobs.items() if not states[j].is_terminal}
+            if jobs:
+                time.sleep(poll_interval)
+    except KeyboardInterrupt:
+        if jobs:
+            client.cancel(list(jobs))
+        raise StageStopped(
+            "stopped by Ctrl-C in gpusched sweep run (its Slurm jobs cancelled)",
+            f"sweep {spec.name}: stopped (Slurm jobs {', '.join(jobs) or '-'} cancelled); the trials that "
+            f"finished are kept in {session.store.dir}, and the next run goes on with the rest",
+        ) from None
 
 
 #: trials per job array (below Slurm's usual MaxArraySize of 1001)

@@ -265,6 +265,65 @@ def run_sweep(
     return summary
 
 
+class StageStopped(Exception):
+    """Raised by a backend's stage runner when Ctrl-C stopped its stage (after its work was stopped):
+    ``why`` is recorded on the trials left without an outcome, ``message`` is the SweepInterrupted's."""
+
+    def __init__(self, why: str, message: str) -> None:
+        super().__init__(message)
+        self.why, self.message = why, message
+
+
+#: a backend's part of one stage: run ``manifest``'s trials here and return once they ended, or raise
+#: StageStopped (``searching``: the asynchronous run whose slots ask for trials, else None; ``board``: the
+#: progress line, or None)
+StageHook = Callable[[Any, "int | None", Any, "Progress | None"], None]
+
+
+def run_stages(
+    spec: SweepSpec,
+    session: SweepSession,
+    run: str,
+    backend: str,
+    run_stage: StageHook,
+    *,
+    force_rerun: bool | None = None,
+    progress: Any = True,
+    chunk_size: int | None = None,
+) -> dict[str, Any]:
+    """The one stage loop of ``gpusched sweep run``, for every backend: each stage (each round of a search in
+    rounds, or the one stage; an asynchronous search's plan) is planned, drawn on the progress line, run by the
+    backend's ``run_stage`` and settled; a search in rounds is told each round's results; the session's summary
+    is returned. A stage stopped by Ctrl-C records its unfinished trials ``stopped`` and raises SweepInterrupted."""
+    searching = session.asynchronous(run, force_rerun) if spec.asks_as_it_goes else None
+    stages: list[int | None] = list(range(spec.rounds or 0)) if spec.in_rounds else [None]
+    board = Progress(session, out=None if progress is True else progress) if progress else None
+    for round_no in stages:
+        if searching is not None:
+            manifest = searching.plan(chunk_size, backend=backend)
+        else:
+            manifest = session.prepare(round_no, chunk_size, run=run, force_rerun=force_rerun, backend=backend)
+        if board is not None:
+            board.watch(manifest.trials, round_no, spec.rounds if spec.in_rounds else None)
+        stopped: StageStopped | None = None
+        try:
+            if board is not None:
+                board.__enter__()
+            run_stage(manifest, round_no, searching, board)
+        except StageStopped as exc:
+            stopped = exc
+        finally:
+            if board is not None:
+                board.__exit__(None, None, None)
+        if stopped is not None:
+            stopped_run(session, round_no, run, stopped.why)
+            raise SweepInterrupted(stopped.message)
+        session.settle(round_no, run)
+        if round_no is not None:
+            session.finish_round(round_no, run)
+    return session.collect(run)
+
+
 def stopped_run(session: SweepSession, round_no: int | None, run: str, why: str) -> None:
     """A run stopped by Ctrl-C: its trials that started and have no outcome are recorded ``stopped`` (not left
     ``running`` until the next run), and its summary is written, so ``gpusched sweep results`` and the Sweeps tab
