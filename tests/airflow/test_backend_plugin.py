@@ -59,3 +59,33 @@ def test_the_documented_backend_refuses_a_batched_stage_by_name(airflow_db, proc
         _dag(spec, backend="process", batching="batched")
     with pytest.raises(AirflowException, match=r"backend must be one of \('local', 'process', 'slurm'\)"):
         _dag(spec, backend="proces")
+
+
+ONE_OFF_DAG = """
+import sys
+
+from airflow.sdk import DAG
+
+from my_lab.airflow_backends import ProcessOperator
+
+with DAG("process_backend_one_off", schedule=None) as dag:
+    ProcessOperator(
+        task_id="hello",
+        command=[sys.executable, "-c", "import os; print('on', repr(os.environ['CUDA_VISIBLE_DEVICES']))"],
+    )
+    ProcessOperator(task_id="fails", command=[sys.executable, "-c", "raise SystemExit(3)"], retries=0)
+"""
+
+
+def test_a_one_off_task_runs_through_the_documented_backends_operator(airflow_db, process_backend):  # noqa: F811
+    """The third backend's one-off operator, from the page's module alone: its command runs as a process with no
+    GPU visible and its last line is the XCom; a command that fails fails its task, saying its status."""
+    path = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"]) / f"t_process_one_off_{os.getpid()}.py"
+    path.write_text(ONE_OFF_DAG)
+    try:
+        state, xcoms, states = run_and_collect(the_dag(path))
+    finally:
+        path.unlink()
+    assert states["hello"][0] == "success" and xcoms["hello"]["return_value"] == "on ''"
+    assert states["fails"][0] == "failed"
+    assert state == "failed"
