@@ -616,3 +616,34 @@ def test_a_dag_that_forges_records_sees_nothing_of_another_dag_and_adds_no_host(
         release.write_text("go")
         results = {dag_id: process_result(proc, dag_id)["state"] for dag_id, proc in procs.items()}
     assert results == dict.fromkeys(procs, "success")
+
+
+def test_the_sweeps_page_asks_a_kind_for_its_population_not_its_name(tmp_path):
+    """PBT draws its population (the lineage read checked from the sweep's folder); a kind without one says so;
+    a kind of another package that draws one is asked the same way, whatever its name."""
+    from airflow_provider_gpusched.core.sweep import search_kinds as search_kinds_module
+    from airflow_provider_gpusched.core.sweep.search_kind import SearchKind as SearchKindBase
+    from airflow_provider_gpusched.plugins.api.sweeps import _kind_of
+
+    pbt, grid = search_kinds_module.search_kind("pbt"), search_kinds_module.search_kind("grid")
+    assert pbt.draws_population and not grid.draws_population
+    lineage, why = pbt.read_population(str(tmp_path))
+    assert lineage is None and why  # no lineage written yet: said, not raised
+    assert grid.read_population(str(tmp_path)) == (None, "search 'grid' has no population to draw")
+
+    class Islands(SearchKindBase):
+        name = "islands"
+        in_rounds = True
+        draws_population = True
+
+        def read_population(self, sweep_folder, root=None):
+            return {"members": [sweep_folder]}, ""
+
+    search_kinds_module.register_search_kind(Islands)
+    try:
+        kind = _kind_of("islands")
+        assert kind is not None and kind.draws_population
+        assert kind.read_population("f") == ({"members": ["f"]}, "")
+    finally:
+        search_kinds_module.unregister_search_kind("islands")
+    assert _kind_of("islands") is None and _kind_of(None) is None  # a plan naming a kind not installed here

@@ -62,6 +62,10 @@ class PBTKind(SearchKind["SweepSpec"]):
     in_rounds = True
     size_key = "pbt.population"
     hands_on_checkpoints = True
+    draws_population = True
+
+    def read_population(self, sweep_folder: str, root: str | None = None) -> tuple[dict[str, Any] | None, str]:
+        return read_lineage(sweep_folder, root)
 
     def check(self, spec: SweepSpec) -> None:
         where = spec.where

@@ -65,6 +65,14 @@ class SearchKind(Generic[SpecT]):
     #: whether a trial's checkpoints must be in its own folder (``checkpoint/``), whatever runs it: the search
     #: hands them on to later trials (PBT)
     hands_on_checkpoints: ClassVar[bool] = False
+    #: whether the Sweeps page draws this kind's sweeps as a population (:meth:`read_population`: PBT's members
+    #: across their generations); the page asks the kind, never compares its name
+    draws_population: ClassVar[bool] = False
+
+    def read_population(self, sweep_folder: str, root: str | None = None) -> tuple[dict[str, Any] | None, str]:
+        """The population of a sweep of this kind, read checked from its folder (under ``root``), or None and why
+        not: what the Sweeps page draws when :attr:`draws_population` is set."""
+        return None, f"search {self.name!r} has no population to draw"
 
     def check(self, spec: SpecT) -> None:
         """Validate the settings this kind reads and fill its defaults (may set ``spec.rounds`` and

@@ -19,11 +19,13 @@ from sqlalchemy import and_, select
 from typing_extensions import NotRequired, TypedDict
 
 from airflow_provider_gpusched import settings
+from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.records import open_view
 from airflow_provider_gpusched.core.safe_files import BadRecordError, read_tail
 from airflow_provider_gpusched.core.sweep.analysis import compare_runs, param_importance
-from airflow_provider_gpusched.core.sweep.pbt import read_lineage
 from airflow_provider_gpusched.core.sweep.reports import RAN_AGAIN, reports_of_run
+from airflow_provider_gpusched.core.sweep.search_kind import SearchKind
+from airflow_provider_gpusched.core.sweep.search_kinds import search_kind
 from airflow_provider_gpusched.core.sweep.store import OUTPUT_LOG_FILE, folder_refusal
 from airflow_provider_gpusched.core.sweep.view import (
     OUTCOMES_XCOM,
@@ -329,6 +331,15 @@ def sweep_trial(dag_id: str, run_id: str, group: str, trial_id: str, session) ->
     return cast(TrialView, out)
 
 
+def _kind_of(name: object) -> SearchKind[Any] | None:
+    """The search type a published plan names, or None where it is not installed here (its sweeps are drawn without
+    their kind's own views)."""
+    try:
+        return search_kind(name, "plan search")
+    except GpuschedError:
+        return None
+
+
 def _folder_refusal(folder: str, dag_id: str, root: str) -> str:
     """Why the files of sweep folder ``folder`` are not shown under DAG ``dag_id`` ("" when they are): only a folder
     under ``[gpusched] sweep_results_root`` whose ``dags.json`` lists that DAG (core/sweep/store.py)."""
@@ -388,9 +399,10 @@ def sweeps(dag_id: str, run_id: str | None, session) -> SweepsView:
             return found
 
         lineage, why_not = None, ""
-        if group_plans[0]["search"] == "pbt":
+        kind = _kind_of(group_plans[0]["search"])
+        if kind is not None and kind.draws_population:
             if folder and not refusal:  # (a refused folder: reports_note says why nothing of it is shown)
-                lineage, why_not = read_lineage(folder, root)
+                lineage, why_not = kind.read_population(folder, root)
             elif not folder:
                 why_not = "the plan names no sweep folder: the population is not drawn"
         view = build_sweep_view(group_plans, ours, states, reports=read, lineage=lineage, run_ended=ended)
