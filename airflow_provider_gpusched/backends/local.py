@@ -12,6 +12,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_gpusched import fleet, settings
 from airflow_provider_gpusched.backends import AirflowBackend
+from airflow_provider_gpusched.core.backends import get_backend
 from airflow_provider_gpusched.core.board import HELD_LEASES_XCOM, MAX_HELD_LEASES, lease_record
 from airflow_provider_gpusched.core.gpu.timeline import LEASE_HISTORY_XCOM, SegmentLog, segment_of
 from airflow_provider_gpusched.core.stops import WorkHalted
@@ -26,6 +27,7 @@ from airflow_provider_gpusched.task_groups.trial_operators import RecordsTrialFa
 from airflow_provider_gpusched.tracking import BackgroundSender, send_manifest_trials
 
 if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.gpu.backend import LocalBackend
     from airflow_provider_gpusched.core.job_classes import JobClass
     from airflow_provider_gpusched.core.sweep.trial_run import Manifest
     from airflow_provider_gpusched.task_groups.sweep import SweepStage
@@ -36,7 +38,8 @@ class LocalAirflowBackend(AirflowBackend):
     runs_workers = True
 
     def trial_operator(self, stage: SweepStage, arguments: dict[str, Any]) -> Any:
-        return SweepTrialGPUOperator.partial(**stage.spec.resources.local_gpu_arguments(), **arguments)
+        wanted = get_backend(stage.backend).trial_arguments(stage.spec.resources)
+        return SweepTrialGPUOperator.partial(**wanted, **arguments)
 
     def plan_chunks(self, manifest: Manifest, python: str, max_parallel: int | None) -> list[Any]:
         """The chunks' numbers: each ``run_batch`` task reads its chunk from the manifest."""
@@ -66,6 +69,7 @@ class LocalAirflowBackend(AirflowBackend):
         if spec.max_workers is not None:
             parallel = min(parallel or spec.max_workers, spec.max_workers)
 
+        wing = cast("LocalBackend", get_backend(stage.backend))  # its GPU request, read from the resources
         asynchronous = spec.asks_as_it_goes  # each chunk is then a worker: one slot asking for trials as it frees
         label = "worker {{ chunk }}" if asynchronous else "chunk {{ chunk }}"
 
@@ -83,7 +87,7 @@ class LocalAirflowBackend(AirflowBackend):
             trials = manifest.chunk(chunk) if not asynchronous else []
             searching = session.asynchronous(context["run_id"]) if asynchronous else None
             r = spec.resources
-            request = r.local_gpu_request(settings.host_limit_defaults())
+            request = wing.gpu_request(r, settings.host_limit_defaults())
             manager = LocalGPUHook().get_conn()
             ti = context["ti"]
             name = f"worker {chunk}" if asynchronous else f"chunk {chunk}"

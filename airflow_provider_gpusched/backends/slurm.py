@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_gpusched.backends import AirflowBackend
+from airflow_provider_gpusched.core.backends import get_backend
 from airflow_provider_gpusched.core.slurm.job import work_key as slurm_work_key
 from airflow_provider_gpusched.links import SweepLeaderboardLink
 from airflow_provider_gpusched.operators.slurm import SlurmJobOperator
@@ -24,7 +25,7 @@ class SlurmAirflowBackend(AirflowBackend):
 
     def trial_operator(self, stage: SweepStage, arguments: dict[str, Any]) -> Any:
         return SweepTrialSlurmOperator.partial(
-            **stage.spec.resources.slurm_arguments(),
+            **get_backend(stage.backend).trial_arguments(stage.spec.resources),
             slurm_conn_id=stage.execution.slurm_conn_id,
             job_name=f"sweep.{stage.spec.name}",
             **arguments,

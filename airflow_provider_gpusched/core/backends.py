@@ -127,6 +127,11 @@ class Backend:
                 f"backend={self.name!r} (docs/sweeps.md lists each setting per backend)"
             )
 
+    def trial_arguments(self, resources: Any) -> dict[str, Any]:
+        """What a trial on this backend asks for, as its trial operator's arguments, read from ``resources`` (a
+        sweep's ``TrialResources``: the shared record holds no backend's arguments)."""
+        raise GpuschedError(f"the {self.name} backend has no trial arguments (it runs no trial operator)")
+
     # -- a trial's processes --------------------------------------------------------------------------------
     def rank_argv(
         self, mode: str, argv: Sequence[str], settings: Mapping[str, Any], env: Mapping[str, str], grace: float

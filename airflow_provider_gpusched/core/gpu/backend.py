@@ -14,6 +14,7 @@ from airflow_provider_gpusched.core.queue import QueueEntry, StopOutcome
 
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.gpu.leases import LeaseManager
+    from airflow_provider_gpusched.core.gpu.placement import GPURequest
     from airflow_provider_gpusched.core.stops import StopRequest
     from airflow_provider_gpusched.core.sweep.resources import TrialResources
     from airflow_provider_gpusched.core.sweep.session import SweepSession
@@ -61,6 +62,48 @@ class LocalBackend(Backend):
                 f"something the local backend honours; run such trials with backend='slurm', or leave {name} "
                 f"out (docs/sweeps.md lists each setting per backend)"
             )
+
+    def trial_arguments(self, resources: TrialResources) -> dict[str, Any]:
+        """What a trial on local GPUs asks for (``LocalGPUOperator`` arguments): at least one GPU; ``mem``
+        (Slurm's --mem) is the host RAM it reserves, ``cpus`` the host CPUs (pinned); ``setup`` lines run in the
+        trial's shell first."""
+        return {
+            "gpus": max(1, resources.gpus_on_each_node),
+            "gpu_memory": resources.gpu_memory,
+            "mem": resources.mem,
+            "job_class": resources.job_class,
+            "priority": resources.priority,
+            "env": resources.env or None,
+            "devices": resources.devices,
+            "device_groups": resources.device_groups,
+            "setup": resources.setup or None,
+            "cpus": resources.cpus,
+            "time_limit": resources.time_limit,
+            "load_stage": bool(resources.load_stage),
+            "max_waiting": resources.max_waiting,
+            **({"group": resources.group} if resources.group else {}),
+        }
+
+    def gpu_request(self, resources: TrialResources, host_limits: Mapping[str, Any]) -> GPURequest:
+        """The :class:`~airflow_provider_gpusched.core.gpu.placement.GPURequest` of one trial on local GPUs, with
+        ``host_limits`` (``[gpusched]`` defaults: :func:`~airflow_provider_gpusched.core.options.host_limit_defaults`)
+        for what the trial does not give."""
+        from airflow_provider_gpusched.core.gpu.placement import GPURequest
+
+        wanted = self.trial_arguments(resources)
+        limits = dict(host_limits)
+        if wanted["max_waiting"] is not None:
+            limits["max_waiting"] = wanted["max_waiting"]
+        return GPURequest(
+            gpus=wanted["gpus"],
+            gpu_memory=wanted["gpu_memory"],
+            host_memory=wanted["mem"],
+            devices=wanted["devices"],
+            cpus=wanted["cpus"],
+            device_groups=wanted["device_groups"],
+            load_stage=wanted["load_stage"],
+            **limits,
+        )
 
     def rank_argv(
         self, mode: str, argv: Sequence[str], settings: Mapping[str, Any], env: Mapping[str, str], grace: float
@@ -111,7 +154,7 @@ class LocalBackend(Backend):
 
         manager = handle or default_manager()
         r = spec.resources
-        request = r.local_gpu_request(host_limit_defaults())
+        request = self.gpu_request(r, host_limit_defaults())
         manager.check_possible(request)
         if spec.max_workers is not None:
             parallel = min(parallel or spec.max_workers, spec.max_workers)

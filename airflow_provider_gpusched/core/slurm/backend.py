@@ -10,7 +10,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_gpusched.core.backends import Backend
+from airflow_provider_gpusched.core.backends import Backend, get_backend
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.queue import QueueEntry, StopOutcome
 from airflow_provider_gpusched.core.stops import write_slurm_stop_mark
@@ -21,6 +21,7 @@ _LOG = logging.getLogger("airflow_provider_gpusched.sweep")
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.slurm.client import SlurmClient
     from airflow_provider_gpusched.core.stops import StopRequest
+    from airflow_provider_gpusched.core.sweep.resources import TrialResources
     from airflow_provider_gpusched.core.sweep.session import SweepSession
     from airflow_provider_gpusched.core.sweep.spec import SweepSpec
 
@@ -44,6 +45,33 @@ class SlurmBackend(Backend):
     }
     chunk_task = "trial_array"
     asynchronous_search = True
+
+    def trial_arguments(self, resources: TrialResources) -> dict[str, Any]:
+        """What a trial on Slurm asks for (``SlurmJobOperator`` arguments); unset ones are left to Slurm."""
+        return {
+            "gpus": resources.gpus_on_each_node or None,
+            "cpus": resources.cpus,
+            "mem": resources.mem,
+            "partition": resources.partition,
+            "qos": resources.qos,
+            "time_limit": resources.time_limit,
+            "setup": resources.setup or None,
+            "job_class": resources.job_class,
+            "priority": resources.priority,
+            "env": resources.env or None,
+            **({"group": resources.group} if resources.group else {}),
+            **self.job_shape(resources),
+        }
+
+    def job_shape(self, resources: TrialResources) -> dict[str, Any]:
+        """The job's shape as SlurmJobSpec / SlurmJobOperator arguments (those set); a distributed trial gets one
+        task slot per rank on each node (the trial runner starts the ranks with srun)."""
+        shape = {
+            name: getattr(resources, name) for name in resources.SLURM_SHAPE if getattr(resources, name) is not None
+        }
+        if resources.distributed:
+            shape["ntasks_per_node"] = resources.nproc_per_node
+        return shape
 
     def rank_argv(
         self, mode: str, argv: Sequence[str], settings: Mapping[str, Any], env: Mapping[str, str], grace: float
@@ -215,7 +243,7 @@ def slurm_job_arguments(spec: SweepSpec) -> dict[str, Any]:
     from airflow_provider_gpusched.core.job_classes import JobClassMapping
 
     r = spec.resources
-    args = dict(r.slurm_arguments())
+    args = dict(get_backend(SlurmBackend.name).trial_arguments(r))
     job_class, priority = args.pop("job_class"), args.pop("priority")
     group = args.pop("group", None)
     if group:  # the quota group's Slurm account and QOS (docs/quotas.md)

@@ -1,15 +1,17 @@
-"""What each trial of a sweep gets (GPUs, memory, time, the job's shape, its class), checked once, and as each
-backend's arguments."""
+"""What each trial of a sweep gets (GPUs, memory, time, the job's shape, its class), checked once; each backend
+reads it into its own arguments (``Backend.trial_arguments``)."""
 
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from airflow_provider_gpusched.core.backends import get_backend
 from airflow_provider_gpusched.core.checks import is_int
+from airflow_provider_gpusched.core.deprecation import GpuschedDeprecationWarning
 from airflow_provider_gpusched.core.distributed import DEFAULT_RANK_EXIT_GRACE, check_grace, check_mode
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.job_classes import JOB_CLASSES
@@ -152,14 +154,6 @@ class TrialResources:
     #: the job-shape settings that only Slurm has (gpus_per_node is the local backend's gpus too)
     SLURM_SHAPE = tuple(n for n in SHAPE_FIELDS if n != "gpus_per_node")
 
-    def job_shape(self) -> dict[str, Any]:
-        """The job's shape as SlurmJobSpec / SlurmJobOperator arguments (those set); a distributed trial gets one
-        task slot per rank on each node (the trial runner starts the ranks with srun)."""
-        shape = {name: getattr(self, name) for name in self.SLURM_SHAPE if getattr(self, name) is not None}
-        if self.distributed:
-            shape["ntasks_per_node"] = self.nproc_per_node
-        return shape
-
     @property
     def nproc_per_node(self) -> int:
         return self.ntasks_per_node or max(1, self.gpus_on_each_node)
@@ -189,64 +183,39 @@ class TrialResources:
             )
         get_backend(backend).check_resources(self, sweep)
 
+    # -- each backend's arguments: its wing reads these resources (Backend.trial_arguments); old names kept ------
     def local_gpu_arguments(self) -> dict[str, Any]:
-        """What a trial on local GPUs asks for (``LocalGPUOperator`` arguments): at least one GPU; ``mem``
-        (Slurm's --mem) is the host RAM it reserves, ``cpus`` the host CPUs (pinned); ``setup`` lines run in the
-        trial's shell first."""
-        return {
-            "gpus": max(1, self.gpus_on_each_node),
-            "gpu_memory": self.gpu_memory,
-            "mem": self.mem,
-            "job_class": self.job_class,
-            "priority": self.priority,
-            "env": self.env or None,
-            "devices": self.devices,
-            "device_groups": self.device_groups,
-            "setup": self.setup or None,
-            "cpus": self.cpus,
-            "time_limit": self.time_limit,
-            "load_stage": bool(self.load_stage),
-            "max_waiting": self.max_waiting,
-            **({"group": self.group} if self.group else {}),
-        }
+        """Deprecated: the local backend's ``trial_arguments(resources)`` (core/gpu/backend.py)."""
+        _moved("local_gpu_arguments", "LocalBackend.trial_arguments(resources)")
+        return get_backend("local").trial_arguments(self)
 
     def local_gpu_request(self, host_limits: Mapping[str, Any]) -> Any:
-        """The :class:`~airflow_provider_gpusched.core.gpu.placement.GPURequest` of one trial on local GPUs, with
-        ``host_limits`` (``[gpusched]`` defaults: :func:`~airflow_provider_gpusched.core.options.host_limit_defaults`)
-        for what the trial does not give."""
-        from airflow_provider_gpusched.core.gpu.placement import GPURequest
-
-        wanted = self.local_gpu_arguments()
-        limits = dict(host_limits)
-        if wanted["max_waiting"] is not None:
-            limits["max_waiting"] = wanted["max_waiting"]
-        return GPURequest(
-            gpus=wanted["gpus"],
-            gpu_memory=wanted["gpu_memory"],
-            host_memory=wanted["mem"],
-            devices=wanted["devices"],
-            cpus=wanted["cpus"],
-            device_groups=wanted["device_groups"],
-            load_stage=wanted["load_stage"],
-            **limits,
-        )
+        """Deprecated: the local backend's ``gpu_request(resources, host_limits)`` (core/gpu/backend.py)."""
+        _moved("local_gpu_request", "LocalBackend.gpu_request(resources, host_limits)")
+        local: Any = get_backend("local")
+        return local.gpu_request(self, host_limits)
 
     def slurm_arguments(self) -> dict[str, Any]:
-        """What a trial on Slurm asks for (``SlurmJobOperator`` arguments); unset ones are left to Slurm."""
-        return {
-            "gpus": self.gpus_on_each_node or None,
-            "cpus": self.cpus,
-            "mem": self.mem,
-            "partition": self.partition,
-            "qos": self.qos,
-            "time_limit": self.time_limit,
-            "setup": self.setup or None,
-            "job_class": self.job_class,
-            "priority": self.priority,
-            "env": self.env or None,
-            **({"group": self.group} if self.group else {}),
-            **self.job_shape(),
-        }
+        """Deprecated: the Slurm backend's ``trial_arguments(resources)`` (core/slurm/backend.py)."""
+        _moved("slurm_arguments", "SlurmBackend.trial_arguments(resources)")
+        return get_backend("slurm").trial_arguments(self)
+
+    def job_shape(self) -> dict[str, Any]:
+        """Deprecated: the Slurm backend's ``job_shape(resources)`` (core/slurm/backend.py)."""
+        _moved("job_shape", "SlurmBackend.job_shape(resources)")
+        slurm: Any = get_backend("slurm")
+        shape: dict[str, Any] = slurm.job_shape(self)
+        return shape
+
+
+def _moved(old: str, new: str) -> None:
+    """Warn the caller of a TrialResources method whose body moved into a backend's wing."""
+    warnings.warn(
+        f"TrialResources.{old}() is now {new}, found through core/backends.get_backend; the old name still works "
+        f"but will go in a later release",
+        GpuschedDeprecationWarning,
+        stacklevel=3,
+    )
 
 
 #: the settings whose type and bounds their annotation says; the others (sizes, time limits, the job's shape,
