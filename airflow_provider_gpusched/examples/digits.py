@@ -32,6 +32,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_gpusched.core.checks import is_int, is_number
@@ -256,6 +257,83 @@ def evaluate(model, x, y) -> tuple[float, float]:
     return loss, accuracy
 
 
+@dataclass
+class _Progress:
+    """Where a training run stands: the epoch, the batch within it, the epoch's training loss so far (summed
+    over its batches), where each start began and each stop stopped, and the learning curve. A checkpoint keeps
+    it with the model's and optimizer's state; ``epochs_run`` counts this start's epochs only."""
+
+    epoch: int = 0
+    batch: int = 0
+    epoch_loss: float = 0.0
+    starts: list[dict[str, int]] = field(default_factory=list)
+    stops: list[dict[str, int]] = field(default_factory=list)
+    curve: list[dict[str, Any]] = field(default_factory=list)
+    resumed_from: dict[str, int] | None = None
+    epochs_run: int = 0
+
+    @classmethod
+    def resume(cls, store: Checkpoints, p: Mapping[str, Any], model, optimizer, device) -> _Progress:
+        """The progress of the checkpoint in ``store``, with the model, the optimizer and PyTorch's random state
+        restored from it (a new run when there is none); the start is counted in ``starts``."""
+        import torch
+
+        state = store.load(map_location=device)
+        progress = cls()
+        if state is not None:
+            missing = sorted(set(CHECKPOINT_KEYS) - set(state))
+            if missing:
+                raise CheckpointError(
+                    f"checkpoint {store.path}: has no {', '.join(missing)} (not written by "
+                    "train_digits); remove it to start from scratch"
+                )
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            for group in optimizer.param_groups:  # this run's values (PBT may start it from another member's state)
+                group["lr"], group["weight_decay"] = p["lr"], p["weight_decay"]
+                if "momentum" in group and p["optimizer"] == "sgd":
+                    group["momentum"] = p["momentum"]
+            torch.set_rng_state(state["rng"].cpu() if hasattr(state["rng"], "cpu") else state["rng"])
+            progress = cls(
+                epoch=int(state["epoch"]),
+                batch=int(state["batch"]),
+                epoch_loss=float(state["epoch_loss"]),
+                starts=list(state["starts"]),
+                stops=list(state["stops"]),
+                curve=list(state["curve"]),
+            )
+            print(
+                f"resuming from epoch {progress.epoch}, batch {progress.batch} (checkpoint {store.path}; "
+                f"{len(progress.stops)} stop(s) before)",
+                flush=True,
+            )
+            progress.resumed_from = {"epoch": progress.epoch, "batch": progress.batch}
+        progress.starts.append({"epoch": progress.epoch, "batch": progress.batch})
+        return progress
+
+    def checkpoint(self, model, optimizer) -> dict[str, Any]:
+        """What a checkpoint keeps (CHECKPOINT_KEYS)."""
+        import torch
+
+        return {
+            "epoch": self.epoch,
+            "batch": self.batch,
+            "epoch_loss": self.epoch_loss,
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "rng": torch.get_rng_state(),
+            "starts": self.starts,
+            "stops": self.stops,
+            "curve": self.curve,
+        }
+
+    def end_epoch(self, metrics: Mapping[str, float]) -> None:
+        """The epoch's metrics on the curve, and the next epoch's first batch."""
+        self.curve.append({"epoch": self.epoch + 1, **{k: round(v, 5) for k, v in metrics.items()}})
+        self.epoch, self.batch, self.epoch_loss = self.epoch + 1, 0, 0.0
+        self.epochs_run += 1
+
+
 def train_digits(
     params: Mapping[str, Any] | None = None,
     trial_dir: str | None = None,
@@ -270,7 +348,6 @@ def train_digits(
     import torch
     import torch.nn.functional as F
 
-    from airflow_provider_gpusched.core.sweep.model_cost import model_cost
     from airflow_provider_gpusched.trial import report
 
     p = check_params(params)
@@ -281,77 +358,50 @@ def train_digits(
     model = build_model(p).to(device)
     optimizer = _optimizer(p, model)
     store = Checkpoints(checkpoints or checkpoint_dir(trial_dir), fingerprint=p)
-    state = store.load(map_location=device)
-    epoch, batch, starts, stops, curve = 0, 0, [], [], []
-    epoch_loss = 0.0  # the training loss summed over this epoch's batches so far
-    if state is not None:
-        missing = sorted(set(CHECKPOINT_KEYS) - set(state))
-        if missing:
-            raise CheckpointError(
-                f"checkpoint {store.path}: has no {', '.join(missing)} (not written by "
-                "train_digits); remove it to start from scratch"
-            )
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        for group in optimizer.param_groups:  # this run's values (PBT may start it from another member's state)
-            group["lr"], group["weight_decay"] = p["lr"], p["weight_decay"]
-            if "momentum" in group and p["optimizer"] == "sgd":
-                group["momentum"] = p["momentum"]
-        torch.set_rng_state(state["rng"].cpu() if hasattr(state["rng"], "cpu") else state["rng"])
-        epoch, batch, epoch_loss = int(state["epoch"]), int(state["batch"]), float(state["epoch_loss"])
-        starts, stops, curve = list(state["starts"]), list(state["stops"]), list(state["curve"])
-        print(
-            f"resuming from epoch {epoch}, batch {batch} (checkpoint {store.path}; {len(stops)} stop(s) before)",
-            flush=True,
-        )
-    resumed_from = {"epoch": epoch, "batch": batch} if state is not None else None
-    starts.append({"epoch": epoch, "batch": batch})
+    run = _Progress.resume(store, p, model, optimizer, device)
     batches = math.ceil(len(y_train) / p["batch_size"])
 
     def save() -> str | None:
-        return store.save(
-            {
-                "epoch": epoch,
-                "batch": batch,
-                "epoch_loss": epoch_loss,
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "rng": torch.get_rng_state(),
-                "starts": starts,
-                "stops": stops,
-                "curve": curve,
-            }
-        )
+        return store.save(run.checkpoint(model, optimizer))
 
-    epochs_run = 0
     with store.stop_on_sigterm():
-        while epoch < p["epochs"]:
+        while run.epoch < p["epochs"]:
             # the same order for an epoch however often it starts: a resumed epoch skips the batches done
-            order = torch.randperm(len(y_train), generator=torch.Generator().manual_seed(p["seed"] * 100_003 + epoch))
-            order = order.to(device)
-            while batch < batches:
+            seed = p["seed"] * 100_003 + run.epoch
+            order = torch.randperm(len(y_train), generator=torch.Generator().manual_seed(seed)).to(device)
+            while run.batch < batches:
                 if stop_requested():
-                    stops.append({"epoch": epoch, "batch": batch})
+                    run.stops.append({"epoch": run.epoch, "batch": run.batch})
                     path = save()
-                    print(f"stopped by {stop_signal()} at epoch {epoch}, batch {batch}: checkpoint {path}", flush=True)
+                    print(
+                        f"stopped by {stop_signal()} at epoch {run.epoch}, batch {run.batch}: checkpoint {path}",
+                        flush=True,
+                    )
                     raise SystemExit(EXIT_STOPPED)
-                idx = order[batch * p["batch_size"] : (batch + 1) * p["batch_size"]]
+                idx = order[run.batch * p["batch_size"] : (run.batch + 1) * p["batch_size"]]
                 loss = F.cross_entropy(model(x_train[idx]), y_train[idx])
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
-                epoch_loss += loss.item() * len(idx)
-                batch += 1
+                run.epoch_loss += loss.item() * len(idx)
+                run.batch += 1
             val_loss, accuracy = evaluate(model, x_val, y_val)
-            metrics = {"loss": epoch_loss / len(y_train), "val_loss": val_loss, "accuracy": accuracy}
-            curve.append({"epoch": epoch + 1, **{k: round(v, 5) for k, v in metrics.items()}})
-            epoch, batch, epoch_loss = epoch + 1, 0, 0.0
-            epochs_run += 1
+            metrics = {"loss": run.epoch_loss / len(y_train), "val_loss": val_loss, "accuracy": accuracy}
+            run.end_epoch(metrics)
             path = save()
             # a pruning rule may stop the trial here, but never at its last epoch (final: its budget trained)
-            report(step=epoch, checkpoint=path, final=epoch == p["epochs"], **metrics)
+            report(step=run.epoch, checkpoint=path, final=run.epoch == p["epochs"], **metrics)
             if on_epoch_end is not None:
-                on_epoch_end(epoch, metrics)
+                on_epoch_end(run.epoch, metrics)
+    return _training_result(p, model, run, device, store.path, started)
+
+
+def _training_result(
+    p: Mapping[str, Any], model, run: _Progress, device, checkpoint: str | None, started: float
+) -> dict[str, Any]:
+    """What ``train_digits`` returns: the last epoch's metrics, the best accuracy, the progress, the model's size."""
+    from airflow_provider_gpusched.core.sweep.model_cost import model_cost
+
     # FLOPs for the CNN (what a NAS search constrains), counted after training: PyTorch's counter takes 1.5-2 s to
     # load (4 s with the cores busy), time a time-limit chain's segment would otherwise spend before its first step
     cost = (
@@ -359,21 +409,22 @@ def train_digits(
         if p["model"] == "cnn"
         else {"params": sum(t.numel() for t in model.parameters()), "flops": None}
     )
+    curve = run.curve
     last = curve[-1] if curve else {"accuracy": float("nan"), "val_loss": float("nan"), "loss": float("nan")}
     return {
         "accuracy": last["accuracy"],
         "best_accuracy": max(c["accuracy"] for c in curve) if curve else None,
         "val_loss": last["val_loss"],
         "loss": last["loss"],
-        "epochs": epoch,
-        "epochs_run": epochs_run,
-        "resumed_from": resumed_from,
-        "starts": starts,
-        "stops": stops,
+        "epochs": run.epoch,
+        "epochs_run": run.epochs_run,
+        "resumed_from": run.resumed_from,
+        "starts": run.starts,
+        "stops": run.stops,
         "curve": curve,
         "device": describe_device(device),
         "params": cost["params"],
         "flops": cost["flops"],
         "seconds": round(time.monotonic() - started, 3),
-        "checkpoint": store.path,
+        "checkpoint": checkpoint,
     }

@@ -112,13 +112,50 @@ def load_problem(
     _number(batch_size, "batch size (-b)", integer=True)
     _number(buffers_in, "buffers in (-i)", integer=True, allow_zero=True)
     _number(buffers_out, "buffers out (-o)", integer=True, allow_zero=True)
+    models, types_doc, devices = _load_documents(models_file, device_types_file, devices_file)
+    layers, mem_mb, params_in, params_out = _model_layers(models, models_file, model)
+    size = DTYPE_SIZES[dtype]
+    out_bytes = [size * params_out[j % len(params_out)] * batch_size for j in range(layers)]
+    _check_devices(devices, types_doc, devices_file, device_types_file)
+    types: list[DeviceType] = []
+    skipped: dict[str, str] = {}
+    for name, t in types_doc.items():
+        hosts = [str(h) for h in (devices.get(name) or [])]
+        found = _device_type(name, t, hosts, f"{device_types_file}: {name}", model, dtype, batch_size, layers)
+        if isinstance(found, str):
+            skipped[name] = found
+        else:
+            types.append(found)
+    return Problem(
+        model=model,
+        dtype=dtype,
+        batch_size=int(batch_size),
+        buffers_in=int(buffers_in),
+        buffers_out=int(buffers_out),
+        layers=layers,
+        mem_mb=mem_mb,
+        out_bytes=out_bytes,
+        in_bytes_first=size * params_in * batch_size,
+        types=types,
+        skipped_types=skipped,
+    )
+
+
+def _load_documents(
+    models_file: str, device_types_file: str, devices_file: str
+) -> tuple[dict[Any, Any], dict[Any, Any], dict[Any, Any]]:
+    """The three files parsed, each a mapping (an empty file: an empty one)."""
     models = load_yaml_file(models_file, "models")
     types_doc = load_yaml_file(device_types_file, "device types")
     devices = load_yaml_file(devices_file, "devices")
     for doc, path in ((models, models_file), (types_doc, device_types_file), (devices, devices_file)):
         if doc is not None and not isinstance(doc, dict):
             raise PartitionInputError(f"{path}: expected a mapping at the top level, got {type(doc).__name__}")
-    models, types_doc, devices = models or {}, types_doc or {}, devices or {}
+    return models or {}, types_doc or {}, devices or {}
+
+
+def _model_layers(models: dict[Any, Any], models_file: str, model: str) -> tuple[int, list[float], float, list[float]]:
+    """``(layers, mem_MB, parameters_in, parameters_out)`` of ``model``, checked."""
     if model not in models:
         known = ", ".join(map(str, models)) or "none"
         raise PartitionInputError(f"{models_file}: unknown model {model!r} (models in the file: {known})")
@@ -141,17 +178,18 @@ def load_problem(
         )
     if layers and not params_out:
         raise PartitionInputError(f"{where}.parameters_out: expected at least one entry")
-    size = DTYPE_SIZES[dtype]
-    out_bytes = [size * params_out[j % len(params_out)] * batch_size for j in range(layers)]
-    types: list[DeviceType] = []
-    skipped: dict[str, str] = {}
+    return layers, mem_mb, params_in, params_out
+
+
+def _check_devices(devices: dict[Any, Any], types_doc: dict[Any, Any], devices_file: str, types_file: str) -> None:
+    """Each device type's hosts: a list of host names, of a type the device types file has, each host once."""
     for name, hosts in devices.items():
         if hosts is None:
             hosts = []
         if not isinstance(hosts, list) or not all(isinstance(h, (str, int)) for h in hosts):
             raise PartitionInputError(f"{devices_file}: {name}: expected a list of host names")
         if name not in types_doc:
-            raise PartitionInputError(f"{devices_file}: {name}: device type not in {device_types_file}")
+            raise PartitionInputError(f"{devices_file}: {name}: device type not in {types_file}")
     seen_hosts: dict[str, str] = {}
     for name, hosts in devices.items():
         for h in hosts or []:
@@ -163,53 +201,50 @@ def load_problem(
             if str(h) in seen_hosts:
                 raise PartitionInputError(f"{devices_file}: host {h!r} is listed twice ({seen_hosts[str(h)]}, {name})")
             seen_hosts[str(h)] = name
-    for name, t in types_doc.items():
-        where_t = f"{device_types_file}: {name}"
-        if not isinstance(t, dict):
-            raise PartitionInputError(f"{where_t}: expected a mapping with bw_Mbps, mem_MB, model_profiles")
-        hosts = [str(h) for h in (devices.get(name) or [])]
-        all_profiles = t.get("model_profiles") or {}
-        if not isinstance(all_profiles, dict):
-            raise PartitionInputError(
-                f"{where_t}.model_profiles: expected a mapping of model name -> list of "
-                f"profiles, got {type(all_profiles).__name__}"
-            )
-        profiles = all_profiles.get(model)
-        if profiles is not None and not isinstance(profiles, list):
-            raise PartitionInputError(
-                f"{where_t}.model_profiles.{model}: expected a list of profiles (batch_size, "
-                f"dtype, time_s), got {type(profiles).__name__}"
-            )
-        match = None
-        for i, p in enumerate(profiles or []):
-            if isinstance(p, dict) and p.get("dtype") == dtype and p.get("batch_size") == batch_size:
-                match = (i, p)  # several matching: the last one wins
-        if match is None:
-            skipped[name] = f"no {model} profile for {dtype}, batch size {batch_size}"
-            continue
-        for key in ("bw_Mbps", "mem_MB"):
-            if key not in t:
-                raise PartitionInputError(f"{where_t}: missing key {key!r}")
-        bw = _number(t["bw_Mbps"], f"{where_t}.bw_Mbps")
-        mem = _number(t["mem_MB"], f"{where_t}.mem_MB")
-        i, p = match
-        where_p = f"{where_t}.model_profiles.{model}[{i}].time_s"
-        if "time_s" not in p:
-            raise PartitionInputError(f"{where_p}: missing")
-        times = _number_list(p["time_s"], where_p, allow_zero=True)
-        if len(times) != layers:
-            raise PartitionInputError(f"{where_p}: expected {layers} entries (layers), got {len(times)}")
-        types.append(DeviceType(str(name), float(bw), float(mem), times, hosts))
-    return Problem(
-        model=model,
-        dtype=dtype,
-        batch_size=int(batch_size),
-        buffers_in=int(buffers_in),
-        buffers_out=int(buffers_out),
-        layers=layers,
-        mem_mb=mem_mb,
-        out_bytes=out_bytes,
-        in_bytes_first=size * params_in * batch_size,
-        types=types,
-        skipped_types=skipped,
-    )
+
+
+def _device_type(
+    name: Any,
+    t: Any,
+    hosts: list[str],
+    where_t: str,
+    model: str,
+    dtype: str,
+    batch_size: int,
+    layers: int,
+) -> DeviceType | str:
+    """Device type ``name`` (its entry ``t``) for this model, dtype and batch size, checked; why it takes no part
+    (a string) when it has no profile for them."""
+    if not isinstance(t, dict):
+        raise PartitionInputError(f"{where_t}: expected a mapping with bw_Mbps, mem_MB, model_profiles")
+    all_profiles = t.get("model_profiles") or {}
+    if not isinstance(all_profiles, dict):
+        raise PartitionInputError(
+            f"{where_t}.model_profiles: expected a mapping of model name -> list of "
+            f"profiles, got {type(all_profiles).__name__}"
+        )
+    profiles = all_profiles.get(model)
+    if profiles is not None and not isinstance(profiles, list):
+        raise PartitionInputError(
+            f"{where_t}.model_profiles.{model}: expected a list of profiles (batch_size, "
+            f"dtype, time_s), got {type(profiles).__name__}"
+        )
+    match = None
+    for i, p in enumerate(profiles or []):
+        if isinstance(p, dict) and p.get("dtype") == dtype and p.get("batch_size") == batch_size:
+            match = (i, p)  # several matching: the last one wins
+    if match is None:
+        return f"no {model} profile for {dtype}, batch size {batch_size}"
+    for key in ("bw_Mbps", "mem_MB"):
+        if key not in t:
+            raise PartitionInputError(f"{where_t}: missing key {key!r}")
+    bw = _number(t["bw_Mbps"], f"{where_t}.bw_Mbps")
+    mem = _number(t["mem_MB"], f"{where_t}.mem_MB")
+    i, p = match
+    where_p = f"{where_t}.model_profiles.{model}[{i}].time_s"
+    if "time_s" not in p:
+        raise PartitionInputError(f"{where_p}: missing")
+    times = _number_list(p["time_s"], where_p, allow_zero=True)
+    if len(times) != layers:
+        raise PartitionInputError(f"{where_p}: expected {layers} entries (layers), got {len(times)}")
+    return DeviceType(str(name), float(bw), float(mem), times, hosts)

@@ -785,6 +785,16 @@ def build_sweep_view(
         "counts": counts,
         "rounds": len(plans) if first.get("round") is not None else None,
         "truncated": max(0, first["defined"] - len(first["trials"])),
+        **_trial_refs(rows),
+    }
+    view.update(_curves_part(rows, reports, first.get("curve_metric"), lineage))
+    view.update(_scores_part(plans, rows, objective, top_n) if objective is not None else _no_scores())
+    return cast(SweepView, view)  # built up key by key: the api-server's response model checks its shape
+
+
+def _trial_refs(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``problems`` (failed, invalid or timed out trials) and ``pruned``, at most 50 of each."""
+    return {
         "problems": [
             {k: r[k] for k in ("index", "trial_id", "label", "state", "error", "task_id", "map_index")}
             for r in rows
@@ -800,7 +810,15 @@ def build_sweep_view(
             if r["state"] == "pruned"
         ][:50],
     }
-    metric = first.get("curve_metric")
+
+
+def _curves_part(
+    rows: list[dict[str, Any]],
+    reports: Callable[[str], Sequence[Mapping[str, Any]] | None] | None,
+    metric: str | None,
+    lineage: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The view's learning curves and latest reports, and a PBT sweep's population."""
     # a PBT population draws every member's curve, not only the reports plot's first MAX_CURVES (a population of 8
     # over 10 generations is 80 trials): read once, up to MAX_REPORT_READS trials, said when more
     most = MAX_REPORT_READS if lineage is not None else MAX_CURVES
@@ -809,63 +827,70 @@ def build_sweep_view(
         if reports is not None and metric
         else {"curve_metric": metric, "curves": [], "latest_reports": []}
     )
-    view.update(read, curves=read["curves"][:MAX_CURVES])
+    part: dict[str, Any] = {**read, "curves": read["curves"][:MAX_CURVES]}
     if lineage is not None:
-        view["population"] = population_view(lineage, rows, read["curves"], metric)
+        part["population"] = population_view(lineage, rows, read["curves"], metric)
         if len(rows) > MAX_REPORT_READS:
-            view["population_note"] = (
+            part["population_note"] = (
                 f"curves are drawn for {MAX_REPORT_READS} of the population's {len(rows)} trials (running first)"
             )
-    if objective is None:
-        view.update(
-            leaderboard=[],
-            best=None,
-            points=[],
-            points_total=0,
-            best_so_far=[],
-            numeric_params=[],
-            categorical_params={},
-            param_scales={},
-        )
-        return cast(SweepView, view)
+    return part
+
+
+def _no_scores() -> dict[str, Any]:
+    """The view's scored part of a sweep without an objective (new lists each time: a caller may add to them)."""
+    return {
+        "leaderboard": [],
+        "best": None,
+        "points": [],
+        "points_total": 0,
+        "best_so_far": [],
+        "numeric_params": [],
+        "categorical_params": {},
+        "param_scales": {},
+    }
+
+
+#: what a leaderboard row shows (those a row has)
+_LEADER_KEYS = (
+    "rank",
+    "score",
+    "index",
+    "label",
+    "trial_id",
+    "params",
+    "round",
+    "task_id",
+    "map_index",
+    "seconds",
+    "skipped",
+    "front",
+    "values",
+)
+
+
+def _scores_part(
+    plans: Sequence[Mapping[str, Any]], rows: list[dict[str, Any]], objective: Objective, top_n: int
+) -> dict[str, Any]:
+    """The view's leaderboard, best trial, scored points (a sample past MAX_POINTS), best-so-far line and
+    parameter axes."""
     board = leaderboard(rows, objective, top_n)
-    view["leaderboard"] = [
-        {
-            k: r[k]
-            for k in (
-                "rank",
-                "score",
-                "index",
-                "label",
-                "trial_id",
-                "params",
-                "round",
-                "task_id",
-                "map_index",
-                "seconds",
-                "skipped",
-                "front",
-                "values",
-            )
-            if k in r
-        }
-        for r in board
-    ]
-    view["best"] = view["leaderboard"][0] if board else None
+    part: dict[str, Any] = {"leaderboard": [{k: r[k] for k in _LEADER_KEYS if k in r} for r in board]}
+    part["best"] = part["leaderboard"][0] if board else None
     points, values, categories = scored_points(rows, objective)
     if objective.several and points:  # mark the Pareto front for the plot of the first two metrics
         on_front = set(pareto_fronts([p["values"] for p in points], objective.modes, enough=1)[0])
         for i, point in enumerate(points):
             point["front"] = i in on_front
-    view["best_so_far"] = best_so_far(points, objective)
-    view["points_total"] = len(points)
-    view["points"] = sample_points(points, objective)
-    if len(view["points"]) < len(points):
-        view["points_note"] = (
-            f"The plots show {len(view['points']):,} of {len(points):,} scored trials: the best "
+    part["best_so_far"] = best_so_far(points, objective)
+    part["points_total"] = len(points)
+    part["points"] = sample_points(points, objective)
+    if len(part["points"]) < len(points):
+        part["points_note"] = (
+            f"The plots show {len(part['points']):,} of {len(points):,} scored trials: the best "
             f"{MAX_POINTS // 4:,}{' and the Pareto front' if objective.several else ''}, and an "
             f"even sample of the rest; the best-so-far line and the leaderboard count every trial."
         )
     # categorical parameters (optimizer, activation...): one strip of scores per value, values sorted
-    view.update(param_axes(plans, values, categories))
-    return cast(SweepView, view)  # built up key by key: the api-server's response model checks its shape
+    part.update(param_axes(plans, values, categories))
+    return part

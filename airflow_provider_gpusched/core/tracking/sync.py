@@ -276,129 +276,17 @@ class TrackingSync:
         earlier attempt there that a later one replaced); the count."""
         if os.sep in folder or folder in ("", ".", ".."):
             return 0
-        where = os.path.join(self.trials_dir, folder)
-        status = read_json(os.path.join(where, "status.json"))
+        status = read_json(os.path.join(self.trials_dir, folder, "status.json"))
         if not isinstance(status, dict) or "_unreadable" in status:
             return 0
-        state = status.get("state")
-        started = status.get("started") if is_number(status.get("started")) else None
-        key = f"{started!r}"
-        cursor_path = os.path.join(base, "trials", folder + ".json")
-        record = self._read(cursor_path, {"attempts": {}})
-        attempts = record.get("attempts")
-        if not isinstance(attempts, dict):
-            raise GpuschedError(f"{cursor_path}: key 'attempts': expected a mapping")
-        params = read_json(os.path.join(where, "params.json"))
-        from airflow_provider_gpusched.core.sweep.expand import flatten
-
-        def trial_of(attempt: dict[str, Any], at: float | None, current: bool) -> TrialRun:
-            return TrialRun(
-                sweep=sweep,
-                trial_id=str(status.get("trial_id") or folder),
-                label=str(status.get("label") or status.get("trial_id") or folder),
-                params=flatten(params) if isinstance(params, dict) and "_unreadable" not in params else {},
-                started=at,
-                folder=where,
-                host=_text(status.get("host")) if current else None,
-                gpus=_text(status.get("gpus")) if current else None,
-                slurm_job=_text(status.get("slurm_job")) if current else None,
-                task=attempt.get("task") if isinstance(attempt.get("task"), dict) else None,
-                memo=attempt["memo"],
-            )
-
-        def save(run_too: bool = True) -> None:
-            self._write(cursor_path, record)
-            if run_too:
-                self._write(run_path, run_record)
-
-        def tell(call: Callable[[], None], what: str) -> None:
-            try:
-                _told(call, what)
-            except _CallbackFailed:
-                save()  # what the callback kept (a run id) before it failed
-                raise
-
-        told = 0
-        # an attempt told as started whose trial started again since (or whose record an earlier outcome replaced):
-        # it is over, whichever run it was of; its run at the tracker ends now, never left open
-        for old_key, old in list(attempts.items()):
-            if old_key == key or not isinstance(old, dict) or not old.get("started") or old.get("ended"):
-                continue
-            if not isinstance(old.get("memo"), dict):
-                raise GpuschedError(f"{cursor_path}: attempt {old_key}: not a tracking cursor")
-            if not isinstance(old.get("task"), dict):
-                found = self._recorded_task(folder, old_key)
-                if found:
-                    old["task"] = found
-            old_trial = trial_of(old, _started_of(old_key), current=False)
-            old_end = self._superseded_end(old_key, status, where)
-            tell(
-                partial(callback.on_trial_end, old_trial, old_end),
-                f"the end of an earlier attempt of {old_trial.label}",
-            )
-            old["ended"] = True
-            told += 1
-        if state not in ("running", *FINAL_STATES) or status.get("run") != self.sweep.run:
-            if told:
-                save(run_too=False)
-            return told  # waiting, or another run's attempt (never rewritten by this run)
-        cursor = attempts.setdefault(
-            key, {"run": self.sweep.run, "started": False, "reports": 0, "ended": False, "memo": {}}
-        )
-        if not isinstance(cursor, dict) or not isinstance(cursor.get("memo"), dict):
-            raise GpuschedError(f"{cursor_path}: attempt {key}: not a tracking cursor")
-        if task:
-            cursor["task"] = dict(task)
-        elif not isinstance(cursor.get("task"), dict):
-            found = self._recorded_task(folder, key)
-            if found:
-                cursor["task"] = found
-        trial = trial_of(cursor, started, current=True)
-
-        if not cursor["started"]:
-            tell(lambda: callback.on_trial_start(trial), f"the start of trial {trial.label}")
-            cursor["started"] = True
-            told += 1
-            if state not in FINAL_STATES:  # a running trial's next events come in a later sync: keep its run id now
-                save()
-        reports, _problems = read_reports(os.path.join(where, REPORTS_FILE), where)
-        sent = int(cursor.get("reports", 0) or 0)
-        if len(reports) > sent:
-            new = [
-                TrialReport(
-                    step=int(r["step"]),
-                    metrics=dict(r["metrics"]),
-                    time=float(r["time"]) if is_finite_number(r.get("time")) else None,
-                )
-                for r in reports[sent:]
-            ]
-            tell(lambda: callback.on_trial_reports(trial, new), f"{len(new)} report(s) of trial {trial.label}")
-            cursor["reports"] = len(reports)
-            told += len(new)
-        if state in FINAL_STATES and not cursor["ended"]:
-            result = read_result_json(os.path.join(where, "result.json"), where)
-            files = [
-                os.path.join(where, name)
-                for name in (OUTPUT_LOG_FILE, "result.json")
-                if os.path.isfile(os.path.join(where, name)) and not os.path.islink(os.path.join(where, name))
-            ]
-            end = TrialEnd(
-                state=str(state),
-                metrics=flat_numbers(result) if isinstance(result, Mapping) else {},
-                result=result if state in ("succeeded", "pruned", "invalid") else None,
-                score=self.score(result) if state == "succeeded" else None,
-                ended=float(status["ended"]) if is_finite_number(status.get("ended")) else None,
-                seconds=float(status["seconds"]) if is_finite_number(status.get("seconds")) else None,
-                error=_text(status.get("error")),
-                files=tuple(files),
-            )
-            tell(lambda: callback.on_trial_end(trial, end), f"the end of trial {trial.label}")
-            cursor["ended"] = True
-            told += 1
-        if told:
-            # one write for what was told here (a process killed before it tells it again: at least once)
-            save(run_too=False)
-        return told
+        teller = _TrialTeller(self, callback, sweep, base, folder, status, run_path, run_record)
+        teller.end_superseded()
+        if teller.state not in ("running", *FINAL_STATES) or status.get("run") != self.sweep.run:
+            if teller.told:
+                teller.save(run_too=False)
+            return teller.told  # waiting, or another run's attempt (never rewritten by this run)
+        teller.tell_current(task)
+        return teller.told
 
     def _superseded_end(self, key: str, status: Mapping[str, Any], where: str) -> TrialEnd:
         """How the attempt that started at ``key`` ended, now that the trial's record (``status``) is another's:
@@ -570,6 +458,163 @@ class TrackingSync:
                     os.close(fd)
                     return None
                 time.sleep(0.05)
+
+
+class _TrialTeller:
+    """What one sync tells one callback of one trial folder: the end of each earlier attempt there that a later
+    one replaced, then the current attempt's start, new reports and end. Its cursor file (``trials/<folder>.json``
+    under the callback's tracking folder) says what was told of each attempt, keyed by the ``repr`` of the
+    attempt's start; ``told`` counts the events told now."""
+
+    def __init__(
+        self,
+        sync: TrackingSync,
+        callback: TrackingCallback,
+        sweep: SweepRun,
+        base: str,
+        folder: str,
+        status: dict[str, Any],
+        run_path: str,
+        run_record: dict[str, Any],
+    ) -> None:
+        self.sync, self.callback, self.sweep, self.folder, self.status = sync, callback, sweep, folder, status
+        self.run_path, self.run_record = run_path, run_record
+        self.where = os.path.join(sync.trials_dir, folder)
+        self.state = status.get("state")
+        self.started = status.get("started") if is_number(status.get("started")) else None
+        self.key = f"{self.started!r}"
+        self.cursor_path = os.path.join(base, "trials", folder + ".json")
+        self.record = sync._read(self.cursor_path, {"attempts": {}})
+        attempts = self.record.get("attempts")
+        if not isinstance(attempts, dict):
+            raise GpuschedError(f"{self.cursor_path}: key 'attempts': expected a mapping")
+        self.attempts: dict[str, Any] = attempts
+        self.params = read_json(os.path.join(self.where, "params.json"))
+        self.told = 0
+
+    def trial_of(self, attempt: dict[str, Any], at: float | None, current: bool) -> TrialRun:
+        """The callback's view of an attempt (``current``: the one the trial's status describes now)."""
+        from airflow_provider_gpusched.core.sweep.expand import flatten
+
+        status, folder, params = self.status, self.folder, self.params
+        return TrialRun(
+            sweep=self.sweep,
+            trial_id=str(status.get("trial_id") or folder),
+            label=str(status.get("label") or status.get("trial_id") or folder),
+            params=flatten(params) if isinstance(params, dict) and "_unreadable" not in params else {},
+            started=at,
+            folder=self.where,
+            host=_text(status.get("host")) if current else None,
+            gpus=_text(status.get("gpus")) if current else None,
+            slurm_job=_text(status.get("slurm_job")) if current else None,
+            task=attempt.get("task") if isinstance(attempt.get("task"), dict) else None,
+            memo=attempt["memo"],
+        )
+
+    def save(self, run_too: bool = True) -> None:
+        self.sync._write(self.cursor_path, self.record)
+        if run_too:
+            self.sync._write(self.run_path, self.run_record)
+
+    def tell(self, call: Callable[[], None], what: str) -> None:
+        try:
+            _told(call, what)
+        except _CallbackFailed:
+            self.save()  # what the callback kept (a run id) before it failed
+            raise
+
+    def end_superseded(self) -> None:
+        """End each attempt told as started whose trial started again since (or whose record an earlier outcome
+        replaced): it is over, whichever run it was of; its run at the tracker ends now, never left open."""
+        for old_key, old in list(self.attempts.items()):
+            if old_key == self.key or not isinstance(old, dict) or not old.get("started") or old.get("ended"):
+                continue
+            if not isinstance(old.get("memo"), dict):
+                raise GpuschedError(f"{self.cursor_path}: attempt {old_key}: not a tracking cursor")
+            if not isinstance(old.get("task"), dict):
+                found = self.sync._recorded_task(self.folder, old_key)
+                if found:
+                    old["task"] = found
+            old_trial = self.trial_of(old, _started_of(old_key), current=False)
+            old_end = self.sync._superseded_end(old_key, self.status, self.where)
+            self.tell(
+                partial(self.callback.on_trial_end, old_trial, old_end),
+                f"the end of an earlier attempt of {old_trial.label}",
+            )
+            old["ended"] = True
+            self.told += 1
+
+    def tell_current(self, task: Mapping[str, Any] | None) -> None:
+        """Tell what waits of the attempt the trial's status describes (running or ended, of this run)."""
+        cursor = self._cursor(task)
+        trial = self.trial_of(cursor, self.started, current=True)
+        if not cursor["started"]:
+            self.tell(lambda: self.callback.on_trial_start(trial), f"the start of trial {trial.label}")
+            cursor["started"] = True
+            self.told += 1
+            if self.state not in FINAL_STATES:  # a running trial's next events come in a later sync: keep its run id
+                self.save()
+        self._tell_reports(cursor, trial)
+        if self.state in FINAL_STATES and not cursor["ended"]:
+            end = self._end()
+            self.tell(lambda: self.callback.on_trial_end(trial, end), f"the end of trial {trial.label}")
+            cursor["ended"] = True
+            self.told += 1
+        if self.told:
+            # one write for what was told here (a process killed before it tells it again: at least once)
+            self.save(run_too=False)
+
+    def _cursor(self, task: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The current attempt's cursor (a new one when it was never told), tagged with its Airflow task."""
+        cursor = self.attempts.setdefault(
+            self.key, {"run": self.sync.sweep.run, "started": False, "reports": 0, "ended": False, "memo": {}}
+        )
+        if not isinstance(cursor, dict) or not isinstance(cursor.get("memo"), dict):
+            raise GpuschedError(f"{self.cursor_path}: attempt {self.key}: not a tracking cursor")
+        if task:
+            cursor["task"] = dict(task)
+        elif not isinstance(cursor.get("task"), dict):
+            found = self.sync._recorded_task(self.folder, self.key)
+            if found:
+                cursor["task"] = found
+        return cursor
+
+    def _tell_reports(self, cursor: dict[str, Any], trial: TrialRun) -> None:
+        reports, _problems = read_reports(os.path.join(self.where, REPORTS_FILE), self.where)
+        sent = int(cursor.get("reports", 0) or 0)
+        if len(reports) <= sent:
+            return
+        new = [
+            TrialReport(
+                step=int(r["step"]),
+                metrics=dict(r["metrics"]),
+                time=float(r["time"]) if is_finite_number(r.get("time")) else None,
+            )
+            for r in reports[sent:]
+        ]
+        self.tell(lambda: self.callback.on_trial_reports(trial, new), f"{len(new)} report(s) of trial {trial.label}")
+        cursor["reports"] = len(reports)
+        self.told += len(new)
+
+    def _end(self) -> TrialEnd:
+        """How the current attempt ended, from its status and result.json."""
+        where, status, state = self.where, self.status, self.state
+        result = read_result_json(os.path.join(where, "result.json"), where)
+        files = [
+            os.path.join(where, name)
+            for name in (OUTPUT_LOG_FILE, "result.json")
+            if os.path.isfile(os.path.join(where, name)) and not os.path.islink(os.path.join(where, name))
+        ]
+        return TrialEnd(
+            state=str(state),
+            metrics=flat_numbers(result) if isinstance(result, Mapping) else {},
+            result=result if state in ("succeeded", "pruned", "invalid") else None,
+            score=self.sync.score(result) if state == "succeeded" else None,
+            ended=float(status["ended"]) if is_finite_number(status.get("ended")) else None,
+            seconds=float(status["seconds"]) if is_finite_number(status.get("seconds")) else None,
+            error=_text(status.get("error")),
+            files=tuple(files),
+        )
 
 
 def _told(call: Callable[[], None], what: str) -> None:
