@@ -513,58 +513,105 @@ def build_board(
     fleet: dict[str, dict[str, Any]] = {}
     leases_seen = list(leases)
     for lease in leases_seen:
-        seen[lease.host] = "running work"
-        gpus = hosts.setdefault(lease.host, {})
-        for g in lease.inventory:  # the newest record's inventory wins; a GPU no record names is unknown
-            gpus.setdefault(g.index, {**asdict(g), "memory_leased": 0, "whole_taken": False, "leases": []})
-        for index in lease.gpus:
-            gpu = gpus.setdefault(
-                index,
-                {
-                    "index": index,
-                    "uuid": "",
-                    "name": "(not reported)",
-                    "memory_total": 0,
-                    "simulated": False,
-                    "memory_leased": 0,
-                    "whole_taken": False,
-                    "leases": [],
-                },
-            )
-            gpu["memory_leased"] += lease.memory.get(index, 0)
-            gpu["whole_taken"] |= lease.whole
-            gpu["leases"].append(
-                {
-                    "lease_id": lease.lease_id,
-                    "dag_id": lease.dag_id,
-                    "run_id": lease.run_id,
-                    "task_id": lease.task_id,
-                    "map_index": lease.map_index,
-                    "job_class": lease.job_class,
-                    "priority": lease.priority,
-                    "started": lease.started,
-                    "seconds": max(0.0, now - lease.started),
-                    "whole": lease.whole,
-                    "memory": lease.memory.get(index, 0),
-                    "yielding_to": lease.yielding_to,
-                    **({"group": lease.group} if lease.group else {}),
-                    **({"quota": quota_leases[lease.lease_id]["state"]} if lease.lease_id in quota_leases else {}),
-                }
-            )
+        _place_lease(hosts, seen, lease, quota_leases, now)
     for known in known_hosts:
-        gpus = hosts.setdefault(known.host, {})
-        if known.fleet is not None and known.host not in fleet:
-            fleet[known.host] = known.fleet
-            seen[known.host] = known.seen if known.host not in seen else f"{seen[known.host]}; {known.seen}"
-        seen.setdefault(known.host, known.seen)
-        # what the host says of itself (its fleet record, or the api-server reading its own GPUs) outranks what
-        # its tasks said: a task's record cannot add GPUs to a known host or change theirs
-        for g in known.inventory:
-            gpu = gpus.setdefault(g.index, {"memory_leased": 0, "whole_taken": False, "leases": []})
-            gpu.update(asdict(g))
-        indices = {g.index for g in known.inventory}
-        for index in [i for i, gpu in gpus.items() if i not in indices and not gpu["leases"]]:
-            del gpus[index]  # a task's inventory names a GPU the host does not have
+        _place_known_host(hosts, seen, fleet, known)
+    board_hosts = _host_rows(hosts, seen, fleet)
+    names = {lease.lease_id: _task_name(lease.dag_id, lease.task_id, lease.map_index) for lease in leases_seen}
+    for entry in board_hosts:
+        _add_telemetry(entry, (telemetry or {}).get(entry["host"]), names, now)
+    waits, shared = _waits(waiting, names)
+    gpu_time = _gpu_time(ledger, leases_seen, board_hosts, now)
+    # the hosts, waits and totals are built up key by key: their shape is BoardView's (the api-server's response
+    # model checks every answer against it)
+    return {
+        "generated": now,
+        "hosts": cast("list[BoardHostView]", board_hosts),
+        "waiting": cast("list[WaitView]", waits),
+        "waiting_shared": shared,
+        "gpu_time": cast("dict[str, dict[str, ClassTime]]", gpu_time),
+        "problems": list(problems),
+        "quotas": cast(QuotaView, dict(quotas)) if quotas is not None else None,
+    }
+
+
+def _place_lease(
+    hosts: dict[str, dict[int, dict[str, Any]]],
+    seen: dict[str, str],
+    lease: BoardLease,
+    quota_leases: Mapping[str, Any],
+    now: float,
+) -> None:
+    """Put ``lease`` on its host's GPUs (``hosts``: host -> GPU index -> the GPU's entry), with its inventory."""
+    seen[lease.host] = "running work"
+    gpus = hosts.setdefault(lease.host, {})
+    for g in lease.inventory:  # the newest record's inventory wins; a GPU no record names is unknown
+        gpus.setdefault(g.index, {**asdict(g), "memory_leased": 0, "whole_taken": False, "leases": []})
+    for index in lease.gpus:
+        gpu = gpus.setdefault(
+            index,
+            {
+                "index": index,
+                "uuid": "",
+                "name": "(not reported)",
+                "memory_total": 0,
+                "simulated": False,
+                "memory_leased": 0,
+                "whole_taken": False,
+                "leases": [],
+            },
+        )
+        gpu["memory_leased"] += lease.memory.get(index, 0)
+        gpu["whole_taken"] |= lease.whole
+        gpu["leases"].append(_lease_entry(lease, index, quota_leases, now))
+
+
+def _lease_entry(lease: BoardLease, index: int, quota_leases: Mapping[str, Any], now: float) -> dict[str, Any]:
+    """``lease`` on its GPU ``index``, as the board lists it (:class:`BoardLeaseView`)."""
+    return {
+        "lease_id": lease.lease_id,
+        "dag_id": lease.dag_id,
+        "run_id": lease.run_id,
+        "task_id": lease.task_id,
+        "map_index": lease.map_index,
+        "job_class": lease.job_class,
+        "priority": lease.priority,
+        "started": lease.started,
+        "seconds": max(0.0, now - lease.started),
+        "whole": lease.whole,
+        "memory": lease.memory.get(index, 0),
+        "yielding_to": lease.yielding_to,
+        **({"group": lease.group} if lease.group else {}),
+        **({"quota": quota_leases[lease.lease_id]["state"]} if lease.lease_id in quota_leases else {}),
+    }
+
+
+def _place_known_host(
+    hosts: dict[str, dict[int, dict[str, Any]]],
+    seen: dict[str, str],
+    fleet: dict[str, dict[str, Any]],
+    known: KnownHost,
+) -> None:
+    """Put ``known`` and its GPUs on the board; its own inventory outranks what its tasks published."""
+    gpus = hosts.setdefault(known.host, {})
+    if known.fleet is not None and known.host not in fleet:
+        fleet[known.host] = known.fleet
+        seen[known.host] = known.seen if known.host not in seen else f"{seen[known.host]}; {known.seen}"
+    seen.setdefault(known.host, known.seen)
+    # what the host says of itself (its fleet record, or the api-server reading its own GPUs) outranks what
+    # its tasks said: a task's record cannot add GPUs to a known host or change theirs
+    for g in known.inventory:
+        gpu = gpus.setdefault(g.index, {"memory_leased": 0, "whole_taken": False, "leases": []})
+        gpu.update(asdict(g))
+    indices = {g.index for g in known.inventory}
+    for index in [i for i, gpu in gpus.items() if i not in indices and not gpu["leases"]]:
+        del gpus[index]  # a task's inventory names a GPU the host does not have
+
+
+def _host_rows(
+    hosts: dict[str, dict[int, dict[str, Any]]], seen: Mapping[str, str], fleet: Mapping[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The hosts, sorted, each with its GPUs in order: each GPU's free memory, its leases oldest first."""
     board_hosts: list[dict[str, Any]] = []
     for host in sorted(hosts):
         row = [hosts[host][i] for i in sorted(hosts[host])]
@@ -584,19 +631,27 @@ def build_board(
                 "fleet": fleet.get(host),
             }
         )
-    names = {lease.lease_id: _task_name(lease.dag_id, lease.task_id, lease.map_index) for lease in leases_seen}
-    for entry in board_hosts:
-        record = (telemetry or {}).get(entry["host"])
-        entry["telemetry"] = None
-        if record is not None:
-            entry["telemetry"] = {
-                "source": record["source"],
-                "sampled_by": record.get("sampled_by", ""),
-                "error": record.get("error", ""),
-                "resolution": record["resolution"],
-                "window": record["window"],
-            }
-            _add_measured(entry["gpus"], record, names, now)
+    return board_hosts
+
+
+def _add_telemetry(
+    entry: dict[str, Any], record: Mapping[str, Any] | None, names: Mapping[str, str], now: float
+) -> None:
+    """A host's telemetry (``record``, None without one) on its board entry, and what its GPUs are measured doing."""
+    entry["telemetry"] = None
+    if record is not None:
+        entry["telemetry"] = {
+            "source": record["source"],
+            "sampled_by": record.get("sampled_by", ""),
+            "error": record.get("error", ""),
+            "resolution": record["resolution"],
+            "window": record["window"],
+        }
+        _add_measured(entry["gpus"], record, names, now)
+
+
+def _waits(waiting: Iterable[dict[str, Any]], names: dict[str, str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The waiting work, each reason split (:func:`explain_wait`), and the details every waiting task shares."""
     waits = []
     for record in waiting:
         waits.append({**record, **explain_wait(record.get("why", ""), names)})
@@ -605,18 +660,25 @@ def build_board(
         shared = [d for d in waits[0]["details"] if all(d in w["details"] for w in waits[1:])]
         for w in waits:
             w["details"] = [d for d in w["details"] if d not in shared]
-    ledger = [r for r in ledger if is_finite_number(r.get("time"))]
+    return waits, shared
+
+
+def _gpu_time(
+    ledger: Iterable[dict[str, Any]], leases: list[BoardLease], board_hosts: list[dict[str, Any]], now: float
+) -> dict[str, dict[str, Any]]:
+    """GPU time per class over each window (:data:`WINDOWS`): the ledger's records, and the leases held now."""
+    records = [r for r in ledger if is_finite_number(r.get("time"))]
     sizes = {(h["host"], g["index"]): g["memory_total"] for h in board_hosts for g in h["gpus"]}
     shares = {
         lease.lease_id: gpu_share(
             lease.gpus, lease.memory, lease.whole, {i: sizes.get((lease.host, i), 0) for i in lease.gpus}
         )
-        for lease in leases_seen
+        for lease in leases
     }
     gpu_time = {}
     for name, seconds in WINDOWS.items():
-        totals = accounting_totals(r for r in ledger if r["time"] >= now - seconds)
-        for lease in leases_seen:  # work still running counts with its time inside the window so far
+        totals = accounting_totals(r for r in records if r["time"] >= now - seconds)
+        for lease in leases:  # work still running counts with its time inside the window so far
             t = totals.setdefault(
                 lease.job_class, {"attempts": 0, "gpu_seconds": 0.0, "lost_gpu_seconds": 0.0, "preemptions": 0}
             )
@@ -625,14 +687,4 @@ def build_board(
             t.setdefault("running", 0)
             t["running"] += 1
         gpu_time[name] = totals
-    # the hosts, waits and totals are built up key by key above: their shape is BoardView's (the api-server's
-    # response model checks every answer against it)
-    return {
-        "generated": now,
-        "hosts": cast("list[BoardHostView]", board_hosts),
-        "waiting": cast("list[WaitView]", waits),
-        "waiting_shared": shared,
-        "gpu_time": cast("dict[str, dict[str, ClassTime]]", gpu_time),
-        "problems": list(problems),
-        "quotas": cast(QuotaView, dict(quotas)) if quotas is not None else None,
-    }
+    return gpu_time

@@ -174,6 +174,34 @@ def run_attempt(
     (:func:`~airflow_provider_gpusched.core.gpu.stages.wait_for_gpus`) its GPUs are placed and handed over
     (``on_gpus(lease)`` is then called), and the time limit goes on counting from the start."""
     totals = {g.index: g.memory_total for g in manager.inventory.gpus()}
+    env, stage = _attempt_env(lease, work, totals, extra_env)
+    child, before = _launch(manager, lease, work, env, stage, log_path=log_path, on_line=on_line, grace=grace)
+    sampler = _start_sampler(manager, lease, child, sample_interval) if stage is None else None
+    if started:
+        started(child)
+    two_stage = _TwoStages(manager, lease, request, child, stage, totals, on_line, on_gpus) if stage else None
+    watch = _AttemptWatch(
+        manager,
+        lease,
+        child,
+        two_stage,
+        sampler,
+        grace=grace,
+        stop_event=stop_event,
+        timeout=work.time_limit if timeout is None else timeout,
+        yield_interval=yield_interval,
+        sample_interval=sample_interval,
+    )
+    code = watch.run(stage)
+    _report_left_on_gpus(manager, lease, before, child)
+    return _outcome(watch, work, totals, code, number=number, request=request, host=host)
+
+
+def _attempt_env(
+    lease: Lease, work: Work, totals: Mapping[int, int], extra_env: Mapping[str, str] | None
+) -> tuple[dict[str, str], StageChannel | None]:
+    """The attempt's environment (its GPUs, the work's checkpoint folder, made here, and ``extra_env``) and, for a
+    load-stage lease, the channel to hand its GPUs over on."""
     env_extra = dict(work.env)
     if work.call_dir:  # a relaunch is judged by its own outcome, not by the one of the start it replaces
         pyfunc.clear_outcome(work.call_dir)
@@ -188,6 +216,22 @@ def run_attempt(
             stage.close()
             raise InvalidArgumentError("load_stage", True, "work started as one process (not distributed=...)")
         env.update(stage.child_env())
+    return env, stage
+
+
+def _launch(
+    manager: LeaseManager,
+    lease: Lease,
+    work: Work,
+    env: dict[str, str],
+    stage: StageChannel | None,
+    *,
+    log_path: str,
+    on_line: Callable[[str], None] | None,
+    grace: float,
+) -> tuple[GPUChild, set[int] | None]:
+    """Start the attempt's child and record it on the lease; also the processes on the lease's GPUs just before
+    (:func:`_report_left_on_gpus`)."""
     argv, shell = work.child_argv(len(lease.gpus), env)
     before = _pids_on(manager.inventory, lease.gpus)
     child = GPUChild(
@@ -207,75 +251,162 @@ def run_attempt(
         if stage is not None:
             stage.started()
     manager.record_child(lease, child.pid)
-    sampler = (
-        MemorySampler(manager.inventory, lease, child, sample_interval).start()
-        if stage is None and MemorySampler.useful(manager.inventory, lease)
-        else None
-    )
-    if started:
-        started(child)
-    two_stage = _TwoStages(manager, lease, request, child, stage, totals, on_line, on_gpus) if stage else None
-    timeout = work.time_limit if timeout is None else timeout
-    deadline = None if timeout is None else time.monotonic() + timeout
-    limit_text = "" if timeout is None else format_time_limit(math.ceil(timeout))
-    timed_out = None
-    started_wall = time.time() - (time.monotonic() - child.started_at)  # when the child started, as `seconds` counts
-    next_yield_check = time.monotonic() + yield_interval
-    code = None
-    preempted: str | None = None
-    halted: str | None = ""
-    try:
-        while code is None:
-            code = child.wait(timeout=0.2)
-            if code is not None:
-                break
-            if two_stage is not None and two_stage.step():
-                sampler = (
-                    MemorySampler(manager.inventory, lease, child, sample_interval).start()
-                    if MemorySampler.useful(manager.inventory, lease)
-                    else None
-                )
-            if stop_event is not None and stop_event.is_set():
-                code = child.stop(grace)
-            elif deadline is not None and time.monotonic() > deadline:
-                timed_out = (
-                    f"reached its time limit ({limit_text}) after "
-                    f"{time.monotonic() - child.started_at:.1f}s and was stopped"
-                )
-                code = child.stop(grace)
-            elif time.monotonic() >= next_yield_check:
-                next_yield_check = time.monotonic() + yield_interval
-                halted = manager.stop_reason(lease)
-                if halted:
-                    code = child.stop(grace)
+    return child, before
+
+
+def _start_sampler(manager: LeaseManager, lease: Lease, child: GPUChild, interval: float) -> MemorySampler | None:
+    """A running :class:`MemorySampler` of ``child`` where sampling helps (:meth:`MemorySampler.useful`)."""
+    if MemorySampler.useful(manager.inventory, lease):
+        return MemorySampler(manager.inventory, lease, child, interval).start()
+    return None
+
+
+class _AttemptWatch:
+    """One attempt's child, watched until it ends: a two-stage task's GPUs handed over, and the child stopped when
+    ``stop_event`` is set, at its time limit, or when its lease must stop or yield (what stopped it is kept)."""
+
+    def __init__(
+        self,
+        manager: LeaseManager,
+        lease: Lease,
+        child: GPUChild,
+        two_stage: _TwoStages | None,
+        sampler: MemorySampler | None,
+        *,
+        grace: float,
+        stop_event: threading.Event | None,
+        timeout: float | None,
+        yield_interval: float,
+        sample_interval: float,
+    ) -> None:
+        self.manager, self.lease, self.child, self.two_stage, self.sampler = manager, lease, child, two_stage, sampler
+        self.grace, self.stop_event = grace, stop_event
+        self.yield_interval, self.sample_interval = yield_interval, sample_interval
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.limit_text = "" if timeout is None else format_time_limit(math.ceil(timeout))
+        self.timed_out: str | None = None
+        # when the child started, as `seconds` counts
+        self.started_wall = time.time() - (time.monotonic() - child.started_at)
+        self.next_yield_check = time.monotonic() + yield_interval
+        self.preempted: str | None = None
+        self.halted: str | None = ""
+
+    def run(self, stage: StageChannel | None) -> int | None:
+        """Watch the child to its end (stopping it, and what it left, whatever happens); its exit status."""
+        child = self.child
+        code = None
+        try:
+            while code is None:
+                code = child.wait(timeout=0.2)
+                if code is not None:
                     break
-                reason = manager.yield_reason(lease)
-                if reason:
-                    preempted = reason
-                    code = child.stop(manager.yield_grace([lease]))
-    finally:
-        if code is None or (child.proc is not None and child.proc.poll() is None):
-            code = child.stop(grace)
-        else:  # it ended on its own: what it left running (cmd &, setsid, double fork) goes before the lease
-            child.stop_leftovers(grace)
-        if stage is not None:
-            stage.close()
-    _report_left_on_gpus(manager, lease, before, child)
-    peaks = sampler.stop() if sampler else {}
-    if (preempted or halted) and not child.stopped_by_us:
-        preempted = halted = None  # it finished on its own just before we signalled it
+                if self.two_stage is not None and self.two_stage.step():
+                    self.sampler = _start_sampler(self.manager, self.lease, child, self.sample_interval)
+                if self.stop_event is not None and self.stop_event.is_set():
+                    code = child.stop(self.grace)
+                elif self.deadline is not None and time.monotonic() > self.deadline:
+                    self.timed_out = (
+                        f"reached its time limit ({self.limit_text}) after "
+                        f"{time.monotonic() - child.started_at:.1f}s and was stopped"
+                    )
+                    code = child.stop(self.grace)
+                elif time.monotonic() >= self.next_yield_check:
+                    code = self._check_lease()
+                    if self.halted:
+                        break
+        finally:
+            if code is None or (child.proc is not None and child.proc.poll() is None):
+                code = child.stop(self.grace)
+            else:  # it ended on its own: what it left running (cmd &, setsid, double fork) goes before the lease
+                child.stop_leftovers(self.grace)
+            if stage is not None:
+                stage.close()
+        return code
+
+    def _check_lease(self) -> int | None:
+        """Whether the lease must stop (``gpusched queue stop``) or yield its GPUs: if so the child is stopped."""
+        self.next_yield_check = time.monotonic() + self.yield_interval
+        self.halted = self.manager.stop_reason(self.lease)
+        if self.halted:
+            return self.child.stop(self.grace)
+        reason = self.manager.yield_reason(self.lease)
+        if reason:
+            self.preempted = reason
+            return self.child.stop(self.manager.yield_grace([self.lease]))
+        return None
+
+
+def _outcome(
+    watch: _AttemptWatch,
+    work: Work,
+    totals: Mapping[int, int],
+    code: int | None,
+    *,
+    number: int,
+    request: GPURequest,
+    host: str,
+) -> AttemptOutcome:
+    """How the attempt ended, from what its watch saw (a GPU OOM, by its output or its memory peaks); its GPU time
+    goes on the manager's ledger."""
+    lease, child, two_stage = watch.lease, watch.child, watch.two_stage
+    peaks = watch.sampler.stop() if watch.sampler else {}
+    if (watch.preempted or watch.halted) and not child.stopped_by_us:
+        watch.preempted = watch.halted = None  # it finished on its own just before we signalled it
     oom = None
     if code != 0 and not child.stopped_by_us:
         oom = find_oom(child.tail) or memory_evidence(peaks, lease.memory)
     seconds = round(time.monotonic() - child.started_at, 3)
     on_gpus_seconds = seconds if two_stage is None else two_stage.seconds_on_gpus()
+    attempt = _attempt(
+        watch,
+        work,
+        totals,
+        number=number,
+        request=request,
+        code=code,
+        oom=oom,
+        seconds=seconds,
+        on_gpus_seconds=on_gpus_seconds,
+        host=host,
+    )
+    watch.manager.ledger.append(
+        {
+            "owner": lease.owner,
+            "job_class": lease.job_class,
+            "gpus": list(lease.gpus),
+            "seconds": on_gpus_seconds,
+            "gpu_seconds": attempt.gpu_seconds,
+            "preempted": attempt.preempted,
+            "lost_gpu_seconds": attempt.lost_gpu_seconds,
+            "exit_code": code,
+            "simulated": lease.simulated,
+        }
+    )
+    return AttemptOutcome(attempt, lease, list(child.tail))
+
+
+def _attempt(
+    watch: _AttemptWatch,
+    work: Work,
+    totals: Mapping[int, int],
+    *,
+    number: int,
+    request: GPURequest,
+    code: int | None,
+    oom: str | None,
+    seconds: float,
+    on_gpus_seconds: float,
+    host: str,
+) -> Attempt:
+    """The attempt's record: how it ended, its time, and the GPU time it used (and lost, when preempted)."""
+    lease, child, two_stage = watch.lease, watch.child, watch.two_stage
     share = gpu_share(lease.gpus, lease.memory, lease.whole, totals)
     lost = 0.0
-    if preempted and lease.gpus:
-        since = started_wall if two_stage is None else two_stage.gpus_given_wall
+    if watch.preempted and lease.gpus:
+        since = watch.started_wall if two_stage is None else two_stage.gpus_given_wall
         checkpoint = newest_checkpoint(work.checkpoint_dir, since)
         lost = round(share * (time.time() - (checkpoint or since)), 3)
-    attempt = Attempt(
+    return Attempt(
         number=number,
         request=request.describe(),
         gpus=list(lease.gpus),
@@ -283,30 +414,16 @@ def run_attempt(
         oom=oom,
         seconds=seconds,
         stopped=child.stopped_by_us,
-        preempted=preempted,
-        halted=halted or None,
-        timed_out=timed_out,
+        preempted=watch.preempted,
+        halted=watch.halted or None,
+        timed_out=watch.timed_out,
         gpu_seconds=round(share * on_gpus_seconds, 3),
         lost_gpu_seconds=lost,
         load_seconds=two_stage.load_seconds if two_stage else None,
         gpu_wait_seconds=two_stage.gpu_wait_seconds() if two_stage else None,
-        started=round(started_wall, 3),
+        started=round(watch.started_wall, 3),
         host=host or this_host(),
     )
-    manager.ledger.append(
-        {
-            "owner": lease.owner,
-            "job_class": lease.job_class,
-            "gpus": list(lease.gpus),
-            "seconds": on_gpus_seconds,
-            "gpu_seconds": attempt.gpu_seconds,
-            "preempted": preempted,
-            "lost_gpu_seconds": lost,
-            "exit_code": code,
-            "simulated": lease.simulated,
-        }
-    )
-    return AttemptOutcome(attempt, lease, list(child.tail))
 
 
 class _TwoStages:

@@ -133,7 +133,7 @@ def restarts_note(restarts: int) -> str:
 class Records:
     """The chain's record file: one JSON object a line, appended. It lies where the work can write it (the same
     user): what is read back only numbers the segments and counts the requeues on record, which may lower the
-    requeues left (never raise them: main caps on :func:`slurm_restarts`)."""
+    requeues left (never raise them: :class:`Segment` caps on :func:`slurm_restarts`)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -304,177 +304,262 @@ def arm_self_signal(delay: int, signum: int, target: int) -> None:
     say(f"SIG{signal.Signals(signum).name[3:]} will come at {_stamp(at)} ({delay} s before the time limit)")
 
 
-def main(argv: "list[str]") -> int:
+def read_argv(argv: "list[str]") -> "tuple[str | None, str, list[str]]":
+    """The wrapper's arguments, ``[--slurm-restarts=N] CONFIG [--] COMMAND...``: the restart count as given (None
+    without the argument), the config (JSON) and the work's command."""
     given = None  # type: str | None
     if argv[:1] and argv[0].startswith(RESTARTS_ARG):
         given, argv = argv[0][len(RESTARTS_ARG) :], argv[1:]
-    config = json.loads(argv[0])
     command = argv[2:] if argv[1:2] == ["--"] else argv[1:]
-    max_requeues = int(config["max_requeues"])
-    grace = float(config["grace"])
-    chain_signal = getattr(signal, "SIG" + config["signal"])
-    checkpoint = fill(config["checkpoint"])
-    job = job_key()
-    records = Records(os.path.join(config["records"], f"chain-{job}.jsonl"))
-    on_record, numbered = count_segments(records.read(), job)
-    # Slurm's restart count caps the chain: the records (the work may have erased or filled them) may only lower
-    # the requeues left, and number the segments no lower than Slurm's count does
-    restarts = slurm_restarts(given)
-    requeues, segment = max(on_record, restarts), max(numbered, restarts + 1)
-    node = socket.gethostname()
-    started = _now()
-    mark = checkpoint_mark(checkpoint)
-    base = {"v": RECORD_VERSION, "job": job, "segment": segment}
-    records.add(dict(base, event="start", at=started, node=node, restart=restarts))
-    say(
-        f"segment {segment} of job {job} (at most {max_requeues + 1}) started on {node} at {_stamp(started)}; "
-        f"checkpoint {checkpoint}"
-    )
-    note = restarts_note(restarts) if given is not None else ""  # (without the argument they are one)
-    if note:
-        say(note)
-    env = dict(os.environ)
-    env.update(
-        GPUSCHED_CHAIN_SEGMENT=str(segment),
-        GPUSCHED_CHAIN_MAX_REQUEUES=str(max_requeues),
-        GPUSCHED_CHAIN_SIGNAL=config["signal"],
-        GPUSCHED_CHAIN_CHECKPOINT=checkpoint,
-    )
-    # the containment shim passes every signal on to the whole job: pass it on here only without one
-    contained = os.environ.get("GPUSCHED_CONTAINED") == os.environ.get("SLURM_JOB_ID", "none")
-    seen = {}  # type: dict[str, float]
-    child = None  # type: subprocess.Popen[bytes] | None
+    return given, argv[0], command
 
-    def on_signal(signum: int, _frame: object) -> None:
-        name = "chain" if signum == chain_signal else "term"
-        seen.setdefault(name, _now())
-        if child is not None and not contained:
+
+class Segment:
+    """This run of the job, one segment of the chain: it starts the work, watches it (the chain's signal, the
+    grace after it) and, once the work has exited, ends the segment (:meth:`finish`): requeued, or the chain ends."""
+
+    def __init__(self, config_json: str, given: "str | None") -> None:
+        self.config = config = json.loads(config_json)
+        self.given = given
+        self.max_requeues = int(config["max_requeues"])
+        self.grace = float(config["grace"])
+        self.chain_signal = getattr(signal, "SIG" + config["signal"])
+        self.checkpoint = fill(config["checkpoint"])
+        self.job = job_key()
+        self.records = Records(os.path.join(config["records"], f"chain-{self.job}.jsonl"))
+        self.on_record, numbered = count_segments(self.records.read(), self.job)
+        # Slurm's restart count caps the chain: the records (the work may have erased or filled them) may only lower
+        # the requeues left, and number the segments no lower than Slurm's count does
+        self.restarts = slurm_restarts(given)
+        self.requeues, self.number = max(self.on_record, self.restarts), max(numbered, self.restarts + 1)
+        # the containment shim passes every signal on to the whole job: pass it on here only without one
+        self.contained = os.environ.get("GPUSCHED_CONTAINED") == os.environ.get("SLURM_JOB_ID", "none")
+        self.seen = {}  # type: dict[str, float]
+        self.child = None  # type: subprocess.Popen[bytes] | None
+        self.stopped_by_us = False
+        self.took = None  # type: bool | None  # whether the work catches the chain's signal, seen after it came
+        self.mark_at_signal = None  # type: int | None
+        self.looked = 0.0
+        self.started = 0.0
+        self.mark = 0
+        self.base = {}  # type: dict[str, object]
+
+    def begin(self) -> None:
+        """Record and say the segment's start, and what the checkpoint is at it."""
+        node = socket.gethostname()
+        self.started = _now()
+        self.mark = checkpoint_mark(self.checkpoint)
+        self.base = {"v": RECORD_VERSION, "job": self.job, "segment": self.number}
+        self.records.add(dict(self.base, event="start", at=self.started, node=node, restart=self.restarts))
+        say(
+            f"segment {self.number} of job {self.job} (at most {self.max_requeues + 1}) started on {node} at "
+            f"{_stamp(self.started)}; checkpoint {self.checkpoint}"
+        )
+        note = restarts_note(self.restarts) if self.given is not None else ""  # (without the argument they are one)
+        if note:
+            say(note)
+
+    def work_env(self) -> "dict[str, str]":
+        """The work's environment: this one, and what the chain tells the work."""
+        env = dict(os.environ)
+        env.update(
+            GPUSCHED_CHAIN_SEGMENT=str(self.number),
+            GPUSCHED_CHAIN_MAX_REQUEUES=str(self.max_requeues),
+            GPUSCHED_CHAIN_SIGNAL=self.config["signal"],
+            GPUSCHED_CHAIN_CHECKPOINT=self.checkpoint,
+        )
+        return env
+
+    def on_signal(self, signum: int, _frame: object) -> None:
+        name = "chain" if signum == self.chain_signal else "term"
+        self.seen.setdefault(name, _now())
+        if self.child is not None and not self.contained:
             with contextlib.suppress(OSError):
-                child.send_signal(signum)
+                self.child.send_signal(signum)
 
-    signal.signal(chain_signal, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    if config.get("self_signal"):  # the batch shell: the containment shim, which passes it to the whole job
-        arm_self_signal(int(config["self_signal"]), chain_signal, os.getppid() if contained else os.getpid())
-    try:
-        child = subprocess.Popen(command, env=env)
-    except OSError as exc:
-        records.add(dict(base, event="end", at=_now(), outcome="failed", detail=f"cannot start: {exc}", exit=127))
-        say(f"segment {segment} cannot start {command[0]!r}: {exc}")
-        return 127
-    stopped_by_us = False
-    took = None  # type: bool | None  # whether the work catches the chain's signal, seen after it came
-    mark_at_signal = None  # type: int | None
-    looked = 0.0
-    while True:
-        try:
-            code = child.wait(timeout=0.2)
-            break
-        except subprocess.TimeoutExpired:
-            pass
-        # sticky: a work may take the signal late (still loading); looked at before the signal too, as a work that
-        # takes it may be gone before the next look
-        signalled = "chain" in seen
-        # (before the signal a look every 30 s: a walk of /proc; after it every second, until the work has exited)
-        if took is not True and (_now() - looked >= (1 if signalled else 30) or (signalled and mark_at_signal is None)):
-            looked = _now()
-            now_takes = takes_signal(child.pid, chain_signal)
-            took = took if now_takes is None else now_takes
-        if not signalled:
-            continue
-        if mark_at_signal is None:  # first look after the signal: what the work has, and how long it may take
-            mark_at_signal = checkpoint_mark(checkpoint)
-            if config.get("grace_to_end"):
-                end_time = job_end_time(os.environ.get("SLURM_JOB_ID", ""), timeout=10)
-                if end_time is not None:
-                    grace = max(float(config["grace"]), end_time - GRACE_MARGIN - seen["chain"])
-            say(
-                "SIG{} came {:.0f} s after the segment started; the work has {:.0f} s to save and exit".format(
-                    config["signal"], seen["chain"] - started, grace
-                )
+    def start(self, command: "list[str]") -> "subprocess.Popen[bytes] | None":
+        """Catch the chain's signal and SIGTERM, then start the work; None (the end recorded) if it cannot start."""
+        env = self.work_env()
+        signal.signal(self.chain_signal, self.on_signal)
+        signal.signal(signal.SIGTERM, self.on_signal)
+        if self.config.get("self_signal"):  # the batch shell: the containment shim, which passes it to the whole job
+            arm_self_signal(
+                int(self.config["self_signal"]), self.chain_signal, os.getppid() if self.contained else os.getpid()
             )
-        if _now() - seen["chain"] > grace and not stopped_by_us:
-            how = "took SIG{} but" if took else "ignored SIG{} and" if took is False else "got SIG{} but"
-            say("the work {} had not exited {:.0f} s after it; stopping it".format(how.format(config["signal"]), grace))
-            stopped_by_us = True
-            child.terminate()
+        try:
+            self.child = subprocess.Popen(command, env=env)
+        except OSError as exc:
+            detail = f"cannot start: {exc}"
+            self.records.add(dict(self.base, event="end", at=_now(), outcome="failed", detail=detail, exit=127))
+            say(f"segment {self.number} cannot start {command[0]!r}: {exc}")
+            return None
+        return self.child
+
+    def wait(self, child: "subprocess.Popen[bytes]") -> int:
+        """Wait for the work to exit; once the chain's signal came, stop it when its grace has run out."""
+        while True:
             try:
-                code = child.wait(timeout=5)
-                break
+                return child.wait(timeout=0.2)
             except subprocess.TimeoutExpired:
-                child.kill()
-    ended = _now()
-    if code == -chain_signal:  # its default action ended the work: it did not take the signal
-        took = False
-    newest = checkpoint_mark(checkpoint)
-    progressed = newest > mark
-    end = dict(base, event="end", at=ended, exit=code)
-    if "chain" in seen:
-        end["signalled"] = seen["chain"]
-    when = "SIG{} at {}".format(config["signal"], _stamp(seen["chain"])) if "chain" in seen else ""
-    if "chain" not in seen or (code == 0 and not progressed):
-        if "term" in seen and "chain" not in seen:
+                pass
+            # sticky: a work may take the signal late (still loading); looked at before the signal too, as a work
+            # that takes it may be gone before the next look
+            signalled = "chain" in self.seen
+            self.look(child, signalled)
+            if not signalled:
+                continue
+            if self.mark_at_signal is None:
+                self.signal_came()
+            if _now() - self.seen["chain"] > self.grace and not self.stopped_by_us:
+                code = self.stop(child)
+                if code is not None:
+                    return code
+
+    def look(self, child: "subprocess.Popen[bytes]", signalled: bool) -> None:
+        """Whether the work takes the chain's signal (:func:`takes_signal`), now and then: before the signal a look
+        every 30 s (a walk of /proc), after it every second, until the work has exited."""
+        if self.took is True:
+            return
+        if _now() - self.looked >= (1 if signalled else 30) or (signalled and self.mark_at_signal is None):
+            self.looked = _now()
+            now_takes = takes_signal(child.pid, self.chain_signal)
+            self.took = self.took if now_takes is None else now_takes
+
+    def signal_came(self) -> None:
+        """The first look after the signal: what the work has, and how long it may take."""
+        self.mark_at_signal = checkpoint_mark(self.checkpoint)
+        if self.config.get("grace_to_end"):
+            end_time = job_end_time(os.environ.get("SLURM_JOB_ID", ""), timeout=10)
+            if end_time is not None:
+                self.grace = max(float(self.config["grace"]), end_time - GRACE_MARGIN - self.seen["chain"])
+        say(
+            "SIG{} came {:.0f} s after the segment started; the work has {:.0f} s to save and exit".format(
+                self.config["signal"], self.seen["chain"] - self.started, self.grace
+            )
+        )
+
+    def stop(self, child: "subprocess.Popen[bytes]") -> "int | None":
+        """Stop the work, past its grace: SIGTERM, 5 s, then SIGKILL; its exit status, None if not exited yet."""
+        took = self.took
+        how = "took SIG{} but" if took else "ignored SIG{} and" if took is False else "got SIG{} but"
+        say(
+            "the work {} had not exited {:.0f} s after it; stopping it".format(
+                how.format(self.config["signal"]), self.grace
+            )
+        )
+        self.stopped_by_us = True
+        child.terminate()
+        try:
+            return child.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            child.kill()
+        return None
+
+    def finish(self, code: int) -> int:
+        """The work exited with ``code``: record and say how the segment ends; the wrapper's exit status."""
+        ended = _now()
+        if code == -self.chain_signal:  # its default action ended the work: it did not take the signal
+            self.took = False
+        newest = checkpoint_mark(self.checkpoint)
+        progressed = newest > self.mark
+        end = dict(self.base, event="end", at=ended, exit=code)
+        if "chain" in self.seen:
+            end["signalled"] = self.seen["chain"]
+        if "chain" not in self.seen or (code == 0 and not progressed):
+            return self.end_as_it_did(end, ended, code)
+        return self.end_signalled(end, ended, code, newest, progressed)
+
+    def end_as_it_did(self, end: "dict[str, object]", ended: float, code: int) -> int:
+        """No chain signal (or nothing new to continue from after it): the job ends as the work did."""
+        if "term" in self.seen and "chain" not in self.seen:
             outcome, detail = "stopped", "SIGTERM (cancelled, preempted or at the time limit): not requeued"
         elif code == 0:
             outcome, detail = "completed", "the work finished"
         else:
             outcome, detail = "failed", f"the work exited with {code}"
-        records.add(dict(end, outcome=outcome, detail=detail))
-        say(f"segment {segment} of job {job} ended at {_stamp(ended)}: {detail}")
+        self.records.add(dict(end, outcome=outcome, detail=detail))
+        say(f"segment {self.number} of job {self.job} ended at {_stamp(ended)}: {detail}")
         return code if code >= 0 else 128 - code
-    after = seen["chain"] - started  # how long the segment had worked when the signal came
-    early = after < float(config.get("advised_work", 0))
-    stop_note = ""  # why the wrapper stopped the work, if it did
-    if stopped_by_us and took and mark_at_signal is not None and newest > mark_at_signal:
-        stop_note = f" (it took the signal and was still saving {grace:.0f} s after it: stopped)"
-    elif stopped_by_us and took:
-        stop_note = f" (it took the signal but had not exited {grace:.0f} s after it: stopped)"
-    elif stopped_by_us and took is False:
-        stop_note = " (it ignored the signal and was stopped)"
-    elif stopped_by_us:  # /proc could not tell
-        stop_note = f" (it had not exited {grace:.0f} s after the signal: stopped)"
-    soon = "SIG{} came {:.0f} s after the segment started".format(config["signal"], after)
-    allowance = not progressed and segment == 1 and early and took and requeues < max_requeues
-    if allowance:
-        # the work took the signal, but had had no time to save anything: not a hang. One more segment (Slurm's
-        # signal comes at its 30-second check, so the next one may have longer); a second one without a
-        # checkpoint ends the chain below
+
+    def end_signalled(self, end: "dict[str, object]", ended: float, code: int, newest: int, progressed: bool) -> int:
+        """The chain's signal came: requeue the job, or end the chain (no progress, out of requeues)."""
+        after = self.seen["chain"] - self.started  # how long the segment had worked when the signal came
+        early = after < float(self.config.get("advised_work", 0))
+        stop_note = self.stop_note(newest)
+        soon = "SIG{} came {:.0f} s after the segment started".format(self.config["signal"], after)
+        requeues, max_requeues = self.requeues, self.max_requeues
+        if not progressed and self.number == 1 and early and self.took and requeues < max_requeues:
+            # the work took the signal, but had had no time to save anything: not a hang. One more segment (Slurm's
+            # signal comes at its 30-second check, so the next one may have longer); a second one without a
+            # checkpoint ends the chain below
+            detail = (
+                f"no checkpoint yet: {soon}, before the work could save one (it took the signal); requeued to try once "
+                f"more (the first segment's allowance) ({requeues + 1} of at most {max_requeues}){stop_note}"
+            )
+            return requeue(
+                self.records, dict(end, outcome="requeued", detail=detail), self.job, self.number, ended, code
+            )
+        if not progressed:
+            outcome, detail = "no-progress", self.no_progress(early, soon) + stop_note
+        elif requeues >= max_requeues:
+            outcome, detail = "out-of-requeues", self.out_of_requeues() + stop_note
+        else:
+            when = "SIG{} at {}".format(self.config["signal"], _stamp(self.seen["chain"]))
+            detail = (
+                f"time limit near ({when}); checkpoint saved; requeued ({requeues + 1} of at most {max_requeues})"
+                + stop_note
+            )
+            return requeue(
+                self.records, dict(end, outcome="requeued", detail=detail), self.job, self.number, ended, code
+            )
+        self.records.add(dict(end, outcome=outcome, detail=detail))
+        say(f"segment {self.number} of job {self.job} ended at {_stamp(ended)}: the chain ends, {detail}")
+        return code if code not in (0, None) and code > 0 else 1
+
+    def stop_note(self, newest: int) -> str:
+        """Why the wrapper stopped the work, if it did."""
+        if not self.stopped_by_us:
+            return ""
+        if self.took and self.mark_at_signal is not None and newest > self.mark_at_signal:
+            return f" (it took the signal and was still saving {self.grace:.0f} s after it: stopped)"
+        if self.took:
+            return f" (it took the signal but had not exited {self.grace:.0f} s after it: stopped)"
+        if self.took is False:
+            return " (it ignored the signal and was stopped)"
+        return f" (it had not exited {self.grace:.0f} s after the signal: stopped)"  # /proc could not tell
+
+    def no_progress(self, early: bool, soon: str) -> str:
         detail = (
-            f"no checkpoint yet: {soon}, before the work could save one (it took the signal); requeued to try once "
-            f"more (the first segment's allowance) ({requeues + 1} of at most {max_requeues}){stop_note}"
+            f"no progress: no newer checkpoint at {self.checkpoint} since the segment started ({_stamp(self.started)})"
         )
-        return requeue(records, dict(end, outcome="requeued", detail=detail), job, segment, ended, code)
-    if not progressed:
-        detail = f"no progress: no newer checkpoint at {checkpoint} since the segment started ({_stamp(started)})"
         if early:
             detail += (
-                f"; {soon}, sooner than a segment needs ({config.get('advised_work')} s) to start and checkpoint: "
+                f"; {soon}, sooner than a segment needs ({self.config.get('advised_work')} s) to start and checkpoint: "
                 "give the job a longer time_limit (a segment works time_limit - signal_delay - up to 30 s before "
                 "the signal; docs/slurm.md)"
             )
-        detail += stop_note
-        outcome = "no-progress"
-    elif requeues >= max_requeues:
+        return detail
+
+    def out_of_requeues(self) -> str:
         detail = (
-            f"out of requeues: the time limit came after {requeues} requeue(s) (max_requeues={max_requeues})"
-            + (
+            f"out of requeues: the time limit came after {self.requeues} requeue(s) (max_requeues={self.max_requeues})"
+        )
+        if self.restarts > self.on_record:
+            detail += (
                 f" (Slurm's restart count: a requeue after a preemption or a node failure counts too; "
-                f"{on_record} on the chain's record)"
-                if restarts > on_record
-                else ""
+                f"{self.on_record} on the chain's record)"
             )
-            + stop_note
-        )
-        outcome = "out-of-requeues"
-    else:
-        detail = (
-            f"time limit near ({when}); checkpoint saved; requeued ({requeues + 1} of at most {max_requeues})"
-            + stop_note
-        )
-        return requeue(records, dict(end, outcome="requeued", detail=detail), job, segment, ended, code)
-    records.add(dict(end, outcome=outcome, detail=detail))
-    say(f"segment {segment} of job {job} ended at {_stamp(ended)}: the chain ends, {detail}")
-    return code if code not in (0, None) and code > 0 else 1
+        return detail
+
+
+def main(argv: "list[str]") -> int:
+    given, config, command = read_argv(argv)
+    segment = Segment(config, given)
+    segment.begin()
+    child = segment.start(command)
+    if child is None:
+        return 127
+    return segment.finish(segment.wait(child))
 
 
 def requeue(records: Records, end: "dict[str, object]", job: str, segment: int, ended: float, code: int) -> int:
