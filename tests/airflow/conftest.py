@@ -154,15 +154,18 @@ result = json.dumps({{"state": run.state, "xcoms": {{str(k): v for k, v in xcoms
 with open({result_path!r}, "w") as fh:
     fh.write(result)
 """
+    # its output goes to a file, not a pipe: a pipe nobody reads while the test waits on the run fills at 64 KiB and
+    # stops the run mid-task (a dag.test() of an asynchronous sweep prints ~77 KB: the worker blocked in a print)
+    log = tempfile.TemporaryFile(mode="w+", prefix=f"dag-test-{dag_id}-", suffix=".log", dir=_RESULT_DIR[-1])
     proc = subprocess.Popen(
         [sys.executable, "-c", script],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=log,
+        stderr=subprocess.STDOUT,
         text=True,
         cwd=REPO,
         env={**os.environ, **(env or {})},
     )
-    proc.result_path = result_path
+    proc.result_path, proc.log = result_path, log
     return proc
 
 
@@ -171,15 +174,16 @@ def process_result(proc, dag_id: str, timeout: float = 240) -> dict:
     import json
     import os
 
-    stdout, stderr = proc.communicate(timeout=timeout)
+    proc.wait(timeout=timeout)
+    proc.log.seek(0)
+    output = proc.log.read()
+    proc.log.close()
     try:
         with open(proc.result_path) as fh:
             text = fh.read()
     finally:
         os.unlink(proc.result_path)
-    assert text, (
-        f"dag {dag_id} in a subprocess gave no result (rc {proc.returncode}):\n{stdout[-3000:]}\n{stderr[-3000:]}"
-    )
+    assert text, f"dag {dag_id} in a subprocess gave no result (rc {proc.returncode}):\n{output[-6000:]}"
     return json.loads(text)
 
 
