@@ -64,141 +64,175 @@ class LocalAirflowBackend(AirflowBackend):
 
     def run_chunks(self, stage: SweepStage, round_no: int | None, planned: Any) -> Any:
         """One ``run_batch`` task per chunk: the chunk's trials under leases of this host's GPUs, several at once."""
-        session, spec = stage.session, stage.spec
-        parallel, per_process = stage.execution.parallel, stage.execution.trials_per_process
+        spec = stage.spec
+        parallel = stage.execution.parallel
         if spec.max_workers is not None:
             parallel = min(parallel or spec.max_workers, spec.max_workers)
-
-        wing = cast("LocalBackend", get_backend(stage.backend))  # its GPU request, read from the resources
-        asynchronous = spec.asks_as_it_goes  # each chunk is then a worker: one slot asking for trials as it frees
-        label = "worker {{ chunk }}" if asynchronous else "chunk {{ chunk }}"
+        chunks = _ChunkRunner(
+            stage.session,
+            round_no,
+            cast("LocalBackend", get_backend(stage.backend)),  # its GPU request, read from the resources
+            parallel,
+            stage.execution.trials_per_process,
+        )
+        # an asynchronous search: each chunk is a worker, one slot asking for trials as it frees
+        label = "worker {{ chunk }}" if spec.asks_as_it_goes else "chunk {{ chunk }}"
 
         @task(**stage.class_kwargs(task_id="run_batch", map_index_template=label, **stage.execution.trial_kwargs))
         def run_batch(chunk: int) -> dict[str, Any]:
             from airflow.sdk import get_current_context
 
-            from airflow_provider_gpusched.core.units import time_limit_seconds
-            from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
+            return chunks.run(chunk, get_current_context())
 
-            context = get_current_context()
-            # for map_index_template ("chunk {{ chunk }}"): Airflow renders it from the context the task leaves
-            cast("dict[str, Any]", context)["chunk"] = chunk
-            manifest = session.manifest(round_no, context["run_id"])
-            trials = manifest.chunk(chunk) if not asynchronous else []
-            searching = session.asynchronous(context["run_id"]) if asynchronous else None
-            r = spec.resources
-            request = wing.gpu_request(r, settings.host_limit_defaults())
-            manager = LocalGPUHook().get_conn()
-            ti = context["ti"]
-            name = f"worker {chunk}" if asynchronous else f"chunk {chunk}"
-            if searching is None:
-                print(f"chunk {chunk}: {len(trials)} trials on {manager.inventory.source} GPUs")
-            else:
-                print(f"worker {chunk}: asking the search for trials on {manager.inventory.source} GPUs")
-            group = apply_quota_group(
-                {"task_id": ti.task_id, "owner": context["task"].owner}, r.group, r.job_class, pool=False
+        return run_batch.expand(chunk=planned)
+
+
+class _ChunkRunner:
+    """What a ``run_batch`` task of a batched local stage does: its chunk's trials (or, for an asynchronous search,
+    the trials its slot asks for) under leases of this host's GPUs, publishing its leases, GPU-timeline bars and
+    outcomes as it goes, its trials to the sweep's trackers."""
+
+    def __init__(
+        self, session: Any, round_no: int | None, wing: LocalBackend, parallel: int | None, per_process: int
+    ) -> None:
+        self.session, self.spec, self.round_no, self.wing = session, session.spec, round_no, wing
+        self.parallel, self.per_process = parallel, per_process
+
+    def run(self, chunk: int, context: Any) -> dict[str, Any]:
+        from airflow_provider_gpusched.core.units import time_limit_seconds
+        from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
+
+        session, spec, r = self.session, self.spec, self.spec.resources
+        asynchronous = spec.asks_as_it_goes
+        # for map_index_template ("chunk {{ chunk }}"): Airflow renders it from the context the task leaves
+        cast("dict[str, Any]", context)["chunk"] = chunk
+        manifest = session.manifest(self.round_no, context["run_id"])
+        trials = manifest.chunk(chunk) if not asynchronous else []
+        searching = session.asynchronous(context["run_id"]) if asynchronous else None
+        request = self.wing.gpu_request(r, settings.host_limit_defaults())
+        manager = LocalGPUHook().get_conn()
+        ti = context["ti"]
+        name = f"worker {chunk}" if asynchronous else f"chunk {chunk}"
+        if searching is None:
+            print(f"chunk {chunk}: {len(trials)} trials on {manager.inventory.source} GPUs")
+        else:
+            print(f"worker {chunk}: asking the search for trials on {manager.inventory.source} GPUs")
+        group = apply_quota_group(
+            {"task_id": ti.task_id, "owner": context["task"].owner}, r.group, r.job_class, pool=False
+        )
+        tag = WorkTag.of_task(ti, sweep=spec.name, trial=name, job_class=r.job_class, group=group)
+        board = _RunnerBoard(ti, manager, r, group, fleet.worker_host(ti))
+
+        def outcomes() -> list[dict[str, Any]]:  # this run's outcome of each trial of the chunk
+            return outcome_records(
+                session.store,
+                trials,
+                manifest.record.run,
+                manifest.record.planned_at,
+                described=searching is not None,  # (an asynchronous search's trials are in no plan)
             )
-            tag = WorkTag.of_task(ti, sweep=spec.name, trial=name, job_class=r.job_class, group=group)
-            segments = SegmentLog()
-            map_index = ti.map_index if ti.map_index is not None else -1
-            host_name = fleet.worker_host(ti)
 
-            def on_attempt(attempt, label: str) -> None:
-                segments.add(
-                    segment_of(
-                        attempt,
-                        job_class=r.job_class,
-                        priority=r.priority,
-                        label=label,
+        # the trials' starts, reports and ends to the sweep's trackers, from a thread of its own (tracking.py)
+        sender = BackgroundSender(lambda: send_manifest_trials(manifest, list(trials), context, print))
+
+        def publish() -> None:  # the GPU timeline's bars of this runner so far (and a worker's trials)
+            board.publish()
+            if searching is not None:
+                ti.xcom_push(key=OUTCOMES_XCOM, value=outcomes())
+            sender.poke()
+
+        try:
+            outcome = run_local_batch(
+                manifest,
+                trials,
+                manager,
+                request,
+                parallel=self.parallel if searching is None else 1,
+                trials_per_process=self.per_process,
+                owner=f"{ti.dag_id}.{ti.task_id}[{chunk}] ({ti.run_id})",
+                job_class=r.job_class,
+                priority=r.priority,
+                on_event=print,
+                work=tag,
+                setup=r.setup,
+                time_limit=None if r.time_limit is None else time_limit_seconds(r.time_limit),
+                on_attempt=board.on_attempt,
+                on_tick=publish,
+                host=board.host,
+                search=searching,
+                worker=f"{ti.task_id}[{chunk}] ({ti.run_id})",
+                on_taken=trials.append,  # (the batch publishes them from this thread: on_tick)
+            )
+        except WorkHalted as exc:  # no retry: someone stopped it
+            ti.xcom_push(key=OUTCOMES_XCOM, value=outcomes())
+            raise WorkStopped(f"{name}: {exc}") from exc
+        finally:
+            publish()
+            sender.finish()
+        ti.xcom_push(key=OUTCOMES_XCOM, value=outcomes())
+        return _chunk_counts(name, outcome, session.store.dir)
+
+
+def _chunk_counts(name: str, outcome: dict[str, list[Any]], folder: str) -> dict[str, int]:
+    """A chunk's counts by outcome, said in its log; a chunk whose every trial failed fails its task."""
+    counts = {k: len(v) for k, v in outcome.items()}
+    print(
+        f"{name}: {counts['succeeded']} succeeded, {counts['pruned']} pruned, "
+        f"{counts['failed']} failed, {counts['timeout']} stopped at their time limit"
+    )
+    if (counts["failed"] or counts["timeout"]) and not counts["succeeded"] and not counts["pruned"]:
+        raise AirflowException(f"{name}: every trial failed (see {folder}/logs)")
+    return counts
+
+
+class _RunnerBoard:
+    """What a runner task publishes for the GPU board and timeline: the bars of its lease attempts so far and the
+    leases it holds now (XComs of its task instance)."""
+
+    def __init__(self, ti: Any, manager: Any, resources: Any, group: str, host: str) -> None:
+        self.ti, self.manager, self.resources, self.group, self.host = ti, manager, resources, group, host
+        self.segments = SegmentLog()
+        self.map_index = ti.map_index if ti.map_index is not None else -1
+
+    def on_attempt(self, attempt: Any, label: str) -> None:
+        ti, r = self.ti, self.resources
+        self.segments.add(
+            segment_of(
+                attempt,
+                job_class=r.job_class,
+                priority=r.priority,
+                label=label,
+                dag_id=ti.dag_id,
+                run_id=ti.run_id,
+                task_id=ti.task_id,
+                map_index=self.map_index,
+                group=self.group,
+            )
+        )
+
+    def held_now(self) -> list[dict[str, Any]]:
+        """The leases this runner holds now."""
+        ti, mine = self.ti, []
+        me = (ti.dag_id, ti.run_id, ti.task_id, self.map_index)
+        for lease in self.manager.leases():
+            work = lease.work or {}
+            if (work.get("dag_id"), work.get("run_id"), work.get("task_id"), work.get("map_index")) == me:
+                mine.append(
+                    lease_record(
+                        self.host,
+                        dataclasses.asdict(lease),
+                        self.manager.inventory.gpus(),
                         dag_id=ti.dag_id,
                         run_id=ti.run_id,
                         task_id=ti.task_id,
-                        map_index=map_index,
-                        group=group,
+                        map_index=self.map_index,
                     )
                 )
+        return mine[:MAX_HELD_LEASES]
 
-            def outcomes() -> list[dict[str, Any]]:  # this run's outcome of each trial of the chunk
-                return outcome_records(
-                    session.store,
-                    trials,
-                    manifest.record.run,
-                    manifest.record.planned_at,
-                    described=searching is not None,  # (an asynchronous search's trials are in no plan)
-                )
-
-            # the trials' starts, reports and ends to the sweep's trackers, from a thread of its own (tracking.py)
-            sender = BackgroundSender(lambda: send_manifest_trials(manifest, list(trials), context, print))
-
-            def held_now() -> list[dict[str, Any]]:  # the leases this runner holds now, for the board
-                mine = []
-                for lease in manager.leases():
-                    work = lease.work or {}
-                    if (work.get("dag_id"), work.get("run_id"), work.get("task_id"), work.get("map_index")) == (
-                        ti.dag_id,
-                        ti.run_id,
-                        ti.task_id,
-                        map_index,
-                    ):
-                        mine.append(
-                            lease_record(
-                                host_name,
-                                dataclasses.asdict(lease),
-                                manager.inventory.gpus(),
-                                dag_id=ti.dag_id,
-                                run_id=ti.run_id,
-                                task_id=ti.task_id,
-                                map_index=map_index,
-                            )
-                        )
-                return mine[:MAX_HELD_LEASES]
-
-            def publish() -> None:  # the GPU timeline's bars of this runner so far (and a worker's trials)
-                ti.xcom_push(key=LEASE_HISTORY_XCOM, value=segments.record())
-                ti.xcom_push(key=HELD_LEASES_XCOM, value=held_now())
-                if searching is not None:
-                    ti.xcom_push(key=OUTCOMES_XCOM, value=outcomes())
-                sender.poke()
-
-            try:
-                outcome = run_local_batch(
-                    manifest,
-                    trials,
-                    manager,
-                    request,
-                    parallel=parallel if searching is None else 1,
-                    trials_per_process=per_process,
-                    owner=f"{ti.dag_id}.{ti.task_id}[{chunk}] ({ti.run_id})",
-                    job_class=r.job_class,
-                    priority=r.priority,
-                    on_event=print,
-                    work=tag,
-                    setup=r.setup,
-                    time_limit=None if r.time_limit is None else time_limit_seconds(r.time_limit),
-                    on_attempt=on_attempt,
-                    on_tick=publish,
-                    host=host_name,
-                    search=searching,
-                    worker=f"{ti.task_id}[{chunk}] ({ti.run_id})",
-                    on_taken=trials.append,  # (the batch publishes them from this thread: on_tick)
-                )
-            except WorkHalted as exc:  # no retry: someone stopped it
-                ti.xcom_push(key=OUTCOMES_XCOM, value=outcomes())
-                raise WorkStopped(f"{name}: {exc}") from exc
-            finally:
-                publish()
-                sender.finish()
-            ti.xcom_push(key=OUTCOMES_XCOM, value=outcomes())
-            counts = {k: len(v) for k, v in outcome.items()}
-            print(
-                f"{name}: {counts['succeeded']} succeeded, {counts['pruned']} pruned, "
-                f"{counts['failed']} failed, {counts['timeout']} stopped at their time limit"
-            )
-            if (counts["failed"] or counts["timeout"]) and not counts["succeeded"] and not counts["pruned"]:
-                raise AirflowException(f"{name}: every trial failed (see {session.store.dir}/logs)")
-            return counts
-
-        return run_batch.expand(chunk=planned)
+    def publish(self) -> None:
+        self.ti.xcom_push(key=LEASE_HISTORY_XCOM, value=self.segments.record())
+        self.ti.xcom_push(key=HELD_LEASES_XCOM, value=self.held_now())
 
 
 class SweepTrialGPUOperator(RecordsTrialFailures, LocalGPUOperator):
