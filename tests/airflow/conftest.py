@@ -156,7 +156,9 @@ with open({result_path!r}, "w") as fh:
 """
     # its output goes to a file, not a pipe: a pipe nobody reads while the test waits on the run fills at 64 KiB and
     # stops the run mid-task (a dag.test() of an asynchronous sweep prints ~77 KB: the worker blocked in a print)
-    log = tempfile.TemporaryFile(mode="w+", prefix=f"dag-test-{dag_id}-", suffix=".log", dir=_RESULT_DIR[-1])
+    log = tempfile.TemporaryFile(  # noqa: SIM115 - open as long as the process runs: process_result closes it
+        mode="w+", prefix=f"dag-test-{dag_id}-", suffix=".log", dir=_RESULT_DIR[-1]
+    )
     proc = subprocess.Popen(
         [sys.executable, "-c", script],
         stdout=log,
