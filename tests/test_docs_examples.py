@@ -25,6 +25,7 @@ def test_the_pages_have_runnable_examples():
     assert len(list(examples())) >= 1
 
 
+@pytest.mark.heavy  # 1.0 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 @pytest.mark.parametrize(("page", "code"), list(examples()))
 def test_a_docs_example_runs_as_written(page, code, tmp_path):
     script = tmp_path / "example.py"

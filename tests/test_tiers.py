@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 #: what starting a service or installing something would run
 SERVICES = ("sinfo", "slurmctld", "slurmd", "munged", "sshd", "chromium", "apt-get", "initdb", "pg_ctl", "docker")
@@ -25,6 +27,7 @@ def shims(tmp_path: Path) -> tuple[dict, Path]:
     return env, log
 
 
+@pytest.mark.heavy  # 1.1 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_the_fast_tier_selects_only_tests_that_need_no_service(tmp_path):
     env, log = shims(tmp_path)
     files = [
@@ -136,6 +139,7 @@ def test_the_tests_of_a_shared_deployment_are_one_unit_of_work_on_the_workers():
     assert tier_unit("tests/airflow/test_ui_api.py::b", fast_tier=False) == "tests/airflow/test_ui_api.py::b"
 
 
+@pytest.mark.heavy  # 1.2 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_collecting_the_tests_imports_no_airflow():
     """Every pytest-xdist worker imports every test module to collect it; a module that imports Airflow (2.7 s of
     CPU) at its top makes each worker pay for it, where the fast tier gives the tests that need Airflow to one."""

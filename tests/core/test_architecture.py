@@ -26,6 +26,7 @@ def graph(figures):
     return figures.import_graph(figures.modules(), type_checking=True)
 
 
+@pytest.mark.heavy  # 1.6 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_no_import_cycle(figures, graph):
     assert figures.cycles(graph) == []
 
@@ -34,6 +35,7 @@ def test_no_upward_import(figures, graph):
     assert figures.upward_imports(graph) == []
 
 
+@pytest.mark.heavy  # 1.4 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_the_runtime_view_is_clean_too(figures):
     runtime = figures.import_graph(figures.modules())
     assert figures.cycles(runtime) == [] and figures.upward_arrows(runtime) == []
@@ -118,6 +120,7 @@ def test_the_design_view_counts_type_checking_imports_and_the_layers(figures, tm
     assert design[f"{package}.core.gpu.board"] == set()  # the alias, left out
 
 
+@pytest.mark.heavy  # 1.5 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_the_gpu_package_imports_neither_the_quotas_nor_the_fleet_nor_the_board(figures):
     """Issue 78: the lease manager is given its quota gate (core/gpu/gate.py), the board sits above core/gpu;
     TYPE_CHECKING imports count."""

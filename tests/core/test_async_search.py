@@ -191,6 +191,7 @@ print(json.dumps(got))
 """
 
 
+@pytest.mark.heavy  # 2.5 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_processes_handing_out_trials_at_once_never_get_the_same_one(tmp_path):
     SweepSession(spec(tmp_path, count=12), str(tmp_path)).asynchronous("r1").plan()
     here = os.path.dirname(os.path.abspath(__file__))
@@ -210,6 +211,7 @@ def test_processes_handing_out_trials_at_once_never_get_the_same_one(tmp_path):
     assert [t.trial_id for t in manifest.trials] == [t.user_attrs["trial_id"] for t in s.trials]
 
 
+@pytest.mark.heavy  # 1.2 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 @pytest.mark.parametrize("sampler", ["tpe", "cmaes", "random", "nsga2"])
 def test_every_sampler_runs_asynchronously(tmp_path, sampler):
     """(``gp``, which imports PyTorch here: tests/core/test_async_search_gp.py, with the other PyTorch tests)"""
@@ -355,6 +357,7 @@ def test_the_caller_hears_each_trial_a_slot_takes_on_its_own_thread_and_a_slot_f
         )
 
 
+@pytest.mark.heavy  # 1.8 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_a_slot_whose_worker_process_dies_fails_that_trial_once_and_goes_on_with_the_search(tmp_path):
     """A slot's worker process (trial after trial in one process) that dies mid-trial: that trial ends failed,
     saying its runner stopped, the study hears it, and the slot starts a new worker that runs the rest, each

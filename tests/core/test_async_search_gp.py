@@ -6,6 +6,7 @@ import pytest
 from .test_async_search import drive, study
 
 
+@pytest.mark.heavy  # 2.9 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_the_gaussian_process_sampler_runs_asynchronously(tmp_path):
     pytest.importorskip("torch")
     summary = drive(tmp_path, "r1", count=3, per_round=2, sampler="gp")  # 2 at random, then the GP's

@@ -82,6 +82,7 @@ def test_the_built_in_backends_are_registered_and_an_unknown_name_lists_them():
         register_backend(object)
 
 
+@pytest.mark.heavy  # 1.1 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_the_documented_backend_runs_a_sweep_from_its_yaml(process_backend, tmp_path):
     spec = SweepSpec.from_dict(_spec_data(tmp_path), where="cpu-check.yaml")
     summary = run_sweep(spec, backend="process", progress=False)
@@ -92,6 +93,7 @@ def test_the_documented_backend_runs_a_sweep_from_its_yaml(process_backend, tmp_
     assert len(results) == 3 and {json.loads(p.read_text())["gpus"] for p in results} == {""}
 
 
+@pytest.mark.heavy  # 1.2 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_the_documented_backend_is_one_more_choice_of_gpusched_sweep_run(process_backend, tmp_path):
     path = tmp_path / "cpu-check.yaml"
     path.write_text(yaml.safe_dump(_spec_data(tmp_path)))
@@ -123,6 +125,7 @@ def test_the_documented_backend_refuses_what_it_cannot_do_by_name(process_backen
         SweepSpec.from_dict({**data, "resources": {"backend": "prcess"}}, where="cpu-check.yaml")
 
 
+@pytest.mark.heavy  # 1.3 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_a_backend_installed_with_an_entry_point_is_found_by_a_fresh_gpusched(tmp_path):
     """The page's package installed the way pip would leave it (a dist-info folder naming the entry point), and a
     real `gpusched` process that finds it with no registration in code."""
@@ -212,6 +215,7 @@ def backend_name_comparisons(root: Path = PACKAGE) -> list[str]:
     return found
 
 
+@pytest.mark.heavy  # 1.0 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_no_backend_name_is_compared_outside_the_backends():
     assert backend_name_comparisons() == []
 

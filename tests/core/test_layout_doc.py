@@ -138,6 +138,7 @@ def test_the_drawing_names_every_subpackage_of_core():
     assert missing == [], f"docs/development.md Layout's drawing leaves out {missing}"
 
 
+@pytest.mark.heavy  # 2.0 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_the_drawing_places_every_module_and_no_import_runs_up_it():
     spec = importlib.util.spec_from_file_location("code_figures", SCRIPT)
     figures = importlib.util.module_from_spec(spec)

@@ -19,6 +19,7 @@ def mlp(params):
     return nn.Sequential(nn.Linear(64, params["width"]), nn.ReLU(), nn.Linear(params["width"], 10))
 
 
+@pytest.mark.heavy  # 1.6 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_model_cost_counts_parameters_and_two_flops_per_multiply_add():
     import torch.nn as nn
 

@@ -63,6 +63,7 @@ def assert_optimal(problem, schedule, feasible: bool, bottleneck: float | None, 
         assert recomputed == pytest.approx(schedule.bottleneck_s, rel=1e-12)
 
 
+@pytest.mark.heavy  # 2.8 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_every_small_case_is_optimal_and_valid(small_cases):
     assert len(small_cases) == 998
     for name, expected, problem in small_cases:
@@ -103,6 +104,7 @@ def test_integer_program_agrees_where_the_dense_grid_would_be_used(shared, small
     )
 
 
+@pytest.mark.heavy  # 2.7 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 @pytest.mark.parametrize("hosts", [64, 256, 1024])
 def test_cluster_scale_gets_a_proven_optimum(shared, tmp_path, request, hosts):
     """200 layers, 8 device types and 64-1,024 hosts (built from L96_T4_D64): the schedule is valid, the
@@ -129,6 +131,7 @@ def test_cluster_scale_gets_a_proven_optimum(shared, tmp_path, request, hosts):
     assert model.exact(below).proven_infeasible
 
 
+@pytest.mark.heavy  # 2.3 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_time_limit_gives_the_best_schedule_found_and_a_proven_bound(cluster_64):
     folder, problem, best = cluster_64
     cut = partition(problem, time_limit=1e-9)  # out of time before the first exact check

@@ -196,6 +196,7 @@ def test_profile_bad_input_is_named(tmp_path, args, message):
     assert not (tmp_path / "models.yml").exists()  # nothing half-written
 
 
+@pytest.mark.heavy  # 3.0 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_profile_has_a_time_limit_and_checks_its_arguments_before_measuring(tmp_path):
     """Issue 53, item 7: a model that hangs hung the command; a missing --bw-mbps was said after 61 s of
     measuring. Now the limit stops it (exit 124, said), and the missing bandwidth is said before anything runs."""

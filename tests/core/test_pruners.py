@@ -72,6 +72,7 @@ def _install(tmp_path: Path) -> Path:
     return lib
 
 
+@pytest.mark.heavy  # 1.1 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_the_pages_rule_stops_a_command_trial_found_through_its_entry_point(tmp_path):
     lib = _install(tmp_path)
     (spec_text,) = _blocks("yaml")

@@ -120,6 +120,7 @@ def _scheduler_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", section, re.S)
 
 
+@pytest.mark.heavy  # 1.6 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_the_pages_scheduler_halves_its_configurations_and_each_goes_on_from_its_checkpoint(tmp_path):
     """docs/development.md "Adding a scheduler", run as written: 4 configurations of a checkpointing trainer
     (tests/core/test_pbt.py's), rungs of 4, 2 and 1, each trial that goes on resuming where its last one stopped."""

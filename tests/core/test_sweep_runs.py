@@ -54,6 +54,7 @@ def run_cli(manifest, trial):
     )
 
 
+@pytest.mark.heavy  # 1.7 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_trials_run_record_results_and_rank_by_the_objective(tmp_path):
     session = SweepSession(command_spec(tmp_path))
     manifest = session.prepare()
@@ -303,6 +304,7 @@ def test_one_session_asks_and_tells_like_a_fresh_session_per_call(tmp_path):
     assert kept.finish_round(2)["told"] == 0
 
 
+@pytest.mark.heavy  # 1.3 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_each_batch_process_reads_only_its_own_trials(tmp_path, monkeypatch):
     """A group's process gets a manifest of its few trials (the plan's settings, its trials and nothing
     else), written next to the plan and removed once the group has run; its state and results land in the
@@ -371,6 +373,7 @@ def batch_group_sizes(tmp_path, monkeypatch, name, count, seed, trial):
     return sizes, outcome
 
 
+@pytest.mark.heavy  # 1.3 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_the_last_groups_shrink_only_for_long_trials(tmp_path, monkeypatch):
     from airflow_provider_gpusched.core.sweep import batch
 
@@ -403,6 +406,7 @@ def test_groups_grow_only_while_the_trials_cost_less_than_their_processes():
     assert group_size_after(16, 16 * 1.2, 16 * 1.0, todo=6) == 3  # long trials: the tail shrinks instead
 
 
+@pytest.mark.heavy  # 1.2 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_a_batch_sizes_its_groups_by_what_it_measured(tmp_path, monkeypatch):
     """Trials of 0.3 s: each decision the batch took is the rule applied to what it had measured then (the trials'
     own time from their status records, at least 0.3 s each), whatever the load of this host made the process starts

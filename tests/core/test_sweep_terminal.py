@@ -85,6 +85,7 @@ def _cli(*args, env=None):
     )
 
 
+@pytest.mark.heavy  # 1.8 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_gpusched_sweep_run_stops_on_ctrl_c_and_the_next_run_goes_on_with_the_rest(tmp_path):
     spec = spec_yaml(tmp_path, "resumable", xs=(0, 1, 2))
     (tmp_path / "leases").mkdir(mode=0o700)
@@ -199,6 +200,7 @@ def test_a_python_spec_finds_a_relative_script_next_to_the_module_that_defines_i
         sys.modules.pop("anchored_specs", None)
 
 
+@pytest.mark.heavy  # 1.7 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_gpu_task_scheduler_gpu_groups_each_trial_takes_one_whole_group(tmp_path):
     """GPU Task Scheduler's own words: ``[["0", "1"], ["2", "3"]]`` "means each test may require two GPUs, and the
     scheduler will distribute tasks among the two two-GPU pairs in parallel"; mixed lists too."""
@@ -233,6 +235,7 @@ def test_gpu_task_scheduler_gpu_groups_each_trial_takes_one_whole_group(tmp_path
         assert {r["result"]["cvd"] for r in records} == groups  # a whole group each, and both groups used
 
 
+@pytest.mark.heavy  # 1.3 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_di_toolkit_max_workers_caps_the_trials_running_at_once(tmp_path):
     """DI-toolkit's ``.max_workers(4)``: here 2 on a host where 4 trials would fit."""
     from airflow_provider_gpusched import SweepSpec, run_sweep
@@ -335,6 +338,7 @@ def test_gpu_task_schedulers_existing_result_folders_are_not_run_again(tmp_path,
     assert all(records[k]["result"] == {"score": 1} for k in records if k != gan["label"])
 
 
+@pytest.mark.heavy  # 1.3 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_an_adaptive_sweep_shows_its_round_and_the_sweeps_best_so_far_and_says_when_rounds_must_be_raised(
     tmp_path, manager
 ):

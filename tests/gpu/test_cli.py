@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 
 
@@ -66,6 +68,7 @@ def test_gpus_shows_preemptible_yielding_waiting_and_gpu_time(manager, state_dir
     manager.release(idle)
 
 
+@pytest.mark.heavy  # 2.5 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_gpus_imports_airflow_only_where_its_configuration_names_a_fleet(tmp_path, manager, state_dir):
     """`gpusched gpus` learns the fleet directory from Airflow's configuration, but imports Airflow (2 s) only where
     ``airflow.cfg`` or the environment could set it; otherwise it answers in a tenth of a second."""

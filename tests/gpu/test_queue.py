@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from airflow_provider_gpusched.core.gpu.lease_store import _started_at
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.work_tag import WorkTag
@@ -92,6 +94,7 @@ def wait_running(state_dir, count=1):
     raise AssertionError(f"no running lease in {state_dir}")
 
 
+@pytest.mark.heavy  # 1.0 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_list_shows_each_lease_with_its_task_and_filters(manager, state_dir, tmp_path):
     one, two = start_holder(state_dir, tmp_path, "d1"), start_holder(state_dir, tmp_path, "d2")
     try:

@@ -31,6 +31,7 @@ def node(
     return subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
+@pytest.mark.heavy  # 15.1 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_the_ui_unit_tests_pass():
     """vitest: the data transforms, the chart options and the pages rendered on the API's answers (tests in ui/tests)."""
     run = node(
