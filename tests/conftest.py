@@ -65,7 +65,7 @@ if os.environ.get("GPUSCHED_EXPECT_INSTALLED"):  # scripts/test-compat.sh: test 
 
 
 #: the fixtures that start or need a service, and the markers of tiers that do (docs/development.md "Tiers"). A test
-#: that uses none of them, directly or through another fixture, and is not marked ``heavy`` (one test's 2.5 s of CPU
+#: that uses none of them, directly or through another fixture, and is not marked ``heavy`` (one test's 0.5 s of CPU
 #: or more: the fast tier's 60 s on 2 cores are about 120 s of CPU for 1,000 tests) is marked ``fast``:
 #: scripts/test-fast.sh runs those; the whole suite runs every test.
 SERVICE_FIXTURES = ("slurm_cluster", "airflow_db", "login_host", "stack", "fleet", "mlflow_server")
@@ -104,6 +104,7 @@ SHARED_START_UNITS = {
 #: started first on parallel workers, so that no worker is left waiting on one of them at the end while the others
 #: have nothing left to do (the fast tier, 2026-11-28: 10-15 s of idle cores at its end without this)
 START_EARLY = (
+    "tests/test_services.py",  # its reaper test waits 10 s on the processes it signals
     "tests/test_distribution.py",
     "tests/gpu/test_preemption.py",
     "tests/gpu/test_launch_and_oom.py",

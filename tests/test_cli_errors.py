@@ -83,6 +83,7 @@ def test_sweep_results_of_a_missing_folder(tmp_path):
     clear_error(gpusched("sweep", "results", str(tmp_path / "nosuch")), "no such sweep folder")
 
 
+@pytest.mark.heavy  # 1.0 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_sweep_results_into_a_closed_pipe_is_not_an_error(tmp_path):
     from airflow_provider_gpusched.core.sweep import Objective, SweepSpec
     from airflow_provider_gpusched.core.sweep.session import SweepSession
@@ -179,6 +180,7 @@ def _modules_loaded(*args, cwd=REPO):
     return json.loads(proc.stdout.splitlines()[-1])
 
 
+@pytest.mark.heavy  # 0.7 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_each_subcommand_imports_only_what_it_uses():
     """`gpusched partition` pays for the partitioner only: not for the Slurm client (asyncio), the sweep package
     or numpy and SciPy (needed only by the integer program for very large host-count spaces); the command line

@@ -70,6 +70,7 @@ def test_the_fast_tier_selects_only_tests_that_need_no_service(tmp_path):
     assert not log.exists(), log.read_text()
 
 
+@pytest.mark.heavy  # 0.9 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_the_fast_tier_runs_its_tests_and_starts_nothing(tmp_path):
     env, log = shims(tmp_path)
     out = subprocess.run(
@@ -85,6 +86,7 @@ def test_the_fast_tier_runs_its_tests_and_starts_nothing(tmp_path):
     assert not log.exists(), log.read_text()
 
 
+@pytest.mark.heavy  # 0.7 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_a_test_that_asks_for_a_service_in_the_fast_tier_fails_saying_so(tmp_path):
     (tmp_path / "test_wrong_tier.py").write_text("def test_needs_slurm(slurm_cluster):\n    pass\n")
     env, log = shims(tmp_path)

@@ -104,6 +104,7 @@ def _fuzz_operator(cls, names, default_command):
     assert_both_outcomes(counts)
 
 
+@pytest.mark.heavy  # 0.7 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_fuzz_slurm_operator_arguments():
     from airflow_provider_gpusched.operators.slurm import SlurmJobOperator
 

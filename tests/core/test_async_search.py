@@ -155,6 +155,7 @@ def test_a_rerun_skips_what_is_done_and_force_rerun_runs_them_again_on_new_study
     assert len(forced["leaderboard"]) == 6
 
 
+@pytest.mark.heavy  # 0.9 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_a_killed_run_resumes_its_trials_on_the_same_study_trials(tmp_path):
     """A worker that dies after taking trials leaves them RUNNING in the study without an outcome (one had started:
     ``running`` in the store): the next run plans them first and runs them on the same study trials; the study ends

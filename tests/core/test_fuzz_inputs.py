@@ -325,6 +325,7 @@ def partition_inputs(draw):
     return docs["models"], docs["types"], docs["devices"], dtype, batch
 
 
+@pytest.mark.heavy  # 0.9 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_fuzz_partition_inputs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("pp")
     files = [str(folder / name) for name in ("models.yml", "device_types.yml", "devices.yml")]

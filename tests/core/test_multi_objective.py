@@ -55,6 +55,7 @@ def test_pareto_fronts_match_the_definition_on_random_points_with_ties(metrics):
         assert sum(map(len, some)) >= min(5, len(points)) and sum(map(len, some[:-1])) < 5
 
 
+@pytest.mark.heavy  # 0.6 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_large_fronts_of_three_metrics_are_checked_with_numpy_and_match_the_definition():
     rng = random.Random(7)
     modes = ["maximize", "minimize", "maximize"]

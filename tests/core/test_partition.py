@@ -70,6 +70,7 @@ def test_every_small_case_is_optimal_and_valid(small_cases):
         assert_optimal(problem, partition(problem), expected["feasible"], expected.get("bottleneck_s"), name)
 
 
+@pytest.mark.heavy  # 0.7 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_every_scaling_case_is_optimal_and_valid(shared):
     for ref in json.loads((shared / "scaling" / "reference.json").read_text()):
         problem = load(shared / "scaling" / ref["case"], ref["args"])

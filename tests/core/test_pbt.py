@@ -173,6 +173,7 @@ def test_a_damaged_lineage_is_refused_naming_the_file_and_the_key(tmp_path):
 NO_CHECKPOINT = "import json, os; json.dump({'score': 1.0}, open(os.path.join(os.environ['GPUSCHED_TRIAL_DIR'], 'result.json'), 'w'))"
 
 
+@pytest.mark.heavy  # 0.8 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_a_trial_that_leaves_no_checkpoint_stops_the_next_generation_naming_the_folder(tmp_path):
     with pytest.raises(
         GpuschedError,

@@ -33,6 +33,7 @@ def gpusched_process(*args, cwd, env=None):
     )
 
 
+@pytest.mark.heavy  # 0.6 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_profile_writes_both_files_and_partition_reads_them(tmp_path):
     from airflow_provider_gpusched.core.partition.example_models import tiny_vit
 

@@ -76,6 +76,7 @@ def test_round_kinds_fill_their_own_defaults():
     assert (evolution.rounds, evolution.per_round) == (2, 5)
 
 
+@pytest.mark.heavy  # 0.9 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_the_documented_ablation_kind_runs_a_sweep_from_its_yaml(ablation, tmp_path):
     data = yaml.safe_load(_blocks("yaml")[0])
     # the page's train.py is the reader's; here a one-line trial scores each point instead

@@ -69,6 +69,7 @@ def lr_matters(p, rnd):  # the score peaks at lr = 1e-3; adam adds a little; wd 
     return -abs(math.log10(p["lr"]) + 3) + (0.3 if p["opt"] == "adam" else 0) + rnd.gauss(0, 0.05)
 
 
+@pytest.mark.heavy  # 0.7 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 @pytest.mark.parametrize("use_optuna", [True, False])
 def test_the_parameter_that_drives_the_score_ranks_first(use_optuna):
     found = importance_of(400, lr_matters, use_optuna=use_optuna)

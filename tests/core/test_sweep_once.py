@@ -39,6 +39,7 @@ def runner(manifest, trial):
     )
 
 
+@pytest.mark.heavy  # 0.8 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_a_trial_running_for_another_run_is_waited_for_and_not_run_again(tmp_path):
     session = SweepSession(slow_spec(tmp_path))
     run_a = session.prepare(run="run-a")

@@ -548,6 +548,7 @@ def test_preview_of_rounds_claims_no_more_trials_than_the_space_holds(tmp_path):
     assert SweepSession(spec).preview()["trials"] == 12
 
 
+@pytest.mark.heavy  # 0.6 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_optuna_rounds_propose_distinct_new_points_and_leave_nothing_running(tmp_path):
     pytest.importorskip("optuna")
     import optuna
@@ -644,6 +645,7 @@ class _RunsCode:
         return (os.system, ("touch ran-code",))
 
 
+@pytest.mark.heavy  # 0.6 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_di_toolkit_result_pkl_and_r_objective(tmp_path):
     """DI-toolkit's trials pickle their metrics to hpo/result.pkl and the search maximizes R['eval_value']:
     both work as they are; a pickle that would run code is not loaded, and the trial is invalid, saying why."""
@@ -1043,6 +1045,7 @@ print(json.dumps({"code": run.returncode, "stderr": run.stderr, "marked": marked
 """
 
 
+@pytest.mark.heavy  # 0.9 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root (CI runs as root)")
 def test_a_full_disk_under_the_results_root_is_named_and_the_trial_ends_failed(tmp_path):
     """Issue 30, item 12: a trial fills the results root's disk; its runner says which file it could not write,

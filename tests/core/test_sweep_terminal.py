@@ -45,6 +45,7 @@ def manager(tmp_path):
     return LeaseManager(SimulatedInventory("2x24GiB"), str(state))
 
 
+@pytest.mark.heavy  # 0.8 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_run_sweep_runs_every_trial_ranks_them_and_a_second_run_skips_them(tmp_path, manager):
     from airflow_provider_gpusched import run_sweep
 
@@ -133,6 +134,7 @@ def test_gpusched_sweep_run_stops_on_ctrl_c_and_the_next_run_goes_on_with_the_re
     assert [r["state"] for r in rows] == ["succeeded"] * 3
 
 
+@pytest.mark.heavy  # 0.7 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_a_relative_script_is_found_next_to_the_spec_and_a_missing_one_is_explained(tmp_path, manager):
     from airflow_provider_gpusched import run_sweep
 
@@ -268,6 +270,7 @@ def test_di_toolkit_max_workers_caps_the_trials_running_at_once(tmp_path):
     assert most == 2  # never more than max_workers at once, and it did use both
 
 
+@pytest.mark.heavy  # 0.6 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_gpu_task_scheduler_required_env_and_matplotlib_agg_reach_each_trial(tmp_path, manager):
     """GPUTask.required_env(): "extra environment variable settings ... called before the test starts running";
     and "the scheduler will automatically set matplotlib's backend to Agg"."""
@@ -309,6 +312,7 @@ def test_gpu_task_scheduler_required_env_and_matplotlib_agg_reach_each_trial(tmp
     )
 
 
+@pytest.mark.heavy  # 0.5 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_gpu_task_schedulers_existing_result_folders_are_not_run_again(tmp_path, manager):
     """ "If force_rerun=False, when the result folder exists, the scheduler will skip the test instance": a folder
     GPU Task Scheduler left under result_root_folder, in its naming, counts as done."""
@@ -375,6 +379,7 @@ def test_an_adaptive_sweep_shows_its_round_and_the_sweeps_best_so_far_and_says_w
     assert again["text"].startswith(again["note"])
 
 
+@pytest.mark.heavy  # 0.7 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_sweep_run_makes_a_missing_state_dir_and_results_lists_the_failed_trials(tmp_path):
     """Issue 76: ``gpusched sweep run --state-dir DIR`` refused a folder that did not exist yet (the run makes it,
     private to the user); ``gpusched sweep results`` showed no error lines where every other view does."""

@@ -446,6 +446,7 @@ def test_a_runs_curve_is_its_own_after_a_later_run_ran_the_trial_again(tmp_path)
     assert reports_of_run(path, "run B", str(tmp_path / "elsewhere"))[0] is None  # only under the root
 
 
+@pytest.mark.heavy  # 0.5 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_the_ui_reads_only_the_newest_part_of_a_huge_reports_file(tmp_path):
     """Issue 30, item 5: a trial with 10^6 report lines: the view reads the newest 512 KiB, not the whole file."""
     from airflow_provider_gpusched.core.sweep.reports import UI_REPORTS_BYTES, reports_of_run

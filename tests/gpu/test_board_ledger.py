@@ -37,6 +37,7 @@ def assert_same(board, ledger):
             assert board[job_class][key] == pytest.approx(want[key], abs=1e-6), (job_class, key, board, ledger)
 
 
+@pytest.mark.heavy  # 0.7 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_a_batched_runners_memory_slices_count_on_the_board_as_the_ledger_counts_them(state_dir, tmp_path):
     """A batched stage's runner publishes no gpu_time record, only its segments: the board counts them, each 6 GiB
     slice of a 24 GiB GPU as a quarter of the GPU, as the ledger does (the board once counted none of it)."""

@@ -263,6 +263,7 @@ def test_host_ram_reservations_say_why_and_refuse_the_impossible(state_dir):
         GPURequest(host_memory=0)
 
 
+@pytest.mark.heavy  # 0.7 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_cpu_and_free_ram_admission_say_why(state_dir):
     """fedflow's sampled host limits, kept for what no lease records (other users' programs): a busy CPU
     or too little free RAM holds a request back, naming the figure."""

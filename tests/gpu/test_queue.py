@@ -127,6 +127,7 @@ def test_list_shows_each_lease_with_its_task_and_filters(manager, state_dir, tmp
         stop_holders(state_dir, one, two)
 
 
+@pytest.mark.heavy  # 0.8 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_stop_by_dag_stops_the_child_through_its_holder_and_says_who(manager, state_dir, tmp_path):
     keep, stop = start_holder(state_dir, tmp_path, "keep"), start_holder(state_dir, tmp_path, "stopme")
     try:

@@ -156,6 +156,7 @@ def test_bad_waiting_marks_and_yield_requests_do_not_crash(tmp_path):
     m.release(lease)
 
 
+@pytest.mark.heavy  # 0.6 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 @pytest.mark.parametrize("squat", ["file", "directory of another user", "link"])
 def test_a_squatted_default_lease_directory_leads_to_a_private_fallback(tmp_path, squat):
     """Issue 30, item 10: whoever creates <tmp>/gpusched-<uid> first no longer stops this user's local GPU work:

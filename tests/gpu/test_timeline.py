@@ -238,6 +238,7 @@ def test_leases_sharing_a_gpu_at_once_get_lanes():
     assert row["busy_fraction"] == 1.0  # covered, not summed
 
 
+@pytest.mark.heavy  # 0.6 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_a_timeline_answer_is_bounded_and_says_what_it_cut():
     """Issue 53, item 3: every answer has bounds (GPU rows, bars), and says when it reached them."""
     from airflow_provider_gpusched.core.gpu.timeline import MAX_BARS, MAX_ROWS
