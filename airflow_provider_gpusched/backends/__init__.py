@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_gpusched.core.backends import get_backend  # noqa: F401 - imported from here before
+from airflow_provider_gpusched.core.errors import GpuschedError  # noqa: F401 - imported from here before
+
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.job_classes import JobClass
     from airflow_provider_gpusched.core.sweep.trial_run import Manifest

@@ -161,7 +161,19 @@ class Backend:
         return None
 
     # -- gpusched sweep run ------------------------------------------------------------------------------------
-    def run_sweep(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    def run_sweep(
+        self,
+        spec: Any,
+        session: Any,
+        run: str,
+        *,
+        handle: Any = None,
+        parallel: int | None = None,
+        force_rerun: bool | None = None,
+        progress: Any = True,
+        on_event: Any = None,
+        poll_interval: float = 2.0,
+    ) -> dict[str, Any]:
         """Run every stage of a sweep in this process and return the session's summary: the signature is
         core/sweep/terminal.py's :class:`~airflow_provider_gpusched.core.sweep.terminal.SweepRunner` (``spec``,
         ``session``, ``run`` and its options; ``handle``: what it works through, its :meth:`default_handle` when

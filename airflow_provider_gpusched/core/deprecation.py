@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
 
-from airflow_provider_gpusched.core.import_target import import_attribute
+from airflow_provider_gpusched.core.import_target import TargetImportError, import_attribute
 
 
 class GpuschedDeprecationWarning(FutureWarning):
@@ -47,6 +47,9 @@ def moved_names(module: str, moved: Mapping[str, str]) -> Callable[[str], Any]:
             GpuschedDeprecationWarning,
             stacklevel=2,
         )
-        return import_attribute(target)
+        try:
+            return import_attribute(target)
+        except TargetImportError as exc:  # an ImportError, as `from old import name` expects
+            raise ImportError(f"{module}.{name}: {exc}") from exc
 
     return __getattr__

@@ -361,7 +361,7 @@ class StageAdapter(Protocol):
 
 
 _adapters: dict[str, Any] = {}
-_adapters_lock = threading.Lock()
+_adapters_lock = threading.RLock()  # loading one may import a module that asks for another
 
 
 def stage_adapter(name: str) -> Any:

@@ -175,8 +175,18 @@ def process_result(proc, dag_id: str, timeout: float = 240) -> dict:
     """{"state", "xcoms", "states"} (task keys as strings) of a :func:`dag_test_process`."""
     import json
     import os
+    import subprocess
 
-    proc.wait(timeout=timeout)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:  # stopped, and its output said: what a run that hangs was doing
+        proc.kill()
+        proc.wait()
+        proc.log.seek(0)
+        tail = proc.log.read()[-6000:]
+        proc.log.close()
+        os.unlink(proc.result_path)
+        raise AssertionError(f"dag {dag_id} in a subprocess ran past {timeout} s (killed):\n{tail}") from None
     proc.log.seek(0)
     output = proc.log.read()
     proc.log.close()

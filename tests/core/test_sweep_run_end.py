@@ -110,3 +110,49 @@ def test_the_tracking_hook_is_core_trackings_and_the_tracking_names_are_the_swee
         assert getattr(callback, name) is getattr(tracking_callback, name), name
     with pytest.raises(InvalidArgumentError, match=r"tracking\[0\]\.kind: expected one of mlflow, tensorboard, wandb"):
         config.parse_tracking(["mlfow"])
+
+
+class Broken(RunEndHook):
+    """A run-end hook of another package that fails."""
+
+    name = "broken"
+
+    def __call__(self, spec, session, run, summary, say):
+        raise RuntimeError("its server is down")
+
+
+def test_a_failing_hook_is_said_and_fails_no_run_and_the_hooks_after_it_still_run(tmp_path, manager):
+    """The run's trials have ended: a hook that raises is named in a line, the summary is returned and every other
+    hook is told (the review of issue 78: one raised at the end of every terminal run)."""
+    from airflow_provider_gpusched import run_sweep
+
+    Listener.calls.clear()
+    said: list[str] = []
+    RUN_END.register(Broken)
+    RUN_END.register(Listener)
+    try:
+        summary = run_sweep(
+            _spec(), results_root=str(tmp_path), manager=manager, progress=False, on_event=said.append, run="r3"
+        )
+    finally:
+        RUN_END.unregister("broken")
+        RUN_END.unregister("listener")
+    assert summary["counts"]["succeeded"] == 2
+    assert "sweep run_end: run-end hook 'broken' failed: its server is down" in said
+    assert Listener.calls == [("run_end", str(tmp_path / "run_end"), "r3", 2)]
+
+
+def test_a_moved_name_whose_new_home_cannot_be_imported_raises_import_error():
+    """core/deprecation.moved_names answers an old name with an ImportError when its target fails to import, as
+    ``from old import name`` and ``hasattr`` expect."""
+    import warnings
+
+    from airflow_provider_gpusched.core.deprecation import moved_names
+
+    getter = moved_names("old.module", {"Gone": "no_such_package_here.mod:Gone"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ImportError, match=r"old\.module\.Gone: "):
+            getter("Gone")
+    with pytest.raises(AttributeError, match="has no attribute 'Other'"):
+        getter("Other")

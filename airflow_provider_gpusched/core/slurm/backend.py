@@ -196,7 +196,7 @@ def _run_slurm_stage(
     """Submit (or re-attach to) each job array of a stage and follow them until every one ended; Ctrl-C cancels
     them (core/sweep/terminal.py's StageStopped)."""
     from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec, job_comment
-    from airflow_provider_gpusched.core.slurm.submission import Submission
+    from airflow_provider_gpusched.core.slurm.submission import SlurmJobManager
     from airflow_provider_gpusched.core.sweep.terminal import StageStopped
 
     jobs: dict[str, int] = {}
@@ -211,7 +211,7 @@ def _run_slurm_stage(
                 comment=job_comment(key, run=run, tag=tag),
                 **base,
             )
-            attached = Submission(client, key, log=_LOG).start_job(job, key)
+            attached = SlurmJobManager(client, key, log=_LOG).start_job(job, key)
             if not attached.submitted:
                 print(
                     f"sweep {spec.name}: chunk {k}: Slurm job {attached.job_id} of an earlier run does these "

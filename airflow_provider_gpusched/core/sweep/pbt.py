@@ -36,6 +36,7 @@ from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgument
 from airflow_provider_gpusched.core.records import key_path, open_view, says
 from airflow_provider_gpusched.core.sweep import spaces
 from airflow_provider_gpusched.core.sweep.expand import check_space, flatten, sample_params
+from airflow_provider_gpusched.core.sweep.kind_settings import Fraction  # noqa: F401 - their old home
 from airflow_provider_gpusched.core.sweep.kind_settings import PBTSettings as PBTSettings
 from airflow_provider_gpusched.core.sweep.search import RoundSearch
 from airflow_provider_gpusched.core.sweep.search_kind import SearchKind

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Annotated, Any, ClassVar
 
-from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.records import Settings, one_of, says
 from airflow_provider_gpusched.core.registry import Registry
 
@@ -202,5 +202,5 @@ _RULE = Settings(PruningRule)
 def _reads(name: str) -> tuple[str, ...]:
     try:
         return pruner_class(name).reads
-    except InvalidArgumentError:  # an installed rule that cannot be imported reads nothing here
+    except GpuschedError:  # an installed rule that cannot be imported reads nothing here
         return ()

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
-from airflow_provider_gpusched.core.sweep.pruner import Peer, Pruner
+from airflow_provider_gpusched.core.sweep.pruner import OPTIONAL_SETTINGS, Peer, Pruner, pruner_class, pruner_names  # noqa: F401 - their old home
 from airflow_provider_gpusched.core.sweep.pruner import PruningRule as PruningRule  # still importable here
 from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports
 from airflow_provider_gpusched.core.sweep.store import read_json

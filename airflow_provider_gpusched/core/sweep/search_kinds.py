@@ -1,11 +1,14 @@
-"""The built-in search types and their registry, ``SEARCH_KINDS``: each type is one class (the interface is
-core/sweep/search_kind.py) owning its settings, their defaults and validation, and what a spec of that type means
-(its parameters, the trials of one stage, the search that proposes a round's trials).
+"""The built-in one-shot and round search types (grid, random, optuna, evolution; pbt.py and hyperband.py hold two
+more), and the functions of their registry, ``SEARCH_KINDS`` (defined with the interface in core/sweep/search_kind.py,
+which names the built-in kinds by ``module:Class``): each type is one class owning its settings, their defaults and
+validation, and what a spec of that type means (its parameters, the trials of one stage, the search that proposes a
+round's trials).
 
 ``SweepSpec`` validates what every sweep shares, then hands itself to its kind (``SEARCH_KINDS[spec.search]``).
-Adding a search type is one new module (a ``SearchKind`` subclass) and either an entry point in the group
-``airflow_provider_gpusched.search_kinds`` or one line registering it (``SEARCH_KINDS[name] = Kind()``,
-:func:`register_search_kind`): see docs/development.md for a worked example.
+Adding a search type is one new module (a ``SearchKind`` subclass) and either a built-in entry in search_kind.py's
+``REGISTRY``, an entry point in the group ``airflow_provider_gpusched.search_kinds``, or a registration in code
+(``SEARCH_KINDS[name] = Kind()``, :func:`register_search_kind`) in a module every process that reads the spec imports:
+see docs/development.md for a worked example.
 
 One-shot kinds (grid, random) know every trial before anything runs; round kinds (optuna, evolution) propose
 ``per_round`` trials in each of ``rounds`` rounds from what earlier rounds scored."""
@@ -27,6 +30,7 @@ from airflow_provider_gpusched.core.sweep.expand import (
     flatten,
     random_trials,
 )
+from airflow_provider_gpusched.core.sweep.kind_settings import AtLeastOne, AtLeastZero  # noqa: F401 - their old home
 from airflow_provider_gpusched.core.sweep.kind_settings import EvolutionSettings as EvolutionSettings
 from airflow_provider_gpusched.core.sweep.search_kind import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
 from airflow_provider_gpusched.core.sweep.search_kind import REGISTRY as REGISTRY

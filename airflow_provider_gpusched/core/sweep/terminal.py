@@ -261,7 +261,10 @@ def run_sweep(
     )
     say = on_event or (lambda line: print(line, file=sys.stderr))
     for name in RUN_END:  # the spec's trackers among them (core/tracking/run_end.py)
-        RUN_END.instance(name, RUN_END.kind)(spec, session, run, summary, say)
+        try:  # a hook never fails a run whose trials have ended (as a tracker never fails its trials)
+            RUN_END.instance(name, RUN_END.kind)(spec, session, run, summary, say)
+        except Exception as exc:  # noqa: BLE001 - said, and the other hooks still run
+            say(f"sweep {spec.name}: run-end hook {name!r} failed: {exc}")
     return summary
 
 
