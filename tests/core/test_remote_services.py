@@ -377,3 +377,19 @@ def test_a_location_whose_port_is_not_a_number_is_another_origin():
 
     assert origin("http://slurm.example:99999/x") != origin("http://slurm.example/")
     assert origin("http://slurm.example:80/") == origin("http://SLURM.example/")
+
+
+def test_a_socket_timeout_at_the_deadline_names_the_budget_it_belongs_to(monkeypatch):
+    """CI's run of 91c3fa0: the socket's own timeout fired at the budget's end just before the caller's wait did, and
+    the error said only "timed out (timed out)"; any timeout of the exchange now says which deadline it was."""
+    from airflow_provider_gpusched.core import http
+
+    def times_out(*args, **kwargs):
+        raise http.HttpTimeoutError("timed out (timed out)")
+
+    monkeypatch.setattr(http, "_exchange", times_out)
+    budget = http.time_budget(1.5, "the tracking step's 1.5s")
+    with budget, pytest.raises(http.HttpTimeoutError, match=r"^timed out: no complete answer within the tracking step"):
+        http.exchange("GET", "http://127.0.0.1:9/x", timeout=5, max_bytes=10)
+    with pytest.raises(http.HttpTimeoutError, match=r"^timed out: no complete answer within 5s$"):
+        http.exchange("GET", "http://127.0.0.1:9/x", timeout=5, max_bytes=10)

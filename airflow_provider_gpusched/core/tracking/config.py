@@ -1,5 +1,5 @@
 """A sweep spec's ``tracking`` list, as core/tracking uses it: the spec's trackers plus the ``[gpusched] tracking``
-option's (:func:`merge_default`), and their callbacks made (:func:`build_callbacks`).
+option's (``merge_default``), and their callbacks made (``build_callbacks``).
 
 The list's parse, its settings' checks and the registry of trackers a ``kind`` names are the spec's own
 (core/sweep/tracking_settings.py, where the ``tracking`` list is described); they are re-exported here, where they
