@@ -18,21 +18,21 @@ __version__ = "0.1.0"
 #: name -> the module that defines it (core modules first: they import no Airflow)
 _EXPORTS = {
     # sweeps, searches and their parts (core: no Airflow)
-    "SweepSpec": "core.sweep.spec",
-    "TrialResources": "core.sweep.resources",
-    "EvolutionSettings": "core.sweep.kind_settings",
-    "Objective": "core.sweep.objective",
-    "PruningRule": "core.sweep.pruning",
-    "ModelCost": "core.sweep.model_cost",
-    "choice": "core.sweep.spaces",
-    "uniform": "core.sweep.spaces",
-    "loguniform": "core.sweep.spaces",
-    "randint": "core.sweep.spaces",
-    "quniform": "core.sweep.spaces",
-    "when": "core.sweep.spaces",
-    "report": "core.sweep.trial_report",
-    "run_sweep": "core.sweep.terminal",
-    "load_spec": "core.sweep.terminal",
+    "SweepSpec": "core.sweep.definition.sweep_spec",
+    "TrialResources": "core.sweep.parts.resources",
+    "EvolutionSettings": "core.sweep.searches.evolution",
+    "Objective": "core.sweep.parts.objective",
+    "PruningRule": "core.sweep.pruning_rules.judging",
+    "ModelCost": "core.sweep.searches.model_cost",
+    "choice": "core.sweep.parts.spaces",
+    "uniform": "core.sweep.parts.spaces",
+    "loguniform": "core.sweep.parts.spaces",
+    "randint": "core.sweep.parts.spaces",
+    "quniform": "core.sweep.parts.spaces",
+    "when": "core.sweep.parts.spaces",
+    "report": "core.sweep.running.trial_report",
+    "run_sweep": "core.sweep.running.terminal",
+    "load_spec": "core.sweep.running.terminal",
     # distributed starts, Slurm job specs (core)
     "RankInfo": "core.distributed",
     "rank_info": "core.distributed",
@@ -107,15 +107,15 @@ if TYPE_CHECKING:
     from airflow_provider_gpusched.core.distributed import RankInfo, rank_info
     from airflow_provider_gpusched.core.gpu.stages import wait_for_gpus
     from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec
-    from airflow_provider_gpusched.core.sweep.model_cost import ModelCost
-    from airflow_provider_gpusched.core.sweep.objective import Objective
-    from airflow_provider_gpusched.core.sweep.pruning import PruningRule
-    from airflow_provider_gpusched.core.sweep.resources import TrialResources
-    from airflow_provider_gpusched.core.sweep.search_kinds import EvolutionSettings
-    from airflow_provider_gpusched.core.sweep.spaces import choice, loguniform, quniform, randint, uniform, when
-    from airflow_provider_gpusched.core.sweep.spec import SweepSpec
-    from airflow_provider_gpusched.core.sweep.terminal import load_spec, run_sweep
-    from airflow_provider_gpusched.core.sweep.trial_report import report
+    from airflow_provider_gpusched.core.sweep.definition.sweep_spec import SweepSpec
+    from airflow_provider_gpusched.core.sweep.parts.objective import Objective
+    from airflow_provider_gpusched.core.sweep.parts.resources import TrialResources
+    from airflow_provider_gpusched.core.sweep.parts.spaces import choice, loguniform, quniform, randint, uniform, when
+    from airflow_provider_gpusched.core.sweep.pruning_rules.judging import PruningRule
+    from airflow_provider_gpusched.core.sweep.running.terminal import load_spec, run_sweep
+    from airflow_provider_gpusched.core.sweep.running.trial_report import report
+    from airflow_provider_gpusched.core.sweep.searches.evolution import EvolutionSettings
+    from airflow_provider_gpusched.core.sweep.searches.model_cost import ModelCost
     from airflow_provider_gpusched.hooks.local_gpu import LocalGPUHook
     from airflow_provider_gpusched.hooks.slurm import SlurmHook
     from airflow_provider_gpusched.notifications.notifiers import EmailNotifier, WebhookNotifier

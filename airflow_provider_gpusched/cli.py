@@ -59,8 +59,8 @@ def _sweep_folder(args) -> str:
     """A sweep's folder from NAME (under --results-root, the configured root) or a folder path."""
     import os
 
-    from airflow_provider_gpusched.core.sweep.session import default_results_root
-    from airflow_provider_gpusched.core.sweep.store import check_sweep_name
+    from airflow_provider_gpusched.core.sweep.records.store import check_sweep_name
+    from airflow_provider_gpusched.core.sweep.running.session import default_results_root
 
     if os.sep in args.sweep or args.sweep in (".", ".."):
         folder = os.path.abspath(args.sweep)
@@ -89,7 +89,7 @@ def _sweep_dashboard(args) -> int:
         raise GpuschedError(
             f"optuna-dashboard is not installed ({exc}): pip install 'airflow-provider-gpusched[dashboard]'"
         ) from None
-    from airflow_provider_gpusched.core.sweep.search import open_journal
+    from airflow_provider_gpusched.core.sweep.records.journal import open_journal
 
     storage = open_journal(journal)
     print(f"optuna-dashboard: {journal} at http://{args.host}:{args.port}/ (Ctrl-C stops it)", flush=True)
@@ -102,8 +102,8 @@ def _sweep_track(args) -> int:
     or a sweep that ran before it had trackers (``--to``)."""
     import os
 
-    from airflow_provider_gpusched.core.sweep.store import read_json
-    from airflow_provider_gpusched.core.sweep.trial_run import Manifest
+    from airflow_provider_gpusched.core.sweep.records.store import read_json
+    from airflow_provider_gpusched.core.sweep.running.trial_run import Manifest
     from airflow_provider_gpusched.core.tracking import SweepRun, TrackingSync, parse_tracking
     from airflow_provider_gpusched.core.tracking.config import score_of
     from airflow_provider_gpusched.tracking import build_callbacks
@@ -257,8 +257,8 @@ def _gpus(args) -> int:
 
 def _sweep_run(args) -> int:
     from airflow_provider_gpusched.core.backends import get_backend
-    from airflow_provider_gpusched.core.sweep.store import FAILED_STATES
-    from airflow_provider_gpusched.core.sweep.terminal import SweepInterrupted, load_spec, run_sweep
+    from airflow_provider_gpusched.core.sweep.records.store import FAILED_STATES
+    from airflow_provider_gpusched.core.sweep.running.terminal import SweepInterrupted, load_spec, run_sweep
 
     spec = load_spec(args.spec)
     handle = get_backend(args.backend).default_handle(
@@ -286,16 +286,16 @@ def _sweep_run(args) -> int:
 
 
 def _sweep_schema(args) -> int:
-    from airflow_provider_gpusched.core.sweep.spec_schema import sweep_schema
+    from airflow_provider_gpusched.core.sweep.definition.schema import sweep_schema
 
     print(json.dumps(sweep_schema(), indent=2))
     return 0
 
 
 def _sweep_preview(args) -> int:
-    from airflow_provider_gpusched.core.sweep.expand import DEFAULT_LABELS
-    from airflow_provider_gpusched.core.sweep.session import SweepSession
-    from airflow_provider_gpusched.core.sweep.terminal import load_spec
+    from airflow_provider_gpusched.core.sweep.parts.expand import DEFAULT_LABELS
+    from airflow_provider_gpusched.core.sweep.running.session import SweepSession
+    from airflow_provider_gpusched.core.sweep.running.terminal import load_spec
     from airflow_provider_gpusched.core.text import format_table
 
     spec = load_spec(args.spec)
@@ -354,8 +354,8 @@ def _sweep_preview(args) -> int:
 def _sweep_results(args) -> int:
     import os
 
-    from airflow_provider_gpusched.core.sweep.objective import Objective, format_leaderboard
-    from airflow_provider_gpusched.core.sweep.store import format_counts, read_json
+    from airflow_provider_gpusched.core.sweep.parts.objective import Objective, format_leaderboard
+    from airflow_provider_gpusched.core.sweep.records.store import format_counts, read_json
 
     if not os.path.isdir(args.folder):
         raise GpuschedError(f"{args.folder}: no such sweep folder (expected <results root>/<sweep name>)")
@@ -398,7 +398,7 @@ def _sweep_results(args) -> int:
 
 def _problems(summary: dict) -> list:
     """The run's trials that failed, were invalid or timed out (summary.json's records, as collect wrote them)."""
-    from airflow_provider_gpusched.core.sweep.store import FAILED_STATES
+    from airflow_provider_gpusched.core.sweep.records.store import FAILED_STATES
 
     records = summary.get("records")
     return [
@@ -431,7 +431,7 @@ def _latest_reports(folder: str, records, limit: int = 20) -> str:
     first): live progress, not as of the last collect."""
     import os
 
-    from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports, summarise
+    from airflow_provider_gpusched.core.sweep.records.reports import REPORTS_FILE, read_reports, summarise
     from airflow_provider_gpusched.core.text import format_table, printable
 
     if not isinstance(records, list):

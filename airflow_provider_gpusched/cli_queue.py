@@ -412,59 +412,63 @@ def _job_classes_checked(use_airflow: bool, args) -> tuple[Any, Any]:
     return mapping, check_settings_file("job-class file", mapping.source, mapping.config_error)
 
 
-def queue_health(args) -> int:
-    from airflow_provider_gpusched.core.health import (
-        FAIL,
-        SKIP,
-        Check,
-        check_gpus,
-        check_lease_dir,
-        check_slurm,
-        check_stop_orders,
-        check_writable,
-    )
-
-    checks: list[Check] = []
+def _handles_reached(args) -> dict[str, dict[str, Any]]:
+    """What the command reaches each backend through, by the backend's handle keyword (as ``list_work`` gets
+    them): the handle, how it is reached, why there is none, and a connection's view of the job classes."""
     client, how, no_slurm = _slurm(args)
-    use_airflow = not args.no_airflow
-    mapping, classes_check = _job_classes_checked(use_airflow, args)
-    checks.append(classes_check)
-    if client is None:
-        checks.append(Check("slurm reachable", SKIP, no_slurm))
-    else:
-        from airflow_provider_gpusched.core.job_classes import slurm_class_settings
+    class_settings = None
+    if client is not None and args.slurm_conn_id:
+        from airflow_provider_gpusched.hooks.slurm import SlurmHook
 
-        if args.slurm_conn_id:
-            from airflow_provider_gpusched.hooks.slurm import SlurmHook
+        class_settings = SlurmHook(args.slurm_conn_id).class_settings
+    return {"client": {"handle": client, "reached": how, "unavailable": no_slurm, "class_settings": class_settings}}
 
-            hook = SlurmHook(args.slurm_conn_id)
-            classes = {c: hook.class_settings(c) for c in ("normal", "idle")}
-        else:
-            classes = {c: slurm_class_settings(c, mapping) for c in ("normal", "idle")}
-        checks += check_slurm(client, classes, how)
+
+def _backend_checks(args, mapping: Any, reached: dict[str, dict[str, Any]]) -> list[Any]:
+    """Every backend's own checks (``Backend.health_checks``), in registration order, then the fleet's."""
     from airflow_provider_gpusched.cli_options import shared_option, simulate_option, state_dir_option
+    from airflow_provider_gpusched.core.backends import backends
+    from airflow_provider_gpusched.core.health import HealthContext
 
-    state_dir = state_dir_option(args)
     fleet_dir = _fleet_dir_of(args)
-    gpu_check, inventory = check_gpus(simulate_option(args))
-    if fleet_dir and gpu_check.failed:  # a head node without GPUs: the hosts' checks follow
-        gpu_check = Check(
-            "GPU inventory",
-            SKIP,
-            f"none on this host ({gpu_check.detail[:120]}); the fleet's hosts are checked from their records",
-        )
-    checks.append(gpu_check)
-    if inventory is not None:
-        lease_checks = check_lease_dir(inventory, state_dir, shared_option())
-        checks += lease_checks
-        from airflow_provider_gpusched.core.gpu.lease_store import default_state_dir
-
-        if not any(c.failed for c in lease_checks):
-            checks.append(check_stop_orders(state_dir or default_state_dir()))
+    options = {
+        "job_classes": mapping,
+        "simulate": simulate_option(args),
+        "state_dir": state_dir_option(args),
+        "shared": shared_option(),
+        "fleet_dir": fleet_dir,
+    }
+    checks = []
+    for backend in backends():
+        checks += backend.health_checks(HealthContext(**reached.get(backend.handle, {}), **options))
     if fleet_dir:
         from airflow_provider_gpusched.core.health import check_fleet
 
         checks += check_fleet(fleet_dir)
+    return checks
+
+
+def _folder_checks() -> list[Any]:
+    """The folders the provider writes under Airflow: the sweeps' results, and each backend's own."""
+    from airflow_provider_gpusched import settings
+    from airflow_provider_gpusched.core.backends import backends
+    from airflow_provider_gpusched.core.health import check_writable
+
+    folders = [("sweep results root", settings.sweep_results_root())]
+    for backend in backends():  # each names a [gpusched] option, read by the settings function of that name
+        folders += [(name, getattr(settings, option)()) for name, option in backend.folders.items()]
+    return [check_writable(name, path) for name, path in folders]
+
+
+def queue_health(args) -> int:
+    from airflow_provider_gpusched.core.health import FAIL, Check
+
+    use_airflow = not args.no_airflow
+    checks: list[Check] = []
+    reached = _handles_reached(args)
+    mapping, classes_check = _job_classes_checked(use_airflow, args)
+    checks.append(classes_check)
+    checks += _backend_checks(args, mapping, reached)
     try:
         quotas = _quotas(args)
     except GpuschedError as exc:
@@ -475,17 +479,17 @@ def queue_health(args) -> int:
 
             checks += check_quotas(quotas)
     if use_airflow:
-        from airflow_provider_gpusched import settings
+        from airflow_provider_gpusched.cli_options import simulate_option
 
-        for name, path in (
-            ("sweep results root", settings.sweep_results_root()),
-            ("slurm output dir", settings.slurm_output_dir()),
-            ("local run dir", settings.local_run_dir()),
-        ):
-            checks.append(check_writable(name, path))
+        checks += _folder_checks()
         checks += _airflow_checks(args, simulate_option(args))
-    failed = [c for c in checks if c.status == FAIL]
-    if args.json:
+    return _report_health(checks, args.json)
+
+
+def _report_health(checks: list[Any], as_json: bool) -> int:
+    """The checks, as lines or JSON; 1 when one failed."""
+    failed = [c for c in checks if c.failed]
+    if as_json:
         print(json.dumps({"healthy": not failed, "checks": [c.to_dict() for c in checks]}, indent=2))
     else:
         for c in checks:

@@ -20,8 +20,8 @@ from airflow_provider_gpusched.core.tracking.config import build_callbacks as co
 from airflow_provider_gpusched.core.tracking.sync import send_to
 
 if TYPE_CHECKING:
-    from airflow_provider_gpusched.core.sweep.session import SweepSession
-    from airflow_provider_gpusched.core.sweep.trial_run import Manifest
+    from airflow_provider_gpusched.core.sweep.running.session import SweepSession
+    from airflow_provider_gpusched.core.sweep.running.trial_run import Manifest
 
 log = logging.getLogger(__name__)
 DEFAULT_MLFLOW_CONN = "mlflow_default"

@@ -11,7 +11,7 @@ each trial. Command trials in any language append the same lines to ``$GPUSCHED_
 docs/sweeps.md). Outside a sweep, ``report`` does nothing. Imports nothing from Airflow.
 """
 
-from airflow_provider_gpusched.core.sweep.reports import REPORT_ENV
-from airflow_provider_gpusched.core.sweep.trial_report import report
+from airflow_provider_gpusched.core.sweep.records.reports import REPORT_ENV
+from airflow_provider_gpusched.core.sweep.running.trial_report import report
 
 __all__ = ["REPORT_ENV", "report"]

@@ -91,7 +91,7 @@ def slot_use(ledger: str) -> dict[str, float]:
 def one(seed: int, step_seconds: float, asynchronous: bool) -> dict[str, float]:
     from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
     from airflow_provider_gpusched.core.gpu.leases import LeaseManager
-    from airflow_provider_gpusched.core.sweep.terminal import run_sweep
+    from airflow_provider_gpusched.core.sweep.running.terminal import run_sweep
 
     with tempfile.TemporaryDirectory(prefix="gpusched-slots-") as root:
         leases = os.path.join(root, "leases")

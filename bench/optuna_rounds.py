@@ -52,8 +52,8 @@ def plain_optuna(folder: str, trials: int, per_round: int) -> float:
 def gpusched_rounds(folder: str, rounds: int, per_round: int, fresh: bool) -> tuple[float, list[float], float]:
     """Seconds in all, seconds per round, and the best value found."""
     from airflow_provider_gpusched.core.sweep import Objective, SweepSpec, uniform
-    from airflow_provider_gpusched.core.sweep.session import SweepSession
-    from airflow_provider_gpusched.core.sweep.trial_run import run_trial
+    from airflow_provider_gpusched.core.sweep.running.session import SweepSession
+    from airflow_provider_gpusched.core.sweep.running.trial_run import run_trial
 
     spec = SweepSpec(
         name="fresh" if fresh else "rounds",

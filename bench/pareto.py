@@ -21,7 +21,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from airflow_provider_gpusched.core.sweep.objective import pareto_fronts
+from airflow_provider_gpusched.core.sweep.parts.objective import pareto_fronts
 
 
 def timed(fn, repeat: int = 3) -> tuple[float, object]:

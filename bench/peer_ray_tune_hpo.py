@@ -97,7 +97,7 @@ def ray_trainable(config):
     trial, or a PBT member that exploits another), reporting and checkpointing every epoch."""
     from ray import tune
 
-    from airflow_provider_gpusched.core.sweep.pbt import HANDED_OVER_FILE
+    from airflow_provider_gpusched.core.sweep.searches.pbt import HANDED_OVER_FILE
     from airflow_provider_gpusched.examples.digits import train_digits
 
     name = f"{tune.get_context().get_trial_id()}-{os.getpid()}-{time.time():.3f}"
@@ -193,7 +193,7 @@ def ray_child(method: str, seed: int, slots: int, log: str) -> None:
 def random_points(seed: int) -> list[dict]:
     """The configurations gpusched's random search runs for ``seed`` (the same seeded draws in every process)."""
     from airflow_provider_gpusched.core.sweep import loguniform, uniform
-    from airflow_provider_gpusched.core.sweep.expand import random_trials
+    from airflow_provider_gpusched.core.sweep.parts.expand import random_trials
 
     space = {"lr": loguniform(*LR), "dropout": uniform(*DROPOUT)}
     return [{k: t.params[k] for k in space} for t in random_trials(space, TRIALS["random"], seed)]
@@ -265,7 +265,7 @@ def gpusched_spec(method: str, seed: int, slots: int, root: str):
 def run_gpusched(method: str, seed: int, slots: int, log: str) -> dict:
     from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
     from airflow_provider_gpusched.core.gpu.leases import LeaseManager
-    from airflow_provider_gpusched.core.sweep.terminal import run_sweep
+    from airflow_provider_gpusched.core.sweep.running.terminal import run_sweep
 
     os.environ[LOG_ENV] = log
     with tempfile.TemporaryDirectory(prefix="gpusched-bench-") as root:

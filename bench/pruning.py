@@ -49,8 +49,8 @@ def curve_trial(params: dict) -> dict:
 
 def run_mode(root: str, mode: str, args) -> dict:
     from airflow_provider_gpusched.core.sweep import Objective, SweepSpec, loguniform
-    from airflow_provider_gpusched.core.sweep.session import SweepSession
-    from airflow_provider_gpusched.core.sweep.trial_run import trial_argv
+    from airflow_provider_gpusched.core.sweep.running.session import SweepSession
+    from airflow_provider_gpusched.core.sweep.running.trial_run import trial_argv
 
     pruning = {
         "none": None,

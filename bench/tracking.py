@@ -126,7 +126,7 @@ def make_sweep(root: Path, trials: int, reports: int, name: str = "bench_trk"):
 
 def peer_input(sweep) -> None:
     """What the peer logs, read from the same folder: the same trials, reports, results and files."""
-    from airflow_provider_gpusched.core.sweep.reports import read_reports
+    from airflow_provider_gpusched.core.sweep.records.reports import read_reports
 
     out = []
     for t in sweep.trials:

@@ -86,7 +86,7 @@ def test_sweep_results_of_a_missing_folder(tmp_path):
 @pytest.mark.heavy  # 1.0 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_sweep_results_into_a_closed_pipe_is_not_an_error(tmp_path):
     from airflow_provider_gpusched.core.sweep import Objective, SweepSpec
-    from airflow_provider_gpusched.core.sweep.session import SweepSession
+    from airflow_provider_gpusched.core.sweep.running.session import SweepSession
 
     spec = SweepSpec(
         name="many",
@@ -211,7 +211,7 @@ def test_each_subcommand_imports_only_what_it_uses():
     }, sorted(loaded & {"asyncio", "numpy", "scipy", "airflow"})
     seen = _modules_loaded("sweep", "preview", str(REPO / "dags" / "sweeps" / "lr_schedule.yaml"))
     loaded = set(seen["run"])
-    assert "airflow_provider_gpusched.core.sweep.spec" in loaded
+    assert "airflow_provider_gpusched.core.sweep.definition.sweep_spec" in loaded
     assert not loaded & {"numpy", "airflow_provider_gpusched.core.partition", "airflow_provider_gpusched.core.slurm"}
 
 

@@ -1,14 +1,14 @@
 """A sweep folder written through the real trial store, for the tracking tests: trials that start, report and end
-as a sweep's trial runner records them (core/sweep/store.py), without running anything."""
+as a sweep's trial runner records them (core/sweep/records/store.py), without running anything."""
 
 from __future__ import annotations
 
 import json
 import os
 
-from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE
-from airflow_provider_gpusched.core.sweep.session import SweepSession
-from airflow_provider_gpusched.core.sweep.spec import SweepSpec
+from airflow_provider_gpusched.core.sweep.definition.sweep_spec import SweepSpec
+from airflow_provider_gpusched.core.sweep.records.reports import REPORTS_FILE
+from airflow_provider_gpusched.core.sweep.running.session import SweepSession
 from airflow_provider_gpusched.core.tracking import SweepRun
 
 

@@ -15,7 +15,7 @@ from airflow_provider_gpusched.core.errors import GpuschedError  # noqa: F401 - 
 
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.job_classes import JobClass
-    from airflow_provider_gpusched.core.sweep.trial_run import Manifest
+    from airflow_provider_gpusched.core.sweep.running.trial_run import Manifest
     from airflow_provider_gpusched.task_groups.sweep import SweepStage
 
 
@@ -37,6 +37,12 @@ class AirflowBackend:
     def plan_chunks(self, manifest: Manifest, python: str, max_parallel: int | None) -> list[Any]:
         """What the plan task returns for a batched stage: one item per chunk, each mapped onto the chunk task."""
         raise NotImplementedError(f"{type(self).__name__}.plan_chunks")
+
+    def chunk_parallel(self, options: Any, max_workers: int | None) -> int | None:
+        """At most how many of a chunk's trials run at once (:meth:`plan_chunks`' ``max_parallel``), from the
+        backend's sweep ``options`` (``SweepExecution.options``) and the spec's ``max_workers``: by default the
+        latter."""
+        return max_workers
 
     def plan_workers(self, manifest: Manifest, python: str, workers: int) -> list[Any]:
         """What the plan task of an asynchronous search returns (``runs_workers``): mapped onto :meth:`run_chunks`,

@@ -16,8 +16,8 @@ from airflow_provider_gpusched.core.backends import get_backend
 from airflow_provider_gpusched.core.board import HELD_LEASES_XCOM, MAX_HELD_LEASES, lease_record
 from airflow_provider_gpusched.core.gpu.timeline import LEASE_HISTORY_XCOM, SegmentLog, segment_of
 from airflow_provider_gpusched.core.stops import WorkHalted
-from airflow_provider_gpusched.core.sweep.batch import run_local_batch
-from airflow_provider_gpusched.core.sweep.view import OUTCOMES_XCOM, outcome_records
+from airflow_provider_gpusched.core.sweep.results.view import OUTCOMES_XCOM, outcome_records
+from airflow_provider_gpusched.core.sweep.running.batch import run_local_batch
 from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.links import SweepLeaderboardLink
 from airflow_provider_gpusched.operators.job_class import apply_quota_group
@@ -29,7 +29,7 @@ from airflow_provider_gpusched.tracking import BackgroundSender, send_manifest_t
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.gpu.backend import LocalBackend
     from airflow_provider_gpusched.core.job_classes import JobClass
-    from airflow_provider_gpusched.core.sweep.trial_run import Manifest
+    from airflow_provider_gpusched.core.sweep.running.trial_run import Manifest
     from airflow_provider_gpusched.task_groups.sweep import SweepStage
 
 

@@ -15,7 +15,8 @@ from airflow_provider_gpusched.task_groups.trial_operators import RecordsTrialFa
 
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.job_classes import JobClass
-    from airflow_provider_gpusched.core.sweep.trial_run import Manifest
+    from airflow_provider_gpusched.core.slurm.options import SlurmSweepOptions
+    from airflow_provider_gpusched.core.sweep.running.trial_run import Manifest
     from airflow_provider_gpusched.task_groups.sweep import SweepStage
 
 
@@ -26,15 +27,19 @@ class SlurmAirflowBackend(AirflowBackend):
     def trial_operator(self, stage: SweepStage, arguments: dict[str, Any]) -> Any:
         return SweepTrialSlurmOperator.partial(
             **get_backend(stage.backend).trial_arguments(stage.spec.resources),
-            slurm_conn_id=stage.execution.slurm_conn_id,
+            slurm_conn_id=stage.execution.options.conn_id,
             job_name=f"sweep.{stage.spec.name}",
             **arguments,
         )
 
+    def chunk_parallel(self, options: SlurmSweepOptions, max_workers: int | None) -> int | None:
+        """``%N`` on each job array: the options' ``max_array_parallel``, at most the spec's ``max_workers``."""
+        return options.array_parallel(max_workers)
+
     def plan_chunks(self, manifest: Manifest, python: str, max_parallel: int | None) -> list[Any]:
         """A job array per chunk, at most ``max_parallel`` of its tasks at once."""
         from airflow_provider_gpusched.core.slurm.job import array_range
-        from airflow_provider_gpusched.core.sweep.trial_run import chunk_argv, trial_set
+        from airflow_provider_gpusched.core.sweep.running.trial_run import chunk_argv, trial_set
 
         return [
             {
@@ -49,7 +54,7 @@ class SlurmAirflowBackend(AirflowBackend):
         """One job array of ``workers`` tasks, each a worker asking for trials until none are left; its trials are
         the stage's, read when the array ends (whichever worker ran them)."""
         from airflow_provider_gpusched.core.slurm.job import array_range
-        from airflow_provider_gpusched.core.sweep.trial_run import trial_set, worker_argv
+        from airflow_provider_gpusched.core.sweep.running.trial_run import trial_set, worker_argv
 
         return [
             {

@@ -27,6 +27,7 @@ from airflow_provider_gpusched.core.registry import Registry
 from airflow_provider_gpusched.core.work_tag import WorkTag
 
 if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.health_check import Check, HealthContext
     from airflow_provider_gpusched.core.stops import StopRequest
 
 #: the entry-point group other packages register backends under
@@ -113,6 +114,18 @@ class Backend:
     chunk_task: ClassVar[str] = "run_batch"
     #: whether ``run_sweep`` runs an asynchronous search (its slots ask for trials as they free)
     asynchronous_search: ClassVar[bool] = False
+    #: what a job class means on it: the settings of the job-class section named after it (core/job_classes.py
+    #: parses it), a frozen dataclass with its defaults, its ``for_class(job_class)`` classmethod giving each
+    #: class's, and ``checks`` (key -> check) for keys its field types do not say; None: it has no section
+    job_class_settings: ClassVar[type[Any] | None] = None
+    #: its options for a sweep task group (``SweepExecution(options=...)``, task_groups/execution.py): a dataclass
+    #: that checks its fields (InvalidArgumentError naming the field); None: it takes none
+    sweep_options: ClassVar[type[Any] | None] = None
+    #: ``SweepExecution`` keywords that stand for fields of :attr:`sweep_options` (``slurm_conn_id`` -> ``conn_id``)
+    sweep_keywords: ClassVar[Mapping[str, str]] = {}
+    #: the folders it writes under Airflow, check name -> the ``[gpusched]`` option that names the folder
+    #: (``gpusched queue health`` checks each is writable)
+    folders: ClassVar[Mapping[str, str]] = {}
 
     # -- the sweep spec ------------------------------------------------------------------------------------
     def check_resources(self, resources: Any, sweep: str) -> None:
@@ -160,6 +173,11 @@ class Backend:
         command's options: ``simulate`` (simulated GPUs), ``state_dir`` (the lease directory), ``shared``."""
         return None
 
+    def health_checks(self, context: HealthContext) -> list[Check]:
+        """What ``gpusched queue health`` checks of this backend, in the order shown (``context``: its handle, if
+        the command made one, and the command's options); none by default."""
+        return []
+
     # -- gpusched sweep run ------------------------------------------------------------------------------------
     def run_sweep(
         self,
@@ -175,7 +193,7 @@ class Backend:
         poll_interval: float = 2.0,
     ) -> dict[str, Any]:
         """Run every stage of a sweep in this process and return the session's summary: the signature is
-        core/sweep/terminal.py's :class:`~airflow_provider_gpusched.core.sweep.terminal.SweepRunner` (``spec``,
+        core/sweep/running/terminal.py's :class:`~airflow_provider_gpusched.core.sweep.running.terminal.SweepRunner` (``spec``,
         ``session``, ``run`` and its options; ``handle``: what it works through, its :meth:`default_handle` when
         None). Declared here without the sweep's types: the sweep is built on this module, not under it."""
         raise GpuschedError(f"gpusched sweep run: the {self.name} backend cannot run a sweep from the terminal")

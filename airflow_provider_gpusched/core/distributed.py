@@ -21,16 +21,17 @@ Either way:
 * a rank still running ``rank_exit_grace`` seconds after the first one ended is stopped (``srun --wait``), so a
   rank that hangs after the others have finished does not hold the job until its time limit. 0: wait for ever.
 
-The Slurm start is a bash function (:func:`slurm_launch_function`) in the job script: nothing of this package is
-needed on the compute nodes for a command. Python functions and sweep trials use the same function.
+This module holds what every backend shares: the modes, their checks, what a rank is told (:class:`RankInfo`) and
+gpusched's own rank launcher (``python -m airflow_provider_gpusched.core.distributed ranks``, srun's rules where
+there is no srun). How a backend starts the ranks lives in its package: on Slurm a bash function in the job script
+(core/slurm/ranks.py: nothing of this package is needed on the compute nodes), on this host's GPUs torchrun or the
+launcher (core/gpu/ranks.py).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shlex
-import shutil
 import signal
 import socket
 import subprocess
@@ -40,19 +41,29 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
-from airflow_provider_gpusched.core.checks import is_int, is_number
-from airflow_provider_gpusched.core.contain import shim_source
+from airflow_provider_gpusched.core.checks import is_number
+from airflow_provider_gpusched.core.deprecation import moved_names
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 
 MODES = ("torchrun", "srun")
 #: seconds the other ranks may run on after the first one ended (srun --wait)
 DEFAULT_RANK_EXIT_GRACE = 300.0
-#: where MASTER_PORT is looked for on Slurm nodes: below Linux's ephemeral range (32768-60999), so a port that an
-#: outgoing connection holds for a moment is never chosen
-PORT_BASE, PORT_SPAN = 20000, 12000
 #: the name the launch function and the rank wrapper show in process lists
 LAUNCH_NAME = "gpusched-launch"
 RANK_NAME = "gpusched-rank"
+
+#: how each backend starts the ranks lives in its own package now; the old names still import
+__getattr__ = moved_names(
+    __name__,
+    {
+        "PORT_BASE": "airflow_provider_gpusched.core.slurm.ranks:PORT_BASE",
+        "PORT_SPAN": "airflow_provider_gpusched.core.slurm.ranks:PORT_SPAN",
+        "slurm_launch_function": "airflow_provider_gpusched.core.slurm.ranks:slurm_launch_function",
+        "slurm_launch_argv": "airflow_provider_gpusched.core.slurm.ranks:slurm_launch_argv",
+        "torchrun_command": "airflow_provider_gpusched.core.gpu.ranks:torchrun_command",
+        "local_launch_argv": "airflow_provider_gpusched.core.gpu.ranks:local_launch_argv",
+    },
+)
 
 
 def check_mode(value: object, argument: str = "distributed") -> str | None:
@@ -153,151 +164,7 @@ def rank_info() -> RankInfo:
     return info
 
 
-# -- on Slurm: one bash function in the job script -------------------------------------------------------------
-def slurm_launch_function(
-    mode: str,
-    nproc_per_node: int,
-    rank_exit_grace: float = DEFAULT_RANK_EXIT_GRACE,
-    torchrun: Sequence[str] = ("torchrun",),
-) -> str:
-    """A bash function ``gpusched_launch`` that starts its arguments (the command, verbatim) as the ranks of a
-    distributed start over every node of the job. It runs in the batch script, on the job's first node."""
-    check_mode(mode)
-    if mode is None:
-        raise InvalidArgumentError("distributed", mode, "'torchrun' or 'srun'")
-    if not is_int(nproc_per_node) or nproc_per_node < 1:
-        raise InvalidArgumentError("nproc_per_node", nproc_per_node, "a whole number >= 1")
-    wait = int(round(check_grace(rank_exit_grace)))
-    wait = max(wait, 1) if rank_exit_grace > 0 else 0
-    srun = f"srun --kill-on-bad-exit=1 --wait={wait}"
-    # one wrapper per rank, the command after it as arguments: nothing of the command is ever parsed by a shell
-    rank_env = (
-        'export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS" '
-        f'LOCAL_WORLD_SIZE={nproc_per_node} NODE_RANK="$SLURM_NODEID" GROUP_RANK="$SLURM_NODEID" '
-        'GROUP_WORLD_SIZE="$SLURM_JOB_NUM_NODES"; exec "$@"'
-    )
-    # srun's stderr goes through gpusched_srun_said (to stderr, line by line) so that a rank stopped by --wait fails
-    # the job for certain: srun itself may exit 0 when the stopped rank's end reaches it late (seen under load)
-    said = "2>&1 1>&3 3>&- 4>&- 5>&- | gpusched_srun_said"
-    # each rank (srun) or each node's torchrun under the containment shim: what a rank forks off (setsid nohup ...)
-    # ends with it, whatever Slurm's ProctrackType (core/contain.py)
-    if mode == "srun":
-        start = (
-            f'  {srun} --ntasks-per-node={nproc_per_node} -- "${{shim[@]}}" bash -c {shlex.quote(rank_env)} {RANK_NAME} "$@" '
-            f"{said}"
-        )
-    else:
-        start = (
-            f'  {srun} --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 -- '
-            f'"${{shim[@]}}" {shlex.join(torchrun)} --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node={nproc_per_node} '
-            f'--rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$SLURM_JOB_ID" '
-            f'--max-restarts=0 --no-python -- "$@" {said}'
-        )
-    return "\n".join(
-        [
-            f"# gpusched: a distributed start ({mode}, {nproc_per_node} rank(s) per node) over every node of the job",
-            "gpusched_free_port() {  # a TCP port nobody listens on here, from one derived from the job id",
-            f"  local base=$(( ${{SLURM_JOB_ID:-$$}} % {PORT_SPAN} )) used=' ' f local_ state rest i p",
-            "  for f in /proc/net/tcp /proc/net/tcp6; do",
-            '    [ -r "$f" ] || continue',
-            "    while read -r _ local_ _ state rest; do",
-            '      [ "$state" = 0A ] && used+="$((16#${local_##*:})) "',
-            '    done < "$f"',
-            "  done",
-            f"  for ((i = 0; i < {PORT_SPAN}; i++)); do",
-            f"    p=$(( {PORT_BASE} + (base + i) % {PORT_SPAN} ))",
-            '    case "$used" in *" $p "*) ;; *) echo "$p"; return ;; esac',
-            "  done",
-            f"  echo $(( {PORT_BASE} + base ))",
-            "}",
-            "gpusched_srun_said() {  # srun's stderr, passed on; notes on descriptor 4 that --wait stopped ranks",
-            "  local line",
-            '  while IFS= read -r line || [ -n "$line" ]; do',
-            "    printf '%s\\n' \"$line\" >&2",
-            "    case \"$line\" in 'srun: First task exited '*) echo stopped >&4 ;; esac",
-            "  done",
-            "}",
-            f"gpusched_shim={shlex.quote(shim_source())}",
-            "gpusched_launch() {",
-            "  local first said rc note= shim=()",
-            "  command -v python3 >/dev/null 2>&1 && shim=(python3 -I -S -c \"$gpusched_shim\" 10 '' --)",
-            # the note file is unlinked as soon as it is open: nothing is left behind, whatever ends the job (scancel)
-            '  said="$(mktemp "${TMPDIR:-/tmp}/gpusched-srun.XXXXXXXX")" || return 1',
-            '  exec 4>"$said" 5<"$said"',
-            '  rm -f -- "$said"',
-            '  first="$(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null | head -n 1)"',
-            '  export MASTER_ADDR="${first:-$(hostname)}"',
-            '  export MASTER_PORT="$(gpusched_free_port)"',
-            f'  echo "[gpusched] {mode} start: $SLURM_JOB_NUM_NODES node(s) ($SLURM_JOB_NODELIST) x {nproc_per_node} '
-            'rank(s), rendezvous $MASTER_ADDR:$MASTER_PORT" >&2',
-            "  exec 3>&1",
-            start,
-            "  rc=${PIPESTATUS[0]}",
-            "  exec 3>&- 4>&-",
-            "  IFS= read -r note <&5 || true",
-            "  exec 5<&-",
-            '  if [ "$rc" = 0 ] && [ -n "$note" ]; then',
-            f'    echo "[gpusched] rank(s) still running {wait}s after the first rank ended were stopped (rank_exit_grace); '
-            'the job fails" >&2',
-            "    rc=1",
-            "  fi",
-            '  return "$rc"',
-            "}",
-        ]
-    )
-
-
-def slurm_launch_argv(
-    mode: str,
-    argv: Sequence[str],
-    nproc_per_node: int,
-    rank_exit_grace: float = DEFAULT_RANK_EXIT_GRACE,
-    torchrun: Sequence[str] = ("torchrun",),
-) -> list[str]:
-    """``argv`` started as ranks from inside a Slurm allocation (a sweep's trial runner): bash running
-    :func:`slurm_launch_function`, the command passed as arguments."""
-    script = slurm_launch_function(mode, nproc_per_node, rank_exit_grace, torchrun) + '\ngpusched_launch "$@"\n'
-    return ["bash", "-c", script, LAUNCH_NAME, *[str(a) for a in argv]]
-
-
-# -- on local GPUs ------------------------------------------------------------------------------------------------
-def torchrun_command(env: Mapping[str, str] | None = None, python: str | None = None) -> list[str]:
-    """``torchrun`` on the PATH the work will have, else ``python -m torch.distributed.run``."""
-    path = (env or os.environ).get("PATH")
-    found = shutil.which("torchrun", path=path)
-    return [found] if found else [python or sys.executable, "-m", "torch.distributed.run"]
-
-
-def local_launch_argv(
-    mode: str,
-    argv: Sequence[str],
-    nproc: int,
-    rank_exit_grace: float = DEFAULT_RANK_EXIT_GRACE,
-    *,
-    torchrun: Sequence[str] | None = None,
-    python: str | None = None,
-) -> list[str]:
-    """``argv`` started as ``nproc`` ranks on this host (the GPUs of a lease): ``torchrun --standalone`` (a free
-    rendezvous port of its own), or this module's launcher for ``"srun"``."""
-    check_mode(mode)
-    if not is_int(nproc) or nproc < 1:
-        raise InvalidArgumentError("nproc", nproc, "a whole number >= 1")
-    grace = check_grace(rank_exit_grace)
-    argv = [str(a) for a in argv]
-    if mode == "torchrun":
-        return [
-            *(torchrun or torchrun_command()),
-            "--standalone",
-            "--nnodes=1",
-            f"--nproc-per-node={nproc}",
-            "--max-restarts=0",
-            "--no-python",
-            "--",
-            *argv,
-        ]
-    return [python or sys.executable, "-m", __name__, "ranks", f"--nproc={nproc}", f"--grace={grace:g}", "--", *argv]
-
-
+# -- gpusched's own rank launcher: what srun does, where there is no srun (this host's GPUs) ----------------------
 def free_local_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

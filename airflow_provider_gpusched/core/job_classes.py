@@ -4,14 +4,14 @@ mapping that says what a (class, priority) pair means everywhere.
 A DAG author writes ``job_class="idle"`` (and optionally ``priority=3``); :class:`JobClassMapping`
 turns that into
 
-* **Airflow** settings: ``pool``, ``pool_slots`` (``"gpus"``: one slot per GPU asked for),
-  ``priority_weight`` (the class's weight plus the task's priority, ``weight_rule="absolute"``), ``queue``;
-* **Slurm** settings: ``partition``, ``qos``, ``nice`` (the class's nice minus the priority, never below 0:
-  only administrators may set negative values), ``requeue``, ``account``;
-* **local-GPU** settings (:class:`LocalClassPolicy`): whether leases are preemptible, the grace period
-  between SIGTERM and SIGKILL, the minimum runtime before preemption, the maximum number of preemptions,
-  the backoff before relaunching, and how long a GPU must have been idle (utilisation and foreign memory
-  under thresholds) before fill-in work may start on it.
+* **Airflow** settings (the ``airflow`` section, shared by every backend): ``pool``, ``pool_slots`` (``"gpus"``:
+  one slot per GPU asked for), ``priority_weight`` (the class's weight plus the task's priority,
+  ``weight_rule="absolute"``), ``queue``;
+* each backend's own settings, in a section named after it: the backend's ``job_class_settings``
+  (core/backends.py), a dataclass in the backend's module that holds its defaults per class (``for_class``) and
+  says how its keys are checked (``checks``; the rest by their type). This module parses any registered backend's
+  section the same way: the built-in ones are ``slurm`` (core/slurm/options.py: partition, qos, nice, requeue,
+  account) and ``local`` (core/gpu/class_policy.py: preemption and fill-in on this host's GPUs).
 
 The mapping comes from a YAML/JSON file or inline text (the Airflow option ``[gpusched] job_classes``);
 what it leaves out keeps the defaults below. Explicit operator arguments win over the class. Read while the
@@ -21,13 +21,14 @@ scheduler runs, the file goes through core/quota/last_good.py: a broken edit kee
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from dataclasses import Field, asdict, dataclass, field, fields, replace
+from typing import Any, ClassVar
 
 from airflow_provider_gpusched.core.checks import is_int, is_number
+from airflow_provider_gpusched.core.deprecation import GpuschedDeprecationWarning, moved_names
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
-from airflow_provider_gpusched.core.units import parse_bytes
 
 JOB_CLASSES = ("normal", "idle")
 
@@ -48,6 +49,12 @@ def check_priority(priority: Any, *, argument: str = "priority") -> int:
     return priority
 
 
+def _pool_slots(value: Any) -> Any:
+    if value != "gpus" and (not is_int(value) or value < 1):
+        raise ValueError("'gpus' or a whole number >= 1")
+    return value
+
+
 @dataclass(frozen=True)
 class AirflowClassSettings:
     pool: str | None = None
@@ -55,45 +62,38 @@ class AirflowClassSettings:
     priority_weight: int = 1
     queue: str | None = None
 
-
-@dataclass(frozen=True)
-class SlurmClassSettings:
-    partition: str | None = None
-    qos: str | None = None
-    nice: int = 0
-    requeue: bool | None = None
-    account: str | None = None
-
-
-@dataclass(frozen=True)
-class LocalClassPolicy:
-    """How a class behaves on local GPUs. ``fill_in``: the class only fills idle GPUs (never starts while
-    normal work waits, only on GPUs quiet for ``idle_for``); ``preemptible``: its leases give their GPUs back
-    to normal work (the timing fields). A fill-in class that is not preemptible is a polite filler: it waits
-    its turn but, once started, finishes."""
-
-    preemptible: bool = False
-    grace_period: float = 30.0  # seconds between SIGTERM (checkpoint now) and SIGKILL
-    min_runtime: float = 60.0  # an idle task runs at least this long before a normal task may preempt it
-    max_preemptions: int = 5  # after this many, the task's next lease is not preemptible (it finishes)
-    backoff: float = 30.0  # seconds before relaunching after a preemption (doubles each time, capped)
-    max_backoff: float = 600.0
-    idle_for: float = 60.0  # a GPU must have been free of foreign work this long before idle work starts
-    max_utilization: int = 10  # percent: above this (with no lease of ours on it) a GPU counts as busy
-    max_foreign_memory: int = 512 * 1024**2  # bytes used by processes we do not know: above it, busy
-    fill_in: bool = False  # only on idle GPUs, never ahead of waiting normal work
-
-    def backoff_for(self, preemptions: int) -> float:
-        """Seconds to wait before relaunching after the ``preemptions``-th preemption."""
-        return float(min(self.max_backoff, self.backoff * 2 ** max(0, preemptions - 1)))
+    #: the keys a mapping file writes otherwise than their type says (:func:`_update` checks the rest)
+    checks: ClassVar[Mapping[str, Callable[[Any], Any]]] = {"pool_slots": _pool_slots}
 
 
 @dataclass(frozen=True)
 class JobClass:
+    """A class's settings: the shared ``airflow`` section, and each backend's own section (a backend's
+    ``job_class_settings``, core/backends.py), read as ``job_class.section("slurm")`` or ``job_class.slurm``."""
+
     name: str
-    airflow: AirflowClassSettings
-    slurm: SlurmClassSettings
-    local: LocalClassPolicy
+    airflow: AirflowClassSettings = field(default_factory=AirflowClassSettings)
+    #: the backends' sections the mapping's source set; a backend's section it left out is the backend's default
+    sections: Mapping[str, Any] = field(default_factory=dict)
+
+    def section(self, backend: str) -> Any:
+        """The settings of ``backend``'s section; a name with no section is an InvalidArgumentError."""
+        found = self.airflow if backend == "airflow" else self.sections.get(backend)
+        if found is not None:
+            return found
+        settings = section_class(backend)
+        if settings is None:
+            raise InvalidArgumentError("job class section", backend, f"one of {', '.join(section_names()[1:])}")
+        return _defaults(settings, self.name)
+
+    def __getattr__(self, name: str) -> Any:
+        """A backend's section as an attribute (``job_class.local``)."""
+        if name.startswith("_") or name in ("name", "airflow", "sections"):
+            raise AttributeError(name)  # copying and unpickling look for these before the fields are set
+        try:
+            return self.section(name)
+        except InvalidArgumentError:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}") from None
 
     def airflow_settings(self, priority: int = 0, gpus: int = 1) -> dict[str, Any]:
         """Operator keyword arguments (only those the class sets)."""
@@ -110,33 +110,61 @@ class JobClass:
         return out
 
     def slurm_settings(self, priority: int = 0) -> dict[str, Any]:
-        """sbatch settings (partition, qos, nice, requeue, account) the class implies; unset ones left out."""
-        s = self.slurm
-        out: dict[str, Any] = {
-            k: v
-            for k, v in (("partition", s.partition), ("qos", s.qos), ("account", s.account), ("requeue", s.requeue))
-            if v not in (None, "")
-        }
-        nice = max(0, s.nice - priority)
-        if nice:
-            out["nice"] = nice
-        return out
+        """Kept for the old name: the Slurm section's ``sbatch_settings`` (core/slurm/options.py)."""
+        warnings.warn(
+            "JobClass.slurm_settings(priority) is now JobClass.section('slurm').sbatch_settings(priority); the old "
+            "name still works but will go in a later release",
+            GpuschedDeprecationWarning,
+            stacklevel=2,
+        )
+        settings: dict[str, Any] = self.section("slurm").sbatch_settings(priority)
+        return settings
 
 
+def section_class(name: object) -> type[Any] | None:
+    """The settings class of the job-class section ``name``: the registered backend of that name's
+    ``job_class_settings`` (imported on first use: reading this host's classes never loads the Slurm backend);
+    None when no backend of that name has a section."""
+    from airflow_provider_gpusched.core.backends import REGISTRY, get_backend
+
+    if not isinstance(name, str) or name not in REGISTRY:
+        return None
+    settings: type[Any] | None = get_backend(name, "job class section").job_class_settings
+    return settings
+
+
+def section_names() -> list[str]:
+    """``airflow`` and every registered backend with a section, in registration order."""
+    from airflow_provider_gpusched.core.backends import backend_names
+
+    return ["airflow", *(n for n in backend_names() if _loads_section(n))]
+
+
+def _loads_section(name: str) -> bool:
+    try:
+        return section_class(name) is not None
+    except GpuschedError:  # a broken installed backend: its own error says so where it is used
+        return False
+
+
+#: (section's settings class, job class) -> its built-in settings, made once (the lease manager asks often)
+_DEFAULTS: dict[tuple[type[Any], str], Any] = {}
+
+
+def _defaults(settings: type[Any], job_class: str) -> Any:
+    """A section's built-in settings for ``job_class``: its ``for_class(job_class)``, or its defaults."""
+    found = _DEFAULTS.get((settings, job_class))
+    if found is None:
+        for_class = getattr(settings, "for_class", None)
+        found = _DEFAULTS.setdefault((settings, job_class), for_class(job_class) if for_class else settings())
+    return found
+
+
+#: the built-in classes: the Airflow side; each backend's section is its own defaults (its ``for_class``)
 DEFAULT_CLASSES: dict[str, JobClass] = {
-    "normal": JobClass(
-        "normal", AirflowClassSettings(priority_weight=100), SlurmClassSettings(), LocalClassPolicy(preemptible=False)
-    ),
-    "idle": JobClass(
-        "idle",
-        AirflowClassSettings(pool="gpusched_idle", priority_weight=1),
-        SlurmClassSettings(partition="idle", requeue=True, nice=100),
-        LocalClassPolicy(fill_in=True, preemptible=True),
-    ),
+    "normal": JobClass("normal", AirflowClassSettings(priority_weight=100)),
+    "idle": JobClass("idle", AirflowClassSettings(pool="gpusched_idle", priority_weight=1)),
 }
-
-_SECTIONS = {"airflow": AirflowClassSettings, "slurm": SlurmClassSettings, "local": LocalClassPolicy}
-_BYTES = {"max_foreign_memory"}
 
 
 @dataclass
@@ -179,10 +207,8 @@ class JobClassMapping:
         return plan
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            name: {"airflow": asdict(c.airflow), "slurm": asdict(c.slurm), "local": asdict(c.local)}
-            for name, c in self.classes.items()
-        }
+        names = section_names()
+        return {name: {s: asdict(c.section(s)) for s in names} for name, c in self.classes.items()}
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "job classes") -> JobClassMapping:
@@ -201,20 +227,10 @@ class JobClassMapping:
             if body is None:
                 continue
             if not isinstance(body, Mapping):
-                raise JobClassConfigError(f"{source}: {name}: expected a mapping with airflow/slurm/local sections")
-            base = classes[name]
-            parts: dict[str, Any] = {"airflow": base.airflow, "slurm": base.slurm, "local": base.local}
-            for section, values in body.items():
-                if section not in _SECTIONS:
-                    raise JobClassConfigError(
-                        f"{source}: {name}.{section}: unknown section; expected one of {', '.join(_SECTIONS)}"
-                    )
-                if values is None:
-                    continue
-                if not isinstance(values, Mapping):
-                    raise JobClassConfigError(f"{source}: {name}.{section}: expected a mapping")
-                parts[section] = _update(parts[section], values, f"{source}: {name}.{section}")
-            classes[name] = JobClass(name, parts["airflow"], parts["slurm"], parts["local"])
+                raise JobClassConfigError(
+                    f"{source}: {name}: expected a mapping with {'/'.join(section_names())} sections"
+                )
+            classes[name] = _read_class(classes[name], body, f"{source}: {name}")
         return cls(classes, source)
 
     @classmethod
@@ -230,47 +246,74 @@ class JobClassMapping:
         return cls.from_dict(data, source)
 
 
+def _read_class(base: JobClass, body: Mapping[Any, Any], where: str) -> JobClass:
+    """``base`` with the sections ``body`` sets (``airflow``, or a backend's: that backend parses its own)."""
+    airflow, sections = base.airflow, dict(base.sections)
+    for section, values in body.items():
+        if section != "airflow" and _known_section(section, where) is None:
+            raise JobClassConfigError(
+                f"{where}.{section}: unknown section; expected one of {', '.join(section_names())}"
+            )
+        if values is None:
+            continue
+        if not isinstance(values, Mapping):
+            raise JobClassConfigError(f"{where}.{section}: expected a mapping")
+        updated = _update(base.section(section), values, f"{where}.{section}")
+        if section == "airflow":
+            airflow = updated
+        else:
+            sections[section] = updated
+    return JobClass(base.name, airflow, sections)
+
+
+def _known_section(section: Any, where: str) -> type[Any] | None:
+    try:
+        return section_class(section)
+    except GpuschedError as exc:  # a backend of that name that cannot be loaded
+        raise JobClassConfigError(f"{where}.{section}: {exc}") from None
+
+
 def _update(settings: Any, values: Mapping[str, Any], where: str) -> Any:
+    """``settings`` (a section's dataclass) with ``values`` checked: a key in the class's ``checks`` by its check,
+    the others by the type of their field."""
     known = {f.name: f for f in fields(settings)}
+    checks: Mapping[str, Callable[[Any], Any]] = getattr(settings, "checks", {})
     changes: dict[str, Any] = {}
     for key, value in values.items():
         if key not in known:
             raise JobClassConfigError(f"{where}.{key}: unknown setting; expected one of {', '.join(known)}")
-        current = getattr(settings, key)
         try:
-            if key in _BYTES:
-                value = parse_bytes(value, argument=key)
-            elif key == "pool_slots":
-                if value != "gpus" and (not is_int(value) or value < 1):
-                    raise ValueError("'gpus' or a whole number >= 1")
-            elif isinstance(current, bool) or key in ("fill_in", "preemptible", "requeue"):
-                if value is not None and not isinstance(value, bool):
-                    raise ValueError("true or false")
-            elif is_int(current):
-                if not is_int(value):
-                    raise ValueError("a whole number")
-                if key == "max_preemptions" and value < 0:
-                    raise ValueError("a whole number >= 0")
-            elif isinstance(current, float):
-                if not is_number(value) or value < 0:
-                    raise ValueError("a number of seconds >= 0")
-                value = float(value)
-            elif value is not None and not isinstance(value, str):
-                raise ValueError("a string or null")
+            check = checks.get(key)
+            value = check(value) if check else _by_type(known[key], getattr(settings, key), value)
         except (ValueError, InvalidArgumentError) as exc:
             raise JobClassConfigError(f"{where}.{key}: expected {exc}, got {json.dumps(value, default=str)}") from None
         changes[key] = value
     return replace(settings, **changes)
 
 
-def slurm_class_settings(
-    job_class: str,
-    mapping: JobClassMapping | None = None,
-    priority: int = 0,
-    overrides: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The sbatch settings ``job_class`` implies under ``mapping``, with non-empty ``overrides`` on top
-    (a Slurm connection's ``idle_partition``/``idle_qos``)."""
-    settings = (mapping or JobClassMapping())[job_class].slurm_settings(priority)
-    settings.update({k: v for k, v in (overrides or {}).items() if v not in (None, "")})
-    return settings
+def _by_type(f: Field[Any], current: Any, value: Any) -> Any:
+    """``value`` checked against what the field holds: true/false, a whole number, seconds, a string or null."""
+    if isinstance(current, bool) or "bool" in str(f.type):
+        if value is not None and not isinstance(value, bool):
+            raise ValueError("true or false")
+    elif is_int(current):
+        if not is_int(value):
+            raise ValueError("a whole number")
+    elif isinstance(current, float):
+        if not is_number(value) or value < 0:
+            raise ValueError("a number of seconds >= 0")
+        value = float(value)
+    elif value is not None and not isinstance(value, str):
+        raise ValueError("a string or null")
+    return value
+
+
+#: names that moved into their backend's module (issue 78): the old ones still import, with a warning
+__getattr__ = moved_names(
+    __name__,
+    {
+        "SlurmClassSettings": "airflow_provider_gpusched.core.slurm.options:SlurmClassSettings",
+        "slurm_class_settings": "airflow_provider_gpusched.core.slurm.options:slurm_class_settings",
+        "LocalClassPolicy": "airflow_provider_gpusched.core.gpu.class_policy:LocalClassPolicy",
+    },
+)

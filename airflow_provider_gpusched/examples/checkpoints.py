@@ -131,7 +131,7 @@ class Checkpoints:
                 f"checkpoint {path}: not written by Checkpoints.save (expected format {FORMAT!r}); "
                 "remove it to start from scratch"
             )
-        from airflow_provider_gpusched.core.sweep.pbt import read_handed_over
+        from airflow_provider_gpusched.core.sweep.searches.pbt import read_handed_over
 
         handed = read_handed_over(self.folder) if self.folder else None
         if self.fingerprint and state.get("fingerprint") != self.fingerprint and handed is not None:

@@ -58,7 +58,7 @@ DEFAULTS: dict[str, Any] = {
     "epochs": 12,
     "seed": 0,
 }
-INPUT_SHAPE = (1, 1, 8, 8)  # one image: the shape a model's cost is measured with (core/sweep/model_cost.py)
+INPUT_SHAPE = (1, 1, 8, 8)  # one image: the shape a model's cost is measured with (core/sweep/searches/model_cost.py)
 CLASSES = 10
 VAL_FRACTION = 0.25
 CHECKPOINT_KEYS = ("epoch", "batch", "epoch_loss", "model", "optimizer", "rng", "starts", "stops", "curve")
@@ -400,7 +400,7 @@ def _training_result(
     p: Mapping[str, Any], model, run: _Progress, device, checkpoint: str | None, started: float
 ) -> dict[str, Any]:
     """What ``train_digits`` returns: the last epoch's metrics, the best accuracy, the progress, the model's size."""
-    from airflow_provider_gpusched.core.sweep.model_cost import model_cost
+    from airflow_provider_gpusched.core.sweep.searches.model_cost import model_cost
 
     # FLOPs for the CNN (what a NAS search constrains), counted after training: PyTorch's counter takes 1.5-2 s to
     # load (4 s with the cores busy), time a time-limit chain's segment would otherwise spend before its first step

@@ -24,7 +24,6 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
-from airflow_provider_gpusched.core.job_classes import slurm_class_settings
 from airflow_provider_gpusched.core.slurm import (
     SlurmClient,
     SlurmJobSpec,
@@ -32,6 +31,7 @@ from airflow_provider_gpusched.core.slurm import (
     SSHTransport,
     client_from_description,
 )
+from airflow_provider_gpusched.core.slurm.options import slurm_class_settings
 
 
 class SlurmHook(BaseHook):

@@ -3,7 +3,7 @@
 What they say (:class:`GpuschedNotifier`):
 
 * bound to a sweep (``sweep_task_group(spec, notify=[...])`` binds them, or ``sweep_folder=``): the sweep's
-  end report (core/sweep/end_report.py) — counts, the leaderboard's top, the best trial, failures with the last
+  end report (core/sweep/results/end_report.py) — counts, the leaderboard's top, the best trial, failures with the last
   lines of their output, GPU time by class;
 * otherwise, in a task's ``on_failure_callback`` (or any callback): an alert about that task — DAG, run, task,
   map index, try, the error, and the last lines of its job's output (a Slurm job's, as its operator recorded
@@ -91,7 +91,7 @@ class GpuschedNotifier(BaseNotifier):
         return self._task_message(context)
 
     def _sweep_message(self, context, folder: str) -> Message:
-        from airflow_provider_gpusched.core.sweep.end_report import build_end_report
+        from airflow_provider_gpusched.core.sweep.results.end_report import build_end_report
 
         run = getattr(context.get("dag_run"), "run_id", None) or context.get("run_id")
         report = build_end_report(

@@ -1,29 +1,34 @@
 """How a sweep's trials run: the execution options of :func:`~airflow_provider_gpusched.task_groups.sweep.sweep_task_group`.
 
-What to run is the :class:`~airflow_provider_gpusched.core.sweep.spec.SweepSpec`; *how* is one
+What to run is the :class:`~airflow_provider_gpusched.core.sweep.definition.sweep_spec.SweepSpec`; *how* is one
 :class:`SweepExecution` (the way astronomer-cosmos keeps its render and execution configs apart)::
 
     sweep_task_group(spec, execution=SweepExecution(backend="slurm", batching="batched", max_array_parallel=8))
     sweep_task_group(spec, backend="slurm", batching="batched")   # the same, as keyword shortcuts
+
+What only one backend reads is that backend's ``options`` (its ``Backend.sweep_options``, parsed and checked by
+its own dataclass): ``SweepExecution(backend="slurm", options=SlurmSweepOptions(max_array_parallel=8))``; its
+keywords (``max_array_parallel=8``) are shortcuts for them.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_provider_gpusched.core.backends import DEFAULT_BACKEND, backend_names
+from airflow_provider_gpusched.core.backends import DEFAULT_BACKEND, backend_names, get_backend
 from airflow_provider_gpusched.core.checks import is_int, is_number
+from airflow_provider_gpusched.core.errors import InvalidArgumentError
 
 BATCHING = ("auto", "mapped", "batched")
 DEFAULT_MAX_CHUNK = 500
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class SweepExecution:
     """:param backend: a backend's name (core/backends.py): ``"local"`` (this host's GPUs) or ``"slurm"``.
     :param batching: ``"mapped"`` (a task per trial), ``"batched"`` (runner tasks or job arrays over chunks)
@@ -35,12 +40,16 @@ class SweepExecution:
         worker processes of this many trials each (1: a process per trial, with OOM escalation per trial).
     :param python: interpreter that runs the trial runner (default: this one; on Slurm nodes it must have
         this package installed and see the results folder).
-    :param slurm_conn_id: the Slurm connection (Slurm backend).
-    :param max_array_parallel: Slurm batched mode: at most this many array tasks of a chunk at once.
     :param poll_interval: seconds between looks while trials wait for GPUs or Slurm jobs (default: the
         ``[gpusched]`` settings).
     :param trial_kwargs: extra arguments for the trial operator (``LocalGPUOperator``/``SlurmJobOperator``),
         e.g. ``retries`` or ``execution_timeout``.
+    :param options: the backend's own options: its ``Backend.sweep_options`` (the Slurm backend's
+        :class:`~airflow_provider_gpusched.core.slurm.options.SlurmSweepOptions`: ``conn_id``,
+        ``max_array_parallel``), or a mapping of their fields; left out, the backend's defaults.
+    :param backend_keywords: keywords a backend takes for fields of its options (its ``Backend.sweep_keywords``:
+        the Slurm backend's ``slurm_conn_id`` and ``max_array_parallel``). One of another registered backend is
+        left aside, so that a DAG switching backends may keep it.
     """
 
     backend: str = DEFAULT_BACKEND
@@ -50,17 +59,47 @@ class SweepExecution:
     parallel: int | None = None
     trials_per_process: int = 8
     python: str | None = None
-    slurm_conn_id: str = "slurm_default"
-    max_array_parallel: int | None = None
     poll_interval: float | None = None
     trial_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    options: Any = None
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        backend: str = DEFAULT_BACKEND,
+        batching: str = "auto",
+        max_mapped_trials: int = 256,
+        chunk_size: int | None = None,
+        parallel: int | None = None,
+        trials_per_process: int = 8,
+        python: str | None = None,
+        *,
+        poll_interval: float | None = None,
+        trial_kwargs: Mapping[str, Any] | None = None,
+        options: Any = None,
+        **backend_keywords: Any,
+    ) -> None:
+        shared = {
+            "backend": backend,
+            "batching": batching,
+            "max_mapped_trials": max_mapped_trials,
+            "chunk_size": chunk_size,
+            "parallel": parallel,
+            "trials_per_process": trials_per_process,
+            "python": python,
+            "poll_interval": poll_interval,
+            "trial_kwargs": {} if trial_kwargs is None else trial_kwargs,
+        }
+        for name, value in shared.items():
+            object.__setattr__(self, name, value)
         if self.backend not in backend_names():
             raise AirflowException(f"backend must be one of {tuple(sorted(backend_names()))}, got {self.backend!r}")
+        self._check()
+        object.__setattr__(self, "options", backend_options(self.backend, options, backend_keywords))
+
+    def _check(self) -> None:
         if self.batching not in BATCHING:
             raise AirflowException(f"batching must be one of {BATCHING}, got {self.batching!r}")
-        for name in ("max_mapped_trials", "chunk_size", "parallel", "trials_per_process", "max_array_parallel"):
+        for name in ("max_mapped_trials", "chunk_size", "parallel", "trials_per_process"):
             value = getattr(self, name)
             if value is not None and (not is_int(value) or value < 1):
                 raise AirflowException(f"{name} must be a whole number >= 1, got {value!r}")
@@ -73,11 +112,10 @@ class SweepExecution:
     @classmethod
     def from_options(cls, execution: SweepExecution | None, options: Mapping[str, Any]) -> SweepExecution:
         """``execution``, or one built from keyword shortcuts (not both); unknown names are refused by name."""
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(set(options) - set(known))
+        unknown = _unknown(options)
         if unknown:
             raise AirflowException(
-                f"sweep_task_group: unknown option(s) {', '.join(unknown)}; expected one of {', '.join(known)}"
+                f"sweep_task_group: unknown option(s) {', '.join(unknown)}; expected one of {', '.join(_names())}"
             )
         if execution is not None and options:
             raise AirflowException(
@@ -98,3 +136,65 @@ class SweepExecution:
 
     def chunk_size_for(self, stage_size: int) -> int:
         return self.chunk_size or max(1, min(DEFAULT_MAX_CHUNK, -(-stage_size // 2)))
+
+
+def backend_keywords() -> list[str]:
+    """Every keyword a registered backend takes for its options (``Backend.sweep_keywords``)."""
+    return [k for name in backend_names() for k in get_backend(name).sweep_keywords]
+
+
+def backend_options(backend: str, options: Any, keywords: Mapping[str, Any]) -> Any:
+    """``backend``'s sweep options (its ``Backend.sweep_options``) from ``options`` (one of them, a mapping of their
+    fields, or None: the defaults) with ``keywords`` (its ``sweep_keywords``) on top, checked by the options; an
+    error names the keyword or ``options.<field>``. Keywords of another registered backend are left aside."""
+    found = get_backend(backend)
+    kind = found.sweep_options
+    unknown = _unknown(keywords)
+    if unknown:
+        raise AirflowException(f"unknown option(s) {', '.join(unknown)}; expected one of {', '.join(_names())}")
+    own = {found.sweep_keywords[k]: v for k, v in keywords.items() if k in found.sweep_keywords}
+    if kind is None:
+        if options not in (None, {}):
+            raise AirflowException(f"options: the {backend} backend takes no options, got {options!r}")
+        return None
+    values = _option_values(kind, options, backend)
+    return _build(kind, {**values, **own}, {v: k for k, v in found.sweep_keywords.items() if k in keywords})
+
+
+def _option_values(kind: type[Any], options: Any, backend: str) -> dict[str, Any]:
+    if options is None:
+        return {}
+    if isinstance(options, kind):
+        return {f.name: getattr(options, f.name) for f in fields(options)}
+    if not isinstance(options, Mapping):
+        raise AirflowException(
+            f"options must be a {kind.__name__} or a mapping of its fields (the {backend} backend's options), "
+            f"got {type(options).__name__}"
+        )
+    names = [f.name for f in fields(kind)]
+    unknown = sorted(str(k) for k in options if k not in names)
+    if unknown:
+        raise AirflowException(
+            f"options: unknown option(s) {', '.join(unknown)} of the {backend} backend; expected one of "
+            f"{', '.join(names)}"
+        )
+    return dict(options)
+
+
+def _build(kind: type[Any], values: dict[str, Any], keyword_of: Mapping[str, str]) -> Any:
+    try:
+        return kind(**values)
+    except InvalidArgumentError as exc:
+        name = keyword_of.get(exc.argument) or f"options.{exc.argument}"
+        raise AirflowException(f"{name} must be {exc.expected}, got {exc.value!r}") from None
+
+
+def _unknown(names: Iterable[str]) -> list[str]:
+    """The ``names`` neither SweepExecution nor any registered backend takes (every backend is loaded only when a
+    name is not SweepExecution's own)."""
+    rest = set(names) - {f.name for f in fields(SweepExecution)}
+    return sorted(rest - set(backend_keywords())) if rest else []
+
+
+def _names() -> list[str]:
+    return [f.name for f in fields(SweepExecution)] + backend_keywords()

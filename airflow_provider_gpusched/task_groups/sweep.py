@@ -30,11 +30,11 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_provider_gpusched import settings, tracking
 from airflow_provider_gpusched.core.backends import get_backend
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
-from airflow_provider_gpusched.core.sweep.session import SweepSession
-from airflow_provider_gpusched.core.sweep.spec import SweepSpec
-from airflow_provider_gpusched.core.sweep.terminal import script_directory
-from airflow_provider_gpusched.core.sweep.trial_run import Manifest, trial_argv, trial_set
-from airflow_provider_gpusched.core.sweep.view import PLAN_XCOM, plan_record
+from airflow_provider_gpusched.core.sweep.definition.sweep_spec import SweepSpec
+from airflow_provider_gpusched.core.sweep.results.view import PLAN_XCOM, plan_record
+from airflow_provider_gpusched.core.sweep.running.session import SweepSession
+from airflow_provider_gpusched.core.sweep.running.terminal import script_directory
+from airflow_provider_gpusched.core.sweep.running.trial_run import Manifest, trial_argv, trial_set
 from airflow_provider_gpusched.task_groups.execution import SweepExecution
 
 #: the sweep's bookkeeping tasks (plan, tell, collect, leaderboard, check_trials) retry what fails around them (the
@@ -66,7 +66,7 @@ def sweep_task_group(
     notify_rounds: bool = False,
     **options: Any,
 ) -> TaskGroup:
-    """Build the task group of ``spec`` (a :class:`~airflow_provider_gpusched.core.sweep.spec.SweepSpec`, its dict, or a YAML path) in the DAG being defined.
+    """Build the task group of ``spec`` (a :class:`~airflow_provider_gpusched.core.sweep.definition.sweep_spec.SweepSpec`, its dict, or a YAML path) in the DAG being defined.
 
     :param execution: how the trials run (:class:`~airflow_provider_gpusched.task_groups.execution.SweepExecution`:
         backend, batching, chunking, the trial operator's arguments); or give its fields as keyword
@@ -244,7 +244,7 @@ def _check_trials(spec: SweepSpec, notifiers: Sequence[Any] = ()):
     def check_trials(summary: dict[str, Any]) -> dict:
         """The run is green only when it ran every trial of its plan (none stopped or not started) and at most
         ``max_failed_trials`` of them failed, were invalid or timed out."""
-        from airflow_provider_gpusched.core.sweep.store import FAILED_STATES
+        from airflow_provider_gpusched.core.sweep.records.store import FAILED_STATES
 
         counts = summary["counts"]
         bad = sum(counts.get(state, 0) for state in FAILED_STATES)
@@ -355,6 +355,8 @@ class StageAdapter(Protocol):
 
     def plan_chunks(self, manifest: Manifest, python: str, max_parallel: int | None) -> list[Any]: ...
 
+    def chunk_parallel(self, options: Any, max_workers: int | None) -> int | None: ...
+
     def plan_workers(self, manifest: Manifest, python: str, workers: int) -> list[Any]: ...
 
     def run_chunks(self, stage: SweepStage, round_no: int | None, planned: Any) -> Any: ...
@@ -408,10 +410,8 @@ class SweepStage:
     def build(self, round_no: int | None = None):
         session, python, adapter = self.session, self.execution.interpreter, self.adapter
         batched, backend, chunk_size = self.batched, self.backend, self.chunk_size
-        max_array_parallel = self.execution.max_array_parallel
+        max_parallel = adapter.chunk_parallel(self.execution.options, self.spec.max_workers)
         workers = self.spec.max_workers or self.execution.parallel or self.spec.per_round or 1
-        if self.spec.max_workers is not None:
-            max_array_parallel = min(max_array_parallel or self.spec.max_workers, self.spec.max_workers)
 
         @task(task_id="plan", **BOOKKEEPING)
         def plan() -> list[Any]:
@@ -453,7 +453,7 @@ class SweepStage:
                     {"command": trial_argv(manifest, t, python), "trials": trial_set(manifest, [t])}
                     for t in manifest.pending
                 ]
-            return adapter.plan_chunks(manifest, python, max_array_parallel)
+            return adapter.plan_chunks(manifest, python, max_parallel)
 
         planned = plan()
         if not batched:

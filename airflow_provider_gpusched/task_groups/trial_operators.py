@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_gpusched import lineage, metrics, tracking
 from airflow_provider_gpusched.core.deprecation import moved_names
 from airflow_provider_gpusched.core.errors import GpuschedError
-from airflow_provider_gpusched.core.sweep.store import FINAL_STATES
-from airflow_provider_gpusched.core.sweep.trial_run import TrialSet, mark_unfinished
-from airflow_provider_gpusched.core.sweep.view import OUTCOMES_XCOM, outcome_records
+from airflow_provider_gpusched.core.sweep.records.store import FINAL_STATES
+from airflow_provider_gpusched.core.sweep.results.view import OUTCOMES_XCOM, outcome_records
+from airflow_provider_gpusched.core.sweep.running.trial_run import TrialSet, mark_unfinished
 from airflow_provider_gpusched.core.work_tag import MAX_FIELD, WorkTag
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def _ended_as(exc: Exception) -> str:
 
 
 class RecordsTrialFailures:
-    """``trials``: the record of the trials this task runs (core/sweep/trial_run.py's TrialSet, as the sweep's
+    """``trials``: the record of the trials this task runs (core/sweep/running/trial_run.py's TrialSet, as the sweep's
     plan task made it); their manifest is read once per task instance (:meth:`trial_set`)."""
 
     trials: Any

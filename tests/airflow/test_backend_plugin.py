@@ -52,7 +52,7 @@ def test_a_sweep_on_the_documented_backend_runs_as_a_dag(airflow_db, process_bac
 def test_the_documented_backend_refuses_a_batched_stage_by_name(airflow_db, process_backend, tmp_path):  # noqa: F811
     from airflow.sdk.exceptions import AirflowException
 
-    from airflow_provider_gpusched.core.sweep.spec import SweepSpec
+    from airflow_provider_gpusched.core.sweep.definition.sweep_spec import SweepSpec
 
     spec = SweepSpec.from_dict(_spec_data(tmp_path), where="cpu-check.yaml")
     with pytest.raises(AirflowException, match="the process backend runs no batched stages; give batching='mapped'"):

@@ -31,7 +31,7 @@ def test_every_bookkeeping_task_retries(tmp_path, monkeypatch):
 def test_a_plan_that_fails_around_it_is_retried_and_the_sweep_runs(airflow_db, tmp_path, monkeypatch):
     """The plan's first try fails as an unreachable API would (an OSError, not the sweep's fault): its retry plans
     and the run goes on to the end."""
-    from airflow_provider_gpusched.core.sweep.session import SweepSession
+    from airflow_provider_gpusched.core.sweep.running.session import SweepSession
     from airflow_provider_gpusched.task_groups import sweep as sweep_module
     from tests.airflow.conftest import run_and_collect
 
@@ -54,7 +54,7 @@ def test_a_plan_that_fails_around_it_is_retried_and_the_sweep_runs(airflow_db, t
 def test_collect_names_the_cause_when_nothing_was_planned(airflow_db, tmp_path, monkeypatch, capsys):
     """A plan that fails for good: collect fails at once (no retry can mend it) and names the plan task's end."""
     from airflow_provider_gpusched.core.errors import GpuschedError
-    from airflow_provider_gpusched.core.sweep.session import SweepSession
+    from airflow_provider_gpusched.core.sweep.running.session import SweepSession
     from tests.airflow.conftest import run_and_collect
 
     def broken(self, *args, **kwargs):

@@ -91,7 +91,7 @@ def test_bohb_example_searches_asynchronously_and_hyperband_prunes_in_the_shared
     best = xcoms["digits_bohb.leaderboard"]["return_value"]
     assert best["score"] == max(r["result"]["accuracy"] for r in done) > 0.9
     # the Sweeps page's rows: every trial, from the workers' published outcomes (no plan lists them)
-    from airflow_provider_gpusched.core.sweep.view import trial_counts, trial_rows
+    from airflow_provider_gpusched.core.sweep.results.view import trial_counts, trial_rows
 
     plan = xcoms["digits_bohb.plan"]["gpusched_sweep_plan"]
     outcomes = {o["trial_id"]: o for k in workers for o in xcoms[k].get("gpusched_trial_outcomes", [])}
@@ -128,9 +128,9 @@ def test_pbt_example_trains_in_generations_and_the_worst_member_goes_on_from_the
     assert max(m[1]["score"] for m in members) > 0.9
     # the Sweeps tab's population, from the plans the rounds published and the lineage and reports as the
     # api-server reads them: each member's curve over both generations, the exploit where it happened
-    from airflow_provider_gpusched.core.sweep.pbt import read_lineage
-    from airflow_provider_gpusched.core.sweep.reports import read_reports
-    from airflow_provider_gpusched.core.sweep.view import build_sweep_view, report_paths
+    from airflow_provider_gpusched.core.sweep.records.reports import read_reports
+    from airflow_provider_gpusched.core.sweep.results.view import build_sweep_view, report_paths
+    from airflow_provider_gpusched.core.sweep.searches.pbt import read_lineage
 
     plans = [xcoms[f"digits_pbt.round_{g}.plan"]["gpusched_sweep_plan"] for g in (0, 1)]
     paths = report_paths(plans)

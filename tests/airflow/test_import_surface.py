@@ -53,7 +53,7 @@ def test_every_lazy_export_resolves():
         for name in module.__all__:
             value = getattr(module, name)
             assert value is not None, f"{module.__name__}.{name}"
-    assert package.EvolutionSettings.__module__ == "airflow_provider_gpusched.core.sweep.kind_settings"
+    assert package.EvolutionSettings.__module__ == "airflow_provider_gpusched.core.sweep.searches.evolution"
 
 
 def test_the_trial_operators_moved_to_their_wings_still_import_by_their_old_names_with_a_warning():

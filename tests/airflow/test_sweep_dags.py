@@ -206,7 +206,7 @@ def test_slurm_mapped_and_array_sweeps(airflow_db, sweeps_root, slurm_cluster):
 def test_an_asynchronous_search_on_slurm_is_one_array_of_workers_and_the_sweeps_view_lists_its_trials(
     airflow_db, sweeps_root, slurm_cluster
 ):
-    from airflow_provider_gpusched.core.sweep.view import trial_rows
+    from airflow_provider_gpusched.core.sweep.results.view import trial_rows
 
     from .conftest import load_dag_file
 

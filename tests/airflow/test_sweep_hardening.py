@@ -74,7 +74,7 @@ def test_unusable_results_are_invalid_with_the_reason_and_the_run_is_not_green(s
     counts = xcoms["invalid.collect"]["return_value"]["counts"]
     assert counts["invalid"] == 3 and counts["succeeded"] == 1
     # a re-run tries them again instead of skipping them as succeeded
-    from airflow_provider_gpusched.core.sweep.session import SweepSession
+    from airflow_provider_gpusched.core.sweep.running.session import SweepSession
 
     spec = load_dag_file(DAGFILE).invalid_spec("invalid")
     spec.results_root = str(sweeps_root)
@@ -107,8 +107,8 @@ def test_a_slurm_trial_is_the_same_work_in_every_run(tmp_path):
     from airflow_provider_gpusched.backends.slurm import SweepTrialSlurmOperator
     from airflow_provider_gpusched.core.slurm import SlurmJobSpec
     from airflow_provider_gpusched.core.sweep import Objective, SweepSpec
-    from airflow_provider_gpusched.core.sweep.session import SweepSession
-    from airflow_provider_gpusched.core.sweep.trial_run import trial_argv, trial_set
+    from airflow_provider_gpusched.core.sweep.running.session import SweepSession
+    from airflow_provider_gpusched.core.sweep.running.trial_run import trial_argv, trial_set
 
     session = SweepSession(
         SweepSpec(

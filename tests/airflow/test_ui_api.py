@@ -621,8 +621,8 @@ def test_a_dag_that_forges_records_sees_nothing_of_another_dag_and_adds_no_host(
 def test_the_sweeps_page_asks_a_kind_for_its_population_not_its_name(tmp_path):
     """PBT draws its population (the lineage read checked from the sweep's folder); a kind without one says so;
     a kind of another package that draws one is asked the same way, whatever its name."""
-    from airflow_provider_gpusched.core.sweep import search_kinds as search_kinds_module
-    from airflow_provider_gpusched.core.sweep.search_kind import SearchKind as SearchKindBase
+    from airflow_provider_gpusched.core.sweep.definition import search_kind as search_kinds_module
+    from airflow_provider_gpusched.core.sweep.definition.search_kind import SearchKind as SearchKindBase
     from airflow_provider_gpusched.plugins.api.sweeps import _kind_of
 
     pbt, grid = search_kinds_module.search_kind("pbt"), search_kinds_module.search_kind("grid")

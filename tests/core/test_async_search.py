@@ -1,4 +1,4 @@
-"""Asynchronous search (core/sweep/asynchronous.py): workers ask one shared Optuna study for their next trial the
+"""Asynchronous search (core/sweep/running/asynchronous.py): workers ask one shared Optuna study for their next trial the
 moment a slot frees. Real trial runner processes on simulated GPUs (no GPU here), a real journal file."""
 
 import json
@@ -13,8 +13,8 @@ from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.sweep import EvolutionSettings, Objective, SweepSpec, uniform
-from airflow_provider_gpusched.core.sweep.session import SweepSession
-from airflow_provider_gpusched.core.sweep.terminal import run_sweep
+from airflow_provider_gpusched.core.sweep.running.session import SweepSession
+from airflow_provider_gpusched.core.sweep.running.terminal import run_sweep
 
 optuna = pytest.importorskip("optuna")
 
@@ -183,7 +183,7 @@ import json, sys
 sys.path.insert(0, sys.argv[3])
 from test_async_search import spec
 from pathlib import Path
-from airflow_provider_gpusched.core.sweep.session import SweepSession
+from airflow_provider_gpusched.core.sweep.running.session import SweepSession
 run = SweepSession(spec(Path(sys.argv[1]), count=12), sys.argv[1]).asynchronous("r1")
 got = []
 while (trial := run.next_trial(sys.argv[2])) is not None:
@@ -273,12 +273,14 @@ def test_a_backend_that_runs_no_asynchronous_search_refuses_it_by_name(tmp_path)
 
 
 def test_a_worker_process_runs_trials_until_none_are_left_and_says_what_it_lacks(tmp_path, capsys):
-    """core/sweep/worker.py, as a Slurm array task runs it (here in this process): its usage, a plan without the
+    """core/sweep/running/worker.py, as a Slurm array task runs it (here in this process): its usage, a plan without the
     spec it asks with, and a plan with it: it runs the trials and tells the study."""
-    from airflow_provider_gpusched.core.sweep.worker import main
+    from airflow_provider_gpusched.core.sweep.running.worker import main
 
     assert main(["only-one-argument"]) == 2
-    assert "usage: python -m airflow_provider_gpusched.core.sweep.worker MANIFEST NAME" in capsys.readouterr().err
+    assert (
+        "usage: python -m airflow_provider_gpusched.core.sweep.running.worker MANIFEST NAME" in capsys.readouterr().err
+    )
     session = SweepSession(
         spec(tmp_path, count=2, python_callable=lambda p: {"y": p["x"]}, command=None), str(tmp_path)
     )
@@ -304,7 +306,7 @@ def test_the_caller_hears_each_trial_a_slot_takes_on_its_own_thread_and_a_slot_f
     import threading
 
     from airflow_provider_gpusched.core.gpu.placement import GPURequest
-    from airflow_provider_gpusched.core.sweep.batch import run_local_batch
+    from airflow_provider_gpusched.core.sweep.running.batch import run_local_batch
 
     for name, time_limit, per_process in (("slots", None, 8), ("limited", 600.0, 8), ("one-each", None, 1)):
         session = SweepSession(spec(tmp_path, name=name, count=4), str(tmp_path))
@@ -364,7 +366,7 @@ def test_a_slot_whose_worker_process_dies_fails_that_trial_once_and_goes_on_with
     saying its runner stopped, the study hears it, and the slot starts a new worker that runs the rest, each
     worker at most trials_per_process."""
     from airflow_provider_gpusched.core.gpu.placement import GPURequest
-    from airflow_provider_gpusched.core.sweep.batch import run_local_batch
+    from airflow_provider_gpusched.core.sweep.running.batch import run_local_batch
 
     mark = str(tmp_path / "died-once")
 
@@ -436,7 +438,7 @@ def test_a_corrupted_journal_is_named_with_the_way_forward_and_the_way_forward_w
     assert f"mv {journal} {journal}.bad" in said and "run the sweep again" in said
     assert "rebuilds the study from the records" in said and "succeeded or were pruned do not run again" in said
     journal.rename(f"{journal}.bad")
-    with caplog.at_level("WARNING", logger="airflow_provider_gpusched.core.sweep.search"):
+    with caplog.at_level("WARNING", logger="airflow_provider_gpusched.core.sweep.searches.optuna"):
         again = drive(tmp_path, "r3", count=4)
     runs = Counter(s["run"] for s in statuses(tmp_path).values())
     assert runs == {"r1": 3, "r3": 1}  # the three finished trials did not run again; the fourth is new
@@ -468,7 +470,7 @@ def test_a_rebuilt_study_holds_each_trial_as_it_ended_and_names_the_records_it_c
     (folders[1] / "reports.jsonl").write_text("".join(json.dumps({"step": s, "y": -s}) + "\n" for s in (1, 2)))
     (folders[2] / "status.json").write_text("{not json")
     (tmp_path / "asy" / "search" / "optuna.journal").rename(tmp_path / "moved.journal")
-    with caplog.at_level("WARNING", logger="airflow_provider_gpusched.core.sweep.search"):
+    with caplog.at_level("WARNING", logger="airflow_provider_gpusched.core.sweep.searches.optuna"):
         session = SweepSession(spec(tmp_path, count=4), str(tmp_path))
         plan = session.prepare(run="r2")
     assert "rebuilt 3 trial(s)" in caplog.text and "(1 complete, 1 pruned, 1 failed)" in caplog.text

@@ -16,8 +16,8 @@ import yaml
 from airflow_provider_gpusched.core import backends
 from airflow_provider_gpusched.core.backends import Backend, backend_names, get_backend, register_backend
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
-from airflow_provider_gpusched.core.sweep.spec import SweepSpec
-from airflow_provider_gpusched.core.sweep.terminal import run_sweep
+from airflow_provider_gpusched.core.sweep.definition.sweep_spec import SweepSpec
+from airflow_provider_gpusched.core.sweep.running.terminal import run_sweep
 from tests.cli import gpusched
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Synchronous Hyperband (core/sweep/hyperband.py): brackets of successive halving as rounds, real trial runner
+"""Synchronous Hyperband (core/sweep/searches/hyperband.py): brackets of successive halving as rounds, real trial runner
 processes on simulated GPUs (no GPU here), the checkpointing toy trainer of tests/core/test_pbt.py."""
 
 import json
@@ -6,9 +6,9 @@ import json
 import pytest
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
-from airflow_provider_gpusched.core.sweep.hyperband import HyperbandSettings
-from airflow_provider_gpusched.core.sweep.session import SweepSession
-from airflow_provider_gpusched.core.sweep.terminal import run_sweep
+from airflow_provider_gpusched.core.sweep.running.session import SweepSession
+from airflow_provider_gpusched.core.sweep.running.terminal import run_sweep
+from airflow_provider_gpusched.core.sweep.searches.hyperband import HyperbandSettings
 
 from .test_pbt import manager
 from .test_pbt import spec as pbt_spec

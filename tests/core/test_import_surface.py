@@ -20,7 +20,7 @@ def test_the_package_and_its_core_names_import_without_airflow():
     )
     assert out.split("\n")[:2] == [
         "False",
-        "False airflow_provider_gpusched.core.sweep.spec airflow_provider_gpusched.core.sweep.trial_report",
+        "False airflow_provider_gpusched.core.sweep.definition.sweep_spec airflow_provider_gpusched.core.sweep.running.trial_report",
     ]
 
 

@@ -1,4 +1,4 @@
-"""The NAS search's built-in evaluator (core/sweep/model_cost.py): a model's parameters and FLOPs, counted by
+"""The NAS search's built-in evaluator (core/sweep/searches/model_cost.py): a model's parameters and FLOPs, counted by
 PyTorch from the model itself, and the evolution search keeping every candidate within the constraints."""
 
 import pytest
@@ -23,7 +23,7 @@ def mlp(params):
 def test_model_cost_counts_parameters_and_two_flops_per_multiply_add():
     import torch.nn as nn
 
-    from airflow_provider_gpusched.core.sweep.model_cost import model_cost
+    from airflow_provider_gpusched.core.sweep.searches.model_cost import model_cost
 
     assert model_cost(nn.Linear(64, 10), (1, 64)) == {"params": 650, "flops": 2 * 64 * 10}
     assert model_cost(nn.Linear(64, 10), (4, 64))["flops"] == 4 * 2 * 64 * 10  # the batch counts
@@ -36,7 +36,7 @@ def test_model_cost_counts_parameters_and_two_flops_per_multiply_add():
 
 
 def test_model_cost_as_a_measure_in_units_and_from_a_spec_block():
-    from airflow_provider_gpusched.core.sweep.model_cost import ModelCost
+    from airflow_provider_gpusched.core.sweep.searches.model_cost import ModelCost
 
     cost = ModelCost(mlp, (1, 64), units="K")
     assert cost({"width": 100}) == {
@@ -63,7 +63,7 @@ def test_model_cost_as_a_measure_in_units_and_from_a_spec_block():
     ],
 )
 def test_a_bad_evaluator_block_names_its_key(block, message):
-    from airflow_provider_gpusched.core.sweep.model_cost import ModelCost
+    from airflow_provider_gpusched.core.sweep.searches.model_cost import ModelCost
 
     with pytest.raises(InvalidArgumentError, match=message):
         ModelCost.from_mapping(block, "evolution.evaluator")
@@ -71,16 +71,16 @@ def test_a_bad_evaluator_block_names_its_key(block, message):
 
 def test_a_build_function_that_fails_names_the_candidate():
     from airflow_provider_gpusched.core.errors import GpuschedError
-    from airflow_provider_gpusched.core.sweep.model_cost import ModelCost
+    from airflow_provider_gpusched.core.sweep.searches.model_cost import ModelCost
 
     with pytest.raises(GpuschedError, match=r"evaluator: build\(\{'width': 0\}\) failed: ZeroDivisionError"):
         ModelCost(lambda p: 1 / 0, (1,))({"width": 0})
 
 
 def test_an_evolution_spec_with_an_evaluator_proposes_only_candidates_within_the_constraints(tmp_path):
-    from airflow_provider_gpusched.core.sweep.model_cost import model_cost
-    from airflow_provider_gpusched.core.sweep.search import EvolutionSearch
-    from airflow_provider_gpusched.core.sweep.spec import SweepSpec
+    from airflow_provider_gpusched.core.sweep.definition.sweep_spec import SweepSpec
+    from airflow_provider_gpusched.core.sweep.searches.evolution import EvolutionSearch
+    from airflow_provider_gpusched.core.sweep.searches.model_cost import model_cost
 
     spec = SweepSpec.from_dict(
         {

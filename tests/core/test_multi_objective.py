@@ -11,17 +11,16 @@ import pytest
 
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.sweep import Objective, SweepSpec, uniform
-from airflow_provider_gpusched.core.sweep.objective import (
+from airflow_provider_gpusched.core.sweep.parts.objective import (
     crowding_distances,
     format_leaderboard,
     leaderboard,
     pareto_front,
     pareto_fronts,
 )
-from airflow_provider_gpusched.core.sweep.search import EvolutionSearch
-from airflow_provider_gpusched.core.sweep.search_kinds import EvolutionSettings
-from airflow_provider_gpusched.core.sweep.session import SweepSession
-from airflow_provider_gpusched.core.sweep.trial_run import run_trial
+from airflow_provider_gpusched.core.sweep.running.session import SweepSession
+from airflow_provider_gpusched.core.sweep.running.trial_run import run_trial
+from airflow_provider_gpusched.core.sweep.searches.evolution import EvolutionSearch, EvolutionSettings
 
 ACC_LAT = Objective(["acc", "lat"], ["maximize", "minimize"])
 

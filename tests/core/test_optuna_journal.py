@@ -8,8 +8,8 @@ import os
 import pytest
 
 from airflow_provider_gpusched.core.sweep import Objective, SweepSpec, uniform
-from airflow_provider_gpusched.core.sweep.session import SweepSession
-from airflow_provider_gpusched.core.sweep.trial_run import run_trial
+from airflow_provider_gpusched.core.sweep.running.session import SweepSession
+from airflow_provider_gpusched.core.sweep.running.trial_run import run_trial
 
 optuna = pytest.importorskip("optuna")
 
@@ -61,7 +61,7 @@ def test_rounds_rerun_after_the_journal_is_moved_aside_run_no_finished_trial_aga
     journal.rename(f"{journal}.bad")
 
     again = SweepSession(spec(tmp_path, rounds=4))
-    with caplog.at_level("WARNING", logger="airflow_provider_gpusched.core.sweep.search"):
+    with caplog.at_level("WARNING", logger="airflow_provider_gpusched.core.sweep.searches.optuna"):
         plans = [again.prepare(round_no=0)]
     assert "rebuilt 7 trial(s) from their records" in caplog.text
     again.finish_round(0)

@@ -1,4 +1,4 @@
-"""Population-based training (core/sweep/pbt.py): generations as rounds, real trial runner processes on simulated GPUs
+"""Population-based training (core/sweep/searches/pbt.py): generations as rounds, real trial runner processes on simulated GPUs
 (no GPU here), a command trial that checkpoints its state in its checkpoint folder as any training script would."""
 
 import json
@@ -10,8 +10,8 @@ from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgument
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.sweep import Objective, SweepSpec, loguniform
-from airflow_provider_gpusched.core.sweep.session import SweepSession
-from airflow_provider_gpusched.core.sweep.terminal import run_sweep
+from airflow_provider_gpusched.core.sweep.running.session import SweepSession
+from airflow_provider_gpusched.core.sweep.running.terminal import run_sweep
 
 #: a toy training loop with a checkpoint: w moves towards 1 by lr per step (too small a lr learns slowly, too large
 #: overshoots); it resumes from checkpoint/state.json (its own, or the one PBT copied there) and reports each step
@@ -100,8 +100,8 @@ def test_the_population_trains_in_generations_and_the_bottom_exploits_the_top_fr
         )
         assert note["from_member"] == donor and note["exploited"] is True
     # the Sweeps tab's population, from the lineage as the api-server reads it and the trials' own reports
-    from airflow_provider_gpusched.core.sweep.pbt import population_view, read_lineage
-    from airflow_provider_gpusched.core.sweep.reports import read_reports
+    from airflow_provider_gpusched.core.sweep.records.reports import read_reports
+    from airflow_provider_gpusched.core.sweep.searches.pbt import population_view, read_lineage
 
     read, why = read_lineage(str(tmp_path / "pbt"))
     assert why == "" and read is not None
@@ -138,7 +138,7 @@ def test_the_population_trains_in_generations_and_the_bottom_exploits_the_top_fr
 def test_a_damaged_lineage_is_refused_naming_the_file_and_the_key(tmp_path):
     """search/pbt.json read back: a damaged one stops the next generation with the file and key named, and the
     Sweeps tab says why it draws no population; a link is never followed."""
-    from airflow_provider_gpusched.core.sweep.pbt import read_lineage
+    from airflow_provider_gpusched.core.sweep.searches.pbt import read_lineage
 
     folder = tmp_path / "pbt" / "search"
     folder.mkdir(parents=True)

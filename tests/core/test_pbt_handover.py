@@ -1,4 +1,4 @@
-"""PBT's checkpoint hand-over (core/sweep/pbt.py hand_over, core/safe_files.py copy_tree_at): regular files and
+"""PBT's checkpoint hand-over (core/sweep/searches/pbt.py hand_over, core/safe_files.py copy_tree_at): regular files and
 folders only, walked and written by directory fds, never through a link at either end; sparse; bounded."""
 
 import json
@@ -11,7 +11,7 @@ import pytest
 
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.safe_files import UnsafePathError
-from airflow_provider_gpusched.core.sweep.pbt import hand_over, read_handed_over
+from airflow_provider_gpusched.core.sweep.searches.pbt import hand_over, read_handed_over
 
 NOTE = {"from_member": 1, "generation": 0, "trial_id": "t1", "exploited": True}
 WHAT = "sweep s: PBT member 1's trial of generation 0"

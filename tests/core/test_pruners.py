@@ -1,4 +1,4 @@
-"""Pruning rules are small classes in a registry (core/sweep/pruner.py, the built-in ones in pruners.py);
+"""Pruning rules are small classes in a registry (core/sweep/pruning_rules/base.py, the built-in ones in pruners.py);
 docs/development.md's worked example adds one, and this test runs that page's code: the module installed with its
 entry point the way pip would leave it, and a real `gpusched sweep run` whose trial runners find the rule there and
 stop a command trial with it."""
@@ -16,7 +16,7 @@ import yaml
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.sweep import Objective, SweepSpec
-from airflow_provider_gpusched.core.sweep.pruner import (
+from airflow_provider_gpusched.core.sweep.pruning_rules.base import (
     ENTRY_POINT_GROUP,
     Pruner,
     pruner_class,

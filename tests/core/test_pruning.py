@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_gpusched.core.sweep import Objective, SweepSpec
-from airflow_provider_gpusched.core.sweep.pruners import ASHARule
-from airflow_provider_gpusched.core.sweep.pruning import PruningRule, judge
-from airflow_provider_gpusched.core.sweep.session import SweepSession
-from airflow_provider_gpusched.core.sweep.trial_run import run_trial
+from airflow_provider_gpusched.core.sweep.pruning_rules.builtin import ASHARule
+from airflow_provider_gpusched.core.sweep.pruning_rules.judging import PruningRule, judge
+from airflow_provider_gpusched.core.sweep.running.session import SweepSession
+from airflow_provider_gpusched.core.sweep.running.trial_run import run_trial
 from airflow_provider_gpusched.trial import report
 
 
@@ -84,7 +84,7 @@ def test_bad_trials_end_pruned_and_are_not_run_again(tmp_path):
 
 def test_optuna_pruners_judge_from_the_reports_of_the_other_trials():
     pytest.importorskip("optuna")
-    from airflow_provider_gpusched.core.sweep.pruners import judge_with_optuna
+    from airflow_provider_gpusched.core.sweep.pruning_rules.builtin import judge_with_optuna
 
     median = PruningRule(
         "optuna", metric="loss", mode="minimize", pruner="median", options={"n_startup_trials": 2, "n_warmup_steps": 1}

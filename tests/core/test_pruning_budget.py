@@ -12,10 +12,10 @@ import sys
 
 import pytest
 
-from airflow_provider_gpusched.core.sweep.pruner import Peer
-from airflow_provider_gpusched.core.sweep.pruners import make_optuna_pruner
-from airflow_provider_gpusched.core.sweep.pruning import PruningRule, SweepReports, judge
-from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE
+from airflow_provider_gpusched.core.sweep.pruning_rules.base import Peer
+from airflow_provider_gpusched.core.sweep.pruning_rules.builtin import make_optuna_pruner
+from airflow_provider_gpusched.core.sweep.pruning_rules.judging import PruningRule, SweepReports, judge
+from airflow_provider_gpusched.core.sweep.records.reports import REPORTS_FILE
 
 optuna = pytest.importorskip("optuna")
 
@@ -48,7 +48,7 @@ def hyperband_rule(**options):
 
 def run_study_judge(tmp_path, curves, rule):
     """The trials one after another through the sweep's shared study, as an asynchronous search's runners judge
-    them (core/sweep/pruners.py StudyJudge): each report told to its RUNNING study trial, then judged. Returns each
+    them (core/sweep/pruning_rules/builtin.py StudyJudge): each report told to its RUNNING study trial, then judged. Returns each
     trial's (step it was pruned at or None, its study trial's number)."""
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
@@ -178,7 +178,7 @@ def test_an_asynchronous_bohb_sweep_ranks_every_trial_that_trained_its_budget(tm
     from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
     from airflow_provider_gpusched.core.gpu.leases import LeaseManager
     from airflow_provider_gpusched.core.sweep import Objective, SweepSpec, uniform
-    from airflow_provider_gpusched.core.sweep.terminal import run_sweep
+    from airflow_provider_gpusched.core.sweep.running.terminal import run_sweep
 
     spec = SweepSpec(
         name="bohb",
@@ -220,7 +220,7 @@ def test_a_report_marked_final_is_never_pruned_whatever_the_peers():
     """A trial says which report is its last (``report(..., final=True)``, ``"final": true``, ``final=true``): with
     no budget given and none learned yet (no peer succeeded), or with budgets that vary by trial, it is complete
     there; the rule judges every report before it."""
-    from airflow_provider_gpusched.core.sweep.reports import parse_report_line
+    from airflow_provider_gpusched.core.sweep.records.reports import parse_report_line
 
     asha = PruningRule("asha", metric="loss", mode="minimize", min_steps=1, reduction_factor=3)
     peers = [curve([0.5 - 0.01 * s for s in range(BUDGET)]), curve([0.4 - 0.01 * s for s in range(BUDGET)])]
@@ -255,8 +255,8 @@ def test_a_trial_that_reports_on_while_it_is_judged_is_judged_again_on_its_newes
     20 ms, went on to its budget; the verdict to stop for step k came after the trial was complete. Here the
     judgement itself lets the trial report on (deterministically): the check judges again and the trial goes on;
     a trial that reported on but is still short of its budget is still stopped for the rung it failed."""
-    from airflow_provider_gpusched.core.sweep.pruner import Pruner, register_pruner, unregister_pruner
-    from airflow_provider_gpusched.core.sweep.trial_run import _pruning_watch
+    from airflow_provider_gpusched.core.sweep.pruning_rules.base import Pruner, register_pruner, unregister_pruner
+    from airflow_provider_gpusched.core.sweep.running.trial_run import _pruning_watch
 
     trial = tmp_path / "sweep" / "trials" / "t1"
     trial.mkdir(parents=True)

@@ -106,9 +106,9 @@ def test_the_record_key_is_taken_out_of_the_environment(monkeypatch):
 def test_importing_the_records_modules_does_not_import_pydantic():
     """A trial runner starts in about 0.1 s; pydantic's import alone would double it for every trial process."""
     code = (
-        "import sys; import airflow_provider_gpusched.core.sweep.trial_run, airflow_provider_gpusched.core.board, "
+        "import sys; import airflow_provider_gpusched.core.sweep.running.trial_run, airflow_provider_gpusched.core.board, "
         "airflow_provider_gpusched.core.gpu.lease_store, airflow_provider_gpusched.core.gpu.telemetry, "
-        "airflow_provider_gpusched.core.gpu.timeline, airflow_provider_gpusched.core.sweep.view; "
+        "airflow_provider_gpusched.core.gpu.timeline, airflow_provider_gpusched.core.sweep.results.view; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'pydantic_core')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -119,8 +119,8 @@ def test_a_batch_group_runner_reads_its_sealed_manifest_without_pydantic_and_kee
     tmp_path,
 ):
     from airflow_provider_gpusched.core.sweep import SweepSpec
-    from airflow_provider_gpusched.core.sweep.session import SweepSession
-    from airflow_provider_gpusched.core.sweep.trial_run import group_argv, write_group_manifest
+    from airflow_provider_gpusched.core.sweep.running.session import SweepSession
+    from airflow_provider_gpusched.core.sweep.running.trial_run import group_argv, write_group_manifest
 
     seen = tmp_path / "seen.json"
     probe = (
@@ -141,7 +141,7 @@ def test_a_batch_group_runner_reads_its_sealed_manifest_without_pydantic_and_kee
     group = write_group_manifest(manifest, manifest.pending, key)
     code = (
         "import sys; "
-        "import airflow_provider_gpusched.core.sweep.trial_run as t; rc = t.main(sys.argv[1:]); "
+        "import airflow_provider_gpusched.core.sweep.running.trial_run as t; rc = t.main(sys.argv[1:]); "
         "print('PYDANTIC', 'pydantic' in sys.modules); sys.exit(rc)"
     )
     argv = group_argv(group, manifest.pending)

@@ -12,13 +12,13 @@ import pytest
 
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 from airflow_provider_gpusched.core.registry import Registry
-from airflow_provider_gpusched.core.sweep import search_kinds
-from airflow_provider_gpusched.core.sweep.pruner import Pruner
-from airflow_provider_gpusched.core.sweep.search_kind import SearchKind
+from airflow_provider_gpusched.core.sweep.definition import search_kind as search_kinds
+from airflow_provider_gpusched.core.sweep.definition.search_kind import SearchKind
+from airflow_provider_gpusched.core.sweep.pruning_rules.base import Pruner
 from airflow_provider_gpusched.core.tracking import config as tracking_config
 from airflow_provider_gpusched.core.tracking.callback import TrackingCallback
 
-PRUNERS = "airflow_provider_gpusched.core.sweep.pruners"
+PRUNERS = "airflow_provider_gpusched.core.sweep.pruning_rules.builtin"
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ def _rules(group: str) -> Registry[Pruner]:
 
 
 RULE = """
-from airflow_provider_gpusched.core.sweep.pruner import Pruner
+from airflow_provider_gpusched.core.sweep.pruning_rules.base import Pruner
 
 
 class Plateau(Pruner):
@@ -154,7 +154,7 @@ def test_concurrent_first_uses_load_one_class():
 
 
 KIND = """
-from airflow_provider_gpusched.core.sweep.search_kinds import GridKind
+from airflow_provider_gpusched.core.sweep.searches.grid import GridKind
 
 
 class Exhaustive(GridKind):
@@ -168,7 +168,7 @@ def test_a_search_kind_is_found_through_its_entry_point_group(install):
     )
     search_kinds.REGISTRY.refresh()
     try:
-        from airflow_provider_gpusched.core.sweep.spec import SweepSpec
+        from airflow_provider_gpusched.core.sweep.definition.sweep_spec import SweepSpec
 
         spec = SweepSpec(name="x", search="exhaustive", test_config=[{"a": [1, 2]}], command=["true"])
         assert type(spec.kind).__module__ == "lab_kinds.kinds"
@@ -214,7 +214,7 @@ def test_a_tracker_is_found_through_its_entry_point_group_and_named_as_a_kind(in
 
 def test_the_four_registries_are_the_one_helper():
     from airflow_provider_gpusched.core import backends
-    from airflow_provider_gpusched.core.sweep import pruner
+    from airflow_provider_gpusched.core.sweep.pruning_rules import base as pruner
 
     registries = {
         backends.REGISTRY.group: backends.REGISTRY,

@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 
 from airflow_provider_gpusched.core.sweep import Objective, SweepSpec
-from airflow_provider_gpusched.core.sweep.session import SweepSession
-from airflow_provider_gpusched.core.sweep.trial_run import mark_unfinished, run_trial
-from airflow_provider_gpusched.core.sweep.view import build_sweep_view, outcome_records, plan_record
+from airflow_provider_gpusched.core.sweep.results.view import build_sweep_view, outcome_records, plan_record
+from airflow_provider_gpusched.core.sweep.running.session import SweepSession
+from airflow_provider_gpusched.core.sweep.running.trial_run import mark_unfinished, run_trial
 from airflow_provider_gpusched.trial import report
 
 STOP = "stopped by `gpusched queue stop` (GPU 0 is needed)"
@@ -209,7 +209,7 @@ def test_a_forced_re_run_that_times_out_records_its_own_outcome(tmp_path):
 
 
 def test_the_end_report_of_a_stopped_re_run_says_it_was_stopped_and_lists_no_earlier_failure(tmp_path):
-    from airflow_provider_gpusched.core.sweep.end_report import build_end_report
+    from airflow_provider_gpusched.core.sweep.results.end_report import build_end_report
 
     session = SweepSession(
         SweepSpec(

@@ -1,4 +1,4 @@
-"""Search types live in one place each (core/sweep/search_kinds.py); docs/development.md's worked example adds
+"""Search types live in one place each (core/sweep/definition/search_kind.py); docs/development.md's worked example adds
 one, and this test runs that page's code: the new kind, its registry line and its YAML spec, to a finished sweep."""
 
 import re
@@ -11,10 +11,10 @@ import yaml
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
-from airflow_provider_gpusched.core.sweep import search_kinds
-from airflow_provider_gpusched.core.sweep.search_kind import SearchKind
-from airflow_provider_gpusched.core.sweep.spec import SweepSpec
-from airflow_provider_gpusched.core.sweep.terminal import run_sweep
+from airflow_provider_gpusched.core.sweep.definition import search_kind as search_kinds
+from airflow_provider_gpusched.core.sweep.definition.search_kind import SearchKind
+from airflow_provider_gpusched.core.sweep.definition.sweep_spec import SweepSpec
+from airflow_provider_gpusched.core.sweep.running.terminal import run_sweep
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "development.md"
 

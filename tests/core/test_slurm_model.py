@@ -239,7 +239,7 @@ def test_status_round_trips_through_dict():
 
 
 def test_explicit_settings_beat_the_class_which_beats_connection_defaults():
-    from airflow_provider_gpusched.core.job_classes import slurm_class_settings
+    from airflow_provider_gpusched.core.slurm.options import slurm_class_settings
 
     spec = SlurmJobSpec(command="x", requeue=False)
     merged = spec.with_defaults(**slurm_class_settings("idle")).with_defaults(partition="batch", account="lab")

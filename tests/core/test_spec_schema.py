@@ -11,9 +11,9 @@ import jsonschema
 import pytest
 import yaml
 
-from airflow_provider_gpusched.core.sweep.pruner import pruner_names
-from airflow_provider_gpusched.core.sweep.search_kinds import SEARCH_KINDS
-from airflow_provider_gpusched.core.sweep.spec import SweepSpec
+from airflow_provider_gpusched.core.sweep.definition.search_kind import SEARCH_KINDS
+from airflow_provider_gpusched.core.sweep.definition.sweep_spec import SweepSpec
+from airflow_provider_gpusched.core.sweep.pruning_rules.base import pruner_names
 from tests.cli import gpusched
 
 REPO = Path(__file__).resolve().parents[2]

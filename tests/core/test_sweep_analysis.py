@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from airflow_provider_gpusched.core.sweep import Objective
-from airflow_provider_gpusched.core.sweep.analysis import MIN_TRIALS, compare_runs, param_importance
-from airflow_provider_gpusched.core.sweep.view import (
+from airflow_provider_gpusched.core.sweep.results.analysis import MIN_TRIALS, compare_runs, param_importance
+from airflow_provider_gpusched.core.sweep.results.view import (
     param_axes,
     read_plan_record,
     scored_points,

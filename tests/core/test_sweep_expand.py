@@ -6,8 +6,8 @@ import sys
 import pytest
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
-from airflow_provider_gpusched.core.sweep.expand import GridSweep, random_trials, safe_name, trial_id
-from airflow_provider_gpusched.core.sweep.spaces import choice, loguniform, quniform, randint, uniform
+from airflow_provider_gpusched.core.sweep.parts.expand import GridSweep, random_trials, safe_name, trial_id
+from airflow_provider_gpusched.core.sweep.parts.spaces import choice, loguniform, quniform, randint, uniform
 
 SEED_003 = {
     "global_config": {"num_run": 5, "num_epoch": 200},
@@ -104,7 +104,7 @@ def test_trial_id_is_stable_across_processes():
     params = {"lr": 0.001, "method": "WGAN", "layers": [64, 128], "nested": {"b": 1, "a": 2}}
     here = trial_id(params, "v1")
     code = (
-        "from airflow_provider_gpusched.core.sweep.expand import trial_id; "
+        "from airflow_provider_gpusched.core.sweep.parts.expand import trial_id; "
         "print(trial_id({'nested': {'a': 2, 'b': 1}, 'layers': [64, 128], 'method': 'WGAN', 'lr': 0.001}, 'v1'))"
     )
     out = subprocess.run(
@@ -128,7 +128,7 @@ def test_folder_names_cannot_escape_the_results_root(value):
 
 
 def test_conditional_parameter_exists_only_for_its_condition():
-    from airflow_provider_gpusched.core.sweep.spaces import when
+    from airflow_provider_gpusched.core.sweep.parts.spaces import when
 
     trials = GridSweep(
         {}, [{"optimizer": ["sgd", "adam"], "momentum": when({"optimizer": "sgd"}, [0.8, 0.9]), "lr": [0.1]}]
@@ -146,14 +146,14 @@ def test_conditional_parameter_exists_only_for_its_condition():
 
 
 def test_condition_on_an_unknown_or_later_parameter_is_an_error():
-    from airflow_provider_gpusched.core.sweep.spaces import when
+    from airflow_provider_gpusched.core.sweep.parts.spaces import when
 
     with pytest.raises(InvalidArgumentError, match=r"test_config\[0\]\.momentum\.when"):
         GridSweep({}, [{"momentum": when({"optimizer": "sgd"}, [0.9]), "optimizer": ["sgd"]}]).trials()
 
 
 def test_nested_spaces_are_flattened_for_labels_and_nested_again_for_the_trial():
-    from airflow_provider_gpusched.core.sweep.expand import nested
+    from airflow_provider_gpusched.core.sweep.parts.expand import nested
 
     (a, b) = GridSweep({"policy": {"gamma": 0.99}}, [{"policy": {"lr": [1, 2]}}]).trials()
     assert a.params == {"policy.gamma": 0.99, "policy.lr": 1} and a.label == "policy.lr=1"

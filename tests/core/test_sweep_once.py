@@ -9,8 +9,8 @@ import time
 import pytest
 
 from airflow_provider_gpusched.core.sweep import Objective, SweepSpec
-from airflow_provider_gpusched.core.sweep.session import SweepSession
-from airflow_provider_gpusched.core.sweep.trial_run import mark_unfinished, result_problem
+from airflow_provider_gpusched.core.sweep.running.session import SweepSession
+from airflow_provider_gpusched.core.sweep.running.trial_run import mark_unfinished, result_problem
 from airflow_provider_gpusched.core.text import format_table
 
 SLOW = (
@@ -32,7 +32,7 @@ def slow_spec(root, seconds=3.0, **kw):
 
 def runner(manifest, trial):
     return subprocess.Popen(
-        [sys.executable, "-m", "airflow_provider_gpusched.core.sweep.trial_run", manifest.path, trial.trial_id],
+        [sys.executable, "-m", "airflow_provider_gpusched.core.sweep.running.trial_run", manifest.path, trial.trial_id],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -142,7 +142,7 @@ def test_callable_returning_nan_is_invalid_and_recorded_when_asked(tmp_path):
     manifest = session.prepare()
     import io
 
-    from airflow_provider_gpusched.core.sweep.trial_run import run_trial
+    from airflow_provider_gpusched.core.sweep.running.trial_run import run_trial
 
     codes = [run_trial(manifest, t, out=io.StringIO()) for t in manifest.pending]
     assert codes == [0, 0]  # recorded, not failed

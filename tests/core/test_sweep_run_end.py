@@ -1,6 +1,6 @@
-"""The end of a terminal run (core/sweep/terminal.py's RUN_END hooks): the spec's trackers are sent the run's trials
+"""The end of a terminal run (core/sweep/running/terminal.py's RUN_END hooks): the spec's trackers are sent the run's trials
 and summary by core/tracking's hook, which the sweep names by ``module:Class`` and never imports; the spec's
-``tracking`` list is parsed by the sweep itself (core/sweep/tracking_settings.py), core/tracking re-exporting it."""
+``tracking`` list is parsed by the sweep itself (core/sweep/definition/tracking_settings.py), core/tracking re-exporting it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
-from airflow_provider_gpusched.core.sweep.terminal import RUN_END, RunEndHook
+from airflow_provider_gpusched.core.sweep.running.terminal import RUN_END, RunEndHook
 from airflow_provider_gpusched.core.tracking import TrackingCallback
 
 WRITE = (

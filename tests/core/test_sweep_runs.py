@@ -17,9 +17,9 @@ from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.sweep import EvolutionSettings, Objective, SweepSpec, uniform
-from airflow_provider_gpusched.core.sweep.batch import run_local_batch
-from airflow_provider_gpusched.core.sweep.session import SweepSession
-from airflow_provider_gpusched.core.sweep.trial_run import run_trial
+from airflow_provider_gpusched.core.sweep.running.batch import run_local_batch
+from airflow_provider_gpusched.core.sweep.running.session import SweepSession
+from airflow_provider_gpusched.core.sweep.running.trial_run import run_trial
 
 WRITE_RESULT = (
     "import json, os, sys; p = json.loads(os.environ['GPUSCHED_TRIAL_PARAMS']); "
@@ -44,7 +44,7 @@ def run_cli(manifest, trial):
         [
             sys.executable,
             "-m",
-            "airflow_provider_gpusched.core.sweep.trial_run",
+            "airflow_provider_gpusched.core.sweep.running.trial_run",
             manifest.path,
             trial.trial_id,
             trial.label,
@@ -309,7 +309,7 @@ def test_each_batch_process_reads_only_its_own_trials(tmp_path, monkeypatch):
     """A group's process gets a manifest of its few trials (the plan's settings, its trials and nothing
     else), written next to the plan and removed once the group has run; its state and results land in the
     same trial folders as with the full manifest."""
-    from airflow_provider_gpusched.core.sweep import batch
+    from airflow_provider_gpusched.core.sweep.running import batch
 
     spec = SweepSpec(
         name="slices",
@@ -350,7 +350,7 @@ def test_each_batch_process_reads_only_its_own_trials(tmp_path, monkeypatch):
 def batch_group_sizes(tmp_path, monkeypatch, name, count, seed, trial):
     """Run ``count`` trials of ``trial`` in batched mode (2 slots, groups of 8 to start with); the size of each
     group a process ran, and the outcome."""
-    from airflow_provider_gpusched.core.sweep import batch
+    from airflow_provider_gpusched.core.sweep.running import batch
 
     spec = SweepSpec(
         name=name,
@@ -375,7 +375,7 @@ def batch_group_sizes(tmp_path, monkeypatch, name, count, seed, trial):
 
 @pytest.mark.heavy  # 1.3 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_the_last_groups_shrink_only_for_long_trials(tmp_path, monkeypatch):
-    from airflow_provider_gpusched.core.sweep import batch
+    from airflow_provider_gpusched.core.sweep.running import batch
 
     monkeypatch.setattr(batch, "SHRINK_TAIL_ABOVE", 0.0)  # every trial counts as long
     sizes, outcome = batch_group_sizes(tmp_path, monkeypatch, "tail", 24, 2, lambda p: {"y": p["x"]})
@@ -386,7 +386,7 @@ def test_the_last_groups_shrink_only_for_long_trials(tmp_path, monkeypatch):
 def group_size_after(ran_trials: int, ran_seconds: float, trial_seconds: float, todo: int = 100) -> int:
     """The size LocalBatch gives its next group once its groups so far took ``ran_seconds`` (wall time) for
     ``ran_trials`` trials, of which the trials themselves took ``trial_seconds`` (2 slots, groups of 8)."""
-    from airflow_provider_gpusched.core.sweep import batch
+    from airflow_provider_gpusched.core.sweep.running import batch
 
     b = object.__new__(batch.LocalBatch)
     b.todo, b.parallel, b.trials_per_process = deque([()] * todo), 2, 8
@@ -397,7 +397,7 @@ def group_size_after(ran_trials: int, ran_seconds: float, trial_seconds: float, 
 def test_groups_grow_only_while_the_trials_cost_less_than_their_processes():
     """The rule on measured figures: groups grow (up to GROW_TO, never past an even share of what is left) once two
     groups' worth of trials ran and the trials took less time than their processes cost besides them."""
-    from airflow_provider_gpusched.core.sweep.batch import GROW_TO
+    from airflow_provider_gpusched.core.sweep.running.batch import GROW_TO
 
     assert group_size_after(16, 16 * 0.3 + 2 * 0.4, 16 * 0.3) == 8  # 0.3 s trials, 0.4 s a process start: no
     assert group_size_after(16, 16 * 0.3 + 2 * 3.0, 16 * 0.3) == 50  # a start of 3 s (a loaded host): an even share
@@ -411,7 +411,7 @@ def test_a_batch_sizes_its_groups_by_what_it_measured(tmp_path, monkeypatch):
     """Trials of 0.3 s: each decision the batch took is the rule applied to what it had measured then (the trials'
     own time from their status records, at least 0.3 s each), whatever the load of this host made the process starts
     cost; the first two groups are 8 before anything is known."""
-    from airflow_provider_gpusched.core.sweep import batch
+    from airflow_provider_gpusched.core.sweep.running import batch
 
     decisions = []
     real = batch.LocalBatch._group_size
@@ -806,7 +806,7 @@ def test_a_config_template_is_rendered_into_each_trial(tmp_path):
 
 
 def test_config_values_are_written_in_the_files_language(tmp_path):
-    from airflow_provider_gpusched.core.sweep.config_template import ConfigTemplate
+    from airflow_provider_gpusched.core.sweep.parts.config_template import ConfigTemplate
 
     values = {"a": "x y", "b": [1, 2.5], "c": True, "d": None}
     text = "{{ a }} {{ b }} {{c}} {{ d }}"
@@ -980,7 +980,7 @@ def test_a_sweep_folder_belongs_to_the_dag_that_planned_in_it_first(tmp_path):
 def test_a_placeholder_inside_quotes_is_refused(tmp_path, name, text):
     """Issue 30, item 6: inside a string a value could close the quotes and go on as code; the literal brings its
     own quotes, so a quoted placeholder is refused when the spec is read."""
-    from airflow_provider_gpusched.core.sweep.config_template import ConfigTemplate
+    from airflow_provider_gpusched.core.sweep.parts.config_template import ConfigTemplate
 
     with pytest.raises(InvalidArgumentError, match="a placeholder outside quotes"):
         ConfigTemplate(name, text)
@@ -1008,14 +1008,14 @@ HOSTILE = 'x"; __import__("os").system("touch ran-code"); "\n[evil]\nkey = 1'
     ],
 )
 def test_a_hostile_value_stays_one_value_in_every_template_kind(tmp_path, name, text, check):
-    from airflow_provider_gpusched.core.sweep.config_template import ConfigTemplate
+    from airflow_provider_gpusched.core.sweep.parts.config_template import ConfigTemplate
 
     out = ConfigTemplate(name, text).render({"v": HOSTILE})
     assert check(out), out  # read back by the file's own parser: one value, exactly the parameter
 
 
 def test_a_plain_text_template_refuses_a_value_with_a_newline():
-    from airflow_provider_gpusched.core.sweep.config_template import ConfigTemplate
+    from airflow_provider_gpusched.core.sweep.parts.config_template import ConfigTemplate
 
     template = ConfigTemplate("c.ini", "[train]\nlr = {{ v }}\n")
     assert template.render({"v": 0.1}) == "[train]\nlr = 0.1\n"
@@ -1026,7 +1026,7 @@ def test_a_plain_text_template_refuses_a_value_with_a_newline():
 FULL_DISK = r"""
 import json, os, subprocess, sys
 from airflow_provider_gpusched.core.sweep import Objective, SweepSpec
-from airflow_provider_gpusched.core.sweep.session import SweepSession
+from airflow_provider_gpusched.core.sweep.running.session import SweepSession
 root = sys.argv[1]
 subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", root], check=True)
 FILL = ("import errno\nf = open('fill.bin', 'wb')\n"
@@ -1036,7 +1036,7 @@ session = SweepSession(SweepSpec(name="full", test_config=[{"x": [1]}], command=
                                  objective=Objective("y"), results_root=root))
 manifest = session.prepare(run="r1")
 (trial,) = manifest.pending
-run = subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.core.sweep.trial_run", manifest.path,
+run = subprocess.run([sys.executable, "-m", "airflow_provider_gpusched.core.sweep.running.trial_run", manifest.path,
                       trial.trial_id], capture_output=True, text=True, timeout=120)
 os.remove(os.path.join(session.store.trial_dir(trial), "fill.bin"))  # the disk has room again
 marked = session.settle(None, "r1")
@@ -1104,7 +1104,7 @@ def test_a_shell_template_refuses_the_contexts_a_quoted_value_cannot_be_made_saf
     """Issue 53, item 9: in `cat > train.cfg <<EOT / name={{ exp }} / EOT` the value `$(touch X)` ran, and so did a
     value holding a line `EOT` and a command. Heredocs, backticks and heredoc delimiters are refused when the spec is
     read, naming the line."""
-    from airflow_provider_gpusched.core.sweep.config_template import ConfigTemplate
+    from airflow_provider_gpusched.core.sweep.parts.config_template import ConfigTemplate
 
     with pytest.raises(InvalidArgumentError, match=re.escape(why)) as caught:
         ConfigTemplate("job.sh", text)
@@ -1116,7 +1116,7 @@ def test_hostile_values_in_a_shell_template_run_no_code(tmp_path):
     in a comment's value is refused (it would end the comment and start a command)."""
     import subprocess
 
-    from airflow_provider_gpusched.core.sweep.config_template import ConfigTemplate
+    from airflow_provider_gpusched.core.sweep.parts.config_template import ConfigTemplate
 
     template = ConfigTemplate(
         "job.sh",

@@ -8,8 +8,8 @@ import pytest
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.sweep import Objective, SweepSpec, uniform
-from airflow_provider_gpusched.core.sweep.command import format_command
-from airflow_provider_gpusched.core.sweep.spaces import Conditional, LogUniform
+from airflow_provider_gpusched.core.sweep.parts.command import format_command
+from airflow_provider_gpusched.core.sweep.parts.spaces import Conditional, LogUniform
 
 
 def write(tmp_path, text, name="spec.yaml"):
@@ -238,7 +238,7 @@ def test_a_big_grid_runs_when_max_trials_is_raised_on_purpose(tmp_path, monkeypa
 
 
 def test_gpu_task_schedulers_scheduler_config_is_read_as_it_is(tmp_path):
-    from airflow_provider_gpusched.core.sweep.expand import LabelFormat
+    from airflow_provider_gpusched.core.sweep.parts.expand import LabelFormat
 
     spec = SweepSpec.from_dict(
         {

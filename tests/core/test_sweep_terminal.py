@@ -1,4 +1,4 @@
-"""Sweeps without Airflow (core/sweep/terminal.py, ``gpusched sweep run``): real trial processes on SIMULATED GPU
+"""Sweeps without Airflow (core/sweep/running/terminal.py, ``gpusched sweep run``): real trial processes on SIMULATED GPU
 leases, the same results folder, status table and leaderboard, resumable after Ctrl-C."""
 
 import io
@@ -241,7 +241,7 @@ def test_gpu_task_scheduler_gpu_groups_each_trial_takes_one_whole_group(tmp_path
 def test_di_toolkit_max_workers_caps_the_trials_running_at_once(tmp_path):
     """DI-toolkit's ``.max_workers(4)``: here 2 on a host where 4 trials would fit."""
     from airflow_provider_gpusched import SweepSpec, run_sweep
-    from airflow_provider_gpusched.core.sweep.resources import TrialResources
+    from airflow_provider_gpusched.core.sweep.parts.resources import TrialResources
 
     state = tmp_path / "leases"
     state.mkdir(mode=0o700)
@@ -275,7 +275,7 @@ def test_gpu_task_scheduler_required_env_and_matplotlib_agg_reach_each_trial(tmp
     """GPUTask.required_env(): "extra environment variable settings ... called before the test starts running";
     and "the scheduler will automatically set matplotlib's backend to Agg"."""
     from airflow_provider_gpusched import SweepSpec, run_sweep
-    from airflow_provider_gpusched.core.sweep.resources import TrialResources
+    from airflow_provider_gpusched.core.sweep.parts.resources import TrialResources
 
     def required_env(params, trial_dir):  # as GPUTask.required_env, with its _config and _work_dir
         return {"OMP_NUM_THREADS": params["num_run"], "GAN_OUT": os.path.join(trial_dir, "out")}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
-from airflow_provider_gpusched.core.sweep.spec import SweepSpec
+from airflow_provider_gpusched.core.sweep.definition.sweep_spec import SweepSpec
 from airflow_provider_gpusched.core.tracking import TrackingCallback, TrackingSync, parse_tracking
 from airflow_provider_gpusched.core.tracking.sync import send_to
 from tests.tracking_helpers import FakeSweep

@@ -11,7 +11,7 @@ from airflow_provider_gpusched.core.backends import Backend, get_backend
 from airflow_provider_gpusched.core.deprecation import GpuschedDeprecationWarning
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
-from airflow_provider_gpusched.core.sweep.resources import TrialResources
+from airflow_provider_gpusched.core.sweep.parts.resources import TrialResources
 
 HOST_LIMITS = {"max_cpu_percent": 90.0, "min_free_ram": "1GiB", "memory_margin": "512MiB", "max_waiting": 2}
 

@@ -6,9 +6,9 @@ import pytest
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec, array_range, parse_array_indices
 from airflow_provider_gpusched.core.sweep import SweepSpec
-from airflow_provider_gpusched.core.sweep.resources import TrialResources
-from airflow_provider_gpusched.core.sweep.session import SweepSession
-from airflow_provider_gpusched.core.sweep.trial_run import (
+from airflow_provider_gpusched.core.sweep.parts.resources import TrialResources
+from airflow_provider_gpusched.core.sweep.running.session import SweepSession
+from airflow_provider_gpusched.core.sweep.running.trial_run import (
     RUNNER_MODULE,
     TrialSet,
     chunk_argv,

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_gpusched.core.sweep import Objective, SweepSpec
-from airflow_provider_gpusched.core.sweep.reports import parse_report_line, read_reports
-from airflow_provider_gpusched.core.sweep.session import SweepSession
-from airflow_provider_gpusched.core.sweep.trial_run import run_trial
+from airflow_provider_gpusched.core.sweep.records.reports import parse_report_line, read_reports
+from airflow_provider_gpusched.core.sweep.running.session import SweepSession
+from airflow_provider_gpusched.core.sweep.running.trial_run import run_trial
 from airflow_provider_gpusched.trial import report
 from tests.cli import gpusched
 

@@ -19,7 +19,7 @@ from airflow_provider_gpusched.core.slurm.job_view import (
     read_job_record,
 )
 from airflow_provider_gpusched.core.slurm.states import JobPhase, JobStatus, aggregate_array, parse_duration
-from airflow_provider_gpusched.core.sweep.view import build_sweep_view, read_outcome_records, read_plan_record
+from airflow_provider_gpusched.core.sweep.results.view import build_sweep_view, read_outcome_records, read_plan_record
 
 
 @pytest.mark.parametrize(
@@ -237,8 +237,8 @@ def test_a_two_metric_sweep_view_shows_fronts_values_and_the_points_on_the_front
 
 
 def test_the_view_draws_report_curves_running_trials_first_and_lists_their_latest_report(tmp_path):
-    from airflow_provider_gpusched.core.sweep.reports import read_reports
-    from airflow_provider_gpusched.core.sweep.view import MAX_CURVE_POINTS, report_paths
+    from airflow_provider_gpusched.core.sweep.records.reports import read_reports
+    from airflow_provider_gpusched.core.sweep.results.view import MAX_CURVE_POINTS, report_paths
 
     record = plan(folder=str(tmp_path / "s"), curve_metric="loss")
     paths = report_paths([record])
@@ -377,7 +377,7 @@ def test_a_rerun_shows_skipped_trials_as_they_ended_and_lists_pruned_ones_with_t
     assert view["pruned"][0]["error"].startswith("median stopping at step 3")
     assert [r["trial_id"] for r in view["leaderboard"]] == ["t0"]  # a pruned trial is never ranked
     # the curve each trial draws: this run's, or for a skipped trial the run that did it
-    from airflow_provider_gpusched.core.sweep.view import report_runs
+    from airflow_provider_gpusched.core.sweep.results.view import report_runs
 
     assert report_runs([record], "r1") == {"t0": "r0", "t1": "r0", "t2": "r1", "t3": "r1", "t4": "r1"}
     with pytest.raises(BadRecordError, match=re.escape("'skipped[0].state'")):
@@ -416,8 +416,8 @@ def test_a_runs_curve_is_its_own_after_a_later_run_ran_the_trial_again(tmp_path)
     """reports.jsonl belongs to the run in status.json; the run before keeps its curve in reports.previous.jsonl;
     any older run gets no curve (never a later run's)."""
     from airflow_provider_gpusched.core.sweep import Objective, SweepSpec
-    from airflow_provider_gpusched.core.sweep.reports import reports_of_run
-    from airflow_provider_gpusched.core.sweep.session import SweepSession
+    from airflow_provider_gpusched.core.sweep.records.reports import reports_of_run
+    from airflow_provider_gpusched.core.sweep.running.session import SweepSession
 
     session = SweepSession(
         SweepSpec(
@@ -449,7 +449,7 @@ def test_a_runs_curve_is_its_own_after_a_later_run_ran_the_trial_again(tmp_path)
 @pytest.mark.heavy  # 0.5 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_the_ui_reads_only_the_newest_part_of_a_huge_reports_file(tmp_path):
     """Issue 30, item 5: a trial with 10^6 report lines: the view reads the newest 512 KiB, not the whole file."""
-    from airflow_provider_gpusched.core.sweep.reports import UI_REPORTS_BYTES, reports_of_run
+    from airflow_provider_gpusched.core.sweep.records.reports import UI_REPORTS_BYTES, reports_of_run
 
     folder = tmp_path / "s" / "trials" / "x=1.t1"
     folder.mkdir(parents=True)
@@ -464,7 +464,7 @@ def test_a_10000_trial_sweep_view_samples_its_points_but_keeps_the_best_and_the_
     import json
     import random
 
-    from airflow_provider_gpusched.core.sweep.view import MAX_POINTS
+    from airflow_provider_gpusched.core.sweep.results.view import MAX_POINTS
 
     rnd = random.Random(7)
     n = 10_000
@@ -528,7 +528,7 @@ def test_a_small_sweep_view_shows_every_point():
 def test_a_large_pbt_population_draws_every_members_curve_past_the_curve_cap():
     """8 members over 10 generations are 80 trials, more than the MAX_CURVES curves the reports plot draws: the
     population reads every member trial's curve (up to MAX_REPORT_READS, said when more)."""
-    from airflow_provider_gpusched.core.sweep.view import MAX_CURVES
+    from airflow_provider_gpusched.core.sweep.results.view import MAX_CURVES
 
     members, generations = 8, 10
     trials = [

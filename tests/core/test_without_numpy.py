@@ -21,7 +21,7 @@ SCRIPT = (
     + """
 import json, os, random
 out = {}
-from airflow_provider_gpusched.core.sweep import objective
+from airflow_provider_gpusched.core.sweep.parts import objective
 assert not objective._HAS_NUMPY
 rng = random.Random(3)
 points = [(a, (1 - a) * rng.random(), rng.random()) for a in (rng.random() for _ in range(400))]
@@ -53,7 +53,7 @@ def test_the_package_works_without_numpy_and_the_partitioner_names_its_extra():
     # the same front as with NumPy (this process has it)
     import random
 
-    from airflow_provider_gpusched.core.sweep import objective
+    from airflow_provider_gpusched.core.sweep.parts import objective
 
     assert objective._HAS_NUMPY
     rng = random.Random(3)

@@ -23,7 +23,7 @@ def _no_runner_environment(monkeypatch):
 
 
 def test_an_mlp_learns_digits_well_above_chance_and_reports_every_epoch(tmp_path, monkeypatch):
-    from airflow_provider_gpusched.core.sweep.reports import read_reports
+    from airflow_provider_gpusched.core.sweep.records.reports import read_reports
     from airflow_provider_gpusched.examples.digits import train_digits
 
     reports = tmp_path / "reports.jsonl"

@@ -17,8 +17,8 @@ from airflow_provider_gpusched.core.gpu.timeline import (
     segment_of,
 )
 from airflow_provider_gpusched.core.sweep import Objective, SweepSpec, uniform
-from airflow_provider_gpusched.core.sweep.batch import run_local_batch
-from airflow_provider_gpusched.core.sweep.session import SweepSession
+from airflow_provider_gpusched.core.sweep.running.batch import run_local_batch
+from airflow_provider_gpusched.core.sweep.running.session import SweepSession
 from tests.gpu.test_preemption import Background, idle_runner, make_manager, trainer_work, wait_for_lease
 
 KEYS = ("attempts", "gpu_seconds", "lost_gpu_seconds", "preemptions")

@@ -437,7 +437,7 @@ def test_gpu_time_counts_a_memory_slice_as_its_share_of_the_gpu(manager, tmp_pat
 
 
 def test_a_trial_records_its_share_of_the_gpus():
-    from airflow_provider_gpusched.core.sweep.store import gpu_share_from_env
+    from airflow_provider_gpusched.core.sweep.records.store import gpu_share_from_env
 
     assert gpu_share_from_env("0,1", "0.2500") == 0.5
     assert gpu_share_from_env("3", None) == 1.0

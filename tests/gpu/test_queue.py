@@ -290,8 +290,8 @@ def test_a_stop_of_one_batched_group_records_every_trial_in_flight_as_stopped(ma
 
     from airflow_provider_gpusched.core.stops import StopRequest, WorkHalted
     from airflow_provider_gpusched.core.sweep import Objective, SweepSpec
-    from airflow_provider_gpusched.core.sweep.batch import run_local_batch
-    from airflow_provider_gpusched.core.sweep.session import SweepSession
+    from airflow_provider_gpusched.core.sweep.running.batch import run_local_batch
+    from airflow_provider_gpusched.core.sweep.running.session import SweepSession
 
     spec = SweepSpec(
         name="halt",

@@ -21,8 +21,8 @@ from airflow_provider_gpusched.core.gpu.timeline import (
 )
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 from airflow_provider_gpusched.core.sweep import Objective, SweepSpec, uniform
-from airflow_provider_gpusched.core.sweep.batch import run_local_batch
-from airflow_provider_gpusched.core.sweep.session import SweepSession
+from airflow_provider_gpusched.core.sweep.running.batch import run_local_batch
+from airflow_provider_gpusched.core.sweep.running.session import SweepSession
 from tests.gpu.test_launch_and_oom import NEEDS_MEMORY
 
 

@@ -71,7 +71,7 @@ def _hold_memory(nbytes: int, seconds: float) -> dict:
     torch.cuda.synchronize()
     started = time.time()
     time.sleep(seconds)
-    from airflow_provider_gpusched.core.sweep.store import where_running  # what a trial's status.json records
+    from airflow_provider_gpusched.core.sweep.records.store import where_running  # what a trial's status.json records
 
     return {
         "started": started,

@@ -256,7 +256,7 @@ def test_free_port_skips_a_port_in_use(tmp_path):
     """The port finder of the job script (no Slurm needed: bash and /proc/net/tcp)."""
     import socket
 
-    from airflow_provider_gpusched.core.distributed import PORT_BASE, PORT_SPAN, slurm_launch_function
+    from airflow_provider_gpusched.core.slurm.ranks import PORT_BASE, PORT_SPAN, slurm_launch_function
 
     job_id = 4242
     wanted = PORT_BASE + job_id % PORT_SPAN

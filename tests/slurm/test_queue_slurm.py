@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from airflow_provider_gpusched.core.health import FAIL, OK, check_slurm
+from airflow_provider_gpusched.core.health import FAIL, OK
+from airflow_provider_gpusched.core.slurm.health import check_slurm
 from airflow_provider_gpusched.core.queue import list_work, stop_work
 from airflow_provider_gpusched.core.slurm import SlurmJobSpec
 from airflow_provider_gpusched.core.slurm.job import MAX_COMMENT, job_comment

@@ -191,7 +191,7 @@ def test_pbt_on_slurm_runs_each_generation_as_an_array_and_the_exploiting_member
     folder; the worst member's trial of generation 1 starts from the checkpoint the best one's left (copied into its
     own folder before the array was submitted), the others from their own."""
     from airflow_provider_gpusched import TrialResources, run_sweep
-    from airflow_provider_gpusched.core.sweep.session import SweepSession
+    from airflow_provider_gpusched.core.sweep.running.session import SweepSession
     from tests.core.test_pbt import spec as pbt_spec
 
     spec = pbt_spec(

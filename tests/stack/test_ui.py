@@ -584,8 +584,8 @@ def test_slurm_job_tab_shows_array_tasks_state_and_output(stack, browser_page):
 
 def _ten_thousand_trial_view() -> dict:
     """The Sweeps API's answer for one 10,000-trial random search (three parameters, one categorical), built by the
-    same code the api-server runs (core/sweep/view.py) from the records such a sweep publishes."""
-    from airflow_provider_gpusched.core.sweep.view import build_sweep_view
+    same code the api-server runs (core/sweep/results/view.py) from the records such a sweep publishes."""
+    from airflow_provider_gpusched.core.sweep.results.view import build_sweep_view
 
     plans, outcomes = _ten_thousand_trial_records()
     view = build_sweep_view(plans, outcomes, {})
@@ -603,7 +603,7 @@ def _ten_thousand_trial_records():
     """The plan and outcomes a 10,000-trial random search publishes."""
     import random
 
-    from airflow_provider_gpusched.core.sweep.view import read_plan_record
+    from airflow_provider_gpusched.core.sweep.results.view import read_plan_record
 
     rnd = random.Random(3)
     n = 10_000
@@ -648,9 +648,9 @@ def _ten_thousand_trial_records():
 
 
 def _ten_thousand_trial_importance() -> dict:
-    """What the importance endpoint answers for that sweep: core/sweep/analysis.py over all 10,000 trials."""
-    from airflow_provider_gpusched.core.sweep.analysis import param_importance
-    from airflow_provider_gpusched.core.sweep.view import param_axes, scored_points, sweep_objective, trial_rows
+    """What the importance endpoint answers for that sweep: core/sweep/results/analysis.py over all 10,000 trials."""
+    from airflow_provider_gpusched.core.sweep.results.analysis import param_importance
+    from airflow_provider_gpusched.core.sweep.results.view import param_axes, scored_points, sweep_objective, trial_rows
 
     plans, outcomes = _ten_thousand_trial_records()
     objective = sweep_objective(plans)
@@ -736,11 +736,16 @@ def _pbt_view(tmp_path) -> dict:
     3 generations of 2 steps, through the local backend), built by the api-server's own code from the plans and
     outcomes such a sweep publishes (the plan and trial tasks' own record builders), its lineage and its trials'
     reports."""
-    from airflow_provider_gpusched.core.sweep.pbt import read_lineage
-    from airflow_provider_gpusched.core.sweep.reports import read_reports
-    from airflow_provider_gpusched.core.sweep.session import SweepSession
-    from airflow_provider_gpusched.core.sweep.terminal import run_sweep
-    from airflow_provider_gpusched.core.sweep.view import build_sweep_view, outcome_records, plan_record, report_paths
+    from airflow_provider_gpusched.core.sweep.records.reports import read_reports
+    from airflow_provider_gpusched.core.sweep.results.view import (
+        build_sweep_view,
+        outcome_records,
+        plan_record,
+        report_paths,
+    )
+    from airflow_provider_gpusched.core.sweep.running.session import SweepSession
+    from airflow_provider_gpusched.core.sweep.running.terminal import run_sweep
+    from airflow_provider_gpusched.core.sweep.searches.pbt import read_lineage
     from tests.core.test_pbt import manager, spec
 
     run = "manual__pbt"

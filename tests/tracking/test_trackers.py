@@ -92,8 +92,8 @@ def test_wandb_offline_runs_carry_config_history_and_summary(tmp_path):
 
 def test_gpusched_sweep_dashboard_serves_the_sweeps_optuna_journal(tmp_path):
     from airflow_provider_gpusched.core.sweep import loguniform
-    from airflow_provider_gpusched.core.sweep.session import SweepSession
-    from airflow_provider_gpusched.core.sweep.spec import SweepSpec
+    from airflow_provider_gpusched.core.sweep.definition.sweep_spec import SweepSpec
+    from airflow_provider_gpusched.core.sweep.running.session import SweepSession
 
     spec = SweepSpec(
         name="dash",

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_provider_gpusched.core.job_classes import LocalClassPolicy
+from airflow_provider_gpusched.core.gpu.class_policy import LocalClassPolicy
 from airflow_provider_gpusched.core.safe_files import UnsafePathError, append_line, open_regular
 
 ACCOUNTING_FILE = "accounting.jsonl"

@@ -12,8 +12,8 @@ import os
 import time
 from collections.abc import Callable, Sequence
 
+from airflow_provider_gpusched.core.gpu.class_policy import LocalClassPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPUUsage
-from airflow_provider_gpusched.core.job_classes import LocalClassPolicy
 from airflow_provider_gpusched.core.safe_files import BadRecordError, read_json_record, write_json_atomic
 from airflow_provider_gpusched.core.units import format_bytes
 

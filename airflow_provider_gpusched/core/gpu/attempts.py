@@ -24,12 +24,12 @@ from typing import Any
 from airflow_provider_gpusched.core import pyfunc
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.gpu.accounting import PreemptionHistory
+from airflow_provider_gpusched.core.gpu.class_policy import LocalClassPolicy
 from airflow_provider_gpusched.core.gpu.inventory import GPUInventory
 from airflow_provider_gpusched.core.gpu.lease_store import Lease
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.gpu.work import Work
-from airflow_provider_gpusched.core.job_classes import LocalClassPolicy
 from airflow_provider_gpusched.core.units import format_bytes
 
 

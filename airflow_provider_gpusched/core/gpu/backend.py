@@ -10,15 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_gpusched.core.backends import Backend
 from airflow_provider_gpusched.core.errors import GpuschedError
+from airflow_provider_gpusched.core.gpu.class_policy import LocalClassPolicy
 from airflow_provider_gpusched.core.queue import QueueEntry, StopOutcome
 
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.gpu.leases import LeaseManager
     from airflow_provider_gpusched.core.gpu.placement import GPURequest
+    from airflow_provider_gpusched.core.health_check import Check, HealthContext
     from airflow_provider_gpusched.core.stops import StopRequest
-    from airflow_provider_gpusched.core.sweep.resources import TrialResources
-    from airflow_provider_gpusched.core.sweep.session import SweepSession
-    from airflow_provider_gpusched.core.sweep.spec import SweepSpec
+    from airflow_provider_gpusched.core.sweep.definition.sweep_spec import SweepSpec
+    from airflow_provider_gpusched.core.sweep.parts.resources import TrialResources
+    from airflow_provider_gpusched.core.sweep.running.session import SweepSession
 
 #: how long `gpusched queue stop` waits for the processes it killed to have ended before it says so
 KILL_WAIT_SECONDS = 2.0
@@ -40,6 +42,8 @@ class LocalBackend(Backend):
     unsupported = {"partition": "a Slurm partition", "qos": "a Slurm QOS"}
     chunk_task = "run_batch"
     asynchronous_search = True
+    job_class_settings = LocalClassPolicy
+    folders = {"local run dir": "local_run_dir"}
 
     def check_resources(self, resources: TrialResources, sweep: str) -> None:
         slurm_only = [
@@ -109,7 +113,7 @@ class LocalBackend(Backend):
         self, mode: str, argv: Sequence[str], settings: Mapping[str, Any], env: Mapping[str, str], grace: float
     ) -> list[str]:
         """One rank per GPU of the lease (``CUDA_VISIBLE_DEVICES``)."""
-        from airflow_provider_gpusched.core.distributed import local_launch_argv
+        from airflow_provider_gpusched.core.gpu.ranks import local_launch_argv
 
         gpus = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
         return local_launch_argv(mode, list(argv), max(1, len(gpus)), grace)
@@ -123,6 +127,12 @@ class LocalBackend(Backend):
         from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 
         return LeaseManager(get_inventory(simulate), state_dir, shared=shared)
+
+    def health_checks(self, context: HealthContext) -> list[Check]:
+        """This host's GPU inventory, its lease directory and the stop orders in it."""
+        from airflow_provider_gpusched.core.gpu.health import local_health
+
+        return local_health(context)
 
     def queue_entries(self, handle: LeaseManager) -> tuple[list[QueueEntry], list[str]]:
         return local_entries(handle), [f"unreadable lease file {path}: {why}" for path, why in handle.unreadable]
@@ -147,9 +157,9 @@ class LocalBackend(Backend):
     ) -> dict[str, Any]:
         """Each stage's pending trials as one local batch (leases from the lease directory Airflow's tasks use);
         Ctrl-C stops the running trials (SIGTERM, grace period, SIGKILL) and records them ``stopped``. The stage
-        loop is core/sweep/terminal.py's ``run_stages``; this is the local stage."""
+        loop is core/sweep/running/terminal.py's ``run_stages``; this is the local stage."""
         from airflow_provider_gpusched.core.options import host_limit_defaults
-        from airflow_provider_gpusched.core.sweep.terminal import default_manager, run_stages
+        from airflow_provider_gpusched.core.sweep.running.terminal import default_manager, run_stages
         from airflow_provider_gpusched.core.units import time_limit_seconds
 
         manager = handle or default_manager()
@@ -158,7 +168,7 @@ class LocalBackend(Backend):
         manager.check_possible(request)
         if spec.max_workers is not None:
             parallel = min(parallel or spec.max_workers, spec.max_workers)
-        if spec.asks_as_it_goes:  # each slot asks for its next trial as it frees (core/sweep/asynchronous.py)
+        if spec.asks_as_it_goes:  # each slot asks for its next trial as it frees (core/sweep/running/asynchronous.py)
             parallel = parallel or spec.per_round
         batch = {
             "manager": manager,
@@ -188,9 +198,9 @@ def _run_local_stage(
     on_event: Any,
 ) -> None:
     """One stage of ``gpusched sweep run`` on this host: its pending trials (or an asynchronous search's slots) as
-    one local batch in a thread, while Ctrl-C stops them in order (core/sweep/terminal.py's ctrl_c_stops)."""
-    from airflow_provider_gpusched.core.sweep.batch import run_local_batch
-    from airflow_provider_gpusched.core.sweep.terminal import StageStopped, ctrl_c_stops
+    one local batch in a thread, while Ctrl-C stops them in order (core/sweep/running/terminal.py's ctrl_c_stops)."""
+    from airflow_provider_gpusched.core.sweep.running.batch import run_local_batch
+    from airflow_provider_gpusched.core.sweep.running.terminal import StageStopped, ctrl_c_stops
 
     r = spec.resources
     stop, done, interrupted = threading.Event(), threading.Event(), threading.Event()

@@ -27,6 +27,7 @@ from typing import Any
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.gpu.accounting import GPUTimeLedger
 from airflow_provider_gpusched.core.gpu.activity import GPUActivity, gpu_is_busy
+from airflow_provider_gpusched.core.gpu.class_policy import LocalClassPolicy
 from airflow_provider_gpusched.core.gpu.gate import HostQuotaGate, QuotaVerdict
 from airflow_provider_gpusched.core.gpu.host_reservations import HostReservations
 from airflow_provider_gpusched.core.gpu.inventory import GPUInfo, GPUInventory
@@ -464,7 +465,7 @@ class LeaseManager:
         return max((self._grace(lease) for lease in leases), default=0.0)
 
     def _grace(self, lease: Lease) -> float:
-        policy = self.classes[lease.job_class].local
+        policy: LocalClassPolicy = self.classes[lease.job_class].local
         if self.quotas is not None and lease.tag.group and not policy.preemptible:
             return self.quotas.grace_period
         return policy.grace_period

@@ -8,13 +8,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from airflow_provider_gpusched.core.checks import is_number
-from airflow_provider_gpusched.core.distributed import (
-    DEFAULT_RANK_EXIT_GRACE,
-    launcher_grace,
-    local_launch_argv,
-    torchrun_command,
-)
+from airflow_provider_gpusched.core.distributed import DEFAULT_RANK_EXIT_GRACE, launcher_grace
 from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.gpu.ranks import local_launch_argv, torchrun_command
 
 
 @dataclass

@@ -13,17 +13,19 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_gpusched.core.backends import Backend, get_backend
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.queue import QueueEntry, StopOutcome
+from airflow_provider_gpusched.core.slurm.options import SlurmClassSettings, SlurmSweepOptions, slurm_class_settings
 from airflow_provider_gpusched.core.stops import write_slurm_stop_mark
 from airflow_provider_gpusched.core.work_tag import WorkTag
 
 _LOG = logging.getLogger("airflow_provider_gpusched.sweep")
 
 if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.health_check import Check, HealthContext
     from airflow_provider_gpusched.core.slurm.client import SlurmClient
     from airflow_provider_gpusched.core.stops import StopRequest
-    from airflow_provider_gpusched.core.sweep.resources import TrialResources
-    from airflow_provider_gpusched.core.sweep.session import SweepSession
-    from airflow_provider_gpusched.core.sweep.spec import SweepSpec
+    from airflow_provider_gpusched.core.sweep.definition.sweep_spec import SweepSpec
+    from airflow_provider_gpusched.core.sweep.parts.resources import TrialResources
+    from airflow_provider_gpusched.core.sweep.running.session import SweepSession
 
 
 class SlurmBackend(Backend):
@@ -45,6 +47,10 @@ class SlurmBackend(Backend):
     }
     chunk_task = "trial_array"
     asynchronous_search = True
+    job_class_settings = SlurmClassSettings
+    sweep_options = SlurmSweepOptions
+    sweep_keywords = {"slurm_conn_id": "conn_id", "max_array_parallel": "max_array_parallel"}
+    folders = {"slurm output dir": "slurm_output_dir"}
 
     def trial_arguments(self, resources: TrialResources) -> dict[str, Any]:
         """What a trial on Slurm asks for (``SlurmJobOperator`` arguments); unset ones are left to Slurm."""
@@ -78,8 +84,8 @@ class SlurmBackend(Backend):
     ) -> list[str]:
         """srun (or torchrun over the job's nodes) inside the trial's Slurm job."""
         from airflow_provider_gpusched.core.checks import is_int
-        from airflow_provider_gpusched.core.distributed import slurm_launch_argv
         from airflow_provider_gpusched.core.errors import InvalidArgumentError
+        from airflow_provider_gpusched.core.slurm.ranks import slurm_launch_argv
 
         if not env.get("SLURM_JOB_ID"):
             raise GpuschedError(
@@ -105,6 +111,12 @@ class SlurmBackend(Backend):
         from airflow_provider_gpusched.core.slurm.client import SlurmClient
 
         return SlurmClient()
+
+    def health_checks(self, context: HealthContext) -> list[Check]:
+        """Slurm reachable through the command's client, the job classes' partitions and QOS, preemption."""
+        from airflow_provider_gpusched.core.slurm.health import slurm_health
+
+        return slurm_health(context)
 
     def queue_entries(self, handle: SlurmClient) -> tuple[list[QueueEntry], list[str]]:
         from airflow_provider_gpusched.core.slurm.transport import SlurmCommandError, SlurmUnavailableError
@@ -134,9 +146,9 @@ class SlurmBackend(Backend):
     ) -> dict[str, Any]:
         """Each stage's pending trials as job arrays of up to :data:`SLURM_CHUNK` tasks, followed every
         ``poll_interval`` seconds; Ctrl-C cancels them and records the trials ``stopped``. The stage loop is
-        core/sweep/terminal.py's ``run_stages``; this is the Slurm stage."""
+        core/sweep/running/terminal.py's ``run_stages``; this is the Slurm stage."""
         from airflow_provider_gpusched.core.slurm.client import SlurmClient
-        from airflow_provider_gpusched.core.sweep.terminal import run_stages
+        from airflow_provider_gpusched.core.sweep.running.terminal import run_stages
 
         client = handle or SlurmClient()
         workers = parallel or spec.max_workers or spec.per_round or 1
@@ -161,7 +173,7 @@ def _stage_arrays(
     trials): a run killed while its arrays ran left them running, and the next run of the same trials re-attaches
     to them."""
     from airflow_provider_gpusched.core.slurm.job import array_range, work_key
-    from airflow_provider_gpusched.core.sweep.trial_run import chunk_argv, worker_argv
+    from airflow_provider_gpusched.core.sweep.running.trial_run import chunk_argv, worker_argv
 
     if workers is not None:
         return [
@@ -194,10 +206,10 @@ def _run_slurm_stage(
     poll_interval: float,
 ) -> None:
     """Submit (or re-attach to) each job array of a stage and follow them until every one ended; Ctrl-C cancels
-    them (core/sweep/terminal.py's StageStopped)."""
+    them (core/sweep/running/terminal.py's StageStopped)."""
     from airflow_provider_gpusched.core.slurm.job import SlurmJobSpec, job_comment
     from airflow_provider_gpusched.core.slurm.submission import SlurmJobManager
-    from airflow_provider_gpusched.core.sweep.terminal import StageStopped
+    from airflow_provider_gpusched.core.sweep.running.terminal import StageStopped
 
     jobs: dict[str, int] = {}
     try:
@@ -258,7 +270,7 @@ def slurm_job_arguments(spec: SweepSpec) -> dict[str, Any]:
     args["environment"] = args.pop("env") or {}
     args["setup"] = args.get("setup") or ()
     classes = JobClassMapping.load(os.environ.get("AIRFLOW__GPUSCHED__JOB_CLASSES") or None)
-    for key, value in classes[job_class].slurm_settings(priority).items():
+    for key, value in slurm_class_settings(job_class, classes, priority).items():
         if args.get(key) is None:
             args[key] = value
     return {k: v for k, v in args.items() if v is not None}

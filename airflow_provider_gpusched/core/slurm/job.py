@@ -23,6 +23,7 @@ from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.job_shape import SHAPE_FIELDS, check_shape, gpus_on_each_node
 from airflow_provider_gpusched.core.records import Check, Settings, one_of, says
 from airflow_provider_gpusched.core.slurm.chain import TimeLimitChain, time_limit_chain
+from airflow_provider_gpusched.core.slurm.ranks import slurm_launch_function
 from airflow_provider_gpusched.core.units import parse_bytes, slurm_time_limit, time_limit_seconds
 from airflow_provider_gpusched.core.work_tag import WorkTag
 
@@ -332,7 +333,7 @@ class SlurmJobSpec:
             lines.append(body)
         elif self.distributed:
             lines.append(
-                dist.slurm_launch_function(self.distributed, self.nproc_per_node, self.rank_exit_grace, self.torchrun)
+                slurm_launch_function(self.distributed, self.nproc_per_node, self.rank_exit_grace, self.torchrun)
             )
             argv = ["bash", "-c", command] if isinstance(command, str) else [str(a) for a in command]
             lines.append("gpusched_launch " + shlex.join(argv))

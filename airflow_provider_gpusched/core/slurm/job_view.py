@@ -79,13 +79,13 @@ def job_record(
 def claim_output_folder(folder: str, dag_id: str) -> str:
     """Record that a task of DAG ``dag_id`` keeps its Slurm job's files (output, a chain's records) in its task folder
     ``folder`` (under ``[gpusched] slurm_output_dir``): ``dags.json``, the record a sweep folder keeps
-    (core/sweep/store.py). The UI reads a task folder's files only under a DAG it lists (:func:`folder_refusal`).
+    (core/sweep/records/store.py). The UI reads a task folder's files only under a DAG it lists (:func:`folder_refusal`).
     Folder names are one to one (settings.path_part: no two DAG ids share one); a folder that lists another DAG all
     the same (written by hand, or by a version whose names were not) is refused (:class:`GpuschedError`): its DAG's
     readers would see this job's files. Returns '' or why the record could not be written (the job still runs; the
     UI shows its output once it ends, from its record)."""
     from airflow_provider_gpusched.core.safe_files import write_json_atomic
-    from airflow_provider_gpusched.core.sweep.store import DAGS_FILE, folder_dags
+    from airflow_provider_gpusched.core.sweep.records.store import DAGS_FILE, folder_dags
 
     dags = folder_dags(folder) or []
     if dag_id in dags:
@@ -110,9 +110,9 @@ def claim_output_folder(folder: str, dag_id: str) -> str:
 def folder_refusal(folder: str, dag_id: str, root: str) -> str:
     """Why the files in task folder ``folder`` are not shown under DAG ``dag_id`` ('' when they are): only a folder
     under ``root`` (``[gpusched] slurm_output_dir``) whose ``dags.json`` lists that DAG (:func:`claim_output_folder`;
-    core/sweep/store.py :func:`~airflow_provider_gpusched.core.sweep.store.folder_refusal`)."""
-    from airflow_provider_gpusched.core.sweep.store import DAGS_FILE
-    from airflow_provider_gpusched.core.sweep.store import folder_refusal as refusal
+    core/sweep/records/store.py :func:`~airflow_provider_gpusched.core.sweep.records.store.folder_refusal`)."""
+    from airflow_provider_gpusched.core.sweep.records.store import DAGS_FILE
+    from airflow_provider_gpusched.core.sweep.records.store import folder_refusal as refusal
 
     return refusal(
         folder,

@@ -10,17 +10,17 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
-    "Objective": "objective",
-    "SweepSpec": "spec",
-    "TrialResources": "resources",
-    "EvolutionSettings": "kind_settings",
-    "choice": "spaces",
-    "uniform": "spaces",
-    "loguniform": "spaces",
-    "randint": "spaces",
-    "quniform": "spaces",
-    "when": "spaces",
-    "ModelCost": "model_cost",
+    "Objective": "parts.objective",
+    "SweepSpec": "definition.sweep_spec",
+    "TrialResources": "parts.resources",
+    "EvolutionSettings": "searches.evolution",
+    "choice": "parts.spaces",
+    "uniform": "parts.spaces",
+    "loguniform": "parts.spaces",
+    "randint": "parts.spaces",
+    "quniform": "parts.spaces",
+    "when": "parts.spaces",
+    "ModelCost": "searches.model_cost",
 }
 
 __all__ = [
@@ -47,9 +47,9 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from airflow_provider_gpusched.core.sweep.model_cost import ModelCost
-    from airflow_provider_gpusched.core.sweep.objective import Objective
-    from airflow_provider_gpusched.core.sweep.resources import TrialResources
-    from airflow_provider_gpusched.core.sweep.search_kinds import EvolutionSettings
-    from airflow_provider_gpusched.core.sweep.spaces import choice, loguniform, quniform, randint, uniform, when
-    from airflow_provider_gpusched.core.sweep.spec import SweepSpec
+    from airflow_provider_gpusched.core.sweep.definition.sweep_spec import SweepSpec
+    from airflow_provider_gpusched.core.sweep.parts.objective import Objective
+    from airflow_provider_gpusched.core.sweep.parts.resources import TrialResources
+    from airflow_provider_gpusched.core.sweep.parts.spaces import choice, loguniform, quniform, randint, uniform, when
+    from airflow_provider_gpusched.core.sweep.searches.evolution import EvolutionSettings
+    from airflow_provider_gpusched.core.sweep.searches.model_cost import ModelCost

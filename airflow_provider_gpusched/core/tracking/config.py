@@ -2,7 +2,7 @@
 option's (``merge_default``), and their callbacks made (``build_callbacks``).
 
 The list's parse, its settings' checks and the registry of trackers a ``kind`` names are the spec's own
-(core/sweep/tracking_settings.py, where the ``tracking`` list is described); they are re-exported here, where they
+(core/sweep/definition/tracking_settings.py, where the ``tracking`` list is described); they are re-exported here, where they
 were first.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from airflow_provider_gpusched.core.sweep.tracking_settings import (
+from airflow_provider_gpusched.core.sweep.definition.tracking_settings import (
     ENTRY_POINT_GROUP,
     SERVER_URL,
     SETTINGS,
@@ -69,6 +69,6 @@ def score_of(objective: Mapping[str, Any] | None) -> Callable[[Any], float | Non
     """The score function of an objective as a manifest or SweepRun keeps it (``Objective.to_dict``)."""
     if not objective:
         return None
-    from airflow_provider_gpusched.core.sweep.objective import objective_from_mapping
+    from airflow_provider_gpusched.core.sweep.parts.objective import objective_from_mapping
 
     return objective_from_mapping(objective, "objective").score

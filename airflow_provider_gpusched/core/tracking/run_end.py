@@ -1,5 +1,5 @@
 """The end of a terminal run (``gpusched sweep run``, ``run_sweep``): its trials and summary sent to the spec's
-trackers, once the run ended. A hook of core/sweep/terminal.py's ``RUN_END`` registry, which names this class as
+trackers, once the run ended. A hook of core/sweep/running/terminal.py's ``RUN_END`` registry, which names this class as
 its built-in ``tracking`` hook (the sweep imports nothing of the tracking built on it)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from airflow_provider_gpusched.core.sweep.session import SweepSession
-from airflow_provider_gpusched.core.sweep.spec import SweepSpec
-from airflow_provider_gpusched.core.sweep.terminal import RunEndHook
+from airflow_provider_gpusched.core.sweep.definition.sweep_spec import SweepSpec
+from airflow_provider_gpusched.core.sweep.running.session import SweepSession
+from airflow_provider_gpusched.core.sweep.running.terminal import RunEndHook
 from airflow_provider_gpusched.core.tracking.callback import SweepRun
 from airflow_provider_gpusched.core.tracking.config import build_callbacks, score_of
 from airflow_provider_gpusched.core.tracking.sync import send_to

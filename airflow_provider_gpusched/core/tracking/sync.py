@@ -43,8 +43,8 @@ from airflow_provider_gpusched.core.checks import is_finite_number, is_number
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.http import time_budget
 from airflow_provider_gpusched.core.safe_files import BadRecordError, read_json_record, write_json_atomic
-from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports
-from airflow_provider_gpusched.core.sweep.store import (
+from airflow_provider_gpusched.core.sweep.records.reports import REPORTS_FILE, read_reports
+from airflow_provider_gpusched.core.sweep.records.store import (
     FINAL_STATES,
     OUTPUT_LOG_FILE,
     PREVIOUS_RESULT_FILE,
@@ -494,7 +494,7 @@ class _TrialTeller:
 
     def trial_of(self, attempt: dict[str, Any], at: float | None, current: bool) -> TrialRun:
         """The callback's view of an attempt (``current``: the one the trial's status describes now)."""
-        from airflow_provider_gpusched.core.sweep.expand import flatten
+        from airflow_provider_gpusched.core.sweep.parts.expand import flatten
 
         status, folder, params = self.status, self.folder, self.params
         return TrialRun(

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_gpusched.core.errors import GpuschedError
-from airflow_provider_gpusched.core.sweep.expand import nested
-from airflow_provider_gpusched.core.sweep.reports import REPORTS_FILE, read_reports
+from airflow_provider_gpusched.core.sweep.parts.expand import nested
+from airflow_provider_gpusched.core.sweep.records.reports import REPORTS_FILE, read_reports
 from airflow_provider_gpusched.core.tracking.callback import SweepRun, TrackingCallback, TrialEnd, TrialRun
 
 

@@ -22,12 +22,11 @@ from airflow_provider_gpusched import settings
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.records import open_view
 from airflow_provider_gpusched.core.safe_files import BadRecordError, read_tail
-from airflow_provider_gpusched.core.sweep.analysis import compare_runs, param_importance
-from airflow_provider_gpusched.core.sweep.reports import RAN_AGAIN, reports_of_run
-from airflow_provider_gpusched.core.sweep.search_kind import SearchKind
-from airflow_provider_gpusched.core.sweep.search_kinds import search_kind
-from airflow_provider_gpusched.core.sweep.store import OUTPUT_LOG_FILE, folder_refusal
-from airflow_provider_gpusched.core.sweep.view import (
+from airflow_provider_gpusched.core.sweep.definition.search_kind import SearchKind, search_kind
+from airflow_provider_gpusched.core.sweep.records.reports import RAN_AGAIN, reports_of_run
+from airflow_provider_gpusched.core.sweep.records.store import OUTPUT_LOG_FILE, folder_refusal
+from airflow_provider_gpusched.core.sweep.results.analysis import compare_runs, param_importance
+from airflow_provider_gpusched.core.sweep.results.view import (
     OUTCOMES_XCOM,
     PLAN_XCOM,
     SweepView,
@@ -231,7 +230,7 @@ class SweepsView(TypedDict):
 
 
 def sweep_importance(dag_id: str, run_id: str, group: str, session) -> ImportanceView:
-    """Parameter importance over every scored trial of one sweep in one run (core/sweep/analysis.py)."""
+    """Parameter importance over every scored trial of one sweep in one run (core/sweep/results/analysis.py)."""
     plans, rows, objective = _one_sweep(dag_id, run_id, group, session)
     if objective is None:
         return {"method": "none", "note": "the sweep has no objective", "importances": [], "trials": 0}
@@ -254,7 +253,7 @@ def sweep_importance(dag_id: str, run_id: str, group: str, session) -> Importanc
 
 
 def sweep_comparison(dag_id: str, run_id: str, other: str, group: str, session) -> ComparisonView:
-    """Two runs of one sweep side by side (core/sweep/analysis.py)."""
+    """Two runs of one sweep side by side (core/sweep/results/analysis.py)."""
     plans_a, rows_a, objective = _one_sweep(dag_id, run_id, group, session)
     plans_b, rows_b, _objective_b = _one_sweep(dag_id, other, group, session)
     if objective is None:
@@ -342,7 +341,7 @@ def _kind_of(name: object) -> SearchKind[Any] | None:
 
 def _folder_refusal(folder: str, dag_id: str, root: str) -> str:
     """Why the files of sweep folder ``folder`` are not shown under DAG ``dag_id`` ("" when they are): only a folder
-    under ``[gpusched] sweep_results_root`` whose ``dags.json`` lists that DAG (core/sweep/store.py)."""
+    under ``[gpusched] sweep_results_root`` whose ``dags.json`` lists that DAG (core/sweep/records/store.py)."""
     return folder_refusal(
         folder,
         dag_id,

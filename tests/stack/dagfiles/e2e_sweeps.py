@@ -14,7 +14,7 @@ START = pendulum.datetime(2026, 1, 1, tz="UTC")
 
 
 def _learn(params: dict, steps: int) -> dict:
-    from airflow_provider_gpusched.core.sweep.pruning import TrialPruned
+    from airflow_provider_gpusched.core.sweep.pruning_rules.judging import TrialPruned
     from airflow_provider_gpusched.trial import report
 
     q = params["q"]
