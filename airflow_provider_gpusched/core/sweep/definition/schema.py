@@ -20,7 +20,7 @@ from airflow_provider_gpusched.core.sweep.definition.files import FILE_ONLY_KEYS
 from airflow_provider_gpusched.core.sweep.definition.search_kind import SEARCH_KINDS
 from airflow_provider_gpusched.core.sweep.definition.sweep_spec import SweepSpec
 from airflow_provider_gpusched.core.sweep.parts.space_yaml import SPACE_MAKERS
-from airflow_provider_gpusched.core.sweep.pruning_rules.base import pruner_names
+from airflow_provider_gpusched.core.sweep.pruning_rules.base import pruner_names, rule_schema_defs
 
 SCHEMA_ID = "https://github.com/airflow-provider-gpusched/airflow-provider-gpusched/sweep.schema.json"
 TARGET = {"type": "string", "pattern": r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$", "description": "package.module:name"}
@@ -116,7 +116,7 @@ def sweep_schema() -> dict[str, Any]:
         if field.name in overrides:
             schema = overrides[field.name]
             if field.name == "pruning":
-                defs.update(_adapted(hints["pruning"]).get("$defs", {}))
+                defs.update(rule_schema_defs())  # the shared settings and each rule's own
         else:
             schema = _adapted(hints[field.name])
             defs.update(schema.pop("$defs", {}))

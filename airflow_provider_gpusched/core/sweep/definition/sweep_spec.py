@@ -225,7 +225,7 @@ class SweepSpec:
         if isinstance(self.pruning, str):
             self.pruning = {"rule": self.pruning}
         if isinstance(self.pruning, Mapping):
-            self.pruning = _build(PruningRule, self.pruning, f"{w}: pruning")
+            self.pruning = PruningRule.from_mapping(self.pruning, f"{w}: pruning")
         if self.pruning is not None:
             self._check_pruning()
         self.tracking = parse_tracking(self.tracking, f"{w}: tracking")

@@ -1,2 +1,3 @@
-"""Pruning: the rule interface and its registry (base.py), the built-in rules (one small class each),
-and the judging that reads a sweep's reports (judging.py)."""
+"""Pruning: the rule interface, a spec's PruningRule and the registry (base.py), the built-in rules (one module
+each, its settings and rule together: median.py, asha.py, optuna.py) and the judging that reads a sweep's reports
+(judging.py)."""

@@ -7,25 +7,32 @@ A rule is handed the trial's own reports and its peers' (each peer's folder name
 its state) and answers ``''`` (go on) or why the trial stops. It judges wherever a trial reports: in the trial's own
 process (a callable's ``report()``) or in the trial runner that watches a command trial. So a rule of another
 package is found there through the entry-point group ``airflow_provider_gpusched.pruners`` (name = ``module:Class``),
-or registered with :func:`register_pruner` in a module both processes import. A rule's settings are one
-:class:`PruningRule` (also importable from core/sweep/pruning_rules/judging.py).
+or registered with :func:`register_pruner` in a module both processes import.
+
+A spec's ``pruning:`` mapping is one :class:`PruningRule` (also importable from core/sweep/pruning_rules/judging.py):
+the settings every rule shares (``rule``, ``metric``, ``mode``, ``max_steps``) and the rule's own, each rule owning
+them as a typed record (its class's ``settings_class``: ``MedianSettings`` in median.py), so a new rule with
+settings touches only its own module.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Annotated, Any, ClassVar
+from dataclasses import MISSING, asdict, dataclass, fields
+from typing import Annotated, Any, ClassVar, TypeVar
 
-from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
+from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError, UnknownKeyError
 from airflow_provider_gpusched.core.records import Settings, one_of, says
 from airflow_provider_gpusched.core.registry import Registry
 
 ENTRY_POINT_GROUP = "airflow_provider_gpusched.pruners"
-#: the settings of a rule given as a mapping that only some rules read: refused with any other rule
+#: the built-in settings without a default (optuna's): refused with a rule that does not read them (as any rule's
+#: setting whose default is None is; kept for code that imported it)
 OPTIONAL_SETTINGS = ("pruner", "options")
 
 Reports = Sequence[Mapping[str, Any]]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -40,12 +47,17 @@ class Peer:
 
 class Pruner:
     """One pruning rule: made once per sweep folder and rule by whoever judges (a trial, a trial runner), then asked
-    about each report. Subclasses set ``name``, list the settings only they read in ``reads``, check those in
+    about each report. Subclasses set ``name`` and their ``settings_class``, check what relates their settings in
     :meth:`check`, and answer in :meth:`judge`."""
 
     name: ClassVar[str] = ""
-    #: the settings of :class:`PruningRule` this rule reads besides ``metric`` and ``mode``
-    #: (``pruner``/``options`` given to a rule that does not read them are refused)
+    #: this rule's own settings: a dataclass whose fields (each with a default, annotated with its type and bounds:
+    #: core/records.py ``says``) are keys of a spec's ``pruning:`` mapping, checked by their annotations; the rule
+    #: reads them as ``self.rule.settings_as(ItsSettings)``. None: the rule has no settings of its own
+    settings_class: ClassVar[type[Any] | None] = None
+    #: the settings this rule reads besides ``metric`` and ``mode``: its ``settings_class``'s fields (filled in),
+    #: and another rule's it names (a rule reading the untyped ``options``); a setting without a default (None)
+    #: given to a rule that does not read it is refused
     reads: ClassVar[tuple[str, ...]] = ()
     #: whether :meth:`judge` needs each peer's state (one status.json read per peer and change)
     needs_states: ClassVar[bool] = False
@@ -53,6 +65,11 @@ class Pruner:
     #: whether it judges an asynchronous search's trials in the sweep's shared Optuna study (:meth:`judge_in_study`)
     #: rather than from the peers' reports
     judges_in_study: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = tuple(f.name for f in fields(cls.settings_class)) if cls.settings_class is not None else ()
+        cls.reads = tuple(dict.fromkeys((*own, *cls.reads)))
 
     def __init__(self, rule: PruningRule) -> None:
         self.rule = rule
@@ -105,15 +122,16 @@ class Pruner:
         return self.judge(trial, own, peers, judged_up_to)
 
 
+_HERE = "airflow_provider_gpusched.core.sweep.pruning_rules"
 #: the rules a spec may name (one :class:`~airflow_provider_gpusched.core.registry.Registry`, as backends have)
 REGISTRY: Registry[Pruner] = Registry(
     "pruning rule",
     Pruner,
     ENTRY_POINT_GROUP,
     {
-        "median": "airflow_provider_gpusched.core.sweep.pruning_rules.builtin:MedianRule",
-        "asha": "airflow_provider_gpusched.core.sweep.pruning_rules.builtin:ASHARule",
-        "optuna": "airflow_provider_gpusched.core.sweep.pruning_rules.builtin:OptunaRule",
+        "median": f"{_HERE}.median:MedianRule",
+        "asha": f"{_HERE}.asha:ASHARule",
+        "optuna": f"{_HERE}.optuna:OptunaRule",
     },
     function="register_pruner",
 )
@@ -141,11 +159,14 @@ def pruner_class(name: str, where: str = "pruning.rule") -> type[Pruner]:
 
 
 # A sweep's pruning rule as its spec gives it (``pruning: {rule: NAME, ...}``): defined here, with the rules that
-# read it, so that the interface needs nothing of core/sweep/pruning_rules/judging.py (which imports it). No docstring: the spec's
-# JSON Schema describes it as it always has.
+# read it, so that the interface needs nothing of core/sweep/pruning_rules/judging.py (which imports it).
+
+
 @dataclass
-class PruningRule:
-    #: the rule's name (core/sweep/pruning_rules/base.py's registry: median, asha, optuna, and those registered)
+class SharedSettings:
+    """The settings of ``pruning:`` that every rule shares."""
+
+    #: the rule's name (this module's registry: median, asha, optuna, and those registered)
     rule: Annotated[str, says("the name of a pruning rule")] = "median"
     #: default: the objective's metric
     metric: Annotated[str, says("a metric name the trials report", min_length=1)] | None = None
@@ -156,29 +177,121 @@ class PruningRule:
     #: its ``max_resource``), else the last step of the trials that succeeded (as Optuna's ``max_resource='auto'``
     #: learns it from the first finished trial)
     max_steps: Annotated[int, says("a whole number of steps >= 1", ge=1)] | None = None
-    # the settings of one rule (each rule's class lists those it ``reads``)
-    warmup_steps: Annotated[int, says("a whole number >= 0", ge=0)] = 0  # median: judge no step before this
-    min_trials: Annotated[int, says("a whole number >= 1", ge=1)] = 3  # median: peers that must have reached the step
-    min_steps: Annotated[int, says("a whole number >= 1", ge=1)] = 1  # asha: the first rung
-    #: asha: keep the top 1/reduction_factor at each rung
-    reduction_factor: Annotated[int, says("a whole number >= 2", ge=2)] = 3
-    pruner: str | None = None  # optuna: which of Optuna's pruners
-    #: optuna: keyword arguments of its constructor (patient: also "wrapped")
-    options: (
-        Annotated[dict[Annotated[str, says("an argument name")], Any], says("a mapping of the pruner's arguments")]
-        | None
-    ) = None
+
+
+SHARED = tuple(f.name for f in fields(SharedSettings))
+
+
+class PruningRule:
+    """A sweep's pruning rule: the :class:`SharedSettings` as attributes, and the rule's own settings as the record
+    of its class's ``settings_class`` (:attr:`settings`, read typed with :meth:`settings_as`). Made as the spec's
+    mapping reads, ``PruningRule("asha", min_steps=2)``; ``rule.min_steps`` reads a setting by its name (the rule's
+    own, else one given, else its default), and :meth:`to_dict` gives the keywords back (a trial gets them as
+    JSON). A setting of another rule is kept aside, checked by that rule's annotations."""
+
+    rule: str
+    metric: str | None
+    mode: str | None
+    max_steps: int | None
+    settings: Any  # the rule's own settings record; None: an unknown rule, or one without settings
+
+    def __init__(
+        self,
+        rule: str = "median",
+        metric: str | None = None,
+        mode: str | None = None,
+        max_steps: int | None = None,
+        **settings: Any,
+    ) -> None:
+        for name, value in zip(SHARED, (rule, metric, mode, max_steps), strict=True):
+            object.__setattr__(self, name, value)
+        unknown = _unknown(rule, settings)
+        if unknown:  # as the dataclass it was refused them
+            raise TypeError(f"PruningRule.__init__() got an unexpected keyword argument {unknown[0]!r}")
+        self._sort(settings)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], where: str) -> PruningRule:
+        """A spec's ``pruning:`` mapping; a key no rule reads is refused naming it and the known keys."""
+        unknown = _unknown(data.get("rule", "median"), data)
+        if unknown:
+            raise UnknownKeyError(f"{where}.{unknown[0]}", unknown[0], known_keys())
+        return cls(**data)
+
+    def _sort(self, values: dict[str, Any]) -> None:
+        """Put the settings given where they belong: the rule's own into its record, the others aside."""
+        found = _rule_class(self.rule)
+        record_class = found.settings_class if found is not None else None
+        record = None
+        if record_class is not None:
+            own = {f.name: values.pop(f.name) for f in fields(record_class) if f.name in values}
+            try:
+                record = record_class(**own)
+            except TypeError:  # a setting without a default is missing: check() names it
+                values = {**own, **values}
+        object.__setattr__(self, "settings", record)
+        object.__setattr__(self, "_others", values)
+
+    def _values(self) -> dict[str, Any]:
+        """Every setting but the shared ones: the rule's own (defaults filled in), then the others given."""
+        own = asdict(self.settings) if self.settings is not None else {}
+        return {**own, **copy.deepcopy(self._others)}
+
+    def settings_as(self, cls: type[T]) -> T:
+        """The rule's own settings record, typed as its ``settings_class`` ``cls``."""
+        if not isinstance(self.settings, cls):
+            self._sort(self._values())  # the rule was registered, or changed, after this was made
+        if not isinstance(self.settings, cls):
+            raise GpuschedError(f"pruning rule {self.rule!r}: its settings are not {cls.__name__}")
+        return self.settings
+
+    def __getattr__(self, name: str) -> Any:
+        """A setting by its name (called only for what is not an attribute): the rule's own, else one given, else
+        its default (the first rule's that has it)."""
+        if name.startswith("_") or name == "settings":
+            raise AttributeError(name)
+        record = self.__dict__.get("settings")
+        if record is not None and name in _names(type(record)):
+            return getattr(record, name)
+        others = self.__dict__.get("_others", {})
+        if name in others:
+            return others[name]
+        owner = _owner(name)
+        if owner is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return _default(owner, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in SHARED or name == "settings" or name.startswith("_"):
+            values = self._values() if name == "rule" else None
+            object.__setattr__(self, name, value)
+            if values is not None:
+                self._sort(values)  # another rule: its own settings record
+        elif self.settings is not None and name in _names(type(self.settings)):
+            setattr(self.settings, name, value)
+        else:
+            self._others[name] = value
 
     def check(self, where: str) -> None:
-        """The settings' types and bounds, then what the rule itself asks of them (its class's ``check``)."""
-        _RULE.check(self, where)  # each setting's type and bounds (their annotations)
+        """The settings' types and bounds (their annotations), then what the rule itself asks of them (its class's
+        ``check``). Errors name ``<where>.<key>``."""
+        _checker(SharedSettings).check(self, where)
+        found = _rule_class(self.rule)
+        if found is not None and found.settings_class is not None:
+            self._sort(self._values())  # the rule may have been registered after this was made
+            _check_complete(found.settings_class, self.settings, self._others, where)
+        if self.settings is not None:
+            _checker(type(self.settings)).check(self.settings, where)
+        for key, value in self._others.items():
+            owner = _owner(key)
+            if owner is None:
+                raise UnknownKeyError(f"{where}.{key}", key, known_keys())
+            _checker(owner).check({key: value}, where)
         rule = pruner_class(self.rule, f"{where}.rule")
-        for name in OPTIONAL_SETTINGS:
-            if getattr(self, name) is not None and name not in rule.reads:
-                readers = [n for n in pruner_names() if name in _reads(n)]
-                raise InvalidArgumentError(
-                    f"{where}.{name}", getattr(self, name), f"{name} only with rule: {', '.join(readers)}"
-                )
+        for key, value in self._others.items():
+            if value is not None and key not in rule.reads and _default(_owner(key), key) is None:
+                readers = [n for n in pruner_names() if key in _reads(n)]
+                raise InvalidArgumentError(f"{where}.{key}", value, f"{key} only with rule: {', '.join(readers)}")
         rule.check(self, where)
 
     def make_judge(self) -> Pruner:
@@ -186,7 +299,18 @@ class PruningRule:
         return pruner_class(self.rule)(self)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The keywords that make this rule again (``PruningRule(**rule.to_dict())``)."""
+        return {name: getattr(self, name) for name in SHARED} | self._values()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PruningRule):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass it was
+
+    def __repr__(self) -> str:
+        return f"PruningRule({', '.join(f'{k}={v!r}' for k, v in self.to_dict().items())})"
 
     @property
     def judged_metric(self) -> str:
@@ -196,11 +320,89 @@ class PruningRule:
         return self.metric
 
 
-_RULE = Settings(PruningRule)
+def _rule_class(name: Any) -> type[Pruner] | None:
+    """The class of rule ``name``, or None when no rule has the name (or it cannot be imported)."""
+    try:
+        return pruner_class(name)
+    except (GpuschedError, TypeError):
+        return None
+
+
+def _unknown(rule: Any, settings: Mapping[Any, Any]) -> list[Any]:
+    """The keys of ``settings`` that neither rule ``rule`` nor any other known rule reads."""
+    found = _rule_class(rule)
+    mine = {*SHARED, *(found.reads if found is not None else ())}
+    return [k for k in settings if k not in mine and _owner(k) is None]
+
+
+def _settings_classes() -> list[type[Any]]:
+    """The settings classes of the rules known now, in the registry's order (one that cannot be imported: none)."""
+    found = [c.settings_class for n in pruner_names() if (c := _rule_class(n)) is not None]
+    return list(dict.fromkeys(c for c in found if c is not None))
+
+
+def _owner(key: Any) -> type[Any] | None:
+    """The settings class of the first known rule that has setting ``key`` (it says its type and default)."""
+    return next((c for c in _settings_classes() if key in _names(c)), None)
+
+
+def known_keys() -> list[str]:
+    """Every key a ``pruning:`` mapping may have, with the rules known now."""
+    return list(dict.fromkeys([*SHARED, *(n for c in _settings_classes() for n in _names(c))]))
+
+
+def _names(cls: type[Any]) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
+def _default(cls: type[Any] | None, name: str) -> Any:
+    """Setting ``name``'s default in settings class ``cls`` (None: it has none)."""
+    field = next((f for f in fields(cls) if f.name == name), None) if cls is not None else None
+    if field is not None and field.default is not MISSING:
+        return field.default
+    if field is not None and field.default_factory is not MISSING:
+        return field.default_factory()
+    return None
+
+
+def _check_complete(cls: type[Any], record: Any, given: Mapping[str, Any], where: str) -> None:
+    """Refuse a rule whose settings record could not be made: a setting without a default was not given."""
+    if record is None:
+        unset = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
+        missing = next((n for n in unset if n not in given), None)
+        if missing is None:
+            raise InvalidArgumentError(where, dict(given), f"the settings of {cls.__name__}")
+        raise InvalidArgumentError(f"{where}.{missing}", None, "a value (it has no default)")
+
+
+_CHECKERS: dict[type[Any], Settings[Any]] = {}
+
+
+def _checker(cls: type[Any]) -> Settings[Any]:
+    """One settings class's annotated settings, checked as one record (core/records.py); made once per class."""
+    found = _CHECKERS.get(cls)
+    if found is None:
+        found = _CHECKERS[cls] = Settings(cls)
+    return found
+
+
+def rule_schema_defs() -> dict[str, Any]:
+    """The JSON Schema of a spec's ``pruning:`` mapping (``gpusched sweep schema``'s ``PruningRule``, with any
+    ``$defs`` its settings need): the shared settings, then each known rule's own, in the registry's order (a key
+    two rules have is described by the first)."""
+    from pydantic import TypeAdapter
+
+    properties: dict[str, Any] = {}
+    defs: dict[str, Any] = {}
+    records: list[type[Any]] = [SharedSettings, *_settings_classes()]
+    for record in records:
+        found = TypeAdapter(record).json_schema(ref_template="#/$defs/{model}")
+        defs.update(found.get("$defs", {}))
+        for key, value in found["properties"].items():
+            properties.setdefault(key, value)
+    return {**defs, "PruningRule": {"properties": properties, "title": "PruningRule", "type": "object"}}
 
 
 def _reads(name: str) -> tuple[str, ...]:
-    try:
-        return pruner_class(name).reads
-    except GpuschedError:  # an installed rule that cannot be imported reads nothing here
-        return ()
+    found = _rule_class(name)  # an installed rule that cannot be imported reads nothing here
+    return found.reads if found is not None else ()

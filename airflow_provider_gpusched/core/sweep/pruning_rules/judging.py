@@ -1,8 +1,9 @@
 """Early stopping of running trials from their intermediate reports (core/sweep/records/reports.py): a sweep's pruning
 rule (``pruning: {rule: median, ...}``), its settings (:class:`PruningRule`, defined with the rules' interface in
 core/sweep/pruning_rules/base.py and importable here) and the reports it judges (:class:`SweepReports`). Each rule is a small
-class (core/sweep/pruning_rules/base.py: the interface and registry; core/sweep/pruning_rules/builtin.py: the built-in ``median``, ``asha``
-and ``optuna``), as Optuna's pruners and Ray Tune's trial schedulers are.
+class (core/sweep/pruning_rules/base.py: the interface and registry; median.py, asha.py and optuna.py beside it: the
+built-in ``median``, ``asha`` and ``optuna``, each with its settings), as Optuna's pruners and Ray Tune's trial
+schedulers are.
 
 The metric is the sweep objective's (or ``metric``), in its direction. A stopped trial ends ``pruned``: its
 own state, never retried and never ``failed``; its GPU is given back when it ends.

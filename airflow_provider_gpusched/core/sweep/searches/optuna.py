@@ -459,7 +459,7 @@ class AsyncOptunaSearch(OptunaSearch):
     def __init__(self, spec: SweepSpec, state_dir: str, store: TrialStore | None = None) -> None:
         pruner = None
         if spec.pruning is not None and spec.pruning.rule == "optuna":
-            from airflow_provider_gpusched.core.sweep.pruning_rules.builtin import make_optuna_pruner
+            from airflow_provider_gpusched.core.sweep.pruning_rules.optuna import make_optuna_pruner
 
             pruner = make_optuna_pruner(spec.pruning)
         super().__init__(spec, state_dir, pruner=pruner, store=store)
