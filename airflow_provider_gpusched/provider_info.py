@@ -1,114 +1,69 @@
 """Provider metadata read by Airflow's ProvidersManager (entry point ``apache_airflow_provider``).
 
-Importing this module must stay cheap: it imports nothing from Airflow or the rest of the package.
+The shared part is here; each built-in backend wing adds its own entries (its hooks, operators, connection
+type...) from its part in provider_parts/, listed in a stable order: the wings' entries first, in
+core/backends.py's registration order, then the shared ones.
+
+Importing this module must stay cheap: it imports nothing from Airflow or the rest of the package but its
+version, the provider's config options and the wings' data-only parts.
 """
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import Any
 
 from airflow_provider_gpusched import __version__
 from airflow_provider_gpusched.core.options import provider_config
+from airflow_provider_gpusched.provider_parts import BUILT_IN
 
 PACKAGE = "airflow_provider_gpusched"
 
+#: the metadata's lists, in their order: a wing's part adds to these (and only these)
+LISTS = (
+    "integrations",
+    "extra-links",
+    "hooks",
+    "operators",
+    "sensors",
+    "triggers",
+    "notifications",
+    "task-decorators",
+    "connection-types",
+)
+
+#: the entries no one wing owns
+SHARED: dict[str, list[Any]] = {
+    "integrations": [{"integration-name": "Pipeline partitioning", "tags": ["software"]}],
+    "extra-links": [f"{PACKAGE}.links.SweepLeaderboardLink"],
+    "operators": [{"integration-name": "Pipeline partitioning", "python-modules": [f"{PACKAGE}.operators.partition"]}],
+    "notifications": [
+        f"{PACKAGE}.notifications.notifiers.EmailNotifier",
+        f"{PACKAGE}.notifications.notifiers.WebhookNotifier",
+    ],
+}
+
+
+def wing_parts() -> list[dict[str, list[Any]]]:
+    """Each built-in wing's ``PROVIDER_INFO`` (provider_parts/), in the order of ``BUILT_IN``."""
+    return [import_module(f"{PACKAGE}.provider_parts.{name}").PROVIDER_INFO for name in BUILT_IN]
+
 
 def get_provider_info() -> dict[str, Any]:
-    return {
+    parts = [*wing_parts(), SHARED]
+    info: dict[str, Any] = {
         "package-name": "airflow-provider-gpusched",
         "name": "GPU scheduling (local GPUs and Slurm)",
         "description": "Schedule GPU work for ML research from Airflow: Slurm jobs (deferrable), "
         "Python callables as Slurm jobs, sweeps, idle-time filling and pipeline partitioning.",
         "versions": [__version__],
-        "integrations": [
-            {"integration-name": "Slurm", "external-doc-url": "https://slurm.schedmd.com/", "tags": ["software"]},
-            {
-                "integration-name": "Local GPUs",
-                "external-doc-url": "https://developer.nvidia.com/management-library-nvml",
-                "tags": ["software"],
-            },
-            {"integration-name": "Pipeline partitioning", "tags": ["software"]},
-        ],
-        "extra-links": [
-            f"{PACKAGE}.links.SlurmJobLink",
-            f"{PACKAGE}.links.GPULeaseLink",
-            f"{PACKAGE}.links.SweepLeaderboardLink",
-        ],
-        "hooks": [
-            {"integration-name": "Slurm", "python-modules": [f"{PACKAGE}.hooks.slurm"]},
-            {"integration-name": "Local GPUs", "python-modules": [f"{PACKAGE}.hooks.local_gpu"]},
-        ],
-        "operators": [
-            {"integration-name": "Slurm", "python-modules": [f"{PACKAGE}.operators.slurm"]},
-            {"integration-name": "Local GPUs", "python-modules": [f"{PACKAGE}.operators.local_gpu"]},
-            {"integration-name": "Pipeline partitioning", "python-modules": [f"{PACKAGE}.operators.partition"]},
-        ],
-        "sensors": [
-            {"integration-name": "Slurm", "python-modules": [f"{PACKAGE}.sensors.slurm"]},
-            {"integration-name": "Local GPUs", "python-modules": [f"{PACKAGE}.sensors.local_gpu"]},
-        ],
-        "triggers": [
-            {"integration-name": "Slurm", "python-modules": [f"{PACKAGE}.triggers.slurm"]},
-            {"integration-name": "Local GPUs", "python-modules": [f"{PACKAGE}.triggers.local_gpu"]},
-        ],
-        "notifications": [
-            f"{PACKAGE}.notifications.notifiers.EmailNotifier",
-            f"{PACKAGE}.notifications.notifiers.WebhookNotifier",
-        ],
-        "task-decorators": [
-            {"class-name": f"{PACKAGE}.decorators.slurm.slurm_task", "name": "slurm"},
-            {"class-name": f"{PACKAGE}.decorators.local_gpu.local_gpu_task", "name": "local_gpu"},
-        ],
-        "connection-types": [
-            {
-                "hook-class-name": f"{PACKAGE}.hooks.slurm.SlurmHook",
-                "hook-name": "Slurm",
-                "connection-type": "slurm",
-                "conn-fields": {
-                    "partition": {"label": "Default partition", "schema": {"type": ["string", "null"]}},
-                    "account": {"label": "Default account", "schema": {"type": ["string", "null"]}},
-                    "qos": {"label": "Default QOS", "schema": {"type": ["string", "null"]}},
-                    "sbatch_options": {
-                        "label": "Default sbatch options",
-                        "schema": {"type": ["string", "null"]},
-                        "description": "Extra sbatch options for every job, e.g. --exclusive --constraint=a100",
-                    },
-                    "idle_partition": {
-                        "label": "Partition for idle-class jobs",
-                        "schema": {"type": ["string", "null"], "default": "idle"},
-                        "description": "Preemptible partition (PreemptMode=REQUEUE) that job_class='idle' uses",
-                    },
-                    "idle_qos": {"label": "QOS for idle-class jobs", "schema": {"type": ["string", "null"]}},
-                    "slurm_conf": {
-                        "label": "SLURM_CONF path",
-                        "schema": {"type": ["string", "null"]},
-                        "description": "slurm.conf to use when it is not in the default place",
-                    },
-                    "ssh_options": {
-                        "label": "Extra ssh options",
-                        "schema": {"type": ["string", "null"]},
-                        "description": "Used only with a login host, e.g. -i /keys/id_ed25519",
-                    },
-                },
-                "ui-field-behaviour": {
-                    "hidden-fields": ["schema", "password", "extra"],
-                    "relabeling": {
-                        "host": "Login host (empty: run Slurm commands here)",
-                        "login": "SSH user",
-                        "port": "SSH port",
-                    },
-                    "placeholders": {
-                        "host": "login.cluster.example.org",
-                        "login": "your-user",
-                        "port": "22",
-                        "partition": "gpu",
-                        "sbatch_options": "--exclusive",
-                    },
-                },
-            }
-        ],
-        "plugins": [{"name": "gpusched", "plugin-class": f"{PACKAGE}.plugins.GpuschedPlugin"}],
-        # `airflow gpusched ...`: the gpusched command as a group of Airflow's CLI (cli_airflow.py)
-        "cli": [f"{PACKAGE}.cli_airflow.get_cli_commands"],
-        "config": provider_config(),
     }
+    for key in LISTS:
+        entries = [entry for part in parts for entry in part.get(key, ())]
+        if entries:
+            info[key] = entries
+    info["plugins"] = [{"name": "gpusched", "plugin-class": f"{PACKAGE}.plugins.GpuschedPlugin"}]
+    # `airflow gpusched ...`: the gpusched command as a group of Airflow's CLI (cli_airflow.py)
+    info["cli"] = [f"{PACKAGE}.cli_airflow.get_cli_commands"]
+    info["config"] = provider_config()
+    return info

@@ -2,9 +2,9 @@
 
 ``gpusched queue stop`` (core/queue.py) finds running work and stops it; the records here outlive that: a
 :class:`StopRequest` says who and why, a :class:`StopOrder` (in a host's lease directory) keeps work of a
-selection from starting while it is in force, a Slurm stop mark tells a job's operator that its job was cancelled
-on purpose. The GPU leases, the batch runner and the Slurm operator read them; this module imports nothing from
-``core/gpu`` or ``core/slurm``, so those can."""
+selection from starting while it is in force, and a backend may leave a mark that says its job was cancelled on
+purpose (Slurm's: core/slurm/stop_marks.py). The GPU leases, the batch runner and the Slurm operator read them;
+this module imports nothing from ``core/gpu`` or ``core/slurm``, so those can."""
 
 from __future__ import annotations
 
@@ -13,24 +13,21 @@ import getpass
 import hashlib
 import os
 import socket
-import stat
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from airflow_provider_gpusched.core.checks import is_json_number
+from airflow_provider_gpusched.core.deprecation import moved_names
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.safe_files import (
     BadRecordError,
-    UnsafePathError,
     read_json_record,
     write_json_atomic,
 )
 from airflow_provider_gpusched.core.work_tag import MAX_FIELD, WorkTag
 
-#: a Slurm job's stop mark, next to its output file: ``gpusched-stop-<job id>.json``
-SLURM_STOP_MARK = "gpusched-stop-{job_id}.json"
 ORDER_PREFIX = "stop-order-"
 DEFAULT_HOLD = 600.0
 
@@ -76,41 +73,6 @@ class StopRequest:
     def describe(self) -> str:
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.at))
         return f"stopped by `gpusched queue stop` ({self.by}, {when}): {self.reason}"
-
-
-# -- Slurm stop marks -----------------------------------------------------------------------------------
-def slurm_stop_mark(output_path: str, job_id: str) -> str:
-    """Where the stop mark of Slurm job ``job_id`` (its array's id for an array job) goes: the folder of
-    its output file, which the task's operator reads the output tail from."""
-    return os.path.join(os.path.dirname(output_path), SLURM_STOP_MARK.format(job_id=job_id.split("_")[0]))
-
-
-def write_slurm_stop_mark(output_path: str, job_id: str, request: StopRequest) -> str:
-    """Write the mark; refused (:class:`UnsafePathError`) unless the folder is this user's own and nobody
-    else may write in it."""
-    path = slurm_stop_mark(output_path, job_id)
-    folder = os.path.dirname(path)
-    st = os.lstat(folder)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o022:
-        raise UnsafePathError(
-            f"{folder}: not a directory of this user's that only it may write to; no stop mark written there"
-        )
-    write_json_atomic(path, request.to_dict(), 0o600)
-    return path
-
-
-def read_slurm_stop_mark(output_path: str, job_id: str) -> StopRequest | None:
-    """The stop mark of a job that ended, or None (no mark, or one that cannot be trusted: a link, not ours,
-    malformed)."""
-    if not output_path or not job_id:
-        return None
-    path = slurm_stop_mark(output_path, job_id)
-    try:
-        if os.lstat(path).st_uid != os.geteuid():
-            return None
-        return StopRequest.from_record(read_json_record(path), path)
-    except (OSError, GpuschedError):
-        return None
 
 
 class SelectableWork(Protocol):
@@ -317,3 +279,13 @@ class StopOrders:
 
     def order_for(self, tag: WorkTag) -> StopOrder | None:
         return next((order for order in self.active() if order.matches(tag)), None)
+
+
+# the Slurm stop marks moved into the Slurm wing; the old names still import, with a warning
+__getattr__ = moved_names(
+    __name__,
+    {
+        name: f"airflow_provider_gpusched.core.slurm.stop_marks:{name}"
+        for name in ("SLURM_STOP_MARK", "slurm_stop_mark", "write_slurm_stop_mark", "read_slurm_stop_mark")
+    },
+)

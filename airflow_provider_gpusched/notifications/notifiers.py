@@ -155,18 +155,24 @@ class GpuschedNotifier(BaseNotifier):
         )
 
     def _output_tail(self, ti) -> tuple[str, str]:
-        """The task's job output: a Slurm job's tail as its operator recorded it when the job ended, else the
-        local GPU task's output.log (read only under the local run directory)."""
+        """The task's job output: the tail a backend's operator recorded when the job ended (a Slurm job's:
+        ``Backend.output_tail``), else the local GPU task's output.log (read only under the local run directory)."""
+        from airflow_provider_gpusched.core.backends import backend_names, get_backend
         from airflow_provider_gpusched.core.safe_files import read_tail
-        from airflow_provider_gpusched.core.slurm.job_view import SLURM_JOB_XCOM
 
-        try:
-            record = ti.xcom_pull(task_ids=ti.task_id, key=SLURM_JOB_XCOM, map_indexes=ti.map_index)
-        except Exception:  # noqa: BLE001 - an alert goes out without the tail rather than not at all
-            record = None
-        if isinstance(record, dict) and isinstance(record.get("tail"), str) and record["tail"]:
-            lines = record["tail"].splitlines()[-self.tail_lines :]
-            return "\n".join(lines), f"Slurm job {record.get('job_id')} ({record.get('tail_path') or 'output'})"
+        def recorded(key: str) -> Any:
+            try:
+                return ti.xcom_pull(task_ids=ti.task_id, key=key, map_indexes=ti.map_index)
+            except Exception:  # noqa: BLE001 - an alert goes out without the tail rather than not at all
+                return None
+
+        for name in backend_names():
+            try:
+                found = get_backend(name).output_tail(recorded, self.tail_lines)
+            except Exception:  # noqa: BLE001 - a backend that cannot load leaves the tail to the others
+                found = None
+            if found:
+                return found
         root = settings.local_run_dir()
         path = os.path.join(settings.task_directory(root, ti, f"try-{ti.try_number}"), "output.log")
         tail = read_tail(path, root, self.tail_lines)

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from airflow_provider_gpusched.core.slurm.states import JobStatus
-from airflow_provider_gpusched.core.stops import StopRequest, read_slurm_stop_mark
+from airflow_provider_gpusched.core.slurm.stop_marks import read_slurm_stop_mark
+from airflow_provider_gpusched.core.stops import StopRequest
 
 if TYPE_CHECKING:
     from airflow_provider_gpusched.core.slurm.client import SlurmClient
