@@ -24,7 +24,8 @@
 # Hosts publish their GPUs and leases to $GPUSCHED_STACK_DIR/fleet/records ([gpusched] fleet_dir).
 # Settings: those of scripts/stack.sh, GPUSCHED_FLEET_NET (the third octet of 10.203.X.0/24; default: a free one), and
 # GPUSCHED_FLEET_SLOTS_PER_GPU (default 1; 2 with team quotas, so work within its quota can land where borrowed work
-# holds the GPUs: docs/quotas.md).
+# holds the GPUs: docs/quotas.md). The Edge workers' poll and heartbeat intervals (1 s, 5 s) can be set through
+# GPUSCHED_STACK_ENV (tests/fleet/conftest.py does).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/bootstrap.sh"
@@ -278,7 +279,7 @@ export AIRFLOW__CORE__EXECUTOR=airflow.providers.edge3.executors.EdgeExecutor
 export AIRFLOW__EDGE__API_ENABLED=True
 export AIRFLOW__EDGE__API_URL=http://127.0.0.1:$PORT/edge_worker/v1/rpcapi
 export AIRFLOW__EDGE__JOB_POLL_INTERVAL=\${AIRFLOW__EDGE__JOB_POLL_INTERVAL:-1}
-export AIRFLOW__EDGE__HEARTBEAT_INTERVAL=5
+export AIRFLOW__EDGE__HEARTBEAT_INTERVAL=\${AIRFLOW__EDGE__HEARTBEAT_INTERVAL:-5}
 export AIRFLOW__EDGE__PUSH_LOG_CHUNK_SIZE=65536
 export AIRFLOW__EDGE__EXTENDED_SYSTEM_INFO_FUNCTION=airflow_provider_gpusched.fleet.edge_worker_sysinfo
 export AIRFLOW__EDGE__AUTOMATIC_MAINTENANCE_ON=Error
@@ -329,5 +330,5 @@ case "${1:-}" in
   mend-host) [ -n "${2:-}" ] || die "mend-host NAME"; cut_host "$2" up ;;
   env) bash "$HERE/stack.sh" env ;;
   kill|start|logs) bash "$HERE/stack.sh" "$@" ;;  # the head node's components (scheduler, triggerer, ...)
-  *) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

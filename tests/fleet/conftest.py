@@ -12,12 +12,15 @@ import subprocess
 import pytest
 
 from tests import services
+from tests.polling import wait_until
 from tests.stack.client import REPO, TEST_STACK_ENV, Stack, StackConfig
 
 FAST_CLASSES = json.dumps(
     {"idle": {"local": {"idle_for": 0, "min_runtime": 0, "grace_period": 3, "backoff": 2, "max_backoff": 4}}}
 )
 STACK_DIR = REPO / ".stack-fleet-test"
+DAGFILES = REPO / "tests" / "fleet" / "dagfiles"
+IMPOSSIBLE = "fleet_impossible.py"  # copied once the hosts are up (the fixture)
 EXTRA_DAGS = STACK_DIR / "fleet-dags"
 #: the team quotas of the deployment: empty (quotas off) but while tests/fleet's quota test writes its groups there;
 #: every process reads the file again when it changes (settings.quota_config)
@@ -32,6 +35,14 @@ CONFIG = StackConfig(
     # an idle fleet of 7 Edge workers polling every 1 s (the demo's setting) costs the machine 11.3 s of CPU a
     # minute, every 3 s 9.2 s (measured); 2 s here, so a queued task still starts within about a second
     f"export AIRFLOW__EDGE__JOB_POLL_INTERVAL=2\n"
+    # heartbeats every 3 s (scripts/fleet.sh: 5 s): a changed concurrency or maintenance state arrives within 3 s, and
+    # the head calls a worker that missed five lifeless after 15 s (not 25 s)
+    f"export AIRFLOW__EDGE__HEARTBEAT_INTERVAL=3\n"
+    # a worker that cannot reach the api-server gives up after 5 tries 1-5 s apart, about 30 s of a network cut
+    # (Airflow's 10 tries, up to 90 s apart, take 3-5 minutes): the cut-off test waits for that, and a mended host's
+    # worker tries again within 5 s. The api-server never goes away in the other tests.
+    f"export AIRFLOW__EDGE__API_RETRIES=5\n"
+    f"export AIRFLOW__EDGE__API_RETRY_WAIT_MAX=5\n"
     f"export AIRFLOW__GPUSCHED__QUOTAS={QUOTAS}\n{TEST_STACK_ENV}",
     script="fleet.sh",
 )
@@ -62,6 +73,12 @@ class Fleet(Stack):
         )
 
 
+def _published(fleet: Fleet) -> set[str]:
+    """The hosts whose record in the fleet directory is fresh."""
+    done = fleet.gpusched("fleet", "hosts", "--json")
+    return {h["host"] for h in json.loads(done.stdout)["hosts"] if h["fresh"]} if done.returncode == 0 else set()
+
+
 @pytest.fixture(scope="module")  # torn down before the stack tier starts its own stack: never two at once
 def fleet(slurm_cluster):
     if os.geteuid() != 0:
@@ -69,13 +86,21 @@ def fleet(slurm_cluster):
     CONFIG.run("destroy", check=False)
     EXTRA_DAGS.mkdir(parents=True, exist_ok=True)
     QUOTAS.write_text("")  # quotas off
-    for src in (REPO / "tests" / "fleet" / "dagfiles").glob("*.py"):
-        shutil.copy(src, EXTRA_DAGS)
+    for src in DAGFILES.glob("*.py"):
+        if src.name != IMPOSSIBLE:
+            shutil.copy(src, EXTRA_DAGS)
+    (EXTRA_DAGS / IMPOSSIBLE).unlink(missing_ok=True)
     record = None if os.environ.get("GPUSCHED_E2E_KEEP") else CONFIG.register()
     up = CONFIG.run("up", "--hosts", "3", timeout=900)
     print(up.stderr[-3000:])
     try:
-        yield Fleet(CONFIG)
+        deployment = Fleet(CONFIG)
+        # a request no host can hold is refused when its file is parsed with every host's record there: added once
+        # all three have published, it is parsed at once (added with the others, its refusal waited for the next
+        # parse of an unchanged file, 2 minutes after the first)
+        wait_until(lambda: _published(deployment) == set(SIZES), timeout=120, what="every host's record published")
+        shutil.copy(DAGFILES / IMPOSSIBLE, EXTRA_DAGS)
+        yield deployment
     finally:
         if record is not None:
             CONFIG.run("destroy", check=False)

@@ -1,5 +1,7 @@
 """DAGs of the fleet tier (tests/fleet): local GPU tasks that name no queue and no host. Each GPU child appends
-a record (host, GPUs, start, end) to the file the run's conf names, so the test sees where and when work ran."""
+a record (host, GPUs, start, end) to the file the run's conf names, so the test sees where and when work ran. While
+the file <out>.hold-<tag's first word> exists a child goes on past its seconds (as the trainers below do): a test holds
+work running for as long as it needs it running, whatever the machine's load, without long fixed lengths."""
 
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ def write(event):
                              "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"), "start": start, "time": time.time()}) + "\n")
 write("start")
 time.sleep(seconds)
+while os.path.exists(out + ".hold-" + tag.split("-")[0]):
+    time.sleep(0.2)
 write("done")
 """
 
