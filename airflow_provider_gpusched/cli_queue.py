@@ -1,7 +1,7 @@
 """``gpusched queue list | stop | health``: the provider's running work on this host and its Slurm cluster.
 
-Slurm is reached through ``--slurm-conn-id`` (an Airflow connection: local CLI or an ssh login host), else the
-local ``squeue`` when it is on the PATH; the lease directory and the simulated inventory come from the same
+Each backend says how the command reaches it from its options (``Backend.command_handle``: Slurm through
+``--slurm-conn-id`` or the local ``squeue``); the lease directory and the simulated inventory come from the same
 options and environment as ``gpusched gpus``.
 """
 
@@ -10,42 +10,43 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
-from airflow_provider_gpusched.core.backends import DEFAULT_BACKEND, backend_names
+from airflow_provider_gpusched.core.backends import DEFAULT_BACKEND, backend_names, backends, get_backend
+from airflow_provider_gpusched.core.command_handle import CommandHandle
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.text import printable
 
 
-def _slurm(args) -> tuple[object | None, str, str]:
-    """``(client, how it is reached, why there is none)``."""
-    if getattr(args, "no_slurm", False):
-        return None, "", "Slurm not looked at (--no-slurm)"
-    if args.slurm_conn_id:
-        from airflow.sdk.exceptions import AirflowNotFoundException
+def _reached(args) -> dict[str, CommandHandle]:
+    """How the command reaches each backend that takes options of its own (``Backend.command_handle``: Slurm
+    through ``--slurm-conn-id`` or the local ``squeue``), by the backend's name, in registration order."""
+    reached = {}
+    for backend in backends():
+        found = backend.command_handle(args, _connect(backend.name))
+        if found is not None:
+            reached[backend.name] = found
+    return reached
 
-        from airflow_provider_gpusched.hooks.slurm import SlurmHook
 
-        try:
-            hook = SlurmHook(args.slurm_conn_id)
-            runner = hook.runner_description
-        except AirflowNotFoundException:
-            raise GpuschedError(
-                f"--slurm-conn-id {args.slurm_conn_id}: no such Airflow connection (airflow connections list)"
-            ) from None
-        how = f"connection {args.slurm_conn_id!r} " + (
-            f"(ssh to {runner['host']})" if runner.get("host") else "(local Slurm commands)"
-        )
-        return hook.get_conn(), how, ""
-    if shutil.which("squeue"):
-        from airflow_provider_gpusched.core.slurm import SlurmClient, SlurmTransport
+def _connect(name: str) -> Callable[[str], CommandHandle]:
+    """The backend's handle through an Airflow connection: its Airflow side's (imported only when asked)."""
 
-        return SlurmClient(SlurmTransport()), "the local Slurm commands", ""
-    return None, "", "Slurm not looked at: no squeue on the PATH (--slurm-conn-id ID to use a connection)"
+    def connect(conn_id: str) -> CommandHandle:
+        from airflow_provider_gpusched.backends import airflow_backend
+
+        return airflow_backend(name).connect(conn_id)
+
+    return connect
+
+
+def _handles(reached: dict[str, CommandHandle]) -> dict[str, Any]:
+    """The handles reached, by each backend's handle keyword (as ``list_work`` and ``stop_work`` take them)."""
+    return {get_backend(name).handle: r.handle for name, r in reached.items() if r.handle is not None}
 
 
 def _leases(args) -> tuple[object | None, str]:
@@ -106,10 +107,11 @@ def _selector(args):
 def _listing(args):
     from airflow_provider_gpusched.core.queue import list_work
 
-    client, how, no_slurm = _slurm(args)
+    reached = _reached(args)
     manager, no_local = _leases(args)
-    listing = list_work(client=client, manager=manager, orders=_orders(args))
-    listing.problems[:0] = [p for p in (no_slurm, no_local) if p]
+    handles = {**_handles(reached), "manager": manager}
+    listing = list_work(**handles, orders=_orders(args))
+    listing.problems[:0] = [p for p in (*(r.unavailable for r in reached.values()), no_local) if p]
     fleet_folder = _fleet_dir_of(args)
     if fleet_folder:  # every GPU host's leases, from the records they published (no ssh)
         from airflow_provider_gpusched.core.fleet import queue_entries, read_fleet
@@ -118,7 +120,7 @@ def _listing(args):
         here = {e.id for e in listing.entries}  # this host's own leases, as its lease manager sees them
         listing.entries += [e for e in entries if e.id not in here]
         listing.problems += problems
-    return listing, client, manager, how
+    return listing, handles, reached
 
 
 def _fleet_dir_of(args) -> str:
@@ -176,7 +178,7 @@ def queue_list(args) -> int:
     selector = _selector(args)
     count = 0
     while True:
-        listing, _, _, how = _listing(args)
+        listing, _, reached = _listing(args)
         entries = [e for e in listing.entries if selector.matches(e)]
         quotas = _quotas(args)
         states = {k: v["state"] for k, v in quotas["leases"].items()} if quotas is not None else {}
@@ -185,7 +187,7 @@ def queue_list(args) -> int:
                 json.dumps(
                     {
                         "time": time.time(),
-                        "slurm": how or None,
+                        **{name: r.reached or None for name, r in reached.items()},
                         "selector": selector.describe(),
                         "entries": [e.to_dict() for e in entries],
                         "problems": listing.problems,
@@ -201,7 +203,9 @@ def queue_list(args) -> int:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
             print(
                 f"{stamp}  {len(entries)} of {len(listing.entries)} running ({printable(selector.describe())})"
-                + (f"; Slurm through {how}" if how else "")
+                + "".join(
+                    f"; {get_backend(name).summary} through {r.reached}" for name, r in reached.items() if r.reached
+                )
             )
             if entries:
                 print(_table(entries, states))
@@ -240,13 +244,13 @@ def queue_stop(args) -> int:
     order_path = ""
     if not args.dry_run and hold > 0 and selector.by_tag:  # first, so that no task of it starts while we look
         order_path = _orders(args).place(selector, request, hold)
-    listing, client, manager, _ = _listing(args)
+    listing, handles, _ = _listing(args)
     entries = [e for e in listing.entries if selector.matches(e)]
 
     def stop(chosen):
         here = [e for e in chosen if not e.host]
         there = [e for e in chosen if e.host]
-        done = stop_work(here, request, client=client, manager=manager, dry_run=args.dry_run, wait=args.wait)
+        done = stop_work(here, request, **handles, dry_run=args.dry_run, wait=args.wait)
         if there and args.dry_run:
             done += stop_work(there, request, dry_run=True)
         elif there:  # on other GPU hosts: through the fleet directory, which their holders heed
@@ -317,9 +321,10 @@ def queue_lift(args) -> int:
 
 
 # -- health ---------------------------------------------------------------------------------------------------
-def _airflow_checks(args, simulate: str | None) -> list[Any]:
-    """Pools against the job-class mapping, and the triggerer's heartbeat, through Airflow's metadata
-    database (where this host reaches it)."""
+def _airflow_checks(args, simulate: str | None, conn_id: str | None) -> list[Any]:
+    """Pools against the job-class mapping (counted as ``gpusched pools sync --backend`` does, through ``conn_id``:
+    the connection the command line named for that backend), and the triggerer's heartbeat, through Airflow's
+    metadata database (where this host reaches it)."""
     from airflow_provider_gpusched.core.health import FAIL, OK, SKIP, WARN, Check
 
     checks = []
@@ -328,7 +333,7 @@ def _airflow_checks(args, simulate: str | None) -> list[Any]:
 
         from airflow_provider_gpusched.pools import desired_pools, sync_pools
 
-        rows = sync_pools(desired_pools(args.pools_backend, args.slurm_conn_id, simulate=simulate), dry_run=True)
+        rows = sync_pools(desired_pools(args.pools_backend, conn_id, simulate=simulate), dry_run=True)
         wrong = [r for r in rows if r["action"] != "unchanged"]
         if not rows:
             checks.append(Check("airflow pools", OK, "the job-class mapping names no pools"))
@@ -412,19 +417,7 @@ def _job_classes_checked(use_airflow: bool, args) -> tuple[Any, Any]:
     return mapping, check_settings_file("job-class file", mapping.source, mapping.config_error)
 
 
-def _handles_reached(args) -> dict[str, dict[str, Any]]:
-    """What the command reaches each backend through, by the backend's handle keyword (as ``list_work`` gets
-    them): the handle, how it is reached, why there is none, and a connection's view of the job classes."""
-    client, how, no_slurm = _slurm(args)
-    class_settings = None
-    if client is not None and args.slurm_conn_id:
-        from airflow_provider_gpusched.hooks.slurm import SlurmHook
-
-        class_settings = SlurmHook(args.slurm_conn_id).class_settings
-    return {"client": {"handle": client, "reached": how, "unavailable": no_slurm, "class_settings": class_settings}}
-
-
-def _backend_checks(args, mapping: Any, reached: dict[str, dict[str, Any]]) -> list[Any]:
+def _backend_checks(args, mapping: Any, reached: dict[str, CommandHandle]) -> list[Any]:
     """Every backend's own checks (``Backend.health_checks``), in registration order, then the fleet's."""
     from airflow_provider_gpusched.cli_options import shared_option, simulate_option, state_dir_option
     from airflow_provider_gpusched.core.backends import backends
@@ -440,7 +433,8 @@ def _backend_checks(args, mapping: Any, reached: dict[str, dict[str, Any]]) -> l
     }
     checks = []
     for backend in backends():
-        checks += backend.health_checks(HealthContext(**reached.get(backend.handle, {}), **options))
+        found = reached.get(backend.name)
+        checks += backend.health_checks(HealthContext(**(found.health_fields() if found else {}), **options))
     if fleet_dir:
         from airflow_provider_gpusched.core.health import check_fleet
 
@@ -465,7 +459,7 @@ def queue_health(args) -> int:
 
     use_airflow = not args.no_airflow
     checks: list[Check] = []
-    reached = _handles_reached(args)
+    reached = _reached(args)
     mapping, classes_check = _job_classes_checked(use_airflow, args)
     checks.append(classes_check)
     checks += _backend_checks(args, mapping, reached)
@@ -482,7 +476,8 @@ def queue_health(args) -> int:
         from airflow_provider_gpusched.cli_options import simulate_option
 
         checks += _folder_checks()
-        checks += _airflow_checks(args, simulate_option(args))
+        pools_through = reached.get(args.pools_backend)
+        checks += _airflow_checks(args, simulate_option(args), pools_through.conn_id if pools_through else None)
     return _report_health(checks, args.json)
 
 
@@ -517,6 +512,8 @@ def add_queue_parser(sub) -> None:
     commands = queue.add_subparsers(dest="queue_command", required=True)
 
     def common(p, selectors: bool = True) -> None:
+        # read by the Slurm backend's command_handle (core/slurm/command_line.py); declared here, as building the
+        # command line loads no backend (`gpusched partition` pays for no Slurm package)
         p.add_argument(
             "--slurm-conn-id",
             help="reach Slurm through this Airflow connection (default: the local squeue when it is on the PATH)",

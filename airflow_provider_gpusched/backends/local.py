@@ -30,15 +30,15 @@ if TYPE_CHECKING:
     from airflow_provider_gpusched.core.gpu.backend import LocalBackend
     from airflow_provider_gpusched.core.job_classes import JobClass
     from airflow_provider_gpusched.core.sweep.running.trial_run import Manifest
-    from airflow_provider_gpusched.task_groups.sweep import SweepStage
+    from airflow_provider_gpusched.task_groups.stage_view import StageView
 
 
 class LocalAirflowBackend(AirflowBackend):
     batches = True
     runs_workers = True
 
-    def trial_operator(self, stage: SweepStage, arguments: dict[str, Any]) -> Any:
-        wanted = get_backend(stage.backend).trial_arguments(stage.spec.resources)
+    def trial_operator(self, view: StageView, arguments: dict[str, Any]) -> Any:
+        wanted = get_backend(view.backend).trial_arguments(view.resources)
         return SweepTrialGPUOperator.partial(**wanted, **arguments)
 
     def plan_chunks(self, manifest: Manifest, python: str, max_parallel: int | None) -> list[Any]:
@@ -62,23 +62,22 @@ class LocalAirflowBackend(AirflowBackend):
             count = len(get_inventory(simulate or settings.simulate_gpus() or None).gpus())
         return lambda cls: count
 
-    def run_chunks(self, stage: SweepStage, round_no: int | None, planned: Any) -> Any:
+    def run_chunks(self, view: StageView, round_no: int | None, planned: Any) -> Any:
         """One ``run_batch`` task per chunk: the chunk's trials under leases of this host's GPUs, several at once."""
-        spec = stage.spec
-        parallel = stage.execution.parallel
-        if spec.max_workers is not None:
-            parallel = min(parallel or spec.max_workers, spec.max_workers)
+        parallel = view.parallel
+        if view.max_workers is not None:
+            parallel = min(parallel or view.max_workers, view.max_workers)
         chunks = _ChunkRunner(
-            stage.session,
+            view.session,
             round_no,
-            cast("LocalBackend", get_backend(stage.backend)),  # its GPU request, read from the resources
+            cast("LocalBackend", get_backend(view.backend)),  # its GPU request, read from the resources
             parallel,
-            stage.execution.trials_per_process,
+            view.trials_per_process,
         )
         # an asynchronous search: each chunk is a worker, one slot asking for trials as it frees
-        label = "worker {{ chunk }}" if spec.asks_as_it_goes else "chunk {{ chunk }}"
+        label = "worker {{ chunk }}" if view.asynchronous else "chunk {{ chunk }}"
 
-        @task(**stage.class_kwargs(task_id="run_batch", map_index_template=label, **stage.execution.trial_kwargs))
+        @task(**view.runner_task(task_id="run_batch", map_index_template=label, **view.trial_kwargs))
         def run_batch(chunk: int) -> dict[str, Any]:
             from airflow.sdk import get_current_context
 

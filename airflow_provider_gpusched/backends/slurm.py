@@ -1,5 +1,5 @@
 """The Slurm backend under Airflow: a trial is a deferrable ``SweepTrialSlurmOperator`` job; a batched stage is one
-job array per chunk (the same operator, mapped over the chunks)."""
+job array per chunk (the same operator, mapped over the chunks: ``AirflowBackend.run_chunks``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_gpusched.backends import AirflowBackend
 from airflow_provider_gpusched.core.backends import get_backend
+from airflow_provider_gpusched.core.command_handle import CommandHandle
+from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.slurm.job import work_key as slurm_work_key
 from airflow_provider_gpusched.links import SweepLeaderboardLink
 from airflow_provider_gpusched.operators.slurm import SlurmJobOperator
@@ -17,18 +19,18 @@ if TYPE_CHECKING:
     from airflow_provider_gpusched.core.job_classes import JobClass
     from airflow_provider_gpusched.core.slurm.options import SlurmSweepOptions
     from airflow_provider_gpusched.core.sweep.running.trial_run import Manifest
-    from airflow_provider_gpusched.task_groups.sweep import SweepStage
+    from airflow_provider_gpusched.task_groups.stage_view import StageView
 
 
 class SlurmAirflowBackend(AirflowBackend):
     batches = True
     runs_workers = True
 
-    def trial_operator(self, stage: SweepStage, arguments: dict[str, Any]) -> Any:
+    def trial_operator(self, view: StageView, arguments: dict[str, Any]) -> Any:
         return SweepTrialSlurmOperator.partial(
-            **get_backend(stage.backend).trial_arguments(stage.spec.resources),
-            slurm_conn_id=stage.execution.options.conn_id,
-            job_name=f"sweep.{stage.spec.name}",
+            **get_backend(view.backend).trial_arguments(view.resources),
+            slurm_conn_id=view.options.conn_id,
+            job_name=f"sweep.{view.sweep}",
             **arguments,
         )
 
@@ -64,11 +66,6 @@ class SlurmAirflowBackend(AirflowBackend):
             }
         ]
 
-    def run_chunks(self, stage: SweepStage, round_no: int | None, planned: Any) -> Any:
-        """The trial operator mapped over the chunks: each task one job array."""
-        label = "workers" if stage.spec.asks_as_it_goes else "chunk {{ task.command[-1] }}"
-        return stage.trial_operator("trial_array", label).expand_kwargs(planned)
-
     def pool_gpus(self, conn_id: str | None, simulate: str | None) -> Callable[[JobClass], int]:
         """The GPUs of the class's Slurm partition (the connection's class settings, or its default partition)."""
         from airflow_provider_gpusched.hooks.slurm import SlurmHook
@@ -81,6 +78,24 @@ class SlurmAirflowBackend(AirflowBackend):
             return client.partition_gpus(partition)
 
         return partition_gpus
+
+    def connect(self, conn_id: str) -> CommandHandle:
+        """A Slurm client through the connection (``gpusched queue --slurm-conn-id``), and its job classes' view."""
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        from airflow_provider_gpusched.hooks.slurm import SlurmHook
+
+        try:
+            hook = SlurmHook(conn_id)
+            runner = hook.runner_description
+        except AirflowNotFoundException:
+            raise GpuschedError(
+                f"--slurm-conn-id {conn_id}: no such Airflow connection (airflow connections list)"
+            ) from None
+        how = f"connection {conn_id!r} " + (
+            f"(ssh to {runner['host']})" if runner.get("host") else "(local Slurm commands)"
+        )
+        return CommandHandle(hook.get_conn(), how, class_settings=hook.class_settings, conn_id=conn_id)
 
 
 class SweepTrialSlurmOperator(RecordsTrialFailures, SlurmJobOperator):

@@ -27,6 +27,7 @@ from airflow_provider_gpusched.core.registry import Registry
 from airflow_provider_gpusched.core.work_tag import WorkTag
 
 if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.command_handle import CommandHandle
     from airflow_provider_gpusched.core.health_check import Check, HealthContext
     from airflow_provider_gpusched.core.stops import StopRequest
 
@@ -177,6 +178,18 @@ class Backend:
         """What ``gpusched queue health`` checks of this backend, in the order shown (``context``: its handle, if
         the command made one, and the command's options); none by default."""
         return []
+
+    def command_handle(self, args: Any, connect: Callable[[str], CommandHandle]) -> CommandHandle | None:
+        """How ``gpusched queue`` reaches it from the parsed command line ``args``; ``connect(conn_id)``: its handle
+        through an Airflow connection (its Airflow side's). None: the command reaches it by no option of its own."""
+        return None
+
+    # -- a failed task's alert (notifications/notifiers.py) ----------------------------------------------------
+    def output_tail(self, recorded: Callable[[str], Any], lines: int) -> tuple[str, str] | None:
+        """The last ``lines`` of a one-off task's job output, as this backend's operator recorded them when the job
+        ended, and where they came from; ``recorded(key)`` reads what the task recorded under ``key`` (its XCom,
+        None when nothing). None: nothing recorded (the alert falls back to the task's local output.log)."""
+        return None
 
     # -- gpusched sweep run ------------------------------------------------------------------------------------
     def run_sweep(

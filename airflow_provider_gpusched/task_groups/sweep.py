@@ -36,6 +36,7 @@ from airflow_provider_gpusched.core.sweep.running.session import SweepSession
 from airflow_provider_gpusched.core.sweep.running.terminal import script_directory
 from airflow_provider_gpusched.core.sweep.running.trial_run import Manifest, trial_argv, trial_set
 from airflow_provider_gpusched.task_groups.execution import SweepExecution
+from airflow_provider_gpusched.task_groups.stage_view import StageView
 
 #: the sweep's bookkeeping tasks (plan, tell, collect, leaderboard, check_trials) retry what fails around them (the
 #: execution API timing out on a loaded machine, a worker lost before the task began: issue 76); what they find
@@ -346,12 +347,13 @@ def _publish_plan(
 
 class StageAdapter(Protocol):
     """What a sweep stage asks of its backend's Airflow side (backends/__init__.py's ``AirflowBackend``, built on
-    this module: a stage hands its adapter itself and the manifest, and gets operators and tasks back)."""
+    this module): a stage hands its adapter a :class:`~airflow_provider_gpusched.task_groups.stage_view.StageView`
+    (never itself) and the manifest, and gets operators and tasks back."""
 
     batches: bool
     runs_workers: bool
 
-    def trial_operator(self, stage: SweepStage, arguments: dict[str, Any]) -> Any: ...
+    def trial_operator(self, view: StageView, arguments: dict[str, Any]) -> Any: ...
 
     def plan_chunks(self, manifest: Manifest, python: str, max_parallel: int | None) -> list[Any]: ...
 
@@ -359,7 +361,7 @@ class StageAdapter(Protocol):
 
     def plan_workers(self, manifest: Manifest, python: str, workers: int) -> list[Any]: ...
 
-    def run_chunks(self, stage: SweepStage, round_no: int | None, planned: Any) -> Any: ...
+    def run_chunks(self, view: StageView, round_no: int | None, planned: Any) -> Any: ...
 
 
 _adapters: dict[str, Any] = {}
@@ -406,6 +408,19 @@ class SweepStage:
             self.spec.resources.check_backend(self.backend, self.spec.name)
         except GpuschedError as exc:
             raise AirflowException(str(exc)) from None
+        self.view = StageView(
+            backend=self.backend,
+            sweep=self.spec.name,
+            resources=self.spec.resources,
+            options=execution.options,
+            session=session,
+            asynchronous=self.spec.asks_as_it_goes,
+            max_workers=self.spec.max_workers,
+            parallel=execution.parallel,
+            trials_per_process=execution.trials_per_process,
+            poll_interval=execution.poll_interval,
+            trial_kwargs=execution.trial_kwargs,
+        )
 
     def build(self, round_no: int | None = None):
         session, python, adapter = self.session, self.execution.interpreter, self.adapter
@@ -459,34 +474,13 @@ class SweepStage:
         if not batched:
             run = self.trial_operator("trial", "{{ task.command[-1] }}").expand_kwargs(planned)
         else:
-            run = self.adapter.run_chunks(self, round_no, planned)
+            run = self.adapter.run_chunks(self.view, round_no, planned)
         return planned, run
 
     def class_kwargs(self, **kwargs):
-        """The job class's pool and weight for the batch-runner task (the operators' ``partial`` applies
-        them to mapped trials by itself)."""
-        from airflow_provider_gpusched.operators.job_class import apply_job_class
-
-        r = self.spec.resources
-        apply_job_class(kwargs, r.job_class, r.priority, r.gpus)
-        if self.spec.max_workers is not None and not self.spec.asks_as_it_goes:
-            # one chunk at a time, each with at most max_workers trials at once (an asynchronous search's worker
-            # tasks are one slot each: max_workers of them)
-            kwargs.setdefault("max_active_tis_per_dagrun", 1)
-        return kwargs
+        """The job class's pool and weight for a batch-runner task (:meth:`StageView.runner_task`)."""
+        return self.view.runner_task(**kwargs)
 
     def trial_operator(self, task_id: str, label_template: str):
-        """The operator (partial) that runs one trial, or (batched on a backend whose chunks are tasks of the
-        same operator, such as Slurm's job arrays) one chunk."""
-        ex = self.execution
-        common = dict(
-            task_id=task_id,
-            map_index_template=label_template,
-            sweep_name=self.spec.name,
-            poll_interval=ex.poll_interval,
-            **ex.trial_kwargs,
-        )
-        if self.spec.max_workers is not None:  # DI-toolkit's max_workers: trials of a DAG run at once (a job
-            # array holds up to max_workers itself, with %N: then one array at a time)
-            common.setdefault("max_active_tis_per_dagrun", 1 if task_id == "trial_array" else self.spec.max_workers)
-        return self.adapter.trial_operator(self, common)
+        """The operator (partial) that runs one trial."""
+        return self.adapter.trial_operator(self.view, self.view.trial_task(task_id, label_template))

@@ -110,4 +110,3 @@ def test_the_provider_info_is_the_snapshot():
     assert info["versions"] == [__version__]
     assert info["config"] == provider_config()
     assert {k: v for k, v in info.items() if k not in ("versions", "config")} == SNAPSHOT
-

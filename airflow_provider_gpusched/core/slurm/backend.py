@@ -7,19 +7,20 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_gpusched.core.backends import Backend, get_backend
 from airflow_provider_gpusched.core.errors import GpuschedError
 from airflow_provider_gpusched.core.queue import QueueEntry, StopOutcome
 from airflow_provider_gpusched.core.slurm.options import SlurmClassSettings, SlurmSweepOptions, slurm_class_settings
-from airflow_provider_gpusched.core.stops import write_slurm_stop_mark
+from airflow_provider_gpusched.core.slurm.stop_marks import write_slurm_stop_mark
 from airflow_provider_gpusched.core.work_tag import WorkTag
 
 _LOG = logging.getLogger("airflow_provider_gpusched.sweep")
 
 if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.command_handle import CommandHandle
     from airflow_provider_gpusched.core.health_check import Check, HealthContext
     from airflow_provider_gpusched.core.slurm.client import SlurmClient
     from airflow_provider_gpusched.core.stops import StopRequest
@@ -117,6 +118,22 @@ class SlurmBackend(Backend):
         from airflow_provider_gpusched.core.slurm.health import slurm_health
 
         return slurm_health(context)
+
+    def command_handle(self, args: Any, connect: Callable[[str], CommandHandle]) -> CommandHandle:
+        """``--slurm-conn-id``, else the local ``squeue`` (core/slurm/command_line.py)."""
+        from airflow_provider_gpusched.core.slurm.command_line import command_handle
+
+        return command_handle(args, connect)
+
+    def output_tail(self, recorded: Callable[[str], Any], lines: int) -> tuple[str, str] | None:
+        """The tail its operator recorded in the task's job record (core/slurm/job_view.py) when the job ended."""
+        from airflow_provider_gpusched.core.slurm.job_view import SLURM_JOB_XCOM
+
+        record = recorded(SLURM_JOB_XCOM)
+        if isinstance(record, dict) and isinstance(record.get("tail"), str) and record["tail"]:
+            tail = "\n".join(record["tail"].splitlines()[-lines:])
+            return tail, f"Slurm job {record.get('job_id')} ({record.get('tail_path') or 'output'})"
+        return None
 
     def queue_entries(self, handle: SlurmClient) -> tuple[list[QueueEntry], list[str]]:
         from airflow_provider_gpusched.core.slurm.transport import SlurmCommandError, SlurmUnavailableError
