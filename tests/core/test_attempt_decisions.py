@@ -9,11 +9,11 @@ from airflow_provider_gpusched.core.gpu.attempts import (
     WorkProgress,
     decide,
 )
+from airflow_provider_gpusched.core.gpu.class_policy import LocalClassPolicy
 from airflow_provider_gpusched.core.gpu.lease_store import Lease
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.gpu.supervisor import Work
-from airflow_provider_gpusched.core.gpu.class_policy import LocalClassPolicy
 
 GiB = 1024**3
 IDLE = LocalClassPolicy(preemptible=True, max_preemptions=2, backoff=3.0, max_backoff=5.0)

@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from airflow_provider_gpusched.core.health import FAIL, OK
-from airflow_provider_gpusched.core.slurm.health import check_slurm
 from airflow_provider_gpusched.core.queue import list_work, stop_work
 from airflow_provider_gpusched.core.slurm import SlurmJobSpec
+from airflow_provider_gpusched.core.slurm.health import check_slurm
 from airflow_provider_gpusched.core.slurm.job import MAX_COMMENT, job_comment
 from airflow_provider_gpusched.core.stops import Selector, StopRequest, read_slurm_stop_mark
 from airflow_provider_gpusched.core.work_tag import WorkTag
