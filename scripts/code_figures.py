@@ -156,8 +156,16 @@ LAYERS: list[tuple[str, str, str]] = [
     ("core.gpu", "core.quota", "the GPU mechanics import the quota policy built on them (core/quota reads core/gpu)"),
     ("core.gpu", "core.fleet", "the GPU mechanics import the fleet view built on them (core/fleet reads core/gpu)"),
     ("core.sweep", "core.tracking", "the sweep imports the experiment tracking built on its store"),
-    ("core.sweep.trial_run", "core.gpu", "the trial side, which every backend runs, imports one backend's package"),
-    ("core.sweep.trial_run", "core.slurm", "the trial side, which every backend runs, imports one backend's package"),
+    (
+        "core.sweep.running.trial_run",
+        "core.gpu",
+        "the trial side, which every backend runs, imports one backend's package",
+    ),
+    (
+        "core.sweep.running.trial_run",
+        "core.slurm",
+        "the trial side, which every backend runs, imports one backend's package",
+    ),
     ("task_groups", "backends", "the task groups import the backend adapters built on them"),
     ("operators", "", "an operator imports the package root, the import surface that loads every operator"),
 ]

@@ -18,18 +18,25 @@ class GpuschedDeprecationWarning(FutureWarning):
 
 def warn_moved_module(old: str, new: str) -> None:
     """Called at the top level of module ``old``, an alias kept for ``new``: warn the code that imported it,
-    whether through an ``import`` statement or :func:`importlib.import_module` (the warning names its line)."""
+    whether through an ``import`` statement or :func:`importlib.import_module` (the warning names its line). An
+    alias run as a script (``python -m old``, whose ``__name__`` is ``__main__``) is named as its module, and the
+    warning names the alias itself (nothing imported it)."""
+    if old == "__main__":
+        spec = sys._getframe(1).f_globals.get("__spec__")
+        old = spec.name if spec is not None else old
+        warnings.warn(_moved(old, new), GpuschedDeprecationWarning, stacklevel=2)
+        return
     level = 3  # 1: here, 2: the alias module, 3: the first frame after it that `warnings` counts
     frame: FrameType | None = sys._getframe(2)
     while frame is not None and "importlib" in frame.f_code.co_filename:
         if "_bootstrap" not in frame.f_code.co_filename:  # `warnings` skips the bootstrap's frames, not these
             level += 1
         frame = frame.f_back
-    warnings.warn(
-        f"{old} is now {new}; the old module still imports but will go in a later release",
-        GpuschedDeprecationWarning,
-        stacklevel=level,
-    )
+    warnings.warn(_moved(old, new), GpuschedDeprecationWarning, stacklevel=level)
+
+
+def _moved(old: str, new: str) -> str:
+    return f"{old} is now {new}; the old module still imports but will go in a later release"
 
 
 def moved_names(module: str, moved: Mapping[str, str]) -> Callable[[str], Any]:

@@ -1,7 +1,7 @@
-"""Pruning rules are small classes in a registry (core/sweep/pruning_rules/base.py, the built-in ones in pruners.py);
-docs/development.md's worked example adds one, and this test runs that page's code: the module installed with its
-entry point the way pip would leave it, and a real `gpusched sweep run` whose trial runners find the rule there and
-stop a command trial with it."""
+"""Pruning rules are small classes in a registry (core/sweep/pruning_rules/base.py, the built-in ones beside it in
+median.py, asha.py and optuna.py); docs/development.md's worked example adds one, and this test runs that page's code:
+the module installed with its entry point the way pip would leave it, and a real `gpusched sweep run` whose trial
+runners find the rule there and stop a command trial with it."""
 
 import json
 import os

@@ -18,7 +18,8 @@ from airflow_provider_gpusched.core.sweep.pruning_rules.base import Pruner
 from airflow_provider_gpusched.core.tracking import config as tracking_config
 from airflow_provider_gpusched.core.tracking.callback import TrackingCallback
 
-PRUNERS = "airflow_provider_gpusched.core.sweep.pruning_rules.builtin"
+RULES = "airflow_provider_gpusched.core.sweep.pruning_rules"
+PRUNERS = f"{RULES}.median"  # where the built-in MedianRule lives
 
 
 @pytest.fixture
@@ -53,7 +54,9 @@ def install(tmp_path, monkeypatch):
 
 
 def _rules(group: str) -> Registry[Pruner]:
-    return Registry("pruning rule", Pruner, group, {"median": f"{PRUNERS}:MedianRule", "asha": f"{PRUNERS}:ASHARule"})
+    return Registry(
+        "pruning rule", Pruner, group, {"median": f"{PRUNERS}:MedianRule", "asha": f"{RULES}.asha:ASHARule"}
+    )
 
 
 RULE = """

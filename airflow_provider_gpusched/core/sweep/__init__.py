@@ -1,7 +1,7 @@
 """Sweeps: parameter spaces, grid/random expansion, searches in rounds (optuna, evolution), trial identity,
 results and leaderboards (pure Python, no Airflow).
 
-The names below are loaded on first use: a trial-runner process (``python -m ...sweep.trial_run``) imports
+The names below are loaded on first use: a trial-runner process (``python -m ...sweep.running.trial_run``) imports
 this package too, and should not pay for the spec and job-class modules it never uses."""
 
 from __future__ import annotations

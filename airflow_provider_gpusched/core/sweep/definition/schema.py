@@ -16,13 +16,18 @@ import typing
 from typing import Any
 
 from airflow_provider_gpusched.core.backends import backend_names
+from airflow_provider_gpusched.core.deprecation import moved_names
 from airflow_provider_gpusched.core.sweep.definition.files import FILE_ONLY_KEYS
-from airflow_provider_gpusched.core.sweep.definition.search_kind import SEARCH_KINDS
+from airflow_provider_gpusched.core.sweep.definition.search_kind import SEARCH_KINDS, loaded_kind
 from airflow_provider_gpusched.core.sweep.definition.sweep_spec import SweepSpec
 from airflow_provider_gpusched.core.sweep.parts.space_yaml import SPACE_MAKERS
 from airflow_provider_gpusched.core.sweep.pruning_rules.base import pruner_names, rule_schema_defs
 
 SCHEMA_ID = "https://github.com/airflow-provider-gpusched/airflow-provider-gpusched/sweep.schema.json"
+#: the evolution settings record the old spec_schema module (now an alias of this one) imported: still answered
+__getattr__ = moved_names(
+    __name__, {"EvolutionSettings": "airflow_provider_gpusched.core.sweep.searches.evolution:EvolutionSettings"}
+)
 TARGET = {"type": "string", "pattern": r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$", "description": "package.module:name"}
 
 
@@ -105,11 +110,13 @@ def sweep_schema() -> dict[str, Any]:
     properties: dict[str, Any] = {}
     resources = {k: v for k, v in _adapted(hints["resources"]).items() if k != "title"}
     defs: dict[str, Any] = {"dimension": _dimension(), **resources.pop("$defs", {}), "TrialResources": resources}
-    for kind in SEARCH_KINDS.values():  # each search type's own settings, as its kind describes them
-        own = kind.settings_schema() if kind.settings_key else None
-        if kind.settings_key and own is not None:
+    for name in SEARCH_KINDS:  # each search type's own settings, as its kind describes them (one not loading: none)
+        kind = loaded_kind(name)
+        key = kind.settings_key if kind is not None else None
+        own = kind.settings_schema() if kind is not None and key else None
+        if key and own is not None:
             defs.update(own.pop("$defs", {}))
-            overrides[kind.settings_key] = own
+            overrides[key] = own
     for field in dataclasses.fields(SweepSpec):
         if field.name in ("where", "python_callable"):
             continue

@@ -103,16 +103,21 @@ class SearchKind(Generic[SpecT]):
         raw = self.raw_settings(spec)
         if raw is None:
             raw = cls()
+        self.check_settings_type(raw, where)
         if isinstance(raw, Mapping):
             raw = record_from_mapping(cls, raw, where)
-        if not isinstance(raw, cls):
-            raise InvalidArgumentError(where, raw, self.settings_expected)
         raw.check(where)
         if key in _spec_fields(spec):
             setattr(spec, key, raw)
         else:
             spec.search_settings = {**(spec.search_settings or {}), key: raw}
         return raw
+
+    def check_settings_type(self, raw: Any, where: str) -> None:
+        """Refuse settings that are neither a mapping nor this kind's record, naming ``where``."""
+        cls = self.settings_class
+        if not isinstance(raw, Mapping) and not (cls is not None and isinstance(raw, cls)):
+            raise InvalidArgumentError(where, raw, self.settings_expected)
 
     def settings_schema(self) -> dict[str, Any] | None:
         """The JSON Schema of this kind's settings key (``gpusched sweep schema``), from its record's fields; a
@@ -210,6 +215,32 @@ def objective_needed(spec: KindSpec, what: str) -> None:
     """Refuse a spec without an objective for a kind that ranks its trials (``what`` says what for)."""
     if spec.objective is None:
         raise InvalidArgumentError(f"{spec.where}: objective", None, f"{what} (search: {spec.search})")
+
+
+def loaded_kind(name: str) -> SearchKind[Any] | None:
+    """The search type called ``name``, or None when none has the name or it cannot be loaded (an installed
+    package's kind that fails to import must not break a spec that does not use it)."""
+    try:
+        return REGISTRY.instance(name, "search")
+    except (GpuschedError, TypeError):
+        return None
+
+
+def settings_owner(key: str, first: Sequence[str] = ()) -> tuple[str, SearchKind[Any]] | None:
+    """(name, kind) of the search type whose settings are under spec key ``key``, or None. The kinds named in
+    ``first`` and the one named as the key are asked before the others, so that a spec loads no other kind; a
+    kind that cannot be loaded is skipped."""
+    for name in dict.fromkeys((*first, key, *REGISTRY.names())):
+        kind = loaded_kind(name)
+        if kind is not None and kind.settings_key == key:
+            return name, kind
+    return None
+
+
+def settings_keys() -> list[str]:
+    """The settings keys of every search type that loads, sorted."""
+    kinds = (loaded_kind(name) for name in REGISTRY.names())
+    return sorted({kind.settings_key for kind in kinds if kind is not None and kind.settings_key})
 
 
 def register_search_kind(kind: type[SearchKind[Any]] | SearchKind[Any]) -> Any:

@@ -8,9 +8,9 @@
     objective: {metric: accuracy, mode: maximize}
     resources: {gpus: 1, gpu_memory: 6GiB}
 
-Its parts live beside it: resources.py (each trial's resources), spec_files.py (reading YAML and mappings),
-space_yaml.py (spaces in YAML), seed_formats.py (the seed tools' spellings), config_template.py, command.py (the
-command per trial, which compute nodes import). Every error names the file and the key path
+Its parts live in core/sweep/parts/ (resources.py: each trial's resources; space_yaml.py: spaces in YAML;
+seed_formats.py: the seed tools' spellings; config_template.py; command.py: the command per trial, which compute
+nodes import); reading YAML and mappings is files.py beside it. Every error names the file and the key path
 (``sweeps/hpo.yaml: space.lr: expected ...``).
 """
 
@@ -22,10 +22,16 @@ from dataclasses import dataclass, field, fields
 from typing import Annotated, Any
 
 from airflow_provider_gpusched.core.checks import check_finite, record_from_mapping
+from airflow_provider_gpusched.core.deprecation import moved_names
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.import_target import import_callable
 from airflow_provider_gpusched.core.records import Settings, one_of, says
-from airflow_provider_gpusched.core.sweep.definition.search_kind import SEARCH_KINDS, SearchKind
+from airflow_provider_gpusched.core.sweep.definition.search_kind import (
+    SEARCH_KINDS,
+    SearchKind,
+    settings_keys,
+    settings_owner,
+)
 from airflow_provider_gpusched.core.sweep.definition.tracking_settings import parse_tracking
 from airflow_provider_gpusched.core.sweep.parts import spaces
 from airflow_provider_gpusched.core.sweep.parts.command import (
@@ -184,24 +190,26 @@ class SweepSpec:
 
     def _check_kinds_settings(self) -> None:
         """Each search type's settings given: a mapping or that kind's record, and (for most kinds) only in a
-        spec of that type. The kind parses its own (:meth:`SearchKind.parse_settings`); the kinds are asked only
-        when some settings were given."""
+        spec of that type. The kind parses its own (:meth:`SearchKind.parse_settings`); a kind is loaded only
+        when settings were given, the one the key names first (a broken installed kind breaks no other spec)."""
+        w = self.where
+        for key in self.search_settings or {}:
+            if key in _KIND_SETTING_FIELDS:  # the kind reads the spec's own key: refused, never silently ignored
+                raise InvalidArgumentError(
+                    f"{w}: search_settings.{key}", "...", f"{key} settings under the spec's own key: write {key}:"
+                )
         given = {key: getattr(self, key) for key in _KIND_SETTING_FIELDS if getattr(self, key) is not None}
         given.update(self.search_settings or {})
-        if not given:
-            return
-        owners = {kind.settings_key: (name, kind) for name, kind in SEARCH_KINDS.items() if kind.settings_key}
         for key, raw in given.items():
-            if key not in owners:
+            found = settings_owner(key, (self.search,))
+            if found is None:
                 raise InvalidArgumentError(
-                    f"{self.where}: search_settings.{key}", "...", f"the settings of a search type: {sorted(owners)}"
+                    f"{w}: search_settings.{key}", "...", f"the settings of a search type: {settings_keys()}"
                 )
-            name, kind = owners[key]
+            name, kind = found
             if kind.settings_only_with_kind and self.search != name:
-                raise InvalidArgumentError(f"{self.where}: {key}", "...", f"{key} settings only with search: {name}")
-            cls = kind.settings_class
-            if not isinstance(raw, Mapping) and not (cls is not None and isinstance(raw, cls)):
-                raise InvalidArgumentError(f"{self.where}: {key}", raw, kind.settings_expected)
+                raise InvalidArgumentError(f"{w}: {key}", "...", f"{key} settings only with search: {name}")
+            kind.check_settings_type(raw, f"{w}: {key}")
 
     def _build_parts(self) -> None:
         """The objective, resources, labels and pruning rule, from mappings where the spec gave mappings."""
@@ -383,12 +391,13 @@ class SweepSpec:
     @classmethod
     def from_dict(cls, data: Any, where: str = "sweep") -> SweepSpec:
         """A spec from a mapping (a YAML file's, or a DAG run's conf): every error names ``where`` and the key."""
-        from airflow_provider_gpusched.core.sweep.definition.files import spec_arguments
+        from airflow_provider_gpusched.core.sweep.definition.files import FILE_ONLY_KEYS, spec_arguments
 
         allowed = {f.name for f in fields(cls)} - {"where", "python_callable"}
-        if isinstance(data, Mapping) and any(k not in allowed for k in data):  # an installed kind's settings key
-            keys = {k.settings_key for k in SEARCH_KINDS.values() if k.settings_key and k.settings_key not in allowed}
-            own = {k: v for k, v in data.items() if k in keys}
+        other = [k for k in data if k not in allowed and k not in FILE_ONLY_KEYS] if isinstance(data, Mapping) else []
+        if other:  # an installed kind's settings key (only then is any kind asked)
+            first = (data["search"],) if isinstance(data.get("search"), str) else ()
+            own = {k: data[k] for k in other if isinstance(k, str) and settings_owner(k, first) is not None}
             if own:
                 rest = {k: v for k, v in data.items() if k not in own}
                 data = {**rest, "search_settings": {**(rest.get("search_settings") or {}), **own}}
@@ -403,6 +412,16 @@ class SweepSpec:
 
 
 _SETTINGS = Settings(SweepSpec)
+_SEARCHES = "airflow_provider_gpusched.core.sweep.searches"
+#: the kinds' settings records the old spec module (now an alias of this one) imported: still answered, warning
+__getattr__ = moved_names(
+    __name__,
+    {
+        "EvolutionSettings": f"{_SEARCHES}.evolution:EvolutionSettings",
+        "PBTSettings": f"{_SEARCHES}.pbt:PBTSettings",
+        "HyperbandSettings": f"{_SEARCHES}.hyperband:HyperbandSettings",
+    },
+)
 #: the spec's own fields that hold a built-in search type's settings (any other kind's: ``search_settings``)
 _KIND_SETTING_FIELDS = ("evolution", "pbt", "hyperband")
 

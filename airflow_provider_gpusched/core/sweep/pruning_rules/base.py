@@ -158,8 +158,9 @@ def pruner_class(name: str, where: str = "pruning.rule") -> type[Pruner]:
     return REGISTRY.get(name, where)
 
 
-# A sweep's pruning rule as its spec gives it (``pruning: {rule: NAME, ...}``): defined here, with the rules that
-# read it, so that the interface needs nothing of core/sweep/pruning_rules/judging.py (which imports it).
+# A sweep's pruning rule as its spec gives it (``pruning: {rule: NAME, ...}``): defined here, beside the interface
+# every rule's module (median.py, asha.py, optuna.py) implements, so that they need nothing of judging.py (which
+# imports it).
 
 
 @dataclass
@@ -308,6 +309,19 @@ class PruningRule:
         return self.to_dict() == other.to_dict()
 
     __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass it was
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickling: this class's state as it is, or an old pickle's (the dataclass's flat fields: every rule's
+        settings) made again, keeping of another rule's settings only those not at their default."""
+        if "settings" in state:
+            self.__dict__.update(state)
+            return
+        found = _rule_class(state.get("rule", "median"))
+        reads = found.reads if found is not None else ()
+        kept = {
+            k: v for k, v in state.items() if k in SHARED or k in reads or (_owner(k) and v != _default(_owner(k), k))
+        }
+        PruningRule.__init__(self, **kept)
 
     def __repr__(self) -> str:
         return f"PruningRule({', '.join(f'{k}={v!r}' for k, v in self.to_dict().items())})"

@@ -83,7 +83,8 @@ class SweepReports:
 
     def judge(self, rule: PruningRule, folder_name: str, judged_up_to: int | None = None) -> str:
         """Trial ``folder_name`` judged by ``rule`` against every other trial of the folder as last written."""
-        if self._pruner is None or self._pruner.rule != rule:
+        # a caller passes its one rule object each time: compared by identity first (equality makes two dicts)
+        if self._pruner is None or (self._pruner.rule is not rule and self._pruner.rule != rule):
             self._pruner = rule.make_judge()
         if self.shared_study and self._pruner.judges_in_study:
             path = os.path.join(self.trials_dir, folder_name, REPORTS_FILE)

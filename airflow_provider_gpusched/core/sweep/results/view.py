@@ -214,7 +214,7 @@ def outcome_records(
     """The outcome of each trial in DAG run ``run`` (what a trial task publishes when it ends; ``planned_at``:
     when that run planned it), with the last step it reported (where a pruned trial was stopped). A trial this run
     did not start is ``not_started``: its record, an earlier run's, stands and is not this run's; one whose re-run
-    in this run was stopped is ``stopped``, the earlier outcome standing (core/sweep/store.state_in_run).
+    in this run was stopped is ``stopped``, the earlier outcome standing (core/sweep/records/store.py's state_in_run).
     ``described``: each outcome carries its trial (index, label, parameters), for trials no plan lists."""
     out = []
     trials = list(trials)
