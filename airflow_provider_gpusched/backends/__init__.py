@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_gpusched.core.backends import get_backend
+from airflow_provider_gpusched.core.backends import get_backend, within_max_workers
 from airflow_provider_gpusched.core.errors import GpuschedError
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ class AirflowBackend:
         """At most how many of a chunk's trials run at once (:meth:`plan_chunks`' ``max_parallel``), from the
         backend's sweep ``options`` (``SweepExecution.options``) and the spec's ``max_workers``: by default the
         latter."""
-        return max_workers
+        return within_max_workers(None, max_workers)
 
     def plan_workers(self, manifest: Manifest, python: str, workers: int) -> list[Any]:
         """What the plan task of an asynchronous search returns (``runs_workers``): mapped onto :meth:`run_chunks`,

@@ -12,7 +12,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_gpusched import fleet, settings
 from airflow_provider_gpusched.backends import AirflowBackend
-from airflow_provider_gpusched.core.backends import get_backend
+from airflow_provider_gpusched.core.backends import get_backend, within_max_workers
 from airflow_provider_gpusched.core.board import HELD_LEASES_XCOM, MAX_HELD_LEASES, lease_record
 from airflow_provider_gpusched.core.gpu.timeline import LEASE_HISTORY_XCOM, SegmentLog, segment_of
 from airflow_provider_gpusched.core.stops import WorkHalted
@@ -64,14 +64,11 @@ class LocalAirflowBackend(AirflowBackend):
 
     def run_chunks(self, view: StageView, round_no: int | None, planned: Any) -> Any:
         """One ``run_batch`` task per chunk: the chunk's trials under leases of this host's GPUs, several at once."""
-        parallel = view.parallel
-        if view.max_workers is not None:
-            parallel = min(parallel or view.max_workers, view.max_workers)
         chunks = _ChunkRunner(
             view.session,
             round_no,
             cast("LocalBackend", get_backend(view.backend)),  # its GPU request, read from the resources
-            parallel,
+            within_max_workers(view.parallel, view.max_workers),
             view.trials_per_process,
         )
         # an asynchronous search: each chunk is a worker, one slot asking for trials as it frees

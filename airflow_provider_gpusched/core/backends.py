@@ -262,6 +262,14 @@ def backends() -> list[Backend]:
     return [get_backend(n) for n in backend_names()]
 
 
+def within_max_workers(parallel: int | None, max_workers: int | None) -> int | None:
+    """Trials of a chunk at once: ``parallel`` (None: no bound of its own), at most the spec's ``max_workers``
+    (None: no bound), each backend's cap (a local runner's leases, a Slurm array's ``%N``)."""
+    if max_workers is None:
+        return parallel
+    return min(parallel or max_workers, max_workers)
+
+
 def by_backend(items: Iterable[Any], key: Callable[[Any], str]) -> dict[str, list[Any]]:
     """``items`` grouped by their backend's name, groups in registration order."""
     groups: dict[str, list[Any]] = {}

@@ -66,19 +66,45 @@ class AirflowClassSettings:
     checks: ClassVar[Mapping[str, Callable[[Any], Any]]] = {"pool_slots": _pool_slots}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False, eq=False)
 class JobClass:
     """A class's settings: the shared ``airflow`` section, and each backend's own section (a backend's
-    ``job_class_settings``, core/backends.py), read as ``job_class.section("slurm")`` or ``job_class.slurm``."""
+    ``job_class_settings``, core/backends.py), read as ``job_class.section("slurm")`` or ``job_class.slurm``.
+
+    A backend's section is given by its name (``JobClass("idle", airflow, slurm=..., local=...)``; the older
+    positional form ``JobClass(name, airflow, slurm, local)`` still works). Two classes are equal when every
+    section reads the same, a section left out being the backend's default for the class."""
 
     name: str
     airflow: AirflowClassSettings = field(default_factory=AirflowClassSettings)
-    #: the backends' sections the mapping's source set; a backend's section it left out is the backend's default
-    sections: Mapping[str, Any] = field(default_factory=dict)
+    #: only the backends' sections set explicitly (a mapping's source, a keyword); a section left out is the
+    #: backend's default for the class (:meth:`section` answers both)
+    explicit_sections: Mapping[str, Any] = field(default_factory=dict)
+
+    def __init__(
+        self,
+        name: str,
+        airflow: AirflowClassSettings | None = None,
+        *sections_in_order: Any,
+        explicit_sections: Mapping[str, Any] | None = None,
+        **sections: Any,
+    ) -> None:
+        explicit = dict(explicit_sections or {})
+        if len(sections_in_order) == 1 and isinstance(sections_in_order[0], Mapping):
+            explicit.update(sections_in_order[0])  # JobClass(name, airflow, {"slurm": ...})
+        else:
+            explicit.update(_old_positional(sections_in_order))
+        unknown = sorted(k for k in sections if not _loads_section(k))
+        if unknown:
+            raise TypeError(f"JobClass() got an unexpected keyword argument {unknown[0]!r}")
+        explicit.update(sections)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "airflow", AirflowClassSettings() if airflow is None else airflow)
+        object.__setattr__(self, "explicit_sections", explicit)
 
     def section(self, backend: str) -> Any:
         """The settings of ``backend``'s section; a name with no section is an InvalidArgumentError."""
-        found = self.airflow if backend == "airflow" else self.sections.get(backend)
+        found = self.airflow if backend == "airflow" else self.explicit_sections.get(backend)
         if found is not None:
             return found
         settings = section_class(backend)
@@ -88,12 +114,34 @@ class JobClass:
 
     def __getattr__(self, name: str) -> Any:
         """A backend's section as an attribute (``job_class.local``)."""
-        if name.startswith("_") or name in ("name", "airflow", "sections"):
+        if name.startswith("_") or name in ("name", "airflow", "explicit_sections"):
             raise AttributeError(name)  # copying and unpickling look for these before the fields are set
         try:
             return self.section(name)
         except InvalidArgumentError:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}") from None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, JobClass):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def _key(self) -> tuple[Any, ...]:
+        """What equality compares: the name, the airflow section, and the sections set otherwise than the backend's
+        default (a section set to its default reads as one left out). Only the backends of the sections set are
+        loaded: comparing this host's classes never loads the Slurm backend."""
+        differing = sorted((kv for kv in self.explicit_sections.items() if not self._is_default(*kv)), key=_first)
+        return self.name, self.airflow, tuple(differing)
+
+    def _is_default(self, backend: str, settings: Any) -> bool:
+        try:
+            found = section_class(backend)
+        except GpuschedError:  # a backend that cannot be loaded now: its section as it was set
+            return False
+        return found is not None and settings == _defaults(found, self.name)
 
     def airflow_settings(self, priority: int = 0, gpus: int = 1) -> dict[str, Any]:
         """Operator keyword arguments (only those the class sets)."""
@@ -145,6 +193,21 @@ def _loads_section(name: str) -> bool:
         return section_class(name) is not None
     except GpuschedError:  # a broken installed backend: its own error says so where it is used
         return False
+
+
+def _first(pair: tuple[str, Any]) -> str:
+    return pair[0]
+
+
+#: the sections of ``JobClass(name, airflow, slurm, local)``, the order before the backends owned them
+_OLD_POSITIONAL = ("slurm", "local")
+
+
+def _old_positional(values: tuple[Any, ...]) -> dict[str, Any]:
+    """The sections of the older positional form, by name."""
+    if len(values) > len(_OLD_POSITIONAL):
+        raise TypeError(f"JobClass() takes at most {2 + len(_OLD_POSITIONAL)} positional arguments")
+    return dict(zip(_OLD_POSITIONAL, values, strict=False))  # fewer: the rest are the defaults
 
 
 #: (section's settings class, job class) -> its built-in settings, made once (the lease manager asks often)
@@ -248,7 +311,7 @@ class JobClassMapping:
 
 def _read_class(base: JobClass, body: Mapping[Any, Any], where: str) -> JobClass:
     """``base`` with the sections ``body`` sets (``airflow``, or a backend's: that backend parses its own)."""
-    airflow, sections = base.airflow, dict(base.sections)
+    airflow, sections = base.airflow, dict(base.explicit_sections)
     for section, values in body.items():
         if section != "airflow" and _known_section(section, where) is None:
             raise JobClassConfigError(
@@ -263,7 +326,7 @@ def _read_class(base: JobClass, body: Mapping[Any, Any], where: str) -> JobClass
             airflow = updated
         else:
             sections[section] = updated
-    return JobClass(base.name, airflow, sections)
+    return JobClass(base.name, airflow, explicit_sections=sections)
 
 
 def _known_section(section: Any, where: str) -> type[Any] | None:

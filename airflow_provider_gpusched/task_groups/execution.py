@@ -14,15 +14,17 @@ keywords (``max_array_parallel=8``) are shortcuts for them.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_provider_gpusched.core.backends import DEFAULT_BACKEND, backend_names, get_backend
+from airflow_provider_gpusched.core.backends import DEFAULT_BACKEND, Backend, backend_names, get_backend
 from airflow_provider_gpusched.core.checks import is_int, is_number
-from airflow_provider_gpusched.core.errors import InvalidArgumentError
+from airflow_provider_gpusched.core.deprecation import GpuschedDeprecationWarning
+from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgumentError
 
 BATCHING = ("auto", "mapped", "batched")
 DEFAULT_MAX_CHUNK = 500
@@ -46,7 +48,9 @@ class SweepExecution:
         e.g. ``retries`` or ``execution_timeout``.
     :param options: the backend's own options: its ``Backend.sweep_options`` (the Slurm backend's
         :class:`~airflow_provider_gpusched.core.slurm.options.SlurmSweepOptions`: ``conn_id``,
-        ``max_array_parallel``), or a mapping of their fields; left out, the backend's defaults.
+        ``max_array_parallel``), or a mapping of their fields; left out, the backend's defaults. Another backend's
+        options are left aside (``dataclasses.replace(execution, backend="local")``). The old attributes
+        (``execution.slurm_conn_id``) still answer from them, with a warning.
     :param backend_keywords: keywords a backend takes for fields of its options (its ``Backend.sweep_keywords``:
         the Slurm backend's ``slurm_conn_id`` and ``max_array_parallel``). One of another registered backend is
         left aside, so that a DAG switching backends may keep it.
@@ -109,10 +113,19 @@ class SweepExecution:
             raise AirflowException(f"trial_kwargs must be a mapping of operator arguments, got {self.trial_kwargs!r}")
         object.__setattr__(self, "trial_kwargs", dict(self.trial_kwargs))
 
+    if not TYPE_CHECKING:  # mypy keeps checking attribute names; the old ones answer at run time only
+
+        def __getattr__(self, name: str) -> Any:
+            """An option's old attribute (``execution.slurm_conn_id``, before it was ``options.conn_id``), with a
+            warning: the backend's option, or the default of another backend's."""
+            if name.startswith("_") or "backend" not in self.__dict__:
+                raise AttributeError(name)  # copying and unpickling look for these before the fields are set
+            return _old_attribute(self, name)
+
     @classmethod
     def from_options(cls, execution: SweepExecution | None, options: Mapping[str, Any]) -> SweepExecution:
         """``execution``, or one built from keyword shortcuts (not both); unknown names are refused by name."""
-        unknown = _unknown(options)
+        unknown = _unknown(options, options.get("backend", DEFAULT_BACKEND))
         if unknown:
             raise AirflowException(
                 f"sweep_task_group: unknown option(s) {', '.join(unknown)}; expected one of {', '.join(_names())}"
@@ -139,26 +152,84 @@ class SweepExecution:
 
 
 def backend_keywords() -> list[str]:
-    """Every keyword a registered backend takes for its options (``Backend.sweep_keywords``)."""
-    return [k for name in backend_names() for k in get_backend(name).sweep_keywords]
+    """Every keyword a registered backend takes for its options (``Backend.sweep_keywords``); a backend that cannot
+    be loaded (a broken installed package) is left out."""
+    return [k for _, found in _loadable(None) for k in found.sweep_keywords]
 
 
 def backend_options(backend: str, options: Any, keywords: Mapping[str, Any]) -> Any:
     """``backend``'s sweep options (its ``Backend.sweep_options``) from ``options`` (one of them, a mapping of their
     fields, or None: the defaults) with ``keywords`` (its ``sweep_keywords``) on top, checked by the options; an
-    error names the keyword or ``options.<field>``. Keywords of another registered backend are left aside."""
+    error names the keyword or ``options.<field>``. Keywords of another registered backend are left aside, and so
+    are its options (``dataclasses.replace(execution, backend=...)`` switches backends)."""
     found = get_backend(backend)
     kind = found.sweep_options
-    unknown = _unknown(keywords)
+    unknown = _unknown(keywords, backend)
     if unknown:
         raise AirflowException(f"unknown option(s) {', '.join(unknown)}; expected one of {', '.join(_names())}")
     own = {found.sweep_keywords[k]: v for k, v in keywords.items() if k in found.sweep_keywords}
+    if _of_another_backend(options, backend, kind):
+        options = None
     if kind is None:
         if options not in (None, {}):
             raise AirflowException(f"options: the {backend} backend takes no options, got {options!r}")
         return None
     values = _option_values(kind, options, backend)
     return _build(kind, {**values, **own}, {v: k for k, v in found.sweep_keywords.items() if k in keywords})
+
+
+def _loadable(first: str | None) -> Iterator[tuple[str, Backend]]:
+    """The registered backends, ``first`` first (an error loading it is raised), then the others, leaving out one
+    that cannot be loaded: a broken installed package must not break the DAGs of every other backend."""
+    names = backend_names()
+    if first in names:
+        yield first, get_backend(first)
+    for name in names:
+        if name == first:
+            continue
+        try:
+            found = get_backend(name)
+        except GpuschedError:  # its own error says so where it is named
+            continue
+        yield name, found
+
+
+def _of_another_backend(options: Any, backend: str, kind: type[Any] | None) -> bool:
+    """Whether ``options`` is the options record of a registered backend other than ``backend`` (whose options are
+    ``kind``)."""
+    if options is None or isinstance(options, Mapping) or (kind is not None and isinstance(options, kind)):
+        return False
+    return any(type(options) is found.sweep_options for name, found in _loadable(None) if name != backend)
+
+
+def _old_attribute(execution: SweepExecution, name: str) -> Any:
+    """The option a backend's keyword ``name`` stands for: the execution's own backend's, or (a keyword of another
+    backend, left aside) that backend's default; an AttributeError when no backend takes ``name``."""
+    for owner, found in _loadable(execution.backend):
+        option = found.sweep_keywords.get(name)
+        if option is None:
+            continue
+        warnings.warn(
+            f"SweepExecution.{name} is now SweepExecution.options.{option} (the {owner} backend's options); the old "
+            f"name still answers but will go in a later release",
+            GpuschedDeprecationWarning,
+            stacklevel=3,
+        )
+        if owner == execution.backend:
+            return getattr(execution.options, option)
+        return _default(found.sweep_options, option)
+    raise AttributeError(f"{type(execution).__name__!r} object has no attribute {name!r}")
+
+
+def _default(kind: Any, option: str) -> Any:
+    """The default of the field ``option`` of the options class ``kind``."""
+    for f in fields(kind):
+        if f.name == option:
+            if f.default is not MISSING:
+                return f.default
+            if f.default_factory is not MISSING:
+                return f.default_factory()
+    raise AttributeError(option)
 
 
 def _option_values(kind: type[Any], options: Any, backend: str) -> dict[str, Any]:
@@ -189,11 +260,14 @@ def _build(kind: type[Any], values: dict[str, Any], keyword_of: Mapping[str, str
         raise AirflowException(f"{name} must be {exc.expected}, got {exc.value!r}") from None
 
 
-def _unknown(names: Iterable[str]) -> list[str]:
-    """The ``names`` neither SweepExecution nor any registered backend takes (every backend is loaded only when a
-    name is not SweepExecution's own)."""
+def _unknown(names: Iterable[str], backend: str) -> list[str]:
+    """The ``names`` neither SweepExecution nor any registered backend takes: ``backend`` is asked first, the other
+    backends are loaded only for a name neither takes (one that cannot be loaded is left out)."""
     rest = set(names) - {f.name for f in fields(SweepExecution)}
-    return sorted(rest - set(backend_keywords())) if rest else []
+    found = _loadable(backend)
+    while rest and (owner := next(found, None)) is not None:
+        rest -= set(owner[1].sweep_keywords)
+    return sorted(rest)
 
 
 def _names() -> list[str]:

@@ -3,13 +3,18 @@ stage (task_groups/sweep.py ``SweepStage``) builds, instead of the stage itself.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_gpusched.core.deprecation import GpuschedDeprecationWarning
+
 if TYPE_CHECKING:
+    from airflow_provider_gpusched.core.sweep.definition.sweep_spec import SweepSpec
     from airflow_provider_gpusched.core.sweep.parts.resources import TrialResources
     from airflow_provider_gpusched.core.sweep.running.session import SweepSession
+    from airflow_provider_gpusched.task_groups.execution import SweepExecution
 
 
 @dataclass(frozen=True, eq=False)
@@ -39,6 +44,27 @@ class StageView:
     poll_interval: float | None
     #: ``SweepExecution.trial_kwargs``: extra arguments of every task that runs trials
     trial_kwargs: Mapping[str, Any]
+    #: the stage's whole ``SweepExecution``, only for :attr:`execution` (an adapter written for the stage)
+    _execution: SweepExecution | None = field(default=None, repr=False)
+
+    @property
+    def spec(self) -> SweepSpec:
+        """The sweep's spec, for an adapter written when it was handed the stage (which had it); it warns."""
+        _warn("spec", "the view's resources, sweep and max_workers, or session.spec")
+        return self.session.spec
+
+    @property
+    def execution(self) -> SweepExecution:
+        """The stage's ``SweepExecution``, for an adapter written when it was handed the stage; it warns."""
+        _warn("execution", "the view's options, parallel, trials_per_process, poll_interval and trial_kwargs")
+        if self._execution is None:
+            raise AttributeError(f"this view of sweep {self.sweep!r} was made without its execution")
+        return self._execution
+
+    def class_kwargs(self, **kwargs: Any) -> dict[str, Any]:
+        """:meth:`runner_task` under the stage's old name; it warns."""
+        _warn("class_kwargs(...)", "runner_task(...)")
+        return self.runner_task(**kwargs)
 
     def trial_task(self, task_id: str, label_template: str, *, chunk: bool = False) -> dict[str, Any]:
         """The arguments of the trial operator's task (besides the backend's own): ``chunk`` when each mapped
@@ -66,3 +92,13 @@ class StageView:
             # tasks are one slot each: max_workers of them)
             kwargs.setdefault("max_active_tis_per_dagrun", 1)
         return kwargs
+
+
+def _warn(old: str, new: str) -> None:
+    """An adapter reads what the stage had and the view keeps only for a release."""
+    warnings.warn(
+        f"an AirflowBackend is handed a StageView, not the sweep stage: read {new} instead of .{old}; the old name "
+        f"still answers but will go in a later release",
+        GpuschedDeprecationWarning,
+        stacklevel=3,
+    )

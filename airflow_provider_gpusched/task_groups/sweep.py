@@ -420,6 +420,7 @@ class SweepStage:
             trials_per_process=execution.trials_per_process,
             poll_interval=execution.poll_interval,
             trial_kwargs=execution.trial_kwargs,
+            _execution=execution,
         )
 
     def build(self, round_no: int | None = None):
@@ -476,10 +477,6 @@ class SweepStage:
         else:
             run = self.adapter.run_chunks(self.view, round_no, planned)
         return planned, run
-
-    def class_kwargs(self, **kwargs):
-        """The job class's pool and weight for a batch-runner task (:meth:`StageView.runner_task`)."""
-        return self.view.runner_task(**kwargs)
 
     def trial_operator(self, task_id: str, label_template: str):
         """The operator (partial) that runs one trial."""

@@ -101,3 +101,105 @@ def test_the_slurm_options_reach_its_trial_operator(tmp_path):
     with DAG("t_slurm_options", schedule=None) as dag:
         sweep_task_group(spec, results_root=str(tmp_path), execution=execution)
     assert dag.get_task("opts.trial_array").partial_kwargs["slurm_conn_id"] == "lab"
+
+
+@pytest.fixture
+def broken():
+    """An installed backend whose module cannot be imported (its entry point names a module that is gone)."""
+    register_backend("no_such_module_of_gpusched:GoneBackend", "gone")
+    try:
+        yield
+    finally:
+        unregister_backend("gone")
+
+
+def test_a_broken_installed_backend_breaks_no_other_backends_shortcuts(broken):
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_provider_gpusched.core.errors import GpuschedError
+    from airflow_provider_gpusched.task_groups.execution import SweepExecution
+
+    by_keywords = SweepExecution(backend="slurm", slurm_conn_id="lab", max_array_parallel=2)
+    assert by_keywords.options.conn_id == "lab" and by_keywords.options.max_array_parallel == 2
+    assert SweepExecution.from_options(None, {"backend": "slurm", "slurm_conn_id": "lab"}) == SweepExecution(
+        "slurm", options={"conn_id": "lab"}
+    )
+    assert SweepExecution(backend="local", slurm_conn_id="lab").options is None  # another backend's: left aside
+    with pytest.raises(AirflowException, match="unknown option"):  # an unknown name is still refused by name
+        SweepExecution(backend="slurm", slurm_con_id="lab")
+    with pytest.raises(GpuschedError, match="backend 'gone': cannot load"):  # the broken one says so where named
+        SweepExecution(backend="gone")
+
+
+def test_the_old_attributes_answer_from_the_options_with_a_warning():
+    from airflow_provider_gpusched.core.deprecation import GpuschedDeprecationWarning
+    from airflow_provider_gpusched.task_groups.execution import SweepExecution
+
+    slurm = SweepExecution(backend="slurm", slurm_conn_id="lab", max_array_parallel=4)
+    with pytest.warns(GpuschedDeprecationWarning, match=r"SweepExecution\.slurm_conn_id is now .*options\.conn_id"):
+        assert slurm.slurm_conn_id == "lab"
+    with pytest.warns(GpuschedDeprecationWarning):
+        assert slurm.max_array_parallel == 4
+    local = SweepExecution(backend="local", slurm_conn_id="lab")  # as before: another backend's is its default
+    with pytest.warns(GpuschedDeprecationWarning):
+        assert local.slurm_conn_id == "slurm_default" and local.max_array_parallel is None
+    with pytest.raises(AttributeError, match="no attribute 'conn_id'"):
+        local.conn_id  # noqa: B018
+
+
+def test_replace_switches_backends_leaving_the_other_backends_options_aside():
+    import copy
+    import dataclasses
+    import pickle
+
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_provider_gpusched.core.slurm.options import SlurmSweepOptions
+    from airflow_provider_gpusched.task_groups.execution import SweepExecution
+
+    slurm = SweepExecution(backend="slurm", batching="batched", slurm_conn_id="lab", max_array_parallel=4)
+    local = dataclasses.replace(slurm, backend="local")
+    assert local.options is None and local.batching == "batched"
+    assert dataclasses.replace(slurm, chunk_size=3).options == SlurmSweepOptions("lab", 4)
+    assert dataclasses.replace(local, backend="slurm").options == SlurmSweepOptions()
+    assert copy.deepcopy(slurm) == slurm == pickle.loads(pickle.dumps(slurm))
+    # a connection id of None was taken and failed when the task ran: it is refused where it is written
+    with pytest.raises(AirflowException, match="slurm_conn_id must be an Airflow connection id, got None"):
+        SweepExecution(backend="slurm", slurm_conn_id=None)
+    assert SweepExecution(backend="local", slurm_conn_id=None).options is None
+
+
+#: (parallel or max_array_parallel, the spec's max_workers) -> trials of a chunk at once (as before: one rule)
+CAPS = [
+    (None, None, None),
+    (4, None, 4),
+    (None, 3, 3),
+    (2, 3, 2),
+    (3, 3, 3),
+    (5, 3, 3),
+]
+
+
+@pytest.mark.parametrize(("parallel", "max_workers", "expected"), CAPS)
+def test_every_backend_caps_a_chunks_trials_by_max_workers_alike(monkeypatch, parallel, max_workers, expected):
+    from airflow.sdk import DAG
+
+    from airflow_provider_gpusched.backends import AirflowBackend, local
+    from airflow_provider_gpusched.backends.slurm import SlurmAirflowBackend
+    from airflow_provider_gpusched.core.backends import within_max_workers
+    from airflow_provider_gpusched.core.slurm.options import SlurmSweepOptions
+    from airflow_provider_gpusched.core.sweep import SweepSpec
+    from airflow_provider_gpusched.task_groups.stage_view import StageView
+
+    assert within_max_workers(parallel, max_workers) == expected
+    slurm = SlurmSweepOptions(max_array_parallel=parallel)
+    assert slurm.array_parallel(max_workers) == expected
+    assert SlurmAirflowBackend().chunk_parallel(slurm, max_workers) == expected
+    assert AirflowBackend().chunk_parallel(None, max_workers) == max_workers  # no bound of its own
+    given = []
+    monkeypatch.setattr(local, "_ChunkRunner", lambda *args: given.append(args[3]))
+    spec = SweepSpec(name="cap", test_config=[{"x": [1, 2]}], command=["true", "{x}"])
+    view = StageView("local", "cap", spec.resources, None, None, False, max_workers, parallel, 8, None, {})
+    with DAG(f"t_cap_{parallel}_{max_workers}", schedule=None):
+        local.LocalAirflowBackend().run_chunks(view, None, [0, 1])
+    assert given == [expected]

@@ -67,3 +67,41 @@ def test_each_backend_is_handed_the_view_not_the_stage(tmp_path, monkeypatch):
             sweep_task_group(spec, results_root=str(tmp_path), execution=SweepExecution(backend, batching))
     assert len(handed) == 4 and all(type(v) is StageView for v in handed), handed
     assert [v.backend for v in handed] == ["local", "local", "slurm", "slurm"]
+
+
+def test_an_adapter_written_for_the_stage_still_reads_its_spec_and_execution_with_a_warning(tmp_path, monkeypatch):
+    from airflow.sdk import DAG
+
+    from airflow_provider_gpusched.backends.local import LocalAirflowBackend
+    from airflow_provider_gpusched.core.deprecation import GpuschedDeprecationWarning
+    from airflow_provider_gpusched.core.sweep import SweepSpec
+    from airflow_provider_gpusched.task_groups.execution import SweepExecution
+    from airflow_provider_gpusched.task_groups.sweep import sweep_task_group
+
+    handed = []
+    original = LocalAirflowBackend.run_chunks
+
+    def old_adapter(self, stage, round_no, planned):  # what an adapter of the stage read
+        with pytest.warns(
+            GpuschedDeprecationWarning, match=r"StageView, not the sweep stage: read .* instead of \.spec"
+        ):
+            handed.append(stage.spec)
+        with pytest.warns(GpuschedDeprecationWarning, match=r"instead of \.execution"):
+            handed.append(stage.execution)
+        with pytest.warns(GpuschedDeprecationWarning, match=r"runner_task\(\.\.\.\) instead of \.class_kwargs"):
+            handed.append(stage.class_kwargs(task_id="run_batch") == stage.runner_task(task_id="run_batch"))
+        return original(self, stage, round_no, planned)
+
+    monkeypatch.setattr(LocalAirflowBackend, "run_chunks", old_adapter)
+    spec = SweepSpec(name="old", test_config=[{"x": [1, 2, 3]}], command=["true", "{x}"])
+    execution = SweepExecution("local", "batched", parallel=2)
+    with DAG("t_stage_view_old_adapter", schedule=None):
+        sweep_task_group(spec, results_root=str(tmp_path), execution=execution)
+    assert handed[0].name == "old" and handed[1] is execution and handed[2] is True
+
+
+def test_a_view_made_without_its_execution_says_so():
+    from airflow_provider_gpusched.core.deprecation import GpuschedDeprecationWarning
+
+    with pytest.raises(AttributeError, match="made without its execution"), pytest.warns(GpuschedDeprecationWarning):
+        _view().execution  # noqa: B018

@@ -115,3 +115,51 @@ def test_the_old_names_still_import_with_a_warning():
             assert getattr(job_classes, name) is moved
     with pytest.warns(GpuschedDeprecationWarning, match="sbatch_settings"):
         assert JobClassMapping()["idle"].slurm_settings(30) == {"partition": "idle", "requeue": True, "nice": 70}
+
+
+def test_the_older_constructor_and_replace_still_set_the_backends_sections():
+    import dataclasses
+
+    from airflow_provider_gpusched.core.gpu.class_policy import LocalClassPolicy
+    from airflow_provider_gpusched.core.job_classes import AirflowClassSettings, JobClass
+    from airflow_provider_gpusched.core.slurm.options import SlurmClassSettings
+
+    airflow, slurm, local = AirflowClassSettings(pool="p"), SlurmClassSettings(partition="big"), LocalClassPolicy()
+    positional = JobClass("normal", airflow, slurm, local)
+    assert positional.slurm is slurm and positional.local is local and positional.airflow is airflow
+    assert JobClass("normal", airflow, slurm=slurm, local=local) == positional
+    assert JobClass("normal", airflow, slurm).local == LocalClassPolicy()  # one left out: the backend's default
+    replaced = dataclasses.replace(JobClassMapping()["normal"], slurm=slurm)
+    assert replaced.slurm is slurm and replaced.airflow.priority_weight == 100
+    with pytest.raises(TypeError, match="unexpected keyword argument 'k8s'"):
+        JobClass("normal", airflow, k8s={})
+    with pytest.raises(TypeError, match="at most 4 positional"):
+        JobClass("normal", airflow, slurm, local, local)
+
+
+def test_a_class_equals_and_hashes_by_what_each_section_reads(tmp_path):
+    from airflow_provider_gpusched.core.job_classes import DEFAULT_CLASSES
+    from airflow_provider_gpusched.core.slurm.options import SlurmClassSettings
+
+    restated = JobClassMapping.from_dict({"idle": {"slurm": {}, "local": {"fill_in": True}}}, "f.yaml")
+    assert restated["idle"] == DEFAULT_CLASSES["idle"] and hash(restated["idle"]) == hash(DEFAULT_CLASSES["idle"])
+    assert restated == JobClassMapping(source="f.yaml")
+    assert {restated["idle"], DEFAULT_CLASSES["idle"], DEFAULT_CLASSES["normal"]} == set(DEFAULT_CLASSES.values())
+    changed = JobClassMapping.from_dict({"idle": {"slurm": {"partition": "other"}}})["idle"]
+    assert changed != DEFAULT_CLASSES["idle"] and changed.slurm == SlurmClassSettings("other", None, 100, True)
+    assert DEFAULT_CLASSES["idle"] != DEFAULT_CLASSES["normal"]
+
+
+def test_comparing_this_hosts_classes_does_not_load_the_slurm_backend():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from airflow_provider_gpusched.core.job_classes import JobClassMapping\n"
+        "m = JobClassMapping.from_dict({'idle': {'local': {'fill_in': True}}})\n"
+        "assert m.classes == JobClassMapping().classes and hash(m['idle']) == hash(JobClassMapping()['idle'])\n"
+        "print('airflow_provider_gpusched.core.slurm' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "False"

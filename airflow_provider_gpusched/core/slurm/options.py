@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_gpusched.core.backends import within_max_workers
 from airflow_provider_gpusched.core.checks import is_int
 from airflow_provider_gpusched.core.errors import InvalidArgumentError
 from airflow_provider_gpusched.core.job_classes import JobClassMapping
@@ -84,6 +85,4 @@ class SlurmSweepOptions:
 
     def array_parallel(self, max_workers: int | None) -> int | None:
         """``%N`` on each job array: :attr:`max_array_parallel`, at most the spec's ``max_workers``."""
-        if max_workers is None:
-            return self.max_array_parallel
-        return min(self.max_array_parallel or max_workers, max_workers)
+        return within_max_workers(self.max_array_parallel, max_workers)
