@@ -14,10 +14,10 @@ from airflow_provider_gpusched import fleet, settings
 from airflow_provider_gpusched.backends import AirflowBackend
 from airflow_provider_gpusched.core.backends import get_backend, within_max_workers
 from airflow_provider_gpusched.core.board import HELD_LEASES_XCOM, MAX_HELD_LEASES, lease_record
+from airflow_provider_gpusched.core.gpu.sweep_batch import run_local_batch
 from airflow_provider_gpusched.core.gpu.timeline import LEASE_HISTORY_XCOM, SegmentLog, segment_of
 from airflow_provider_gpusched.core.stops import WorkHalted
 from airflow_provider_gpusched.core.sweep.results.view import OUTCOMES_XCOM, outcome_records
-from airflow_provider_gpusched.core.sweep.running.batch import run_local_batch
 from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.links import SweepLeaderboardLink
 from airflow_provider_gpusched.operators.job_class import apply_quota_group

@@ -306,7 +306,7 @@ def test_the_caller_hears_each_trial_a_slot_takes_on_its_own_thread_and_a_slot_f
     import threading
 
     from airflow_provider_gpusched.core.gpu.placement import GPURequest
-    from airflow_provider_gpusched.core.sweep.running.batch import run_local_batch
+    from airflow_provider_gpusched.core.gpu.sweep_batch import run_local_batch
 
     for name, time_limit, per_process in (("slots", None, 8), ("limited", 600.0, 8), ("one-each", None, 1)):
         session = SweepSession(spec(tmp_path, name=name, count=4), str(tmp_path))
@@ -366,7 +366,7 @@ def test_a_slot_whose_worker_process_dies_fails_that_trial_once_and_goes_on_with
     saying its runner stopped, the study hears it, and the slot starts a new worker that runs the rest, each
     worker at most trials_per_process."""
     from airflow_provider_gpusched.core.gpu.placement import GPURequest
-    from airflow_provider_gpusched.core.sweep.running.batch import run_local_batch
+    from airflow_provider_gpusched.core.gpu.sweep_batch import run_local_batch
 
     mark = str(tmp_path / "died-once")
 

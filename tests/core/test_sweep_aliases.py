@@ -136,7 +136,7 @@ def test_an_old_module_warns_naming_its_new_home_and_keeps_its_names(old, monkey
     assert said, [str(w.message) for w in caught]
     homes = said[0].split(" is now ", 1)[1].split(";")[0].split(", ")
     for home in homes:
-        assert home.startswith(f"{PACKAGE}.") and home != name
+        assert home.startswith("airflow_provider_gpusched.") and home != name
         importlib.import_module(home)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", GpuschedDeprecationWarning)

@@ -16,8 +16,8 @@ from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgument
 from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
 from airflow_provider_gpusched.core.gpu.leases import LeaseManager
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
+from airflow_provider_gpusched.core.gpu.sweep_batch import run_local_batch
 from airflow_provider_gpusched.core.sweep import EvolutionSettings, Objective, SweepSpec, uniform
-from airflow_provider_gpusched.core.sweep.running.batch import run_local_batch
 from airflow_provider_gpusched.core.sweep.running.session import SweepSession
 from airflow_provider_gpusched.core.sweep.running.trial_run import run_trial
 
@@ -397,7 +397,7 @@ def group_size_after(ran_trials: int, ran_seconds: float, trial_seconds: float, 
 def test_groups_grow_only_while_the_trials_cost_less_than_their_processes():
     """The rule on measured figures: groups grow (up to GROW_TO, never past an even share of what is left) once two
     groups' worth of trials ran and the trials took less time than their processes cost besides them."""
-    from airflow_provider_gpusched.core.sweep.running.batch import GROW_TO
+    from airflow_provider_gpusched.core.gpu.sweep_batch import GROW_TO
 
     assert group_size_after(16, 16 * 0.3 + 2 * 0.4, 16 * 0.3) == 8  # 0.3 s trials, 0.4 s a process start: no
     assert group_size_after(16, 16 * 0.3 + 2 * 3.0, 16 * 0.3) == 50  # a start of 3 s (a loaded host): an even share

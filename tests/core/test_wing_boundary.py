@@ -22,7 +22,6 @@ ALLOWED: dict[str, dict[str, str]] = {
         "core.fleet": _ON_GPUS + ": several GPU hosts as one pool",
         "core.quota.host": _ON_GPUS + ": the quota gate of a host's GPUs",
         "core.sweep.parts.resources": "a trial's device_groups are checked by the GPU request's own rules",
-        "core.sweep.running.batch": "the local stage runner of `gpusched sweep run` (its home is the local wing)",
         "core.sweep.running.terminal": "`gpusched sweep run`'s default lease manager (its home is the local wing)",
         "fleet": _ON_GPUS + ": the fleet's Airflow side (EdgeExecutor workers)",
         "operators.queue_stops": "the stop orders live in the local lease directory",

@@ -10,6 +10,7 @@ import pytest
 from airflow_provider_gpusched.core.board import BoardGPU, BoardLease, build_board
 from airflow_provider_gpusched.core.gpu.accounting import GPUTimeLedger, accounting_totals
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
+from airflow_provider_gpusched.core.gpu.sweep_batch import run_local_batch
 from airflow_provider_gpusched.core.gpu.timeline import (
     SegmentLog,
     ledger_of_history,
@@ -17,7 +18,6 @@ from airflow_provider_gpusched.core.gpu.timeline import (
     segment_of,
 )
 from airflow_provider_gpusched.core.sweep import Objective, SweepSpec, uniform
-from airflow_provider_gpusched.core.sweep.running.batch import run_local_batch
 from airflow_provider_gpusched.core.sweep.running.session import SweepSession
 from tests.gpu.test_preemption import Background, idle_runner, make_manager, trainer_work, wait_for_lease
 

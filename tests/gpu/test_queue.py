@@ -288,9 +288,9 @@ def test_a_stop_of_one_batched_group_records_every_trial_in_flight_as_stopped(ma
     stopped before recording an outcome" (issue 29: the trial starting when the stop arrived)."""
     import threading
 
+    from airflow_provider_gpusched.core.gpu.sweep_batch import run_local_batch
     from airflow_provider_gpusched.core.stops import StopRequest, WorkHalted
     from airflow_provider_gpusched.core.sweep import Objective, SweepSpec
-    from airflow_provider_gpusched.core.sweep.running.batch import run_local_batch
     from airflow_provider_gpusched.core.sweep.running.session import SweepSession
 
     spec = SweepSpec(

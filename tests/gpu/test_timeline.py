@@ -12,6 +12,7 @@ from airflow_provider_gpusched.core.gpu.attempts import Attempt
 from airflow_provider_gpusched.core.gpu.oom import OOMRetryPolicy
 from airflow_provider_gpusched.core.gpu.placement import GPURequest
 from airflow_provider_gpusched.core.gpu.supervisor import GPUWorkSupervisor, Work
+from airflow_provider_gpusched.core.gpu.sweep_batch import run_local_batch
 from airflow_provider_gpusched.core.gpu.timeline import (
     MAX_SEGMENTS,
     SegmentLog,
@@ -21,7 +22,6 @@ from airflow_provider_gpusched.core.gpu.timeline import (
 )
 from airflow_provider_gpusched.core.safe_files import BadRecordError
 from airflow_provider_gpusched.core.sweep import Objective, SweepSpec, uniform
-from airflow_provider_gpusched.core.sweep.running.batch import run_local_batch
 from airflow_provider_gpusched.core.sweep.running.session import SweepSession
 from tests.gpu.test_launch_and_oom import NEEDS_MEMORY
 

@@ -199,7 +199,7 @@ def _run_local_stage(
 ) -> None:
     """One stage of ``gpusched sweep run`` on this host: its pending trials (or an asynchronous search's slots) as
     one local batch in a thread, while Ctrl-C stops them in order (core/sweep/running/terminal.py's ctrl_c_stops)."""
-    from airflow_provider_gpusched.core.sweep.running.batch import run_local_batch
+    from airflow_provider_gpusched.core.gpu.sweep_batch import run_local_batch
     from airflow_provider_gpusched.core.sweep.running.terminal import StageStopped, ctrl_c_stops
 
     r = spec.resources

@@ -1,5 +1,5 @@
 """A worker of an asynchronous search in a process of its own (a Slurm job or array task, or a slot on local GPUs:
-core/sweep/running/batch.py), running one trial after another in this one process (the trainable imported once)::
+core/gpu/sweep_batch.py), running one trial after another in this one process (the trainable imported once)::
 
     python -m airflow_provider_gpusched.core.sweep.running.worker MANIFEST NAME [MAX_TRIALS]
 
