@@ -100,8 +100,8 @@ def throughput(trials: int, per_process: int) -> tuple[float, float]:
     from airflow_provider_gpusched.core.gpu.inventory import SimulatedInventory
     from airflow_provider_gpusched.core.gpu.leases import LeaseManager
     from airflow_provider_gpusched.core.gpu.placement import GPURequest
+    from airflow_provider_gpusched.core.gpu.sweep_batch import run_local_batch
     from airflow_provider_gpusched.core.sweep import Objective, SweepSpec, uniform
-    from airflow_provider_gpusched.core.sweep.running.batch import run_local_batch
     from airflow_provider_gpusched.core.sweep.running.session import SweepSession
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -309,7 +309,7 @@ def test_each_batch_process_reads_only_its_own_trials(tmp_path, monkeypatch):
     """A group's process gets a manifest of its few trials (the plan's settings, its trials and nothing
     else), written next to the plan and removed once the group has run; its state and results land in the
     same trial folders as with the full manifest."""
-    from airflow_provider_gpusched.core.sweep.running import batch
+    from airflow_provider_gpusched.core.gpu import sweep_batch as batch
 
     spec = SweepSpec(
         name="slices",
@@ -350,7 +350,7 @@ def test_each_batch_process_reads_only_its_own_trials(tmp_path, monkeypatch):
 def batch_group_sizes(tmp_path, monkeypatch, name, count, seed, trial):
     """Run ``count`` trials of ``trial`` in batched mode (2 slots, groups of 8 to start with); the size of each
     group a process ran, and the outcome."""
-    from airflow_provider_gpusched.core.sweep.running import batch
+    from airflow_provider_gpusched.core.gpu import sweep_batch as batch
 
     spec = SweepSpec(
         name=name,
@@ -375,7 +375,7 @@ def batch_group_sizes(tmp_path, monkeypatch, name, count, seed, trial):
 
 @pytest.mark.heavy  # 1.3 s of CPU in the fast tier's run of 2026-12-07 (docs/development.md Tiers)
 def test_the_last_groups_shrink_only_for_long_trials(tmp_path, monkeypatch):
-    from airflow_provider_gpusched.core.sweep.running import batch
+    from airflow_provider_gpusched.core.gpu import sweep_batch as batch
 
     monkeypatch.setattr(batch, "SHRINK_TAIL_ABOVE", 0.0)  # every trial counts as long
     sizes, outcome = batch_group_sizes(tmp_path, monkeypatch, "tail", 24, 2, lambda p: {"y": p["x"]})
@@ -386,7 +386,7 @@ def test_the_last_groups_shrink_only_for_long_trials(tmp_path, monkeypatch):
 def group_size_after(ran_trials: int, ran_seconds: float, trial_seconds: float, todo: int = 100) -> int:
     """The size LocalBatch gives its next group once its groups so far took ``ran_seconds`` (wall time) for
     ``ran_trials`` trials, of which the trials themselves took ``trial_seconds`` (2 slots, groups of 8)."""
-    from airflow_provider_gpusched.core.sweep.running import batch
+    from airflow_provider_gpusched.core.gpu import sweep_batch as batch
 
     b = object.__new__(batch.LocalBatch)
     b.todo, b.parallel, b.trials_per_process = deque([()] * todo), 2, 8
@@ -411,7 +411,7 @@ def test_a_batch_sizes_its_groups_by_what_it_measured(tmp_path, monkeypatch):
     """Trials of 0.3 s: each decision the batch took is the rule applied to what it had measured then (the trials'
     own time from their status records, at least 0.3 s each), whatever the load of this host made the process starts
     cost; the first two groups are 8 before anything is known."""
-    from airflow_provider_gpusched.core.sweep.running import batch
+    from airflow_provider_gpusched.core.gpu import sweep_batch as batch
 
     decisions = []
     real = batch.LocalBatch._group_size
