@@ -184,10 +184,10 @@ SHARED = tuple(f.name for f in fields(SharedSettings))
 
 
 class PruningRule:
-    """A sweep's pruning rule: the :class:`SharedSettings` as attributes, and the rule's own settings as the record
-    of its class's ``settings_class`` (:attr:`settings`, read typed with :meth:`settings_as`). Made as the spec's
+    """A sweep's pruning rule: the shared settings (``SharedSettings``) as attributes, and the rule's own settings as the record
+    of its class's ``settings_class`` (``settings``, read typed with ``settings_as()``). Made as the spec's
     mapping reads, ``PruningRule("asha", min_steps=2)``; ``rule.min_steps`` reads a setting by its name (the rule's
-    own, else one given, else its default), and :meth:`to_dict` gives the keywords back (a trial gets them as
+    own, else one given, else its default), and ``to_dict()`` gives the keywords back (a trial gets them as
     JSON). A setting of another rule is kept aside, checked by that rule's annotations."""
 
     rule: str
