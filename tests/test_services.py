@@ -17,6 +17,14 @@ from tests.polling import wait_until
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _as_a_terminal_job():
+    """Ctrl-C and Ctrl-\\ do what they do in a terminal's job. A suite started as a background job of a
+    non-interactive shell (`.ci/run &`, nohup) has SIGINT and SIGQUIT ignored, every process under it inherits that,
+    and a shell cannot trap a signal ignored when it started: the probe would sleep through its Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def start_probe(tmp_path):
     probe = tmp_path / "probe.json"
     env = {k: v for k, v in os.environ.items() if k not in ("GPUSCHED_TIER", "PYTEST_XDIST_WORKER", services.OWNER_ENV)}
@@ -29,6 +37,7 @@ def start_probe(tmp_path):
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,  # its own process group, as a terminal's job is: Ctrl-C reaches the whole group
+        preexec_fn=_as_a_terminal_job,
     )
     try:
         wait_until(lambda: probe.exists() and probe.read_text(), timeout=180, what="the probe's sshd")
@@ -51,7 +60,7 @@ def test_a_stopped_run_leaves_nothing_running(tmp_path, how):
     proc, started = start_probe(tmp_path)
     assert services.alive(started["pgid"]) and sshd_answers(started["port"])
     os.killpg(proc.pid, getattr(signal, how))  # the whole job, as Ctrl-C in a terminal or a CI runner's kill
-    out = proc.communicate(timeout=300)[0]  # a ceiling: pytest and the reap run on a loaded machine too
+    out = proc.communicate(timeout=120)[0]
     if how == "SIGKILL":  # nothing ran on the way out: the service is left, and recorded as this run's
         assert services.alive(started["pgid"]), out[-3000:]
         assert [r for _, r in services.records() if r["owner"] == proc.pid]
