@@ -8,7 +8,7 @@ import json
 import re
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from datetime import datetime
 from pathlib import Path
 
@@ -92,7 +92,7 @@ def test_24_trials_spread_over_every_host_without_oversubscription(fleet, out_fi
         sampler.join()
     records = read_out(out_file)
     done = [r for r in records if r["event"] == "done"]
-    twice = sorted({r["tag"] for r in done if sum(d["tag"] == r["tag"] for d in done) > 1})
+    twice = sorted(tag for tag, n in Counter(r["tag"] for r in done).items() if n > 1)
     # (CI, 2026-12-07: trial-0's command ran to its end twice once, under load: what each copy and its task said is
     # printed so that the next time shows which try or landing started the second copy)
     if twice:
