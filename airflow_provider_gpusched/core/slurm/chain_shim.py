@@ -210,21 +210,40 @@ def say(text: str) -> None:
     print("[gpusched chain] " + text, flush=True)
 
 
+def limit_seconds(text: str) -> "float | None":
+    """Slurm's TimeLimit (``[D-]HH:MM:SS``, ``MM:SS``, ``MM``) in seconds; None for UNLIMITED or anything else."""
+    days, _, clock = text.rpartition("-")
+    parts = clock.split(":")
+    if not (days == "" or days.isdigit()) or not 1 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
+        return None
+    values = [int(p) for p in parts]
+    if len(values) == 1:
+        values = [0, values[0], 0]  # minutes
+    elif len(values) == 2:
+        values = [0, *values]  # minutes:seconds
+    hours, minutes, seconds = values
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60.0 + seconds
+
+
 def job_end_time(job_id: str, timeout: float = 30) -> "float | None":
-    """This run's end time (its start plus the time limit), from ``scontrol show job``; None if unknown."""
+    """This run's end time, its start plus the time limit (``scontrol show job``); None if unknown or if the job is
+    not running. Not Slurm's EndTime: a cancel sets that to the moment of the cancel, and a wrapper that read it
+    then would take the cancel for its time limit."""
     try:
         out = subprocess.run(
             ["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True, timeout=timeout
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    for word in out.split():
-        if word.startswith("EndTime="):
-            try:
-                return time.mktime(time.strptime(word[len("EndTime=") :], "%Y-%m-%dT%H:%M:%S"))
-            except ValueError:
-                return None
-    return None
+    fields = dict(word.partition("=")[::2] for word in out.split() if "=" in word)
+    if fields.get("JobState") != "RUNNING":
+        return None
+    limit = limit_seconds(fields.get("TimeLimit", ""))
+    try:
+        started = time.mktime(time.strptime(fields.get("StartTime", ""), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+    return None if limit is None else started + limit
 
 
 def _tree(root: int) -> "list[int]":
@@ -291,7 +310,7 @@ def arm_self_signal(delay: int, signum: int, target: int) -> None:
 
     end = job_end_time(os.environ.get("SLURM_JOB_ID", ""))
     if end is None:
-        say("the job's end time is unknown (scontrol show job): no signal before the time limit")
+        say("the job's end time is unknown, or it is no longer running (scontrol show job): no signal before its limit")
         return
     at = end - delay
 
@@ -372,6 +391,8 @@ class Segment:
 
     def on_signal(self, signum: int, _frame: object) -> None:
         name = "chain" if signum == self.chain_signal else "term"
+        if name == "chain" and "term" in self.seen:
+            return  # SIGTERM came first (a cancel, a preemption): the job is ending, the chain's signal changes nothing
         self.seen.setdefault(name, _now())
         if self.child is not None and not self.contained:
             with contextlib.suppress(OSError):
