@@ -18,9 +18,9 @@ apt_install() {
     exit 2
   fi
   say "apt-get install $*"
-  export DEBIAN_FRONTEND=noninteractive
-  if [ -z "${GPUSCHED_APT_UPDATED:-}" ]; then apt-get update -q >/dev/null; export GPUSCHED_APT_UPDATED=1; fi
-  apt-get install -y -q --no-install-recommends "$@" >/dev/null
+  # (no package's own service started: the tests run their own munged, PostgreSQL, sshd...)
+  GPUSCHED_APT_NO_START=1 bash "$REPO/scripts/apt-install.sh" "$@"
+  export GPUSCHED_APT_UPDATED=1
 }
 
 need=()
@@ -34,6 +34,11 @@ if [ -n "${GPUSCHED_NEED_SSHD:-}" ]; then  # the tests drive Slurm through a rea
   # before the test workers start, so that no two apt-get runs race
   command -v slurmdbd >/dev/null || need+=(slurmdbd)
   command -v mariadbd >/dev/null || need+=(mariadb-server)
+  # and what every worker's Slurm cluster, the stack and the Kubernetes nodes install otherwise, one worker while the
+  # others wait for the lock (scripts/apt-install.sh)
+  for p in slurm-wlm slurmrestd slurm-wlm-jwt-plugin munge postgresql; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+  done
 fi
 [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
 

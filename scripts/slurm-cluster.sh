@@ -59,8 +59,7 @@ install_packages() {
   if [ "$accounting" = 1 ] && ! { command -v slurmdbd >/dev/null && command -v mariadbd >/dev/null; }; then
     log "installing slurmdbd and mariadb-server with apt-get (GPUSCHED_SLURM_ACCOUNTING=1)"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -q >/dev/null
-    apt-get install -y -q -o DPkg::Lock::Timeout=300 --no-install-recommends slurmdbd mariadb-server >/dev/null
+    bash "$here/scripts/apt-install.sh" slurmdbd mariadb-server
   fi
   if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null \
      && command -v ip >/dev/null && command -v nsenter >/dev/null && command -v slurmrestd >/dev/null \
@@ -68,10 +67,7 @@ install_packages() {
     return
   fi
   log "installing slurm-wlm, slurmrestd, its JWT plugin, munge and iproute2 with apt-get"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q >/dev/null
-  apt-get install -y -q --no-install-recommends slurm-wlm slurmrestd slurm-wlm-jwt-plugin munge iproute2 util-linux \
-    >/dev/null
+  bash "$here/scripts/apt-install.sh" slurm-wlm slurmrestd slurm-wlm-jwt-plugin munge iproute2 util-linux
 }
 
 # -- the nodes' network: one bridge on this host, one veth pair and one network namespace per node --------------

@@ -87,12 +87,8 @@ ensure_postgres_installed() {
   pg_bin >/dev/null && return
   [ "$(id -u)" = 0 ] || die "PostgreSQL server binaries not found; install them (as root: apt-get install -y postgresql)"
   say "installing postgresql with apt-get"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q >/dev/null
-  # policy-rc.d: the package must not start the system cluster; this stack runs its own
-  printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d
-  apt-get install -y -q --no-install-recommends postgresql >/dev/null
-  rm -f /usr/sbin/policy-rc.d
+  # GPUSCHED_APT_NO_START: the package must not start the system cluster; this stack runs its own
+  GPUSCHED_APT_NO_START=1 bash "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" postgresql
 }
 
 # PostgreSQL refuses to run as root: as root it runs as the `postgres` system user, in a private directory that
