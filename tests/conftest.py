@@ -68,15 +68,15 @@ if os.environ.get("GPUSCHED_EXPECT_INSTALLED"):  # scripts/test-compat.sh: test 
 #: that uses none of them, directly or through another fixture, and is not marked ``heavy`` (one test's 0.5 s of CPU
 #: or more: the fast tier's 60 s on 2 cores are about 120 s of CPU for 1,000 tests) is marked ``fast``:
 #: scripts/test-fast.sh runs those; the whole suite runs every test.
-SERVICE_FIXTURES = ("slurm_cluster", "airflow_db", "login_host", "stack", "fleet", "mlflow_server")
-SERVICE_MARKERS = ("slurm", "stack", "fleet", "gpu")
+SERVICE_FIXTURES = ("slurm_cluster", "airflow_db", "login_host", "stack", "fleet", "mlflow_server", "k8s_cluster")
+SERVICE_MARKERS = ("slurm", "stack", "fleet", "gpu", "kubernetes")
 #: set by scripts/test-fast.sh: a service fixture asked for there is a mistake in the tiers, said at once
 FAST_TIER = os.environ.get("GPUSCHED_TIER") == "fast"
 
 
 #: tiers whose tests share one deployment (a session fixture that takes minutes to start, on fixed ports): on
 #: pytest-xdist each is one unit of work on one worker (scripts/test.sh: --dist loadgroup, pytest_xdist_make_scheduler)
-SHARED_DEPLOYMENTS = ("stack", "fleet")
+SHARED_DEPLOYMENTS = ("stack", "fleet", "kubernetes")
 #: test modules whose tests share a costly start, each set one unit of work on one worker: those that import PyTorch
 #: in the test process (about 3.5 s of CPU with torch._dynamo, which the optimizers load), so one worker pays the
 #: import instead of each; the partitioner's, whose module fixtures read its 998 cases and solve the 64-host cluster

@@ -68,7 +68,7 @@ def run_wrapper(tmp_path, mode, *, grace=1.0, extra=None, earlier=(), end_in=Non
     end = (
         # the end time is StartTime + TimeLimit of a RUNNING job (EndTime is what a cancel rewrites)
         f'if [ "$1" = "-o" ]; then echo "JobId=42 JobState=RUNNING TimeLimit=01:00:00 '
-        f'StartTime=$(date -d @$(( $(date +%s) + {end_in} - 3600 )) +%Y-%m-%dT%H:%M:%S) '
+        f"StartTime=$(date -d @$(( $(date +%s) + {end_in} - 3600 )) +%Y-%m-%dT%H:%M:%S) "
         f'EndTime=2000-01-01T00:00:00 Partition=batch"; exit 0; fi\n'
         if end_in is not None
         else ""
