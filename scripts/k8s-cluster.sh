@@ -65,7 +65,7 @@ free_port() {
       [ "$state" = 0A ] && used+="$((16#${local_##*:})) "
     done <"$f"
   done
-  used+="$(cat /run/gpusched-k8s-ports/* 2>/dev/null | tr '\n' ' ') "
+  used+="$(cat /run/gpusched-k8s-ports/* 2>/dev/null | tr '\n' ' ' || true) "
   for ((p = $1; p < $1 + 500; p++)); do
     case "$used" in *" $p "*) ;; *) echo "$p"; return ;; esac
   done
@@ -160,7 +160,9 @@ EOF
   chmod 600 "$1"
 }
 
-bin_dir() { bash "$here/scripts/k8s-build.sh" core; }
+bin_dir() {  # GPUSCHED_K8S_BIN: the programs built elsewhere (same names); else built here once (cached)
+  if [ -n "${GPUSCHED_K8S_BIN:-}" ]; then echo "$GPUSCHED_K8S_BIN"; else bash "$here/scripts/k8s-build.sh" core; fi
+}
 
 start_daemon() {  # name command...: started in its own session, its log and pid under $root
   local name="$1"; shift
@@ -186,13 +188,14 @@ wait_for() {  # what seconds command...
   return 1
 }
 
-reserve_ports() {
+reserve_ports() {  # each program's port, the first free from its base, kept under $root and in /run (taken)
   mkdir -p /run/gpusched-k8s-ports
-  local key; key="$(printf '%s' "$root" | sha256sum | cut -c1-12)"
-  local p
-  for p in etcd-port etcd-peer-port apiserver-port kwok-port; do
-    [ -f "$root/$p" ] || free_port "$(case $p in etcd-port) echo 23790 ;; etcd-peer-port) echo 23800 ;; apiserver-port) echo 26443 ;; *) echo 20247 ;; esac)" >"$root/$p"
-    cat "$root/$p" >>"/run/gpusched-k8s-ports/$key"
+  local key name base
+  key="$(printf '%s' "$root" | sha256sum | cut -c1-12)"
+  for name in etcd-port:23790 etcd-peer-port:23800 apiserver-port:26443 kwok-port:20247; do
+    base="${name#*:}"; name="${name%%:*}"
+    [ -s "$root/$name" ] || free_port "$base" >"$root/$name"
+    cat "$root/$name" >>"/run/gpusched-k8s-ports/$key"
   done
 }
 
@@ -234,6 +237,7 @@ start_control_plane() {
     --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
     --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range 10.96.0.0/16 \
     --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction,Priority \
+    --kubelet-preferred-address-types InternalIP,Hostname \
     --allow-privileged=true --profiling=false --event-ttl 30m --v 1
   wait_for "kube-apiserver" 90 api /readyz
   kubeconfig "$root/kubeconfig" admin
@@ -253,6 +257,7 @@ start_control_plane() {
   start_daemon kube-scheduler "$bin/kube-scheduler" --kubeconfig "$root/scheduler.kubeconfig" \
     --authentication-kubeconfig "$root/scheduler.kubeconfig" --authorization-kubeconfig "$root/scheduler.kubeconfig" \
     --leader-elect=false --bind-address 127.0.0.1 --secure-port 0 --kube-api-qps 200 --kube-api-burst 400 --v 1
+  [ "$fake_nodes" != 0 ] || return 0
   kwok_stages >"$root/kwok-stages.yaml"
   start_daemon kwok "$bin/kwok" --kubeconfig "$root/kwok.kubeconfig" --config "$root/kwok-stages.yaml" \
     --manage-nodes-with-label-selector type=kwok --server-address "127.0.0.1:$(cat "$root/kwok-port")" \
@@ -291,13 +296,18 @@ EOF
   done
 }
 
-nodes_ready() {  # every node this cluster should have is Ready
+nodes_ready() {  # every node this cluster should have is Ready, and has its GPUs (a real node's plugin registered)
   local want=$((fake_nodes + real_nodes))
   [ "$(api /api/v1/nodes | python3 -c '
 import json, sys
 nodes = json.load(sys.stdin)["items"]
-print(sum(1 for n in nodes for c in n["status"].get("conditions", []) if c["type"] == "Ready" and c["status"] == "True"))
-')" -ge "$want" ]
+gpus = int(sys.argv[1])
+print(sum(
+    1 for n in nodes for c in n["status"].get("conditions", [])
+    if c["type"] == "Ready" and c["status"] == "True"
+    and (gpus == 0 or int(n["status"].get("allocatable", {}).get("nvidia.com/gpu", "0")) > 0)
+))
+' "${GPUSCHED_K8S_NODE_GPUS:-4}")" -ge "$want" ]
 }
 
 up() {

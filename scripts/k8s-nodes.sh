@@ -179,7 +179,7 @@ start_node() {
   local i="$1" name="node-$1" d bin images
   d="$(node_dir "$1")"
   pid_alive "$d/node.pid" && return
-  bin="$(bash "$here/scripts/k8s-build.sh" bin)"; images="$(bash "$here/scripts/k8s/images.sh")"
+  bin="${GPUSCHED_K8S_BIN:-$(bash "$here/scripts/k8s-build.sh" bin)}"; images="$(bash "$here/scripts/k8s/images.sh")"
   ip link set "$(node_ns "$i")h" up 2>/dev/null || true
   setsid nsenter --net="/run/netns/$(node_ns "$i")" unshare --uts --mount --propagation private -- \
     bash -c '
@@ -198,7 +198,7 @@ start_node() {
         ctr -a "$d/run/containerd.sock" -n k8s.io images import --no-unpack=false "$t" >>"$d/containerd.log" 2>&1
       done
       mkdir -p /var/lib/kubelet/device-plugins
-      kubelet --config "$d/kubelet.yaml" --kubeconfig "$d/kubeconfig" --hostname-override "$name" \
+      "$bin/kubelet" --config "$d/kubelet.yaml" --kubeconfig "$d/kubeconfig" --hostname-override "$name" \
         --node-ip "$addr" --root-dir /var/lib/kubelet --cert-dir "$d/kubelet-pki" --node-labels "$labels" \
         --v 1 >>"$d/kubelet.log" 2>&1 &
       "$bin/fake-gpu-plugin" --gpus "$gpus" --dir /var/lib/kubelet/device-plugins >>"$d/plugin.log" 2>&1 &
@@ -218,6 +218,19 @@ stop_node() {  # node i: its processes, then (down) what they left: mounts in it
   [ -z "$pids" ] || kill -9 $pids 2>/dev/null || true
   for _ in $(seq 50); do [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break; sleep 0.1; done
   rm -f "$d/node.pid"
+}
+
+make_cgroups() {  # node i's cgroup root in each controller's hierarchy (the kubelet checks it exists)
+  local top="gpusched-k8s-$(x)-node-$1" c
+  for c in /sys/fs/cgroup/*/; do
+    case "$c" in */unified/) continue ;; esac
+    [ -d "$c" ] || continue
+    mkdir -p "$c$top"
+    if [ -f "${c}cpuset.cpus" ]; then  # a new cpuset has no CPUs and no memory nodes until given its parent's
+      cat "${c}cpuset.cpus" >"$c$top/cpuset.cpus"
+      cat "${c}cpuset.mems" >"$c$top/cpuset.mems"
+    fi
+  done
 }
 
 remove_cgroups() {  # the node cgroup trees a kubelet made (each controller's hierarchy)
@@ -241,6 +254,7 @@ up() {
     node_cert "$i"
     node_files "$i"
     make_link "$i"
+    make_cgroups "$i"
     start_node "$i"
   done
 }
@@ -268,6 +282,6 @@ case "${1:-}" in
   up) up "${2:?how many nodes}" ;;
   down) down ;;
   kill) stop_node "$(index_of "${2:?a node name}")" ;;
-  start) start_node "$(index_of "${2:?a node name}")" ;;
+  start) make_cgroups "$(index_of "${2:?a node name}")"; start_node "$(index_of "${2:?a node name}")" ;;
   *) echo "usage: $0 up N|down|kill NAME|start NAME" >&2; exit 2 ;;
 esac

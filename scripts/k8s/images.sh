@@ -43,13 +43,6 @@ PY
 mkdir -p "$DIR"
 exec 9>"$CACHE/.images.lock"
 flock 9
-if [ ! -f "$DIR/pause.tar" ]; then
-  bin="$(bash "$HERE/../k8s-build.sh" core)"
-  tmp="$(mktemp -d)"
-  install -m 0755 "$bin/pause" "$tmp/pause"
-  archive "$tmp" gpusched.local/pause:1 "$DIR/pause.tar" /pause
-  rm -rf "$tmp"
-fi
 if [ ! -f "$DIR/python.tar" ]; then
   command -v debootstrap >/dev/null || { say "installing debootstrap (apt-get)"; bash "$HERE/../apt-install.sh" debootstrap; }
   start=$SECONDS
@@ -63,5 +56,12 @@ if [ ! -f "$DIR/python.tar" ]; then
   archive "$rootfs" gpusched.local/python:3.11 "$DIR/python.tar"
   rm -rf "$rootfs"
   say "built in $((SECONDS - start)) s"
+fi
+if [ ! -f "$DIR/pause.tar" ]; then
+  bin="${GPUSCHED_K8S_BIN:-$(bash "$HERE/../k8s-build.sh" core)}"
+  tmp="$(mktemp -d)"
+  install -m 0755 "$bin/pause" "$tmp/pause"
+  archive "$tmp" gpusched.local/pause:1 "$DIR/pause.tar" /pause
+  rm -rf "$tmp"
 fi
 echo "$DIR"

@@ -62,7 +62,14 @@ def finished_run(stack, dag_id: str) -> str:
 def open_page(stack, page, path: str, ready: str) -> None:
     """Open a UI page and wait until the plugin has rendered ``ready`` (a CSS selector)."""
     page.goto(f"{stack.url}{path}", wait_until="networkidle")
-    page.wait_for_selector(ready, timeout=60_000)
+    try:
+        page.wait_for_selector(ready, timeout=60_000)
+    except Exception as exc:  # a page that never rendered says what it shows instead (CI's run of 214b9b2: a blank
+        # timeline after 60 s, under load, with nothing to tell why)
+        with contextlib.suppress(Exception):
+            page.screenshot(path=str(SHOTS / "not-rendered.png"))
+        text = page.locator("body").inner_text(timeout=5_000)[-1500:] if page.locator("body").count() else ""
+        raise AssertionError(f"{path}: {ready} not rendered in 60 s; the page says: {text!r}") from exc
 
 
 def shot_at(page, testid: str, name: str) -> None:

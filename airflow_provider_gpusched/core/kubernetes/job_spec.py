@@ -54,6 +54,8 @@ Name = Annotated[
     str, says("a DNS label (lower-case letters, digits and '-', at most 63)", pattern=_DNS_LABEL, max_length=63)
 ]
 Text = Annotated[str, says("a string without control characters", pattern=r"^[^\x00-\x1f\x7f]*$")]
+#: an argument or a value: newlines are fine (``python -c`` code: argv, never a shell), NUL is not (no exec takes it)
+Arg = Annotated[str, says("a string without NUL characters", pattern=r"^[^\x00]*$")]
 EnvName = Annotated[str, says("an environment variable name", pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")]
 Quantity = Annotated[str, says("a Kubernetes quantity such as '8', '500m', '32Gi'", pattern=_QUANTITY)]
 Count = Annotated[int, says("a whole number >= 0", ge=0)]
@@ -67,9 +69,9 @@ class KubernetesJobSpec:
 
     image: Text = ""
     #: the container's command (argv, no shell) and its arguments; empty: the image's own
-    command: tuple[Text, ...] = ()
-    args: tuple[Text, ...] = ()
-    env: dict[EnvName, Text] = field(default_factory=dict)
+    command: tuple[Arg, ...] = ()
+    args: tuple[Arg, ...] = ()
+    env: dict[EnvName, Arg] = field(default_factory=dict)
     gpus: Count = 0
     cpu: Quantity | None = None
     memory: Quantity | None = None

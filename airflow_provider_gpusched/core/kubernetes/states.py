@@ -242,6 +242,8 @@ def classify(
     if status.get("active") and latest is not None and latest.phase == "Running":
         note = f"running on {latest.node}" + (f" (after {len(disrupted)} disruption(s))" if disrupted else "")
         return JobView(phase=JobPhase.RUNNING, message=note, **common)
+    if latest is not None and latest.phase == "Succeeded":  # the Job controller has not said Complete yet
+        return JobView(phase=JobPhase.RUNNING, message=f"{latest.describe()}; the Job is completing", **common)
     return JobView(phase=JobPhase.PENDING, message=_pending_note(common["suspended"], latest, disrupted), **common)
 
 
