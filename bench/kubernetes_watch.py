@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import os
 import platform
 import re
@@ -151,18 +152,21 @@ def run(kubeconfig: str, jobs: int, window: float) -> int:
     ours = asyncio.run(shared())
 
     install_cncf()
-    sys.path.insert(0, str(CNCF))
+    sys.path.append(str(CNCF))  # after the .venv: its airflow/ holds only the provider
     os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
+    import yaml
     from airflow.providers.cncf.kubernetes.triggers.pod import KubernetesPodTrigger
+
+    config = yaml.safe_load(Path(kubeconfig).read_text())
 
     async def cncf() -> Counter:
         triggers = [
             KubernetesPodTrigger(
                 pod_name=pods[n],
                 pod_namespace=namespace,
-                trigger_start_time=__import__("datetime").datetime.now(__import__("datetime").timezone.utc),
+                trigger_start_time=datetime.datetime.now(datetime.timezone.utc),
                 base_container_name="main",
-                config_file=kubeconfig,
+                config_dict=config,
                 poll_interval=2,
                 get_logs=False,
                 startup_timeout=3600,

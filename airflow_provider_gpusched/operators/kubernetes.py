@@ -118,8 +118,10 @@ class KubernetesGpuJobOperator(BaseOperator):
         try:
             with JobClient(access) as client:
                 submitted = client.submit(spec, tag, preflight=self.preflight)
-        except GpuschedError as exc:
+        except InvalidArgumentError as exc:  # what was asked cannot work (rights, GPUs no node has): no retry
             raise AirflowFailException(f"{self.task_id}: {exc}") from None
+        except GpuschedError as exc:  # the cluster refused or could not be reached: a retry may find it back
+            raise AirflowException(f"{self.task_id}: {exc}") from None
         self.log.info(
             "Job %s/%s %s (%s)",
             submitted.namespace,

@@ -91,6 +91,9 @@ class KubernetesJobTrigger(BaseTrigger):
         try:
             while True:
                 listed, job, pods = sub.snapshot()
+                if not listed and watch.problem and watch.problem != said:  # e.g. not allowed to watch pods
+                    said = watch.problem
+                    self.log.warning("%s", said)
                 if listed and job is None:  # created after the watch's list, its event not here yet: read it
                     job = await asyncio.to_thread(_read_job, access, self.name, self.namespace)
                 if listed:
