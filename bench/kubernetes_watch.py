@@ -37,16 +37,24 @@ CNCF_VERSION = "10.25.0"
 ON_KWOK = {
     "node_selector": {"type": "kwok"},
     "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
-    "annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "24h"},
+    # on the pod (kwok's stages read the pod's annotations): it stays Running through the windows
+    "pod_template": {
+        "metadata": {
+            "annotations": {
+                "pod-complete.stage.kwok.x-k8s.io/delay": "24h",
+                "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "24h",
+            }
+        },
+        "spec": {"containers": [{"name": "main", "image": "gpusched.local/python:3.11"}]},
+    },
 }
 _METRIC = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[0-9.e+]+)$")
 
 
 def requests(api) -> Counter:
     """apiserver_request_total by (verb, resource), as the server counts them."""
-    text = api.call_api("/metrics", "GET", auth_settings=["BearerToken"], response_type="str", _preload_content=False)[
-        0
-    ].data.decode()
+    # the client's own connection pool: its TLS client certificate is the admin's
+    text = api.rest_client.pool_manager.request("GET", api.configuration.host + "/metrics").data.decode()
     out: Counter = Counter()
     for line in text.splitlines():
         m = _METRIC.match(line)
@@ -112,7 +120,7 @@ def run(kubeconfig: str, jobs: int, window: float) -> int:
     api = access.api_client()
     core = client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": namespace}})
-    spec = job_spec({"image": "gpusched.local/python:3.11", "command": ["true"], "gpus": 1, **ON_KWOK})
+    spec = job_spec({"command": ["true"], "gpus": 1, **ON_KWOK})
     t0 = time.monotonic()
     names = []
     with JobClient(access) as jc:

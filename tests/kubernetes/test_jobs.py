@@ -179,7 +179,11 @@ def test_a_hundred_jobs_on_fake_gpu_nodes_are_followed_by_one_shared_watch(k8s_a
             "image": PYTHON,
             "command": ["true"],
             "gpus": 2,
-            "annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "3s"},
+            # on the pod, where kwok's stages read it: each pod runs 3 s, then succeeds
+            "pod_template": {
+                "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "3s"}},
+                "spec": {"containers": [{"name": "main", "image": PYTHON}]},
+            },
             **ON_KWOK,
         }
     )
