@@ -23,7 +23,7 @@ from airflow_provider_gpusched.core.errors import GpuschedError, InvalidArgument
 from airflow_provider_gpusched.core.kubernetes.access import ClusterAccess
 from airflow_provider_gpusched.core.kubernetes.job_spec import KubernetesJobSpec, job_spec
 from airflow_provider_gpusched.core.kubernetes.jobs import JobClient
-from airflow_provider_gpusched.core.kubernetes.states import FAILURES, JobPhase
+from airflow_provider_gpusched.core.kubernetes.states import FAILURES, JobPhase, UnschedulableClock
 from airflow_provider_gpusched.core.work_tag import WorkTag
 from airflow_provider_gpusched.hooks.kubernetes import KubernetesGpuHook
 from airflow_provider_gpusched.triggers.kubernetes import KubernetesJobTrigger
@@ -102,10 +102,7 @@ class KubernetesGpuJobOperator(BaseOperator):
             if name in given or value is not None:
                 given[name] = value
         given = {k: v for k, v in given.items() if v is not None}
-        try:
-            return job_spec(given, self.task_id)
-        except InvalidArgumentError as exc:
-            raise InvalidArgumentError(exc.argument, exc.value, exc.expected) from None
+        return job_spec(given, self.task_id)
 
     def cluster(self) -> ClusterAccess:
         return self.access if self.access is not None else KubernetesGpuHook(self.kubernetes_conn_id).access()
@@ -154,18 +151,19 @@ class KubernetesGpuJobOperator(BaseOperator):
         self, access: ClusterAccess, spec: KubernetesJobSpec, name: str, namespace: str, context: Any
     ) -> Any:
         said = ""
-        unschedulable_since: float | None = None
+        clock = UnschedulableClock(self.unschedulable_timeout)
         with JobClient(access) as client:
             while True:
-                view = client.view(name, namespace, container=spec.container, max_disruptions=spec.max_disruptions)
-                stuck = bool(view.pods) and bool(view.pods[-1].unschedulable)
-                unschedulable_since = (unschedulable_since or time.monotonic()) if stuck else None
-                if stuck and self.unschedulable_timeout is not None:
-                    view = client.view(
-                        name, namespace, container=spec.container, max_disruptions=spec.max_disruptions,
-                        unschedulable_for=time.monotonic() - (unschedulable_since or time.monotonic()),
-                        unschedulable_limit=self.unschedulable_timeout,
-                    )  # fmt: skip
+                job = client.read_job(name, namespace)
+                pods = client.pods_of(name, namespace) if job is not None else []
+                view = clock.classify(
+                    job,
+                    pods,
+                    name=name,
+                    namespace=namespace,
+                    container=spec.container,
+                    max_disruptions=spec.max_disruptions,
+                )
                 if view.describe != said:
                     said = view.describe
                     self.log.info("%s", said)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,7 +19,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_gpusched.core.kubernetes.access import ClusterAccess
 from airflow_provider_gpusched.core.kubernetes.jobs import JobClient
-from airflow_provider_gpusched.core.kubernetes.states import classify
+from airflow_provider_gpusched.core.kubernetes.states import UnschedulableClock
 from airflow_provider_gpusched.core.kubernetes.watch import SharedJobWatch
 from airflow_provider_gpusched.triggers.deferral import hold_until
 
@@ -86,7 +85,7 @@ class KubernetesJobTrigger(BaseTrigger):
         watch = SharedJobWatch.shared(access, self.namespace)
         sub = watch.subscribe(self.name)
         said = ""
-        unschedulable_since: float | None = None
+        clock = UnschedulableClock(self.unschedulable_timeout)
         follower: _LogFollower | None = None
         try:
             while True:
@@ -97,25 +96,13 @@ class KubernetesJobTrigger(BaseTrigger):
                 if listed and job is None:  # created after the watch's list, its event not here yet: read it
                     job = await asyncio.to_thread(_read_job, access, self.name, self.namespace)
                 if listed:
-                    pending = [p for p in pods if (p.get("status") or {}).get("phase") == "Pending"]
-                    unschedulable = any(
-                        c.get("type") == "PodScheduled" and c.get("status") == "False"
-                        for p in pending
-                        for c in (p.get("status") or {}).get("conditions") or []
-                    )
-                    if not unschedulable:
-                        unschedulable_since = None
-                    elif unschedulable_since is None:
-                        unschedulable_since = time.monotonic()
-                    view = classify(
+                    view = clock.classify(
                         job,
                         pods,
                         name=self.name,
                         namespace=self.namespace,
                         container=self.container,
                         max_disruptions=self.max_disruptions,
-                        unschedulable_for=time.monotonic() - unschedulable_since if unschedulable_since else 0.0,
-                        unschedulable_limit=self.unschedulable_timeout,
                     )
                     if view.describe != said:
                         said = view.describe

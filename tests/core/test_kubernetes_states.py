@@ -183,3 +183,15 @@ def test_gpu_capacity_reads_each_nodes_allocatable_gpus():
 def test_a_retry_attaches_to_live_or_untaken_work_and_replaces_the_rest(the_job, pods, rule, why):
     got, reason = attach_rule(the_job, pods, "k")
     assert got == rule and why in reason
+
+
+def test_the_unschedulable_clock_waits_its_limit_then_fails_and_starts_again_when_the_pod_is_placed():
+    from airflow_provider_gpusched.core.kubernetes.states import UnschedulableClock
+
+    stuck = [pod(phase="Pending", node="", conditions=[UNSCHEDULABLE])]
+    waiting = UnschedulableClock(600)
+    assert waiting.classify(job(active=1), stuck).phase is JobPhase.PENDING and waiting.since is not None
+    assert waiting.classify(job(active=1), [pod()]).phase is JobPhase.RUNNING and waiting.since is None
+    assert UnschedulableClock(None).classify(job(active=1), stuck).phase is JobPhase.PENDING  # waits forever
+    view = UnschedulableClock(0).classify(job(active=1), stuck)
+    assert view.failure.kind == "unschedulable" and "Insufficient nvidia.com/gpu" in view.message

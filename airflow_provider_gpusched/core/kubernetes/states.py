@@ -30,6 +30,7 @@ Pure Python, no Airflow imports.
 from __future__ import annotations
 
 import enum
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -245,6 +246,27 @@ def classify(
     if latest is not None and latest.phase == "Succeeded":  # the Job controller has not said Complete yet
         return JobView(phase=JobPhase.RUNNING, message=f"{latest.describe()}; the Job is completing", **common)
     return JobView(phase=JobPhase.PENDING, message=_pending_note(common["suspended"], latest, disrupted), **common)
+
+
+class UnschedulableClock:
+    """How long a Job's pod has been unschedulable, on the waiter's own clock, and the view with that said: the one
+    rule of the trigger and of the worker-side wait (a pod unschedulable for ``limit`` seconds fails the Job's task;
+    None waits forever, for Kueue or an autoscaler)."""
+
+    def __init__(self, limit: float | None) -> None:
+        self.limit = limit
+        self.since: float | None = None
+
+    def classify(self, job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]] = (), **kw: Any) -> JobView:
+        view = classify(job, pods, **kw)
+        if not any(p.unschedulable and not p.deleting for p in view.pods):
+            self.since = None
+            return view
+        now = time.monotonic()
+        self.since = self.since if self.since is not None else now
+        if self.limit is None or now - self.since < self.limit or view.phase.is_terminal:
+            return view
+        return classify(job, pods, unschedulable_for=now - self.since, unschedulable_limit=self.limit, **kw)
 
 
 def _failure(kind: str) -> Failure:
